@@ -1,0 +1,135 @@
+/* diag.c: user-facing diagnostics, clang style: location, message, source
+ * line, caret. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+void diag_init(Diag *d, FILE *out) {
+  memset(d, 0, sizeof *d);
+  d->out = out ? out : stderr;
+  d->max_errors = 20;
+}
+
+bool diag_full(const Diag *d) { return d->max_errors > 0 && d->nerr >= d->max_errors; }
+
+/* Prints the source line of loc and a caret under its column. Long lines are
+ * cut to a window around the column so the caret stays readable. */
+static void show_line(Diag *d, Loc loc) {
+  const char *text = loc.file ? loc.file->text : NULL;
+  if (!text || loc.line < 1)
+    return;
+  const char *p = text, *end = text + loc.file->len;
+  for (int l = 1; l < loc.line && p < end; p++)
+    if (*p == '\n')
+      l++;
+  if (p >= end && loc.line > 1)
+    return;
+  const char *e = p;
+  while (e < end && *e != '\n')
+    e++;
+  long len = e - p, col = loc.col > 0 ? loc.col - 1 : 0;
+  if (col > len)
+    col = len;
+  long from = 0;
+  if (len > 160 && col > 80)
+    from = col - 80;
+  long to = from + 160 < len ? from + 160 : len;
+  fputs(from ? "..." : "", d->out);
+  for (const char *q = p + from; q < p + to; q++)
+    fputc((unsigned char)*q >= 0x20 && *q != 0x7f ? *q : (*q == '\t' ? '\t' : '?'), d->out);
+  fputs(to < len ? "...\n" : "\n", d->out);
+  if (from)
+    fputs("   ", d->out);
+  for (const char *q = p + from; q < p + col; q++)
+    fputc(*q == '\t' ? '\t' : ' ', d->out);
+  fputs("^\n", d->out);
+}
+
+static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
+  if (loc.file)
+    fprintf(d->out, "%s:%d:%d: ", loc.file->name, loc.line, loc.col);
+  else
+    fputs("dtc: ", d->out);
+  fprintf(d->out, "%s: ", kind);
+  vfprintf(d->out, fmt, ap);
+  fputc('\n', d->out);
+  show_line(d, loc);
+}
+
+void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap) {
+  if (diag_full(d)) {
+    d->nerr++;
+    return;
+  }
+  report(d, loc, "error", fmt, ap);
+  if (++d->nerr == d->max_errors)
+    fprintf(d->out, "dtc: fatal error: too many errors emitted, stopping now\n");
+}
+
+void diag_error(Diag *d, Loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  diag_verror(d, loc, fmt, ap);
+  va_end(ap);
+}
+
+void diag_warn(Diag *d, Loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (d->werror) {
+    diag_verror(d, loc, fmt, ap);
+  } else {
+    report(d, loc, "warning", fmt, ap);
+    d->nwarn++;
+  }
+  va_end(ap);
+}
+
+void diag_note(Diag *d, Loc loc, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  report(d, loc, "note", fmt, ap);
+  va_end(ap);
+}
+
+SrcFile *src_from_string(Arena *a, const char *name, const char *text) {
+  SrcFile *f = arena_alloc(a, sizeof *f);
+  f->name = arena_strdup(a, name);
+  f->len = strlen(text);
+  f->text = arena_strndup(a, text, f->len);
+  return f;
+}
+
+SrcFile *src_read(Arena *a, const char *path) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp)
+    return NULL;
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  for (size_t got; buf && (got = fread(buf + len, 1, cap - len, fp)) > 0;) {
+    len += got;
+    if (len == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = nb;
+    }
+  }
+  int err = ferror(fp) ? EIO : 0;
+  fclose(fp);
+  if (!buf || err) {
+    free(buf);
+    errno = err ? err : ENOMEM;
+    return NULL;
+  }
+  SrcFile *f = arena_alloc(a, sizeof *f);
+  f->name = arena_strdup(a, path);
+  f->text = arena_strndup(a, buf, len);   /* NUL-terminated copy */
+  f->len = len;
+  free(buf);
+  return f;
+}

@@ -1,0 +1,217 @@
+/* ir.c: types and the construction of modules, functions and instructions. */
+#include <string.h>
+
+#include "ir.h"
+
+/* ---- types ---- */
+
+int64_t type_elems(const Type *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++)
+    n *= t->dim[i];
+  return n;
+}
+
+size_t dtype_size(DType dt) { return dt == DT_VOID ? 0 : 4; }
+
+const char *dtype_name(DType dt) {
+  static const char *names[] = {"void", "f32", "i32"};
+  static_assert(COUNTOF(names) == DT_COUNT, "dtype names");
+  return (unsigned)dt < DT_COUNT ? names[dt] : "?";
+}
+
+bool type_eq(const Type *a, const Type *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank)
+    return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i] != b->dim[i])
+      return false;
+  return true;
+}
+
+const char *type_str(const Type *t, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s", dtype_name(t->dtype));
+  if (t->dtype == DT_VOID)
+    return buf;
+  k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "[");
+  for (int i = 0; i < t->rank; i++)
+    k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s%lld", i ? "," : "", (long long)t->dim[i]);
+  snprintf(buf + k, k < n ? n - k : 0, "]");
+  return buf;
+}
+
+/* ---- modules ---- */
+
+Module *ir_module_new(Arena *a, const char *name) {
+  Module *m = arena_alloc(a, sizeof *m);
+  m->arena = a;
+  m->name = arena_strdup(a, name);
+  return m;
+}
+
+Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc loc) {
+  Global g = {.name = arena_strdup(m->arena, name), .kind = kind, .type = t, .loc = loc};
+  vec_push(m->arena, &m->global, g);
+  return &m->global.a[m->global.n - 1];
+}
+
+Global *ir_find_global(const Module *m, const char *name) {
+  for (int i = 0; i < m->global.n; i++)
+    if (!strcmp(m->global.a[i].name, name))
+      return &m->global.a[i];
+  return NULL;
+}
+
+Func *ir_add_func(Module *m, const char *name, Loc loc) {
+  Func *f = arena_alloc(m->arena, sizeof *f);
+  f->name = arena_strdup(m->arena, name);
+  f->mod = m;
+  f->loc = loc;
+  vec_push(m->arena, &m->func, f);
+  return f;
+}
+
+Func *ir_find_func(const Module *m, const char *name) {
+  for (int i = 0; i < m->func.n; i++)
+    if (!strcmp(m->func.a[i]->name, name))
+      return m->func.a[i];
+  return NULL;
+}
+
+Inst *ir_find_inst(const Func *f, const char *name) {
+  for (int i = 0; i < f->inst.n; i++)
+    if (f->inst.a[i]->name && !strcmp(f->inst.a[i]->name, name))
+      return f->inst.a[i];
+  return NULL;
+}
+
+/* ---- instructions ---- */
+
+Inst *ir_new(Func *f, Op op, Loc loc, int nin, Inst **in) {
+  Arena *a = f->mod->arena;
+  Inst *i = arena_alloc(a, sizeof *i);
+  i->fn = f;
+  i->op = op;
+  i->loc = loc;
+  i->nin = nin;
+  i->offset = -1;
+  i->in = arena_alloc(a, sizeof(Inst *) * (size_t)(nin ? nin : 1));
+  for (int k = 0; k < nin; k++)
+    i->in[k] = in[k];
+  i->id = f->inst.n;
+  vec_push(a, &f->inst, i);
+  return i;
+}
+
+bool ir_infer(Inst *inst, char *err, size_t errlen) {
+  const OpInfo *oi = &ir_ops[inst->op];
+  if (inst->nin < oi->minin || inst->nin > oi->maxin) {
+    if (oi->minin == oi->maxin)
+      snprintf(err, errlen, "'%s' takes %d operand%s, got %d", oi->name, oi->minin,
+               oi->minin == 1 ? "" : "s", inst->nin);
+    else
+      snprintf(err, errlen, "'%s' takes %d to %d operands, got %d", oi->name, oi->minin,
+               oi->maxin, inst->nin);
+    return false;
+  }
+  for (int k = 0; k < inst->nin; k++)
+    if (inst->in[k]->type.dtype == DT_VOID) {
+      snprintf(err, errlen, "operand %d of '%s' has no value", k + 1, oi->name);
+      return false;
+    }
+  return oi->shape(inst, err, errlen);
+}
+
+Inst *ir_finish(Inst *inst) {
+  char err[256];
+  if (!ir_infer(inst, err, sizeof err))
+    dtc_die(__FILE__, __LINE__, "pass built an ill-typed '%s': %s", ir_ops[inst->op].name, err);
+  return inst;
+}
+
+Inst *ir_make(Func *f, Op op, Loc loc, int nin, ...) {
+  Inst *in[16];
+  DTC_ASSERT(nin <= COUNTOF(in));
+  va_list ap;
+  va_start(ap, nin);
+  for (int k = 0; k < nin; k++)
+    in[k] = va_arg(ap, Inst *);
+  va_end(ap);
+  return ir_finish(ir_new(f, op, loc, nin, in));
+}
+
+void ir_renumber(Func *f) {
+  for (int k = 0; k < f->inst.n; k++)
+    f->inst.a[k]->id = k;
+}
+
+/* ---- attributes ---- */
+
+static Attr *attr_slot(Inst *i, const char *name, AttrKind kind, Arena *a) {
+  for (int k = 0; k < i->nattr; k++)
+    if (!strcmp(i->attr[k].name, name)) {
+      i->attr[k].kind = kind;
+      return &i->attr[k];
+    }
+  i->attr = arena_realloc(a, i->attr, sizeof(Attr) * (size_t)i->nattr,
+                          sizeof(Attr) * (size_t)(i->nattr + 1));
+  Attr *at = &i->attr[i->nattr++];
+  at->name = arena_strdup(a, name);
+  at->kind = kind;
+  return at;
+}
+
+#define inst_arena (i->fn->mod->arena)
+
+void ir_set_int(Inst *i, const char *name, int64_t v) {
+  attr_slot(i, name, A_INT, inst_arena)->i = v;
+}
+
+void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n) {
+  Attr *at = attr_slot(i, name, A_INTS, inst_arena);
+  at->ints = arena_alloc(inst_arena, sizeof(int64_t) * (size_t)(n ? n : 1));
+  memcpy(at->ints, v, sizeof(int64_t) * (size_t)n);
+  at->n = n;
+}
+
+void ir_set_float(Inst *i, const char *name, double v) {
+  attr_slot(i, name, A_FLOAT, inst_arena)->f = v;
+}
+
+void ir_set_str(Inst *i, const char *name, const char *s) {
+  attr_slot(i, name, A_STR, inst_arena)->s = arena_strdup(inst_arena, s);
+}
+
+const Attr *ir_attr(const Inst *i, const char *name) {
+  for (int k = 0; k < i->nattr; k++)
+    if (!strcmp(i->attr[k].name, name))
+      return &i->attr[k];
+  return NULL;
+}
+
+int64_t ir_get_int(const Inst *i, const char *name, int64_t dflt) {
+  const Attr *a = ir_attr(i, name);
+  return a && a->kind == A_INT ? a->i : dflt;
+}
+
+double ir_get_float(const Inst *i, const char *name, double dflt) {
+  const Attr *a = ir_attr(i, name);
+  if (a && a->kind == A_FLOAT)
+    return a->f;
+  return a && a->kind == A_INT ? (double)a->i : dflt;
+}
+
+const char *ir_get_str(const Inst *i, const char *name, const char *dflt) {
+  const Attr *a = ir_attr(i, name);
+  return a && a->kind == A_STR ? a->s : dflt;
+}
+
+const int64_t *ir_get_ints(const Inst *i, const char *name, int *n) {
+  const Attr *a = ir_attr(i, name);
+  if (!a || a->kind != A_INTS) {
+    *n = 0;
+    return NULL;
+  }
+  *n = a->n;
+  return a->ints;
+}

@@ -1,0 +1,332 @@
+/* ir.h: the compiler's one header: arena, diagnostics, IR, op table, passes.
+ * Sections are named after the file that owns them. */
+#ifndef DTC_IR_H
+#define DTC_IR_H
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DTC_VERSION "0.1.0"
+
+/* Internal invariants: a failure is a bug in dtc, never the user's fault. */
+_Noreturn void dtc_die(const char *file, int line, const char *fmt, ...);
+#define DTC_ASSERT(c) \
+  do { if (!(c)) dtc_die(__FILE__, __LINE__, "assertion failed: %s", #c); } while (0)
+#define DTC_UNREACHABLE() dtc_die(__FILE__, __LINE__, "unreachable")
+#define COUNTOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ---- arena.c ---------------------------------------------------------- */
+
+/* One arena per compilation; everything is freed at once. */
+typedef struct Arena Arena;
+Arena *arena_new(void);
+void arena_free(Arena *a);
+void *arena_alloc(Arena *a, size_t n);          /* zeroed, 16-byte aligned */
+void *arena_realloc(Arena *a, void *p, size_t old, size_t n);
+char *arena_strdup(Arena *a, const char *s);
+char *arena_strndup(Arena *a, const char *s, size_t n);
+char *arena_printf(Arena *a, const char *fmt, ...);
+
+/* Growable array of T in an arena: struct { T *a; int n, cap; }. */
+#define VEC(T) struct { T *a; int n, cap; }
+#define vec_push(arena, v, x) \
+  do { \
+    if ((v)->n == (v)->cap) { \
+      int nc_ = (v)->cap ? 2 * (v)->cap : 8; \
+      (v)->a = arena_realloc((arena), (v)->a, sizeof(*(v)->a) * (size_t)(v)->cap, \
+                             sizeof(*(v)->a) * (size_t)nc_); \
+      (v)->cap = nc_; \
+    } \
+    (v)->a[(v)->n++] = (x); \
+  } while (0)
+
+/* ---- diag.c ----------------------------------------------------------- */
+
+typedef struct SrcFile {
+  const char *name;   /* as given by the user */
+  const char *text;   /* NUL-terminated contents, or NULL when unavailable */
+  size_t len;
+} SrcFile;
+
+typedef struct Loc {
+  const SrcFile *file;  /* NULL: no location */
+  int line, col;        /* 1-based */
+} Loc;
+
+typedef struct Diag {
+  FILE *out;            /* stderr by default */
+  int nerr, nwarn;
+  int max_errors;       /* stop reporting after this many (default 20) */
+  bool werror;          /* warnings count as errors */
+  bool color;
+  unsigned wflags;      /* enabled optional warnings (W_*) */
+} Diag;
+
+enum { W_UNUSED = 1u << 0, W_RESHARD = 1u << 1 };
+
+void diag_init(Diag *d, FILE *out);
+/* file:line:col: error: msg, then the source line and a caret under col. */
+void diag_error(Diag *d, Loc loc, const char *fmt, ...);
+void diag_warn(Diag *d, Loc loc, const char *fmt, ...);
+void diag_note(Diag *d, Loc loc, const char *fmt, ...);
+void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap);
+/* True once the error cap is reached: callers stop producing more. */
+bool diag_full(const Diag *d);
+/* Reads a whole file into the arena; NULL (and errno) on failure. */
+SrcFile *src_read(Arena *a, const char *path);
+SrcFile *src_from_string(Arena *a, const char *name, const char *text);
+
+/* ---- types (ir.c) ----------------------------------------------------- */
+
+typedef enum { DT_VOID, DT_F32, DT_I32, DT_COUNT } DType;
+
+#define IR_MAX_RANK 6
+#define IR_MAX_DIM ((int64_t)1 << 40)     /* any one dimension */
+#define IR_MAX_ELEMS ((int64_t)1 << 40)   /* elements of one tensor */
+
+typedef struct Type {
+  DType dtype;
+  int rank;                  /* 0: scalar */
+  int64_t dim[IR_MAX_RANK];
+} Type;
+
+int64_t type_elems(const Type *t);
+size_t dtype_size(DType dt);
+const char *dtype_name(DType dt);
+bool type_eq(const Type *a, const Type *b);
+/* "f32[256,784]"; buf of at least 128 bytes. */
+const char *type_str(const Type *t, char *buf, size_t n);
+
+/* ---- cluster, mesh, sharding (ir.c) ----------------------------------- */
+
+typedef struct Device {
+  const char *name;
+  int node;                /* index into Cluster.node */
+  const char *kind;        /* "cpu" */
+  double gflops;           /* dense f32 speed */
+  int64_t mem;             /* bytes */
+  const char *target;      /* LLVM triple, NULL: host */
+  const char *cpu;         /* LLVM cpu name, NULL: generic for target, host for host */
+  Loc loc;
+} Device;
+
+typedef struct Node { const char *name; Loc loc; } Node;
+
+typedef struct Link {
+  const char *name;        /* "intra" (inside a node) or "inter" (between nodes) */
+  double bw;               /* bytes per second */
+  double lat;              /* seconds */
+  Loc loc;
+} Link;
+
+typedef struct Cluster {
+  const char *name;
+  VEC(Node) node;
+  VEC(Device) dev;
+  VEC(Link) link;
+  Loc loc;
+} Cluster;
+
+#define IR_MAX_MESH_AXES 2
+typedef struct Mesh {
+  const char *name;
+  int naxis;
+  const char *axis_name[IR_MAX_MESH_AXES];
+  int axis_size[IR_MAX_MESH_AXES];
+  int *dev;                /* product(axis_size) device indices, row-major */
+  Loc loc;
+} Mesh;
+
+/* Per dimension: whole, or split over a mesh axis with optional per-device
+ * ratios (axis_size entries summing to 1; NULL means even). */
+typedef struct Sharding {
+  int mesh;                          /* index into Module.mesh */
+  int8_t axis[IR_MAX_RANK];          /* -1: whole on every device */
+  double *ratio[IR_MAX_RANK];
+  bool partial;                      /* value is a partial sum awaiting reduction */
+} Sharding;
+
+typedef enum { PLAN_NONE, PLAN_AUTO, PLAN_EVEN, PLAN_EXPLICIT } PlanMode;
+
+/* ---- ops (ops.c, shape.c, cost.c) ------------------------------------- */
+
+typedef enum {
+#define OP(id, name, minin, maxin, kind, attrs) OP_##id,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} Op;
+
+typedef enum { K_ELEM, K_REDUCE, K_MATMUL, K_KERNEL, K_SHAPE, K_META } OpKind;
+
+typedef enum { A_INT, A_INTS, A_FLOAT, A_STR } AttrKind;
+
+typedef struct Attr {
+  const char *name;
+  AttrKind kind;
+  int64_t i;          /* A_INT */
+  int64_t *ints;      /* A_INTS */
+  int n;              /* A_INTS: count */
+  double f;           /* A_FLOAT */
+  const char *s;      /* A_STR */
+} Attr;
+
+typedef struct Inst Inst;
+typedef struct Func Func;
+typedef struct Module Module;
+typedef struct GradCtx GradCtx;
+
+typedef struct OpInfo {
+  const char *name;
+  int minin, maxin;
+  OpKind kind;
+  const char *attrs;     /* schema, see ops.def */
+  /* Sets inst->type from operands and attributes; on a user error writes a
+   * message (no location) into err and returns false. */
+  bool (*shape)(Inst *inst, char *err, size_t errlen);
+  /* Emits the adjoints of inst's operands (passes/autodiff.c). */
+  void (*grad)(GradCtx *g, Inst *inst);
+  /* Floating-point operations to compute inst once. */
+  double (*flops)(const Inst *inst);
+} OpInfo;
+
+extern const OpInfo ir_ops[OP_COUNT];
+/* Op by its text name; OP_COUNT when unknown. */
+Op ir_op_lookup(const char *name);
+
+/* ---- instructions, functions, modules (ir.c) -------------------------- */
+
+struct Inst {
+  int id;                /* position in its function, kept by ir_renumber */
+  Func *fn;              /* owning function */
+  Op op;
+  const char *name;      /* printed as %name; NULL prints %id */
+  Inst **in;
+  int nin;
+  Attr *attr;
+  int nattr;
+  Type type;             /* DT_VOID for store and output */
+  Sharding *shard;       /* NULL until the sharding pass */
+  Loc loc;               /* the source expression this op comes from */
+  int fuse;              /* fusion group (passes/fusion.c), 0: none */
+  int64_t offset;        /* arena offset (passes/memplan.c), -1: none */
+};
+
+struct Func {
+  const char *name;
+  VEC(Inst *) inst;      /* in order; operands precede their users */
+  Module *mod;
+  int64_t work_bytes;    /* scratch arena size (passes/memplan.c), 0: not planned */
+  Loc loc;
+};
+
+typedef enum { G_INPUT, G_PARAM, G_STATE } GlobalKind;
+
+typedef struct Global {
+  const char *name;
+  GlobalKind kind;
+  Type type;
+  const char *init;      /* "zeros", "ones", "glorot", "normal", "uniform"; NULL for inputs */
+  double init_arg;       /* normal: stddev; uniform: bound */
+  Sharding *shard;       /* from the parallel block, or NULL */
+  Loc loc;
+} Global;
+
+typedef struct Dim { const char *name; int64_t value; Loc loc; } Dim;
+
+/* The training objective: minimise output `loss` of @forward. */
+typedef struct Train {
+  const char *loss;      /* output name; NULL: inference only */
+  const char *opt;       /* "sgd", "adam", "adamw" */
+  double lr, momentum, weight_decay, beta1, beta2, eps;
+  const char *schedule;  /* "constant", "warmup", "cosine" */
+  int64_t warmup, total;
+  Loc loc;
+} Train;
+
+typedef struct Options Options;
+
+struct Module {
+  const char *name;
+  Arena *arena;
+  VEC(Dim) dim;
+  VEC(Global) global;
+  VEC(Func *) func;
+  Train train;
+  Cluster *cluster;      /* NULL: one local device */
+  VEC(Mesh) mesh;
+  PlanMode plan;
+  const Options *opt;    /* driver options; may be NULL in tests */
+};
+
+Module *ir_module_new(Arena *a, const char *name);
+Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc loc);
+Global *ir_find_global(const Module *m, const char *name);
+Func *ir_add_func(Module *m, const char *name, Loc loc);
+Func *ir_find_func(const Module *m, const char *name);
+Inst *ir_find_inst(const Func *f, const char *name);
+
+/* Appends an op with operands; its type is unset until ir_infer or ir_finish. */
+Inst *ir_new(Func *f, Op op, Loc loc, int nin, Inst **in);
+/* Sets the type; false with a message for a user error (shape mismatch ...). */
+bool ir_infer(Inst *inst, char *err, size_t errlen);
+/* ir_infer for ops built by passes: a failure is a bug in dtc. */
+Inst *ir_finish(Inst *inst);
+/* ir_new + ir_finish for ops without attributes. */
+Inst *ir_make(Func *f, Op op, Loc loc, int nin, ...);
+/* Rebuilds f->inst from a new order/subset and renumbers. */
+void ir_renumber(Func *f);
+
+void ir_set_int(Inst *i, const char *name, int64_t v);
+void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);
+void ir_set_float(Inst *i, const char *name, double v);
+void ir_set_str(Inst *i, const char *name, const char *s);
+const Attr *ir_attr(const Inst *i, const char *name);
+int64_t ir_get_int(const Inst *i, const char *name, int64_t dflt);
+double ir_get_float(const Inst *i, const char *name, double dflt);
+const char *ir_get_str(const Inst *i, const char *name, const char *dflt);
+/* Returns the list (NULL, *n = 0 when absent). */
+const int64_t *ir_get_ints(const Inst *i, const char *name, int *n);
+
+/* ---- print.c, parse.c, verify.c --------------------------------------- */
+
+/* The text form (docs/IR.md). print(parse(print(m))) == print(m). */
+void ir_print(FILE *out, const Module *m);
+void ir_print_func(FILE *out, const Func *f);
+/* Parses IR text; reports located errors to d; NULL on error. */
+Module *ir_parse(Arena *a, const SrcFile *src, Diag *d);
+/* Checks every structural and type invariant; reports each violation as an
+ * error at the inst's location; false when any. */
+bool ir_verify(const Module *m, Diag *d);
+
+/* ---- dot.c ------------------------------------------------------------ */
+
+void ir_print_dot(FILE *out, const Module *m);
+
+/* ---- passes (passes/passes.c) ----------------------------------------- */
+
+struct Options {
+  const char *input;         /* source path */
+  const char *output;        /* -o */
+  const char *emit;          /* ir, dot, llvm, asm, obj, plan, sim */
+  const char *target;        /* --target triple, NULL: host */
+  const char *cpu;           /* -mcpu */
+  int opt_level;             /* -O0..-O3 */
+  const char *cluster_file;  /* --cluster */
+  bool time_passes;
+};
+
+/* Every pass: requires what its file header says, guarantees what it says;
+ * false after reporting errors to d. */
+typedef bool (*PassFn)(Module *m, Diag *d);
+
+typedef struct Pass { const char *name; PassFn run; const char *what; } Pass;
+extern const Pass pass_table[];
+extern const int pass_count;
+const Pass *pass_lookup(const char *name);
+
+#endif

@@ -1,0 +1,468 @@
+/* shape.c: type inference, one shape_<op> rule per op of ops.def. A rule sets
+ * inst->type from its operands and attributes, or explains a user error. */
+#include <string.h>
+
+#include "ir.h"
+
+#define FAIL(...) return snprintf(err, errlen, __VA_ARGS__), false
+#define IN(k) (&inst->in[k]->type)
+#define NAME (ir_ops[inst->op].name)
+
+static const char *ts(const Type *t, char buf[static 128]) { return type_str(t, buf, 128); }
+
+/* Checks dimension and element-count limits on the result. */
+static bool check_out(Inst *inst, char *err, size_t errlen) {
+  Type *t = &inst->type;
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) {
+    if (t->dim[d] < 1)
+      FAIL("'%s' yields dimension %d of size %lld; sizes must be positive", NAME, d,
+           (long long)t->dim[d]);
+    if (t->dim[d] > IR_MAX_DIM || n > IR_MAX_ELEMS / t->dim[d])
+      FAIL("'%s' yields a tensor too large (more than %lld elements)", NAME,
+           (long long)IR_MAX_ELEMS);
+    n *= t->dim[d];
+  }
+  return true;
+}
+
+static bool need_f32(Inst *inst, int k, char *err, size_t errlen) {
+  char b[128];
+  if (IN(k)->dtype != DT_F32)
+    FAIL("operand %d of '%s' must be f32, got %s", k + 1, NAME, ts(IN(k), b));
+  return true;
+}
+
+static bool same_type(Inst *inst, int a, int b, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  if (!type_eq(IN(a), IN(b)))
+    FAIL("operands of '%s' must have the same type: %s and %s", NAME, ts(IN(a), b1), ts(IN(b), b2));
+  return true;
+}
+
+/* Normalises an axis that may count from the end; false when out of range. */
+static bool axis_ok(int64_t *ax, int rank) {
+  if (*ax < 0)
+    *ax += rank;
+  return *ax >= 0 && *ax < rank;
+}
+
+static bool get_axis(Inst *inst, const char *attr, int64_t dflt, int rank, int64_t *out,
+                     char *err, size_t errlen) {
+  int64_t ax = ir_get_int(inst, attr, dflt);
+  *out = ax;
+  if (!axis_ok(out, rank))
+    FAIL("'%s': axis %lld is out of range for rank %d", NAME, (long long)ax, rank);
+  return true;
+}
+
+/* ---- module plumbing ---- */
+
+bool shape_load(Inst *inst, char *err, size_t errlen) {
+  const char *g = ir_get_str(inst, "global", NULL);
+  if (!g)
+    FAIL("'load' needs a global");
+  const Global *gl = ir_find_global(inst->fn->mod, g);
+  if (!gl)
+    FAIL("'load' of unknown global '%s'", g);
+  inst->type = gl->type;
+  return true;
+}
+
+bool shape_store(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const char *g = ir_get_str(inst, "global", NULL);
+  if (!g)
+    FAIL("'store' needs a global");
+  const Global *gl = ir_find_global(inst->fn->mod, g);
+  if (!gl)
+    FAIL("'store' to unknown global '%s'", g);
+  if (!type_eq(&gl->type, IN(0)))
+    FAIL("'store' of %s into global '%s' of type %s", ts(IN(0), b1), g, ts(&gl->type, b2));
+  inst->type = (Type){DT_VOID, 0, {0}};
+  return true;
+}
+
+bool shape_output(Inst *inst, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  inst->type = (Type){DT_VOID, 0, {0}};
+  return true;
+}
+
+bool shape_const(Inst *inst, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  inst->type = (Type){DT_F32, 0, {0}};
+  return true;
+}
+
+bool shape_lr(Inst *inst, char *err, size_t errlen) {
+  const char *s = ir_get_str(inst, "schedule", "constant");
+  if (strcmp(s, "constant") && strcmp(s, "warmup") && strcmp(s, "cosine"))
+    FAIL("unknown learning-rate schedule '%s' (constant, warmup, cosine)", s);
+  inst->type = (Type){DT_F32, 0, {0}};
+  return true;
+}
+
+/* ---- elementwise ---- */
+
+/* numpy broadcasting of a and b into out. */
+static bool broadcast2(const Type *a, const Type *b, Type *out) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  out->rank = r;
+  for (int d = 0; d < r; d++) {
+    int da = d - (r - a->rank), db = d - (r - b->rank);
+    int64_t x = da >= 0 ? a->dim[da] : 1, y = db >= 0 ? b->dim[db] : 1;
+    if (x != y && x != 1 && y != 1)
+      return false;
+    out->dim[d] = x == 1 ? y : x;
+  }
+  return true;
+}
+
+static bool binary(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  if (IN(0)->dtype != IN(1)->dtype)
+    FAIL("operands of '%s' have different element types: %s and %s", NAME, ts(IN(0), b1),
+         ts(IN(1), b2));
+  if (!need_f32(inst, 0, err, errlen))
+    return false;
+  if (!broadcast2(IN(0), IN(1), &inst->type))
+    FAIL("shape mismatch in '%s': %s and %s do not broadcast", NAME, ts(IN(0), b1), ts(IN(1), b2));
+  inst->type.dtype = IN(0)->dtype;
+  return check_out(inst, err, errlen);
+}
+
+static bool unary(Inst *inst, char *err, size_t errlen) {
+  if (!need_f32(inst, 0, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_add(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_sub(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_mul(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_div(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_relu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_gelu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_neg(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_exp(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_log(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_sqrt(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_tanh(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_sigmoid(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_relu(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_gelu(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+
+/* ---- reductions ---- */
+
+static bool reduce(Inst *inst, char *err, size_t errlen) {
+  if (!need_f32(inst, 0, err, errlen))
+    return false;
+  const Type *x = IN(0);
+  int n;
+  const int64_t *axes = ir_get_ints(inst, "axes", &n);
+  if (!axes)
+    FAIL("'%s' needs the axes to reduce", NAME);
+  bool red[IR_MAX_RANK] = {0};
+  for (int k = 0; k < n; k++) {
+    int64_t ax = axes[k];
+    if (!axis_ok(&ax, x->rank))
+      FAIL("'%s': axis %lld is out of range for rank %d", NAME, (long long)axes[k], x->rank);
+    if (red[ax])
+      FAIL("'%s': axis %lld is listed twice", NAME, (long long)axes[k]);
+    red[ax] = true;
+  }
+  bool keep = ir_get_int(inst, "keepdim", 0) != 0;
+  Type t = {DT_F32, 0, {0}};
+  for (int d = 0; d < x->rank; d++)
+    if (!red[d])
+      t.dim[t.rank++] = x->dim[d];
+    else if (keep)
+      t.dim[t.rank++] = 1;
+  inst->type = t;
+  return true;
+}
+
+bool shape_sum(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
+bool shape_mean(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
+bool shape_max(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
+
+bool shape_max_grad(Inst *inst, char *err, size_t errlen) {
+  Type y;
+  Inst tmp = *inst;
+  tmp.in = inst->in;
+  if (!reduce(&tmp, err, errlen))
+    return false;
+  y = tmp.type;
+  char b1[128], b2[128];
+  if (!type_eq(&y, IN(1)) || !type_eq(&y, IN(2)))
+    FAIL("'max_grad': result and its adjoint must be %s, got %s", ts(&y, b1), ts(IN(2), b2));
+  inst->type = *IN(0);
+  return true;
+}
+
+/* ---- dense ---- */
+
+bool shape_matmul(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const Type *a = IN(0), *b = IN(1);
+  if (!need_f32(inst, 0, err, errlen) || !need_f32(inst, 1, err, errlen))
+    return false;
+  if (a->rank < 2 || b->rank < 2)
+    FAIL("'@' needs operands of rank 2 or more, got %s and %s", ts(a, b1), ts(b, b2));
+  bool ta = ir_get_int(inst, "ta", 0), tb = ir_get_int(inst, "tb", 0);
+  int ra = a->rank, rb = b->rank;
+  int64_t m = a->dim[ra - (ta ? 1 : 2)], ka = a->dim[ra - (ta ? 2 : 1)];
+  int64_t kb = b->dim[rb - (tb ? 1 : 2)], n = b->dim[rb - (tb ? 2 : 1)];
+  if (ka != kb)
+    FAIL("shape mismatch in '@': %s @ %s: inner dimensions %lld and %lld differ", ts(a, b1),
+         ts(b, b2), (long long)ka, (long long)kb);
+  if (rb > 2) {
+    bool same = ra == rb;
+    for (int d = 0; same && d < ra - 2; d++)
+      same = a->dim[d] == b->dim[d];
+    if (!same)
+      FAIL("shape mismatch in '@': %s @ %s: batch dimensions differ", ts(a, b1), ts(b, b2));
+  }
+  Type t = *a;
+  t.dim[ra - 2] = m;
+  t.dim[ra - 1] = n;
+  inst->type = t;
+  return check_out(inst, err, errlen);
+}
+
+/* ---- other kernels ---- */
+
+static bool along_axis(Inst *inst, char *err, size_t errlen) {
+  if (!need_f32(inst, 0, err, errlen))
+    return false;
+  int64_t ax;
+  if (!get_axis(inst, "axis", -1, IN(0)->rank, &ax, err, errlen))
+    return false;
+  if (IN(0)->rank == 0)
+    FAIL("'%s' needs a tensor of rank 1 or more", NAME);
+  if (inst->nin == 2 && !same_type(inst, 0, 1, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_softmax(Inst *i, char *e, size_t n) { return along_axis(i, e, n); }
+bool shape_log_softmax(Inst *i, char *e, size_t n) { return along_axis(i, e, n); }
+bool shape_softmax_grad(Inst *i, char *e, size_t n) { return along_axis(i, e, n); }
+bool shape_log_softmax_grad(Inst *i, char *e, size_t n) { return along_axis(i, e, n); }
+
+static bool ce_operands(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const Type *l = IN(0), *y = IN(1);
+  if (l->dtype != DT_F32 || l->rank != 2)
+    FAIL("'cross_entropy' needs logits f32[N,C], got %s", ts(l, b1));
+  if (y->dtype != DT_I32 || y->rank != 1)
+    FAIL("'cross_entropy' needs labels i32[N], got %s", ts(y, b1));
+  if (l->dim[0] != y->dim[0])
+    FAIL("shape mismatch in 'cross_entropy': %s logits but %s labels", ts(l, b1), ts(y, b2));
+  return true;
+}
+
+bool shape_cross_entropy(Inst *inst, char *err, size_t errlen) {
+  if (!ce_operands(inst, err, errlen))
+    return false;
+  inst->type = (Type){DT_F32, 0, {0}};
+  return true;
+}
+
+bool shape_cross_entropy_grad(Inst *inst, char *err, size_t errlen) {
+  if (!ce_operands(inst, err, errlen))
+    return false;
+  if (IN(2)->dtype != DT_F32 || IN(2)->rank != 0)
+    FAIL("'cross_entropy_grad' needs a scalar adjoint");
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_mse(Inst *inst, char *err, size_t errlen) {
+  if (!need_f32(inst, 0, err, errlen) || !same_type(inst, 0, 1, err, errlen))
+    return false;
+  inst->type = (Type){DT_F32, 0, {0}};
+  return true;
+}
+
+static bool last_axis(Inst *inst, char *err, size_t errlen) {
+  if (!need_f32(inst, 0, err, errlen))
+    return false;
+  if (IN(0)->rank == 0)
+    FAIL("'%s' needs a tensor of rank 1 or more", NAME);
+  if (ir_get_float(inst, "eps", 1e-5) <= 0)
+    FAIL("'%s': eps must be positive", NAME);
+  if (inst->nin == 2 && !same_type(inst, 0, 1, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_normalize(Inst *i, char *e, size_t n) { return last_axis(i, e, n); }
+bool shape_normalize_grad(Inst *i, char *e, size_t n) { return last_axis(i, e, n); }
+
+bool shape_embedding(Inst *inst, char *err, size_t errlen) {
+  char b1[128];
+  const Type *tab = IN(0), *ids = IN(1);
+  if (tab->dtype != DT_F32 || tab->rank != 2)
+    FAIL("'embedding' needs a table f32[V,D], got %s", ts(tab, b1));
+  if (ids->dtype != DT_I32)
+    FAIL("'embedding' needs i32 ids, got %s", ts(ids, b1));
+  if (ids->rank + 1 > IR_MAX_RANK)
+    FAIL("'embedding' result would have rank %d (at most %d)", ids->rank + 1, IR_MAX_RANK);
+  Type t = *ids;
+  t.dtype = DT_F32;
+  t.dim[t.rank++] = tab->dim[1];
+  inst->type = t;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_embedding_grad(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const Type *ids = IN(0), *dy = IN(1);
+  bool ok = ids->dtype == DT_I32 && dy->dtype == DT_F32 && dy->rank == ids->rank + 1;
+  for (int d = 0; ok && d < ids->rank; d++)
+    ok = ids->dim[d] == dy->dim[d];
+  if (!ok)
+    FAIL("'embedding_grad': ids %s do not match adjoint %s", ts(ids, b1), ts(dy, b2));
+  int64_t rows = ir_get_int(inst, "rows", 0);
+  inst->type = (Type){DT_F32, 2, {rows, dy->dim[dy->rank - 1]}};
+  return check_out(inst, err, errlen);
+}
+
+static bool dropout_like(Inst *inst, char *err, size_t errlen) {
+  double p = ir_get_float(inst, "p", -1);
+  if (!(p >= 0 && p < 1))
+    FAIL("'%s': p must be in [0, 1), got %g", NAME, p);
+  return unary(inst, err, errlen);
+}
+
+bool shape_dropout(Inst *i, char *e, size_t n) { return dropout_like(i, e, n); }
+bool shape_dropout_grad(Inst *i, char *e, size_t n) { return dropout_like(i, e, n); }
+
+bool shape_causal_mask(Inst *inst, char *err, size_t errlen) {
+  char b1[128];
+  const Type *x = IN(0);
+  if (!need_f32(inst, 0, err, errlen))
+    return false;
+  if (x->rank < 2 || x->dim[x->rank - 1] != x->dim[x->rank - 2])
+    FAIL("'causal_mask' needs square trailing dimensions [...,T,T], got %s", ts(x, b1));
+  inst->type = *x;
+  return true;
+}
+
+/* ---- data movement ---- */
+
+static bool shape_attr(Inst *inst, Type *t, char *err, size_t errlen) {
+  int n;
+  const int64_t *s = ir_get_ints(inst, "shape", &n);
+  if (!s)
+    FAIL("'%s' needs a shape", NAME);
+  if (n > IR_MAX_RANK)
+    FAIL("'%s': rank %d is more than %d", NAME, n, IR_MAX_RANK);
+  t->rank = n;
+  for (int d = 0; d < n; d++) {
+    if (s[d] < 1)
+      FAIL("'%s': dimension %d of the shape is %lld; sizes must be positive", NAME, d,
+           (long long)s[d]);
+    t->dim[d] = s[d];
+  }
+  inst->type = *t;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_reshape(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  Type t = {IN(0)->dtype, 0, {0}};
+  if (!shape_attr(inst, &t, err, errlen))
+    return false;
+  if (type_elems(&t) != type_elems(IN(0)))
+    FAIL("'reshape' of %s to %s changes the number of elements", ts(IN(0), b1), ts(&t, b2));
+  return true;
+}
+
+bool shape_broadcast(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  Type t = {IN(0)->dtype, 0, {0}}, u;
+  if (!shape_attr(inst, &t, err, errlen))
+    return false;
+  bool ok = broadcast2(IN(0), &t, &u) && u.rank == t.rank;
+  for (int d = 0; ok && d < t.rank; d++)
+    ok = u.dim[d] == t.dim[d];
+  if (!ok)
+    FAIL("'broadcast' of %s to %s is not possible", ts(IN(0), b1), ts(&t, b2));
+  return true;
+}
+
+bool shape_transpose(Inst *inst, char *err, size_t errlen) {
+  const Type *x = IN(0);
+  int n;
+  const int64_t *p = ir_get_ints(inst, "perm", &n);
+  if (!p)
+    FAIL("'transpose' needs a permutation");
+  if (n != x->rank)
+    FAIL("'transpose': permutation of %d axes for a tensor of rank %d", n, x->rank);
+  bool seen[IR_MAX_RANK] = {0};
+  Type t = *x;
+  for (int d = 0; d < n; d++) {
+    if (p[d] < 0 || p[d] >= n || seen[p[d]])
+      FAIL("'transpose': [perm] is not a permutation of 0..%d", n - 1);
+    seen[p[d]] = true;
+    t.dim[d] = x->dim[p[d]];
+  }
+  inst->type = t;
+  return true;
+}
+
+bool shape_slice(Inst *inst, char *err, size_t errlen) {
+  const Type *x = IN(0);
+  int64_t ax;
+  if (!get_axis(inst, "axis", 0, x->rank, &ax, err, errlen))
+    return false;
+  int64_t b = ir_get_int(inst, "begin", 0), e = ir_get_int(inst, "end", x->dim[ax]);
+  if (b < 0 || e > x->dim[ax] || b >= e)
+    FAIL("'slice' [%lld, %lld) of axis %lld is empty or outside [0, %lld)", (long long)b,
+         (long long)e, (long long)ax, (long long)x->dim[ax]);
+  inst->type = *x;
+  inst->type.dim[ax] = e - b;
+  return true;
+}
+
+bool shape_pad(Inst *inst, char *err, size_t errlen) {
+  const Type *x = IN(0);
+  int64_t ax;
+  if (!get_axis(inst, "axis", 0, x->rank, &ax, err, errlen))
+    return false;
+  int64_t b = ir_get_int(inst, "begin", 0), size = ir_get_int(inst, "size", 0);
+  if (b < 0 || size > IR_MAX_DIM || b > size - x->dim[ax])
+    FAIL("'pad': %lld elements at %lld do not fit in %lld", (long long)x->dim[ax], (long long)b,
+         (long long)size);
+  inst->type = *x;
+  inst->type.dim[ax] = size;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_concat(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const Type *x = IN(0);
+  int64_t ax;
+  if (!get_axis(inst, "axis", 0, x->rank, &ax, err, errlen))
+    return false;
+  Type t = *x;
+  for (int k = 1; k < inst->nin; k++) {
+    const Type *y = IN(k);
+    bool ok = y->dtype == x->dtype && y->rank == x->rank;
+    for (int d = 0; ok && d < x->rank; d++)
+      ok = d == ax || y->dim[d] == x->dim[d];
+    if (!ok)
+      FAIL("shape mismatch in 'concat' on axis %lld: %s and %s", (long long)ax, ts(x, b1), ts(y, b2));
+    if (t.dim[ax] > IR_MAX_DIM - y->dim[ax])
+      FAIL("'concat' result is too large");
+    t.dim[ax] += y->dim[ax];
+  }
+  inst->type = t;
+  return check_out(inst, err, errlen);
+}

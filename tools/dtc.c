@@ -1,0 +1,294 @@
+/* dtc.c: the compiler driver. Reads a .dt model (or IR text), runs the pass
+ * pipeline of passes/passes.c, and emits IR, a graph, a plan, or code. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codegen.h"
+#include "frontend.h"
+#include "ir.h"
+#include "passes.h"
+
+static const char usage[] =
+  "usage: dtc [options] FILE\n"
+  "\n"
+  "FILE is a model in the dtc language (.dt) or IR text (.ir).\n"
+  "\n"
+  "options:\n"
+  "  -o FILE              write the output to FILE (default: stdout for text,\n"
+  "                       NAME.o for objects); code also writes NAME.h beside it\n"
+  "  --emit=KIND          ir     the IR after the frontend, or after --stop-after\n"
+  "                       dot    a Graphviz graph of the model\n"
+  "                       plan   memory plan and training-step summary\n"
+  "                       llvm   LLVM IR text (.ll)\n"
+  "                       asm    assembly (.s)\n"
+  "                       obj    object file (.o, the default)\n"
+  "  -D NAME=VALUE        set a model dimension (batch B = 256 -> -D B=512)\n"
+  "  -O0 -O1 -O2 -O3      optimisation level of generated code (default -O2)\n"
+  "  --target=TRIPLE      generate code for TRIPLE (default: this machine)\n"
+  "  -mcpu=CPU            generate code for CPU (default: host, or generic)\n"
+  "  --stop-after=PASS    stop the pipeline after PASS (with --emit=ir)\n"
+  "  --print-after=PASS   print the IR to stderr after PASS (repeatable)\n"
+  "  --print-after-all    print the IR to stderr after every pass\n"
+  "  --time-passes        report the time each pass took\n"
+  "  --list-passes        list the passes in pipeline order\n"
+  "  -Werror              treat warnings as errors\n"
+  "  -Wno-unused          no warnings for unused parameters and annotations\n"
+  "  -Wreshard            warn at every reshard the compiler inserts\n"
+  "  -ferror-limit=N      stop after N errors (default 20, 0: no limit)\n"
+  "  --help               this text\n"
+  "  --version            the version\n";
+
+typedef struct Driver {
+  Options opt;
+  const char *defs[64];
+  int ndefs;
+  const char *print_after[32];
+  int nprint_after;
+  bool print_all;
+  const char *stop_after;
+  double pass_ms[64];
+} Driver;
+
+static int fail(const char *fmt, ...) {
+  va_list ap;
+  fputs("dtc: error: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+  return 1;
+}
+
+static bool has_suffix(const char *s, const char *suf) {
+  size_t n = strlen(s), k = strlen(suf);
+  return n >= k && !strcmp(s + n - k, suf);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Returns the value of "--name=VALUE" or "-xVALUE", or NULL. */
+static const char *opt_value(const char *arg, const char *prefix) {
+  size_t n = strlen(prefix);
+  return strncmp(arg, prefix, n) ? NULL : arg + n;
+}
+
+static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
+  Options *o = &dr->opt;
+  o->opt_level = 2;
+  o->emit = "obj";
+  const char *v;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(usage, stdout);
+      exit(0);
+    } else if (!strcmp(a, "--version")) {
+      printf("dtc %s\n", DTC_VERSION);
+      exit(0);
+    } else if (!strcmp(a, "--list-passes")) {
+      for (int k = 0; k < pass_count; k++)
+        printf("%-10s %s\n", pass_table[k].name, pass_table[k].what);
+      exit(0);
+    } else if (!strcmp(a, "-o") || !strcmp(a, "-D")) {
+      if (i + 1 >= argc)
+        return fail("argument to '%s' is missing (expected 1 value)", a);
+      if (a[1] == 'o')
+        o->output = argv[++i];
+      else if (dr->ndefs < COUNTOF(dr->defs))
+        dr->defs[dr->ndefs++] = argv[++i];
+      else
+        return fail("too many -D options");
+    } else if (!strncmp(a, "-D", 2)) {
+      if (dr->ndefs == COUNTOF(dr->defs))
+        return fail("too many -D options");
+      dr->defs[dr->ndefs++] = a + 2;
+    } else if ((v = opt_value(a, "--emit="))) {
+      static const char *kinds[] = {"ir", "dot", "plan", "llvm", "asm", "obj"};
+      bool ok = false;
+      for (int k = 0; k < COUNTOF(kinds); k++)
+        ok |= !strcmp(v, kinds[k]);
+      if (!ok)
+        return fail("invalid value '%s' in '--emit' (expected ir, dot, plan, llvm, asm or obj)", v);
+      o->emit = v;
+    } else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3' && !a[3]) {
+      o->opt_level = a[2] - '0';
+    } else if ((v = opt_value(a, "--target="))) {
+      o->target = v;
+    } else if ((v = opt_value(a, "-mcpu="))) {
+      o->cpu = v;
+    } else if ((v = opt_value(a, "--cluster="))) {
+      o->cluster_file = v;
+    } else if ((v = opt_value(a, "--stop-after="))) {
+      if (!pass_lookup(v))
+        return fail("unknown pass '%s' in '--stop-after' (see --list-passes)", v);
+      dr->stop_after = v;
+    } else if ((v = opt_value(a, "--print-after="))) {
+      if (!pass_lookup(v))
+        return fail("unknown pass '%s' in '--print-after' (see --list-passes)", v);
+      if (dr->nprint_after == COUNTOF(dr->print_after))
+        return fail("too many --print-after options");
+      dr->print_after[dr->nprint_after++] = v;
+    } else if (!strcmp(a, "--print-after-all")) {
+      dr->print_all = true;
+    } else if (!strcmp(a, "--time-passes")) {
+      o->time_passes = true;
+    } else if (!strcmp(a, "-Werror")) {
+      d->werror = true;
+    } else if (!strcmp(a, "-Wno-unused")) {
+      d->wflags &= ~W_UNUSED;
+    } else if (!strcmp(a, "-Wreshard")) {
+      d->wflags |= W_RESHARD;
+    } else if ((v = opt_value(a, "-ferror-limit="))) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 0 || n > 1000000)
+        return fail("invalid value '%s' in '-ferror-limit'", v);
+      d->max_errors = (int)n;
+    } else if (a[0] == '-' && a[1]) {
+      return fail("unknown argument: '%s' (see dtc --help)", a);
+    } else if (o->input) {
+      return fail("more than one input file: '%s' and '%s'", o->input, a);
+    } else {
+      o->input = a;
+    }
+  }
+  if (!o->input)
+    return fail("no input file (see dtc --help)");
+  if (dr->stop_after && strcmp(o->emit, "ir"))
+    return fail("'--stop-after' needs '--emit=ir'");
+  return 0;
+}
+
+static bool print_after(const Driver *dr, const char *pass) {
+  if (dr->print_all)
+    return true;
+  for (int k = 0; k < dr->nprint_after; k++)
+    if (!strcmp(dr->print_after[k], pass))
+      return true;
+  return false;
+}
+
+/* Runs passes in table order up to and including `last` (all when NULL). */
+static bool run_passes(Driver *dr, Module *m, Diag *d, const char *last) {
+  for (int k = 0; k < pass_count; k++) {
+    const Pass *p = &pass_table[k];
+    double t0 = now_ms();
+    bool ok = p->run(m, d);
+    dr->pass_ms[k] = now_ms() - t0;
+    if (!ok || d->nerr)
+      return false;
+    if (!ir_verify(m, d))
+      dtc_die(__FILE__, __LINE__, "IR does not verify after pass '%s'", p->name);
+    if (print_after(dr, p->name)) {
+      fprintf(stderr, "; IR after %s\n", p->name);
+      ir_print(stderr, m);
+    }
+    if (last && !strcmp(last, p->name))
+      break;
+  }
+  return true;
+}
+
+static void time_report(const Driver *dr, double fe_ms, double cg_ms) {
+  fprintf(stderr, "%-10s %10s\n", "pass", "ms");
+  fprintf(stderr, "%-10s %10.3f\n", "frontend", fe_ms);
+  for (int k = 0; k < pass_count; k++)
+    fprintf(stderr, "%-10s %10.3f\n", pass_table[k].name, dr->pass_ms[k]);
+  if (cg_ms >= 0)
+    fprintf(stderr, "%-10s %10.3f\n", "codegen", cg_ms);
+}
+
+/* The default output name: the input's base name with a new suffix. */
+static const char *default_output(Arena *a, const char *input, const char *suffix) {
+  const char *base = strrchr(input, '/');
+  base = base ? base + 1 : input;
+  const char *dot = strrchr(base, '.');
+  size_t n = dot ? (size_t)(dot - base) : strlen(base);
+  return arena_printf(a, "%.*s%s", (int)n, base, suffix);
+}
+
+static FILE *open_text_output(const char *path) {
+  if (!path || !strcmp(path, "-"))
+    return stdout;
+  return fopen(path, "w");
+}
+
+static int run(Driver *dr, Arena *a, Diag *d) {
+  Options *o = &dr->opt;
+  bool code = !strcmp(o->emit, "obj") || !strcmp(o->emit, "asm") || !strcmp(o->emit, "llvm");
+  if (code && !cg_check_target(o, d))
+    return 1;
+  SrcFile *src = src_read(a, o->input);
+  if (!src)
+    return fail("cannot read '%s': %s", o->input, strerror(errno));
+
+  double t0 = now_ms();
+  Module *m = has_suffix(o->input, ".ir") ? ir_parse(a, src, d)
+                                          : fe_compile(a, src, dr->defs, dr->ndefs, d);
+  double fe_ms = now_ms() - t0;
+  if (!m || d->nerr)
+    return 1;
+  m->opt = o;
+  if (!ir_verify(m, d))
+    return 1;
+
+  if (!strcmp(o->emit, "ir") || !strcmp(o->emit, "dot")) {
+    if (dr->stop_after && !run_passes(dr, m, d, dr->stop_after))
+      return 1;
+    FILE *out = open_text_output(o->output);
+    if (!out)
+      return fail("cannot write '%s': %s", o->output, strerror(errno));
+    if (!strcmp(o->emit, "ir"))
+      ir_print(out, m);
+    else
+      ir_print_dot(out, m);
+    if (out != stdout && fclose(out))
+      return fail("cannot write '%s': %s", o->output, strerror(errno));
+    if (o->time_passes)
+      time_report(dr, fe_ms, -1);
+    return 0;
+  }
+
+  if (!run_passes(dr, m, d, NULL))
+    return 1;
+  if (!strcmp(o->emit, "plan")) {
+    FILE *out = open_text_output(o->output);
+    if (!out)
+      return fail("cannot write '%s': %s", o->output, strerror(errno));
+    memplan_report(out, m);
+    if (out != stdout && fclose(out))
+      return fail("cannot write '%s': %s", o->output, strerror(errno));
+    if (o->time_passes)
+      time_report(dr, fe_ms, -1);
+    return 0;
+  }
+
+  if (!o->output) {
+    const char *suffix = !strcmp(o->emit, "obj") ? ".o" : !strcmp(o->emit, "asm") ? ".s" : ".ll";
+    o->output = default_output(a, o->input, suffix);
+  }
+  t0 = now_ms();
+  bool ok = cg_emit(m, o, d);
+  if (o->time_passes)
+    time_report(dr, fe_ms, now_ms() - t0);
+  return ok && !d->nerr ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  Driver dr = {0};
+  Diag d;
+  diag_init(&d, stderr);
+  d.wflags = W_UNUSED;
+  if (parse_args(&dr, &d, argc, argv))
+    return 1;
+  Arena *a = arena_new();
+  int rc = run(&dr, a, &d);
+  arena_free(a);
+  return rc;
+}
