@@ -50,6 +50,7 @@ typedef struct SrcFile {
   const char *name;   /* as given by the user */
   const char *text;   /* NUL-terminated contents, or NULL when unavailable */
   size_t len;
+  bool ir_text;       /* IR text (parse.c): its positions are never printed as locs */
 } SrcFile;
 
 typedef struct Loc {
@@ -302,6 +303,14 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d);
 /* Checks every structural and type invariant; reports each violation as an
  * error at the inst's location; false when any. */
 bool ir_verify(const Module *m, Diag *d);
+/* Checks inst's attributes against its op's schema: required ones present,
+ * none unknown or repeated, kinds as declared. Reports each at loc, or at
+ * at[k] for attribute k when at is not NULL; false when any. */
+bool ir_check_attrs(const Inst *inst, Diag *d, Loc loc, const Loc *at);
+/* Scalar fields of records as the text form names them ("{gflops = 80.0}");
+ * kind 'f' double, 'i' int64_t, 's' string; each table ends with a NULL name. */
+typedef struct IrField { const char *name; char kind; size_t off; } IrField;
+extern const IrField ir_device_fields[], ir_link_fields[], ir_train_fields[], ir_global_fields[];
 
 /* ---- dot.c ------------------------------------------------------------ */
 
@@ -328,5 +337,42 @@ typedef struct Pass { const char *name; PassFn run; const char *what; } Pass;
 extern const Pass pass_table[];
 extern const int pass_count;
 const Pass *pass_lookup(const char *name);
+
+/* ---- elem.c ----------------------------------------------------------- */
+
+/* One element of elementwise op `op` (K_ELEM): a op b; unary ops ignore b;
+ * relu_grad and gelu_grad take (x, dy). gelu is the tanh approximation
+ * 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))). */
+float ir_elem_eval(Op op, float a, float b);
+
+/* ---- interp.c --------------------------------------------------------- */
+
+/* The reference interpreter, for tests and debugging: runs a function of a
+ * module on host buffers. It holds one buffer per global, zero-filled at first,
+ * so params and optimizer state persist across runs and `store` updates them,
+ * and the step counter read by `lr` and dropout. Elementwise ops go through
+ * ir_elem_eval, every other op through the libdtrt kernel dtrt_k_<op>. */
+typedef struct Interp Interp;
+struct DtAttrs;
+
+Interp *interp_new(Module *m);
+void interp_free(Interp *it);
+/* The buffer of a global: type_elems() f32 or i32 elements; NULL if none. */
+void *interp_global(Interp *it, const char *name);
+/* Copies type_elems() elements into a global; false if there is no such global. */
+bool interp_set_global(Interp *it, const char *name, const void *data);
+int64_t interp_step(const Interp *it);
+void interp_set_step(Interp *it, int64_t step);
+/* Runs @func; outputs[k], when outputs and outputs[k] are not NULL, receives a
+ * copy of the k-th output. A run that stores into a global is a training step:
+ * the step counter then advances. False with interp_error() set when there is
+ * no such function or a kernel fails. */
+bool interp_run(Interp *it, const char *func, void *const *outputs);
+const char *interp_error(const Interp *it);
+/* The attributes of a kernel op as libdtrt takes them: int and ints ones
+ * flattened in schema order into a->i, float ones into a->f; an absent
+ * optional attribute is left out, or passed as 0 when a later one of the same
+ * class is present. */
+void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
 
 #endif

@@ -44,7 +44,9 @@ typedef struct DtrtCtx DtrtCtx;
 
 /* ---- context ---------------------------------------------------------- */
 
-/* Allocation hook: every allocation of libdtrt goes through it (tests count). */
+/* Allocation hook: every allocation of libdtrt goes through it (tests count).
+ * Libraries underneath keep their own: cJSON's transient parse trees, zlib's
+ * stream state, OpenBLAS's buffers, stdio. */
 typedef struct DtAllocator {
   void *(*alloc)(void *user, size_t n);   /* 64-byte aligned */
   void (*free)(void *user, void *p);
@@ -52,7 +54,7 @@ typedef struct DtAllocator {
 } DtAllocator;
 
 DtrtCtx *dtrt_ctx_new(void);                           /* NULL on no memory */
-DtrtCtx *dtrt_ctx_new_with(const DtAllocator *a);
+DtrtCtx *dtrt_ctx_new_with(const DtAllocator *a);   /* a NULL: posix_memalign */
 void dtrt_ctx_free(DtrtCtx *ctx);
 const char *dtrt_errmsg(const DtrtCtx *ctx);          /* last error, "" if none */
 const char *dtrt_status_name(DtStatus s);
@@ -84,7 +86,11 @@ typedef struct DtAttrs {
 /* Every non-elementwise op NAME has
  *   DtStatus dtrt_k_NAME(DtrtCtx *, const DtTensor *in, int nin,
  *                        DtTensor *out, const DtAttrs *a);
- * writing into out->data (already allocated, shape already set). */
+ * writing into out->data (already allocated, shape already set, not overlapping
+ * any input). Each kernel checks dtypes, ranks and shapes, out's included, and
+ * returns DT_ERR_ARG with a message on a mismatch. a may be NULL (no attributes).
+ * How each kernel decodes its attributes is written above it in
+ * runtime/kernels_*.c; negative axes count from the end. */
 #define DTRT_KERNEL(name) \
   DtStatus dtrt_k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
                          const DtAttrs *a)
@@ -116,7 +122,11 @@ DTRT_KERNEL(broadcast);
 
 /* Learning rate at `step` (0-based). kind: 0 constant, 1 linear warm-up then
  * constant, 2 linear warm-up then cosine decay to 0 at `total`. When beta1 > 0
- * the Adam bias correction sqrt(1-beta2^t)/(1-beta1^t), t = step+1, is folded in. */
+ * the Adam bias correction sqrt(1-beta2^t)/(1-beta1^t), t = step+1, is folded in.
+ * Exactly: during warm-up (step < warmup) lr = base * (step+1) / warmup; after
+ * it kind 1 gives base and kind 2 gives base * (1 + cos(pi * f)) / 2 with
+ * f = (step - warmup) / (total - warmup) clamped to 1 (so 0 from `total` on, and
+ * at once when total <= warmup). Other kinds act as 0; a negative step as 0. */
 float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1,
               double beta2, int64_t step);
 
@@ -126,7 +136,10 @@ enum { DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIF
 
 /* Fills p[0..n) deterministically from (seed, stream): the same arguments give
  * the same values on every machine. glorot: uniform(+-sqrt(6/(fan_in+fan_out))),
- * normal: N(0, arg^2), uniform: U(-arg, arg). */
+ * normal: N(0, arg^2), uniform: U(-arg, arg). Value k depends on (seed, stream,
+ * k) only, so a prefix of a longer fill is the shorter fill. Uniform values are
+ * bit-identical everywhere; normal ones use libm's log/cos/sin in double, so
+ * they can differ only if two libms differ by enough to change a float. */
 DtStatus dtrt_init(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg,
                    int64_t fan_in, int64_t fan_out, uint64_t seed, uint64_t stream);
 
@@ -137,29 +150,39 @@ typedef struct DtNamed {
   DtTensor t;
 } DtNamed;
 
-/* Writes a safetensors file atomically (temporary file, fsync, rename) with
- * metadata: model hash, step, and a checksum of the data. */
+/* Writes a safetensors file atomically (temporary file PATH.tmp.XXXXXX, fsync,
+ * rename, fsync of the directory; mode 0644) with metadata: model hash (NULL:
+ * ""), step, and a CRC-32 of the data and the tensor table. On failure PATH is
+ * untouched and the temporary file removed. */
 DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
                    const char *model_hash, int64_t step);
 /* Reads into the given tensors (names, dtypes and shapes must match exactly, as
- * must the model hash); nothing is written into t unless the whole file checks. */
+ * must the model hash unless model_hash is NULL); nothing is written into t or
+ * *step (step may be NULL) unless the whole file checks. DT_ERR_FORMAT: not a
+ * well-formed checkpoint; DT_ERR_CHECKSUM: corrupt; DT_ERR_MISMATCH: another
+ * model's or another shape's. */
 DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n,
                    const char *model_hash, int64_t *step);
 
 /* ---- data readers ----------------------------------------------------- */
 
-/* A loaded array: f32 or i32 (IDX u8 data is widened: images to f32 in [0,1]
- * when scale is set, labels to i32). */
+/* A loaded array: f32 or i32 (IDX u8 data is widened: images to f32 in [0,1],
+ * labels to i32). Free with dtrt_data_free on the context that read it. On
+ * failure the readers leave it empty (safe to free). Malformed, truncated or
+ * oversized files are DT_ERR_FORMAT with the file's name in the message. */
 typedef struct DtData {
   DtTensor t;
 } DtData;
 
-/* IDX (MNIST format), plain or gzip-compressed (by magic). u8 images become f32
- * scaled to [0,1]; u8 labels (rank 1) become i32. */
+/* IDX (MNIST format), plain or gzip-compressed (by magic). u8 images (rank 2 or
+ * more) become f32 scaled to [0,1]; other integer data (u8 labels, i8, i16, i32)
+ * becomes i32, f32/f64 data f32. */
 DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out);
 /* NumPy .npy, version 1-3, little-endian f4 or i4 (also f8/i8/u1, converted), C order. */
 DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out);
-/* CSV of numbers, optional header line; all rows the same width -> f32[rows, cols]. */
+/* CSV of numbers, optional header line; all rows the same width -> f32[rows, cols].
+ * Blank lines are skipped; a file without data rows is DT_ERR_FORMAT. Numbers
+ * are read with strtof, so the C locale's decimal point is expected. */
 DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out);
 void dtrt_data_free(DtrtCtx *ctx, DtData *d);
 
@@ -203,19 +226,30 @@ typedef struct DtModelDesc {
 
 typedef struct DtModel DtModel;
 
+/* Checks the description, allocates the state and work blocks and initialises
+ * params and state from seed. On failure *out is NULL; the message is lost
+ * (dtrt_model_create_with below keeps it). */
 DtStatus dtrt_model_create(const DtModelDesc *d, uint64_t seed, DtModel **out);
 void dtrt_model_destroy(DtModel *m);
-const char *dtrt_model_error(const DtModel *m);
-/* elems[k]: element count the caller provides for inputs[k]; checked. */
+const char *dtrt_model_error(const DtModel *m);   /* last error of this model */
+/* elems[k]: element count the caller provides for inputs[k]; checked. The step
+ * counter advances when the step succeeds. */
 DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int64_t *elems,
                                float *loss);
 DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t *elems,
                             void *const *outputs, const int64_t *out_elems);
+/* All params and state and the step, through dtrt_save / dtrt_load (a load
+ * that fails leaves the model as it was). */
 DtStatus dtrt_model_save(DtModel *m, const char *path);
 DtStatus dtrt_model_load(DtModel *m, const char *path);
-int64_t dtrt_model_step(const DtModel *m);
+int64_t dtrt_model_step(const DtModel *m);        /* training steps taken */
 /* Pointer to a param or state tensor by name (NULL if none). */
 void *dtrt_model_tensor(DtModel *m, const char *name);
+/* dtrt_model_create with an allocator for the model's context (NULL: default)
+ * and a buffer that receives the message when creation fails (err may be NULL).
+ * Params and state are initialised from (seed, stream = global index). */
+DtStatus dtrt_model_create_with(const DtModelDesc *d, uint64_t seed, const DtAllocator *a,
+                                char *err, size_t errlen, DtModel **out);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,8 @@ static const char usage[] =
   "  -O0 -O1 -O2 -O3      optimisation level of generated code (default -O2)\n"
   "  --target=TRIPLE      generate code for TRIPLE (default: this machine)\n"
   "  -mcpu=CPU            generate code for CPU (default: host, or generic)\n"
+  "  --cluster=FILE       plan for the cluster block in FILE instead of the\n"
+  "                       one the parallel block names\n"
   "  --stop-after=PASS    stop the pipeline after PASS (with --emit=ir)\n"
   "  --print-after=PASS   print the IR to stderr after PASS (repeatable)\n"
   "  --print-after-all    print the IR to stderr after every pass\n"
@@ -228,9 +230,26 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   if (!src)
     return fail("cannot read '%s': %s", o->input, strerror(errno));
 
+  Cluster *cluster = NULL;
+  if (o->cluster_file) {
+    SrcFile *cf = src_read(a, o->cluster_file);
+    if (!cf)
+      return fail("cannot read '%s': %s", o->cluster_file, strerror(errno));
+    if (!(cluster = fe_cluster(a, cf, d)))
+      return 1;
+  }
+
   double t0 = now_ms();
-  Module *m = has_suffix(o->input, ".ir") ? ir_parse(a, src, d)
-                                          : fe_compile(a, src, dr->defs, dr->ndefs, d);
+  Module *m;
+  if (has_suffix(o->input, ".ir")) {
+    if (cluster || dr->ndefs)
+      return fail("'%s' is IR text: -D and --cluster apply to .dt sources only", o->input);
+    m = ir_parse(a, src, d);
+  } else if (cluster) {
+    m = fe_compile_on(a, src, dr->defs, dr->ndefs, cluster, d);
+  } else {
+    m = fe_compile(a, src, dr->defs, dr->ndefs, d);
+  }
   double fe_ms = now_ms() - t0;
   if (!m || d->nerr)
     return 1;

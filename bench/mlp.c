@@ -1,0 +1,120 @@
+/* mlp.c: one training step of the 784-1024-1024-10 MLP at batch 256 compiled by
+ * dtc, against the same eight sgemm calls made directly through OpenBLAS (the
+ * lower bound) and PyTorch (when python3-torch is installed), in one run.
+ * Prints one JSON line with the medians and the ratios. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mlp_big.h"
+
+enum { B = 256, I = 784, H = 1024, O = 10 };
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *t, int n) {
+  qsort(t, (size_t)n, sizeof *t, cmp);
+  return t[n / 2];
+}
+
+static float *randn(size_t n, unsigned *s) {
+  float *p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++)
+    p[i] = (float)((*s = *s * 1103515245u + 12345u) >> 8) / (float)(1u << 24) - 0.5f;
+  return p;
+}
+
+/* Forward x@w1, h1@w2, h2@w3; backward dW3, dH2, dW2, dH1, dW1. */
+static void sgemm_step(float **buf) {
+  float *x = buf[0], *w1 = buf[1], *w2 = buf[2], *w3 = buf[3], *h1 = buf[4], *h2 = buf[5],
+        *o = buf[6], *dw1 = buf[7], *dw2 = buf[8], *dw3 = buf[9], *dh1 = buf[10], *dh2 = buf[11];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, I, 1, x, I, w1, H, 0, h1, H);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, H, 1, h1, H, w2, H, 0, h2, H);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, O, H, 1, h2, H, w3, O, 0, o, O);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, O, B, 1, h2, H, o, O, 0, dw3, O);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, O, 1, o, O, w3, O, 0, dh2, H);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, B, 1, h1, H, dh2, H, 0, dw2, H);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, H, 1, dh2, H, w2, H, 0, dh1, H);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, I, H, B, 1, x, I, dh1, H, 0, dw1, H);
+}
+
+static double torch_ms(const char *script, int reps) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "python3 '%s' %d 2>/dev/null", script, reps);
+  FILE *p = popen(cmd, "r");
+  double ms = -1;
+  if (p) {
+    if (fscanf(p, "%lf", &ms) != 1)
+      ms = -1;
+    if (pclose(p))
+      ms = -1;
+  }
+  return ms;
+}
+
+int main(int argc, char **argv) {
+  int reps = argc > 1 ? atoi(argv[1]) : 30;
+  if (reps < 3)
+    reps = 3;
+  const char *script = argc > 2 ? argv[2] : "mlp_torch.py";
+  unsigned seed = 1;
+  size_t sizes[12] = {B * I, I * H, H * H, H * O, B * H, B * H, B * O,
+                      I * H, H * H, H * O, B * H, B * H};
+  float *buf[12];
+  for (int k = 0; k < 12; k++)
+    buf[k] = randn(sizes[k], &seed);
+  int32_t *y = malloc(B * sizeof *y);
+  for (int i = 0; i < B; i++)
+    y[i] = i % O;
+
+  mlp_big *m;
+  if (mlp_big_create(&m, 1)) {
+    fprintf(stderr, "mlp: cannot create the model\n");
+    return 1;
+  }
+  double *td = malloc(sizeof(double) * (size_t)reps), *ts = malloc(sizeof(double) * (size_t)reps);
+  float loss;
+  for (int w = 0; w < 3; w++) {
+    sgemm_step(buf);
+    if (mlp_big_train_step(m, buf[0], B * I, y, B, &loss)) {
+      fprintf(stderr, "mlp: %s\n", mlp_big_error(m));
+      return 1;
+    }
+  }
+  /* Interleaved so that both see the same machine load. */
+  for (int r = 0; r < reps; r++) {
+    double t0 = now_ms();
+    mlp_big_train_step(m, buf[0], B * I, y, B, &loss);
+    double t1 = now_ms();
+    sgemm_step(buf);
+    double t2 = now_ms();
+    td[r] = t1 - t0;
+    ts[r] = t2 - t1;
+  }
+  double dtc = median(td, reps), sgemm = median(ts, reps);
+  double torch = torch_ms(script, reps);
+  printf("{\"bench\": \"mlp\", \"batch\": %d, \"dtc_ms\": %.3f, \"sgemm_ms\": %.3f, "
+         "\"dtc_over_sgemm\": %.3f",
+         B, dtc, sgemm, dtc / sgemm);
+  if (torch > 0)
+    printf(", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", torch, dtc / torch);
+  printf("}\n");
+  mlp_big_destroy(m);
+  for (int k = 0; k < 12; k++)
+    free(buf[k]);
+  free(y);
+  free(td);
+  free(ts);
+  return 0;
+}

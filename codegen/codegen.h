@@ -1,0 +1,102 @@
+/* codegen.h: the LLVM back end: IR to an LLVM module, written as an object,
+ * assembly or LLVM IR, plus the C header NAME.h. Sections are named after the
+ * file that owns them. */
+#ifndef DTC_CODEGEN_H
+#define DTC_CODEGEN_H
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "ir.h"
+#include "passes.h"
+
+/* ---- target.c --------------------------------------------------------- */
+
+/* Checks the target triple and CPU of opt before any code is generated: an
+ * unknown one is a diagnostic. */
+bool cg_check_target(const Options *opt, Diag *d);
+/* The checked target machine of opt (host when opt->target is NULL), or NULL
+ * after a diagnostic. */
+LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d);
+/* Optimises mod at opt->opt_level and writes it as opt->emit to opt->output. */
+bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const Options *opt, Diag *d);
+
+/* ---- emit.c ----------------------------------------------------------- */
+
+/* Lowers every function of m (running memplan first when it has not run),
+ * the model descriptor and the public wrappers NAME_*, writes opt->output and
+ * NAME.h beside it. */
+bool cg_emit(Module *m, const Options *opt, Diag *d);
+
+/* What the lowering of one module shares. */
+typedef struct Cg {
+  Module *m;
+  LLVMContextRef ctx;
+  LLVMModuleRef mod;
+  LLVMBuilderRef b;
+  LLVMTypeRef i1, i8, i32, i64, f32, f64, ptr, voidt;
+  LLVMTypeRef tensor;      /* DtTensor */
+  LLVMTypeRef attrs;       /* DtAttrs */
+  LLVMTypeRef step_fn;     /* DtStepFn */
+  LLVMTypeRef kernel_fn;   /* dtrt_k_* */
+  int64_t *state_off;      /* by global index: offset in the state block, -1 for inputs */
+  int64_t state_bytes;
+} Cg;
+
+/* Declares (once) and returns an external function. */
+LLVMValueRef cg_extern(Cg *c, const char *name, LLVMTypeRef type);
+/* The insts of f that NAME_forward runs, by id: @forward less the training
+ * loss (which needs the labels) and what only the loss needs; NULL for f
+ * whole (also when the model does not train). */
+bool *cg_live(const Func *f);
+/* The global indices of the inputs the live insts of f load, in global order,
+ * into in[] (room for m->global.n); returns their count. */
+int cg_func_inputs(const Func *f, const bool *live, int *in);
+/* The live output insts of f, in order, into out[] (room for f->inst.n);
+ * returns their count. */
+int cg_func_outputs(const Func *f, const bool *live, const Inst **out);
+
+/* ---- func.c ----------------------------------------------------------- */
+
+/* One function being lowered. */
+typedef struct CgFn {
+  Cg *c;
+  Func *f;
+  const bool *live;        /* by inst id; NULL: all */
+  LLVMValueRef fn, ctx, state, work, inputs, outputs, step;
+  LLVMValueRef *addr;      /* by inst id: where its value lives, once known */
+  LLVMValueRef *val;       /* by inst id: the scalar of a const or lr */
+  LLVMValueRef *out_ptr;   /* by output index: the caller's buffer */
+  int *out_index;          /* by inst id: index of an output inst */
+  int *input_index;        /* by global index: position among f's inputs */
+  Uses use;
+  LLVMBasicBlockRef entry; /* allocas only */
+  LLVMValueRef tin, tout, tattr;
+  LLVMBasicBlockRef fail;  /* returns the status in fail_phi */
+  LLVMValueRef fail_phi;
+} CgFn;
+
+/* Lowers the live insts of f (see cg_live) to an internal function of
+ * DtStepFn's type. */
+LLVMValueRef cg_func(Cg *c, Func *f, const bool *live);
+/* Where the value of inst i lives (emitted at the current point if new). */
+LLVMValueRef cg_addr(CgFn *fn, const Inst *i);
+/* The state-block address of a param or state global. */
+LLVMValueRef cg_state_addr(CgFn *fn, const Global *g);
+/* The scalar value of a const or lr inst, emitted at the current point. */
+LLVMValueRef cg_scalar(CgFn *fn, const Inst *i);
+/* Byte offset as an i64 GEP from base. */
+LLVMValueRef cg_gep(CgFn *fn, LLVMValueRef base, int64_t off);
+
+/* ---- loop.c ----------------------------------------------------------- */
+
+/* Emits fusion group member[0..n) (contiguous in the function) as one loop
+ * nest over the group's shape. */
+void cg_group(CgFn *fn, Inst **member, int n);
+
+/* ---- header.c --------------------------------------------------------- */
+
+/* Writes the C header of m's generated interface to path. */
+bool cg_write_header(const Module *m, const char *path, Diag *d);
+
+#endif

@@ -1,0 +1,441 @@
+/* emit.c: the LLVM module of a dtc module: one step function per IR function
+ * (func.c), the constant DtModelDesc the runtime reads, and the public
+ * wrappers NAME_create, NAME_train_step, ... over dtrt_model_*; then the
+ * check, the optimisation pipeline, the output file and NAME.h.
+ * Requires: @forward (and @train_step when the model trains). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+
+#include "../runtime/dtrt.h"
+#include "codegen.h"
+
+LLVMValueRef cg_extern(Cg *c, const char *name, LLVMTypeRef type) {
+  LLVMValueRef f = LLVMGetNamedFunction(c->mod, name);
+  return f ? f : LLVMAddFunction(c->mod, name, type);
+}
+
+static bool is_loss(const Inst *i) {
+  const char *loss = i->fn->mod->train.loss;
+  return i->op == OP_output && loss && !strcmp(ir_get_str(i, "name", ""), loss);
+}
+
+bool *cg_live(const Func *f) {
+  int n = f->inst.n;
+  bool has_loss = false;
+  for (int i = 0; i < n; i++)
+    has_loss |= is_loss(f->inst.a[i]);
+  if (!has_loss)
+    return NULL;
+  bool *live = arena_alloc(f->mod->arena, sizeof(bool) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    const Inst *x = f->inst.a[i];
+    live[i] = (x->op == OP_output && !is_loss(x)) || x->op == OP_store;
+  }
+  /* A group runs whole: one live member makes all live. */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = n - 1; i >= 0; i--) {
+      const Inst *x = f->inst.a[i];
+      bool l = live[i];
+      for (int j = i + 1; !l && x->fuse && j < n && f->inst.a[j]->fuse == x->fuse; j++)
+        l = live[j];
+      for (int j = i - 1; !l && x->fuse && j >= 0 && f->inst.a[j]->fuse == x->fuse; j--)
+        l = live[j];
+      changed |= l != live[i];
+      live[i] = l;
+      for (int k = 0; l && k < x->nin; k++)
+        if (!live[x->in[k]->id])
+          live[x->in[k]->id] = changed = true;
+    }
+  }
+  return live;
+}
+
+static bool loads(const Func *f, const bool *live, const char *global) {
+  for (int i = 0; i < f->inst.n; i++)
+    if (f->inst.a[i]->op == OP_load && (!live || live[i]) &&
+        !strcmp(ir_get_str(f->inst.a[i], "global", ""), global))
+      return true;
+  return false;
+}
+
+int cg_func_inputs(const Func *f, const bool *live, int *in) {
+  const Module *m = f->mod;
+  int n = 0;
+  for (int k = 0; k < m->global.n; k++)
+    if (m->global.a[k].kind == G_INPUT && loads(f, live, m->global.a[k].name))
+      in[n++] = k;
+  return n;
+}
+
+int cg_func_outputs(const Func *f, const bool *live, const Inst **out) {
+  int n = 0;
+  for (int i = 0; i < f->inst.n; i++)
+    if (f->inst.a[i]->op == OP_output && (!live || live[i]))
+      out[n++] = f->inst.a[i];
+  return n;
+}
+
+static void make_types(Cg *c) {
+  LLVMContextRef x = c->ctx;
+  c->i1 = LLVMInt1TypeInContext(x);
+  c->i8 = LLVMInt8TypeInContext(x);
+  c->i32 = LLVMInt32TypeInContext(x);
+  c->i64 = LLVMInt64TypeInContext(x);
+  c->f32 = LLVMFloatTypeInContext(x);
+  c->f64 = LLVMDoubleTypeInContext(x);
+  c->ptr = LLVMPointerTypeInContext(x, 0);
+  c->voidt = LLVMVoidTypeInContext(x);
+  LLVMTypeRef tensor[] = {c->ptr, c->i32, c->i32, LLVMArrayType(c->i64, DT_MAX_RANK)};
+  c->tensor = LLVMStructCreateNamed(x, "DtTensor");
+  LLVMStructSetBody(c->tensor, tensor, COUNTOF(tensor), 0);
+  LLVMTypeRef attrs[] = {LLVMArrayType(c->i64, 16), LLVMArrayType(c->f64, 8), c->i32, c->i32,
+                         c->i64};
+  c->attrs = LLVMStructCreateNamed(x, "DtAttrs");
+  LLVMStructSetBody(c->attrs, attrs, COUNTOF(attrs), 0);
+  LLVMTypeRef step[] = {c->ptr, c->ptr, c->ptr, c->ptr, c->ptr, c->i64};
+  c->step_fn = LLVMFunctionType(c->i32, step, COUNTOF(step), 0);
+  LLVMTypeRef kern[] = {c->ptr, c->ptr, c->i32, c->ptr, c->ptr};
+  c->kernel_fn = LLVMFunctionType(c->i32, kern, COUNTOF(kern), 0);
+}
+
+static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
+
+/* Params, then optimizer state, each 64-byte aligned in the state block. */
+static void layout_state(Cg *c) {
+  Module *m = c->m;
+  c->state_off = arena_alloc(m->arena, sizeof(int64_t) * (size_t)(m->global.n + 1));
+  int64_t off = 0;
+  for (int k = 0; k < m->global.n; k++)
+    c->state_off[k] = -1;
+  for (GlobalKind kind = G_PARAM; kind <= G_STATE; kind++)
+    for (int k = 0; k < m->global.n; k++) {
+      const Global *g = &m->global.a[k];
+      if (g->kind != kind)
+        continue;
+      c->state_off[k] = off;
+      off += round64(type_elems(&g->type) * (int64_t)dtype_size(g->type.dtype));
+    }
+  c->state_bytes = off;
+}
+
+static LLVMValueRef private_const(Cg *c, LLVMValueRef init, const char *name) {
+  LLVMValueRef g = LLVMAddGlobal(c->mod, LLVMTypeOf(init), name);
+  LLVMSetInitializer(g, init);
+  LLVMSetGlobalConstant(g, 1);
+  LLVMSetLinkage(g, LLVMPrivateLinkage);
+  LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+  return g;
+}
+
+static LLVMValueRef cstr(Cg *c, const char *s) {
+  return private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)strlen(s), 0), ".str");
+}
+
+static LLVMValueRef i32c(Cg *c, int64_t v) { return LLVMConstInt(c->i32, (unsigned long long)v, 1); }
+static LLVMValueRef i64c(Cg *c, int64_t v) { return LLVMConstInt(c->i64, (unsigned long long)v, 1); }
+
+static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
+  if (!n)
+    return LLVMConstNull(c->ptr);
+  LLVMValueRef *e = arena_alloc(c->m->arena, sizeof(LLVMValueRef) * (size_t)n);
+  for (int k = 0; k < n; k++)
+    e[k] = i32c(c, v[k]);
+  return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
+}
+
+/* 64-bit FNV-1a of the module's text form: checkpoints must match it. */
+static const char *module_hash(Module *m) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  DTC_ASSERT(f);
+  ir_print(f, m);
+  fclose(f);
+  uint64_t h = 0xcbf29ce484222325u;
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)text[i];
+    h *= 0x100000001b3u;
+  }
+  free(text);
+  return arena_printf(m->arena, "%016llx", (unsigned long long)h);
+}
+
+static int init_kind(const char *s) {
+  static const char *names[] = {"zeros", "ones", "glorot", "normal", "uniform"};
+  static const int kinds[] = {DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL,
+                              DT_INIT_UNIFORM};
+  for (int k = 0; s && k < COUNTOF(names); k++)
+    if (!strcmp(s, names[k]))
+      return kinds[k];
+  return DT_INIT_ZEROS;
+}
+
+static LLVMTypeRef global_desc_type(Cg *c) {
+  LLVMTypeRef f[] = {c->ptr, c->i32, c->i32, c->i32, LLVMArrayType(c->i64, DT_MAX_RANK),
+                     c->i32, c->f64, c->i64, c->i64, c->i64};
+  LLVMTypeRef t = LLVMStructCreateNamed(c->ctx, "DtGlobalDesc");
+  LLVMStructSetBody(t, f, COUNTOF(f), 0);
+  return t;
+}
+
+/* One DtGlobalDesc. Glorot's fans are those of the trailing matrix:
+ * [..., fan_in, fan_out]. */
+static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind,
+                                const Type *ty, const char *init, double arg, int64_t off) {
+  LLVMValueRef dim[DT_MAX_RANK];
+  for (int d = 0; d < DT_MAX_RANK; d++)
+    dim[d] = i64c(c, d < ty->rank ? ty->dim[d] : 0);
+  int r = ty->rank;
+  int64_t fan_in = r >= 2 ? ty->dim[r - 2] : r == 1 ? ty->dim[0] : 1;
+  int64_t fan_out = r >= 1 ? ty->dim[r - 1] : 1;
+  LLVMValueRef f[] = {cstr(c, name),
+                      i32c(c, kind),
+                      i32c(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
+                      i32c(c, r),
+                      LLVMConstArray(c->i64, dim, DT_MAX_RANK),
+                      i32c(c, init_kind(init)),
+                      LLVMConstReal(c->f64, arg),
+                      i64c(c, fan_in),
+                      i64c(c, fan_out),
+                      i64c(c, off)};
+  return LLVMConstNamedStruct(t, f, COUNTOF(f));
+}
+
+/* The DtModelDesc: globals in the order inputs, params, state, then the
+ * outputs of @forward. */
+static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
+                               LLVMValueRef fwd_fn, LLVMValueRef train_fn) {
+  Module *m = c->m;
+  Arena *a = m->arena;
+  LLVMTypeRef gt = global_desc_type(c);
+  const Inst **outs = arena_alloc(a, sizeof(Inst *) * (size_t)(fwd->inst.n + 1));
+  int nout = cg_func_outputs(fwd, live, outs);
+  int ng = m->global.n + nout, n = 0;
+  LLVMValueRef *g = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)ng);
+  int *index = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
+  for (GlobalKind kind = G_INPUT; kind <= G_STATE; kind++)
+    for (int k = 0; k < m->global.n; k++) {
+      const Global *gl = &m->global.a[k];
+      if (gl->kind != kind)
+        continue;
+      static const int dk[] = {DT_G_INPUT, DT_G_PARAM, DT_G_STATE};
+      index[k] = n;
+      g[n++] = global_desc(c, gt, gl->name, dk[kind], &gl->type, gl->init, gl->init_arg,
+                           c->state_off[k]);
+    }
+  int *fwd_out = arena_alloc(a, sizeof(int) * (size_t)(nout + 1));
+  for (int k = 0; k < nout; k++) {
+    fwd_out[k] = n;
+    g[n++] = global_desc(c, gt, ir_get_str(outs[k], "name", "out"), DT_G_OUTPUT,
+                         &outs[k]->in[0]->type, NULL, 0, -1);
+  }
+  int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
+  int nfwd_in = cg_func_inputs(fwd, live, in);
+  for (int k = 0; k < nfwd_in; k++)
+    in[k] = index[in[k]];
+  LLVMValueRef fwd_in = i32_array(c, in, nfwd_in, "fwd_in");
+  int ntrain_in = train ? cg_func_inputs(train, NULL, in) : 0;
+  for (int k = 0; k < ntrain_in; k++)
+    in[k] = index[in[k]];
+  LLVMValueRef train_in = i32_array(c, in, ntrain_in, "train_in");
+
+  int64_t work = 0;
+  for (int k = 0; k < m->func.n; k++)
+    work = m->func.a[k]->work_bytes > work ? m->func.a[k]->work_bytes : work;
+  LLVMValueRef globals = private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
+  LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr,
+                      c->i32, c->ptr, c->ptr, c->i32, c->i32, c->ptr, c->ptr};
+  LLVMTypeRef dt = LLVMStructCreateNamed(c->ctx, "DtModelDesc");
+  LLVMStructSetBody(dt, ft, COUNTOF(ft), 0);
+  LLVMValueRef f[] = {cstr(c, m->name),
+                      cstr(c, module_hash(m)),
+                      i32c(c, ng),
+                      globals,
+                      i64c(c, c->state_bytes),
+                      i64c(c, work),
+                      train_fn ? train_fn : LLVMConstNull(c->ptr),
+                      i32c(c, ntrain_in),
+                      train_in,
+                      fwd_fn,
+                      i32c(c, nfwd_in),
+                      i32c(c, nout),
+                      fwd_in,
+                      i32_array(c, fwd_out, nout, "fwd_out")};
+  return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
+}
+
+/* ---- the public wrappers ---- */
+
+static LLVMValueRef wrapper(Cg *c, const char *what, LLVMTypeRef ret, LLVMTypeRef *param,
+                            int n) {
+  const char *name = arena_printf(c->m->arena, "%s_%s", c->m->name, what);
+  LLVMValueRef f = LLVMAddFunction(c->mod, name, LLVMFunctionType(ret, param, (unsigned)n, 0));
+  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+  LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
+  LLVMPositionBuilderAtEnd(c->b, LLVMAppendBasicBlockInContext(c->ctx, f, "entry"));
+  return f;
+}
+
+static LLVMValueRef call(Cg *c, const char *callee, LLVMTypeRef ret, LLVMTypeRef *param,
+                         LLVMValueRef *arg, int n) {
+  LLVMTypeRef t = LLVMFunctionType(ret, param, (unsigned)n, 0);
+  return LLVMBuildCall2(c->b, t, cg_extern(c, callee, t), arg, (unsigned)n, "");
+}
+
+/* Stores params first..first+2n (pointer, count pairs) into two stack arrays. */
+static void pack(Cg *c, LLVMValueRef f, int first, int n, LLVMValueRef *ptrs,
+                 LLVMValueRef *counts) {
+  if (!n) {
+    *ptrs = *counts = LLVMConstNull(c->ptr);
+    return;
+  }
+  LLVMTypeRef pa = LLVMArrayType(c->ptr, (unsigned)n), ca = LLVMArrayType(c->i64, (unsigned)n);
+  *ptrs = LLVMBuildAlloca(c->b, pa, "");
+  *counts = LLVMBuildAlloca(c->b, ca, "");
+  for (int k = 0; k < n; k++) {
+    LLVMValueRef idx[] = {i32c(c, 0), i32c(c, k)};
+    LLVMBuildStore(c->b, LLVMGetParam(f, (unsigned)(first + 2 * k)),
+                   LLVMBuildInBoundsGEP2(c->b, pa, *ptrs, idx, 2, ""));
+    LLVMBuildStore(c->b, LLVMGetParam(f, (unsigned)(first + 2 * k + 1)),
+                   LLVMBuildInBoundsGEP2(c->b, ca, *counts, idx, 2, ""));
+  }
+}
+
+static void wrappers(Cg *c, LLVMValueRef desc, Func *fwd, const bool *live, Func *train) {
+  Module *m = c->m;
+  LLVMTypeRef p = c->ptr, i64 = c->i64, i32 = c->i32;
+  LLVMValueRef f, r;
+
+  LLVMTypeRef create[] = {p, i64};
+  f = wrapper(c, "create", i32, create, 2);
+  LLVMTypeRef create_rt[] = {p, i64, p};
+  LLVMValueRef create_arg[] = {desc, LLVMGetParam(f, 1), LLVMGetParam(f, 0)};
+  LLVMBuildRet(c->b, call(c, "dtrt_model_create", i32, create_rt, create_arg, 3));
+
+  int *in = arena_alloc(m->arena, sizeof(int) * (size_t)(m->global.n + 1));
+  LLVMTypeRef *pt = arena_alloc(m->arena, sizeof(LLVMTypeRef) * (size_t)(2 * (m->global.n + fwd->inst.n) + 2));
+  LLVMValueRef ins, counts, outs, ocounts;
+  if (train) {
+    int n = cg_func_inputs(train, NULL, in);
+    pt[0] = p;
+    for (int k = 0; k < n; k++)
+      pt[1 + 2 * k] = p, pt[2 + 2 * k] = i64;
+    pt[1 + 2 * n] = p;
+    f = wrapper(c, "train_step", i32, pt, 2 + 2 * n);
+    pack(c, f, 1, n, &ins, &counts);
+    LLVMTypeRef rt[] = {p, p, p, p};
+    LLVMValueRef arg[] = {LLVMGetParam(f, 0), ins, counts, LLVMGetParam(f, (unsigned)(1 + 2 * n))};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_train_step", i32, rt, arg, 4));
+  }
+
+  int nin = cg_func_inputs(fwd, live, in);
+  const Inst **o = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(fwd->inst.n + 1));
+  int nout = cg_func_outputs(fwd, live, o);
+  pt[0] = p;
+  for (int k = 0; k < nin + nout; k++)
+    pt[1 + 2 * k] = p, pt[2 + 2 * k] = i64;
+  f = wrapper(c, "forward", i32, pt, 1 + 2 * (nin + nout));
+  pack(c, f, 1, nin, &ins, &counts);
+  pack(c, f, 1 + 2 * nin, nout, &outs, &ocounts);
+  LLVMTypeRef fwd_rt[] = {p, p, p, p, p};
+  LLVMValueRef fwd_arg[] = {LLVMGetParam(f, 0), ins, counts, outs, ocounts};
+  LLVMBuildRet(c->b, call(c, "dtrt_model_forward", i32, fwd_rt, fwd_arg, 5));
+
+  static const char *io[] = {"save", "load"};
+  for (int k = 0; k < 2; k++) {
+    LLVMTypeRef pp[] = {p, p};
+    f = wrapper(c, io[k], i32, pp, 2);
+    LLVMValueRef arg[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1)};
+    LLVMBuildRet(c->b, call(c, k ? "dtrt_model_load" : "dtrt_model_save", i32, pp, arg, 2));
+  }
+  f = wrapper(c, "step", i64, &p, 1);
+  r = LLVMGetParam(f, 0);
+  LLVMBuildRet(c->b, call(c, "dtrt_model_step", i64, &p, &r, 1));
+  f = wrapper(c, "error", p, &p, 1);
+  r = LLVMGetParam(f, 0);
+  LLVMBuildRet(c->b, call(c, "dtrt_model_error", p, &p, &r, 1));
+  f = wrapper(c, "destroy", c->voidt, &p, 1);
+  r = LLVMGetParam(f, 0);
+  call(c, "dtrt_model_destroy", c->voidt, &p, &r, 1);
+  LLVMBuildRetVoid(c->b);
+}
+
+static const char *header_path(Arena *a, const char *output, const char *name) {
+  const char *slash = strrchr(output, '/');
+  int dir = slash ? (int)(slash - output + 1) : 0;
+  return arena_printf(a, "%.*s%s.h", dir, output, name);
+}
+
+/* LLVM's remarks and warnings (a loop it could not vectorise) are not the
+ * user's business; an error is a bug in dtc. */
+static void on_llvm_diag(LLVMDiagnosticInfoRef di, void *unused) {
+  (void)unused;
+  if (LLVMGetDiagInfoSeverity(di) != LLVMDSError)
+    return;
+  char *s = LLVMGetDiagInfoDescription(di);
+  dtc_die(__FILE__, __LINE__, "LLVM: %s", s);
+}
+
+bool cg_emit(Module *m, const Options *opt, Diag *d) {
+  Loc none = {0};
+  Func *fwd = ir_find_func(m, "forward"), *train = ir_find_func(m, "train_step");
+  if (!fwd) {
+    diag_error(d, none, "module '%s' has no @forward to generate code for", m->name);
+    return false;
+  }
+  LLVMTargetMachineRef tm = cg_target_machine(opt, d);
+  if (!tm)
+    return false;
+  bool planned = true;
+  for (int k = 0; k < m->func.n; k++)
+    planned &= m->func.a[k]->work_bytes > 0;
+  if (!planned && !pass_memplan(m, d)) {
+    LLVMDisposeTargetMachine(tm);
+    return false;
+  }
+
+  Cg cg = {.m = m}, *c = &cg;
+  c->ctx = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(c->ctx, on_llvm_diag, NULL);
+  c->mod = LLVMModuleCreateWithNameInContext(m->name, c->ctx);
+  c->b = LLVMCreateBuilderInContext(c->ctx);
+  char *triple = LLVMGetTargetMachineTriple(tm);
+  LLVMSetTarget(c->mod, triple);
+  LLVMDisposeMessage(triple);
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+  LLVMSetModuleDataLayout(c->mod, td);
+  LLVMDisposeTargetData(td);
+  make_types(c);
+  layout_state(c);
+
+  LLVMValueRef fwd_fn = NULL, train_fn = NULL;
+  bool *live = NULL;
+  for (int k = 0; k < m->func.n; k++) {
+    Func *f = m->func.a[k];
+    ir_renumber(f);
+    bool *l = f == fwd ? live = cg_live(f) : NULL;
+    LLVMValueRef fn = cg_func(c, f, l);
+    if (f == fwd)
+      fwd_fn = fn;
+    if (f == train)
+      train_fn = fn;
+  }
+  wrappers(c, model_desc(c, fwd, live, train, fwd_fn, train_fn), fwd, live, train);
+
+  char *msg = NULL;
+  if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
+    dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
+  LLVMDisposeMessage(msg);
+  bool ok = cg_write(c->mod, tm, opt, d);
+  LLVMDisposeBuilder(c->b);
+  LLVMDisposeModule(c->mod);
+  LLVMContextDispose(c->ctx);
+  LLVMDisposeTargetMachine(tm);
+  if (ok && strcmp(opt->output, "-"))
+    ok = cg_write_header(m, header_path(m->arena, opt->output, m->name), d);
+  return ok;
+}

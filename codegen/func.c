@@ -1,0 +1,274 @@
+/* func.c: lowers one IR function to an internal LLVM function of DtStepFn's
+ * type. Fusion groups become loops (loop.c); every other computing op is a
+ * call to the libdtrt kernel dtrt_k_<op> on DtTensor descriptors built on the
+ * stack, whose status is returned at once when not 0. Loads and reshapes are
+ * addresses; stores and outputs copy unless the producer already wrote there.
+ * Requires: memplan's offsets; fusion groups contiguous (or none). */
+#include <string.h>
+
+#include "../runtime/dtrt.h"
+#include "codegen.h"
+
+LLVMValueRef cg_gep(CgFn *fn, LLVMValueRef base, int64_t off) {
+  if (!off)
+    return base;
+  LLVMValueRef idx = LLVMConstInt(fn->c->i64, (unsigned long long)off, 0);
+  return LLVMBuildInBoundsGEP2(fn->c->b, fn->c->i8, base, &idx, 1, "");
+}
+
+LLVMValueRef cg_state_addr(CgFn *fn, const Global *g) {
+  int64_t off = fn->c->state_off[g - fn->c->m->global.a];
+  DTC_ASSERT(off >= 0);
+  return cg_gep(fn, fn->state, off);
+}
+
+static LLVMValueRef alloca_entry(CgFn *fn, LLVMTypeRef t, const char *name) {
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(fn->c->b);
+  LLVMPositionBuilderAtEnd(fn->c->b, fn->entry);
+  LLVMValueRef a = LLVMBuildAlloca(fn->c->b, t, name);
+  LLVMPositionBuilderAtEnd(fn->c->b, here);
+  return a;
+}
+
+static int schedule_kind(const char *s) {
+  return !strcmp(s, "warmup") ? 1 : !strcmp(s, "cosine") ? 2 : 0;
+}
+
+LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
+  Cg *c = fn->c;
+  if (fn->val[i->id])
+    return fn->val[i->id];
+  LLVMValueRef v;
+  if (i->op == OP_const) {
+    v = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "value", 0));
+  } else {
+    DTC_ASSERT(i->op == OP_lr);
+    LLVMTypeRef pt[] = {c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
+    LLVMTypeRef ft = LLVMFunctionType(c->f32, pt, COUNTOF(pt), 0);
+    LLVMValueRef arg[] = {
+        LLVMConstInt(c->i32, (unsigned)schedule_kind(ir_get_str(i, "schedule", "constant")), 0),
+        LLVMConstReal(c->f64, ir_get_float(i, "base", 0)),
+        LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "warmup", 0), 1),
+        LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "total", 0), 1),
+        LLVMConstReal(c->f64, ir_get_float(i, "beta1", 0)),
+        LLVMConstReal(c->f64, ir_get_float(i, "beta2", 0)),
+        fn->step};
+    v = LLVMBuildCall2(c->b, ft, cg_extern(c, "dtrt_lr", ft), arg, COUNTOF(arg), "lr");
+  }
+  return fn->val[i->id] = v;
+}
+
+/* The output inst whose buffer holds kernel result v, or NULL. */
+static const Inst *home_output(CgFn *fn, const Inst *v) {
+  for (int k = fn->use.off[v->id]; k < fn->use.off[v->id + 1]; k++) {
+    const Inst *u = fn->use.u[k];
+    if (u->op == OP_output && memplan_output_direct(u) && (!fn->live || fn->live[u->id]))
+      return u;
+  }
+  return NULL;
+}
+
+LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
+  if (fn->addr[i->id])
+    return fn->addr[i->id];
+  LLVMValueRef a;
+  if (i->op == OP_reshape) {
+    a = cg_addr(fn, i->in[0]);
+  } else if (i->op == OP_const || i->op == OP_lr) {
+    a = alloca_entry(fn, fn->c->f32, "scalar");
+    LLVMBuildStore(fn->c->b, cg_scalar(fn, i), a);
+  } else if (i->offset >= 0) {
+    a = cg_gep(fn, fn->work, i->offset);
+  } else if (i->op == OP_load) {
+    a = cg_state_addr(fn, memplan_global(i));
+  } else {
+    const Inst *o = home_output(fn, i);
+    DTC_ASSERT(o);
+    a = fn->out_ptr[fn->out_index[o->id]];
+  }
+  return fn->addr[i->id] = a;
+}
+
+static LLVMValueRef i32c(Cg *c, int64_t v) { return LLVMConstInt(c->i32, (unsigned long long)v, 1); }
+static LLVMValueRef i64c(Cg *c, int64_t v) { return LLVMConstInt(c->i64, (unsigned long long)v, 1); }
+
+static LLVMValueRef field(CgFn *fn, LLVMTypeRef t, LLVMValueRef p, int a, int b) {
+  LLVMValueRef idx[] = {i32c(fn->c, 0), i32c(fn->c, a), i32c(fn->c, b)};
+  return LLVMBuildInBoundsGEP2(fn->c->b, t, p, idx, b < 0 ? 2 : 3, "");
+}
+
+static void fill_tensor(CgFn *fn, LLVMValueRef t, LLVMValueRef data, const Type *ty) {
+  Cg *c = fn->c;
+  LLVMBuildStore(c->b, data, field(fn, c->tensor, t, 0, -1));
+  LLVMBuildStore(c->b, i32c(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
+                 field(fn, c->tensor, t, 1, -1));
+  LLVMBuildStore(c->b, i32c(c, ty->rank), field(fn, c->tensor, t, 2, -1));
+  for (int d = 0; d < ty->rank; d++)
+    LLVMBuildStore(c->b, i64c(c, ty->dim[d]), field(fn, c->tensor, t, 3, d));
+}
+
+/* Returns status s from the function when it is not DT_OK. */
+static void check(CgFn *fn, LLVMValueRef s) {
+  Cg *c = fn->c;
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(c->b);
+  LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "ok");
+  LLVMValueRef bad = LLVMBuildICmp(c->b, LLVMIntNE, s, i32c(c, 0), "");
+  LLVMBuildCondBr(c->b, bad, fn->fail, ok);
+  LLVMAddIncoming(fn->fail_phi, &s, &here, 1);
+  LLVMPositionBuilderAtEnd(c->b, ok);
+}
+
+static void kernel(CgFn *fn, const Inst *x) {
+  Cg *c = fn->c;
+  if (!fn->tin) {
+    fn->tin = alloca_entry(fn, LLVMArrayType(c->tensor, 16), "in");
+    fn->tout = alloca_entry(fn, c->tensor, "out");
+    fn->tattr = alloca_entry(fn, c->attrs, "attrs");
+  }
+  DTC_ASSERT(x->nin <= 16);
+  for (int k = 0; k < x->nin; k++) {
+    LLVMValueRef idx[] = {i32c(c, 0), i32c(c, k)};
+    LLVMValueRef t = LLVMBuildInBoundsGEP2(c->b, LLVMArrayType(c->tensor, 16), fn->tin, idx, 2, "");
+    fill_tensor(fn, t, cg_addr(fn, x->in[k]), &x->in[k]->type);
+  }
+  fill_tensor(fn, fn->tout, cg_addr(fn, x), &x->type);
+  DtAttrs a;
+  ir_kernel_attrs(x, &a);
+  for (int k = 0; k < a.ni; k++)
+    LLVMBuildStore(c->b, i64c(c, a.i[k]), field(fn, c->attrs, fn->tattr, 0, k));
+  for (int k = 0; k < a.nf; k++)
+    LLVMBuildStore(c->b, LLVMConstReal(c->f64, a.f[k]), field(fn, c->attrs, fn->tattr, 1, k));
+  LLVMBuildStore(c->b, i32c(c, a.ni), field(fn, c->attrs, fn->tattr, 2, -1));
+  LLVMBuildStore(c->b, i32c(c, a.nf), field(fn, c->attrs, fn->tattr, 3, -1));
+  LLVMBuildStore(c->b, fn->step, field(fn, c->attrs, fn->tattr, 4, -1));
+  char name[64];
+  snprintf(name, sizeof name, "dtrt_k_%s", ir_ops[x->op].name);
+  LLVMValueRef arg[] = {fn->ctx, fn->tin, i32c(c, x->nin), fn->tout, fn->tattr};
+  check(fn, LLVMBuildCall2(c->b, c->kernel_fn, cg_extern(c, name, c->kernel_fn), arg, 5, ""));
+}
+
+/* dst <- the value of v (a scalar or a buffer of v's type). */
+static void copy(CgFn *fn, LLVMValueRef dst, const Inst *v) {
+  Cg *c = fn->c;
+  if (v->op == OP_const || v->op == OP_lr) {
+    LLVMBuildStore(c->b, cg_scalar(fn, v), dst);
+    return;
+  }
+  LLVMValueRef src = cg_addr(fn, v);
+  if (src == dst)
+    return;
+  int64_t bytes = type_elems(&v->type) * (int64_t)dtype_size(v->type.dtype);
+  LLVMBuildMemCpy(c->b, dst, 4, src, 4, i64c(c, bytes));
+}
+
+static void lower(CgFn *fn, const Inst *x) {
+  Cg *c = fn->c;
+  switch (x->op) {
+  case OP_load: {
+    const Global *g = memplan_global(x);
+    if (g->kind == G_INPUT) {
+      LLVMValueRef idx = i64c(c, fn->input_index[g - c->m->global.a]);
+      LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
+      fn->addr[x->id] = LLVMBuildLoad2(c->b, c->ptr, p, g->name);
+    } else if (x->offset >= 0) {
+      int64_t bytes = type_elems(&g->type) * (int64_t)dtype_size(g->type.dtype);
+      LLVMBuildMemCpy(c->b, cg_addr(fn, x), 64, cg_state_addr(fn, g), 64, i64c(c, bytes));
+    }
+    return;
+  }
+  case OP_store:
+    copy(fn, cg_state_addr(fn, memplan_global(x)), x->in[0]);
+    return;
+  case OP_output:
+    if (!memplan_output_direct(x))
+      copy(fn, fn->out_ptr[fn->out_index[x->id]], x->in[0]);
+    return;
+  case OP_const:
+  case OP_lr:
+    cg_scalar(fn, x);
+    return;
+  case OP_reshape:
+    return;
+  default:
+    kernel(fn, x);
+  }
+}
+
+LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
+  Module *m = c->m;
+  Arena *a = m->arena;
+  ir_renumber(f);
+  int n = f->inst.n;
+  CgFn fnv = {.c = c, .f = f, .live = live}, *fn = &fnv;
+  fn->use = uses_build(a, f);
+  fn->addr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
+  fn->val = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
+  fn->out_index = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  fn->input_index = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
+  const Inst **outs = arena_alloc(a, sizeof(Inst *) * (size_t)(n + 1));
+  int nout = cg_func_outputs(f, live, outs);
+  int *ins = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
+  int nin = cg_func_inputs(f, live, ins);
+  for (int k = 0; k < nin; k++)
+    fn->input_index[ins[k]] = k;
+
+  char *name = arena_printf(a, "%s.%s", m->name, f->name);
+  fn->fn = LLVMAddFunction(c->mod, name, c->step_fn);
+  LLVMSetLinkage(fn->fn, LLVMInternalLinkage);
+  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+  for (unsigned p = 2; p <= 3; p++)
+    LLVMAddAttributeAtIndex(fn->fn, p, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
+  LLVMAddAttributeAtIndex(fn->fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
+  fn->ctx = LLVMGetParam(fn->fn, 0);
+  fn->state = LLVMGetParam(fn->fn, 1);
+  fn->work = LLVMGetParam(fn->fn, 2);
+  fn->inputs = LLVMGetParam(fn->fn, 3);
+  fn->outputs = LLVMGetParam(fn->fn, 4);
+  fn->step = LLVMGetParam(fn->fn, 5);
+  LLVMSetValueName2(fn->ctx, "ctx", 3);
+  LLVMSetValueName2(fn->state, "state", 5);
+  LLVMSetValueName2(fn->work, "work", 4);
+  LLVMSetValueName2(fn->inputs, "inputs", 6);
+  LLVMSetValueName2(fn->outputs, "outputs", 7);
+  LLVMSetValueName2(fn->step, "step", 4);
+
+  fn->entry = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "entry");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "body");
+  fn->fail = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "fail");
+  LLVMPositionBuilderAtEnd(c->b, fn->fail);
+  fn->fail_phi = LLVMBuildPhi(c->b, c->i32, "status");
+  LLVMBuildRet(c->b, fn->fail_phi);
+
+  LLVMPositionBuilderAtEnd(c->b, body);
+  fn->out_ptr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(nout + 1));
+  for (int k = 0; k < nout; k++) {
+    fn->out_index[outs[k]->id] = k;
+    LLVMValueRef idx = i64c(c, k);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->outputs, &idx, 1, "");
+    fn->out_ptr[k] = LLVMBuildLoad2(c->b, c->ptr, p, ir_get_str(outs[k], "name", "out"));
+  }
+  for (int i = 0; i < n;) {
+    Inst *x = f->inst.a[i];
+    int j = i + 1;
+    if (x->fuse)
+      while (j < n && f->inst.a[j]->fuse == x->fuse)
+        j++;
+    if (live && !live[i])
+      ;
+    else if (x->fuse || ir_ops[x->op].kind == K_ELEM)
+      cg_group(fn, &f->inst.a[i], j - i);
+    else
+      lower(fn, x);
+    i = j;
+  }
+  LLVMBuildRet(c->b, i32c(c, 0));
+  LLVMPositionBuilderAtEnd(c->b, fn->entry);
+  LLVMBuildBr(c->b, body);
+  if (!LLVMCountIncoming(fn->fail_phi))
+    LLVMDeleteBasicBlock(fn->fail);
+  else
+    LLVMMoveBasicBlockAfter(fn->fail, LLVMGetLastBasicBlock(fn->fn));
+  return fn->fn;
+}

@@ -1,0 +1,239 @@
+/* header.c: NAME.h, the C interface of a compiled model: valid C and C++,
+ * every shape as macros, every function documented with its arguments'
+ * shapes and its return codes. */
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+
+#include "codegen.h"
+
+static const char *upper(Arena *a, const char *s) {
+  char *u = arena_strdup(a, s);
+  for (char *p = u; *p; p++)
+    *p = *p == '.' ? '_' : (char)toupper((unsigned char)*p);
+  return u;
+}
+
+/* A parameter name for global or output `name`: C and C++ keywords, the
+ * model's own parameter and names already taken get a trailing '_'. */
+static const char *param_name(Arena *a, const char *name, const char **taken, int ntaken) {
+  static const char *reserved[] = {
+      "m", "loss", "auto", "bool", "break", "case", "catch", "char", "class", "const",
+      "continue", "default", "delete", "do", "double", "else", "enum", "explicit", "export",
+      "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int", "long",
+      "mutable", "namespace", "new", "noexcept", "operator", "private", "protected", "public",
+      "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct",
+      "switch", "template", "this", "throw", "true", "try", "typedef", "typename", "union",
+      "unsigned", "using", "virtual", "void", "volatile", "while", "and", "or", "not", "xor"};
+  char *s = arena_strdup(a, name);
+  for (char *p = s; *p; p++)
+    if (*p == '.')
+      *p = '_';
+  for (bool again = true; again;) {
+    again = false;
+    for (int k = 0; k < COUNTOF(reserved) && !again; k++)
+      again = !strcmp(s, reserved[k]);
+    for (int k = 0; k < ntaken && !again; k++)
+      again = !strcmp(s, taken[k]);
+    if (again)
+      s = arena_printf(a, "%s_", s);
+  }
+  return s;
+}
+
+static const char *ctype(const Type *t) { return t->dtype == DT_I32 ? "int32_t" : "float"; }
+
+static void shape_macros(FILE *out, const char *stem, const char *what, const Type *t) {
+  char ts[128];
+  fprintf(out, "/* %s: %s */\n", what, type_str(t, ts, sizeof ts));
+  fprintf(out, "#define %s_RANK %d\n", stem, t->rank);
+  if (t->rank) {
+    fprintf(out, "#define %s_DIMS {", stem);
+    for (int d = 0; d < t->rank; d++)
+      fprintf(out, "%s%lld", d ? ", " : "", (long long)t->dim[d]);
+    fputs("}\n", out);
+  }
+  for (int d = 0; d < t->rank; d++)
+    fprintf(out, "#define %s_DIM%d %lld\n", stem, d, (long long)t->dim[d]);
+  fprintf(out, "#define %s_ELEMS %lld\n\n", stem, (long long)type_elems(t));
+}
+
+typedef struct Arg {
+  const char *name;     /* parameter name */
+  const char *stem;     /* macro stem */
+  const Type *type;
+} Arg;
+
+static void doc_args(FILE *out, const Arg *a, int n, const char *dir) {
+  for (int k = 0; k < n; k++) {
+    char ts[128];
+    fprintf(out, " *   %-10s %s %s, %s_elems == %s_ELEMS\n", a[k].name, dir,
+            type_str(a[k].type, ts, sizeof ts), a[k].name, a[k].stem);
+  }
+}
+
+static void proto_args(FILE *out, const Arg *a, int n, bool in) {
+  for (int k = 0; k < n; k++)
+    fprintf(out, ", %s%s *%s, int64_t %s_elems", in ? "const " : "", ctype(a[k].type),
+            a[k].name, a[k].name);
+}
+
+/* The inputs f loads, as arguments. */
+static int input_args(Arena *a, const Module *m, const char *prefix, const Func *f,
+                      const bool *live, Arg *arg, const char **taken, int *ntaken) {
+  int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
+  int n = cg_func_inputs(f, live, in);
+  for (int k = 0; k < n; k++) {
+    const Global *g = &m->global.a[in[k]];
+    arg[k] = (Arg){param_name(a, g->name, taken, *ntaken),
+                   arena_printf(a, "%s_%s", prefix, upper(a, g->name)), &g->type};
+    taken[(*ntaken)++] = arg[k].name;
+  }
+  return n;
+}
+
+/* The leading dimension all inputs share, or 0. */
+static int64_t batch_size(const Module *m) {
+  int64_t b = 0;
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *g = &m->global.a[k];
+    if (g->kind != G_INPUT)
+      continue;
+    if (!g->type.rank || (b && g->type.dim[0] != b))
+      return 0;
+    b = g->type.dim[0];
+  }
+  return b;
+}
+
+static void write_header(FILE *out, const Module *m, const char *base) {
+  Arena *a = m->arena;
+  const char *P = upper(a, m->name), *n = m->name;
+  const Func *fwd = ir_find_func(m, "forward"), *train = ir_find_func(m, "train_step");
+  int cap = m->global.n + fwd->inst.n + 1;
+  const char **taken = arena_alloc(a, sizeof(char *) * (size_t)(2 * cap));
+  int ntaken = 0;
+  Arg *fin = arena_alloc(a, sizeof(Arg) * (size_t)cap), *tin = arena_alloc(a, sizeof(Arg) * (size_t)cap);
+  Arg *fout = arena_alloc(a, sizeof(Arg) * (size_t)cap);
+  const bool *live = cg_live(fwd);
+  int nfin = input_args(a, m, P, fwd, live, fin, taken, &ntaken);
+  ntaken = 0;
+  int ntin = train ? input_args(a, m, P, train, NULL, tin, taken, &ntaken) : 0;
+  ntaken = 0;
+  for (int k = 0; k < nfin; k++)
+    taken[ntaken++] = fin[k].name;
+  const Inst **outs = arena_alloc(a, sizeof(Inst *) * (size_t)cap);
+  int nfout = cg_func_outputs(fwd, live, outs);
+  for (int k = 0; k < nfout; k++) {
+    const char *name = ir_get_str(outs[k], "name", "out");
+    const char *stem = arena_printf(a, "%s_%s", P, upper(a, name));
+    if (ir_find_global(m, name))
+      stem = arena_printf(a, "%s_OUT", stem);
+    fout[k] = (Arg){param_name(a, name, taken, ntaken), stem, &outs[k]->in[0]->type};
+    taken[ntaken++] = fout[k].name;
+  }
+  int64_t state = 0, work = 0;
+  for (int k = 0; k < m->global.n; k++)
+    if (m->global.a[k].kind != G_INPUT)
+      state += (type_elems(&m->global.a[k].type) * 4 + 63) / 64 * 64;
+  for (int k = 0; k < m->func.n; k++)
+    work = m->func.a[k]->work_bytes > work ? m->func.a[k]->work_bytes : work;
+
+  fprintf(out,
+          "/* %s: the interface of model %s, generated by dtc %s. Do not edit.\n"
+          " *\n"
+          " * Link the object file dtc wrote beside this header with libdtrt (and\n"
+          " * OpenBLAS and libm, which libdtrt needs). A %s holds the parameters,\n"
+          " * the optimizer state and a step counter. Functions that return int\n"
+          " * return 0 on success, otherwise a DtStatus code of dtrt.h (1 bad argument,\n"
+          " * 2 out of memory, 3 I/O, 4 malformed file, 5 file does not fit the model,\n"
+          " * 6 checksum, 7 communication, 8 internal); %s_error() tells why.\n"
+          " * Buffers are row-major; each comes with its element count, which must\n"
+          " * equal the _ELEMS macro of its shape. */\n",
+          base, n, DTC_VERSION, n, n);
+  fprintf(out, "#ifndef %s_H\n#define %s_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n", P, P);
+  fputs("#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n", out);
+
+  if (m->dim.n) {
+    fputs("/* The model's dimensions (set with dtc -D NAME=VALUE). */\n", out);
+    for (int k = 0; k < m->dim.n; k++)
+      fprintf(out, "#define %s_DIM_%s %lld\n", P, upper(a, m->dim.a[k].name),
+              (long long)m->dim.a[k].value);
+    fputs("\n", out);
+  }
+  int64_t batch = batch_size(m);
+  if (batch > 0)
+    fprintf(out, "/* The batch size: the leading dimension of every input. */\n"
+                 "#define %s_BATCH %lld\n\n", P, (long long)batch);
+  fputs("/* Shapes: NAME_RANK, NAME_DIMS (an initialiser), NAME_DIMi, NAME_ELEMS. */\n\n", out);
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *g = &m->global.a[k];
+    static const char *kind[] = {"input", "param", "optimizer state"};
+    const char *what = arena_printf(a, "%s %s", kind[g->kind], g->name);
+    shape_macros(out, arena_printf(a, "%s_%s", P, upper(a, g->name)), what, &g->type);
+  }
+  for (int k = 0; k < nfout; k++)
+    shape_macros(out, fout[k].stem,
+                 arena_printf(a, "output %s of %s_forward", ir_get_str(outs[k], "name", "out"), n),
+                 fout[k].type);
+  fprintf(out, "/* Memory a model takes: params and optimizer state, activations. */\n");
+  fprintf(out, "#define %s_STATE_BYTES %lld\n#define %s_WORK_BYTES %lld\n\n", P,
+          (long long)state, P, (long long)work);
+
+  fprintf(out, "/* A model. */\ntypedef struct %s %s;\n\n", n, n);
+  fprintf(out,
+          "/* Creates a model: params drawn from their initialisers with seed (the same\n"
+          " * seed gives the same values on every machine), optimizer state zero, step 0.\n"
+          " * On failure *m is NULL. */\n"
+          "int %s_create(%s **m, uint64_t seed);\n\n",
+          n, n);
+  if (train) {
+    fprintf(out, "/* One training step on a batch: forward, backward and the %s update of\n"
+                 " * every param; the step counter then advances by one.\n",
+            m->train.opt ? m->train.opt : "optimizer");
+    doc_args(out, tin, ntin, "in ");
+    fprintf(out, " *   %-10s out f32[]: the batch's %s before the update */\n", "loss",
+            m->train.loss ? m->train.loss : "loss");
+    fprintf(out, "int %s_train_step(%s *m", n, n);
+    proto_args(out, tin, ntin, true);
+    fputs(", float *loss);\n\n", out);
+  }
+  fputs("/* Runs the model on a batch without changing it.\n", out);
+  doc_args(out, fin, nfin, "in ");
+  doc_args(out, fout, nfout, "out");
+  fputs(" */\n", out);
+  fprintf(out, "int %s_forward(%s *m", n, n);
+  proto_args(out, fin, nfin, true);
+  proto_args(out, fout, nfout, false);
+  fputs(");\n\n", out);
+  fprintf(out,
+          "/* Writes params, optimizer state and step counter to path (safetensors,\n"
+          " * replaced atomically). */\n"
+          "int %s_save(%s *m, const char *path);\n\n"
+          "/* Reads a checkpoint that %s_save wrote for this same model (its hash\n"
+          " * must match); on failure the model is unchanged. */\n"
+          "int %s_load(%s *m, const char *path);\n\n"
+          "/* The number of training steps taken. */\n"
+          "int64_t %s_step(const %s *m);\n\n"
+          "/* The message of the last failure, \"\" if none. */\n"
+          "const char *%s_error(const %s *m);\n\n"
+          "/* Frees the model; m may be NULL. */\n"
+          "void %s_destroy(%s *m);\n\n",
+          n, n, n, n, n, n, n, n, n, n, n);
+  fprintf(out, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
+}
+
+bool cg_write_header(const Module *m, const char *path, Diag *d) {
+  FILE *out = fopen(path, "w");
+  if (!out) {
+    diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
+    return false;
+  }
+  const char *base = strrchr(path, '/');
+  write_header(out, m, base ? base + 1 : path);
+  if (fclose(out)) {
+    diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
+    return false;
+  }
+  return true;
+}

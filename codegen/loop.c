@@ -1,0 +1,340 @@
+/* loop.c: one fusion group as one loop nest. Dimensions of size 1 are
+ * dropped and neighbours broadcast alike in every operand merge, so a group
+ * over equal shapes is a single loop; operands index with numpy broadcasting
+ * (stride 0 along broadcast dimensions). The innermost loop is contiguous and
+ * carries llvm.loop.vectorize.enable unless it calls tanhf; a product feeding only an add or sub
+ * becomes llvm.fmuladd. Each element is computed with the formulas of
+ * ir/elem.c. Every member with memory, every output of a member and every
+ * store in the group is written from the loop. */
+#include <string.h>
+
+#include <llvm-c/DebugInfo.h>
+
+#include "codegen.h"
+
+#define GELU_C 0.7978845608028654f   /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+typedef struct Operand {
+  const Inst *v;
+  LLVMValueRef base;
+  bool full[IR_MAX_RANK];        /* by group dim: not broadcast */
+  int64_t stride[IR_MAX_RANK];   /* by loop dim, in elements */
+  LLVMValueRef off, loaded;      /* in the loop body */
+} Operand;
+
+typedef struct Group {
+  CgFn *fn;
+  Inst **member;
+  int n;
+  const Type *shape;
+  Operand *op;                   /* the operands read from memory */
+  int nop;
+  int nloop;
+  int64_t len[IR_MAX_RANK];      /* loop trip counts, outermost first */
+  int64_t ostride[IR_MAX_RANK];
+  LLVMValueRef *v;               /* by member index: its value in the body */
+  LLVMValueRef (*arg)[2];        /* by member index: its operands' values */
+} Group;
+
+static bool member(const Group *g, const Inst *i) {
+  return i->fn == g->member[0]->fn && i->id >= g->member[0]->id && i->id <= g->member[g->n - 1]->id;
+}
+
+static bool is_scalar(const Inst *i) { return i->op == OP_const || i->op == OP_lr; }
+
+/* Gathers the operands read from memory; all others are members or scalars. */
+static void gather(Group *g) {
+  Arena *a = g->fn->f->mod->arena;
+  g->op = arena_alloc(a, sizeof(Operand) * (size_t)(2 * g->n + 1));
+  for (int k = 0; k < g->n; k++) {
+    const Inst *x = g->member[k];
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < x->nin; j++) {
+      const Inst *o = x->in[j];
+      bool seen = member(g, o) || is_scalar(o);
+      for (int p = 0; p < g->nop && !seen; p++)
+        seen = g->op[p].v == o;
+      if (seen)
+        continue;
+      Operand *op = &g->op[g->nop++];
+      op->v = o;
+      op->base = cg_addr(g->fn, o);
+      int lead = g->shape->rank - o->type.rank;
+      for (int d = 0; d < g->shape->rank; d++)
+        op->full[d] = d >= lead && o->type.dim[d - lead] != 1;
+    }
+  }
+}
+
+/* Merges dimensions into loops: drops size-1 dims, joins neighbours that
+ * every operand reads alike, and sets the strides of each loop. */
+static void plan_loops(Group *g) {
+  int keep[IR_MAX_RANK], nk = 0;
+  const Type *t = g->shape;
+  g->nloop = 0;
+  for (int d = 0; d < t->rank; d++) {
+    if (t->dim[d] == 1)
+      continue;
+    bool alike = nk > 0;
+    for (int p = 0; p < g->nop && alike; p++)
+      alike = g->op[p].full[d] == g->op[p].full[keep[nk - 1]];
+    if (alike) {
+      g->len[g->nloop - 1] *= t->dim[d];
+    } else {
+      g->len[g->nloop++] = t->dim[d];
+      keep[nk++] = d;
+    }
+  }
+  if (!g->nloop)
+    g->len[g->nloop++] = 1;
+  for (int p = 0; p < g->nop; p++) {
+    int64_t s = 1;
+    for (int l = g->nloop - 1; l >= 0; l--) {
+      bool full = nk > 0 && g->op[p].full[keep[l]];
+      g->op[p].stride[l] = full ? s : 0;
+      s *= full ? g->len[l] : 1;
+    }
+  }
+  int64_t s = 1;
+  for (int l = g->nloop - 1; l >= 0; l--) {
+    g->ostride[l] = s;
+    s *= g->len[l];
+  }
+}
+
+static LLVMValueRef intrinsic(Cg *c, const char *name, LLVMValueRef *arg, int n) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  DTC_ASSERT(id);
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(c->mod, id, &c->f32, 1);
+  LLVMTypeRef t = LLVMIntrinsicGetType(c->ctx, id, &c->f32, 1);
+  return LLVMBuildCall2(c->b, t, f, arg, (unsigned)n, "");
+}
+
+static LLVMValueRef libm(Cg *c, const char *name, LLVMValueRef x) {
+  LLVMTypeRef t = LLVMFunctionType(c->f32, &c->f32, 1, 0);
+  return LLVMBuildCall2(c->b, t, cg_extern(c, name, t), &x, 1, "");
+}
+
+static LLVMValueRef fconst(Cg *c, float v) { return LLVMConstReal(c->f32, v); }
+
+static LLVMValueRef tanh_gelu(Cg *c, LLVMValueRef a) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef a3 = LLVMBuildFMul(b, LLVMBuildFMul(b, LLVMBuildFMul(b, fconst(c, GELU_A), a, ""), a, ""), a, "");
+  LLVMValueRef u = LLVMBuildFMul(b, fconst(c, GELU_C), LLVMBuildFAdd(b, a, a3, ""), "");
+  return libm(c, "tanhf", u);
+}
+
+/* The product feeding x as operand k, when it feeds nothing else. */
+static int lone_mul(const Group *g, const Inst *x, int k) {
+  const Inst *o = x->in[k];
+  const Uses *u = &g->fn->use;
+  if (o->op != OP_mul || !member(g, o) || u->off[o->id + 1] - u->off[o->id] != 1)
+    return -1;
+  return o->id - g->member[0]->id;
+}
+
+/* (-)x*y + c for the product member m. */
+static LLVMValueRef fmuladd(Group *g, int m, bool neg, LLVMValueRef c) {
+  LLVMValueRef x = g->arg[m][0];
+  if (neg)
+    x = LLVMBuildFNeg(g->fn->c->b, x, "");
+  LLVMValueRef arg[] = {x, g->arg[m][1], c};
+  return intrinsic(g->fn->c, "llvm.fmuladd", arg, 3);
+}
+
+static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y) {
+  Cg *c = g->fn->c;
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef zero = fconst(c, 0), one = fconst(c, 1), half = fconst(c, 0.5f);
+  int m;
+  switch (x->op) {
+  case OP_add:
+    if ((m = lone_mul(g, x, 0)) >= 0)
+      return fmuladd(g, m, false, y);
+    if ((m = lone_mul(g, x, 1)) >= 0)
+      return fmuladd(g, m, false, a);
+    return LLVMBuildFAdd(b, a, y, "");
+  case OP_sub:
+    if ((m = lone_mul(g, x, 1)) >= 0)
+      return fmuladd(g, m, true, a);
+    if ((m = lone_mul(g, x, 0)) >= 0)
+      return fmuladd(g, m, false, LLVMBuildFNeg(b, y, ""));
+    return LLVMBuildFSub(b, a, y, "");
+  case OP_mul: return LLVMBuildFMul(b, a, y, "");
+  case OP_div: return LLVMBuildFDiv(b, a, y, "");
+  case OP_neg: return LLVMBuildFNeg(b, a, "");
+  case OP_exp: return intrinsic(c, "llvm.exp", &a, 1);
+  case OP_log: return intrinsic(c, "llvm.log", &a, 1);
+  case OP_sqrt: return intrinsic(c, "llvm.sqrt", &a, 1);
+  case OP_tanh: return libm(c, "tanhf", a);
+  case OP_sigmoid: {
+    LLVMValueRef e = LLVMBuildFNeg(b, a, "");
+    e = intrinsic(c, "llvm.exp", &e, 1);
+    return LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, e, ""), "");
+  }
+  case OP_relu:
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, zero, ""), a, zero, "");
+  case OP_relu_grad:
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, zero, ""), y, zero, "");
+  case OP_gelu: {
+    LLVMValueRef th = tanh_gelu(c, a);
+    return LLVMBuildFMul(b, LLVMBuildFMul(b, half, a, ""), LLVMBuildFAdd(b, one, th, ""), "");
+  }
+  case OP_gelu_grad: {
+    LLVMValueRef th = tanh_gelu(c, a);
+    LLVMValueRef du = LLVMBuildFMul(b, LLVMBuildFMul(b, fconst(c, 3.0f * GELU_A), a, ""), a, "");
+    du = LLVMBuildFMul(b, fconst(c, GELU_C), LLVMBuildFAdd(b, one, du, ""), "");
+    LLVMValueRef l = LLVMBuildFMul(b, half, LLVMBuildFAdd(b, one, th, ""), "");
+    LLVMValueRef r = LLVMBuildFMul(b, half, a, "");
+    r = LLVMBuildFMul(b, r, LLVMBuildFSub(b, one, LLVMBuildFMul(b, th, th, ""), ""), "");
+    r = LLVMBuildFMul(b, r, du, "");
+    return LLVMBuildFMul(b, y, LLVMBuildFAdd(b, l, r, ""), "");
+  }
+  default:
+    DTC_UNREACHABLE();
+  }
+}
+
+static LLVMValueRef at(Cg *c, LLVMValueRef base, LLVMValueRef off) {
+  return LLVMBuildInBoundsGEP2(c->b, c->f32, base, &off, 1, "");
+}
+
+static LLVMValueRef value(Group *g, const Inst *o) {
+  if (member(g, o))
+    return g->v[o->id - g->member[0]->id];
+  if (is_scalar(o))
+    return cg_scalar(g->fn, o);
+  for (int p = 0; p < g->nop; p++)
+    if (g->op[p].v == o) {
+      Operand *op = &g->op[p];
+      if (!op->loaded)
+        op->loaded = LLVMBuildLoad2(g->fn->c->b, g->fn->c->f32, at(g->fn->c, op->base, op->off), "");
+      return op->loaded;
+    }
+  DTC_UNREACHABLE();
+}
+
+/* Where member x is written: its work slot, the stores of it in the group,
+ * its outputs. */
+static int dests(Group *g, const Inst *x, LLVMValueRef *d) {
+  CgFn *fn = g->fn;
+  int n = 0;
+  if (x->offset >= 0)
+    d[n++] = cg_addr(fn, x);
+  for (int k = fn->use.off[x->id]; k < fn->use.off[x->id + 1]; k++) {
+    const Inst *u = fn->use.u[k];
+    if (u->op == OP_store && member(g, u))
+      d[n++] = cg_state_addr(fn, memplan_global(u));
+    else if (u->op == OP_output && (!fn->live || fn->live[u->id]))
+      d[n++] = fn->out_ptr[fn->out_index[u->id]];
+  }
+  return n;
+}
+
+static void body(Group *g, LLVMValueRef off, LLVMValueRef **dst, const int *ndst) {
+  Cg *c = g->fn->c;
+  for (int p = 0; p < g->nop; p++)
+    g->op[p].loaded = NULL;
+  for (int k = 0; k < g->n; k++) {
+    const Inst *x = g->member[k];
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    g->arg[k][0] = value(g, x->in[0]);
+    g->arg[k][1] = x->nin > 1 ? value(g, x->in[1]) : NULL;
+    g->v[k] = elem(g, x, g->arg[k][0], g->arg[k][1]);
+    for (int j = 0; j < ndst[k]; j++)
+      LLVMBuildStore(c->b, g->v[k], at(c, dst[k][j], off));
+  }
+}
+
+/* Calls to tanhf cannot be vectorised; asking for it only draws a warning. */
+static bool vectorizable(const Group *g) {
+  for (int k = 0; k < g->n; k++) {
+    Op op = g->member[k]->op;
+    if (op == OP_tanh || op == OP_gelu || op == OP_gelu_grad)
+      return false;
+  }
+  return true;
+}
+
+static LLVMValueRef vectorize_md(Cg *c) {
+  static const char key[] = "llvm.loop.vectorize.enable";
+  LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
+  LLVMMetadataRef en[] = {LLVMMDStringInContext2(c->ctx, key, sizeof key - 1),
+                          LLVMValueAsMetadata(LLVMConstInt(c->i1, 1, 0))};
+  LLVMMetadataRef ops[] = {self, LLVMMDNodeInContext2(c->ctx, en, 2)};
+  LLVMMetadataRef loop = LLVMMDNodeInContext2(c->ctx, ops, 2);
+  LLVMMetadataReplaceAllUsesWith(self, loop);
+  return LLVMMetadataAsValue(c->ctx, loop);
+}
+
+/* Loop l of the nest, with the operands' and the output's offsets so far. */
+static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, const int *ndst) {
+  Cg *c = g->fn->c;
+  LLVMBuilderRef b = c->b;
+  if (l == g->nloop) {
+    body(g, out_off, dst, ndst);
+    return;
+  }
+  LLVMValueRef fnv = g->fn->fn;
+  LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(c->ctx, fnv, "loop");
+  LLVMBuildBr(b, head);
+  LLVMPositionBuilderAtEnd(b, head);
+  LLVMValueRef i = LLVMBuildPhi(b, c->i64, "i");
+  LLVMValueRef zero = LLVMConstInt(c->i64, 0, 0);
+  LLVMAddIncoming(i, &zero, &pre, 1);
+
+  LLVMValueRef *saved = arena_alloc(g->fn->f->mod->arena, sizeof(LLVMValueRef) * (size_t)(g->nop + 1));
+  for (int p = 0; p < g->nop; p++) {
+    Operand *op = &g->op[p];
+    saved[p] = op->off;
+    if (op->stride[l])
+      op->off = LLVMBuildNSWAdd(b, op->off, LLVMBuildNSWMul(b, i, LLVMConstInt(c->i64, (unsigned long long)op->stride[l], 0), ""), "");
+  }
+  LLVMValueRef o = LLVMBuildNSWAdd(b, out_off, LLVMBuildNSWMul(b, i, LLVMConstInt(c->i64, (unsigned long long)g->ostride[l], 0), ""), "");
+  nest(g, l + 1, o, dst, ndst);
+  for (int p = 0; p < g->nop; p++)
+    g->op[p].off = saved[p];
+
+  LLVMValueRef next = LLVMBuildNUWAdd(b, i, LLVMConstInt(c->i64, 1, 0), "");
+  LLVMValueRef more = LLVMBuildICmp(b, LLVMIntULT, next, LLVMConstInt(c->i64, (unsigned long long)g->len[l], 0), "");
+  LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
+  LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(c->ctx, fnv, "done");
+  LLVMValueRef br = LLVMBuildCondBr(b, more, head, done);
+  if (l == g->nloop - 1 && vectorizable(g))
+    LLVMSetMetadata(br, LLVMGetMDKindIDInContext(c->ctx, "llvm.loop", 9), vectorize_md(c));
+  LLVMAddIncoming(i, &next, &latch, 1);
+  LLVMPositionBuilderAtEnd(b, done);
+}
+
+void cg_group(CgFn *fn, Inst **mem, int n) {
+  Arena *a = fn->f->mod->arena;
+  Group g = {.fn = fn, .member = mem, .n = n};
+  for (int k = 0; k < n && !g.shape; k++)
+    if (ir_ops[mem[k]->op].kind == K_ELEM)
+      g.shape = &mem[k]->type;
+  DTC_ASSERT(g.shape);
+  g.v = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)n);
+  g.arg = arena_alloc(a, sizeof(*g.arg) * (size_t)n);
+  LLVMValueRef **dst = arena_alloc(a, sizeof(LLVMValueRef *) * (size_t)n);
+  int *ndst = arena_alloc(a, sizeof(int) * (size_t)n);
+  for (int k = 0; k < n; k++) {
+    const Inst *x = mem[k];
+    if (is_scalar(x))
+      g.v[k] = cg_scalar(fn, x);
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    const Uses *u = &fn->use;
+    dst[k] = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(u->off[x->id + 1] - u->off[x->id] + 1));
+    ndst[k] = dests(&g, x, dst[k]);
+  }
+  gather(&g);
+  plan_loops(&g);
+  LLVMValueRef zero = LLVMConstInt(fn->c->i64, 0, 0);
+  for (int p = 0; p < g.nop; p++)
+    g.op[p].off = zero;
+  nest(&g, 0, zero, dst, ndst);
+}

@@ -1,0 +1,213 @@
+/* train_mlp.c: trains examples/mlp.dt on Fashion-MNIST with the object dtc
+ * compiled from it, reports test accuracy, saves and resumes checkpoints. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrt.h"
+#include "mlp.h"
+
+enum { B = MLP_BATCH, PIXELS = 784, CLASSES = 10 };
+
+typedef struct Args {
+  const char *data;
+  const char *save;
+  const char *resume;
+  int epochs;
+  uint64_t seed;
+  int64_t max_steps;   /* stop after this many steps in all (0: no limit) */
+  int quiet;
+} Args;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t next_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* The order of the training set in epoch `epoch`: a seeded Fisher-Yates, so
+ * a resumed run sees the same batches as a straight one. */
+static void shuffle(int32_t *idx, int64_t n, uint64_t seed, int epoch) {
+  uint64_t s = seed * 1000003u + (uint64_t)epoch;
+  for (int64_t i = 0; i < n; i++)
+    idx[i] = (int32_t)i;
+  for (int64_t i = n - 1; i > 0; i--) {
+    int64_t j = (int64_t)(next_rand(&s) % (uint64_t)(i + 1));
+    int32_t t = idx[i];
+    idx[i] = idx[j];
+    idx[j] = t;
+  }
+}
+
+static void progress(int epoch, int64_t done, int64_t total, double loss, double rate) {
+  int width = 30, filled = (int)(width * done / (total ? total : 1));
+  fprintf(stderr, "\repoch %d [", epoch + 1);
+  for (int i = 0; i < width; i++)
+    fputc(i < filled ? '=' : (i == filled ? '>' : ' '), stderr);
+  fprintf(stderr, "] %5.1f%%  loss %.4f  %7.0f samples/s", 100.0 * done / (total ? total : 1),
+          loss, rate);
+}
+
+static double accuracy(mlp *m, const DtData *img, const DtData *lab, int *err) {
+  static float x[B * PIXELS], logits[B * CLASSES];
+  int64_t n = img->t.dim[0], correct = 0;
+  const float *px = img->t.data;
+  const int32_t *py = lab->t.data;
+  for (int64_t at = 0; at < n; at += B) {
+    int64_t k = n - at < B ? n - at : B;
+    memset(x, 0, sizeof x);
+    memcpy(x, px + at * PIXELS, sizeof(float) * (size_t)(k * PIXELS));
+    if ((*err = mlp_forward(m, x, B * PIXELS, logits, B * CLASSES)))
+      return 0;
+    for (int64_t i = 0; i < k; i++) {
+      int best = 0;
+      for (int c = 1; c < CLASSES; c++)
+        if (logits[i * CLASSES + c] > logits[i * CLASSES + best])
+          best = c;
+      correct += best == py[at + i];
+    }
+  }
+  return (double)correct / (double)n;
+}
+
+static int usage(void) {
+  fprintf(stderr,
+          "usage: train_mlp [--epochs N] [--data DIR] [--seed S] [--save FILE]\n"
+          "                 [--resume FILE] [--max-steps N] [--quiet]\n");
+  return 2;
+}
+
+static int parse(Args *a, int argc, char **argv) {
+  *a = (Args){"/usr/share/datasets/fashion-mnist", NULL, NULL, 3, 1, 0, 0};
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char *end = NULL;
+    if (!strcmp(o, "--quiet")) {
+      a->quiet = 1;
+      continue;
+    }
+    if (!v)
+      return usage();
+    i++;
+    if (!strcmp(o, "--epochs"))
+      a->epochs = (int)strtol(v, &end, 10);
+    else if (!strcmp(o, "--seed"))
+      a->seed = strtoull(v, &end, 10);
+    else if (!strcmp(o, "--max-steps"))
+      a->max_steps = strtoll(v, &end, 10);
+    else if (!strcmp(o, "--data"))
+      a->data = v;
+    else if (!strcmp(o, "--save"))
+      a->save = v;
+    else if (!strcmp(o, "--resume"))
+      a->resume = v;
+    else
+      return usage();
+    if (end && (*end || a->epochs < 0 || a->max_steps < 0))
+      return usage();
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  Args a;
+  if (parse(&a, argc, argv))
+    return 2;
+  DtrtCtx *ctx = dtrt_ctx_new();
+  DtData tr_x = {0}, tr_y = {0}, te_x = {0}, te_y = {0};
+  char path[4][1024];
+  const char *files[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+  DtData *dst[4] = {&tr_x, &tr_y, &te_x, &te_y};
+  for (int k = 0; k < 4; k++) {
+    snprintf(path[k], sizeof path[k], "%s/%s", a.data, files[k]);
+    if (dtrt_read_idx(ctx, path[k], dst[k])) {
+      fprintf(stderr, "train_mlp: %s\n", dtrt_errmsg(ctx));
+      return 1;
+    }
+  }
+  int64_t n = tr_x.t.dim[0];
+  if (tr_x.t.rank != 3 || tr_x.t.dim[1] * tr_x.t.dim[2] != PIXELS || tr_y.t.dim[0] != n ||
+      te_x.t.rank != 3 || te_y.t.dim[0] != te_x.t.dim[0]) {
+    fprintf(stderr, "train_mlp: the data are not 28x28 images with one label each\n");
+    return 1;
+  }
+
+  mlp *m;
+  int rc = mlp_create(&m, a.seed);
+  if (rc) {
+    fprintf(stderr, "train_mlp: cannot create the model (status %d)\n", rc);
+    return 1;
+  }
+  if (a.resume && (rc = mlp_load(m, a.resume))) {
+    fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+    return 1;
+  }
+  int64_t per_epoch = n / B;
+  int64_t start = mlp_step(m);
+  if (!a.quiet && start)
+    fprintf(stderr, "resumed from %s at step %lld\n", a.resume, (long long)start);
+
+  int32_t *order = malloc(sizeof(int32_t) * (size_t)n);
+  float *x = malloc(sizeof(float) * B * PIXELS);
+  int32_t y[B];
+  const float *px = tr_x.t.data;
+  const int32_t *py = tr_y.t.data;
+  int64_t end_step = (int64_t)a.epochs * per_epoch;
+  if (a.max_steps && a.max_steps < end_step)
+    end_step = a.max_steps;
+  for (int64_t step = start; step < end_step && !rc;) {
+    int epoch = (int)(step / per_epoch);
+    shuffle(order, n, a.seed, epoch);
+    double t0 = now_s(), sum = 0;
+    int64_t count = 0;
+    for (int64_t b = step % per_epoch; b < per_epoch && step < end_step; b++, step++) {
+      for (int i = 0; i < B; i++) {
+        int32_t s = order[b * B + i];
+        memcpy(x + (size_t)i * PIXELS, px + (size_t)s * PIXELS, sizeof(float) * PIXELS);
+        y[i] = py[s];
+      }
+      float loss;
+      if ((rc = mlp_train_step(m, x, B * PIXELS, y, B, &loss))) {
+        fprintf(stderr, "\ntrain_mlp: %s\n", mlp_error(m));
+        break;
+      }
+      sum += loss;
+      count++;
+      if (!a.quiet && (b % 20 == 0 || b == per_epoch - 1))
+        progress(epoch, b + 1, per_epoch, sum / count, count * B / (now_s() - t0));
+    }
+    if (rc)
+      break;
+    if (!a.quiet)
+      fputc('\n', stderr);
+    if (a.save && (rc = mlp_save(m, a.save)))
+      fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+  }
+  if (!rc) {
+    int err = 0;
+    double acc = accuracy(m, &te_x, &te_y, &err);
+    if (err) {
+      fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+      rc = err;
+    } else {
+      printf("test accuracy %.2f%% after %lld steps\n", 100 * acc, (long long)mlp_step(m));
+    }
+  }
+  free(order);
+  free(x);
+  mlp_destroy(m);
+  for (int k = 0; k < 4; k++)
+    dtrt_data_free(ctx, dst[k]);
+  dtrt_ctx_free(ctx);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,423 @@
+/* cluster.c: cluster blocks to a Cluster (nodes, devices, links; quantities
+ * in SI units), and a parallel block to meshes, shardings and a plan mode. */
+#include <math.h>
+#include <string.h>
+
+#include "ast.h"
+
+/* ---- quantities ---- */
+
+typedef enum { U_MEM, U_BW, U_TIME } UnitKind;
+
+static const struct { const char *name; UnitKind kind; double scale; } units[] = {
+  {"B", U_MEM, 1}, {"KB", U_MEM, 1e3}, {"MB", U_MEM, 1e6}, {"GB", U_MEM, 1e9}, {"TB", U_MEM, 1e12},
+  {"KiB", U_MEM, 1024.0}, {"MiB", U_MEM, 1048576.0}, {"GiB", U_MEM, 1073741824.0},
+  {"TiB", U_MEM, 1099511627776.0},
+  {"B/s", U_BW, 1}, {"KB/s", U_BW, 1e3}, {"MB/s", U_BW, 1e6}, {"GB/s", U_BW, 1e9},
+  {"TB/s", U_BW, 1e12}, {"Kb/s", U_BW, 1e3 / 8}, {"Mb/s", U_BW, 1e6 / 8}, {"Gb/s", U_BW, 1e9 / 8},
+  {"ns", U_TIME, 1e-9}, {"us", U_TIME, 1e-6}, {"ms", U_TIME, 1e-3}, {"s", U_TIME, 1},
+};
+
+static const char *const kind_name[] = {"a memory size", "a bandwidth", "a time"};
+static const char *const kind_example[] = {"16GiB", "20GB/s", "50us"};
+
+/* A positive quantity of the given kind, in SI units. */
+static bool quantity(const Expr *e, const char *what, UnitKind kind, double *out, Diag *d) {
+  if (e->kind == E_NEG && (e->lhs->kind == E_QUANT || e->lhs->kind == E_NUM)) {
+    diag_error(d, e->loc, "'%s' must be positive", what);
+    return false;
+  }
+  if (e->kind == E_NUM) {
+    diag_error(d, e->loc, "'%s' needs a unit, as in %s = %s", what, what, kind_example[kind]);
+    return false;
+  }
+  if (e->kind != E_QUANT) {
+    if (e->kind != E_ERROR)
+      diag_error(d, e->loc, "'%s' must be %s, as in %s = %s", what, kind_name[kind], what,
+                 kind_example[kind]);
+    return false;
+  }
+  int k = 0;
+  while (k < COUNTOF(units) && strcmp(units[k].name, e->s))
+    k++;
+  if (k == COUNTOF(units)) {
+    diag_error(d, e->loc, "unknown unit '%s'", e->s);
+    return false;
+  }
+  if (units[k].kind != kind) {
+    diag_error(d, e->loc, "'%s' must be %s, but %s is %s", what, kind_name[kind], e->s,
+               kind_name[units[k].kind]);
+    return false;
+  }
+  *out = e->f * units[k].scale;
+  if (!(*out > 0)) {
+    diag_error(d, e->loc, "'%s' must be positive", what);
+    return false;
+  }
+  if (*out > 9e18) {
+    diag_error(d, e->loc, "'%s' is too large", what);
+    return false;
+  }
+  return true;
+}
+
+static bool string_arg(const Expr *e, const char *what, const char **out, Diag *d) {
+  if (e->kind != E_STR) {
+    if (e->kind != E_ERROR)
+      diag_error(d, e->loc, "'%s' must be a string, as in %s = \"...\"", what, what);
+    return false;
+  }
+  *out = e->s;
+  return true;
+}
+
+/* ---- clusters ---- */
+
+/* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name") */
+static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
+  static const char *const param[] = {"gflops", "mem", "target", "cpu"};
+  for (int k = 0; k < c->dev.n; k++)
+    if (!strcmp(c->dev.a[k].name, s->name)) {
+      diag_error(d, s->name_loc, "device '%s' is already defined", s->name);
+      return false;
+    }
+  const Expr *e = s->val;
+  if (strcmp(e->s, "cpu")) {
+    diag_error(d, e->loc, "unknown device kind '%s' (the known kind is cpu)", e->s);
+    return false;
+  }
+  if (e->kind != E_CALL) {
+    diag_error(d, e->loc, "'cpu' needs its arguments 'gflops' and 'mem'");
+    return false;
+  }
+  Expr *arg[4];
+  if (!fe_bind(e, param, 4, 0, 2, arg, a, d))
+    return false;
+  Device dev = {.name = s->name, .node = c->node.n - 1, .kind = "cpu", .loc = s->name_loc};
+  double mem = 0;
+  bool ok = fe_eval_float(arg[0], NULL, 0, "'gflops'", &dev.gflops, d);
+  if (ok && !(dev.gflops > 0)) {
+    diag_error(d, arg[0]->loc, "'gflops' must be positive");
+    ok = false;
+  }
+  ok &= quantity(arg[1], "mem", U_MEM, &mem, d);
+  if (ok && mem < 1) {
+    diag_error(d, arg[1]->loc, "'mem' must be at least one byte");
+    ok = false;
+  }
+  dev.mem = (int64_t)llround(mem);
+  ok &= !arg[2] || string_arg(arg[2], "target", &dev.target, d);
+  ok &= !arg[3] || string_arg(arg[3], "cpu", &dev.cpu, d);
+  if (ok)
+    vec_push(a, &c->dev, dev);
+  return ok;
+}
+
+/* link intra(bw = B, lat = T) | link inter(bw = B, lat = T) */
+static bool lower_link(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
+  static const char *const param[] = {"bw", "lat"};
+  const Expr *e = s->val;
+  if (strcmp(e->s, "intra") && strcmp(e->s, "inter")) {
+    diag_error(d, e->loc, "unknown link '%s' (expected intra or inter)", e->s);
+    return false;
+  }
+  for (int k = 0; k < c->link.n; k++)
+    if (!strcmp(c->link.a[k].name, e->s)) {
+      diag_error(d, e->loc, "link '%s' is already defined", e->s);
+      return false;
+    }
+  Expr *arg[2];
+  if (!fe_bind(e, param, 2, 0, 2, arg, a, d))
+    return false;
+  Link l = {.name = e->s, .loc = e->loc};
+  bool ok = quantity(arg[0], "bw", U_BW, &l.bw, d);
+  ok &= quantity(arg[1], "lat", U_TIME, &l.lat, d);
+  if (ok)
+    vec_push(a, &c->link, l);
+  return ok;
+}
+
+static bool has_link(const Cluster *c, const char *name) {
+  for (int k = 0; k < c->link.n; k++)
+    if (!strcmp(c->link.a[k].name, name))
+      return true;
+  return false;
+}
+
+Cluster *lower_cluster(Arena *a, const Decl *cd, Diag *d) {
+  Cluster *c = arena_alloc(a, sizeof *c);
+  c->name = cd->name;
+  c->loc = cd->name_loc;
+  bool ok = true, crowded = false;
+  for (int k = 0; k < cd->body.n && !diag_full(d); k++) {
+    const Stmt *s = cd->body.a[k];
+    if (s->kind == S_LINK) {
+      ok &= lower_link(a, c, s, d);
+      continue;
+    }
+    for (int j = 0; j < c->node.n; j++)
+      if (!strcmp(c->node.a[j].name, s->name)) {
+        diag_error(d, s->name_loc, "node '%s' is already defined", s->name);
+        ok = false;
+      }
+    Node node = {s->name, s->name_loc};
+    vec_push(a, &c->node, node);
+    if (s->body.n == 0) {
+      diag_error(d, s->name_loc, "node '%s' has no devices", s->name);
+      ok = false;
+    }
+    crowded |= s->body.n > 1;
+    for (int j = 0; j < s->body.n; j++)
+      ok &= lower_device(a, c, s->body.a[j], d);
+  }
+  if (!ok)
+    return NULL;
+  if (c->dev.n == 0) {
+    diag_error(d, cd->name_loc, "cluster '%s' has no devices", cd->name);
+    return NULL;
+  }
+  if (crowded && !has_link(c, "intra")) {
+    diag_error(d, cd->name_loc, "cluster '%s' needs a link intra(...): a node has several devices",
+               cd->name);
+    return NULL;
+  }
+  if (c->node.n > 1 && !has_link(c, "inter")) {
+    diag_error(d, cd->name_loc, "cluster '%s' needs a link inter(...): it has several nodes", cd->name);
+    return NULL;
+  }
+  return c;
+}
+
+/* ---- parallel blocks ---- */
+
+static const char *device_names(Arena *a, const Cluster *c, const char *name) {
+  const char **cand = arena_alloc(a, sizeof(char *) * (size_t)(c->dev.n + 1));
+  for (int k = 0; k < c->dev.n; k++)
+    cand[k] = c->dev.a[k].name;
+  return fe_did_you_mean(a, name, cand, c->dev.n);
+}
+
+/* Finds a mesh axis by name across all meshes. */
+static bool find_axis(const Module *m, const char *name, int *mesh, int *axis) {
+  for (int i = 0; i < m->mesh.n; i++)
+    for (int j = 0; j < m->mesh.a[i].naxis; j++)
+      if (!strcmp(m->mesh.a[i].axis_name[j], name)) {
+        *mesh = i;
+        *axis = j;
+        return true;
+      }
+  return false;
+}
+
+/* mesh NAME[axis = size, ...] [over dev, ...]: without a device list, the
+ * first devices of the cluster in order. */
+static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
+  Arena *a = m->arena;
+  const Cluster *c = m->cluster;
+  for (int k = 0; k < m->mesh.n; k++)
+    if (!strcmp(m->mesh.a[k].name, s->name)) {
+      diag_error(d, s->name_loc, "mesh '%s' is already defined", s->name);
+      return false;
+    }
+  if (s->axes.n > IR_MAX_MESH_AXES) {
+    diag_error(d, s->axes.a[IR_MAX_MESH_AXES].loc, "a mesh has at most %d axes", IR_MAX_MESH_AXES);
+    return false;
+  }
+  Mesh mesh = {.name = s->name, .naxis = s->axes.n, .loc = s->name_loc};
+  int64_t size = 1;
+  bool ok = true;
+  for (int k = 0; k < s->axes.n; k++) {
+    const Arg *ax = &s->axes.a[k];
+    int mi, ai;
+    int64_t v;
+    bool dup = find_axis(m, ax->name, &mi, &ai);
+    for (int j = 0; j < k; j++)
+      dup |= !strcmp(mesh.axis_name[j], ax->name);
+    if (dup) {
+      diag_error(d, ax->loc, "mesh axis '%s' is already defined", ax->name);
+      ok = false;
+    } else if (!fe_eval_int(ax->val, NULL, 0, "a mesh axis size", &v, d)) {
+      ok = false;
+    } else if (v <= 0 || v > c->dev.n) {
+      diag_error(d, ax->val->loc, "mesh axis size %lld is out of range: cluster '%s' has %d devices",
+                 (long long)v, c->name, c->dev.n);
+      ok = false;
+    } else {
+      mesh.axis_name[k] = ax->name;
+      mesh.axis_size[k] = (int)v;
+      size *= v;
+    }
+  }
+  if (!ok)
+    return false;
+  mesh.dev = arena_alloc(a, sizeof(int) * (size_t)size);
+  if (s->list.n == 0) {
+    if (c->dev.n % size) {
+      diag_error(d, s->name_loc,
+                 "mesh '%s' has %lld devices, which does not divide the %d devices of cluster '%s'",
+                 s->name, (long long)size, c->dev.n, c->name);
+      return false;
+    }
+    for (int k = 0; k < size; k++)
+      mesh.dev[k] = k;
+  } else {
+    if (s->list.n != size) {
+      diag_error(d, s->name_loc, "mesh '%s' has %lld positions but lists %d devices", s->name,
+                 (long long)size, s->list.n);
+      return false;
+    }
+    for (int k = 0; k < s->list.n; k++) {
+      const Expr *e = s->list.a[k];
+      int j = 0;
+      while (j < c->dev.n && strcmp(c->dev.a[j].name, e->s))
+        j++;
+      if (j == c->dev.n) {
+        diag_error(d, e->loc, "no device '%s' in cluster '%s'%s", e->s, c->name,
+                   device_names(a, c, e->s));
+        mesh.dev[k] = -1;
+        ok = false;
+        continue;
+      }
+      for (int i = 0; i < k; i++)
+        if (mesh.dev[i] == j) {
+          diag_error(d, e->loc, "device '%s' appears twice in mesh '%s'", e->s, s->name);
+          ok = false;
+        }
+      mesh.dev[k] = j;
+    }
+  }
+  if (ok)
+    vec_push(a, &m->mesh, mesh);
+  return ok;
+}
+
+/* Per-device ratios of a split: tp(0.5, 0.25, 0.25). */
+static double *lower_ratios(Arena *a, const Expr *e, int size, Diag *d) {
+  if (e->args.n != size) {
+    diag_error(d, e->loc, "axis '%s' has %d devices, but %d ratios are given", e->s, size, e->args.n);
+    return NULL;
+  }
+  double *r = arena_alloc(a, sizeof(double) * (size_t)size), sum = 0;
+  for (int k = 0; k < size; k++) {
+    const Expr *v = e->args.a[k].val;
+    if (!fe_eval_float(v, NULL, 0, "a ratio", &r[k], d))
+      return NULL;
+    if (!(r[k] > 0)) {
+      diag_error(d, v->loc, "ratios must be positive, not %g", r[k]);
+      return NULL;
+    }
+    sum += r[k];
+  }
+  if (fabs(sum - 1) > 1e-6) {
+    diag_error(d, e->loc, "the ratios of axis '%s' sum to %g, not 1", e->s, sum);
+    return NULL;
+  }
+  return r;
+}
+
+/* shard NAME: [entry, ...]: per dimension '*' (whole), an axis (even split)
+ * or an axis with ratios (uneven split). */
+static bool lower_shard(Module *m, const Stmt *s, const bool *used, Diag *d) {
+  Arena *a = m->arena;
+  int gi = 0;
+  while (gi < m->global.n && strcmp(m->global.a[gi].name, s->name))
+    gi++;
+  if (gi == m->global.n) {
+    if (ir_find_inst(m->func.a[0], s->name)) {
+      diag_error(d, s->name_loc, "'%s' is computed; shard applies to inputs and params", s->name);
+    } else {
+      const char **cand = arena_alloc(a, sizeof(char *) * (size_t)(m->global.n + 1));
+      for (int k = 0; k < m->global.n; k++)
+        cand[k] = m->global.a[k].name;
+      diag_error(d, s->name_loc, "no input or param named '%s'%s", s->name,
+                 fe_did_you_mean(a, s->name, cand, m->global.n));
+    }
+    return false;
+  }
+  Global *g = &m->global.a[gi];
+  char buf[128];
+  if (g->shard) {
+    diag_error(d, s->name_loc, "'%s' is already sharded", s->name);
+    return false;
+  }
+  if (s->list.n != g->type.rank) {
+    diag_error(d, s->name_loc, "shard of '%s' has %d entr%s, but '%s' is %s", s->name, s->list.n,
+               s->list.n == 1 ? "y" : "ies", s->name, type_str(&g->type, buf, sizeof buf));
+    return false;
+  }
+  Sharding *sh = arena_alloc(a, sizeof *sh);
+  sh->mesh = -1;
+  for (int k = 0; k < IR_MAX_RANK; k++)
+    sh->axis[k] = -1;
+  for (int k = 0; k < s->list.n; k++) {
+    const Expr *e = s->list.a[k];
+    int mi, ai;
+    if (e->kind == E_STAR)
+      continue;
+    if (!find_axis(m, e->s, &mi, &ai)) {
+      diag_error(d, e->loc, "unknown mesh axis '%s'", e->s);
+      return false;
+    }
+    if (sh->mesh >= 0 && sh->mesh != mi) {
+      diag_error(d, e->loc, "axis '%s' is of mesh '%s', the others of mesh '%s'", e->s,
+                 m->mesh.a[mi].name, m->mesh.a[sh->mesh].name);
+      return false;
+    }
+    for (int j = 0; j < k; j++)
+      if (sh->axis[j] == ai) {
+        diag_error(d, e->loc, "axis '%s' splits two dimensions of '%s'", e->s, s->name);
+        return false;
+      }
+    sh->mesh = mi;
+    sh->axis[k] = (int8_t)ai;
+    int size = m->mesh.a[mi].axis_size[ai];
+    if (e->kind == E_CALL && !(sh->ratio[k] = lower_ratios(a, e, size, d)))
+      return false;
+    if (e->kind == E_IDENT && g->type.dim[k] % size) {
+      diag_error(d, e->loc, "dimension %d of '%s' (%lld) does not split evenly over the %d devices "
+                 "of axis '%s'", k, s->name, (long long)g->type.dim[k], size, e->s);
+      return false;
+    }
+  }
+  if (sh->mesh < 0)
+    sh->mesh = 0;
+  g->shard = sh;
+  if (!used[gi] && (d->wflags & W_UNUSED))
+    diag_warn(d, s->name_loc, "shard annotation on '%s', which is never used", s->name);
+  return true;
+}
+
+bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, Diag *d) {
+  static const char *const plans[] = {"auto", "even", "explicit"};
+  static const PlanMode modes[] = {PLAN_AUTO, PLAN_EVEN, PLAN_EXPLICIT};
+  int nerr = d->nerr;
+  const Stmt *plan = NULL;
+  m->cluster = c;
+  m->plan = PLAN_AUTO;
+  for (int k = 0; k < pd->body.n; k++)
+    if (pd->body.a[k]->kind == S_MESH)
+      lower_mesh(m, pd->body.a[k], d);
+  /* Shards name mesh axes: after a broken mesh, they are not checked. */
+  bool meshes_ok = d->nerr == nerr;
+  for (int k = 0; k < pd->body.n && !diag_full(d); k++) {
+    const Stmt *s = pd->body.a[k];
+    if (s->kind == S_SHARD && meshes_ok && m->mesh.n == 0) {
+      diag_error(d, s->loc, "shard needs a mesh; declare one with mesh NAME[axis = size]");
+      meshes_ok = false;
+    } else if (s->kind == S_SHARD && meshes_ok) {
+      lower_shard(m, s, used, d);
+    } else if (s->kind == S_PLAN && plan) {
+      diag_error(d, s->loc, "a second plan statement");
+    } else if (s->kind == S_PLAN) {
+      plan = s;
+      int j = 0;
+      while (j < COUNTOF(plans) && strcmp(plans[j], s->name))
+        j++;
+      if (j == COUNTOF(plans))
+        diag_error(d, s->name_loc, "unknown plan '%s' (expected auto, even or explicit)", s->name);
+      else
+        m->plan = modes[j];
+    }
+  }
+  return d->nerr == nerr;
+}

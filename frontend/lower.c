@@ -1,0 +1,1005 @@
+/* lower.c: a model's statements to a module: dimensions, globals, and one
+ * function, forward, built in statement order. Checks names, arguments and,
+ * through ir_infer, shapes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ast.h"
+
+typedef enum { N_DIM, N_INPUT, N_PARAM, N_VALUE } NameKind;
+
+/* An entry of the model's one namespace. */
+typedef struct Name {
+  const char *name;
+  NameKind kind;
+  Loc loc;
+  int stmt;              /* the defining statement's index; -1 for dimensions */
+  int global;            /* N_INPUT, N_PARAM: index into Module.global */
+  int64_t dim;           /* N_DIM: its value */
+  Inst *val;             /* the value once lowered; inputs and params at first use */
+  bool bad;              /* its definition failed: uses stay silent */
+  bool output;           /* an output statement names it */
+  struct Name *next;     /* hash chain */
+} Name;
+
+typedef struct Ctx {
+  Arena *a;
+  Diag *d;
+  Module *m;
+  Func *f;
+  Name **tab;            /* hash table of names, cap a power of two */
+  int cap;
+  VEC(Name *) names;     /* in definition order */
+  Name **def;            /* per statement: the name it defines, NULL if none */
+  int cur;               /* the statement being lowered */
+  bool minimized;
+} Ctx;
+
+/* ---- names ---- */
+
+static unsigned hash(const char *s) {
+  unsigned h = 2166136261u;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+static Name *lookup(Ctx *c, const char *s) {
+  for (Name *n = c->tab[hash(s) & (unsigned)(c->cap - 1)]; n; n = n->next)
+    if (!strcmp(n->name, s))
+      return n;
+  return NULL;
+}
+
+static const char *did_you_mean(Ctx *c, const char *s) {
+  const char **cand = arena_alloc(c->a, sizeof(char *) * (size_t)(c->names.n + 1));
+  for (int k = 0; k < c->names.n; k++)
+    cand[k] = c->names.a[k]->name;
+  return fe_did_you_mean(c->a, s, cand, c->names.n);
+}
+
+/* Defines a name; NULL after reporting a second definition. */
+static Name *define(Ctx *c, const char *s, NameKind kind, Loc at, int stmt) {
+  Name *old = lookup(c, s);
+  if (old) {
+    diag_error(c->d, at, "'%s' is already defined", s);
+    if (!diag_full(c->d))
+      diag_note(c->d, old->loc, "the first definition is here");
+    return NULL;
+  }
+  Name *n = arena_alloc(c->a, sizeof *n);
+  *n = (Name){.name = s, .kind = kind, .loc = at, .stmt = stmt, .global = -1};
+  unsigned h = hash(s) & (unsigned)(c->cap - 1);
+  n->next = c->tab[h];
+  c->tab[h] = n;
+  vec_push(c->a, &c->names, n);
+  return n;
+}
+
+/* ---- instructions ---- */
+
+static Inst *finish(Ctx *c, Inst *i) {
+  char err[256];
+  if (ir_infer(i, err, sizeof err))
+    return i;
+  diag_error(c->d, i->loc, "%s", err);
+  return NULL;
+}
+
+static Inst *constant(Ctx *c, double v, Loc at) {
+  Inst *i = ir_new(c->f, OP_const, at, 0, NULL);
+  ir_set_float(i, "value", v);
+  return finish(c, i);
+}
+
+static Inst *op1(Ctx *c, Op op, Loc at, Inst *x) { return finish(c, ir_new(c->f, op, at, 1, &x)); }
+
+static Inst *op2(Ctx *c, Op op, Loc at, Inst *x, Inst *y) {
+  Inst *in[2] = {x, y};
+  return finish(c, ir_new(c->f, op, at, 2, in));
+}
+
+/* The value of a name used at `at`; inputs and params are loaded at first use. */
+static Inst *ref(Ctx *c, const char *s, Loc at) {
+  Name *n = lookup(c, s);
+  if (!n) {
+    diag_error(c->d, at, "unknown name '%s'%s", s, did_you_mean(c, s));
+    return NULL;
+  }
+  if (n->bad)
+    return NULL;
+  if (n->kind == N_DIM)
+    return constant(c, (double)n->dim, at);
+  if (n->stmt == c->cur) {
+    diag_error(c->d, at, "'%s' is used in its own definition", s);
+    return NULL;
+  }
+  if (n->stmt > c->cur) {
+    diag_error(c->d, at, "'%s' is used before its definition on line %d", s, n->loc.line);
+    return NULL;
+  }
+  if (!n->val && n->global >= 0) {
+    Global *g = &c->m->global.a[n->global];
+    n->val = ir_new(c->f, OP_load, g->loc, 0, NULL);
+    n->val->name = g->name;
+    ir_set_str(n->val, "global", g->name);
+    n->val = finish(c, n->val);
+  }
+  return n->val;
+}
+
+/* ---- arguments of built-in functions ---- */
+
+/* The first name in e that is a tensor, not a dimension. */
+static const Expr *tensor_in(Ctx *c, const Expr *e) {
+  const Expr *t = NULL;
+  if (e->kind == E_IDENT) {
+    Name *n = lookup(c, e->s);
+    return n && n->kind != N_DIM ? e : NULL;
+  }
+  if (e->kind == E_NEG || e->kind == E_BINARY)
+    t = tensor_in(c, e->lhs);
+  if (!t && e->kind == E_BINARY)
+    t = tensor_in(c, e->rhs);
+  return t;
+}
+
+static bool int_arg(Ctx *c, const Expr *e, const char *what, int64_t *out) {
+  const Expr *t = tensor_in(c, e);
+  if (t) {
+    diag_error(c->d, t->loc, "'%s' is a tensor, but %s must be a number", t->s, what);
+    return false;
+  }
+  return fe_eval_int(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
+}
+
+static bool float_arg(Ctx *c, const Expr *e, const char *what, double *out) {
+  const Expr *t = tensor_in(c, e);
+  if (t) {
+    diag_error(c->d, t->loc, "'%s' is a tensor, but %s must be a number", t->s, what);
+    return false;
+  }
+  return fe_eval_float(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
+}
+
+/* A real number from 0 to hi; an open end excludes its bound. */
+static bool real_in(Ctx *c, const Expr *e, const char *what, bool lo_open, double hi, bool hi_open,
+                    double *out) {
+  if (!float_arg(c, e, arena_printf(c->a, "'%s'", what), out))
+    return false;
+  if (*out < 0 || *out > hi || (lo_open && *out == 0) || (hi_open && *out == hi)) {
+    const char *range = hi == INFINITY ? (lo_open ? "positive" : "non-negative")
+                                       : arena_printf(c->a, "in %c0, %g%c", lo_open ? '(' : '[', hi,
+                                                      hi_open ? ')' : ']');
+    diag_error(c->d, e->loc, "'%s' must be %s, not %g", what, range, *out);
+    return false;
+  }
+  return true;
+}
+
+static bool bool_arg(Ctx *c, const Expr *e, const char *what, bool *out) {
+  if (e->kind == E_IDENT && (!strcmp(e->s, "true") || !strcmp(e->s, "false"))) {
+    *out = e->s[0] == 't';
+    return true;
+  }
+  if (e->kind == E_NUM && e->is_int && (e->i == 0 || e->i == 1)) {
+    *out = e->i == 1;
+    return true;
+  }
+  if (e->kind != E_ERROR)
+    diag_error(c->d, e->loc, "'%s' must be true or false", what);
+  return false;
+}
+
+/* An axis of x; negative ones count from the end. */
+static bool axis_arg(Ctx *c, const Expr *e, const Inst *x, int64_t *out) {
+  int64_t v, r = x->type.rank;
+  if (!int_arg(c, e, "an axis", &v))
+    return false;
+  if (v < -r || v >= r) {
+    char buf[128];
+    diag_error(c->d, e->loc, "axis %lld is out of range for %s", (long long)v,
+               type_str(&x->type, buf, sizeof buf));
+    return false;
+  }
+  *out = v < 0 ? v + r : v;
+  return true;
+}
+
+/* A dimension: from 1 to IR_MAX_DIM. */
+static bool dim_ok(Ctx *c, int64_t v, Loc at) {
+  if (v <= 0)
+    diag_error(c->d, at, "dimension must be positive, not %lld", (long long)v);
+  else if (v > IR_MAX_DIM)
+    diag_error(c->d, at, "dimension %lld is larger than the limit %lld", (long long)v,
+               (long long)IR_MAX_DIM);
+  return v > 0 && v <= IR_MAX_DIM;
+}
+
+/* A list of at most IR_MAX_RANK integers, as in [B, 16, 64]. */
+static bool ints_arg(Ctx *c, const Expr *e, const char *what, int64_t *out, int *n) {
+  if (e->kind != E_LIST) {
+    if (e->kind != E_ERROR)
+      diag_error(c->d, e->loc, "'%s' must be a list, as in [0, 1]", what);
+    return false;
+  }
+  if (e->args.n > IR_MAX_RANK) {
+    diag_error(c->d, e->args.a[IR_MAX_RANK].loc, "'%s' has more than %d entries", what, IR_MAX_RANK);
+    return false;
+  }
+  bool ok = true;
+  for (int k = 0; k < e->args.n; k++)
+    ok &= int_arg(c, e->args.a[k].val, arena_printf(c->a, "an entry of '%s'", what), &out[k]);
+  *n = e->args.n;
+  return ok;
+}
+
+/* ---- built-in functions ---- */
+
+typedef enum {
+  B_ELEM,       /* elementwise on tensors, no attributes */
+  B_SOFTMAX,    /* axis */
+  B_REDUCE,     /* axis or axes, keepdim */
+  B_MATMUL,     /* ta, tb */
+  B_RESHAPE,
+  B_TRANSPOSE,
+  B_SLICE,
+  B_CONCAT,
+  B_LAYER_NORM,
+  B_DROPOUT,
+} BuiltinKind;
+
+typedef struct Builtin {
+  const char *name;
+  BuiltinKind kind;
+  int ntensor;           /* leading parameters that are tensors */
+  int nreq;              /* leading parameters that are required */
+  int nparam;
+  const char *param[4];
+} Builtin;
+
+static const Builtin builtins[] = {
+  {"relu", B_ELEM, 1, 1, 1, {"x"}},
+  {"gelu", B_ELEM, 1, 1, 1, {"x"}},
+  {"tanh", B_ELEM, 1, 1, 1, {"x"}},
+  {"sigmoid", B_ELEM, 1, 1, 1, {"x"}},
+  {"exp", B_ELEM, 1, 1, 1, {"x"}},
+  {"log", B_ELEM, 1, 1, 1, {"x"}},
+  {"sqrt", B_ELEM, 1, 1, 1, {"x"}},
+  {"causal_mask", B_ELEM, 1, 1, 1, {"x"}},
+  {"cross_entropy", B_ELEM, 2, 2, 2, {"logits", "labels"}},
+  {"mse", B_ELEM, 2, 2, 2, {"pred", "target"}},
+  {"embedding", B_ELEM, 2, 2, 2, {"table", "ids"}},
+  {"softmax", B_SOFTMAX, 1, 1, 2, {"x", "axis"}},
+  {"log_softmax", B_SOFTMAX, 1, 1, 2, {"x", "axis"}},
+  {"sum", B_REDUCE, 1, 1, 4, {"x", "axis", "axes", "keepdim"}},
+  {"mean", B_REDUCE, 1, 1, 4, {"x", "axis", "axes", "keepdim"}},
+  {"max", B_REDUCE, 1, 1, 4, {"x", "axis", "axes", "keepdim"}},
+  {"matmul", B_MATMUL, 2, 2, 4, {"a", "b", "ta", "tb"}},
+  {"reshape", B_RESHAPE, 1, 2, 2, {"x", "shape"}},
+  {"transpose", B_TRANSPOSE, 1, 1, 2, {"x", "perm"}},
+  {"slice", B_SLICE, 1, 1, 4, {"x", "axis", "begin", "end"}},
+  {"concat", B_CONCAT, 0, 0, 1, {"axis"}},
+  {"layer_norm", B_LAYER_NORM, 3, 1, 4, {"x", "gamma", "beta", "eps"}},
+  {"dropout", B_DROPOUT, 1, 1, 3, {"x", "p", "seed"}},
+};
+
+static Inst *lower_expr(Ctx *c, const Expr *e);
+
+/* sum, mean, max: over `axis`, the list `axes`, or everything. */
+static Inst *lower_reduce(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
+  int64_t axes[IR_MAX_RANK];
+  int n = 0;
+  bool keep = false;
+  if (arg[1] && arg[2]) {
+    diag_error(c->d, arg[2]->loc, "give 'axis' or 'axes', not both");
+    return NULL;
+  }
+  if (arg[1]) {
+    if (!axis_arg(c, arg[1], x, &axes[0]))
+      return NULL;
+    n = 1;
+  } else if (arg[2]) {
+    if (!ints_arg(c, arg[2], "axes", axes, &n))
+      return NULL;
+    for (int k = 0; k < n; k++) {
+      int64_t r = x->type.rank;
+      if (axes[k] < -r || axes[k] >= r) {
+        char buf[128];
+        diag_error(c->d, arg[2]->args.a[k].loc, "axis %lld is out of range for %s",
+                   (long long)axes[k], type_str(&x->type, buf, sizeof buf));
+        return NULL;
+      }
+      axes[k] = axes[k] < 0 ? axes[k] + r : axes[k];
+      for (int j = 0; j < k; j++)
+        if (axes[j] == axes[k]) {
+          diag_error(c->d, arg[2]->args.a[k].loc, "axis %lld appears twice", (long long)axes[k]);
+          return NULL;
+        }
+    }
+  } else {
+    for (n = 0; n < x->type.rank; n++)
+      axes[n] = n;
+  }
+  if (arg[3] && !bool_arg(c, arg[3], "keepdim", &keep))
+    return NULL;
+  for (int k = 1; k < n; k++)
+    for (int j = k; j > 0 && axes[j - 1] > axes[j]; j--) {
+      int64_t t = axes[j];
+      axes[j] = axes[j - 1];
+      axes[j - 1] = t;
+    }
+  Inst *i = ir_new(c->f, op, e->loc, 1, &x);
+  ir_set_ints(i, "axes", axes, n);
+  if (keep)
+    ir_set_int(i, "keepdim", 1);
+  return finish(c, i);
+}
+
+/* reshape(x, [..]): one entry may be -1, inferred from the element count. */
+static Inst *lower_reshape(Ctx *c, const Expr *e, Inst *x, const Expr *shape) {
+  int64_t dim[IR_MAX_RANK], known = 1;
+  int n, infer = -1;
+  if (!ints_arg(c, shape, "shape", dim, &n))
+    return NULL;
+  for (int k = 0; k < n; k++) {
+    Loc at = shape->args.a[k].loc;
+    if (dim[k] == -1 && infer < 0) {
+      infer = k;
+    } else if (dim[k] == -1) {
+      diag_error(c->d, at, "only one entry of a shape can be -1");
+      return NULL;
+    } else if (!dim_ok(c, dim[k], at)) {
+      return NULL;
+    } else if (__builtin_mul_overflow(known, dim[k], &known) || known > IR_MAX_ELEMS) {
+      diag_error(c->d, at, "shape has more than %lld elements", (long long)IR_MAX_ELEMS);
+      return NULL;
+    }
+  }
+  if (infer >= 0) {
+    int64_t total = type_elems(&x->type);
+    if (total % known) {
+      char buf[128];
+      diag_error(c->d, shape->args.a[infer].loc,
+                 "cannot infer -1: %s has %lld elements, not a multiple of %lld",
+                 type_str(&x->type, buf, sizeof buf), (long long)total, (long long)known);
+      return NULL;
+    }
+    dim[infer] = total / known;
+  }
+  Inst *i = ir_new(c->f, OP_reshape, e->loc, 1, &x);
+  ir_set_ints(i, "shape", dim, n);
+  return finish(c, i);
+}
+
+/* transpose(x, perm): without perm, the last two axes swap. */
+static Inst *lower_transpose(Ctx *c, const Expr *e, Inst *x, const Expr *perm) {
+  int64_t p[IR_MAX_RANK];
+  int n, r = x->type.rank;
+  char buf[128];
+  if (!perm) {
+    if (r < 2) {
+      diag_error(c->d, e->loc, "transpose of %s needs a 'perm'", type_str(&x->type, buf, sizeof buf));
+      return NULL;
+    }
+    for (n = 0; n < r; n++)
+      p[n] = n;
+    p[r - 2] = r - 1;
+    p[r - 1] = r - 2;
+  } else {
+    if (!ints_arg(c, perm, "perm", p, &n))
+      return NULL;
+    bool seen[IR_MAX_RANK] = {0}, ok = n == r;
+    for (int k = 0; ok && k < n; k++) {
+      p[k] = p[k] < 0 ? p[k] + r : p[k];
+      ok = p[k] >= 0 && p[k] < r && !seen[p[k]];
+      if (ok)
+        seen[p[k]] = true;
+    }
+    if (!ok) {
+      diag_error(c->d, perm->loc, "'perm' must order all %d axes of %s", r,
+                 type_str(&x->type, buf, sizeof buf));
+      return NULL;
+    }
+  }
+  Inst *i = ir_new(c->f, OP_transpose, e->loc, 1, &x);
+  ir_set_ints(i, "perm", p, n);
+  return finish(c, i);
+}
+
+/* slice(x, axis, begin, end): [begin, end) of one axis; negative indices
+ * count from the end. */
+static Inst *lower_slice(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+  int64_t axis = 0, begin = 0, end;
+  char buf[128];
+  if (x->type.rank == 0) {
+    diag_error(c->d, e->loc, "cannot slice %s", type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
+  if (arg[1] && !axis_arg(c, arg[1], x, &axis))
+    return NULL;
+  int64_t size = x->type.dim[axis];
+  end = size;
+  if ((arg[2] && !int_arg(c, arg[2], "'begin'", &begin)) || (arg[3] && !int_arg(c, arg[3], "'end'", &end)))
+    return NULL;
+  int64_t b = begin + (begin < 0 ? size : 0), en = end + (end < 0 ? size : 0);
+  if (b < 0 || b >= en || en > size) {
+    diag_error(c->d, e->loc, "slice [%lld, %lld) of axis %lld is empty or outside %s",
+               (long long)begin, (long long)end, (long long)axis, type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
+  begin = b;
+  end = en;
+  Inst *i = ir_new(c->f, OP_slice, e->loc, 1, &x);
+  ir_set_int(i, "axis", axis);
+  ir_set_int(i, "begin", begin);
+  ir_set_int(i, "end", end);
+  return finish(c, i);
+}
+
+/* concat(a, b, ..., axis = k): any number of tensors, then the axis by name. */
+static Inst *lower_concat(Ctx *c, const Expr *e) {
+  Inst *in[16];
+  int n = 0, max = ir_ops[OP_concat].maxin;
+  const Expr *axis = NULL;
+  bool ok = true;
+  for (int k = 0; k < e->args.n; k++) {
+    const Arg *arg = &e->args.a[k];
+    if (arg->name && !strcmp(arg->name, "axis") && !axis) {
+      axis = arg->val;
+    } else if (arg->name && !strcmp(arg->name, "axis")) {
+      diag_error(c->d, arg->loc, "argument 'axis' is given twice");
+      ok = false;
+    } else if (arg->name) {
+      diag_error(c->d, arg->loc, "unknown argument '%s' of 'concat'", arg->name);
+      ok = false;
+    } else if (n == max) {
+      diag_error(c->d, arg->loc, "'concat' takes at most %d tensors", max);
+      return NULL;
+    } else {
+      in[n] = lower_expr(c, arg->val);
+      ok &= in[n++] != NULL;
+    }
+  }
+  if (ok && n == 0) {
+    diag_error(c->d, e->loc, "'concat' needs at least one tensor");
+    return NULL;
+  }
+  int64_t ax = 0;
+  if (!ok || (axis && !axis_arg(c, axis, in[0], &ax)))
+    return NULL;
+  Inst *i = ir_new(c->f, OP_concat, e->loc, n, in);
+  ir_set_int(i, "axis", ax);
+  return finish(c, i);
+}
+
+static const Builtin *find_builtin(const char *name) {
+  for (int k = 0; k < COUNTOF(builtins); k++)
+    if (!strcmp(builtins[k].name, name))
+      return &builtins[k];
+  return NULL;
+}
+
+static Inst *lower_call(Ctx *c, const Expr *e) {
+  const Builtin *b = find_builtin(e->s);
+  if (!b) {
+    const char *cand[COUNTOF(builtins)];
+    for (int k = 0; k < COUNTOF(builtins); k++)
+      cand[k] = builtins[k].name;
+    diag_error(c->d, e->loc, "unknown function '%s'%s", e->s,
+               fe_did_you_mean(c->a, e->s, cand, COUNTOF(cand)));
+    return NULL;
+  }
+  if (b->kind == B_CONCAT)
+    return lower_concat(c, e);
+  Expr *arg[4];
+  if (!fe_bind(e, b->param, b->nparam, b->nparam, b->nreq, arg, c->a, c->d))
+    return NULL;
+  Inst *in[3] = {0};
+  bool ok = true;
+  for (int k = 0; k < b->ntensor; k++)
+    if (arg[k]) {
+      in[k] = lower_expr(c, arg[k]);
+      ok &= in[k] != NULL;
+    }
+  if (!ok)
+    return NULL;
+  Op op = b->kind == B_LAYER_NORM ? OP_normalize : ir_op_lookup(b->name);
+  DTC_ASSERT(op != OP_COUNT);
+  Inst *x = in[0], *i;
+  int64_t axis;
+  bool t;
+  double v;
+  switch (b->kind) {
+  case B_ELEM:
+    return finish(c, ir_new(c->f, op, e->loc, b->ntensor, in));
+  case B_SOFTMAX:
+    axis = x->type.rank - 1;
+    if (arg[1] && !axis_arg(c, arg[1], x, &axis))
+      return NULL;
+    i = ir_new(c->f, op, e->loc, 1, &x);
+    ir_set_int(i, "axis", axis);
+    return finish(c, i);
+  case B_REDUCE:
+    return lower_reduce(c, e, op, x, arg);
+  case B_MATMUL:
+    i = ir_new(c->f, op, e->loc, 2, in);
+    if (arg[2] && !bool_arg(c, arg[2], "ta", &t))
+      return NULL;
+    if (arg[2] && t)
+      ir_set_int(i, "ta", 1);
+    if (arg[3] && !bool_arg(c, arg[3], "tb", &t))
+      return NULL;
+    if (arg[3] && t)
+      ir_set_int(i, "tb", 1);
+    return finish(c, i);
+  case B_RESHAPE:
+    return lower_reshape(c, e, x, arg[1]);
+  case B_TRANSPOSE:
+    return lower_transpose(c, e, x, arg[1]);
+  case B_SLICE:
+    return lower_slice(c, e, x, arg);
+  case B_LAYER_NORM:
+    v = 1e-5;
+    if (arg[3] && !real_in(c, arg[3], "eps", true, INFINITY, false, &v))
+      return NULL;
+    i = ir_new(c->f, op, e->loc, 1, &x);
+    ir_set_float(i, "eps", v);
+    if ((i = finish(c, i)) && in[1])
+      i = op2(c, OP_mul, e->loc, i, in[1]);
+    if (i && in[2])
+      i = op2(c, OP_add, e->loc, i, in[2]);
+    return i;
+  case B_DROPOUT:
+    v = 0.1;
+    axis = (int64_t)e->loc.line << 16 | (e->loc.col & 0xffff);
+    if (arg[1] && !real_in(c, arg[1], "p", false, 1, true, &v))
+      return NULL;
+    if (arg[2] && !int_arg(c, arg[2], "'seed'", &axis))
+      return NULL;
+    i = ir_new(c->f, op, e->loc, 1, &x);
+    ir_set_float(i, "p", v);
+    ir_set_int(i, "seed", axis);
+    return finish(c, i);
+  case B_CONCAT:
+    break;
+  }
+  DTC_UNREACHABLE();
+}
+
+/* ---- expressions ---- */
+
+/* Numbers, dimension names and arithmetic on them fold to one constant. */
+static bool is_const(Ctx *c, const Expr *e) {
+  switch (e->kind) {
+  case E_NUM: return true;
+  case E_IDENT: {
+    Name *n = lookup(c, e->s);
+    return n && n->kind == N_DIM;
+  }
+  case E_NEG: return is_const(c, e->lhs);
+  case E_BINARY: return e->op != '@' && is_const(c, e->lhs) && is_const(c, e->rhs);
+  default: return false;
+  }
+}
+
+static Inst *lower_expr(Ctx *c, const Expr *e) {
+  static const Op binop[128] = {['+'] = OP_add, ['-'] = OP_sub, ['*'] = OP_mul, ['/'] = OP_div,
+                                ['@'] = OP_matmul};
+  if ((e->kind == E_NEG || e->kind == E_BINARY) && is_const(c, e)) {
+    Num v;
+    return fe_eval(e, c->m->dim.a, c->m->dim.n, &v, c->d) ? constant(c, v.f, e->loc) : NULL;
+  }
+  switch (e->kind) {
+  case E_NUM:
+    return constant(c, e->f, e->loc);
+  case E_IDENT:
+    return ref(c, e->s, e->loc);
+  case E_NEG: {
+    Inst *x = lower_expr(c, e->lhs);
+    return x ? op1(c, OP_neg, e->loc, x) : NULL;
+  }
+  case E_BINARY: {
+    Inst *x = lower_expr(c, e->lhs);
+    Inst *y = lower_expr(c, e->rhs);
+    return x && y ? op2(c, binop[e->op], e->loc, x, y) : NULL;
+  }
+  case E_CALL:
+    return lower_call(c, e);
+  case E_QUANT:
+    diag_error(c->d, e->loc, "a unit ('%s') belongs in a cluster, not in a model", e->s);
+    return NULL;
+  case E_STR:
+    diag_error(c->d, e->loc, "expected a tensor, found a string");
+    return NULL;
+  case E_LIST:
+    diag_error(c->d, e->loc, "expected a tensor, found a list");
+    return NULL;
+  case E_STAR:
+  case E_ERROR:
+    return NULL;
+  }
+  DTC_UNREACHABLE();
+}
+
+/* ---- declarations ---- */
+
+static bool lower_type(Ctx *c, const TypeExpr *t, Type *out) {
+  *out = (Type){0};
+  if (!strcmp(t->dtype, "f32")) {
+    out->dtype = DT_F32;
+  } else if (!strcmp(t->dtype, "i32")) {
+    out->dtype = DT_I32;
+  } else {
+    diag_error(c->d, t->loc, "unknown element type '%s' (expected f32 or i32)", t->dtype);
+    return false;
+  }
+  if (t->dim.n > IR_MAX_RANK) {
+    diag_error(c->d, t->dim.a[IR_MAX_RANK]->loc, "a tensor has at most %d dimensions", IR_MAX_RANK);
+    return false;
+  }
+  bool ok = true;
+  int64_t elems = 1;
+  for (int k = 0; k < t->dim.n; k++) {
+    int64_t v;
+    const Expr *e = t->dim.a[k];
+    if (!int_arg(c, e, "a dimension", &v) || !dim_ok(c, v, e->loc)) {
+      ok = false;
+    } else {
+      out->dim[k] = v;
+      if (elems <= IR_MAX_ELEMS)
+        elems = v > IR_MAX_ELEMS / elems ? IR_MAX_ELEMS + 1 : elems * v;
+    }
+  }
+  out->rank = t->dim.n;
+  if (ok && elems > IR_MAX_ELEMS) {
+    diag_error(c->d, t->loc, "tensor has more than %lld elements", (long long)IR_MAX_ELEMS);
+    ok = false;
+  }
+  return ok;
+}
+
+/* init = zeros | ones | glorot | normal(std = 0.02) | uniform(bound = 0.1);
+ * without one, matrices get glorot and the rest zeros. */
+static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
+  static const char *const inits[] = {"zeros", "ones", "glorot", "normal", "uniform"};
+  const Expr *e = s->val;
+  if (!e) {
+    g->init = g->type.rank >= 2 ? "glorot" : "zeros";
+    return true;
+  }
+  int k = 0;
+  while (k < COUNTOF(inits) && strcmp(inits[k], e->s))
+    k++;
+  if (k == COUNTOF(inits)) {
+    diag_error(c->d, e->loc, "unknown initializer '%s'%s", e->s,
+               fe_did_you_mean(c->a, e->s, inits, COUNTOF(inits)));
+    return false;
+  }
+  g->init = inits[k];
+  if (k < 3) {
+    Expr *none[1];
+    return e->kind != E_CALL || fe_bind(e, NULL, 0, 0, 0, none, c->a, c->d);
+  }
+  const char *param = k == 3 ? "std" : "bound";
+  g->init_arg = k == 3 ? 0.02 : 0.1;
+  Expr *arg[1] = {NULL};
+  if (e->kind == E_CALL && !fe_bind(e, &param, 1, 1, 0, arg, c->a, c->d))
+    return false;
+  return !arg[0] || real_in(c, arg[0], param, true, INFINITY, false, &g->init_arg);
+}
+
+static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
+  Type t;
+  if (!lower_type(c, s->type, &t)) {
+    n->bad = true;
+    return;
+  }
+  if (s->kind == S_PARAM && t.dtype != DT_F32) {
+    diag_error(c->d, s->type->loc, "param '%s' must be f32: only f32 tensors are trained", s->name);
+    n->bad = true;
+    return;
+  }
+  Global *g = ir_add_global(c->m, s->name, s->kind == S_INPUT ? G_INPUT : G_PARAM, t, s->name_loc);
+  n->global = c->m->global.n - 1;
+  if (s->kind == S_PARAM && !lower_init(c, s, g))
+    n->bad = true;
+}
+
+/* ---- training ---- */
+
+/* schedule = constant | warmup(steps = N) | cosine(total = N, warmup = 0) */
+static bool lower_schedule(Ctx *c, const Expr *e, Train *t) {
+  static const char *const names[] = {"constant", "warmup", "cosine"};
+  static const char *const cosine[] = {"total", "warmup"};
+  static const char *const warm[] = {"steps"};
+  if (e->kind != E_IDENT && e->kind != E_CALL) {
+    if (e->kind != E_ERROR)
+      diag_error(c->d, e->loc, "'schedule' must be constant, warmup(steps = N) or cosine(total = N)");
+    return false;
+  }
+  int k = 0;
+  while (k < COUNTOF(names) && strcmp(names[k], e->s))
+    k++;
+  if (k == COUNTOF(names)) {
+    diag_error(c->d, e->loc, "unknown schedule '%s'%s", e->s,
+               fe_did_you_mean(c->a, e->s, names, COUNTOF(names)));
+    return false;
+  }
+  t->schedule = names[k];
+  Expr *arg[2] = {NULL, NULL};
+  if (k == 0)
+    return e->kind != E_CALL || fe_bind(e, NULL, 0, 0, 0, arg, c->a, c->d);
+  if (e->kind != E_CALL) {
+    diag_error(c->d, e->loc, "'%s' needs its argument '%s'", e->s, k == 1 ? "steps" : "total");
+    return false;
+  }
+  if (!fe_bind(e, k == 1 ? warm : cosine, k == 1 ? 1 : 2, 0, 1, arg, c->a, c->d))
+    return false;
+  int64_t v[2] = {0, 0};
+  for (int j = 0; j < 2; j++) {
+    if (!arg[j])
+      continue;
+    const char *what = k == 1 ? "steps" : cosine[j];
+    if (!int_arg(c, arg[j], arena_printf(c->a, "'%s'", what), &v[j]))
+      return false;
+    if (v[j] < (j == 0 ? 1 : 0)) {
+      diag_error(c->d, arg[j]->loc, "'%s' must be %s", what, j == 0 ? "positive" : "non-negative");
+      return false;
+    }
+  }
+  t->warmup = k == 1 ? v[0] : v[1];
+  t->total = k == 1 ? 0 : v[0];
+  if (k == 2 && t->warmup >= t->total) {
+    diag_error(c->d, arg[1]->loc, "'warmup' must be below 'total'");
+    return false;
+  }
+  return true;
+}
+
+/* optimizer = sgd(lr, momentum, weight_decay, schedule)
+ *           | adam(lr, beta1, beta2, eps, weight_decay, schedule) | adamw(...) */
+static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
+  static const char *const sgd[] = {"lr", "momentum", "weight_decay", "schedule"};
+  static const char *const adam[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "schedule"};
+  bool is_sgd = !strcmp(e->s, "sgd"), is_adamw = !strcmp(e->s, "adamw");
+  if (!is_sgd && !is_adamw && strcmp(e->s, "adam")) {
+    static const char *const names[] = {"sgd", "adam", "adamw"};
+    diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
+               fe_did_you_mean(c->a, e->s, names, COUNTOF(names)));
+    return false;
+  }
+  t->opt = is_sgd ? "sgd" : is_adamw ? "adamw" : "adam";
+  t->schedule = "constant";
+  t->lr = is_sgd ? 0.01 : 1e-3;
+  if (!is_sgd) {
+    t->beta1 = 0.9;
+    t->beta2 = 0.999;
+    t->eps = 1e-8;
+    t->weight_decay = is_adamw ? 0.01 : 0;
+  }
+  const char *const *param = is_sgd ? sgd : adam;
+  int nparam = is_sgd ? COUNTOF(sgd) : COUNTOF(adam);
+  Expr *arg[COUNTOF(adam)] = {0};
+  if (e->kind == E_CALL && !fe_bind(e, param, nparam, 1, 0, arg, c->a, c->d))
+    return false;
+  bool ok = true;
+  for (int k = 0; k < nparam; k++) {
+    if (!arg[k])
+      continue;
+    const char *p = param[k];
+    if (!strcmp(p, "schedule"))
+      ok &= lower_schedule(c, arg[k], t);
+    else if (!strcmp(p, "lr"))
+      ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->lr);
+    else if (!strcmp(p, "eps"))
+      ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->eps);
+    else if (!strcmp(p, "weight_decay"))
+      ok &= real_in(c, arg[k], p, false, INFINITY, false, &t->weight_decay);
+    else
+      ok &= real_in(c, arg[k], p, false, 1, true, !strcmp(p, "momentum") ? &t->momentum
+                                                  : !strcmp(p, "beta1")  ? &t->beta1
+                                                                         : &t->beta2);
+  }
+  return ok;
+}
+
+/* ---- statements ---- */
+
+static void emit_output(Ctx *c, const char *name, Inst *v, Loc at) {
+  Inst *o = ir_new(c->f, OP_output, at, 1, &v);
+  ir_set_str(o, "name", name);
+  finish(c, o);
+}
+
+/* Lowers the value of `name = expr`; the new instruction takes the name. */
+static void lower_assign(Ctx *c, const Stmt *s, Name *n) {
+  int before = c->f->inst.n;
+  Inst *v = lower_expr(c, s->val);
+  if (!v) {
+    n->bad = true;
+    return;
+  }
+  if (v->id >= before && !v->name)
+    v->name = s->name;
+  n->val = v;
+}
+
+/* output name [= expr] */
+static void lower_output(Ctx *c, const Stmt *s, Name *n) {
+  Inst *v;
+  if (s->val) {
+    lower_assign(c, s, n);
+    v = n->val;
+  } else {
+    v = ref(c, s->name, s->name_loc);
+    n = lookup(c, s->name);
+  }
+  if (!v)
+    return;
+  if (n->output) {
+    diag_error(c->d, s->name_loc, "'%s' is already an output", s->name);
+    return;
+  }
+  n->output = true;
+  emit_output(c, s->name, v, s->name_loc);
+}
+
+static void lower_minimize(Ctx *c, const Stmt *s) {
+  if (c->minimized) {
+    diag_error(c->d, s->loc, "a second minimize statement; a model has at most one");
+    return;
+  }
+  c->minimized = true;
+  Train *t = &c->m->train;
+  t->loc = s->loc;
+  bool ok = lower_optimizer(c, s->val, t);
+  Inst *v = ref(c, s->name, s->name_loc);
+  if (!v || !ok)
+    return;
+  char buf[128];
+  if (v->type.dtype != DT_F32 || v->type.rank != 0) {
+    diag_error(c->d, s->name_loc, "the minimized value must be an f32 scalar; '%s' is %s", s->name,
+               type_str(&v->type, buf, sizeof buf));
+    return;
+  }
+  t->loss = s->name;
+  Name *n = lookup(c, s->name);
+  if (!n->output) {
+    n->output = true;
+    emit_output(c, s->name, v, s->name_loc);
+  }
+}
+
+/* ---- dimensions ---- */
+
+/* Applies -D NAME=VALUE overrides; *over[k] gets the value for dimension
+ * statement k, or 0. */
+static bool read_defs(Ctx *c, const Decl *md, const char *const *defs, int ndefs, int64_t *over) {
+  bool ok = true;
+  for (int k = 0; k < ndefs; k++) {
+    const char *eq = strchr(defs[k], '=');
+    if (!eq || eq == defs[k]) {
+      diag_error(c->d, (Loc){0}, "-D %s: expected NAME=VALUE", defs[k]);
+      ok = false;
+      continue;
+    }
+    char *name = arena_strndup(c->a, defs[k], (size_t)(eq - defs[k]));
+    int j = 0;
+    while (j < md->dims.n && strcmp(md->dims.a[j]->name, name))
+      j++;
+    if (j == md->dims.n) {
+      const char **cand = arena_alloc(c->a, sizeof(char *) * (size_t)(md->dims.n + 1));
+      for (int i = 0; i < md->dims.n; i++)
+        cand[i] = md->dims.a[i]->name;
+      diag_error(c->d, (Loc){0}, "-D %s: model '%s' has no dimension '%s'%s", defs[k], md->name, name,
+                 fe_did_you_mean(c->a, name, cand, md->dims.n));
+      ok = false;
+      continue;
+    }
+    const char *v = eq + 1;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    if (v[0] < '0' || v[0] > '9' || *end || n <= 0 || n > IR_MAX_DIM) {
+      diag_error(c->d, (Loc){0}, "-D %s: the value must be an integer from 1 to %lld", defs[k],
+                 (long long)IR_MAX_DIM);
+      ok = false;
+      continue;
+    }
+    over[j] = n;
+  }
+  return ok;
+}
+
+/* dim = [ "batch" ] NAME "=" value; a value may use earlier dimensions. */
+static bool lower_dims(Ctx *c, const Decl *md, const char *const *defs, int ndefs) {
+  int64_t *over = arena_alloc(c->a, sizeof(int64_t) * (size_t)(md->dims.n + 1));
+  bool ok = read_defs(c, md, defs, ndefs, over), batch = false;
+  for (int k = 0; k < md->dims.n; k++) {
+    const Stmt *s = md->dims.a[k];
+    if (s->role && strcmp(s->role, "batch")) {
+      diag_error(c->d, s->role_loc, "unknown word '%s' before a dimension (only 'batch' may stand there)",
+                 s->role);
+      ok = false;
+    } else if (s->role && batch) {
+      diag_error(c->d, s->role_loc, "a second batch dimension");
+      ok = false;
+    }
+    batch |= s->role != NULL;
+    int64_t v = over[k];
+    if (!v && (!int_arg(c, s->val, "a dimension", &v) || !dim_ok(c, v, s->val->loc))) {
+      ok = false;
+      v = 1;
+    }
+    Name *n = define(c, s->name, N_DIM, s->name_loc, -1);
+    if (!n) {
+      ok = false;
+      continue;
+    }
+    n->dim = v;
+    Dim dim = {s->name, v, s->name_loc};
+    vec_push(c->a, &c->m->dim, dim);
+  }
+  return ok;
+}
+
+Module *lower_model(Arena *a, const Decl *md, const char *const *defs, int ndefs, bool **used,
+                    Diag *d) {
+  int nerr = d->nerr;
+  Ctx c = {.a = a, .d = d};
+  c.m = ir_module_new(a, md->name);
+  c.f = ir_add_func(c.m, "forward", md->name_loc);
+  for (c.cap = 16; c.cap < 2 * (md->body.n + md->dims.n); c.cap *= 2) {}
+  c.tab = arena_alloc(a, sizeof(Name *) * (size_t)c.cap);
+  c.def = arena_alloc(a, sizeof(Name *) * (size_t)(md->body.n + 1));
+  lower_dims(&c, md, defs, ndefs);
+
+  static const NameKind kinds[] = {[S_INPUT] = N_INPUT, [S_PARAM] = N_PARAM, [S_ASSIGN] = N_VALUE,
+                                   [S_OUTPUT] = N_VALUE};
+  for (int k = 0; k < md->body.n && !diag_full(d); k++) {
+    const Stmt *s = md->body.a[k];
+    if (s->kind == S_INPUT || s->kind == S_PARAM || s->kind == S_ASSIGN ||
+        (s->kind == S_OUTPUT && s->val))
+      c.def[k] = define(&c, s->name, kinds[s->kind], s->name_loc, k);
+  }
+  for (c.cur = 0; c.cur < md->body.n && !diag_full(d); c.cur++) {
+    const Stmt *s = md->body.a[c.cur];
+    Name *n = c.def[c.cur];
+    switch (s->kind) {
+    case S_INPUT:
+    case S_PARAM:
+      if (n)
+        lower_decl(&c, s, n);
+      break;
+    case S_ASSIGN:
+      if (n)
+        lower_assign(&c, s, n);
+      break;
+    case S_OUTPUT:
+      if (n || !s->val)
+        lower_output(&c, s, n);
+      break;
+    case S_MINIMIZE:
+      lower_minimize(&c, s);
+      break;
+    default:
+      DTC_UNREACHABLE();
+    }
+  }
+
+  *used = arena_alloc(a, sizeof(bool) * (size_t)(c.m->global.n + 1));
+  for (int k = 0; k < c.names.n; k++) {
+    Name *n = c.names.a[k];
+    if (n->global >= 0 && n->val)
+      (*used)[n->global] = true;
+  }
+  if (d->nerr != nerr)
+    return NULL;
+  for (int k = 0; k < c.names.n && (d->wflags & W_UNUSED); k++) {
+    Name *n = c.names.a[k];
+    if (n->kind == N_PARAM && !n->val)
+      diag_warn(d, n->loc, "param '%s' is never used", n->name);
+  }
+  return c.m;
+}

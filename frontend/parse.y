@@ -1,0 +1,372 @@
+/* parse.y: the grammar of .dt files; builds the syntax tree of ast.h.
+ * Statements end at a newline or ';'; a statement that fails to parse is
+ * skipped up to the next one, so one run reports several errors. */
+%code requires {
+#include "ast.h"
+#ifndef YY_TYPEDEF_YY_SCANNER_T
+#define YY_TYPEDEF_YY_SCANNER_T
+typedef void *yyscan_t;
+#endif
+}
+
+%code provides {
+int felex(FESTYPE *lval, FELTYPE *lloc, yyscan_t scanner);
+}
+
+%code {
+#include <string.h>
+
+static void feerror(FELTYPE *l, yyscan_t scanner, Parser *p, const char *msg);
+static Loc loc(Parser *p, FELTYPE l) { return (Loc){p->file, l.first_line, l.first_column}; }
+static Expr *ident(Parser *p, const char *name, FELTYPE l);
+static Expr *binary(Parser *p, int op, Expr *lhs, Expr *rhs, FELTYPE l);
+static Expr *call(Parser *p, const char *name, FELTYPE l, ArgList args);
+static Expr *list(Parser *p, FELTYPE l, ExprList items);
+static Stmt *stmt(Parser *p, StmtKind kind, FELTYPE l);
+static Stmt *named(Parser *p, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl);
+static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE nl);
+#define L(x) loc(p, (x))
+#define PUSH(v, x) vec_push(p->a, &(v), (x))
+}
+
+%define api.pure full
+%define api.prefix {fe}
+%define parse.error detailed
+%locations
+%lex-param {yyscan_t scanner}
+%parse-param {yyscan_t scanner} {Parser *p}
+
+%union {
+  const char *s;
+  Expr *e;
+  Stmt *st;
+  Decl *decl;
+  TypeExpr *type;
+  Arg arg;
+  ArgList args;
+  ExprList exprs;
+  StmtList stmts;
+}
+
+%token END 0 "end of file"
+%token <s> IDENT "identifier"
+%token <e> NUMBER "number" QUANTITY "number with a unit" STRING "string"
+%token NL "newline"
+%token MODEL "'model'" CLUSTER "'cluster'" PARALLEL "'parallel'" IMPORT "'import'"
+%token INPUT "'input'" PARAM "'param'" OUTPUT "'output'" MINIMIZE "'minimize'"
+%token WITH "'with'" INIT "'init'" NODE "'node'" DEVICE "'device'" LINK "'link'"
+%token MESH "'mesh'" SHARD "'shard'" PLAN "'plan'" ON "'on'" OVER "'over'"
+
+%type <e> expr call callee sdim
+%type <arg> arg axis
+%type <args> args axes
+%type <exprs> exprs names sdims
+%type <type> type
+%type <st> dim mstmt cstmt nstmt pstmt
+%type <stmts> dims dimlist mstmts mbody cstmts cbody nstmts nbody pstmts pbody
+
+%left '+' '-'
+%left '*' '/' '@'
+%precedence NEG
+
+%%
+
+/* file = { item | sep } */
+file: items
+    | items item
+    ;
+
+items: %empty
+     | items sep
+     | items item sep
+     | items error sep
+     ;
+
+sep: NL | ';' ;
+
+/* A newline is allowed before a block's '{'. */
+nl_opt: %empty | NL ;
+
+/* item = import | model | cluster | parallel */
+item: IMPORT STRING              { Decl *d = decl(p, D_IMPORT, @1, $2->s, @2);
+                                   if ($2->kind == E_ERROR) d->name = NULL; }
+    | MODEL IDENT '(' dims ')' nl_opt mbody
+                                 { Decl *d = decl(p, D_MODEL, @1, $2, @2); d->dims = $4; d->body = $7; }
+    | MODEL IDENT '(' error ')' nl_opt mbody
+                                 { decl(p, D_MODEL, @1, $2, @2)->body = $7; }
+    | MODEL IDENT nl_opt mbody   { decl(p, D_MODEL, @1, $2, @2)->body = $4; }
+    | CLUSTER IDENT nl_opt cbody { decl(p, D_CLUSTER, @1, $2, @2)->body = $4; }
+    | PARALLEL IDENT ON IDENT nl_opt pbody
+                                 { Decl *d = decl(p, D_PARALLEL, @1, $2, @2);
+                                   d->on = $4; d->on_loc = L(@4); d->body = $6; }
+    ;
+
+/* dims = [ dim { "," dim } ] */
+dims: %empty                     { $$ = (StmtList){0}; }
+    | dimlist
+    ;
+
+dimlist: dim                     { $$ = (StmtList){0}; PUSH($$, $1); }
+       | dimlist ',' dim         { $$ = $1; PUSH($$, $3); }
+       ;
+
+/* dim = [ role ] IDENT "=" expr */
+dim: IDENT '=' expr              { $$ = named(p, S_DIM, @1, $1, @1); $$->val = $3; }
+   | IDENT IDENT '=' expr        { $$ = named(p, S_DIM, @2, $2, @2); $$->val = $4;
+                                   $$->role = $1; $$->role_loc = L(@1); }
+   ;
+
+/* Each block: "{" statements separated by sep "}"; the last needs no sep.
+ * After a bad statement, errors are reported again from the next one on. */
+mbody: '{' mstmts '}'            { $$ = $2; }
+     | '{' mstmts mstmt '}'      { $$ = $2; PUSH($$, $3); }
+     | '{' mstmts error '}'      { $$ = $2; yyerrok; }
+     ;
+
+mstmts: %empty                   { $$ = (StmtList){0}; }
+      | mstmts sep
+      | mstmts mstmt sep         { $$ = $1; PUSH($$, $2); }
+      | mstmts error sep        { $$ = $1; yyerrok; }
+      ;
+
+/* mstmt = "input" IDENT ":" type
+ *       | "param" IDENT ":" type [ "init" callee ]
+ *       | IDENT "=" expr
+ *       | "output" IDENT [ "=" expr ]
+ *       | "minimize" IDENT "with" callee */
+mstmt: INPUT IDENT ':' type      { $$ = named(p, S_INPUT, @1, $2, @2); $$->type = $4; }
+     | PARAM IDENT ':' type      { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; }
+     | PARAM IDENT ':' type INIT callee
+                                 { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; $$->val = $6; }
+     | IDENT '=' expr            { $$ = named(p, S_ASSIGN, @1, $1, @1); $$->val = $3; }
+     | OUTPUT IDENT              { $$ = named(p, S_OUTPUT, @1, $2, @2); }
+     | OUTPUT IDENT '=' expr     { $$ = named(p, S_OUTPUT, @1, $2, @2); $$->val = $4; }
+     | MINIMIZE IDENT WITH callee
+                                 { $$ = named(p, S_MINIMIZE, @1, $2, @2); $$->val = $4; }
+     ;
+
+/* type = IDENT "[" [ expr { "," expr } ] "]" */
+type: IDENT '[' ']'              { $$ = arena_alloc(p->a, sizeof *$$); $$->dtype = $1; $$->loc = L(@1); }
+    | IDENT '[' exprs ']'        { $$ = arena_alloc(p->a, sizeof *$$); $$->dtype = $1; $$->loc = L(@1);
+                                   $$->dim = $3; }
+    ;
+
+/* callee = IDENT | call: an initializer, optimizer or device kind */
+callee: IDENT                    { $$ = ident(p, $1, @1); }
+      | call
+      ;
+
+cbody: '{' cstmts '}'            { $$ = $2; }
+     | '{' cstmts cstmt '}'      { $$ = $2; PUSH($$, $3); }
+     | '{' cstmts error '}'      { $$ = $2; yyerrok; }
+     ;
+
+cstmts: %empty                   { $$ = (StmtList){0}; }
+      | cstmts sep
+      | cstmts cstmt sep         { $$ = $1; PUSH($$, $2); }
+      | cstmts error sep        { $$ = $1; yyerrok; }
+      ;
+
+/* cstmt = "node" IDENT "{" nstmts "}" | "link" call */
+cstmt: NODE IDENT nl_opt nbody   { $$ = named(p, S_NODE, @1, $2, @2); $$->body = $4; }
+     | LINK call                 { $$ = named(p, S_LINK, @1, $2->s, @2); $$->val = $2; }
+     ;
+
+nbody: '{' nstmts '}'            { $$ = $2; }
+     | '{' nstmts nstmt '}'      { $$ = $2; PUSH($$, $3); }
+     | '{' nstmts error '}'      { $$ = $2; yyerrok; }
+     ;
+
+nstmts: %empty                   { $$ = (StmtList){0}; }
+      | nstmts sep
+      | nstmts nstmt sep         { $$ = $1; PUSH($$, $2); }
+      | nstmts error sep        { $$ = $1; yyerrok; }
+      ;
+
+/* nstmt = "device" IDENT ":" callee */
+nstmt: DEVICE IDENT ':' callee   { $$ = named(p, S_DEVICE, @1, $2, @2); $$->val = $4; }
+     ;
+
+pbody: '{' pstmts '}'            { $$ = $2; }
+     | '{' pstmts pstmt '}'      { $$ = $2; PUSH($$, $3); }
+     | '{' pstmts error '}'      { $$ = $2; yyerrok; }
+     ;
+
+pstmts: %empty                   { $$ = (StmtList){0}; }
+      | pstmts sep
+      | pstmts pstmt sep         { $$ = $1; PUSH($$, $2); }
+      | pstmts error sep        { $$ = $1; yyerrok; }
+      ;
+
+/* pstmt = "mesh" IDENT "[" axis { "," axis } "]" [ "over" IDENT { "," IDENT } ]
+ *       | "shard" IDENT ":" "[" sdim { "," sdim } "]"
+ *       | "plan" IDENT */
+pstmt: MESH IDENT '[' axes ']'   { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; }
+     | MESH IDENT '[' axes ']' OVER names
+                                 { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; $$->list = $7; }
+     | SHARD IDENT ':' '[' sdims ']'
+                                 { $$ = named(p, S_SHARD, @1, $2, @2); $$->list = $5; }
+     | PLAN IDENT                { $$ = named(p, S_PLAN, @1, $2, @2); }
+     ;
+
+axes: axis                       { $$ = (ArgList){0}; PUSH($$, $1); }
+    | axes ',' axis              { $$ = $1; PUSH($$, $3); }
+    ;
+
+/* axis = IDENT "=" expr */
+axis: IDENT '=' expr             { $$ = (Arg){$1, L(@1), $3}; }
+    ;
+
+names: IDENT                     { $$ = (ExprList){0}; PUSH($$, ident(p, $1, @1)); }
+     | names ',' IDENT           { $$ = $1; PUSH($$, ident(p, $3, @3)); }
+     ;
+
+sdims: sdim                      { $$ = (ExprList){0}; PUSH($$, $1); }
+     | sdims ',' sdim            { $$ = $1; PUSH($$, $3); }
+     ;
+
+/* sdim = "*" | IDENT | IDENT "(" expr { "," expr } ")" */
+sdim: '*'                        { $$ = ast_expr(p, E_STAR, L(@1)); }
+    | IDENT                      { $$ = ident(p, $1, @1); }
+    | IDENT '(' exprs ')'        { ArgList a = {0};
+                                   for (int k = 0; k < $3.n; k++)
+                                     PUSH(a, ((Arg){NULL, $3.a[k]->loc, $3.a[k]}));
+                                   $$ = call(p, $1, @1, a); }
+    ;
+
+/* expr = expr ("+" | "-" | "*" | "/" | "@") expr | "-" expr | "(" expr ")"
+ *      | NUMBER | QUANTITY | STRING | IDENT | call | "[" [ exprs ] "]" */
+expr: expr '+' expr              { $$ = binary(p, '+', $1, $3, @2); }
+    | expr '-' expr              { $$ = binary(p, '-', $1, $3, @2); }
+    | expr '*' expr              { $$ = binary(p, '*', $1, $3, @2); }
+    | expr '/' expr              { $$ = binary(p, '/', $1, $3, @2); }
+    | expr '@' expr              { $$ = binary(p, '@', $1, $3, @2); }
+    | '-' expr %prec NEG         { $$ = binary(p, '-', NULL, $2, @1); }
+    | '(' expr ')'               { $$ = $2; }
+    | NUMBER
+    | QUANTITY
+    | STRING
+    | IDENT                      { $$ = ident(p, $1, @1); }
+    | call
+    | '[' ']'                    { $$ = list(p, @1, (ExprList){0}); }
+    | '[' exprs ']'              { $$ = list(p, @1, $2); }
+    ;
+
+exprs: expr                      { $$ = (ExprList){0}; PUSH($$, $1); }
+     | exprs ',' expr            { $$ = $1; PUSH($$, $3); }
+     ;
+
+/* call = IDENT "(" [ arg { "," arg } ] ")" */
+call: IDENT '(' ')'              { $$ = call(p, $1, @1, (ArgList){0}); }
+    | IDENT '(' args ')'         { $$ = call(p, $1, @1, $3); }
+    ;
+
+args: arg                        { $$ = (ArgList){0}; PUSH($$, $1); }
+    | args ',' arg               { $$ = $1; PUSH($$, $3); }
+    ;
+
+/* arg = [ IDENT "=" ] expr */
+arg: expr                        { $$ = (Arg){NULL, $1->loc, $1}; }
+   | IDENT '=' expr              { $$ = (Arg){$1, L(@1), $3}; }
+   ;
+
+%%
+
+static void feerror(FELTYPE *l, yyscan_t scanner, Parser *p, const char *msg) {
+  (void)scanner;
+  if (p->stop)
+    return;
+  if (!strcmp(msg, "memory exhausted"))
+    msg = "expression nested too deeply";
+  else if (!strncmp(msg, "syntax error, ", 14))
+    msg += 14;
+  diag_error(p->d, loc(p, *l), "%s", msg);
+}
+
+Expr *ast_expr(Parser *p, ExprKind kind, Loc at) {
+  Expr *e = arena_alloc(p->a, sizeof *e);
+  e->kind = kind;
+  e->loc = at;
+  e->depth = 1;
+  return e;
+}
+
+static Expr *ident(Parser *p, const char *name, FELTYPE l) {
+  Expr *e = ast_expr(p, E_IDENT, L(l));
+  e->s = name;
+  return e;
+}
+
+/* Trees deeper than FE_MAX_DEPTH are cut here, so that the recursive
+ * lowering of an expression has a bounded depth. A cut keeps its height, so
+ * the trees above it are cut silently. */
+static Expr *deep(Parser *p, Expr *e, const Expr *tallest) {
+  if (e->depth <= FE_MAX_DEPTH)
+    return e;
+  if (tallest->kind != E_ERROR)
+    diag_error(p->d, e->loc, "expression nested too deeply (more than %d levels)", FE_MAX_DEPTH);
+  Expr *cut = ast_expr(p, E_ERROR, e->loc);
+  cut->depth = FE_MAX_DEPTH + 1;
+  return cut;
+}
+
+/* A NULL lhs makes unary minus. */
+static Expr *binary(Parser *p, int op, Expr *lhs, Expr *rhs, FELTYPE l) {
+  Expr *e = ast_expr(p, lhs ? E_BINARY : E_NEG, L(l));
+  e->op = op;
+  e->lhs = lhs ? lhs : rhs;
+  e->rhs = lhs ? rhs : NULL;
+  Expr *tallest = lhs && lhs->depth > rhs->depth ? lhs : rhs;
+  e->depth = 1 + tallest->depth;
+  return deep(p, e, tallest);
+}
+
+static Expr *call(Parser *p, const char *name, FELTYPE l, ArgList args) {
+  Expr *e = ast_expr(p, E_CALL, L(l));
+  const Expr *tallest = e;
+  e->s = name;
+  e->args = args;
+  for (int k = 0; k < args.n; k++)
+    if (args.a[k].val->depth >= e->depth) {
+      tallest = args.a[k].val;
+      e->depth = tallest->depth + 1;
+    }
+  return deep(p, e, tallest);
+}
+
+static Expr *list(Parser *p, FELTYPE l, ExprList items) {
+  Expr *e = ast_expr(p, E_LIST, L(l));
+  const Expr *tallest = e;
+  for (int k = 0; k < items.n; k++) {
+    PUSH(e->args, ((Arg){NULL, items.a[k]->loc, items.a[k]}));
+    if (items.a[k]->depth >= e->depth) {
+      tallest = items.a[k];
+      e->depth = tallest->depth + 1;
+    }
+  }
+  return deep(p, e, tallest);
+}
+
+static Stmt *stmt(Parser *p, StmtKind kind, FELTYPE l) {
+  Stmt *s = arena_alloc(p->a, sizeof *s);
+  s->kind = kind;
+  s->loc = L(l);
+  return s;
+}
+
+static Stmt *named(Parser *p, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl) {
+  Stmt *s = stmt(p, kind, l);
+  s->name = name;
+  s->name_loc = L(nl);
+  return s;
+}
+
+static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE nl) {
+  Decl *d = arena_alloc(p->a, sizeof *d);
+  d->kind = kind;
+  d->loc = L(l);
+  d->name = name;
+  d->name_loc = L(nl);
+  vec_push(p->a, p->out, d);
+  return d;
+}

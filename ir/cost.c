@@ -1,0 +1,104 @@
+/* cost.c: floating-point operations per op, flops_<id> for the op table; the
+ * planner divides them by a device's speed. Conventions:
+ *
+ *   matmul          2*m*n*k per batch element (a multiply-add is 2 flops)
+ *   elementwise     1 per output element: add sub mul div neg relu relu_grad sqrt;
+ *                   transcendentals count the arithmetic of a vectorised
+ *                   polynomial: exp log 10, tanh sigmoid 12, gelu 16, gelu_grad 24
+ *   reductions      1 per input element; mean adds 1 per output element
+ *   kernels         per element of their largest operand, with the steps listed
+ *                   at each below; a per-row step is folded into the per-element
+ *                   count when the row is long
+ *   data movement   0: reshape transpose slice pad concat broadcast embedding
+ *   plumbing        0: load store output const lr
+ *
+ * Counts are estimates of work, not of time: memory traffic is the planner's
+ * other term (bytes moved). */
+#include "ir.h"
+
+enum { F_EXP = 10, F_LOG = 10, F_TANH = 12, F_SIGMOID = 12, F_GELU = 16, F_GELU_GRAD = 24 };
+
+static double out_elems(const Inst *i) { return (double)type_elems(&i->type); }
+static double in_elems(const Inst *i, int k) {
+  return k < i->nin && i->in[k] ? (double)type_elems(&i->in[k]->type) : 0;
+}
+
+#define ZERO(id) \
+  double flops_##id(const Inst *i) { (void)i; return 0; }
+#define PER_OUT(id, n) \
+  double flops_##id(const Inst *i) { return (n) * out_elems(i); }
+#define PER_IN(id, n) \
+  double flops_##id(const Inst *i) { return (n) * in_elems(i, 0); }
+
+ZERO(load)
+ZERO(store)
+ZERO(output)
+ZERO(const)
+ZERO(lr)
+
+PER_OUT(add, 1)
+PER_OUT(sub, 1)
+PER_OUT(mul, 1)
+PER_OUT(div, 1)
+PER_OUT(neg, 1)
+PER_OUT(sqrt, 1)
+PER_OUT(relu, 1)
+PER_OUT(relu_grad, 1)
+PER_OUT(exp, F_EXP)
+PER_OUT(log, F_LOG)
+PER_OUT(tanh, F_TANH)
+PER_OUT(sigmoid, F_SIGMOID)
+PER_OUT(gelu, F_GELU)
+PER_OUT(gelu_grad, F_GELU_GRAD)
+
+PER_IN(sum, 1)
+PER_IN(max, 1)
+double flops_mean(const Inst *i) { return in_elems(i, 0) + out_elems(i); }
+/* compare with the maximum, select the adjoint */
+PER_IN(max_grad, 2)
+
+double flops_matmul(const Inst *i) {
+  if (i->nin < 1 || !i->in[0])
+    return 0;
+  const Type *a = &i->in[0]->type;
+  int64_t k = 0;
+  if (a->rank >= 2)
+    k = a->dim[a->rank - (ir_get_int(i, "ta", 0) ? 2 : 1)];
+  return 2 * out_elems(i) * (double)k;
+}
+
+/* max, subtract, exp, sum, scale */
+PER_IN(softmax, 4 + F_EXP)
+/* max, subtract, exp, sum, subtract the log of the sum */
+PER_IN(log_softmax, 4 + F_EXP)
+/* y*dy, sum, subtract, multiply */
+PER_IN(softmax_grad, 4)
+/* exp(y), sum dy, multiply, subtract */
+PER_IN(log_softmax_grad, 3 + F_EXP)
+/* log_softmax of the logits, then one pick per row */
+double flops_cross_entropy(const Inst *i) {
+  return (4 + F_EXP) * in_elems(i, 0) + in_elems(i, 1);
+}
+/* softmax of the logits, subtract the one-hot label, scale by dloss/N */
+PER_IN(cross_entropy_grad, 6 + F_EXP)
+/* subtract, square, sum */
+PER_IN(mse, 3)
+/* mean, subtract, square and sum, scale */
+PER_IN(normalize, 5)
+/* normalise again, two sums, combine */
+PER_IN(normalize_grad, 10)
+ZERO(embedding)
+/* scatter-add of the adjoint rows */
+double flops_embedding_grad(const Inst *i) { return in_elems(i, 1); }
+/* a counter-based hash per element, compare, scale */
+PER_IN(dropout, 8)
+PER_IN(dropout_grad, 8)
+/* compare and select */
+PER_IN(causal_mask, 1)
+
+ZERO(reshape)
+ZERO(transpose)
+ZERO(slice)
+ZERO(pad)
+ZERO(concat)
+ZERO(broadcast)

@@ -1,0 +1,274 @@
+/* interp.c: the reference interpreter. Runs a function one op at a time on
+ * host buffers: elementwise ops through ir_elem_eval, the others through the
+ * libdtrt kernels, so it checks the IR's meaning, not the code generator's. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "../runtime/dtrt.h"
+
+typedef DtStatus (*Kernel)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
+
+static const Kernel kernels[OP_COUNT] = {
+  [OP_sum] = dtrt_k_sum,
+  [OP_mean] = dtrt_k_mean,
+  [OP_max] = dtrt_k_max,
+  [OP_max_grad] = dtrt_k_max_grad,
+  [OP_matmul] = dtrt_k_matmul,
+  [OP_softmax] = dtrt_k_softmax,
+  [OP_log_softmax] = dtrt_k_log_softmax,
+  [OP_softmax_grad] = dtrt_k_softmax_grad,
+  [OP_log_softmax_grad] = dtrt_k_log_softmax_grad,
+  [OP_cross_entropy] = dtrt_k_cross_entropy,
+  [OP_cross_entropy_grad] = dtrt_k_cross_entropy_grad,
+  [OP_mse] = dtrt_k_mse,
+  [OP_normalize] = dtrt_k_normalize,
+  [OP_normalize_grad] = dtrt_k_normalize_grad,
+  [OP_embedding] = dtrt_k_embedding,
+  [OP_embedding_grad] = dtrt_k_embedding_grad,
+  [OP_dropout] = dtrt_k_dropout,
+  [OP_dropout_grad] = dtrt_k_dropout_grad,
+  [OP_causal_mask] = dtrt_k_causal_mask,
+  [OP_reshape] = dtrt_k_reshape,
+  [OP_transpose] = dtrt_k_transpose,
+  [OP_slice] = dtrt_k_slice,
+  [OP_pad] = dtrt_k_pad,
+  [OP_concat] = dtrt_k_concat,
+  [OP_broadcast] = dtrt_k_broadcast,
+};
+
+struct Interp {
+  Module *m;
+  DtrtCtx *ctx;
+  void **buf;        /* by global index */
+  int nbuf;
+  int64_t step;
+  char err[512];
+};
+
+static void *zalloc(int64_t elems) {
+  void *p = calloc((size_t)(elems > 0 ? elems : 1), 4);
+  DTC_ASSERT(p);
+  return p;
+}
+
+/* Globals added to the module since the last call (autodiff adds state) get
+ * zeroed buffers. */
+static void sync_globals(Interp *it) {
+  int n = it->m->global.n;
+  if (n <= it->nbuf)
+    return;
+  it->buf = realloc(it->buf, sizeof *it->buf * (size_t)n);
+  DTC_ASSERT(it->buf);
+  for (int k = it->nbuf; k < n; k++)
+    it->buf[k] = zalloc(type_elems(&it->m->global.a[k].type));
+  it->nbuf = n;
+}
+
+Interp *interp_new(Module *m) {
+  for (int k = 0; k < OP_COUNT; k++)
+    DTC_ASSERT(ir_ops[k].kind == K_ELEM || ir_ops[k].kind == K_META || kernels[k]);
+  Interp *it = calloc(1, sizeof *it);
+  DTC_ASSERT(it);
+  it->m = m;
+  it->ctx = dtrt_ctx_new();
+  DTC_ASSERT(it->ctx);
+  sync_globals(it);
+  return it;
+}
+
+void interp_free(Interp *it) {
+  if (!it)
+    return;
+  for (int k = 0; k < it->nbuf; k++)
+    free(it->buf[k]);
+  free(it->buf);
+  dtrt_ctx_free(it->ctx);
+  free(it);
+}
+
+static int global_index(Interp *it, const char *name) {
+  sync_globals(it);
+  const Global *g = ir_find_global(it->m, name);
+  return g ? (int)(g - it->m->global.a) : -1;
+}
+
+void *interp_global(Interp *it, const char *name) {
+  int k = global_index(it, name);
+  return k < 0 ? NULL : it->buf[k];
+}
+
+bool interp_set_global(Interp *it, const char *name, const void *data) {
+  int k = global_index(it, name);
+  if (k < 0)
+    return false;
+  memcpy(it->buf[k], data, (size_t)type_elems(&it->m->global.a[k].type) * 4);
+  return true;
+}
+
+int64_t interp_step(const Interp *it) { return it->step; }
+void interp_set_step(Interp *it, int64_t step) { it->step = step; }
+const char *interp_error(const Interp *it) { return it->err; }
+
+static void push_i(DtAttrs *a, int64_t v) {
+  DTC_ASSERT(a->ni < COUNTOF(a->i));
+  a->i[a->ni++] = v;
+}
+
+static void push_f(DtAttrs *a, double v) {
+  DTC_ASSERT(a->nf < COUNTOF(a->f));
+  a->f[a->nf++] = v;
+}
+
+void ir_kernel_attrs(const Inst *inst, DtAttrs *a) {
+  memset(a, 0, sizeof *a);
+  int skip_i = 0, skip_f = 0;   /* absent optional ones, pending */
+  for (const char *s = ir_ops[inst->op].attrs; *s;) {
+    const char *colon = strchr(s, ':'), *end = strchr(s, ',');
+    if (!end)
+      end = s + strlen(s);
+    char name[32];
+    DTC_ASSERT(colon && colon < end && colon - s < (long)sizeof name);
+    memcpy(name, s, (size_t)(colon - s));
+    name[colon - s] = 0;
+    bool isf = !strncmp(colon + 1, "float", 5), isi = !strncmp(colon + 1, "int", 3);
+    const Attr *at = ir_attr(inst, name);
+    if (!at) {
+      skip_i += isi;
+      skip_f += isf;
+    } else if (isi) {
+      for (; skip_i; skip_i--)
+        push_i(a, 0);
+      if (at->kind == A_INTS)
+        for (int k = 0; k < at->n; k++)
+          push_i(a, at->ints[k]);
+      else
+        push_i(a, at->i);
+    } else if (isf) {
+      for (; skip_f; skip_f--)
+        push_f(a, 0);
+      push_f(a, at->kind == A_FLOAT ? at->f : (double)at->i);
+    }
+    s = *end ? end + 1 : end;
+  }
+}
+
+static DtTensor tensor(void *data, const Type *t) {
+  DtTensor r = {.data = data, .dtype = t->dtype == DT_I32 ? DTRT_I32 : DTRT_F32, .rank = t->rank};
+  for (int d = 0; d < t->rank; d++)
+    r.dim[d] = t->dim[d];
+  return r;
+}
+
+/* Strides of operand type x read as the broadcast result type y (0 where x
+ * is broadcast). */
+static void bstrides(const Type *x, const Type *y, int64_t *st) {
+  int lead = y->rank - x->rank;
+  int64_t s = 1;
+  for (int d = y->rank - 1; d >= 0; d--) {
+    int dx = d - lead;
+    st[d] = dx >= 0 && x->dim[dx] != 1 ? s : 0;
+    if (dx >= 0)
+      s *= x->dim[dx];
+  }
+}
+
+static void elementwise(const Inst *inst, float *out, float *const *in) {
+  const Type *t = &inst->type;
+  int64_t st[2][IR_MAX_RANK], idx[IR_MAX_RANK] = {0}, pos[2] = {0, 0};
+  for (int k = 0; k < inst->nin; k++)
+    bstrides(&inst->in[k]->type, t, st[k]);
+  int64_t n = type_elems(t);
+  for (int64_t e = 0; e < n; e++) {
+    out[e] = ir_elem_eval(inst->op, in[0][pos[0]], inst->nin > 1 ? in[1][pos[1]] : 0);
+    for (int d = t->rank - 1; d >= 0; d--) {
+      for (int k = 0; k < inst->nin; k++)
+        pos[k] += st[k][d];
+      if (++idx[d] < t->dim[d])
+        break;
+      for (int k = 0; k < inst->nin; k++)
+        pos[k] -= st[k][d] * t->dim[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static int schedule_kind(const char *s) {
+  return !strcmp(s, "warmup") ? 1 : !strcmp(s, "cosine") ? 2 : 0;
+}
+
+/* Evaluates inst into val[inst->id]; false with it->err set on a kernel error. */
+static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs, int *nout,
+                 bool *stored) {
+  size_t bytes = (size_t)type_elems(&inst->type) * 4;
+  const Global *g;
+  switch (inst->op) {
+  case OP_load:
+    g = ir_find_global(it->m, ir_get_str(inst, "global", ""));
+    val[inst->id] = zalloc(type_elems(&g->type));
+    memcpy(val[inst->id], it->buf[g - it->m->global.a], bytes);
+    return true;
+  case OP_store:
+    g = ir_find_global(it->m, ir_get_str(inst, "global", ""));
+    memcpy(it->buf[g - it->m->global.a], val[inst->in[0]->id],
+           (size_t)type_elems(&g->type) * 4);
+    *stored = true;
+    return true;
+  case OP_output:
+    if (outputs && outputs[*nout])
+      memcpy(outputs[*nout], val[inst->in[0]->id], (size_t)type_elems(&inst->in[0]->type) * 4);
+    ++*nout;
+    return true;
+  default:
+    break;
+  }
+  float *out = zalloc(type_elems(&inst->type));
+  val[inst->id] = out;
+  if (inst->op == OP_const) {
+    *out = (float)ir_get_float(inst, "value", 0);
+  } else if (inst->op == OP_lr) {
+    *out = dtrt_lr(schedule_kind(ir_get_str(inst, "schedule", "constant")),
+                   ir_get_float(inst, "base", 0), ir_get_int(inst, "warmup", 0),
+                   ir_get_int(inst, "total", 0), ir_get_float(inst, "beta1", 0),
+                   ir_get_float(inst, "beta2", 0), it->step);
+  } else if (ir_ops[inst->op].kind == K_ELEM) {
+    float *in[2] = {val[inst->in[0]->id], inst->nin > 1 ? val[inst->in[1]->id] : NULL};
+    elementwise(inst, out, in);
+  } else {
+    DtTensor in[16];
+    for (int k = 0; k < inst->nin; k++)
+      in[k] = tensor(val[inst->in[k]->id], &inst->in[k]->type);
+    DtTensor o = tensor(out, &inst->type);
+    DtAttrs a;
+    ir_kernel_attrs(inst, &a);
+    a.step = it->step;
+    DtStatus s = kernels[inst->op](it->ctx, in, inst->nin, &o, &a);
+    if (s) {
+      snprintf(it->err, sizeof it->err, "%s: %s", ir_ops[inst->op].name, dtrt_errmsg(it->ctx));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool interp_run(Interp *it, const char *func, void *const *outputs) {
+  Func *f = ir_find_func(it->m, func);
+  if (!f) {
+    snprintf(it->err, sizeof it->err, "no function @%s", func);
+    return false;
+  }
+  sync_globals(it);
+  ir_renumber(f);
+  void **val = calloc((size_t)f->inst.n + 1, sizeof *val);
+  DTC_ASSERT(val);
+  int nout = 0;
+  bool stored = false, ok = true;
+  for (int k = 0; ok && k < f->inst.n; k++)
+    ok = eval(it, f->inst.a[k], val, outputs, &nout, &stored);
+  for (int k = 0; k < f->inst.n; k++)
+    free(val[k]);
+  free(val);
+  if (ok && stored)
+    it->step++;
+  return ok;
+}

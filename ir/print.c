@@ -1,0 +1,349 @@
+/* print.c: writes a module in the text form of docs/IR.md. Every field a later
+ * stage reads is printed, so parse.c rebuilds the module and prints it again
+ * byte for byte. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+#define FIELD(T, f, k) {#f, k, offsetof(T, f)}
+const IrField ir_device_fields[] = {
+    FIELD(Device, kind, 's'),   FIELD(Device, gflops, 'f'), FIELD(Device, mem, 'i'),
+    FIELD(Device, target, 's'), FIELD(Device, cpu, 's'),    {0}};
+const IrField ir_link_fields[] = {FIELD(Link, bw, 'f'), FIELD(Link, lat, 'f'), {0}};
+const IrField ir_train_fields[] = {
+    FIELD(Train, loss, 's'),   FIELD(Train, opt, 's'),      FIELD(Train, lr, 'f'),
+    FIELD(Train, momentum, 'f'), FIELD(Train, weight_decay, 'f'), FIELD(Train, beta1, 'f'),
+    FIELD(Train, beta2, 'f'),  FIELD(Train, eps, 'f'),      FIELD(Train, schedule, 's'),
+    FIELD(Train, warmup, 'i'), FIELD(Train, total, 'i'),    {0}};
+const IrField ir_global_fields[] = {FIELD(Global, init, 's'), FIELD(Global, init_arg, 'f'), {0}};
+
+static bool is_ident(const char *s) {
+  if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+    return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_' || *s == '.'))
+      return false;
+  return true;
+}
+
+static void print_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(out, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", out);
+    else if (*p == '\t')
+      fputs("\\t", out);
+    else if (*p < 0x20 || *p == 0x7f)
+      fprintf(out, "\\x%02x", *p);
+    else
+      fputc(*p, out);
+  }
+  fputc('"', out);
+}
+
+/* Bare when it lexes as an identifier, quoted otherwise. */
+static void print_name(FILE *out, const char *s) {
+  if (is_ident(s))
+    fputs(s, out);
+  else
+    print_str(out, s ? s : "");
+}
+
+/* The shortest text that reads back as exactly v, always with a '.' or an
+ * exponent so that it reads back as a float. Whole numbers below 1e15 keep
+ * their digits (80.0, not 8e+01). */
+static void print_float(FILE *out, double v) {
+  if (isnan(v)) {
+    fputs("nan", out);
+    return;
+  }
+  if (isinf(v)) {
+    fputs(v < 0 ? "-inf" : "inf", out);
+    return;
+  }
+  char buf[40];
+  int exp10 = v == 0 ? 0 : (int)floor(log10(fabs(v)));
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, sizeof buf, "%.*g", exp10 >= prec && exp10 < 15 ? exp10 + 1 : prec, v);
+    if (strtod(buf, NULL) == v)
+      break;
+  }
+  fputs(buf, out);
+  if (!strpbrk(buf, ".e"))
+    fputs(".0", out);
+}
+
+static void print_loc(FILE *out, Loc loc) {
+  if (!loc.file || loc.file->ir_text)
+    return;
+  fputs(" loc ", out);
+  print_str(out, loc.file->name ? loc.file->name : "");
+  fprintf(out, ":%d:%d", loc.line, loc.col);
+}
+
+static const char *type_text(const Type *t, char buf[static 128]) { return type_str(t, buf, 128); }
+
+static bool field_zero(const void *rec, const IrField *f) {
+  const char *p = (const char *)rec + f->off;
+  const char *s;
+  int64_t i;
+  double v;
+  switch (f->kind) {
+  case 's': memcpy(&s, p, sizeof s); return !s;
+  case 'i': memcpy(&i, p, sizeof i); return i == 0;
+  default: memcpy(&v, p, sizeof v); return v == 0 && !signbit(v);
+  }
+}
+
+/* Fields at their zero value (0, +0.0, NULL) are left out. */
+static void print_fields(FILE *out, const void *rec, const IrField *f) {
+  bool any = false;
+  for (; f->name; f++) {
+    if (field_zero(rec, f))
+      continue;
+    const char *p = (const char *)rec + f->off;
+    fprintf(out, "%s%s = ", any ? ", " : " {", f->name);
+    any = true;
+    if (f->kind == 's') {
+      const char *s;
+      memcpy(&s, p, sizeof s);
+      print_str(out, s);
+    } else if (f->kind == 'f') {
+      double v;
+      memcpy(&v, p, sizeof v);
+      print_float(out, v);
+    } else {
+      int64_t i;
+      memcpy(&i, p, sizeof i);
+      fprintf(out, "%lld", (long long)i);
+    }
+  }
+  if (any)
+    fputc('}', out);
+}
+
+static void print_attrs(FILE *out, const Inst *in) {
+  for (int k = 0; k < in->nattr; k++) {
+    const Attr *a = &in->attr[k];
+    fputs(k ? ", " : " {", out);
+    print_name(out, a->name);
+    fputs(" = ", out);
+    switch (a->kind) {
+    case A_INT: fprintf(out, "%lld", (long long)a->i); break;
+    case A_FLOAT: print_float(out, a->f); break;
+    case A_STR: print_str(out, a->s ? a->s : ""); break;
+    case A_INTS:
+      fputc('[', out);
+      for (int j = 0; j < a->n; j++)
+        fprintf(out, "%s%lld", j ? ", " : "", (long long)a->ints[j]);
+      fputc(']', out);
+      break;
+    }
+  }
+  if (in->nattr)
+    fputc('}', out);
+}
+
+/* Broken references print with a '?' so that the text does not parse. */
+static void print_shard(FILE *out, const Module *m, const Sharding *s, int rank) {
+  if (!s)
+    return;
+  const Mesh *mesh = s->mesh >= 0 && s->mesh < m->mesh.n ? &m->mesh.a[s->mesh] : NULL;
+  fputs(" shard ", out);
+  if (mesh)
+    print_name(out, mesh->name);
+  else
+    fprintf(out, "?%d", s->mesh);
+  fputc('[', out);
+  for (int d = 0; d < rank && d < IR_MAX_RANK; d++) {
+    int ax = s->axis[d];
+    fputs(d ? ", " : "", out);
+    if (ax < 0) {
+      fputc('*', out);
+      continue;
+    }
+    if (!mesh || ax >= mesh->naxis) {
+      fprintf(out, "?%d", ax);
+      continue;
+    }
+    print_name(out, mesh->axis_name[ax]);
+    for (int k = 0; s->ratio[d] && k < mesh->axis_size[ax]; k++) {
+      fputs(k ? ", " : "(", out);
+      print_float(out, s->ratio[d][k]);
+    }
+    if (s->ratio[d] && mesh->axis_size[ax] > 0)
+      fputc(')', out);
+  }
+  fputc(']', out);
+  if (s->partial)
+    fputs(" partial", out);
+}
+
+static void print_value(FILE *out, const Inst *i) {
+  if (!i) {
+    fputs("%?", out);
+    return;
+  }
+  fputc('%', out);
+  if (i->name)
+    print_name(out, i->name);
+  else
+    fprintf(out, "%d", i->id);
+}
+
+static void print_inst(FILE *out, const Inst *in) {
+  char buf[128];
+  bool has_value = in->type.dtype != DT_VOID;
+  fputs("  ", out);
+  if (in->name || has_value) {
+    print_value(out, in);
+    fputs(" = ", out);
+  }
+  fputs((unsigned)in->op < OP_COUNT ? ir_ops[in->op].name : "?", out);
+  for (int k = 0; k < in->nin; k++) {
+    fputs(k ? ", " : " ", out);
+    print_value(out, in->in[k]);
+  }
+  print_attrs(out, in);
+  if (has_value)
+    fprintf(out, " : %s", type_text(&in->type, buf));
+  print_shard(out, in->fn->mod, in->shard, in->type.rank);
+  if (in->fuse)
+    fprintf(out, " fuse %d", in->fuse);
+  if (in->offset != -1)
+    fprintf(out, " offset %lld", (long long)in->offset);
+  print_loc(out, in->loc);
+  fputc('\n', out);
+}
+
+void ir_print_func(FILE *out, const Func *f) {
+  fputs("func @", out);
+  print_name(out, f->name);
+  print_loc(out, f->loc);
+  fputs(" {\n", out);
+  for (int k = 0; k < f->inst.n; k++)
+    print_inst(out, f->inst.a[k]);
+  fputs("}\n", out);
+}
+
+static void print_cluster(FILE *out, const Cluster *c) {
+  fputs("\ncluster ", out);
+  print_name(out, c->name);
+  print_loc(out, c->loc);
+  fputs(" {\n", out);
+  for (int k = 0; k < c->node.n; k++) {
+    fputs("  node ", out);
+    print_name(out, c->node.a[k].name);
+    print_loc(out, c->node.a[k].loc);
+    fputc('\n', out);
+  }
+  for (int k = 0; k < c->dev.n; k++) {
+    const Device *dv = &c->dev.a[k];
+    fputs("  device ", out);
+    print_name(out, dv->name);
+    fputs(" on ", out);
+    if (dv->node >= 0 && dv->node < c->node.n)
+      print_name(out, c->node.a[dv->node].name);
+    else
+      fprintf(out, "?%d", dv->node);
+    print_fields(out, dv, ir_device_fields);
+    print_loc(out, dv->loc);
+    fputc('\n', out);
+  }
+  for (int k = 0; k < c->link.n; k++) {
+    fputs("  link ", out);
+    print_name(out, c->link.a[k].name);
+    print_fields(out, &c->link.a[k], ir_link_fields);
+    print_loc(out, c->link.a[k].loc);
+    fputc('\n', out);
+  }
+  fputs("}\n", out);
+}
+
+static void print_mesh(FILE *out, const Module *m, const Mesh *mesh) {
+  fputs("mesh ", out);
+  print_name(out, mesh->name);
+  fputc('[', out);
+  int64_t n = 1;
+  for (int a = 0; a < mesh->naxis && a < IR_MAX_MESH_AXES; a++) {
+    fputs(a ? ", " : "", out);
+    print_name(out, mesh->axis_name[a]);
+    fprintf(out, " = %d", mesh->axis_size[a]);
+    n *= mesh->axis_size[a] > 0 ? mesh->axis_size[a] : 0;
+  }
+  fputs("] on [", out);
+  for (int64_t k = 0; mesh->dev && k < n; k++) {
+    int d = mesh->dev[k];
+    fputs(k ? ", " : "", out);
+    if (m->cluster && d >= 0 && d < m->cluster->dev.n)
+      print_name(out, m->cluster->dev.a[d].name);
+    else
+      fprintf(out, "%d", d);
+  }
+  fputc(']', out);
+  print_loc(out, mesh->loc);
+  fputc('\n', out);
+}
+
+static bool train_set(const Train *t) {
+  for (const IrField *f = ir_train_fields; f->name; f++)
+    if (!field_zero(t, f))
+      return true;
+  return t->loc.file && !t->loc.file->ir_text;
+}
+
+void ir_print(FILE *out, const Module *m) {
+  static const char *plans[] = {"none", "auto", "even", "explicit"};
+  static const char *kinds[] = {"input", "param", "state"};
+  static_assert(COUNTOF(plans) == PLAN_EXPLICIT + 1, "plan names");
+  static_assert(COUNTOF(kinds) == G_STATE + 1, "global kinds");
+  char buf[128];
+
+  fputs("module ", out);
+  print_name(out, m->name);
+  fputc('\n', out);
+  if (m->dim.n)
+    fputc('\n', out);
+  for (int k = 0; k < m->dim.n; k++) {
+    fputs("dim ", out);
+    print_name(out, m->dim.a[k].name);
+    fprintf(out, " = %lld", (long long)m->dim.a[k].value);
+    print_loc(out, m->dim.a[k].loc);
+    fputc('\n', out);
+  }
+  if (m->cluster)
+    print_cluster(out, m->cluster);
+  if (m->mesh.n || m->plan != PLAN_NONE)
+    fputc('\n', out);
+  for (int k = 0; k < m->mesh.n; k++)
+    print_mesh(out, m, &m->mesh.a[k]);
+  if (m->plan != PLAN_NONE)
+    fprintf(out, "plan %s\n", (unsigned)m->plan <= PLAN_EXPLICIT ? plans[m->plan] : "?");
+  if (train_set(&m->train)) {
+    fputs("\ntrain", out);
+    print_fields(out, &m->train, ir_train_fields);
+    print_loc(out, m->train.loc);
+    fputc('\n', out);
+  }
+  if (m->global.n)
+    fputc('\n', out);
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *g = &m->global.a[k];
+    fprintf(out, "%s ", (unsigned)g->kind <= G_STATE ? kinds[g->kind] : "?");
+    print_name(out, g->name);
+    fprintf(out, " : %s", type_text(&g->type, buf));
+    print_fields(out, g, ir_global_fields);
+    print_shard(out, m, g->shard, g->type.rank);
+    print_loc(out, g->loc);
+    fputc('\n', out);
+  }
+  for (int k = 0; k < m->func.n; k++) {
+    fputc('\n', out);
+    ir_print_func(out, m->func.a[k]);
+  }
+}

@@ -1,0 +1,333 @@
+/* verify.c: checks the invariants every pass may rely on and must keep: the
+ * cluster and meshes, shardings, globals, SSA order, op arity, attribute
+ * schemas and types. Each violation is an error at the culprit's location. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+/* ---- attribute schemas ---- */
+
+static const char *kind_names[] = {"int", "ints", "float", "str"};
+static_assert(COUNTOF(kind_names) == A_STR + 1, "attribute kind names");
+
+/* One entry "name:kind" or "name:kind?" of a schema from ops.def. */
+typedef struct Slot { const char *name; int len; AttrKind kind; bool opt; } Slot;
+
+/* Reads the entry at *s and moves past it; false at the end. */
+static bool schema_next(const char **s, Slot *e) {
+  const char *p = *s;
+  if (!*p)
+    return false;
+  const char *colon = strchr(p, ':');
+  DTC_ASSERT(colon);
+  const char *end = colon + strcspn(colon, ",");
+  int klen = (int)(end - colon - 1);
+  e->name = p;
+  e->len = (int)(colon - p);
+  e->opt = end[-1] == '?';
+  klen -= e->opt;
+  int k = 0;
+  while (k < COUNTOF(kind_names) &&
+         !((int)strlen(kind_names[k]) == klen && !strncmp(colon + 1, kind_names[k], (size_t)klen)))
+    k++;
+  DTC_ASSERT(k < COUNTOF(kind_names));
+  e->kind = (AttrKind)k;
+  *s = *end ? end + 1 : end;
+  return true;
+}
+
+static bool slot_is(const Slot *e, const char *name) {
+  return (int)strlen(name) == e->len && !strncmp(e->name, name, (size_t)e->len);
+}
+
+/* Finds attribute `name` in a schema. */
+static bool schema_find(const char *schema, const char *name, Slot *e) {
+  while (schema_next(&schema, e))
+    if (slot_is(e, name))
+      return true;
+  return false;
+}
+
+bool ir_check_attrs(const Inst *inst, Diag *d, Loc loc, const Loc *at) {
+  const OpInfo *oi = &ir_ops[inst->op];
+  int nerr = d->nerr;
+  Slot e;
+  for (int k = 0; k < inst->nattr; k++) {
+    const Attr *a = &inst->attr[k];
+    Loc l = at ? at[k] : loc;
+    bool twice = false;
+    for (int j = 0; j < k; j++)
+      twice |= !strcmp(inst->attr[j].name, a->name);
+    if (twice) {
+      diag_error(d, l, "attribute '%s' is given twice", a->name);
+    } else if (!*oi->attrs) {
+      diag_error(d, l, "'%s' takes no attributes, but '%s' is given", oi->name, a->name);
+    } else if (!schema_find(oi->attrs, a->name, &e)) {
+      char list[256] = "";
+      for (const char *s = oi->attrs; schema_next(&s, &e);)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%.*s", *list ? ", " : "",
+                 e.len, e.name);
+      diag_error(d, l, "'%s' has no attribute '%s' (it has %s)", oi->name, a->name, list);
+    } else if (e.kind != a->kind) {
+      diag_error(d, l, "attribute '%s' of '%s' must be %s, not %s", a->name, oi->name,
+                 kind_names[e.kind], (unsigned)a->kind <= A_STR ? kind_names[a->kind] : "?");
+    }
+  }
+  for (const char *s = oi->attrs; schema_next(&s, &e);) {
+    bool have = false;
+    for (int k = 0; k < inst->nattr && !have; k++)
+      have = slot_is(&e, inst->attr[k].name);
+    if (!have && !e.opt)
+      diag_error(d, loc, "'%s' needs attribute '%.*s' (%s)", oi->name, e.len, e.name,
+                 kind_names[e.kind]);
+  }
+  return d->nerr == nerr;
+}
+
+/* ---- names ---- */
+
+typedef struct Named { const char *name; Loc loc; int order; } Named;
+typedef VEC(Named) Names;
+
+static int by_name(const void *x, const void *y) {
+  const Named *a = x, *b = y;
+  int c = strcmp(a->name, b->name);
+  return c ? c : a->order - b->order;
+}
+
+static void name_add(Names *v, const char *name, Loc loc) {
+  if (v->n == v->cap) {
+    v->cap = v->cap ? 2 * v->cap : 16;
+    v->a = realloc(v->a, sizeof(Named) * (size_t)v->cap);
+    if (!v->a)
+      dtc_die(__FILE__, __LINE__, "out of memory");
+  }
+  v->a[v->n] = (Named){name ? name : "", loc, v->n};
+  v->n++;
+}
+
+/* Reports each repeat after the first, then empties v. */
+static void names_unique(Names *v, Diag *d, const char *what) {
+  if (v->n > 1)
+    qsort(v->a, (size_t)v->n, sizeof(Named), by_name);
+  for (int k = 1; k < v->n; k++)
+    if (!strcmp(v->a[k].name, v->a[k - 1].name))
+      diag_error(d, v->a[k].loc, "%s '%s' is defined twice", what, v->a[k].name);
+  v->n = 0;
+}
+
+/* ---- cluster, meshes, shardings ---- */
+
+static void verify_cluster(const Cluster *c, Diag *d, Names *names) {
+  for (int k = 0; k < c->node.n; k++)
+    name_add(names, c->node.a[k].name, c->node.a[k].loc);
+  names_unique(names, d, "node");
+  for (int k = 0; k < c->dev.n; k++) {
+    const Device *dv = &c->dev.a[k];
+    if (dv->node < 0 || dv->node >= c->node.n)
+      diag_error(d, dv->loc, "device '%s' is on node %d of %d", dv->name, dv->node, c->node.n);
+    name_add(names, dv->name, dv->loc);
+  }
+  names_unique(names, d, "device");
+}
+
+static void verify_mesh(const Module *m, const Mesh *mh, Diag *d) {
+  int ndev = m->cluster ? m->cluster->dev.n : 1;
+  if (mh->naxis < 0 || mh->naxis > IR_MAX_MESH_AXES) {
+    diag_error(d, mh->loc, "mesh '%s' has %d axes (at most %d)", mh->name, mh->naxis,
+               IR_MAX_MESH_AXES);
+    return;
+  }
+  int64_t n = 1;
+  for (int a = 0; a < mh->naxis; a++) {
+    if (mh->axis_size[a] < 1) {
+      diag_error(d, mh->loc, "axis '%s' of mesh '%s' has size %d", mh->axis_name[a], mh->name,
+                 mh->axis_size[a]);
+      return;
+    }
+    n *= mh->axis_size[a];
+    for (int b = 0; b < a; b++)
+      if (!strcmp(mh->axis_name[a], mh->axis_name[b]))
+        diag_error(d, mh->loc, "mesh '%s' names axis '%s' twice", mh->name, mh->axis_name[a]);
+  }
+  for (int64_t k = 0; mh->dev && k < n; k++)
+    if (mh->dev[k] < 0 || mh->dev[k] >= ndev)
+      diag_error(d, mh->loc, "mesh '%s' places device %d, but there are %d", mh->name, mh->dev[k],
+                 ndev);
+  if (!mh->dev)
+    diag_error(d, mh->loc, "mesh '%s' has no devices", mh->name);
+}
+
+static void verify_shard(const Module *m, const Sharding *s, int rank, Loc loc, Diag *d,
+                         const char *what) {
+  if (s->mesh < 0 || s->mesh >= m->mesh.n) {
+    diag_error(d, loc, "sharding of %s names mesh %d of %d", what, s->mesh, m->mesh.n);
+    return;
+  }
+  const Mesh *mh = &m->mesh.a[s->mesh];
+  int used[IR_MAX_MESH_AXES] = {0};
+  for (int dim = 0; dim < rank && dim < IR_MAX_RANK; dim++) {
+    int ax = s->axis[dim];
+    if (ax < 0) {
+      if (s->ratio[dim])
+        diag_error(d, loc, "sharding of %s: dimension %d is whole but has ratios", what, dim);
+      continue;
+    }
+    if (ax >= mh->naxis) {
+      diag_error(d, loc, "sharding of %s: dimension %d is split over axis %d, but mesh '%s' has %d",
+                 what, dim, ax, mh->name, mh->naxis);
+      continue;
+    }
+    if (used[ax]++)
+      diag_error(d, loc, "sharding of %s splits two dimensions over mesh axis '%s'", what,
+                 mh->axis_name[ax]);
+    const double *r = s->ratio[dim];
+    double sum = 0;
+    for (int k = 0; r && k < mh->axis_size[ax]; k++) {
+      if (!(r[k] > 0))
+        diag_error(d, loc, "sharding of %s: ratio %d of dimension %d is %g; ratios must be positive",
+                   what, k, dim, r[k]);
+      sum += r[k];
+    }
+    if (r && !(fabs(sum - 1) <= 1e-6))
+      diag_error(d, loc, "sharding of %s: the ratios of dimension %d sum to %.9g, not 1", what, dim,
+                 sum);
+  }
+}
+
+/* ---- functions ---- */
+
+static bool operands_ok(const Func *f, const Inst *in, int pos, Diag *d) {
+  const OpInfo *oi = &ir_ops[in->op];
+  bool ok = true;
+  if (in->nin < oi->minin || in->nin > oi->maxin) {
+    if (oi->minin == oi->maxin)
+      diag_error(d, in->loc, "'%s' takes %d operand%s, but has %d", oi->name, oi->minin,
+                 oi->minin == 1 ? "" : "s", in->nin);
+    else
+      diag_error(d, in->loc, "'%s' takes %d to %d operands, but has %d", oi->name, oi->minin,
+                 oi->maxin, in->nin);
+    ok = false;
+  }
+  for (int k = 0; k < in->nin; k++) {
+    const Inst *x = in->in[k];
+    if (!x) {
+      diag_error(d, in->loc, "operand %d of '%s' is missing", k + 1, oi->name);
+      ok = false;
+    } else if (x->fn != f) {
+      diag_error(d, in->loc, "operand %d of '%s' belongs to function @%s", k + 1, oi->name,
+                 x->fn ? x->fn->name : "?");
+      ok = false;
+    } else if (x->id < 0 || x->id >= pos || f->inst.a[x->id] != x) {
+      diag_error(d, in->loc, "operand %d of '%s' is not defined before its use", k + 1, oi->name);
+      ok = false;
+    } else if (x->type.dtype == DT_VOID) {
+      diag_error(d, in->loc, "operand %d of '%s' has no value", k + 1, oi->name);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+/* load and store: the global exists and has the value's type. */
+static bool global_ok(const Module *m, const Inst *in, Diag *d) {
+  char b1[128], b2[128];
+  const char *name = ir_get_str(in, "global", "");
+  const Global *g = ir_find_global(m, name);
+  const Type *t = in->op == OP_load ? &in->type : &in->in[0]->type;
+  if (!g) {
+    diag_error(d, in->loc, "'%s' names unknown global '%s'", ir_ops[in->op].name, name);
+    return false;
+  }
+  if (!type_eq(t, &g->type)) {
+    diag_error(d, in->loc, "'%s' moves %s, but global '%s' is %s", ir_ops[in->op].name,
+               type_str(t, b1, 128), name, type_str(&g->type, b2, 128));
+    return false;
+  }
+  return true;
+}
+
+/* Operand order is checked through ids, so they are checked first. */
+static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
+  bool ids_ok = true;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *in = f->inst.a[k];
+    if (in->fn != f)
+      diag_error(d, in->loc, "instruction %d of @%s belongs to @%s", k, f->name,
+                 in->fn ? in->fn->name : "?");
+    else if (in->id != k)
+      diag_error(d, in->loc, "instruction %d of @%s has id %d (ir_renumber was not called)", k,
+                 f->name, in->id);
+    else if ((unsigned)in->op >= OP_COUNT)
+      diag_error(d, in->loc, "instruction %d of @%s has no op (%d)", k, f->name, (int)in->op);
+    else
+      continue;
+    ids_ok = false;
+  }
+  if (!ids_ok)
+    return;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *in = f->inst.a[k];
+    char err[256], b1[128], b2[128], what[32];
+    if (in->name)
+      name_add(names, in->name, in->loc);
+    bool ok = operands_ok(f, in, k, d);
+    if (!ir_check_attrs(in, d, in->loc, NULL) || !ok)
+      continue;
+    if ((in->op == OP_load || in->op == OP_store) && !global_ok(m, in, d))
+      continue;
+    Inst tmp = *in;
+    if (!ir_infer(&tmp, err, sizeof err))
+      diag_error(d, in->loc, "%s", err);
+    else if (!type_eq(&tmp.type, &in->type))
+      diag_error(d, in->loc, "'%s' has type %s, but its operands give %s", ir_ops[in->op].name,
+                 type_str(&in->type, b1, 128), type_str(&tmp.type, b2, 128));
+    snprintf(what, sizeof what, "%%%d", in->id);
+    if (in->shard)
+      verify_shard(m, in->shard, in->type.rank, in->loc, d, in->name ? in->name : what);
+  }
+  names_unique(names, d, "value");
+  for (int k = 0; k < f->inst.n; k++)
+    if (f->inst.a[k]->op == OP_output)
+      name_add(names, ir_get_str(f->inst.a[k], "name", ""), f->inst.a[k]->loc);
+  names_unique(names, d, "output");
+}
+
+static bool is_output(const Func *f, const char *name) {
+  for (int k = 0; f && k < f->inst.n; k++)
+    if (f->inst.a[k]->op == OP_output && !strcmp(ir_get_str(f->inst.a[k], "name", ""), name))
+      return true;
+  return false;
+}
+
+bool ir_verify(const Module *m, Diag *d) {
+  int nerr = d->nerr;
+  Names names = {0};
+  if (m->cluster)
+    verify_cluster(m->cluster, d, &names);
+  for (int k = 0; k < m->mesh.n; k++) {
+    verify_mesh(m, &m->mesh.a[k], d);
+    name_add(&names, m->mesh.a[k].name, m->mesh.a[k].loc);
+  }
+  names_unique(&names, d, "mesh");
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *g = &m->global.a[k];
+    name_add(&names, g->name, g->loc);
+    if (g->type.dtype == DT_VOID || (unsigned)g->type.dtype >= DT_COUNT)
+      diag_error(d, g->loc, "global '%s' has no element type", g->name);
+    if (g->shard)
+      verify_shard(m, g->shard, g->type.rank, g->loc, d, g->name);
+  }
+  names_unique(&names, d, "global");
+  for (int k = 0; k < m->func.n; k++)
+    verify_func(m, m->func.a[k], d, &names);
+  for (int k = 0; k < m->func.n; k++)
+    name_add(&names, m->func.a[k]->name, m->func.a[k]->loc);
+  names_unique(&names, d, "function");
+  if (m->train.loss && !is_output(ir_find_func(m, "forward"), m->train.loss))
+    diag_error(d, m->train.loc, "the loss '%s' is not an output of @forward", m->train.loss);
+  free(names.a);
+  return d->nerr == nerr;
+}

@@ -1,0 +1,545 @@
+/* autodiff.c: reverse-mode differentiation; one grad_<op> per op of ops.def.
+ * Requires: @forward whose output named m->train.loss is an f32 scalar.
+ * Guarantees: @train_step holding the forward insts the loss (or a store) needs,
+ * `output "loss"` (its first and only output), the adjoints of the insts that
+ * lead to the loss and depend on a param, and the optimizer update of every
+ * param the loss reaches (optimizer.c); other params are left alone and warned
+ * about with -Wunused. Every emitted op carries the Loc of the forward op it
+ * differentiates. Without a loss, or with @train_step present, does nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "passes.h"
+
+struct GradCtx {
+  Func *f;          /* where the backward is emitted */
+  int n;            /* the cloned forward: ids [0, n) */
+  bool *active;     /* by id: depends on a param and leads to the loss */
+  Inst **adj;       /* by id: adjoint so far, NULL: none yet */
+  Diag *d;
+};
+
+static bool wants(const GradCtx *g, const Inst *x) { return x->id < g->n && g->active[x->id]; }
+
+/* ---- emitting ---- */
+
+static Inst *mk1(GradCtx *g, Op op, Inst *at, Inst *a) { return ir_make(g->f, op, at->loc, 1, a); }
+static Inst *mk2(GradCtx *g, Op op, Inst *at, Inst *a, Inst *b) {
+  return ir_make(g->f, op, at->loc, 2, a, b);
+}
+
+static Inst *cnst(GradCtx *g, Inst *at, double v) {
+  Inst *c = ir_new(g->f, OP_const, at->loc, 0, NULL);
+  ir_set_float(c, "value", v);
+  return ir_finish(c);
+}
+
+static void copy_attrs(Inst *dst, const Inst *src) {
+  for (int k = 0; k < src->nattr; k++) {
+    const Attr *a = &src->attr[k];
+    switch (a->kind) {
+    case A_INT: ir_set_int(dst, a->name, a->i); break;
+    case A_INTS: ir_set_ints(dst, a->name, a->ints, a->n); break;
+    case A_FLOAT: ir_set_float(dst, a->name, a->f); break;
+    case A_STR: ir_set_str(dst, a->name, a->s); break;
+    }
+  }
+}
+
+/* The _grad op of inst with inst's attributes. */
+static Inst *grad_op(GradCtx *g, Op op, Inst *inst, int nin, Inst **in) {
+  Inst *r = ir_new(g->f, op, inst->loc, nin, in);
+  copy_attrs(r, inst);
+  return ir_finish(r);
+}
+
+static Inst *with_shape(GradCtx *g, Op op, Inst *x, const Type *t, Inst *at) {
+  Inst *r = ir_new(g->f, op, at->loc, 1, &x);
+  ir_set_ints(r, "shape", t->dim, t->rank);
+  return ir_finish(r);
+}
+
+static Inst *reshape(GradCtx *g, Inst *x, const Type *t, Inst *at) {
+  return type_eq(&x->type, t) ? x : with_shape(g, OP_reshape, x, t, at);
+}
+
+static Inst *broadcast(GradCtx *g, Inst *x, const Type *t, Inst *at) {
+  return type_eq(&x->type, t) ? x : with_shape(g, OP_broadcast, x, t, at);
+}
+
+static Inst *sum(GradCtx *g, Inst *x, const int64_t *axes, int n, Inst *at) {
+  if (n == 0)
+    return x;
+  Inst *r = ir_new(g->f, OP_sum, at->loc, 1, &x);
+  ir_set_ints(r, "axes", axes, n);
+  return ir_finish(r);
+}
+
+static Inst *matmul(GradCtx *g, Inst *a, Inst *b, int ta, int tb, Inst *at) {
+  Inst *in[2] = {a, b};
+  Inst *r = ir_new(g->f, OP_matmul, at->loc, 2, in);
+  if (ta)
+    ir_set_int(r, "ta", 1);
+  if (tb)
+    ir_set_int(r, "tb", 1);
+  return ir_finish(r);
+}
+
+static Inst *slice(GradCtx *g, Inst *x, int64_t axis, int64_t begin, int64_t end, Inst *at) {
+  Inst *r = ir_new(g->f, OP_slice, at->loc, 1, &x);
+  ir_set_int(r, "axis", axis);
+  ir_set_int(r, "begin", begin);
+  ir_set_int(r, "end", end);
+  return ir_finish(r);
+}
+
+static Inst *swap_last2(GradCtx *g, Inst *x, Inst *at) {
+  int r = x->type.rank;
+  int64_t perm[IR_MAX_RANK];
+  for (int d = 0; d < r; d++)
+    perm[d] = d;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  Inst *t = ir_new(g->f, OP_transpose, at->loc, 1, &x);
+  ir_set_ints(t, "perm", perm, r);
+  return ir_finish(t);
+}
+
+/* [..., k] -> [prod(...), k] */
+static Inst *flatten2(GradCtx *g, Inst *x, Inst *at) {
+  Type t = x->type;
+  t.rank = 2;
+  t.dim[1] = x->type.dim[x->type.rank - 1];
+  t.dim[0] = type_elems(&x->type) / t.dim[1];
+  return reshape(g, x, &t, at);
+}
+
+/* Sums dy (of a numpy-broadcast result) back to the shape t of an operand. */
+static Inst *unbroadcast(GradCtx *g, Inst *dy, const Type *t) {
+  const Type *y = &dy->type;
+  int lead = y->rank - t->rank, n = 0;
+  int64_t axes[IR_MAX_RANK];
+  for (int d = 0; d < y->rank; d++)
+    if (y->dim[d] != 1 && (d < lead || t->dim[d - lead] == 1))
+      axes[n++] = d;
+  return reshape(g, sum(g, dy, axes, n, dy), t, dy);
+}
+
+/* Adds dx to the adjoint of x, summing away broadcast axes first. */
+static void accum(GradCtx *g, Inst *x, Inst *dx) {
+  dx = unbroadcast(g, dx, &x->type);
+  Inst **a = &g->adj[x->id];
+  *a = *a ? mk2(g, OP_add, dx, *a, dx) : dx;
+}
+
+#define DY (g->adj[inst->id])
+#define X (inst->in[0])
+
+static void no_derivative(GradCtx *g, Inst *inst) {
+  diag_error(g->d, inst->loc, "'%s' cannot be differentiated (it is itself a derivative)",
+             ir_ops[inst->op].name);
+}
+
+/* ---- module plumbing: never active, or (load) read by the pass ---- */
+
+void grad_load(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+void grad_const(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+void grad_lr(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+void grad_store(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+void grad_output(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+
+/* ---- elementwise ---- */
+
+void grad_add(GradCtx *g, Inst *inst) {
+  for (int k = 0; k < 2; k++)
+    if (wants(g, inst->in[k]))
+      accum(g, inst->in[k], DY);
+}
+
+void grad_sub(GradCtx *g, Inst *inst) {
+  Inst *a = inst->in[0], *b = inst->in[1];
+  if (wants(g, a))
+    accum(g, a, DY);
+  if (wants(g, b))
+    accum(g, b, mk1(g, OP_neg, inst, unbroadcast(g, DY, &b->type)));
+}
+
+void grad_mul(GradCtx *g, Inst *inst) {
+  Inst *a = inst->in[0], *b = inst->in[1];
+  if (wants(g, a))
+    accum(g, a, mk2(g, OP_mul, inst, DY, b));
+  if (wants(g, b))
+    accum(g, b, mk2(g, OP_mul, inst, DY, a));
+}
+
+/* y = a / b: da = dy / b, db = -dy y / b */
+void grad_div(GradCtx *g, Inst *inst) {
+  Inst *a = inst->in[0], *b = inst->in[1];
+  if (wants(g, a))
+    accum(g, a, mk2(g, OP_div, inst, DY, b));
+  if (wants(g, b)) {
+    Inst *t = mk2(g, OP_div, inst, mk2(g, OP_mul, inst, DY, inst), b);
+    accum(g, b, mk1(g, OP_neg, inst, unbroadcast(g, t, &b->type)));
+  }
+}
+
+void grad_neg(GradCtx *g, Inst *inst) { accum(g, X, mk1(g, OP_neg, inst, DY)); }
+void grad_exp(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_mul, inst, DY, inst)); }
+void grad_log(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_div, inst, DY, X)); }
+
+/* dx = 0.5 dy / y */
+void grad_sqrt(GradCtx *g, Inst *inst) {
+  accum(g, X, mk2(g, OP_div, inst, mk2(g, OP_mul, inst, DY, cnst(g, inst, 0.5)), inst));
+}
+
+/* dx = dy (1 - y^2) */
+void grad_tanh(GradCtx *g, Inst *inst) {
+  Inst *t = mk2(g, OP_sub, inst, cnst(g, inst, 1), mk2(g, OP_mul, inst, inst, inst));
+  accum(g, X, mk2(g, OP_mul, inst, DY, t));
+}
+
+/* dx = dy y (1 - y) */
+void grad_sigmoid(GradCtx *g, Inst *inst) {
+  Inst *t = mk2(g, OP_mul, inst, inst, mk2(g, OP_sub, inst, cnst(g, inst, 1), inst));
+  accum(g, X, mk2(g, OP_mul, inst, DY, t));
+}
+
+void grad_relu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_relu_grad, inst, X, DY)); }
+void grad_gelu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_gelu_grad, inst, X, DY)); }
+void grad_relu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+void grad_gelu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* ---- reductions ---- */
+
+/* dy of a reduction broadcast back to the shape of its operand. */
+static Inst *expand(GradCtx *g, Inst *inst, Inst *dy) {
+  const Type *x = &X->type;
+  Type kept = *x;
+  int n;
+  const int64_t *axes = ir_get_ints(inst, "axes", &n);
+  for (int k = 0; k < n; k++)
+    kept.dim[axes[k] < 0 ? axes[k] + x->rank : axes[k]] = 1;
+  return broadcast(g, reshape(g, dy, &kept, inst), x, inst);
+}
+
+void grad_sum(GradCtx *g, Inst *inst) { accum(g, X, expand(g, inst, DY)); }
+
+void grad_mean(GradCtx *g, Inst *inst) {
+  double n = (double)type_elems(&X->type) / (double)type_elems(&inst->type);
+  accum(g, X, expand(g, inst, mk2(g, OP_mul, inst, DY, cnst(g, inst, 1 / n))));
+}
+
+void grad_max(GradCtx *g, Inst *inst) {
+  Inst *in[3] = {X, inst, DY};
+  accum(g, X, grad_op(g, OP_max_grad, inst, 3, in));
+}
+
+void grad_max_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* ---- dense ----
+ * y = op(a) @ op(b) with op transposing the last two dims when ta/tb:
+ *   d op(a) = dy @ op(b)^T,  d op(b) = op(a)^T @ dy,
+ * written with ta/tb so that no transpose is materialised, except for a
+ * transposed batched a times a 2-D b. A 2-D b broadcast over a's batch gets
+ * the sum over the batch: one 2-D product when a's rows are contiguous. */
+void grad_matmul(GradCtx *g, Inst *inst) {
+  Inst *a = inst->in[0], *b = inst->in[1], *dy = DY;
+  int ta = ir_get_int(inst, "ta", 0) != 0, tb = ir_get_int(inst, "tb", 0) != 0;
+  bool bbatch = a->type.rank > 2 && b->type.rank == 2;
+  if (wants(g, a)) {
+    Inst *da;
+    if (!ta)
+      da = matmul(g, dy, b, 0, !tb, inst);
+    else if (!bbatch)
+      da = matmul(g, b, dy, tb, 1, inst);
+    else
+      da = swap_last2(g, matmul(g, dy, b, 0, !tb, inst), inst);
+    accum(g, a, da);
+  }
+  if (wants(g, b)) {
+    Inst *x = a;
+    if (bbatch && !ta) {
+      x = flatten2(g, a, inst);
+      dy = flatten2(g, dy, inst);
+    }
+    Inst *db = tb ? matmul(g, dy, x, 1, ta, inst) : matmul(g, x, dy, !ta, 0, inst);
+    int64_t batch[IR_MAX_RANK];
+    int nb = db->type.rank - b->type.rank;
+    for (int d = 0; d < nb; d++)
+      batch[d] = d;
+    accum(g, b, sum(g, db, batch, nb, inst));
+  }
+}
+
+/* ---- other kernels ---- */
+
+void grad_softmax(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {inst, DY};
+  accum(g, X, grad_op(g, OP_softmax_grad, inst, 2, in));
+}
+
+void grad_log_softmax(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {inst, DY};
+  accum(g, X, grad_op(g, OP_log_softmax_grad, inst, 2, in));
+}
+
+void grad_softmax_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+void grad_log_softmax_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* Labels are i32, never active. */
+void grad_cross_entropy(GradCtx *g, Inst *inst) {
+  accum(g, X, ir_make(g->f, OP_cross_entropy_grad, inst->loc, 3, X, inst->in[1], DY));
+}
+
+void grad_cross_entropy_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* y = mean((p - t)^2): dp = (2 dy / N) (p - t), dt = -dp */
+void grad_mse(GradCtx *g, Inst *inst) {
+  Inst *p = inst->in[0], *t = inst->in[1];
+  Inst *s = mk2(g, OP_mul, inst, DY, cnst(g, inst, 2.0 / (double)type_elems(&p->type)));
+  Inst *dp = mk2(g, OP_mul, inst, mk2(g, OP_sub, inst, p, t), s);
+  if (wants(g, p))
+    accum(g, p, dp);
+  if (wants(g, t))
+    accum(g, t, mk1(g, OP_neg, inst, dp));
+}
+
+void grad_normalize(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {X, DY};
+  accum(g, X, grad_op(g, OP_normalize_grad, inst, 2, in));
+}
+
+void grad_normalize_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* Ids are i32, never active. */
+void grad_embedding(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {inst->in[1], DY};
+  Inst *r = ir_new(g->f, OP_embedding_grad, inst->loc, 2, in);
+  ir_set_int(r, "rows", X->type.dim[0]);
+  accum(g, X, ir_finish(r));
+}
+
+void grad_embedding_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* The same (p, seed) give the same mask. */
+void grad_dropout(GradCtx *g, Inst *inst) {
+  Inst *dy = DY;
+  accum(g, X, grad_op(g, OP_dropout_grad, inst, 1, &dy));
+}
+
+void grad_dropout_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+void grad_causal_mask(GradCtx *g, Inst *inst) {
+  Inst *dy = DY;
+  Inst *r = ir_new(g->f, OP_causal_mask, inst->loc, 1, &dy);
+  ir_set_float(r, "fill", 0);
+  accum(g, X, ir_finish(r));
+}
+
+/* ---- data movement ---- */
+
+void grad_reshape(GradCtx *g, Inst *inst) { accum(g, X, reshape(g, DY, &X->type, inst)); }
+
+void grad_transpose(GradCtx *g, Inst *inst) {
+  int n;
+  const int64_t *perm = ir_get_ints(inst, "perm", &n);
+  int64_t inv[IR_MAX_RANK];
+  for (int d = 0; d < n; d++)
+    inv[perm[d]] = d;
+  Inst *dy = DY;
+  Inst *r = ir_new(g->f, OP_transpose, inst->loc, 1, &dy);
+  ir_set_ints(r, "perm", inv, n);
+  accum(g, X, ir_finish(r));
+}
+
+static int64_t axis_of(const Inst *inst) {
+  int64_t ax = ir_get_int(inst, "axis", 0);
+  return ax < 0 ? ax + inst->type.rank : ax;
+}
+
+void grad_slice(GradCtx *g, Inst *inst) {
+  int64_t ax = axis_of(inst);
+  Inst *dy = DY;
+  Inst *r = ir_new(g->f, OP_pad, inst->loc, 1, &dy);
+  ir_set_int(r, "axis", ax);
+  ir_set_int(r, "begin", ir_get_int(inst, "begin", 0));
+  ir_set_int(r, "size", X->type.dim[ax]);
+  accum(g, X, ir_finish(r));
+}
+
+void grad_pad(GradCtx *g, Inst *inst) {
+  int64_t ax = axis_of(inst), b = ir_get_int(inst, "begin", 0);
+  accum(g, X, slice(g, DY, ax, b, b + X->type.dim[ax], inst));
+}
+
+void grad_concat(GradCtx *g, Inst *inst) {
+  int64_t ax = axis_of(inst), at = 0;
+  for (int k = 0; k < inst->nin; k++) {
+    Inst *x = inst->in[k];
+    if (wants(g, x))
+      accum(g, x, slice(g, DY, ax, at, at + x->type.dim[ax], inst));
+    at += x->type.dim[ax];
+  }
+}
+
+void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
+
+/* ---- the pass ---- */
+
+static Inst *find_loss(Module *m, Func *src, Diag *d) {
+  for (int k = 0; k < src->inst.n; k++) {
+    Inst *i = src->inst.a[k];
+    if (i->op == OP_output && !strcmp(ir_get_str(i, "name", ""), m->train.loss)) {
+      char b[128];
+      const Type *t = &i->in[0]->type;
+      if (t->dtype == DT_F32 && t->rank == 0)
+        return i->in[0];
+      diag_error(d, i->in[0]->loc, "the loss '%s' must be a scalar f32, got %s", m->train.loss,
+                 type_str(t, b, sizeof b));
+      return NULL;
+    }
+  }
+  diag_error(d, m->train.loc, "the loss '%s' is not an output of @%s", m->train.loss, src->name);
+  return NULL;
+}
+
+/* Copies into f the insts of src that the loss or a store needs; returns the
+ * copy of the loss. */
+static Inst *clone(Func *f, Func *src, Inst *loss) {
+  int n = src->inst.n;
+  ir_renumber(src);
+  bool *need = calloc((size_t)n + 1, sizeof *need);
+  Inst **map = calloc((size_t)n + 1, sizeof *map);
+  DTC_ASSERT(need && map);
+  need[loss->id] = true;
+  for (int k = n - 1; k >= 0; k--) {
+    Inst *i = src->inst.a[k];
+    need[k] |= i->op == OP_store;
+    for (int j = 0; need[k] && j < i->nin; j++)
+      need[i->in[j]->id] = true;
+  }
+  Arena *a = f->mod->arena;
+  for (int k = 0; k < n; k++) {
+    Inst *i = src->inst.a[k];
+    if (!need[k])
+      continue;
+    Inst *in[16];
+    for (int j = 0; j < i->nin; j++)
+      in[j] = map[i->in[j]->id];
+    Inst *c = ir_new(f, i->op, i->loc, i->nin, in);
+    c->name = i->name;
+    c->shard = i->shard;
+    c->nattr = i->nattr;
+    c->attr = arena_alloc(a, sizeof(Attr) * (size_t)(i->nattr ? i->nattr : 1));
+    if (i->nattr)
+      memcpy(c->attr, i->attr, sizeof(Attr) * (size_t)i->nattr);
+    map[k] = ir_finish(c);
+  }
+  Inst *r = map[loss->id];
+  free(need);
+  free(map);
+  return r;
+}
+
+/* Builds @name: the forward of src, `output "loss"` and the backward. For each
+ * global k, value[k] is its first load (NULL: none) and grad[k] the sum of the
+ * adjoints of its loads (NULL: the loss does not depend on it). */
+static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst **value,
+                           Inst **grad) {
+  int nerr = d->nerr;
+  Inst *loss = find_loss(m, src, d);
+  if (!loss)
+    return NULL;
+  Func *f = ir_add_func(m, name, src->loc);
+  loss = clone(f, src, loss);
+  int n = f->inst.n;
+  GradCtx g = {.f = f, .n = n, .d = d};
+  g.active = calloc((size_t)n, sizeof *g.active);
+  g.adj = calloc((size_t)n, sizeof *g.adj);
+  bool *reach = calloc((size_t)n, sizeof *reach);
+  DTC_ASSERT(g.active && g.adj && reach);
+  for (int k = 0; k < n; k++) {
+    Inst *i = f->inst.a[k];
+    bool on = i->op == OP_load && ir_find_global(m, ir_get_str(i, "global", ""))->kind == G_PARAM;
+    for (int j = 0; j < i->nin; j++)
+      on |= g.active[i->in[j]->id];
+    g.active[k] = on && i->type.dtype == DT_F32;
+  }
+  reach[loss->id] = true;
+  for (int k = n - 1; k >= 0; k--) {
+    Inst *i = f->inst.a[k];
+    for (int j = 0; reach[k] && j < i->nin; j++)
+      reach[i->in[j]->id] = true;
+    g.active[k] &= reach[k];
+  }
+
+  Inst *out = ir_new(f, OP_output, loss->loc, 1, &loss);
+  ir_set_str(out, "name", "loss");
+  ir_finish(out);
+
+  if (g.active[loss->id])
+    g.adj[loss->id] = cnst(&g, loss, 1);
+  for (int k = n - 1; k >= 0; k--) {
+    Inst *i = f->inst.a[k];
+    if (g.active[k] && g.adj[k])
+      ir_ops[i->op].grad(&g, i);
+  }
+
+  for (int k = 0; k < n; k++) {
+    Inst *i = f->inst.a[k];
+    if (i->op != OP_load)
+      continue;
+    const Global *gl = ir_find_global(m, ir_get_str(i, "global", ""));
+    int gk = (int)(gl - m->global.a);
+    if (!value[gk])
+      value[gk] = i;
+    if (g.active[k] && g.adj[k])
+      grad[gk] = grad[gk] ? ir_make(f, OP_add, i->loc, 2, grad[gk], g.adj[k]) : g.adj[k];
+  }
+  free(g.active);
+  free(g.adj);
+  free(reach);
+  return d->nerr == nerr ? f : NULL;
+}
+
+Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d) {
+  int ng = m->global.n;
+  Inst **value = calloc((size_t)ng + 1, sizeof *value), **grad = calloc((size_t)ng + 1, sizeof *grad);
+  DTC_ASSERT(value && grad);
+  Func *f = differentiate(m, src, name, d, value, grad);
+  for (int k = 0; f && k < ng; k++)
+    if (grad[k]) {
+      Inst *o = ir_new(f, OP_output, m->global.a[k].loc, 1, &grad[k]);
+      ir_set_str(o, "name", m->global.a[k].name);
+      ir_finish(o);
+    }
+  free(value);
+  free(grad);
+  return f;
+}
+
+bool pass_autodiff(Module *m, Diag *d) {
+  if (!m->train.loss || ir_find_func(m, "train_step"))
+    return true;
+  Func *fwd = ir_find_func(m, "forward");
+  if (!fwd) {
+    diag_error(d, m->train.loc, "there is no @forward to train");
+    return false;
+  }
+  int ng = m->global.n;
+  Inst **value = calloc((size_t)ng + 1, sizeof *value), **grad = calloc((size_t)ng + 1, sizeof *grad);
+  DTC_ASSERT(value && grad);
+  Func *f = differentiate(m, fwd, "train_step", d, value, grad);
+  bool ok = f != NULL;
+  for (int k = 0; ok && k < ng; k++) {
+    const Global *gl = &m->global.a[k];
+    if (gl->kind == G_PARAM && !grad[k] && (d->wflags & W_UNUSED))
+      diag_warn(d, gl->loc, "param '%s' does not affect the loss '%s'; it is not trained",
+                gl->name, m->train.loss);
+  }
+  ok = ok && opt_emit(m, f, value, grad, d);
+  free(value);
+  free(grad);
+  return ok;
+}

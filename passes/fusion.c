@@ -1,0 +1,256 @@
+/* fusion.c: groups chains of elementwise ops into fusion groups, each one loop
+ * in codegen, and reschedules every function around them.
+ *
+ * Requires: verified IR. Guarantees: every elementwise op has fuse > 0; the
+ * elementwise members of a group share one result shape, and every operand
+ * from outside the group broadcasts to it and is computed before the group; a
+ * group's members (its ops, the scalar consts and learning rates only it uses,
+ * and the stores it writes straight into the state block) are contiguous; a
+ * group value used only inside its group needs no memory; outputs keep their
+ * order; a store moves after the last read of its global's old value when no
+ * later load of that global needs the new one. */
+#include <string.h>
+
+#include "passes.h"
+
+Uses uses_build(Arena *a, const Func *f) {
+  int n = f->inst.n, total = 0;
+  Uses u = {arena_alloc(a, sizeof(int) * (size_t)(n + 1)), NULL};
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < f->inst.a[i]->nin; k++, total++)
+      u.off[f->inst.a[i]->in[k]->id + 1]++;
+  for (int i = 0; i < n; i++)
+    u.off[i + 1] += u.off[i];
+  u.u = arena_alloc(a, sizeof(Inst *) * (size_t)(total ? total : 1));
+  int *fill = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < f->inst.a[i]->nin; k++) {
+      int o = f->inst.a[i]->in[k]->id;
+      u.u[u.off[o] + fill[o]++] = f->inst.a[i];
+    }
+  return u;
+}
+
+typedef struct Fuser {
+  Func *f;
+  Uses use;
+  int *grp;            /* by inst id: group (resolve with find), 0 none */
+  int *parent;         /* by group: merged into */
+  bool *sealed;        /* by group: read from outside, takes no more members */
+  const Type **shape;  /* by group */
+  int *last;           /* by group: id of its last elementwise member */
+  int *slot;           /* by inst id: runs right after the inst of this id */
+  bool *movable;       /* by inst id: a store that may run later than it stands */
+  int ngrp;
+} Fuser;
+
+static int find(Fuser *fu, int g) {
+  while (fu->parent[g] != g)
+    g = fu->parent[g] = fu->parent[fu->parent[g]];
+  return g;
+}
+
+static int group_of(Fuser *fu, const Inst *i) { return fu->grp[i->id] ? find(fu, fu->grp[i->id]) : 0; }
+
+static bool same_dims(const Type *a, const Type *b) {
+  if (a->rank != b->rank)
+    return false;
+  for (int d = 0; d < a->rank; d++)
+    if (a->dim[d] != b->dim[d])
+      return false;
+  return true;
+}
+
+static bool is_elem(const Inst *i) { return ir_ops[i->op].kind == K_ELEM; }
+
+/* A store may be delayed unless it is one of several to its global or a later
+ * load needs the value it writes. */
+static bool store_movable(const Func *f, const Inst *s) {
+  const Global *g = memplan_global(s);
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *j = f->inst.a[k];
+    if (j == s || (j->op != OP_load && j->op != OP_store) || memplan_global(j) != g)
+      continue;
+    if (j->op == OP_store || j->id > s->id)
+      return false;
+  }
+  return true;
+}
+
+static void join(Fuser *fu, Inst *x) {
+  int g = 0;
+  for (int k = 0; k < x->nin; k++) {
+    int h = group_of(fu, x->in[k]);
+    if (!h || fu->sealed[h] || !same_dims(fu->shape[h], &x->type))
+      continue;
+    if (!g)
+      g = h;
+    else if (h != g)
+      fu->parent[h] = g;
+  }
+  if (!g) {
+    g = ++fu->ngrp;
+    fu->parent[g] = g;
+    fu->shape[g] = &x->type;
+  }
+  fu->grp[x->id] = g;
+  fu->last[g] = x->id;
+}
+
+/* Pass 1: in order, an elementwise op joins (and merges) the open groups of
+ * its operands that have its shape; any other reader seals the group it
+ * reads, except outputs and movable stores, which can wait for the loop. */
+static void form_groups(Fuser *fu) {
+  Func *f = fu->f;
+  for (int i = 0; i < f->inst.n; i++) {
+    Inst *x = f->inst.a[i];
+    if (is_elem(x))
+      join(fu, x);
+    int g = group_of(fu, x);
+    bool waits = x->op == OP_output || (x->op == OP_store && fu->movable[i]);
+    for (int k = 0; k < x->nin && !waits; k++) {
+      int h = group_of(fu, x->in[k]);
+      if (h && h != g)
+        fu->sealed[h] = true;
+    }
+  }
+  for (int i = 0; i < f->inst.n; i++) {
+    Inst *x = f->inst.a[i];
+    if (x->op != OP_const && x->op != OP_lr)
+      continue;
+    int g = -1;
+    for (int k = fu->use.off[i]; k < fu->use.off[i + 1]; k++) {
+      Inst *u = fu->use.u[k];
+      int h = is_elem(u) ? group_of(fu, u) : 0;
+      g = g == -1 || g == h ? h : 0;
+    }
+    if (g > 0)
+      fu->grp[i] = g;
+  }
+  for (int i = 0; i < f->inst.n; i++) {
+    int g = group_of(fu, f->inst.a[i]);
+    fu->slot[i] = g ? fu->last[g] : i;
+  }
+}
+
+static int max(int a, int b) { return a > b ? a : b; }
+
+/* Readers of the value a load produced (through reshapes, which alias it):
+ * the latest slot among those outside group g, and whether those inside g
+ * all read it element for element. */
+static void readers(Fuser *fu, const Inst *v, const Inst *store, int g, int *late, bool *same) {
+  for (int k = fu->use.off[v->id]; k < fu->use.off[v->id + 1]; k++) {
+    const Inst *u = fu->use.u[k];
+    if (u == store)
+      continue;
+    if (u->op == OP_reshape)
+      readers(fu, u, store, g, late, same);
+    else if (g && group_of(fu, u) == g && is_elem(u))
+      *same &= same_dims(&v->type, fu->shape[g]);
+    else
+      *late = max(*late, fu->slot[u->id]);
+  }
+}
+
+/* Pass 2: outputs wait for their loop, in order; a store joins its value's
+ * group (written straight into the state block by the loop) when the old
+ * value is read only before the loop or element for element inside it, and
+ * otherwise waits until the old value is read for the last time. */
+static void place_sinks(Fuser *fu) {
+  Func *f = fu->f;
+  int prev = -1;
+  for (int i = 0; i < f->inst.n; i++) {
+    Inst *x = f->inst.a[i];
+    if (x->op != OP_output)
+      continue;
+    prev = fu->slot[i] = max(max(i, prev), fu->slot[x->in[0]->id]);
+  }
+  for (int i = 0; i < f->inst.n; i++) {
+    Inst *s = f->inst.a[i];
+    if (s->op != OP_store || !fu->movable[i])
+      continue;
+    const Inst *v = s->in[0];
+    int g = is_elem(v) ? group_of(fu, v) : 0;
+    int late = -1;
+    bool same = true;
+    for (int k = 0; k < i; k++) {
+      const Inst *l = f->inst.a[k];
+      if (l->op == OP_load && memplan_global(l) == memplan_global(s))
+        readers(fu, l, s, g, &late, &same);
+    }
+    if (g && same && late < fu->last[g]) {
+      fu->grp[i] = g;
+      fu->slot[i] = fu->last[g];
+    } else {
+      fu->slot[i] = max(max(i, fu->slot[v->id]), late);
+    }
+  }
+}
+
+/* Pass 3: the new order. Each slot holds first its own inst or group (in id
+ * order), then the sinks that wait for it. */
+static void reschedule(Fuser *fu) {
+  Func *f = fu->f;
+  Arena *a = f->mod->arena;
+  int n = f->inst.n;
+  int *head = arena_alloc(a, sizeof(int) * (size_t)(2 * n + 1));
+  int *tail = arena_alloc(a, sizeof(int) * (size_t)(2 * n + 1));
+  int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  for (int b = 0; b < 2 * n; b++)
+    head[b] = tail[b] = -1;
+  for (int i = 0; i < n; i++) {
+    bool waits = fu->slot[i] != i && !fu->grp[i];
+    int b = 2 * fu->slot[i] + waits;
+    next[i] = -1;
+    if (tail[b] < 0)
+      head[b] = i;
+    else
+      next[tail[b]] = i;
+    tail[b] = i;
+  }
+  Inst **old = arena_alloc(a, sizeof(Inst *) * (size_t)(n ? n : 1));
+  memcpy(old, f->inst.a, sizeof(Inst *) * (size_t)n);
+  int *newid = arena_alloc(a, sizeof(int) * (size_t)(fu->ngrp + 1));
+  int k = 0, ngrp = 0;
+  for (int b = 0; b < 2 * n; b++)
+    for (int i = head[b]; i >= 0; i = next[i]) {
+      Inst *x = old[i];
+      int g = group_of(fu, x);
+      if (g && !newid[g])
+        newid[g] = ++ngrp;
+      x->fuse = g ? newid[g] : 0;
+      f->inst.a[k++] = x;
+    }
+  DTC_ASSERT(k == n);
+  ir_renumber(f);
+}
+
+static void fuse_func(Func *f) {
+  Arena *a = f->mod->arena;
+  int n = f->inst.n;
+  ir_renumber(f);
+  Fuser fu = {.f = f, .use = uses_build(a, f)};
+  size_t ni = (size_t)n + 1;
+  fu.grp = arena_alloc(a, sizeof(int) * ni);
+  fu.parent = arena_alloc(a, sizeof(int) * ni);
+  fu.sealed = arena_alloc(a, sizeof(bool) * ni);
+  fu.shape = arena_alloc(a, sizeof(Type *) * ni);
+  fu.last = arena_alloc(a, sizeof(int) * ni);
+  fu.slot = arena_alloc(a, sizeof(int) * ni);
+  fu.movable = arena_alloc(a, sizeof(bool) * ni);
+  for (int i = 0; i < n; i++) {
+    Inst *x = f->inst.a[i];
+    x->fuse = 0;
+    fu.movable[i] = x->op == OP_store && store_movable(f, x);
+  }
+  form_groups(&fu);
+  place_sinks(&fu);
+  reschedule(&fu);
+}
+
+bool pass_fusion(Module *m, Diag *d) {
+  (void)d;
+  for (int k = 0; k < m->func.n; k++)
+    fuse_func(m->func.a[k]);
+  return true;
+}

@@ -1,0 +1,145 @@
+/* optimizer.c: the parameter update at the end of @train_step, as IR.
+ * Requires: each trained param's value and gradient g in f. Guarantees: its new
+ * value and optimizer state stored back (state globals "<param>__m" and
+ * "<param>__v", zero-initialised, created here).
+ *
+ * lr is the scalar op `lr`, evaluated by dtrt_lr at the runtime's step counter
+ * s (0 on the first step; t = s + 1), with W warm-up and T total steps:
+ *
+ *   constant  lr = base
+ *   warmup    lr = base t / W while s < W, then base
+ *   cosine    as warmup while s < W, then
+ *             lr = base (1 + cos(pi min(1, (s - W) / (T - W)))) / 2   (0 if T <= W)
+ *
+ * With wd the weight decay:
+ *
+ *   sgd    g' = g + wd p
+ *          m' = momentum m + g'                       (no m when momentum is 0:
+ *          p' = p - lr m'                              p' = p - lr g')
+ *   adam   g' = g + wd p
+ *          m' = beta1 m + (1 - beta1) g'
+ *          v' = beta2 v + (1 - beta2) g' g'
+ *          p' = p - lr_t m' / (sqrt(v') + eps),   lr_t = lr sqrt(1 - beta2^t) / (1 - beta1^t)
+ *   adamw  as adam with g' = g, and p' = p - lr_t m' / (sqrt(v') + eps) - lr wd p
+ *
+ * Adam's bias correction is folded into lr_t (one scalar per step; the lr op
+ * with beta1, beta2 > 0), so eps is added to sqrt(v') rather than to the
+ * corrected sqrt(v'/(1 - beta2^t)): Kingma and Ba's "efficient" form. */
+#include <string.h>
+
+#include "ir.h"
+#include "passes.h"
+
+typedef struct Opt {
+  Module *m;
+  Func *f;
+  Loc loc;           /* of the param being updated */
+} Opt;
+
+static Inst *cnst(Opt *o, double v) {
+  Inst *c = ir_new(o->f, OP_const, o->loc, 0, NULL);
+  ir_set_float(c, "value", v);
+  return ir_finish(c);
+}
+
+static Inst *bin(Opt *o, Op op, Inst *a, Inst *b) { return ir_make(o->f, op, o->loc, 2, a, b); }
+
+static Inst *lr(Opt *o, double beta1, double beta2) {
+  const Train *t = &o->m->train;
+  Inst *r = ir_new(o->f, OP_lr, t->loc, 0, NULL);
+  ir_set_float(r, "base", t->lr);
+  ir_set_str(r, "schedule", t->schedule ? t->schedule : "constant");
+  ir_set_int(r, "warmup", t->warmup);
+  ir_set_int(r, "total", t->total);
+  ir_set_float(r, "beta1", beta1);
+  ir_set_float(r, "beta2", beta2);
+  return ir_finish(r);
+}
+
+/* The state global "<param>__<suffix>", created on first use. */
+static const char *state(Opt *o, int param, const char *suffix) {
+  Module *m = o->m;
+  const char *name = arena_printf(m->arena, "%s__%s", m->global.a[param].name, suffix);
+  if (!ir_find_global(m, name)) {
+    Global p = m->global.a[param];
+    Global *s = ir_add_global(m, name, G_STATE, p.type, p.loc);
+    s->init = "zeros";
+    s->shard = p.shard;
+  }
+  return name;
+}
+
+static Inst *load(Opt *o, const char *global) {
+  Inst *l = ir_new(o->f, OP_load, o->loc, 0, NULL);
+  ir_set_str(l, "global", global);
+  return ir_finish(l);
+}
+
+static void store(Opt *o, const char *global, Inst *v) {
+  Inst *s = ir_new(o->f, OP_store, o->loc, 1, &v);
+  ir_set_str(s, "global", global);
+  ir_finish(s);
+}
+
+/* a x + b y, leaving out a factor of 1 */
+static Inst *axpby(Opt *o, double a, Inst *x, double b, Inst *y) {
+  Inst *l = a == 1 ? x : bin(o, OP_mul, cnst(o, a), x);
+  return bin(o, OP_add, l, b == 1 ? y : bin(o, OP_mul, cnst(o, b), y));
+}
+
+bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d) {
+  const Train *t = &m->train;
+  const char *name = t->opt ? t->opt : "sgd";
+  bool sgd = !strcmp(name, "sgd"), adamw = !strcmp(name, "adamw");
+  bool adam = adamw || !strcmp(name, "adam");
+  if (!sgd && !adam) {
+    diag_error(d, t->loc, "unknown optimizer '%s' (sgd, adam, adamw)", name);
+    return false;
+  }
+  if (adam && !(t->beta1 >= 0 && t->beta1 < 1 && t->beta2 >= 0 && t->beta2 < 1)) {
+    diag_error(d, t->loc, "%s needs beta1 and beta2 in [0, 1), got %g and %g", name, t->beta1,
+               t->beta2);
+    return false;
+  }
+  Opt o = {m, f, t->loc};
+  Inst *rate = lr(&o, adam ? t->beta1 : 0, adam ? t->beta2 : 0);
+  Inst *decay = adamw && t->weight_decay != 0 ? lr(&o, 0, 0) : NULL;
+  if (decay)
+    decay = bin(&o, OP_mul, decay, cnst(&o, t->weight_decay));
+
+  int ng = m->global.n;
+  for (int k = 0; k < ng; k++) {
+    if (!grad[k])
+      continue;
+    o.loc = m->global.a[k].loc;
+    const char *param = m->global.a[k].name;
+    Inst *p = value[k], *g = grad[k], *step;
+    if (t->weight_decay != 0 && !adamw)
+      g = axpby(&o, 1, g, t->weight_decay, p);
+    const char *mname = NULL, *vname = NULL;
+    Inst *m1 = NULL, *v1 = NULL;
+    if (sgd && t->momentum != 0) {
+      mname = state(&o, k, "m");
+      m1 = axpby(&o, t->momentum, load(&o, mname), 1, g);
+      step = m1;
+    } else if (sgd) {
+      step = g;
+    } else {
+      mname = state(&o, k, "m");
+      vname = state(&o, k, "v");
+      m1 = axpby(&o, t->beta1, load(&o, mname), 1 - t->beta1, g);
+      v1 = axpby(&o, t->beta2, load(&o, vname), 1 - t->beta2, bin(&o, OP_mul, g, g));
+      Inst *den = bin(&o, OP_add, ir_make(f, OP_sqrt, o.loc, 1, v1), cnst(&o, t->eps));
+      step = bin(&o, OP_div, m1, den);
+    }
+    Inst *p1 = bin(&o, OP_sub, p, bin(&o, OP_mul, rate, step));
+    if (decay)
+      p1 = bin(&o, OP_sub, p1, bin(&o, OP_mul, decay, p));
+    store(&o, param, p1);
+    if (m1)
+      store(&o, mname, m1);
+    if (v1)
+      store(&o, vname, v1);
+  }
+  return true;
+}

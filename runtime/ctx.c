@@ -1,0 +1,91 @@
+/* ctx.c: the runtime context: allocation hook, last error message, status names.
+ * There is no global state: everything lives in a DtrtCtx. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+struct DtrtCtx {
+  DtAllocator a;
+  char err[512];
+};
+
+static void *sys_alloc(void *user, size_t n) {
+  (void)user;
+  void *p;
+  return posix_memalign(&p, 64, n) ? NULL : p;
+}
+
+static void sys_free(void *user, void *p) {
+  (void)user;
+  free(p);
+}
+
+DtrtCtx *dtrt_ctx_new(void) { return dtrt_ctx_new_with(NULL); }
+
+DtrtCtx *dtrt_ctx_new_with(const DtAllocator *a) {
+  DtAllocator use = {sys_alloc, sys_free, NULL};
+  if (a) {
+    if (!a->alloc || !a->free)
+      return NULL;
+    use = *a;
+  }
+  DtrtCtx *ctx = use.alloc(use.user, sizeof *ctx);
+  if (!ctx)
+    return NULL;
+  memset(ctx, 0, sizeof *ctx);
+  ctx->a = use;
+  return ctx;
+}
+
+void dtrt_ctx_free(DtrtCtx *ctx) {
+  if (!ctx)
+    return;
+  DtAllocator a = ctx->a;
+  a.free(a.user, ctx);
+}
+
+const char *dtrt_errmsg(const DtrtCtx *ctx) { return ctx ? ctx->err : "no context"; }
+
+const char *dtrt_status_name(DtStatus s) {
+  static const char *const names[] = {"ok",        "bad argument", "out of memory",
+                                      "i/o error", "bad format",   "mismatch",
+                                      "checksum mismatch", "communication error",
+                                      "internal error"};
+  _Static_assert(sizeof names / sizeof names[0] == DT_ERR_INTERNAL + 1, "status names");
+  return (unsigned)s <= DT_ERR_INTERNAL ? names[s] : "unknown status";
+}
+
+DtStatus dtrt_fail(DtrtCtx *ctx, DtStatus s, const char *fmt, ...) {
+  if (ctx && fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+  }
+  return s;
+}
+
+void *dtrt_alloc(DtrtCtx *ctx, size_t n) {
+  if (!ctx)
+    return NULL;
+  void *p = ctx->a.alloc(ctx->a.user, n ? n : 1);
+  if (!p) {
+    dtrt_fail(ctx, DT_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+    return NULL;
+  }
+  if ((uintptr_t)p % 64) {
+    ctx->a.free(ctx->a.user, p);
+    dtrt_fail(ctx, DT_ERR_INTERNAL, "allocator returned memory not 64-byte aligned");
+    return NULL;
+  }
+  return memset(p, 0, n);
+}
+
+void dtrt_free(DtrtCtx *ctx, void *p) {
+  if (ctx && p)
+    ctx->a.free(ctx->a.user, p);
+}

@@ -1,0 +1,502 @@
+/* data.c: data set readers: IDX (MNIST), NumPy .npy and CSV. A file is read
+ * whole through zlib, so gzip-compressed files (told by their magic) work too,
+ * then parsed from memory: every claim a header makes is checked against the
+ * bytes present before anything is allocated for it. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "dtrt_int.h"
+
+typedef struct Buf {
+  unsigned char *p;   /* n bytes and a NUL */
+  int64_t n;
+} Buf;
+
+/* Reads the whole (decompressed) file. */
+static DtStatus slurp(DtrtCtx *ctx, const char *path, Buf *b) {
+  struct stat st;
+  if (stat(path, &st))
+    return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return dtrt_fail(ctx, DT_ERR_IO, "%s: not a regular file", path);
+  gzFile g = gzopen(path, "rb");
+  if (!g)
+    return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  /* room for the whole of a plain file plus the read that finds its end */
+  int64_t cap = (int64_t)st.st_size + 2;
+  if (cap < 65536)
+    cap = 65536;
+  b->n = 0;
+  b->p = dtrt_alloc(ctx, (size_t)cap);
+  DtStatus s = b->p ? DT_OK : DT_ERR_NOMEM;
+  while (!s) {
+    if (b->n + 1 == cap) {
+      unsigned char *q = dtrt_alloc(ctx, (size_t)cap * 2);
+      if (!q) {
+        s = DT_ERR_NOMEM;
+        break;
+      }
+      memcpy(q, b->p, (size_t)b->n);
+      dtrt_free(ctx, b->p);
+      b->p = q;
+      cap *= 2;
+    }
+    int64_t room = cap - 1 - b->n;
+    int r = gzread(g, b->p + b->n, (unsigned)(room < (1 << 30) ? room : (1 << 30)));
+    if (r < 0) {
+      int code;
+      const char *msg = gzerror(g, &code);
+      s = dtrt_fail(ctx, code == Z_ERRNO ? DT_ERR_IO : DT_ERR_FORMAT, "%s: %s: %s", path,
+                    code == Z_ERRNO ? "read error" : "corrupt or truncated gzip data",
+                    code == Z_ERRNO ? strerror(errno) : msg);
+    } else if (r == 0) {
+      /* Z_BUF_ERROR at the end: the input stopped inside a gzip stream */
+      int code;
+      gzerror(g, &code);
+      if (code == Z_BUF_ERROR)
+        s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: truncated gzip data", path);
+      break;
+    } else {
+      b->n += r;
+    }
+  }
+  gzclose_r(g);
+  if (s) {
+    dtrt_free(ctx, b->p);
+    b->p = NULL;
+    return s;
+  }
+  b->p[b->n] = 0;
+  return DT_OK;
+}
+
+/* Allocates out for dtype and dims (count n already checked). */
+static DtStatus make(DtrtCtx *ctx, DtData *out, int dtype, const int64_t *dim, int rank,
+                     int64_t n) {
+  out->t.dtype = dtype;
+  out->t.rank = rank;
+  memcpy(out->t.dim, dim, (size_t)rank * sizeof *dim);
+  out->t.data = dtrt_alloc(ctx, (size_t)n * 4);
+  return out->t.data ? DT_OK : DT_ERR_NOMEM;
+}
+
+/* Common start of the readers: arguments, a cleared out, the file's bytes. */
+static DtStatus start(DtrtCtx *ctx, const char *path, DtData *out, Buf *b) {
+  if (!ctx)
+    return DT_ERR_ARG;
+  if (!out)
+    return dtrt_fail(ctx, DT_ERR_ARG, "read: no output");
+  memset(out, 0, sizeof *out);
+  if (!path)
+    return dtrt_fail(ctx, DT_ERR_ARG, "read: no path");
+  return slurp(ctx, path, b);
+}
+
+void dtrt_data_free(DtrtCtx *ctx, DtData *d) {
+  if (!d)
+    return;
+  dtrt_free(ctx, d->t.data);
+  memset(d, 0, sizeof *d);
+}
+
+/* ---- IDX ---- */
+
+static uint32_t be32(const unsigned char *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Element k of big-endian IDX data of the given type, as a double. */
+static double idx_value(const unsigned char *p, int type, int64_t k) {
+  switch (type) {
+  case 0x08: return p[k];
+  case 0x09: return (int8_t)p[k];
+  case 0x0B: return (int16_t)(uint16_t)(p[2 * k] << 8 | p[2 * k + 1]);
+  case 0x0C: return (int32_t)be32(p + 4 * k);
+  case 0x0D: {
+    uint32_t u = be32(p + 4 * k);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  }
+  default: {
+    uint64_t u = (uint64_t)be32(p + 8 * k) << 32 | be32(p + 8 * k + 4);
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+  }
+  }
+}
+
+/* Layout: 0, 0, type, rank, rank big-endian u32 dims, big-endian data. u8 data
+ * of rank 2 or more becomes f32 / 255, other integer data i32, float data f32. */
+DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out) {
+  Buf b;
+  DtStatus s = start(ctx, path, out, &b);
+  if (s)
+    return s;
+  const unsigned char *p = b.p;
+  int64_t dim[DT_MAX_RANK], n, bytes, esize = 0;
+  int type = b.n >= 4 ? p[2] : 0, rank = b.n >= 4 ? p[3] : 0;
+  if (b.n < 4 || p[0] || p[1])
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: not an IDX file (bad magic)", path);
+  else if (!(esize = type == 0x08 || type == 0x09 ? 1 : type == 0x0B ? 2
+                   : type == 0x0C || type == 0x0D ? 4 : type == 0x0E ? 8 : 0))
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: unknown IDX element type 0x%02x", path, type);
+  else if (rank < 1 || rank > DT_MAX_RANK)
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: IDX rank %d (1 to %d supported)", path, rank,
+                  DT_MAX_RANK);
+  else if (b.n < 4 + 4 * rank)
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: truncated IDX header", path);
+  if (s)
+    goto done;
+  for (int k = 0; k < rank; k++)
+    dim[k] = be32(p + 4 + 4 * k);
+  n = dtrt_elems(dim, rank);
+  int64_t have = b.n - 4 - 4 * rank;
+  if (n < 0 || !dtrt_mul(n, esize, &bytes) || bytes > have) {
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: header promises more data than the %lld bytes present",
+                  path, (long long)have);
+    goto done;
+  }
+  if (bytes < have) {
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: %lld bytes after the data", path,
+                  (long long)(have - bytes));
+    goto done;
+  }
+  bool image = type == 0x08 && rank >= 2, real = type == 0x0D || type == 0x0E;
+  if ((s = make(ctx, out, image || real ? DTRT_F32 : DTRT_I32, dim, rank, n)))
+    goto done;
+  const unsigned char *d = p + 4 + 4 * rank;
+  if (image) {
+    float *f = out->t.data;
+    for (int64_t k = 0; k < n; k++)
+      f[k] = (float)d[k] / 255.0f;
+  } else if (real) {
+    float *f = out->t.data;
+    for (int64_t k = 0; k < n; k++)
+      f[k] = (float)idx_value(d, type, k);
+  } else {
+    int32_t *v = out->t.data;
+    for (int64_t k = 0; k < n; k++)
+      v[k] = (int32_t)idx_value(d, type, k);
+  }
+done:
+  dtrt_free(ctx, b.p);
+  return s;
+}
+
+/* ---- npy ---- */
+
+/* A cursor over the npy header's Python dict literal. */
+typedef struct Lex {
+  const char *p, *end;
+} Lex;
+
+static void ws(Lex *l) {
+  while (l->p < l->end && (*l->p == ' ' || *l->p == '\t' || *l->p == '\n' || *l->p == '\r'))
+    l->p++;
+}
+
+static bool eat(Lex *l, char c) {
+  ws(l);
+  if (l->p < l->end && *l->p == c) {
+    l->p++;
+    return true;
+  }
+  return false;
+}
+
+/* A quoted string (no escapes) into buf. */
+static bool str(Lex *l, char *buf, size_t n) {
+  ws(l);
+  if (l->p >= l->end || (*l->p != '\'' && *l->p != '"'))
+    return false;
+  char q = *l->p++;
+  const char *s = l->p;
+  while (l->p < l->end && *l->p != q && *l->p != '\\')
+    l->p++;
+  if (l->p >= l->end || *l->p != q || (size_t)(l->p - s) >= n)
+    return false;
+  memcpy(buf, s, (size_t)(l->p - s));
+  buf[l->p - s] = 0;
+  l->p++;
+  return true;
+}
+
+static bool word(Lex *l, const char *w) {
+  ws(l);
+  size_t n = strlen(w);
+  if ((size_t)(l->end - l->p) < n || memcmp(l->p, w, n))
+    return false;
+  l->p += n;
+  return true;
+}
+
+/* (d0, d1, ...) with a trailing comma required for one element, allowed after more. */
+static bool shape(Lex *l, int64_t *dim, int *rank) {
+  if (!eat(l, '('))
+    return false;
+  *rank = 0;
+  bool comma = true;
+  for (;;) {
+    ws(l);
+    if (l->p < l->end && *l->p == ')') {
+      l->p++;
+      return *rank != 1 || comma;
+    }
+    if (!comma || *rank == DT_MAX_RANK || l->p >= l->end || *l->p < '0' || *l->p > '9')
+      return false;
+    int64_t v = 0;
+    while (l->p < l->end && *l->p >= '0' && *l->p <= '9')
+      if (!dtrt_mul(v, 10, &v) || (v += *l->p++ - '0') > DTRT_MAX_ELEMS)
+        return false;
+    if (l->p < l->end && *l->p == 'L')
+      l->p++;
+    dim[(*rank)++] = v;
+    comma = eat(l, ',');
+  }
+}
+
+enum { NPY_F4, NPY_I4, NPY_F8, NPY_I8, NPY_U1 };
+
+/* Parses the header dict: exactly the keys descr, fortran_order and shape. */
+static DtStatus npy_header(DtrtCtx *ctx, const char *path, Lex *l, int *kind, int64_t *dim,
+                           int *rank) {
+  static const char *const descr[] = {"<f4", "<i4", "<f8", "<i8", "|u1"};
+  char key[32], val[32];
+  int seen = 0;
+  if (!eat(l, '{'))
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: .npy header is not a dict", path);
+  while (!eat(l, '}')) {
+    int bit;
+    if (!str(l, key, sizeof key) || !eat(l, ':'))
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: malformed .npy header", path);
+    if (!strcmp(key, "descr")) {
+      bit = 1;
+      if (!str(l, val, sizeof val))
+        return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: .npy descr is not a string", path);
+      *kind = -1;
+      for (int k = 0; k < 5; k++)
+        if (!strcmp(val, descr[k]) || (k == NPY_U1 && !strcmp(val, "<u1")))
+          *kind = k;
+      if (*kind < 0)
+        return dtrt_fail(ctx, DT_ERR_FORMAT,
+                         "%s: .npy dtype '%s' not supported (<f4 <i4 <f8 <i8 |u1 are)", path,
+                         val);
+    } else if (!strcmp(key, "fortran_order")) {
+      bit = 2;
+      if (word(l, "True"))
+        return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: Fortran-order .npy data is not supported",
+                         path);
+      if (!word(l, "False"))
+        return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: .npy fortran_order is not True or False",
+                         path);
+    } else if (!strcmp(key, "shape")) {
+      bit = 4;
+      if (!shape(l, dim, rank))
+        return dtrt_fail(ctx, DT_ERR_FORMAT,
+                         "%s: .npy shape is not a tuple of at most %d sizes", path, DT_MAX_RANK);
+    } else {
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: unknown key '%s' in the .npy header", path, key);
+    }
+    if (seen & bit)
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: key '%s' twice in the .npy header", path, key);
+    seen |= bit;
+    if (!eat(l, ',')) {
+      if (!eat(l, '}'))
+        return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: malformed .npy header", path);
+      break;
+    }
+  }
+  ws(l);
+  if (l->p != l->end)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: text after the .npy header dict", path);
+  if (seen != 7)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: .npy header lacks descr, fortran_order or shape",
+                     path);
+  return DT_OK;
+}
+
+static uint64_t le(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int k = n - 1; k >= 0; k--)
+    v = v << 8 | p[k];
+  return v;
+}
+
+/* Layout: "\x93NUMPY", major, minor, header length (u16 LE for 1.x, u32 LE for
+ * 2.x and 3.x), the header dict, then the data. f4/f8 become f32, i4/i8/u1 i32. */
+DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out) {
+  Buf b;
+  DtStatus s = start(ctx, path, out, &b);
+  if (s)
+    return s;
+  const unsigned char *p = b.p;
+  int64_t dim[DT_MAX_RANK], n, bytes, hl = 0, at = 0;
+  int kind = 0, rank = 0, major = b.n >= 8 ? p[6] : 0;
+  if (b.n < 10 || memcmp(p, "\x93NUMPY", 6))
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
+  else if (major < 1 || major > 3)
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: .npy version %d.%d not supported", path, major, p[7]);
+  else if (major > 1 && b.n < 12)
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: truncated .npy header", path);
+  if (s)
+    goto done;
+  at = major == 1 ? 10 : 12;
+  hl = (int64_t)le(p + 8, major == 1 ? 2 : 4);
+  if (hl > b.n - at) {
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: .npy header of %lld bytes runs past the file", path,
+                  (long long)hl);
+    goto done;
+  }
+  Lex l = {(const char *)p + at, (const char *)p + at + hl};
+  if ((s = npy_header(ctx, path, &l, &kind, dim, &rank)))
+    goto done;
+  at += hl;
+  int esize = kind == NPY_F8 || kind == NPY_I8 ? 8 : kind == NPY_U1 ? 1 : 4;
+  n = dtrt_elems(dim, rank);
+  if (n < 0 || !dtrt_mul(n, esize, &bytes) || bytes != b.n - at) {
+    s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: .npy shape needs %s data bytes, the file has %lld",
+                  path, n < 0 ? "too many" : "a different number of", (long long)(b.n - at));
+    goto done;
+  }
+  bool real = kind == NPY_F4 || kind == NPY_F8;
+  if ((s = make(ctx, out, real ? DTRT_F32 : DTRT_I32, dim, rank, n)))
+    goto done;
+  const unsigned char *d = p + at;
+  float *f = out->t.data;
+  int32_t *v = out->t.data;
+  for (int64_t k = 0; k < n; k++) {
+    if (kind == NPY_F4 || kind == NPY_I4) {
+      uint32_t u = (uint32_t)le(d + 4 * k, 4);
+      memcpy(&v[k], &u, 4);
+    } else if (kind == NPY_F8) {
+      uint64_t u = le(d + 8 * k, 8);
+      double x;
+      memcpy(&x, &u, 8);
+      f[k] = (float)x;
+    } else if (kind == NPY_U1) {
+      v[k] = d[k];
+    } else {
+      int64_t x = (int64_t)le(d + 8 * k, 8);
+      if (x < INT32_MIN || x > INT32_MAX) {
+        s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: value %lld at index %lld does not fit in int32",
+                      path, (long long)x, (long long)k);
+        dtrt_data_free(ctx, out);
+        goto done;
+      }
+      v[k] = (int32_t)x;
+    }
+  }
+done:
+  dtrt_free(ctx, b.p);
+  return s;
+}
+
+/* ---- CSV ---- */
+
+static const char *skip_blank(const char *p) {
+  while (*p == ' ' || *p == '\t')
+    p++;
+  return p;
+}
+
+/* Parses one field starting at p into *v; false when it is not a number. *end is
+ * left at the field's delimiter (',', '\n', '\r' or the end). */
+static bool field(const char *p, const char **end, float *v) {
+  p = skip_blank(p);
+  bool ok = *p && *p != ',' && *p != '\n' && *p != '\r';
+  char *e = (char *)p;
+  if (ok) {
+    *v = strtof(p, &e);
+    ok = e != p;
+  }
+  e = (char *)skip_blank(e);
+  ok = ok && (*e == ',' || *e == '\n' || *e == '\r' || !*e);
+  while (*e && *e != ',' && *e != '\n')
+    e++;
+  *end = e;
+  return ok;
+}
+
+/* One pass over the text: counts rows and columns and checks them; fills out,
+ * rows of width values, when it is not NULL. */
+static DtStatus csv_pass(DtrtCtx *ctx, const char *path, const Buf *b, float *out,
+                         int64_t width, int64_t *rows, int64_t *cols) {
+  const char *p = (const char *)b->p, *end = p + b->n;
+  int64_t line = 0, hcols = -1, hline = 0;
+  *rows = 0;
+  *cols = -1;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p)), *q = skip_blank(p);
+    line++;
+    if (!nl)
+      nl = end;
+    if (q == nl || (*q == '\r' && q + 1 == nl)) {
+      p = nl + 1;
+      continue;
+    }
+    if (memchr(p, 0, (size_t)(nl - p)))
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld: NUL byte in a CSV file", path,
+                       (long long)line);
+    int64_t nf = 0, bad = -1;
+    for (q = p;; q++) {
+      float v = 0;
+      if (!field(q, &q, &v) && bad < 0)
+        bad = nf;
+      if (out && bad < 0 && nf < width)
+        out[*rows * width + nf] = v;
+      nf++;
+      if (*q != ',')
+        break;
+    }
+    if (bad >= 0 && *cols < 0 && hcols < 0) {
+      hcols = nf;
+      hline = line;
+    } else if (bad >= 0) {
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld: field %lld is not a number", path,
+                       (long long)line, (long long)bad + 1);
+    } else if (*cols >= 0 && nf != *cols) {
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld: %lld fields, earlier rows have %lld", path,
+                       (long long)line, (long long)nf, (long long)*cols);
+    } else {
+      if (*cols < 0 && hcols >= 0 && hcols != nf)
+        return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld: %lld fields, the header on line %lld has %lld",
+                         path, (long long)line, (long long)nf, (long long)hline,
+                         (long long)hcols);
+      *cols = nf;
+      ++*rows;
+    }
+    p = nl + 1;
+  }
+  if (*rows == 0)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: no data rows%s", path,
+                     hcols >= 0 ? " after the header" : " (empty file)");
+  return DT_OK;
+}
+
+/* Numbers separated by commas, one row a line; blank lines are skipped. The
+ * first non-blank line is a header when a field of it is not a number. */
+DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out) {
+  Buf b;
+  DtStatus s = start(ctx, path, out, &b);
+  if (s)
+    return s;
+  int64_t rows, cols, n;
+  if (!(s = csv_pass(ctx, path, &b, NULL, 0, &rows, &cols))) {
+    int64_t dim[2] = {rows, cols};
+    if (!dtrt_mul(rows, cols, &n))
+      s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: too many values", path);
+    else if (!(s = make(ctx, out, DTRT_F32, dim, 2, n)))
+      s = csv_pass(ctx, path, &b, out->t.data, cols, &rows, &cols);
+    if (s)
+      dtrt_data_free(ctx, out);
+  }
+  dtrt_free(ctx, b.p);
+  return s;
+}

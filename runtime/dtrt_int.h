@@ -1,0 +1,56 @@
+/* dtrt_int.h: what the files of libdtrt share and applications never see.
+ * Sections are named after the file that owns them. */
+#ifndef DTRT_INT_H
+#define DTRT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrt.h"
+
+/* ---- tensor.c --------------------------------------------------------- */
+
+/* Largest element count of one tensor: its bytes must fit in int64_t. */
+#define DTRT_MAX_ELEMS (INT64_MAX / 8)
+
+/* *r = a * b for a, b >= 0; false on overflow past DTRT_MAX_ELEMS. */
+bool dtrt_mul(int64_t a, int64_t b, int64_t *r);
+/* Product of dim[0..rank); -1 when a dim is negative or the product too large. */
+int64_t dtrt_elems(const int64_t *dim, int rank);
+/* Element count of a tensor that passed dtrt_check. */
+static inline int64_t dtrt_numel(const DtTensor *t) { return dtrt_elems(t->dim, t->rank); }
+const char *dtrt_dtype_name(int dtype);
+/* "f32[2,3]" into buf (at least 128 bytes). */
+const char *dtrt_type_str(int dtype, const int64_t *dim, int rank, char *buf, size_t n);
+/* Checks t is non-null, of dtype (0: f32 or i32), of rank 0..DT_MAX_RANK with
+ * sane dims, and has data unless empty. Messages read "OP: WHAT ...". */
+DtStatus dtrt_check(DtrtCtx *ctx, const char *op, const char *what, const DtTensor *t,
+                    int dtype);
+/* dtrt_check plus t's shape against dim[0..rank). */
+DtStatus dtrt_check_as(DtrtCtx *ctx, const char *op, const char *what, const DtTensor *t,
+                       int dtype, const int64_t *dim, int rank);
+/* Common entry of every kernel: in/out non-null, nin in [minin, maxin], attribute
+ * counts (a may be NULL: no attributes) in [0, maxi] ints and [0, maxf] floats. */
+DtStatus dtrt_kbegin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int minin,
+                     int maxin, const DtTensor *out, const DtAttrs *a, int maxi, int maxf);
+/* Normalises a possibly negative axis against rank into *ax. */
+DtStatus dtrt_axis(DtrtCtx *ctx, const char *op, int64_t axis, int rank, int *ax);
+
+static inline int64_t dtrt_ai(const DtAttrs *a, int k, int64_t dflt) {
+  return a && k < a->ni ? a->i[k] : dflt;
+}
+static inline double dtrt_af(const DtAttrs *a, int k, double dflt) {
+  return a && k < a->nf ? a->f[k] : dflt;
+}
+static inline int dtrt_ni(const DtAttrs *a) { return a ? a->ni : 0; }
+static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
+
+/* ---- init.c ----------------------------------------------------------- */
+
+/* Counter-based generator: 64 random bits for (seed, stream, counter), the
+ * same on every machine: dtrt_rand_at(dtrt_rand_key(seed, stream), counter). */
+uint64_t dtrt_rand_key(uint64_t seed, uint64_t stream);
+uint64_t dtrt_rand_at(uint64_t key, uint64_t counter);
+
+#endif

@@ -1,0 +1,488 @@
+/* kernels_nn.c: dense and network kernels: matmul through OpenBLAS, the softmax
+ * family, losses, normalisation, embeddings, dropout and causal masking.
+ * Above each kernel: its inputs, output and how its attributes are decoded.
+ * The output must not overlap the inputs. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+/* ---- matmul ---- */
+
+/* matmul(x, w){ta?, tb?}: a->i[0] = ta, a->i[1] = tb, each 0 or 1 (default 0);
+ * ta transposes the last two dims of x, tb those of w. With them applied x is
+ * [..., m, k] and w [..., k, n]: equal batch dims, or one side 2-D and shared by
+ * every batch of the other. out is [batch..., m, n]. When w is 2-D and x is not
+ * transposed, x's batch dims fold into m and one sgemm does the whole product. */
+DTRT_KERNEL(matmul) {
+  const char *op = "matmul";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 2, 0)) ||
+      (s = dtrt_check(ctx, op, "lhs", &in[0], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "rhs", &in[1], DTRT_F32)))
+    return s;
+  const DtTensor *x = &in[0], *w = &in[1];
+  int64_t ta = dtrt_ai(a, 0, 0), tb = dtrt_ai(a, 1, 0);
+  if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+    return dtrt_fail(ctx, DT_ERR_ARG, "matmul: ta and tb must be 0 or 1, got %lld and %lld",
+                     (long long)ta, (long long)tb);
+  int ra = x->rank, rb = w->rank;
+  if (ra < 2 || rb < 2)
+    return dtrt_fail(ctx, DT_ERR_ARG, "matmul: operands need rank 2 or more, got %d and %d",
+                     ra, rb);
+  int64_t m = x->dim[ra - 2 + ta], k = x->dim[ra - 1 - ta];
+  int64_t kw = w->dim[rb - 2 + tb], n = w->dim[rb - 1 - tb];
+  char bx[128], bw[128];
+  dtrt_type_str(x->dtype, x->dim, ra, bx, sizeof bx);
+  dtrt_type_str(w->dtype, w->dim, rb, bw, sizeof bw);
+  if (k != kw)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "matmul: inner dimensions differ: %s%s has %lld, %s%s has %lld", bx,
+                     ta ? " (transposed)" : "", (long long)k, bw, tb ? " (transposed)" : "",
+                     (long long)kw);
+  if (ra > 2 && rb > 2) {
+    bool same = ra == rb;
+    for (int d = 0; same && d < ra - 2; d++)
+      same = x->dim[d] == w->dim[d];
+    if (!same)
+      return dtrt_fail(ctx, DT_ERR_ARG, "matmul: batch dimensions of %s and %s differ", bx,
+                       bw);
+  }
+  const DtTensor *big = ra >= rb ? x : w;
+  int r = big->rank;
+  int64_t dim[DT_MAX_RANK];
+  memcpy(dim, big->dim, sizeof dim);
+  dim[r - 2] = m;
+  dim[r - 1] = n;
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, r)))
+    return s;
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return dtrt_fail(ctx, DT_ERR_ARG, "matmul: a dimension of %s or %s exceeds BLAS's int",
+                     bx, bw);
+
+  int64_t nb = dtrt_elems(big->dim, r - 2);
+  int64_t sx = ra > 2 ? m * k : 0, sw = rb > 2 ? k * n : 0;
+  float *y = out->data;
+  if (m == 0 || n == 0 || nb == 0)
+    return DT_OK;
+  if (k == 0) {
+    memset(y, 0, (size_t)(nb * m * n) * sizeof(float));
+    return DT_OK;
+  }
+  if (rb == 2 && !ta && nb * m <= INT_MAX) {
+    m *= nb;
+    nb = 1;
+  }
+  const float *xd = x->data, *wd = w->data;
+  enum CBLAS_TRANSPOSE opx = ta ? CblasTrans : CblasNoTrans, opw = tb ? CblasTrans : CblasNoTrans;
+  for (int64_t b = 0; b < nb; b++)
+    cblas_sgemm(CblasRowMajor, opx, opw, (int)m, (int)n, (int)k, 1.0f, xd + b * sx,
+                (int)(ta ? m : k), wd + b * sw, (int)(tb ? k : n), 0.0f, y + b * m * n,
+                (int)n);
+  return DT_OK;
+}
+
+/* ---- softmax family ---- */
+
+/* Views t as [outer, n, inner] around axis ax. */
+static void around(const DtTensor *t, int ax, int64_t *outer, int64_t *n, int64_t *inner) {
+  *outer = dtrt_elems(t->dim, ax);
+  *n = t->dim[ax];
+  *inner = dtrt_elems(t->dim + ax + 1, t->rank - ax - 1);
+}
+
+enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD };
+
+/* One row of n elements at stride st. NaN in the row makes the row NaN. */
+static void row(int kind, const float *x, const float *dy, float *dx, int64_t n, int64_t st) {
+  if (kind == SOFTMAX || kind == LOG_SOFTMAX) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < n; j++)
+      if (x[j * st] > m)
+        m = x[j * st];
+    double s = 0;
+    for (int64_t j = 0; j < n; j++) {
+      float e = expf(x[j * st] - m);
+      if (kind == SOFTMAX)
+        dx[j * st] = e;
+      s += e;
+    }
+    if (kind == SOFTMAX) {
+      float inv = (float)(1.0 / s);
+      for (int64_t j = 0; j < n; j++)
+        dx[j * st] *= inv;
+    } else {
+      float ls = (float)log(s);
+      for (int64_t j = 0; j < n; j++)
+        dx[j * st] = (x[j * st] - m) - ls;
+    }
+  } else if (kind == SOFTMAX_GRAD) {
+    double d = 0;
+    for (int64_t j = 0; j < n; j++)
+      d += (double)dy[j * st] * x[j * st];
+    for (int64_t j = 0; j < n; j++)
+      dx[j * st] = x[j * st] * (dy[j * st] - (float)d);
+  } else {
+    double d = 0;
+    for (int64_t j = 0; j < n; j++)
+      d += dy[j * st];
+    for (int64_t j = 0; j < n; j++)
+      dx[j * st] = dy[j * st] - expf(x[j * st]) * (float)d;
+  }
+}
+
+static DtStatus softmax_op(DtrtCtx *ctx, const char *op, int kind, const DtTensor *in,
+                           int nin, DtTensor *out, const DtAttrs *a) {
+  int want = kind == SOFTMAX || kind == LOG_SOFTMAX ? 1 : 2, ax;
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, want, want, out, a, 1, 0)) ||
+      (s = dtrt_check(ctx, op, want == 1 ? "input" : "y", &in[0], DTRT_F32)) ||
+      (want == 2 && (s = dtrt_check_as(ctx, op, "dy", &in[1], DTRT_F32, in[0].dim, in[0].rank))) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
+    return s;
+  if (in[0].rank == 0)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: input is a scalar; it needs an axis", op);
+  if ((s = dtrt_axis(ctx, op, dtrt_ai(a, 0, -1), in[0].rank, &ax)))
+    return s;
+  int64_t outer, n, inner;
+  around(&in[0], ax, &outer, &n, &inner);
+  const float *x = in[0].data, *dy = want == 2 ? in[1].data : NULL;
+  float *y = out->data;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      int64_t at = o * n * inner + i;
+      row(kind, x + at, dy ? dy + at : NULL, y + at, n, inner);
+    }
+  return DT_OK;
+}
+
+/* softmax(x){axis?}: a->i[0] = axis, default -1 (the last). */
+DTRT_KERNEL(softmax) { return softmax_op(ctx, "softmax", SOFTMAX, in, nin, out, a); }
+
+/* log_softmax(x){axis?}: a->i[0] = axis, default -1. */
+DTRT_KERNEL(log_softmax) {
+  return softmax_op(ctx, "log_softmax", LOG_SOFTMAX, in, nin, out, a);
+}
+
+/* softmax_grad(y, dy){axis?} -> y * (dy - sum(dy * y)); a->i[0] = axis, default -1. */
+DTRT_KERNEL(softmax_grad) {
+  return softmax_op(ctx, "softmax_grad", SOFTMAX_GRAD, in, nin, out, a);
+}
+
+/* log_softmax_grad(y, dy){axis?} -> dy - exp(y) * sum(dy); a->i[0] = axis, default -1. */
+DTRT_KERNEL(log_softmax_grad) {
+  return softmax_op(ctx, "log_softmax_grad", LOG_SOFTMAX_GRAD, in, nin, out, a);
+}
+
+/* ---- losses ---- */
+
+/* Checks logits f32[N,C] and labels i32[N] with every label in [0, C). */
+static DtStatus ce_check(DtrtCtx *ctx, const char *op, const DtTensor *in) {
+  DtStatus s;
+  if ((s = dtrt_check(ctx, op, "logits", &in[0], DTRT_F32)))
+    return s;
+  if (in[0].rank != 2)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: logits need rank 2 [N, C], got rank %d", op,
+                     (int)in[0].rank);
+  if ((s = dtrt_check_as(ctx, op, "labels", &in[1], DTRT_I32, in[0].dim, 1)))
+    return s;
+  const int32_t *lab = in[1].data;
+  int64_t c = in[0].dim[1];
+  for (int64_t i = 0; i < in[0].dim[0]; i++)
+    if (lab[i] < 0 || lab[i] >= c)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: label %d in row %lld is outside [0, %lld)", op,
+                       (int)lab[i], (long long)i, (long long)c);
+  return DT_OK;
+}
+
+/* log(sum(exp(x[0..n)))) computed stably. */
+static double logsumexp(const float *x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; j++)
+    if (x[j] > m)
+      m = x[j];
+  double s = 0;
+  for (int64_t j = 0; j < n; j++)
+    s += expf(x[j] - m);
+  return m + log(s);
+}
+
+/* cross_entropy(logits[N,C], labels i32[N]) -> f32[]: the mean over rows of
+ * -log_softmax(row)[label]; no attributes. N = 0 gives 0. */
+DTRT_KERNEL(cross_entropy) {
+  const char *op = "cross_entropy";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) ||
+      (s = ce_check(ctx, op, in)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, NULL, 0)))
+    return s;
+  int64_t rows = in[0].dim[0], c = in[0].dim[1];
+  const float *x = in[0].data;
+  const int32_t *lab = in[1].data;
+  double loss = 0;
+  for (int64_t i = 0; i < rows; i++)
+    loss += logsumexp(x + i * c, c) - x[i * c + lab[i]];
+  *(float *)out->data = rows ? (float)(loss / (double)rows) : 0.0f;
+  return DT_OK;
+}
+
+/* cross_entropy_grad(logits[N,C], labels i32[N], dloss f32[]) -> f32[N,C]:
+ * dloss * (softmax(row) - onehot(label)) / N; no attributes. */
+DTRT_KERNEL(cross_entropy_grad) {
+  const char *op = "cross_entropy_grad";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 0, 0)) ||
+      (s = ce_check(ctx, op, in)) ||
+      (s = dtrt_check_as(ctx, op, "dloss", &in[2], DTRT_F32, NULL, 0)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, 2)))
+    return s;
+  int64_t rows = in[0].dim[0], c = in[0].dim[1];
+  const float *x = in[0].data;
+  const int32_t *lab = in[1].data;
+  float *dx = out->data;
+  if (rows == 0)
+    return DT_OK;
+  float g = (float)(*(const float *)in[2].data / (double)rows);
+  for (int64_t i = 0; i < rows; i++) {
+    row(SOFTMAX, x + i * c, NULL, dx + i * c, c, 1);
+    for (int64_t j = 0; j < c; j++)
+      dx[i * c + j] *= g;
+    dx[i * c + lab[i]] -= g;
+  }
+  return DT_OK;
+}
+
+/* mse(pred, target) -> f32[]: mean((pred - target)^2) over every element; no
+ * attributes. Empty tensors give 0. */
+DTRT_KERNEL(mse) {
+  const char *op = "mse";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) ||
+      (s = dtrt_check(ctx, op, "pred", &in[0], DTRT_F32)) ||
+      (s = dtrt_check_as(ctx, op, "target", &in[1], DTRT_F32, in[0].dim, in[0].rank)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, NULL, 0)))
+    return s;
+  int64_t n = dtrt_numel(&in[0]);
+  const float *p = in[0].data, *t = in[1].data;
+  double acc = 0;
+  for (int64_t k = 0; k < n; k++) {
+    double d = (double)p[k] - t[k];
+    acc += d * d;
+  }
+  *(float *)out->data = n ? (float)(acc / (double)n) : 0.0f;
+  return DT_OK;
+}
+
+/* ---- normalisation ---- */
+
+/* Mean and 1/sqrt(biased variance + eps) of x[0..n). */
+static void moments(const float *x, int64_t n, double eps, double *mean, double *inv) {
+  double s = 0, v = 0;
+  for (int64_t j = 0; j < n; j++)
+    s += x[j];
+  *mean = n ? s / (double)n : 0;
+  for (int64_t j = 0; j < n; j++) {
+    double d = x[j] - *mean;
+    v += d * d;
+  }
+  *inv = 1.0 / sqrt((n ? v / (double)n : 0) + eps);
+}
+
+static DtStatus norm_op(DtrtCtx *ctx, const char *op, bool grad, const DtTensor *in, int nin,
+                        DtTensor *out, const DtAttrs *a) {
+  int want = grad ? 2 : 1;
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, want, want, out, a, 0, 1)) ||
+      (s = dtrt_check(ctx, op, "x", &in[0], DTRT_F32)) ||
+      (grad && (s = dtrt_check_as(ctx, op, "dy", &in[1], DTRT_F32, in[0].dim, in[0].rank))) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
+    return s;
+  double eps = dtrt_af(a, 0, 1e-5);
+  if (!(eps >= 0))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: eps = %g must be 0 or more", op, eps);
+  if (in[0].rank == 0)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: input is a scalar; it needs a last axis", op);
+  int64_t d = in[0].dim[in[0].rank - 1], rows = d ? dtrt_numel(&in[0]) / d : 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *x = (const float *)in[0].data + r * d;
+    float *y = (float *)out->data + r * d;
+    double mu, inv;
+    moments(x, d, eps, &mu, &inv);
+    if (!grad) {
+      for (int64_t j = 0; j < d; j++)
+        y[j] = (float)((x[j] - mu) * inv);
+      continue;
+    }
+    const float *dy = (const float *)in[1].data + r * d;
+    double mdy = 0, mdyx = 0;
+    for (int64_t j = 0; j < d; j++) {
+      mdy += dy[j];
+      mdyx += dy[j] * ((x[j] - mu) * inv);
+    }
+    mdy /= (double)d;
+    mdyx /= (double)d;
+    for (int64_t j = 0; j < d; j++)
+      y[j] = (float)(inv * (dy[j] - mdy - (x[j] - mu) * inv * mdyx));
+  }
+  return DT_OK;
+}
+
+/* normalize(x){eps?} over the last axis: (x - mean) / sqrt(var + eps), var biased;
+ * a->f[0] = eps, default 1e-5. */
+DTRT_KERNEL(normalize) { return norm_op(ctx, "normalize", false, in, nin, out, a); }
+
+/* normalize_grad(x, dy){eps?}: the exact derivative of normalize applied to dy:
+ * (dy - mean(dy) - xhat * mean(dy * xhat)) / sqrt(var + eps); a->f[0] = eps. */
+DTRT_KERNEL(normalize_grad) { return norm_op(ctx, "normalize_grad", true, in, nin, out, a); }
+
+/* ---- embeddings ---- */
+
+/* Checks ids i32 all in [0, rows). */
+static DtStatus ids_check(DtrtCtx *ctx, const char *op, const DtTensor *ids, int64_t rows) {
+  const int32_t *id = ids->data;
+  int64_t n = dtrt_numel(ids);
+  for (int64_t k = 0; k < n; k++)
+    if (id[k] < 0 || id[k] >= rows)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: id %d at index %lld is outside [0, %lld)", op,
+                       (int)id[k], (long long)k, (long long)rows);
+  return DT_OK;
+}
+
+/* embedding(table f32[V,D], ids i32[...]) -> f32[..., D]: row ids[k] of table for
+ * each k; no attributes. */
+DTRT_KERNEL(embedding) {
+  const char *op = "embedding";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) ||
+      (s = dtrt_check(ctx, op, "table", &in[0], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "ids", &in[1], DTRT_I32)))
+    return s;
+  const DtTensor *tab = &in[0], *ids = &in[1];
+  if (tab->rank != 2)
+    return dtrt_fail(ctx, DT_ERR_ARG, "embedding: table needs rank 2 [V, D], got rank %d",
+                     (int)tab->rank);
+  if (ids->rank >= DT_MAX_RANK)
+    return dtrt_fail(ctx, DT_ERR_ARG, "embedding: ids have rank %d; at most %d allowed",
+                     (int)ids->rank, DT_MAX_RANK - 1);
+  int64_t dim[DT_MAX_RANK], d = tab->dim[1];
+  memcpy(dim, ids->dim, sizeof dim);
+  dim[ids->rank] = d;
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, ids->rank + 1)) ||
+      (s = ids_check(ctx, op, ids, tab->dim[0])))
+    return s;
+  const int32_t *id = ids->data;
+  const float *t = tab->data;
+  float *y = out->data;
+  int64_t n = dtrt_numel(ids);
+  for (int64_t k = 0; k < n && d; k++)
+    memcpy(y + k * d, t + id[k] * d, (size_t)d * sizeof(float));
+  return DT_OK;
+}
+
+/* embedding_grad(ids i32[...], dy f32[..., D]){rows} -> f32[rows, D]: zero, then
+ * dy's row k added into row ids[k]; a->i[0] = rows (required). */
+DTRT_KERNEL(embedding_grad) {
+  const char *op = "embedding_grad";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 1, 0)) ||
+      (s = dtrt_check(ctx, op, "ids", &in[0], DTRT_I32)) ||
+      (s = dtrt_check(ctx, op, "dy", &in[1], DTRT_F32)))
+    return s;
+  if (dtrt_ni(a) != 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "embedding_grad: needs the int attribute rows");
+  const DtTensor *ids = &in[0], *dy = &in[1];
+  if (ids->rank >= DT_MAX_RANK)
+    return dtrt_fail(ctx, DT_ERR_ARG, "embedding_grad: ids have rank %d; at most %d allowed",
+                     (int)ids->rank, DT_MAX_RANK - 1);
+  int64_t dim[DT_MAX_RANK], rows = a->i[0];
+  int64_t d = dy->rank == ids->rank + 1 ? dy->dim[ids->rank] : 0;
+  memcpy(dim, ids->dim, sizeof dim);
+  dim[ids->rank] = d;
+  if ((s = dtrt_check_as(ctx, op, "dy", dy, DTRT_F32, dim, ids->rank + 1)))
+    return s;
+  if (rows < 0)
+    return dtrt_fail(ctx, DT_ERR_ARG, "embedding_grad: rows = %lld is negative",
+                     (long long)rows);
+  int64_t odim[2] = {rows, d};
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, odim, 2)) ||
+      (s = ids_check(ctx, op, ids, rows)))
+    return s;
+  const int32_t *id = ids->data;
+  const float *g = dy->data;
+  float *y = out->data;
+  memset(y, 0, (size_t)(rows * d) * sizeof(float));
+  int64_t n = dtrt_numel(ids);
+  for (int64_t k = 0; k < n; k++) {
+    float *yr = y + id[k] * d;
+    const float *gr = g + k * d;
+    for (int64_t j = 0; j < d; j++)
+      yr[j] += gr[j];
+  }
+  return DT_OK;
+}
+
+/* ---- dropout ---- */
+
+/* Element k is kept when the top 24 bits of random draw k of stream `step`
+ * under seed, as a fraction of 2^24, are >= p; kept elements are scaled by
+ * 1/(1-p). */
+static DtStatus dropout_op(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
+                           DtTensor *out, const DtAttrs *a) {
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 1, 1)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
+    return s;
+  if (dtrt_ni(a) != 1 || dtrt_nf(a) != 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: needs the float attribute p and the int seed", op);
+  double p = a->f[0];
+  if (!(p >= 0 && p <= 1))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: p = %g is outside [0, 1]", op, p);
+  uint64_t key = dtrt_rand_key((uint64_t)a->i[0], (uint64_t)a->step);
+  double cut = p * 16777216.0;
+  float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+  const float *x = in[0].data;
+  float *y = out->data;
+  int64_t n = dtrt_numel(&in[0]);
+  for (int64_t k = 0; k < n; k++) {
+    double u = (double)(dtrt_rand_at(key, (uint64_t)k) >> 40);
+    y[k] = u >= cut ? x[k] * scale : 0.0f;
+  }
+  return DT_OK;
+}
+
+/* dropout(x){p, seed}: a->f[0] = p in [0, 1], a->i[0] = seed; the mask also
+ * depends on a->step, so each training step draws a new one. */
+DTRT_KERNEL(dropout) { return dropout_op(ctx, "dropout", in, nin, out, a); }
+
+/* dropout_grad(dy){p, seed}: the same mask and scale as dropout with the same
+ * attributes and step, applied to dy. */
+DTRT_KERNEL(dropout_grad) { return dropout_op(ctx, "dropout_grad", in, nin, out, a); }
+
+/* ---- causal mask ---- */
+
+/* causal_mask(x[..., r, c]){fill?}: entries with column j > row i become fill,
+ * the others are copied; a->f[0] = fill, default -inf. Its backward is the same
+ * op with fill = 0. */
+DTRT_KERNEL(causal_mask) {
+  const char *op = "causal_mask";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 0, 1)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
+    return s;
+  int r = in[0].rank;
+  if (r < 2)
+    return dtrt_fail(ctx, DT_ERR_ARG, "causal_mask: input needs rank 2 or more, got %d", r);
+  float fill = (float)dtrt_af(a, 0, -INFINITY);
+  int64_t rows = in[0].dim[r - 2], cols = in[0].dim[r - 1], n = dtrt_numel(&in[0]);
+  const float *x = in[0].data;
+  float *y = out->data;
+  for (int64_t base = 0; base < n; base += rows * cols)
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < cols; j++)
+        y[base + i * cols + j] = j > i ? fill : x[base + i * cols + j];
+  return DT_OK;
+}

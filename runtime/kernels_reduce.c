@@ -1,0 +1,217 @@
+/* kernels_reduce.c: sum, mean and max over a set of axes, and the gradient of max.
+ *
+ * Attributes (schema "axes:ints,keepdim:int?"): a->i holds the axes and then,
+ * when present, keepdim. The count of axes is not stored; it follows from the
+ * rank r of the full tensor and the rank ro of the reduced one:
+ *   no keepdim:  ni axes,     ro = r - ni
+ *   keepdim 0:   ni - 1 axes, ro = r - (ni - 1), a->i[ni-1] == 0
+ *   keepdim 1:   ni - 1 axes, ro = r,            a->i[ni-1] == 1
+ * These never disagree on a rank. An empty axes list means every axis. Negative
+ * axes count from the end; an axis may appear once.
+ *
+ * Plan: dims of size 1 are dropped, neighbours that are both reduced or both
+ * kept merge into one group, and the input is walked once in memory order. The
+ * last group is either a contiguous run reduced into one output (fast path for
+ * reductions over trailing axes) or a contiguous run added into as many outputs. */
+#include <math.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+typedef struct Plan {
+  int n;                          /* groups */
+  int64_t len[DT_MAX_RANK];
+  int64_t ostride[DT_MAX_RANK];   /* in the output; 0 for reduced groups */
+  bool red[DT_MAX_RANK];
+  int64_t total;                  /* input elements */
+  int64_t count;                  /* input elements per output element */
+} Plan;
+
+enum { R_SUM, R_MAX, R_ARGMAX };
+
+/* Decodes the attributes for x (full) and y (reduced: its shape), checks y's
+ * shape and builds the plan. */
+static DtStatus plan(DtrtCtx *ctx, const char *op, const DtTensor *x, const DtTensor *y,
+                     const DtAttrs *a, Plan *p) {
+  int r = x->rank, ro = y->rank, ni = dtrt_ni(a), naxes, keep;
+  int64_t last = ni ? a->i[ni - 1] : -1;
+  if (ro == (ni ? r - ni : 0))
+    naxes = ni, keep = 0;
+  else if (ni >= 1 && last == 0 && ro == (ni > 1 ? r - ni + 1 : 0))
+    naxes = ni - 1, keep = 0;
+  else if (ni >= 1 && last == 1 && ro == r)
+    naxes = ni - 1, keep = 1;
+  else
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: %d int attributes do not describe a reduction from rank %d to %d",
+                     op, ni, r, ro);
+
+  bool red[DT_MAX_RANK] = {false};
+  for (int k = 0; k < naxes; k++) {
+    int ax;
+    DtStatus s = dtrt_axis(ctx, op, a->i[k], r, &ax);
+    if (s)
+      return s;
+    if (red[ax])
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: axis %d listed twice", op, ax);
+    red[ax] = true;
+  }
+  if (naxes == 0)
+    for (int k = 0; k < r; k++)
+      red[k] = true;
+
+  int64_t want[DT_MAX_RANK];
+  int nw = 0;
+  for (int k = 0; k < r; k++)
+    if (!red[k] || keep)
+      want[nw++] = red[k] ? 1 : x->dim[k];
+  bool same = nw == ro;
+  for (int k = 0; same && k < ro; k++)
+    same = y->dim[k] == want[k];
+  if (!same) {
+    char got[128], exp[128];
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: reduced tensor is %s, expected %s", op,
+                     dtrt_type_str(y->dtype, y->dim, ro, got, sizeof got),
+                     dtrt_type_str(y->dtype, want, nw, exp, sizeof exp));
+  }
+
+  memset(p, 0, sizeof *p);
+  p->total = dtrt_numel(x);
+  p->count = 1;
+  for (int k = 0; k < r; k++) {
+    if (red[k])
+      p->count *= x->dim[k];
+    if (x->dim[k] == 1)
+      continue;
+    if (p->n && p->red[p->n - 1] == red[k]) {
+      p->len[p->n - 1] *= x->dim[k];
+    } else {
+      p->len[p->n] = x->dim[k];
+      p->red[p->n++] = red[k];
+    }
+  }
+  if (p->n == 0)
+    p->len[p->n++] = 1;
+  int64_t st = 1;
+  for (int k = p->n - 1; k >= 0; k--)
+    if (!p->red[k]) {
+      p->ostride[k] = st;
+      st *= p->len[k];
+    }
+  return DT_OK;
+}
+
+/* NaN counts as larger than everything, so it propagates; among equals the
+ * first in memory order wins. */
+static inline bool better(float v, float m) { return v > m || (v != v && m == m); }
+
+/* y must hold the identity of op (0, -inf; arg: -1) on entry. */
+static void run(const Plan *p, const float *x, float *y, int64_t *arg, int op) {
+  if (p->total == 0)
+    return;
+  int last = p->n - 1;
+  int64_t len = p->len[last], rows = p->total / len, idx[DT_MAX_RANK] = {0}, o = 0;
+  for (int64_t row = 0; row < rows; row++) {
+    const float *xr = x + row * len;
+    int64_t base = row * len;
+    if (p->red[last] && op == R_SUM) {
+      double s = 0;
+      for (int64_t j = 0; j < len; j++)
+        s += xr[j];
+      y[o] += (float)s;
+    } else if (p->red[last]) {
+      float m = y[o];
+      int64_t at = arg ? arg[o] : 0;
+      for (int64_t j = 0; j < len; j++)
+        if ((arg && at < 0) || better(xr[j], m))
+          m = xr[j], at = base + j;
+      y[o] = m;
+      if (arg)
+        arg[o] = at;
+    } else if (op == R_SUM) {
+      float *yr = y + o;
+      for (int64_t j = 0; j < len; j++)
+        yr[j] += xr[j];
+    } else {
+      float *yr = y + o;
+      for (int64_t j = 0; j < len; j++)
+        if ((arg && arg[o + j] < 0) || better(xr[j], yr[j])) {
+          yr[j] = xr[j];
+          if (arg)
+            arg[o + j] = base + j;
+        }
+    }
+    for (int d = last - 1; d >= 0; d--) {
+      o += p->ostride[d];
+      if (++idx[d] < p->len[d])
+        break;
+      o -= p->ostride[d] * p->len[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static DtStatus reduce(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
+                       DtTensor *out, const DtAttrs *a, int kind, bool mean) {
+  DtStatus s;
+  Plan p;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 16, 0)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "output", out, DTRT_F32)) ||
+      (s = plan(ctx, op, &in[0], out, a, &p)))
+    return s;
+  float *y = out->data;
+  int64_t ny = dtrt_numel(out);
+  for (int64_t k = 0; k < ny; k++)
+    y[k] = kind == R_SUM ? 0.0f : -INFINITY;
+  run(&p, in[0].data, y, NULL, kind);
+  if (mean)
+    for (int64_t k = 0; k < ny; k++)
+      y[k] = (float)((double)y[k] / (double)p.count);
+  return DT_OK;
+}
+
+/* sum(x){axes, keepdim?}: attributes as at the top of this file. */
+DTRT_KERNEL(sum) { return reduce(ctx, "sum", in, nin, out, a, R_SUM, false); }
+
+/* mean(x){axes, keepdim?}: the sum divided by the reduced element count (an
+ * empty reduction gives NaN). */
+DTRT_KERNEL(mean) { return reduce(ctx, "mean", in, nin, out, a, R_SUM, true); }
+
+/* max(x){axes, keepdim?}: an empty reduction gives -inf; NaN propagates. */
+DTRT_KERNEL(max) { return reduce(ctx, "max", in, nin, out, a, R_MAX, false); }
+
+/* max_grad(x, y, dy){axes, keepdim?} -> dx shaped like x: each dy element goes
+ * to the first maximal element of its group (first in memory order; the first
+ * NaN when the group has one), every other element gets 0. y is only checked
+ * for shape: the maxima are found again from x, exactly as max found them. The
+ * attributes decode as for max, with y's rank as the reduced rank. */
+DTRT_KERNEL(max_grad) {
+  const char *op = "max_grad";
+  DtStatus s;
+  Plan p;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 16, 0)) ||
+      (s = dtrt_check(ctx, op, "x", &in[0], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "y", &in[1], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "dy", &in[2], DTRT_F32)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)) ||
+      (s = plan(ctx, op, &in[0], &in[1], a, &p)) ||
+      (s = dtrt_check_as(ctx, op, "dy", &in[2], DTRT_F32, in[1].dim, in[1].rank)))
+    return s;
+  int64_t ny = dtrt_numel(&in[1]);
+  int64_t *arg = dtrt_alloc(ctx, (size_t)ny * (sizeof(int64_t) + sizeof(float)));
+  if (!arg)
+    return DT_ERR_NOMEM;
+  float *m = (float *)(arg + ny);
+  for (int64_t k = 0; k < ny; k++)
+    m[k] = -INFINITY, arg[k] = -1;
+  run(&p, in[0].data, m, arg, R_ARGMAX);
+  float *dx = out->data;
+  const float *dy = in[2].data;
+  memset(dx, 0, (size_t)p.total * sizeof(float));
+  for (int64_t k = 0; k < ny; k++)
+    if (arg[k] >= 0)
+      dx[arg[k]] = dy[k];
+  dtrt_free(ctx, arg);
+  return DT_OK;
+}

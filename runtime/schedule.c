@@ -1,0 +1,22 @@
+/* schedule.c: learning-rate schedules, with Adam's bias correction folded in. */
+#include <math.h>
+
+#include "dtrt_int.h"
+
+float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1,
+              double beta2, int64_t step) {
+  if (step < 0)
+    step = 0;
+  double lr = base, t = (double)step + 1;
+  if (kind == 1 || kind == 2) {
+    if (step < warmup) {
+      lr = base * t / (double)warmup;
+    } else if (kind == 2) {
+      double f = total > warmup ? (double)(step - warmup) / (double)(total - warmup) : 1;
+      lr = base * 0.5 * (1 + cos(3.14159265358979323846 * (f < 1 ? f : 1)));
+    }
+  }
+  if (beta1 > 0)
+    lr *= sqrt(1 - pow(beta2, t)) / (1 - pow(beta1, t));
+  return (float)lr;
+}

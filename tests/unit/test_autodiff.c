@@ -1,0 +1,325 @@
+/* test_autodiff.c: the derivative of every differentiable op, and of a few
+ * compositions, against central finite differences (see gradcheck). */
+#include <math.h>
+
+#include "test_autodiff.h"
+
+#define NARGS(...) NARGS_(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)
+#define NARGS_(a, b, c, d, e, f, n, ...) n
+#define F32(...) ty(DT_F32, NARGS(__VA_ARGS__), __VA_ARGS__)
+#define I32(...) ty(DT_I32, NARGS(__VA_ARGS__), __VA_ARGS__)
+
+static TM t;
+
+static int setup(void **state) {
+  (void)state;
+  tm_init(&t);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  tm_free(&t);
+  return 0;
+}
+
+static Inst *with_ints(Inst *i, const char *name, int n, const int64_t *v) {
+  ir_set_ints(i, name, v, n);
+  return i;
+}
+
+/* ---- elementwise ---- */
+
+static void binary(Op op, Type ta, Type tb, const char *label) {
+  Inst *a = tm_param(&t, "a", ta), *b = tm_param(&t, "b", tb);
+  if (op == OP_div)
+    fill_uniform(tm_data(&t, "b"), type_elems(&tb), 0.5, 2);
+  gradcheck(&t, tm_op(&t, op, 2, a, b), label);
+}
+
+static void test_add(void **s) { (void)s; binary(OP_add, F32(2, 3, 4), F32(2, 3, 4), "add"); }
+static void test_add_bias(void **s) { (void)s; binary(OP_add, F32(5, 4), F32(4), "add bias [5,4]+[4]"); }
+static void test_add_outer(void **s) { (void)s; binary(OP_add, F32(3, 1), F32(1, 4), "add [3,1]+[1,4]"); }
+static void test_add_scalar(void **s) { (void)s; binary(OP_add, ty(DT_F32, 0), F32(2, 3), "add []+[2,3]"); }
+static void test_sub(void **s) { (void)s; binary(OP_sub, F32(2, 3), F32(2, 1), "sub [2,3]-[2,1]"); }
+static void test_mul(void **s) { (void)s; binary(OP_mul, F32(4, 1, 3), F32(2, 3), "mul [4,1,3]*[2,3]"); }
+static void test_div(void **s) { (void)s; binary(OP_div, F32(3, 4), F32(4), "div [3,4]/[4]"); }
+
+static void test_mul_const(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(2, 3));
+  gradcheck(&t, tm_op(&t, OP_mul, 2, tm_const(&t, 2.5), a), "mul const*[2,3]");
+}
+
+/* The same value on both sides: adjoints add up. */
+static void test_mul_self(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(3, 2));
+  gradcheck(&t, tm_op(&t, OP_mul, 2, a, a), "mul x*x");
+}
+
+static void unary(Op op, double lo, double hi, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(3, 4));
+  fill_uniform(tm_data(&t, "x"), 12, lo, hi);
+  gradcheck(&t, tm_op(&t, op, 1, x), label);
+}
+
+static void test_neg(void **s) { (void)s; unary(OP_neg, -1, 1, "neg"); }
+static void test_exp(void **s) { (void)s; unary(OP_exp, -1, 1, "exp"); }
+static void test_log(void **s) { (void)s; unary(OP_log, 0.5, 2, "log"); }
+static void test_sqrt(void **s) { (void)s; unary(OP_sqrt, 0.5, 2, "sqrt"); }
+static void test_tanh(void **s) { (void)s; unary(OP_tanh, -2, 2, "tanh"); }
+static void test_sigmoid(void **s) { (void)s; unary(OP_sigmoid, -3, 3, "sigmoid"); }
+static void test_gelu(void **s) { (void)s; unary(OP_gelu, -3, 3, "gelu"); }
+
+static void test_relu(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(4, 5));
+  fill_away_from_zero(tm_data(&t, "x"), 20, 0.1, 1);
+  gradcheck(&t, tm_op(&t, OP_relu, 1, x), "relu");
+}
+
+/* ---- reductions ---- */
+
+static void reduce(Op op, Type tx, int n, const int64_t *axes, int keep, const char *label) {
+  Inst *x = tm_param(&t, "x", tx);
+  if (op == OP_max)
+    fill_distinct(tm_data(&t, "x"), type_elems(&tx), -1, 0.1);
+  Inst *r = with_ints(tm_new(&t, op, 1, x), "axes", n, axes);
+  if (keep >= 0)
+    ir_set_int(r, "keepdim", keep);
+  gradcheck(&t, ir_finish(r), label);
+}
+
+static void test_sum(void **s) { (void)s; reduce(OP_sum, F32(3, 4), 1, (int64_t[]){1}, -1, "sum axes=[1]"); }
+static void test_sum_keep(void **s) { (void)s; reduce(OP_sum, F32(2, 3, 4), 2, (int64_t[]){0, 2}, 1, "sum axes=[0,2] keepdim"); }
+static void test_sum_all(void **s) { (void)s; reduce(OP_sum, F32(2, 3), 2, (int64_t[]){0, 1}, 0, "sum all"); }
+static void test_sum_neg(void **s) { (void)s; reduce(OP_sum, F32(2, 3, 4), 1, (int64_t[]){-2}, 0, "sum axes=[-2]"); }
+static void test_mean(void **s) { (void)s; reduce(OP_mean, F32(3, 4), 1, (int64_t[]){0}, -1, "mean axes=[0]"); }
+static void test_mean_keep(void **s) { (void)s; reduce(OP_mean, F32(2, 3, 4), 2, (int64_t[]){1, 2}, 1, "mean axes=[1,2] keepdim"); }
+static void test_max(void **s) { (void)s; reduce(OP_max, F32(3, 5), 1, (int64_t[]){1}, -1, "max axes=[1]"); }
+static void test_max_keep(void **s) { (void)s; reduce(OP_max, F32(2, 3, 4), 2, (int64_t[]){0, 2}, 1, "max axes=[0,2] keepdim"); }
+
+/* ---- matmul ---- */
+
+static void matmul(Type ta, Type tb, int tra, int trb, const char *label) {
+  Inst *a = tm_param(&t, "a", ta), *b = tm_param(&t, "b", tb);
+  Inst *y = tm_new(&t, OP_matmul, 2, a, b);
+  if (tra)
+    ir_set_int(y, "ta", 1);
+  if (trb)
+    ir_set_int(y, "tb", 1);
+  gradcheck(&t, ir_finish(y), label);
+}
+
+static void test_matmul(void **s) { (void)s; matmul(F32(3, 4), F32(4, 5), 0, 0, "matmul [3,4]@[4,5]"); }
+static void test_matmul_ta(void **s) { (void)s; matmul(F32(4, 3), F32(4, 5), 1, 0, "matmul ta"); }
+static void test_matmul_tb(void **s) { (void)s; matmul(F32(3, 4), F32(5, 4), 0, 1, "matmul tb"); }
+static void test_matmul_tab(void **s) { (void)s; matmul(F32(4, 3), F32(5, 4), 1, 1, "matmul ta tb"); }
+static void test_matmul_batch(void **s) { (void)s; matmul(F32(2, 3, 4), F32(2, 4, 2), 0, 0, "matmul batch [2,3,4]@[2,4,2]"); }
+static void test_matmul_batch_tab(void **s) { (void)s; matmul(F32(2, 2, 4, 3), F32(2, 2, 5, 4), 1, 1, "matmul batch ta tb"); }
+static void test_matmul_bcast(void **s) { (void)s; matmul(F32(2, 3, 4), F32(4, 5), 0, 0, "matmul [2,3,4]@[4,5]"); }
+static void test_matmul_bcast_tb(void **s) { (void)s; matmul(F32(2, 3, 4), F32(5, 4), 0, 1, "matmul [2,3,4]@[5,4]^T"); }
+static void test_matmul_bcast_ta(void **s) { (void)s; matmul(F32(2, 4, 3), F32(4, 5), 1, 0, "matmul [2,4,3]^T@[4,5]"); }
+static void test_matmul_bcast_tab(void **s) { (void)s; matmul(F32(2, 2, 4, 3), F32(5, 4), 1, 1, "matmul [2,2,4,3]^T@[5,4]^T"); }
+
+/* ---- other kernels ---- */
+
+static void test_softmax(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(3, 5));
+  gradcheck(&t, tm_op(&t, OP_softmax, 1, x), "softmax");
+}
+
+static void test_softmax_axis0(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(4, 3));
+  Inst *y = tm_new(&t, OP_softmax, 1, x);
+  ir_set_int(y, "axis", 0);
+  gradcheck(&t, ir_finish(y), "softmax axis=0");
+}
+
+static void test_log_softmax(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 4));
+  Inst *y = tm_new(&t, OP_log_softmax, 1, x);
+  ir_set_int(y, "axis", 1);
+  gradcheck(&t, ir_finish(y), "log_softmax axis=1");
+}
+
+static void test_cross_entropy(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(4, 5)), *y = tm_input(&t, "y", I32(4));
+  int32_t *lab = tm_data(&t, "y");
+  for (int k = 0; k < 4; k++)
+    lab[k] = (k * 3 + 1) % 5;
+  gradcheck(&t, tm_op(&t, OP_cross_entropy, 2, x, y), "cross_entropy");
+}
+
+static void test_mse(void **s) {
+  (void)s;
+  Inst *p = tm_param(&t, "p", F32(3, 4)), *q = tm_param(&t, "q", F32(3, 4));
+  gradcheck(&t, tm_op(&t, OP_mse, 2, p, q), "mse");
+}
+
+static void test_normalize(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(3, 6));
+  fill_uniform(tm_data(&t, "x"), 18, -2, 2);
+  Inst *y = tm_new(&t, OP_normalize, 1, x);
+  ir_set_float(y, "eps", 1e-3);
+  gradcheck(&t, ir_finish(y), "normalize");
+}
+
+static void test_embedding(void **s) {
+  (void)s;
+  Inst *tab = tm_param(&t, "tab", F32(5, 3)), *ids = tm_input(&t, "ids", I32(2, 3));
+  int32_t *id = tm_data(&t, "ids");
+  int32_t v[6] = {4, 0, 4, 2, 1, 4};   /* repeats add up; row 3 unused */
+  for (int k = 0; k < 6; k++)
+    id[k] = v[k];
+  gradcheck(&t, tm_op(&t, OP_embedding, 2, tab, ids), "embedding");
+}
+
+static void test_dropout(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(4, 6));
+  Inst *y = tm_new(&t, OP_dropout, 1, x);
+  ir_set_float(y, "p", 0.3);
+  ir_set_int(y, "seed", 7);
+  gradcheck(&t, ir_finish(y), "dropout p=0.3");
+}
+
+static void test_causal_mask(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 3));
+  Inst *y = tm_new(&t, OP_causal_mask, 1, x);
+  ir_set_float(y, "fill", -3);
+  gradcheck(&t, ir_finish(y), "causal_mask fill=-3");
+}
+
+/* ---- data movement ---- */
+
+static void test_reshape(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 2));
+  gradcheck(&t, ir_finish(with_ints(tm_new(&t, OP_reshape, 1, x), "shape", 2, (int64_t[]){3, 4})),
+            "reshape");
+}
+
+static void test_transpose(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 4));
+  gradcheck(&t, ir_finish(with_ints(tm_new(&t, OP_transpose, 1, x), "perm", 3, (int64_t[]){2, 0, 1})),
+            "transpose perm=[2,0,1]");
+}
+
+static void test_slice(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(3, 5));
+  Inst *y = tm_new(&t, OP_slice, 1, x);
+  ir_set_int(y, "axis", -1);
+  ir_set_int(y, "begin", 1);
+  ir_set_int(y, "end", 4);
+  gradcheck(&t, ir_finish(y), "slice axis=-1 [1,4)");
+}
+
+static void test_pad(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3));
+  Inst *y = tm_new(&t, OP_pad, 1, x);
+  ir_set_int(y, "axis", 0);
+  ir_set_int(y, "begin", 1);
+  ir_set_int(y, "size", 4);
+  gradcheck(&t, ir_finish(y), "pad axis=0 at 1 to 4");
+}
+
+static void test_concat(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(2, 1)), *b = tm_param(&t, "b", F32(2, 3));
+  Inst *c = tm_param(&t, "c", F32(2, 2));
+  Inst *y = tm_new(&t, OP_concat, 3, a, b, c);
+  ir_set_int(y, "axis", 1);
+  gradcheck(&t, ir_finish(y), "concat axis=1");
+}
+
+static void test_broadcast(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(3, 1));
+  gradcheck(&t, ir_finish(with_ints(tm_new(&t, OP_broadcast, 1, x), "shape", 3, (int64_t[]){2, 3, 4})),
+            "broadcast [3,1]->[2,3,4]");
+}
+
+/* ---- compositions ---- */
+
+/* normalize(x) * g + b: the layer norm of a transformer. Rows of x are spread
+ * out: with a small variance the curvature would defeat finite differences. */
+static void test_layer_norm(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 4)), *g = tm_param(&t, "g", F32(4));
+  Inst *b = tm_param(&t, "b", F32(4));
+  float *xv = tm_data(&t, "x");
+  for (int r = 0; r < 6; r++)
+    fill_distinct(xv + 4 * r, 4, -1.5, 1);
+  Inst *n = ir_finish(tm_new(&t, OP_normalize, 1, x));
+  gradcheck(&t, tm_op(&t, OP_add, 2, tm_op(&t, OP_mul, 2, n, g), b), "layer norm");
+}
+
+/* softmax(causal_mask(q k^T / sqrt(d))) v over a batch of sequences. */
+static void test_attention(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(2, 4, 3)), *k = tm_param(&t, "k", F32(2, 4, 3));
+  Inst *v = tm_param(&t, "v", F32(2, 4, 3));
+  Inst *sc = tm_new(&t, OP_matmul, 2, q, k);
+  ir_set_int(sc, "tb", 1);
+  sc = tm_op(&t, OP_mul, 2, ir_finish(sc), tm_const(&t, 1 / sqrt(3.0)));
+  Inst *p = tm_op(&t, OP_softmax, 1, tm_op(&t, OP_causal_mask, 1, sc));
+  gradcheck(&t, tm_op(&t, OP_matmul, 2, p, v), "attention");
+}
+
+/* relu(x @ w1 + b1) @ w2 + b2 into cross_entropy: the loss itself. */
+static void test_mlp(void **s) {
+  (void)s;
+  Inst *x = tm_input(&t, "x", F32(6, 3)), *y = tm_input(&t, "y", I32(6));
+  Inst *w1 = tm_param(&t, "w1", F32(3, 5)), *b1 = tm_param(&t, "b1", F32(5));
+  Inst *w2 = tm_param(&t, "w2", F32(5, 4)), *b2 = tm_param(&t, "b2", F32(4));
+  int32_t *lab = tm_data(&t, "y");
+  for (int k = 0; k < 6; k++)
+    lab[k] = k % 4;
+  Inst *h = tm_op(&t, OP_relu, 1, tm_op(&t, OP_add, 2, tm_op(&t, OP_matmul, 2, x, w1), b1));
+  Inst *logits = tm_op(&t, OP_add, 2, tm_op(&t, OP_matmul, 2, h, w2), b2);
+  gradcheck(&t, tm_op(&t, OP_cross_entropy, 2, logits, y), "mlp + cross_entropy");
+}
+
+/* A param read by two loads, through sigmoid and tanh and exp/log. */
+static void test_chain(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(3, 2));
+  Inst *x2 = tm_new(&t, OP_load, 0);
+  ir_set_str(x2, "global", "x");
+  ir_finish(x2);
+  Inst *a = tm_op(&t, OP_sigmoid, 1, x), *b = tm_op(&t, OP_tanh, 1, x2);
+  Inst *c = tm_op(&t, OP_log, 1, tm_op(&t, OP_add, 2, tm_op(&t, OP_exp, 1, a), b));
+  gradcheck(&t, tm_op(&t, OP_sub, 2, c, tm_op(&t, OP_div, 2, a, tm_op(&t, OP_sqrt, 1, tm_op(&t, OP_exp, 1, b)))),
+            "chain, two loads of x");
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    T(test_add), T(test_add_bias), T(test_add_outer), T(test_add_scalar), T(test_sub),
+    T(test_mul), T(test_div), T(test_mul_const), T(test_mul_self), T(test_neg), T(test_exp),
+    T(test_log), T(test_sqrt), T(test_tanh), T(test_sigmoid), T(test_gelu), T(test_relu),
+    T(test_sum), T(test_sum_keep), T(test_sum_all), T(test_sum_neg), T(test_mean),
+    T(test_mean_keep), T(test_max), T(test_max_keep), T(test_matmul), T(test_matmul_ta),
+    T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),
+    T(test_matmul_bcast), T(test_matmul_bcast_tb), T(test_matmul_bcast_ta),
+    T(test_matmul_bcast_tab), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
+    T(test_cross_entropy), T(test_mse), T(test_normalize), T(test_embedding), T(test_dropout),
+    T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),
+    T(test_chain),
+  };
+  return cmocka_run_group_tests_name("autodiff gradients", tests, NULL, NULL);
+}

@@ -1,0 +1,53 @@
+/* test_codegen.h: what the fusion, memplan and codegen tests share: modules
+ * built with the IR builder, a scratch directory, and running cg_emit. */
+#ifndef TEST_CODEGEN_H
+#define TEST_CODEGEN_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "codegen.h"
+#include "ir.h"
+#include "passes.h"
+
+typedef struct CT {
+  Arena *a;
+  Module *m;
+  Func *f;            /* @forward */
+  Diag d;             /* writes into log */
+  char *log;
+  size_t loglen;
+  char dir[64];       /* scratch directory, removed by ct_free */
+} CT;
+
+void ct_init(CT *t, const char *model);
+void ct_free(CT *t);
+/* The diagnostics so far. */
+const char *ct_log(CT *t);
+
+Type ty(DType dt, int rank, ...);
+/* Adds a global (params and state start with `init`) and loads it in @forward. */
+Inst *ct_global(CT *t, const char *name, GlobalKind kind, Type type, const char *init);
+Inst *ct_load(CT *t, Func *f, const char *name);
+/* An op of @forward: ct_new leaves it open for attributes (then ir_finish). */
+Inst *ct_new(CT *t, Op op, int nin, ...);
+Inst *ct_op(CT *t, Op op, int nin, ...);
+Inst *ct_const(CT *t, double v);
+void ct_output(CT *t, Inst *x, const char *name);
+/* Makes @forward's output `loss` the training objective of optimizer opt
+ * ("sgd" with momentum 0.9, or "adam"). */
+void ct_train(CT *t, const char *opt, double lr);
+
+/* Runs autodiff (when the module trains), fusion and memplan; asserts. */
+void ct_passes(CT *t);
+/* cg_emit into t->dir/NAME.EXT; returns the path, or NULL when cg_emit
+ * failed (the reason is in ct_log). */
+const char *ct_emit(CT *t, const char *emit, const char *target, const char *cpu, int opt);
+/* A whole file, NUL-terminated (free with free); NULL if unreadable. */
+char *ct_read(const char *path, size_t *len);
+
+#endif

@@ -1,0 +1,315 @@
+/* test_codegen_run.c: small models compiled to objects, linked by the C
+ * compiler with test_codegen_harness.c and libdtrt, and run. Their forward
+ * outputs, training losses and updated params and optimizer state must equal
+ * those of the reference interpreter (ir/interp.c) within 1e-5 relative. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_codegen.h"
+
+#define RTOL 1e-5
+
+static int sh(const char *fmt, ...) {
+  char cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  return system(cmd);
+}
+
+static uint64_t rng = 88172645463325252u;
+
+static float uniform(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+/* |a - b| <= RTOL max(|a|, |b|), where values far below the tensor's scale
+ * count as 1% of it. */
+static void close_to(const float *got, const float *want, int64_t n, const char *what) {
+  double scale = 0, worst = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; i++)
+    scale = fmax(scale, fabs(want[i]));
+  for (int64_t i = 0; i < n; i++) {
+    double ref = fmax(fmax(fabs(got[i]), fabs(want[i])), 0.01 * scale);
+    double err = ref > 0 ? fabs(got[i] - (double)want[i]) / ref : 0;
+    if (!(err <= worst))
+      worst = err, at = i;
+  }
+  if (!(worst <= RTOL))
+    fail_msg("%s: element %lld is %.9g, the interpreter says %.9g (relative error %.3g)", what,
+             (long long)at, got[at], want[at], worst);
+}
+
+static void w32(FILE *f, int32_t v) { assert_int_equal(fwrite(&v, 4, 1, f), 1); }
+static void w64(FILE *f, int64_t v) { assert_int_equal(fwrite(&v, 8, 1, f), 1); }
+
+static int64_t elems(const Type *t) { return type_elems(t); }
+
+/* Compiles t's module, runs it for `steps` training steps in the harness
+ * and against the interpreter, and compares everything. */
+static void run_model(CT *t, int steps) {
+  Module *m = t->m;
+  ct_passes(t);
+  const char *obj = ct_emit(t, "obj", NULL, NULL, 2);
+  if (!obj)
+    fail_msg("cg_emit: %s", ct_log(t));
+  const char *exe = arena_printf(t->a, "%s/run", t->dir);
+  if (sh("%s -O1 %s -DCREATE=%s_create -I%s %s %s -o %s %s", DTC_TEST_CC, DTC_TEST_CFLAGS,
+         m->name, DTC_TEST_RUNTIME, DTC_TEST_HARNESS, obj, exe, DTC_TEST_LIBS))
+    fail_msg("cannot link the harness");
+
+  Func *fwd = ir_find_func(m, "forward"), *train = ir_find_func(m, "train_step");
+  assert_true(!steps || train);
+  const bool *live = cg_live(fwd);
+  int ng = m->global.n;
+  float **data = calloc((size_t)ng, sizeof *data);
+  for (int k = 0; k < ng; k++) {
+    const Global *g = &m->global.a[k];
+    int64_t n = elems(&g->type);
+    data[k] = calloc((size_t)n + 1, 4);
+    for (int64_t i = 0; g->kind == G_INPUT && i < n; i++)
+      if (g->type.dtype == DT_I32)
+        ((int32_t *)data[k])[i] = (int32_t)(i * 7 % 3);
+      else
+        data[k][i] = uniform();
+  }
+  int *in = calloc((size_t)ng + 1, sizeof *in);
+  const Inst **outs = calloc((size_t)fwd->inst.n + 1, sizeof *outs);
+  int nout = cg_func_outputs(fwd, live, outs);
+
+  const char *inpath = arena_printf(t->a, "%s/in.bin", t->dir);
+  const char *outpath = arena_printf(t->a, "%s/out.bin", t->dir);
+  FILE *f = fopen(inpath, "wb");
+  assert_non_null(f);
+  w32(f, steps);
+  int nin = cg_func_inputs(fwd, live, in);
+  w32(f, nin);
+  for (int k = 0; k < nin; k++) {
+    int64_t n = elems(&m->global.a[in[k]].type);
+    w64(f, n);
+    assert_int_equal(fwrite(data[in[k]], 4, (size_t)n, f), (size_t)n);
+  }
+  w32(f, nout);
+  for (int k = 0; k < nout; k++)
+    w64(f, elems(&outs[k]->in[0]->type));
+  nin = train ? cg_func_inputs(train, NULL, in) : 0;
+  w32(f, nin);
+  for (int k = 0; k < nin; k++) {
+    int64_t n = elems(&m->global.a[in[k]].type);
+    w64(f, n);
+    assert_int_equal(fwrite(data[in[k]], 4, (size_t)n, f), (size_t)n);
+  }
+  int nstored = 0;
+  for (int k = 0; k < ng; k++)
+    nstored += m->global.a[k].kind != G_INPUT;
+  w32(f, nstored);
+  for (int k = 0; k < ng; k++) {
+    const Global *g = &m->global.a[k];
+    if (g->kind == G_INPUT)
+      continue;
+    w32(f, (int32_t)strlen(g->name));
+    assert_int_equal(fwrite(g->name, 1, strlen(g->name), f), strlen(g->name));
+    w64(f, elems(&g->type));
+  }
+  assert_int_equal(fclose(f), 0);
+  if (sh("%s %s %s", exe, inpath, outpath))
+    fail_msg("the harness failed");
+
+  size_t len;
+  char *res = ct_read(outpath, &len), *p = res;
+  assert_non_null(res);
+  Interp *it = interp_new(m);
+  for (int k = 0; k < ng; k++) {
+    const Global *g = &m->global.a[k];
+    if (g->kind != G_INPUT) {
+      assert_true(interp_set_global(it, g->name, p));
+      p += elems(&g->type) * 4;
+    } else {
+      assert_true(interp_set_global(it, g->name, data[k]));
+    }
+  }
+
+  const Inst **all = calloc((size_t)fwd->inst.n + 1, sizeof *all);
+  int nall = cg_func_outputs(fwd, NULL, all);
+  void **want = calloc((size_t)nall + 1, sizeof *want);
+  for (int k = 0; k < nall; k++)
+    want[k] = calloc((size_t)elems(&all[k]->in[0]->type) + 1, 4);
+  if (!interp_run(it, "forward", want))
+    fail_msg("interpreter: %s", interp_error(it));
+  for (int k = 0; k < nout; k++) {
+    int j = 0;
+    while (all[j] != outs[k])
+      j++;
+    int64_t n = elems(&outs[k]->in[0]->type);
+    close_to((float *)p, want[j], n, arena_printf(t->a, "%s forward output %s", m->name,
+                                                  ir_get_str(outs[k], "name", "")));
+    p += n * 4;
+  }
+  for (int s = 0; s < steps; s++) {
+    float loss, *lp = &loss;
+    if (!interp_run(it, "train_step", (void *const *)&lp))
+      fail_msg("interpreter: %s", interp_error(it));
+    close_to((float *)p, &loss, 1, arena_printf(t->a, "%s loss of step %d", m->name, s));
+    p += 4;
+    for (int k = 0; k < ng; k++) {
+      const Global *g = &m->global.a[k];
+      if (g->kind == G_INPUT)
+        continue;
+      close_to((float *)p, interp_global(it, g->name), elems(&g->type),
+               arena_printf(t->a, "%s %s after step %d", m->name, g->name, s));
+      p += elems(&g->type) * 4;
+    }
+  }
+  assert_int_equal((size_t)(p - res), len);
+  for (int k = 0; k < nall; k++)
+    free(want[k]);
+  free(want);
+  free(all);
+  interp_free(it);
+  free(res);
+  free(outs);
+  free(in);
+  for (int k = 0; k < ng; k++)
+    free(data[k]);
+  free(data);
+}
+
+/* x[6,5] -> 7 relu -> 3 logits, cross entropy with y */
+static void classifier(CT *t, const char *opt) {
+  Inst *x = ct_global(t, "x", G_INPUT, ty(DT_F32, 2, 6, 5), NULL);
+  Inst *y = ct_global(t, "y", G_INPUT, ty(DT_I32, 1, 6), NULL);
+  Inst *w1 = ct_global(t, "w1", G_PARAM, ty(DT_F32, 2, 5, 7), "glorot");
+  Inst *b1 = ct_global(t, "b1", G_PARAM, ty(DT_F32, 1, 7), "normal");
+  Inst *w2 = ct_global(t, "w2", G_PARAM, ty(DT_F32, 2, 7, 3), "glorot");
+  Inst *b2 = ct_global(t, "b2", G_PARAM, ty(DT_F32, 1, 3), "zeros");
+  ir_find_global(t->m, "b1")->init_arg = 0.5;
+  Inst *h = ct_op(t, OP_relu, 1, ct_op(t, OP_add, 2, ct_op(t, OP_matmul, 2, x, w1), b1));
+  Inst *logits = ct_op(t, OP_add, 2, ct_op(t, OP_matmul, 2, h, w2), b2);
+  ct_output(t, logits, "logits");
+  ct_output(t, ct_op(t, OP_cross_entropy, 2, logits, y), "loss");
+  ct_train(t, opt, 0.1);
+}
+
+static void classifier_sgd(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "clsgd");
+  classifier(&t, "sgd");
+  run_model(&t, 3);
+  ct_free(&t);
+}
+
+static void classifier_adam(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "cladam");
+  classifier(&t, "adam");
+  run_model(&t, 3);
+  ct_free(&t);
+}
+
+/* Every elementwise op, broadcasting over [4,3,5] from [4,1,5], [3,1] and
+ * [5], trained through mse. */
+static void elementwise_zoo(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "zoo");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 3, 4, 1, 5), NULL);
+  Inst *tg = ct_global(&t, "target", G_INPUT, ty(DT_F32, 3, 4, 3, 5), NULL);
+  Inst *p = ct_global(&t, "p", G_PARAM, ty(DT_F32, 2, 3, 1), "uniform");
+  Inst *q = ct_global(&t, "q", G_PARAM, ty(DT_F32, 1, 5), "normal");
+  ir_find_global(t.m, "p")->init_arg = 1;
+  ir_find_global(t.m, "q")->init_arg = 1;
+  Inst *xq = ct_op(&t, OP_mul, 2, x, q);
+  Inst *a = ct_op(&t, OP_mul, 2, ct_op(&t, OP_gelu, 1, xq), ct_op(&t, OP_sigmoid, 1, p));
+  Inst *b = ct_op(&t, OP_div, 2, ct_op(&t, OP_tanh, 1, xq),
+                  ct_op(&t, OP_add, 2, ct_op(&t, OP_exp, 1, p), ct_const(&t, 2)));
+  Inst *c = ct_op(&t, OP_sqrt, 1, ct_op(&t, OP_add, 2, ct_op(&t, OP_mul, 2, x, x), ct_const(&t, 1)));
+  Inst *d = ct_op(&t, OP_log, 1, ct_op(&t, OP_add, 2, ct_op(&t, OP_mul, 2, p, p), ct_const(&t, 1)));
+  Inst *e = ct_op(&t, OP_neg, 1, ct_op(&t, OP_relu, 1, ct_op(&t, OP_sub, 2, xq, p)));
+  Inst *out = ct_op(&t, OP_add, 2, ct_op(&t, OP_sub, 2, ct_op(&t, OP_add, 2, a, b), c),
+                    ct_op(&t, OP_add, 2, d, e));
+  ct_output(&t, out, "out");
+  ct_output(&t, ct_op(&t, OP_mse, 2, out, tg), "loss");
+  ct_train(&t, "adam", 0.05);
+  run_model(&t, 3);
+  ct_free(&t);
+}
+
+static Inst *with_ints(Inst *i, const char *name, int n, ...) {
+  int64_t v[8];
+  va_list ap;
+  va_start(ap, n);
+  for (int k = 0; k < n; k++)
+    v[k] = va_arg(ap, int);
+  va_end(ap);
+  ir_set_ints(i, name, v, n);
+  return i;
+}
+
+/* Kernels with attributes and data movement: reshape (an alias), transpose,
+ * normalize, softmax, slice, concat, max and mean with keepdim. */
+static void kernels_and_shapes(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "ks");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 3, 2, 3, 4), NULL);
+  Inst *w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 2, 6, 5), "glorot");
+  Inst *r = ir_finish(with_ints(ct_new(&t, OP_reshape, 1, x), "shape", 2, 6, 4));
+  Inst *tr = ir_finish(with_ints(ct_new(&t, OP_transpose, 1, r), "perm", 2, 1, 0));
+  Inst *h = ct_op(&t, OP_normalize, 1, ct_op(&t, OP_matmul, 2, tr, w));
+  Inst *sm = ct_new(&t, OP_softmax, 1, h);
+  ir_set_int(sm, "axis", 0);
+  ir_finish(sm);
+  Inst *sl = ct_new(&t, OP_slice, 1, sm);
+  ir_set_int(sl, "axis", 1);
+  ir_set_int(sl, "begin", 1);
+  ir_set_int(sl, "end", 4);
+  ir_finish(sl);
+  Inst *cc = ct_new(&t, OP_concat, 2, sl, h);
+  ir_set_int(cc, "axis", 1);
+  ir_finish(cc);
+  Inst *mx = ir_finish(with_ints(ct_new(&t, OP_max, 1, cc), "axes", 1, 1));
+  Inst *mk = with_ints(ct_new(&t, OP_mean, 1, cc), "axes", 1, 0);
+  ir_set_int(mk, "keepdim", 1);
+  ir_finish(mk);
+  Inst *mix = ct_op(&t, OP_mul, 2, cc, mk);
+  ct_output(&t, mix, "mix");
+  ct_output(&t, mx, "mx");
+  Inst *loss = ir_finish(with_ints(ct_new(&t, OP_mean, 1, ct_op(&t, OP_mul, 2, mix, mix)), "axes", 2, 0, 1));
+  ct_output(&t, ct_op(&t, OP_add, 2, loss, ir_finish(with_ints(ct_new(&t, OP_sum, 1, mx), "axes", 1, 0))), "loss");
+  ct_train(&t, "sgd", 0.5);
+  run_model(&t, 2);
+  ct_free(&t);
+}
+
+/* An inference-only model: every output, scalars among them. */
+static void inference_only(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "inf");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 3, 4), NULL);
+  Inst *w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 1, 4), "ones");
+  Inst *s = ct_op(&t, OP_mul, 2, x, w);
+  ct_output(&t, s, "s");
+  ct_output(&t, s, "again");
+  ct_output(&t, w, "w_out");
+  ct_output(&t, ct_const(&t, 2.5), "two_and_a_half");
+  ct_output(&t, ir_finish(with_ints(ct_new(&t, OP_sum, 1, s), "axes", 2, 0, 1)), "total");
+  run_model(&t, 0);
+  ct_free(&t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(classifier_sgd),   cmocka_unit_test(classifier_adam),
+      cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
+      cmocka_unit_test(inference_only),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,146 @@
+/* test_codegen_util.c: the helpers of test_codegen.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_codegen.h"
+
+void ct_init(CT *t, const char *model) {
+  memset(t, 0, sizeof *t);
+  t->a = arena_new();
+  t->m = ir_module_new(t->a, model);
+  t->f = ir_add_func(t->m, "forward", (Loc){0});
+  FILE *out = open_memstream(&t->log, &t->loglen);
+  assert_non_null(out);
+  diag_init(&t->d, out);
+  snprintf(t->dir, sizeof t->dir, "/tmp/dtc-cg-XXXXXX");
+  assert_non_null(mkdtemp(t->dir));
+}
+
+void ct_free(CT *t) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
+  assert_int_equal(system(cmd), 0);
+  fclose(t->d.out);
+  free(t->log);
+  arena_free(t->a);
+}
+
+const char *ct_log(CT *t) {
+  fflush(t->d.out);
+  return t->log ? t->log : "";
+}
+
+Type ty(DType dt, int rank, ...) {
+  Type r = {dt, rank, {0}};
+  va_list ap;
+  va_start(ap, rank);
+  for (int d = 0; d < rank; d++)
+    r.dim[d] = va_arg(ap, int);
+  va_end(ap);
+  return r;
+}
+
+Inst *ct_load(CT *t, Func *f, const char *name) {
+  (void)t;
+  Inst *l = ir_new(f, OP_load, (Loc){0}, 0, NULL);
+  ir_set_str(l, "global", name);
+  l->name = ir_find_global(f->mod, name)->name;
+  return ir_finish(l);
+}
+
+Inst *ct_global(CT *t, const char *name, GlobalKind kind, Type type, const char *init) {
+  Global *g = ir_add_global(t->m, name, kind, type, (Loc){0});
+  if (kind != G_INPUT)
+    g->init = init;
+  return ct_load(t, t->f, name);
+}
+
+static Inst *vnew(CT *t, Op op, int nin, va_list ap) {
+  Inst *in[16];
+  for (int k = 0; k < nin; k++)
+    in[k] = va_arg(ap, Inst *);
+  return ir_new(t->f, op, (Loc){0}, nin, in);
+}
+
+Inst *ct_new(CT *t, Op op, int nin, ...) {
+  va_list ap;
+  va_start(ap, nin);
+  Inst *i = vnew(t, op, nin, ap);
+  va_end(ap);
+  return i;
+}
+
+Inst *ct_op(CT *t, Op op, int nin, ...) {
+  va_list ap;
+  va_start(ap, nin);
+  Inst *i = vnew(t, op, nin, ap);
+  va_end(ap);
+  return ir_finish(i);
+}
+
+Inst *ct_const(CT *t, double v) {
+  Inst *c = ir_new(t->f, OP_const, (Loc){0}, 0, NULL);
+  ir_set_float(c, "value", v);
+  return ir_finish(c);
+}
+
+void ct_output(CT *t, Inst *x, const char *name) {
+  Inst *o = ir_new(t->f, OP_output, (Loc){0}, 1, &x);
+  ir_set_str(o, "name", name);
+  ir_finish(o);
+}
+
+void ct_train(CT *t, const char *opt, double lr) {
+  Train *tr = &t->m->train;
+  tr->loss = "loss";
+  tr->opt = opt;
+  tr->lr = lr;
+  tr->schedule = "constant";
+  if (!strcmp(opt, "sgd")) {
+    tr->momentum = 0.9;
+  } else {
+    tr->beta1 = 0.9;
+    tr->beta2 = 0.999;
+    tr->eps = 1e-8;
+  }
+}
+
+void ct_passes(CT *t) {
+  assert_true(ir_verify(t->m, &t->d));
+  if (t->m->train.loss)
+    assert_true(pass_autodiff(t->m, &t->d));
+  assert_true(pass_fusion(t->m, &t->d));
+  assert_true(ir_verify(t->m, &t->d));
+  assert_true(pass_memplan(t->m, &t->d));
+  assert_true(ir_verify(t->m, &t->d));
+}
+
+const char *ct_emit(CT *t, const char *emit, const char *target, const char *cpu, int opt) {
+  const char *ext = !strcmp(emit, "llvm") ? "ll" : !strcmp(emit, "asm") ? "s" : "o";
+  Options o = {.emit = emit, .target = target, .cpu = cpu, .opt_level = opt};
+  o.output = arena_printf(t->a, "%s/%s.%s", t->dir, t->m->name, ext);
+  return cg_emit(t->m, &o, &t->d) ? o.output : NULL;
+}
+
+char *ct_read(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;)
+    if ((n += got) == cap) {
+      char *nb = realloc(buf, 2 * cap + 1);
+      if (!nb)
+        free(buf);
+      buf = nb;
+      cap *= 2;
+    }
+  fclose(f);
+  if (buf)
+    buf[n] = 0;
+  if (len)
+    *len = n;
+  return buf;
+}

@@ -1,0 +1,440 @@
+/* test_ir_parse.c: the IR parser's diagnostics, as text with line and column,
+ * its recovery after errors, and its limits on garbage and huge inputs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ir.h"
+
+typedef struct Result {
+  Module *m;
+  int nerr;
+  char *msg;   /* all diagnostics */
+} Result;
+
+static Arena *arena;
+
+/* Parses len bytes (NULs allowed) named t.ir. */
+static Result parse_bytes(const char *text, size_t len) {
+  Result r = {0};
+  size_t n;
+  FILE *f = open_memstream(&r.msg, &n);
+  Diag d;
+  diag_init(&d, f);
+  char *copy = arena_strndup(arena, text, len);
+  SrcFile src = {"t.ir", copy, len, false};
+  r.m = ir_parse(arena, &src, &d);
+  r.nerr = d.nerr;
+  fclose(f);
+  return r;
+}
+
+static Result parse(const char *text) { return parse_bytes(text, strlen(text)); }
+
+/* The first diagnostic line is exactly `want`, and there are nerr errors. */
+static void expect_errors(const char *text, int nerr, const char *want) {
+  Result r = parse(text);
+  char *nl = strchr(r.msg, '\n');
+  size_t len = nl ? (size_t)(nl - r.msg) : strlen(r.msg);
+  if (r.m || r.nerr != nerr || len != strlen(want) || strncmp(r.msg, want, len))
+    fail_msg("for:\n%s\nwanted %d error(s), first:\n%s\ngot %d:\n%s", text, nerr, want, r.nerr,
+             r.msg);
+  free(r.msg);
+}
+
+static void expect_error(const char *text, const char *want) { expect_errors(text, 1, want); }
+
+#define HEAD "module m\ninput a : f32[2,3]\nfunc @f {\n  %a = load {global = \"a\"} : f32[2,3]\n"
+
+static void test_start(void **state) {
+  (void)state;
+  expect_error("", "t.ir:1:1: error: expected 'module NAME' to start the IR text, found end of file");
+  expect_errors("\n\n  func", 2, "t.ir:3:3: error: expected 'module NAME' to start the IR text, found 'func'");
+  expect_error("module\n", "t.ir:1:7: error: expected a module name, found end of line");
+  expect_error("module m n\n", "t.ir:1:10: error: expected end of line, found 'n'");
+  expect_error("module m\nmodule n\n", "t.ir:2:1: error: a file holds one module");
+  expect_error("module m\nfoo\n",
+               "t.ir:2:1: error: expected a declaration (dim, cluster, mesh, plan, train, input, "
+               "param, state, func), found 'foo'");
+}
+
+static void test_lexical(void **state) {
+  (void)state;
+  expect_error("module m\ndim B = 4 $\n", "t.ir:2:11: error: unexpected character '$'");
+  expect_error("module m\ndim B = 4\n\x01", "t.ir:3:1: error: unexpected byte 0x01");
+  Result r = parse_bytes("module m\n\0\n", 11);
+  assert_null(r.m);
+  assert_non_null(strstr(r.msg, "t.ir:2:1: error: unexpected byte 0x00\n"));
+  free(r.msg);
+  expect_error("module m\ntrain {opt = \"sgd}\n", "t.ir:2:14: error: unterminated string");
+  expect_error("module m\ntrain {opt = \"s\\qd\"}\n", "t.ir:2:16: error: unknown escape '\\q' in a string");
+  expect_error("module m\ntrain {opt = \"s\\x0\"}\n",
+               "t.ir:2:16: error: '\\x' needs two hex digits, not 00");
+  expect_error("module m\ntrain {opt = \"s\\x00\"}\n",
+               "t.ir:2:16: error: '\\x' needs two hex digits, not 00");
+  expect_error("module m\ntrain {opt = \"a\x01\"}\n",
+               "t.ir:2:16: error: byte 0x01 in a string; write it as \\x01");
+  expect_error("module m\ndim B = 99999999999999999999\n",
+               "t.ir:2:9: error: integer 99999999999999999999 is out of range");
+  expect_error("module m\ntrain {lr = -1e999}\n", "t.ir:2:13: error: number -1e999 is out of range");
+  expect_error("module m\nfunc @f {\n  % = neg\n}\n", "t.ir:3:3: error: expected a name after '%'");
+  expect_error("module m\nfunc @ {\n}\n", "t.ir:2:6: error: expected a name after '@'");
+}
+
+static void test_values(void **state) {
+  (void)state;
+  expect_error("module m\nfunc @f {\n  %x = add %y, %z : f32[2]\n}\n",
+               "t.ir:3:12: error: %y is not defined before this use");
+  expect_error(HEAD "  %b = neg %b : f32[2,3]\n}\n", "t.ir:5:12: error: %b is not defined before this use");
+  expect_error(HEAD "  %a = neg %a : f32[2,3]\n}\n", "t.ir:5:3: error: %a is defined twice");
+  expect_error(HEAD "  %1 = neg %a : f32[2,3]\n  %1 = neg %a : f32[2,3]\n}\n",
+               "t.ir:6:3: error: %1 is defined twice");
+  expect_error(HEAD "  %b = \n}\n", "t.ir:5:8: error: expected an op name, found end of line");
+  expect_error(HEAD "  %b = frob %a : f32[2,3]\n}\n", "t.ir:5:8: error: unknown op 'frob'");
+  expect_error(HEAD "  %b = neg %a, : f32[2,3]\n}\n", "t.ir:5:16: error: expected a value, found ':'");
+  expect_error(HEAD "  %b neg %a\n}\n", "t.ir:5:6: error: expected '=', found 'neg'");
+}
+
+static void test_types(void **state) {
+  (void)state;
+  expect_error(HEAD "  %b = neg %a : f32[3,2]\n}\n",
+               "t.ir:5:17: error: type f32[3,2] does not match the inferred type f32[2,3]");
+  expect_error(HEAD "  %b = neg %a\n}\n", "t.ir:5:14: error: missing the type ': f32[2,3]' of 'neg'");
+  expect_error(HEAD "  output %a {name = \"a\"} : f32[2,3]\n}\n",
+               "t.ir:5:28: error: type f32[2,3] does not match the inferred type void");
+  expect_error("module m\ninput x : f32[1,1,1,1,1,1,1]\n",
+               "t.ir:2:27: error: a tensor has at most 6 dimensions");
+  expect_error("module m\ninput x : f32[1048576,1048576,2]\n",
+               "t.ir:2:31: error: a tensor has at most 1099511627776 elements");
+  expect_error("module m\ninput x : f32[0]\n",
+               "t.ir:2:15: error: a dimension must be between 1 and 1099511627776");
+  expect_error("module m\ninput x : f64[2]\n",
+               "t.ir:2:11: error: expected a type (f32[...], i32[...] or void), found 'f64'");
+  expect_error("module m\ninput x : f32[2,]\n", "t.ir:2:17: error: expected a dimension, found ']'");
+  expect_error("module m\ninput x : f32 [2\n", "t.ir:2:17: error: expected ',', found end of line");
+  /* a shape rule's message, at the op */
+  Result r = parse(HEAD "  %b = matmul %a, %a : f32[2,3]\n}\n");
+  assert_null(r.m);
+  assert_int_equal(r.nerr, 1);
+  assert_true(!strncmp(r.msg, "t.ir:5:8: error: shape mismatch in '@'", 38));
+  free(r.msg);
+}
+
+static void test_attrs(void **state) {
+  (void)state;
+  expect_error(HEAD "  %s = sum %a {axes = 1} : f32[]\n}\n",
+               "t.ir:5:16: error: attribute 'axes' of 'sum' must be ints, not int");
+  expect_error(HEAD "  %s = sum %a : f32[]\n}\n", "t.ir:5:8: error: 'sum' needs attribute 'axes' (ints)");
+  expect_error(HEAD "  %n = neg %a {foo = 1} : f32[2,3]\n}\n",
+               "t.ir:5:16: error: 'neg' takes no attributes, but 'foo' is given");
+  expect_error(HEAD "  %s = sum %a {axes = [0], bar = 1.5} : f32[3]\n}\n",
+               "t.ir:5:28: error: 'sum' has no attribute 'bar' (it has axes, keepdim)");
+  expect_error(HEAD "  %s = sum %a {axes = [0], axes = [1]} : f32[3]\n}\n",
+               "t.ir:5:28: error: attribute 'axes' is given twice");
+  expect_error(HEAD "  %s = sum %a {axes = [0,]} : f32[3]\n}\n",
+               "t.ir:5:26: error: expected an integer, found ']'");
+  expect_error(HEAD "  %s = sum %a {axes = [0] : f32[3]\n}\n",
+               "t.ir:5:27: error: expected ',', found ':'");
+  expect_error(HEAD "  %s = sum %a {axes = foo} : f32[3]\n}\n",
+               "t.ir:5:23: error: expected an attribute value (number, string or [integers]), found 'foo'");
+  expect_error(HEAD "  %c = const {value = -nan} : f32[]\n}\n",
+               "t.ir:5:24: error: expected 'inf' after '-', found 'nan'");
+  /* two errors in one list are both reported */
+  expect_errors(HEAD "  %s = sum %a {keepdim = 1.0, frob = 2} : f32[3]\n}\n", 3,
+                "t.ir:5:16: error: attribute 'keepdim' of 'sum' must be int, not float");
+}
+
+static void test_module_decls(void **state) {
+  (void)state;
+  expect_error("module m\ndim B 4\n", "t.ir:2:7: error: expected '=', found '4'");
+  expect_error("module m\nplan maybe\n",
+               "t.ir:2:6: error: expected 'none', 'auto', 'even' or 'explicit', found 'maybe'");
+  expect_error("module m\nplan auto\nplan even\n", "t.ir:3:1: error: a module has one plan");
+  expect_error("module m\ntrain {lr = 1}\ntrain\n", "t.ir:3:1: error: a module has one train line");
+  expect_error("module m\ntrain {lr = \"x\"}\n", "t.ir:2:8: error: field 'lr' of train must be a number");
+  expect_error("module m\ntrain {warmup = 1.5}\n",
+               "t.ir:2:8: error: field 'warmup' of train must be an integer");
+  expect_error("module m\ntrain {loss = 3}\n", "t.ir:2:8: error: field 'loss' of train must be a string");
+  expect_error("module m\ntrain {foo = 1}\n",
+               "t.ir:2:8: error: train has no field 'foo' (it has loss, opt, lr, momentum, "
+               "weight_decay, beta1, beta2, eps, schedule, warmup, total)");
+  expect_error("module m\nparam w f32[2]\n", "t.ir:2:9: error: expected ':', found 'f32'");
+  expect_error("module m\nparam w : f32[2] {init = glorot}\n",
+               "t.ir:2:26: error: expected an attribute value (number, string or [integers]), found "
+               "'glorot'");
+  expect_error("module m\ninput x : f32[2] loc \"a.dt\":1\n",
+               "t.ir:2:30: error: expected ':', found end of line");
+  expect_error("module m\ninput x : f32[2] loc a.dt:1:1\n",
+               "t.ir:2:22: error: expected a file name string, found 'a.dt'");
+  expect_error("module m\ninput x : f32[2] loc \"a.dt\":-1:1\n",
+               "t.ir:2:29: error: a line number must be between 0 and 2147483647");
+}
+
+static void test_cluster_and_mesh(void **state) {
+  (void)state;
+  expect_error("module m\ncluster c {\n  node a\n  device d on b\n}\n", "t.ir:4:15: error: unknown node 'b'");
+  expect_error("module m\ncluster c {\n  gpu g\n}\n",
+               "t.ir:3:3: error: expected 'node', 'device', 'link' or '}', found 'gpu'");
+  expect_error("module m\ncluster c {\n  link l {bw = 1, speed = 2}\n}\n",
+               "t.ir:3:19: error: a link has no field 'speed' (it has bw, lat)");
+  expect_error("module m\ncluster c {\n  node a\n}\ncluster d {\n  node b\n}\n",
+               "t.ir:5:1: error: a module has one cluster");
+  expect_error("module m\ncluster c {\n  node a\n", "t.ir:4:1: error: missing '}' to close the cluster opened on line 2");
+  expect_error("module m\ncluster c { node a\n}\n",
+               "t.ir:2:13: error: expected end of line after '{', found 'node'");
+  expect_error("module m\nmesh q[dp = 2] on [0]\n",
+               "t.ir:2:19: error: mesh 'q' has 2 positions, but 1 devices are listed");
+  expect_error("module m\nmesh q[dp = 1] on [0, 0]\n",
+               "t.ir:2:23: error: mesh 'q' has 1 positions, but more devices are listed");
+  expect_error("module m\nmesh q[dp = 1] on [1]\n",
+               "t.ir:2:20: error: device 1 is out of range: without a cluster the only device is 0");
+  expect_error("module m\nmesh q[dp = 1] on [a0]\n", "t.ir:2:20: error: unknown device 'a0'");
+  expect_error("module m\nmesh q[a = 1, b = 1, c = 1] on [0]\n",
+               "t.ir:2:22: error: a mesh has at most 2 axes");
+  expect_error("module m\nmesh q[a = 0] on [0]\n",
+               "t.ir:2:12: error: an axis size must be between 1 and 1048576");
+  expect_error("module m\nmesh q[a = 1024, b = 2048] on [0]\n",
+               "t.ir:2:18: error: a mesh has at most 1048576 positions");
+}
+
+#define MESH "module m\nmesh q[dp = 1, mp = 1] on [0]\n"
+
+static void test_shardings(void **state) {
+  (void)state;
+  expect_error(MESH "input x : f32[2] shard r[*]\n", "t.ir:3:24: error: unknown mesh 'r'");
+  expect_error(MESH "input x : f32[2] shard q[tp]\n", "t.ir:3:26: error: mesh 'q' has no axis 'tp'");
+  expect_error(MESH "input x : f32[2] shard q[*, *]\n",
+               "t.ir:3:29: error: sharding has more entries than the type's rank 1");
+  expect_error(MESH "input x : f32[2,2] shard q[*]\n",
+               "t.ir:3:27: error: sharding has 1 entries, but the type has rank 2");
+  expect_error(MESH "input x : f32[2] shard q[dp(0.5, 0.5)]\n",
+               "t.ir:3:26: error: axis 'dp' has size 1, but 2 ratios are given");
+  expect_error(MESH "input x : f32[2] shard q[dp(]\n", "t.ir:3:29: error: expected a number, found ']'");
+  expect_error(MESH "input x : f32[2] shard q[*] full\n", "t.ir:3:29: error: expected end of line, found 'full'");
+}
+
+static void test_blocks_and_recovery(void **state) {
+  (void)state;
+  expect_error("module m\nfunc @f {\n", "t.ir:3:1: error: missing '}' to close the function opened on line 2");
+  /* the declaration after a forgotten '}' still parses */
+  Result r = parse("module m\nfunc @f {\ninput x : f32[2]\nfunc @g {\n}\n");
+  assert_null(r.m);
+  assert_int_equal(r.nerr, 1);
+  assert_string_equal(r.msg, "t.ir:3:1: error: missing '}' to close the function opened on line 2\n"
+                             "input x : f32[2]\n^\n");
+  free(r.msg);
+  expect_error("module m\nfunc @f {\n}}\n", "t.ir:3:2: error: expected end of line, found '}'");
+  expect_error("module m\nfunc f {\n  %x = bad\n}\ninput x : f32[]\n",
+               "t.ir:2:6: error: expected a function name (@name), found 'f'");
+  /* one error per bad line, and the good lines between them parse */
+  r = parse(HEAD "  %b = neg %a : f32[9]\n  %c = neg %a : f32[2,3]\n  %d = frob\n"
+                 "  %e = neg %c : f32[2,3]\n  %f = neg %q : f32[2,3]\n}\n");
+  assert_null(r.m);
+  assert_int_equal(r.nerr, 3);
+  assert_non_null(strstr(r.msg, "t.ir:5:17: error: type f32[9]"));
+  assert_non_null(strstr(r.msg, "t.ir:7:8: error: unknown op 'frob'"));
+  assert_non_null(strstr(r.msg, "t.ir:9:12: error: %q is not defined"));
+  free(r.msg);
+  /* the users of a failed value are dropped without more errors */
+  expect_errors(HEAD "  %b = neg %a : f32[9]\n  %c = neg %b : f32[2,3]\n  %d = add %c, %b : f32[2,3]\n}\n",
+                1, "t.ir:5:17: error: type f32[9] does not match the inferred type f32[2,3]");
+  /* stray bytes: one error, then the line is skipped */
+  expect_errors("module m\ndim B = 1 # $ ! \x02\ndim C = 2 &\n", 2, "t.ir:2:11: error: unexpected character '#'");
+}
+
+static void test_error_cap(void **state) {
+  (void)state;
+  char *text = arena_printf(arena, "module m\n");
+  for (int k = 0; k < 30; k++)
+    text = arena_printf(arena, "%sbad %d\n", text, k);
+  Result r = parse(text);
+  assert_null(r.m);
+  assert_int_equal(r.nerr, 20);
+  assert_non_null(strstr(r.msg, "dtc: fatal error: too many errors emitted, stopping now\n"));
+  free(r.msg);
+}
+
+/* Every prefix of a valid text, and many one-byte changes of it, parse or
+ * fail cleanly; what parses prints and parses back to the same text. */
+static const char *sample =
+    "module s ; a comment\n"
+    "dim B = 4 loc \"s.dt\":1:2\n"
+    "cluster c {\n  node a\n  device a0 on a {kind = \"cpu\", gflops = 1.5, mem = 1024}\n"
+    "  link l {bw = 1e9, lat = 1e-06}\n}\n"
+    "mesh q[dp = 1] on [a0]\nplan even\n"
+    "train {loss = \"l\", opt = \"sgd\", lr = 0.5}\n"
+    "input x : f32[4,2] shard q[dp(1.0), *]\nparam w : f32[2,3] {init = \"glorot\"}\n"
+    "func @forward {\n  %x = load {global = \"x\"} : f32[4,2]\n"
+    "  %w = load {global = \"w\"} : f32[2,3]\n"
+    "  %y = matmul %x, %w {tb = 0} : f32[4,3] shard q[dp, *] partial fuse 1 offset 8 loc \"s.dt\":3:4\n"
+    "  %l = sum %y {axes = [0, 1]} : f32[]\n  %m = const {value = -inf} : f32[]\n"
+    "  output %l {name = \"l\"}\n}\n";
+
+static void check_round_trip(const Module *m) {
+  char *t1, *t2;
+  size_t n1, n2;
+  FILE *f = open_memstream(&t1, &n1);
+  ir_print(f, m);
+  fclose(f);
+  Result r = parse(t1);
+  if (!r.m)
+    fail_msg("printed text does not parse:\n%s\n%s", r.msg, t1);
+  f = open_memstream(&t2, &n2);
+  ir_print(f, r.m);
+  fclose(f);
+  assert_string_equal(t1, t2);
+  free(t1);
+  free(t2);
+  free(r.msg);
+}
+
+static void test_prefixes_and_mutations(void **state) {
+  (void)state;
+  size_t len = strlen(sample);
+  Result r = parse(sample);
+  if (!r.m)
+    fail_msg("%s", r.msg);
+  free(r.msg);
+  for (size_t n = 0; n <= len; n++) {
+    Arena *keep = arena;
+    arena = arena_new();
+    r = parse_bytes(sample, n);
+    if (r.m)
+      check_round_trip(r.m);
+    free(r.msg);
+    arena_free(arena);
+    arena = keep;
+  }
+  static const char bytes[] = {0, '\n', '"', '%', '[', ')', '9', 'x', '-', '\\', ',', '}', (char)0xff};
+  char *buf = malloc(len);
+  for (size_t i = 0; i < len; i++)
+    for (int b = 0; b < COUNTOF(bytes); b++) {
+      Arena *keep = arena;
+      arena = arena_new();
+      memcpy(buf, sample, len);
+      buf[i] = bytes[b];
+      r = parse_bytes(buf, len);
+      if (r.m)
+        check_round_trip(r.m);
+      free(r.msg);
+      arena_free(arena);
+      arena = keep;
+    }
+  free(buf);
+}
+
+static void test_random_bytes(void **state) {
+  (void)state;
+  uint64_t x = 88172645463325252u;
+  char buf[300];
+  for (int k = 0; k < 3000; k++) {
+    size_t n = 0;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t len = x % sizeof buf;
+    /* half the inputs start well, so the parser goes past the first line */
+    if (k & 1) {
+      memcpy(buf, "module r\nfunc @f {\n", 19);
+      n = 19;
+    }
+    for (; n < len; n++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      buf[n] = k % 3 ? " %@=:,[]{}()*-\"\\;\nabf32i09.x"[x % 27] : (char)x;
+    }
+    Arena *keep = arena;
+    arena = arena_new();
+    Result r = parse_bytes(buf, n);
+    if (r.m)
+      check_round_trip(r.m);
+    free(r.msg);
+    arena_free(arena);
+    arena = keep;
+  }
+}
+
+/* Long names, long lists and long functions have no fixed limits. */
+static void test_large_inputs(void **state) {
+  (void)state;
+  size_t big = 1 << 20;
+  char *name = malloc(big + 1);
+  memset(name, 'n', big);
+  name[big] = 0;
+  Result r = parse(arena_printf(arena, "module %s\ninput \"%s\" : f32[2]\n", name, name));
+  assert_non_null(r.m);
+  assert_int_equal(strlen(r.m->global.a[0].name), big);
+  free(r.msg);
+  /* a huge token in an error message is cut short */
+  r = parse(arena_printf(arena, "module m\n%s\n", name));
+  assert_int_equal(r.nerr, 1);
+  assert_true(strlen(r.msg) < 400);
+  free(r.msg);
+  free(name);
+
+  char *text = arena_printf(arena, "module m\ninput a : f32[2]\nfunc @f {\n  %%v0 = load {global = \"a\"} : f32[2]\n");
+  size_t cap = 1 << 22, n = strlen(text);
+  char *buf = malloc(cap);
+  memcpy(buf, text, n);
+  for (int k = 1; k < 20000; k++)
+    n += (size_t)snprintf(buf + n, cap - n, "  %%v%d = neg %%v%d : f32[2]\n", k, k - 1);
+  n += (size_t)snprintf(buf + n, cap - n, "}\n");
+  r = parse_bytes(buf, n);
+  assert_non_null(r.m);
+  assert_int_equal(r.m->func.a[0]->inst.n, 20000);
+  free(r.msg);
+
+  n = (size_t)snprintf(buf, cap, "%s", HEAD "  %s = sum %a {axes = [");
+  for (int k = 0; k < 100000; k++)
+    n += (size_t)snprintf(buf + n, cap - n, "%s0", k ? ", " : "");
+  n += (size_t)snprintf(buf + n, cap - n, "]} : f32[3]\n}\n");
+  r = parse_bytes(buf, n);
+  assert_null(r.m);
+  assert_non_null(strstr(r.msg, "axis 0 is listed twice"));
+  free(r.msg);
+
+  memset(buf, '[', cap);
+  memcpy(buf, "module m\ndim x = ", 17);
+  r = parse_bytes(buf, cap);
+  assert_int_equal(r.nerr, 1);
+  free(r.msg);
+  memset(buf, '{', cap);
+  memcpy(buf, "module m\ntrain ", 15);
+  r = parse_bytes(buf, cap);
+  assert_int_equal(r.nerr, 1);
+  free(r.msg);
+  expect_error(arena_printf(arena, "module m\ntrain {%s}\n",
+                            "a0=1,a1=1,a2=1,a3=1,a4=1,a5=1,a6=1,a7=1,a8=1,a9=1,b0=1,b1=1,b2=1,b3=1,b4=1,"
+                            "b5=1,b6=1,b7=1,b8=1,b9=1,c0=1,c1=1,c2=1,c3=1,c4=1,c5=1,c6=1,c7=1,c8=1,c9=1,"
+                            "d0=1,d1=1,d2=1,d3=1,d4=1,d5=1,d6=1,d7=1,d8=1,d9=1,e0=1,e1=1,e2=1,e3=1,e4=1,"
+                            "e5=1,e6=1,e7=1,e8=1,e9=1,f0=1,f1=1,f2=1,f3=1,f4=1,f5=1,f6=1,f7=1,f8=1,f9=1,"
+                            "g0=1,g1=1,g2=1,g3=1,g4=1"),
+               "t.ir:2:328: error: more than 64 attributes");
+  free(buf);
+}
+
+static int setup(void **state) {
+  (void)state;
+  arena = arena_new();
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  arena_free(arena);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_start),          cmocka_unit_test(test_lexical),
+      cmocka_unit_test(test_values),         cmocka_unit_test(test_types),
+      cmocka_unit_test(test_attrs),          cmocka_unit_test(test_module_decls),
+      cmocka_unit_test(test_cluster_and_mesh), cmocka_unit_test(test_shardings),
+      cmocka_unit_test(test_blocks_and_recovery), cmocka_unit_test(test_error_cap),
+      cmocka_unit_test(test_prefixes_and_mutations), cmocka_unit_test(test_random_bytes),
+      cmocka_unit_test(test_large_inputs),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

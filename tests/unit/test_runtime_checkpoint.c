@@ -1,0 +1,398 @@
+/* test_runtime_checkpoint.c: safetensors checkpoints: bit-exact round trips,
+ * corruption and mismatch caught before the destination is touched, and a
+ * failed save leaving the previous file intact. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dtrt.h"
+
+typedef struct Count {
+  long allocs, frees;
+} Count;
+
+static void *count_alloc(void *u, size_t n) {
+  void *p;
+  if (posix_memalign(&p, 64, n))
+    return NULL;
+  ((Count *)u)->allocs++;
+  return p;
+}
+
+static void count_free(void *u, void *p) {
+  ((Count *)u)->frees++;
+  free(p);
+}
+
+static Count counts;
+static DtrtCtx *ctx;
+static char dir[256];
+
+static int setup(void **state) {
+  (void)state;
+  counts = (Count){0, 0};
+  DtAllocator a = {count_alloc, count_free, &counts};
+  ctx = dtrt_ctx_new_with(&a);
+  return ctx ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  dtrt_ctx_free(ctx);
+  assert_int_equal(counts.allocs, counts.frees);
+  return 0;
+}
+
+static int group_setup(void **state) {
+  (void)state;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/dtrt-ckpt-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "chmod -R u+w '%s'; rm -rf '%s'", dir, dir);
+  return system(cmd);
+}
+
+static char *at(const char *name) {
+  static char p[4][512];
+  static int k;
+  k = (k + 1) % 4;
+  snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+  return p[k];
+}
+
+/* Three tensors: w f32[3,4], b f32[4], n i32[] (a scalar), plus an empty one
+ * without data. */
+typedef struct Set {
+  float w[12], b[4];
+  int32_t n;
+  DtNamed t[4];
+} Set;
+
+static void make_set(Set *s, float base) {
+  for (int k = 0; k < 12; k++)
+    s->w[k] = base + (float)k / 7;
+  for (int k = 0; k < 4; k++)
+    s->b[k] = -base * (float)k;
+  s->w[5] = -0.0f;
+  s->b[3] = NAN;
+  s->n = (int32_t)base * 1000;
+  s->t[0] = (DtNamed){"layer1.w", {s->w, DTRT_F32, 2, {3, 4}}};
+  s->t[1] = (DtNamed){"layer1.b", {s->b, DTRT_F32, 1, {4}}};
+  s->t[2] = (DtNamed){"count", {&s->n, DTRT_I32, 0, {0}}};
+  s->t[3] = (DtNamed){"empty", {NULL, DTRT_F32, 2, {0, 5}}};
+}
+
+static long file_size(const char *p) {
+  struct stat st;
+  return stat(p, &st) ? -1 : (long)st.st_size;
+}
+
+static unsigned char *slurp(const char *p, long *n) {
+  FILE *f = fopen(p, "rb");
+  assert_non_null(f);
+  *n = file_size(p);
+  unsigned char *b = malloc((size_t)*n + 1);
+  assert_int_equal(fread(b, 1, (size_t)*n, f), (size_t)*n);
+  fclose(f);
+  return b;
+}
+
+static void spit(const char *p, const void *b, long n) {
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(b, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+}
+
+/* No temporary files are left in dir. */
+static void no_temps(void) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".tmp."))
+      fail_msg("temporary file %s left behind", e->d_name);
+  closedir(d);
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  Set a, b;
+  make_set(&a, 1.5f);
+  make_set(&b, 0);
+  memset(b.w, 0, sizeof b.w);
+  assert_int_equal(dtrt_save(ctx, at("rt.safetensors"), a.t, 4, "hash-1", 1234567890123), DT_OK);
+  int64_t step = -1;
+  assert_int_equal(dtrt_load(ctx, at("rt.safetensors"), b.t, 4, "hash-1", &step), DT_OK);
+  assert_memory_equal(a.w, b.w, sizeof a.w);
+  assert_memory_equal(a.b, b.b, sizeof a.b);
+  assert_int_equal(a.n, b.n);
+  assert_true(step == 1234567890123);
+  /* load order need not be save order; NULL hash and step skip them */
+  DtNamed rev[4] = {b.t[3], b.t[2], b.t[1], b.t[0]};
+  assert_int_equal(dtrt_load(ctx, at("rt.safetensors"), rev, 4, NULL, NULL), DT_OK);
+  /* the file is safetensors: header length, JSON with the usual keys, 8-byte padding */
+  long n;
+  unsigned char *f = slurp(at("rt.safetensors"), &n);
+  uint64_t hl = 0;
+  for (int k = 0; k < 8; k++)
+    hl |= (uint64_t)f[k] << 8 * k;
+  assert_int_equal(hl % 8, 0);
+  assert_int_equal((long)(8 + hl + 48 + 16 + 4), n);
+  f[8 + hl - 1] = 0;
+  const char *json = (const char *)f + 8;
+  assert_non_null(strstr(json, "\"layer1.w\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,48]}"));
+  assert_non_null(strstr(json, "\"count\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[64,68]}"));
+  assert_non_null(strstr(json, "\"step\":\"1234567890123\""));
+  assert_non_null(strstr(json, "\"model_hash\":\"hash-1\""));
+  assert_non_null(strstr(json, "\"checksum\":\"crc32:"));
+  free(f);
+  /* saving again replaces the file */
+  make_set(&a, 2.5f);
+  assert_int_equal(dtrt_save(ctx, at("rt.safetensors"), a.t, 4, "hash-1", 7), DT_OK);
+  assert_int_equal(dtrt_load(ctx, at("rt.safetensors"), b.t, 4, "hash-1", &step), DT_OK);
+  assert_memory_equal(a.w, b.w, sizeof a.w);
+  assert_true(step == 7);
+  /* zero tensors is a valid checkpoint */
+  assert_int_equal(dtrt_save(ctx, at("none.safetensors"), NULL, 0, "h", 0), DT_OK);
+  assert_int_equal(dtrt_load(ctx, at("none.safetensors"), NULL, 0, "h", &step), DT_OK);
+  no_temps();
+}
+
+/* Loads path into a fresh set and asserts status s, a message containing
+ * want, and the set and step untouched. */
+static void refuse(const char *path, DtStatus s, const char *want, const char *hash) {
+  Set d;
+  make_set(&d, 9);
+  Set keep = d;
+  int64_t step = -77;
+  DtStatus got = dtrt_load(ctx, path, d.t, 4, hash, &step);
+  if (got != s || !strstr(dtrt_errmsg(ctx), want))
+    fail_msg("status %d, message '%s'; wanted %d and '%s'", got, dtrt_errmsg(ctx), s, want);
+  assert_memory_equal(d.w, keep.w, sizeof d.w);
+  assert_memory_equal(d.b, keep.b, sizeof d.b);
+  assert_int_equal(d.n, keep.n);
+  assert_true(step == -77);
+}
+
+static void test_corruption(void **state) {
+  (void)state;
+  Set a;
+  make_set(&a, 1.5f);
+  const char *good = at("good.safetensors"), *bad = at("bad.safetensors");
+  assert_int_equal(dtrt_save(ctx, good, a.t, 4, "hash-1", 42), DT_OK);
+  long n;
+  unsigned char *f = slurp(good, &n), *g = calloc(1, (size_t)n + 64);
+  uint64_t hl = 0;
+  for (int k = 0; k < 8; k++)
+    hl |= (uint64_t)f[k] << 8 * k;
+
+  /* every single data byte flipped is a checksum error */
+  for (long k = 8 + (long)hl; k < n; k++) {
+    memcpy(g, f, (size_t)n);
+    g[k] ^= 0x10;
+    spit(bad, g, n);
+    refuse(bad, DT_ERR_CHECKSUM, "corrupt", "hash-1");
+  }
+  /* so is a changed step or hash in the header */
+  struct {
+    const char *from, *to;
+    DtStatus s;
+    const char *why;
+  } edits[] = {
+      {"\"step\":\"42\"", "\"step\":\"43\"", DT_ERR_CHECKSUM, "corrupt"},
+      {"\"model_hash\":\"hash-1\"", "\"model_hash\":\"hash-2\"", DT_ERR_CHECKSUM, "corrupt"},
+      {"\"step\":\"42\"", "\"step\":\"4x\"", DT_ERR_FORMAT, "step '4x'"},
+      {"\"checksum\":\"crc32:", "\"checksum\":\"crc64:", DT_ERR_FORMAT, "not crc32"},
+      {"\"checksum\"", "\"checksun\"", DT_ERR_FORMAT, "lacks"},
+      {"[0,48]", "[0,44]", DT_ERR_FORMAT, "spans 44 bytes, its shape needs 48"},
+      {"[0,48]", "[4,52]", DT_ERR_FORMAT, "leaves a hole at byte 4"},
+      {"[64,68]", "[64,99]", DT_ERR_FORMAT, "outside the 68 data bytes"},
+      {"[48,64]", "[44,60]", DT_ERR_FORMAT, "overlaps"},
+      {"[3,4]", "[4,3]", DT_ERR_CHECKSUM, "corrupt"},
+      {"\"F32\"", "\"F16\"", DT_ERR_MISMATCH, "dtype F16"},
+      {"\"F32\"", "\"F3\\\"", DT_ERR_FORMAT, "not a JSON object"},
+      {"layer1.b", "layer1.w", DT_ERR_FORMAT, "appears twice"},
+      {"{\"__metadata__\"", "[\"__metadata__\"", DT_ERR_FORMAT, "not a JSON object"},
+      {"\"shape\":[3,4]", "\"shape\":[-34]", DT_ERR_FORMAT, "bad shape"},
+      {"\"shape\":[3,4]", "\"shape\":[1.5]", DT_ERR_FORMAT, "bad shape"},
+  };
+  for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+    memcpy(g, f, (size_t)n);
+    char *p = strstr((char *)g + 8, edits[e].from);
+    assert_non_null(p);
+    assert_int_equal(strlen(edits[e].from), strlen(edits[e].to));
+    memcpy(p, edits[e].to, strlen(edits[e].to));
+    spit(bad, g, n);
+    refuse(bad, edits[e].s, edits[e].why, "hash-1");
+  }
+  /* truncation anywhere is a format error */
+  for (long cut = 0; cut < n; cut += 7) {
+    spit(bad, f, cut);
+    refuse(bad, DT_ERR_FORMAT, bad, "hash-1");
+  }
+  /* a header length past the file or absurdly large */
+  memcpy(g, f, (size_t)n);
+  g[7] = 0x40;
+  spit(bad, g, n);
+  refuse(bad, DT_ERR_FORMAT, "header length", "hash-1");
+  memcpy(g, f, (size_t)n);
+  g[0] = (unsigned char)(g[0] + 8);
+  spit(bad, g, n);
+  refuse(bad, DT_ERR_FORMAT, "", "hash-1");
+  /* extra bytes after the data */
+  memcpy(g, f, (size_t)n);
+  spit(bad, g, n + 4);
+  refuse(bad, DT_ERR_FORMAT, "tensors cover 68 of the 72 data bytes", "hash-1");
+  /* text after the JSON, inside the header */
+  memcpy(g, f, (size_t)n);
+  g[8 + hl - 1] = 'x';
+  spit(bad, g, n);
+  refuse(bad, DT_ERR_FORMAT, "after the JSON", "hash-1");
+  refuse(at("missing"), DT_ERR_IO, "cannot open", "hash-1");
+  refuse(dir, DT_ERR_IO, "not a regular file", "hash-1");
+  free(f);
+  free(g);
+}
+
+static void test_mismatch(void **state) {
+  (void)state;
+  Set a;
+  make_set(&a, 1.5f);
+  const char *p = at("m.safetensors");
+  assert_int_equal(dtrt_save(ctx, p, a.t, 4, "hash-1", 42), DT_OK);
+  refuse(p, DT_ERR_MISMATCH, "saved by model 'hash-1', this is model 'hash-2'", "hash-2");
+
+  Set d;
+  make_set(&d, 9);
+  int64_t step = -77;
+  d.t[0].t.dim[0] = 4;
+  d.t[0].t.dim[1] = 3;
+  assert_int_equal(dtrt_load(ctx, p, d.t, 4, "hash-1", &step), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "tensor 'layer1.w' is f32[3,4], expected f32[4,3]"));
+  make_set(&d, 9);
+  d.t[2].t.dtype = DTRT_F32;
+  assert_int_equal(dtrt_load(ctx, p, d.t, 4, "hash-1", &step), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "'count' is i32[], expected f32[]"));
+  make_set(&d, 9);
+  d.t[1].name = "layer2.b";
+  assert_int_equal(dtrt_load(ctx, p, d.t, 4, "hash-1", &step), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "no tensor 'layer2.b'"));
+  make_set(&d, 9);
+  assert_int_equal(dtrt_load(ctx, p, d.t, 3, "hash-1", &step), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "tensor 'empty', which is not expected"));
+  assert_true(step == -77);
+
+  /* bad requests */
+  make_set(&d, 9);
+  d.t[1].name = "layer1.w";
+  assert_int_equal(dtrt_load(ctx, p, d.t, 4, NULL, NULL), DT_ERR_ARG);
+  assert_int_equal(dtrt_save(ctx, at("x"), d.t, 4, NULL, 0), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "'layer1.w' appears twice"));
+  d.t[1].name = "__metadata__";
+  assert_int_equal(dtrt_save(ctx, at("x"), d.t, 4, NULL, 0), DT_ERR_ARG);
+  d.t[1].name = NULL;
+  assert_int_equal(dtrt_save(ctx, at("x"), d.t, 4, NULL, 0), DT_ERR_ARG);
+  make_set(&d, 9);
+  d.t[0].t.dtype = 9;
+  assert_int_equal(dtrt_save(ctx, at("x"), d.t, 4, NULL, 0), DT_ERR_ARG);
+  make_set(&d, 9);
+  d.t[0].t.data = NULL;
+  assert_int_equal(dtrt_save(ctx, at("x"), d.t, 4, NULL, 0), DT_ERR_ARG);
+  assert_int_equal(dtrt_save(ctx, NULL, d.t, 4, NULL, 0), DT_ERR_ARG);
+  assert_int_equal(dtrt_save(ctx, at("x"), NULL, 4, NULL, 0), DT_ERR_ARG);
+  assert_int_equal(dtrt_save(NULL, at("x"), d.t, 4, NULL, 0), DT_ERR_ARG);
+  assert_int_equal(dtrt_load(ctx, NULL, d.t, 4, NULL, NULL), DT_ERR_ARG);
+  assert_int_equal(file_size(at("x")), -1);
+}
+
+/* A save that fails part way leaves the earlier file whole and no temporary. */
+static void test_crash_safety(void **state) {
+  (void)state;
+  Set a, b;
+  make_set(&a, 1.5f);
+  const char *p = at("safe.safetensors");
+  assert_int_equal(dtrt_save(ctx, p, a.t, 4, "hash-1", 1), DT_OK);
+  long n;
+  unsigned char *before = slurp(p, &n);
+
+  /* a file size limit makes the write fail after the temporary file exists
+   * (this works for root too, which ignores permissions) */
+  static float big[1 << 16];
+  Set c;
+  make_set(&c, 3);
+  c.t[0] = (DtNamed){"layer1.w", {big, DTRT_F32, 1, {1 << 16}}};
+  struct rlimit old, lim;
+  getrlimit(RLIMIT_FSIZE, &old);
+  lim = old;
+  lim.rlim_cur = 4096;
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  DtStatus s = dtrt_save(ctx, p, c.t, 4, "hash-1", 2);
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, prev);
+  assert_int_equal(s, DT_ERR_IO);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "cannot write"));
+  long m;
+  unsigned char *after = slurp(p, &m);
+  assert_int_equal(n, m);
+  assert_memory_equal(before, after, (size_t)n);
+  no_temps();
+  make_set(&b, 0);
+  int64_t step;
+  assert_int_equal(dtrt_load(ctx, p, b.t, 4, "hash-1", &step), DT_OK);
+  assert_true(step == 1);
+
+  /* a directory that does not exist, and one that cannot be written */
+  assert_int_equal(dtrt_save(ctx, at("nodir/x.safetensors"), a.t, 4, "h", 0), DT_ERR_IO);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "cannot create a temporary file"));
+  if (geteuid() != 0) {
+    const char *ro = at("ro");
+    assert_int_equal(mkdir(ro, 0755), 0);
+    char file[600];
+    snprintf(file, sizeof file, "%s/c.safetensors", ro);
+    assert_int_equal(dtrt_save(ctx, file, a.t, 4, "h", 0), DT_OK);
+    unsigned char *b0 = slurp(file, &n);
+    chmod(ro, 0555);
+    assert_int_equal(dtrt_save(ctx, file, c.t, 4, "h", 5), DT_ERR_IO);
+    unsigned char *b1 = slurp(file, &m);
+    assert_int_equal(n, m);
+    assert_memory_equal(b0, b1, (size_t)n);
+    chmod(ro, 0755);
+    free(b0);
+    free(b1);
+  }
+  /* the target is a directory: rename fails, the temporary goes */
+  assert_int_equal(mkdir(at("adir"), 0755), 0);
+  assert_int_equal(dtrt_save(ctx, at("adir"), a.t, 4, "h", 0), DT_ERR_IO);
+  no_temps();
+  free(before);
+  free(after);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_crash_safety, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,337 @@
+/* test_runtime_data.c: the IDX, .npy and CSV readers on files the test writes:
+ * valid ones, gzip-compressed ones, and truncated, malformed or lying ones. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmocka.h>
+
+#include "dtrt.h"
+
+typedef struct Count {
+  long allocs, frees;
+} Count;
+
+static void *count_alloc(void *u, size_t n) {
+  void *p;
+  if (posix_memalign(&p, 64, n))
+    return NULL;
+  ((Count *)u)->allocs++;
+  return p;
+}
+
+static void count_free(void *u, void *p) {
+  ((Count *)u)->frees++;
+  free(p);
+}
+
+static Count counts;
+static DtrtCtx *ctx;
+static char dir[256], path[512];
+
+static int setup(void **state) {
+  (void)state;
+  counts = (Count){0, 0};
+  DtAllocator a = {count_alloc, count_free, &counts};
+  ctx = dtrt_ctx_new_with(&a);
+  return ctx ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  dtrt_ctx_free(ctx);
+  assert_int_equal(counts.allocs, counts.frees);
+  return 0;
+}
+
+static int group_setup(void **state) {
+  (void)state;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/dtrt-data-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd);
+}
+
+/* Writes n bytes to dir/name (gzip-compressed when gz) and sets path. */
+static const char *put(const char *name, const void *p, size_t n, int gz) {
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (gz) {
+    gzFile g = gzopen(path, "wb");
+    assert_non_null(g);
+    assert_int_equal(gzwrite(g, p, (unsigned)n), (int)n);
+    assert_int_equal(gzclose(g), Z_OK);
+  } else {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+  }
+  return path;
+}
+
+static const char *puts_(const char *name, const char *text) {
+  return put(name, text, strlen(text), 0);
+}
+
+/* Asserts reader fails with status s, a message naming the file and
+ * containing want, and an empty result. */
+static void refuse(DtStatus (*reader)(DtrtCtx *, const char *, DtData *), const char *file,
+                   DtStatus s, const char *want) {
+  DtData d;
+  memset(&d, 0xab, sizeof d);
+  DtStatus got = reader(ctx, file, &d);
+  if (got != s || !strstr(dtrt_errmsg(ctx), want) || !strstr(dtrt_errmsg(ctx), file))
+    fail_msg("status %d, message '%s'; wanted %d and '%s'", got, dtrt_errmsg(ctx), s, want);
+  assert_null(d.t.data);
+  dtrt_data_free(ctx, &d);
+}
+
+/* ---- IDX ---- */
+
+static size_t idx_header(unsigned char *p, int type, int rank, const uint32_t *dim) {
+  p[0] = p[1] = 0;
+  p[2] = (unsigned char)type;
+  p[3] = (unsigned char)rank;
+  for (int k = 0; k < rank; k++)
+    for (int b = 0; b < 4; b++)
+      p[4 + 4 * k + b] = (unsigned char)(dim[k] >> (24 - 8 * b));
+  return 4 + 4 * (size_t)rank;
+}
+
+static void test_idx(void **state) {
+  (void)state;
+  unsigned char buf[256] = {0};
+  uint32_t dim[3] = {2, 3, 4};
+  size_t h = idx_header(buf, 0x08, 3, dim);
+  for (int k = 0; k < 24; k++)
+    buf[h + k] = (unsigned char)(k * 11);
+  for (int gz = 0; gz < 2; gz++) {
+    DtData d;
+    assert_int_equal(dtrt_read_idx(ctx, put(gz ? "img.gz" : "img", buf, h + 24, gz), &d), DT_OK);
+    assert_int_equal(d.t.dtype, DTRT_F32);
+    assert_int_equal(d.t.rank, 3);
+    assert_true(d.t.dim[0] == 2 && d.t.dim[1] == 3 && d.t.dim[2] == 4);
+    for (int k = 0; k < 24; k++)
+      assert_true(((float *)d.t.data)[k] == (float)(k * 11) / 255.0f);
+    dtrt_data_free(ctx, &d);
+    assert_null(d.t.data);
+  }
+  /* labels: rank 1 u8 -> i32 */
+  uint32_t n5 = 5;
+  h = idx_header(buf, 0x08, 1, &n5);
+  memcpy(buf + h, "\x07\x00\x09\x01\x02", 5);
+  DtData d;
+  assert_int_equal(dtrt_read_idx(ctx, put("lab.gz", buf, h + 5, 1), &d), DT_OK);
+  assert_int_equal(d.t.dtype, DTRT_I32);
+  int32_t want[5] = {7, 0, 9, 1, 2};
+  assert_memory_equal(d.t.data, want, sizeof want);
+  dtrt_data_free(ctx, &d);
+  /* big-endian i32 and f32 */
+  uint32_t n2 = 2;
+  h = idx_header(buf, 0x0C, 1, &n2);
+  memcpy(buf + h, "\xff\xff\xff\xfe\x00\x01\x00\x00", 8);
+  assert_int_equal(dtrt_read_idx(ctx, put("i32", buf, h + 8, 0), &d), DT_OK);
+  assert_true(((int32_t *)d.t.data)[0] == -2 && ((int32_t *)d.t.data)[1] == 65536);
+  dtrt_data_free(ctx, &d);
+  h = idx_header(buf, 0x0D, 1, &n2);
+  memcpy(buf + h, "\x3f\x80\x00\x00\xc0\x20\x00\x00", 8);
+  assert_int_equal(dtrt_read_idx(ctx, put("f32", buf, h + 8, 0), &d), DT_OK);
+  assert_true(((float *)d.t.data)[0] == 1.0f && ((float *)d.t.data)[1] == -2.5f);
+  dtrt_data_free(ctx, &d);
+
+  h = idx_header(buf, 0x08, 3, dim);
+  refuse(dtrt_read_idx, put("short", buf, h + 23, 0), DT_ERR_FORMAT, "promises more data");
+  refuse(dtrt_read_idx, put("short.gz", buf, h + 23, 1), DT_ERR_FORMAT, "promises more data");
+  refuse(dtrt_read_idx, put("long", buf, h + 25, 0), DT_ERR_FORMAT, "1 bytes after the data");
+  refuse(dtrt_read_idx, put("hdr", buf, h - 2, 0), DT_ERR_FORMAT, "truncated IDX header");
+  refuse(dtrt_read_idx, put("empty", buf, 0, 0), DT_ERR_FORMAT, "bad magic");
+  buf[1] = 1;
+  refuse(dtrt_read_idx, put("magic", buf, h + 24, 0), DT_ERR_FORMAT, "bad magic");
+  buf[1] = 0;
+  buf[2] = 0x07;
+  refuse(dtrt_read_idx, put("type", buf, h + 24, 0), DT_ERR_FORMAT, "element type 0x07");
+  buf[2] = 0x08;
+  buf[3] = 7;
+  refuse(dtrt_read_idx, put("rank", buf, h + 24, 0), DT_ERR_FORMAT, "rank 7");
+  /* a header claiming 2^128 bytes is refused before anything is allocated */
+  uint32_t huge[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+  h = idx_header(buf, 0x0E, 4, huge);
+  refuse(dtrt_read_idx, put("huge", buf, h + 16, 0), DT_ERR_FORMAT, "promises more data");
+  /* a gzip stream cut short */
+  unsigned char z[4096];
+  uint32_t big[2] = {40, 50};
+  h = idx_header(buf, 0x08, 2, big);
+  unsigned char *img = calloc(1, h + 2000);
+  memcpy(img, buf, h);
+  for (int k = 0; k < 2000; k++)
+    img[h + (size_t)k] = (unsigned char)(k * k % 251);
+  put("full.gz", img, h + 2000, 1);
+  FILE *f = fopen(path, "rb");
+  size_t zn = fread(z, 1, sizeof z, f);
+  fclose(f);
+  refuse(dtrt_read_idx, put("cut.gz", z, zn / 2, 0), DT_ERR_FORMAT, "truncated gzip");
+  z[zn / 2] ^= 0xff;
+  z[zn / 2 + 1] ^= 0xff;
+  refuse(dtrt_read_idx, put("bad.gz", z, zn, 0), DT_ERR_FORMAT, "gzip");
+  free(img);
+
+  snprintf(path, sizeof path, "%s/none", dir);
+  refuse(dtrt_read_idx, path, DT_ERR_IO, "cannot open");
+  refuse(dtrt_read_idx, dir, DT_ERR_IO, "not a regular file");
+  assert_int_equal(dtrt_read_idx(ctx, NULL, &d), DT_ERR_ARG);
+  assert_int_equal(dtrt_read_idx(ctx, path, NULL), DT_ERR_ARG);
+  assert_int_equal(dtrt_read_idx(NULL, path, &d), DT_ERR_ARG);
+}
+
+/* ---- npy ---- */
+
+/* A .npy file of the given version with header dict text and n data bytes. */
+static size_t npy(unsigned char *p, int major, const char *dict, const void *data, size_t n) {
+  size_t at = major == 1 ? 10 : 12, hl = strlen(dict);
+  memcpy(p, "\x93NUMPY", 6);
+  p[6] = (unsigned char)major;
+  p[7] = 0;
+  for (size_t b = 0; b < at - 8; b++)
+    p[8 + b] = (unsigned char)(hl >> 8 * b);
+  memcpy(p + at, dict, hl);
+  memcpy(p + at + hl, data, n);
+  return at + hl + n;
+}
+
+static void test_npy(void **state) {
+  (void)state;
+  unsigned char buf[1024];
+  float f[6] = {1.5f, -2, 3, 4, 5, 6.25f};
+  DtData d;
+  const char *d23 = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }          \n";
+  assert_int_equal(dtrt_read_npy(ctx, put("a.npy", buf, npy(buf, 1, d23, f, 24), 0), &d), DT_OK);
+  assert_true(d.t.dtype == DTRT_F32 && d.t.rank == 2 && d.t.dim[0] == 2 && d.t.dim[1] == 3);
+  assert_memory_equal(d.t.data, f, 24);
+  dtrt_data_free(ctx, &d);
+  assert_int_equal(dtrt_read_npy(ctx, put("a.npy.gz", buf, npy(buf, 1, d23, f, 24), 1), &d), DT_OK);
+  assert_memory_equal(d.t.data, f, 24);
+  dtrt_data_free(ctx, &d);
+
+  int32_t iv[4] = {-1, 0, 7, 1 << 30};
+  const char *d4 = "{\"shape\": (4,), \"fortran_order\": False, \"descr\": \"<i4\"}\n";
+  assert_int_equal(dtrt_read_npy(ctx, put("b.npy", buf, npy(buf, 2, d4, iv, 16), 0), &d), DT_OK);
+  assert_true(d.t.dtype == DTRT_I32 && d.t.rank == 1 && d.t.dim[0] == 4);
+  assert_memory_equal(d.t.data, iv, 16);
+  dtrt_data_free(ctx, &d);
+
+  double dv = 0.1;
+  const char *d0 = "{'descr': '<f8', 'fortran_order': False, 'shape': ()}\n";
+  assert_int_equal(dtrt_read_npy(ctx, put("c.npy", buf, npy(buf, 3, d0, &dv, 8), 0), &d), DT_OK);
+  assert_true(d.t.dtype == DTRT_F32 && d.t.rank == 0 && *(float *)d.t.data == 0.1f);
+  dtrt_data_free(ctx, &d);
+
+  int64_t lv[3] = {5, -6, 2147483647};
+  const char *d3 = "{'descr': '<i8', 'fortran_order': False, 'shape': (3,)}\n";
+  assert_int_equal(dtrt_read_npy(ctx, put("d.npy", buf, npy(buf, 1, d3, lv, 24), 0), &d), DT_OK);
+  assert_true(((int32_t *)d.t.data)[1] == -6 && ((int32_t *)d.t.data)[2] == 2147483647);
+  dtrt_data_free(ctx, &d);
+  lv[2] = 2147483648;
+  refuse(dtrt_read_npy, put("e.npy", buf, npy(buf, 1, d3, lv, 24), 0), DT_ERR_FORMAT,
+         "value 2147483648 at index 2 does not fit");
+
+  unsigned char u[6] = {0, 1, 2, 253, 254, 255};
+  const char *du = "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3), }\n";
+  assert_int_equal(dtrt_read_npy(ctx, put("f.npy", buf, npy(buf, 1, du, u, 6), 0), &d), DT_OK);
+  assert_true(d.t.dtype == DTRT_I32 && d.t.rank == 3 && ((int32_t *)d.t.data)[5] == 255);
+  dtrt_data_free(ctx, &d);
+
+  struct {
+    const char *dict, *why;
+  } bad[] = {
+      {"{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }\n", "Fortran"},
+      {"{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }\n", "dtype '>f4'"},
+      {"{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }\n", "dtype '<f2'"},
+      {"{'descr': '<f4', 'shape': (2, 3), }\n", "lacks"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (6), }\n", "not a tuple"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (-6,), }\n", "not a tuple"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2 3), }\n", "not a tuple"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,6), }\n", "not a tuple"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}\n", "unknown key 'x'"},
+      {"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}\n", "twice"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)} junk\n", "text after"},
+      {"{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2, 3)}\n", "True or False"},
+      {"{'descr': '<f4' 'fortran_order': False, 'shape': (2, 3)}\n", "malformed"},
+      {"['descr', '<f4']\n", "not a dict"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 4), }\n", "data bytes"},
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 99999999999), }\n",
+       "too many"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+    refuse(dtrt_read_npy, put("bad.npy", buf, npy(buf, 1, bad[k].dict, f, 24), 0), DT_ERR_FORMAT,
+           bad[k].why);
+  size_t n = npy(buf, 1, d23, f, 24);
+  refuse(dtrt_read_npy, put("trunc.npy", buf, n - 1, 0), DT_ERR_FORMAT, "data bytes");
+  refuse(dtrt_read_npy, put("trail.npy", buf, n + 1, 0), DT_ERR_FORMAT, "data bytes");
+  refuse(dtrt_read_npy, put("hdr.npy", buf, 40, 0), DT_ERR_FORMAT, "runs past the file");
+  refuse(dtrt_read_npy, put("tiny.npy", buf, 9, 0), DT_ERR_FORMAT, "bad magic");
+  buf[6] = 4;
+  refuse(dtrt_read_npy, put("v4.npy", buf, n, 0), DT_ERR_FORMAT, "version 4.0");
+  buf[6] = 1;
+  buf[0] = 'x';
+  refuse(dtrt_read_npy, put("magic.npy", buf, n, 0), DT_ERR_FORMAT, "bad magic");
+}
+
+/* ---- CSV ---- */
+
+static void csv_ok(const char *text, int rows, int cols, const float *want) {
+  DtData d;
+  DtStatus s = dtrt_read_csv(ctx, puts_("ok.csv", text), &d);
+  if (s)
+    fail_msg("%s", dtrt_errmsg(ctx));
+  assert_true(d.t.dtype == DTRT_F32 && d.t.rank == 2);
+  assert_true(d.t.dim[0] == rows && d.t.dim[1] == cols);
+  assert_memory_equal(d.t.data, want, (size_t)(rows * cols) * 4);
+  dtrt_data_free(ctx, &d);
+}
+
+static void test_csv(void **state) {
+  (void)state;
+  float w[6] = {1, 2.5f, -3, 4e2f, 0.125f, 6};
+  csv_ok("1,2.5,-3\n400,0.125,6\n", 2, 3, w);
+  csv_ok("a,b,c\n1,2.5,-3\n400,0.125,6", 2, 3, w);
+  csv_ok("\n  x , y,z\r\n 1 , 2.5 ,-3\r\n\r\n4e2,.125,+6\r\n\n", 2, 3, w);
+  csv_ok("1\n2.5\n-3\n400\n0.125\n6\n", 6, 1, w);
+  csv_ok("1,2.5,-3,400,0.125,6", 1, 6, w);
+
+  refuse(dtrt_read_csv, puts_("h.csv", "a,b,c\n"), DT_ERR_FORMAT, "no data rows after the header");
+  refuse(dtrt_read_csv, puts_("e.csv", ""), DT_ERR_FORMAT, "no data rows");
+  refuse(dtrt_read_csv, puts_("b.csv", "\n \n"), DT_ERR_FORMAT, "no data rows");
+  refuse(dtrt_read_csv, puts_("r.csv", "1,2,3\n4,5,6\n7,8\n"), DT_ERR_FORMAT,
+         ":3: 2 fields, earlier rows have 3");
+  refuse(dtrt_read_csv, puts_("r2.csv", "a,b\n1,2\n3,4,5\n"), DT_ERR_FORMAT, ":3: 3 fields");
+  refuse(dtrt_read_csv, puts_("n.csv", "a,b\n1,2\n3,x\n"), DT_ERR_FORMAT,
+         ":3: field 2 is not a number");
+  refuse(dtrt_read_csv, puts_("n2.csv", "1,2\n3,4abc\n"), DT_ERR_FORMAT, ":2: field 2");
+  refuse(dtrt_read_csv, puts_("n3.csv", "1,2\n3,\n"), DT_ERR_FORMAT, ":2: field 2");
+  refuse(dtrt_read_csv, puts_("hw.csv", "a,b,c\n1,2\n"), DT_ERR_FORMAT,
+         ":2: 2 fields, the header on line 1 has 3");
+  refuse(dtrt_read_csv, put("z.csv", "1,2\n3\0,4\n", 9, 0), DT_ERR_FORMAT, ":2: NUL byte");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_idx, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_npy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_csv, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

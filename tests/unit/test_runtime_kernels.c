@@ -1,0 +1,919 @@
+/* test_runtime_kernels.c: every libdtrt kernel against a plain reference loop
+ * written here, and every gradient kernel against finite differences. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dtrt.h"
+
+typedef DtStatus (*Kern)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
+
+/* ---- helpers ---- */
+
+typedef struct Count {
+  long allocs, frees;
+} Count;
+
+static void *count_alloc(void *u, size_t n) {
+  void *p;
+  if (posix_memalign(&p, 64, n))
+    return NULL;
+  ((Count *)u)->allocs++;
+  return p;
+}
+
+static void count_free(void *u, void *p) {
+  ((Count *)u)->frees++;
+  free(p);
+}
+
+static Count counts;
+static DtrtCtx *ctx;
+
+static int setup(void **state) {
+  (void)state;
+  counts = (Count){0, 0};
+  DtAllocator a = {count_alloc, count_free, &counts};
+  ctx = dtrt_ctx_new_with(&a);
+  return ctx ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  dtrt_ctx_free(ctx);
+  assert_int_equal(counts.allocs, counts.frees);
+  return 0;
+}
+
+static uint64_t rng = 88172645463325252u;
+
+static float frand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static float *randv(int64_t n) {
+  float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
+  for (int64_t k = 0; k < n; k++)
+    p[k] = frand();
+  return p;
+}
+
+static DtTensor ten(int dtype, void *data, int rank, ...) {
+  DtTensor t = {.data = data, .dtype = dtype, .rank = rank};
+  va_list ap;
+  va_start(ap, rank);
+  for (int k = 0; k < rank; k++) {
+    int d = va_arg(ap, int);
+    if (k < DT_MAX_RANK)
+      t.dim[k] = d;
+  }
+  va_end(ap);
+  return t;
+}
+
+static DtTensor like(const DtTensor *t, void *data) {
+  DtTensor r = *t;
+  r.data = data;
+  return r;
+}
+
+static int64_t numel(const DtTensor *t) {
+  int64_t n = 1;
+  for (int k = 0; k < t->rank; k++)
+    n *= t->dim[k];
+  return n;
+}
+
+static DtAttrs ints(int n, ...) {
+  DtAttrs a = {.ni = n};
+  va_list ap;
+  va_start(ap, n);
+  for (int k = 0; k < n; k++)
+    a.i[k] = va_arg(ap, int);
+  va_end(ap);
+  return a;
+}
+
+static void near(const float *got, const float *want, int64_t n, double tol) {
+  for (int64_t k = 0; k < n; k++) {
+    double d = fabs((double)got[k] - want[k]);
+    if (!(d <= tol * (1 + fabs(want[k]))) && !(isinf(got[k]) && got[k] == want[k]))
+      fail_msg("element %lld: got %.9g, want %.9g", (long long)k, got[k], want[k]);
+  }
+}
+
+/* Runs k and asserts it succeeds. */
+static void run(Kern k, const DtTensor *in, int nin, DtTensor *out, const DtAttrs *a) {
+  DtStatus s = k(ctx, in, nin, out, a);
+  if (s)
+    fail_msg("kernel failed: %s", dtrt_errmsg(ctx));
+}
+
+/* Runs k, asserts it fails with DT_ERR_ARG and its message contains want. */
+static void refuse(Kern k, const DtTensor *in, int nin, DtTensor *out, const DtAttrs *a,
+                   const char *want) {
+  assert_int_equal(k(ctx, in, nin, out, a), DT_ERR_ARG);
+  if (!strstr(dtrt_errmsg(ctx), want))
+    fail_msg("message '%s' lacks '%s'", dtrt_errmsg(ctx), want);
+}
+
+/* Finite differences: for the scalar L(x) = sum(w * f(x)), checks grad[i] is
+ * dL/dx[i] for every i. f fills y from x. */
+typedef void (*Fwd)(const float *x, float *y, void *u);
+
+static void fd_check(Fwd f, void *u, float *x, int64_t nx, int64_t ny, const float *w,
+                     const float *grad, double h, double tol) {
+  float *y1 = malloc((size_t)ny * sizeof *y1), *y2 = malloc((size_t)ny * sizeof *y2);
+  for (int64_t i = 0; i < nx; i++) {
+    float xi = x[i];
+    x[i] = (float)(xi + h);
+    f(x, y1, u);
+    x[i] = (float)(xi - h);
+    f(x, y2, u);
+    x[i] = xi;
+    double d = 0;
+    for (int64_t j = 0; j < ny; j++)
+      d += (double)w[j] * ((double)y1[j] - y2[j]);
+    d /= 2 * h;
+    if (!(fabs(d - grad[i]) <= tol * (1 + fabs(d))))
+      fail_msg("d/dx[%lld]: finite difference %.6g, kernel %.6g", (long long)i, d, grad[i]);
+  }
+  free(y1);
+  free(y2);
+}
+
+/* ---- matmul ---- */
+
+/* Element (i, j) of a 2-D block stored with cols columns, read transposed when t. */
+static float at2(const float *p, int64_t cols, int t, int64_t i, int64_t j) {
+  return t ? p[j * cols + i] : p[i * cols + j];
+}
+
+static void matmul_case(int ra, const int *da, int rb, const int *db, int ta, int tb) {
+  DtTensor x = {.dtype = DTRT_F32, .rank = ra}, w = {.dtype = DTRT_F32, .rank = rb};
+  for (int k = 0; k < ra; k++)
+    x.dim[k] = da[k];
+  for (int k = 0; k < rb; k++)
+    w.dim[k] = db[k];
+  int64_t nx = numel(&x), nw = numel(&w);
+  x.data = randv(nx);
+  w.data = randv(nw);
+  int64_t xr = x.dim[ra - 2], xc = x.dim[ra - 1], wr = w.dim[rb - 2], wc = w.dim[rb - 1];
+  int64_t m = ta ? xc : xr, kk = ta ? xr : xc, n = tb ? wr : wc;
+  const DtTensor *big = ra >= rb ? &x : &w;
+  DtTensor y = *big;
+  y.dim[y.rank - 2] = m;
+  y.dim[y.rank - 1] = n;
+  int64_t nb = 1;
+  for (int k = 0; k < big->rank - 2; k++)
+    nb *= big->dim[k];
+  float *got = malloc((size_t)(nb * m * n + 1) * 4), *want = calloc((size_t)(nb * m * n + 1), 4);
+  y.data = got;
+  for (int64_t b = 0; b < nb; b++) {
+    const float *xb = (const float *)x.data + (ra > 2 ? b * xr * xc : 0);
+    const float *wb = (const float *)w.data + (rb > 2 ? b * wr * wc : 0);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int64_t p = 0; p < kk; p++)
+          s += (double)at2(xb, xc, ta, i, p) * at2(wb, wc, tb, p, j);
+        want[b * m * n + i * n + j] = (float)s;
+      }
+  }
+  DtTensor in[2] = {x, w};
+  DtAttrs a = ints(2, ta, tb);
+  run(dtrt_k_matmul, in, 2, &y, &a);
+  near(got, want, nb * m * n, 1e-5);
+  free(x.data);
+  free(w.data);
+  free(got);
+  free(want);
+}
+
+static void test_matmul(void **state) {
+  (void)state;
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      int a2[] = {ta ? 7 : 5, ta ? 5 : 7}, b2[] = {tb ? 3 : 7, tb ? 7 : 3};
+      matmul_case(2, a2, 2, b2, ta, tb);
+      int a3[] = {4, ta ? 6 : 5, ta ? 5 : 6}, b3[] = {4, tb ? 2 : 6, tb ? 6 : 2};
+      matmul_case(3, a3, 3, b3, ta, tb);
+      int a4[] = {2, 3, ta ? 8 : 5, ta ? 5 : 8}, b4[] = {tb ? 4 : 8, tb ? 8 : 4};
+      matmul_case(4, a4, 2, b4, ta, tb);
+      int a5[] = {ta ? 6 : 3, ta ? 3 : 6}, b5[] = {5, tb ? 4 : 6, tb ? 6 : 4};
+      matmul_case(2, a5, 3, b5, ta, tb);
+    }
+  int k0a[] = {3, 0}, k0b[] = {0, 4};
+  matmul_case(2, k0a, 2, k0b, 0, 0);
+  int e0a[] = {0, 3}, e0b[] = {3, 4};
+  matmul_case(2, e0a, 2, e0b, 0, 0);
+  /* a larger product, so OpenBLAS takes its blocked path */
+  int la[] = {2, 96, 130}, lb[] = {130, 70};
+  matmul_case(3, la, 2, lb, 0, 0);
+  matmul_case(3, (int[]){2, 130, 96}, 2, lb, 1, 0);
+
+  float buf[64] = {0};
+  DtTensor in[2] = {ten(DTRT_F32, buf, 2, 2, 3), ten(DTRT_F32, buf, 2, 4, 2)};
+  DtTensor y = ten(DTRT_F32, buf, 2, 2, 2);
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "inner dimensions differ");
+  in[1] = ten(DTRT_F32, buf, 2, 3, 2);
+  y = ten(DTRT_F32, buf, 2, 2, 3);
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "output is f32[2,3], expected f32[2,2]");
+  in[0] = ten(DTRT_F32, buf, 3, 2, 2, 3);
+  in[1] = ten(DTRT_F32, buf, 3, 3, 3, 2);
+  y = ten(DTRT_F32, buf, 3, 2, 2, 2);
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "batch dimensions");
+  in[0] = ten(DTRT_F32, buf, 1, 3);
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "rank 2 or more");
+  in[0] = ten(DTRT_I32, buf, 2, 2, 3);
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "lhs is i32, expected f32");
+  DtAttrs bad = ints(2, 2, 0);
+  in[0] = ten(DTRT_F32, buf, 2, 2, 3);
+  in[1] = ten(DTRT_F32, buf, 2, 3, 2);
+  y = ten(DTRT_F32, buf, 2, 2, 2);
+  refuse(dtrt_k_matmul, in, 2, &y, &bad, "0 or 1");
+  refuse(dtrt_k_matmul, in, 1, &y, NULL, "expected 2 inputs, got 1");
+  refuse(dtrt_k_matmul, NULL, 2, &y, NULL, "inputs are NULL");
+  refuse(dtrt_k_matmul, in, 2, NULL, NULL, "output is NULL");
+  in[0].data = NULL;
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "lhs has no data");
+  in[0] = ten(DTRT_F32, buf, 7, 1, 1, 1, 1, 1, 1, 1);
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "rank 7");
+  in[0] = ten(DTRT_F32, buf, 2, -2, 3);
+  refuse(dtrt_k_matmul, in, 2, &y, NULL, "negative dimension");
+  bad.ni = 17;
+  in[0] = ten(DTRT_F32, buf, 2, 2, 3);
+  refuse(dtrt_k_matmul, in, 2, &y, &bad, "int attributes");
+  assert_int_equal(dtrt_k_matmul(NULL, in, 2, NULL, NULL), DT_ERR_ARG);
+}
+
+/* ---- reductions ---- */
+
+enum { RSUM, RMEAN, RMAX };
+
+/* Reference: walks every element of x by multi-index. */
+static void reduce_ref(const DtTensor *x, unsigned mask, int op, float *y, int64_t ny) {
+  double *acc = calloc((size_t)ny + 1, sizeof *acc);
+  int64_t *cnt = calloc((size_t)ny + 1, sizeof *cnt);
+  for (int64_t k = 0; k < ny; k++)
+    acc[k] = op == RMAX ? -INFINITY : 0;
+  int64_t n = numel(x), idx[DT_MAX_RANK];
+  for (int64_t f = 0; f < n; f++) {
+    int64_t r = f;
+    for (int d = x->rank - 1; d >= 0; d--) {
+      idx[d] = r % x->dim[d];
+      r /= x->dim[d];
+    }
+    int64_t o = 0;
+    for (int d = 0; d < x->rank; d++)
+      if (!(mask >> d & 1))
+        o = o * x->dim[d] + idx[d];
+    float v = ((const float *)x->data)[f];
+    if (op == RMAX)
+      acc[o] = v > acc[o] ? v : acc[o];
+    else
+      acc[o] += v;
+    cnt[o]++;
+  }
+  for (int64_t k = 0; k < ny; k++)
+    y[k] = (float)(op == RMEAN ? acc[k] / (double)cnt[k] : acc[k]);
+  free(acc);
+  free(cnt);
+}
+
+/* Builds attrs and the output shape for reducing mask with keepdim mode
+ * (-1: attribute absent, 0, 1); neg writes axes counted from the end. */
+static void reduce_setup(const DtTensor *x, unsigned mask, int keep, int neg, DtAttrs *a,
+                         DtTensor *y) {
+  *a = (DtAttrs){0};
+  y->dtype = DTRT_F32;
+  y->rank = 0;
+  for (int d = 0; d < x->rank; d++) {
+    if (mask >> d & 1)
+      a->i[a->ni++] = neg ? d - x->rank : d;
+    if (!(mask >> d & 1) || keep == 1)
+      y->dim[y->rank++] = mask >> d & 1 ? 1 : x->dim[d];
+  }
+  if (keep >= 0)
+    a->i[a->ni++] = keep;
+}
+
+static void test_reduce(void **state) {
+  (void)state;
+  int shapes[][4] = {{3, 4, 5, 2}, {2, 1, 7, 3}, {1, 6, 1, 4}};
+  for (int sh = 0; sh < 3; sh++) {
+    DtTensor x = ten(DTRT_F32, NULL, 4, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3]);
+    int64_t nx = numel(&x);
+    x.data = randv(nx);
+    float got[512], want[512];
+    for (unsigned mask = 1; mask < 16; mask++)
+      for (int keep = -1; keep <= 1; keep++)
+        for (int op = RSUM; op <= RMAX; op++) {
+          DtAttrs a;
+          DtTensor y = {.data = got};
+          reduce_setup(&x, mask, keep, (int)mask & 1, &a, &y);
+          Kern k = op == RSUM ? dtrt_k_sum : op == RMEAN ? dtrt_k_mean : dtrt_k_max;
+          run(k, &x, 1, &y, &a);
+          reduce_ref(&x, mask, op, want, numel(&y));
+          near(got, want, numel(&y), op == RMAX ? 0 : 1e-5);
+        }
+    /* an empty axes list reduces every axis */
+    DtAttrs a = {0};
+    DtTensor y = ten(DTRT_F32, got, 0);
+    run(dtrt_k_sum, &x, 1, &y, &a);
+    reduce_ref(&x, 15, RSUM, want, 1);
+    near(got, want, 1, 1e-5);
+    free(x.data);
+  }
+  float v[6] = {1, 2, 3, 4, 5, 6}, o[6];
+  DtTensor x = ten(DTRT_F32, v, 2, 2, 3), y = ten(DTRT_F32, o, 1, 3);
+  DtAttrs a = ints(1, 1);
+  refuse(dtrt_k_sum, &x, 1, &y, &a, "reduced tensor is f32[3], expected f32[2]");
+  a = ints(2, 1, 1);
+  y = ten(DTRT_F32, o, 0);
+  refuse(dtrt_k_sum, &x, 1, &y, &a, "listed twice");
+  y = ten(DTRT_F32, o, 1, 2);
+  a = ints(1, 5);
+  y = ten(DTRT_F32, o, 1, 2);
+  refuse(dtrt_k_max, &x, 1, &y, &a, "axis 5 out of range");
+  a = ints(2, 0, 7);
+  refuse(dtrt_k_mean, &x, 1, &y, &a, "do not describe a reduction");
+  /* NaN propagates through max; an empty reduction gives -inf and NaN for mean */
+  v[4] = NAN;
+  a = ints(1, 1);
+  run(dtrt_k_max, &x, 1, &y, &a);
+  assert_true(o[0] == 3 && isnan(o[1]));
+  DtTensor e = ten(DTRT_F32, v, 2, 2, 0);
+  run(dtrt_k_max, &e, 1, &y, &a);
+  assert_true(isinf(o[0]) && o[0] < 0);
+  run(dtrt_k_mean, &e, 1, &y, &a);
+  assert_true(isnan(o[0]));
+}
+
+typedef struct MaxU {
+  DtTensor x, y;
+  DtAttrs a;
+} MaxU;
+
+static void max_fwd(const float *x, float *y, void *u) {
+  MaxU *m = u;
+  DtTensor xt = like(&m->x, (void *)x), yt = like(&m->y, y);
+  run(dtrt_k_max, &xt, 1, &yt, &m->a);
+}
+
+static void test_max_grad(void **state) {
+  (void)state;
+  DtTensor x = ten(DTRT_F32, NULL, 3, 3, 4, 5);
+  for (unsigned mask = 1; mask < 8; mask++)
+    for (int keep = -1; keep <= 1; keep++) {
+      MaxU u = {.x = x};
+      float yb[64], dyb[64], dx[60], *xv = randv(60);
+      /* distinct values 0.05 apart, so no finite-difference step crosses a tie */
+      for (int k = 0; k < 60; k++)
+        xv[k] = 0.05f * (float)((k * 37) % 60) - 1.5f;
+      u.x.data = xv;
+      u.y.data = yb;
+      reduce_setup(&x, mask, keep, 0, &u.a, &u.y);
+      int64_t ny = numel(&u.y);
+      float *w = randv(ny);
+      memcpy(dyb, w, (size_t)ny * 4);
+      max_fwd(u.x.data, yb, &u);
+      DtTensor in[3] = {u.x, u.y, like(&u.y, dyb)}, out = like(&x, dx);
+      run(dtrt_k_max_grad, in, 3, &out, &u.a);
+      fd_check(max_fwd, &u, u.x.data, 60, ny, w, dx, 1e-3, 1e-3);
+      free(u.x.data);
+      free(w);
+    }
+  /* ties: the first maximal element in memory order takes the gradient */
+  float xv[8] = {1, 3, 3, 0, 2, 2, 2, 2}, yv[4], dy[4] = {10, 20, 30, 40}, dx[8];
+  DtTensor xt = ten(DTRT_F32, xv, 2, 2, 4), yt = ten(DTRT_F32, yv, 1, 4);
+  DtAttrs a = ints(2, 0, 0);
+  run(dtrt_k_max, &xt, 1, &yt, &a);
+  DtTensor in[3] = {xt, yt, ten(DTRT_F32, dy, 1, 4)}, out = ten(DTRT_F32, dx, 2, 2, 4);
+  run(dtrt_k_max_grad, in, 3, &out, &a);
+  float want[8] = {0, 20, 30, 0, 10, 0, 0, 40};
+  near(dx, want, 8, 0);
+  a = ints(1, 1);
+  yt = ten(DTRT_F32, yv, 1, 2);
+  in[1] = yt;
+  in[2] = ten(DTRT_F32, dy, 1, 2);
+  run(dtrt_k_max_grad, in, 3, &out, &a);
+  float want2[8] = {0, 10, 0, 0, 20, 0, 0, 0};
+  near(dx, want2, 8, 0);
+  in[2] = ten(DTRT_F32, dy, 1, 3);
+  refuse(dtrt_k_max_grad, in, 3, &out, &a, "dy is f32[3], expected f32[2]");
+}
+
+/* ---- softmax family ---- */
+
+static void softmax_ref(const DtTensor *x, int ax, int lg, float *y) {
+  int64_t outer = 1, n = x->dim[ax], inner = 1;
+  for (int d = 0; d < ax; d++)
+    outer *= x->dim[d];
+  for (int d = ax + 1; d < x->rank; d++)
+    inner *= x->dim[d];
+  const float *v = x->data;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      double m = -INFINITY, s = 0;
+      for (int64_t j = 0; j < n; j++)
+        m = fmax(m, v[(o * n + j) * inner + i]);
+      for (int64_t j = 0; j < n; j++)
+        s += exp(v[(o * n + j) * inner + i] - m);
+      for (int64_t j = 0; j < n; j++) {
+        double z = v[(o * n + j) * inner + i] - m;
+        y[(o * n + j) * inner + i] = (float)(lg ? z - log(s) : exp(z) / s);
+      }
+    }
+}
+
+typedef struct SmU {
+  DtTensor x;
+  DtAttrs a;
+  Kern k;
+} SmU;
+
+static void sm_fwd(const float *x, float *y, void *u) {
+  SmU *s = u;
+  DtTensor xt = like(&s->x, (void *)x), yt = like(&s->x, y);
+  run(s->k, &xt, 1, &yt, &s->a);
+}
+
+static void test_softmax(void **state) {
+  (void)state;
+  DtTensor x = ten(DTRT_F32, NULL, 3, 3, 4, 5);
+  x.data = randv(60);
+  for (int i = 0; i < 60; i++)
+    ((float *)x.data)[i] *= 5;
+  float y[60], want[60], dy[60], dx[60];
+  for (int lg = 0; lg < 2; lg++)
+    for (int ax = -3; ax < 3; ax++) {
+      DtAttrs a = ints(1, ax);
+      DtTensor yt = like(&x, y);
+      run(lg ? dtrt_k_log_softmax : dtrt_k_softmax, &x, 1, &yt, &a);
+      softmax_ref(&x, (ax + 3) % 3, lg, want);
+      near(y, want, 60, 1e-5);
+      float *w = randv(60);
+      memcpy(dy, w, sizeof dy);
+      DtTensor in[2] = {yt, like(&x, dy)}, out = like(&x, dx);
+      run(lg ? dtrt_k_log_softmax_grad : dtrt_k_softmax_grad, in, 2, &out, &a);
+      SmU u = {x, a, lg ? dtrt_k_log_softmax : dtrt_k_softmax};
+      fd_check(sm_fwd, &u, x.data, 60, 60, w, dx, 1e-2, 2e-3);
+      free(w);
+    }
+  /* default axis is the last; large inputs stay finite */
+  float big[3] = {1000, 1001, 999}, out3[3];
+  DtTensor bt = ten(DTRT_F32, big, 1, 3), ot = ten(DTRT_F32, out3, 1, 3);
+  run(dtrt_k_softmax, &bt, 1, &ot, NULL);
+  softmax_ref(&bt, 0, 0, want);
+  near(out3, want, 3, 1e-6);
+  run(dtrt_k_log_softmax, &bt, 1, &ot, NULL);
+  softmax_ref(&bt, 0, 1, want);
+  near(out3, want, 3, 1e-6);
+  DtTensor sc = ten(DTRT_F32, big, 0);
+  refuse(dtrt_k_softmax, &sc, 1, &sc, NULL, "scalar");
+  DtAttrs a = ints(1, 3);
+  refuse(dtrt_k_softmax, &x, 1, &x, &a, "axis 3 out of range for rank 3");
+  free(x.data);
+}
+
+/* ---- losses ---- */
+
+typedef struct CeU {
+  DtTensor lab;
+  int n, c;
+} CeU;
+
+static void ce_fwd(const float *x, float *y, void *u) {
+  CeU *c = u;
+  DtTensor in[2] = {ten(DTRT_F32, (void *)x, 2, c->n, c->c), c->lab}, out = ten(DTRT_F32, y, 0);
+  run(dtrt_k_cross_entropy, in, 2, &out, NULL);
+}
+
+static void test_cross_entropy(void **state) {
+  (void)state;
+  enum { N = 6, C = 5 };
+  float *x = randv(N * C), loss, dl = 1.5f, dx[N * C], w = 1.5f;
+  int32_t lab[N] = {0, 4, 2, 2, 1, 3};
+  double want = 0;
+  for (int i = 0; i < N; i++) {
+    double s = 0;
+    for (int j = 0; j < C; j++)
+      s += exp(x[i * C + j]);
+    want += log(s) - x[i * C + lab[i]];
+  }
+  want /= N;
+  CeU u = {ten(DTRT_I32, lab, 1, N), N, C};
+  ce_fwd(x, &loss, &u);
+  assert_true(fabs(loss - want) < 1e-5);
+  DtTensor in[3] = {ten(DTRT_F32, x, 2, N, C), u.lab, ten(DTRT_F32, &dl, 0)};
+  DtTensor out = ten(DTRT_F32, dx, 2, N, C);
+  run(dtrt_k_cross_entropy_grad, in, 3, &out, NULL);
+  fd_check(ce_fwd, &u, x, N * C, 1, &w, dx, 1e-2, 2e-3);
+  lab[3] = 5;
+  DtTensor o = ten(DTRT_F32, &loss, 0);
+  refuse(dtrt_k_cross_entropy, in, 2, &o, NULL, "label 5 in row 3 is outside [0, 5)");
+  lab[3] = -1;
+  refuse(dtrt_k_cross_entropy_grad, in, 3, &out, NULL, "label -1 in row 3");
+  lab[3] = 0;
+  in[1] = ten(DTRT_I32, lab, 1, N - 1);
+  refuse(dtrt_k_cross_entropy, in, 2, &o, NULL, "labels is i32[5], expected i32[6]");
+  in[1] = ten(DTRT_F32, lab, 1, N);
+  refuse(dtrt_k_cross_entropy, in, 2, &o, NULL, "labels is f32, expected i32");
+  o = ten(DTRT_F32, &loss, 1, 1);
+  in[1] = u.lab;
+  refuse(dtrt_k_cross_entropy, in, 2, &o, NULL, "output is f32[1], expected f32[]");
+  free(x);
+}
+
+static void test_mse(void **state) {
+  (void)state;
+  float *p = randv(24), *t = randv(24), out;
+  double want = 0;
+  for (int i = 0; i < 24; i++)
+    want += ((double)p[i] - t[i]) * ((double)p[i] - t[i]);
+  want /= 24;
+  DtTensor in[2] = {ten(DTRT_F32, p, 2, 4, 6), ten(DTRT_F32, t, 2, 4, 6)}, o = ten(DTRT_F32, &out, 0);
+  run(dtrt_k_mse, in, 2, &o, NULL);
+  assert_true(fabs(out - want) < 1e-6);
+  in[1] = ten(DTRT_F32, t, 2, 6, 4);
+  refuse(dtrt_k_mse, in, 2, &o, NULL, "target is f32[6,4], expected f32[4,6]");
+  free(p);
+  free(t);
+}
+
+/* ---- normalize ---- */
+
+typedef struct NormU {
+  DtTensor x;
+  DtAttrs a;
+} NormU;
+
+static void norm_fwd(const float *x, float *y, void *u) {
+  NormU *n = u;
+  DtTensor xt = like(&n->x, (void *)x), yt = like(&n->x, y);
+  run(dtrt_k_normalize, &xt, 1, &yt, &n->a);
+}
+
+static void test_normalize(void **state) {
+  (void)state;
+  DtTensor x = ten(DTRT_F32, NULL, 3, 2, 3, 7);
+  x.data = randv(42);
+  float y[42], want[42], dx[42];
+  for (int with_eps = 0; with_eps < 2; with_eps++) {
+    DtAttrs a = {.nf = with_eps, .f = {0.25}};
+    double eps = with_eps ? 0.25 : 1e-5;
+    for (int r = 0; r < 6; r++) {
+      const float *v = (const float *)x.data + r * 7;
+      double m = 0, var = 0;
+      for (int j = 0; j < 7; j++)
+        m += v[j] / 7.0;
+      for (int j = 0; j < 7; j++)
+        var += (v[j] - m) * (v[j] - m) / 7.0;
+      for (int j = 0; j < 7; j++)
+        want[r * 7 + j] = (float)((v[j] - m) / sqrt(var + eps));
+    }
+    NormU u = {x, a};
+    norm_fwd(x.data, y, &u);
+    near(y, want, 42, 1e-5);
+    float *w = randv(42);
+    DtTensor in[2] = {x, like(&x, w)}, out = like(&x, dx);
+    run(dtrt_k_normalize_grad, in, 2, &out, &a);
+    fd_check(norm_fwd, &u, x.data, 42, 42, w, dx, 1e-3, 2e-3);
+    free(w);
+  }
+  DtAttrs neg = {.nf = 1, .f = {-1}};
+  refuse(dtrt_k_normalize, &x, 1, &x, &neg, "eps");
+  free(x.data);
+}
+
+/* ---- embedding ---- */
+
+typedef struct EmbU {
+  DtTensor ids;
+  int v, d;
+} EmbU;
+
+static void emb_fwd(const float *t, float *y, void *u) {
+  EmbU *e = u;
+  DtTensor in[2] = {ten(DTRT_F32, (void *)t, 2, e->v, e->d), e->ids};
+  DtTensor out = ten(DTRT_F32, y, 3, (int)e->ids.dim[0], (int)e->ids.dim[1], e->d);
+  run(dtrt_k_embedding, in, 2, &out, NULL);
+}
+
+static void test_embedding(void **state) {
+  (void)state;
+  enum { V = 5, D = 3 };
+  float *tab = randv(V * D), y[2 * 4 * D], g[V * D];
+  int32_t ids[8] = {0, 4, 2, 2, 1, 4, 4, 3};
+  EmbU u = {ten(DTRT_I32, ids, 2, 2, 4), V, D};
+  emb_fwd(tab, y, &u);
+  for (int k = 0; k < 8; k++)
+    near(y + k * D, tab + ids[k] * D, D, 0);
+  float *w = randv(8 * D);
+  DtTensor in[2] = {u.ids, ten(DTRT_F32, w, 3, 2, 4, D)}, out = ten(DTRT_F32, g, 2, V, D);
+  DtAttrs rows = ints(1, V);
+  run(dtrt_k_embedding_grad, in, 2, &out, &rows);
+  fd_check(emb_fwd, &u, tab, V * D, 8 * D, w, g, 1e-2, 1e-4);
+  ids[5] = 5;
+  DtTensor ein[2] = {ten(DTRT_F32, tab, 2, V, D), u.ids}, eo = ten(DTRT_F32, y, 3, 2, 4, D);
+  refuse(dtrt_k_embedding, ein, 2, &eo, NULL, "id 5 at index 5 is outside [0, 5)");
+  refuse(dtrt_k_embedding_grad, in, 2, &out, &rows, "id 5 at index 5");
+  ids[5] = 0;
+  refuse(dtrt_k_embedding_grad, in, 2, &out, NULL, "rows");
+  in[1] = ten(DTRT_F32, w, 3, 2, 3, D);
+  refuse(dtrt_k_embedding_grad, in, 2, &out, &rows, "dy is f32[2,3,3], expected f32[2,4,3]");
+  free(tab);
+  free(w);
+}
+
+/* ---- dropout ---- */
+
+static void test_dropout(void **state) {
+  (void)state;
+  enum { N = 20000 };
+  float *x = randv(N), *y = malloc(N * 4), *y2 = malloc(N * 4), *g = malloc(N * 4);
+  float *ones = malloc(N * 4);
+  for (int k = 0; k < N; k++)
+    ones[k] = 1;
+  DtTensor xt = ten(DTRT_F32, x, 2, 100, 200), yt = like(&xt, y), y2t = like(&xt, y2);
+  DtTensor gt = like(&xt, g), ot = like(&xt, ones);
+  DtAttrs a = {.ni = 1, .i = {1234}, .nf = 1, .f = {0.3}, .step = 7};
+  run(dtrt_k_dropout, &xt, 1, &yt, &a);
+  int kept = 0;
+  for (int k = 0; k < N; k++) {
+    if (y[k] != 0) {
+      kept++;
+      assert_true(fabsf(y[k] - x[k] / 0.7f) < 1e-6f);
+    }
+  }
+  assert_true(fabs(kept / (double)N - 0.7) < 0.02);
+  run(dtrt_k_dropout, &xt, 1, &y2t, &a);
+  assert_memory_equal(y, y2, N * 4);
+  /* the gradient applies the same mask: it is the derivative of a linear map */
+  run(dtrt_k_dropout_grad, &ot, 1, &gt, &a);
+  for (int k = 0; k < N; k++)
+    assert_true(fabsf(g[k] - (y[k] != 0 ? 1 / 0.7f : 0)) < 1e-6f);
+  a.step = 8;
+  run(dtrt_k_dropout, &xt, 1, &y2t, &a);
+  int same = 0;
+  for (int k = 0; k < N; k++)
+    same += (y[k] != 0) == (y2[k] != 0);
+  assert_true(same < N * 0.7);
+  a.f[0] = 0;
+  run(dtrt_k_dropout, &xt, 1, &yt, &a);
+  assert_memory_equal(x, y, N * 4);
+  a.f[0] = 1;
+  run(dtrt_k_dropout, &xt, 1, &yt, &a);
+  for (int k = 0; k < N; k++)
+    assert_true(y[k] == 0);
+  a.f[0] = 1.5;
+  refuse(dtrt_k_dropout, &xt, 1, &yt, &a, "p = 1.5 is outside [0, 1]");
+  a.nf = 0;
+  refuse(dtrt_k_dropout_grad, &xt, 1, &yt, &a, "needs the float attribute p");
+  free(x);
+  free(y);
+  free(y2);
+  free(g);
+  free(ones);
+}
+
+/* ---- causal mask ---- */
+
+static void mask_fwd(const float *x, float *y, void *u) {
+  DtTensor xt = ten(DTRT_F32, (void *)x, 3, 2, 4, 4), yt = like(&xt, y);
+  run(dtrt_k_causal_mask, &xt, 1, &yt, u);
+}
+
+static void test_causal_mask(void **state) {
+  (void)state;
+  float *x = randv(32), y[32], g[32];
+  mask_fwd(x, y, NULL);
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 4; j++) {
+        float v = y[b * 16 + i * 4 + j];
+        assert_true(j > i ? isinf(v) && v < 0 : v == x[b * 16 + i * 4 + j]);
+      }
+  /* the backward is the same op with fill 0 */
+  float *w = randv(32);
+  DtAttrs z = {.nf = 1, .f = {0}};
+  DtTensor wt = ten(DTRT_F32, w, 3, 2, 4, 4), gt = like(&wt, g);
+  run(dtrt_k_causal_mask, &wt, 1, &gt, &z);
+  DtAttrs big = {.nf = 1, .f = {-1e4}};
+  fd_check(mask_fwd, &big, x, 32, 32, w, g, 1e-2, 1e-4);
+  DtTensor v = ten(DTRT_F32, x, 1, 4);
+  refuse(dtrt_k_causal_mask, &v, 1, &v, NULL, "rank 2 or more");
+  free(x);
+  free(w);
+}
+
+/* ---- data movement ---- */
+
+static void test_reshape(void **state) {
+  (void)state;
+  int32_t v[12], o[12];
+  for (int k = 0; k < 12; k++)
+    v[k] = k * 7;
+  DtTensor x = ten(DTRT_I32, v, 2, 3, 4), y = ten(DTRT_I32, o, 3, 2, 3, 2);
+  DtAttrs a = ints(3, 2, -1, 2);
+  run(dtrt_k_reshape, &x, 1, &y, &a);
+  assert_memory_equal(v, o, sizeof v);
+  run(dtrt_k_reshape, &x, 1, &y, NULL);
+  a = ints(3, 2, 2, 3);
+  refuse(dtrt_k_reshape, &x, 1, &y, &a, "shape attribute says 2 at axis 1");
+  y = ten(DTRT_I32, o, 2, 5, 2);
+  refuse(dtrt_k_reshape, &x, 1, &y, NULL, "12 elements, output 10");
+  y = ten(DTRT_F32, o, 2, 4, 3);
+  refuse(dtrt_k_reshape, &x, 1, &y, NULL, "output is f32, expected i32");
+}
+
+static void test_transpose(void **state) {
+  (void)state;
+  int dims[4] = {2, 3, 4, 5};
+  DtTensor x = ten(DTRT_F32, NULL, 4, 2, 3, 4, 5);
+  x.data = randv(120);
+  float y[120], want[120];
+  int perm[4];
+  for (int p = 0; p < 24; p++) {
+    /* the p-th permutation of 0..3 */
+    int avail[4] = {0, 1, 2, 3}, r = p;
+    for (int k = 0; k < 4; k++) {
+      int f = k == 0 ? 6 : k == 1 ? 2 : 1, j = k == 3 ? 0 : r / f;
+      r = k == 3 ? 0 : r % f;
+      perm[k] = avail[j];
+      for (int m = j; m < 3 - k; m++)
+        avail[m] = avail[m + 1];
+    }
+    DtTensor yt = ten(DTRT_F32, y, 4, dims[perm[0]], dims[perm[1]], dims[perm[2]], dims[perm[3]]);
+    DtAttrs a = ints(4, perm[0], perm[1] - 4, perm[2], perm[3]);
+    run(dtrt_k_transpose, &x, 1, &yt, &a);
+    int64_t o = 0, idx[4];
+    for (idx[0] = 0; idx[0] < yt.dim[0]; idx[0]++)
+      for (idx[1] = 0; idx[1] < yt.dim[1]; idx[1]++)
+        for (idx[2] = 0; idx[2] < yt.dim[2]; idx[2]++)
+          for (idx[3] = 0; idx[3] < yt.dim[3]; idx[3]++) {
+            int64_t src[4];
+            for (int k = 0; k < 4; k++)
+              src[perm[k]] = idx[k];
+            want[o++] = ((float *)x.data)[((src[0] * 3 + src[1]) * 4 + src[2]) * 5 + src[3]];
+          }
+    near(y, want, 120, 0);
+  }
+  DtTensor yt = ten(DTRT_F32, y, 4, 2, 3, 4, 5);
+  DtAttrs a = ints(4, 0, 1, 1, 3);
+  refuse(dtrt_k_transpose, &x, 1, &yt, &a, "appears twice");
+  a = ints(3, 0, 1, 2);
+  refuse(dtrt_k_transpose, &x, 1, &yt, &a, "perm has 3 entries");
+  a = ints(4, 1, 0, 2, 3);
+  refuse(dtrt_k_transpose, &x, 1, &yt, &a, "output is f32[2,3,4,5], expected f32[3,2,4,5]");
+  free(x.data);
+}
+
+static void test_slice_pad(void **state) {
+  (void)state;
+  DtTensor x = ten(DTRT_F32, NULL, 3, 3, 4, 5);
+  x.data = randv(60);
+  float y[60], back[60];
+  for (int ax = 0; ax < 3; ax++) {
+    int n = (int)x.dim[ax], b = 1, e = n - 1;
+    DtTensor yt = x, bt = x;
+    yt.data = y;
+    yt.dim[ax] = e - b;
+    bt.data = back;
+    DtAttrs a = ints(3, ax - (ax == 2 ? 3 : 0), b, e);
+    run(dtrt_k_slice, &x, 1, &yt, &a);
+    DtAttrs p = ints(3, ax, b, n);
+    run(dtrt_k_pad, &yt, 1, &bt, &p);
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 4; j++)
+        for (int k = 0; k < 5; k++) {
+          int c = ax == 0 ? i : ax == 1 ? j : k, f = (i * 4 + j) * 5 + k;
+          int sd[3] = {3, 4, 5};
+          sd[ax] = e - b;
+          int si[3] = {i, j, k};
+          si[ax] -= b;
+          bool in = c >= b && c < e;
+          float want = in ? ((float *)x.data)[f] : 0;
+          assert_true(back[f] == want);
+          if (in)
+            assert_true(y[(si[0] * sd[1] + si[1]) * sd[2] + si[2]] == want);
+        }
+  }
+  DtTensor yt = ten(DTRT_F32, y, 3, 3, 4, 5);
+  DtAttrs a = ints(3, 1, 3, 2);
+  refuse(dtrt_k_slice, &x, 1, &yt, &a, "[3, 2) is not inside [0, 4)");
+  a = ints(2, 1, 0);
+  refuse(dtrt_k_slice, &x, 1, &yt, &a, "needs 3 int attributes");
+  a = ints(3, 1, 2, 5);
+  yt = ten(DTRT_F32, y, 3, 3, 5, 5);
+  refuse(dtrt_k_pad, &x, 1, &yt, &a, "4 elements at 2 do not fit in 5");
+  free(x.data);
+}
+
+static void test_concat(void **state) {
+  (void)state;
+  int32_t a[24], b[12], c[36], y[72];
+  for (int k = 0; k < 24; k++)
+    a[k] = k;
+  for (int k = 0; k < 12; k++)
+    b[k] = 100 + k;
+  for (int k = 0; k < 36; k++)
+    c[k] = 200 + k;
+  /* along axis 1: [2,4,3] [2,2,3] [2,6,3] -> [2,12,3] */
+  DtTensor in[3] = {ten(DTRT_I32, a, 3, 2, 4, 3), ten(DTRT_I32, b, 3, 2, 2, 3),
+                    ten(DTRT_I32, c, 3, 2, 6, 3)};
+  DtTensor out = ten(DTRT_I32, y, 3, 2, 12, 3);
+  DtAttrs ax = ints(1, -2);
+  run(dtrt_k_concat, in, 3, &out, &ax);
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 12; j++)
+      for (int k = 0; k < 3; k++) {
+        int want = j < 4 ? a[(i * 4 + j) * 3 + k]
+                   : j < 6 ? b[(i * 2 + j - 4) * 3 + k] : c[(i * 6 + j - 6) * 3 + k];
+        assert_int_equal(y[(i * 12 + j) * 3 + k], want);
+      }
+  /* along axis 0 it is plain concatenation */
+  in[0] = ten(DTRT_I32, a, 2, 2, 12);
+  in[1] = ten(DTRT_I32, b, 2, 1, 12);
+  in[2] = ten(DTRT_I32, c, 2, 3, 12);
+  out = ten(DTRT_I32, y, 2, 6, 12);
+  ax = ints(1, 0);
+  run(dtrt_k_concat, in, 3, &out, &ax);
+  assert_memory_equal(y, a, sizeof a);
+  assert_memory_equal(y + 24, b, sizeof b);
+  assert_memory_equal(y + 36, c, sizeof c);
+  in[1] = ten(DTRT_I32, b, 2, 2, 6);
+  refuse(dtrt_k_concat, in, 3, &out, &ax, "only axis 0 may differ");
+  in[1] = ten(DTRT_F32, b, 2, 1, 12);
+  refuse(dtrt_k_concat, in, 3, &out, &ax, "input 1 is f32, expected i32");
+  refuse(dtrt_k_concat, in, 17, &out, &ax, "expected 1 to 16 inputs");
+}
+
+static void test_broadcast(void **state) {
+  (void)state;
+  float v[12], y[48];
+  for (int k = 0; k < 12; k++)
+    v[k] = (float)k;
+  struct {
+    int rin, din[3], rout, dout[3];
+  } cases[] = {{2, {3, 1}, 3, {2, 3, 4}}, {0, {0}, 2, {2, 2}}, {1, {4}, 2, {3, 4}},
+               {2, {1, 4}, 3, {2, 3, 4}}, {3, {2, 1, 4}, 3, {2, 3, 4}}, {1, {3}, 1, {3}}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    DtTensor x = {.data = v, .dtype = DTRT_F32, .rank = cases[c].rin};
+    DtTensor o = {.data = y, .dtype = DTRT_F32, .rank = cases[c].rout};
+    DtAttrs a = {.ni = cases[c].rout};
+    for (int k = 0; k < x.rank; k++)
+      x.dim[k] = cases[c].din[k];
+    for (int k = 0; k < o.rank; k++)
+      o.dim[k] = a.i[k] = cases[c].dout[k];
+    run(dtrt_k_broadcast, &x, 1, &o, &a);
+    int lead = o.rank - x.rank;
+    int64_t n = numel(&o), idx[3];
+    for (int64_t f = 0; f < n; f++) {
+      int64_t r = f, src = 0;
+      for (int d = o.rank - 1; d >= 0; d--) {
+        idx[d] = r % o.dim[d];
+        r /= o.dim[d];
+      }
+      for (int d = lead; d < o.rank; d++)
+        src = src * x.dim[d - lead] + (x.dim[d - lead] == 1 ? 0 : idx[d]);
+      assert_true(y[f] == v[src]);
+    }
+  }
+  DtTensor x = ten(DTRT_F32, v, 2, 2, 3), o = ten(DTRT_F32, y, 2, 4, 3);
+  refuse(dtrt_k_broadcast, &x, 1, &o, NULL, "f32[2,3] does not broadcast to f32[4,3]");
+  o = ten(DTRT_F32, y, 1, 6);
+  refuse(dtrt_k_broadcast, &x, 1, &o, NULL, "input rank 2 exceeds output rank 1");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_matmul, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reduce, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_max_grad, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_softmax, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cross_entropy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mse, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_normalize, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_embedding, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dropout, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_causal_mask, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reshape, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_transpose, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_slice_pad, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_concat, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
