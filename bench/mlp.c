@@ -10,7 +10,7 @@
 
 #include "mlp_big.h"
 
-enum { B = 256, I = 784, H = 1024, O = 10 };
+enum { B = 256, IN = 784, H = 1024, O = 10 };
 
 static double now_ms(void) {
   struct timespec ts;
@@ -39,14 +39,14 @@ static float *randn(size_t n, unsigned *s) {
 static void sgemm_step(float **buf) {
   float *x = buf[0], *w1 = buf[1], *w2 = buf[2], *w3 = buf[3], *h1 = buf[4], *h2 = buf[5],
         *o = buf[6], *dw1 = buf[7], *dw2 = buf[8], *dw3 = buf[9], *dh1 = buf[10], *dh2 = buf[11];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, I, 1, x, I, w1, H, 0, h1, H);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, IN, 1, x, IN, w1, H, 0, h1, H);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, H, H, 1, h1, H, w2, H, 0, h2, H);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, O, H, 1, h2, H, w3, O, 0, o, O);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, O, B, 1, h2, H, o, O, 0, dw3, O);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, O, 1, o, O, w3, O, 0, dh2, H);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, H, H, B, 1, h1, H, dh2, H, 0, dw2, H);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, H, H, 1, dh2, H, w2, H, 0, dh1, H);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, I, H, B, 1, x, I, dh1, H, 0, dw1, H);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, H, B, 1, x, IN, dh1, H, 0, dw1, H);
 }
 
 static double torch_ms(const char *script, int reps) {
@@ -69,8 +69,8 @@ int main(int argc, char **argv) {
     reps = 3;
   const char *script = argc > 2 ? argv[2] : "mlp_torch.py";
   unsigned seed = 1;
-  size_t sizes[12] = {B * I, I * H, H * H, H * O, B * H, B * H, B * O,
-                      I * H, H * H, H * O, B * H, B * H};
+  size_t sizes[12] = {B * IN, IN * H, H * H, H * O, B * H, B * H, B * O,
+                      IN * H, H * H, H * O, B * H, B * H};
   float *buf[12];
   for (int k = 0; k < 12; k++)
     buf[k] = randn(sizes[k], &seed);
@@ -87,7 +87,7 @@ int main(int argc, char **argv) {
   float loss;
   for (int w = 0; w < 3; w++) {
     sgemm_step(buf);
-    if (mlp_big_train_step(m, buf[0], B * I, y, B, &loss)) {
+    if (mlp_big_train_step(m, buf[0], B * IN, y, B, &loss)) {
       fprintf(stderr, "mlp: %s\n", mlp_big_error(m));
       return 1;
     }
@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
   /* Interleaved so that both see the same machine load. */
   for (int r = 0; r < reps; r++) {
     double t0 = now_ms();
-    mlp_big_train_step(m, buf[0], B * I, y, B, &loss);
+    mlp_big_train_step(m, buf[0], B * IN, y, B, &loss);
     double t1 = now_ms();
     sgemm_step(buf);
     double t2 = now_ms();

@@ -85,8 +85,10 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i);
 LLVMValueRef cg_state_addr(CgFn *fn, const Global *g);
 /* The scalar value of a const or lr inst, emitted at the current point. */
 LLVMValueRef cg_scalar(CgFn *fn, const Inst *i);
-/* Byte offset as an i64 GEP from base. */
+/* base + off bytes. */
 LLVMValueRef cg_gep(CgFn *fn, LLVMValueRef base, int64_t off);
+LLVMValueRef cg_i32(Cg *c, int64_t v);
+LLVMValueRef cg_i64(Cg *c, int64_t v);
 
 /* ---- loop.c ----------------------------------------------------------- */
 

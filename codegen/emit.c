@@ -134,15 +134,13 @@ static LLVMValueRef cstr(Cg *c, const char *s) {
   return private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)strlen(s), 0), ".str");
 }
 
-static LLVMValueRef i32c(Cg *c, int64_t v) { return LLVMConstInt(c->i32, (unsigned long long)v, 1); }
-static LLVMValueRef i64c(Cg *c, int64_t v) { return LLVMConstInt(c->i64, (unsigned long long)v, 1); }
 
 static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   if (!n)
     return LLVMConstNull(c->ptr);
   LLVMValueRef *e = arena_alloc(c->m->arena, sizeof(LLVMValueRef) * (size_t)n);
   for (int k = 0; k < n; k++)
-    e[k] = i32c(c, v[k]);
+    e[k] = cg_i32(c, v[k]);
   return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
@@ -187,20 +185,20 @@ static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind
                                 const Type *ty, const char *init, double arg, int64_t off) {
   LLVMValueRef dim[DT_MAX_RANK];
   for (int d = 0; d < DT_MAX_RANK; d++)
-    dim[d] = i64c(c, d < ty->rank ? ty->dim[d] : 0);
+    dim[d] = cg_i64(c, d < ty->rank ? ty->dim[d] : 0);
   int r = ty->rank;
   int64_t fan_in = r >= 2 ? ty->dim[r - 2] : r == 1 ? ty->dim[0] : 1;
   int64_t fan_out = r >= 1 ? ty->dim[r - 1] : 1;
   LLVMValueRef f[] = {cstr(c, name),
-                      i32c(c, kind),
-                      i32c(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
-                      i32c(c, r),
+                      cg_i32(c, kind),
+                      cg_i32(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
+                      cg_i32(c, r),
                       LLVMConstArray(c->i64, dim, DT_MAX_RANK),
-                      i32c(c, init_kind(init)),
+                      cg_i32(c, init_kind(init)),
                       LLVMConstReal(c->f64, arg),
-                      i64c(c, fan_in),
-                      i64c(c, fan_out),
-                      i64c(c, off)};
+                      cg_i64(c, fan_in),
+                      cg_i64(c, fan_out),
+                      cg_i64(c, off)};
   return LLVMConstNamedStruct(t, f, COUNTOF(f));
 }
 
@@ -228,9 +226,11 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
     }
   int *fwd_out = arena_alloc(a, sizeof(int) * (size_t)(nout + 1));
   for (int k = 0; k < nout; k++) {
+    const char *name = ir_get_str(outs[k], "name", "out");
+    if (ir_find_global(m, name))
+      name = arena_printf(a, "%s.out", name);
     fwd_out[k] = n;
-    g[n++] = global_desc(c, gt, ir_get_str(outs[k], "name", "out"), DT_G_OUTPUT,
-                         &outs[k]->in[0]->type, NULL, 0, -1);
+    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &outs[k]->in[0]->type, NULL, 0, -1);
   }
   int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   int nfwd_in = cg_func_inputs(fwd, live, in);
@@ -252,16 +252,16 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
   LLVMStructSetBody(dt, ft, COUNTOF(ft), 0);
   LLVMValueRef f[] = {cstr(c, m->name),
                       cstr(c, module_hash(m)),
-                      i32c(c, ng),
+                      cg_i32(c, ng),
                       globals,
-                      i64c(c, c->state_bytes),
-                      i64c(c, work),
+                      cg_i64(c, c->state_bytes),
+                      cg_i64(c, work),
                       train_fn ? train_fn : LLVMConstNull(c->ptr),
-                      i32c(c, ntrain_in),
+                      cg_i32(c, ntrain_in),
                       train_in,
                       fwd_fn,
-                      i32c(c, nfwd_in),
-                      i32c(c, nout),
+                      cg_i32(c, nfwd_in),
+                      cg_i32(c, nout),
                       fwd_in,
                       i32_array(c, fwd_out, nout, "fwd_out")};
   return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
@@ -297,7 +297,7 @@ static void pack(Cg *c, LLVMValueRef f, int first, int n, LLVMValueRef *ptrs,
   *ptrs = LLVMBuildAlloca(c->b, pa, "");
   *counts = LLVMBuildAlloca(c->b, ca, "");
   for (int k = 0; k < n; k++) {
-    LLVMValueRef idx[] = {i32c(c, 0), i32c(c, k)};
+    LLVMValueRef idx[] = {cg_i32(c, 0), cg_i32(c, k)};
     LLVMBuildStore(c->b, LLVMGetParam(f, (unsigned)(first + 2 * k)),
                    LLVMBuildInBoundsGEP2(c->b, pa, *ptrs, idx, 2, ""));
     LLVMBuildStore(c->b, LLVMGetParam(f, (unsigned)(first + 2 * k + 1)),
@@ -317,7 +317,8 @@ static void wrappers(Cg *c, LLVMValueRef desc, Func *fwd, const bool *live, Func
   LLVMBuildRet(c->b, call(c, "dtrt_model_create", i32, create_rt, create_arg, 3));
 
   int *in = arena_alloc(m->arena, sizeof(int) * (size_t)(m->global.n + 1));
-  LLVMTypeRef *pt = arena_alloc(m->arena, sizeof(LLVMTypeRef) * (size_t)(2 * (m->global.n + fwd->inst.n) + 2));
+  size_t npt = (size_t)(2 * (m->global.n + fwd->inst.n) + 2);
+  LLVMTypeRef *pt = arena_alloc(m->arena, sizeof(LLVMTypeRef) * npt);
   LLVMValueRef ins, counts, outs, ocounts;
   if (train) {
     int n = cg_func_inputs(train, NULL, in);
@@ -386,6 +387,10 @@ bool cg_emit(Module *m, const Options *opt, Diag *d) {
   if (!fwd) {
     diag_error(d, none, "module '%s' has no @forward to generate code for", m->name);
     return false;
+  }
+  if (train) {
+    const Inst **outs = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(train->inst.n + 1));
+    DTC_ASSERT(cg_func_outputs(train, NULL, outs) == 1);   /* the loss, all DtStepFn takes */
   }
   LLVMTargetMachineRef tm = cg_target_machine(opt, d);
   if (!tm)

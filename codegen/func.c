@@ -9,10 +9,13 @@
 #include "../runtime/dtrt.h"
 #include "codegen.h"
 
+LLVMValueRef cg_i32(Cg *c, int64_t v) { return LLVMConstInt(c->i32, (unsigned long long)v, 1); }
+LLVMValueRef cg_i64(Cg *c, int64_t v) { return LLVMConstInt(c->i64, (unsigned long long)v, 1); }
+
 LLVMValueRef cg_gep(CgFn *fn, LLVMValueRef base, int64_t off) {
   if (!off)
     return base;
-  LLVMValueRef idx = LLVMConstInt(fn->c->i64, (unsigned long long)off, 0);
+  LLVMValueRef idx = cg_i64(fn->c, off);
   return LLVMBuildInBoundsGEP2(fn->c->b, fn->c->i8, base, &idx, 1, "");
 }
 
@@ -89,22 +92,20 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
   return fn->addr[i->id] = a;
 }
 
-static LLVMValueRef i32c(Cg *c, int64_t v) { return LLVMConstInt(c->i32, (unsigned long long)v, 1); }
-static LLVMValueRef i64c(Cg *c, int64_t v) { return LLVMConstInt(c->i64, (unsigned long long)v, 1); }
 
 static LLVMValueRef field(CgFn *fn, LLVMTypeRef t, LLVMValueRef p, int a, int b) {
-  LLVMValueRef idx[] = {i32c(fn->c, 0), i32c(fn->c, a), i32c(fn->c, b)};
+  LLVMValueRef idx[] = {cg_i32(fn->c, 0), cg_i32(fn->c, a), cg_i32(fn->c, b)};
   return LLVMBuildInBoundsGEP2(fn->c->b, t, p, idx, b < 0 ? 2 : 3, "");
 }
 
 static void fill_tensor(CgFn *fn, LLVMValueRef t, LLVMValueRef data, const Type *ty) {
   Cg *c = fn->c;
   LLVMBuildStore(c->b, data, field(fn, c->tensor, t, 0, -1));
-  LLVMBuildStore(c->b, i32c(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
+  LLVMBuildStore(c->b, cg_i32(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
                  field(fn, c->tensor, t, 1, -1));
-  LLVMBuildStore(c->b, i32c(c, ty->rank), field(fn, c->tensor, t, 2, -1));
+  LLVMBuildStore(c->b, cg_i32(c, ty->rank), field(fn, c->tensor, t, 2, -1));
   for (int d = 0; d < ty->rank; d++)
-    LLVMBuildStore(c->b, i64c(c, ty->dim[d]), field(fn, c->tensor, t, 3, d));
+    LLVMBuildStore(c->b, cg_i64(c, ty->dim[d]), field(fn, c->tensor, t, 3, d));
 }
 
 /* Returns status s from the function when it is not DT_OK. */
@@ -112,7 +113,7 @@ static void check(CgFn *fn, LLVMValueRef s) {
   Cg *c = fn->c;
   LLVMBasicBlockRef here = LLVMGetInsertBlock(c->b);
   LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "ok");
-  LLVMValueRef bad = LLVMBuildICmp(c->b, LLVMIntNE, s, i32c(c, 0), "");
+  LLVMValueRef bad = LLVMBuildICmp(c->b, LLVMIntNE, s, cg_i32(c, 0), "");
   LLVMBuildCondBr(c->b, bad, fn->fail, ok);
   LLVMAddIncoming(fn->fail_phi, &s, &here, 1);
   LLVMPositionBuilderAtEnd(c->b, ok);
@@ -127,7 +128,7 @@ static void kernel(CgFn *fn, const Inst *x) {
   }
   DTC_ASSERT(x->nin <= 16);
   for (int k = 0; k < x->nin; k++) {
-    LLVMValueRef idx[] = {i32c(c, 0), i32c(c, k)};
+    LLVMValueRef idx[] = {cg_i32(c, 0), cg_i32(c, k)};
     LLVMValueRef t = LLVMBuildInBoundsGEP2(c->b, LLVMArrayType(c->tensor, 16), fn->tin, idx, 2, "");
     fill_tensor(fn, t, cg_addr(fn, x->in[k]), &x->in[k]->type);
   }
@@ -135,15 +136,15 @@ static void kernel(CgFn *fn, const Inst *x) {
   DtAttrs a;
   ir_kernel_attrs(x, &a);
   for (int k = 0; k < a.ni; k++)
-    LLVMBuildStore(c->b, i64c(c, a.i[k]), field(fn, c->attrs, fn->tattr, 0, k));
+    LLVMBuildStore(c->b, cg_i64(c, a.i[k]), field(fn, c->attrs, fn->tattr, 0, k));
   for (int k = 0; k < a.nf; k++)
     LLVMBuildStore(c->b, LLVMConstReal(c->f64, a.f[k]), field(fn, c->attrs, fn->tattr, 1, k));
-  LLVMBuildStore(c->b, i32c(c, a.ni), field(fn, c->attrs, fn->tattr, 2, -1));
-  LLVMBuildStore(c->b, i32c(c, a.nf), field(fn, c->attrs, fn->tattr, 3, -1));
+  LLVMBuildStore(c->b, cg_i32(c, a.ni), field(fn, c->attrs, fn->tattr, 2, -1));
+  LLVMBuildStore(c->b, cg_i32(c, a.nf), field(fn, c->attrs, fn->tattr, 3, -1));
   LLVMBuildStore(c->b, fn->step, field(fn, c->attrs, fn->tattr, 4, -1));
   char name[64];
   snprintf(name, sizeof name, "dtrt_k_%s", ir_ops[x->op].name);
-  LLVMValueRef arg[] = {fn->ctx, fn->tin, i32c(c, x->nin), fn->tout, fn->tattr};
+  LLVMValueRef arg[] = {fn->ctx, fn->tin, cg_i32(c, x->nin), fn->tout, fn->tattr};
   check(fn, LLVMBuildCall2(c->b, c->kernel_fn, cg_extern(c, name, c->kernel_fn), arg, 5, ""));
 }
 
@@ -158,7 +159,7 @@ static void copy(CgFn *fn, LLVMValueRef dst, const Inst *v) {
   if (src == dst)
     return;
   int64_t bytes = type_elems(&v->type) * (int64_t)dtype_size(v->type.dtype);
-  LLVMBuildMemCpy(c->b, dst, 4, src, 4, i64c(c, bytes));
+  LLVMBuildMemCpy(c->b, dst, 4, src, 4, cg_i64(c, bytes));
 }
 
 static void lower(CgFn *fn, const Inst *x) {
@@ -167,12 +168,12 @@ static void lower(CgFn *fn, const Inst *x) {
   case OP_load: {
     const Global *g = memplan_global(x);
     if (g->kind == G_INPUT) {
-      LLVMValueRef idx = i64c(c, fn->input_index[g - c->m->global.a]);
+      LLVMValueRef idx = cg_i64(c, fn->input_index[g - c->m->global.a]);
       LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
       fn->addr[x->id] = LLVMBuildLoad2(c->b, c->ptr, p, g->name);
     } else if (x->offset >= 0) {
       int64_t bytes = type_elems(&g->type) * (int64_t)dtype_size(g->type.dtype);
-      LLVMBuildMemCpy(c->b, cg_addr(fn, x), 64, cg_state_addr(fn, g), 64, i64c(c, bytes));
+      LLVMBuildMemCpy(c->b, cg_addr(fn, x), 64, cg_state_addr(fn, g), 64, cg_i64(c, bytes));
     }
     return;
   }
@@ -245,7 +246,7 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
   fn->out_ptr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(nout + 1));
   for (int k = 0; k < nout; k++) {
     fn->out_index[outs[k]->id] = k;
-    LLVMValueRef idx = i64c(c, k);
+    LLVMValueRef idx = cg_i64(c, k);
     LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->outputs, &idx, 1, "");
     fn->out_ptr[k] = LLVMBuildLoad2(c->b, c->ptr, p, ir_get_str(outs[k], "name", "out"));
   }
@@ -263,7 +264,7 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
       lower(fn, x);
     i = j;
   }
-  LLVMBuildRet(c->b, i32c(c, 0));
+  LLVMBuildRet(c->b, cg_i32(c, 0));
   LLVMPositionBuilderAtEnd(c->b, fn->entry);
   LLVMBuildBr(c->b, body);
   if (!LLVMCountIncoming(fn->fail_phi))

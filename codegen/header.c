@@ -113,7 +113,8 @@ static void write_header(FILE *out, const Module *m, const char *base) {
   int cap = m->global.n + fwd->inst.n + 1;
   const char **taken = arena_alloc(a, sizeof(char *) * (size_t)(2 * cap));
   int ntaken = 0;
-  Arg *fin = arena_alloc(a, sizeof(Arg) * (size_t)cap), *tin = arena_alloc(a, sizeof(Arg) * (size_t)cap);
+  Arg *fin = arena_alloc(a, sizeof(Arg) * (size_t)cap);
+  Arg *tin = arena_alloc(a, sizeof(Arg) * (size_t)cap);
   Arg *fout = arena_alloc(a, sizeof(Arg) * (size_t)cap);
   const bool *live = cg_live(fwd);
   int nfin = input_args(a, m, P, fwd, live, fin, taken, &ntaken);

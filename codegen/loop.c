@@ -38,7 +38,8 @@ typedef struct Group {
 } Group;
 
 static bool member(const Group *g, const Inst *i) {
-  return i->fn == g->member[0]->fn && i->id >= g->member[0]->id && i->id <= g->member[g->n - 1]->id;
+  return i->fn == g->member[0]->fn && i->id >= g->member[0]->id &&
+         i->id <= g->member[g->n - 1]->id;
 }
 
 static bool is_scalar(const Inst *i) { return i->op == OP_const || i->op == OP_lr; }
@@ -121,7 +122,8 @@ static LLVMValueRef fconst(Cg *c, float v) { return LLVMConstReal(c->f32, v); }
 
 static LLVMValueRef tanh_gelu(Cg *c, LLVMValueRef a) {
   LLVMBuilderRef b = c->b;
-  LLVMValueRef a3 = LLVMBuildFMul(b, LLVMBuildFMul(b, LLVMBuildFMul(b, fconst(c, GELU_A), a, ""), a, ""), a, "");
+  LLVMValueRef a3 = LLVMBuildFMul(b, fconst(c, GELU_A), a, "");
+  a3 = LLVMBuildFMul(b, LLVMBuildFMul(b, a3, a, ""), a, "");
   LLVMValueRef u = LLVMBuildFMul(b, fconst(c, GELU_C), LLVMBuildFAdd(b, a, a3, ""), "");
   return libm(c, "tanhf", u);
 }
@@ -209,8 +211,9 @@ static LLVMValueRef value(Group *g, const Inst *o) {
   for (int p = 0; p < g->nop; p++)
     if (g->op[p].v == o) {
       Operand *op = &g->op[p];
+      Cg *c = g->fn->c;
       if (!op->loaded)
-        op->loaded = LLVMBuildLoad2(g->fn->c->b, g->fn->c->f32, at(g->fn->c, op->base, op->off), "");
+        op->loaded = LLVMBuildLoad2(c->b, c->f32, at(c, op->base, op->off), "");
       return op->loaded;
     }
   DTC_UNREACHABLE();
@@ -270,6 +273,10 @@ static LLVMValueRef vectorize_md(Cg *c) {
   return LLVMMetadataAsValue(c->ctx, loop);
 }
 
+static LLVMValueRef scaled(Cg *c, LLVMValueRef i, int64_t stride) {
+  return LLVMBuildNSWMul(c->b, i, cg_i64(c, stride), "");
+}
+
 /* Loop l of the nest, with the operands' and the output's offsets so far. */
 static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, const int *ndst) {
   Cg *c = g->fn->c;
@@ -284,23 +291,24 @@ static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, cons
   LLVMBuildBr(b, head);
   LLVMPositionBuilderAtEnd(b, head);
   LLVMValueRef i = LLVMBuildPhi(b, c->i64, "i");
-  LLVMValueRef zero = LLVMConstInt(c->i64, 0, 0);
+  LLVMValueRef zero = cg_i64(c, 0);
   LLVMAddIncoming(i, &zero, &pre, 1);
 
-  LLVMValueRef *saved = arena_alloc(g->fn->f->mod->arena, sizeof(LLVMValueRef) * (size_t)(g->nop + 1));
+  Arena *a = g->fn->f->mod->arena;
+  LLVMValueRef *saved = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(g->nop + 1));
   for (int p = 0; p < g->nop; p++) {
     Operand *op = &g->op[p];
     saved[p] = op->off;
     if (op->stride[l])
-      op->off = LLVMBuildNSWAdd(b, op->off, LLVMBuildNSWMul(b, i, LLVMConstInt(c->i64, (unsigned long long)op->stride[l], 0), ""), "");
+      op->off = LLVMBuildNSWAdd(b, op->off, scaled(c, i, op->stride[l]), "");
   }
-  LLVMValueRef o = LLVMBuildNSWAdd(b, out_off, LLVMBuildNSWMul(b, i, LLVMConstInt(c->i64, (unsigned long long)g->ostride[l], 0), ""), "");
+  LLVMValueRef o = LLVMBuildNSWAdd(b, out_off, scaled(c, i, g->ostride[l]), "");
   nest(g, l + 1, o, dst, ndst);
   for (int p = 0; p < g->nop; p++)
     g->op[p].off = saved[p];
 
-  LLVMValueRef next = LLVMBuildNUWAdd(b, i, LLVMConstInt(c->i64, 1, 0), "");
-  LLVMValueRef more = LLVMBuildICmp(b, LLVMIntULT, next, LLVMConstInt(c->i64, (unsigned long long)g->len[l], 0), "");
+  LLVMValueRef next = LLVMBuildNUWAdd(b, i, cg_i64(c, 1), "");
+  LLVMValueRef more = LLVMBuildICmp(b, LLVMIntULT, next, cg_i64(c, g->len[l]), "");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(c->ctx, fnv, "done");
   LLVMValueRef br = LLVMBuildCondBr(b, more, head, done);
@@ -328,12 +336,13 @@ void cg_group(CgFn *fn, Inst **mem, int n) {
     if (ir_ops[x->op].kind != K_ELEM)
       continue;
     const Uses *u = &fn->use;
-    dst[k] = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(u->off[x->id + 1] - u->off[x->id] + 1));
+    int nuse = u->off[x->id + 1] - u->off[x->id];
+    dst[k] = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(nuse + 1));
     ndst[k] = dests(&g, x, dst[k]);
   }
   gather(&g);
   plan_loops(&g);
-  LLVMValueRef zero = LLVMConstInt(fn->c->i64, 0, 0);
+  LLVMValueRef zero = cg_i64(fn->c, 0);
   for (int p = 0; p < g.nop; p++)
     g.op[p].off = zero;
   nest(&g, 0, zero, dst, ndst);

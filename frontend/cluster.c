@@ -9,13 +9,15 @@
 
 typedef enum { U_MEM, U_BW, U_TIME } UnitKind;
 
-static const struct { const char *name; UnitKind kind; double scale; } units[] = {
-  {"B", U_MEM, 1}, {"KB", U_MEM, 1e3}, {"MB", U_MEM, 1e6}, {"GB", U_MEM, 1e9}, {"TB", U_MEM, 1e12},
-  {"KiB", U_MEM, 1024.0}, {"MiB", U_MEM, 1048576.0}, {"GiB", U_MEM, 1073741824.0},
-  {"TiB", U_MEM, 1099511627776.0},
-  {"B/s", U_BW, 1}, {"KB/s", U_BW, 1e3}, {"MB/s", U_BW, 1e6}, {"GB/s", U_BW, 1e9},
-  {"TB/s", U_BW, 1e12}, {"Kb/s", U_BW, 1e3 / 8}, {"Mb/s", U_BW, 1e6 / 8}, {"Gb/s", U_BW, 1e9 / 8},
-  {"ns", U_TIME, 1e-9}, {"us", U_TIME, 1e-6}, {"ms", U_TIME, 1e-3}, {"s", U_TIME, 1},
+/* A value in a unit is value * mul / div in SI units (dividing keeps 50us
+ * exactly 5e-05). */
+static const struct { const char *name; UnitKind kind; double mul, div; } units[] = {
+  {"B", U_MEM, 1, 1}, {"KB", U_MEM, 1e3, 1}, {"MB", U_MEM, 1e6, 1}, {"GB", U_MEM, 1e9, 1},
+  {"TB", U_MEM, 1e12, 1}, {"KiB", U_MEM, 1024.0, 1}, {"MiB", U_MEM, 1048576.0, 1},
+  {"GiB", U_MEM, 1073741824.0, 1}, {"TiB", U_MEM, 1099511627776.0, 1},
+  {"B/s", U_BW, 1, 1}, {"KB/s", U_BW, 1e3, 1}, {"MB/s", U_BW, 1e6, 1}, {"GB/s", U_BW, 1e9, 1},
+  {"TB/s", U_BW, 1e12, 1}, {"Kb/s", U_BW, 1e3, 8}, {"Mb/s", U_BW, 1e6, 8}, {"Gb/s", U_BW, 1e9, 8},
+  {"ns", U_TIME, 1, 1e9}, {"us", U_TIME, 1, 1e6}, {"ms", U_TIME, 1, 1e3}, {"s", U_TIME, 1, 1},
 };
 
 static const char *const kind_name[] = {"a memory size", "a bandwidth", "a time"};
@@ -49,7 +51,7 @@ static bool quantity(const Expr *e, const char *what, UnitKind kind, double *out
                kind_name[units[k].kind]);
     return false;
   }
-  *out = e->f * units[k].scale;
+  *out = e->f * units[k].mul / units[k].div;
   if (!(*out > 0)) {
     diag_error(d, e->loc, "'%s' must be positive", what);
     return false;
@@ -233,6 +235,7 @@ static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
     bool dup = find_axis(m, ax->name, &mi, &ai);
     for (int j = 0; j < k; j++)
       dup |= !strcmp(mesh.axis_name[j], ax->name);
+    mesh.axis_name[k] = ax->name;
     if (dup) {
       diag_error(d, ax->loc, "mesh axis '%s' is already defined", ax->name);
       ok = false;
@@ -243,7 +246,6 @@ static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
                  (long long)v, c->name, c->dev.n);
       ok = false;
     } else {
-      mesh.axis_name[k] = ax->name;
       mesh.axis_size[k] = (int)v;
       size *= v;
     }
@@ -252,6 +254,11 @@ static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
     return false;
   mesh.dev = arena_alloc(a, sizeof(int) * (size_t)size);
   if (s->list.n == 0) {
+    if (size > c->dev.n) {
+      diag_error(d, s->name_loc, "mesh '%s' needs %lld devices, but cluster '%s' has %d", s->name,
+                 (long long)size, c->name, c->dev.n);
+      return false;
+    }
     if (c->dev.n % size) {
       diag_error(d, s->name_loc,
                  "mesh '%s' has %lld devices, which does not divide the %d devices of cluster '%s'",
@@ -355,7 +362,12 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, Diag *d) {
     if (e->kind == E_STAR)
       continue;
     if (!find_axis(m, e->s, &mi, &ai)) {
-      diag_error(d, e->loc, "unknown mesh axis '%s'", e->s);
+      VEC(const char *) axes = {0};
+      for (int i = 0; i < m->mesh.n; i++)
+        for (int j = 0; j < m->mesh.a[i].naxis; j++)
+          vec_push(a, &axes, m->mesh.a[i].axis_name[j]);
+      diag_error(d, e->loc, "unknown mesh axis '%s'%s", e->s,
+                 fe_did_you_mean(a, e->s, axes.a, axes.n));
       return false;
     }
     if (sh->mesh >= 0 && sh->mesh != mi) {

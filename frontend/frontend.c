@@ -1,6 +1,5 @@
-/* frontend.c: the entry points: reads a file and its imports, picks the model,
- * clusters and parallel block, and hands them to lower.c and cluster.c. Also
- * the helpers both use: constants, argument binding, "did you mean". */
+/* frontend.c: entry points (files, imports, which model and cluster), and the
+ * helpers lower.c and cluster.c share: constants, arguments, suggestions. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>

@@ -1,6 +1,5 @@
-/* lower.c: a model's statements to a module: dimensions, globals, and one
- * function, forward, built in statement order. Checks names, arguments and,
- * through ir_infer, shapes. */
+/* lower.c: a model to a module: dimensions, globals and the function @forward,
+ * built statement by statement, checking names, arguments and shapes. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,8 +507,8 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
   Op op = b->kind == B_LAYER_NORM ? OP_normalize : ir_op_lookup(b->name);
   DTC_ASSERT(op != OP_COUNT);
   Inst *x = in[0], *i;
-  int64_t axis;
-  bool t;
+  int64_t axis, seed;
+  bool ta = false, tb = false;
   double v;
   switch (b->kind) {
   case B_ELEM:
@@ -524,14 +523,12 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
   case B_REDUCE:
     return lower_reduce(c, e, op, x, arg);
   case B_MATMUL:
+    if ((arg[2] && !bool_arg(c, arg[2], "ta", &ta)) || (arg[3] && !bool_arg(c, arg[3], "tb", &tb)))
+      return NULL;
     i = ir_new(c->f, op, e->loc, 2, in);
-    if (arg[2] && !bool_arg(c, arg[2], "ta", &t))
-      return NULL;
-    if (arg[2] && t)
+    if (ta)
       ir_set_int(i, "ta", 1);
-    if (arg[3] && !bool_arg(c, arg[3], "tb", &t))
-      return NULL;
-    if (arg[3] && t)
+    if (tb)
       ir_set_int(i, "tb", 1);
     return finish(c, i);
   case B_RESHAPE:
@@ -553,14 +550,14 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     return i;
   case B_DROPOUT:
     v = 0.1;
-    axis = (int64_t)e->loc.line << 16 | (e->loc.col & 0xffff);
+    seed = (int64_t)e->loc.line << 16 | (e->loc.col & 0xffff);
     if (arg[1] && !real_in(c, arg[1], "p", false, 1, true, &v))
       return NULL;
-    if (arg[2] && !int_arg(c, arg[2], "'seed'", &axis))
+    if (arg[2] && !int_arg(c, arg[2], "'seed'", &seed))
       return NULL;
     i = ir_new(c->f, op, e->loc, 1, &x);
     ir_set_float(i, "p", v);
-    ir_set_int(i, "seed", axis);
+    ir_set_int(i, "seed", seed);
     return finish(c, i);
   case B_CONCAT:
     break;

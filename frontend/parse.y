@@ -1,6 +1,5 @@
-/* parse.y: the grammar of .dt files; builds the syntax tree of ast.h.
- * Statements end at a newline or ';'; a statement that fails to parse is
- * skipped up to the next one, so one run reports several errors. */
+/* parse.y: the grammar of .dt files, building the syntax tree of ast.h; a bad
+ * statement is skipped to the next newline or '}', so a run reports several. */
 %code requires {
 #include "ast.h"
 #ifndef YY_TYPEDEF_YY_SCANNER_T
@@ -71,7 +70,8 @@ static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE
 
 %%
 
-/* file = { item | sep } */
+/* file = { sep } [ item { sep { sep } item } { sep } ]; the last item needs
+ * no sep. A top-level error skips to the end of its line. */
 file: items
     | items item
     ;
@@ -82,6 +82,7 @@ items: %empty
      | items error sep
      ;
 
+/* sep = NEWLINE | ";" */
 sep: NL | ';' ;
 
 /* A newline is allowed before a block's '{'. */
@@ -106,6 +107,7 @@ dims: %empty                     { $$ = (StmtList){0}; }
     | dimlist
     ;
 
+/* dimlist = dim { "," dim } */
 dimlist: dim                     { $$ = (StmtList){0}; PUSH($$, $1); }
        | dimlist ',' dim         { $$ = $1; PUSH($$, $3); }
        ;
@@ -116,17 +118,19 @@ dim: IDENT '=' expr              { $$ = named(p, S_DIM, @1, $1, @1); $$->val = $
                                    $$->role = $1; $$->role_loc = L(@1); }
    ;
 
-/* Each block: "{" statements separated by sep "}"; the last needs no sep.
- * After a bad statement, errors are reported again from the next one on. */
+/* mbody = "{" mstmts [ mstmt ] "}". As in every block, statements are
+ * separated by sep, the last needs none, and after a bad statement errors
+ * are reported again from the next one on. */
 mbody: '{' mstmts '}'            { $$ = $2; }
      | '{' mstmts mstmt '}'      { $$ = $2; PUSH($$, $3); }
      | '{' mstmts error '}'      { $$ = $2; yyerrok; }
      ;
 
+/* mstmts = { sep | mstmt sep } */
 mstmts: %empty                   { $$ = (StmtList){0}; }
       | mstmts sep
       | mstmts mstmt sep         { $$ = $1; PUSH($$, $2); }
-      | mstmts error sep        { $$ = $1; yyerrok; }
+      | mstmts error sep         { $$ = $1; yyerrok; }
       ;
 
 /* mstmt = "input" IDENT ":" type
@@ -156,15 +160,17 @@ callee: IDENT                    { $$ = ident(p, $1, @1); }
       | call
       ;
 
+/* cbody = "{" cstmts [ cstmt ] "}" */
 cbody: '{' cstmts '}'            { $$ = $2; }
      | '{' cstmts cstmt '}'      { $$ = $2; PUSH($$, $3); }
      | '{' cstmts error '}'      { $$ = $2; yyerrok; }
      ;
 
+/* cstmts = { sep | cstmt sep } */
 cstmts: %empty                   { $$ = (StmtList){0}; }
       | cstmts sep
       | cstmts cstmt sep         { $$ = $1; PUSH($$, $2); }
-      | cstmts error sep        { $$ = $1; yyerrok; }
+      | cstmts error sep         { $$ = $1; yyerrok; }
       ;
 
 /* cstmt = "node" IDENT "{" nstmts "}" | "link" call */
@@ -172,30 +178,34 @@ cstmt: NODE IDENT nl_opt nbody   { $$ = named(p, S_NODE, @1, $2, @2); $$->body =
      | LINK call                 { $$ = named(p, S_LINK, @1, $2->s, @2); $$->val = $2; }
      ;
 
+/* nbody = "{" nstmts [ nstmt ] "}" */
 nbody: '{' nstmts '}'            { $$ = $2; }
      | '{' nstmts nstmt '}'      { $$ = $2; PUSH($$, $3); }
      | '{' nstmts error '}'      { $$ = $2; yyerrok; }
      ;
 
+/* nstmts = { sep | nstmt sep } */
 nstmts: %empty                   { $$ = (StmtList){0}; }
       | nstmts sep
       | nstmts nstmt sep         { $$ = $1; PUSH($$, $2); }
-      | nstmts error sep        { $$ = $1; yyerrok; }
+      | nstmts error sep         { $$ = $1; yyerrok; }
       ;
 
 /* nstmt = "device" IDENT ":" callee */
 nstmt: DEVICE IDENT ':' callee   { $$ = named(p, S_DEVICE, @1, $2, @2); $$->val = $4; }
      ;
 
+/* pbody = "{" pstmts [ pstmt ] "}" */
 pbody: '{' pstmts '}'            { $$ = $2; }
      | '{' pstmts pstmt '}'      { $$ = $2; PUSH($$, $3); }
      | '{' pstmts error '}'      { $$ = $2; yyerrok; }
      ;
 
+/* pstmts = { sep | pstmt sep } */
 pstmts: %empty                   { $$ = (StmtList){0}; }
       | pstmts sep
       | pstmts pstmt sep         { $$ = $1; PUSH($$, $2); }
-      | pstmts error sep        { $$ = $1; yyerrok; }
+      | pstmts error sep         { $$ = $1; yyerrok; }
       ;
 
 /* pstmt = "mesh" IDENT "[" axis { "," axis } "]" [ "over" IDENT { "," IDENT } ]
@@ -209,6 +219,7 @@ pstmt: MESH IDENT '[' axes ']'   { $$ = named(p, S_MESH, @1, $2, @2); $$->axes =
      | PLAN IDENT                { $$ = named(p, S_PLAN, @1, $2, @2); }
      ;
 
+/* axes = axis { "," axis } */
 axes: axis                       { $$ = (ArgList){0}; PUSH($$, $1); }
     | axes ',' axis              { $$ = $1; PUSH($$, $3); }
     ;
@@ -217,10 +228,12 @@ axes: axis                       { $$ = (ArgList){0}; PUSH($$, $1); }
 axis: IDENT '=' expr             { $$ = (Arg){$1, L(@1), $3}; }
     ;
 
+/* names = IDENT { "," IDENT } */
 names: IDENT                     { $$ = (ExprList){0}; PUSH($$, ident(p, $1, @1)); }
      | names ',' IDENT           { $$ = $1; PUSH($$, ident(p, $3, @3)); }
      ;
 
+/* sdims = sdim { "," sdim } */
 sdims: sdim                      { $$ = (ExprList){0}; PUSH($$, $1); }
      | sdims ',' sdim            { $$ = $1; PUSH($$, $3); }
      ;
@@ -252,6 +265,7 @@ expr: expr '+' expr              { $$ = binary(p, '+', $1, $3, @2); }
     | '[' exprs ']'              { $$ = list(p, @1, $2); }
     ;
 
+/* exprs = expr { "," expr } */
 exprs: expr                      { $$ = (ExprList){0}; PUSH($$, $1); }
      | exprs ',' expr            { $$ = $1; PUSH($$, $3); }
      ;
@@ -261,6 +275,7 @@ call: IDENT '(' ')'              { $$ = call(p, $1, @1, (ArgList){0}); }
     | IDENT '(' args ')'         { $$ = call(p, $1, @1, $3); }
     ;
 
+/* args = arg { "," arg } */
 args: arg                        { $$ = (ArgList){0}; PUSH($$, $1); }
     | args ',' arg               { $$ = $1; PUSH($$, $3); }
     ;

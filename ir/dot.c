@@ -40,7 +40,8 @@ void ir_print_dot(FILE *out, const Module *m) {
   fputs("\" {\n  node [fontname=\"monospace\", fontsize=10];\n", out);
   for (int k = 0; k < m->global.n; k++) {
     const Global *g = &m->global.a[k];
-    fprintf(out, "  g%d [shape=box, label=\"%s ", k, (unsigned)g->kind <= G_STATE ? kinds[g->kind] : "?");
+    fprintf(out, "  g%d [shape=box, label=\"%s ", k,
+            (unsigned)g->kind <= G_STATE ? kinds[g->kind] : "?");
     dot_str(out, g->name);
     fprintf(out, "\\n%s\"];\n", type_str(&g->type, buf, sizeof buf));
   }

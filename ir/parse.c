@@ -355,10 +355,11 @@ static bool at_eol(const Parser *p) { return p->tok.kind == T_NL || p->tok.kind 
 static void finish_line(Parser *p, bool ok) {
   if (ok && !at_eol(p))
     expected(p, "end of line");
+  bool quiet = p->quiet;
   p->quiet = true;
   while (!at_eol(p))
     next(p);
-  p->quiet = false;
+  p->quiet = quiet;
   if (p->tok.kind == T_NL)
     next(p);
 }
@@ -439,8 +440,8 @@ static bool parse_loc(Parser *p, Loc *loc) {
   const char *name = p->tok.s;
   int64_t line, col;
   next(p);
-  if (!expect(p, ':') || !parse_int(p, 0, INT32_MAX, "a line number", &line) || !expect(p, ':') ||
-      !parse_int(p, 0, INT32_MAX, "a column number", &col))
+  if (!expect(p, ':') || !parse_int(p, INT_MIN, INT_MAX, "a line number", &line) ||
+      !expect(p, ':') || !parse_int(p, INT_MIN, INT_MAX, "a column number", &col))
     return false;
   *loc = (Loc){intern_file(p, name), (int)line, (int)col};
   return true;
@@ -546,7 +547,8 @@ static bool parse_attrs(Parser *p, PAttrs *v) {
 }
 
 /* Stores attributes into the fields of rec named by the table. */
-static bool set_fields(Parser *p, void *rec, const IrField *fields, const PAttrs *v, const char *what) {
+static bool set_fields(Parser *p, void *rec, const IrField *fields, const PAttrs *v,
+                       const char *what) {
   bool ok = true;
   for (int k = 0; k < v->n; k++) {
     const Attr *a = &v->a[k].a;
@@ -906,15 +908,18 @@ static bool parse_global(Parser *p, GlobalKind kind) {
 
 /* ---- instructions ---- */
 
+/* %N values are keyed by their number, so %07 is %7. */
+static const char *value_key(Parser *p, const Tok *t) {
+  return t->num ? arena_printf(p->a, "%lld", (long long)t->i) : t->s;
+}
+
 static MapEnt *find_value(Parser *p, const Tok *t) {
-  return map_find(t->num ? &p->nums : &p->vals, t->num ? arena_printf(p->a, "%lld", (long long)t->i) : t->s);
+  return map_find(t->num ? &p->nums : &p->vals, value_key(p, t));
 }
 
 static void define_value(Parser *p, const Tok *t, Inst *in) {
-  Map *m = t->num ? &p->nums : &p->vals;
-  const char *key = t->num ? arena_printf(p->a, "%lld", (long long)t->i) : t->s;
-  if (!map_find(m, key))
-    map_put(p->a, m, key, in);
+  if (!find_value(p, t))
+    map_put(p->a, t->num ? &p->nums : &p->vals, value_key(p, t), in);
 }
 
 typedef struct InstLine {
@@ -1114,7 +1119,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
     else if (is_kw(t, "module"))
       ok = (error_at(p, t->loc, "a file holds one module"), false);
     else
-      ok = expected(p, "a declaration (dim, cluster, mesh, plan, train, input, param, state, func)");
+      ok = expected(p, "a declaration (dim, cluster, mesh, plan, train, input, param, state, "
+                       "func)");
     finish_line(p, ok);
   }
   return d->nerr > nerr ? NULL : p->m;

@@ -118,7 +118,20 @@ static void names_unique(Names *v, Diag *d, const char *what) {
   v->n = 0;
 }
 
-/* ---- cluster, meshes, shardings ---- */
+/* ---- types, cluster, meshes, shardings ---- */
+
+/* The limits of ir.h: rank, each dimension positive, element count. */
+static bool shape_ok(const Type *t) {
+  if (t->rank < 0 || t->rank > IR_MAX_RANK)
+    return false;
+  int64_t n = 1;
+  for (int d = 0; d < t->rank; d++) {
+    if (t->dim[d] < 1 || t->dim[d] > IR_MAX_DIM || n > IR_MAX_ELEMS / t->dim[d])
+      return false;
+    n *= t->dim[d];
+  }
+  return true;
+}
 
 static void verify_cluster(const Cluster *c, Diag *d, Names *names) {
   for (int k = 0; k < c->node.n; k++)
@@ -187,8 +200,9 @@ static void verify_shard(const Module *m, const Sharding *s, int rank, Loc loc, 
     double sum = 0;
     for (int k = 0; r && k < mh->axis_size[ax]; k++) {
       if (!(r[k] > 0))
-        diag_error(d, loc, "sharding of %s: ratio %d of dimension %d is %g; ratios must be positive",
-                   what, k, dim, r[k]);
+        diag_error(d, loc,
+                   "sharding of %s: ratio %d of dimension %d is %g; ratios must be positive", what,
+                   k, dim, r[k]);
       sum += r[k];
     }
     if (r && !(fabs(sum - 1) <= 1e-6))
@@ -273,6 +287,9 @@ static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
     char err[256], b1[128], b2[128], what[32];
     if (in->name)
       name_add(names, in->name, in->loc);
+    snprintf(what, sizeof what, "%%%d", in->id);
+    if (in->shard)
+      verify_shard(m, in->shard, in->type.rank, in->loc, d, in->name ? in->name : what);
     bool ok = operands_ok(f, in, k, d);
     if (!ir_check_attrs(in, d, in->loc, NULL) || !ok)
       continue;
@@ -284,9 +301,6 @@ static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
     else if (!type_eq(&tmp.type, &in->type))
       diag_error(d, in->loc, "'%s' has type %s, but its operands give %s", ir_ops[in->op].name,
                  type_str(&in->type, b1, 128), type_str(&tmp.type, b2, 128));
-    snprintf(what, sizeof what, "%%%d", in->id);
-    if (in->shard)
-      verify_shard(m, in->shard, in->type.rank, in->loc, d, in->name ? in->name : what);
   }
   names_unique(names, d, "value");
   for (int k = 0; k < f->inst.n; k++)
@@ -317,6 +331,8 @@ bool ir_verify(const Module *m, Diag *d) {
     name_add(&names, g->name, g->loc);
     if (g->type.dtype == DT_VOID || (unsigned)g->type.dtype >= DT_COUNT)
       diag_error(d, g->loc, "global '%s' has no element type", g->name);
+    else if (!shape_ok(&g->type))
+      diag_error(d, g->loc, "global '%s' has a rank or a dimension out of range", g->name);
     if (g->shard)
       verify_shard(m, g->shard, g->type.rank, g->loc, d, g->name);
   }

@@ -50,7 +50,9 @@ static int find(Fuser *fu, int g) {
   return g;
 }
 
-static int group_of(Fuser *fu, const Inst *i) { return fu->grp[i->id] ? find(fu, fu->grp[i->id]) : 0; }
+static int group_of(Fuser *fu, const Inst *i) {
+  return fu->grp[i->id] ? find(fu, fu->grp[i->id]) : 0;
+}
 
 static bool same_dims(const Type *a, const Type *b) {
   if (a->rank != b->rank)

@@ -31,16 +31,25 @@ static bool is_alias(const Inst *i) {
          i->op == OP_store || i->op == OP_output;
 }
 
+/* The training loss leaves @forward's generated code (codegen/emit.c's
+ * cg_live), so it cannot hold a value there. */
+static bool dropped(const Inst *out) {
+  const char *loss = out->fn->mod->train.loss;
+  return loss && !strcmp(out->fn->name, "forward") && !strcmp(ir_get_str(out, "name", ""), loss);
+}
+
 bool memplan_output_direct(const Inst *out) {
   const Inst *v = out->in[0];
   if (ir_ops[v->op].kind == K_ELEM)
     return true;
-  if (is_alias(v))
+  if (is_alias(v) || dropped(out))
     return false;
   const Func *f = out->fn;
-  for (int k = 0; k < f->inst.n; k++)
-    if (f->inst.a[k]->op == OP_output && f->inst.a[k]->in[0] == v)
-      return f->inst.a[k] == out;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *o = f->inst.a[k];
+    if (o->op == OP_output && o->in[0] == v && !dropped(o))
+      return o == out;
+  }
   return false;
 }
 
@@ -56,7 +65,7 @@ static bool needs_memory(const Inst *i, const Uses *u) {
   for (int k = u->off[i->id]; k < u->off[i->id + 1]; k++) {
     const Inst *x = u->u[k];
     if (ir_ops[i->op].kind != K_ELEM) {
-      if (x->op == OP_output)
+      if (x->op == OP_output && memplan_output_direct(x))
         return false;
     } else if (x->op != OP_output && (!i->fuse || x->fuse != i->fuse)) {
       return true;

@@ -11,6 +11,7 @@
 struct DtrtCtx {
   DtAllocator a;
   char err[512];
+  DtComm *comm;
 };
 
 static void *sys_alloc(void *user, size_t n) {
@@ -44,9 +45,12 @@ DtrtCtx *dtrt_ctx_new_with(const DtAllocator *a) {
 void dtrt_ctx_free(DtrtCtx *ctx) {
   if (!ctx)
     return;
+  dtrt_comm_free(ctx);
   DtAllocator a = ctx->a;
   a.free(a.user, ctx);
 }
+
+DtComm **dtrt_ctx_comm(DtrtCtx *ctx) { return &ctx->comm; }
 
 const char *dtrt_errmsg(const DtrtCtx *ctx) { return ctx ? ctx->err : "no context"; }
 

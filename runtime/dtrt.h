@@ -186,6 +186,93 @@ DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out);
 DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out);
 void dtrt_data_free(DtrtCtx *ctx, DtData *d);
 
+/* ---- communication (comm.c, kernels_comm.c) ---------------------------
+ * SPMD over MPI. A process started by a launcher (mpirun/mpiexec of MPICH,
+ * Intel MPI or Open MPI, or srun: recognised by the environment they set) is
+ * one rank of a job: dtrt_comm_init initialises MPI (MPI_THREAD_FUNNELED). A
+ * process started alone is rank 0 of 1 and MPI is never touched. An
+ * application that initialised MPI itself keeps it: dtrt uses it and never
+ * finalises it. The application configures nothing.
+ *
+ * MPI starts at most once per process. The context whose dtrt_comm_init
+ * initialised it finalises it in dtrt_ctx_free; other contexts' communication
+ * fails with DT_ERR_MPI from then on, and MPI cannot start again. So keep that
+ * first context (or model) until the end of the run, or call MPI_Init before
+ * any dtrt call to own MPI yourself.
+ *
+ * Calls marked (collective) must be made by every rank of the job, or for the
+ * kernels by every member of the mesh axis group, in the same order; so must
+ * dtrt_ctx_free of a context that communicated. Failures that every rank sees
+ * alike (bad arguments derived from the same program) return on every rank;
+ * for a failure on some ranks only, pass each rank's status through
+ * dtrt_comm_status before the next collective. Every communicator dtrt creates
+ * returns errors (MPI_ERRORS_RETURN): an MPI error is DT_ERR_MPI with MPI's
+ * own text. */
+
+#define DTRT_MAX_MESH 4   /* mesh axes */
+
+/* (collective) Joins the job, or sets up the single process. Idempotent; the
+ * other calls of this section call it themselves. */
+DtStatus dtrt_comm_init(DtrtCtx *ctx);
+int dtrt_rank(const DtrtCtx *ctx);     /* 0 before dtrt_comm_init */
+int dtrt_nranks(const DtrtCtx *ctx);   /* 1 before dtrt_comm_init */
+
+/* (collective) Arranges the ranks as a mesh of axis_size[0] x ... x
+ * axis_size[naxis-1] devices, device = rank, row-major (the last axis varies
+ * fastest), with one group per axis: the ranks that share all other
+ * coordinates. The product must equal dtrt_nranks (DT_ERR_ARG otherwise). A
+ * second call replaces the mesh. Without one, the context acts as a mesh of
+ * one axis holding every rank. */
+DtStatus dtrt_mesh_init(DtrtCtx *ctx, int naxis, const int *axis_size);
+/* This rank's coordinate on mesh axis `axis` (its index in that group); -1 if
+ * there is no such axis. */
+int dtrt_mesh_coord(const DtrtCtx *ctx, int axis);
+
+/* (collective) Checks that every rank holds the same string (a model hash, a
+ * plan hash); NULL counts as "". On any difference every rank returns
+ * DT_ERR_MISMATCH with the same message, naming `what`, rank 0's value, the
+ * first rank that differs and its value, and how many ranks differ. */
+DtStatus dtrt_comm_agree(DtrtCtx *ctx, const char *what, const char *value);
+/* (collective) Shares every rank's local status: DT_OK on all ranks when
+ * every local is DT_OK; otherwise every rank returns the status of the lowest
+ * failing rank R with the message "rank R failed: <R's message>". One small
+ * all-reduce when all is well. */
+DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local);
+
+/* Collective kernels (collective over the group of mesh axis a->i[0]), same
+ * ABI as the kernels above. Attributes, in order:
+ *
+ *   all_reduce      axis, method                        in f32; out = sum, same
+ *                                                        shape; out may be in
+ *   all_gather      axis, dim, [b_0..b_{p-1}], method    in = member's block
+ *                                                        along dim, out whole;
+ *                                                        f32 or i32
+ *   reduce_scatter  axis, dim, [b_0..b_{p-1}], method    in whole partial sum,
+ *                                                        out = member's block
+ *                                                        of the sum; f32
+ *   all_to_all      axis, din, dout, [i_0..i_{p-1}, o_0..o_{p-1}], method
+ *                    in = member's block along din (whole along dout), out =
+ *                    its block along dout (whole along din); din != dout;
+ *                    f32 or i32
+ *
+ * p is the group's size; b_m (i_m, o_m) is the length along the split dim of
+ * member m's block, members in group order (their coordinate on the axis),
+ * blocks in member order along the dim. Lists are all or nothing: without
+ * them the split is even, the first (length % p) members holding one element
+ * more. The method is always last: */
+enum {
+  DTRT_COMM_MPI = 0,    /* MPI's own collective (Allreduce, Allgatherv,
+                           Reduce_scatter, Alltoallv) */
+  DTRT_COMM_RING = 1,   /* ring of MPI_Sendrecv: reduce-scatter then all-gather
+                           for all_reduce; pairwise exchange for all_to_all */
+  DTRT_COMM_GROUPED = 2 /* one MPI_Bcast (all_gather) or MPI_Reduce
+                           (reduce_scatter) per member */
+};
+DTRT_KERNEL(all_reduce);
+DTRT_KERNEL(all_gather);
+DTRT_KERNEL(reduce_scatter);
+DTRT_KERNEL(all_to_all);
+
 /* ---- models (called by the wrappers dtc generates in NAME.o) -------------
  * dtc emits, per model, a constant DtModelDesc and the step functions; the
  * generated NAME_create/NAME_train_step/... are thin wrappers over these. */
@@ -222,6 +309,12 @@ typedef struct DtModelDesc {
   DtStepFn forward;
   int32_t nfwd_in, nfwd_out;     /* forward's inputs and outputs: indices into global */
   const int32_t *fwd_in, *fwd_out;
+  /* SPMD (nmesh_axis > 0): the mesh every rank joins at creation; its product
+   * must equal the job's rank count. plan_hash (NULL: "") and hash must be the
+   * same on every rank. The state and work blocks are this rank's. */
+  int32_t nmesh_axis;
+  const int32_t *mesh_axis_size;
+  const char *plan_hash;
 } DtModelDesc;
 
 typedef struct DtModel DtModel;
@@ -243,6 +336,17 @@ DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t
 DtStatus dtrt_model_save(DtModel *m, const char *path);
 DtStatus dtrt_model_load(DtModel *m, const char *path);
 int64_t dtrt_model_step(const DtModel *m);        /* training steps taken */
+/* SPMD models (nmesh_axis > 0). Creation is collective: it joins the job,
+ * agrees on the model hash, the plan hash and the mesh (DT_ERR_MISMATCH on
+ * every rank if they differ), checks the rank count and builds the mesh. Train
+ * and forward steps, save and load are collective too, and share every rank's
+ * status (dtrt_comm_status): when one rank fails, all return its error.
+ * Checkpoints are per rank, each holding the state block this rank holds: PATH
+ * itself in a job of one rank, PATH.rankR (R = dtrt_model_rank) otherwise,
+ * stamped with the model hash, the plan hash and the rank, so they load back
+ * only into the same plan on the same number of ranks. A load commits on no
+ * rank unless every rank read its file and all files hold the same step. */
+int dtrt_model_rank(const DtModel *m);            /* 0 when not SPMD */
 /* Pointer to a param or state tensor by name (NULL if none). */
 void *dtrt_model_tensor(DtModel *m, const char *name);
 /* dtrt_model_create with an allocator for the model's context (NULL: default)

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mpi.h>
+
 #include "dtrt.h"
 
 /* ---- tensor.c --------------------------------------------------------- */
@@ -52,5 +54,27 @@ static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
  * same on every machine: dtrt_rand_at(dtrt_rand_key(seed, stream), counter). */
 uint64_t dtrt_rand_key(uint64_t seed, uint64_t stream);
 uint64_t dtrt_rand_at(uint64_t key, uint64_t counter);
+
+/* ---- ctx.c ------------------------------------------------------------ */
+
+typedef struct DtComm DtComm;
+/* The context's communication state: NULL until dtrt_comm_init. */
+DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
+
+/* ---- comm.c ----------------------------------------------------------- */
+
+/* The group of ranks along one mesh axis, as the collective kernels see it. */
+typedef struct DtGroup {
+  MPI_Comm comm;   /* MPI_COMM_NULL in a single process */
+  int size, me;    /* me: this rank's index in the group (its coordinate) */
+} DtGroup;
+
+/* The group of mesh axis `axis`, joining the job first if need be. */
+DtStatus dtrt_group(DtrtCtx *ctx, const char *op, int64_t axis, DtGroup *g);
+/* DT_OK if err is MPI_SUCCESS, else DT_ERR_MPI with "OP: CALL: <MPI's text>". */
+DtStatus dtrt_mpi(DtrtCtx *ctx, int err, const char *op, const char *call);
+/* Releases the communication state (dtrt_ctx_free): the communicators, and MPI
+ * itself if this context initialised it. */
+void dtrt_comm_free(DtrtCtx *ctx);
 
 #endif

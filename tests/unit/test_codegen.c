@@ -235,7 +235,10 @@ static void memplan_reuses(void **state) {
   Inst *v = x;
   for (int k = 0; k < 6; k++)
     v = ct_op(&t, OP_softmax, 1, v);
-  ct_output(&t, ct_op(&t, OP_sum, 1, v), "s");
+  Inst *s = ct_new(&t, OP_sum, 1, v);
+  int64_t ax[] = {0, 1};
+  ir_set_ints(s, "axes", ax, 2);
+  ct_output(&t, ir_finish(s), "s");
   ct_passes(&t);
   check_plan(t.f);
   /* a chain needs two live buffers at a time, not six */
@@ -277,10 +280,19 @@ static void llvm_ir_properties(void **state) {
   ir_has(ir, "define void @cl_destroy(");
   free(ir);
 
+  ct_free(&t);
+
+  /* the bias-add and relu loop of a larger layer is vectorised at -O2 */
+  ct_init(&t, "big");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 32, 64), NULL);
+  Inst *w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 2, 64, 256), "glorot");
+  Inst *b = ct_global(&t, "b", G_PARAM, ty(DT_F32, 1, 256), "zeros");
+  ct_output(&t, ct_op(&t, OP_relu, 1, ct_op(&t, OP_add, 2, ct_op(&t, OP_matmul, 2, x, w), b)), "h");
+  ct_passes(&t);
   path = ct_emit(&t, "llvm", "x86_64-unknown-linux-gnu", "x86-64", 2);
   assert_non_null(path);
   ir = ct_read(path, NULL);
-  ir_has(ir, "<4 x float>");
+  ir_has(ir, "fadd <4 x float>");
   ir_has(ir, "llvm.loop.isvectorized");
   free(ir);
   ct_free(&t);

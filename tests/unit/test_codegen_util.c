@@ -45,7 +45,8 @@ Inst *ct_load(CT *t, Func *f, const char *name) {
   (void)t;
   Inst *l = ir_new(f, OP_load, (Loc){0}, 0, NULL);
   ir_set_str(l, "global", name);
-  l->name = ir_find_global(f->mod, name)->name;
+  if (!ir_find_inst(f, name))
+    l->name = ir_find_global(f->mod, name)->name;
   return ir_finish(l);
 }
 

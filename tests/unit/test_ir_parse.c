@@ -170,8 +170,8 @@ static void test_module_decls(void **state) {
                "t.ir:2:30: error: expected ':', found end of line");
   expect_error("module m\ninput x : f32[2] loc a.dt:1:1\n",
                "t.ir:2:22: error: expected a file name string, found 'a.dt'");
-  expect_error("module m\ninput x : f32[2] loc \"a.dt\":-1:1\n",
-               "t.ir:2:29: error: a line number must be between 0 and 2147483647");
+  expect_error("module m\ninput x : f32[2] loc \"a.dt\":2147483648:1\n",
+               "t.ir:2:29: error: a line number must be between -2147483648 and 2147483647");
 }
 
 static void test_cluster_and_mesh(void **state) {
@@ -230,6 +230,9 @@ static void test_blocks_and_recovery(void **state) {
   expect_error("module m\nfunc @f {\n}}\n", "t.ir:3:2: error: expected end of line, found '}'");
   expect_error("module m\nfunc f {\n  %x = bad\n}\ninput x : f32[]\n",
                "t.ir:2:6: error: expected a function name (@name), found 'f'");
+  /* the body of a bad block header is skipped quietly, to its '}' */
+  expect_errors("module m\ncluster {\n  node # $\n  dev ! ^\n}\ndim B = 1 &\n", 2,
+                "t.ir:2:9: error: expected a cluster name, found '{'");
   /* one error per bad line, and the good lines between them parse */
   r = parse(HEAD "  %b = neg %a : f32[9]\n  %c = neg %a : f32[2,3]\n  %d = frob\n"
                  "  %e = neg %c : f32[2,3]\n  %f = neg %q : f32[2,3]\n}\n");

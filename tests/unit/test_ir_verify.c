@@ -160,6 +160,9 @@ static void test_globals(void **state) {
   m->global.a[1].type = (Type){DT_VOID, 0, {0}};
   expect(m, 2, "v.ir:11:1: error: global 'y' has no element type");
   m = good();
+  m->global.a[2].type.dim[0] = 0;
+  expect(m, 3, "v.ir:12:1: error: global 'w' has a rank or a dimension out of range");
+  m = good();
   m->global.a[2].name = "x";
   expect(m, 3, "v.ir:12:1: error: global 'x' is defined twice");
 }

@@ -1,0 +1,310 @@
+/* comm.c: SPMD over MPI: launch detection and start-up, the mesh and the group
+ * of each of its axes, agreement between ranks and sharing of failures. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+struct DtComm {
+  bool mpi;                        /* one rank of an MPI job; else rank 0 of 1 */
+  bool owner;                      /* this context started MPI: it finalises it */
+  int rank, nranks;
+  MPI_Comm world;                  /* dtrt's own copy of MPI_COMM_WORLD */
+  int naxis;                       /* 0 until dtrt_mesh_init */
+  int size[DTRT_MAX_MESH], coord[DTRT_MAX_MESH];
+  MPI_Comm axis[DTRT_MAX_MESH];    /* the group of each mesh axis */
+};
+
+/* What launchers set in every process they start: a process in which one of
+ * these is set (with its companion, if any) is one rank of a job. */
+static const struct {
+  const char *var, *with, *launcher;
+} launch_env[] = {
+    {"PMI_RANK", "PMI_SIZE", "MPICH's hydra or Intel MPI"},
+    {"PMIX_RANK", NULL, "a PMIx launcher (Open MPI 5, srun --mpi=pmix)"},
+    {"OMPI_COMM_WORLD_SIZE", NULL, "Open MPI's mpirun"},
+    {"SLURM_PROCID", "SLURM_NTASKS", "srun"},
+};
+
+static const char *launcher(void) {
+  for (size_t k = 0; k < sizeof launch_env / sizeof launch_env[0]; k++)
+    if (getenv(launch_env[k].var) && (!launch_env[k].with || getenv(launch_env[k].with)))
+      return launch_env[k].launcher;
+  return NULL;
+}
+
+DtStatus dtrt_mpi(DtrtCtx *ctx, int err, const char *op, const char *call) {
+  if (err == MPI_SUCCESS)
+    return DT_OK;
+  char text[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(err, text, &n) == MPI_SUCCESS && n >= 0 && n < MPI_MAX_ERROR_STRING)
+    text[n] = 0;
+  else
+    snprintf(text, sizeof text, "MPI error code %d", err);
+  return dtrt_fail(ctx, DT_ERR_MPI, "%s: %s: %s", op, call, text);
+}
+
+static DtComm *comm_of(const DtrtCtx *ctx) {
+  return ctx ? *dtrt_ctx_comm((DtrtCtx *)ctx) : NULL;
+}
+
+static void free_axes(DtComm *c) {
+  for (int k = 0; k < DTRT_MAX_MESH; k++)
+    if (c->axis[k] != MPI_COMM_NULL)
+      MPI_Comm_free(&c->axis[k]);
+  c->naxis = 0;
+}
+
+void dtrt_comm_free(DtrtCtx *ctx) {
+  DtComm **slot = dtrt_ctx_comm(ctx), *c = *slot;
+  if (!c)
+    return;
+  int ended = 1;
+  if (c->mpi)
+    MPI_Finalized(&ended);
+  if (!ended) {
+    free_axes(c);
+    if (c->world != MPI_COMM_NULL)
+      MPI_Comm_free(&c->world);
+    if (c->owner)
+      MPI_Finalize();
+  }
+  *slot = NULL;
+  dtrt_free(ctx, c);
+}
+
+/* A failure here leaves MPI started but not finalised: a rank that gives up
+ * then ends without MPI_Finalize, which makes the launcher end the whole job
+ * rather than leave the other ranks waiting in a collective. */
+DtStatus dtrt_comm_init(DtrtCtx *ctx) {
+  const char *op = "comm_init";
+  if (!ctx)
+    return DT_ERR_ARG;
+  DtComm **slot = dtrt_ctx_comm(ctx);
+  if (*slot)
+    return DT_OK;
+  int started, ended;
+  MPI_Initialized(&started);
+  MPI_Finalized(&ended);
+  if (ended)
+    return dtrt_fail(ctx, DT_ERR_MPI,
+                     "%s: MPI was finalised in this process (the context that started it was "
+                     "freed) and cannot start again",
+                     op);
+  const char *by = started ? NULL : launcher();
+  DtComm *c = dtrt_alloc(ctx, sizeof *c);
+  if (!c)
+    return DT_ERR_NOMEM;
+  *c = (DtComm){.nranks = 1, .world = MPI_COMM_NULL};
+  for (int k = 0; k < DTRT_MAX_MESH; k++)
+    c->axis[k] = MPI_COMM_NULL;
+  if (by) {
+    int provided;
+    int err = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    if (err != MPI_SUCCESS) {
+      dtrt_free(ctx, c);
+      dtrt_mpi(ctx, err, op, "MPI_Init_thread");
+      char why[512];
+      snprintf(why, sizeof why, "%s", dtrt_errmsg(ctx));
+      return dtrt_fail(ctx, DT_ERR_MPI, "%s (started by %s)", why, by);
+    }
+    c->owner = true;
+  }
+  if (started || by) {
+    c->mpi = true;
+    DtStatus s;
+    if ((s = dtrt_mpi(ctx, MPI_Comm_dup(MPI_COMM_WORLD, &c->world), op, "MPI_Comm_dup")) ||
+        (s = dtrt_mpi(ctx, MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN), op,
+                      "MPI_Comm_set_errhandler")) ||
+        (s = dtrt_mpi(ctx, MPI_Comm_rank(c->world, &c->rank), op, "MPI_Comm_rank")) ||
+        (s = dtrt_mpi(ctx, MPI_Comm_size(c->world, &c->nranks), op, "MPI_Comm_size"))) {
+      if (c->world != MPI_COMM_NULL)
+        MPI_Comm_free(&c->world);
+      dtrt_free(ctx, c);
+      return s;
+    }
+  }
+  *slot = c;
+  return DT_OK;
+}
+
+int dtrt_rank(const DtrtCtx *ctx) {
+  const DtComm *c = comm_of(ctx);
+  return c ? c->rank : 0;
+}
+
+int dtrt_nranks(const DtrtCtx *ctx) {
+  const DtComm *c = comm_of(ctx);
+  return c ? c->nranks : 1;
+}
+
+int dtrt_mesh_coord(const DtrtCtx *ctx, int axis) {
+  const DtComm *c = comm_of(ctx);
+  if (!c || !c->naxis)
+    return axis == 0 ? dtrt_rank(ctx) : -1;
+  return axis >= 0 && axis < c->naxis ? c->coord[axis] : -1;
+}
+
+/* "2x3" */
+static const char *shape_str(int naxis, const int *size, char *buf, size_t n) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < naxis && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, "%s%d", i ? "x" : "", size[i]);
+  return buf;
+}
+
+DtStatus dtrt_mesh_init(DtrtCtx *ctx, int naxis, const int *axis_size) {
+  const char *op = "mesh_init";
+  if (!ctx)
+    return DT_ERR_ARG;
+  if (naxis < 1 || naxis > DTRT_MAX_MESH || !axis_size)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d axes at %p (1 to %d axes expected)", op, naxis,
+                     (const void *)axis_size, DTRT_MAX_MESH);
+  DtStatus s = dtrt_comm_init(ctx);
+  if (s)
+    return s;
+  DtComm *c = comm_of(ctx);
+  char shape[96];
+  shape_str(naxis, axis_size, shape, sizeof shape);
+  int64_t devices = 1;
+  for (int k = 0; k < naxis; k++) {
+    if (axis_size[k] < 1)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: axis %d of the %s mesh has size %d", op, k, shape,
+                       axis_size[k]);
+    if (!dtrt_mul(devices, axis_size[k], &devices))
+      devices = INT64_MAX;
+  }
+  if (devices != c->nranks)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the %s mesh has %lld devices, the job has %d rank%s",
+                     op, shape, (long long)devices, c->nranks, c->nranks == 1 ? "" : "s");
+  free_axes(c);
+  int stride[DTRT_MAX_MESH], rest = c->rank;
+  for (int k = naxis - 1; k >= 0; k--) {
+    stride[k] = k == naxis - 1 ? 1 : stride[k + 1] * axis_size[k + 1];
+    c->size[k] = axis_size[k];
+    c->coord[k] = rest % axis_size[k];
+    rest /= axis_size[k];
+  }
+  /* the group of axis k: the ranks whose coordinates differ only in k, ordered
+   * by their coordinate on k */
+  for (int k = 0; c->mpi && k < naxis; k++) {
+    int others = c->rank - c->coord[k] * stride[k];
+    if ((s = dtrt_mpi(ctx, MPI_Comm_split(c->world, others, c->coord[k], &c->axis[k]), op,
+                      "MPI_Comm_split")) ||
+        (s = dtrt_mpi(ctx, MPI_Comm_set_errhandler(c->axis[k], MPI_ERRORS_RETURN), op,
+                      "MPI_Comm_set_errhandler"))) {
+      free_axes(c);
+      return s;
+    }
+  }
+  c->naxis = naxis;
+  return DT_OK;
+}
+
+DtStatus dtrt_group(DtrtCtx *ctx, const char *op, int64_t axis, DtGroup *g) {
+  DtStatus s = dtrt_comm_init(ctx);
+  if (s)
+    return s;
+  const DtComm *c = comm_of(ctx);
+  int naxis = c->naxis ? c->naxis : 1;
+  if (axis < 0 || axis >= naxis)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: mesh axis %lld out of range (the mesh has %d)", op,
+                     (long long)axis, naxis);
+  int ended = 0;
+  if (c->mpi)
+    MPI_Finalized(&ended);
+  if (ended)
+    return dtrt_fail(ctx, DT_ERR_MPI,
+                     "%s: MPI was finalised (the context that started it was freed)", op);
+  if (c->naxis)
+    *g = (DtGroup){c->mpi ? c->axis[axis] : MPI_COMM_NULL, c->size[axis], c->coord[axis]};
+  else
+    *g = (DtGroup){c->world, c->nranks, c->rank};
+  return DT_OK;
+}
+
+/* Rank 0's value goes to every rank in pieces of PIECE bytes, so that
+ * agreement needs no allocation (and cannot fail on one rank alone). */
+enum { PIECE = 256, SHOWN = 120 };
+
+DtStatus dtrt_comm_agree(DtrtCtx *ctx, const char *what, const char *value) {
+  const char *op = "comm_agree";
+  if (!ctx)
+    return DT_ERR_ARG;
+  what = what ? what : "value";
+  value = value ? value : "";
+  DtStatus s = dtrt_comm_init(ctx);
+  if (s)
+    return s;
+  const DtComm *c = comm_of(ctx);
+  if (!c->mpi || c->nranks == 1)
+    return DT_OK;
+  long long len = (long long)strlen(value), len0 = len;
+  if ((s = dtrt_mpi(ctx, MPI_Bcast(&len0, 1, MPI_LONG_LONG, 0, c->world), op, "MPI_Bcast")))
+    return s;
+  int differs = len != len0;
+  char head0[PIECE + 1] = {0}, head[PIECE + 1] = {0};
+  for (long long at = 0; at < len0; at += PIECE) {
+    char piece[PIECE];
+    int n = len0 - at < PIECE ? (int)(len0 - at) : PIECE;
+    if (c->rank == 0)
+      memcpy(piece, value + at, (size_t)n);
+    if ((s = dtrt_mpi(ctx, MPI_Bcast(piece, n, MPI_CHAR, 0, c->world), op, "MPI_Bcast")))
+      return s;
+    if (at == 0)
+      memcpy(head0, piece, (size_t)n);
+    differs = differs || memcmp(piece, value + at, (size_t)n);
+  }
+  int ndiff, mine = differs ? c->rank : c->nranks, first;
+  if ((s = dtrt_mpi(ctx, MPI_Allreduce(&differs, &ndiff, 1, MPI_INT, MPI_SUM, c->world), op,
+                    "MPI_Allreduce")))
+    return s;
+  if (!ndiff)
+    return DT_OK;
+  if ((s = dtrt_mpi(ctx, MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->world), op,
+                    "MPI_Allreduce")))
+    return s;
+  if (c->rank == first)
+    memcpy(head, value, (size_t)(len < PIECE ? len : PIECE));
+  if ((s = dtrt_mpi(ctx, MPI_Bcast(head, PIECE, MPI_CHAR, first, c->world), op, "MPI_Bcast")))
+    return s;
+  return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                   "%s differs between ranks: rank 0 has \"%.*s%s\", rank %d has \"%.*s%s\" "
+                   "(%d of %d ranks differ from rank 0)",
+                   what, SHOWN, head0, strlen(head0) > SHOWN ? "..." : "", first, SHOWN, head,
+                   strlen(head) > SHOWN ? "..." : "", ndiff, c->nranks);
+}
+
+DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local) {
+  const char *op = "comm_status";
+  if (!ctx)
+    return DT_ERR_ARG;
+  DtStatus s = dtrt_comm_init(ctx);
+  if (s)
+    return local ? local : s;
+  const DtComm *c = comm_of(ctx);
+  if (!c->mpi || c->nranks == 1)
+    return local;
+  int mine = local ? c->rank : c->nranks, first;
+  if ((s = dtrt_mpi(ctx, MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->world), op,
+                    "MPI_Allreduce")))
+    return s;
+  if (first == c->nranks)
+    return DT_OK;
+  int code = (int)local;
+  char msg[512] = {0};
+  if (c->rank == first)
+    snprintf(msg, sizeof msg, "%s", dtrt_errmsg(ctx));
+  if ((s = dtrt_mpi(ctx, MPI_Bcast(&code, 1, MPI_INT, first, c->world), op, "MPI_Bcast")) ||
+      (s = dtrt_mpi(ctx, MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, c->world), op,
+                    "MPI_Bcast")))
+    return s;
+  msg[sizeof msg - 1] = 0;
+  if (code <= DT_OK || code > DT_ERR_INTERNAL)
+    code = DT_ERR_INTERNAL;
+  return dtrt_fail(ctx, (DtStatus)code, "rank %d failed: %s", first,
+                   msg[0] ? msg : dtrt_status_name((DtStatus)code));
+}

@@ -1,0 +1,476 @@
+/* kernels_comm.c: the collective kernels over the group of one mesh axis:
+ * all-reduce, all-gather, reduce-scatter and all-to-all, each either through
+ * MPI's own collective or by one of dtc's methods (ring, grouped). */
+#include <limits.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+/* Tag of the point-to-point messages of the rings and the pairwise exchange;
+ * they travel on dtrt's own communicators, so no other traffic shares it. */
+enum { TAG = 0x6474 };
+
+/* How a dim is cut among the p members of a group: member m holds
+ * [off[m], off[m] + len[m]) along it (off[p] is the dim's length). Packed
+ * member after member, the blocks of a tensor whose other dims hold `unit`
+ * elements start at dsp[m] and hold cnt[m] elements: MPI's counts. */
+typedef struct Split {
+  int64_t *len, *off;
+  int *cnt, *dsp;
+} Split;
+
+/* n splits for a group of p in one allocation, released by free_splits. */
+static bool alloc_splits(DtrtCtx *ctx, int p, Split *sp, int n) {
+  size_t one = (size_t)(2 * p + 1) * sizeof(int64_t) + (size_t)(2 * p) * sizeof(int);
+  char *mem = dtrt_alloc(ctx, one * (size_t)n);
+  for (int k = 0; mem && k < n; k++, mem += one) {
+    sp[k].len = (int64_t *)mem;
+    sp[k].off = sp[k].len + p;
+    sp[k].cnt = (int *)(sp[k].off + p + 1);
+    sp[k].dsp = sp[k].cnt + p;
+  }
+  return mem != NULL;
+}
+
+static void free_splits(DtrtCtx *ctx, Split *sp) { dtrt_free(ctx, sp[0].len); }
+
+/* Cuts a dim of `total` elements among p members: by the lengths list[0..p),
+ * or evenly when list is NULL (the first total % p members one more). */
+static DtStatus cut(DtrtCtx *ctx, const char *op, const char *what, const int64_t *list, int p,
+                    int64_t total, int64_t unit, Split *sp) {
+  int64_t at = 0, elems;
+  for (int m = 0; m < p; m++) {
+    int64_t len = list ? list[m] : total / p + (m < total % p);
+    if (len < 0 || len > total - at)
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "%s: block %d of the %s dim has length %lld; the dim has %lld, %lld of "
+                       "them in earlier blocks",
+                       op, m, what, (long long)len, (long long)total, (long long)at);
+    sp->len[m] = len;
+    sp->off[m] = at;
+    at += len;
+  }
+  sp->off[p] = at;
+  if (at != total)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the blocks of the %s dim sum to %lld, the dim has %lld",
+                     op, what, (long long)at, (long long)total);
+  if (!dtrt_mul(total, unit, &elems) || elems > INT_MAX)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: %lld x %lld elements are more than one MPI call can move (%d)", op,
+                     (long long)total, (long long)unit, INT_MAX);
+  for (int m = 0; m < p; m++) {
+    sp->cnt[m] = (int)(sp->len[m] * unit);
+    sp->dsp[m] = (int)(sp->off[m] * unit);
+  }
+  return DT_OK;
+}
+
+/* Product of t's dims other than d1 and d2 (-1 for none). */
+static int64_t unit_of(const DtTensor *t, int d1, int d2) {
+  int64_t n = 1;
+  for (int k = 0; k < t->rank; k++)
+    if (k != d1 && k != d2)
+      n *= t->dim[k];
+  return n;
+}
+
+static int64_t outer_of(const DtTensor *t, int d) {
+  int64_t n = 1;
+  for (int k = 0; k < d; k++)
+    n *= t->dim[k];
+  return n;
+}
+
+/* Copies the slab [at, at + len) along dim d of t (4-byte elements) to or from
+ * a packed buffer p. All other dims are whole, so the slab is `outer` runs of
+ * len * inner contiguous elements. */
+static void slab(void *t, const DtTensor *shape, int d, int64_t at, int64_t len, void *p,
+                 bool pack) {
+  int64_t outer = outer_of(shape, d), inner = 1;
+  for (int k = d + 1; k < shape->rank; k++)
+    inner *= shape->dim[k];
+  size_t run = (size_t)(len * inner) * 4;
+  if (!run)
+    return;
+  for (int64_t o = 0; o < outer; o++) {
+    char *a = (char *)t + (size_t)((o * shape->dim[d] + at) * inner) * 4;
+    char *b = (char *)p + (size_t)o * run;
+    if (pack)
+      memcpy(b, a, run);
+    else
+      memcpy(a, b, run);
+  }
+}
+
+static MPI_Datatype mpi_type(int dtype) { return dtype == DTRT_I32 ? MPI_INT32_T : MPI_FLOAT; }
+
+/* The entry of every collective: one input, the group of mesh axis a->i[0],
+ * the method a->i[ni-1] (below nmethod) and whether `lists` lists of the p
+ * members' block lengths follow the `fixed` leading attributes. */
+static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
+                      const DtTensor *out, const DtAttrs *a, int fixed, int lists, int nmethod,
+                      DtGroup *g, int *method, bool *listed) {
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 16, 0)))
+    return s;
+  int ni = dtrt_ni(a);
+  if (ni < fixed + 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d int attributes, at least %d expected", op, ni,
+                     fixed + 1);
+  if ((s = dtrt_group(ctx, op, a->i[0], g)))
+    return s;
+  int even = fixed + 1, full = fixed + lists * g->size + 1;
+  if (ni != even && (!lists || ni != full)) {
+    if (!lists)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d int attributes, expected %d", op, ni, even);
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: %d int attributes; a group of %d takes %d (even blocks) or %d (with "
+                     "%d block lengths)",
+                     op, ni, g->size, even, full, lists * g->size);
+  }
+  *listed = lists && ni == full;
+  int64_t m = a->i[ni - 1];
+  if (m < 0 || m >= nmethod)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: method %lld unknown (0 to %d)", op, (long long)m,
+                     nmethod - 1);
+  *method = (int)m;
+  return DT_OK;
+}
+
+/* in and out: same dtype, same rank, same dims but d1 and d2 (-1: none). */
+static DtStatus same_but(DtrtCtx *ctx, const char *op, const DtTensor *in, const DtTensor *out,
+                         int d1, int d2) {
+  bool same = in->rank == out->rank;
+  for (int k = 0; same && k < in->rank; k++)
+    same = k == d1 || k == d2 || in->dim[k] == out->dim[k];
+  if (same)
+    return DT_OK;
+  char ti[128], to[128];
+  return dtrt_fail(ctx, DT_ERR_ARG, "%s: input %s and output %s differ outside the split dim%s",
+                   op, dtrt_type_str(in->dtype, in->dim, in->rank, ti, sizeof ti),
+                   dtrt_type_str(out->dtype, out->dim, out->rank, to, sizeof to),
+                   d2 >= 0 ? "s" : "");
+}
+
+/* A group of one: out is in. */
+static DtStatus copy(const DtTensor *in, DtTensor *out) {
+  int64_t n = dtrt_numel(out);
+  if (n && out->data != in->data)
+    memcpy(out->data, in->data, (size_t)n * 4);
+  return DT_OK;
+}
+
+/* Ring reduce-scatter over y, packed as sp says: in step k member r passes
+ * its running sum of chunk r-k-1 to r+1 and adds what r-1 passes into chunk
+ * r-k-2; after p-1 steps member r holds the whole sum of chunk r. tmp holds
+ * the largest chunk. */
+static DtStatus ring_reduce(DtrtCtx *ctx, const char *op, const DtGroup *g, float *y,
+                            const Split *sp, float *tmp) {
+  int p = g->size, r = g->me, next = (r + 1) % p, prev = (r + p - 1) % p;
+  for (int k = 0; k < p - 1; k++) {
+    int cs = (r - k - 1 + 2 * p) % p, cr = (r - k - 2 + 2 * p) % p;
+    DtStatus s = dtrt_mpi(ctx,
+                          MPI_Sendrecv(y + sp->dsp[cs], sp->cnt[cs], MPI_FLOAT, next, TAG, tmp,
+                                       sp->cnt[cr], MPI_FLOAT, prev, TAG, g->comm,
+                                       MPI_STATUS_IGNORE),
+                          op, "MPI_Sendrecv");
+    if (s)
+      return s;
+    float *acc = y + sp->dsp[cr];
+    for (int j = 0; j < sp->cnt[cr]; j++)
+      acc[j] += tmp[j];
+  }
+  return DT_OK;
+}
+
+/* Ring all-gather over y (4-byte elements), packed as sp says, member r
+ * holding chunk r: in step k it passes chunk r-k to r+1 and receives chunk
+ * r-k-1 from r-1. */
+static DtStatus ring_gather(DtrtCtx *ctx, const char *op, const DtGroup *g, void *y,
+                            const Split *sp, MPI_Datatype type) {
+  int p = g->size, r = g->me, next = (r + 1) % p, prev = (r + p - 1) % p;
+  uint32_t *u = y;
+  for (int k = 0; k < p - 1; k++) {
+    int cs = (r - k + p) % p, cr = (r - k - 1 + p) % p;
+    DtStatus s = dtrt_mpi(ctx,
+                          MPI_Sendrecv(u + sp->dsp[cs], sp->cnt[cs], type, next, TAG,
+                                       u + sp->dsp[cr], sp->cnt[cr], type, prev, TAG, g->comm,
+                                       MPI_STATUS_IGNORE),
+                          op, "MPI_Sendrecv");
+    if (s)
+      return s;
+  }
+  return DT_OK;
+}
+
+/* MPI_Allreduce in pieces of at most INT_MAX elements. */
+static DtStatus all_reduce_mpi(DtrtCtx *ctx, const char *op, const DtGroup *g, const float *x,
+                               float *y, int64_t n) {
+  for (int64_t at = 0; at < n; at += INT_MAX) {
+    int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    DtStatus s = dtrt_mpi(ctx,
+                          MPI_Allreduce(x == y ? MPI_IN_PLACE : x + at, y + at, k, MPI_FLOAT,
+                                        MPI_SUM, g->comm),
+                          op, "MPI_Allreduce");
+    if (s)
+      return s;
+  }
+  return DT_OK;
+}
+
+/* Ring all-reduce of y in place: y cut evenly into p chunks, a ring
+ * reduce-scatter, then a ring all-gather; each member sends 2(p-1)/p of y. */
+static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, float *y,
+                                int64_t n) {
+  Split sp;
+  if (!alloc_splits(ctx, g->size, &sp, 1))
+    return DT_ERR_NOMEM;
+  DtStatus s = cut(ctx, op, "flattened", NULL, g->size, n, 1, &sp);
+  float *tmp = s ? NULL : dtrt_alloc(ctx, (size_t)sp.cnt[0] * 4);
+  if (!s && !tmp)
+    s = DT_ERR_NOMEM;
+  if (!s && !(s = ring_reduce(ctx, op, g, y, &sp, tmp)))
+    s = ring_gather(ctx, op, g, y, &sp, MPI_FLOAT);
+  dtrt_free(ctx, tmp);
+  free_splits(ctx, &sp);
+  return s;
+}
+
+/* all_reduce: attributes axis, method (mpi or ring). in f32; out the sum over
+ * the group, of in's shape; out->data may be in->data. */
+DTRT_KERNEL(all_reduce) {
+  const char *op = "all_reduce";
+  DtGroup g;
+  int method;
+  bool listed;
+  DtStatus s;
+  if ((s = begin(ctx, op, in, nin, out, a, 1, 0, 2, &g, &method, &listed)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
+    return s;
+  int64_t n = dtrt_numel(out);
+  if (g.size == 1)
+    return copy(&in[0], out);
+  if (method == DTRT_COMM_MPI)
+    return all_reduce_mpi(ctx, op, &g, in[0].data, out->data, n);
+  copy(&in[0], out);
+  return all_reduce_ring(ctx, op, &g, out->data, n);
+}
+
+/* The split dim a->i[1] of a gather (out whole, in this member's block) or a
+ * scatter (in whole, out the block): checks the shapes and fills sp. */
+static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, bool listed,
+                             const DtGroup *g, const DtTensor *in, const DtTensor *out,
+                             bool gather, int *d, Split *sp) {
+  const DtTensor *whole = gather ? out : in, *part = gather ? in : out;
+  DtStatus s;
+  if ((s = dtrt_axis(ctx, op, a->i[1], whole->rank, d)) ||
+      (s = same_but(ctx, op, in, out, *d, -1)))
+    return s;
+  if (!alloc_splits(ctx, g->size, sp, 1))
+    return DT_ERR_NOMEM;
+  s = cut(ctx, op, "split", listed ? &a->i[2] : NULL, g->size, whole->dim[*d],
+          unit_of(whole, *d, -1), sp);
+  if (!s && part->dim[*d] != sp->len[g->me])
+    s = dtrt_fail(ctx, DT_ERR_ARG,
+                  "%s: %s has %lld along dim %d, but member %d's block of the %lld is %lld", op,
+                  gather ? "input" : "output", (long long)part->dim[*d], *d, g->me,
+                  (long long)whole->dim[*d], (long long)sp->len[g->me]);
+  if (s)
+    free_splits(ctx, sp);
+  return s;
+}
+
+/* all_gather: attributes axis, dim, [p block lengths], method (mpi, ring,
+ * grouped). in: this member's block along dim; out: the whole tensor, blocks
+ * in member order; f32 or i32. The blocks are contiguous in out when every
+ * dim before dim has length 1: MPI then writes straight into out. Otherwise
+ * they arrive packed, member after member, in a temporary buffer and are
+ * copied into place (outer runs of len * inner elements each). */
+DTRT_KERNEL(all_gather) {
+  const char *op = "all_gather";
+  DtGroup g;
+  int method, d;
+  bool listed;
+  Split sp;
+  DtStatus s;
+  if ((s = begin(ctx, op, in, nin, out, a, 2, 1, 3, &g, &method, &listed)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
+      (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
+      (s = gather_split(ctx, op, a, listed, &g, &in[0], out, true, &d, &sp)))
+    return s;
+  if (g.size == 1) {
+    free_splits(ctx, &sp);
+    return copy(&in[0], out);
+  }
+  MPI_Datatype type = mpi_type(in[0].dtype);
+  bool direct = outer_of(out, d) == 1;
+  uint32_t *y = direct ? out->data : dtrt_alloc(ctx, (size_t)dtrt_numel(out) * 4);
+  if (!y) {
+    free_splits(ctx, &sp);
+    return DT_ERR_NOMEM;
+  }
+  int me = g.me;
+  if (method == DTRT_COMM_MPI) {
+    s = dtrt_mpi(ctx, MPI_Allgatherv(in[0].data, sp.cnt[me], type, y, sp.cnt, sp.dsp, type,
+                                     g.comm),
+                 op, "MPI_Allgatherv");
+  } else {
+    if (sp.cnt[me])
+      memcpy(y + sp.dsp[me], in[0].data, (size_t)sp.cnt[me] * 4);
+    if (method == DTRT_COMM_RING)
+      s = ring_gather(ctx, op, &g, y, &sp, type);
+    for (int m = 0; method == DTRT_COMM_GROUPED && !s && m < g.size; m++)
+      s = dtrt_mpi(ctx, MPI_Bcast(y + sp.dsp[m], sp.cnt[m], type, m, g.comm), op, "MPI_Bcast");
+  }
+  if (!direct) {
+    for (int m = 0; !s && m < g.size; m++)
+      slab(out->data, out, d, sp.off[m], sp.len[m], y + sp.dsp[m], false);
+    dtrt_free(ctx, y);
+  }
+  free_splits(ctx, &sp);
+  return s;
+}
+
+/* reduce_scatter: attributes axis, dim, [p block lengths], method (mpi, ring,
+ * grouped). in: the whole partial sum; out: this member's block along dim of
+ * the sum over the group; f32. MPI and the ring read the blocks packed member
+ * after member: in itself when every dim before dim has length 1, else a
+ * packed copy (the ring always works on a copy, as it sums in place). */
+DTRT_KERNEL(reduce_scatter) {
+  const char *op = "reduce_scatter";
+  DtGroup g;
+  int method, d;
+  bool listed;
+  Split sp;
+  DtStatus s;
+  if ((s = begin(ctx, op, in, nin, out, a, 2, 1, 3, &g, &method, &listed)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "output", out, DTRT_F32)) ||
+      (s = gather_split(ctx, op, a, listed, &g, &in[0], out, false, &d, &sp)))
+    return s;
+  if (g.size == 1) {
+    free_splits(ctx, &sp);
+    return copy(&in[0], out);
+  }
+  int64_t n = dtrt_numel(&in[0]), most = 0;
+  for (int m = 0; m < g.size; m++)
+    most = sp.cnt[m] > most ? sp.cnt[m] : most;
+  bool packed = outer_of(&in[0], d) == 1, ring = method == DTRT_COMM_RING;
+  const float *x = in[0].data;
+  float *tmp = NULL;
+  if (!packed || ring) {
+    tmp = dtrt_alloc(ctx, (size_t)(n + (ring ? most : 0)) * 4);
+    if (!tmp) {
+      free_splits(ctx, &sp);
+      return DT_ERR_NOMEM;
+    }
+    for (int m = 0; m < g.size; m++)
+      slab(in[0].data, &in[0], d, sp.off[m], sp.len[m], tmp + sp.dsp[m], true);
+    x = tmp;
+  }
+  if (method == DTRT_COMM_MPI) {
+    s = dtrt_mpi(ctx, MPI_Reduce_scatter(x, out->data, sp.cnt, MPI_FLOAT, MPI_SUM, g.comm), op,
+                 "MPI_Reduce_scatter");
+  } else if (ring) {
+    s = ring_reduce(ctx, op, &g, tmp, &sp, tmp + n);
+    if (!s && sp.cnt[g.me])
+      memcpy(out->data, tmp + sp.dsp[g.me], (size_t)sp.cnt[g.me] * 4);
+  } else {
+    for (int m = 0; !s && m < g.size; m++)
+      s = dtrt_mpi(ctx, MPI_Reduce(x + sp.dsp[m], out->data, sp.cnt[m], MPI_FLOAT, MPI_SUM, m,
+                                   g.comm),
+                   op, "MPI_Reduce");
+  }
+  dtrt_free(ctx, tmp);
+  free_splits(ctx, &sp);
+  return s;
+}
+
+/* The exchange of all_to_all, sp[0] cutting din (what arrives), sp[1] dout
+ * (what leaves). What goes to each member is cut from x as a slab along dout,
+ * what comes from each is put into out as a slab along din; a side needs no
+ * packing when every dim before its split dim has length 1. */
+static DtStatus exchange(DtrtCtx *ctx, const char *op, const DtGroup *g, int method,
+                         const DtTensor *x, DtTensor *out, int di, int dout, const Split *sp) {
+  int p = g->size, me = g->me;
+  bool spack = outer_of(x, dout) != 1, rpack = outer_of(out, di) != 1;
+  uint32_t *sbuf = x->data, *rbuf = out->data, *tmp = NULL;
+  int64_t nx = dtrt_numel(x), ny = dtrt_numel(out);
+  if (spack || rpack) {
+    tmp = dtrt_alloc(ctx, (size_t)((spack ? nx : 0) + (rpack ? ny : 0)) * 4);
+    if (!tmp)
+      return DT_ERR_NOMEM;
+    sbuf = spack ? tmp : sbuf;
+    rbuf = rpack ? tmp + (spack ? nx : 0) : rbuf;
+  }
+  for (int m = 0; spack && m < p; m++)
+    slab(x->data, x, dout, sp[1].off[m], sp[1].len[m], sbuf + sp[1].dsp[m], true);
+  MPI_Datatype type = mpi_type(x->dtype);
+  DtStatus s = DT_OK;
+  if (method == DTRT_COMM_MPI) {
+    s = dtrt_mpi(ctx, MPI_Alltoallv(sbuf, sp[1].cnt, sp[1].dsp, type, rbuf, sp[0].cnt, sp[0].dsp,
+                                    type, g->comm),
+                 op, "MPI_Alltoallv");
+  } else {
+    if (sp[0].cnt[me])
+      memcpy(rbuf + sp[0].dsp[me], sbuf + sp[1].dsp[me], (size_t)sp[0].cnt[me] * 4);
+    for (int k = 1; !s && k < p; k++) {
+      int to = (me + k) % p, from = (me - k + p) % p;
+      s = dtrt_mpi(ctx,
+                   MPI_Sendrecv(sbuf + sp[1].dsp[to], sp[1].cnt[to], type, to, TAG,
+                                rbuf + sp[0].dsp[from], sp[0].cnt[from], type, from, TAG,
+                                g->comm, MPI_STATUS_IGNORE),
+                   op, "MPI_Sendrecv");
+    }
+  }
+  for (int m = 0; !s && rpack && m < p; m++)
+    slab(out->data, out, di, sp[0].off[m], sp[0].len[m], rbuf + sp[0].dsp[m], false);
+  dtrt_free(ctx, tmp);
+  return s;
+}
+
+/* all_to_all: attributes axis, din, dout, [p lengths along din, then p along
+ * dout], method (mpi, or ring: a pairwise exchange of p-1 MPI_Sendrecv). in:
+ * this member's block along din, whole along dout; out: its block along dout,
+ * whole along din; f32 or i32. Member m receives from every member s the part
+ * of s's block that falls in m's block along dout. */
+DTRT_KERNEL(all_to_all) {
+  const char *op = "all_to_all";
+  DtGroup g;
+  int method, di, dout;
+  bool listed;
+  DtStatus s;
+  if ((s = begin(ctx, op, in, nin, out, a, 3, 2, 2, &g, &method, &listed)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
+      (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
+      (s = dtrt_axis(ctx, op, a->i[1], in[0].rank, &di)) ||
+      (s = dtrt_axis(ctx, op, a->i[2], in[0].rank, &dout)))
+    return s;
+  if (di == dout)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the input and output split dims are both %d", op, di);
+  if ((s = same_but(ctx, op, &in[0], out, di, dout)))
+    return s;
+  const DtTensor *x = &in[0];
+  int p = g.size, me = g.me;
+  Split sp[2];
+  if (!alloc_splits(ctx, p, sp, 2))
+    return DT_ERR_NOMEM;
+  if (!(s = cut(ctx, op, "input's split", listed ? &a->i[3] : NULL, p, out->dim[di],
+                unit_of(out, di, -1), &sp[0])) &&
+      !(s = cut(ctx, op, "output's split", listed ? &a->i[3 + p] : NULL, p, x->dim[dout],
+                unit_of(x, dout, -1), &sp[1]))) {
+    if (x->dim[di] != sp[0].len[me] || out->dim[dout] != sp[1].len[me])
+      s = dtrt_fail(ctx, DT_ERR_ARG,
+                    "%s: member %d has %lld along dim %d and %lld along dim %d, its blocks are "
+                    "%lld and %lld",
+                    op, me, (long long)x->dim[di], di, (long long)out->dim[dout], dout,
+                    (long long)sp[0].len[me], (long long)sp[1].len[me]);
+    else if (p == 1)
+      s = copy(x, out);
+    else
+      s = exchange(ctx, op, &g, method, x, out, di, dout, sp);
+  }
+  free_splits(ctx, sp);
+  return s;
+}

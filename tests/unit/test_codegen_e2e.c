@@ -1,0 +1,186 @@
+/* test_codegen_e2e.c: examples/mlp.dt and examples/transformer.dt, compiled by
+ * the dtc driver at build time and linked in, run through their generated C
+ * interfaces. Their forward outputs and training steps must equal those of
+ * the interpreter on the same source compiled here, within 1e-5 relative in
+ * the max norm of each tensor, each step starting from the same state. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/dtrt.h"
+#include "frontend.h"
+#include "gpt.h"
+#include "mlp.h"
+#include "test_codegen.h"
+
+#define RTOL 1e-5
+
+static void close_to(const float *got, const float *want, int64_t n, const char *what) {
+  double scale = 0, worst = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; i++)
+    scale = fmax(scale, fmax(fabs(got[i]), fabs(want[i])));
+  for (int64_t i = 0; i < n; i++) {
+    double err = scale > 0 ? fabs(got[i] - (double)want[i]) / scale : 0;
+    if (!(err <= worst))
+      worst = err, at = i;
+  }
+  if (!(worst <= RTOL))
+    fail_msg("%s: element %lld is %.9g, the interpreter says %.9g (error %.3g of the largest "
+             "magnitude %.3g)", what, (long long)at, got[at], want[at], worst, scale);
+}
+
+/* The module of a .dt file after the whole pass pipeline, and an
+ * interpreter over it holding model's params and state. */
+typedef struct Ref {
+  Arena *a;
+  Module *m;
+  Interp *it;
+} Ref;
+
+/* The interpreter's params and state := the model's, so each step is
+ * compared from the same start. */
+static void ref_sync(Ref *r, DtModel *model) {
+  for (int k = 0; k < r->m->global.n; k++) {
+    const Global *g = &r->m->global.a[k];
+    if (g->kind == G_INPUT)
+      continue;
+    void *p = dtrt_model_tensor(model, g->name);
+    assert_non_null(p);
+    assert_true(interp_set_global(r->it, g->name, p));
+  }
+}
+
+static void ref_init(Ref *r, const char *path, DtModel *model) {
+  Diag d;
+  diag_init(&d, stderr);
+  r->a = arena_new();
+  SrcFile *src = src_read(r->a, path);
+  assert_non_null(src);
+  r->m = fe_compile(r->a, src, NULL, 0, &d);
+  assert_non_null(r->m);
+  for (int k = 0; k < pass_count; k++)
+    assert_true(pass_table[k].run(r->m, &d));
+  r->it = interp_new(r->m);
+  ref_sync(r, model);
+}
+
+static void ref_free(Ref *r) {
+  interp_free(r->it);
+  arena_free(r->a);
+}
+
+/* Runs @forward in the interpreter; returns a copy of output `name`. */
+static float *ref_forward(Ref *r, const char *name) {
+  Func *f = ir_find_func(r->m, "forward");
+  const Inst **outs = calloc((size_t)f->inst.n, sizeof *outs);
+  int n = cg_func_outputs(f, NULL, outs);
+  void **buf = calloc((size_t)n, sizeof *buf);
+  float *want = NULL;
+  for (int k = 0; k < n; k++) {
+    buf[k] = calloc((size_t)type_elems(&outs[k]->in[0]->type), 4);
+    if (!strcmp(ir_get_str(outs[k], "name", ""), name))
+      want = buf[k];
+  }
+  assert_true(interp_run(r->it, "forward", buf));
+  for (int k = 0; k < n; k++)
+    if (buf[k] != want)
+      free(buf[k]);
+  free(buf);
+  free(outs);
+  assert_non_null(want);
+  return want;
+}
+
+/* One training step in the interpreter (after ref_sync and the model's own
+ * step); compares the loss and every param and state of the model with it. */
+static void ref_step(Ref *r, DtModel *model, float loss, int step) {
+  float want, *wp = &want;
+  assert_true(interp_run(r->it, "train_step", (void *const *)&wp));
+  char what[128];
+  snprintf(what, sizeof what, "%s loss of step %d", r->m->name, step);
+  close_to(&loss, &want, 1, what);
+  for (int k = 0; k < r->m->global.n; k++) {
+    const Global *g = &r->m->global.a[k];
+    if (g->kind == G_INPUT)
+      continue;
+    snprintf(what, sizeof what, "%s %s after step %d", r->m->name, g->name, step);
+    close_to(dtrt_model_tensor(model, g->name), interp_global(r->it, g->name),
+             type_elems(&g->type), what);
+  }
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static uint64_t next(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return rng;
+}
+
+static void mlp_example(void **state) {
+  (void)state;
+  static float x[MLP_X_ELEMS], logits[MLP_LOGITS_ELEMS];
+  static int32_t y[MLP_Y_ELEMS];
+  for (int i = 0; i < MLP_X_ELEMS; i++)
+    x[i] = (float)(next() % 1000) / 1000;
+  for (int i = 0; i < MLP_Y_ELEMS; i++)
+    y[i] = (int32_t)(next() % 10);
+  mlp *m;
+  assert_int_equal(mlp_create(&m, 7), 0);
+  Ref r;
+  ref_init(&r, DTC_TEST_EXAMPLES "/mlp.dt", (DtModel *)m);
+  assert_true(interp_set_global(r.it, "x", x) && interp_set_global(r.it, "y", y));
+
+  assert_int_equal(mlp_forward(m, x, MLP_X_ELEMS, logits, MLP_LOGITS_ELEMS), 0);
+  float *want = ref_forward(&r, "logits");
+  close_to(logits, want, MLP_LOGITS_ELEMS, "mlp logits");
+  free(want);
+  for (int s = 0; s < 3; s++) {
+    float loss;
+    ref_sync(&r, (DtModel *)m);
+    assert_int_equal(mlp_train_step(m, x, MLP_X_ELEMS, y, MLP_Y_ELEMS, &loss), 0);
+    ref_step(&r, (DtModel *)m, loss, s);
+  }
+  assert_int_equal(mlp_step(m), 3);
+  assert_int_not_equal(mlp_forward(m, x, MLP_X_ELEMS - 1, logits, MLP_LOGITS_ELEMS), 0);
+  assert_non_null(strstr(mlp_error(m), "elements"));
+  ref_free(&r);
+  mlp_destroy(m);
+}
+
+static void transformer_example(void **state) {
+  (void)state;
+  static int32_t ids[GPT_IDS_ELEMS], nxt[GPT_NEXT_ELEMS];
+  static float logits[GPT_LOGITS_ELEMS];
+  for (int i = 0; i < GPT_IDS_ELEMS; i++)
+    ids[i] = (int32_t)(next() % GPT_DIM_V);
+  for (int i = 0; i < GPT_NEXT_ELEMS; i++)
+    nxt[i] = (int32_t)(next() % GPT_DIM_V);
+  gpt *m;
+  assert_int_equal(gpt_create(&m, 11), 0);
+  Ref r;
+  ref_init(&r, DTC_TEST_EXAMPLES "/transformer.dt", (DtModel *)m);
+  assert_true(interp_set_global(r.it, "ids", ids) && interp_set_global(r.it, "next", nxt));
+
+  assert_int_equal(gpt_forward(m, ids, GPT_IDS_ELEMS, logits, GPT_LOGITS_ELEMS), 0);
+  float *want = ref_forward(&r, "logits");
+  close_to(logits, want, GPT_LOGITS_ELEMS, "gpt logits");
+  free(want);
+  for (int s = 0; s < 2; s++) {
+    float loss;
+    ref_sync(&r, (DtModel *)m);
+    assert_int_equal(gpt_train_step(m, ids, GPT_IDS_ELEMS, nxt, GPT_NEXT_ELEMS, &loss), 0);
+    ref_step(&r, (DtModel *)m, loss, s);
+  }
+  ref_free(&r);
+  gpt_destroy(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(mlp_example),
+      cmocka_unit_test(transformer_example),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
