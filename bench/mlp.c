@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mlp_big.h"
 
@@ -49,9 +50,14 @@ static void sgemm_step(float **buf) {
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, IN, H, B, 1, x, IN, dh1, H, 0, dw1, H);
 }
 
+/* Debian's python3-torch belongs to /usr/bin/python3, which may not be the
+ * first python3 on PATH. */
 static double torch_ms(const char *script, int reps) {
+  const char *python = getenv("PYTHON");
+  if (!python)
+    python = access("/usr/bin/python3", X_OK) ? "python3" : "/usr/bin/python3";
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "python3 '%s' %d 2>/dev/null", script, reps);
+  snprintf(cmd, sizeof cmd, "%s '%s' %d 2>/dev/null", python, script, reps);
   FILE *p = popen(cmd, "r");
   double ms = -1;
   if (p) {

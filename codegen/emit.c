@@ -78,6 +78,15 @@ int cg_func_outputs(const Func *f, const bool *live, const Inst **out) {
   return n;
 }
 
+/* The LLVM struct t must lay out as the C struct of dtrt.h on the target:
+ * a mismatch means the runtime ABI changed under the code generator. */
+static void check_layout(Cg *c, LLVMTypeRef t, size_t size, const size_t *off, int n) {
+  LLVMTargetDataRef td = LLVMGetModuleDataLayout(c->mod);
+  DTC_ASSERT(LLVMABISizeOfType(td, t) == size);
+  for (int k = 0; k < n; k++)
+    DTC_ASSERT(LLVMOffsetOfElement(td, t, (unsigned)k) == off[k]);
+}
+
 static void make_types(Cg *c) {
   LLVMContextRef x = c->ctx;
   c->i1 = LLVMInt1TypeInContext(x);
@@ -95,6 +104,13 @@ static void make_types(Cg *c) {
                          c->i64};
   c->attrs = LLVMStructCreateNamed(x, "DtAttrs");
   LLVMStructSetBody(c->attrs, attrs, COUNTOF(attrs), 0);
+  static const size_t toff[] = {offsetof(DtTensor, data), offsetof(DtTensor, dtype),
+                                offsetof(DtTensor, rank), offsetof(DtTensor, dim)};
+  static const size_t aoff[] = {offsetof(DtAttrs, i), offsetof(DtAttrs, f), offsetof(DtAttrs, ni),
+                                offsetof(DtAttrs, nf), offsetof(DtAttrs, step)};
+  static_assert(COUNTOF(toff) == COUNTOF(tensor) && COUNTOF(aoff) == COUNTOF(attrs), "fields");
+  check_layout(c, c->tensor, sizeof(DtTensor), toff, COUNTOF(toff));
+  check_layout(c, c->attrs, sizeof(DtAttrs), aoff, COUNTOF(aoff));
   LLVMTypeRef step[] = {c->ptr, c->ptr, c->ptr, c->ptr, c->ptr, c->i64};
   c->step_fn = LLVMFunctionType(c->i32, step, COUNTOF(step), 0);
   LLVMTypeRef kern[] = {c->ptr, c->ptr, c->i32, c->ptr, c->ptr};
@@ -176,6 +192,14 @@ static LLVMTypeRef global_desc_type(Cg *c) {
                      c->i32, c->f64, c->i64, c->i64, c->i64};
   LLVMTypeRef t = LLVMStructCreateNamed(c->ctx, "DtGlobalDesc");
   LLVMStructSetBody(t, f, COUNTOF(f), 0);
+  static const size_t off[] = {
+      offsetof(DtGlobalDesc, name),    offsetof(DtGlobalDesc, kind),
+      offsetof(DtGlobalDesc, dtype),   offsetof(DtGlobalDesc, rank),
+      offsetof(DtGlobalDesc, dim),     offsetof(DtGlobalDesc, init),
+      offsetof(DtGlobalDesc, init_arg), offsetof(DtGlobalDesc, fan_in),
+      offsetof(DtGlobalDesc, fan_out), offsetof(DtGlobalDesc, offset)};
+  static_assert(COUNTOF(off) == COUNTOF(f), "DtGlobalDesc fields");
+  check_layout(c, t, sizeof(DtGlobalDesc), off, COUNTOF(off));
   return t;
 }
 
@@ -246,10 +270,22 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
   for (int k = 0; k < m->func.n; k++)
     work = m->func.a[k]->work_bytes > work ? m->func.a[k]->work_bytes : work;
   LLVMValueRef globals = private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
-  LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr,
-                      c->i32, c->ptr, c->ptr, c->i32, c->i32, c->ptr, c->ptr};
+  LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32,
+                      c->ptr, c->ptr, c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr};
   LLVMTypeRef dt = LLVMStructCreateNamed(c->ctx, "DtModelDesc");
   LLVMStructSetBody(dt, ft, COUNTOF(ft), 0);
+  static const size_t doff[] = {
+      offsetof(DtModelDesc, name),       offsetof(DtModelDesc, hash),
+      offsetof(DtModelDesc, nglobal),    offsetof(DtModelDesc, global),
+      offsetof(DtModelDesc, state_bytes), offsetof(DtModelDesc, work_bytes),
+      offsetof(DtModelDesc, train_step), offsetof(DtModelDesc, ntrain_in),
+      offsetof(DtModelDesc, train_in),   offsetof(DtModelDesc, forward),
+      offsetof(DtModelDesc, nfwd_in),    offsetof(DtModelDesc, nfwd_out),
+      offsetof(DtModelDesc, fwd_in),     offsetof(DtModelDesc, fwd_out),
+      offsetof(DtModelDesc, nmesh_axis), offsetof(DtModelDesc, mesh_axis_size),
+      offsetof(DtModelDesc, plan_hash)};
+  static_assert(COUNTOF(doff) == COUNTOF(ft), "DtModelDesc fields");
+  check_layout(c, dt, sizeof(DtModelDesc), doff, COUNTOF(doff));
   LLVMValueRef f[] = {cstr(c, m->name),
                       cstr(c, module_hash(m)),
                       cg_i32(c, ng),
@@ -263,7 +299,10 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
                       cg_i32(c, nfwd_in),
                       cg_i32(c, nout),
                       fwd_in,
-                      i32_array(c, fwd_out, nout, "fwd_out")};
+                      i32_array(c, fwd_out, nout, "fwd_out"),
+                      cg_i32(c, 0),
+                      LLVMConstNull(c->ptr),
+                      LLVMConstNull(c->ptr)};
   return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
 }
 

@@ -170,7 +170,8 @@ void ir_set_int(Inst *i, const char *name, int64_t v) {
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n) {
   Attr *at = attr_slot(i, name, A_INTS, inst_arena);
   at->ints = arena_alloc(inst_arena, sizeof(int64_t) * (size_t)(n ? n : 1));
-  memcpy(at->ints, v, sizeof(int64_t) * (size_t)n);
+  if (n)
+    memcpy(at->ints, v, sizeof(int64_t) * (size_t)n);
   at->n = n;
 }
 

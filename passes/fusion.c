@@ -8,7 +8,8 @@
  * and the stores it writes straight into the state block) are contiguous; a
  * group value used only inside its group needs no memory; outputs keep their
  * order; a store moves after the last read of its global's old value when no
- * later load of that global needs the new one. */
+ * later load of that global needs the new one; a group that writes the state
+ * block runs as early as its inputs and those reads allow. */
 #include <string.h>
 
 #include "passes.h"
@@ -39,7 +40,8 @@ typedef struct Fuser {
   bool *sealed;        /* by group: read from outside, takes no more members */
   const Type **shape;  /* by group */
   int *last;           /* by group: id of its last elementwise member */
-  int *slot;           /* by inst id: runs right after the inst of this id */
+  int *slot;           /* by inst id: runs in the place of the inst of this id */
+  char *tier;          /* by inst id: in that place, 0 before, 1 with, 2 after it */
   bool *movable;       /* by inst id: a store that may run later than it stands */
   int ngrp;
 } Fuser;
@@ -132,6 +134,7 @@ static void form_groups(Fuser *fu) {
   for (int i = 0; i < f->inst.n; i++) {
     int g = group_of(fu, f->inst.a[i]);
     fu->slot[i] = g ? fu->last[g] : i;
+    fu->tier[i] = 1;
   }
 }
 
@@ -166,6 +169,7 @@ static void place_sinks(Fuser *fu) {
     if (x->op != OP_output)
       continue;
     prev = fu->slot[i] = max(max(i, prev), fu->slot[x->in[0]->id]);
+    fu->tier[i] = fu->slot[i] == i ? 1 : 2;
   }
   for (int i = 0; i < f->inst.n; i++) {
     Inst *s = f->inst.a[i];
@@ -185,24 +189,132 @@ static void place_sinks(Fuser *fu) {
       fu->slot[i] = fu->last[g];
     } else {
       fu->slot[i] = max(max(i, fu->slot[v->id]), late);
+      fu->tier[i] = fu->slot[i] == i ? 1 : 2;
     }
   }
 }
 
-/* Pass 3: the new order. Each slot holds first its own inst or group (in id
- * order), then the sinks that wait for it. */
+/* A load that only group g reads, of a global no one but g stores. */
+static bool moves_with(Fuser *fu, const Inst *l, int g) {
+  if (l->op != OP_load)
+    return false;
+  for (int k = fu->use.off[l->id]; k < fu->use.off[l->id + 1]; k++)
+    if (group_of(fu, fu->use.u[k]) != g)
+      return false;
+  const Func *f = fu->f;
+  for (int j = 0; j < f->inst.n; j++) {
+    const Inst *x = f->inst.a[j];
+    if (x->op == OP_store && memplan_global(x) == memplan_global(l) && group_of(fu, x) != g)
+      return false;
+  }
+  return true;
+}
+
+/* Whether a sink (which runs after the insts of its slot) reads the old
+ * value of a global through v at slot `at`. */
+static bool sink_reads_at(Fuser *fu, const Inst *v, const Inst *store, int g, int at) {
+  for (int k = fu->use.off[v->id]; k < fu->use.off[v->id + 1]; k++) {
+    const Inst *u = fu->use.u[k];
+    if (u == store || (g && group_of(fu, u) == g))
+      continue;
+    if (u->op == OP_reshape ? sink_reads_at(fu, u, store, g, at)
+                            : fu->slot[u->id] == at && fu->tier[u->id] == 2)
+      return true;
+  }
+  return false;
+}
+
+/* Where group g can run at the earliest: after its operands from outside
+ * (but for the loads that move with it, and consts and learning rates) and
+ * after every read of the old values it overwrites; -1 when that is not
+ * before its place. */
+static int earliest(Fuser *fu, int g) {
+  Func *f = fu->f;
+  int early = 0;
+  for (int j = 0; j < f->inst.n; j++) {
+    Inst *x = f->inst.a[j];
+    if (group_of(fu, x) != g)
+      continue;
+    for (int k = 0; k < x->nin; k++) {
+      const Inst *o = x->in[k];
+      if (group_of(fu, o) != g && o->op != OP_const && o->op != OP_lr && !moves_with(fu, o, g))
+        early = max(early, fu->slot[o->id]);
+    }
+    if (x->op != OP_store)
+      continue;
+    for (int k = 0; k < j; k++) {
+      const Inst *l = f->inst.a[k];
+      if (l->op != OP_load || memplan_global(l) != memplan_global(x))
+        continue;
+      bool same = true;
+      readers(fu, l, x, g, &early, &same);
+    }
+  }
+  for (int j = 0; j < f->inst.n; j++) {
+    Inst *x = f->inst.a[j];
+    for (int k = 0; x->op == OP_store && group_of(fu, x) == g && k < j; k++) {
+      const Inst *l = f->inst.a[k];
+      if (l->op == OP_load && memplan_global(l) == memplan_global(x) &&
+          sink_reads_at(fu, l, x, g, early))
+        return -1;
+    }
+  }
+  return early < fu->last[g] ? early : -1;
+}
+
+/* Pass 3: a group that writes the state block (an optimizer update) moves up
+ * to its earliest place, so the gradient it reads dies early; the loads only
+ * it reads come along, just before it, and consts and learning rates move up
+ * to their first reader. */
+static void hoist_updates(Fuser *fu) {
+  Func *f = fu->f;
+  bool *done = arena_alloc(f->mod->arena, sizeof(bool) * (size_t)(fu->ngrp + 1));
+  for (int i = 0; i < f->inst.n; i++) {
+    int g = f->inst.a[i]->op == OP_store ? group_of(fu, f->inst.a[i]) : 0;
+    if (!g || done[g])
+      continue;
+    done[g] = true;
+    int at = earliest(fu, g);
+    if (at < 0)
+      continue;
+    for (int j = 0; j < f->inst.n; j++) {
+      Inst *x = f->inst.a[j];
+      if (group_of(fu, x) == g) {
+        fu->slot[j] = at;
+      } else if (moves_with(fu, x, g)) {
+        fu->slot[j] = at;
+        fu->tier[j] = 0;
+      }
+    }
+  }
+  for (int i = 0; i < f->inst.n; i++) {
+    const Inst *x = f->inst.a[i];
+    if ((x->op != OP_const && x->op != OP_lr) || group_of(fu, x))
+      continue;
+    for (int k = fu->use.off[i]; k < fu->use.off[i + 1]; k++) {
+      int s = fu->slot[fu->use.u[k]->id];
+      if (s < fu->slot[i]) {
+        fu->slot[i] = s;
+        fu->tier[i] = 0;
+      }
+    }
+  }
+}
+
+/* Pass 4: the new order: in each place, the insts of tier 0, then of tier 1
+ * (its own inst or group), then of tier 2 (the sinks that wait for it), each
+ * in id order. */
 static void reschedule(Fuser *fu) {
   Func *f = fu->f;
   Arena *a = f->mod->arena;
   int n = f->inst.n;
-  int *head = arena_alloc(a, sizeof(int) * (size_t)(2 * n + 1));
-  int *tail = arena_alloc(a, sizeof(int) * (size_t)(2 * n + 1));
+  int *head = arena_alloc(a, sizeof(int) * (size_t)(3 * n + 1));
+  int *tail = arena_alloc(a, sizeof(int) * (size_t)(3 * n + 1));
   int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-  for (int b = 0; b < 2 * n; b++)
+  for (int b = 0; b < 3 * n; b++)
     head[b] = tail[b] = -1;
   for (int i = 0; i < n; i++) {
-    bool waits = fu->slot[i] != i && !fu->grp[i];
-    int b = 2 * fu->slot[i] + waits;
+    int b = 3 * fu->slot[i] + fu->tier[i];
     next[i] = -1;
     if (tail[b] < 0)
       head[b] = i;
@@ -214,7 +326,7 @@ static void reschedule(Fuser *fu) {
   memcpy(old, f->inst.a, sizeof(Inst *) * (size_t)n);
   int *newid = arena_alloc(a, sizeof(int) * (size_t)(fu->ngrp + 1));
   int k = 0, ngrp = 0;
-  for (int b = 0; b < 2 * n; b++)
+  for (int b = 0; b < 3 * n; b++)
     for (int i = head[b]; i >= 0; i = next[i]) {
       Inst *x = old[i];
       int g = group_of(fu, x);
@@ -239,6 +351,7 @@ static void fuse_func(Func *f) {
   fu.shape = arena_alloc(a, sizeof(Type *) * ni);
   fu.last = arena_alloc(a, sizeof(int) * ni);
   fu.slot = arena_alloc(a, sizeof(int) * ni);
+  fu.tier = arena_alloc(a, ni);
   fu.movable = arena_alloc(a, sizeof(bool) * ni);
   for (int i = 0; i < n; i++) {
     Inst *x = f->inst.a[i];
@@ -247,6 +360,7 @@ static void fuse_func(Func *f) {
   }
   form_groups(&fu);
   place_sinks(&fu);
+  hoist_updates(&fu);
   reschedule(&fu);
 }
 

@@ -1,6 +1,7 @@
-/* memplan.c: the static memory plan: one work arena per function, offsets
- * chosen by liveness over the instruction order, best fit, reused after a
- * value's last use.
+/* memplan.c: the static memory plan: one work arena per function. Lives come
+ * from the instruction order (a fusion group is one step); offsets are placed
+ * greedily, largest buffer first, into the best fitting gap among the buffers
+ * live at the same time, so memory is reused after a value's last use.
  *
  * Requires: each fusion group contiguous (passes/fusion.c), or no groups.
  * Guarantees: Inst.offset >= 0 (64-byte aligned) exactly for the values that
@@ -111,83 +112,59 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
   return l;
 }
 
-typedef struct Block { int64_t off, size; } Block;
-typedef struct Pool {
-  Arena *a;
-  VEC(Block) free;     /* sorted by offset, never adjacent */
-  int64_t top;
-} Pool;
+typedef struct Buf {
+  int i;               /* inst id */
+  int64_t off, size;
+  int def, last;
+} Buf;
 
-static void del(Pool *p, int k) {
-  memmove(&p->free.a[k], &p->free.a[k + 1], sizeof(Block) * (size_t)(p->free.n - k - 1));
-  p->free.n--;
+static int by_size_desc(const void *x, const void *y) {
+  const Buf *a = x, *b = y;
+  if (a->size != b->size)
+    return a->size < b->size ? 1 : -1;
+  return a->def != b->def ? a->def - b->def : a->i - b->i;
 }
 
-/* Best fit; grows the arena (through a free block at its end, if any) when
- * nothing fits. */
-static int64_t take(Pool *p, int64_t size) {
-  int best = -1;
-  for (int k = 0; k < p->free.n; k++)
-    if (p->free.a[k].size >= size && (best < 0 || p->free.a[k].size < p->free.a[best].size))
-      best = k;
-  if (best >= 0) {
-    Block *b = &p->free.a[best];
-    int64_t off = b->off;
-    b->off += size;
-    b->size -= size;
-    if (!b->size)
-      del(p, best);
-    return off;
-  }
-  int64_t off = p->top;
-  Block *end = p->free.n ? &p->free.a[p->free.n - 1] : NULL;
-  if (end && end->off + end->size == p->top) {
-    off = end->off;
-    del(p, p->free.n - 1);
-  }
-  p->top = off + size;
-  return off;
+static int by_offset(const void *x, const void *y) {
+  const Buf *a = *(Buf *const *)x, *b = *(Buf *const *)y;
+  return a->off != b->off ? (a->off < b->off ? -1 : 1) : a->i - b->i;
 }
 
-static void give(Pool *p, int64_t off, int64_t size) {
-  int k = 0;
-  while (k < p->free.n && p->free.a[k].off < off)
-    k++;
-  vec_push(p->a, &p->free, ((Block){0, 0}));
-  memmove(&p->free.a[k + 1], &p->free.a[k], sizeof(Block) * (size_t)(p->free.n - 1 - k));
-  p->free.a[k] = (Block){off, size};
-  if (k + 1 < p->free.n && off + size == p->free.a[k + 1].off) {
-    p->free.a[k].size += p->free.a[k + 1].size;
-    del(p, k + 1);
-  }
-  if (k > 0 && p->free.a[k - 1].off + p->free.a[k - 1].size == off) {
-    p->free.a[k - 1].size += p->free.a[k].size;
-    del(p, k);
-  }
-}
-
+/* Greedy by size: the largest buffers are placed first, each at the best
+ * fitting gap among the buffers already placed that live at the same time
+ * (the lowest offset past all of them when no gap fits). */
 static void plan_func(Func *f) {
   Arena *a = f->mod->arena;
-  int nstep, n = f->inst.n;
+  int nstep, n = f->inst.n, nb = 0;
   Life *l = lifetimes(a, f, &nstep);
-  int *head = arena_alloc(a, sizeof(int) * (size_t)(nstep + 1));
-  int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-  for (int s = 0; s < nstep; s++)
-    head[s] = -1;
-  for (int i = n - 1; i >= 0; i--)
-    if (l[i].size) {
-      next[i] = head[l[i].last];
-      head[l[i].last] = i;
-    }
-  Pool p = {.a = a};
-  int i = 0;
-  for (int s = 0; s < nstep; s++) {
-    for (; i < n && l[i].def == s; i++)
-      f->inst.a[i]->offset = l[i].size ? take(&p, l[i].size) : -1;
-    for (int k = head[s]; k >= 0; k = next[k])
-      give(&p, f->inst.a[k]->offset, l[k].size);
+  Buf *buf = arena_alloc(a, sizeof(Buf) * (size_t)(n + 1));
+  Buf **live = arena_alloc(a, sizeof(Buf *) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    f->inst.a[i]->offset = -1;
+    if (l[i].size)
+      buf[nb++] = (Buf){i, 0, l[i].size, l[i].def, l[i].last};
   }
-  f->work_bytes = p.top;
+  qsort(buf, (size_t)nb, sizeof *buf, by_size_desc);
+  int64_t top = 0;
+  for (int k = 0; k < nb; k++) {
+    Buf *b = &buf[k];
+    int nl = 0;
+    for (int j = 0; j < k; j++)
+      if (buf[j].def <= b->last && b->def <= buf[j].last)
+        live[nl++] = &buf[j];
+    qsort(live, (size_t)nl, sizeof *live, by_offset);
+    int64_t at = -1, gap = INT64_MAX, end = 0;
+    for (int j = 0; j < nl; j++) {
+      int64_t room = live[j]->off - end;
+      if (room >= b->size && room < gap)
+        at = end, gap = room;
+      end = live[j]->off + live[j]->size > end ? live[j]->off + live[j]->size : end;
+    }
+    b->off = at >= 0 ? at : end;
+    top = b->off + b->size > top ? b->off + b->size : top;
+    f->inst.a[b->i]->offset = b->off;
+  }
+  f->work_bytes = top;
 }
 
 bool pass_memplan(Module *m, Diag *d) {
@@ -253,7 +230,7 @@ void memplan_report(FILE *out, const Module *m) {
   int64_t bytes[3] = {0, 0, 0};
   for (int k = 0; k < m->global.n; k++)
     bytes[m->global.a[k].kind] += round_up(bytes_of(&m->global.a[k].type));
-  fprintf(out, "memory plan of %s (64-byte aligned, best fit, reused after last use)\n",
+  fprintf(out, "memory plan of %s (64-byte aligned, largest first into the best fit)\n",
           m->name);
   fputs("state: params ", out);
   print_size(out, bytes[G_PARAM]);

@@ -1,6 +1,7 @@
 /* model.c: a model compiled by dtc at run time: its state and work blocks,
  * initialisation, checked training and inference steps, and checkpoints of its
- * params and state. Each model owns its context. */
+ * params and state; for SPMD models, joining the job and sharing failures.
+ * Each model owns its context. */
 #include <stdio.h>
 #include <string.h>
 
@@ -69,6 +70,14 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
       return dtrt_fail(ctx, DT_ERR_ARG, "model %s: '%s' has initialiser %d, unusable for %s",
                        d->name, g->name, (int)g->init, dtrt_dtype_name(g->dtype));
   }
+  if (d->nmesh_axis < 0 || d->nmesh_axis > DTRT_MAX_MESH ||
+      (d->nmesh_axis > 0 && !d->mesh_axis_size))
+    return dtrt_fail(ctx, DT_ERR_ARG, "model %s: %d mesh axes at %p (0 to %d expected)", d->name,
+                     (int)d->nmesh_axis, (const void *)d->mesh_axis_size, DTRT_MAX_MESH);
+  for (int k = 0; k < d->nmesh_axis; k++)
+    if (d->mesh_axis_size[k] < 1)
+      return dtrt_fail(ctx, DT_ERR_ARG, "model %s: mesh axis %d has size %d", d->name, k,
+                       (int)d->mesh_axis_size[k]);
   DtStatus s;
   if ((s = check_list(ctx, d, "training input", d->ntrain_in, d->train_in, DT_G_INPUT)) ||
       (s = check_list(ctx, d, "forward input", d->nfwd_in, d->fwd_in, DT_G_INPUT)) ||
@@ -102,6 +111,31 @@ static DtStatus init_state(DtModel *m, uint64_t seed) {
   return DT_OK;
 }
 
+static bool spmd(const DtModel *m) { return m->d->nmesh_axis > 0; }
+
+/* Joins the job of an SPMD model: the same model, plan and mesh on every rank
+ * (agreed before the mesh is built, so that ranks running different programs
+ * stop here rather than wait in different collectives), then the mesh. */
+static DtStatus join(DtrtCtx *ctx, const DtModelDesc *d) {
+  int size[DTRT_MAX_MESH];
+  char shape[96] = "";
+  size_t n = 0;
+  for (int k = 0; k < d->nmesh_axis; k++) {
+    size[k] = d->mesh_axis_size[k];
+    n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%d", k ? "x" : "", size[k]);
+  }
+  DtStatus s;
+  if ((s = dtrt_comm_init(ctx)) || (s = dtrt_comm_agree(ctx, "model hash", d->hash)) ||
+      (s = dtrt_comm_agree(ctx, "plan hash", d->plan_hash)) ||
+      (s = dtrt_comm_agree(ctx, "mesh", shape)) ||
+      (s = dtrt_mesh_init(ctx, d->nmesh_axis, size))) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", dtrt_errmsg(ctx));
+    return dtrt_fail(ctx, s, "model %s: %s", d->name, why);
+  }
+  return DT_OK;
+}
+
 void dtrt_model_destroy(DtModel *m) {
   if (!m)
     return;
@@ -128,13 +162,17 @@ DtStatus dtrt_model_create_with(const DtModelDesc *d, uint64_t seed, const DtAll
   DtModel *m = NULL;
   if (!out || !d)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model: no %s", d ? "output pointer" : "description");
-  else if (!(s = check_desc(ctx, d)) && (m = dtrt_alloc(ctx, sizeof *m))) {
-    *m = (DtModel){.d = d, .ctx = ctx};
-    m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
-    m->work = m->state ? dtrt_alloc(ctx, (size_t)d->work_bytes) : NULL;
-    s = m->work ? init_state(m, seed) : DT_ERR_NOMEM;
-  } else if (!s) {
-    s = DT_ERR_NOMEM;
+  else if (!(s = check_desc(ctx, d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
+    if ((m = dtrt_alloc(ctx, sizeof *m))) {
+      *m = (DtModel){.d = d, .ctx = ctx};
+      m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
+      m->work = m->state ? dtrt_alloc(ctx, (size_t)d->work_bytes) : NULL;
+      s = m->work ? init_state(m, seed) : DT_ERR_NOMEM;
+    } else {
+      s = DT_ERR_NOMEM;
+    }
+    if (d->nmesh_axis > 0)
+      s = dtrt_comm_status(ctx, s);
   }
   if (s) {
     if (err && errlen)
@@ -156,6 +194,8 @@ DtStatus dtrt_model_create(const DtModelDesc *d, uint64_t seed, DtModel **out) {
 const char *dtrt_model_error(const DtModel *m) { return m ? dtrt_errmsg(m->ctx) : "no model"; }
 
 int64_t dtrt_model_step(const DtModel *m) { return m ? m->step : 0; }
+
+int dtrt_model_rank(const DtModel *m) { return m ? dtrt_rank(m->ctx) : 0; }
 
 /* Checks caller buffers against the globals idx[0..n): present, right size. */
 static DtStatus check_bufs(DtModel *m, const char *op, const char *what, int n,
@@ -186,24 +226,31 @@ static DtStatus said(DtModel *m, const char *op, DtStatus s) {
   return s;
 }
 
+/* Every rank of an SPMD model learns of a failure on any rank, both before the
+ * step (bad buffers) and after it. A step function that fails must still
+ * make the collectives it shares with other ranks, or they wait for it. */
+static DtStatus shared(DtModel *m, DtStatus s) { return spmd(m) ? dtrt_comm_status(m->ctx, s) : s; }
+
 DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int64_t *elems,
                                float *loss) {
   if (!m)
     return DT_ERR_ARG;
   const DtModelDesc *d = m->d;
-  DtStatus s;
+  DtStatus s = DT_OK;
   if (!d->train_step)
-    return dtrt_fail(m->ctx, DT_ERR_ARG, "%s train_step: the model was compiled for inference only",
-                     d->name);
-  if (!loss)
-    return dtrt_fail(m->ctx, DT_ERR_ARG, "%s train_step: loss pointer is NULL", d->name);
-  if ((s = check_bufs(m, "train_step", "input", d->ntrain_in, d->train_in, inputs, elems)))
+    s = dtrt_fail(m->ctx, DT_ERR_ARG, "%s train_step: the model was compiled for inference only",
+                  d->name);
+  else if (!loss)
+    s = dtrt_fail(m->ctx, DT_ERR_ARG, "%s train_step: loss pointer is NULL", d->name);
+  else
+    s = check_bufs(m, "train_step", "input", d->ntrain_in, d->train_in, inputs, elems);
+  if ((s = shared(m, s)))
     return s;
   void *outs[1] = {loss};
   dtrt_fail(m->ctx, DT_OK, "%s", "");
   s = d->train_step(m->ctx, m->state, m->work, (void *const *)inputs, outs, m->step);
-  if (s)
-    return said(m, "train_step", s);
+  if ((s = shared(m, s ? said(m, "train_step", s) : DT_OK)))
+    return s;
   m->step++;
   return DT_OK;
 }
@@ -213,21 +260,22 @@ DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t
   if (!m)
     return DT_ERR_ARG;
   const DtModelDesc *d = m->d;
-  DtStatus s;
+  DtStatus s = DT_OK;
   if (!d->forward)
-    return dtrt_fail(m->ctx, DT_ERR_ARG, "%s forward: the model has no forward function",
-                     d->name);
-  if ((s = check_bufs(m, "forward", "input", d->nfwd_in, d->fwd_in, inputs, elems)) ||
-      (s = check_bufs(m, "forward", "output", d->nfwd_out, d->fwd_out,
-                      (const void *const *)outputs, out_elems)))
+    s = dtrt_fail(m->ctx, DT_ERR_ARG, "%s forward: the model has no forward function", d->name);
+  else if (!(s = check_bufs(m, "forward", "input", d->nfwd_in, d->fwd_in, inputs, elems)))
+    s = check_bufs(m, "forward", "output", d->nfwd_out, d->fwd_out,
+                   (const void *const *)outputs, out_elems);
+  if ((s = shared(m, s)))
     return s;
   dtrt_fail(m->ctx, DT_OK, "%s", "");
   s = d->forward(m->ctx, m->state, m->work, (void *const *)inputs, outputs, m->step);
-  return s ? said(m, "forward", s) : DT_OK;
+  return shared(m, s ? said(m, "forward", s) : DT_OK);
 }
 
-/* The params and state as named tensors over the state block; *n of them. */
-static DtNamed *named(DtModel *m, int *n) {
+/* The params and state as named tensors over the state block at base; *n of
+ * them. */
+static DtNamed *named(DtModel *m, unsigned char *base, int *n) {
   const DtModelDesc *d = m->d;
   DtNamed *t = dtrt_alloc(m->ctx, (size_t)d->nglobal * sizeof *t);
   *n = 0;
@@ -237,35 +285,84 @@ static DtNamed *named(DtModel *m, int *n) {
       continue;
     DtNamed *e = &t[(*n)++];
     *e = (DtNamed){.name = g->name,
-                   .t = {.data = m->state + g->offset, .dtype = g->dtype, .rank = g->rank}};
+                   .t = {.data = base + g->offset, .dtype = g->dtype, .rank = g->rank}};
     memcpy(e->t.dim, g->dim, (size_t)g->rank * sizeof *g->dim);
   }
   return t;
+}
+
+/* Where an SPMD model's rank keeps its checkpoint (PATH.rankR, or PATH in a
+ * job of one rank) and the hash that stamps it; *file to free with dtrt_free. */
+static DtStatus rank_file(DtModel *m, const char *path, char **file, const char **hash) {
+  const DtModelDesc *d = m->d;
+  int rank = dtrt_rank(m->ctx), nranks = dtrt_nranks(m->ctx);
+  const char *plan = d->plan_hash ? d->plan_hash : "";
+  size_t np = strlen(path) + 32, nh = strlen(d->hash) + strlen(plan) + 64;
+  if (!(*file = dtrt_alloc(m->ctx, np + nh)))
+    return DT_ERR_NOMEM;
+  char *h = *file + np;
+  if (nranks == 1) {
+    snprintf(*file, np, "%s", path);
+    snprintf(h, nh, "%s", d->hash);
+  } else {
+    snprintf(*file, np, "%s.rank%d", path, rank);
+    snprintf(h, nh, "%s plan %s rank %d of %d", d->hash, plan, rank, nranks);
+  }
+  *hash = h;
+  return DT_OK;
 }
 
 DtStatus dtrt_model_save(DtModel *m, const char *path) {
   if (!m)
     return DT_ERR_ARG;
   int n;
-  DtNamed *t = named(m, &n);
-  if (!t)
-    return DT_ERR_NOMEM;
-  DtStatus s = dtrt_save(m->ctx, path, t, n, m->d->hash, m->step);
+  char *file = NULL;
+  const char *hash = m->d->hash;
+  DtNamed *t = named(m, m->state, &n);
+  DtStatus s = t ? DT_OK : DT_ERR_NOMEM;
+  if (!s && spmd(m) && path)
+    s = rank_file(m, path, &file, &hash);
+  if (!s)
+    s = dtrt_save(m->ctx, file ? file : path, t, n, hash, m->step);
+  dtrt_free(m->ctx, file);
   dtrt_free(m->ctx, t);
-  return s;
+  return shared(m, s);
 }
 
+/* An SPMD model loads into a scratch copy of its state, and commits only when
+ * every rank has read its file and all files hold the same step. */
 DtStatus dtrt_model_load(DtModel *m, const char *path) {
   if (!m)
     return DT_ERR_ARG;
   int n;
-  int64_t step;
-  DtNamed *t = named(m, &n);
-  if (!t)
-    return DT_ERR_NOMEM;
-  DtStatus s = dtrt_load(m->ctx, path, t, n, m->d->hash, &step);
+  int64_t step = 0;
+  char *file = NULL;
+  const char *hash = m->d->hash;
+  unsigned char *base = m->state;
+  DtStatus s = DT_OK;
+  if (spmd(m) && path) {
+    s = rank_file(m, path, &file, &hash);
+    base = s ? NULL : dtrt_alloc(m->ctx, (size_t)m->d->state_bytes);
+    s = s ? s : base ? DT_OK : DT_ERR_NOMEM;
+  }
+  DtNamed *t = s ? NULL : named(m, base, &n);
+  if (!s && !t)
+    s = DT_ERR_NOMEM;
   if (!s)
+    s = dtrt_load(m->ctx, file ? file : path, t, n, hash, &step);
+  if (!(s = shared(m, s)) && spmd(m)) {
+    char text[32];
+    snprintf(text, sizeof text, "%lld", (long long)step);
+    s = dtrt_comm_agree(m->ctx, "checkpoint step", text);
+  }
+  if (!s) {
+    if (base != m->state)
+      memcpy(m->state, base, (size_t)m->d->state_bytes);
     m->step = step;
+  }
+  if (base != m->state)
+    dtrt_free(m->ctx, base);
+  dtrt_free(m->ctx, file);
   dtrt_free(m->ctx, t);
   return s;
 }

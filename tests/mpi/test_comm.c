@@ -1,0 +1,693 @@
+/* test_comm.c: libdtrt's communication layer on as many ranks as it is started
+ * with (alone, or under mpiexec -n 2 or -n 4): every collective against a
+ * reference computed locally from all ranks' deterministic inputs, meshes,
+ * agreement, failure sharing and an SPMD model against the single-process
+ * computation. Checks record and go on, so every rank makes the same calls;
+ * rank 0 prints "N passed, M failed", the exit status says if any rank failed.
+ * With --app-mpi the program starts MPI itself, and dtrt must not finalise it. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "dtrt.h"
+
+static int passed, failed, me, np;
+
+static void check(int ok, int line, const char *fmt, ...) {
+  if (ok) {
+    passed++;
+    return;
+  }
+  failed++;
+  char text[1024];
+  int n = snprintf(text, sizeof text, "rank %d: test_comm.c:%d: ", me, line);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s\n", text); /* one write, so that ranks do not interleave */
+}
+#define CHECK(ok, ...) check((ok), __LINE__, __VA_ARGS__)
+
+static bool mpi_up(void) {
+  int up, down;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  return up && !down;
+}
+
+typedef struct Count {
+  long allocs, frees;
+} Count;
+
+static void *count_alloc(void *u, size_t n) {
+  void *p;
+  if (posix_memalign(&p, 64, n))
+    return NULL;
+  ((Count *)u)->allocs++;
+  return p;
+}
+
+static void count_free(void *u, void *p) {
+  ((Count *)u)->frees++;
+  free(p);
+}
+
+/* A small integer, so that sums are exact in any order. */
+static float value(int seed, int64_t k) { return (float)((seed * 7919 + k * 31) % 17 - 8); }
+
+static int64_t numel(const int64_t *dim, int rank) {
+  int64_t n = 1;
+  for (int k = 0; k < rank; k++)
+    n *= dim[k];
+  return n;
+}
+
+static DtTensor tensor(int dtype, int rank, const int64_t *dim) {
+  DtTensor t = {.dtype = dtype, .rank = rank};
+  memcpy(t.dim, dim, (size_t)rank * sizeof *dim);
+  t.data = calloc((size_t)numel(dim, rank) + 1, 4);
+  return t;
+}
+
+static void fill(DtTensor *t, int seed) {
+  for (int64_t k = 0; k < numel(t->dim, t->rank); k++)
+    if (t->dtype == DTRT_F32)
+      ((float *)t->data)[k] = value(seed, k);
+    else
+      ((int32_t *)t->data)[k] = (int32_t)value(seed, k) * 1000 + (int32_t)k;
+}
+
+/* part = full[..., at:at+len, ...] along dim d, by coordinates. */
+static DtTensor slice(const DtTensor *full, int d, int64_t at, int64_t len) {
+  int64_t dim[DT_MAX_RANK];
+  memcpy(dim, full->dim, sizeof dim);
+  dim[d] = len;
+  DtTensor part = tensor(full->dtype, full->rank, dim);
+  int64_t n = numel(dim, full->rank);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t rest = k, src = 0, stride = 1;
+    for (int j = full->rank - 1; j >= 0; j--) {
+      int64_t c = rest % dim[j] + (j == d ? at : 0);
+      rest /= dim[j];
+      src += c * stride;
+      stride *= full->dim[j];
+    }
+    ((uint32_t *)part.data)[k] = ((uint32_t *)full->data)[src];
+  }
+  return part;
+}
+
+static bool same(const DtTensor *a, const DtTensor *b) {
+  int64_t n = numel(a->dim, a->rank);
+  return a->rank == b->rank && n == numel(b->dim, b->rank) &&
+         !memcmp(a->data, b->data, (size_t)n * 4);
+}
+
+/* Uneven blocks for p members summing to *total, one of them empty when p > 1. */
+static void uneven(int p, int64_t *len, int64_t *total) {
+  *total = 0;
+  for (int m = 0; m < p; m++)
+    *total += len[m] = p == 1 ? 3 : (m * 3 + 1) % 4;
+}
+
+static void even(int p, int64_t total, int64_t *len) {
+  for (int m = 0; m < p; m++)
+    len[m] = total / p + (m < total % p);
+}
+
+static int64_t start(const int64_t *len, int m) {
+  int64_t at = 0;
+  for (int k = 0; k < m; k++)
+    at += len[k];
+  return at;
+}
+
+static const char *methods[] = {"mpi", "ring", "grouped"};
+
+/* ---- collectives over the whole job (no mesh) ------------------------- */
+
+static void test_all_reduce(DtrtCtx *ctx) {
+  static const int64_t sizes[] = {0, 1, 5, 1000, 12347};
+  for (int method = 0; method < 2; method++)
+    for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
+      for (int inplace = 0; inplace < 2; inplace++) {
+        int64_t n = sizes[z];
+        DtTensor x = tensor(DTRT_F32, 1, &n), y = tensor(DTRT_F32, 1, &n);
+        fill(&x, me);
+        DtAttrs a = {.i = {0, method}, .ni = 2};
+        DtTensor *out = inplace ? &x : &y;
+        DtStatus s = dtrt_k_all_reduce(ctx, &x, 1, out, &a);
+        CHECK(s == DT_OK, "all_reduce %s n=%lld: %s", methods[method], (long long)n,
+              dtrt_errmsg(ctx));
+        int64_t bad = -1;
+        for (int64_t k = 0; k < n && bad < 0; k++) {
+          float want = 0;
+          for (int r = 0; r < np; r++)
+            want += value(r, k);
+          if (((float *)out->data)[k] != want)
+            bad = k;
+        }
+        CHECK(bad < 0, "all_reduce %s n=%lld in place %d: wrong at %lld", methods[method],
+              (long long)n, inplace, (long long)bad);
+        free(x.data), free(y.data);
+      }
+}
+
+/* A global tensor, the dims to split, and whether the blocks are uneven. */
+static const struct {
+  int rank;
+  int64_t dim[3];
+} shapes[] = {{1, {0}}, {2, {0, 5}}, {3, {3, 0, 4}}, {3, {2, 3, 0}}};
+
+/* shapes[s] with the split dim d set to total (0 in the table marks it). */
+static DtTensor shaped(int s, int dtype, int d, int64_t total) {
+  int64_t dim[3];
+  memcpy(dim, shapes[s].dim, sizeof dim);
+  dim[d] = total;
+  return tensor(dtype, shapes[s].rank, dim);
+}
+
+static int split_dim(int s) {
+  for (int d = 0; d < shapes[s].rank; d++)
+    if (!shapes[s].dim[d])
+      return d;
+  return 0;
+}
+
+static void test_all_gather(DtrtCtx *ctx) {
+  for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
+    for (int dtype = DTRT_F32; dtype <= DTRT_I32; dtype++)
+      for (int ue = 0; ue < 2; ue++)
+        for (int method = 0; method < 3; method++) {
+          int d = split_dim((int)sh);
+          int64_t len[16], total = 7;
+          if (ue)
+            uneven(np, len, &total);
+          else
+            even(np, total, len);
+          DtTensor full = shaped((int)sh, dtype, d, total), out = shaped((int)sh, dtype, d, total);
+          fill(&full, 99);
+          DtTensor in = slice(&full, d, start(len, me), len[me]);
+          DtAttrs a = {.i = {0, d}, .ni = 2};
+          if (ue)
+            for (int m = 0; m < np; m++)
+              a.i[a.ni++] = len[m];
+          a.i[a.ni++] = method;
+          DtStatus s = dtrt_k_all_gather(ctx, &in, 1, &out, &a);
+          CHECK(s == DT_OK && same(&out, &full), "all_gather shape %zu %s %s %s: %s", sh,
+                dtype == DTRT_F32 ? "f32" : "i32", ue ? "uneven" : "even", methods[method],
+                s ? dtrt_errmsg(ctx) : "wrong values");
+          free(full.data), free(out.data), free(in.data);
+        }
+}
+
+static void test_reduce_scatter(DtrtCtx *ctx) {
+  for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
+    for (int ue = 0; ue < 2; ue++)
+      for (int method = 0; method < 3; method++) {
+        int d = split_dim((int)sh);
+        int64_t len[16], total = 9;
+        if (ue)
+          uneven(np, len, &total);
+        else
+          even(np, total, len);
+        DtTensor in = shaped((int)sh, DTRT_F32, d, total), sum = shaped((int)sh, DTRT_F32, d, total);
+        fill(&in, me);
+        for (int64_t k = 0; k < numel(sum.dim, sum.rank); k++)
+          for (int r = 0; r < np; r++)
+            ((float *)sum.data)[k] += value(r, k);
+        DtTensor want = slice(&sum, d, start(len, me), len[me]);
+        DtTensor out = shaped((int)sh, DTRT_F32, d, len[me]);
+        DtAttrs a = {.i = {0, d}, .ni = 2};
+        if (ue)
+          for (int m = 0; m < np; m++)
+            a.i[a.ni++] = len[m];
+        a.i[a.ni++] = method;
+        DtStatus s = dtrt_k_reduce_scatter(ctx, &in, 1, &out, &a);
+        CHECK(s == DT_OK && same(&out, &want), "reduce_scatter shape %zu %s %s: %s", sh,
+              ue ? "uneven" : "even", methods[method], s ? dtrt_errmsg(ctx) : "wrong values");
+        free(in.data), free(sum.data), free(want.data), free(out.data);
+      }
+}
+
+static void test_all_to_all(DtrtCtx *ctx) {
+  static const int dims[][2] = {{0, 1}, {1, 0}, {0, 2}, {2, 0}, {1, 2}, {2, 1}};
+  for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
+    for (int dtype = DTRT_F32; dtype <= DTRT_I32; dtype++)
+      for (int ue = 0; ue < 2; ue++)
+        for (int method = 0; method < 2; method++) {
+          int di = dims[k][0], dout = dims[k][1];
+          int64_t li[16], lo[16], ni = 6, no = 5;
+          if (ue) {
+            uneven(np, li, &ni);
+            for (int m = 0; m < np; m++)
+              lo[m] = li[np - 1 - m];
+            no = ni;
+          } else {
+            even(np, ni, li);
+            even(np, no, lo);
+          }
+          int64_t gdim[3] = {2, 3, 4};
+          gdim[di] = ni, gdim[dout] = no;
+          DtTensor full = tensor(dtype, 3, gdim);
+          fill(&full, 7);
+          DtTensor in = slice(&full, di, start(li, me), li[me]);
+          DtTensor want = slice(&full, dout, start(lo, me), lo[me]);
+          DtTensor out = tensor(dtype, 3, want.dim);
+          DtAttrs a = {.i = {0, di, dout}, .ni = 3};
+          if (ue) {
+            for (int m = 0; m < np; m++)
+              a.i[a.ni++] = li[m];
+            for (int m = 0; m < np; m++)
+              a.i[a.ni++] = lo[m];
+          }
+          a.i[a.ni++] = method;
+          DtStatus s = dtrt_k_all_to_all(ctx, &in, 1, &out, &a);
+          CHECK(s == DT_OK && same(&out, &want), "all_to_all %d->%d %s %s %s: %s", di, dout,
+                dtype == DTRT_F32 ? "f32" : "i32", ue ? "uneven" : "even", methods[method],
+                s ? dtrt_errmsg(ctx) : "wrong values");
+          free(full.data), free(in.data), free(want.data), free(out.data);
+        }
+}
+
+/* Mistakes every rank makes alike: refused on every rank, without MPI. */
+static void test_errors(DtrtCtx *ctx) {
+  int64_t n = 4, two[2] = {2, 2};
+  DtTensor x = tensor(DTRT_F32, 1, &n), y = tensor(DTRT_F32, 1, &n), iy = tensor(DTRT_I32, 1, &n);
+  DtTensor m = tensor(DTRT_F32, 2, two);
+  struct {
+    int which;
+    DtTensor *in, *out;
+    DtAttrs a;
+    const char *want;
+  } cases[] = {
+      {0, &iy, &iy, {.i = {0, 0}, .ni = 2}, "is i32, expected f32"},
+      {0, &x, &y, {.i = {1, 0}, .ni = 2}, "mesh axis 1 out of range"},
+      {0, &x, &y, {.i = {0, 3}, .ni = 2}, "method 3 unknown"},
+      {0, &x, &y, {.i = {0}, .ni = 1}, "at least 2 expected"},
+      {1, &x, &y, {.i = {0, 0, 99, 0}, .ni = 4}, "int attributes; a group of"},
+      {1, &x, &y, {.i = {0, 5, 0}, .ni = 3}, "axis 5 out of range"},
+      {2, &x, &m, {.i = {0, 0, 0}, .ni = 3}, "differ outside the split dim"},
+      {3, &m, &m, {.i = {0, 1, 1, 0}, .ni = 4}, "both 1"},
+      {1, &x, &y, {.i = {0, 0, 3}, .ni = 3}, "method 3 unknown"},
+  };
+  if (np == 1) { /* a group of one takes one block length */
+    cases[4].a = (DtAttrs){.i = {0, 0, 99, 0}, .ni = 4};
+    cases[4].want = "block 0 of the split dim has length 99";
+  }
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    DtStatus s = (cases[k].which == 0   ? dtrt_k_all_reduce
+                  : cases[k].which == 1 ? dtrt_k_all_gather
+                  : cases[k].which == 2 ? dtrt_k_reduce_scatter
+                                        : dtrt_k_all_to_all)(ctx, cases[k].in, 1, cases[k].out,
+                                                             &cases[k].a);
+    CHECK(s == DT_ERR_ARG && strstr(dtrt_errmsg(ctx), cases[k].want),
+          "error case %zu: got %s: %s", k, dtrt_status_name(s), dtrt_errmsg(ctx));
+  }
+  free(x.data), free(y.data), free(iy.data), free(m.data);
+}
+
+/* ---- meshes ------------------------------------------------------------ */
+
+static float axis_sum(DtrtCtx *ctx, int axis, float v, int method) {
+  DtTensor t = {.data = &v, .dtype = DTRT_F32, .rank = 1, .dim = {1}};
+  DtAttrs a = {.i = {axis, method}, .ni = 2};
+  DtStatus s = dtrt_k_all_reduce(ctx, &t, 1, &t, &a);
+  CHECK(s == DT_OK, "all_reduce over axis %d: %s", axis, dtrt_errmsg(ctx));
+  return v;
+}
+
+static void test_mesh(void) {
+  Count c = {0, 0};
+  DtAllocator al = {count_alloc, count_free, &c};
+  DtrtCtx *ctx = dtrt_ctx_new_with(&al);
+  int bad[] = {np + 1};
+  CHECK(dtrt_mesh_init(ctx, 1, bad) == DT_ERR_ARG && strstr(dtrt_errmsg(ctx), "mesh has"),
+        "mesh of %d on %d ranks: %s", np + 1, np, dtrt_errmsg(ctx));
+  for (int rows = 1; rows <= np; rows++) {
+    if (np % rows)
+      continue;
+    int cols = np / rows, size[] = {rows, cols};
+    DtStatus s = dtrt_mesh_init(ctx, 2, size);
+    CHECK(s == DT_OK, "mesh %dx%d: %s", rows, cols, dtrt_errmsg(ctx));
+    int r = me / cols, q = me % cols;
+    CHECK(dtrt_mesh_coord(ctx, 0) == r && dtrt_mesh_coord(ctx, 1) == q &&
+              dtrt_mesh_coord(ctx, 2) == -1,
+          "mesh %dx%d: rank %d at (%d,%d)", rows, cols, me, dtrt_mesh_coord(ctx, 0),
+          dtrt_mesh_coord(ctx, 1));
+    for (int method = 0; method < 2; method++) {
+      float down = axis_sum(ctx, 0, (float)me, method), across = axis_sum(ctx, 1, (float)me, method);
+      CHECK(down == (float)(cols * rows * (rows - 1) / 2 + rows * q),
+            "mesh %dx%d axis 0 sum %g", rows, cols, down);
+      CHECK(across == (float)(cols * cols * r + cols * (cols - 1) / 2),
+            "mesh %dx%d axis 1 sum %g", rows, cols, across);
+    }
+    /* gather the ranks along axis 1: a row of the mesh */
+    int32_t mine = me, row[16] = {0};
+    DtTensor in = {.data = &mine, .dtype = DTRT_I32, .rank = 1, .dim = {1}};
+    DtTensor out = {.data = row, .dtype = DTRT_I32, .rank = 1, .dim = {cols}};
+    DtAttrs a = {.i = {1, 0, DTRT_COMM_GROUPED}, .ni = 3};
+    s = dtrt_k_all_gather(ctx, &in, 1, &out, &a);
+    bool ok = s == DT_OK;
+    for (int k = 0; k < cols; k++)
+      ok = ok && row[k] == r * cols + k;
+    CHECK(ok, "mesh %dx%d: gather along axis 1: %s", rows, cols, dtrt_errmsg(ctx));
+  }
+  int three[] = {1, np, 1};
+  CHECK(dtrt_mesh_init(ctx, 3, three) == DT_OK && dtrt_mesh_coord(ctx, 1) == me &&
+            axis_sum(ctx, 2, 1, 0) == 1 && axis_sum(ctx, 1, 1, 1) == (float)np,
+        "mesh 1x%dx1: %s", np, dtrt_errmsg(ctx));
+  dtrt_ctx_free(ctx);
+  CHECK(c.allocs == c.frees, "mesh context: %ld allocations, %ld frees", c.allocs, c.frees);
+}
+
+/* ---- agreement and failure --------------------------------------------- */
+
+static void test_agree(DtrtCtx *ctx) {
+  CHECK(dtrt_comm_agree(ctx, "model hash", "abc123") == DT_OK, "agree: %s", dtrt_errmsg(ctx));
+  CHECK(dtrt_comm_agree(ctx, "empty", NULL) == DT_OK, "agree on NULL: %s", dtrt_errmsg(ctx));
+  char big[700];
+  memset(big, 'h', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  CHECK(dtrt_comm_agree(ctx, "long", big) == DT_OK, "agree on 699 bytes: %s", dtrt_errmsg(ctx));
+  if (np == 1)
+    return;
+  const char *mine = me == np - 1 ? "def456" : "abc123";
+  DtStatus s = dtrt_comm_agree(ctx, "model hash", mine);
+  char want[160];
+  snprintf(want, sizeof want, "model hash differs between ranks: rank 0 has \"abc123\", rank %d "
+           "has \"def456\" (1 of %d ranks differ from rank 0)", np - 1, np);
+  CHECK(s == DT_ERR_MISMATCH && !strcmp(dtrt_errmsg(ctx), want), "disagree: %s: %s",
+        dtrt_status_name(s), dtrt_errmsg(ctx));
+  if (me == 1)
+    big[600] = 'x';
+  s = dtrt_comm_agree(ctx, "long", big);
+  CHECK(s == DT_ERR_MISMATCH && strstr(dtrt_errmsg(ctx), "rank 1 has \"hhh"),
+        "disagree after 600 bytes: %s", dtrt_errmsg(ctx));
+  big[600] = 'h';
+  if (me == 0)
+    big[650] = 0;
+  s = dtrt_comm_agree(ctx, "long", big);
+  CHECK(s == DT_ERR_MISMATCH && strstr(dtrt_errmsg(ctx), "rank 1 has") &&
+            strstr(dtrt_errmsg(ctx), "ranks differ"),
+        "disagree on length: %s", dtrt_errmsg(ctx));
+  CHECK(axis_sum(ctx, 0, 1, 0) == (float)np, "collectives after a disagreement");
+}
+
+static void test_status(DtrtCtx *ctx) {
+  CHECK(dtrt_comm_status(ctx, DT_OK) == DT_OK, "status, all well: %s", dtrt_errmsg(ctx));
+  DtStatus local = DT_OK;
+  if (me == np - 1)
+    local = dtrt_fail(ctx, DT_ERR_IO, "disk full on purpose");
+  DtStatus s = dtrt_comm_status(ctx, local);
+  char want[64];
+  snprintf(want, sizeof want, np == 1 ? "disk full on purpose" : "rank %d failed: disk full on purpose",
+           np - 1);
+  CHECK(s == DT_ERR_IO && !strcmp(dtrt_errmsg(ctx), want), "status, rank %d failing: %s: %s",
+        np - 1, dtrt_status_name(s), dtrt_errmsg(ctx));
+  local = me >= 1 ? dtrt_fail(ctx, me == 1 ? DT_ERR_NOMEM : DT_ERR_ARG, "rank %d broke", me)
+                  : DT_OK;
+  s = dtrt_comm_status(ctx, local);
+  if (np > 1)
+    CHECK(s == DT_ERR_NOMEM && !strcmp(dtrt_errmsg(ctx), "rank 1 failed: rank 1 broke"),
+          "status, ranks 1.. failing: %s", dtrt_errmsg(ctx));
+  CHECK(dtrt_comm_status(ctx, DT_OK) == DT_OK, "status after failures");
+}
+
+/* ---- an SPMD model: data-parallel linear regression --------------------- */
+
+enum { B = 8, F = 3, W = 0, BIAS = 16 };
+
+/* Rows k*B/np .. of the global batch at step t: y = 2 x0 - x1 + 0.5 x2 + 1. */
+static void batch(int64_t t, int first, int rows, float *x, float *y) {
+  for (int i = 0; i < rows; i++) {
+    for (int j = 0; j < F; j++)
+      x[i * F + j] = sinf((float)(t * 13 + (first + i) * 7 + j * 3));
+    y[i] = 2 * x[i * F] - x[i * F + 1] + 0.5f * x[i * F + 2] + 1;
+  }
+}
+
+/* The gradient of the global batch's mean squared error, from this rank's
+ * rows, summed over the ranks. A NaN input fails the step, after the
+ * collective the other ranks wait in (with no share from this rank). */
+static DtStatus dp_train(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
+                         void *const *in, void *const *out, int64_t step) {
+  (void)work;
+  const float *x = in[0], *y = in[1];
+  float *w = (float *)(state + W), *b = (float *)(state + BIAS);
+  int rows = B / dtrt_nranks(ctx);
+  float g[F + 2] = {0};
+  bool poisoned = isnan(x[0]);
+  for (int i = 0; i < rows && !poisoned; i++) {
+    float e = b[0] - y[i];
+    for (int j = 0; j < F; j++)
+      e += x[i * F + j] * w[j];
+    for (int j = 0; j < F; j++)
+      g[j] += 2 * e * x[i * F + j] / B;
+    g[F] += 2 * e / B;
+    g[F + 1] += e * e / B;
+  }
+  DtTensor t = {.data = g, .dtype = DTRT_F32, .rank = 1, .dim = {F + 2}};
+  DtAttrs a = {.i = {0, step % 2}, .ni = 2};
+  DtStatus s = dtrt_k_all_reduce(ctx, &t, 1, &t, &a);
+  if (s)
+    return s;
+  if (poisoned)
+    return dtrt_fail(ctx, DT_ERR_ARG, "NaN in the input");
+  for (int j = 0; j < F; j++)
+    w[j] -= 0.1f * g[j];
+  b[0] -= 0.1f * g[F];
+  *(float *)out[0] = g[F + 1];
+  return DT_OK;
+}
+
+static DtGlobalDesc dp_globals[] = {
+    {"x", DT_G_INPUT, DTRT_F32, 2, {B, F}, 0, 0, 0, 0, -1},
+    {"y", DT_G_INPUT, DTRT_F32, 1, {B}, 0, 0, 0, 0, -1},
+    {"w", DT_G_PARAM, DTRT_F32, 1, {F}, DT_INIT_GLOROT, 0, F, 1, W},
+    {"b", DT_G_PARAM, DTRT_F32, 1, {1}, DT_INIT_ZEROS, 0, 0, 0, BIAS},
+};
+static const int32_t dp_in[] = {0, 1};
+
+static DtModelDesc dp_desc(const int32_t *mesh, const char *plan) {
+  dp_globals[0].dim[0] = dp_globals[1].dim[0] = B / np;
+  return (DtModelDesc){.name = "dp", .hash = "dp-hash-1", .nglobal = 4, .global = dp_globals,
+                       .state_bytes = 32, .train_step = dp_train, .ntrain_in = 2,
+                       .train_in = dp_in, .nmesh_axis = 1, .mesh_axis_size = mesh,
+                       .plan_hash = plan};
+}
+
+/* The same training on the whole batch, in one process. */
+static void reference(const float *w0, int steps, float *w, float *b) {
+  memcpy(w, w0, F * sizeof *w);
+  *b = 0;
+  for (int t = 0; t < steps; t++) {
+    float x[B * F], y[B], g[F + 1] = {0};
+    batch(t, 0, B, x, y);
+    for (int i = 0; i < B; i++) {
+      float e = *b - y[i];
+      for (int j = 0; j < F; j++)
+        e += x[i * F + j] * w[j];
+      for (int j = 0; j < F; j++)
+        g[j] += 2 * e * x[i * F + j] / B;
+      g[F] += 2 * e / B;
+    }
+    for (int j = 0; j < F; j++)
+      w[j] -= 0.1f * g[j];
+    *b -= 0.1f * g[F];
+  }
+}
+
+/* One training step on this rank's rows; poison: a NaN input, or no loss
+ * pointer. */
+static DtStatus step(DtModel *m, int poison) {
+  int rows = B / np;
+  float x[B * F], y[B], loss;
+  batch(dtrt_model_step(m), me * rows, rows, x, y);
+  if (poison == 1)
+    x[0] = NAN;
+  const void *in[] = {x, y};
+  int64_t elems[] = {rows * F, rows};
+  return dtrt_model_train_step(m, in, elems, poison == 2 ? NULL : &loss);
+}
+
+/* msg as every rank reports it when the last rank failed with it. */
+static const char *on_last(const char *msg) {
+  static char text[256];
+  if (np == 1)
+    return msg;
+  snprintf(text, sizeof text, "rank %d failed: %s", np - 1, msg);
+  return text;
+}
+
+static void test_model(const char *dir) {
+  Count c = {0, 0};
+  DtAllocator al = {count_alloc, count_free, &c};
+  int32_t mesh[] = {np}, wrong[] = {np + 1};
+  char err[512], path[400];
+  DtModel *m;
+  DtModelDesc d = dp_desc(mesh, "plan-1");
+  DtStatus s = dtrt_model_create_with(&d, 5, &al, err, sizeof err, &m);
+  CHECK(s == DT_OK, "create: %s", err);
+  if (s)
+    return;
+  CHECK(dtrt_model_rank(m) == me, "model rank %d", dtrt_model_rank(m));
+  float *w = dtrt_model_tensor(m, "w"), *b = dtrt_model_tensor(m, "b"), w0[F], wr[F], br;
+  memcpy(w0, w, sizeof w0);
+  for (int t = 0; t < 4; t++)
+    CHECK(step(m, 0) == DT_OK, "step %d: %s", t, dtrt_model_error(m));
+  reference(w0, 4, wr, &br);
+  bool close = fabsf(*b - br) < 1e-5f;
+  for (int j = 0; j < F; j++)
+    close = close && fabsf(w[j] - wr[j]) < 1e-5f;
+  CHECK(close, "weights after 4 steps differ from one process: %g %g %g %g vs %g %g %g %g",
+        w[0], w[1], w[2], *b, wr[0], wr[1], wr[2], br);
+
+  /* a step failing on the last rank fails on all, and advances no counter */
+  s = step(m, me == np - 1); /* NaN on the last rank */
+  CHECK(s == DT_ERR_ARG && !strcmp(dtrt_model_error(m), on_last("NaN in the input")),
+        "poisoned step: %s: %s", dtrt_status_name(s), dtrt_model_error(m));
+  CHECK(dtrt_model_step(m) == 4, "step counter %lld after a failed step",
+        (long long)dtrt_model_step(m));
+  s = step(m, me == np - 1 ? 2 : 0);
+  CHECK(s == DT_ERR_ARG &&
+            !strcmp(dtrt_model_error(m), on_last("dp train_step: loss pointer is NULL")) &&
+            dtrt_model_step(m) == 4,
+        "no loss pointer on rank %d: %s", np - 1, dtrt_model_error(m));
+
+  /* checkpoints: one file per rank, loaded back; a mixed set is refused */
+  snprintf(path, sizeof path, "%s/dp.st", dir);
+  CHECK(dtrt_model_save(m, path) == DT_OK, "save: %s", dtrt_model_error(m));
+  char file[440];
+  if (np == 1)
+    snprintf(file, sizeof file, "%s", path);
+  else
+    snprintf(file, sizeof file, "%s.rank%d", path, me);
+  struct stat st;
+  CHECK(stat(file, &st) == 0, "no checkpoint %s", file);
+  float saved[F + 1];
+  memcpy(saved, w, F * sizeof *w), saved[F] = *b;
+  CHECK(step(m, 0) == DT_OK, "step 5: %s", dtrt_model_error(m));
+  CHECK(dtrt_model_load(m, path) == DT_OK && dtrt_model_step(m) == 4 && !memcmp(w, saved, F * 4) &&
+            *b == saved[F],
+        "load: %s", dtrt_model_error(m));
+  if (np > 1) {
+    CHECK(step(m, 0) == DT_OK, "step 5 again: %s", dtrt_model_error(m));
+    memcpy(saved, w, F * sizeof *w), saved[F] = *b;
+    if (me == np - 1) { /* this rank's file from another step */
+      char hash[128];
+      snprintf(hash, sizeof hash, "dp-hash-1 plan plan-1 rank %d of %d", me, np);
+      DtNamed t[] = {{"w", {w, DTRT_F32, 1, {F}}}, {"b", {b, DTRT_F32, 1, {1}}}};
+      DtrtCtx *own = dtrt_ctx_new();
+      CHECK(dtrt_save(own, file, t, 2, hash, 5) == DT_OK, "rewrite: %s", dtrt_errmsg(own));
+      dtrt_ctx_free(own);
+    }
+    s = dtrt_model_load(m, path);
+    CHECK(s == DT_ERR_MISMATCH && strstr(dtrt_model_error(m), "checkpoint step differs") &&
+              dtrt_model_step(m) == 5 && !memcmp(w, saved, F * 4),
+          "mixed checkpoints: %s: %s", dtrt_status_name(s), dtrt_model_error(m));
+    if (me == 0)
+      remove(file);
+    s = dtrt_model_load(m, path);
+    CHECK(s == DT_ERR_IO && strstr(dtrt_model_error(m), "rank 0 failed") &&
+              dtrt_model_step(m) == 5 && !memcmp(w, saved, F * 4),
+          "missing checkpoint on rank 0: %s: %s", dtrt_status_name(s), dtrt_model_error(m));
+  }
+  dtrt_model_destroy(m);
+  CHECK(c.allocs == c.frees, "model context: %ld allocations, %ld frees", c.allocs, c.frees);
+
+  /* creation refused alike on every rank */
+  d = dp_desc(wrong, "plan-1");
+  s = dtrt_model_create_with(&d, 5, NULL, err, sizeof err, &m);
+  CHECK(s == DT_ERR_ARG && strstr(err, "mesh has") && !m, "wrong mesh: %s", err);
+  if (np > 1) {
+    d = dp_desc(mesh, me % 2 ? "plan-B" : "plan-A");
+    s = dtrt_model_create_with(&d, 5, NULL, err, sizeof err, &m);
+    CHECK(s == DT_ERR_MISMATCH && strstr(err, "model dp: plan hash differs between ranks") && !m,
+          "plans differ: %s", err);
+  }
+}
+
+int main(int argc, char **argv) {
+  bool app = argc > 1 && !strcmp(argv[1], "--app-mpi");
+  if (app) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  }
+  bool launched = getenv("PMI_RANK") || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE") ||
+                  getenv("SLURM_PROCID");
+  Count c = {0, 0};
+  DtAllocator al = {count_alloc, count_free, &c};
+  DtrtCtx *ctx = dtrt_ctx_new_with(&al); /* the first to join: it owns MPI unless the app does */
+  CHECK(dtrt_nranks(ctx) == 1 && dtrt_rank(ctx) == 0, "before comm_init");
+  DtStatus s = dtrt_comm_init(ctx);
+  CHECK(s == DT_OK && dtrt_comm_init(ctx) == DT_OK, "comm_init: %s", dtrt_errmsg(ctx));
+  me = dtrt_rank(ctx), np = dtrt_nranks(ctx);
+  if (mpi_up()) {
+    int r, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    CHECK(r == me && n == np, "rank %d of %d, MPI says %d of %d", me, np, r, n);
+  } else {
+    CHECK(!launched && np == 1, "MPI not started under a launcher");
+  }
+  int up;
+  MPI_Initialized(&up);
+  CHECK(launched || app || !up, "MPI started without a launcher");
+
+  char dir[256] = "";
+  if (me == 0) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/dtrt-comm-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  }
+  if (mpi_up())
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+
+  test_all_reduce(ctx);
+  test_all_gather(ctx);
+  test_reduce_scatter(ctx);
+  test_all_to_all(ctx);
+  test_errors(ctx);
+  test_mesh();
+  test_agree(ctx);
+  test_status(ctx);
+  test_model(dir);
+
+  DtrtCtx *other = dtrt_ctx_new(); /* joins the running MPI: must not end it */
+  CHECK(dtrt_comm_init(other) == DT_OK && dtrt_rank(other) == me, "second context");
+  dtrt_ctx_free(other);
+  CHECK(!launched || mpi_up(), "freeing a second context ended MPI");
+
+  int counts[2] = {passed, failed}, total[2] = {passed, failed};
+  if (mpi_up()) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Allreduce(counts, total, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  }
+  if (me == 0) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd))
+      fprintf(stderr, "could not remove %s\n", dir);
+  }
+  dtrt_ctx_free(ctx);
+  int down;
+  MPI_Finalized(&down);
+  bool ok = c.allocs == c.frees && (app ? !down : down == launched);
+  if (!ok)
+    fprintf(stderr, "rank %d: allocations %ld, frees %ld; MPI finalised: %d\n", me, c.allocs,
+            c.frees, down);
+  if (app)
+    MPI_Finalize();
+  if (me == 0)
+    printf("%d passed, %d failed\n", total[0], total[1]);
+  return total[1] || !ok;
+}
