@@ -67,7 +67,8 @@ static void sync_globals(Interp *it) {
 
 Interp *interp_new(Module *m) {
   for (int k = 0; k < OP_COUNT; k++)
-    DTC_ASSERT(ir_ops[k].kind == K_ELEM || ir_ops[k].kind == K_META || kernels[k]);
+    DTC_ASSERT(ir_ops[k].kind == K_ELEM || ir_ops[k].kind == K_META ||
+               ir_ops[k].kind == K_COMM || kernels[k]);
   Interp *it = calloc(1, sizeof *it);
   DTC_ASSERT(it);
   it->m = m;
@@ -234,6 +235,10 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs,
   } else if (ir_ops[inst->op].kind == K_ELEM) {
     float *in[2] = {val[inst->in[0]->id], inst->nin > 1 ? val[inst->in[1]->id] : NULL};
     elementwise(inst, out, in);
+  } else if (!kernels[inst->op]) {
+    snprintf(it->err, sizeof it->err, "%s: the interpreter runs global functions only",
+             ir_ops[inst->op].name);
+    return false;
   } else {
     DtTensor in[16];
     for (int k = 0; k < inst->nin; k++)

@@ -66,6 +66,7 @@ Func *ir_add_func(Module *m, const char *name, Loc loc) {
   Func *f = arena_alloc(m->arena, sizeof *f);
   f->name = arena_strdup(m->arena, name);
   f->mod = m;
+  f->device = -1;
   f->loc = loc;
   vec_push(m->arena, &m->func, f);
   return f;

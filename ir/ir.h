@@ -162,7 +162,7 @@ typedef enum {
   OP_COUNT
 } Op;
 
-typedef enum { K_ELEM, K_REDUCE, K_MATMUL, K_KERNEL, K_SHAPE, K_META } OpKind;
+typedef enum { K_ELEM, K_REDUCE, K_MATMUL, K_KERNEL, K_SHAPE, K_COMM, K_META } OpKind;
 
 typedef enum { A_INT, A_INTS, A_FLOAT, A_STR } AttrKind;
 
@@ -222,6 +222,7 @@ struct Func {
   VEC(Inst *) inst;      /* in order; operands precede their users */
   Module *mod;
   int64_t work_bytes;    /* scratch arena size (passes/memplan.c), 0: not planned */
+  int device;            /* after spmd: the mesh device (= rank) this copy runs on; -1: global */
   Loc loc;
 };
 

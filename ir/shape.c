@@ -466,3 +466,99 @@ bool shape_concat(Inst *inst, char *err, size_t errlen) {
   inst->type = t;
   return check_out(inst, err, errlen);
 }
+
+/* ---- communication (per-device functions) ---- */
+
+/* This device's position along mesh axis `axis` of the module's mesh; false
+ * when the function is not a per-device copy or the axis does not exist. */
+static bool mesh_coord(const Inst *inst, int64_t axis, int *coord, int *size) {
+  const Module *m = inst->fn->mod;
+  int dev = inst->fn->device;
+  if (dev < 0 || m->mesh.n < 1)
+    return false;
+  const Mesh *me = &m->mesh.a[0];
+  if (axis < 0 || axis >= me->naxis)
+    return false;
+  int stride = 1;
+  for (int k = me->naxis - 1; k > axis; k--)
+    stride *= me->axis_size[k];
+  *size = me->axis_size[axis];
+  *coord = dev / stride % *size;
+  return true;
+}
+
+/* Checks `sizes` against the axis group and returns this device's block and
+ * the sum of all blocks. */
+static bool comm_blocks(Inst *inst, int *coord, int64_t *mine, int64_t *total, char *err,
+                        size_t errlen) {
+  int64_t axis = ir_get_int(inst, "axis", -1);
+  int size, n;
+  if (!mesh_coord(inst, axis, coord, &size))
+    FAIL("'%s' over mesh axis %lld outside a per-device function of a mesh", NAME, (long long)axis);
+  const int64_t *s = ir_get_ints(inst, "sizes", &n);
+  if (inst->op == OP_all_reduce)
+    return true;
+  if (n != size)
+    FAIL("'%s': %d block sizes for a mesh axis of %d devices", NAME, n, size);
+  *total = 0;
+  for (int k = 0; k < n; k++) {
+    if (s[k] < 0 || s[k] > IR_MAX_DIM)
+      FAIL("'%s': block size %lld out of range", NAME, (long long)s[k]);
+    *total += s[k];
+  }
+  *mine = s[*coord];
+  return true;
+}
+
+bool shape_all_reduce(Inst *inst, char *err, size_t errlen) {
+  int coord;
+  int64_t mine, total;
+  if (!need_f32(inst, 0, err, errlen) || !comm_blocks(inst, &coord, &mine, &total, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}
+
+/* all_gather: block -> whole; reduce_scatter: whole -> block; shard_slice:
+ * whole -> block; all_to_all: block on dim -> block on `to`. */
+static bool resize_dim(Inst *inst, bool gather, char *err, size_t errlen) {
+  int coord;
+  int64_t mine, total, dim;
+  if (!comm_blocks(inst, &coord, &mine, &total, err, errlen) ||
+      !get_axis(inst, "dim", 0, IN(0)->rank, &dim, err, errlen))
+    return false;
+  int64_t have = IN(0)->dim[dim], want = gather ? mine : total;
+  if (have != want)
+    FAIL("'%s': dimension %lld is %lld, expected %lld", NAME, (long long)dim, (long long)have,
+         (long long)want);
+  inst->type = *IN(0);
+  inst->type.dim[dim] = gather ? total : mine;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_all_gather(Inst *i, char *e, size_t n) { return resize_dim(i, true, e, n); }
+bool shape_reduce_scatter(Inst *i, char *e, size_t n) {
+  return need_f32(i, 0, e, n) && resize_dim(i, false, e, n);
+}
+bool shape_shard_slice(Inst *i, char *e, size_t n) { return resize_dim(i, false, e, n); }
+
+/* all_to_all: `dim` is this device's (even) block on input and whole on
+ * output; `to` is whole on input and this device's block of `sizes` on output. */
+bool shape_all_to_all(Inst *inst, char *err, size_t errlen) {
+  int coord, n;
+  int64_t mine, total, dim, to;
+  if (!comm_blocks(inst, &coord, &mine, &total, err, errlen) ||
+      !get_axis(inst, "dim", 0, IN(0)->rank, &dim, err, errlen) ||
+      !get_axis(inst, "to", 0, IN(0)->rank, &to, err, errlen))
+    return false;
+  if (dim == to)
+    FAIL("'all_to_all': dim and to are the same axis");
+  if (IN(0)->dim[to] != total)
+    FAIL("'all_to_all': dimension %lld is %lld, expected %lld", (long long)to,
+         (long long)IN(0)->dim[to], (long long)total);
+  ir_get_ints(inst, "sizes", &n);
+  inst->type = *IN(0);
+  inst->type.dim[to] = mine;
+  inst->type.dim[dim] = IN(0)->dim[dim] * n;
+  return check_out(inst, err, errlen);
+}

@@ -543,3 +543,16 @@ bool pass_autodiff(Module *m, Diag *d) {
   free(grad);
   return ok;
 }
+
+/* ---- communication: autodiff runs on the global program, before spmd ---- */
+
+static void no_collective(GradCtx *g, Inst *inst) {
+  diag_error(g->d, inst->loc, "'%s' cannot be differentiated: collectives appear only after "
+             "the spmd pass, which runs after autodiff", ir_ops[inst->op].name);
+}
+
+void grad_all_reduce(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+void grad_all_gather(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+void grad_reduce_scatter(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+void grad_all_to_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+void grad_shard_slice(GradCtx *g, Inst *inst) { no_collective(g, inst); }

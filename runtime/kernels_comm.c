@@ -241,8 +241,8 @@ static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, 
 DTRT_KERNEL(all_reduce) {
   const char *op = "all_reduce";
   DtGroup g;
-  int method;
-  bool listed;
+  int method = 0;
+  bool listed = false;
   DtStatus s;
   if ((s = begin(ctx, op, in, nin, out, a, 1, 0, 2, &g, &method, &listed)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
@@ -290,8 +290,8 @@ static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, boo
 DTRT_KERNEL(all_gather) {
   const char *op = "all_gather";
   DtGroup g;
-  int method, d;
-  bool listed;
+  int method = 0, d;
+  bool listed = false;
   Split sp;
   DtStatus s;
   if ((s = begin(ctx, op, in, nin, out, a, 2, 1, 3, &g, &method, &listed)) ||
@@ -340,8 +340,8 @@ DTRT_KERNEL(all_gather) {
 DTRT_KERNEL(reduce_scatter) {
   const char *op = "reduce_scatter";
   DtGroup g;
-  int method, d;
-  bool listed;
+  int method = 0, d;
+  bool listed = false;
   Split sp;
   DtStatus s;
   if ((s = begin(ctx, op, in, nin, out, a, 2, 1, 3, &g, &method, &listed)) ||
@@ -438,8 +438,8 @@ static DtStatus exchange(DtrtCtx *ctx, const char *op, const DtGroup *g, int met
 DTRT_KERNEL(all_to_all) {
   const char *op = "all_to_all";
   DtGroup g;
-  int method, di, dout;
-  bool listed;
+  int method = 0, di, dout;
+  bool listed = false;
   DtStatus s;
   if ((s = begin(ctx, op, in, nin, out, a, 3, 2, 2, &g, &method, &listed)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
