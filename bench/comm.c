@@ -58,7 +58,10 @@ static DtStatus dtc_call(Run *r) {
   int64_t n = r->n, part = n / r->np;
   DtTensor whole = {.dtype = DTRT_F32, .rank = 1, .dim = {n}};
   DtTensor block = {.dtype = DTRT_F32, .rank = 1, .dim = {part}};
-  DtAttrs a = {.i = {0, 0, r->c->method}, .ni = 3};
+  DtAttrs a = {.i = {0, 0}, .ni = 2}; /* axis 0, dim 0, the even blocks, the method */
+  for (int m = 0; m < r->np; m++)
+    a.i[a.ni++] = part;
+  a.i[a.ni++] = r->c->method;
   switch (r->c->coll) {
   case ALL_REDUCE:
     whole.data = r->x;
@@ -124,8 +127,8 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
       Run r = {ctx, &cases[c], np, bytes / 4, x, y, z};
       r.n -= r.n % np;
-      int reps = reps_arg > 0 ? reps_arg : bytes <= (256 << 10) ? 200 : bytes <= (1 << 20) ? 100 : 40;
-      reps = reps > 200 ? 200 : reps;
+      int reps = bytes <= (256 << 10) ? 200 : bytes <= (1 << 20) ? 100 : 40;
+      reps = reps_arg > 0 ? (reps_arg < 200 ? reps_arg : 200) : reps;
       for (int k = 0; k < 3; k++)
         timed(&r, true), timed(&r, false);
       for (int k = 0; k < reps; k++) {

@@ -1,8 +1,10 @@
 /* emit.c: the LLVM module of a dtc module: one step function per IR function
  * (func.c), the constant DtModelDesc the runtime reads, and the public
  * wrappers NAME_create, NAME_train_step, ... over dtrt_model_*; then the
- * check, the optimisation pipeline, the output file and NAME.h.
- * Requires: @forward (and @train_step when the model trains). */
+ * check, the optimisation pipeline, the output file and NAME.h. NAME_forward
+ * is inference: @forward without the training loss, so it needs no labels.
+ * Requires: @forward (and @train_step, whose one output is the loss, when the
+ * model trains); memplan's offsets (run here when missing). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,7 +102,7 @@ static void make_types(Cg *c) {
   LLVMTypeRef tensor[] = {c->ptr, c->i32, c->i32, LLVMArrayType(c->i64, DT_MAX_RANK)};
   c->tensor = LLVMStructCreateNamed(x, "DtTensor");
   LLVMStructSetBody(c->tensor, tensor, COUNTOF(tensor), 0);
-  LLVMTypeRef attrs[] = {LLVMArrayType(c->i64, 16), LLVMArrayType(c->f64, 8), c->i32, c->i32,
+  LLVMTypeRef attrs[] = {LLVMArrayType(c->i64, DTRT_MAX_IATTRS), LLVMArrayType(c->f64, 8), c->i32, c->i32,
                          c->i64};
   c->attrs = LLVMStructCreateNamed(x, "DtAttrs");
   LLVMStructSetBody(c->attrs, attrs, COUNTOF(attrs), 0);
@@ -420,9 +422,24 @@ static void on_llvm_diag(LLVMDiagnosticInfoRef di, void *unused) {
   dtc_die(__FILE__, __LINE__, "LLVM: %s", s);
 }
 
+static bool c_identifier(const char *s) {
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+    return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_'))
+      return false;
+  return true;
+}
+
 bool cg_emit(Module *m, const Options *opt, Diag *d) {
   Loc none = {0};
   Func *fwd = ir_find_func(m, "forward"), *train = ir_find_func(m, "train_step");
+  if (!c_identifier(m->name)) {
+    diag_error(d, none, "model name '%s' cannot name C functions (%s_create, ...)", m->name,
+               m->name);
+    return false;
+  }
   if (!fwd) {
     diag_error(d, none, "module '%s' has no @forward to generate code for", m->name);
     return false;

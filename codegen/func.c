@@ -92,7 +92,6 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
   return fn->addr[i->id] = a;
 }
 
-
 static LLVMValueRef field(CgFn *fn, LLVMTypeRef t, LLVMValueRef p, int a, int b) {
   LLVMValueRef idx[] = {cg_i32(fn->c, 0), cg_i32(fn->c, a), cg_i32(fn->c, b)};
   return LLVMBuildInBoundsGEP2(fn->c->b, t, p, idx, b < 0 ? 2 : 3, "");

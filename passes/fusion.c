@@ -10,6 +10,7 @@
  * order; a store moves after the last read of its global's old value when no
  * later load of that global needs the new one; a group that writes the state
  * block runs as early as its inputs and those reads allow. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -41,8 +42,9 @@ typedef struct Fuser {
   const Type **shape;  /* by group */
   int *last;           /* by group: id of its last elementwise member */
   int *slot;           /* by inst id: runs in the place of the inst of this id */
-  char *tier;          /* by inst id: in that place, 0 before, 1 with, 2 after it */
+  char *tier;          /* by inst id: order in that place (see reschedule) */
   bool *movable;       /* by inst id: a store that may run later than it stands */
+  const Global **gl;   /* by inst id: the global of a load or store, else NULL */
   int ngrp;
 } Fuser;
 
@@ -69,11 +71,11 @@ static bool is_elem(const Inst *i) { return ir_ops[i->op].kind == K_ELEM; }
 
 /* A store may be delayed unless it is one of several to its global or a later
  * load needs the value it writes. */
-static bool store_movable(const Func *f, const Inst *s) {
-  const Global *g = memplan_global(s);
+static bool store_movable(Fuser *fu, const Inst *s) {
+  const Func *f = fu->f;
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *j = f->inst.a[k];
-    if (j == s || (j->op != OP_load && j->op != OP_store) || memplan_global(j) != g)
+    if (j == s || fu->gl[k] != fu->gl[s->id])
       continue;
     if (j->op == OP_store || j->id > s->id)
       return false;
@@ -169,7 +171,7 @@ static void place_sinks(Fuser *fu) {
     if (x->op != OP_output)
       continue;
     prev = fu->slot[i] = max(max(i, prev), fu->slot[x->in[0]->id]);
-    fu->tier[i] = fu->slot[i] == i ? 1 : 2;
+    fu->tier[i] = fu->slot[i] == i ? 1 : 3;
   }
   for (int i = 0; i < f->inst.n; i++) {
     Inst *s = f->inst.a[i];
@@ -181,7 +183,7 @@ static void place_sinks(Fuser *fu) {
     bool same = true;
     for (int k = 0; k < i; k++) {
       const Inst *l = f->inst.a[k];
-      if (l->op == OP_load && memplan_global(l) == memplan_global(s))
+      if (l->op == OP_load && fu->gl[k] == fu->gl[i])
         readers(fu, l, s, g, &late, &same);
     }
     if (g && same && late < fu->last[g]) {
@@ -189,7 +191,7 @@ static void place_sinks(Fuser *fu) {
       fu->slot[i] = fu->last[g];
     } else {
       fu->slot[i] = max(max(i, fu->slot[v->id]), late);
-      fu->tier[i] = fu->slot[i] == i ? 1 : 2;
+      fu->tier[i] = fu->slot[i] == i ? 1 : 3;
     }
   }
 }
@@ -204,7 +206,7 @@ static bool moves_with(Fuser *fu, const Inst *l, int g) {
   const Func *f = fu->f;
   for (int j = 0; j < f->inst.n; j++) {
     const Inst *x = f->inst.a[j];
-    if (x->op == OP_store && memplan_global(x) == memplan_global(l) && group_of(fu, x) != g)
+    if (x->op == OP_store && fu->gl[j] == fu->gl[l->id] && group_of(fu, x) != g)
       return false;
   }
   return true;
@@ -218,7 +220,7 @@ static bool sink_reads_at(Fuser *fu, const Inst *v, const Inst *store, int g, in
     if (u == store || (g && group_of(fu, u) == g))
       continue;
     if (u->op == OP_reshape ? sink_reads_at(fu, u, store, g, at)
-                            : fu->slot[u->id] == at && fu->tier[u->id] == 2)
+                            : fu->slot[u->id] == at && fu->tier[u->id] == 3)
       return true;
   }
   return false;
@@ -244,7 +246,7 @@ static int earliest(Fuser *fu, int g) {
       continue;
     for (int k = 0; k < j; k++) {
       const Inst *l = f->inst.a[k];
-      if (l->op != OP_load || memplan_global(l) != memplan_global(x))
+      if (l->op != OP_load || fu->gl[k] != fu->gl[j])
         continue;
       bool same = true;
       readers(fu, l, x, g, &early, &same);
@@ -252,9 +254,11 @@ static int earliest(Fuser *fu, int g) {
   }
   for (int j = 0; j < f->inst.n; j++) {
     Inst *x = f->inst.a[j];
-    for (int k = 0; x->op == OP_store && group_of(fu, x) == g && k < j; k++) {
+    if (x->op != OP_store || group_of(fu, x) != g)
+      continue;
+    for (int k = 0; k < j; k++) {
       const Inst *l = f->inst.a[k];
-      if (l->op == OP_load && memplan_global(l) == memplan_global(x) &&
+      if (l->op == OP_load && fu->gl[k] == fu->gl[j] &&
           sink_reads_at(fu, l, x, g, early))
         return -1;
     }
@@ -281,6 +285,7 @@ static void hoist_updates(Fuser *fu) {
       Inst *x = f->inst.a[j];
       if (group_of(fu, x) == g) {
         fu->slot[j] = at;
+        fu->tier[j] = 2;
       } else if (moves_with(fu, x, g)) {
         fu->slot[j] = at;
         fu->tier[j] = 0;
@@ -301,41 +306,43 @@ static void hoist_updates(Fuser *fu) {
   }
 }
 
-/* Pass 4: the new order: in each place, the insts of tier 0, then of tier 1
- * (its own inst or group), then of tier 2 (the sinks that wait for it), each
- * in id order. */
+typedef struct Key { int slot, tier, group, id; } Key;
+
+static int by_key(const void *x, const void *y) {
+  const Key *a = x, *b = y;
+  if (a->slot != b->slot)
+    return a->slot - b->slot;
+  if (a->tier != b->tier)
+    return a->tier - b->tier;
+  return a->group != b->group ? a->group - b->group : a->id - b->id;
+}
+
+/* Pass 4: the new order. In each place: tier 0, what moved up to just
+ * before it (loads, consts, learning rates); tier 1, its own inst, or its
+ * group; tier 2, the groups that moved up to it, one after the other; tier 3,
+ * the sinks that wait for it. */
 static void reschedule(Fuser *fu) {
   Func *f = fu->f;
   Arena *a = f->mod->arena;
   int n = f->inst.n;
-  int *head = arena_alloc(a, sizeof(int) * (size_t)(3 * n + 1));
-  int *tail = arena_alloc(a, sizeof(int) * (size_t)(3 * n + 1));
-  int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-  for (int b = 0; b < 3 * n; b++)
-    head[b] = tail[b] = -1;
+  Key *key = arena_alloc(a, sizeof(Key) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
-    int b = 3 * fu->slot[i] + fu->tier[i];
-    next[i] = -1;
-    if (tail[b] < 0)
-      head[b] = i;
-    else
-      next[tail[b]] = i;
-    tail[b] = i;
+    int g = group_of(fu, f->inst.a[i]);
+    key[i] = (Key){fu->slot[i], fu->tier[i], g ? fu->last[g] : 0, i};
   }
+  qsort(key, (size_t)n, sizeof *key, by_key);
   Inst **old = arena_alloc(a, sizeof(Inst *) * (size_t)(n ? n : 1));
   memcpy(old, f->inst.a, sizeof(Inst *) * (size_t)n);
   int *newid = arena_alloc(a, sizeof(int) * (size_t)(fu->ngrp + 1));
-  int k = 0, ngrp = 0;
-  for (int b = 0; b < 3 * n; b++)
-    for (int i = head[b]; i >= 0; i = next[i]) {
-      Inst *x = old[i];
-      int g = group_of(fu, x);
-      if (g && !newid[g])
-        newid[g] = ++ngrp;
-      x->fuse = g ? newid[g] : 0;
-      f->inst.a[k++] = x;
-    }
-  DTC_ASSERT(k == n);
+  int ngrp = 0;
+  for (int k = 0; k < n; k++) {
+    Inst *x = old[key[k].id];
+    int g = group_of(fu, x);
+    if (g && !newid[g])
+      newid[g] = ++ngrp;
+    x->fuse = g ? newid[g] : 0;
+    f->inst.a[k] = x;
+  }
   ir_renumber(f);
 }
 
@@ -353,11 +360,14 @@ static void fuse_func(Func *f) {
   fu.slot = arena_alloc(a, sizeof(int) * ni);
   fu.tier = arena_alloc(a, ni);
   fu.movable = arena_alloc(a, sizeof(bool) * ni);
+  fu.gl = arena_alloc(a, sizeof(Global *) * ni);
   for (int i = 0; i < n; i++) {
     Inst *x = f->inst.a[i];
     x->fuse = 0;
-    fu.movable[i] = x->op == OP_store && store_movable(f, x);
+    fu.gl[i] = x->op == OP_load || x->op == OP_store ? memplan_global(x) : NULL;
   }
+  for (int i = 0; i < n; i++)
+    fu.movable[i] = f->inst.a[i]->op == OP_store && store_movable(&fu, f->inst.a[i]);
   form_groups(&fu);
   place_sinks(&fu);
   hoist_updates(&fu);

@@ -98,16 +98,18 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
     if (needs_memory(f->inst.a[i], &u))
       l[i].size = round_up(bytes_of(&f->inst.a[i]->type));
   /* A load of a param or state read after a store to its global is a copy. */
+  const Global **gl = arena_alloc(a, sizeof(Global *) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    const Inst *x = f->inst.a[i];
+    gl[i] = x->op == OP_load || x->op == OP_store ? memplan_global(x) : NULL;
+  }
   for (int s = 0; s < n; s++) {
-    const Inst *st = f->inst.a[s];
-    if (st->op != OP_store)
+    if (f->inst.a[s]->op != OP_store)
       continue;
-    for (int i = 0; i < s; i++) {
-      const Inst *ld = f->inst.a[i];
-      if (ld->op == OP_load && memplan_global(ld) == memplan_global(st) &&
-          l[i].def < l[s].def && l[i].last > l[s].def)
-        l[i].size = round_up(bytes_of(&ld->type));
-    }
+    for (int i = 0; i < s; i++)
+      if (f->inst.a[i]->op == OP_load && gl[i] == gl[s] && l[i].def < l[s].def &&
+          l[i].last > l[s].def)
+        l[i].size = round_up(bytes_of(&f->inst.a[i]->type));
   }
   return l;
 }

@@ -76,8 +76,9 @@ typedef struct DtTensor {
 } DtTensor;
 
 /* Attributes flattened in the op's schema order (see ir/ops.def). */
+#define DTRT_MAX_IATTRS 64
 typedef struct DtAttrs {
-  int64_t i[16];
+  int64_t i[DTRT_MAX_IATTRS];
   double f[8];
   int32_t ni, nf;
   int64_t step;      /* training step counter (dropout masks) */
@@ -240,38 +241,48 @@ DtStatus dtrt_comm_agree(DtrtCtx *ctx, const char *what, const char *value);
 DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local);
 
 /* Collective kernels (collective over the group of mesh axis a->i[0]), same
- * ABI as the kernels above. Attributes, in order:
+ * ABI as the kernels above and the same attributes as their IR ops
+ * (ir/ops.def), in order ([..] optional):
  *
- *   all_reduce      axis, method                        in f32; out = sum, same
- *                                                        shape; out may be in
- *   all_gather      axis, dim, [b_0..b_{p-1}], method    in = member's block
- *                                                        along dim, out whole;
- *                                                        f32 or i32
- *   reduce_scatter  axis, dim, [b_0..b_{p-1}], method    in whole partial sum,
- *                                                        out = member's block
- *                                                        of the sum; f32
- *   all_to_all      axis, din, dout, [i_0..i_{p-1}, o_0..o_{p-1}], method
- *                    in = member's block along din (whole along dout), out =
- *                    its block along dout (whole along din); din != dout;
- *                    f32 or i32
+ *   all_reduce      axis, [method]
+ *                   in f32; out = the sum over the group, in's shape; out may
+ *                   be in (out->data == in->data)
+ *   all_gather      axis, dim, b_0..b_{p-1}, [method]
+ *                   in = this member's block along dim, out = the whole
+ *                   tensor; f32 or i32
+ *   reduce_scatter  axis, dim, b_0..b_{p-1}, [method]
+ *                   in = the whole partial sum, out = this member's block of
+ *                   the sum along dim; f32
+ *   all_to_all      axis, din, dout, o_0..o_{p-1}, [method, [i_0..i_{p-1}]]
+ *                   in = this member's block along din, whole along dout;
+ *                   out = its block along dout, whole along din; din != dout;
+ *                   f32 or i32. Without the i list the blocks along din are
+ *                   even: the first (length % p) members hold one more.
+ *   shard_slice     axis, dim, b_0..b_{p-1}
+ *                   in = the whole tensor, out = this member's block along
+ *                   dim; a local copy, no communication; f32 or i32
  *
- * p is the group's size; b_m (i_m, o_m) is the length along the split dim of
- * member m's block, members in group order (their coordinate on the axis),
- * blocks in member order along the dim. Lists are all or nothing: without
- * them the split is even, the first (length % p) members holding one element
- * more. The method is always last: */
+ * p is the group's size; b_m (o_m along dout, i_m along din) is the length of
+ * member m's block along the split dim, members in group order (their
+ * coordinate on the axis) and blocks in member order along the dim, uneven
+ * lengths and empty blocks allowed. With DtAttrs holding 16 ints, listed
+ * groups have at most 13 members (12 for all_to_all, 6 with both lists). In a
+ * group of one every collective is a copy. Methods: */
 enum {
   DTRT_COMM_MPI = 0,    /* MPI's own collective (Allreduce, Allgatherv,
-                           Reduce_scatter, Alltoallv) */
-  DTRT_COMM_RING = 1,   /* ring of MPI_Sendrecv: reduce-scatter then all-gather
-                           for all_reduce; pairwise exchange for all_to_all */
+                           Reduce_scatter, Alltoallv); the default */
+  DTRT_COMM_RING = 1,   /* ring of MPI_Sendrecv: for all_reduce a ring
+                           reduce-scatter then a ring all-gather over p
+                           near-even chunks; a pairwise exchange for
+                           all_to_all */
   DTRT_COMM_GROUPED = 2 /* one MPI_Bcast (all_gather) or MPI_Reduce
-                           (reduce_scatter) per member */
+                           (reduce_scatter) rooted at each member */
 };
 DTRT_KERNEL(all_reduce);
 DTRT_KERNEL(all_gather);
 DTRT_KERNEL(reduce_scatter);
 DTRT_KERNEL(all_to_all);
+DTRT_KERNEL(shard_slice);
 
 /* ---- models (called by the wrappers dtc generates in NAME.o) -------------
  * dtc emits, per model, a constant DtModelDesc and the step functions; the

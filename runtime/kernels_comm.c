@@ -1,6 +1,7 @@
 /* kernels_comm.c: the collective kernels over the group of one mesh axis:
  * all-reduce, all-gather, reduce-scatter and all-to-all, each either through
- * MPI's own collective or by one of dtc's methods (ring, grouped). */
+ * MPI's own collective or by one of dtc's methods (ring, grouped), and
+ * shard_slice, the local cut of a whole tensor to this member's block. */
 #include <limits.h>
 #include <string.h>
 
@@ -104,36 +105,33 @@ static void slab(void *t, const DtTensor *shape, int d, int64_t at, int64_t len,
 
 static MPI_Datatype mpi_type(int dtype) { return dtype == DTRT_I32 ? MPI_INT32_T : MPI_FLOAT; }
 
-/* The entry of every collective: one input, the group of mesh axis a->i[0],
- * the method a->i[ni-1] (below nmethod) and whether `lists` lists of the p
- * members' block lengths follow the `fixed` leading attributes. */
+/* The entry of every collective: one input, the group of mesh axis a->i[0];
+ * then, after `fixed` attributes and, when `listed`, the p members' block
+ * lengths, an optional method (below nmethod, default DTRT_COMM_MPI) and, when
+ * `more`, optionally p more lengths. *rest: where those more lengths start,
+ * or -1. */
 static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
-                      const DtTensor *out, const DtAttrs *a, int fixed, int lists, int nmethod,
-                      DtGroup *g, int *method, bool *listed) {
+                      const DtTensor *out, const DtAttrs *a, int fixed, bool listed, int nmethod,
+                      bool more, DtGroup *g, int *method, int *rest) {
   DtStatus s;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 16, 0)))
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, DTRT_MAX_IATTRS, 0)))
     return s;
-  int ni = dtrt_ni(a);
-  if (ni < fixed + 1)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d int attributes, at least %d expected", op, ni,
-                     fixed + 1);
+  if (dtrt_ni(a) < 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: no mesh axis attribute", op);
   if ((s = dtrt_group(ctx, op, a->i[0], g)))
     return s;
-  int even = fixed + 1, full = fixed + lists * g->size + 1;
-  if (ni != even && (!lists || ni != full)) {
-    if (!lists)
-      return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d int attributes, expected %d", op, ni, even);
+  int ni = a->ni, p = g->size, need = fixed + (listed ? p : 0);
+  if (ni != need && (!nmethod || ni != need + 1) && !(more && ni == need + 1 + p))
     return dtrt_fail(ctx, DT_ERR_ARG,
-                     "%s: %d int attributes; a group of %d takes %d (even blocks) or %d (with "
-                     "%d block lengths)",
-                     op, ni, g->size, even, full, lists * g->size);
-  }
-  *listed = lists && ni == full;
-  int64_t m = a->i[ni - 1];
-  if (m < 0 || m >= nmethod)
+                     "%s: %d int attributes; over a group of %d it takes %d%s%s (at most %d)", op,
+                     ni, p, need, nmethod ? ", or one more for the method" : "",
+                     more ? ", then optionally the input's block lengths" : "", DTRT_MAX_IATTRS);
+  int64_t m = DTRT_COMM_MPI;
+  if (ni > need && ((m = a->i[need]) < 0 || m >= nmethod))
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: method %lld unknown (0 to %d)", op, (long long)m,
                      nmethod - 1);
   *method = (int)m;
+  *rest = ni == need + 1 + p ? need + 1 : -1;
   return DT_OK;
 }
 
@@ -236,15 +234,14 @@ static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, 
   return s;
 }
 
-/* all_reduce: attributes axis, method (mpi or ring). in f32; out the sum over
- * the group, of in's shape; out->data may be in->data. */
+/* all_reduce: attributes axis, [method] (mpi or ring). in f32; out the sum
+ * over the group, of in's shape; out->data may be in->data. */
 DTRT_KERNEL(all_reduce) {
   const char *op = "all_reduce";
   DtGroup g;
-  int method = 0;
-  bool listed = false;
+  int method = 0, rest = -1;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 1, 0, 2, &g, &method, &listed)) ||
+  if ((s = begin(ctx, op, in, nin, out, a, 1, false, 2, false, &g, &method, &rest)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
     return s;
@@ -259,9 +256,9 @@ DTRT_KERNEL(all_reduce) {
 
 /* The split dim a->i[1] of a gather (out whole, in this member's block) or a
  * scatter (in whole, out the block): checks the shapes and fills sp. */
-static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, bool listed,
-                             const DtGroup *g, const DtTensor *in, const DtTensor *out,
-                             bool gather, int *d, Split *sp) {
+static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, const DtGroup *g,
+                             const DtTensor *in, const DtTensor *out, bool gather, int *d,
+                             Split *sp) {
   const DtTensor *whole = gather ? out : in, *part = gather ? in : out;
   DtStatus s;
   if ((s = dtrt_axis(ctx, op, a->i[1], whole->rank, d)) ||
@@ -269,8 +266,7 @@ static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, boo
     return s;
   if (!alloc_splits(ctx, g->size, sp, 1))
     return DT_ERR_NOMEM;
-  s = cut(ctx, op, "split", listed ? &a->i[2] : NULL, g->size, whole->dim[*d],
-          unit_of(whole, *d, -1), sp);
+  s = cut(ctx, op, "split", &a->i[2], g->size, whole->dim[*d], unit_of(whole, *d, -1), sp);
   if (!s && part->dim[*d] != sp->len[g->me])
     s = dtrt_fail(ctx, DT_ERR_ARG,
                   "%s: %s has %lld along dim %d, but member %d's block of the %lld is %lld", op,
@@ -281,7 +277,7 @@ static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, boo
   return s;
 }
 
-/* all_gather: attributes axis, dim, [p block lengths], method (mpi, ring,
+/* all_gather: attributes axis, dim, p block lengths, [method] (mpi, ring,
  * grouped). in: this member's block along dim; out: the whole tensor, blocks
  * in member order; f32 or i32. The blocks are contiguous in out when every
  * dim before dim has length 1: MPI then writes straight into out. Otherwise
@@ -290,14 +286,13 @@ static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, boo
 DTRT_KERNEL(all_gather) {
   const char *op = "all_gather";
   DtGroup g;
-  int method = 0, d;
-  bool listed = false;
+  int method = 0, rest = -1, d;
   Split sp;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 2, 1, 3, &g, &method, &listed)) ||
+  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 3, false, &g, &method, &rest)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
       (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
-      (s = gather_split(ctx, op, a, listed, &g, &in[0], out, true, &d, &sp)))
+      (s = gather_split(ctx, op, a, &g, &in[0], out, true, &d, &sp)))
     return s;
   if (g.size == 1) {
     free_splits(ctx, &sp);
@@ -332,7 +327,7 @@ DTRT_KERNEL(all_gather) {
   return s;
 }
 
-/* reduce_scatter: attributes axis, dim, [p block lengths], method (mpi, ring,
+/* reduce_scatter: attributes axis, dim, p block lengths, [method] (mpi, ring,
  * grouped). in: the whole partial sum; out: this member's block along dim of
  * the sum over the group; f32. MPI and the ring read the blocks packed member
  * after member: in itself when every dim before dim has length 1, else a
@@ -340,14 +335,13 @@ DTRT_KERNEL(all_gather) {
 DTRT_KERNEL(reduce_scatter) {
   const char *op = "reduce_scatter";
   DtGroup g;
-  int method = 0, d;
-  bool listed = false;
+  int method = 0, rest = -1, d;
   Split sp;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 2, 1, 3, &g, &method, &listed)) ||
+  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 3, false, &g, &method, &rest)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
       (s = dtrt_check(ctx, op, "output", out, DTRT_F32)) ||
-      (s = gather_split(ctx, op, a, listed, &g, &in[0], out, false, &d, &sp)))
+      (s = gather_split(ctx, op, a, &g, &in[0], out, false, &d, &sp)))
     return s;
   if (g.size == 1) {
     free_splits(ctx, &sp);
@@ -430,18 +424,19 @@ static DtStatus exchange(DtrtCtx *ctx, const char *op, const DtGroup *g, int met
   return s;
 }
 
-/* all_to_all: attributes axis, din, dout, [p lengths along din, then p along
- * dout], method (mpi, or ring: a pairwise exchange of p-1 MPI_Sendrecv). in:
- * this member's block along din, whole along dout; out: its block along dout,
- * whole along din; f32 or i32. Member m receives from every member s the part
- * of s's block that falls in m's block along dout. */
+/* all_to_all: attributes axis, din, dout, p block lengths along dout,
+ * [method (mpi, or ring: a pairwise exchange of p-1 MPI_Sendrecv), [p block
+ * lengths along din]]. in: this member's block along din, whole along dout;
+ * out: its block along dout, whole along din; f32 or i32. Without lengths
+ * along din the blocks there are even (the first length % p members one
+ * more). Member m receives from every member s the part of s's block that
+ * falls in m's block along dout. */
 DTRT_KERNEL(all_to_all) {
   const char *op = "all_to_all";
   DtGroup g;
-  int method = 0, di, dout;
-  bool listed = false;
+  int method = 0, rest = -1, di, dout;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 3, 2, 2, &g, &method, &listed)) ||
+  if ((s = begin(ctx, op, in, nin, out, a, 3, true, 2, true, &g, &method, &rest)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
       (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
       (s = dtrt_axis(ctx, op, a->i[1], in[0].rank, &di)) ||
@@ -456,10 +451,10 @@ DTRT_KERNEL(all_to_all) {
   Split sp[2];
   if (!alloc_splits(ctx, p, sp, 2))
     return DT_ERR_NOMEM;
-  if (!(s = cut(ctx, op, "input's split", listed ? &a->i[3] : NULL, p, out->dim[di],
+  if (!(s = cut(ctx, op, "input's split", rest < 0 ? NULL : &a->i[rest], p, out->dim[di],
                 unit_of(out, di, -1), &sp[0])) &&
-      !(s = cut(ctx, op, "output's split", listed ? &a->i[3 + p] : NULL, p, x->dim[dout],
-                unit_of(x, dout, -1), &sp[1]))) {
+      !(s = cut(ctx, op, "output's split", &a->i[3], p, x->dim[dout], unit_of(x, dout, -1),
+                &sp[1]))) {
     if (x->dim[di] != sp[0].len[me] || out->dim[dout] != sp[1].len[me])
       s = dtrt_fail(ctx, DT_ERR_ARG,
                     "%s: member %d has %lld along dim %d and %lld along dim %d, its blocks are "
@@ -473,4 +468,23 @@ DTRT_KERNEL(all_to_all) {
   }
   free_splits(ctx, sp);
   return s;
+}
+
+/* shard_slice: attributes axis, dim, p block lengths. in: the whole tensor;
+ * out: this member's block along dim, cut locally (no communication); f32 or
+ * i32. */
+DTRT_KERNEL(shard_slice) {
+  const char *op = "shard_slice";
+  DtGroup g;
+  int method = 0, rest = -1, d;
+  Split sp;
+  DtStatus s;
+  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 0, false, &g, &method, &rest)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
+      (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
+      (s = gather_split(ctx, op, a, &g, &in[0], out, false, &d, &sp)))
+    return s;
+  slab(in[0].data, &in[0], d, sp.off[g.me], sp.len[g.me], out->data, true);
+  free_splits(ctx, &sp);
+  return DT_OK;
 }

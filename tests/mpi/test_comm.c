@@ -132,6 +132,20 @@ static int64_t start(const int64_t *len, int m) {
 
 static const char *methods[] = {"mpi", "ring", "grouped"};
 
+/* Attributes: the leading ones, the block lengths, then the method (-1:
+ * omitted, meaning mpi). */
+static DtAttrs attrs(int nlead, const int64_t *lead, const int64_t *len, int method) {
+  DtAttrs a = {.ni = nlead};
+  memcpy(a.i, lead, (size_t)nlead * sizeof *lead);
+  for (int m = 0; m < np; m++)
+    a.i[a.ni++] = len[m];
+  if (method >= 0)
+    a.i[a.ni++] = method;
+  return a;
+}
+
+static const char *method_name(int m) { return m < 0 ? "default" : methods[m]; }
+
 /* ---- collectives over the whole job (no mesh) ------------------------- */
 
 static void test_all_reduce(DtrtCtx *ctx) {
@@ -186,7 +200,7 @@ static void test_all_gather(DtrtCtx *ctx) {
   for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
     for (int dtype = DTRT_F32; dtype <= DTRT_I32; dtype++)
       for (int ue = 0; ue < 2; ue++)
-        for (int method = 0; method < 3; method++) {
+        for (int method = -1; method < 3; method++) {
           int d = split_dim((int)sh);
           int64_t len[16], total = 7;
           if (ue)
@@ -196,14 +210,10 @@ static void test_all_gather(DtrtCtx *ctx) {
           DtTensor full = shaped((int)sh, dtype, d, total), out = shaped((int)sh, dtype, d, total);
           fill(&full, 99);
           DtTensor in = slice(&full, d, start(len, me), len[me]);
-          DtAttrs a = {.i = {0, d}, .ni = 2};
-          if (ue)
-            for (int m = 0; m < np; m++)
-              a.i[a.ni++] = len[m];
-          a.i[a.ni++] = method;
+          DtAttrs a = attrs(2, (int64_t[]){0, d}, len, method);
           DtStatus s = dtrt_k_all_gather(ctx, &in, 1, &out, &a);
           CHECK(s == DT_OK && same(&out, &full), "all_gather shape %zu %s %s %s: %s", sh,
-                dtype == DTRT_F32 ? "f32" : "i32", ue ? "uneven" : "even", methods[method],
+                dtype == DTRT_F32 ? "f32" : "i32", ue ? "uneven" : "even", method_name(method),
                 s ? dtrt_errmsg(ctx) : "wrong values");
           free(full.data), free(out.data), free(in.data);
         }
@@ -212,48 +222,54 @@ static void test_all_gather(DtrtCtx *ctx) {
 static void test_reduce_scatter(DtrtCtx *ctx) {
   for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
     for (int ue = 0; ue < 2; ue++)
-      for (int method = 0; method < 3; method++) {
+      for (int method = -1; method < 3; method++) {
         int d = split_dim((int)sh);
         int64_t len[16], total = 9;
         if (ue)
           uneven(np, len, &total);
         else
           even(np, total, len);
-        DtTensor in = shaped((int)sh, DTRT_F32, d, total), sum = shaped((int)sh, DTRT_F32, d, total);
+        DtTensor in = shaped((int)sh, DTRT_F32, d, total);
+        DtTensor sum = shaped((int)sh, DTRT_F32, d, total);
         fill(&in, me);
         for (int64_t k = 0; k < numel(sum.dim, sum.rank); k++)
           for (int r = 0; r < np; r++)
             ((float *)sum.data)[k] += value(r, k);
         DtTensor want = slice(&sum, d, start(len, me), len[me]);
         DtTensor out = shaped((int)sh, DTRT_F32, d, len[me]);
-        DtAttrs a = {.i = {0, d}, .ni = 2};
-        if (ue)
-          for (int m = 0; m < np; m++)
-            a.i[a.ni++] = len[m];
-        a.i[a.ni++] = method;
+        DtAttrs a = attrs(2, (int64_t[]){0, d}, len, method);
         DtStatus s = dtrt_k_reduce_scatter(ctx, &in, 1, &out, &a);
         CHECK(s == DT_OK && same(&out, &want), "reduce_scatter shape %zu %s %s: %s", sh,
-              ue ? "uneven" : "even", methods[method], s ? dtrt_errmsg(ctx) : "wrong values");
+              ue ? "uneven" : "even", method_name(method), s ? dtrt_errmsg(ctx) : "wrong values");
+        DtTensor cut = shaped((int)sh, DTRT_F32, d, len[me]);
+        a = attrs(2, (int64_t[]){0, d}, len, -1);
+        s = dtrt_k_shard_slice(ctx, &sum, 1, &cut, &a);
+        CHECK(s == DT_OK && same(&cut, &want), "shard_slice shape %zu %s: %s", sh,
+              ue ? "uneven" : "even", s ? dtrt_errmsg(ctx) : "wrong values");
+        free(cut.data);
         free(in.data), free(sum.data), free(want.data), free(out.data);
       }
 }
 
+/* Variants: 0 even, no method, no input lengths; 1 uneven output blocks,
+ * even input blocks (no list); 2 uneven on both sides, both listed. */
 static void test_all_to_all(DtrtCtx *ctx) {
   static const int dims[][2] = {{0, 1}, {1, 0}, {0, 2}, {2, 0}, {1, 2}, {2, 1}};
   for (size_t k = 0; k < sizeof dims / sizeof *dims; k++)
     for (int dtype = DTRT_F32; dtype <= DTRT_I32; dtype++)
-      for (int ue = 0; ue < 2; ue++)
-        for (int method = 0; method < 2; method++) {
+      for (int v = 0; v < 3; v++)
+        for (int method = v ? 0 : -1; method < (v ? 2 : 0); method++) {
           int di = dims[k][0], dout = dims[k][1];
           int64_t li[16], lo[16], ni = 6, no = 5;
-          if (ue) {
+          even(np, ni, li);
+          even(np, no, lo);
+          if (v >= 1)
+            uneven(np, lo, &no);
+          if (v == 2) {
             uneven(np, li, &ni);
             for (int m = 0; m < np; m++)
               lo[m] = li[np - 1 - m];
             no = ni;
-          } else {
-            even(np, ni, li);
-            even(np, no, lo);
           }
           int64_t gdim[3] = {2, 3, 4};
           gdim[di] = ni, gdim[dout] = no;
@@ -262,55 +278,55 @@ static void test_all_to_all(DtrtCtx *ctx) {
           DtTensor in = slice(&full, di, start(li, me), li[me]);
           DtTensor want = slice(&full, dout, start(lo, me), lo[me]);
           DtTensor out = tensor(dtype, 3, want.dim);
-          DtAttrs a = {.i = {0, di, dout}, .ni = 3};
-          if (ue) {
-            for (int m = 0; m < np; m++)
-              a.i[a.ni++] = li[m];
-            for (int m = 0; m < np; m++)
-              a.i[a.ni++] = lo[m];
-          }
-          a.i[a.ni++] = method;
+          DtAttrs a = attrs(3, (int64_t[]){0, di, dout}, lo, method);
+          for (int m = 0; v == 2 && m < np; m++)
+            a.i[a.ni++] = li[m];
           DtStatus s = dtrt_k_all_to_all(ctx, &in, 1, &out, &a);
-          CHECK(s == DT_OK && same(&out, &want), "all_to_all %d->%d %s %s %s: %s", di, dout,
-                dtype == DTRT_F32 ? "f32" : "i32", ue ? "uneven" : "even", methods[method],
+          CHECK(s == DT_OK && same(&out, &want), "all_to_all %d->%d %s variant %d %s: %s", di,
+                dout, dtype == DTRT_F32 ? "f32" : "i32", v, method_name(method),
                 s ? dtrt_errmsg(ctx) : "wrong values");
           free(full.data), free(in.data), free(want.data), free(out.data);
         }
 }
 
-/* Mistakes every rank makes alike: refused on every rank, without MPI. */
+/* Mistakes every rank makes alike: refused on every rank, before MPI. */
 static void test_errors(DtrtCtx *ctx) {
-  int64_t n = 4, two[2] = {2, 2};
+  int64_t n = 4, two[2] = {2, 2}, len[16], zero[16] = {0}, big[16] = {5};
+  even(np, n, len);
   DtTensor x = tensor(DTRT_F32, 1, &n), y = tensor(DTRT_F32, 1, &n), iy = tensor(DTRT_I32, 1, &n);
   DtTensor m = tensor(DTRT_F32, 2, two);
+  DtAttrs many = attrs(2, (int64_t[]){0, 0}, zero, 0);
+  many.i[many.ni++] = 0;
   struct {
-    int which;
+    DtStatus (*k)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
     DtTensor *in, *out;
     DtAttrs a;
     const char *want;
   } cases[] = {
-      {0, &iy, &iy, {.i = {0, 0}, .ni = 2}, "is i32, expected f32"},
-      {0, &x, &y, {.i = {1, 0}, .ni = 2}, "mesh axis 1 out of range"},
-      {0, &x, &y, {.i = {0, 3}, .ni = 2}, "method 3 unknown"},
-      {0, &x, &y, {.i = {0}, .ni = 1}, "at least 2 expected"},
-      {1, &x, &y, {.i = {0, 0, 99, 0}, .ni = 4}, "int attributes; a group of"},
-      {1, &x, &y, {.i = {0, 5, 0}, .ni = 3}, "axis 5 out of range"},
-      {2, &x, &m, {.i = {0, 0, 0}, .ni = 3}, "differ outside the split dim"},
-      {3, &m, &m, {.i = {0, 1, 1, 0}, .ni = 4}, "both 1"},
-      {1, &x, &y, {.i = {0, 0, 3}, .ni = 3}, "method 3 unknown"},
+      {dtrt_k_all_reduce, &iy, &iy, {.i = {0, 0}, .ni = 2}, "input is i32, expected f32"},
+      {dtrt_k_all_reduce, &x, &y, {.i = {1, 0}, .ni = 2}, "mesh axis 1 out of range"},
+      {dtrt_k_all_reduce, &x, &y, {.i = {0, 3}, .ni = 2}, "method 3 unknown"},
+      {dtrt_k_all_reduce, &x, &y, {.ni = 0}, "no mesh axis attribute"},
+      {dtrt_k_all_reduce, &x, &y, {.i = {0, 0, 0}, .ni = 3}, "3 int attributes"},
+      {dtrt_k_all_gather, &x, &y, many, "int attributes; over a group of"},
+      {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 5}, len, -1), "axis 5 out of range"},
+      {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 3), "method 3 unknown"},
+      {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, big, 0),
+       "block 0 of the split dim has length 5"},
+      {dtrt_k_reduce_scatter, &x, &m, attrs(2, (int64_t[]){0, 0}, len, 0),
+       "differ outside the split dim"},
+      {dtrt_k_all_to_all, &m, &m, attrs(3, (int64_t[]){0, 1, 1}, len, 0), "both 1"},
+      {dtrt_k_shard_slice, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 0), "int attributes"},
+      {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 0),
+       np > 1 ? "input has 4 along dim 0, but member" : NULL},
   };
-  if (np == 1) { /* a group of one takes one block length */
-    cases[4].a = (DtAttrs){.i = {0, 0, 99, 0}, .ni = 4};
-    cases[4].want = "block 0 of the split dim has length 99";
-  }
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    DtStatus s = (cases[k].which == 0   ? dtrt_k_all_reduce
-                  : cases[k].which == 1 ? dtrt_k_all_gather
-                  : cases[k].which == 2 ? dtrt_k_reduce_scatter
-                                        : dtrt_k_all_to_all)(ctx, cases[k].in, 1, cases[k].out,
-                                                             &cases[k].a);
-    CHECK(s == DT_ERR_ARG && strstr(dtrt_errmsg(ctx), cases[k].want),
-          "error case %zu: got %s: %s", k, dtrt_status_name(s), dtrt_errmsg(ctx));
+    DtStatus s = cases[k].k(ctx, cases[k].in, 1, cases[k].out, &cases[k].a);
+    if (cases[k].want)
+      CHECK(s == DT_ERR_ARG && strstr(dtrt_errmsg(ctx), cases[k].want),
+            "error case %zu: got %s: %s", k, dtrt_status_name(s), dtrt_errmsg(ctx));
+    else
+      CHECK(s == DT_OK, "case %zu: %s", k, dtrt_errmsg(ctx));
   }
   free(x.data), free(y.data), free(iy.data), free(m.data);
 }
@@ -344,7 +360,8 @@ static void test_mesh(void) {
           "mesh %dx%d: rank %d at (%d,%d)", rows, cols, me, dtrt_mesh_coord(ctx, 0),
           dtrt_mesh_coord(ctx, 1));
     for (int method = 0; method < 2; method++) {
-      float down = axis_sum(ctx, 0, (float)me, method), across = axis_sum(ctx, 1, (float)me, method);
+      float down = axis_sum(ctx, 0, (float)me, method);
+      float across = axis_sum(ctx, 1, (float)me, method);
       CHECK(down == (float)(cols * rows * (rows - 1) / 2 + rows * q),
             "mesh %dx%d axis 0 sum %g", rows, cols, down);
       CHECK(across == (float)(cols * cols * r + cols * (cols - 1) / 2),
@@ -354,7 +371,10 @@ static void test_mesh(void) {
     int32_t mine = me, row[16] = {0};
     DtTensor in = {.data = &mine, .dtype = DTRT_I32, .rank = 1, .dim = {1}};
     DtTensor out = {.data = row, .dtype = DTRT_I32, .rank = 1, .dim = {cols}};
-    DtAttrs a = {.i = {1, 0, DTRT_COMM_GROUPED}, .ni = 3};
+    DtAttrs a = {.i = {1, 0}, .ni = 2};
+    for (int k = 0; k < cols; k++)
+      a.i[a.ni++] = 1;
+    a.i[a.ni++] = DTRT_COMM_GROUPED;
     s = dtrt_k_all_gather(ctx, &in, 1, &out, &a);
     bool ok = s == DT_OK;
     for (int k = 0; k < cols; k++)
@@ -402,16 +422,23 @@ static void test_agree(DtrtCtx *ctx) {
   CHECK(axis_sum(ctx, 0, 1, 0) == (float)np, "collectives after a disagreement");
 }
 
+/* msg as every rank reports it when the last rank failed with it. */
+static const char *on_last(const char *msg) {
+  static char text[256];
+  if (np == 1)
+    return msg;
+  snprintf(text, sizeof text, "rank %d failed: %s", np - 1, msg);
+  return text;
+}
+
 static void test_status(DtrtCtx *ctx) {
   CHECK(dtrt_comm_status(ctx, DT_OK) == DT_OK, "status, all well: %s", dtrt_errmsg(ctx));
   DtStatus local = DT_OK;
   if (me == np - 1)
     local = dtrt_fail(ctx, DT_ERR_IO, "disk full on purpose");
   DtStatus s = dtrt_comm_status(ctx, local);
-  char want[64];
-  snprintf(want, sizeof want, np == 1 ? "disk full on purpose" : "rank %d failed: disk full on purpose",
-           np - 1);
-  CHECK(s == DT_ERR_IO && !strcmp(dtrt_errmsg(ctx), want), "status, rank %d failing: %s: %s",
+  CHECK(s == DT_ERR_IO && !strcmp(dtrt_errmsg(ctx), on_last("disk full on purpose")),
+        "status, rank %d failing: %s: %s",
         np - 1, dtrt_status_name(s), dtrt_errmsg(ctx));
   local = me >= 1 ? dtrt_fail(ctx, me == 1 ? DT_ERR_NOMEM : DT_ERR_ARG, "rank %d broke", me)
                   : DT_OK;
@@ -517,15 +544,6 @@ static DtStatus step(DtModel *m, int poison) {
   const void *in[] = {x, y};
   int64_t elems[] = {rows * F, rows};
   return dtrt_model_train_step(m, in, elems, poison == 2 ? NULL : &loss);
-}
-
-/* msg as every rank reports it when the last rank failed with it. */
-static const char *on_last(const char *msg) {
-  static char text[256];
-  if (np == 1)
-    return msg;
-  snprintf(text, sizeof text, "rank %d failed: %s", np - 1, msg);
-  return text;
 }
 
 static void test_model(const char *dir) {

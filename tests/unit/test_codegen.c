@@ -40,62 +40,6 @@ static Inst *find_op(Func *f, Op op, int nth) {
   return NULL;
 }
 
-/* Members of each group are contiguous and share the result shape. */
-static void check_groups(Func *f) {
-  for (int i = 0; i < f->inst.n; i++) {
-    Inst *x = f->inst.a[i];
-    if (ir_ops[x->op].kind == K_ELEM)
-      assert_true(x->fuse > 0);
-    if (!x->fuse)
-      continue;
-    for (int j = i + 2; j < f->inst.n; j++)
-      if (f->inst.a[j]->fuse == x->fuse)
-        assert_int_equal(f->inst.a[j - 1]->fuse, x->fuse);
-  }
-}
-
-/* Two values that need memory at the same step never overlap; each is
- * 64-byte aligned and inside the arena. Steps and lives are computed here
- * independently of memplan.c: a group is one step; a reshape extends the life
- * of what it aliases. */
-static void check_plan(Func *f) {
-  int n = f->inst.n, step = -1;
-  int *pos = calloc((size_t)n, sizeof(int)), *last = calloc((size_t)n, sizeof(int));
-  int *root = calloc((size_t)n, sizeof(int));
-  for (int i = 0; i < n; i++) {
-    Inst *x = f->inst.a[i];
-    assert_int_equal(x->id, i);
-    if (!x->fuse || i == 0 || f->inst.a[i - 1]->fuse != x->fuse)
-      step++;
-    pos[i] = last[i] = step;
-    root[i] = x->op == OP_reshape ? root[x->in[0]->id] : i;
-    for (int k = 0; k < x->nin; k++)
-      if (last[root[x->in[k]->id]] < step)
-        last[root[x->in[k]->id]] = step;
-  }
-  for (int i = 0; i < n; i++) {
-    Inst *a = f->inst.a[i];
-    if (a->offset < 0)
-      continue;
-    int64_t sa = type_elems(&a->type) * 4;
-    assert_int_equal(a->offset % 64, 0);
-    assert_true(a->offset + sa <= f->work_bytes);
-    for (int j = i + 1; j < n; j++) {
-      Inst *b = f->inst.a[j];
-      if (b->offset < 0 || pos[j] > last[i] || pos[i] > last[j])
-        continue;
-      int64_t sb = type_elems(&b->type) * 4;
-      if (!(a->offset + sa <= b->offset || b->offset + sb <= a->offset))
-        fail_msg("@%s: %%%d [%lld,+%lld) and %%%d [%lld,+%lld) overlap while both live",
-                 f->name, i, (long long)a->offset, (long long)sa, j, (long long)b->offset,
-                 (long long)sb);
-    }
-  }
-  free(pos);
-  free(last);
-  free(root);
-}
-
 static void fusion_bias_relu(void **state) {
   (void)state;
   CT t;
@@ -112,8 +56,8 @@ static void fusion_bias_relu(void **state) {
   for (int i = 0; i < t.f->inst.n; i++)
     if (t.f->inst.a[i]->op == OP_load)
       assert_int_equal(t.f->inst.a[i]->offset, -1);
-  check_groups(t.f);
-  check_plan(t.f);
+  ct_check_groups(t.f);
+  ct_check_plan(t.f);
   ct_free(&t);
 }
 
@@ -141,8 +85,8 @@ static void fusion_seal_merge_shape(void **state) {
   ct_output(&t, all, "out");
   ct_output(&t, s, "s");
   ct_passes(&t);
-  check_groups(t.f);
-  check_plan(t.f);
+  ct_check_groups(t.f);
+  ct_check_plan(t.f);
   assert_true(e->fuse > 0);
   assert_int_not_equal(after->fuse, e->fuse);
   assert_true(e->offset >= 0);
@@ -164,9 +108,9 @@ static void fusion_store_in_place(void **state) {
   classifier(&t, "sgd");
   ct_passes(&t);
   Func *f = ir_find_func(t.m, "train_step");
-  check_groups(f);
-  check_plan(f);
-  check_plan(t.f);
+  ct_check_groups(f);
+  ct_check_plan(f);
+  ct_check_plan(t.f);
   int stores = 0;
   for (int i = 0; i < f->inst.n; i++) {
     Inst *x = f->inst.a[i];
@@ -197,7 +141,7 @@ static void fusion_store_waits(void **state) {
   Inst *mm = ct_op(&t, OP_matmul, 2, x, w);
   ct_output(&t, mm, "y");
   ct_passes(&t);
-  check_plan(t.f);
+  ct_check_plan(t.f);
   assert_int_equal(st->fuse, 0);
   assert_true(st->id > mm->id);
   assert_true(half->offset >= 0);
@@ -221,7 +165,7 @@ static void memplan_copies_load(void **state) {
   ct_output(&t, ct_op(&t, OP_matmul, 2, x, w), "old");
   ct_output(&t, ct_op(&t, OP_matmul, 2, x, w2), "new");
   ct_passes(&t);
-  check_plan(t.f);
+  ct_check_plan(t.f);
   assert_true(w->offset >= 0);
   assert_int_equal(w2->offset, -1);
   ct_free(&t);
@@ -240,7 +184,7 @@ static void memplan_reuses(void **state) {
   ir_set_ints(s, "axes", ax, 2);
   ct_output(&t, ir_finish(s), "s");
   ct_passes(&t);
-  check_plan(t.f);
+  ct_check_plan(t.f);
   /* a chain needs two live buffers at a time, not six */
   assert_int_equal(t.f->work_bytes, 2 * 16 * 16 * 4);
   char *text = NULL;
@@ -402,6 +346,17 @@ static void header_compiles(void **state) {
   ct_free(&t);
 }
 
+static void bad_model_name(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "my-model");
+  bias_relu(&t);
+  ct_passes(&t);
+  assert_null(ct_emit(&t, "llvm", NULL, NULL, 0));
+  assert_non_null(strstr(ct_log(&t), "dtc: error: model name 'my-model' cannot name C functions"));
+  ct_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(fusion_bias_relu),     cmocka_unit_test(fusion_seal_merge_shape),
@@ -409,6 +364,7 @@ int main(void) {
       cmocka_unit_test(memplan_copies_load),  cmocka_unit_test(memplan_reuses),
       cmocka_unit_test(llvm_ir_properties),   cmocka_unit_test(target_checks),
       cmocka_unit_test(aarch64_object),       cmocka_unit_test(header_compiles),
+      cmocka_unit_test(bad_model_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

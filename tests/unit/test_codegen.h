@@ -42,7 +42,15 @@ void ct_output(CT *t, Inst *x, const char *name);
  * ("sgd" with momentum 0.9, or "adam"). */
 void ct_train(CT *t, const char *opt, double lr);
 
-/* Runs autodiff (when the module trains), fusion and memplan; asserts. */
+/* Every elementwise op is in a group; each group is contiguous. */
+void ct_check_groups(Func *f);
+/* Two values that need memory at the same step never overlap; each is
+ * 64-byte aligned and inside the arena. Steps and lives are computed here,
+ * independently of memplan.c: a group is one step; a reshape extends the
+ * life of what it aliases. */
+void ct_check_plan(Func *f);
+/* Runs autodiff (when the module trains), fusion and memplan, verifying the
+ * IR and checking groups and plan after each; asserts. */
 void ct_passes(CT *t);
 /* cg_emit into t->dir/NAME.EXT; returns the path, or NULL when cg_emit
  * failed (the reason is in ct_log). */

@@ -107,6 +107,57 @@ void ct_train(CT *t, const char *opt, double lr) {
   }
 }
 
+void ct_check_groups(Func *f) {
+  for (int i = 0; i < f->inst.n; i++) {
+    Inst *x = f->inst.a[i];
+    if (ir_ops[x->op].kind == K_ELEM)
+      assert_true(x->fuse > 0);
+    if (!x->fuse)
+      continue;
+    for (int j = i + 2; j < f->inst.n; j++)
+      if (f->inst.a[j]->fuse == x->fuse)
+        assert_int_equal(f->inst.a[j - 1]->fuse, x->fuse);
+  }
+}
+
+void ct_check_plan(Func *f) {
+  int n = f->inst.n, step = -1;
+  int *pos = calloc((size_t)n, sizeof(int)), *last = calloc((size_t)n, sizeof(int));
+  int *root = calloc((size_t)n, sizeof(int));
+  for (int i = 0; i < n; i++) {
+    Inst *x = f->inst.a[i];
+    assert_int_equal(x->id, i);
+    if (!x->fuse || i == 0 || f->inst.a[i - 1]->fuse != x->fuse)
+      step++;
+    pos[i] = last[i] = step;
+    root[i] = x->op == OP_reshape ? root[x->in[0]->id] : i;
+    for (int k = 0; k < x->nin; k++)
+      if (last[root[x->in[k]->id]] < step)
+        last[root[x->in[k]->id]] = step;
+  }
+  for (int i = 0; i < n; i++) {
+    Inst *a = f->inst.a[i];
+    if (a->offset < 0)
+      continue;
+    int64_t sa = type_elems(&a->type) * 4;
+    assert_int_equal(a->offset % 64, 0);
+    assert_true(a->offset + sa <= f->work_bytes);
+    for (int j = i + 1; j < n; j++) {
+      Inst *b = f->inst.a[j];
+      if (b->offset < 0 || pos[j] > last[i] || pos[i] > last[j])
+        continue;
+      int64_t sb = type_elems(&b->type) * 4;
+      if (!(a->offset + sa <= b->offset || b->offset + sb <= a->offset))
+        fail_msg("@%s: %%%d [%lld,+%lld) and %%%d [%lld,+%lld) overlap while both live",
+                 f->name, i, (long long)a->offset, (long long)sa, j, (long long)b->offset,
+                 (long long)sb);
+    }
+  }
+  free(pos);
+  free(last);
+  free(root);
+}
+
 void ct_passes(CT *t) {
   assert_true(ir_verify(t->m, &t->d));
   if (t->m->train.loss)
@@ -115,6 +166,10 @@ void ct_passes(CT *t) {
   assert_true(ir_verify(t->m, &t->d));
   assert_true(pass_memplan(t->m, &t->d));
   assert_true(ir_verify(t->m, &t->d));
+  for (int k = 0; k < t->m->func.n; k++) {
+    ct_check_groups(t->m->func.a[k]);
+    ct_check_plan(t->m->func.a[k]);
+  }
 }
 
 const char *ct_emit(CT *t, const char *emit, const char *target, const char *cpu, int opt) {
