@@ -13,6 +13,8 @@
 
 enum { B = 256, IN = 784, H = 1024, O = 10 };
 
+char *openblas_get_corename(void);   /* OpenBLAS: the kernel set in use */
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -110,9 +112,9 @@ int main(int argc, char **argv) {
   }
   double dtc = median(td, reps), sgemm = median(ts, reps);
   double torch = torch_ms(script, reps);
-  printf("{\"bench\": \"mlp\", \"batch\": %d, \"dtc_ms\": %.3f, \"sgemm_ms\": %.3f, "
-         "\"dtc_over_sgemm\": %.3f",
-         B, dtc, sgemm, dtc / sgemm);
+  printf("{\"bench\": \"mlp\", \"batch\": %d, \"openblas_core\": \"%s\", \"dtc_ms\": %.3f, "
+         "\"sgemm_ms\": %.3f, \"dtc_over_sgemm\": %.3f",
+         B, openblas_get_corename(), dtc, sgemm, dtc / sgemm);
   if (torch > 0)
     printf(", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", torch, dtc / torch);
   printf("}\n");
