@@ -191,8 +191,9 @@ static int init_kind(const char *s) {
 }
 
 static LLVMTypeRef global_desc_type(Cg *c) {
-  LLVMTypeRef f[] = {c->ptr, c->i32, c->i32, c->i32, LLVMArrayType(c->i64, DT_MAX_RANK),
-                     c->i32, c->f64, c->i64, c->i64, c->i64};
+  LLVMTypeRef dims = LLVMArrayType(c->i64, DT_MAX_RANK);
+  LLVMTypeRef f[] = {c->ptr, c->i32, c->i32, c->i32, dims, c->i32,
+                     c->f64, c->i64, c->i64, c->i64, dims, dims};
   LLVMTypeRef t = LLVMStructCreateNamed(c->ctx, "DtGlobalDesc");
   LLVMStructSetBody(t, f, COUNTOF(f), 0);
   static const size_t off[] = {
@@ -200,22 +201,27 @@ static LLVMTypeRef global_desc_type(Cg *c) {
       offsetof(DtGlobalDesc, dtype),   offsetof(DtGlobalDesc, rank),
       offsetof(DtGlobalDesc, dim),     offsetof(DtGlobalDesc, init),
       offsetof(DtGlobalDesc, init_arg), offsetof(DtGlobalDesc, fan_in),
-      offsetof(DtGlobalDesc, fan_out), offsetof(DtGlobalDesc, offset)};
+      offsetof(DtGlobalDesc, fan_out), offsetof(DtGlobalDesc, offset),
+      offsetof(DtGlobalDesc, full),    offsetof(DtGlobalDesc, begin)};
   static_assert(COUNTOF(off) == COUNTOF(f), "DtGlobalDesc fields");
   check_layout(c, t, sizeof(DtGlobalDesc), off, COUNTOF(off));
   return t;
 }
 
-/* One DtGlobalDesc. Glorot's fans are those of the trailing matrix:
- * [..., fan_in, fan_out]. */
+/* One DtGlobalDesc. Glorot's fans are those of the whole tensor's trailing
+ * matrix: [..., fan_in, fan_out]. The tensor is whole: full = dim, begin = 0. */
 static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind,
                                 const Type *ty, const char *init, double arg, int64_t off) {
-  LLVMValueRef dim[DT_MAX_RANK];
-  for (int d = 0; d < DT_MAX_RANK; d++)
+  const int64_t *full = ty->dim;
+  LLVMValueRef dim[DT_MAX_RANK], fullv[DT_MAX_RANK], begin[DT_MAX_RANK];
+  for (int d = 0; d < DT_MAX_RANK; d++) {
     dim[d] = cg_i64(c, d < ty->rank ? ty->dim[d] : 0);
+    fullv[d] = cg_i64(c, d < ty->rank ? full[d] : 0);
+    begin[d] = cg_i64(c, 0);
+  }
   int r = ty->rank;
-  int64_t fan_in = r >= 2 ? ty->dim[r - 2] : r == 1 ? ty->dim[0] : 1;
-  int64_t fan_out = r >= 1 ? ty->dim[r - 1] : 1;
+  int64_t fan_in = r >= 2 ? full[r - 2] : r == 1 ? full[0] : 1;
+  int64_t fan_out = r >= 1 ? full[r - 1] : 1;
   LLVMValueRef f[] = {cstr(c, name),
                       cg_i32(c, kind),
                       cg_i32(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
@@ -225,7 +231,9 @@ static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind
                       LLVMConstReal(c->f64, arg),
                       cg_i64(c, fan_in),
                       cg_i64(c, fan_out),
-                      cg_i64(c, off)};
+                      cg_i64(c, off),
+                      LLVMConstArray(c->i64, fullv, DT_MAX_RANK),
+                      LLVMConstArray(c->i64, begin, DT_MAX_RANK)};
   return LLVMConstNamedStruct(t, f, COUNTOF(f));
 }
 

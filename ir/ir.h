@@ -149,6 +149,8 @@ typedef struct Sharding {
   int8_t axis[IR_MAX_RANK];          /* -1: whole on every device */
   double *ratio[IR_MAX_RANK];
   bool partial;                      /* value is a partial sum awaiting reduction */
+  uint8_t partial_axes;              /* with partial: the mesh axes it sums over (bit a:
+                                        axis a); 0: every axis that splits no dimension */
 } Sharding;
 
 typedef enum { PLAN_NONE, PLAN_AUTO, PLAN_EVEN, PLAN_EXPLICIT } PlanMode;
@@ -294,6 +296,34 @@ const char *ir_get_str(const Inst *i, const char *name, const char *dflt);
 /* Returns the list (NULL, *n = 0 when absent). */
 const int64_t *ir_get_ints(const Inst *i, const char *name, int *n);
 
+/* ---- shard.c ---------------------------------------------------------- */
+
+/* Block lengths of a dimension of length n split over k devices. With ratios
+ * (k positive entries summing to 1): floor(ratio[c] n) each, then the remaining
+ * elements one at a time to the device furthest below its target ratio[c] n,
+ * ties to the lower index. NULL: even, n / k each and one more for the first
+ * n % k (the same rule with equal ratios). */
+void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes);
+/* The coordinates of mesh position `device` (= rank; row-major, the last axis
+ * varies fastest). */
+void ir_mesh_coords(const Mesh *mesh, int device, int coord[IR_MAX_MESH_AXES]);
+/* The members of device's group along `axis` (the positions that share its
+ * other coordinates), in coordinate order, into members[axis_size]. */
+void ir_mesh_group(const Mesh *mesh, int device, int axis, int *members);
+/* Device's block of a tensor of type `global` sharded by s (NULL: whole): its
+ * type and, when begin is not NULL, its first index along every dimension. */
+void ir_local_type(const Module *m, const Sharding *s, const Type *global, int device,
+                   Type *local, int64_t *begin);
+/* What `load` of g yields in a function of device `device`: its block after
+ * the spmd pass (device >= 0), its whole type in a global function (-1). */
+Type ir_global_type_on(const Module *m, const Global *g, int device);
+/* The mesh axes (bit a: axis a) partial sum s runs over; 0 when s is NULL or
+ * not partial. */
+unsigned ir_partial_axes(const Module *m, const Sharding *s, int rank);
+/* s as the text form writes it, "m[dp(0.4, 0.6), *] partial(tp)"; ratios
+ * with %g. */
+const char *ir_shard_str(const Module *m, const Sharding *s, int rank, char *buf, size_t n);
+
 /* ---- print.c, parse.c, verify.c --------------------------------------- */
 
 /* The text form (docs/IR.md). print(parse(print(m))) == print(m). */
@@ -357,6 +387,9 @@ typedef struct Interp Interp;
 struct DtAttrs;
 
 Interp *interp_new(Module *m);
+/* An interpreter for the per-device functions of mesh position `device`
+ * (after spmd): it holds that device's block of every global. */
+Interp *interp_new_device(Module *m, int device);
 void interp_free(Interp *it);
 /* The buffer of a global: type_elems() f32 or i32 elements; NULL if none. */
 void *interp_global(Interp *it, const char *name);
@@ -375,5 +408,31 @@ const char *interp_error(const Interp *it);
  * optional attribute is left out, or passed as 0 when a later one of the same
  * class is present. */
 void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
+
+/* SPMD simulation, for tests: the per-device functions @F.0 .. @F.N-1 of a
+ * module after spmd run for every device of its mesh in one process, each
+ * device with its own interpreter holding its blocks of the globals. Devices
+ * run to their next collective; a collective runs once every member of its
+ * axis group has reached one over that axis (members in coordinate order):
+ * all_reduce sums, all_gather concatenates the blocks, reduce_scatter sums and
+ * hands out the blocks, all_to_all exchanges them; shard_slice takes the
+ * device's block locally. */
+typedef struct Spmd Spmd;
+
+Spmd *spmd_sim_new(Module *m);
+void spmd_sim_free(Spmd *s);
+int spmd_sim_devices(const Spmd *s);
+Interp *spmd_sim_device(Spmd *s, int device);
+/* Cuts the whole value `full` of a global into every device's block. */
+bool spmd_sim_set_global(Spmd *s, const char *name, const void *full);
+/* Puts the devices' blocks of a global together into `full` (a dimension
+ * that is whole comes from the last device holding it). */
+bool spmd_sim_get_global(Spmd *s, const char *name, void *full);
+/* Runs @func.D on every device D; outputs[k], when not NULL, receives the
+ * whole value of the k-th output, assembled from the devices' blocks. False
+ * with spmd_sim_error() set on a kernel error or when the devices' collectives
+ * do not match. */
+bool spmd_sim_run(Spmd *s, const char *func, void *const *outputs);
+const char *spmd_sim_error(const Spmd *s);
 
 #endif

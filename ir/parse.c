@@ -586,7 +586,7 @@ static int find_mesh(const Module *m, const char *name) {
   return -1;
 }
 
-/* shard := 'shard' name '[' [spec {',' spec}] ']' ['partial']
+/* shard := 'shard' name '[' [spec {',' spec}] ']' ['partial' ['(' axis {',' axis} ')']]
  * spec := '*' | axis ['(' number {',' number} ')'] */
 static bool parse_shard(Parser *p, int rank, Sharding **out) {
   if (!is_kw(&p->tok, "shard"))
@@ -659,6 +659,24 @@ static bool parse_shard(Parser *p, int rank, Sharding **out) {
   if (is_kw(&p->tok, "partial")) {
     s->partial = true;
     next(p);
+    if (accept(p, '(')) {
+      do {
+        Loc al = p->tok.loc;
+        const char *axn = parse_name(p, "a mesh axis name");
+        if (!axn)
+          return false;
+        int ax = 0;
+        while (ax < mesh->naxis && strcmp(mesh->axis_name[ax], axn))
+          ax++;
+        if (ax == mesh->naxis) {
+          error_at(p, al, "mesh '%s' has no axis '%s'", mesh->name, axn);
+          return false;
+        }
+        s->partial_axes |= (uint8_t)(1u << ax);
+      } while (accept(p, ','));
+      if (!expect(p, ')'))
+        return false;
+    }
   }
   *out = s;
   return true;
@@ -1045,10 +1063,11 @@ static bool parse_inst(Parser *p, Func *f) {
   return ok;
 }
 
-/* func := 'func' FUNC [loc] '{' NL {inst NL} '}' */
+/* func := 'func' FUNC ['device' INT] [loc] '{' NL {inst NL} '}' */
 static void parse_func(Parser *p) {
   Loc at = p->tok.loc, loc = at;
   const char *name = NULL;
+  int64_t device = -1;
   next(p);
   if (p->tok.kind == T_FUNC) {
     name = p->tok.s;
@@ -1056,12 +1075,18 @@ static void parse_func(Parser *p) {
   } else {
     expected(p, "a function name (@name)");
   }
-  if (!name || !parse_loc(p, &loc) || !expect(p, '{') ||
+  bool dev_ok = true;
+  if (name && is_kw(&p->tok, "device")) {
+    next(p);
+    dev_ok = parse_int(p, 0, INT_MAX, "a device number", &device);
+  }
+  if (!name || !dev_ok || !parse_loc(p, &loc) || !expect(p, '{') ||
       (!at_eol(p) && !expected(p, "end of line after '{'"))) {
     skip_block(p);
     return;
   }
   Func *f = ir_add_func(p->m, name, loc);
+  f->device = (int)device;
   p->vals = p->nums = (Map){0};
   finish_line(p, true);
   while (!block_end(p, at, "the function") && !diag_full(p->d))

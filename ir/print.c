@@ -182,6 +182,18 @@ static void print_shard(FILE *out, const Module *m, const Sharding *s, int rank)
   fputc(']', out);
   if (s->partial)
     fputs(" partial", out);
+  for (int a = 0, first = 1; s->partial && s->partial_axes && a < 8; a++) {
+    if (!(s->partial_axes & (1u << a)))
+      continue;
+    fputs(first ? "(" : ", ", out);
+    first = 0;
+    if (mesh && a < mesh->naxis)
+      print_name(out, mesh->axis_name[a]);
+    else
+      fprintf(out, "?%d", a);
+  }
+  if (s->partial && s->partial_axes)
+    fputc(')', out);
 }
 
 static void print_value(FILE *out, const Inst *i) {
@@ -224,6 +236,8 @@ static void print_inst(FILE *out, const Inst *in) {
 void ir_print_func(FILE *out, const Func *f) {
   fputs("func @", out);
   print_name(out, f->name);
+  if (f->device >= 0)
+    fprintf(out, " device %d", f->device);
   print_loc(out, f->loc);
   fputs(" {\n", out);
   for (int k = 0; k < f->inst.n; k++)

@@ -65,7 +65,7 @@ bool shape_load(Inst *inst, char *err, size_t errlen) {
   const Global *gl = ir_find_global(inst->fn->mod, g);
   if (!gl)
     FAIL("'load' of unknown global '%s'", g);
-  inst->type = gl->type;
+  inst->type = ir_global_type_on(inst->fn->mod, gl, inst->fn->device);
   return true;
 }
 
@@ -77,8 +77,9 @@ bool shape_store(Inst *inst, char *err, size_t errlen) {
   const Global *gl = ir_find_global(inst->fn->mod, g);
   if (!gl)
     FAIL("'store' to unknown global '%s'", g);
-  if (!type_eq(&gl->type, IN(0)))
-    FAIL("'store' of %s into global '%s' of type %s", ts(IN(0), b1), g, ts(&gl->type, b2));
+  Type t = ir_global_type_on(inst->fn->mod, gl, inst->fn->device);
+  if (!type_eq(&t, IN(0)))
+    FAIL("'store' of %s into global '%s' of type %s", ts(IN(0), b1), g, ts(&t, b2));
   inst->type = (Type){DT_VOID, 0, {0}};
   return true;
 }

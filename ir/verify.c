@@ -209,6 +209,16 @@ static void verify_shard(const Module *m, const Sharding *s, int rank, Loc loc, 
       diag_error(d, loc, "sharding of %s: the ratios of dimension %d sum to %.9g, not 1", what, dim,
                  sum);
   }
+  for (int ax = 0; ax < 8; ax++) {
+    if (!(s->partial_axes & (1u << ax)))
+      continue;
+    if (!s->partial || ax >= mh->naxis)
+      diag_error(d, loc, "sharding of %s: partial over axis %d, but %s", what, ax,
+                 s->partial ? "the mesh has no such axis" : "it is not partial");
+    else if (ax < IR_MAX_MESH_AXES && used[ax])
+      diag_error(d, loc, "sharding of %s is split and partial over mesh axis '%s'", what,
+                 mh->axis_name[ax]);
+  }
 }
 
 /* ---- functions ---- */
@@ -255,9 +265,11 @@ static bool global_ok(const Module *m, const Inst *in, Diag *d) {
     diag_error(d, in->loc, "'%s' names unknown global '%s'", ir_ops[in->op].name, name);
     return false;
   }
-  if (!type_eq(t, &g->type)) {
-    diag_error(d, in->loc, "'%s' moves %s, but global '%s' is %s", ir_ops[in->op].name,
-               type_str(t, b1, 128), name, type_str(&g->type, b2, 128));
+  Type want = ir_global_type_on(m, g, in->fn->device);
+  if (!type_eq(t, &want)) {
+    diag_error(d, in->loc, "'%s' moves %s, but global '%s' is %s%s", ir_ops[in->op].name,
+               type_str(t, b1, 128), name, type_str(&want, b2, 128),
+               in->fn->device >= 0 ? " on this device" : "");
     return false;
   }
   return true;
@@ -266,6 +278,17 @@ static bool global_ok(const Module *m, const Inst *in, Diag *d) {
 /* Operand order is checked through ids, so they are checked first. */
 static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
   bool ids_ok = true;
+  if (f->device >= 0) {
+    const Mesh *mh = m->mesh.n ? &m->mesh.a[0] : NULL;
+    int64_t n = 1;
+    for (int a = 0; mh && a < mh->naxis; a++)
+      n *= mh->axis_size[a];
+    if (!mh || f->device >= n) {
+      diag_error(d, f->loc, "@%s runs on device %d, but %s", f->name, f->device,
+                 mh ? "the mesh has fewer" : "there is no mesh");
+      return;
+    }
+  }
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *in = f->inst.a[k];
     if (in->fn != f)
@@ -316,6 +339,24 @@ static bool is_output(const Func *f, const char *name) {
   return false;
 }
 
+/* The loss is an output of @forward, or after spmd of each of its per-device
+ * copies @forward.N. */
+static bool loss_ok(const Module *m) {
+  const Func *fwd = ir_find_func(m, "forward");
+  if (fwd)
+    return is_output(fwd, m->train.loss);
+  int copies = 0;
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    if (f->device >= 0 && !strncmp(f->name, "forward.", 8)) {
+      if (!is_output(f, m->train.loss))
+        return false;
+      copies++;
+    }
+  }
+  return copies > 0;
+}
+
 bool ir_verify(const Module *m, Diag *d) {
   int nerr = d->nerr;
   Names names = {0};
@@ -342,7 +383,7 @@ bool ir_verify(const Module *m, Diag *d) {
   for (int k = 0; k < m->func.n; k++)
     name_add(&names, m->func.a[k]->name, m->func.a[k]->loc);
   names_unique(&names, d, "function");
-  if (m->train.loss && !is_output(ir_find_func(m, "forward"), m->train.loss))
+  if (m->train.loss && !loss_ok(m))
     diag_error(d, m->train.loc, "the loss '%s' is not an output of @forward", m->train.loss);
   free(names.a);
   return d->nerr == nerr;

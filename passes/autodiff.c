@@ -5,7 +5,8 @@
  * lead to the loss and depend on a param, and the optimizer update of every
  * param the loss reaches (optimizer.c); other params are left alone and warned
  * about with -Wunused. Every emitted op carries the Loc of the forward op it
- * differentiates. Without a loss, or with @train_step present, does nothing. */
+ * differentiates. Without a loss, with @train_step present, or after spmd
+ * (per-device functions), does nothing. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -522,6 +523,9 @@ Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d) {
 bool pass_autodiff(Module *m, Diag *d) {
   if (!m->train.loss || ir_find_func(m, "train_step"))
     return true;
+  for (int k = 0; k < m->func.n; k++)
+    if (m->func.a[k]->device >= 0)
+      return true;
   Func *fwd = ir_find_func(m, "forward");
   if (!fwd) {
     diag_error(d, m->train.loc, "there is no @forward to train");

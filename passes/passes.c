@@ -7,6 +7,8 @@
 
 const Pass pass_table[] = {
   {"autodiff", pass_autodiff, "training step: forward, backward, optimizer update"},
+  {"sharding", pass_sharding, "how every tensor lies on the mesh: annotations, propagation"},
+  {"spmd", pass_spmd, "per-device functions: local shapes and collectives"},
   {"fusion", pass_fusion, "group elementwise chains into single loops"},
   {"memplan", pass_memplan, "static liveness-based offsets in one arena per function"},
 };

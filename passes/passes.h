@@ -22,6 +22,49 @@ Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d);
  * reporting errors to d. */
 bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d);
 
+/* ---- sharding.c ------------------------------------------------------- */
+
+/* Chooses the sharding of every value of @train_step and @forward and of
+ * every global (Inst.shard, Global.shard) when the module has a mesh. */
+bool pass_sharding(Module *m, Diag *d);
+#define SHARD_MAX_AXIS 64   /* devices along one mesh axis */
+/* The form of inst that yields result sharding r: what each operand must be
+ * (req[k]), given what they are (cur[k]; NULL: not decided). False when no
+ * form of the op yields r. */
+bool shard_form(const Module *m, const Inst *inst, const Sharding *r, const Sharding *const *cur,
+                Sharding *req);
+/* Same splits (axes and block lengths) and partial axes, for type t. */
+bool shard_same(const Module *m, const Type *t, const Sharding *a, const Sharding *b);
+
+/* One collective of a reshard: op over mesh axis `axis` on dimension `dim`
+ * (all_to_all: from `dim` to `to`), taking the value from `before` to `after`. */
+typedef struct ShardStep {
+  Op op;
+  int axis, dim, to;
+  Sharding before, after;
+} ShardStep;
+#define SHARD_MAX_STEPS (3 * IR_MAX_MESH_AXES)
+/* The collectives that turn a value of global type t sharded by s into r, in
+ * order, into st; their count, or -1 when r is a partial sum s is not. */
+int shard_plan(const Module *m, const Type *t, const Sharding *s, const Sharding *r,
+               ShardStep *st);
+/* Bytes each device sends for one step (ring algorithms, blocks taken as even):
+ * all_reduce 2(k-1)/k of the block, all_gather (k-1)/k of the gathered
+ * block, reduce_scatter and all_to_all (k-1)/k of the block, shard_slice 0. */
+double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
+
+/* ---- spmd.c ----------------------------------------------------------- */
+
+/* Replaces @train_step and @forward by per-device copies @F.D (Func.device
+ * = D, local shapes, explicit collectives). */
+bool pass_spmd(Module *m, Diag *d);
+/* Bytes each device sends for collective c of a per-device function, from its
+ * local types (the formulas of shard_step_bytes); 0 for shard_slice. */
+double spmd_comm_bytes(const Inst *c);
+/* The sharding plan (--emit=plan): every global's sharding and blocks, every
+ * device's memory, every step's collectives with their source lines. */
+void spmd_report(FILE *out, const Module *m);
+
 /* ---- fusion.c --------------------------------------------------------- */
 
 /* Groups elementwise chains into loops (Inst.fuse) and reschedules each

@@ -4,7 +4,9 @@
  *
  * __metadata__ holds "model_hash", "step" (decimal) and "checksum" ("crc32:" and
  * 8 hex digits): a CRC-32 of the data section followed by, in data order, each
- * tensor's name, dtype, shape and offsets, then the model hash and the step. */
+ * tensor's name, dtype, shape, offsets and block (if it has one), then the
+ * model hash and the step. A tensor that is a block of a larger one has the
+ * key "block:NAME", valued {"full":[..],"begin":[..]} as JSON text. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +27,8 @@ typedef struct Entry {
   int dtype, rank;
   int64_t dim[DT_MAX_RANK];
   int64_t begin, end;            /* in the data section */
+  bool block;                    /* of the tensor of shape full, from start on */
+  int64_t full[DT_MAX_RANK], start[DT_MAX_RANK];
 } Entry;
 
 /* zlib restarts at 0 when given NULL, which an empty tensor may have. */
@@ -41,6 +45,17 @@ static uLong crc_i64(uLong crc, int64_t v) {
   return crc_bytes(crc, b, 8);
 }
 
+/* Data order; empty tensors at one offset by name, so that the table has one
+ * order for the checksum. */
+static int by_begin(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  if (x->begin != y->begin)
+    return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end)
+    return x->end < y->end ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
 /* Continues crc of the data section over the table (entries in data order). */
 static uLong crc_table(uLong crc, const Entry *e, int n, const char *hash, int64_t step) {
   for (int k = 0; k < n; k++) {
@@ -51,12 +66,18 @@ static uLong crc_table(uLong crc, const Entry *e, int n, const char *hash, int64
       crc = crc_i64(crc, e[k].dim[d]);
     crc = crc_i64(crc, e[k].begin);
     crc = crc_i64(crc, e[k].end);
+    for (int d = 0; e[k].block && d < e[k].rank; d++)
+      crc = crc_i64(crc_i64(crc, e[k].full[d]), e[k].start[d]);
   }
   return crc_i64(crc_str(crc, hash), step);
 }
 
-/* Checks the caller's tensor list: names present, distinct, not reserved. */
-static DtStatus check_list(DtrtCtx *ctx, const char *op, const DtNamed *t, int n) {
+static const DtBlock whole_block;
+
+/* Checks the caller's tensor list: names present, distinct, not reserved;
+ * blocks within their tensors. */
+static DtStatus check_list(DtrtCtx *ctx, const char *op, const DtNamed *t, const DtBlock *b,
+                           int n) {
   if (n < 0 || (n > 0 && !t))
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d tensors at %p", op, n, (const void *)t);
   for (int k = 0; k < n; k++) {
@@ -64,6 +85,9 @@ static DtStatus check_list(DtrtCtx *ctx, const char *op, const DtNamed *t, int n
       return dtrt_fail(ctx, DT_ERR_ARG, "%s: tensor %d has %s name", op, k,
                        t[k].name && t[k].name[0] ? "a reserved" : "no");
     DtStatus s = dtrt_check(ctx, op, t[k].name, &t[k].t, 0);
+    if (!s)
+      s = dtrt_check_block(ctx, op, t[k].name, t[k].t.dim, b ? b[k].full : whole_block.full,
+                           b ? b[k].begin : whole_block.begin, t[k].t.rank);
     if (s)
       return s;
     for (int j = 0; j < k; j++)
@@ -90,9 +114,9 @@ static int write_all(int fd, const void *p, int64_t n) {
 }
 
 /* The header JSON (free with cJSON_free); NULL on no memory. */
-static char *header(const DtNamed *t, int n, const Entry *e, const char *hash, int64_t step,
+static char *header(DtrtCtx *ctx, int n, const Entry *e, const char *hash, int64_t step,
                     uLong crc) {
-  char buf[160];
+  char buf[160], block[300], full[128], start[128];
   cJSON *root = cJSON_CreateObject(), *meta = cJSON_CreateObject();
   if (!root || !meta || !cJSON_AddItemToObject(root, "__metadata__", meta)) {
     cJSON_Delete(root);
@@ -105,7 +129,7 @@ static char *header(const DtNamed *t, int n, const Entry *e, const char *hash, i
   snprintf(buf, sizeof buf, "crc32:%08lx", crc);
   ok = ok && cJSON_AddStringToObject(meta, "checksum", buf);
   for (int k = 0; ok && k < n; k++) {
-    cJSON *o = cJSON_AddObjectToObject(root, t[k].name);
+    cJSON *o = cJSON_AddObjectToObject(root, e[k].name);
     int at = snprintf(buf, sizeof buf, "[");
     for (int d = 0; d < e[k].rank; d++)
       at += snprintf(buf + at, sizeof buf - (size_t)at, "%s%" PRId64, d ? "," : "", e[k].dim[d]);
@@ -114,6 +138,18 @@ static char *header(const DtNamed *t, int n, const Entry *e, const char *hash, i
          cJSON_AddRawToObject(o, "shape", buf);
     snprintf(buf, sizeof buf, "[%" PRId64 ",%" PRId64 "]", e[k].begin, e[k].end);
     ok = ok && cJSON_AddRawToObject(o, "data_offsets", buf);
+    if (ok && e[k].block) {
+      size_t len = strlen(e[k].name) + 8;
+      char *key = dtrt_alloc(ctx, len);
+      snprintf(block, sizeof block, "{\"full\":%s,\"begin\":%s}",
+               dtrt_dims_str(e[k].full, e[k].rank, full, sizeof full),
+               dtrt_dims_str(e[k].start, e[k].rank, start, sizeof start));
+      if ((ok = key != NULL)) {
+        snprintf(key, len, "block:%s", e[k].name);
+        ok = cJSON_AddStringToObject(meta, key, block) != NULL;
+      }
+      dtrt_free(ctx, key);
+    }
   }
   char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
@@ -142,13 +178,13 @@ static int sync_dir(DtrtCtx *ctx, const char *path) {
   return r;
 }
 
-DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
-                   const char *model_hash, int64_t step) {
+DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
+                          int n, const char *model_hash, int64_t step) {
   if (!ctx)
     return DT_ERR_ARG;
   if (!path || !path[0])
     return dtrt_fail(ctx, DT_ERR_ARG, "save: no path");
-  DtStatus s = check_list(ctx, "save", t, n);
+  DtStatus s = check_list(ctx, "save", t, b, n);
   if (s)
     return s;
   const char *hash = model_hash ? model_hash : "";
@@ -163,13 +199,19 @@ DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
   uLong crc = crc32_z(0, NULL, 0);
   int64_t at = 0;
   for (int k = 0; k < n; k++) {
-    e[k] = (Entry){.name = t[k].name, .dtype = t[k].t.dtype, .rank = t[k].t.rank, .begin = at};
+    e[k] = (Entry){.name = t[k].name, .dtype = t[k].t.dtype, .rank = t[k].t.rank, .begin = at,
+                   .block = b && !dtrt_whole(b[k].full, t[k].t.rank)};
     memcpy(e[k].dim, t[k].t.dim, sizeof e[k].dim);
+    if (e[k].block) {
+      memcpy(e[k].full, b[k].full, sizeof e[k].full);
+      memcpy(e[k].start, b[k].begin, sizeof e[k].start);
+    }
     at = e[k].end = at + dtrt_numel(&t[k].t) * 4;
     crc = crc_bytes(crc, t[k].t.data, e[k].end - e[k].begin);
   }
+  qsort(e, (size_t)n, sizeof *e, by_begin);
   crc = crc_table(crc, e, n, hash, step);
-  char *json = header(t, n, e, hash, step, crc);
+  char *json = header(ctx, n, e, hash, step, crc);
   dtrt_free(ctx, e);
   if (!json) {
     dtrt_free(ctx, tmp);
@@ -278,11 +320,40 @@ static int by_name(const void *a, const void *b) {
   return strcmp(((const Entry *)a)->name, ((const Entry *)b)->name);
 }
 
-static int by_begin(const void *a, const void *b) {
-  const Entry *x = a, *y = b;
-  if (x->begin != y->begin)
-    return x->begin < y->begin ? -1 : 1;
-  return x->end < y->end ? -1 : x->end > y->end;
+/* A JSON array of rank whole numbers into v. */
+static bool dims(const cJSON *j, int rank, int64_t *v) {
+  if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != rank)
+    return false;
+  int d = 0;
+  for (const cJSON *x = j->child; x; x = x->next)
+    if (!whole(x, &v[d++]))
+      return false;
+  return true;
+}
+
+/* The "block:NAME" keys of meta into the entries (sorted by name). */
+static DtStatus parse_blocks(DtrtCtx *ctx, const char *path, const cJSON *meta, Entry *e,
+                             int n) {
+  for (const cJSON *j = meta->child; j; j = j->next) {
+    if (strncmp(j->string, "block:", 6))
+      continue;
+    Entry key = {.name = j->string + 6}, *at = bsearch(&key, e, (size_t)n, sizeof key, by_name);
+    if (!at)
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: metadata '%s' names no tensor", path,
+                       j->string);
+    cJSON *b = cJSON_IsString(j) ? cJSON_Parse(j->valuestring) : NULL;
+    bool ok = b && dims(cJSON_GetObjectItemCaseSensitive(b, "full"), at->rank, at->full) &&
+              dims(cJSON_GetObjectItemCaseSensitive(b, "begin"), at->rank, at->start) &&
+              !at->block && !dtrt_whole(at->full, at->rank) &&
+              !dtrt_check_block(ctx, "load", at->name, at->dim, at->full, at->start, at->rank);
+    cJSON_Delete(b);
+    if (!ok)
+      return dtrt_fail(ctx, DT_ERR_FORMAT,
+                       "load: %s: metadata '%s' is not a block of the tensor's shape", path,
+                       j->string);
+    at->block = true;
+  }
+  return DT_OK;
 }
 
 /* Strict decimal int64. */
@@ -389,6 +460,8 @@ static DtStatus read_file(DtrtCtx *ctx, const char *path, Load *l, const cJSON *
   if (!parse_crc(mc->valuestring, &want))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: checksum '%s' is not crc32:XXXXXXXX", path,
                      mc->valuestring);
+  if ((s = parse_blocks(ctx, path, *meta, l->e, l->ne)))
+    return s;
 
   qsort(l->e, (size_t)l->ne, sizeof *l->e, by_begin);
   int64_t at = 0;
@@ -416,13 +489,13 @@ static DtStatus read_file(DtrtCtx *ctx, const char *path, Load *l, const cJSON *
   return DT_OK;
 }
 
-DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n, const char *model_hash,
-                   int64_t *step) {
+DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBlock *b, int n,
+                          const char *model_hash, int64_t *step) {
   if (!ctx)
     return DT_ERR_ARG;
   if (!path || !path[0])
     return dtrt_fail(ctx, DT_ERR_ARG, "load: no path");
-  DtStatus s = check_list(ctx, "load", t, n);
+  DtStatus s = check_list(ctx, "load", t, b, n);
   if (s)
     return s;
   Load l = {.f = fopen(path, "rb")};
@@ -460,6 +533,22 @@ DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n, const char
                     dtrt_type_str(t[k].t.dtype, t[k].t.dim, t[k].t.rank, bw, sizeof bw));
       goto done;
     }
+    int64_t ff[DT_MAX_RANK], fb[DT_MAX_RANK], wf[DT_MAX_RANK], wb[DT_MAX_RANK];
+    dtrt_block(e->dim, e->full, e->start, e->rank, ff, fb);
+    const DtBlock *want = b ? &b[k] : &whole_block;
+    dtrt_block(t[k].t.dim, want->full, want->begin, e->rank, wf, wb);
+    size_t bytes = (size_t)e->rank * sizeof *ff;
+    if (memcmp(ff, wf, bytes) || memcmp(fb, wb, bytes)) {
+      char f1[128], b1[128], f2[128], b2[128];
+      s = dtrt_fail(ctx, DT_ERR_MISMATCH,
+                    "load: %s: tensor '%s' is the block at %s of %s, expected the block at %s "
+                    "of %s",
+                    path, t[k].name, dtrt_dims_str(fb, e->rank, b1, sizeof b1),
+                    dtrt_dims_str(ff, e->rank, f1, sizeof f1),
+                    dtrt_dims_str(wb, e->rank, b2, sizeof b2),
+                    dtrt_dims_str(wf, e->rank, f2, sizeof f2));
+      goto done;
+    }
     match[k] = e;
   }
   if (l.ne != n) {
@@ -488,4 +577,14 @@ done:
   dtrt_free(ctx, l.data);
   fclose(l.f);
   return s;
+}
+
+DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
+                   const char *model_hash, int64_t step) {
+  return dtrt_save_blocks(ctx, path, t, NULL, n, model_hash, step);
+}
+
+DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n, const char *model_hash,
+                   int64_t *step) {
+  return dtrt_load_blocks(ctx, path, t, NULL, n, model_hash, step);
 }

@@ -143,6 +143,12 @@ enum { DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIF
  * they can differ only if two libms differ by enough to change a float. */
 DtStatus dtrt_init(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg,
                    int64_t fan_in, int64_t fan_out, uint64_t seed, uint64_t stream);
+/* Values first..first+n of the same fill into p[0..n): a slice of dtrt_init's
+ * output, bit for bit, whatever first's parity (a normal value at an odd
+ * index is the sine of the pair its even neighbour takes the cosine of). */
+DtStatus dtrt_init_range(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg,
+                         int64_t fan_in, int64_t fan_out, uint64_t seed, uint64_t stream,
+                         int64_t first);
 
 /* ---- checkpoints (safetensors) ---------------------------------------- */
 
@@ -158,7 +164,8 @@ typedef struct DtNamed {
 DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
                    const char *model_hash, int64_t step);
 /* Reads into the given tensors (names, dtypes and shapes must match exactly, as
- * must the model hash unless model_hash is NULL); nothing is written into t or
+ * must the model hash unless model_hash is NULL, and every tensor must be
+ * whole: see dtrt_model_save for blocks); nothing is written into t or
  * *step (step may be NULL) unless the whole file checks. DT_ERR_FORMAT: not a
  * well-formed checkpoint; DT_ERR_CHECKSUM: corrupt; DT_ERR_MISMATCH: another
  * model's or another shape's. */
@@ -285,8 +292,9 @@ DTRT_KERNEL(all_to_all);
 DTRT_KERNEL(shard_slice);
 
 /* ---- models (called by the wrappers dtc generates in NAME.o) -------------
- * dtc emits, per model, a constant DtModelDesc and the step functions; the
- * generated NAME_create/NAME_train_step/... are thin wrappers over these. */
+ * dtc emits, per model, a constant DtModelDesc (one per device for an SPMD
+ * model) and the step functions; the generated NAME_create/NAME_train_step/...
+ * are thin wrappers over these. */
 
 typedef enum { DT_G_INPUT, DT_G_PARAM, DT_G_STATE, DT_G_OUTPUT } DtGlobalKind;
 
@@ -298,8 +306,13 @@ typedef struct DtGlobalDesc {
   int64_t dim[DT_MAX_RANK];
   int32_t init;          /* DT_INIT_* (params and state) */
   double init_arg;
-  int64_t fan_in, fan_out;
+  int64_t fan_in, fan_out;   /* of the whole tensor */
   int64_t offset;        /* byte offset in the state block (params, state); -1 otherwise */
+  /* dim is this device's block of the tensor of shape full, from begin on in
+   * every dim; full all zero: the tensor is whole (full = dim, begin = 0). A
+   * block holds the values the whole tensor's initialiser gives it there. */
+  int64_t full[DT_MAX_RANK];
+  int64_t begin[DT_MAX_RANK];
 } DtGlobalDesc;
 
 /* A compiled step: reads inputs[k] (the function's inputs in desc order),
@@ -355,16 +368,41 @@ int64_t dtrt_model_step(const DtModel *m);        /* training steps taken */
  * Checkpoints are per rank, each holding the state block this rank holds: PATH
  * itself in a job of one rank, PATH.rankR (R = dtrt_model_rank) otherwise,
  * stamped with the model hash, the plan hash and the rank, so they load back
- * only into the same plan on the same number of ranks. A load commits on no
- * rank unless every rank read its file and all files hold the same step. */
+ * only into the same plan on the same number of ranks. A tensor that is a
+ * block (DtGlobalDesc.full set) has the metadata key "block:NAME", valued
+ * {"full":[..],"begin":[..]} as JSON text, so that the files of all ranks
+ * rebuild the whole tensor; it loads only into the same block. A load
+ * commits on no rank unless every rank read its file and all files hold the
+ * same step. */
 int dtrt_model_rank(const DtModel *m);            /* 0 when not SPMD */
 /* Pointer to a param or state tensor by name (NULL if none). */
 void *dtrt_model_tensor(DtModel *m, const char *name);
+/* A param or state tensor by name as this rank holds it: *t its block (data,
+ * dtype, rank, dims), full[0..rank) the whole tensor's dims and begin[0..rank)
+ * where the block starts (arrays of DT_MAX_RANK; any pointer may be NULL).
+ * A whole tensor is its own block at 0. DT_ERR_ARG if there is no such
+ * tensor. */
+DtStatus dtrt_model_tensor_block(DtModel *m, const char *name, DtTensor *t, int64_t *full,
+                                 int64_t *begin);
 /* dtrt_model_create with an allocator for the model's context (NULL: default)
  * and a buffer that receives the message when creation fails (err may be NULL).
  * Params and state are initialised from (seed, stream = global index). */
 DtStatus dtrt_model_create_with(const DtModelDesc *d, uint64_t seed, const DtAllocator *a,
                                 char *err, size_t errlen, DtModel **out);
+/* (collective) An SPMD model compiled for ndev devices, dev[k] describing
+ * device k: a job of ndev ranks, in which rank R takes dev[R] (with a mesh
+ * of ndev devices) and proceeds as dtrt_model_create. Any other rank count is
+ * DT_ERR_ARG on every rank, saying how to launch. A description that fails
+ * its checks on one rank fails creation on all. ndev == 1 is exactly
+ * dtrt_model_create(dev[0], ...). Global k draws from stream k on every
+ * device, so a block equals the single-process param only when the devices
+ * list their globals in the single-process model's order. dev[R] is kept by
+ * the model (as d is by dtrt_model_create), the array dev is not. */
+DtStatus dtrt_model_create_spmd(const DtModelDesc *const *dev, int ndev, uint64_t seed,
+                                DtModel **out);
+DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, uint64_t seed,
+                                     const DtAllocator *a, char *err, size_t errlen,
+                                     DtModel **out);
 
 #ifdef __cplusplus
 }

@@ -23,8 +23,9 @@ int64_t dtrt_elems(const int64_t *dim, int rank);
 /* Element count of a tensor that passed dtrt_check. */
 static inline int64_t dtrt_numel(const DtTensor *t) { return dtrt_elems(t->dim, t->rank); }
 const char *dtrt_dtype_name(int dtype);
-/* "f32[2,3]" into buf (at least 128 bytes). */
+/* "f32[2,3]" into buf (at least 128 bytes); dtrt_dims_str: "[2,3]". */
 const char *dtrt_type_str(int dtype, const int64_t *dim, int rank, char *buf, size_t n);
+const char *dtrt_dims_str(const int64_t *dim, int rank, char *buf, size_t n);
 /* Checks t is non-null, of dtype (0: f32 or i32), of rank 0..DT_MAX_RANK with
  * sane dims, and has data unless empty. Messages read "OP: WHAT ...". */
 DtStatus dtrt_check(DtrtCtx *ctx, const char *op, const char *what, const DtTensor *t,
@@ -36,6 +37,15 @@ DtStatus dtrt_check_as(DtrtCtx *ctx, const char *op, const char *what, const DtT
  * counts (a may be NULL: no attributes) in [0, maxi] ints and [0, maxf] floats. */
 DtStatus dtrt_kbegin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int minin,
                      int maxin, const DtTensor *out, const DtAttrs *a, int maxi, int maxf);
+/* Blocks of larger tensors (DtGlobalDesc, DtBlock): full[0..rank) all zero
+ * means whole. dtrt_block sets full and begin to the explicit block. */
+bool dtrt_whole(const int64_t *full, int rank);
+void dtrt_block(const int64_t *dim, const int64_t *full, const int64_t *begin, int rank,
+                int64_t *full_out, int64_t *begin_out);
+/* Checks that the block dim[0..rank) at begin lies within full (whole: begin is
+ * all zero). Messages read "OP: WHAT ...". */
+DtStatus dtrt_check_block(DtrtCtx *ctx, const char *op, const char *what, const int64_t *dim,
+                          const int64_t *full, const int64_t *begin, int rank);
 /* Normalises a possibly negative axis against rank into *ax. */
 DtStatus dtrt_axis(DtrtCtx *ctx, const char *op, int64_t axis, int rank, int *ax);
 
@@ -54,6 +64,23 @@ static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
  * same on every machine: dtrt_rand_at(dtrt_rand_key(seed, stream), counter). */
 uint64_t dtrt_rand_key(uint64_t seed, uint64_t stream);
 uint64_t dtrt_rand_at(uint64_t key, uint64_t counter);
+
+/* ---- checkpoint.c ----------------------------------------------------- */
+
+/* Where a checkpoint's tensor lies in a larger tensor: from begin on in every
+ * dim of the tensor of shape full; full all zero: it is whole. */
+typedef struct DtBlock {
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+} DtBlock;
+
+/* dtrt_save and dtrt_load of tensors t[k] that are blocks b[k] (b NULL: all
+ * whole). A block is recorded as the metadata key "block:NAME" valued
+ * {"full":[..],"begin":[..]} (JSON text), and loads only into the same block
+ * (a tensor without the key being whole). */
+DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
+                          int n, const char *model_hash, int64_t step);
+DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBlock *b, int n,
+                          const char *model_hash, int64_t *step);
 
 /* ---- ctx.c ------------------------------------------------------------ */
 

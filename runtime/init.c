@@ -24,10 +24,29 @@ uint64_t dtrt_rand_at(uint64_t key, uint64_t counter) {
 /* Uniform in [0, 1) with 53 bits. */
 static double unit(uint64_t r) { return (double)(r >> 11) * 0x1p-53; }
 
-DtStatus dtrt_init(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg, int64_t fan_in,
-                   int64_t fan_out, uint64_t seed, uint64_t stream) {
+/* Value k under key: uniform in [-lim, lim), or N(0, lim^2). Box-Muller: values
+ * 2j and 2j+1 share the draws 2j, 2j+1, the even one taking the cosine and the
+ * odd one the sine, so each value is the same in every range that holds it.
+ * In double and rounded to float once, so a last-bit difference between libm
+ * implementations almost never shows. */
+static float value(int kind, uint64_t key, double lim, uint64_t k) {
+  if (kind != DT_INIT_NORMAL)
+    return (float)(lim * (2.0 * unit(dtrt_rand_at(key, k)) - 1.0));
+  uint64_t j = k & ~(uint64_t)1;
+  double u1 = 1.0 - unit(dtrt_rand_at(key, j));
+  double u2 = unit(dtrt_rand_at(key, j + 1));
+  double r = sqrt(-2.0 * log(u1)), t = 2.0 * 3.14159265358979323846 * u2;
+  return (float)(lim * r * (k & 1 ? sin(t) : cos(t)));
+}
+
+DtStatus dtrt_init_range(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg,
+                         int64_t fan_in, int64_t fan_out, uint64_t seed, uint64_t stream,
+                         int64_t first) {
   if (n < 0 || (n > 0 && !p))
     return dtrt_fail(ctx, DT_ERR_ARG, "init: %lld elements at %p", (long long)n, (void *)p);
+  if (first < 0 || first > INT64_MAX - n)
+    return dtrt_fail(ctx, DT_ERR_ARG, "init: range of %lld elements from %lld", (long long)n,
+                     (long long)first);
   double lim = arg;
   switch (kind) {
   case DT_INIT_ZEROS:
@@ -50,20 +69,12 @@ DtStatus dtrt_init(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg, int6
     return dtrt_fail(ctx, DT_ERR_ARG, "init: unknown kind %d", kind);
   }
   uint64_t key = dtrt_rand_key(seed, stream);
-  if (kind != DT_INIT_NORMAL) {
-    for (int64_t k = 0; k < n; k++)
-      p[k] = (float)(lim * (2.0 * unit(dtrt_rand_at(key, (uint64_t)k)) - 1.0));
-    return DT_OK;
-  }
-  /* Box-Muller: elements 2j and 2j+1 share the pair of draws 2j, 2j+1. In double
-   * and rounded to float once, so a last-bit difference between libm
-   * implementations almost never shows. */
-  for (int64_t k = 0; k < n; k++) {
-    uint64_t j = (uint64_t)k & ~(uint64_t)1;
-    double u1 = 1.0 - unit(dtrt_rand_at(key, j));
-    double u2 = unit(dtrt_rand_at(key, j + 1));
-    double r = sqrt(-2.0 * log(u1)), t = 2.0 * 3.14159265358979323846 * u2;
-    p[k] = (float)(arg * r * (k & 1 ? sin(t) : cos(t)));
-  }
+  for (int64_t k = 0; k < n; k++)
+    p[k] = value(kind, key, lim, (uint64_t)(first + k));
   return DT_OK;
+}
+
+DtStatus dtrt_init(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg, int64_t fan_in,
+                   int64_t fan_out, uint64_t seed, uint64_t stream) {
+  return dtrt_init_range(ctx, p, n, kind, arg, fan_in, fan_out, seed, stream, 0);
 }

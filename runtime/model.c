@@ -47,6 +47,8 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
     if (g->rank >= 0 && g->rank <= DT_MAX_RANK)
       memcpy(t.dim, g->dim, (size_t)g->rank * sizeof *t.dim);
     DtStatus s = dtrt_check(ctx, d->name, g->name, &t, 0);
+    if (!s)
+      s = dtrt_check_block(ctx, d->name, g->name, g->dim, g->full, g->begin, g->rank);
     if (s)
       return s;
     /* params and state share the checkpoint's names; inputs and outputs each
@@ -86,6 +88,33 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
   return DT_OK;
 }
 
+/* Fills p with the block of g: the values g's initialiser gives the whole
+ * tensor there, one dtrt_init_range per run of elements contiguous in both
+ * (the trailing dims the block spans whole, and the dim before them). */
+static DtStatus init_block(DtrtCtx *ctx, float *p, const DtGlobalDesc *g, uint64_t seed,
+                           uint64_t stream) {
+  int r = g->rank, c = r > 0 ? r - 1 : 0;
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK], at[DT_MAX_RANK] = {0}, stride[DT_MAX_RANK];
+  dtrt_block(g->dim, g->full, g->begin, r, full, begin);
+  int64_t n = dtrt_elems(g->dim, r), run = r > 0 ? g->dim[c] : 1;
+  for (; c > 0 && g->dim[c] == full[c]; c--)
+    run *= g->dim[c - 1];
+  for (int k = r - 1; k >= 0; k--)
+    stride[k] = k == r - 1 ? 1 : stride[k + 1] * full[k + 1];
+  for (int64_t done = 0; done < n; done += run) {
+    int64_t first = 0;
+    for (int k = 0; k < r; k++)
+      first += (begin[k] + at[k]) * stride[k];
+    DtStatus s = dtrt_init_range(ctx, p + done, run, g->init, g->init_arg, g->fan_in, g->fan_out,
+                                 seed, stream, first);
+    if (s)
+      return s;
+    for (int k = c - 1; k >= 0 && ++at[k] == g->dim[k]; k--)
+      at[k] = 0;
+  }
+  return DT_OK;
+}
+
 /* Fills the params and state: global k draws from stream k. */
 static DtStatus init_state(DtModel *m, uint64_t seed) {
   const DtModelDesc *d = m->d;
@@ -100,8 +129,7 @@ static DtStatus init_state(DtModel *m, uint64_t seed) {
         ((int32_t *)p)[j] = g->init == DT_INIT_ONES;
       continue;
     }
-    DtStatus s = dtrt_init(m->ctx, p, n, g->init, g->init_arg, g->fan_in, g->fan_out, seed,
-                           (uint64_t)k);
+    DtStatus s = init_block(m->ctx, p, g, seed, (uint64_t)k);
     if (s) {
       char why[512];
       snprintf(why, sizeof why, "%s", dtrt_errmsg(m->ctx));
@@ -146,8 +174,42 @@ void dtrt_model_destroy(DtModel *m) {
   dtrt_ctx_free(ctx);
 }
 
-DtStatus dtrt_model_create_with(const DtModelDesc *d, uint64_t seed, const DtAllocator *a,
-                                char *err, size_t errlen, DtModel **out) {
+/* This rank's description, checked: dev[0] when there is one device, else
+ * dev[rank] in a job of exactly ndev ranks. The descriptions of devices
+ * differ, so one may fail its check alone: every rank learns of it before
+ * the agreement that would wait for it. */
+static DtStatus pick(DtrtCtx *ctx, const DtModelDesc *const *dev, int ndev,
+                     const DtModelDesc **d) {
+  if (!dev || ndev < 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "model: %d device descriptions at %p", ndev,
+                     (const void *)dev);
+  if (ndev == 1) {
+    *d = dev[0];
+    return *d ? check_desc(ctx, *d) : dtrt_fail(ctx, DT_ERR_ARG, "model: no description");
+  }
+  DtStatus s = dtrt_comm_init(ctx);
+  if (s)
+    return s;
+  int rank = dtrt_rank(ctx), nranks = dtrt_nranks(ctx);
+  bool named = dev[0] && dev[0]->name;
+  if (nranks != ndev)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s%s was compiled for %d devices but runs on %d rank%s; launch it with "
+                     "mpirun -np %d",
+                     named ? "model " : "the model", named ? dev[0]->name : "", ndev, nranks,
+                     nranks == 1 ? "" : "s", ndev);
+  *d = dev[rank];
+  if (!*d)
+    s = dtrt_fail(ctx, DT_ERR_ARG, "model: no description for device %d", rank);
+  else if (!(s = check_desc(ctx, *d)) && (*d)->nmesh_axis == 0)
+    s = dtrt_fail(ctx, DT_ERR_ARG, "model %s: device %d of %d has no mesh", (*d)->name, rank,
+                  ndev);
+  return dtrt_comm_status(ctx, s);
+}
+
+DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, uint64_t seed,
+                                     const DtAllocator *a, char *err, size_t errlen,
+                                     DtModel **out) {
   if (err && errlen)
     err[0] = 0;
   if (out)
@@ -159,10 +221,11 @@ DtStatus dtrt_model_create_with(const DtModelDesc *d, uint64_t seed, const DtAll
     return a && (!a->alloc || !a->free) ? DT_ERR_ARG : DT_ERR_NOMEM;
   }
   DtStatus s = DT_OK;
+  const DtModelDesc *d = NULL;
   DtModel *m = NULL;
-  if (!out || !d)
-    s = dtrt_fail(ctx, DT_ERR_ARG, "model: no %s", d ? "output pointer" : "description");
-  else if (!(s = check_desc(ctx, d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
+  if (!out)
+    s = dtrt_fail(ctx, DT_ERR_ARG, "model: no output pointer");
+  else if (!(s = pick(ctx, dev, ndev, &d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
     if ((m = dtrt_alloc(ctx, sizeof *m))) {
       *m = (DtModel){.d = d, .ctx = ctx};
       m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
@@ -185,6 +248,16 @@ DtStatus dtrt_model_create_with(const DtModelDesc *d, uint64_t seed, const DtAll
   }
   *out = m;
   return DT_OK;
+}
+
+DtStatus dtrt_model_create_spmd(const DtModelDesc *const *dev, int ndev, uint64_t seed,
+                                DtModel **out) {
+  return dtrt_model_create_spmd_with(dev, ndev, seed, NULL, NULL, 0, out);
+}
+
+DtStatus dtrt_model_create_with(const DtModelDesc *d, uint64_t seed, const DtAllocator *a,
+                                char *err, size_t errlen, DtModel **out) {
+  return dtrt_model_create_spmd_with(&d, 1, seed, a, err, errlen, out);
 }
 
 DtStatus dtrt_model_create(const DtModelDesc *d, uint64_t seed, DtModel **out) {
@@ -273,20 +346,24 @@ DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t
   return shared(m, s ? said(m, "forward", s) : DT_OK);
 }
 
-/* The params and state as named tensors over the state block at base; *n of
- * them. */
-static DtNamed *named(DtModel *m, unsigned char *base, int *n) {
+/* The params and state as named tensors over the state block at base, and
+ * their blocks (in the same allocation, after the tensors); *n of them. */
+static DtNamed *named(DtModel *m, unsigned char *base, DtBlock **b, int *n) {
   const DtModelDesc *d = m->d;
-  DtNamed *t = dtrt_alloc(m->ctx, (size_t)d->nglobal * sizeof *t);
+  DtNamed *t = dtrt_alloc(m->ctx, (size_t)d->nglobal * (sizeof *t + sizeof **b));
+  *b = t ? (DtBlock *)(t + d->nglobal) : NULL;
   *n = 0;
   for (int k = 0; t && k < d->nglobal; k++) {
     const DtGlobalDesc *g = &d->global[k];
     if (!stored(g))
       continue;
-    DtNamed *e = &t[(*n)++];
+    DtNamed *e = &t[*n];
     *e = (DtNamed){.name = g->name,
                    .t = {.data = base + g->offset, .dtype = g->dtype, .rank = g->rank}};
     memcpy(e->t.dim, g->dim, (size_t)g->rank * sizeof *g->dim);
+    memcpy((*b)[*n].full, g->full, sizeof g->full);
+    memcpy((*b)[*n].begin, g->begin, sizeof g->begin);
+    ++*n;
   }
   return t;
 }
@@ -318,12 +395,13 @@ DtStatus dtrt_model_save(DtModel *m, const char *path) {
   int n;
   char *file = NULL;
   const char *hash = m->d->hash;
-  DtNamed *t = named(m, m->state, &n);
+  DtBlock *b;
+  DtNamed *t = named(m, m->state, &b, &n);
   DtStatus s = t ? DT_OK : DT_ERR_NOMEM;
   if (!s && spmd(m) && path)
     s = rank_file(m, path, &file, &hash);
   if (!s)
-    s = dtrt_save(m->ctx, file ? file : path, t, n, hash, m->step);
+    s = dtrt_save_blocks(m->ctx, file ? file : path, t, b, n, hash, m->step);
   dtrt_free(m->ctx, file);
   dtrt_free(m->ctx, t);
   return shared(m, s);
@@ -345,11 +423,12 @@ DtStatus dtrt_model_load(DtModel *m, const char *path) {
     base = s ? NULL : dtrt_alloc(m->ctx, (size_t)m->d->state_bytes);
     s = s ? s : base ? DT_OK : DT_ERR_NOMEM;
   }
-  DtNamed *t = s ? NULL : named(m, base, &n);
+  DtBlock *b;
+  DtNamed *t = s ? NULL : named(m, base, &b, &n);
   if (!s && !t)
     s = DT_ERR_NOMEM;
   if (!s)
-    s = dtrt_load(m->ctx, file ? file : path, t, n, hash, &step);
+    s = dtrt_load_blocks(m->ctx, file ? file : path, t, b, n, hash, &step);
   if (!(s = shared(m, s)) && spmd(m)) {
     char text[32];
     snprintf(text, sizeof text, "%lld", (long long)step);
@@ -367,13 +446,37 @@ DtStatus dtrt_model_load(DtModel *m, const char *path) {
   return s;
 }
 
-void *dtrt_model_tensor(DtModel *m, const char *name) {
-  if (!m || !name)
-    return NULL;
-  for (int k = 0; k < m->d->nglobal; k++) {
+static const DtGlobalDesc *stored_named(const DtModel *m, const char *name) {
+  for (int k = 0; m && name && k < m->d->nglobal; k++) {
     const DtGlobalDesc *g = &m->d->global[k];
     if (stored(g) && !strcmp(g->name, name))
-      return m->state + g->offset;
+      return g;
   }
   return NULL;
+}
+
+void *dtrt_model_tensor(DtModel *m, const char *name) {
+  const DtGlobalDesc *g = stored_named(m, name);
+  return g ? m->state + g->offset : NULL;
+}
+
+DtStatus dtrt_model_tensor_block(DtModel *m, const char *name, DtTensor *t, int64_t *full,
+                                 int64_t *begin) {
+  if (!m)
+    return DT_ERR_ARG;
+  const DtGlobalDesc *g = stored_named(m, name);
+  if (!g)
+    return dtrt_fail(m->ctx, DT_ERR_ARG, "%s: no param or state named '%s'", m->d->name,
+                     name ? name : "(null)");
+  int64_t f[DT_MAX_RANK] = {0}, b[DT_MAX_RANK] = {0};
+  dtrt_block(g->dim, g->full, g->begin, g->rank, f, b);
+  if (t) {
+    *t = (DtTensor){.data = m->state + g->offset, .dtype = g->dtype, .rank = g->rank};
+    memcpy(t->dim, g->dim, (size_t)g->rank * sizeof *g->dim);
+  }
+  if (full)
+    memcpy(full, f, sizeof f);
+  if (begin)
+    memcpy(begin, b, sizeof b);
+  return DT_OK;
 }

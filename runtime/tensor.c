@@ -23,12 +23,18 @@ const char *dtrt_dtype_name(int dtype) {
   return dtype == DTRT_F32 ? "f32" : dtype == DTRT_I32 ? "i32" : "?";
 }
 
-const char *dtrt_type_str(int dtype, const int64_t *dim, int rank, char *buf, size_t n) {
-  size_t k = (size_t)snprintf(buf, n, "%s[", dtrt_dtype_name(dtype));
+const char *dtrt_dims_str(const int64_t *dim, int rank, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "[");
   for (int i = 0; i < rank && k < n; i++)
     k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)dim[i]);
   if (k < n)
     snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+const char *dtrt_type_str(int dtype, const int64_t *dim, int rank, char *buf, size_t n) {
+  char dims[128];
+  snprintf(buf, n, "%s%s", dtrt_dtype_name(dtype), dtrt_dims_str(dim, rank, dims, sizeof dims));
   return buf;
 }
 
@@ -72,6 +78,41 @@ DtStatus dtrt_check_as(DtrtCtx *ctx, const char *op, const char *what, const DtT
                      dtrt_type_str(t->dtype, dim, rank, want, sizeof want));
   }
   return DT_OK;
+}
+
+bool dtrt_whole(const int64_t *full, int rank) {
+  for (int k = 0; k < rank; k++)
+    if (full[k])
+      return false;
+  return true;
+}
+
+void dtrt_block(const int64_t *dim, const int64_t *full, const int64_t *begin, int rank,
+                int64_t *full_out, int64_t *begin_out) {
+  bool whole = dtrt_whole(full, rank);
+  for (int k = 0; k < rank; k++) {
+    full_out[k] = whole ? dim[k] : full[k];
+    begin_out[k] = whole ? 0 : begin[k];
+  }
+}
+
+DtStatus dtrt_check_block(DtrtCtx *ctx, const char *op, const char *what, const int64_t *dim,
+                          const int64_t *full, const int64_t *begin, int rank) {
+  bool whole = dtrt_whole(full, rank), fits = true;
+  for (int k = 0; k < rank; k++)
+    fits = fits && (whole ? !begin[k]
+                          : full[k] >= 0 && begin[k] >= 0 && dim[k] <= full[k] - begin[k]);
+  if (fits && dtrt_elems(full, rank) >= 0)
+    return DT_OK;
+  char b[128], d[128], f[128];
+  dtrt_dims_str(begin, rank, b, sizeof b);
+  dtrt_dims_str(full, rank, f, sizeof f);
+  if (!fits && whole)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %s begins at %s but has no full shape", op, what, b);
+  if (!fits)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %s: a block of %s at %s does not fit in %s", op, what,
+                     dtrt_dims_str(dim, rank, d, sizeof d), b, f);
+  return dtrt_fail(ctx, DT_ERR_ARG, "%s: %s: the whole %s has too many elements", op, what, f);
 }
 
 DtStatus dtrt_kbegin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int minin,

@@ -280,6 +280,8 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     FILE *out = open_text_output(o->output);
     if (!out)
       return fail("cannot write '%s': %s", o->output, strerror(errno));
+    if (m->mesh.n)
+      spmd_report(out, m);
     memplan_report(out, m);
     if (out != stdout && fclose(out))
       return fail("cannot write '%s': %s", o->output, strerror(errno));

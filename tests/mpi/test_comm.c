@@ -497,10 +497,10 @@ static DtStatus dp_train(DtrtCtx *ctx, unsigned char *state, unsigned char *work
 }
 
 static DtGlobalDesc dp_globals[] = {
-    {"x", DT_G_INPUT, DTRT_F32, 2, {B, F}, 0, 0, 0, 0, -1},
-    {"y", DT_G_INPUT, DTRT_F32, 1, {B}, 0, 0, 0, 0, -1},
-    {"w", DT_G_PARAM, DTRT_F32, 1, {F}, DT_INIT_GLOROT, 0, F, 1, W},
-    {"b", DT_G_PARAM, DTRT_F32, 1, {1}, DT_INIT_ZEROS, 0, 0, 0, BIAS},
+    {"x", DT_G_INPUT, DTRT_F32, 2, {B, F}, 0, 0, 0, 0, -1, {0}, {0}},
+    {"y", DT_G_INPUT, DTRT_F32, 1, {B}, 0, 0, 0, 0, -1, {0}, {0}},
+    {"w", DT_G_PARAM, DTRT_F32, 1, {F}, DT_INIT_GLOROT, 0, F, 1, W, {0}, {0}},
+    {"b", DT_G_PARAM, DTRT_F32, 1, {1}, DT_INIT_ZEROS, 0, 0, 0, BIAS, {0}, {0}},
 };
 static const int32_t dp_in[] = {0, 1};
 

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,14 +86,15 @@ static DtStatus forward(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
   return DT_OK;
 }
 
+/* Whole tensors: full and begin all zero. */
 static DtGlobalDesc globals[] = {
-    {"x", DT_G_INPUT, DTRT_F32, 2, {B, F}, 0, 0, 0, 0, -1},
-    {"y", DT_G_INPUT, DTRT_F32, 1, {B}, 0, 0, 0, 0, -1},
-    {"w", DT_G_PARAM, DTRT_F32, 1, {F}, DT_INIT_GLOROT, 0, F, 1, W},
-    {"b", DT_G_PARAM, DTRT_F32, 1, {1}, DT_INIT_ZEROS, 0, 0, 0, BIAS},
-    {"w.vel", DT_G_STATE, DTRT_F32, 1, {F}, DT_INIT_ZEROS, 0, 0, 0, VEL},
-    {"seen", DT_G_STATE, DTRT_I32, 0, {0}, DT_INIT_ONES, 0, 0, 0, SEEN},
-    {"pred", DT_G_OUTPUT, DTRT_F32, 1, {B}, 0, 0, 0, 0, -1},
+    {"x", DT_G_INPUT, DTRT_F32, 2, {B, F}, 0, 0, 0, 0, -1, {0}, {0}},
+    {"y", DT_G_INPUT, DTRT_F32, 1, {B}, 0, 0, 0, 0, -1, {0}, {0}},
+    {"w", DT_G_PARAM, DTRT_F32, 1, {F}, DT_INIT_GLOROT, 0, F, 1, W, {0}, {0}},
+    {"b", DT_G_PARAM, DTRT_F32, 1, {1}, DT_INIT_ZEROS, 0, 0, 0, BIAS, {0}, {0}},
+    {"w.vel", DT_G_STATE, DTRT_F32, 1, {F}, DT_INIT_ZEROS, 0, 0, 0, VEL, {0}, {0}},
+    {"seen", DT_G_STATE, DTRT_I32, 0, {0}, DT_INIT_ONES, 0, 0, 0, SEEN, {0}, {0}},
+    {"pred", DT_G_OUTPUT, DTRT_F32, 1, {B}, 0, 0, 0, 0, -1, {0}, {0}},
 };
 static const int32_t train_in[] = {0, 1}, fwd_in[] = {0}, fwd_out[] = {6};
 
@@ -288,6 +290,9 @@ static void e_in(DtModelDesc *d, DtGlobalDesc *g) { (void)g, d->train_in = fwd_o
 static void e_out(DtModelDesc *d, DtGlobalDesc *g) { (void)g, d->fwd_out = fwd_in; }
 static void e_nglobal(DtModelDesc *d, DtGlobalDesc *g) { (void)g, d->nglobal = -1; }
 static void e_name(DtModelDesc *d, DtGlobalDesc *g) { (void)g, d->hash = NULL; }
+static void e_block(DtModelDesc *d, DtGlobalDesc *g) { (void)d, g[2].full[0] = 4, g[2].begin[0] = 2; }
+static void e_begin(DtModelDesc *d, DtGlobalDesc *g) { (void)d, g[2].begin[0] = 1; }
+static void e_full(DtModelDesc *d, DtGlobalDesc *g) { (void)d, g[0].full[0] = -1; }
 
 static void test_bad_desc(void **state) {
   (void)state;
@@ -314,6 +319,9 @@ static void test_bad_desc(void **state) {
   bad_desc(e_out, "forward output 0 is global 0, not an output");
   bad_desc(e_nglobal, "bad global table");
   bad_desc(e_name, "lacks a name or hash");
+  bad_desc(e_block, "linreg: w: a block of [3] at [2] does not fit in [4]");
+  bad_desc(e_begin, "linreg: w begins at [1] but has no full shape");
+  bad_desc(e_full, "linreg: x: a block of [4,3] at [0,0] does not fit in [-1,0]");
   DtModel *m;
   assert_int_equal(dtrt_model_create(NULL, 0, &m), DT_ERR_ARG);
   assert_null(m);
@@ -357,11 +365,318 @@ static void test_out_of_memory(void **state) {
   }
 }
 
+/* ---- SPMD: one description per device ---------------------------------- */
+
+/* dtrt_init_range is the slice of dtrt_init, from any start and of any length. */
+static void test_init_range(void **state) {
+  (void)state;
+  DtrtCtx *ctx = dtrt_ctx_new();
+  static const int kinds[] = {DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIFORM, DT_INIT_ONES};
+  static const int64_t firsts[] = {0, 1, 2, 5, 36}, lens[] = {0, 1, 2, 7};
+  float whole[37], part[8];
+  for (int k = 0; k < 4; k++) {
+    assert_int_equal(dtrt_init(ctx, whole, 37, kinds[k], 0.5, 7, 5, 9, 3), DT_OK);
+    for (int i = 0; i < 5; i++)
+      for (int j = 0; j < 4; j++) {
+        int64_t first = firsts[i], n = first + lens[j] > 37 ? 37 - first : lens[j];
+        memset(part, 0x55, sizeof part);
+        assert_int_equal(dtrt_init_range(ctx, part, n, kinds[k], 0.5, 7, 5, 9, 3, first), DT_OK);
+        assert_memory_equal(part, whole + first, (size_t)n * sizeof *part);
+      }
+  }
+  assert_int_equal(dtrt_init_range(ctx, part, 1, DT_INIT_NORMAL, 1, 0, 0, 9, 3, -1), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "range of 1 elements from -1"));
+  assert_int_equal(dtrt_init_range(ctx, part, 2, DT_INIT_NORMAL, 1, 0, 0, 9, 3, INT64_MAX - 1),
+                   DT_ERR_ARG);
+  dtrt_ctx_free(ctx);
+}
+
+/* A model compiled for two devices, each with its own blocks:
+ *   v  f32[10]     uniform  split 7 | 3
+ *   w  f32[5,4]    glorot   rows 2 | 3
+ *   u  f32[3,7]    normal   columns 3 | 4 (strided, odd starts)
+ *   e  f32[2,5,3]  normal   the middle dim 2 | 3
+ *   g  f32[4,6]    uniform  a block in both dims on each device (no tiling)
+ *   b  f32[4]      uniform  replicated (full = dim)
+ *   w.m  state like w, zeros; seen  i32 scalar, ones
+ * Offsets are set by lay_out. */
+enum { TP_PARAMS = 6, TP_GLOBALS = 8 };
+#define F32P(n, r, ...) .name = n, .kind = DT_G_PARAM, .dtype = DTRT_F32, .rank = r, __VA_ARGS__
+static DtGlobalDesc tp_global[2][TP_GLOBALS] = {
+    {
+        {F32P("v", 1, .dim = {7}, .full = {10}, .init = DT_INIT_UNIFORM, .init_arg = 0.5)},
+        {F32P("w", 2, .dim = {2, 4}, .full = {5, 4}, .init = DT_INIT_GLOROT, .fan_in = 5,
+              .fan_out = 4)},
+        {F32P("u", 2, .dim = {3, 3}, .full = {3, 7}, .init = DT_INIT_NORMAL, .init_arg = 0.02)},
+        {F32P("e", 3, .dim = {2, 2, 3}, .full = {2, 5, 3}, .init = DT_INIT_NORMAL,
+              .init_arg = 1)},
+        {F32P("g", 2, .dim = {2, 3}, .full = {4, 6}, .begin = {1, 1}, .init = DT_INIT_UNIFORM,
+              .init_arg = 1)},
+        {F32P("b", 1, .dim = {4}, .full = {4}, .init = DT_INIT_UNIFORM, .init_arg = 0.1)},
+        {.name = "w.m", .kind = DT_G_STATE, .dtype = DTRT_F32, .rank = 2, .dim = {2, 4},
+         .full = {5, 4}},
+        {.name = "seen", .kind = DT_G_STATE, .dtype = DTRT_I32, .init = DT_INIT_ONES},
+    },
+    {
+        {F32P("v", 1, .dim = {3}, .full = {10}, .begin = {7}, .init = DT_INIT_UNIFORM,
+              .init_arg = 0.5)},
+        {F32P("w", 2, .dim = {3, 4}, .full = {5, 4}, .begin = {2, 0}, .init = DT_INIT_GLOROT,
+              .fan_in = 5, .fan_out = 4)},
+        {F32P("u", 2, .dim = {3, 4}, .full = {3, 7}, .begin = {0, 3}, .init = DT_INIT_NORMAL,
+              .init_arg = 0.02)},
+        {F32P("e", 3, .dim = {2, 3, 3}, .full = {2, 5, 3}, .begin = {0, 2, 0},
+              .init = DT_INIT_NORMAL, .init_arg = 1)},
+        {F32P("g", 2, .dim = {2, 3}, .full = {4, 6}, .begin = {2, 3}, .init = DT_INIT_UNIFORM,
+              .init_arg = 1)},
+        {F32P("b", 1, .dim = {4}, .full = {4}, .init = DT_INIT_UNIFORM, .init_arg = 0.1)},
+        {.name = "w.m", .kind = DT_G_STATE, .dtype = DTRT_F32, .rank = 2, .dim = {3, 4},
+         .full = {5, 4}, .begin = {2, 0}},
+        {.name = "seen", .kind = DT_G_STATE, .dtype = DTRT_I32, .init = DT_INIT_ONES},
+    },
+};
+#undef F32P
+static const int32_t tp_mesh[] = {2};
+
+/* Offsets of the globals g[0..n) (all stored), 64-byte aligned; d over them. */
+static void lay_out(DtGlobalDesc *g, int n, DtModelDesc *d) {
+  int64_t at = 0;
+  for (int k = 0; k < n; k++) {
+    int64_t elems = 1;
+    for (int j = 0; j < g[k].rank; j++)
+      elems *= g[k].dim[j];
+    g[k].offset = at;
+    at += (elems * 4 + 63) / 64 * 64;
+  }
+  *d = (DtModelDesc){.name = "tp", .hash = "tp-hash", .nglobal = n, .global = g,
+                     .state_bytes = at, .nmesh_axis = 1, .mesh_axis_size = tp_mesh};
+}
+
+static DtModelDesc tp_desc(int dev) {
+  DtModelDesc d;
+  lay_out(tp_global[dev], TP_GLOBALS, &d);
+  return d;
+}
+
+/* A model of device dev alone: its description d, over globals g, without
+ * the mesh. */
+static DtModel *tp_alone(int dev, DtGlobalDesc *g, DtModelDesc *d, uint64_t seed) {
+  memcpy(g, tp_global[dev], sizeof tp_global[dev]);
+  lay_out(g, TP_GLOBALS, d);
+  d->nmesh_axis = 0;
+  const DtModelDesc *one[] = {d};
+  DtModel *m;
+  char err[256];
+  if (dtrt_model_create_spmd_with(one, 1, seed, NULL, err, sizeof err, &m))
+    fail_msg("device %d alone: %s", dev, err);
+  return m;
+}
+
+/* The element of the whole tensor of shape full at the local index k of the
+ * block dim at begin, by coordinates. */
+static int64_t whole_index(int rank, const int64_t *dim, const int64_t *full,
+                           const int64_t *begin, int64_t k) {
+  int64_t at = 0, stride = 1;
+  for (int j = rank - 1; j >= 0; j--) {
+    at += (begin[j] + k % dim[j]) * stride;
+    k /= dim[j];
+    stride *= full[j];
+  }
+  return at;
+}
+
+/* Each device's block of each param is that block of the single-process
+ * param, and the devices' blocks together make the whole tensor. */
+static void test_block_init(void **state) {
+  (void)state;
+  DtrtCtx *ctx = dtrt_ctx_new();
+  DtGlobalDesc g[2][TP_GLOBALS];
+  DtModelDesc d[2];
+  DtModel *m[2] = {tp_alone(0, g[0], &d[0], 77), tp_alone(1, g[1], &d[1], 77)};
+  for (int k = 0; k < TP_PARAMS; k++) {
+    const DtGlobalDesc *p = &tp_global[0][k];
+    int64_t n = 1;
+    for (int j = 0; j < p->rank; j++)
+      n *= p->full[j];
+    float whole[64], built[64];
+    bool covered[64] = {false};
+    assert_true(n <= 64);
+    assert_int_equal(dtrt_init(ctx, whole, n, p->init, p->init_arg, p->fan_in, p->fan_out, 77,
+                               (uint64_t)k),
+                     DT_OK);
+    for (int dev = 0; dev < 2; dev++) {
+      DtTensor t;
+      int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+      assert_int_equal(dtrt_model_tensor_block(m[dev], p->name, &t, full, begin), DT_OK);
+      assert_ptr_equal(t.data, dtrt_model_tensor(m[dev], p->name));
+      assert_int_equal(t.rank, p->rank);
+      assert_memory_equal(full, p->full, (size_t)p->rank * sizeof *full);
+      assert_memory_equal(t.dim, tp_global[dev][k].dim, (size_t)p->rank * sizeof *t.dim);
+      assert_memory_equal(begin, tp_global[dev][k].begin, (size_t)p->rank * sizeof *begin);
+      int64_t nb = 1;
+      for (int j = 0; j < t.rank; j++)
+        nb *= t.dim[j];
+      for (int64_t i = 0; i < nb; i++) {
+        int64_t at = whole_index(t.rank, t.dim, full, begin, i);
+        float got = ((float *)t.data)[i];
+        if (memcmp(&got, &whole[at], sizeof got))
+          fail_msg("'%s' on device %d: element %lld is %g, the whole tensor has %g there",
+                   p->name, dev, (long long)i, got, whole[at]);
+        built[at] = got;
+        covered[at] = true;
+      }
+    }
+    if (strcmp(p->name, "g")) {   /* the blocks of g overlap and leave holes */
+      for (int64_t i = 0; i < n; i++)
+        assert_true(covered[i]);
+      assert_memory_equal(built, whole, (size_t)n * sizeof *built);
+    }
+  }
+  const float *wm = dtrt_model_tensor(m[1], "w.m");
+  for (int i = 0; i < 12; i++)
+    assert_true(wm[i] == 0);
+  assert_int_equal(*(int32_t *)dtrt_model_tensor(m[1], "seen"), 1);
+  dtrt_model_destroy(m[0]);
+  dtrt_model_destroy(m[1]);
+  dtrt_ctx_free(ctx);
+}
+
+static void test_spmd_create(void **state) {
+  (void)state;
+  Count c = {0, 0, -1};
+  DtAllocator a = {count_alloc, count_free, &c};
+  DtModelDesc d0 = tp_desc(0), d1 = tp_desc(1);
+  const DtModelDesc *dev[] = {&d0, &d1};
+  DtModel *m = (DtModel *)&c;
+  char err[256];
+  /* no launcher: one rank, for a model of two devices */
+  assert_int_equal(dtrt_model_create_spmd_with(dev, 2, 1, &a, err, sizeof err, &m), DT_ERR_ARG);
+  assert_string_equal(err, "model tp was compiled for 2 devices but runs on 1 rank; launch it "
+                           "with mpirun -np 2");
+  assert_null(m);
+  assert_int_equal(c.allocs, c.frees);
+  assert_int_equal(dtrt_model_create_spmd(dev, 2, 1, &m), DT_ERR_ARG);
+  assert_null(m);
+
+  /* one device: exactly dtrt_model_create */
+  DtModelDesc lin = desc();
+  const DtModelDesc *one[] = {&lin};
+  DtModel *m1, *m2;
+  assert_int_equal(dtrt_model_create_spmd_with(one, 1, 42, &a, err, sizeof err, &m1), DT_OK);
+  assert_int_equal(dtrt_model_create(&lin, 42, &m2), DT_OK);
+  assert_memory_equal(dtrt_model_tensor(m1, "w"), dtrt_model_tensor(m2, "w"), 64);
+  assert_int_equal(dtrt_model_rank(m1), 0);
+  dtrt_model_destroy(m1);
+  dtrt_model_destroy(m2);
+  assert_int_equal(c.allocs, c.frees);
+  /* device 0 alone still wants its mesh of two */
+  assert_int_equal(dtrt_model_create_spmd_with(dev, 1, 1, &a, err, sizeof err, &m), DT_ERR_ARG);
+  assert_non_null(strstr(err, "mesh has 2 devices, the job has 1 rank"));
+
+  const DtModelDesc *none[] = {NULL};
+  assert_int_equal(dtrt_model_create_spmd_with(none, 1, 1, &a, err, sizeof err, &m), DT_ERR_ARG);
+  assert_string_equal(err, "model: no description");
+  assert_int_equal(dtrt_model_create_spmd_with(NULL, 2, 1, &a, err, sizeof err, &m), DT_ERR_ARG);
+  assert_int_equal(dtrt_model_create_spmd_with(dev, 0, 1, &a, err, sizeof err, &m), DT_ERR_ARG);
+  assert_non_null(strstr(err, "0 device descriptions"));
+  assert_int_equal(dtrt_model_create_spmd(dev, 2, 1, NULL), DT_ERR_ARG);
+  assert_int_equal(c.allocs, c.frees);
+}
+
+static void test_tensor_block(void **state) {
+  (void)state;
+  DtModelDesc d = desc();
+  DtModel *m;
+  assert_int_equal(dtrt_model_create(&d, 1, &m), DT_OK);
+  DtTensor t;
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+  memset(begin, 0x55, sizeof begin);
+  assert_int_equal(dtrt_model_tensor_block(m, "w.vel", &t, full, begin), DT_OK);
+  assert_true(t.data == dtrt_model_tensor(m, "w.vel") && t.dtype == DTRT_F32 && t.rank == 1 &&
+              t.dim[0] == F && full[0] == F && begin[0] == 0);
+  assert_int_equal(dtrt_model_tensor_block(m, "seen", NULL, NULL, NULL), DT_OK);
+  assert_int_equal(dtrt_model_tensor_block(m, "x", &t, full, begin), DT_ERR_ARG);
+  assert_string_equal(dtrt_model_error(m), "linreg: no param or state named 'x'");
+  assert_int_equal(dtrt_model_tensor_block(m, NULL, &t, full, begin), DT_ERR_ARG);
+  assert_int_equal(dtrt_model_tensor_block(NULL, "w", &t, full, begin), DT_ERR_ARG);
+  dtrt_model_destroy(m);
+}
+
+/* Whether the file at path contains text. */
+static bool file_has(const char *path, const char *text) {
+  char buf[4096] = {0};
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, sizeof buf - 1, f), len = strlen(text);
+  fclose(f);
+  for (size_t at = 0; at + len <= n; at++)
+    if (!memcmp(buf + at, text, len))
+      return true;
+  return false;
+}
+
+/* A block's checkpoint records where it lies and loads only into that block. */
+static void test_block_checkpoint(void **state) {
+  (void)state;
+  char path[512], plain[512];
+  snprintf(path, sizeof path, "%s/tp1.safetensors", dir);
+  snprintf(plain, sizeof plain, "%s/plain.safetensors", dir);
+  DtGlobalDesc g[TP_GLOBALS], h[TP_GLOBALS];
+  DtModelDesc d, e;
+  DtModel *m = tp_alone(1, g, &d, 5);
+  assert_int_equal(dtrt_model_save(m, path), DT_OK);
+  assert_true(file_has(path, "\"block:w\":\"{\\\"full\\\":[5,4],\\\"begin\\\":[2,0]}\""));
+  assert_true(file_has(path, "\"block:b\":\"{\\\"full\\\":[4],\\\"begin\\\":[0]}\""));
+  assert_false(file_has(path, "block:seen"));
+  float v[3];
+  memcpy(v, dtrt_model_tensor(m, "v"), sizeof v);
+  ((float *)dtrt_model_tensor(m, "v"))[0] = 9;
+  assert_int_equal(dtrt_model_load(m, path), DT_OK);
+  assert_memory_equal(v, dtrt_model_tensor(m, "v"), sizeof v);
+
+  /* the same shapes one element further left: another block */
+  memcpy(h, g, sizeof h);
+  h[0].begin[0] = 6;
+  e = d;
+  e.global = h;
+  DtModel *m2;
+  assert_int_equal(dtrt_model_create(&e, 5, &m2), DT_OK);
+  assert_int_equal(dtrt_model_load(m2, path), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_model_error(m2),
+                         "tensor 'v' is the block at [7] of [10], expected the block at [6] of "
+                         "[10]"));
+  dtrt_model_destroy(m2);
+  /* nor as a whole tensor */
+  DtrtCtx *ctx = dtrt_ctx_new();
+  DtNamed t = {"v", {v, DTRT_F32, 1, {3}}};
+  assert_int_equal(dtrt_load(ctx, path, &t, 1, NULL, NULL), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "expected the block at [0] of [3]"));
+  dtrt_ctx_free(ctx);
+  dtrt_model_destroy(m);
+
+  /* empty blocks share an offset in the file; they load back all the same */
+  memcpy(h, g, sizeof h);
+  h[1].dim[0] = 0, h[1].begin[0] = 5;   /* w, then u: not in name order */
+  h[2].dim[1] = 0, h[2].begin[1] = 7;
+  assert_int_equal(dtrt_model_create(&e, 5, &m2), DT_OK);
+  assert_int_equal(dtrt_model_save(m2, path), DT_OK);
+  assert_int_equal(dtrt_model_load(m2, path), DT_OK);
+  dtrt_model_destroy(m2);
+
+  /* whole tensors record no block */
+  DtModelDesc lin = desc();
+  assert_int_equal(dtrt_model_create(&lin, 5, &m), DT_OK);
+  assert_int_equal(dtrt_model_save(m, plain), DT_OK);
+  assert_false(file_has(plain, "block:"));
+  dtrt_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_train),         cmocka_unit_test(test_checkpoint),
       cmocka_unit_test(test_bad_desc),      cmocka_unit_test(test_inference_only),
-      cmocka_unit_test(test_out_of_memory),
+      cmocka_unit_test(test_out_of_memory), cmocka_unit_test(test_init_range),
+      cmocka_unit_test(test_block_init),    cmocka_unit_test(test_spmd_create),
+      cmocka_unit_test(test_tensor_block),  cmocka_unit_test(test_block_checkpoint),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,404 @@
+/* spmd.c: one program per device. Each global function F (@train_step,
+ * @forward) becomes copies @F.0 .. @F.N-1, one per mesh position (= rank),
+ * computing on local blocks. Where an op's form (shard_form) needs an operand
+ * in another sharding than its producer gives, the collectives of shard_plan
+ * go in between, once per value and target. A mean over a split dimension
+ * becomes a partial sum of the global mean: the local mean times
+ * n_local / N, so uneven blocks give the single-device result.
+ *
+ * Requires: shardings (passes/sharding.c). Guarantees, with a mesh: no
+ * global @train_step or @forward is left; in each copy (Func.device = its
+ * position) every value's type is its device's block of the value's global
+ * sharding, kept in Inst.shard; collectives carry the block lengths of their
+ * axis group in `sizes`; a store's value has its global's sharding; no output
+ * is a partial sum (the loss is all-reduced, so every rank reports the global
+ * loss). With -Wreshard, a warning at each op that needed a reshard, naming
+ * its collectives and their bytes per step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+typedef struct Memo {
+  const Inst *x;       /* the value in the global function */
+  Sharding to;
+  Inst *v;             /* its reshard in the copy */
+} Memo;
+
+typedef struct Ctx {
+  Module *m;
+  Diag *d;
+  int dev;
+  Func *f;             /* the copy being built */
+  Inst **map;          /* by id in the global function: the value in the copy */
+  VEC(Memo) memo;
+  Sharding *scalar;    /* whole, for the constants spmd adds */
+} Ctx;
+
+static int axis_size(const Module *m, int axis) { return m->mesh.a[0].axis_size[axis]; }
+
+double spmd_comm_bytes(const Inst *c) {
+  int k = axis_size(c->fn->mod, (int)ir_get_int(c, "axis", 0));
+  double f = (double)(k - 1) / k, in = (double)type_elems(&c->in[0]->type) * 4;
+  switch (c->op) {
+  case OP_all_reduce: return 2 * f * in;
+  case OP_all_gather: return f * (double)type_elems(&c->type) * 4;
+  case OP_reduce_scatter: case OP_all_to_all: return f * in;
+  default: return 0;
+  }
+}
+
+static Sharding *keep(Ctx *c, const Sharding *s) {
+  Sharding *k = arena_alloc(c->m->arena, sizeof *k);
+  *k = *s;
+  return k;
+}
+
+static void blocks(const Module *m, const Sharding *s, const Type *t, int d, int64_t *b) {
+  ir_blocks(t->dim[d], s->ratio[d], axis_size(m, s->axis[d]), b);
+}
+
+static Inst *emit_comm(Ctx *c, const ShardStep *st, Inst *v, const Type *t, Loc loc) {
+  Module *m = c->m;
+  Inst *x = ir_new(c->f, st->op, loc, 1, &v);
+  ir_set_int(x, "axis", st->axis);
+  if (st->op != OP_all_reduce) {
+    int64_t b[SHARD_MAX_AXIS];
+    int d = st->op == OP_all_to_all ? st->to : st->dim;
+    blocks(m, st->op == OP_all_gather ? &st->before : &st->after, t, d, b);
+    ir_set_int(x, "dim", st->dim);
+    if (st->op == OP_all_to_all)
+      ir_set_int(x, "to", st->to);
+    ir_set_ints(x, "sizes", b, axis_size(m, st->axis));
+  }
+  ir_finish(x);
+  x->shard = keep(c, &st->after);
+  return x;
+}
+
+static void warn_reshard(Ctx *c, Loc loc, const char *what, const Inst *x, const Sharding *to,
+                         Inst *const *made, const ShardStep *st, int n) {
+  const Module *m = c->m;
+  char ty[128], from[256], want[256], list[1024] = "", src[512] = "";
+  for (int k = 0; k < n; k++) {
+    size_t len = strlen(list);
+    snprintf(list + len, sizeof list - len, "%s%s over '%s' (%.0f bytes per step)",
+             k ? ", then " : "", ir_ops[st[k].op].name, m->mesh.a[0].axis_name[st[k].axis],
+             spmd_comm_bytes(made[k]));
+  }
+  size_t len = (size_t)snprintf(src, sizeof src, "%s%s%s'%s'", x->name ? "%" : "",
+                                x->name ? x->name : "", x->name ? " of " : "",
+                                ir_ops[x->op].name);
+  if (x->loc.file && (x->loc.file != loc.file || x->loc.line != loc.line || x->loc.col != loc.col))
+    snprintf(src + len, sizeof src - len, " at %s:%d:%d", x->loc.file->name, x->loc.line,
+             x->loc.col);
+  diag_warn(c->d, loc, "%s: %s needs %s as %s, but %s gives %s", list, what,
+            type_str(&x->type, ty, sizeof ty), ir_shard_str(m, to, x->type.rank, want, sizeof want),
+            src, ir_shard_str(m, x->shard, x->type.rank, from, sizeof from));
+}
+
+/* The copy of x in sharding `to`, made by collectives the first time. */
+static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const char *what) {
+  Module *m = c->m;
+  Inst *v = c->map[x->id];
+  if (shard_same(m, &x->type, x->shard, to))
+    return v;
+  for (int k = 0; k < c->memo.n; k++)
+    if (c->memo.a[k].x == x && shard_same(m, &x->type, &c->memo.a[k].to, to))
+      return c->memo.a[k].v;
+  ShardStep st[SHARD_MAX_STEPS];
+  Inst *made[SHARD_MAX_STEPS];
+  int n = shard_plan(m, &x->type, x->shard, to, st);
+  DTC_ASSERT(n > 0);
+  for (int k = 0; k < n; k++)
+    v = made[k] = emit_comm(c, &st[k], v, &x->type, loc);
+  vec_push(m->arena, &c->memo, ((Memo){x, *to, v}));
+  if (c->dev == 0 && (c->d->wflags & W_RESHARD))
+    warn_reshard(c, loc, what, x, to, made, st, n);
+  return v;
+}
+
+static void copy_attrs(Inst *dst, const Inst *src) {
+  for (int k = 0; k < src->nattr; k++) {
+    const Attr *a = &src->attr[k];
+    switch (a->kind) {
+    case A_INT: ir_set_int(dst, a->name, a->i); break;
+    case A_INTS: ir_set_ints(dst, a->name, a->ints, a->n); break;
+    case A_FLOAT: ir_set_float(dst, a->name, a->f); break;
+    case A_STR: ir_set_str(dst, a->name, a->s); break;
+    }
+  }
+}
+
+static Inst *scale(Ctx *c, Inst *x, double f, Loc loc) {
+  Inst *k = ir_new(c->f, OP_const, loc, 0, NULL);
+  ir_set_float(k, "value", f);
+  ir_finish(k)->shard = c->scalar;
+  Inst *r = ir_make(c->f, OP_mul, loc, 2, x, k);
+  r->shard = x->shard;
+  return r;
+}
+
+/* The share of a mean's summed elements that lie on this device: local
+ * count over global count. */
+static double mean_share(const Inst *i, const Inst *local) {
+  const Type *g = &i->in[0]->type, *l = &local->type;
+  double f = 1;
+  if (i->op == OP_cross_entropy || i->op == OP_cross_entropy_grad)
+    return (double)l->dim[0] / (double)g->dim[0];
+  if (i->op == OP_mse)
+    return (double)type_elems(l) / (double)type_elems(g);
+  int n;
+  const int64_t *axes = ir_get_ints(i, "axes", &n);
+  for (int k = 0; k < n; k++) {
+    int64_t a = axes[k] < 0 ? axes[k] + g->rank : axes[k];
+    f *= (double)l->dim[a] / (double)g->dim[a];
+  }
+  return f;
+}
+
+static void emit(Ctx *c, const Inst *i) {
+  Module *m = c->m;
+  Inst *in[16];
+  const char *opname = ir_ops[i->op].name;
+  if (i->op == OP_store || i->op == OP_output) {
+    const Inst *x = i->in[0];
+    Sharding to = *x->shard;
+    const char *what;
+    if (i->op == OP_store) {
+      const Global *g = ir_find_global(m, ir_get_str(i, "global", ""));
+      DTC_ASSERT(g->shard);
+      to = *g->shard;
+      what = arena_printf(m->arena, "the store to '%s'", g->name);
+    } else {
+      to.partial = false;
+      to.partial_axes = 0;
+      what = arena_printf(m->arena, "output '%s'", ir_get_str(i, "name", ""));
+    }
+    in[0] = reshard(c, x, &to, i->loc, what);
+    Inst *s = ir_new(c->f, i->op, i->loc, 1, in);
+    copy_attrs(s, i);
+    ir_finish(s);
+    return;
+  }
+  const Sharding *cur[16];
+  Sharding req[16];
+  for (int k = 0; k < i->nin; k++)
+    cur[k] = i->in[k]->shard;
+  bool ok = shard_form(m, i, i->shard, cur, req);
+  DTC_ASSERT(ok);
+  const char *what = arena_printf(m->arena, "'%s'", opname);
+  for (int k = 0; k < i->nin; k++) {
+    const char *w = i->nin > 1 ? arena_printf(m->arena, "operand %d of '%s'", k + 1, opname) : what;
+    in[k] = reshard(c, i->in[k], &req[k], i->loc, w);
+  }
+  if (i->op == OP_cross_entropy_grad && req[0].axis[0] >= 0)
+    in[2] = scale(c, in[2], mean_share(i, in[0]), i->loc);
+  Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
+  copy_attrs(x, i);
+  Type local;
+  ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
+  if (i->op == OP_reshape || i->op == OP_broadcast)
+    ir_set_ints(x, "shape", local.dim, local.rank);
+  ir_finish(x);
+  DTC_ASSERT(type_eq(&x->type, &local));
+  x->shard = i->shard;
+  if (i->op == OP_cross_entropy || i->op == OP_mse || i->op == OP_mean) {
+    double f = mean_share(i, in[0]);
+    if (f != 1)
+      x = scale(c, x, f, i->loc);
+  }
+  x->name = i->name;
+  c->map[i->id] = x;
+}
+
+static Func *copy_func(Ctx *c, Func *src, int dev) {
+  Module *m = c->m;
+  c->dev = dev;
+  c->f = ir_add_func(m, arena_printf(m->arena, "%s.%d", src->name, dev), src->loc);
+  c->f->device = dev;
+  c->memo.n = 0;
+  ir_renumber(src);
+  c->map = calloc((size_t)src->inst.n + 1, sizeof *c->map);
+  DTC_ASSERT(c->map);
+  for (int k = 0; k < src->inst.n; k++)
+    emit(c, src->inst.a[k]);
+  free(c->map);
+  return c->f;
+}
+
+bool pass_spmd(Module *m, Diag *d) {
+  if (m->mesh.n == 0)
+    return true;
+  const Mesh *mesh = &m->mesh.a[0];
+  int ndev = 1, nerr = d->nerr;
+  for (int a = 0; a < mesh->naxis; a++)
+    ndev *= mesh->axis_size[a];
+  const char *names[] = {"train_step", "forward"};
+  Func *src[2];
+  for (int k = 0; k < 2; k++) {
+    src[k] = ir_find_func(m, names[k]);
+    for (int j = 0; src[k] && j < src[k]->inst.n; j++) {
+      const Inst *i = src[k]->inst.a[j];
+      if (!i->shard && i->type.dtype != DT_VOID) {
+        diag_error(d, i->loc, "'%s' in @%s has no sharding; spmd runs after the sharding pass",
+                   ir_ops[i->op].name, names[k]);
+        return false;
+      }
+    }
+  }
+  for (int g = 0; g < m->global.n; g++)
+    if (!m->global.a[g].shard) {
+      diag_error(d, m->global.a[g].loc, "global '%s' has no sharding; spmd runs after the "
+                 "sharding pass", m->global.a[g].name);
+      return false;
+    }
+  Ctx c = {.m = m, .d = d};
+  c.scalar = arena_alloc(m->arena, sizeof *c.scalar);
+  for (int k = 0; k < IR_MAX_RANK; k++)
+    c.scalar->axis[k] = -1;
+  int nold = m->func.n;
+  Func **old = arena_alloc(m->arena, sizeof *old * (size_t)(nold + 1));
+  memcpy(old, m->func.a, sizeof *old * (size_t)nold);
+  for (int k = 0; k < 2; k++)
+    for (int dev = 0; src[k] && dev < ndev; dev++)
+      copy_func(&c, src[k], dev);
+  /* Each global function's copies take its place. */
+  Func **all = m->func.a;
+  int n = 0, next = nold;
+  Func **order = arena_alloc(m->arena, sizeof *order * (size_t)(m->func.n + 1));
+  for (int k = 0; k < nold; k++) {
+    if (old[k] != src[0] && old[k] != src[1]) {
+      order[n++] = old[k];
+      continue;
+    }
+    int first = old[k] == src[0] ? nold : nold + (src[0] ? ndev : 0);
+    for (int dev = 0; dev < ndev; dev++)
+      order[n++] = all[first + dev];
+    next += ndev;
+  }
+  DTC_ASSERT(next == m->func.n);
+  memcpy(m->func.a, order, sizeof *order * (size_t)n);
+  m->func.n = n;
+  return d->nerr == nerr;
+}
+
+/* ---- the plan report ---- */
+
+static void print_size(FILE *out, double b) {
+  if (b >= 1 << 20)
+    fprintf(out, "%.2f MiB", b / (1 << 20));
+  else if (b >= 1 << 10)
+    fprintf(out, "%.1f KiB", b / (1 << 10));
+  else
+    fprintf(out, "%.0f B", b);
+}
+
+static const char *device_name(const Module *m, int pos, char *buf, size_t n) {
+  int dv = m->mesh.a[0].dev[pos];
+  if (m->cluster && dv >= 0 && dv < m->cluster->dev.n)
+    snprintf(buf, n, "%s", m->cluster->dev.a[dv].name);
+  else
+    snprintf(buf, n, "%d", dv);
+  return buf;
+}
+
+static const Func *copy_of(const Module *m, const char *name, int dev) {
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    size_t n = strlen(name);
+    if (f->device == dev && !strncmp(f->name, name, n) && f->name[n] == '.')
+      return f;
+  }
+  return NULL;
+}
+
+static void report_collectives(FILE *out, const Module *m, const char *name) {
+  const Func *f = copy_of(m, name, 0);
+  if (!f)
+    return;
+  double total = 0;
+  int n = 0;
+  fprintf(out, "collectives of @%s, in order (device 0's blocks; bytes each device sends):\n",
+          name);
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *c = f->inst.a[k];
+    if (ir_ops[c->op].kind != K_COMM)
+      continue;
+    char t[128], at[300] = "?";
+    if (c->loc.file)
+      snprintf(at, sizeof at, "%s:%d", c->loc.file->name, c->loc.line);
+    double b = spmd_comm_bytes(c);
+    fprintf(out, "  %-14s over %-6s %-18s %-24s ", ir_ops[c->op].name,
+            m->mesh.a[0].axis_name[ir_get_int(c, "axis", 0)], type_str(&c->in[0]->type, t, sizeof t),
+            at);
+    print_size(out, b);
+    fputc('\n', out);
+    total += b;
+    n++;
+  }
+  fprintf(out, "  %d collective%s, ", n, n == 1 ? "" : "s");
+  print_size(out, total);
+  fputs(" per step\n", out);
+}
+
+void spmd_report(FILE *out, const Module *m) {
+  if (!m->mesh.n)
+    return;
+  const Mesh *mesh = &m->mesh.a[0];
+  int ndev = 1;
+  for (int a = 0; a < mesh->naxis; a++)
+    ndev *= mesh->axis_size[a];
+  char b1[256], b2[128], dn[64];
+  fprintf(out, "sharding plan of %s on mesh %s[", m->name, mesh->name);
+  for (int a = 0; a < mesh->naxis; a++)
+    fprintf(out, "%s%s = %d", a ? ", " : "", mesh->axis_name[a], mesh->axis_size[a]);
+  fputs("] over", out);
+  for (int k = 0; k < ndev; k++)
+    fprintf(out, "%s %s", k ? "," : "", device_name(m, k, dn, sizeof dn));
+  fputs("\n", out);
+  static const char *kinds[] = {"input", "param", "state"};
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    fprintf(out, "  %-5s %-12s %-16s %-28s", kinds[gl->kind], gl->name,
+            type_str(&gl->type, b2, sizeof b2),
+            gl->shard ? ir_shard_str(m, gl->shard, gl->type.rank, b1, sizeof b1) : "whole");
+    bool same = true;
+    Type t0 = ir_global_type_on(m, gl, 0);
+    for (int dev = 1; dev < ndev; dev++) {
+      Type t = ir_global_type_on(m, gl, dev);
+      same &= type_eq(&t, &t0);
+    }
+    if (same)
+      fprintf(out, " every device %s\n", type_str(&t0, b2, sizeof b2));
+    else
+      for (int dev = 0; dev < ndev; dev++) {
+        Type t = ir_global_type_on(m, gl, dev);
+        fprintf(out, "%s%s %s", dev ? ", " : " ", device_name(m, dev, dn, sizeof dn),
+                type_str(&t, b2, sizeof b2));
+      }
+    if (!same)
+      fputc('\n', out);
+  }
+  fputs("memory per device (params and optimizer state; work arenas of train_step and "
+        "forward):\n", out);
+  for (int dev = 0; dev < ndev; dev++) {
+    double state = 0;
+    for (int g = 0; g < m->global.n; g++) {
+      const Global *gl = &m->global.a[g];
+      Type t = ir_global_type_on(m, gl, dev);
+      if (gl->kind != G_INPUT)
+        state += (double)type_elems(&t) * (double)dtype_size(t.dtype);
+    }
+    const Func *ts = copy_of(m, "train_step", dev), *fw = copy_of(m, "forward", dev);
+    fprintf(out, "  %d %-8s state ", dev, device_name(m, dev, dn, sizeof dn));
+    print_size(out, state);
+    fputs(", work ", out);
+    print_size(out, ts ? (double)ts->work_bytes : 0);
+    fputs(" / ", out);
+    print_size(out, fw ? (double)fw->work_bytes : 0);
+    fputc('\n', out);
+  }
+  report_collectives(out, m, "train_step");
+  report_collectives(out, m, "forward");
+}

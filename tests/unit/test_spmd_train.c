@@ -1,0 +1,466 @@
+/* test_spmd_train.c: SPMD programs against the single-device program. Each model is
+ * compiled twice from the same source: once through autodiff only (the global
+ * @train_step, run by the interpreter) and once through the whole pipeline
+ * (sharding, spmd, fusion, memplan: per-device functions, run by the SPMD
+ * simulator). Both start from the same params and see the same batches; after
+ * every step the losses agree, and at the end every param and optimizer state,
+ * put together from the devices' blocks, agrees:
+ *
+ *   loss:          |a - b| <= 1e-5 (1 + |b|)
+ *   each tensor:   max |a - b| <= 1e-4 max |b|      (state __m is the gradient's
+ *                                                   running mean: a gradient check)
+ *
+ * and every replicated global is bit-identical on all devices. Models: an MLP
+ * data parallel over 2 and 3 devices, even and uneven; Megatron tensor
+ * parallel over 2 (even and uneven); dp x tp on a 2x2 mesh; the transformer
+ * example with its attention heads split over a mesh axis, and data
+ * parallel. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "frontend.h"
+#include "ir.h"
+#include "passes.h"
+
+#define LOSS_TOL 1e-5
+#define TENSOR_TOL 1e-4
+
+static const char *mlp_src =
+    "model mlp(batch B = 12) {\n"
+    "  input  x: f32[B, 8]\n"
+    "  input  y: i32[B]\n"
+    "  param  w1: f32[8, 16]\n"
+    "  param  b1: f32[16]\n"
+    "  param  w2: f32[16, 5]\n"
+    "  param  b2: f32[5]\n"
+    "  h      = relu(x @ w1 + b1)\n"
+    "  logits = h @ w2 + b2\n"
+    "  loss   = cross_entropy(logits, y)\n"
+    "  output logits\n"
+    "  minimize loss with %s\n"
+    "}\n";
+
+static const char *cluster_src =
+    "cluster c {\n"
+    "  node a {\n"
+    "    device a0: cpu(gflops = 80, mem = 1GiB)\n"
+    "    device a1: cpu(gflops = 80, mem = 1GiB)\n"
+    "  }\n"
+    "  node b {\n"
+    "    device b0: cpu(gflops = 40, mem = 1GiB)\n"
+    "    device b1: cpu(gflops = 40, mem = 1GiB)\n"
+    "  }\n"
+    "  link intra(bw = 20GB/s, lat = 1us)\n"
+    "  link inter(bw = 1GB/s, lat = 50us)\n"
+    "}\n";
+
+/* ---- compiling ---- */
+
+typedef struct Pair {
+  Arena *a;
+  Module *g, *s;       /* global program; per-device program */
+  Interp *it;
+  Spmd *sim;
+  char *log;
+  size_t loglen;
+  FILE *out;
+} Pair;
+
+/* Frontend, then the pipeline up to and including pass `last`. */
+static Module *compile(Pair *p, const char *text, const char *const *defs, int ndefs,
+                       const char *last) {
+  Diag d;
+  diag_init(&d, p->out);
+  d.wflags = 0;
+  Module *m = fe_compile(p->a, src_from_string(p->a, "t.dt", text), defs, ndefs, &d);
+  assert_non_null(m);
+  for (int k = 0; k < pass_count; k++) {
+    assert_true(pass_table[k].run(m, &d));
+    assert_int_equal(d.nerr, 0);
+    if (!ir_verify(m, &d)) {
+      fflush(p->out);
+      fail_msg("IR does not verify after %s:\n%s", pass_table[k].name, p->log);
+    }
+    if (!strcmp(pass_table[k].name, last))
+      break;
+  }
+  return m;
+}
+
+static void pair_init(Pair *p, const char *text, const char *const *defs, int ndefs) {
+  memset(p, 0, sizeof *p);
+  p->a = arena_new();
+  p->out = open_memstream(&p->log, &p->loglen);
+  assert_non_null(p->out);
+  p->g = compile(p, text, defs, ndefs, "autodiff");
+  p->s = compile(p, text, defs, ndefs, "memplan");
+  p->it = interp_new(p->g);
+  p->sim = spmd_sim_new(p->s);
+}
+
+static void pair_free(Pair *p) {
+  interp_free(p->it);
+  spmd_sim_free(p->sim);
+  fclose(p->out);
+  free(p->log);
+  arena_free(p->a);
+}
+
+static char *cat(const char *model, const char *parallel) {
+  size_t n = strlen(model) + strlen(cluster_src) + strlen(parallel) + 1;
+  char *s = malloc(n);
+  assert_non_null(s);
+  snprintf(s, n, "%s%s%s", model, cluster_src, parallel);
+  return s;
+}
+
+static char *mlp_with(const char *opt, const char *parallel) {
+  char model[1024];
+  snprintf(model, sizeof model, mlp_src, opt);
+  return cat(model, parallel);
+}
+
+/* ---- data ---- */
+
+static uint64_t rng = 88172645463325252ull;
+
+static double uniform(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* Fresh values for every global of `kind`: f32 uniform in [-r, r], i32 in
+ * [0, hi) where hi is the largest dimension of the module named V or the
+ * second dimension of the first f32 output (class count). */
+static void feed(Pair *p, GlobalKind kind, double r, int hi) {
+  for (int k = 0; k < p->g->global.n; k++) {
+    const Global *gl = &p->g->global.a[k];
+    if (gl->kind != kind)
+      continue;
+    int64_t n = type_elems(&gl->type);
+    void *buf = malloc((size_t)n * 4);
+    assert_non_null(buf);
+    for (int64_t e = 0; e < n; e++)
+      if (gl->type.dtype == DT_F32)
+        ((float *)buf)[e] = (float)((2 * uniform() - 1) * r);
+      else
+        ((int32_t *)buf)[e] = (int32_t)(uniform() * hi);
+    assert_true(interp_set_global(p->it, gl->name, buf));
+    assert_true(spmd_sim_set_global(p->sim, gl->name, buf));
+    free(buf);
+  }
+}
+
+/* ---- comparing ---- */
+
+static void check_tensors(Pair *p, const char *label) {
+  double worst = 0;
+  const char *worst_name = "";
+  for (int k = 0; k < p->g->global.n; k++) {
+    const Global *gl = &p->g->global.a[k];
+    if (gl->kind == G_INPUT)
+      continue;
+    int64_t n = type_elems(&gl->type);
+    float *a = calloc((size_t)n, 4);
+    assert_non_null(a);
+    assert_true(spmd_sim_get_global(p->sim, gl->name, a));
+    const float *b = interp_global(p->it, gl->name);
+    double diff = 0, mag = 0;
+    for (int64_t e = 0; e < n; e++) {
+      diff = fmax(diff, fabs((double)a[e] - b[e]));
+      mag = fmax(mag, fabs((double)b[e]));
+    }
+    double rel = mag > 0 ? diff / mag : diff;
+    if (rel > worst)
+      worst = rel, worst_name = gl->name;
+    if (rel > TENSOR_TOL)
+      fail_msg("%s: %s differs: max |spmd - global| = %g, max |global| = %g", label, gl->name,
+               diff, mag);
+    free(a);
+  }
+  print_message("%s: worst tensor difference %.2e (%s)\n", label, worst, worst_name);
+}
+
+/* Replicated globals are the same, bit for bit, on every device. */
+static void check_replicas(Pair *p) {
+  Module *m = p->s;
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *gl = &m->global.a[k];
+    bool whole = true;
+    for (int d = 0; d < gl->type.rank; d++)
+      whole &= gl->shard->axis[d] < 0;
+    if (!whole)
+      continue;
+    const void *d0 = interp_global(spmd_sim_device(p->sim, 0), gl->name);
+    for (int dev = 1; dev < spmd_sim_devices(p->sim); dev++)
+      if (memcmp(d0, interp_global(spmd_sim_device(p->sim, dev), gl->name),
+                 (size_t)type_elems(&gl->type) * 4))
+        fail_msg("replicated %s differs between devices 0 and %d", gl->name, dev);
+  }
+}
+
+/* Trains both programs `steps` steps on the same batches. */
+static void train(Pair *p, int steps, int classes, const char *label) {
+  rng = 88172645463325252ull;
+  feed(p, G_PARAM, 0.5, 1);
+  double worst = 0;
+  for (int s = 0; s < steps; s++) {
+    feed(p, G_INPUT, 1.0, classes);
+    float lg = 0, ls = 0;
+    if (!interp_run(p->it, "train_step", (void *[]){&lg}))
+      fail_msg("%s: global step %d: %s", label, s, interp_error(p->it));
+    if (!spmd_sim_run(p->sim, "train_step", (void *[]){&ls}))
+      fail_msg("%s: spmd step %d: %s", label, s, spmd_sim_error(p->sim));
+    double e = fabs((double)ls - lg);
+    worst = fmax(worst, e / (1 + fabs(lg)));
+    if (e > LOSS_TOL * (1 + fabs(lg)))
+      fail_msg("%s: step %d: loss %.9g on the mesh, %.9g on one device", label, s, ls, lg);
+  }
+  print_message("%s: %d steps, worst loss difference %.2e\n", label, steps, worst);
+  check_tensors(p, label);
+  check_replicas(p);
+}
+
+/* Collectives of op `op` in a function. */
+static int count(const Module *m, const char *func, Op op) {
+  const Func *f = ir_find_func(m, func);
+  assert_non_null(f);
+  int n = 0;
+  for (int k = 0; k < f->inst.n; k++)
+    n += f->inst.a[k]->op == op;
+  return n;
+}
+
+static int count_comm(const Module *m, const char *func) {
+  return count(m, func, OP_all_reduce) + count(m, func, OP_all_gather) +
+         count(m, func, OP_reduce_scatter) + count(m, func, OP_all_to_all) +
+         count(m, func, OP_shard_slice);
+}
+
+/* The forward of the mesh gives the global logits, put together. */
+static void check_forward(Pair *p, int64_t rows, int64_t cols, const char *label) {
+  float *a = calloc((size_t)(rows * cols), 4), *b = calloc((size_t)(rows * cols), 4);
+  assert_true(a && b);
+  assert_true(interp_run(p->it, "forward", (void *[]){b, NULL}));
+  if (!spmd_sim_run(p->sim, "forward", (void *[]){a, NULL}))
+    fail_msg("%s: forward: %s", label, spmd_sim_error(p->sim));
+  double diff = 0;
+  for (int64_t e = 0; e < rows * cols; e++)
+    diff = fmax(diff, fabs((double)a[e] - b[e]));
+  if (diff > 1e-5)
+    fail_msg("%s: forward logits differ by %g", label, diff);
+  free(a);
+  free(b);
+}
+
+/* ---- data parallel ---- */
+
+static void dp(const char *parallel, const char *opt, const char *const *defs, int ndefs,
+               int64_t batch, const char *label) {
+  char *text = mlp_with(opt, parallel);
+  Pair p;
+  pair_init(&p, text, defs, ndefs);
+  train(&p, 6, 5, label);
+  check_forward(&p, batch, 5, label);
+  /* one all_reduce per param gradient, one for the loss; nothing else */
+  assert_int_equal(count(p.s, "train_step.0", OP_all_reduce), 5);
+  assert_int_equal(count_comm(p.s, "train_step.0"), 5);
+  pair_free(&p);
+  free(text);
+}
+
+static void test_dp2(void **state) {
+  (void)state;
+  dp("parallel mlp on c {\n mesh m[dp = 2]\n shard x: [dp, *]\n shard y: [dp]\n}\n",
+     "adam(lr = 0.05)", NULL, 0, 12, "dp2 even");
+}
+
+static void test_dp3(void **state) {
+  (void)state;
+  dp("parallel mlp on c {\n mesh m[dp = 3] over a0, a1, b0\n shard x: [dp, *]\n"
+     " shard y: [dp]\n}\n",
+     "sgd(lr = 0.2, momentum = 0.9, weight_decay = 0.01)", NULL, 0, 12, "dp3 even sgd");
+}
+
+static void test_dp3_uneven(void **state) {
+  (void)state;
+  const char *defs[] = {"B=10"};
+  dp("parallel mlp on c {\n mesh m[dp = 3] over a0, a1, b0\n shard x: [dp(0.5, 0.3, 0.2), *]\n"
+     " shard y: [dp(0.5, 0.3, 0.2)]\n}\n",
+     "adam(lr = 0.05)", defs, 1, 10, "dp3 uneven 5:3:2");
+}
+
+static void test_dp2_uneven(void **state) {
+  (void)state;
+  const char *defs[] = {"B=11"};
+  dp("parallel mlp on c {\n mesh m[dp = 2]\n shard x: [dp(0.7, 0.3), *]\n"
+     " shard y: [dp(0.7, 0.3)]\n}\n",
+     "adamw(lr = 0.05)", defs, 1, 11, "dp2 uneven 8:3");
+}
+
+/* ---- tensor parallel (Megatron) ---- */
+
+static void tp(const char *parallel, const char *label, int forward_reduces) {
+  char *text = mlp_with("adam(lr = 0.05)", parallel);
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  train(&p, 6, 5, label);
+  check_forward(&p, 12, 5, label);
+  /* one all_reduce per block in the forward: h @ w2 before + b2 */
+  assert_int_equal(count(p.s, "forward.0", OP_all_reduce), forward_reduces);
+  assert_int_equal(count_comm(p.s, "forward.0"), forward_reduces);
+  pair_free(&p);
+  free(text);
+}
+
+static void test_tp2(void **state) {
+  (void)state;
+  tp("parallel mlp on c {\n mesh m[tp = 2]\n shard w1: [*, tp]\n shard b1: [tp]\n"
+     " shard w2: [tp, *]\n}\n", "tp2 megatron", 1);
+}
+
+static void test_tp2_uneven(void **state) {
+  (void)state;
+  tp("parallel mlp on c {\n mesh m[tp = 2]\n shard w1: [*, tp(0.75, 0.25)]\n"
+     " shard b1: [tp(0.75, 0.25)]\n shard w2: [tp(0.75, 0.25), *]\n}\n",
+     "tp2 megatron uneven 12:4", 1);
+}
+
+/* Unannotated b1 and w2 follow w1's split: b1 split like w1's columns, w2 by
+ * rows (the k-split form keeps h's split), so the forward again needs only
+ * its one all_reduce. */
+static void test_tp2_inferred(void **state) {
+  (void)state;
+  char *text = mlp_with("adam(lr = 0.05)",
+                        "parallel mlp on c {\n mesh m[tp = 2]\n shard w1: [*, tp]\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  const Global *b1 = ir_find_global(p.s, "b1"), *w2 = ir_find_global(p.s, "w2");
+  assert_int_equal(b1->shard->axis[0], 0);
+  assert_int_equal(w2->shard->axis[0], 0);
+  assert_int_equal(w2->shard->axis[1], -1);
+  assert_int_equal(count_comm(p.s, "forward.1"), 1);
+  train(&p, 4, 5, "tp2 inferred");
+  pair_free(&p);
+  free(text);
+}
+
+/* ---- 2-D: data parallel across nodes, tensor parallel inside ---- */
+
+static void test_2d(void **state) {
+  (void)state;
+  char *text = mlp_with("adam(lr = 0.05)",
+                        "parallel mlp on c {\n mesh m[dp = 2, tp = 2]\n shard x: [dp, *]\n"
+                        " shard y: [dp]\n shard w1: [*, tp]\n shard b1: [tp]\n"
+                        " shard w2: [tp, *]\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  train(&p, 6, 5, "2x2 dp x tp");
+  check_forward(&p, 12, 5, "2x2 dp x tp");
+  /* forward: the tp all_reduce; train step: that, four gradients over dp, the loss */
+  assert_int_equal(count(p.s, "forward.3", OP_all_reduce), 2);
+  assert_int_equal(count(p.s, "train_step.3", OP_all_reduce), 6);
+  assert_int_equal(count_comm(p.s, "train_step.3"), 6);
+  pair_free(&p);
+  free(text);
+}
+
+static void test_2d_uneven(void **state) {
+  (void)state;
+  char *text = mlp_with("sgd(lr = 0.1, momentum = 0.5)",
+                        "parallel mlp on c {\n mesh m[dp = 2, tp = 2]\n"
+                        " shard x: [dp(0.75, 0.25), *]\n shard y: [dp(0.75, 0.25)]\n"
+                        " shard w1: [*, tp(0.625, 0.375)]\n shard b1: [tp(0.625, 0.375)]\n"
+                        " shard w2: [tp(0.625, 0.375), *]\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  train(&p, 6, 5, "2x2 uneven 9:3 x 10:6");
+  pair_free(&p);
+  free(text);
+}
+
+/* ---- the transformer example ---- */
+
+static char *read_example(const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", DTC_TEST_EXAMPLES, name);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = calloc((size_t)n + 1, 1);
+  assert_non_null(s);
+  assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  return s;
+}
+
+static const char *gpt_defs[] = {"B=4", "T=8", "D=16", "H=4", "V=12"};
+
+static void test_transformer_heads(void **state) {
+  (void)state;
+  char *model = read_example("transformer.dt");
+  char *text = cat(model, "parallel gpt on c {\n mesh m[tp = 2]\n"
+                          " shard wq: [*, tp]\n shard wk: [*, tp]\n shard wv: [*, tp]\n"
+                          " shard wo: [tp, *]\n shard w_up: [*, tp]\n shard b_up: [tp]\n"
+                          " shard w_dn: [tp, *]\n}\n");
+  Pair p;
+  pair_init(&p, text, gpt_defs, COUNTOF(gpt_defs));
+  /* the attention reshapes [B, T, D] -> [B, T, H, D/H] of q, k, v split the heads */
+  const Func *f = ir_find_func(p.s, "forward.0");
+  int heads = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (i->op == OP_reshape && i->type.rank == 4 && i->shard->axis[2] == 0) {
+      assert_int_equal(i->type.dim[2], 2);
+      heads++;
+    }
+  }
+  assert_int_equal(heads, 3);
+  /* Megatron: one all_reduce after attention, one after the MLP; in the
+   * backward one at each block's input */
+  assert_int_equal(count(p.s, "forward.0", OP_all_reduce), 2);
+  assert_int_equal(count_comm(p.s, "forward.0"), 2);
+  assert_int_equal(count(p.s, "train_step.1", OP_all_reduce), 4);
+  assert_int_equal(count_comm(p.s, "train_step.1"), 4);
+  train(&p, 4, 12, "transformer, heads over tp = 2");
+  pair_free(&p);
+  free(text);
+  free(model);
+}
+
+static void test_transformer_dp(void **state) {
+  (void)state;
+  char *model = read_example("transformer.dt");
+  char *text = cat(model, "parallel gpt on c {\n mesh m[dp = 2]\n shard ids: [dp, *]\n"
+                          " shard next: [dp, *]\n}\n");
+  Pair p;
+  pair_init(&p, text, gpt_defs, COUNTOF(gpt_defs));
+  train(&p, 4, 12, "transformer, batch over dp = 2");
+  pair_free(&p);
+  free(text);
+  free(model);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dp2),           cmocka_unit_test(test_dp3),
+      cmocka_unit_test(test_dp3_uneven),    cmocka_unit_test(test_dp2_uneven),
+      cmocka_unit_test(test_tp2),           cmocka_unit_test(test_tp2_uneven),
+      cmocka_unit_test(test_tp2_inferred),  cmocka_unit_test(test_2d),
+      cmocka_unit_test(test_2d_uneven),     cmocka_unit_test(test_transformer_heads),
+      cmocka_unit_test(test_transformer_dp),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
