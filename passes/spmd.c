@@ -10,10 +10,11 @@
  * global @train_step or @forward is left; in each copy (Func.device = its
  * position) every value's type is its device's block of the value's global
  * sharding, kept in Inst.shard; collectives carry the block lengths of their
- * axis group in `sizes`; a store's value has its global's sharding; no output
- * is a partial sum (the loss is all-reduced, so every rank reports the global
- * loss). With -Wreshard, a warning at each op that needed a reshard, naming
- * its collectives and their bytes per step. */
+ * axis group in `sizes`; a store's value has its global's sharding; every
+ * output is whole on every device (the loss is all-reduced and split outputs
+ * all-gathered, so every rank reports the global values). With -Wreshard, a
+ * warning at each op that needed a reshard, naming its collectives and their
+ * bytes per step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,8 +172,7 @@ static void emit(Ctx *c, const Inst *i) {
       to = *g->shard;
       what = arena_printf(m->arena, "the store to '%s'", g->name);
     } else {
-      to.partial = false;
-      to.partial_axes = 0;
+      to = *c->scalar;
       what = arena_printf(m->arena, "output '%s'", ir_get_str(i, "name", ""));
     }
     in[0] = reshard(c, x, &to, i->loc, what);

@@ -12,9 +12,10 @@
  *
  * and every replicated global is bit-identical on all devices. Models: an MLP
  * data parallel over 2 and 3 devices, even and uneven; Megatron tensor
- * parallel over 2 (even and uneven); dp x tp on a 2x2 mesh; the transformer
- * example with its attention heads split over a mesh axis, and data
- * parallel. */
+ * parallel over 2 (even and uneven, one with a reduce_scatter); conflicting
+ * layouts (all_to_all); dp x tp on a 2x2 mesh, even and uneven; the
+ * transformer example with its attention heads split over a mesh axis, and
+ * data parallel. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -355,6 +356,48 @@ static void test_tp2_inferred(void **state) {
   free(text);
 }
 
+/* b2 split too, 3:2: the partial h @ w2 meets the split b2, so it is
+ * reduce-scattered to b2's uneven columns, then gathered whole for
+ * cross_entropy. */
+static void test_tp2_reduce_scatter(void **state) {
+  (void)state;
+  char *text = mlp_with("adam(lr = 0.05)",
+                        "parallel mlp on c {\n mesh m[tp = 2]\n shard w1: [*, tp]\n"
+                        " shard w2: [tp, *]\n shard b2: [tp(0.6, 0.4)]\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  assert_int_equal(count(p.s, "forward.0", OP_reduce_scatter), 1);
+  assert_int_equal(count(p.s, "forward.0", OP_all_gather), 1);
+  train(&p, 6, 5, "tp2 reduce_scatter");
+  check_forward(&p, 12, 5, "tp2 reduce_scatter");
+  pair_free(&p);
+  free(text);
+}
+
+/* Layouts that disagree: x split by rows, c by columns (an all_to_all each
+ * way), w by rows against x * c's rows (gathered). */
+static void test_all_to_all(void **state) {
+  (void)state;
+  char *text = cat("model z(batch B = 4) {\n"
+                   "  input  x: f32[B, 6]\n"
+                   "  input  t: f32[B, 6]\n"
+                   "  param  c: f32[B, 6]\n"
+                   "  param  w: f32[6, 6]\n"
+                   "  loss   = mse((x * c) @ w, t)\n"
+                   "  minimize loss with adam(lr = 0.05)\n"
+                   "}\n",
+                   "parallel z on c {\n mesh m[dp = 2]\n shard x: [dp, *]\n shard t: [dp, *]\n"
+                   " shard c: [*, dp]\n shard w: [dp, *]\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  assert_int_equal(count(p.s, "train_step.1", OP_all_to_all), 2);
+  assert_true(count(p.s, "train_step.1", OP_all_gather) >= 2);
+  assert_true(count(p.s, "train_step.1", OP_shard_slice) >= 1);
+  train(&p, 6, 1, "all_to_all, gathers, slices");
+  pair_free(&p);
+  free(text);
+}
+
 /* ---- 2-D: data parallel across nodes, tensor parallel inside ---- */
 
 static void test_2d(void **state) {
@@ -458,7 +501,8 @@ int main(void) {
       cmocka_unit_test(test_dp2),           cmocka_unit_test(test_dp3),
       cmocka_unit_test(test_dp3_uneven),    cmocka_unit_test(test_dp2_uneven),
       cmocka_unit_test(test_tp2),           cmocka_unit_test(test_tp2_uneven),
-      cmocka_unit_test(test_tp2_inferred),  cmocka_unit_test(test_2d),
+      cmocka_unit_test(test_tp2_inferred),  cmocka_unit_test(test_tp2_reduce_scatter),
+      cmocka_unit_test(test_all_to_all),    cmocka_unit_test(test_2d),
       cmocka_unit_test(test_2d_uneven),     cmocka_unit_test(test_transformer_heads),
       cmocka_unit_test(test_transformer_dp),
   };
