@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include "dtrt.h"
+#include "../unit/rt_count.h"
 
 static int passed, failed, me, np;
 
@@ -41,23 +42,6 @@ static bool mpi_up(void) {
   MPI_Initialized(&up);
   MPI_Finalized(&down);
   return up && !down;
-}
-
-typedef struct Count {
-  long allocs, frees;
-} Count;
-
-static void *count_alloc(void *u, size_t n) {
-  void *p;
-  if (posix_memalign(&p, 64, n))
-    return NULL;
-  ((Count *)u)->allocs++;
-  return p;
-}
-
-static void count_free(void *u, void *p) {
-  ((Count *)u)->frees++;
-  free(p);
 }
 
 /* A small integer, so that sums are exact in any order. */
@@ -342,7 +326,7 @@ static float axis_sum(DtrtCtx *ctx, int axis, float v, int method) {
 }
 
 static void test_mesh(void) {
-  Count c = {0, 0};
+  Count c = {0, 0, -1};
   DtAllocator al = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&al);
   int bad[] = {np + 1};
@@ -547,7 +531,7 @@ static DtStatus step(DtModel *m, int poison) {
 }
 
 static void test_model(const char *dir) {
-  Count c = {0, 0};
+  Count c = {0, 0, -1};
   DtAllocator al = {count_alloc, count_free, &c};
   int32_t mesh[] = {np}, wrong[] = {np + 1};
   char err[512], path[400];
@@ -642,7 +626,7 @@ int main(int argc, char **argv) {
   }
   bool launched = getenv("PMI_RANK") || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE") ||
                   getenv("SLURM_PROCID");
-  Count c = {0, 0};
+  Count c = {0, 0, -1};
   DtAllocator al = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&al); /* the first to join: it owns MPI unless the app does */
   CHECK(dtrt_nranks(ctx) == 1 && dtrt_rank(ctx) == 0, "before comm_init");

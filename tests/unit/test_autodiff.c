@@ -9,20 +9,6 @@
 #define F32(...) ty(DT_F32, NARGS(__VA_ARGS__), __VA_ARGS__)
 #define I32(...) ty(DT_I32, NARGS(__VA_ARGS__), __VA_ARGS__)
 
-static TM t;
-
-static int setup(void **state) {
-  (void)state;
-  tm_init(&t);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tm_free(&t);
-  return 0;
-}
-
 static Inst *with_ints(Inst *i, const char *name, int n, const int64_t *v) {
   ir_set_ints(i, name, v, n);
   return i;
@@ -304,7 +290,7 @@ static void test_chain(void **s) {
             "chain, two loads of x");
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, tm_setup, tm_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {

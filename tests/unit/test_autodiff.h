@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "ir.h"
+#include "ir_build_util.h"
 #include "passes.h"
 
 #define TM_MAXVAL 32
@@ -34,7 +35,6 @@ void tm_free(TM *t);
 const char *tm_log(TM *t);
 Loc tm_loc(TM *t, int line);
 
-Type ty(DType dt, int rank, ...);
 /* Adds a global and a load of it to @forward. Its values start uniform in
  * [-1, 1] (f32) or 0 (i32); tm_data gives them to change. */
 Inst *tm_global(TM *t, const char *name, GlobalKind kind, Type type);
@@ -48,6 +48,12 @@ Inst *tm_const(TM *t, double v);
 void tm_output(TM *t, Inst *x, const char *name);
 /* An interpreter over t->m holding the values of tm_data. */
 Interp *tm_interp(TM *t);
+
+/* The module of the running test, and cmocka fixtures that tm_init it before
+ * each test and tm_free it after. */
+extern TM t;
+int tm_setup(void **state);
+int tm_teardown(void **state);
 
 /* Deterministic uniform numbers. */
 void rng_seed(uint64_t s);

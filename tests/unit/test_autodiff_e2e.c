@@ -8,20 +8,6 @@
 
 #include "test_autodiff.h"
 
-static TM t;
-
-static int setup(void **state) {
-  (void)state;
-  tm_init(&t);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tm_free(&t);
-  return 0;
-}
-
 /* Uniform(+-sqrt(6/(fan_in+fan_out))) */
 static void glorot(const char *name, int fan_in, int fan_out) {
   double r = sqrt(6.0 / (fan_in + fan_out));
@@ -108,8 +94,8 @@ static void test_sine(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-    cmocka_unit_test_setup_teardown(test_xor, setup, teardown),
-    cmocka_unit_test_setup_teardown(test_sine, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_xor, tm_setup, tm_teardown),
+    cmocka_unit_test_setup_teardown(test_sine, tm_setup, tm_teardown),
   };
   return cmocka_run_group_tests_name("autodiff end to end", tests, NULL, NULL);
 }

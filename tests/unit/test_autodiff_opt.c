@@ -11,8 +11,6 @@
 #define NW 6
 #define STEPS 20
 
-static TM t;
-
 static int setup(void **state) {
   (void)state;
   tm_init(&t);
@@ -24,12 +22,6 @@ static int setup(void **state) {
   Inst *l = tm_new(&t, OP_sum, 1, e);
   ir_set_ints(l, "axes", (int64_t[]){0, 1}, 2);
   tm_output(&t, ir_finish(l), "loss");
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tm_free(&t);
   return 0;
 }
 
@@ -151,7 +143,7 @@ static void test_adam_first_step(void **s) {
   interp_free(it);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, tm_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {

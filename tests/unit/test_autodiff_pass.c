@@ -4,20 +4,6 @@
 
 #include "test_autodiff.h"
 
-static TM t;
-
-static int setup(void **state) {
-  (void)state;
-  tm_init(&t);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tm_free(&t);
-  return 0;
-}
-
 static int count(const Func *f, Op op) {
   int n = 0;
   for (int k = 0; k < f->inst.n; k++)
@@ -183,7 +169,7 @@ static void test_unknown_optimizer(void **s) {
   assert_non_null(strstr(tm_log(&t), "t.dt:5:1: error: unknown optimizer 'lbfgs'"));
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, tm_setup, tm_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {

@@ -36,16 +36,6 @@ const char *tm_log(TM *t) {
 
 Loc tm_loc(TM *t, int line) { return (Loc){t->src, line, 1}; }
 
-Type ty(DType dt, int rank, ...) {
-  Type r = {dt, rank, {0}};
-  va_list ap;
-  va_start(ap, rank);
-  for (int d = 0; d < rank; d++)
-    r.dim[d] = va_arg(ap, int);
-  va_end(ap);
-  return r;
-}
-
 Inst *tm_global(TM *t, const char *name, GlobalKind kind, Type type) {
   Global *g = ir_add_global(t->m, name, kind, type, tm_loc(t, 2));
   if (kind != G_INPUT)
@@ -75,10 +65,7 @@ void *tm_data(TM *t, const char *name) {
 }
 
 static Inst *vnew(TM *t, Op op, int nin, va_list ap) {
-  Inst *in[16];
-  for (int k = 0; k < nin; k++)
-    in[k] = va_arg(ap, Inst *);
-  return ir_new(t->f, op, tm_loc(t, 3), nin, in);
+  return ir_new_va(t->f, op, tm_loc(t, 3), nin, ap);
 }
 
 Inst *tm_new(TM *t, Op op, int nin, ...) {
@@ -114,6 +101,20 @@ Interp *tm_interp(TM *t) {
   for (int k = 0; k < t->nval; k++)
     assert_true(interp_set_global(it, t->val[k].name, t->val[k].data));
   return it;
+}
+
+TM t;
+
+int tm_setup(void **state) {
+  (void)state;
+  tm_init(&t);
+  return 0;
+}
+
+int tm_teardown(void **state) {
+  (void)state;
+  tm_free(&t);
+  return 0;
 }
 
 /* ---- random numbers (splitmix64) ---- */

@@ -126,18 +126,24 @@ static void fusion_store_in_place(void **state) {
   ct_free(&t);
 }
 
+/* Input x[2,3] and param w[3,3] loaded in @forward, half = w * 0.5 and a
+ * store of half to w; returns the store. */
+static Inst *store_half(CT *t, Inst **x, Inst **w, Inst **half) {
+  *x = ct_global(t, "x", G_INPUT, ty(DT_F32, 2, 2, 3), NULL);
+  *w = ct_global(t, "w", G_PARAM, ty(DT_F32, 2, 3, 3), "glorot");
+  *half = ct_op(t, OP_mul, 2, *w, ct_const(t, 0.5));
+  Inst *st = ir_new(t->f, OP_store, (Loc){0}, 1, half);
+  ir_set_str(st, "global", "w");
+  return ir_finish(st);
+}
+
 /* A store whose global's old value is read later waits for that read: it
  * leaves its group and moves after the reader, and the load stays an alias. */
 static void fusion_store_waits(void **state) {
   (void)state;
   CT t;
   ct_init(&t, "sw");
-  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 2, 3), NULL);
-  Inst *w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 2, 3, 3), "glorot");
-  Inst *half = ct_op(&t, OP_mul, 2, w, ct_const(&t, 0.5));
-  Inst *st = ir_new(t.f, OP_store, (Loc){0}, 1, &half);
-  ir_set_str(st, "global", "w");
-  ir_finish(st);
+  Inst *x, *w, *half, *st = store_half(&t, &x, &w, &half);
   Inst *mm = ct_op(&t, OP_matmul, 2, x, w);
   ct_output(&t, mm, "y");
   ct_passes(&t);
@@ -155,12 +161,8 @@ static void memplan_copies_load(void **state) {
   (void)state;
   CT t;
   ct_init(&t, "cp");
-  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 2, 3), NULL);
-  Inst *w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 2, 3, 3), "glorot");
-  Inst *half = ct_op(&t, OP_mul, 2, w, ct_const(&t, 0.5));
-  Inst *st = ir_new(t.f, OP_store, (Loc){0}, 1, &half);
-  ir_set_str(st, "global", "w");
-  ir_finish(st);
+  Inst *x, *w, *half;
+  store_half(&t, &x, &w, &half);
   Inst *w2 = ct_load(&t, t.f, "w");
   ct_output(&t, ct_op(&t, OP_matmul, 2, x, w), "old");
   ct_output(&t, ct_op(&t, OP_matmul, 2, x, w2), "new");
@@ -264,17 +266,21 @@ static void target_checks(void **state) {
   run_check(&t, "x86_64-unknown-linux-gnu", "skylake", NULL);
   ct_free(&t);
 
-  ct_init(&t, "tg");
-  run_check(&t, "sparc-sun-solaris", NULL, "dtc: error: unknown target 'sparc-sun-solaris'");
-  ct_free(&t);
-  ct_init(&t, "tg");
-  run_check(&t, "x86_64-unknown-linux-gnu", "foo",
-            "dtc: error: unknown CPU 'foo' for target x86_64-unknown-linux-gnu\n");
-  ct_free(&t);
-  ct_init(&t, "tg");
-  run_check(&t, "aarch64-unknown-linux-gnu", "skylake",
-            "dtc: error: unknown CPU 'skylake' for target aarch64-unknown-linux-gnu\n");
-  ct_free(&t);
+  /* each refusal on a fresh log */
+  static const struct {
+    const char *target, *cpu, *want;
+  } bad[] = {
+      {"sparc-sun-solaris", NULL, "dtc: error: unknown target 'sparc-sun-solaris'"},
+      {"x86_64-unknown-linux-gnu", "foo",
+       "dtc: error: unknown CPU 'foo' for target x86_64-unknown-linux-gnu\n"},
+      {"aarch64-unknown-linux-gnu", "skylake",
+       "dtc: error: unknown CPU 'skylake' for target aarch64-unknown-linux-gnu\n"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    ct_init(&t, "tg");
+    run_check(&t, bad[k].target, bad[k].cpu, bad[k].want);
+    ct_free(&t);
+  }
 }
 
 static void aarch64_object(void **state) {
@@ -293,15 +299,6 @@ static void aarch64_object(void **state) {
   assert_int_equal(elf[18] | elf[19] << 8, 183);   /* EM_AARCH64 */
   free(elf);
   ct_free(&t);
-}
-
-static int sh(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  return system(cmd);
 }
 
 /* The header compiles as C and C++ without a warning, and its macros hold
@@ -335,10 +332,10 @@ static void header_compiles(void **state) {
         f);
   fclose(f);
   const char *flags = "-Wall -Wextra -Werror -pedantic -fsyntax-only";
-  assert_int_equal(sh("cd %s && %s -std=c99 %s use.c", t.dir, DTC_TEST_CC, flags), 0);
-  assert_int_equal(sh("cd %s && %s -std=c11 %s use.c", t.dir, DTC_TEST_CC, flags), 0);
+  assert_int_equal(ct_sh("cd %s && %s -std=c99 %s use.c", t.dir, DTC_TEST_CC, flags), 0);
+  assert_int_equal(ct_sh("cd %s && %s -std=c11 %s use.c", t.dir, DTC_TEST_CC, flags), 0);
   if (DTC_TEST_CXX[0])
-    assert_int_equal(sh("cd %s && %s -std=c++11 %s -x c++ use.c", t.dir, DTC_TEST_CXX, flags), 0);
+    assert_int_equal(ct_sh("cd %s && %s -std=c++11 %s -x c++ use.c", t.dir, DTC_TEST_CXX, flags), 0);
   char *h = ct_read(arena_printf(t.a, "%s/hd.h", t.dir), NULL);
   assert_non_null(strstr(h, "int hd_train_step(hd *m, const float *class_, int64_t class__elems, "
                             "const int32_t *m_, int64_t m__elems, float *loss);"));

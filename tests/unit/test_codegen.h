@@ -12,6 +12,7 @@
 
 #include "codegen.h"
 #include "ir.h"
+#include "ir_build_util.h"
 #include "passes.h"
 
 typedef struct CT {
@@ -29,7 +30,6 @@ void ct_free(CT *t);
 /* The diagnostics so far. */
 const char *ct_log(CT *t);
 
-Type ty(DType dt, int rank, ...);
 /* Adds a global (params and state start with `init`) and loads it in @forward. */
 Inst *ct_global(CT *t, const char *name, GlobalKind kind, Type type, const char *init);
 Inst *ct_load(CT *t, Func *f, const char *name);
@@ -57,5 +57,14 @@ void ct_passes(CT *t);
 const char *ct_emit(CT *t, const char *emit, const char *target, const char *cpu, int opt);
 /* A whole file, NUL-terminated (free with free); NULL if unreadable. */
 char *ct_read(const char *path, size_t *len);
+/* system() of the command formatted from fmt. */
+int ct_sh(const char *fmt, ...);
+
+/* Every |got - want| <= CT_RTOL times the tensor's largest magnitude:
+ * relative error in the max norm. (Per element it would fail on values that
+ * come out of cancellation, where fused multiply-adds round differently.)
+ * Fails the test naming `what` and the worst element otherwise. */
+#define CT_RTOL 1e-5
+void ct_close_to(const float *got, const float *want, int64_t n, const char *what);
 
 #endif

@@ -14,23 +14,6 @@
 #include "mlp.h"
 #include "test_codegen.h"
 
-#define RTOL 1e-5
-
-static void close_to(const float *got, const float *want, int64_t n, const char *what) {
-  double scale = 0, worst = 0;
-  int64_t at = 0;
-  for (int64_t i = 0; i < n; i++)
-    scale = fmax(scale, fmax(fabs(got[i]), fabs(want[i])));
-  for (int64_t i = 0; i < n; i++) {
-    double err = scale > 0 ? fabs(got[i] - (double)want[i]) / scale : 0;
-    if (!(err <= worst))
-      worst = err, at = i;
-  }
-  if (!(worst <= RTOL))
-    fail_msg("%s: element %lld is %.9g, the interpreter says %.9g (error %.3g of the largest "
-             "magnitude %.3g)", what, (long long)at, got[at], want[at], worst, scale);
-}
-
 /* The module of a .dt file after the whole pass pipeline, and an
  * interpreter over it holding model's params and state. */
 typedef struct Ref {
@@ -100,14 +83,14 @@ static void ref_step(Ref *r, DtModel *model, float loss, int step) {
   assert_true(interp_run(r->it, "train_step", (void *const *)&wp));
   char what[128];
   snprintf(what, sizeof what, "%s loss of step %d", r->m->name, step);
-  close_to(&loss, &want, 1, what);
+  ct_close_to(&loss, &want, 1, what);
   for (int k = 0; k < r->m->global.n; k++) {
     const Global *g = &r->m->global.a[k];
     if (g->kind == G_INPUT)
       continue;
     snprintf(what, sizeof what, "%s %s after step %d", r->m->name, g->name, step);
-    close_to(dtrt_model_tensor(model, g->name), interp_global(r->it, g->name),
-             type_elems(&g->type), what);
+    ct_close_to(dtrt_model_tensor(model, g->name), interp_global(r->it, g->name),
+                type_elems(&g->type), what);
   }
 }
 
@@ -134,7 +117,7 @@ static void mlp_example(void **state) {
 
   assert_int_equal(mlp_forward(m, x, MLP_X_ELEMS, logits, MLP_LOGITS_ELEMS), 0);
   float *want = ref_forward(&r, "logits");
-  close_to(logits, want, MLP_LOGITS_ELEMS, "mlp logits");
+  ct_close_to(logits, want, MLP_LOGITS_ELEMS, "mlp logits");
   free(want);
   for (int s = 0; s < 3; s++) {
     float loss;
@@ -165,7 +148,7 @@ static void transformer_example(void **state) {
 
   assert_int_equal(gpt_forward(m, ids, GPT_IDS_ELEMS, logits, GPT_LOGITS_ELEMS), 0);
   float *want = ref_forward(&r, "logits");
-  close_to(logits, want, GPT_LOGITS_ELEMS, "gpt logits");
+  ct_close_to(logits, want, GPT_LOGITS_ELEMS, "gpt logits");
   free(want);
   for (int s = 0; s < 2; s++) {
     float loss;

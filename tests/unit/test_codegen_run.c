@@ -10,40 +10,11 @@
 
 #include "test_codegen.h"
 
-#define RTOL 1e-5
-
-static int sh(const char *fmt, ...) {
-  char cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  return system(cmd);
-}
-
 static uint64_t rng = 88172645463325252u;
 
 static float uniform(void) {
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
   return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
-}
-
-/* Every |got - want| <= RTOL times the tensor's largest magnitude: relative
- * error in the max norm. (Per element it would fail on values that come out
- * of cancellation, where fused multiply-adds round differently.) */
-static void close_to(const float *got, const float *want, int64_t n, const char *what) {
-  double scale = 0, worst = 0;
-  int64_t at = 0;
-  for (int64_t i = 0; i < n; i++)
-    scale = fmax(scale, fmax(fabs(got[i]), fabs(want[i])));
-  for (int64_t i = 0; i < n; i++) {
-    double err = scale > 0 ? fabs(got[i] - (double)want[i]) / scale : 0;
-    if (!(err <= worst))
-      worst = err, at = i;
-  }
-  if (!(worst <= RTOL))
-    fail_msg("%s: element %lld is %.9g, the interpreter says %.9g (error %.3g of the largest "
-             "magnitude %.3g)", what, (long long)at, got[at], want[at], worst, scale);
 }
 
 static void w32(FILE *f, int32_t v) { assert_int_equal(fwrite(&v, 4, 1, f), 1); }
@@ -60,7 +31,7 @@ static void run_model(CT *t, int steps) {
   if (!obj)
     fail_msg("cg_emit: %s", ct_log(t));
   const char *exe = arena_printf(t->a, "%s/run", t->dir);
-  if (sh("%s -O1 %s -DCREATE=%s_create -I%s %s %s -o %s %s", DTC_TEST_CC, DTC_TEST_CFLAGS,
+  if (ct_sh("%s -O1 %s -DCREATE=%s_create -I%s %s %s -o %s %s", DTC_TEST_CC, DTC_TEST_CFLAGS,
          m->name, DTC_TEST_RUNTIME, DTC_TEST_HARNESS, obj, exe, DTC_TEST_LIBS))
     fail_msg("cannot link the harness");
 
@@ -118,7 +89,7 @@ static void run_model(CT *t, int steps) {
     w64(f, elems(&g->type));
   }
   assert_int_equal(fclose(f), 0);
-  if (sh("%s %s %s", exe, inpath, outpath))
+  if (ct_sh("%s %s %s", exe, inpath, outpath))
     fail_msg("the harness failed");
 
   size_t len;
@@ -147,8 +118,8 @@ static void run_model(CT *t, int steps) {
     while (all[j] != outs[k])
       j++;
     int64_t n = elems(&outs[k]->in[0]->type);
-    close_to((float *)p, want[j], n, arena_printf(t->a, "%s forward output %s", m->name,
-                                                  ir_get_str(outs[k], "name", "")));
+    ct_close_to((float *)p, want[j], n, arena_printf(t->a, "%s forward output %s", m->name,
+                                                     ir_get_str(outs[k], "name", "")));
     p += n * 4;
   }
   char *prev = res;   /* the harness's state each step starts from */
@@ -164,14 +135,14 @@ static void run_model(CT *t, int steps) {
     float loss, *lp = &loss;
     if (!interp_run(it, "train_step", (void *const *)&lp))
       fail_msg("interpreter: %s", interp_error(it));
-    close_to((float *)p, &loss, 1, arena_printf(t->a, "%s loss of step %d", m->name, s));
+    ct_close_to((float *)p, &loss, 1, arena_printf(t->a, "%s loss of step %d", m->name, s));
     p += 4;
     for (int k = 0; k < ng; k++) {
       const Global *g = &m->global.a[k];
       if (g->kind == G_INPUT)
         continue;
-      close_to((float *)p, interp_global(it, g->name), elems(&g->type),
-               arena_printf(t->a, "%s %s after step %d", m->name, g->name, s));
+      ct_close_to((float *)p, interp_global(it, g->name), elems(&g->type),
+                  arena_printf(t->a, "%s %s after step %d", m->name, g->name, s));
       p += elems(&g->type) * 4;
     }
   }

@@ -1,4 +1,5 @@
 /* test_codegen_util.c: the helpers of test_codegen.h. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,16 +32,6 @@ const char *ct_log(CT *t) {
   return t->log ? t->log : "";
 }
 
-Type ty(DType dt, int rank, ...) {
-  Type r = {dt, rank, {0}};
-  va_list ap;
-  va_start(ap, rank);
-  for (int d = 0; d < rank; d++)
-    r.dim[d] = va_arg(ap, int);
-  va_end(ap);
-  return r;
-}
-
 Inst *ct_load(CT *t, Func *f, const char *name) {
   (void)t;
   Inst *l = ir_new(f, OP_load, (Loc){0}, 0, NULL);
@@ -58,10 +49,7 @@ Inst *ct_global(CT *t, const char *name, GlobalKind kind, Type type, const char 
 }
 
 static Inst *vnew(CT *t, Op op, int nin, va_list ap) {
-  Inst *in[16];
-  for (int k = 0; k < nin; k++)
-    in[k] = va_arg(ap, Inst *);
-  return ir_new(t->f, op, (Loc){0}, nin, in);
+  return ir_new_va(t->f, op, (Loc){0}, nin, ap);
 }
 
 Inst *ct_new(CT *t, Op op, int nin, ...) {
@@ -199,4 +187,28 @@ char *ct_read(const char *path, size_t *len) {
   if (len)
     *len = n;
   return buf;
+}
+
+int ct_sh(const char *fmt, ...) {
+  char cmd[8192];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  return system(cmd);
+}
+
+void ct_close_to(const float *got, const float *want, int64_t n, const char *what) {
+  double scale = 0, worst = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; i++)
+    scale = fmax(scale, fmax(fabs(got[i]), fabs(want[i])));
+  for (int64_t i = 0; i < n; i++) {
+    double err = scale > 0 ? fabs(got[i] - (double)want[i]) / scale : 0;
+    if (!(err <= worst))
+      worst = err, at = i;
+  }
+  if (!(worst <= CT_RTOL))
+    fail_msg("%s: element %lld is %.9g, the interpreter says %.9g (error %.3g of the largest "
+             "magnitude %.3g)", what, (long long)at, got[at], want[at], worst, scale);
 }

@@ -9,14 +9,13 @@
 #include <cmocka.h>
 
 #include "ir.h"
+#include "ir_arena_test.h"
 
 typedef struct Result {
   Module *m;
   int nerr;
   char *msg;   /* all diagnostics */
 } Result;
-
-static Arena *arena;
 
 /* Parses len bytes (NULs allowed) named t.ir. */
 static Result parse_bytes(const char *text, size_t len) {
@@ -415,18 +414,6 @@ static void test_large_inputs(void **state) {
                             "g0=1,g1=1,g2=1,g3=1,g4=1"),
                "t.ir:2:328: error: more than 64 attributes");
   free(buf);
-}
-
-static int setup(void **state) {
-  (void)state;
-  arena = arena_new();
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  arena_free(arena);
-  return 0;
 }
 
 int main(void) {

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "ir.h"
+#include "ir_arena_test.h"
 
 static const char *good_text =
     "module v\n"                                                    /* 1 */
@@ -34,8 +35,6 @@ static const char *good_text =
     "  output %h {name = \"h\"}\n"                                  /* 20 */
     "  store %w {global = \"w\"}\n"                                 /* 21 */
     "}\n";
-
-static Arena *arena;
 
 static Module *good(void) {
   Diag d;
@@ -283,18 +282,6 @@ static void test_check_attrs_locations(void **state) {
   fclose(f);
   assert_string_equal(out, "a.ir:1:4: error: attribute 'ta' of 'matmul' must be int, not str\n"
                            "line\n   ^\n");
-}
-
-static int setup(void **state) {
-  (void)state;
-  arena = arena_new();
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  arena_free(arena);
-  return 0;
 }
 
 int main(void) {

@@ -19,55 +19,16 @@
 #include <cmocka.h>
 
 #include "dtrt.h"
-
-typedef struct Count {
-  long allocs, frees;
-} Count;
-
-static void *count_alloc(void *u, size_t n) {
-  void *p;
-  if (posix_memalign(&p, 64, n))
-    return NULL;
-  ((Count *)u)->allocs++;
-  return p;
-}
-
-static void count_free(void *u, void *p) {
-  ((Count *)u)->frees++;
-  free(p);
-}
-
-static Count counts;
-static DtrtCtx *ctx;
-static char dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  counts = (Count){0, 0};
-  DtAllocator a = {count_alloc, count_free, &counts};
-  ctx = dtrt_ctx_new_with(&a);
-  return ctx ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  dtrt_ctx_free(ctx);
-  assert_int_equal(counts.allocs, counts.frees);
-  return 0;
-}
+#include "rt_test.h"
 
 static int group_setup(void **state) {
   (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, sizeof dir, "%s/dtrt-ckpt-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  return mkdtemp(dir) ? 0 : -1;
+  return rt_make_dir("dtrt-ckpt");
 }
 
 static int group_teardown(void **state) {
   (void)state;
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "chmod -R u+w '%s'; rm -rf '%s'", dir, dir);
-  return system(cmd);
+  return rt_remove_dir(1);
 }
 
 static char *at(const char *name) {

@@ -11,26 +11,7 @@
 #include <cmocka.h>
 
 #include "dtrt.h"
-
-typedef struct Count {
-  long allocs, frees, limit;   /* limit: allocations that succeed; -1: all */
-} Count;
-
-static void *count_alloc(void *u, size_t n) {
-  Count *c = u;
-  void *p;
-  if (c->limit >= 0 && c->allocs >= c->limit)
-    return NULL;
-  if (posix_memalign(&p, 64, n))
-    return NULL;
-  c->allocs++;
-  return p;
-}
-
-static void count_free(void *u, void *p) {
-  ((Count *)u)->frees++;
-  free(p);
-}
+#include "rt_count.h"
 
 /* Memory that is only 16-byte aligned. */
 static void *bad_alloc(void *u, size_t n) {

@@ -15,55 +15,18 @@
 #include <cmocka.h>
 
 #include "dtrt.h"
+#include "rt_test.h"
 
-typedef struct Count {
-  long allocs, frees;
-} Count;
-
-static void *count_alloc(void *u, size_t n) {
-  void *p;
-  if (posix_memalign(&p, 64, n))
-    return NULL;
-  ((Count *)u)->allocs++;
-  return p;
-}
-
-static void count_free(void *u, void *p) {
-  ((Count *)u)->frees++;
-  free(p);
-}
-
-static Count counts;
-static DtrtCtx *ctx;
-static char dir[256], path[512];
-
-static int setup(void **state) {
-  (void)state;
-  counts = (Count){0, 0};
-  DtAllocator a = {count_alloc, count_free, &counts};
-  ctx = dtrt_ctx_new_with(&a);
-  return ctx ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  dtrt_ctx_free(ctx);
-  assert_int_equal(counts.allocs, counts.frees);
-  return 0;
-}
+static char path[512];
 
 static int group_setup(void **state) {
   (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, sizeof dir, "%s/dtrt-data-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  return mkdtemp(dir) ? 0 : -1;
+  return rt_make_dir("dtrt-data");
 }
 
 static int group_teardown(void **state) {
   (void)state;
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd);
+  return rt_remove_dir(0);
 }
 
 /* Writes n bytes to dir/name (gzip-compressed when gz) and sets path. */

@@ -12,45 +12,11 @@
 #include <cmocka.h>
 
 #include "dtrt.h"
+#include "rt_test.h"
 
 typedef DtStatus (*Kern)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
 
 /* ---- helpers ---- */
-
-typedef struct Count {
-  long allocs, frees;
-} Count;
-
-static void *count_alloc(void *u, size_t n) {
-  void *p;
-  if (posix_memalign(&p, 64, n))
-    return NULL;
-  ((Count *)u)->allocs++;
-  return p;
-}
-
-static void count_free(void *u, void *p) {
-  ((Count *)u)->frees++;
-  free(p);
-}
-
-static Count counts;
-static DtrtCtx *ctx;
-
-static int setup(void **state) {
-  (void)state;
-  counts = (Count){0, 0};
-  DtAllocator a = {count_alloc, count_free, &counts};
-  ctx = dtrt_ctx_new_with(&a);
-  return ctx ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  dtrt_ctx_free(ctx);
-  assert_int_equal(counts.allocs, counts.frees);
-  return 0;
-}
 
 static uint64_t rng = 88172645463325252u;
 

@@ -14,26 +14,7 @@
 #include <cmocka.h>
 
 #include "dtrt.h"
-
-typedef struct Count {
-  long allocs, frees, limit;
-} Count;
-
-static void *count_alloc(void *u, size_t n) {
-  Count *c = u;
-  void *p;
-  if (c->limit >= 0 && c->allocs >= c->limit)
-    return NULL;
-  if (posix_memalign(&p, 64, n))
-    return NULL;
-  c->allocs++;
-  return p;
-}
-
-static void count_free(void *u, void *p) {
-  ((Count *)u)->frees++;
-  free(p);
-}
+#include "rt_test.h"
 
 enum { B = 4, F = 3 };
 enum { W = 0, BIAS = 16, VEL = 32, SEEN = 48 };
@@ -103,20 +84,14 @@ static DtModelDesc desc(void) {
                        forward, 1, 1, fwd_in, fwd_out, 0, NULL, NULL};
 }
 
-static char dir[256];
-
 static int group_setup(void **state) {
   (void)state;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, sizeof dir, "%s/dtrt-model-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  return mkdtemp(dir) ? 0 : -1;
+  return rt_make_dir("dtrt-model");
 }
 
 static int group_teardown(void **state) {
   (void)state;
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd);
+  return rt_remove_dir(0);
 }
 
 /* A batch from y = 2 x0 - x1 + 0.5 x2 + 1. */
