@@ -184,6 +184,18 @@ void ir_set_str(Inst *i, const char *name, const char *s) {
   attr_slot(i, name, A_STR, inst_arena)->s = arena_strdup(inst_arena, s);
 }
 
+void ir_copy_attrs(Inst *dst, const Inst *src) {
+  for (int k = 0; k < src->nattr; k++) {
+    const Attr *a = &src->attr[k];
+    switch (a->kind) {
+    case A_INT: ir_set_int(dst, a->name, a->i); break;
+    case A_INTS: ir_set_ints(dst, a->name, a->ints, a->n); break;
+    case A_FLOAT: ir_set_float(dst, a->name, a->f); break;
+    case A_STR: ir_set_str(dst, a->name, a->s); break;
+    }
+  }
+}
+
 const Attr *ir_attr(const Inst *i, const char *name) {
   for (int k = 0; k < i->nattr; k++)
     if (!strcmp(i->attr[k].name, name))

@@ -36,22 +36,10 @@ static Inst *cnst(GradCtx *g, Inst *at, double v) {
   return ir_finish(c);
 }
 
-static void copy_attrs(Inst *dst, const Inst *src) {
-  for (int k = 0; k < src->nattr; k++) {
-    const Attr *a = &src->attr[k];
-    switch (a->kind) {
-    case A_INT: ir_set_int(dst, a->name, a->i); break;
-    case A_INTS: ir_set_ints(dst, a->name, a->ints, a->n); break;
-    case A_FLOAT: ir_set_float(dst, a->name, a->f); break;
-    case A_STR: ir_set_str(dst, a->name, a->s); break;
-    }
-  }
-}
-
 /* The _grad op of inst with inst's attributes. */
 static Inst *grad_op(GradCtx *g, Op op, Inst *inst, int nin, Inst **in) {
   Inst *r = ir_new(g->f, op, inst->loc, nin, in);
-  copy_attrs(r, inst);
+  ir_copy_attrs(r, inst);
   return ir_finish(r);
 }
 

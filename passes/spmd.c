@@ -119,18 +119,6 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   return v;
 }
 
-static void copy_attrs(Inst *dst, const Inst *src) {
-  for (int k = 0; k < src->nattr; k++) {
-    const Attr *a = &src->attr[k];
-    switch (a->kind) {
-    case A_INT: ir_set_int(dst, a->name, a->i); break;
-    case A_INTS: ir_set_ints(dst, a->name, a->ints, a->n); break;
-    case A_FLOAT: ir_set_float(dst, a->name, a->f); break;
-    case A_STR: ir_set_str(dst, a->name, a->s); break;
-    }
-  }
-}
-
 static Inst *scale(Ctx *c, Inst *x, double f, Loc loc) {
   Inst *k = ir_new(c->f, OP_const, loc, 0, NULL);
   ir_set_float(k, "value", f);
@@ -177,7 +165,7 @@ static void emit(Ctx *c, const Inst *i) {
     }
     in[0] = reshard(c, x, &to, i->loc, what);
     Inst *s = ir_new(c->f, i->op, i->loc, 1, in);
-    copy_attrs(s, i);
+    ir_copy_attrs(s, i);
     ir_finish(s);
     return;
   }
@@ -195,7 +183,7 @@ static void emit(Ctx *c, const Inst *i) {
   if (i->op == OP_cross_entropy_grad && req[0].axis[0] >= 0)
     in[2] = scale(c, in[2], mean_share(i, in[0]), i->loc);
   Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
-  copy_attrs(x, i);
+  ir_copy_attrs(x, i);
   Type local;
   ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
   if (i->op == OP_reshape || i->op == OP_broadcast)
