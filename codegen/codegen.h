@@ -40,9 +40,20 @@ typedef struct Cg {
   LLVMTypeRef step_fn;     /* DtStepFn */
   LLVMTypeRef kernel_fn;   /* dtrt_k_* */
   int64_t *state_off;      /* by global index: offset in the state block, -1 for inputs */
-  int64_t state_bytes;
+  int64_t state_bytes;     /* of the device being lowered */
+  const char *hash;        /* of the module's text form */
+  const char *plan_hash;   /* of its sharding plan (spmd_report); NULL: no mesh */
 } Cg;
 
+/* The number of devices with functions of their own (after the spmd pass:
+ * the mesh's size); 0 when the functions are global. */
+int cg_devices(const Module *m);
+/* @name of device dev (@name.dev), or the global @name when dev < 0. */
+Func *cg_device_func(const Module *m, const char *name, int dev);
+/* Device dev's state block (dev < 0: the whole tensors'): params, then
+ * optimizer state, each 64-byte aligned; their offsets by global index (-1
+ * for inputs) into off when not NULL. Returns its size in bytes. */
+int64_t cg_state_layout(const Module *m, int dev, int64_t *off);
 /* Declares (once) and returns an external function. */
 LLVMValueRef cg_extern(Cg *c, const char *name, LLVMTypeRef type);
 /* The insts of f that NAME_forward runs, by id: @forward less the training
@@ -74,6 +85,7 @@ typedef struct CgFn {
   LLVMValueRef tin, tout, tattr;
   LLVMBasicBlockRef fail;  /* returns the status in fail_phi */
   LLVMValueRef fail_phi;
+  LLVMValueRef err;        /* a device's function: the first failure's status, 0 */
 } CgFn;
 
 /* Lowers the live insts of f (see cg_live) to an internal function of

@@ -3,8 +3,12 @@
  * wrappers NAME_create, NAME_train_step, ... over dtrt_model_*; then the
  * check, the optimisation pipeline, the output file and NAME.h. NAME_forward
  * is inference: @forward without the training loss, so it needs no labels.
+ * After the spmd pass each device D gets its own DtModelDesc, over
+ * @forward.D and @train_step.D and its blocks of the params and state, and
+ * NAME_create hands the array of them to dtrt_model_create_spmd.
  * Requires: @forward (and @train_step, whose one output is the loss, when the
- * model trains); memplan's offsets (run here when missing). */
+ * model trains), or their copies for every device; memplan's offsets (run
+ * here when missing). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,24 +124,43 @@ static void make_types(Cg *c) {
   c->kernel_fn = LLVMFunctionType(c->i32, kern, COUNTOF(kern), 0);
 }
 
+int cg_devices(const Module *m) {
+  bool spmd = false;
+  for (int k = 0; k < m->func.n; k++)
+    spmd |= m->func.a[k]->device >= 0;
+  if (!spmd)
+    return 0;
+  int n = 1;
+  for (int a = 0; a < m->mesh.a[0].naxis; a++)
+    n *= m->mesh.a[0].axis_size[a];
+  return n;
+}
+
+Func *cg_device_func(const Module *m, const char *name, int dev) {
+  if (dev < 0)
+    return ir_find_func(m, name);
+  char full[256];
+  snprintf(full, sizeof full, "%s.%d", name, dev);
+  return ir_find_func(m, full);
+}
+
 static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
 
-/* Params, then optimizer state, each 64-byte aligned in the state block. */
-static void layout_state(Cg *c) {
-  Module *m = c->m;
-  c->state_off = arena_alloc(m->arena, sizeof(int64_t) * (size_t)(m->global.n + 1));
-  int64_t off = 0;
-  for (int k = 0; k < m->global.n; k++)
-    c->state_off[k] = -1;
+int64_t cg_state_layout(const Module *m, int dev, int64_t *off) {
+  int64_t at = 0;
+  for (int k = 0; off && k < m->global.n; k++)
+    off[k] = -1;
   for (GlobalKind kind = G_PARAM; kind <= G_STATE; kind++)
     for (int k = 0; k < m->global.n; k++) {
       const Global *g = &m->global.a[k];
       if (g->kind != kind)
         continue;
-      c->state_off[k] = off;
-      off += round64(type_elems(&g->type) * (int64_t)dtype_size(g->type.dtype));
+      Type t = ir_global_type_on(m, g, dev);
+      if (off)
+        off[k] = at;
+      at += round64(type_elems(&t) * (int64_t)dtype_size(t.dtype));
     }
-  c->state_bytes = off;
+  return at;
 }
 
 static LLVMValueRef private_const(Cg *c, LLVMValueRef init, const char *name) {
@@ -163,13 +186,15 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
-/* 64-bit FNV-1a of the module's text form: checkpoints must match it. */
-static const char *module_hash(Module *m) {
+/* 64-bit FNV-1a of what print writes about m: of the module's text form
+ * (checkpoints must match it), of its sharding plan (every rank must run the
+ * same). */
+static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   DTC_ASSERT(f);
-  ir_print(f, m);
+  print(f, m);
   fclose(f);
   uint64_t h = 0xcbf29ce484222325u;
   for (size_t i = 0; i < len; i++) {
@@ -208,16 +233,19 @@ static LLVMTypeRef global_desc_type(Cg *c) {
   return t;
 }
 
-/* One DtGlobalDesc. Glorot's fans are those of the whole tensor's trailing
- * matrix: [..., fan_in, fan_out]. The tensor is whole: full = dim, begin = 0. */
+/* One DtGlobalDesc: the block ty of a tensor of shape full (NULL: ty itself)
+ * from begin on (NULL: 0). Glorot's fans are those of the whole tensor's
+ * trailing matrix: [..., fan_in, fan_out]. */
 static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind,
-                                const Type *ty, const char *init, double arg, int64_t off) {
-  const int64_t *full = ty->dim;
+                                const Type *ty, const int64_t *full, const int64_t *at,
+                                const char *init, double arg, int64_t off) {
+  if (!full)
+    full = ty->dim;
   LLVMValueRef dim[DT_MAX_RANK], fullv[DT_MAX_RANK], begin[DT_MAX_RANK];
   for (int d = 0; d < DT_MAX_RANK; d++) {
     dim[d] = cg_i64(c, d < ty->rank ? ty->dim[d] : 0);
     fullv[d] = cg_i64(c, d < ty->rank ? full[d] : 0);
-    begin[d] = cg_i64(c, 0);
+    begin[d] = cg_i64(c, d < ty->rank && at ? at[d] : 0);
   }
   int r = ty->rank;
   int64_t fan_in = r >= 2 ? full[r - 2] : r == 1 ? full[0] : 1;
@@ -237,9 +265,11 @@ static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind
   return LLVMConstNamedStruct(t, f, COUNTOF(f));
 }
 
-/* The DtModelDesc: globals in the order inputs, params, state, then the
- * outputs of @forward. */
-static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
+/* The DtModelDesc of device dev (-1: the one of a single-device model):
+ * globals in the order inputs, params, state, then the outputs of @forward;
+ * params and state as the device's blocks, inputs and outputs whole. Global k
+ * draws its initial values from stream k, so every device lists them alike. */
+static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func *train,
                                LLVMValueRef fwd_fn, LLVMValueRef train_fn) {
   Module *m = c->m;
   Arena *a = m->arena;
@@ -255,17 +285,24 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
       if (gl->kind != kind)
         continue;
       static const int dk[] = {DT_G_INPUT, DT_G_PARAM, DT_G_STATE};
+      Type block;
+      int64_t begin[IR_MAX_RANK];
+      ir_local_type(m, kind == G_INPUT || dev < 0 ? NULL : gl->shard, &gl->type, dev, &block,
+                    begin);
       index[k] = n;
-      g[n++] = global_desc(c, gt, gl->name, dk[kind], &gl->type, gl->init, gl->init_arg,
-                           c->state_off[k]);
+      g[n++] = global_desc(c, gt, gl->name, dk[kind], &block, gl->type.dim, begin, gl->init,
+                           gl->init_arg, c->state_off[k]);
     }
   int *fwd_out = arena_alloc(a, sizeof(int) * (size_t)(nout + 1));
   for (int k = 0; k < nout; k++) {
     const char *name = ir_get_str(outs[k], "name", "out");
     if (ir_find_global(m, name))
       name = arena_printf(a, "%s.out", name);
+    const Inst *v = outs[k]->in[0];
+    for (int d = 0; dev >= 0 && d < v->type.rank; d++)
+      DTC_ASSERT(v->shard->axis[d] < 0 && !v->shard->partial);   /* whole on every device */
     fwd_out[k] = n;
-    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &outs[k]->in[0]->type, NULL, 0, -1);
+    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &v->type, NULL, NULL, NULL, 0, -1);
   }
   int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   int nfwd_in = cg_func_inputs(fwd, live, in);
@@ -279,7 +316,14 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
 
   int64_t work = 0;
   for (int k = 0; k < m->func.n; k++)
-    work = m->func.a[k]->work_bytes > work ? m->func.a[k]->work_bytes : work;
+    if (m->func.a[k]->device == dev && m->func.a[k]->work_bytes > work)
+      work = m->func.a[k]->work_bytes;
+  LLVMValueRef mesh = LLVMConstNull(c->ptr), plan = LLVMConstNull(c->ptr);
+  int naxis = dev >= 0 ? m->mesh.a[0].naxis : 0;
+  if (naxis) {
+    mesh = i32_array(c, m->mesh.a[0].axis_size, naxis, "mesh");
+    plan = cstr(c, c->plan_hash);
+  }
   LLVMValueRef globals = private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
   LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32,
                       c->ptr, c->ptr, c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr};
@@ -298,7 +342,7 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
   static_assert(COUNTOF(doff) == COUNTOF(ft), "DtModelDesc fields");
   check_layout(c, dt, sizeof(DtModelDesc), doff, COUNTOF(doff));
   LLVMValueRef f[] = {cstr(c, m->name),
-                      cstr(c, module_hash(m)),
+                      cstr(c, c->hash),
                       cg_i32(c, ng),
                       globals,
                       cg_i64(c, c->state_bytes),
@@ -311,9 +355,9 @@ static LLVMValueRef model_desc(Cg *c, Func *fwd, const bool *live, Func *train,
                       cg_i32(c, nout),
                       fwd_in,
                       i32_array(c, fwd_out, nout, "fwd_out"),
-                      cg_i32(c, 0),
-                      LLVMConstNull(c->ptr),
-                      LLVMConstNull(c->ptr)};
+                      cg_i32(c, naxis),
+                      mesh,
+                      plan};
   return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
 }
 
@@ -355,16 +399,36 @@ static void pack(Cg *c, LLVMValueRef f, int first, int n, LLVMValueRef *ptrs,
   }
 }
 
-static void wrappers(Cg *c, LLVMValueRef desc, Func *fwd, const bool *live, Func *train) {
+/* desc[0..ndev) are the devices' descriptions; ndev 0: desc[0] is the
+ * model's only one. fwd, live and train are those of device 0. NAME_create
+ * leaves its message (empty on success) in a buffer of the calling thread,
+ * which NAME_error(NULL) returns. */
+static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool *live,
+                     Func *train) {
   Module *m = c->m;
   LLVMTypeRef p = c->ptr, i64 = c->i64, i32 = c->i32;
   LLVMValueRef f, r;
+  enum { ERRLEN = 1024 };
+  LLVMTypeRef et = LLVMArrayType(c->i8, ERRLEN);
+  LLVMValueRef err = LLVMAddGlobal(c->mod, et, arena_printf(m->arena, "%s.create_error", m->name));
+  LLVMSetInitializer(err, LLVMConstNull(et));
+  LLVMSetLinkage(err, LLVMInternalLinkage);
+  LLVMSetThreadLocal(err, 1);
 
   LLVMTypeRef create[] = {p, i64};
   f = wrapper(c, "create", i32, create, 2);
-  LLVMTypeRef create_rt[] = {p, i64, p};
-  LLVMValueRef create_arg[] = {desc, LLVMGetParam(f, 1), LLVMGetParam(f, 0)};
-  LLVMBuildRet(c->b, call(c, "dtrt_model_create", i32, create_rt, create_arg, 3));
+  LLVMValueRef seed = LLVMGetParam(f, 1), out = LLVMGetParam(f, 0), none = LLVMConstNull(p);
+  LLVMValueRef errlen = cg_i64(c, ERRLEN);
+  if (ndev) {
+    LLVMValueRef dev = private_const(c, LLVMConstArray(p, desc, (unsigned)ndev), "devices");
+    LLVMTypeRef rt[] = {p, i32, i64, p, p, i64, p};
+    LLVMValueRef arg[] = {dev, cg_i32(c, ndev), seed, none, err, errlen, out};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_create_spmd_with", i32, rt, arg, 7));
+  } else {
+    LLVMTypeRef rt[] = {p, i64, p, p, i64, p};
+    LLVMValueRef arg[] = {desc[0], seed, none, err, errlen, out};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_create_with", i32, rt, arg, 6));
+  }
 
   int *in = arena_alloc(m->arena, sizeof(int) * (size_t)(m->global.n + 1));
   size_t npt = (size_t)(2 * (m->global.n + fwd->inst.n) + 2);
@@ -408,7 +472,13 @@ static void wrappers(Cg *c, LLVMValueRef desc, Func *fwd, const bool *live, Func
   LLVMBuildRet(c->b, call(c, "dtrt_model_step", i64, &p, &r, 1));
   f = wrapper(c, "error", p, &p, 1);
   r = LLVMGetParam(f, 0);
+  LLVMBasicBlockRef some = LLVMAppendBasicBlockInContext(c->ctx, f, "model");
+  LLVMBasicBlockRef nil = LLVMAppendBasicBlockInContext(c->ctx, f, "none");
+  LLVMBuildCondBr(c->b, LLVMBuildIsNull(c->b, r, ""), nil, some);
+  LLVMPositionBuilderAtEnd(c->b, some);
   LLVMBuildRet(c->b, call(c, "dtrt_model_error", p, &p, &r, 1));
+  LLVMPositionBuilderAtEnd(c->b, nil);
+  LLVMBuildRet(c->b, err);
   f = wrapper(c, "destroy", c->voidt, &p, 1);
   r = LLVMGetParam(f, 0);
   call(c, "dtrt_model_destroy", c->voidt, &p, &r, 1);
@@ -441,9 +511,30 @@ static bool c_identifier(const char *s) {
   return true;
 }
 
+/* Every rank is given the whole batch and reads its block of each input in
+ * place, which it can only when the block is a run of whole rows. */
+static bool check_inputs(const Module *m, int ndev, Diag *d) {
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *g = &m->global.a[k];
+    for (int dev = 0; g->kind == G_INPUT && dev < ndev; dev++) {
+      Type block;
+      ir_local_type(m, g->shard, &g->type, dev, &block, NULL);
+      for (int i = 1; i < g->type.rank; i++)
+        if (block.dim[i] != g->type.dim[i]) {
+          diag_error(d, g->loc, "input '%s' is split on dimension %d; inputs may be split on "
+                     "their first dimension only", g->name, i);
+          return false;
+        }
+    }
+  }
+  return true;
+}
+
 bool cg_emit(Module *m, const Options *opt, Diag *d) {
   Loc none = {0};
-  Func *fwd = ir_find_func(m, "forward"), *train = ir_find_func(m, "train_step");
+  int ndev = cg_devices(m);
+  Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
+  Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
   if (!c_identifier(m->name)) {
     diag_error(d, none, "model name '%s' cannot name C functions (%s_create, ...)", m->name,
                m->name);
@@ -457,6 +548,8 @@ bool cg_emit(Module *m, const Options *opt, Diag *d) {
     const Inst **outs = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(train->inst.n + 1));
     DTC_ASSERT(cg_func_outputs(train, NULL, outs) == 1);   /* the loss, all DtStepFn takes */
   }
+  if (!check_inputs(m, ndev, d))
+    return false;
   LLVMTargetMachineRef tm = cg_target_machine(opt, d);
   if (!tm)
     return false;
@@ -480,21 +573,36 @@ bool cg_emit(Module *m, const Options *opt, Diag *d) {
   LLVMSetModuleDataLayout(c->mod, td);
   LLVMDisposeTargetData(td);
   make_types(c);
-  layout_state(c);
+  c->hash = text_hash(m, ir_print);
+  if (ndev)
+    c->plan_hash = text_hash(m, spmd_report);
 
-  LLVMValueRef fwd_fn = NULL, train_fn = NULL;
-  bool *live = NULL;
-  for (int k = 0; k < m->func.n; k++) {
-    Func *f = m->func.a[k];
-    ir_renumber(f);
-    bool *l = f == fwd ? live = cg_live(f) : NULL;
-    LLVMValueRef fn = cg_func(c, f, l);
-    if (f == fwd)
-      fwd_fn = fn;
-    if (f == train)
-      train_fn = fn;
+  LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
+  bool *live0 = NULL;
+  for (int k = 0; k < (ndev ? ndev : 1); k++) {
+    int dev = ndev ? k : -1;
+    c->state_off = arena_alloc(m->arena, sizeof(int64_t) * (size_t)(m->global.n + 1));
+    c->state_bytes = cg_state_layout(m, dev, c->state_off);
+    Func *fw = cg_device_func(m, "forward", dev), *tr = cg_device_func(m, "train_step", dev);
+    DTC_ASSERT(fw && !tr == !train);
+    LLVMValueRef fwd_fn = NULL, train_fn = NULL;
+    bool *live = cg_live(fw);
+    for (int j = 0; j < m->func.n; j++) {
+      Func *f = m->func.a[j];
+      if (f->device != dev)
+        continue;
+      ir_renumber(f);
+      LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
+      if (f == fw)
+        fwd_fn = fn;
+      if (f == tr)
+        train_fn = fn;
+    }
+    desc[k] = model_desc(c, dev, fw, live, tr, fwd_fn, train_fn);
+    if (!k)
+      live0 = live;
   }
-  wrappers(c, model_desc(c, fwd, live, train, fwd_fn, train_fn), fwd, live, train);
+  wrappers(c, desc, ndev, fwd, live0, train);
 
   char *msg = NULL;
   if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))

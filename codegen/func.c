@@ -3,6 +3,10 @@
  * call to the libdtrt kernel dtrt_k_<op> on DtTensor descriptors built on the
  * stack, whose status is returned at once when not 0. Loads and reshapes are
  * addresses; stores and outputs copy unless the producer already wrote there.
+ * A device's function (after spmd) reads its block of each input in the whole
+ * batch the caller passes, and after a failure skips the rest of its compute
+ * but still makes its collectives, which the other ranks wait for, before it
+ * returns the first failure's status.
  * Requires: memplan's offsets; fusion groups contiguous (or none). */
 #include <string.h>
 
@@ -25,11 +29,20 @@ LLVMValueRef cg_state_addr(CgFn *fn, const Global *g) {
   return cg_gep(fn, fn->state, off);
 }
 
-static LLVMValueRef alloca_entry(CgFn *fn, LLVMTypeRef t, const char *name) {
+/* Values kept for later use are made in the entry block, which dominates
+ * every use: enter, build, then leave to where the builder was. */
+static LLVMBasicBlockRef enter(CgFn *fn) {
   LLVMBasicBlockRef here = LLVMGetInsertBlock(fn->c->b);
   LLVMPositionBuilderAtEnd(fn->c->b, fn->entry);
+  return here;
+}
+
+static void leave(CgFn *fn, LLVMBasicBlockRef here) { LLVMPositionBuilderAtEnd(fn->c->b, here); }
+
+static LLVMValueRef alloca_entry(CgFn *fn, LLVMTypeRef t, const char *name) {
+  LLVMBasicBlockRef here = enter(fn);
   LLVMValueRef a = LLVMBuildAlloca(fn->c->b, t, name);
-  LLVMPositionBuilderAtEnd(fn->c->b, here);
+  leave(fn, here);
   return a;
 }
 
@@ -41,6 +54,7 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
   Cg *c = fn->c;
   if (fn->val[i->id])
     return fn->val[i->id];
+  LLVMBasicBlockRef here = enter(fn);
   LLVMValueRef v;
   if (i->op == OP_const) {
     v = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "value", 0));
@@ -58,6 +72,7 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
         fn->step};
     v = LLVMBuildCall2(c->b, ft, cg_extern(c, "dtrt_lr", ft), arg, COUNTOF(arg), "lr");
   }
+  leave(fn, here);
   return fn->val[i->id] = v;
 }
 
@@ -74,6 +89,7 @@ static const Inst *home_output(CgFn *fn, const Inst *v) {
 LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
   if (fn->addr[i->id])
     return fn->addr[i->id];
+  LLVMBasicBlockRef here = enter(fn);
   LLVMValueRef a;
   if (i->op == OP_reshape) {
     a = cg_addr(fn, i->in[0]);
@@ -89,6 +105,7 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
     DTC_ASSERT(o);
     a = fn->out_ptr[fn->out_index[o->id]];
   }
+  leave(fn, here);
   return fn->addr[i->id] = a;
 }
 
@@ -107,9 +124,16 @@ static void fill_tensor(CgFn *fn, LLVMValueRef t, LLVMValueRef data, const Type 
     LLVMBuildStore(c->b, cg_i64(c, ty->dim[d]), field(fn, c->tensor, t, 3, d));
 }
 
-/* Returns status s from the function when it is not DT_OK. */
+/* Returns status s from the function when it is not DT_OK; a device's
+ * function keeps the first failure in fn->err and goes on. */
 static void check(CgFn *fn, LLVMValueRef s) {
   Cg *c = fn->c;
+  if (fn->err) {
+    LLVMValueRef e = LLVMBuildLoad2(c->b, c->i32, fn->err, "");
+    LLVMValueRef first = LLVMBuildICmp(c->b, LLVMIntEQ, e, cg_i32(c, 0), "");
+    LLVMBuildStore(c->b, LLVMBuildSelect(c->b, first, s, e, ""), fn->err);
+    return;
+  }
   LLVMBasicBlockRef here = LLVMGetInsertBlock(c->b);
   LLVMBasicBlockRef ok = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "ok");
   LLVMValueRef bad = LLVMBuildICmp(c->b, LLVMIntNE, s, cg_i32(c, 0), "");
@@ -161,17 +185,33 @@ static void copy(CgFn *fn, LLVMValueRef dst, const Inst *v) {
   LLVMBuildMemCpy(c->b, dst, 4, src, 4, cg_i64(c, bytes));
 }
 
+/* Where this function's block of input g starts in the whole batch, in
+ * bytes: a block of rows (emit.c's check_inputs). */
+static int64_t input_skip(const CgFn *fn, const Global *g) {
+  const Module *m = fn->c->m;
+  if (fn->f->device < 0 || !g->shard || !g->type.rank)
+    return 0;
+  Type block;
+  int64_t begin[IR_MAX_RANK];
+  ir_local_type(m, g->shard, &g->type, fn->f->device, &block, begin);
+  for (int d = 1; d < g->type.rank; d++)
+    DTC_ASSERT(begin[d] == 0 && block.dim[d] == g->type.dim[d]);
+  return begin[0] * (type_elems(&g->type) / g->type.dim[0]) * (int64_t)dtype_size(g->type.dtype);
+}
+
 static void lower(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
   switch (x->op) {
   case OP_load: {
     const Global *g = memplan_global(x);
     if (g->kind == G_INPUT) {
+      LLVMBasicBlockRef here = enter(fn);
       LLVMValueRef idx = cg_i64(c, fn->input_index[g - c->m->global.a]);
       LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
-      fn->addr[x->id] = LLVMBuildLoad2(c->b, c->ptr, p, g->name);
+      fn->addr[x->id] = cg_gep(fn, LLVMBuildLoad2(c->b, c->ptr, p, g->name), input_skip(fn, g));
+      leave(fn, here);
     } else if (x->offset >= 0) {
-      int64_t bytes = type_elems(&g->type) * (int64_t)dtype_size(g->type.dtype);
+      int64_t bytes = type_elems(&x->type) * (int64_t)dtype_size(x->type.dtype);
       LLVMBuildMemCpy(c->b, cg_addr(fn, x), 64, cg_state_addr(fn, g), 64, cg_i64(c, bytes));
     }
     return;
@@ -241,7 +281,7 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
   fn->fail_phi = LLVMBuildPhi(c->b, c->i32, "status");
   LLVMBuildRet(c->b, fn->fail_phi);
 
-  LLVMPositionBuilderAtEnd(c->b, body);
+  LLVMPositionBuilderAtEnd(c->b, fn->entry);
   fn->out_ptr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(nout + 1));
   for (int k = 0; k < nout; k++) {
     fn->out_index[outs[k]->id] = k;
@@ -249,21 +289,41 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
     LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->outputs, &idx, 1, "");
     fn->out_ptr[k] = LLVMBuildLoad2(c->b, c->ptr, p, ir_get_str(outs[k], "name", "out"));
   }
+  if (f->device >= 0) {
+    fn->err = LLVMBuildAlloca(c->b, c->i32, "err");
+    LLVMBuildStore(c->b, cg_i32(c, 0), fn->err);
+  }
+  LLVMPositionBuilderAtEnd(c->b, body);
   for (int i = 0; i < n;) {
     Inst *x = f->inst.a[i];
     int j = i + 1;
     if (x->fuse)
       while (j < n && f->inst.a[j]->fuse == x->fuse)
         j++;
-    if (live && !live[i])
-      ;
-    else if (x->fuse || ir_ops[x->op].kind == K_ELEM)
+    if (live && !live[i]) {
+      i = j;
+      continue;
+    }
+    /* after a failure a device's function runs its collectives only */
+    LLVMBasicBlockRef next = NULL;
+    if (fn->err && ir_ops[x->op].kind != K_COMM) {
+      LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "run");
+      next = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "next");
+      LLVMValueRef e = LLVMBuildLoad2(c->b, c->i32, fn->err, "");
+      LLVMBuildCondBr(c->b, LLVMBuildICmp(c->b, LLVMIntEQ, e, cg_i32(c, 0), ""), run, next);
+      LLVMPositionBuilderAtEnd(c->b, run);
+    }
+    if (x->fuse || ir_ops[x->op].kind == K_ELEM)
       cg_group(fn, &f->inst.a[i], j - i);
     else
       lower(fn, x);
+    if (next) {
+      LLVMBuildBr(c->b, next);
+      LLVMPositionBuilderAtEnd(c->b, next);
+    }
     i = j;
   }
-  LLVMBuildRet(c->b, cg_i32(c, 0));
+  LLVMBuildRet(c->b, fn->err ? LLVMBuildLoad2(c->b, c->i32, fn->err, "") : cg_i32(c, 0));
   LLVMPositionBuilderAtEnd(c->b, fn->entry);
   LLVMBuildBr(c->b, body);
   if (!LLVMCountIncoming(fn->fail_phi))

@@ -1,6 +1,8 @@
 /* header.c: NAME.h, the C interface of a compiled model: valid C and C++,
  * every shape as macros, every function documented with its arguments'
- * shapes and its return codes. */
+ * shapes and its return codes. The interface of a model compiled for
+ * several devices is the same, with whole shapes: each rank of the job
+ * makes the same calls on the whole batch. */
 #include <ctype.h>
 #include <errno.h>
 #include <string.h>
@@ -109,7 +111,9 @@ static int64_t batch_size(const Module *m) {
 static void write_header(FILE *out, const Module *m, const char *base) {
   Arena *a = m->arena;
   const char *P = upper(a, m->name), *n = m->name;
-  const Func *fwd = ir_find_func(m, "forward"), *train = ir_find_func(m, "train_step");
+  int ndev = cg_devices(m);
+  const Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
+  const Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
   int cap = m->global.n + fwd->inst.n + 1;
   const char **taken = arena_alloc(a, sizeof(char *) * (size_t)(2 * cap));
   int ntaken = 0;
@@ -134,9 +138,10 @@ static void write_header(FILE *out, const Module *m, const char *base) {
     taken[ntaken++] = fout[k].name;
   }
   int64_t state = 0, work = 0;
-  for (int k = 0; k < m->global.n; k++)
-    if (m->global.a[k].kind != G_INPUT)
-      state += (type_elems(&m->global.a[k].type) * 4 + 63) / 64 * 64;
+  for (int dev = ndev ? 0 : -1; dev < ndev; dev++) {
+    int64_t s = cg_state_layout(m, dev, NULL);
+    state = s > state ? s : state;
+  }
   for (int k = 0; k < m->func.n; k++)
     work = m->func.a[k]->work_bytes > work ? m->func.a[k]->work_bytes : work;
 
@@ -152,6 +157,20 @@ static void write_header(FILE *out, const Module *m, const char *base) {
           " * Buffers are row-major; each comes with its element count, which must\n"
           " * equal the _ELEMS macro of its shape. */\n",
           base, n, DTC_VERSION, n, n);
+  if (ndev)
+    fprintf(out,
+            "\n/* SPMD: %s is compiled for a job of %s_DEVICES ranks, one per device of\n"
+            " * its mesh, started by an MPI launcher (mpirun -np %d ./app, or srun).\n"
+            " * Every rank runs the same program and makes the same calls, in the same\n"
+            " * order, with the whole batch: each rank computes on its own part of it and\n"
+            " * of the params, and every rank gets the whole outputs and the loss of the\n"
+            " * whole batch. The functions below are collective, and when one rank\n"
+            " * fails, all return its error. %s_create fails on every rank unless the\n"
+            " * job has exactly %s_DEVICES ranks. %s_save writes one file per rank,\n"
+            " * PATH.rankR, holding that rank's part; %s_load reads them back into the\n"
+            " * same plan on the same number of ranks. Shapes are those of whole\n"
+            " * tensors; memory sizes are per rank, for the rank that needs most. */\n",
+            n, P, ndev, n, P, n, n);
   fprintf(out, "#ifndef %s_H\n#define %s_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n", P, P);
   fputs("#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n", out);
 
@@ -166,6 +185,8 @@ static void write_header(FILE *out, const Module *m, const char *base) {
   if (batch > 0)
     fprintf(out, "/* The batch size: the leading dimension of every input. */\n"
                  "#define %s_BATCH %lld\n\n", P, (long long)batch);
+  fprintf(out, "/* The number of devices (ranks) the model is compiled for. */\n"
+               "#define %s_DEVICES %d\n\n", P, ndev ? ndev : 1);
   fputs("/* Shapes: NAME_RANK, NAME_DIMS (an initialiser), NAME_DIMi, NAME_ELEMS. */\n\n", out);
   for (int k = 0; k < m->global.n; k++) {
     const Global *g = &m->global.a[k];
@@ -185,9 +206,9 @@ static void write_header(FILE *out, const Module *m, const char *base) {
   fprintf(out,
           "/* Creates a model: params drawn from their initialisers with seed (the same\n"
           " * seed gives the same values on every machine), optimizer state zero, step 0.\n"
-          " * On failure *m is NULL. */\n"
+          " * On failure *m is NULL and %s_error(NULL) tells why. */\n"
           "int %s_create(%s **m, uint64_t seed);\n\n",
-          n, n);
+          n, n, n);
   if (train) {
     fprintf(out, "/* One training step on a batch: forward, backward and the %s update of\n"
                  " * every param; the step counter then advances by one.\n",
@@ -216,11 +237,12 @@ static void write_header(FILE *out, const Module *m, const char *base) {
           "int %s_load(%s *m, const char *path);\n\n"
           "/* The number of training steps taken. */\n"
           "int64_t %s_step(const %s *m);\n\n"
-          "/* The message of the last failure, \"\" if none. */\n"
+          "/* The message of the last failure of m, \"\" if none; with m NULL, why\n"
+          " * this thread's last %s_create failed (\"\" if it did not). */\n"
           "const char *%s_error(const %s *m);\n\n"
           "/* Frees the model; m may be NULL. */\n"
           "void %s_destroy(%s *m);\n\n",
-          n, n, n, n, n, n, n, n, n, n, n);
+          n, n, n, n, n, n, n, n, n, n, n, n);
   fprintf(out, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
 }
 

@@ -1,0 +1,314 @@
+/* spmd_train.c: trains a model compiled by dtc for STEPS steps on batches
+ * made here from a fixed seed, then runs its forward once, and writes the
+ * loss of every step, every param (gathered whole from the ranks' blocks)
+ * and the forward's output to OUT. Compiled once per plan of the same model:
+ * for one device (run alone) and for each parallel plan (run under mpiexec
+ * with that plan's rank count), so the files must agree:
+ *
+ *     spmd_train OUT [REF]
+ *     spmd_train --create-fails TEXT
+ *
+ * With REF (the single-device run's file) rank 0 compares OUT against it
+ * and exits 1 on a difference beyond the tolerance: per step
+ * |loss - ref| <= TOL max(1, |ref|), and every element of a tensor within
+ * TOL times the largest magnitude in the reference tensor. Elements that
+ * several ranks hold (replicated params) must agree to the same tolerance.
+ * With --create-fails a rank exits 0 only when creating the model fails
+ * with a message holding TEXT (a launch with the wrong rank count).
+ * Build with -DSPMD_GPT for examples/transformer.dt, else examples/mlp.dt. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "dtrt.h"
+
+#define STEPS 5
+#define TOL 1e-4
+#define SEED 42
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static uint64_t next(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+#ifdef SPMD_GPT
+#include "gpt.h"
+typedef gpt Model;
+#define model_create gpt_create
+#define model_destroy gpt_destroy
+#define model_error gpt_error
+#define OUT_ELEMS GPT_LOGITS_ELEMS
+static const char *const params[] = {"tok", "pos", "g1",   "c1",   "wq",   "wk", "wv", "wo", "g2",
+                                     "c2",  "w_up", "b_up", "w_dn", "b_dn", "g3", "c3", "w_out"};
+static int32_t ids[GPT_IDS_ELEMS], nxt[GPT_NEXT_ELEMS];
+
+/* Token sequences where each next token is the following id. */
+static void batch(void) {
+  for (int b = 0; b < GPT_IDS_DIM0; b++)
+    for (int t = 0; t < GPT_IDS_DIM1; t++)
+      ids[b * GPT_IDS_DIM1 + t] = (int32_t)(next() % GPT_DIM_V);
+  for (int k = 0; k < GPT_IDS_ELEMS; k++)
+    nxt[k] = (k + 1) % GPT_IDS_DIM1 ? ids[k + 1] : (int32_t)(next() % GPT_DIM_V);
+}
+
+static int train(Model *m, float *loss) {
+  batch();
+  return gpt_train_step(m, ids, GPT_IDS_ELEMS, nxt, GPT_NEXT_ELEMS, loss);
+}
+
+static int forward(Model *m, float *out) {
+  batch();
+  return gpt_forward(m, ids, GPT_IDS_ELEMS, out, OUT_ELEMS);
+}
+#else
+#include "mlp.h"
+typedef mlp Model;
+#define model_create mlp_create
+#define model_destroy mlp_destroy
+#define model_error mlp_error
+#define OUT_ELEMS MLP_LOGITS_ELEMS
+static const char *const params[] = {"w1", "b1", "w2", "b2"};
+static float x[MLP_X_ELEMS];
+static int32_t y[MLP_Y_ELEMS];
+
+static void batch(void) {
+  for (int k = 0; k < MLP_X_ELEMS; k++)
+    x[k] = (float)(next() >> 40) / (float)(1 << 24);
+  for (int k = 0; k < MLP_Y_ELEMS; k++)
+    y[k] = (int32_t)(next() % 10);
+}
+
+static int train(Model *m, float *loss) {
+  batch();
+  return mlp_train_step(m, x, MLP_X_ELEMS, y, MLP_Y_ELEMS, loss);
+}
+
+static int forward(Model *m, float *out) {
+  batch();
+  return mlp_forward(m, x, MLP_X_ELEMS, out, OUT_ELEMS);
+}
+#endif
+
+#define NPARAM ((int)(sizeof params / sizeof params[0]))
+#define NTENSOR (NPARAM + 1)
+
+typedef struct Tensor {
+  char name[32];
+  int64_t n;
+  float *v;
+} Tensor;
+
+typedef struct Run {
+  float loss[STEPS];
+  Tensor t[NTENSOR];   /* the params, then the forward's output */
+} Run;
+
+static int64_t elems(const int64_t *dim, int rank) {
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++)
+    n *= dim[d];
+  return n;
+}
+
+/* Puts block b (dims dim, from begin on) into the whole tensor w of dims
+ * full; where held[] is already set, records the largest difference. */
+static void place(float *w, bool *held, const int64_t *full, int rank, const float *b,
+                  const int64_t *dim, const int64_t *begin, double *diff) {
+  int64_t at[DT_MAX_RANK] = {0}, n = elems(dim, rank);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = 0;
+    for (int d = 0; d < rank; d++)
+      i = i * full[d] + begin[d] + at[d];
+    if (held[i])
+      *diff = fmax(*diff, fabs((double)w[i] - b[k]));
+    else
+      w[i] = b[k], held[i] = true;
+    for (int d = rank - 1; d >= 0 && ++at[d] == dim[d]; d--)
+      at[d] = 0;
+  }
+}
+
+/* Rank 0 gathers every rank's block of param `name` into t; false (on rank
+ * 0) when an element is missing or replicas differ. */
+static bool gather(Model *model, const char *name, Tensor *t, int me, int np) {
+  DtTensor b;
+  int64_t full[DT_MAX_RANK], meta[2 * DT_MAX_RANK] = {0};   /* block dims, then begin */
+  if (dtrt_model_tensor_block((DtModel *)model, name, &b, full, meta + DT_MAX_RANK)) {
+    fprintf(stderr, "spmd_train: %s\n", model_error(model));
+    exit(1);
+  }
+  memcpy(meta, b.dim, sizeof b.dim);
+  int nm = 2 * DT_MAX_RANK;
+  int64_t *all = me ? NULL : malloc(sizeof *all * (size_t)(nm * np));
+  if (np > 1)
+    MPI_Gather(meta, nm, MPI_INT64_T, all, nm, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  else
+    memcpy(all, meta, sizeof meta);
+  if (me) {
+    MPI_Send(b.data, (int)elems(b.dim, b.rank), MPI_FLOAT, 0, 0, MPI_COMM_WORLD);
+    return true;
+  }
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->n = elems(full, b.rank);
+  t->v = calloc((size_t)t->n, sizeof *t->v);
+  bool *held = calloc((size_t)t->n, sizeof *held);
+  double diff = 0, max = 0;
+  for (int r = 0; r < np; r++) {
+    const int64_t *mr = all + r * nm;
+    int64_t n = elems(mr, b.rank);
+    float *blk = r ? malloc(sizeof *blk * (size_t)(n + 1)) : b.data;
+    if (r)
+      MPI_Recv(blk, (int)n, MPI_FLOAT, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    place(t->v, held, full, b.rank, blk, mr, mr + DT_MAX_RANK, &diff);
+    if (r)
+      free(blk);
+  }
+  bool ok = true;
+  for (int64_t i = 0; i < t->n; i++) {
+    ok &= held[i];
+    max = fmax(max, fabs(t->v[i]));
+  }
+  if (!ok)
+    fprintf(stderr, "spmd_train: '%s': no rank holds some elements\n", name);
+  if (diff > TOL * max) {
+    fprintf(stderr, "spmd_train: '%s': replicas differ by %g (largest element %g)\n", name, diff,
+            max);
+    ok = false;
+  }
+  free(held);
+  free(all);
+  return ok;
+}
+
+static bool write_run(const char *path, const Run *r) {
+  FILE *f = fopen(path, "wb");
+  bool ok = f && fwrite(r->loss, sizeof r->loss, 1, f) == 1;
+  for (int k = 0; ok && k < NTENSOR; k++)
+    ok = fwrite(r->t[k].name, sizeof r->t[k].name, 1, f) == 1 &&
+         fwrite(&r->t[k].n, sizeof r->t[k].n, 1, f) == 1 &&
+         fwrite(r->t[k].v, sizeof *r->t[k].v, (size_t)r->t[k].n, f) == (size_t)r->t[k].n;
+  if (f && fclose(f))
+    ok = false;
+  if (!ok)
+    fprintf(stderr, "spmd_train: cannot write %s\n", path);
+  return ok;
+}
+
+static bool read_run(const char *path, Run *r) {
+  FILE *f = fopen(path, "rb");
+  bool ok = f && fread(r->loss, sizeof r->loss, 1, f) == 1;
+  for (int k = 0; ok && k < NTENSOR; k++) {
+    ok = fread(r->t[k].name, sizeof r->t[k].name, 1, f) == 1 &&
+         fread(&r->t[k].n, sizeof r->t[k].n, 1, f) == 1 && r->t[k].n > 0 &&
+         r->t[k].n < (1 << 28);
+    r->t[k].v = ok ? malloc(sizeof *r->t[k].v * (size_t)r->t[k].n) : NULL;
+    ok = ok && fread(r->t[k].v, sizeof *r->t[k].v, (size_t)r->t[k].n, f) == (size_t)r->t[k].n;
+  }
+  if (f)
+    fclose(f);
+  if (!ok)
+    fprintf(stderr, "spmd_train: cannot read %s\n", path);
+  return ok;
+}
+
+static bool compare(const Run *got, const Run *ref) {
+  bool ok = true;
+  double worst = 0;
+  for (int s = 0; s < STEPS; s++) {
+    double tol = TOL * fmax(1, fabs(ref->loss[s]));
+    worst = fmax(worst, fabs(got->loss[s] - ref->loss[s]));
+    if (fabs(got->loss[s] - ref->loss[s]) > tol) {
+      fprintf(stderr, "spmd_train: step %d: loss %.9g, single device %.9g\n", s, got->loss[s],
+              ref->loss[s]);
+      ok = false;
+    }
+  }
+  printf("%-8s max |diff| %.3g over %d steps\n", "loss", worst, STEPS);
+  for (int k = 0; k < NTENSOR; k++) {
+    const Tensor *g = &got->t[k], *r = &ref->t[k];
+    if (strcmp(g->name, r->name) || g->n != r->n) {
+      fprintf(stderr, "spmd_train: tensor %d is '%s' of %lld, single device '%s' of %lld\n", k,
+              g->name, (long long)g->n, r->name, (long long)r->n);
+      ok = false;
+      continue;
+    }
+    double max = 0, diff = 0;
+    int64_t worst = 0;
+    for (int64_t i = 0; i < r->n; i++)
+      max = fmax(max, fabs(r->v[i]));
+    for (int64_t i = 0; i < r->n; i++)
+      if (fabs((double)g->v[i] - r->v[i]) > diff)
+        diff = fabs((double)g->v[i] - r->v[i]), worst = i;
+    printf("%-8s max |diff| %.3g, %.3g of its largest element\n", r->name, diff,
+           max > 0 ? diff / max : diff);
+    if (diff > TOL * max) {
+      fprintf(stderr, "spmd_train: '%s'[%lld] is %.9g, single device %.9g\n", r->name,
+              (long long)worst, g->v[worst], r->v[worst]);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || argc > 3) {
+    fprintf(stderr, "usage: spmd_train OUT [REF] | spmd_train --create-fails TEXT\n");
+    return 2;
+  }
+  const char *expect = strcmp(argv[1], "--create-fails") ? NULL : argv[2];
+  Model *model;
+  if (model_create(&model, SEED)) {
+    fprintf(stderr, "spmd_train: create: %s\n", model_error(NULL));
+    return expect && argc == 3 && strstr(model_error(NULL), expect) ? 0 : 1;
+  }
+  if (expect) {
+    fprintf(stderr, "spmd_train: the model was created; expected: %s\n", expect);
+    model_destroy(model);
+    return 1;
+  }
+  int me = dtrt_model_rank((DtModel *)model), np = 1, up;
+  MPI_Initialized(&up);
+  if (up)
+    MPI_Comm_size(MPI_COMM_WORLD, &np);
+  Run run = {0};
+  bool ok = true, bad = false;
+  for (int s = 0; s < STEPS && ok; s++)
+    if (train(model, &run.loss[s])) {
+      fprintf(stderr, "spmd_train: rank %d: step %d: %s\n", me, s, model_error(model));
+      ok = false;
+    }
+  Tensor *out = &run.t[NPARAM];
+  snprintf(out->name, sizeof out->name, "output");
+  out->n = OUT_ELEMS;
+  out->v = malloc(sizeof *out->v * OUT_ELEMS);
+  if (ok && forward(model, out->v)) {
+    fprintf(stderr, "spmd_train: rank %d: forward: %s\n", me, model_error(model));
+    ok = false;
+  }
+  /* every rank takes part in every gather, whatever rank 0 found */
+  for (int k = 0; ok && k < NPARAM; k++)
+    bad |= !gather(model, params[k], &run.t[k], me, np);
+  ok &= !bad;
+  model_destroy(model);
+  if (me == 0 && ok) {
+    ok = write_run(argv[1], &run);
+    Run ref = {0};
+    if (ok && argc == 3)
+      ok = read_run(argv[2], &ref) && compare(&run, &ref);
+    for (int k = 0; k < NTENSOR; k++)
+      free(ref.t[k].v);
+    printf("spmd_train: %d rank%s, loss %.6g -> %.6g: %s\n", np, np == 1 ? "" : "s", run.loss[0],
+           run.loss[STEPS - 1], ok ? "ok" : "FAILED");
+  }
+  for (int k = 0; k < NTENSOR; k++)
+    free(run.t[k].v);
+  return ok ? 0 : 1;
+}
