@@ -79,6 +79,17 @@ Func *ir_find_func(const Module *m, const char *name) {
   return NULL;
 }
 
+bool ir_func_is(const Func *f, const char *base) {
+  size_t n = strlen(base);
+  if (strncmp(f->name, base, n))
+    return false;
+  if (!f->name[n])
+    return true;
+  char copy[32];
+  snprintf(copy, sizeof copy, ".%d", f->device);
+  return f->device >= 0 && !strcmp(f->name + n, copy);
+}
+
 Inst *ir_find_inst(const Func *f, const char *name) {
   for (int i = 0; i < f->inst.n; i++)
     if (f->inst.a[i]->name && !strcmp(f->inst.a[i]->name, name))

@@ -272,6 +272,8 @@ Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc 
 Global *ir_find_global(const Module *m, const char *name);
 Func *ir_add_func(Module *m, const char *name, Loc loc);
 Func *ir_find_func(const Module *m, const char *name);
+/* True for @base and for its per-device copies @base.D (after spmd). */
+bool ir_func_is(const Func *f, const char *base);
 Inst *ir_find_inst(const Func *f, const char *name);
 
 /* Appends an op with operands; its type is unset until ir_infer or ir_finish. */

@@ -492,6 +492,7 @@ static bool mesh_coord(const Inst *inst, int64_t axis, int *coord, int *size) {
  * the sum of all blocks. */
 static bool comm_blocks(Inst *inst, int *coord, int64_t *mine, int64_t *total, char *err,
                         size_t errlen) {
+  *mine = *total = 0;
   int64_t axis = ir_get_int(inst, "axis", -1);
   int size, n;
   if (!mesh_coord(inst, axis, coord, &size))

@@ -32,11 +32,12 @@ static bool is_alias(const Inst *i) {
          i->op == OP_store || i->op == OP_output;
 }
 
-/* The training loss leaves @forward's generated code (codegen/emit.c's
- * cg_live), so it cannot hold a value there. */
+/* The training loss leaves @forward's generated code, and that of its
+ * per-device copies (codegen/emit.c's cg_live), so it cannot hold a value
+ * there. */
 static bool dropped(const Inst *out) {
   const char *loss = out->fn->mod->train.loss;
-  return loss && !strcmp(out->fn->name, "forward") && !strcmp(ir_get_str(out, "name", ""), loss);
+  return loss && ir_func_is(out->fn, "forward") && !strcmp(ir_get_str(out, "name", ""), loss);
 }
 
 bool memplan_output_direct(const Inst *out) {

@@ -154,7 +154,7 @@ DTRT_KERNEL(slice) {
   const char *op = "slice";
   DtStatus s;
   int ax;
-  int64_t b, e;
+  int64_t b = 0, e = 0;
   if ((s = begin1(ctx, op, in, nin, out, a, 3)) ||
       (s = range_attrs(ctx, op, a, in[0].rank, &ax, &b, &e)))
     return s;
@@ -178,7 +178,7 @@ DTRT_KERNEL(pad) {
   const char *op = "pad";
   DtStatus s;
   int ax;
-  int64_t b, size;
+  int64_t b = 0, size = 0;
   if ((s = begin1(ctx, op, in, nin, out, a, 3)) ||
       (s = range_attrs(ctx, op, a, in[0].rank, &ax, &b, &size)))
     return s;
