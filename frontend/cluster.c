@@ -385,9 +385,12 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, Diag *d) {
     int size = m->mesh.a[mi].axis_size[ai];
     if (e->kind == E_CALL && !(sh->ratio[k] = lower_ratios(a, e, size, d)))
       return false;
-    if (e->kind == E_IDENT && g->type.dim[k] % size) {
+    /* Under plan auto and even, a split that does not divide gets blocks
+     * that differ by at most one element; explicit plans say what they mean. */
+    if (e->kind == E_IDENT && m->plan == PLAN_EXPLICIT && g->type.dim[k] % size) {
       diag_error(d, e->loc, "dimension %d of '%s' (%lld) does not split evenly over the %d devices "
-                 "of axis '%s'", k, s->name, (long long)g->type.dim[k], size, e->s);
+                 "of axis '%s'; give ratios, or plan auto", k, s->name,
+                 (long long)g->type.dim[k], size, e->s);
       return false;
     }
   }
@@ -411,6 +414,18 @@ bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, Dia
       lower_mesh(m, pd->body.a[k], d);
   /* Shards name mesh axes: after a broken mesh, they are not checked. */
   bool meshes_ok = d->nerr == nerr;
+  /* Whether an even split must divide depends on the plan, which may come
+   * after the shards: read it first, report on it in source order. */
+  for (int k = 0; k < pd->body.n; k++) {
+    const Stmt *s = pd->body.a[k];
+    for (int j = 0; s->kind == S_PLAN && j < COUNTOF(plans); j++)
+      if (!strcmp(plans[j], s->name)) {
+        m->plan = modes[j];
+        break;
+      }
+    if (s->kind == S_PLAN)
+      break;
+  }
   for (int k = 0; k < pd->body.n && !diag_full(d); k++) {
     const Stmt *s = pd->body.a[k];
     if (s->kind == S_SHARD && meshes_ok && m->mesh.n == 0) {
@@ -427,8 +442,6 @@ bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, Dia
         j++;
       if (j == COUNTOF(plans))
         diag_error(d, s->name_loc, "unknown plan '%s' (expected auto, even or explicit)", s->name);
-      else
-        m->plan = modes[j];
     }
   }
   return d->nerr == nerr;

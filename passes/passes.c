@@ -7,6 +7,7 @@
 
 const Pass pass_table[] = {
   {"autodiff", pass_autodiff, "training step: forward, backward, optimizer update"},
+  {"plan", pass_plan, "per-device ratios of the splits: device speeds and memory, one LP"},
   {"sharding", pass_sharding, "how every tensor lies on the mesh: annotations, propagation"},
   {"spmd", pass_spmd, "per-device functions: local shapes and collectives"},
   {"fusion", pass_fusion, "group elementwise chains into single loops"},

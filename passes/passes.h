@@ -22,6 +22,20 @@ Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d);
  * reporting errors to d. */
 bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d);
 
+/* ---- plan.c ----------------------------------------------------------- */
+
+/* Chooses the per-device ratios of the annotated splits (`plan auto`: a
+ * linear program over device speeds and memory; `plan even`: even). */
+bool pass_plan(Module *m, Diag *d);
+/* The linear program's ratios of mesh axis 0 for the module as it stands,
+ * before rounding, into ratio[axis size]; false when it cannot be planned
+ * (no cluster, not one one-axis mesh, no step) or has no solution. */
+bool plan_solve(const Module *m, double *ratio);
+/* The device plan (--emit=plan): every device's ratio and compute time, the
+ * gradient all-reduce, the predicted step time against the even plan's, and
+ * the bottleneck device; nothing unless the module has one one-axis mesh. */
+void plan_report(FILE *out, const Module *m);
+
 /* ---- sharding.c ------------------------------------------------------- */
 
 /* Chooses the sharding of every value of @train_step and @forward and of
@@ -90,5 +104,58 @@ void memplan_report(FILE *out, const Module *m);
 bool memplan_output_direct(const Inst *out);
 /* The global read or written by a load or store. */
 const Global *memplan_global(const Inst *i);
+
+/* ---- sim.c ------------------------------------------------------------ */
+
+/* The step simulator (--emit=sim): one training step of a module after spmd
+ * (or of a module without a mesh, on one device: the cluster's first device,
+ * or SIM_DEFAULT_GFLOPS without a cluster). Each device walks @train_step.D
+ * (@forward.D when there is no training step) in order: an op takes
+ * sim_compute_time, a collective waits for its whole axis group, then takes
+ * sim_comm_time on every member. Times are in seconds. */
+#define SIM_DEFAULT_GFLOPS 50.0  /* a device without a cluster */
+#define SIM_MEM_BW 10e9          /* bytes/s written by elementwise and data movement ops */
+#define SIM_DEFAULT_BW 10e9      /* bytes/s of a collective when the cluster has no link */
+#define SIM_DEFAULT_LAT 10e-6    /* seconds per step of such a collective */
+
+typedef struct SimDev {
+  double compute;     /* busy computing */
+  double comm;        /* in collectives, from the group's start to the end */
+  double idle;        /* step - compute - comm: waiting for the group, or for the step */
+  double finish;      /* when its last op ends */
+} SimDev;
+
+typedef struct SimResult {
+  int ndev;
+  SimDev *dev;        /* ndev entries, in the module's arena */
+  double step;        /* predicted step time: the latest finish */
+  int bottleneck;     /* the device that finishes last (ties: the busier one) */
+} SimResult;
+
+/* The predicted step time in seconds, and per device times into r (may be
+ * NULL); -1 when the module has no step function for some device or its
+ * devices' collectives do not match. Cheap enough for a planner's inner loop:
+ * one pass over the per-device functions, memory only for r. */
+double sim_step(const Module *m, SimResult *r);
+/* sim_step, calling ev (when not NULL) for every op that takes time. */
+typedef void (*SimEventFn)(void *user, int device, const Inst *i, bool comm, double start,
+                           double dur);
+double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user);
+/* Device speed (GFLOP/s) of mesh position `device` (0 without a mesh). */
+double sim_gflops(const Module *m, int device);
+/* Seconds of compute op i on `device`: flops / speed, plus for K_ELEM and
+ * K_SHAPE ops the bytes of their result / SIM_MEM_BW; 0 for K_META and K_COMM. */
+double sim_compute_time(const Module *m, const Inst *i, int device);
+/* Seconds of collective c over the k devices members[]: lat * steps + bytes /
+ * bw, steps 2(k-1) for all_reduce and k-1 otherwise, bytes spmd_comm_bytes(c),
+ * link `intra` when every member is on one node, else `inter` (either when
+ * only one exists; SIM_DEFAULT_* when none). 0 for shard_slice or k < 2. */
+double sim_comm_time(const Module *m, const Inst *c, const int *members, int k);
+/* The per-device summary: compute, comm, idle ms, the step, the bottleneck. */
+void sim_report(FILE *out, const Module *m, const SimResult *r);
+/* sim_step writing a Chrome trace (JSON, viewable in Perfetto): one "X" event
+ * per op, ts and dur in microseconds, pid the device, tid 0 compute, 1 comm,
+ * named "op file:line". */
+double sim_trace_json(FILE *out, const Module *m, SimResult *r);
 
 #endif

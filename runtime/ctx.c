@@ -8,12 +8,6 @@
 
 #include "dtrt_int.h"
 
-struct DtrtCtx {
-  DtAllocator a;
-  char err[512];
-  DtComm *comm;
-};
-
 static void *sys_alloc(void *user, size_t n) {
   (void)user;
   void *p;

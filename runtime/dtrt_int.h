@@ -85,6 +85,15 @@ DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBl
 /* ---- ctx.c ------------------------------------------------------------ */
 
 typedef struct DtComm DtComm;
+typedef struct DtTrace DtTrace;
+
+struct DtrtCtx {
+  DtAllocator a;
+  char err[512];
+  DtComm *comm;
+  DtTrace *trace;   /* NULL unless DTRT_TRACE was set when the model was made */
+};
+
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
 
@@ -103,5 +112,40 @@ DtStatus dtrt_mpi(DtrtCtx *ctx, int err, const char *op, const char *call);
 /* Releases the communication state (dtrt_ctx_free): the communicators, and MPI
  * itself if this context initialised it. */
 void dtrt_comm_free(DtrtCtx *ctx);
+
+/* ---- trace.c ---------------------------------------------------------- */
+
+/* The measured timeline (DTRT_TRACE=FILE): spans of kernels (tid 0), of
+ * collectives (tid 1) and of whole steps (tid 2), written as a Chrome trace at
+ * dtrt_model_destroy. */
+typedef DtStatus (*DtKernelFn)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
+enum { DTRT_TID_KERNEL, DTRT_TID_COMM, DTRT_TID_STEP };
+
+/* Starts tracing into the file named by DTRT_TRACE, if set (FILE.rankR when
+ * the job has several ranks); DT_OK and nothing when it is not. */
+DtStatus dtrt_trace_open(DtrtCtx *ctx);
+/* Writes the trace (a failure is reported on stderr) and stops tracing. */
+void dtrt_trace_close(DtrtCtx *ctx);
+/* Seconds on a monotonic clock. */
+double dtrt_trace_clock(void);
+/* Records span [t0, t1] of name (a string that outlives the trace) on tid. */
+void dtrt_trace_add(DtrtCtx *ctx, const char *name, int tid, double t0, double t1);
+/* Runs kernel fn and records its span. */
+DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn fn,
+                           const DtTensor *in, int nin, DtTensor *out, const DtAttrs *a);
+
+/* Defines kernel dtrt_k_NAME with the body that follows as k_NAME: when the
+ * context traces, the call goes through dtrt_trace_kernel; otherwise the cost
+ * is one predictable branch. */
+#define DTRT_TRACED(name, tid) \
+  static DtStatus k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
+                           const DtAttrs *a); \
+  DTRT_KERNEL(name) { \
+    if (__builtin_expect(ctx != NULL && ctx->trace != NULL, 0)) \
+      return dtrt_trace_kernel(ctx, #name, tid, k_##name, in, nin, out, a); \
+    return k_##name(ctx, in, nin, out, a); \
+  } \
+  static DtStatus k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
+                           const DtAttrs *a)
 
 #endif

@@ -236,7 +236,7 @@ static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, 
 
 /* all_reduce: attributes axis, [method] (mpi or ring). in f32; out the sum
  * over the group, of in's shape; out->data may be in->data. */
-DTRT_KERNEL(all_reduce) {
+DTRT_TRACED(all_reduce, DTRT_TID_COMM) {
   const char *op = "all_reduce";
   DtGroup g;
   int method = 0, rest = -1;
@@ -283,7 +283,7 @@ static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, con
  * dim before dim has length 1: MPI then writes straight into out. Otherwise
  * they arrive packed, member after member, in a temporary buffer and are
  * copied into place (outer runs of len * inner elements each). */
-DTRT_KERNEL(all_gather) {
+DTRT_TRACED(all_gather, DTRT_TID_COMM) {
   const char *op = "all_gather";
   DtGroup g;
   int method = 0, rest = -1, d;
@@ -332,7 +332,7 @@ DTRT_KERNEL(all_gather) {
  * the sum over the group; f32. MPI and the ring read the blocks packed member
  * after member: in itself when every dim before dim has length 1, else a
  * packed copy (the ring always works on a copy, as it sums in place). */
-DTRT_KERNEL(reduce_scatter) {
+DTRT_TRACED(reduce_scatter, DTRT_TID_COMM) {
   const char *op = "reduce_scatter";
   DtGroup g;
   int method = 0, rest = -1, d;
@@ -431,7 +431,7 @@ static DtStatus exchange(DtrtCtx *ctx, const char *op, const DtGroup *g, int met
  * along din the blocks there are even (the first length % p members one
  * more). Member m receives from every member s the part of s's block that
  * falls in m's block along dout. */
-DTRT_KERNEL(all_to_all) {
+DTRT_TRACED(all_to_all, DTRT_TID_COMM) {
   const char *op = "all_to_all";
   DtGroup g;
   int method = 0, rest = -1, di, dout;
@@ -473,7 +473,7 @@ DTRT_KERNEL(all_to_all) {
 /* shard_slice: attributes axis, dim, p block lengths. in: the whole tensor;
  * out: this member's block along dim, cut locally (no communication); f32 or
  * i32. */
-DTRT_KERNEL(shard_slice) {
+DTRT_TRACED(shard_slice, DTRT_TID_COMM) {
   const char *op = "shard_slice";
   DtGroup g;
   int method = 0, rest = -1, d;

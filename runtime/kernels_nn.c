@@ -16,7 +16,7 @@
  * [..., m, k] and w [..., k, n]: equal batch dims, or one side 2-D and shared by
  * every batch of the other. out is [batch..., m, n]. When w is 2-D and x is not
  * transposed, x's batch dims fold into m and one sgemm does the whole product. */
-DTRT_KERNEL(matmul) {
+DTRT_TRACED(matmul, DTRT_TID_KERNEL) {
   const char *op = "matmul";
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 2, 0)) ||
@@ -159,20 +159,20 @@ static DtStatus softmax_op(DtrtCtx *ctx, const char *op, int kind, const DtTenso
 }
 
 /* softmax(x){axis?}: a->i[0] = axis, default -1 (the last). */
-DTRT_KERNEL(softmax) { return softmax_op(ctx, "softmax", SOFTMAX, in, nin, out, a); }
+DTRT_TRACED(softmax, DTRT_TID_KERNEL) { return softmax_op(ctx, "softmax", SOFTMAX, in, nin, out, a); }
 
 /* log_softmax(x){axis?}: a->i[0] = axis, default -1. */
-DTRT_KERNEL(log_softmax) {
+DTRT_TRACED(log_softmax, DTRT_TID_KERNEL) {
   return softmax_op(ctx, "log_softmax", LOG_SOFTMAX, in, nin, out, a);
 }
 
 /* softmax_grad(y, dy){axis?} -> y * (dy - sum(dy * y)); a->i[0] = axis, default -1. */
-DTRT_KERNEL(softmax_grad) {
+DTRT_TRACED(softmax_grad, DTRT_TID_KERNEL) {
   return softmax_op(ctx, "softmax_grad", SOFTMAX_GRAD, in, nin, out, a);
 }
 
 /* log_softmax_grad(y, dy){axis?} -> dy - exp(y) * sum(dy); a->i[0] = axis, default -1. */
-DTRT_KERNEL(log_softmax_grad) {
+DTRT_TRACED(log_softmax_grad, DTRT_TID_KERNEL) {
   return softmax_op(ctx, "log_softmax_grad", LOG_SOFTMAX_GRAD, in, nin, out, a);
 }
 
@@ -211,7 +211,7 @@ static double logsumexp(const float *x, int64_t n) {
 
 /* cross_entropy(logits[N,C], labels i32[N]) -> f32[]: the mean over rows of
  * -log_softmax(row)[label]; no attributes. N = 0 gives 0. */
-DTRT_KERNEL(cross_entropy) {
+DTRT_TRACED(cross_entropy, DTRT_TID_KERNEL) {
   const char *op = "cross_entropy";
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) ||
@@ -230,7 +230,7 @@ DTRT_KERNEL(cross_entropy) {
 
 /* cross_entropy_grad(logits[N,C], labels i32[N], dloss f32[]) -> f32[N,C]:
  * dloss * (softmax(row) - onehot(label)) / N; no attributes. */
-DTRT_KERNEL(cross_entropy_grad) {
+DTRT_TRACED(cross_entropy_grad, DTRT_TID_KERNEL) {
   const char *op = "cross_entropy_grad";
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 0, 0)) ||
@@ -256,7 +256,7 @@ DTRT_KERNEL(cross_entropy_grad) {
 
 /* mse(pred, target) -> f32[]: mean((pred - target)^2) over every element; no
  * attributes. Empty tensors give 0. */
-DTRT_KERNEL(mse) {
+DTRT_TRACED(mse, DTRT_TID_KERNEL) {
   const char *op = "mse";
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) ||
@@ -331,11 +331,11 @@ static DtStatus norm_op(DtrtCtx *ctx, const char *op, bool grad, const DtTensor 
 
 /* normalize(x){eps?} over the last axis: (x - mean) / sqrt(var + eps), var biased;
  * a->f[0] = eps, default 1e-5. */
-DTRT_KERNEL(normalize) { return norm_op(ctx, "normalize", false, in, nin, out, a); }
+DTRT_TRACED(normalize, DTRT_TID_KERNEL) { return norm_op(ctx, "normalize", false, in, nin, out, a); }
 
 /* normalize_grad(x, dy){eps?}: the exact derivative of normalize applied to dy:
  * (dy - mean(dy) - xhat * mean(dy * xhat)) / sqrt(var + eps); a->f[0] = eps. */
-DTRT_KERNEL(normalize_grad) { return norm_op(ctx, "normalize_grad", true, in, nin, out, a); }
+DTRT_TRACED(normalize_grad, DTRT_TID_KERNEL) { return norm_op(ctx, "normalize_grad", true, in, nin, out, a); }
 
 /* ---- embeddings ---- */
 
@@ -352,7 +352,7 @@ static DtStatus ids_check(DtrtCtx *ctx, const char *op, const DtTensor *ids, int
 
 /* embedding(table f32[V,D], ids i32[...]) -> f32[..., D]: row ids[k] of table for
  * each k; no attributes. */
-DTRT_KERNEL(embedding) {
+DTRT_TRACED(embedding, DTRT_TID_KERNEL) {
   const char *op = "embedding";
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) ||
@@ -383,7 +383,7 @@ DTRT_KERNEL(embedding) {
 
 /* embedding_grad(ids i32[...], dy f32[..., D]){rows} -> f32[rows, D]: zero, then
  * dy's row k added into row ids[k]; a->i[0] = rows (required). */
-DTRT_KERNEL(embedding_grad) {
+DTRT_TRACED(embedding_grad, DTRT_TID_KERNEL) {
   const char *op = "embedding_grad";
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 1, 0)) ||
@@ -455,18 +455,18 @@ static DtStatus dropout_op(DtrtCtx *ctx, const char *op, const DtTensor *in, int
 
 /* dropout(x){p, seed}: a->f[0] = p in [0, 1], a->i[0] = seed; the mask also
  * depends on a->step, so each training step draws a new one. */
-DTRT_KERNEL(dropout) { return dropout_op(ctx, "dropout", in, nin, out, a); }
+DTRT_TRACED(dropout, DTRT_TID_KERNEL) { return dropout_op(ctx, "dropout", in, nin, out, a); }
 
 /* dropout_grad(dy){p, seed}: the same mask and scale as dropout with the same
  * attributes and step, applied to dy. */
-DTRT_KERNEL(dropout_grad) { return dropout_op(ctx, "dropout_grad", in, nin, out, a); }
+DTRT_TRACED(dropout_grad, DTRT_TID_KERNEL) { return dropout_op(ctx, "dropout_grad", in, nin, out, a); }
 
 /* ---- causal mask ---- */
 
 /* causal_mask(x[..., r, c]){fill?}: entries with column j > row i become fill,
  * the others are copied; a->f[0] = fill, default -inf. Its backward is the same
  * op with fill = 0. */
-DTRT_KERNEL(causal_mask) {
+DTRT_TRACED(causal_mask, DTRT_TID_KERNEL) {
   const char *op = "causal_mask";
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 0, 1)) ||

@@ -172,21 +172,21 @@ static DtStatus reduce(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin
 }
 
 /* sum(x){axes, keepdim?}: attributes as at the top of this file. */
-DTRT_KERNEL(sum) { return reduce(ctx, "sum", in, nin, out, a, R_SUM, false); }
+DTRT_TRACED(sum, DTRT_TID_KERNEL) { return reduce(ctx, "sum", in, nin, out, a, R_SUM, false); }
 
 /* mean(x){axes, keepdim?}: the sum divided by the reduced element count (an
  * empty reduction gives NaN). */
-DTRT_KERNEL(mean) { return reduce(ctx, "mean", in, nin, out, a, R_SUM, true); }
+DTRT_TRACED(mean, DTRT_TID_KERNEL) { return reduce(ctx, "mean", in, nin, out, a, R_SUM, true); }
 
 /* max(x){axes, keepdim?}: an empty reduction gives -inf; NaN propagates. */
-DTRT_KERNEL(max) { return reduce(ctx, "max", in, nin, out, a, R_MAX, false); }
+DTRT_TRACED(max, DTRT_TID_KERNEL) { return reduce(ctx, "max", in, nin, out, a, R_MAX, false); }
 
 /* max_grad(x, y, dy){axes, keepdim?} -> dx shaped like x: each dy element goes
  * to the first maximal element of its group (first in memory order; the first
  * NaN when the group has one), every other element gets 0. y is only checked
  * for shape: the maxima are found again from x, exactly as max found them. The
  * attributes decode as for max, with y's rank as the reduced rank. */
-DTRT_KERNEL(max_grad) {
+DTRT_TRACED(max_grad, DTRT_TID_KERNEL) {
   const char *op = "max_grad";
   DtStatus s;
   Plan p;

@@ -84,7 +84,7 @@ static DtStatus begin1(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin
 
 /* reshape(x){shape}: out's shape is the one used; a->i, when given, lists it
  * (-1 matches any dim). Same element count; elements are copied in order. */
-DTRT_KERNEL(reshape) {
+DTRT_TRACED(reshape, DTRT_TID_KERNEL) {
   DtStatus s;
   if ((s = begin1(ctx, "reshape", in, nin, out, a, DT_MAX_RANK)) ||
       (s = shape_attr(ctx, "reshape", a, out)))
@@ -100,7 +100,7 @@ DTRT_KERNEL(reshape) {
 
 /* transpose(x){perm}: a->i[0..rank) = perm, out dim k is x's dim perm[k];
  * negative entries count from the end. */
-DTRT_KERNEL(transpose) {
+DTRT_TRACED(transpose, DTRT_TID_KERNEL) {
   const char *op = "transpose";
   DtStatus s;
   if ((s = begin1(ctx, op, in, nin, out, a, DT_MAX_RANK)))
@@ -150,7 +150,7 @@ static void blocks(uint32_t *dst, int64_t dn, const uint32_t *src, int64_t sn, i
 
 /* slice(x){axis, begin, end}: elements begin <= j < end along axis, with
  * 0 <= begin <= end <= x's dim. */
-DTRT_KERNEL(slice) {
+DTRT_TRACED(slice, DTRT_TID_KERNEL) {
   const char *op = "slice";
   DtStatus s;
   int ax;
@@ -174,7 +174,7 @@ DTRT_KERNEL(slice) {
 
 /* pad(x){axis, begin, size}: zero-extends axis to size with x placed at begin,
  * 0 <= begin and begin + x's dim <= size; the backward of slice. */
-DTRT_KERNEL(pad) {
+DTRT_TRACED(pad, DTRT_TID_KERNEL) {
   const char *op = "pad";
   DtStatus s;
   int ax;
@@ -199,7 +199,7 @@ DTRT_KERNEL(pad) {
 
 /* concat(x0, ..., xk){axis}: a->i[0] = axis; inputs agree in dtype, rank and
  * every dim but axis; out's axis is the sum. */
-DTRT_KERNEL(concat) {
+DTRT_TRACED(concat, DTRT_TID_KERNEL) {
   const char *op = "concat";
   DtStatus s;
   int ax;
@@ -244,7 +244,7 @@ DTRT_KERNEL(concat) {
 /* broadcast(x){shape}: numpy rules: x's dims align with out's from the right,
  * missing leading dims are added, and each of x's dims equals out's or is 1.
  * a->i, when given, lists out's dims (-1 matches any). */
-DTRT_KERNEL(broadcast) {
+DTRT_TRACED(broadcast, DTRT_TID_KERNEL) {
   const char *op = "broadcast";
   DtStatus s;
   if ((s = begin1(ctx, op, in, nin, out, a, DT_MAX_RANK)) || (s = shape_attr(ctx, op, a, out)))

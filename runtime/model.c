@@ -168,6 +168,7 @@ void dtrt_model_destroy(DtModel *m) {
   if (!m)
     return;
   DtrtCtx *ctx = m->ctx;
+  dtrt_trace_close(ctx);
   dtrt_free(ctx, m->state);
   dtrt_free(ctx, m->work);
   dtrt_free(ctx, m);
@@ -231,6 +232,8 @@ DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, ui
       m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
       m->work = m->state ? dtrt_alloc(ctx, (size_t)d->work_bytes) : NULL;
       s = m->work ? init_state(m, seed) : DT_ERR_NOMEM;
+      if (!s)
+        s = dtrt_trace_open(ctx);
     } else {
       s = DT_ERR_NOMEM;
     }
@@ -321,7 +324,10 @@ DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int6
     return s;
   void *outs[1] = {loss};
   dtrt_fail(m->ctx, DT_OK, "%s", "");
+  double t0 = m->ctx->trace ? dtrt_trace_clock() : 0;
   s = d->train_step(m->ctx, m->state, m->work, (void *const *)inputs, outs, m->step);
+  if (m->ctx->trace)
+    dtrt_trace_add(m->ctx, "train_step", DTRT_TID_STEP, t0, dtrt_trace_clock());
   if ((s = shared(m, s ? said(m, "train_step", s) : DT_OK)))
     return s;
   m->step++;
@@ -342,7 +348,10 @@ DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t
   if ((s = shared(m, s)))
     return s;
   dtrt_fail(m->ctx, DT_OK, "%s", "");
+  double t0 = m->ctx->trace ? dtrt_trace_clock() : 0;
   s = d->forward(m->ctx, m->state, m->work, (void *const *)inputs, outputs, m->step);
+  if (m->ctx->trace)
+    dtrt_trace_add(m->ctx, "forward", DTRT_TID_STEP, t0, dtrt_trace_clock());
   return shared(m, s ? said(m, "forward", s) : DT_OK);
 }
 

@@ -21,6 +21,8 @@ static const char usage[] =
   "  --emit=KIND          ir     the IR after the frontend, or after --stop-after\n"
   "                       dot    a Graphviz graph of the model\n"
   "                       plan   memory plan and training-step summary\n"
+  "                       sim    predicted step time per device; with -o FILE,\n"
+  "                              a Chrome trace (JSON) of the predicted step\n"
   "                       llvm   LLVM IR text (.ll)\n"
   "                       asm    assembly (.s)\n"
   "                       obj    object file (.o, the default)\n"
@@ -111,12 +113,12 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
         return fail("too many -D options");
       dr->defs[dr->ndefs++] = a + 2;
     } else if ((v = opt_value(a, "--emit="))) {
-      static const char *kinds[] = {"ir", "dot", "plan", "llvm", "asm", "obj"};
+      static const char *kinds[] = {"ir", "dot", "plan", "sim", "llvm", "asm", "obj"};
       bool ok = false;
       for (int k = 0; k < COUNTOF(kinds); k++)
         ok |= !strcmp(v, kinds[k]);
       if (!ok)
-        return fail("invalid value '%s' in '--emit' (expected ir, dot, plan, llvm, asm or obj)", v);
+        return fail("invalid value '%s' in '--emit' (expected ir, dot, plan, sim, llvm, asm or obj)", v);
       o->emit = v;
     } else if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3' && !a[3]) {
       o->opt_level = a[2] - '0';
@@ -280,11 +282,29 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     FILE *out = open_text_output(o->output);
     if (!out)
       return fail("cannot write '%s': %s", o->output, strerror(errno));
+    plan_report(out, m);
     if (m->mesh.n)
       spmd_report(out, m);
     memplan_report(out, m);
     if (out != stdout && fclose(out))
       return fail("cannot write '%s': %s", o->output, strerror(errno));
+    if (o->time_passes)
+      time_report(dr, fe_ms, -1);
+    return 0;
+  }
+
+  if (!strcmp(o->emit, "sim")) {
+    SimResult r;
+    FILE *out = o->output ? fopen(o->output, "w") : NULL;
+    if (o->output && !out)
+      return fail("cannot write '%s': %s", o->output, strerror(errno));
+    double step = out ? sim_trace_json(out, m, &r) : sim_step(m, &r);
+    if (out && fclose(out))
+      return fail("cannot write '%s': %s", o->output, strerror(errno));
+    if (step < 0)
+      return fail("cannot simulate module '%s': a device lacks a step function or its collectives do not match",
+                  m->name);
+    sim_report(stdout, m, &r);
     if (o->time_passes)
       time_report(dr, fe_ms, -1);
     return 0;

@@ -8,7 +8,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=${2:-$top/build}
 
 pkgs="build-essential cmake pkg-config flex bison llvm-16-dev libopenblas-dev
-  libcmocka-dev libopenmpi-dev openmpi-bin libcjson-dev zlib1g-dev
+  libcmocka-dev libopenmpi-dev openmpi-bin libcjson-dev zlib1g-dev libglpk-dev
   dataset-fashion-mnist"
 missing=""
 for p in $pkgs; do

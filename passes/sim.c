@@ -1,0 +1,254 @@
+/* sim.c: the cost model and step simulator (--emit=sim): predicts the time of
+ * one training step from FLOPs, bytes and the cluster's speeds and links.
+ * Requires: a verified module, after spmd when it has a mesh. Changes nothing.
+ *
+ * Every device walks its @train_step.D (or the one @train_step, on one device)
+ * in order. A compute op takes flops / speed, and an elementwise or data
+ * movement op also its output's bytes / SIM_MEM_BW. A collective waits for
+ * every member of its axis group (start = the latest member's ready time) and
+ * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
+ * link `intra` when the whole group lies on one node, else `inter`. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "passes.h"
+
+/* The function a device runs: @train_step.D, else @forward.D (or unsuffixed). */
+static const Func *dev_func(const Module *m, int device) {
+  static const char *const base[] = {"train_step", "forward"};
+  for (int b = 0; b < COUNTOF(base); b++)
+    for (int k = 0; k < m->func.n; k++) {
+      const Func *f = m->func.a[k];
+      if (ir_func_is(f, base[b]) && f->device == device)
+        return f;
+    }
+  return NULL;
+}
+
+static int dev_count(const Module *m) {
+  if (!m->mesh.n)
+    return 1;
+  int n = 1;
+  for (int a = 0; a < m->mesh.a[0].naxis; a++)
+    n *= m->mesh.a[0].axis_size[a];
+  return n;
+}
+
+/* The cluster device of mesh position d; NULL without a cluster. */
+static const Device *cluster_dev(const Module *m, int d) {
+  if (!m->cluster || !m->cluster->dev.n)
+    return NULL;
+  int k = m->mesh.n ? m->mesh.a[0].dev[d] : 0;
+  return k >= 0 && k < m->cluster->dev.n ? &m->cluster->dev.a[k] : NULL;
+}
+
+double sim_gflops(const Module *m, int device) {
+  const Device *dv = cluster_dev(m, device);
+  return dv && dv->gflops > 0 ? dv->gflops : SIM_DEFAULT_GFLOPS;
+}
+
+double sim_compute_time(const Module *m, const Inst *i, int device) {
+  const OpInfo *op = &ir_ops[i->op];
+  if (op->kind == K_COMM || op->kind == K_META)
+    return 0;
+  double t = op->flops(i) / (sim_gflops(m, device) * 1e9);
+  if (op->kind == K_ELEM || op->kind == K_SHAPE)
+    t += (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype) / SIM_MEM_BW;
+  return t;
+}
+
+/* The link named `name`, else the other one, else NULL. */
+static const Link *find_link(const Module *m, const char *name) {
+  const Link *any = NULL;
+  for (int k = 0; m->cluster && k < m->cluster->link.n; k++) {
+    const Link *l = &m->cluster->link.a[k];
+    if (!strcmp(l->name, name))
+      return l;
+    any = l;
+  }
+  return any;
+}
+
+double sim_comm_time(const Module *m, const Inst *c, const int *members, int k) {
+  if (c->op == OP_shard_slice || k < 2)
+    return 0;
+  bool one_node = true;
+  for (int j = 1; j < k; j++) {
+    const Device *a = cluster_dev(m, members[0]), *b = cluster_dev(m, members[j]);
+    one_node &= a && b && a->node == b->node;
+  }
+  const Link *l = find_link(m, one_node ? "intra" : "inter");
+  double bw = l && l->bw > 0 ? l->bw : SIM_DEFAULT_BW, lat = l ? l->lat : SIM_DEFAULT_LAT;
+  int steps = c->op == OP_all_reduce ? 2 * (k - 1) : k - 1;
+  return lat * steps + spmd_comm_bytes(c) / bw;
+}
+
+typedef struct Walker {
+  const Func *f;
+  int pc;            /* next inst */
+  double clock;
+} Walker;
+
+/* Runs devices to their next collective, adding compute time and events. */
+static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventFn ev,
+                        void *user) {
+  for (; w->pc < w->f->inst.n; w->pc++) {
+    const Inst *i = w->f->inst.a[w->pc];
+    if (ir_ops[i->op].kind == K_COMM && i->op != OP_shard_slice)
+      return;
+    double t = sim_compute_time(m, i, d);
+    if (t <= 0)
+      continue;
+    if (ev)
+      ev(user, d, i, false, w->clock, t);
+    w->clock += t;
+    sd->compute += t;
+  }
+}
+
+static bool same_collective(const Inst *a, const Inst *b) {
+  return a->op == b->op && ir_get_int(a, "axis", 0) == ir_get_int(b, "axis", 0);
+}
+
+double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
+  int n = dev_count(m);
+  Walker *w = calloc((size_t)n, sizeof *w);
+  SimDev *sd = r ? arena_alloc(m->arena, (size_t)n * sizeof *sd) : calloc((size_t)n, sizeof *sd);
+  int members[SHARD_MAX_AXIS];
+  double step = -1;
+  DTC_ASSERT(w && sd);
+  for (int d = 0; d < n; d++)
+    if (!(w[d].f = dev_func(m, m->mesh.n ? d : -1)) && !(w[d].f = dev_func(m, d)))
+      goto done;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int d = 0; d < n; d++)
+      run_compute(m, &w[d], d, &sd[d], ev, user);
+    /* every device now waits at a collective or has finished */
+    for (int d = 0; d < n; d++) {
+      if (w[d].pc == w[d].f->inst.n)
+        continue;
+      const Inst *c = w[d].f->inst.a[w[d].pc];
+      if (ir_ops[c->op].kind != K_COMM)   /* moved past a collective this round */
+        continue;
+      int axis = (int)ir_get_int(c, "axis", 0), k = m->mesh.a[0].axis_size[axis];
+      ir_mesh_group(&m->mesh.a[0], d, axis, members);
+      double start = 0;
+      bool ready = true;
+      for (int j = 0; j < k && ready; j++) {
+        const Walker *o = &w[members[j]];
+        ready = o->pc < o->f->inst.n && same_collective(c, o->f->inst.a[o->pc]);
+        if (ready && o->clock > start)
+          start = o->clock;
+      }
+      if (!ready)
+        continue;
+      double t = sim_comm_time(m, c, members, k);
+      for (int j = 0; j < k; j++) {
+        Walker *o = &w[members[j]];
+        if (ev)
+          ev(user, members[j], o->f->inst.a[o->pc], true, start, t);
+        o->clock = start + t;
+        o->pc++;
+        sd[members[j]].comm += t;
+      }
+      progress = true;
+    }
+  }
+  step = 0;
+  for (int d = 0; d < n; d++) {
+    if (w[d].pc < w[d].f->inst.n) {   /* collectives that never match */
+      step = -1;
+      goto done;
+    }
+    sd[d].finish = w[d].clock;
+    if (w[d].clock > step)
+      step = w[d].clock;
+  }
+  if (r) {
+    *r = (SimResult){.ndev = n, .dev = sd, .step = step};
+    for (int d = 0; d < n; d++) {
+      sd[d].idle = fmax(0, step - sd[d].compute - sd[d].comm);
+      if (sd[d].finish > sd[r->bottleneck].finish ||
+          (sd[d].finish == sd[r->bottleneck].finish &&
+           sd[d].compute + sd[d].comm > sd[r->bottleneck].compute + sd[r->bottleneck].comm))
+        r->bottleneck = d;
+    }
+  }
+done:
+  if (r && step < 0)
+    *r = (SimResult){.ndev = 0};
+  free(w);
+  if (!r)
+    free(sd);
+  return step;
+}
+
+double sim_step(const Module *m, SimResult *r) { return sim_run(m, r, NULL, NULL); }
+
+void sim_report(FILE *out, const Module *m, const SimResult *r) {
+  fprintf(out, "predicted step of module %s on %d device%s\n", m->name, r->ndev,
+          r->ndev == 1 ? "" : "s");
+  fprintf(out, "%-8s %-10s %8s %12s %12s %12s %12s\n", "device", "name", "GFLOP/s", "compute ms",
+          "comm ms", "idle ms", "finish ms");
+  for (int d = 0; d < r->ndev; d++) {
+    const Device *dv = cluster_dev(m, d);
+    const SimDev *s = &r->dev[d];
+    fprintf(out, "%-8d %-10s %8.1f %12.3f %12.3f %12.3f %12.3f\n", d, dv ? dv->name : "host",
+            sim_gflops(m, d), s->compute * 1e3, s->comm * 1e3, s->idle * 1e3, s->finish * 1e3);
+  }
+  fprintf(out, "predicted step: %.3f ms (bottleneck: device %d)\n", r->step * 1e3, r->bottleneck);
+}
+
+typedef struct Trace {
+  FILE *out;
+  int n;
+} Trace;
+
+static void json_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\')
+      fprintf(out, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20)
+      fprintf(out, "\\u%04x", *s);
+    else
+      fputc(*s, out);
+  }
+  fputc('"', out);
+}
+
+static void trace_event(void *user, int device, const Inst *i, bool comm, double start,
+                        double dur) {
+  Trace *t = user;
+  char name[256];
+  const char *file = i->loc.file ? i->loc.file->name : NULL;
+  if (file && i->loc.line > 0)
+    snprintf(name, sizeof name, "%s %s:%d", ir_ops[i->op].name, file, i->loc.line);
+  else
+    snprintf(name, sizeof name, "%s", ir_ops[i->op].name);
+  fprintf(t->out, "%s\n{\"name\":", t->n++ ? "," : "");
+  json_str(t->out, name);
+  fprintf(t->out, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d}",
+          comm ? "comm" : "compute", start * 1e6, dur * 1e6, device, comm ? 1 : 0);
+}
+
+double sim_trace_json(FILE *out, const Module *m, SimResult *r) {
+  Trace t = {out, 0};
+  fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", out);
+  double step = sim_run(m, r, trace_event, &t);
+  int n = dev_count(m);
+  for (int d = 0; d < n; d++) {
+    const Device *dv = cluster_dev(m, d);
+    char name[160];
+    snprintf(name, sizeof name, "device %d %s (predicted)", d, dv ? dv->name : "host");
+    fprintf(out, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":",
+            t.n++ ? "," : "", d);
+    json_str(out, name);
+    fputs("}}", out);
+  }
+  fputs("\n]}\n", out);
+  return step;
+}

@@ -1,0 +1,108 @@
+/* trace.c: the measured timeline of a model (DTRT_TRACE=FILE): wall-clock
+ * spans of every kernel, collective and step, kept in the context and written
+ * as a Chrome trace (JSON, viewable in Perfetto) when the model is destroyed. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrt_int.h"
+
+typedef struct Span {
+  const char *name;
+  double t0, t1;
+  int tid;
+} Span;
+
+struct DtTrace {
+  char *path;
+  double origin;     /* clock at dtrt_trace_open: ts 0 */
+  Span *span;
+  int64_t n, cap;
+};
+
+double dtrt_trace_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+DtStatus dtrt_trace_open(DtrtCtx *ctx) {
+  const char *file = getenv("DTRT_TRACE");
+  if (!file || !file[0] || ctx->trace)
+    return DT_OK;
+  size_t n = strlen(file) + 32;
+  DtTrace *t = dtrt_alloc(ctx, sizeof *t);
+  char *path = t ? dtrt_alloc(ctx, n) : NULL;
+  if (!path) {
+    dtrt_free(ctx, t);
+    return DT_ERR_NOMEM;
+  }
+  if (dtrt_nranks(ctx) > 1)
+    snprintf(path, n, "%s.rank%d", file, dtrt_rank(ctx));
+  else
+    snprintf(path, n, "%s", file);
+  *t = (DtTrace){.path = path, .origin = dtrt_trace_clock()};
+  ctx->trace = t;
+  return DT_OK;
+}
+
+void dtrt_trace_add(DtrtCtx *ctx, const char *name, int tid, double t0, double t1) {
+  DtTrace *t = ctx->trace;
+  if (t->n == t->cap) {
+    int64_t cap = t->cap ? 2 * t->cap : 1024;
+    Span *s = dtrt_alloc(ctx, (size_t)cap * sizeof *s);
+    if (!s)   /* out of memory: the span is lost, the run goes on */
+      return;
+    if (t->n)
+      memcpy(s, t->span, (size_t)t->n * sizeof *s);
+    dtrt_free(ctx, t->span);
+    t->span = s;
+    t->cap = cap;
+  }
+  t->span[t->n++] = (Span){name, t0, t1, tid};
+}
+
+DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn fn,
+                           const DtTensor *in, int nin, DtTensor *out, const DtAttrs *a) {
+  double t0 = dtrt_trace_clock();
+  DtStatus s = fn(ctx, in, nin, out, a);
+  dtrt_trace_add(ctx, name, tid, t0, dtrt_trace_clock());
+  return s;
+}
+
+static bool write_trace(const DtTrace *t, int rank) {
+  FILE *f = fopen(t->path, "w");
+  if (!f)
+    return false;
+  static const char *const thread[] = {"kernels", "collectives", "steps"};
+  fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+  fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
+             "\"args\":{\"name\":\"rank %d (measured)\"}}", rank, rank);
+  for (int k = 0; k < 3; k++)
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+               "\"args\":{\"name\":\"%s\"}}", rank, k, thread[k]);
+  for (int64_t k = 0; k < t->n; k++) {
+    const Span *s = &t->span[k];
+    fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
+               "\"pid\":%d,\"tid\":%d}",
+            s->name, s->tid == DTRT_TID_STEP ? "step" : s->tid ? "comm" : "kernel",
+            (s->t0 - t->origin) * 1e6, (s->t1 - s->t0) * 1e6, rank, s->tid);
+  }
+  fputs("\n]}\n", f);
+  bool ok = !ferror(f);
+  return fclose(f) == 0 && ok;
+}
+
+void dtrt_trace_close(DtrtCtx *ctx) {
+  DtTrace *t = ctx ? ctx->trace : NULL;
+  if (!t)
+    return;
+  ctx->trace = NULL;
+  if (!write_trace(t, dtrt_rank(ctx)))
+    fprintf(stderr, "dtrt: cannot write the trace '%s': %s\n", t->path, strerror(errno));
+  dtrt_free(ctx, t->span);
+  dtrt_free(ctx, t->path);
+  dtrt_free(ctx, t);
+}

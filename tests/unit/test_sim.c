@@ -1,0 +1,250 @@
+/* test_sim.c: the step simulator (passes/sim.c) against times worked out here
+ * from the IR and the cluster: one device, data parallel with its all-reduces,
+ * even against uneven splits on unequal devices, and the Chrome trace. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "frontend.h"
+#include "ir.h"
+#include "passes.h"
+
+static const char *model =
+    "model mlp(batch B = 96) {\n"
+    "  input  x: f32[B, 64]\n"
+    "  input  y: i32[B]\n"
+    "  param  w1: f32[64, 32] init glorot\n"
+    "  param  b1: f32[32]     init zeros\n"
+    "  param  w2: f32[32, 10] init glorot\n"
+    "  param  b2: f32[10]     init zeros\n"
+    "  h      = relu(x @ w1 + b1)\n"
+    "  logits = h @ w2 + b2\n"
+    "  loss   = cross_entropy(logits, y)\n"
+    "  minimize loss with sgd(lr = 0.1)\n"
+    "}\n";
+
+/* Two devices of 80 and 40 GFLOP/s: on one node, or on two. */
+#define LINKS \
+  "  link intra(bw = 1GB/s, lat = 2us)\n" \
+  "  link inter(bw = 100MB/s, lat = 50us)\n" \
+  "}\n"
+static const char *one_node =
+    "cluster c {\n"
+    "  node a {\n"
+    "    device d0: cpu(gflops = 80, mem = 1GiB)\n"
+    "    device d1: cpu(gflops = 40, mem = 1GiB)\n"
+    "  }\n" LINKS;
+static const char *two_nodes =
+    "cluster c {\n"
+    "  node a { device d0: cpu(gflops = 80, mem = 1GiB) }\n"
+    "  node b { device d1: cpu(gflops = 40, mem = 1GiB) }\n" LINKS;
+
+/* model, then extra (a cluster and parallel block), through every pass. */
+static Module *compile(Arena *a, const char *extra) {
+  Diag d;
+  diag_init(&d, stderr);
+  char *text = arena_printf(a, "%s%s", model, extra);
+  Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
+  assert_non_null(m);
+  for (int k = 0; k < pass_count; k++) {
+    assert_true(pass_table[k].run(m, &d));
+    assert_int_equal(d.nerr, 0);
+  }
+  return m;
+}
+
+static const Func *step_func(const Module *m, int device) {
+  for (int k = 0; k < m->func.n; k++)
+    if (ir_func_is(m->func.a[k], "train_step") && m->func.a[k]->device == device)
+      return m->func.a[k];
+  fail_msg("no train_step for device %d", device);
+  return NULL;
+}
+
+/* Compute seconds of f at gflops, from the op table's FLOP counts and the
+ * documented memory term: result bytes of elementwise and data movement ops
+ * at 10 GB/s. */
+static double compute_time(const Func *f, double gflops) {
+  double flops = 0, bytes = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    OpKind kind = ir_ops[i->op].kind;
+    if (kind == K_META || kind == K_COMM)
+      continue;
+    flops += ir_ops[i->op].flops(i);
+    if (kind == K_ELEM || kind == K_SHAPE)
+      bytes += 4.0 * (double)type_elems(&i->type);
+  }
+  return flops / (gflops * 1e9) + bytes / 10e9;
+}
+
+static void test_single_device(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = compile(a, "");
+  SimResult r;
+  double step = sim_step(m, &r);
+  const Func *f = step_func(m, -1);
+  double want = compute_time(f, 50);
+  assert_int_equal(r.ndev, 1);
+  assert_true(fabs(step - want) <= 1e-9 * want);
+  assert_true(fabs(r.dev[0].compute - want) <= 1e-9 * want);
+  assert_true(r.dev[0].comm == 0 && r.dev[0].idle == 0);
+  /* the matmuls alone: x@w1, h@w2 forward; dw1, dh, dw2 backward */
+  double mm = 2.0 * 96 * (64 * 32 + 32 * 10 + 64 * 32 + 32 * 10 + 32 * 10);
+  assert_true(step > mm / 50e9);
+  sim_step(m, NULL);
+  arena_free(a);
+}
+
+/* Sum of lat * 2(k-1) + 2(k-1)/k * bytes / bw over the all-reduces of f, k = 2. */
+static double allreduce_time(const Func *f, double bw, double lat, int *count) {
+  double t = 0;
+  *count = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    assert_true(i->op != OP_all_gather && i->op != OP_reduce_scatter);
+    if (i->op != OP_all_reduce)
+      continue;
+    ++*count;
+    t += lat * 2 + 2 * 0.5 * 4.0 * (double)type_elems(&i->in[0]->type) / bw;
+  }
+  return t;
+}
+
+static const char *dp_even =
+    "parallel mlp on c {\n"
+    "  mesh m[dp = 2] over d0, d1\n"
+    "  shard x: [dp, *]\n"
+    "  shard y: [dp]\n"
+    "  plan explicit\n"
+    "}\n";
+static const char *dp_uneven =
+    "parallel mlp on c {\n"
+    "  mesh m[dp = 2] over d0, d1\n"
+    "  shard x: [dp(0.6667, 0.3333), *]\n"
+    "  shard y: [dp(0.6667, 0.3333)]\n"
+    "  plan explicit\n"
+    "}\n";
+
+static void check_dp(const char *cluster, double bw, double lat) {
+  Arena *a = arena_new();
+  Module *m = compile(a, arena_printf(a, "%s%s", cluster, dp_even));
+  SimResult r;
+  double step = sim_step(m, &r);
+  assert_int_equal(r.ndev, 2);
+  int n0, n1;
+  double comm = allreduce_time(step_func(m, 0), bw, lat, &n0);
+  assert_true(fabs(allreduce_time(step_func(m, 1), bw, lat, &n1) - comm) <= 1e-12);
+  assert_true(n0 >= 4 && n0 == n1);   /* the gradients of w1, b1, w2, b2 at least */
+  for (int d = 0; d < 2; d++) {
+    double c = compute_time(step_func(m, d), d ? 40 : 80);
+    assert_true(fabs(r.dev[d].comm - comm) <= 1e-9 * comm);
+    assert_true(fabs(r.dev[d].compute - c) <= 1e-9 * c);
+    assert_true(fabs(r.dev[d].compute + r.dev[d].comm + r.dev[d].idle - step) <= 1e-9 * step);
+  }
+  assert_true(step >= (r.dev[1].compute + comm) * (1 - 1e-9));
+  /* the slower device is the bottleneck: the faster one waits for it */
+  assert_int_equal(r.bottleneck, 1);
+  assert_true(r.dev[0].idle > 0);
+  arena_free(a);
+}
+
+static void test_data_parallel_intra(void **state) {
+  (void)state;
+  check_dp(one_node, 1e9, 2e-6);
+}
+
+static void test_data_parallel_inter(void **state) {
+  (void)state;
+  check_dp(two_nodes, 100e6, 50e-6);
+}
+
+static void test_even_vs_uneven(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *even = compile(a, arena_printf(a, "%s%s", one_node, dp_even));
+  Module *uneven = compile(a, arena_printf(a, "%s%s", one_node, dp_uneven));
+  SimResult re, ru;
+  double te = sim_step(even, &re), tu = sim_step(uneven, &ru);
+  assert_true(te > 0 && tu > 0);
+  assert_true(te > tu);
+  /* even: the 40 GFLOP/s device computes as long as the other twice over */
+  assert_true(re.dev[1].compute > 1.5 * re.dev[0].compute);
+  /* 2:1: their compute times are close */
+  assert_true(fabs(ru.dev[1].compute - ru.dev[0].compute) < 0.2 * ru.dev[0].compute);
+  arena_free(a);
+}
+
+static void test_trace_json(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = compile(a, arena_printf(a, "%s%s", two_nodes, dp_uneven));
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  SimResult r;
+  double step = sim_trace_json(out, m, &r);
+  fclose(out);
+  assert_true(step > 0);
+  cJSON *root = cJSON_Parse(buf);
+  assert_non_null(root);
+  const cJSON *ev = cJSON_GetObjectItem(root, "traceEvents");
+  assert_true(cJSON_IsArray(ev));
+  double busy[2][2] = {{0}}, end = 0;
+  int comm[2] = {0}, meta = 0, nar;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, ev) {
+    const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+    int pid = cJSON_GetObjectItem(e, "pid")->valueint;
+    assert_true(pid == 0 || pid == 1);
+    if (!strcmp(ph, "M")) {
+      meta++;
+      continue;
+    }
+    assert_string_equal(ph, "X");
+    int tid = cJSON_GetObjectItem(e, "tid")->valueint;
+    double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+    double dur = cJSON_GetObjectItem(e, "dur")->valuedouble;
+    const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+    assert_true(tid == 0 || tid == 1);
+    assert_non_null(strstr(name, " t.dt:"));
+    if (tid == 1) {
+      assert_true(!strncmp(name, "all_reduce", 10));
+      comm[pid]++;
+    }
+    busy[pid][tid] += dur;
+    end = fmax(end, ts + dur);
+  }
+  allreduce_time(step_func(m, 0), 1, 0, &nar);
+  assert_int_equal(meta, 2);
+  assert_int_equal(comm[0], nar);
+  assert_int_equal(comm[1], nar);
+  for (int d = 0; d < 2; d++) {
+    assert_true(fabs(busy[d][0] - r.dev[d].compute * 1e6) < 0.1);
+    assert_true(fabs(busy[d][1] - r.dev[d].comm * 1e6) < 0.1);
+  }
+  assert_true(fabs(end - step * 1e6) < 0.01);
+  cJSON_Delete(root);
+  free(buf);
+  arena_free(a);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_single_device),
+      cmocka_unit_test(test_data_parallel_intra),
+      cmocka_unit_test(test_data_parallel_inter),
+      cmocka_unit_test(test_even_vs_uneven),
+      cmocka_unit_test(test_trace_json),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,378 @@
+/* probe.c: dtc-probe, run under mpirun, measures every rank's sgemm speed and
+ * memory and the links between ranks, and writes them as a dtc cluster block. */
+#include <errno.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+static const char usage[] =
+  "usage: mpirun -n N dtc-probe [options]\n"
+  "\n"
+  "Measures each rank's dense f32 speed (one-thread sgemm, n = 512) and memory,\n"
+  "groups ranks into nodes by host name, times ping-pong between two ranks of a\n"
+  "node and between two nodes, and writes a cluster block for dtc --cluster.\n"
+  "\n"
+  "options:\n"
+  "  -o FILE      write the cluster to FILE (default: stdout)\n"
+  "  --name NAME  name of the cluster (default: probed)\n"
+  "  --reps N     timed repetitions of each measurement, median kept (default 20)\n"
+  "  --help       this text\n";
+
+enum { GEMM_N = 512, GEMM_BLOCK = 8, LAT_BYTES = 8, LAT_TRIPS = 100, BW_BYTES = 4 << 20, BW_TRIPS = 4 };
+
+typedef struct ProbeLink {
+  bool present;
+  int a, b;        /* the ranks that measured it */
+  double bw, lat;  /* bytes per second, seconds */
+} ProbeLink;
+
+/* What the writer needs: per rank its speed, memory and node; per node a host. */
+typedef struct Probe {
+  const char *name;
+  int nranks, nnodes, reps;
+  const double *gflops;     /* [nranks] */
+  const double *mem;        /* [nranks], bytes */
+  const int *node;          /* [nranks], index into host */
+  const char *const *host;  /* [nnodes] */
+  const char *blas;         /* OpenBLAS's kernel set on rank 0 */
+  ProbeLink intra, inter;
+} Probe;
+
+static const char *const reserved[] = {
+  "model", "cluster", "parallel", "import", "input", "param", "output", "minimize",
+  "with", "init", "node", "device", "link", "mesh", "shard", "plan", "on", "over",
+};
+
+/* A cluster name must be a dtc name and not a reserved word. */
+static bool probe_valid_name(const char *s) {
+  if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z')))
+    return false;
+  for (const char *p = s; *p; p++)
+    if (!(*p == '_' || (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+          (*p >= '0' && *p <= '9')))
+      return false;
+  for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
+    if (!strcmp(s, reserved[i]))
+      return false;
+  return true;
+}
+
+/* Values are printed with fixed decimals; a floor keeps each one positive, as
+ * the language requires. */
+static double at_least(double v, double floor) { return v > floor ? v : floor; }
+
+/* Writes the cluster block: nodes in order of their first rank, each rank a
+ * device rK; intra and inter links when measured. Returns 0, or -1 when the
+ * stream fails. */
+static int probe_write(FILE *f, const Probe *p) {
+  fprintf(f, "# dtc-probe: %d rank%s on %d node%s; one-thread sgemm n=%d (OpenBLAS %s) and "
+          "ping-pong, median of %d\n", p->nranks, p->nranks == 1 ? "" : "s", p->nnodes,
+          p->nnodes == 1 ? "" : "s", GEMM_N, p->blas, p->reps);
+  fprintf(f, "cluster %s {\n", p->name);
+  for (int n = 0; n < p->nnodes; n++) {
+    fprintf(f, "  node n%d {    # host %s\n", n, p->host[n]);
+    for (int r = 0; r < p->nranks; r++)
+      if (p->node[r] == n)
+        fprintf(f, "    device r%d: cpu(gflops = %.1f, mem = %.2fGiB)\n", r,
+                at_least(p->gflops[r], 0.1), at_least(p->mem[r] / (1 << 30), 0.01));
+    fputs("  }\n", f);
+  }
+  const ProbeLink *links[2] = {&p->intra, &p->inter};
+  const char *kind[2] = {"intra", "inter"};
+  for (int i = 0; i < 2; i++)
+    if (links[i]->present)
+      fprintf(f, "  link %s(bw = %.2fGB/s, lat = %.2fus)    # ranks %d and %d\n", kind[i],
+              at_least(links[i]->bw / 1e9, 0.01), at_least(links[i]->lat * 1e6, 0.01),
+              links[i]->a, links[i]->b);
+  fputs("}\n", f);
+  return ferror(f) ? -1 : 0;
+}
+
+#ifndef DTC_PROBE_NO_MAIN
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void sgemm(const float *a, const float *b, float *c) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, GEMM_N, GEMM_N, GEMM_N, 1.0f, a, GEMM_N,
+              b, GEMM_N, 0.0f, c, GEMM_N);
+}
+
+/* (collective) GFLOP/s of sgemm at GEMM_N, the median of reps samples of
+ * GEMM_BLOCK products each. Every sample starts on all ranks at once, and a
+ * rank that is done keeps multiplying, untimed, until all are: ranks that
+ * share a core are timed while they share it, from start to end. */
+static double measure_gflops(int reps, double *t) {
+  size_t nn = (size_t)GEMM_N * GEMM_N;
+  float *a = malloc(3 * nn * sizeof *a);
+  if (!a)
+    return -1;
+  float *b = a + nn, *c = b + nn;
+  for (size_t i = 0; i < nn; i++) {
+    a[i] = (float)(i % 17) / 17 - 0.5f;
+    b[i] = (float)(i % 13) / 13 - 0.5f;
+  }
+  sgemm(a, b, c);  /* warm-up */
+  for (int i = 0; i < reps; i++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int k = 0; k < GEMM_BLOCK; k++)
+      sgemm(a, b, c);
+    t[i] = (MPI_Wtime() - t0) / GEMM_BLOCK;
+    MPI_Request all_done;
+    int done = 0;
+    MPI_Ibarrier(MPI_COMM_WORLD, &all_done);
+    while (MPI_Test(&all_done, &done, MPI_STATUS_IGNORE), !done)
+      sgemm(a, b, c);
+  }
+  free(a);
+  return 2.0 * GEMM_N * GEMM_N * GEMM_N / median(t, reps) / 1e9;
+}
+
+/* This node's available memory in bytes: MemAvailable, else physical pages. */
+static double node_memory(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  unsigned long long kib = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+      break;
+  if (f)
+    fclose(f);
+  if (kib)
+    return (double)kib * 1024;
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (double)pages * size : 0;
+}
+
+/* (collective) Ping-pong between ranks x and y; the others only wait. Sets the
+ * one-way latency of an 8-byte message and the bandwidth of 4 MiB messages,
+ * each the median of reps samples. */
+static int measure_link(int x, int y, int reps, double *t, ProbeLink *out) {
+  int me;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  char *buf = malloc(BW_BYTES);
+  int ok = buf != NULL, all_ok;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (!all_ok) {
+    free(buf);
+    return -1;
+  }
+  memset(buf, 1, BW_BYTES);
+  double res[2] = {0, 0};
+  if (me == x || me == y) {
+    int peer = me == x ? y : x;
+    int sizes[2] = {LAT_BYTES, BW_BYTES}, trips[2] = {LAT_TRIPS, BW_TRIPS};
+    for (int k = 0; k < 2; k++) {
+      for (int i = -1; i < reps; i++) {  /* sample -1 warms up */
+        double t0 = MPI_Wtime();
+        for (int j = 0; j < trips[k]; j++) {
+          if (me == x) {
+            MPI_Send(buf, sizes[k], MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+            MPI_Recv(buf, sizes[k], MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          } else {
+            MPI_Recv(buf, sizes[k], MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, sizes[k], MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+          }
+        }
+        if (i >= 0)
+          t[i] = (MPI_Wtime() - t0) / trips[k];  /* one round trip */
+      }
+      res[k] = median(t, reps);
+    }
+  }
+  free(buf);
+  MPI_Bcast(res, 2, MPI_DOUBLE, x, MPI_COMM_WORLD);
+  *out = (ProbeLink){.present = true, .a = x, .b = y, .lat = res[0] / 2,
+                     .bw = 2.0 * BW_BYTES / res[1]};
+  return 0;
+}
+
+typedef struct Args {
+  const char *out, *name;
+  int reps;
+  bool help;
+} Args;
+
+/* Parses argv into *a; returns an error message or NULL. */
+static const char *parse_args(int argc, char **argv, Args *a, char *msg, size_t cap) {
+  *a = (Args){.name = "probed", .reps = 20};
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    bool has_value = i + 1 < argc;
+    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      a->help = true;
+    } else if (!strcmp(s, "-o") || !strcmp(s, "--name") || !strcmp(s, "--reps")) {
+      if (!has_value) {
+        snprintf(msg, cap, "option '%s' needs a value", s);
+        return msg;
+      }
+      const char *v = argv[++i];
+      if (!strcmp(s, "-o")) {
+        a->out = v;
+      } else if (!strcmp(s, "--name")) {
+        if (!probe_valid_name(v)) {
+          snprintf(msg, cap, "cluster name '%s' is not a dtc name (letters, digits, '_'; "
+                   "not a reserved word)", v);
+          return msg;
+        }
+        a->name = v;
+      } else {
+        char *end;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno || *end || end == v || n < 1 || n > 10000) {
+          snprintf(msg, cap, "--reps takes a whole number from 1 to 10000, not '%s'", v);
+          return msg;
+        }
+        a->reps = (int)n;
+      }
+    } else {
+      snprintf(msg, cap, "unknown argument '%s' (see --help)", s);
+      return msg;
+    }
+  }
+  return NULL;
+}
+
+/* Ends the run: finalizes MPI and gives the exit status. */
+static int finish(int status) {
+  MPI_Finalize();
+  return status;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int me, nranks;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+
+  Args args;
+  char msg[256];
+  if (parse_args(argc, argv, &args, msg, sizeof msg)) {
+    if (me == 0)
+      fprintf(stderr, "dtc-probe: error: %s\n", msg);
+    return finish(1);
+  }
+  if (args.help) {
+    if (me == 0)
+      fputs(usage, stdout);
+    return finish(0);
+  }
+  /* Rank 0 opens the output first, so a bad path fails before the measuring. */
+  FILE *out = stdout;
+  int opened = 1;
+  if (me == 0 && args.out && !(out = fopen(args.out, "w"))) {
+    fprintf(stderr, "dtc-probe: error: cannot write '%s': %s\n", args.out, strerror(errno));
+    opened = 0;
+  }
+  MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!opened)
+    return finish(1);
+
+  openblas_set_num_threads(1);
+  int reps = args.reps;
+  char (*hosts)[MPI_MAX_PROCESSOR_NAME] = calloc(nranks, sizeof *hosts);
+  double *gflops = calloc(nranks, sizeof *gflops), *mem = calloc(nranks, sizeof *mem);
+  double *t = calloc(reps, sizeof *t);
+  int *node = calloc(nranks, sizeof *node);
+  const char **host = calloc(nranks, sizeof *host);
+  int ok = hosts && gflops && mem && t && node && host, all_ok;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (!all_ok) {
+    fprintf(stderr, "dtc-probe: error: rank %d: out of memory\n", me);
+    return finish(1);
+  }
+
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len;
+  MPI_Get_processor_name(name, &len);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
+  int nnodes = 0;
+  for (int r = 0; r < nranks; r++) {
+    int n = 0;
+    while (n < nnodes && strcmp(host[n], hosts[r]))
+      n++;
+    if (n == nnodes)
+      host[nnodes++] = hosts[r];
+    node[r] = n;
+  }
+  int on_my_node = 0;
+  for (int r = 0; r < nranks; r++)
+    on_my_node += node[r] == node[me];
+
+  double my[2] = {measure_gflops(reps, t), node_memory() / on_my_node};
+  ok = my[0] > 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (!all_ok) {
+    if (!ok)
+      fprintf(stderr, "dtc-probe: error: rank %d: out of memory\n", me);
+    return finish(1);
+  }
+  MPI_Allgather(&my[0], 1, MPI_DOUBLE, gflops, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  MPI_Allgather(&my[1], 1, MPI_DOUBLE, mem, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  for (int r = 0; r < nranks; r++)  /* one reading per node: its first rank's */
+    for (int s = 0; s < r; s++)
+      if (node[s] == node[r]) {
+        mem[r] = mem[s];
+        break;
+      }
+
+  /* intra: the first two ranks of the first node holding two; inter: the
+   * first ranks of nodes 0 and 1. Every rank picks the same pairs. */
+  Probe p = {.name = args.name, .nranks = nranks, .nnodes = nnodes, .reps = reps,
+             .gflops = gflops, .mem = mem, .node = node, .host = host,
+             .blas = openblas_get_corename()};
+  int x = -1, y = -1;
+  for (int r = 0; r < nranks && y < 0; r++)
+    for (int s = r + 1; s < nranks && y < 0; s++)
+      if (node[r] == node[s])
+        x = r, y = s;
+  int status = 0;
+  if (y >= 0)
+    status |= measure_link(x, y, reps, t, &p.intra);
+  if (nnodes > 1) {
+    int first1 = 0;
+    while (node[first1] != 1)
+      first1++;
+    status |= measure_link(0, first1, reps, t, &p.inter);
+  }
+  if (status) {
+    if (me == 0)
+      fprintf(stderr, "dtc-probe: error: out of memory for the link buffers\n");
+    return finish(1);
+  }
+
+  if (me == 0) {
+    for (int r = 1; r < nranks; r++)
+      if (node[r] < node[r - 1]) {
+        fprintf(stderr, "dtc-probe: warning: ranks are not grouped by node (rank %d on '%s' "
+                "follows rank %d on '%s'), so the devices are not listed in rank order; "
+                "name them in a mesh's 'over' list\n", r, hosts[r], r - 1, hosts[r - 1]);
+        break;
+      }
+    if (probe_write(out, &p) || (out != stdout ? fclose(out) : fflush(out))) {
+      fprintf(stderr, "dtc-probe: error: cannot write '%s': %s\n",
+              args.out ? args.out : "stdout", strerror(errno));
+      status = 1;
+    }
+  }
+  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  free(hosts), free(gflops), free(mem), free(t), free(node), free(host);
+  return finish(status ? 1 : 0);
+}
+
+#endif
