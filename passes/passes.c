@@ -10,6 +10,7 @@ const Pass pass_table[] = {
   {"plan", pass_plan, "per-device ratios of the splits: device speeds and memory, one LP"},
   {"sharding", pass_sharding, "how every tensor lies on the mesh: annotations, propagation"},
   {"spmd", pass_spmd, "per-device functions: local shapes and collectives"},
+  {"comm", pass_comm, "the method of every collective, cheapest by the links' cost model"},
   {"fusion", pass_fusion, "group elementwise chains into single loops"},
   {"memplan", pass_memplan, "static liveness-based offsets in one arena per function"},
 };

@@ -79,6 +79,22 @@ double spmd_comm_bytes(const Inst *c);
  * device's memory, every step's collectives with their source lines. */
 void spmd_report(FILE *out, const Module *m);
 
+/* ---- comm.c ----------------------------------------------------------- */
+
+/* Sets `method` on every collective of every per-device function: the
+ * cheapest by comm_time, the lowest number on a tie. */
+bool pass_comm(Module *m, Diag *d);
+#define COMM_NMETHOD 5   /* DTRT_COMM_MPI .. DTRT_COMM_PADDED */
+/* "mpi", "ring", "grouped", "hierarchical", "padded", by method number. */
+extern const char *const comm_method_names[COMM_NMETHOD];
+/* Seconds collective c takes by `method` (DTRT_COMM_*) over the k mesh
+ * positions `members` (its axis group), by the model documented in comm.c;
+ * INFINITY for a method c's kernel does not have or, for hierarchical, a
+ * group on one node. */
+double comm_time(const Module *m, const Inst *c, const int *members, int k, int method);
+/* The method of the least comm_time, the lowest number on a tie. */
+int comm_choose(const Module *m, const Inst *c, const int *members, int k);
+
 /* ---- fusion.c --------------------------------------------------------- */
 
 /* Groups elementwise chains into loops (Inst.fuse) and reschedules each
@@ -149,7 +165,8 @@ double sim_compute_time(const Module *m, const Inst *i, int device);
 /* Seconds of collective c over the k devices members[]: lat * steps + bytes /
  * bw, steps 2(k-1) for all_reduce and k-1 otherwise, bytes spmd_comm_bytes(c),
  * link `intra` when every member is on one node, else `inter` (either when
- * only one exists; SIM_DEFAULT_* when none). 0 for shard_slice or k < 2. */
+ * only one exists; SIM_DEFAULT_* when none). 0 for shard_slice or k < 2.
+ * When c carries `method` (passes/comm.c), comm_time of that method. */
 double sim_comm_time(const Module *m, const Inst *c, const int *members, int k);
 /* The per-device summary: compute, comm, idle ms, the step, the bottleneck. */
 void sim_report(FILE *out, const Module *m, const SimResult *r);

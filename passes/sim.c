@@ -7,7 +7,8 @@
  * movement op also its output's bytes / SIM_MEM_BW. A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
  * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
- * link `intra` when the whole group lies on one node, else `inter`. */
+ * link `intra` when the whole group lies on one node, else `inter`; or, when
+ * passes/comm.c chose its method, comm_time of that method. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,8 @@ double sim_comm_time(const Module *m, const Inst *c, const int *members, int k) 
     const Device *a = cluster_dev(m, members[0]), *b = cluster_dev(m, members[j]);
     one_node &= a && b && a->node == b->node;
   }
+  if (ir_attr(c, "method"))   /* chosen by passes/comm.c: its cost model */
+    return comm_time(m, c, members, k, (int)ir_get_int(c, "method", 0));
   const Link *l = find_link(m, one_node ? "intra" : "inter");
   double bw = l && l->bw > 0 ? l->bw : SIM_DEFAULT_BW, lat = l ? l->lat : SIM_DEFAULT_LAT;
   int steps = c->op == OP_all_reduce ? 2 * (k - 1) : k - 1;

@@ -321,6 +321,8 @@ static void report_collectives(FILE *out, const Module *m, const char *name) {
             m->mesh.a[0].axis_name[ir_get_int(c, "axis", 0)], type_str(&c->in[0]->type, t, sizeof t),
             at);
     print_size(out, b);
+    if (ir_attr(c, "method"))
+      fprintf(out, " by %s", comm_method_names[ir_get_int(c, "method", 0)]);
     fputc('\n', out);
     total += b;
     n++;

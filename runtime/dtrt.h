@@ -282,8 +282,16 @@ enum {
                            reduce-scatter then a ring all-gather over p
                            near-even chunks; a pairwise exchange for
                            all_to_all */
-  DTRT_COMM_GROUPED = 2 /* one MPI_Bcast (all_gather) or MPI_Reduce
-                           (reduce_scatter) rooted at each member */
+  DTRT_COMM_GROUPED = 2, /* one MPI_Bcast (all_gather) or MPI_Reduce
+                           (reduce_scatter) rooted at each member with a
+                           non-empty block; for all_reduce an MPI_Reduce to
+                           member 0 then an MPI_Bcast from it */
+  DTRT_COMM_HIER = 3,   /* all_reduce only: MPI_Reduce inside each node (the
+                           ranks MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
+                           puts together) to its first member, MPI_Allreduce
+                           among those node leaders, MPI_Bcast inside nodes */
+  DTRT_COMM_PADDED = 4  /* all_gather only: every block padded to the
+                           largest, MPI_Allgather, then compacted */
 };
 DTRT_KERNEL(all_reduce);
 DTRT_KERNEL(all_gather);

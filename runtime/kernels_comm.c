@@ -1,6 +1,7 @@
 /* kernels_comm.c: the collective kernels over the group of one mesh axis:
  * all-reduce, all-gather, reduce-scatter and all-to-all, each either through
- * MPI's own collective or by one of dtc's methods (ring, grouped), and
+ * MPI's own collective or by one of dtc's methods (ring, grouped,
+ * hierarchical by node for all_reduce, padded for all_gather), and
  * shard_slice, the local cut of a whole tensor to this member's block. */
 #include <limits.h>
 #include <string.h>
@@ -234,14 +235,71 @@ static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, 
   return s;
 }
 
-/* all_reduce: attributes axis, [method] (mpi or ring). in f32; out the sum
- * over the group, of in's shape; out->data may be in->data. */
+/* Grouped all-reduce of y in place: MPI_Reduce to member 0, MPI_Bcast from
+ * it, each in pieces of at most INT_MAX elements. */
+static DtStatus all_reduce_grouped(DtrtCtx *ctx, const char *op, MPI_Comm comm, int me,
+                                   float *y, int64_t n) {
+  DtStatus s = DT_OK;
+  for (int64_t at = 0; !s && at < n; at += INT_MAX) {
+    int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    s = dtrt_mpi(ctx,
+                 MPI_Reduce(me ? y + at : MPI_IN_PLACE, me ? NULL : y + at, k, MPI_FLOAT,
+                            MPI_SUM, 0, comm),
+                 op, "MPI_Reduce");
+    if (!s)
+      s = dtrt_mpi(ctx, MPI_Bcast(y + at, k, MPI_FLOAT, 0, comm), op, "MPI_Bcast");
+  }
+  return s;
+}
+
+/* Hierarchical all-reduce of y in place (P2's reduce / all-reduce /
+ * broadcast decomposition): the group is split into nodes, the members that
+ * MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) puts together; each node reduces
+ * to its first member, those leaders all-reduce among themselves, and each
+ * leader broadcasts inside its node. The two communicators are made and
+ * freed on every call: the method is for large tensors, where their cost is
+ * small beside the transfer. */
+static DtStatus all_reduce_hier(DtrtCtx *ctx, const char *op, const DtGroup *g, float *y,
+                                int64_t n) {
+  MPI_Comm node = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+  int nme = 0;
+  DtStatus s = dtrt_mpi(ctx,
+                        MPI_Comm_split_type(g->comm, MPI_COMM_TYPE_SHARED, g->me, MPI_INFO_NULL,
+                                            &node),
+                        op, "MPI_Comm_split_type");
+  if (!s)
+    s = dtrt_mpi(ctx, MPI_Comm_rank(node, &nme), op, "MPI_Comm_rank");
+  if (!s)
+    s = dtrt_mpi(ctx, MPI_Comm_split(g->comm, nme ? MPI_UNDEFINED : 0, g->me, &leaders), op,
+                 "MPI_Comm_split");
+  for (int64_t at = 0; !s && at < n; at += INT_MAX) {
+    int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    s = dtrt_mpi(ctx,
+                 MPI_Reduce(nme ? y + at : MPI_IN_PLACE, nme ? NULL : y + at, k, MPI_FLOAT,
+                            MPI_SUM, 0, node),
+                 op, "MPI_Reduce");
+    if (!s && !nme)
+      s = dtrt_mpi(ctx, MPI_Allreduce(MPI_IN_PLACE, y + at, k, MPI_FLOAT, MPI_SUM, leaders), op,
+                   "MPI_Allreduce");
+    if (!s)
+      s = dtrt_mpi(ctx, MPI_Bcast(y + at, k, MPI_FLOAT, 0, node), op, "MPI_Bcast");
+  }
+  if (leaders != MPI_COMM_NULL)
+    MPI_Comm_free(&leaders);
+  if (node != MPI_COMM_NULL)
+    MPI_Comm_free(&node);
+  return s;
+}
+
+/* all_reduce: attributes axis, [method] (mpi, ring, grouped: reduce to member
+ * 0 then broadcast, or hierarchical by node). in f32; out the sum over the
+ * group, of in's shape; out->data may be in->data. */
 DTRT_TRACED(all_reduce, DTRT_TID_COMM) {
   const char *op = "all_reduce";
   DtGroup g;
   int method = 0, rest = -1;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 1, false, 2, false, &g, &method, &rest)) ||
+  if ((s = begin(ctx, op, in, nin, out, a, 1, false, 4, false, &g, &method, &rest)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
     return s;
@@ -251,6 +309,10 @@ DTRT_TRACED(all_reduce, DTRT_TID_COMM) {
   if (method == DTRT_COMM_MPI)
     return all_reduce_mpi(ctx, op, &g, in[0].data, out->data, n);
   copy(&in[0], out);
+  if (method == DTRT_COMM_GROUPED)
+    return all_reduce_grouped(ctx, op, g.comm, g.me, out->data, n);
+  if (method == DTRT_COMM_HIER)
+    return all_reduce_hier(ctx, op, &g, out->data, n);
   return all_reduce_ring(ctx, op, &g, out->data, n);
 }
 
@@ -277,8 +339,38 @@ static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, con
   return s;
 }
 
+/* Padded all-gather into y, packed as sp says: every member sends its block
+ * padded to the largest (most elements), MPI_Allgather fills p * most
+ * elements, and each block is then copied to its place in y. */
+static DtStatus gather_padded(DtrtCtx *ctx, const char *op, const DtGroup *g, const void *x,
+                              uint32_t *y, const Split *sp, MPI_Datatype type) {
+  int p = g->size, most = 0;
+  for (int m = 0; m < p; m++)
+    most = sp->cnt[m] > most ? sp->cnt[m] : most;
+  if (!most)
+    return DT_OK;
+  if ((int64_t)most * p > INT_MAX)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: %d blocks padded to %d elements are more than one MPI call can move",
+                     op, p, most);
+  uint32_t *pad = dtrt_alloc(ctx, (size_t)most * (size_t)(p + 1) * 4);
+  if (!pad)
+    return DT_ERR_NOMEM;
+  memset(pad, 0, (size_t)most * 4);
+  if (sp->cnt[g->me])
+    memcpy(pad, x, (size_t)sp->cnt[g->me] * 4);
+  DtStatus s = dtrt_mpi(ctx, MPI_Allgather(pad, most, type, pad + most, most, type, g->comm), op,
+                        "MPI_Allgather");
+  for (int m = 0; !s && m < p; m++)
+    if (sp->cnt[m])
+      memcpy(y + sp->dsp[m], pad + most + (size_t)m * (size_t)most, (size_t)sp->cnt[m] * 4);
+  dtrt_free(ctx, pad);
+  return s;
+}
+
 /* all_gather: attributes axis, dim, p block lengths, [method] (mpi, ring,
- * grouped). in: this member's block along dim; out: the whole tensor, blocks
+ * grouped, or padded; hierarchical is for all_reduce only). in: this
+ * member's block along dim; out: the whole tensor, blocks
  * in member order; f32 or i32. The blocks are contiguous in out when every
  * dim before dim has length 1: MPI then writes straight into out. Otherwise
  * they arrive packed, member after member, in a temporary buffer and are
@@ -289,8 +381,11 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
   int method = 0, rest = -1, d;
   Split sp;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 3, false, &g, &method, &rest)) ||
-      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
+  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 5, false, &g, &method, &rest)))
+    return s;
+  if (method == DTRT_COMM_HIER)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: method 3 (hierarchical) is for all_reduce only", op);
+  if ((s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
       (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
       (s = gather_split(ctx, op, a, &g, &in[0], out, true, &d, &sp)))
     return s;
@@ -310,13 +405,17 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
     s = dtrt_mpi(ctx, MPI_Allgatherv(in[0].data, sp.cnt[me], type, y, sp.cnt, sp.dsp, type,
                                      g.comm),
                  op, "MPI_Allgatherv");
+  } else if (method == DTRT_COMM_PADDED) {
+    s = gather_padded(ctx, op, &g, in[0].data, y, &sp, type);
   } else {
     if (sp.cnt[me])
       memcpy(y + sp.dsp[me], in[0].data, (size_t)sp.cnt[me] * 4);
     if (method == DTRT_COMM_RING)
       s = ring_gather(ctx, op, &g, y, &sp, type);
     for (int m = 0; method == DTRT_COMM_GROUPED && !s && m < g.size; m++)
-      s = dtrt_mpi(ctx, MPI_Bcast(y + sp.dsp[m], sp.cnt[m], type, m, g.comm), op, "MPI_Bcast");
+      if (sp.cnt[m])
+        s = dtrt_mpi(ctx, MPI_Bcast(y + sp.dsp[m], sp.cnt[m], type, m, g.comm), op,
+                     "MPI_Bcast");
   }
   if (!direct) {
     for (int m = 0; !s && m < g.size; m++)
@@ -372,9 +471,10 @@ DTRT_TRACED(reduce_scatter, DTRT_TID_COMM) {
       memcpy(out->data, tmp + sp.dsp[g.me], (size_t)sp.cnt[g.me] * 4);
   } else {
     for (int m = 0; !s && m < g.size; m++)
-      s = dtrt_mpi(ctx, MPI_Reduce(x + sp.dsp[m], out->data, sp.cnt[m], MPI_FLOAT, MPI_SUM, m,
-                                   g.comm),
-                   op, "MPI_Reduce");
+      if (sp.cnt[m])
+        s = dtrt_mpi(ctx, MPI_Reduce(x + sp.dsp[m], out->data, sp.cnt[m], MPI_FLOAT, MPI_SUM,
+                                     m, g.comm),
+                     op, "MPI_Reduce");
   }
   dtrt_free(ctx, tmp);
   free_splits(ctx, &sp);

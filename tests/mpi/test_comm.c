@@ -114,7 +114,8 @@ static int64_t start(const int64_t *len, int m) {
   return at;
 }
 
-static const char *methods[] = {"mpi", "ring", "grouped"};
+/* By DTRT_COMM_* number; hierarchical is all_reduce's, padded all_gather's. */
+static const char *methods[] = {"mpi", "ring", "grouped", "hierarchical", "padded"};
 
 /* Attributes: the leading ones, the block lengths, then the method (-1:
  * omitted, meaning mpi). */
@@ -134,7 +135,7 @@ static const char *method_name(int m) { return m < 0 ? "default" : methods[m]; }
 
 static void test_all_reduce(DtrtCtx *ctx) {
   static const int64_t sizes[] = {0, 1, 5, 1000, 12347};
-  for (int method = 0; method < 2; method++)
+  for (int method = 0; method <= DTRT_COMM_HIER; method++)
     for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
       for (int inplace = 0; inplace < 2; inplace++) {
         int64_t n = sizes[z];
@@ -184,7 +185,9 @@ static void test_all_gather(DtrtCtx *ctx) {
   for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
     for (int dtype = DTRT_F32; dtype <= DTRT_I32; dtype++)
       for (int ue = 0; ue < 2; ue++)
-        for (int method = -1; method < 3; method++) {
+        for (int method = -1; method <= DTRT_COMM_PADDED; method++) {
+          if (method == DTRT_COMM_HIER)
+            continue;
           int d = split_dim((int)sh);
           int64_t len[16], total = 7;
           if (ue)
@@ -289,12 +292,15 @@ static void test_errors(DtrtCtx *ctx) {
   } cases[] = {
       {dtrt_k_all_reduce, &iy, &iy, {.i = {0, 0}, .ni = 2}, "input is i32, expected f32"},
       {dtrt_k_all_reduce, &x, &y, {.i = {1, 0}, .ni = 2}, "mesh axis 1 out of range"},
-      {dtrt_k_all_reduce, &x, &y, {.i = {0, 3}, .ni = 2}, "method 3 unknown"},
+      {dtrt_k_all_reduce, &x, &y, {.i = {0, 4}, .ni = 2}, "method 4 unknown"},
       {dtrt_k_all_reduce, &x, &y, {.ni = 0}, "no mesh axis attribute"},
       {dtrt_k_all_reduce, &x, &y, {.i = {0, 0, 0}, .ni = 3}, "3 int attributes"},
       {dtrt_k_all_gather, &x, &y, many, "int attributes; over a group of"},
       {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 5}, len, -1), "axis 5 out of range"},
-      {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 3), "method 3 unknown"},
+      {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 3),
+       "method 3 (hierarchical) is for all_reduce only"},
+      {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 5), "method 5 unknown"},
+      {dtrt_k_reduce_scatter, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 3), "method 3 unknown"},
       {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, big, 0),
        "block 0 of the split dim has length 5"},
       {dtrt_k_reduce_scatter, &x, &m, attrs(2, (int64_t[]){0, 0}, len, 0),
@@ -343,7 +349,7 @@ static void test_mesh(void) {
               dtrt_mesh_coord(ctx, 2) == -1,
           "mesh %dx%d: rank %d at (%d,%d)", rows, cols, me, dtrt_mesh_coord(ctx, 0),
           dtrt_mesh_coord(ctx, 1));
-    for (int method = 0; method < 2; method++) {
+    for (int method = 0; method <= DTRT_COMM_HIER; method++) {
       float down = axis_sum(ctx, 0, (float)me, method);
       float across = axis_sum(ctx, 1, (float)me, method);
       CHECK(down == (float)(cols * rows * (rows - 1) / 2 + rows * q),

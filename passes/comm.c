@@ -1,0 +1,191 @@
+/* comm.c: the method of every collective, the cheapest by a cost model of the
+ * cluster's links and the collective's bytes (libdtrt's DTRT_COMM_* methods).
+ *
+ * Requires: per-device functions with collectives (passes/spmd.c). Guarantees:
+ * every all_reduce, all_gather, reduce_scatter and all_to_all of a per-device
+ * function carries `method`, one its kernel implements, the same on every
+ * member of its group (it depends on the group, not on the member), the
+ * lowest-numbered of the cheapest. Changes nothing else.
+ *
+ * The model (Hockney's: a message of b bytes over a link costs lat + b / bw;
+ * L(k) = ceil(log2 k); k members; a = lat, t = 1 / bw of the group's link:
+ * `intra` when every member lies on one node, else `inter`):
+ *
+ *   all_reduce of B bytes
+ *     0 mpi, 1 ring   2(k-1) a + 2(k-1)/k B t     ring reduce-scatter + all-gather
+ *     2 grouped       2 L(k) (a + B t)            binomial reduce, then broadcast
+ *     3 hierarchical  2 L(g) (a_i + B t_i) + 2(n-1) a_e + 2(n-1)/n B t_e
+ *                     over n > 1 nodes, g = the most members on one node: a
+ *                     binomial reduce and broadcast on intra, a ring among the
+ *                     n leaders on inter; only when the group spans nodes
+ *   all_gather of blocks b_0..b_{k-1} (T their sum, k' of them non-empty)
+ *     0 mpi           (k-1) a + (T - min b) t     variable counts: each member
+ *                                                 receives all but its own
+ *     1 ring          (k-1) (a + max b t)         each step waits for the largest
+ *     2 grouped       k' L(k) a + L(k) T t        a binomial broadcast per block
+ *     4 padded        L(k) a + (k-1) max b t      recursive doubling over k
+ *                                                 blocks padded to the largest
+ *   reduce_scatter of the same blocks: 0, 1 as all_gather; 2 grouped is a
+ *     binomial reduce per non-empty block, k' L(k) a + L(k) T t
+ *   all_to_all of S bytes sent by a member (spmd_comm_bytes): 0 and 1 both
+ *     (k-1) a + S t, so 0
+ *
+ * Without a cluster or link, a = SIM_DEFAULT_LAT and bw = SIM_DEFAULT_BW, as
+ * in the simulator. */
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "dtrt.h"
+#include "ir.h"
+#include "passes.h"
+
+const char *const comm_method_names[COMM_NMETHOD] = {"mpi", "ring", "grouped", "hierarchical",
+                                                     "padded"};
+static_assert(COMM_NMETHOD == DTRT_COMM_PADDED + 1, "a name per runtime method");
+
+/* ceil(log2 k) for k >= 1. */
+static int log2up(int k) {
+  int l = 0;
+  while ((1 << l) < k)
+    l++;
+  return l;
+}
+
+/* The cluster device of mesh position d; NULL without a cluster. */
+static const Device *member_dev(const Module *m, int d) {
+  if (!m->cluster || !m->mesh.n)
+    return NULL;
+  int k = m->mesh.a[0].dev[d];
+  return k >= 0 && k < m->cluster->dev.n ? &m->cluster->dev.a[k] : NULL;
+}
+
+/* The link named `name`, else the other one; lat and 1 / bw into *a, *t. */
+static void link_of(const Module *m, const char *name, double *a, double *t) {
+  const Link *l = NULL;
+  for (int k = 0; m->cluster && k < m->cluster->link.n; k++) {
+    l = &m->cluster->link.a[k];
+    if (!strcmp(l->name, name))
+      break;
+  }
+  *a = l ? l->lat : SIM_DEFAULT_LAT;
+  *t = 1 / (l && l->bw > 0 ? l->bw : SIM_DEFAULT_BW);
+}
+
+/* Ring all-reduce of b bytes over k. */
+static double ring_all_reduce(int k, double b, double a, double t) {
+  return 2.0 * (k - 1) * a + 2.0 * (k - 1) / k * b * t;
+}
+
+/* Bytes of each member's block of an all_gather or reduce_scatter, into b. */
+static void block_bytes(const Inst *c, int k, double *b) {
+  const Type *whole = c->op == OP_all_gather ? &c->type : &c->in[0]->type;
+  int64_t dim = ir_get_int(c, "dim", 0);
+  if (dim < 0)
+    dim += whole->rank;
+  double unit = dtype_size(whole->dtype);
+  for (int j = 0; j < whole->rank; j++)
+    if (j != dim)
+      unit *= (double)whole->dim[j];
+  int n;
+  const int64_t *len = ir_get_ints(c, "sizes", &n);
+  DTC_ASSERT(len && n == k);
+  for (int m = 0; m < k; m++)
+    b[m] = (double)len[m] * unit;
+}
+
+double comm_time(const Module *m, const Inst *c, const int *members, int k, int method) {
+  if (k < 2 || c->op == OP_shard_slice)
+    return 0;
+  int node[SHARD_MAX_AXIS], nodes = 0, most = 0;
+  bool known = true;
+  for (int j = 0; j < k; j++) {
+    const Device *dv = member_dev(m, members[j]);
+    known &= dv != NULL;
+    int at = 0;
+    while (dv && at < nodes && node[at] != dv->node)
+      at++;
+    if (dv && at == nodes)
+      node[nodes++] = dv->node;
+  }
+  if (!known)
+    nodes = 1;
+  for (int at = 0; at < nodes && known; at++) {
+    int g = 0;
+    for (int j = 0; j < k; j++)
+      g += member_dev(m, members[j])->node == node[at];
+    most = g > most ? g : most;
+  }
+  double a, t, ai, ti, ae, te;
+  link_of(m, nodes == 1 ? "intra" : "inter", &a, &t);
+  link_of(m, "intra", &ai, &ti);
+  link_of(m, "inter", &ae, &te);
+  int l = log2up(k);
+  if (c->op == OP_all_reduce) {
+    double b = (double)type_elems(&c->in[0]->type) * dtype_size(c->in[0]->type.dtype);
+    switch (method) {
+    case DTRT_COMM_MPI: case DTRT_COMM_RING: return ring_all_reduce(k, b, a, t);
+    case DTRT_COMM_GROUPED: return 2.0 * l * (a + b * t);
+    case DTRT_COMM_HIER:
+      if (nodes < 2)
+        return INFINITY;
+      return 2.0 * log2up(most) * (ai + b * ti) + ring_all_reduce(nodes, b, ae, te);
+    default: return INFINITY;
+    }
+  }
+  if (c->op == OP_all_to_all)
+    return method == DTRT_COMM_MPI || method == DTRT_COMM_RING
+               ? (k - 1) * a + spmd_comm_bytes(c) * t
+               : INFINITY;
+  double b[SHARD_MAX_AXIS], sum = 0, lo = INFINITY, hi = 0;
+  int full = 0;
+  block_bytes(c, k, b);
+  for (int j = 0; j < k; j++) {
+    sum += b[j];
+    lo = fmin(lo, b[j]);
+    hi = fmax(hi, b[j]);
+    full += b[j] > 0;
+  }
+  switch (method) {
+  case DTRT_COMM_MPI: return (k - 1) * a + (sum - lo) * t;
+  case DTRT_COMM_RING: return (k - 1) * (a + hi * t);
+  case DTRT_COMM_GROUPED: return (double)full * l * a + l * sum * t;
+  case DTRT_COMM_PADDED:
+    return c->op == OP_all_gather ? l * a + (k - 1) * hi * t : INFINITY;
+  default: return INFINITY;
+  }
+}
+
+int comm_choose(const Module *m, const Inst *c, const int *members, int k) {
+  int best = DTRT_COMM_MPI;
+  double cost = comm_time(m, c, members, k, best);
+  for (int method = 1; method < COMM_NMETHOD; method++) {
+    double t = comm_time(m, c, members, k, method);
+    if (t < cost) {
+      cost = t;
+      best = method;
+    }
+  }
+  return best;
+}
+
+bool pass_comm(Module *m, Diag *d) {
+  (void)d;
+  if (!m->mesh.n)
+    return true;
+  int members[SHARD_MAX_AXIS];
+  for (int f = 0; f < m->func.n; f++) {
+    const Func *fn = m->func.a[f];
+    if (fn->device < 0)
+      continue;
+    for (int k = 0; k < fn->inst.n; k++) {
+      Inst *c = fn->inst.a[k];
+      if (ir_ops[c->op].kind != K_COMM || c->op == OP_shard_slice)
+        continue;
+      int axis = (int)ir_get_int(c, "axis", 0), n = m->mesh.a[0].axis_size[axis];
+      ir_mesh_group(&m->mesh.a[0], fn->device, axis, members);
+      ir_set_int(c, "method", comm_choose(m, c, members, n));
+    }
+  }
+  return true;
+}
