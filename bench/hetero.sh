@@ -1,0 +1,140 @@
+#!/bin/sh
+# hetero.sh [BUILD] [REPS]: dtc's planner on a heterogeneous cluster made on
+# this machine. Run from anywhere, after building (cmake --build BUILD):
+#
+#     bench/hetero.sh build 30
+#
+# It pins rank 0 alone to core 0 and ranks 1 and 2 together to core 1 (real
+# speeds about 2:1:1; a `taskset` wrapper per rank), then:
+#  1. probes the three pinned ranks with dtc-probe into a cluster file;
+#  2. compiles bench/hetero_{mlp,gpt}_{auto,even}.dt with --cluster=<that
+#     file> (it replaces the stand-in cluster the parallel blocks name) and
+#     builds bench/hetero.c against each object with mpicc;
+#  3. times each on the three pinned ranks (median step over REPS);
+#  4. takes the ideal step, the step's FLOPs (dtc --emit=plan) over the sum of
+#     the probed GFLOP/s, and the predicted step of the auto plan (dtc
+#     --emit=sim), and prints one JSON line per model:
+#     {"bench": "hetero_mlp", "auto_ms", "even_ms", "even_over_auto",
+#      "ideal_ms", "auto_over_ideal", "predicted_ms", "measured_over_predicted"}
+#  5. checks the simulator on the MLP unpinned: 1 rank (examples/mlp_big.dt),
+#     2 ranks (hetero_mlp_dp2.dt) and 3 ranks (hetero_mlp_even.dt), each
+#     compiled for its own probe of that many unpinned ranks, one JSON line
+#     per rank count: {"bench": "hetero_sim", "ranks", "predicted_ms",
+#     "measured_ms", "measured_over_predicted"}.
+# Every rank runs one OpenBLAS thread with OPENBLAS_CORETYPE (default
+# Haswell; the probe and the runs share it). Environment: MPIEXEC (default
+# mpiexec), MPICC (default mpicc), HETERO_GPT_B (the transformer's batch,
+# default 48), HETERO_DIR (work files, default a fresh mktemp -d, removed at
+# the end unless given). Needs taskset (util-linux) and two cores.
+set -e
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-build}" && pwd)
+reps=${2:-20}
+gpt_b=${HETERO_GPT_B:-48}
+mpiexec=${MPIEXEC:-mpiexec}
+mpicc=${MPICC:-mpicc}
+if [ -n "$HETERO_DIR" ]; then
+  dir=$HETERO_DIR
+  mkdir -p "$dir"
+else
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' EXIT
+fi
+
+export OPENBLAS_NUM_THREADS=1
+export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
+export OMPI_MCA_mpi_yield_when_idle=1
+mpiflags=
+if "$mpiexec" --version 2>&1 | grep -q -e 'Open MPI' -e OpenRTE; then
+  mpiflags="--oversubscribe --bind-to none --mca mpi_yield_when_idle 1"
+  [ "$(id -u)" = 0 ] && mpiflags="$mpiflags --allow-run-as-root"
+fi
+
+# The pinning wrapper: rank 0 on core 0, every other rank on core 1.
+cat > "$dir/pin.sh" <<'PIN'
+#!/bin/sh
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-0}}}
+if [ "$rank" = 0 ]; then core=0; else core=1; fi
+exec taskset -c "$core" "$@"
+PIN
+chmod +x "$dir/pin.sh"
+
+run() {   # run N PROGRAM ARGS...: PROGRAM on N ranks
+  n=$1
+  shift
+  # shellcheck disable=SC2086
+  "$mpiexec" $mpiflags -n "$n" "$@"
+}
+
+num() {   # num KEY: the number after "KEY": on stdin
+  sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"
+}
+
+# build NAME DT DEFINE [dtc args...]: dtc the model into $dir/NAME/, then
+# $dir/NAME/bench from hetero.c.
+build_bench() {
+  name=$1 dt=$2 def=$3
+  shift 3
+  mkdir -p "$dir/$name"
+  "$build/dtc" "$@" "$dt" -o "$dir/$name/model.o"
+  "$mpicc" -O2 "-D$def" -I "$src/runtime" -I "$dir/$name" "$src/bench/hetero.c" \
+    "$dir/$name/model.o" "$build/libdtrt.a" -lopenblas -lcjson -lz -lm -o "$dir/$name/bench"
+}
+
+gflops_sum() {   # the sum of the probed GFLOP/s in cluster file $1
+  sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$1" | awk '{s += $1} END {printf "%.4f", s}'
+}
+
+predicted() {   # dtc --emit=sim ARGS: the predicted step in ms
+  "$build/dtc" --emit=sim "$@" | sed -n 's/^predicted step: \([0-9.]*\) ms.*/\1/p'
+}
+
+echo "# $(date -u '+%F %T') UTC; OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; load:$(uptime | sed 's/.*load average://')" >&2
+
+# 1. probe the pinned ranks
+run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
+sed 's/^/# /' "$dir/probe3.dt" >&2
+total=$(gflops_sum "$dir/probe3.dt")
+
+# 2-4. auto against even on the pinned ranks
+for model in mlp gpt; do
+  if [ $model = mlp ]; then def=HETERO_MLP dflags=; else def=HETERO_GPT dflags="-D B=$gpt_b"; fi
+  for plan in auto even; do
+    # shellcheck disable=SC2086
+    build_bench "${model}_$plan" "$src/bench/hetero_${model}_$plan.dt" $def \
+      --cluster="$dir/probe3.dt" $dflags
+    ms=$(run 3 "$dir/pin.sh" "$dir/${model}_$plan/bench" "$reps" "hetero_${model}_$plan" |
+      num step_ms)
+    if [ $plan = auto ]; then auto_ms=$ms; else even_ms=$ms; fi
+  done
+  # shellcheck disable=SC2086
+  gflop=$("$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $dflags \
+    "$src/bench/hetero_${model}_auto.dt" | sed -n 's/.*: \([0-9.e+-]*\) GFLOP per step.*/\1/p')
+  # shellcheck disable=SC2086
+  pred=$(predicted --cluster="$dir/probe3.dt" $dflags "$src/bench/hetero_${model}_auto.dt")
+  awk -v m="hetero_$model" -v a="$auto_ms" -v e="$even_ms" -v g="$gflop" -v s="$total" \
+      -v p="$pred" 'BEGIN {
+    ideal = g / s * 1e3
+    printf "{\"bench\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
+           "\"ideal_ms\": %.3f, \"auto_over_ideal\": %.3f, \"predicted_ms\": %.3f, " \
+           "\"measured_over_predicted\": %.3f}\n", m, a, e, e / a, ideal, a / ideal, p, a / p
+  }'
+done
+
+# 5. the simulator against measurement, unpinned, even plan, 1 to 3 ranks
+for n in 1 2 3; do
+  case $n in
+    1) dt=$src/examples/mlp_big.dt ;;
+    2) dt=$src/bench/hetero_mlp_dp2.dt ;;
+    3) dt=$src/bench/hetero_mlp_even.dt ;;
+  esac
+  run "$n" "$build/dtc-probe" -o "$dir/probe${n}u.dt" --name hetero$n
+  sed 's/^/# /' "$dir/probe${n}u.dt" >&2
+  build_bench "sim$n" "$dt" HETERO_MLP --cluster="$dir/probe${n}u.dt"
+  ms=$(run "$n" "$dir/sim$n/bench" "$reps" "hetero_sim$n" | num step_ms)
+  pred=$(predicted --cluster="$dir/probe${n}u.dt" "$dt")
+  awk -v n="$n" -v m="$ms" -v p="$pred" 'BEGIN {
+    printf "{\"bench\": \"hetero_sim\", \"ranks\": %d, \"predicted_ms\": %.3f, " \
+           "\"measured_ms\": %.3f, \"measured_over_predicted\": %.3f}\n", n, p, m, m / p
+  }'
+done
