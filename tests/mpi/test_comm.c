@@ -18,31 +18,7 @@
 
 #include "dtrt.h"
 #include "../unit/rt_count.h"
-
-static int passed, failed, me, np;
-
-static void check(int ok, int line, const char *fmt, ...) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  char text[1024];
-  int n = snprintf(text, sizeof text, "rank %d: test_comm.c:%d: ", me, line);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "%s\n", text); /* one write, so that ranks do not interleave */
-}
-#define CHECK(ok, ...) check((ok), __LINE__, __VA_ARGS__)
-
-static bool mpi_up(void) {
-  int up, down;
-  MPI_Initialized(&up);
-  MPI_Finalized(&down);
-  return up && !down;
-}
+#include "mpi_check.h"
 
 /* A small integer, so that sums are exact in any order. */
 static float value(int seed, int64_t k) { return (float)((seed * 7919 + k * 31) % 17 - 8); }

@@ -15,48 +15,8 @@
 #include <mpi.h>
 
 #include "dtrt.h"
-
-static int passed, failed, me, np;
-
-static void check(int ok, int line, const char *fmt, ...) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  char text[1024];
-  int n = snprintf(text, sizeof text, "rank %d: test_sharded.c:%d: ", me, line);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "%s\n", text);
-}
-#define CHECK(ok, ...) check((ok), __LINE__, __VA_ARGS__)
-
-static bool mpi_up(void) {
-  int up, down;
-  MPI_Initialized(&up);
-  MPI_Finalized(&down);
-  return up && !down;
-}
-
-typedef struct Count {
-  long allocs, frees;
-} Count;
-
-static void *count_alloc(void *u, size_t n) {
-  void *p;
-  if (posix_memalign(&p, 64, n))
-    return NULL;
-  ((Count *)u)->allocs++;
-  return p;
-}
-
-static void count_free(void *u, void *p) {
-  ((Count *)u)->frees++;
-  free(p);
-}
+#include "../unit/rt_count.h"
+#include "mpi_check.h"
 
 /* Member m's block of a dim of length len over p members: uneven, growing
  * with m, empty for member 0 of 3 when len < 9. */
@@ -239,7 +199,7 @@ static bool header_has(const char *file, const char *text) {
 }
 
 static void test_model(const char *dir) {
-  Count c = {0, 0};
+  Count c = {0, 0, -1};
   DtAllocator al = {count_alloc, count_free, &c};
   static DtGlobalDesc g[MAXDEV][NGLOBAL];
   static DtModelDesc d[MAXDEV];
@@ -320,7 +280,7 @@ static void test_model(const char *dir) {
 }
 
 int main(void) {
-  Count c = {0, 0};
+  Count c = {0, 0, -1};
   DtAllocator al = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&al); /* the first to join: it owns MPI */
   DtStatus s = dtrt_comm_init(ctx);
