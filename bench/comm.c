@@ -16,6 +16,7 @@
 
 #include <mpi.h>
 
+#include "bench.h"
 #include "dtrt.h"
 
 enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER };
@@ -35,16 +36,6 @@ static const Case cases[] = {
     {REDUCE_SCATTER, DTRT_COMM_RING, "comm_reduce_scatter", "ring"},
     {REDUCE_SCATTER, DTRT_COMM_GROUPED, "comm_reduce_scatter", "grouped"},
 };
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmp);
-  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
 
 typedef struct Run {
   DtrtCtx *ctx;

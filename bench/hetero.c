@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench.h"
 #include "dtrt.h"
 
 #if defined(HETERO_MLP)
@@ -47,17 +48,6 @@
 #define FN(suffix) CAT(MODEL, suffix)
 
 void openblas_set_num_threads(int n);
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 20;
@@ -102,8 +92,7 @@ int main(int argc, char **argv) {
   }
   int rank = dtrt_model_rank((DtModel *)m);
   FN(_destroy)(m);
-  qsort(t, (size_t)reps, sizeof *t, cmp);
-  double ms = t[reps / 2];
+  double ms = median(t, reps);
   free(t);
   if (rank == 0)
     printf("{\"bench\": \"%s\", \"ranks\": %d, \"step_ms\": %.3f}\n", name, NDEV, ms);

@@ -9,27 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "mlp_big.h"
 
 enum { B = 256, IN = 784, H = 1024, O = 10 };
 
 char *openblas_get_corename(void);   /* OpenBLAS: the kernel set in use */
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmp);
-  return t[n / 2];
-}
 
 static float *randn(size_t n, unsigned *s) {
   float *p = malloc(n * sizeof *p);
