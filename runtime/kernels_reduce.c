@@ -129,9 +129,10 @@ static void run(const Plan *p, const float *x, float *y, int64_t *arg, int op) {
       if (arg)
         arg[o] = at;
     } else if (op == R_SUM) {
-      float *yr = y + o;
+      float *restrict yr = y + o;
+      const float *restrict xs = xr;
       for (int64_t j = 0; j < len; j++)
-        yr[j] += xr[j];
+        yr[j] += xs[j];
     } else {
       float *yr = y + o;
       for (int64_t j = 0; j < len; j++)
