@@ -20,7 +20,7 @@ static const char usage[] =
   "                       NAME.o for objects); code also writes NAME.h beside it\n"
   "  --emit=KIND          ir     the IR after the frontend, or after --stop-after\n"
   "                       dot    a Graphviz graph of the model\n"
-  "                       plan   memory plan and training-step summary\n"
+  "                       plan   device ratios, shardings, collectives and memory\n"
   "                       sim    predicted step time per device; with -o FILE,\n"
   "                              a Chrome trace (JSON) of the predicted step\n"
   "                       llvm   LLVM IR text (.ll)\n"
