@@ -5,7 +5,11 @@
  * carries llvm.loop.vectorize.enable unless it calls tanhf; a product feeding only an add or sub
  * becomes llvm.fmuladd. Each element is computed with the formulas of
  * ir/elem.c. Every member with memory, every output of a member and every
- * store in the group is written from the loop. */
+ * store in the group is written from the loop. A group of PAR_MIN elements or
+ * more is outlined into an internal function body(env, begin, end) running the
+ * outermost loop over [begin, end), which dtrt_parallel_for spreads over the
+ * context's threads; env holds the pointers and scalars the loop reads from
+ * the step function. */
 #include <string.h>
 
 #include <llvm-c/DebugInfo.h>
@@ -14,6 +18,7 @@
 
 #define GELU_C 0.7978845608028654f   /* sqrt(2/pi) */
 #define GELU_A 0.044715f
+#define PAR_MIN 65536
 
 typedef struct Operand {
   const Inst *v;
@@ -35,6 +40,10 @@ typedef struct Group {
   int64_t ostride[IR_MAX_RANK];
   LLVMValueRef *v;               /* by member index: its value in the body */
   LLVMValueRef (*arg)[2];        /* by member index: its operands' values */
+  LLVMValueRef llfn;             /* the function the loop nest is built in */
+  LLVMValueRef begin, end;       /* outlined: the outermost loop's range */
+  LLVMValueRef *from, *to;       /* outlined: step-function values, their loads */
+  int nmap;
 } Group;
 
 static bool member(const Group *g, const Inst *i) {
@@ -43,6 +52,35 @@ static bool member(const Group *g, const Inst *i) {
 }
 
 static bool is_scalar(const Inst *i) { return i->op == OP_const || i->op == OP_lr; }
+
+/* Whether a and b are one value: the same, or address computations alike
+ * (cg_state_addr makes a new one at each call). The outlined loop must see one
+ * pointer where the step function had one address, or the vectoriser's
+ * run-time alias check fails on every in-place update. */
+static bool same(LLVMValueRef a, LLVMValueRef b) {
+  if (a == b)
+    return true;
+  if (!LLVMIsAGetElementPtrInst(a) || !LLVMIsAGetElementPtrInst(b))
+    return false;
+  int n = LLVMGetNumOperands(a);
+  if (n != LLVMGetNumOperands(b) ||
+      LLVMGetGEPSourceElementType(a) != LLVMGetGEPSourceElementType(b) ||
+      !same(LLVMGetOperand(a, 0), LLVMGetOperand(b, 0)))
+    return false;
+  for (int k = 1; k < n; k++)
+    if (LLVMGetOperand(a, (unsigned)k) != LLVMGetOperand(b, (unsigned)k) ||
+        !LLVMIsConstant(LLVMGetOperand(a, (unsigned)k)))
+      return false;
+  return true;
+}
+
+/* Value v of the step function as the loop nest sees it. */
+static LLVMValueRef local(const Group *g, LLVMValueRef v) {
+  for (int k = 0; k < g->nmap; k++)
+    if (same(g->from[k], v))
+      return g->to[k];
+  return v;
+}
 
 /* Gathers the operands read from memory; all others are members or scalars. */
 static void gather(Group *g) {
@@ -207,7 +245,7 @@ static LLVMValueRef value(Group *g, const Inst *o) {
   if (member(g, o))
     return g->v[o->id - g->member[0]->id];
   if (is_scalar(o))
-    return cg_scalar(g->fn, o);
+    return local(g, cg_scalar(g->fn, o));
   for (int p = 0; p < g->nop; p++)
     if (g->op[p].v == o) {
       Operand *op = &g->op[p];
@@ -285,14 +323,15 @@ static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, cons
     body(g, out_off, dst, ndst);
     return;
   }
-  LLVMValueRef fnv = g->fn->fn;
+  LLVMValueRef fnv = g->llfn;
+  bool outer = l == 0 && g->begin;
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
   LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(c->ctx, fnv, "loop");
   LLVMBuildBr(b, head);
   LLVMPositionBuilderAtEnd(b, head);
   LLVMValueRef i = LLVMBuildPhi(b, c->i64, "i");
-  LLVMValueRef zero = cg_i64(c, 0);
-  LLVMAddIncoming(i, &zero, &pre, 1);
+  LLVMValueRef first = outer ? g->begin : cg_i64(c, 0);
+  LLVMAddIncoming(i, &first, &pre, 1);
 
   Arena *a = g->fn->f->mod->arena;
   LLVMValueRef *saved = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(g->nop + 1));
@@ -308,7 +347,8 @@ static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, cons
     g->op[p].off = saved[p];
 
   LLVMValueRef next = LLVMBuildNUWAdd(b, i, cg_i64(c, 1), "");
-  LLVMValueRef more = LLVMBuildICmp(b, LLVMIntULT, next, cg_i64(c, g->len[l]), "");
+  LLVMValueRef last = outer ? g->end : cg_i64(c, g->len[l]);
+  LLVMValueRef more = LLVMBuildICmp(b, LLVMIntULT, next, last, "");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(c->ctx, fnv, "done");
   LLVMValueRef br = LLVMBuildCondBr(b, more, head, done);
@@ -318,9 +358,103 @@ static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, cons
   LLVMPositionBuilderAtEnd(b, done);
 }
 
+/* Adds step-function value v to the values the outlined nest reads. */
+static void need(Group *g, LLVMValueRef v) {
+  if (!v || LLVMIsConstant(v))
+    return;
+  for (int k = 0; k < g->nmap; k++)
+    if (same(g->from[k], v))
+      return;
+  g->from[g->nmap] = v;
+  g->to[g->nmap++] = v;
+}
+
+/* Builds the loop nest in an internal function body(env, begin, end) and
+ * calls dtrt_parallel_for(ctx, len[0], body, &env) in its place. */
+static void outline(Group *g, LLVMValueRef **dst, const int *ndst) {
+  CgFn *fn = g->fn;
+  Cg *c = fn->c;
+  LLVMBuilderRef b = c->b;
+  Arena *a = fn->f->mod->arena;
+  int cap = g->nop + 2 * g->n + 1;
+  for (int k = 0; k < g->n; k++)
+    cap += ir_ops[g->member[k]->op].kind == K_ELEM ? ndst[k] : 0;
+  g->from = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  g->to = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  for (int p = 0; p < g->nop; p++)
+    need(g, g->op[p].base);
+  for (int k = 0; k < g->n; k++) {
+    const Inst *x = g->member[k];
+    if (is_scalar(x))
+      need(g, g->v[k]);
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < ndst[k]; j++)
+      need(g, dst[k][j]);
+    for (int j = 0; j < x->nin; j++)
+      if (is_scalar(x->in[j]) && !member(g, x->in[j]))
+        need(g, cg_scalar(fn, x->in[j]));
+  }
+  LLVMTypeRef *ft = arena_alloc(a, sizeof(LLVMTypeRef) * (size_t)(g->nmap + 1));
+  for (int k = 0; k < g->nmap; k++)
+    ft[k] = LLVMTypeOf(g->from[k]);
+  LLVMTypeRef envt = LLVMStructTypeInContext(c->ctx, ft, (unsigned)g->nmap, 0);
+
+  /* the call, in the step function */
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(b);
+  LLVMPositionBuilderAtEnd(b, fn->entry);
+  LLVMValueRef env = LLVMBuildAlloca(b, envt, "env");
+  LLVMPositionBuilderAtEnd(b, here);
+  for (int k = 0; k < g->nmap; k++)
+    LLVMBuildStore(b, g->from[k], LLVMBuildStructGEP2(b, envt, env, (unsigned)k, ""));
+  LLVMTypeRef pt[] = {c->ptr, c->i64, c->i64};
+  LLVMTypeRef bodyt = LLVMFunctionType(c->voidt, pt, 3, 0);
+  const char *name = arena_printf(a, "%s.loop", LLVMGetValueName(fn->fn));
+  LLVMValueRef f = LLVMAddFunction(c->mod, name, bodyt);
+  LLVMSetLinkage(f, LLVMInternalLinkage);
+  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+  LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
+  LLVMTypeRef qt[] = {c->ptr, c->i64, c->ptr, c->ptr};
+  LLVMTypeRef part = LLVMFunctionType(c->voidt, qt, 4, 0);
+  LLVMValueRef arg[] = {fn->ctx, cg_i64(c, g->len[0]), f, env};
+  LLVMBuildCall2(b, part, cg_extern(c, "dtrt_parallel_for", part), arg, 4, "");
+
+  /* the body: load env, skip an empty range, run the nest */
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c->ctx, f, "entry");
+  LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(c->ctx, f, "run");
+  LLVMPositionBuilderAtEnd(b, entry);
+  LLVMValueRef envp = LLVMGetParam(f, 0);
+  for (int k = 0; k < g->nmap; k++)
+    g->to[k] = LLVMBuildLoad2(b, ft[k], LLVMBuildStructGEP2(b, envt, envp, (unsigned)k, ""), "");
+  for (int p = 0; p < g->nop; p++)
+    g->op[p].base = local(g, g->op[p].base);
+  for (int k = 0; k < g->n; k++) {
+    if (is_scalar(g->member[k]))
+      g->v[k] = local(g, g->v[k]);
+    if (ir_ops[g->member[k]->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < ndst[k]; j++)
+      dst[k][j] = local(g, dst[k][j]);
+  }
+  g->begin = LLVMGetParam(f, 1);
+  g->end = LLVMGetParam(f, 2);
+  LLVMBasicBlockRef ret = LLVMAppendBasicBlockInContext(c->ctx, f, "ret");
+  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, g->begin, g->end, ""), run, ret);
+  LLVMPositionBuilderAtEnd(b, run);
+  g->llfn = f;
+  LLVMValueRef zero = cg_i64(c, 0);
+  nest(g, 0, zero, dst, ndst);
+  LLVMBuildBr(b, ret);
+  LLVMMoveBasicBlockAfter(ret, LLVMGetInsertBlock(b));
+  LLVMPositionBuilderAtEnd(b, ret);
+  LLVMBuildRetVoid(b);
+  LLVMPositionBuilderAtEnd(b, here);
+}
+
 void cg_group(CgFn *fn, Inst **mem, int n) {
   Arena *a = fn->f->mod->arena;
-  Group g = {.fn = fn, .member = mem, .n = n};
+  Group g = {.fn = fn, .member = mem, .n = n, .llfn = fn->fn};
   for (int k = 0; k < n && !g.shape; k++)
     if (ir_ops[mem[k]->op].kind == K_ELEM)
       g.shape = &mem[k]->type;
@@ -345,5 +479,11 @@ void cg_group(CgFn *fn, Inst **mem, int n) {
   LLVMValueRef zero = cg_i64(fn->c, 0);
   for (int p = 0; p < g.nop; p++)
     g.op[p].off = zero;
-  nest(&g, 0, zero, dst, ndst);
+  int64_t elems = 1;
+  for (int l = 0; l < g.nloop; l++)
+    elems *= g.len[l];
+  if (elems >= PAR_MIN && g.len[0] > 1)
+    outline(&g, dst, ndst);
+  else
+    nest(&g, 0, zero, dst, ndst);
 }

@@ -39,6 +39,7 @@ DtrtCtx *dtrt_ctx_new_with(const DtAllocator *a) {
 void dtrt_ctx_free(DtrtCtx *ctx) {
   if (!ctx)
     return;
+  dtrt_pool_free(ctx);
   dtrt_comm_free(ctx);
   DtAllocator a = ctx->a;
   a.free(a.user, ctx);

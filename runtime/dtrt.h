@@ -66,6 +66,16 @@ void dtrt_free(DtrtCtx *ctx, void *p);
 /* ---- kernel ABI (called by generated code) ---------------------------- */
 
 enum { DTRT_F32 = 1, DTRT_I32 = 2 };   /* same codes as the compiler's DType */
+
+/* Runs body(env, begin, end) over equal contiguous chunks of [0, n), one per
+ * thread of the context's pool, the caller taking one; returns when all are
+ * done. The pool is made on first use with DTRT_NUM_THREADS threads if set,
+ * else 1 when OPENBLAS_NUM_THREADS=1, else one per CPU of the affinity mask
+ * (each worker pinned to one of those CPUs when there are enough); with one
+ * thread (or a NULL ctx) it is the call body(env, 0, n). */
+void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
+                       void *env);
+
 #define DT_MAX_RANK 6
 
 typedef struct DtTensor {

@@ -86,16 +86,24 @@ DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBl
 
 typedef struct DtComm DtComm;
 typedef struct DtTrace DtTrace;
+typedef struct DtPool DtPool;
 
 struct DtrtCtx {
   DtAllocator a;
   char err[512];
   DtComm *comm;
   DtTrace *trace;   /* NULL unless DTRT_TRACE was set when the model was made */
+  DtPool *pool;     /* dtrt_parallel_for's threads; NULL: none (yet) */
+  bool pool_tried;  /* the pool was made, or found not to be needed */
 };
 
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
+
+/* ---- parallel.c ------------------------------------------------------- */
+
+/* Joins the context's pool and releases it (dtrt_ctx_free). */
+void dtrt_pool_free(DtrtCtx *ctx);
 
 /* ---- comm.c ----------------------------------------------------------- */
 

@@ -240,6 +240,25 @@ static void llvm_ir_properties(void **state) {
   ir = ct_read(path, NULL);
   ir_has(ir, "fadd <4 x float>");
   ir_has(ir, "llvm.loop.isvectorized");
+  if (strstr(ir, "dtrt_parallel_for"))
+    fail_msg("a group of 8192 elements is not worth threads");
+  free(ir);
+  ct_free(&t);
+
+  /* a group of 65536 elements or more runs on the context's threads: its
+   * nest is outlined and handed to dtrt_parallel_for */
+  ct_init(&t, "lg");
+  x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 256, 64), NULL);
+  w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 2, 64, 256), "glorot");
+  b = ct_global(&t, "b", G_PARAM, ty(DT_F32, 1, 256), "zeros");
+  ct_output(&t, ct_op(&t, OP_relu, 1, ct_op(&t, OP_add, 2, ct_op(&t, OP_matmul, 2, x, w), b)), "h");
+  ct_passes(&t);
+  path = ct_emit(&t, "llvm", "x86_64-unknown-linux-gnu", "x86-64", 2);
+  assert_non_null(path);
+  ir = ct_read(path, NULL);
+  ir_has(ir, "call void @dtrt_parallel_for(ptr %ctx, i64 256, ptr nonnull @lg.forward.loop,");
+  ir_has(ir, "define internal void @lg.forward.loop(");
+  ir_has(ir, "fadd <4 x float>");
   free(ir);
   ct_free(&t);
 }

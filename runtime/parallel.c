@@ -1,0 +1,194 @@
+/* parallel.c: dtrt_parallel_for, the thread pool that runs the large fused
+ * loops of generated code. The pool belongs to the context: made on first use,
+ * joined by dtrt_ctx_free. Idle workers sleep on a condition variable and
+ * never spin, since MPI ranks may share a core.
+ * Each chunk has a worker pinned to a CPU of the affinity mask; the caller
+ * runs the chunk of the CPU it is on and wakes the others. A woken worker left
+ * to the scheduler lands beside its waker when the other CPUs are busy (as
+ * with OpenBLAS's threads, which spin after a call) and preempts it, so the
+ * chunks would run one after the other. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+typedef struct DtWorker {
+  DtPool *pool;
+  int index;        /* its chunk */
+  int cpu;          /* the CPU it is pinned to; -1: none */
+  pthread_t th;
+} DtWorker;
+
+struct DtPool {
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  int nthread;      /* chunks of a job, one per worker */
+  int nworker;      /* workers started */
+  DtWorker *w;
+  int caller;       /* the chunk the caller runs in the current job */
+  uint64_t job;     /* counts the jobs posted */
+  int pending;      /* workers still running the current job */
+  bool quit;
+  int64_t n;
+  void (*body)(void *env, int64_t begin, int64_t end);
+  void *env;
+};
+
+/* Threads to use: DTRT_NUM_THREADS, else 1 under OPENBLAS_NUM_THREADS=1 (MPI
+ * ranks pinned one per core), else the CPUs this process may run on. */
+static int thread_count(const cpu_set_t *set) {
+  const char *s = getenv("DTRT_NUM_THREADS");
+  if (s && *s) {
+    long v = strtol(s, NULL, 10);
+    return v < 1 ? 1 : v > 256 ? 256 : (int)v;
+  }
+  s = getenv("OPENBLAS_NUM_THREADS");
+  if (s && !strcmp(s, "1"))
+    return 1;
+  int n = CPU_COUNT(set);
+  return n < 1 ? 1 : n > 256 ? 256 : n;
+}
+
+/* Chunk k of nthread equal contiguous chunks of [0, n). */
+static void chunk(int64_t n, int nthread, int k, int64_t *begin, int64_t *end) {
+  int64_t q = n / nthread, r = n % nthread;
+  *begin = q * k + (k < r ? k : r);
+  *end = *begin + q + (k < r);
+}
+
+static void *worker(void *arg) {
+  DtWorker *w = arg;
+  DtPool *p = w->pool;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->quit && p->job == seen)
+      pthread_cond_wait(&p->go, &p->mu);
+    if (p->quit)
+      break;
+    seen = p->job;
+    if (p->caller == w->index)
+      continue;
+    int64_t n = p->n, begin, end;
+    void (*body)(void *, int64_t, int64_t) = p->body;
+    void *env = p->env;
+    pthread_mutex_unlock(&p->mu);
+    chunk(n, p->nthread, w->index, &begin, &end);
+    if (begin < end)
+      body(env, begin, end);
+    pthread_mutex_lock(&p->mu);
+    if (--p->pending == 0)
+      pthread_cond_signal(&p->done);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+static void pool_stop(DtrtCtx *ctx, DtPool *p) {
+  pthread_mutex_lock(&p->mu);
+  p->quit = true;
+  pthread_cond_broadcast(&p->go);
+  pthread_mutex_unlock(&p->mu);
+  for (int k = 0; k < p->nworker; k++)
+    pthread_join(p->w[k].th, NULL);
+  pthread_cond_destroy(&p->done);
+  pthread_cond_destroy(&p->go);
+  pthread_mutex_destroy(&p->mu);
+  dtrt_free(ctx, p->w);
+  dtrt_free(ctx, p);
+}
+
+/* The context's pool, made with the thread count of the environment; NULL
+ * when one thread is all there is (or the pool could not be made). */
+static DtPool *pool_start(DtrtCtx *ctx) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set))
+    CPU_ZERO(&set);
+  int nthread = thread_count(&set);
+  if (nthread < 2)
+    return NULL;
+  int ncpu = CPU_COUNT(&set), cpu[256];
+  for (int c = 0, k = 0; c < CPU_SETSIZE && k < 256; c++)
+    if (CPU_ISSET(c, &set))
+      cpu[k++] = c;
+  DtPool *p = dtrt_alloc(ctx, sizeof *p);
+  if (!p)
+    return NULL;
+  p->w = dtrt_alloc(ctx, sizeof *p->w * (size_t)nthread);
+  if (!p->w) {
+    dtrt_free(ctx, p);
+    return NULL;
+  }
+  p->nthread = nthread;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->go, NULL);
+  pthread_cond_init(&p->done, NULL);
+  for (int k = 0; k < nthread; k++) {
+    DtWorker *w = &p->w[k];
+    w->pool = p;
+    w->index = k;
+    w->cpu = nthread <= ncpu && ncpu <= 256 ? cpu[k] : -1;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    if (w->cpu >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(w->cpu, &one);
+      pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+    }
+    int err = pthread_create(&w->th, &attr, worker, w);
+    pthread_attr_destroy(&attr);
+    if (err) {
+      pool_stop(ctx, p);
+      return NULL;
+    }
+    p->nworker++;
+  }
+  return p;
+}
+
+void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
+                       void *env) {
+  if (n <= 0)
+    return;
+  if (ctx && !ctx->pool_tried) {
+    ctx->pool_tried = true;
+    ctx->pool = pool_start(ctx);
+  }
+  DtPool *p = ctx ? ctx->pool : NULL;
+  if (!p || n < 2) {
+    body(env, 0, n);
+    return;
+  }
+  int here = sched_getcpu(), mine = 0;
+  for (int k = 0; k < p->nthread; k++)
+    if (here >= 0 && p->w[k].cpu == here)
+      mine = k;
+  pthread_mutex_lock(&p->mu);
+  p->n = n;
+  p->body = body;
+  p->env = env;
+  p->caller = mine;
+  p->pending = p->nthread - 1;
+  p->job++;
+  pthread_cond_broadcast(&p->go);
+  pthread_mutex_unlock(&p->mu);
+  int64_t begin, end;
+  chunk(n, p->nthread, mine, &begin, &end);
+  body(env, begin, end);
+  pthread_mutex_lock(&p->mu);
+  while (p->pending > 0)
+    pthread_cond_wait(&p->done, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+}
+
+void dtrt_pool_free(DtrtCtx *ctx) {
+  if (ctx->pool)
+    pool_stop(ctx, ctx->pool);
+  ctx->pool = NULL;
+  ctx->pool_tried = false;
+}
