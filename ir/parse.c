@@ -586,6 +586,15 @@ static int find_mesh(const Module *m, const char *name) {
   return -1;
 }
 
+/* The index of mesh's axis named name; -1 after reporting it at loc. */
+static int mesh_axis(Parser *p, const Mesh *mesh, const char *name, Loc loc) {
+  for (int ax = 0; ax < mesh->naxis; ax++)
+    if (!strcmp(mesh->axis_name[ax], name))
+      return ax;
+  error_at(p, loc, "mesh '%s' has no axis '%s'", mesh->name, name);
+  return -1;
+}
+
 /* shard := 'shard' name '[' [spec {',' spec}] ']' ['partial' ['(' axis {',' axis} ')']]
  * spec := '*' | axis ['(' number {',' number} ')'] */
 static bool parse_shard(Parser *p, int rank, Sharding **out) {
@@ -623,15 +632,9 @@ static bool parse_shard(Parser *p, int rank, Sharding **out) {
       continue;
     }
     const char *axn = parse_name(p, "a mesh axis name or '*'");
-    if (!axn)
+    int ax = axn ? mesh_axis(p, mesh, axn, dl) : -1;
+    if (ax < 0)
       return false;
-    int ax = 0;
-    while (ax < mesh->naxis && strcmp(mesh->axis_name[ax], axn))
-      ax++;
-    if (ax == mesh->naxis) {
-      error_at(p, dl, "mesh '%s' has no axis '%s'", mesh->name, axn);
-      return false;
-    }
     s->axis[nd] = (int8_t)ax;
     if (accept(p, '(')) {
       VEC(double) r = {0};
@@ -663,15 +666,9 @@ static bool parse_shard(Parser *p, int rank, Sharding **out) {
       do {
         Loc al = p->tok.loc;
         const char *axn = parse_name(p, "a mesh axis name");
-        if (!axn)
+        int ax = axn ? mesh_axis(p, mesh, axn, al) : -1;
+        if (ax < 0)
           return false;
-        int ax = 0;
-        while (ax < mesh->naxis && strcmp(mesh->axis_name[ax], axn))
-          ax++;
-        if (ax == mesh->naxis) {
-          error_at(p, al, "mesh '%s' has no axis '%s'", mesh->name, axn);
-          return false;
-        }
         s->partial_axes |= (uint8_t)(1u << ax);
       } while (accept(p, ','));
       if (!expect(p, ')'))

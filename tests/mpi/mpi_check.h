@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <mpi.h>
 
@@ -33,6 +34,23 @@ static inline bool mpi_up(void) {
   MPI_Initialized(&up);
   MPI_Finalized(&down);
   return up && !down;
+}
+
+/* The passed and failed counts summed over all ranks. */
+static inline void mpi_totals(int total[2]) {
+  int counts[2] = {passed, failed};
+  total[0] = passed, total[1] = failed;
+  if (mpi_up()) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Allreduce(counts, total, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  }
+}
+
+static inline void remove_dir(const char *dir) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd))
+    fprintf(stderr, "could not remove %s\n", dir);
 }
 
 #endif

@@ -651,17 +651,10 @@ int main(int argc, char **argv) {
   dtrt_ctx_free(other);
   CHECK(!launched || mpi_up(), "freeing a second context ended MPI");
 
-  int counts[2] = {passed, failed}, total[2] = {passed, failed};
-  if (mpi_up()) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    MPI_Allreduce(counts, total, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  }
-  if (me == 0) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd))
-      fprintf(stderr, "could not remove %s\n", dir);
-  }
+  int total[2];
+  mpi_totals(total);
+  if (me == 0)
+    remove_dir(dir);
   dtrt_ctx_free(ctx);
   int down;
   MPI_Finalized(&down);
