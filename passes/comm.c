@@ -94,8 +94,9 @@ static void block_bytes(const Inst *c, int k, double *b) {
     b[m] = (double)len[m] * unit;
 }
 
-double comm_time(const Module *m, const Inst *c, const int *members, int k, int method) {
-  if (k < 2 || c->op == OP_shard_slice)
+double comm_cost(const Module *m, Op op, double bytes, const double *b, const int *members,
+                 int k, int method) {
+  if (k < 2 || op == OP_shard_slice)
     return 0;
   int node[SHARD_MAX_AXIS], nodes = 0, most = 0;
   bool known = true;
@@ -121,25 +122,22 @@ double comm_time(const Module *m, const Inst *c, const int *members, int k, int 
   link_of(m, "intra", &ai, &ti);
   link_of(m, "inter", &ae, &te);
   int l = log2up(k);
-  if (c->op == OP_all_reduce) {
-    double b = (double)type_elems(&c->in[0]->type) * dtype_size(c->in[0]->type.dtype);
+  if (op == OP_all_reduce) {
     switch (method) {
-    case DTRT_COMM_MPI: case DTRT_COMM_RING: return ring_all_reduce(k, b, a, t);
-    case DTRT_COMM_GROUPED: return 2.0 * l * (a + b * t);
+    case DTRT_COMM_MPI: case DTRT_COMM_RING: return ring_all_reduce(k, bytes, a, t);
+    case DTRT_COMM_GROUPED: return 2.0 * l * (a + bytes * t);
     case DTRT_COMM_HIER:
       if (nodes < 2)
         return INFINITY;
-      return 2.0 * log2up(most) * (ai + b * ti) + ring_all_reduce(nodes, b, ae, te);
+      return 2.0 * log2up(most) * (ai + bytes * ti) + ring_all_reduce(nodes, bytes, ae, te);
     default: return INFINITY;
     }
   }
-  if (c->op == OP_all_to_all)
-    return method == DTRT_COMM_MPI || method == DTRT_COMM_RING
-               ? (k - 1) * a + spmd_comm_bytes(c) * t
-               : INFINITY;
-  double b[SHARD_MAX_AXIS], sum = 0, lo = INFINITY, hi = 0;
+  if (op == OP_all_to_all)
+    return method == DTRT_COMM_MPI || method == DTRT_COMM_RING ? (k - 1) * a + bytes * t
+                                                                : INFINITY;
+  double sum = 0, lo = INFINITY, hi = 0;
   int full = 0;
-  block_bytes(c, k, b);
   for (int j = 0; j < k; j++) {
     sum += b[j];
     lo = fmin(lo, b[j]);
@@ -150,10 +148,36 @@ double comm_time(const Module *m, const Inst *c, const int *members, int k, int 
   case DTRT_COMM_MPI: return (k - 1) * a + (sum - lo) * t;
   case DTRT_COMM_RING: return (k - 1) * (a + hi * t);
   case DTRT_COMM_GROUPED: return (double)full * l * a + l * sum * t;
-  case DTRT_COMM_PADDED:
-    return c->op == OP_all_gather ? l * a + (k - 1) * hi * t : INFINITY;
+  case DTRT_COMM_PADDED: return op == OP_all_gather ? l * a + (k - 1) * hi * t : INFINITY;
   default: return INFINITY;
   }
+}
+
+double comm_best(const Module *m, Op op, double bytes, const double *b, const int *members,
+                 int k, int *method) {
+  int best = DTRT_COMM_MPI;
+  double cost = comm_cost(m, op, bytes, b, members, k, best);
+  for (int j = 1; j < COMM_NMETHOD; j++) {
+    double t = comm_cost(m, op, bytes, b, members, k, j);
+    if (t < cost)
+      cost = t, best = j;
+  }
+  if (method)
+    *method = best;
+  return cost;
+}
+
+double comm_time(const Module *m, const Inst *c, const int *members, int k, int method) {
+  if (k < 2 || c->op == OP_shard_slice)
+    return 0;
+  double b[SHARD_MAX_AXIS], bytes = 0;
+  if (c->op == OP_all_reduce)
+    bytes = (double)type_elems(&c->in[0]->type) * dtype_size(c->in[0]->type.dtype);
+  else if (c->op == OP_all_to_all)
+    bytes = spmd_comm_bytes(c);
+  else
+    block_bytes(c, k, b);
+  return comm_cost(m, c->op, bytes, b, members, k, method);
 }
 
 int comm_choose(const Module *m, const Inst *c, const int *members, int k) {

@@ -92,6 +92,15 @@ extern const char *const comm_method_names[COMM_NMETHOD];
  * INFINITY for a method c's kernel does not have or, for hierarchical, a
  * group on one node. */
 double comm_time(const Module *m, const Inst *c, const int *members, int k, int method);
+/* The same for a collective not yet in the IR: op's bytes per member (an
+ * all_reduce's whole buffer, an all_to_all's spmd_comm_bytes) or, for an
+ * all_gather or reduce_scatter, the bytes of each member's block in b[k]. */
+double comm_cost(const Module *m, Op op, double bytes, const double *b, const int *members,
+                 int k, int method);
+/* The least comm_cost over the methods, its method into *method (may be
+ * NULL), the lowest number on a tie. */
+double comm_best(const Module *m, Op op, double bytes, const double *b, const int *members,
+                 int k, int *method);
 /* The method of the least comm_time, the lowest number on a tie. */
 int comm_choose(const Module *m, const Inst *c, const int *members, int k);
 
