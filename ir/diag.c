@@ -48,6 +48,8 @@ static void show_line(Diag *d, Loc loc) {
 }
 
 static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
+  if (d->quiet)
+    return;
   if (loc.file)
     fprintf(d->out, "%s:%d:%d: ", loc.file->name, loc.line, loc.col);
   else
@@ -64,7 +66,7 @@ void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap) {
     return;
   }
   report(d, loc, "error", fmt, ap);
-  if (++d->nerr == d->max_errors)
+  if (++d->nerr == d->max_errors && !d->quiet)
     fprintf(d->out, "dtc: fatal error: too many errors emitted, stopping now\n");
 }
 

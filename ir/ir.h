@@ -65,6 +65,7 @@ typedef struct Diag {
   bool werror;          /* warnings count as errors */
   bool color;
   unsigned wflags;      /* enabled optional warnings (W_*) */
+  bool quiet;           /* count, print nothing (a planner's trial runs) */
 } Diag;
 
 enum { W_UNUSED = 1u << 0, W_RESHARD = 1u << 1 };
@@ -264,6 +265,7 @@ struct Module {
   Cluster *cluster;      /* NULL: one local device */
   VEC(Mesh) mesh;
   PlanMode plan;
+  struct PlanInfo *plan_info;  /* passes/plan.c's result; NULL: not planned */
   const Options *opt;    /* driver options; may be NULL in tests */
 };
 

@@ -24,16 +24,27 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
 
 /* ---- plan.c ----------------------------------------------------------- */
 
-/* Chooses the per-device ratios of the annotated splits (`plan auto`: a
- * linear program over device speeds and memory; `plan even`: even). */
+/* `plan auto`: chooses the forms of inputs and params and the per-device
+ * ratios of their splits by the predicted step (a search over forms, a linear
+ * program over ratios); `plan even`: the parallel block's forms, even. */
 bool pass_plan(Module *m, Diag *d);
-/* The linear program's ratios of mesh axis 0 for the module as it stands,
- * before rounding, into ratio[axis size]; false when it cannot be planned
- * (no cluster, not one one-axis mesh, no step) or has no solution. */
-bool plan_solve(const Module *m, double *ratio);
-/* The device plan (--emit=plan): every device's ratio and compute time, the
- * gradient all-reduce, the predicted step time against the even plan's, and
- * the bottleneck device; nothing unless the module has one one-axis mesh. */
+/* What the planner chose and predicted, for the report. */
+typedef struct PlanInfo {
+  int k;                 /* devices on the mesh axis */
+  double *ratio;         /* [k] the ratios of every split (1/k each: even) */
+  double *busy;          /* [k] seconds computing */
+  double step, even;     /* predicted step of the plan, of its forms with even ratios */
+  double block;          /* predicted step of the parallel block's forms, even */
+  double comm;           /* seconds of collectives */
+  int ncoll, bottleneck, evals;
+  double ms;             /* time spent planning */
+  Sharding **user;       /* by global: the parallel block's forms, NULL: open */
+  Sharding **chosen;     /* by global: the plan's forms */
+} PlanInfo;
+/* The device plan (--emit=plan): the forms of the parallel block and of the
+ * plan, every device's ratio and busy time, the collectives, the predicted
+ * step against the even plan's, and the bottleneck device; nothing unless
+ * the planner ran (plan auto or even on a one-axis mesh with a cluster). */
 void plan_report(FILE *out, const Module *m);
 
 /* ---- sharding.c ------------------------------------------------------- */
@@ -139,7 +150,8 @@ const Global *memplan_global(const Inst *i);
  * sim_compute_time, a collective waits for its whole axis group, then takes
  * sim_comm_time on every member. Times are in seconds. */
 #define SIM_DEFAULT_GFLOPS 50.0  /* a device without a cluster */
-#define SIM_MEM_BW 10e9          /* bytes/s written by elementwise and data movement ops */
+#define SIM_BYTE_FLOPS 5.0       /* FLOPs a byte written by elementwise and data movement
+                                    ops costs: 10 GB/s at SIM_DEFAULT_GFLOPS */
 #define SIM_DEFAULT_BW 10e9      /* bytes/s of a collective when the cluster has no link */
 #define SIM_DEFAULT_LAT 10e-6    /* seconds per step of such a collective */
 
@@ -169,7 +181,8 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user);
 /* Device speed (GFLOP/s) of mesh position `device` (0 without a mesh). */
 double sim_gflops(const Module *m, int device);
 /* Seconds of compute op i on `device`: flops / speed, plus for K_ELEM and
- * K_SHAPE ops the bytes of their result / SIM_MEM_BW; 0 for K_META and K_COMM. */
+ * K_SHAPE ops the bytes of their result times SIM_BYTE_FLOPS / speed; 0 for
+ * K_META and K_COMM. */
 double sim_compute_time(const Module *m, const Inst *i, int device);
 /* Seconds of collective c over the k devices members[]: lat * steps + bytes /
  * bw, steps 2(k-1) for all_reduce and k-1 otherwise, bytes spmd_comm_bytes(c),

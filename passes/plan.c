@@ -1,18 +1,40 @@
-/* plan.c: the planner. Chooses the per-device ratios of the splits the
- * parallel block asks for, so that devices of unequal speed finish a training
- * step together (HAP's linear program, docs/ARCHITECTURE.md, Planner).
+/* plan.c: the planner. On a one-axis mesh, `plan auto` chooses the forms of
+ * the step (which inputs and params are split, along which dimension, or
+ * whole) and the per-device ratios of the splits, so that devices of unequal
+ * speed finish together and the collectives the forms need cost least: HAP's
+ * search over forms, each choice costed with the ratios of a linear program
+ * (GLPK) that minimises the predicted step (docs/ARCHITECTURE.md, Planner).
  *
  * Requires: @train_step (passes/autodiff.c; @forward for an inference-only
- * model), the annotated shardings of the parallel block (Global.shard), no
- * propagation yet. Guarantees: with `plan even`, every annotated split is even
- * (Sharding.ratio NULL); with `plan auto` on a one-axis mesh, every annotated
- * split written without ratios carries the planned ratios (multiples of 1e-6
- * summing to 1, NULL when the plan is even), the same for every global split
- * on the axis; splits written with ratios, `plan explicit`, two-axis meshes
- * and modules without a mesh are left as they are. Deterministic. */
+ * model), the parallel block's shardings (Global.shard), no propagation yet.
+ * Guarantees: with `plan even`, every annotated split is even (Sharding.ratio
+ * NULL); with `plan auto` on a one-axis mesh with a cluster, Global.shard
+ * holds the chosen forms of inputs and params (NULL: left to propagation),
+ * every split carrying the planned ratios (multiples of 1e-6 summing to 1, the
+ * same for every split, NULL when even); a parallel block that writes ratios,
+ * `plan explicit`, two-axis meshes and modules without a mesh or cluster are
+ * left as they are. Module.plan_info keeps the result for --emit=plan.
+ * Deterministic: the search visits choices in a fixed order and keeps the
+ * first of equal costs.
+ *
+ * The cost of one choice of forms: the sharding pass propagates them through
+ * the global step; walking it in order, every reshard the spmd pass would
+ * insert (shard_plan) costs comm_best of its bytes over the mesh, and ends a
+ * segment, since every device waits there for the others. An op whose
+ * operands or result are split (or partial) takes r[c] of its whole time
+ * sim_compute_time on device c, any other op all of it. With a[s][c] the whole
+ * ops' time and b[s][c] the split ops' whole time in segment s, the step is
+ *
+ *   sum over s of max over c (a[s][c] + b[s][c] r[c])  +  collectives,
+ *
+ * minimised by the linear program over r (sum r = 1, every device keeping at
+ * least one element of the shortest split and no more than its memory holds).
+ * Devices of equal speed and memory share one ratio variable. */
 #include <glpk.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ir.h"
 #include "passes.h"
@@ -20,234 +42,454 @@
 /* Ratios are written in millionths, so their %g text parses back exactly and
  * sums to 1. */
 #define RATIO_UNITS 1000000
+#define MAX_SWEEPS 4        /* passes over the choices of each start */
+#define IMPROVES 1e-6       /* a relative fall in cost that counts */
 
-/* The planner's cost model of one training step on a one-axis mesh: device c
- * computes its ratio r[c] of the step's FLOPs (time w[c] r[c]) and then joins
- * the gradient all-reduce (time comm, independent of the ratios); it holds
- * `fixed` bytes of whole globals and r[c] of `scaled` bytes (split globals
- * and activations). */
-typedef struct Model {
-  int k;
-  const Device *dev[SHARD_MAX_AXIS];
-  double w[SHARD_MAX_AXIS];   /* seconds for the whole step's FLOPs */
-  double flops, grad_bytes, comm;
-  double fixed, scaled;
-  int64_t min_len;            /* shortest split dimension; 0: none */
-} Model;
+typedef struct Cost {
+  int nseg;
+  double *a, *b;            /* [nseg * nclass] seconds */
+  double comm;              /* seconds of collectives */
+  int ncoll;
+  double fixed, scaled;     /* bytes on every device; bytes split by ratio */
+  int64_t min_len;          /* the shortest split dimension; 0: nothing split */
+} Cost;
 
-static bool split_on(const Global *g, int axis) {
-  for (int d = 0; g->shard && d < g->type.rank; d++)
-    if (g->shard->axis[d] == axis)
+typedef struct Planner {
+  Module *m;
+  Func *step;
+  int k, nclass;
+  int cls[SHARD_MAX_AXIS];      /* device -> its class (equal speed and memory) */
+  int rep[SHARD_MAX_AXIS];      /* class -> its first device */
+  int count[SHARD_MAX_AXIS];    /* class -> its devices */
+  int members[SHARD_MAX_AXIS];  /* 0 .. k-1 */
+  Sharding **user;              /* by global: the parallel block's sharding */
+  int *var, nvar;               /* the globals whose forms the search chooses */
+  VEC(double) a, b;
+  VEC(Sharding) memo;           /* reshards costed in this walk ... */
+  VEC(const Inst *) memo_x;     /* ... and of which value */
+  int evals;
+  Diag quiet;
+} Planner;
+
+static bool split_on(const Sharding *s, int rank) {
+  for (int d = 0; s && d < rank; d++)
+    if (s->axis[d] == 0)
       return true;
   return false;
 }
 
-static double func_flops(const Func *f) {
-  double n = 0;
-  for (int i = 0; i < f->inst.n; i++)
-    n += ir_ops[f->inst.a[i]->op].flops(f->inst.a[i]);
-  return n;
+/* Does value type t sharded by s hold a share of the work: split or partial. */
+static bool shares(const Module *m, const Sharding *s, const Type *t) {
+  return split_on(s, t->rank) || ir_partial_axes(m, s, t->rank);
 }
 
-/* Bytes of the values a step keeps while it runs, an upper bound on its
- * activations: every result but loads (counted as globals) and plumbing. */
-static double func_value_bytes(const Func *f) {
-  double n = 0;
-  for (int i = 0; i < f->inst.n; i++) {
-    const Inst *x = f->inst.a[i];
-    if (x->type.dtype == DT_VOID || x->op == OP_load || x->op == OP_const)
-      continue;
-    n += (double)type_elems(&x->type) * (double)dtype_size(x->type.dtype);
-  }
-  return n;
+static double bytes_of(const Type *t) {
+  return (double)type_elems(t) * (double)dtype_size(t->dtype);
 }
 
-/* The step's FLOPs: the global step before spmd, the sum of its per-device
- * copies after. */
-static const Func *step_func(const Module *m, double *flops) {
+static const Func *find_step(const Module *m) {
   const char *names[] = {"train_step", "forward"};
   for (int n = 0; n < COUNTOF(names); n++) {
-    const Func *global = NULL;
-    double sum = 0;
-    bool any = false;
-    for (int i = 0; i < m->func.n; i++) {
-      const Func *f = m->func.a[i];
-      if (!ir_func_is(f, names[n]))
-        continue;
-      any = true;
-      if (f->device < 0)
-        global = f;
-      sum += func_flops(f);
-    }
-    if (any) {
-      *flops = sum;
-      return global;
-    }
+    const Func *f = ir_find_func(m, names[n]);
+    if (f && f->device < 0)
+      return f;
   }
-  *flops = 0;
   return NULL;
 }
 
-static const Link *find_link(const Cluster *c, const char *name) {
-  for (int i = 0; c && i < c->link.n; i++)
-    if (!strcmp(c->link.a[i].name, name))
-      return &c->link.a[i];
-  return NULL;
+/* ---- the cost of one choice of forms ---- */
+
+static void new_segment(Planner *p, Cost *c) {
+  c->nseg++;
+  for (int q = 0; q < p->nclass; q++) {
+    vec_push(p->m->arena, &p->a, 0.0);
+    vec_push(p->m->arena, &p->b, 0.0);
+  }
 }
 
-/* The cost model of mesh 0's axis 0; false when the module cannot be planned
- * (no cluster, no one-axis mesh, no step). */
-static bool model_build(const Module *m, Model *md) {
-  memset(md, 0, sizeof *md);
-  if (!m->cluster || m->mesh.n != 1 || m->mesh.a[0].naxis != 1)
-    return false;
-  const Mesh *mesh = &m->mesh.a[0];
-  md->k = mesh->axis_size[0];
-  if (md->k > SHARD_MAX_AXIS)
-    return false;
-  const Func *step = step_func(m, &md->flops);
-  if (md->flops <= 0 && !step)
-    return false;
-  bool one_node = true;
-  for (int c = 0; c < md->k; c++) {
-    md->dev[c] = &m->cluster->dev.a[mesh->dev[c]];
-    md->w[c] = md->flops / (md->dev[c]->gflops * 1e9);
-    one_node = one_node && md->dev[c]->node == md->dev[0]->node;
+/* Costs the collectives that take x to sharding `to`, once per value and
+ * target, as the spmd pass makes them. */
+static void reshard(Planner *p, Cost *c, const Inst *x, const Sharding *to) {
+  Module *m = p->m;
+  if (shard_same(m, &x->type, x->shard, to))
+    return;
+  for (int k = 0; k < p->memo.n; k++)
+    if (p->memo_x.a[k] == x && shard_same(m, &x->type, &p->memo.a[k], to))
+      return;
+  vec_push(m->arena, &p->memo, *to);
+  vec_push(m->arena, &p->memo_x, x);
+  ShardStep st[SHARD_MAX_STEPS];
+  int n = shard_plan(m, &x->type, x->shard, to, st);
+  for (int s = 0; s < n; s++) {
+    if (st[s].op == OP_shard_slice)
+      continue;
+    double b[SHARD_MAX_AXIS], bytes = 0;
+    Type local;
+    ir_local_type(m, &st[s].before, &x->type, 0, &local, NULL);
+    if (st[s].op == OP_all_reduce) {
+      bytes = bytes_of(&local);
+    } else if (st[s].op == OP_all_to_all) {
+      bytes = shard_step_bytes(m, &x->type, &st[s]);
+    } else {
+      const Sharding *split = st[s].op == OP_all_gather ? &st[s].before : &st[s].after;
+      int64_t len[SHARD_MAX_AXIS];
+      ir_blocks(x->type.dim[st[s].dim], split->ratio[st[s].dim], p->k, len);
+      double unit = bytes_of(&x->type) / (double)x->type.dim[st[s].dim];
+      for (int j = 0; j < p->k; j++)
+        b[j] = (double)len[j] * unit;
+    }
+    c->comm += comm_best(m, st[s].op, bytes, b, p->members, p->k, NULL);
+    c->ncoll++;
+    new_segment(p, c);
   }
-  for (int i = 0; i < m->global.n; i++) {
-    const Global *g = &m->global.a[i];
-    double bytes = (double)type_elems(&g->type) * (double)dtype_size(g->type.dtype);
-    if (g->kind == G_PARAM)
-      md->grad_bytes += bytes;
-    if (!split_on(g, 0)) {
-      md->fixed += bytes;
+}
+
+static void add_compute(Planner *p, Cost *c, const Inst *i, bool split) {
+  double *row = (split ? p->b.a : p->a.a) + (size_t)(c->nseg - 1) * (size_t)p->nclass;
+  for (int q = 0; q < p->nclass; q++)
+    row[q] += sim_compute_time(p->m, i, p->rep[q]);
+}
+
+static void note_len(Cost *c, const Sharding *s, const Type *t) {
+  for (int d = 0; s && d < t->rank; d++)
+    if (s->axis[d] == 0 && (!c->min_len || t->dim[d] < c->min_len))
+      c->min_len = t->dim[d];
+}
+
+/* The cost model of the propagated step. */
+static void cost_build(Planner *p, Cost *c) {
+  Module *m = p->m;
+  memset(c, 0, sizeof *c);
+  p->a.n = p->b.n = p->memo.n = p->memo_x.n = 0;
+  new_segment(p, c);
+  Sharding whole;
+  memset(&whole, 0, sizeof whole);
+  for (int d = 0; d < IR_MAX_RANK; d++)
+    whole.axis[d] = -1;
+  for (int k = 0; k < p->step->inst.n; k++) {
+    const Inst *i = p->step->inst.a[k];
+    if (i->op == OP_store) {
+      reshard(p, c, i->in[0], memplan_global(i)->shard);
       continue;
     }
-    md->scaled += bytes;
-    for (int d = 0; d < g->type.rank; d++)
-      if (g->shard->axis[d] == 0 && (!md->min_len || g->type.dim[d] < md->min_len))
-        md->min_len = g->type.dim[d];
+    if (i->op == OP_output) {
+      reshard(p, c, i->in[0], &whole);
+      continue;
+    }
+    if (!i->shard)
+      continue;
+    const Sharding *cur[16];
+    Sharding req[16];
+    for (int j = 0; j < i->nin; j++)
+      cur[j] = i->in[j]->shard;
+    if (!shard_form(m, i, i->shard, cur, req))
+      continue;
+    bool split = shares(m, i->shard, &i->type);
+    for (int j = 0; j < i->nin; j++) {
+      reshard(p, c, i->in[j], &req[j]);
+      split |= shares(m, &req[j], &i->in[j]->type);
+    }
+    add_compute(p, c, i, split);
+    if (i->type.dtype != DT_VOID && i->op != OP_load && i->op != OP_const) {
+      *(split_on(i->shard, i->type.rank) ? &c->scaled : &c->fixed) += bytes_of(&i->type);
+      note_len(c, i->shard, &i->type);
+    }
   }
-  if (step)
-    md->scaled += func_value_bytes(step);
-  const Link *l = find_link(m->cluster, one_node ? "intra" : "inter");
-  if (md->k > 1 && l)
-    md->comm = 2.0 * (md->k - 1) / md->k * md->grad_bytes / l->bw + l->lat;
-  return true;
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    *(split_on(gl->shard, gl->type.rank) ? &c->scaled : &c->fixed) += bytes_of(&gl->type);
+    note_len(c, gl->shard, &gl->type);
+  }
+  c->a = p->a.a;
+  c->b = p->b.a;
 }
 
-/* Predicted step time with ratios r (NULL: even); *slow gets the bottleneck. */
-static double model_time(const Model *md, const double *r, int *slow) {
-  double worst = -1;
-  for (int c = 0; c < md->k; c++) {
-    double t = md->w[c] * (r ? r[c] : 1.0 / md->k);
-    if (t > worst)
-      worst = t, *slow = c;
+/* The bounds of every device's ratio: at least lo, so each keeps one element
+ * of the shortest split; at most hi[c], what its memory holds. */
+static double ratio_bounds(const Planner *p, const Cost *c, double *hi) {
+  const Mesh *mesh = &p->m->mesh.a[0];
+  for (int d = 0; d < p->k; d++) {
+    double room = (double)p->m->cluster->dev.a[mesh->dev[d]].mem - c->fixed;
+    hi[d] = c->scaled > 0 ? fmin(1, room / c->scaled) : (room >= 0 ? 1 : -1);
   }
-  return worst + md->comm;
+  return c->min_len ? fmin(1.0 / (double)c->min_len + 1.0 / RATIO_UNITS, 1.0 / p->k) : 0;
 }
 
-/* Minimise t subject to t >= w[c] r[c] + comm, sum r = 1,
- * lo <= r[c] <= hi[c] (hi from memory). Times are scaled by the largest w so
- * the simplex works on numbers near 1. */
-static bool solve_lp(const Model *md, double lo, const double *hi, double *r) {
-  int k = md->k;
+/* The step with ratios r[device] (NULL: even); each device's busy time into
+ * busy (may be NULL). */
+static double step_time(const Planner *p, const Cost *c, const double *r, double *busy) {
+  double t = c->comm;
+  for (int d = 0; busy && d < p->k; d++)
+    busy[d] = 0;
+  for (int s = 0; s < c->nseg; s++) {
+    double worst = 0;
+    for (int d = 0; d < p->k; d++) {
+      int q = p->cls[d];
+      double x = c->a[s * p->nclass + q] + c->b[s * p->nclass + q] * (r ? r[d] : 1.0 / p->k);
+      worst = fmax(worst, x);
+      if (busy)
+        busy[d] += x;
+    }
+    t += worst;
+  }
+  return t;
+}
+
+/* The linear program: minimise sum T_s over segments with split work,
+ * T_s >= a[s][q] + b[s][q] r_q, sum count_q r_q = 1, lo <= r_q <= hi_q. False
+ * when it has no solution (the devices' memory is too small). Times are
+ * scaled by the largest b so the simplex works on numbers near 1. */
+static bool solve_lp(const Planner *p, const Cost *c, double lo, const double *hi, double *r) {
+  int nq = p->nclass;
   double scale = 0;
-  for (int c = 0; c < k; c++)
-    scale = fmax(scale, md->w[c]);
+  for (int s = 0; s < c->nseg * nq; s++)
+    scale = fmax(scale, c->b[s]);
+  if (scale <= 0) {   /* nothing split: the ratios change nothing */
+    for (int d = 0; d < p->k; d++)
+      r[d] = 1.0 / p->k;
+    return true;
+  }
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MIN);
-  glp_add_cols(lp, k + 1);
-  for (int c = 0; c < k; c++) {
-    if (hi[c] > lo)
-      glp_set_col_bnds(lp, c + 1, GLP_DB, lo, hi[c]);
-    else
-      glp_set_col_bnds(lp, c + 1, GLP_FX, lo, lo);
+  glp_add_cols(lp, nq);
+  for (int q = 0; q < nq; q++) {
+    double h = hi[p->rep[q]];
+    if (h < lo) {
+      glp_delete_prob(lp);
+      return false;
+    }
+    glp_set_col_bnds(lp, q + 1, h > lo ? GLP_DB : GLP_FX, lo, h);
   }
-  glp_set_col_bnds(lp, k + 1, GLP_LO, 0, 0);
-  glp_set_obj_coef(lp, k + 1, 1);
-  glp_add_rows(lp, k + 1);
-  int ind[SHARD_MAX_AXIS + 2];
-  double val[SHARD_MAX_AXIS + 2];
-  for (int c = 0; c < k; c++) {
-    ind[1] = k + 1, val[1] = 1;
-    ind[2] = c + 1, val[2] = -md->w[c] / scale;
-    glp_set_mat_row(lp, c + 1, 2, ind, val);
-    glp_set_row_bnds(lp, c + 1, GLP_LO, md->comm / scale, 0);
+  int *ind = malloc(sizeof *ind * (size_t)(nq + 2));
+  double *val = malloc(sizeof *val * (size_t)(nq + 2));
+  DTC_ASSERT(ind && val);
+  for (int q = 0; q < nq; q++)
+    ind[q + 1] = q + 1, val[q + 1] = p->count[q];
+  int row = glp_add_rows(lp, 1);
+  glp_set_mat_row(lp, row, nq, ind, val);
+  glp_set_row_bnds(lp, row, GLP_FX, 1, 1);
+  for (int s = 0; s < c->nseg; s++) {
+    const double *a = c->a + s * nq, *b = c->b + s * nq;
+    bool any = false;
+    for (int q = 0; q < nq; q++)
+      any |= b[q] > 0;
+    if (!any)
+      continue;
+    int t = glp_add_cols(lp, 1);
+    glp_set_col_bnds(lp, t, GLP_LO, 0, 0);
+    glp_set_obj_coef(lp, t, 1);
+    for (int q = 0; q < nq; q++) {
+      ind[1] = t, val[1] = 1;
+      ind[2] = q + 1, val[2] = -b[q] / scale;
+      row = glp_add_rows(lp, 1);
+      glp_set_mat_row(lp, row, 2, ind, val);
+      glp_set_row_bnds(lp, row, GLP_LO, a[q] / scale, 0);
+    }
   }
-  for (int c = 0; c < k; c++)
-    ind[c + 1] = c + 1, val[c + 1] = 1;
-  glp_set_mat_row(lp, k + 1, k, ind, val);
-  glp_set_row_bnds(lp, k + 1, GLP_FX, 1, 1);
+  free(ind);
+  free(val);
   glp_smcp parm;
   glp_init_smcp(&parm);
   parm.msg_lev = GLP_MSG_OFF;
   bool ok = glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT;
-  for (int c = 0; ok && c < k; c++)
-    r[c] = glp_get_col_prim(lp, c + 1);
+  for (int d = 0; ok && d < p->k; d++)
+    r[d] = glp_get_col_prim(lp, p->cls[d] + 1);
   glp_delete_prob(lp);
   return ok;
 }
 
-static void set_ratios(Module *m, double *ratio) {
-  for (int i = 0; i < m->global.n; i++) {
-    Global *g = &m->global.a[i];
-    for (int d = 0; split_on(g, 0) && d < g->type.rank; d++)
-      if (g->shard->axis[d] == 0)
-        g->shard->ratio[d] = ratio;
+/* Gives the globals forms A (by global; NULL: open) and clears the step's
+ * shardings, as before the sharding pass. */
+static void apply(Planner *p, Sharding **A) {
+  Module *m = p->m;
+  for (int g = 0; g < m->global.n; g++)
+    m->global.a[g].shard = A[g];
+  const char *names[] = {"train_step", "forward"};
+  for (int n = 0; n < COUNTOF(names); n++) {
+    Func *f = ir_find_func(m, names[n]);
+    for (int k = 0; f && f->device < 0 && k < f->inst.n; k++)
+      f->inst.a[k]->shard = NULL;
   }
 }
 
-/* The bounds of every ratio: at least lo, so every device keeps one element
- * of the shortest split; at most hi[c], what device c's memory holds. */
-static double ratio_bounds(const Model *md, double *hi) {
-  for (int c = 0; c < md->k; c++) {
-    double room = (double)md->dev[c]->mem - md->fixed;
-    hi[c] = md->scaled > 0 ? fmin(1, room / md->scaled) : 1;
+/* The predicted step of forms A with the linear program's ratios (into r)
+ * or, when even, with even ratios; INFINITY when the forms do not propagate
+ * or do not fit. The cost model into c. */
+static double evaluate(Planner *p, Sharding **A, bool even, double *r, Cost *c) {
+  p->evals++;
+  apply(p, A);
+  int nerr = p->quiet.nerr;
+  if (!pass_sharding(p->m, &p->quiet) || p->quiet.nerr > nerr)
+    return INFINITY;
+  cost_build(p, c);
+  double hi[SHARD_MAX_AXIS], lo = ratio_bounds(p, c, hi);
+  if (even) {
+    for (int d = 0; d < p->k; d++)
+      r[d] = 1.0 / p->k;
+  } else if (!solve_lp(p, c, lo, hi, r)) {
+    return INFINITY;
   }
-  return md->min_len ? fmin(1.0 / (double)md->min_len + 1.0 / RATIO_UNITS, 1.0 / md->k) : 0;
+  for (int d = 0; d < p->k; d++)
+    if (r[d] > hi[d] + 1e-12 || hi[d] < 0)
+      return INFINITY;
+  return step_time(p, c, r, NULL);
 }
 
-/* Plans the ratios of axis 0 from the cost model; false after an error. */
-static bool plan_auto(Module *m, Diag *d) {
-  Model md;
-  if (!model_build(m, &md) || !md.min_len)
-    return true;
-  for (int i = 0; i < m->global.n; i++) {
-    const Global *g = &m->global.a[i];
-    for (int dd = 0; split_on(g, 0) && dd < g->type.rank; dd++)
-      if (g->shard->axis[dd] == 0 && g->shard->ratio[dd])
-        return true;   /* the user's ratios */
-  }
-  int k = md.k;
-  const Mesh *mesh = &m->mesh.a[0];
-  double hi[SHARD_MAX_AXIS], room = 0, lo = ratio_bounds(&md, hi);
-  for (int c = 0; c < k; c++) {
-    if (hi[c] < lo) {
-      diag_error(d, mesh->loc,
-                 "device '%s' has %lld bytes of memory, too few for any share of the step: "
-                 "it needs %.0f bytes of whole tensors and %.0f bytes for its smallest share",
-                 md.dev[c]->name, (long long)md.dev[c]->mem, md.fixed, md.scaled * lo);
-      return false;
-    }
-    room += hi[c];
-  }
-  if (room < 1) {
-    diag_error(d, mesh->loc,
-               "the devices of mesh '%s' together have too little memory for the step: "
-               "its split tensors and activations need %.0f bytes",
-               mesh->name, md.scaled);
-    return false;
-  }
+/* ---- the search over forms ---- */
+
+static Sharding *form(Planner *p, int dim) {
+  Sharding *s = arena_alloc(p->m->arena, sizeof *s);
+  memset(s, 0, sizeof *s);
+  for (int d = 0; d < IR_MAX_RANK; d++)
+    s->axis[d] = -1;
+  if (dim >= 0)
+    s->axis[dim] = 0;
+  return s;
+}
+
+/* The forms global g may take: whole, or split along a dimension of at least
+ * one element per device (inputs along their first only), or for a param
+ * also open (its form follows from its users). */
+static int forms_of(Planner *p, int g, Sharding **out) {
+  const Global *gl = &p->m->global.a[g];
+  int n = 0;
+  if (gl->kind == G_PARAM)
+    out[n++] = NULL;
+  out[n++] = form(p, -1);
+  int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : gl->type.rank;
+  for (int d = 0; d < dims; d++)
+    if (gl->type.dim[d] >= p->k)
+      out[n++] = form(p, d);
+  return n;
+}
+
+static bool form_eq(const Planner *p, int g, const Sharding *a, const Sharding *b) {
+  if (!a || !b)
+    return a == b;
+  return shard_same(p->m, &p->m->global.a[g].type, a, b);
+}
+
+/* Greedy descent from A: each global in turn takes each of its forms, and a
+ * choice stays when it lowers the cost; until a sweep changes nothing. */
+static double descend(Planner *p, Sharding **A, double cost) {
   double r[SHARD_MAX_AXIS];
-  bool all_same = true;
-  for (int c = 0; c < k; c++)
-    all_same = all_same && md.w[c] == md.w[0] && hi[c] >= 1.0 / k;
-  if (all_same || md.flops <= 0) {
-    set_ratios(m, NULL);
-    return true;
+  Cost c;
+  Sharding *forms[IR_MAX_RANK + 2];
+  for (int sweep = 0; sweep < MAX_SWEEPS; sweep++) {
+    bool moved = false;
+    for (int v = 0; v < p->nvar; v++) {
+      int g = p->var[v], n = forms_of(p, g, forms);
+      for (int f = 0; f < n; f++) {
+        if (form_eq(p, g, forms[f], A[g]))
+          continue;
+        Sharding *was = A[g];
+        A[g] = forms[f];
+        double t = evaluate(p, A, false, r, &c);
+        if (t < cost * (1 - IMPROVES)) {
+          cost = t;
+          moved = true;
+        } else {
+          A[g] = was;
+        }
+      }
+    }
+    if (!moved)
+      break;
   }
-  DTC_ASSERT(solve_lp(&md, lo, hi, r));
+  return cost;
+}
+
+/* ---- the pass ---- */
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* A planner for mesh 0 axis 0; false when the module cannot be planned (no
+ * cluster, no one-axis mesh, no step). */
+static bool planner_init(Planner *p, Module *m) {
+  memset(p, 0, sizeof *p);
+  if (!m->cluster || m->mesh.n != 1 || m->mesh.a[0].naxis != 1)
+    return false;
+  const Mesh *mesh = &m->mesh.a[0];
+  p->m = m;
+  p->k = mesh->axis_size[0];
+  p->step = (Func *)find_step(m);
+  if (!p->step || p->k > SHARD_MAX_AXIS || p->k < 1)
+    return false;
+  for (int d = 0; d < p->k; d++) {
+    const Device *dv = &m->cluster->dev.a[mesh->dev[d]];
+    p->members[d] = d;
+    int q = 0;
+    while (q < p->nclass) {
+      const Device *o = &m->cluster->dev.a[mesh->dev[p->rep[q]]];
+      if (o->gflops == dv->gflops && o->mem == dv->mem)
+        break;
+      q++;
+    }
+    if (q == p->nclass)
+      p->rep[p->nclass++] = d;
+    p->cls[d] = q;
+    p->count[q]++;
+  }
+  int ng = m->global.n;
+  p->user = arena_alloc(m->arena, sizeof *p->user * (size_t)(ng + 1));
+  p->var = arena_alloc(m->arena, sizeof *p->var * (size_t)(ng + 1));
+  for (int g = 0; g < ng; g++) {
+    Global *gl = &m->global.a[g];
+    p->user[g] = gl->shard;
+    if (!gl->shard && (gl->kind == G_INPUT || gl->kind == G_PARAM))
+      p->var[p->nvar++] = g;
+  }
+  diag_init(&p->quiet, NULL);
+  p->quiet.quiet = true;
+  p->quiet.max_errors = 0;
+  return true;
+}
+
+static bool user_ratios(const Module *m) {
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    for (int d = 0; gl->shard && d < gl->type.rank; d++)
+      if (gl->shard->axis[d] >= 0 && gl->shard->ratio[d])
+        return true;
+  }
+  return false;
+}
+
+static void record(Planner *p, Sharding **A, const double *r, double step, double even,
+                   double ms) {
+  Module *m = p->m;
+  PlanInfo *pi = arena_alloc(m->arena, sizeof *pi);
+  memset(pi, 0, sizeof *pi);
+  pi->k = p->k;
+  pi->ratio = arena_alloc(m->arena, sizeof *pi->ratio * (size_t)p->k);
+  pi->busy = arena_alloc(m->arena, sizeof *pi->busy * (size_t)p->k);
+  memcpy(pi->ratio, r, sizeof *r * (size_t)p->k);
+  pi->step = step;
+  pi->even = even;
+  pi->evals = p->evals;
+  pi->ms = ms;
+  pi->user = p->user;
+  pi->chosen = A;
+  Cost c;
+  double rr[SHARD_MAX_AXIS];
+  evaluate(p, A, true, rr, &c);
+  step_time(p, &c, r, pi->busy);
+  pi->comm = c.comm;
+  pi->ncoll = c.ncoll;
+  for (int d = 0; d < p->k; d++)
+    if (pi->busy[d] > pi->busy[pi->bottleneck])
+      pi->bottleneck = d;
+  m->plan_info = pi;
+}
+
+/* Integer ratios in millionths summing to 1, within every device's memory;
+ * NULL when even. */
+static double *round_ratios(Planner *p, const double *r, const double *hi) {
+  int k = p->k;
   int64_t units[SHARD_MAX_AXIS];
   ir_blocks(RATIO_UNITS, r, k, units);
   /* Rounding may lift a device at its memory bound by a unit: hand that unit
@@ -264,71 +506,175 @@ static bool plan_auto(Module *m, Diag *d) {
       DTC_ASSERT(to >= 0);
       units[c]--, units[to]++;
     }
-  double *ratio = arena_alloc(m->arena, sizeof *ratio * (size_t)k);
+  double *ratio = arena_alloc(p->m->arena, sizeof *ratio * (size_t)k);
   bool even = true;
   for (int c = 0; c < k; c++) {
     DTC_ASSERT(units[c] > 0);
     ratio[c] = (double)units[c] / RATIO_UNITS;
-    even = even && fabs(r[c] - 1.0 / k) < 1e-9;
+    even = even && units[c] == units[0];
   }
-  set_ratios(m, even ? NULL : ratio);
+  return even ? NULL : ratio;
+}
+
+/* The chosen forms with the ratios on every split. */
+static Sharding **with_ratios(Planner *p, Sharding **A, double *ratio) {
+  int ng = p->m->global.n;
+  Sharding **out = arena_alloc(p->m->arena, sizeof *out * (size_t)(ng + 1));
+  for (int g = 0; g < ng; g++) {
+    out[g] = A[g];
+    if (!A[g] || !split_on(A[g], p->m->global.a[g].type.rank))
+      continue;
+    out[g] = arena_alloc(p->m->arena, sizeof *out[g]);
+    *out[g] = *A[g];
+    for (int d = 0; d < IR_MAX_RANK; d++)
+      out[g]->ratio[d] = out[g]->axis[d] == 0 ? ratio : NULL;
+  }
+  return out;
+}
+
+static void diag_no_room(Planner *p, Sharding **A, Diag *d) {
+  Module *m = p->m;
+  const Mesh *mesh = &m->mesh.a[0];
+  Cost c;
+  double r[SHARD_MAX_AXIS], hi[SHARD_MAX_AXIS];
+  evaluate(p, A, true, r, &c);
+  double lo = ratio_bounds(p, &c, hi), room = 0;
+  for (int k = 0; k < p->k; k++) {
+    const Device *dv = &m->cluster->dev.a[mesh->dev[k]];
+    if (hi[k] < lo) {
+      diag_error(d, mesh->loc,
+                 "device '%s' has %lld bytes of memory, too few for any share of the step: "
+                 "it needs %.0f bytes of whole tensors and %.0f bytes for its smallest share",
+                 dv->name, (long long)dv->mem, c.fixed, c.scaled * lo);
+      return;
+    }
+    room += hi[k];
+  }
+  (void)room;
+  diag_error(d, mesh->loc,
+             "the devices of mesh '%s' together have too little memory for the step: "
+             "its split tensors and activations need %.0f bytes",
+             mesh->name, c.scaled);
+}
+
+/* A start of the search: the parallel block's forms, every other input
+ * split along its first dimension (data parallel) or whole, params open. */
+static Sharding **start(Planner *p, bool split_inputs) {
+  int ng = p->m->global.n;
+  Sharding **A = arena_alloc(p->m->arena, sizeof *A * (size_t)(ng + 1));
+  for (int g = 0; g < ng; g++) {
+    const Global *gl = &p->m->global.a[g];
+    A[g] = p->user[g];
+    if (!A[g] && gl->kind == G_INPUT)
+      A[g] = form(p, split_inputs && gl->type.rank > 0 && gl->type.dim[0] >= p->k ? 0 : -1);
+  }
+  return A;
+}
+
+static bool plan_auto(Module *m, Diag *d) {
+  Planner p;
+  if (!planner_init(&p, m) || user_ratios(m))
+    return true;
+  double t0 = now_ms();
+  double r[SHARD_MAX_AXIS];
+  Cost c;
+  /* Two starts, data parallel and everything whole; the first of equal
+   * costs wins. */
+  Sharding **A = start(&p, true), **B = start(&p, false);
+  double ca = descend(&p, A, evaluate(&p, A, false, r, &c));
+  double cb = descend(&p, B, evaluate(&p, B, false, r, &c));
+  Sharding **best = cb < ca * (1 - IMPROVES) ? B : A;
+  double cost = evaluate(&p, best, false, r, &c);
+  if (cost == INFINITY) {
+    apply(&p, p.user);
+    diag_no_room(&p, A, d);
+    return false;
+  }
+  double hi[SHARD_MAX_AXIS];
+  ratio_bounds(&p, &c, hi);
+  double *ratio = round_ratios(&p, r, hi);
+  Sharding **final = with_ratios(&p, best, ratio);
+  double rr[SHARD_MAX_AXIS];
+  for (int k = 0; k < p.k; k++)
+    rr[k] = ratio ? ratio[k] : 1.0 / p.k;
+  double step = step_time(&p, &c, rr, NULL);
+  double even = step_time(&p, &c, NULL, NULL);
+  double block = evaluate(&p, start(&p, false), true, r, &c);
+  record(&p, final, rr, step, even, now_ms() - t0);
+  m->plan_info->block = block;
+  apply(&p, final);
+  return true;
+}
+
+/* `plan even`: the parallel block's forms, even; the prediction for the
+ * report when the module can be planned. */
+static bool plan_even(Module *m) {
+  for (int i = 0; i < m->global.n; i++) {
+    Global *g = &m->global.a[i];
+    for (int dd = 0; g->shard && dd < g->type.rank; dd++)
+      g->shard->ratio[dd] = NULL;
+  }
+  Planner p;
+  if (!planner_init(&p, m))
+    return true;
+  double t0 = now_ms();
+  Sharding **user = start(&p, false);
+  double r[SHARD_MAX_AXIS];
+  Cost c;
+  double even = evaluate(&p, user, true, r, &c);
+  if (even < INFINITY) {
+    record(&p, user, r, even, even, now_ms() - t0);
+    m->plan_info->block = even;
+  }
+  apply(&p, p.user);
   return true;
 }
 
 bool pass_plan(Module *m, Diag *d) {
   if (!m->mesh.n || m->plan == PLAN_EXPLICIT || m->plan == PLAN_NONE)
     return true;
-  if (m->plan == PLAN_EVEN) {
-    for (int i = 0; i < m->global.n; i++) {
-      Global *g = &m->global.a[i];
-      for (int dd = 0; g->shard && dd < g->type.rank; dd++)
-        g->shard->ratio[dd] = NULL;
-    }
-    return true;
-  }
+  if (m->plan == PLAN_EVEN)
+    return plan_even(m);
   return plan_auto(m, d);
-}
-
-bool plan_solve(const Module *m, double *ratio) {
-  Model md;
-  if (!model_build(m, &md))
-    return false;
-  double hi[SHARD_MAX_AXIS], lo = ratio_bounds(&md, hi);
-  return solve_lp(&md, lo, hi, ratio);
 }
 
 /* ---- the report ---- */
 
-static const double *axis_ratios(const Module *m) {
-  for (int i = 0; i < m->global.n; i++) {
-    const Global *g = &m->global.a[i];
-    for (int d = 0; split_on(g, 0) && d < g->type.rank; d++)
-      if (g->shard->axis[d] == 0)
-        return g->shard->ratio[d];
-  }
-  return NULL;
-}
-
 void plan_report(FILE *out, const Module *m) {
   static const char *modes[] = {"none", "auto", "even", "explicit"};
   static_assert(COUNTOF(modes) == PLAN_EXPLICIT + 1, "plan mode names");
-  Model md;
-  if (!model_build(m, &md))
+  const PlanInfo *pi = m->plan_info;
+  if (!pi)
     return;
   const Mesh *mesh = &m->mesh.a[0];
-  const double *ratio = axis_ratios(m);
-  double r[SHARD_MAX_AXIS];
-  for (int c = 0; c < md.k; c++)
-    r[c] = ratio ? ratio[c] : 1.0 / md.k;
-  int slow = 0, slow_even = 0;
-  double t = model_time(&md, r, &slow), t_even = model_time(&md, NULL, &slow_even);
-  fprintf(out, "device plan of %s on mesh %s[%s = %d] (plan %s): %.4g GFLOP per step\n",
-          m->name, mesh->name, mesh->axis_name[0], md.k, modes[m->plan], md.flops * 1e-9);
-  fprintf(out, "  %-12s %10s %10s %12s\n", "device", "GFLOP/s", "ratio", "compute ms");
-  for (int c = 0; c < md.k; c++)
-    fprintf(out, "  %-12s %10.4g %10.6f %12.4f\n", md.dev[c]->name, md.dev[c]->gflops, r[c],
-            md.w[c] * r[c] * 1e3);
-  fprintf(out, "  gradient all-reduce: %.0f bytes, %.4f ms\n", md.grad_bytes, md.comm * 1e3);
+  fprintf(out, "device plan of %s on mesh %s[%s = %d] (plan %s): %d choice%s of forms costed\n",
+          m->name, mesh->name, mesh->axis_name[0], pi->k, modes[m->plan], pi->evals,
+          pi->evals == 1 ? "" : "s");
+  char b1[256], b2[256];
+  bool head = false;
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    const Sharding *u = pi->user[g], *c = pi->chosen[g];
+    if (gl->kind == G_STATE || (!u && !c))
+      continue;
+    if (!head)
+      fprintf(out, "  %-12s %-24s %s\n", "form of", "parallel block", "plan");
+    head = true;
+    fprintf(out, "  %-12s %-24s %s\n", gl->name,
+            u ? ir_shard_str(m, u, gl->type.rank, b1, sizeof b1) : "(open)",
+            c ? ir_shard_str(m, c, gl->type.rank, b2, sizeof b2) : "(open)");
+  }
+  fprintf(out, "  %-12s %10s %10s %12s\n", "device", "GFLOP/s", "ratio", "busy ms");
+  for (int k = 0; k < pi->k; k++) {
+    const Device *dv = &m->cluster->dev.a[mesh->dev[k]];
+    fprintf(out, "  %-12s %10.4g %10.6f %12.4f\n", dv->name, dv->gflops, pi->ratio[k],
+            pi->busy[k] * 1e3);
+  }
+  fprintf(out, "  collectives: %d per step, %.4f ms\n", pi->ncoll, pi->comm * 1e3);
+  if (m->plan == PLAN_AUTO)
+    fprintf(out, "  the parallel block's forms, even: %.4f ms (that/this %.3fx)\n", pi->block * 1e3,
+            pi->step > 0 ? pi->block / pi->step : 1.0);
   fprintf(out, "  predicted step: %.4f ms (even: %.4f ms, even/this %.3fx); bottleneck %s\n\n",
-          t * 1e3, t_even * 1e3, t > 0 ? t_even / t : 1.0, md.dev[slow]->name);
+          pi->step * 1e3, pi->even * 1e3, pi->step > 0 ? pi->even / pi->step : 1.0,
+          m->cluster->dev.a[mesh->dev[pi->bottleneck]].name);
 }

@@ -851,7 +851,8 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
   if (!have)
     return;
   set_shard(c, i, &best.r);
-  if (best.conflict)
+  /* plan auto chose its conflicts by cost; the notes are for the user's. */
+  if (best.conflict && !(m->plan == PLAN_AUTO && m->plan_info))
     note_choice(c, i, &best, have_next ? &next : NULL);
 }
 

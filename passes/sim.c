@@ -4,7 +4,9 @@
  *
  * Every device walks its @train_step.D (or the one @train_step, on one device)
  * in order. A compute op takes flops / speed, and an elementwise or data
- * movement op also its output's bytes / SIM_MEM_BW. A collective waits for
+ * movement op also its output's bytes times SIM_BYTE_FLOPS / speed (memory
+ * traffic in FLOPs, so a device that is slower at math, such as one sharing
+ * its core, is as much slower at moving data). A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
  * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
  * link `intra` when the whole group lies on one node, else `inter`; or, when
@@ -54,10 +56,10 @@ double sim_compute_time(const Module *m, const Inst *i, int device) {
   const OpInfo *op = &ir_ops[i->op];
   if (op->kind == K_COMM || op->kind == K_META)
     return 0;
-  double t = op->flops(i) / (sim_gflops(m, device) * 1e9);
+  double work = op->flops(i);
   if (op->kind == K_ELEM || op->kind == K_SHAPE)
-    t += (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype) / SIM_MEM_BW;
-  return t;
+    work += (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype) * SIM_BYTE_FLOPS;
+  return work / (sim_gflops(m, device) * 1e9);
 }
 
 /* The link named `name`, else the other one, else NULL. */
