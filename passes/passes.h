@@ -36,6 +36,7 @@ typedef struct PlanInfo {
   double step, even;     /* predicted step of the plan, of its forms with even ratios */
   double block;          /* predicted step of the parallel block's forms, even */
   double comm;           /* seconds of collectives */
+  double flops;          /* of the whole step on one device */
   int ncoll, bottleneck, evals;
   double ms;             /* time spent planning */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */

@@ -480,6 +480,8 @@ static void record(Planner *p, Sharding **A, const double *r, double step, doubl
   step_time(p, &c, r, pi->busy);
   pi->comm = c.comm;
   pi->ncoll = c.ncoll;
+  for (int k = 0; k < p->step->inst.n; k++)
+    pi->flops += ir_ops[p->step->inst.a[k]->op].flops(p->step->inst.a[k]);
   for (int d = 0; d < p->k; d++)
     if (pi->busy[d] > pi->busy[pi->bottleneck])
       pi->bottleneck = d;
@@ -647,9 +649,10 @@ void plan_report(FILE *out, const Module *m) {
   if (!pi)
     return;
   const Mesh *mesh = &m->mesh.a[0];
-  fprintf(out, "device plan of %s on mesh %s[%s = %d] (plan %s): %d choice%s of forms costed\n",
-          m->name, mesh->name, mesh->axis_name[0], pi->k, modes[m->plan], pi->evals,
-          pi->evals == 1 ? "" : "s");
+  fprintf(out, "device plan of %s on mesh %s[%s = %d] (plan %s): %.4g GFLOP per step; %d "
+          "choice%s of forms costed\n",
+          m->name, mesh->name, mesh->axis_name[0], pi->k, modes[m->plan], pi->flops * 1e-9,
+          pi->evals, pi->evals == 1 ? "" : "s");
   char b1[256], b2[256];
   bool head = false;
   for (int g = 0; g < m->global.n; g++) {
