@@ -674,9 +674,11 @@ void plan_report(FILE *out, const Module *m) {
             pi->busy[k] * 1e3);
   }
   fprintf(out, "  collectives: %d per step, %.4f ms\n", pi->ncoll, pi->comm * 1e3);
-  if (m->plan == PLAN_AUTO)
+  if (m->plan == PLAN_AUTO && pi->block < INFINITY)
     fprintf(out, "  the parallel block's forms, even: %.4f ms (that/this %.3fx)\n", pi->block * 1e3,
             pi->step > 0 ? pi->block / pi->step : 1.0);
+  else if (m->plan == PLAN_AUTO)
+    fprintf(out, "  the parallel block's forms, even: do not fit in memory\n");
   fprintf(out, "  predicted step: %.4f ms (even: %.4f ms, even/this %.3fx); bottleneck %s\n\n",
           pi->step * 1e3, pi->even * 1e3, pi->step > 0 ? pi->even / pi->step : 1.0,
           m->cluster->dev.a[mesh->dev[pi->bottleneck]].name);

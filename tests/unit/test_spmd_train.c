@@ -115,11 +115,16 @@ static void pair_free(Pair *p) {
   arena_free(p->a);
 }
 
+/* The model, the cluster and the parallel block, whose layouts are the ones
+ * it writes: `plan explicit` unless it names its plan. */
 static char *cat(const char *model, const char *parallel) {
-  size_t n = strlen(model) + strlen(cluster_src) + strlen(parallel) + 1;
+  size_t lp = strlen(parallel), n = strlen(model) + strlen(cluster_src) + lp + 32;
   char *s = malloc(n);
   assert_non_null(s);
-  snprintf(s, n, "%s%s%s", model, cluster_src, parallel);
+  if (!strstr(parallel, " plan ") && lp >= 2 && !strcmp(parallel + lp - 2, "}\n"))
+    snprintf(s, n, "%s%s%.*s plan explicit\n}\n", model, cluster_src, (int)(lp - 2), parallel);
+  else
+    snprintf(s, n, "%s%s%s", model, cluster_src, parallel);
   return s;
 }
 
