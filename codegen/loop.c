@@ -2,9 +2,10 @@
  * dropped and neighbours broadcast alike in every operand merge, so a group
  * over equal shapes is a single loop; operands index with numpy broadcasting
  * (stride 0 along broadcast dimensions). The innermost loop is contiguous and
- * carries llvm.loop.vectorize.enable unless it calls tanhf; a product feeding only an add or sub
+ * carries llvm.loop.vectorize.enable; a product feeding only an add or sub
  * becomes llvm.fmuladd. Each element is computed with the formulas of
- * ir/elem.c. Every member with memory, every output of a member and every
+ * ir/elem.c, tanh (and so gelu) by its own polynomial and exponential
+ * (tanh_poly) rather than a call to tanhf, which would keep the loop scalar. Every member with memory, every output of a member and every
  * store in the group is written from the loop. A group of PAR_MIN elements or
  * more is outlined into an internal function body(env, begin, end) running the
  * outermost loop over [begin, end), which dtrt_parallel_for spreads over the
@@ -151,19 +152,64 @@ static LLVMValueRef intrinsic(Cg *c, const char *name, LLVMValueRef *arg, int n)
   return LLVMBuildCall2(c->b, t, f, arg, (unsigned)n, "");
 }
 
-static LLVMValueRef libm(Cg *c, const char *name, LLVMValueRef x) {
-  LLVMTypeRef t = LLVMFunctionType(c->f32, &c->f32, 1, 0);
-  return LLVMBuildCall2(c->b, t, cg_extern(c, name, t), &x, 1, "");
+static LLVMValueRef fconst(Cg *c, float v) { return LLVMConstReal(c->f32, v); }
+
+/* x * y + z, one rounding where the target fuses. */
+static LLVMValueRef mad(Cg *c, LLVMValueRef x, LLVMValueRef y, LLVMValueRef z) {
+  LLVMValueRef arg[] = {x, y, z};
+  return intrinsic(c, "llvm.fmuladd", arg, 3);
 }
 
-static LLVMValueRef fconst(Cg *c, float v) { return LLVMConstReal(c->f32, v); }
+/* e^y for |y| <= 18, in plain arithmetic so the loop vectorises: y = n ln2 +
+ * r with n = rint(y / ln2) and |r| <= ln2 / 2 (ln2 in two parts, Cody and
+ * Waite), e^r by its Taylor polynomial of degree 7 (truncation below 3e-9
+ * relative), 2^n added to the exponent bits. */
+static LLVMValueRef exp_poly(Cg *c, LLVMValueRef y) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef t = LLVMBuildFMul(b, y, fconst(c, 1.44269504088896341f), "");
+  LLVMValueRef n = intrinsic(c, "llvm.rint", &t, 1);
+  LLVMValueRef r = mad(c, n, fconst(c, -0.693145751953125f), y);
+  r = mad(c, n, fconst(c, -1.42860682030941723212e-6f), r);
+  LLVMValueRef p = fconst(c, 1.0f / 5040);
+  static const float coef[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1, 1};
+  for (int k = 0; k < COUNTOF(coef); k++)
+    p = mad(c, p, r, fconst(c, coef[k]));
+  LLVMValueRef e = LLVMBuildShl(b, LLVMBuildFPToSI(b, n, c->i32, ""), cg_i32(c, 23), "");
+  e = LLVMBuildAdd(b, LLVMBuildBitCast(b, p, c->i32, ""), e, "");
+  return LLVMBuildBitCast(b, e, c->f32, "");
+}
+
+/* tanh x, within 3e-7 relative of tanhf (tests/unit/test_codegen.c) and
+ * vectorisable: for |x| < 1/4 the odd Taylor polynomial to x^11 (truncation
+ * below 1e-9 relative); above, (e - 1) / (e + 1) with e = e^(2x), x clamped
+ * to [-9, 9], where tanh is 1 in float. */
+static LLVMValueRef tanh_poly(Cg *c, LLVMValueRef x) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef lim = fconst(c, 9);
+  LLVMValueRef cx = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, x, lim, ""), lim, x, "");
+  lim = fconst(c, -9);
+  cx = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, cx, lim, ""), lim, cx, "");
+  LLVMValueRef e = exp_poly(c, LLVMBuildFAdd(b, cx, cx, ""));
+  LLVMValueRef one = fconst(c, 1);
+  LLVMValueRef big = LLVMBuildFDiv(b, LLVMBuildFSub(b, e, one, ""), LLVMBuildFAdd(b, e, one, ""), "");
+  LLVMValueRef x2 = LLVMBuildFMul(b, x, x, "");
+  static const float coef[] = {-1382.0f / 155925, 62.0f / 2835, -17.0f / 315, 2.0f / 15,
+                               -1.0f / 3};
+  LLVMValueRef p = fconst(c, 21844.0f / 6081075);
+  for (int k = 0; k < COUNTOF(coef); k++)
+    p = mad(c, p, x2, fconst(c, coef[k]));
+  LLVMValueRef small = mad(c, LLVMBuildFMul(b, p, x2, ""), x, x);
+  LLVMValueRef ax = intrinsic(c, "llvm.fabs", &x, 1);
+  return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, ax, fconst(c, 0.25f), ""), small, big,
+                         "");
+}
 
 static LLVMValueRef tanh_gelu(Cg *c, LLVMValueRef a) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef a3 = LLVMBuildFMul(b, fconst(c, GELU_A), a, "");
   a3 = LLVMBuildFMul(b, LLVMBuildFMul(b, a3, a, ""), a, "");
   LLVMValueRef u = LLVMBuildFMul(b, fconst(c, GELU_C), LLVMBuildFAdd(b, a, a3, ""), "");
-  return libm(c, "tanhf", u);
+  return tanh_poly(c, u);
 }
 
 /* The product feeding x as operand k, when it feeds nothing else. */
@@ -208,7 +254,7 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
   case OP_exp: return intrinsic(c, "llvm.exp", &a, 1);
   case OP_log: return intrinsic(c, "llvm.log", &a, 1);
   case OP_sqrt: return intrinsic(c, "llvm.sqrt", &a, 1);
-  case OP_tanh: return libm(c, "tanhf", a);
+  case OP_tanh: return tanh_poly(c, a);
   case OP_sigmoid: {
     LLVMValueRef e = LLVMBuildFNeg(b, a, "");
     e = intrinsic(c, "llvm.exp", &e, 1);
@@ -290,16 +336,6 @@ static void body(Group *g, LLVMValueRef off, LLVMValueRef **dst, const int *ndst
   }
 }
 
-/* Calls to tanhf cannot be vectorised; asking for it only draws a warning. */
-static bool vectorizable(const Group *g) {
-  for (int k = 0; k < g->n; k++) {
-    Op op = g->member[k]->op;
-    if (op == OP_tanh || op == OP_gelu || op == OP_gelu_grad)
-      return false;
-  }
-  return true;
-}
-
 static LLVMValueRef vectorize_md(Cg *c) {
   static const char key[] = "llvm.loop.vectorize.enable";
   LLVMMetadataRef self = LLVMTemporaryMDNode(c->ctx, NULL, 0);
@@ -352,7 +388,7 @@ static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, cons
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(c->ctx, fnv, "done");
   LLVMValueRef br = LLVMBuildCondBr(b, more, head, done);
-  if (l == g->nloop - 1 && vectorizable(g))
+  if (l == g->nloop - 1)
     LLVMSetMetadata(br, LLVMGetMDKindIDInContext(c->ctx, "llvm.loop", 9), vectorize_md(c));
   LLVMAddIncoming(i, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(b, done);

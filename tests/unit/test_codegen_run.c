@@ -22,6 +22,11 @@ static void w64(FILE *f, int64_t v) { assert_int_equal(fwrite(&v, 8, 1, f), 1); 
 
 static int64_t elems(const Type *t) { return type_elems(t); }
 
+/* A test may choose the f32 inputs and check the forward outputs itself,
+ * besides the comparison with the interpreter. */
+static void (*fill_input)(float *x, int64_t n);
+static void (*check_output)(int k, const float *x, const float *got, int64_t n);
+
 /* Compiles t's module, runs it for `steps` training steps in the harness
  * and against the interpreter, and compares everything. */
 static void run_model(CT *t, int steps) {
@@ -49,6 +54,8 @@ static void run_model(CT *t, int steps) {
         ((int32_t *)data[k])[i] = (int32_t)(i * 7 % 3);
       else
         data[k][i] = uniform();
+    if (g->kind == G_INPUT && g->type.dtype == DT_F32 && fill_input)
+      fill_input(data[k], n);
   }
   int *in = calloc((size_t)ng + 1, sizeof *in);
   const Inst **outs = calloc((size_t)fwd->inst.n + 1, sizeof *outs);
@@ -120,6 +127,8 @@ static void run_model(CT *t, int steps) {
     int64_t n = elems(&outs[k]->in[0]->type);
     ct_close_to((float *)p, want[j], n, arena_printf(t->a, "%s forward output %s", m->name,
                                                      ir_get_str(outs[k], "name", "")));
+    if (check_output)
+      check_output(k, data[in[0]], (float *)p, n);
     p += n * 4;
   }
   char *prev = res;   /* the harness's state each step starts from */
@@ -349,11 +358,61 @@ static void stores_and_loads(void **state) {
   ct_free(&t);
 }
 
+/* Inputs from 1e-8 to 2.5e1 in magnitude, both signs, and the edges of
+ * tanh's two formulas (0, 1/4, 9) and beyond. */
+static void tanh_inputs(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (float)((i % 2 ? -1 : 1) * pow(10, -8 + 9.4 * (double)(i / 2) / (double)(n / 2)));
+  static const float edge[] = {0, 0.25f, -0.25f, 0.2499999f, 0.2500001f, 9, -9, 100, -100};
+  for (int k = 0; k < COUNTOF(edge); k++)
+    x[k] = edge[k];
+}
+
+static double worst_tanh, worst_gelu;
+
+/* tanh against double tanh, relative; gelu (its tanh form, ir/elem.c)
+ * against the same in double, absolute for |x| <= 1, relative to |x| above. */
+static void tanh_check(int k, const float *x, const float *got, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double a = x[i];
+    if (k == 0) {
+      double ref = tanh(a);
+      double err = fabs(got[i] - ref) / fmax(fabs(ref), 1e-37);
+      worst_tanh = fmax(worst_tanh, err);
+    } else {
+      double ref = 0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+      worst_gelu = fmax(worst_gelu, fabs(got[i] - ref) / fmax(1, fabs(a)));
+    }
+  }
+}
+
+/* The generated tanh (a polynomial and an exponential, so loops vectorise)
+ * against libm in double: within 3e-7 relative; gelu within 1e-6. */
+static void tanh_accuracy(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "th");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, 70001), NULL);
+  ct_output(&t, ct_op(&t, OP_tanh, 1, x), "tanh");
+  ct_output(&t, ct_op(&t, OP_gelu, 1, x), "gelu");
+  fill_input = tanh_inputs;
+  check_output = tanh_check;
+  run_model(&t, 0);
+  fill_input = NULL;
+  check_output = NULL;
+  printf("generated tanh: worst relative error %.3g; gelu: worst error %.3g\n", worst_tanh,
+         worst_gelu);
+  assert_true(worst_tanh <= 3e-7);
+  assert_true(worst_gelu <= 1e-6);
+  ct_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(classifier_sgd),   cmocka_unit_test(classifier_adam),
       cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
       cmocka_unit_test(inference_only),   cmocka_unit_test(stores_and_loads),
+      cmocka_unit_test(tanh_accuracy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
