@@ -181,10 +181,18 @@ typedef void (*SimEventFn)(void *user, int device, const Inst *i, bool comm, dou
 double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user);
 /* Device speed (GFLOP/s) of mesh position `device` (0 without a mesh). */
 double sim_gflops(const Module *m, int device);
-/* Seconds of compute op i on `device`: flops / speed, plus for K_ELEM and
- * K_SHAPE ops the bytes of their result times SIM_BYTE_FLOPS / speed; 0 for
- * K_META and K_COMM. */
+/* Seconds of compute op i on `device`: its work / speed, the work being its
+ * FLOPs, SIM_BYTE_FLOPS per byte of its result (and of its operands unless
+ * elementwise) and a per-element cost of kernels built on exponentials or
+ * random numbers; 0 for K_META, K_COMM and reshape (an alias). */
 double sim_compute_time(const Module *m, const Inst *i, int device);
+/* sim_compute_time of an op of the global step whose values are split over
+ * the devices: the seconds that scale with a device's share (its FLOPs and
+ * per-element cost when work_split, the bytes of its result when out_split,
+ * of operand k when in_split[k]; in_split may be NULL) into *share, the rest
+ * into *whole (the planner's cost model, passes/plan.c). */
+void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, bool out_split,
+                       bool work_split, int device, double *whole, double *share);
 /* Seconds of collective c over the k devices members[]: lat * steps + bytes /
  * bw, steps 2(k-1) for all_reduce and k-1 otherwise, bytes spmd_comm_bytes(c),
  * link `intra` when every member is on one node, else `inter` (either when

@@ -21,9 +21,11 @@
  * the global step; walking it in order, every reshard the spmd pass would
  * insert (shard_plan) costs comm_best of its bytes over the mesh, and ends a
  * segment, since every device waits there for the others. An op whose
- * operands or result are split (or partial) takes r[c] of its whole time
- * sim_compute_time on device c, any other op all of it. With a[s][c] the whole
- * ops' time and b[s][c] the split ops' whole time in segment s, the step is
+ * operands or result are split (or partial) takes r[c] of its FLOPs on device
+ * c, and r[c] of the bytes of each of its split values (sim_compute_parts);
+ * whole values and ops cost all of their time on every device. With a[s][c]
+ * the time of segment s that does not scale and b[s][c] the whole time of
+ * what does, the step is
  *
  *   sum over s of max over c (a[s][c] + b[s][c] r[c])  +  collectives,
  *
@@ -144,10 +146,15 @@ static void reshard(Planner *p, Cost *c, const Inst *x, const Sharding *to) {
   }
 }
 
-static void add_compute(Planner *p, Cost *c, const Inst *i, bool split) {
-  double *row = (split ? p->b.a : p->a.a) + (size_t)(c->nseg - 1) * (size_t)p->nclass;
-  for (int q = 0; q < p->nclass; q++)
-    row[q] += sim_compute_time(p->m, i, p->rep[q]);
+static void add_compute(Planner *p, Cost *c, const Inst *i, const bool *in_split, bool out_split,
+                        bool split) {
+  size_t at = (size_t)(c->nseg - 1) * (size_t)p->nclass;
+  for (int q = 0; q < p->nclass; q++) {
+    double whole, share;
+    sim_compute_parts(p->m, i, in_split, out_split, split, p->rep[q], &whole, &share);
+    p->a.a[at + q] += whole;
+    p->b.a[at + q] += share;
+  }
 }
 
 static void note_len(Cost *c, const Sharding *s, const Type *t) {
@@ -184,12 +191,13 @@ static void cost_build(Planner *p, Cost *c) {
       cur[j] = i->in[j]->shard;
     if (!shard_form(m, i, i->shard, cur, req))
       continue;
-    bool split = shares(m, i->shard, &i->type);
+    bool split = shares(m, i->shard, &i->type), in_split[16];
     for (int j = 0; j < i->nin; j++) {
       reshard(p, c, i->in[j], &req[j]);
       split |= shares(m, &req[j], &i->in[j]->type);
+      in_split[j] = split_on(&req[j], i->in[j]->type.rank);
     }
-    add_compute(p, c, i, split);
+    add_compute(p, c, i, in_split, split_on(i->shard, i->type.rank), split);
     if (i->type.dtype != DT_VOID && i->op != OP_load && i->op != OP_const) {
       *(split_on(i->shard, i->type.rank) ? &c->scaled : &c->fixed) += bytes_of(&i->type);
       note_len(c, i->shard, &i->type);

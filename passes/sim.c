@@ -3,10 +3,12 @@
  * Requires: a verified module, after spmd when it has a mesh. Changes nothing.
  *
  * Every device walks its @train_step.D (or the one @train_step, on one device)
- * in order. A compute op takes flops / speed, and an elementwise or data
- * movement op also its output's bytes times SIM_BYTE_FLOPS / speed (memory
- * traffic in FLOPs, so a device that is slower at math, such as one sharing
- * its core, is as much slower at moving data). A collective waits for
+ * in order. A compute op takes its work / speed: its FLOPs, the bytes it
+ * moves times SIM_BYTE_FLOPS (its result, and for any op but an elementwise
+ * one, which fusion keeps in registers, its operands: memory traffic in
+ * FLOPs, so a device that is slower at math, such as one sharing its core, is
+ * as much slower at moving data), and for kernels built on exponentials or
+ * random numbers a cost per element (elem_cost). A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
  * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
  * link `intra` when the whole group lies on one node, else `inter`; or, when
@@ -52,14 +54,51 @@ double sim_gflops(const Module *m, int device) {
   return dv && dv->gflops > 0 ? dv->gflops : SIM_DEFAULT_GFLOPS;
 }
 
-double sim_compute_time(const Module *m, const Inst *i, int device) {
+/* FLOP-equivalents per element (of the larger of the first operand and the
+ * result) that a kernel spends beyond its FLOPs: an exponential or logarithm
+ * per element, a random number per element, a division and square root per
+ * row. Measured with DTRT_TRACE on libdtrt's kernels (docs/ARCHITECTURE.md,
+ * Simulator), relative to one-thread sgemm speed. */
+static double elem_cost(Op op) {
+  switch (op) {
+  case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_grad:
+    return 200;
+  case OP_dropout: case OP_dropout_grad: return 130;
+  case OP_normalize: case OP_normalize_grad: return 60;
+  case OP_causal_mask: case OP_softmax_grad: case OP_log_softmax_grad: return 20;
+  case OP_exp: case OP_log: case OP_sigmoid: return 40;
+  default: return 0;
+  }
+}
+
+static double value_bytes(const Inst *i) {
+  return (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype);
+}
+
+void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, bool out_split,
+                       bool work_split, int device, double *whole, double *share) {
   const OpInfo *op = &ir_ops[i->op];
-  if (op->kind == K_COMM || op->kind == K_META)
-    return 0;
-  double work = op->flops(i);
-  if (op->kind == K_ELEM || op->kind == K_SHAPE)
-    work += (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype) * SIM_BYTE_FLOPS;
-  return work / (sim_gflops(m, device) * 1e9);
+  *whole = *share = 0;
+  if (op->kind == K_COMM || op->kind == K_META || i->op == OP_reshape)
+    return;
+  double n = (double)type_elems(&i->type);
+  if (i->nin && (double)type_elems(&i->in[0]->type) > n)
+    n = (double)type_elems(&i->in[0]->type);
+  double work = op->flops(i) + elem_cost(i->op) * n;
+  double w = 0, sh = 0;
+  *(work_split ? &sh : &w) += work;
+  *(out_split ? &sh : &w) += value_bytes(i) * SIM_BYTE_FLOPS;
+  for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
+    *(in_split && in_split[k] ? &sh : &w) += value_bytes(i->in[k]) * SIM_BYTE_FLOPS;
+  double speed = sim_gflops(m, device) * 1e9;
+  *whole = w / speed;
+  *share = sh / speed;
+}
+
+double sim_compute_time(const Module *m, const Inst *i, int device) {
+  double whole, share;
+  sim_compute_parts(m, i, NULL, false, false, device, &whole, &share);
+  return whole;
 }
 
 /* The link named `name`, else the other one, else NULL. */
