@@ -18,6 +18,39 @@ bool cg_check_target(const Options *opt, Diag *d);
 /* The checked target machine of opt (host when opt->target is NULL), or NULL
  * after a diagnostic. */
 LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d);
+/* One target of a model's code: its devices' step functions go to one
+ * output file, made by one target machine. */
+typedef struct CgTarget {
+  const char *norm;        /* the normalized triple */
+  const char *triple;      /* as written (a device's target, --target), else the host's */
+  const char *output;      /* -o for the first target, else -o with ".TRIPLE" before its suffix */
+  LLVMTargetMachineRef tm; /* of the target's first device */
+  const char *cpu, *features;   /* tm's */
+} CgTarget;
+
+/* Where a device's code goes: its target and the CPU and features it is
+ * generated for (the function attributes target-cpu and target-features
+ * where they differ from the target machine's). */
+typedef struct CgDevice {
+  const char *name;        /* the cluster device's name; NULL: none */
+  int target;              /* index into CgTargets.t */
+  const char *cpu, *features;
+} CgDevice;
+
+typedef struct CgTargets {
+  int n;
+  CgTarget *t;
+  CgDevice *dev;           /* by mesh position; one entry for a single-device model */
+} CgTargets;
+
+/* The targets of m's ndev devices (see cg_devices; 0: one): a device's
+ * `target` and `cpu` from the cluster, else --target and -mcpu. The first
+ * target is the default one (--target, else the host), or device 0's when
+ * no device has the default; it writes to opt->output. Each device's triple
+ * and CPU are checked; a bad one is a diagnostic at the device. */
+bool cg_targets(Module *m, const Options *opt, int ndev, CgTargets *ts, Diag *d);
+/* Disposes the target machines of ts. */
+void cg_targets_free(CgTargets *ts);
 /* Optimises mod at opt->opt_level and writes it as opt->emit to opt->output. */
 bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const Options *opt, Diag *d);
 

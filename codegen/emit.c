@@ -270,7 +270,8 @@ static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind
  * params and state as the device's blocks, inputs and outputs whole. Global k
  * draws its initial values from stream k, so every device lists them alike. */
 static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func *train,
-                               LLVMValueRef fwd_fn, LLVMValueRef train_fn) {
+                               LLVMValueRef fwd_fn, LLVMValueRef train_fn, const char *device,
+                               const char *target, const char *object) {
   Module *m = c->m;
   Arena *a = m->arena;
   LLVMTypeRef gt = global_desc_type(c);
@@ -325,8 +326,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     plan = cstr(c, c->plan_hash);
   }
   LLVMValueRef globals = private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
-  LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32,
-                      c->ptr, c->ptr, c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr};
+  LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32, c->ptr, c->ptr,
+                      c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr, c->ptr, c->ptr, c->ptr};
   LLVMTypeRef dt = LLVMStructCreateNamed(c->ctx, "DtModelDesc");
   LLVMStructSetBody(dt, ft, COUNTOF(ft), 0);
   static const size_t doff[] = {
@@ -338,7 +339,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
       offsetof(DtModelDesc, nfwd_in),    offsetof(DtModelDesc, nfwd_out),
       offsetof(DtModelDesc, fwd_in),     offsetof(DtModelDesc, fwd_out),
       offsetof(DtModelDesc, nmesh_axis), offsetof(DtModelDesc, mesh_axis_size),
-      offsetof(DtModelDesc, plan_hash)};
+      offsetof(DtModelDesc, plan_hash),  offsetof(DtModelDesc, device),
+      offsetof(DtModelDesc, target),     offsetof(DtModelDesc, object)};
   static_assert(COUNTOF(doff) == COUNTOF(ft), "DtModelDesc fields");
   check_layout(c, dt, sizeof(DtModelDesc), doff, COUNTOF(doff));
   LLVMValueRef f[] = {cstr(c, m->name),
@@ -350,14 +352,17 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
                       train_fn ? train_fn : LLVMConstNull(c->ptr),
                       cg_i32(c, ntrain_in),
                       train_in,
-                      fwd_fn,
+                      fwd_fn ? fwd_fn : LLVMConstNull(c->ptr),
                       cg_i32(c, nfwd_in),
                       cg_i32(c, nout),
                       fwd_in,
                       i32_array(c, fwd_out, nout, "fwd_out"),
                       cg_i32(c, naxis),
                       mesh,
-                      plan};
+                      plan,
+                      device ? cstr(c, device) : LLVMConstNull(c->ptr),
+                      target ? cstr(c, target) : LLVMConstNull(c->ptr),
+                      object ? cstr(c, object) : LLVMConstNull(c->ptr)};
   return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
 }
 
@@ -530,6 +535,96 @@ static bool check_inputs(const Module *m, int ndev, Diag *d) {
   return true;
 }
 
+/* Gives the functions of mod after `after` (NULL: all) that have bodies the
+ * CPU and features of a device that differ from its target machine's. */
+static void device_cpu(Cg *c, LLVMValueRef after, const CgDevice *cd, const CgTarget *t) {
+  if (!strcmp(cd->cpu, t->cpu) && !strcmp(cd->features, t->features))
+    return;
+  LLVMValueRef f = after ? LLVMGetNextFunction(after) : LLVMGetFirstFunction(c->mod);
+  for (; f; f = LLVMGetNextFunction(f)) {
+    if (LLVMIsDeclaration(f))
+      continue;
+    static const char *key[] = {"target-cpu", "target-features"};
+    const char *val[] = {cd->cpu, cd->features};
+    for (int k = 0; k < 2; k++)
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(c->ctx, key[k], (unsigned)strlen(key[k]),
+                                                        val[k], (unsigned)strlen(val[k])));
+  }
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* Lowers and writes the object of target t of ts: the step functions of its
+ * devices, every device's DtModelDesc (a device of another target with its
+ * object's name and no functions) and the wrappers. */
+static bool emit_target(Module *m, const Options *opt, const CgTargets *ts, int t, int ndev,
+                        const char *hash, const char *plan_hash, Diag *d) {
+  const CgTarget *tg = &ts->t[t];
+  Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
+  Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
+  Cg cg = {.m = m, .hash = hash, .plan_hash = plan_hash}, *c = &cg;
+  c->ctx = LLVMContextCreate();
+  LLVMContextSetDiagnosticHandler(c->ctx, on_llvm_diag, NULL);
+  c->mod = LLVMModuleCreateWithNameInContext(m->name, c->ctx);
+  c->b = LLVMCreateBuilderInContext(c->ctx);
+  char *triple = LLVMGetTargetMachineTriple(tg->tm);
+  LLVMSetTarget(c->mod, triple);
+  LLVMDisposeMessage(triple);
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tg->tm);
+  LLVMSetModuleDataLayout(c->mod, td);
+  LLVMDisposeTargetData(td);
+  make_types(c);
+
+  LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
+  bool *live0 = NULL;
+  for (int k = 0; k < (ndev ? ndev : 1); k++) {
+    int dev = ndev ? k : -1;
+    const CgDevice *cd = &ts->dev[k];
+    c->state_off = arena_alloc(m->arena, sizeof(int64_t) * (size_t)(m->global.n + 1));
+    c->state_bytes = cg_state_layout(m, dev, c->state_off);
+    Func *fw = cg_device_func(m, "forward", dev), *tr = cg_device_func(m, "train_step", dev);
+    DTC_ASSERT(fw && !tr == !train);
+    LLVMValueRef fwd_fn = NULL, train_fn = NULL;
+    bool *live = cg_live(fw);
+    LLVMValueRef last = LLVMGetLastFunction(c->mod);
+    for (int j = 0; cd->target == t && j < m->func.n; j++) {
+      Func *f = m->func.a[j];
+      if (f->device != dev)
+        continue;
+      ir_renumber(f);
+      LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
+      if (f == fw)
+        fwd_fn = fn;
+      if (f == tr)
+        train_fn = fn;
+    }
+    if (cd->target == t)
+      device_cpu(c, last, cd, tg);
+    const char *object = cd->target == t ? NULL : base_name(ts->t[cd->target].output);
+    desc[k] = model_desc(c, dev, fw, live, tr, fwd_fn, train_fn, ndev ? cd->name : NULL,
+                         ndev ? ts->t[cd->target].triple : NULL, object);
+    if (!k)
+      live0 = live;
+  }
+  wrappers(c, desc, ndev, fwd, live0, train);
+
+  char *msg = NULL;
+  if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
+    dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
+  LLVMDisposeMessage(msg);
+  Options o = *opt;
+  o.output = tg->output;
+  bool ok = cg_write(c->mod, tg->tm, &o, d);
+  LLVMDisposeBuilder(c->b);
+  LLVMDisposeModule(c->mod);
+  LLVMContextDispose(c->ctx);
+  return ok;
+}
+
 bool cg_emit(Module *m, const Options *opt, Diag *d) {
   Loc none = {0};
   int ndev = cg_devices(m);
@@ -550,69 +645,30 @@ bool cg_emit(Module *m, const Options *opt, Diag *d) {
   }
   if (!check_inputs(m, ndev, d))
     return false;
-  LLVMTargetMachineRef tm = cg_target_machine(opt, d);
-  if (!tm)
+  CgTargets ts;
+  if (!cg_targets(m, opt, ndev, &ts, d))
     return false;
+  if (ts.n > 1 && !strcmp(opt->output, "-")) {
+    diag_error(d, none, "the devices of model '%s' run code for %d targets (%s and %s%s), one "
+               "file each: give -o FILE, not -o -", m->name, ts.n, ts.t[0].triple,
+               ts.t[1].triple, ts.n > 2 ? ", ..." : "");
+    cg_targets_free(&ts);
+    return false;
+  }
   bool planned = true;
   for (int k = 0; k < m->func.n; k++)
     planned &= m->func.a[k]->work_bytes > 0;
   if (!planned && !pass_memplan(m, d)) {
-    LLVMDisposeTargetMachine(tm);
+    cg_targets_free(&ts);
     return false;
   }
 
-  Cg cg = {.m = m}, *c = &cg;
-  c->ctx = LLVMContextCreate();
-  LLVMContextSetDiagnosticHandler(c->ctx, on_llvm_diag, NULL);
-  c->mod = LLVMModuleCreateWithNameInContext(m->name, c->ctx);
-  c->b = LLVMCreateBuilderInContext(c->ctx);
-  char *triple = LLVMGetTargetMachineTriple(tm);
-  LLVMSetTarget(c->mod, triple);
-  LLVMDisposeMessage(triple);
-  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
-  LLVMSetModuleDataLayout(c->mod, td);
-  LLVMDisposeTargetData(td);
-  make_types(c);
-  c->hash = text_hash(m, ir_print);
-  if (ndev)
-    c->plan_hash = text_hash(m, spmd_report);
-
-  LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
-  bool *live0 = NULL;
-  for (int k = 0; k < (ndev ? ndev : 1); k++) {
-    int dev = ndev ? k : -1;
-    c->state_off = arena_alloc(m->arena, sizeof(int64_t) * (size_t)(m->global.n + 1));
-    c->state_bytes = cg_state_layout(m, dev, c->state_off);
-    Func *fw = cg_device_func(m, "forward", dev), *tr = cg_device_func(m, "train_step", dev);
-    DTC_ASSERT(fw && !tr == !train);
-    LLVMValueRef fwd_fn = NULL, train_fn = NULL;
-    bool *live = cg_live(fw);
-    for (int j = 0; j < m->func.n; j++) {
-      Func *f = m->func.a[j];
-      if (f->device != dev)
-        continue;
-      ir_renumber(f);
-      LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
-      if (f == fw)
-        fwd_fn = fn;
-      if (f == tr)
-        train_fn = fn;
-    }
-    desc[k] = model_desc(c, dev, fw, live, tr, fwd_fn, train_fn);
-    if (!k)
-      live0 = live;
-  }
-  wrappers(c, desc, ndev, fwd, live0, train);
-
-  char *msg = NULL;
-  if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
-    dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
-  LLVMDisposeMessage(msg);
-  bool ok = cg_write(c->mod, tm, opt, d);
-  LLVMDisposeBuilder(c->b);
-  LLVMDisposeModule(c->mod);
-  LLVMContextDispose(c->ctx);
-  LLVMDisposeTargetMachine(tm);
+  const char *hash = text_hash(m, ir_print);
+  const char *plan_hash = ndev ? text_hash(m, spmd_report) : NULL;
+  bool ok = true;
+  for (int t = 0; ok && t < ts.n; t++)
+    ok = emit_target(m, opt, &ts, t, ndev, hash, plan_hash, d);
+  cg_targets_free(&ts);
   if (ok && strcmp(opt->output, "-"))
     ok = cg_write_header(m, header_path(m->arena, opt->output, m->name), d);
   return ok;

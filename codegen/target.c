@@ -1,6 +1,7 @@
 /* target.c: the target machine (triple, CPU, features), checked before any
- * code is generated, and the writing of a module as an object, assembly or
- * LLVM IR after the optimisation pipeline.
+ * code is generated; the targets of a model whose devices name their own
+ * (one output file per triple); and the writing of a module as an object,
+ * assembly or LLVM IR after the optimisation pipeline.
  *
  * Checking a CPU name: LLVM's C API has no query for it (MCSubtargetInfo's
  * isCPUStringValid is C++ only), and an unknown name is not an error there:
@@ -78,24 +79,28 @@ static LLVMCodeGenOptLevel cg_level(int opt_level) {
                           : LLVMCodeGenLevelAggressive;
 }
 
-LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d) {
+/* The target machine of triple (NULL: the host) and cpu (NULL or "native":
+ * the host's CPU and features on the host, else generic), or NULL after a
+ * diagnostic at loc that starts with who. *cpu_out and *features_out (when
+ * not NULL) get the CPU and features used, in arena a. */
+static LLVMTargetMachineRef machine(const char *target, const char *want, int opt_level,
+                                    Loc loc, const char *who, Arena *a, const char **cpu_out,
+                                    const char **features_out, Diag *d) {
   init_targets();
-  Loc none = {0};
   char *host = LLVMGetDefaultTargetTriple();
-  char *triple = LLVMNormalizeTargetTriple(opt->target ? opt->target : host);
-  bool is_host = !strcmp(triple, host) || !opt->target;
+  char *triple = LLVMNormalizeTargetTriple(target ? target : host);
+  bool is_host = !strcmp(triple, host) || !target;
   LLVMDisposeMessage(host);
 
   LLVMTargetRef t;
   char *err = NULL;
   if (LLVMGetTargetFromTriple(triple, &t, &err)) {
-    diag_error(d, none, "unknown target '%s' (dtc generates code for x86_64 and aarch64)",
-               opt->target ? opt->target : triple);
+    diag_error(d, loc, "%sunknown target '%s' (dtc generates code for x86_64 and aarch64)", who,
+               target ? target : triple);
     LLVMDisposeMessage(err);
     LLVMDisposeMessage(triple);
     return NULL;
   }
-  const char *want = opt->cpu;
   bool native = !want || !strcmp(want, "native");
   char *cpu = NULL, *features = NULL;
   if (native && is_host) {
@@ -108,20 +113,24 @@ LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d) {
 
   char *said;
   LLVMTargetMachineRef tm =
-      create_captured(t, triple, cpu, features, cg_level(opt->opt_level), &said);
+      create_captured(t, triple, cpu, features, cg_level(opt_level), &said);
   bool bad_cpu = said && strstr(said, "is not a recognized processor");
   if (said && !bad_cpu)
     fputs(said, stderr);
   if (!tm)
-    diag_error(d, none, "cannot create a target machine for '%s'", triple);
+    diag_error(d, loc, "%scannot create a target machine for '%s'", who, triple);
   else if (bad_cpu)
-    diag_error(d, none, "unknown CPU '%s' for target %s", cpu, triple);
+    diag_error(d, loc, "%sunknown CPU '%s' for target %s", who, cpu, triple);
   else if (!strcmp(cpu, "help"))
-    diag_error(d, none, "-mcpu=help: the CPUs of target %s are listed above", triple);
+    diag_error(d, loc, "%s-mcpu=help: the CPUs of target %s are listed above", who, triple);
   if (tm && (bad_cpu || !strcmp(cpu, "help"))) {
     LLVMDisposeTargetMachine(tm);
     tm = NULL;
   }
+  if (tm && cpu_out)
+    *cpu_out = arena_strdup(a, cpu);
+  if (tm && features_out)
+    *features_out = arena_strdup(a, features);
   free(said);
   LLVMDisposeMessage(cpu);
   LLVMDisposeMessage(features);
@@ -129,11 +138,135 @@ LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d) {
   return tm;
 }
 
+LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d) {
+  Loc none = {0};
+  return machine(opt->target, opt->cpu, opt->opt_level, none, "", NULL, NULL, NULL, d);
+}
+
 bool cg_check_target(const Options *opt, Diag *d) {
   LLVMTargetMachineRef tm = cg_target_machine(opt, d);
   if (tm)
     LLVMDisposeTargetMachine(tm);
   return tm != NULL;
+}
+
+/* The normalized form of triple (NULL: the host's), in a. */
+static const char *normalized(Arena *a, const char *triple) {
+  char *host = LLVMGetDefaultTargetTriple();
+  char *n = LLVMNormalizeTargetTriple(triple ? triple : host);
+  const char *s = arena_strdup(a, n);
+  LLVMDisposeMessage(n);
+  LLVMDisposeMessage(host);
+  return s;
+}
+
+/* Two normalized triples name the same target when all but their vendors
+ * agree (x86_64-pc-linux-gnu, the host's, and x86_64-unknown-linux-gnu). */
+static bool same_target(const char *a, const char *b) {
+  const char *va = strchr(a, '-'), *vb = strchr(b, '-');
+  if (!va || !vb)
+    return !strcmp(a, b);
+  const char *ra = strchr(va + 1, '-'), *rb = strchr(vb + 1, '-');
+  return va - a == vb - b && !strncmp(a, b, (size_t)(va - a)) &&
+         !strcmp(ra ? ra : "", rb ? rb : "");
+}
+
+/* output with ".tag" before its suffix: model.o -> model.aarch64-linux-gnu.o;
+ * characters of tag that could leave the file name become '_'. */
+static const char *tagged_output(Arena *a, const char *output, const char *tag) {
+  const char *base = strrchr(output, '/');
+  base = base ? base + 1 : output;
+  const char *dot = strrchr(base, '.');
+  if (!dot || dot == base)
+    dot = base + strlen(base);
+  char *safe = arena_strdup(a, tag);
+  for (char *p = safe; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '_' || *p == '-' || *p == '.'))
+      *p = '_';
+  return arena_printf(a, "%.*s.%s%s", (int)(dot - output), output, safe, dot);
+}
+
+bool cg_targets(Module *m, const Options *opt, int ndev, CgTargets *ts, Diag *d) {
+  Arena *a = m->arena;
+  int n = ndev ? ndev : 1;
+  *ts = (CgTargets){.dev = arena_alloc(a, sizeof(CgDevice) * (size_t)n),
+                    .t = arena_alloc(a, sizeof(CgTarget) * (size_t)n)};
+  const char *deflt = normalized(a, opt->target);
+  const Device **dv = arena_alloc(a, sizeof(Device *) * (size_t)n);
+  const char **norm = arena_alloc(a, sizeof(char *) * (size_t)n);
+  bool any_default = false;
+  for (int k = 0; k < n; k++) {
+    int i = ndev && m->cluster && m->mesh.n ? m->mesh.a[0].dev[k] : -1;
+    dv[k] = i >= 0 && i < m->cluster->dev.n ? &m->cluster->dev.a[i] : NULL;
+    norm[k] = dv[k] && dv[k]->target ? normalized(a, dv[k]->target) : deflt;
+    if (same_target(norm[k], deflt))
+      norm[k] = deflt;
+    any_default |= norm[k] == deflt;
+  }
+  /* The first target: the default one, or device 0's when no device has it. */
+  const char *first = any_default ? deflt : norm[0];
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; k < n; k++) {
+      if ((pass == 0) != same_target(norm[k], first))
+        continue;
+      int t = 0;
+      while (t < ts->n && !same_target(ts->t[t].norm, norm[k]))
+        t++;
+      CgDevice *cd = &ts->dev[k];
+      cd->name = dv[k] ? dv[k]->name : NULL;
+      cd->target = t;
+      if (t == ts->n) {
+        bool own = dv[k] && dv[k]->target && !(norm[k] == deflt && opt->target);
+        const char *written = own ? dv[k]->target : opt->target ? opt->target : norm[k];
+        ts->t[ts->n++] = (CgTarget){.norm = norm[k], .triple = written,
+                                    .output = t ? tagged_output(a, opt->output, written)
+                                                : opt->output};
+      }
+    }
+  /* A device's CPU: its own, else -mcpu on the default target, else generic.
+   * Every device's machine is created once, which checks its triple and CPU. */
+  bool ok = true;
+  for (int k = 0; k < n; k++) {
+    CgDevice *cd = &ts->dev[k];
+    CgTarget *t = &ts->t[cd->target];
+    bool own = dv[k] && (dv[k]->target || dv[k]->cpu);
+    bool on_default = t->norm == deflt;
+    const char *cpu = dv[k] && dv[k]->cpu ? dv[k]->cpu : on_default ? opt->cpu : NULL;
+    const char *triple = on_default ? opt->target : t->triple;
+    const char *who = own ? arena_printf(a, "device '%s': ", dv[k]->name) : "";
+    Loc loc = own ? dv[k]->loc : (Loc){0};
+    LLVMTargetMachineRef tm =
+        machine(triple, cpu, opt->opt_level, loc, who, a, &cd->cpu, &cd->features, d);
+    if (!tm) {
+      ok = false;
+      continue;
+    }
+    if (!t->tm) {
+      t->tm = tm;
+      t->cpu = cd->cpu;
+      t->features = cd->features;
+    } else {
+      LLVMDisposeTargetMachine(tm);
+    }
+  }
+  for (int i = 0; ok && i < ts->n; i++)
+    for (int j = 0; j < i; j++)
+      if (!strcmp(ts->t[i].output, ts->t[j].output)) {
+        diag_error(d, (Loc){0}, "the code for %s and for %s would both go to '%s'",
+                   ts->t[j].triple, ts->t[i].triple, ts->t[i].output);
+        ok = false;
+      }
+  if (!ok)
+    cg_targets_free(ts);
+  return ok;
+}
+
+void cg_targets_free(CgTargets *ts) {
+  for (int i = 0; i < ts->n; i++)
+    if (ts->t[i].tm)
+      LLVMDisposeTargetMachine(ts->t[i].tm);
+  ts->n = 0;
 }
 
 bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const Options *opt, Diag *d) {

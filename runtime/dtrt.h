@@ -357,6 +357,15 @@ typedef struct DtModelDesc {
   int32_t nmesh_axis;
   const int32_t *mesh_axis_size;
   const char *plan_hash;
+  /* The cluster device (NULL: none named) and the target triple its code was
+   * generated for (NULL: not recorded). object non-NULL: the device's step
+   * functions are not in this binary but in that object file (a model whose
+   * devices span several targets has one object per target, each listing
+   * every device); creating the model on the device's rank then fails with
+   * DT_ERR_MISMATCH, naming the device, the target and the object. */
+  const char *device;
+  const char *target;
+  const char *object;
 } DtModelDesc;
 
 typedef struct DtModel DtModel;

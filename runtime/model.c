@@ -175,6 +175,22 @@ void dtrt_model_destroy(DtModel *m) {
   dtrt_ctx_free(ctx);
 }
 
+/* d is checked and its step functions are in this binary (not in the object
+ * of another target). */
+static DtStatus check_code(DtrtCtx *ctx, const DtModelDesc *d, int rank) {
+  if (!d->object)
+    return check_desc(ctx, d);
+  const char *name = d->name ? d->name : "?", *dev = d->device ? d->device : "?";
+  if (!d->target)
+    return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                     "model %s: device '%s' (rank %d) has its code in %s, not in this binary",
+                     name, dev, rank, d->object);
+  return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                   "model %s: device '%s' (rank %d) runs %s code, which is in %s, not in this "
+                   "binary",
+                   name, dev, rank, d->target, d->object);
+}
+
 /* This rank's description, checked: dev[0] when there is one device, else
  * dev[rank] in a job of exactly ndev ranks. The descriptions of devices
  * differ, so one may fail its check alone: every rank learns of it before
@@ -186,7 +202,7 @@ static DtStatus pick(DtrtCtx *ctx, const DtModelDesc *const *dev, int ndev,
                      (const void *)dev);
   if (ndev == 1) {
     *d = dev[0];
-    return *d ? check_desc(ctx, *d) : dtrt_fail(ctx, DT_ERR_ARG, "model: no description");
+    return !*d ? dtrt_fail(ctx, DT_ERR_ARG, "model: no description") : check_code(ctx, *d, 0);
   }
   DtStatus s = dtrt_comm_init(ctx);
   if (s)
@@ -202,7 +218,7 @@ static DtStatus pick(DtrtCtx *ctx, const DtModelDesc *const *dev, int ndev,
   *d = dev[rank];
   if (!*d)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model: no description for device %d", rank);
-  else if (!(s = check_desc(ctx, *d)) && (*d)->nmesh_axis == 0)
+  else if (!(s = check_code(ctx, *d, rank)) && (*d)->nmesh_axis == 0)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model %s: device %d of %d has no mesh", (*d)->name, rank,
                   ndev);
   return dtrt_comm_status(ctx, s);

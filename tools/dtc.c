@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen.h"
 #include "frontend.h"
@@ -17,7 +18,11 @@ static const char usage[] =
   "\n"
   "options:\n"
   "  -o FILE              write the output to FILE (default: stdout for text,\n"
-  "                       NAME.o for objects); code also writes NAME.h beside it\n"
+  "                       NAME.o for objects); code also writes NAME.h beside it.\n"
+  "                       When the mesh's devices name other targets (a device's\n"
+  "                       target = \"TRIPLE\"), FILE holds the code of the devices\n"
+  "                       of --target (or this machine), and FILE with .TRIPLE\n"
+  "                       before its suffix that of each other target\n"
   "  --emit=KIND          ir     the IR after the frontend, or after --stop-after\n"
   "                       dot    a Graphviz graph of the model\n"
   "                       plan   device ratios, shardings, collectives and memory\n"
@@ -228,6 +233,9 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   bool code = !strcmp(o->emit, "obj") || !strcmp(o->emit, "asm") || !strcmp(o->emit, "llvm");
   if (code && !cg_check_target(o, d))
     return 1;
+  if (!strcmp(o->emit, "obj") && o->output && !strcmp(o->output, "-") && isatty(1))
+    return fail("an object file is not written to a terminal: give -o FILE, or redirect "
+                "stdout");
   SrcFile *src = src_read(a, o->input);
   if (!src)
     return fail("cannot read '%s': %s", o->input, strerror(errno));

@@ -81,7 +81,7 @@ static const int32_t train_in[] = {0, 1}, fwd_in[] = {0}, fwd_out[] = {6};
 
 static DtModelDesc desc(void) {
   return (DtModelDesc){"linreg", "linreg-hash-1", 7, globals, 64, 16, train, 2, train_in,
-                       forward, 1, 1, fwd_in, fwd_out, 0, NULL, NULL};
+                       forward, 1, 1, fwd_in, fwd_out, 0, NULL, NULL, NULL, NULL, NULL};
 }
 
 static int group_setup(void **state) {
@@ -268,6 +268,36 @@ static void e_name(DtModelDesc *d, DtGlobalDesc *g) { (void)g, d->hash = NULL; }
 static void e_block(DtModelDesc *d, DtGlobalDesc *g) { (void)d, g[2].full[0] = 4, g[2].begin[0] = 2; }
 static void e_begin(DtModelDesc *d, DtGlobalDesc *g) { (void)d, g[2].begin[0] = 1; }
 static void e_full(DtModelDesc *d, DtGlobalDesc *g) { (void)d, g[0].full[0] = -1; }
+
+/* A device whose code dtc put in another target's object. */
+static void test_code_elsewhere(void **state) {
+  (void)state;
+  DtModelDesc d = desc();
+  d.device = "d1";
+  d.target = "aarch64-linux-gnu";
+  d.object = "linreg.aarch64-linux-gnu.o";
+  d.train_step = d.forward = NULL;
+  Count c = {0, 0, -1};
+  DtAllocator a = {count_alloc, count_free, &c};
+  DtModel *m = (DtModel *)&c;
+  char err[256];
+  assert_int_equal(dtrt_model_create_with(&d, 0, &a, err, sizeof err, &m), DT_ERR_MISMATCH);
+  assert_string_equal(err, "model linreg: device 'd1' (rank 0) runs aarch64-linux-gnu code, "
+                           "which is in linreg.aarch64-linux-gnu.o, not in this binary");
+  assert_null(m);
+  assert_int_equal(c.allocs, c.frees);
+  d.target = NULL;
+  assert_int_equal(dtrt_model_create_with(&d, 0, &a, err, sizeof err, &m), DT_ERR_MISMATCH);
+  assert_string_equal(err, "model linreg: device 'd1' (rank 0) has its code in "
+                           "linreg.aarch64-linux-gnu.o, not in this binary");
+  /* the same device with its code here */
+  d = desc();
+  d.device = "d1";
+  d.target = "aarch64-linux-gnu";
+  assert_int_equal(dtrt_model_create_with(&d, 0, &a, err, sizeof err, &m), DT_OK);
+  dtrt_model_destroy(m);
+  assert_int_equal(c.allocs, c.frees);
+}
 
 static void test_bad_desc(void **state) {
   (void)state;
@@ -648,7 +678,8 @@ static void test_block_checkpoint(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_train),         cmocka_unit_test(test_checkpoint),
-      cmocka_unit_test(test_bad_desc),      cmocka_unit_test(test_inference_only),
+      cmocka_unit_test(test_bad_desc),      cmocka_unit_test(test_code_elsewhere),
+      cmocka_unit_test(test_inference_only),
       cmocka_unit_test(test_out_of_memory), cmocka_unit_test(test_init_range),
       cmocka_unit_test(test_block_init),    cmocka_unit_test(test_spmd_create),
       cmocka_unit_test(test_tensor_block),  cmocka_unit_test(test_block_checkpoint),
