@@ -62,6 +62,7 @@ typedef enum {
   S_NODE,       /* node name { body } */
   S_DEVICE,     /* device name: val */
   S_LINK,       /* link val (a call named intra or inter) */
+  S_COLLECTIVE, /* collective val (a call named after the op) */
   S_MESH,       /* mesh name[axes] [over list] */
   S_SHARD,      /* shard name: [list] */
   S_PLAN,       /* plan name */

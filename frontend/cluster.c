@@ -1,9 +1,12 @@
-/* cluster.c: cluster blocks to a Cluster (nodes, devices, links; quantities
- * in SI units), and a parallel block to meshes, shardings and a plan mode. */
+/* cluster.c: cluster blocks to a Cluster (nodes, devices, links, measured
+ * collectives; quantities in SI units), and a parallel block to meshes,
+ * shardings and a plan mode. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
 #include "ast.h"
+#include "passes.h"
 
 /* ---- quantities ---- */
 
@@ -139,6 +142,82 @@ static bool lower_link(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   return ok;
 }
 
+/* "mpi, ring or grouped": the methods of op's kernel. */
+static const char *method_list(Arena *a, Op op) {
+  const char *list = "", *last = NULL;
+  for (int k = 0; k < COMM_NMETHOD; k++)
+    if (comm_has_method(op, k)) {
+      if (last)
+        list = arena_printf(a, "%s%s%s", list, *list ? ", " : "", last);
+      last = comm_method_names[k];
+    }
+  return arena_printf(a, "%s%s%s", list, *list ? " or " : "", last);
+}
+
+/* collective OP(method = M, ranks = N, lat = T, bw = B) */
+static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
+  static const char *const param[] = {"method", "ranks", "lat", "bw"};
+  static const Op ops[] = {OP_all_reduce, OP_all_gather, OP_reduce_scatter, OP_all_to_all};
+  const Expr *e = s->val;
+  int op = 0;
+  while (op < COUNTOF(ops) && strcmp(ir_ops[ops[op]].name, e->s))
+    op++;
+  if (op == COUNTOF(ops)) {
+    const char *cand[COUNTOF(ops)];
+    for (int k = 0; k < COUNTOF(ops); k++)
+      cand[k] = ir_ops[ops[k]].name;
+    diag_error(d, e->loc, "unknown collective '%s' (expected all_reduce, all_gather, "
+               "reduce_scatter or all_to_all)%s", e->s,
+               fe_did_you_mean(a, e->s, cand, COUNTOF(ops)));
+    return false;
+  }
+  Expr *arg[4];
+  if (!fe_bind(e, param, 4, 0, 4, arg, a, d))
+    return false;
+  Collective col = {.op = ir_ops[ops[op]].name, .method = -1, .loc = e->loc};
+  bool ok = true;
+  const Expr *m = arg[0];
+  if (m->kind != E_IDENT) {
+    if (m->kind != E_ERROR)
+      diag_error(d, m->loc, "'method' must be a method name, as in method = ring");
+    ok = false;
+  } else {
+    int k = 0;
+    while (k < COMM_NMETHOD && strcmp(comm_method_names[k], m->s))
+      k++;
+    if (k == COMM_NMETHOD || !comm_has_method(ops[op], k)) {
+      diag_error(d, m->loc, "%s has no method '%s' (expected %s)%s", e->s, m->s,
+                 method_list(a, ops[op]),
+                 k == COMM_NMETHOD ? fe_did_you_mean(a, m->s, comm_method_names, COMM_NMETHOD)
+                                   : "");
+      ok = false;
+    }
+    col.method = k;
+  }
+  if (fe_eval_int(arg[1], NULL, 0, "'ranks'", &col.ranks, d)) {
+    if (col.ranks < 2 || col.ranks > INT_MAX) {
+      diag_error(d, arg[1]->loc, "'ranks' must be %s, not %lld",
+                 col.ranks < 2 ? "at least 2" : "at most 2147483647", (long long)col.ranks);
+      ok = false;
+    }
+  } else {
+    ok = false;
+  }
+  ok &= quantity(arg[2], "lat", U_TIME, &col.lat, d);
+  ok &= quantity(arg[3], "bw", U_BW, &col.bw, d);
+  for (int k = 0; ok && k < c->coll.n; k++) {
+    const Collective *o = &c->coll.a[k];
+    if (!strcmp(o->op, col.op) && o->method == col.method && o->ranks == col.ranks) {
+      diag_error(d, e->loc, "collective %s by %s over %lld ranks is already given", col.op,
+                 comm_method_names[col.method], (long long)col.ranks);
+      ok = false;
+    }
+  }
+  if (ok)
+    vec_push(a, &c->coll, col);
+  return ok;
+}
+
 static bool has_link(const Cluster *c, const char *name) {
   for (int k = 0; k < c->link.n; k++)
     if (!strcmp(c->link.a[k].name, name))
@@ -153,8 +232,8 @@ Cluster *lower_cluster(Arena *a, const Decl *cd, Diag *d) {
   bool ok = true, crowded = false;
   for (int k = 0; k < cd->body.n && !diag_full(d); k++) {
     const Stmt *s = cd->body.a[k];
-    if (s->kind == S_LINK) {
-      ok &= lower_link(a, c, s, d);
+    if (s->kind == S_LINK || s->kind == S_COLLECTIVE) {
+      ok &= s->kind == S_LINK ? lower_link(a, c, s, d) : lower_collective(a, c, s, d);
       continue;
     }
     for (int j = 0; j < c->node.n; j++)
@@ -187,7 +266,14 @@ Cluster *lower_cluster(Arena *a, const Decl *cd, Diag *d) {
     diag_error(d, cd->name_loc, "cluster '%s' needs a link inter(...): it has several nodes", cd->name);
     return NULL;
   }
-  return c;
+  for (int k = 0; k < c->coll.n; k++)
+    if (c->coll.a[k].ranks > c->dev.n) {
+      diag_error(d, c->coll.a[k].loc, "collective %s over %lld ranks, but cluster '%s' has %d "
+                 "device%s", c->coll.a[k].op, (long long)c->coll.a[k].ranks, cd->name, c->dev.n,
+                 c->dev.n == 1 ? "" : "s");
+      ok = false;
+    }
+  return ok ? c : NULL;
 }
 
 /* ---- parallel blocks ---- */

@@ -54,6 +54,7 @@ static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE
 %token MODEL "'model'" CLUSTER "'cluster'" PARALLEL "'parallel'" IMPORT "'import'"
 %token INPUT "'input'" PARAM "'param'" OUTPUT "'output'" MINIMIZE "'minimize'"
 %token WITH "'with'" INIT "'init'" NODE "'node'" DEVICE "'device'" LINK "'link'"
+%token COLLECTIVE "'collective'"
 %token MESH "'mesh'" SHARD "'shard'" PLAN "'plan'" ON "'on'" OVER "'over'"
 
 %type <e> expr call callee sdim
@@ -173,9 +174,10 @@ cstmts: %empty                   { $$ = (StmtList){0}; }
       | cstmts error sep         { $$ = $1; yyerrok; }
       ;
 
-/* cstmt = "node" IDENT "{" nstmts "}" | "link" call */
+/* cstmt = "node" IDENT "{" nstmts "}" | "link" call | "collective" call */
 cstmt: NODE IDENT nl_opt nbody   { $$ = named(p, S_NODE, @1, $2, @2); $$->body = $4; }
      | LINK call                 { $$ = named(p, S_LINK, @1, $2->s, @2); $$->val = $2; }
+     | COLLECTIVE call           { $$ = named(p, S_COLLECTIVE, @1, $2->s, @2); $$->val = $2; }
      ;
 
 /* nbody = "{" nstmts [ nstmt ] "}" */

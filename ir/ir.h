@@ -125,11 +125,25 @@ typedef struct Link {
   Loc loc;
 } Link;
 
+/* A collective timed over a group of `ranks` of the job's ranks (a
+ * `collective` statement, written by dtc-probe): by method `method` it takes
+ * lat + bytes / bw, bytes being an all_reduce's buffer, the whole tensor of an
+ * all_gather or reduce_scatter, a member's input of an all_to_all. */
+typedef struct Collective {
+  const char *op;          /* "all_reduce", "all_gather", "reduce_scatter", "all_to_all" */
+  int64_t method;          /* DTRT_COMM_* (passes/comm.c names them) */
+  int64_t ranks;           /* the group size it was timed on, at least 2 */
+  double bw;               /* bytes per second */
+  double lat;              /* seconds */
+  Loc loc;
+} Collective;
+
 typedef struct Cluster {
   const char *name;
   VEC(Node) node;
   VEC(Device) dev;
   VEC(Link) link;
+  VEC(Collective) coll;    /* measured collectives; passes/comm.c prefers them */
   Loc loc;
 } Cluster;
 
@@ -347,7 +361,8 @@ bool ir_check_attrs(const Inst *inst, Diag *d, Loc loc, const Loc *at);
 /* Scalar fields of records as the text form names them ("{gflops = 80.0}");
  * kind 'f' double, 'i' int64_t, 's' string; each table ends with a NULL name. */
 typedef struct IrField { const char *name; char kind; size_t off; } IrField;
-extern const IrField ir_device_fields[], ir_link_fields[], ir_train_fields[], ir_global_fields[];
+extern const IrField ir_device_fields[], ir_link_fields[], ir_collective_fields[], ir_train_fields[],
+    ir_global_fields[];
 
 /* ---- dot.c ------------------------------------------------------------ */
 

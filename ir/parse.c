@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dtrt.h"
 #include "ir.h"
 
 /* Attributes per list and positions per mesh; the text form needs far fewer. */
@@ -694,7 +695,8 @@ static bool parse_dim(Parser *p) {
 
 /* node := 'node' name [loc]
  * device := 'device' name 'on' name [attrs] [loc]
- * link := 'link' name [attrs] [loc] */
+ * link := 'link' name [attrs] [loc]
+ * collective := 'collective' name [attrs] [loc] */
 static bool parse_cluster_line(Parser *p, Cluster *c) {
   PAttrs attrs = {0};
   Loc at = p->tok.loc;
@@ -739,7 +741,35 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
     vec_push(p->a, &c->link, l);
     return true;
   }
-  return expected(p, "'node', 'device', 'link' or '}'");
+  if (is_kw(&p->tok, "collective")) {
+    static const char *const ops[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+    Collective col = {.loc = at};
+    next(p);
+    Loc nl = p->tok.loc;
+    if (!(col.op = parse_name(p, "a collective name")))
+      return false;
+    int k = 0;
+    while (k < COUNTOF(ops) && strcmp(ops[k], col.op))
+      k++;
+    if (k == COUNTOF(ops)) {
+      error_at(p, nl, "unknown collective '%s'", col.op);
+      return false;
+    }
+    if (!parse_attrs(p, &attrs) ||
+        !set_fields(p, &col, ir_collective_fields, &attrs, "a collective") ||
+        !parse_loc(p, &col.loc))
+      return false;
+    if (col.method < DTRT_COMM_MPI || col.method > DTRT_COMM_PADDED || col.ranks < 2 ||
+        col.ranks > INT_MAX || !(col.bw > 0) || !(col.lat >= 0) || isinf(col.bw) ||
+        isinf(col.lat)) {
+      error_at(p, at, "collective %s needs a method from 0 to %d, ranks from 2, a finite bw "
+               "above 0 and a finite lat of 0 or more", col.op, DTRT_COMM_PADDED);
+      return false;
+    }
+    vec_push(p->a, &c->coll, col);
+    return true;
+  }
+  return expected(p, "'node', 'device', 'link', 'collective' or '}'");
 }
 
 static bool is_toplevel(const Tok *t) {

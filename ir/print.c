@@ -12,6 +12,9 @@ const IrField ir_device_fields[] = {
     FIELD(Device, kind, 's'),   FIELD(Device, gflops, 'f'), FIELD(Device, mem, 'i'),
     FIELD(Device, target, 's'), FIELD(Device, cpu, 's'),    {0}};
 const IrField ir_link_fields[] = {FIELD(Link, bw, 'f'), FIELD(Link, lat, 'f'), {0}};
+const IrField ir_collective_fields[] = {FIELD(Collective, method, 'i'),
+                                        FIELD(Collective, ranks, 'i'), FIELD(Collective, bw, 'f'),
+                                        FIELD(Collective, lat, 'f'), {0}};
 const IrField ir_train_fields[] = {
     FIELD(Train, loss, 's'),   FIELD(Train, opt, 's'),      FIELD(Train, lr, 'f'),
     FIELD(Train, momentum, 'f'), FIELD(Train, weight_decay, 'f'), FIELD(Train, beta1, 'f'),
@@ -274,6 +277,13 @@ static void print_cluster(FILE *out, const Cluster *c) {
     print_name(out, c->link.a[k].name);
     print_fields(out, &c->link.a[k], ir_link_fields);
     print_loc(out, c->link.a[k].loc);
+    fputc('\n', out);
+  }
+  for (int k = 0; k < c->coll.n; k++) {
+    fputs("  collective ", out);
+    print_name(out, c->coll.a[k].op);
+    print_fields(out, &c->coll.a[k], ir_collective_fields);
+    print_loc(out, c->coll.a[k].loc);
     fputc('\n', out);
   }
   fputs("}\n", out);

@@ -1,5 +1,6 @@
 /* comm.c: the method of every collective, the cheapest by a cost model of the
- * cluster's links and the collective's bytes (libdtrt's DTRT_COMM_* methods).
+ * cluster's measured collectives or links and the collective's bytes
+ * (libdtrt's DTRT_COMM_* methods).
  *
  * Requires: per-device functions with collectives (passes/spmd.c). Guarantees:
  * every all_reduce, all_gather, reduce_scatter and all_to_all of a per-device
@@ -31,7 +32,22 @@
  *     (k-1) a + S t, so 0
  *
  * Without a cluster or link, a = SIM_DEFAULT_LAT and bw = SIM_DEFAULT_BW, as
- * in the simulator. */
+ * in the simulator.
+ *
+ * A measured figure replaces the model: when the cluster has a `collective`
+ * of the op by the method with ranks = k (dtc-probe times each method over
+ * all the job's ranks, so it was measured over exactly such a group), the
+ * cost is its lat + V / bw, the bytes V as the figure defines them:
+ *
+ *   all_reduce      B, the buffer
+ *   all_gather,     T, the whole tensor, for mpi and grouped; k max b for
+ *   reduce_scatter  ring and padded, whose steps wait for the largest block
+ *                   (the figure was timed on even blocks, where k max b = T)
+ *   all_to_all      S k / (k-1), a member's whole input (S leaves it)
+ *
+ * A figure for another group size, or for a method the op's kernel does not
+ * have (comm_has_method; IR text can hold one), is ignored. A measured
+ * hierarchical all_reduce counts even on one node: libdtrt runs it there. */
 #include <assert.h>
 #include <math.h>
 #include <string.h>
@@ -43,6 +59,17 @@
 const char *const comm_method_names[COMM_NMETHOD] = {"mpi", "ring", "grouped", "hierarchical",
                                                      "padded"};
 static_assert(COMM_NMETHOD == DTRT_COMM_PADDED + 1, "a name per runtime method");
+
+bool comm_has_method(Op op, int method) {
+  switch (op) {
+  case OP_all_reduce: return method >= DTRT_COMM_MPI && method <= DTRT_COMM_HIER;
+  case OP_all_gather:
+    return method >= DTRT_COMM_MPI && method <= DTRT_COMM_PADDED && method != DTRT_COMM_HIER;
+  case OP_reduce_scatter: return method >= DTRT_COMM_MPI && method <= DTRT_COMM_GROUPED;
+  case OP_all_to_all: return method == DTRT_COMM_MPI || method == DTRT_COMM_RING;
+  default: return false;
+  }
+}
 
 /* ceil(log2 k) for k >= 1. */
 static int log2up(int k) {
@@ -72,6 +99,31 @@ static void link_of(const Module *m, const char *name, double *a, double *t) {
   *t = 1 / (l && l->bw > 0 ? l->bw : SIM_DEFAULT_BW);
 }
 
+/* The cluster's figure for op by method over a group of k; NULL if none. */
+static const Collective *measured(const Module *m, Op op, int method, int k) {
+  for (int j = 0; m->cluster && j < m->cluster->coll.n; j++) {
+    const Collective *c = &m->cluster->coll.a[j];
+    if (c->method == method && c->ranks == k && !strcmp(c->op, ir_ops[op].name))
+      return c;
+  }
+  return NULL;
+}
+
+/* Seconds of op by a measured figure: its bytes V as documented above. */
+static double measured_cost(const Collective *f, Op op, int method, double bytes,
+                            const double *b, int k) {
+  double v = bytes;
+  if (op == OP_all_to_all) {
+    v = bytes * k / (k - 1);
+  } else if (op != OP_all_reduce) {
+    double sum = 0, hi = 0;
+    for (int j = 0; j < k; j++)
+      sum += b[j], hi = fmax(hi, b[j]);
+    v = method == DTRT_COMM_RING || method == DTRT_COMM_PADDED ? k * hi : sum;
+  }
+  return f->lat + v / f->bw;
+}
+
 /* Ring all-reduce of b bytes over k. */
 static double ring_all_reduce(int k, double b, double a, double t) {
   return 2.0 * (k - 1) * a + 2.0 * (k - 1) / k * b * t;
@@ -98,6 +150,9 @@ double comm_cost(const Module *m, Op op, double bytes, const double *b, const in
                  int k, int method) {
   if (k < 2 || op == OP_shard_slice)
     return 0;
+  const Collective *f = comm_has_method(op, method) ? measured(m, op, method, k) : NULL;
+  if (f)
+    return measured_cost(f, op, method, bytes, b, k);
   int node[SHARD_MAX_AXIS], nodes = 0, most = 0;
   bool known = true;
   for (int j = 0; j < k; j++) {

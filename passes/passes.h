@@ -99,6 +99,8 @@ bool pass_comm(Module *m, Diag *d);
 #define COMM_NMETHOD 5   /* DTRT_COMM_MPI .. DTRT_COMM_PADDED */
 /* "mpi", "ring", "grouped", "hierarchical", "padded", by method number. */
 extern const char *const comm_method_names[COMM_NMETHOD];
+/* Whether libdtrt's kernel of collective op implements `method` (DTRT_COMM_*). */
+bool comm_has_method(Op op, int method);
 /* Seconds collective c takes by `method` (DTRT_COMM_*) over the k mesh
  * positions `members` (its axis group), by the model documented in comm.c;
  * INFINITY for a method c's kernel does not have or, for hierarchical, a

@@ -1,5 +1,7 @@
 /* probe.c: dtc-probe, run under mpirun, measures every rank's sgemm speed and
- * memory and the links between ranks, and writes them as a dtc cluster block. */
+ * memory, the links between ranks and every collective method of libdtrt
+ * over all ranks, and writes them as a dtc cluster block. */
+#include <assert.h>
 #include <errno.h>
 #include <mpi.h>
 #include <stdbool.h>
@@ -10,12 +12,15 @@
 
 #include <cblas.h>
 
+#include "dtrt.h"
+
 static const char usage[] =
   "usage: mpirun -n N dtc-probe [options]\n"
   "\n"
   "Measures each rank's dense f32 speed (one-thread sgemm, n = 512) and memory,\n"
   "groups ranks into nodes by host name, times ping-pong between two ranks of a\n"
-  "node and between two nodes, and writes a cluster block for dtc --cluster.\n"
+  "node and between two nodes, times every collective method of libdtrt over\n"
+  "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
   "\n"
   "options:\n"
   "  -o FILE      write the cluster to FILE (default: stdout)\n"
@@ -25,11 +30,42 @@ static const char usage[] =
 
 enum { GEMM_N = 512, GEMM_BLOCK = 8, LAT_BYTES = 8, LAT_TRIPS = 100, BW_BYTES = 4 << 20, BW_TRIPS = 4 };
 
+/* The two sizes every collective is timed at (an all_reduce's buffer, an
+ * all_gather's or reduce_scatter's whole tensor, a member's all_to_all input),
+ * as bytes and as written in the file's comment. */
+static const double coll_bytes[2] = {64 << 10, 4 << 20};
+static const char *const coll_size_text[2] = {"64KiB", "4MiB"};
+
+/* The language's names of libdtrt's methods, by DTRT_COMM_* number. */
+static const char *const method_names[] = {"mpi", "ring", "grouped", "hierarchical", "padded"};
+static_assert(sizeof method_names / sizeof *method_names == DTRT_COMM_PADDED + 1,
+              "a name per runtime method");
+
+/* The collectives and the methods libdtrt's kernel of each implements
+ * (runtime/dtrt.h), in the order the probe times and writes them. */
+enum { C_ALL_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER, C_ALL_TO_ALL, C_COUNT };
+static const struct { const char *op; int nmethod; int method[4]; } coll_ops[C_COUNT] = {
+  {"all_reduce", 4, {DTRT_COMM_MPI, DTRT_COMM_RING, DTRT_COMM_GROUPED, DTRT_COMM_HIER}},
+  {"all_gather", 4, {DTRT_COMM_MPI, DTRT_COMM_RING, DTRT_COMM_GROUPED, DTRT_COMM_PADDED}},
+  {"reduce_scatter", 3, {DTRT_COMM_MPI, DTRT_COMM_RING, DTRT_COMM_GROUPED}},
+  {"all_to_all", 2, {DTRT_COMM_MPI, DTRT_COMM_RING}},
+};
+enum { MAX_COLLS = 4 + 4 + 3 + 2 };
+
 typedef struct ProbeLink {
   bool present;
   int a, b;        /* the ranks that measured it */
   double bw, lat;  /* bytes per second, seconds */
 } ProbeLink;
+
+/* A collective timed over all ranks: the median times at coll_bytes and the
+ * line t = lat + bytes / bw fitted to them. */
+typedef struct ProbeColl {
+  int op;          /* C_* */
+  int method;      /* DTRT_COMM_* */
+  double t[2];     /* seconds */
+  double lat, bw;  /* seconds, bytes per second */
+} ProbeColl;
 
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
 typedef struct Probe {
@@ -41,11 +77,14 @@ typedef struct Probe {
   const char *const *host;  /* [nnodes] */
   const char *blas;         /* OpenBLAS's kernel set on rank 0 */
   ProbeLink intra, inter;
+  int ncoll;                /* collectives timed over all nranks ranks */
+  const ProbeColl *coll;    /* [ncoll] */
 } Probe;
 
 static const char *const reserved[] = {
   "model", "cluster", "parallel", "import", "input", "param", "output", "minimize",
-  "with", "init", "node", "device", "link", "mesh", "shard", "plan", "on", "over",
+  "with", "init", "node", "device", "link", "collective", "mesh", "shard", "plan", "on",
+  "over",
 };
 
 /* A cluster name must be a dtc name and not a reserved word. */
@@ -66,9 +105,30 @@ static bool probe_valid_name(const char *s) {
  * the language requires. */
 static double at_least(double v, double floor) { return v > floor ? v : floor; }
 
+/* Fits t = lat + bytes / bw to the medians t[k] at coll_bytes[k]: the line
+ * through both points. When timing noise makes that meaningless, the line
+ * keeps the large size's time: a time that does not grow with the bytes
+ * gives lat = t[0] and bw = coll_bytes[1] / t[1] (a bound from above), a
+ * negative latency gives lat = 0 and the line through the origin. */
+static void probe_fit(const double t[2], double *lat, double *bw) {
+  double db = coll_bytes[1] - coll_bytes[0], dt = t[1] - t[0];
+  if (!(dt > 0)) {
+    *lat = t[0];
+    *bw = coll_bytes[1] / t[1];
+    return;
+  }
+  *bw = db / dt;
+  *lat = t[0] - coll_bytes[0] / *bw;
+  if (*lat < 0) {
+    *lat = 0;
+    *bw = coll_bytes[1] / t[1];
+  }
+}
+
 /* Writes the cluster block: nodes in order of their first rank, each rank a
- * device rK; intra and inter links when measured. Returns 0, or -1 when the
- * stream fails. */
+ * device rK; intra and inter links when measured; the collectives timed over
+ * all ranks, each with its two median times. Returns 0, or -1 when the stream
+ * fails. */
 static int probe_write(FILE *f, const Probe *p) {
   fprintf(f, "# dtc-probe: %d rank%s on %d node%s; one-thread sgemm n=%d (OpenBLAS %s) and "
           "ping-pong, median of %d\n", p->nranks, p->nranks == 1 ? "" : "s", p->nnodes,
@@ -89,6 +149,17 @@ static int probe_write(FILE *f, const Probe *p) {
       fprintf(f, "  link %s(bw = %.2fGB/s, lat = %.2fus)    # ranks %d and %d\n", kind[i],
               at_least(links[i]->bw / 1e9, 0.01), at_least(links[i]->lat * 1e6, 0.01),
               links[i]->a, links[i]->b);
+  if (p->ncoll)
+    fprintf(f, "  # collectives over all %d ranks by libdtrt's methods, t = lat + bytes / bw "
+            "fitted to the medians at %s and %s\n", p->nranks, coll_size_text[0],
+            coll_size_text[1]);
+  for (int k = 0; k < p->ncoll; k++) {
+    const ProbeColl *c = &p->coll[k];
+    fprintf(f, "  collective %s(method = %s, ranks = %d, lat = %.2fus, bw = %.3fGB/s)"
+            "    # %.3fms, %.3fms\n", coll_ops[c->op].op, method_names[c->method], p->nranks,
+            at_least(c->lat * 1e6, 0.01), at_least(c->bw / 1e9, 0.001), c->t[0] * 1e3,
+            c->t[1] * 1e3);
+  }
   fputs("}\n", f);
   return ferror(f) ? -1 : 0;
 }
@@ -198,6 +269,92 @@ static int measure_link(int x, int y, int reps, double *t, ProbeLink *out) {
   *out = (ProbeLink){.present = true, .a = x, .b = y, .lat = res[0] / 2,
                      .bw = 2.0 * BW_BYTES / res[1]};
   return 0;
+}
+
+/* The most ranks whose collectives the probe times: an all_to_all's
+ * attributes (axis, din, dout, a block length per member, the method) must
+ * fit DtAttrs. */
+enum { MAX_COLL_RANKS = DTRT_MAX_IATTRS - 4 };
+
+/* (collective) One call of collective op by method over all k ranks through
+ * libdtrt's kernel, on `bytes` as coll_bytes defines them (rounded down to a
+ * multiple of 4k), even blocks; x and y hold coll_bytes[1] bytes each. */
+static DtStatus coll_call(DtrtCtx *ctx, int op, int method, double bytes, int k, float *x,
+                          float *y) {
+  int64_t n = (int64_t)bytes / 4 / k * k, part = n / k;
+  DtTensor whole = {.dtype = DTRT_F32, .rank = 1, .dim = {n}};
+  DtTensor block = {.dtype = DTRT_F32, .rank = 1, .dim = {part}};
+  DtAttrs a = {.i = {0, 0}, .ni = op == C_ALL_REDUCE ? 1 : 2};  /* axis 0, dim (din) 0 */
+  if (op == C_ALL_TO_ALL)
+    a.i[a.ni++] = 1;  /* dout */
+  for (int m = 0; op != C_ALL_REDUCE && m < k; m++)
+    a.i[a.ni++] = part;
+  a.i[a.ni++] = method;
+  switch (op) {
+  case C_ALL_REDUCE:
+    whole.data = x, block = whole, block.data = y;
+    return dtrt_k_all_reduce(ctx, &whole, 1, &block, &a);
+  case C_ALL_GATHER:
+    block.data = x, whole.data = y;
+    return dtrt_k_all_gather(ctx, &block, 1, &whole, &a);
+  case C_REDUCE_SCATTER:
+    whole.data = x, block.data = y;
+    return dtrt_k_reduce_scatter(ctx, &whole, 1, &block, &a);
+  default: {
+    /* f32[k, n] split by rows in, by columns out: a member sends its row */
+    DtTensor in = {.data = x, .dtype = DTRT_F32, .rank = 2, .dim = {1, n}};
+    DtTensor out = {.data = y, .dtype = DTRT_F32, .rank = 2, .dim = {k, part}};
+    return dtrt_k_all_to_all(ctx, &in, 1, &out, &a);
+  }
+  }
+}
+
+/* (collective) The median over reps of the slowest rank's time of one call,
+ * after one untimed call; -1 when a call failed on any rank (each failing
+ * rank reports its error). */
+static double time_coll(DtrtCtx *ctx, int op, int method, double bytes, float *x, float *y,
+                        int reps, double *t) {
+  int k = dtrt_nranks(ctx);
+  for (int i = -1; i < reps; i++) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    DtStatus s = coll_call(ctx, op, method, bytes, k, x, y);
+    double mine[2] = {MPI_Wtime() - t0, s != DT_OK}, all[2];
+    if (s)
+      fprintf(stderr, "dtc-probe: error: rank %d: %s\n", dtrt_rank(ctx), dtrt_errmsg(ctx));
+    MPI_Allreduce(mine, all, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (all[1] > 0)
+      return -1;
+    if (i >= 0)
+      t[i] = all[0];
+  }
+  return median(t, reps);
+}
+
+/* (collective) Times every method of every collective over all ranks at
+ * both sizes and fits each, into out[MAX_COLLS]. Returns how many, or -1
+ * (out of memory, a kernel's error). */
+static int measure_colls(DtrtCtx *ctx, int reps, double *t, ProbeColl *out) {
+  size_t n = (size_t)coll_bytes[1] / 4;
+  float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+  int ok = x && y, all_ok;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  int nc = all_ok ? 0 : -1;
+  for (size_t i = 0; all_ok && i < n; i++)
+    x[i] = (float)(i % 13) - 6;  /* small integers: no overflow, no denormals */
+  for (int op = 0; nc >= 0 && op < C_COUNT; op++)
+    for (int j = 0; nc >= 0 && j < coll_ops[op].nmethod; j++) {
+      ProbeColl c = {.op = op, .method = coll_ops[op].method[j]};
+      for (int z = 0; z < 2 && nc >= 0; z++)
+        if ((c.t[z] = time_coll(ctx, op, c.method, coll_bytes[z], x, y, reps, t)) < 0)
+          nc = -1;
+      if (nc >= 0) {
+        probe_fit(c.t, &c.lat, &c.bw);
+        out[nc++] = c;
+      }
+    }
+  free(x), free(y);
+  return nc;
 }
 
 typedef struct Args {
@@ -356,6 +513,27 @@ int main(int argc, char **argv) {
     return finish(1);
   }
 
+  /* libdtrt joins the MPI this program started and leaves it running. */
+  DtrtCtx *ctx = dtrt_ctx_new();
+  ok = ctx && !dtrt_comm_init(ctx);
+  if (!ok)
+    fprintf(stderr, "dtc-probe: error: rank %d: %s\n", me,
+            ctx ? dtrt_errmsg(ctx) : "out of memory");
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (!all_ok)
+    return finish(1);
+  ProbeColl coll[MAX_COLLS];
+  if (nranks > MAX_COLL_RANKS && me == 0)
+    fprintf(stderr, "dtc-probe: warning: collectives are timed on at most %d ranks, not %d; "
+            "the file has none\n", MAX_COLL_RANKS, nranks);
+  bool timed = nranks >= 2 && nranks <= MAX_COLL_RANKS;
+  if (timed && (p.ncoll = measure_colls(ctx, reps, t, coll)) < 0) {
+    if (me == 0)
+      fprintf(stderr, "dtc-probe: error: the collectives could not be timed\n");
+    return finish(1);
+  }
+  p.coll = coll;
+
   if (me == 0) {
     for (int r = 1; r < nranks; r++)
       if (node[r] < node[r - 1]) {
@@ -371,6 +549,7 @@ int main(int argc, char **argv) {
     }
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  dtrt_ctx_free(ctx);
   free(hosts), free(gflops), free(mem), free(t), free(node), free(host);
   return finish(status ? 1 : 0);
 }

@@ -3,7 +3,9 @@
  * from the links; hierarchical for a large gradient over two nodes, the
  * latency-cheaper method for small tensors on one node, variable-count,
  * padded and grouped all-gathers of uneven blocks, the same method on every
- * member, determinism, and the simulator costing the chosen method. */
+ * member, determinism, the simulator costing the chosen method, and
+ * measured collectives (cluster `collective` lines) replacing the model for
+ * their group size only. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -278,6 +280,107 @@ static void test_sim_uses_method(void **state) {
   arena_free(a);
 }
 
+/* The one-node cluster with measured collectives over groups of 4 (and one
+ * figure over 2, which a group of 4 must ignore) before its links. */
+static Module *compile_measured(Arena *a, const char *figures) {
+  char *cluster = arena_printf(a, "cluster c {\n  node a {\n" DEV("a0") DEV("a1") DEV("a2")
+                               DEV("a3") "  }\n%s" LINKS, figures);
+  return compile(a, cluster);
+}
+
+/* A measured all_reduce: its figure replaces the model for its method, the
+ * chosen method follows, and a figure for another group size is ignored. */
+static void test_measured_all_reduce(void **state) {
+  (void)state;
+  Arena *a = arena_new(), *b = arena_new();
+  Module *plain = compile(b, one_node);
+  /* grouped measured slow, ring fast; mpi measured over 2 ranks only */
+  Module *m = compile_measured(a,
+    "  collective all_reduce(method = grouped, ranks = 4, lat = 1ms, bw = 100MB/s)\n"
+    "  collective all_reduce(method = ring, ranks = 4, lat = 2us, bw = 200GB/s)\n"
+    "  collective all_reduce(method = mpi, ranks = 2, lat = 1ns, bw = 1TB/s)\n");
+  int members[] = {0, 1, 2, 3};
+  const Inst *small = all_reduce_of(m, 10), *large = all_reduce_of(m, 512 * 1024);
+  const Inst *psmall = all_reduce_of(plain, 10), *plarge = all_reduce_of(plain, 512 * 1024);
+  /* the figures, B = the buffer */
+  assert_true(fabs(comm_time(m, small, members, 4, DTRT_COMM_GROUPED) - (1e-3 + 40 / 100e6)) <
+              1e-15);
+  double ring = 2e-6 + 4.0 * 512 * 1024 / 200e9;
+  assert_true(fabs(comm_time(m, large, members, 4, DTRT_COMM_RING) - ring) < 1e-15);
+  /* mpi's figure is for 2 ranks: the model, as without figures */
+  assert_true(comm_time(m, large, members, 4, DTRT_COMM_MPI) ==
+              comm_time(plain, plarge, members, 4, DTRT_COMM_MPI));
+  assert_true(comm_time(m, large, members, 4, DTRT_COMM_MPI) > ring);
+  /* the model chose grouped for small gradients, mpi for large; the figures
+   * make ring the cheapest for both */
+  assert_int_equal(method_of(psmall), DTRT_COMM_GROUPED);
+  assert_int_equal(method_of(plarge), DTRT_COMM_MPI);
+  assert_int_equal(method_of(small), DTRT_COMM_RING);
+  assert_int_equal(method_of(large), DTRT_COMM_RING);
+  /* comm_best over raw bytes agrees, and sees the measured time */
+  int method;
+  double t = comm_best(m, OP_all_reduce, 4.0 * 512 * 1024, NULL, members, 4, &method);
+  assert_int_equal(method, DTRT_COMM_RING);
+  assert_true(t == ring);
+  /* over a group of 2 (members 0 and 1) only mpi's figure applies */
+  double two = comm_best(m, OP_all_reduce, 4.0 * 512 * 1024, NULL, members, 2, &method);
+  assert_int_equal(method, DTRT_COMM_MPI);
+  assert_true(fabs(two - (1e-9 + 4.0 * 512 * 1024 / 1e12)) < 1e-15);
+  arena_free(b);
+  arena_free(a);
+}
+
+/* Measured all_gather, reduce_scatter and all_to_all: V as comm.c defines
+ * it, and a measured hierarchical all_reduce on one node is taken as
+ * measured. */
+static void test_measured_bytes(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = compile_measured(a,
+    "  collective all_gather(method = mpi, ranks = 4, lat = 10us, bw = 1.5GB/s)\n"
+    "  collective all_gather(method = ring, ranks = 4, lat = 20us, bw = 1GB/s)\n"
+    "  collective all_gather(method = grouped, ranks = 4, lat = 50us, bw = 1GB/s)\n"
+    "  collective all_gather(method = padded, ranks = 4, lat = 5us, bw = 2GB/s)\n"
+    "  collective reduce_scatter(method = ring, ranks = 4, lat = 7us, bw = 4GB/s)\n"
+    "  collective all_to_all(method = ring, ranks = 4, lat = 3us, bw = 8GB/s)\n"
+    "  collective all_reduce(method = hierarchical, ranks = 4, lat = 1us, bw = 1TB/s)\n");
+  int members[] = {0, 1, 2, 3};
+  double even[4] = {1e6, 1e6, 1e6, 1e6}, uneven[4] = {2e6, 1e6, 1e6, 0};
+  /* mpi: the whole tensor T; padded and ring: k times the largest block */
+  assert_true(fabs(comm_cost(m, OP_all_gather, 0, even, members, 4, DTRT_COMM_MPI) -
+                   (10e-6 + 4e6 / 1.5e9)) < 1e-15);
+  assert_true(fabs(comm_cost(m, OP_all_gather, 0, uneven, members, 4, DTRT_COMM_MPI) -
+                   (10e-6 + 4e6 / 1.5e9)) < 1e-15);
+  assert_true(fabs(comm_cost(m, OP_all_gather, 0, even, members, 4, DTRT_COMM_PADDED) -
+                   (5e-6 + 4e6 / 2e9)) < 1e-15);
+  assert_true(fabs(comm_cost(m, OP_all_gather, 0, uneven, members, 4, DTRT_COMM_PADDED) -
+                   (5e-6 + 8e6 / 2e9)) < 1e-15);
+  /* even blocks: padded is the cheapest; uneven, its padding makes mpi so */
+  int method;
+  comm_best(m, OP_all_gather, 0, even, members, 4, &method);
+  assert_int_equal(method, DTRT_COMM_PADDED);
+  comm_best(m, OP_all_gather, 0, uneven, members, 4, &method);
+  assert_int_equal(method, DTRT_COMM_MPI);
+  assert_true(fabs(comm_cost(m, OP_reduce_scatter, 0, uneven, members, 4, DTRT_COMM_RING) -
+                   (7e-6 + 8e6 / 4e9)) < 1e-15);
+  /* all_to_all: comm_cost takes the bytes a member sends, (k-1)/k of its input */
+  assert_true(fabs(comm_cost(m, OP_all_to_all, 3e6, NULL, members, 4, DTRT_COMM_RING) -
+                   (3e-6 + 4e6 / 8e9)) < 1e-15);
+  /* hierarchical on one node: measured, so no longer infinite */
+  const Inst *large = all_reduce_of(m, 512 * 1024);
+  double hier = comm_time(m, large, members, 4, DTRT_COMM_HIER);
+  assert_true(fabs(hier - (1e-6 + 4.0 * 512 * 1024 / 1e12)) < 1e-15);
+  assert_int_equal(method_of(large), DTRT_COMM_HIER);
+  /* a figure for a method the kernel lacks (IR text can hold one) is ignored */
+  Collective bad = {.op = "reduce_scatter", .method = DTRT_COMM_PADDED, .ranks = 4, .bw = 1e15};
+  vec_push(a, &m->cluster->coll, bad);
+  assert_false(comm_has_method(OP_reduce_scatter, DTRT_COMM_PADDED));
+  assert_true(isinf(comm_cost(m, OP_reduce_scatter, 0, even, members, 4, DTRT_COMM_PADDED)));
+  comm_best(m, OP_reduce_scatter, 0, even, members, 4, &method);
+  assert_true(comm_has_method(OP_reduce_scatter, method));
+  arena_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_nodes),
@@ -285,6 +388,8 @@ int main(void) {
       cmocka_unit_test(test_uneven_all_gather),
       cmocka_unit_test(test_deterministic),
       cmocka_unit_test(test_sim_uses_method),
+      cmocka_unit_test(test_measured_all_reduce),
+      cmocka_unit_test(test_measured_bytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -177,9 +177,21 @@ static void test_cluster_and_mesh(void **state) {
   (void)state;
   expect_error("module m\ncluster c {\n  node a\n  device d on b\n}\n", "t.ir:4:15: error: unknown node 'b'");
   expect_error("module m\ncluster c {\n  gpu g\n}\n",
-               "t.ir:3:3: error: expected 'node', 'device', 'link' or '}', found 'gpu'");
+               "t.ir:3:3: error: expected 'node', 'device', 'link', 'collective' or '}', found 'gpu'");
   expect_error("module m\ncluster c {\n  link l {bw = 1, speed = 2}\n}\n",
                "t.ir:3:19: error: a link has no field 'speed' (it has bw, lat)");
+  expect_error("module m\ncluster c {\n  collective broadcast {ranks = 2, bw = 1.0}\n}\n",
+               "t.ir:3:14: error: unknown collective 'broadcast'");
+  expect_error("module m\ncluster c {\n  collective all_reduce {ranks = 2, size = 2}\n}\n",
+               "t.ir:3:37: error: a collective has no field 'size' (it has method, ranks, bw, "
+               "lat)");
+  expect_error("module m\ncluster c {\n  collective all_reduce {method = 5, ranks = 2, "
+               "bw = 1.0}\n}\n",
+               "t.ir:3:3: error: collective all_reduce needs a method from 0 to 4, ranks from 2, "
+               "a finite bw above 0 and a finite lat of 0 or more");
+  expect_error("module m\ncluster c {\n  collective all_gather {ranks = 1, bw = 1.0}\n}\n",
+               "t.ir:3:3: error: collective all_gather needs a method from 0 to 4, ranks from 2, "
+               "a finite bw above 0 and a finite lat of 0 or more");
   expect_error("module m\ncluster c {\n  node a\n}\ncluster d {\n  node b\n}\n",
                "t.ir:5:1: error: a module has one cluster");
   expect_error("module m\ncluster c {\n  node a\n", "t.ir:4:1: error: missing '}' to close the cluster opened on line 2");

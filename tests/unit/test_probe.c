@@ -1,8 +1,10 @@
-/* test_probe.c: dtc-probe's cluster writer and name check (tools/probe.c,
- * included without its main) on fixed measurements, against hand-checked text. */
+/* test_probe.c: dtc-probe's cluster writer, name check and collective fit
+ * (tools/probe.c, included without its main) on fixed measurements, against
+ * hand-checked text and numbers. */
 #define DTC_PROBE_NO_MAIN
 #include "../../tools/probe.c"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,6 +98,63 @@ static void one_rank_and_floors(void **state) {
   free(text);
 }
 
+/* Collectives timed over all ranks: a comment line, then one line each with
+ * the group size, the fitted figures and the two medians. */
+static void collectives(void **state) {
+  (void)state;
+  double gflops[2] = {80, 40}, mem[2] = {1 << 30, 1 << 30};
+  int node[2] = {0, 0};
+  const char *host[1] = {"vm"};
+  ProbeColl coll[3] = {
+    {.op = C_ALL_REDUCE, .method = DTRT_COMM_HIER, .t = {51e-6, 2.713e-3}, .lat = 9.123e-6,
+     .bw = 1.5512e9},
+    {.op = C_ALL_GATHER, .method = DTRT_COMM_PADDED, .t = {20e-6, 1e-3}, .lat = -1e-6,
+     .bw = 4e5},
+    {.op = C_ALL_TO_ALL, .method = DTRT_COMM_RING, .t = {18e-6, 1.315e-3}, .lat = 12e-6,
+     .bw = 3.1886e9},
+  };
+  Probe p = {.name = "pair", .nranks = 2, .nnodes = 1, .reps = 20, .gflops = gflops,
+             .mem = mem, .node = node, .host = host, .blas = "Haswell",
+             .intra = {.present = true, .a = 0, .b = 1, .bw = 4.2e9, .lat = 1e-6},
+             .ncoll = 3, .coll = coll};
+  char *text = written(&p);
+  assert_string_equal(text,
+    "# dtc-probe: 2 ranks on 1 node; one-thread sgemm n=512 (OpenBLAS Haswell) and "
+    "ping-pong, median of 20\n"
+    "cluster pair {\n"
+    "  node n0 {    # host vm\n"
+    "    device r0: cpu(gflops = 80.0, mem = 1.00GiB)\n"
+    "    device r1: cpu(gflops = 40.0, mem = 1.00GiB)\n"
+    "  }\n"
+    "  link intra(bw = 4.20GB/s, lat = 1.00us)    # ranks 0 and 1\n"
+    "  # collectives over all 2 ranks by libdtrt's methods, t = lat + bytes / bw fitted to "
+    "the medians at 64KiB and 4MiB\n"
+    "  collective all_reduce(method = hierarchical, ranks = 2, lat = 9.12us, bw = 1.551GB/s)"
+    "    # 0.051ms, 2.713ms\n"
+    "  collective all_gather(method = padded, ranks = 2, lat = 0.01us, bw = 0.001GB/s)"
+    "    # 0.020ms, 1.000ms\n"
+    "  collective all_to_all(method = ring, ranks = 2, lat = 12.00us, bw = 3.189GB/s)"
+    "    # 0.018ms, 1.315ms\n"
+    "}\n");
+  free(text);
+}
+
+/* The line through both medians; a negative latency, or a time that does not
+ * grow with the bytes, keeps the large size's time. */
+static void fit(void **state) {
+  (void)state;
+  double lat, bw, b0 = coll_bytes[0], b1 = coll_bytes[1];
+  probe_fit((double[]){10e-6 + b0 / 2e9, 10e-6 + b1 / 2e9}, &lat, &bw);
+  assert_true(fabs(lat - 10e-6) < 1e-12 && fabs(bw - 2e9) < 1);
+  probe_fit((double[]){b0 / 2e9 - 5e-6, b1 / 2e9 - 5e-6}, &lat, &bw);
+  assert_true(lat == 0 && fabs(bw - b1 / (b1 / 2e9 - 5e-6)) < 1e-3);
+  assert_true(fabs(lat + b1 / bw - (b1 / 2e9 - 5e-6)) < 1e-12);
+  probe_fit((double[]){3e-3, 2e-3}, &lat, &bw);
+  assert_true(lat == 3e-3 && bw == b1 / 2e-3);
+  probe_fit((double[]){2e-3, 2e-3}, &lat, &bw);
+  assert_true(lat == 2e-3 && bw == b1 / 2e-3);
+}
+
 static void names(void **state) {
   (void)state;
   assert_true(probe_valid_name("probed"));
@@ -105,12 +164,15 @@ static void names(void **state) {
   assert_false(probe_valid_name("my-lab"));
   assert_false(probe_valid_name("cluster"));
   assert_false(probe_valid_name("over"));
+  assert_false(probe_valid_name("collective"));
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(two_nodes),
     cmocka_unit_test(one_rank_and_floors),
+    cmocka_unit_test(collectives),
+    cmocka_unit_test(fit),
     cmocka_unit_test(names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
