@@ -11,11 +11,15 @@
 #     file> (it replaces the stand-in cluster the parallel blocks name) and
 #     builds bench/hetero.c against each object with mpicc;
 #  3. times each on the three pinned ranks (median step over REPS);
-#  4. takes the ideal step, the step's FLOPs (dtc --emit=plan) over the sum of
-#     the probed GFLOP/s, and the predicted step of the auto plan (dtc
-#     --emit=sim), and prints one JSON line per model:
-#     {"bench": "hetero_mlp", "auto_ms", "even_ms", "even_over_auto",
-#      "ideal_ms", "auto_over_ideal", "predicted_ms", "measured_over_predicted"}
+#  4. times the same step on one device (rank 0 alone on core 0), takes two
+#     ideal steps: the step's FLOPs (dtc --emit=plan) over the sum of the
+#     probed GFLOP/s (ideal_ms), and the one-device step's time spread over
+#     the three ranks, one_ms x (rank 0's GFLOP/s) / (the sum) (ideal_work_ms:
+#     the work as the kernels really do it, not as FLOPs), and the predicted
+#     step of the auto plan (dtc --emit=sim), and prints one JSON line per
+#     model: {"bench": "hetero_mlp", "auto_ms", "even_ms", "even_over_auto",
+#     "ideal_ms", "auto_over_ideal", "one_ms", "ideal_work_ms",
+#     "auto_over_ideal_work", "predicted_ms", "measured_over_predicted"}
 #  5. checks the simulator on the MLP unpinned: 1 rank (examples/mlp_big.dt),
 #     2 ranks (hetero_mlp_dp2.dt) and 3 ranks (hetero_mlp_even.dt), each
 #     compiled for its own probe of that many unpinned ranks, one JSON line
@@ -95,6 +99,7 @@ echo "# $(date -u '+%F %T') UTC; OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; load:$(up
 run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
 sed 's/^/# /' "$dir/probe3.dt" >&2
 total=$(gflops_sum "$dir/probe3.dt")
+first=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" | head -n 1)
 
 # 2-4. auto against even on the pinned ranks
 for model in mlp gpt; do
@@ -107,17 +112,26 @@ for model in mlp gpt; do
       num step_ms)
     if [ $plan = auto ]; then auto_ms=$ms; else even_ms=$ms; fi
   done
+  # the same step on one device, rank 0 alone on core 0
+  if [ $model = mlp ]; then one=$src/examples/mlp_big.dt; else one=$src/examples/transformer.dt; fi
+  # shellcheck disable=SC2086
+  build_bench "${model}_one" "$one" $def --cluster="$dir/probe3.dt" $dflags
+  one_ms=$(run 1 "$dir/pin.sh" "$dir/${model}_one/bench" "$reps" "hetero_${model}_one" |
+    num step_ms)
   # shellcheck disable=SC2086
   gflop=$("$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $dflags \
     "$src/bench/hetero_${model}_auto.dt" | sed -n 's/.*: \([0-9.e+-]*\) GFLOP per step.*/\1/p')
   # shellcheck disable=SC2086
   pred=$(predicted --cluster="$dir/probe3.dt" $dflags "$src/bench/hetero_${model}_auto.dt")
   awk -v m="hetero_$model" -v a="$auto_ms" -v e="$even_ms" -v g="$gflop" -v s="$total" \
-      -v p="$pred" 'BEGIN {
+      -v p="$pred" -v o="$one_ms" -v g0="$first" 'BEGIN {
     ideal = g / s * 1e3
+    work = o * g0 / s
     printf "{\"bench\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
-           "\"ideal_ms\": %.3f, \"auto_over_ideal\": %.3f, \"predicted_ms\": %.3f, " \
-           "\"measured_over_predicted\": %.3f}\n", m, a, e, e / a, ideal, a / ideal, p, a / p
+           "\"ideal_ms\": %.3f, \"auto_over_ideal\": %.3f, \"one_ms\": %.3f, " \
+           "\"ideal_work_ms\": %.3f, \"auto_over_ideal_work\": %.3f, \"predicted_ms\": %.3f, " \
+           "\"measured_over_predicted\": %.3f}\n", m, a, e, e / a, ideal, a / ideal, o, work,
+           a / work, p, a / p
   }'
 done
 
