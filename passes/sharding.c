@@ -239,7 +239,7 @@ static int fwd_dim(const Inst *i, int k, int j, const int64_t *b, int nb, int64_
   case OP_causal_mask:
     return j >= x->rank - 2 ? NONE : j;
   case OP_dropout: case OP_dropout_grad:
-    return NONE;
+    return j;
   case OP_cross_entropy:
     return j == 0 ? RED : NONE;
   case OP_cross_entropy_grad:
@@ -411,8 +411,12 @@ bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Shardin
         copy_dim(&req[k], d, r, d);
     return true;
   }
-  case OP_dropout: case OP_dropout_grad:
-    return whole_r;
+  case OP_dropout: case OP_dropout_grad:   /* any split: a block's mask is its share */
+    if (P)
+      return false;
+    for (int d = 0; d < rr; d++)
+      copy_dim(&req[0], d, r, d);
+    return true;
   case OP_cross_entropy: {
     if (popcount(P) > 1)
       return false;

@@ -4,7 +4,9 @@
  * in another sharding than its producer gives, the collectives of shard_plan
  * go in between, once per value and target. A mean over a split dimension
  * becomes a partial sum of the global mean: the local mean times
- * n_local / N, so uneven blocks give the single-device result.
+ * n_local / N, so uneven blocks give the single-device result. A split
+ * dropout names its block's place (`at`), so its mask is the block of the
+ * whole tensor's mask.
  *
  * Requires: shardings (passes/sharding.c). Guarantees, with a mesh: no
  * global @train_step or @forward is left; in each copy (Func.device = its
@@ -188,6 +190,13 @@ static void emit(Ctx *c, const Inst *i) {
   ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
   if (i->op == OP_reshape || i->op == OP_broadcast)
     ir_set_ints(x, "shape", local.dim, local.rank);
+  if ((i->op == OP_dropout || i->op == OP_dropout_grad) && !type_eq(&local, &i->type)) {
+    int64_t at[2 * IR_MAX_RANK], begin[IR_MAX_RANK];
+    ir_local_type(m, i->shard, &i->type, c->dev, &local, begin);
+    for (int d = 0; d < i->type.rank; d++)
+      at[d] = i->type.dim[d], at[i->type.rank + d] = begin[d];
+    ir_set_ints(x, "at", at, 2 * i->type.rank);
+  }
   ir_finish(x);
   DTC_ASSERT(type_eq(&x->type, &local));
   x->shard = i->shard;

@@ -425,40 +425,70 @@ DTRT_TRACED(embedding_grad, DTRT_TID_KERNEL) {
 
 /* ---- dropout ---- */
 
-/* Element k is kept when the top 24 bits of random draw k of stream `step`
- * under seed, as a fraction of 2^24, are >= p; kept elements are scaled by
- * 1/(1-p). */
+/* Element k of the whole tensor is kept when the top 24 bits of random draw k
+ * of stream `step` under seed, as a fraction of 2^24, are >= p; kept elements
+ * are scaled by 1/(1-p). A block of a larger tensor (a device's share after
+ * spmd) names its place, so its mask is that block of the whole tensor's. */
 static DtStatus dropout_op(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
                            DtTensor *out, const DtAttrs *a) {
   DtStatus s;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 1, 1)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 1 + 2 * DT_MAX_RANK, 1)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
     return s;
-  if (dtrt_ni(a) != 1 || dtrt_nf(a) != 1)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: needs the float attribute p and the int seed", op);
+  int r = in[0].rank;
+  if ((dtrt_ni(a) != 1 && dtrt_ni(a) != 1 + 2 * r) || dtrt_nf(a) != 1)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: needs the float attribute p, the int seed and optionally the block's "
+                     "place (%d whole dims, %d begins)", op, r, r);
   double p = a->f[0];
   if (!(p >= 0 && p <= 1))
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: p = %g is outside [0, 1]", op, p);
+  /* whole[d] and begin[d]: the block's place; stride[d] of the whole tensor */
+  int64_t whole[DT_MAX_RANK], begin[DT_MAX_RANK], stride[DT_MAX_RANK];
+  bool block = dtrt_ni(a) > 1;
+  for (int d = 0; d < r; d++) {
+    whole[d] = block ? a->i[1 + d] : in[0].dim[d];
+    begin[d] = block ? a->i[1 + r + d] : 0;
+    if (begin[d] < 0 || in[0].dim[d] > whole[d] - begin[d])
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "%s: a block of %lld from %lld does not fit dimension %d of length %lld",
+                       op, (long long)in[0].dim[d], (long long)begin[d], d, (long long)whole[d]);
+  }
+  int64_t st = 1;
+  for (int d = r - 1; d >= 0; d--) {
+    stride[d] = st;
+    st *= whole[d];
+  }
   uint64_t key = dtrt_rand_key((uint64_t)a->i[0], (uint64_t)a->step);
   double cut = p * 16777216.0;
   float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
   const float *x = in[0].data;
   float *y = out->data;
-  int64_t n = dtrt_numel(&in[0]);
-  for (int64_t k = 0; k < n; k++) {
-    double u = (double)(dtrt_rand_at(key, (uint64_t)k) >> 40);
-    y[k] = u >= cut ? x[k] * scale : 0.0f;
+  int64_t n = dtrt_numel(&in[0]), len = r ? in[0].dim[r - 1] : 1;
+  int64_t idx[DT_MAX_RANK] = {0};
+  for (int64_t k = 0; k < n; k += len) {
+    int64_t g = 0;   /* the whole tensor's index of the row's first element */
+    for (int d = 0; d < r; d++)
+      g += (idx[d] + begin[d]) * stride[d];
+    for (int64_t j = 0; j < len; j++) {
+      double u = (double)(dtrt_rand_at(key, (uint64_t)(g + j)) >> 40);
+      y[k + j] = u >= cut ? x[k + j] * scale : 0.0f;
+    }
+    for (int d = r - 2; d >= 0 && ++idx[d] == in[0].dim[d]; d--)
+      idx[d] = 0;
   }
   return DT_OK;
 }
 
-/* dropout(x){p, seed}: a->f[0] = p in [0, 1], a->i[0] = seed; the mask also
- * depends on a->step, so each training step draws a new one. */
+/* dropout(x){p, seed, at}: a->f[0] = p in [0, 1], a->i[0] = seed; the mask
+ * also depends on a->step, so each training step draws a new one. When x is
+ * a block of a larger tensor, a->i[1..r] are the larger tensor's dims and
+ * a->i[r+1..2r] the block's first index along each. */
 DTRT_TRACED(dropout, DTRT_TID_KERNEL) { return dropout_op(ctx, "dropout", in, nin, out, a); }
 
-/* dropout_grad(dy){p, seed}: the same mask and scale as dropout with the same
- * attributes and step, applied to dy. */
+/* dropout_grad(dy){p, seed, at}: the same mask and scale as dropout with the
+ * same attributes and step, applied to dy. */
 DTRT_TRACED(dropout_grad, DTRT_TID_KERNEL) { return dropout_op(ctx, "dropout_grad", in, nin, out, a); }
 
 /* ---- causal mask ---- */

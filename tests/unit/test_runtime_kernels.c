@@ -654,6 +654,45 @@ static void test_dropout(void **state) {
   free(ones);
 }
 
+/* A block of a [6,10,12] tensor that names its place (rows 2..5 of dim 0,
+ * 3..9 of dim 1, 4..11 of dim 2) gets the same elements as that block of the
+ * whole tensor's dropout: a device's share after spmd drops what one device
+ * would. */
+static void test_dropout_block(void **state) {
+  (void)state;
+  enum { A = 6, B = 10, C = 12, A0 = 2, B0 = 3, C0 = 4, LA = 4, LB = 7, LC = 8 };
+  float *x = randv(A * B * C), *y = malloc(A * B * C * 4), *xb = malloc(LA * LB * LC * 4);
+  float *yb = malloc(LA * LB * LC * 4);
+  DtTensor xt = ten(DTRT_F32, x, 3, A, B, C), yt = like(&xt, y);
+  DtAttrs a = {.ni = 1, .i = {99}, .nf = 1, .f = {0.5}, .step = 3};
+  run(dtrt_k_dropout, &xt, 1, &yt, &a);
+  for (int i = 0; i < LA; i++)
+    for (int j = 0; j < LB; j++)
+      for (int k = 0; k < LC; k++)
+        xb[(i * LB + j) * LC + k] = x[((i + A0) * B + j + B0) * C + k + C0];
+  DtTensor xbt = ten(DTRT_F32, xb, 3, LA, LB, LC), ybt = like(&xbt, yb);
+  DtAttrs ab = {.ni = 7, .i = {99, A, B, C, A0, B0, C0}, .nf = 1, .f = {0.5}, .step = 3};
+  run(dtrt_k_dropout, &xbt, 1, &ybt, &ab);
+  int dropped = 0;
+  for (int i = 0; i < LA; i++)
+    for (int j = 0; j < LB; j++)
+      for (int k = 0; k < LC; k++) {
+        float want = y[((i + A0) * B + j + B0) * C + k + C0];
+        assert_true(yb[(i * LB + j) * LC + k] == want);
+        dropped += want == 0;
+      }
+  assert_true(dropped > 0 && dropped < LA * LB * LC);
+  ab.i[4] = A0 + 3;   /* rows 5..8 of 6 */
+  refuse(dtrt_k_dropout, &xbt, 1, &ybt, &ab,
+         "a block of 4 from 5 does not fit dimension 0 of length 6");
+  ab.ni = 4;
+  refuse(dtrt_k_dropout, &xbt, 1, &ybt, &ab, "optionally the block's place");
+  free(x);
+  free(y);
+  free(xb);
+  free(yb);
+}
+
 /* ---- causal mask ---- */
 
 static void mask_fwd(const float *x, float *y, void *u) {
@@ -874,6 +913,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_normalize, setup, teardown),
       cmocka_unit_test_setup_teardown(test_embedding, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dropout, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dropout_block, setup, teardown),
       cmocka_unit_test_setup_teardown(test_causal_mask, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reshape, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transpose, setup, teardown),
