@@ -95,6 +95,46 @@ static void around(const DtTensor *t, int ax, int64_t *outer, int64_t *n, int64_
 
 enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD };
 
+/* e^x within 2e-7 relative for x in [-87, 88] (0 below, so masked entries
+ * leave no denormals behind; e^88 above; NaN stays NaN),
+ * branch-free so that loops of it vectorise, which calls to expf do not:
+ * x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23; ln2 in
+ * two parts, Cody and Waite), e^r by its Taylor polynomial of degree 7, 2^n
+ * added to the exponent bits. */
+static inline float exp_fast(float x) {
+  float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+  float t = c * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  int32_t ni;
+  memcpy(&ni, &t, sizeof ni);
+  ni -= 0x4B400000;
+  float r = c - n * 0.693145751953125f;
+  r = r - n * 1.42860682030941723212e-6f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &p, sizeof bits);
+  bits += (int32_t)((uint32_t)ni << 23);
+  memcpy(&p, &bits, sizeof p);
+  return x < -87.0f ? 0.0f : x == x ? p : x;
+}
+
+/* y[j] = e^(x[j] - m) for j < n, contiguous; returns their sum. */
+static double exp_row(const float *x, float m, float *y, int64_t n) {
+  for (int64_t j = 0; j < n; j++)
+    y[j] = exp_fast(x[j] - m);
+  double s = 0;
+  for (int64_t j = 0; j < n; j++)
+    s += y[j];
+  return s;
+}
+
 /* One row of n elements at stride st. NaN in the row makes the row NaN. */
 static void row(int kind, const float *x, const float *dy, float *dx, int64_t n, int64_t st) {
   if (kind == SOFTMAX || kind == LOG_SOFTMAX) {
@@ -103,11 +143,11 @@ static void row(int kind, const float *x, const float *dy, float *dx, int64_t n,
       if (x[j * st] > m)
         m = x[j * st];
     double s = 0;
-    for (int64_t j = 0; j < n; j++) {
-      float e = expf(x[j * st] - m);
-      if (kind == SOFTMAX)
-        dx[j * st] = e;
-      s += e;
+    if (st == 1) {
+      s = exp_row(x, m, dx, n);
+    } else {
+      for (int64_t j = 0; j < n; j++)
+        s += dx[j * st] = exp_fast(x[j * st] - m);
     }
     if (kind == SOFTMAX) {
       float inv = (float)(1.0 / s);
@@ -129,7 +169,7 @@ static void row(int kind, const float *x, const float *dy, float *dx, int64_t n,
     for (int64_t j = 0; j < n; j++)
       d += dy[j * st];
     for (int64_t j = 0; j < n; j++)
-      dx[j * st] = dy[j * st] - expf(x[j * st]) * (float)d;
+      dx[j * st] = dy[j * st] - exp_fast(x[j * st]) * (float)d;
   }
 }
 
@@ -197,15 +237,17 @@ static DtStatus ce_check(DtrtCtx *ctx, const char *op, const DtTensor *in) {
   return DT_OK;
 }
 
-/* log(sum(exp(x[0..n)))) computed stably. */
+/* log(sum(exp(x[0..n)))) computed stably, in chunks through a buffer so the
+ * exponentials vectorise. */
 static double logsumexp(const float *x, int64_t n) {
-  float m = -INFINITY;
+  enum { CHUNK = 256 };
+  float m = -INFINITY, buf[CHUNK];
   for (int64_t j = 0; j < n; j++)
     if (x[j] > m)
       m = x[j];
   double s = 0;
-  for (int64_t j = 0; j < n; j++)
-    s += expf(x[j] - m);
+  for (int64_t j = 0; j < n; j += CHUNK)
+    s += exp_row(x + j, m, buf, n - j < CHUNK ? n - j : CHUNK);
   return m + log(s);
 }
 
