@@ -66,5 +66,7 @@ int ct_sh(const char *fmt, ...);
  * Fails the test naming `what` and the worst element otherwise. */
 #define CT_RTOL 1e-5
 void ct_close_to(const float *got, const float *want, int64_t n, const char *what);
+/* The same with tolerance rtol in place of CT_RTOL. */
+void ct_close_tol(const float *got, const float *want, int64_t n, const char *what, double rtol);
 
 #endif

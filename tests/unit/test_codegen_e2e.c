@@ -76,6 +76,14 @@ static float *ref_forward(Ref *r, const char *name) {
   return want;
 }
 
+/* Params after an Adam step, to their largest element: the update is
+ * lr g / (|g| + eps) elementwise, so an element whose gradient is a sum that
+ * nearly cancels (a bias of the transformer, summed over 1536 positions)
+ * carries that sum's rounding, which differs between the generated loops and
+ * the interpreter (order, fused multiply-adds), into an update as large as any
+ * other. The gradient itself is checked at CT_RTOL in the optimizer state. */
+#define PARAM_RTOL 1e-4
+
 /* One training step in the interpreter (after ref_sync and the model's own
  * step); compares the loss and every param and state of the model with it. */
 static void ref_step(Ref *r, DtModel *model, float loss, int step) {
@@ -89,8 +97,8 @@ static void ref_step(Ref *r, DtModel *model, float loss, int step) {
     if (g->kind == G_INPUT)
       continue;
     snprintf(what, sizeof what, "%s %s after step %d", r->m->name, g->name, step);
-    ct_close_to(dtrt_model_tensor(model, g->name), interp_global(r->it, g->name),
-                type_elems(&g->type), what);
+    ct_close_tol(dtrt_model_tensor(model, g->name), interp_global(r->it, g->name),
+                 type_elems(&g->type), what, g->kind == G_PARAM ? PARAM_RTOL : CT_RTOL);
   }
 }
 

@@ -199,6 +199,10 @@ int ct_sh(const char *fmt, ...) {
 }
 
 void ct_close_to(const float *got, const float *want, int64_t n, const char *what) {
+  ct_close_tol(got, want, n, what, CT_RTOL);
+}
+
+void ct_close_tol(const float *got, const float *want, int64_t n, const char *what, double rtol) {
   double scale = 0, worst = 0;
   int64_t at = 0;
   for (int64_t i = 0; i < n; i++)
@@ -208,7 +212,7 @@ void ct_close_to(const float *got, const float *want, int64_t n, const char *wha
     if (!(err <= worst))
       worst = err, at = i;
   }
-  if (!(worst <= CT_RTOL))
+  if (!(worst <= rtol))
     fail_msg("%s: element %lld is %.9g, the interpreter says %.9g (error %.3g of the largest "
              "magnitude %.3g)", what, (long long)at, got[at], want[at], worst, scale);
 }
