@@ -187,8 +187,8 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
 }
 
 /* 64-bit FNV-1a of what print writes about m: of the module's text form
- * (checkpoints must match it), of its sharding plan (every rank must run the
- * same). */
+ * without source locations (checkpoints must match it, wherever the source
+ * was compiled from), of its sharding plan (every rank must run the same). */
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
   char *text = NULL;
   size_t len = 0;
@@ -663,7 +663,7 @@ bool cg_emit(Module *m, const Options *opt, Diag *d) {
     return false;
   }
 
-  const char *hash = text_hash(m, ir_print);
+  const char *hash = text_hash(m, ir_print_structure);
   const char *plan_hash = ndev ? text_hash(m, spmd_report) : NULL;
   bool ok = true;
   for (int t = 0; ok && t < ts.n; t++)

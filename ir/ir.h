@@ -348,6 +348,9 @@ const char *ir_shard_str(const Module *m, const Sharding *s, int rank, char *buf
 
 /* The text form (docs/IR.md). print(parse(print(m))) == print(m). */
 void ir_print(FILE *out, const Module *m);
+/* ir_print without source locations: what the model is, wherever its source
+ * lies (the model hash that checkpoints carry). */
+void ir_print_structure(FILE *out, const Module *m);
 void ir_print_func(FILE *out, const Func *f);
 /* Parses IR text; reports located errors to d; NULL on error. */
 Module *ir_parse(Arena *a, const SrcFile *src, Diag *d);

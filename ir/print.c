@@ -81,8 +81,11 @@ static void print_float(FILE *out, double v) {
     fputs(".0", out);
 }
 
+/* False while ir_print_structure runs. */
+static bool with_locs = true;
+
 static void print_loc(FILE *out, Loc loc) {
-  if (!loc.file || loc.file->ir_text)
+  if (!with_locs || !loc.file || loc.file->ir_text)
     return;
   fputs(" loc ", out);
   print_str(out, loc.file->name ? loc.file->name : "");
@@ -370,4 +373,10 @@ void ir_print(FILE *out, const Module *m) {
     fputc('\n', out);
     ir_print_func(out, m->func.a[k]);
   }
+}
+
+void ir_print_structure(FILE *out, const Module *m) {
+  with_locs = false;
+  ir_print(out, m);
+  with_locs = true;
 }

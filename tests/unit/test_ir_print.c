@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "frontend.h"
 #include "ir.h"
 
 static char *print_module(const Module *m) {
@@ -508,6 +509,42 @@ static void test_print_func(void **state) {
   arena_free(a);
 }
 
+static char *print_with(const Module *m, void (*print)(FILE *, const Module *)) {
+  char *buf;
+  size_t len;
+  FILE *f = open_memstream(&buf, &len);
+  print(f, m);
+  fclose(f);
+  return buf;
+}
+
+/* The same model compiled from two places: its text forms differ in their
+ * locations, its structure (the model hash's input) does not. */
+static void test_structure_without_locs(void **state) {
+  (void)state;
+  static const char src[] = "model m(batch B = 4) {\n  input x: f32[B, 3]\n"
+                            "  param w: f32[3, 2]\n  output y = x @ w\n}\n";
+  Arena *a = arena_new();
+  Diag d;
+  diag_init(&d, stderr);
+  Module *m1 = fe_compile(a, src_from_string(a, "here/m.dt", src), NULL, 0, &d);
+  Module *m2 = fe_compile(a, src_from_string(a, "/elsewhere/m.dt", src), NULL, 0, &d);
+  assert_non_null(m1);
+  assert_non_null(m2);
+  char *p1 = print_with(m1, ir_print), *p2 = print_with(m2, ir_print);
+  char *s1 = print_with(m1, ir_print_structure), *s2 = print_with(m2, ir_print_structure);
+  assert_non_null(strstr(p1, "loc \"here/m.dt\":"));
+  assert_string_not_equal(p1, p2);
+  assert_string_equal(s1, s2);
+  assert_null(strstr(s1, " loc "));
+  assert_non_null(strstr(s1, "param w : f32[3,2]"));
+  free(p1);
+  free(p2);
+  free(s1);
+  free(s2);
+  arena_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_round_trip),   cmocka_unit_test(test_float_attrs),
@@ -515,7 +552,7 @@ int main(void) {
       cmocka_unit_test(test_names_and_strings), cmocka_unit_test(test_shardings),
       cmocka_unit_test(test_positions_and_locs), cmocka_unit_test(test_loc_reads_source),
       cmocka_unit_test(test_empty_and_minimal), cmocka_unit_test(test_numbering),
-      cmocka_unit_test(test_print_func),
+      cmocka_unit_test(test_print_func), cmocka_unit_test(test_structure_without_locs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
