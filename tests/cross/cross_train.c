@@ -9,30 +9,17 @@
  * Exits 1 with the runtime's message when the model cannot be created (on a
  * rank whose device has its code in another target's object). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "blobs.h"
+#include "../e2e/blobs_batch.h"
 
 enum { B = BLOBS_BATCH };
 
-static double uniform(unsigned long long *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return (double)(*s >> 11) / 9007199254740992.0;
-}
-
 /* Three blobs centred on the vertices of a triangle, stddev 0.5. */
-static void batch(unsigned long long *s, float *x, int32_t *y) {
-  static const double cx[3] = {2, -2, 0}, cy[3] = {0, 0, 3};
-  for (int i = 0; i < B; i++) {
-    int c = (int)(uniform(s) * 3);
-    double u = uniform(s) + 1e-12, v = uniform(s);
-    double r = sqrt(-2 * log(u)) * 0.5;
-    x[2 * i] = (float)(cx[c] + r * cos(6.283185307179586 * v));
-    x[2 * i + 1] = (float)(cy[c] + r * sin(6.283185307179586 * v));
-    y[i] = c;
-  }
-}
+static void batch(unsigned long long *s, float *x, int32_t *y) { batch_of(s, x, y, B); }
 
 int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 20;

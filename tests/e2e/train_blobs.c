@@ -1,31 +1,18 @@
 /* train_blobs.c: end-to-end test. Trains tests/e2e/blobs.dt, compiled by dtc,
- * on three Gaussian blobs made here, and checks that the loss falls below a
+ * on three Gaussian blobs (blobs_batch.h), and checks that the loss falls below a
  * stated bound and the model classifies held-out points. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "blobs.h"
+#include "blobs_batch.h"
 
 enum { B = BLOBS_BATCH, STEPS = 300 };
 
-static double uniform(unsigned long long *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return (double)(*s >> 11) / 9007199254740992.0;
-}
-
 /* Three blobs centred on the vertices of a triangle, stddev 0.5. */
-static void batch(unsigned long long *s, float *x, int32_t *y) {
-  static const double cx[3] = {2, -2, 0}, cy[3] = {0, 0, 3};
-  for (int i = 0; i < B; i++) {
-    int c = (int)(uniform(s) * 3);
-    double u = uniform(s) + 1e-12, v = uniform(s);
-    double r = sqrt(-2 * log(u)) * 0.5;
-    x[2 * i] = (float)(cx[c] + r * cos(6.283185307179586 * v));
-    x[2 * i + 1] = (float)(cy[c] + r * sin(6.283185307179586 * v));
-    y[i] = c;
-  }
-}
+static void batch(unsigned long long *s, float *x, int32_t *y) { batch_of(s, x, y, B); }
 
 int main(void) {
   blobs *m;
