@@ -38,7 +38,6 @@ typedef struct PlanInfo {
   double comm;           /* seconds of collectives */
   double flops;          /* of the whole step on one device */
   int ncoll, bottleneck, evals;
-  double ms;             /* time spent planning */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
 } PlanInfo;

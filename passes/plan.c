@@ -36,7 +36,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ir.h"
 #include "passes.h"
@@ -70,6 +69,7 @@ typedef struct Planner {
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
   VEC(const Inst *) memo_x;     /* ... and of which value */
   int evals;
+  bool propagated;              /* the last evaluate's forms propagated */
   Diag quiet;
 } Planner;
 
@@ -327,7 +327,8 @@ static double evaluate(Planner *p, Sharding **A, bool even, double *r, Cost *c) 
   p->evals++;
   apply(p, A);
   int nerr = p->quiet.nerr;
-  if (!pass_sharding(p->m, &p->quiet) || p->quiet.nerr > nerr)
+  p->propagated = pass_sharding(p->m, &p->quiet) && p->quiet.nerr == nerr;
+  if (!p->propagated)
     return INFINITY;
   cost_build(p, c);
   double hi[SHARD_MAX_AXIS], lo = ratio_bounds(p, c, hi);
@@ -409,12 +410,6 @@ static double descend(Planner *p, Sharding **A, double cost) {
 
 /* ---- the pass ---- */
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 /* A planner for mesh 0 axis 0; false when the module cannot be planned (no
  * cluster, no one-axis mesh, no step). */
 static bool planner_init(Planner *p, Module *m) {
@@ -467,8 +462,7 @@ static bool user_ratios(const Module *m) {
   return false;
 }
 
-static void record(Planner *p, Sharding **A, const double *r, double step, double even,
-                   double ms) {
+static void record(Planner *p, Sharding **A, const double *r, double step, double even) {
   Module *m = p->m;
   PlanInfo *pi = arena_alloc(m->arena, sizeof *pi);
   memset(pi, 0, sizeof *pi);
@@ -479,7 +473,6 @@ static void record(Planner *p, Sharding **A, const double *r, double step, doubl
   pi->step = step;
   pi->even = even;
   pi->evals = p->evals;
-  pi->ms = ms;
   pi->user = p->user;
   pi->chosen = A;
   Cost c;
@@ -542,29 +535,26 @@ static Sharding **with_ratios(Planner *p, Sharding **A, double *ratio) {
   return out;
 }
 
-static void diag_no_room(Planner *p, Sharding **A, Diag *d) {
+/* The error when no choice of forms fits in memory, from the cost model c
+ * of the parallel block's own forms. */
+static void diag_no_room(Planner *p, const Cost *c, Diag *d) {
   Module *m = p->m;
   const Mesh *mesh = &m->mesh.a[0];
-  Cost c;
-  double r[SHARD_MAX_AXIS], hi[SHARD_MAX_AXIS];
-  evaluate(p, A, true, r, &c);
-  double lo = ratio_bounds(p, &c, hi), room = 0;
+  double hi[SHARD_MAX_AXIS], lo = ratio_bounds(p, c, hi);
   for (int k = 0; k < p->k; k++) {
     const Device *dv = &m->cluster->dev.a[mesh->dev[k]];
     if (hi[k] < lo) {
       diag_error(d, mesh->loc,
                  "device '%s' has %lld bytes of memory, too few for any share of the step: "
                  "it needs %.0f bytes of whole tensors and %.0f bytes for its smallest share",
-                 dv->name, (long long)dv->mem, c.fixed, c.scaled * lo);
+                 dv->name, (long long)dv->mem, c->fixed, c->scaled * lo);
       return;
     }
-    room += hi[k];
   }
-  (void)room;
   diag_error(d, mesh->loc,
              "the devices of mesh '%s' together have too little memory for the step: "
              "its split tensors and activations need %.0f bytes",
-             mesh->name, c.scaled);
+             mesh->name, c->scaled);
 }
 
 /* A start of the search: the parallel block's forms, every other input
@@ -585,7 +575,6 @@ static bool plan_auto(Module *m, Diag *d) {
   Planner p;
   if (!planner_init(&p, m) || user_ratios(m))
     return true;
-  double t0 = now_ms();
   double r[SHARD_MAX_AXIS];
   Cost c;
   /* Two starts, data parallel and everything whole; the first of equal
@@ -596,8 +585,13 @@ static bool plan_auto(Module *m, Diag *d) {
   Sharding **best = cb < ca * (1 - IMPROVES) ? B : A;
   double cost = evaluate(&p, best, false, r, &c);
   if (cost == INFINITY) {
+    /* Forms that do not propagate are the sharding pass's to report. */
+    evaluate(&p, start(&p, false), true, r, &c);
+    bool propagated = p.propagated;
     apply(&p, p.user);
-    diag_no_room(&p, A, d);
+    if (!propagated)
+      return true;
+    diag_no_room(&p, &c, d);
     return false;
   }
   double hi[SHARD_MAX_AXIS];
@@ -610,7 +604,7 @@ static bool plan_auto(Module *m, Diag *d) {
   double step = step_time(&p, &c, rr, NULL);
   double even = step_time(&p, &c, NULL, NULL);
   double block = evaluate(&p, start(&p, false), true, r, &c);
-  record(&p, final, rr, step, even, now_ms() - t0);
+  record(&p, final, rr, step, even);
   m->plan_info->block = block;
   apply(&p, final);
   return true;
@@ -627,13 +621,12 @@ static bool plan_even(Module *m) {
   Planner p;
   if (!planner_init(&p, m))
     return true;
-  double t0 = now_ms();
   Sharding **user = start(&p, false);
   double r[SHARD_MAX_AXIS];
   Cost c;
   double even = evaluate(&p, user, true, r, &c);
   if (even < INFINITY) {
-    record(&p, user, r, even, even, now_ms() - t0);
+    record(&p, user, r, even, even);
     m->plan_info->block = even;
   }
   apply(&p, p.user);
