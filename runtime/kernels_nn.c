@@ -319,17 +319,46 @@ DTRT_TRACED(mse, DTRT_TID_KERNEL) {
 
 /* ---- normalisation ---- */
 
-/* Mean and 1/sqrt(biased variance + eps) of x[0..n). */
-static void moments(const float *x, int64_t n, double eps, double *mean, double *inv) {
-  double s = 0, v = 0;
-  for (int64_t j = 0; j < n; j++)
+/* Sums of x[0..n) (and, with y, of x[j] y[j]) in LANES float partial sums,
+ * element j into lane j % LANES, the partials then added in double: a fixed
+ * order, so the same on every run, and loops the compiler vectorises. */
+enum { LANES = 8 };
+
+static double sum_lanes(const float *x, int64_t n) {
+  float acc[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] += x[j + l];
+  double s = 0;
+  for (int l = 0; l < LANES; l++)
+    s += acc[l];
+  for (; j < n; j++)
     s += x[j];
-  *mean = n ? s / (double)n : 0;
-  for (int64_t j = 0; j < n; j++) {
-    double d = x[j] - *mean;
-    v += d * d;
+  return s;
+}
+
+/* Sum of (x[j] - mu)^2, then of y[j] (x[j] - mu) when y is not NULL. */
+static void dev_lanes(const float *x, const float *y, float mu, int64_t n, double *xx,
+                      double *xy) {
+  float a[LANES] = {0}, b[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++) {
+      float d = x[j + l] - mu;
+      a[l] += d * d;
+      b[l] += y ? y[j + l] * d : 0.0f;
+    }
+  double sa = 0, sb = 0;
+  for (int l = 0; l < LANES; l++)
+    sa += a[l], sb += b[l];
+  for (; j < n; j++) {
+    double d = x[j] - mu;
+    sa += d * d;
+    sb += y ? y[j] * d : 0.0;
   }
-  *inv = 1.0 / sqrt((n ? v / (double)n : 0) + eps);
+  *xx = sa;
+  *xy = sb;
 }
 
 static DtStatus norm_op(DtrtCtx *ctx, const char *op, bool grad, const DtTensor *in, int nin,
@@ -349,24 +378,22 @@ static DtStatus norm_op(DtrtCtx *ctx, const char *op, bool grad, const DtTensor 
   int64_t d = in[0].dim[in[0].rank - 1], rows = d ? dtrt_numel(&in[0]) / d : 0;
   for (int64_t r = 0; r < rows; r++) {
     const float *x = (const float *)in[0].data + r * d;
+    const float *dy = grad ? (const float *)in[1].data + r * d : NULL;
     float *y = (float *)out->data + r * d;
-    double mu, inv;
-    moments(x, d, eps, &mu, &inv);
+    float mu = (float)(sum_lanes(x, d) / (double)d);
+    double xx, xdy;
+    dev_lanes(x, dy, mu, d, &xx, &xdy);
+    float inv = (float)(1.0 / sqrt(xx / (double)d + eps));
     if (!grad) {
       for (int64_t j = 0; j < d; j++)
-        y[j] = (float)((x[j] - mu) * inv);
+        y[j] = (x[j] - mu) * inv;
       continue;
     }
-    const float *dy = (const float *)in[1].data + r * d;
-    double mdy = 0, mdyx = 0;
-    for (int64_t j = 0; j < d; j++) {
-      mdy += dy[j];
-      mdyx += dy[j] * ((x[j] - mu) * inv);
-    }
-    mdy /= (double)d;
-    mdyx /= (double)d;
+    /* mean(dy) and mean(dy * xhat), xhat = (x - mu) inv */
+    float mdy = (float)(sum_lanes(dy, d) / (double)d);
+    float mdyx = (float)(xdy * inv / (double)d);
     for (int64_t j = 0; j < d; j++)
-      y[j] = (float)(inv * (dy[j] - mdy - (x[j] - mu) * inv * mdyx));
+      y[j] = inv * (dy[j] - mdy - (x[j] - mu) * inv * mdyx);
   }
   return DT_OK;
 }
