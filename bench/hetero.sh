@@ -26,17 +26,25 @@
 #     per rank count: {"bench": "hetero_sim", "ranks", "predicted_ms",
 #     "measured_ms", "measured_over_predicted"}.
 # Every rank runs one OpenBLAS thread with OPENBLAS_CORETYPE (default
-# Haswell; the probe and the runs share it). Environment: MPIEXEC (default
-# mpiexec), MPICC (default mpicc), HETERO_GPT_B (the transformer's batch,
-# default 48), HETERO_DIR (work files, default a fresh mktemp -d, removed at
-# the end unless given). Needs taskset (util-linux) and two cores.
+# Haswell; the probe and the runs share it). Environment: MPIEXEC and MPICC
+# (default those BUILD was configured with, else mpiexec and mpicc; both must
+# be of the MPI libdtrt was built with), HETERO_GPT_B (the transformer's
+# batch, default 48), HETERO_DIR (work files, default a fresh mktemp -d,
+# removed at the end unless given). Needs taskset (util-linux) and two cores.
+# Open MPI's mpiexec gets --oversubscribe, --bind-to none and, as root,
+# --allow-run-as-root; MPICH's needs none of them.
 set -e
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
 reps=${2:-20}
 gpt_b=${HETERO_GPT_B:-48}
-mpiexec=${MPIEXEC:-mpiexec}
-mpicc=${MPICC:-mpicc}
+cached() {   # cached VAR: VAR's value in BUILD's CMake cache, if any
+  sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null
+}
+mpiexec=${MPIEXEC:-$(cached MPIEXEC_EXECUTABLE)}
+mpiexec=${mpiexec:-mpiexec}
+mpicc=${MPICC:-$(cached MPI_C_COMPILER)}
+mpicc=${mpicc:-mpicc}
 if [ -n "$HETERO_DIR" ]; then
   dir=$HETERO_DIR
   mkdir -p "$dir"
@@ -47,9 +55,9 @@ fi
 
 export OPENBLAS_NUM_THREADS=1
 export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
-export OMPI_MCA_mpi_yield_when_idle=1
 mpiflags=
 if "$mpiexec" --version 2>&1 | grep -q -e 'Open MPI' -e OpenRTE; then
+  export OMPI_MCA_mpi_yield_when_idle=1
   mpiflags="--oversubscribe --bind-to none --mca mpi_yield_when_idle 1"
   [ "$(id -u)" = 0 ] && mpiflags="$mpiflags --allow-run-as-root"
 fi

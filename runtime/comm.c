@@ -22,6 +22,7 @@ static const struct {
   const char *var, *with, *launcher;
 } launch_env[] = {
     {"PMI_RANK", "PMI_SIZE", "MPICH's hydra or Intel MPI"},
+    {"PMI_PORT", "PMI_ID", "MPICH's hydra with -pmi-port"},
     {"PMIX_RANK", NULL, "a PMIx launcher (Open MPI 5, srun --mpi=pmix)"},
     {"OMPI_COMM_WORLD_SIZE", NULL, "Open MPI's mpirun"},
     {"SLURM_PROCID", "SLURM_NTASKS", "srun"},

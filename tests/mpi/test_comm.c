@@ -606,8 +606,8 @@ int main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   }
-  bool launched = getenv("PMI_RANK") || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE") ||
-                  getenv("SLURM_PROCID");
+  bool launched = getenv("PMI_RANK") || getenv("PMI_PORT") || getenv("PMIX_RANK") ||
+                  getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_PROCID");
   Count c = {0, 0, -1};
   DtAllocator al = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&al); /* the first to join: it owns MPI unless the app does */
