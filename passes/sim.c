@@ -62,10 +62,10 @@ double sim_gflops(const Module *m, int device) {
 static double elem_cost(Op op) {
   switch (op) {
   case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_grad:
-    return 200;
-  case OP_dropout: case OP_dropout_grad: return 130;
-  case OP_normalize: case OP_normalize_grad: return 60;
-  case OP_causal_mask: case OP_softmax_grad: case OP_log_softmax_grad: return 20;
+    return 280;
+  case OP_dropout: case OP_dropout_grad: return 300;
+  case OP_normalize: case OP_normalize_grad: return 80;
+  case OP_causal_mask: case OP_softmax_grad: case OP_log_softmax_grad: return 40;
   case OP_exp: case OP_log: case OP_sigmoid: return 40;
   default: return 0;
   }

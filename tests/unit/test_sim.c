@@ -73,7 +73,7 @@ static const Func *step_func(const Module *m, int device) {
  * sim_compute_time): the op table's FLOP counts; 5 FLOPs per byte of every
  * result and, but for elementwise ops, of every operand; reshapes free; and
  * for the one kernel of this model with a per-element cost, cross entropy and
- * its gradient, 200 per element of the logits. */
+ * its gradient, 280 per element of the logits. */
 static double compute_time(const Func *f, double gflops) {
   double flops = 0, bytes = 0;
   for (int k = 0; k < f->inst.n; k++) {
@@ -86,7 +86,7 @@ static double compute_time(const Func *f, double gflops) {
     for (int j = 0; kind != K_ELEM && j < i->nin; j++)
       bytes += 4.0 * (double)type_elems(&i->in[j]->type);
     if (i->op == OP_cross_entropy || i->op == OP_cross_entropy_grad)
-      flops += 200.0 * (double)type_elems(&i->in[0]->type);
+      flops += 280.0 * (double)type_elems(&i->in[0]->type);
   }
   return (flops + 5 * bytes) / (gflops * 1e9);
 }
