@@ -7,7 +7,7 @@
 
 const Pass pass_table[] = {
   {"autodiff", pass_autodiff, "training step: forward, backward, optimizer update"},
-  {"plan", pass_plan, "per-device ratios of the splits: device speeds and memory, one LP"},
+  {"plan", pass_plan, "forms of inputs and params and per-device ratios: a search, an LP"},
   {"sharding", pass_sharding, "how every tensor lies on the mesh: annotations, propagation"},
   {"spmd", pass_spmd, "per-device functions: local shapes and collectives"},
   {"comm", pass_comm, "the method of every collective, cheapest by the links' cost model"},
