@@ -334,10 +334,22 @@ bool shape_embedding_grad(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
+/* `at`, when present, places the operand in a larger tensor: its rank dims,
+ * then the block's first index along each. */
 static bool dropout_like(Inst *inst, char *err, size_t errlen) {
   double p = ir_get_float(inst, "p", -1);
   if (!(p >= 0 && p < 1))
     FAIL("'%s': p must be in [0, 1), got %g", NAME, p);
+  int n;
+  const int64_t *at = ir_get_ints(inst, "at", &n);
+  const Type *x = &inst->in[0]->type;
+  if (at && n != 2 * x->rank)
+    FAIL("'%s': 'at' has %d entries; a block of rank %d needs %d (the whole dims, then the "
+         "block's first indices)", NAME, n, x->rank, 2 * x->rank);
+  for (int d = 0; at && d < x->rank; d++)
+    if (at[x->rank + d] < 0 || at[x->rank + d] > at[d] - x->dim[d])
+      FAIL("'%s': a block of %lld from %lld does not fit dimension %d of length %lld", NAME,
+           (long long)x->dim[d], (long long)at[x->rank + d], d, (long long)at[d]);
   return unary(inst, err, errlen);
 }
 

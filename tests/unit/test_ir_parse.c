@@ -260,6 +260,23 @@ static void test_blocks_and_recovery(void **state) {
   expect_errors("module m\ndim B = 1 # $ ! \x02\ndim C = 2 &\n", 2, "t.ir:2:11: error: unexpected character '#'");
 }
 
+/* A dropout block's place must fit its operand: 2 x rank entries, each block
+ * inside its whole dimension. */
+static void test_dropout_at(void **state) {
+  (void)state;
+  static const char head[] = "module m\ninput x : f32[4,3]\nfunc @forward {\n"
+                             "  %x = load {global = \"x\"} : f32[4,3]\n";
+  char text[512];
+  snprintf(text, sizeof text, "%s  %%y = dropout %%x {p = 0.1, seed = 1, at = [8, 3]} : "
+           "f32[4,3]\n  output %%y {name = \"y\"}\n}\n", head);
+  expect_error(text, "t.ir:5:8: error: 'dropout': 'at' has 2 entries; a block of rank 2 needs 4 "
+                     "(the whole dims, then the block's first indices)");
+  snprintf(text, sizeof text, "%s  %%y = dropout %%x {p = 0.1, seed = 1, at = [8, 3, 6, 0]} : "
+           "f32[4,3]\n  output %%y {name = \"y\"}\n}\n", head);
+  expect_error(text, "t.ir:5:8: error: 'dropout': a block of 4 from 6 does not fit dimension 0 "
+                     "of length 8");
+}
+
 static void test_error_cap(void **state) {
   (void)state;
   char *text = arena_printf(arena, "module m\n");
@@ -436,7 +453,7 @@ int main(void) {
       cmocka_unit_test(test_cluster_and_mesh), cmocka_unit_test(test_shardings),
       cmocka_unit_test(test_blocks_and_recovery), cmocka_unit_test(test_error_cap),
       cmocka_unit_test(test_prefixes_and_mutations), cmocka_unit_test(test_random_bytes),
-      cmocka_unit_test(test_large_inputs),
+      cmocka_unit_test(test_large_inputs), cmocka_unit_test(test_dropout_at),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
