@@ -51,7 +51,10 @@ typedef struct Cost {
   double *a, *b;            /* [nseg * nclass] seconds */
   double comm;              /* seconds of collectives */
   int ncoll;
-  double fixed, scaled;     /* bytes on every device; bytes split by ratio */
+  /* Memory, at each value's definition: the bytes whole on every device and
+   * the bytes split by ratio of the globals and of the values live there. */
+  int nmem;
+  double *fixed, *scaled;
   int64_t min_len;          /* the shortest split dimension; 0: nothing split */
 } Cost;
 
@@ -65,7 +68,7 @@ typedef struct Planner {
   int members[SHARD_MAX_AXIS];  /* 0 .. k-1 */
   Sharding **user;              /* by global: the parallel block's sharding */
   int *var, nvar;               /* the globals whose forms the search chooses */
-  VEC(double) a, b;
+  VEC(double) a, b, fixed, scaled;
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
   VEC(const Inst *) memo_x;     /* ... and of which value */
   int evals;
@@ -163,6 +166,59 @@ static void note_len(Cost *c, const Sharding *s, const Type *t) {
       c->min_len = t->dim[d];
 }
 
+/* Values that take memory of their own: not aliases (loads of globals,
+ * reshapes) nor immediates. */
+static bool owns_memory(const Inst *i) {
+  return i->type.dtype != DT_VOID && i->op != OP_load && i->op != OP_const && i->op != OP_lr &&
+         i->op != OP_reshape;
+}
+
+/* The memory points of the step, as the memory plan counts memory (a value
+ * lives from its definition to its last use), before fusion keeps some
+ * values in registers: at each definition, the globals (inputs whole: every
+ * rank is given the whole batch) and the values live there, whole or split. */
+static void memory_points(Planner *p, Cost *c) {
+  Module *m = p->m;
+  const Func *f = p->step;
+  double gf = 0, gs = 0, lf = 0, ls = 0;
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    bool split = gl->kind != G_INPUT && split_on(gl->shard, gl->type.rank);
+    *(split ? &gs : &gf) += bytes_of(&gl->type);
+    note_len(c, gl->shard, &gl->type);
+  }
+  ir_renumber(p->step);
+  int *last = calloc((size_t)f->inst.n + 1, sizeof *last);
+  DTC_ASSERT(last);
+  for (int k = 0; k < f->inst.n; k++) {
+    last[k] = k;
+    for (int j = 0; j < f->inst.a[k]->nin; j++)
+      last[f->inst.a[k]->in[j]->id] = k;
+  }
+  p->fixed.n = p->scaled.n = 0;
+  vec_push(m->arena, &p->fixed, gf);
+  vec_push(m->arena, &p->scaled, gs);
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (owns_memory(i)) {
+      *(i->shard && split_on(i->shard, i->type.rank) ? &ls : &lf) += bytes_of(&i->type);
+      vec_push(m->arena, &p->fixed, gf + lf);
+      vec_push(m->arena, &p->scaled, gs + ls);
+    }
+    for (int j = 0; j <= i->nin; j++) {   /* the operands, then i itself */
+      const Inst *x = j < i->nin ? i->in[j] : i;
+      if (last[x->id] == k && owns_memory(x)) {
+        *(x->shard && split_on(x->shard, x->type.rank) ? &ls : &lf) -= bytes_of(&x->type);
+        last[x->id] = -1;
+      }
+    }
+  }
+  free(last);
+  c->nmem = p->fixed.n;
+  c->fixed = p->fixed.a;
+  c->scaled = p->scaled.a;
+}
+
 /* The cost model of the propagated step. */
 static void cost_build(Planner *p, Cost *c) {
   Module *m = p->m;
@@ -198,27 +254,30 @@ static void cost_build(Planner *p, Cost *c) {
       in_split[j] = split_on(&req[j], i->in[j]->type.rank);
     }
     add_compute(p, c, i, in_split, split_on(i->shard, i->type.rank), split);
-    if (i->type.dtype != DT_VOID && i->op != OP_load && i->op != OP_const) {
-      *(split_on(i->shard, i->type.rank) ? &c->scaled : &c->fixed) += bytes_of(&i->type);
-      note_len(c, i->shard, &i->type);
-    }
+    note_len(c, i->shard, &i->type);
   }
-  for (int g = 0; g < m->global.n; g++) {
-    const Global *gl = &m->global.a[g];
-    *(split_on(gl->shard, gl->type.rank) ? &c->scaled : &c->fixed) += bytes_of(&gl->type);
-    note_len(c, gl->shard, &gl->type);
-  }
+  memory_points(p, c);
   c->a = p->a.a;
   c->b = p->b.a;
 }
 
+/* The largest ratio device memory mem allows at memory point t (negative
+ * when none does). */
+static double point_bound(const Cost *c, int t, double mem) {
+  double room = mem - c->fixed[t];
+  return c->scaled[t] > 0 ? fmin(1, room / c->scaled[t]) : (room >= 0 ? 1 : -1);
+}
+
 /* The bounds of every device's ratio: at least lo, so each keeps one element
- * of the shortest split; at most hi[c], what its memory holds. */
+ * of the shortest split; at most hi[c], what its memory holds at every
+ * memory point. */
 static double ratio_bounds(const Planner *p, const Cost *c, double *hi) {
   const Mesh *mesh = &p->m->mesh.a[0];
   for (int d = 0; d < p->k; d++) {
-    double room = (double)p->m->cluster->dev.a[mesh->dev[d]].mem - c->fixed;
-    hi[d] = c->scaled > 0 ? fmin(1, room / c->scaled) : (room >= 0 ? 1 : -1);
+    double mem = (double)p->m->cluster->dev.a[mesh->dev[d]].mem;
+    hi[d] = 1;
+    for (int t = 0; t < c->nmem; t++)
+      hi[d] = fmin(hi[d], point_bound(c, t, mem));
   }
   return c->min_len ? fmin(1.0 / (double)c->min_len + 1.0 / RATIO_UNITS, 1.0 / p->k) : 0;
 }
@@ -540,21 +599,27 @@ static Sharding **with_ratios(Planner *p, Sharding **A, double *ratio) {
 static void diag_no_room(Planner *p, const Cost *c, Diag *d) {
   Module *m = p->m;
   const Mesh *mesh = &m->mesh.a[0];
-  double hi[SHARD_MAX_AXIS], lo = ratio_bounds(p, c, hi);
+  double hi[SHARD_MAX_AXIS], lo = ratio_bounds(p, c, hi), most = 0;
   for (int k = 0; k < p->k; k++) {
     const Device *dv = &m->cluster->dev.a[mesh->dev[k]];
-    if (hi[k] < lo) {
-      diag_error(d, mesh->loc,
-                 "device '%s' has %lld bytes of memory, too few for any share of the step: "
-                 "it needs %.0f bytes of whole tensors and %.0f bytes for its smallest share",
-                 dv->name, (long long)dv->mem, c->fixed, c->scaled * lo);
-      return;
-    }
+    if (hi[k] >= lo)
+      continue;
+    int t = 0;   /* the point that allows least */
+    for (int u = 1; u < c->nmem; u++)
+      if (point_bound(c, u, (double)dv->mem) < point_bound(c, t, (double)dv->mem))
+        t = u;
+    diag_error(d, mesh->loc,
+               "device '%s' has %lld bytes of memory, too few for any share of the step: "
+               "it needs %.0f bytes of whole tensors and %.0f bytes for its smallest share",
+               dv->name, (long long)dv->mem, c->fixed[t], c->scaled[t] * lo);
+    return;
   }
+  for (int t = 0; t < c->nmem; t++)
+    most = fmax(most, c->scaled[t]);
   diag_error(d, mesh->loc,
              "the devices of mesh '%s' together have too little memory for the step: "
              "its split tensors and activations need %.0f bytes",
-             mesh->name, c->scaled);
+             mesh->name, most);
 }
 
 /* A start of the search: the parallel block's forms, every other input
