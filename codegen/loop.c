@@ -5,8 +5,9 @@
  * carries llvm.loop.vectorize.enable; a product feeding only an add or sub
  * becomes llvm.fmuladd. Each element is computed with the formulas of
  * ir/elem.c, tanh (and so gelu) by its own polynomial and exponential
- * (tanh_poly) rather than a call to tanhf, which would keep the loop scalar. Every member with memory, every output of a member and every
- * store in the group is written from the loop. A group of PAR_MIN elements or
+ * (tanh_poly) rather than a call to tanhf, which would keep the loop scalar.
+ * Every member with memory, every output of a member and every store in the
+ * group is written from the loop. A group of PAR_MIN elements or
  * more is outlined into an internal function body(env, begin, end) running the
  * outermost loop over [begin, end), which dtrt_parallel_for spreads over the
  * context's threads; env holds the pointers and scalars the loop reads from
@@ -179,7 +180,7 @@ static LLVMValueRef exp_poly(Cg *c, LLVMValueRef y) {
   return LLVMBuildBitCast(b, e, c->f32, "");
 }
 
-/* tanh x, within 3e-7 relative of tanhf (tests/unit/test_codegen.c) and
+/* tanh x, within 3e-7 relative of tanh (tests/unit/test_codegen_run.c) and
  * vectorisable: for |x| < 1/4 the odd Taylor polynomial to x^11 (truncation
  * below 1e-9 relative); above, (e - 1) / (e + 1) with e = e^(2x), x clamped
  * to [-9, 9], where tanh is 1 in float. */
@@ -191,7 +192,8 @@ static LLVMValueRef tanh_poly(Cg *c, LLVMValueRef x) {
   cx = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, cx, lim, ""), lim, cx, "");
   LLVMValueRef e = exp_poly(c, LLVMBuildFAdd(b, cx, cx, ""));
   LLVMValueRef one = fconst(c, 1);
-  LLVMValueRef big = LLVMBuildFDiv(b, LLVMBuildFSub(b, e, one, ""), LLVMBuildFAdd(b, e, one, ""), "");
+  LLVMValueRef big =
+      LLVMBuildFDiv(b, LLVMBuildFSub(b, e, one, ""), LLVMBuildFAdd(b, e, one, ""), "");
   LLVMValueRef x2 = LLVMBuildFMul(b, x, x, "");
   static const float coef[] = {-1382.0f / 155925, 62.0f / 2835, -17.0f / 315, 2.0f / 15,
                                -1.0f / 3};
