@@ -13,14 +13,16 @@
 #include "frontend.h"
 #include "ir.h"
 
-static char *print_module(const Module *m) {
+static char *print_with(const Module *m, void (*print)(FILE *, const Module *)) {
   char *buf;
   size_t len;
   FILE *f = open_memstream(&buf, &len);
-  ir_print(f, m);
+  print(f, m);
   fclose(f);
   return buf;
 }
+
+static char *print_module(const Module *m) { return print_with(m, ir_print); }
 
 /* Parses text, failing the test with the diagnostics when it does not parse. */
 static Module *parse_ok(Arena *a, const char *text) {
@@ -507,15 +509,6 @@ static void test_print_func(void **state) {
   assert_string_equal(buf + len - 2, "}\n");
   free(buf);
   arena_free(a);
-}
-
-static char *print_with(const Module *m, void (*print)(FILE *, const Module *)) {
-  char *buf;
-  size_t len;
-  FILE *f = open_memstream(&buf, &len);
-  print(f, m);
-  fclose(f);
-  return buf;
 }
 
 /* The same model compiled from two places: its text forms differ in their
