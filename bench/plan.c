@@ -46,19 +46,10 @@ static double plan_once(const char *src, const char *plan, double *step, double 
   Module *m = fe_compile(a, src_from_string(a, "transformer64.dt", cluster_text(a, src, plan)),
                          defs, 1, &d);
   double ms = -1;
-  for (int k = 0; m && !d.nerr && k < pass_count; k++) {
-    if (!strcmp(pass_table[k].name, "plan")) {
-      double t0 = now_ms();
-      bool ok = pass_plan(m, &d);
-      ms = now_ms() - t0;
-      if (!ok || !m->plan_info)
-        ms = -1;
-      else
-        *step = m->plan_info->step, *block = m->plan_info->block;
-      break;
-    }
-    if (!pass_table[k].run(m, &d))
-      break;
+  PassRun run;
+  if (m && !d.nerr && passes_run(m, &d, &(PassOptions){.stop_after = "plan"}, &run) && run.plan) {
+    ms = run.ms[pass_lookup("plan") - pass_table];
+    *step = run.plan->step, *block = run.plan->block;
   }
   arena_free(a);
   return ms;

@@ -1,6 +1,8 @@
 /* codegen.h: the LLVM back end: IR to an LLVM module, written as an object,
- * assembly or LLVM IR, plus the C header NAME.h. Sections are named after the
- * file that owns them. */
+ * assembly or LLVM IR, plus the C header NAME.h. It reads the IR and what the
+ * pipeline left in it (shardings, collectives' methods, fusion groups, memory
+ * offsets); it runs no pass. Sections are named after the file that owns
+ * them. */
 #ifndef DTC_CODEGEN_H
 #define DTC_CODEGEN_H
 
@@ -8,16 +10,24 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "ir.h"
-#include "passes.h"
+
+/* What the driver asks of code generation. */
+typedef struct CgOptions {
+  const char *output;      /* -o; "-": stdout */
+  const char *emit;        /* "obj", "asm" or "llvm" */
+  const char *target;      /* --target triple, NULL: host */
+  const char *cpu;         /* -mcpu, NULL: host, or generic for another target */
+  int opt_level;           /* -O0..-O3 */
+} CgOptions;
 
 /* ---- target.c --------------------------------------------------------- */
 
 /* Checks the target triple and CPU of opt before any code is generated: an
  * unknown one is a diagnostic. */
-bool cg_check_target(const Options *opt, Diag *d);
+bool cg_check_target(const CgOptions *opt, Diag *d);
 /* The checked target machine of opt (host when opt->target is NULL), or NULL
  * after a diagnostic. */
-LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d);
+LLVMTargetMachineRef cg_target_machine(const CgOptions *opt, Diag *d);
 /* One target of a model's code: its devices' step functions go to one
  * output file, made by one target machine. */
 typedef struct CgTarget {
@@ -48,18 +58,18 @@ typedef struct CgTargets {
  * target is the default one (--target, else the host), or device 0's when
  * no device has the default; it writes to opt->output. Each device's triple
  * and CPU are checked; a bad one is a diagnostic at the device. */
-bool cg_targets(Module *m, const Options *opt, int ndev, CgTargets *ts, Diag *d);
+bool cg_targets(Module *m, const CgOptions *opt, int ndev, CgTargets *ts, Diag *d);
 /* Disposes the target machines of ts. */
 void cg_targets_free(CgTargets *ts);
 /* Optimises mod at opt->opt_level and writes it as opt->emit to opt->output. */
-bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const Options *opt, Diag *d);
+bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const CgOptions *opt, Diag *d);
 
 /* ---- emit.c ----------------------------------------------------------- */
 
-/* Lowers every function of m (running memplan first when it has not run),
- * the model descriptor and the public wrappers NAME_*, writes opt->output and
- * NAME.h beside it. */
-bool cg_emit(Module *m, const Options *opt, Diag *d);
+/* Lowers every function of m, the model descriptor and the public wrappers
+ * NAME_*, writes opt->output and NAME.h beside it. Requires the whole
+ * pipeline run (passes_run): every function planned by memplan. */
+bool cg_emit(Module *m, const CgOptions *opt, Diag *d);
 
 /* What the lowering of one module shares. */
 typedef struct Cg {
@@ -75,7 +85,7 @@ typedef struct Cg {
   int64_t *state_off;      /* by global index: offset in the state block, -1 for inputs */
   int64_t state_bytes;     /* of the device being lowered */
   const char *hash;        /* of the module's text form */
-  const char *plan_hash;   /* of its sharding plan (spmd_report); NULL: no mesh */
+  const char *plan_hash;   /* of its sharding plan (the mesh and the globals' blocks); NULL: no mesh */
 } Cg;
 
 /* The number of devices with functions of their own (after the spmd pass:

@@ -186,9 +186,9 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
-/* 64-bit FNV-1a of what print writes about m: of the module's text form
- * without source locations (checkpoints must match it, wherever the source
- * was compiled from), of its sharding plan (every rank must run the same). */
+/* The hash of what print writes about m: of the module's text form without
+ * source locations (checkpoints must match it, wherever the source was
+ * compiled from), of its sharding plan (every rank must run the same). */
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
   char *text = NULL;
   size_t len = 0;
@@ -196,23 +196,28 @@ static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
   DTC_ASSERT(f);
   print(f, m);
   fclose(f);
-  uint64_t h = 0xcbf29ce484222325u;
-  for (size_t i = 0; i < len; i++) {
-    h ^= (unsigned char)text[i];
-    h *= 0x100000001b3u;
-  }
+  uint64_t h = ir_hash(text, len);
   free(text);
   return arena_printf(m->arena, "%016llx", (unsigned long long)h);
 }
 
-static int init_kind(const char *s) {
-  static const char *names[] = {"zeros", "ones", "glorot", "normal", "uniform"};
-  static const int kinds[] = {DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL,
-                              DT_INIT_UNIFORM};
-  for (int k = 0; s && k < COUNTOF(names); k++)
-    if (!strcmp(s, names[k]))
-      return kinds[k];
-  return DT_INIT_ZEROS;
+/* The sharding plan: the mesh, its devices, and every global's sharding. */
+static void print_plan(FILE *out, const Module *m) {
+  const Mesh *mesh = &m->mesh.a[0];
+  int ndev = 1;
+  fprintf(out, "mesh %s", mesh->name);
+  for (int a = 0; a < mesh->naxis; a++) {
+    fprintf(out, " %s=%d", mesh->axis_name[a], mesh->axis_size[a]);
+    ndev *= mesh->axis_size[a];
+  }
+  for (int k = 0; k < ndev; k++)
+    fprintf(out, " %d", mesh->dev[k]);
+  char b[256];
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    fprintf(out, "\n%s %s", gl->name,
+            gl->shard ? ir_shard_str(m, gl->shard, gl->type.rank, b, sizeof b) : "whole");
+  }
 }
 
 static LLVMTypeRef global_desc_type(Cg *c) {
@@ -238,7 +243,7 @@ static LLVMTypeRef global_desc_type(Cg *c) {
  * trailing matrix: [..., fan_in, fan_out]. */
 static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind,
                                 const Type *ty, const int64_t *full, const int64_t *at,
-                                const char *init, double arg, int64_t off) {
+                                int init, double arg, int64_t off) {
   if (!full)
     full = ty->dim;
   LLVMValueRef dim[DT_MAX_RANK], fullv[DT_MAX_RANK], begin[DT_MAX_RANK];
@@ -255,7 +260,7 @@ static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind
                       cg_i32(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
                       cg_i32(c, r),
                       LLVMConstArray(c->i64, dim, DT_MAX_RANK),
-                      cg_i32(c, init_kind(init)),
+                      cg_i32(c, init >= 0 ? init : DT_INIT_ZEROS),
                       LLVMConstReal(c->f64, arg),
                       cg_i64(c, fan_in),
                       cg_i64(c, fan_out),
@@ -303,7 +308,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     for (int d = 0; dev >= 0 && d < v->type.rank; d++)
       DTC_ASSERT(v->shard->axis[d] < 0 && !v->shard->partial);   /* whole on every device */
     fwd_out[k] = n;
-    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &v->type, NULL, NULL, NULL, 0, -1);
+    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &v->type, NULL, NULL, -1, 0, -1);
   }
   int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   int nfwd_in = cg_func_inputs(fwd, live, in);
@@ -561,7 +566,7 @@ static const char *base_name(const char *path) {
 /* Lowers and writes the object of target t of ts: the step functions of its
  * devices, every device's DtModelDesc (a device of another target with its
  * object's name and no functions) and the wrappers. */
-static bool emit_target(Module *m, const Options *opt, const CgTargets *ts, int t, int ndev,
+static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, int t, int ndev,
                         const char *hash, const char *plan_hash, Diag *d) {
   const CgTarget *tg = &ts->t[t];
   Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
@@ -616,7 +621,7 @@ static bool emit_target(Module *m, const Options *opt, const CgTargets *ts, int 
   if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
     dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
   LLVMDisposeMessage(msg);
-  Options o = *opt;
+  CgOptions o = *opt;
   o.output = tg->output;
   bool ok = cg_write(c->mod, tg->tm, &o, d);
   LLVMDisposeBuilder(c->b);
@@ -625,7 +630,7 @@ static bool emit_target(Module *m, const Options *opt, const CgTargets *ts, int 
   return ok;
 }
 
-bool cg_emit(Module *m, const Options *opt, Diag *d) {
+bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
   Loc none = {0};
   int ndev = cg_devices(m);
   Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
@@ -655,16 +660,11 @@ bool cg_emit(Module *m, const Options *opt, Diag *d) {
     cg_targets_free(&ts);
     return false;
   }
-  bool planned = true;
   for (int k = 0; k < m->func.n; k++)
-    planned &= m->func.a[k]->work_bytes > 0;
-  if (!planned && !pass_memplan(m, d)) {
-    cg_targets_free(&ts);
-    return false;
-  }
+    DTC_ASSERT(m->func.a[k]->work_bytes >= 0);   /* the pipeline ran memplan */
 
   const char *hash = text_hash(m, ir_print_structure);
-  const char *plan_hash = ndev ? text_hash(m, spmd_report) : NULL;
+  const char *plan_hash = ndev ? text_hash(m, print_plan) : NULL;
   bool ok = true;
   for (int t = 0; ok && t < ts.n; t++)
     ok = emit_target(m, opt, &ts, t, ndev, hash, plan_hash, d);

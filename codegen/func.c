@@ -46,10 +46,6 @@ static LLVMValueRef alloca_entry(CgFn *fn, LLVMTypeRef t, const char *name) {
   return a;
 }
 
-static int schedule_kind(const char *s) {
-  return !strcmp(s, "warmup") ? 1 : !strcmp(s, "cosine") ? 2 : 0;
-}
-
 LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
   Cg *c = fn->c;
   if (fn->val[i->id])
@@ -63,7 +59,7 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
     LLVMTypeRef pt[] = {c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
     LLVMTypeRef ft = LLVMFunctionType(c->f32, pt, COUNTOF(pt), 0);
     LLVMValueRef arg[] = {
-        LLVMConstInt(c->i32, (unsigned)schedule_kind(ir_get_str(i, "schedule", "constant")), 0),
+        LLVMConstInt(c->i32, (unsigned)ir_schedule(i), 0),
         LLVMConstReal(c->f64, ir_get_float(i, "base", 0)),
         LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "warmup", 0), 1),
         LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "total", 0), 1),
@@ -80,7 +76,7 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
 static const Inst *home_output(CgFn *fn, const Inst *v) {
   for (int k = fn->use.off[v->id]; k < fn->use.off[v->id + 1]; k++) {
     const Inst *u = fn->use.u[k];
-    if (u->op == OP_output && memplan_output_direct(u) && (!fn->live || fn->live[u->id]))
+    if (u->op == OP_output && ir_output_direct(u) && (!fn->live || fn->live[u->id]))
       return u;
   }
   return NULL;
@@ -99,7 +95,7 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
   } else if (i->offset >= 0) {
     a = cg_gep(fn, fn->work, i->offset);
   } else if (i->op == OP_load) {
-    a = cg_state_addr(fn, memplan_global(i));
+    a = cg_state_addr(fn, ir_global_of(i));
   } else {
     const Inst *o = home_output(fn, i);
     DTC_ASSERT(o);
@@ -203,7 +199,7 @@ static void lower(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
   switch (x->op) {
   case OP_load: {
-    const Global *g = memplan_global(x);
+    const Global *g = ir_global_of(x);
     if (g->kind == G_INPUT) {
       LLVMBasicBlockRef here = enter(fn);
       LLVMValueRef idx = cg_i64(c, fn->input_index[g - c->m->global.a]);
@@ -217,10 +213,10 @@ static void lower(CgFn *fn, const Inst *x) {
     return;
   }
   case OP_store:
-    copy(fn, cg_state_addr(fn, memplan_global(x)), x->in[0]);
+    copy(fn, cg_state_addr(fn, ir_global_of(x)), x->in[0]);
     return;
   case OP_output:
-    if (!memplan_output_direct(x))
+    if (!ir_output_direct(x))
       copy(fn, fn->out_ptr[fn->out_index[x->id]], x->in[0]);
     return;
   case OP_const:
@@ -240,7 +236,7 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
   ir_renumber(f);
   int n = f->inst.n;
   CgFn fnv = {.c = c, .f = f, .live = live}, *fn = &fnv;
-  fn->use = uses_build(a, f);
+  fn->use = ir_uses(a, f);
   fn->addr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
   fn->val = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
   fn->out_index = arena_alloc(a, sizeof(int) * (size_t)(n + 1));

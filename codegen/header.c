@@ -212,7 +212,7 @@ static void write_header(FILE *out, const Module *m, const char *base) {
   if (train) {
     fprintf(out, "/* One training step on a batch: forward, backward and the %s update of\n"
                  " * every param; the step counter then advances by one.\n",
-            m->train.opt ? m->train.opt : "optimizer");
+            m->train.opt >= 0 ? ir_opt_names[m->train.opt] : "optimizer");
     doc_args(out, tin, ntin, "in ");
     fprintf(out, " *   %-10s out f32[]: the batch's %s before the update */\n", "loss",
             m->train.loss ? m->train.loss : "loss");

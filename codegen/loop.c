@@ -18,8 +18,6 @@
 
 #include "codegen.h"
 
-#define GELU_C 0.7978845608028654f   /* sqrt(2/pi) */
-#define GELU_A 0.044715f
 #define PAR_MIN 65536
 
 typedef struct Operand {
@@ -208,9 +206,9 @@ static LLVMValueRef tanh_poly(Cg *c, LLVMValueRef x) {
 
 static LLVMValueRef tanh_gelu(Cg *c, LLVMValueRef a) {
   LLVMBuilderRef b = c->b;
-  LLVMValueRef a3 = LLVMBuildFMul(b, fconst(c, GELU_A), a, "");
+  LLVMValueRef a3 = LLVMBuildFMul(b, fconst(c, IR_GELU_A), a, "");
   a3 = LLVMBuildFMul(b, LLVMBuildFMul(b, a3, a, ""), a, "");
-  LLVMValueRef u = LLVMBuildFMul(b, fconst(c, GELU_C), LLVMBuildFAdd(b, a, a3, ""), "");
+  LLVMValueRef u = LLVMBuildFMul(b, fconst(c, IR_GELU_C), LLVMBuildFAdd(b, a, a3, ""), "");
   return tanh_poly(c, u);
 }
 
@@ -272,8 +270,8 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
   }
   case OP_gelu_grad: {
     LLVMValueRef th = tanh_gelu(c, a);
-    LLVMValueRef du = LLVMBuildFMul(b, LLVMBuildFMul(b, fconst(c, 3.0f * GELU_A), a, ""), a, "");
-    du = LLVMBuildFMul(b, fconst(c, GELU_C), LLVMBuildFAdd(b, one, du, ""), "");
+    LLVMValueRef du = LLVMBuildFMul(b, LLVMBuildFMul(b, fconst(c, 3.0f * IR_GELU_A), a, ""), a, "");
+    du = LLVMBuildFMul(b, fconst(c, IR_GELU_C), LLVMBuildFAdd(b, one, du, ""), "");
     LLVMValueRef l = LLVMBuildFMul(b, half, LLVMBuildFAdd(b, one, th, ""), "");
     LLVMValueRef r = LLVMBuildFMul(b, half, a, "");
     r = LLVMBuildFMul(b, r, LLVMBuildFSub(b, one, LLVMBuildFMul(b, th, th, ""), ""), "");
@@ -315,7 +313,7 @@ static int dests(Group *g, const Inst *x, LLVMValueRef *d) {
   for (int k = fn->use.off[x->id]; k < fn->use.off[x->id + 1]; k++) {
     const Inst *u = fn->use.u[k];
     if (u->op == OP_store && member(g, u))
-      d[n++] = cg_state_addr(fn, memplan_global(u));
+      d[n++] = cg_state_addr(fn, ir_global_of(u));
     else if (u->op == OP_output && (!fn->live || fn->live[u->id]))
       d[n++] = fn->out_ptr[fn->out_index[u->id]];
   }

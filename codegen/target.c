@@ -138,12 +138,12 @@ static LLVMTargetMachineRef machine(const char *target, const char *want, int op
   return tm;
 }
 
-LLVMTargetMachineRef cg_target_machine(const Options *opt, Diag *d) {
+LLVMTargetMachineRef cg_target_machine(const CgOptions *opt, Diag *d) {
   Loc none = {0};
   return machine(opt->target, opt->cpu, opt->opt_level, none, "", NULL, NULL, NULL, d);
 }
 
-bool cg_check_target(const Options *opt, Diag *d) {
+bool cg_check_target(const CgOptions *opt, Diag *d) {
   LLVMTargetMachineRef tm = cg_target_machine(opt, d);
   if (tm)
     LLVMDisposeTargetMachine(tm);
@@ -187,7 +187,7 @@ static const char *tagged_output(Arena *a, const char *output, const char *tag) 
   return arena_printf(a, "%.*s.%s%s", (int)(dot - output), output, safe, dot);
 }
 
-bool cg_targets(Module *m, const Options *opt, int ndev, CgTargets *ts, Diag *d) {
+bool cg_targets(Module *m, const CgOptions *opt, int ndev, CgTargets *ts, Diag *d) {
   Arena *a = m->arena;
   int n = ndev ? ndev : 1;
   *ts = (CgTargets){.dev = arena_alloc(a, sizeof(CgDevice) * (size_t)n),
@@ -269,7 +269,7 @@ void cg_targets_free(CgTargets *ts) {
   ts->n = 0;
 }
 
-bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const Options *opt, Diag *d) {
+bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const CgOptions *opt, Diag *d) {
   Loc none = {0};
   char pipeline[32];
   snprintf(pipeline, sizeof pipeline, "default<O%d>", opt->opt_level < 0 ? 0

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "ast.h"
-#include "passes.h"
+#include "dtrt.h"
 
 /* ---- quantities ---- */
 
@@ -145,11 +145,11 @@ static bool lower_link(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
 /* "mpi, ring or grouped": the methods of op's kernel. */
 static const char *method_list(Arena *a, Op op) {
   const char *list = "", *last = NULL;
-  for (int k = 0; k < COMM_NMETHOD; k++)
-    if (comm_has_method(op, k)) {
+  for (int k = 0; k < DTRT_COMM_COUNT; k++)
+    if (ir_has_method(op, k)) {
       if (last)
         list = arena_printf(a, "%s%s%s", list, *list ? ", " : "", last);
-      last = comm_method_names[k];
+      last = dtrt_comm_method_names[k];
     }
   return arena_printf(a, "%s%s%s", list, *list ? " or " : "", last);
 }
@@ -174,7 +174,7 @@ static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   Expr *arg[4];
   if (!fe_bind(e, param, 4, 0, 4, arg, a, d))
     return false;
-  Collective col = {.op = ir_ops[ops[op]].name, .method = -1, .loc = e->loc};
+  Collective col = {.op = ops[op], .method = -1, .loc = e->loc};
   bool ok = true;
   const Expr *m = arg[0];
   if (m->kind != E_IDENT) {
@@ -182,14 +182,11 @@ static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
       diag_error(d, m->loc, "'method' must be a method name, as in method = ring");
     ok = false;
   } else {
-    int k = 0;
-    while (k < COMM_NMETHOD && strcmp(comm_method_names[k], m->s))
-      k++;
-    if (k == COMM_NMETHOD || !comm_has_method(ops[op], k)) {
+    int k = dtrt_name_index(dtrt_comm_method_names, DTRT_COMM_COUNT, m->s);
+    if (k < 0 || !ir_has_method(ops[op], k)) {
       diag_error(d, m->loc, "%s has no method '%s' (expected %s)%s", e->s, m->s,
                  method_list(a, ops[op]),
-                 k == COMM_NMETHOD ? fe_did_you_mean(a, m->s, comm_method_names, COMM_NMETHOD)
-                                   : "");
+                 k < 0 ? fe_did_you_mean(a, m->s, dtrt_comm_method_names, DTRT_COMM_COUNT) : "");
       ok = false;
     }
     col.method = k;
@@ -207,9 +204,9 @@ static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   ok &= quantity(arg[3], "bw", U_BW, &col.bw, d);
   for (int k = 0; ok && k < c->coll.n; k++) {
     const Collective *o = &c->coll.a[k];
-    if (!strcmp(o->op, col.op) && o->method == col.method && o->ranks == col.ranks) {
-      diag_error(d, e->loc, "collective %s by %s over %lld ranks is already given", col.op,
-                 comm_method_names[col.method], (long long)col.ranks);
+    if (o->op == col.op && o->method == col.method && o->ranks == col.ranks) {
+      diag_error(d, e->loc, "collective %s by %s over %lld ranks is already given", e->s,
+                 dtrt_comm_method_names[col.method], (long long)col.ranks);
       ok = false;
     }
   }
@@ -269,7 +266,7 @@ Cluster *lower_cluster(Arena *a, const Decl *cd, Diag *d) {
   for (int k = 0; k < c->coll.n; k++)
     if (c->coll.a[k].ranks > c->dev.n) {
       diag_error(d, c->coll.a[k].loc, "collective %s over %lld ranks, but cluster '%s' has %d "
-                 "device%s", c->coll.a[k].op, (long long)c->coll.a[k].ranks, cd->name, c->dev.n,
+                 "device%s", ir_ops[c->coll.a[k].op].name, (long long)c->coll.a[k].ranks, cd->name, c->dev.n,
                  c->dev.n == 1 ? "" : "s");
       ok = false;
     }

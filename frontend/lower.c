@@ -660,27 +660,24 @@ static bool lower_type(Ctx *c, const TypeExpr *t, Type *out) {
 /* init = zeros | ones | glorot | normal(std = 0.02) | uniform(bound = 0.1);
  * without one, matrices get glorot and the rest zeros. */
 static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
-  static const char *const inits[] = {"zeros", "ones", "glorot", "normal", "uniform"};
   const Expr *e = s->val;
   if (!e) {
-    g->init = g->type.rank >= 2 ? "glorot" : "zeros";
+    g->init = g->type.rank >= 2 ? DT_INIT_GLOROT : DT_INIT_ZEROS;
     return true;
   }
-  int k = 0;
-  while (k < COUNTOF(inits) && strcmp(inits[k], e->s))
-    k++;
-  if (k == COUNTOF(inits)) {
+  int k = dtrt_name_index(dtrt_init_names, DT_INIT_COUNT, e->s);
+  if (k < 0) {
     diag_error(c->d, e->loc, "unknown initializer '%s'%s", e->s,
-               fe_did_you_mean(c->a, e->s, inits, COUNTOF(inits)));
+               fe_did_you_mean(c->a, e->s, dtrt_init_names, DT_INIT_COUNT));
     return false;
   }
-  g->init = inits[k];
-  if (k < 3) {
+  g->init = k;
+  if (k != DT_INIT_NORMAL && k != DT_INIT_UNIFORM) {
     Expr *none[1];
     return e->kind != E_CALL || fe_bind(e, NULL, 0, 0, 0, none, c->a, c->d);
   }
-  const char *param = k == 3 ? "std" : "bound";
-  g->init_arg = k == 3 ? 0.02 : 0.1;
+  const char *param = k == DT_INIT_NORMAL ? "std" : "bound";
+  g->init_arg = k == DT_INIT_NORMAL ? 0.02 : 0.1;
   Expr *arg[1] = {NULL};
   if (e->kind == E_CALL && !fe_bind(e, &param, 1, 1, 0, arg, c->a, c->d))
     return false;
@@ -708,7 +705,6 @@ static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
 
 /* schedule = constant | warmup(steps = N) | cosine(total = N, warmup = 0) */
 static bool lower_schedule(Ctx *c, const Expr *e, Train *t) {
-  static const char *const names[] = {"constant", "warmup", "cosine"};
   static const char *const cosine[] = {"total", "warmup"};
   static const char *const warm[] = {"steps"};
   if (e->kind != E_IDENT && e->kind != E_CALL) {
@@ -716,29 +712,27 @@ static bool lower_schedule(Ctx *c, const Expr *e, Train *t) {
       diag_error(c->d, e->loc, "'schedule' must be constant, warmup(steps = N) or cosine(total = N)");
     return false;
   }
-  int k = 0;
-  while (k < COUNTOF(names) && strcmp(names[k], e->s))
-    k++;
-  if (k == COUNTOF(names)) {
+  int k = dtrt_name_index(dtrt_schedule_names, DT_SCHED_COUNT, e->s);
+  if (k < 0) {
     diag_error(c->d, e->loc, "unknown schedule '%s'%s", e->s,
-               fe_did_you_mean(c->a, e->s, names, COUNTOF(names)));
+               fe_did_you_mean(c->a, e->s, dtrt_schedule_names, DT_SCHED_COUNT));
     return false;
   }
-  t->schedule = names[k];
+  t->schedule = k;
   Expr *arg[2] = {NULL, NULL};
-  if (k == 0)
+  if (k == DT_SCHED_CONSTANT)
     return e->kind != E_CALL || fe_bind(e, NULL, 0, 0, 0, arg, c->a, c->d);
   if (e->kind != E_CALL) {
-    diag_error(c->d, e->loc, "'%s' needs its argument '%s'", e->s, k == 1 ? "steps" : "total");
+    diag_error(c->d, e->loc, "'%s' needs its argument '%s'", e->s, k == DT_SCHED_WARMUP ? "steps" : "total");
     return false;
   }
-  if (!fe_bind(e, k == 1 ? warm : cosine, k == 1 ? 1 : 2, 0, 1, arg, c->a, c->d))
+  if (!fe_bind(e, k == DT_SCHED_WARMUP ? warm : cosine, k == DT_SCHED_WARMUP ? 1 : 2, 0, 1, arg, c->a, c->d))
     return false;
   int64_t v[2] = {0, 0};
   for (int j = 0; j < 2; j++) {
     if (!arg[j])
       continue;
-    const char *what = k == 1 ? "steps" : cosine[j];
+    const char *what = k == DT_SCHED_WARMUP ? "steps" : cosine[j];
     if (!int_arg(c, arg[j], arena_printf(c->a, "'%s'", what), &v[j]))
       return false;
     if (v[j] < (j == 0 ? 1 : 0)) {
@@ -746,9 +740,9 @@ static bool lower_schedule(Ctx *c, const Expr *e, Train *t) {
       return false;
     }
   }
-  t->warmup = k == 1 ? v[0] : v[1];
-  t->total = k == 1 ? 0 : v[0];
-  if (k == 2 && t->warmup >= t->total) {
+  t->warmup = k == DT_SCHED_WARMUP ? v[0] : v[1];
+  t->total = k == DT_SCHED_WARMUP ? 0 : v[0];
+  if (k == DT_SCHED_COSINE && t->warmup >= t->total) {
     diag_error(c->d, arg[1]->loc, "'warmup' must be below 'total'");
     return false;
   }
@@ -760,15 +754,15 @@ static bool lower_schedule(Ctx *c, const Expr *e, Train *t) {
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr", "momentum", "weight_decay", "schedule"};
   static const char *const adam[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "schedule"};
-  bool is_sgd = !strcmp(e->s, "sgd"), is_adamw = !strcmp(e->s, "adamw");
-  if (!is_sgd && !is_adamw && strcmp(e->s, "adam")) {
-    static const char *const names[] = {"sgd", "adam", "adamw"};
+  int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
+  if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
-               fe_did_you_mean(c->a, e->s, names, COUNTOF(names)));
+               fe_did_you_mean(c->a, e->s, ir_opt_names, OPT_COUNT));
     return false;
   }
-  t->opt = is_sgd ? "sgd" : is_adamw ? "adamw" : "adam";
-  t->schedule = "constant";
+  bool is_sgd = kind == OPT_SGD, is_adamw = kind == OPT_ADAMW;
+  t->opt = kind;
+  t->schedule = DT_SCHED_CONSTANT;
   t->lr = is_sgd ? 0.01 : 1e-3;
   if (!is_sgd) {
     t->beta1 = 0.9;

@@ -4,9 +4,6 @@
 
 #include "ir.h"
 
-#define GELU_C 0.7978845608028654f   /* sqrt(2/pi) */
-#define GELU_A 0.044715f
-
 /* Unary ops ignore b; relu_grad and gelu_grad take (x, dy). */
 float ir_elem_eval(Op op, float a, float b) {
   switch (op) {
@@ -21,11 +18,11 @@ float ir_elem_eval(Op op, float a, float b) {
   case OP_tanh: return tanhf(a);
   case OP_sigmoid: return 1.0f / (1.0f + expf(-a));
   case OP_relu: return a > 0 ? a : 0.0f;
-  case OP_gelu: return 0.5f * a * (1.0f + tanhf(GELU_C * (a + GELU_A * a * a * a)));
+  case OP_gelu: return 0.5f * a * (1.0f + tanhf(IR_GELU_C * (a + IR_GELU_A * a * a * a)));
   case OP_relu_grad: return a > 0 ? b : 0.0f;
   case OP_gelu_grad: {
-    float th = tanhf(GELU_C * (a + GELU_A * a * a * a));
-    float du = GELU_C * (1.0f + 3.0f * GELU_A * a * a);
+    float th = tanhf(IR_GELU_C * (a + IR_GELU_A * a * a * a));
+    float du = IR_GELU_C * (1.0f + 3.0f * IR_GELU_A * a * a);
     return b * (0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * du);
   }
   default: DTC_UNREACHABLE();

@@ -206,10 +206,6 @@ static void elementwise(const Inst *inst, float *out, float *const *in) {
   }
 }
 
-static int schedule_kind(const char *s) {
-  return !strcmp(s, "warmup") ? 1 : !strcmp(s, "cosine") ? 2 : 0;
-}
-
 /* Evaluates inst into val[inst->id]; false with it->err set on a kernel error. */
 static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs, int *nout,
                  bool *stored) {
@@ -240,7 +236,7 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs,
   if (inst->op == OP_const) {
     *out = (float)ir_get_float(inst, "value", 0);
   } else if (inst->op == OP_lr) {
-    *out = dtrt_lr(schedule_kind(ir_get_str(inst, "schedule", "constant")),
+    *out = dtrt_lr(ir_schedule(inst),
                    ir_get_float(inst, "base", 0), ir_get_int(inst, "warmup", 0),
                    ir_get_int(inst, "total", 0), ir_get_float(inst, "beta1", 0),
                    ir_get_float(inst, "beta2", 0), it->step);

@@ -3,6 +3,8 @@
 
 #include "ir.h"
 
+const char *const ir_opt_names[OPT_COUNT] = {"sgd", "adam", "adamw"};
+
 /* ---- types ---- */
 
 int64_t type_elems(const Type *t) {
@@ -46,11 +48,12 @@ Module *ir_module_new(Arena *a, const char *name) {
   Module *m = arena_alloc(a, sizeof *m);
   m->arena = a;
   m->name = arena_strdup(a, name);
+  m->train.opt = m->train.schedule = -1;
   return m;
 }
 
 Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc loc) {
-  Global g = {.name = arena_strdup(m->arena, name), .kind = kind, .type = t, .loc = loc};
+  Global g = {.name = arena_strdup(m->arena, name), .kind = kind, .type = t, .init = -1, .loc = loc};
   vec_push(m->arena, &m->global, g);
   return &m->global.a[m->global.n - 1];
 }
@@ -67,6 +70,7 @@ Func *ir_add_func(Module *m, const char *name, Loc loc) {
   f->name = arena_strdup(m->arena, name);
   f->mod = m;
   f->device = -1;
+  f->work_bytes = -1;
   f->loc = loc;
   vec_push(m->arena, &m->func, f);
   return f;
@@ -157,6 +161,64 @@ void ir_renumber(Func *f) {
     f->inst.a[k]->id = k;
 }
 
+Uses ir_uses(Arena *a, const Func *f) {
+  int n = f->inst.n, total = 0;
+  Uses u = {arena_alloc(a, sizeof(int) * (size_t)(n + 1)), NULL};
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < f->inst.a[i]->nin; k++, total++)
+      u.off[f->inst.a[i]->in[k]->id + 1]++;
+  for (int i = 0; i < n; i++)
+    u.off[i + 1] += u.off[i];
+  u.u = arena_alloc(a, sizeof(Inst *) * (size_t)(total ? total : 1));
+  int *fill = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < f->inst.a[i]->nin; k++) {
+      int o = f->inst.a[i]->in[k]->id;
+      u.u[u.off[o] + fill[o]++] = f->inst.a[i];
+    }
+  return u;
+}
+
+const Global *ir_global_of(const Inst *i) {
+  return ir_find_global(i->fn->mod, ir_get_str(i, "global", ""));
+}
+
+/* @forward's training loss, which NAME_forward (and each device's copy of
+ * @forward) leaves out: it needs the labels. */
+static bool dropped(const Inst *out) {
+  const char *loss = out->fn->mod->train.loss;
+  return loss && ir_func_is(out->fn, "forward") && !strcmp(ir_get_str(out, "name", ""), loss);
+}
+
+static bool is_alias(const Inst *v) {
+  return v->op == OP_reshape || v->op == OP_const || v->op == OP_lr || v->op == OP_load;
+}
+
+bool ir_output_direct(const Inst *out) {
+  const Inst *v = out->in[0];
+  if (ir_ops[v->op].kind == K_ELEM)
+    return true;
+  if (is_alias(v) || dropped(out))
+    return false;
+  const Func *f = out->fn;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *o = f->inst.a[k];
+    if (o->op == OP_output && o->in[0] == v && !dropped(o))
+      return o == out;
+  }
+  return false;
+}
+
+uint64_t ir_hash(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 0xcbf29ce484222325u;
+  for (size_t i = 0; i < n; i++) {
+    h ^= b[i];
+    h *= 0x100000001b3u;
+  }
+  return h;
+}
+
 /* ---- attributes ---- */
 
 static Attr *attr_slot(Inst *i, const char *name, AttrKind kind, Arena *a) {
@@ -239,4 +301,9 @@ const int64_t *ir_get_ints(const Inst *i, const char *name, int *n) {
   }
   *n = a->n;
   return a->ints;
+}
+
+DtSchedule ir_schedule(const Inst *lr) {
+  int k = dtrt_name_index(dtrt_schedule_names, DT_SCHED_COUNT, ir_get_str(lr, "schedule", ""));
+  return k < 0 ? DT_SCHED_CONSTANT : (DtSchedule)k;
 }

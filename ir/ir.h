@@ -1,5 +1,7 @@
-/* ir.h: the compiler's one header: arena, diagnostics, IR, op table, passes.
- * Sections are named after the file that owns them. */
+/* ir.h: the IR layer's one header: arena, diagnostics, types, shardings, the
+ * op table, modules, the text form, the verifier and the interpreter. It
+ * knows nothing of the passes, the frontend or code generation. Sections are
+ * named after the file that owns them. */
 #ifndef DTC_IR_H
 #define DTC_IR_H
 
@@ -9,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "dtrt.h"   /* the facts the compiler shares with the runtime */
 
 #define DTC_VERSION "0.1.0"
 
@@ -105,6 +109,15 @@ const char *type_str(const Type *t, char *buf, size_t n);
 
 /* ---- cluster, mesh, sharding (ir.c) ----------------------------------- */
 
+/* Every op of ops.def (the table is in ops.c, below). */
+typedef enum {
+#define OP(id, name, minin, maxin, kind, attrs) OP_##id,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} Op;
+
+
 typedef struct Device {
   const char *name;
   int node;                /* index into Cluster.node */
@@ -130,8 +143,8 @@ typedef struct Link {
  * lat + bytes / bw, bytes being an all_reduce's buffer, the whole tensor of an
  * all_gather or reduce_scatter, a member's input of an all_to_all. */
 typedef struct Collective {
-  const char *op;          /* "all_reduce", "all_gather", "reduce_scatter", "all_to_all" */
-  int64_t method;          /* DTRT_COMM_* (passes/comm.c names them) */
+  Op op;                   /* OP_all_reduce, OP_all_gather, OP_reduce_scatter, OP_all_to_all */
+  int64_t method;          /* DtCommMethod (dtrt.h) */
   int64_t ranks;           /* the group size it was timed on, at least 2 */
   double bw;               /* bytes per second */
   double lat;              /* seconds */
@@ -172,13 +185,6 @@ typedef enum { PLAN_NONE, PLAN_AUTO, PLAN_EVEN, PLAN_EXPLICIT } PlanMode;
 
 /* ---- ops (ops.c, shape.c, cost.c) ------------------------------------- */
 
-typedef enum {
-#define OP(id, name, minin, maxin, kind, attrs) OP_##id,
-#include "ops.def"
-#undef OP
-  OP_COUNT
-} Op;
-
 typedef enum { K_ELEM, K_REDUCE, K_MATMUL, K_KERNEL, K_SHAPE, K_COMM, K_META } OpKind;
 
 typedef enum { A_INT, A_INTS, A_FLOAT, A_STR } AttrKind;
@@ -196,7 +202,6 @@ typedef struct Attr {
 typedef struct Inst Inst;
 typedef struct Func Func;
 typedef struct Module Module;
-typedef struct GradCtx GradCtx;
 
 typedef struct OpInfo {
   const char *name;
@@ -206,8 +211,6 @@ typedef struct OpInfo {
   /* Sets inst->type from operands and attributes; on a user error writes a
    * message (no location) into err and returns false. */
   bool (*shape)(Inst *inst, char *err, size_t errlen);
-  /* Emits the adjoints of inst's operands (passes/autodiff.c). */
-  void (*grad)(GradCtx *g, Inst *inst);
   /* Floating-point operations to compute inst once. */
   double (*flops)(const Inst *inst);
 } OpInfo;
@@ -215,6 +218,9 @@ typedef struct OpInfo {
 extern const OpInfo ir_ops[OP_COUNT];
 /* Op by its text name; OP_COUNT when unknown. */
 Op ir_op_lookup(const char *name);
+/* Whether libdtrt's kernel of collective op implements method (a
+ * DtCommMethod of dtrt.h, whose dtrt_comm_method_names spell them). */
+bool ir_has_method(Op op, int method);
 
 /* ---- instructions, functions, modules (ir.c) -------------------------- */
 
@@ -238,7 +244,7 @@ struct Func {
   const char *name;
   VEC(Inst *) inst;      /* in order; operands precede their users */
   Module *mod;
-  int64_t work_bytes;    /* scratch arena size (passes/memplan.c), 0: not planned */
+  int64_t work_bytes;    /* scratch arena size (passes/memplan.c), -1: not planned */
   int device;            /* after spmd: the mesh device (= rank) this copy runs on; -1: global */
   Loc loc;
 };
@@ -249,7 +255,7 @@ typedef struct Global {
   const char *name;
   GlobalKind kind;
   Type type;
-  const char *init;      /* "zeros", "ones", "glorot", "normal", "uniform"; NULL for inputs */
+  int init;              /* DtInit (dtrt_init_names spell them); -1 for inputs */
   double init_arg;       /* normal: stddev; uniform: bound */
   Sharding *shard;       /* from the parallel block, or NULL */
   Loc loc;
@@ -257,17 +263,18 @@ typedef struct Global {
 
 typedef struct Dim { const char *name; int64_t value; Loc loc; } Dim;
 
+typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_COUNT } OptKind;
+extern const char *const ir_opt_names[OPT_COUNT];   /* "sgd", "adam", "adamw" */
+
 /* The training objective: minimise output `loss` of @forward. */
 typedef struct Train {
   const char *loss;      /* output name; NULL: inference only */
-  const char *opt;       /* "sgd", "adam", "adamw" */
+  int opt;               /* OptKind; -1: none */
   double lr, momentum, weight_decay, beta1, beta2, eps;
-  const char *schedule;  /* "constant", "warmup", "cosine" */
+  int schedule;          /* DtSchedule (dtrt_schedule_names spell them); -1: none */
   int64_t warmup, total;
   Loc loc;
 } Train;
-
-typedef struct Options Options;
 
 struct Module {
   const char *name;
@@ -279,8 +286,6 @@ struct Module {
   Cluster *cluster;      /* NULL: one local device */
   VEC(Mesh) mesh;
   PlanMode plan;
-  struct PlanInfo *plan_info;  /* passes/plan.c's result; NULL: not planned */
-  const Options *opt;    /* driver options; may be NULL in tests */
 };
 
 Module *ir_module_new(Arena *a, const char *name);
@@ -303,6 +308,24 @@ Inst *ir_make(Func *f, Op op, Loc loc, int nin, ...);
 /* Rebuilds f->inst from a new order/subset and renumbers. */
 void ir_renumber(Func *f);
 
+/* The users of every inst of a function, by id (ids must be current). */
+typedef struct Uses {
+  int *off;       /* users of inst i: u[off[i] .. off[i+1]) */
+  Inst **u;
+} Uses;
+Uses ir_uses(Arena *a, const Func *f);
+/* The global a load or store names. */
+const Global *ir_global_of(const Inst *i);
+/* True when the producer of output inst out's operand writes straight into
+ * the caller's output buffer, so `output` itself copies nothing: an
+ * elementwise value, or the first output of a kernel's result that is not an
+ * alias (reshape, load, const, lr) and not @forward's training loss (which
+ * NAME_forward drops). The memory plan gives such a value no offset; code
+ * generation writes it into the caller's buffer. */
+bool ir_output_direct(const Inst *out);
+/* 64-bit FNV-1a of n bytes. */
+uint64_t ir_hash(const void *p, size_t n);
+
 void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);
 void ir_set_float(Inst *i, const char *name, double v);
@@ -315,6 +338,9 @@ double ir_get_float(const Inst *i, const char *name, double dflt);
 const char *ir_get_str(const Inst *i, const char *name, const char *dflt);
 /* Returns the list (NULL, *n = 0 when absent). */
 const int64_t *ir_get_ints(const Inst *i, const char *name, int *n);
+/* The DtSchedule an `lr` inst names (its `schedule`); constant when unknown,
+ * which the verifier refuses. */
+DtSchedule ir_schedule(const Inst *lr);
 
 /* ---- shard.c ---------------------------------------------------------- */
 
@@ -362,8 +388,15 @@ bool ir_verify(const Module *m, Diag *d);
  * at[k] for attribute k when at is not NULL; false when any. */
 bool ir_check_attrs(const Inst *inst, Diag *d, Loc loc, const Loc *at);
 /* Scalar fields of records as the text form names them ("{gflops = 80.0}");
- * kind 'f' double, 'i' int64_t, 's' string; each table ends with a NULL name. */
-typedef struct IrField { const char *name; char kind; size_t off; } IrField;
+ * kind 'f' double, 'i' int64_t, 's' string, 'e' an int indexing names[0..n)
+ * (written as its name; -1: absent); each table ends with a NULL name. */
+typedef struct IrField {
+  const char *name;
+  char kind;
+  size_t off;
+  const char *const *names;
+  int n;
+} IrField;
 extern const IrField ir_device_fields[], ir_link_fields[], ir_collective_fields[], ir_train_fields[],
     ir_global_fields[];
 
@@ -371,33 +404,15 @@ extern const IrField ir_device_fields[], ir_link_fields[], ir_collective_fields[
 
 void ir_print_dot(FILE *out, const Module *m);
 
-/* ---- passes (passes/passes.c) ----------------------------------------- */
-
-struct Options {
-  const char *input;         /* source path */
-  const char *output;        /* -o */
-  const char *emit;          /* ir, dot, llvm, asm, obj, plan, sim */
-  const char *target;        /* --target triple, NULL: host */
-  const char *cpu;           /* -mcpu */
-  int opt_level;             /* -O0..-O3 */
-  const char *cluster_file;  /* --cluster */
-  bool time_passes;
-};
-
-/* Every pass: requires what its file header says, guarantees what it says;
- * false after reporting errors to d. */
-typedef bool (*PassFn)(Module *m, Diag *d);
-
-typedef struct Pass { const char *name; PassFn run; const char *what; } Pass;
-extern const Pass pass_table[];
-extern const int pass_count;
-const Pass *pass_lookup(const char *name);
-
 /* ---- elem.c ----------------------------------------------------------- */
 
+/* gelu is the tanh approximation 0.5x(1 + tanh(IR_GELU_C (x + IR_GELU_A x^3))),
+ * here and in generated code. */
+#define IR_GELU_C 0.7978845608028654f   /* sqrt(2/pi) */
+#define IR_GELU_A 0.044715f
+
 /* One element of elementwise op `op` (K_ELEM): a op b; unary ops ignore b;
- * relu_grad and gelu_grad take (x, dy). gelu is the tanh approximation
- * 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))). */
+ * relu_grad and gelu_grad take (x, dy). */
 float ir_elem_eval(Op op, float a, float b);
 
 /* ---- interp.c --------------------------------------------------------- */

@@ -566,6 +566,18 @@ static bool set_fields(Parser *p, void *rec, const IrField *fields, const PAttrs
       ok = false;
     } else if (f->kind == 's' && a->kind == A_STR) {
       memcpy(dst, &a->s, sizeof a->s);
+    } else if (f->kind == 'e' && a->kind == A_STR) {
+      int e = dtrt_name_index(f->names, f->n, a->s);
+      memcpy(dst, &e, sizeof e);
+      if (e < 0) {
+        char list[256] = "";
+        for (int j = 0; j < f->n; j++)
+          snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", j ? ", " : "",
+                   f->names[j]);
+        error_at(p, v->a[k].loc, "field '%s' of %s is '%s', not one of %s", a->name, what, a->s,
+                 list);
+        ok = false;
+      }
     } else if (f->kind == 'i' && a->kind == A_INT) {
       memcpy(dst, &a->i, sizeof a->i);
     } else if (f->kind == 'f' && (a->kind == A_FLOAT || a->kind == A_INT)) {
@@ -573,7 +585,9 @@ static bool set_fields(Parser *p, void *rec, const IrField *fields, const PAttrs
       memcpy(dst, &x, sizeof x);
     } else {
       error_at(p, v->a[k].loc, "field '%s' of %s must be %s", a->name, what,
-               f->kind == 's' ? "a string" : f->kind == 'i' ? "an integer" : "a number");
+               f->kind == 's' || f->kind == 'e' ? "a string"
+               : f->kind == 'i'                ? "an integer"
+                                               : "a number");
       ok = false;
     }
   }
@@ -742,28 +756,26 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
     return true;
   }
   if (is_kw(&p->tok, "collective")) {
-    static const char *const ops[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
     Collective col = {.loc = at};
     next(p);
     Loc nl = p->tok.loc;
-    if (!(col.op = parse_name(p, "a collective name")))
+    const char *name = parse_name(p, "a collective name");
+    if (!name)
       return false;
-    int k = 0;
-    while (k < COUNTOF(ops) && strcmp(ops[k], col.op))
-      k++;
-    if (k == COUNTOF(ops)) {
-      error_at(p, nl, "unknown collective '%s'", col.op);
+    col.op = ir_op_lookup(name);
+    if (col.op < OP_all_reduce || col.op > OP_all_to_all) {
+      error_at(p, nl, "unknown collective '%s'", name);
       return false;
     }
     if (!parse_attrs(p, &attrs) ||
         !set_fields(p, &col, ir_collective_fields, &attrs, "a collective") ||
         !parse_loc(p, &col.loc))
       return false;
-    if (col.method < DTRT_COMM_MPI || col.method > DTRT_COMM_PADDED || col.ranks < 2 ||
+    if (col.method < DTRT_COMM_MPI || col.method >= DTRT_COMM_COUNT || col.ranks < 2 ||
         col.ranks > INT_MAX || !(col.bw > 0) || !(col.lat >= 0) || isinf(col.bw) ||
         isinf(col.lat)) {
       error_at(p, at, "collective %s needs a method from 0 to %d, ranks from 2, a finite bw "
-               "above 0 and a finite lat of 0 or more", col.op, DTRT_COMM_PADDED);
+               "above 0 and a finite lat of 0 or more", name, DTRT_COMM_COUNT - 1);
       return false;
     }
     vec_push(p->a, &c->coll, col);
@@ -940,7 +952,7 @@ static bool parse_train(Parser *p) {
 
 /* global := ('input' | 'param' | 'state') name ':' type [attrs] [shard] [loc] */
 static bool parse_global(Parser *p, GlobalKind kind) {
-  Global g = {.kind = kind, .loc = p->tok.loc};
+  Global g = {.kind = kind, .init = -1, .loc = p->tok.loc};
   PAttrs attrs = {0};
   next(p);
   if (!(g.name = parse_name(p, "a global name")) || !expect(p, ':') || !parse_type(p, &g.type) ||

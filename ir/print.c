@@ -7,7 +7,8 @@
 
 #include "ir.h"
 
-#define FIELD(T, f, k) {#f, k, offsetof(T, f)}
+#define FIELD(T, f, k) {#f, k, offsetof(T, f), NULL, 0}
+#define ENUM(T, f, names, n) {#f, 'e', offsetof(T, f), names, n}
 const IrField ir_device_fields[] = {
     FIELD(Device, kind, 's'),   FIELD(Device, gflops, 'f'), FIELD(Device, mem, 'i'),
     FIELD(Device, target, 's'), FIELD(Device, cpu, 's'),    {0}};
@@ -16,11 +17,20 @@ const IrField ir_collective_fields[] = {FIELD(Collective, method, 'i'),
                                         FIELD(Collective, ranks, 'i'), FIELD(Collective, bw, 'f'),
                                         FIELD(Collective, lat, 'f'), {0}};
 const IrField ir_train_fields[] = {
-    FIELD(Train, loss, 's'),   FIELD(Train, opt, 's'),      FIELD(Train, lr, 'f'),
-    FIELD(Train, momentum, 'f'), FIELD(Train, weight_decay, 'f'), FIELD(Train, beta1, 'f'),
-    FIELD(Train, beta2, 'f'),  FIELD(Train, eps, 'f'),      FIELD(Train, schedule, 's'),
-    FIELD(Train, warmup, 'i'), FIELD(Train, total, 'i'),    {0}};
-const IrField ir_global_fields[] = {FIELD(Global, init, 's'), FIELD(Global, init_arg, 'f'), {0}};
+    FIELD(Train, loss, 's'),
+    ENUM(Train, opt, ir_opt_names, OPT_COUNT),
+    FIELD(Train, lr, 'f'),
+    FIELD(Train, momentum, 'f'),
+    FIELD(Train, weight_decay, 'f'),
+    FIELD(Train, beta1, 'f'),
+    FIELD(Train, beta2, 'f'),
+    FIELD(Train, eps, 'f'),
+    ENUM(Train, schedule, dtrt_schedule_names, DT_SCHED_COUNT),
+    FIELD(Train, warmup, 'i'),
+    FIELD(Train, total, 'i'),
+    {0}};
+const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
+                                    FIELD(Global, init_arg, 'f'), {0}};
 
 static bool is_ident(const char *s) {
   if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
@@ -98,9 +108,11 @@ static bool field_zero(const void *rec, const IrField *f) {
   const char *p = (const char *)rec + f->off;
   const char *s;
   int64_t i;
+  int e;
   double v;
   switch (f->kind) {
   case 's': memcpy(&s, p, sizeof s); return !s;
+  case 'e': memcpy(&e, p, sizeof e); return e < 0;
   case 'i': memcpy(&i, p, sizeof i); return i == 0;
   default: memcpy(&v, p, sizeof v); return v == 0 && !signbit(v);
   }
@@ -119,6 +131,10 @@ static void print_fields(FILE *out, const void *rec, const IrField *f) {
       const char *s;
       memcpy(&s, p, sizeof s);
       print_str(out, s);
+    } else if (f->kind == 'e') {
+      int e;
+      memcpy(&e, p, sizeof e);
+      print_str(out, e < f->n ? f->names[e] : "?");
     } else if (f->kind == 'f') {
       double v;
       memcpy(&v, p, sizeof v);
@@ -284,7 +300,7 @@ static void print_cluster(FILE *out, const Cluster *c) {
   }
   for (int k = 0; k < c->coll.n; k++) {
     fputs("  collective ", out);
-    print_name(out, c->coll.a[k].op);
+    print_name(out, ir_ops[c->coll.a[k].op].name);
     print_fields(out, &c->coll.a[k], ir_collective_fields);
     print_loc(out, c->coll.a[k].loc);
     fputc('\n', out);

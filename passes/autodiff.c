@@ -10,15 +10,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir.h"
 #include "passes.h"
 
-struct GradCtx {
+typedef struct GradCtx {
   Func *f;          /* where the backward is emitted */
   int n;            /* the cloned forward: ids [0, n) */
   bool *active;     /* by id: depends on a param and leads to the loss */
   Inst **adj;       /* by id: adjoint so far, NULL: none yet */
   Diag *d;
+} GradCtx;
+
+/* Emits the adjoints of inst's operands: one grad_<id> per op of ops.def. */
+typedef void (*GradFn)(GradCtx *g, Inst *inst);
+#define OP(id, name, minin, maxin, kind, attrs) static void grad_##id(GradCtx *, Inst *);
+#include "ops.def"
+#undef OP
+static const GradFn grad_fn[OP_COUNT] = {
+#define OP(id, name, minin, maxin, kind, attrs) [OP_##id] = grad_##id,
+#include "ops.def"
+#undef OP
 };
 
 static bool wants(const GradCtx *g, const Inst *x) { return x->id < g->n && g->active[x->id]; }
@@ -132,21 +142,21 @@ static void no_derivative(GradCtx *g, Inst *inst) {
 
 /* ---- module plumbing: never active, or (load) read by the pass ---- */
 
-void grad_load(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
-void grad_const(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
-void grad_lr(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
-void grad_store(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
-void grad_output(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+static void grad_load(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_const(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_lr(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_store(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+static void grad_output(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
 
 /* ---- elementwise ---- */
 
-void grad_add(GradCtx *g, Inst *inst) {
+static void grad_add(GradCtx *g, Inst *inst) {
   for (int k = 0; k < 2; k++)
     if (wants(g, inst->in[k]))
       accum(g, inst->in[k], DY);
 }
 
-void grad_sub(GradCtx *g, Inst *inst) {
+static void grad_sub(GradCtx *g, Inst *inst) {
   Inst *a = inst->in[0], *b = inst->in[1];
   if (wants(g, a))
     accum(g, a, DY);
@@ -154,7 +164,7 @@ void grad_sub(GradCtx *g, Inst *inst) {
     accum(g, b, mk1(g, OP_neg, inst, unbroadcast(g, DY, &b->type)));
 }
 
-void grad_mul(GradCtx *g, Inst *inst) {
+static void grad_mul(GradCtx *g, Inst *inst) {
   Inst *a = inst->in[0], *b = inst->in[1];
   if (wants(g, a))
     accum(g, a, mk2(g, OP_mul, inst, DY, b));
@@ -163,7 +173,7 @@ void grad_mul(GradCtx *g, Inst *inst) {
 }
 
 /* y = a / b: da = dy / b, db = -dy y / b */
-void grad_div(GradCtx *g, Inst *inst) {
+static void grad_div(GradCtx *g, Inst *inst) {
   Inst *a = inst->in[0], *b = inst->in[1];
   if (wants(g, a))
     accum(g, a, mk2(g, OP_div, inst, DY, b));
@@ -173,31 +183,31 @@ void grad_div(GradCtx *g, Inst *inst) {
   }
 }
 
-void grad_neg(GradCtx *g, Inst *inst) { accum(g, X, mk1(g, OP_neg, inst, DY)); }
-void grad_exp(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_mul, inst, DY, inst)); }
-void grad_log(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_div, inst, DY, X)); }
+static void grad_neg(GradCtx *g, Inst *inst) { accum(g, X, mk1(g, OP_neg, inst, DY)); }
+static void grad_exp(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_mul, inst, DY, inst)); }
+static void grad_log(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_div, inst, DY, X)); }
 
 /* dx = 0.5 dy / y */
-void grad_sqrt(GradCtx *g, Inst *inst) {
+static void grad_sqrt(GradCtx *g, Inst *inst) {
   accum(g, X, mk2(g, OP_div, inst, mk2(g, OP_mul, inst, DY, cnst(g, inst, 0.5)), inst));
 }
 
 /* dx = dy (1 - y^2) */
-void grad_tanh(GradCtx *g, Inst *inst) {
+static void grad_tanh(GradCtx *g, Inst *inst) {
   Inst *t = mk2(g, OP_sub, inst, cnst(g, inst, 1), mk2(g, OP_mul, inst, inst, inst));
   accum(g, X, mk2(g, OP_mul, inst, DY, t));
 }
 
 /* dx = dy y (1 - y) */
-void grad_sigmoid(GradCtx *g, Inst *inst) {
+static void grad_sigmoid(GradCtx *g, Inst *inst) {
   Inst *t = mk2(g, OP_mul, inst, inst, mk2(g, OP_sub, inst, cnst(g, inst, 1), inst));
   accum(g, X, mk2(g, OP_mul, inst, DY, t));
 }
 
-void grad_relu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_relu_grad, inst, X, DY)); }
-void grad_gelu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_gelu_grad, inst, X, DY)); }
-void grad_relu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
-void grad_gelu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_relu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_relu_grad, inst, X, DY)); }
+static void grad_gelu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_gelu_grad, inst, X, DY)); }
+static void grad_relu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_gelu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* ---- reductions ---- */
 
@@ -212,19 +222,19 @@ static Inst *expand(GradCtx *g, Inst *inst, Inst *dy) {
   return broadcast(g, reshape(g, dy, &kept, inst), x, inst);
 }
 
-void grad_sum(GradCtx *g, Inst *inst) { accum(g, X, expand(g, inst, DY)); }
+static void grad_sum(GradCtx *g, Inst *inst) { accum(g, X, expand(g, inst, DY)); }
 
-void grad_mean(GradCtx *g, Inst *inst) {
+static void grad_mean(GradCtx *g, Inst *inst) {
   double n = (double)type_elems(&X->type) / (double)type_elems(&inst->type);
   accum(g, X, expand(g, inst, mk2(g, OP_mul, inst, DY, cnst(g, inst, 1 / n))));
 }
 
-void grad_max(GradCtx *g, Inst *inst) {
+static void grad_max(GradCtx *g, Inst *inst) {
   Inst *in[3] = {X, inst, DY};
   accum(g, X, grad_op(g, OP_max_grad, inst, 3, in));
 }
 
-void grad_max_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_max_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* ---- dense ----
  * y = op(a) @ op(b) with op transposing the last two dims when ta/tb:
@@ -232,7 +242,7 @@ void grad_max_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
  * written with ta/tb so that no transpose is materialised, except for a
  * transposed batched a times a 2-D b. A 2-D b broadcast over a's batch gets
  * the sum over the batch: one 2-D product when a's rows are contiguous. */
-void grad_matmul(GradCtx *g, Inst *inst) {
+static void grad_matmul(GradCtx *g, Inst *inst) {
   Inst *a = inst->in[0], *b = inst->in[1], *dy = DY;
   int ta = ir_get_int(inst, "ta", 0) != 0, tb = ir_get_int(inst, "tb", 0) != 0;
   bool bbatch = a->type.rank > 2 && b->type.rank == 2;
@@ -263,28 +273,28 @@ void grad_matmul(GradCtx *g, Inst *inst) {
 
 /* ---- other kernels ---- */
 
-void grad_softmax(GradCtx *g, Inst *inst) {
+static void grad_softmax(GradCtx *g, Inst *inst) {
   Inst *in[2] = {inst, DY};
   accum(g, X, grad_op(g, OP_softmax_grad, inst, 2, in));
 }
 
-void grad_log_softmax(GradCtx *g, Inst *inst) {
+static void grad_log_softmax(GradCtx *g, Inst *inst) {
   Inst *in[2] = {inst, DY};
   accum(g, X, grad_op(g, OP_log_softmax_grad, inst, 2, in));
 }
 
-void grad_softmax_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
-void grad_log_softmax_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_softmax_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_log_softmax_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* Labels are i32, never active. */
-void grad_cross_entropy(GradCtx *g, Inst *inst) {
+static void grad_cross_entropy(GradCtx *g, Inst *inst) {
   accum(g, X, ir_make(g->f, OP_cross_entropy_grad, inst->loc, 3, X, inst->in[1], DY));
 }
 
-void grad_cross_entropy_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_cross_entropy_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* y = mean((p - t)^2): dp = (2 dy / N) (p - t), dt = -dp */
-void grad_mse(GradCtx *g, Inst *inst) {
+static void grad_mse(GradCtx *g, Inst *inst) {
   Inst *p = inst->in[0], *t = inst->in[1];
   Inst *s = mk2(g, OP_mul, inst, DY, cnst(g, inst, 2.0 / (double)type_elems(&p->type)));
   Inst *dp = mk2(g, OP_mul, inst, mk2(g, OP_sub, inst, p, t), s);
@@ -294,32 +304,32 @@ void grad_mse(GradCtx *g, Inst *inst) {
     accum(g, t, mk1(g, OP_neg, inst, dp));
 }
 
-void grad_normalize(GradCtx *g, Inst *inst) {
+static void grad_normalize(GradCtx *g, Inst *inst) {
   Inst *in[2] = {X, DY};
   accum(g, X, grad_op(g, OP_normalize_grad, inst, 2, in));
 }
 
-void grad_normalize_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_normalize_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* Ids are i32, never active. */
-void grad_embedding(GradCtx *g, Inst *inst) {
+static void grad_embedding(GradCtx *g, Inst *inst) {
   Inst *in[2] = {inst->in[1], DY};
   Inst *r = ir_new(g->f, OP_embedding_grad, inst->loc, 2, in);
   ir_set_int(r, "rows", X->type.dim[0]);
   accum(g, X, ir_finish(r));
 }
 
-void grad_embedding_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_embedding_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* The same (p, seed) give the same mask. */
-void grad_dropout(GradCtx *g, Inst *inst) {
+static void grad_dropout(GradCtx *g, Inst *inst) {
   Inst *dy = DY;
   accum(g, X, grad_op(g, OP_dropout_grad, inst, 1, &dy));
 }
 
-void grad_dropout_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_dropout_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
-void grad_causal_mask(GradCtx *g, Inst *inst) {
+static void grad_causal_mask(GradCtx *g, Inst *inst) {
   Inst *dy = DY;
   Inst *r = ir_new(g->f, OP_causal_mask, inst->loc, 1, &dy);
   ir_set_float(r, "fill", 0);
@@ -328,9 +338,9 @@ void grad_causal_mask(GradCtx *g, Inst *inst) {
 
 /* ---- data movement ---- */
 
-void grad_reshape(GradCtx *g, Inst *inst) { accum(g, X, reshape(g, DY, &X->type, inst)); }
+static void grad_reshape(GradCtx *g, Inst *inst) { accum(g, X, reshape(g, DY, &X->type, inst)); }
 
-void grad_transpose(GradCtx *g, Inst *inst) {
+static void grad_transpose(GradCtx *g, Inst *inst) {
   int n;
   const int64_t *perm = ir_get_ints(inst, "perm", &n);
   int64_t inv[IR_MAX_RANK];
@@ -347,7 +357,7 @@ static int64_t axis_of(const Inst *inst) {
   return ax < 0 ? ax + inst->type.rank : ax;
 }
 
-void grad_slice(GradCtx *g, Inst *inst) {
+static void grad_slice(GradCtx *g, Inst *inst) {
   int64_t ax = axis_of(inst);
   Inst *dy = DY;
   Inst *r = ir_new(g->f, OP_pad, inst->loc, 1, &dy);
@@ -357,12 +367,12 @@ void grad_slice(GradCtx *g, Inst *inst) {
   accum(g, X, ir_finish(r));
 }
 
-void grad_pad(GradCtx *g, Inst *inst) {
+static void grad_pad(GradCtx *g, Inst *inst) {
   int64_t ax = axis_of(inst), b = ir_get_int(inst, "begin", 0);
   accum(g, X, slice(g, DY, ax, b, b + X->type.dim[ax], inst));
 }
 
-void grad_concat(GradCtx *g, Inst *inst) {
+static void grad_concat(GradCtx *g, Inst *inst) {
   int64_t ax = axis_of(inst), at = 0;
   for (int k = 0; k < inst->nin; k++) {
     Inst *x = inst->in[k];
@@ -372,7 +382,7 @@ void grad_concat(GradCtx *g, Inst *inst) {
   }
 }
 
-void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
+static void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
 
 /* ---- the pass ---- */
 
@@ -472,7 +482,7 @@ static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst
   for (int k = n - 1; k >= 0; k--) {
     Inst *i = f->inst.a[k];
     if (g.active[k] && g.adj[k])
-      ir_ops[i->op].grad(&g, i);
+      grad_fn[i->op](&g, i);
   }
 
   for (int k = 0; k < n; k++) {
@@ -508,7 +518,8 @@ Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d) {
   return f;
 }
 
-bool pass_autodiff(Module *m, Diag *d) {
+bool pass_autodiff(Module *m, Diag *d, PassRun *run) {
+  (void)run;
   if (!m->train.loss || ir_find_func(m, "train_step"))
     return true;
   for (int k = 0; k < m->func.n; k++)
@@ -543,8 +554,8 @@ static void no_collective(GradCtx *g, Inst *inst) {
              "the spmd pass, which runs after autodiff", ir_ops[inst->op].name);
 }
 
-void grad_all_reduce(GradCtx *g, Inst *inst) { no_collective(g, inst); }
-void grad_all_gather(GradCtx *g, Inst *inst) { no_collective(g, inst); }
-void grad_reduce_scatter(GradCtx *g, Inst *inst) { no_collective(g, inst); }
-void grad_all_to_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }
-void grad_shard_slice(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+static void grad_all_reduce(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+static void grad_all_gather(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+static void grad_reduce_scatter(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+static void grad_all_to_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+static void grad_shard_slice(GradCtx *g, Inst *inst) { no_collective(g, inst); }

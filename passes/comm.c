@@ -46,7 +46,7 @@
  *   all_to_all      S k / (k-1), a member's whole input (S leaves it)
  *
  * A figure for another group size, or for a method the op's kernel does not
- * have (comm_has_method; IR text can hold one), is ignored. A measured
+ * have (ir_has_method; IR text can hold one), is ignored. A measured
  * hierarchical all_reduce counts even on one node: libdtrt runs it there. */
 #include <assert.h>
 #include <math.h>
@@ -55,21 +55,6 @@
 #include "dtrt.h"
 #include "ir.h"
 #include "passes.h"
-
-const char *const comm_method_names[COMM_NMETHOD] = {"mpi", "ring", "grouped", "hierarchical",
-                                                     "padded"};
-static_assert(COMM_NMETHOD == DTRT_COMM_PADDED + 1, "a name per runtime method");
-
-bool comm_has_method(Op op, int method) {
-  switch (op) {
-  case OP_all_reduce: return method >= DTRT_COMM_MPI && method <= DTRT_COMM_HIER;
-  case OP_all_gather:
-    return method >= DTRT_COMM_MPI && method <= DTRT_COMM_PADDED && method != DTRT_COMM_HIER;
-  case OP_reduce_scatter: return method >= DTRT_COMM_MPI && method <= DTRT_COMM_GROUPED;
-  case OP_all_to_all: return method == DTRT_COMM_MPI || method == DTRT_COMM_RING;
-  default: return false;
-  }
-}
 
 /* ceil(log2 k) for k >= 1. */
 static int log2up(int k) {
@@ -103,7 +88,7 @@ static void link_of(const Module *m, const char *name, double *a, double *t) {
 static const Collective *measured(const Module *m, Op op, int method, int k) {
   for (int j = 0; m->cluster && j < m->cluster->coll.n; j++) {
     const Collective *c = &m->cluster->coll.a[j];
-    if (c->method == method && c->ranks == k && !strcmp(c->op, ir_ops[op].name))
+    if (c->method == method && c->ranks == k && c->op == op)
       return c;
   }
   return NULL;
@@ -150,7 +135,7 @@ double comm_cost(const Module *m, Op op, double bytes, const double *b, const in
                  int k, int method) {
   if (k < 2 || op == OP_shard_slice)
     return 0;
-  const Collective *f = comm_has_method(op, method) ? measured(m, op, method, k) : NULL;
+  const Collective *f = ir_has_method(op, method) ? measured(m, op, method, k) : NULL;
   if (f)
     return measured_cost(f, op, method, bytes, b, k);
   int node[SHARD_MAX_AXIS], nodes = 0, most = 0;
@@ -212,7 +197,7 @@ double comm_best(const Module *m, Op op, double bytes, const double *b, const in
                  int k, int *method) {
   int best = DTRT_COMM_MPI;
   double cost = comm_cost(m, op, bytes, b, members, k, best);
-  for (int j = 1; j < COMM_NMETHOD; j++) {
+  for (int j = 1; j < DTRT_COMM_COUNT; j++) {
     double t = comm_cost(m, op, bytes, b, members, k, j);
     if (t < cost)
       cost = t, best = j;
@@ -238,7 +223,7 @@ double comm_time(const Module *m, const Inst *c, const int *members, int k, int 
 int comm_choose(const Module *m, const Inst *c, const int *members, int k) {
   int best = DTRT_COMM_MPI;
   double cost = comm_time(m, c, members, k, best);
-  for (int method = 1; method < COMM_NMETHOD; method++) {
+  for (int method = 1; method < DTRT_COMM_COUNT; method++) {
     double t = comm_time(m, c, members, k, method);
     if (t < cost) {
       cost = t;
@@ -248,7 +233,8 @@ int comm_choose(const Module *m, const Inst *c, const int *members, int k) {
   return best;
 }
 
-bool pass_comm(Module *m, Diag *d) {
+bool pass_comm(Module *m, Diag *d, PassRun *run) {
+  (void)run;
   (void)d;
   if (!m->mesh.n)
     return true;

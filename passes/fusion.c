@@ -15,24 +15,6 @@
 
 #include "passes.h"
 
-Uses uses_build(Arena *a, const Func *f) {
-  int n = f->inst.n, total = 0;
-  Uses u = {arena_alloc(a, sizeof(int) * (size_t)(n + 1)), NULL};
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < f->inst.a[i]->nin; k++, total++)
-      u.off[f->inst.a[i]->in[k]->id + 1]++;
-  for (int i = 0; i < n; i++)
-    u.off[i + 1] += u.off[i];
-  u.u = arena_alloc(a, sizeof(Inst *) * (size_t)(total ? total : 1));
-  int *fill = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < f->inst.a[i]->nin; k++) {
-      int o = f->inst.a[i]->in[k]->id;
-      u.u[u.off[o] + fill[o]++] = f->inst.a[i];
-    }
-  return u;
-}
-
 typedef struct Fuser {
   Func *f;
   Uses use;
@@ -350,7 +332,7 @@ static void fuse_func(Func *f) {
   Arena *a = f->mod->arena;
   int n = f->inst.n;
   ir_renumber(f);
-  Fuser fu = {.f = f, .use = uses_build(a, f)};
+  Fuser fu = {.f = f, .use = ir_uses(a, f)};
   size_t ni = (size_t)n + 1;
   fu.grp = arena_alloc(a, sizeof(int) * ni);
   fu.parent = arena_alloc(a, sizeof(int) * ni);
@@ -364,7 +346,7 @@ static void fuse_func(Func *f) {
   for (int i = 0; i < n; i++) {
     Inst *x = f->inst.a[i];
     x->fuse = 0;
-    fu.gl[i] = x->op == OP_load || x->op == OP_store ? memplan_global(x) : NULL;
+    fu.gl[i] = x->op == OP_load || x->op == OP_store ? ir_global_of(x) : NULL;
   }
   for (int i = 0; i < n; i++)
     fu.movable[i] = f->inst.a[i]->op == OP_store && store_movable(&fu, f->inst.a[i]);
@@ -374,7 +356,8 @@ static void fuse_func(Func *f) {
   reschedule(&fu);
 }
 
-bool pass_fusion(Module *m, Diag *d) {
+bool pass_fusion(Module *m, Diag *d, PassRun *run) {
+  (void)run;
   (void)d;
   for (int k = 0; k < m->func.n; k++)
     fuse_func(m->func.a[k]);

@@ -19,10 +19,6 @@
 
 #define ALIGN 64
 
-const Global *memplan_global(const Inst *i) {
-  return ir_find_global(i->fn->mod, ir_get_str(i, "global", ""));
-}
-
 static int64_t round_up(int64_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 static int64_t bytes_of(const Type *t) { return type_elems(t) * (int64_t)dtype_size(t->dtype); }
@@ -30,29 +26,6 @@ static int64_t bytes_of(const Type *t) { return type_elems(t) * (int64_t)dtype_s
 static bool is_alias(const Inst *i) {
   return i->op == OP_reshape || i->op == OP_const || i->op == OP_lr || i->op == OP_load ||
          i->op == OP_store || i->op == OP_output;
-}
-
-/* The training loss leaves @forward's generated code, and that of its
- * per-device copies (codegen/emit.c's cg_live), so it cannot hold a value
- * there. */
-static bool dropped(const Inst *out) {
-  const char *loss = out->fn->mod->train.loss;
-  return loss && ir_func_is(out->fn, "forward") && !strcmp(ir_get_str(out, "name", ""), loss);
-}
-
-bool memplan_output_direct(const Inst *out) {
-  const Inst *v = out->in[0];
-  if (ir_ops[v->op].kind == K_ELEM)
-    return true;
-  if (is_alias(v) || dropped(out))
-    return false;
-  const Func *f = out->fn;
-  for (int k = 0; k < f->inst.n; k++) {
-    const Inst *o = f->inst.a[k];
-    if (o->op == OP_output && o->in[0] == v && !dropped(o))
-      return o == out;
-  }
-  return false;
 }
 
 /* A value's life in steps (a fusion group is one step). */
@@ -67,7 +40,7 @@ static bool needs_memory(const Inst *i, const Uses *u) {
   for (int k = u->off[i->id]; k < u->off[i->id + 1]; k++) {
     const Inst *x = u->u[k];
     if (ir_ops[i->op].kind != K_ELEM) {
-      if (x->op == OP_output && memplan_output_direct(x))
+      if (x->op == OP_output && ir_output_direct(x))
         return false;
     } else if (x->op != OP_output && (!i->fuse || x->fuse != i->fuse)) {
       return true;
@@ -79,7 +52,7 @@ static bool needs_memory(const Inst *i, const Uses *u) {
 static Life *lifetimes(Arena *a, Func *f, int *nstep) {
   ir_renumber(f);
   int n = f->inst.n;
-  Uses u = uses_build(a, f);
+  Uses u = ir_uses(a, f);
   Life *l = arena_alloc(a, sizeof(Life) * (size_t)(n + 1));
   int *root = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
   int step = -1;
@@ -102,7 +75,7 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
   const Global **gl = arena_alloc(a, sizeof(Global *) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
     const Inst *x = f->inst.a[i];
-    gl[i] = x->op == OP_load || x->op == OP_store ? memplan_global(x) : NULL;
+    gl[i] = x->op == OP_load || x->op == OP_store ? ir_global_of(x) : NULL;
   }
   for (int s = 0; s < n; s++) {
     if (f->inst.a[s]->op != OP_store)
@@ -170,7 +143,8 @@ static void plan_func(Func *f) {
   f->work_bytes = top;
 }
 
-bool pass_memplan(Module *m, Diag *d) {
+bool pass_memplan(Module *m, Diag *d, PassRun *run) {
+  (void)run;
   (void)d;
   for (int k = 0; k < m->func.n; k++)
     plan_func(m->func.a[k]);

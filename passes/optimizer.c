@@ -48,7 +48,7 @@ static Inst *lr(Opt *o, double beta1, double beta2) {
   const Train *t = &o->m->train;
   Inst *r = ir_new(o->f, OP_lr, t->loc, 0, NULL);
   ir_set_float(r, "base", t->lr);
-  ir_set_str(r, "schedule", t->schedule ? t->schedule : "constant");
+  ir_set_str(r, "schedule", dtrt_schedule_names[t->schedule >= 0 ? t->schedule : DT_SCHED_CONSTANT]);
   ir_set_int(r, "warmup", t->warmup);
   ir_set_int(r, "total", t->total);
   ir_set_float(r, "beta1", beta1);
@@ -63,7 +63,7 @@ static const char *state(Opt *o, int param, const char *suffix) {
   if (!ir_find_global(m, name)) {
     Global p = m->global.a[param];
     Global *s = ir_add_global(m, name, G_STATE, p.type, p.loc);
-    s->init = "zeros";
+    s->init = DT_INIT_ZEROS;
     s->shard = p.shard;
   }
   return name;
@@ -89,13 +89,9 @@ static Inst *axpby(Opt *o, double a, Inst *x, double b, Inst *y) {
 
 bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d) {
   const Train *t = &m->train;
-  const char *name = t->opt ? t->opt : "sgd";
-  bool sgd = !strcmp(name, "sgd"), adamw = !strcmp(name, "adamw");
-  bool adam = adamw || !strcmp(name, "adam");
-  if (!sgd && !adam) {
-    diag_error(d, t->loc, "unknown optimizer '%s' (sgd, adam, adamw)", name);
-    return false;
-  }
+  int kind = t->opt >= 0 ? t->opt : OPT_SGD;
+  const char *name = ir_opt_names[kind];
+  bool sgd = kind == OPT_SGD, adamw = kind == OPT_ADAMW, adam = adamw || kind == OPT_ADAM;
   if (adam && !(t->beta1 >= 0 && t->beta1 < 1 && t->beta2 >= 0 && t->beta2 < 1)) {
     diag_error(d, t->loc, "%s needs beta1 and beta2 in [0, 1), got %g and %g", name, t->beta1,
                t->beta2);

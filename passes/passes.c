@@ -1,8 +1,8 @@
-/* passes.c: the pass table. The driver runs these in order; each can be
- * printed after (--print-after=NAME) and timed (--time-passes). */
+/* passes.c: the pass table and the one function that runs it. The driver,
+ * the tests and the benchmarks all run the pipeline through passes_run. */
 #include <string.h>
+#include <time.h>
 
-#include "ir.h"
 #include "passes.h"
 
 const Pass pass_table[] = {
@@ -15,10 +15,54 @@ const Pass pass_table[] = {
   {"memplan", pass_memplan, "static liveness-based offsets in one arena per function"},
 };
 const int pass_count = COUNTOF(pass_table);
+static_assert(COUNTOF(pass_table) <= COUNTOF(((PassRun *)0)->ms), "a time slot per pass");
 
 const Pass *pass_lookup(const char *name) {
   for (int k = 0; k < pass_count; k++)
     if (!strcmp(pass_table[k].name, name))
       return &pass_table[k];
   return NULL;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static bool prints_after(const PassOptions *o, const char *pass) {
+  if (o->print_all)
+    return true;
+  for (int k = 0; k < o->nprint_after; k++)
+    if (!strcmp(o->print_after[k], pass))
+      return true;
+  return false;
+}
+
+bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
+  static const PassOptions all = {0};
+  PassRun local;
+  o = o ? o : &all;
+  run = run ? run : &local;
+  memset(run, 0, sizeof *run);
+  DTC_ASSERT(!o->stop_after || pass_lookup(o->stop_after));
+  for (int k = 0; k < pass_count; k++) {
+    const Pass *p = &pass_table[k];
+    double t0 = now_ms();
+    bool ok = p->run(m, d, run);
+    run->ms[k] = now_ms() - t0;
+    run->ran = k + 1;
+    if (!ok || d->nerr)
+      return false;
+    if (!ir_verify(m, d))
+      dtc_die(__FILE__, __LINE__, "IR does not verify after pass '%s'", p->name);
+    if (prints_after(o, p->name)) {
+      FILE *out = o->print_to ? o->print_to : stderr;
+      fprintf(out, "; IR after %s\n", p->name);
+      ir_print(out, m);
+    }
+    if (o->stop_after && !strcmp(o->stop_after, p->name))
+      break;
+  }
+  return true;
 }

@@ -1,14 +1,50 @@
-/* passes.h: the passes of pass_table (passes.c) and the helpers they share.
- * Sections are named after the file that owns them. */
+/* passes.h: the pass pipeline (passes.c), its passes and the helpers they
+ * share. The layer above the IR: it includes ir.h and the runtime's dtrt.h,
+ * nothing of the frontend or of code generation. Sections are named after
+ * the file that owns them. */
 #ifndef DTC_PASSES_H
 #define DTC_PASSES_H
 
 #include "ir.h"
 
+/* ---- passes.c --------------------------------------------------------- */
+
+typedef struct PlanInfo PlanInfo;
+
+/* What one run of the pipeline leaves beside the module. */
+typedef struct PassRun {
+  double ms[16];         /* by pass_table index: its time, 0 when it did not run */
+  int ran;               /* the passes that ran */
+  PlanInfo *plan;        /* the planner's record (plan.c); NULL when it did not plan */
+} PassRun;
+
+/* Every pass: requires what its file header says, guarantees what it says;
+ * false after reporting errors to d. It may leave results in run. */
+typedef bool (*PassFn)(Module *m, Diag *d, PassRun *run);
+
+typedef struct Pass { const char *name; PassFn run; const char *what; } Pass;
+extern const Pass pass_table[];
+extern const int pass_count;
+const Pass *pass_lookup(const char *name);
+
+typedef struct PassOptions {
+  const char *stop_after;          /* the last pass to run; NULL: all */
+  const char *const *print_after;  /* print the IR after these passes */
+  int nprint_after;
+  bool print_all;                  /* print the IR after every pass */
+  FILE *print_to;                  /* where printed IR goes; NULL: stderr */
+} PassOptions;
+
+/* Runs the passes of pass_table in order up to o->stop_after (every pass
+ * when o is NULL), verifying the IR after each (a failure is a bug in dtc)
+ * and printing it where o asks. run, when not NULL, receives each pass's
+ * time and results (zeroed first). False after a pass reported errors. */
+bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run);
+
 /* ---- autodiff.c ------------------------------------------------------- */
 
 /* Builds @train_step: forward, backward and optimizer update. */
-bool pass_autodiff(Module *m, Diag *d);
+bool pass_autodiff(Module *m, Diag *d, PassRun *run);
 /* Builds @name from src (which outputs m->train.loss): the forward, then
  * `output "loss"`, then one output per param the loss depends on, in global
  * order, named after the param and holding d loss / d param. No update. NULL
@@ -27,9 +63,9 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
 /* `plan auto`: chooses the forms of inputs and params and the per-device
  * ratios of their splits by the predicted step (a search over forms, a linear
  * program over ratios); `plan even`: the parallel block's forms, even. */
-bool pass_plan(Module *m, Diag *d);
+bool pass_plan(Module *m, Diag *d, PassRun *run);
 /* What the planner chose and predicted, for the report. */
-typedef struct PlanInfo {
+struct PlanInfo {
   int k;                 /* devices on the mesh axis */
   double *ratio;         /* [k] the ratios of every split (1/k each: even) */
   double *busy;          /* [k] seconds computing */
@@ -40,18 +76,19 @@ typedef struct PlanInfo {
   int ncoll, bottleneck, evals;
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
-} PlanInfo;
+};
 /* The device plan (--emit=plan): the forms of the parallel block and of the
  * plan, every device's ratio and busy time, the collectives, the predicted
- * step against the even plan's, and the bottleneck device; nothing unless
- * the planner ran (plan auto or even on a one-axis mesh with a cluster). */
-void plan_report(FILE *out, const Module *m);
+ * step against the even plan's, and the bottleneck device, from the
+ * planner's record pi; nothing when pi is NULL (the planner ran for plan
+ * auto or even on a one-axis mesh with a cluster). */
+void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
 
 /* ---- sharding.c ------------------------------------------------------- */
 
 /* Chooses the sharding of every value of @train_step and @forward and of
  * every global (Inst.shard, Global.shard) when the module has a mesh. */
-bool pass_sharding(Module *m, Diag *d);
+bool pass_sharding(Module *m, Diag *d, PassRun *run);
 #define SHARD_MAX_AXIS 64   /* devices along one mesh axis */
 /* The form of inst that yields result sharding r: what each operand must be
  * (req[k]), given what they are (cur[k]; NULL: not decided). False when no
@@ -82,7 +119,7 @@ double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
 
 /* Replaces @train_step and @forward by per-device copies @F.D (Func.device
  * = D, local shapes, explicit collectives). */
-bool pass_spmd(Module *m, Diag *d);
+bool pass_spmd(Module *m, Diag *d, PassRun *run);
 /* Bytes each device sends for collective c of a per-device function, from its
  * local types (the formulas of shard_step_bytes); 0 for shard_slice. */
 double spmd_comm_bytes(const Inst *c);
@@ -94,12 +131,7 @@ void spmd_report(FILE *out, const Module *m);
 
 /* Sets `method` on every collective of every per-device function: the
  * cheapest by comm_time, the lowest number on a tie. */
-bool pass_comm(Module *m, Diag *d);
-#define COMM_NMETHOD 5   /* DTRT_COMM_MPI .. DTRT_COMM_PADDED */
-/* "mpi", "ring", "grouped", "hierarchical", "padded", by method number. */
-extern const char *const comm_method_names[COMM_NMETHOD];
-/* Whether libdtrt's kernel of collective op implements `method` (DTRT_COMM_*). */
-bool comm_has_method(Op op, int method);
+bool pass_comm(Module *m, Diag *d, PassRun *run);
 /* Seconds collective c takes by `method` (DTRT_COMM_*) over the k mesh
  * positions `members` (its axis group), by the model documented in comm.c;
  * INFINITY for a method c's kernel does not have or, for hierarchical, a
@@ -121,28 +153,15 @@ int comm_choose(const Module *m, const Inst *c, const int *members, int k);
 
 /* Groups elementwise chains into loops (Inst.fuse) and reschedules each
  * function so a group's members are contiguous. */
-bool pass_fusion(Module *m, Diag *d);
-
-/* The users of every inst of a function, by id (ids must be current). */
-typedef struct Uses {
-  int *off;       /* users of inst i: u[off[i] .. off[i+1]) */
-  Inst **u;
-} Uses;
-Uses uses_build(Arena *a, const Func *f);
+bool pass_fusion(Module *m, Diag *d, PassRun *run);
 
 /* ---- memplan.c -------------------------------------------------------- */
 
 /* Gives every value that needs memory an offset in its function's work arena
  * (Inst.offset) and sets Func.work_bytes. */
-bool pass_memplan(Module *m, Diag *d);
+bool pass_memplan(Module *m, Diag *d, PassRun *run);
 /* Peak memory and the largest buffers of every function (--emit=plan). */
 void memplan_report(FILE *out, const Module *m);
-/* True when the producer of out's operand writes straight into the caller's
- * output buffer, so `output` itself copies nothing. */
-bool memplan_output_direct(const Inst *out);
-/* The global read or written by a load or store. */
-const Global *memplan_global(const Inst *i);
-
 /* ---- sim.c ------------------------------------------------------------ */
 
 /* The step simulator (--emit=sim): one training step of a module after spmd

@@ -13,7 +13,7 @@
  * every split carrying the planned ratios (multiples of 1e-6 summing to 1, the
  * same for every split, NULL when even); a parallel block that writes ratios,
  * `plan explicit`, two-axis meshes and modules without a mesh or cluster are
- * left as they are. Module.plan_info keeps the result for --emit=plan.
+ * left as they are. PassRun.plan keeps the record for --emit=plan.
  * Deterministic: the search visits choices in a fixed order and keeps the
  * first of equal costs.
  *
@@ -232,7 +232,7 @@ static void cost_build(Planner *p, Cost *c) {
   for (int k = 0; k < p->step->inst.n; k++) {
     const Inst *i = p->step->inst.a[k];
     if (i->op == OP_store) {
-      reshard(p, c, i->in[0], memplan_global(i)->shard);
+      reshard(p, c, i->in[0], ir_global_of(i)->shard);
       continue;
     }
     if (i->op == OP_output) {
@@ -386,7 +386,7 @@ static double evaluate(Planner *p, Sharding **A, bool even, double *r, Cost *c) 
   p->evals++;
   apply(p, A);
   int nerr = p->quiet.nerr;
-  p->propagated = pass_sharding(p->m, &p->quiet) && p->quiet.nerr == nerr;
+  p->propagated = pass_sharding(p->m, &p->quiet, NULL) && p->quiet.nerr == nerr;
   if (!p->propagated)
     return INFINITY;
   cost_build(p, c);
@@ -521,7 +521,7 @@ static bool user_ratios(const Module *m) {
   return false;
 }
 
-static void record(Planner *p, Sharding **A, const double *r, double step, double even) {
+static PlanInfo *record(Planner *p, Sharding **A, const double *r, double step, double even) {
   Module *m = p->m;
   PlanInfo *pi = arena_alloc(m->arena, sizeof *pi);
   memset(pi, 0, sizeof *pi);
@@ -545,7 +545,7 @@ static void record(Planner *p, Sharding **A, const double *r, double step, doubl
   for (int d = 0; d < p->k; d++)
     if (pi->busy[d] > pi->busy[pi->bottleneck])
       pi->bottleneck = d;
-  m->plan_info = pi;
+  return pi;
 }
 
 /* Integer ratios in millionths summing to 1, within every device's memory;
@@ -636,7 +636,7 @@ static Sharding **start(Planner *p, bool split_inputs) {
   return A;
 }
 
-static bool plan_auto(Module *m, Diag *d) {
+static bool plan_auto(Module *m, Diag *d, PassRun *run) {
   Planner p;
   if (!planner_init(&p, m) || user_ratios(m))
     return true;
@@ -669,15 +669,17 @@ static bool plan_auto(Module *m, Diag *d) {
   double step = step_time(&p, &c, rr, NULL);
   double even = step_time(&p, &c, NULL, NULL);
   double block = evaluate(&p, start(&p, false), true, r, &c);
-  record(&p, final, rr, step, even);
-  m->plan_info->block = block;
+  PlanInfo *pi = record(&p, final, rr, step, even);
+  pi->block = block;
+  if (run)
+    run->plan = pi;
   apply(&p, final);
   return true;
 }
 
 /* `plan even`: the parallel block's forms, even; the prediction for the
  * report when the module can be planned. */
-static bool plan_even(Module *m) {
+static bool plan_even(Module *m, PassRun *run) {
   for (int i = 0; i < m->global.n; i++) {
     Global *g = &m->global.a[i];
     for (int dd = 0; g->shard && dd < g->type.rank; dd++)
@@ -691,27 +693,28 @@ static bool plan_even(Module *m) {
   Cost c;
   double even = evaluate(&p, user, true, r, &c);
   if (even < INFINITY) {
-    record(&p, user, r, even, even);
-    m->plan_info->block = even;
+    PlanInfo *pi = record(&p, user, r, even, even);
+    pi->block = even;
+    if (run)
+      run->plan = pi;
   }
   apply(&p, p.user);
   return true;
 }
 
-bool pass_plan(Module *m, Diag *d) {
+bool pass_plan(Module *m, Diag *d, PassRun *run) {
   if (!m->mesh.n || m->plan == PLAN_EXPLICIT || m->plan == PLAN_NONE)
     return true;
   if (m->plan == PLAN_EVEN)
-    return plan_even(m);
-  return plan_auto(m, d);
+    return plan_even(m, run);
+  return plan_auto(m, d, run);
 }
 
 /* ---- the report ---- */
 
-void plan_report(FILE *out, const Module *m) {
+void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
   static const char *modes[] = {"none", "auto", "even", "explicit"};
   static_assert(COUNTOF(modes) == PLAN_EXPLICIT + 1, "plan mode names");
-  const PlanInfo *pi = m->plan_info;
   if (!pi)
     return;
   const Mesh *mesh = &m->mesh.a[0];

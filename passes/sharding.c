@@ -597,14 +597,11 @@ typedef struct Ctx {
   Sharding **gs;       /* by global: its sharding (the owner's entry counts), NULL: open */
   int *owner;          /* by global: the global whose sharding it shares */
   bool changed;
+  bool planned;        /* plan auto chose the forms (its conflicts by cost) */
   VEC(Loc) noted;
 } Ctx;
 
-static const Global *global_of(const Inst *i) {
-  return ir_find_global(i->fn->mod, ir_get_str(i, "global", ""));
-}
-
-static int gindex(Ctx *c, const Inst *i) { return c->owner[global_of(i) - c->m->global.a]; }
+static int gindex(Ctx *c, const Inst *i) { return c->owner[ir_global_of(i) - c->m->global.a]; }
 
 /* A copy for the IR, partial axes written out only when not the default. */
 static Sharding *keep(Ctx *c, const Sharding *s, int rank) {
@@ -856,7 +853,7 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
     return;
   set_shard(c, i, &best.r);
   /* plan auto chose its conflicts by cost; the notes are for the user's. */
-  if (best.conflict && !(m->plan == PLAN_AUTO && m->plan_info))
+  if (best.conflict && !c->planned)
     note_choice(c, i, &best, have_next ? &next : NULL);
 }
 
@@ -879,7 +876,7 @@ static bool needs_sum(Ctx *c, const Inst *u, int k) {
  * reduction then being shared (spmd makes each reshard once). */
 static void share_reductions(Ctx *c, Func *f) {
   ir_renumber(f);
-  Uses u = uses_build(c->m->arena, f);
+  Uses u = ir_uses(c->m->arena, f);
   for (int k = 0; k < f->inst.n; k++) {
     Inst *i = f->inst.a[k];
     if (!ir_partial_axes(c->m, i->shard, i->type.rank) || i->op == OP_load)
@@ -973,7 +970,7 @@ static int owner_of(const Module *m, int g) {
   return pg && pg->kind == G_PARAM ? (int)(pg - m->global.a) : g;
 }
 
-bool pass_sharding(Module *m, Diag *d) {
+bool pass_sharding(Module *m, Diag *d, PassRun *run) {
   if (m->mesh.n == 0)
     return true;
   if (m->mesh.n > 1) {
@@ -989,7 +986,7 @@ bool pass_sharding(Module *m, Diag *d) {
       return false;
     }
   int ng = m->global.n, nerr = d->nerr;
-  Ctx c = {.m = m, .d = d};
+  Ctx c = {.m = m, .d = d, .planned = m->plan == PLAN_AUTO && run && run->plan};
   c.gs = arena_alloc(m->arena, sizeof *c.gs * (size_t)(ng + 1));
   c.owner = arena_alloc(m->arena, sizeof *c.owner * (size_t)(ng + 1));
   for (int g = 0; g < ng; g++) {

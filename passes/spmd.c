@@ -224,7 +224,8 @@ static Func *copy_func(Ctx *c, Func *src, int dev) {
   return c->f;
 }
 
-bool pass_spmd(Module *m, Diag *d) {
+bool pass_spmd(Module *m, Diag *d, PassRun *run) {
+  (void)run;
   if (m->mesh.n == 0)
     return true;
   const Mesh *mesh = &m->mesh.a[0];
@@ -331,7 +332,7 @@ static void report_collectives(FILE *out, const Module *m, const char *name) {
             at);
     print_size(out, b);
     if (ir_attr(c, "method"))
-      fprintf(out, " by %s", comm_method_names[ir_get_int(c, "method", 0)]);
+      fprintf(out, " by %s", dtrt_comm_method_names[ir_get_int(c, "method", 0)]);
     fputc('\n', out);
     total += b;
     n++;

@@ -19,6 +19,7 @@
 #ifndef DTRT_H
 #define DTRT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -131,19 +132,69 @@ DTRT_KERNEL(pad);
 DTRT_KERNEL(concat);
 DTRT_KERNEL(broadcast);
 
-/* Learning rate at `step` (0-based). kind: 0 constant, 1 linear warm-up then
- * constant, 2 linear warm-up then cosine decay to 0 at `total`. When beta1 > 0
+/* ---- facts the compiler shares -----------------------------------------
+ * Numbers that dtc writes into generated code and libdtrt reads, defined
+ * once here; the names are their spellings in the language and the IR. */
+
+/* Learning-rate schedules: dtrt_lr's kind. */
+typedef enum DtSchedule {
+  DT_SCHED_CONSTANT, DT_SCHED_WARMUP, DT_SCHED_COSINE, DT_SCHED_COUNT
+} DtSchedule;
+extern const char *const dtrt_schedule_names[DT_SCHED_COUNT];  /* "constant", ... */
+
+/* Initialisers of params and optimizer state: DtGlobalDesc.init. */
+typedef enum DtInit {
+  DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIFORM, DT_INIT_COUNT
+} DtInit;
+extern const char *const dtrt_init_names[DT_INIT_COUNT];       /* "zeros", ... */
+
+/* The methods of the collective kernels (their last optional attribute). */
+typedef enum DtCommMethod {
+  DTRT_COMM_MPI,        /* MPI's own collective (Allreduce, Allgatherv,
+                           Reduce_scatter, Alltoallv); the default */
+  DTRT_COMM_RING,       /* ring of MPI_Sendrecv: for all_reduce a ring
+                           reduce-scatter then a ring all-gather over p
+                           near-even chunks; a pairwise exchange for
+                           all_to_all */
+  DTRT_COMM_GROUPED,    /* one MPI_Bcast (all_gather) or MPI_Reduce
+                           (reduce_scatter) rooted at each member with a
+                           non-empty block; for all_reduce an MPI_Reduce to
+                           member 0 then an MPI_Bcast from it */
+  DTRT_COMM_HIER,       /* all_reduce only: MPI_Reduce inside each node (the
+                           ranks MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
+                           puts together) to its first member, MPI_Allreduce
+                           among those node leaders, MPI_Bcast inside nodes */
+  DTRT_COMM_PADDED,     /* all_gather only: every block padded to the
+                           largest, MPI_Allgather, then compacted */
+  DTRT_COMM_COUNT
+} DtCommMethod;
+extern const char *const dtrt_comm_method_names[DTRT_COMM_COUNT];  /* "mpi", "ring", ... */
+
+/* The collectives that take a method, and the methods each implements. */
+typedef enum DtColl {
+  DT_COLL_ALL_REDUCE, DT_COLL_ALL_GATHER, DT_COLL_REDUCE_SCATTER, DT_COLL_ALL_TO_ALL,
+  DT_COLL_COUNT
+} DtColl;
+extern const char *const dtrt_coll_names[DT_COLL_COUNT];       /* "all_reduce", ... */
+/* Whether collective c's kernel implements method (a DtCommMethod). */
+bool dtrt_coll_has_method(DtColl c, int method);
+
+/* The index of s in names[0..n), or -1. */
+int dtrt_name_index(const char *const *names, int n, const char *s);
+
+/* Learning rate at `step` (0-based), by schedule `kind` (DtSchedule):
+ * constant, linear warm-up then constant, linear warm-up then cosine decay to
+ * 0 at `total`. When beta1 > 0
  * the Adam bias correction sqrt(1-beta2^t)/(1-beta1^t), t = step+1, is folded in.
  * Exactly: during warm-up (step < warmup) lr = base * (step+1) / warmup; after
- * it kind 1 gives base and kind 2 gives base * (1 + cos(pi * f)) / 2 with
+ * it warmup gives base and cosine gives base * (1 + cos(pi * f)) / 2 with
  * f = (step - warmup) / (total - warmup) clamped to 1 (so 0 from `total` on, and
- * at once when total <= warmup). Other kinds act as 0; a negative step as 0. */
+ * at once when total <= warmup). Other kinds act as constant; a negative step
+ * as 0. */
 float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1,
               double beta2, int64_t step);
 
 /* ---- initialisers ----------------------------------------------------- */
-
-enum { DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIFORM };
 
 /* Fills p[0..n) deterministically from (seed, stream): the same arguments give
  * the same values on every machine. glorot: uniform(+-sqrt(6/(fan_in+fan_out))),
@@ -284,25 +335,7 @@ DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local);
  * coordinate on the axis) and blocks in member order along the dim, uneven
  * lengths and empty blocks allowed. With DtAttrs holding 16 ints, listed
  * groups have at most 13 members (12 for all_to_all, 6 with both lists). In a
- * group of one every collective is a copy. Methods: */
-enum {
-  DTRT_COMM_MPI = 0,    /* MPI's own collective (Allreduce, Allgatherv,
-                           Reduce_scatter, Alltoallv); the default */
-  DTRT_COMM_RING = 1,   /* ring of MPI_Sendrecv: for all_reduce a ring
-                           reduce-scatter then a ring all-gather over p
-                           near-even chunks; a pairwise exchange for
-                           all_to_all */
-  DTRT_COMM_GROUPED = 2, /* one MPI_Bcast (all_gather) or MPI_Reduce
-                           (reduce_scatter) rooted at each member with a
-                           non-empty block; for all_reduce an MPI_Reduce to
-                           member 0 then an MPI_Bcast from it */
-  DTRT_COMM_HIER = 3,   /* all_reduce only: MPI_Reduce inside each node (the
-                           ranks MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
-                           puts together) to its first member, MPI_Allreduce
-                           among those node leaders, MPI_Bcast inside nodes */
-  DTRT_COMM_PADDED = 4  /* all_gather only: every block padded to the
-                           largest, MPI_Allgather, then compacted */
-};
+ * group of one every collective is a copy. Methods: DtCommMethod. */
 DTRT_KERNEL(all_reduce);
 DTRT_KERNEL(all_gather);
 DTRT_KERNEL(reduce_scatter);

@@ -106,33 +106,57 @@ static void slab(void *t, const DtTensor *shape, int d, int64_t at, int64_t len,
 
 static MPI_Datatype mpi_type(int dtype) { return dtype == DTRT_I32 ? MPI_INT32_T : MPI_FLOAT; }
 
-/* The entry of every collective: one input, the group of mesh axis a->i[0];
- * then, after `fixed` attributes and, when `listed`, the p members' block
- * lengths, an optional method (below nmethod, default DTRT_COMM_MPI) and, when
- * `more`, optionally p more lengths. *rest: where those more lengths start,
- * or -1. */
-static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
-                      const DtTensor *out, const DtAttrs *a, int fixed, bool listed, int nmethod,
-                      bool more, DtGroup *g, int *method, int *rest) {
+/* The int attributes of a collective kernel: `fixed` ones (the mesh axis
+ * first), then, when `listed`, the p members' block lengths, then a method
+ * when the kernel takes one (coll >= 0; default DTRT_COMM_MPI) and, when
+ * `more`, optionally p more lengths. */
+typedef struct Layout {
+  const char *op;
+  int fixed;
+  bool listed, more;
+  int coll;                /* DtColl, -1: no method */
+} Layout;
+
+static const Layout all_reduce_l = {"all_reduce", 1, false, false, DT_COLL_ALL_REDUCE};
+static const Layout all_gather_l = {"all_gather", 2, true, false, DT_COLL_ALL_GATHER};
+static const Layout reduce_scatter_l = {"reduce_scatter", 2, true, false, DT_COLL_REDUCE_SCATTER};
+static const Layout all_to_all_l = {"all_to_all", 3, true, true, DT_COLL_ALL_TO_ALL};
+static const Layout shard_slice_l = {"shard_slice", 2, true, false, -1};
+
+/* One call's group, method, and where its `more` lengths start (-1: none). */
+typedef struct Call {
+  DtGroup g;
+  int method, rest;
+} Call;
+
+/* The entry of every collective: one input, the group of mesh axis a->i[0],
+ * the attributes of layout l. */
+static DtStatus begin(DtrtCtx *ctx, const Layout *l, const DtTensor *in, int nin,
+                      const DtTensor *out, const DtAttrs *a, Call *call) {
+  const char *op = l->op;
   DtStatus s;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, DTRT_MAX_IATTRS, 0)))
     return s;
   if (dtrt_ni(a) < 1)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: no mesh axis attribute", op);
-  if ((s = dtrt_group(ctx, op, a->i[0], g)))
+  if ((s = dtrt_group(ctx, op, a->i[0], &call->g)))
     return s;
-  int ni = a->ni, p = g->size, need = fixed + (listed ? p : 0);
-  if (ni != need && (!nmethod || ni != need + 1) && !(more && ni == need + 1 + p))
+  int ni = a->ni, p = call->g.size, need = l->fixed + (l->listed ? p : 0);
+  bool method = l->coll >= 0;
+  if (ni != need && (!method || ni != need + 1) && !(l->more && ni == need + 1 + p))
     return dtrt_fail(ctx, DT_ERR_ARG,
                      "%s: %d int attributes; over a group of %d it takes %d%s%s (at most %d)", op,
-                     ni, p, need, nmethod ? ", or one more for the method" : "",
-                     more ? ", then optionally the input's block lengths" : "", DTRT_MAX_IATTRS);
-  int64_t m = DTRT_COMM_MPI;
-  if (ni > need && ((m = a->i[need]) < 0 || m >= nmethod))
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: method %lld unknown (0 to %d)", op, (long long)m,
-                     nmethod - 1);
-  *method = (int)m;
-  *rest = ni == need + 1 + p ? need + 1 : -1;
+                     ni, p, need, method ? ", or one more for the method" : "",
+                     l->more ? ", then optionally the input's block lengths" : "",
+                     DTRT_MAX_IATTRS);
+  int64_t m = ni > need ? a->i[need] : DTRT_COMM_MPI;
+  bool known = m >= 0 && m < DTRT_COMM_COUNT;
+  if (m != DTRT_COMM_MPI && !(known && dtrt_coll_has_method(l->coll, (int)m)))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: method %lld%s%s%s is not one of its methods", op,
+                     (long long)m, known ? " (" : "", known ? dtrt_comm_method_names[m] : "",
+                     known ? ")" : "");
+  call->method = (int)m;
+  call->rest = ni == need + 1 + p ? need + 1 : -1;
   return DT_OK;
 }
 
@@ -296,24 +320,23 @@ static DtStatus all_reduce_hier(DtrtCtx *ctx, const char *op, const DtGroup *g, 
  * group, of in's shape; out->data may be in->data. */
 DTRT_TRACED(all_reduce, DTRT_TID_COMM) {
   const char *op = "all_reduce";
-  DtGroup g;
-  int method = 0, rest = -1;
+  Call call;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 1, false, 4, false, &g, &method, &rest)) ||
+  if ((s = begin(ctx, &all_reduce_l, in, nin, out, a, &call)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
     return s;
   int64_t n = dtrt_numel(out);
-  if (g.size == 1)
+  if (call.g.size == 1)
     return copy(&in[0], out);
-  if (method == DTRT_COMM_MPI)
-    return all_reduce_mpi(ctx, op, &g, in[0].data, out->data, n);
+  if (call.method == DTRT_COMM_MPI)
+    return all_reduce_mpi(ctx, op, &call.g, in[0].data, out->data, n);
   copy(&in[0], out);
-  if (method == DTRT_COMM_GROUPED)
-    return all_reduce_grouped(ctx, op, g.comm, g.me, out->data, n);
-  if (method == DTRT_COMM_HIER)
-    return all_reduce_hier(ctx, op, &g, out->data, n);
-  return all_reduce_ring(ctx, op, &g, out->data, n);
+  if (call.method == DTRT_COMM_GROUPED)
+    return all_reduce_grouped(ctx, op, call.g.comm, call.g.me, out->data, n);
+  if (call.method == DTRT_COMM_HIER)
+    return all_reduce_hier(ctx, op, &call.g, out->data, n);
+  return all_reduce_ring(ctx, op, &call.g, out->data, n);
 }
 
 /* The split dim a->i[1] of a gather (out whole, in this member's block) or a
@@ -377,19 +400,16 @@ static DtStatus gather_padded(DtrtCtx *ctx, const char *op, const DtGroup *g, co
  * copied into place (outer runs of len * inner elements each). */
 DTRT_TRACED(all_gather, DTRT_TID_COMM) {
   const char *op = "all_gather";
-  DtGroup g;
-  int method = 0, rest = -1, d;
+  Call call;
+  int d;
   Split sp;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 5, false, &g, &method, &rest)))
-    return s;
-  if (method == DTRT_COMM_HIER)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: method 3 (hierarchical) is for all_reduce only", op);
-  if ((s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
+  if ((s = begin(ctx, &all_gather_l, in, nin, out, a, &call)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
       (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
-      (s = gather_split(ctx, op, a, &g, &in[0], out, true, &d, &sp)))
+      (s = gather_split(ctx, op, a, &call.g, &in[0], out, true, &d, &sp)))
     return s;
-  if (g.size == 1) {
+  if (call.g.size == 1) {
     free_splits(ctx, &sp);
     return copy(&in[0], out);
   }
@@ -400,25 +420,25 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
     free_splits(ctx, &sp);
     return DT_ERR_NOMEM;
   }
-  int me = g.me;
-  if (method == DTRT_COMM_MPI) {
+  int me = call.g.me;
+  if (call.method == DTRT_COMM_MPI) {
     s = dtrt_mpi(ctx, MPI_Allgatherv(in[0].data, sp.cnt[me], type, y, sp.cnt, sp.dsp, type,
-                                     g.comm),
+                                     call.g.comm),
                  op, "MPI_Allgatherv");
-  } else if (method == DTRT_COMM_PADDED) {
-    s = gather_padded(ctx, op, &g, in[0].data, y, &sp, type);
+  } else if (call.method == DTRT_COMM_PADDED) {
+    s = gather_padded(ctx, op, &call.g, in[0].data, y, &sp, type);
   } else {
     if (sp.cnt[me])
       memcpy(y + sp.dsp[me], in[0].data, (size_t)sp.cnt[me] * 4);
-    if (method == DTRT_COMM_RING)
-      s = ring_gather(ctx, op, &g, y, &sp, type);
-    for (int m = 0; method == DTRT_COMM_GROUPED && !s && m < g.size; m++)
+    if (call.method == DTRT_COMM_RING)
+      s = ring_gather(ctx, op, &call.g, y, &sp, type);
+    for (int m = 0; call.method == DTRT_COMM_GROUPED && !s && m < call.g.size; m++)
       if (sp.cnt[m])
-        s = dtrt_mpi(ctx, MPI_Bcast(y + sp.dsp[m], sp.cnt[m], type, m, g.comm), op,
+        s = dtrt_mpi(ctx, MPI_Bcast(y + sp.dsp[m], sp.cnt[m], type, m, call.g.comm), op,
                      "MPI_Bcast");
   }
   if (!direct) {
-    for (int m = 0; !s && m < g.size; m++)
+    for (int m = 0; !s && m < call.g.size; m++)
       slab(out->data, out, d, sp.off[m], sp.len[m], y + sp.dsp[m], false);
     dtrt_free(ctx, y);
   }
@@ -433,23 +453,23 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
  * packed copy (the ring always works on a copy, as it sums in place). */
 DTRT_TRACED(reduce_scatter, DTRT_TID_COMM) {
   const char *op = "reduce_scatter";
-  DtGroup g;
-  int method = 0, rest = -1, d;
+  Call call;
+  int d;
   Split sp;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 3, false, &g, &method, &rest)) ||
+  if ((s = begin(ctx, &reduce_scatter_l, in, nin, out, a, &call)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
       (s = dtrt_check(ctx, op, "output", out, DTRT_F32)) ||
-      (s = gather_split(ctx, op, a, &g, &in[0], out, false, &d, &sp)))
+      (s = gather_split(ctx, op, a, &call.g, &in[0], out, false, &d, &sp)))
     return s;
-  if (g.size == 1) {
+  if (call.g.size == 1) {
     free_splits(ctx, &sp);
     return copy(&in[0], out);
   }
   int64_t n = dtrt_numel(&in[0]), most = 0;
-  for (int m = 0; m < g.size; m++)
+  for (int m = 0; m < call.g.size; m++)
     most = sp.cnt[m] > most ? sp.cnt[m] : most;
-  bool packed = outer_of(&in[0], d) == 1, ring = method == DTRT_COMM_RING;
+  bool packed = outer_of(&in[0], d) == 1, ring = call.method == DTRT_COMM_RING;
   const float *x = in[0].data;
   float *tmp = NULL;
   if (!packed || ring) {
@@ -458,22 +478,22 @@ DTRT_TRACED(reduce_scatter, DTRT_TID_COMM) {
       free_splits(ctx, &sp);
       return DT_ERR_NOMEM;
     }
-    for (int m = 0; m < g.size; m++)
+    for (int m = 0; m < call.g.size; m++)
       slab(in[0].data, &in[0], d, sp.off[m], sp.len[m], tmp + sp.dsp[m], true);
     x = tmp;
   }
-  if (method == DTRT_COMM_MPI) {
-    s = dtrt_mpi(ctx, MPI_Reduce_scatter(x, out->data, sp.cnt, MPI_FLOAT, MPI_SUM, g.comm), op,
+  if (call.method == DTRT_COMM_MPI) {
+    s = dtrt_mpi(ctx, MPI_Reduce_scatter(x, out->data, sp.cnt, MPI_FLOAT, MPI_SUM, call.g.comm), op,
                  "MPI_Reduce_scatter");
   } else if (ring) {
-    s = ring_reduce(ctx, op, &g, tmp, &sp, tmp + n);
-    if (!s && sp.cnt[g.me])
-      memcpy(out->data, tmp + sp.dsp[g.me], (size_t)sp.cnt[g.me] * 4);
+    s = ring_reduce(ctx, op, &call.g, tmp, &sp, tmp + n);
+    if (!s && sp.cnt[call.g.me])
+      memcpy(out->data, tmp + sp.dsp[call.g.me], (size_t)sp.cnt[call.g.me] * 4);
   } else {
-    for (int m = 0; !s && m < g.size; m++)
+    for (int m = 0; !s && m < call.g.size; m++)
       if (sp.cnt[m])
         s = dtrt_mpi(ctx, MPI_Reduce(x + sp.dsp[m], out->data, sp.cnt[m], MPI_FLOAT, MPI_SUM,
-                                     m, g.comm),
+                                     m, call.g.comm),
                      op, "MPI_Reduce");
   }
   dtrt_free(ctx, tmp);
@@ -533,10 +553,10 @@ static DtStatus exchange(DtrtCtx *ctx, const char *op, const DtGroup *g, int met
  * falls in m's block along dout. */
 DTRT_TRACED(all_to_all, DTRT_TID_COMM) {
   const char *op = "all_to_all";
-  DtGroup g;
-  int method = 0, rest = -1, di, dout;
+  Call call;
+  int di, dout;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 3, true, 2, true, &g, &method, &rest)) ||
+  if ((s = begin(ctx, &all_to_all_l, in, nin, out, a, &call)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
       (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
       (s = dtrt_axis(ctx, op, a->i[1], in[0].rank, &di)) ||
@@ -547,11 +567,11 @@ DTRT_TRACED(all_to_all, DTRT_TID_COMM) {
   if ((s = same_but(ctx, op, &in[0], out, di, dout)))
     return s;
   const DtTensor *x = &in[0];
-  int p = g.size, me = g.me;
+  int p = call.g.size, me = call.g.me;
   Split sp[2];
   if (!alloc_splits(ctx, p, sp, 2))
     return DT_ERR_NOMEM;
-  if (!(s = cut(ctx, op, "input's split", rest < 0 ? NULL : &a->i[rest], p, out->dim[di],
+  if (!(s = cut(ctx, op, "input's split", call.rest < 0 ? NULL : &a->i[call.rest], p, out->dim[di],
                 unit_of(out, di, -1), &sp[0])) &&
       !(s = cut(ctx, op, "output's split", &a->i[3], p, x->dim[dout], unit_of(x, dout, -1),
                 &sp[1]))) {
@@ -564,7 +584,7 @@ DTRT_TRACED(all_to_all, DTRT_TID_COMM) {
     else if (p == 1)
       s = copy(x, out);
     else
-      s = exchange(ctx, op, &g, method, x, out, di, dout, sp);
+      s = exchange(ctx, op, &call.g, call.method, x, out, di, dout, sp);
   }
   free_splits(ctx, sp);
   return s;
@@ -575,16 +595,16 @@ DTRT_TRACED(all_to_all, DTRT_TID_COMM) {
  * i32. */
 DTRT_TRACED(shard_slice, DTRT_TID_COMM) {
   const char *op = "shard_slice";
-  DtGroup g;
-  int method = 0, rest = -1, d;
+  Call call;
+  int d;
   Split sp;
   DtStatus s;
-  if ((s = begin(ctx, op, in, nin, out, a, 2, true, 0, false, &g, &method, &rest)) ||
+  if ((s = begin(ctx, &shard_slice_l, in, nin, out, a, &call)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
       (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
-      (s = gather_split(ctx, op, a, &g, &in[0], out, false, &d, &sp)))
+      (s = gather_split(ctx, op, a, &call.g, &in[0], out, false, &d, &sp)))
     return s;
-  slab(in[0].data, &in[0], d, sp.off[g.me], sp.len[g.me], out->data, true);
+  slab(in[0].data, &in[0], d, sp.off[call.g.me], sp.len[call.g.me], out->data, true);
   free_splits(ctx, &sp);
   return DT_OK;
 }

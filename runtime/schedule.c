@@ -8,10 +8,10 @@ float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1
   if (step < 0)
     step = 0;
   double lr = base, t = (double)step + 1;
-  if (kind == 1 || kind == 2) {
+  if (kind == DT_SCHED_WARMUP || kind == DT_SCHED_COSINE) {
     if (step < warmup) {
       lr = base * t / (double)warmup;
-    } else if (kind == 2) {
+    } else if (kind == DT_SCHED_COSINE) {
       double f = total > warmup ? (double)(step - warmup) / (double)(total - warmup) : 1;
       lr = base * 0.5 * (1 + cos(3.14159265358979323846 * (f < 1 ? f : 1)));
     }

@@ -51,14 +51,15 @@ static const char usage[] =
   "  --version            the version\n";
 
 typedef struct Driver {
-  Options opt;
+  CgOptions opt;             /* -o, --emit, --target, -mcpu, -O */
+  const char *input;         /* the source path */
+  const char *cluster_file;  /* --cluster */
+  bool time_passes;
   const char *defs[64];
   int ndefs;
   const char *print_after[32];
-  int nprint_after;
-  bool print_all;
-  const char *stop_after;
-  double pass_ms[64];
+  PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
+  PassRun run;
 } Driver;
 
 static int fail(const char *fmt, ...) {
@@ -89,7 +90,9 @@ static const char *opt_value(const char *arg, const char *prefix) {
 }
 
 static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
-  Options *o = &dr->opt;
+  CgOptions *o = &dr->opt;
+  PassOptions *po = &dr->pass;
+  po->print_after = dr->print_after;
   o->opt_level = 2;
   o->emit = "obj";
   const char *v;
@@ -133,21 +136,21 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
     } else if ((v = opt_value(a, "-mcpu="))) {
       o->cpu = v;
     } else if ((v = opt_value(a, "--cluster="))) {
-      o->cluster_file = v;
+      dr->cluster_file = v;
     } else if ((v = opt_value(a, "--stop-after="))) {
       if (!pass_lookup(v))
         return fail("unknown pass '%s' in '--stop-after' (see --list-passes)", v);
-      dr->stop_after = v;
+      po->stop_after = v;
     } else if ((v = opt_value(a, "--print-after="))) {
       if (!pass_lookup(v))
         return fail("unknown pass '%s' in '--print-after' (see --list-passes)", v);
-      if (dr->nprint_after == COUNTOF(dr->print_after))
+      if (po->nprint_after == COUNTOF(dr->print_after))
         return fail("too many --print-after options");
-      dr->print_after[dr->nprint_after++] = v;
+      dr->print_after[po->nprint_after++] = v;
     } else if (!strcmp(a, "--print-after-all")) {
-      dr->print_all = true;
+      po->print_all = true;
     } else if (!strcmp(a, "--time-passes")) {
-      o->time_passes = true;
+      dr->time_passes = true;
     } else if (!strcmp(a, "-Werror")) {
       d->werror = true;
     } else if (!strcmp(a, "-Wno-unused")) {
@@ -162,54 +165,24 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       d->max_errors = (int)n;
     } else if (a[0] == '-' && a[1]) {
       return fail("unknown argument: '%s' (see dtc --help)", a);
-    } else if (o->input) {
-      return fail("more than one input file: '%s' and '%s'", o->input, a);
+    } else if (dr->input) {
+      return fail("more than one input file: '%s' and '%s'", dr->input, a);
     } else {
-      o->input = a;
+      dr->input = a;
     }
   }
-  if (!o->input)
+  if (!dr->input)
     return fail("no input file (see dtc --help)");
-  if (dr->stop_after && strcmp(o->emit, "ir"))
+  if (po->stop_after && strcmp(o->emit, "ir"))
     return fail("'--stop-after' needs '--emit=ir'");
   return 0;
-}
-
-static bool print_after(const Driver *dr, const char *pass) {
-  if (dr->print_all)
-    return true;
-  for (int k = 0; k < dr->nprint_after; k++)
-    if (!strcmp(dr->print_after[k], pass))
-      return true;
-  return false;
-}
-
-/* Runs passes in table order up to and including `last` (all when NULL). */
-static bool run_passes(Driver *dr, Module *m, Diag *d, const char *last) {
-  for (int k = 0; k < pass_count; k++) {
-    const Pass *p = &pass_table[k];
-    double t0 = now_ms();
-    bool ok = p->run(m, d);
-    dr->pass_ms[k] = now_ms() - t0;
-    if (!ok || d->nerr)
-      return false;
-    if (!ir_verify(m, d))
-      dtc_die(__FILE__, __LINE__, "IR does not verify after pass '%s'", p->name);
-    if (print_after(dr, p->name)) {
-      fprintf(stderr, "; IR after %s\n", p->name);
-      ir_print(stderr, m);
-    }
-    if (last && !strcmp(last, p->name))
-      break;
-  }
-  return true;
 }
 
 static void time_report(const Driver *dr, double fe_ms, double cg_ms) {
   fprintf(stderr, "%-10s %10s\n", "pass", "ms");
   fprintf(stderr, "%-10s %10.3f\n", "frontend", fe_ms);
   for (int k = 0; k < pass_count; k++)
-    fprintf(stderr, "%-10s %10.3f\n", pass_table[k].name, dr->pass_ms[k]);
+    fprintf(stderr, "%-10s %10.3f\n", pass_table[k].name, dr->run.ms[k]);
   if (cg_ms >= 0)
     fprintf(stderr, "%-10s %10.3f\n", "codegen", cg_ms);
 }
@@ -230,31 +203,31 @@ static FILE *open_text_output(const char *path) {
 }
 
 static int run(Driver *dr, Arena *a, Diag *d) {
-  Options *o = &dr->opt;
+  CgOptions *o = &dr->opt;
   bool code = !strcmp(o->emit, "obj") || !strcmp(o->emit, "asm") || !strcmp(o->emit, "llvm");
   if (code && !cg_check_target(o, d))
     return 1;
   if (!strcmp(o->emit, "obj") && o->output && !strcmp(o->output, "-") && isatty(1))
     return fail("an object file is not written to a terminal: give -o FILE, or redirect "
                 "stdout");
-  SrcFile *src = src_read(a, o->input);
+  SrcFile *src = src_read(a, dr->input);
   if (!src)
-    return fail("cannot read '%s': %s", o->input, strerror(errno));
+    return fail("cannot read '%s': %s", dr->input, strerror(errno));
 
   Cluster *cluster = NULL;
-  if (o->cluster_file) {
-    SrcFile *cf = src_read(a, o->cluster_file);
+  if (dr->cluster_file) {
+    SrcFile *cf = src_read(a, dr->cluster_file);
     if (!cf)
-      return fail("cannot read '%s': %s", o->cluster_file, strerror(errno));
+      return fail("cannot read '%s': %s", dr->cluster_file, strerror(errno));
     if (!(cluster = fe_cluster(a, cf, d)))
       return 1;
   }
 
   double t0 = now_ms();
   Module *m;
-  if (has_suffix(o->input, ".ir")) {
+  if (has_suffix(dr->input, ".ir")) {
     if (cluster || dr->ndefs)
-      return fail("'%s' is IR text: -D and --cluster apply to .dt sources only", o->input);
+      return fail("'%s' is IR text: -D and --cluster apply to .dt sources only", dr->input);
     m = ir_parse(a, src, d);
   } else if (cluster) {
     m = fe_compile_on(a, src, dr->defs, dr->ndefs, cluster, d);
@@ -264,12 +237,11 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   double fe_ms = now_ms() - t0;
   if (!m || d->nerr)
     return 1;
-  m->opt = o;
   if (!ir_verify(m, d))
     return 1;
 
   if (!strcmp(o->emit, "ir") || !strcmp(o->emit, "dot")) {
-    if (dr->stop_after && !run_passes(dr, m, d, dr->stop_after))
+    if (dr->pass.stop_after && !passes_run(m, d, &dr->pass, &dr->run))
       return 1;
     FILE *out = open_text_output(o->output);
     if (!out)
@@ -280,24 +252,24 @@ static int run(Driver *dr, Arena *a, Diag *d) {
       ir_print_dot(out, m);
     if (out != stdout && fclose(out))
       return fail("cannot write '%s': %s", o->output, strerror(errno));
-    if (o->time_passes)
+    if (dr->time_passes)
       time_report(dr, fe_ms, -1);
     return 0;
   }
 
-  if (!run_passes(dr, m, d, NULL))
+  if (!passes_run(m, d, &dr->pass, &dr->run))
     return 1;
   if (!strcmp(o->emit, "plan")) {
     FILE *out = open_text_output(o->output);
     if (!out)
       return fail("cannot write '%s': %s", o->output, strerror(errno));
-    plan_report(out, m);
+    plan_report(out, m, dr->run.plan);
     if (m->mesh.n)
       spmd_report(out, m);
     memplan_report(out, m);
     if (out != stdout && fclose(out))
       return fail("cannot write '%s': %s", o->output, strerror(errno));
-    if (o->time_passes)
+    if (dr->time_passes)
       time_report(dr, fe_ms, -1);
     return 0;
   }
@@ -314,18 +286,18 @@ static int run(Driver *dr, Arena *a, Diag *d) {
       return fail("cannot simulate module '%s': a device lacks a step function or its collectives do not match",
                   m->name);
     sim_report(stdout, m, &r);
-    if (o->time_passes)
+    if (dr->time_passes)
       time_report(dr, fe_ms, -1);
     return 0;
   }
 
   if (!o->output) {
     const char *suffix = !strcmp(o->emit, "obj") ? ".o" : !strcmp(o->emit, "asm") ? ".s" : ".ll";
-    o->output = default_output(a, o->input, suffix);
+    o->output = default_output(a, dr->input, suffix);
   }
   t0 = now_ms();
   bool ok = cg_emit(m, o, d);
-  if (o->time_passes)
+  if (dr->time_passes)
     time_report(dr, fe_ms, now_ms() - t0);
   return ok && !d->nerr ? 0 : 1;
 }

@@ -34,6 +34,8 @@ void tm_free(TM *t);
 /* The text of the diagnostics so far. */
 const char *tm_log(TM *t);
 Loc tm_loc(TM *t, int line);
+/* The pipeline up to and including autodiff; false after errors. */
+bool tm_autodiff(TM *t);
 
 /* Adds a global and a load of it to @forward. Its values start uniform in
  * [-1, 1] (f32) or 0 (i32); tm_data gives them to change. */

@@ -55,9 +55,9 @@ static void test_xor(void **s) {
   Inst *logits = mlp(x, 2, 16, 2, OP_relu);
   tm_output(&t, logits, "logits");
   tm_output(&t, tm_op(&t, OP_cross_entropy, 2, logits, y), "loss");
-  t.m->train = (Train){.loss = "loss", .opt = "adam", .lr = 0.03, .beta1 = 0.9, .beta2 = 0.999,
-                       .eps = 1e-8, .schedule = "constant", .loc = tm_loc(&t, 5)};
-  assert_true(pass_autodiff(t.m, &t.d));
+  t.m->train = (Train){.loss = "loss", .opt = OPT_ADAM, .lr = 0.03, .beta1 = 0.9, .beta2 = 0.999,
+                       .eps = 1e-8, .schedule = DT_SCHED_CONSTANT, .loc = tm_loc(&t, 5)};
+  assert_true(tm_autodiff(&t));
   assert_true(ir_verify(t.m, &t.d));
 
   Interp *it = tm_interp(&t);
@@ -84,9 +84,9 @@ static void test_sine(void **s) {
     yv[k] = sinf(3 * xv[k]);
   }
   tm_output(&t, tm_op(&t, OP_mse, 2, mlp(x, 1, 16, 1, OP_tanh), y), "loss");
-  t.m->train = (Train){.loss = "loss", .opt = "sgd", .lr = 0.2, .momentum = 0.9,
-                       .schedule = "cosine", .warmup = 20, .total = 1500, .loc = tm_loc(&t, 5)};
-  assert_true(pass_autodiff(t.m, &t.d));
+  t.m->train = (Train){.loss = "loss", .opt = OPT_SGD, .lr = 0.2, .momentum = 0.9,
+                       .schedule = DT_SCHED_COSINE, .warmup = 20, .total = 1500, .loc = tm_loc(&t, 5)};
+  assert_true(tm_autodiff(&t));
   Interp *it = tm_interp(&t);
   assert_true(train(it, 1500, "sine") < 0.005f);
   interp_free(it);

@@ -36,10 +36,14 @@ const char *tm_log(TM *t) {
 
 Loc tm_loc(TM *t, int line) { return (Loc){t->src, line, 1}; }
 
+bool tm_autodiff(TM *t) {
+  return passes_run(t->m, &t->d, &(PassOptions){.stop_after = "autodiff"}, NULL);
+}
+
 Inst *tm_global(TM *t, const char *name, GlobalKind kind, Type type) {
   Global *g = ir_add_global(t->m, name, kind, type, tm_loc(t, 2));
   if (kind != G_INPUT)
-    g->init = "zeros";
+    g->init = DT_INIT_ZEROS;
   assert_true(t->nval < TM_MAXVAL);
   int64_t n = type_elems(&type);
   float *data = calloc((size_t)(n ? n : 1), 4);

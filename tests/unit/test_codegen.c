@@ -264,7 +264,7 @@ static void llvm_ir_properties(void **state) {
 }
 
 static void run_check(CT *t, const char *target, const char *cpu, const char *want) {
-  Options o = {.emit = "obj", .target = target, .cpu = cpu, .opt_level = 2};
+  CgOptions o = {.emit = "obj", .target = target, .cpu = cpu, .opt_level = 2};
   bool ok = cg_check_target(&o, &t->d);
   if (!want) {
     assert_true(ok);

@@ -43,8 +43,7 @@ static void ref_init(Ref *r, const char *path, DtModel *model) {
   assert_non_null(src);
   r->m = fe_compile(r->a, src, NULL, 0, &d);
   assert_non_null(r->m);
-  for (int k = 0; k < pass_count; k++)
-    assert_true(pass_table[k].run(r->m, &d));
+  assert_true(passes_run(r->m, &d, NULL, NULL));
   r->it = interp_new(r->m);
   ref_sync(r, model);
 }

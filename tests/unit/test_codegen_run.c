@@ -330,7 +330,7 @@ static void stores_and_loads(void **state) {
   Inst *w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 2, 3, 3), "glorot");
   ct_global(&t, "u", G_PARAM, ty(DT_F32, 2, 3, 3), "uniform");
   ir_find_global(t.m, "u")->init_arg = 0.5;
-  ir_add_global(t.m, "r", G_STATE, ty(DT_F32, 1, 6), (Loc){0})->init = "ones";
+  ir_add_global(t.m, "r", G_STATE, ty(DT_F32, 1, 6), (Loc){0})->init = DT_INIT_ONES;
   ct_output(&t, ct_op(&t, OP_matmul, 2, x, w), "y");
 
   Func *f = ir_add_func(t.m, "train_step", (Loc){0});

@@ -44,7 +44,7 @@ Inst *ct_load(CT *t, Func *f, const char *name) {
 Inst *ct_global(CT *t, const char *name, GlobalKind kind, Type type, const char *init) {
   Global *g = ir_add_global(t->m, name, kind, type, (Loc){0});
   if (kind != G_INPUT)
-    g->init = init;
+    g->init = dtrt_name_index(dtrt_init_names, DT_INIT_COUNT, init);
   return ct_load(t, t->f, name);
 }
 
@@ -83,9 +83,9 @@ void ct_output(CT *t, Inst *x, const char *name) {
 void ct_train(CT *t, const char *opt, double lr) {
   Train *tr = &t->m->train;
   tr->loss = "loss";
-  tr->opt = opt;
+  tr->opt = dtrt_name_index(ir_opt_names, OPT_COUNT, opt);
   tr->lr = lr;
-  tr->schedule = "constant";
+  tr->schedule = DT_SCHED_CONSTANT;
   if (!strcmp(opt, "sgd")) {
     tr->momentum = 0.9;
   } else {
@@ -148,12 +148,7 @@ void ct_check_plan(Func *f) {
 
 void ct_passes(CT *t) {
   assert_true(ir_verify(t->m, &t->d));
-  if (t->m->train.loss)
-    assert_true(pass_autodiff(t->m, &t->d));
-  assert_true(pass_fusion(t->m, &t->d));
-  assert_true(ir_verify(t->m, &t->d));
-  assert_true(pass_memplan(t->m, &t->d));
-  assert_true(ir_verify(t->m, &t->d));
+  assert_true(passes_run(t->m, &t->d, NULL, NULL));
   for (int k = 0; k < t->m->func.n; k++) {
     ct_check_groups(t->m->func.a[k]);
     ct_check_plan(t->m->func.a[k]);
@@ -162,7 +157,7 @@ void ct_passes(CT *t) {
 
 const char *ct_emit(CT *t, const char *emit, const char *target, const char *cpu, int opt) {
   const char *ext = !strcmp(emit, "llvm") ? "ll" : !strcmp(emit, "asm") ? "s" : "o";
-  Options o = {.emit = emit, .target = target, .cpu = cpu, .opt_level = opt};
+  CgOptions o = {.emit = emit, .target = target, .cpu = cpu, .opt_level = opt};
   o.output = arena_printf(t->a, "%s/%s.%s", t->dir, t->m->name, ext);
   return cg_emit(t->m, &o, &t->d) ? o.output : NULL;
 }

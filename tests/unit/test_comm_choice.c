@@ -59,15 +59,8 @@ static Module *compile(Arena *a, const char *cluster) {
   char *text = arena_printf(a, "%s%s", model, cluster);
   Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
   assert_non_null(m);
-  for (int k = 0; k < pass_count; k++) {
-    assert_true(pass_table[k].run(m, &d));
-    assert_int_equal(d.nerr, 0);
-    assert_true(ir_verify(m, &d));
-    if (!strcmp(pass_table[k].name, "comm"))
-      return m;
-  }
-  fail_msg("no comm pass");
-  return NULL;
+  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "comm"}, NULL));
+  return m;
 }
 
 static Func *step_func(const Module *m, int device) {
@@ -139,7 +132,7 @@ static int expected(const Module *m, const Inst *c, int nodes) {
 static int method_of(const Inst *c) {
   assert_non_null(ir_attr(c, "method"));
   int64_t v = ir_get_int(c, "method", -1);
-  assert_true(v >= 0 && v < COMM_NMETHOD);
+  assert_true(v >= 0 && v < DTRT_COMM_COUNT);
   return (int)v;
 }
 
@@ -261,7 +254,7 @@ static void test_deterministic(void **state) {
   Diag d;
   diag_init(&d, stderr);
   const Inst *w = all_reduce_of(m1, 512 * 1024);
-  assert_true(pass_comm(m1, &d));
+  assert_true(pass_comm(m1, &d, NULL));
   assert_int_equal(method_of(w), DTRT_COMM_HIER);
   arena_free(b);
   arena_free(a);
@@ -372,12 +365,12 @@ static void test_measured_bytes(void **state) {
   assert_true(fabs(hier - (1e-6 + 4.0 * 512 * 1024 / 1e12)) < 1e-15);
   assert_int_equal(method_of(large), DTRT_COMM_HIER);
   /* a figure for a method the kernel lacks (IR text can hold one) is ignored */
-  Collective bad = {.op = "reduce_scatter", .method = DTRT_COMM_PADDED, .ranks = 4, .bw = 1e15};
+  Collective bad = {.op = OP_reduce_scatter, .method = DTRT_COMM_PADDED, .ranks = 4, .bw = 1e15};
   vec_push(a, &m->cluster->coll, bad);
-  assert_false(comm_has_method(OP_reduce_scatter, DTRT_COMM_PADDED));
+  assert_false(ir_has_method(OP_reduce_scatter, DTRT_COMM_PADDED));
   assert_true(isinf(comm_cost(m, OP_reduce_scatter, 0, even, members, 4, DTRT_COMM_PADDED)));
   comm_best(m, OP_reduce_scatter, 0, even, members, 4, &method);
-  assert_true(comm_has_method(OP_reduce_scatter, method));
+  assert_true(ir_has_method(OP_reduce_scatter, method));
   arena_free(a);
 }
 

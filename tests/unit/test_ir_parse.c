@@ -158,6 +158,13 @@ static void test_module_decls(void **state) {
   expect_error("module m\ntrain {warmup = 1.5}\n",
                "t.ir:2:8: error: field 'warmup' of train must be an integer");
   expect_error("module m\ntrain {loss = 3}\n", "t.ir:2:8: error: field 'loss' of train must be a string");
+  expect_error("module m\ntrain {opt = \"lbfgs\"}\n",
+               "t.ir:2:8: error: field 'opt' of train is 'lbfgs', not one of sgd, adam, adamw");
+  expect_error("module m\ntrain {schedule = 3}\n",
+               "t.ir:2:8: error: field 'schedule' of train must be a string");
+  expect_error("module m\nparam w : f32[2] {init = \"xavier\"}\n",
+               "t.ir:2:19: error: field 'init' of a global is 'xavier', not one of zeros, ones, "
+               "glorot, normal, uniform");
   expect_error("module m\ntrain {foo = 1}\n",
                "t.ir:2:8: error: train has no field 'foo' (it has loss, opt, lr, momentum, "
                "weight_decay, beta1, beta2, eps, schedule, warmup, total)");

@@ -112,8 +112,8 @@ static Module *build_mlp(Arena *a) {
   vec_push(a, &m->mesh, m1);
   vec_push(a, &m->mesh, m2);
   m->plan = PLAN_AUTO;
-  m->train = (Train){.loss = "loss", .opt = "adamw", .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999,
-                     .eps = 1e-8, .weight_decay = 0.01, .schedule = "cosine", .warmup = 100,
+  m->train = (Train){.loss = "loss", .opt = OPT_ADAMW, .lr = 3e-4, .beta1 = 0.9, .beta2 = 0.999,
+                     .eps = 1e-8, .weight_decay = 0.01, .schedule = DT_SCHED_COSINE, .warmup = 100,
                      .total = 10000, .loc = {src, 1, 1}};
 
   Global *x = ir_add_global(m, "x", G_INPUT, ty(DT_F32, 2, 6, 4), (Loc){src, 1, 1});
@@ -122,13 +122,13 @@ static Module *build_mlp(Arena *a) {
   memcpy(x->shard->ratio[0], (double[]){0.5, 0.25, 0.25}, 3 * sizeof(double));
   ir_add_global(m, "y", G_INPUT, ty(DT_I32, 1, 6), (Loc){0});
   Global *w1 = ir_add_global(m, "w1", G_PARAM, ty(DT_F32, 2, 4, 8), (Loc){0});
-  w1->init = "glorot";
+  w1->init = DT_INIT_GLOROT;
   w1->shard = shard(a, 1, (int8_t[]){1, 0}, 2);
   Global *w2 = ir_add_global(m, "w2", G_PARAM, ty(DT_F32, 2, 8, 3), (Loc){0});
-  w2->init = "normal";
+  w2->init = DT_INIT_NORMAL;
   w2->init_arg = 0.02;
   Global *mom = ir_add_global(m, "w1.m", G_STATE, ty(DT_F32, 2, 4, 8), (Loc){0});
-  mom->init = "zeros";
+  mom->init = DT_INIT_ZEROS;
   mom->shard = shard(a, 0, (int8_t[]){-1, -1}, 2);
   mom->shard->partial = true;
 

@@ -56,6 +56,7 @@ typedef struct Run {
   char *log;
   size_t len;
   Module *m;
+  PassRun run;
 } Run;
 
 /* Compiles text and runs the passes up to `last`; false when one reported
@@ -67,14 +68,7 @@ static bool run_text(Run *r, const char *text, const char *const *defs, int ndef
   diag_init(&r->d, open_memstream(&r->log, &r->len));
   r->m = fe_compile(r->a, src_from_string(r->a, "t.dt", text), defs, ndefs, &r->d);
   assert_non_null(r->m);
-  bool ok = true;
-  for (int k = 0; ok && k < pass_count; k++) {
-    ok = pass_table[k].run(r->m, &r->d) && !r->d.nerr;
-    if (ok)
-      assert_true(ir_verify(r->m, &r->d));
-    if (!strcmp(pass_table[k].name, last))
-      break;
-  }
+  bool ok = passes_run(r->m, &r->d, &(PassOptions){.stop_after = last}, &r->run);
   fflush(r->d.out);
   return ok;
 }
@@ -93,11 +87,11 @@ static void done(Run *r) {
   arena_free(r->a);
 }
 
-static char *report(const Module *m) {
+static char *report(const Run *r) {
   char *s = NULL;
   size_t n = 0;
   FILE *f = open_memstream(&s, &n);
-  plan_report(f, m);
+  plan_report(f, r->m, r->run.plan);
   fclose(f);
   return s;
 }
@@ -220,7 +214,7 @@ static void test_even(void **state) {
     ir_local_type(r.m, x->shard, &x->type, c, &t, NULL);
     assert_int_equal(t.dim[0], 32000);
   }
-  char *s = report(r.m);
+  char *s = report(&r);
   assert_non_null(strstr(s, "(plan even)"));
   free(s);
   done(&r);
@@ -291,9 +285,9 @@ static void test_report_and_determinism(void **state) {
   Run r1, r2;
   assert_true(run3(&r1, "1GiB", "1GiB", "auto", "memplan"));
   assert_true(run3(&r2, "1GiB", "1GiB", "auto", "memplan"));
-  char *s1 = report(r1.m), *s2 = report(r2.m);
+  char *s1 = report(&r1), *s2 = report(&r2);
   assert_string_equal(s1, s2);
-  const PlanInfo *pi = r1.m->plan_info;
+  const PlanInfo *pi = r1.run.plan;
   assert_true(pi->step < pi->even);
   char line[128];
   snprintf(line, sizeof line, "  predicted step: %.4f ms (even: %.4f ms, even/this %.3fx); "
@@ -346,7 +340,7 @@ static void test_transformer_64(void **state) {
   const char *defs[] = {"B=512"};
   Run r;
   assert_true(run_text(&r, text, defs, 1, "plan"));
-  const PlanInfo *pi = r.m->plan_info;
+  const PlanInfo *pi = r.run.plan;
   assert_non_null(pi);
   assert_true(pi->step <= pi->even);
   assert_true(pi->step < pi->block);
@@ -410,7 +404,7 @@ static void test_forms_searched(void **state) {
   assert_true(x->shard->axis[0] < 0 && x->shard->axis[1] < 0);
   const Global *w1 = ir_find_global(a.m, "w1");
   assert_true(w1->shard->axis[0] == 0 || w1->shard->axis[1] == 0);
-  const PlanInfo *pa = a.m->plan_info, *pd = dp.m->plan_info;
+  const PlanInfo *pa = a.run.plan, *pd = dp.run.plan;
   assert_true(pa->step < pd->step);
   double sa = simulated(&a), sd = simulated(&dp);
   printf("planned forms: predicted %.4f ms, simulated %.4f ms; data parallel: predicted "
@@ -418,7 +412,7 @@ static void test_forms_searched(void **state) {
   assert_true(sa < sd);
   assert_true(fabs(pa->step - sa) < 0.05 * sa);
   assert_true(fabs(pd->step - sd) < 0.05 * sd);
-  char *s = report(a.m);
+  char *s = report(&a);
   assert_non_null(strstr(s, "  x            (open)                   m[*, *]\n"));
   free(s);
   arena_free(t);

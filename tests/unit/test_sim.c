@@ -54,10 +54,7 @@ static Module *compile(Arena *a, const char *extra) {
   char *text = arena_printf(a, "%s%s", model, extra);
   Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
   assert_non_null(m);
-  for (int k = 0; k < pass_count; k++) {
-    assert_true(pass_table[k].run(m, &d));
-    assert_int_equal(d.nerr, 0);
-  }
+  assert_true(passes_run(m, &d, NULL, NULL));
   return m;
 }
 

@@ -127,14 +127,7 @@ static bool run(Run *r, const char *parallel, unsigned wflags, const char *last)
   char *text = arena_printf(r->a, "%s%s", model, parallel);
   r->m = fe_compile(r->a, src_from_string(r->a, "t.dt", text), NULL, 0, &r->d);
   assert_non_null(r->m);
-  bool ok = true;
-  for (int k = 0; ok && k < pass_count; k++) {
-    ok = pass_table[k].run(r->m, &r->d) && !r->d.nerr;
-    if (ok)
-      assert_true(ir_verify(r->m, &r->d));
-    if (!strcmp(pass_table[k].name, last))
-      break;
-  }
+  bool ok = passes_run(r->m, &r->d, &(PassOptions){.stop_after = last}, NULL);
   fflush(r->d.out);
   return ok;
 }

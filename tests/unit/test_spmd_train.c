@@ -83,16 +83,10 @@ static Module *compile(Pair *p, const char *text, const char *const *defs, int n
   d.wflags = 0;
   Module *m = fe_compile(p->a, src_from_string(p->a, "t.dt", text), defs, ndefs, &d);
   assert_non_null(m);
-  for (int k = 0; k < pass_count; k++) {
-    assert_true(pass_table[k].run(m, &d));
-    assert_int_equal(d.nerr, 0);
-    if (!ir_verify(m, &d)) {
-      fflush(p->out);
-      fail_msg("IR does not verify after %s:\n%s", pass_table[k].name, p->log);
-    }
-    if (!strcmp(pass_table[k].name, last))
-      break;
-  }
+  bool ok = passes_run(m, &d, &(PassOptions){.stop_after = last}, NULL);
+  fflush(p->out);
+  if (!ok)
+    fail_msg("the pipeline failed:\n%s", p->log);
   return m;
 }
 

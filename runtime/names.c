@@ -1,0 +1,34 @@
+/* names.c: the spellings of the facts libdtrt shares with the compiler
+ * (schedules, initialisers, collectives and their methods), and which
+ * methods each collective kernel implements. */
+#include <string.h>
+
+#include "dtrt_int.h"
+
+const char *const dtrt_schedule_names[DT_SCHED_COUNT] = {"constant", "warmup", "cosine"};
+const char *const dtrt_init_names[DT_INIT_COUNT] = {"zeros", "ones", "glorot", "normal",
+                                                    "uniform"};
+const char *const dtrt_comm_method_names[DTRT_COMM_COUNT] = {"mpi", "ring", "grouped",
+                                                             "hierarchical", "padded"};
+const char *const dtrt_coll_names[DT_COLL_COUNT] = {"all_reduce", "all_gather",
+                                                    "reduce_scatter", "all_to_all"};
+
+#define BIT(m) (1u << DTRT_COMM_##m)
+static const unsigned coll_methods[DT_COLL_COUNT] = {
+  [DT_COLL_ALL_REDUCE] = BIT(MPI) | BIT(RING) | BIT(GROUPED) | BIT(HIER),
+  [DT_COLL_ALL_GATHER] = BIT(MPI) | BIT(RING) | BIT(GROUPED) | BIT(PADDED),
+  [DT_COLL_REDUCE_SCATTER] = BIT(MPI) | BIT(RING) | BIT(GROUPED),
+  [DT_COLL_ALL_TO_ALL] = BIT(MPI) | BIT(RING),
+};
+
+bool dtrt_coll_has_method(DtColl c, int method) {
+  return c >= 0 && c < DT_COLL_COUNT && method >= 0 && method < DTRT_COMM_COUNT &&
+         (coll_methods[c] >> method & 1u);
+}
+
+int dtrt_name_index(const char *const *names, int n, const char *s) {
+  for (int k = 0; s && k < n; k++)
+    if (!strcmp(names[k], s))
+      return k;
+  return -1;
+}
