@@ -37,12 +37,7 @@ typedef struct Ctx {
 
 /* ---- names ---- */
 
-static unsigned hash(const char *s) {
-  unsigned h = 2166136261u;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
+static unsigned hash(const char *s) { return (unsigned)ir_hash(s, strlen(s)); }
 
 static Name *lookup(Ctx *c, const char *s) {
   for (Name *n = c->tab[hash(s) & (unsigned)(c->cap - 1)]; n; n = n->next)

@@ -62,12 +62,7 @@ static void error_at(Parser *p, Loc loc, const char *fmt, ...) {
 
 /* ---- maps ---- */
 
-static uint64_t hash(const char *s) {
-  uint64_t h = 1469598103934665603u;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211u;
-  return h;
-}
+static uint64_t hash(const char *s) { return ir_hash(s, strlen(s)); }
 
 static MapEnt *map_find(Map *m, const char *key) {
   if (!m->cap)

@@ -36,21 +36,8 @@ enum { GEMM_N = 512, GEMM_BLOCK = 8, LAT_BYTES = 8, LAT_TRIPS = 100, BW_BYTES = 
 static const double coll_bytes[2] = {64 << 10, 4 << 20};
 static const char *const coll_size_text[2] = {"64KiB", "4MiB"};
 
-/* The language's names of libdtrt's methods, by DTRT_COMM_* number. */
-static const char *const method_names[] = {"mpi", "ring", "grouped", "hierarchical", "padded"};
-static_assert(sizeof method_names / sizeof *method_names == DTRT_COMM_PADDED + 1,
-              "a name per runtime method");
-
-/* The collectives and the methods libdtrt's kernel of each implements
- * (runtime/dtrt.h), in the order the probe times and writes them. */
-enum { C_ALL_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER, C_ALL_TO_ALL, C_COUNT };
-static const struct { const char *op; int nmethod; int method[4]; } coll_ops[C_COUNT] = {
-  {"all_reduce", 4, {DTRT_COMM_MPI, DTRT_COMM_RING, DTRT_COMM_GROUPED, DTRT_COMM_HIER}},
-  {"all_gather", 4, {DTRT_COMM_MPI, DTRT_COMM_RING, DTRT_COMM_GROUPED, DTRT_COMM_PADDED}},
-  {"reduce_scatter", 3, {DTRT_COMM_MPI, DTRT_COMM_RING, DTRT_COMM_GROUPED}},
-  {"all_to_all", 2, {DTRT_COMM_MPI, DTRT_COMM_RING}},
-};
-enum { MAX_COLLS = 4 + 4 + 3 + 2 };
+/* At most every method of every collective (dtrt_coll_has_method). */
+enum { MAX_COLLS = DT_COLL_COUNT * DTRT_COMM_COUNT };
 
 typedef struct ProbeLink {
   bool present;
@@ -61,7 +48,7 @@ typedef struct ProbeLink {
 /* A collective timed over all ranks: the median times at coll_bytes and the
  * line t = lat + bytes / bw fitted to them. */
 typedef struct ProbeColl {
-  int op;          /* C_* */
+  int op;          /* DtColl */
   int method;      /* DTRT_COMM_* */
   double t[2];     /* seconds */
   double lat, bw;  /* seconds, bytes per second */
@@ -156,7 +143,7 @@ static int probe_write(FILE *f, const Probe *p) {
   for (int k = 0; k < p->ncoll; k++) {
     const ProbeColl *c = &p->coll[k];
     fprintf(f, "  collective %s(method = %s, ranks = %d, lat = %.2fus, bw = %.3fGB/s)"
-            "    # %.3fms, %.3fms\n", coll_ops[c->op].op, method_names[c->method], p->nranks,
+            "    # %.3fms, %.3fms\n", dtrt_coll_names[c->op], dtrt_comm_method_names[c->method], p->nranks,
             at_least(c->lat * 1e6, 0.01), at_least(c->bw / 1e9, 0.001), c->t[0] * 1e3,
             c->t[1] * 1e3);
   }
@@ -284,20 +271,20 @@ static DtStatus coll_call(DtrtCtx *ctx, int op, int method, double bytes, int k,
   int64_t n = (int64_t)bytes / 4 / k * k, part = n / k;
   DtTensor whole = {.dtype = DTRT_F32, .rank = 1, .dim = {n}};
   DtTensor block = {.dtype = DTRT_F32, .rank = 1, .dim = {part}};
-  DtAttrs a = {.i = {0, 0}, .ni = op == C_ALL_REDUCE ? 1 : 2};  /* axis 0, dim (din) 0 */
-  if (op == C_ALL_TO_ALL)
+  DtAttrs a = {.i = {0, 0}, .ni = op == DT_COLL_ALL_REDUCE ? 1 : 2};  /* axis 0, dim (din) 0 */
+  if (op == DT_COLL_ALL_TO_ALL)
     a.i[a.ni++] = 1;  /* dout */
-  for (int m = 0; op != C_ALL_REDUCE && m < k; m++)
+  for (int m = 0; op != DT_COLL_ALL_REDUCE && m < k; m++)
     a.i[a.ni++] = part;
   a.i[a.ni++] = method;
   switch (op) {
-  case C_ALL_REDUCE:
+  case DT_COLL_ALL_REDUCE:
     whole.data = x, block = whole, block.data = y;
     return dtrt_k_all_reduce(ctx, &whole, 1, &block, &a);
-  case C_ALL_GATHER:
+  case DT_COLL_ALL_GATHER:
     block.data = x, whole.data = y;
     return dtrt_k_all_gather(ctx, &block, 1, &whole, &a);
-  case C_REDUCE_SCATTER:
+  case DT_COLL_REDUCE_SCATTER:
     whole.data = x, block.data = y;
     return dtrt_k_reduce_scatter(ctx, &whole, 1, &block, &a);
   default: {
@@ -342,9 +329,11 @@ static int measure_colls(DtrtCtx *ctx, int reps, double *t, ProbeColl *out) {
   int nc = all_ok ? 0 : -1;
   for (size_t i = 0; all_ok && i < n; i++)
     x[i] = (float)(i % 13) - 6;  /* small integers: no overflow, no denormals */
-  for (int op = 0; nc >= 0 && op < C_COUNT; op++)
-    for (int j = 0; nc >= 0 && j < coll_ops[op].nmethod; j++) {
-      ProbeColl c = {.op = op, .method = coll_ops[op].method[j]};
+  for (int op = 0; nc >= 0 && op < DT_COLL_COUNT; op++)
+    for (int j = 0; nc >= 0 && j < DTRT_COMM_COUNT; j++) {
+      if (!dtrt_coll_has_method((DtColl)op, j))
+        continue;
+      ProbeColl c = {.op = op, .method = j};
       for (int z = 0; z < 2 && nc >= 0; z++)
         if ((c.t[z] = time_coll(ctx, op, c.method, coll_bytes[z], x, y, reps, t)) < 0)
           nc = -1;

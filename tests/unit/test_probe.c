@@ -106,11 +106,11 @@ static void collectives(void **state) {
   int node[2] = {0, 0};
   const char *host[1] = {"vm"};
   ProbeColl coll[3] = {
-    {.op = C_ALL_REDUCE, .method = DTRT_COMM_HIER, .t = {51e-6, 2.713e-3}, .lat = 9.123e-6,
+    {.op = DT_COLL_ALL_REDUCE, .method = DTRT_COMM_HIER, .t = {51e-6, 2.713e-3}, .lat = 9.123e-6,
      .bw = 1.5512e9},
-    {.op = C_ALL_GATHER, .method = DTRT_COMM_PADDED, .t = {20e-6, 1e-3}, .lat = -1e-6,
+    {.op = DT_COLL_ALL_GATHER, .method = DTRT_COMM_PADDED, .t = {20e-6, 1e-3}, .lat = -1e-6,
      .bw = 4e5},
-    {.op = C_ALL_TO_ALL, .method = DTRT_COMM_RING, .t = {18e-6, 1.315e-3}, .lat = 12e-6,
+    {.op = DT_COLL_ALL_TO_ALL, .method = DTRT_COMM_RING, .t = {18e-6, 1.315e-3}, .lat = 12e-6,
      .bw = 3.1886e9},
   };
   Probe p = {.name = "pair", .nranks = 2, .nnodes = 1, .reps = 20, .gflops = gflops,
