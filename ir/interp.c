@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir.h"
-#include "../runtime/dtrt.h"
+#include "interp_int.h"
 
 typedef DtStatus (*Kernel)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
 
@@ -37,17 +36,8 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_broadcast] = dtrt_k_broadcast,
 };
 
-struct Interp {
-  Module *m;
-  DtrtCtx *ctx;
-  void **buf;        /* by global index */
-  int nbuf;
-  int device;        /* mesh position whose blocks buf holds; -1: whole globals */
-  int64_t step;
-  char err[512];
-};
 
-static void *zalloc(int64_t elems) {
+void *interp_zalloc(int64_t elems) {
   void *p = calloc((size_t)(elems > 0 ? elems : 1), 4);
   DTC_ASSERT(p);
   return p;
@@ -63,7 +53,7 @@ static void sync_globals(Interp *it) {
   DTC_ASSERT(it->buf);
   for (int k = it->nbuf; k < n; k++) {
     Type t = ir_global_type_on(it->m, &it->m->global.a[k], it->device);
-    it->buf[k] = zalloc(type_elems(&t));
+    it->buf[k] = interp_zalloc(type_elems(&t));
   }
   it->nbuf = n;
 }
@@ -214,7 +204,7 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs,
   switch (inst->op) {
   case OP_load:
     g = ir_find_global(it->m, ir_get_str(inst, "global", ""));
-    val[inst->id] = zalloc(type_elems(&inst->type));
+    val[inst->id] = interp_zalloc(type_elems(&inst->type));
     memcpy(val[inst->id], it->buf[g - it->m->global.a], bytes);
     return true;
   case OP_store:
@@ -231,7 +221,7 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs,
   default:
     break;
   }
-  float *out = zalloc(type_elems(&inst->type));
+  float *out = interp_zalloc(type_elems(&inst->type));
   val[inst->id] = out;
   if (inst->op == OP_const) {
     *out = (float)ir_get_float(inst, "value", 0);
@@ -264,17 +254,7 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs,
   return true;
 }
 
-/* One function running on one interpreter. */
-typedef struct Run {
-  Interp *it;
-  Func *f;
-  void **val;          /* by inst id */
-  void *const *outputs;
-  int pc, nout;
-  bool stored;
-} Run;
-
-static void run_begin(Run *r, Interp *it, Func *f, void *const *outputs) {
+void interp_begin(Run *r, Interp *it, Func *f, void *const *outputs) {
   sync_globals(it);
   ir_renumber(f);
   *r = (Run){.it = it, .f = f, .outputs = outputs};
@@ -283,7 +263,7 @@ static void run_begin(Run *r, Interp *it, Func *f, void *const *outputs) {
 }
 
 /* Evaluates up to the end or the next collective. */
-static bool run_to_comm(Run *r) {
+bool interp_to_comm(Run *r) {
   for (; r->pc < r->f->inst.n; r->pc++) {
     const Inst *i = r->f->inst.a[r->pc];
     if (ir_ops[i->op].kind == K_COMM)
@@ -294,7 +274,7 @@ static bool run_to_comm(Run *r) {
   return true;
 }
 
-static void run_end(Run *r, bool ok) {
+void interp_end(Run *r, bool ok) {
   for (int k = 0; k < r->f->inst.n; k++)
     free(r->val[k]);
   free(r->val);
@@ -309,328 +289,14 @@ bool interp_run(Interp *it, const char *func, void *const *outputs) {
     return false;
   }
   Run r;
-  run_begin(&r, it, f, outputs);
-  bool ok = run_to_comm(&r);
+  interp_begin(&r, it, f, outputs);
+  bool ok = interp_to_comm(&r);
   if (ok && r.pc < f->inst.n) {
     snprintf(it->err, sizeof it->err, "%s: the interpreter runs global functions only",
              ir_ops[f->inst.a[r.pc]->op].name);
     ok = false;
   }
-  run_end(&r, ok);
+  interp_end(&r, ok);
   return ok;
 }
 
-/* ---- SPMD simulation: every device of the mesh in one process ---- */
-
-struct Spmd {
-  Module *m;
-  const Mesh *mesh;
-  int ndev;
-  Interp **dev;
-  char err[512];
-};
-
-/* Copies the box of extents ext at sb in src (type st) to db in dst (type dt);
- * elements are 4 bytes. */
-static void box_copy(void *dst, const Type *dt, const int64_t *db, const void *src,
-                     const Type *st, const int64_t *sb, const int64_t *ext) {
-  int rank = dt->rank;
-  int64_t ds[IR_MAX_RANK + 1], ss[IR_MAX_RANK + 1], idx[IR_MAX_RANK] = {0};
-  ds[rank] = ss[rank] = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    ds[d] = ds[d + 1] * dt->dim[d];
-    ss[d] = ss[d + 1] * st->dim[d];
-    if (ext[d] == 0)
-      return;
-  }
-  int64_t run = rank ? ext[rank - 1] : 1;
-  for (;;) {
-    int64_t o = 0, i = 0;
-    for (int d = 0; d < rank; d++) {
-      o += (db[d] + idx[d]) * ds[d + 1];
-      i += (sb[d] + idx[d]) * ss[d + 1];
-    }
-    memcpy((char *)dst + o * 4, (const char *)src + i * 4, (size_t)run * 4);
-    int d = rank - 2;
-    for (; d >= 0 && ++idx[d] == ext[d]; d--)
-      idx[d] = 0;
-    if (d < 0)
-      return;
-  }
-}
-
-Spmd *spmd_sim_new(Module *m) {
-  DTC_ASSERT(m->mesh.n == 1);
-  Spmd *s = calloc(1, sizeof *s);
-  DTC_ASSERT(s);
-  s->m = m;
-  s->mesh = &m->mesh.a[0];
-  s->ndev = 1;
-  for (int a = 0; a < s->mesh->naxis; a++)
-    s->ndev *= s->mesh->axis_size[a];
-  s->dev = calloc((size_t)s->ndev, sizeof *s->dev);
-  DTC_ASSERT(s->dev);
-  for (int d = 0; d < s->ndev; d++)
-    s->dev[d] = interp_new_device(m, d);
-  return s;
-}
-
-void spmd_sim_free(Spmd *s) {
-  if (!s)
-    return;
-  for (int d = 0; d < s->ndev; d++)
-    interp_free(s->dev[d]);
-  free(s->dev);
-  free(s);
-}
-
-int spmd_sim_devices(const Spmd *s) { return s->ndev; }
-Interp *spmd_sim_device(Spmd *s, int device) { return s->dev[device]; }
-const char *spmd_sim_error(const Spmd *s) { return s->err; }
-
-static const Global *sim_global(Spmd *s, const char *name) {
-  const Global *g = ir_find_global(s->m, name);
-  if (!g)
-    snprintf(s->err, sizeof s->err, "no global '%s'", name);
-  return g;
-}
-
-bool spmd_sim_set_global(Spmd *s, const char *name, const void *full) {
-  const Global *g = sim_global(s, name);
-  int64_t zero[IR_MAX_RANK] = {0}, begin[IR_MAX_RANK];
-  for (int d = 0; g && d < s->ndev; d++) {
-    Type t;
-    ir_local_type(s->m, g->shard, &g->type, d, &t, begin);
-    box_copy(interp_global(s->dev[d], name), &t, zero, full, &g->type, begin, t.dim);
-  }
-  return g != NULL;
-}
-
-bool spmd_sim_get_global(Spmd *s, const char *name, void *full) {
-  const Global *g = sim_global(s, name);
-  int64_t zero[IR_MAX_RANK] = {0}, begin[IR_MAX_RANK];
-  for (int d = 0; g && d < s->ndev; d++) {
-    Type t;
-    ir_local_type(s->m, g->shard, &g->type, d, &t, begin);
-    box_copy(full, &g->type, begin, interp_global(s->dev[d], name), &t, zero, t.dim);
-  }
-  return g != NULL;
-}
-
-static bool sim_fail(Spmd *s, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(s->err, sizeof s->err, fmt, ap);
-  va_end(ap);
-  return false;
-}
-
-/* Start of each member's block along a dimension cut into `sizes`. */
-static int64_t block_start(const int64_t *sizes, int member) {
-  int64_t at = 0;
-  for (int c = 0; c < member; c++)
-    at += sizes[c];
-  return at;
-}
-
-static bool same_attrs(const Inst *a, const Inst *b) {
-  if (a->op != b->op || ir_get_int(a, "axis", -1) != ir_get_int(b, "axis", -1) ||
-      ir_get_int(a, "dim", -1) != ir_get_int(b, "dim", -1) ||
-      ir_get_int(a, "to", -1) != ir_get_int(b, "to", -1))
-    return false;
-  int na, nb;
-  const int64_t *sa = ir_get_ints(a, "sizes", &na), *sb = ir_get_ints(b, "sizes", &nb);
-  return na == nb && (!na || !memcmp(sa, sb, sizeof *sa * (size_t)na));
-}
-
-/* Runs the collective every member of a group stands at: members[c] is the
- * device at coordinate c along the collective's axis. */
-static void collective(Run *runs, const int *members, int k) {
-  const Inst *c0 = runs[members[0]].f->inst.a[runs[members[0]].pc];
-  int n;
-  const int64_t *sizes = ir_get_ints(c0, "sizes", &n);
-  int dim = (int)ir_get_int(c0, "dim", 0), to = (int)ir_get_int(c0, "to", 0);
-  float *sum = NULL;
-  if (c0->op == OP_all_reduce || c0->op == OP_reduce_scatter) {
-    int64_t e = type_elems(&c0->in[0]->type);
-    sum = zalloc(e);
-    for (int c = 0; c < k; c++) {
-      const Run *r = &runs[members[c]];
-      const float *x = r->val[r->f->inst.a[r->pc]->in[0]->id];
-      for (int64_t q = 0; q < e; q++)
-        sum[q] += x[q];
-    }
-  }
-  for (int c = 0; c < k; c++) {
-    Run *r = &runs[members[c]];
-    const Inst *ci = r->f->inst.a[r->pc];
-    const Type *ot = &ci->type;
-    void *out = zalloc(type_elems(ot));
-    int64_t ob[IR_MAX_RANK] = {0}, ib[IR_MAX_RANK] = {0}, ext[IR_MAX_RANK];
-    if (c0->op == OP_all_reduce) {
-      memcpy(out, sum, (size_t)type_elems(ot) * 4);
-    } else if (c0->op == OP_reduce_scatter) {
-      ib[dim] = block_start(sizes, c);
-      box_copy(out, ot, ob, sum, &ci->in[0]->type, ib, ot->dim);
-    } else {
-      int64_t at = 0;
-      for (int j = 0; j < k; j++) {
-        const Run *rj = &runs[members[j]];
-        const Inst *cj = rj->f->inst.a[rj->pc];
-        const Type *it = &cj->in[0]->type;
-        memcpy(ext, it->dim, sizeof ext);
-        memset(ib, 0, sizeof ib);
-        ob[dim] = at;
-        at += it->dim[dim];
-        if (c0->op == OP_all_to_all) {
-          ext[to] = sizes[c];
-          ib[to] = block_start(sizes, c);
-        }
-        box_copy(out, ot, ob, rj->val[cj->in[0]->id], it, ib, ext);
-      }
-    }
-    r->val[ci->id] = out;
-  }
-  free(sum);
-  for (int c = 0; c < k; c++)
-    runs[members[c]].pc++;
-}
-
-/* A device's block of a whole value: local, no communication. */
-static void shard_slice(Spmd *s, Run *r) {
-  const Inst *c = r->f->inst.a[r->pc];
-  int n, coord[IR_MAX_MESH_AXES];
-  const int64_t *sizes = ir_get_ints(c, "sizes", &n);
-  ir_mesh_coords(s->mesh, r->f->device, coord);
-  int64_t ob[IR_MAX_RANK] = {0}, ib[IR_MAX_RANK] = {0};
-  int dim = (int)ir_get_int(c, "dim", 0);
-  ib[dim] = block_start(sizes, coord[ir_get_int(c, "axis", 0)]);
-  void *out = zalloc(type_elems(&c->type));
-  box_copy(out, &c->type, ob, r->val[c->in[0]->id], &c->in[0]->type, ib, c->type.dim);
-  r->val[c->id] = out;
-  r->pc++;
-}
-
-/* Every device runs to its next collective; a collective runs once every
- * member of its axis group stands at one over that axis (the order MPI
- * gives collectives on one communicator). */
-static bool sim_steps(Spmd *s, Run *runs) {
-  int *members = calloc((size_t)s->ndev, sizeof *members);
-  DTC_ASSERT(members);
-  bool ok = true;
-  for (;;) {
-    for (int d = 0; ok && d < s->ndev; d++)
-      if (!run_to_comm(&runs[d]))
-        ok = sim_fail(s, "device %d: %s", d, interp_error(s->dev[d]));
-    bool done = true, progress = false;
-    for (int d = 0; ok && d < s->ndev; d++) {
-      Run *r = &runs[d];
-      if (r->pc == r->f->inst.n)
-        continue;
-      done = false;
-      const Inst *c = r->f->inst.a[r->pc];
-      if (c->op == OP_shard_slice) {
-        shard_slice(s, r);
-        progress = true;
-        continue;
-      }
-      int axis = (int)ir_get_int(c, "axis", 0), k = s->mesh->axis_size[axis];
-      ir_mesh_group(s->mesh, d, axis, members);
-      if (members[0] != d)
-        continue;
-      bool ready = true;
-      for (int j = 0; j < k && ready; j++) {
-        const Run *rj = &runs[members[j]];
-        const Inst *cj = rj->pc < rj->f->inst.n ? rj->f->inst.a[rj->pc] : NULL;
-        ready = cj && ir_ops[cj->op].kind == K_COMM && cj->op != OP_shard_slice &&
-                ir_get_int(cj, "axis", -1) == axis;
-        if (ready && !same_attrs(c, cj))
-          ok = ready = sim_fail(s, "devices %d and %d disagree at '%s' over axis %d", d,
-                                members[j], ir_ops[c->op].name, axis);
-      }
-      if (ready) {
-        collective(runs, members, k);
-        progress = true;
-      }
-    }
-    if (!ok || done)
-      break;
-    if (!progress) {
-      ok = sim_fail(s, "the devices wait for each other (deadlock)");
-      break;
-    }
-  }
-  free(members);
-  return ok;
-}
-
-/* The value of the k-th output of f. */
-static const Inst *output_value(const Func *f, int k) {
-  for (int j = 0, seen = 0; j < f->inst.n; j++)
-    if (f->inst.a[j]->op == OP_output && seen++ == k)
-      return f->inst.a[j]->in[0];
-  DTC_UNREACHABLE();
-}
-
-/* The whole value of output k from every device's block (bufs[d][k]). */
-static void gather_output(Spmd *s, Run *runs, int k, void ***bufs, void *full) {
-  const Inst *o0 = output_value(runs[0].f, k);
-  const Sharding *sh = o0->shard;
-  Type global = o0->type;
-  int *members = calloc((size_t)s->ndev, sizeof *members);
-  DTC_ASSERT(members);
-  for (int d = 0; sh && d < global.rank; d++) {
-    int a = sh->axis[d];
-    if (a < 0)
-      continue;
-    ir_mesh_group(s->mesh, 0, a, members);
-    global.dim[d] = 0;
-    for (int c = 0; c < s->mesh->axis_size[a]; c++)
-      global.dim[d] += output_value(runs[members[c]].f, k)->type.dim[d];
-  }
-  free(members);
-  int64_t zero[IR_MAX_RANK] = {0}, begin[IR_MAX_RANK];
-  for (int d = 0; d < s->ndev; d++) {
-    Type t;
-    ir_local_type(s->m, sh, &global, d, &t, begin);
-    box_copy(full, &global, begin, bufs[d][k], &t, zero, t.dim);
-  }
-}
-
-bool spmd_sim_run(Spmd *s, const char *func, void *const *outputs) {
-  Run *runs = calloc((size_t)s->ndev, sizeof *runs);
-  void ***bufs = calloc((size_t)s->ndev, sizeof *bufs);
-  DTC_ASSERT(runs && bufs);
-  bool ok = true;
-  int nout = 0;
-  for (int d = 0; d < s->ndev && ok; d++) {
-    Func *f = ir_find_func(s->m, arena_printf(s->m->arena, "%s.%d", func, d));
-    if (!f || f->device != d) {
-      ok = sim_fail(s, "no per-device function @%s.%d", func, d);
-      break;
-    }
-    nout = 0;
-    for (int j = 0; j < f->inst.n; j++)
-      nout += f->inst.a[j]->op == OP_output;
-    bufs[d] = calloc((size_t)nout + 1, sizeof **bufs);
-    DTC_ASSERT(bufs[d]);
-    for (int k = 0; k < nout; k++)
-      bufs[d][k] = zalloc(type_elems(&output_value(f, k)->type));
-    run_begin(&runs[d], s->dev[d], f, bufs[d]);
-  }
-  if (ok)
-    ok = sim_steps(s, runs);
-  for (int k = 0; ok && outputs && k < nout; k++)
-    if (outputs[k])
-      gather_output(s, runs, k, bufs, outputs[k]);
-  for (int d = 0; d < s->ndev; d++) {
-    if (runs[d].f)
-      run_end(&runs[d], ok);
-    for (int k = 0; bufs[d] && k < nout; k++)
-      free(bufs[d][k]);
-    free(bufs[d]);
-  }
-  free(bufs);
-  free(runs);
-  return ok;
-}

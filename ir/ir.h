@@ -415,7 +415,7 @@ void ir_print_dot(FILE *out, const Module *m);
  * relu_grad and gelu_grad take (x, dy). */
 float ir_elem_eval(Op op, float a, float b);
 
-/* ---- interp.c --------------------------------------------------------- */
+/* ---- interp.c, interp_mesh.c ------------------------------------------ */
 
 /* The reference interpreter, for tests and debugging: runs a function of a
  * module on host buffers. It holds one buffer per global, zero-filled at first,
@@ -448,7 +448,7 @@ const char *interp_error(const Interp *it);
  * class is present. */
 void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
 
-/* SPMD simulation, for tests: the per-device functions @F.0 .. @F.N-1 of a
+/* The mesh interpreter (interp_mesh.c), for tests: the per-device functions @F.0 .. @F.N-1 of a
  * module after spmd run for every device of its mesh in one process, each
  * device with its own interpreter holding its blocks of the globals. Devices
  * run to their next collective; a collective runs once every member of its
@@ -456,22 +456,22 @@ void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
  * all_reduce sums, all_gather concatenates the blocks, reduce_scatter sums and
  * hands out the blocks, all_to_all exchanges them; shard_slice takes the
  * device's block locally. */
-typedef struct Spmd Spmd;
+typedef struct InterpMesh InterpMesh;
 
-Spmd *spmd_sim_new(Module *m);
-void spmd_sim_free(Spmd *s);
-int spmd_sim_devices(const Spmd *s);
-Interp *spmd_sim_device(Spmd *s, int device);
+InterpMesh *interp_mesh_new(Module *m);
+void interp_mesh_free(InterpMesh *s);
+int interp_mesh_devices(const InterpMesh *s);
+Interp *interp_mesh_device(InterpMesh *s, int device);
 /* Cuts the whole value `full` of a global into every device's block. */
-bool spmd_sim_set_global(Spmd *s, const char *name, const void *full);
+bool interp_mesh_set_global(InterpMesh *s, const char *name, const void *full);
 /* Puts the devices' blocks of a global together into `full` (a dimension
  * that is whole comes from the last device holding it). */
-bool spmd_sim_get_global(Spmd *s, const char *name, void *full);
+bool interp_mesh_get_global(InterpMesh *s, const char *name, void *full);
 /* Runs @func.D on every device D; outputs[k], when not NULL, receives the
  * whole value of the k-th output, assembled from the devices' blocks. False
- * with spmd_sim_error() set on a kernel error or when the devices' collectives
+ * with interp_mesh_error() set on a kernel error or when the devices' collectives
  * do not match. */
-bool spmd_sim_run(Spmd *s, const char *func, void *const *outputs);
-const char *spmd_sim_error(const Spmd *s);
+bool interp_mesh_run(InterpMesh *s, const char *func, void *const *outputs);
+const char *interp_mesh_error(const InterpMesh *s);
 
 #endif

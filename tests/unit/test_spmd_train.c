@@ -69,7 +69,7 @@ typedef struct Pair {
   Arena *a;
   Module *g, *s;       /* global program; per-device program */
   Interp *it;
-  Spmd *sim;
+  InterpMesh *sim;
   char *log;
   size_t loglen;
   FILE *out;
@@ -98,12 +98,12 @@ static void pair_init(Pair *p, const char *text, const char *const *defs, int nd
   p->g = compile(p, text, defs, ndefs, "autodiff");
   p->s = compile(p, text, defs, ndefs, "memplan");
   p->it = interp_new(p->g);
-  p->sim = spmd_sim_new(p->s);
+  p->sim = interp_mesh_new(p->s);
 }
 
 static void pair_free(Pair *p) {
   interp_free(p->it);
-  spmd_sim_free(p->sim);
+  interp_mesh_free(p->sim);
   fclose(p->out);
   free(p->log);
   arena_free(p->a);
@@ -156,7 +156,7 @@ static void feed(Pair *p, GlobalKind kind, double r, int hi) {
       else
         ((int32_t *)buf)[e] = (int32_t)(uniform() * hi);
     assert_true(interp_set_global(p->it, gl->name, buf));
-    assert_true(spmd_sim_set_global(p->sim, gl->name, buf));
+    assert_true(interp_mesh_set_global(p->sim, gl->name, buf));
     free(buf);
   }
 }
@@ -173,7 +173,7 @@ static void check_tensors(Pair *p, const char *label) {
     int64_t n = type_elems(&gl->type);
     float *a = calloc((size_t)n, 4);
     assert_non_null(a);
-    assert_true(spmd_sim_get_global(p->sim, gl->name, a));
+    assert_true(interp_mesh_get_global(p->sim, gl->name, a));
     const float *b = interp_global(p->it, gl->name);
     double diff = 0, mag = 0;
     for (int64_t e = 0; e < n; e++) {
@@ -201,9 +201,9 @@ static void check_replicas(Pair *p) {
       whole &= gl->shard->axis[d] < 0;
     if (!whole)
       continue;
-    const void *d0 = interp_global(spmd_sim_device(p->sim, 0), gl->name);
-    for (int dev = 1; dev < spmd_sim_devices(p->sim); dev++)
-      if (memcmp(d0, interp_global(spmd_sim_device(p->sim, dev), gl->name),
+    const void *d0 = interp_global(interp_mesh_device(p->sim, 0), gl->name);
+    for (int dev = 1; dev < interp_mesh_devices(p->sim); dev++)
+      if (memcmp(d0, interp_global(interp_mesh_device(p->sim, dev), gl->name),
                  (size_t)type_elems(&gl->type) * 4))
         fail_msg("replicated %s differs between devices 0 and %d", gl->name, dev);
   }
@@ -219,8 +219,8 @@ static void train(Pair *p, int steps, int classes, const char *label) {
     float lg = 0, ls = 0;
     if (!interp_run(p->it, "train_step", (void *[]){&lg}))
       fail_msg("%s: global step %d: %s", label, s, interp_error(p->it));
-    if (!spmd_sim_run(p->sim, "train_step", (void *[]){&ls}))
-      fail_msg("%s: spmd step %d: %s", label, s, spmd_sim_error(p->sim));
+    if (!interp_mesh_run(p->sim, "train_step", (void *[]){&ls}))
+      fail_msg("%s: spmd step %d: %s", label, s, interp_mesh_error(p->sim));
     double e = fabs((double)ls - lg);
     worst = fmax(worst, e / (1 + fabs(lg)));
     if (e > LOSS_TOL * (1 + fabs(lg)))
@@ -252,8 +252,8 @@ static void check_forward(Pair *p, int64_t rows, int64_t cols, const char *label
   float *a = calloc((size_t)(rows * cols), 4), *b = calloc((size_t)(rows * cols), 4);
   assert_true(a && b);
   assert_true(interp_run(p->it, "forward", (void *[]){b, NULL}));
-  if (!spmd_sim_run(p->sim, "forward", (void *[]){a, NULL}))
-    fail_msg("%s: forward: %s", label, spmd_sim_error(p->sim));
+  if (!interp_mesh_run(p->sim, "forward", (void *[]){a, NULL}))
+    fail_msg("%s: forward: %s", label, interp_mesh_error(p->sim));
   double diff = 0;
   for (int64_t e = 0; e < rows * cols; e++)
     diff = fmax(diff, fabs((double)a[e] - b[e]));
