@@ -84,6 +84,31 @@ struct PlanInfo {
  * auto or even on a one-axis mesh with a cluster). */
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
 
+/* ---- forms.c ---------------------------------------------------------- */
+
+/* How an op's dimensions map, its sharding rule: for operand k's dimension
+ * j, to[k][j] is the result dimension it becomes (a split there carries
+ * over, its block lengths times mul/div, which must divide exactly),
+ * FORM_WHOLE (it is never split), or FORM_SUM(c) (the op sums over it: the
+ * dims of label c, split together over one mesh axis, make the result a
+ * partial sum over that axis; nsum labels). A result dimension with
+ * res_whole is never split; one no operand dim maps to may be (each device
+ * makes its own block, as broadcast does). With linear, partial operands
+ * give a partial result: every operand partial over the same axes. */
+typedef struct DimMap {
+  int to[16][IR_MAX_RANK];
+  int64_t mul[16][IR_MAX_RANK], div[16][IR_MAX_RANK];
+  bool res_whole[IR_MAX_RANK];
+  bool linear;
+  int nsum;
+} DimMap;
+#define FORM_WHOLE (-1)
+#define FORM_SUM(c) (-2 - (c))
+/* Fills m for inst; false when the op has no form at all (store, output,
+ * collectives). One shard_<id> per op of ops.def, in shard_rules. */
+typedef bool (*ShardRule)(const Inst *inst, DimMap *m);
+extern const ShardRule shard_rules[OP_COUNT];
+
 /* ---- sharding.c ------------------------------------------------------- */
 
 /* Chooses the sharding of every value of @train_step and @forward and of

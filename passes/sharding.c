@@ -21,13 +21,6 @@
 enum { NONE = -1, RED = -2 };   /* fwd_dim: must stay whole; summed over */
 enum { MAX_ROLES = 2 * 16 + 1 };  /* nothing, or per operand a split and a partial sum */
 
-static int popcount(unsigned x) {
-  int n = 0;
-  for (; x; x &= x - 1)
-    n++;
-  return n;
-}
-
 static void clear(Sharding *s, int mesh) {
   memset(s, 0, sizeof *s);
   s->mesh = mesh;
@@ -120,161 +113,26 @@ static bool keeps_splits(const Module *m, const Type *t, const Sharding *s, cons
   return true;
 }
 
-/* ---- reshape: dimensions in groups of equal products ---- */
-
-typedef struct Group { int i0, i1, o0, o1; } Group;
-
-static int groups(const Type *x, const Type *y, Group *g) {
-  int i = 0, o = 0, n = 0;
-  while (i < x->rank || o < y->rank) {
-    if (i < x->rank && x->dim[i] == 1) {
-      g[n++] = (Group){i, i + 1, o, o};
-      i++;
-      continue;
-    }
-    if (o < y->rank && y->dim[o] == 1) {
-      g[n++] = (Group){i, i, o, o + 1};
-      o++;
-      continue;
-    }
-    Group gr = {i, i, o, o};
-    int64_t pi = 1, po = 1;
-    do {
-      if (pi <= po && i < x->rank)
-        pi *= x->dim[i++];
-      else if (o < y->rank)
-        po *= y->dim[o++];
-      else
-        break;
-    } while (pi != po);
-    gr.i1 = i;
-    gr.o1 = o;
-    g[n++] = gr;
-  }
-  return n;
-}
-
-static int64_t prod(const Type *t, int from, int to) {
-  int64_t p = 1;
-  for (int d = from; d < to; d++)
-    p *= t->dim[d];
-  return p;
-}
-
-/* A split of x's dimension j (blocks b) as a split of y: only the first
- * dimension of a group carries a split across a reshape, its blocks scaled by
- * the rest of the group. Returns y's dimension, or NONE. */
-static int reshape_map(const Type *x, const Type *y, int j, const int64_t *b, int k, int64_t *out) {
-  Group g[2 * IR_MAX_RANK];
-  int n = groups(x, y, g);
-  for (int q = 0; q < n; q++) {
-    if (g[q].i0 != j || g[q].i1 == g[q].i0 || g[q].o1 == g[q].o0)
-      continue;
-    int64_t in = prod(x, g[q].i0 + 1, g[q].i1), on = prod(y, g[q].o0 + 1, g[q].o1);
-    for (int c = 0; c < k; c++) {
-      if (b[c] * in % on)
-        return NONE;
-      out[c] = b[c] * in / on;
-    }
-    return g[q].o0;
-  }
-  return NONE;
-}
-
-/* ---- forms ---- */
-
-static int64_t norm_axis(int64_t ax, int rank) { return ax < 0 ? ax + rank : ax; }
-
-/* Which dimensions of x a reduction sums over, and where the others go. */
-static void reduced(const Inst *i, bool *red, int *to) {
-  int rank = i->in[0]->type.rank, n;
-  const int64_t *axes = ir_get_ints(i, "axes", &n);
-  bool keep = ir_get_int(i, "keepdim", 0) != 0;
-  memset(red, 0, sizeof(bool) * IR_MAX_RANK);
-  for (int k = 0; k < n; k++)
-    red[norm_axis(axes[k], rank)] = true;
-  for (int j = 0, d = 0; j < rank; j++)
-    to[j] = red[j] && !keep ? NONE : d++;
-}
-
-/* The matmul's dimensions: a's m and k, b's k and n. */
-static void mm_dims(const Inst *i, int *am, int *ak, int *bk, int *bn) {
-  int ra = i->in[0]->type.rank, rb = i->in[1]->type.rank;
-  bool ta = ir_get_int(i, "ta", 0), tb = ir_get_int(i, "tb", 0);
-  *am = ta ? ra - 1 : ra - 2;
-  *ak = ta ? ra - 2 : ra - 1;
-  *bk = tb ? rb - 1 : rb - 2;
-  *bn = tb ? rb - 2 : rb - 1;
-}
+/* ---- forms, from each op's rule (forms.c) ---- */
 
 /* The result dimension that dimension j of operand k becomes; blocks b of a
  * split there become out. NONE: a split there cannot carry over; RED: the op
  * sums over it, so a split there makes a partial result. */
 static int fwd_dim(const Inst *i, int k, int j, const int64_t *b, int nb, int64_t *out) {
-  const Type *x = &i->in[k]->type, *y = &i->type;
-  memcpy(out, b, sizeof *b * (size_t)nb);
-  int lead = y->rank - x->rank, to[IR_MAX_RANK], am, ak, bk, bn;
-  bool red[IR_MAX_RANK];
-  switch (i->op) {
-  case OP_sum: case OP_mean: case OP_max:
-    reduced(i, red, to);
-    return red[j] ? (i->op == OP_max ? NONE : RED) : to[j];
-  case OP_max_grad:
-    if (k == 0)
-      return j;
-    reduced(i, red, to);
-    for (int d = 0; d < y->rank; d++)
-      if (!red[d] && to[d] == j)
-        return d;
+  DimMap dm;
+  if (!shard_rules[i->op](i, &dm))
     return NONE;
-  case OP_matmul:
-    mm_dims(i, &am, &ak, &bk, &bn);
-    if (k == 0)
-      return j == ak ? RED : j == am ? y->rank - 2 : j;
-    return j == bk ? RED : j == bn ? y->rank - 1 : x->rank > 2 ? j : NONE;
-  case OP_softmax: case OP_log_softmax: case OP_softmax_grad: case OP_log_softmax_grad:
-    return j == norm_axis(ir_get_int(i, "axis", -1), x->rank) ? NONE : j;
-  case OP_normalize: case OP_normalize_grad:
-    return j == x->rank - 1 ? NONE : j;
-  case OP_causal_mask:
-    return j >= x->rank - 2 ? NONE : j;
-  case OP_dropout: case OP_dropout_grad:
-    return j;
-  case OP_cross_entropy:
-    return j == 0 ? RED : NONE;
-  case OP_cross_entropy_grad:
-    return k < 2 && j == 0 ? 0 : NONE;
-  case OP_mse:
+  int e = dm.to[k][j];
+  if (e <= FORM_SUM(0))
     return RED;
-  case OP_embedding:
-    return k == 1 ? j : j == 1 ? y->rank - 1 : NONE;
-  case OP_embedding_grad:
-    return k == 1 && j == x->rank - 1 ? 1 : RED;
-  case OP_reshape:
-    return reshape_map(x, y, j, b, nb, out);
-  case OP_transpose: {
-    int n;
-    const int64_t *perm = ir_get_ints(i, "perm", &n);
-    for (int d = 0; d < n; d++)
-      if (perm[d] == j)
-        return d;
+  if (e < 0 || dm.res_whole[e])
     return NONE;
+  for (int c = 0; c < nb; c++) {
+    if (b[c] * dm.mul[k][j] % dm.div[k][j])
+      return NONE;
+    out[c] = b[c] * dm.mul[k][j] / dm.div[k][j];
   }
-  case OP_slice: case OP_pad: case OP_concat:
-    return j == norm_axis(ir_get_int(i, "axis", 0), x->rank) ? NONE : j;
-  default:
-    if (ir_ops[i->op].kind == K_ELEM || i->op == OP_broadcast)
-      return x->dim[j] == y->dim[j + lead] ? j + lead : NONE;
-    return NONE;
-  }
-}
-
-/* Elementwise with numpy broadcasting: dimensions that broadcast stay whole. */
-static void elem_map(const Type *x, const Type *y, const Sharding *r, Sharding *req) {
-  int lead = y->rank - x->rank;
-  for (int j = 0; j < x->rank; j++)
-    if (x->dim[j] == y->dim[j + lead])
-      copy_dim(req, j, r, j + lead);
+  return e;
 }
 
 /* The split of operand dimension j over axis a in cur, if any, as a ratio. */
@@ -285,217 +143,88 @@ static bool ratio_from(const Sharding *cur, int j, int a, double **ratio) {
   return true;
 }
 
-/* Places each axis of P on a dimension of the operands listed in `ops`,
- * where cur splits it, else on the first free dimension below `lim`. */
-static bool place_partial(const Inst *i, unsigned P, const int *ops, int nops, int lim,
-                          const Sharding *const *cur, Sharding *req) {
-  for (int a = 0; a < IR_MAX_MESH_AXES; a++) {
-    if (!(P & (1u << a)))
-      continue;
-    int j = -1;
-    double *ratio = NULL;
-    for (int q = 0; q < nops && j < 0; q++) {
-      int jj = dim_over(cur[ops[q]], i->in[ops[q]]->type.rank, a);
-      if (jj >= 0 && jj < lim && ratio_from(cur[ops[q]], jj, a, &ratio))
-        j = jj;
-    }
-    for (int jj = 0; jj < lim && j < 0; jj++)
-      if (req[ops[0]].axis[jj] < 0)
-        j = jj;
-    if (j < 0)
-      return false;
-    for (int q = 0; q < nops; q++)
-      split(&req[ops[q]], j, a, ratio);
-  }
+/* Splits every operand dim of label c over axis a; false when one of them
+ * is split already. */
+static bool split_label(const Inst *i, const DimMap *dm, int c, int a, double *ratio,
+                        Sharding *req, bool apply) {
+  for (int k = 0; k < i->nin; k++)
+    for (int j = 0; j < i->in[k]->type.rank; j++)
+      if (dm->to[k][j] == FORM_SUM(c)) {
+        if (req[k].axis[j] >= 0)
+          return false;
+        if (apply)
+          split(&req[k], j, a, ratio);
+      }
   return true;
+}
+
+/* Makes the result partial over axis a: a summed label an operand already
+ * splits over a, else (a linear op) partial operands, else the first free
+ * summed label. */
+static bool make_partial(const Module *m, const Inst *i, const DimMap *dm, int a,
+                         const Sharding *const *cur, Sharding *req) {
+  for (int k = 0; k < i->nin; k++) {
+    int j = dim_over(cur[k], i->in[k]->type.rank, a);
+    double *ratio = NULL;
+    int e = j >= 0 ? dm->to[k][j] : FORM_WHOLE;
+    if (e <= FORM_SUM(0) && ratio_from(cur[k], j, a, &ratio) &&
+        split_label(i, dm, FORM_SUM(0) - e, a, ratio, req, false))
+      return split_label(i, dm, FORM_SUM(0) - e, a, ratio, req, true);
+  }
+  bool partial_in = false;
+  for (int k = 0; k < i->nin; k++)
+    partial_in |= (ir_partial_axes(m, cur[k], i->in[k]->type.rank) >> a) & 1u;
+  if (dm->linear && (dm->nsum == 0 || partial_in)) {
+    for (int k = 0; k < i->nin; k++)
+      set_partial(&req[k], ir_partial_axes(m, &req[k], i->in[k]->type.rank) | (1u << a));
+    return true;
+  }
+  for (int c = 0; c < dm->nsum; c++)
+    if (split_label(i, dm, c, a, NULL, req, false))
+      return split_label(i, dm, c, a, NULL, req, true);
+  return false;
 }
 
 bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Sharding *const *cur,
                 Sharding *req) {
   const Type *y = &i->type;
-  int rr = y->rank;
-  unsigned P = ir_partial_axes(m, r, rr);
+  unsigned P = ir_partial_axes(m, r, y->rank);
   for (int k = 0; k < i->nin; k++)
     clear(&req[k], r->mesh);
-  for (int d = 0; d < rr; d++)
+  for (int d = 0; d < y->rank; d++)
     if (r->axis[d] >= 0 && (P & (1u << r->axis[d])))
       return false;
-  bool whole_r = P == 0;
-  for (int d = 0; d < rr; d++)
-    whole_r &= r->axis[d] < 0;
-  const Type *x = i->nin ? &i->in[0]->type : NULL;
-  bool red[IR_MAX_RANK];
-  int to[IR_MAX_RANK], am, ak, bk, bn;
-  int64_t ax;
-  switch (i->op) {
-  case OP_load:
-    return P == 0;
-  case OP_const: case OP_lr:
-    return whole_r;
-  case OP_sum: case OP_mean: case OP_max:
-    reduced(i, red, to);
-    for (int j = 0; j < x->rank; j++)
-      if (!red[j])
-        copy_dim(&req[0], j, r, to[j]);
-    if (i->op == OP_max)
-      return P == 0;
-    for (int a = 0; a < IR_MAX_MESH_AXES; a++) {
-      if (!(P & (1u << a)))
-        continue;
-      int j = dim_over(cur[0], x->rank, a);
-      double *ratio = NULL;
-      if (j >= 0 && red[j] && ratio_from(cur[0], j, a, &ratio)) {
-        split(&req[0], j, a, ratio);
-        continue;
-      }
-      if (ir_partial_axes(m, cur[0], x->rank) & (1u << a)) {
-        set_partial(&req[0], ir_partial_axes(m, &req[0], x->rank) | (1u << a));
-        continue;
-      }
-      for (j = 0; j < x->rank && !(red[j] && req[0].axis[j] < 0); j++)
-        ;
-      if (j == x->rank)
-        return false;
-      split(&req[0], j, a, NULL);
-    }
-    return true;
-  case OP_max_grad:
-    if (P)
+  DimMap dm;
+  if (!shard_rules[i->op](i, &dm))
+    return false;
+  for (int d = 0; d < y->rank; d++) {
+    int a = r->axis[d];
+    if (a < 0)
+      continue;
+    if (dm.res_whole[d])
       return false;
-    reduced(i, red, to);
-    for (int j = 0; j < rr; j++) {
-      if (red[j] && r->axis[j] >= 0)
-        return false;
-      copy_dim(&req[0], j, r, j);
-      if (!red[j]) {
-        copy_dim(&req[1], to[j], r, j);
-        copy_dim(&req[2], to[j], r, j);
-      }
-    }
-    return true;
-  case OP_matmul: {
-    if (popcount(P) > 1)
-      return false;
-    mm_dims(i, &am, &ak, &bk, &bn);
-    int rb = i->in[1]->type.rank;
-    for (int d = 0; d < rr - 2; d++) {
-      copy_dim(&req[0], d, r, d);
-      if (rb > 2)
-        copy_dim(&req[1], d, r, d);
-    }
-    copy_dim(&req[0], am, r, rr - 2);
-    copy_dim(&req[1], bn, r, rr - 1);
-    for (int a = 0; a < IR_MAX_MESH_AXES; a++) {
-      if (!(P & (1u << a)))
-        continue;
-      double *ratio = NULL;
-      if (!ratio_from(cur[0], ak, a, &ratio))
-        ratio_from(cur[1], bk, a, &ratio);
-      split(&req[0], ak, a, ratio);
-      split(&req[1], bk, a, ratio);
-    }
-    return true;
-  }
-  case OP_softmax: case OP_log_softmax: case OP_softmax_grad: case OP_log_softmax_grad:
-  case OP_normalize: case OP_normalize_grad: case OP_causal_mask: {
-    int64_t lo = i->op == OP_causal_mask ? rr - 2 : rr - 1, hi = rr - 1;
-    if (i->op != OP_normalize && i->op != OP_normalize_grad && i->op != OP_causal_mask)
-      lo = hi = norm_axis(ir_get_int(i, "axis", -1), rr);
-    if (P)
-      return false;
-    for (int64_t d = lo; d <= hi; d++)
-      if (r->axis[d] >= 0)
-        return false;
+    int kk = axis_size(m, a);
+    int64_t b[SHARD_MAX_AXIS], back[SHARD_MAX_AXIS];
+    blocks_of(m, r, y, d, b);
     for (int k = 0; k < i->nin; k++)
-      for (int d = 0; d < rr; d++)
-        copy_dim(&req[k], d, r, d);
-    return true;
+      for (int j = 0; j < i->in[k]->type.rank; j++) {
+        if (dm.to[k][j] != d)
+          continue;
+        if (dm.mul[k][j] == dm.div[k][j]) {
+          copy_dim(&req[k], j, r, d);
+          continue;
+        }
+        for (int c = 0; c < kk; c++) {
+          if (b[c] * dm.div[k][j] % dm.mul[k][j])
+            return false;
+          back[c] = b[c] * dm.div[k][j] / dm.mul[k][j];
+        }
+        split(&req[k], j, a, ratio_of(m, i->in[k]->type.dim[j], back, kk, r->ratio[d]));
+      }
   }
-  case OP_dropout: case OP_dropout_grad:   /* any split: a block's mask is its share */
-    if (P)
+  for (int a = 0; a < IR_MAX_MESH_AXES; a++)
+    if ((P & (1u << a)) && !make_partial(m, i, &dm, a, cur, req))
       return false;
-    for (int d = 0; d < rr; d++)
-      copy_dim(&req[0], d, r, d);
-    return true;
-  case OP_cross_entropy: {
-    if (popcount(P) > 1)
-      return false;
-    int a = P ? (P & 1u ? 0 : 1) : -1;
-    double *ratio = NULL;
-    if (a >= 0 && !ratio_from(cur[0], 0, a, &ratio))
-      ratio_from(cur[1], 0, a, &ratio);
-    split(&req[0], 0, a, ratio);
-    split(&req[1], 0, a, ratio);
-    return true;
-  }
-  case OP_cross_entropy_grad:
-    if (P || r->axis[1] >= 0)
-      return false;
-    copy_dim(&req[0], 0, r, 0);
-    copy_dim(&req[1], 0, r, 0);
-    return true;
-  case OP_mse: {
-    int ops[2] = {0, 1};
-    return place_partial(i, P, ops, 2, x->rank, cur, req);
-  }
-  case OP_embedding:
-    if (P)
-      return false;
-    copy_dim(&req[0], 1, r, rr - 1);
-    for (int d = 0; d < rr - 1; d++)
-      copy_dim(&req[1], d, r, d);
-    return true;
-  case OP_embedding_grad: {
-    if (r->axis[0] >= 0)
-      return false;
-    int ops[2] = {0, 1};
-    copy_dim(&req[1], i->in[1]->type.rank - 1, r, 1);
-    return place_partial(i, P, ops, 2, x->rank, cur, req);
-  }
-  case OP_reshape:
-    for (int d = 0; d < rr; d++) {
-      int a = r->axis[d];
-      if (a < 0)
-        continue;
-      int k = axis_size(m, a);
-      int64_t b[SHARD_MAX_AXIS], back[SHARD_MAX_AXIS];
-      blocks_of(m, r, y, d, b);
-      int j = reshape_map(y, x, d, b, k, back);
-      if (j < 0)
-        return false;
-      split(&req[0], j, a, ratio_of(m, x->dim[j], back, k, r->ratio[d]));
-    }
-    set_partial(&req[0], P);
-    return true;
-  case OP_transpose: {
-    int n;
-    const int64_t *perm = ir_get_ints(i, "perm", &n);
-    for (int d = 0; d < n; d++)
-      copy_dim(&req[0], (int)perm[d], r, d);
-    set_partial(&req[0], P);
-    return true;
-  }
-  case OP_slice: case OP_pad: case OP_concat:
-    ax = norm_axis(ir_get_int(i, "axis", 0), rr);
-    if (r->axis[ax] >= 0)
-      return false;
-    for (int k = 0; k < i->nin; k++) {
-      for (int d = 0; d < rr; d++)
-        copy_dim(&req[k], d, r, d);
-      set_partial(&req[k], P);
-    }
-    return true;
-  default:
-    break;
-  }
-  if (ir_ops[i->op].kind != K_ELEM && i->op != OP_broadcast)
-    return false;
-  if (P && i->op != OP_add && i->op != OP_sub && i->op != OP_neg && i->op != OP_broadcast)
-    return false;
-  for (int k = 0; k < i->nin; k++) {
-    elem_map(&i->in[k]->type, y, r, &req[k]);
-    set_partial(&req[k], P);
-  }
   return true;
 }
 

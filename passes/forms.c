@@ -1,0 +1,329 @@
+/* forms.c: each op's sharding rule, one shard_<id> per op of ops.def: how
+ * the dimensions of its operands map to those of its result (DimMap). The
+ * sharding pass derives from it both directions it needs: the result
+ * sharding an operand's split leads to (sharding.c's fwd_dim) and what each
+ * operand must be for a given result sharding (shard_form). */
+#include <string.h>
+
+#include "passes.h"
+
+#define OP(id, name, minin, maxin, kind, attrs) static bool shard_##id(const Inst *, DimMap *);
+#include "ops.def"
+#undef OP
+
+/* Every operand dimension starts whole and every result dimension free. */
+static void map_init(const Inst *i, DimMap *m) {
+  memset(m, 0, sizeof *m);
+  for (int k = 0; k < i->nin; k++)
+    for (int j = 0; j < IR_MAX_RANK; j++) {
+      m->to[k][j] = FORM_WHOLE;
+      m->mul[k][j] = m->div[k][j] = 1;
+    }
+}
+
+static int64_t norm_axis(int64_t ax, int rank) { return ax < 0 ? ax + rank : ax; }
+
+/* Operand dims map to the result's, aligned at the end (numpy broadcasting:
+ * a dimension that broadcasts stays whole). */
+static void aligned(const Inst *i, DimMap *m) {
+  const Type *y = &i->type;
+  for (int k = 0; k < i->nin; k++) {
+    const Type *x = &i->in[k]->type;
+    int lead = y->rank - x->rank;
+    for (int j = 0; j < x->rank; j++)
+      m->to[k][j] = x->dim[j] == y->dim[j + lead] ? j + lead : FORM_WHOLE;
+  }
+}
+
+/* Every operand dim maps to the same result dim, except dims lo..hi, which
+ * stay whole on both sides. */
+static void same_but(const Inst *i, DimMap *m, int64_t lo, int64_t hi) {
+  for (int k = 0; k < i->nin; k++)
+    for (int j = 0; j < i->in[k]->type.rank; j++)
+      m->to[k][j] = j >= lo && j <= hi ? FORM_WHOLE : j;
+  for (int64_t d = lo; d <= hi && d >= 0; d++)
+    m->res_whole[d] = true;
+}
+
+/* ---- module plumbing ---- */
+
+static bool shard_load(const Inst *i, DimMap *m) { return map_init(i, m), true; }
+static bool shard_store(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_output(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+
+static bool whole(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  for (int d = 0; d < i->type.rank; d++)
+    m->res_whole[d] = true;
+  return true;
+}
+static bool shard_const(const Inst *i, DimMap *m) { return whole(i, m); }
+static bool shard_lr(const Inst *i, DimMap *m) { return whole(i, m); }
+
+/* ---- elementwise: add, sub and neg of partial sums are partial sums ---- */
+
+static bool elem(const Inst *i, DimMap *m, bool linear) {
+  map_init(i, m);
+  aligned(i, m);
+  m->linear = linear;
+  return true;
+}
+static bool shard_add(const Inst *i, DimMap *m) { return elem(i, m, true); }
+static bool shard_sub(const Inst *i, DimMap *m) { return elem(i, m, true); }
+static bool shard_neg(const Inst *i, DimMap *m) { return elem(i, m, true); }
+static bool shard_mul(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_div(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_exp(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_log(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_sqrt(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_tanh(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_sigmoid(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_relu(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_gelu(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_relu_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_gelu_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
+
+/* ---- reductions ---- */
+
+/* Which dimensions of x a reduction sums over, and where the others go. */
+static void reduced(const Inst *i, bool *red, int *to) {
+  int rank = i->in[0]->type.rank, n;
+  const int64_t *axes = ir_get_ints(i, "axes", &n);
+  bool keep = ir_get_int(i, "keepdim", 0) != 0;
+  memset(red, 0, sizeof(bool) * IR_MAX_RANK);
+  for (int k = 0; k < n; k++)
+    red[norm_axis(axes[k], rank)] = true;
+  for (int j = 0, d = 0; j < rank; j++)
+    to[j] = red[j] && !keep ? -1 : d++;
+}
+
+/* A split of a summed dim makes a partial sum; a partial operand stays one. */
+static bool sum_like(const Inst *i, DimMap *m) {
+  bool red[IR_MAX_RANK];
+  int to[IR_MAX_RANK];
+  map_init(i, m);
+  reduced(i, red, to);
+  for (int j = 0; j < i->in[0]->type.rank; j++)
+    m->to[0][j] = red[j] ? FORM_SUM(m->nsum++) : to[j];
+  m->linear = true;
+  return true;
+}
+static bool shard_sum(const Inst *i, DimMap *m) { return sum_like(i, m); }
+static bool shard_mean(const Inst *i, DimMap *m) { return sum_like(i, m); }
+
+static bool shard_max(const Inst *i, DimMap *m) {
+  bool red[IR_MAX_RANK];
+  int to[IR_MAX_RANK];
+  map_init(i, m);
+  reduced(i, red, to);
+  for (int j = 0; j < i->in[0]->type.rank; j++)
+    m->to[0][j] = red[j] ? FORM_WHOLE : to[j];
+  return true;
+}
+
+/* (x, y, dy) -> dx: x's reduced dims stay whole; y's and dy's dims are x's
+ * others. */
+static bool shard_max_grad(const Inst *i, DimMap *m) {
+  bool red[IR_MAX_RANK];
+  int to[IR_MAX_RANK];
+  map_init(i, m);
+  reduced(i, red, to);
+  for (int j = 0; j < i->type.rank; j++) {
+    m->res_whole[j] = red[j];
+    m->to[0][j] = red[j] ? FORM_WHOLE : j;
+    if (!red[j] && to[j] >= 0)
+      m->to[1][to[j]] = m->to[2][to[j]] = j;
+  }
+  return true;
+}
+
+/* ---- dense ---- */
+
+/* [..,m,k] @ [..,k,n]: batch dims carry over, m and n to the result's last
+ * two, k split in both makes a partial sum. */
+static bool shard_matmul(const Inst *i, DimMap *m) {
+  int ra = i->in[0]->type.rank, rb = i->in[1]->type.rank, rr = i->type.rank;
+  bool ta = ir_get_int(i, "ta", 0), tb = ir_get_int(i, "tb", 0);
+  map_init(i, m);
+  for (int d = 0; d < rr - 2; d++) {
+    m->to[0][d] = d;
+    if (rb > 2)
+      m->to[1][d] = d;
+  }
+  m->to[0][ta ? ra - 1 : ra - 2] = rr - 2;
+  m->to[1][tb ? rb - 2 : rb - 1] = rr - 1;
+  m->to[0][ta ? ra - 2 : ra - 1] = m->to[1][tb ? rb - 1 : rb - 2] = FORM_SUM(0);
+  m->nsum = 1;
+  return true;
+}
+
+/* ---- other kernels ---- */
+
+static bool along(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  int64_t ax = norm_axis(ir_get_int(i, "axis", -1), i->type.rank);
+  same_but(i, m, ax, ax);
+  return true;
+}
+static bool shard_softmax(const Inst *i, DimMap *m) { return along(i, m); }
+static bool shard_log_softmax(const Inst *i, DimMap *m) { return along(i, m); }
+static bool shard_softmax_grad(const Inst *i, DimMap *m) { return along(i, m); }
+static bool shard_log_softmax_grad(const Inst *i, DimMap *m) { return along(i, m); }
+
+static bool last(const Inst *i, DimMap *m, int n) {
+  map_init(i, m);
+  same_but(i, m, i->type.rank - n, i->type.rank - 1);
+  return true;
+}
+static bool shard_normalize(const Inst *i, DimMap *m) { return last(i, m, 1); }
+static bool shard_normalize_grad(const Inst *i, DimMap *m) { return last(i, m, 1); }
+static bool shard_causal_mask(const Inst *i, DimMap *m) { return last(i, m, 2); }
+
+/* A block's mask is its share of the whole tensor's (its `at`). */
+static bool shard_dropout(const Inst *i, DimMap *m) { return last(i, m, 0); }
+static bool shard_dropout_grad(const Inst *i, DimMap *m) { return last(i, m, 0); }
+
+/* (logits[N,C], labels[N]) -> the mean: N split in both makes a partial sum. */
+static bool shard_cross_entropy(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  m->to[0][0] = m->to[1][0] = FORM_SUM(0);
+  m->nsum = 1;
+  return true;
+}
+
+/* (logits, labels, dloss) -> dlogits[N,C]: N carries over, C stays whole. */
+static bool shard_cross_entropy_grad(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  m->to[0][0] = m->to[1][0] = 0;
+  m->res_whole[1] = true;
+  return true;
+}
+
+/* (pred, target) -> the mean: any dim split in both makes a partial sum. */
+static bool shard_mse(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  for (int j = 0; j < i->in[0]->type.rank; j++)
+    m->to[0][j] = m->to[1][j] = FORM_SUM(m->nsum++);
+  return true;
+}
+
+/* (table[V,D], ids[...]) -> [..., D]: D and ids' dims carry over. */
+static bool shard_embedding(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  m->to[0][1] = i->type.rank - 1;
+  for (int j = 0; j < i->in[1]->type.rank; j++)
+    m->to[1][j] = j;
+  return true;
+}
+
+/* (ids, dy) -> [rows, D]: D carries over from dy; the positions (ids' dims,
+ * dy's others) are summed; rows stay whole. */
+static bool shard_embedding_grad(const Inst *i, DimMap *m) {
+  int ri = i->in[0]->type.rank;
+  map_init(i, m);
+  for (int j = 0; j < ri; j++)
+    m->to[0][j] = m->to[1][j] = FORM_SUM(m->nsum++);
+  m->to[1][i->in[1]->type.rank - 1] = 1;
+  m->res_whole[0] = true;
+  return true;
+}
+
+/* ---- data movement: partial sums stay partial ---- */
+
+typedef struct Group { int i0, i1, o0, o1; } Group;
+
+/* x's and y's dimensions in groups of equal products (dims of length 1
+ * alone). */
+static int groups(const Type *x, const Type *y, Group *g) {
+  int i = 0, o = 0, n = 0;
+  while (i < x->rank || o < y->rank) {
+    if (i < x->rank && x->dim[i] == 1) {
+      g[n++] = (Group){i, i + 1, o, o};
+      i++;
+      continue;
+    }
+    if (o < y->rank && y->dim[o] == 1) {
+      g[n++] = (Group){i, i, o, o + 1};
+      o++;
+      continue;
+    }
+    Group gr = {i, i, o, o};
+    int64_t pi = 1, po = 1;
+    do {
+      if (pi <= po && i < x->rank)
+        pi *= x->dim[i++];
+      else if (o < y->rank)
+        po *= y->dim[o++];
+      else
+        break;
+    } while (pi != po);
+    gr.i1 = i;
+    gr.o1 = o;
+    g[n++] = gr;
+  }
+  return n;
+}
+
+static int64_t prod(const Type *t, int from, int to) {
+  int64_t p = 1;
+  for (int d = from; d < to; d++)
+    p *= t->dim[d];
+  return p;
+}
+
+/* Only the first dimension of a group carries a split across a reshape, its
+ * blocks scaled by the rest of the group. */
+static bool shard_reshape(const Inst *i, DimMap *m) {
+  const Type *x = &i->in[0]->type, *y = &i->type;
+  Group g[2 * IR_MAX_RANK];
+  int n = groups(x, y, g);
+  map_init(i, m);
+  for (int d = 0; d < y->rank; d++)
+    m->res_whole[d] = true;
+  for (int q = 0; q < n; q++) {
+    if (g[q].i1 == g[q].i0 || g[q].o1 == g[q].o0)
+      continue;
+    m->to[0][g[q].i0] = g[q].o0;
+    m->mul[0][g[q].i0] = prod(x, g[q].i0 + 1, g[q].i1);
+    m->div[0][g[q].i0] = prod(y, g[q].o0 + 1, g[q].o1);
+    m->res_whole[g[q].o0] = false;
+  }
+  m->linear = true;
+  return true;
+}
+
+static bool shard_transpose(const Inst *i, DimMap *m) {
+  int n;
+  const int64_t *perm = ir_get_ints(i, "perm", &n);
+  map_init(i, m);
+  for (int d = 0; d < n; d++)
+    m->to[0][perm[d]] = d;
+  m->linear = true;
+  return true;
+}
+
+static bool on_axis(const Inst *i, DimMap *m) {
+  int64_t ax = norm_axis(ir_get_int(i, "axis", 0), i->type.rank);
+  map_init(i, m);
+  same_but(i, m, ax, ax);
+  m->linear = true;
+  return true;
+}
+static bool shard_slice(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_pad(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_concat(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_broadcast(const Inst *i, DimMap *m) { return elem(i, m, true); }
+
+/* ---- collectives: made by spmd, never sharded ---- */
+
+static bool shard_all_reduce(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_all_gather(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_reduce_scatter(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_all_to_all(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_shard_slice(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+
+const ShardRule shard_rules[OP_COUNT] = {
+#define OP(id, name, minin, maxin, kind, attrs) [OP_##id] = shard_##id,
+#include "ops.def"
+#undef OP
+};
