@@ -13,9 +13,11 @@
 
 /* Every operand dimension starts whole and every result dimension free. */
 static void map_init(const Inst *i, DimMap *m) {
-  memset(m, 0, sizeof *m);
+  memset(m->res_whole, 0, sizeof m->res_whole);
+  m->linear = false;
+  m->nsum = 0;
   for (int k = 0; k < i->nin; k++)
-    for (int j = 0; j < IR_MAX_RANK; j++) {
+    for (int j = 0; j < i->in[k]->type.rank; j++) {
       m->to[k][j] = FORM_WHOLE;
       m->mul[k][j] = m->div[k][j] = 1;
     }
