@@ -14,7 +14,7 @@
 
 #include <llvm-c/Analysis.h>
 
-#include "../runtime/dtrt.h"
+#include "dtrt.h"
 #include "codegen.h"
 
 LLVMValueRef cg_extern(Cg *c, const char *name, LLVMTypeRef type) {

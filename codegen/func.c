@@ -10,7 +10,7 @@
  * Requires: memplan's offsets; fusion groups contiguous (or none). */
 #include <string.h>
 
-#include "../runtime/dtrt.h"
+#include "dtrt.h"
 #include "codegen.h"
 
 LLVMValueRef cg_i32(Cg *c, int64_t v) { return LLVMConstInt(c->i32, (unsigned long long)v, 1); }
