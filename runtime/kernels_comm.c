@@ -362,6 +362,19 @@ static DtStatus gather_split(DtrtCtx *ctx, const char *op, const DtAttrs *a, con
   return s;
 }
 
+/* The entry of a collective that moves blocks of any dtype: begin, in and
+ * out of one dtype, and the split of the dim (gather_split). */
+static DtStatus begin_moved(DtrtCtx *ctx, const Layout *l, const DtTensor *in, int nin,
+                            const DtTensor *out, const DtAttrs *a, bool gather, Call *call,
+                            int *d, Split *sp) {
+  DtStatus s;
+  if ((s = begin(ctx, l, in, nin, out, a, call)) ||
+      (s = dtrt_check(ctx, l->op, "input", &in[0], 0)) ||
+      (s = dtrt_check(ctx, l->op, "output", out, in[0].dtype)))
+    return s;
+  return gather_split(ctx, l->op, a, &call->g, &in[0], out, gather, d, sp);
+}
+
 /* Padded all-gather into y, packed as sp says: every member sends its block
  * padded to the largest (most elements), MPI_Allgather fills p * most
  * elements, and each block is then copied to its place in y. */
@@ -392,9 +405,8 @@ static DtStatus gather_padded(DtrtCtx *ctx, const char *op, const DtGroup *g, co
 }
 
 /* all_gather: attributes axis, dim, p block lengths, [method] (mpi, ring,
- * grouped, or padded; hierarchical is for all_reduce only). in: this
- * member's block along dim; out: the whole tensor, blocks
- * in member order; f32 or i32. The blocks are contiguous in out when every
+ * grouped, or padded). in: this member's block along dim; out: the whole
+ * tensor, blocks in member order; f32 or i32. The blocks are contiguous in out when every
  * dim before dim has length 1: MPI then writes straight into out. Otherwise
  * they arrive packed, member after member, in a temporary buffer and are
  * copied into place (outer runs of len * inner elements each). */
@@ -404,10 +416,7 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
   int d;
   Split sp;
   DtStatus s;
-  if ((s = begin(ctx, &all_gather_l, in, nin, out, a, &call)) ||
-      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
-      (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
-      (s = gather_split(ctx, op, a, &call.g, &in[0], out, true, &d, &sp)))
+  if ((s = begin_moved(ctx, &all_gather_l, in, nin, out, a, true, &call, &d, &sp)))
     return s;
   if (call.g.size == 1) {
     free_splits(ctx, &sp);
@@ -594,15 +603,11 @@ DTRT_TRACED(all_to_all, DTRT_TID_COMM) {
  * out: this member's block along dim, cut locally (no communication); f32 or
  * i32. */
 DTRT_TRACED(shard_slice, DTRT_TID_COMM) {
-  const char *op = "shard_slice";
   Call call;
-  int d;
   Split sp;
-  DtStatus s;
-  if ((s = begin(ctx, &shard_slice_l, in, nin, out, a, &call)) ||
-      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
-      (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
-      (s = gather_split(ctx, op, a, &call.g, &in[0], out, false, &d, &sp)))
+  int d;
+  DtStatus s = begin_moved(ctx, &shard_slice_l, in, nin, out, a, false, &call, &d, &sp);
+  if (s)
     return s;
   slab(in[0].data, &in[0], d, sp.off[call.g.me], sp.len[call.g.me], out->data, true);
   free_splits(ctx, &sp);
