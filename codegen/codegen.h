@@ -85,7 +85,7 @@ typedef struct Cg {
   int64_t *state_off;      /* by global index: offset in the state block, -1 for inputs */
   int64_t state_bytes;     /* of the device being lowered */
   const char *hash;        /* of the module's text form */
-  const char *plan_hash;   /* of its sharding plan (the mesh and the globals' blocks); NULL: no mesh */
+  const char *plan_hash;   /* of the sharding plan (mesh, global shardings); NULL: no mesh */
 } Cg;
 
 /* The number of devices with functions of their own (after the spmd pass:

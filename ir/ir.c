@@ -53,7 +53,8 @@ Module *ir_module_new(Arena *a, const char *name) {
 }
 
 Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc loc) {
-  Global g = {.name = arena_strdup(m->arena, name), .kind = kind, .type = t, .init = -1, .loc = loc};
+  Global g = {.name = arena_strdup(m->arena, name), .kind = kind, .type = t, .init = -1,
+              .loc = loc};
   vec_push(m->arena, &m->global, g);
   return &m->global.a[m->global.n - 1];
 }

@@ -275,6 +275,25 @@ static bool global_ok(const Module *m, const Inst *in, Diag *d) {
   return true;
 }
 
+/* Attributes that name a fact shared with libdtrt: an lr's schedule, a
+ * collective's method. */
+static bool named_ok(const Inst *in, Diag *d) {
+  if (in->op == OP_lr) {
+    const char *s = ir_get_str(in, "schedule", "");
+    if (dtrt_name_index(dtrt_schedule_names, DT_SCHED_COUNT, s) < 0) {
+      diag_error(d, in->loc, "'lr' has schedule '%s', not constant, warmup or cosine", s);
+      return false;
+    }
+  }
+  if (ir_attr(in, "method") && !ir_has_method(in->op, (int)ir_get_int(in, "method", 0)) &&
+      ir_get_int(in, "method", 0) != DTRT_COMM_MPI) {
+    diag_error(d, in->loc, "'%s' has method %lld, which its kernel does not implement",
+               ir_ops[in->op].name, (long long)ir_get_int(in, "method", 0));
+    return false;
+  }
+  return true;
+}
+
 /* Operand order is checked through ids, so they are checked first. */
 static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
   bool ids_ok = true;
@@ -314,7 +333,7 @@ static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
     if (in->shard)
       verify_shard(m, in->shard, in->type.rank, in->loc, d, in->name ? in->name : what);
     bool ok = operands_ok(f, in, k, d);
-    if (!ir_check_attrs(in, d, in->loc, NULL) || !ok)
+    if (!ir_check_attrs(in, d, in->loc, NULL) || !ok || !named_ok(in, d))
       continue;
     if ((in->op == OP_load || in->op == OP_store) && !global_ok(m, in, d))
       continue;

@@ -48,7 +48,8 @@ static Inst *lr(Opt *o, double beta1, double beta2) {
   const Train *t = &o->m->train;
   Inst *r = ir_new(o->f, OP_lr, t->loc, 0, NULL);
   ir_set_float(r, "base", t->lr);
-  ir_set_str(r, "schedule", dtrt_schedule_names[t->schedule >= 0 ? t->schedule : DT_SCHED_CONSTANT]);
+  int schedule = t->schedule >= 0 ? t->schedule : DT_SCHED_CONSTANT;
+  ir_set_str(r, "schedule", dtrt_schedule_names[schedule]);
   ir_set_int(r, "warmup", t->warmup);
   ir_set_int(r, "total", t->total);
   ir_set_float(r, "beta1", beta1);

@@ -133,6 +133,23 @@ static void test_attrs(void **state) {
   expect(m, 1, "v.ir:20:3: error: attribute 'name' is given twice");
 }
 
+/* An lr's schedule is one libdtrt knows. */
+static void test_schedule(void **state) {
+  (void)state;
+  Module *m = good();
+  Inst *l = ir_new(fwd(m), OP_lr, (Loc){0}, 0, NULL);
+  ir_set_float(l, "base", 0.1);
+  ir_set_str(l, "schedule", "cosine");
+  ir_set_int(l, "warmup", 0);
+  ir_set_int(l, "total", 10);
+  ir_set_float(l, "beta1", 0);
+  ir_set_float(l, "beta2", 0);
+  ir_finish(l);
+  expect(m, 0, NULL);
+  ir_set_str(l, "schedule", "linear");
+  expect(m, 1, "dtc: error: 'lr' has schedule 'linear', not constant, warmup or cosine");
+}
+
 static void test_types(void **state) {
   (void)state;
   Module *m = good();
@@ -288,6 +305,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_good),         cmocka_unit_test(test_ssa_order),
       cmocka_unit_test(test_operand_counts), cmocka_unit_test(test_attrs),
+      cmocka_unit_test(test_schedule),
       cmocka_unit_test(test_types),        cmocka_unit_test(test_globals),
       cmocka_unit_test(test_names),        cmocka_unit_test(test_shardings),
       cmocka_unit_test(test_cluster_and_meshes), cmocka_unit_test(test_train),
