@@ -99,6 +99,18 @@ static DtStatus check_list(DtrtCtx *ctx, const char *op, const DtNamed *t, const
 
 /* ---- save ---- */
 
+DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path) {
+  struct stat st;
+  if (!stat(path, &st))
+    return S_ISREG(st.st_mode)
+               ? DT_OK
+               : dtrt_fail(ctx, DT_ERR_IO, "%s: %s is not a regular file; not writing it", op,
+                           path);
+  if (errno == ENOENT)
+    return DT_OK;
+  return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot write %s: %s", op, path, strerror(errno));
+}
+
 static int write_all(int fd, const void *p, int64_t n) {
   const char *c = p;
   while (n > 0) {
@@ -185,6 +197,8 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
   if (!path || !path[0])
     return dtrt_fail(ctx, DT_ERR_ARG, "save: no path");
   DtStatus s = check_list(ctx, "save", t, b, n);
+  if (!s)
+    s = dtrt_check_output(ctx, "save", path);
   if (s)
     return s;
   const char *hash = model_hash ? model_hash : "";
@@ -239,6 +253,11 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
   int err = errno;
   if (close(fd) && !bad)
     bad = 1, err = errno;
+  /* the path may have become something else while the data were written */
+  if (!bad && (s = dtrt_check_output(ctx, "save", path))) {
+    unlink(tmp);
+    goto done;
+  }
   if (!bad && rename(tmp, path))
     bad = 1, err = errno;
   if (bad) {

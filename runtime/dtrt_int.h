@@ -81,6 +81,11 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
                           int n, const char *model_hash, int64_t step);
 DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBlock *b, int n,
                           const char *model_hash, int64_t *step);
+/* Whether libdtrt may write the file path names: only a regular file or
+ * nothing (then it is created). Anything else (a device, a directory, a FIFO)
+ * is DT_ERR_IO with "OP: PATH is not a regular file; not writing it", and so
+ * is a path that cannot be looked up; nothing is created. */
+DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path);
 
 /* ---- ctx.c ------------------------------------------------------------ */
 

@@ -348,12 +348,49 @@ static void test_crash_safety(void **state) {
   free(after);
 }
 
+/* A save writes only where its path is a regular file or nothing: a FIFO, a
+ * device (through a symlink) and a directory are refused, named in the
+ * message, and left as they were, with no temporary beside them. */
+static void test_not_regular(void **state) {
+  (void)state;
+  Set a;
+  make_set(&a, 1.5f);
+  const char *fifo = at("fifo"), *link = at("null"), *sub = at("sub");
+  assert_int_equal(mkfifo(fifo, 0644), 0);
+  assert_int_equal(symlink("/dev/null", link), 0);
+  assert_int_equal(mkdir(sub, 0755), 0);
+  const char *paths[] = {fifo, link, sub};
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(dtrt_save(ctx, paths[k], a.t, 4, "h", 0), DT_ERR_IO);
+    char want[600];
+    snprintf(want, sizeof want, "save: %s is not a regular file", paths[k]);
+    if (!strstr(dtrt_errmsg(ctx), want))
+      fail_msg("message '%s', wanted '%s'", dtrt_errmsg(ctx), want);
+  }
+  struct stat st;
+  assert_int_equal(lstat(fifo, &st), 0);
+  assert_true(S_ISFIFO(st.st_mode));
+  assert_int_equal(lstat(link, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+  assert_int_equal(stat("/dev/null", &st), 0);
+  assert_true(S_ISCHR(st.st_mode));
+  assert_int_equal(lstat(sub, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  no_temps();
+  /* a symlink to a regular file is written through as before */
+  assert_int_equal(dtrt_save(ctx, at("real"), a.t, 4, "h", 0), DT_OK);
+  assert_int_equal(symlink("real", at("toreal")), 0);
+  assert_int_equal(dtrt_save(ctx, at("toreal"), a.t, 4, "h", 3), DT_OK);
+  no_temps();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_crash_safety, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_not_regular, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
