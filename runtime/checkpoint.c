@@ -197,6 +197,9 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
   if (!path || !path[0])
     return dtrt_fail(ctx, DT_ERR_ARG, "save: no path");
   DtStatus s = check_list(ctx, "save", t, b, n);
+  if (!s && (step < 0 || step > DTRT_MAX_STEP))
+    s = dtrt_fail(ctx, DT_ERR_ARG, "save: step %lld is outside 0..%lld", (long long)step,
+                  (long long)DTRT_MAX_STEP);
   if (!s)
     s = dtrt_check_output(ctx, "save", path);
   if (s)
@@ -476,6 +479,9 @@ static DtStatus read_file(DtrtCtx *ctx, const char *path, Load *l, const cJSON *
   if (!parse_i64(ms->valuestring, &step))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: step '%s' is not an integer", path,
                      ms->valuestring);
+  if (step < 0 || step > DTRT_MAX_STEP)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: step %lld is outside 0..%lld", path,
+                     (long long)step, (long long)DTRT_MAX_STEP);
   if (!parse_crc(mc->valuestring, &want))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: checksum '%s' is not crc32:XXXXXXXX", path,
                      mc->valuestring);

@@ -167,10 +167,15 @@ typedef struct DtNamed {
   DtTensor t;
 } DtNamed;
 
+/* Steps a checkpoint holds: 0 to DTRT_MAX_STEP (2^53, as JSON numbers are
+ * exact to); a save or a load of any other step is refused. */
+#define DTRT_MAX_STEP (INT64_C(1) << 53)
+
 /* Writes a safetensors file atomically (temporary file PATH.tmp.XXXXXX, fsync,
  * rename, fsync of the directory; mode 0644) with metadata: model hash (NULL:
  * ""), step, and a CRC-32 of the data and the tensor table. On failure PATH is
- * untouched and the temporary file removed. */
+ * untouched and the temporary file removed. PATH must name a regular file or
+ * nothing (DT_ERR_IO otherwise, and nothing is written). */
 DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
                    const char *model_hash, int64_t step);
 /* Reads into the given tensors (names, dtypes and shapes must match exactly, as

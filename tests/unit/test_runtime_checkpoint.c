@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "dtrt.h"
 #include "rt_test.h"
@@ -233,6 +234,55 @@ static void test_corruption(void **state) {
   free(g);
 }
 
+/* A checkpoint of no tensors whose step is the text step, with a correct
+ * checksum: CRC-32 of the model hash (and its NUL), then the step as 8
+ * little-endian bytes. */
+static void write_step(const char *path, const char *hash, const char *step) {
+  int64_t v = strtoll(step, NULL, 10);
+  unsigned char b[8];
+  for (int k = 0; k < 8; k++)
+    b[k] = (unsigned char)((uint64_t)v >> 8 * k);
+  uLong crc = crc32_z(crc32_z(0, (const Bytef *)hash, strlen(hash) + 1), b, 8);
+  char json[256];
+  int n = snprintf(json, sizeof json,
+                   "{\"__metadata__\":{\"model_hash\":\"%s\",\"step\":\"%s\","
+                   "\"checksum\":\"crc32:%08lx\"}}",
+                   hash, step, (unsigned long)crc);
+  while (n % 8)
+    json[n++] = ' ';
+  unsigned char file[8 + sizeof json] = {(unsigned char)n};
+  memcpy(file + 8, json, (size_t)n);
+  spit(path, file, 8 + n);
+}
+
+/* A step outside 0..DTRT_MAX_STEP neither loads nor saves. */
+static void test_step_range(void **state) {
+  (void)state;
+  const char *p = at("step.safetensors");
+  int64_t step = -77;
+  write_step(p, "h", "5");
+  assert_int_equal(dtrt_load(ctx, p, NULL, 0, "h", &step), DT_OK);
+  assert_true(step == 5);
+  write_step(p, "h", "9007199254740992");
+  assert_int_equal(dtrt_load(ctx, p, NULL, 0, "h", &step), DT_OK);
+  assert_true(step == DTRT_MAX_STEP);
+  const char *bad[] = {"-1", "-9223372036854775808", "9223372036854775807", "9007199254740993"};
+  for (int k = 0; k < 4; k++) {
+    write_step(p, "h", bad[k]);
+    step = -77;
+    char want[64];
+    snprintf(want, sizeof want, "step %s is outside 0..9007199254740992", bad[k]);
+    refuse(p, DT_ERR_FORMAT, want, "h");
+    assert_int_equal(dtrt_load(ctx, p, NULL, 0, "h", &step), DT_ERR_FORMAT);
+    assert_true(step == -77);
+  }
+  assert_int_equal(dtrt_save(ctx, p, NULL, 0, "h", -1), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "save: step -1 is outside 0..9007199254740992"));
+  assert_int_equal(dtrt_save(ctx, p, NULL, 0, "h", DTRT_MAX_STEP + 1), DT_ERR_ARG);
+  assert_int_equal(dtrt_save(ctx, p, NULL, 0, "h", DTRT_MAX_STEP), DT_OK);
+  no_temps();
+}
+
 static void test_mismatch(void **state) {
   (void)state;
   Set a;
@@ -391,6 +441,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_crash_safety, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_regular, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_step_range, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
