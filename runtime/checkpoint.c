@@ -97,7 +97,27 @@ static DtStatus check_list(DtrtCtx *ctx, const char *op, const DtNamed *t, const
   return DT_OK;
 }
 
-/* ---- save ---- */
+/* ---- opening ---- */
+
+int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), err = 0;
+  struct stat st;
+  *size = 0;
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, &st) || fcntl(fd, F_SETFL, 0))
+    err = errno;
+  else if (!S_ISREG(st.st_mode))
+    err = EINVAL;
+  else if ((*size = (int64_t)st.st_size) > dtrt_read_limit(ctx))
+    err = EFBIG;
+  if (err) {
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
 
 DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path) {
   struct stat st;
@@ -523,9 +543,20 @@ DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBl
   DtStatus s = check_list(ctx, "load", t, b, n);
   if (s)
     return s;
-  Load l = {.f = fopen(path, "rb")};
-  if (!l.f)
-    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot open %s: %s", path, strerror(errno));
+  int64_t size;
+  int fd = dtrt_open_input(ctx, path, &size);
+  Load l = {.f = fd >= 0 ? fdopen(fd, "rb") : NULL};
+  if (!l.f) {
+    int err = errno;
+    if (fd >= 0)
+      close(fd);
+    if (err == EINVAL)
+      return dtrt_fail(ctx, DT_ERR_IO, "load: %s is not a regular file", path);
+    if (err == EFBIG)
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s is %lld bytes, more than the read limit of "
+                       "%lld", path, (long long)size, (long long)dtrt_read_limit(ctx));
+    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot open %s: %s", path, strerror(err));
+  }
   const cJSON *meta = NULL;
   const Entry **match = dtrt_alloc(ctx, (size_t)n * sizeof *match);
   if (!match)

@@ -62,6 +62,11 @@ const char *dtrt_status_name(DtStatus s);
 DtStatus dtrt_fail(DtrtCtx *ctx, DtStatus s, const char *fmt, ...);
 void *dtrt_alloc(DtrtCtx *ctx, size_t n);             /* zeroed; NULL + error on failure */
 void dtrt_free(DtrtCtx *ctx, void *p);
+/* The largest file the data readers and dtrt_load read, in bytes, both as
+ * stored and once decompressed: DTRT_READ_LIMIT unless set (bytes <= 0 sets
+ * it back). A larger file is DT_ERR_FORMAT, found before it is read whole. */
+#define DTRT_READ_LIMIT (INT64_C(1) << 36)
+void dtrt_ctx_set_read_limit(DtrtCtx *ctx, int64_t bytes);
 
 /* ---- kernel ABI (called by generated code) ---------------------------- */
 
@@ -192,7 +197,8 @@ DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n,
 /* A loaded array: f32 or i32 (IDX u8 data is widened: images to f32 in [0,1],
  * labels to i32). Free with dtrt_data_free on the context that read it. On
  * failure the readers leave it empty (safe to free). Malformed, truncated or
- * oversized files are DT_ERR_FORMAT with the file's name in the message. */
+ * oversized files (dtrt_ctx_set_read_limit) are DT_ERR_FORMAT with the file's
+ * name in the message; what is not a regular file is DT_ERR_IO. */
 typedef struct DtData {
   DtTensor t;
 } DtData;

@@ -158,7 +158,9 @@ static void test_corruption(void **state) {
   (void)state;
   Set a;
   make_set(&a, 1.5f);
-  const char *good = at("good.safetensors"), *bad = at("bad.safetensors");
+  char good[512], bad[512];
+  snprintf(good, sizeof good, "%s", at("good.safetensors"));
+  snprintf(bad, sizeof bad, "%s", at("bad.safetensors"));
   assert_int_equal(dtrt_save(ctx, good, a.t, 4, "hash-1", 42), DT_OK);
   long n;
   unsigned char *f = slurp(good, &n), *g = calloc(1, (size_t)n + 64);
@@ -229,6 +231,22 @@ static void test_corruption(void **state) {
   spit(bad, g, n);
   refuse(bad, DT_ERR_FORMAT, "after the JSON", "hash-1");
   refuse(at("missing"), DT_ERR_IO, "cannot open", "hash-1");
+  /* not regular files, a FIFO included (opening one must not block); a file
+   * larger than the read limit */
+  assert_int_equal(mkfifo(at("load.fifo"), 0644), 0);
+  alarm(10);
+  refuse(at("load.fifo"), DT_ERR_IO, "not a regular file", "hash-1");
+  alarm(0);
+  refuse("/dev/zero", DT_ERR_IO, "/dev/zero is not a regular file", "hash-1");
+  dtrt_ctx_set_read_limit(ctx, n - 1);
+  char want[600];
+  snprintf(want, sizeof want, "%s is %ld bytes, more than the read limit of %ld", good, n, n - 1);
+  refuse(good, DT_ERR_FORMAT, want, "hash-1");
+  dtrt_ctx_set_read_limit(ctx, n);
+  Set ok;
+  make_set(&ok, 0);
+  assert_int_equal(dtrt_load(ctx, good, ok.t, 4, "hash-1", NULL), DT_OK);
+  dtrt_ctx_set_read_limit(ctx, 0);
   refuse(dir, DT_ERR_IO, "not a regular file", "hash-1");
   free(f);
   free(g);
