@@ -467,26 +467,33 @@ static const char *skip_blank(const char *p) {
   return p;
 }
 
-/* Parses one field starting at p into *v; false when it is not a number. *end is
- * left at the field's delimiter (',', '\n', '\r' or the end). */
-static bool field(const char *p, const char **end, float *v) {
+enum { FIELD_OK, FIELD_NAN, FIELD_RANGE };
+
+/* Parses one field starting at p into *v: FIELD_OK, FIELD_NAN when it is not a
+ * number, FIELD_RANGE when it is one too large for f32. *end is left at the
+ * field's delimiter (',', '\n', '\r' before '\n', or the end). */
+static int field(const char *p, const char **end, float *v) {
   p = skip_blank(p);
   bool ok = *p && *p != ',' && *p != '\n' && *p != '\r';
   char *e = (char *)p;
+  int range = 0;
   if (ok) {
+    errno = 0;
     *v = strtof(p, &e);
     ok = e != p;
+    range = errno == ERANGE && isinf(*v);
   }
   e = (char *)skip_blank(e);
   ok = ok && (*e == ',' || *e == '\n' || *e == '\r' || !*e);
   while (*e && *e != ',' && *e != '\n')
     e++;
   *end = e;
-  return ok;
+  return !ok ? FIELD_NAN : range ? FIELD_RANGE : FIELD_OK;
 }
 
 /* One pass over the text: counts rows and columns and checks them; fills out,
- * rows of width values, when it is not NULL. */
+ * rows of width values, when it is not NULL. A line ends at '\n' or "\r\n"; a
+ * carriage return anywhere else is an error, as it would hide what follows. */
 static DtStatus csv_pass(DtrtCtx *ctx, const char *path, const Buf *b, float *out,
                          int64_t width, int64_t *rows, int64_t *cols) {
   const char *p = (const char *)b->p, *end = p + b->n;
@@ -505,10 +512,21 @@ static DtStatus csv_pass(DtrtCtx *ctx, const char *path, const Buf *b, float *ou
     if (memchr(p, 0, (size_t)(nl - p)))
       return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld: NUL byte in a CSV file", path,
                        (long long)line);
+    const char *le = nl[-1] == '\r' ? nl - 1 : nl, *cr = memchr(p, '\r', (size_t)(le - p));
+    if (cr)
+      return dtrt_fail(ctx, DT_ERR_FORMAT,
+                       "%s:%lld:%lld: carriage return inside a line (only \\r\\n ends one)",
+                       path, (long long)line, (long long)(cr - p + 1));
     int64_t nf = 0, bad = -1;
     for (q = p;; q++) {
       float v = 0;
-      if (!field(q, &q, &v) && bad < 0)
+      const char *at = q;
+      int k = field(q, &q, &v);
+      if (k == FIELD_RANGE)
+        return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld:%lld: field %lld does not fit in f32",
+                         path, (long long)line, (long long)(skip_blank(at) - p + 1),
+                         (long long)nf + 1);
+      if (k && bad < 0)
         bad = nf;
       if (out && bad < 0 && nf < width)
         out[*rows * width + nf] = v;

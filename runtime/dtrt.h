@@ -211,7 +211,8 @@ DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out);
 DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out);
 /* CSV of numbers, optional header line; all rows the same width -> f32[rows, cols].
  * Blank lines are skipped; a file without data rows is DT_ERR_FORMAT. Numbers
- * are read with strtof, so the C locale's decimal point is expected. */
+ * are read with strtof, so the C locale's decimal point is expected; one too
+ * large for f32 is DT_ERR_FORMAT, as is a '\r' other than in a "\r\n". */
 DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out);
 void dtrt_data_free(DtrtCtx *ctx, DtData *d);
 

@@ -360,6 +360,27 @@ static void test_csv(void **state) {
   refuse(dtrt_read_csv, puts_("hw.csv", "a,b,c\n1,2\n"), DT_ERR_FORMAT,
          ":2: 2 fields, the header on line 1 has 3");
   refuse(dtrt_read_csv, put("z.csv", "1,2\n3\0,4\n", 9, 0), DT_ERR_FORMAT, ":2: NUL byte");
+  /* a carriage return ends a line only before '\n' (or at the end) */
+  float w2[2] = {1, 2};
+  csv_ok("1,2\r", 1, 2, w2);
+  refuse(dtrt_read_csv, puts_("cr.csv", "1,2\r9,3\n4,5,6\n"), DT_ERR_FORMAT,
+         ":1:4: carriage return inside a line");
+  refuse(dtrt_read_csv, puts_("cr2.csv", "a,b\n1,\r2\r\n"), DT_ERR_FORMAT,
+         ":2:3: carriage return inside a line");
+  /* a number too large for f32 is an error, not inf; a header stays one */
+  refuse(dtrt_read_csv, puts_("big.csv", "1,2\n3, 1e39\n"), DT_ERR_FORMAT,
+         ":2:4: field 2 does not fit in f32");
+  refuse(dtrt_read_csv, puts_("big2.csv", "x,y\n-4e38,0\n"), DT_ERR_FORMAT,
+         ":2:1: field 1 does not fit in f32");
+  char *digits = malloc(100010);
+  strcpy(digits, "1,");
+  memset(digits + 2, '9', 100000);
+  strcpy(digits + 100002, "\n");
+  refuse(dtrt_read_csv, puts_("digits.csv", digits), DT_ERR_FORMAT,
+         ":1:3: field 2 does not fit in f32");
+  free(digits);
+  float tiny[2] = {1e-30f, 0};
+  csv_ok("1e-30,1e-50\n", 1, 2, tiny);
 }
 
 int main(void) {
