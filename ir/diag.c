@@ -1,8 +1,12 @@
 /* diag.c: user-facing diagnostics, clang style: location, message, source
  * line, caret. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ir.h"
 
@@ -104,28 +108,64 @@ SrcFile *src_from_string(Arena *a, const char *name, const char *text) {
   return f;
 }
 
+/* src_read's bound, 256 MiB: no model, IR or cluster file is near it. */
+#define SRC_MAX_BYTES ((size_t)1 << 28)
+
+/* Opens path for reading if it is a regular file, without blocking (as a FIFO
+ * would); -1 with errno set otherwise (EISDIR, EINVAL: something else). */
+static int src_open(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), err = 0;
+  struct stat st;
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, &st) || fcntl(fd, F_SETFL, 0))
+    err = errno;
+  else if (!S_ISREG(st.st_mode))
+    err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+  else if ((uint64_t)st.st_size > SRC_MAX_BYTES)
+    err = EFBIG;
+  if (err) {
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 SrcFile *src_read(Arena *a, const char *path) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp)
+  int fd = src_open(path);
+  if (fd < 0)
     return NULL;
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap);
-  for (size_t got; buf && (got = fread(buf + len, 1, cap - len, fp)) > 0;) {
-    len += got;
+  int err = buf ? 0 : ENOMEM;
+  while (!err) {
     if (len == cap) {
-      char *nb = realloc(buf, cap *= 2);
+      if (len > SRC_MAX_BYTES) {   /* it grew while read */
+        err = EFBIG;
+        break;
+      }
+      cap = cap > SRC_MAX_BYTES / 2 ? SRC_MAX_BYTES + 1 : 2 * cap;
+      char *nb = realloc(buf, cap);
       if (!nb) {
-        free(buf);
-        buf = NULL;
+        err = ENOMEM;
+        break;
       }
       buf = nb;
     }
+    ssize_t got = read(fd, buf + len, cap - len);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      err = got < 0 ? errno : 0;
+      break;
+    }
+    len += (size_t)got;
   }
-  int err = ferror(fp) ? EIO : 0;
-  fclose(fp);
-  if (!buf || err) {
+  close(fd);
+  if (err) {
     free(buf);
-    errno = err ? err : ENOMEM;
+    errno = err;
     return NULL;
   }
   SrcFile *f = arena_alloc(a, sizeof *f);
