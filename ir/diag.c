@@ -18,6 +18,13 @@ void diag_init(Diag *d, FILE *out) {
 
 bool diag_full(const Diag *d) { return d->max_errors > 0 && d->nerr >= d->max_errors; }
 
+/* A message echoes a run of non-blank bytes (a token, a name) whole up to
+ * DIAG_RUN_MAX bytes; a longer one is cut to its first DIAG_RUN_HEAD and last
+ * DIAG_RUN_TAIL bytes around "...", at UTF-8 character boundaries. */
+enum { DIAG_RUN_MAX = 100, DIAG_RUN_HEAD = 80, DIAG_RUN_TAIL = 8 };
+
+static bool utf8_cont(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
+
 /* Prints the source line of loc and a caret under its column. Long lines are
  * cut to a window around the column so the caret stays readable. */
 static void show_line(Diag *d, Loc loc) {
@@ -39,7 +46,11 @@ static void show_line(Diag *d, Loc loc) {
   long from = 0;
   if (len > 160 && col > 80)
     from = col - 80;
+  while (from > 0 && utf8_cont(p[from]))
+    from--;
   long to = from + 160 < len ? from + 160 : len;
+  while (to < len && utf8_cont(p[to]))
+    to++;
   fputs(from ? "..." : "", d->out);
   for (const char *q = p + from; q < p + to; q++)
     fputc((unsigned char)*q >= 0x20 && *q != 0x7f ? *q : (*q == '\t' ? '\t' : '?'), d->out);
@@ -51,6 +62,28 @@ static void show_line(Diag *d, Loc loc) {
   fputs("^\n", d->out);
 }
 
+static void put_capped(FILE *out, const char *s) {
+  while (*s) {
+    size_t n = strcspn(s, " \t\n");
+    if (n > DIAG_RUN_MAX) {
+      size_t head = DIAG_RUN_HEAD, tail = n - DIAG_RUN_TAIL;
+      while (head > 0 && utf8_cont(s[head]))
+        head--;
+      while (tail < n && utf8_cont(s[tail]))
+        tail++;
+      fwrite(s, 1, head, out);
+      fputs("...", out);
+      fwrite(s + tail, 1, n - tail, out);
+    } else {
+      fwrite(s, 1, n, out);
+    }
+    s += n;
+    n = strspn(s, " \t\n");
+    fwrite(s, 1, n, out);
+    s += n;
+  }
+}
+
 static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
   if (d->quiet)
     return;
@@ -59,7 +92,18 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
   else
     fputs("dtc: ", d->out);
   fprintf(d->out, "%s: ", kind);
-  vfprintf(d->out, fmt, ap);
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, again);
+  va_end(again);
+  char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (msg) {
+    vsnprintf(msg, (size_t)n + 1, fmt, ap);
+    put_capped(d->out, msg);
+    free(msg);
+  } else {
+    vfprintf(d->out, fmt, ap);
+  }
   fputc('\n', d->out);
   show_line(d, loc);
 }
