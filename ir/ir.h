@@ -273,6 +273,7 @@ typedef struct Options Options;
 
 struct Module {
   const char *name;
+  Loc loc;               /* the model's name, or the IR text's 'module' line */
   Arena *arena;
   VEC(Dim) dim;
   VEC(Global) global;
