@@ -641,7 +641,7 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
     return false;
   }
   if (!fwd) {
-    diag_error(d, none, "module '%s' has no @forward to generate code for", m->name);
+    diag_error(d, m->loc, "module '%s' has no @forward to generate code for", m->name);
     return false;
   }
   if (train) {

@@ -1,6 +1,7 @@
 /* train_mlp.c: trains examples/mlp.dt on Fashion-MNIST with the object dtc
  * compiled from it, reports test accuracy, saves and resumes checkpoints. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,47 +119,112 @@ static int parse(Args *a, int argc, char **argv) {
   return 0;
 }
 
+/* Checks images (f32 [N,28,28], as u8 IDX images load) and their labels
+ * (i32 [N], each 0..9) against the model; at least min images. */
+static int check_set(const char *ipath, const DtData *img, const char *lpath, const DtData *lab,
+                     int64_t min) {
+  const DtTensor *x = &img->t, *y = &lab->t;
+  if (x->dtype != DTRT_F32 || x->rank != 3 || x->dim[1] != 28 || x->dim[2] != 28) {
+    char shape[160] = "";
+    for (int d = 0, at = 0; d < x->rank && at < 140; d++)
+      at += snprintf(shape + at, sizeof shape - (size_t)at, "%s%lld", d ? "," : "",
+                     (long long)x->dim[d]);
+    fprintf(stderr, "train_mlp: %s: the images are %s [%s], expected u8 images [N,28,28]\n",
+            ipath, x->dtype == DTRT_F32 ? "f32" : "i32", shape);
+    return 1;
+  }
+  if (x->dim[0] < min) {
+    fprintf(stderr, "train_mlp: %s: %lld images, at least %lld needed\n", ipath,
+            (long long)x->dim[0], (long long)min);
+    return 1;
+  }
+  if (y->dtype != DTRT_I32 || y->rank != 1 || y->dim[0] != x->dim[0]) {
+    fprintf(stderr, "train_mlp: %s: expected %lld integer labels, one per image of %s\n", lpath,
+            (long long)x->dim[0], ipath);
+    return 1;
+  }
+  const int32_t *v = y->data;
+  for (int64_t k = 0; k < y->dim[0]; k++)
+    if (v[k] < 0 || v[k] >= CLASSES) {
+      fprintf(stderr, "train_mlp: %s: label %d at index %lld is outside 0..%d\n", lpath,
+              (int)v[k], (long long)k, CLASSES - 1);
+      return 1;
+    }
+  return 0;
+}
+
+/* Saves with SIGINT and SIGTERM held off, so that a signal cannot stop the
+ * save half way and leave its temporary file behind; it acts after. */
+static int save(mlp *m, const char *path) {
+  sigset_t hold, old;
+  sigemptyset(&hold);
+  sigaddset(&hold, SIGINT);
+  sigaddset(&hold, SIGTERM);
+  sigprocmask(SIG_BLOCK, &hold, &old);
+  int rc = mlp_save(m, path);
+  if (rc)
+    fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+  sigprocmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   Args a;
   if (parse(&a, argc, argv))
     return 2;
+  /* a write past a file size limit fails (and the save cleans up) instead of
+   * killing the process with the temporary file left behind */
+  signal(SIGXFSZ, SIG_IGN);
   DtrtCtx *ctx = dtrt_ctx_new();
+  if (!ctx) {
+    fprintf(stderr, "train_mlp: out of memory\n");
+    return 1;
+  }
   DtData tr_x = {0}, tr_y = {0}, te_x = {0}, te_y = {0};
   char path[4][1024];
   const char *files[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
   DtData *dst[4] = {&tr_x, &tr_y, &te_x, &te_y};
+  mlp *m = NULL;
+  int32_t *order = NULL;
+  float *x = NULL;
+  int rc = 1;
   for (int k = 0; k < 4; k++) {
     snprintf(path[k], sizeof path[k], "%s/%s", a.data, files[k]);
     if (dtrt_read_idx(ctx, path[k], dst[k])) {
       fprintf(stderr, "train_mlp: %s\n", dtrt_errmsg(ctx));
-      return 1;
+      goto done;
     }
   }
+  if (check_set(path[0], &tr_x, path[1], &tr_y, B) || check_set(path[2], &te_x, path[3], &te_y, 1))
+    goto done;
   int64_t n = tr_x.t.dim[0];
-  if (tr_x.t.rank != 3 || tr_x.t.dim[1] * tr_x.t.dim[2] != PIXELS || tr_y.t.dim[0] != n ||
-      te_x.t.rank != 3 || te_y.t.dim[0] != te_x.t.dim[0]) {
-    fprintf(stderr, "train_mlp: the data are not 28x28 images with one label each\n");
-    return 1;
-  }
 
-  mlp *m;
-  int rc = mlp_create(&m, a.seed);
-  if (rc) {
-    fprintf(stderr, "train_mlp: cannot create the model (status %d)\n", rc);
-    return 1;
+  if ((rc = mlp_create(&m, a.seed))) {
+    fprintf(stderr, "train_mlp: cannot create the model: %s\n", mlp_error(NULL));
+    goto done;
   }
   if (a.resume && (rc = mlp_load(m, a.resume))) {
     fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
-    return 1;
+    goto done;
   }
   int64_t per_epoch = n / B;
   int64_t start = mlp_step(m);
+  if (start < 0) {
+    fprintf(stderr, "train_mlp: %s: step %lld is negative\n", a.resume, (long long)start);
+    rc = 1;
+    goto done;
+  }
   if (!a.quiet && start)
     fprintf(stderr, "resumed from %s at step %lld\n", a.resume, (long long)start);
 
-  int32_t *order = malloc(sizeof(int32_t) * (size_t)n);
-  float *x = malloc(sizeof(float) * B * PIXELS);
+  order = malloc(sizeof(int32_t) * (size_t)n);
+  x = malloc(sizeof(float) * B * PIXELS);
+  if (!order || !x) {
+    fprintf(stderr, "train_mlp: out of memory\n");
+    rc = 1;
+    goto done;
+  }
   int32_t y[B];
   const float *px = tr_x.t.data;
   const int32_t *py = tr_y.t.data;
@@ -190,8 +256,8 @@ int main(int argc, char **argv) {
       break;
     if (!a.quiet)
       fputc('\n', stderr);
-    if (a.save && (rc = mlp_save(m, a.save)))
-      fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+    if (a.save)
+      rc = save(m, a.save);
   }
   if (!rc) {
     int err = 0;
@@ -203,6 +269,7 @@ int main(int argc, char **argv) {
       printf("test accuracy %.2f%% after %lld steps\n", 100 * acc, (long long)mlp_step(m));
     }
   }
+done:
   free(order);
   free(x);
   mlp_destroy(m);

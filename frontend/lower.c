@@ -935,6 +935,7 @@ Module *lower_model(Arena *a, const Decl *md, const char *const *defs, int ndefs
   int nerr = d->nerr;
   Ctx c = {.a = a, .d = d};
   c.m = ir_module_new(a, md->name);
+  c.m->loc = md->name_loc;
   c.f = ir_add_func(c.m, "forward", md->name_loc);
   for (c.cap = 16; c.cap < 2 * (md->body.n + md->dims.n); c.cap *= 2) {}
   c.tab = arena_alloc(a, sizeof(Name *) * (size_t)c.cap);

@@ -1,8 +1,12 @@
 /* diag.c: user-facing diagnostics, clang style: location, message, source
  * line, caret. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ir.h"
 
@@ -13,6 +17,13 @@ void diag_init(Diag *d, FILE *out) {
 }
 
 bool diag_full(const Diag *d) { return d->max_errors > 0 && d->nerr >= d->max_errors; }
+
+/* A message echoes a run of non-blank bytes (a token, a name) whole up to
+ * DIAG_RUN_MAX bytes; a longer one is cut to its first DIAG_RUN_HEAD and last
+ * DIAG_RUN_TAIL bytes around "...", at UTF-8 character boundaries. */
+enum { DIAG_RUN_MAX = 100, DIAG_RUN_HEAD = 80, DIAG_RUN_TAIL = 8 };
+
+static bool utf8_cont(char c) { return ((unsigned char)c & 0xC0) == 0x80; }
 
 /* Prints the source line of loc and a caret under its column. Long lines are
  * cut to a window around the column so the caret stays readable. */
@@ -35,7 +46,11 @@ static void show_line(Diag *d, Loc loc) {
   long from = 0;
   if (len > 160 && col > 80)
     from = col - 80;
+  while (from > 0 && utf8_cont(p[from]))
+    from--;
   long to = from + 160 < len ? from + 160 : len;
+  while (to < len && utf8_cont(p[to]))
+    to++;
   fputs(from ? "..." : "", d->out);
   for (const char *q = p + from; q < p + to; q++)
     fputc((unsigned char)*q >= 0x20 && *q != 0x7f ? *q : (*q == '\t' ? '\t' : '?'), d->out);
@@ -47,6 +62,28 @@ static void show_line(Diag *d, Loc loc) {
   fputs("^\n", d->out);
 }
 
+static void put_capped(FILE *out, const char *s) {
+  while (*s) {
+    size_t n = strcspn(s, " \t\n");
+    if (n > DIAG_RUN_MAX) {
+      size_t head = DIAG_RUN_HEAD, tail = n - DIAG_RUN_TAIL;
+      while (head > 0 && utf8_cont(s[head]))
+        head--;
+      while (tail < n && utf8_cont(s[tail]))
+        tail++;
+      fwrite(s, 1, head, out);
+      fputs("...", out);
+      fwrite(s + tail, 1, n - tail, out);
+    } else {
+      fwrite(s, 1, n, out);
+    }
+    s += n;
+    n = strspn(s, " \t\n");
+    fwrite(s, 1, n, out);
+    s += n;
+  }
+}
+
 static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list ap) {
   if (d->quiet)
     return;
@@ -55,7 +92,18 @@ static void report(Diag *d, Loc loc, const char *kind, const char *fmt, va_list 
   else
     fputs("dtc: ", d->out);
   fprintf(d->out, "%s: ", kind);
-  vfprintf(d->out, fmt, ap);
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, again);
+  va_end(again);
+  char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (msg) {
+    vsnprintf(msg, (size_t)n + 1, fmt, ap);
+    put_capped(d->out, msg);
+    free(msg);
+  } else {
+    vfprintf(d->out, fmt, ap);
+  }
   fputc('\n', d->out);
   show_line(d, loc);
 }
@@ -104,28 +152,64 @@ SrcFile *src_from_string(Arena *a, const char *name, const char *text) {
   return f;
 }
 
+/* src_read's bound, 256 MiB: no model, IR or cluster file is near it. */
+#define SRC_MAX_BYTES ((size_t)1 << 28)
+
+/* Opens path for reading if it is a regular file, without blocking (as a FIFO
+ * would); -1 with errno set otherwise (EISDIR, EINVAL: something else). */
+static int src_open(const char *path) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), err = 0;
+  struct stat st;
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, &st) || fcntl(fd, F_SETFL, 0))
+    err = errno;
+  else if (!S_ISREG(st.st_mode))
+    err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+  else if ((uint64_t)st.st_size > SRC_MAX_BYTES)
+    err = EFBIG;
+  if (err) {
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 SrcFile *src_read(Arena *a, const char *path) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp)
+  int fd = src_open(path);
+  if (fd < 0)
     return NULL;
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap);
-  for (size_t got; buf && (got = fread(buf + len, 1, cap - len, fp)) > 0;) {
-    len += got;
+  int err = buf ? 0 : ENOMEM;
+  while (!err) {
     if (len == cap) {
-      char *nb = realloc(buf, cap *= 2);
+      if (len > SRC_MAX_BYTES) {   /* it grew while read */
+        err = EFBIG;
+        break;
+      }
+      cap = cap > SRC_MAX_BYTES / 2 ? SRC_MAX_BYTES + 1 : 2 * cap;
+      char *nb = realloc(buf, cap);
       if (!nb) {
-        free(buf);
-        buf = NULL;
+        err = ENOMEM;
+        break;
       }
       buf = nb;
     }
+    ssize_t got = read(fd, buf + len, cap - len);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      err = got < 0 ? errno : 0;
+      break;
+    }
+    len += (size_t)got;
   }
-  int err = ferror(fp) ? EIO : 0;
-  fclose(fp);
-  if (!buf || err) {
+  close(fd);
+  if (err) {
     free(buf);
-    errno = err ? err : ENOMEM;
+    errno = err;
     return NULL;
   }
   SrcFile *f = arena_alloc(a, sizeof *f);

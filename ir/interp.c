@@ -134,7 +134,8 @@ void ir_kernel_attrs(const Inst *inst, DtAttrs *a) {
     DTC_ASSERT(colon && colon < end && colon - s < (long)sizeof name);
     memcpy(name, s, (size_t)(colon - s));
     name[colon - s] = 0;
-    bool isf = !strncmp(colon + 1, "float", 5), isi = !strncmp(colon + 1, "int", 3);
+    bool isf = !strncmp(colon + 1, "float", 5),
+         isi = !strncmp(colon + 1, "int", 3) || !strncmp(colon + 1, "flag", 4);
     const Attr *at = ir_attr(inst, name);
     if (!at) {
       skip_i += isi;

@@ -82,7 +82,9 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...);
 void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap);
 /* True once the error cap is reached: callers stop producing more. */
 bool diag_full(const Diag *d);
-/* Reads a whole file into the arena; NULL (and errno) on failure. */
+/* Reads a whole regular file of at most 256 MiB into the arena, never
+ * blocking on a FIFO; NULL and errno on failure: EISDIR for a directory,
+ * EINVAL for anything else that is not a regular file, EFBIG when larger. */
 SrcFile *src_read(Arena *a, const char *path);
 SrcFile *src_from_string(Arena *a, const char *name, const char *text);
 
@@ -278,6 +280,7 @@ typedef struct Train {
 
 struct Module {
   const char *name;
+  Loc loc;               /* the model's name, or the IR text's 'module' line */
   Arena *arena;
   VEC(Dim) dim;
   VEC(Global) global;

@@ -436,8 +436,8 @@ static bool parse_loc(Parser *p, Loc *loc) {
   const char *name = p->tok.s;
   int64_t line, col;
   next(p);
-  if (!expect(p, ':') || !parse_int(p, INT_MIN, INT_MAX, "a line number", &line) ||
-      !expect(p, ':') || !parse_int(p, INT_MIN, INT_MAX, "a column number", &col))
+  if (!expect(p, ':') || !parse_int(p, 1, INT_MAX, "a line number", &line) ||
+      !expect(p, ':') || !parse_int(p, 1, INT_MAX, "a column number", &col))
     return false;
   *loc = (Loc){intern_file(p, name), (int)line, (int)col};
   return true;
@@ -1142,9 +1142,11 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
     expected(p, "'module NAME' to start the IR text");
     p->m = ir_module_new(a, "");
   } else {
+    Loc at = p->tok.loc;
     next(p);
     const char *name = parse_name(p, "a module name");
     p->m = ir_module_new(a, name ? name : "");
+    p->m->loc = at;
     finish_line(p, name != NULL);
   }
   while (!diag_full(d)) {

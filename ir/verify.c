@@ -12,8 +12,9 @@
 static const char *kind_names[] = {"int", "ints", "float", "str"};
 static_assert(COUNTOF(kind_names) == A_STR + 1, "attribute kind names");
 
-/* One entry "name:kind" or "name:kind?" of a schema from ops.def. */
-typedef struct Slot { const char *name; int len; AttrKind kind; bool opt; } Slot;
+/* One entry "name:kind" or "name:kind?" of a schema from ops.def; a flag is
+ * an int that must be 0 or 1. */
+typedef struct Slot { const char *name; int len; AttrKind kind; bool opt, flag; } Slot;
 
 /* Reads the entry at *s and moves past it; false at the end. */
 static bool schema_next(const char **s, Slot *e) {
@@ -28,8 +29,9 @@ static bool schema_next(const char **s, Slot *e) {
   e->len = (int)(colon - p);
   e->opt = end[-1] == '?';
   klen -= e->opt;
-  int k = 0;
-  while (k < COUNTOF(kind_names) &&
+  e->flag = klen == 4 && !strncmp(colon + 1, "flag", 4);
+  int k = e->flag ? A_INT : 0;
+  while (!e->flag && k < COUNTOF(kind_names) &&
          !((int)strlen(kind_names[k]) == klen && !strncmp(colon + 1, kind_names[k], (size_t)klen)))
     k++;
   DTC_ASSERT(k < COUNTOF(kind_names));
@@ -73,6 +75,9 @@ bool ir_check_attrs(const Inst *inst, Diag *d, Loc loc, const Loc *at) {
     } else if (e.kind != a->kind) {
       diag_error(d, l, "attribute '%s' of '%s' must be %s, not %s", a->name, oi->name,
                  kind_names[e.kind], (unsigned)a->kind <= A_STR ? kind_names[a->kind] : "?");
+    } else if (e.flag && a->i != 0 && a->i != 1) {
+      diag_error(d, l, "attribute '%s' of '%s' is a flag: 0 or 1, not %lld", a->name, oi->name,
+                 (long long)a->i);
     }
   }
   for (const char *s = oi->attrs; schema_next(&s, &e);) {

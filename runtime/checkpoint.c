@@ -97,7 +97,39 @@ static DtStatus check_list(DtrtCtx *ctx, const char *op, const DtNamed *t, const
   return DT_OK;
 }
 
-/* ---- save ---- */
+/* ---- opening ---- */
+
+int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), err = 0;
+  struct stat st;
+  *size = 0;
+  if (fd < 0)
+    return -1;
+  if (fstat(fd, &st) || fcntl(fd, F_SETFL, 0))
+    err = errno;
+  else if (!S_ISREG(st.st_mode))
+    err = EINVAL;
+  else if ((*size = (int64_t)st.st_size) > dtrt_read_limit(ctx))
+    err = EFBIG;
+  if (err) {
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path) {
+  struct stat st;
+  if (!stat(path, &st))
+    return S_ISREG(st.st_mode)
+               ? DT_OK
+               : dtrt_fail(ctx, DT_ERR_IO, "%s: %s is not a regular file; not writing it", op,
+                           path);
+  if (errno == ENOENT)
+    return DT_OK;
+  return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot write %s: %s", op, path, strerror(errno));
+}
 
 static int write_all(int fd, const void *p, int64_t n) {
   const char *c = p;
@@ -185,6 +217,11 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
   if (!path || !path[0])
     return dtrt_fail(ctx, DT_ERR_ARG, "save: no path");
   DtStatus s = check_list(ctx, "save", t, b, n);
+  if (!s && (step < 0 || step > DTRT_MAX_STEP))
+    s = dtrt_fail(ctx, DT_ERR_ARG, "save: step %lld is outside 0..%lld", (long long)step,
+                  (long long)DTRT_MAX_STEP);
+  if (!s)
+    s = dtrt_check_output(ctx, "save", path);
   if (s)
     return s;
   const char *hash = model_hash ? model_hash : "";
@@ -239,6 +276,11 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
   int err = errno;
   if (close(fd) && !bad)
     bad = 1, err = errno;
+  /* the path may have become something else while the data were written */
+  if (!bad && (s = dtrt_check_output(ctx, "save", path))) {
+    unlink(tmp);
+    goto done;
+  }
   if (!bad && rename(tmp, path))
     bad = 1, err = errno;
   if (bad) {
@@ -457,6 +499,9 @@ static DtStatus read_file(DtrtCtx *ctx, const char *path, Load *l, const cJSON *
   if (!parse_i64(ms->valuestring, &step))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: step '%s' is not an integer", path,
                      ms->valuestring);
+  if (step < 0 || step > DTRT_MAX_STEP)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: step %lld is outside 0..%lld", path,
+                     (long long)step, (long long)DTRT_MAX_STEP);
   if (!parse_crc(mc->valuestring, &want))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: checksum '%s' is not crc32:XXXXXXXX", path,
                      mc->valuestring);
@@ -498,9 +543,20 @@ DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBl
   DtStatus s = check_list(ctx, "load", t, b, n);
   if (s)
     return s;
-  Load l = {.f = fopen(path, "rb")};
-  if (!l.f)
-    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot open %s: %s", path, strerror(errno));
+  int64_t size;
+  int fd = dtrt_open_input(ctx, path, &size);
+  Load l = {.f = fd >= 0 ? fdopen(fd, "rb") : NULL};
+  if (!l.f) {
+    int err = errno;
+    if (fd >= 0)
+      close(fd);
+    if (err == EINVAL)
+      return dtrt_fail(ctx, DT_ERR_IO, "load: %s is not a regular file", path);
+    if (err == EFBIG)
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s is %lld bytes, more than the read limit of "
+                       "%lld", path, (long long)size, (long long)dtrt_read_limit(ctx));
+    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot open %s: %s", path, strerror(err));
+  }
   const cJSON *meta = NULL;
   const Entry **match = dtrt_alloc(ctx, (size_t)n * sizeof *match);
   if (!match)

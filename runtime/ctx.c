@@ -45,6 +45,11 @@ void dtrt_ctx_free(DtrtCtx *ctx) {
   a.free(a.user, ctx);
 }
 
+void dtrt_ctx_set_read_limit(DtrtCtx *ctx, int64_t bytes) {
+  if (ctx)
+    ctx->read_limit = bytes > 0 ? bytes : 0;
+}
+
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx) { return &ctx->comm; }
 
 const char *dtrt_errmsg(const DtrtCtx *ctx) { return ctx ? ctx->err : "no context"; }

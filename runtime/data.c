@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "dtrt_int.h"
@@ -17,55 +17,116 @@ typedef struct Buf {
   int64_t n;
 } Buf;
 
-/* Reads the whole (decompressed) file. */
-static DtStatus slurp(DtrtCtx *ctx, const char *path, Buf *b) {
-  struct stat st;
-  if (stat(path, &st))
-    return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  if (!S_ISREG(st.st_mode))
-    return dtrt_fail(ctx, DT_ERR_IO, "%s: not a regular file", path);
-  gzFile g = gzopen(path, "rb");
-  if (!g)
-    return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  /* room for the whole of a plain file plus the read that finds its end */
-  int64_t cap = (int64_t)st.st_size + 2;
-  if (cap < 65536)
-    cap = 65536;
-  b->n = 0;
-  b->p = dtrt_alloc(ctx, (size_t)cap);
-  DtStatus s = b->p ? DT_OK : DT_ERR_NOMEM;
-  while (!s) {
-    if (b->n + 1 == cap) {
-      unsigned char *q = dtrt_alloc(ctx, (size_t)cap * 2);
-      if (!q) {
-        s = DT_ERR_NOMEM;
-        break;
-      }
-      memcpy(q, b->p, (size_t)b->n);
-      dtrt_free(ctx, b->p);
-      b->p = q;
-      cap *= 2;
-    }
-    int64_t room = cap - 1 - b->n;
-    int r = gzread(g, b->p + b->n, (unsigned)(room < (1 << 30) ? room : (1 << 30)));
-    if (r < 0) {
-      int code;
-      const char *msg = gzerror(g, &code);
-      s = dtrt_fail(ctx, code == Z_ERRNO ? DT_ERR_IO : DT_ERR_FORMAT, "%s: %s: %s", path,
-                    code == Z_ERRNO ? "read error" : "corrupt or truncated gzip data",
-                    code == Z_ERRNO ? strerror(errno) : msg);
-    } else if (r == 0) {
-      /* Z_BUF_ERROR at the end: the input stopped inside a gzip stream */
-      int code;
-      gzerror(g, &code);
-      if (code == Z_BUF_ERROR)
-        s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: truncated gzip data", path);
-      break;
-    } else {
-      b->n += r;
-    }
+/* Grows b (n bytes used) to hold more, up to limit + 1 bytes and a NUL; false
+ * (with the context's message) when it holds more than limit already. */
+static bool grow(DtrtCtx *ctx, const char *path, Buf *b, int64_t *cap, int64_t limit,
+                 const char *what) {
+  if (b->n > limit) {
+    dtrt_fail(ctx, DT_ERR_FORMAT, "%s: %smore than the read limit of %lld bytes", path, what,
+              (long long)limit);
+    return false;
   }
-  gzclose_r(g);
+  int64_t c = *cap > limit / 2 ? limit + 1 : 2 * *cap;
+  unsigned char *q = dtrt_alloc(ctx, (size_t)c + 1);
+  if (!q)
+    return false;
+  memcpy(q, b->p, (size_t)b->n);
+  dtrt_free(ctx, b->p);
+  b->p = q;
+  *cap = c;
+  return true;
+}
+
+/* Reads fd to its end into b, at most limit bytes (a file may grow, or say it
+ * is empty as /proc's do). */
+static DtStatus read_fd(DtrtCtx *ctx, const char *path, int fd, int64_t size, int64_t limit,
+                        Buf *b) {
+  int64_t cap = size + 1 < 4096 ? 4096 : size + 1;
+  if (cap > limit + 1)
+    cap = limit + 1;
+  b->n = 0;
+  if (!(b->p = dtrt_alloc(ctx, (size_t)cap + 1)))
+    return DT_ERR_NOMEM;
+  for (;;) {
+    if (b->n == cap && !grow(ctx, path, b, &cap, limit, ""))
+      return b->n > limit ? DT_ERR_FORMAT : DT_ERR_NOMEM;
+    int64_t room = cap - b->n;
+    ssize_t r = read(fd, b->p + b->n, (size_t)(room < (1 << 30) ? room : (1 << 30)));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return dtrt_fail(ctx, DT_ERR_IO, "%s: read error: %s", path, strerror(errno));
+    if (r == 0)
+      return DT_OK;
+    b->n += r;
+  }
+}
+
+/* Decompresses the gzip data in (one member or several, back to back) into
+ * out, at most limit bytes; anything after the last member is an error. */
+static DtStatus gunzip(DtrtCtx *ctx, const char *path, const Buf *in, int64_t limit, Buf *out) {
+  z_stream z = {0};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+    return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory starting zlib", path);
+  int64_t cap = in->n < limit / 4 ? 4 * in->n : limit + 1;
+  cap = cap < 65536 && limit >= 65536 ? 65536 : cap;
+  const unsigned char *p = in->p, *end = in->p + in->n;
+  DtStatus s = DT_OK;
+  out->n = 0;
+  if (!(out->p = dtrt_alloc(ctx, (size_t)cap + 1)))
+    s = DT_ERR_NOMEM;
+  while (!s) {
+    if (out->n == cap && !grow(ctx, path, out, &cap, limit, "decompresses to ")) {
+      s = out->n > limit ? DT_ERR_FORMAT : DT_ERR_NOMEM;
+      break;
+    }
+    int64_t in_left = end - p, room = cap - out->n;
+    z.next_in = (unsigned char *)p;
+    z.avail_in = (uInt)(in_left < (1 << 30) ? in_left : (1 << 30));
+    z.next_out = out->p + out->n;
+    z.avail_out = (uInt)(room < (1 << 30) ? room : (1 << 30));
+    int r = inflate(&z, Z_NO_FLUSH);
+    p = z.next_in;
+    out->n = z.next_out - out->p;
+    if (r == Z_STREAM_END && p == end)
+      break;
+    if (r == Z_STREAM_END && end - p >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+      inflateReset(&z);
+    else if (r == Z_STREAM_END)
+      s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: %lld bytes after the gzip data", path,
+                    (long long)(end - p));
+    else if ((r == Z_OK || r == Z_BUF_ERROR) && p == end && z.avail_out > 0)
+      s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: truncated gzip data", path);
+    else if (r != Z_OK && r != Z_BUF_ERROR)
+      s = dtrt_fail(ctx, r == Z_MEM_ERROR ? DT_ERR_NOMEM : DT_ERR_FORMAT,
+                    "%s: corrupt gzip data: %s", path, z.msg ? z.msg : zError(r));
+  }
+  inflateEnd(&z);
+  return s;
+}
+
+/* Reads the whole file, decompressed when it starts with gzip's magic. It
+ * must be a regular file of at most the context's read limit, before and
+ * after decompression. */
+static DtStatus slurp(DtrtCtx *ctx, const char *path, Buf *b) {
+  int64_t size, limit = dtrt_read_limit(ctx);
+  int fd = dtrt_open_input(ctx, path, &size);
+  if (fd < 0 && errno == EINVAL)
+    return dtrt_fail(ctx, DT_ERR_IO, "%s: not a regular file", path);
+  if (fd < 0 && errno == EFBIG)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: %lld bytes, more than the read limit of %lld",
+                     path, (long long)size, (long long)limit);
+  if (fd < 0)
+    return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  Buf raw = {0};
+  DtStatus s = read_fd(ctx, path, fd, size, limit, &raw);
+  close(fd);
+  if (!s && raw.n >= 2 && raw.p[0] == 0x1f && raw.p[1] == 0x8b) {
+    s = gunzip(ctx, path, &raw, limit, b);
+    dtrt_free(ctx, raw.p);
+  } else {
+    *b = raw;
+  }
   if (s) {
     dtrt_free(ctx, b->p);
     b->p = NULL;
@@ -406,26 +467,33 @@ static const char *skip_blank(const char *p) {
   return p;
 }
 
-/* Parses one field starting at p into *v; false when it is not a number. *end is
- * left at the field's delimiter (',', '\n', '\r' or the end). */
-static bool field(const char *p, const char **end, float *v) {
+enum { FIELD_OK, FIELD_NAN, FIELD_RANGE };
+
+/* Parses one field starting at p into *v: FIELD_OK, FIELD_NAN when it is not a
+ * number, FIELD_RANGE when it is one too large for f32. *end is left at the
+ * field's delimiter (',', '\n', '\r' before '\n', or the end). */
+static int field(const char *p, const char **end, float *v) {
   p = skip_blank(p);
   bool ok = *p && *p != ',' && *p != '\n' && *p != '\r';
   char *e = (char *)p;
+  int range = 0;
   if (ok) {
+    errno = 0;
     *v = strtof(p, &e);
     ok = e != p;
+    range = errno == ERANGE && isinf(*v);
   }
   e = (char *)skip_blank(e);
   ok = ok && (*e == ',' || *e == '\n' || *e == '\r' || !*e);
   while (*e && *e != ',' && *e != '\n')
     e++;
   *end = e;
-  return ok;
+  return !ok ? FIELD_NAN : range ? FIELD_RANGE : FIELD_OK;
 }
 
 /* One pass over the text: counts rows and columns and checks them; fills out,
- * rows of width values, when it is not NULL. */
+ * rows of width values, when it is not NULL. A line ends at '\n' or "\r\n"; a
+ * carriage return anywhere else is an error, as it would hide what follows. */
 static DtStatus csv_pass(DtrtCtx *ctx, const char *path, const Buf *b, float *out,
                          int64_t width, int64_t *rows, int64_t *cols) {
   const char *p = (const char *)b->p, *end = p + b->n;
@@ -444,10 +512,21 @@ static DtStatus csv_pass(DtrtCtx *ctx, const char *path, const Buf *b, float *ou
     if (memchr(p, 0, (size_t)(nl - p)))
       return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld: NUL byte in a CSV file", path,
                        (long long)line);
+    const char *le = nl[-1] == '\r' ? nl - 1 : nl, *cr = memchr(p, '\r', (size_t)(le - p));
+    if (cr)
+      return dtrt_fail(ctx, DT_ERR_FORMAT,
+                       "%s:%lld:%lld: carriage return inside a line (only \\r\\n ends one)",
+                       path, (long long)line, (long long)(cr - p + 1));
     int64_t nf = 0, bad = -1;
     for (q = p;; q++) {
       float v = 0;
-      if (!field(q, &q, &v) && bad < 0)
+      const char *at = q;
+      int k = field(q, &q, &v);
+      if (k == FIELD_RANGE)
+        return dtrt_fail(ctx, DT_ERR_FORMAT, "%s:%lld:%lld: field %lld does not fit in f32",
+                         path, (long long)line, (long long)(skip_blank(at) - p + 1),
+                         (long long)nf + 1);
+      if (k && bad < 0)
         bad = nf;
       if (out && bad < 0 && nf < width)
         out[*rows * width + nf] = v;

@@ -63,6 +63,11 @@ const char *dtrt_status_name(DtStatus s);
 DtStatus dtrt_fail(DtrtCtx *ctx, DtStatus s, const char *fmt, ...);
 void *dtrt_alloc(DtrtCtx *ctx, size_t n);             /* zeroed; NULL + error on failure */
 void dtrt_free(DtrtCtx *ctx, void *p);
+/* The largest file the data readers and dtrt_load read, in bytes, both as
+ * stored and once decompressed: DTRT_READ_LIMIT unless set (bytes <= 0 sets
+ * it back). A larger file is DT_ERR_FORMAT, found before it is read whole. */
+#define DTRT_READ_LIMIT (INT64_C(1) << 36)
+void dtrt_ctx_set_read_limit(DtrtCtx *ctx, int64_t bytes);
 
 /* ---- kernel ABI (called by generated code) ---------------------------- */
 
@@ -218,10 +223,15 @@ typedef struct DtNamed {
   DtTensor t;
 } DtNamed;
 
+/* Steps a checkpoint holds: 0 to DTRT_MAX_STEP (2^53, as JSON numbers are
+ * exact to); a save or a load of any other step is refused. */
+#define DTRT_MAX_STEP (INT64_C(1) << 53)
+
 /* Writes a safetensors file atomically (temporary file PATH.tmp.XXXXXX, fsync,
  * rename, fsync of the directory; mode 0644) with metadata: model hash (NULL:
  * ""), step, and a CRC-32 of the data and the tensor table. On failure PATH is
- * untouched and the temporary file removed. */
+ * untouched and the temporary file removed. PATH must name a regular file or
+ * nothing (DT_ERR_IO otherwise, and nothing is written). */
 DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
                    const char *model_hash, int64_t step);
 /* Reads into the given tensors (names, dtypes and shapes must match exactly, as
@@ -238,7 +248,8 @@ DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n,
 /* A loaded array: f32 or i32 (IDX u8 data is widened: images to f32 in [0,1],
  * labels to i32). Free with dtrt_data_free on the context that read it. On
  * failure the readers leave it empty (safe to free). Malformed, truncated or
- * oversized files are DT_ERR_FORMAT with the file's name in the message. */
+ * oversized files (dtrt_ctx_set_read_limit) are DT_ERR_FORMAT with the file's
+ * name in the message; what is not a regular file is DT_ERR_IO. */
 typedef struct DtData {
   DtTensor t;
 } DtData;
@@ -251,7 +262,8 @@ DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out);
 DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out);
 /* CSV of numbers, optional header line; all rows the same width -> f32[rows, cols].
  * Blank lines are skipped; a file without data rows is DT_ERR_FORMAT. Numbers
- * are read with strtof, so the C locale's decimal point is expected. */
+ * are read with strtof, so the C locale's decimal point is expected; one too
+ * large for f32 is DT_ERR_FORMAT, as is a '\r' other than in a "\r\n". */
 DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out);
 void dtrt_data_free(DtrtCtx *ctx, DtData *d);
 

@@ -81,6 +81,16 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
                           int n, const char *model_hash, int64_t step);
 DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBlock *b, int n,
                           const char *model_hash, int64_t *step);
+/* Whether libdtrt may write the file path names: only a regular file or
+ * nothing (then it is created). Anything else (a device, a directory, a FIFO)
+ * is DT_ERR_IO with "OP: PATH is not a regular file; not writing it", and so
+ * is a path that cannot be looked up; nothing is created. */
+DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path);
+/* Opens path for reading if it is a regular file of at most the context's
+ * read limit, without blocking (as a FIFO would) and with O_NONBLOCK cleared
+ * again; *size is its size. -1 with errno set otherwise: EINVAL when it is not
+ * a regular file, EFBIG when it is larger than the limit. */
+int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size);
 
 /* ---- ctx.c ------------------------------------------------------------ */
 
@@ -95,7 +105,13 @@ struct DtrtCtx {
   DtTrace *trace;   /* NULL unless DTRT_TRACE was set when the model was made */
   DtPool *pool;     /* dtrt_parallel_for's threads; NULL: none (yet) */
   bool pool_tried;  /* the pool was made, or found not to be needed */
+  int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
 };
+
+/* The context's read limit (dtrt_ctx_set_read_limit). */
+static inline int64_t dtrt_read_limit(const DtrtCtx *ctx) {
+  return ctx->read_limit > 0 ? ctx->read_limit : DTRT_READ_LIMIT;
+}
 
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);

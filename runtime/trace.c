@@ -2,10 +2,13 @@
  * spans of every kernel, collective and step, kept in the context and written
  * as a Chrome trace (JSON, viewable in Perfetto) when the model is destroyed. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dtrt_int.h"
 
@@ -43,6 +46,12 @@ DtStatus dtrt_trace_open(DtrtCtx *ctx) {
     snprintf(path, n, "%s.rank%d", file, dtrt_rank(ctx));
   else
     snprintf(path, n, "%s", file);
+  DtStatus s = dtrt_check_output(ctx, "trace", path);
+  if (s) {
+    dtrt_free(ctx, path);
+    dtrt_free(ctx, t);
+    return s;
+  }
   *t = (DtTrace){.path = path, .origin = dtrt_trace_clock()};
   ctx->trace = t;
   return DT_OK;
@@ -72,8 +81,33 @@ DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn f
   return s;
 }
 
+/* Opens path for writing if it is a regular file or nothing (created then);
+ * NULL with errno set otherwise (EINVAL: something else is there now). Never
+ * blocks, as opening a FIFO would. */
+static FILE *open_regular(const char *path) {
+  struct stat st;
+  if (!stat(path, &st) && !S_ISREG(st.st_mode)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return NULL;
+  FILE *f = NULL;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode))
+    errno = EINVAL;
+  else if (!ftruncate(fd, 0) && !fcntl(fd, F_SETFL, 0))
+    f = fdopen(fd, "w");
+  if (!f) {
+    int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return f;
+}
+
 static bool write_trace(const DtTrace *t, int rank) {
-  FILE *f = fopen(t->path, "w");
+  FILE *f = open_regular(t->path);
   if (!f)
     return false;
   static const char *const thread[] = {"kernels", "collectives", "steps"};
@@ -101,7 +135,8 @@ void dtrt_trace_close(DtrtCtx *ctx) {
     return;
   ctx->trace = NULL;
   if (!write_trace(t, dtrt_rank(ctx)))
-    fprintf(stderr, "dtrt: cannot write the trace '%s': %s\n", t->path, strerror(errno));
+    fprintf(stderr, "dtrt: cannot write the trace '%s': %s\n", t->path,
+            errno == EINVAL ? "not a regular file" : strerror(errno));
   dtrt_free(ctx, t->span);
   dtrt_free(ctx, t->path);
   dtrt_free(ctx, t);

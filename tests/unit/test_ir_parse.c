@@ -145,6 +145,27 @@ static void test_attrs(void **state) {
   /* two errors in one list are both reported */
   expect_errors(HEAD "  %s = sum %a {keepdim = 1.0, frob = 2} : f32[3]\n}\n", 3,
                 "t.ir:5:16: error: attribute 'keepdim' of 'sum' must be int, not float");
+  /* flags are 0 or 1: every flag attribute of ops.def */
+  expect_error("module m\ninput a : f32[2,3]\ninput b : f32[3,2]\nfunc @f {\n"
+               "  %a = load {global = \"a\"} : f32[2,3]\n  %b = load {global = \"b\"} : f32[3,2]\n"
+               "  %c = matmul %a, %b {ta = 3} : f32[2,2]\n}\n",
+               "t.ir:7:23: error: attribute 'ta' of 'matmul' is a flag: 0 or 1, not 3");
+  expect_error("module m\ninput a : f32[2,3]\ninput b : f32[3,2]\nfunc @f {\n"
+               "  %a = load {global = \"a\"} : f32[2,3]\n  %b = load {global = \"b\"} : f32[3,2]\n"
+               "  %c = matmul %a, %b {tb = -1} : f32[2,2]\n}\n",
+               "t.ir:7:23: error: attribute 'tb' of 'matmul' is a flag: 0 or 1, not -1");
+  const char *reduce[] = {"sum", "mean", "max"};
+  for (int k = 0; k < 3; k++)
+    expect_error(arena_printf(arena, "%s  %%s = %s %%a {axes = [0], keepdim = 2} : f32[1,3]\n}\n",
+                              HEAD, reduce[k]),
+                 arena_printf(arena, "t.ir:5:%d: error: attribute 'keepdim' of '%s' is a flag: 0 or "
+                              "1, not 2", 25 + (int)strlen(reduce[k]), reduce[k]));
+  expect_error(HEAD "  %s = sum %a {axes = [0]} : f32[3]\n"
+               "  %d = max_grad %a, %s, %s {axes = [0], keepdim = 7} : f32[2,3]\n}\n",
+               "t.ir:6:41: error: attribute 'keepdim' of 'max_grad' is a flag: 0 or 1, not 7");
+  Result r = parse(HEAD "  %s = sum %a {axes = [0], keepdim = 1} : f32[1,3]\n}\n");
+  assert_non_null(r.m);
+  free(r.msg);
 }
 
 static void test_module_decls(void **state) {
@@ -177,7 +198,13 @@ static void test_module_decls(void **state) {
   expect_error("module m\ninput x : f32[2] loc a.dt:1:1\n",
                "t.ir:2:22: error: expected a file name string, found 'a.dt'");
   expect_error("module m\ninput x : f32[2] loc \"a.dt\":2147483648:1\n",
-               "t.ir:2:29: error: a line number must be between -2147483648 and 2147483647");
+               "t.ir:2:29: error: a line number must be between 1 and 2147483647");
+  expect_error("module m\ninput x : f32[2] loc \"a.dt\":-3:1\n",
+               "t.ir:2:29: error: a line number must be between 1 and 2147483647");
+  expect_error("module m\ninput x : f32[2] loc \"a.dt\":0:1\n",
+               "t.ir:2:29: error: a line number must be between 1 and 2147483647");
+  expect_error("module m\ninput x : f32[2] loc \"a.dt\":3:-1\n",
+               "t.ir:2:31: error: a column number must be between 1 and 2147483647");
 }
 
 static void test_cluster_and_mesh(void **state) {

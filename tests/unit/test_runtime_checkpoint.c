@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "dtrt.h"
 #include "rt_test.h"
@@ -157,7 +158,9 @@ static void test_corruption(void **state) {
   (void)state;
   Set a;
   make_set(&a, 1.5f);
-  const char *good = at("good.safetensors"), *bad = at("bad.safetensors");
+  char good[512], bad[512];
+  snprintf(good, sizeof good, "%s", at("good.safetensors"));
+  snprintf(bad, sizeof bad, "%s", at("bad.safetensors"));
   assert_int_equal(dtrt_save(ctx, good, a.t, 4, "hash-1", 42), DT_OK);
   long n;
   unsigned char *f = slurp(good, &n), *g = calloc(1, (size_t)n + 64);
@@ -228,9 +231,74 @@ static void test_corruption(void **state) {
   spit(bad, g, n);
   refuse(bad, DT_ERR_FORMAT, "after the JSON", "hash-1");
   refuse(at("missing"), DT_ERR_IO, "cannot open", "hash-1");
+  /* not regular files, a FIFO included (opening one must not block); a file
+   * larger than the read limit */
+  assert_int_equal(mkfifo(at("load.fifo"), 0644), 0);
+  alarm(10);
+  refuse(at("load.fifo"), DT_ERR_IO, "not a regular file", "hash-1");
+  alarm(0);
+  refuse("/dev/zero", DT_ERR_IO, "/dev/zero is not a regular file", "hash-1");
+  dtrt_ctx_set_read_limit(ctx, n - 1);
+  char want[600];
+  snprintf(want, sizeof want, "%s is %ld bytes, more than the read limit of %ld", good, n, n - 1);
+  refuse(good, DT_ERR_FORMAT, want, "hash-1");
+  dtrt_ctx_set_read_limit(ctx, n);
+  Set ok;
+  make_set(&ok, 0);
+  assert_int_equal(dtrt_load(ctx, good, ok.t, 4, "hash-1", NULL), DT_OK);
+  dtrt_ctx_set_read_limit(ctx, 0);
   refuse(dir, DT_ERR_IO, "not a regular file", "hash-1");
   free(f);
   free(g);
+}
+
+/* A checkpoint of no tensors whose step is the text step, with a correct
+ * checksum: CRC-32 of the model hash (and its NUL), then the step as 8
+ * little-endian bytes. */
+static void write_step(const char *path, const char *hash, const char *step) {
+  int64_t v = strtoll(step, NULL, 10);
+  unsigned char b[8];
+  for (int k = 0; k < 8; k++)
+    b[k] = (unsigned char)((uint64_t)v >> 8 * k);
+  uLong crc = crc32_z(crc32_z(0, (const Bytef *)hash, strlen(hash) + 1), b, 8);
+  char json[256];
+  int n = snprintf(json, sizeof json,
+                   "{\"__metadata__\":{\"model_hash\":\"%s\",\"step\":\"%s\","
+                   "\"checksum\":\"crc32:%08lx\"}}",
+                   hash, step, (unsigned long)crc);
+  while (n % 8)
+    json[n++] = ' ';
+  unsigned char file[8 + sizeof json] = {(unsigned char)n};
+  memcpy(file + 8, json, (size_t)n);
+  spit(path, file, 8 + n);
+}
+
+/* A step outside 0..DTRT_MAX_STEP neither loads nor saves. */
+static void test_step_range(void **state) {
+  (void)state;
+  const char *p = at("step.safetensors");
+  int64_t step = -77;
+  write_step(p, "h", "5");
+  assert_int_equal(dtrt_load(ctx, p, NULL, 0, "h", &step), DT_OK);
+  assert_true(step == 5);
+  write_step(p, "h", "9007199254740992");
+  assert_int_equal(dtrt_load(ctx, p, NULL, 0, "h", &step), DT_OK);
+  assert_true(step == DTRT_MAX_STEP);
+  const char *bad[] = {"-1", "-9223372036854775808", "9223372036854775807", "9007199254740993"};
+  for (int k = 0; k < 4; k++) {
+    write_step(p, "h", bad[k]);
+    step = -77;
+    char want[64];
+    snprintf(want, sizeof want, "step %s is outside 0..9007199254740992", bad[k]);
+    refuse(p, DT_ERR_FORMAT, want, "h");
+    assert_int_equal(dtrt_load(ctx, p, NULL, 0, "h", &step), DT_ERR_FORMAT);
+    assert_true(step == -77);
+  }
+  assert_int_equal(dtrt_save(ctx, p, NULL, 0, "h", -1), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "save: step -1 is outside 0..9007199254740992"));
+  assert_int_equal(dtrt_save(ctx, p, NULL, 0, "h", DTRT_MAX_STEP + 1), DT_ERR_ARG);
+  assert_int_equal(dtrt_save(ctx, p, NULL, 0, "h", DTRT_MAX_STEP), DT_OK);
+  no_temps();
 }
 
 static void test_mismatch(void **state) {
@@ -348,12 +416,50 @@ static void test_crash_safety(void **state) {
   free(after);
 }
 
+/* A save writes only where its path is a regular file or nothing: a FIFO, a
+ * device (through a symlink) and a directory are refused, named in the
+ * message, and left as they were, with no temporary beside them. */
+static void test_not_regular(void **state) {
+  (void)state;
+  Set a;
+  make_set(&a, 1.5f);
+  const char *fifo = at("fifo"), *link = at("null"), *sub = at("sub");
+  assert_int_equal(mkfifo(fifo, 0644), 0);
+  assert_int_equal(symlink("/dev/null", link), 0);
+  assert_int_equal(mkdir(sub, 0755), 0);
+  const char *paths[] = {fifo, link, sub};
+  for (int k = 0; k < 3; k++) {
+    assert_int_equal(dtrt_save(ctx, paths[k], a.t, 4, "h", 0), DT_ERR_IO);
+    char want[600];
+    snprintf(want, sizeof want, "save: %s is not a regular file", paths[k]);
+    if (!strstr(dtrt_errmsg(ctx), want))
+      fail_msg("message '%s', wanted '%s'", dtrt_errmsg(ctx), want);
+  }
+  struct stat st;
+  assert_int_equal(lstat(fifo, &st), 0);
+  assert_true(S_ISFIFO(st.st_mode));
+  assert_int_equal(lstat(link, &st), 0);
+  assert_true(S_ISLNK(st.st_mode));
+  assert_int_equal(stat("/dev/null", &st), 0);
+  assert_true(S_ISCHR(st.st_mode));
+  assert_int_equal(lstat(sub, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  no_temps();
+  /* a symlink to a regular file is written through as before */
+  assert_int_equal(dtrt_save(ctx, at("real"), a.t, 4, "h", 0), DT_OK);
+  assert_int_equal(symlink("real", at("toreal")), 0);
+  assert_int_equal(dtrt_save(ctx, at("toreal"), a.t, 4, "h", 3), DT_OK);
+  no_temps();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corruption, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mismatch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_crash_safety, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_not_regular, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_step_range, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -160,6 +160,78 @@ static void test_idx(void **state) {
   assert_int_equal(dtrt_read_idx(NULL, path, &d), DT_ERR_ARG);
 }
 
+/* Bytes after a gzip stream are refused; gzip members back to back are one
+ * file. Readers refuse what is not a regular file and what is larger than the
+ * read limit, stored or decompressed, before reading it whole. */
+static void test_files(void **state) {
+  (void)state;
+  unsigned char buf[64], z[8192];
+  uint32_t dim[1] = {3000};
+  size_t h = idx_header(buf, 0x08, 1, dim);
+  unsigned char *lab = calloc(1, h + 3000);
+  memcpy(lab, buf, h);
+  for (int k = 0; k < 3000; k++)
+    lab[h + (size_t)k] = (unsigned char)(k % 10);
+  put("lab.gz", lab, h + 3000, 1);
+  FILE *f = fopen(path, "rb");
+  size_t zn = fread(z, 1, sizeof z - 8, f);
+  fclose(f);
+  DtData d;
+  assert_int_equal(dtrt_read_idx(ctx, path, &d), DT_OK);
+  assert_true(d.t.rank == 1 && d.t.dim[0] == 3000 && ((int32_t *)d.t.data)[2999] == 9);
+  dtrt_data_free(ctx, &d);
+  memcpy(z + zn, "junk", 4);
+  refuse(dtrt_read_idx, put("tail.gz", z, zn + 4, 0), DT_ERR_FORMAT,
+         "4 bytes after the gzip data");
+  memset(z + zn, 0, 8);
+  refuse(dtrt_read_idx, put("zeros.gz", z, zn + 8, 0), DT_ERR_FORMAT,
+         "8 bytes after the gzip data");
+  /* the header in one member, the data in a second */
+  put("m1.gz", lab, h, 1);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "%s/m1.gz", dir);
+  f = fopen(cmd, "rb");
+  size_t m1 = fread(z, 1, sizeof z, f);
+  fclose(f);
+  put("m2.gz", lab + h, 3000, 1);
+  f = fopen(path, "rb");
+  size_t m2 = fread(z + m1, 1, sizeof z - m1, f);
+  fclose(f);
+  assert_int_equal(dtrt_read_idx(ctx, put("two.gz", z, m1 + m2, 0), &d), DT_OK);
+  assert_true(d.t.dim[0] == 3000 && ((int32_t *)d.t.data)[2999] == 9);
+  dtrt_data_free(ctx, &d);
+
+  /* not regular files: a device, a FIFO (which must not block), a directory */
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  assert_int_equal(mkfifo(path, 0644), 0);
+  const char *odd[] = {"/dev/zero", path, dir};
+  DtStatus (*readers[])(DtrtCtx *, const char *, DtData *) = {dtrt_read_idx, dtrt_read_npy,
+                                                              dtrt_read_csv};
+  for (int r = 0; r < 3; r++)
+    for (int k = 0; k < 3; k++)
+      refuse(readers[r], odd[k], DT_ERR_IO, "not a regular file");
+
+  /* the read limit, on the file and on what it decompresses to */
+  dtrt_ctx_set_read_limit(ctx, 2000);
+  refuse(dtrt_read_idx, put("lab", lab, h + 3000, 0), DT_ERR_FORMAT,
+         "3008 bytes, more than the read limit of 2000");
+  refuse(dtrt_read_idx, put("lab.gz", lab, h + 3000, 1), DT_ERR_FORMAT,
+         "decompresses to more than the read limit of 2000 bytes");
+  dtrt_ctx_set_read_limit(ctx, 3008);
+  assert_int_equal(dtrt_read_idx(ctx, path, &d), DT_OK);
+  dtrt_data_free(ctx, &d);
+  dtrt_ctx_set_read_limit(ctx, 0);
+  /* a sparse file larger than the default limit is refused unread */
+  snprintf(path, sizeof path, "%s/sparse.npy", dir);
+  f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(ftruncate(fileno(f), DTRT_READ_LIMIT + 1), 0);
+  fclose(f);
+  refuse(dtrt_read_npy, path, DT_ERR_FORMAT, "more than the read limit");
+  unlink(path);
+  free(lab);
+}
+
 /* ---- npy ---- */
 
 /* A .npy file of the given version with header dict text and n data bytes. */
@@ -288,11 +360,33 @@ static void test_csv(void **state) {
   refuse(dtrt_read_csv, puts_("hw.csv", "a,b,c\n1,2\n"), DT_ERR_FORMAT,
          ":2: 2 fields, the header on line 1 has 3");
   refuse(dtrt_read_csv, put("z.csv", "1,2\n3\0,4\n", 9, 0), DT_ERR_FORMAT, ":2: NUL byte");
+  /* a carriage return ends a line only before '\n' (or at the end) */
+  float w2[2] = {1, 2};
+  csv_ok("1,2\r", 1, 2, w2);
+  refuse(dtrt_read_csv, puts_("cr.csv", "1,2\r9,3\n4,5,6\n"), DT_ERR_FORMAT,
+         ":1:4: carriage return inside a line");
+  refuse(dtrt_read_csv, puts_("cr2.csv", "a,b\n1,\r2\r\n"), DT_ERR_FORMAT,
+         ":2:3: carriage return inside a line");
+  /* a number too large for f32 is an error, not inf; a header stays one */
+  refuse(dtrt_read_csv, puts_("big.csv", "1,2\n3, 1e39\n"), DT_ERR_FORMAT,
+         ":2:4: field 2 does not fit in f32");
+  refuse(dtrt_read_csv, puts_("big2.csv", "x,y\n-4e38,0\n"), DT_ERR_FORMAT,
+         ":2:1: field 1 does not fit in f32");
+  char *digits = malloc(100010);
+  strcpy(digits, "1,");
+  memset(digits + 2, '9', 100000);
+  strcpy(digits + 100002, "\n");
+  refuse(dtrt_read_csv, puts_("digits.csv", digits), DT_ERR_FORMAT,
+         ":1:3: field 2 does not fit in f32");
+  free(digits);
+  float tiny[2] = {1e-30f, 0};
+  csv_ok("1e-30,1e-50\n", 1, 2, tiny);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_idx, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_files, setup, teardown),
       cmocka_unit_test_setup_teardown(test_npy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_csv, setup, teardown),
   };

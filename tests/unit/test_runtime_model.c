@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -675,6 +676,41 @@ static void test_block_checkpoint(void **state) {
   dtrt_model_destroy(m);
 }
 
+/* DTRT_TRACE naming something other than a regular file (a directory, a
+ * symlink to a device, a FIFO) fails the model's creation with a message
+ * naming it, and leaves it as it was; a regular file is written. */
+static void test_trace_target(void **state) {
+  (void)state;
+  DtModelDesc d = desc();
+  DtModel *m;
+  char err[256], sub[300], link[300], fifo[300], file[300];
+  snprintf(sub, sizeof sub, "%s/trace.d", dir);
+  snprintf(link, sizeof link, "%s/trace.null", dir);
+  snprintf(fifo, sizeof fifo, "%s/trace.fifo", dir);
+  snprintf(file, sizeof file, "%s/trace.json", dir);
+  assert_int_equal(mkdir(sub, 0755), 0);
+  assert_int_equal(symlink("/dev/null", link), 0);
+  assert_int_equal(mkfifo(fifo, 0644), 0);
+  const char *bad[] = {sub, link, fifo};
+  for (int k = 0; k < 3; k++) {
+    setenv("DTRT_TRACE", bad[k], 1);
+    DtStatus s = dtrt_model_create_with(&d, 1, NULL, err, sizeof err, &m);
+    char want[400];
+    snprintf(want, sizeof want, "trace: %s is not a regular file", bad[k]);
+    if (s != DT_ERR_IO || !strstr(err, want))
+      fail_msg("status %d, message '%s'; wanted %d and '%s'", s, err, DT_ERR_IO, want);
+  }
+  struct stat st;
+  assert_true(!lstat(sub, &st) && S_ISDIR(st.st_mode));
+  assert_true(!lstat(link, &st) && S_ISLNK(st.st_mode));
+  assert_true(!lstat(fifo, &st) && S_ISFIFO(st.st_mode));
+  setenv("DTRT_TRACE", file, 1);
+  assert_int_equal(dtrt_model_create(&d, 1, &m), DT_OK);
+  dtrt_model_destroy(m);
+  unsetenv("DTRT_TRACE");
+  assert_true(file_has(file, "traceEvents"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_train),         cmocka_unit_test(test_checkpoint),
@@ -683,6 +719,7 @@ int main(void) {
       cmocka_unit_test(test_out_of_memory), cmocka_unit_test(test_init_range),
       cmocka_unit_test(test_block_init),    cmocka_unit_test(test_spmd_create),
       cmocka_unit_test(test_tensor_block),  cmocka_unit_test(test_block_checkpoint),
+      cmocka_unit_test(test_trace_target),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
