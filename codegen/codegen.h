@@ -61,6 +61,9 @@ typedef struct CgTargets {
 bool cg_targets(Module *m, const CgOptions *opt, int ndev, CgTargets *ts, Diag *d);
 /* Disposes the target machines of ts. */
 void cg_targets_free(CgTargets *ts);
+/* Writes len bytes to path ("-": stdout): only a regular file or a new one;
+ * a failure is a diagnostic and leaves no partial file. */
+bool cg_write_file(const char *path, const void *bytes, size_t len, Diag *d);
 /* Optimises mod at opt->opt_level and writes it as opt->emit to opt->output. */
 bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const CgOptions *opt, Diag *d);
 

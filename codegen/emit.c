@@ -665,11 +665,18 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
 
   const char *hash = text_hash(m, ir_print_structure);
   const char *plan_hash = ndev ? text_hash(m, print_plan) : NULL;
-  bool ok = true;
-  for (int t = 0; ok && t < ts.n; t++)
-    ok = emit_target(m, opt, &ts, t, ndev, hash, plan_hash, d);
-  cg_targets_free(&ts);
-  if (ok && strcmp(opt->output, "-"))
+  bool ok = true, to_stdout = !strcmp(opt->output, "-");
+  int written = 0;   /* the targets whose files this run wrote (regular files) */
+  while (ok && written < ts.n) {
+    ok = emit_target(m, opt, &ts, written, ndev, hash, plan_hash, d);
+    written += ok;
+  }
+  if (ok && !to_stdout)
     ok = cg_write_header(m, header_path(m->arena, opt->output, m->name), d);
+  /* A failed compilation leaves none of the objects it wrote behind, so no
+   * object stands without its header. */
+  for (int t = 0; !ok && !to_stdout && t < written; t++)
+    remove(ts.t[t].output);
+  cg_targets_free(&ts);
   return ok;
 }

@@ -5,6 +5,7 @@
  * makes the same calls on the whole batch. */
 #include <ctype.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen.h"
@@ -247,16 +248,14 @@ static void write_header(FILE *out, const Module *m, const char *base) {
 }
 
 bool cg_write_header(const Module *m, const char *path, Diag *d) {
-  FILE *out = fopen(path, "w");
-  if (!out) {
-    diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
-    return false;
-  }
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  DTC_ASSERT(out);
   const char *base = strrchr(path, '/');
   write_header(out, m, base ? base + 1 : path);
-  if (fclose(out)) {
-    diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno));
-    return false;
-  }
-  return true;
+  fclose(out);
+  bool ok = cg_write_file(path, text, len, d);
+  free(text);
+  return ok;
 }

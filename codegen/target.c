@@ -11,6 +11,8 @@
  * goes on with the generic CPU. So we create the target machine with stderr
  * (fd 2) pointed at a temporary file and turn that report into a diagnostic;
  * any other text LLVM printed is passed on unchanged. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "codegen.h"
+#include "dtrt.h"
 
 static void init_targets(void) {
   static bool done;
@@ -270,7 +273,6 @@ void cg_targets_free(CgTargets *ts) {
 }
 
 bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const CgOptions *opt, Diag *d) {
-  Loc none = {0};
   char pipeline[32];
   snprintf(pipeline, sizeof pipeline, "default<O%d>", opt->opt_level < 0 ? 0
                                                       : opt->opt_level > 3 ? 3
@@ -286,23 +288,42 @@ bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const CgOptions *opt, 
     dtc_die(__FILE__, __LINE__, "LLVM pipeline %s failed: %s", pipeline, msg);
   }
 
-  char *err = NULL;
-  const char *out = opt->output;
-  bool failed;
+  char *err = NULL, *text = NULL;
+  LLVMMemoryBufferRef buf = NULL;
+  const char *bytes;
+  size_t len;
   if (!strcmp(opt->emit, "llvm")) {
-    if (!strcmp(out, "-")) {
-      char *s = LLVMPrintModuleToString(mod);
-      failed = fputs(s, stdout) < 0;
-      LLVMDisposeMessage(s);
-    } else {
-      failed = LLVMPrintModuleToFile(mod, out, &err);
-    }
+    text = LLVMPrintModuleToString(mod);
+    bytes = text;
+    len = strlen(text);
   } else {
     LLVMCodeGenFileType kind = !strcmp(opt->emit, "asm") ? LLVMAssemblyFile : LLVMObjectFile;
-    failed = LLVMTargetMachineEmitToFile(tm, mod, (char *)out, kind, &err);
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, kind, &err, &buf))
+      dtc_die(__FILE__, __LINE__, "LLVM code generation failed: %s", err ? err : "?");
+    bytes = LLVMGetBufferStart(buf);
+    len = LLVMGetBufferSize(buf);
   }
-  if (failed)
-    diag_error(d, none, "cannot write '%s': %s", out, err ? err : "write error");
-  LLVMDisposeMessage(err);
-  return !failed;
+  bool ok = cg_write_file(opt->output, bytes, len, d);
+  LLVMDisposeMessage(text);
+  if (buf)
+    LLVMDisposeMemoryBuffer(buf);
+  return ok;
+}
+
+bool cg_write_file(const char *path, const void *bytes, size_t len, Diag *d) {
+  bool to_stdout = !strcmp(path, "-");
+  FILE *f = to_stdout ? stdout : dtrt_open_output(path);
+  if (!f) {
+    diag_error(d, (Loc){0}, "cannot write '%s': %s", path,
+               errno == EINVAL ? "not a regular file" : strerror(errno));
+    return false;
+  }
+  bool ok = fwrite(bytes, 1, len, f) == len;
+  ok &= to_stdout ? fflush(f) == 0 : fclose(f) == 0;
+  if (!ok) {
+    diag_error(d, (Loc){0}, "cannot write '%s': %s", path, strerror(errno ? errno : EIO));
+    if (!to_stdout)
+      remove(path);
+  }
+  return ok;
 }

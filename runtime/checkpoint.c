@@ -119,6 +119,28 @@ int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size) {
   return fd;
 }
 
+FILE *dtrt_open_output(const char *path) {
+  struct stat st;
+  if (!stat(path, &st) && !S_ISREG(st.st_mode)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return NULL;
+  FILE *f = NULL;
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode))
+    errno = EINVAL;
+  else if (!ftruncate(fd, 0) && !fcntl(fd, F_SETFL, 0))
+    f = fdopen(fd, "w");
+  if (!f) {
+    int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return f;
+}
+
 DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path) {
   struct stat st;
   if (!stat(path, &st))

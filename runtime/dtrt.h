@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -136,6 +137,16 @@ DTRT_KERNEL(slice);
 DTRT_KERNEL(pad);
 DTRT_KERNEL(concat);
 DTRT_KERNEL(broadcast);
+
+/* ---- files -------------------------------------------------------------
+ * Nothing dtc or libdtrt writes lands on a path that names something other
+ * than a regular file. */
+
+/* Opens path for writing, truncated, when it is a regular file or names
+ * nothing (then it is created, mode 0644 less the umask); never blocks, as
+ * opening a FIFO would, and never truncates what is not a regular file.
+ * NULL with errno set otherwise: EINVAL when something else is there. */
+FILE *dtrt_open_output(const char *path);
 
 /* ---- facts the compiler shares -----------------------------------------
  * Numbers that dtc writes into generated code and libdtrt reads, defined

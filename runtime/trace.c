@@ -81,33 +81,8 @@ DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn f
   return s;
 }
 
-/* Opens path for writing if it is a regular file or nothing (created then);
- * NULL with errno set otherwise (EINVAL: something else is there now). Never
- * blocks, as opening a FIFO would. */
-static FILE *open_regular(const char *path) {
-  struct stat st;
-  if (!stat(path, &st) && !S_ISREG(st.st_mode)) {
-    errno = EINVAL;
-    return NULL;
-  }
-  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return NULL;
-  FILE *f = NULL;
-  if (fstat(fd, &st) || !S_ISREG(st.st_mode))
-    errno = EINVAL;
-  else if (!ftruncate(fd, 0) && !fcntl(fd, F_SETFL, 0))
-    f = fdopen(fd, "w");
-  if (!f) {
-    int err = errno;
-    close(fd);
-    errno = err;
-  }
-  return f;
-}
-
 static bool write_trace(const DtTrace *t, int rank) {
-  FILE *f = open_regular(t->path);
+  FILE *f = dtrt_open_output(t->path);
   if (!f)
     return false;
   static const char *const thread[] = {"kernels", "collectives", "steps"};

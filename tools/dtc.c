@@ -1,6 +1,7 @@
 /* dtc.c: the compiler driver. Reads a .dt model (or IR text), runs the pass
  * pipeline of passes/passes.c, and emits IR, a graph, a plan, or code. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -199,8 +200,12 @@ static const char *default_output(Arena *a, const char *input, const char *suffi
 static FILE *open_text_output(const char *path) {
   if (!path || !strcmp(path, "-"))
     return stdout;
-  return fopen(path, "w");
+  return dtrt_open_output(path);
 }
+
+/* Why a file could not be opened: what is not a regular file is refused
+ * with EINVAL by src_read and dtrt_open_output. */
+static const char *why(int err) { return err == EINVAL ? "not a regular file" : strerror(err); }
 
 static int run(Driver *dr, Arena *a, Diag *d) {
   CgOptions *o = &dr->opt;
@@ -212,13 +217,13 @@ static int run(Driver *dr, Arena *a, Diag *d) {
                 "stdout");
   SrcFile *src = src_read(a, dr->input);
   if (!src)
-    return fail("cannot read '%s': %s", dr->input, strerror(errno));
+    return fail("cannot read '%s': %s", dr->input, why(errno));
 
   Cluster *cluster = NULL;
   if (dr->cluster_file) {
     SrcFile *cf = src_read(a, dr->cluster_file);
     if (!cf)
-      return fail("cannot read '%s': %s", dr->cluster_file, strerror(errno));
+      return fail("cannot read '%s': %s", dr->cluster_file, why(errno));
     if (!(cluster = fe_cluster(a, cf, d)))
       return 1;
   }
@@ -245,13 +250,13 @@ static int run(Driver *dr, Arena *a, Diag *d) {
       return 1;
     FILE *out = open_text_output(o->output);
     if (!out)
-      return fail("cannot write '%s': %s", o->output, strerror(errno));
+      return fail("cannot write '%s': %s", o->output, why(errno));
     if (!strcmp(o->emit, "ir"))
       ir_print(out, m);
     else
       ir_print_dot(out, m);
     if (out != stdout && fclose(out))
-      return fail("cannot write '%s': %s", o->output, strerror(errno));
+      return fail("cannot write '%s': %s", o->output, why(errno));
     if (dr->time_passes)
       time_report(dr, fe_ms, -1);
     return 0;
@@ -262,13 +267,13 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   if (!strcmp(o->emit, "plan")) {
     FILE *out = open_text_output(o->output);
     if (!out)
-      return fail("cannot write '%s': %s", o->output, strerror(errno));
+      return fail("cannot write '%s': %s", o->output, why(errno));
     plan_report(out, m, dr->run.plan);
     if (m->mesh.n)
       spmd_report(out, m);
     memplan_report(out, m);
     if (out != stdout && fclose(out))
-      return fail("cannot write '%s': %s", o->output, strerror(errno));
+      return fail("cannot write '%s': %s", o->output, why(errno));
     if (dr->time_passes)
       time_report(dr, fe_ms, -1);
     return 0;
@@ -276,12 +281,12 @@ static int run(Driver *dr, Arena *a, Diag *d) {
 
   if (!strcmp(o->emit, "sim")) {
     SimResult r;
-    FILE *out = o->output ? fopen(o->output, "w") : NULL;
+    FILE *out = o->output ? open_text_output(o->output) : NULL;
     if (o->output && !out)
-      return fail("cannot write '%s': %s", o->output, strerror(errno));
+      return fail("cannot write '%s': %s", o->output, why(errno));
     double step = out ? sim_trace_json(out, m, &r) : sim_step(m, &r);
-    if (out && fclose(out))
-      return fail("cannot write '%s': %s", o->output, strerror(errno));
+    if (out && out != stdout && fclose(out))
+      return fail("cannot write '%s': %s", o->output, why(errno));
     if (step < 0)
       return fail("cannot simulate module '%s': a device lacks a step function or its collectives do not match",
                   m->name);
@@ -305,6 +310,8 @@ static int run(Driver *dr, Arena *a, Diag *d) {
 int main(int argc, char **argv) {
   Driver dr = {0};
   Diag d;
+  /* A file-size limit makes a write fail (EFBIG, a diagnostic), not kill dtc. */
+  signal(SIGXFSZ, SIG_IGN);
   diag_init(&d, stderr);
   d.wflags = W_UNUSED;
   if (parse_args(&dr, &d, argc, argv))

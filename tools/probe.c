@@ -395,31 +395,6 @@ static const char *parse_args(int argc, char **argv, Args *a, char *msg, size_t 
   return NULL;
 }
 
-/* Opens -o's file: a regular file or a path that does not exist (created).
- * Anything else (a device, a directory, a FIFO) is refused with errno EINVAL
- * before anything is created or truncated; opening never blocks. */
-static FILE *open_output(const char *path) {
-  struct stat st;
-  if (!stat(path, &st) && !S_ISREG(st.st_mode)) {
-    errno = EINVAL;
-    return NULL;
-  }
-  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return NULL;
-  FILE *f = NULL;
-  if (fstat(fd, &st) || !S_ISREG(st.st_mode))
-    errno = EINVAL;
-  else if (!ftruncate(fd, 0) && !fcntl(fd, F_SETFL, 0))
-    f = fdopen(fd, "w");
-  if (!f) {
-    int err = errno;
-    close(fd);
-    errno = err;
-  }
-  return f;
-}
-
 /* Ends the run: finalizes MPI and gives the exit status. */
 static int finish(int status) {
   MPI_Finalize();
@@ -447,7 +422,7 @@ int main(int argc, char **argv) {
   /* Rank 0 opens the output first, so a bad path fails before the measuring. */
   FILE *out = stdout;
   int opened = 1;
-  if (me == 0 && args.out && !(out = open_output(args.out))) {
+  if (me == 0 && args.out && !(out = dtrt_open_output(args.out))) {
     fprintf(stderr, "dtc-probe: error: cannot write '%s': %s\n", args.out,
             errno == EINVAL ? "not a regular file" : strerror(errno));
     opened = 0;

@@ -22,9 +22,9 @@ expect() {
     echo "FAIL dtc $*: status $rc, wanted 1 and '$want':"; head -c 1000 "$tmp/err"; fail=1
   fi
 }
-expect "cannot read '/dev/zero': " /dev/zero
+expect "cannot read '/dev/zero': not a regular file" /dev/zero
 expect "cannot read '$tmp/zero.ir': " "$tmp/zero.ir"
-expect "cannot read '$tmp/fifo.dt': " "$tmp/fifo.dt"
+expect "cannot read '$tmp/fifo.dt': not a regular file" "$tmp/fifo.dt"
 expect "cannot read '$tmp': Is a directory" "$tmp"
 expect "cannot read '$tmp/big.dt': File too large" "$tmp/big.dt"
 expect "cannot read '/dev/zero': " --cluster=/dev/zero "$model"
