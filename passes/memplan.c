@@ -71,19 +71,25 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
   for (int i = 0; i < n; i++)
     if (needs_memory(f->inst.a[i], &u))
       l[i].size = round_up(bytes_of(&f->inst.a[i]->type));
-  /* A load of a param or state read after a store to its global is a copy. */
-  const Global **gl = arena_alloc(a, sizeof(Global *) * (size_t)(n + 1));
-  for (int i = 0; i < n; i++) {
-    const Inst *x = f->inst.a[i];
-    gl[i] = x->op == OP_load || x->op == OP_store ? ir_global_of(x) : NULL;
-  }
+  /* A load of a param or state read after a store to its global is a copy:
+   * each store looks at the loads of its global before it. */
+  const Module *m = f->mod;
+  typedef VEC(int) Ints;
+  Ints *loads = arena_alloc(a, sizeof(Ints) * (size_t)(m->global.n + 1));
   for (int s = 0; s < n; s++) {
-    if (f->inst.a[s]->op != OP_store)
+    const Inst *x = f->inst.a[s];
+    if (x->op != OP_load && x->op != OP_store)
       continue;
-    for (int i = 0; i < s; i++)
-      if (f->inst.a[i]->op == OP_load && gl[i] == gl[s] && l[i].def < l[s].def &&
-          l[i].last > l[s].def)
+    Ints *v = &loads[ir_global_of(x) - m->global.a];
+    if (x->op == OP_load) {
+      vec_push(a, v, s);
+      continue;
+    }
+    for (int k = 0; k < v->n; k++) {
+      int i = v->a[k];
+      if (l[i].def < l[s].def && l[i].last > l[s].def)
         l[i].size = round_up(bytes_of(&f->inst.a[i]->type));
+    }
   }
   return l;
 }
@@ -101,20 +107,33 @@ static int by_size_desc(const void *x, const void *y) {
   return a->def != b->def ? a->def - b->def : a->i - b->i;
 }
 
-static int by_offset(const void *x, const void *y) {
-  const Buf *a = *(Buf *const *)x, *b = *(Buf *const *)y;
-  return a->off != b->off ? (a->off < b->off ? -1 : 1) : a->i - b->i;
+/* Inserts b into placed[0..n), kept in offset order (ties: inst id). */
+static void insert_by_offset(Buf **placed, int n, Buf *b) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    const Buf *x = placed[mid];
+    if (x->off < b->off || (x->off == b->off && x->i < b->i))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  memmove(placed + lo + 1, placed + lo, sizeof *placed * (size_t)(n - lo));
+  placed[lo] = b;
 }
 
 /* Greedy by size: the largest buffers are placed first, each at the best
  * fitting gap among the buffers already placed that live at the same time
- * (the lowest offset past all of them when no gap fits). */
+ * (the lowest offset past all of them when no gap fits). The placed buffers
+ * are kept in offset order, so finding the gaps is one pass over them, with
+ * no sort: quadratic still when every buffer lives with every other (a
+ * training step's activations), but a pass of compares. */
 static void plan_func(Func *f) {
   Arena *a = f->mod->arena;
   int nstep, n = f->inst.n, nb = 0;
   Life *l = lifetimes(a, f, &nstep);
   Buf *buf = arena_alloc(a, sizeof(Buf) * (size_t)(n + 1));
-  Buf **live = arena_alloc(a, sizeof(Buf *) * (size_t)(n + 1));
+  Buf **placed = arena_alloc(a, sizeof(Buf *) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
     f->inst.a[i]->offset = -1;
     if (l[i].size)
@@ -124,21 +143,20 @@ static void plan_func(Func *f) {
   int64_t top = 0;
   for (int k = 0; k < nb; k++) {
     Buf *b = &buf[k];
-    int nl = 0;
-    for (int j = 0; j < k; j++)
-      if (buf[j].def <= b->last && b->def <= buf[j].last)
-        live[nl++] = &buf[j];
-    qsort(live, (size_t)nl, sizeof *live, by_offset);
     int64_t at = -1, gap = INT64_MAX, end = 0;
-    for (int j = 0; j < nl; j++) {
-      int64_t room = live[j]->off - end;
+    for (int j = 0; j < k; j++) {
+      const Buf *x = placed[j];
+      if (x->def > b->last || b->def > x->last)
+        continue;
+      int64_t room = x->off - end;
       if (room >= b->size && room < gap)
         at = end, gap = room;
-      end = live[j]->off + live[j]->size > end ? live[j]->off + live[j]->size : end;
+      end = x->off + x->size > end ? x->off + x->size : end;
     }
     b->off = at >= 0 ? at : end;
     top = b->off + b->size > top ? b->off + b->size : top;
     f->inst.a[b->i]->offset = b->off;
+    insert_by_offset(placed, k, b);
   }
   f->work_bytes = top;
 }
@@ -180,11 +198,14 @@ static void report_func(FILE *out, Func *f) {
       continue;
     buf[nbuf++] = f->inst.a[i];
     total += l[i].size;
-    for (int s = l[i].def; s <= l[i].last; s++)
-      live[s] += l[i].size;
+    live[l[i].def] += l[i].size;   /* live[s] - live[s - 1], summed below */
+    live[l[i].last + 1] -= l[i].size;
   }
-  for (int s = 0; s < nstep; s++)
+  int64_t sum = 0;
+  for (int s = 0; s < nstep; s++) {
+    live[s] = sum += live[s];
     peak = live[s] > peak ? live[s] : peak;
+  }
   fprintf(out, "@%s: work arena ", f->name);
   print_size(out, f->work_bytes);
   fputs(", peak live ", out);
