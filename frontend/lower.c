@@ -744,11 +744,30 @@ static bool lower_schedule(Ctx *c, const Expr *e, Train *t) {
   return true;
 }
 
-/* optimizer = sgd(lr, momentum, weight_decay, schedule)
- *           | adam(lr, beta1, beta2, eps, weight_decay, schedule) | adamw(...) */
+/* One of n names: its index into *out. */
+static bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const *names, int n,
+                      int64_t *out) {
+  int k = e->kind == E_IDENT ? dtrt_name_index(names, n, e->s) : -1;
+  if (k < 0) {
+    if (e->kind != E_ERROR) {
+      const char *list = "";
+      for (int j = 0; j < n; j++)
+        list = arena_printf(c->a, "%s%s%s", list, j == 0 ? "" : j == n - 1 ? " or " : ", ",
+                            names[j]);
+      diag_error(c->d, e->loc, "'%s' must be %s", what, list);
+    }
+    return false;
+  }
+  *out = k;
+  return true;
+}
+
+/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov)
+ *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form) | adamw(...) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
-  static const char *const sgd[] = {"lr", "momentum", "weight_decay", "schedule"};
-  static const char *const adam[] = {"lr", "beta1", "beta2", "eps", "weight_decay", "schedule"};
+  static const char *const sgd[] = {"lr", "momentum", "weight_decay", "schedule", "nesterov"};
+  static const char *const adam[] = {"lr",           "beta1",    "beta2",  "eps",
+                                     "weight_decay", "schedule", "eps_form"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
@@ -777,6 +796,11 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
     const char *p = param[k];
     if (!strcmp(p, "schedule"))
       ok &= lower_schedule(c, arg[k], t);
+    else if (!strcmp(p, "nesterov"))
+      ok &= choice_in(c, arg[k], p, (const char *const[]){"false", "true"}, 2, &t->nesterov);
+    else if (!strcmp(p, "eps_form"))
+      ok &= choice_in(c, arg[k], p, (const char *const[]){"pytorch", "kingma"}, 2,
+                      &t->eps_kingma);
     else if (!strcmp(p, "lr"))
       ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->lr);
     else if (!strcmp(p, "eps"))
@@ -787,6 +811,10 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
       ok &= real_in(c, arg[k], p, false, 1, true, !strcmp(p, "momentum") ? &t->momentum
                                                   : !strcmp(p, "beta1")  ? &t->beta1
                                                                          : &t->beta2);
+  }
+  if (ok && t->nesterov && t->momentum == 0) {
+    diag_error(c->d, e->loc, "'nesterov' needs a momentum above 0");
+    ok = false;
   }
   return ok;
 }

@@ -28,6 +28,8 @@ const IrField ir_train_fields[] = {
     ENUM(Train, schedule, dtrt_schedule_names, DT_SCHED_COUNT),
     FIELD(Train, warmup, 'i'),
     FIELD(Train, total, 'i'),
+    FIELD(Train, nesterov, 'i'),
+    FIELD(Train, eps_kingma, 'i'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
                                     FIELD(Global, init_arg, 'f'), {0}};

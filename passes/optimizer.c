@@ -16,15 +16,20 @@
  *   sgd    g' = g + wd p
  *          m' = momentum m + g'                       (no m when momentum is 0:
  *          p' = p - lr m'                              p' = p - lr g')
+ *          nesterov: p' = p - lr (g' + momentum m')   (torch.optim.SGD's)
  *   adam   g' = g + wd p
  *          m' = beta1 m + (1 - beta1) g'
  *          v' = beta2 v + (1 - beta2) g' g'
- *          p' = p - lr_t m' / (sqrt(v') + eps),   lr_t = lr sqrt(1 - beta2^t) / (1 - beta1^t)
- *   adamw  as adam with g' = g, and p' = p - lr_t m' / (sqrt(v') + eps) - lr wd p
+ *          p' = p - lr / (1 - beta1^t) m' / (sqrt(v' / (1 - beta2^t)) + eps)
+ *             = p - lr_t m' / (sqrt(v') + eps_t),
+ *          lr_t = lr sqrt(1 - beta2^t) / (1 - beta1^t), eps_t = eps sqrt(1 - beta2^t)
+ *          (torch.optim.Adam); with eps_kingma, eps_t = eps (Kingma and Ba's
+ *          efficient form: eps added to the uncorrected sqrt(v'))
+ *   adamw  as adam with g' = g, and p' = ... - lr wd p
  *
- * Adam's bias correction is folded into lr_t (one scalar per step; the lr op
- * with beta1, beta2 > 0), so eps is added to sqrt(v') rather than to the
- * corrected sqrt(v'/(1 - beta2^t)): Kingma and Ba's "efficient" form. */
+ * lr_t and eps_t are lr ops (one scalar each per step): dtrt_lr folds in the
+ * corrections, sqrt(1 - beta2^t) for beta2 > 0 and 1 / (1 - beta1^t) for
+ * beta1 > 0. */
 #include <string.h>
 
 #include "ir.h"
@@ -54,6 +59,19 @@ static Inst *lr(Opt *o, double beta1, double beta2) {
   ir_set_int(r, "total", t->total);
   ir_set_float(r, "beta1", beta1);
   ir_set_float(r, "beta2", beta2);
+  return ir_finish(r);
+}
+
+/* eps sqrt(1 - beta2^t), t the step (dtrt_lr with base eps, beta2 alone). */
+static Inst *eps_rate(Opt *o) {
+  const Train *t = &o->m->train;
+  Inst *r = ir_new(o->f, OP_lr, t->loc, 0, NULL);
+  ir_set_float(r, "base", t->eps);
+  ir_set_str(r, "schedule", dtrt_schedule_names[DT_SCHED_CONSTANT]);
+  ir_set_int(r, "warmup", 0);
+  ir_set_int(r, "total", 0);
+  ir_set_float(r, "beta1", 0);
+  ir_set_float(r, "beta2", t->beta2);
   return ir_finish(r);
 }
 
@@ -100,6 +118,12 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
   }
   Opt o = {m, f, t->loc};
   Inst *rate = lr(&o, adam ? t->beta1 : 0, adam ? t->beta2 : 0);
+  /* torch.optim.Adam adds eps to sqrt(v / (1 - beta2^t)); with the
+   * corrections in the step size that is eps sqrt(1 - beta2^t) added to
+   * sqrt(v). Kingma and Ba's efficient form adds eps itself. */
+  Inst *eps = NULL;
+  if (adam)
+    eps = t->eps_kingma ? cnst(&o, t->eps) : eps_rate(&o);
   Inst *decay = adamw && t->weight_decay != 0 ? lr(&o, 0, 0) : NULL;
   if (decay)
     decay = bin(&o, OP_mul, decay, cnst(&o, t->weight_decay));
@@ -118,7 +142,7 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     if (sgd && t->momentum != 0) {
       mname = state(&o, k, "m");
       m1 = axpby(&o, t->momentum, load(&o, mname), 1, g);
-      step = m1;
+      step = t->nesterov ? axpby(&o, 1, g, t->momentum, m1) : m1;
     } else if (sgd) {
       step = g;
     } else {
@@ -126,7 +150,7 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
       vname = state(&o, k, "v");
       m1 = axpby(&o, t->beta1, load(&o, mname), 1 - t->beta1, g);
       v1 = axpby(&o, t->beta2, load(&o, vname), 1 - t->beta2, bin(&o, OP_mul, g, g));
-      Inst *den = bin(&o, OP_add, ir_make(f, OP_sqrt, o.loc, 1, v1), cnst(&o, t->eps));
+      Inst *den = bin(&o, OP_add, ir_make(f, OP_sqrt, o.loc, 1, v1), eps);
       step = bin(&o, OP_div, m1, den);
     }
     Inst *p1 = bin(&o, OP_sub, p, bin(&o, OP_mul, rate, step));

@@ -200,8 +200,8 @@ int dtrt_name_index(const char *const *names, int n, const char *s);
 
 /* Learning rate at `step` (0-based), by schedule `kind` (DtSchedule):
  * constant, linear warm-up then constant, linear warm-up then cosine decay to
- * 0 at `total`. When beta1 > 0
- * the Adam bias correction sqrt(1-beta2^t)/(1-beta1^t), t = step+1, is folded in.
+ * 0 at `total`. Adam's bias corrections are folded in, t = step+1: times
+ * sqrt(1-beta2^t) when beta2 > 0, divided by 1-beta1^t when beta1 > 0.
  * Exactly: during warm-up (step < warmup) lr = base * (step+1) / warmup; after
  * it warmup gives base and cosine gives base * (1 + cos(pi * f)) / 2 with
  * f = (step - warmup) / (total - warmup) clamped to 1 (so 0 from `total` on, and

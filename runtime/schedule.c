@@ -16,7 +16,9 @@ float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1
       lr = base * 0.5 * (1 + cos(3.14159265358979323846 * (f < 1 ? f : 1)));
     }
   }
+  if (beta2 > 0)
+    lr *= sqrt(1 - pow(beta2, t));
   if (beta1 > 0)
-    lr *= sqrt(1 - pow(beta2, t)) / (1 - pow(beta1, t));
+    lr /= 1 - pow(beta1, t);
   return (float)lr;
 }

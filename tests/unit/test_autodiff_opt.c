@@ -67,15 +67,20 @@ static void run(Train tr) {
       double g = 2 * c[k] * w[k] + b[k % 3];
       if (!adamw)
         g += tr.weight_decay * w[k];
-      if (sgd) {
+      if (sgd) {   /* torch.optim.SGD (dampening 0) */
         m[k] = tr.momentum * m[k] + g;
-        w[k] -= lr * (tr.momentum != 0 ? m[k] : g);
-      } else {
+        double d = tr.momentum == 0 ? g : tr.nesterov ? g + tr.momentum * m[k] : m[k];
+        w[k] -= lr * d;
+      } else {     /* torch.optim.Adam, AdamW; or Kingma and Ba's efficient form */
+        double decay = adamw ? lr * tr.weight_decay * w[k] : 0;
         m[k] = tr.beta1 * m[k] + (1 - tr.beta1) * g;
         v[k] = tr.beta2 * v[k] + (1 - tr.beta2) * g * g;
-        double lrt = lr * sqrt(1 - pow(tr.beta2, tt)) / (1 - pow(tr.beta1, tt));
-        double decay = adamw ? lr * tr.weight_decay * w[k] : 0;
-        w[k] -= lrt * m[k] / (sqrt(v[k]) + tr.eps) + decay;
+        double bc1 = 1 - pow(tr.beta1, tt), bc2 = 1 - pow(tr.beta2, tt), step;
+        if (tr.eps_kingma)
+          step = lr * sqrt(bc2) / bc1 * m[k] / (sqrt(v[k]) + tr.eps);
+        else
+          step = lr / bc1 * m[k] / (sqrt(v[k] / bc2) + tr.eps);
+        w[k] -= step + decay;
       }
     }
     assert_float_equal(loss, ref_loss, 1e-4 * (1 + fabs(ref_loss)));
@@ -124,6 +129,34 @@ static void test_adamw_cosine(void **s) {
               .weight_decay = 0.1, .schedule = DT_SCHED_COSINE, .warmup = 3, .total = 15});
 }
 
+/* A large eps, where torch.optim.Adam's form (eps added to the corrected
+ * sqrt(v)) and Kingma and Ba's (to the uncorrected one) part: at the first
+ * step sqrt(1 - beta2) = 0.03 scales the one against the other. */
+static void test_adam_eps_forms(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_ADAM, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.999, .eps = 0.1,
+              .schedule = DT_SCHED_CONSTANT});
+}
+
+static void test_adam_eps_kingma(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_ADAM, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.999, .eps = 0.1,
+              .schedule = DT_SCHED_CONSTANT, .eps_kingma = 1});
+}
+
+/* beta1 = 0: v's correction still applies (sqrt(1 - beta2^t)). */
+static void test_adam_no_beta1(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_ADAM, .lr = 0.05, .beta1 = 0, .beta2 = 0.99, .eps = 1e-3,
+              .schedule = DT_SCHED_CONSTANT});
+}
+
+static void test_sgd_nesterov(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_SGD, .lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = 1,
+              .schedule = DT_SCHED_WARMUP, .warmup = 3});
+}
+
 /* Adam's first step moves every weight by lr against the sign of its gradient. */
 static void test_adam_first_step(void **s) {
   (void)s;
@@ -148,7 +181,8 @@ static void test_adam_first_step(void **s) {
 int main(void) {
   const struct CMUnitTest tests[] = {
     T(test_sgd), T(test_sgd_momentum_wd_warmup), T(test_sgd_cosine_past_total), T(test_adam),
-    T(test_adam_l2), T(test_adamw_cosine), T(test_adam_first_step),
+    T(test_adam_l2), T(test_adamw_cosine), T(test_adam_first_step), T(test_adam_eps_forms),
+    T(test_adam_eps_kingma), T(test_adam_no_beta1), T(test_sgd_nesterov),
   };
   return cmocka_run_group_tests_name("autodiff optimizers", tests, NULL, NULL);
 }

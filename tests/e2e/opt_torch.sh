@@ -1,0 +1,25 @@
+#!/bin/sh
+# opt_torch.sh OPT_STEPS: dtc's optimizers against torch.optim for 10 steps on
+# the same weights and data (opt_torch.py). Skipped (status 77) when Debian's
+# python3 has no torch.
+set -u
+run=$1
+py=/usr/bin/python3
+dir=$(dirname "$0")
+if ! "$py" -c "import torch" 2>/dev/null; then
+  echo "opt_torch: skipped: $py cannot import torch (Debian's python3-torch)"
+  exit 77
+fi
+fail=0
+check() {   # DTC_OPTIMIZER TORCH_OPTIMIZER
+  "$run" 10 "$1" | "$py" "$dir/opt_torch.py" 10 "$2" || fail=1
+}
+check "sgd(lr = 0.1)" "SGD(lr=0.1)"
+check "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)" \
+      "SGD(lr=0.1, momentum=0.9, weight_decay=0.01)"
+check "sgd(lr = 0.1, momentum = 0.9, nesterov = true)" "SGD(lr=0.1, momentum=0.9, nesterov=True)"
+check "adam(lr = 0.01)" "Adam(lr=0.01)"
+check "adam(lr = 0.01, eps = 0.01, weight_decay = 0.1)" "Adam(lr=0.01, eps=0.01, weight_decay=0.1)"
+check "adam(lr = 0.01, beta1 = 0, beta2 = 0.9)" "Adam(lr=0.01, betas=(0, 0.9))"
+check "adamw(lr = 0.01, weight_decay = 0.1, eps = 0.01)" "AdamW(lr=0.01, weight_decay=0.1, eps=0.01)"
+exit $fail
