@@ -3,6 +3,7 @@
 # this machine. Run from anywhere, after building (cmake --build BUILD):
 #
 #     bench/hetero.sh build 30
+#     HETERO_RUNS=5 bench/hetero.sh build 30    # five comparisons in a row
 #
 # It pins rank 0 alone to core 0 and ranks 1 and 2 together to core 1 (real
 # speeds about 2:1:1; a `taskset` wrapper per rank), then:
@@ -19,7 +20,14 @@
 #     step of the auto plan (dtc --emit=sim), and prints one JSON line per
 #     model: {"bench": "hetero_mlp", "auto_ms", "even_ms", "even_over_auto",
 #     "ideal_ms", "auto_over_ideal", "one_ms", "ideal_work_ms",
-#     "auto_over_ideal_work", "predicted_ms", "measured_over_predicted"}
+#     "auto_over_ideal_work", "predicted_ms", "measured_over_predicted",
+#     "kept_even", "run"} (kept_even: the planner kept even data parallel, its
+#     best plan gaining less than the probe's noise);
+#  with HETERO_RUNS=N, runs 1-4 N times in a row, each with its own probe,
+#  then prints one summary line per model over the runs' even_over_auto:
+#     {"bench": "hetero_mlp_runs", "runs", "min", "median", "max",
+#     "auto_ever_slower" (even_over_auto below 1 in some run), "kept_even"
+#     (in how many runs)};
 #  5. checks the simulator on the MLP unpinned: 1 rank (examples/mlp_big.dt),
 #     2 ranks (hetero_mlp_dp2.dt) and 3 ranks (hetero_mlp_even.dt), each
 #     compiled for its own probe of that many unpinned ranks, one JSON line
@@ -29,7 +37,7 @@
 # Haswell; the probe and the runs share it). Environment: MPIEXEC and MPICC
 # (default those BUILD was configured with, else mpiexec and mpicc; both must
 # be of the MPI libdtrt was built with), HETERO_GPT_B (the transformer's
-# batch, default 48), HETERO_DIR (work files, default a fresh mktemp -d,
+# batch, default 48), HETERO_RUNS (default 1), HETERO_DIR (work files, default a fresh mktemp -d,
 # removed at the end unless given). Needs taskset (util-linux) and two cores.
 # Open MPI's mpiexec gets --oversubscribe, --bind-to none and, as root,
 # --allow-run-as-root; MPICH's needs none of them.
@@ -38,6 +46,12 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
 reps=${2:-20}
 gpt_b=${HETERO_GPT_B:-48}
+runs=${HETERO_RUNS:-1}
+case $runs in
+  '' | *[!0-9]* | 0*)
+    echo "hetero.sh: HETERO_RUNS must be a whole number from 1, not '$runs'" >&2
+    exit 2 ;;
+esac
 cached() {   # cached VAR: VAR's value in BUILD's CMake cache, if any
   sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null
 }
@@ -103,45 +117,76 @@ predicted() {   # dtc --emit=sim ARGS: the predicted step in ms
 
 echo "# $(date -u '+%F %T') UTC; OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; load:$(uptime | sed 's/.*load average://')" >&2
 
-# 1. probe the pinned ranks
-run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
-sed 's/^/# /' "$dir/probe3.dt" >&2
-total=$(gflops_sum "$dir/probe3.dt")
-first=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" | head -n 1)
+# compare RUN: steps 1-4 with a probe of their own; each model's
+# even_over_auto and whether the plan kept even data parallel (1 or 0) are
+# appended to $dir/runs_MODEL.
+compare() {
+  k=$1
+  # 1. probe the pinned ranks
+  run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
+  sed 's/^/# /' "$dir/probe3.dt" >&2
+  total=$(gflops_sum "$dir/probe3.dt")
+  first=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" | head -n 1)
 
-# 2-4. auto against even on the pinned ranks
-for model in mlp gpt; do
-  if [ $model = mlp ]; then def=HETERO_MLP dflags=; else def=HETERO_GPT dflags="-D B=$gpt_b"; fi
-  for plan in auto even; do
+  # 2-4. auto against even on the pinned ranks
+  for model in mlp gpt; do
+    if [ $model = mlp ]; then def=HETERO_MLP dflags=; else def=HETERO_GPT dflags="-D B=$gpt_b"; fi
+    for plan in auto even; do
+      # shellcheck disable=SC2086
+      build_bench "${model}_$plan" "$src/bench/hetero_${model}_$plan.dt" $def \
+        --cluster="$dir/probe3.dt" $dflags
+      ms=$(run 3 "$dir/pin.sh" "$dir/${model}_$plan/bench" "$reps" "hetero_${model}_$plan" |
+        num step_ms)
+      if [ $plan = auto ]; then auto_ms=$ms; else even_ms=$ms; fi
+    done
+    # the same step on one device, rank 0 alone on core 0
+    if [ $model = mlp ]; then one=$src/examples/mlp_big.dt; else one=$src/examples/transformer.dt; fi
     # shellcheck disable=SC2086
-    build_bench "${model}_$plan" "$src/bench/hetero_${model}_$plan.dt" $def \
-      --cluster="$dir/probe3.dt" $dflags
-    ms=$(run 3 "$dir/pin.sh" "$dir/${model}_$plan/bench" "$reps" "hetero_${model}_$plan" |
+    build_bench "${model}_one" "$one" $def --cluster="$dir/probe3.dt" $dflags
+    one_ms=$(run 1 "$dir/pin.sh" "$dir/${model}_one/bench" "$reps" "hetero_${model}_one" |
       num step_ms)
-    if [ $plan = auto ]; then auto_ms=$ms; else even_ms=$ms; fi
+    # shellcheck disable=SC2086
+    "$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $dflags \
+      "$src/bench/hetero_${model}_auto.dt" > "$dir/${model}_plan.txt"
+    sed -n '/^  best plan found/,/^  kept /s/^/# /p' "$dir/${model}_plan.txt" >&2
+    gflop=$(sed -n 's/.*: \([0-9.e+-]*\) GFLOP per step.*/\1/p' "$dir/${model}_plan.txt")
+    kept=0
+    grep -q '^  kept even data parallel' "$dir/${model}_plan.txt" && kept=1
+    # shellcheck disable=SC2086
+    pred=$(predicted --cluster="$dir/probe3.dt" $dflags "$src/bench/hetero_${model}_auto.dt")
+    awk -v m="hetero_$model" -v a="$auto_ms" -v e="$even_ms" -v g="$gflop" -v s="$total" \
+        -v p="$pred" -v o="$one_ms" -v g0="$first" -v kept="$kept" -v k="$k" 'BEGIN {
+      ideal = g / s * 1e3
+      work = o * g0 / s
+      printf "{\"bench\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
+             "\"ideal_ms\": %.3f, \"auto_over_ideal\": %.3f, \"one_ms\": %.3f, " \
+             "\"ideal_work_ms\": %.3f, \"auto_over_ideal_work\": %.3f, \"predicted_ms\": %.3f, " \
+             "\"measured_over_predicted\": %.3f, \"kept_even\": %s, \"run\": %d}\n", m, a, e,
+             e / a, ideal, a / ideal, o, work, a / work, p, a / p, kept ? "true" : "false", k
+    }'
+    awk -v a="$auto_ms" -v e="$even_ms" -v kept="$kept" 'BEGIN {
+      printf "%.6f %d\n", e / a, kept
+    }' >> "$dir/runs_$model"
   done
-  # the same step on one device, rank 0 alone on core 0
-  if [ $model = mlp ]; then one=$src/examples/mlp_big.dt; else one=$src/examples/transformer.dt; fi
-  # shellcheck disable=SC2086
-  build_bench "${model}_one" "$one" $def --cluster="$dir/probe3.dt" $dflags
-  one_ms=$(run 1 "$dir/pin.sh" "$dir/${model}_one/bench" "$reps" "hetero_${model}_one" |
-    num step_ms)
-  # shellcheck disable=SC2086
-  gflop=$("$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $dflags \
-    "$src/bench/hetero_${model}_auto.dt" | sed -n 's/.*: \([0-9.e+-]*\) GFLOP per step.*/\1/p')
-  # shellcheck disable=SC2086
-  pred=$(predicted --cluster="$dir/probe3.dt" $dflags "$src/bench/hetero_${model}_auto.dt")
-  awk -v m="hetero_$model" -v a="$auto_ms" -v e="$even_ms" -v g="$gflop" -v s="$total" \
-      -v p="$pred" -v o="$one_ms" -v g0="$first" 'BEGIN {
-    ideal = g / s * 1e3
-    work = o * g0 / s
-    printf "{\"bench\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
-           "\"ideal_ms\": %.3f, \"auto_over_ideal\": %.3f, \"one_ms\": %.3f, " \
-           "\"ideal_work_ms\": %.3f, \"auto_over_ideal_work\": %.3f, \"predicted_ms\": %.3f, " \
-           "\"measured_over_predicted\": %.3f}\n", m, a, e, e / a, ideal, a / ideal, o, work,
-           a / work, p, a / p
+}
+
+summary() {   # summary MODEL: the line over the runs of $dir/runs_MODEL
+  sort -n "$dir/runs_$1" | awk -v m="hetero_$1" '{v[NR] = $1; kept += $2} END {
+    med = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "{\"bench\": \"%s_runs\", \"runs\": %d, \"min\": %.3f, \"median\": %.3f, " \
+           "\"max\": %.3f, \"auto_ever_slower\": %s, \"kept_even\": %d}\n", m, NR, v[1], med,
+           v[NR], v[1] < 1 ? "true" : "false", kept
   }'
+}
+
+rm -f "$dir/runs_mlp" "$dir/runs_gpt"
+i=1
+while [ "$i" -le "$runs" ]; do
+  compare "$i"
+  i=$((i + 1))
 done
+summary mlp
+summary gpt
 
 # 5. the simulator against measurement, unpinned, even plan, 1 to 3 ranks
 for n in 1 2 3; do

@@ -76,11 +76,23 @@ static bool string_arg(const Expr *e, const char *what, const char **out, Diag *
   return true;
 }
 
+/* spread = S: the relative spread of a measured figure (dtc-probe's
+ * interquartile range over the median), a finite number, 0 or more. */
+static bool spread_arg(const Expr *e, double *out, Diag *d) {
+  if (!fe_eval_float(e, NULL, 0, "'spread'", out, d))
+    return false;
+  if (!(*out >= 0)) {
+    diag_error(d, e->loc, "'spread' must be 0 or more, not %g", *out);
+    return false;
+  }
+  return true;
+}
+
 /* ---- clusters ---- */
 
-/* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name") */
+/* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name", spread = S) */
 static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
-  static const char *const param[] = {"gflops", "mem", "target", "cpu"};
+  static const char *const param[] = {"gflops", "mem", "target", "cpu", "spread"};
   for (int k = 0; k < c->dev.n; k++)
     if (!strcmp(c->dev.a[k].name, s->name)) {
       diag_error(d, s->name_loc, "device '%s' is already defined", s->name);
@@ -95,8 +107,8 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
     diag_error(d, e->loc, "'cpu' needs its arguments 'gflops' and 'mem'");
     return false;
   }
-  Expr *arg[4];
-  if (!fe_bind(e, param, 4, 0, 2, arg, a, d))
+  Expr *arg[5];
+  if (!fe_bind(e, param, 5, 0, 2, arg, a, d))
     return false;
   Device dev = {.name = s->name, .node = c->node.n - 1, .kind = "cpu", .loc = s->name_loc};
   double mem = 0;
@@ -113,14 +125,15 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   dev.mem = (int64_t)llround(mem);
   ok &= !arg[2] || string_arg(arg[2], "target", &dev.target, d);
   ok &= !arg[3] || string_arg(arg[3], "cpu", &dev.cpu, d);
+  ok &= !arg[4] || spread_arg(arg[4], &dev.spread, d);
   if (ok)
     vec_push(a, &c->dev, dev);
   return ok;
 }
 
-/* link intra(bw = B, lat = T) | link inter(bw = B, lat = T) */
+/* link intra(bw = B, lat = T, spread = S) | link inter(bw = B, lat = T, spread = S) */
 static bool lower_link(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
-  static const char *const param[] = {"bw", "lat"};
+  static const char *const param[] = {"bw", "lat", "spread"};
   const Expr *e = s->val;
   if (strcmp(e->s, "intra") && strcmp(e->s, "inter")) {
     diag_error(d, e->loc, "unknown link '%s' (expected intra or inter)", e->s);
@@ -131,12 +144,13 @@ static bool lower_link(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
       diag_error(d, e->loc, "link '%s' is already defined", e->s);
       return false;
     }
-  Expr *arg[2];
-  if (!fe_bind(e, param, 2, 0, 2, arg, a, d))
+  Expr *arg[3];
+  if (!fe_bind(e, param, 3, 0, 2, arg, a, d))
     return false;
   Link l = {.name = e->s, .loc = e->loc};
   bool ok = quantity(arg[0], "bw", U_BW, &l.bw, d);
   ok &= quantity(arg[1], "lat", U_TIME, &l.lat, d);
+  ok &= !arg[2] || spread_arg(arg[2], &l.spread, d);
   if (ok)
     vec_push(a, &c->link, l);
   return ok;
@@ -154,9 +168,9 @@ static const char *method_list(Arena *a, Op op) {
   return arena_printf(a, "%s%s%s", list, *list ? " or " : "", last);
 }
 
-/* collective OP(method = M, ranks = N, lat = T, bw = B) */
+/* collective OP(method = M, ranks = N, lat = T, bw = B, spread = S) */
 static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
-  static const char *const param[] = {"method", "ranks", "lat", "bw"};
+  static const char *const param[] = {"method", "ranks", "lat", "bw", "spread"};
   static const Op ops[] = {OP_all_reduce, OP_all_gather, OP_reduce_scatter, OP_all_to_all};
   const Expr *e = s->val;
   int op = 0;
@@ -171,8 +185,8 @@ static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
                fe_did_you_mean(a, e->s, cand, COUNTOF(ops)));
     return false;
   }
-  Expr *arg[4];
-  if (!fe_bind(e, param, 4, 0, 4, arg, a, d))
+  Expr *arg[5];
+  if (!fe_bind(e, param, 5, 0, 4, arg, a, d))
     return false;
   Collective col = {.op = ops[op], .method = -1, .loc = e->loc};
   bool ok = true;
@@ -202,6 +216,7 @@ static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   }
   ok &= quantity(arg[2], "lat", U_TIME, &col.lat, d);
   ok &= quantity(arg[3], "bw", U_BW, &col.bw, d);
+  ok &= !arg[4] || spread_arg(arg[4], &col.spread, d);
   for (int k = 0; ok && k < c->coll.n; k++) {
     const Collective *o = &c->coll.a[k];
     if (o->op == col.op && o->method == col.method && o->ranks == col.ranks) {

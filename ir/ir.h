@@ -128,6 +128,7 @@ typedef struct Device {
   int64_t mem;             /* bytes */
   const char *target;      /* LLVM triple, NULL: host */
   const char *cpu;         /* LLVM cpu name, NULL: generic for target, host for host */
+  double spread;           /* relative spread of the measured gflops (dtc-probe), 0: none given */
   Loc loc;
 } Device;
 
@@ -137,6 +138,7 @@ typedef struct Link {
   const char *name;        /* "intra" (inside a node) or "inter" (between nodes) */
   double bw;               /* bytes per second */
   double lat;              /* seconds */
+  double spread;           /* relative spread of the measured bw and lat, 0: none given */
   Loc loc;
 } Link;
 
@@ -150,6 +152,7 @@ typedef struct Collective {
   int64_t ranks;           /* the group size it was timed on, at least 2 */
   double bw;               /* bytes per second */
   double lat;              /* seconds */
+  double spread;           /* relative spread of the timings behind bw and lat, 0: none given */
   Loc loc;
 } Collective;
 

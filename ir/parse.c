@@ -702,6 +702,15 @@ static bool parse_dim(Parser *p) {
   return true;
 }
 
+/* A measured figure's spread (Device, Link, Collective): finite, 0 or more;
+ * false after reporting it at the line's start. */
+static bool spread_ok(Parser *p, double spread, Loc at, const char *what) {
+  if (spread >= 0 && isfinite(spread))
+    return true;
+  error_at(p, at, "the spread of %s must be a finite number of 0 or more", what);
+  return false;
+}
+
 /* node := 'node' name [loc]
  * device := 'device' name 'on' name [attrs] [loc]
  * link := 'link' name [attrs] [loc]
@@ -736,7 +745,7 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
       return false;
     }
     if (!parse_attrs(p, &attrs) || !set_fields(p, &dv, ir_device_fields, &attrs, "a device") ||
-        !parse_loc(p, &dv.loc))
+        !parse_loc(p, &dv.loc) || !spread_ok(p, dv.spread, at, "a device"))
       return false;
     vec_push(p->a, &c->dev, dv);
     return true;
@@ -745,7 +754,8 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
     Link l = {.loc = at};
     next(p);
     if (!(l.name = parse_name(p, "a link name")) || !parse_attrs(p, &attrs) ||
-        !set_fields(p, &l, ir_link_fields, &attrs, "a link") || !parse_loc(p, &l.loc))
+        !set_fields(p, &l, ir_link_fields, &attrs, "a link") || !parse_loc(p, &l.loc) ||
+        !spread_ok(p, l.spread, at, "a link"))
       return false;
     vec_push(p->a, &c->link, l);
     return true;
@@ -764,7 +774,7 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
     }
     if (!parse_attrs(p, &attrs) ||
         !set_fields(p, &col, ir_collective_fields, &attrs, "a collective") ||
-        !parse_loc(p, &col.loc))
+        !parse_loc(p, &col.loc) || !spread_ok(p, col.spread, at, "a collective"))
       return false;
     if (col.method < DTRT_COMM_MPI || col.method >= DTRT_COMM_COUNT || col.ranks < 2 ||
         col.ranks > INT_MAX || !(col.bw > 0) || !(col.lat >= 0) || isinf(col.bw) ||

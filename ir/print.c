@@ -11,11 +11,13 @@
 #define ENUM(T, f, names, n) {#f, 'e', offsetof(T, f), names, n}
 const IrField ir_device_fields[] = {
     FIELD(Device, kind, 's'),   FIELD(Device, gflops, 'f'), FIELD(Device, mem, 'i'),
-    FIELD(Device, target, 's'), FIELD(Device, cpu, 's'),    {0}};
-const IrField ir_link_fields[] = {FIELD(Link, bw, 'f'), FIELD(Link, lat, 'f'), {0}};
+    FIELD(Device, target, 's'), FIELD(Device, cpu, 's'),    FIELD(Device, spread, 'f'), {0}};
+const IrField ir_link_fields[] = {FIELD(Link, bw, 'f'), FIELD(Link, lat, 'f'),
+                                  FIELD(Link, spread, 'f'), {0}};
 const IrField ir_collective_fields[] = {FIELD(Collective, method, 'i'),
                                         FIELD(Collective, ranks, 'i'), FIELD(Collective, bw, 'f'),
-                                        FIELD(Collective, lat, 'f'), {0}};
+                                        FIELD(Collective, lat, 'f'), FIELD(Collective, spread, 'f'),
+                                        {0}};
 const IrField ir_train_fields[] = {
     FIELD(Train, loss, 's'),
     ENUM(Train, opt, ir_opt_names, OPT_COUNT),

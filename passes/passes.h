@@ -62,7 +62,9 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
 
 /* `plan auto`: chooses the forms of inputs and params and the per-device
  * ratios of their splits by the predicted step (a search over forms, a linear
- * program over ratios); `plan even`: the parallel block's forms, even. */
+ * program over ratios), unless the best gains no more than the probe's noise
+ * over even data parallel, which it then keeps; `plan even`: the parallel
+ * block's forms, even. */
 bool pass_plan(Module *m, Diag *d, PassRun *run);
 /* What the planner chose and predicted, for the report. */
 struct PlanInfo {
@@ -71,6 +73,21 @@ struct PlanInfo {
   double *busy;          /* [k] seconds computing */
   double step, even;     /* predicted step of the plan, of its forms with even ratios */
   double block;          /* predicted step of the parallel block's forms, even */
+  /* plan auto only: how sure the choice is (docs/ARCHITECTURE.md, Planner) */
+  double best;           /* predicted step of the best plan the search found */
+  double simple;         /* of even data parallel: the block's shards, every other input
+                            split along its first dimension, params open, even ratios;
+                            INFINITY: it does not fit */
+  double runner_up;      /* of the best plan of other forms (as propagated) the search
+                            costed; INFINITY: none */
+  const char *runner_up_how;  /* its first global of another form: "w1 m[*, dp] instead
+                                 of m[*, *]" */
+  double dev_spread;     /* the largest spread of the mesh's devices' gflops */
+  double comm_spread;    /* of the links and the collectives measured over the mesh's size */
+  const char *dev_spread_of, *comm_spread_of;  /* whose ("r1", "link intra", "all_reduce by
+                                                  ring"); NULL: no spread given */
+  double noise;          /* the gain over even data parallel the best plan must exceed */
+  bool kept_simple;      /* it did not: the plan is even data parallel */
   double comm;           /* seconds of collectives */
   double flops;          /* of the whole step on one device */
   int ncoll, bottleneck, evals;
@@ -79,8 +96,10 @@ struct PlanInfo {
 };
 /* The device plan (--emit=plan): the forms of the parallel block and of the
  * plan, every device's ratio and busy time, the collectives, the predicted
- * step against the even plan's, and the bottleneck device, from the
- * planner's record pi; nothing when pi is NULL (the planner ran for plan
+ * step against the even plan's, and the bottleneck device, and for plan auto
+ * the best plan's margins over even data parallel and the runner-up, the
+ * probe's spreads, the noise and which plan was kept, from the planner's
+ * record pi; nothing when pi is NULL (the planner ran for plan
  * auto or even on a one-axis mesh with a cluster). */
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
 

@@ -45,6 +45,7 @@
 #define RATIO_UNITS 1000000
 #define MAX_SWEEPS 4        /* passes over the choices of each start */
 #define IMPROVES 1e-6       /* a relative fall in cost that counts */
+#define NOISE_FLOOR 0.05    /* the least gain over the simpler plan that counts */
 
 typedef struct Cost {
   int nseg;
@@ -71,6 +72,9 @@ typedef struct Planner {
   VEC(double) a, b, fixed, scaled;
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
   VEC(const Inst *) memo_x;     /* ... and of which value */
+  VEC(Sharding **) seen;        /* every global's propagated form of each choice costed
+                                   with planned ratios ... */
+  VEC(double) seen_t;           /* ... and its predicted step */
   int evals;
   bool propagated;              /* the last evaluate's forms propagated */
   Diag quiet;
@@ -379,6 +383,18 @@ static void apply(Planner *p, Sharding **A) {
   }
 }
 
+/* Keeps the globals' forms as propagated and their predicted step t, for
+ * the runner-up: two choices that propagate alike (an open param and the
+ * form its users give it) are one plan. */
+static void note_seen(Planner *p, double t) {
+  Module *m = p->m;
+  Sharding **forms = arena_alloc(m->arena, sizeof *forms * (size_t)(m->global.n + 1));
+  for (int g = 0; g < m->global.n; g++)
+    forms[g] = m->global.a[g].shard;
+  vec_push(m->arena, &p->seen, forms);
+  vec_push(m->arena, &p->seen_t, t);
+}
+
 /* The predicted step of forms A with the linear program's ratios (into r)
  * or, when even, with even ratios; INFINITY when the forms do not propagate
  * or do not fit. The cost model into c. */
@@ -400,7 +416,10 @@ static double evaluate(Planner *p, Sharding **A, bool even, double *r, Cost *c) 
   for (int d = 0; d < p->k; d++)
     if (r[d] > hi[d] + 1e-12 || hi[d] < 0)
       return INFINITY;
-  return step_time(p, c, r, NULL);
+  double t = step_time(p, c, r, NULL);
+  if (!even)
+    note_seen(p, t);
+  return t;
 }
 
 /* ---- the search over forms ---- */
@@ -521,10 +540,14 @@ static bool user_ratios(const Module *m) {
   return false;
 }
 
-static PlanInfo *record(Planner *p, Sharding **A, const double *r, double step, double even) {
+/* The record of plan A with ratios r, starting from base (may be NULL). */
+static PlanInfo *record(Planner *p, Sharding **A, const double *r, double step, double even,
+                        const PlanInfo *base) {
   Module *m = p->m;
   PlanInfo *pi = arena_alloc(m->arena, sizeof *pi);
   memset(pi, 0, sizeof *pi);
+  if (base)
+    *pi = *base;
   pi->k = p->k;
   pi->ratio = arena_alloc(m->arena, sizeof *pi->ratio * (size_t)p->k);
   pi->busy = arena_alloc(m->arena, sizeof *pi->busy * (size_t)p->k);
@@ -622,6 +645,75 @@ static void diag_no_room(Planner *p, const Cost *c, Diag *d) {
              mesh->name, most);
 }
 
+/* ---- confidence ---- */
+
+/* The largest spreads of the figures the step's cost rests on: the mesh's
+ * devices' (compute), and the links' and the collectives' measured over the
+ * mesh's size (communication), with whose they are. */
+static void spreads(const Planner *p, PlanInfo *pi) {
+  const Module *m = p->m;
+  const Cluster *cl = m->cluster;
+  for (int d = 0; d < p->k; d++) {
+    const Device *dv = &cl->dev.a[m->mesh.a[0].dev[d]];
+    if (dv->spread > pi->dev_spread) {
+      pi->dev_spread = dv->spread;
+      pi->dev_spread_of = dv->name;
+    }
+  }
+  for (int k = 0; k < cl->link.n; k++)
+    if (cl->link.a[k].spread > pi->comm_spread) {
+      pi->comm_spread = cl->link.a[k].spread;
+      pi->comm_spread_of = arena_printf(m->arena, "link %s", cl->link.a[k].name);
+    }
+  for (int k = 0; k < cl->coll.n; k++) {
+    const Collective *c = &cl->coll.a[k];
+    if (c->ranks == p->k && c->spread > pi->comm_spread) {
+      pi->comm_spread = c->spread;
+      pi->comm_spread_of = arena_printf(m->arena, "%s by %s", ir_ops[c->op].name,
+                                        dtrt_comm_method_names[c->method]);
+    }
+  }
+}
+
+/* The relative error the spreads may put into a predicted step of t
+ * seconds, comm of them in collectives: its compute by the devices' spread,
+ * its collectives by the communication's. */
+static double step_noise(const PlanInfo *pi, double t, double comm) {
+  if (!(t > 0 && t < INFINITY))
+    return 0;
+  return ((t - comm) * pi->dev_spread + comm * pi->comm_spread) / t;
+}
+
+static bool forms_eq(const Planner *p, Sharding **a, Sharding **b) {
+  for (int g = 0; g < p->m->global.n; g++)
+    if (!form_eq(p, g, a[g], b[g]))
+      return false;
+  return true;
+}
+
+/* The runner-up: the least predicted step of the plans the search costed
+ * whose propagated forms differ from `forms` (INFINITY when there are none)
+ * into pi, with the first global whose form differs. */
+static void runner_up(const Planner *p, Sharding **forms, PlanInfo *pi) {
+  const Module *m = p->m;
+  int best = -1;
+  for (int k = 0; k < p->seen.n; k++)
+    if ((best < 0 || p->seen_t.a[k] < p->seen_t.a[best]) && !forms_eq(p, p->seen.a[k], forms))
+      best = k;
+  pi->runner_up = best < 0 ? INFINITY : p->seen_t.a[best];
+  for (int g = 0; best >= 0 && g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    const Sharding *s = p->seen.a[best][g];
+    if (!form_eq(p, g, s, forms[g])) {
+      char b1[128], b2[128];
+      pi->runner_up_how = arena_printf(m->arena, "%s %s instead of %s", gl->name,
+                                       ir_shard_str(m, s, gl->type.rank, b1, sizeof b1),
+                                       ir_shard_str(m, forms[g], gl->type.rank, b2, sizeof b2));
+      break;
+    }
+  }
+}
+
 /* A start of the search: the parallel block's forms, every other input
  * split along its first dimension (data parallel) or whole, params open. */
 static Sharding **start(Planner *p, bool split_inputs) {
@@ -659,6 +751,7 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     diag_no_room(&p, &c, d);
     return false;
   }
+  Sharding **best_forms = p.seen.a[p.seen.n - 1];   /* as the last evaluate propagated them */
   double hi[SHARD_MAX_AXIS];
   ratio_bounds(&p, &c, hi);
   double *ratio = round_ratios(&p, r, hi);
@@ -666,11 +759,25 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
   double rr[SHARD_MAX_AXIS];
   for (int k = 0; k < p.k; k++)
     rr[k] = ratio ? ratio[k] : 1.0 / p.k;
-  double step = step_time(&p, &c, rr, NULL);
+  double step = step_time(&p, &c, rr, NULL), comm = c.comm;
   double even = step_time(&p, &c, NULL, NULL);
-  double block = evaluate(&p, start(&p, false), true, r, &c);
-  PlanInfo *pi = record(&p, final, rr, step, even);
-  pi->block = block;
+  PlanInfo conf = {.block = evaluate(&p, start(&p, false), true, r, &c), .best = step};
+  /* The simpler plan, and whether the best one gains more than the noise
+   * over it: else the simpler one is kept. */
+  Sharding **simple = start(&p, true);
+  conf.simple = evaluate(&p, simple, true, r, &c);
+  runner_up(&p, best_forms, &conf);
+  spreads(&p, &conf);
+  conf.noise = fmax(NOISE_FLOOR, fmax(step_noise(&conf, step, comm),
+                                      step_noise(&conf, conf.simple, c.comm)));
+  conf.kept_simple = conf.simple < INFINITY && !(conf.simple > step * (1 + conf.noise));
+  if (conf.kept_simple) {
+    final = simple;
+    for (int k = 0; k < p.k; k++)
+      rr[k] = 1.0 / p.k;
+    step = even = conf.simple;
+  }
+  PlanInfo *pi = record(&p, final, rr, step, even, &conf);
   if (run)
     run->plan = pi;
   apply(&p, final);
@@ -693,7 +800,7 @@ static bool plan_even(Module *m, PassRun *run) {
   Cost c;
   double even = evaluate(&p, user, true, r, &c);
   if (even < INFINITY) {
-    PlanInfo *pi = record(&p, user, r, even, even);
+    PlanInfo *pi = record(&p, user, r, even, even, NULL);
     pi->block = even;
     if (run)
       run->plan = pi;
@@ -711,6 +818,41 @@ bool pass_plan(Module *m, Diag *d, PassRun *run) {
 }
 
 /* ---- the report ---- */
+
+/* "3.1% (r1)", or "none given". */
+static const char *spread_text(double spread, const char *of, char *buf, size_t n) {
+  if (!of)
+    return "none given";
+  snprintf(buf, n, "%.1f%% (%s)", spread * 100, of);
+  return buf;
+}
+
+/* plan auto: the best plan's margins, the spreads, the noise, the choice. */
+static void report_confidence(FILE *out, const PlanInfo *pi) {
+  double best = pi->best > 0 ? pi->best : 1;
+  fprintf(out, "  best plan found: %.4f ms; ", pi->best * 1e3);
+  if (pi->simple < INFINITY)
+    fprintf(out, "even data parallel %.4f ms (that/this %.3fx)", pi->simple * 1e3,
+            pi->simple / best);
+  else
+    fputs("even data parallel does not fit in memory", out);
+  if (pi->runner_up < INFINITY)
+    fprintf(out, "; runner-up %.4f ms (that/this %.3fx; %s)\n", pi->runner_up * 1e3,
+            pi->runner_up / best, pi->runner_up_how);
+  else
+    fputs("; no other forms costed\n", out);
+  char b1[160], b2[160];
+  fprintf(out, "  probe spread: devices %s, communication %s; noise %.1f%% (at least %.0f%%)\n",
+          spread_text(pi->dev_spread, pi->dev_spread_of, b1, sizeof b1),
+          spread_text(pi->comm_spread, pi->comm_spread_of, b2, sizeof b2), pi->noise * 100,
+          NOISE_FLOOR * 100);
+  if (pi->kept_simple)
+    fprintf(out, "  kept even data parallel: the best plan found gains %.3fx, within the noise\n",
+            pi->simple / best);
+  else
+    fputs("  kept the best plan found: it gains more than the noise over even data parallel\n",
+          out);
+}
 
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
   static const char *modes[] = {"none", "auto", "even", "explicit"};
@@ -748,7 +890,10 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
             pi->step > 0 ? pi->block / pi->step : 1.0);
   else if (m->plan == PLAN_AUTO)
     fprintf(out, "  the parallel block's forms, even: do not fit in memory\n");
-  fprintf(out, "  predicted step: %.4f ms (even: %.4f ms, even/this %.3fx); bottleneck %s\n\n",
+  fprintf(out, "  predicted step: %.4f ms (even: %.4f ms, even/this %.3fx); bottleneck %s\n",
           pi->step * 1e3, pi->even * 1e3, pi->step > 0 ? pi->even / pi->step : 1.0,
           m->cluster->dev.a[mesh->dev[pi->bottleneck]].name);
+  if (m->plan == PLAN_AUTO)
+    report_confidence(out, pi);
+  fputc('\n', out);
 }

@@ -1,8 +1,10 @@
 /* probe.c: dtc-probe, run under mpirun, measures every rank's sgemm speed and
  * memory, the links between ranks and every collective method of libdtrt
- * over all ranks, and writes them as a dtc cluster block. */
+ * over all ranks, and writes them as a dtc cluster block: each figure the
+ * median of repeated timings, with their spread. */
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,11 +25,14 @@ static const char usage[] =
   "groups ranks into nodes by host name, times ping-pong between two ranks of a\n"
   "node and between two nodes, times every collective method of libdtrt over\n"
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
+  "Each figure is the median of --reps samples, written with its spread (the\n"
+  "interquartile range over the median); a spread above 10% is warned about.\n"
   "\n"
   "options:\n"
   "  -o FILE      write the cluster to FILE (default: stdout)\n"
   "  --name NAME  name of the cluster (default: probed)\n"
-  "  --reps N     timed repetitions of each measurement, median kept (default 20)\n"
+  "  --reps N     timed repetitions of each measurement (default 20; the sgemm's\n"
+  "               half at the start, half at the end of the probe)\n"
   "  --help       this text\n";
 
 enum { GEMM_N = 512, GEMM_BLOCK = 8, LAT_BYTES = 8, LAT_TRIPS = 100, BW_BYTES = 4 << 20, BW_TRIPS = 4 };
@@ -41,10 +46,14 @@ static const char *const coll_size_text[2] = {"64KiB", "4MiB"};
 /* At most every method of every collective (dtrt_coll_has_method). */
 enum { MAX_COLLS = DT_COLL_COUNT * DTRT_COMM_COUNT };
 
+/* A spread above this is warned about on stderr: the machine was busy. */
+#define SPREAD_WARN 0.10
+
 typedef struct ProbeLink {
   bool present;
   int a, b;        /* the ranks that measured it */
   double bw, lat;  /* bytes per second, seconds */
+  double spread;   /* the larger of the two figures' spreads */
 } ProbeLink;
 
 /* A collective timed over all ranks: the median times at coll_bytes and the
@@ -54,6 +63,7 @@ typedef struct ProbeColl {
   int method;      /* DTRT_COMM_* */
   double t[2];     /* seconds */
   double lat, bw;  /* seconds, bytes per second */
+  double spread;   /* the larger of the two sizes' spreads */
 } ProbeColl;
 
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
@@ -61,6 +71,7 @@ typedef struct Probe {
   const char *name;
   int nranks, nnodes, reps;
   const double *gflops;     /* [nranks] */
+  const double *spread;     /* [nranks], of the sgemm times */
   const double *mem;        /* [nranks], bytes */
   const int *node;          /* [nranks], index into host */
   const char *const *host;  /* [nnodes] */
@@ -90,6 +101,19 @@ static bool probe_valid_name(const char *s) {
   return true;
 }
 
+/* The spread of n sorted samples: the interquartile range over the median,
+ * quartiles interpolated between the samples (0 for one sample). Robust to a
+ * single outlier, but a shift of half the samples shows in full. */
+static double probe_spread(const double *v, int n) {
+  double q[3];
+  for (int k = 0; k < 3; k++) {
+    double at = (n - 1) * (k + 1) / 4.0;
+    int lo = (int)at;
+    q[k] = lo + 1 < n ? v[lo] + (at - lo) * (v[lo + 1] - v[lo]) : v[lo];
+  }
+  return q[1] > 0 ? (q[2] - q[0]) / q[1] : 0;
+}
+
 /* Values are printed with fixed decimals; a floor keeps each one positive, as
  * the language requires. */
 static double at_least(double v, double floor) { return v > floor ? v : floor; }
@@ -116,41 +140,76 @@ static void probe_fit(const double t[2], double *lat, double *bw) {
 
 /* Writes the cluster block: nodes in order of their first rank, each rank a
  * device rK; intra and inter links when measured; the collectives timed over
- * all ranks, each with its two median times. Returns 0, or -1 when the stream
- * fails. */
+ * all ranks, each with its two median times; every line with its spread.
+ * Returns 0, or -1 when the stream fails. */
 static int probe_write(FILE *f, const Probe *p) {
   fprintf(f, "# dtc-probe: %d rank%s on %d node%s; one-thread sgemm n=%d (OpenBLAS %s) and "
-          "ping-pong, median of %d\n", p->nranks, p->nranks == 1 ? "" : "s", p->nnodes,
-          p->nnodes == 1 ? "" : "s", GEMM_N, p->blas, p->reps);
+          "ping-pong, median of %d, spread = (Q3 - Q1) / median\n", p->nranks,
+          p->nranks == 1 ? "" : "s", p->nnodes, p->nnodes == 1 ? "" : "s", GEMM_N, p->blas,
+          p->reps);
   fprintf(f, "cluster %s {\n", p->name);
   for (int n = 0; n < p->nnodes; n++) {
     fprintf(f, "  node n%d {    # host %s\n", n, p->host[n]);
     for (int r = 0; r < p->nranks; r++)
       if (p->node[r] == n)
-        fprintf(f, "    device r%d: cpu(gflops = %.1f, mem = %.2fGiB)\n", r,
-                at_least(p->gflops[r], 0.1), at_least(p->mem[r] / (1 << 30), 0.01));
+        fprintf(f, "    device r%d: cpu(gflops = %.1f, mem = %.2fGiB, spread = %.3f)\n", r,
+                at_least(p->gflops[r], 0.1), at_least(p->mem[r] / (1 << 30), 0.01),
+                p->spread[r]);
     fputs("  }\n", f);
   }
   const ProbeLink *links[2] = {&p->intra, &p->inter};
   const char *kind[2] = {"intra", "inter"};
   for (int i = 0; i < 2; i++)
     if (links[i]->present)
-      fprintf(f, "  link %s(bw = %.2fGB/s, lat = %.2fus)    # ranks %d and %d\n", kind[i],
-              at_least(links[i]->bw / 1e9, 0.01), at_least(links[i]->lat * 1e6, 0.01),
-              links[i]->a, links[i]->b);
+      fprintf(f, "  link %s(bw = %.2fGB/s, lat = %.2fus, spread = %.3f)    # ranks %d and %d\n",
+              kind[i], at_least(links[i]->bw / 1e9, 0.01), at_least(links[i]->lat * 1e6, 0.01),
+              links[i]->spread, links[i]->a, links[i]->b);
   if (p->ncoll)
     fprintf(f, "  # collectives over all %d ranks by libdtrt's methods, t = lat + bytes / bw "
             "fitted to the medians at %s and %s\n", p->nranks, coll_size_text[0],
             coll_size_text[1]);
   for (int k = 0; k < p->ncoll; k++) {
     const ProbeColl *c = &p->coll[k];
-    fprintf(f, "  collective %s(method = %s, ranks = %d, lat = %.2fus, bw = %.3fGB/s)"
-            "    # %.3fms, %.3fms\n", dtrt_coll_names[c->op], dtrt_comm_method_names[c->method], p->nranks,
-            at_least(c->lat * 1e6, 0.01), at_least(c->bw / 1e9, 0.001), c->t[0] * 1e3,
-            c->t[1] * 1e3);
+    fprintf(f, "  collective %s(method = %s, ranks = %d, lat = %.2fus, bw = %.3fGB/s, "
+            "spread = %.3f)    # %.3fms, %.3fms\n", dtrt_coll_names[c->op],
+            dtrt_comm_method_names[c->method], p->nranks, at_least(c->lat * 1e6, 0.01),
+            at_least(c->bw / 1e9, 0.001), c->spread, c->t[0] * 1e3, c->t[1] * 1e3);
   }
   fputs("}\n", f);
   return ferror(f) ? -1 : 0;
+}
+
+/* One warning on f when spread is above SPREAD_WARN; 1 when written, else 0. */
+static int warn_spread(FILE *f, const char *what, double spread) {
+  if (!(spread > SPREAD_WARN))
+    return 0;
+  fprintf(f, "dtc-probe: warning: %s spread by %.1f%% (interquartile range over median); the "
+          "planner takes that as noise: probe a quieter machine, or with more --reps\n", what,
+          spread * 100);
+  return 1;
+}
+
+/* Warns on f of every figure whose spread is above SPREAD_WARN; returns how
+ * many. */
+static int probe_warn(FILE *f, const Probe *p) {
+  char what[128];
+  int n = 0;
+  for (int r = 0; r < p->nranks; r++) {
+    snprintf(what, sizeof what, "the sgemm times of r%d", r);
+    n += warn_spread(f, what, p->spread[r]);
+  }
+  const ProbeLink *links[2] = {&p->intra, &p->inter};
+  const char *kind[2] = {"intra", "inter"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(what, sizeof what, "the ping-pong times of link %s", kind[i]);
+    n += links[i]->present ? warn_spread(f, what, links[i]->spread) : 0;
+  }
+  for (int k = 0; k < p->ncoll; k++) {
+    snprintf(what, sizeof what, "the times of collective %s by %s", dtrt_coll_names[p->coll[k].op],
+             dtrt_comm_method_names[p->coll[k].method]);
+    n += warn_spread(f, what, p->coll[k].spread);
+  }
+  return n;
 }
 
 #ifndef DTC_PROBE_NO_MAIN
@@ -170,22 +229,27 @@ static void sgemm(const float *a, const float *b, float *c) {
               b, GEMM_N, 0.0f, c, GEMM_N);
 }
 
-/* (collective) GFLOP/s of sgemm at GEMM_N, the median of reps samples of
- * GEMM_BLOCK products each. Every sample starts on all ranks at once, and a
- * rank that is done keeps multiplying, untimed, until all are: ranks that
- * share a core are timed while they share it, from start to end. */
-static double measure_gflops(int reps, double *t) {
+/* (collective) n samples of sgemm at GEMM_N into t, each the seconds of one
+ * product in a block of GEMM_BLOCK; 0, or -1 when out of memory. Every sample
+ * starts on all ranks at once, and a rank that is done keeps multiplying,
+ * untimed, until all are: ranks that share a core are timed while they share
+ * it, from start to end. */
+static int measure_gflops(int n, double *t) {
   size_t nn = (size_t)GEMM_N * GEMM_N;
   float *a = malloc(3 * nn * sizeof *a);
-  if (!a)
+  int ok = a != NULL, all_ok;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (!all_ok) {
+    free(a);
     return -1;
+  }
   float *b = a + nn, *c = b + nn;
   for (size_t i = 0; i < nn; i++) {
     a[i] = (float)(i % 17) / 17 - 0.5f;
     b[i] = (float)(i % 13) / 13 - 0.5f;
   }
   sgemm(a, b, c);  /* warm-up */
-  for (int i = 0; i < reps; i++) {
+  for (int i = 0; i < n; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int k = 0; k < GEMM_BLOCK; k++)
@@ -198,7 +262,7 @@ static double measure_gflops(int reps, double *t) {
       sgemm(a, b, c);
   }
   free(a);
-  return 2.0 * GEMM_N * GEMM_N * GEMM_N / median(t, reps) / 1e9;
+  return 0;
 }
 
 /* This node's available memory in bytes: MemAvailable, else physical pages. */
@@ -219,7 +283,7 @@ static double node_memory(void) {
 
 /* (collective) Ping-pong between ranks x and y; the others only wait. Sets the
  * one-way latency of an 8-byte message and the bandwidth of 4 MiB messages,
- * each the median of reps samples. */
+ * each the median of reps samples, and the larger of their spreads. */
 static int measure_link(int x, int y, int reps, double *t, ProbeLink *out) {
   int me;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -231,7 +295,7 @@ static int measure_link(int x, int y, int reps, double *t, ProbeLink *out) {
     return -1;
   }
   memset(buf, 1, BW_BYTES);
-  double res[2] = {0, 0};
+  double res[3] = {0, 0, 0};
   if (me == x || me == y) {
     int peer = me == x ? y : x;
     int sizes[2] = {LAT_BYTES, BW_BYTES}, trips[2] = {LAT_TRIPS, BW_TRIPS};
@@ -251,12 +315,13 @@ static int measure_link(int x, int y, int reps, double *t, ProbeLink *out) {
           t[i] = (MPI_Wtime() - t0) / trips[k];  /* one round trip */
       }
       res[k] = median(t, reps);
+      res[2] = fmax(res[2], probe_spread(t, reps));
     }
   }
   free(buf);
-  MPI_Bcast(res, 2, MPI_DOUBLE, x, MPI_COMM_WORLD);
+  MPI_Bcast(res, 3, MPI_DOUBLE, x, MPI_COMM_WORLD);
   *out = (ProbeLink){.present = true, .a = x, .b = y, .lat = res[0] / 2,
-                     .bw = 2.0 * BW_BYTES / res[1]};
+                     .bw = 2.0 * BW_BYTES / res[1], .spread = res[2]};
   return 0;
 }
 
@@ -299,10 +364,10 @@ static DtStatus coll_call(DtrtCtx *ctx, int op, int method, double bytes, int k,
 }
 
 /* (collective) The median over reps of the slowest rank's time of one call,
- * after one untimed call; -1 when a call failed on any rank (each failing
- * rank reports its error). */
+ * after one untimed call, and their spread into *spread; -1 when a call failed
+ * on any rank (each failing rank reports its error). */
 static double time_coll(DtrtCtx *ctx, int op, int method, double bytes, float *x, float *y,
-                        int reps, double *t) {
+                        int reps, double *t, double *spread) {
   int k = dtrt_nranks(ctx);
   for (int i = -1; i < reps; i++) {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -317,7 +382,9 @@ static double time_coll(DtrtCtx *ctx, int op, int method, double bytes, float *x
     if (i >= 0)
       t[i] = all[0];
   }
-  return median(t, reps);
+  double med = median(t, reps);
+  *spread = probe_spread(t, reps);
+  return med;
 }
 
 /* (collective) Times every method of every collective over all ranks at
@@ -336,9 +403,12 @@ static int measure_colls(DtrtCtx *ctx, int reps, double *t, ProbeColl *out) {
       if (!dtrt_coll_has_method((DtColl)op, j))
         continue;
       ProbeColl c = {.op = op, .method = j};
-      for (int z = 0; z < 2 && nc >= 0; z++)
-        if ((c.t[z] = time_coll(ctx, op, c.method, coll_bytes[z], x, y, reps, t)) < 0)
+      for (int z = 0; z < 2 && nc >= 0; z++) {
+        double spread;
+        if ((c.t[z] = time_coll(ctx, op, c.method, coll_bytes[z], x, y, reps, t, &spread)) < 0)
           nc = -1;
+        c.spread = fmax(c.spread, spread);
+      }
       if (nc >= 0) {
         probe_fit(c.t, &c.lat, &c.bw);
         out[nc++] = c;
@@ -435,10 +505,11 @@ int main(int argc, char **argv) {
   int reps = args.reps;
   char (*hosts)[MPI_MAX_PROCESSOR_NAME] = calloc(nranks, sizeof *hosts);
   double *gflops = calloc(nranks, sizeof *gflops), *mem = calloc(nranks, sizeof *mem);
-  double *t = calloc(reps, sizeof *t);
+  double *spread = calloc(nranks, sizeof *spread);
+  double *t = calloc(reps, sizeof *t), *tg = calloc(reps, sizeof *tg);
   int *node = calloc(nranks, sizeof *node);
   const char **host = calloc(nranks, sizeof *host);
-  int ok = hosts && gflops && mem && t && node && host, all_ok;
+  int ok = hosts && gflops && mem && spread && t && tg && node && host, all_ok;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   if (!all_ok) {
     fprintf(stderr, "dtc-probe: error: rank %d: out of memory\n", me);
@@ -463,16 +534,16 @@ int main(int argc, char **argv) {
   for (int r = 0; r < nranks; r++)
     on_my_node += node[r] == node[me];
 
-  double my[2] = {measure_gflops(reps, t), node_memory() / on_my_node};
-  ok = my[0] > 0;
-  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-  if (!all_ok) {
-    if (!ok)
-      fprintf(stderr, "dtc-probe: error: rank %d: out of memory\n", me);
+  /* The sgemm's samples in two halves, at the start and at the end of the
+   * probe, so a speed that drifts while it runs widens the spread. */
+  int half = (reps + 1) / 2;
+  if (measure_gflops(half, tg)) {
+    if (me == 0)
+      fprintf(stderr, "dtc-probe: error: out of memory for the sgemm buffers\n");
     return finish(1);
   }
-  MPI_Allgather(&my[0], 1, MPI_DOUBLE, gflops, 1, MPI_DOUBLE, MPI_COMM_WORLD);
-  MPI_Allgather(&my[1], 1, MPI_DOUBLE, mem, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  double my_mem = node_memory() / on_my_node;
+  MPI_Allgather(&my_mem, 1, MPI_DOUBLE, mem, 1, MPI_DOUBLE, MPI_COMM_WORLD);
   for (int r = 0; r < nranks; r++)  /* one reading per node: its first rank's */
     for (int s = 0; s < r; s++)
       if (node[s] == node[r]) {
@@ -483,7 +554,7 @@ int main(int argc, char **argv) {
   /* intra: the first two ranks of the first node holding two; inter: the
    * first ranks of nodes 0 and 1. Every rank picks the same pairs. */
   Probe p = {.name = args.name, .nranks = nranks, .nnodes = nnodes, .reps = reps,
-             .gflops = gflops, .mem = mem, .node = node, .host = host,
+             .gflops = gflops, .spread = spread, .mem = mem, .node = node, .host = host,
              .blas = openblas_get_corename()};
   int x = -1, y = -1;
   for (int r = 0; r < nranks && y < 0; r++)
@@ -525,8 +596,18 @@ int main(int argc, char **argv) {
     return finish(1);
   }
   p.coll = coll;
+  if (measure_gflops(reps - half, tg + half)) {
+    if (me == 0)
+      fprintf(stderr, "dtc-probe: error: out of memory for the sgemm buffers\n");
+    return finish(1);
+  }
+  double my[2] = {2.0 * GEMM_N * GEMM_N * GEMM_N / median(tg, reps) / 1e9, 0};
+  my[1] = probe_spread(tg, reps);
+  MPI_Allgather(&my[0], 1, MPI_DOUBLE, gflops, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  MPI_Allgather(&my[1], 1, MPI_DOUBLE, spread, 1, MPI_DOUBLE, MPI_COMM_WORLD);
 
   if (me == 0) {
+    probe_warn(stderr, &p);
     for (int r = 1; r < nranks; r++)
       if (node[r] < node[r - 1]) {
         fprintf(stderr, "dtc-probe: warning: ranks are not grouped by node (rank %d on '%s' "
@@ -542,7 +623,7 @@ int main(int argc, char **argv) {
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
   dtrt_ctx_free(ctx);
-  free(hosts), free(gflops), free(mem), free(t), free(node), free(host);
+  free(hosts), free(gflops), free(mem), free(spread), free(t), free(tg), free(node), free(host);
   return finish(status ? 1 : 0);
 }
 

@@ -213,12 +213,18 @@ static void test_cluster_and_mesh(void **state) {
   expect_error("module m\ncluster c {\n  gpu g\n}\n",
                "t.ir:3:3: error: expected 'node', 'device', 'link', 'collective' or '}', found 'gpu'");
   expect_error("module m\ncluster c {\n  link l {bw = 1, speed = 2}\n}\n",
-               "t.ir:3:19: error: a link has no field 'speed' (it has bw, lat)");
+               "t.ir:3:19: error: a link has no field 'speed' (it has bw, lat, spread)");
   expect_error("module m\ncluster c {\n  collective broadcast {ranks = 2, bw = 1.0}\n}\n",
                "t.ir:3:14: error: unknown collective 'broadcast'");
   expect_error("module m\ncluster c {\n  collective all_reduce {ranks = 2, size = 2}\n}\n",
                "t.ir:3:37: error: a collective has no field 'size' (it has method, ranks, bw, "
-               "lat)");
+               "lat, spread)");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, spread = -0.5}\n}\n",
+               "t.ir:4:3: error: the spread of a device must be a finite number of 0 or more");
+  expect_error("module m\ncluster c {\n  link intra {bw = 1.0, lat = 1.0, spread = inf}\n}\n",
+               "t.ir:3:3: error: the spread of a link must be a finite number of 0 or more");
+  expect_error("module m\ncluster c {\n  collective all_reduce {ranks = 2, bw = 1.0, spread = nan}\n}\n",
+               "t.ir:3:3: error: the spread of a collective must be a finite number of 0 or more");
   expect_error("module m\ncluster c {\n  collective all_reduce {method = 5, ranks = 2, "
                "bw = 1.0}\n}\n",
                "t.ir:3:3: error: collective all_reduce needs a method from 0 to 4, ranks from 2, "

@@ -100,7 +100,7 @@ static Module *build_mlp(Arena *a) {
   vec_push(a, &c->dev, d0);
   vec_push(a, &c->dev, d1);
   vec_push(a, &c->dev, d2);
-  Link l0 = {"intra", 20e9, 1e-6, {0}}, l1 = {"inter", 1.25e9, 50e-6, {src, 3, 1}};
+  Link l0 = {"intra", 20e9, 1e-6, 0, {0}}, l1 = {"inter", 1.25e9, 50e-6, 0.125, {src, 3, 1}};
   vec_push(a, &c->link, l0);
   vec_push(a, &c->link, l1);
   m->cluster = c;
@@ -184,7 +184,7 @@ static void test_mlp_round_trip(void **state) {
       "\"aarch64-linux-gnu\", cpu = \"cortex-a72\"}\n"
       "  device b1 on b {kind = \"cpu\", gflops = 0.001, mem = 1}\n"
       "  link intra {bw = 20000000000.0, lat = 1e-06}\n"
-      "  link inter {bw = 1250000000.0, lat = 5e-05} loc \"mlp.dt\":3:1\n"
+      "  link inter {bw = 1250000000.0, lat = 5e-05, spread = 0.125} loc \"mlp.dt\":3:1\n"
       "}\n"
       "\n"
       "mesh m[dp = 3] on [a0, b0, b1]\n"

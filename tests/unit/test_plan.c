@@ -1,7 +1,8 @@
 /* test_plan.c: the planner (passes/plan.c): ratios by device speed against the
  * closed form, integer blocks against an independent largest remainder, even
  * plans, user ratios kept, memory limits, the diagnostic for a device too small, the report's
- * predicted times, determinism, and the planning time of a 64-device cluster. */
+ * predicted times, determinism, the planning time of a 64-device cluster, and
+ * the probe's spreads: a gain inside the noise keeps even data parallel. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -420,6 +421,140 @@ static void test_forms_searched(void **state) {
   done(&dp);
 }
 
+/* cluster3's devices and forms with spreads: a1's gflops spread %s, a
+ * collective over 2 ranks (not the mesh's 3: ignored) of spread 9. */
+static const char spread3[] =
+  "cluster c {\n"
+  "  node a {\n"
+  "    device a0: cpu(gflops = 80, mem = 1GiB, spread = 0.01)\n"
+  "    device a1: cpu(gflops = 40, mem = 1GiB, spread = %s)\n"
+  "    device a2: cpu(gflops = 40, mem = 1GiB)\n"
+  "  }\n"
+  "  link intra(bw = 1000TB/s, lat = 1ns)\n"
+  "  collective all_reduce(method = ring, ranks = 2, lat = 1ns, bw = 1000TB/s, spread = 9)\n"
+  "}\n"
+  "parallel mlp on c {\n"
+  "  mesh m[dp = 3]\n"
+  "  shard x: [dp, *]\n"
+  "  shard y: [dp]\n"
+  "  shard w1: [*, *]\n"
+  "  shard b1: [*]\n"
+  "  shard w2: [*, *]\n"
+  "}\n";
+
+static bool run_spread3(Run *r, const char *spread) {
+  Arena *t = arena_new();
+  bool ok = run_text(r, arena_printf(t, "%s%s", model, arena_printf(t, spread3, spread)), NULL,
+                     0, "plan");
+  arena_free(t);
+  return ok;
+}
+
+/* The ratios 2:1:1 gain about 4/3 over an even split (the slow devices'
+ * third against a quarter). With a1's speed spread by 50% the noise is
+ * about 50% of the step (nearly all compute), more than that gain: the even
+ * split is kept, and the report says so. With 1%, the noise is the floor of
+ * 5% and the ratios stay. */
+static void test_noise_keeps_even(void **state) {
+  (void)state;
+  Run r;
+  assert_true(run_spread3(&r, "0.5"));
+  const PlanInfo *pi = r.run.plan;
+  assert_true(pi->kept_simple);
+  assert_null(ir_find_global(r.m, "x")->shard->ratio[0]);
+  assert_true(pi->best < pi->simple && pi->simple / pi->best > 1.25);
+  assert_true(pi->step == pi->simple && pi->even == pi->simple);
+  assert_true(pi->dev_spread == 0.5 && !strcmp(pi->dev_spread_of, "a1"));
+  assert_true(pi->comm_spread == 0 && !pi->comm_spread_of);
+  assert_true(pi->noise > 0.49 && pi->noise <= 0.5);
+  for (int c = 0; c < 3; c++)
+    assert_true(pi->ratio[c] == 1.0 / 3);
+  char *s = report(&r), line[256];
+  snprintf(line, sizeof line, "  probe spread: devices 50.0%% (a1), communication none given; "
+           "noise %.1f%% (at least 5%%)\n  kept even data parallel: the best plan found gains "
+           "%.3fx, within the noise\n", pi->noise * 100, pi->simple / pi->best);
+  assert_non_null(strstr(s, line));
+  snprintf(line, sizeof line, "  best plan found: %.4f ms; even data parallel %.4f ms "
+           "(that/this %.3fx); no other forms costed\n", pi->best * 1e3, pi->simple * 1e3,
+           pi->simple / pi->best);
+  assert_non_null(strstr(s, line));
+  free(s);
+  done(&r);
+
+  assert_true(run_spread3(&r, "0.01"));
+  pi = r.run.plan;
+  assert_false(pi->kept_simple);
+  assert_true(pi->noise == 0.05);
+  const double *ratio = ir_find_global(r.m, "x")->shard->ratio[0];
+  assert_non_null(ratio);
+  assert_true(fabs(ratio[0] - 0.5) < 1e-3);
+  assert_true(pi->step == pi->best && pi->step < pi->simple);
+  s = report(&r);
+  assert_non_null(strstr(s, "  probe spread: devices 1.0% (a0), communication none given; "
+                            "noise 5.0% (at least 5%)\n  kept the best plan found: it gains "
+                            "more than the noise over even data parallel\n"));
+  free(s);
+  done(&r);
+}
+
+/* The wide layer with the link's spread `spread`, under `plan` (auto or
+ * even), the data-parallel forms when dp. */
+static void run_wide(Run *r, const char *spread, const char *plan, bool dp) {
+  Arena *t = arena_new();
+  char *text = arena_printf(t, wide, dp ? "  shard x: [dp, *]\n  shard y: [dp]\n" : "");
+  char *link = strstr(text, "lat = 10us)"), *mode = strstr(text, "plan auto");
+  assert_non_null(link);
+  assert_non_null(mode);
+  *link = *mode = 0;
+  text = arena_printf(t, "%slat = 10us, spread = %s)%splan %s%s", text, spread,
+                      link + strlen("lat = 10us)"), plan, mode + strlen("plan auto"));
+  assert_true(run_text(r, text, NULL, 0, "plan"));
+  arena_free(t);
+}
+
+/* The wide layer over a slow link (test_forms_searched) gains about 7x over
+ * data parallel by not all-reducing w1's gradient. The link's spread counts
+ * in proportion to each plan's collectives: with 50%, the noise is half of
+ * data parallel's share of collectives (from its own plan even run), and the
+ * gain stands; with 2000% (as a busy machine gives) it is inside the noise,
+ * and data parallel even is kept (x split along the batch, no ratios), in
+ * two runs alike. */
+static void test_noise_comm(void **state) {
+  (void)state;
+  Run r, dp;
+  run_wide(&r, "0.5", "auto", false);
+  run_wide(&dp, "0.5", "even", true);
+  const PlanInfo *pi = r.run.plan, *pd = dp.run.plan;
+  assert_false(pi->kept_simple);
+  assert_true(pi->comm_spread == 0.5 && !strcmp(pi->comm_spread_of, "link intra"));
+  assert_true(fabs(pi->simple - pd->step) < 1e-9 * pd->step);
+  double want = fmax(0.5 * pd->comm / pd->step, 0.5 * pi->comm / pi->step);
+  assert_true(want > 0.3 && fabs(pi->noise - want) < 1e-3 * want);
+  char *s = report(&r);
+  assert_non_null(strstr(s, "communication 50.0% (link intra)"));
+  free(s);
+  done(&r);
+  done(&dp);
+
+  Run k[2];
+  char *text[2];
+  for (int n = 0; n < 2; n++) {
+    run_wide(&k[n], "20", "auto", false);
+    text[n] = report(&k[n]);
+  }
+  assert_string_equal(text[0], text[1]);
+  pi = k[0].run.plan;
+  assert_true(pi->kept_simple);
+  assert_true(pi->simple / pi->best > 5 && pi->simple / pi->best < 1 + pi->noise);
+  const Global *x = ir_find_global(k[0].m, "x");
+  assert_true(x->shard->axis[0] == 0 && !x->shard->ratio[0]);
+  assert_true(pi->runner_up < INFINITY && pi->runner_up >= pi->best);
+  for (int n = 0; n < 2; n++) {
+    free(text[n]);
+    done(&k[n]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_auto_ratios),
@@ -430,6 +565,8 @@ int main(void) {
     cmocka_unit_test(test_report_and_determinism),
     cmocka_unit_test(test_transformer_64),
     cmocka_unit_test(test_forms_searched),
+    cmocka_unit_test(test_noise_keeps_even),
+    cmocka_unit_test(test_noise_comm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
-/* test_probe.c: dtc-probe's cluster writer, name check and collective fit
- * (tools/probe.c, included without its main) on fixed measurements, against
- * hand-checked text and numbers. */
+/* test_probe.c: dtc-probe's cluster writer, its warnings, name check,
+ * collective fit and spread (tools/probe.c, included without its main) on
+ * fixed measurements, against hand-checked text and numbers. */
 #define DTC_PROBE_NO_MAIN
 #include "../../tools/probe.c"
 
@@ -28,26 +28,29 @@ static void two_nodes(void **state) {
   (void)state;
   double gflops[3] = {80.04, 40.06, 39.95};
   double mem[3] = {8.0 * (1 << 30), 8.0 * (1 << 30), 3.5 * (1 << 30)};
+  double spread[3] = {0.0123, 0.25, 0};
   int node[3] = {0, 0, 1};
   const char *host[2] = {"ws", "pi.lan"};
   Probe p = {.name = "lab", .nranks = 3, .nnodes = 2, .reps = 20, .gflops = gflops,
-             .mem = mem, .node = node, .host = host, .blas = "Haswell",
-             .intra = {.present = true, .a = 0, .b = 1, .bw = 10.456e9, .lat = 0.414e-6},
-             .inter = {.present = true, .a = 0, .b = 2, .bw = 0.125e9, .lat = 50e-6}};
+             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Haswell",
+             .intra = {.present = true, .a = 0, .b = 1, .bw = 10.456e9, .lat = 0.414e-6,
+                       .spread = 0.0456},
+             .inter = {.present = true, .a = 0, .b = 2, .bw = 0.125e9, .lat = 50e-6,
+                       .spread = 0.1}};
   char *text = written(&p);
   assert_string_equal(text,
     "# dtc-probe: 3 ranks on 2 nodes; one-thread sgemm n=512 (OpenBLAS Haswell) and "
-    "ping-pong, median of 20\n"
+    "ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
-    "    device r0: cpu(gflops = 80.0, mem = 8.00GiB)\n"
-    "    device r1: cpu(gflops = 40.1, mem = 8.00GiB)\n"
+    "    device r0: cpu(gflops = 80.0, mem = 8.00GiB, spread = 0.012)\n"
+    "    device r1: cpu(gflops = 40.1, mem = 8.00GiB, spread = 0.250)\n"
     "  }\n"
     "  node n1 {    # host pi.lan\n"
-    "    device r2: cpu(gflops = 40.0, mem = 3.50GiB)\n"
+    "    device r2: cpu(gflops = 40.0, mem = 3.50GiB, spread = 0.000)\n"
     "  }\n"
-    "  link intra(bw = 10.46GB/s, lat = 0.41us)    # ranks 0 and 1\n"
-    "  link inter(bw = 0.12GB/s, lat = 50.00us)    # ranks 0 and 2\n"
+    "  link intra(bw = 10.46GB/s, lat = 0.41us, spread = 0.046)    # ranks 0 and 1\n"
+    "  link inter(bw = 0.12GB/s, lat = 50.00us, spread = 0.100)    # ranks 0 and 2\n"
     "}\n");
   free(text);
 }
@@ -57,43 +60,44 @@ static void two_nodes(void **state) {
  * node by node. */
 static void one_rank_and_floors(void **state) {
   (void)state;
-  double gflops[1] = {0.01}, mem[1] = {1000};
+  double gflops[1] = {0.01}, mem[1] = {1000}, spread[1] = {0};
   int node[1] = {0};
   const char *host[1] = {"vm"};
   Probe p = {.name = "probed", .nranks = 1, .nnodes = 1, .reps = 1, .gflops = gflops,
-             .mem = mem, .node = node, .host = host, .blas = "Prescott"};
+             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Prescott"};
   char *text = written(&p);
   assert_string_equal(text,
     "# dtc-probe: 1 rank on 1 node; one-thread sgemm n=512 (OpenBLAS Prescott) and "
-    "ping-pong, median of 1\n"
+    "ping-pong, median of 1, spread = (Q3 - Q1) / median\n"
     "cluster probed {\n"
     "  node n0 {    # host vm\n"
-    "    device r0: cpu(gflops = 0.1, mem = 0.01GiB)\n"
+    "    device r0: cpu(gflops = 0.1, mem = 0.01GiB, spread = 0.000)\n"
     "  }\n"
     "}\n");
   free(text);
 
-  double g3[3] = {10, 20, 30}, m3[3] = {1 << 30, 1 << 30, 1 << 30};
+  double g3[3] = {10, 20, 30}, m3[3] = {1 << 30, 1 << 30, 1 << 30}, s3[3] = {0.1, 0.2, 0.3};
   int n3[3] = {0, 1, 0};
   const char *h2[2] = {"a", "b"};
-  Probe q = {.name = "mixed", .nranks = 3, .nnodes = 2, .reps = 5, .gflops = g3, .mem = m3,
+  Probe q = {.name = "mixed", .nranks = 3, .nnodes = 2, .reps = 5, .gflops = g3, .spread = s3,
+             .mem = m3,
              .node = n3, .host = h2, .blas = "Haswell",
              .intra = {.present = true, .a = 0, .b = 2, .bw = 1e9, .lat = 1e-9},
              .inter = {.present = true, .a = 0, .b = 1, .bw = 1e6, .lat = 1e-3}};
   text = written(&q);
   assert_string_equal(text,
     "# dtc-probe: 3 ranks on 2 nodes; one-thread sgemm n=512 (OpenBLAS Haswell) and "
-    "ping-pong, median of 5\n"
+    "ping-pong, median of 5, spread = (Q3 - Q1) / median\n"
     "cluster mixed {\n"
     "  node n0 {    # host a\n"
-    "    device r0: cpu(gflops = 10.0, mem = 1.00GiB)\n"
-    "    device r2: cpu(gflops = 30.0, mem = 1.00GiB)\n"
+    "    device r0: cpu(gflops = 10.0, mem = 1.00GiB, spread = 0.100)\n"
+    "    device r2: cpu(gflops = 30.0, mem = 1.00GiB, spread = 0.300)\n"
     "  }\n"
     "  node n1 {    # host b\n"
-    "    device r1: cpu(gflops = 20.0, mem = 1.00GiB)\n"
+    "    device r1: cpu(gflops = 20.0, mem = 1.00GiB, spread = 0.200)\n"
     "  }\n"
-    "  link intra(bw = 1.00GB/s, lat = 0.01us)    # ranks 0 and 2\n"
-    "  link inter(bw = 0.01GB/s, lat = 1000.00us)    # ranks 0 and 1\n"
+    "  link intra(bw = 1.00GB/s, lat = 0.01us, spread = 0.000)    # ranks 0 and 2\n"
+    "  link inter(bw = 0.01GB/s, lat = 1000.00us, spread = 0.000)    # ranks 0 and 1\n"
     "}\n");
   free(text);
 }
@@ -102,41 +106,94 @@ static void one_rank_and_floors(void **state) {
  * the group size, the fitted figures and the two medians. */
 static void collectives(void **state) {
   (void)state;
-  double gflops[2] = {80, 40}, mem[2] = {1 << 30, 1 << 30};
+  double gflops[2] = {80, 40}, mem[2] = {1 << 30, 1 << 30}, spread[2] = {0.01, 0.02};
   int node[2] = {0, 0};
   const char *host[1] = {"vm"};
   ProbeColl coll[3] = {
     {.op = DT_COLL_ALL_REDUCE, .method = DTRT_COMM_HIER, .t = {51e-6, 2.713e-3}, .lat = 9.123e-6,
-     .bw = 1.5512e9},
+     .bw = 1.5512e9, .spread = 0.0314},
     {.op = DT_COLL_ALL_GATHER, .method = DTRT_COMM_PADDED, .t = {20e-6, 1e-3}, .lat = -1e-6,
-     .bw = 4e5},
+     .bw = 4e5, .spread = 0.5},
     {.op = DT_COLL_ALL_TO_ALL, .method = DTRT_COMM_RING, .t = {18e-6, 1.315e-3}, .lat = 12e-6,
-     .bw = 3.1886e9},
+     .bw = 3.1886e9, .spread = 0.1001},
   };
   Probe p = {.name = "pair", .nranks = 2, .nnodes = 1, .reps = 20, .gflops = gflops,
-             .mem = mem, .node = node, .host = host, .blas = "Haswell",
+             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Haswell",
              .intra = {.present = true, .a = 0, .b = 1, .bw = 4.2e9, .lat = 1e-6},
              .ncoll = 3, .coll = coll};
   char *text = written(&p);
   assert_string_equal(text,
     "# dtc-probe: 2 ranks on 1 node; one-thread sgemm n=512 (OpenBLAS Haswell) and "
-    "ping-pong, median of 20\n"
+    "ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
     "cluster pair {\n"
     "  node n0 {    # host vm\n"
-    "    device r0: cpu(gflops = 80.0, mem = 1.00GiB)\n"
-    "    device r1: cpu(gflops = 40.0, mem = 1.00GiB)\n"
+    "    device r0: cpu(gflops = 80.0, mem = 1.00GiB, spread = 0.010)\n"
+    "    device r1: cpu(gflops = 40.0, mem = 1.00GiB, spread = 0.020)\n"
     "  }\n"
-    "  link intra(bw = 4.20GB/s, lat = 1.00us)    # ranks 0 and 1\n"
+    "  link intra(bw = 4.20GB/s, lat = 1.00us, spread = 0.000)    # ranks 0 and 1\n"
     "  # collectives over all 2 ranks by libdtrt's methods, t = lat + bytes / bw fitted to "
     "the medians at 64KiB and 4MiB\n"
-    "  collective all_reduce(method = hierarchical, ranks = 2, lat = 9.12us, bw = 1.551GB/s)"
-    "    # 0.051ms, 2.713ms\n"
-    "  collective all_gather(method = padded, ranks = 2, lat = 0.01us, bw = 0.001GB/s)"
-    "    # 0.020ms, 1.000ms\n"
-    "  collective all_to_all(method = ring, ranks = 2, lat = 12.00us, bw = 3.189GB/s)"
-    "    # 0.018ms, 1.315ms\n"
+    "  collective all_reduce(method = hierarchical, ranks = 2, lat = 9.12us, bw = 1.551GB/s, "
+    "spread = 0.031)    # 0.051ms, 2.713ms\n"
+    "  collective all_gather(method = padded, ranks = 2, lat = 0.01us, bw = 0.001GB/s, "
+    "spread = 0.500)    # 0.020ms, 1.000ms\n"
+    "  collective all_to_all(method = ring, ranks = 2, lat = 12.00us, bw = 3.189GB/s, "
+    "spread = 0.100)    # 0.018ms, 1.315ms\n"
     "}\n");
   free(text);
+
+  /* Above 10% only: the padded all_gather and the all_to_all (0.1001), not
+   * the devices nor the link. */
+  char *warn = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&warn, &len);
+  assert_int_equal(probe_warn(f, &p), 2);
+  fclose(f);
+  assert_string_equal(warn,
+    "dtc-probe: warning: the times of collective all_gather by padded spread by 50.0% "
+    "(interquartile range over median); the planner takes that as noise: probe a quieter "
+    "machine, or with more --reps\n"
+    "dtc-probe: warning: the times of collective all_to_all by ring spread by 10.0% "
+    "(interquartile range over median); the planner takes that as noise: probe a quieter "
+    "machine, or with more --reps\n");
+  free(warn);
+}
+
+/* Warnings name the rank and the link; a spread of exactly 10% is not one. */
+static void warnings(void **state) {
+  (void)state;
+  double gflops[2] = {80, 40}, mem[2] = {1 << 30, 1 << 30}, spread[2] = {0.1, 0.35};
+  int node[2] = {0, 1};
+  const char *host[2] = {"a", "b"};
+  Probe p = {.name = "pair", .nranks = 2, .nnodes = 2, .reps = 20, .gflops = gflops,
+             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Haswell",
+             .inter = {.present = true, .a = 0, .b = 1, .bw = 1e9, .lat = 1e-6, .spread = 0.2}};
+  char *warn = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&warn, &len);
+  assert_int_equal(probe_warn(f, &p), 2);
+  fclose(f);
+  assert_non_null(strstr(warn, "dtc-probe: warning: the sgemm times of r1 spread by 35.0% "));
+  assert_non_null(strstr(warn, "dtc-probe: warning: the ping-pong times of link inter spread "
+                               "by 20.0% "));
+  assert_null(strstr(warn, "r0"));
+  free(warn);
+}
+
+/* The interquartile range over the median, quartiles interpolated: checked
+ * against quartiles worked out by hand. */
+static void spread(void **state) {
+  (void)state;
+  /* n = 5: Q1 = v[1], median v[2], Q3 = v[3] */
+  assert_true(fabs(probe_spread((double[]){1, 2, 4, 6, 100}, 5) - (6.0 - 2) / 4) < 1e-12);
+  /* n = 4: positions 0.75, 1.5, 2.25: Q1 = 1 + 0.75, median 2.5, Q3 = 3 + 0.25 * 4 */
+  assert_true(fabs(probe_spread((double[]){1, 2, 3, 7}, 4) - (4.0 - 1.75) / 2.5) < 1e-12);
+  /* a single outlier moves nothing; half the samples shifted shows in full */
+  double calm[8] = {10, 10, 10, 10, 10, 10, 10, 50}, shifted[8] = {10, 10, 10, 10, 20, 20, 20, 20};
+  assert_true(probe_spread(calm, 8) == 0);
+  assert_true(probe_spread(shifted, 8) > 0.6);
+  assert_true(probe_spread((double[]){3}, 1) == 0);
+  assert_true(probe_spread((double[]){2, 4}, 2) == (3.5 - 2.5) / 3);
 }
 
 /* The line through both medians; a negative latency, or a time that does not
@@ -172,6 +229,8 @@ int main(void) {
     cmocka_unit_test(two_nodes),
     cmocka_unit_test(one_rank_and_floors),
     cmocka_unit_test(collectives),
+    cmocka_unit_test(warnings),
+    cmocka_unit_test(spread),
     cmocka_unit_test(fit),
     cmocka_unit_test(names),
   };
