@@ -1,8 +1,13 @@
 /* comm.c: SPMD over MPI: launch detection and start-up, the mesh and the group
- * of each of its axes, agreement between ranks and sharing of failures. */
+ * of each of its axes, agreement between ranks and sharing of failures, and
+ * the watchdog that ends a rank whose collective waits too long. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dtrt_int.h"
 
@@ -14,6 +19,17 @@ struct DtComm {
   int naxis;                       /* 0 until dtrt_mesh_init */
   int size[DTRT_MAX_MESH], coord[DTRT_MAX_MESH];
   MPI_Comm axis[DTRT_MAX_MESH];    /* the group of each mesh axis */
+  /* the watchdog (dtrt_comm_enter): a thread that wakes every `period` ns */
+  double timeout;                  /* seconds; 0: no watchdog */
+  bool watching;                   /* its thread runs */
+  bool quit;                       /* under mu: the thread must end */
+  int depth;                       /* nested dtrt_comm_enter calls */
+  _Atomic long long since;         /* when the outermost call began (ns); 0: none */
+  _Atomic(const char *) call;      /* its name */
+  long long period;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t wake;
 };
 
 /* What launchers set in every process they start: a process in which one of
@@ -51,6 +67,114 @@ static DtComm *comm_of(const DtrtCtx *ctx) {
   return ctx ? *dtrt_ctx_comm((DtrtCtx *)ctx) : NULL;
 }
 
+/* ---- the watchdog ------------------------------------------------------ */
+
+/* A TCP connection whose peer is gone, or whose link is cut, keeps a rank
+ * waiting in MPI for many minutes (retransmissions) or forever (a receive
+ * that no one will send to). So, in a job of several ranks, every call of
+ * dtrt that communicates runs between dtrt_comm_enter and dtrt_comm_leave,
+ * and a thread of the context checks every `period` that the call it is in
+ * has not waited longer than the timeout. When it has, the thread says so
+ * on stderr and ends the process with _exit(DTRT_TIMEOUT_EXIT): dtrt asks
+ * for MPI_THREAD_FUNNELED, so the thread makes no MPI call (MPI_Abort
+ * included), and every launcher ends the job when a rank exits with a
+ * failure status before MPI_Finalize. */
+enum { DTRT_TIMEOUT_EXIT = 3 };
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* DTRT_COMM_TIMEOUT in seconds, else DTRT_COMM_TIMEOUT_DEFAULT; 0 or less: none. */
+static double comm_timeout(void) {
+  const char *s = getenv("DTRT_COMM_TIMEOUT");
+  char *end;
+  double v = s && *s ? strtod(s, &end) : DTRT_COMM_TIMEOUT_DEFAULT;
+  if (s && *s && (end == s || *end))
+    v = DTRT_COMM_TIMEOUT_DEFAULT;
+  return v > 0 ? v : 0;
+}
+
+static void *watchdog(void *arg) {
+  DtComm *c = arg;
+  pthread_mutex_lock(&c->mu);
+  while (!c->quit) {
+    long long t = now_ns() + c->period;
+    struct timespec until = {t / 1000000000LL, t % 1000000000LL};
+    pthread_cond_timedwait(&c->wake, &c->mu, &until);
+    long long since = atomic_load(&c->since);
+    if (c->quit || !since || now_ns() - since < (long long)(c->timeout * 1e9))
+      continue;
+    fprintf(stderr,
+            "dtrt: rank %d of %d: %s has waited %.0f s for the other ranks "
+            "(DTRT_COMM_TIMEOUT=%g): a rank has ended or the network between the ranks has "
+            "failed; ending rank %d\n",
+            c->rank, c->nranks, atomic_load(&c->call), (double)(now_ns() - since) / 1e9,
+            c->timeout, c->rank);
+    _exit(DTRT_TIMEOUT_EXIT);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+/* Starts the watchdog of a job of several ranks, unless the timeout is 0. */
+static void watch_start(DtComm *c) {
+  c->timeout = comm_timeout();
+  if (!c->timeout || c->nranks < 2)
+    return;
+  double p = c->timeout / 4 < 0.1 ? c->timeout / 4 : 0.1;
+  c->period = (long long)(p * 1e9);
+  pthread_condattr_t attr;
+  if (pthread_condattr_init(&attr))
+    return;
+  bool ok = !pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) &&
+            !pthread_cond_init(&c->wake, &attr);
+  pthread_condattr_destroy(&attr);
+  if (!ok)
+    return;
+  if (pthread_mutex_init(&c->mu, NULL)) {
+    pthread_cond_destroy(&c->wake);
+    return;
+  }
+  if (pthread_create(&c->thread, NULL, watchdog, c)) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->wake);
+    return;
+  }
+  c->watching = true;
+}
+
+static void watch_stop(DtComm *c) {
+  if (!c->watching)
+    return;
+  pthread_mutex_lock(&c->mu);
+  c->quit = true;
+  pthread_cond_signal(&c->wake);
+  pthread_mutex_unlock(&c->mu);
+  pthread_join(c->thread, NULL);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->wake);
+  c->watching = false;
+}
+
+void dtrt_comm_enter(DtrtCtx *ctx, const char *call) {
+  DtComm *c = ctx ? *dtrt_ctx_comm(ctx) : NULL;
+  if (!c || !c->watching || c->depth++)
+    return;
+  atomic_store(&c->call, call);
+  atomic_store(&c->since, now_ns());
+}
+
+void dtrt_comm_leave(DtrtCtx *ctx) {
+  DtComm *c = ctx ? *dtrt_ctx_comm(ctx) : NULL;
+  if (c && c->watching && c->depth > 0 && !--c->depth)
+    atomic_store(&c->since, 0);
+}
+
+/* ---- start-up and meshes ------------------------------------------------ */
+
 static void free_axes(DtComm *c) {
   for (int k = 0; k < DTRT_MAX_MESH; k++)
     if (c->axis[k] != MPI_COMM_NULL)
@@ -65,6 +189,7 @@ void dtrt_comm_free(DtrtCtx *ctx) {
   int ended = 1;
   if (c->mpi)
     MPI_Finalized(&ended);
+  watch_stop(c);
   if (!ended) {
     free_axes(c);
     if (c->world != MPI_COMM_NULL)
@@ -126,6 +251,7 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
       dtrt_free(ctx, c);
       return s;
     }
+    watch_start(c);
   }
   *slot = c;
   return DT_OK;
@@ -191,16 +317,19 @@ DtStatus dtrt_mesh_init(DtrtCtx *ctx, int naxis, const int *axis_size) {
   }
   /* the group of axis k: the ranks whose coordinates differ only in k, ordered
    * by their coordinate on k */
+  dtrt_comm_enter(ctx, op);
   for (int k = 0; c->mpi && k < naxis; k++) {
     int others = c->rank - c->coord[k] * stride[k];
     if ((s = dtrt_mpi(ctx, MPI_Comm_split(c->world, others, c->coord[k], &c->axis[k]), op,
                       "MPI_Comm_split")) ||
         (s = dtrt_mpi(ctx, MPI_Comm_set_errhandler(c->axis[k], MPI_ERRORS_RETURN), op,
                       "MPI_Comm_set_errhandler"))) {
+      dtrt_comm_leave(ctx);
       free_axes(c);
       return s;
     }
   }
+  dtrt_comm_leave(ctx);
   c->naxis = naxis;
   return DT_OK;
 }
@@ -231,7 +360,7 @@ DtStatus dtrt_group(DtrtCtx *ctx, const char *op, int64_t axis, DtGroup *g) {
  * agreement needs no allocation (and cannot fail on one rank alone). */
 enum { PIECE = 256, SHOWN = 120 };
 
-DtStatus dtrt_comm_agree(DtrtCtx *ctx, const char *what, const char *value) {
+static DtStatus comm_agree(DtrtCtx *ctx, const char *what, const char *value) {
   const char *op = "comm_agree";
   if (!ctx)
     return DT_ERR_ARG;
@@ -279,7 +408,7 @@ DtStatus dtrt_comm_agree(DtrtCtx *ctx, const char *what, const char *value) {
                    strlen(head) > SHOWN ? "..." : "", ndiff, c->nranks);
 }
 
-DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local) {
+static DtStatus comm_status(DtrtCtx *ctx, DtStatus local) {
   const char *op = "comm_status";
   if (!ctx)
     return DT_ERR_ARG;
@@ -308,4 +437,21 @@ DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local) {
     code = DT_ERR_INTERNAL;
   return dtrt_fail(ctx, (DtStatus)code, "rank %d failed: %s", first,
                    msg[0] ? msg : dtrt_status_name((DtStatus)code));
+}
+
+/* agreement and status under the watchdog */
+DtStatus dtrt_comm_agree(DtrtCtx *ctx, const char *what, const char *value) {
+  if (ctx && !dtrt_comm_init(ctx))
+    dtrt_comm_enter(ctx, "comm_agree");
+  DtStatus s = comm_agree(ctx, what, value);
+  dtrt_comm_leave(ctx);
+  return s;
+}
+
+DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local) {
+  if (ctx && !dtrt_comm_init(ctx))
+    dtrt_comm_enter(ctx, "comm_status");
+  DtStatus s = comm_status(ctx, local);
+  dtrt_comm_leave(ctx);
+  return s;
 }

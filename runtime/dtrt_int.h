@@ -136,6 +136,14 @@ DtStatus dtrt_mpi(DtrtCtx *ctx, int err, const char *op, const char *call);
 /* Releases the communication state (dtrt_ctx_free): the communicators, and MPI
  * itself if this context initialised it. */
 void dtrt_comm_free(DtrtCtx *ctx);
+/* The watchdog of a job of several ranks: a call that communicates runs
+ * between enter and leave (nested pairs count once), and when it waits longer
+ * than DTRT_COMM_TIMEOUT seconds (default DTRT_COMM_TIMEOUT_DEFAULT; 0: no
+ * watchdog) a thread of the context says so on stderr, naming CALL, and ends
+ * the process. Both are no-ops in a single process and on a NULL ctx. */
+enum { DTRT_COMM_TIMEOUT_DEFAULT = 300 };
+void dtrt_comm_enter(DtrtCtx *ctx, const char *call);
+void dtrt_comm_leave(DtrtCtx *ctx);
 
 /* ---- trace.c ---------------------------------------------------------- */
 
@@ -160,14 +168,20 @@ DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn f
 
 /* Defines kernel dtrt_k_NAME with the body that follows as k_NAME: when the
  * context traces, the call goes through dtrt_trace_kernel; otherwise the cost
- * is one predictable branch. */
+ * is one predictable branch. A collective (tid DTRT_TID_COMM) runs under the
+ * watchdog (dtrt_comm_enter). */
 #define DTRT_TRACED(name, tid) \
   static DtStatus k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
                            const DtAttrs *a); \
   DTRT_KERNEL(name) { \
-    if (__builtin_expect(ctx != NULL && ctx->trace != NULL, 0)) \
-      return dtrt_trace_kernel(ctx, #name, tid, k_##name, in, nin, out, a); \
-    return k_##name(ctx, in, nin, out, a); \
+    if (tid == DTRT_TID_COMM) \
+      dtrt_comm_enter(ctx, #name); \
+    DtStatus s_ = __builtin_expect(ctx != NULL && ctx->trace != NULL, 0) \
+                      ? dtrt_trace_kernel(ctx, #name, tid, k_##name, in, nin, out, a) \
+                      : k_##name(ctx, in, nin, out, a); \
+    if (tid == DTRT_TID_COMM) \
+      dtrt_comm_leave(ctx); \
+    return s_; \
   } \
   static DtStatus k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
                            const DtAttrs *a)

@@ -533,6 +533,19 @@ int main(int argc, char **argv) {
   int on_my_node = 0;
   for (int r = 0; r < nranks; r++)
     on_my_node += node[r] == node[me];
+  /* libdtrt's hierarchical all-reduce takes its nodes from MPI, not from the
+   * host names: say so when the two differ. */
+  MPI_Comm shared;
+  int shared_rank, shared_nodes;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shared);
+  MPI_Comm_rank(shared, &shared_rank);
+  MPI_Comm_free(&shared);
+  int leader = shared_rank == 0;
+  MPI_Allreduce(&leader, &shared_nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (me == 0 && shared_nodes != nnodes)
+    fprintf(stderr, "dtc-probe: warning: the host names make %d node%s, MPI_COMM_TYPE_SHARED "
+            "makes %d; libdtrt's hierarchical all-reduce takes the nodes of "
+            "MPI_COMM_TYPE_SHARED\n", nnodes, nnodes == 1 ? "" : "s", shared_nodes);
 
   /* The sgemm's samples in two halves, at the start and at the end of the
    * probe, so a speed that drifts while it runs widens the spread. */

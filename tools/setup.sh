@@ -11,7 +11,7 @@ build=${2:-$top/build}
 
 pkgs="build-essential cmake pkg-config flex bison llvm-16-dev libopenblas-dev
   libcmocka-dev libopenmpi-dev openmpi-bin libcjson-dev zlib1g-dev libglpk-dev
-  dataset-fashion-mnist"
+  dataset-fashion-mnist iproute2"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
