@@ -5,8 +5,9 @@
 # ranks on 2 nodes, r0 and r1 on the first node's host, r2 and r3 on the
 # second's; the inter link at most 0.16 GB/s (1 Gbit/s is 0.125) and the
 # intra link more than twice as fast; the 13 collectives for 4 ranks; and
-# no warning of dtc-probe (so the host names and MPI_COMM_TYPE_SHARED make
-# the same two nodes, and ranks come node by node). DTC must accept the file
+# no warning of dtc-probe but on a figure's spread (so the host names and
+# MPI_COMM_TYPE_SHARED make the same two nodes, and ranks come node by
+# node; a spread is the network's noise). DTC must accept the file
 # for TESTS/mpi/probe_dp4.dt. Then TEST_COMM (tests/mpi/test_comm.c: every
 # collective and method, the hierarchical one over the two nodes, against
 # its reference) must pass on the cluster. Exits 77 (skipped) when CLUSTER
@@ -37,7 +38,7 @@ awk -v a="$intra" -v e="$inter" 'BEGIN { exit !(e <= 0.16 && a > 2 * e) }' ||
   fail "inter link $inter GB/s (at most 0.16), intra $intra GB/s (more than twice that)"
 n=$(grep -c "^  collective [a-z_]*(method = [a-z]*, ranks = 4, " "$f")
 [ "$n" -eq 13 ] || fail "$n collective lines for 4 ranks, not 13"
-grep -q "^dtc-probe: warning" "$work/err" && fail "dtc-probe warned"
+grep "^dtc-probe: warning" "$work/err" | grep -qv " spread by " && fail "dtc-probe warned"
 "$dtc" --cluster="$f" "$tests/mpi/probe_dp4.dt" --emit=plan > "$work/plan" ||
   fail "dtc refused the probed cluster"
 "$cluster" -p $prefix run "$test_comm" || fail "test_comm on the cluster failed"
