@@ -62,9 +62,10 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
 
 /* `plan auto`: chooses the forms of inputs and params and the per-device
  * ratios of their splits by the predicted step (a search over forms, a linear
- * program over ratios), unless the best gains no more than the probe's noise
- * over even data parallel, which it then keeps; `plan even`: the parallel
- * block's forms, even. */
+ * program over ratios), unless it gains no more than the probe's noise over
+ * a simpler plan: data parallel with the program's ratios, or even data
+ * parallel, which it then keeps; `plan even`: the parallel block's forms,
+ * even. */
 bool pass_plan(Module *m, Diag *d, PassRun *run);
 /* What the planner chose and predicted, for the report. */
 struct PlanInfo {
@@ -86,8 +87,12 @@ struct PlanInfo {
   double comm_spread;    /* of the links and the collectives measured over the mesh's size */
   const char *dev_spread_of, *comm_spread_of;  /* whose ("r1", "link intra", "all_reduce by
                                                   ring"); NULL: no spread given */
-  double noise;          /* the gain over even data parallel the best plan must exceed */
-  bool kept_simple;      /* it did not: the plan is even data parallel */
+  double dp;             /* of data parallel (those forms) with the linear program's
+                            ratios; INFINITY: it does not fit, or the best plan is it */
+  double noise;          /* the gain over a simpler plan a plan must exceed */
+  bool kept_dp;          /* the best gained no more over data parallel with the planned
+                            ratios, which gained more over even: the plan is that */
+  bool kept_simple;      /* neither gained more over even data parallel: the plan is that */
   double comm;           /* seconds of collectives */
   double flops;          /* of the whole step on one device */
   int ncoll, bottleneck, evals;

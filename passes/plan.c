@@ -456,6 +456,13 @@ static bool form_eq(const Planner *p, int g, const Sharding *a, const Sharding *
   return shard_same(p->m, &p->m->global.a[g].type, a, b);
 }
 
+static bool same_forms(const Planner *p, Sharding *const *a, Sharding *const *b) {
+  for (int g = 0; g < p->m->global.n; g++)
+    if (!form_eq(p, g, a[g], b[g]))
+      return false;
+  return true;
+}
+
 /* Greedy descent from A: each global in turn takes each of its forms, and a
  * choice stays when it lowers the cost; until a sweep changes nothing. */
 static double descend(Planner *p, Sharding **A, double cost) {
@@ -768,10 +775,41 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
   conf.simple = evaluate(&p, simple, true, r, &c);
   runner_up(&p, best_forms, &conf);
   spreads(&p, &conf);
+  double simple_comm = c.comm;
+  /* Between the two, data parallel with the linear program's ratios: forms
+   * with more collectives must gain more than the noise over it too. */
+  Sharding **dp = start(&p, true), **dp_final = NULL;
+  double rdp[SHARD_MAX_AXIS], dp_comm = 0;
+  conf.dp = INFINITY;
+  if (!same_forms(&p, best, dp) && evaluate(&p, dp, false, rdp, &c) < INFINITY) {
+    double hdp[SHARD_MAX_AXIS];
+    ratio_bounds(&p, &c, hdp);
+    double *dr = round_ratios(&p, rdp, hdp);
+    for (int k = 0; k < p.k; k++)
+      rdp[k] = dr ? dr[k] : 1.0 / p.k;
+    conf.dp = step_time(&p, &c, rdp, NULL);
+    dp_comm = c.comm;
+    dp_final = with_ratios(&p, dp, dr);
+  }
   conf.noise = fmax(NOISE_FLOOR, fmax(step_noise(&conf, step, comm),
-                                      step_noise(&conf, conf.simple, c.comm)));
-  conf.kept_simple = conf.simple < INFINITY && !(conf.simple > step * (1 + conf.noise));
-  if (conf.kept_simple) {
+                                      step_noise(&conf, conf.simple, simple_comm)));
+  if (conf.dp < INFINITY)
+    conf.noise = fmax(conf.noise, step_noise(&conf, conf.dp, dp_comm));
+  /* The simplest plan no other beats by more than the noise: even data
+   * parallel unless one does; then data parallel with ratios, if it is one
+   * and the best does not beat it so. */
+  double n1 = 1 + conf.noise;
+  bool even_fits = conf.simple < INFINITY;
+  bool dp_beats_even = conf.dp < INFINITY && !(even_fits && !(conf.simple > conf.dp * n1));
+  bool best_beats_even = !(even_fits && !(conf.simple > step * n1));
+  conf.kept_simple = even_fits && !dp_beats_even && !best_beats_even;
+  conf.kept_dp = dp_beats_even && !(conf.dp > step * n1);
+  if (conf.kept_dp) {
+    final = dp_final;
+    memcpy(rr, rdp, sizeof rr);
+    step = conf.dp;
+    even = conf.simple;
+  } else if (conf.kept_simple) {
     final = simple;
     for (int k = 0; k < p.k; k++)
       rr[k] = 1.0 / p.k;
@@ -836,6 +874,9 @@ static void report_confidence(FILE *out, const PlanInfo *pi) {
             pi->simple / best);
   else
     fputs("even data parallel does not fit in memory", out);
+  if (pi->dp < INFINITY)
+    fprintf(out, "; data parallel with the planned ratios %.4f ms (that/this %.3fx)",
+            pi->dp * 1e3, pi->dp / best);
   if (pi->runner_up < INFINITY)
     fprintf(out, "; runner-up %.4f ms (that/this %.3fx; %s)\n", pi->runner_up * 1e3,
             pi->runner_up / best, pi->runner_up_how);
@@ -846,7 +887,10 @@ static void report_confidence(FILE *out, const PlanInfo *pi) {
           spread_text(pi->dev_spread, pi->dev_spread_of, b1, sizeof b1),
           spread_text(pi->comm_spread, pi->comm_spread_of, b2, sizeof b2), pi->noise * 100,
           NOISE_FLOOR * 100);
-  if (pi->kept_simple)
+  if (pi->kept_dp)
+    fprintf(out, "  kept data parallel with the planned ratios: the best plan found gains %.3fx "
+            "over it, within the noise\n", pi->dp / best);
+  else if (pi->kept_simple)
     fprintf(out, "  kept even data parallel: the best plan found gains %.3fx, within the noise\n",
             pi->simple / best);
   else

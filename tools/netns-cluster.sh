@@ -34,8 +34,9 @@
 # The MCA parameters: btl tcp,self (no shared memory, which would join ranks
 # of different nodes), btl_tcp_if_include data0, oob_tcp_if_include ctl0,
 # mpi_yield_when_idle 1. Every variable of the environment named DTRT_*,
-# OPENBLAS_* or OMP_* goes to the ranks (-x); DTRT_COMM_TIMEOUT is 20 unless
-# set (docs/RUNTIME.md), so a rank that waits on a dead peer or a cut link
+# OPENBLAS_*, OMP_*, ASAN_*, LSAN_* or UBSAN_* goes to the ranks (-x);
+# DTRT_COMM_TIMEOUT is 20 unless set (docs/RUNTIME.md), so a rank that
+# waits on a dead peer or a cut link
 # ends within 20 s. The exit status is mpirun's.
 #
 # run makes the cluster, runs mpirun and removes the cluster, also when it
@@ -182,7 +183,7 @@ run_mpi() {
   : "${DTRT_COMM_TIMEOUT:=20}"
   export DTRT_COMM_TIMEOUT
   env_flags=
-  for v in $(env | sed -n 's/^\(\(DTRT\|OPENBLAS\|OMP\)_[A-Za-z0-9_]*\)=.*/\1/p'); do
+  for v in $(env | sed -n 's/^\(\(DTRT\|OPENBLAS\|OMP\|ASAN\|LSAN\|UBSAN\)_[A-Za-z0-9_]*\)=.*/\1/p'); do
     env_flags="$env_flags -x $v"
   done
   # shellcheck disable=SC2086
