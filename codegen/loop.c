@@ -4,8 +4,9 @@
  * (stride 0 along broadcast dimensions). The innermost loop is contiguous and
  * carries llvm.loop.vectorize.enable; a product feeding only an add or sub
  * becomes llvm.fmuladd. Each element is computed with the formulas of
- * ir/elem.c, tanh (and so gelu) by its own polynomial and exponential
- * (tanh_poly) rather than a call to tanhf, which would keep the loop scalar.
+ * ir/elem.c, tanh (and so gelu_tanh) by its own polynomial and exponential
+ * (tanh_poly), and erf for gelu likewise (phi_cdf), rather than calls to
+ * tanhf and erff, which would keep the loop scalar.
  * Every member with memory, every output of a member and every store in the
  * group is written from the loop. A group of PAR_MIN elements or
  * more is outlined into an internal function body(env, begin, end) running the
@@ -204,6 +205,32 @@ static LLVMValueRef tanh_poly(Cg *c, LLVMValueRef x) {
                          "");
 }
 
+/* The normal distribution's Phi(a) = (1 + erf(a / sqrt 2)) / 2 and, into
+ * *pdf, phi(a) = e^(-a^2/2) / sqrt(2 pi), vectorisable: with z = |a| / sqrt 2
+ * clamped to 4.2 (where erfc is 3e-9) and t = 1 / (1 + p z), erfc z = q(t)
+ * e^(-z^2) by Abramowitz and Stegun 7.1.26 (within 1.5e-7), and Phi(a) =
+ * 1 - erfc(z) / 2 for a >= 0, erfc(z) / 2 below, so no cancellation in the
+ * tail. */
+static LLVMValueRef phi_cdf(Cg *c, LLVMValueRef a, LLVMValueRef *pdf) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef z = LLVMBuildFMul(b, intrinsic(c, "llvm.fabs", &a, 1), fconst(c, 0.70710678f), "");
+  LLVMValueRef lim = fconst(c, 4.2f);
+  z = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, z, lim, ""), lim, z, "");
+  LLVMValueRef e = exp_poly(c, LLVMBuildFNeg(b, LLVMBuildFMul(b, z, z, ""), ""));
+  LLVMValueRef one = fconst(c, 1);
+  LLVMValueRef t = LLVMBuildFDiv(b, one, mad(c, fconst(c, 0.3275911f), z, one), "");
+  static const float coef[] = {1.421413741f, -0.284496736f, 0.254829592f};
+  LLVMValueRef q = mad(c, fconst(c, 1.061405429f), t, fconst(c, -1.453152027f));
+  for (int k = 0; k < COUNTOF(coef); k++)
+    q = mad(c, q, t, fconst(c, coef[k]));
+  q = LLVMBuildFMul(b, LLVMBuildFMul(b, q, t, ""), e, "");
+  LLVMValueRef half_q = LLVMBuildFMul(b, q, fconst(c, 0.5f), "");
+  if (pdf)
+    *pdf = LLVMBuildFMul(b, e, fconst(c, 0.39894228f), "");
+  return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGE, a, fconst(c, 0), ""),
+                         LLVMBuildFSub(b, one, half_q, ""), half_q, "");
+}
+
 static LLVMValueRef tanh_gelu(Cg *c, LLVMValueRef a) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef a3 = LLVMBuildFMul(b, fconst(c, IR_GELU_A), a, "");
@@ -264,11 +291,16 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, zero, ""), a, zero, "");
   case OP_relu_grad:
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, zero, ""), y, zero, "");
-  case OP_gelu: {
+  case OP_gelu: return LLVMBuildFMul(b, a, phi_cdf(c, a, NULL), "");
+  case OP_gelu_grad: {
+    LLVMValueRef pdf, cdf = phi_cdf(c, a, &pdf);
+    return LLVMBuildFMul(b, y, mad(c, a, pdf, cdf), "");
+  }
+  case OP_gelu_tanh: {
     LLVMValueRef th = tanh_gelu(c, a);
     return LLVMBuildFMul(b, LLVMBuildFMul(b, half, a, ""), LLVMBuildFAdd(b, one, th, ""), "");
   }
-  case OP_gelu_grad: {
+  case OP_gelu_tanh_grad: {
     LLVMValueRef th = tanh_gelu(c, a);
     LLVMValueRef du = LLVMBuildFMul(b, LLVMBuildFMul(b, fconst(c, 3.0f * IR_GELU_A), a, ""), a, "");
     du = LLVMBuildFMul(b, fconst(c, IR_GELU_C), LLVMBuildFAdd(b, one, du, ""), "");

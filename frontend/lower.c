@@ -242,6 +242,7 @@ typedef enum {
   B_CONCAT,
   B_LAYER_NORM,
   B_DROPOUT,
+  B_GELU,       /* gelu, or with approximate = "tanh" gelu_tanh */
 } BuiltinKind;
 
 typedef struct Builtin {
@@ -255,7 +256,7 @@ typedef struct Builtin {
 
 static const Builtin builtins[] = {
   {"relu", B_ELEM, 1, 1, 1, {"x"}},
-  {"gelu", B_ELEM, 1, 1, 1, {"x"}},
+  {"gelu", B_GELU, 1, 1, 2, {"x", "approximate"}},
   {"tanh", B_ELEM, 1, 1, 1, {"x"}},
   {"sigmoid", B_ELEM, 1, 1, 1, {"x"}},
   {"exp", B_ELEM, 1, 1, 1, {"x"}},
@@ -508,6 +509,18 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
   switch (b->kind) {
   case B_ELEM:
     return finish(c, ir_new(c->f, op, e->loc, b->ntensor, in));
+  case B_GELU:
+    if (arg[1]) {
+      const Expr *ap = arg[1];
+      const char *s = ap->kind == E_STR || ap->kind == E_IDENT ? ap->s : NULL;
+      if (!s || (strcmp(s, "none") && strcmp(s, "tanh"))) {
+        if (ap->kind != E_ERROR)
+          diag_error(c->d, ap->loc, "'approximate' must be \"none\" or \"tanh\"");
+        return NULL;
+      }
+      op = !strcmp(s, "tanh") ? OP_gelu_tanh : OP_gelu;
+    }
+    return finish(c, ir_new(c->f, op, e->loc, 1, in));
   case B_SOFTMAX:
     axis = x->type.rank - 1;
     if (arg[1] && !axis_arg(c, arg[1], x, &axis))
@@ -796,8 +809,11 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
     const char *p = param[k];
     if (!strcmp(p, "schedule"))
       ok &= lower_schedule(c, arg[k], t);
-    else if (!strcmp(p, "nesterov"))
-      ok &= choice_in(c, arg[k], p, (const char *const[]){"false", "true"}, 2, &t->nesterov);
+    else if (!strcmp(p, "nesterov")) {
+      bool on = false;
+      ok &= bool_arg(c, arg[k], p, &on);
+      t->nesterov = on;
+    }
     else if (!strcmp(p, "eps_form"))
       ok &= choice_in(c, arg[k], p, (const char *const[]){"pytorch", "kingma"}, 2,
                       &t->eps_kingma);

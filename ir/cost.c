@@ -4,7 +4,9 @@
  *   matmul          2*m*n*k per batch element (a multiply-add is 2 flops)
  *   elementwise     1 per output element: add sub mul div neg relu relu_grad sqrt;
  *                   transcendentals count the arithmetic of a vectorised
- *                   polynomial: exp log 10, tanh sigmoid 12, gelu 16, gelu_grad 24
+ *                   polynomial: exp log 10, tanh sigmoid 12, gelu_tanh 16,
+ *                   gelu_tanh_grad 24, gelu (erf: a rational term and an exp) 20,
+ *                   gelu_grad 28
  *   reductions      1 per input element; mean adds 1 per output element
  *   kernels         per element of their largest operand, with the steps listed
  *                   at each below; a per-row step is folded into the per-element
@@ -16,7 +18,10 @@
  * other term (bytes moved). */
 #include "ir.h"
 
-enum { F_EXP = 10, F_LOG = 10, F_TANH = 12, F_SIGMOID = 12, F_GELU = 16, F_GELU_GRAD = 24 };
+enum {
+  F_EXP = 10, F_LOG = 10, F_TANH = 12, F_SIGMOID = 12, F_GELU_TANH = 16, F_GELU_TANH_GRAD = 24,
+  F_GELU = 20, F_GELU_GRAD = 28
+};
 
 static double out_elems(const Inst *i) { return (double)type_elems(&i->type); }
 static double in_elems(const Inst *i, int k) {
@@ -50,6 +55,8 @@ PER_OUT(tanh, F_TANH)
 PER_OUT(sigmoid, F_SIGMOID)
 PER_OUT(gelu, F_GELU)
 PER_OUT(gelu_grad, F_GELU_GRAD)
+PER_OUT(gelu_tanh, F_GELU_TANH)
+PER_OUT(gelu_tanh_grad, F_GELU_TANH_GRAD)
 
 PER_IN(sum, 1)
 PER_IN(max, 1)

@@ -18,9 +18,15 @@ float ir_elem_eval(Op op, float a, float b) {
   case OP_tanh: return tanhf(a);
   case OP_sigmoid: return 1.0f / (1.0f + expf(-a));
   case OP_relu: return a > 0 ? a : 0.0f;
-  case OP_gelu: return 0.5f * a * (1.0f + tanhf(IR_GELU_C * (a + IR_GELU_A * a * a * a)));
+  case OP_gelu: return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
+  case OP_gelu_tanh:
+    return 0.5f * a * (1.0f + tanhf(IR_GELU_C * (a + IR_GELU_A * a * a * a)));
   case OP_relu_grad: return a > 0 ? b : 0.0f;
-  case OP_gelu_grad: {
+  case OP_gelu_grad: {   /* Phi(x) + x phi(x) */
+    float cdf = 0.5f * (1.0f + erff(a * 0.70710678118654752f));
+    return b * (cdf + a * 0.39894228040143268f * expf(-0.5f * a * a));
+  }
+  case OP_gelu_tanh_grad: {
     float th = tanhf(IR_GELU_C * (a + IR_GELU_A * a * a * a));
     float du = IR_GELU_C * (1.0f + 3.0f * IR_GELU_A * a * a);
     return b * (0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * du);

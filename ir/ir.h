@@ -417,8 +417,9 @@ void ir_print_dot(FILE *out, const Module *m);
 
 /* ---- elem.c ----------------------------------------------------------- */
 
-/* gelu is the tanh approximation 0.5x(1 + tanh(IR_GELU_C (x + IR_GELU_A x^3))),
- * here and in generated code. */
+/* gelu is x Phi(x) = 0.5x(1 + erf(x / sqrt 2)); gelu_tanh its tanh
+ * approximation 0.5x(1 + tanh(IR_GELU_C (x + IR_GELU_A x^3))), here and in
+ * generated code. */
 #define IR_GELU_C 0.7978845608028654f   /* sqrt(2/pi) */
 #define IR_GELU_A 0.044715f
 

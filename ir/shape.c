@@ -146,6 +146,7 @@ bool shape_mul(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_div(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_relu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_gelu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_gelu_tanh_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_neg(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_exp(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_log(Inst *i, char *e, size_t n) { return unary(i, e, n); }
@@ -154,6 +155,7 @@ bool shape_tanh(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_sigmoid(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_relu(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_gelu(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_gelu_tanh(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 
 /* ---- reductions ---- */
 

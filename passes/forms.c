@@ -84,6 +84,8 @@ static bool shard_relu(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_gelu(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_relu_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_gelu_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_gelu_tanh(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_gelu_tanh_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
 
 /* ---- reductions ---- */
 

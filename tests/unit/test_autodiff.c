@@ -57,6 +57,7 @@ static void test_sqrt(void **s) { (void)s; unary(OP_sqrt, 0.5, 2, "sqrt"); }
 static void test_tanh(void **s) { (void)s; unary(OP_tanh, -2, 2, "tanh"); }
 static void test_sigmoid(void **s) { (void)s; unary(OP_sigmoid, -3, 3, "sigmoid"); }
 static void test_gelu(void **s) { (void)s; unary(OP_gelu, -3, 3, "gelu"); }
+static void test_gelu_tanh(void **s) { (void)s; unary(OP_gelu_tanh, -3, 3, "gelu_tanh"); }
 
 static void test_relu(void **s) {
   (void)s;
@@ -296,7 +297,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     T(test_add), T(test_add_bias), T(test_add_outer), T(test_add_scalar), T(test_sub),
     T(test_mul), T(test_div), T(test_mul_const), T(test_mul_self), T(test_neg), T(test_exp),
-    T(test_log), T(test_sqrt), T(test_tanh), T(test_sigmoid), T(test_gelu), T(test_relu),
+    T(test_log), T(test_sqrt), T(test_tanh), T(test_sigmoid), T(test_gelu), T(test_gelu_tanh),
+    T(test_relu),
     T(test_sum), T(test_sum_keep), T(test_sum_all), T(test_sum_neg), T(test_mean),
     T(test_mean_keep), T(test_max), T(test_max_keep), T(test_matmul), T(test_matmul_ta),
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),

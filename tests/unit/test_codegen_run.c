@@ -368,42 +368,55 @@ static void tanh_inputs(float *x, int64_t n) {
     x[k] = edge[k];
 }
 
-static double worst_tanh, worst_gelu;
+static double worst_tanh, worst_gelu, worst_erf_gelu, worst_erf_grad;
 
-/* tanh against double tanh, relative; gelu (its tanh form, ir/elem.c)
- * against the same in double, absolute for |x| <= 1, relative to |x| above. */
+/* tanh against double tanh, relative; gelu_tanh (the tanh form, ir/elem.c),
+ * gelu (x Phi(x), by erf) and gelu_grad (dy (Phi(x) + x phi(x)), dy = x
+ * here) against the same in double, absolute for |x| <= 1, relative to |x|
+ * (|x|^2 for the gradient) above. */
 static void tanh_check(int k, const float *x, const float *got, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    double a = x[i];
+    double a = x[i], cdf = 0.5 * (1 + erf(a / sqrt(2.0)));
+    double pdf = exp(-0.5 * a * a) / sqrt(2 * 3.14159265358979323846);
     if (k == 0) {
       double ref = tanh(a);
       double err = fabs(got[i] - ref) / fmax(fabs(ref), 1e-37);
       worst_tanh = fmax(worst_tanh, err);
-    } else {
+    } else if (k == 1) {
       double ref = 0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
       worst_gelu = fmax(worst_gelu, fabs(got[i] - ref) / fmax(1, fabs(a)));
+    } else if (k == 2) {
+      worst_erf_gelu = fmax(worst_erf_gelu, fabs(got[i] - a * cdf) / fmax(1, fabs(a)));
+    } else {
+      double ref = a * (cdf + a * pdf);
+      worst_erf_grad = fmax(worst_erf_grad, fabs(got[i] - ref) / fmax(1, a * a));
     }
   }
 }
 
 /* The generated tanh (a polynomial and an exponential, so loops vectorise)
- * against libm in double: within 3e-7 relative; gelu within 1e-6. */
+ * against libm in double: within 3e-7 relative; gelu_tanh within 1e-6; gelu
+ * and its gradient by erf (a rational term and an exponential) within 5e-7. */
 static void tanh_accuracy(void **state) {
   (void)state;
   CT t;
   ct_init(&t, "th");
   Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, 70001), NULL);
   ct_output(&t, ct_op(&t, OP_tanh, 1, x), "tanh");
+  ct_output(&t, ct_op(&t, OP_gelu_tanh, 1, x), "gelu_tanh");
   ct_output(&t, ct_op(&t, OP_gelu, 1, x), "gelu");
+  ct_output(&t, ct_op(&t, OP_gelu_grad, 2, x, x), "gelu_grad");
   fill_input = tanh_inputs;
   check_output = tanh_check;
   run_model(&t, 0);
   fill_input = NULL;
   check_output = NULL;
-  printf("generated tanh: worst relative error %.3g; gelu: worst error %.3g\n", worst_tanh,
-         worst_gelu);
+  printf("generated tanh: worst relative error %.3g; gelu_tanh: worst error %.3g; gelu: %.3g; "
+         "gelu_grad: %.3g\n", worst_tanh, worst_gelu, worst_erf_gelu, worst_erf_grad);
   assert_true(worst_tanh <= 3e-7);
   assert_true(worst_gelu <= 1e-6);
+  assert_true(worst_erf_gelu <= 5e-7);
+  assert_true(worst_erf_grad <= 5e-7);
   ct_free(&t);
 }
 
