@@ -775,12 +775,14 @@ static bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const
   return true;
 }
 
-/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov)
- *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form) | adamw(...) */
+/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm)
+ *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm)
+ *           | adamw(...) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
-  static const char *const sgd[] = {"lr", "momentum", "weight_decay", "schedule", "nesterov"};
-  static const char *const adam[] = {"lr",           "beta1",    "beta2",  "eps",
-                                     "weight_decay", "schedule", "eps_form"};
+  static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
+                                    "schedule", "nesterov", "clip_norm"};
+  static const char *const adam[] = {"lr",           "beta1",    "beta2",    "eps",
+                                     "weight_decay", "schedule", "eps_form", "clip_norm"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
@@ -821,6 +823,8 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
       ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->lr);
     else if (!strcmp(p, "eps"))
       ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->eps);
+    else if (!strcmp(p, "clip_norm"))
+      ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->clip_norm);
     else if (!strcmp(p, "weight_decay"))
       ok &= real_in(c, arg[k], p, false, INFINITY, false, &t->weight_decay);
     else

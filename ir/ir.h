@@ -278,6 +278,7 @@ typedef struct Train {
   double lr, momentum, weight_decay, beta1, beta2, eps;
   int schedule;          /* DtSchedule (dtrt_schedule_names spell them); -1: none */
   int64_t nesterov;      /* sgd: 1 for Nesterov momentum (torch.optim.SGD's) */
+  double clip_norm;      /* > 0: gradients scaled to at most this global 2-norm */
   int64_t eps_kingma;    /* adam, adamw: 1 for eps added to sqrt(v) with the bias
                             corrections folded into the step size (Kingma and
                             Ba's efficient form); 0: to the corrected sqrt(v),

@@ -32,6 +32,7 @@ const IrField ir_train_fields[] = {
     FIELD(Train, total, 'i'),
     FIELD(Train, nesterov, 'i'),
     FIELD(Train, eps_kingma, 'i'),
+    FIELD(Train, clip_norm, 'f'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
                                     FIELD(Global, init_arg, 'f'), {0}};

@@ -27,6 +27,10 @@
  *          efficient form: eps added to the uncorrected sqrt(v'))
  *   adamw  as adam with g' = g, and p' = ... - lr wd p
  *
+ * With clip_norm > 0 every g is first scaled by min(1, clip_norm / (|g| +
+ * 1e-6)), |g| the norm of all gradients together (torch.nn.utils.
+ * clip_grad_norm_), before weight decay.
+ *
  * lr_t and eps_t are lr ops (one scalar each per step): dtrt_lr folds in the
  * corrections, sqrt(1 - beta2^t) for beta2 > 0 and 1 / (1 - beta1^t) for
  * beta1 > 0. */
@@ -73,6 +77,32 @@ static Inst *eps_rate(Opt *o) {
   ir_set_float(r, "beta1", 0);
   ir_set_float(r, "beta2", t->beta2);
   return ir_finish(r);
+}
+
+/* torch.nn.utils.clip_grad_norm_'s factor: min(1, clip_norm / (|g| + 1e-6)),
+ * |g| the 2-norm of every gradient together (min(1, r) as 1 - relu(1 - r)).
+ * Under SPMD each sum over a split gradient is a partial sum, which the
+ * sharding pass reduces, so the norm is the whole gradient's. */
+static Inst *clip_scale(Opt *o, Inst *const *grad) {
+  Inst *total = NULL;
+  for (int k = 0; k < o->m->global.n; k++) {
+    if (!grad[k])
+      continue;
+    Inst *sq = bin(o, OP_mul, grad[k], grad[k]);
+    int64_t axes[IR_MAX_RANK];
+    for (int d = 0; d < sq->type.rank; d++)
+      axes[d] = d;
+    if (sq->type.rank) {
+      Inst *s = ir_new(o->f, OP_sum, o->loc, 1, &sq);
+      ir_set_ints(s, "axes", axes, sq->type.rank);
+      sq = ir_finish(s);
+    }
+    total = total ? bin(o, OP_add, total, sq) : sq;
+  }
+  Inst *norm = bin(o, OP_add, ir_make(o->f, OP_sqrt, o->loc, 1, total), cnst(o, 1e-6));
+  Inst *r = bin(o, OP_div, cnst(o, o->m->train.clip_norm), norm);
+  Inst *over = ir_make(o->f, OP_relu, o->loc, 1, bin(o, OP_sub, cnst(o, 1), r));
+  return bin(o, OP_sub, cnst(o, 1), over);
 }
 
 /* The state global "<param>__<suffix>", created on first use. */
@@ -129,12 +159,13 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     decay = bin(&o, OP_mul, decay, cnst(&o, t->weight_decay));
 
   int ng = m->global.n;
+  Inst *clip = t->clip_norm > 0 ? clip_scale(&o, grad) : NULL;
   for (int k = 0; k < ng; k++) {
     if (!grad[k])
       continue;
     o.loc = m->global.a[k].loc;
     const char *param = m->global.a[k].name;
-    Inst *p = value[k], *g = grad[k], *step;
+    Inst *p = value[k], *g = clip ? bin(&o, OP_mul, clip, grad[k]) : grad[k], *step;
     if (t->weight_decay != 0 && !adamw)
       g = axpby(&o, 1, g, t->weight_decay, p);
     const char *mname = NULL, *vname = NULL;

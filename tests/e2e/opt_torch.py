@@ -1,5 +1,6 @@
-# opt_torch.py STEPS TORCH_OPTIMIZER < opt_steps output: redoes the steps with
-# torch.optim on the same data and initial weights, in float64, and checks
+# opt_torch.py STEPS TORCH_OPTIMIZER [CLIP] < opt_steps output: redoes the steps
+# with torch.optim on the same data and initial weights, in float64 (with
+# torch.nn.utils.clip_grad_norm_ to CLIP before each step), and checks
 # dtc's weights after every step within 1e-4 of the largest weight and the
 # losses within 1e-6 relative. Exit 0 when they agree, 1 with the worst
 # differences otherwise.
@@ -8,6 +9,7 @@ import sys
 import torch
 
 steps, spec = int(sys.argv[1]), sys.argv[2]
+clip = float(sys.argv[3]) if len(sys.argv) > 3 else 0
 rows = [line.split() for line in sys.stdin if line.strip()]
 val = {}
 for r in rows[:3]:
@@ -23,6 +25,8 @@ for s in range(steps):
     opt.zero_grad()
     loss = torch.nn.functional.mse_loss(x @ w, y)
     loss.backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_([w], clip)
     worst_l = max(worst_l, abs(loss.item() - losses[s]) / max(1e-30, abs(loss.item())))
     opt.step()
     ref = w.detach().reshape(-1)

@@ -11,8 +11,8 @@ if ! "$py" -c "import torch" 2>/dev/null; then
   exit 77
 fi
 fail=0
-check() {   # DTC_OPTIMIZER TORCH_OPTIMIZER
-  "$run" 10 "$1" | "$py" "$dir/opt_torch.py" 10 "$2" || fail=1
+check() {   # DTC_OPTIMIZER TORCH_OPTIMIZER [CLIP]
+  "$run" 10 "$1" | "$py" "$dir/opt_torch.py" 10 "$2" ${3:-} || fail=1
 }
 check "sgd(lr = 0.1)" "SGD(lr=0.1)"
 check "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)" \
@@ -22,4 +22,6 @@ check "adam(lr = 0.01)" "Adam(lr=0.01)"
 check "adam(lr = 0.01, eps = 0.01, weight_decay = 0.1)" "Adam(lr=0.01, eps=0.01, weight_decay=0.1)"
 check "adam(lr = 0.01, beta1 = 0, beta2 = 0.9)" "Adam(lr=0.01, betas=(0, 0.9))"
 check "adamw(lr = 0.01, weight_decay = 0.1, eps = 0.01)" "AdamW(lr=0.01, weight_decay=0.1, eps=0.01)"
+check "adam(lr = 0.01, clip_norm = 0.5)" "Adam(lr=0.01)" 0.5
+check "sgd(lr = 0.1, momentum = 0.9, clip_norm = 0.5)" "SGD(lr=0.1, momentum=0.9)" 0.5
 exit $fail

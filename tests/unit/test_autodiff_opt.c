@@ -61,10 +61,14 @@ static void run(Train tr) {
     float loss;
     assert_int_equal(interp_step(it), step);
     assert_true(interp_run(it, "train_step", (void *[]){&loss}));
-    double ref_loss = 0, lr = ref_lr(&tr, step), tt = (double)step + 1;
+    double ref_loss = 0, lr = ref_lr(&tr, step), tt = (double)step + 1, norm = 0;
+    for (int k = 0; k < NW; k++)
+      norm += pow(2 * c[k] * w[k] + b[k % 3], 2);
+    /* torch.nn.utils.clip_grad_norm_ */
+    double clip = tr.clip_norm > 0 ? fmin(1, tr.clip_norm / (sqrt(norm) + 1e-6)) : 1;
     for (int k = 0; k < NW; k++) {
       ref_loss += c[k] * w[k] * w[k] + b[k % 3] * w[k];
-      double g = 2 * c[k] * w[k] + b[k % 3];
+      double g = clip * (2 * c[k] * w[k] + b[k % 3]);
       if (!adamw)
         g += tr.weight_decay * w[k];
       if (sgd) {   /* torch.optim.SGD (dampening 0) */
@@ -151,6 +155,19 @@ static void test_adam_no_beta1(void **s) {
               .schedule = DT_SCHED_CONSTANT});
 }
 
+/* Clipped to a global norm below the gradients' (so every step clips). */
+static void test_clip_adamw(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_ADAMW, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+              .weight_decay = 0.1, .schedule = DT_SCHED_CONSTANT, .clip_norm = 0.3});
+}
+
+static void test_clip_sgd(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_SGD, .lr = 0.1, .momentum = 0.9, .schedule = DT_SCHED_CONSTANT,
+              .clip_norm = 0.3});
+}
+
 static void test_sgd_nesterov(void **s) {
   (void)s;
   run((Train){.opt = OPT_SGD, .lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = 1,
@@ -182,7 +199,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     T(test_sgd), T(test_sgd_momentum_wd_warmup), T(test_sgd_cosine_past_total), T(test_adam),
     T(test_adam_l2), T(test_adamw_cosine), T(test_adam_first_step), T(test_adam_eps_forms),
-    T(test_adam_eps_kingma), T(test_adam_no_beta1), T(test_sgd_nesterov),
+    T(test_adam_eps_kingma), T(test_adam_no_beta1), T(test_sgd_nesterov), T(test_clip_adamw),
+    T(test_clip_sgd),
   };
   return cmocka_run_group_tests_name("autodiff optimizers", tests, NULL, NULL);
 }

@@ -329,6 +329,21 @@ static void test_tp2(void **state) {
      " shard w2: [tp, *]\n}\n", "tp2 megatron", 1);
 }
 
+/* Clipping by the global norm on split gradients: each device's sum of
+ * squares is a partial sum, reduced before the norm, so every device scales
+ * by the whole gradient's norm, as one device does. */
+static void test_tp2_clip(void **state) {
+  (void)state;
+  char *text = mlp_with("adam(lr = 0.05, clip_norm = 0.05)",
+                        "parallel mlp on c {\n mesh m[tp = 2]\n shard w1: [*, tp(0.75, 0.25)]\n"
+                        " shard b1: [tp(0.75, 0.25)]\n shard w2: [tp(0.75, 0.25), *]\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  train(&p, 6, 5, "tp2 megatron uneven, clipped");
+  pair_free(&p);
+  free(text);
+}
+
 static void test_tp2_uneven(void **state) {
   (void)state;
   tp("parallel mlp on c {\n mesh m[tp = 2]\n shard w1: [*, tp(0.75, 0.25)]\n"
@@ -499,7 +514,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dp2),           cmocka_unit_test(test_dp3),
       cmocka_unit_test(test_dp3_uneven),    cmocka_unit_test(test_dp2_uneven),
-      cmocka_unit_test(test_tp2),           cmocka_unit_test(test_tp2_uneven),
+      cmocka_unit_test(test_tp2),           cmocka_unit_test(test_tp2_clip), cmocka_unit_test(test_tp2_uneven),
       cmocka_unit_test(test_tp2_inferred),  cmocka_unit_test(test_tp2_reduce_scatter),
       cmocka_unit_test(test_all_to_all),    cmocka_unit_test(test_2d),
       cmocka_unit_test(test_2d_uneven),     cmocka_unit_test(test_transformer_heads),
