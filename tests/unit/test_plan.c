@@ -589,7 +589,9 @@ static void test_noise_keeps_dp(void **state) {
   assert_true(pi->kept_dp && !pi->kept_simple);
   assert_true(pi->best < pi->dp && pi->dp < pi->best * (1 + pi->noise));
   assert_true(pi->simple > pi->dp * (1 + pi->noise));
-  assert_true(pi->step == pi->dp && pi->ratio[0] > pi->ratio[1] && pi->ratio[1] == pi->ratio[2]);
+  printf("data parallel kept: ratios %.6f %.6f %.6f\n", pi->ratio[0], pi->ratio[1], pi->ratio[2]);
+  assert_true(pi->step == pi->dp && pi->ratio[0] > pi->ratio[1]);
+  assert_true(fabs(pi->ratio[1] - pi->ratio[2]) < 1.5e-6);   /* equal, but for a rounding unit */
   const Global *ids = ir_find_global(r.m, "ids");
   assert_true(ids->shard && ids->shard->axis[0] == 0 && ids->shard->ratio[0]);
   char *s = report(&r);
