@@ -44,6 +44,8 @@ static const char usage[] =
   "  --print-after-all    print the IR to stderr after every pass\n"
   "  --time-passes        report the time each pass took\n"
   "  --list-passes        list the passes in pipeline order\n"
+  "  --print-model-name   print the name of the model FILE declares (the NAME\n"
+  "                       of NAME.h and NAME_create) and generate nothing\n"
   "  -Werror              treat warnings as errors\n"
   "  -Wno-unused          no warnings for unused parameters and annotations\n"
   "  -Wreshard            warn at every reshard the compiler inserts\n"
@@ -56,6 +58,7 @@ typedef struct Driver {
   const char *input;         /* the source path */
   const char *cluster_file;  /* --cluster */
   bool time_passes;
+  bool print_name;           /* --print-model-name */
   const char *defs[64];
   int ndefs;
   const char *print_after[32];
@@ -150,6 +153,8 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       dr->print_after[po->nprint_after++] = v;
     } else if (!strcmp(a, "--print-after-all")) {
       po->print_all = true;
+    } else if (!strcmp(a, "--print-model-name")) {
+      dr->print_name = true;
     } else if (!strcmp(a, "--time-passes")) {
       dr->time_passes = true;
     } else if (!strcmp(a, "-Werror")) {
@@ -244,6 +249,10 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     return 1;
   if (!ir_verify(m, d))
     return 1;
+  if (dr->print_name) {
+    printf("%s\n", m->name);
+    return 0;
+  }
 
   if (!strcmp(o->emit, "ir") || !strcmp(o->emit, "dot")) {
     if (dr->pass.stop_after && !passes_run(m, d, &dr->pass, &dr->run))

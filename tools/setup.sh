@@ -13,7 +13,8 @@ pkgs="build-essential cmake pkg-config flex bison llvm-16-dev libopenblas-dev
   libcmocka-dev libopenmpi-dev openmpi-bin libcjson-dev zlib1g-dev libglpk-dev
   dataset-fashion-mnist iproute2"
 # the tests also run the fuzz targets for a bounded time (tests/fuzz/run.sh)
-[ "$what" = test ] && pkgs="$pkgs clang libclang-rt-dev"
+# and render the manual page (tests/install/install.sh)
+[ "$what" = test ] && pkgs="$pkgs clang libclang-rt-dev groff-base"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

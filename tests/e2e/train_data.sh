@@ -3,7 +3,8 @@
 # model (images of another shape or of i32, labels outside 0..9, bytes after
 # the gzip data) must fail with status 1 and a message naming the file; it
 # must not crash, nor leak (a sanitizer build exits 23 on a leak). A save cut
-# off by a file size limit fails the same way and leaves no temporary file.
+# off by a file size limit fails the same way and leaves no temporary file; a
+# model that cannot be created fails with the runtime's message.
 # DATA holds Fashion-MNIST's training files, which every case uses.
 set -u
 app=$1
@@ -76,6 +77,16 @@ rc=$?
 if [ $rc -ne 1 ] || ! grep -qF "cannot write $tmp/save/ck.st" "$tmp/err" ||
    ls "$tmp/save" | grep -q 'ck\.st'; then
   echo "FAIL save: status $rc, files $(ls "$tmp/save" | tr '\n' ' '):"; cat "$tmp/err"; fail=1
+fi
+# a model that cannot be created: the runtime's message (its trace file,
+# DTRT_TRACE, is a directory)
+set_up create
+idx "$tmp/create/t10k-images-idx3-ubyte.gz" 010 100 28 28
+DTRT_TRACE="$tmp/create" "$app" --quiet --max-steps 1 --data "$tmp/create" >/dev/null 2>"$tmp/err"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -qxF "train_mlp: cannot create the model: trace: $tmp/create is not \
+a regular file; not writing it" "$tmp/err"; then
+  echo "FAIL create: status $rc, wanted 1 and the runtime's message:"; cat "$tmp/err"; fail=1
 fi
 [ $fail -eq 0 ] && echo "train_data: every bad set refused"
 exit $fail
