@@ -221,7 +221,8 @@ static void write_header(FILE *out, const Module *m, const char *base) {
     proto_args(out, tin, ntin, true);
     fputs(", float *loss);\n\n", out);
   }
-  fputs("/* Runs the model on a batch without changing it.\n", out);
+  fputs("/* Runs the model on a batch without changing it, in evaluation mode\n"
+        " * (dropout is the identity).\n", out);
   doc_args(out, fin, nfin, "in ");
   doc_args(out, fout, nfout, "out");
   fputs(" */\n", out);

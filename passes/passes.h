@@ -51,6 +51,11 @@ bool pass_autodiff(Module *m, Diag *d, PassRun *run);
  * after reporting errors to d. For tests and debugging. */
 Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d);
 
+/* ---- eval.c ----------------------------------------------------------- */
+
+/* @forward in evaluation mode: every dropout of it is the identity. */
+bool pass_eval(Module *m, Diag *d, PassRun *run);
+
 /* ---- optimizer.c ------------------------------------------------------ */
 
 /* Appends to f the update of m->train.opt for every global k with grad[k] set
