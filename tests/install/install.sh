@@ -9,6 +9,8 @@
 # the model's is an error at configure time; a Makefile project using
 # pkg-config (tests/install/Makefile) builds and trains. LIBDIR, MANDIR and
 # DOCDIR are the install dirs relative to the prefix. The prefix is removed.
+# DTC_INSTALL_LDFLAGS: link flags the outside projects add (a sanitized
+# build's libdtrt needs the sanitizers' runtimes).
 set -u
 build=$1 src=$2 work=$3 libdir=$4 mandir=$5 docdir=$6
 prefix=$(mktemp -d)
@@ -59,6 +61,7 @@ fi
 
 # the CMake project
 cmake -S "$src/project" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_EXE_LINKER_FLAGS="${DTC_INSTALL_LDFLAGS:-}" \
       -DBLOBS="$src/../e2e/blobs.dt" >"$work/cmake.log" 2>&1 &&
   cmake --build "$work/cmake" >>"$work/cmake.log" 2>&1
 check "the CMake project builds" "$work/cmake.log"
@@ -89,7 +92,8 @@ check "NAME linear for model net" "$work/badname.log"
 # the pkg-config project
 mkdir -p "$work/make"
 PKG_CONFIG_PATH="$prefix/$libdir/pkgconfig" make -C "$work/make" -f "$src/Makefile" \
-  SRC="$src" BLOBS="$src/../e2e/blobs.dt" DTC="$prefix/bin/dtc" >"$work/make.log" 2>&1
+  SRC="$src" BLOBS="$src/../e2e/blobs.dt" DTC="$prefix/bin/dtc" \
+  LDFLAGS="${DTC_INSTALL_LDFLAGS:-}" >"$work/make.log" 2>&1
 check "the Makefile project builds" "$work/make.log"
 "$work/make/app" >"$work/make.out" 2>&1
 echo 'blobs: batch 32, 20 steps, loss fell' | diff -u - "$work/make.out"; check "make app"
