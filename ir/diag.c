@@ -1,11 +1,9 @@
 /* diag.c: user-facing diagnostics, clang style: location, message, source
  * line, caret. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ir.h"
@@ -155,29 +153,9 @@ SrcFile *src_from_string(Arena *a, const char *name, const char *text) {
 /* src_read's bound, 256 MiB: no model, IR or cluster file is near it. */
 #define SRC_MAX_BYTES ((size_t)1 << 28)
 
-/* Opens path for reading if it is a regular file, without blocking (as a FIFO
- * would); -1 with errno set otherwise (EISDIR, EINVAL: something else). */
-static int src_open(const char *path) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), err = 0;
-  struct stat st;
-  if (fd < 0)
-    return -1;
-  if (fstat(fd, &st) || fcntl(fd, F_SETFL, 0))
-    err = errno;
-  else if (!S_ISREG(st.st_mode))
-    err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-  else if ((uint64_t)st.st_size > SRC_MAX_BYTES)
-    err = EFBIG;
-  if (err) {
-    close(fd);
-    errno = err;
-    return -1;
-  }
-  return fd;
-}
-
 SrcFile *src_read(Arena *a, const char *path) {
-  int fd = src_open(path);
+  int64_t size;
+  int fd = dtrt_open_regular(path, (int64_t)SRC_MAX_BYTES, &size);
   if (fd < 0)
     return NULL;
   size_t cap = 4096, len = 0;

@@ -99,7 +99,7 @@ static DtStatus check_list(DtrtCtx *ctx, const char *op, const DtNamed *t, const
 
 /* ---- opening ---- */
 
-int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size) {
+int dtrt_open_regular(const char *path, int64_t limit, int64_t *size) {
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), err = 0;
   struct stat st;
   *size = 0;
@@ -108,14 +108,21 @@ int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size) {
   if (fstat(fd, &st) || fcntl(fd, F_SETFL, 0))
     err = errno;
   else if (!S_ISREG(st.st_mode))
-    err = EINVAL;
-  else if ((*size = (int64_t)st.st_size) > dtrt_read_limit(ctx))
+    err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+  else if ((*size = (int64_t)st.st_size) > limit)
     err = EFBIG;
   if (err) {
     close(fd);
     errno = err;
     return -1;
   }
+  return fd;
+}
+
+int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size) {
+  int fd = dtrt_open_regular(path, dtrt_read_limit(ctx), size);
+  if (fd < 0 && errno == EISDIR)
+    errno = EINVAL;   /* the runtime says "not a regular file" of a directory too */
   return fd;
 }
 

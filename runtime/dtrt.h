@@ -147,6 +147,11 @@ DTRT_KERNEL(broadcast);
  * opening a FIFO would, and never truncates what is not a regular file.
  * NULL with errno set otherwise: EINVAL when something else is there. */
 FILE *dtrt_open_output(const char *path);
+/* Opens path for reading when it is a regular file of at most limit bytes,
+ * without blocking (as a FIFO would; O_NONBLOCK is cleared again), its size
+ * into *size. -1 with errno set otherwise: EISDIR for a directory, EINVAL
+ * for anything else that is not a regular file, EFBIG above the limit. */
+int dtrt_open_regular(const char *path, int64_t limit, int64_t *size);
 
 /* ---- facts the compiler shares -----------------------------------------
  * Numbers that dtc writes into generated code and libdtrt reads, defined

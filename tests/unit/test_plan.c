@@ -314,14 +314,20 @@ static void test_report_and_determinism(void **state) {
 /* examples/transformer.dt over 64 devices of three kinds in eight nodes,
  * batch data parallel, the forms of the params planned: the plan beats the
  * parallel block's forms split evenly. (bench/plan times it.) */
-static void test_transformer_64(void **state) {
-  (void)state;
+/* The text of examples/transformer.dt. */
+static const char *transformer_src(void) {
+  static char src[1 << 16];
   FILE *f = fopen(DTC_TEST_EXAMPLES "/transformer.dt", "r");
   assert_non_null(f);
-  static char src[1 << 16];
   size_t n = fread(src, 1, sizeof src - 1, f);
   fclose(f);
   src[n] = 0;
+  return src;
+}
+
+static void test_transformer_64(void **state) {
+  (void)state;
+  const char *src = transformer_src();
   Arena *t = arena_new();
   char *text = arena_printf(t, "%s\ncluster big {\n", src);
   static const double speed[] = {160, 160, 160, 80, 80, 80, 40, 40};
@@ -566,12 +572,7 @@ static void test_noise_comm(void **state) {
  * the noise over even data parallel: the plan is data parallel, uneven. */
 static void test_noise_keeps_dp(void **state) {
   (void)state;
-  FILE *f = fopen(DTC_TEST_EXAMPLES "/transformer.dt", "r");
-  assert_non_null(f);
-  static char src[1 << 16];
-  size_t n = fread(src, 1, sizeof src - 1, f);
-  fclose(f);
-  src[n] = 0;
+  const char *src = transformer_src();
   Arena *t = arena_new();
   const char *text = arena_printf(t,
                                   "%s\ncluster c {\n  node a {\n"
