@@ -12,7 +12,8 @@
  *                   at each below; a per-row step is folded into the per-element
  *                   count when the row is long
  *   data movement   0: reshape transpose slice pad concat broadcast embedding
- *   plumbing        0: load store output const lr
+ *   plumbing        0: load store output const lr arg repeat_out
+ *   repeat          n times the sum over its body's insts
  *
  * Counts are estimates of work, not of time: memory traffic is the planner's
  * other term (bytes moved). */
@@ -36,6 +37,16 @@ static double in_elems(const Inst *i, int k) {
   double flops_##id(const Inst *i) { return (n) * in_elems(i, 0); }
 
 ZERO(load)
+ZERO(arg)
+ZERO(repeat_out)
+
+double flops_repeat(const Inst *i) {
+  const Func *body = ir_repeat_body(i);
+  double s = 0;
+  for (int k = 0; body && k < body->inst.n; k++)
+    s += ir_ops[body->inst.a[k]->op].flops(body->inst.a[k]);
+  return s * (double)ir_get_int(i, "n", 1);
+}
 ZERO(store)
 ZERO(output)
 ZERO(const)

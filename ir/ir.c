@@ -102,6 +102,63 @@ Inst *ir_find_inst(const Func *f, const char *name) {
   return NULL;
 }
 
+/* ---- loops ---- */
+
+Func *ir_repeat_body(const Inst *r) {
+  const char *b = ir_get_str(r, "body", NULL);
+  if (!b)
+    return NULL;
+  const Module *m = r->fn->mod;
+  if (r->fn->device < 0)
+    return ir_find_func(m, b);
+  char name[512];
+  snprintf(name, sizeof name, "%s.%d", b, r->fn->device);
+  return ir_find_func(m, name);
+}
+
+int ir_func_noutputs(const Func *f) {
+  int n = 0;
+  for (int k = 0; k < f->inst.n; k++)
+    n += f->inst.a[k]->op == OP_output;
+  return n;
+}
+
+const Inst *ir_func_output(const Func *f, int k) {
+  for (int i = 0; i < f->inst.n; i++)
+    if (f->inst.a[i]->op == OP_output && k-- == 0)
+      return f->inst.a[i];
+  return NULL;
+}
+
+const Inst *ir_func_arg(const Func *f, int k) {
+  for (int i = 0; i < f->inst.n; i++)
+    if (f->inst.a[i]->op == OP_arg && ir_get_int(f->inst.a[i], "index", -1) == k)
+      return f->inst.a[i];
+  return NULL;
+}
+
+int ir_repeat_operand_kind(const Inst *r, int k) {
+  if (k < ir_get_int(r, "carry", 1))
+    return 0;
+  return k >= r->nin - ir_get_int(r, "stacked", 0) ? 2 : 1;
+}
+
+bool ir_repeat_out_type(const Inst *r, int k, Type *t) {
+  int64_t carry = ir_get_int(r, "carry", 1);
+  if (k >= 0 && k < carry && k < r->nin) {
+    *t = r->in[k]->type;
+    return true;
+  }
+  const Func *body = ir_repeat_body(r);
+  const Inst *o = body && k >= 0 ? ir_func_output(body, k) : NULL;
+  if (!o || o->in[0]->type.rank >= IR_MAX_RANK)
+    return false;
+  const Type *y = &o->in[0]->type;
+  *t = (Type){y->dtype, y->rank + 1, {ir_get_int(r, "n", 1)}};
+  memcpy(t->dim + 1, y->dim, sizeof(int64_t) * (size_t)y->rank);
+  return true;
+}
+
 /* ---- instructions ---- */
 
 Inst *ir_new(Func *f, Op op, Loc loc, int nin, Inst **in) {
@@ -191,8 +248,10 @@ static bool dropped(const Inst *out) {
   return loss && ir_func_is(out->fn, "forward") && !strcmp(ir_get_str(out, "name", ""), loss);
 }
 
+/* Aliases, and a loop's outputs, which the loop keeps in its own buffers. */
 static bool is_alias(const Inst *v) {
-  return v->op == OP_reshape || v->op == OP_const || v->op == OP_lr || v->op == OP_load;
+  return v->op == OP_reshape || v->op == OP_const || v->op == OP_lr || v->op == OP_load ||
+         v->op == OP_arg || v->op == OP_repeat || v->op == OP_repeat_out;
 }
 
 bool ir_output_direct(const Inst *out) {

@@ -190,7 +190,7 @@ typedef enum { PLAN_NONE, PLAN_AUTO, PLAN_EVEN, PLAN_EXPLICIT } PlanMode;
 
 /* ---- ops (ops.c, shape.c, cost.c) ------------------------------------- */
 
-typedef enum { K_ELEM, K_REDUCE, K_MATMUL, K_KERNEL, K_SHAPE, K_COMM, K_META } OpKind;
+typedef enum { K_ELEM, K_REDUCE, K_MATMUL, K_KERNEL, K_SHAPE, K_COMM, K_META, K_CALL } OpKind;
 
 typedef enum { A_INT, A_INTS, A_FLOAT, A_STR } AttrKind;
 
@@ -251,6 +251,7 @@ struct Func {
   Module *mod;
   int64_t work_bytes;    /* scratch arena size (passes/memplan.c), -1: not planned */
   int device;            /* after spmd: the mesh device (= rank) this copy runs on; -1: global */
+  bool body;             /* a loop body: run by `repeat`, reading `arg`s, never an entry */
   Loc loc;
 };
 
@@ -331,12 +332,30 @@ const Global *ir_global_of(const Inst *i);
 /* True when the producer of output inst out's operand writes straight into
  * the caller's output buffer, so `output` itself copies nothing: an
  * elementwise value, or the first output of a kernel's result that is not an
- * alias (reshape, load, const, lr) and not @forward's training loss (which
+ * alias (reshape, load, const, lr, arg), not a loop's (repeat, repeat_out)
+ * and not @forward's training loss (which
  * NAME_forward drops). The memory plan gives such a value no offset; code
  * generation writes it into the caller's buffer. */
 bool ir_output_direct(const Inst *out);
 /* 64-bit FNV-1a of n bytes. */
 uint64_t ir_hash(const void *p, size_t n);
+
+/* ---- loops (ir.c) ---- */
+
+/* The body function a repeat runs: @body, or @body.D in device D's function;
+ * NULL when there is none. */
+Func *ir_repeat_body(const Inst *repeat);
+/* The number of output insts of f, and the k-th of them (NULL past the end). */
+int ir_func_noutputs(const Func *f);
+const Inst *ir_func_output(const Func *f, int k);
+/* The arg inst of body f with index k, NULL if none. */
+const Inst *ir_func_arg(const Func *f, int k);
+/* The type of output k of a repeat (0: the repeat itself, the last carry
+ * 0): a carry's type, or a body output's stacked along a leading dim n;
+ * false when the body has no output k. */
+bool ir_repeat_out_type(const Inst *repeat, int k, Type *t);
+/* Operand k of repeat r: 0 carried, 1 read whole each iteration, 2 stacked. */
+int ir_repeat_operand_kind(const Inst *r, int k);
 
 void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);

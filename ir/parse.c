@@ -1073,6 +1073,8 @@ static bool build_inst(Parser *p, Func *f, const InstLine *l) {
     }
   }
   char err[256], b1[128], b2[128];
+  if (l->op == OP_arg && l->typed)
+    in->type = l->ty;   /* an arg's type is the one written */
   bool ok = ir_check_attrs(in, p->d, l->oploc, at);
   if (ok && !ir_infer(in, err, sizeof err)) {
     error_at(p, l->oploc, "%s", err);
@@ -1107,7 +1109,7 @@ static bool parse_inst(Parser *p, Func *f) {
   return ok;
 }
 
-/* func := 'func' FUNC ['device' INT] [loc] '{' NL {inst NL} '}' */
+/* func := 'func' FUNC ['device' INT] ['body'] [loc] '{' NL {inst NL} '}' */
 static void parse_func(Parser *p) {
   Loc at = p->tok.loc, loc = at;
   const char *name = NULL;
@@ -1124,13 +1126,24 @@ static void parse_func(Parser *p) {
     next(p);
     dev_ok = parse_int(p, 0, INT_MAX, "a device number", &device);
   }
+  bool body = false;
+  if (name && dev_ok && is_kw(&p->tok, "body")) {
+    next(p);
+    body = true;
+  }
   if (!name || !dev_ok || !parse_loc(p, &loc) || !expect(p, '{') ||
       (!at_eol(p) && !expected(p, "end of line after '{'"))) {
     skip_block(p);
     return;
   }
+  if (ir_find_func(p->m, name)) {
+    error_at(p, at, "a second function @%s", name);
+    skip_block(p);
+    return;
+  }
   Func *f = ir_add_func(p->m, name, loc);
   f->device = (int)device;
+  f->body = body;
   p->vals = p->nums = (Map){0};
   finish_line(p, true);
   while (!block_end(p, at, "the function") && !diag_full(p->d))

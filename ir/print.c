@@ -260,11 +260,31 @@ static void print_inst(FILE *out, const Inst *in) {
   fputc('\n', out);
 }
 
+/* Function k after the bodies its repeats run, so that the text reads top
+ * to bottom; state[k]: 0 not yet, 1 under way, 2 printed. */
+static void print_after_bodies(FILE *out, const Module *m, int k, char *state) {
+  if (state[k])
+    return;
+  state[k] = 1;
+  const Func *f = m->func.a[k];
+  for (int i = 0; i < f->inst.n; i++) {
+    const Func *b = f->inst.a[i]->op == OP_repeat ? ir_repeat_body(f->inst.a[i]) : NULL;
+    for (int j = 0; b && j < m->func.n; j++)
+      if (m->func.a[j] == b)
+        print_after_bodies(out, m, j, state);
+  }
+  state[k] = 2;
+  fputc('\n', out);
+  ir_print_func(out, f);
+}
+
 void ir_print_func(FILE *out, const Func *f) {
   fputs("func @", out);
   print_name(out, f->name);
   if (f->device >= 0)
     fprintf(out, " device %d", f->device);
+  if (f->body)
+    fputs(" body", out);
   print_loc(out, f->loc);
   fputs(" {\n", out);
   for (int k = 0; k < f->inst.n; k++)
@@ -390,10 +410,11 @@ void ir_print(FILE *out, const Module *m) {
     print_loc(out, g->loc);
     fputc('\n', out);
   }
-  for (int k = 0; k < m->func.n; k++) {
-    fputc('\n', out);
-    ir_print_func(out, m->func.a[k]);
-  }
+  char *state = calloc((size_t)m->func.n + 1, 1);
+  DTC_ASSERT(state);
+  for (int k = 0; k < m->func.n; k++)
+    print_after_bodies(out, m, k, state);
+  free(state);
 }
 
 void ir_print_structure(FILE *out, const Module *m) {

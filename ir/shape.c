@@ -96,6 +96,75 @@ bool shape_const(Inst *inst, char *err, size_t errlen) {
   return true;
 }
 
+/* Its type is written where it is made (the frontend, the text form). */
+bool shape_arg(Inst *inst, char *err, size_t errlen) {
+  if (!inst->fn->body)
+    FAIL("'arg' appears only in a body function (func @NAME body)");
+  if (ir_get_int(inst, "index", -1) < 0)
+    FAIL("'arg' needs an index of 0 or more");
+  if (inst->type.dtype == DT_VOID)
+    FAIL("'arg' needs its type");
+  return check_out(inst, err, errlen);
+}
+
+bool shape_repeat(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const char *name = ir_get_str(inst, "body", "");
+  const Func *body = ir_repeat_body(inst);
+  if (!body || !body->body)
+    FAIL("'repeat' of @%s, which is not a body function", name);
+  if (body == inst->fn)
+    FAIL("'repeat' of @%s inside @%s itself", name, name);
+  int64_t n = ir_get_int(inst, "n", 0), carry = ir_get_int(inst, "carry", 0),
+          stacked = ir_get_int(inst, "stacked", 0);
+  if (n < 1)
+    FAIL("'repeat' needs n of 1 or more, got %lld", (long long)n);
+  if (carry < 1 || stacked < 0 || carry + stacked > inst->nin)
+    FAIL("'repeat' of %d operands cannot carry %lld and stack %lld", inst->nin, (long long)carry,
+         (long long)stacked);
+  for (int k = 0; k < inst->nin; k++) {
+    const Inst *a = ir_func_arg(body, k);
+    if (!a)
+      FAIL("@%s has no arg %d for operand %d of 'repeat'", name, k, k + 1);
+    Type want = *IN(k);
+    if (ir_repeat_operand_kind(inst, k) == 2) {
+      if (want.rank < 1 || want.dim[0] != n)
+        FAIL("stacked operand %d of 'repeat' must have a leading dimension of %lld, got %s", k + 1,
+             (long long)n, ts(IN(k), b1));
+      want.rank--;
+      memmove(want.dim, want.dim + 1, sizeof(int64_t) * (size_t)want.rank);
+      want.dim[want.rank] = 0;
+    }
+    if (!type_eq(&want, &a->type))
+      FAIL("operand %d of 'repeat' gives @%s's arg %d %s where it takes %s", k + 1, name, k,
+           ts(&want, b1), ts(&a->type, b2));
+  }
+  int nout = ir_func_noutputs(body);
+  if (nout < carry)
+    FAIL("@%s has %d outputs, fewer than the %lld carried values", name, nout, (long long)carry);
+  for (int k = 0; k < carry; k++) {
+    const Type *o = &ir_func_output(body, k)->in[0]->type;
+    if (!type_eq(o, IN(k)))
+      FAIL("@%s's output %d is %s, but carried value %d is %s", name, k, ts(o, b1), k + 1,
+           ts(IN(k), b2));
+  }
+  for (int k = carry; k < nout; k++)
+    if (ir_func_output(body, k)->in[0]->type.rank >= IR_MAX_RANK)
+      FAIL("@%s's output %d has rank %d: stacked it would pass %d", name, k, IR_MAX_RANK, IR_MAX_RANK);
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_repeat_out(Inst *inst, char *err, size_t errlen) {
+  const Inst *r = inst->in[0];
+  int64_t k = ir_get_int(inst, "index", 0);
+  if (r->op != OP_repeat)
+    FAIL("'repeat_out' takes a repeat, got '%s'", ir_ops[r->op].name);
+  if (k < 1 || k > INT32_MAX || !ir_repeat_out_type(r, (int)k, &inst->type))
+    FAIL("'repeat_out': the loop has no output %lld", (long long)k);
+  return check_out(inst, err, errlen);
+}
+
 bool shape_lr(Inst *inst, char *err, size_t errlen) {
   const char *s = ir_get_str(inst, "schedule", "constant");
   if (strcmp(s, "constant") && strcmp(s, "warmup") && strcmp(s, "cosine"))

@@ -299,6 +299,40 @@ static bool named_ok(const Inst *in, Diag *d) {
   return true;
 }
 
+/* A body reads its args 0 .. n-1, each once, and no global; it has an
+ * output. */
+static void body_ok(const Func *f, Diag *d) {
+  int nargs = 0, nout = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *in = f->inst.a[k];
+    nargs += in->op == OP_arg;
+    nout += in->op == OP_output;
+    if (in->op == OP_load || in->op == OP_store || in->op == OP_lr)
+      diag_error(d, in->loc, "'%s' in body function @%s: a body reads its args only",
+                 ir_ops[in->op].name, f->name);
+  }
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *in = f->inst.a[k];
+    int64_t i = ir_get_int(in, "index", -1);
+    if (in->op == OP_arg && (i >= nargs || ir_func_arg(f, (int)i) != in))
+      diag_error(d, in->loc, "arg %lld of @%s: the %d args of a body are numbered 0 to %d, each once",
+                 (long long)i, f->name, nargs, nargs - 1);
+  }
+  if (!nout)
+    diag_error(d, f->loc, "body function @%s has no output", f->name);
+}
+
+/* True when running f's repeats can reach f again (depth: the functions
+ * left to visit). */
+static bool calls(const Func *from, const Func *f, int depth) {
+  for (int k = 0; depth > 0 && k < from->inst.n; k++) {
+    const Func *b = from->inst.a[k]->op == OP_repeat ? ir_repeat_body(from->inst.a[k]) : NULL;
+    if (b && (b == f || calls(b, f, depth - 1)))
+      return true;
+  }
+  return false;
+}
+
 /* Operand order is checked through ids, so they are checked first. */
 static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
   bool ids_ok = true;
@@ -329,6 +363,11 @@ static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
   }
   if (!ids_ok)
     return;
+  if (f->body)
+    body_ok(f, d);
+  if (calls(f, f, m->func.n))
+    diag_error(d, f->loc, "@%s repeats itself: a body cannot run, directly or not, the function "
+               "that runs it", f->name);
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *in = f->inst.a[k];
     char err[256], b1[128], b2[128], what[32];

@@ -145,6 +145,11 @@ static void no_derivative(GradCtx *g, Inst *inst) {
 static void grad_load(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_const(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_lr(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_arg(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_repeat_out(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_repeat(GradCtx *g, Inst *inst) {
+  diag_error(g->d, inst->loc, "'repeat' is not differentiated yet");
+}
 static void grad_store(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
 static void grad_output(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
 

@@ -50,6 +50,10 @@ static void same_but(const Inst *i, DimMap *m, int64_t lo, int64_t hi) {
 /* ---- module plumbing ---- */
 
 static bool shard_load(const Inst *i, DimMap *m) { return map_init(i, m), true; }
+static bool shard_arg(const Inst *i, DimMap *m) { return map_init(i, m), true; }
+/* A loop's forms come from its body (sharding.c). */
+static bool shard_repeat(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_repeat_out(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_store(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_output(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 

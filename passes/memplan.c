@@ -10,8 +10,12 @@
  * loads of inputs (alias the caller's buffer), loads of params and state
  * (alias the state block, unless a store to the global comes before their
  * last use: those are copied), and kernel results that go to an output
- * (written into the caller's buffer). Two values live at the same step never
- * overlap; Func.work_bytes covers every offset. */
+ * (written into the caller's buffer), and args (the caller's). A repeat also
+ * gets a scratch region, live at its own step only, at offset `scratch`: a
+ * second buffer for each carried value, then the body's work arena. A
+ * repeat_out lives from its repeat's step, which writes it. Two values live
+ * at the same step never overlap; Func.work_bytes covers every offset.
+ * Bodies are planned before the functions that run them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +29,7 @@ static int64_t bytes_of(const Type *t) { return type_elems(t) * (int64_t)dtype_s
 
 static bool is_alias(const Inst *i) {
   return i->op == OP_reshape || i->op == OP_const || i->op == OP_lr || i->op == OP_load ||
-         i->op == OP_store || i->op == OP_output;
+         i->op == OP_store || i->op == OP_output || i->op == OP_arg;
 }
 
 /* A value's life in steps (a fusion group is one step). */
@@ -61,6 +65,8 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
     if (!x->fuse || i == 0 || f->inst.a[i - 1]->fuse != x->fuse)
       step++;
     l[i].def = l[i].last = step;
+    if (x->op == OP_repeat_out)
+      l[i].def = l[x->in[0]->id].def;
     root[i] = x->op == OP_reshape ? root[x->in[0]->id] : i;
     for (int k = 0; k < x->nin; k++) {
       Life *r = &l[root[x->in[k]->id]];
@@ -95,7 +101,7 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
 }
 
 typedef struct Buf {
-  int i;               /* inst id */
+  int i;               /* inst id; -1 - id: the scratch of repeat id */
   int64_t off, size;
   int def, last;
 } Buf;
@@ -128,16 +134,33 @@ static void insert_by_offset(Buf **placed, int n, Buf *b) {
  * are kept in offset order, so finding the gaps is one pass over them, with
  * no sort: quadratic still when every buffer lives with every other (a
  * training step's activations), but a pass of compares. */
+/* Carried-value buffers and the body's arena. */
+static int64_t scratch_bytes(const Inst *r) {
+  const Func *body = ir_repeat_body(r);
+  DTC_ASSERT(body && body->work_bytes >= 0);
+  int64_t s = body->work_bytes;
+  for (int k = 0; k < ir_get_int(r, "carry", 1); k++)
+    s += round_up(bytes_of(&r->in[k]->type));
+  return round_up(s);
+}
+
 static void plan_func(Func *f) {
+  if (f->work_bytes >= 0)
+    return;
+  for (int i = 0; i < f->inst.n; i++)
+    if (f->inst.a[i]->op == OP_repeat)
+      plan_func(ir_repeat_body(f->inst.a[i]));
   Arena *a = f->mod->arena;
   int nstep, n = f->inst.n, nb = 0;
   Life *l = lifetimes(a, f, &nstep);
-  Buf *buf = arena_alloc(a, sizeof(Buf) * (size_t)(n + 1));
-  Buf **placed = arena_alloc(a, sizeof(Buf *) * (size_t)(n + 1));
+  Buf *buf = arena_alloc(a, sizeof(Buf) * (size_t)(2 * n + 1));
+  Buf **placed = arena_alloc(a, sizeof(Buf *) * (size_t)(2 * n + 1));
   for (int i = 0; i < n; i++) {
     f->inst.a[i]->offset = -1;
     if (l[i].size)
       buf[nb++] = (Buf){i, 0, l[i].size, l[i].def, l[i].last};
+    if (f->inst.a[i]->op == OP_repeat)
+      buf[nb++] = (Buf){-1 - i, 0, scratch_bytes(f->inst.a[i]), l[i].def, l[i].def};
   }
   qsort(buf, (size_t)nb, sizeof *buf, by_size_desc);
   int64_t top = 0;
@@ -155,7 +178,10 @@ static void plan_func(Func *f) {
     }
     b->off = at >= 0 ? at : end;
     top = b->off + b->size > top ? b->off + b->size : top;
-    f->inst.a[b->i]->offset = b->off;
+    if (b->i >= 0)
+      f->inst.a[b->i]->offset = b->off;
+    else
+      ir_set_int(f->inst.a[-1 - b->i], "scratch", b->off);
     insert_by_offset(placed, k, b);
   }
   f->work_bytes = top;
@@ -164,6 +190,8 @@ static void plan_func(Func *f) {
 bool pass_memplan(Module *m, Diag *d, PassRun *run) {
   (void)run;
   (void)d;
+  for (int k = 0; k < m->func.n; k++)
+    m->func.a[k]->work_bytes = -1;
   for (int k = 0; k < m->func.n; k++)
     plan_func(m->func.a[k]);
   return true;
