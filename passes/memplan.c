@@ -11,8 +11,8 @@
  * (alias the state block, unless a store to the global comes before their
  * last use: those are copied), and kernel results that go to an output
  * (written into the caller's buffer), and args (the caller's). A repeat also
- * gets a scratch region, live at its own step only, at offset `scratch`: a
- * second buffer for each carried value, then the body's work arena. A
+ * gets a scratch region, live at its own step only, at offset `scratch`: two
+ * buffers for each carried value, then the body's work arena. A
  * repeat_out lives from its repeat's step, which writes it. Two values live
  * at the same step never overlap; Func.work_bytes covers every offset.
  * Bodies are planned before the functions that run them. */
@@ -134,13 +134,13 @@ static void insert_by_offset(Buf **placed, int n, Buf *b) {
  * are kept in offset order, so finding the gaps is one pass over them, with
  * no sort: quadratic still when every buffer lives with every other (a
  * training step's activations), but a pass of compares. */
-/* Carried-value buffers and the body's arena. */
+/* Two buffers per carried value, then the body's arena. */
 static int64_t scratch_bytes(const Inst *r) {
   const Func *body = ir_repeat_body(r);
   DTC_ASSERT(body && body->work_bytes >= 0);
   int64_t s = body->work_bytes;
   for (int k = 0; k < ir_get_int(r, "carry", 1); k++)
-    s += round_up(bytes_of(&r->in[k]->type));
+    s += 2 * round_up(bytes_of(&r->in[k]->type));
   return round_up(s);
 }
 
