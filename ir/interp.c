@@ -68,7 +68,7 @@ Interp *interp_new(Module *m) { return interp_new_device(m, -1); }
 
 Interp *interp_new_device(Module *m, int device) {
   for (int k = 0; k < OP_COUNT; k++)
-    DTC_ASSERT(ir_ops[k].kind == K_ELEM || ir_ops[k].kind == K_META ||
+    DTC_ASSERT(ir_ops[k].kind == K_ELEM || ir_ops[k].kind == K_META || ir_ops[k].kind == K_CALL ||
                ir_ops[k].kind == K_COMM || kernels[k]);
   Interp *it = calloc(1, sizeof *it);
   DTC_ASSERT(it);
@@ -197,12 +197,102 @@ static void elementwise(const Inst *inst, float *out, float *const *in) {
   }
 }
 
+static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
+                 void *const *outputs, int *nout, bool *stored);
+
+static size_t value_bytes(const Type *t) { return (size_t)type_elems(t) * 4; }
+
+/* Runs loop r (docs/IR.md, "Loops"): into val[r->id] and the values of its
+ * repeat_out insts, which this makes. */
+static bool eval_repeat(Interp *it, const Inst *r, void **val) {
+  Func *body = ir_repeat_body(r), *f = r->fn;
+  int64_t n = ir_get_int(r, "n", 1), carry = ir_get_int(r, "carry", 1);
+  int nout = ir_func_noutputs(body);
+  void **out = calloc((size_t)nout + 1, sizeof *out), **cur = calloc((size_t)r->nin + 1, sizeof *cur),
+       **next = calloc((size_t)nout + 1, sizeof *next);
+  DTC_ASSERT(out && cur && next);
+  for (int k = 0; k < nout; k++) {
+    Type t;
+    DTC_ASSERT(ir_repeat_out_type(r, k, &t));
+    out[k] = interp_zalloc(type_elems(&t));
+    if (k < carry)
+      next[k] = interp_zalloc(type_elems(&t));
+  }
+  int64_t step = it->step;
+  bool ok = true;
+  for (int64_t s = 0; ok && s < n; s++) {
+    int64_t i = ir_get_int(r, "reverse", 0) ? n - 1 - s : s;
+    for (int k = 0; k < r->nin; k++) {
+      char *x = val[r->in[k]->id];
+      if (ir_repeat_operand_kind(r, k) == 0)
+        cur[k] = s ? out[k] : x;
+      else if (ir_repeat_operand_kind(r, k) == 1)
+        cur[k] = x;
+      else
+        cur[k] = x + (size_t)i * value_bytes(&r->in[k]->type) / (size_t)n;
+    }
+    for (int k = (int)carry; k < nout; k++) {
+      Type t;
+      ir_repeat_out_type(r, k, &t);
+      next[k] = (char *)out[k] + (size_t)i * value_bytes(&t) / (size_t)n;
+    }
+    Run run;
+    it->step = step ^ ((i + 1) << 40);
+    interp_begin(&run, it, body, next);
+    run.args = cur;
+    ok = interp_to_comm(&run);
+    if (ok && run.pc < body->inst.n) {
+      snprintf(it->err, sizeof it->err, "%s: the interpreter runs global functions only",
+               ir_ops[body->inst.a[run.pc]->op].name);
+      ok = false;
+    }
+    interp_end(&run, ok);
+    for (int k = 0; k < carry; k++) {   /* the new carries become the current ones */
+      void *t = out[k];
+      out[k] = next[k];
+      next[k] = t;
+    }
+  }
+  it->step = step;
+  for (int k = 0; k < carry; k++)
+    free(next[k]);
+  val[r->id] = out[0];
+  for (int j = r->id + 1; j < f->inst.n; j++) {
+    const Inst *x = f->inst.a[j];
+    if (x->op == OP_repeat_out && x->in[0] == r) {
+      int64_t k = ir_get_int(x, "index", 0);
+      if (out[k]) {
+        val[x->id] = out[k];
+        out[k] = NULL;
+      } else {   /* a second repeat_out of the same output */
+        val[x->id] = interp_zalloc(type_elems(&x->type));
+        memcpy(val[x->id], val[r->id], value_bytes(&x->type));
+      }
+    }
+  }
+  for (int k = 1; k < nout; k++)
+    free(out[k]);
+  free(out);
+  free(cur);
+  free(next);
+  return ok;
+}
+
 /* Evaluates inst into val[inst->id]; false with it->err set on a kernel error. */
-static bool eval(Interp *it, const Inst *inst, void **val, void *const *outputs, int *nout,
-                 bool *stored) {
+static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
+                 void *const *outputs, int *nout, bool *stored) {
   size_t bytes = (size_t)type_elems(&inst->type) * 4;
   const Global *g;
   switch (inst->op) {
+  case OP_arg:
+    val[inst->id] = interp_zalloc(type_elems(&inst->type));
+    memcpy(val[inst->id], args[ir_get_int(inst, "index", 0)], bytes);
+    return true;
+  case OP_repeat:
+    return eval_repeat(it, inst, val);
+  case OP_repeat_out:
+    DTC_ASSERT(val[inst->id]);   /* made by its repeat */
+    return true;
   case OP_load:
     g = ir_find_global(it->m, ir_get_str(inst, "global", ""));
     val[inst->id] = interp_zalloc(type_elems(&inst->type));
@@ -269,7 +359,7 @@ bool interp_to_comm(Run *r) {
     const Inst *i = r->f->inst.a[r->pc];
     if (ir_ops[i->op].kind == K_COMM)
       return true;
-    if (!eval(r->it, i, r->val, r->outputs, &r->nout, &r->stored))
+    if (!eval(r->it, i, r->val, r->args, r->outputs, &r->nout, &r->stored))
       return false;
   }
   return true;

@@ -22,6 +22,7 @@ typedef struct Run {
   Func *f;
   void **val;          /* by inst id */
   void *const *outputs;
+  void *const *args;   /* a body's operands, by arg index */
   int pc, nout;
   bool stored;
 } Run;

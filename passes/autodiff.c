@@ -146,10 +146,6 @@ static void grad_load(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_const(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_lr(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_arg(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
-static void grad_repeat_out(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
-static void grad_repeat(GradCtx *g, Inst *inst) {
-  diag_error(g->d, inst->loc, "'repeat' is not differentiated yet");
-}
 static void grad_store(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
 static void grad_output(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
 
@@ -393,6 +389,281 @@ static void grad_concat(GradCtx *g, Inst *inst) {
 
 static void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
 
+/* ---- loops ----
+ * The backward of `repeat` is a repeat in reverse over a body made once. The
+ * body B is differentiated as a function: G holds a copy of B (its forward
+ * part, including what the grad of a nested loop adds to it) and then the
+ * adjoints of B's args from the adjoint of its carried value. The forward
+ * values the backward part reads are saved: the forward loop runs B_save, a
+ * copy of G's forward part that also outputs them, stacked by the loop; the
+ * backward loop runs B_grad, G's backward part reading the saved values, the
+ * loop's whole and stacked operands and the adjoint as args. Its carried
+ * values are the adjoint of the carried value and a sum for each whole
+ * operand that needs an adjoint; it stacks the adjoints of the stacked
+ * operands. G itself is dropped. */
+
+static Inst *copy_inst(Func *f, const Inst *i, Inst **in) {
+  Inst *c = ir_new(f, i->op, i->loc, i->nin, in);
+  c->name = i->name;
+  c->shard = i->shard;
+  ir_copy_attrs(c, i);
+  if (i->op == OP_arg)
+    c->type = i->type;
+  return ir_finish(c);
+}
+
+static Inst *new_arg(Func *f, int index, const Type *t, Loc loc, const char *name) {
+  Inst *a = ir_new(f, OP_arg, loc, 0, NULL);
+  ir_set_int(a, "index", index);
+  a->type = *t;
+  a->name = name;
+  return ir_finish(a);
+}
+
+static void new_output(Func *f, Inst *v, const char *name) {
+  Inst *o = ir_new(f, OP_output, v->loc, 1, &v);
+  ir_set_str(o, "name", name);
+  ir_finish(o);
+}
+
+static Inst *zeros(GradCtx *g, const Type *t, Inst *at) {
+  return broadcast(g, cnst(g, at, 0), t, at);
+}
+
+static Func *new_body(Module *m, const char *base, const char *suffix, Loc loc) {
+  char *name = arena_printf(m->arena, "%s.%s", base, suffix);
+  for (int k = 2; ir_find_func(m, name); k++)
+    name = arena_printf(m->arena, "%s.%s%d", base, suffix, k);
+  Func *f = ir_add_func(m, name, loc);
+  f->body = true;
+  return f;
+}
+
+static void drop_func(Module *m, const Func *f) {
+  int n = 0;
+  for (int k = 0; k < m->func.n; k++)
+    if (m->func.a[k] != f)
+      m->func.a[n++] = m->func.a[k];
+  m->func.n = n;
+}
+
+static void grad_repeat_out(GradCtx *g, Inst *inst) {
+  diag_error(g->d, inst->loc, "only a loop's final carried value can be differentiated, not "
+             "its output %lld", (long long)ir_get_int(inst, "index", 0));
+}
+
+static void grad_repeat(GradCtx *g, Inst *r) {
+  Module *m = g->f->mod;
+  Func *b = ir_repeat_body(r);
+  int nin = r->nin;
+  int64_t n = ir_get_int(r, "n", 1), nst = ir_get_int(r, "stacked", 0);
+  if (ir_get_int(r, "carry", 1) != 1 || ir_get_int(r, "reverse", 0)) {
+    diag_error(g->d, r->loc, "a loop is differentiated only with one carried value and forward "
+               "order");
+    return;
+  }
+  int first_st = nin - (int)nst;
+
+  /* G: B's forward part, then its backward part */
+  Func *gf = ir_add_func(m, arena_printf(m->arena, "%s.G", b->name), b->loc);
+  gf->body = true;
+  ir_renumber(b);
+  int nb = b->inst.n;
+  Inst **map = calloc((size_t)nb + 1, sizeof *map);
+  DTC_ASSERT(map);
+  for (int k = 0; k < nb; k++) {
+    Inst *i = b->inst.a[k], *in[1024];
+    DTC_ASSERT(i->nin <= COUNTOF(in));
+    for (int j = 0; j < i->nin; j++)
+      in[j] = map[i->in[j]->id];
+    map[k] = copy_inst(gf, i, in);
+  }
+  Inst *carry = map[ir_func_output(b, 0)->in[0]->id];
+  free(map);
+  GradCtx h = {.f = gf, .n = nb, .d = g->d};
+  h.active = calloc((size_t)nb + 1, sizeof *h.active);
+  h.adj = calloc((size_t)nb + 1, sizeof *h.adj);
+  bool *reach = calloc((size_t)nb + 1, sizeof *reach);
+  DTC_ASSERT(h.active && h.adj && reach);
+  for (int k = 0; k < nb; k++) {
+    Inst *i = gf->inst.a[k];
+    int64_t ix = ir_get_int(i, "index", 0);
+    bool on = i->op == OP_arg && (ix == 0 || wants(g, r->in[ix]));
+    for (int j = 0; j < i->nin; j++)
+      on |= h.active[i->in[j]->id];
+    h.active[k] = on && i->type.dtype == DT_F32;
+  }
+  reach[carry->id] = true;
+  for (int k = nb - 1; k >= 0; k--) {
+    Inst *i = gf->inst.a[k];
+    for (int j = 0; reach[k] && j < i->nin; j++)
+      reach[i->in[j]->id] = true;
+    h.active[k] &= reach[k];
+  }
+  Inst *dcarry = new_arg(gf, nin, &carry->type, r->loc, "dcarry");
+  if (h.active[carry->id])
+    h.adj[carry->id] = dcarry;
+  for (int k = nb - 1; k >= 0; k--)
+    if (h.active[k] && h.adj[k])
+      grad_fn[gf->inst.a[k]->op](&h, gf->inst.a[k]);
+  Inst **dargs = calloc((size_t)nin + 1, sizeof *dargs);
+  DTC_ASSERT(dargs);
+  for (int k = 0; k < nb; k++)
+    if (gf->inst.a[k]->op == OP_arg)
+      dargs[ir_get_int(gf->inst.a[k], "index", 0)] = h.adj[k];
+  free(h.active);
+  free(reach);
+
+  /* the forward part: B's copies, and the repeat_outs of its loops */
+  ir_renumber(gf);
+  int ng = gf->inst.n;
+  Uses u = ir_uses(m->arena, gf);
+  bool *fwd = calloc((size_t)ng + 1, sizeof *fwd), *saved = calloc((size_t)ng + 1, sizeof *saved);
+  DTC_ASSERT(fwd && saved);
+  for (int k = 0; k < ng; k++) {
+    const Inst *i = gf->inst.a[k];
+    fwd[k] = k < nb || (i->op == OP_repeat_out && fwd[i->in[0]->id]);
+  }
+  fwd[dcarry->id] = false;
+  int nsaved = 0;
+  for (int k = 0; k < ng; k++) {
+    const Inst *i = gf->inst.a[k];
+    if (!fwd[k] || i->op == OP_const || (i->op == OP_arg && ir_get_int(i, "index", 0) > 0))
+      continue;
+    for (int j = u.off[k]; j < u.off[k + 1] && !saved[k]; j++)
+      saved[k] = !fwd[u.u[j]->id] && u.u[j]->op != OP_repeat_out;
+    nsaved += saved[k];
+  }
+
+  /* B_save: the forward part, outputting the saved values after B's carry */
+  Func *bs = new_body(m, b->name, "save", b->loc);
+  Inst **smap = calloc((size_t)ng + 1, sizeof *smap);
+  DTC_ASSERT(smap);
+  for (int k = 0; k < ng; k++) {
+    Inst *i = gf->inst.a[k], *in[1024];
+    if (!fwd[k] || i->op == OP_output)
+      continue;
+    for (int j = 0; j < i->nin; j++)
+      in[j] = smap[i->in[j]->id];
+    smap[k] = copy_inst(bs, i, in);
+  }
+  new_output(bs, smap[carry->id], ir_get_str(ir_func_output(b, 0), "name", "carry"));
+  for (int k = 0; k < ng; k++)
+    if (saved[k])
+      new_output(bs, smap[k], arena_printf(m->arena, "save.%d", k));
+  free(smap);
+
+  /* the forward loop runs B_save; its saved outputs, stacked */
+  ir_set_str(r, "body", bs->name);
+  Inst **stack = calloc((size_t)nsaved + 1, sizeof *stack);
+  DTC_ASSERT(stack);
+  for (int k = 0; k < nsaved; k++) {
+    Inst *o = ir_new(g->f, OP_repeat_out, r->loc, 1, &r);
+    ir_set_int(o, "index", 1 + k);
+    stack[k] = ir_finish(o);
+  }
+
+  /* B_grad's args: dcarry, the sums, the whole operands, the stacked
+   * operands and the saved values; its outputs: the adjoint of the carry,
+   * the sums, the adjoints of the stacked operands that need one */
+  Func *bg = new_body(m, b->name, "grad", b->loc);
+  Inst **gmap = calloc((size_t)ng + 1, sizeof *gmap);
+  DTC_ASSERT(gmap);
+  int na = 0;
+  Inst *dc = new_arg(bg, na++, &carry->type, r->loc, "dcarry");
+  gmap[dcarry->id] = dc;
+  Inst **sum_in = calloc((size_t)nin + 1, sizeof *sum_in);
+  DTC_ASSERT(sum_in);
+  for (int k = 1; k < first_st; k++)
+    if (wants(g, r->in[k]))
+      sum_in[k] = new_arg(bg, na++, &r->in[k]->type, r->in[k]->loc, NULL);
+  int ncarry = na;
+  for (int k = 0; k < nb; k++) {
+    Inst *a = gf->inst.a[k];
+    int64_t ix = ir_get_int(a, "index", 0);
+    if (a->op == OP_arg && ix > 0 && ix < first_st)
+      gmap[k] = new_arg(bg, na + (int)ix - 1, &a->type, a->loc, a->name);
+  }
+  na += first_st - 1;
+  for (int k = 0; k < nb; k++) {
+    Inst *a = gf->inst.a[k];
+    int64_t ix = ir_get_int(a, "index", 0);
+    if (a->op == OP_arg && ix >= first_st)
+      gmap[k] = new_arg(bg, na + (int)(ix - first_st), &a->type, a->loc, a->name);
+  }
+  na += (int)nst;
+  for (int k = 0; k < ng; k++)
+    if (saved[k])
+      gmap[k] = new_arg(bg, na++, &gf->inst.a[k]->type, gf->inst.a[k]->loc, gf->inst.a[k]->name);
+  for (int k = 0; k < ng; k++) {
+    Inst *i = gf->inst.a[k], *in[1024];
+    if (gmap[k] || (fwd[k] && i->op != OP_const) || i->op == OP_arg)
+      continue;
+    for (int j = 0; j < i->nin; j++)
+      DTC_ASSERT((in[j] = gmap[i->in[j]->id]) != NULL);
+    gmap[k] = copy_inst(bg, i, in);
+  }
+  GradCtx e = {.f = bg};
+  Inst *d0 = dargs[0] ? gmap[dargs[0]->id] : zeros(&e, &r->in[0]->type, r);
+  new_output(bg, d0, "dcarry");
+  for (int k = 1; k < first_st; k++)
+    if (sum_in[k]) {
+      Inst *s = dargs[k] ? mk2(&e, OP_add, r, sum_in[k], gmap[dargs[k]->id]) : sum_in[k];
+      new_output(bg, s, arena_printf(m->arena, "d%d", k));
+    }
+  int *ys = calloc((size_t)nin + 1, sizeof *ys), nys = 0;
+  DTC_ASSERT(ys);
+  for (int k = first_st; k < nin; k++)
+    if (wants(g, r->in[k])) {
+      const Inst *a = ir_func_arg(b, k);
+      new_output(bg, dargs[k] ? gmap[dargs[k]->id] : zeros(&e, &a->type, r),
+                 arena_printf(m->arena, "d%d", k));
+      ys[k] = ncarry + nys++;
+    }
+
+  /* the backward loop */
+  Inst **in = calloc((size_t)(na + 1), sizeof *in);
+  DTC_ASSERT(in);
+  int ni = 0;
+  in[ni++] = g->adj[r->id];
+  for (int k = 1; k < first_st; k++)
+    if (sum_in[k])
+      in[ni++] = zeros(g, &r->in[k]->type, r);
+  for (int k = 1; k < nin; k++)
+    in[ni++] = r->in[k];
+  for (int k = 0; k < nsaved; k++)
+    in[ni++] = stack[k];
+  DTC_ASSERT(ni == na);
+  Inst *back = ir_new(g->f, OP_repeat, r->loc, ni, in);
+  ir_set_str(back, "body", bg->name);
+  ir_set_int(back, "n", n);
+  ir_set_int(back, "carry", ncarry);
+  ir_set_int(back, "stacked", nst + nsaved);
+  ir_set_int(back, "reverse", 1);
+  ir_finish(back);
+  if (wants(g, r->in[0]))
+    accum(g, r->in[0], back);
+  for (int k = 1, c = 1; k < nin; k++) {
+    if (k < first_st && !sum_in[k])
+      continue;
+    if (k >= first_st && !ys[k])
+      continue;
+    Inst *o = ir_new(g->f, OP_repeat_out, r->loc, 1, &back);
+    ir_set_int(o, "index", k < first_st ? c++ : ys[k]);
+    accum(g, r->in[k], ir_finish(o));
+  }
+  drop_func(m, gf);
+  free(h.adj);
+  free(dargs);
+  free(fwd);
+  free(saved);
+  free(gmap);
+  free(stack);
+  free(sum_in);
+  free(ys);
+  free(in);
+}
+
 /* ---- the pass ---- */
 
 static Inst *find_loss(Module *m, Func *src, Diag *d) {
@@ -432,7 +703,8 @@ static Inst *clone(Func *f, Func *src, Inst *loss) {
     Inst *i = src->inst.a[k];
     if (!need[k])
       continue;
-    Inst *in[16];
+    Inst *in[1024];
+    DTC_ASSERT(i->nin <= COUNTOF(in));
     for (int j = 0; j < i->nin; j++)
       in[j] = map[i->in[j]->id];
     Inst *c = ir_new(f, i->op, i->loc, i->nin, in);

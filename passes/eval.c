@@ -2,25 +2,74 @@
  * the identity there. NAME_forward evaluates; NAME_train_step trains.
  *
  * Requires: autodiff done (@train_step, which trains with dropout, is built
- * from @forward before this). Guarantees: @forward holds no dropout, each of
- * its users reads the dropout's operand instead; @train_step is untouched. */
+ * from @forward before this). Guarantees: @forward and the bodies its loops
+ * run hold no dropout, each of its users reads the dropout's operand
+ * instead; @train_step and the bodies it runs are untouched (a body both
+ * run is copied first). */
+#include <string.h>
+
 #include "passes.h"
 
-bool pass_eval(Module *m, Diag *d, PassRun *run) {
-  (void)d, (void)run;
-  Func *f = ir_find_func(m, "forward");
-  if (!f)
-    return true;
+/* Whether a function other than f runs body b. */
+static bool shared(const Module *m, const Func *f, const Func *b) {
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *g = m->func.a[k];
+    for (int i = 0; g != f && i < g->inst.n; i++)
+      if (g->inst.a[i]->op == OP_repeat && ir_repeat_body(g->inst.a[i]) == b)
+        return true;
+  }
+  return false;
+}
+
+static Func *copy_body(Module *m, const Func *b) {
+  char *name = arena_printf(m->arena, "%s.eval", b->name);
+  for (int k = 2; ir_find_func(m, name); k++)
+    name = arena_printf(m->arena, "%s.eval%d", b->name, k);
+  Func *c = ir_add_func(m, name, b->loc);
+  c->body = true;
+  Inst **map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(b->inst.n + 1));
+  for (int k = 0; k < b->inst.n; k++) {
+    Inst *i = b->inst.a[k];
+    Inst **in = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(i->nin + 1));
+    for (int j = 0; j < i->nin; j++)
+      in[j] = map[i->in[j]->id];
+    Inst *x = ir_new(c, i->op, i->loc, i->nin, in);
+    x->name = i->name;
+    x->shard = i->shard;
+    ir_copy_attrs(x, i);
+    x->type = i->type;
+    map[k] = ir_finish(x);
+  }
+  return c;
+}
+
+static void evaluate(Module *m, Func *f) {
+  ir_renumber(f);
   int n = 0;
   for (int k = 0; k < f->inst.n; k++) {
     Inst *i = f->inst.a[k];
     for (int j = 0; j < i->nin; j++)
       while (i->in[j]->op == OP_dropout)
         i->in[j] = i->in[j]->in[0];
+    if (i->op == OP_repeat) {
+      Func *b = ir_repeat_body(i);
+      if (shared(m, f, b)) {
+        b = copy_body(m, b);
+        ir_set_str(i, "body", b->name);
+      }
+      evaluate(m, b);
+    }
     if (i->op != OP_dropout)
       f->inst.a[n++] = i;
   }
   f->inst.n = n;
   ir_renumber(f);
+}
+
+bool pass_eval(Module *m, Diag *d, PassRun *run) {
+  (void)d, (void)run;
+  Func *f = ir_find_func(m, "forward");
+  if (f)
+    evaluate(m, f);
   return true;
 }
