@@ -118,7 +118,7 @@ static void new_segment(Planner *p, Cost *c) {
 
 /* Costs the collectives that take x to sharding `to`, once per value and
  * target, as the spmd pass makes them. */
-static void reshard(Planner *p, Cost *c, const Inst *x, const Sharding *to) {
+static void reshard(Planner *p, Cost *c, const Inst *x, const Sharding *to, double times) {
   Module *m = p->m;
   if (shard_same(m, &x->type, x->shard, to))
     return;
@@ -147,20 +147,20 @@ static void reshard(Planner *p, Cost *c, const Inst *x, const Sharding *to) {
       for (int j = 0; j < p->k; j++)
         b[j] = (double)len[j] * unit;
     }
-    c->comm += comm_best(m, st[s].op, bytes, b, p->members, p->k, NULL);
+    c->comm += times * comm_best(m, st[s].op, bytes, b, p->members, p->k, NULL);
     c->ncoll++;
     new_segment(p, c);
   }
 }
 
 static void add_compute(Planner *p, Cost *c, const Inst *i, const bool *in_split, bool out_split,
-                        bool split) {
+                        bool split, double times) {
   size_t at = (size_t)(c->nseg - 1) * (size_t)p->nclass;
   for (int q = 0; q < p->nclass; q++) {
     double whole, share;
     sim_compute_parts(p->m, i, in_split, out_split, split, p->rep[q], &whole, &share);
-    p->a.a[at + q] += whole;
-    p->b.a[at + q] += share;
+    p->a.a[at + q] += times * whole;
+    p->b.a[at + q] += times * share;
   }
 }
 
@@ -223,43 +223,81 @@ static void memory_points(Planner *p, Cost *c) {
   c->scaled = p->scaled.a;
 }
 
-/* The cost model of the propagated step. */
-static void cost_build(Planner *p, Cost *c) {
+/* What a loop's operand k must be: its body arg's sharding, behind a whole
+ * leading dimension for a stacked one. */
+static Sharding loop_operand(const Inst *r, int k) {
+  const Inst *a = ir_func_arg(ir_repeat_body(r), k);
+  Sharding s;
+  memset(&s, 0, sizeof s);
+  for (int d = 0; d < IR_MAX_RANK; d++)
+    s.axis[d] = -1;
+  if (!a->shard)
+    return s;
+  if (ir_repeat_operand_kind(r, k) != 2)
+    return *a->shard;
+  s = *a->shard;
+  memmove(s.axis + 1, s.axis, sizeof s.axis[0] * (IR_MAX_RANK - 1));
+  memmove(s.ratio + 1, s.ratio, sizeof s.ratio[0] * (IR_MAX_RANK - 1));
+  s.axis[0] = -1;
+  s.ratio[0] = NULL;
+  return s;
+}
+
+/* Costs function f, times `times`: a loop costs its body once, times its
+ * trip count, so planning does not grow with depth. A body's collectives
+ * end segments as the caller's do; max over devices of a segment repeated n
+ * times is n times its max, so one copy of each segment stands for all. */
+static void cost_walk(Planner *p, Cost *c, const Func *f, double times) {
   Module *m = p->m;
-  memset(c, 0, sizeof *c);
-  p->a.n = p->b.n = p->memo.n = p->memo_x.n = 0;
-  new_segment(p, c);
   Sharding whole;
   memset(&whole, 0, sizeof whole);
   for (int d = 0; d < IR_MAX_RANK; d++)
     whole.axis[d] = -1;
-  for (int k = 0; k < p->step->inst.n; k++) {
-    const Inst *i = p->step->inst.a[k];
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
     if (i->op == OP_store) {
-      reshard(p, c, i->in[0], ir_global_of(i)->shard);
+      reshard(p, c, i->in[0], ir_global_of(i)->shard, times);
       continue;
     }
     if (i->op == OP_output) {
-      reshard(p, c, i->in[0], &whole);
+      if (!f->body)
+        reshard(p, c, i->in[0], &whole, times);
+      continue;
+    }
+    if (i->op == OP_repeat) {
+      for (int j = 0; j < i->nin; j++) {
+        Sharding req = loop_operand(i, j);
+        reshard(p, c, i->in[j], &req, times);
+      }
+      cost_walk(p, c, ir_repeat_body(i), times * (double)ir_get_int(i, "n", 1));
       continue;
     }
     if (!i->shard)
       continue;
     const Sharding *cur[16];
     Sharding req[16];
+    DTC_ASSERT(i->nin <= 16);
     for (int j = 0; j < i->nin; j++)
       cur[j] = i->in[j]->shard;
     if (!shard_form(m, i, i->shard, cur, req))
       continue;
     bool split = shares(m, i->shard, &i->type), in_split[16];
     for (int j = 0; j < i->nin; j++) {
-      reshard(p, c, i->in[j], &req[j]);
+      reshard(p, c, i->in[j], &req[j], times);
       split |= shares(m, &req[j], &i->in[j]->type);
       in_split[j] = split_on(&req[j], i->in[j]->type.rank);
     }
-    add_compute(p, c, i, in_split, split_on(i->shard, i->type.rank), split);
+    add_compute(p, c, i, in_split, split_on(i->shard, i->type.rank), split, times);
     note_len(c, i->shard, &i->type);
   }
+}
+
+/* The cost model of the propagated step. */
+static void cost_build(Planner *p, Cost *c) {
+  memset(c, 0, sizeof *c);
+  p->a.n = p->b.n = p->memo.n = p->memo_x.n = 0;
+  new_segment(p, c);
+  cost_walk(p, c, p->step, 1);
   memory_points(p, c);
   c->a = p->a.a;
   c->b = p->b.a;
