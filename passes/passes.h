@@ -143,7 +143,7 @@ extern const ShardRule shard_rules[OP_COUNT];
 /* Chooses the sharding of every value of @train_step and @forward and of
  * every global (Inst.shard, Global.shard) when the module has a mesh. */
 bool pass_sharding(Module *m, Diag *d, PassRun *run);
-#define SHARD_MAX_AXIS 64   /* devices along one mesh axis */
+#define SHARD_MAX_AXIS 1024   /* devices along one mesh axis */
 /* The form of inst that yields result sharding r: what each operand must be
  * (req[k]), given what they are (cur[k]; NULL: not decided). False when no
  * form of the op yields r. */
