@@ -149,7 +149,8 @@ void cg_repeat(CgFn *fn, const Inst *r) {
   for (int k = carry; k < nout; k++)
     LLVMBuildStore(b, stride[k] ? row(c, dst[k], i, stride[k]) : dst[k], slot(c, outs, k));
   LLVMValueRef salt = LLVMBuildShl(b, LLVMBuildNUWAdd(b, i, one, ""), cg_i64(c, 40), "");
-  LLVMValueRef arg[] = {fn->ctx, fn->state, work, ins, outs, LLVMBuildXor(b, fn->step, salt, "step")};
+  LLVMValueRef step = LLVMBuildXor(b, fn->step, salt, "step");
+  LLVMValueRef arg[] = {fn->ctx, fn->state, work, ins, outs, step};
   cg_check(fn, LLVMBuildCall2(b, c->step_fn, callee, arg, COUNTOF(arg), ""));
   LLVMValueRef next = LLVMBuildNUWAdd(b, t, one, "");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);

@@ -4,11 +4,16 @@
  * (unrolled into plain insts, its stacked params cut by slice), compiled and
  * run alike: their outputs must be equal bit for bit. A dropout in a body
  * is checked against dtrt_k_dropout called here with each iteration's step
- * s ^ ((i + 1) << 40). The LLVM module of a loop must not grow with n. */
+ * s ^ ((i + 1) << 40). The LLVM module of a loop must not grow with n.
+ * Per-device loops with collectives in their bodies run on a mesh of one
+ * device against the global program, and under mpiexec on two ranks, also
+ * with a kernel failing on one rank inside a body or before a loop, which
+ * must not leave the other rank waiting in a collective. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "test_codegen.h"
 
@@ -40,19 +45,24 @@ static void parse_ir(CT *t, const char *name, const char *ir) {
   }
 }
 
-/* Compiles IR text at -O2, runs it in the harness (its forward, then
- * `steps` training steps) on input_data and returns what the harness wrote
- * (free with free), its length in *len. */
-static char *run_ir(const char *name, const char *ir, int steps, size_t *len) {
+/* A program compiled and linked with the harness, its input file written. */
+typedef struct Prog {
   CT t;
-  parse_ir(&t, name, ir);
-  Module *m = t.m;
-  const char *obj = ct_emit(&t, "obj", NULL, NULL, 2);
+  const char *exe, *in, *out;
+} Prog;
+
+/* Compiles IR text at -O2, links it with the harness and writes the input
+ * file for its forward, then `steps` training steps, on input_data. */
+static void build(Prog *p, const char *name, const char *ir, int steps) {
+  CT *t = &p->t;
+  parse_ir(t, name, ir);
+  Module *m = t->m;
+  const char *obj = ct_emit(t, "obj", NULL, NULL, 2);
   if (!obj)
-    fail_msg("cg_emit: %s", ct_log(&t));
-  const char *exe = arena_printf(t.a, "%s/run", t.dir);
+    fail_msg("cg_emit: %s", ct_log(t));
+  p->exe = arena_printf(t->a, "%s/run", t->dir);
   if (ct_sh("%s -O1 %s -DCREATE=%s_create -I%s %s %s -o %s %s", DTC_TEST_CC, DTC_TEST_CFLAGS,
-            m->name, DTC_TEST_RUNTIME, DTC_TEST_HARNESS, obj, exe, DTC_TEST_LIBS))
+            m->name, DTC_TEST_RUNTIME, DTC_TEST_HARNESS, obj, p->exe, DTC_TEST_LIBS))
     fail_msg("cannot link the harness");
 
   int ndev = cg_devices(m);
@@ -62,9 +72,9 @@ static char *run_ir(const char *name, const char *ir, int steps, size_t *len) {
   int ng = m->global.n;
   int *in = calloc((size_t)ng + 1, sizeof *in);
   const Inst **outs = calloc((size_t)fwd->inst.n + 1, sizeof *outs);
-  const char *inpath = arena_printf(t.a, "%s/in.bin", t.dir);
-  const char *outpath = arena_printf(t.a, "%s/out.bin", t.dir);
-  FILE *f = fopen(inpath, "wb");
+  p->in = arena_printf(t->a, "%s/in.bin", t->dir);
+  p->out = arena_printf(t->a, "%s/out.bin", t->dir);
+  FILE *f = fopen(p->in, "wb");
   assert_non_null(f);
   w32(f, steps);
   for (int pass = 0; pass < 2; pass++) {
@@ -103,13 +113,27 @@ static char *run_ir(const char *name, const char *ir, int steps, size_t *len) {
     w64(f, type_elems(&g->type));
   }
   assert_int_equal(fclose(f), 0);
-  if (ct_sh("%s %s %s", exe, inpath, outpath))
-    fail_msg("%s: the harness failed", name);
-  char *res = ct_read(outpath, len);
-  assert_non_null(res);
   free(in);
   free(outs);
-  ct_free(&t);
+}
+
+/* What the harness wrote to path (free with free), its length in *len. */
+static char *result(const char *path, size_t *len) {
+  char *res = ct_read(path, len);
+  if (!res)
+    fail_msg("the harness wrote no %s", path);
+  return res;
+}
+
+/* Compiles and runs IR text in the harness (see build); returns what the
+ * harness wrote. */
+static char *run_ir(const char *name, const char *ir, int steps, size_t *len) {
+  Prog p;
+  build(&p, name, ir, steps);
+  if (ct_sh("%s %s %s", p.exe, p.in, p.out))
+    fail_msg("%s: the harness failed", name);
+  char *res = result(p.out, len);
+  ct_free(&p.t);
   return res;
 }
 
@@ -122,8 +146,8 @@ static void same_bits(const char *what, const char *a, size_t na, const char *b,
       float x, y;
       memcpy(&x, a + k, 4);
       memcpy(&y, b + k, 4);
-      fail_msg("%s: float %zu of the harness's output is %.9g looped, %.9g unrolled", what,
-               k / 4, x, y);
+      fail_msg("%s: float %zu of the harness's output is %.9g looped, %.9g unrolled", what, k / 4,
+               x, y);
     }
 }
 
@@ -153,8 +177,10 @@ static char *residual(int n, bool looped) {
   char *s;
   size_t len;
   FILE *f = open_memstream(&s, &len);
-  fprintf(f, "module res\n\ninput x : f32[4,8]\n"
-             "param w : f32[%d,8,8] {init = \"normal\", init_arg = 0.5}\n\n", n);
+  fprintf(f,
+          "module res\n\ninput x : f32[4,8]\n"
+          "param w : f32[%d,8,8] {init = \"normal\", init_arg = 0.5}\n\n",
+          n);
   if (looped)
     fputs("func @layer body {\n"
           "  %x = arg {index = 0} : f32[4,8]\n"
@@ -163,13 +189,18 @@ static char *residual(int n, bool looped) {
           "  %r = relu %h : f32[4,8]\n"
           "  %y = add %x, %r : f32[4,8]\n"
           "  output %y {name = \"x\"}\n"
-          "}\n\n", f);
-  fprintf(f, "func @forward {\n"
-             "  %%x0 = load {global = \"x\"} : f32[4,8]\n"
-             "  %%w = load {global = \"w\"} : f32[%d,8,8]\n", n);
+          "}\n\n",
+          f);
+  fprintf(f,
+          "func @forward {\n"
+          "  %%x0 = load {global = \"x\"} : f32[4,8]\n"
+          "  %%w = load {global = \"w\"} : f32[%d,8,8]\n",
+          n);
   if (looped) {
-    fprintf(f, "  %%x%d = repeat %%x0, %%w {body = \"layer\", n = %d, carry = 1, stacked = 1} "
-               ": f32[4,8]\n", n, n);
+    fprintf(f,
+            "  %%x%d = repeat %%x0, %%w {body = \"layer\", n = %d, carry = 1, stacked = 1} "
+            ": f32[4,8]\n",
+            n, n);
   } else {
     for (int i = 0; i < n; i++) {
       char w[16];
@@ -202,8 +233,10 @@ static char *recurrent(int n, bool looped) {
   char *s;
   size_t len;
   FILE *f = open_memstream(&s, &len);
-  fprintf(f, "module rnn\n\ninput h0 : f32[4,8]\ninput xs : f32[%d,4,8]\n"
-             "param w : f32[8,8] {init = \"glorot\"}\n\n", n);
+  fprintf(f,
+          "module rnn\n\ninput h0 : f32[4,8]\ninput xs : f32[%d,4,8]\n"
+          "param w : f32[8,8] {init = \"glorot\"}\n\n",
+          n);
   if (looped)
     fputs("func @cell body {\n"
           "  %h = arg {index = 0} : f32[4,8]\n"
@@ -216,15 +249,20 @@ static char *recurrent(int n, bool looped) {
           "  %y = mul %h2, %two : f32[4,8]\n"
           "  output %h2 {name = \"h\"}\n"
           "  output %y {name = \"y\"}\n"
-          "}\n\n", f);
-  fprintf(f, "func @forward {\n"
-             "  %%hin = load {global = \"h0\"} : f32[4,8]\n"
-             "  %%w = load {global = \"w\"} : f32[8,8]\n"
-             "  %%xs = load {global = \"xs\"} : f32[%d,4,8]\n", n);
+          "}\n\n",
+          f);
+  fprintf(f,
+          "func @forward {\n"
+          "  %%hin = load {global = \"h0\"} : f32[4,8]\n"
+          "  %%w = load {global = \"w\"} : f32[8,8]\n"
+          "  %%xs = load {global = \"xs\"} : f32[%d,4,8]\n",
+          n);
   if (looped) {
-    fprintf(f, "  %%h = repeat %%hin, %%w, %%xs {body = \"cell\", n = %d, carry = 1, stacked = 1, "
-               "reverse = 1} : f32[4,8]\n"
-               "  %%ys = repeat_out %%h {index = 1} : f32[%d,4,8]\n", n, n);
+    fprintf(f,
+            "  %%h = repeat %%hin, %%w, %%xs {body = \"cell\", n = %d, carry = 1, stacked = 1, "
+            "reverse = 1} : f32[4,8]\n"
+            "  %%ys = repeat_out %%h {index = 1} : f32[%d,4,8]\n",
+            n, n);
   } else {
     const char *prev = "hin";
     char h[16][16];
@@ -267,7 +305,8 @@ static char *pair(int n, bool looped) {
   size_t len;
   FILE *f = open_memstream(&s, &len);
   fputs("module pair\n\ninput a0 : f32[4,8]\ninput b0 : f32[4,8]\n"
-        "param w : f32[8,8] {init = \"glorot\"}\n\n", f);
+        "param w : f32[8,8] {init = \"glorot\"}\n\n",
+        f);
   if (looped)
     fputs("func @pair body {\n"
           "  %a = arg {index = 0} : f32[4,8]\n"
@@ -281,16 +320,20 @@ static char *pair(int n, bool looped) {
           "  output %a2 {name = \"a\"}\n"
           "  output %b2 {name = \"b\"}\n"
           "  output %s {name = \"s\"}\n"
-          "}\n\n", f);
+          "}\n\n",
+          f);
   fputs("func @forward {\n"
         "  %a0 = load {global = \"a0\"} : f32[4,8]\n"
         "  %b0 = load {global = \"b0\"} : f32[4,8]\n"
-        "  %w = load {global = \"w\"} : f32[8,8]\n", f);
+        "  %w = load {global = \"w\"} : f32[8,8]\n",
+        f);
   if (looped) {
-    fprintf(f, "  %%a = repeat %%a0, %%b0, %%w {body = \"pair\", n = %d, carry = 2, stacked = 0} "
-               ": f32[4,8]\n"
-               "  %%b = repeat_out %%a {index = 1} : f32[4,8]\n"
-               "  %%b.again = repeat_out %%a {index = 1} : f32[4,8]\n", n);
+    fprintf(f,
+            "  %%a = repeat %%a0, %%b0, %%w {body = \"pair\", n = %d, carry = 2, stacked = 0} "
+            ": f32[4,8]\n"
+            "  %%b = repeat_out %%a {index = 1} : f32[4,8]\n"
+            "  %%b.again = repeat_out %%a {index = 1} : f32[4,8]\n",
+            n);
   } else {
     for (int i = 0; i < n; i++) {
       fprintf(f, "  %%m%d = matmul %%b%d, %%w : f32[4,8]\n", i, i);
@@ -298,12 +341,15 @@ static char *pair(int n, bool looped) {
       fprintf(f, "  %%a%d = add %%a%d, %%r%d : f32[4,8]\n", i + 1, i, i);
       fprintf(f, "  %%b%d = tanh %%a%d : f32[4,8]\n", i + 1, i + 1);
     }
-    fprintf(f, "  %%a = reshape %%a%d {shape = [4,8]} : f32[4,8]\n"
-               "  %%b = reshape %%b%d {shape = [4,8]} : f32[4,8]\n"
-               "  %%b.again = reshape %%b%d {shape = [4,8]} : f32[4,8]\n", n, n, n);
+    fprintf(f,
+            "  %%a = reshape %%a%d {shape = [4,8]} : f32[4,8]\n"
+            "  %%b = reshape %%b%d {shape = [4,8]} : f32[4,8]\n"
+            "  %%b.again = reshape %%b%d {shape = [4,8]} : f32[4,8]\n",
+            n, n, n);
   }
   fputs("  output %a {name = \"a\"}\n  output %b {name = \"b\"}\n"
-        "  output %b.again {name = \"b2\"}\n}\n", f);
+        "  output %b.again {name = \"b2\"}\n}\n",
+        f);
   fclose(f);
   return s;
 }
@@ -321,8 +367,10 @@ static char *nested(int n, bool looped) {
   char *s;
   size_t len;
   FILE *f = open_memstream(&s, &len);
-  fprintf(f, "module nest\n\ninput x : f32[4,8]\n"
-             "param w : f32[%d,3,8,8] {init = \"normal\", init_arg = 0.4}\n\n", n);
+  fprintf(f,
+          "module nest\n\ninput x : f32[4,8]\n"
+          "param w : f32[%d,3,8,8] {init = \"normal\", init_arg = 0.4}\n\n",
+          n);
   if (looped)
     fputs("func @inner body {\n"
           "  %x = arg {index = 0} : f32[4,8]\n"
@@ -343,14 +391,19 @@ static char *nested(int n, bool looped) {
           "  %y = tanh %r : f32[4,8]\n"
           "  output %y {name = \"x\"}\n"
           "  output %z {name = \"z\"}\n"
-          "}\n\n", f);
-  fprintf(f, "func @forward {\n"
-             "  %%x = load {global = \"x\"} : f32[4,8]\n"
-             "  %%w = load {global = \"w\"} : f32[%d,3,8,8]\n", n);
+          "}\n\n",
+          f);
+  fprintf(f,
+          "func @forward {\n"
+          "  %%x = load {global = \"x\"} : f32[4,8]\n"
+          "  %%w = load {global = \"w\"} : f32[%d,3,8,8]\n",
+          n);
   if (looped) {
-    fprintf(f, "  %%y = repeat %%x, %%w {body = \"outer\", n = %d, carry = 1, stacked = 1} "
-               ": f32[4,8]\n"
-               "  %%z = repeat_out %%y {index = 1} : f32[%d,3,4,8]\n", n, n);
+    fprintf(f,
+            "  %%y = repeat %%x, %%w {body = \"outer\", n = %d, carry = 1, stacked = 1} "
+            ": f32[4,8]\n"
+            "  %%z = repeat_out %%y {index = 1} : f32[%d,3,4,8]\n",
+            n, n);
   } else {
     fputs("  %x0.0 = reshape %x {shape = [4,8]} : f32[4,8]\n", f);
     for (int i = 0; i < n; i++) {
@@ -365,8 +418,7 @@ static char *nested(int n, bool looped) {
         fprintf(f, "  %%x%d.%d = add %%x%d.%d, %%r%d.%d : f32[4,8]\n", i, j + 1, i, j, i, j);
         fprintf(f, "  %%half%d.%d = const {value = 0.5} : f32[]\n", i, j);
         fprintf(f, "  %%z%d.%d = mul %%x%d.%d, %%half%d.%d : f32[4,8]\n", i, j, i, j + 1, i, j);
-        fprintf(f, "  %%z%d.%d.r = reshape %%z%d.%d {shape = [1,4,8]} : f32[1,4,8]\n", i, j, i,
-                j);
+        fprintf(f, "  %%z%d.%d.r = reshape %%z%d.%d {shape = [1,4,8]} : f32[1,4,8]\n", i, j, i, j);
       }
       fprintf(f, "  %%x%d.0 = tanh %%x%d.3 : f32[4,8]\n", i + 1, i);
     }
@@ -374,9 +426,11 @@ static char *nested(int n, bool looped) {
     for (int i = 0; i < n; i++)
       for (int j = 0; j < 3; j++)
         fprintf(f, "%s%%z%d.%d.r", i || j ? ", " : "", i, j);
-    fprintf(f, " {axis = 0} : f32[%d,4,8]\n"
-               "  %%z = reshape %%zs {shape = [%d,3,4,8]} : f32[%d,3,4,8]\n"
-               "  %%y = reshape %%x%d.0 {shape = [4,8]} : f32[4,8]\n", 3 * n, n, n, n);
+    fprintf(f,
+            " {axis = 0} : f32[%d,4,8]\n"
+            "  %%z = reshape %%zs {shape = [%d,3,4,8]} : f32[%d,3,4,8]\n"
+            "  %%y = reshape %%x%d.0 {shape = [4,8]} : f32[4,8]\n",
+            3 * n, n, n, n);
   }
   fputs("  output %y {name = \"y\"}\n  output %z {name = \"z\"}\n}\n", f);
   fclose(f);
@@ -461,8 +515,8 @@ static void dropout_steps(void **state) {
       fail_msg("step %lld: c is not x + the three dropouts of dtrt_k_dropout", (long long)s);
     for (int i = 0; i < 3; i++)
       if (memcmp(gys + i * DN, d[s][i], sizeof d[s][i]))
-        fail_msg("step %lld: ys[%d] is not dtrt_k_dropout at step s ^ (%d << 40)", (long long)s,
-                 i, i + 1);
+        fail_msg("step %lld: ys[%d] is not dtrt_k_dropout at step s ^ (%d << 40)", (long long)s, i,
+                 i + 1);
     got += 1 + 4 * DN;
   }
   assert_false(same_mask(d[0][0], d[0][1]));
@@ -513,8 +567,8 @@ static void size_of_n(void **state) {
       line += la[at] == '\n';
     if (la[at] || lb[at])
       fail_msg("-O%d: the LLVM IR for n = %d and for n = %d differ beyond the digits, from line "
-               "%zu:\n%.300s\n----\n%.300s", n[k][2], n[k][0], n[k][1], line,
-               la + at, lb + at);
+               "%zu:\n%.300s\n----\n%.300s",
+               n[k][2], n[k][0], n[k][1], line, la + at, lb + at);
     free(la);
     free(lb);
     free(a);
@@ -522,12 +576,222 @@ static void size_of_n(void **state) {
   }
 }
 
+/* A body is one internal function, never an entry: NAME.h says nothing of
+ * it, and the work arena is the entry's, which holds the body's. */
+static void body_not_entry(void **state) {
+  (void)state;
+  char *ir = residual(5, true);
+  CT t;
+  parse_ir(&t, "res", ir);
+  const char *ll = ct_emit(&t, "llvm", NULL, NULL, 0);
+  assert_non_null(ll);
+  char *text = ct_read(ll, NULL), *h = ct_read(arena_printf(t.a, "%s/res.h", t.dir), NULL);
+  assert_non_null(text);
+  assert_non_null(h);
+  const char *def = "define internal i32 @res.layer(";
+  const char *at = strstr(text, def);
+  assert_non_null(at);
+  assert_null(strstr(at + 1, def));
+  assert_null(strstr(h, "layer"));
+  Func *fwd = ir_find_func(t.m, "forward"), *body = ir_find_func(t.m, "layer");
+  assert_true(body->work_bytes > 0 && fwd->work_bytes > body->work_bytes);
+  char want[64];
+  snprintf(want, sizeof want, "#define RES_WORK_BYTES %lld\n", (long long)fwd->work_bytes);
+  assert_non_null(strstr(h, want));
+  free(text);
+  free(h);
+  ct_free(&t);
+  free(ir);
+}
+
+/* ---- per-device loops (after spmd): collectives in a body ---- */
+
+/* y = tanh(x + relu(x @ w[i]) * tanh(s)) for i < 3, s the column sums of
+ * relu(x @ w[i]) over the whole batch of 4 rows: on ndev devices (1 or 2,
+ * its rows split over them) with an all_reduce in the body, or the global
+ * program (ndev 0). fail 1: the body first adds embedding(e, ids), whose
+ * ids (0, 1, 2, 0) have one out of range [0, 2) on the last device; fail
+ * 2: the caller does, before the loop. */
+static char *dp_residual(int ndev, int fail) {
+  char *s;
+  size_t len;
+  FILE *f = open_memstream(&s, &len);
+  int b = ndev ? 4 / ndev : 4;
+  const char *sh[] = {"",
+                      " shard m[dp, *]",
+                      " shard m[*, *, *]",
+                      " shard m[*, *]",
+                      " shard m[*]",
+                      " shard m[*] partial",
+                      " shard m[dp]"};
+  if (!ndev)
+    for (int k = 0; k < COUNTOF(sh); k++)
+      sh[k] = "";
+  fputs("module dpres\n\n", f);
+  if (ndev == 2)
+    fputs("cluster two {\n  node a\n"
+          "  device a0 on a {kind = \"cpu\", gflops = 10.0, mem = 1073741824}\n"
+          "  device a1 on a {kind = \"cpu\", gflops = 10.0, mem = 1073741824}\n"
+          "  link intra {bw = 10000000000.0, lat = 1e-06}\n}\n\n",
+          f);
+  if (ndev)
+    fprintf(f, "mesh m[dp = %d] on [%s]\nplan explicit\n\n", ndev, ndev == 2 ? "a0, a1" : "0");
+  fprintf(f, "input x : f32[4,8]%s\n", sh[1]);
+  if (fail)
+    fprintf(f, "input ids : i32[4]%s\nparam e : f32[2,8] {init = \"normal\"}%s\n", sh[6], sh[3]);
+  fprintf(f, "param w : f32[3,8,8] {init = \"normal\", init_arg = 0.5}%s\n", sh[2]);
+  for (int d = 0; d < (ndev ? ndev : 1); d++) {
+    char at[32] = "";
+    if (ndev)
+      snprintf(at, sizeof at, ".%d device %d", d, d);
+    fprintf(f, "\nfunc @layer%s body {\n  %%x = arg {index = 0} : f32[%d,8]%s\n", at, b, sh[1]);
+    if (fail == 1)
+      fprintf(f,
+              "  %%e = arg {index = 1} : f32[2,8]%s\n"
+              "  %%ids = arg {index = 2} : i32[%d]%s\n"
+              "  %%emb = embedding %%e, %%ids : f32[%d,8]%s\n"
+              "  %%x2 = add %%x, %%emb : f32[%d,8]%s\n",
+              sh[3], b, sh[6], b, sh[1], b, sh[1]);
+    else
+      fprintf(f, "  %%x2 = reshape %%x {shape = [%d,8]} : f32[%d,8]%s\n", b, b, sh[1]);
+    fprintf(f,
+            "  %%w = arg {index = %d} : f32[8,8]%s\n"
+            "  %%h = matmul %%x2, %%w : f32[%d,8]%s\n"
+            "  %%r = relu %%h : f32[%d,8]%s\n"
+            "  %%p = sum %%r {axes = [0]} : f32[8]%s\n",
+            fail == 1 ? 3 : 1, sh[3], b, sh[1], b, sh[1], sh[5]);
+    if (ndev)
+      fprintf(f, "  %%s = all_reduce %%p {axis = 0, method = 0} : f32[8]%s\n", sh[4]);
+    else
+      fputs("  %s = reshape %p {shape = [8]} : f32[8]\n", f);
+    fprintf(f,
+            "  %%t = tanh %%s : f32[8]%s\n"
+            "  %%q = mul %%r, %%t : f32[%d,8]%s\n"
+            "  %%u = add %%x2, %%q : f32[%d,8]%s\n"
+            "  %%y = tanh %%u : f32[%d,8]%s\n"
+            "  output %%y {name = \"x\"}\n}\n",
+            sh[4], b, sh[1], b, sh[1], b, sh[1]);
+    fprintf(f,
+            "\nfunc @forward%s {\n"
+            "  %%x = load {global = \"x\"} : f32[%d,8]%s\n"
+            "  %%w = load {global = \"w\"} : f32[3,8,8]%s\n",
+            at, b, sh[1], sh[2]);
+    if (fail)
+      fprintf(f,
+              "  %%e = load {global = \"e\"} : f32[2,8]%s\n"
+              "  %%ids = load {global = \"ids\"} : i32[%d]%s\n",
+              sh[3], b, sh[6]);
+    if (fail == 2)
+      fprintf(f,
+              "  %%emb = embedding %%e, %%ids : f32[%d,8]%s\n"
+              "  %%x1 = add %%x, %%emb : f32[%d,8]%s\n",
+              b, sh[1], b, sh[1]);
+    else
+      fprintf(f, "  %%x1 = reshape %%x {shape = [%d,8]} : f32[%d,8]%s\n", b, b, sh[1]);
+    fprintf(f,
+            "  %%y = repeat %%x1, %s%%w {body = \"layer\", n = 3, carry = 1, stacked = 1} "
+            ": f32[%d,8]%s\n",
+            fail == 1 ? "%e, %ids, " : "", b, sh[1]);
+    if (ndev)
+      fprintf(f,
+              "  %%g = all_gather %%y {axis = 0, dim = 0, sizes = [%s], method = 0} "
+              ": f32[4,8]%s\n  output %%g {name = \"y\"}\n}\n",
+              ndev == 2 ? "2, 2" : "4", sh[3]);
+    else
+      fputs("  output %y {name = \"y\"}\n}\n", f);
+  }
+  fclose(f);
+  return s;
+}
+
+/* A mesh of one device: its functions, bodies and collectives, run alone,
+ * give the global program's bits. */
+static void device_loop(void **state) {
+  (void)state;
+  char *dt = dp_residual(1, 0), *gt = dp_residual(0, 0);
+  size_t dn, gn;
+  char *d = run_ir("dpres1", dt, 0, &dn), *g = run_ir("dpres", gt, 0, &gn);
+  same_bits("dpres on one device", d, dn, g, gn);
+  free(d);
+  free(g);
+  free(dt);
+  free(gt);
+}
+
+/* mpiexec -n 2 of p's harness, rank R writing OUT.R and its stderr to
+ * OUT.R.err, in `timeout 60`; returns the exit status of timeout. */
+static int mpirun2(const Prog *p) {
+  return ct_sh("timeout 60 %s -n 2 %s sh -c 'r=${OMPI_COMM_WORLD_RANK:-$PMI_RANK}; "
+               "exec %s %s %s.$r 2> %s.$r.err' > %s.log 2>&1",
+               DTC_TEST_MPIEXEC, DTC_TEST_MPIEXEC_FLAGS, p->exe, p->in, p->out, p->out, p->out);
+}
+
+/* On two ranks (under mpiexec, when there is one) against the global
+ * program, within the tolerance of sums in another order. */
+static void device_loop_np2(void **state) {
+  (void)state;
+  if (!DTC_TEST_MPIEXEC[0])
+    skip();
+  char *dt = dp_residual(2, 0), *gt = dp_residual(0, 0);
+  size_t gn;
+  char *g = run_ir("dpres", gt, 0, &gn);
+  Prog p;
+  build(&p, "dpres2", dt, 0);
+  int st = mpirun2(&p);
+  if (st) {
+    char *log = ct_read(arena_printf(p.t.a, "%s.log", p.out), NULL);
+    fail_msg("mpiexec: status %d\n%s", st, log ? log : "");
+  }
+  for (int r = 0; r < 2; r++) {
+    size_t n;
+    char *d = result(arena_printf(p.t.a, "%s.%d", p.out, r), &n);
+    assert_int_equal(n, gn);
+    ct_close_to((const float *)d, (const float *)g, (int64_t)(n / 4),
+                r ? "dpres rank 1" : "dpres rank 0");
+    free(d);
+  }
+  ct_free(&p.t);
+  free(g);
+  free(dt);
+  free(gt);
+}
+
+/* A kernel failing on rank 1 inside the body, or in the caller before the
+ * loop: rank 1 still makes the body's collectives in every iteration and
+ * the caller's after the loop, so no rank waits for ever, and both return
+ * rank 1's error. */
+static void device_loop_fails(void **state) {
+  (void)state;
+  if (!DTC_TEST_MPIEXEC[0])
+    skip();
+  for (int fail = 1; fail <= 2; fail++) {
+    char *dt = dp_residual(2, fail);
+    Prog p;
+    build(&p, fail == 1 ? "dpbody" : "dpcaller", dt, 0);
+    int st = mpirun2(&p);
+    char *log = ct_read(arena_printf(p.t.a, "%s.log", p.out), NULL);
+    if (!st || WEXITSTATUS(st) == 124)
+      fail_msg("fail %d: mpiexec %s\n%s", fail, st ? "timed out" : "succeeded", log ? log : "");
+    for (int r = 0; r < 2; r++) {
+      char *err = ct_read(arena_printf(p.t.a, "%s.%d.err", p.out, r), NULL);
+      if (!err || !strstr(err, "rank 1 failed: embedding: id 2 at index 0 is outside [0, 2)"))
+        fail_msg("fail %d: rank %d said: %s\n%s", fail, r, err ? err : "(nothing)", log ? log : "");
+      free(err);
+    }
+    free(log);
+    ct_free(&p.t);
+    free(dt);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(carry_only),      cmocka_unit_test(one_iteration),
-      cmocka_unit_test(reverse_stacked), cmocka_unit_test(two_carries),
-      cmocka_unit_test(loop_in_loop),    cmocka_unit_test(dropout_steps),
-      cmocka_unit_test(size_of_n),
+      cmocka_unit_test(carry_only),        cmocka_unit_test(one_iteration),
+      cmocka_unit_test(reverse_stacked),   cmocka_unit_test(two_carries),
+      cmocka_unit_test(loop_in_loop),      cmocka_unit_test(dropout_steps),
+      cmocka_unit_test(size_of_n),         cmocka_unit_test(body_not_entry),
+      cmocka_unit_test(device_loop),       cmocka_unit_test(device_loop_np2),
+      cmocka_unit_test(device_loop_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
