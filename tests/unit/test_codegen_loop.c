@@ -172,43 +172,49 @@ static void slice_row(FILE *f, const char *dst, const char *src, int i, const ch
 
 /* ---- (a), (e): carried values only, a stacked param ---- */
 
+/* The batch and width of residual's x. */
+static int res_rows = 4, res_width = 8;
+
 /* x + relu(x @ w[i]) for i < n: a residual layer, its weights stacked. */
 static char *residual(int n, bool looped) {
-  char *s;
+  char *s, x[32], w[32];
   size_t len;
   FILE *f = open_memstream(&s, &len);
+  snprintf(x, sizeof x, "f32[%d,%d]", res_rows, res_width);
+  snprintf(w, sizeof w, "%d,%d", res_width, res_width);
   fprintf(f,
-          "module res\n\ninput x : f32[4,8]\n"
-          "param w : f32[%d,8,8] {init = \"normal\", init_arg = 0.5}\n\n",
-          n);
+          "module res\n\ninput x : %s\n"
+          "param w : f32[%d,%s] {init = \"normal\", init_arg = 0.5}\n\n",
+          x, n, w);
   if (looped)
-    fputs("func @layer body {\n"
-          "  %x = arg {index = 0} : f32[4,8]\n"
-          "  %w = arg {index = 1} : f32[8,8]\n"
-          "  %h = matmul %x, %w : f32[4,8]\n"
-          "  %r = relu %h : f32[4,8]\n"
-          "  %y = add %x, %r : f32[4,8]\n"
-          "  output %y {name = \"x\"}\n"
-          "}\n\n",
-          f);
+    fprintf(f,
+            "func @layer body {\n"
+            "  %%x = arg {index = 0} : %s\n"
+            "  %%w = arg {index = 1} : f32[%s]\n"
+            "  %%h = matmul %%x, %%w : %s\n"
+            "  %%r = relu %%h : %s\n"
+            "  %%y = add %%x, %%r : %s\n"
+            "  output %%y {name = \"x\"}\n"
+            "}\n\n",
+            x, w, x, x, x);
   fprintf(f,
           "func @forward {\n"
-          "  %%x0 = load {global = \"x\"} : f32[4,8]\n"
-          "  %%w = load {global = \"w\"} : f32[%d,8,8]\n",
-          n);
+          "  %%x0 = load {global = \"x\"} : %s\n"
+          "  %%w = load {global = \"w\"} : f32[%d,%s]\n",
+          x, n, w);
   if (looped) {
     fprintf(f,
             "  %%x%d = repeat %%x0, %%w {body = \"layer\", n = %d, carry = 1, stacked = 1} "
-            ": f32[4,8]\n",
-            n, n);
+            ": %s\n",
+            n, n, x);
   } else {
     for (int i = 0; i < n; i++) {
-      char w[16];
-      snprintf(w, sizeof w, "w%d", i);
-      slice_row(f, w, "w", i, "8,8");
-      fprintf(f, "  %%h%d = matmul %%x%d, %%w%d : f32[4,8]\n", i, i, i);
-      fprintf(f, "  %%r%d = relu %%h%d : f32[4,8]\n", i, i);
-      fprintf(f, "  %%x%d = add %%x%d, %%r%d : f32[4,8]\n", i + 1, i, i);
+      char wi[16];
+      snprintf(wi, sizeof wi, "w%d", i);
+      slice_row(f, wi, "w", i, w);
+      fprintf(f, "  %%h%d = matmul %%x%d, %%w%d : %s\n", i, i, i, x);
+      fprintf(f, "  %%r%d = relu %%h%d : %s\n", i, i, x);
+      fprintf(f, "  %%x%d = add %%x%d, %%r%d : %s\n", i + 1, i, i, x);
     }
   }
   fprintf(f, "  output %%x%d {name = \"y\"}\n}\n", n);
@@ -224,6 +230,14 @@ static void carry_only(void **state) {
 static void one_iteration(void **state) {
   (void)state;
   looped_as_unrolled("residual1", residual, 1);
+}
+
+/* A body's fusion group large enough to run on the context's threads. */
+static void parallel_group(void **state) {
+  (void)state;
+  res_rows = res_width = 256;
+  looped_as_unrolled("residual256", residual, 2);
+  res_rows = 4, res_width = 8;
 }
 
 /* ---- (b): reverse, a whole operand, a stacked input and output ---- */
@@ -786,12 +800,12 @@ static void device_loop_fails(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(carry_only),        cmocka_unit_test(one_iteration),
-      cmocka_unit_test(reverse_stacked),   cmocka_unit_test(two_carries),
-      cmocka_unit_test(loop_in_loop),      cmocka_unit_test(dropout_steps),
-      cmocka_unit_test(size_of_n),         cmocka_unit_test(body_not_entry),
-      cmocka_unit_test(device_loop),       cmocka_unit_test(device_loop_np2),
-      cmocka_unit_test(device_loop_fails),
+      cmocka_unit_test(carry_only),      cmocka_unit_test(one_iteration),
+      cmocka_unit_test(parallel_group),  cmocka_unit_test(reverse_stacked),
+      cmocka_unit_test(two_carries),     cmocka_unit_test(loop_in_loop),
+      cmocka_unit_test(dropout_steps),   cmocka_unit_test(size_of_n),
+      cmocka_unit_test(body_not_entry),  cmocka_unit_test(device_loop),
+      cmocka_unit_test(device_loop_np2), cmocka_unit_test(device_loop_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
