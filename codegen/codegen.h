@@ -94,7 +94,8 @@ typedef struct Cg {
 /* The number of devices with functions of their own (after the spmd pass:
  * the mesh's size); 0 when the functions are global. */
 int cg_devices(const Module *m);
-/* @name of device dev (@name.dev), or the global @name when dev < 0. */
+/* @name of device dev (@name.dev), or the global @name when dev < 0; NULL
+ * when there is none or it is a body function, which is never an entry. */
 Func *cg_device_func(const Module *m, const char *name, int dev);
 /* Device dev's state block (dev < 0: the whole tensors'): params, then
  * optimizer state, each 64-byte aligned; their offsets by global index (-1
@@ -131,12 +132,21 @@ typedef struct CgFn {
   LLVMValueRef tin, tout, tattr;
   LLVMBasicBlockRef fail;  /* returns the status in fail_phi */
   LLVMValueRef fail_phi;
-  LLVMValueRef err;        /* a device's function: the first failure's status, 0 */
+  LLVMValueRef err;        /* a device's function: where the first failure's status is
+                              kept, 0 until then (a body's: its caller's) */
 } CgFn;
 
 /* Lowers the live insts of f (see cg_live) to an internal function of
  * DtStepFn's type. */
 LLVMValueRef cg_func(Cg *c, Func *f, const bool *live);
+/* The LLVM function of f, MODEL.FUNC: declared on first use (a repeat may
+ * call its body before the body is lowered), defined by cg_func. */
+LLVMValueRef cg_func_decl(Cg *c, const Func *f);
+/* Returns status s from the function when it is not DT_OK; a device's
+ * function keeps the first failure in fn->err and goes on. */
+void cg_check(CgFn *fn, LLVMValueRef s);
+/* An alloca in the entry block. */
+LLVMValueRef cg_alloca(CgFn *fn, LLVMTypeRef t, const char *name);
 /* Where the value of inst i lives (emitted at the current point if new). */
 LLVMValueRef cg_addr(CgFn *fn, const Inst *i);
 /* The state-block address of a param or state global. */
@@ -153,6 +163,14 @@ LLVMValueRef cg_i64(Cg *c, int64_t v);
 /* Emits fusion group member[0..n) (contiguous in the function) as one loop
  * nest over the group's shape. */
 void cg_group(CgFn *fn, Inst **member, int n);
+
+/* ---- repeat.c --------------------------------------------------------- */
+
+/* Emits repeat r as a loop of n calls of its body's function. */
+void cg_repeat(CgFn *fn, const Inst *r);
+/* Whether running x makes collectives: x is one, or a repeat whose body (or
+ * a loop in it) makes one. */
+bool cg_collective(const Inst *x);
 
 /* ---- header.c --------------------------------------------------------- */
 

@@ -137,11 +137,13 @@ int cg_devices(const Module *m) {
 }
 
 Func *cg_device_func(const Module *m, const char *name, int dev) {
-  if (dev < 0)
-    return ir_find_func(m, name);
   char full[256];
-  snprintf(full, sizeof full, "%s.%d", name, dev);
-  return ir_find_func(m, full);
+  if (dev >= 0) {
+    snprintf(full, sizeof full, "%s.%d", name, dev);
+    name = full;
+  }
+  Func *f = ir_find_func(m, name);
+  return f && !f->body ? f : NULL;
 }
 
 static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
@@ -320,9 +322,9 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     in[k] = index[in[k]];
   LLVMValueRef train_in = i32_array(c, in, ntrain_in, "train_in");
 
-  int64_t work = 0;
+  int64_t work = 0;   /* a body's arena lies in its caller's */
   for (int k = 0; k < m->func.n; k++)
-    if (m->func.a[k]->device == dev && m->func.a[k]->work_bytes > work)
+    if (m->func.a[k]->device == dev && !m->func.a[k]->body && m->func.a[k]->work_bytes > work)
       work = m->func.a[k]->work_bytes;
   LLVMValueRef mesh = LLVMConstNull(c->ptr), plan = LLVMConstNull(c->ptr);
   int naxis = dev >= 0 ? m->mesh.a[0].naxis : 0;

@@ -1,12 +1,15 @@
 /* func.c: lowers one IR function to an internal LLVM function of DtStepFn's
- * type. Fusion groups become loops (loop.c); every other computing op is a
- * call to the libdtrt kernel dtrt_k_<op> on DtTensor descriptors built on the
- * stack, whose status is returned at once when not 0. Loads and reshapes are
- * addresses; stores and outputs copy unless the producer already wrote there.
- * A device's function (after spmd) reads its block of each input in the whole
- * batch the caller passes, and after a failure skips the rest of its compute
- * but still makes its collectives, which the other ranks wait for, before it
- * returns the first failure's status.
+ * type. Fusion groups become loops (loop.c), repeats loops calling their
+ * body's function (repeat.c); every other computing op is a call to the
+ * libdtrt kernel dtrt_k_<op> on DtTensor descriptors built on the stack,
+ * whose status is returned at once when not 0. Loads, reshapes and a body's
+ * args are addresses; stores and outputs copy unless the producer already
+ * wrote there. A device's function (after spmd) reads its block of each
+ * input in the whole batch the caller passes, and after a failure skips the
+ * rest of its compute but still makes its collectives (and runs the loops
+ * that make some), which the other ranks wait for, before it returns the
+ * first failure's status. A device's body keeps that status in its caller's
+ * variable, whose address follows its operands in `inputs`.
  * Requires: memplan's offsets; fusion groups contiguous (or none). */
 #include <string.h>
 
@@ -39,7 +42,7 @@ static LLVMBasicBlockRef enter(CgFn *fn) {
 
 static void leave(CgFn *fn, LLVMBasicBlockRef here) { LLVMPositionBuilderAtEnd(fn->c->b, here); }
 
-static LLVMValueRef alloca_entry(CgFn *fn, LLVMTypeRef t, const char *name) {
+LLVMValueRef cg_alloca(CgFn *fn, LLVMTypeRef t, const char *name) {
   LLVMBasicBlockRef here = enter(fn);
   LLVMValueRef a = LLVMBuildAlloca(fn->c->b, t, name);
   leave(fn, here);
@@ -90,10 +93,14 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
   if (i->op == OP_reshape) {
     a = cg_addr(fn, i->in[0]);
   } else if (i->op == OP_const || i->op == OP_lr) {
-    a = alloca_entry(fn, fn->c->f32, "scalar");
+    a = cg_alloca(fn, fn->c->f32, "scalar");
     LLVMBuildStore(fn->c->b, cg_scalar(fn, i), a);
   } else if (i->offset >= 0) {
     a = cg_gep(fn, fn->work, i->offset);
+  } else if (i->op == OP_arg) {
+    LLVMValueRef idx = cg_i64(fn->c, ir_get_int(i, "index", 0));
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(fn->c->b, fn->c->ptr, fn->inputs, &idx, 1, "");
+    a = LLVMBuildLoad2(fn->c->b, fn->c->ptr, p, i->name ? i->name : "arg");
   } else if (i->op == OP_load) {
     a = cg_state_addr(fn, ir_global_of(i));
   } else {
@@ -120,9 +127,7 @@ static void fill_tensor(CgFn *fn, LLVMValueRef t, LLVMValueRef data, const Type 
     LLVMBuildStore(c->b, cg_i64(c, ty->dim[d]), field(fn, c->tensor, t, 3, d));
 }
 
-/* Returns status s from the function when it is not DT_OK; a device's
- * function keeps the first failure in fn->err and goes on. */
-static void check(CgFn *fn, LLVMValueRef s) {
+void cg_check(CgFn *fn, LLVMValueRef s) {
   Cg *c = fn->c;
   if (fn->err) {
     LLVMValueRef e = LLVMBuildLoad2(c->b, c->i32, fn->err, "");
@@ -141,9 +146,9 @@ static void check(CgFn *fn, LLVMValueRef s) {
 static void kernel(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
   if (!fn->tin) {
-    fn->tin = alloca_entry(fn, LLVMArrayType(c->tensor, 16), "in");
-    fn->tout = alloca_entry(fn, c->tensor, "out");
-    fn->tattr = alloca_entry(fn, c->attrs, "attrs");
+    fn->tin = cg_alloca(fn, LLVMArrayType(c->tensor, 16), "in");
+    fn->tout = cg_alloca(fn, c->tensor, "out");
+    fn->tattr = cg_alloca(fn, c->attrs, "attrs");
   }
   DTC_ASSERT(x->nin <= 16);
   for (int k = 0; k < x->nin; k++) {
@@ -164,7 +169,7 @@ static void kernel(CgFn *fn, const Inst *x) {
   char name[64];
   snprintf(name, sizeof name, "dtrt_k_%s", ir_ops[x->op].name);
   LLVMValueRef arg[] = {fn->ctx, fn->tin, cg_i32(c, x->nin), fn->tout, fn->tattr};
-  check(fn, LLVMBuildCall2(c->b, c->kernel_fn, cg_extern(c, name, c->kernel_fn), arg, 5, ""));
+  cg_check(fn, LLVMBuildCall2(c->b, c->kernel_fn, cg_extern(c, name, c->kernel_fn), arg, 5, ""));
 }
 
 /* dst <- the value of v (a scalar or a buffer of v's type). */
@@ -224,10 +229,33 @@ static void lower(CgFn *fn, const Inst *x) {
     cg_scalar(fn, x);
     return;
   case OP_reshape:
+  case OP_repeat_out:   /* written by its loop */
+    return;
+  case OP_arg:
+    cg_addr(fn, x);
+    return;
+  case OP_repeat:
+    cg_repeat(fn, x);
     return;
   default:
     kernel(fn, x);
   }
+}
+
+LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
+  const char *name = arena_printf(c->m->arena, "%s.%s", c->m->name, f->name);
+  LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
+  if (fn)
+    return fn;
+  fn = LLVMAddFunction(c->mod, name, c->step_fn);
+  LLVMSetLinkage(fn, LLVMInternalLinkage);
+  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+  for (unsigned p = 2; p <= 3; p++)
+    LLVMAddAttributeAtIndex(fn, p, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
+  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
+  return fn;
 }
 
 LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
@@ -248,15 +276,8 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
   for (int k = 0; k < nin; k++)
     fn->input_index[ins[k]] = k;
 
-  char *name = arena_printf(a, "%s.%s", m->name, f->name);
-  fn->fn = LLVMAddFunction(c->mod, name, c->step_fn);
-  LLVMSetLinkage(fn->fn, LLVMInternalLinkage);
-  unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
-  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
-  for (unsigned p = 2; p <= 3; p++)
-    LLVMAddAttributeAtIndex(fn->fn, p, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
-  LLVMAddAttributeAtIndex(fn->fn, LLVMAttributeFunctionIndex,
-                          LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
+  fn->fn = cg_func_decl(c, f);
+  DTC_ASSERT(!LLVMCountBasicBlocks(fn->fn));   /* lowered once */
   fn->ctx = LLVMGetParam(fn->fn, 0);
   fn->state = LLVMGetParam(fn->fn, 1);
   fn->work = LLVMGetParam(fn->fn, 2);
@@ -285,7 +306,14 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
     LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->outputs, &idx, 1, "");
     fn->out_ptr[k] = LLVMBuildLoad2(c->b, c->ptr, p, ir_get_str(outs[k], "name", "out"));
   }
-  if (f->device >= 0) {
+  if (f->device >= 0 && f->body) {
+    int nargs = 0;
+    for (int i = 0; i < n; i++)
+      nargs += f->inst.a[i]->op == OP_arg;
+    LLVMValueRef idx = cg_i64(c, nargs);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
+    fn->err = LLVMBuildLoad2(c->b, c->ptr, p, "err");
+  } else if (f->device >= 0) {
     fn->err = LLVMBuildAlloca(c->b, c->i32, "err");
     LLVMBuildStore(c->b, cg_i32(c, 0), fn->err);
   }
@@ -302,7 +330,7 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
     }
     /* after a failure a device's function runs its collectives only */
     LLVMBasicBlockRef next = NULL;
-    if (fn->err && ir_ops[x->op].kind != K_COMM) {
+    if (fn->err && !cg_collective(x)) {
       LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "run");
       next = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "next");
       LLVMValueRef e = LLVMBuildLoad2(c->b, c->i32, fn->err, "");

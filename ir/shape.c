@@ -139,6 +139,9 @@ bool shape_repeat(Inst *inst, char *err, size_t errlen) {
       FAIL("operand %d of 'repeat' gives @%s's arg %d %s where it takes %s", k + 1, name, k,
            ts(&want, b1), ts(&a->type, b2));
   }
+  if (ir_func_arg(body, inst->nin))
+    FAIL("@%s reads arg %d, but 'repeat' gives it %d operand%s", name, inst->nin, inst->nin,
+         inst->nin == 1 ? "" : "s");
   int nout = ir_func_noutputs(body);
   if (nout < carry)
     FAIL("@%s has %d outputs, fewer than the %lld carried values", name, nout, (long long)carry);

@@ -12,7 +12,8 @@
  * last use: those are copied), and kernel results that go to an output
  * (written into the caller's buffer), and args (the caller's). A repeat also
  * gets a scratch region, live at its own step only, at offset `scratch`: two
- * buffers for each carried value, then the body's work arena. A
+ * buffers for each carried value, then the body's work arena, then a row for
+ * each stacked output that no repeat_out takes. A
  * repeat_out lives from its repeat's step, which writes it. Two values live
  * at the same step never overlap; Func.work_bytes covers every offset.
  * Bodies are planned before the functions that run them. */
@@ -134,13 +135,29 @@ static void insert_by_offset(Buf **placed, int n, Buf *b) {
  * are kept in offset order, so finding the gaps is one pass over them, with
  * no sort: quadratic still when every buffer lives with every other (a
  * training step's activations), but a pass of compares. */
-/* Two buffers per carried value, then the body's arena. */
+/* Whether a repeat_out of r gives its output k. */
+static bool has_out(const Inst *r, int k) {
+  const Func *f = r->fn;
+  for (int i = 0; i < f->inst.n; i++) {
+    const Inst *x = f->inst.a[i];
+    if (x->op == OP_repeat_out && x->in[0] == r && ir_get_int(x, "index", 0) == k)
+      return true;
+  }
+  return false;
+}
+
+/* Two buffers per carried value, the body's arena, then a row for each
+ * stacked output no repeat_out takes (the body writes it every iteration). */
 static int64_t scratch_bytes(const Inst *r) {
   const Func *body = ir_repeat_body(r);
   DTC_ASSERT(body && body->work_bytes >= 0);
-  int64_t s = body->work_bytes;
-  for (int k = 0; k < ir_get_int(r, "carry", 1); k++)
+  int64_t s = round_up(body->work_bytes);
+  int64_t carry = ir_get_int(r, "carry", 1);
+  for (int k = 0; k < carry; k++)
     s += 2 * round_up(bytes_of(&r->in[k]->type));
+  for (int k = (int)carry; k < ir_func_noutputs(body); k++)
+    if (!has_out(r, k))
+      s += round_up(bytes_of(&ir_func_output(body, k)->in[0]->type));
   return round_up(s);
 }
 

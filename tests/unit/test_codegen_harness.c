@@ -90,6 +90,7 @@ int main(int argc, char **argv) {
   dump(m, n, name, ng);
   if ((s = dtrt_model_forward(m, (const void *const *)fin, nfin, fout, nfout))) {
     fprintf(stderr, "harness: forward: %s\n", dtrt_model_error(m));
+    dtrt_model_destroy(m);   /* under mpiexec: every rank ends alike */
     return 1;
   }
   for (int k = 0; k < no; k++)
@@ -98,6 +99,7 @@ int main(int argc, char **argv) {
     float loss;
     if ((s = dtrt_model_train_step(m, (const void *const *)tin, ntin, &loss))) {
       fprintf(stderr, "harness: train_step: %s\n", dtrt_model_error(m));
+      dtrt_model_destroy(m);
       return 1;
     }
     fwrite(&loss, 4, 1, out);

@@ -318,6 +318,17 @@ static void test_dropout_at(void **state) {
                      "of length 8");
 }
 
+/* A repeat gives its body an operand for every arg the body reads. */
+static void test_repeat_args(void **state) {
+  (void)state;
+  expect_error("module m\ninput a : f32[2]\n"
+               "func @b body {\n  %x = arg {index = 0} : f32[2]\n  %y = arg {index = 1} : f32[2]\n"
+               "  output %x {name = \"x\"}\n}\n"
+               "func @f {\n  %a = load {global = \"a\"} : f32[2]\n"
+               "  %r = repeat %a {body = \"b\", n = 2, carry = 1, stacked = 0} : f32[2]\n}\n",
+               "t.ir:10:8: error: @b reads arg 1, but 'repeat' gives it 1 operand");
+}
+
 static void test_error_cap(void **state) {
   (void)state;
   char *text = arena_printf(arena, "module m\n");
@@ -495,6 +506,7 @@ int main(void) {
       cmocka_unit_test(test_blocks_and_recovery), cmocka_unit_test(test_error_cap),
       cmocka_unit_test(test_prefixes_and_mutations), cmocka_unit_test(test_random_bytes),
       cmocka_unit_test(test_large_inputs), cmocka_unit_test(test_dropout_at),
+      cmocka_unit_test(test_repeat_args),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
