@@ -5,7 +5,9 @@
  * block, and for each layer i, params INST_i_P (one per block param) and
  * values INST_i_V, the first layer reading IN and each next one the last's
  * return value, OUT the last one's. With --no-dropout every dropout(x, ...)
- * becomes (x). The text is read token by token: comments go, spacing stays.
+ * becomes (x). N = 0 keeps the loop (with --no-dropout: the looped model
+ * without dropout). The text is read token by token: comments go, spacing
+ * stays.
  *
  *     unroll [--no-dropout] [--name MODEL] IN.dt N OUT.dt
  */
@@ -249,8 +251,8 @@ int main(int argc, char **argv) {
     die("usage: unroll [--no-dropout] [--name MODEL] IN.dt N OUT.dt");
   int layers = atoi(argv[a + 1]);
   FILE *f = fopen(argv[a], "rb");
-  if (!f || layers < 1)
-    die("cannot read the input, or N < 1");
+  if (!f || layers < 0)
+    die("cannot read the input, or N < 0");
   char buf[1 << 16];
   size_t got;
   while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
@@ -265,6 +267,10 @@ int main(int argc, char **argv) {
   char *src = strip_comments(text);
   if (nodrop)
     src = no_dropout(src);
+  if (!layers) {
+    puts_(src);
+    goto write;
+  }
 
   /* block NAME(ARG) { body } */
   const char *bk = find_word(src, "block");
@@ -342,6 +348,7 @@ int main(int argc, char **argv) {
   puts_(prev);
   puts_("\n");
   puts_(le);
+write:;
   FILE *o = fopen(argv[a + 2], "wb");
   if (!o || fwrite(out, 1, olen, o) != olen || fclose(o))
     die("cannot write the output");
