@@ -237,7 +237,7 @@ static bool eval_repeat(Interp *it, const Inst *r, void **val) {
       next[k] = (char *)out[k] + (size_t)i * value_bytes(&t) / (size_t)n;
     }
     Run run;
-    it->step = step ^ ((i + 1) << 40);
+    it->step = ir_loop_step(step, i);
     interp_begin(&run, it, body, next);
     run.args = cur;
     ok = interp_to_comm(&run);

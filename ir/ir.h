@@ -354,6 +354,13 @@ const Inst *ir_func_arg(const Func *f, int k);
  * 0): a carry's type, or a body output's stacked along a leading dim n;
  * false when the body has no output k. */
 bool ir_repeat_out_type(const Inst *repeat, int k, Type *t);
+/* The step iteration i of a loop runs with when its caller runs with step s:
+ * s * IR_LOOP_MIX + i + 1 (mod 2^64), so every iteration, and every pair of
+ * iterations of nested loops, draws its own dropout masks. */
+#define IR_LOOP_MIX 0x9e3779b97f4a7c15u
+static inline int64_t ir_loop_step(int64_t s, int64_t i) {
+  return (int64_t)((uint64_t)s * IR_LOOP_MIX + (uint64_t)i + 1);
+}
 /* Operand k of repeat r: 0 carried, 1 read whole each iteration, 2 stacked. */
 int ir_repeat_operand_kind(const Inst *r, int k);
 

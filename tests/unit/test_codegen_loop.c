@@ -4,7 +4,7 @@
  * (unrolled into plain insts, its stacked params cut by slice), compiled and
  * run alike: their outputs must be equal bit for bit. A dropout in a body
  * is checked against dtrt_k_dropout called here with each iteration's step
- * s ^ ((i + 1) << 40). The LLVM module of a loop must not grow with n.
+ * ir_loop_step(s, i). The LLVM module of a loop must not grow with n.
  * Per-device loops with collectives in their bodies run on a mesh of one
  * device against the global program, and under mpiexec on two ranks, also
  * with a kernel failing on one rank inside a body or before a loop, which
@@ -520,7 +520,7 @@ static void dropout_steps(void **state) {
     float c[DN];
     memcpy(c, x, sizeof c);
     for (int64_t i = 0; i < 3; i++) {
-      dropout_ref(ctx, x, d[s][i], s ^ ((i + 1) << 40));
+      dropout_ref(ctx, x, d[s][i], ir_loop_step(s, i));
       for (int k = 0; k < DN; k++)
         c[k] += d[s][i][k];
     }
@@ -529,8 +529,8 @@ static void dropout_steps(void **state) {
       fail_msg("step %lld: c is not x + the three dropouts of dtrt_k_dropout", (long long)s);
     for (int i = 0; i < 3; i++)
       if (memcmp(gys + i * DN, d[s][i], sizeof d[s][i]))
-        fail_msg("step %lld: ys[%d] is not dtrt_k_dropout at step s ^ (%d << 40)", (long long)s, i,
-                 i + 1);
+        fail_msg("step %lld: ys[%d] is not dtrt_k_dropout at step ir_loop_step(s, %d)", (long long)s,
+                 i, i);
     got += 1 + 4 * DN;
   }
   assert_false(same_mask(d[0][0], d[0][1]));
