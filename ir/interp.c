@@ -69,7 +69,7 @@ Interp *interp_new(Module *m) { return interp_new_device(m, -1); }
 Interp *interp_new_device(Module *m, int device) {
   for (int k = 0; k < OP_COUNT; k++)
     DTC_ASSERT(ir_ops[k].kind == K_ELEM || ir_ops[k].kind == K_META ||
-               ir_ops[k].kind == K_COMM || kernels[k]);
+               ir_ops[k].kind == K_COMM || ir_ops[k].kind == K_CALL || kernels[k]);
   Interp *it = calloc(1, sizeof *it);
   DTC_ASSERT(it);
   it->m = m;
