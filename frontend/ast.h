@@ -7,6 +7,8 @@
 
 #define FE_MAX_NEST 256      /* open parentheses and brackets */
 #define FE_MAX_DEPTH 1000    /* operators in one expression tree, root to leaf */
+#define FE_MAX_BLOCK_NEST 64 /* block applications inside block applications */
+#define FE_MAX_INSTANCES 4096 /* block applications lowered in one model */
 
 typedef enum {
   E_NUM,      /* 42, 0.1, 1e-3 */
@@ -18,6 +20,7 @@ typedef enum {
   E_BINARY,
   E_NEG,
   E_STAR,     /* '*' in a shard spec: not split */
+  E_EACH,     /* each x: an argument of a repeat cut along its leading dim; lhs is x */
   E_ERROR,    /* already reported */
 } ExprKind;
 
@@ -66,6 +69,7 @@ typedef enum {
   S_MESH,       /* mesh name[axes] [over list] */
   S_SHARD,      /* shard name: [list] */
   S_PLAN,       /* plan name */
+  S_RETURN,     /* return val (a block's value) */
 } StmtKind;
 
 typedef struct Stmt Stmt;
@@ -83,19 +87,27 @@ struct Stmt {
   ArgList axes;          /* S_MESH: axis = size */
   ExprList list;         /* S_MESH devices (E_IDENT), S_SHARD entries */
   StmtList body;         /* S_NODE devices */
+  /* S_ASSIGN, S_OUTPUT with a value: a block application `[repeat(count)]
+   * BLOCK(args) [as inst]` when val is a call and count or inst is given, or
+   * val's name is a block's. */
+  Expr *count;           /* the N of repeat(N); NULL: not a repeat */
+  Loc repeat_loc;        /* the word repeat */
+  const char *inst;      /* the name after 'as'; NULL when absent */
+  Loc inst_loc;
 };
 
-typedef enum { D_IMPORT, D_MODEL, D_CLUSTER, D_PARALLEL } DeclKind;
+typedef enum { D_IMPORT, D_MODEL, D_CLUSTER, D_PARALLEL, D_BLOCK } DeclKind;
 
 /* A top-level item. */
 typedef struct Decl {
   DeclKind kind;
   Loc loc;               /* the keyword */
-  const char *name;      /* model, cluster, the parallel block's model, the import path */
+  const char *name;      /* model, cluster, block, the parallel block's model, the import path */
   Loc name_loc;
   const char *on;        /* D_PARALLEL: the cluster */
   Loc on_loc;
   StmtList dims;         /* D_MODEL: S_DIM */
+  ExprList args;         /* D_BLOCK: its arguments' names (E_IDENT) */
   StmtList body;
 } Decl;
 
@@ -144,10 +156,12 @@ bool fe_bind(const Expr *call, const char *const *param, int nparam, int npos, i
 
 /* ---- lower.c ---------------------------------------------------------- */
 
-/* Lowers a model to a module with one function, forward. used[g] tells
- * whether global g is read. NULL after reporting errors. */
-Module *lower_model(Arena *a, const Decl *model, const char *const *defs, int ndefs,
-                    bool **used, Diag *d);
+/* Lowers a model to a module with the function forward, and a body
+ * function for each repeat of a block; blocks are the program's D_BLOCK
+ * items. used[g] tells whether global g is read. NULL after reporting
+ * errors. */
+Module *lower_model(Arena *a, const Decl *model, const Decl *const *blocks, int nblocks,
+                    const char *const *defs, int ndefs, bool **used, Diag *d);
 
 /* ---- cluster.c -------------------------------------------------------- */
 

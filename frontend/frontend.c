@@ -19,6 +19,7 @@ static const char *what_expr(const Expr *e) {
   case E_LIST: return "a list";
   case E_CALL: return "a call";
   case E_STAR: return "'*'";
+  case E_EACH: return "an 'each' argument";
   default: return "an expression";
   }
 }
@@ -387,7 +388,9 @@ Module *fe_compile_on(Arena *a, const SrcFile *src, const char *const *defs, int
   check_unique(&l, D_MODEL, "model");
   bool models_ok = d->nerr == nerr;
   check_unique(&l, D_CLUSTER, "cluster");
+  check_unique(&l, D_BLOCK, "block");
   Decl *par = NULL;
+  VEC(const Decl *) blocks = {0};
   VEC(Cluster *) clusters = {0};
   for (int k = 0; k < l.decls.n; k++) {
     Decl *dc = l.decls.a[k];
@@ -400,13 +403,15 @@ Module *fe_compile_on(Arena *a, const SrcFile *src, const char *const *defs, int
         diag_note(d, par->loc, "the first is here");
     } else if (dc->kind == D_PARALLEL) {
       par = dc;
+    } else if (dc->kind == D_BLOCK) {
+      vec_push(a, &blocks, dc);
     }
   }
   Decl *md = models_ok ? pick_model(&l, src, par) : NULL;
   if (!md)
     return NULL;
   bool *used;
-  Module *m = lower_model(a, md, defs, ndefs, &used, d);
+  Module *m = lower_model(a, md, blocks.a, blocks.n, defs, ndefs, &used, d);
   if (!m)
     return NULL;
   if (par) {

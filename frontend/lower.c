@@ -1,28 +1,60 @@
 /* lower.c: a model to a module: dimensions, globals and the function @forward,
- * built statement by statement, checking names, arguments and shapes. */
+ * built statement by statement, checking names, arguments and shapes. A block
+ * applied once is lowered into its caller's function; repeat(N) lowers it
+ * once, into a body function that a `repeat` runs N times. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ast.h"
 
-typedef enum { N_DIM, N_INPUT, N_PARAM, N_VALUE } NameKind;
+typedef enum { N_DIM, N_INPUT, N_PARAM, N_VALUE, N_INST } NameKind;
 
-/* An entry of the model's one namespace. */
+/* An entry of the namespace of the model or of a block being applied. */
 typedef struct Name {
   const char *name;
   NameKind kind;
   Loc loc;
   int stmt;              /* the defining statement's index; -1 for dimensions */
-  int global;            /* N_INPUT, N_PARAM: index into Module.global */
+  int global;            /* N_INPUT, N_PARAM: index into Module.global; -1 for a
+                            block's param in a body, whose arg is val */
   int64_t dim;           /* N_DIM: its value */
   Inst *val;             /* the value once lowered; inputs and params at first use */
   bool bad;              /* its definition failed: uses stay silent */
   bool output;           /* an output statement names it */
+  bool used;             /* read by an expression */
   struct Name *next;     /* hash chain */
 } Name;
 
-typedef struct Ctx {
+/* A param of a block that a body function reads as an arg: row i of a global
+ * stacked along the repeat's count, or of an arg of the enclosing body. */
+typedef struct Stacked {
+  const char *global;    /* the global's name: the instance path, '.', the param */
+  Type type;             /* of the arg: the declared type, within enclosing repeats */
+  int init;              /* of the declared type (DtInit) */
+  double init_arg;
+  Loc loc;               /* the declaration */
+  Inst *arg;
+} Stacked;
+
+typedef struct Ctx Ctx;
+
+typedef struct Block {
+  const Decl *decl;
+  bool bad;              /* a reported error in its statements: applications stay silent */
+  int mark;              /* the search for applications of itself: 0 new, 1 on the path, 2 done */
+} Block;
+
+/* What every Ctx of one model shares. */
+typedef struct Prog {
+  Block *blk;
+  int nblk;
+  Ctx *cur;              /* the context being lowered, for notes after diagnostics */
+  VEC(Ctx *) inst;       /* every block application lowered */
+} Prog;
+
+/* The model, or one application of a block. */
+struct Ctx {
   Arena *a;
   Diag *d;
   Module *m;
@@ -31,9 +63,23 @@ typedef struct Ctx {
   int cap;
   VEC(Name *) names;     /* in definition order */
   Name **def;            /* per statement: the name it defines, NULL if none */
+  Name **inst;           /* per statement: the instance it names, NULL if none */
   int cur;               /* the statement being lowered */
   bool minimized;
-} Ctx;
+  Prog *prog;
+  const Decl *decl;      /* the model or the block */
+  Ctx *up;               /* the caller; NULL for the model */
+  const Stmt *app;       /* the application, a statement of up */
+  bool inlined;          /* lowered into up's function; else into a body of its own */
+  const char *path;      /* the instance ("layers", "outer.inner"): the prefix of its
+                            globals; "" for the model */
+  const char *vpath;     /* the prefix of value names in f: "" for the model and a
+                            body, "first." for an application inlined into them */
+  int depth;             /* applications this one is inside of */
+  int64_t n;             /* a body: the repeat's count */
+  VEC(Stacked) stacked;  /* a body: the params it reads as args, in order */
+  Inst *ret;             /* a block: its return value */
+};
 
 /* ---- names ---- */
 
@@ -57,9 +103,20 @@ static const char *did_you_mean(Ctx *c, const char *s) {
 static Name *define(Ctx *c, const char *s, NameKind kind, Loc at, int stmt) {
   Name *old = lookup(c, s);
   if (old) {
-    diag_error(c->d, at, "'%s' is already defined", s);
+    if (kind == N_INST && old->kind == N_INST)
+      diag_error(c->d, at, "instance name '%s' is already taken by the application on line %d; "
+                 "name this one with 'as NAME'", s, old->loc.line);
+    else if (kind == N_INST)
+      diag_error(c->d, at, "instance name '%s' is already defined", s);
+    else if (old->kind == N_INST)
+      diag_error(c->d, at, "'%s' is already the name of a block instance", s);
+    else if (old->kind == N_DIM && c->decl->kind == D_BLOCK)
+      diag_error(c->d, at, "'%s' is already defined: a block sees the dimensions of the model", s);
+    else
+      diag_error(c->d, at, "'%s' is already defined", s);
     if (!diag_full(c->d))
-      diag_note(c->d, old->loc, "the first definition is here");
+      diag_note(c->d, old->loc, old->kind == N_INST ? "the instance is named here"
+                                                    : "the first definition is here");
     return NULL;
   }
   Name *n = arena_alloc(c->a, sizeof *n);
@@ -105,6 +162,10 @@ static Inst *ref(Ctx *c, const char *s, Loc at) {
     return NULL;
   if (n->kind == N_DIM)
     return constant(c, (double)n->dim, at);
+  if (n->kind == N_INST) {
+    diag_error(c->d, at, "'%s' names a block instance, not a value", s);
+    return NULL;
+  }
   if (n->stmt == c->cur) {
     diag_error(c->d, at, "'%s' is used in its own definition", s);
     return NULL;
@@ -113,6 +174,7 @@ static Inst *ref(Ctx *c, const char *s, Loc at) {
     diag_error(c->d, at, "'%s' is used before its definition on line %d", s, n->loc.line);
     return NULL;
   }
+  n->used = true;
   if (!n->val && n->global >= 0) {
     Global *g = &c->m->global.a[n->global];
     n->val = ir_new(c->f, OP_load, g->loc, 0, NULL);
@@ -123,6 +185,84 @@ static Inst *ref(Ctx *c, const char *s, Loc at) {
   return n->val;
 }
 
+/* ---- instances ---- */
+
+static const char *join(Ctx *c, const char *path, const char *name) {
+  return path[0] ? arena_printf(c->a, "%s.%s", path, name) : name;
+}
+
+/* The name value `name` of c takes in its function. */
+static const char *vname(Ctx *c, const char *name) {
+  return c->vpath[0] ? arena_printf(c->a, "%s%s", c->vpath, name) : name;
+}
+
+/* The context that owns c's function: the model, or the application that is a
+ * repeat's body. */
+static Ctx *owner(Ctx *c) {
+  while (c->inlined)
+    c = c->up;
+  return c;
+}
+
+/* Diag's context hook: after a diagnostic inside a block, where each
+ * enclosing application is, innermost first; of a long chain the innermost
+ * and the outermost NOTES_END. */
+enum { NOTES_END = 5 };
+static void apply_notes(Diag *d, void *arg) {
+  const Prog *p = arg;
+  int depth = p->cur ? p->cur->depth : 0, k = 0;
+  for (const Ctx *c = p->cur; c && c->up; c = c->up, k++) {
+    if (k == NOTES_END && depth > 2 * NOTES_END)
+      diag_note(d, (Loc){0}, "(%d more applications in between)", depth - 2 * NOTES_END);
+    if (k < NOTES_END || k >= depth - NOTES_END)
+      diag_note(d, c->inlined ? c->app->val->loc : c->app->repeat_loc,
+                "in '%s', the %s of block '%s' here", c->path,
+                c->inlined ? "application" : "repeat", c->decl->name);
+  }
+}
+
+/* A new arg of body o for a param it reads: row i of global `global`, whose
+ * name starts with o's path. Numbered when the body is complete. */
+static Inst *stacked_arg(Ctx *o, const char *global, Type t, int init, double init_arg, Loc at) {
+  Inst *arg = ir_new(o->f, OP_arg, at, 0, NULL);
+  arg->name = global + strlen(o->path) + 1;
+  arg->type = t;
+  ir_set_int(arg, "index", 0);
+  vec_push(o->a, &o->stacked, ((Stacked){global, t, init, init_arg, at, arg}));
+  return finish(o, arg);
+}
+
+/* t with a leading dimension n; false after reporting at `at` when that passes
+ * a tensor's limits. */
+static bool stack_type(Ctx *c, Type *t, int64_t n, const char *global, Loc at) {
+  if (t->rank == IR_MAX_RANK || type_elems(t) > IR_MAX_ELEMS / n) {
+    char buf[128];
+    diag_error(c->d, at, "param '%s', %s stacked %lld times, passes the limits of a tensor "
+               "(%d dimensions, 2^40 elements)", global, type_str(t, buf, sizeof buf),
+               (long long)n, IR_MAX_RANK);
+    return false;
+  }
+  memmove(t->dim + 1, t->dim, sizeof(int64_t) * (size_t)t->rank);
+  t->dim[0] = n;
+  t->rank++;
+  return true;
+}
+
+/* In c, the operand of a repeat for its body's stacked param sp, of type t:
+ * a load of a new global in the model, an arg in a body. */
+static Inst *stacked_value(Ctx *c, const Stacked *sp, Type t) {
+  Ctx *o = owner(c);
+  if (o->up)
+    return stacked_arg(o, sp->global, t, sp->init, sp->init_arg, sp->loc);
+  Global *g = ir_add_global(c->m, sp->global, G_PARAM, t, sp->loc);
+  g->init = sp->init;
+  g->init_arg = sp->init_arg;
+  Inst *v = ir_new(c->f, OP_load, sp->loc, 0, NULL);
+  v->name = g->name;
+  ir_set_str(v, "global", g->name);
+  return finish(c, v);
+}
+
 /* ---- arguments of built-in functions ---- */
 
 /* The first name in e that is a tensor, not a dimension. */
@@ -130,7 +270,7 @@ static const Expr *tensor_in(Ctx *c, const Expr *e) {
   const Expr *t = NULL;
   if (e->kind == E_IDENT) {
     Name *n = lookup(c, e->s);
-    return n && n->kind != N_DIM ? e : NULL;
+    return n && n->kind != N_DIM && n->kind != N_INST ? e : NULL;
   }
   if (e->kind == E_NEG || e->kind == E_BINARY)
     t = tensor_in(c, e->lhs);
@@ -476,14 +616,28 @@ static const Builtin *find_builtin(const char *name) {
   return NULL;
 }
 
+static Block *find_block(const Prog *p, const char *name) {
+  for (int k = 0; k < p->nblk; k++)
+    if (!strcmp(p->blk[k].decl->name, name))
+      return &p->blk[k];
+  return NULL;
+}
+
 static Inst *lower_call(Ctx *c, const Expr *e) {
   const Builtin *b = find_builtin(e->s);
+  if (!b && find_block(c->prog, e->s)) {
+    diag_error(c->d, e->loc, "block '%s' is applied only as the whole value of an assignment, "
+               "as in 'y = %s(...)'", e->s, e->s);
+    return NULL;
+  }
   if (!b) {
-    const char *cand[COUNTOF(builtins)];
+    const char **cand = arena_alloc(c->a, sizeof(char *) * (size_t)(COUNTOF(builtins) + c->prog->nblk));
     for (int k = 0; k < COUNTOF(builtins); k++)
       cand[k] = builtins[k].name;
+    for (int k = 0; k < c->prog->nblk; k++)
+      cand[COUNTOF(builtins) + k] = c->prog->blk[k].decl->name;
     diag_error(c->d, e->loc, "unknown function '%s'%s", e->s,
-               fe_did_you_mean(c->a, e->s, cand, COUNTOF(cand)));
+               fe_did_you_mean(c->a, e->s, cand, COUNTOF(builtins) + c->prog->nblk));
     return NULL;
   }
   if (b->kind == B_CONCAT)
@@ -621,6 +775,9 @@ static Inst *lower_expr(Ctx *c, const Expr *e) {
   case E_LIST:
     diag_error(c->d, e->loc, "expected a tensor, found a list");
     return NULL;
+  case E_EACH:
+    diag_error(c->d, e->loc, "'each' is allowed only in the arguments of a repeat");
+    return NULL;
   case E_STAR:
   case E_ERROR:
     return NULL;
@@ -692,6 +849,28 @@ static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
   return !arg[0] || real_in(c, arg[0], param, true, INFINITY, false, &g->init_arg);
 }
 
+/* A block's param: a global named after the instance when the block is
+ * inlined into the model, else an arg of the body (the init is the declared
+ * type's either way). */
+static void lower_block_param(Ctx *c, const Stmt *s, Name *n, Type t) {
+  Global g = {.type = t};
+  if (!lower_init(c, s, &g)) {
+    n->bad = true;
+    return;
+  }
+  const char *global = join(c, c->path, s->name);
+  Ctx *o = owner(c);
+  if (o->up) {
+    n->val = stacked_arg(o, global, t, g.init, g.init_arg, s->name_loc);
+    n->bad = !n->val;
+    return;
+  }
+  Global *pg = ir_add_global(c->m, global, G_PARAM, t, s->name_loc);
+  pg->init = g.init;
+  pg->init_arg = g.init_arg;
+  n->global = c->m->global.n - 1;
+}
+
 static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
   Type t;
   if (!lower_type(c, s->type, &t)) {
@@ -701,6 +880,10 @@ static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
   if (s->kind == S_PARAM && t.dtype != DT_F32) {
     diag_error(c->d, s->type->loc, "param '%s' must be f32: only f32 tensors are trained", s->name);
     n->bad = true;
+    return;
+  }
+  if (c->decl->kind == D_BLOCK) {
+    lower_block_param(c, s, n, t);
     return;
   }
   Global *g = ir_add_global(c->m, s->name, s->kind == S_INPUT ? G_INPUT : G_PARAM, t, s->name_loc);
@@ -847,16 +1030,35 @@ static void emit_output(Ctx *c, const char *name, Inst *v, Loc at) {
   finish(c, o);
 }
 
-/* Lowers the value of `name = expr`; the new instruction takes the name. */
+/* Whether s applies a block: [repeat(N)] BLOCK(args) [as NAME]. */
+static bool is_apply(const Ctx *c, const Stmt *s) {
+  if ((s->kind != S_ASSIGN && s->kind != S_OUTPUT) || !s->val)
+    return false;
+  if (s->count || s->inst)
+    return true;
+  return s->val->kind == E_CALL && !find_builtin(s->val->s) && find_block(c->prog, s->val->s);
+}
+
+/* The instance name of application s (the block's by default), and where. */
+static const char *inst_name(const Stmt *s, Loc *at) {
+  *at = s->inst ? s->inst_loc : s->val->loc;
+  return s->inst ? s->inst : s->val->s;
+}
+
+static Inst *lower_apply(Ctx *c, const Stmt *s);
+
+/* Lowers the value of `name = expr`; the new instruction takes the name. A
+ * block's value takes it too, unless it is a load or an arg. */
 static void lower_assign(Ctx *c, const Stmt *s, Name *n) {
   int before = c->f->inst.n;
-  Inst *v = lower_expr(c, s->val);
+  bool apply = is_apply(c, s);
+  Inst *v = apply ? lower_apply(c, s) : lower_expr(c, s->val);
   if (!v) {
     n->bad = true;
     return;
   }
-  if (v->id >= before && !v->name)
-    v->name = s->name;
+  if (v->id >= before && (apply ? v->op != OP_load && v->op != OP_arg : !v->name))
+    v->name = vname(c, s->name);
   n->val = v;
 }
 
@@ -904,6 +1106,347 @@ static void lower_minimize(Ctx *c, const Stmt *s) {
     n->output = true;
     emit_output(c, s->name, v, s->name_loc);
   }
+}
+
+/* Defines the names the statements of c define: values, inputs, params and
+ * instances. */
+static void define_stmts(Ctx *c) {
+  static const NameKind kinds[] = {[S_INPUT] = N_INPUT, [S_PARAM] = N_PARAM, [S_ASSIGN] = N_VALUE,
+                                   [S_OUTPUT] = N_VALUE};
+  bool block = c->decl->kind == D_BLOCK;
+  const StmtList *body = &c->decl->body;
+  for (int k = 0; k < body->n && !diag_full(c->d); k++) {
+    const Stmt *s = body->a[k];
+    if ((s->kind == S_INPUT && !block) || s->kind == S_PARAM || s->kind == S_ASSIGN ||
+        (s->kind == S_OUTPUT && s->val && !block))
+      c->def[k] = define(c, s->name, kinds[s->kind], s->name_loc, k);
+    if (is_apply(c, s) && (!block || s->kind == S_ASSIGN)) {
+      Loc at;
+      c->inst[k] = define(c, inst_name(s, &at), N_INST, at, k);
+    }
+  }
+}
+
+/* Lowers the statements of c in order; a block's return sets c->ret. */
+static void lower_stmts(Ctx *c) {
+  const StmtList *body = &c->decl->body;
+  for (c->cur = 0; c->cur < body->n && !diag_full(c->d); c->cur++) {
+    const Stmt *s = body->a[c->cur];
+    Name *n = c->def[c->cur];
+    switch (s->kind) {
+    case S_INPUT:
+    case S_PARAM:
+      if (n)
+        lower_decl(c, s, n);
+      break;
+    case S_ASSIGN:
+      if (n)
+        lower_assign(c, s, n);
+      break;
+    case S_OUTPUT:
+      if (n || !s->val)
+        lower_output(c, s, n);
+      break;
+    case S_MINIMIZE:
+      lower_minimize(c, s);
+      break;
+    case S_RETURN:
+      if (c->decl->kind == D_BLOCK)
+        c->ret = lower_expr(c, s->val);
+      else
+        diag_error(c->d, s->loc, "'return' belongs in a block; a model's results are its outputs");
+      break;
+    default:
+      DTC_UNREACHABLE();
+    }
+  }
+}
+
+/* ---- blocks ---- */
+
+/* The namespace of c: hash table and statement slots; for a block also the
+ * model's dimensions, its args and the names its statements define. */
+static void open_scope(Ctx *c) {
+  const Decl *dc = c->decl;
+  bool block = dc->kind == D_BLOCK;
+  int names = 2 * dc->body.n + dc->dims.n + dc->args.n + (block ? c->m->dim.n : 0);
+  for (c->cap = 16; c->cap < 2 * names; c->cap *= 2) {}
+  c->tab = arena_alloc(c->a, sizeof(Name *) * (size_t)c->cap);
+  c->def = arena_alloc(c->a, sizeof(Name *) * (size_t)(dc->body.n + 1));
+  c->inst = arena_alloc(c->a, sizeof(Name *) * (size_t)(dc->body.n + 1));
+  if (!block)
+    return;
+  for (int k = 0; k < c->m->dim.n; k++) {
+    const Dim *dm = &c->m->dim.a[k];
+    Name *n = define(c, dm->name, N_DIM, dm->loc, -1);
+    if (n)
+      n->dim = dm->value;
+  }
+  for (int k = 0; k < dc->args.n; k++)
+    define(c, dc->args.a[k]->s, N_VALUE, dc->args.a[k]->loc, -1);
+  define_stmts(c);
+}
+
+static const char *did_you_mean_block(Ctx *c, const char *name) {
+  const char **cand = arena_alloc(c->a, sizeof(char *) * (size_t)(c->prog->nblk + 1));
+  for (int k = 0; k < c->prog->nblk; k++)
+    cand[k] = c->prog->blk[k].decl->name;
+  return fe_did_you_mean(c->a, name, cand, c->prog->nblk);
+}
+
+/* Numbers the args of body b: the block's nargs args first (already
+ * numbered), then its stacked params in order; moves them to the top. */
+static void number_args(Ctx *b, int nargs) {
+  Func *f = b->f;
+  for (int k = 0; k < b->stacked.n; k++)
+    ir_set_int(b->stacked.a[k].arg, "index", nargs + k);
+  Inst **order = arena_alloc(b->a, sizeof(Inst *) * (size_t)(f->inst.n + 1));
+  int j = nargs + b->stacked.n;
+  for (int k = 0; k < f->inst.n; k++) {
+    Inst *i = f->inst.a[k];
+    order[i->op == OP_arg ? ir_get_int(i, "index", 0) : j++] = i;
+  }
+  memcpy(f->inst.a, order, sizeof(Inst *) * (size_t)f->inst.n);
+  ir_renumber(f);
+}
+
+/* The args of an application bound and lowered in c: val[k] for the block's
+ * arg k, each[k] when it is an `each` argument of a repeat of count n. */
+static bool lower_apply_args(Ctx *c, const Stmt *s, const Decl *bd, int64_t n, Inst **val,
+                             bool *each) {
+  const Expr *call = s->val;
+  int nargs = bd->args.n;
+  const char **names = arena_alloc(c->a, sizeof(char *) * (size_t)(nargs + 1));
+  Expr **arg = arena_alloc(c->a, sizeof(Expr *) * (size_t)(nargs + 1));
+  for (int k = 0; k < nargs; k++)
+    names[k] = bd->args.a[k]->s;
+  if (!fe_bind(call, names, nargs, nargs, nargs, arg, c->a, c->d))
+    return false;
+  bool ok = true;
+  for (int k = 0; k < nargs; k++) {
+    const Expr *e = arg[k];
+    each[k] = s->count && e->kind == E_EACH;
+    if (each[k] && k == 0) {
+      diag_error(c->d, e->loc, "the first argument of a repeat is carried from one iteration to "
+                 "the next; it cannot be 'each'");
+      ok = false;
+      continue;
+    }
+    val[k] = lower_expr(c, each[k] ? e->lhs : e);
+    if (!val[k]) {
+      ok = false;
+    } else if (each[k] && (val[k]->type.rank == 0 || val[k]->type.dim[0] != n)) {
+      char buf[128];
+      diag_error(c->d, e->loc, "'each' needs a leading dimension of %lld, the count of the "
+                 "repeat; argument '%s' of '%s' is %s", (long long)n, names[k], bd->name,
+                 type_str(&val[k]->type, buf, sizeof buf));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+/* [repeat(N)] BLOCK(args) [as NAME] in c. Without repeat the block is lowered
+ * into c's function and its return value is the result; with it, into a body
+ * function named after the instance, run by a new `repeat` (the result):
+ * operands the carried first arg, the args read whole, the `each` ones, the
+ * stacked params. */
+static Inst *lower_apply(Ctx *c, const Stmt *s) {
+  const Expr *call = s->val;
+  if (call->kind != E_CALL) {
+    diag_error(c->d, s->inst_loc, "'as' names the instance of a block application, as in "
+               "'y = BLOCK(x) as NAME'");
+    return NULL;
+  }
+  Block *b = find_block(c->prog, call->s);
+  if (!b) {
+    if (find_builtin(call->s))
+      diag_error(c->d, call->loc, "'%s' is a built-in function, not a block", call->s);
+    else
+      diag_error(c->d, call->loc, "unknown block '%s'%s", call->s, did_you_mean_block(c, call->s));
+    return NULL;
+  }
+  if (b->bad || !c->inst[c->cur])
+    return NULL;
+  if (c->depth == FE_MAX_BLOCK_NEST) {
+    diag_error(c->d, call->loc, "blocks applied inside each other more than %d deep",
+               FE_MAX_BLOCK_NEST);
+    return NULL;
+  }
+  if (c->prog->inst.n == FE_MAX_INSTANCES) {
+    diag_error(c->d, call->loc, "more than %d block applications in one model", FE_MAX_INSTANCES);
+    return NULL;
+  }
+  const Decl *bd = b->decl;
+  int64_t n = 0;
+  if (s->count) {
+    if (!int_arg(c, s->count, "the count of 'repeat'", &n))
+      return NULL;
+    if (n < 1 || n > IR_MAX_DIM) {
+      diag_error(c->d, s->count->loc, n < 1 ? "the count of 'repeat' must be 1 or more, not %lld"
+                                            : "the count of 'repeat' must be at most 2^40, not %lld",
+                 (long long)n);
+      return NULL;
+    }
+    if (bd->args.n == 0) {
+      diag_error(c->d, call->loc, "'repeat' carries the first argument of block '%s' from one "
+                 "iteration to the next, but '%s' takes none", bd->name, bd->name);
+      return NULL;
+    }
+  }
+  int nargs = bd->args.n, neach = 0;
+  Inst **val = arena_alloc(c->a, sizeof(Inst *) * (size_t)(nargs + 1));
+  bool *each = arena_alloc(c->a, sizeof(bool) * (size_t)(nargs + 1));
+  if (!lower_apply_args(c, s, bd, n, val, each))
+    return NULL;
+  Loc at;
+  const char *path = join(c, c->path, inst_name(s, &at));
+  if (s->count && (ir_find_func(c->m, path) || !strcmp(path, "train_step"))) {
+    diag_error(c->d, at, "a repeat named '%s' would take the name of the model's function @%s; "
+               "name it with 'as NAME'", path, path);
+    return NULL;
+  }
+
+  Ctx *bc = arena_alloc(c->a, sizeof *bc);
+  *bc = (Ctx){.a = c->a, .d = c->d, .m = c->m, .f = c->f, .prog = c->prog, .decl = bd, .up = c,
+              .app = s, .inlined = !s->count, .path = path, .vpath = "", .depth = c->depth + 1,
+              .n = n};
+  vec_push(c->a, &c->prog->inst, bc);
+  if (s->count) {
+    bc->f = ir_add_func(c->m, path, bd->name_loc);
+    bc->f->body = true;
+  } else {
+    bc->vpath = arena_printf(c->a, "%s%s.", c->vpath, inst_name(s, &at));
+  }
+  open_scope(bc);
+  for (int k = 1; k < nargs; k++)
+    neach += each[k];
+  for (int k = 0, whole = 1, cut = nargs - neach; k < nargs; k++) {
+    Name *an = lookup(bc, bd->args.a[k]->s);
+    if (!s->count) {
+      an->val = val[k];
+      continue;
+    }
+    Type t = val[k]->type;
+    if (each[k]) {
+      t.rank--;
+      memmove(t.dim, t.dim + 1, sizeof(int64_t) * (size_t)t.rank);
+      t.dim[t.rank] = 0;
+    }
+    Inst *arg = ir_new(bc->f, OP_arg, bd->args.a[k]->loc, 0, NULL);
+    arg->name = bd->args.a[k]->s;
+    arg->type = t;
+    ir_set_int(arg, "index", k == 0 ? 0 : each[k] ? cut++ : whole++);
+    an->val = finish(bc, arg);
+  }
+
+  int nerr = c->d->nerr;
+  Ctx *caller = c->prog->cur;
+  c->prog->cur = bc;
+  lower_stmts(bc);
+  Inst *r = bc->ret;
+  const Stmt *rs = bd->body.a[bd->body.n - 1];
+  if (r && s->count && !type_eq(&r->type, &val[0]->type)) {
+    char b1[128], b2[128];
+    diag_error(c->d, rs->val->loc, "a repeat carries the value of block '%s' into its first "
+               "argument '%s', but it returns %s where '%s' is %s", bd->name, bd->args.a[0]->s,
+               type_str(&r->type, b1, sizeof b1), bd->args.a[0]->s,
+               type_str(&val[0]->type, b2, sizeof b2));
+    r = NULL;
+  }
+  c->prog->cur = caller;
+  if (!r || !s->count)
+    return r;
+  Inst *out = ir_new(bc->f, OP_output, rs->loc, 1, &r);
+  ir_set_str(out, "name", bd->args.a[0]->s);
+  finish(bc, out);
+  if (c->d->nerr != nerr)
+    return NULL;
+  number_args(bc, nargs);
+
+  int nin = nargs + bc->stacked.n;
+  if (nin > ir_ops[OP_repeat].maxin) {
+    diag_error(c->d, s->repeat_loc, "a repeat of more than %d args and params",
+               ir_ops[OP_repeat].maxin);
+    return NULL;
+  }
+  Inst **in = arena_alloc(c->a, sizeof(Inst *) * (size_t)nin);
+  int j = 0;
+  in[j++] = val[0];
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 1; k < nargs; k++)
+      if (each[k] == (pass == 1))
+        in[j++] = val[k];
+  for (int k = 0; k < bc->stacked.n; k++) {
+    const Stacked *sp = &bc->stacked.a[k];
+    Type t = sp->type;
+    if (!stack_type(c, &t, n, sp->global, s->repeat_loc) || !(in[j++] = stacked_value(c, sp, t)))
+      return NULL;
+  }
+  Inst *rep = ir_new(c->f, OP_repeat, s->repeat_loc, nin, in);
+  ir_set_str(rep, "body", path);
+  ir_set_int(rep, "n", n);
+  ir_set_int(rep, "carry", 1);
+  ir_set_int(rep, "stacked", neach + bc->stacked.n);
+  return finish(c, rep);
+}
+
+/* What a block is whatever applies it: the statements it takes, one return
+ * last, names defined once and not a dimension's; bad after reporting. */
+static void check_block(Ctx *model, Block *b) {
+  static const char *const misplaced[] = {
+      [S_INPUT] = "'input' is not allowed in a block: a block's values come in as its arguments",
+      [S_OUTPUT] = "'output' is not allowed in a block: a block's value is the one it returns",
+      [S_MINIMIZE] = "'minimize' is not allowed in a block: only a model minimizes",
+  };
+  const Decl *bd = b->decl;
+  int nerr = model->d->nerr;
+  if (find_builtin(bd->name))
+    diag_error(model->d, bd->name_loc, "block '%s' has the name of a built-in function", bd->name);
+  bool ret = false;
+  for (int k = 0; k < bd->body.n; k++) {
+    const Stmt *s = bd->body.a[k];
+    if (s->kind == S_INPUT || s->kind == S_OUTPUT || s->kind == S_MINIMIZE)
+      diag_error(model->d, s->loc, "%s", misplaced[s->kind]);
+    else if (s->kind == S_RETURN && k != bd->body.n - 1)
+      diag_error(model->d, s->loc, "'return' must be the last statement of block '%s'", bd->name);
+    ret |= s->kind == S_RETURN;
+  }
+  if (!ret)
+    diag_error(model->d, bd->name_loc, "block '%s' has no return: its last statement must be "
+               "'return VALUE'", bd->name);
+  Ctx t = {.a = model->a, .d = model->d, .m = model->m, .prog = model->prog, .decl = bd,
+           .path = "", .vpath = ""};
+  open_scope(&t);
+  b->bad = model->d->nerr != nerr;
+}
+
+/* Depth first from b along applications: each that closes a cycle (a block
+ * applying itself, directly or not) is an error there; its blocks are bad. */
+static void check_cycles(Ctx *model, Block *b, Block **path, int depth) {
+  b->mark = 1;
+  path[depth] = b;
+  const StmtList *body = &b->decl->body;
+  for (int k = 0; k < body->n; k++) {
+    const Stmt *s = body->a[k];
+    Block *t = is_apply(model, s) && s->val->kind == E_CALL ? find_block(model->prog, s->val->s)
+                                                             : NULL;
+    if (t && t->mark == 1) {
+      int from = depth;
+      while (path[from] != t)
+        from--;
+      const char *chain = "";
+      for (int j = from; j <= depth; j++) {
+        chain = arena_printf(model->a, "%s%s -> ", chain, path[j]->decl->name);
+        path[j]->bad = true;
+      }
+      diag_error(model->d, s->val->loc, "block '%s' applies itself: %s%s", t->decl->name, chain,
+                 t->decl->name);
+    } else if (t && t->mark == 0) {
+      check_cycles(model, t, path, depth + 1);
+    }
+  }
+  b->mark = 2;
 }
 
 /* ---- dimensions ---- */
@@ -978,63 +1521,54 @@ static bool lower_dims(Ctx *c, const Decl *md, const char *const *defs, int ndef
   return ok;
 }
 
-Module *lower_model(Arena *a, const Decl *md, const char *const *defs, int ndefs, bool **used,
-                    Diag *d) {
+Module *lower_model(Arena *a, const Decl *md, const Decl *const *blocks, int nblocks,
+                    const char *const *defs, int ndefs, bool **used, Diag *d) {
   int nerr = d->nerr;
-  Ctx c = {.a = a, .d = d};
+  Prog prog = {.nblk = nblocks};
+  prog.blk = arena_alloc(a, sizeof(Block) * (size_t)(nblocks + 1));
+  for (int k = 0; k < nblocks; k++)
+    prog.blk[k].decl = blocks[k];
+  Ctx c = {.a = a, .d = d, .prog = &prog, .decl = md, .path = "", .vpath = ""};
+  prog.cur = &c;
   c.m = ir_module_new(a, md->name);
   c.m->loc = md->name_loc;
   c.f = ir_add_func(c.m, "forward", md->name_loc);
-  for (c.cap = 16; c.cap < 2 * (md->body.n + md->dims.n); c.cap *= 2) {}
-  c.tab = arena_alloc(a, sizeof(Name *) * (size_t)c.cap);
-  c.def = arena_alloc(a, sizeof(Name *) * (size_t)(md->body.n + 1));
+  open_scope(&c);
   lower_dims(&c, md, defs, ndefs);
+  for (int k = 0; k < nblocks && !diag_full(d); k++)
+    check_block(&c, &prog.blk[k]);
+  Block **path = arena_alloc(a, sizeof(Block *) * (size_t)(nblocks + 1));
+  for (int k = 0; k < nblocks && !diag_full(d); k++)
+    if (!prog.blk[k].mark)
+      check_cycles(&c, &prog.blk[k], path, 0);
 
-  static const NameKind kinds[] = {[S_INPUT] = N_INPUT, [S_PARAM] = N_PARAM, [S_ASSIGN] = N_VALUE,
-                                   [S_OUTPUT] = N_VALUE};
-  for (int k = 0; k < md->body.n && !diag_full(d); k++) {
-    const Stmt *s = md->body.a[k];
-    if (s->kind == S_INPUT || s->kind == S_PARAM || s->kind == S_ASSIGN ||
-        (s->kind == S_OUTPUT && s->val))
-      c.def[k] = define(&c, s->name, kinds[s->kind], s->name_loc, k);
-  }
-  for (c.cur = 0; c.cur < md->body.n && !diag_full(d); c.cur++) {
-    const Stmt *s = md->body.a[c.cur];
-    Name *n = c.def[c.cur];
-    switch (s->kind) {
-    case S_INPUT:
-    case S_PARAM:
-      if (n)
-        lower_decl(&c, s, n);
-      break;
-    case S_ASSIGN:
-      if (n)
-        lower_assign(&c, s, n);
-      break;
-    case S_OUTPUT:
-      if (n || !s->val)
-        lower_output(&c, s, n);
-      break;
-    case S_MINIMIZE:
-      lower_minimize(&c, s);
-      break;
-    default:
-      DTC_UNREACHABLE();
-    }
-  }
+  void (*context)(Diag *, void *) = d->context;
+  void *context_arg = d->context_arg;
+  d->context = apply_notes;
+  d->context_arg = &prog;
+  define_stmts(&c);
+  lower_stmts(&c);
 
   *used = arena_alloc(a, sizeof(bool) * (size_t)(c.m->global.n + 1));
-  for (int k = 0; k < c.names.n; k++) {
-    Name *n = c.names.a[k];
-    if (n->global >= 0 && n->val)
-      (*used)[n->global] = true;
-  }
-  if (d->nerr != nerr)
-    return NULL;
-  for (int k = 0; k < c.names.n && (d->wflags & W_UNUSED); k++) {
+  for (int k = 0; k < c.f->inst.n; k++)
+    if (c.f->inst.a[k]->op == OP_load)
+      (*used)[ir_global_of(c.f->inst.a[k]) - c.m->global.a] = true;
+  bool ok = d->nerr == nerr;
+  for (int k = 0; k < c.names.n && ok && (d->wflags & W_UNUSED); k++) {
     Name *n = c.names.a[k];
     if (n->kind == N_PARAM && !n->val)
       diag_warn(d, n->loc, "param '%s' is never used", n->name);
   }
-  return c.m;
+  for (int j = 0; j < prog.inst.n && ok && (d->wflags & W_UNUSED); j++) {
+    Ctx *bc = prog.inst.a[j];
+    prog.cur = bc;
+    for (int k = 0; k < bc->names.n; k++) {
+      Name *n = bc->names.a[k];
+      if (n->kind == N_PARAM && !n->used)
+        diag_warn(d, n->loc, "param '%s' of block '%s' is never used", n->name, bc->decl->name);
+    }
+  }
+  d->context = context;
+  d->context_arg = context_arg;
+  return ok ? c.m : NULL;
 }

@@ -21,9 +21,12 @@ static Expr *ident(Parser *p, const char *name, FELTYPE l);
 static Expr *binary(Parser *p, int op, Expr *lhs, Expr *rhs, FELTYPE l);
 static Expr *call(Parser *p, const char *name, FELTYPE l, ArgList args);
 static Expr *list(Parser *p, FELTYPE l, ExprList items);
+static Expr *each(Parser *p, Expr *x, FELTYPE l);
 static Stmt *stmt(Parser *p, StmtKind kind, FELTYPE l);
 static Stmt *named(Parser *p, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl);
 static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE nl);
+static Stmt *value(Parser *p, Expr *val, Expr *count, FELTYPE rl, const char *inst, FELTYPE il);
+static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl);
 #define L(x) loc(p, (x))
 #define PUSH(v, x) vec_push(p->a, &(v), (x))
 }
@@ -56,13 +59,14 @@ static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE
 %token WITH "'with'" INIT "'init'" NODE "'node'" DEVICE "'device'" LINK "'link'"
 %token COLLECTIVE "'collective'"
 %token MESH "'mesh'" SHARD "'shard'" PLAN "'plan'" ON "'on'" OVER "'over'"
+%token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'" EACH "'each'"
 
 %type <e> expr call callee sdim
 %type <arg> arg axis
 %type <args> args axes
 %type <exprs> exprs names sdims
 %type <type> type
-%type <st> dim mstmt cstmt nstmt pstmt
+%type <st> dim mstmt value cstmt nstmt pstmt
 %type <stmts> dims dimlist mstmts mbody cstmts cbody nstmts nbody pstmts pbody
 
 %left '+' '-'
@@ -89,7 +93,7 @@ sep: NL | ';' ;
 /* A newline is allowed before a block's '{'. */
 nl_opt: %empty | NL ;
 
-/* item = import | model | cluster | parallel */
+/* item = import | model | block | cluster | parallel */
 item: IMPORT STRING              { Decl *d = decl(p, D_IMPORT, @1, $2->s, @2);
                                    if ($2->kind == E_ERROR) d->name = NULL; }
     | MODEL IDENT '(' dims ')' nl_opt mbody
@@ -97,6 +101,12 @@ item: IMPORT STRING              { Decl *d = decl(p, D_IMPORT, @1, $2->s, @2);
     | MODEL IDENT '(' error ')' nl_opt mbody
                                  { decl(p, D_MODEL, @1, $2, @2)->body = $7; }
     | MODEL IDENT nl_opt mbody   { decl(p, D_MODEL, @1, $2, @2)->body = $4; }
+    | BLOCK IDENT '(' ')' nl_opt mbody
+                                 { decl(p, D_BLOCK, @1, $2, @2)->body = $6; }
+    | BLOCK IDENT '(' names ')' nl_opt mbody
+                                 { Decl *d = decl(p, D_BLOCK, @1, $2, @2); d->args = $4; d->body = $7; }
+    | BLOCK IDENT '(' error ')' nl_opt mbody
+                                 { decl(p, D_BLOCK, @1, $2, @2)->body = $7; }
     | CLUSTER IDENT nl_opt cbody { decl(p, D_CLUSTER, @1, $2, @2)->body = $4; }
     | PARALLEL IDENT ON IDENT nl_opt pbody
                                  { Decl *d = decl(p, D_PARALLEL, @1, $2, @2);
@@ -119,7 +129,8 @@ dim: IDENT '=' expr              { $$ = named(p, S_DIM, @1, $1, @1); $$->val = $
                                    $$->role = $1; $$->role_loc = L(@1); }
    ;
 
-/* mbody = "{" mstmts [ mstmt ] "}". As in every block, statements are
+/* mbody = "{" mstmts [ mstmt ] "}", the body of a model or a block (the
+ * lowering tells which statements each takes). As in every block, statements are
  * separated by sep, the last needs none, and after a bad statement errors
  * are reported again from the next one on. */
 mbody: '{' mstmts '}'            { $$ = $2; }
@@ -136,18 +147,30 @@ mstmts: %empty                   { $$ = (StmtList){0}; }
 
 /* mstmt = "input" IDENT ":" type
  *       | "param" IDENT ":" type [ "init" callee ]
- *       | IDENT "=" expr
- *       | "output" IDENT [ "=" expr ]
- *       | "minimize" IDENT "with" callee */
+ *       | IDENT "=" value
+ *       | "output" IDENT [ "=" value ]
+ *       | "minimize" IDENT "with" callee
+ *       | "return" expr */
 mstmt: INPUT IDENT ':' type      { $$ = named(p, S_INPUT, @1, $2, @2); $$->type = $4; }
      | PARAM IDENT ':' type      { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; }
      | PARAM IDENT ':' type INIT callee
                                  { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; $$->val = $6; }
-     | IDENT '=' expr            { $$ = named(p, S_ASSIGN, @1, $1, @1); $$->val = $3; }
+     | IDENT '=' value           { $$ = assign(p, $3, S_ASSIGN, @1, $1, @1); }
      | OUTPUT IDENT              { $$ = named(p, S_OUTPUT, @1, $2, @2); }
-     | OUTPUT IDENT '=' expr     { $$ = named(p, S_OUTPUT, @1, $2, @2); $$->val = $4; }
+     | OUTPUT IDENT '=' value    { $$ = assign(p, $4, S_OUTPUT, @1, $2, @2); }
      | MINIMIZE IDENT WITH callee
                                  { $$ = named(p, S_MINIMIZE, @1, $2, @2); $$->val = $4; }
+     | RETURN expr               { $$ = stmt(p, S_RETURN, @1); $$->val = $2; }
+     ;
+
+/* value = expr [ "as" IDENT ] | "repeat" "(" expr ")" call [ "as" IDENT ]: a
+ * value, or a block application (then expr is a call), of which the
+ * statement is made */
+value: expr                      { $$ = value(p, $1, NULL, @1, NULL, @1); }
+     | expr AS IDENT             { $$ = value(p, $1, NULL, @1, $3, @3); }
+     | REPEAT '(' expr ')' call  { $$ = value(p, $5, $3, @1, NULL, @1); }
+     | REPEAT '(' expr ')' call AS IDENT
+                                 { $$ = value(p, $5, $3, @1, $7, @7); }
      ;
 
 /* type = IDENT "[" [ expr { "," expr } ] "]" */
@@ -282,9 +305,11 @@ args: arg                        { $$ = (ArgList){0}; PUSH($$, $1); }
     | args ',' arg               { $$ = $1; PUSH($$, $3); }
     ;
 
-/* arg = [ IDENT "=" ] expr */
+/* arg = [ IDENT "=" ] [ "each" ] expr; "each" is taken only by a repeat */
 arg: expr                        { $$ = (Arg){NULL, $1->loc, $1}; }
    | IDENT '=' expr              { $$ = (Arg){$1, L(@1), $3}; }
+   | EACH expr                   { $$ = (Arg){NULL, L(@1), each(p, $2, @1)}; }
+   | IDENT '=' EACH expr         { $$ = (Arg){$1, L(@1), each(p, $4, @3)}; }
    ;
 
 %%
@@ -364,6 +389,13 @@ static Expr *list(Parser *p, FELTYPE l, ExprList items) {
   return deep(p, e, tallest);
 }
 
+static Expr *each(Parser *p, Expr *x, FELTYPE l) {
+  Expr *e = ast_expr(p, E_EACH, L(l));
+  e->lhs = x;
+  e->depth = x->depth + 1;
+  return deep(p, e, x);
+}
+
 static Stmt *stmt(Parser *p, StmtKind kind, FELTYPE l) {
   Stmt *s = arena_alloc(p->a, sizeof *s);
   s->kind = kind;
@@ -373,6 +405,25 @@ static Stmt *stmt(Parser *p, StmtKind kind, FELTYPE l) {
 
 static Stmt *named(Parser *p, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl) {
   Stmt *s = stmt(p, kind, l);
+  s->name = name;
+  s->name_loc = L(nl);
+  return s;
+}
+
+/* The value of an assignment or an output, kind and name still unset. */
+static Stmt *value(Parser *p, Expr *val, Expr *count, FELTYPE rl, const char *inst, FELTYPE il) {
+  Stmt *s = stmt(p, S_ASSIGN, rl);
+  s->val = val;
+  s->count = count;
+  s->repeat_loc = L(rl);
+  s->inst = inst;
+  s->inst_loc = L(il);
+  return s;
+}
+
+static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl) {
+  s->kind = kind;
+  s->loc = L(l);
   s->name = name;
   s->name_loc = L(nl);
   return s;

@@ -112,6 +112,8 @@ void diag_verror(Diag *d, Loc loc, const char *fmt, va_list ap) {
     return;
   }
   report(d, loc, "error", fmt, ap);
+  if (d->context && !d->quiet)
+    d->context(d, d->context_arg);
   if (++d->nerr == d->max_errors && !d->quiet)
     fprintf(d->out, "dtc: fatal error: too many errors emitted, stopping now\n");
 }
@@ -130,6 +132,8 @@ void diag_warn(Diag *d, Loc loc, const char *fmt, ...) {
     diag_verror(d, loc, fmt, ap);
   } else {
     report(d, loc, "warning", fmt, ap);
+    if (d->context && !d->quiet)
+      d->context(d, d->context_arg);
     d->nwarn++;
   }
   va_end(ap);

@@ -70,6 +70,10 @@ typedef struct Diag {
   bool color;
   unsigned wflags;      /* enabled optional warnings (W_*) */
   bool quiet;           /* count, print nothing (a planner's trial runs) */
+  /* When set, called after each error and warning is printed, to add notes
+   * of context (the frontend: where the block being lowered is applied). */
+  void (*context)(struct Diag *d, void *arg);
+  void *context_arg;
 } Diag;
 
 enum { W_UNUSED = 1u << 0, W_RESHARD = 1u << 1 };
