@@ -790,7 +790,8 @@ static void partial_sums(Ctx *c, Inst *r) {
     a->shard = s->shard = keep(c, v->shard, v->type.rank);
     for (int j = r->id; j < r->fn->inst.n; j++) {
       Inst *o = r->fn->inst.a[j];
-      if (o == r ? k == 0 : o->op == OP_repeat_out && o->in[0] == r && ir_get_int(o, "index", 0) == k)
+      bool out_k = o->op == OP_repeat_out && o->in[0] == r && ir_get_int(o, "index", 0) == k;
+      if (o == r ? k == 0 : out_k)
         o->shard = a->shard;
     }
   }

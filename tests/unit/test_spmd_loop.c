@@ -11,7 +11,8 @@
  *
  * Models: residual layers over stacked params, data parallel even and
  * uneven (with dropout in the body); the same with the stacked weights
- * split Megatron style over tp, so the bodies hold all_reduces; a recurrent
+ * split Megatron style over tp, so the bodies hold all_reduces, and over a
+ * 2x2 mesh with the batch over dp; a recurrent
  * loop whose weight is a whole operand, its gradient a partial sum carried
  * from zeros, and the same loop with that weight split by columns, so its
  * carry is gathered in every iteration; a loop in a loop; two loops of one
@@ -38,13 +39,15 @@
 /* ---- building modules by hand ---- */
 
 /* What a model is built with: the mesh axis, its size, the ratios of its
- * splits (NULL: even) and the sizes. */
+ * splits over it (NULL: even), the sizes, and a second mesh axis tp of k2
+ * devices (0: none; its splits even). */
 typedef struct Spec {
   const char *axis;
   int k;
   const double *ratio;
   int B, D, L;
   bool dropout;
+  int k2;
 } Spec;
 
 static Module *M;     /* the module being built */
@@ -53,13 +56,13 @@ static SrcFile *SRC;
 
 static Loc at(int line) { return (Loc){SRC, line, 1}; }
 
-static Sharding *shard(const Spec *s, int split_dim) {
+static Sharding *shard(const Spec *s, int split_dim, int axis) {
   Sharding *sh = arena_alloc(M->arena, sizeof *sh);
   for (int d = 0; d < IR_MAX_RANK; d++)
     sh->axis[d] = -1;
   if (split_dim >= 0) {
-    sh->axis[split_dim] = 0;
-    if (s->ratio) {
+    sh->axis[split_dim] = (int8_t)axis;
+    if (s->ratio && axis == 0) {
       sh->ratio[split_dim] = arena_alloc(M->arena, sizeof(double) * (size_t)s->k);
       memcpy(sh->ratio[split_dim], s->ratio, sizeof(double) * (size_t)s->k);
     }
@@ -71,8 +74,8 @@ static void module_new(Arena *a, const Spec *s) {
   static int devs[8];
   M = ir_module_new(a, "loops");
   SRC = src_from_string(a, "loops.dt", "1\n2\n3\n4\n5\n6\n7\n8\n9\n");
-  Mesh mh = {.name = "m", .naxis = 1, .axis_name = {s->axis}, .axis_size = {s->k},
-             .dev = devs, .loc = at(1)};
+  Mesh mh = {.name = "m", .naxis = s->k2 ? 2 : 1, .axis_name = {s->axis, "tp"},
+             .axis_size = {s->k, s->k2}, .dev = devs, .loc = at(1)};
   vec_push(a, &M->mesh, mh);
   M->plan = PLAN_EXPLICIT;
   M->train = (Train){.loss = "loss", .opt = OPT_SGD, .lr = 0.1, .momentum = 0.5,
@@ -80,17 +83,22 @@ static void module_new(Arena *a, const Spec *s) {
   F = ir_add_func(M, "forward", at(1));
 }
 
-/* A global split along split_dim (-1: whole; -2: open, for a param), and its
- * load in @forward. */
-static Inst *global(const Spec *s, const char *name, GlobalKind kind, Type t, int split_dim) {
+/* A global split along split_dim over mesh axis `axis` (split_dim -1:
+ * whole; -2: open, for a param), and its load in @forward. */
+static Inst *global_on(const Spec *s, const char *name, GlobalKind kind, Type t, int split_dim,
+                       int axis) {
   Global *g = ir_add_global(M, name, kind, t, at(2));
   g->init = kind == G_INPUT ? -1 : DT_INIT_ZEROS;
   if (split_dim > -2)
-    g->shard = shard(s, split_dim);
+    g->shard = shard(s, split_dim, axis);
   Inst *l = ir_new(F, OP_load, at(2), 0, NULL);
   ir_set_str(l, "global", name);
   l->name = g->name;
   return ir_finish(l);
+}
+
+static Inst *global(const Spec *s, const char *name, GlobalKind kind, Type t, int split_dim) {
+  return global_on(s, name, kind, t, split_dim, 0);
 }
 
 static Func *body(const char *name) {
@@ -158,19 +166,20 @@ static void residual_dp(const Spec *s) {
 
 /* x <- x + tanh(x @ w1) @ w2, w1 [L, D, 2D] split on its columns and w2
  * [L, 2D, D] on its rows (Megatron): each iteration all-reduces its
- * partial sum, forward and backward. */
+ * partial sum, forward and backward. On a 2-D mesh the weights are split
+ * over tp and the batch over the first axis. */
 static void residual_tp(const Spec *s) {
-  int D = s->D, F2 = 2 * s->D;
+  int D = s->D, F2 = 2 * s->D, tp = s->k2 ? 1 : 0, batch = s->k2 ? 0 : -1;
   Type xt = ty(DT_F32, 2, s->B, D);
   Func *b = body("mlp");
   Inst *x = arg(b, 0, xt), *w1 = arg(b, 1, ty(DT_F32, 2, D, F2)),
        *w2 = arg(b, 2, ty(DT_F32, 2, F2, D));
   Inst *h = op(b, OP_tanh, 1, op(b, OP_matmul, 2, x, w1));
   out(b, op(b, OP_add, 2, x, op(b, OP_matmul, 2, h, w2)), "x");
-  Inst *in[3] = {global(s, "x", G_INPUT, xt, -1),
-                 global(s, "mlp.w1", G_PARAM, ty(DT_F32, 3, s->L, D, F2), 2),
-                 global(s, "mlp.w2", G_PARAM, ty(DT_F32, 3, s->L, F2, D), 1)};
-  Inst *y = global(s, "y", G_INPUT, xt, -1);
+  Inst *in[3] = {global(s, "x", G_INPUT, xt, batch),
+                 global_on(s, "mlp.w1", G_PARAM, ty(DT_F32, 3, s->L, D, F2), 2, tp),
+                 global_on(s, "mlp.w2", G_PARAM, ty(DT_F32, 3, s->L, F2, D), 1, tp)};
+  Inst *y = global(s, "y", G_INPUT, xt, batch);
   loss_of(repeat(F, b, s->L, 2, 3, in), y);
 }
 
@@ -408,19 +417,19 @@ static void dp(const Spec *s, const char *label) {
 
 static void test_dp2(void **state) {
   (void)state;
-  dp(&(Spec){"dp", 2, NULL, 8, 6, 3, false}, "residual dp2");
+  dp(&(Spec){"dp", 2, NULL, 8, 6, 3, false, 0}, "residual dp2");
 }
 
 static void test_dp2_uneven(void **state) {
   (void)state;
-  dp(&(Spec){"dp", 2, (const double[]){0.7, 0.3}, 10, 6, 3, false}, "residual dp2 uneven 7:3");
+  dp(&(Spec){"dp", 2, (const double[]){0.7, 0.3}, 10, 6, 3, false, 0}, "residual dp2 uneven 7:3");
 }
 
 /* Dropout in the body: each device draws its block of the whole batch's
  * mask (`at`), iteration by iteration, forward and backward alike. */
 static void test_dp3_dropout(void **state) {
   (void)state;
-  Spec s = {"dp", 3, (const double[]){0.5, 0.3, 0.2}, 10, 6, 3, true};
+  Spec s = {"dp", 3, (const double[]){0.5, 0.3, 0.2}, 10, 6, 3, true, 0};
   Pair p;
   pair_init(&p, residual_dp, &s, "memplan");
   const Func *b = ir_find_func(p.s, "layers.save.1");
@@ -466,12 +475,32 @@ static void tp(const Spec *s, const char *label) {
 
 static void test_tp2(void **state) {
   (void)state;
-  tp(&(Spec){"tp", 2, NULL, 4, 6, 3, false}, "residual tp2 megatron");
+  tp(&(Spec){"tp", 2, NULL, 4, 6, 3, false, 0}, "residual tp2 megatron");
 }
 
 static void test_tp2_uneven(void **state) {
   (void)state;
-  tp(&(Spec){"tp", 2, (const double[]){0.75, 0.25}, 4, 6, 3, false}, "residual tp2 9:3");
+  tp(&(Spec){"tp", 2, (const double[]){0.75, 0.25}, 4, 6, 3, false, 0}, "residual tp2 9:3");
+}
+
+/* dp x tp on a 2x2 mesh: all_reduces over tp in the bodies, the weight
+ * gradients' over dp once after the loop, and the loss's. */
+static void test_2d(void **state) {
+  (void)state;
+  Spec s = {"dp", 2, (const double[]){0.75, 0.25}, 8, 6, 3, false, 2};
+  Pair p;
+  pair_init(&p, residual_tp, &s, "memplan");
+  const Func *b = ir_find_func(p.s, "mlp.save.3");
+  for (int k = 0; k < b->inst.n; k++)
+    if (b->inst.a[k]->op == OP_all_reduce)
+      assert_int_equal(ir_get_int(b->inst.a[k], "axis", -1), 1);
+  assert_int_equal(count(p.s, "mlp.save.3", OP_all_reduce), 1);
+  assert_int_equal(count(p.s, "mlp.grad.2", OP_all_reduce), 1);
+  assert_int_equal(ir_func_arg(b, 0)->type.dim[0], 2);   /* device 3: dp 1 holds 2 of 8 rows */
+  assert_int_equal(count(p.s, "train_step.3", OP_all_reduce), 3);
+  assert_int_equal(count_comm(p.s, "train_step.3"), 3);
+  train(&p, 5, "residual dp 3:1 x tp 2");
+  pair_free(&p);
 }
 
 /* ---- a recurrent loop with a whole operand ---- */
@@ -482,7 +511,7 @@ static void test_tp2_uneven(void **state) {
  * the body (train step: the loss's and u's). */
 static void test_rnn_dp(void **state) {
   (void)state;
-  Spec s = {"dp", 2, (const double[]){0.625, 0.375}, 8, 5, 4, false};
+  Spec s = {"dp", 2, (const double[]){0.625, 0.375}, 8, 5, 4, false, 0};
   Pair p;
   pair_init(&p, recurrent, &s, "memplan");
   assert_int_equal(count_comm(p.s, "rnn.save.0"), 0);
@@ -500,7 +529,7 @@ static void test_rnn_dp(void **state) {
  * arg's: resharded before the output, in every iteration. */
 static void test_rnn_carry_reshard(void **state) {
   (void)state;
-  Spec s = {"dp", 2, (const double[]){0.6, 0.4}, 4, 5, 3, false};
+  Spec s = {"dp", 2, (const double[]){0.6, 0.4}, 4, 5, 3, false, 0};
   Pair p;
   pair_init(&p, recurrent_cols, &s, "memplan");
   const Func *b = ir_find_func(p.s, "rnn.save.0");
@@ -516,7 +545,7 @@ static void test_rnn_carry_reshard(void **state) {
 
 static void test_nested_dp(void **state) {
   (void)state;
-  Spec s = {"dp", 2, NULL, 6, 4, 3, false};
+  Spec s = {"dp", 2, NULL, 6, 4, 3, false, 0};
   Pair p;
   pair_init(&p, nested, &s, "memplan");
   assert_non_null(ir_find_func(p.s, "blocks.layers.save.1"));
@@ -528,7 +557,7 @@ static void test_nested_dp(void **state) {
 
 static void test_shared_body(void **state) {
   (void)state;
-  Spec s = {"dp", 2, NULL, 6, 4, 2, false};
+  Spec s = {"dp", 2, NULL, 6, 4, 2, false, 0};
   Pair p;
   pair_init(&p, shared_body, &s, "memplan");
   /* @forward's second loop runs a copy; the first's body is split, the copy's whole */
@@ -574,9 +603,10 @@ static void round_trip(Build build, const Spec *s, const char *last) {
 
 static void test_round_trip(void **state) {
   (void)state;
-  round_trip(residual_tp, &(Spec){"tp", 2, (const double[]){0.75, 0.25}, 4, 6, 3, false}, "spmd");
-  round_trip(nested, &(Spec){"dp", 2, NULL, 6, 4, 3, false}, "spmd");
-  round_trip(recurrent, &(Spec){"dp", 2, NULL, 8, 5, 4, false}, "comm");
+  const double *r = (const double[]){0.75, 0.25};
+  round_trip(residual_tp, &(Spec){"tp", 2, r, 4, 6, 3, false, 0}, "spmd");
+  round_trip(nested, &(Spec){"dp", 2, NULL, 6, 4, 3, false, 0}, "spmd");
+  round_trip(recurrent, &(Spec){"dp", 2, NULL, 8, 5, 4, false, 0}, "comm");
 }
 
 /* ---- the simulator ---- */
@@ -617,7 +647,7 @@ static double expect(const Module *m, const Func *f, int device, int *ncomm) {
 
 static void test_sim(void **state) {
   (void)state;
-  Spec s = {"tp", 2, NULL, 4, 6, 3, false};
+  Spec s = {"tp", 2, NULL, 4, 6, 3, false, 0};
   Pair p;
   pair_init(&p, residual_tp, &s, "comm");
   Tally t = {0};
@@ -641,12 +671,18 @@ static void test_sim(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dp2),         cmocka_unit_test(test_dp2_uneven),
-      cmocka_unit_test(test_dp3_dropout), cmocka_unit_test(test_tp2),
-      cmocka_unit_test(test_tp2_uneven),  cmocka_unit_test(test_rnn_dp),
+      cmocka_unit_test(test_dp2),
+      cmocka_unit_test(test_dp2_uneven),
+      cmocka_unit_test(test_dp3_dropout),
+      cmocka_unit_test(test_tp2),
+      cmocka_unit_test(test_tp2_uneven),
+      cmocka_unit_test(test_2d),
+      cmocka_unit_test(test_rnn_dp),
       cmocka_unit_test(test_rnn_carry_reshard),
-      cmocka_unit_test(test_nested_dp),   cmocka_unit_test(test_shared_body),
-      cmocka_unit_test(test_round_trip),  cmocka_unit_test(test_sim),
+      cmocka_unit_test(test_nested_dp),
+      cmocka_unit_test(test_shared_body),
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_sim),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
