@@ -197,85 +197,132 @@ static void elementwise(const Inst *inst, float *out, float *const *in) {
   }
 }
 
-static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
-                 void *const *outputs, int *nout, bool *stored);
-
 static size_t value_bytes(const Type *t) { return (size_t)type_elems(t) * 4; }
 
-/* Runs loop r (docs/IR.md, "Loops"): into val[r->id] and the values of its
- * repeat_out insts, which this makes. */
-static bool eval_repeat(Interp *it, const Inst *r, void **val) {
-  Func *body = ir_repeat_body(r), *f = r->fn;
-  int64_t n = ir_get_int(r, "n", 1), carry = ir_get_int(r, "carry", 1);
-  int nout = ir_func_noutputs(body);
-  void **out = calloc((size_t)nout + 1, sizeof *out), **cur = calloc((size_t)r->nin + 1, sizeof *cur),
-       **next = calloc((size_t)nout + 1, sizeof *next);
-  DTC_ASSERT(out && cur && next);
-  for (int k = 0; k < nout; k++) {
+/* A loop under way (docs/IR.md, "Loops"): iteration s of n (counted from the
+ * first to run) is in `run` while `running`. out[k] is loop output k: a
+ * carried value as the last iteration left it, a stacked one filled row by
+ * row; next[k] is where the iteration writes output k (a carry's second
+ * buffer, a row of a stacked output), cur[k] what it reads as arg k. */
+struct Loop {
+  const Inst *r;
+  Func *body;
+  int64_t n, carry, s, step;
+  int nout;
+  void **out, **cur, **next;
+  Run run;
+  bool running;
+};
+
+static Loop *loop_begin(Interp *it, const Inst *r) {
+  Loop *L = calloc(1, sizeof *L);
+  DTC_ASSERT(L);
+  L->r = r;
+  L->body = ir_repeat_body(r);
+  L->n = ir_get_int(r, "n", 1);
+  L->carry = ir_get_int(r, "carry", 1);
+  L->step = it->step;
+  L->nout = ir_func_noutputs(L->body);
+  L->out = calloc((size_t)L->nout + 1, sizeof *L->out);
+  L->cur = calloc((size_t)r->nin + 1, sizeof *L->cur);
+  L->next = calloc((size_t)L->nout + 1, sizeof *L->next);
+  DTC_ASSERT(L->out && L->cur && L->next);
+  for (int k = 0; k < L->nout; k++) {
     Type t;
     DTC_ASSERT(ir_repeat_out_type(r, k, &t));
-    out[k] = interp_zalloc(type_elems(&t));
-    if (k < carry)
-      next[k] = interp_zalloc(type_elems(&t));
+    L->out[k] = interp_zalloc(type_elems(&t));
+    if (k < L->carry)
+      L->next[k] = interp_zalloc(type_elems(&t));
   }
-  int64_t step = it->step;
-  bool ok = true;
-  for (int64_t s = 0; ok && s < n; s++) {
-    int64_t i = ir_get_int(r, "reverse", 0) ? n - 1 - s : s;
-    for (int k = 0; k < r->nin; k++) {
-      char *x = val[r->in[k]->id];
-      if (ir_repeat_operand_kind(r, k) == 0)
-        cur[k] = s ? out[k] : x;
-      else if (ir_repeat_operand_kind(r, k) == 1)
-        cur[k] = x;
-      else
-        cur[k] = x + (size_t)i * value_bytes(&r->in[k]->type) / (size_t)n;
-    }
-    for (int k = (int)carry; k < nout; k++) {
-      Type t;
-      ir_repeat_out_type(r, k, &t);
-      next[k] = (char *)out[k] + (size_t)i * value_bytes(&t) / (size_t)n;
-    }
-    Run run;
-    it->step = ir_loop_step(step, i);
-    interp_begin(&run, it, body, next);
-    run.args = cur;
-    ok = interp_to_comm(&run);
-    if (ok && run.pc < body->inst.n) {
-      snprintf(it->err, sizeof it->err, "%s: the interpreter runs global functions only",
-               ir_ops[body->inst.a[run.pc]->op].name);
-      ok = false;
-    }
-    interp_end(&run, ok);
-    for (int k = 0; k < carry; k++) {   /* the new carries become the current ones */
-      void *t = out[k];
-      out[k] = next[k];
-      next[k] = t;
-    }
+  return L;
+}
+
+static void loop_free(Loop *L) {
+  if (!L)
+    return;
+  if (L->running)
+    interp_end(&L->run, false);
+  for (int k = 0; k < L->nout; k++) {
+    free(L->out[k]);
+    if (k < L->carry)
+      free(L->next[k]);
   }
-  it->step = step;
-  for (int k = 0; k < carry; k++)
-    free(next[k]);
-  val[r->id] = out[0];
+  free(L->out);
+  free(L->cur);
+  free(L->next);
+  free(L);
+}
+
+/* Runs p's loop on: 1 when it has ended, 0 when its body stands at a
+ * collective (the next call resumes it there), -1 on a failure. */
+static int loop_run(Run *p) {
+  Loop *L = p->loop;
+  Interp *it = p->it;
+  const Inst *r = L->r;
+  while (L->s < L->n) {
+    int64_t i = ir_get_int(r, "reverse", 0) ? L->n - 1 - L->s : L->s;
+    it->step = ir_loop_step(L->step, i);
+    if (!L->running) {
+      for (int k = 0; k < r->nin; k++) {
+        char *x = p->val[r->in[k]->id];
+        int kind = ir_repeat_operand_kind(r, k);
+        L->cur[k] = kind == 0 ? (L->s ? L->out[k] : x)
+                    : kind == 1 ? x
+                                : x + (size_t)i * value_bytes(&r->in[k]->type) / (size_t)L->n;
+      }
+      for (int k = (int)L->carry; k < L->nout; k++) {
+        Type t;
+        ir_repeat_out_type(r, k, &t);
+        L->next[k] = (char *)L->out[k] + (size_t)i * value_bytes(&t) / (size_t)L->n;
+      }
+      interp_begin(&L->run, it, L->body, L->next);
+      L->run.args = L->cur;
+      L->running = true;
+    }
+    if (!interp_to_comm(&L->run)) {
+      it->step = L->step;
+      return -1;
+    }
+    if (L->run.pc < L->body->inst.n)
+      return 0;
+    interp_end(&L->run, true);
+    L->running = false;
+    for (int k = 0; k < L->carry; k++) {   /* the new carries become the current ones */
+      void *t = L->out[k];
+      L->out[k] = L->next[k];
+      L->next[k] = t;
+    }
+    L->s++;
+  }
+  it->step = L->step;
+  return 1;
+}
+
+/* The loop's outputs become the values of the repeat and its repeat_outs. */
+static void loop_end(Run *p) {
+  Loop *L = p->loop;
+  const Inst *r = L->r;
+  const Func *f = p->f;
+  void **taken = calloc((size_t)L->nout + 1, sizeof *taken);
+  DTC_ASSERT(taken);
+  p->val[r->id] = taken[0] = L->out[0];
+  L->out[0] = NULL;
   for (int j = r->id + 1; j < f->inst.n; j++) {
     const Inst *x = f->inst.a[j];
-    if (x->op == OP_repeat_out && x->in[0] == r) {
-      int64_t k = ir_get_int(x, "index", 0);
-      if (out[k]) {
-        val[x->id] = out[k];
-        out[k] = NULL;
-      } else {   /* a second repeat_out of the same output */
-        val[x->id] = interp_zalloc(type_elems(&x->type));
-        memcpy(val[x->id], val[r->id], value_bytes(&x->type));
-      }
+    if (x->op != OP_repeat_out || x->in[0] != r)
+      continue;
+    int64_t k = ir_get_int(x, "index", 0);
+    if (!taken[k]) {
+      p->val[x->id] = taken[k] = L->out[k];
+      L->out[k] = NULL;
+    } else {   /* a second repeat_out of the same output */
+      p->val[x->id] = interp_zalloc(type_elems(&x->type));
+      memcpy(p->val[x->id], taken[k], value_bytes(&x->type));
     }
   }
-  for (int k = 1; k < nout; k++)
-    free(out[k]);
-  free(out);
-  free(cur);
-  free(next);
-  return ok;
+  free(taken);
+  p->loop = NULL;
+  loop_free(L);
 }
 
 /* Evaluates inst into val[inst->id]; false with it->err set on a kernel error. */
@@ -288,8 +335,8 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
     val[inst->id] = interp_zalloc(type_elems(&inst->type));
     memcpy(val[inst->id], args[ir_get_int(inst, "index", 0)], bytes);
     return true;
-  case OP_repeat:
-    return eval_repeat(it, inst, val);
+  case OP_repeat:   /* run by interp_to_comm, which may stop inside */
+    DTC_UNREACHABLE();
   case OP_repeat_out:
     DTC_ASSERT(val[inst->id]);   /* made by its repeat */
     return true;
@@ -353,19 +400,36 @@ void interp_begin(Run *r, Interp *it, Func *f, void *const *outputs) {
   DTC_ASSERT(r->val);
 }
 
-/* Evaluates up to the end or the next collective. */
+/* Evaluates up to the end or the next collective, in f or in a loop's body. */
 bool interp_to_comm(Run *r) {
   for (; r->pc < r->f->inst.n; r->pc++) {
     const Inst *i = r->f->inst.a[r->pc];
     if (ir_ops[i->op].kind == K_COMM)
       return true;
+    if (i->op == OP_repeat) {
+      if (!r->loop)
+        r->loop = loop_begin(r->it, i);
+      int st = loop_run(r);
+      if (st <= 0)
+        return st == 0;
+      loop_end(r);
+      continue;
+    }
     if (!eval(r->it, i, r->val, r->args, r->outputs, &r->nout, &r->stored))
       return false;
   }
   return true;
 }
 
+Run *interp_innermost(Run *r) {
+  while (r->loop && r->loop->running)
+    r = &r->loop->run;
+  return r;
+}
+
 void interp_end(Run *r, bool ok) {
+  loop_free(r->loop);
+  r->loop = NULL;
   for (int k = 0; k < r->f->inst.n; k++)
     free(r->val[k]);
   free(r->val);
@@ -382,9 +446,10 @@ bool interp_run(Interp *it, const char *func, void *const *outputs) {
   Run r;
   interp_begin(&r, it, f, outputs);
   bool ok = interp_to_comm(&r);
-  if (ok && r.pc < f->inst.n) {
+  const Run *at = interp_innermost(&r);
+  if (ok && at->pc < at->f->inst.n) {
     snprintf(it->err, sizeof it->err, "%s: the interpreter runs global functions only",
-             ir_ops[f->inst.a[r.pc]->op].name);
+             ir_ops[at->f->inst.a[at->pc]->op].name);
     ok = false;
   }
   interp_end(&r, ok);

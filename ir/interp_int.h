@@ -16,7 +16,11 @@ struct Interp {
   char err[512];
 };
 
-/* One function running on one interpreter. */
+typedef struct Loop Loop;
+
+/* One function running on one interpreter. A loop under way at pc holds
+ * the run of its body's current iteration, which may itself stand at a
+ * collective: runs nest, and the innermost one is where the function is. */
 typedef struct Run {
   Interp *it;
   Func *f;
@@ -25,15 +29,21 @@ typedef struct Run {
   void *const *args;   /* a body's operands, by arg index */
   int pc, nout;
   bool stored;
+  Loop *loop;          /* the repeat at pc, under way; NULL: none */
 } Run;
 
 
 /* Starts running f on it: outputs[k], when not NULL, receives output k. */
 void interp_begin(Run *r, Interp *it, Func *f, void *const *outputs);
-/* Evaluates up to the end of the function or its next collective. False
- * with it->err set on a kernel error. */
+/* Evaluates up to the end of the function or its next collective, which may
+ * lie in the body of a loop (then interp_innermost(r) stands at it, and the
+ * next call resumes there). False with it->err set on a kernel error. */
 bool interp_to_comm(Run *r);
-/* Frees the values; a run that stored (ok) advances the step. */
+/* The run that stands where r is: r, or the body run of its loop under way,
+ * and so on down. */
+Run *interp_innermost(Run *r);
+/* Frees the values and any loop under way; a run that stored (ok) advances
+ * the step. */
 void interp_end(Run *r, bool ok);
 /* The zeroed buffer of `elems` 4-byte elements (one at least). */
 void *interp_zalloc(int64_t elems);

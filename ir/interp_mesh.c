@@ -1,7 +1,8 @@
 /* interp_mesh.c: the mesh interpreter, for tests: the per-device functions
  * of a module after spmd run for every device of its mesh in one process,
  * each device with its own interpreter holding its blocks of the globals;
- * collectives are exchanges between their buffers. */
+ * collectives, in a function or in the body of a loop, are exchanges
+ * between their buffers. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,10 +130,11 @@ static bool same_attrs(const Inst *a, const Inst *b) {
   return na == nb && (!na || !memcmp(sa, sb, sizeof *sa * (size_t)na));
 }
 
-/* Runs the collective every member of a group stands at: members[c] is the
- * device at coordinate c along the collective's axis. */
-static void collective(Run *runs, const int *members, int k) {
-  const Inst *c0 = runs[members[0]].f->inst.a[runs[members[0]].pc];
+/* Runs the collective every member of a group stands at: at[members[c]] is
+ * the run (innermost: perhaps a loop's body) of the device at coordinate c
+ * along the collective's axis. */
+static void collective(Run **at, const int *members, int k) {
+  const Inst *c0 = at[members[0]]->f->inst.a[at[members[0]]->pc];
   int n;
   const int64_t *sizes = ir_get_ints(c0, "sizes", &n);
   int dim = (int)ir_get_int(c0, "dim", 0), to = (int)ir_get_int(c0, "to", 0);
@@ -141,14 +143,14 @@ static void collective(Run *runs, const int *members, int k) {
     int64_t e = type_elems(&c0->in[0]->type);
     sum = interp_zalloc(e);
     for (int c = 0; c < k; c++) {
-      const Run *r = &runs[members[c]];
+      const Run *r = at[members[c]];
       const float *x = r->val[r->f->inst.a[r->pc]->in[0]->id];
       for (int64_t q = 0; q < e; q++)
         sum[q] += x[q];
     }
   }
   for (int c = 0; c < k; c++) {
-    Run *r = &runs[members[c]];
+    Run *r = at[members[c]];
     const Inst *ci = r->f->inst.a[r->pc];
     const Type *ot = &ci->type;
     void *out = interp_zalloc(type_elems(ot));
@@ -159,15 +161,15 @@ static void collective(Run *runs, const int *members, int k) {
       ib[dim] = block_start(sizes, c);
       box_copy(out, ot, ob, sum, &ci->in[0]->type, ib, ot->dim);
     } else {
-      int64_t at = 0;
+      int64_t pos = 0;
       for (int j = 0; j < k; j++) {
-        const Run *rj = &runs[members[j]];
+        const Run *rj = at[members[j]];
         const Inst *cj = rj->f->inst.a[rj->pc];
         const Type *it = &cj->in[0]->type;
         memcpy(ext, it->dim, sizeof ext);
         memset(ib, 0, sizeof ib);
-        ob[dim] = at;
-        at += it->dim[dim];
+        ob[dim] = pos;
+        pos += it->dim[dim];
         if (c0->op == OP_all_to_all) {
           ext[to] = sizes[c];
           ib[to] = block_start(sizes, c);
@@ -179,7 +181,7 @@ static void collective(Run *runs, const int *members, int k) {
   }
   free(sum);
   for (int c = 0; c < k; c++)
-    runs[members[c]].pc++;
+    at[members[c]]->pc++;
 }
 
 /* A device's block of a whole value: local, no communication. */
@@ -197,20 +199,24 @@ static void shard_slice(InterpMesh *s, Run *r) {
   r->pc++;
 }
 
-/* Every device runs to its next collective; a collective runs once every
- * member of its axis group stands at one over that axis (the order MPI
- * gives collectives on one communicator). */
+/* Every device runs to its next collective, which may lie in a loop's body
+ * (its innermost run stands there, and resumes there after it); a
+ * collective runs once every member of its axis group stands at one over
+ * that axis (the order MPI gives collectives on one communicator). */
 static bool sim_steps(InterpMesh *s, Run *runs) {
   int *members = calloc((size_t)s->ndev, sizeof *members);
-  DTC_ASSERT(members);
+  Run **at = calloc((size_t)s->ndev, sizeof *at);
+  DTC_ASSERT(members && at);
   bool ok = true;
   for (;;) {
-    for (int d = 0; ok && d < s->ndev; d++)
+    for (int d = 0; ok && d < s->ndev; d++) {
       if (!interp_to_comm(&runs[d]))
         ok = sim_fail(s, "device %d: %s", d, interp_error(s->dev[d]));
+      at[d] = interp_innermost(&runs[d]);
+    }
     bool done = true, progress = false;
     for (int d = 0; ok && d < s->ndev; d++) {
-      Run *r = &runs[d];
+      Run *r = at[d];
       if (r->pc == r->f->inst.n)
         continue;
       done = false;
@@ -226,7 +232,7 @@ static bool sim_steps(InterpMesh *s, Run *runs) {
         continue;
       bool ready = true;
       for (int j = 0; j < k && ready; j++) {
-        const Run *rj = &runs[members[j]];
+        const Run *rj = at[members[j]];
         const Inst *cj = rj->pc < rj->f->inst.n ? rj->f->inst.a[rj->pc] : NULL;
         ready = cj && ir_ops[cj->op].kind == K_COMM && cj->op != OP_shard_slice &&
                 ir_get_int(cj, "axis", -1) == axis;
@@ -235,7 +241,7 @@ static bool sim_steps(InterpMesh *s, Run *runs) {
                                 members[j], ir_ops[c->op].name, axis);
       }
       if (ready) {
-        collective(runs, members, k);
+        collective(at, members, k);
         progress = true;
       }
     }
@@ -247,6 +253,7 @@ static bool sim_steps(InterpMesh *s, Run *runs) {
     }
   }
   free(members);
+  free(at);
   return ok;
 }
 

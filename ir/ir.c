@@ -143,6 +143,29 @@ int ir_repeat_operand_kind(const Inst *r, int k) {
   return k >= r->nin - ir_get_int(r, "stacked", 0) ? 2 : 1;
 }
 
+Func *ir_copy_body(Module *m, Func *b, const char *suffix) {
+  char *name = arena_printf(m->arena, "%s.%s", b->name, suffix);
+  for (int k = 2; ir_find_func(m, name); k++)
+    name = arena_printf(m->arena, "%s.%s%d", b->name, suffix, k);
+  Func *c = ir_add_func(m, name, b->loc);
+  c->body = true;
+  ir_renumber(b);
+  Inst **map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(b->inst.n + 1));
+  for (int k = 0; k < b->inst.n; k++) {
+    Inst *i = b->inst.a[k];
+    Inst **in = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(i->nin + 1));
+    for (int j = 0; j < i->nin; j++)
+      in[j] = map[i->in[j]->id];
+    Inst *x = ir_new(c, i->op, i->loc, i->nin, in);
+    x->name = i->name;
+    x->shard = i->shard;
+    ir_copy_attrs(x, i);
+    x->type = i->type;
+    map[k] = ir_finish(x);
+  }
+  return c;
+}
+
 bool ir_repeat_out_type(const Inst *r, int k, Type *t) {
   int64_t carry = ir_get_int(r, "carry", 1);
   if (k >= 0 && k < carry && k < r->nin) {

@@ -367,6 +367,9 @@ static inline int64_t ir_loop_step(int64_t s, int64_t i) {
 }
 /* Operand k of repeat r: 0 carried, 1 read whole each iteration, 2 stacked. */
 int ir_repeat_operand_kind(const Inst *r, int k);
+/* A copy of body b, instructions, shardings and all, named @B.suffix (then
+ * @B.suffix2, ... while that is taken), for a loop of its own. */
+Func *ir_copy_body(Module *m, Func *b, const char *suffix);
 
 void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);
@@ -494,7 +497,9 @@ void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
 /* The mesh interpreter (interp_mesh.c), for tests: the per-device functions @F.0 .. @F.N-1 of a
  * module after spmd run for every device of its mesh in one process, each
  * device with its own interpreter holding its blocks of the globals. Devices
- * run to their next collective; a collective runs once every member of its
+ * run to their next collective, which may lie in the body of a loop (the
+ * device's run then stands in that iteration and resumes there after the
+ * collective); a collective runs once every member of its
  * axis group has reached one over that axis (members in coordinate order):
  * all_reduce sums, all_gather concatenates the blocks, reduce_scatter sums and
  * hands out the blocks, all_to_all exchanges them; shard_slice takes the

@@ -21,28 +21,6 @@ static bool shared(const Module *m, const Func *f, const Func *b) {
   return false;
 }
 
-static Func *copy_body(Module *m, const Func *b) {
-  char *name = arena_printf(m->arena, "%s.eval", b->name);
-  for (int k = 2; ir_find_func(m, name); k++)
-    name = arena_printf(m->arena, "%s.eval%d", b->name, k);
-  Func *c = ir_add_func(m, name, b->loc);
-  c->body = true;
-  Inst **map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(b->inst.n + 1));
-  for (int k = 0; k < b->inst.n; k++) {
-    Inst *i = b->inst.a[k];
-    Inst **in = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(i->nin + 1));
-    for (int j = 0; j < i->nin; j++)
-      in[j] = map[i->in[j]->id];
-    Inst *x = ir_new(c, i->op, i->loc, i->nin, in);
-    x->name = i->name;
-    x->shard = i->shard;
-    ir_copy_attrs(x, i);
-    x->type = i->type;
-    map[k] = ir_finish(x);
-  }
-  return c;
-}
-
 static void evaluate(Module *m, Func *f) {
   ir_renumber(f);
   int n = 0;
@@ -54,7 +32,7 @@ static void evaluate(Module *m, Func *f) {
     if (i->op == OP_repeat) {
       Func *b = ir_repeat_body(i);
       if (shared(m, f, b)) {
-        b = copy_body(m, b);
+        b = ir_copy_body(m, b, "eval");
         ir_set_str(i, "body", b->name);
       }
       evaluate(m, b);

@@ -50,8 +50,14 @@ static void same_but(const Inst *i, DimMap *m, int64_t lo, int64_t hi) {
 /* ---- module plumbing ---- */
 
 static bool shard_load(const Inst *i, DimMap *m) { return map_init(i, m), true; }
-static bool shard_arg(const Inst *i, DimMap *m) { return map_init(i, m), true; }
-/* A loop's forms come from its body (sharding.c). */
+/* An arg is what its loop passes in, a partial sum too (a loop's sum). */
+static bool shard_arg(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  m->linear = true;
+  return true;
+}
+/* A loop's forms come from its body's shardings, not from a map of its
+ * dimensions: sharding.c's shard_form reads them (its section "loops"). */
 static bool shard_repeat(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_repeat_out(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_store(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }

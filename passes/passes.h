@@ -140,15 +140,23 @@ extern const ShardRule shard_rules[OP_COUNT];
 
 /* ---- sharding.c ------------------------------------------------------- */
 
-/* Chooses the sharding of every value of @train_step and @forward and of
- * every global (Inst.shard, Global.shard) when the module has a mesh. */
+/* Chooses the sharding of every value of @train_step and @forward, of the
+ * bodies their loops run, and of every global (Inst.shard, Global.shard)
+ * when the module has a mesh. A body's shardings are derived on every run
+ * (those it had are dropped), so a planner may run it again and again. */
 bool pass_sharding(Module *m, Diag *d, PassRun *run);
 #define SHARD_MAX_AXIS 1024   /* devices along one mesh axis */
 /* The form of inst that yields result sharding r: what each operand must be
  * (req[k]), given what they are (cur[k]; NULL: not decided). False when no
- * form of the op yields r. */
+ * form of the op yields r. A repeat's form is its body's: each operand as
+ * its arg reads it (a stacked one behind a whole leading dim), its result
+ * carry 0's; a repeat_out takes its loop as it is (false while the body is
+ * open). */
 bool shard_form(const Module *m, const Inst *inst, const Sharding *r, const Sharding *const *cur,
                 Sharding *req);
+/* Whether x is zeros (a const 0, or a broadcast of one), which are a partial
+ * sum as they are, in any sharding: a loop's sum may start from them. */
+bool shard_zero(const Inst *x);
 /* Same splits (axes and block lengths) and partial axes, for type t. */
 bool shard_same(const Module *m, const Type *t, const Sharding *a, const Sharding *b);
 
@@ -171,8 +179,9 @@ double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
 
 /* ---- spmd.c ----------------------------------------------------------- */
 
-/* Replaces @train_step and @forward by per-device copies @F.D (Func.device
- * = D, local shapes, explicit collectives). */
+/* Replaces @train_step and @forward, and the bodies their loops run, by
+ * per-device copies @F.D (Func.device = D, local shapes, explicit
+ * collectives, in bodies too). */
 bool pass_spmd(Module *m, Diag *d, PassRun *run);
 /* Bytes each device sends for collective c of a per-device function, from its
  * local types (the formulas of shard_step_bytes); 0 for shard_slice. */

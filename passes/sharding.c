@@ -5,13 +5,18 @@
  * operands disagree, the form that moves the fewest bytes wins and a note at
  * the op says so. A result is never split where none of its operands is (no
  * invented splits), so unannotated tensors stay whole unless a neighbour's
- * split reaches them.
+ * split reaches them. A loop's body is propagated once, for every
+ * iteration, inside its caller's sweeps: the caller's shardings enter it
+ * through its args, and its own leave through the loop's operands and
+ * outputs (section "loops"), to one fixed point.
  *
  * Requires: autodiff done; at most one mesh. Guarantees, with a mesh: every
- * value of @train_step and @forward has a sharding that a form of its op
- * yields; every global has one, and a param's optimizer state (<p>__m, <p>__v)
- * shares its param's; inputs without annotation are whole; no split leaves a
- * device an empty block. Without a mesh it does nothing. */
+ * value of @train_step and @forward and of the bodies their loops run has a
+ * sharding that a form of its op yields (a body's are derived anew on every
+ * run; a body a second loop runs is copied for it first, @B.copy); every
+ * global has one, and a param's optimizer state (<p>__m, <p>__v) shares its
+ * param's; inputs without annotation are whole; no split leaves a device an
+ * empty block. Without a mesh it does nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,8 +190,13 @@ static bool make_partial(const Module *m, const Inst *i, const DimMap *dm, int a
   return false;
 }
 
+static bool loop_form(const Module *m, const Inst *i, const Sharding *r,
+                      const Sharding *const *cur, Sharding *req);
+
 bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Sharding *const *cur,
                 Sharding *req) {
+  if (i->op == OP_repeat || i->op == OP_repeat_out)
+    return loop_form(m, i, r, cur, req);
   const Type *y = &i->type;
   unsigned P = ir_partial_axes(m, r, y->rank);
   for (int k = 0; k < i->nin; k++)
@@ -226,6 +236,81 @@ bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Shardin
     if ((P & (1u << a)) && !make_partial(m, i, &dm, a, cur, req))
       return false;
   return true;
+}
+
+/* ---- loops ----
+ * A loop's forms come from its body, whose values have one sharding for
+ * every iteration. Carried value k has one sharding for its operand, arg k,
+ * body output k and loop output k: the arg's (spmd reshards the body output
+ * to it). A whole operand has its arg's; a stacked operand is a whole
+ * leading dim, then its arg's; a stacked output a whole leading dim, then its
+ * body output's, which may be a partial sum (the stack of partial sums is
+ * one). Args are not partial sums, but for a sum the loop carries from
+ * zeros (partial_sums). */
+
+/* s of a value of rank `rank` behind a whole leading dimension: the stack. */
+static Sharding stacked_of(const Sharding *s, int rank) {
+  Sharding t = *s;
+  for (int d = rank; d > 0; d--)
+    copy_dim(&t, d, s, d - 1);
+  split(&t, 0, -1, NULL);
+  return t;
+}
+
+/* s of a stacked value of rank `rank` without its leading dimension and
+ * not a partial sum: a row, as an arg reads it. */
+static Sharding row_of(const Sharding *s, int rank) {
+  Sharding t = *s;
+  for (int d = 0; d + 1 < rank; d++)
+    copy_dim(&t, d, s, d + 1);
+  split(&t, rank - 1, -1, NULL);
+  set_partial(&t, 0);
+  return t;
+}
+
+/* What loop output k of repeat r is: carry k's arg's sharding, or a stacked
+ * body output's; false while that is open. */
+static bool loop_result(const Inst *r, int k, Sharding *out) {
+  const Func *b = ir_repeat_body(r);
+  if (k < ir_get_int(r, "carry", 1)) {
+    const Inst *a = ir_func_arg(b, k);
+    if (!a->shard)
+      return false;
+    *out = *a->shard;
+    return true;
+  }
+  const Inst *v = ir_func_output(b, k)->in[0];
+  if (!v->shard)
+    return false;
+  *out = stacked_of(v->shard, v->type.rank);
+  return true;
+}
+
+bool shard_zero(const Inst *x) {
+  while (x->op == OP_broadcast)
+    x = x->in[0];
+  return x->op == OP_const && ir_get_float(x, "value", 1) == 0;
+}
+
+/* A repeat needs each operand as its arg reads it (stacked: whole along n)
+ * and yields carry 0's sharding; a repeat_out reads its loop as it is. */
+static bool loop_form(const Module *m, const Inst *i, const Sharding *r,
+                      const Sharding *const *cur, Sharding *req) {
+  Sharding want;
+  if (i->op == OP_repeat_out) {
+    if (!cur[0] || !loop_result(i->in[0], (int)ir_get_int(i, "index", 0), &want))
+      return false;
+    req[0] = *cur[0];
+    return shard_same(m, &i->type, r, &want);
+  }
+  const Func *b = ir_repeat_body(i);
+  for (int k = 0; k < i->nin; k++) {
+    const Inst *a = ir_func_arg(b, k);
+    if (!a->shard)
+      return false;
+    req[k] = ir_repeat_operand_kind(i, k) == 2 ? stacked_of(a->shard, a->type.rank) : *a->shard;
+  }
+  return shard_same(m, &i->type, r, &req[0]);
 }
 
 /* ---- reshards ---- */
@@ -328,6 +413,8 @@ typedef struct Ctx {
   bool changed;
   bool planned;        /* plan auto chose the forms (its conflicts by cost) */
   VEC(Loc) noted;
+  VEC(Func *) fns;     /* @train_step, @forward and the bodies they run, callers first */
+  VEC(Inst *) runner;  /* by fns entry: the repeat that runs that body (NULL: an entry) */
 } Ctx;
 
 static int gindex(Ctx *c, const Inst *i) { return c->owner[ir_global_of(i) - c->m->global.a]; }
@@ -368,7 +455,9 @@ static void set_global(Ctx *c, int g, const Sharding *s) {
 /* Gives an open operand x the sharding req that a user's form asks for, when
  * x's own op can produce it. */
 static void offer(Ctx *c, Inst *x, const Sharding *req) {
-  if (x->shard || ir_partial_axes(c->m, req, x->type.rank))
+  /* a loop's outputs follow its body (loop_out) */
+  if (x->shard || ir_partial_axes(c->m, req, x->type.rank) || x->op == OP_repeat ||
+      x->op == OP_repeat_out)
     return;
   if (x->op == OP_load) {
     int g = gindex(c, x);
@@ -384,10 +473,23 @@ static void offer(Ctx *c, Inst *x, const Sharding *req) {
     set_shard(c, x, req);
 }
 
+static void loop_out(Ctx *c, Inst *r);
+static void body_output(Ctx *c, Inst *o);
+
 /* Pushes a known result's form to its open operands. */
 static void fill(Ctx *c, Inst *i) {
   Sharding req[16];
   const Sharding *cur[16];
+  if (i->op == OP_repeat) {
+    loop_out(c, i);
+    return;
+  }
+  if (i->op == OP_repeat_out)
+    return;
+  if (i->op == OP_output && i->fn->body) {
+    body_output(c, i);
+    return;
+  }
   if (i->op == OP_store) {
     int g = gindex(c, i);
     Inst *v = i->in[0];
@@ -586,12 +688,121 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
     note_choice(c, i, &best, have_next ? &next : NULL);
 }
 
+/* ---- loops in the propagation ---- */
+
+/* The repeat that runs body b. */
+static Inst *runner(Ctx *c, const Func *b) {
+  for (int k = 0; k < c->fns.n; k++)
+    if (c->fns.a[k] == b)
+      return c->runner.a[k];
+  DTC_UNREACHABLE();
+}
+
+/* Output o's position among its function's outputs. */
+static int output_index(const Inst *o) {
+  int k = 0;
+  for (int j = 0; j < o->id; j++)
+    k += o->fn->inst.a[j]->op == OP_output;
+  return k;
+}
+
+/* Whether output o of a body is a carried value (not a stacked one). */
+static bool carries(Ctx *c, const Inst *o) {
+  return output_index(o) < ir_get_int(runner(c, o->fn), "carry", 1);
+}
+
+/* Caller to body: an open arg takes its operand's sharding (a stacked
+ * operand's rows), a carried one else its body output's; never a partial
+ * sum, which is reduced before the loop. */
+static void loop_in(Ctx *c, Inst *r) {
+  Func *b = ir_repeat_body(r);
+  for (int k = 0; k < r->nin; k++) {
+    Inst *a = (Inst *)ir_func_arg(b, k), *x = r->in[k];
+    int kind = ir_repeat_operand_kind(r, k);
+    const Sharding *from = x->shard;
+    if (!from && kind == 0)
+      from = ir_func_output(b, k)->in[0]->shard;
+    if (a->shard || !from)
+      continue;
+    Sharding s = *from;
+    if (kind == 2)
+      s = row_of(from, x->type.rank);
+    else
+      set_partial(&s, 0);
+    set_shard(c, a, &s);
+  }
+}
+
+/* Body to caller: open operands are offered what their args read, and the
+ * loop's outputs take theirs (loop_result). */
+static void loop_out(Ctx *c, Inst *r) {
+  const Func *b = ir_repeat_body(r);
+  for (int k = 0; k < r->nin; k++) {
+    const Inst *a = ir_func_arg(b, k);
+    if (!a->shard || r->in[k]->shard)
+      continue;
+    Sharding req = ir_repeat_operand_kind(r, k) == 2 ? stacked_of(a->shard, a->type.rank)
+                                                     : *a->shard;
+    offer(c, r->in[k], &req);
+  }
+  const Func *f = r->fn;
+  for (int j = r->id; j < f->inst.n; j++) {
+    Inst *o = f->inst.a[j];
+    Sharding s;
+    if (o->shard || (o != r && (o->op != OP_repeat_out || o->in[0] != r)))
+      continue;
+    if (loop_result(r, o == r ? 0 : (int)ir_get_int(o, "index", 0), &s))
+      set_shard(c, o, &s);
+  }
+}
+
+/* A carried value's body output must end in its arg's sharding (spmd
+ * reshards it there): offered to the open value, as a store's global is. */
+static void body_output(Ctx *c, Inst *o) {
+  if (!carries(c, o))
+    return;
+  const Inst *a = ir_func_arg(o->fn, output_index(o));
+  if (a->shard && !o->in[0]->shard)
+    offer(c, o->in[0], a->shard);
+}
+
+/* A sum loop r accumulates from zeros, in carry k: arg + v -> output k, the
+ * arg read by nothing else. When v is a partial sum that the add reduces in
+ * every iteration, the carry becomes a partial sum instead, reduced once
+ * after the loop: arg, add and loop output k take v's sharding (the zeros
+ * are a partial sum as they are, shard_zero). Users of the loop output
+ * chose their forms from a complete sum; spmd reduces it for them. */
+static void partial_sums(Ctx *c, Inst *r) {
+  Func *b = ir_repeat_body(r);
+  Uses u = ir_uses(c->m->arena, b);
+  for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
+    Inst *a = (Inst *)ir_func_arg(b, k), *s = ir_func_output(b, k)->in[0], *v = NULL;
+    if (!shard_zero(r->in[k]) || s->op != OP_add || u.off[a->id + 1] - u.off[a->id] != 1 ||
+        u.off[s->id + 1] - u.off[s->id] != 1)
+      continue;
+    v = s->in[0] == a ? s->in[1] : s->in[1] == a ? s->in[0] : NULL;
+    if (!v || !type_eq(&v->type, &a->type) || !ir_partial_axes(c->m, v->shard, v->type.rank))
+      continue;
+    Sharding sum = *v->shard;
+    set_partial(&sum, 0);
+    if (!shard_same(c->m, &a->type, a->shard, &sum) || !shard_same(c->m, &a->type, s->shard, &sum))
+      continue;
+    a->shard = s->shard = keep(c, v->shard, v->type.rank);
+    for (int j = r->id; j < r->fn->inst.n; j++) {
+      Inst *o = r->fn->inst.a[j];
+      bool out_k = o->op == OP_repeat_out && o->in[0] == r && ir_get_int(o, "index", 0) == k;
+      if (o == r ? k == 0 : out_k)
+        o->shard = a->shard;
+    }
+  }
+}
+
 /* Does user u need x, its operand k, without x's partial axes? */
 static bool needs_sum(Ctx *c, const Inst *u, int k) {
   const Inst *x = u->in[k];
   unsigned p = ir_partial_axes(c->m, x->shard, x->type.rank);
   if (u->op == OP_store || u->op == OP_output)
-    return true;
+    return u->op == OP_store || !u->fn->body || carries(c, u);
   const Sharding *cur[16];
   Sharding req[16];
   for (int j = 0; j < u->nin; j++)
@@ -602,16 +813,20 @@ static bool needs_sum(Ctx *c, const Inst *u, int k) {
 
 /* Once every value has a sharding: an op that keeps a partial operand partial
  * is chosen again when another user of that operand reduces it anyway, the
- * reduction then being shared (spmd makes each reshard once). */
+ * reduction then being shared (spmd makes each reshard once). A body's
+ * outputs keep theirs: the loop's outputs were made from them. */
 static void share_reductions(Ctx *c, Func *f) {
   ir_renumber(f);
   Uses u = ir_uses(c->m->arena, f);
   for (int k = 0; k < f->inst.n; k++) {
     Inst *i = f->inst.a[k];
-    if (!ir_partial_axes(c->m, i->shard, i->type.rank) || i->op == OP_load)
+    if (!ir_partial_axes(c->m, i->shard, i->type.rank) || i->op == OP_load ||
+        i->op == OP_repeat || i->op == OP_repeat_out)
       continue;
-    bool reduced[16] = {0}, any = false;
-    for (int j = 0; j < i->nin; j++) {
+    bool reduced[16] = {0}, any = false, output = false;
+    for (int q = u.off[i->id]; f->body && q < u.off[i->id + 1]; q++)
+      output |= u.u[q]->op == OP_output;
+    for (int j = 0; j < i->nin && !output; j++) {
       const Inst *x = i->in[j];
       if (!ir_partial_axes(c->m, x->shard, x->type.rank))
         continue;
@@ -631,29 +846,59 @@ static void whole(Ctx *c, Inst *i) {
   set_shard(c, i, &s);
 }
 
-static void propagate(Ctx *c, Func *f) {
-  c->f = f;
-  ir_renumber(f);
+static bool settle(Ctx *c, Func *f);
+
+/* A loop in a sweep: the caller's shardings into the body, the body to its
+ * fixed point, the body's back out. */
+static void loop_step(Ctx *c, Inst *r) {
+  bool was = c->changed;
+  c->changed = false;
+  loop_in(c, r);
+  bool any = c->changed;
+  any |= settle(c, ir_repeat_body(r));
+  c->changed = was || any;
+  loop_out(c, r);
+}
+
+/* One sweep forward (an op with known operands chooses its result) and one
+ * backward (a known result offers its form to open operands). */
+static void sweep(Ctx *c, Func *f) {
   for (int k = 0; k < f->inst.n; k++) {
     Inst *i = f->inst.a[k];
-    if (i->op == OP_load && i->shard && !c->gs[gindex(c, i)])
-      set_global(c, gindex(c, i), i->shard);
+    if (!i->shard && i->op == OP_load && c->gs[gindex(c, i)])
+      set_shard(c, i, c->gs[gindex(c, i)]);
+    else if (!i->shard && (i->op == OP_const || i->op == OP_lr))
+      whole(c, i);
+    else if (i->op == OP_repeat)
+      loop_step(c, i);
+    else if (!i->shard && i->type.dtype != DT_VOID && i->op != OP_load && i->op != OP_repeat_out)
+      choose(c, i, (bool[16]){0});
+    fill(c, i);
   }
+  for (int k = f->inst.n - 1; k >= 0; k--)
+    fill(c, f->inst.a[k]);
+}
+
+/* Sweeps f until nothing changes; whether anything did. */
+static bool settle(Ctx *c, Func *f) {
+  Func *caller = c->f;
+  bool any = false;
+  c->f = f;
   do {
     c->changed = false;
-    for (int k = 0; k < f->inst.n; k++) {
-      Inst *i = f->inst.a[k];
-      if (!i->shard && i->op == OP_load && c->gs[gindex(c, i)])
-        set_shard(c, i, c->gs[gindex(c, i)]);
-      else if (!i->shard && (i->op == OP_const || i->op == OP_lr))
-        whole(c, i);
-      else if (!i->shard && i->type.dtype != DT_VOID && i->op != OP_load)
-        choose(c, i, (bool[16]){0});
-      fill(c, i);
-    }
-    for (int k = f->inst.n - 1; k >= 0; k--)
-      fill(c, f->inst.a[k]);
+    sweep(c, f);
+    any |= c->changed;
   } while (c->changed);
+  c->f = caller;
+  return any;
+}
+
+/* After the fixed point, in order: an open global is whole, and so is every
+ * open value; a loop's body is settled and finished once its args are
+ * known, its outputs then settle the rest of f; then shared reductions. */
+static void finish(Ctx *c, Func *f) {
+  Func *caller = c->f;
+  c->f = f;
   for (int k = 0; k < f->inst.n; k++) {
     Inst *i = f->inst.a[k];
     if (i->op == OP_load && !c->gs[gindex(c, i)]) {
@@ -661,12 +906,57 @@ static void propagate(Ctx *c, Func *f) {
       clear(&s, 0);
       set_global(c, gindex(c, i), &s);
     }
-    if (i->op == OP_load && !i->shard)
+    if (i->op == OP_load && !i->shard) {
       set_shard(c, i, c->gs[gindex(c, i)]);
-    else if (!i->shard && i->type.dtype != DT_VOID)
+    } else if (i->op == OP_repeat) {
+      Func *b = ir_repeat_body(i);
+      loop_in(c, i);
+      settle(c, b);
+      finish(c, b);
+      partial_sums(c, i);
+      c->changed = false;
+      loop_out(c, i);
+      if (c->changed)
+        settle(c, f);
+      DTC_ASSERT(i->shard);
+    } else if (!i->shard && i->type.dtype != DT_VOID) {
       whole(c, i);
+    }
   }
   share_reductions(c, f);
+  c->f = caller;
+}
+
+static void propagate(Ctx *c, Func *f) {
+  c->f = f;
+  for (int k = 0; k < f->inst.n; k++) {
+    Inst *i = f->inst.a[k];
+    if (i->op == OP_load && i->shard && !c->gs[gindex(c, i)])
+      set_global(c, gindex(c, i), i->shard);
+  }
+  settle(c, f);
+  finish(c, f);
+}
+
+/* Adds f and, depth first, the bodies its repeats run to c->fns. A body a
+ * second repeat runs is copied for it (@B.copy), so each body has one loop
+ * and its shardings one meaning. */
+static void collect(Ctx *c, Func *f, Inst *by) {
+  vec_push(c->m->arena, &c->fns, f);
+  vec_push(c->m->arena, &c->runner, by);
+  for (int k = 0; k < f->inst.n; k++) {
+    Inst *r = f->inst.a[k];
+    if (r->op != OP_repeat)
+      continue;
+    Func *b = ir_repeat_body(r);
+    for (int j = 0; j < c->fns.n; j++)
+      if (c->fns.a[j] == b) {
+        b = ir_copy_body(c->m, b, "copy");
+        ir_set_str(r, "body", b->name);
+        break;
+      }
+    collect(c, b, r);
+  }
 }
 
 /* A split must leave every device at least one element. */
@@ -735,12 +1025,21 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
       set_global(&c, g, &s);
     }
   }
-  const char *fns[] = {"train_step", "forward"};
-  for (int k = 0; k < COUNTOF(fns); k++) {
-    Func *f = ir_find_func(m, fns[k]);
+  const char *entries[] = {"train_step", "forward"};
+  for (int k = 0; k < COUNTOF(entries); k++) {
+    Func *f = ir_find_func(m, entries[k]);
     if (f && f->device < 0)
-      propagate(&c, f);
+      collect(&c, f, NULL);
   }
+  /* a body's shardings are derived from its loop's, every time */
+  for (int k = 0; k < c.fns.n; k++) {
+    ir_renumber(c.fns.a[k]);
+    for (int j = 0; c.runner.a[k] && j < c.fns.a[k]->inst.n; j++)
+      c.fns.a[k]->inst.a[j]->shard = NULL;
+  }
+  for (int k = 0; k < c.fns.n; k++)
+    if (!c.runner.a[k])
+      propagate(&c, c.fns.a[k]);
   for (int g = 0; g < ng; g++) {
     Global *gl = &m->global.a[g];
     if (!c.gs[c.owner[g]]) {
@@ -750,9 +1049,9 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
     }
     gl->shard = c.gs[c.owner[g]];
   }
-  for (int k = 0; k < COUNTOF(fns); k++) {
-    Func *f = ir_find_func(m, fns[k]);
-    for (int j = 0; f && f->device < 0 && j < f->inst.n; j++) {
+  for (int k = 0; k < c.fns.n; k++) {
+    Func *f = c.fns.a[k];
+    for (int j = 0; j < f->inst.n; j++) {
       Inst *i = f->inst.a[j];
       if (i->shard)
         check_blocks(&c, i->shard, &i->type, i->loc,

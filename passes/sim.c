@@ -12,7 +12,9 @@
  * every member of its axis group (start = the latest member's ready time) and
  * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
  * link `intra` when the whole group lies on one node, else `inter`; or, when
- * passes/comm.c chose its method, comm_time of that method. */
+ * passes/comm.c chose its method, comm_time of that method. A repeat costs
+ * its body n times, its ops and its collectives: the device walks the body
+ * (@B.D) once per iteration. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,26 +131,58 @@ double sim_comm_time(const Module *m, const Inst *c, const int *members, int k) 
   return lat * steps + spmd_comm_bytes(c) / bw;
 }
 
-typedef struct Walker {
+/* Where a device is: frames fr[0 .. depth) from its step function down to
+ * the body of the innermost loop under way, which runs iteration iter of n. */
+typedef struct Frame {
   const Func *f;
-  int pc;            /* next inst */
+  int pc;            /* next inst; a frame's repeat stays at pc while its body runs */
+  int64_t iter, n;
+} Frame;
+
+typedef struct Walker {
+  Frame *fr;
+  int depth;
   double clock;
 } Walker;
 
-/* Runs devices to their next collective, adding compute time and events. */
+/* The inst the device stands at; NULL when it has finished. */
+static const Inst *at(const Walker *w) {
+  const Frame *t = &w->fr[w->depth - 1];
+  return t->pc < t->f->inst.n ? t->f->inst.a[t->pc] : NULL;
+}
+
+/* Runs devices to their next collective, adding compute time and events; a
+ * repeat runs its body n times, each time with its ops and collectives. */
 static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventFn ev,
                         void *user) {
-  for (; w->pc < w->f->inst.n; w->pc++) {
-    const Inst *i = w->f->inst.a[w->pc];
+  for (;;) {
+    Frame *t = &w->fr[w->depth - 1];
+    if (t->pc == t->f->inst.n) {
+      if (w->depth == 1)
+        return;
+      if (++t->iter < t->n) {
+        t->pc = 0;
+      } else {
+        w->depth--;
+        w->fr[w->depth - 1].pc++;
+      }
+      continue;
+    }
+    const Inst *i = t->f->inst.a[t->pc];
     if (ir_ops[i->op].kind == K_COMM && i->op != OP_shard_slice)
       return;
-    double t = sim_compute_time(m, i, d);
-    if (t <= 0)
+    if (i->op == OP_repeat) {
+      w->fr[w->depth++] = (Frame){ir_repeat_body(i), 0, 0, ir_get_int(i, "n", 1)};
+      continue;
+    }
+    t->pc++;
+    double dt = sim_compute_time(m, i, d);
+    if (dt <= 0)
       continue;
     if (ev)
-      ev(user, d, i, false, w->clock, t);
-    w->clock += t;
-    sd->compute += t;
+      ev(user, d, i, false, w->clock, dt);
+    w->clock += dt;
+    sd->compute += dt;
   }
 }
 
@@ -163,19 +197,24 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
   int members[SHARD_MAX_AXIS];
   double step = -1;
   DTC_ASSERT(w && sd);
-  for (int d = 0; d < n; d++)
-    if (!(w[d].f = dev_func(m, m->mesh.n ? d : -1)) && !(w[d].f = dev_func(m, d)))
+  for (int d = 0; d < n; d++) {
+    const Func *f = dev_func(m, m->mesh.n ? d : -1);
+    if (!f && !(f = dev_func(m, d)))
       goto done;
+    /* a loop nests at most as deep as there are functions */
+    w[d].fr = calloc((size_t)m->func.n + 1, sizeof *w[d].fr);
+    DTC_ASSERT(w[d].fr);
+    w[d].fr[0] = (Frame){f, 0, 0, 1};
+    w[d].depth = 1;
+  }
   for (bool progress = true; progress;) {
     progress = false;
     for (int d = 0; d < n; d++)
       run_compute(m, &w[d], d, &sd[d], ev, user);
     /* every device now waits at a collective or has finished */
     for (int d = 0; d < n; d++) {
-      if (w[d].pc == w[d].f->inst.n)
-        continue;
-      const Inst *c = w[d].f->inst.a[w[d].pc];
-      if (ir_ops[c->op].kind != K_COMM)   /* moved past a collective this round */
+      const Inst *c = at(&w[d]);
+      if (!c || ir_ops[c->op].kind != K_COMM)   /* finished, or moved past one this round */
         continue;
       int axis = (int)ir_get_int(c, "axis", 0), k = m->mesh.a[0].axis_size[axis];
       ir_mesh_group(&m->mesh.a[0], d, axis, members);
@@ -183,7 +222,8 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
       bool ready = true;
       for (int j = 0; j < k && ready; j++) {
         const Walker *o = &w[members[j]];
-        ready = o->pc < o->f->inst.n && same_collective(c, o->f->inst.a[o->pc]);
+        const Inst *oc = at(o);
+        ready = oc && same_collective(c, oc);
         if (ready && o->clock > start)
           start = o->clock;
       }
@@ -193,9 +233,9 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
       for (int j = 0; j < k; j++) {
         Walker *o = &w[members[j]];
         if (ev)
-          ev(user, members[j], o->f->inst.a[o->pc], true, start, t);
+          ev(user, members[j], at(o), true, start, t);
         o->clock = start + t;
-        o->pc++;
+        o->fr[o->depth - 1].pc++;
         sd[members[j]].comm += t;
       }
       progress = true;
@@ -203,7 +243,7 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
   }
   step = 0;
   for (int d = 0; d < n; d++) {
-    if (w[d].pc < w[d].f->inst.n) {   /* collectives that never match */
+    if (at(&w[d])) {   /* collectives that never match */
       step = -1;
       goto done;
     }
@@ -224,6 +264,8 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
 done:
   if (r && step < 0)
     *r = (SimResult){.ndev = 0};
+  for (int d = 0; d < n; d++)
+    free(w[d].fr);
   free(w);
   if (!r)
     free(sd);

@@ -8,15 +8,24 @@
  * dropout names its block's place (`at`), so its mask is the block of the
  * whole tensor's mask.
  *
+ * A loop's body B gets copies @B.D too, made before the functions that run
+ * them (device D's `repeat {body = "B"}` runs @B.D): its args are the
+ * device's blocks, a stacked operand is whole along its leading dim, and
+ * collectives may lie inside. A body's outputs keep their shardings, but a
+ * carried value's is resharded to its arg's, so every iteration reads what
+ * the previous one wrote; a sum carried from zeros starts from the device's
+ * block of zeros (shard_zero).
+ *
  * Requires: shardings (passes/sharding.c). Guarantees, with a mesh: no
- * global @train_step or @forward is left; in each copy (Func.device = its
- * position) every value's type is its device's block of the value's global
- * sharding, kept in Inst.shard; collectives carry the block lengths of their
- * axis group in `sizes`; a store's value has its global's sharding; every
- * output is whole on every device (the loss is all-reduced and split outputs
- * all-gathered, so every rank reports the global values). With -Wreshard, a
- * warning at each op that needed a reshard, naming its collectives and their
- * bytes per step. */
+ * global @train_step or @forward is left, nor a global body that only they
+ * ran; in each copy (Func.device = its position) every value's type is its
+ * device's block of the value's global sharding, kept in Inst.shard;
+ * collectives carry the block lengths of their axis group in `sizes`; a
+ * store's value has its global's sharding; every output of @train_step.D and
+ * @forward.D is whole on every device (the loss is all-reduced and split
+ * outputs all-gathered, so every rank reports the global values). With
+ * -Wreshard, a warning at each op that needed a reshard, naming its
+ * collectives and their bytes per step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +42,9 @@ typedef struct Ctx {
   Diag *d;
   int dev;
   Func *f;             /* the copy being built */
+  const Func *src;     /* the global function it copies */
+  int64_t carry;       /* a body's: its loop's carried values; -1: an entry */
+  int nout;            /* outputs emitted so far */
   Inst **map;          /* by id in the global function: the value in the copy */
   VEC(Memo) memo;
   Sharding *scalar;    /* whole, for the constants spmd adds */
@@ -161,6 +173,11 @@ static void emit(Ctx *c, const Inst *i) {
       DTC_ASSERT(g->shard);
       to = *g->shard;
       what = arena_printf(m->arena, "the store to '%s'", g->name);
+    } else if (c->carry >= 0) {   /* a body's: a carried value ends as its arg reads it */
+      int k = c->nout++;
+      if (k < c->carry)
+        to = *ir_func_arg(c->src, k)->shard;
+      what = arena_printf(m->arena, "output %d of @%s", k, c->src->name);
     } else {
       to = *c->scalar;
       what = arena_printf(m->arena, "output '%s'", ir_get_str(i, "name", ""));
@@ -177,6 +194,14 @@ static void emit(Ctx *c, const Inst *i) {
     cur[k] = i->in[k]->shard;
   bool ok = shard_form(m, i, i->shard, cur, req);
   DTC_ASSERT(ok);
+  for (int k = 0; i->op == OP_repeat && k < i->nin; k++) {
+    const Type *t = &i->in[k]->type;
+    if (ir_partial_axes(m, &req[k], t->rank) & ~ir_partial_axes(m, cur[k], t->rank)) {
+      DTC_ASSERT(shard_zero(i->in[k]));   /* a partial sum starts from its blocks of zeros */
+      req[k].partial = false;
+      req[k].partial_axes = 0;
+    }
+  }
   const char *what = arena_printf(m->arena, "'%s'", opname);
   for (int k = 0; k < i->nin; k++) {
     const char *w = i->nin > 1 ? arena_printf(m->arena, "operand %d of '%s'", k + 1, opname) : what;
@@ -190,6 +215,8 @@ static void emit(Ctx *c, const Inst *i) {
   ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
   if (i->op == OP_reshape || i->op == OP_broadcast)
     ir_set_ints(x, "shape", local.dim, local.rank);
+  if (i->op == OP_arg)
+    x->type = local;
   if ((i->op == OP_dropout || i->op == OP_dropout_grad) && !type_eq(&local, &i->type)) {
     int64_t at[2 * IR_MAX_RANK], begin[IR_MAX_RANK];
     ir_local_type(m, i->shard, &i->type, c->dev, &local, begin);
@@ -209,11 +236,17 @@ static void emit(Ctx *c, const Inst *i) {
   c->map[i->id] = x;
 }
 
-static Func *copy_func(Ctx *c, Func *src, int dev) {
+/* Device dev's copy @F.dev of src; a body's (its loop `by`) before the
+ * functions that run it. */
+static Func *copy_func(Ctx *c, Func *src, const Inst *by, int dev) {
   Module *m = c->m;
   c->dev = dev;
   c->f = ir_add_func(m, arena_printf(m->arena, "%s.%d", src->name, dev), src->loc);
   c->f->device = dev;
+  c->f->body = src->body;
+  c->src = src;
+  c->carry = by ? ir_get_int(by, "carry", 1) : -1;
+  c->nout = 0;
   c->memo.n = 0;
   ir_renumber(src);
   c->map = calloc((size_t)src->inst.n + 1, sizeof *c->map);
@@ -222,6 +255,33 @@ static Func *copy_func(Ctx *c, Func *src, int dev) {
     emit(c, src->inst.a[k]);
   free(c->map);
   return c->f;
+}
+
+/* The global functions to copy: f and, depth first, the bodies its loops
+ * run, each after the bodies it runs (by[k]: the loop of fns[k]). */
+static void collect(Module *m, Func *f, Inst *loop, Func **fns, Inst **by, int *n) {
+  for (int k = 0; k < *n; k++)
+    if (fns[k] == f)
+      return;
+  for (int k = 0; k < f->inst.n; k++)
+    if (f->inst.a[k]->op == OP_repeat)
+      collect(m, ir_repeat_body(f->inst.a[k]), f->inst.a[k], fns, by, n);
+  fns[*n] = f;
+  by[(*n)++] = loop;
+}
+
+/* Whether a function other than the copied ones runs body b. */
+static bool still_run(const Module *m, Func *const *fns, int nf, const Func *b) {
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    bool copied = f->device >= 0;
+    for (int j = 0; j < nf; j++)
+      copied |= fns[j] == f;
+    for (int i = 0; !copied && i < f->inst.n; i++)
+      if (f->inst.a[i]->op == OP_repeat && ir_repeat_body(f->inst.a[i]) == b)
+        return true;
+  }
+  return false;
 }
 
 bool pass_spmd(Module *m, Diag *d, PassRun *run) {
@@ -233,18 +293,23 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
   for (int a = 0; a < mesh->naxis; a++)
     ndev *= mesh->axis_size[a];
   const char *names[] = {"train_step", "forward"};
-  Func *src[2];
+  Func **fns = arena_alloc(m->arena, sizeof *fns * (size_t)(m->func.n + 1));
+  Inst **by = arena_alloc(m->arena, sizeof *by * (size_t)(m->func.n + 1));
+  int nf = 0;
   for (int k = 0; k < 2; k++) {
-    src[k] = ir_find_func(m, names[k]);
-    for (int j = 0; src[k] && j < src[k]->inst.n; j++) {
-      const Inst *i = src[k]->inst.a[j];
+    Func *f = ir_find_func(m, names[k]);
+    if (f && f->device < 0)
+      collect(m, f, NULL, fns, by, &nf);
+  }
+  for (int k = 0; k < nf; k++)
+    for (int j = 0; j < fns[k]->inst.n; j++) {
+      const Inst *i = fns[k]->inst.a[j];
       if (!i->shard && i->type.dtype != DT_VOID) {
         diag_error(d, i->loc, "'%s' in @%s has no sharding; spmd runs after the sharding pass",
-                   ir_ops[i->op].name, names[k]);
+                   ir_ops[i->op].name, fns[k]->name);
         return false;
       }
     }
-  }
   for (int g = 0; g < m->global.n; g++)
     if (!m->global.a[g].shard) {
       diag_error(d, m->global.a[g].loc, "global '%s' has no sharding; spmd runs after the "
@@ -258,24 +323,24 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
   int nold = m->func.n;
   Func **old = arena_alloc(m->arena, sizeof *old * (size_t)(nold + 1));
   memcpy(old, m->func.a, sizeof *old * (size_t)nold);
-  for (int k = 0; k < 2; k++)
-    for (int dev = 0; src[k] && dev < ndev; dev++)
-      copy_func(&c, src[k], dev);
-  /* Each global function's copies take its place. */
-  Func **all = m->func.a;
-  int n = 0, next = nold;
-  Func **order = arena_alloc(m->arena, sizeof *order * (size_t)(m->func.n + 1));
-  for (int k = 0; k < nold; k++) {
-    if (old[k] != src[0] && old[k] != src[1]) {
-      order[n++] = old[k];
-      continue;
-    }
-    int first = old[k] == src[0] ? nold : nold + (src[0] ? ndev : 0);
+  /* copies[k * ndev + dev]: device dev's copy of fns[k] */
+  Func **copies = arena_alloc(m->arena, sizeof *copies * (size_t)(nf * ndev + 1));
+  for (int k = 0; k < nf; k++)
     for (int dev = 0; dev < ndev; dev++)
-      order[n++] = all[first + dev];
-    next += ndev;
+      copies[k * ndev + dev] = copy_func(&c, fns[k], by[k], dev);
+  /* Each global function's copies take its place, or follow a body that a
+   * function left global still runs. */
+  Func **order = arena_alloc(m->arena, sizeof *order * (size_t)(m->func.n + 1));
+  int n = 0;
+  for (int j = 0; j < nold; j++) {
+    int k = 0;
+    while (k < nf && fns[k] != old[j])
+      k++;
+    if (k == nf || (old[j]->body && still_run(m, fns, nf, old[j])))
+      order[n++] = old[j];
+    for (int dev = 0; k < nf && dev < ndev; dev++)
+      order[n++] = copies[k * ndev + dev];
   }
-  DTC_ASSERT(next == m->func.n);
   memcpy(m->func.a, order, sizeof *order * (size_t)n);
   m->func.n = n;
   return d->nerr == nerr;
@@ -311,16 +376,14 @@ static const Func *copy_of(const Module *m, const char *name, int dev) {
   return NULL;
 }
 
-static void report_collectives(FILE *out, const Module *m, const char *name) {
-  const Func *f = copy_of(m, name, 0);
-  if (!f)
-    return;
-  double total = 0;
-  int n = 0;
-  fprintf(out, "collectives of @%s, in order (device 0's blocks; bytes each device sends):\n",
-          name);
+/* The collectives of f, a loop's body's each time it runs (times: the
+ * iterations f runs), into *total bytes and *n collectives per step. */
+static void report_func(FILE *out, const Module *m, const Func *f, int64_t times, double *total,
+                        int64_t *n) {
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *c = f->inst.a[k];
+    if (c->op == OP_repeat)
+      report_func(out, m, ir_repeat_body(c), times * ir_get_int(c, "n", 1), total, n);
     if (ir_ops[c->op].kind != K_COMM)
       continue;
     char t[128], at[300] = "?";
@@ -333,11 +396,24 @@ static void report_collectives(FILE *out, const Module *m, const char *name) {
     print_size(out, b);
     if (ir_attr(c, "method"))
       fprintf(out, " by %s", dtrt_comm_method_names[ir_get_int(c, "method", 0)]);
+    if (times > 1)
+      fprintf(out, ", %lld times (in @%s)", (long long)times, f->name);
     fputc('\n', out);
-    total += b;
-    n++;
+    *total += b * (double)times;
+    *n += times;
   }
-  fprintf(out, "  %d collective%s, ", n, n == 1 ? "" : "s");
+}
+
+static void report_collectives(FILE *out, const Module *m, const char *name) {
+  const Func *f = copy_of(m, name, 0);
+  if (!f)
+    return;
+  double total = 0;
+  int64_t n = 0;
+  fprintf(out, "collectives of @%s, in order (device 0's blocks; bytes each device sends):\n",
+          name);
+  report_func(out, m, f, 1, &total, &n);
+  fprintf(out, "  %lld collective%s, ", (long long)n, n == 1 ? "" : "s");
   print_size(out, total);
   fputs(" per step\n", out);
 }
