@@ -146,6 +146,7 @@ extern const ShardRule shard_rules[OP_COUNT];
  * (those it had are dropped), so a planner may run it again and again. */
 bool pass_sharding(Module *m, Diag *d, PassRun *run);
 #define SHARD_MAX_AXIS 1024   /* devices along one mesh axis */
+#define SHARD_MAX_IN 1024     /* operands of one op: a repeat's maxin in ir/ops.def */
 /* The form of inst that yields result sharding r: what each operand must be
  * (req[k]), given what they are (cur[k]; NULL: not decided). False when no
  * form of the op yields r. A repeat's form is its body's: each operand as

@@ -465,8 +465,8 @@ static void offer(Ctx *c, Inst *x, const Sharding *req) {
       set_global(c, g, req);
     return;
   }
-  const Sharding *cur[16];
-  Sharding tmp[16];
+  const Sharding *cur[SHARD_MAX_IN];
+  Sharding tmp[SHARD_MAX_IN];
   for (int k = 0; k < x->nin; k++)
     cur[k] = x->in[k]->shard;
   if (shard_form(c->m, x, req, cur, tmp))
@@ -478,8 +478,8 @@ static void body_output(Ctx *c, Inst *o);
 
 /* Pushes a known result's form to its open operands. */
 static void fill(Ctx *c, Inst *i) {
-  Sharding req[16];
-  const Sharding *cur[16];
+  Sharding req[SHARD_MAX_IN];
+  const Sharding *cur[SHARD_MAX_IN];
   if (i->op == OP_repeat) {
     loop_out(c, i);
     return;
@@ -552,6 +552,7 @@ static bool evaluate(Ctx *c, const Inst *i, const Sharding *r, const Sharding *c
                      const bool *reduced, Cand *out) {
   Module *m = c->m;
   Sharding req[16];
+  DTC_ASSERT(i->nin <= COUNTOF(req));   /* a repeat is not chosen (loop_step) */
   if (!shard_form(m, i, r, cur, req))
     return false;
   *out = (Cand){*r, 0, 0, 0, false};
@@ -620,6 +621,7 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
   const Mesh *mesh = &m->mesh.a[0];
   const Sharding *cur[16];
   bool any = false;
+  DTC_ASSERT(i->nin <= COUNTOF(cur));
   for (int k = 0; k < i->nin; k++)
     any |= (cur[k] = i->in[k]->shard) != NULL;
   if (!any)
@@ -803,8 +805,8 @@ static bool needs_sum(Ctx *c, const Inst *u, int k) {
   unsigned p = ir_partial_axes(c->m, x->shard, x->type.rank);
   if (u->op == OP_store || u->op == OP_output)
     return u->op == OP_store || !u->fn->body || carries(c, u);
-  const Sharding *cur[16];
-  Sharding req[16];
+  const Sharding *cur[SHARD_MAX_IN];
+  Sharding req[SHARD_MAX_IN];
   for (int j = 0; j < u->nin; j++)
     cur[j] = u->in[j]->shard;
   return shard_form(c->m, u, u->shard, cur, req) &&
@@ -823,7 +825,7 @@ static void share_reductions(Ctx *c, Func *f) {
     if (!ir_partial_axes(c->m, i->shard, i->type.rank) || i->op == OP_load ||
         i->op == OP_repeat || i->op == OP_repeat_out)
       continue;
-    bool reduced[16] = {0}, any = false, output = false;
+    bool reduced[SHARD_MAX_IN] = {0}, any = false, output = false;
     for (int q = u.off[i->id]; f->body && q < u.off[i->id + 1]; q++)
       output |= u.u[q]->op == OP_output;
     for (int j = 0; j < i->nin && !output; j++) {

@@ -162,7 +162,7 @@ static double mean_share(const Inst *i, const Inst *local) {
 
 static void emit(Ctx *c, const Inst *i) {
   Module *m = c->m;
-  Inst *in[16];
+  Inst *in[SHARD_MAX_IN];
   const char *opname = ir_ops[i->op].name;
   if (i->op == OP_store || i->op == OP_output) {
     const Inst *x = i->in[0];
@@ -188,8 +188,9 @@ static void emit(Ctx *c, const Inst *i) {
     ir_finish(s);
     return;
   }
-  const Sharding *cur[16];
-  Sharding req[16];
+  const Sharding *cur[SHARD_MAX_IN];
+  Sharding req[SHARD_MAX_IN];
+  DTC_ASSERT(i->nin <= SHARD_MAX_IN);
   for (int k = 0; k < i->nin; k++)
     cur[k] = i->in[k]->shard;
   bool ok = shard_form(m, i, i->shard, cur, req);
