@@ -62,6 +62,7 @@ static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *na
 %token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'" EACH "'each'"
 
 %type <e> expr call callee sdim
+%type <s> gname
 %type <arg> arg axis
 %type <args> args axes
 %type <exprs> exprs names sdims
@@ -234,14 +235,20 @@ pstmts: %empty                   { $$ = (StmtList){0}; }
       ;
 
 /* pstmt = "mesh" IDENT "[" axis { "," axis } "]" [ "over" IDENT { "," IDENT } ]
- *       | "shard" IDENT ":" "[" sdim { "," sdim } "]"
+ *       | "shard" gname ":" "[" sdim { "," sdim } "]"
  *       | "plan" IDENT */
 pstmt: MESH IDENT '[' axes ']'   { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; }
      | MESH IDENT '[' axes ']' OVER names
                                  { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; $$->list = $7; }
-     | SHARD IDENT ':' '[' sdims ']'
+     | SHARD gname ':' '[' sdims ']'
                                  { $$ = named(p, S_SHARD, @1, $2, @2); $$->list = $5; }
      | PLAN IDENT                { $$ = named(p, S_PLAN, @1, $2, @2); }
+     ;
+
+/* gname = IDENT { "." IDENT }: a global, such as a block's stacked param
+ * layers.wq */
+gname: IDENT
+     | gname '.' IDENT           { $$ = arena_printf(p->a, "%s.%s", $1, $3); }
      ;
 
 /* axes = axis { "," axis } */

@@ -15,7 +15,8 @@
  * several ranks hold (replicated params) must agree to the same tolerance.
  * With --create-fails a rank exits 0 only when creating the model fails
  * with a message holding TEXT (a launch with the wrong rank count).
- * Build with -DSPMD_GPT for examples/transformer.dt, else examples/mlp.dt. */
+ * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
+ * -DSPMD_DEEP for examples/gpt.dt, else examples/mlp.dt. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -46,8 +47,15 @@ typedef gpt Model;
 #define model_destroy gpt_destroy
 #define model_error gpt_error
 #define OUT_ELEMS GPT_LOGITS_ELEMS
+#ifdef SPMD_DEEP   /* examples/gpt.dt: the layers' params stacked */
+static const char *const params[] = {
+    "tok",       "pos",       "layers.g1",   "layers.c1",   "layers.wq",   "layers.wk",
+    "layers.wv", "layers.wo", "layers.g2",   "layers.c2",   "layers.w_up", "layers.b_up",
+    "layers.w_dn", "layers.b_dn", "g3",      "c3",          "w_out"};
+#else
 static const char *const params[] = {"tok", "pos", "g1",   "c1",   "wq",   "wk", "wv", "wo", "g2",
                                      "c2",  "w_up", "b_up", "w_dn", "b_dn", "g3", "c3", "w_out"};
+#endif
 static int32_t ids[GPT_IDS_ELEMS], nxt[GPT_NEXT_ELEMS];
 
 /* Token sequences where each next token is the following id. */
