@@ -6,11 +6,16 @@
  * draws iteration i's masks with the step mixed with i (docs/IR.md, Loops),
  * so the masks of a looped model are not those of its written-out layers.
  *
- *     test_deep LOOPED.dt UNROLLED.dt    (both at L = 3)
+ * And a recurrent model (RNN.dt: a cell repeated over time steps, its
+ * inputs cut by step, its weights shared by every step): the gradient of
+ * the loss against central finite differences of the forward.
+ *
+ *     test_deep LOOPED.dt UNROLLED.dt RNN.dt    (both at L = 3)
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +29,7 @@
 
 enum { LAYERS = 3, STEPS = 3 };
 
-static const char *looped_path, *unrolled_path;
+static const char *looped_path, *unrolled_path, *rnn_path;
 
 static char *read_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -209,16 +214,79 @@ static void two_devices(void **state) {
   train_both(true);
 }
 
+/* d loss / d param of the RNN (autodiff_grads, then the interpreter) against
+ * central differences of @forward, accumulated in double. */
+static void rnn_gradients(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Diag d;
+  diag_init(&d, stderr);
+  Module *m = fe_compile(a, src_from_string(a, rnn_path, read_file(rnn_path)), NULL, 0, &d);
+  assert_non_null(m);
+  Func *g = autodiff_grads(m, ir_find_func(m, "forward"), "grads", &d);
+  assert_non_null(g);
+  assert_true(ir_verify(m, &d));
+  Interp *it = interp_new(m);
+  rng = 777;
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *gl = &m->global.a[k];
+    int64_t n = type_elems(&gl->type);
+    float *v = malloc((size_t)n * 4);
+    for (int64_t e = 0; e < n; e++)
+      v[e] = 10 * uniform();   /* in [-1, 1] */
+    assert_true(interp_set_global(it, gl->name, v));
+    free(v);
+  }
+  float grad[4][64], loss;
+  void *outs[5] = {&loss};
+  const char *names[4];
+  int np = 0;
+  for (int k = 0; k < m->global.n; k++)
+    if (m->global.a[k].kind == G_PARAM) {
+      assert_true(type_elems(&m->global.a[k].type) <= 64 && np < 4);
+      names[np] = m->global.a[k].name;
+      outs[1 + np] = grad[np];
+      np++;
+    }
+  assert_int_equal(np, 4);
+  if (!interp_run(it, "grads", outs))
+    fail_msg("%s", interp_error(it));
+  double worst = 0;
+  for (int q = 0; q < np; q++) {
+    float *p = interp_global(it, names[q]);
+    int64_t n = type_elems(&ir_find_global(m, names[q])->type);
+    for (int64_t e = 0; e < n; e++) {
+      float orig = p[e], lo, hi;
+      const float h = 1e-2f;
+      p[e] = orig + h;
+      assert_true(interp_run(it, "forward", (void *[]){&hi}));
+      p[e] = orig - h;
+      assert_true(interp_run(it, "forward", (void *[]){&lo}));
+      p[e] = orig;
+      double fd = ((double)hi - (double)lo) / (2.0 * h), err = fabs(fd - grad[q][e]);
+      if (err > 1e-3 + 1e-2 * fabs(fd))
+        fail_msg("d loss / d %s[%lld]: autodiff %g, finite differences %g", names[q],
+                 (long long)e, grad[q][e], fd);
+      worst = err > worst ? err : worst;
+    }
+  }
+  printf("rnn over 6 steps: every gradient within %.2g of finite differences\n", worst);
+  interp_free(it);
+  arena_free(a);
+}
+
 int main(int argc, char **argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: test_deep LOOPED.dt UNROLLED.dt\n");
+  if (argc != 4) {
+    fprintf(stderr, "usage: test_deep LOOPED.dt UNROLLED.dt RNN.dt\n");
     return 2;
   }
   looped_path = argv[1];
   unrolled_path = argv[2];
+  rnn_path = argv[3];
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_device),
       cmocka_unit_test(two_devices),
+      cmocka_unit_test(rnn_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
