@@ -92,6 +92,8 @@ struct Stmt {
    * val's name is a block's. */
   Expr *count;           /* the N of repeat(N); NULL: not a repeat */
   Loc repeat_loc;        /* the word repeat */
+  const char *mode;      /* repeat(N, MODE): "remat"; NULL when absent */
+  Loc mode_loc;
   const char *inst;      /* the name after 'as'; NULL when absent */
   Loc inst_loc;
 };

@@ -1385,11 +1385,18 @@ static Inst *lower_apply(Ctx *c, const Stmt *s) {
     if (!stack_type(c, &t, n, sp->global, s->repeat_loc) || !(in[j++] = stacked_value(c, sp, t)))
       return NULL;
   }
+  if (s->mode && strcmp(s->mode, "remat")) {
+    diag_error(c->d, s->mode_loc, "unknown option '%s' of 'repeat' (the one option is remat)",
+               s->mode);
+    return NULL;
+  }
   Inst *rep = ir_new(c->f, OP_repeat, s->repeat_loc, nin, in);
   ir_set_str(rep, "body", path);
   ir_set_int(rep, "n", n);
   ir_set_int(rep, "carry", 1);
   ir_set_int(rep, "stacked", neach + bc->stacked.n);
+  if (s->mode)
+    ir_set_int(rep, "remat", 1);
   return finish(c, rep);
 }
 

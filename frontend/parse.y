@@ -164,14 +164,21 @@ mstmt: INPUT IDENT ':' type      { $$ = named(p, S_INPUT, @1, $2, @2); $$->type 
      | RETURN expr               { $$ = stmt(p, S_RETURN, @1); $$->val = $2; }
      ;
 
-/* value = expr [ "as" IDENT ] | "repeat" "(" expr ")" call [ "as" IDENT ]: a
- * value, or a block application (then expr is a call), of which the
- * statement is made */
+/* value = expr [ "as" IDENT ]
+ *       | "repeat" "(" expr [ "," IDENT ] ")" call [ "as" IDENT ]: a value, or
+ * a block application (then expr is a call; IDENT after the count an
+ * option: remat), of which the statement is made */
 value: expr                      { $$ = value(p, $1, NULL, @1, NULL, @1); }
      | expr AS IDENT             { $$ = value(p, $1, NULL, @1, $3, @3); }
      | REPEAT '(' expr ')' call  { $$ = value(p, $5, $3, @1, NULL, @1); }
      | REPEAT '(' expr ')' call AS IDENT
                                  { $$ = value(p, $5, $3, @1, $7, @7); }
+     | REPEAT '(' expr ',' IDENT ')' call
+                                 { $$ = value(p, $7, $3, @1, NULL, @1); $$->mode = $5;
+                                   $$->mode_loc = L(@5); }
+     | REPEAT '(' expr ',' IDENT ')' call AS IDENT
+                                 { $$ = value(p, $7, $3, @1, $9, @9); $$->mode = $5;
+                                   $$->mode_loc = L(@5); }
      ;
 
 /* type = IDENT "[" [ expr { "," expr } ] "]" */

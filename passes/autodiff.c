@@ -400,7 +400,9 @@ static void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
  * loop's whole and stacked operands and the adjoint as args. Its carried
  * values are the adjoint of the carried value and a sum for each whole
  * operand that needs an adjoint; it stacks the adjoints of the stacked
- * operands. G itself is dropped. */
+ * operands. G itself is dropped. With remat the forward loop saves only
+ * each iteration's carried value, and B_grad recomputes from it the forward
+ * values its backward part reads: less memory, one more forward. */
 
 static Inst *copy_inst(Func *f, const Inst *i, Inst **in) {
   Inst *c = ir_new(f, i->op, i->loc, i->nin, in);
@@ -532,6 +534,24 @@ static void grad_repeat(GradCtx *g, Inst *r) {
       continue;
     for (int j = u.off[k]; j < u.off[k + 1] && !saved[k]; j++)
       saved[k] = !fwd[u.u[j]->id] && u.u[j]->op != OP_repeat_out;
+  }
+  /* remat: the backward recomputes the forward values it reads from the
+   * iteration's carried value, the one value saved */
+  bool remat = ir_get_int(r, "remat", 0) != 0;
+  bool *redo = calloc((size_t)ng + 1, sizeof *redo);
+  DTC_ASSERT(redo);
+  for (int k = ng - 1; remat && k >= 0; k--) {
+    const Inst *i = gf->inst.a[k];
+    if (saved[k] || redo[k])
+      for (int j = 0; j < i->nin; j++)
+        redo[i->in[j]->id] = true;
+  }
+  for (int k = 0; k < ng; k++) {
+    const Inst *i = gf->inst.a[k];
+    if (remat && (saved[k] || redo[k])) {   /* args but the carried one are the loop's operands */
+      saved[k] = i->op == OP_arg && ir_get_int(i, "index", 0) == 0;
+      redo[k] = i->op != OP_arg && i->op != OP_const;
+    }
     nsaved += saved[k];
   }
 
@@ -597,7 +617,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
       gmap[k] = new_arg(bg, na++, &gf->inst.a[k]->type, gf->inst.a[k]->loc, gf->inst.a[k]->name);
   for (int k = 0; k < ng; k++) {
     Inst *i = gf->inst.a[k], *in[1024];
-    if (gmap[k] || (fwd[k] && i->op != OP_const) || i->op == OP_arg)
+    if (gmap[k] || (fwd[k] && i->op != OP_const && !redo[k]) || i->op == OP_arg)
       continue;
     for (int j = 0; j < i->nin; j++)
       DTC_ASSERT((in[j] = gmap[i->in[j]->id]) != NULL);
@@ -657,6 +677,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   free(dargs);
   free(fwd);
   free(saved);
+  free(redo);
   free(gmap);
   free(stack);
   free(sum_in);

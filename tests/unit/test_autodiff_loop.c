@@ -196,6 +196,86 @@ static void loop_equals_unrolled(void **state) {
   interp_free(it);
 }
 
+/* With remat the backward recomputes the forward from the carried value. */
+static Inst *remat(Inst *r) {
+  ir_set_int(r, "remat", 1);
+  return r;
+}
+
+static void remat_saved_values(void **state) {
+  (void)state;
+  Func *b = body("blk");
+  Inst *x = arg(b, 0, ty(DT_F32, 2, 3, 4)), *w = arg(b, 1, ty(DT_F32, 2, 4, 4));
+  Inst *q = op(b, OP_matmul, 2, op(b, OP_tanh, 1, x), w);
+  out(b, op(b, OP_add, 2, x, op(b, OP_mul, 2, op(b, OP_softmax, 1, q), op(b, OP_gelu, 1, q))));
+  Inst *in[2] = {tm_param(&t, "x0", ty(DT_F32, 2, 3, 4)),
+                 tm_param(&t, "blk.w", ty(DT_F32, 3, 2, 4, 4))};
+  gradcheck(&t, remat(repeat(t.f, b, 2, 1, 2, in)), "remat: softmax, gelu, tanh");
+}
+
+static void remat_nested(void **state) {
+  (void)state;
+  Func *inner = residual_body("outer.inner", 3);
+  Func *b = body("outer");
+  Inst *x = arg(b, 0, ty(DT_F32, 2, 2, 3)), *w = arg(b, 1, ty(DT_F32, 3, 2, 3, 3)),
+       *c = arg(b, 2, ty(DT_F32, 2, 2, 3));
+  Inst *iin[3] = {op(b, OP_tanh, 1, x), w, c};
+  out(b, repeat(b, inner, 2, 2, 3, iin));
+  Inst *in[3] = {tm_param(&t, "x0", ty(DT_F32, 2, 2, 3)),
+                 tm_param(&t, "outer.inner.w", ty(DT_F32, 4, 3, 2, 3, 3)),
+                 tm_param(&t, "outer.inner.b", ty(DT_F32, 3, 3, 2, 3))};
+  gradcheck(&t, remat(repeat(t.f, b, 3, 2, 3, in)), "remat of a loop holding a loop");
+}
+
+/* The same gradients bit for bit, from one saved value per iteration
+ * instead of many. */
+static int saved_stacks(const Func *f, const char *body) {
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *r = f->inst.a[k];
+    if (r->op == OP_repeat && !ir_get_int(r, "reverse", 0) && strstr(ir_get_str(r, "body", ""), body))
+      return ir_func_noutputs(ir_repeat_body(r)) - 1;
+  }
+  return -1;
+}
+
+static void remat_same_gradients(void **state) {
+  (void)state;
+  float g[2][1 + 3 * 4 + 3 * 4 * 4];   /* loss, d x0 [3,4], d blk.w [3,4,4] */
+  int saved[2];
+  for (int pass = 0; pass < 2; pass++) {
+    tm_teardown(NULL);
+    tm_setup(NULL);
+    Func *b = body("blk");
+    Inst *x = arg(b, 0, ty(DT_F32, 2, 3, 4)), *w = arg(b, 1, ty(DT_F32, 2, 4, 4));
+    Inst *q = op(b, OP_matmul, 2, op(b, OP_normalize, 1, x), w);
+    out(b, op(b, OP_add, 2, x, op(b, OP_mul, 2, op(b, OP_softmax, 1, q), op(b, OP_gelu, 1, q))));
+    Inst *x0 = tm_param(&t, "x0", ty(DT_F32, 2, 3, 4)), *bw = tm_param(&t, "blk.w", ty(DT_F32, 3, 3, 4, 4));
+    Inst *in[2] = {x0, bw};
+    Inst *r = repeat(t.f, b, 3, 1, 2, in);
+    if (pass)
+      remat(r);
+    Inst *loss = tm_new(&t, OP_sum, 1, r);
+    ir_set_ints(loss, "axes", (int64_t[]){0, 1}, 2);
+    tm_output(&t, ir_finish(loss), "loss");
+    t.m->train.loss = "loss";
+    Func *gf = autodiff_grads(t.m, t.f, "grads", &t.d);
+    assert_non_null(gf);
+    if (!ir_verify(t.m, &t.d))
+      fail_msg("%s", tm_log(&t));
+    saved[pass] = saved_stacks(gf, "blk");
+    Interp *it = tm_interp(&t);
+    void *outs[3] = {g[pass], g[pass] + 1, g[pass] + 1 + 3 * 4};
+    assert_true(interp_run(it, "grads", outs));
+    interp_free(it);
+  }
+  for (int k = 0; k < COUNTOF(g[0]); k++)
+    if (memcmp(&g[0][k], &g[1][k], sizeof g[0][k]))
+      fail_msg("output element %d: %.9g saved, %.9g recomputed", k, g[0][k], g[1][k]);
+  printf("saved per iteration: %d values, %d with remat\n", saved[0], saved[1]);
+  assert_int_equal(saved[1], 1);
+  assert_true(saved[0] > 3);
+}
+
 static char *print_module(const Module *m) {
   char *buf;
   size_t len;
@@ -250,6 +330,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(dropout_in_body, tm_setup, tm_teardown),
       cmocka_unit_test_setup_teardown(loop_equals_unrolled, tm_setup, tm_teardown),
       cmocka_unit_test_setup_teardown(round_trip, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(remat_saved_values, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(remat_nested, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(remat_same_gradients, tm_setup, tm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
