@@ -714,7 +714,7 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     v = 0.1;
     seed = (int64_t)e->loc.line << 16 | (e->loc.col & 0xffff);
     if (c->path[0])   /* each application of a block draws its own masks */
-      seed ^= (int64_t)(ir_hash(c->path, strlen(c->path)) >> 24) << 32;
+      seed ^= (int64_t)(ir_hash(c->path, strlen(c->path)) & 0xffffffff00000000u);
     if (arg[1] && !real_in(c, arg[1], "p", false, 1, true, &v))
       return NULL;
     if (arg[2] && !int_arg(c, arg[2], "'seed'", &seed))
