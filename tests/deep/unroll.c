@@ -235,6 +235,12 @@ static char *word(const char **p) {
   return strndup(s, (size_t)(*p - s));
 }
 
+static void write_out(const char *path) {
+  FILE *o = fopen(path, "wb");
+  if (!o || fwrite(out, 1, olen, o) != olen || fclose(o))
+    die("cannot write the output");
+}
+
 int main(int argc, char **argv) {
   bool nodrop = false;
   const char *name = NULL;
@@ -264,12 +270,17 @@ int main(int argc, char **argv) {
   if (!text)
     die("empty input");
   text[len] = 0;
-  char *src = strip_comments(text);
-  if (nodrop)
-    src = no_dropout(src);
+  char *stripped = strip_comments(text);
+  char *src = nodrop ? no_dropout(stripped) : stripped;
   if (!layers) {
     puts_(src);
-    goto write;
+    write_out(argv[a + 2]);
+    if (src != stripped)
+      free(src);
+    free(stripped);
+    free(text);
+    free(out);
+    return 0;
   }
 
   /* block NAME(ARG) { body } */
@@ -308,8 +319,10 @@ int main(int argc, char **argv) {
   while (*q && *q != ')')
     q++;
   expect(&q, ")");
-  if (strcmp(word(&q), bname))
+  char *called = word(&q);
+  if (strcmp(called, bname))
     die("the repeat is not of the block");
+  free(called);
   expect(&q, "(");
   char *in = word(&q);
   expect(&q, ")");
@@ -329,7 +342,7 @@ int main(int argc, char **argv) {
     puts_("model ");
     puts_(name);
     const char *mp = mk + 5;
-    word(&mp);
+    free(word(&mp));
     model = mp;
   }
   if (ls < model)
@@ -348,9 +361,15 @@ int main(int argc, char **argv) {
   puts_(prev);
   puts_("\n");
   puts_(le);
-write:;
-  FILE *o = fopen(argv[a + 2], "wb");
-  if (!o || fwrite(out, 1, olen, o) != olen || fclose(o))
-    die("cannot write the output");
+  write_out(argv[a + 2]);
+  if (src != stripped)
+    free(src);
+  free(stripped);
+  free(text);
+  free(out);
+  for (int k = 0; k < ns.n; k++)
+    free(ns.a[k]);
+  free(ns.a);
+  free(bname), free(arg), free(outv), free(in), free(inst);
   return 0;
 }
