@@ -2,6 +2,7 @@
  * of each of its axes, agreement between ranks and sharing of failures, and
  * the watchdog that ends a rank whose collective waits too long. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,12 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
                      "freed) and cannot start again",
                      op);
   const char *by = started ? NULL : launcher();
+  if (started || by) {   /* a peer that dies mid-message is an error to report, not a
+                            SIGPIPE that ends this rank without a word */
+    struct sigaction sa;
+    if (!sigaction(SIGPIPE, NULL, &sa) && sa.sa_handler == SIG_DFL)
+      signal(SIGPIPE, SIG_IGN);
+  }
   DtComm *c = dtrt_alloc(ctx, sizeof *c);
   if (!c)
     return DT_ERR_NOMEM;
