@@ -150,14 +150,19 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run);
 /* The form of inst that yields result sharding r: what each operand must be
  * (req[k]), given what they are (cur[k]; NULL: not decided). False when no
  * form of the op yields r. A repeat's form is its body's: each operand as
- * its arg reads it (a stacked one behind a whole leading dim), its result
- * carry 0's; a repeat_out takes its loop as it is (false while the body is
- * open). */
+ * its arg reads it (a stacked one behind a whole leading dim, or one split
+ * as the loop's pipeline stages are), its result carry 0's; a repeat_out
+ * takes its loop as it is (false while the body is open). */
 bool shard_form(const Module *m, const Inst *inst, const Sharding *r, const Sharding *const *cur,
                 Sharding *req);
 /* Whether x is zeros (a const 0, or a broadcast of one), which are a partial
  * sum as they are, in any sharding: a loop's sum may start from them. */
 bool shard_zero(const Inst *x);
+/* Loop r's pipeline stages: the mesh axis that splits the leading (layer) dim
+ * of its stacked operands (cur[k], or r's operands' shardings when cur is
+ * NULL; the first split one decides) and its ratios (NULL: even); -1 when
+ * none does. Every stacked operand and output of r is then split so. */
+int shard_pipe_axis(const Inst *r, const Sharding *const *cur, double **ratio);
 /* Same splits (axes and block lengths) and partial axes, for type t. */
 bool shard_same(const Module *m, const Type *t, const Sharding *a, const Sharding *b);
 

@@ -8,7 +8,9 @@
  * split reaches them. A loop's body is propagated once, for every
  * iteration, inside its caller's sweeps: the caller's shardings enter it
  * through its args, and its own leave through the loop's operands and
- * outputs (section "loops"), to one fixed point.
+ * outputs (section "loops"), to one fixed point. A split of a loop's
+ * stacked operand along its layer dim makes the loop pipeline stages: every
+ * stacked operand and output of it is split so (shard_pipe_axis).
  *
  * Requires: autodiff done; at most one mesh. Guarantees, with a mesh: every
  * value of @train_step and @forward and of the bodies their loops run has a
@@ -268,6 +270,34 @@ static Sharding row_of(const Sharding *s, int rank) {
   return t;
 }
 
+/* A loop's pipeline stages (docs/ARCHITECTURE.md, "Pipeline stages"): when
+ * a stacked operand splits its leading, layer dim over a mesh axis, every
+ * stacked operand and output of the loop splits it alike, over that axis
+ * with those ratios, and each device runs its own layers; the carries and
+ * the body's values are not split by it. The first such operand (of cur,
+ * or of r's operands when cur is NULL) says how: its axis, -1 for none. */
+int shard_pipe_axis(const Inst *r, const Sharding *const *cur, double **ratio) {
+  for (int k = 0; k < r->nin; k++) {
+    const Sharding *s = cur ? cur[k] : r->in[k]->shard;
+    if (ir_repeat_operand_kind(r, k) == 2 && s && s->axis[0] >= 0) {
+      *ratio = s->ratio[0];
+      return s->axis[0];
+    }
+  }
+  return -1;
+}
+
+/* stacked_of, the leading dim split as loop r's stages are. */
+static Sharding stacked_in(const Inst *r, const Sharding *const *cur, const Sharding *s,
+                           int rank) {
+  double *ratio = NULL;
+  int a = shard_pipe_axis(r, cur, &ratio);
+  Sharding t = stacked_of(s, rank);
+  if (a >= 0)
+    split(&t, 0, a, ratio);
+  return t;
+}
+
 /* What loop output k of repeat r is: carry k's arg's sharding, or a stacked
  * body output's; false while that is open. */
 static bool loop_result(const Inst *r, int k, Sharding *out) {
@@ -282,7 +312,7 @@ static bool loop_result(const Inst *r, int k, Sharding *out) {
   const Inst *v = ir_func_output(b, k)->in[0];
   if (!v->shard)
     return false;
-  *out = stacked_of(v->shard, v->type.rank);
+  *out = stacked_in(r, NULL, v->shard, v->type.rank);
   return true;
 }
 
@@ -308,7 +338,8 @@ static bool loop_form(const Module *m, const Inst *i, const Sharding *r,
     const Inst *a = ir_func_arg(b, k);
     if (!a->shard)
       return false;
-    req[k] = ir_repeat_operand_kind(i, k) == 2 ? stacked_of(a->shard, a->type.rank) : *a->shard;
+    req[k] = ir_repeat_operand_kind(i, k) == 2 ? stacked_in(i, cur, a->shard, a->type.rank)
+                                               : *a->shard;
   }
   return shard_same(m, &i->type, r, &req[0]);
 }
@@ -743,7 +774,7 @@ static void loop_out(Ctx *c, Inst *r) {
     const Inst *a = ir_func_arg(b, k);
     if (!a->shard || r->in[k]->shard)
       continue;
-    Sharding req = ir_repeat_operand_kind(r, k) == 2 ? stacked_of(a->shard, a->type.rank)
+    Sharding req = ir_repeat_operand_kind(r, k) == 2 ? stacked_in(r, NULL, a->shard, a->type.rank)
                                                      : *a->shard;
     offer(c, r->in[k], &req);
   }
