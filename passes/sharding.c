@@ -1011,6 +1011,26 @@ static void check_blocks(Ctx *c, const Sharding *s, const Type *t, Loc loc, cons
   }
 }
 
+/* A loop's stages split its layers over a mesh axis; what its body reads
+ * must not be split over that axis too (each stage runs whole iterations). */
+static void check_stages(Ctx *c, const Inst *r) {
+  double *ratio;
+  int a = shard_pipe_axis(r, NULL, &ratio);
+  const Func *b = ir_repeat_body(r);
+  for (int k = 0; a >= 0 && k < r->nin; k++) {
+    const Inst *arg = ir_func_arg(b, k);
+    bool over = (ir_partial_axes(c->m, arg->shard, arg->type.rank) >> a) & 1u;
+    for (int d = 0; d < arg->type.rank; d++)
+      over |= arg->shard->axis[d] == a;
+    if (over) {
+      diag_error(c->d, r->loc, "the loop's layers are split over mesh axis '%s' (pipeline "
+                 "stages), so what an iteration reads cannot be split over it too, but its "
+                 "operand %d is", c->m->mesh.a[0].axis_name[a], k + 1);
+      return;
+    }
+  }
+}
+
 /* The param a state global belongs to: "<param>__m" and "<param>__v". */
 static int owner_of(const Module *m, int g) {
   const char *name = m->global.a[g].name;
@@ -1086,6 +1106,8 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
     Func *f = c.fns.a[k];
     for (int j = 0; j < f->inst.n; j++) {
       Inst *i = f->inst.a[j];
+      if (i->op == OP_repeat && d->nerr == nerr)   /* once: its loops share the loc */
+        check_stages(&c, i);
       if (i->shard)
         check_blocks(&c, i->shard, &i->type, i->loc,
                      arena_printf(m->arena, "the value of '%s'", ir_ops[i->op].name));

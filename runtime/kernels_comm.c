@@ -625,8 +625,7 @@ static DtStatus begin_p2p(DtrtCtx *ctx, const char *op, const DtTensor *in, int 
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d int attributes; it takes %d", op, dtrt_ni(a),
                      1 + nmem);
   if ((s = dtrt_group(ctx, op, a->i[0], g)) || (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
-      (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
-      (s = same_but(ctx, op, &in[0], out, -1, -1)))
+      (s = dtrt_check_as(ctx, op, "output", out, in[0].dtype, in[0].dim, in[0].rank)))
     return s;
   for (int k = 1; k <= nmem; k++)
     if (a->i[k] < 0 || a->i[k] >= g->size)

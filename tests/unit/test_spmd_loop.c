@@ -649,6 +649,31 @@ static void test_pp_empty_stage(void **state) {
   arena_free(a);
 }
 
+/* The batch split over the axis of the stages is refused at the loop. */
+static void test_pp_split_batch(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  char *log;
+  size_t len;
+  FILE *o = open_memstream(&log, &len);
+  Diag d;
+  diag_init(&d, o);
+  Spec s = {"pp", 2, NULL, 4, 6, 2, false, 0};
+  module_new(a, &s);
+  residual_pp(&s);
+  ir_find_global(M, "x")->shard = shard(&s, 0, 0);
+  ir_find_global(M, "y")->shard = shard(&s, 0, 0);
+  assert_true(ir_verify(M, &d));
+  assert_false(passes_run(M, &d, &(PassOptions){.stop_after = "spmd"}, NULL));
+  fclose(o);
+  assert_non_null(strstr(log, "loops.dt:7:1: error: the loop's layers are split over mesh axis "
+                              "'pp' (pipeline stages), so what an iteration reads cannot be "
+                              "split over it too, but its operand 1 is"));
+  assert_int_equal(d.nerr, 1);
+  free(log);
+  arena_free(a);
+}
+
 /* ---- a recurrent loop with a whole operand ---- */
 
 /* u is read whole by every step; its gradient is a sum the backward loop
@@ -831,6 +856,7 @@ int main(void) {
       cmocka_unit_test(test_pp_dp),
       cmocka_unit_test(test_pp_rnn),
       cmocka_unit_test(test_pp_empty_stage),
+      cmocka_unit_test(test_pp_split_batch),
       cmocka_unit_test(test_rnn_dp),
       cmocka_unit_test(test_rnn_carry_reshard),
       cmocka_unit_test(test_nested_dp),
