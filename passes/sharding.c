@@ -1064,7 +1064,8 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
   for (int g = 0; g < ng; g++) {
     Global *gl = &m->global.a[g];
     c.owner[g] = owner_of(m, g);
-    check_blocks(&c, gl->shard, &gl->type, gl->loc, arena_printf(m->arena, "'%s'", gl->name));
+    if (c.owner[g] == g)   /* a param's state is split as the param, said once */
+      check_blocks(&c, gl->shard, &gl->type, gl->loc, arena_printf(m->arena, "'%s'", gl->name));
   }
   if (d->nerr > nerr)
     return false;
