@@ -1017,6 +1017,24 @@ static void check_stages(Ctx *c, const Inst *r) {
   double *ratio;
   int a = shard_pipe_axis(r, NULL, &ratio);
   const Func *b = ir_repeat_body(r);
+  /* the stacked params of one loop are split alike: an annotation that says
+   * otherwise is refused (an open one followed the loop's) */
+  for (int k = 0; a >= 0 && k < r->nin; k++) {
+    const Inst *x = r->in[k];
+    if (ir_repeat_operand_kind(r, k) != 2 || x->op != OP_load || !x->shard)
+      continue;
+    Sharding want = *x->shard;
+    split(&want, 0, a, ratio);
+    if (!dim_same(c->m, &x->type, x->shard, &want, 0)) {
+      char b1[256], b2[256];
+      const Global *g = ir_global_of(x);
+      diag_error(c->d, g->loc, "'%s' is %s, but the stacked params of its loop are split "
+                 "alike along their layer dim, as pipeline stages: %s", g->name,
+                 ir_shard_str(c->m, x->shard, x->type.rank, b1, sizeof b1),
+                 ir_shard_str(c->m, &want, x->type.rank, b2, sizeof b2));
+      return;
+    }
+  }
   for (int k = 0; a >= 0 && k < r->nin; k++) {
     const Inst *arg = ir_func_arg(b, k);
     bool over = (ir_partial_axes(c->m, arg->shard, arg->type.rank) >> a) & 1u;
