@@ -37,7 +37,9 @@ bool *cg_live(const Func *f) {
   bool *live = arena_alloc(f->mod->arena, sizeof(bool) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
     const Inst *x = f->inst.a[i];
-    live[i] = (x->op == OP_output && !is_loss(x)) || x->op == OP_store;
+    /* a pipeline stage's send is needed by its receiver */
+    live[i] = (x->op == OP_output && !is_loss(x)) || x->op == OP_store || x->op == OP_send ||
+              x->op == OP_bcast;
   }
   /* A group runs whole: one live member makes all live. */
   for (bool changed = true; changed;) {

@@ -1,7 +1,7 @@
 /* repeat.c: a repeat (docs/IR.md, "Loops") as a loop in its caller over the
  * iterations i = 0 .. n-1 (n-1 .. 0 with reverse), each a call of the body's
  * function, which is lowered once whatever n is (func.c); the loop is marked
- * not to be unrolled. A call takes step ir_loop_step(s, i) and two pointer
+ * not to be unrolled. A call takes step ir_loop_step(s, first + i) and two pointer
  * arrays on the stack: inputs[k], where the body's arg k lies (a carried
  * value: the operand in the first iteration, then the buffer the previous
  * one wrote; a whole operand; row i of a stacked one), and outputs[k], where
@@ -149,7 +149,8 @@ void cg_repeat(CgFn *fn, const Inst *r) {
   for (int k = carry; k < nout; k++)
     LLVMBuildStore(b, stride[k] ? row(c, dst[k], i, stride[k]) : dst[k], slot(c, outs, k));
   LLVMValueRef mixed = LLVMBuildMul(b, fn->step, LLVMConstInt(c->i64, IR_LOOP_MIX, 0), "");
-  LLVMValueRef step = LLVMBuildAdd(b, mixed, LLVMBuildAdd(b, i, one, ""), "step");
+  LLVMValueRef first1 = cg_i64(c, ir_get_int(r, "first", 0) + 1);
+  LLVMValueRef step = LLVMBuildAdd(b, mixed, LLVMBuildAdd(b, i, first1, ""), "step");
   LLVMValueRef arg[] = {fn->ctx, fn->state, work, ins, outs, step};
   cg_check(fn, LLVMBuildCall2(b, c->step_fn, callee, arg, COUNTOF(arg), ""));
   LLVMValueRef next = LLVMBuildNUWAdd(b, t, one, "");

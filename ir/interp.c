@@ -261,7 +261,7 @@ static int loop_run(Run *p) {
   const Inst *r = L->r;
   while (L->s < L->n) {
     int64_t i = ir_get_int(r, "reverse", 0) ? L->n - 1 - L->s : L->s;
-    it->step = ir_loop_step(L->step, i);
+    it->step = ir_loop_step(L->step, ir_get_int(r, "first", 0) + i);
     if (!L->running) {
       for (int k = 0; k < r->nin; k++) {
         char *x = p->val[r->in[k]->id];

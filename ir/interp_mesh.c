@@ -120,10 +120,13 @@ static int64_t block_start(const int64_t *sizes, int member) {
   return at;
 }
 
+static size_t value_bytes(const Type *t) { return (size_t)type_elems(t) * 4; }
+
 static bool same_attrs(const Inst *a, const Inst *b) {
   if (a->op != b->op || ir_get_int(a, "axis", -1) != ir_get_int(b, "axis", -1) ||
       ir_get_int(a, "dim", -1) != ir_get_int(b, "dim", -1) ||
-      ir_get_int(a, "to", -1) != ir_get_int(b, "to", -1))
+      ir_get_int(a, "to", -1) != ir_get_int(b, "to", -1) ||
+      ir_get_int(a, "from", -1) != ir_get_int(b, "from", -1))
     return false;
   int na, nb;
   const int64_t *sa = ir_get_ints(a, "sizes", &na), *sb = ir_get_ints(b, "sizes", &nb);
@@ -135,6 +138,19 @@ static bool same_attrs(const Inst *a, const Inst *b) {
  * along the collective's axis. */
 static void collective(Run **at, const int *members, int k) {
   const Inst *c0 = at[members[0]]->f->inst.a[at[members[0]]->pc];
+  if (c0->op == OP_send || c0->op == OP_bcast) {   /* members[0] is the sender (send) */
+    const Run *from = at[members[c0->op == OP_send ? 0 : ir_get_int(c0, "from", 0)]];
+    const void *x = from->val[from->f->inst.a[from->pc]->in[0]->id];
+    for (int c = 0; c < k; c++) {
+      Run *r = at[members[c]];
+      const Inst *ci = r->f->inst.a[r->pc];
+      r->val[ci->id] = interp_zalloc(type_elems(&ci->type));
+      memcpy(r->val[ci->id], x, value_bytes(&ci->type));
+    }
+    for (int c = 0; c < k; c++)
+      at[members[c]]->pc++;
+    return;
+  }
   int n;
   const int64_t *sizes = ir_get_ints(c0, "sizes", &n);
   int dim = (int)ir_get_int(c0, "dim", 0), to = (int)ir_get_int(c0, "to", 0);
@@ -202,7 +218,8 @@ static void shard_slice(InterpMesh *s, Run *r) {
 /* Every device runs to its next collective, which may lie in a loop's body
  * (its innermost run stands there, and resumes there after it); a
  * collective runs once every member of its axis group stands at one over
- * that axis (the order MPI gives collectives on one communicator). */
+ * that axis (the order MPI gives collectives on one communicator); a send
+ * once its two members stand at it, the others meanwhile at anything. */
 static bool sim_steps(InterpMesh *s, Run *runs) {
   int *members = calloc((size_t)s->ndev, sizeof *members);
   Run **at = calloc((size_t)s->ndev, sizeof *at);
@@ -221,6 +238,8 @@ static bool sim_steps(InterpMesh *s, Run *runs) {
         continue;
       done = false;
       const Inst *c = r->f->inst.a[r->pc];
+      if (ir_ops[c->op].kind != K_COMM)   /* moved past a send this round */
+        continue;
       if (c->op == OP_shard_slice) {
         shard_slice(s, r);
         progress = true;
@@ -228,6 +247,12 @@ static bool sim_steps(InterpMesh *s, Run *runs) {
       }
       int axis = (int)ir_get_int(c, "axis", 0), k = s->mesh->axis_size[axis];
       ir_mesh_group(s->mesh, d, axis, members);
+      if (c->op == OP_send) {   /* its two members only, the sender first */
+        int from = members[ir_get_int(c, "from", 0)], to = members[ir_get_int(c, "to", 0)];
+        members[0] = from;
+        members[1] = to;
+        k = 2;
+      }
       if (members[0] != d)
         continue;
       bool ready = true;
@@ -236,6 +261,8 @@ static bool sim_steps(InterpMesh *s, Run *runs) {
         const Inst *cj = rj->pc < rj->f->inst.n ? rj->f->inst.a[rj->pc] : NULL;
         ready = cj && ir_ops[cj->op].kind == K_COMM && cj->op != OP_shard_slice &&
                 ir_get_int(cj, "axis", -1) == axis;
+        if (ready && (c->op == OP_send || cj->op == OP_send) && !same_attrs(c, cj))
+          ready = false;   /* a member on its way: a send between two others */
         if (ready && !same_attrs(c, cj))
           ok = ready = sim_fail(s, "devices %d and %d disagree at '%s' over axis %d", d,
                                 members[j], ir_ops[c->op].name, axis);

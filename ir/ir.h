@@ -502,7 +502,9 @@ void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
  * collective); a collective runs once every member of its
  * axis group has reached one over that axis (members in coordinate order):
  * all_reduce sums, all_gather concatenates the blocks, reduce_scatter sums and
- * hands out the blocks, all_to_all exchanges them; shard_slice takes the
+ * hands out the blocks, all_to_all exchanges them, bcast copies member
+ * from's value to all, a send (which only its two members run) copies it
+ * from one to the other; shard_slice takes the
  * device's block locally. */
 typedef struct InterpMesh InterpMesh;
 

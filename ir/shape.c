@@ -650,3 +650,41 @@ bool shape_all_to_all(Inst *inst, char *err, size_t errlen) {
   inst->type.dim[dim] = IN(0)->dim[dim] * n;
   return check_out(inst, err, errlen);
 }
+
+/* send: between two members of the axis group, this device one of them;
+ * bcast: from a member. Both keep the operand's type. */
+static bool member_ok(Inst *inst, const char *attr, int size, char *err, size_t errlen) {
+  int64_t v = ir_get_int(inst, attr, -1);
+  if (v < 0 || v >= size)
+    FAIL("'%s': %s = %lld is not a member of a mesh axis of %d devices", NAME, attr,
+         (long long)v, size);
+  return true;
+}
+
+bool shape_send(Inst *inst, char *err, size_t errlen) {
+  int coord, size;
+  int64_t axis = ir_get_int(inst, "axis", -1);
+  if (!mesh_coord(inst, axis, &coord, &size))
+    FAIL("'%s' over mesh axis %lld outside a per-device function of a mesh", NAME, (long long)axis);
+  if (!member_ok(inst, "from", size, err, errlen) || !member_ok(inst, "to", size, err, errlen))
+    return false;
+  int64_t from = ir_get_int(inst, "from", 0), to = ir_get_int(inst, "to", 0);
+  if (from == to)
+    FAIL("'send' from member %lld to itself", (long long)from);
+  if (coord != from && coord != to)
+    FAIL("'send' from member %lld to %lld on member %d, which is neither", (long long)from,
+         (long long)to, coord);
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_bcast(Inst *inst, char *err, size_t errlen) {
+  int coord, size;
+  int64_t axis = ir_get_int(inst, "axis", -1);
+  if (!mesh_coord(inst, axis, &coord, &size))
+    FAIL("'%s' over mesh axis %lld outside a per-device function of a mesh", NAME, (long long)axis);
+  if (!member_ok(inst, "from", size, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}

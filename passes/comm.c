@@ -30,6 +30,8 @@
  *     binomial reduce per non-empty block, k' L(k) a + L(k) T t
  *   all_to_all of S bytes sent by a member (spmd_comm_bytes): 0 and 1 both
  *     (k-1) a + S t, so 0
+ *   send of B bytes   a + B t over the link between its two members
+ *   bcast of B bytes  L(k) (a + B t), a binomial tree; neither has a method
  *
  * Without a cluster or link, a = SIM_DEFAULT_LAT and bw = SIM_DEFAULT_BW, as
  * in the simulator.
@@ -162,6 +164,10 @@ double comm_cost(const Module *m, Op op, double bytes, const double *b, const in
   link_of(m, "intra", &ai, &ti);
   link_of(m, "inter", &ae, &te);
   int l = log2up(k);
+  if (op == OP_send)
+    return a + bytes * t;
+  if (op == OP_bcast)
+    return l * (a + bytes * t);
   if (op == OP_all_reduce) {
     switch (method) {
     case DTRT_COMM_MPI: case DTRT_COMM_RING: return ring_all_reduce(k, bytes, a, t);
@@ -210,8 +216,12 @@ double comm_best(const Module *m, Op op, double bytes, const double *b, const in
 double comm_time(const Module *m, const Inst *c, const int *members, int k, int method) {
   if (k < 2 || c->op == OP_shard_slice)
     return 0;
-  double b[SHARD_MAX_AXIS], bytes = 0;
-  if (c->op == OP_all_reduce)
+  double b[SHARD_MAX_AXIS] = {0}, bytes = 0;
+  if (c->op == OP_send) {   /* between its two members */
+    int pair[2] = {members[ir_get_int(c, "from", 0)], members[ir_get_int(c, "to", 0)]};
+    return comm_cost(m, c->op, spmd_comm_bytes(c), b, pair, 2, method);
+  }
+  if (c->op == OP_all_reduce || c->op == OP_bcast)
     bytes = (double)type_elems(&c->in[0]->type) * dtype_size(c->in[0]->type.dtype);
   else if (c->op == OP_all_to_all)
     bytes = spmd_comm_bytes(c);
@@ -245,7 +255,8 @@ bool pass_comm(Module *m, Diag *d, PassRun *run) {
       continue;
     for (int k = 0; k < fn->inst.n; k++) {
       Inst *c = fn->inst.a[k];
-      if (ir_ops[c->op].kind != K_COMM || c->op == OP_shard_slice)
+      if (ir_ops[c->op].kind != K_COMM || c->op == OP_shard_slice || c->op == OP_send ||
+          c->op == OP_bcast)
         continue;
       int axis = (int)ir_get_int(c, "axis", 0), n = m->mesh.a[0].axis_size[axis];
       ir_mesh_group(&m->mesh.a[0], fn->device, axis, members);

@@ -335,6 +335,8 @@ static bool shard_all_gather(const Inst *i, DimMap *m) { return (void)i, (void)m
 static bool shard_reduce_scatter(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_all_to_all(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_shard_slice(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_send(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_bcast(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 
 const ShardRule shard_rules[OP_COUNT] = {
 #define OP(id, name, minin, maxin, kind, attrs) [OP_##id] = shard_##id,

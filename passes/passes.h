@@ -150,14 +150,19 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run);
 /* The form of inst that yields result sharding r: what each operand must be
  * (req[k]), given what they are (cur[k]; NULL: not decided). False when no
  * form of the op yields r. A repeat's form is its body's: each operand as
- * its arg reads it (a stacked one behind a whole leading dim), its result
- * carry 0's; a repeat_out takes its loop as it is (false while the body is
- * open). */
+ * its arg reads it (a stacked one behind a whole leading dim, or one split
+ * as the loop's pipeline stages are), its result carry 0's; a repeat_out
+ * takes its loop as it is (false while the body is open). */
 bool shard_form(const Module *m, const Inst *inst, const Sharding *r, const Sharding *const *cur,
                 Sharding *req);
 /* Whether x is zeros (a const 0, or a broadcast of one), which are a partial
  * sum as they are, in any sharding: a loop's sum may start from them. */
 bool shard_zero(const Inst *x);
+/* Loop r's pipeline stages: the mesh axis that splits the leading (layer) dim
+ * of its stacked operands (cur[k], or r's operands' shardings when cur is
+ * NULL; the first split one decides) and its ratios (NULL: even); -1 when
+ * none does. Every stacked operand and output of r is then split so. */
+int shard_pipe_axis(const Inst *r, const Sharding *const *cur, double **ratio);
 /* Same splits (axes and block lengths) and partial axes, for type t. */
 bool shard_same(const Module *m, const Type *t, const Sharding *a, const Sharding *b);
 
@@ -185,7 +190,8 @@ double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
  * collectives, in bodies too). */
 bool pass_spmd(Module *m, Diag *d, PassRun *run);
 /* Bytes each device sends for collective c of a per-device function, from its
- * local types (the formulas of shard_step_bytes); 0 for shard_slice. */
+ * local types (the formulas of shard_step_bytes); 0 for shard_slice; a send's
+ * and a bcast's whole operand (what the sender or the root sends). */
 double spmd_comm_bytes(const Inst *c);
 /* The sharding plan (--emit=plan): every global's sharding and blocks, every
  * device's memory, every step's collectives with their source lines. */
@@ -193,13 +199,15 @@ void spmd_report(FILE *out, const Module *m);
 
 /* ---- comm.c ----------------------------------------------------------- */
 
-/* Sets `method` on every collective of every per-device function: the
- * cheapest by comm_time, the lowest number on a tie. */
+/* Sets `method` on every collective of every per-device function but
+ * shard_slice, send and bcast (which have none): the cheapest by comm_time,
+ * the lowest number on a tie. */
 bool pass_comm(Module *m, Diag *d, PassRun *run);
 /* Seconds collective c takes by `method` (DTRT_COMM_*) over the k mesh
  * positions `members` (its axis group), by the model documented in comm.c;
  * INFINITY for a method c's kernel does not have or, for hierarchical, a
- * group on one node. */
+ * group on one node. A send's cost is between its two members of the group,
+ * whatever the method. */
 double comm_time(const Module *m, const Inst *c, const int *members, int k, int method);
 /* The same for a collective not yet in the IR: op's bytes per member (an
  * all_reduce's whole buffer, an all_to_all's spmd_comm_bytes) or, for an
@@ -281,7 +289,8 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
  * bw, steps 2(k-1) for all_reduce and k-1 otherwise, bytes spmd_comm_bytes(c),
  * link `intra` when every member is on one node, else `inter` (either when
  * only one exists; SIM_DEFAULT_* when none). 0 for shard_slice or k < 2.
- * When c carries `method` (passes/comm.c), comm_time of that method. */
+ * When c carries `method` (passes/comm.c), comm_time of that method; a send
+ * and a bcast always comm_time (members: the whole axis group). */
 double sim_comm_time(const Module *m, const Inst *c, const int *members, int k);
 /* The per-device summary: compute, comm, idle ms, the step, the bottleneck. */
 void sim_report(FILE *out, const Module *m, const SimResult *r);

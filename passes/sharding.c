@@ -8,7 +8,9 @@
  * split reaches them. A loop's body is propagated once, for every
  * iteration, inside its caller's sweeps: the caller's shardings enter it
  * through its args, and its own leave through the loop's operands and
- * outputs (section "loops"), to one fixed point.
+ * outputs (section "loops"), to one fixed point. A split of a loop's
+ * stacked operand along its layer dim makes the loop pipeline stages: every
+ * stacked operand and output of it is split so (shard_pipe_axis).
  *
  * Requires: autodiff done; at most one mesh. Guarantees, with a mesh: every
  * value of @train_step and @forward and of the bodies their loops run has a
@@ -268,6 +270,34 @@ static Sharding row_of(const Sharding *s, int rank) {
   return t;
 }
 
+/* A loop's pipeline stages (docs/ARCHITECTURE.md, "Pipeline stages"): when
+ * a stacked operand splits its leading, layer dim over a mesh axis, every
+ * stacked operand and output of the loop splits it alike, over that axis
+ * with those ratios, and each device runs its own layers; the carries and
+ * the body's values are not split by it. The first such operand (of cur,
+ * or of r's operands when cur is NULL) says how: its axis, -1 for none. */
+int shard_pipe_axis(const Inst *r, const Sharding *const *cur, double **ratio) {
+  for (int k = 0; k < r->nin; k++) {
+    const Sharding *s = cur ? cur[k] : r->in[k]->shard;
+    if (ir_repeat_operand_kind(r, k) == 2 && s && s->axis[0] >= 0) {
+      *ratio = s->ratio[0];
+      return s->axis[0];
+    }
+  }
+  return -1;
+}
+
+/* stacked_of, the leading dim split as loop r's stages are. */
+static Sharding stacked_in(const Inst *r, const Sharding *const *cur, const Sharding *s,
+                           int rank) {
+  double *ratio = NULL;
+  int a = shard_pipe_axis(r, cur, &ratio);
+  Sharding t = stacked_of(s, rank);
+  if (a >= 0)
+    split(&t, 0, a, ratio);
+  return t;
+}
+
 /* What loop output k of repeat r is: carry k's arg's sharding, or a stacked
  * body output's; false while that is open. */
 static bool loop_result(const Inst *r, int k, Sharding *out) {
@@ -282,7 +312,7 @@ static bool loop_result(const Inst *r, int k, Sharding *out) {
   const Inst *v = ir_func_output(b, k)->in[0];
   if (!v->shard)
     return false;
-  *out = stacked_of(v->shard, v->type.rank);
+  *out = stacked_in(r, NULL, v->shard, v->type.rank);
   return true;
 }
 
@@ -308,7 +338,8 @@ static bool loop_form(const Module *m, const Inst *i, const Sharding *r,
     const Inst *a = ir_func_arg(b, k);
     if (!a->shard)
       return false;
-    req[k] = ir_repeat_operand_kind(i, k) == 2 ? stacked_of(a->shard, a->type.rank) : *a->shard;
+    req[k] = ir_repeat_operand_kind(i, k) == 2 ? stacked_in(i, cur, a->shard, a->type.rank)
+                                               : *a->shard;
   }
   return shard_same(m, &i->type, r, &req[0]);
 }
@@ -743,7 +774,7 @@ static void loop_out(Ctx *c, Inst *r) {
     const Inst *a = ir_func_arg(b, k);
     if (!a->shard || r->in[k]->shard)
       continue;
-    Sharding req = ir_repeat_operand_kind(r, k) == 2 ? stacked_of(a->shard, a->type.rank)
+    Sharding req = ir_repeat_operand_kind(r, k) == 2 ? stacked_in(r, NULL, a->shard, a->type.rank)
                                                      : *a->shard;
     offer(c, r->in[k], &req);
   }
@@ -980,6 +1011,44 @@ static void check_blocks(Ctx *c, const Sharding *s, const Type *t, Loc loc, cons
   }
 }
 
+/* A loop's stages split its layers over a mesh axis; what its body reads
+ * must not be split over that axis too (each stage runs whole iterations). */
+static void check_stages(Ctx *c, const Inst *r) {
+  double *ratio;
+  int a = shard_pipe_axis(r, NULL, &ratio);
+  const Func *b = ir_repeat_body(r);
+  /* the stacked params of one loop are split alike: an annotation that says
+   * otherwise is refused (an open one followed the loop's) */
+  for (int k = 0; a >= 0 && k < r->nin; k++) {
+    const Inst *x = r->in[k];
+    if (ir_repeat_operand_kind(r, k) != 2 || x->op != OP_load || !x->shard)
+      continue;
+    Sharding want = *x->shard;
+    split(&want, 0, a, ratio);
+    if (!dim_same(c->m, &x->type, x->shard, &want, 0)) {
+      char b1[256], b2[256];
+      const Global *g = ir_global_of(x);
+      diag_error(c->d, g->loc, "'%s' is %s, but the stacked params of its loop are split "
+                 "alike along their layer dim, as pipeline stages: %s", g->name,
+                 ir_shard_str(c->m, x->shard, x->type.rank, b1, sizeof b1),
+                 ir_shard_str(c->m, &want, x->type.rank, b2, sizeof b2));
+      return;
+    }
+  }
+  for (int k = 0; a >= 0 && k < r->nin; k++) {
+    const Inst *arg = ir_func_arg(b, k);
+    bool over = (ir_partial_axes(c->m, arg->shard, arg->type.rank) >> a) & 1u;
+    for (int d = 0; d < arg->type.rank; d++)
+      over |= arg->shard->axis[d] == a;
+    if (over) {
+      diag_error(c->d, r->loc, "the loop's layers are split over mesh axis '%s' (pipeline "
+                 "stages), so what an iteration reads cannot be split over it too, but its "
+                 "operand %d is", c->m->mesh.a[0].axis_name[a], k + 1);
+      return;
+    }
+  }
+}
+
 /* The param a state global belongs to: "<param>__m" and "<param>__v". */
 static int owner_of(const Module *m, int g) {
   const char *name = m->global.a[g].name;
@@ -1013,7 +1082,8 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
   for (int g = 0; g < ng; g++) {
     Global *gl = &m->global.a[g];
     c.owner[g] = owner_of(m, g);
-    check_blocks(&c, gl->shard, &gl->type, gl->loc, arena_printf(m->arena, "'%s'", gl->name));
+    if (c.owner[g] == g)   /* a param's state is split as the param, said once */
+      check_blocks(&c, gl->shard, &gl->type, gl->loc, arena_printf(m->arena, "'%s'", gl->name));
   }
   if (d->nerr > nerr)
     return false;
@@ -1055,6 +1125,8 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
     Func *f = c.fns.a[k];
     for (int j = 0; j < f->inst.n; j++) {
       Inst *i = f->inst.a[j];
+      if (i->op == OP_repeat && d->nerr == nerr)   /* once: its loops share the loc */
+        check_stages(&c, i);
       if (i->shard)
         check_blocks(&c, i->shard, &i->type, i->loc,
                      arena_printf(m->arena, "the value of '%s'", ir_ops[i->op].name));

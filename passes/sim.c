@@ -12,7 +12,8 @@
  * every member of its axis group (start = the latest member's ready time) and
  * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
  * link `intra` when the whole group lies on one node, else `inter`; or, when
- * passes/comm.c chose its method, comm_time of that method. A repeat costs
+ * passes/comm.c chose its method, comm_time of that method; a send waits for
+ * its two members only, and it and a bcast take comm.c's cost. A repeat costs
  * its body n times, its ops and its collectives: the device walks the body
  * (@B.D) once per iteration. */
 #include <math.h>
@@ -123,7 +124,7 @@ double sim_comm_time(const Module *m, const Inst *c, const int *members, int k) 
     const Device *a = cluster_dev(m, members[0]), *b = cluster_dev(m, members[j]);
     one_node &= a && b && a->node == b->node;
   }
-  if (ir_attr(c, "method"))   /* chosen by passes/comm.c: its cost model */
+  if (ir_attr(c, "method") || c->op == OP_send || c->op == OP_bcast)   /* comm.c's model */
     return comm_time(m, c, members, k, (int)ir_get_int(c, "method", 0));
   const Link *l = find_link(m, one_node ? "intra" : "inter");
   double bw = l && l->bw > 0 ? l->bw : SIM_DEFAULT_BW, lat = l ? l->lat : SIM_DEFAULT_LAT;
@@ -187,7 +188,9 @@ static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventF
 }
 
 static bool same_collective(const Inst *a, const Inst *b) {
-  return a->op == b->op && ir_get_int(a, "axis", 0) == ir_get_int(b, "axis", 0);
+  return a->op == b->op && ir_get_int(a, "axis", 0) == ir_get_int(b, "axis", 0) &&
+         ir_get_int(a, "from", 0) == ir_get_int(b, "from", 0) &&
+         ir_get_int(a, "to", 0) == ir_get_int(b, "to", 0);
 }
 
 double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
@@ -218,6 +221,13 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
         continue;
       int axis = (int)ir_get_int(c, "axis", 0), k = m->mesh.a[0].axis_size[axis];
       ir_mesh_group(&m->mesh.a[0], d, axis, members);
+      int group[SHARD_MAX_AXIS];
+      memcpy(group, members, sizeof group);
+      if (c->op == OP_send) {   /* its two members only */
+        members[0] = group[ir_get_int(c, "from", 0)];
+        members[1] = group[ir_get_int(c, "to", 0)];
+        k = 2;
+      }
       double start = 0;
       bool ready = true;
       for (int j = 0; j < k && ready; j++) {
@@ -229,7 +239,8 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
       }
       if (!ready)
         continue;
-      double t = sim_comm_time(m, c, members, k);
+      double t = sim_comm_time(m, c, c->op == OP_send ? group : members,
+                               c->op == OP_send ? m->mesh.a[0].axis_size[axis] : k);
       for (int j = 0; j < k; j++) {
         Walker *o = &w[members[j]];
         if (ev)

@@ -16,6 +16,16 @@
  * the previous one wrote; a sum carried from zeros starts from the device's
  * block of zeros (shard_zero).
  *
+ * A loop whose stacked operands split their layer dim over a mesh axis
+ * (shard_pipe_axis) runs as pipeline stages: on the device at coordinate s
+ * of that axis it is a loop over its own layers only (n = its block l_s,
+ * first = the layers before it, so dropout draws the whole loop's masks);
+ * its carries come from stage s-1 by `send` before it and go to stage s+1
+ * by `send` after it (a reverse loop runs from the last stage to the first,
+ * so the other way), and the stage that ran the last iteration broadcasts
+ * them (`bcast`): every device continues with the loop's whole result, as
+ * everything outside the loop runs on every stage alike.
+ *
  * Requires: shardings (passes/sharding.c). Guarantees, with a mesh: no
  * global @train_step or @forward is left, nor a global body that only they
  * ran; in each copy (Func.device = its position) every value's type is its
@@ -37,6 +47,14 @@ typedef struct Memo {
   Inst *v;             /* its reshard in the copy */
 } Memo;
 
+/* A loop run as pipeline stages: its copy on this device and the carries
+ * every device has after it. */
+typedef struct Stage {
+  const Inst *x;       /* the repeat in the global function */
+  Inst *loop;          /* this device's loop */
+  Inst **out;          /* by carry: its value after the last stage */
+} Stage;
+
 typedef struct Ctx {
   Module *m;
   Diag *d;
@@ -47,6 +65,7 @@ typedef struct Ctx {
   int nout;            /* outputs emitted so far */
   Inst **map;          /* by id in the global function: the value in the copy */
   VEC(Memo) memo;
+  VEC(Stage) stage;
   Sharding *scalar;    /* whole, for the constants spmd adds */
 } Ctx;
 
@@ -59,6 +78,7 @@ double spmd_comm_bytes(const Inst *c) {
   case OP_all_reduce: return 2 * f * in;
   case OP_all_gather: return f * (double)type_elems(&c->type) * 4;
   case OP_reduce_scatter: case OP_all_to_all: return f * in;
+  case OP_send: case OP_bcast: return in;   /* the sender's; a bcast's root's */
   default: return 0;
   }
 }
@@ -160,6 +180,66 @@ static double mean_share(const Inst *i, const Inst *local) {
   return f;
 }
 
+static Inst *emit_p2p(Ctx *c, Op op, Inst *v, int axis, int from, int to, Loc loc) {
+  Inst *x = ir_new(c->f, op, loc, 1, &v);
+  ir_set_int(x, "axis", axis);
+  ir_set_int(x, "from", from);
+  if (op == OP_send)
+    ir_set_int(x, "to", to);
+  ir_finish(x)->shard = v->shard;
+  return x;
+}
+
+static const Stage *stage_of(const Ctx *c, const Inst *x) {
+  for (int k = 0; k < c->stage.n; k++)
+    if (c->stage.a[k].x == x)
+      return &c->stage.a[k];
+  return NULL;
+}
+
+/* Loop i as this device's pipeline stage over mesh axis `axis`: its own
+ * layers [first, first + n) of the blocks of i's n, the carries in from the
+ * stage before (in loop order: a reverse loop runs from the last stage to the
+ * first), out to the stage after, and from the last stage to every one. */
+static void emit_stage(Ctx *c, const Inst *i, Inst **in, int axis, const double *ratio) {
+  Module *m = c->m;
+  int p = axis_size(m, axis), coord[IR_MAX_MESH_AXES];
+  ir_mesh_coords(&m->mesh.a[0], c->dev, coord);
+  int me = coord[axis], carry = (int)ir_get_int(i, "carry", 1);
+  int64_t b[SHARD_MAX_AXIS], first = 0;
+  ir_blocks(ir_get_int(i, "n", 1), ratio, p, b);
+  for (int k = 0; k < me; k++)
+    first += b[k];
+  bool rev = ir_get_int(i, "reverse", 0);
+  int dir = rev ? -1 : 1, head = rev ? p - 1 : 0, tail = rev ? 0 : p - 1;
+  for (int k = 0; me != head && k < carry; k++)
+    in[k] = emit_p2p(c, OP_send, in[k], axis, me - dir, me, i->loc);
+  Inst *x = ir_new(c->f, OP_repeat, i->loc, i->nin, in);
+  ir_copy_attrs(x, i);
+  ir_set_int(x, "n", b[me]);
+  if (first)
+    ir_set_int(x, "first", first);
+  ir_finish(x)->shard = i->shard;
+  Stage st = {i, x, arena_alloc(m->arena, sizeof(Inst *) * (size_t)carry)};
+  const Func *body = ir_repeat_body(i);
+  for (int k = 0; k < carry; k++) {
+    Inst *v = x;
+    if (k) {
+      v = ir_new(c->f, OP_repeat_out, i->loc, 1, &x);
+      ir_set_int(v, "index", k);
+      ir_finish(v)->shard = ir_func_arg(body, k)->shard;
+    }
+    if (me != tail)
+      emit_p2p(c, OP_send, v, axis, me, me + dir, i->loc);
+    st.out[k] = v;
+  }
+  for (int k = 0; k < carry; k++)
+    st.out[k] = emit_p2p(c, OP_bcast, st.out[k], axis, tail, 0, i->loc);
+  st.out[0]->name = i->name;
+  vec_push(m->arena, &c->stage, st);
+  c->map[i->id] = st.out[0];
+}
+
 static void emit(Ctx *c, const Inst *i) {
   Module *m = c->m;
   Inst *in[SHARD_MAX_IN];
@@ -210,6 +290,19 @@ static void emit(Ctx *c, const Inst *i) {
   }
   if (i->op == OP_cross_entropy_grad && req[0].axis[0] >= 0)
     in[2] = scale(c, in[2], mean_share(i, in[0]), i->loc);
+  double *ratio = NULL;
+  int pipe = i->op == OP_repeat ? shard_pipe_axis(i, cur, &ratio) : -1;
+  if (pipe >= 0) {
+    emit_stage(c, i, in, pipe, ratio);
+    return;
+  }
+  const Stage *st = i->op == OP_repeat_out ? stage_of(c, i->in[0]) : NULL;
+  if (st && ir_get_int(i, "index", 0) < ir_get_int(i->in[0], "carry", 1)) {
+    c->map[i->id] = st->out[ir_get_int(i, "index", 0)];
+    return;
+  }
+  if (st)
+    in[0] = st->loop;
   Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
   Type local;
@@ -249,6 +342,7 @@ static Func *copy_func(Ctx *c, Func *src, const Inst *by, int dev) {
   c->carry = by ? ir_get_int(by, "carry", 1) : -1;
   c->nout = 0;
   c->memo.n = 0;
+  c->stage.n = 0;
   ir_renumber(src);
   c->map = calloc((size_t)src->inst.n + 1, sizeof *c->map);
   DTC_ASSERT(c->map);

@@ -357,6 +357,13 @@ DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local);
  *   shard_slice     axis, dim, b_0..b_{p-1}
  *                   in = the whole tensor, out = this member's block along
  *                   dim; a local copy, no communication; f32 or i32
+ *   send            axis, from, to
+ *                   point to point, called by members from and to only
+ *                   (from != to): from's in arrives as to's out; on from,
+ *                   out = in; f32 or i32
+ *   bcast           axis, from
+ *                   every member's out = member from's in (the others' in
+ *                   gives the shape); f32 or i32
  *
  * p is the group's size; b_m (o_m along dout, i_m along din) is the length of
  * member m's block along the split dim, members in group order (their
@@ -369,6 +376,8 @@ DTRT_KERNEL(all_gather);
 DTRT_KERNEL(reduce_scatter);
 DTRT_KERNEL(all_to_all);
 DTRT_KERNEL(shard_slice);
+DTRT_KERNEL(send);
+DTRT_KERNEL(bcast);
 
 /* ---- models (called by the wrappers dtc generates in NAME.o) -------------
  * dtc emits, per model, a constant DtModelDesc (one per device for an SPMD

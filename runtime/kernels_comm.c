@@ -613,3 +613,78 @@ DTRT_TRACED(shard_slice, DTRT_TID_COMM) {
   free_splits(ctx, &sp);
   return DT_OK;
 }
+
+/* The group and the members named by a point-to-point kernel's attributes:
+ * axis, then nmem member indices, each of the group. */
+static DtStatus begin_p2p(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
+                          const DtTensor *out, const DtAttrs *a, int nmem, DtGroup *g) {
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, DTRT_MAX_IATTRS, 0)))
+    return s;
+  if (dtrt_ni(a) != 1 + nmem)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d int attributes; it takes %d", op, dtrt_ni(a),
+                     1 + nmem);
+  if ((s = dtrt_group(ctx, op, a->i[0], g)) || (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, in[0].dtype, in[0].dim, in[0].rank)))
+    return s;
+  for (int k = 1; k <= nmem; k++)
+    if (a->i[k] < 0 || a->i[k] >= g->size)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: member %lld is not one of the group's %d", op,
+                       (long long)a->i[k], g->size);
+  return DT_OK;
+}
+
+/* send: attributes axis, from, to. Member `from` of the group hands in to
+ * member `to` (MPI_Send, MPI_Recv in pieces of at most INT_MAX elements);
+ * out is in on `from`, what arrived on `to`. Only those two members call it;
+ * from != to. f32 or i32. */
+DTRT_TRACED(send, DTRT_TID_COMM) {
+  const char *op = "send";
+  DtGroup g;
+  DtStatus s = begin_p2p(ctx, op, in, nin, out, a, 2, &g);
+  if (s)
+    return s;
+  int from = (int)a->i[1], to = (int)a->i[2];
+  if (from == to || (g.me != from && g.me != to))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: from member %d to %d, called on member %d", op, from,
+                     to, g.me);
+  int64_t n = dtrt_numel(out);
+  MPI_Datatype type = mpi_type(in[0].dtype);
+  for (int64_t at = 0; !s && at < n; at += INT_MAX) {
+    int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    if (g.me == from)
+      s = dtrt_mpi(ctx, MPI_Send((uint32_t *)in[0].data + at, k, type, to, TAG, g.comm), op,
+                   "MPI_Send");
+    else
+      s = dtrt_mpi(ctx, MPI_Recv((uint32_t *)out->data + at, k, type, from, TAG, g.comm,
+                                 MPI_STATUS_IGNORE),
+                   op, "MPI_Recv");
+  }
+  if (!s && g.me == from)
+    s = copy(&in[0], out);
+  return s;
+}
+
+/* bcast: attributes axis, from. Every member of the group gets member
+ * from's in as out (MPI_Bcast in pieces of at most INT_MAX elements); other
+ * members' in gives only the shape. f32 or i32. */
+DTRT_TRACED(bcast, DTRT_TID_COMM) {
+  const char *op = "bcast";
+  DtGroup g;
+  DtStatus s = begin_p2p(ctx, op, in, nin, out, a, 1, &g);
+  if (s)
+    return s;
+  int from = (int)a->i[1];
+  if (g.me == from && (s = copy(&in[0], out)))
+    return s;
+  if (g.size == 1)
+    return DT_OK;
+  int64_t n = dtrt_numel(out);
+  MPI_Datatype type = mpi_type(in[0].dtype);
+  for (int64_t at = 0; !s && at < n; at += INT_MAX) {
+    int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    s = dtrt_mpi(ctx, MPI_Bcast((uint32_t *)out->data + at, k, type, from, g.comm), op,
+                 "MPI_Bcast");
+  }
+  return s;
+}

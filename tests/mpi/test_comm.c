@@ -253,6 +253,38 @@ static void test_all_to_all(DtrtCtx *ctx) {
 }
 
 /* Mistakes every rank makes alike: refused on every rank, before MPI. */
+/* send along the chain of members both ways, each pair alone (the others
+ * make no call), and bcast from every member; f32 and i32. */
+static void test_p2p(DtrtCtx *ctx) {
+  int64_t dim[2] = {3, 5};
+  for (int dtype = DTRT_F32; dtype <= DTRT_I32; dtype++) {
+    for (int dir = 1; dir >= -1; dir -= 2)
+      for (int from = 0; from < np; from++) {
+        int to = from + dir;
+        if (to < 0 || to >= np || (me != from && me != to))
+          continue;
+        DtTensor in = tensor(dtype, 2, dim), out = tensor(dtype, 2, dim), want = tensor(dtype, 2, dim);
+        fill(&in, me == from ? 10 + from : 50);   /* the receiver's in only gives the shape */
+        fill(&want, 10 + from);
+        DtAttrs a = {.i = {0, from, to}, .ni = 3};
+        DtStatus s = dtrt_k_send(ctx, &in, 1, &out, &a);
+        CHECK(s == DT_OK && same(&out, &want), "send %d -> %d %s on %d: %s", from, to,
+              dtype == DTRT_F32 ? "f32" : "i32", me, s ? dtrt_errmsg(ctx) : "wrong values");
+        free(in.data), free(out.data), free(want.data);
+      }
+    for (int from = 0; from < np; from++) {
+      DtTensor in = tensor(dtype, 2, dim), out = tensor(dtype, 2, dim), want = tensor(dtype, 2, dim);
+      fill(&in, 20 + me);
+      fill(&want, 20 + from);
+      DtAttrs a = {.i = {0, from}, .ni = 2};
+      DtStatus s = dtrt_k_bcast(ctx, &in, 1, &out, &a);
+      CHECK(s == DT_OK && same(&out, &want), "bcast from %d %s on %d: %s", from,
+            dtype == DTRT_F32 ? "f32" : "i32", me, s ? dtrt_errmsg(ctx) : "wrong values");
+      free(in.data), free(out.data), free(want.data);
+    }
+  }
+}
+
 static void test_errors(DtrtCtx *ctx) {
   int64_t n = 4, two[2] = {2, 2}, len[16], zero[16] = {0}, big[16] = {5};
   even(np, n, len);
@@ -284,6 +316,11 @@ static void test_errors(DtrtCtx *ctx) {
        "differ outside the split dim"},
       {dtrt_k_all_to_all, &m, &m, attrs(3, (int64_t[]){0, 1, 1}, len, 0), "both 1"},
       {dtrt_k_shard_slice, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 0), "int attributes"},
+      {dtrt_k_send, &x, &y, {.i = {0, me, me}, .ni = 3}, "called on member"},
+      {dtrt_k_send, &x, &y, {.i = {0, 0, np}, .ni = 3}, "is not one of the group's"},
+      {dtrt_k_send, &x, &y, {.i = {0, 0}, .ni = 2}, "2 int attributes; it takes 3"},
+      {dtrt_k_send, &x, &m, {.i = {0, 0, 1}, .ni = 3}, "output is f32[2,2], expected f32[4]"},
+      {dtrt_k_bcast, &x, &y, {.i = {0, -1}, .ni = 2}, "member -1 is not one of the group's"},
       {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 0),
        np > 1 ? "input has 4 along dim 0, but member" : NULL},
   };
@@ -641,6 +678,7 @@ int main(int argc, char **argv) {
   test_all_gather(ctx);
   test_reduce_scatter(ctx);
   test_all_to_all(ctx);
+  test_p2p(ctx);
   test_errors(ctx);
   test_mesh();
   test_agree(ctx);

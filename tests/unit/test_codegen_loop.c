@@ -8,7 +8,8 @@
  * Per-device loops with collectives in their bodies run on a mesh of one
  * device against the global program, and under mpiexec on two ranks, also
  * with a kernel failing on one rank inside a body or before a loop, which
- * must not leave the other rank waiting in a collective. */
+ * must not leave the other rank waiting in a collective; likewise a
+ * pipeline stage failing inside its loop between its send and bcast. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -798,6 +799,83 @@ static void device_loop_fails(void **state) {
   }
 }
 
+/* Pipeline stages on two ranks, layers 1:2: x <- tanh((x + embedding(e[i],
+ * ids[i])) @ w[i]) for i < 3, each layer its own table of 2 rows; the ids
+ * (i * 7 % 3: rows (0, 1), (2, 0), (1, 2)) are out of range in layers 1 and
+ * 2, which rank 1 runs. Rank 1 fails inside its loop but still makes its
+ * sends and broadcasts, so rank 0 waits for nothing, and both return rank
+ * 1's error. */
+static char *pp_embed(void) {
+  char *s;
+  size_t len;
+  FILE *f = open_memstream(&s, &len);
+  const char *pp = "pp(0.333333, 0.666667)", *w = " shard m[*, *]";
+  fputs("module ppemb\n\ncluster two {\n  node a\n"
+        "  device a0 on a {kind = \"cpu\", gflops = 10.0, mem = 1073741824}\n"
+        "  device a1 on a {kind = \"cpu\", gflops = 10.0, mem = 1073741824}\n"
+        "  link intra {bw = 10000000000.0, lat = 1e-06}\n}\n\n"
+        "mesh m[pp = 2] on [a0, a1]\nplan explicit\n\n", f);
+  fprintf(f, "input x : f32[2,8]%s\ninput ids : i32[3,2] shard m[%s, *]\n", w, pp);
+  fprintf(f, "param e : f32[3,2,8] {init = \"normal\"} shard m[%s, *, *]\n", pp);
+  fprintf(f, "param w : f32[3,8,8] {init = \"normal\", init_arg = 0.5} shard m[%s, *, *]\n", pp);
+  for (int d = 0; d < 2; d++) {
+    int n = d ? 2 : 1;
+    fprintf(f,
+            "\nfunc @layer.%d device %d body {\n"
+            "  %%x = arg {index = 0} : f32[2,8]%s\n"
+            "  %%e = arg {index = 1} : f32[2,8]%s\n"
+            "  %%ids = arg {index = 2} : i32[2] shard m[*]\n"
+            "  %%w = arg {index = 3} : f32[8,8]%s\n"
+            "  %%emb = embedding %%e, %%ids : f32[2,8]%s\n"
+            "  %%x2 = add %%x, %%emb : f32[2,8]%s\n"
+            "  %%h = matmul %%x2, %%w : f32[2,8]%s\n"
+            "  %%y = tanh %%h : f32[2,8]%s\n"
+            "  output %%y {name = \"x\"}\n}\n",
+            d, d, w, w, w, w, w, w, w);
+    fprintf(f,
+            "\nfunc @forward.%d device %d {\n"
+            "  %%x = load {global = \"x\"} : f32[2,8]%s\n"
+            "  %%e = load {global = \"e\"} : f32[%d,2,8] shard m[%s, *, *]\n"
+            "  %%ids = load {global = \"ids\"} : i32[%d,2] shard m[%s, *]\n"
+            "  %%w = load {global = \"w\"} : f32[%d,8,8] shard m[%s, *, *]\n",
+            d, d, w, n, pp, n, pp, n, pp);
+    if (d)
+      fprintf(f, "  %%r = send %%x {axis = 0, from = 0, to = 1} : f32[2,8]%s\n"
+                 "  %%y = repeat %%r, %%e, %%ids, %%w {body = \"layer\", n = 2, carry = 1, "
+                 "stacked = 3, first = 1} : f32[2,8]%s\n", w, w);
+    else
+      fprintf(f, "  %%y = repeat %%x, %%e, %%ids, %%w {body = \"layer\", n = 1, carry = 1, "
+                 "stacked = 3} : f32[2,8]%s\n"
+                 "  %%s = send %%y {axis = 0, from = 0, to = 1} : f32[2,8]%s\n", w, w);
+    fprintf(f, "  %%b = bcast %%y {axis = 0, from = 1} : f32[2,8]%s\n"
+               "  output %%b {name = \"y\"}\n}\n", w);
+  }
+  fclose(f);
+  return s;
+}
+
+static void stage_fails(void **state) {
+  (void)state;
+  if (!DTC_TEST_MPIEXEC[0])
+    skip();
+  char *dt = pp_embed();
+  Prog p;
+  build(&p, "ppemb", dt, 0);
+  int st = mpirun2(&p);
+  char *log = ct_read(arena_printf(p.t.a, "%s.log", p.out), NULL);
+  if (!st || WEXITSTATUS(st) == 124)
+    fail_msg("mpiexec %s\n%s", st ? "timed out" : "succeeded", log ? log : "");
+  for (int r = 0; r < 2; r++) {
+    char *err = ct_read(arena_printf(p.t.a, "%s.%d.err", p.out, r), NULL);
+    if (!err || !strstr(err, "rank 1 failed: embedding: id 2 at index 0 is outside [0, 2)"))
+      fail_msg("rank %d said: %s\n%s\n%s", r, err ? err : "(nothing)", log ? log : "", dt);
+    free(err);
+  }
+  free(log);
+  ct_free(&p.t);
+  free(dt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(carry_only),      cmocka_unit_test(one_iteration),
@@ -806,6 +884,7 @@ int main(void) {
       cmocka_unit_test(dropout_steps),   cmocka_unit_test(size_of_n),
       cmocka_unit_test(body_not_entry),  cmocka_unit_test(device_loop),
       cmocka_unit_test(device_loop_np2), cmocka_unit_test(device_loop_fails),
+      cmocka_unit_test(stage_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

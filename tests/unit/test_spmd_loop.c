@@ -16,8 +16,10 @@
  * loop whose weight is a whole operand, its gradient a partial sum carried
  * from zeros, and the same loop with that weight split by columns, so its
  * carry is gathered in every iteration; a loop in a loop; two loops of one
- * body. Also: the IR after spmd prints and parses back, and the simulator
- * costs a loop n times its body. */
+ * body; pipeline stages (the layers split over pp: 2 even, 3 as 2:2:1 with
+ * dropout, pp x dp, an RNN over stages), a stage without layers and the batch
+ * split over the stages' axis refused. Also: the IR after spmd prints and
+ * parses back, and the simulator costs a loop n times its body. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,7 +49,7 @@ typedef struct Spec {
   const double *ratio;
   int B, D, L;
   bool dropout;
-  int k2;
+  int k2;              /* named tp, or dp beside pp */
 } Spec;
 
 static Module *M;     /* the module being built */
@@ -74,7 +76,7 @@ static void module_new(Arena *a, const Spec *s) {
   static int devs[8];
   M = ir_module_new(a, "loops");
   SRC = src_from_string(a, "loops.dt", "1\n2\n3\n4\n5\n6\n7\n8\n9\n");
-  Mesh mh = {.name = "m", .naxis = s->k2 ? 2 : 1, .axis_name = {s->axis, "tp"},
+  Mesh mh = {.name = "m", .naxis = s->k2 ? 2 : 1, .axis_name = {s->axis, strcmp(s->axis, "pp") ? "tp" : "dp"},
              .axis_size = {s->k, s->k2}, .dev = devs, .loc = at(1)};
   vec_push(a, &M->mesh, mh);
   M->plan = PLAN_EXPLICIT;
@@ -239,6 +241,41 @@ static void shared_body(const Spec *s) {
   Inst *a = op(F, OP_mse, 2, repeat(F, b, s->L, 1, 2, in1), y);
   Inst *c = op(F, OP_mse, 2, repeat(F, b, s->L, 1, 2, in2), y);
   out(F, op(F, OP_add, 2, a, c), "loss");
+}
+
+/* residual_dp's layers as pipeline stages: layers.w split by its layer dim
+ * over the first axis (with the spec's ratios), layers.b open (it follows),
+ * the batch whole, or over the second axis on a 2-D mesh. */
+static void residual_pp(const Spec *s) {
+  Type xt = ty(DT_F32, 2, s->B, s->D);
+  int batch = s->k2 ? 0 : -1;
+  Func *b = body("layers");
+  Inst *x = arg(b, 0, xt), *w = arg(b, 1, ty(DT_F32, 2, s->D, s->D)),
+       *c = arg(b, 2, ty(DT_F32, 1, s->D));
+  Inst *h = op(b, OP_tanh, 1, op(b, OP_add, 2, op(b, OP_matmul, 2, x, w), c));
+  if (s->dropout)
+    h = dropout(b, h, 0.25, 3);
+  out(b, op(b, OP_add, 2, x, h), "x");
+  Inst *in[3] = {global_on(s, "x", G_INPUT, xt, batch, 1),
+                 global(s, "layers.w", G_PARAM, ty(DT_F32, 3, s->L, s->D, s->D), 0),
+                 global(s, "layers.b", G_PARAM, ty(DT_F32, 2, s->L, s->D), -2)};
+  Inst *y = global_on(s, "y", G_INPUT, xt, batch, 1);
+  loss_of(repeat(F, b, s->L, 2, 3, in), y);
+}
+
+/* rnn over stages: xs [L, B, D] split by its step dim, u a whole operand
+ * read by every stage, its gradient a sum carried from zeros through the
+ * stages of the backward loop. */
+static void recurrent_pp(const Spec *s) {
+  Type ht = ty(DT_F32, 2, s->B, s->D);
+  Func *b = body("rnn");
+  Inst *h = arg(b, 0, ht), *u = arg(b, 1, ty(DT_F32, 2, s->D, s->D)), *x = arg(b, 2, ht);
+  out(b, op(b, OP_tanh, 1, op(b, OP_add, 2, op(b, OP_matmul, 2, h, u), x)), "h");
+  Inst *in[3] = {global(s, "h0", G_INPUT, ht, -1),
+                 global(s, "u", G_PARAM, ty(DT_F32, 2, s->D, s->D), -2),
+                 global(s, "xs", G_INPUT, ty(DT_F32, 3, s->L, s->B, s->D), 0)};
+  Inst *y = global(s, "y", G_INPUT, ht, -1);
+  loss_of(repeat(F, b, s->L, 1, 3, in), y);
 }
 
 typedef void (*Build)(const Spec *);
@@ -503,6 +540,148 @@ static void test_2d(void **state) {
   pair_free(&p);
 }
 
+/* ---- pipeline stages ---- */
+
+/* The repeat of a function (the first), NULL if none. */
+static const Inst *loop_in(const Module *m, const char *func, int which) {
+  const Func *f = ir_find_func(m, func);
+  for (int k = 0; f && k < f->inst.n; k++)
+    if (f->inst.a[k]->op == OP_repeat && which-- == 0)
+      return f->inst.a[k];
+  return NULL;
+}
+
+/* Layers split over pp: device s runs its own layers (the loops' n), from
+ * layer `first`; the carry comes by a send from the stage before and goes
+ * to the stage after, forward and (reversed) backward, and the last stage
+ * broadcasts it; the params' gradients stay on their stage, no all_reduce
+ * anywhere (the batch is whole). */
+static void pp(const Spec *s, const int64_t *layers, const char *label) {
+  Pair p;
+  pair_init(&p, residual_pp, s, "memplan");
+  int dp = s->k2 ? s->k2 : 1;
+  for (int d = 0; d < s->k * dp; d++) {
+    int st = d / dp;   /* row-major: pp, then dp */
+    int64_t first = 0;
+    for (int k = 0; k < st; k++)
+      first += layers[k];
+    char step[32], fwd[32];
+    snprintf(step, sizeof step, "train_step.%d", d);
+    snprintf(fwd, sizeof fwd, "forward.%d", d);
+    const Inst *f = loop_in(p.s, step, 0), *r = loop_in(p.s, step, 1);
+    assert_non_null(f);
+    assert_non_null(r);
+    assert_int_equal(ir_get_int(f, "n", 0), layers[st]);
+    assert_int_equal(ir_get_int(r, "n", 0), layers[st]);
+    assert_int_equal(ir_get_int(f, "first", 0), first);
+    assert_int_equal(ir_get_int(r, "first", 0), first);
+    assert_int_equal(ir_get_int(r, "reverse", 0), 1);
+    assert_int_equal(ir_get_int(loop_in(p.s, fwd, 0), "n", 0), layers[st]);
+    /* a send in and out per loop but at the ends, one bcast after each */
+    int ends = (st == 0) + (st == s->k - 1);
+    assert_int_equal(count(p.s, step, OP_send), 2 * (2 - ends));
+    assert_int_equal(count(p.s, step, OP_bcast), 2);
+    assert_int_equal(count(p.s, fwd, OP_send), 2 - ends);
+    assert_int_equal(count(p.s, fwd, OP_bcast), 1);
+    /* over dp the loss's and the two gradients', each on its stage */
+    assert_int_equal(count_comm(p.s, step), s->k2 ? 3 : 0);
+    Type w = ir_global_type_on(p.s, ir_find_global(p.s, "layers.b"), d);
+    assert_int_equal(w.dim[0], layers[st]);
+  }
+  /* the simulator matches each send by its pair: every device finishes,
+   * and each waits while the other stages run their layers */
+  SimResult r;
+  assert_true(sim_run(p.s, &r, NULL, NULL) > 0);
+  for (int d = 0; d < s->k * dp; d++)
+    assert_true(r.dev[d].idle > 0);
+  train(&p, 4, label);
+  pair_free(&p);
+}
+
+static void test_pp2(void **state) {
+  (void)state;
+  pp(&(Spec){"pp", 2, NULL, 4, 6, 4, false, 0}, (const int64_t[]){2, 2}, "residual pp2");
+}
+
+/* 5 layers as 2:2:1, dropout in the body: a stage's iteration i draws the
+ * masks of the whole loop's iteration first + i. */
+static void test_pp3_uneven(void **state) {
+  (void)state;
+  pp(&(Spec){"pp", 3, (const double[]){0.4, 0.4, 0.2}, 4, 6, 5, true, 0},
+     (const int64_t[]){2, 2, 1}, "residual pp3 2:2:1, dropout");
+}
+
+/* pp x dp on a 2x2 mesh: stages over pp, the batch over dp; the stages'
+ * gradients are partial sums over dp, reduced on their stage. */
+static void test_pp_dp(void **state) {
+  (void)state;
+  pp(&(Spec){"pp", 2, (const double[]){0.75, 0.25}, 8, 6, 4, true, 2},
+     (const int64_t[]){3, 1}, "residual pp 3:1 x dp 2");
+}
+
+/* A whole operand's gradient, a sum from zeros, is carried through the
+ * stages of the backward loop and broadcast by stage 0. */
+static void test_pp_rnn(void **state) {
+  (void)state;
+  Pair p;
+  pair_init(&p, recurrent_pp, &(Spec){"pp", 2, (const double[]){0.4, 0.6}, 4, 5, 5, false, 0},
+            "memplan");
+  const Inst *r = loop_in(p.s, "train_step.1", 1);
+  assert_int_equal(ir_get_int(r, "n", 0), 3);
+  assert_int_equal(ir_get_int(r, "carry", 0), 2);
+  assert_int_equal(count(p.s, "train_step.1", OP_send), 1 + 2);   /* h in; dh, du out */
+  assert_int_equal(count(p.s, "train_step.0", OP_send), 1 + 2);   /* h out; dh, du in */
+  assert_int_equal(count(p.s, "train_step.0", OP_bcast), 1 + 2);
+  train(&p, 4, "rnn pp 2:3");
+  pair_free(&p);
+}
+
+/* A stage without layers is refused where the split is written. */
+static void test_pp_empty_stage(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  char *log;
+  size_t len;
+  FILE *o = open_memstream(&log, &len);
+  Diag d;
+  diag_init(&d, o);
+  Spec s = {"pp", 3, NULL, 4, 6, 2, false, 0};
+  module_new(a, &s);
+  residual_pp(&s);
+  assert_true(ir_verify(M, &d));
+  assert_false(passes_run(M, &d, &(PassOptions){.stop_after = "spmd"}, NULL));
+  fclose(o);
+  assert_non_null(strstr(log, "loops.dt:2:1: error: splitting dimension 0 of 'layers.w' (2) "
+                              "over mesh axis 'pp' leaves its device 2 no elements"));
+  free(log);
+  arena_free(a);
+}
+
+/* The batch split over the axis of the stages is refused at the loop. */
+static void test_pp_split_batch(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  char *log;
+  size_t len;
+  FILE *o = open_memstream(&log, &len);
+  Diag d;
+  diag_init(&d, o);
+  Spec s = {"pp", 2, NULL, 4, 6, 2, false, 0};
+  module_new(a, &s);
+  residual_pp(&s);
+  ir_find_global(M, "x")->shard = shard(&s, 0, 0);
+  ir_find_global(M, "y")->shard = shard(&s, 0, 0);
+  assert_true(ir_verify(M, &d));
+  assert_false(passes_run(M, &d, &(PassOptions){.stop_after = "spmd"}, NULL));
+  fclose(o);
+  assert_non_null(strstr(log, "loops.dt:7:1: error: the loop's layers are split over mesh axis "
+                              "'pp' (pipeline stages), so what an iteration reads cannot be "
+                              "split over it too, but its operand 1 is"));
+  assert_int_equal(d.nerr, 1);
+  free(log);
+  arena_free(a);
+}
+
 /* ---- a recurrent loop with a whole operand ---- */
 
 /* u is read whole by every step; its gradient is a sum the backward loop
@@ -607,6 +786,9 @@ static void test_round_trip(void **state) {
   round_trip(residual_tp, &(Spec){"tp", 2, r, 4, 6, 3, false, 0}, "spmd");
   round_trip(nested, &(Spec){"dp", 2, NULL, 6, 4, 3, false, 0}, "spmd");
   round_trip(recurrent, &(Spec){"dp", 2, NULL, 8, 5, 4, false, 0}, "comm");
+  round_trip(residual_pp, &(Spec){"pp", 3, (const double[]){0.4, 0.4, 0.2}, 4, 6, 5, true, 0},
+             "spmd");
+  round_trip(recurrent_pp, &(Spec){"pp", 2, NULL, 4, 5, 4, false, 0}, "comm");
 }
 
 /* ---- the simulator ---- */
@@ -677,6 +859,12 @@ int main(void) {
       cmocka_unit_test(test_tp2),
       cmocka_unit_test(test_tp2_uneven),
       cmocka_unit_test(test_2d),
+      cmocka_unit_test(test_pp2),
+      cmocka_unit_test(test_pp3_uneven),
+      cmocka_unit_test(test_pp_dp),
+      cmocka_unit_test(test_pp_rnn),
+      cmocka_unit_test(test_pp_empty_stage),
+      cmocka_unit_test(test_pp_split_batch),
       cmocka_unit_test(test_rnn_dp),
       cmocka_unit_test(test_rnn_carry_reshard),
       cmocka_unit_test(test_nested_dp),
