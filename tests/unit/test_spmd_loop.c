@@ -52,6 +52,8 @@ typedef struct Spec {
   int k2;              /* named tp, or dp beside pp */
 } Spec;
 
+static bool REMAT;    /* residual_pp's loop recomputes its forward in the backward */
+
 static Module *M;     /* the module being built */
 static Func *F;       /* its @forward */
 static SrcFile *SRC;
@@ -260,7 +262,10 @@ static void residual_pp(const Spec *s) {
                  global(s, "layers.w", G_PARAM, ty(DT_F32, 3, s->L, s->D, s->D), 0),
                  global(s, "layers.b", G_PARAM, ty(DT_F32, 2, s->L, s->D), -2)};
   Inst *y = global_on(s, "y", G_INPUT, xt, batch, 1);
-  loss_of(repeat(F, b, s->L, 2, 3, in), y);
+  Inst *r = repeat(F, b, s->L, 2, 3, in);
+  if (REMAT)
+    ir_set_int(r, "remat", 1);
+  loss_of(r, y);
 }
 
 /* rnn over stages: xs [L, B, D] split by its step dim, u a whole operand
@@ -611,6 +616,15 @@ static void test_pp3_uneven(void **state) {
      (const int64_t[]){2, 2, 1}, "residual pp3 2:2:1, dropout");
 }
 
+/* The same stages, each recomputing its layers' forward in the backward. */
+static void test_pp3_remat(void **state) {
+  (void)state;
+  REMAT = true;
+  pp(&(Spec){"pp", 3, (const double[]){0.4, 0.4, 0.2}, 4, 6, 5, true, 0},
+     (const int64_t[]){2, 2, 1}, "residual pp3 2:2:1, dropout, remat");
+  REMAT = false;
+}
+
 /* pp x dp on a 2x2 mesh: stages over pp, the batch over dp; the stages'
  * gradients are partial sums over dp, reduced on their stage. */
 static void test_pp_dp(void **state) {
@@ -860,6 +874,7 @@ int main(void) {
       cmocka_unit_test(test_tp2_uneven),
       cmocka_unit_test(test_2d),
       cmocka_unit_test(test_pp2),
+      cmocka_unit_test(test_pp3_remat),
       cmocka_unit_test(test_pp3_uneven),
       cmocka_unit_test(test_pp_dp),
       cmocka_unit_test(test_pp_rnn),
