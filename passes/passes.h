@@ -81,9 +81,11 @@ struct PlanInfo {
   double block;          /* predicted step of the parallel block's forms, even */
   /* plan auto only: how sure the choice is (docs/ARCHITECTURE.md, Planner) */
   double best;           /* predicted step of the best plan the search found */
+  bool simple_ruled_out; /* even data parallel's forms do not propagate */
   double simple;         /* of even data parallel: the block's shards, every other input
                             split along its first dimension, params open, even ratios;
-                            INFINITY: it does not fit */
+                            INFINITY: it does not fit, or (simple_ruled_out) its forms
+                            do not propagate with the parallel block's */
   double runner_up;      /* of the best plan of other forms (as propagated) the search
                             costed; INFINITY: none */
   const char *runner_up_how;  /* its first global of another form: "w1 m[*, dp] instead

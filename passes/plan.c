@@ -811,6 +811,7 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
    * over it: else the simpler one is kept. */
   Sharding **simple = start(&p, true);
   conf.simple = evaluate(&p, simple, true, r, &c);
+  conf.simple_ruled_out = !p.propagated;
   runner_up(&p, best_forms, &conf);
   spreads(&p, &conf);
   double simple_comm = c.comm;
@@ -910,6 +911,8 @@ static void report_confidence(FILE *out, const PlanInfo *pi) {
   if (pi->simple < INFINITY)
     fprintf(out, "even data parallel %.4f ms (that/this %.3fx)", pi->simple * 1e3,
             pi->simple / best);
+  else if (pi->simple_ruled_out)
+    fputs("even data parallel is ruled out by the parallel block's forms", out);
   else
     fputs("even data parallel does not fit in memory", out);
   if (pi->dp < INFINITY)
