@@ -934,9 +934,11 @@ static void report_confidence(FILE *out, const PlanInfo *pi) {
   else if (pi->kept_simple)
     fprintf(out, "  kept even data parallel: the best plan found gains %.3fx, within the noise\n",
             pi->simple / best);
-  else
+  else if (pi->simple < INFINITY)
     fputs("  kept the best plan found: it gains more than the noise over even data parallel\n",
           out);
+  else
+    fputs("  kept the best plan found: even data parallel is no plan here\n", out);
 }
 
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
