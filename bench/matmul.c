@@ -1,35 +1,51 @@
 /* matmul.c: dense products against the machine's peak. The FP32 peak
- * (peak.h) and OpenBLAS sgemm on the shapes of bench/matmul_shapes.h (the
- * MLP and GPT training steps, 2048^3), in one run; each shape's time against
- * the time its FLOPs take at the peak. One JSON line for the peak, one per
- * shape, one per training step (its shapes times their counts); medians in
- * ms with their range, ratios A_over_B of times.
+ * (peak.h), OpenBLAS sgemm and dtc's generated matmul (each shape a model
+ * mm_ID of one matmul, compiled with -fmatmul=dtc, run through
+ * dtrt_model_forward; the two interleaved) on the shapes of
+ * bench/matmul_shapes.h (the MLP and GPT training steps, 2048^3), in one run;
+ * each shape's times against the time its FLOPs take at the peak. One JSON
+ * line for the peak, one per shape, one per training step (its shapes times
+ * their counts); medians in ms with their range, ratios A_over_B of times;
+ * dtc_err is the largest difference between dtc's and sgemm's results,
+ * relative to the largest magnitude.
  *
- *     build/bench/matmul [REPS] [--alt-core=NAME|none]
+ *     build/bench/matmul [REPS] [--alt-core=NAME|none] [--only=PREFIX]
  *
+ * --only=PREFIX measures the shapes whose ID starts with PREFIX (gpt_, rule_).
  * OpenBLAS picks its kernels by the CPU it recognises, and may fall back to
  * old ones (openblas_core says which it runs). Beside it, a child process
  * with OPENBLAS_CORETYPE=NAME (default: SkylakeX on AVX-512, Haswell on AVX2)
- * times the same shapes with that kernel set: the alt_* keys. */
+ * times the same shapes with that kernel set, before and after the rest, each
+ * shape keeping the lower median: the alt_* keys. */
 #define _GNU_SOURCE
 #include "peak.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "dtrt.h"
+
 char *openblas_get_corename(void);   /* OpenBLAS: the kernel set in use */
+
+/* The models' NAME_create, each taking its own mm_ID ** (a DtModel). */
+#define SHAPE(id, step, count, batch, m, n, k, ta, tb) int mm_##id##_create(DtModel **, uint64_t);
+#include "matmul_shapes.h"
+#undef SHAPE
 
 typedef struct Shape {
   const char *id, *step;
   int count, batch, m, n, k, ta, tb;
+  int (*create)(DtModel **, uint64_t);
 } Shape;
 
 static const Shape shapes[] = {
-#define SHAPE(id, step, count, batch, m, n, k, ta, tb) {#id, #step, count, batch, m, n, k, ta, tb},
+#define SHAPE(id, step, count, batch, m, n, k, ta, tb) \
+  {#id, #step, count, batch, m, n, k, ta, tb, mm_##id##_create},
 #include "matmul_shapes.h"
 #undef SHAPE
 };
@@ -95,6 +111,56 @@ static int reps_for(double ms, int max) {
   return r < 3 ? 3 : r > max ? max : r;
 }
 
+/* The model's product of d's operands into d->c. */
+static void dtc(DtModel *m, const Data *d) {
+  const void *in[] = {d->a, d->b};
+  int64_t nin[] = {d->na, d->nb}, nout[] = {d->nc};
+  void *out[] = {d->c};
+  if (dtrt_model_forward(m, in, nin, out, nout)) {
+    fprintf(stderr, "matmul: %s\n", dtrt_model_error(m));
+    exit(1);
+  }
+}
+
+/* dtc's and sgemm's results apart, relative to the largest magnitude. */
+static double difference(const Shape *s, const Data *d, DtModel *m) {
+  float *ref = malloc((size_t)d->nc * sizeof *ref);
+  sgemm(s, d);
+  memcpy(ref, d->c, (size_t)d->nc * sizeof *ref);
+  dtc(m, d);
+  double big = 0, diff = 0;
+  for (int64_t i = 0; i < d->nc; i++) {
+    big = fmax(big, fabs(ref[i]));
+    diff = fmax(diff, fabs(ref[i] - d->c[i]));
+  }
+  free(ref);
+  return big > 0 ? diff / big : diff;
+}
+
+/* sgemm and dtc, interleaved so that both see the same load. */
+static void time_both(const Shape *s, const Data *d, DtModel *m, int max, Times *ts, Times *td) {
+  sgemm(s, d);
+  dtc(m, d);
+  double t0 = now_ms();
+  sgemm(s, d);
+  double t1 = now_ms();
+  dtc(m, d);
+  double t2 = now_ms();
+  int reps = reps_for(t1 - t0 > t2 - t1 ? t1 - t0 : t2 - t1, max);
+  double a[256], b[256];
+  for (int r = 0; r < reps; r++) {
+    t0 = now_ms();
+    sgemm(s, d);
+    t1 = now_ms();
+    dtc(m, d);
+    t2 = now_ms();
+    a[r] = t1 - t0;
+    b[r] = t2 - t1;
+  }
+  *ts = times_of(a, reps);
+  *td = times_of(b, reps);
+}
+
 static Times time_sgemm(const Shape *s, const Data *d, int max) {
   sgemm(s, d);
   double t0 = now_ms();
@@ -110,10 +176,16 @@ static Times time_sgemm(const Shape *s, const Data *d, int max) {
 }
 
 /* The child of --alt-core: sgemm on every shape, one line "ID MED MIN MAX". */
+static const char *only = "";   /* --only */
+
+static bool chosen(const Shape *s) { return !strncmp(s->id, only, strlen(only)); }
+
 static int sgemm_only(int max) {
   unsigned seed = 1;
   printf("core %s\n", openblas_get_corename());
   for (int i = 0; i < NSHAPE; i++) {
+    if (!chosen(&shapes[i]))
+      continue;
     Data d = data_new(&shapes[i], &seed);
     Times t = time_sgemm(&shapes[i], &d, max);
     printf("%s %.6f %.6f %.6f\n", shapes[i].id, t.med, t.min, t.max);
@@ -133,7 +205,7 @@ static void alt_sgemm(const char *core, int max, Times *alt, char *got, size_t l
   if (n <= 0)
     return;
   exe[n] = 0;
-  snprintf(cmd, sizeof cmd, "'%s' --sgemm-only %d", exe, max);
+  snprintf(cmd, sizeof cmd, "'%s' --only='%s' --sgemm-only %d", exe, only, max);
   setenv("OPENBLAS_CORETYPE", core, 1);
   FILE *p = popen(cmd, "r");
   unsetenv("OPENBLAS_CORETYPE");
@@ -175,6 +247,8 @@ int main(int argc, char **argv) {
       return sgemm_only(i + 1 < argc ? atoi(argv[i + 1]) : max);
     if (!strncmp(argv[i], "--alt-core=", 11))
       alt_core = argv[i] + 11;
+    else if (!strncmp(argv[i], "--only=", 7))
+      only = argv[i] + 7;
     else
       max = atoi(argv[i]);
   }
@@ -184,24 +258,42 @@ int main(int argc, char **argv) {
     max = 256;
 
   /* The peak is sampled between the shapes, so it sees the same load. */
-  Peak p = peak_measure(3);
-  double psample[NSHAPE + 8];
+  Peak p = peak_measure(15);
+  double psample[NSHAPE / 4 + 8];
   int np = 0;
   psample[np++] = p.best;
-  Times sg[NSHAPE], alt[NSHAPE];
+  Times sg[NSHAPE], alt[NSHAPE], dt[NSHAPE];
+  double err[NSHAPE];
   unsigned seed = 1;
-  for (int i = 0; i < NSHAPE; i++) {
-    Data d = data_new(&shapes[i], &seed);
-    sg[i] = time_sgemm(&shapes[i], &d, max);
-    data_free(&d);
-    if (i % 4 == 3)
-      psample[np++] = peak_measure(1).best;
-  }
   char got[128];
   bool with_alt = strcmp(alt_core, "none") != 0;
   if (with_alt)
     alt_sgemm(alt_core, max, alt, got, sizeof got);
-  psample[np++] = peak_measure(3).best;
+  for (int i = 0; i < NSHAPE; i++) {
+    if (!chosen(&shapes[i]))
+      continue;
+    Data d = data_new(&shapes[i], &seed);
+    DtModel *m;
+    if (shapes[i].create(&m, 1)) {
+      fprintf(stderr, "matmul: cannot create model mm_%s\n", shapes[i].id);
+      return 1;
+    }
+    err[i] = difference(&shapes[i], &d, m);
+    time_both(&shapes[i], &d, m, max, &sg[i], &dt[i]);
+    dtrt_model_destroy(m);
+    data_free(&d);
+    if (i % 4 == 3)
+      psample[np++] = peak_measure(5).best;
+  }
+  if (with_alt) {
+    /* twice, before and after, each shape keeping the lower median */
+    Times again[NSHAPE];
+    alt_sgemm(alt_core, max, again, got, sizeof got);
+    for (int i = 0; i < NSHAPE; i++)
+      if (again[i].med > 0 && (alt[i].med < 0 || again[i].med < alt[i].med))
+        alt[i] = again[i];
+  }
+  psample[np++] = peak_measure(15).best;
   double pmed = median(psample, np);
   double peak = psample[np - 1];   /* the best sample */
 
@@ -210,10 +302,14 @@ int main(int argc, char **argv) {
          "\"peak_min_gflops\": %.2f}\n",
          p.isa, p.lanes, p.threads, np, peak, pmed, psample[0]);
   const char *steps[] = {"mlp", "gpt"};
-  double step_gflop[2] = {0}, step_sgemm[2] = {0}, step_alt[2] = {0};
-  bool step_alt_ok[2] = {true, true};
+  double step_gflop[2] = {0}, step_sgemm[2] = {0}, step_alt[2] = {0}, step_dtc[2] = {0};
+  bool step_alt_ok[2] = {true, true}, step_whole[2] = {true, true};
   for (int i = 0; i < NSHAPE; i++) {
     const Shape *s = &shapes[i];
+    for (int k = 0; k < 2; k++)
+      step_whole[k] &= chosen(s) || strcmp(s->step, steps[k]);
+    if (!chosen(s))
+      continue;
     double g = gflop(s), peak_ms = g / peak * 1e3;
     printf("{\"bench\": \"matmul\", \"shape\": \"%s\", \"step\": \"%s\", \"count\": %d, "
            "\"batch\": %d, \"m\": %d, \"n\": %d, \"k\": %d, \"ta\": %d, \"tb\": %d, "
@@ -229,16 +325,25 @@ int main(int argc, char **argv) {
              "\"alt_sgemm_over_peak\": %.3f",
              got, alt[i].med, alt[i].min, alt[i].max, g / alt[i].med * 1e3,
              alt[i].med / peak_ms);
-    printf("}\n");
+    printf(", \"dtc_ms\": %.4f, \"dtc_min_ms\": %.4f, \"dtc_max_ms\": %.4f, "
+           "\"dtc_gflops\": %.2f, \"dtc_over_peak\": %.3f, \"dtc_over_sgemm\": %.3f",
+           dt[i].med, dt[i].min, dt[i].max, g / dt[i].med * 1e3, dt[i].med / peak_ms,
+           dt[i].med / sg[i].med);
+    if (with_alt && alt[i].med > 0)
+      printf(", \"dtc_over_alt_sgemm\": %.3f", dt[i].med / alt[i].med);
+    printf(", \"dtc_err\": %.2g}\n", err[i]);
     for (int k = 0; k < 2; k++)
       if (!strcmp(s->step, steps[k])) {
         step_gflop[k] += s->count * g;
+        step_dtc[k] += s->count * dt[i].med;
         step_sgemm[k] += s->count * sg[i].med;
         step_alt[k] += s->count * alt[i].med;
         step_alt_ok[k] &= with_alt && alt[i].med > 0;
       }
   }
   for (int k = 0; k < 2; k++) {
+    if (!step_whole[k])
+      continue;
     double peak_ms = step_gflop[k] / peak * 1e3;
     printf("{\"bench\": \"matmul_step\", \"step\": \"%s\", \"gflop\": %.4f, \"peak_ms\": %.4f, "
            "\"sgemm_ms\": %.4f, \"sgemm_over_peak\": %.3f",
@@ -246,6 +351,10 @@ int main(int argc, char **argv) {
     if (step_alt_ok[k])
       printf(", \"alt_core\": \"%s\", \"alt_sgemm_ms\": %.4f, \"alt_sgemm_over_peak\": %.3f", got,
              step_alt[k], step_alt[k] / peak_ms);
+    printf(", \"dtc_ms\": %.4f, \"dtc_over_peak\": %.3f, \"dtc_over_sgemm\": %.3f", step_dtc[k],
+           step_dtc[k] / peak_ms, step_dtc[k] / step_sgemm[k]);
+    if (step_alt_ok[k])
+      printf(", \"dtc_over_alt_sgemm\": %.3f", step_dtc[k] / step_alt[k]);
     printf("}\n");
   }
   return 0;

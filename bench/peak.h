@@ -4,7 +4,7 @@
  * mask, all started together. Header only; link with Threads, and define
  * _GNU_SOURCE before the first include (CPU affinity).
  *
- *     Peak p = peak_measure(9);      // 9 samples of about 50 ms
+ *     Peak p = peak_measure(9);      // 9 samples of about 10 ms
  *     double ms = flops / (p.best * 1e6);
  */
 #ifndef PEAK_H
@@ -25,7 +25,7 @@
 
 /* Independent accumulators: more than FMA latency (4 cycles) times FMA units
  * (2), so the units never wait for a result. */
-enum { PEAK_ACC = 16 };
+enum { PEAK_ACC = 16 };   /* as PEAK_EACH counts */
 
 typedef struct Peak {
   const char *isa;       /* "avx512", "avx2", "sse", "neon", "scalar" */
@@ -38,74 +38,98 @@ typedef struct Peak {
 /* Each kernel runs iters rounds of PEAK_ACC fused multiply-adds of one
  * register width (2 flops per lane each) and leaves a sum in *sink so the
  * work is not optimised away. a = a * 0.999 + 0.001 tends to 1: no denormals,
- * no overflow. */
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) static void peak_avx512(int64_t iters, float *sink) {
-  __m512 a[PEAK_ACC], x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(0.001f);
-  for (int i = 0; i < PEAK_ACC; i++)
-    a[i] = _mm512_set1_ps((float)i);
-  for (int64_t it = 0; it < iters; it++)
-    for (int i = 0; i < PEAK_ACC; i++)
-      a[i] = _mm512_fmadd_ps(a[i], x, y);
-  for (int i = 1; i < PEAK_ACC; i++)
-    a[0] = _mm512_add_ps(a[0], a[i]);
-  *sink = _mm512_reduce_add_ps(a[0]);
-}
+ * no overflow. The accumulators are PEAK_ACC named variables, not an array,
+ * so that they live in registers. Each kernel is PEAK_KERNEL under its own
+ * V (the vector type), SET1, FMA, ADD and SUM. */
+#define PEAK_EACH(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) \
+  F(12) F(13) F(14) F(15)
+#define PEAK_DECL(i) V a##i = SET1((float)i);
+#define PEAK_STEP(i) a##i = FMA(a##i, x, y);
+#define PEAK_ADD(i) s = ADD(s, a##i);
+#define PEAK_KERNEL(name)                     \
+  static void name(int64_t iters, float *sink) { \
+    V x = SET1(0.999f), y = SET1(0.001f);     \
+    PEAK_EACH(PEAK_DECL)                      \
+    for (int64_t it = 0; it < iters; it++) {  \
+      PEAK_EACH(PEAK_STEP)                    \
+    }                                         \
+    V s = SET1(0.0f);                         \
+    PEAK_EACH(PEAK_ADD)                       \
+    *sink = SUM(s);                           \
+  }
 
-__attribute__((target("avx2,fma"))) static void peak_avx2(int64_t iters, float *sink) {
-  __m256 a[PEAK_ACC], x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(0.001f);
-  for (int i = 0; i < PEAK_ACC; i++)
-    a[i] = _mm256_set1_ps((float)i);
-  for (int64_t it = 0; it < iters; it++)
-    for (int i = 0; i < PEAK_ACC; i++)
-      a[i] = _mm256_fmadd_ps(a[i], x, y);
+#if defined(__x86_64__)
+#define V __m512
+#define SET1 _mm512_set1_ps
+#define FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define ADD _mm512_add_ps
+#define SUM _mm512_reduce_add_ps
+__attribute__((target("avx512f"))) PEAK_KERNEL(peak_avx512)
+#undef V
+#undef SET1
+#undef FMA
+#undef ADD
+#undef SUM
+
+__attribute__((target("avx2,fma"))) static float sum256(__m256 v) {
   float out[8];
-  for (int i = 1; i < PEAK_ACC; i++)
-    a[0] = _mm256_add_ps(a[0], a[i]);
-  _mm256_storeu_ps(out, a[0]);
-  *sink = out[0] + out[7];
+  _mm256_storeu_ps(out, v);
+  return out[0] + out[7];
 }
+#define V __m256
+#define SET1 _mm256_set1_ps
+#define FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define ADD _mm256_add_ps
+#define SUM sum256
+__attribute__((target("avx2,fma"))) PEAK_KERNEL(peak_avx2)
+#undef V
+#undef SET1
+#undef FMA
+#undef ADD
+#undef SUM
 
 /* Without FMA a multiply and an add, 2 flops per lane as one FMA. */
-static void peak_sse(int64_t iters, float *sink) {
-  __m128 a[PEAK_ACC], x = _mm_set1_ps(0.999f), y = _mm_set1_ps(0.001f);
-  for (int i = 0; i < PEAK_ACC; i++)
-    a[i] = _mm_set1_ps((float)i);
-  for (int64_t it = 0; it < iters; it++)
-    for (int i = 0; i < PEAK_ACC; i++)
-      a[i] = _mm_add_ps(_mm_mul_ps(a[i], x), y);
+static float sum128(__m128 v) {
   float out[4];
-  for (int i = 1; i < PEAK_ACC; i++)
-    a[0] = _mm_add_ps(a[0], a[i]);
-  _mm_storeu_ps(out, a[0]);
-  *sink = out[0] + out[3];
+  _mm_storeu_ps(out, v);
+  return out[0] + out[3];
 }
+#define V __m128
+#define SET1 _mm_set1_ps
+#define FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+#define ADD _mm_add_ps
+#define SUM sum128
+PEAK_KERNEL(peak_sse)
+#undef V
+#undef SET1
+#undef FMA
+#undef ADD
+#undef SUM
 #elif defined(__aarch64__)
-static void peak_neon(int64_t iters, float *sink) {
-  float32x4_t a[PEAK_ACC], x = vdupq_n_f32(0.999f), y = vdupq_n_f32(0.001f);
-  for (int i = 0; i < PEAK_ACC; i++)
-    a[i] = vdupq_n_f32((float)i);
-  for (int64_t it = 0; it < iters; it++)
-    for (int i = 0; i < PEAK_ACC; i++)
-      a[i] = vfmaq_f32(y, a[i], x);
-  for (int i = 1; i < PEAK_ACC; i++)
-    a[0] = vaddq_f32(a[0], a[i]);
-  *sink = vaddvq_f32(a[0]);
-}
+#define V float32x4_t
+#define SET1 vdupq_n_f32
+#define FMA(a, b, c) vfmaq_f32(c, a, b)
+#define ADD vaddq_f32
+#define SUM vaddvq_f32
+PEAK_KERNEL(peak_neon)
+#undef V
+#undef SET1
+#undef FMA
+#undef ADD
+#undef SUM
 #endif
 
-static void peak_scalar(int64_t iters, float *sink) {
-  float a[PEAK_ACC];
-  for (int i = 0; i < PEAK_ACC; i++)
-    a[i] = (float)i;
-  for (int64_t it = 0; it < iters; it++)
-    for (int i = 0; i < PEAK_ACC; i++)
-      a[i] = a[i] * 0.999f + 0.001f;
-  float s = 0;
-  for (int i = 0; i < PEAK_ACC; i++)
-    s += a[i];
-  *sink = s;
-}
+#define V float
+#define SET1(v) (v)
+#define FMA(a, b, c) ((a) * (b) + (c))
+#define ADD(a, b) ((a) + (b))
+#define SUM(v) (v)
+PEAK_KERNEL(peak_scalar)
+#undef V
+#undef SET1
+#undef FMA
+#undef ADD
+#undef SUM
 
 typedef void (*PeakFn)(int64_t, float *);
 
@@ -135,19 +159,23 @@ static PeakFn peak_kernel(const char **isa, int *lanes) {
 typedef struct PeakJob {
   PeakFn fn;
   int64_t iters;
-  int cpu;
   pthread_barrier_t *go;
   float sink;
+  double t0, t1;   /* when it started and ended, ms */
 } PeakJob;
 
 static void *peak_thread(void *arg) {
   PeakJob *j = arg;
   pthread_barrier_wait(j->go);
+  j->t0 = now_ms();
   j->fn(j->iters, &j->sink);
+  j->t1 = now_ms();
   return NULL;
 }
 
-/* Wall time in ms of iters rounds on every CPU of set at once. */
+/* Wall time in ms of iters rounds on every CPU of set at once: from the
+ * first thread's start to the last one's end (the caller shares a CPU with
+ * one of them, so its own clock could start late). */
 static double peak_run(PeakFn fn, int64_t iters, const cpu_set_t *set, int n) {
   PeakJob job[256];
   pthread_t th[256];
@@ -156,7 +184,7 @@ static double peak_run(PeakFn fn, int64_t iters, const cpu_set_t *set, int n) {
   for (int c = 0, k = 0; c < CPU_SETSIZE && k < n; c++) {
     if (!CPU_ISSET(c, set))
       continue;
-    job[k] = (PeakJob){fn, iters, c, &go, 0};
+    job[k] = (PeakJob){fn, iters, &go, 0, 0, 0};
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     cpu_set_t one;
@@ -168,16 +196,19 @@ static double peak_run(PeakFn fn, int64_t iters, const cpu_set_t *set, int n) {
     k++;
   }
   pthread_barrier_wait(&go);
-  double t0 = now_ms();
-  for (int k = 0; k < n; k++)
+  double t0 = 1e300, t1 = 0;
+  for (int k = 0; k < n; k++) {
     pthread_join(th[k], NULL);
-  double t = now_ms() - t0;
+    t0 = job[k].t0 < t0 ? job[k].t0 : t0;
+    t1 = job[k].t1 > t1 ? job[k].t1 : t1;
+  }
   pthread_barrier_destroy(&go);
-  return t;
+  return t1 - t0;
 }
 
-/* samples runs of about 50 ms each on all CPUs; best, median and worst
- * GFLOP/s (the peak is the best: other load only lowers a sample). */
+/* samples runs of about 10 ms each on all CPUs; best, median and worst
+ * GFLOP/s (the peak is the best: other load only lowers a sample, and a
+ * short sample more often finds the machine to itself). */
 static Peak peak_measure(int samples) {
   Peak p = {0};
   int lanes;
@@ -196,7 +227,7 @@ static Peak peak_measure(int samples) {
     iters *= 4;
     t = peak_run(fn, iters, &set, p.threads);
   }
-  iters = (int64_t)(iters * 50 / t) + 1;
+  iters = (int64_t)(iters * 10 / t) + 1;
   if (samples < 1)
     samples = 1;
   if (samples > 64)
