@@ -1,7 +1,13 @@
 /* mlp.c: one training step of the 784-1024-1024-10 MLP at batch 256 compiled by
  * dtc, against the same eight sgemm calls made directly through OpenBLAS (the
- * lower bound) and PyTorch (when python3-torch is installed), in one run.
- * Prints one JSON line with the medians and the ratios. */
+ * lower bound) and PyTorch (when python3-torch is installed), and against the
+ * machine's FP32 peak (peak.h, sampled before, between and after the steps:
+ * peak_ms is the time the step's matmul FLOPs take at the best sample; the
+ * rest of the step is a few Mflop), in one run. Prints one JSON line with the
+ * medians, the range of dtc's steps and the ratios. */
+#define _GNU_SOURCE
+#include "peak.h"
+
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +92,7 @@ int main(int argc, char **argv) {
     }
   }
   /* Interleaved so that both see the same machine load. */
+  double peak = peak_measure(15).best;
   for (int r = 0; r < reps; r++) {
     double t0 = now_ms();
     mlp_big_train_step(m, buf[0], B * IN, y, B, &loss);
@@ -94,12 +101,25 @@ int main(int argc, char **argv) {
     double t2 = now_ms();
     td[r] = t1 - t0;
     ts[r] = t2 - t1;
+    if (r == reps / 2) {
+      double p = peak_measure(5).best;
+      peak = p > peak ? p : peak;
+    }
   }
+  double p = peak_measure(15).best;
+  peak = p > peak ? p : peak;
   double dtc = median(td, reps), sgemm = median(ts, reps);
+  /* the eight products of sgemm_step */
+  double flop = 2.0 * B * ((double)IN * H + (double)H * H + (double)H * O) * 2 +
+                2.0 * B * ((double)H * O + (double)H * H);
+  double peak_ms = flop / (peak * 1e6);
   double torch = torch_ms(script, reps);
   printf("{\"bench\": \"mlp\", \"batch\": %d, \"openblas_core\": \"%s\", \"dtc_ms\": %.3f, "
-         "\"sgemm_ms\": %.3f, \"dtc_over_sgemm\": %.3f",
-         B, openblas_get_corename(), dtc, sgemm, dtc / sgemm);
+         "\"dtc_min_ms\": %.3f, \"dtc_max_ms\": %.3f, \"sgemm_ms\": %.3f, "
+         "\"dtc_over_sgemm\": %.3f, \"gflop\": %.4f, \"peak_gflops\": %.2f, \"peak_ms\": %.3f, "
+         "\"dtc_over_peak\": %.3f, \"sgemm_over_peak\": %.3f",
+         B, openblas_get_corename(), dtc, td[0], td[reps - 1], sgemm, dtc / sgemm, flop / 1e9,
+         peak, peak_ms, dtc / peak_ms, sgemm / peak_ms);
   if (torch > 0)
     printf(", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", torch, dtc / torch);
   printf("}\n");
