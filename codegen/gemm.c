@@ -481,13 +481,36 @@ static LLVMValueRef emit_kernel(Gen *g) {
 
 /* ---- packing ---- */
 
+/* Transposes the n x n block whose row r is vector v[r] (n a power of 2):
+ * log2 n rounds of interleaving row r with row r + n/2, a shuffle each. */
+static void transpose(Gen *g, LLVMValueRef *v, int n) {
+  LLVMValueRef lo[64], hi[64], t[64];
+  for (int l = 0; l < n / 2; l++) {
+    lo[2 * l] = cg_i32(g->c, l), lo[2 * l + 1] = cg_i32(g->c, n + l);
+    hi[2 * l] = cg_i32(g->c, n / 2 + l), hi[2 * l + 1] = cg_i32(g->c, n + n / 2 + l);
+  }
+  LLVMValueRef mlo = LLVMConstVector(lo, (unsigned)n), mhi = LLVMConstVector(hi, (unsigned)n);
+  for (int round = 1; round < n; round *= 2) {
+    for (int r = 0; r < n / 2; r++) {
+      t[2 * r] = LLVMBuildShuffleVector(g->b, v[r], v[r + n / 2], mlo, "");
+      t[2 * r + 1] = LLVMBuildShuffleVector(g->b, v[r], v[r + n / 2], mhi, "");
+    }
+    memcpy(v, t, sizeof(LLVMValueRef) * (size_t)n);
+  }
+}
+
 /* void pack(ptr src, i64 sq, i64 sp, i64 q, i64 kc, ptr dst): the q x kc
  * matrix with element (i, p) at src[i sq + p sp] into micro-panels of w
  * rows (w = MR for A, NR for B): panel t holds rows [t w, t w + w), each
- * column p of it w floats at dst[t w kc + p w], rows past q zero. */
+ * column p of it w floats at dst[t w kc + p w]; a panel's rows past q hold
+ * values whose products the micro-kernel never stores. Either sq is 1 (the
+ * w values of a column are contiguous: vector loads and stores) or sp is 1
+ * (rows are contiguous: VL x VL blocks loaded by rows and transposed in
+ * registers), as every matmul's strides are. */
 static LLVMValueRef emit_pack(Gen *g, const char *name, int w) {
   Cg *c = g->c;
   const Blocking *k = &g->k;
+  int vl = k->vl;
   LLVMTypeRef pt[] = {c->ptr, c->i64, c->i64, c->i64, c->i64, c->ptr};
   LLVMValueRef f = function(g, name, LLVMFunctionType(c->voidt, pt, 6, 0));
   static const int na[] = {0, 5};
@@ -501,32 +524,27 @@ static LLVMValueRef emit_pack(Gen *g, const char *name, int w) {
   LLVMValueRef s0 = at(g, src, mul(g, t, sq)), d0 = at(g, dst, mul(g, t, kc));
   LLVMValueRef isfull = LLVMBuildICmp(g->b, LLVMIntEQ, rows, ci(g, w), "");
   LLVMValueRef contig = LLVMBuildICmp(g->b, LLVMIntEQ, sq, ci(g, 1), "");
-  LLVMBasicBlockRef kind[4], next = LLVMAppendBasicBlockInContext(c->ctx, f, "panel.done");
-  static const char *names[] = {"strided.full", "strided.edge", "contig.full", "contig.edge"};
-  for (int j = 0; j < 4; j++)
+  LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(c->ctx, f, "panel.done");
+  LLVMBasicBlockRef kind[2];
+  static const char *names[] = {"contig.full", "contig.edge"};
+  for (int j = 0; j < 2; j++)
     kind[j] = LLVMAppendBasicBlockInContext(c->ctx, f, names[j]);
   LLVMBasicBlockRef sb = LLVMAppendBasicBlockInContext(c->ctx, f, "strided");
   LLVMBasicBlockRef cb = LLVMAppendBasicBlockInContext(c->ctx, f, "contig");
   LLVMBuildCondBr(g->b, contig, cb, sb);
-  LLVMPositionBuilderAtEnd(g->b, sb);
-  LLVMBuildCondBr(g->b, isfull, kind[0], kind[1]);
   LLVMPositionBuilderAtEnd(g->b, cb);
-  LLVMBuildCondBr(g->b, isfull, kind[2], kind[3]);
-  int nvec = (w + k->vl - 1) / k->vl;
-  for (int j = 0; j < 4; j++) {
-    bool full = j % 2 == 0, vector = j >= 2;
+  LLVMBuildCondBr(g->b, isfull, kind[0], kind[1]);
+
+  /* columns contiguous: each a few vectors, masked past q and past w */
+  int nvec = (w + vl - 1) / vl;
+  unsigned dalign = w % vl ? 4 : (unsigned)(4 * vl);
+  for (int j = 0; j < 2; j++) {
+    bool full = j == 0;
     LLVMPositionBuilderAtEnd(g->b, kind[j]);
-    /* loop invariants: each row's address (clamped to the last row) or,
-     * contiguous, each vector's load mask and store mask */
-    LLVMValueRef row[64], valid[64], lmask[8], smask[8];
-    for (int i = 0; !vector && i < w; i++) {
-      LLVMValueRef r = full ? ci(g, i) : smin(g, ci(g, i), sub(g, rows, ci(g, 1)));
-      row[i] = at(g, s0, mul(g, r, sq));
-      valid[i] = full ? NULL : LLVMBuildICmp(g->b, LLVMIntSLT, ci(g, i), rows, "");
-    }
-    for (int v = 0; vector && v < nvec; v++) {
-      lmask[v] = full ? NULL : lanes_below(g, (int64_t)v * k->vl, rows);
-      smask[v] = (v + 1) * k->vl <= w ? NULL : lanes_below(g, (int64_t)v * k->vl, ci(g, w));
+    LLVMValueRef lmask[8], smask[8];
+    for (int v = 0; v < nvec; v++) {
+      lmask[v] = full ? NULL : lanes_below(g, (int64_t)v * vl, rows);
+      smask[v] = (v + 1) * vl <= w ? NULL : lanes_below(g, (int64_t)v * vl, ci(g, w));
       if (lmask[v] && smask[v])
         lmask[v] = LLVMBuildAnd(g->b, lmask[v], smask[v], "");
       else if (!lmask[v] && smask[v])
@@ -534,29 +552,53 @@ static LLVMValueRef emit_pack(Gen *g, const char *name, int w) {
     }
     Loop lp;
     LLVMValueRef p = loop_open(g, &lp, ci(g, 0), kc, ci(g, 1));
-    LLVMValueRef off = mul(g, p, sp), d = at(g, d0, mul(g, p, ci(g, w)));
-    unsigned dalign = w % k->vl ? 4 : (unsigned)(4 * k->vl);
-    if (vector) {
-      LLVMValueRef s = at(g, s0, off);
-      for (int v = 0; v < nvec; v++) {
-        LLVMValueRef sv = at(g, s, ci(g, v * k->vl)), dv = at(g, d, ci(g, v * k->vl));
-        LLVMValueRef x = lmask[v] ? masked_load(g, sv, lmask[v]) : load(g, g->vec, sv, 4);
-        if (smask[v])
-          masked_store(g, x, dv, smask[v]);
-        else
-          store(g, x, dv, dalign);
-      }
-    } else {
-      for (int i = 0; i < w; i++) {
-        LLVMValueRef x = load(g, c->f32, at(g, row[i], off), 4);
-        if (!full)
-          x = LLVMBuildSelect(g->b, valid[i], x, LLVMConstReal(c->f32, 0), "");
-        store(g, x, at(g, d, ci(g, i)), 4);
-      }
+    LLVMValueRef s = at(g, s0, mul(g, p, sp)), d = at(g, d0, mul(g, p, ci(g, w)));
+    for (int v = 0; v < nvec; v++) {
+      LLVMValueRef sv = at(g, s, ci(g, v * vl)), dv = at(g, d, ci(g, v * vl));
+      LLVMValueRef x = lmask[v] ? masked_load(g, sv, lmask[v]) : load(g, g->vec, sv, 4);
+      if (smask[v])
+        masked_store(g, x, dv, smask[v]);
+      else
+        store(g, x, dv, dalign);
     }
     loop_close(g, &lp);
     LLVMBuildBr(g->b, next);
   }
+
+  /* rows contiguous (sp is 1): VL x VL blocks, rows past q read as the last */
+  LLVMPositionBuilderAtEnd(g->b, sb);
+  int nblk = (w + vl - 1) / vl;
+  LLVMValueRef row[64];
+  for (int r = 0; r < nblk * vl; r++)
+    row[r] = at(g, s0, mul(g, smin(g, ci(g, r), sub(g, rows, ci(g, 1))), sq));
+  LLVMValueRef bmask[8];
+  for (int rb = 0; rb < nblk; rb++)
+    bmask[rb] = (rb + 1) * vl <= w ? NULL : lanes_below(g, (int64_t)rb * vl, ci(g, w));
+  Loop lp;
+  LLVMValueRef p0 = loop_open(g, &lp, ci(g, 0), sub(g, kc, ci(g, vl - 1)), ci(g, vl));
+  for (int rb = 0; rb < nblk; rb++) {
+    LLVMValueRef v[64];
+    for (int l = 0; l < vl; l++)
+      v[l] = load(g, g->vec, at(g, row[rb * vl + l], p0), 4);
+    transpose(g, v, vl);
+    for (int l = 0; l < vl; l++) {
+      LLVMValueRef d = at(g, d0, add(g, mul(g, add(g, p0, ci(g, l)), ci(g, w)), ci(g, rb * vl)));
+      if (bmask[rb])
+        masked_store(g, v[l], d, bmask[rb]);
+      else
+        store(g, v[l], d, dalign);
+    }
+  }
+  loop_close(g, &lp);
+  Loop lr;
+  LLVMValueRef p = loop_open(g, &lr, mul(g, LLVMBuildSDiv(g->b, kc, ci(g, vl), ""), ci(g, vl)),
+                             kc, ci(g, 1));
+  LLVMValueRef d = at(g, d0, mul(g, p, ci(g, w)));
+  for (int i = 0; i < w; i++)
+    store(g, load(g, c->f32, at(g, row[i], p), 4), at(g, d, ci(g, i)), 4);
+  loop_close(g, &lr);
+  LLVMBuildBr(g->b, next);
+
   LLVMPositionBuilderAtEnd(g->b, next);
   loop_close(g, &lt);
   LLVMBuildRetVoid(g->b);
