@@ -41,7 +41,8 @@
  *        the B micro-panel takes two thirds of L1, the streaming A
  *        micro-panel and the C tile the rest. Each k is cut into blocks as
  *        equal as multiples of 4 allow (784: 4 x 196, not 3 x 256 + 16);
- *   MC = L2 / 2 / (4 KC), rounded down to a multiple of MR: half of L2;
+ *   MC = L2 / 2 / (4 KC), rounded down to a multiple of MR: half of L2,
+ *        the rows of a piece cut as equally (512: 2 x 252, not 504 + 8);
  *   NC = 4096 rounded down to a multiple of NR: B is packed in blocks of
  *        4096 columns, so A is packed once for every 4096 of them.
  * So KC x MC x NC is 256 x 504 x 4096 for 512-bit vectors, 336 x 96 x
@@ -661,6 +662,14 @@ static LLVMValueRef emit_slot(Gen *g, LLVMValueRef kern, LLVMValueRef pack_a,
   LLVMValueRef b = at(g, e[E_B], mul(g, bi, e[E_BBS]));
   LLVMValueRef cm = at(g, e[E_C], mul(g, bi, mul(g, m, n)));
 
+  /* m0..m1 in blocks of at most MC, as equal as multiples of MR allow (512:
+   * 2 x 252, not 504 + 8) */
+  LLVMValueRef mlen = sub(g, m1, m0);
+  LLVMValueRef mblk = LLVMBuildSDiv(g->b, add(g, mlen, ci(g, k->mc - 1)), ci(g, k->mc), "");
+  mblk = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, mblk, ci(g, 0), ""), mblk,
+                         ci(g, 1), "");
+  LLVMValueRef mcs = round_up(g, LLVMBuildSDiv(g->b, sub(g, add(g, mlen, mblk), ci(g, 1)), mblk, ""),
+                              k->mr);
   Loop ljc, lpc, lic, ljr, lir;
   LLVMValueRef jc = loop_open(g, &ljc, n0, n1, ci(g, k->nc));
   LLVMValueRef nc = smin(g, ci(g, k->nc), sub(g, n1, jc));
@@ -670,8 +679,8 @@ static LLVMValueRef emit_slot(Gen *g, LLVMValueRef kern, LLVMValueRef pack_a,
   LLVMTypeRef packt = LLVMGlobalGetValueType(pack_b);
   LLVMValueRef pbarg[] = {at(g, b, boff), e[E_BCS], e[E_BRS], nc, kc, bpack};
   LLVMBuildCall2(g->b, packt, pack_b, pbarg, 6, "");
-  LLVMValueRef ic = loop_open(g, &lic, m0, m1, ci(g, k->mc));
-  LLVMValueRef mc = smin(g, ci(g, k->mc), sub(g, m1, ic));
+  LLVMValueRef ic = loop_open(g, &lic, m0, m1, mcs);
+  LLVMValueRef mc = smin(g, mcs, sub(g, m1, ic));
   LLVMValueRef aoff = add(g, mul(g, ic, e[E_ARS]), mul(g, pc, e[E_ACS]));
   LLVMValueRef paarg[] = {at(g, a, aoff), e[E_ARS], e[E_ACS], mc, kc, apack};
   LLVMBuildCall2(g->b, packt, pack_a, paarg, 6, "");
