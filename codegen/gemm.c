@@ -748,8 +748,18 @@ static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
    * 264 + 264 + 256, not 384 + 384 + 16 */
   LLVMValueRef nblk = LLVMBuildSDiv(g->b, add(g, kk, ci(g, k->kc - 1)), ci(g, k->kc), "");
   LLVMValueRef kce = round_up(g, LLVMBuildSDiv(g->b, sub(g, add(g, kk, nblk), ci(g, 1)), nblk, ""), 4);
+  /* a slot's panels: of a piece's share of the dimension cut, the whole
+   * other one, at most a block of each */
+  LLVMValueRef split_n = LLVMBuildICmp(g->b, LLVMIntSLT, m, n, "");
+  LLVMValueRef len = LLVMBuildSelect(g->b, split_n, n, m, "");
+  LLVMValueRef wq = LLVMBuildSelect(g->b, split_n, ci(g, k->nr), ci(g, k->mr), "");
+  LLVMValueRef tiles = LLVMBuildSDiv(g->b, sub(g, add(g, len, wq), ci(g, 1)), wq, "");
+  LLVMValueRef width =
+      mul(g, LLVMBuildSDiv(g->b, sub(g, add(g, tiles, pieces), ci(g, 1)), pieces, ""), wq);
   LLVMValueRef mce = round_up(g, smin(g, ci(g, k->mc), m), k->mr);
   LLVMValueRef nce = round_up(g, smin(g, ci(g, k->nc), n), k->nr);
+  mce = LLVMBuildSelect(g->b, split_n, mce, smin(g, ci(g, k->mc), width), "");
+  nce = LLVMBuildSelect(g->b, split_n, smin(g, ci(g, k->nc), width), nce, "");
   LLVMValueRef bbytes = round_up(g, mul(g, mul(g, kce, nce), ci(g, 4)), 64);
   LLVMValueRef abytes = round_up(g, mul(g, mul(g, kce, mce), ci(g, 4)), 64);
   LLVMValueRef slot_bytes = add(g, bbytes, abytes);
@@ -767,7 +777,7 @@ static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
   for (int j = 0; j < E_PIECES; j++)
     val[j] = LLVMGetParam(f, (unsigned)j + 1);
   val[E_PIECES] = pieces;
-  val[E_SPLITN] = LLVMBuildZExt(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, m, n, ""), c->i64, "");
+  val[E_SPLITN] = LLVMBuildZExt(g->b, split_n, c->i64, "");
   val[E_SLOTS] = slots;
   val[E_SCRATCH] = scratch;
   val[E_SLOT_BYTES] = slot_bytes;

@@ -6,8 +6,8 @@
  * dtc generates. Shapes: every m, n, k of 1, 3, 17, 63 and larger ones up to
  * 1023 (past each of the block sizes KC, MC and NC), non-square, under each
  * ta and tb; batched products, 4-D ones, a 2-D right operand shared by a
- * batch; for this machine's CPU (on the default number of threads, on 1 and
- * on 3, which must give the same bits) and, on x86, for the 256-bit and
+ * batch; for this machine's CPU (on the default number of threads, on 1, 3
+ * and 7, which must all give the same bits) and, on x86, for the 256-bit and
  * 128-bit micro-kernels (-mcpu=haswell, -mcpu=x86-64). An element
  * may differ from the reference by (k + 2) 2^-23 sum_p |a_ip b_pj|, a small
  * multiple of float's rounding over k terms. Also: which matmuls -fmatmul
@@ -254,14 +254,14 @@ static int cpus(const char **cpu) {
   return n;
 }
 
-static const char *const host_threads[] = {"", "1", "3"};
+static const char *const host_threads[] = {"", "1", "3", "7"};
 static const char *const one_run[] = {""};
 
 static void run_all_cpus(const Mod *md, const char *name) {
   const char *cpu[4];
   int n = cpus(cpu);
   for (int k = 0; k < n; k++)
-    run_mod(md, name, cpu[k], cpu[k] ? one_run : host_threads, cpu[k] ? 1 : 3);
+    run_mod(md, name, cpu[k], cpu[k] ? one_run : host_threads, cpu[k] ? 1 : 4);
 }
 
 /* Every m, n, k of 1, 3, 17, 63, one module per ta and tb. */
