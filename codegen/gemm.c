@@ -873,7 +873,7 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
  * other operand for one column or row: those call dtrt_k_matmul, every other
  * matmul the generated GEMM. Against SkylakeX's kernels OpenBLAS also wins
  * on small products (to about 100^3) and thin ones (n < 16); dtc keeps
- * those, since it is 1.2 to 3 times faster there than the kernels OpenBLAS
+ * those, since it is 1.1 to 3 times faster there than the kernels OpenBLAS
  * picks for itself on this machine, and which those are depends on the
  * machine that runs the model. */
 bool cg_gemm_wanted(const Cg *c, const Inst *x) {
