@@ -203,9 +203,18 @@ static LLVMValueRef smin(Gen *g, LLVMValueRef a, LLVMValueRef b) {
   return LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, a, b, ""), a, b, "");
 }
 
+static LLVMValueRef sdiv(Gen *g, LLVMValueRef a, LLVMValueRef b) {
+  return LLVMBuildSDiv(g->b, a, b, "");
+}
+
+/* a / b rounded up, for a >= 0 and b > 0. */
+static LLVMValueRef ceil_div(Gen *g, LLVMValueRef a, LLVMValueRef b) {
+  return sdiv(g, sub(g, add(g, a, b), ci(g, 1)), b);
+}
+
 /* a rounded up to a multiple of w. */
 static LLVMValueRef round_up(Gen *g, LLVMValueRef a, int64_t w) {
-  return mul(g, LLVMBuildSDiv(g->b, add(g, a, ci(g, w - 1)), ci(g, w), ""), ci(g, w));
+  return mul(g, ceil_div(g, a, ci(g, w)), ci(g, w));
 }
 
 /* &base[i], floats; wrap: a C address that may lie past the tensor (an edge
@@ -328,7 +337,8 @@ static LLVMValueRef function(Gen *g, const char *name, LLVMTypeRef t) {
 /* Kept out of line: one copy of each, and profiles that tell them apart. */
 static void noinline(Gen *g, LLVMValueRef f) {
   unsigned kind = LLVMGetEnumAttributeKindForName("noinline", 8);
-  LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(g->c->ctx, kind, 0));
+  LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(g->c->ctx, kind, 0));
 }
 
 static void noalias(Gen *g, LLVMValueRef f, const int *params, int n) {
@@ -365,7 +375,8 @@ static void kernel_store(Gen *g, LLVMValueRef c, LLVMValueRef ldc, LLVMValueRef 
     lane[v] = lanes_below(g, (int64_t)v * k->vl, nr);
   LLVMValueRef none = LLVMConstNull(g->mask);
   for (int i = 0; i < k->mr; i++) {
-    LLVMValueRef row = full ? at(g, c, mul(g, ci(g, i), ldc)) : at_wrap(g, c, mul(g, ci(g, i), ldc));
+    LLVMValueRef off = mul(g, ci(g, i), ldc);
+    LLVMValueRef row = full ? at(g, c, off) : at_wrap(g, c, off);
     LLVMValueRef in = full ? NULL : LLVMBuildICmp(g->b, LLVMIntSLT, ci(g, i), mr, "");
     for (int v = 0; v < k->nv; v++) {
       LLVMValueRef p = full ? at(g, row, ci(g, v * k->vl)) : at_wrap(g, row, ci(g, v * k->vl));
@@ -592,8 +603,7 @@ static LLVMValueRef emit_pack(Gen *g, const char *name, int w) {
   }
   loop_close(g, &lp);
   Loop lr;
-  LLVMValueRef p = loop_open(g, &lr, mul(g, LLVMBuildSDiv(g->b, kc, ci(g, vl), ""), ci(g, vl)),
-                             kc, ci(g, 1));
+  LLVMValueRef p = loop_open(g, &lr, mul(g, sdiv(g, kc, ci(g, vl)), ci(g, vl)), kc, ci(g, 1));
   LLVMValueRef d = at(g, d0, mul(g, p, ci(g, w)));
   for (int i = 0; i < w; i++)
     store(g, load(g, c->f32, at(g, row[i], p), 4), at(g, d, ci(g, i)), 4);
@@ -638,20 +648,21 @@ static LLVMValueRef emit_slot(Gen *g, LLVMValueRef kern, LLVMValueRef pack_a,
   LLVMValueRef split_n = LLVMBuildICmp(g->b, LLVMIntNE, e[E_SPLITN], ci(g, 0), "");
   LLVMValueRef len = LLVMBuildSelect(g->b, split_n, n, m, "");
   LLVMValueRef wq = LLVMBuildSelect(g->b, split_n, ci(g, k->nr), ci(g, k->mr), "");
-  LLVMValueRef tiles = LLVMBuildSDiv(g->b, sub(g, add(g, len, wq), ci(g, 1)), wq, "");
+  LLVMValueRef tiles = ceil_div(g, len, wq);
 
   Loop ls;
   LLVMValueRef s = loop_open(g, &ls, LLVMGetParam(f, 1), LLVMGetParam(f, 2), ci(g, 1));
-  LLVMValueRef lo = LLVMBuildSDiv(g->b, mul(g, s, items), e[E_SLOTS], "");
-  LLVMValueRef hi = LLVMBuildSDiv(g->b, mul(g, add(g, s, ci(g, 1)), items), e[E_SLOTS], "");
-  LLVMValueRef bpack = LLVMBuildInBoundsGEP2(g->b, c->i8, e[E_SCRATCH], (LLVMValueRef[]){mul(g, s, e[E_SLOT_BYTES])}, 1, "");
+  LLVMValueRef lo = sdiv(g, mul(g, s, items), e[E_SLOTS]);
+  LLVMValueRef hi = sdiv(g, mul(g, add(g, s, ci(g, 1)), items), e[E_SLOTS]);
+  LLVMValueRef part = mul(g, s, e[E_SLOT_BYTES]);
+  LLVMValueRef bpack = LLVMBuildInBoundsGEP2(g->b, c->i8, e[E_SCRATCH], &part, 1, "");
   LLVMValueRef apack = LLVMBuildInBoundsGEP2(g->b, c->i8, bpack, &e[E_APACK], 1, "");
   Loop li;
   LLVMValueRef it = loop_open(g, &li, lo, hi, ci(g, 1));
-  LLVMValueRef bi = LLVMBuildSDiv(g->b, it, pieces, "");
+  LLVMValueRef bi = sdiv(g, it, pieces);
   LLVMValueRef piece = sub(g, it, mul(g, bi, pieces));
-  LLVMValueRef q0 = mul(g, LLVMBuildSDiv(g->b, mul(g, piece, tiles), pieces, ""), wq);
-  LLVMValueRef q1 = mul(g, LLVMBuildSDiv(g->b, mul(g, add(g, piece, ci(g, 1)), tiles), pieces, ""), wq);
+  LLVMValueRef q0 = mul(g, sdiv(g, mul(g, piece, tiles), pieces), wq);
+  LLVMValueRef q1 = mul(g, sdiv(g, mul(g, add(g, piece, ci(g, 1)), tiles), pieces), wq);
   q0 = smin(g, q0, len);
   q1 = smin(g, q1, len);
   LLVMValueRef m0 = LLVMBuildSelect(g->b, split_n, ci(g, 0), q0, "");
@@ -665,11 +676,10 @@ static LLVMValueRef emit_slot(Gen *g, LLVMValueRef kern, LLVMValueRef pack_a,
   /* m0..m1 in blocks of at most MC, as equal as multiples of MR allow (512:
    * 2 x 252, not 504 + 8) */
   LLVMValueRef mlen = sub(g, m1, m0);
-  LLVMValueRef mblk = LLVMBuildSDiv(g->b, add(g, mlen, ci(g, k->mc - 1)), ci(g, k->mc), "");
+  LLVMValueRef mblk = ceil_div(g, mlen, ci(g, k->mc));
   mblk = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, mblk, ci(g, 0), ""), mblk,
                          ci(g, 1), "");
-  LLVMValueRef mcs = round_up(g, LLVMBuildSDiv(g->b, sub(g, add(g, mlen, mblk), ci(g, 1)), mblk, ""),
-                              k->mr);
+  LLVMValueRef mcs = round_up(g, ceil_div(g, mlen, mblk), k->mr);
   Loop ljc, lpc, lic, ljr, lir;
   LLVMValueRef jc = loop_open(g, &ljc, n0, n1, ci(g, k->nc));
   LLVMValueRef nc = smin(g, ci(g, k->nc), sub(g, n1, jc));
@@ -742,20 +752,17 @@ static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
     LLVMAddIncoming(y, &r, &eb, 1);
     LLVMBuildBr(g->b, eh);
     LLVMPositionBuilderAtEnd(g->b, ed);
-    pieces = LLVMBuildSDiv(g->b, slots, x, "");
+    pieces = sdiv(g, slots, x);
   }
   /* k in blocks of at most KC, as equal as multiples of 4 allow: 784 is
-   * 264 + 264 + 256, not 384 + 384 + 16 */
-  LLVMValueRef nblk = LLVMBuildSDiv(g->b, add(g, kk, ci(g, k->kc - 1)), ci(g, k->kc), "");
-  LLVMValueRef kce = round_up(g, LLVMBuildSDiv(g->b, sub(g, add(g, kk, nblk), ci(g, 1)), nblk, ""), 4);
+   * 4 x 196, not 3 x 256 + 16 */
+  LLVMValueRef kce = round_up(g, ceil_div(g, kk, ceil_div(g, kk, ci(g, k->kc))), 4);
   /* a slot's panels: of a piece's share of the dimension cut, the whole
    * other one, at most a block of each */
   LLVMValueRef split_n = LLVMBuildICmp(g->b, LLVMIntSLT, m, n, "");
   LLVMValueRef len = LLVMBuildSelect(g->b, split_n, n, m, "");
   LLVMValueRef wq = LLVMBuildSelect(g->b, split_n, ci(g, k->nr), ci(g, k->mr), "");
-  LLVMValueRef tiles = LLVMBuildSDiv(g->b, sub(g, add(g, len, wq), ci(g, 1)), wq, "");
-  LLVMValueRef width =
-      mul(g, LLVMBuildSDiv(g->b, sub(g, add(g, tiles, pieces), ci(g, 1)), pieces, ""), wq);
+  LLVMValueRef width = mul(g, ceil_div(g, ceil_div(g, len, wq), pieces), wq);
   LLVMValueRef mce = round_up(g, smin(g, ci(g, k->mc), m), k->mr);
   LLVMValueRef nce = round_up(g, smin(g, ci(g, k->nc), n), k->nr);
   mce = LLVMBuildSelect(g->b, split_n, mce, smin(g, ci(g, k->mc), width), "");
@@ -892,14 +899,13 @@ bool cg_gemm_wanted(const Cg *c, const Inst *x) {
 
 LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
-
-  const Type *ta_ = &x->in[0]->type, *tb_ = &x->in[1]->type;
+  const Type *xa = &x->in[0]->type, *xb = &x->in[1]->type;
   bool ta = ir_get_int(x, "ta", 0) != 0, tb = ir_get_int(x, "tb", 0) != 0;
-  int ra = ta_->rank, rb = tb_->rank;
-  int64_t m = ta_->dim[ra - 2 + ta], k = ta_->dim[ra - 1 - ta], n = tb_->dim[rb - 1 - tb];
+  int ra = xa->rank, rb = xb->rank;
+  int64_t m = xa->dim[ra - 2 + ta], k = xa->dim[ra - 1 - ta], n = xb->dim[rb - 1 - tb];
   int64_t batch = 1;
   for (int d = 0; d < ra - 2; d++)
-    batch *= ta_->dim[d];
+    batch *= xa->dim[d];
   LLVMValueRef out = cg_addr(fn, x);
   if (!batch || !m || !n)
     return cg_i32(c, 0);
