@@ -7,7 +7,8 @@
  * line for the peak, one per shape, one per training step (its shapes times
  * their counts); medians in ms with their range, ratios A_over_B of times;
  * dtc_err is the largest difference between dtc's and sgemm's results,
- * relative to the largest magnitude.
+ * relative to the largest magnitude; load_before and load_after the
+ * machine's 1-minute load average (other processes skew every time).
  *
  *     build/bench/matmul [REPS] [--alt-core=NAME|none] [--only=PREFIX]
  *
@@ -258,6 +259,8 @@ int main(int argc, char **argv) {
     max = 256;
 
   /* The peak is sampled between the shapes, so it sees the same load. */
+  double load0[3] = {-1, -1, -1}, load1[3] = {-1, -1, -1};
+  getloadavg(load0, 3);
   Peak p = peak_measure(15);
   double psample[NSHAPE / 4 + 8];
   int np = 0;
@@ -294,13 +297,14 @@ int main(int argc, char **argv) {
         alt[i] = again[i];
   }
   psample[np++] = peak_measure(15).best;
+  getloadavg(load1, 3);
   double pmed = median(psample, np);
   double peak = psample[np - 1];   /* the best sample */
 
   printf("{\"bench\": \"matmul_peak\", \"isa\": \"%s\", \"lanes\": %d, \"threads\": %d, "
          "\"samples\": %d, \"peak_gflops\": %.2f, \"peak_median_gflops\": %.2f, "
-         "\"peak_min_gflops\": %.2f}\n",
-         p.isa, p.lanes, p.threads, np, peak, pmed, psample[0]);
+         "\"peak_min_gflops\": %.2f, \"load_before\": %.2f, \"load_after\": %.2f}\n",
+         p.isa, p.lanes, p.threads, np, peak, pmed, psample[0], load0[0], load1[0]);
   const char *steps[] = {"mlp", "gpt"};
   double step_gflop[2] = {0}, step_sgemm[2] = {0}, step_alt[2] = {0}, step_dtc[2] = {0};
   bool step_alt_ok[2] = {true, true}, step_whole[2] = {true, true};

@@ -4,7 +4,8 @@
  * machine's FP32 peak (peak.h, sampled before, between and after the steps:
  * peak_ms is the time the step's matmul FLOPs take at the best sample; the
  * rest of the step is a few Mflop), in one run. Prints one JSON line with the
- * medians, the range of dtc's steps and the ratios. */
+ * medians, the range of dtc's steps, the ratios and the machine's 1-minute
+ * load average before and after. */
 #define _GNU_SOURCE
 #include "peak.h"
 
@@ -92,6 +93,8 @@ int main(int argc, char **argv) {
     }
   }
   /* Interleaved so that both see the same machine load. */
+  double load0[3] = {-1, -1, -1}, load1[3] = {-1, -1, -1};
+  getloadavg(load0, 3);
   double peak = peak_measure(15).best;
   for (int r = 0; r < reps; r++) {
     double t0 = now_ms();
@@ -108,6 +111,7 @@ int main(int argc, char **argv) {
   }
   double p = peak_measure(15).best;
   peak = p > peak ? p : peak;
+  getloadavg(load1, 3);
   double dtc = median(td, reps), sgemm = median(ts, reps);
   /* the eight products of sgemm_step */
   double flop = 2.0 * B * ((double)IN * H + (double)H * H + (double)H * O) * 2 +
@@ -117,9 +121,10 @@ int main(int argc, char **argv) {
   printf("{\"bench\": \"mlp\", \"batch\": %d, \"openblas_core\": \"%s\", \"dtc_ms\": %.3f, "
          "\"dtc_min_ms\": %.3f, \"dtc_max_ms\": %.3f, \"sgemm_ms\": %.3f, "
          "\"dtc_over_sgemm\": %.3f, \"gflop\": %.4f, \"peak_gflops\": %.2f, \"peak_ms\": %.3f, "
-         "\"dtc_over_peak\": %.3f, \"sgemm_over_peak\": %.3f",
+         "\"dtc_over_peak\": %.3f, \"sgemm_over_peak\": %.3f, \"load_before\": %.2f, "
+         "\"load_after\": %.2f",
          B, openblas_get_corename(), dtc, td[0], td[reps - 1], sgemm, dtc / sgemm, flop / 1e9,
-         peak, peak_ms, dtc / peak_ms, sgemm / peak_ms);
+         peak, peak_ms, dtc / peak_ms, sgemm / peak_ms, load0[0], load1[0]);
   if (torch > 0)
     printf(", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", torch, dtc / torch);
   printf("}\n");
