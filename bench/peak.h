@@ -6,6 +6,7 @@
  *
  *     Peak p = peak_measure(9);      // 9 samples of about 10 ms
  *     double ms = flops / (p.best * 1e6);
+ *     double now = peak_again(&p);   // one more, beside another measurement
  */
 #ifndef PEAK_H
 #define PEAK_H
@@ -27,12 +28,17 @@
  * (2), so the units never wait for a result. */
 enum { PEAK_ACC = 16 };   /* as PEAK_EACH counts */
 
+typedef void (*PeakFn)(int64_t, float *);
+
 typedef struct Peak {
   const char *isa;       /* "avx512", "avx2", "sse", "neon", "scalar" */
   int lanes;             /* floats per register */
   int threads;
   int samples;
   double best, median, worst;   /* GFLOP/s */
+  PeakFn fn;             /* for peak_again: the kernel, its rounds, the CPUs */
+  int64_t iters;
+  cpu_set_t set;
 } Peak;
 
 /* Each kernel runs iters rounds of PEAK_ACC fused multiply-adds of one
@@ -130,8 +136,6 @@ PEAK_KERNEL(peak_scalar)
 #undef FMA
 #undef ADD
 #undef SUM
-
-typedef void (*PeakFn)(int64_t, float *);
 
 /* The widest kernel this CPU runs, its name and lanes. */
 static PeakFn peak_kernel(const char **isa, int *lanes) {
@@ -232,6 +236,9 @@ static Peak peak_measure(int samples) {
     samples = 1;
   if (samples > 64)
     samples = 64;
+  p.fn = fn;
+  p.iters = iters;
+  p.set = set;
   double g[64];
   for (int s = 0; s < samples; s++)
     g[s] = per_iter * (double)iters * p.threads / (peak_run(fn, iters, &set, p.threads) * 1e6);
@@ -241,6 +248,13 @@ static Peak peak_measure(int samples) {
   p.best = g[samples - 1];
   (void)peak_scalar;
   return p;
+}
+
+/* One more sample of about 10 ms like those of p, in GFLOP/s: to set beside
+ * a measurement made just before or after it. */
+static inline double peak_again(const Peak *p) {
+  double flops = 2.0 * PEAK_ACC * p->lanes * (double)p->iters * p->threads;
+  return flops / (peak_run(p->fn, p->iters, &p->set, p->threads) * 1e6);
 }
 
 #endif
