@@ -16,8 +16,9 @@
  * OpenBLAS picks its kernels by the CPU it recognises, and may fall back to
  * old ones (openblas_core says which it runs). Beside it, a child process
  * with OPENBLAS_CORETYPE=NAME (default: SkylakeX on AVX-512, Haswell on AVX2)
- * times the same shapes with that kernel set, before and after the rest, each
- * shape keeping the lower median: the alt_* keys. */
+ * times the same shapes with that kernel set, each interleaved with dtc's
+ * again, before and after the rest, each shape keeping the pair with the
+ * lower sgemm median: the alt_* keys; dtc_over_alt_sgemm is of that pair. */
 #define _GNU_SOURCE
 #include "peak.h"
 
@@ -162,69 +163,64 @@ static void time_both(const Shape *s, const Data *d, DtModel *m, int max, Times 
   *td = times_of(b, reps);
 }
 
-static Times time_sgemm(const Shape *s, const Data *d, int max) {
-  sgemm(s, d);
-  double t0 = now_ms();
-  sgemm(s, d);
-  int reps = reps_for(now_ms() - t0, max);
-  double t[256];
-  for (int r = 0; r < reps; r++) {
-    t0 = now_ms();
-    sgemm(s, d);
-    t[r] = now_ms() - t0;
-  }
-  return times_of(t, reps);
-}
-
-/* The child of --alt-core: sgemm on every shape, one line "ID MED MIN MAX". */
 static const char *only = "";   /* --only */
 
 static bool chosen(const Shape *s) { return !strncmp(s->id, only, strlen(only)); }
 
-static int sgemm_only(int max) {
+/* The child of --alt-core: sgemm and dtc, interleaved, on every shape; one
+ * line "ID SGEMM_MED MIN MAX DTC_MED MIN MAX". */
+static int pairs_only(int max) {
   unsigned seed = 1;
   printf("core %s\n", openblas_get_corename());
   for (int i = 0; i < NSHAPE; i++) {
     if (!chosen(&shapes[i]))
       continue;
     Data d = data_new(&shapes[i], &seed);
-    Times t = time_sgemm(&shapes[i], &d, max);
-    printf("%s %.6f %.6f %.6f\n", shapes[i].id, t.med, t.min, t.max);
+    DtModel *m;
+    if (shapes[i].create(&m, 1))
+      return 1;
+    Times ts, td;
+    time_both(&shapes[i], &d, m, max, &ts, &td);
+    printf("%s %.6f %.6f %.6f %.6f %.6f %.6f\n", shapes[i].id, ts.med, ts.min, ts.max, td.med,
+           td.min, td.max);
+    dtrt_model_destroy(m);
     data_free(&d);
   }
   return 0;
 }
 
 /* Runs this program as the child with OPENBLAS_CORETYPE=core; fills alt[]
- * (med < 0: not measured) and the kernel set the child ran into got. */
-static void alt_sgemm(const char *core, int max, Times *alt, char *got, size_t len) {
+ * with its sgemm times and dtc[] with dtc's beside them (med < 0: not
+ * measured), and got with the kernel set the child ran. */
+static void alt_pairs(const char *core, int max, Times *alt, Times *dtc, char *got, size_t len) {
   for (int i = 0; i < NSHAPE; i++)
-    alt[i].med = -1;
+    alt[i].med = dtc[i].med = -1;
   snprintf(got, len, "?");
   char cmd[4200], exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n <= 0)
     return;
   exe[n] = 0;
-  snprintf(cmd, sizeof cmd, "'%s' --only='%s' --sgemm-only %d", exe, only, max);
+  snprintf(cmd, sizeof cmd, "'%s' --only='%s' --pairs-only %d", exe, only, max);
   setenv("OPENBLAS_CORETYPE", core, 1);
   FILE *p = popen(cmd, "r");
   unsetenv("OPENBLAS_CORETYPE");
   if (!p)
     return;
   char line[512], id[128];
-  Times t;
+  Times t, u;
   while (fgets(line, sizeof line, p)) {
     char name[128];
     if (sscanf(line, "core %127s", name) == 1) {
       snprintf(got, len, "%s", name);
       continue;
     }
-    if (sscanf(line, "%127s %lf %lf %lf", id, &t.med, &t.min, &t.max) != 4)
+    if (sscanf(line, "%127s %lf %lf %lf %lf %lf %lf", id, &t.med, &t.min, &t.max, &u.med, &u.min,
+               &u.max) != 7)
       continue;
     for (int i = 0; i < NSHAPE; i++)
       if (!strcmp(shapes[i].id, id))
-        alt[i] = t;
+        alt[i] = t, dtc[i] = u;
   }
   pclose(p);
 }
@@ -244,8 +240,8 @@ int main(int argc, char **argv) {
   int max = 15;
   const char *alt_core = default_alt_core();
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--sgemm-only"))
-      return sgemm_only(i + 1 < argc ? atoi(argv[i + 1]) : max);
+    if (!strcmp(argv[i], "--pairs-only"))
+      return pairs_only(i + 1 < argc ? atoi(argv[i + 1]) : max);
     if (!strncmp(argv[i], "--alt-core=", 11))
       alt_core = argv[i] + 11;
     else if (!strncmp(argv[i], "--only=", 7))
@@ -265,13 +261,13 @@ int main(int argc, char **argv) {
   double psample[NSHAPE / 4 + 8];
   int np = 0;
   psample[np++] = p.best;
-  Times sg[NSHAPE], alt[NSHAPE], dt[NSHAPE];
+  Times sg[NSHAPE], alt[NSHAPE], dt[NSHAPE], adt[NSHAPE];
   double err[NSHAPE];
   unsigned seed = 1;
   char got[128];
   bool with_alt = strcmp(alt_core, "none") != 0;
   if (with_alt)
-    alt_sgemm(alt_core, max, alt, got, sizeof got);
+    alt_pairs(alt_core, max, alt, adt, got, sizeof got);
   for (int i = 0; i < NSHAPE; i++) {
     if (!chosen(&shapes[i]))
       continue;
@@ -290,11 +286,11 @@ int main(int argc, char **argv) {
   }
   if (with_alt) {
     /* twice, before and after, each shape keeping the lower median */
-    Times again[NSHAPE];
-    alt_sgemm(alt_core, max, again, got, sizeof got);
+    Times again[NSHAPE], dagain[NSHAPE];
+    alt_pairs(alt_core, max, again, dagain, got, sizeof got);
     for (int i = 0; i < NSHAPE; i++)
       if (again[i].med > 0 && (alt[i].med < 0 || again[i].med < alt[i].med))
-        alt[i] = again[i];
+        alt[i] = again[i], adt[i] = dagain[i];
   }
   psample[np++] = peak_measure(15).best;
   getloadavg(load1, 3);
@@ -307,6 +303,7 @@ int main(int argc, char **argv) {
          p.isa, p.lanes, p.threads, np, peak, pmed, psample[0], load0[0], load1[0]);
   const char *steps[] = {"mlp", "gpt"};
   double step_gflop[2] = {0}, step_sgemm[2] = {0}, step_alt[2] = {0}, step_dtc[2] = {0};
+  double step_adt[2] = {0};
   bool step_alt_ok[2] = {true, true}, step_whole[2] = {true, true};
   for (int i = 0; i < NSHAPE; i++) {
     const Shape *s = &shapes[i];
@@ -334,7 +331,8 @@ int main(int argc, char **argv) {
            dt[i].med, dt[i].min, dt[i].max, g / dt[i].med * 1e3, dt[i].med / peak_ms,
            dt[i].med / sg[i].med);
     if (with_alt && alt[i].med > 0)
-      printf(", \"dtc_over_alt_sgemm\": %.3f", dt[i].med / alt[i].med);
+      printf(", \"alt_dtc_ms\": %.4f, \"dtc_over_alt_sgemm\": %.3f", adt[i].med,
+             adt[i].med / alt[i].med);
     printf(", \"dtc_err\": %.2g}\n", err[i]);
     for (int k = 0; k < 2; k++)
       if (!strcmp(s->step, steps[k])) {
@@ -342,6 +340,7 @@ int main(int argc, char **argv) {
         step_dtc[k] += s->count * dt[i].med;
         step_sgemm[k] += s->count * sg[i].med;
         step_alt[k] += s->count * alt[i].med;
+        step_adt[k] += s->count * adt[i].med;
         step_alt_ok[k] &= with_alt && alt[i].med > 0;
       }
   }
@@ -358,7 +357,8 @@ int main(int argc, char **argv) {
     printf(", \"dtc_ms\": %.4f, \"dtc_over_peak\": %.3f, \"dtc_over_sgemm\": %.3f", step_dtc[k],
            step_dtc[k] / peak_ms, step_dtc[k] / step_sgemm[k]);
     if (step_alt_ok[k])
-      printf(", \"dtc_over_alt_sgemm\": %.3f", step_dtc[k] / step_alt[k]);
+      printf(", \"alt_dtc_ms\": %.4f, \"dtc_over_alt_sgemm\": %.3f", step_adt[k],
+             step_adt[k] / step_alt[k]);
     printf("}\n");
   }
   return 0;
