@@ -855,34 +855,36 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
 
 /* -fmatmul=auto's rule. bench/matmul's rule_* shapes on the Xeon above,
  * dtc's median time over OpenBLAS 0.3.21's with the kernels it picks there
- * (Prescott) and over its SkylakeX kernels (OPENBLAS_CORETYPE), 20 runs:
+ * (Prescott), and over its SkylakeX kernels (OPENBLAS_CORETYPE, in a child
+ * process, each interleaved with dtc's), 20 runs:
  *
  *   m x n x k            flops   dtc/Prescott  dtc/SkylakeX
- *   4 x 4 x 4              128       1.77          2.75
- *   6 x 7 x 5 (tb)         420       1.61          1.83
- *   8 x 8 x 8               1K       1.48          2.96
- *   12 x 12 x 12           3.5K      1.03          3.35
- *   16 x 16 x 16            8K       1.10          4.20
- *   24 x 24 x 24           28K       0.59          1.93
- *   64 x 64 x 64          0.5M       0.34          1.94
- *   128 x 128 x 128       4.2M       0.42          0.89
- *   1024 x 1 x 1024         2M       1.74          2.64
- *   1024 x 2 x 1024         4M       1.60          2.52
- *   1024 x 4 x 1024         8M       0.83          1.37
- *   1 x 1024 x 1024         2M       1.24          1.03
- *   2 x 1024 x 1024         4M       0.98          0.93
- *   64 x (16 x 16 x 16)   0.5M       0.88          4.11
- *   (the MLP's and GPT's products: 0.23-0.35 and 0.9-1.5)
+ *   4 x 4 x 4              128       1.79          3.14
+ *   6 x 7 x 5 (tb)         420       1.37          1.55
+ *   8 x 8 x 8               1K       1.45          3.28
+ *   12 x 12 x 12           3.5K      0.98          3.20
+ *   16 x 16 x 16            8K       0.81          2.91
+ *   24 x 24 x 24           28K       0.47          1.61
+ *   64 x 64 x 64          0.5M       0.26          1.37
+ *   128 x 128 x 128       4.2M       0.30          1.02
+ *   1024 x 1 x 1024         2M       0.98          1.77
+ *   1024 x 2 x 1024         4M       0.98          1.61
+ *   1024 x 4 x 1024         8M       0.51          0.85
+ *   1 x 1024 x 1024         2M       1.24          1.17
+ *   2 x 1024 x 1024         4M       0.97          0.98
+ *   64 x (16 x 16 x 16)   0.5M       0.49          2.70
+ *   (the MLP's and GPT's products: 0.15-0.3 and 0.9-1.2, attention's 0.4-0.6)
  *
- * OpenBLAS is faster with either kernel set on products of fewer than 16K
- * flops (their fixed cost is half a microsecond, OpenBLAS's less) and on
+ * Under 16K flops a product takes under a microsecond either way (dtc's
+ * fixed cost is about half of one); OpenBLAS is there at worst a fifth
+ * slower than dtc and with good kernels three times faster. On
  * matrix-vector products, n <= 2 or m == 1, where dtc packs all of the
- * other operand for one column or row: those call dtrt_k_matmul, every other
- * matmul the generated GEMM. Against SkylakeX's kernels OpenBLAS also wins
- * on small products (to about 100^3) and thin ones (n < 16); dtc keeps
- * those, since it is 1.1 to 3 times faster there than the kernels OpenBLAS
- * picks for itself on this machine, and which those are depends on the
- * machine that runs the model. */
+ * other operand for one column or row, OpenBLAS is as fast or faster with
+ * either kernel set. Those call dtrt_k_matmul, every other matmul the
+ * generated GEMM. Against SkylakeX's kernels OpenBLAS also wins on small
+ * products (to about 100^3); dtc keeps those, since it is 1.3 to 4 times
+ * faster there than the kernels OpenBLAS picks for itself on this machine,
+ * and which those are depends on the machine that runs the model. */
 bool cg_gemm_wanted(const Cg *c, const Inst *x) {
   DTC_ASSERT(x->op == OP_matmul);
   if (c->matmul != CG_MATMUL_AUTO)
