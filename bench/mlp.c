@@ -1,7 +1,18 @@
 /* mlp.c: one training step of the 784-1024-1024-10 MLP at batch 256 compiled by
  * dtc, against the same eight sgemm calls made directly through OpenBLAS (the
- * lower bound) and PyTorch (when python3-torch is installed), in one run.
- * Prints one JSON line with the medians and the ratios. */
+ * lower bound) and PyTorch (when python3-torch is installed), and against the
+ * machine's FP32 peak (peak.h), in one run. The step's FLOPs are its eight
+ * matmuls' (the rest is a few Mflop); peak_ms is their time at the best
+ * peak sample of the run. dtc_over_peak is the median over the steps of
+ * each step against the peak sampled beside it (the better of the samples
+ * just before and after), with its range: on a shared machine the share of
+ * it a run gets drifts, and the best sample may come from a quieter moment
+ * than the median step (dtc_over_best_peak). Prints one JSON line with the
+ * medians, the range of dtc's steps, the ratios and the machine's 1-minute
+ * load average before and after. */
+#define _GNU_SOURCE
+#include "peak.h"
+
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,20 +97,45 @@ int main(int argc, char **argv) {
     }
   }
   /* Interleaved so that both see the same machine load. */
+  double load0[3] = {-1, -1, -1}, load1[3] = {-1, -1, -1};
+  getloadavg(load0, 3);
+  /* the eight products of sgemm_step */
+  double flop = 2.0 * B * ((double)IN * H + (double)H * H + (double)H * O) * 2 +
+                2.0 * B * ((double)H * O + (double)H * H);
+  Peak pk = peak_measure(15);
+  double peak = pk.best;
+  /* dtc's step over the peak beside it: the time of the step's FLOPs at the
+   * better of the peak samples just before and just after the step, so
+   * that both see the same share of the machine */
+  double *rd = malloc(sizeof(double) * (size_t)reps), before = peak_again(&pk);
   for (int r = 0; r < reps; r++) {
     double t0 = now_ms();
     mlp_big_train_step(m, buf[0], B * IN, y, B, &loss);
     double t1 = now_ms();
-    sgemm_step(buf);
+    double after = peak_again(&pk);
     double t2 = now_ms();
+    sgemm_step(buf);
+    double t3 = now_ms();
     td[r] = t1 - t0;
-    ts[r] = t2 - t1;
+    ts[r] = t3 - t2;
+    double near = before > after ? before : after;
+    rd[r] = td[r] / (flop / (near * 1e6));
+    peak = near > peak ? near : peak;
+    before = peak_again(&pk);
   }
-  double dtc = median(td, reps), sgemm = median(ts, reps);
+  getloadavg(load1, 3);
+  double dtc = median(td, reps), sgemm = median(ts, reps), ratio = median(rd, reps);
+  double peak_ms = flop / (peak * 1e6);
   double torch = torch_ms(script, reps);
   printf("{\"bench\": \"mlp\", \"batch\": %d, \"openblas_core\": \"%s\", \"dtc_ms\": %.3f, "
-         "\"sgemm_ms\": %.3f, \"dtc_over_sgemm\": %.3f",
-         B, openblas_get_corename(), dtc, sgemm, dtc / sgemm);
+         "\"dtc_min_ms\": %.3f, \"dtc_max_ms\": %.3f, \"sgemm_ms\": %.3f, "
+         "\"dtc_over_sgemm\": %.3f, \"gflop\": %.4f, \"peak_gflops\": %.2f, \"peak_ms\": %.3f, "
+         "\"dtc_over_peak\": %.3f, \"dtc_over_peak_min\": %.3f, \"dtc_over_peak_max\": %.3f, "
+         "\"dtc_over_best_peak\": %.3f, \"sgemm_over_best_peak\": %.3f, "
+         "\"load_before\": %.2f, \"load_after\": %.2f",
+         B, openblas_get_corename(), dtc, td[0], td[reps - 1], sgemm, dtc / sgemm, flop / 1e9,
+         peak, peak_ms, ratio, rd[0], rd[reps - 1], dtc / peak_ms, sgemm / peak_ms, load0[0],
+         load1[0]);
   if (torch > 0)
     printf(", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", torch, dtc / torch);
   printf("}\n");
@@ -109,5 +145,6 @@ int main(int argc, char **argv) {
   free(y);
   free(td);
   free(ts);
+  free(rd);
   return 0;
 }

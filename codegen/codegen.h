@@ -11,6 +11,10 @@
 
 #include "ir.h"
 
+/* How an IR matmul is lowered (-fmatmul=): by gemm.c's rule, to the
+ * generated GEMM, or to libdtrt's dtrt_k_matmul (OpenBLAS). */
+typedef enum CgMatmul { CG_MATMUL_AUTO, CG_MATMUL_DTC, CG_MATMUL_BLAS } CgMatmul;
+
 /* What the driver asks of code generation. */
 typedef struct CgOptions {
   const char *output;      /* -o; "-": stdout */
@@ -18,6 +22,7 @@ typedef struct CgOptions {
   const char *target;      /* --target triple, NULL: host */
   const char *cpu;         /* -mcpu, NULL: host, or generic for another target */
   int opt_level;           /* -O0..-O3 */
+  CgMatmul matmul;         /* -fmatmul= */
 } CgOptions;
 
 /* ---- target.c --------------------------------------------------------- */
@@ -89,6 +94,9 @@ typedef struct Cg {
   int64_t state_bytes;     /* of the device being lowered */
   const char *hash;        /* of the module's text form */
   const char *plan_hash;   /* of the sharding plan (mesh, global shardings); NULL: no mesh */
+  CgMatmul matmul;         /* CgOptions.matmul */
+  const char *cpu, *features;   /* of the device being lowered (its CgDevice) */
+  struct CgGemm *gemm;     /* gemm.c's functions made so far, one set per CPU */
 } Cg;
 
 /* The number of devices with functions of their own (after the spmd pass:
@@ -171,6 +179,16 @@ void cg_repeat(CgFn *fn, const Inst *r);
 /* Whether running x makes collectives: x is one, or a repeat whose body (or
  * a loop in it) makes one. */
 bool cg_collective(const Inst *x);
+
+/* ---- gemm.c ----------------------------------------------------------- */
+
+/* Whether matmul x is lowered by cg_gemm (else by a call of dtrt_k_matmul):
+ * -fmatmul=dtc or blas decides, auto by the rule measured in gemm.c. */
+bool cg_gemm_wanted(const Cg *c, const Inst *x);
+/* Emits matmul x as a call of the module's generated GEMM for the CPU of the
+ * device being lowered (made at its first use); returns the call's status
+ * (i32, a DtStatus). */
+LLVMValueRef cg_gemm(CgFn *fn, const Inst *x);
 
 /* ---- header.c --------------------------------------------------------- */
 

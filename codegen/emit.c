@@ -575,7 +575,7 @@ static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, in
   const CgTarget *tg = &ts->t[t];
   Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
   Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
-  Cg cg = {.m = m, .hash = hash, .plan_hash = plan_hash}, *c = &cg;
+  Cg cg = {.m = m, .hash = hash, .plan_hash = plan_hash, .matmul = opt->matmul}, *c = &cg;
   c->ctx = LLVMContextCreate();
   LLVMContextSetDiagnosticHandler(c->ctx, on_llvm_diag, NULL);
   c->mod = LLVMModuleCreateWithNameInContext(m->name, c->ctx);
@@ -600,6 +600,8 @@ static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, in
     LLVMValueRef fwd_fn = NULL, train_fn = NULL;
     bool *live = cg_live(fw);
     LLVMValueRef last = LLVMGetLastFunction(c->mod);
+    c->cpu = cd->cpu;
+    c->features = cd->features;
     for (int j = 0; cd->target == t && j < m->func.n; j++) {
       Func *f = m->func.a[j];
       if (f->device != dev)

@@ -238,7 +238,10 @@ static void lower(CgFn *fn, const Inst *x) {
     cg_repeat(fn, x);
     return;
   default:
-    kernel(fn, x);
+    if (x->op == OP_matmul && cg_gemm_wanted(c, x))
+      check(fn, cg_gemm(fn, x));
+    else
+      kernel(fn, x);
   }
 }
 

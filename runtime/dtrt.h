@@ -82,6 +82,17 @@ enum { DTRT_F32 = 1, DTRT_I32 = 2 };   /* same codes as the compiler's DType */
  * thread (or a NULL ctx) it is the call body(env, 0, n). */
 void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
                        void *env);
+/* The number of chunks dtrt_parallel_for splits [0, n) into when n is at
+ * least that: the threads of the context's pool (made here if not yet), 1
+ * without one. dtrt_parallel_for(ctx, dtrt_threads(ctx), ...) gives each
+ * thread one index, its own. */
+int dtrt_threads(DtrtCtx *ctx);
+/* A block of at least n bytes, 64-byte aligned, that the context keeps for
+ * generated code (the generated matmul's packed panels, one part per
+ * thread): its contents are undefined, and it lasts until the next call
+ * that asks for more or dtrt_ctx_free. NULL, with DT_ERR_NOMEM's message,
+ * when it cannot be had. */
+void *dtrt_scratch(DtrtCtx *ctx, size_t n);
 
 #define DT_MAX_RANK 6
 

@@ -105,6 +105,8 @@ struct DtrtCtx {
   DtTrace *trace;   /* NULL unless DTRT_TRACE was set when the model was made */
   DtPool *pool;     /* dtrt_parallel_for's threads; NULL: none (yet) */
   bool pool_tried;  /* the pool was made, or found not to be needed */
+  void *scratch;    /* dtrt_scratch's block, of scratch_bytes; NULL: none yet */
+  size_t scratch_bytes;
   int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
 };
 
@@ -118,7 +120,8 @@ DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
 
 /* ---- parallel.c ------------------------------------------------------- */
 
-/* Joins the context's pool and releases it (dtrt_ctx_free). */
+/* Joins the context's pool and releases it and the scratch block
+ * (dtrt_ctx_free). */
 void dtrt_pool_free(DtrtCtx *ctx);
 
 /* ---- comm.c ----------------------------------------------------------- */

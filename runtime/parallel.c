@@ -1,6 +1,7 @@
 /* parallel.c: dtrt_parallel_for, the thread pool that runs the large fused
- * loops of generated code. The pool belongs to the context: made on first use,
- * joined by dtrt_ctx_free. Idle workers sleep on a condition variable and
+ * loops and the matmuls of generated code, and the scratch block those
+ * matmuls pack their panels in. The pool belongs to the context: made on
+ * first use, joined by dtrt_ctx_free. Idle workers sleep on a condition variable and
  * never spin, since MPI ranks may share a core.
  * Each chunk has a worker pinned to a CPU of the affinity mask; the caller
  * runs the chunk of the CPU it is on and wakes the others. A woken worker left
@@ -151,15 +152,39 @@ static DtPool *pool_start(DtrtCtx *ctx) {
   return p;
 }
 
-void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
-                       void *env) {
-  if (n <= 0)
-    return;
+static DtPool *pool_of(DtrtCtx *ctx) {
   if (ctx && !ctx->pool_tried) {
     ctx->pool_tried = true;
     ctx->pool = pool_start(ctx);
   }
-  DtPool *p = ctx ? ctx->pool : NULL;
+  return ctx ? ctx->pool : NULL;
+}
+
+int dtrt_threads(DtrtCtx *ctx) {
+  DtPool *p = pool_of(ctx);
+  return p ? p->nthread : 1;
+}
+
+void *dtrt_scratch(DtrtCtx *ctx, size_t n) {
+  if (!ctx)
+    return NULL;
+  if (n <= ctx->scratch_bytes)
+    return ctx->scratch;
+  /* grown by half again at least, so slowly rising sizes allocate rarely */
+  size_t want = n < ctx->scratch_bytes / 2 * 3 ? ctx->scratch_bytes / 2 * 3 : n;
+  dtrt_free(ctx, ctx->scratch);
+  ctx->scratch_bytes = 0;
+  if (!(ctx->scratch = dtrt_alloc(ctx, want)))
+    return NULL;
+  ctx->scratch_bytes = want;
+  return ctx->scratch;
+}
+
+void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
+                       void *env) {
+  if (n <= 0)
+    return;
+  DtPool *p = pool_of(ctx);
   if (!p || n < 2) {
     body(env, 0, n);
     return;
@@ -191,4 +216,7 @@ void dtrt_pool_free(DtrtCtx *ctx) {
     pool_stop(ctx, ctx->pool);
   ctx->pool = NULL;
   ctx->pool_tried = false;
+  dtrt_free(ctx, ctx->scratch);
+  ctx->scratch = NULL;
+  ctx->scratch_bytes = 0;
 }

@@ -37,6 +37,9 @@ static const char usage[] =
   "  -O0 -O1 -O2 -O3      optimisation level of generated code (default -O2)\n"
   "  --target=TRIPLE      generate code for TRIPLE (default: this machine)\n"
   "  -mcpu=CPU            generate code for CPU (default: host, or generic)\n"
+  "  -fmatmul=HOW         matmuls by dtc's own generated kernel (dtc), by\n"
+  "                       OpenBLAS through libdtrt (blas), or by dtc where\n"
+  "                       it measured faster (auto, the default)\n"
   "  --cluster=FILE       plan for the cluster block in FILE instead of the\n"
   "                       one the parallel block names\n"
   "  --stop-after=PASS    stop the pipeline after PASS (with --emit=ir)\n"
@@ -139,6 +142,15 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       o->target = v;
     } else if ((v = opt_value(a, "-mcpu="))) {
       o->cpu = v;
+    } else if ((v = opt_value(a, "-fmatmul="))) {
+      static const char *how[] = {"auto", "dtc", "blas"};
+      static_assert(COUNTOF(how) == CG_MATMUL_BLAS + 1, "-fmatmul values");
+      int k = 0;
+      while (k < COUNTOF(how) && strcmp(v, how[k]))
+        k++;
+      if (k == COUNTOF(how))
+        return fail("invalid value '%s' in '-fmatmul' (expected dtc, blas or auto)", v);
+      o->matmul = (CgMatmul)k;
     } else if ((v = opt_value(a, "--cluster="))) {
       dr->cluster_file = v;
     } else if ((v = opt_value(a, "--stop-after="))) {
