@@ -239,7 +239,7 @@ static void lower(CgFn *fn, const Inst *x) {
     return;
   default:
     if (x->op == OP_matmul && cg_gemm_wanted(c, x))
-      check(fn, cg_gemm(fn, x));
+      cg_check(fn, cg_gemm(fn, x));
     else
       kernel(fn, x);
   }
