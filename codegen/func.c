@@ -1,6 +1,7 @@
 /* func.c: lowers one IR function to an internal LLVM function of DtStepFn's
  * type. Fusion groups become loops (loop.c), repeats loops calling their
- * body's function (repeat.c); every other computing op is a call to the
+ * body's function (repeat.c), matmuls calls of the generated GEMM where its
+ * rule takes them (gemm.c); every other computing op is a call to the
  * libdtrt kernel dtrt_k_<op> on DtTensor descriptors built on the stack,
  * whose status is returned at once when not 0. Loads, reshapes and a body's
  * args are addresses; stores and outputs copy unless the producer already
