@@ -143,12 +143,27 @@ int ir_repeat_operand_kind(const Inst *r, int k) {
   return k >= r->nin - ir_get_int(r, "stacked", 0) ? 2 : 1;
 }
 
-Func *ir_copy_body(Module *m, Func *b, const char *suffix) {
-  char *name = arena_printf(m->arena, "%s.%s", b->name, suffix);
+Func *ir_add_body(Module *m, const char *base, const char *suffix, Loc loc) {
+  char *name = arena_printf(m->arena, "%s.%s", base, suffix);
   for (int k = 2; ir_find_func(m, name); k++)
-    name = arena_printf(m->arena, "%s.%s%d", b->name, suffix, k);
-  Func *c = ir_add_func(m, name, b->loc);
-  c->body = true;
+    name = arena_printf(m->arena, "%s.%s%d", base, suffix, k);
+  Func *f = ir_add_func(m, name, loc);
+  f->body = true;
+  return f;
+}
+
+Inst *ir_copy_inst(Func *f, const Inst *i, Inst **in) {
+  Inst *x = ir_new(f, i->op, i->loc, i->nin, in);
+  x->name = i->name;
+  x->shard = i->shard;
+  ir_copy_attrs(x, i);
+  if (i->op == OP_arg)
+    x->type = i->type;
+  return ir_finish(x);
+}
+
+Func *ir_copy_body(Module *m, Func *b, const char *suffix) {
+  Func *c = ir_add_body(m, b->name, suffix, b->loc);
   ir_renumber(b);
   Inst **map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(b->inst.n + 1));
   for (int k = 0; k < b->inst.n; k++) {
@@ -156,12 +171,7 @@ Func *ir_copy_body(Module *m, Func *b, const char *suffix) {
     Inst **in = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(i->nin + 1));
     for (int j = 0; j < i->nin; j++)
       in[j] = map[i->in[j]->id];
-    Inst *x = ir_new(c, i->op, i->loc, i->nin, in);
-    x->name = i->name;
-    x->shard = i->shard;
-    ir_copy_attrs(x, i);
-    x->type = i->type;
-    map[k] = ir_finish(x);
+    map[k] = ir_copy_inst(c, i, in);
   }
   return c;
 }

@@ -367,6 +367,12 @@ static inline int64_t ir_loop_step(int64_t s, int64_t i) {
 }
 /* Operand k of repeat r: 0 carried, 1 read whole each iteration, 2 stacked. */
 int ir_repeat_operand_kind(const Inst *r, int k);
+/* A new, empty body function @base.suffix (then @base.suffix2, ... while
+ * that is taken). */
+Func *ir_add_body(Module *m, const char *base, const char *suffix, Loc loc);
+/* A copy of inst i at the end of f, on operands in: its name, sharding,
+ * attributes (and an arg's type). */
+Inst *ir_copy_inst(Func *f, const Inst *i, Inst **in);
 /* A copy of body b, instructions, shardings and all, named @B.suffix (then
  * @B.suffix2, ... while that is taken), for a loop of its own. */
 Func *ir_copy_body(Module *m, Func *b, const char *suffix);

@@ -404,16 +404,6 @@ static void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
  * each iteration's carried value, and B_grad recomputes from it the forward
  * values its backward part reads: less memory, one more forward. */
 
-static Inst *copy_inst(Func *f, const Inst *i, Inst **in) {
-  Inst *c = ir_new(f, i->op, i->loc, i->nin, in);
-  c->name = i->name;
-  c->shard = i->shard;
-  ir_copy_attrs(c, i);
-  if (i->op == OP_arg)
-    c->type = i->type;
-  return ir_finish(c);
-}
-
 static Inst *new_arg(Func *f, int index, const Type *t, Loc loc, const char *name) {
   Inst *a = ir_new(f, OP_arg, loc, 0, NULL);
   ir_set_int(a, "index", index);
@@ -430,15 +420,6 @@ static void new_output(Func *f, Inst *v, const char *name) {
 
 static Inst *zeros(GradCtx *g, const Type *t, Inst *at) {
   return broadcast(g, cnst(g, at, 0), t, at);
-}
-
-static Func *new_body(Module *m, const char *base, const char *suffix, Loc loc) {
-  char *name = arena_printf(m->arena, "%s.%s", base, suffix);
-  for (int k = 2; ir_find_func(m, name); k++)
-    name = arena_printf(m->arena, "%s.%s%d", base, suffix, k);
-  Func *f = ir_add_func(m, name, loc);
-  f->body = true;
-  return f;
 }
 
 static void drop_func(Module *m, const Func *f) {
@@ -478,7 +459,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
     DTC_ASSERT(i->nin <= COUNTOF(in));
     for (int j = 0; j < i->nin; j++)
       in[j] = map[i->in[j]->id];
-    map[k] = copy_inst(gf, i, in);
+    map[k] = ir_copy_inst(gf, i, in);
   }
   Inst *carry = map[ir_func_output(b, 0)->in[0]->id];
   free(map);
@@ -556,7 +537,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   }
 
   /* B_save: the forward part, outputting the saved values after B's carry */
-  Func *bs = new_body(m, b->name, "save", b->loc);
+  Func *bs = ir_add_body(m, b->name, "save", b->loc);
   Inst **smap = calloc((size_t)ng + 1, sizeof *smap);
   DTC_ASSERT(smap);
   for (int k = 0; k < ng; k++) {
@@ -565,7 +546,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
       continue;
     for (int j = 0; j < i->nin; j++)
       in[j] = smap[i->in[j]->id];
-    smap[k] = copy_inst(bs, i, in);
+    smap[k] = ir_copy_inst(bs, i, in);
   }
   new_output(bs, smap[carry->id], ir_get_str(ir_func_output(b, 0), "name", "carry"));
   for (int k = 0; k < ng; k++)
@@ -586,7 +567,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   /* B_grad's args: dcarry, the sums, the whole operands, the stacked
    * operands and the saved values; its outputs: the adjoint of the carry,
    * the sums, the adjoints of the stacked operands that need one */
-  Func *bg = new_body(m, b->name, "grad", b->loc);
+  Func *bg = ir_add_body(m, b->name, "grad", b->loc);
   Inst **gmap = calloc((size_t)ng + 1, sizeof *gmap);
   DTC_ASSERT(gmap);
   int na = 0;
@@ -621,7 +602,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
       continue;
     for (int j = 0; j < i->nin; j++)
       DTC_ASSERT((in[j] = gmap[i->in[j]->id]) != NULL);
-    gmap[k] = copy_inst(bg, i, in);
+    gmap[k] = ir_copy_inst(bg, i, in);
   }
   GradCtx e = {.f = bg};
   Inst *d0 = dargs[0] ? gmap[dargs[0]->id] : zeros(&e, &r->in[0]->type, r);
@@ -719,7 +700,6 @@ static Inst *clone(Func *f, Func *src, Inst *loss) {
     for (int j = 0; need[k] && j < i->nin; j++)
       need[i->in[j]->id] = true;
   }
-  Arena *a = f->mod->arena;
   for (int k = 0; k < n; k++) {
     Inst *i = src->inst.a[k];
     if (!need[k])
@@ -728,14 +708,7 @@ static Inst *clone(Func *f, Func *src, Inst *loss) {
     DTC_ASSERT(i->nin <= COUNTOF(in));
     for (int j = 0; j < i->nin; j++)
       in[j] = map[i->in[j]->id];
-    Inst *c = ir_new(f, i->op, i->loc, i->nin, in);
-    c->name = i->name;
-    c->shard = i->shard;
-    c->nattr = i->nattr;
-    c->attr = arena_alloc(a, sizeof(Attr) * (size_t)(i->nattr ? i->nattr : 1));
-    if (i->nattr)
-      memcpy(c->attr, i->attr, sizeof(Attr) * (size_t)i->nattr);
-    map[k] = ir_finish(c);
+    map[k] = ir_copy_inst(f, i, in);
   }
   Inst *r = map[loss->id];
   free(need);
