@@ -49,11 +49,23 @@ static void buffers(int n, void **p, int64_t *elems, int with_data) {
   }
 }
 
+#define COUNT(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
+
+/* Each global as this rank holds it: its block, then zeros up to the whole
+ * tensor's elems[k] (a pipeline stage holds some of a stacked param's
+ * layers), so that every rank writes the same layout. */
 static void dump(DtModel *m, int n, char **name, const int64_t *elems) {
+  static const float zero[256];
   for (int k = 0; k < n; k++) {
-    void *p = dtrt_model_tensor(m, name[k]);
-    need(p != NULL, "no such global");
-    fwrite(p, 4, (size_t)elems[k], out);
+    DtTensor t;
+    need(dtrt_model_tensor_block(m, name[k], &t, NULL, NULL) == DT_OK, "no such global");
+    int64_t have = 1;
+    for (int d = 0; d < t.rank; d++)
+      have *= t.dim[d];
+    need(have <= elems[k], "a block larger than its tensor");
+    fwrite(t.data, 4, (size_t)have, out);
+    for (int64_t e = have; e < elems[k]; e += COUNT(zero))
+      fwrite(zero, 4, (size_t)(elems[k] - e < COUNT(zero) ? elems[k] - e : COUNT(zero)), out);
   }
 }
 
