@@ -500,6 +500,23 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, Diag *d) {
   return true;
 }
 
+/* option = "microbatches" "=" expr: the batch of every training step cut into
+ * that many micro-batches, which pipeline stages overlap. */
+static void lower_option(Module *m, const Stmt *s, Diag *d) {
+  int64_t v;
+  if (strcmp(s->name, "microbatches")) {
+    diag_error(d, s->name_loc, "unknown option '%s' (expected microbatches)", s->name);
+  } else if (m->microbatches) {
+    diag_error(d, s->name_loc, "a second microbatches option");
+  } else if (fe_eval_int(s->val, NULL, 0, "'microbatches'", &v, d)) {
+    if (v < 1 || v > IR_MAX_MICROBATCHES)
+      diag_error(d, s->val->loc, "'microbatches' must be between 1 and %d, not %lld",
+                 IR_MAX_MICROBATCHES, (long long)v);
+    else
+      m->microbatches = (int)v, m->microbatches_loc = s->name_loc;
+  }
+}
+
 bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, Diag *d) {
   static const char *const plans[] = {"auto", "even", "explicit"};
   static const PlanMode modes[] = {PLAN_AUTO, PLAN_EVEN, PLAN_EXPLICIT};
@@ -531,6 +548,8 @@ bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, Dia
       meshes_ok = false;
     } else if (s->kind == S_SHARD && meshes_ok) {
       lower_shard(m, s, used, d);
+    } else if (s->kind == S_ASSIGN) {
+      lower_option(m, s, d);
     } else if (s->kind == S_PLAN && plan) {
       diag_error(d, s->loc, "a second plan statement");
     } else if (s->kind == S_PLAN) {

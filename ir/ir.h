@@ -303,7 +303,13 @@ struct Module {
   Cluster *cluster;      /* NULL: one local device */
   VEC(Mesh) mesh;
   PlanMode plan;
+  /* > 1: @train_step's loops cut the batch into this many micro-batches
+   * (passes/microbatch.c); 0 or 1: none. */
+  int microbatches;
+  Loc microbatches_loc;
 };
+/* Micro-batches a step may be cut into (a join is one concat). */
+#define IR_MAX_MICROBATCHES 16
 
 Module *ir_module_new(Arena *a, const char *name);
 Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc loc);

@@ -923,7 +923,7 @@ static bool parse_mesh(Parser *p) {
   return true;
 }
 
-/* plan := 'plan' ('none' | 'auto' | 'even' | 'explicit') */
+/* plan := 'plan' ('none' | 'auto' | 'even' | 'explicit') ['microbatches' int [loc]] */
 static bool parse_plan(Parser *p) {
   static const char *names[] = {"none", "auto", "even", "explicit"};
   if (p->seen_plan) {
@@ -936,7 +936,15 @@ static bool parse_plan(Parser *p) {
     if (is_kw(&p->tok, names[k])) {
       p->m->plan = (PlanMode)k;
       next(p);
-      return true;
+      if (!is_kw(&p->tok, "microbatches"))
+        return true;
+      int64_t n;
+      p->m->microbatches_loc = p->tok.loc;
+      next(p);
+      if (!parse_int(p, 2, IR_MAX_MICROBATCHES, "a micro-batch count", &n))
+        return false;
+      p->m->microbatches = (int)n;
+      return parse_loc(p, &p->m->microbatches_loc);
     }
   return expected(p, "'none', 'auto', 'even' or 'explicit'");
 }

@@ -390,8 +390,14 @@ void ir_print(FILE *out, const Module *m) {
     fputc('\n', out);
   for (int k = 0; k < m->mesh.n; k++)
     print_mesh(out, m, &m->mesh.a[k]);
-  if (m->plan != PLAN_NONE)
-    fprintf(out, "plan %s\n", (unsigned)m->plan <= PLAN_EXPLICIT ? plans[m->plan] : "?");
+  if (m->plan != PLAN_NONE) {
+    fprintf(out, "plan %s", (unsigned)m->plan <= PLAN_EXPLICIT ? plans[m->plan] : "?");
+    if (m->microbatches > 1) {
+      fprintf(out, " microbatches %d", m->microbatches);
+      print_loc(out, m->microbatches_loc);
+    }
+    fputc('\n', out);
+  }
   if (train_set(&m->train)) {
     fputs("\ntrain", out);
     print_fields(out, &m->train, ir_train_fields);

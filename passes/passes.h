@@ -56,6 +56,12 @@ Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d);
 /* @forward in evaluation mode: every dropout of it is the identity. */
 bool pass_eval(Module *m, Diag *d, PassRun *run);
 
+/* ---- microbatch.c ----------------------------------------------------- */
+
+/* With Module.microbatches > 1: each loop of @train_step as that many loops
+ * on consecutive blocks of rows of its carried values (see the file). */
+bool pass_microbatch(Module *m, Diag *d, PassRun *run);
+
 /* ---- optimizer.c ------------------------------------------------------ */
 
 /* Appends to f the update of m->train.opt for every global k with grad[k] set

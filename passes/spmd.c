@@ -23,8 +23,10 @@
  * its carries come from stage s-1 by `send` before it and go to stage s+1
  * by `send` after it (a reverse loop runs from the last stage to the first,
  * so the other way), and the stage that ran the last iteration broadcasts
- * them (`bcast`): every device continues with the loop's whole result, as
- * everything outside the loop runs on every stage alike.
+ * them (`bcast`) where a value of the loop is first read: every device
+ * continues with the loop's whole result, as everything outside the loop
+ * runs on every stage alike, and a stage runs its next loop (a micro-batch's,
+ * passes/microbatch.c) while the later stages still run this one.
  *
  * Requires: shardings (passes/sharding.c). Guarantees, with a mesh: no
  * global @train_step or @forward is left, nor a global body that only they
@@ -48,11 +50,15 @@ typedef struct Memo {
 } Memo;
 
 /* A loop run as pipeline stages: its copy on this device and the carries
- * every device has after it. */
+ * every device has after it, broadcast from the last stage when first used
+ * (so a stage goes on to its next loop, a micro-batch's, while the later
+ * stages still run this one). */
 typedef struct Stage {
   const Inst *x;       /* the repeat in the global function */
   Inst *loop;          /* this device's loop */
-  Inst **out;          /* by carry: its value after the last stage */
+  Inst **out;          /* by carry: its value on the last stage, then broadcast */
+  int tail, axis;      /* the last stage, over mesh axis */
+  bool sent;           /* out broadcast */
 } Stage;
 
 typedef struct Ctx {
@@ -220,7 +226,7 @@ static void emit_stage(Ctx *c, const Inst *i, Inst **in, int axis, const double 
   if (first)
     ir_set_int(x, "first", first);
   ir_finish(x)->shard = i->shard;
-  Stage st = {i, x, arena_alloc(m->arena, sizeof(Inst *) * (size_t)carry)};
+  Stage st = {i, x, arena_alloc(m->arena, sizeof(Inst *) * (size_t)carry), tail, axis, false};
   const Func *body = ir_repeat_body(i);
   for (int k = 0; k < carry; k++) {
     Inst *v = x;
@@ -233,17 +239,37 @@ static void emit_stage(Ctx *c, const Inst *i, Inst **in, int axis, const double 
       emit_p2p(c, OP_send, v, axis, me, me + dir, i->loc);
     st.out[k] = v;
   }
-  for (int k = 0; k < carry; k++)
-    st.out[k] = emit_p2p(c, OP_bcast, st.out[k], axis, tail, 0, i->loc);
-  st.out[0]->name = i->name;
   vec_push(m->arena, &c->stage, st);
-  c->map[i->id] = st.out[0];
+}
+
+/* Maps x when it is a staged loop's carried result: its broadcast, emitted
+ * the first time a value of the loop is used (on every device alike, in the
+ * global function's order). */
+static void staged_use(Ctx *c, const Inst *x) {
+  const Inst *r = x->op == OP_repeat_out ? x->in[0] : x;
+  if (c->map[x->id] || r->op != OP_repeat)
+    return;
+  Stage *st = (Stage *)stage_of(c, r);
+  if (!st)
+    return;
+  int carry = (int)ir_get_int(r, "carry", 1);
+  for (int k = 0; !st->sent && k < carry; k++)
+    st->out[k] = emit_p2p(c, OP_bcast, st->out[k], st->axis, st->tail, 0, r->loc);
+  if (!st->sent)
+    st->out[0]->name = r->name;
+  st->sent = true;
+  c->map[x->id] = st->out[x == r ? 0 : ir_get_int(x, "index", 0)];
 }
 
 static void emit(Ctx *c, const Inst *i) {
   Module *m = c->m;
   Inst *in[SHARD_MAX_IN];
   const char *opname = ir_ops[i->op].name;
+  const Stage *st = i->op == OP_repeat_out ? stage_of(c, i->in[0]) : NULL;
+  if (st && ir_get_int(i, "index", 0) < ir_get_int(i->in[0], "carry", 1))
+    return;   /* a carry: broadcast when used */
+  for (int k = 0; !st && k < i->nin; k++)
+    staged_use(c, i->in[k]);
   if (i->op == OP_store || i->op == OP_output) {
     const Inst *x = i->in[0];
     Sharding to = *x->shard;
@@ -284,7 +310,7 @@ static void emit(Ctx *c, const Inst *i) {
     }
   }
   const char *what = arena_printf(m->arena, "'%s'", opname);
-  for (int k = 0; k < i->nin; k++) {
+  for (int k = 0; !st && k < i->nin; k++) {
     const char *w = i->nin > 1 ? arena_printf(m->arena, "operand %d of '%s'", k + 1, opname) : what;
     in[k] = reshard(c, i->in[k], &req[k], i->loc, w);
   }
@@ -294,11 +320,6 @@ static void emit(Ctx *c, const Inst *i) {
   int pipe = i->op == OP_repeat ? shard_pipe_axis(i, cur, &ratio) : -1;
   if (pipe >= 0) {
     emit_stage(c, i, in, pipe, ratio);
-    return;
-  }
-  const Stage *st = i->op == OP_repeat_out ? stage_of(c, i->in[0]) : NULL;
-  if (st && ir_get_int(i, "index", 0) < ir_get_int(i->in[0], "carry", 1)) {
-    c->map[i->id] = st->out[ir_get_int(i, "index", 0)];
     return;
   }
   if (st)
@@ -312,11 +333,14 @@ static void emit(Ctx *c, const Inst *i) {
   if (i->op == OP_arg)
     x->type = local;
   if ((i->op == OP_dropout || i->op == OP_dropout_grad) && !type_eq(&local, &i->type)) {
-    int64_t at[2 * IR_MAX_RANK], begin[IR_MAX_RANK];
+    /* a block of a block (a micro-batch's) lies in the outer whole */
+    int64_t at[2 * IR_MAX_RANK] = {0}, begin[IR_MAX_RANK];
+    int r = i->type.rank, n;
+    const int64_t *had = ir_get_ints(i, "at", &n);
     ir_local_type(m, i->shard, &i->type, c->dev, &local, begin);
-    for (int d = 0; d < i->type.rank; d++)
-      at[d] = i->type.dim[d], at[i->type.rank + d] = begin[d];
-    ir_set_ints(x, "at", at, 2 * i->type.rank);
+    for (int d = 0; d < r; d++)
+      at[d] = n ? had[d] : i->type.dim[d], at[r + d] = (n ? had[r + d] : 0) + begin[d];
+    ir_set_ints(x, "at", at, 2 * r);
   }
   ir_finish(x);
   DTC_ASSERT(type_eq(&x->type, &local));

@@ -53,6 +53,7 @@ typedef struct Spec {
 } Spec;
 
 static bool REMAT;    /* residual_pp's loop recomputes its forward in the backward */
+static int MICRO;     /* the module's micro-batches (0: none) */
 
 static Module *M;     /* the module being built */
 static Func *F;       /* its @forward */
@@ -82,6 +83,8 @@ static void module_new(Arena *a, const Spec *s) {
              .axis_size = {s->k, s->k2}, .dev = devs, .loc = at(1)};
   vec_push(a, &M->mesh, mh);
   M->plan = PLAN_EXPLICIT;
+  M->microbatches = MICRO;
+  M->microbatches_loc = at(9);
   M->train = (Train){.loss = "loss", .opt = OPT_SGD, .lr = 0.1, .momentum = 0.5,
                      .schedule = -1, .loc = at(1)};
   F = ir_add_func(M, "forward", at(1));
@@ -582,10 +585,12 @@ static void pp(const Spec *s, const int64_t *layers, const char *label) {
     assert_int_equal(ir_get_int(r, "first", 0), first);
     assert_int_equal(ir_get_int(r, "reverse", 0), 1);
     assert_int_equal(ir_get_int(loop_in(p.s, fwd, 0), "n", 0), layers[st]);
-    /* a send in and out per loop but at the ends, one bcast after each */
+    /* a send in and out per loop but at the ends; a bcast of the forward's
+     * result, and none of the backward's carried gradient, which nothing
+     * reads (x is an input) */
     int ends = (st == 0) + (st == s->k - 1);
     assert_int_equal(count(p.s, step, OP_send), 2 * (2 - ends));
-    assert_int_equal(count(p.s, step, OP_bcast), 2);
+    assert_int_equal(count(p.s, step, OP_bcast), 1);
     assert_int_equal(count(p.s, fwd, OP_send), 2 - ends);
     assert_int_equal(count(p.s, fwd, OP_bcast), 1);
     /* over dp the loss's and the two gradients', each on its stage */
@@ -648,6 +653,106 @@ static void test_pp_rnn(void **state) {
   assert_int_equal(count(p.s, "train_step.0", OP_bcast), 1 + 2);
   train(&p, 4, "rnn pp 2:3");
   pair_free(&p);
+}
+
+/* Micro-batches over stages: every device runs n loops of its own layers
+ * forward and n backward, one per block of rows; each sends its carry on
+ * before the next runs, and the broadcast of the forward's result follows
+ * the last. The global program, uncut, is the reference. */
+static void pp_micro(const Spec *s, int n, const int64_t *layers, const char *label) {
+  Pair p;
+  MICRO = n;
+  pair_init(&p, residual_pp, s, "memplan");
+  MICRO = 0;
+  int dp = s->k2 ? s->k2 : 1;
+  for (int d = 0; d < s->k * dp; d++) {
+    int st = d / dp;
+    char step[32];
+    snprintf(step, sizeof step, "train_step.%d", d);
+    for (int j = 0; j < 2 * n; j++) {
+      const Inst *r = loop_in(p.s, step, j);
+      assert_non_null(r);
+      assert_int_equal(ir_get_int(r, "n", 0), layers[st]);
+      assert_int_equal(ir_get_int(r, "reverse", 0), j >= n);
+      /* a micro-batch's rows are whole over dp (see passes/microbatch.c) */
+      assert_int_equal(ir_repeat_body(r)->inst.a[0]->type.dim[0], s->B / n);
+    }
+    assert_null(loop_in(p.s, step, 2 * n));
+    int ends = (st == 0) + (st == s->k - 1);
+    assert_int_equal(count(p.s, step, OP_send), 2 * n * (2 - ends));
+    assert_int_equal(count(p.s, step, OP_bcast), n);   /* the forward's; nothing reads dx */
+    const Func *f = ir_find_func(p.s, step);
+    int last_send = 0, first_bcast = f->inst.n;
+    for (int k = 0; k < f->inst.n; k++) {
+      if (f->inst.a[k]->op == OP_send && ir_get_int(f->inst.a[k], "to", 0) == st + 1)
+        last_send = k;
+      if (f->inst.a[k]->op == OP_bcast && k < first_bcast)
+        first_bcast = k;
+    }
+    assert_true(last_send < first_bcast);
+  }
+  train(&p, 4, label);
+  pair_free(&p);
+}
+
+static void test_pp2_micro(void **state) {
+  (void)state;
+  pp_micro(&(Spec){"pp", 2, NULL, 4, 6, 4, false, 0}, 2, (const int64_t[]){2, 2},
+           "residual pp2, 2 micro-batches");
+}
+
+/* Dropout in the body: micro-batch j draws rows j of the whole batch's masks. */
+static void test_pp3_micro(void **state) {
+  (void)state;
+  pp_micro(&(Spec){"pp", 3, (const double[]){0.4, 0.4, 0.2}, 8, 6, 5, true, 0}, 4,
+           (const int64_t[]){2, 2, 1}, "residual pp3 2:2:1, dropout, 4 micro-batches");
+}
+
+static void test_pp3_micro_remat(void **state) {
+  (void)state;
+  REMAT = true;
+  pp_micro(&(Spec){"pp", 3, (const double[]){0.4, 0.4, 0.2}, 8, 6, 5, true, 0}, 2,
+           (const int64_t[]){2, 2, 1}, "residual pp3 2:2:1, dropout, remat, 2 micro-batches");
+  REMAT = false;
+}
+
+static void test_pp_dp_micro(void **state) {
+  (void)state;
+  pp_micro(&(Spec){"pp", 2, (const double[]){0.75, 0.25}, 8, 6, 4, true, 2}, 2,
+           (const int64_t[]){3, 1}, "residual pp 3:1 x dp 2, 2 micro-batches");
+}
+
+/* What micro-batches cannot cut is refused where it is: the rnn's steps xs
+ * hold the batch in their second dim, which a stacked operand is not cut by;
+ * a batch that the count does not divide. */
+static void micro_refused(Build build, const Spec *s, int n, const char *msg) {
+  Arena *a = arena_new();
+  char *log;
+  size_t len;
+  FILE *o = open_memstream(&log, &len);
+  Diag d;
+  diag_init(&d, o);
+  MICRO = n;
+  module_new(a, s);
+  MICRO = 0;
+  build(s);
+  assert_true(ir_verify(M, &d));
+  assert_false(passes_run(M, &d, &(PassOptions){.stop_after = "spmd"}, NULL));
+  fclose(o);
+  if (!strstr(log, msg) || !strstr(log, "loops.dt:9:1: note: micro-batches asked for here"))
+    fail_msg("expected \"%s\" and its note in:\n%s", msg, log);
+  assert_int_equal(d.nerr, 1);
+  free(log);
+  arena_free(a);
+}
+
+static void test_micro_refused(void **state) {
+  (void)state;
+  micro_refused(recurrent_pp, &(Spec){"pp", 2, NULL, 4, 5, 4, false, 0}, 2,
+                "error: micro-batches: 'add' cannot take a micro-batch: ");
+  micro_refused(residual_pp, &(Spec){"pp", 2, NULL, 4, 6, 4, false, 0}, 3,
+                "error: micro-batches: the loop's carried value has 4 rows, which 3 "
+                "micro-batches do not divide");
 }
 
 /* A stage without layers is refused where the split is written. */
@@ -878,6 +983,11 @@ int main(void) {
       cmocka_unit_test(test_pp3_uneven),
       cmocka_unit_test(test_pp_dp),
       cmocka_unit_test(test_pp_rnn),
+      cmocka_unit_test(test_pp2_micro),
+      cmocka_unit_test(test_pp3_micro),
+      cmocka_unit_test(test_pp3_micro_remat),
+      cmocka_unit_test(test_pp_dp_micro),
+      cmocka_unit_test(test_micro_refused),
       cmocka_unit_test(test_pp_empty_stage),
       cmocka_unit_test(test_pp_split_batch),
       cmocka_unit_test(test_rnn_dp),

@@ -1,0 +1,405 @@
+/* microbatch.c: the loops of a training step cut into micro-batches. With
+ * Module.microbatches = M > 1, each loop of @train_step runs as M loops, one
+ * per block of B/M consecutive rows of its carried values (B their first
+ * dimension), each on a copy of its body typed for B/M rows. Pipeline
+ * stages (passes/spmd.c) then overlap them: stage s runs micro-batch j + 1
+ * while stage s + 1 runs j, so of (stages - 1) stage times of a loop without
+ * micro-batches (a forward and a backward wave, GPipe's schedule) only
+ * (stages - 1) / M remain idle.
+ *
+ * In a body, a value either holds rows of the batch in its first dimension
+ * (ROWS: cut by M), or does not depend on the batch (PLAIN: the same in every
+ * copy), or is a micro-batch's part of a sum over the batch (SUM: a weight's
+ * gradient; only in a backward loop, only through linear ops). A forward
+ * loop's results join by concatenation; a backward loop's carried gradient
+ * joins by concatenation and its summed outputs by addition. A dropout's
+ * copy draws its rows of the whole batch's mask (`at`), so the step is the
+ * uncut step up to the order of the sums.
+ *
+ * Requires: autodiff (its backward loops read the stacks their forward loops
+ * save). Guarantees: with M > 1 no loop of @train_step runs a body typed for
+ * the whole batch; every op a body holds is one the cut computes exactly,
+ * else a located error says which op needs the whole batch. */
+#include <string.h>
+
+#include "passes.h"
+
+typedef enum { V_PLAIN, V_ROWS, V_SUM } Kind;
+
+typedef struct Cut {
+  Module *m;
+  Diag *d;
+  int n;               /* micro-batches */
+  bool failed;
+} Cut;
+
+/* A forward loop cut in pieces: each piece's loop. */
+typedef struct Piece {
+  const Inst *x;       /* the loop in @train_step */
+  Inst *loop[IR_MAX_MICROBATCHES];
+  Kind *out;           /* by output of its body */
+} Piece;
+
+static void fail(Cut *c, Loc loc, const char *msg) {
+  if (c->failed)
+    return;
+  c->failed = true;
+  diag_error(c->d, loc, "micro-batches: %s", msg);
+  diag_note(c->d, c->m->microbatches_loc, "micro-batches asked for here");
+}
+
+static bool has_axis0(const Inst *i, const char *attr, int rank) {
+  int n;
+  const int64_t *ax = ir_get_ints(i, attr, &n);
+  for (int k = 0; k < n; k++)
+    if (ax[k] == 0 || ax[k] == -rank)
+      return true;
+  return false;
+}
+
+/* Fixes the attributes of x, body copy j's copy of i, whose operands in
+ * rows hold rows: shapes that name the batch, the dropout mask's place.
+ * False when i reads across the rows of the batch. */
+static bool cut_attrs(Cut *c, const Inst *i, Inst *x, int j, bool rows, bool backward) {
+  const Type *t0 = i->nin ? &i->in[0]->type : NULL;
+  const char *why = NULL;
+  if (!rows)
+    return true;
+  switch (i->op) {
+  case OP_reshape: case OP_broadcast: {
+    int n;
+    int64_t s[IR_MAX_RANK];
+    const int64_t *shape = ir_get_ints(i, "shape", &n);
+    memcpy(s, shape, sizeof(int64_t) * (size_t)n);
+    if (n == 0 || s[0] % c->n || (i->op == OP_reshape && s[0] % t0->dim[0] && t0->dim[0] % s[0]))
+      why = "puts the batch's rows elsewhere than the first dimension";
+    else
+      s[0] /= c->n, ir_set_ints(x, "shape", s, n);
+    break;
+  }
+  case OP_transpose: {
+    int n;
+    if (ir_get_ints(i, "perm", &n)[0] != 0)
+      why = "moves the batch's rows out of the first dimension";
+    break;
+  }
+  case OP_slice: case OP_pad: case OP_concat:
+    if (ir_get_int(i, "axis", 0) == 0)
+      why = "cuts or joins the batch's rows";
+    break;
+  case OP_softmax: case OP_log_softmax: case OP_softmax_grad: case OP_log_softmax_grad:
+    if (ir_get_int(i, "axis", t0->rank - 1) == 0)
+      why = "normalises over the batch";
+    break;
+  case OP_normalize: case OP_normalize_grad:
+    if (t0->rank == 1)
+      why = "normalises over the batch";
+    break;
+  case OP_mean: case OP_max: case OP_max_grad:
+    if (has_axis0(i, "axes", t0->rank))
+      why = "reduces over the batch";
+    break;
+  case OP_sum:
+    if (!backward && has_axis0(i, "axes", t0->rank))
+      why = "reduces over the batch";
+    break;
+  case OP_dropout: case OP_dropout_grad: {
+    int64_t at[2 * IR_MAX_RANK] = {0};
+    for (int d = 0; d < i->type.rank; d++)
+      at[d] = i->type.dim[d];
+    at[i->type.rank] = j * (i->type.dim[0] / c->n);
+    ir_set_ints(x, "at", at, 2 * i->type.rank);
+    break;
+  }
+  case OP_repeat:
+    why = "is a loop inside the loop";
+    break;
+  default:
+    break;
+  }
+  if (why)
+    fail(c, i->loc, arena_printf(c->m->arena, "'%s' %s", ir_ops[i->op].name, why));
+  return !why;
+}
+
+/* What x (the copy of i, typed) holds, from its operands' kinds. */
+static Kind kind_of(Cut *c, const Inst *i, const Inst *x, const Kind *k, bool backward) {
+  bool rows = false, sum = false, plain_sum_ok = true;
+  for (int j = 0; j < i->nin; j++) {
+    rows |= k[j] == V_ROWS;
+    sum |= k[j] == V_SUM;
+  }
+  if (sum) {
+    switch (i->op) {
+    case OP_add: case OP_sub:
+      for (int j = 0; j < i->nin; j++)
+        plain_sum_ok &= k[j] == V_SUM;
+      break;
+    case OP_mul: case OP_div:
+      plain_sum_ok = !rows && (i->op == OP_mul || k[1] != V_SUM) && (k[0] != V_SUM || k[1] != V_SUM);
+      break;
+    case OP_neg: case OP_reshape: case OP_transpose: case OP_sum: case OP_broadcast:
+      break;
+    default:
+      plain_sum_ok = false;
+    }
+    if (!plain_sum_ok)
+      fail(c, i->loc, arena_printf(c->m->arena, "'%s' is not linear in a sum over the batch",
+                                   ir_ops[i->op].name));
+    return V_SUM;
+  }
+  if (!rows) {
+    DTC_ASSERT(type_eq(&x->type, &i->type));
+    return V_PLAIN;
+  }
+  const Type *a = &i->type, *b = &x->type;
+  bool cut = a->rank == b->rank && a->rank > 0 && b->dim[0] * c->n == a->dim[0];
+  for (int d = 1; cut && d < a->rank; d++)
+    cut = a->dim[d] == b->dim[d];
+  if (cut)
+    return V_ROWS;
+  /* a reduction over the rows: a weight's gradient */
+  if (backward && type_eq(a, b) &&
+      (i->op == OP_sum || i->op == OP_matmul || i->op == OP_embedding_grad))
+    return V_SUM;
+  fail(c, i->loc, arena_printf(c->m->arena, "'%s' %s", ir_ops[i->op].name,
+                               backward ? "mixes the batch's rows with other dimensions"
+                                        : "reduces over the batch or mixes its rows with other dimensions"));
+  return V_PLAIN;
+}
+
+/* Body b for micro-batch j: its args typed t and holding k; out[o]: what
+ * output o holds. NULL after an error. */
+static Func *cut_body(Cut *c, Func *b, const Type *t, const Kind *k, int j, bool backward,
+                      Kind *out) {
+  Module *m = c->m;
+  Func *f = ir_add_body(m, b->name, arena_printf(m->arena, "mb%d", j), b->loc);
+  ir_renumber(b);
+  Inst **map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(b->inst.n + 1));
+  Kind *kind = arena_alloc(m->arena, sizeof(Kind) * (size_t)(b->inst.n + 1));
+  int nout = 0;
+  for (int n = 0; n < b->inst.n && !c->failed; n++) {
+    const Inst *i = b->inst.a[n];
+    Inst **in = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(i->nin + 1));
+    Kind ink[SHARD_MAX_IN];
+    bool rows = false;
+    for (int q = 0; q < i->nin; q++) {
+      in[q] = map[i->in[q]->id];
+      ink[q] = kind[i->in[q]->id];
+      rows |= ink[q] == V_ROWS;
+    }
+    Inst *x = ir_new(f, i->op, i->loc, i->nin, in);
+    x->name = i->name;
+    ir_copy_attrs(x, i);
+    if (i->op == OP_arg) {
+      int a = (int)ir_get_int(i, "index", 0);
+      x->type = t[a];
+      kind[n] = k[a];
+    } else if (i->op == OP_output) {
+      ir_finish(x);
+      out[nout++] = kind[n] = ink[0];
+    } else {
+      char err[256];
+      if (!cut_attrs(c, i, x, j, rows, backward))
+        break;
+      if (!ir_infer(x, err, sizeof err)) {
+        fail(c, i->loc, arena_printf(m->arena, "'%s' cannot take a micro-batch: %s", ir_ops[i->op].name, err));
+        break;
+      }
+      kind[n] = kind_of(c, i, x, ink, backward);
+    }
+    map[n] = x;
+  }
+  return c->failed ? NULL : f;
+}
+
+static Inst *make(Func *f, Op op, Loc loc, int nin, Inst **in, const char *attr, int64_t v) {
+  Inst *x = ir_new(f, op, loc, nin, in);
+  if (attr)
+    ir_set_int(x, attr, v);
+  return ir_finish(x);
+}
+
+static Inst *rows_of(Cut *c, Func *f, Inst *v, int j, Loc loc) {
+  int64_t b = v->type.dim[0] / c->n;
+  Inst *x = ir_new(f, OP_slice, loc, 1, &v);
+  ir_set_int(x, "axis", 0);
+  ir_set_int(x, "begin", j * b);
+  ir_set_int(x, "end", (j + 1) * b);
+  return ir_finish(x);
+}
+
+/* The forward loop whose saved stack v is, NULL if none. */
+static const Piece *saved_by(const Piece *p, int np, const Inst *v) {
+  const Inst *r = v->op == OP_repeat_out ? v->in[0] : v;
+  for (int k = 0; k < np; k++)
+    if (p[k].x == r)
+      return &p[k];
+  return NULL;
+}
+
+/* Loop r of @train_step as n loops on rows of its carries, at the end of f
+ * (its operands already in f: in). Pieces of forward loops before it: p. */
+static Piece cut_loop(Cut *c, Func *f, const Inst *r, Inst **in, const Piece *p, int np) {
+  Module *m = c->m;
+  Func *b = ir_repeat_body(r);
+  bool backward = ir_get_int(r, "reverse", 0);
+  int64_t carry = ir_get_int(r, "carry", 1);
+  Piece out = {r, {0}, arena_alloc(m->arena, sizeof(Kind) * (size_t)(ir_func_noutputs(b) + 1))};
+  /* the carries of a backward loop past its forward loop's are sums */
+  int64_t rows = carry;
+  const Piece *fwd = NULL;
+  for (int k = (int)carry; backward && k < r->nin && !fwd; k++)
+    fwd = saved_by(p, np, r->in[k]);
+  if (backward && fwd)
+    rows = ir_get_int(fwd->x, "carry", 1);
+  for (int k = 0; k < rows; k++)
+    if (r->in[k]->type.rank == 0 || r->in[k]->type.dim[0] % c->n) {
+      fail(c, r->loc, arena_printf(m->arena, "the loop's carried value has %lld rows, which %d micro-batches do not divide",
+                                   (long long)(r->in[k]->type.rank ? r->in[k]->type.dim[0] : 1), c->n));
+      return out;
+    }
+  for (int k = (int)rows; k < carry; k++)
+    if (!shard_zero(r->in[k])) {
+      fail(c, r->loc, "a backward loop's sum does not start from zeros");
+      return out;
+    }
+  for (int j = 0; j < c->n; j++) {
+    Type t[SHARD_MAX_IN];
+    Kind k[SHARD_MAX_IN];
+    Inst *ops[SHARD_MAX_IN];
+    for (int q = 0; q < r->nin; q++) {
+      int kind = ir_repeat_operand_kind(r, q);
+      ops[q] = in[q];
+      k[q] = V_PLAIN;
+      if (kind == 0 && q < rows)
+        ops[q] = rows_of(c, f, in[q], j, r->loc), k[q] = V_ROWS;
+      else if (kind == 0)
+        k[q] = V_SUM;
+      const Piece *s = kind == 2 ? saved_by(p, np, r->in[q]) : NULL;
+      if (s) {
+        int64_t o = r->in[q]->op == OP_repeat_out ? ir_get_int(r->in[q], "index", 0) : 0;
+        Inst *l = s->loop[j];
+        ops[q] = o ? make(f, OP_repeat_out, r->loc, 1, &l, "index", o) : l;
+        k[q] = s->out[o];
+      }
+      t[q] = ops[q]->type;
+      if (kind == 2) {
+        t[q].rank--;
+        memmove(t[q].dim, t[q].dim + 1, sizeof(int64_t) * (size_t)t[q].rank);
+      }
+    }
+    Func *body = cut_body(c, b, t, k, j, backward, out.out);
+    if (!body)
+      return out;
+    Inst *x = ir_new(f, OP_repeat, r->loc, r->nin, ops);
+    ir_copy_attrs(x, r);
+    ir_set_str(x, "body", body->name);
+    out.loop[j] = ir_finish(x);
+  }
+  for (int o = 0; o < rows; o++)
+    if (out.out[o] != V_ROWS)
+      fail(c, r->loc, "the loop's carried value does not keep the batch's rows");
+  int nout = ir_func_noutputs(b);
+  for (int o = (int)carry; !backward && o < nout; o++)
+    if (out.out[o] == V_SUM)
+      fail(c, r->loc, "a forward loop sums over the batch");
+  for (int o = (int)carry; backward && o < nout; o++)
+    if (out.out[o] == V_ROWS)
+      fail(c, r->loc, "a backward loop stacks rows of the batch");
+  return out;
+}
+
+/* Output o of the pieces, joined: rows by concatenation, sums by addition,
+ * the rest as piece 0 has it. */
+static Inst *join(Cut *c, Func *f, const Piece *p, int o, Loc loc) {
+  Inst *v[IR_MAX_MICROBATCHES];
+  for (int j = 0; j < c->n; j++) {
+    Inst *l = p->loop[j];
+    v[j] = o ? make(f, OP_repeat_out, loc, 1, &l, "index", o) : l;
+  }
+  if (p->out[o] == V_ROWS)
+    return make(f, OP_concat, loc, c->n, v, "axis", 0);
+  if (p->out[o] == V_PLAIN)
+    return v[0];
+  Inst *s = v[0];
+  for (int j = 1; j < c->n; j++)
+    s = ir_make(f, OP_add, loc, 2, s, v[j]);
+  return s;
+}
+
+/* Rebuilds f's list; an old inst keeps its id (its index in old) until the
+ * end, new ones are never looked up by id. */
+static void cut_step(Cut *c, Func *f) {
+  Module *m = c->m;
+  ir_renumber(f);
+  int n = f->inst.n, np = 0;
+  Inst **old = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1));
+  Inst **map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1));
+  Piece *p = arena_alloc(m->arena, sizeof(Piece) * (size_t)(n + 1));
+  /* a loop's output, joined where it is first read (none when unread) */
+  const Piece **jp = arena_alloc(m->arena, sizeof(Piece *) * (size_t)(n + 1));
+  int *jo = arena_alloc(m->arena, sizeof(int) * (size_t)(n + 1));
+  memcpy(old, f->inst.a, sizeof(Inst *) * (size_t)n);
+  f->inst.n = 0;
+  for (int k = 0; k < n && !c->failed; k++) {
+    Inst *i = old[k];
+    Inst *in[SHARD_MAX_IN];
+    const Piece *s = i->op == OP_repeat_out ? saved_by(p, np, i->in[0]) : NULL;
+    for (int q = 0; !s && q < i->nin; q++) {
+      int id = i->in[q]->id;
+      if (!map[id] && jp[id]) {
+        map[id] = join(c, f, jp[id], jo[id], old[id]->loc);
+        map[id]->name = old[id]->name;
+      }
+      in[q] = map[id];
+    }
+    if (i->op == OP_repeat) {
+      p[np] = cut_loop(c, f, i, in, p, np);
+      jp[k] = &p[np++];
+    } else if (s) {
+      int64_t o = ir_get_int(i, "index", 0);
+      /* a forward loop's stack is read by its backward loops only, piece by piece */
+      if (ir_get_int(s->x, "reverse", 0) || o < ir_get_int(s->x, "carry", 1))
+        jp[k] = s, jo[k] = (int)o;
+    } else {
+      for (int q = 0; q < i->nin; q++) {
+        DTC_ASSERT(in[q]);
+        i->in[q] = in[q];
+      }
+      vec_push(m->arena, &f->inst, i);
+      map[k] = i;
+    }
+  }
+  ir_renumber(f);
+}
+
+static bool runs(const Module *m, const Func *b) {
+  for (int k = 0; k < m->func.n; k++)
+    for (int i = 0; i < m->func.a[k]->inst.n; i++) {
+      const Inst *x = m->func.a[k]->inst.a[i];
+      if (x->op == OP_repeat && ir_repeat_body(x) == b)
+        return true;
+    }
+  return false;
+}
+
+bool pass_microbatch(Module *m, Diag *d, PassRun *run) {
+  (void)run;
+  Cut c = {m, d, m->microbatches, false};
+  if (c.n < 2)
+    return true;
+  for (int k = 0; k < m->func.n && !c.failed; k++)
+    if (!strcmp(m->func.a[k]->name, "train_step"))
+      cut_step(&c, m->func.a[k]);
+  /* the bodies only the uncut loops ran (one that runs another goes first) */
+  for (bool gone = !c.failed; gone;) {
+    gone = false;
+    for (int k = 0; k < m->func.n; k++)
+      if (m->func.a[k]->body && !runs(m, m->func.a[k])) {
+        memmove(&m->func.a[k], &m->func.a[k + 1], sizeof(Func *) * (size_t)(m->func.n - k - 1));
+        m->func.n--, k--, gone = true;
+      }
+  }
+  return !c.failed;
+}
