@@ -465,7 +465,7 @@ typedef DtStatus (*DtStepFn)(DtrtCtx *ctx, unsigned char *state, unsigned char *
 
 typedef struct DtModelDesc {
   const char *name;
-  const char *hash;              /* of the module: checkpoints must match it */
+  const char *hash;              /* of the module: every rank must run the same */
   int32_t nglobal;
   const DtGlobalDesc *global;    /* inputs, params, state, outputs */
   int64_t state_bytes;           /* params + optimizer state */
