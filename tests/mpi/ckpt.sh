@@ -7,7 +7,8 @@
 #  - dtc-ckpt list and verify; a corrupt and a truncated file refused on load
 #    (every rank; the model untouched) and by verify;
 #  - a save whose writes fail on one rank fails on every rank, leaves the
-#    last checkpoint and no temporary file;
+#    last checkpoint and no temporary file; one whose rank dies mid-save
+#    ends the job and leaves the last checkpoint;
 #  - the inference build loads the training checkpoint and the export;
 #    PyTorch reads the export and computes dtc's logits (skipped without
 #    torch);
@@ -61,6 +62,8 @@ mpi 3 "$dp3" fail-save dp3.st saved.st > out 2>&1 || fail "a save failing on one
   fail "not every rank reported the failed write: $(cat out)"
 ls saved.st.tmp.* 2>/dev/null && fail "a temporary file is left"
 timeout 120 "$one" same dp3.st saved.st > /dev/null || fail "the last checkpoint changed"
+mpi 3 "$dp3" die-save dp3.st dead.st > out 2>&1 && fail "a rank died and the job succeeded"
+timeout 120 "$one" same dp3.st dead.st > /dev/null || fail "a rank died: the last checkpoint changed"
 
 timeout 120 "$one" forward dp3.st x.raw train.raw || fail "forward"
 timeout 120 "$infer" forward dp3.st x.raw infer.raw || fail "the inference build's load"

@@ -14,6 +14,8 @@
  *     ckpt_train fail-save IN OUT   load IN, save OUT; a second save, whose
  *                                   writes fail on the last rank, fails on
  *                                   every rank and leaves OUT as it was
+ *     ckpt_train die-save IN OUT    as fail-save, but the last rank dies of
+ *                                   the failing write (SIGXFSZ) mid-save
  *     ckpt_train forward IN X OUT   load IN, run the forward on the batch of
  *                                   step 0 and write it (X) and the logits
  *                                   (OUT), raw f32
@@ -208,7 +210,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ckpt_train: rank %d: the refused load changed the model\n", me);
     else
       printf("ckpt_train: rank %d: refused: %s\n", me, mlp_error(m)), rc = 0;
-  } else if (!strcmp(cmd, "fail-save") && argc == 4) {
+  } else if ((!strcmp(cmd, "fail-save") || !strcmp(cmd, "die-save")) && argc == 4) {
     rc = 1;
     char copy[4200];
     snprintf(copy, sizeof copy, "%s.copy%d", argv[3], me);
@@ -231,7 +233,11 @@ int main(int argc, char **argv) {
       struct rlimit was;
       getrlimit(RLIMIT_FSIZE, &was);
       if (me == np - 1) {   /* its writes fail: no file may grow past 8 bytes */
-        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit none = {0, 0};
+        if (strcmp(cmd, "die-save"))
+          signal(SIGXFSZ, SIG_IGN);
+        else
+          setrlimit(RLIMIT_CORE, &none);
         struct rlimit small = {8, was.rlim_max};
         setrlimit(RLIMIT_FSIZE, &small);
       }
