@@ -495,9 +495,9 @@ static DtStatus load_old(DtModel *m, const char *path, unsigned char *base, int6
     snprintf(why, sizeof why, "%s", dtrt_errmsg(m->ctx));
     s = dtrt_fail(m->ctx, s,
                   "%s (a checkpoint of the per-rank format loads only into the plan that wrote "
-                  "it; make one file of it with: dtc-ckpt convert %s %s.rank0 .. %s.rank%d of "
-                  "that job)",
-                  why, path, path, path, dtrt_nranks(m->ctx) - 1);
+                  "it; make one file of it with: dtc-ckpt convert %s %s.rank0 %s.rank1 ..., "
+                  "every rank's file of the job that saved it)",
+                  why, path, path, path);
   }
   dtrt_free(m->ctx, file);
   dtrt_free(m->ctx, t);
