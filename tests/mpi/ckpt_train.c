@@ -171,6 +171,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < MLP_LOGITS_ELEMS; k++)
       max = fmax(max, fabs(a[k])), diff = fmax(diff, fabs((double)a[k] - b[k]));
     printf("logits max |diff| %.3g (largest %.3g)\n", diff, max);
+    free(a);
+    free(b);
     return diff > TOL * fmax(1, max);
   }
   mlp *m = NULL, *m2 = NULL;
