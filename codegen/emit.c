@@ -474,12 +474,13 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
   LLVMValueRef fwd_arg[] = {LLVMGetParam(f, 0), ins, counts, outs, ocounts};
   LLVMBuildRet(c->b, call(c, "dtrt_model_forward", i32, fwd_rt, fwd_arg, 5));
 
-  static const char *io[] = {"save", "load"};
-  for (int k = 0; k < 2; k++) {
+  static const char *io[][2] = {
+      {"save", "dtrt_model_save"}, {"load", "dtrt_model_load"}, {"export", "dtrt_model_export"}};
+  for (size_t k = 0; k < COUNTOF(io); k++) {
     LLVMTypeRef pp[] = {p, p};
-    f = wrapper(c, io[k], i32, pp, 2);
+    f = wrapper(c, io[k][0], i32, pp, 2);
     LLVMValueRef arg[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1)};
-    LLVMBuildRet(c->b, call(c, k ? "dtrt_model_load" : "dtrt_model_save", i32, pp, arg, 2));
+    LLVMBuildRet(c->b, call(c, io[k][1], i32, pp, arg, 2));
   }
   f = wrapper(c, "step", i64, &p, 1);
   r = LLVMGetParam(f, 0);

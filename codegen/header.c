@@ -168,9 +168,9 @@ static void write_header(FILE *out, const Module *m, const char *base) {
             " * of the params, and every rank gets the whole outputs and the loss of the\n"
             " * whole batch. The functions below are collective, and when one rank\n"
             " * fails, all return its error. %s_create fails on every rank unless the\n"
-            " * job has exactly %s_DEVICES ranks. %s_save writes one file per rank,\n"
-            " * PATH.rankR, holding that rank's part; %s_load reads them back into the\n"
-            " * same plan on the same number of ranks. Shapes are those of whole\n"
+            " * job has exactly %s_DEVICES ranks. %s_save writes one file of whole\n"
+            " * tensors, each rank its own part, in a directory every rank sees; any\n"
+            " * build of %s (any plan or rank count) loads it. Shapes are those of whole\n"
             " * tensors; memory sizes are per rank, for the rank that needs most. */\n",
             n, P, ndev, n, P, n, n);
   fprintf(out, "#ifndef %s_H\n#define %s_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n", P, P);
@@ -232,12 +232,17 @@ static void write_header(FILE *out, const Module *m, const char *base) {
   proto_args(out, fout, nfout, false);
   fputs(");\n\n", out);
   fprintf(out,
-          "/* Writes params, optimizer state and step counter to path (safetensors,\n"
-          " * replaced atomically). */\n"
+          "/* Writes params, optimizer state and step counter to path: one\n"
+          " * safetensors file of whole tensors, checksummed, replaced atomically\n"
+          " * (dtc-ckpt lists and verifies it). */\n"
           "int %s_save(%s *m, const char *path);\n\n"
-          "/* Reads a checkpoint that %s_save wrote for this same model (its hash\n"
-          " * must match); on failure the model is unchanged. */\n"
+          "/* Reads a checkpoint that %s_save wrote for this model in any build of\n"
+          " * it (one process or any plan; an inference build takes the params and\n"
+          " * skips the optimizer state); on failure the model is unchanged. */\n"
           "int %s_load(%s *m, const char *path);\n\n"
+          "/* Writes the params alone to path as a plain safetensors file, named as\n"
+          " * in the model (for PyTorch and other tools; inference builds load it). */\n"
+          "int %s_export(%s *m, const char *path);\n\n"
           "/* The number of training steps taken. */\n"
           "int64_t %s_step(const %s *m);\n\n"
           "/* The message of the last failure of m, \"\" if none; with m NULL, why\n"
@@ -245,7 +250,7 @@ static void write_header(FILE *out, const Module *m, const char *base) {
           "const char *%s_error(const %s *m);\n\n"
           "/* Frees the model; m may be NULL. */\n"
           "void %s_destroy(%s *m);\n\n",
-          n, n, n, n, n, n, n, n, n, n, n, n);
+          n, n, n, n, n, n, n, n, n, n, n, n, n, n);
   fprintf(out, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
 }
 

@@ -1,6 +1,8 @@
-/* checkpoint.c: safetensors checkpoints: an 8-byte little-endian header length,
- * a JSON header (cJSON), then the tensors' bytes. Saving is atomic; loading
- * checks the whole file before it writes into any tensor.
+/* checkpoint.c: safetensors checkpoints of named tensors (dtrt_save,
+ * dtrt_load; and the per-rank model checkpoints of earlier versions, which
+ * still load; a model's own are in ckpt.c): an 8-byte little-endian header
+ * length, a JSON header (cJSON), then the tensors' bytes. Saving is atomic;
+ * loading checks the whole file before it writes into any tensor.
  *
  * __metadata__ holds "model_hash", "step" (decimal) and "checksum" ("crc32:" and
  * 8 hex digits): a CRC-32 of the data section followed by, in data order, each

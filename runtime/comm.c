@@ -462,3 +462,70 @@ DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local) {
   dtrt_comm_leave(ctx);
   return s;
 }
+
+/* ---- moving small tables between ranks (checkpoints) ------------------- */
+
+/* The world of a job of several ranks; NULL in a single process (or before
+ * dtrt_comm_init). */
+static const DtComm *job(const DtrtCtx *ctx) {
+  const DtComm *c = comm_of(ctx);
+  return c && c->mpi && c->nranks > 1 ? c : NULL;
+}
+
+DtStatus dtrt_comm_allgather(DtrtCtx *ctx, const char *op, const void *mine, int n, void *all) {
+  const DtComm *c = job(ctx);
+  if (!c) {
+    if (n > 0)
+      memmove(all, mine, (size_t)n);
+    return DT_OK;
+  }
+  dtrt_comm_enter(ctx, op);
+  DtStatus s = dtrt_mpi(ctx, MPI_Allgather(mine, n, MPI_BYTE, all, n, MPI_BYTE, c->world), op,
+                        "MPI_Allgather");
+  dtrt_comm_leave(ctx);
+  return s;
+}
+
+DtStatus dtrt_comm_allgatherv(DtrtCtx *ctx, const char *op, const void *mine, int n, void **all,
+                              int *count) {
+  const DtComm *c = job(ctx);
+  int np = c ? c->nranks : 1;
+  *all = NULL;
+  int *cnt = dtrt_alloc(ctx, 2 * (size_t)np * sizeof *cnt), *at = cnt ? cnt + np : NULL;
+  if (!cnt)
+    return DT_ERR_NOMEM;
+  DtStatus s = dtrt_comm_allgather(ctx, op, &n, sizeof n, cnt);
+  long long total = 0;
+  for (int r = 0; !s && r < np; r++)
+    at[r] = (int)total, total += cnt[r];
+  if (!s && total > INT32_MAX)
+    s = dtrt_fail(ctx, DT_ERR_INTERNAL, "%s: %lld bytes to gather, more than MPI counts", op,
+                  total);
+  if (!s && !(*all = dtrt_alloc(ctx, (size_t)total + 1)))
+    s = DT_ERR_NOMEM;
+  if (!s && !c && n > 0)
+    memcpy(*all, mine, (size_t)n);
+  if (!s && c) {
+    dtrt_comm_enter(ctx, op);
+    s = dtrt_mpi(ctx, MPI_Allgatherv(mine, n, MPI_BYTE, *all, cnt, at, MPI_BYTE, c->world), op,
+                 "MPI_Allgatherv");
+    dtrt_comm_leave(ctx);
+  }
+  if (s) {
+    dtrt_free(ctx, *all);
+    *all = NULL;
+  }
+  *count = (int)total;
+  dtrt_free(ctx, cnt);
+  return s;
+}
+
+DtStatus dtrt_comm_bcast(DtrtCtx *ctx, const char *op, void *p, int n, int root) {
+  const DtComm *c = job(ctx);
+  if (!c)
+    return DT_OK;
+  dtrt_comm_enter(ctx, op);
+  DtStatus s = dtrt_mpi(ctx, MPI_Bcast(p, n, MPI_BYTE, root, c->world), op, "MPI_Bcast");
+  dtrt_comm_leave(ctx);
+  return s;
+}

@@ -270,6 +270,50 @@ DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
 DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n,
                    const char *model_hash, int64_t *step);
 
+/* ---- whole-tensor checkpoints (ckpt.c) ------------------------------- */
+
+/* One tensor of a checkpoint as this process holds it: t, a block of the
+ * tensor of dims full from begin on (full all zero: t is whole). kind is
+ * DT_G_PARAM (1) or DT_G_STATE (2) of DtGlobalKind below, or -1: not known. */
+typedef struct DtCkptTensor {
+  const char *name;
+  int32_t kind;
+  DtTensor t;
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+} DtCkptTensor;
+
+/* (collective when ctx has joined a job of several ranks: every rank passes
+ * the same names, dtypes and whole shapes, each with its own blocks) Writes a
+ * safetensors file of the whole tensors, sorted by name, with __metadata__
+ * "format" "dtc-1", "model" (NULL: ""), "model_hash" (of the tensors' names,
+ * dtypes and shapes), "params_hash" (of the params alone; absent when a kind
+ * is not known), "step", "plan" (text for people; NULL: derived from the
+ * blocks) and "checksum". Every rank writes its blocks into the one temporary
+ * file PATH.tmp.XXXXXX (a block that several ranks hold is written by one of
+ * them) with pwrite; rank 0 writes the header last, fsyncs, renames it over
+ * PATH once every rank's writes succeeded and fsyncs the directory. On failure
+ * on any rank, every rank returns it and PATH is untouched. */
+DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
+                        const char *model, const char *plan, int64_t step);
+/* (collective as dtrt_ckpt_save) Reads a file of dtrt_ckpt_save into the
+ * tensors t (this process's blocks, any layout): checks its form, its checksum
+ * (each rank checks a slice of the file) and that it holds exactly these
+ * tensors (model_hash), or, with params_only, at least these as its params
+ * (params_hash; the others are skipped); only then reads each block (pread).
+ * Nothing is written into t or *step (may be NULL) on failure. */
+DtStatus dtrt_ckpt_load(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int n,
+                        bool params_only, int64_t *step);
+/* Checks a file of dtrt_ckpt_save in this process: its form and its checksum.
+ * *step (may be NULL) is the step it holds. */
+DtStatus dtrt_ckpt_verify(DtrtCtx *ctx, const char *path, int64_t *step);
+/* Makes one checkpoint at out of the per-rank files of earlier versions
+ * (files[0..n): PATH.rank0 .. PATH.rankN-1 of one save, in any order, or a
+ * single file of one process): each file checked, every block placed in its
+ * whole tensor, every element of every tensor required. Those files do not
+ * say which tensors are params, so out has no params_hash: an inference
+ * build loads it only after the training build has saved it again. */
+DtStatus dtrt_ckpt_convert(DtrtCtx *ctx, const char *out, const char *const *files, int n);
+
 /* ---- data readers ----------------------------------------------------- */
 
 /* A loaded array: f32 or i32 (IDX u8 data is widened: images to f32 in [0,1],
@@ -421,7 +465,7 @@ typedef DtStatus (*DtStepFn)(DtrtCtx *ctx, unsigned char *state, unsigned char *
 
 typedef struct DtModelDesc {
   const char *name;
-  const char *hash;              /* of the module: checkpoints must match it */
+  const char *hash;              /* of the module: every rank must run the same */
   int32_t nglobal;
   const DtGlobalDesc *global;    /* inputs, params, state, outputs */
   int64_t state_bytes;           /* params + optimizer state */
@@ -463,25 +507,27 @@ DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int6
                                float *loss);
 DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t *elems,
                             void *const *outputs, const int64_t *out_elems);
-/* All params and state and the step, through dtrt_save / dtrt_load (a load
- * that fails leaves the model as it was). */
+/* All params and state and the step, as one checkpoint of whole tensors
+ * (dtrt_ckpt_save below) that any build of the same model loads, whatever its
+ * plan, rank count or targets; a load that fails leaves the model as it was.
+ * An inference build (no train_step, no state) loads the params of a training
+ * build's checkpoint and skips its optimizer state. A file of the per-rank
+ * format of earlier versions (PATH.rankR, or a file without "format" in its
+ * metadata) still loads into the plan that wrote it; dtc-ckpt convert makes
+ * one checkpoint of such a set. dtrt_model_export writes the params alone,
+ * named as in the model: a plain safetensors file for other tools. */
 DtStatus dtrt_model_save(DtModel *m, const char *path);
 DtStatus dtrt_model_load(DtModel *m, const char *path);
+DtStatus dtrt_model_export(DtModel *m, const char *path);
 int64_t dtrt_model_step(const DtModel *m);        /* training steps taken */
 /* SPMD models (nmesh_axis > 0). Creation is collective: it joins the job,
  * agrees on the model hash, the plan hash and the mesh (DT_ERR_MISMATCH on
  * every rank if they differ), checks the rank count and builds the mesh. Train
- * and forward steps, save and load are collective too, and share every rank's
- * status (dtrt_comm_status): when one rank fails, all return its error.
- * Checkpoints are per rank, each holding the state block this rank holds: PATH
- * itself in a job of one rank, PATH.rankR (R = dtrt_model_rank) otherwise,
- * stamped with the model hash, the plan hash and the rank, so they load back
- * only into the same plan on the same number of ranks. A tensor that is a
- * block (DtGlobalDesc.full set) has the metadata key "block:NAME", valued
- * {"full":[..],"begin":[..]} as JSON text, so that the files of all ranks
- * rebuild the whole tensor; it loads only into the same block. A load
- * commits on no rank unless every rank read its file and all files hold the
- * same step. */
+ * and forward steps, save, load and export are collective too, and share every
+ * rank's status (dtrt_comm_status): when one rank fails, all return its error.
+ * Every rank writes and reads its own blocks of the one checkpoint file, which
+ * must therefore lie in a directory that every rank sees (one node, or a shared
+ * file system). */
 int dtrt_model_rank(const DtModel *m);            /* 0 when not SPMD */
 /* Pointer to a param or state tensor by name (NULL if none). */
 void *dtrt_model_tensor(DtModel *m, const char *name);

@@ -92,6 +92,13 @@ DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path);
  * a regular file, EFBIG when it is larger than the limit. */
 int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size);
 
+/* ---- ckpt.c ----------------------------------------------------------- */
+
+/* dtrt_ckpt_load, and *old (may be NULL) set when path is a safetensors file
+ * of the per-rank format (no "format" in its metadata; DT_ERR_FORMAT). */
+DtStatus dtrt_ckpt_load_as(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int n,
+                           bool params_only, int64_t *step, bool *old);
+
 /* ---- ctx.c ------------------------------------------------------------ */
 
 typedef struct DtComm DtComm;
@@ -147,6 +154,15 @@ void dtrt_comm_free(DtrtCtx *ctx);
 enum { DTRT_COMM_TIMEOUT_DEFAULT = 300 };
 void dtrt_comm_enter(DtrtCtx *ctx, const char *call);
 void dtrt_comm_leave(DtrtCtx *ctx);
+/* (collective, over every rank of the job; plain copies in a single process)
+ * Small tables between ranks, under the watchdog, named OP in messages.
+ * allgather: n bytes of every rank into all (nranks * n, in rank order).
+ * allgatherv: every rank's n bytes (n may differ) into *all, allocated (free
+ * with dtrt_free; *count bytes in all). bcast: root's n bytes at p to all. */
+DtStatus dtrt_comm_allgather(DtrtCtx *ctx, const char *op, const void *mine, int n, void *all);
+DtStatus dtrt_comm_allgatherv(DtrtCtx *ctx, const char *op, const void *mine, int n, void **all,
+                              int *count);
+DtStatus dtrt_comm_bcast(DtrtCtx *ctx, const char *op, void *p, int n, int root);
 
 /* ---- trace.c ---------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
  * Each model owns its context. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrt_int.h"
 
@@ -393,8 +394,62 @@ static DtNamed *named(DtModel *m, unsigned char *base, DtBlock **b, int *n) {
   return t;
 }
 
-/* Where an SPMD model's rank keeps its checkpoint (PATH.rankR, or PATH in a
- * job of one rank) and the hash that stamps it; *file to free with dtrt_free. */
+/* The params (and, unless params_only, the state) over the state block at
+ * base, as checkpoint tensors: this rank's blocks; *n of them. */
+static DtCkptTensor *ckpt_tensors(DtModel *m, unsigned char *base, bool params_only, int *n) {
+  const DtModelDesc *d = m->d;
+  DtCkptTensor *t = dtrt_alloc(m->ctx, (size_t)(d->nglobal + 1) * sizeof *t);
+  *n = 0;
+  for (int k = 0; t && k < d->nglobal; k++) {
+    const DtGlobalDesc *g = &d->global[k];
+    if (!stored(g) || (params_only && g->kind != DT_G_PARAM))
+      continue;
+    DtCkptTensor *e = &t[(*n)++];
+    *e = (DtCkptTensor){.name = g->name, .kind = g->kind,
+                        .t = {.data = base + g->offset, .dtype = g->dtype, .rank = g->rank}};
+    memcpy(e->t.dim, g->dim, (size_t)g->rank * sizeof *g->dim);
+    memcpy(e->full, g->full, sizeof g->full);
+    memcpy(e->begin, g->begin, sizeof g->begin);
+  }
+  return t;
+}
+
+/* The plan a checkpoint records, for people: the mesh and the plan's hash. */
+static void plan_text(const DtModel *m, char *buf, size_t n) {
+  const DtModelDesc *d = m->d;
+  if (!spmd(m)) {
+    snprintf(buf, n, "one process");
+    return;
+  }
+  size_t at = (size_t)snprintf(buf, n, "mesh ");
+  for (int k = 0; k < d->nmesh_axis && at < n; k++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%d", k ? "x" : "", (int)d->mesh_axis_size[k]);
+  if (at < n)
+    snprintf(buf + at, n - at, " (%d ranks), plan %s", dtrt_nranks(m->ctx),
+             d->plan_hash ? d->plan_hash : "");
+}
+
+static DtStatus save_as(DtModel *m, const char *path, bool params_only) {
+  if (!m)
+    return DT_ERR_ARG;
+  int n;
+  char plan[160];
+  DtCkptTensor *t = ckpt_tensors(m, m->state, params_only, &n);
+  DtStatus s = shared(m, t ? DT_OK : DT_ERR_NOMEM);
+  plan_text(m, plan, sizeof plan);
+  if (!s)
+    s = dtrt_ckpt_save(m->ctx, path, t, n, m->d->name, plan, m->step);
+  dtrt_free(m->ctx, t);
+  return s;
+}
+
+DtStatus dtrt_model_save(DtModel *m, const char *path) { return save_as(m, path, false); }
+
+DtStatus dtrt_model_export(DtModel *m, const char *path) { return save_as(m, path, true); }
+
+/* Where an SPMD model's rank kept its checkpoint in the per-rank format
+ * (PATH.rankR, or PATH in a job of one rank) and the hash that stamps it;
+ * *file to free with dtrt_free. */
 static DtStatus rank_file(DtModel *m, const char *path, char **file, const char **hash) {
   const DtModelDesc *d = m->d;
   int rank = dtrt_rank(m->ctx), nranks = dtrt_nranks(m->ctx);
@@ -414,59 +469,98 @@ static DtStatus rank_file(DtModel *m, const char *path, char **file, const char 
   return DT_OK;
 }
 
-DtStatus dtrt_model_save(DtModel *m, const char *path) {
-  if (!m)
-    return DT_ERR_ARG;
+/* A checkpoint of the per-rank format (one file per rank, stamped with the
+ * model, the plan and the rank) into the state block at base: loads only into
+ * the plan that wrote it. */
+static DtStatus load_old(DtModel *m, const char *path, unsigned char *base, int64_t *step) {
   int n;
   char *file = NULL;
   const char *hash = m->d->hash;
-  DtBlock *b;
-  DtNamed *t = named(m, m->state, &b, &n);
-  DtStatus s = t ? DT_OK : DT_ERR_NOMEM;
-  if (!s && spmd(m) && path)
-    s = rank_file(m, path, &file, &hash);
-  if (!s)
-    s = dtrt_save_blocks(m->ctx, file ? file : path, t, b, n, hash, m->step);
-  dtrt_free(m->ctx, file);
-  dtrt_free(m->ctx, t);
-  return shared(m, s);
-}
-
-/* An SPMD model loads into a scratch copy of its state, and commits only when
- * every rank has read its file and all files hold the same step. */
-DtStatus dtrt_model_load(DtModel *m, const char *path) {
-  if (!m)
-    return DT_ERR_ARG;
-  int n;
-  int64_t step = 0;
-  char *file = NULL;
-  const char *hash = m->d->hash;
-  unsigned char *base = m->state;
   DtStatus s = DT_OK;
-  if (spmd(m) && path) {
+  if (spmd(m))
     s = rank_file(m, path, &file, &hash);
-    base = s ? NULL : dtrt_alloc(m->ctx, (size_t)m->d->state_bytes);
-    s = s ? s : base ? DT_OK : DT_ERR_NOMEM;
-  }
   DtBlock *b;
   DtNamed *t = s ? NULL : named(m, base, &b, &n);
   if (!s && !t)
     s = DT_ERR_NOMEM;
   if (!s)
-    s = dtrt_load_blocks(m->ctx, file ? file : path, t, b, n, hash, &step);
+    s = dtrt_load_blocks(m->ctx, file ? file : path, t, b, n, hash, step);
   if (!(s = shared(m, s)) && spmd(m)) {
     char text[32];
-    snprintf(text, sizeof text, "%lld", (long long)step);
+    snprintf(text, sizeof text, "%lld", (long long)*step);
     s = dtrt_comm_agree(m->ctx, "checkpoint step", text);
   }
+  if (s && spmd(m)) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", dtrt_errmsg(m->ctx));
+    s = dtrt_fail(m->ctx, s,
+                  "%s (a checkpoint of the per-rank format loads only into the plan that wrote "
+                  "it; make one file of it with: dtc-ckpt convert %s %s.rank0 %s.rank1 ..., "
+                  "every rank's file of the job that saved it)",
+                  why, path, path, path);
+  }
+  dtrt_free(m->ctx, file);
+  dtrt_free(m->ctx, t);
+  return s;
+}
+
+static bool exists(const char *path) { return !access(path, F_OK); }
+
+/* (collective) Whether v holds on every rank; false if that cannot be told. */
+static bool all_ranks(DtModel *m, bool v) {
+  int np = dtrt_nranks(m->ctx);
+  char mine = v, *all = dtrt_alloc(m->ctx, (size_t)np);
+  bool ok = all && !dtrt_comm_allgather(m->ctx, "load", &mine, 1, all);
+  for (int r = 0; ok && r < np; r++)
+    ok = all[r];
+  dtrt_free(m->ctx, all);
+  return ok;
+}
+
+/* Loads into a scratch copy of the state, committed only when every rank has
+ * read its blocks. An inference build (no train_step, no state) loads the
+ * params of a training build's checkpoint. */
+DtStatus dtrt_model_load(DtModel *m, const char *path) {
+  if (!m)
+    return DT_ERR_ARG;
+  const DtModelDesc *d = m->d;
+  bool params_only = !d->train_step, old = false;
+  for (int k = 0; k < d->nglobal; k++)
+    params_only = params_only && d->global[k].kind != DT_G_STATE;
+  int n;
+  int64_t step = 0;
+  unsigned char *base = dtrt_alloc(m->ctx, (size_t)d->state_bytes + 1);
+  DtCkptTensor *t = base ? ckpt_tensors(m, base, false, &n) : NULL;
+  DtStatus s = t ? DT_OK : DT_ERR_NOMEM;
+  if (!s && base)
+    memcpy(base, m->state, (size_t)d->state_bytes);
+  /* no PATH but PATH.rankR: a set of per-rank files */
+  char rank0[4096];
+  snprintf(rank0, sizeof rank0, "%s.rank%d", path ? path : "", dtrt_rank(m->ctx));
+  bool set = !s && path && !exists(path) && exists(rank0);
+  if (!s && set && !spmd(m))
+    s = dtrt_fail(m->ctx, DT_ERR_IO,
+                  "load: %s does not exist, but %s does: a per-rank checkpoint of an SPMD job; "
+                  "make one file of it with: dtc-ckpt convert %s %s.rank0 %s.rank1 ...",
+                  path, rank0, path, path, path);
+  if ((s = shared(m, s)))
+    goto done;
+  if (spmd(m) &&
+      (s = dtrt_comm_agree(m->ctx, "the checkpoint's format", set ? "per-rank" : "one file")))
+    goto done;
+  if (!set) {
+    s = dtrt_ckpt_load_as(m->ctx, path, t, n, params_only, &step, &old);
+    if (s && spmd(m))
+      old = all_ranks(m, old);
+  }
+  if (set || old)
+    s = load_old(m, path, base, &step);
   if (!s) {
-    if (base != m->state)
-      memcpy(m->state, base, (size_t)m->d->state_bytes);
+    memcpy(m->state, base, (size_t)d->state_bytes);
     m->step = step;
   }
-  if (base != m->state)
-    dtrt_free(m->ctx, base);
-  dtrt_free(m->ctx, file);
+done:
+  dtrt_free(m->ctx, base);
   dtrt_free(m->ctx, t);
   return s;
 }

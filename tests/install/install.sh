@@ -30,8 +30,8 @@ check() {
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1
 check "cmake --install" "$work/install.log" || exit 1
-for f in bin/dtc "$libdir/libdtrt.a" include/dtrt.h "$libdir/pkgconfig/dtrt.pc" \
-         "$libdir/cmake/dtc/dtcConfig.cmake" "$mandir/man1/dtc.1"; do
+for f in bin/dtc bin/dtc-ckpt "$libdir/libdtrt.a" include/dtrt.h "$libdir/pkgconfig/dtrt.pc" \
+         "$libdir/cmake/dtc/dtcConfig.cmake" "$mandir/man1/dtc.1" "$mandir/man1/dtc-ckpt.1"; do
   [ -f "$prefix/$f" ]; check "installed $f"
 done
 for f in "$src"/../../docs/*.md; do
@@ -58,6 +58,12 @@ if [ -s "$work/dtc.txt" ]; then
     grep -q -- "$o" "$work/dtc.txt"; check "dtc.1 documents $o"
   done
 fi
+if command -v groff >/dev/null; then
+  groff -man -Tutf8 -ww -P-cbou "$prefix/$mandir/man1/dtc-ckpt.1" >/dev/null 2>"$work/groff.err" &&
+    [ ! -s "$work/groff.err" ]
+  check "groff renders dtc-ckpt.1 without warnings" "$work/groff.err"
+fi
+"$prefix/bin/dtc-ckpt" --help | grep -q "^usage: dtc-ckpt list FILE"; check "dtc-ckpt --help"
 
 # the CMake project
 cmake -S "$src/project" -B "$work/cmake" -DCMAKE_PREFIX_PATH="$prefix" \

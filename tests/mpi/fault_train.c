@@ -4,15 +4,17 @@
  * save under way most of the time:
  *
  *     fault_train DIR STEPS [STALL] train STEPS steps; after step S save DIR/ck.S
- *                                   (DIR/ck.S.rankR), then remove this rank's ck.S-2;
+ *                                   (one file, every rank writing its part), then
+ *                                   rank 0 removes ck.S-2;
  *                                   rank 0 prints "saved S" once every rank has saved S;
  *                                   the last rank first sleeps STALL seconds (default 0)
- *     fault_train --resume DIR MIN  load the newest set of DIR that every rank has
- *                                   (its step at least MIN), check its step, train one step
+ *     fault_train --resume DIR MIN  load the newest checkpoint of DIR (its step at
+ *                                   least MIN), check its step, train one step
  *
- * Every rank keeps the last two sets it saved, and a rank starts save S+1
- * only after all have finished save S (the save shares the status), so a
- * fault during save S+1 always leaves set S complete on every rank. Each rank
+ * The last two checkpoints are kept, and a rank starts save S+1 only after
+ * all have finished save S (the save shares the status), so a fault during
+ * save S+1 always leaves checkpoint S complete (its temporary file, never
+ * renamed, is all a fault leaves of S+1). Each rank
  * prints its own errors, prefixed "fault_train: rank R:". */
 #include <dirent.h>
 #include <math.h>
@@ -40,16 +42,15 @@ static void batch(unsigned *s) {
   }
 }
 
-/* The newest step S of DIR/ck.S.rankR files of this rank; -1 when none. */
-static long newest(const char *dir, int rank) {
+/* The newest step S of the DIR/ck.S files; -1 when none. */
+static long newest(const char *dir) {
   DIR *d = opendir(dir);
   long best = -1;
   struct dirent *e;
   while (d && (e = readdir(d))) {
     long s;
-    int r, n = 0;
-    if (sscanf(e->d_name, "ck.%ld.rank%d%n", &s, &r, &n) == 2 && !e->d_name[n] && r == rank &&
-        s > best)
+    int n = 0;
+    if (sscanf(e->d_name, "ck.%ld%n", &s, &n) == 1 && !e->d_name[n] && s > best)
       best = s;
   }
   if (d)
@@ -58,10 +59,10 @@ static long newest(const char *dir, int rank) {
 }
 
 static int resume(mlp *m, int me, const char *dir, long min) {
-  long mine = newest(dir, me), set;
+  long mine = newest(dir), set;
   MPI_Allreduce(&mine, &set, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
   if (set < min) {
-    fprintf(stderr, "fault_train: rank %d: the newest set every rank has is step %ld, not %ld "
+    fprintf(stderr, "fault_train: rank %d: the newest checkpoint is step %ld, not %ld "
             "or later\n", me, set, min);
     return 1;
   }
@@ -108,8 +109,9 @@ static int train(mlp *m, int me, const char *dir, long steps, int stall) {
       fprintf(stderr, "fault_train: rank %d: save %s: %s\n", me, path, mlp_error(m));
       return 1;
     }
-    snprintf(old, sizeof old, "%s/ck.%ld.rank%d", dir, k - 2, me);
-    remove(old);
+    snprintf(old, sizeof old, "%s/ck.%ld", dir, k - 2);
+    if (me == 0)
+      remove(old);
     if (me == 0) {
       printf("saved %ld\n", k);
       fflush(stdout);

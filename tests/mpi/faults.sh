@@ -11,7 +11,7 @@
 #  - a message: mpirun's naming the killed rank (kill), the watchdog's of
 #    libdtrt, "has waited", from a rank (cut);
 #  - the job not to have finished all its steps (so the fault hit it);
-#  - on a new cluster, the newest checkpoint set every rank has, at least
+#  - on a new cluster, the newest checkpoint (one file), at least
 #    the last one reported before the fault, to load and train one step.
 # The cluster (its namespaces and every process in them) is removed at the
 # end, also on failure. Exits 77 (skipped) when CLUSTER cannot run here (not
@@ -87,7 +87,7 @@ case $fault in
       fail "no rank said it waited too long" ;;
 esac
 
-# the last complete set loads, on a new cluster
+# the last complete checkpoint loads, on a new cluster
 c down
 c up || fail "cannot make the cluster again"
 c mpirun "$prog" --resume "$work/ck" "$last" > "$work/resume" 2>&1

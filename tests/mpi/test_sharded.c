@@ -2,7 +2,9 @@
  * started with (alone, or under mpiexec -n 2 or -n 3), one description per
  * device with uneven blocks of its params: every rank's initial block equals
  * that block of the whole tensor computed here, the blocks gathered from all
- * ranks make the whole tensor, steps run, checkpoints record the blocks, and
+ * ranks make the whole tensor, steps run, the checkpoint holds the whole
+ * tensors with every rank's block in its place (blocks that do not tile a
+ * tensor are refused), and
  * creation fails alike on every rank for a wrong rank count or one rank's bad
  * description. Checks record and go on, as in test_comm.c. */
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <mpi.h>
 
@@ -62,6 +65,10 @@ static DtStatus train(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
   return DT_OK;
 }
 
+/* Whether g is split like w (rows) instead of its own way, which does not
+ * tile it. */
+static bool tile_g;
+
 /* Device dev's globals of a model of ndev devices: the params, then "w.m"
  * (w's block, zeros) and "seen" (i32, ones), laid out 64-byte aligned. */
 static DtModelDesc device(int dev, int ndev, DtGlobalDesc *g, const int32_t *mesh) {
@@ -75,8 +82,8 @@ static DtModelDesc device(int dev, int ndev, DtGlobalDesc *g, const int32_t *mes
                         .fan_out = params[p].full[1]};
     memcpy(x->full, params[p].full, sizeof params[p].full);
     memcpy(x->dim, params[p].full, sizeof params[p].full);
-    if (params[p].split >= 0 && params[p].split < 2) {
-      int d = params[p].split;
+    if (params[p].split == 0 || params[p].split == 1 || (params[p].split == 2 && tile_g)) {
+      int d = params[p].split % 2;
       cut(x->full[d], ndev, dev, &x->begin[d], &x->dim[d]);
     } else if (params[p].split == 2) {
       cut(x->full[0], ndev, dev, &x->begin[0], &x->dim[0]);
@@ -184,7 +191,7 @@ static void check_blocks(DtModel *m, uint64_t seed) {
   }
 }
 
-/* The header of this rank's checkpoint contains text. */
+/* The header of the checkpoint file contains text. */
 static bool header_has(const char *file, const char *text) {
   char buf[4096] = {0};
   FILE *f = fopen(file, "rb");
@@ -229,26 +236,77 @@ static void test_model(const char *dir) {
   int32_t *seen = dtrt_model_tensor(m, "seen");
   CHECK(seen && *seen == 1 && dtrt_model_step(m) == 1, "seen %d", seen ? *seen : -1);
 
-  char path[400], file[440], text[160];
-  snprintf(path, sizeof path, "%s/spmd.st", dir);
-  if (np == 1)
-    snprintf(file, sizeof file, "%s", path);
-  else
-    snprintf(file, sizeof file, "%s.rank%d", path, me);
-  CHECK(dtrt_model_save(m, path) == DT_OK, "save: %s", dtrt_model_error(m));
+  /* a checkpoint holds whole tensors: g's blocks do not tile it */
+  char path[400], text[480];
   int64_t wb, wn;
-  cut(params[0].full[0], np, me, &wb, &wn);
-  snprintf(text, sizeof text, "\"block:w\":\"{\\\"full\\\":[7,5],\\\"begin\\\":[%lld,0]}\"",
-           (long long)wb);
-  CHECK(header_has(file, text), "%s lacks %s", file, text);
-  CHECK(header_has(file, "\"block:b\":\"{\\\"full\\\":[5],\\\"begin\\\":[0]}\""),
-        "%s lacks the block of b", file);
+  struct stat st;
+  snprintf(path, sizeof path, "%s/spmd.st", dir);
+  s = dtrt_model_save(m, path);
+  if (np > 1)
+    CHECK(s == DT_ERR_ARG && strstr(dtrt_model_error(m), "of the 48 elements of 'g'") &&
+              stat(path, &st) != 0,
+          "save of blocks that do not tile: %s: %s", dtrt_status_name(s), dtrt_model_error(m));
+  else
+    CHECK(s == DT_OK, "save: %s", dtrt_model_error(m));
+  dtrt_model_destroy(m);
+  CHECK(c.allocs == c.frees, "model context: %ld allocations, %ld frees", c.allocs, c.frees);
+  if (mpi_up())
+    MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0)
+    remove(path);
+
+  /* g tiled: one file of whole tensors, each rank's block written in its
+   * place; every rank reads it alone, as one process, and finds its blocks */
+  tile_g = true;
+  for (int k = 0; k < np; k++)
+    d[k] = device(k, np, g[k], mesh);
+  s = dtrt_model_create_spmd_with(dev, np, 11, &al, err, sizeof err, &m);
+  CHECK(s == DT_OK, "create with g tiled: %s", err);
+  if (s)
+    return;
+  s = dtrt_model_train_step(m, NULL, NULL, &loss);
+  CHECK(s == DT_OK, "step: %s", dtrt_model_error(m));
+  CHECK(dtrt_model_save(m, path) == DT_OK, "save: %s", dtrt_model_error(m));
+  snprintf(text, sizeof text, "%s.rank%d", path, me);
+  CHECK(stat(path, &st) == 0 && stat(text, &st) != 0, "not one file %s", path);
+  CHECK(header_has(path, "\"w\":{\"dtype\":\"F32\",\"shape\":[7,5]"), "%s lacks the whole w",
+        path);
+  DtCkptTensor t[NGLOBAL];
+  float *data[NGLOBAL];
+  int64_t step = -1;
+  for (int k = 0; k < NGLOBAL; k++) {
+    const DtGlobalDesc *x = &g[me][k];
+    t[k] = (DtCkptTensor){.name = x->name, .kind = x->kind,
+                          .t = {.dtype = x->dtype, .rank = x->rank}};
+    memcpy(t[k].t.dim, x->rank ? x->full : x->dim, sizeof x->dim);
+    t[k].t.data = data[k] = calloc((size_t)numel(t[k].t.dim, x->rank) + 1, 4);
+  }
+  DtrtCtx *alone = dtrt_ctx_new();
+  s = dtrt_ckpt_load(alone, path, t, NGLOBAL, false, &step);
+  CHECK(s == DT_OK && step == 1, "load alone: %s", dtrt_errmsg(alone));
+  dtrt_ctx_free(alone);
+  for (int k = 0; k < NGLOBAL && !s; k++) {
+    DtTensor b;
+    int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK], bad = -1;
+    dtrt_model_tensor_block(m, g[me][k].name, &b, full, begin);
+    for (int64_t i = 0; i < numel(b.dim, b.rank) && bad < 0; i++)
+      if (memcmp((float *)b.data + i, data[k] + whole_index(b.rank, b.dim, full, begin, i), 4))
+        bad = i;
+    CHECK(bad < 0, "'%s': element %lld of this rank's block is not in its place in the file",
+          g[me][k].name, (long long)bad);
+  }
+  for (int k = 0; k < NGLOBAL; k++)
+    free(data[k]);
   float *v = dtrt_model_tensor(m, "v");
   float v0 = v[0];
   v[0] = 42;
-  CHECK(dtrt_model_load(m, path) == DT_OK && v[0] == v0, "load: %s", dtrt_model_error(m));
+  CHECK(dtrt_model_load(m, path) == DT_OK && v[0] == v0 && dtrt_model_step(m) == 1, "load: %s",
+        dtrt_model_error(m));
   dtrt_model_destroy(m);
   CHECK(c.allocs == c.frees, "model context: %ld allocations, %ld frees", c.allocs, c.frees);
+  tile_g = false;
+  for (int k = 0; k < np; k++)
+    d[k] = device(k, np, g[k], mesh);
 
   /* one device more than ranks: refused alike on every rank */
   d[np] = device(np, np + 1, g[np], mesh);

@@ -1,6 +1,7 @@
 /* test_runtime_checkpoint.c: safetensors checkpoints: bit-exact round trips,
- * corruption and mismatch caught before the destination is touched, and a
- * failed save leaving the previous file intact. */
+ * corruption and mismatch caught before the destination is touched, a
+ * failed save leaving the previous file intact; whole-tensor checkpoints
+ * (dtrt_ckpt_*) in one process. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -452,6 +453,92 @@ static void test_not_regular(void **state) {
   no_temps();
 }
 
+/* dtrt_ckpt_*: whole tensors; a block read out of them; every byte after the
+ * first 8 under the checksum, the header's text too; the params of a file of
+ * params and state; the per-rank format told apart and converted. */
+static void test_whole_tensors(void **state) {
+  (void)state;
+  float w[12], m[12], blk[6], w2[12], m2[12];
+  int32_t n = 7, n2 = 0;
+  for (int k = 0; k < 12; k++)
+    w[k] = (float)k + 0.5f, m[k] = -(float)k;
+  DtCkptTensor t[3] = {
+      {"w", DT_G_PARAM, {w, DTRT_F32, 2, {3, 4}}, {0}, {0}},
+      {"w__m", DT_G_STATE, {m, DTRT_F32, 2, {3, 4}}, {0}, {0}},
+      {"n", DT_G_STATE, {&n, DTRT_I32, 0, {0}}, {0}, {0}},
+  };
+  char path[512];
+  snprintf(path, sizeof path, "%s", at("w.st"));
+  assert_int_equal(dtrt_ckpt_save(ctx, path, t, 3, "tiny", NULL, 12), DT_OK);
+  int64_t step = 0;
+  assert_int_equal(dtrt_ckpt_verify(ctx, path, &step), DT_OK);
+  assert_true(step == 12);
+  no_temps();
+
+  /* columns 2..4 of w, the rest whole */
+  DtCkptTensor c[3] = {
+      {"w", DT_G_PARAM, {blk, DTRT_F32, 2, {3, 2}}, {3, 4}, {0, 2}},
+      {"w__m", DT_G_STATE, {m2, DTRT_F32, 2, {3, 4}}, {0}, {0}},
+      {"n", DT_G_STATE, {&n2, DTRT_I32, 0, {0}}, {0}, {0}},
+  };
+  assert_int_equal(dtrt_ckpt_load(ctx, path, c, 3, false, &step), DT_OK);
+  for (int r = 0; r < 3; r++)
+    for (int j = 0; j < 2; j++)
+      assert_true(blk[r * 2 + j] == w[r * 4 + 2 + j]);
+  assert_memory_equal(m2, m, sizeof m);
+  assert_int_equal(n2, 7);
+
+  /* the params alone (an inference build), and not without params_only */
+  DtCkptTensor p = {"w", DT_G_PARAM, {w2, DTRT_F32, 2, {3, 4}}, {0}, {0}};
+  assert_int_equal(dtrt_ckpt_load(ctx, path, &p, 1, true, NULL), DT_OK);
+  assert_memory_equal(w2, w, sizeof w);
+  memset(w2, 0, sizeof w2);
+  assert_int_equal(dtrt_ckpt_load(ctx, path, &p, 1, false, NULL), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "has tensor 'n', which this model does not have"));
+  assert_true(w2[0] == 0);
+
+  /* one byte changed in the header's text, then in the data */
+  long len;
+  unsigned char *f = slurp(path, &len);
+  unsigned char *model = NULL;
+  for (long k = 0; k + 6 <= len && !model; k++)
+    if (!memcmp(f + k, "\"tiny\"", 6))
+      model = f + k;
+  assert_non_null(model);
+  model[4] = 'x';
+  spit(at("bad.st"), f, len);
+  assert_int_equal(dtrt_ckpt_verify(ctx, at("bad.st"), NULL), DT_ERR_CHECKSUM);
+  assert_int_equal(dtrt_ckpt_load(ctx, at("bad.st"), c, 3, false, NULL), DT_ERR_CHECKSUM);
+  model[4] = 'y';
+  f[len - 1] ^= 1;
+  spit(at("bad.st"), f, len);
+  assert_int_equal(dtrt_ckpt_verify(ctx, at("bad.st"), NULL), DT_ERR_CHECKSUM);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "is corrupt: its checksum is"));
+  free(f);
+
+  /* a file of the per-rank format (a single one: one process) converts */
+  Set a, b;
+  make_set(&a, 2.5f);
+  make_set(&b, 0);
+  assert_int_equal(dtrt_save(ctx, at("old.st"), a.t, 4, "h", 3), DT_OK);
+  assert_int_equal(dtrt_ckpt_verify(ctx, at("old.st"), NULL), DT_ERR_FORMAT);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "has no \"format\" in its metadata"));
+  const char *files[] = {path};
+  assert_int_equal(dtrt_ckpt_convert(ctx, at("c.st"), files, 1), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "is a checkpoint of format dtc-1 already"));
+  files[0] = at("old.st");
+  assert_int_equal(dtrt_ckpt_convert(ctx, at("c.st"), files, 1), DT_OK);
+  DtCkptTensor o[4];
+  for (int k = 0; k < 4; k++)
+    o[k] = (DtCkptTensor){b.t[k].name, -1, b.t[k].t, {0}, {0}};
+  assert_int_equal(dtrt_ckpt_load(ctx, at("c.st"), o, 4, false, &step), DT_OK);
+  assert_true(step == 3);
+  assert_memory_equal(b.w, a.w, sizeof a.w);
+  assert_memory_equal(b.b, a.b, sizeof a.b);
+  assert_int_equal(b.n, a.n);
+  no_temps();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -460,6 +547,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_crash_safety, setup, teardown),
       cmocka_unit_test_setup_teardown(test_not_regular, setup, teardown),
       cmocka_unit_test_setup_teardown(test_step_range, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_whole_tensors, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

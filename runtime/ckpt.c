@@ -1,0 +1,1174 @@
+/* ckpt.c: checkpoints of whole tensors whatever the layout: one safetensors
+ * file that every rank writes its own blocks into and reads its own blocks
+ * from, by positioned I/O, and the conversion of the per-rank files of
+ * earlier versions (docs/RUNTIME.md, "Checkpoints").
+ *
+ * The checksum ("crc32:" and 8 hex digits) is the CRC-32 of the file from
+ * byte 8 on, header and data, with the checksum's own 8 digits read as '0':
+ * a rank's runs are CRCs of their own bytes, joined in file order with
+ * crc32_combine, so neither the save nor the check gathers any data. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "dtrt_int.h"
+
+#define FORMAT "dtc-1"
+#define MAX_HEADER (100 << 20)   /* the limit of the safetensors reference reader */
+#define CK_KEY "\"checksum\":\"crc32:"
+enum { CHUNK = 1 << 20, DIGITS = 8 };
+
+/* A tensor of the file: whole dims, place in the data section, and the
+ * caller's tensor it is (-1: none, skipped). */
+typedef struct Entry {
+  const char *name;
+  int dtype, rank, kind;
+  int64_t dim[DT_MAX_RANK];
+  int64_t begin, end;
+  int local;
+} Entry;
+
+/* A run of bytes of the data section and their CRC. */
+typedef struct Piece {
+  int64_t off, len;
+  uint64_t crc;
+} Piece;
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const Entry *)a)->name, ((const Entry *)b)->name);
+}
+
+static int by_begin(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  if (x->begin != y->begin)
+    return x->begin < y->begin ? -1 : 1;
+  if (x->end != y->end)
+    return x->end < y->end ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+static int by_off(const void *a, const void *b) {
+  const Piece *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The status of every rank when ctx has joined a job of several ranks. */
+static DtStatus share(DtrtCtx *ctx, DtStatus s) {
+  return dtrt_nranks(ctx) > 1 ? dtrt_comm_status(ctx, s) : s;
+}
+
+static uLong crc_of(const void *p, int64_t n) {
+  uLong c = crc32_z(0, NULL, 0);
+  return n ? crc32_z(c, p, (z_size_t)n) : c;
+}
+
+/* ---- text ---- */
+
+/* A growing string through the context's allocator; ok false once out of
+ * memory. */
+typedef struct Text {
+  DtrtCtx *ctx;
+  char *s;
+  size_t n, cap;
+  bool ok;
+} Text;
+
+static void add(Text *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (!t->ok || k < 0)
+    return;
+  if (t->n + (size_t)k + 1 > t->cap) {
+    size_t cap = (t->n + (size_t)k + 1) * 2;
+    char *s = dtrt_alloc(t->ctx, cap);
+    if (!s) {
+      t->ok = false;
+      return;
+    }
+    if (t->s)
+      memcpy(s, t->s, t->n + 1);
+    dtrt_free(t->ctx, t->s);
+    t->s = s, t->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(t->s + t->n, t->cap - t->n, fmt, ap);
+  va_end(ap);
+  t->n += (size_t)k;
+}
+
+/* FNV-1a of the tensors' "NAME DTYPE[DIMS]" lines (in name order), of the
+ * params alone when params; "" when a kind needed is not known. */
+static void hash_of(const Entry *e, int n, bool params, char out[17]) {
+  uint64_t h = 0xcbf29ce484222325u;
+  char ty[160];
+  out[0] = 0;
+  for (int k = 0; k < n; k++) {
+    if (params && e[k].kind < 0)
+      return;
+    if (params && e[k].kind != DT_G_PARAM)
+      continue;
+    int len = snprintf(ty, sizeof ty, "%s ", e[k].name);
+    if (len < 0 || len >= (int)sizeof ty - 1) {   /* a long name: hashed whole */
+      for (const char *c = e[k].name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3u;
+      len = 0;
+    }
+    dtrt_type_str(e[k].dtype, e[k].dim, e[k].rank, ty + len, sizeof ty - (size_t)len);
+    for (const char *c = ty; *c; c++)
+      h = (h ^ (unsigned char)*c) * 0x100000001b3u;
+    h = (h ^ '\n') * 0x100000001b3u;
+  }
+  snprintf(out, 17, "%016" PRIx64, h);
+}
+
+/* ---- runs of a block ---- */
+
+/* Calls fn(arg, whole, local, n) for each run of elements contiguous both in
+ * the block dim[0..r) at begin and in the whole tensor of dims full: its
+ * first element's index in the whole tensor and in the block, its length.
+ * Stops at fn's first non-zero return, which it returns. */
+typedef int (*RunFn)(void *arg, int64_t whole, int64_t local, int64_t n);
+
+static int for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
+                    RunFn fn, void *arg) {
+  int64_t n = dtrt_elems(dim, r);
+  if (n <= 0)
+    return 0;
+  int c = r > 0 ? r - 1 : 0;
+  int64_t run = r > 0 ? dim[c] : 1, stride[DT_MAX_RANK], at[DT_MAX_RANK] = {0};
+  for (; c > 0 && dim[c] == full[c]; c--)
+    run *= dim[c - 1];
+  for (int k = r - 1; k >= 0; k--)
+    stride[k] = k == r - 1 ? 1 : stride[k + 1] * full[k + 1];
+  for (int64_t done = 0; done < n; done += run) {
+    int64_t first = 0;
+    for (int k = 0; k < r; k++)
+      first += (begin[k] + at[k]) * stride[k];
+    int v = fn(arg, first, done, run);
+    if (v)
+      return v;
+    for (int k = c - 1; k >= 0 && ++at[k] == dim[k]; k--)
+      at[k] = 0;
+  }
+  return 0;
+}
+
+static int pwrite_all(int fd, const void *p, int64_t n, int64_t off) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = pwrite(fd, c, (size_t)(n < (1 << 30) ? n : (1 << 30)), (off_t)off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      if (w == 0)
+        errno = EIO;
+      return -1;
+    }
+    c += w, n -= w, off += w;
+  }
+  return 0;
+}
+
+/* -1 with errno set on an error, -2 at the end of the file. */
+static int pread_all(int fd, void *p, int64_t n, int64_t off) {
+  char *c = p;
+  while (n > 0) {
+    ssize_t r = pread(fd, c, (size_t)(n < (1 << 30) ? n : (1 << 30)), (off_t)off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return -1;
+    if (r == 0)
+      return -2;
+    c += r, n -= r, off += r;
+  }
+  return 0;
+}
+
+/* fsync of the directory holding path, so that a rename in it is durable. */
+static int sync_dir(DtrtCtx *ctx, const char *path) {
+  size_t n = strlen(path);
+  char *dir = dtrt_alloc(ctx, n + 2);
+  if (!dir)
+    return -1;
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    strcpy(dir, ".");
+  else if (slash == path)
+    strcpy(dir, "/");
+  else
+    memcpy(dir, path, (size_t)(slash - path));
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = -1;
+  if (fd >= 0) {
+    r = fsync(fd);
+    close(fd);
+  }
+  dtrt_free(ctx, dir);
+  return r;
+}
+
+/* ---- save ---- */
+
+typedef struct Writer {
+  int fd;
+  int64_t data, base;   /* the data section's offset in the file; the tensor's in it */
+  const unsigned char *src;
+  DtrtCtx *ctx;
+  Piece *p;
+  int np, cap;
+} Writer;
+
+static int write_run(void *arg, int64_t whole, int64_t local, int64_t n) {
+  Writer *w = arg;
+  const unsigned char *src = w->src + local * 4;
+  int64_t off = w->base + whole * 4, len = n * 4;
+  if (pwrite_all(w->fd, src, len, w->data + off))
+    return -1;
+  uLong crc = crc_of(src, len);
+  if (w->np && w->p[w->np - 1].off + w->p[w->np - 1].len == off) {
+    Piece *last = &w->p[w->np - 1];
+    last->crc = crc32_combine((uLong)last->crc, crc, (z_off_t)len);
+    last->len += len;
+    return 0;
+  }
+  if (w->np == w->cap) {
+    int cap = w->cap ? 2 * w->cap : 64;
+    Piece *p = dtrt_alloc(w->ctx, (size_t)cap * sizeof *p);
+    if (!p) {
+      errno = ENOMEM;
+      return -1;
+    }
+    if (w->np)
+      memcpy(p, w->p, (size_t)w->np * sizeof *p);
+    dtrt_free(w->ctx, w->p);
+    w->p = p, w->cap = cap;
+  }
+  w->p[w->np++] = (Piece){off, len, crc};
+  return 0;
+}
+
+/* The caller's tensors checked and as entries of the file (whole dims, data
+ * order = name order, offsets); NULL on failure. */
+static Entry *table(DtrtCtx *ctx, const DtCkptTensor *t, int n, DtStatus *s) {
+  *s = DT_OK;
+  if (n < 0 || (n > 0 && !t)) {
+    *s = dtrt_fail(ctx, DT_ERR_ARG, "checkpoint: %d tensors at %p", n, (const void *)t);
+    return NULL;
+  }
+  Entry *e = dtrt_alloc(ctx, (size_t)(n + 1) * sizeof *e);
+  if (!e) {
+    *s = DT_ERR_NOMEM;
+    return NULL;
+  }
+  for (int k = 0; k < n && !*s; k++) {
+    if (!t[k].name || !t[k].name[0] || !strcmp(t[k].name, "__metadata__")) {
+      *s = dtrt_fail(ctx, DT_ERR_ARG, "checkpoint: tensor %d has %s name", k,
+                     t[k].name && t[k].name[0] ? "a reserved" : "no");
+      break;
+    }
+    if ((*s = dtrt_check(ctx, "checkpoint", t[k].name, &t[k].t, 0)) ||
+        (*s = dtrt_check_block(ctx, "checkpoint", t[k].name, t[k].t.dim, t[k].full, t[k].begin,
+                               t[k].t.rank)))
+      break;
+    int64_t begin[DT_MAX_RANK];
+    e[k] = (Entry){.name = t[k].name, .dtype = t[k].t.dtype, .rank = t[k].t.rank,
+                   .kind = t[k].kind, .local = k};
+    dtrt_block(t[k].t.dim, t[k].full, t[k].begin, t[k].t.rank, e[k].dim, begin);
+  }
+  if (!*s) {
+    qsort(e, (size_t)n, sizeof *e, by_name);
+    int64_t at = 0;
+    for (int k = 0; k < n && !*s; k++) {
+      if (k && !strcmp(e[k - 1].name, e[k].name))
+        *s = dtrt_fail(ctx, DT_ERR_ARG, "checkpoint: tensor name '%s' appears twice", e[k].name);
+      e[k].begin = at;
+      at = e[k].end = at + dtrt_elems(e[k].dim, e[k].rank) * 4;
+    }
+  }
+  if (*s) {
+    dtrt_free(ctx, e);
+    return NULL;
+  }
+  return e;
+}
+
+/* This rank's block of entry k of the table (begin, then dims). */
+static void my_block(const DtCkptTensor *t, const Entry *e, int64_t *out) {
+  int64_t full[DT_MAX_RANK];
+  const DtCkptTensor *x = &t[e->local];
+  memset(out, 0, 2 * DT_MAX_RANK * sizeof *out);
+  dtrt_block(x->t.dim, x->full, x->begin, x->t.rank, full, out);
+  memcpy(out + DT_MAX_RANK, x->t.dim, (size_t)x->t.rank * sizeof *out);
+}
+
+static bool overlap(const int64_t *a, const int64_t *b, int r) {
+  for (int d = 0; d < r; d++)
+    if (a[d] >= b[d] + b[DT_MAX_RANK + d] || b[d] >= a[d] + a[DT_MAX_RANK + d])
+      return false;
+  return true;
+}
+
+/* Who writes what, from every rank's blocks (all: [rank][tensor][begin, dims]):
+ * each distinct block once, by the rank holding it that has the fewest bytes
+ * to write so far (the lowest such); mine[k]: this rank writes tensor k. The
+ * distinct blocks must tile each tensor. Also the plan's text. The same on
+ * every rank. */
+static DtStatus owners(DtrtCtx *ctx, const Entry *e, int n, const int64_t *all, int np, int me,
+                       bool *mine, Text *plan) {
+  const int B = 2 * DT_MAX_RANK;
+  int64_t *load = dtrt_alloc(ctx, (size_t)np * sizeof *load);
+  if (!load)
+    return DT_ERR_NOMEM;
+  DtStatus s = DT_OK;
+  for (int k = 0; k < n && !s; k++) {
+    int r = e[k].rank;
+    int64_t covered = 0;
+    bool whole = true;
+    for (int q = 0; q < np && !s; q++) {
+      const int64_t *bq = all + ((size_t)q * (size_t)n + (size_t)k) * B;
+      int64_t cnt = dtrt_elems(bq + DT_MAX_RANK, r);
+      whole = whole && !memcmp(bq + DT_MAX_RANK, e[k].dim, (size_t)r * sizeof *bq);
+      bool seen = cnt == 0;
+      for (int p = 0; p < q && !seen; p++) {
+        const int64_t *bp = all + ((size_t)p * (size_t)n + (size_t)k) * B;
+        if (!memcmp(bp, bq, (size_t)B * sizeof *bq))
+          seen = true;
+        else if (dtrt_elems(bp + DT_MAX_RANK, r) > 0 && overlap(bp, bq, r))
+          s = dtrt_fail(ctx, DT_ERR_ARG,
+                        "checkpoint: the blocks of '%s' on ranks %d and %d overlap without "
+                        "being the same",
+                        e[k].name, p, q);
+      }
+      if (seen || s)
+        continue;
+      int best = q;
+      for (int h = q + 1; h < np; h++)
+        if (!memcmp(all + ((size_t)h * (size_t)n + (size_t)k) * B, bq, (size_t)B * sizeof *bq) &&
+            load[h] < load[best])
+          best = h;
+      load[best] += cnt * 4;
+      covered += cnt;
+      if (best == me)
+        mine[k] = true;
+    }
+    if (!s && covered != dtrt_elems(e[k].dim, r))
+      s = dtrt_fail(ctx, DT_ERR_ARG,
+                    "checkpoint: the ranks hold %lld of the %lld elements of '%s'",
+                    (long long)covered, (long long)dtrt_elems(e[k].dim, r), e[k].name);
+    if (s || whole)
+      continue;
+    add(plan, "\n%s:", e[k].name);
+    for (int q = 0; q < np; q++) {
+      const int64_t *bq = all + ((size_t)q * (size_t)n + (size_t)k) * B;
+      add(plan, " r%d [", q);
+      for (int d = 0; d < r; d++)
+        add(plan, "%s%lld:%lld", d ? "," : "", (long long)bq[d],
+            (long long)(bq[d] + bq[DT_MAX_RANK + d]));
+      add(plan, "]");
+    }
+  }
+  dtrt_free(ctx, load);
+  return s;
+}
+
+/* The header's JSON with the checksum as 8 '0' digits (free with cJSON_free). */
+static char *header(const Entry *e, int n, const char *model, const char *hash,
+                    const char *phash, int64_t step, const char *plan) {
+  char buf[160];
+  cJSON *root = cJSON_CreateObject(), *meta = cJSON_CreateObject();
+  if (!root || !meta || !cJSON_AddItemToObject(root, "__metadata__", meta)) {
+    cJSON_Delete(root);
+    cJSON_Delete(meta);
+    return NULL;
+  }
+  snprintf(buf, sizeof buf, "%" PRId64, step);
+  bool ok = cJSON_AddStringToObject(meta, "format", FORMAT) &&
+            cJSON_AddStringToObject(meta, "model", model) &&
+            cJSON_AddStringToObject(meta, "model_hash", hash) &&
+            (!phash[0] || cJSON_AddStringToObject(meta, "params_hash", phash)) &&
+            cJSON_AddStringToObject(meta, "step", buf) &&
+            cJSON_AddStringToObject(meta, "plan", plan) &&
+            cJSON_AddStringToObject(meta, "checksum", "crc32:00000000");
+  for (int k = 0; ok && k < n; k++) {
+    cJSON *o = cJSON_AddObjectToObject(root, e[k].name);
+    dtrt_dims_str(e[k].dim, e[k].rank, buf, sizeof buf);
+    ok = o && cJSON_AddStringToObject(o, "dtype", e[k].dtype == DTRT_F32 ? "F32" : "I32") &&
+         cJSON_AddRawToObject(o, "shape", buf);
+    snprintf(buf, sizeof buf, "[%" PRId64 ",%" PRId64 "]", e[k].begin, e[k].end);
+    ok = ok && cJSON_AddRawToObject(o, "data_offsets", buf);
+  }
+  char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
+  cJSON_Delete(root);
+  return json;
+}
+
+/* Joins the pieces of every rank (all, count bytes) in file order after the
+ * header's CRC; they must cover the data section [0, datalen) exactly. */
+static DtStatus join_crc(DtrtCtx *ctx, const char *op, Piece *p, int np, int64_t datalen,
+                         uLong *crc) {
+  qsort(p, (size_t)np, sizeof *p, by_off);
+  int64_t at = 0;
+  for (int k = 0; k < np; k++) {
+    if (p[k].off != at)
+      return dtrt_fail(ctx, DT_ERR_INTERNAL, "%s: the ranks' runs %s at byte %lld of the data",
+                       op, p[k].off < at ? "overlap" : "leave a hole", (long long)at);
+    *crc = crc32_combine(*crc, (uLong)p[k].crc, (z_off_t)p[k].len);
+    at += p[k].len;
+  }
+  if (at != datalen)
+    return dtrt_fail(ctx, DT_ERR_INTERNAL, "%s: the ranks' runs cover %lld of %lld data bytes",
+                     op, (long long)at, (long long)datalen);
+  return DT_OK;
+}
+
+DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
+                        const char *model, const char *plan, int64_t step) {
+  if (!ctx)
+    return DT_ERR_ARG;
+  const char *op = "save";
+  int me = dtrt_rank(ctx), np = dtrt_nranks(ctx);
+  DtStatus s = DT_OK;
+  Entry *e = NULL;
+  if (!path || !path[0])
+    s = dtrt_fail(ctx, DT_ERR_ARG, "save: no path");
+  else if (step < 0 || step > DTRT_MAX_STEP)
+    s = dtrt_fail(ctx, DT_ERR_ARG, "save: step %lld is outside 0..%lld", (long long)step,
+                  (long long)DTRT_MAX_STEP);
+  else if (!(e = table(ctx, t, n, &s)))
+    ;
+  else if (me == 0)
+    s = dtrt_check_output(ctx, op, path);
+  char hash[17] = "", phash[17] = "", both[80];
+  if (!s) {
+    hash_of(e, n, false, hash);
+    hash_of(e, n, true, phash);
+  }
+  if ((s = share(ctx, s))) {
+    dtrt_free(ctx, e);
+    return s;
+  }
+  snprintf(both, sizeof both, "%s %s step %lld", hash, phash, (long long)step);
+  if (np > 1 && (s = dtrt_comm_agree(ctx, "the checkpoint's tensors (names, dtypes, shapes)",
+                                     both))) {
+    dtrt_free(ctx, e);
+    return s;
+  }
+
+  /* every rank's blocks, who writes what, the plan's text, the header */
+  const int B = 2 * DT_MAX_RANK;
+  size_t plen = strlen(path);
+  int64_t *blk = dtrt_alloc(ctx, (size_t)(n + 1) * (size_t)B * sizeof *blk);
+  int64_t *all = dtrt_alloc(ctx, (size_t)(n + 1) * (size_t)np * (size_t)B * sizeof *all);
+  bool *mine = dtrt_alloc(ctx, (size_t)n + 1);
+  char *tmp = dtrt_alloc(ctx, plen + 16), *json = NULL, *hdr = NULL;
+  Text pt = {.ctx = ctx, .ok = true};
+  Writer w = {.fd = -1, .ctx = ctx};
+  if (!blk || !all || !mine || !tmp)
+    s = DT_ERR_NOMEM;
+  for (int k = 0; !s && k < n; k++)
+    my_block(t, &e[k], blk + (size_t)k * B);
+  if (!s && (int64_t)n * B * 8 > INT32_MAX)
+    s = dtrt_fail(ctx, DT_ERR_ARG, "save: %d tensors are too many", n);
+  if ((s = share(ctx, s)))
+    goto done;
+  if ((s = dtrt_comm_allgather(ctx, "save", blk, n * B * 8, all)))
+    goto done;
+  add(&pt, "%s", plan ? plan : np > 1 ? "" : "one process");
+  if (!plan && np > 1)
+    add(&pt, "%d ranks", np);
+  s = owners(ctx, e, n, all, np, me, mine, &pt);
+  if (!s && !pt.ok)
+    s = DT_ERR_NOMEM;
+  if (!s && !(json = header(e, n, model ? model : "", hash, phash, step, pt.s)))
+    s = dtrt_fail(ctx, DT_ERR_NOMEM, "save: out of memory building the header of %s", path);
+  size_t len = json ? strlen(json) : 0, hl = (len + 7) / 8 * 8;
+  if (!s && !(hdr = dtrt_alloc(ctx, 8 + hl)))
+    s = DT_ERR_NOMEM;
+  if ((s = share(ctx, s)))
+    goto done;
+  snprintf(both, sizeof both, "%zu", hl);
+  if (np > 1 && (s = dtrt_comm_agree(ctx, "the length of the checkpoint's header", both)))
+    goto done;
+  for (int k = 0; k < 8; k++)
+    hdr[k] = (char)((uint64_t)hl >> 8 * k);
+  memcpy(hdr + 8, json, len);
+  memset(hdr + 8 + len, ' ', hl - len);
+  int64_t datalen = n ? e[n - 1].end : 0;
+  w.data = 8 + (int64_t)hl;
+
+  /* the temporary file: rank 0 makes it, every rank opens it */
+  memcpy(tmp, path, plen);
+  strcpy(tmp + plen, ".tmp.XXXXXX");
+  if (me == 0) {
+    if ((w.fd = mkstemp(tmp)) < 0 || fchmod(w.fd, 0644))
+      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot create a temporary file beside %s: %s", path,
+                    strerror(errno));
+  }
+  if ((s = share(ctx, s)))
+    goto done;
+  if ((s = dtrt_comm_bcast(ctx, "save", tmp, (int)plen + 12, 0)))
+    goto done;
+  if (me != 0 && (w.fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
+    s = dtrt_fail(ctx, DT_ERR_IO,
+                  "save: cannot open %s, which rank 0 created: %s (every rank must see the "
+                  "checkpoint's directory)",
+                  tmp, strerror(errno));
+  for (int k = 0; !s && k < n; k++) {
+    if (!mine[k])
+      continue;
+    const DtCkptTensor *x = &t[e[k].local];
+    int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+    dtrt_block(x->t.dim, x->full, x->begin, x->t.rank, full, begin);
+    w.src = x->t.data, w.base = e[k].begin;
+    if (for_runs(full, begin, x->t.dim, x->t.rank, write_run, &w))
+      s = errno == ENOMEM ? DT_ERR_NOMEM
+                          : dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp,
+                                      strerror(errno));
+  }
+  if (!s && me != 0 && fsync(w.fd))
+    s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
+  if (me != 0 && w.fd >= 0) {
+    if (close(w.fd) && !s)
+      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
+    w.fd = -1;
+  }
+  if ((s = share(ctx, s)))
+    goto done;
+
+  /* the checksum from every rank's runs; rank 0 writes the header, renames */
+  void *pieces = NULL;
+  int bytes = 0;
+  if ((int64_t)w.np * (int64_t)sizeof(Piece) > INT32_MAX)
+    s = dtrt_fail(ctx, DT_ERR_ARG, "save: too many runs of blocks");
+  if ((s = share(ctx, s)) ||
+      (s = dtrt_comm_allgatherv(ctx, "save", w.p, w.np * (int)sizeof(Piece), &pieces, &bytes)))
+    goto done;
+  if (me == 0) {
+    uLong crc = crc_of(hdr + 8, (int64_t)hl);
+    s = join_crc(ctx, op, pieces, bytes / (int)sizeof(Piece), datalen, &crc);
+    char *at = strstr(hdr + 8, CK_KEY), digits[DIGITS + 1];
+    if (!s && !at)
+      s = dtrt_fail(ctx, DT_ERR_INTERNAL, "save: the header of %s has no checksum", path);
+    snprintf(digits, sizeof digits, "%08lx", (unsigned long)crc);
+    if (!s)
+      memcpy(at + strlen(CK_KEY), digits, DIGITS);
+    if (!s && (pwrite_all(w.fd, hdr, w.data, 0) || fsync(w.fd)))
+      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
+    if (close(w.fd) && !s)
+      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
+    w.fd = -1;
+    /* the path may have become something else while the data were written */
+    if (!s)
+      s = dtrt_check_output(ctx, op, path);
+    if (!s && rename(tmp, path))
+      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", path, strerror(errno));
+    else if (!s)
+      tmp[0] = 0;   /* renamed: nothing to remove */
+    if (!s && sync_dir(ctx, path))
+      s = dtrt_fail(ctx, DT_ERR_IO, "save: wrote %s but could not sync its directory: %s",
+                    path, strerror(errno));
+  }
+  dtrt_free(ctx, pieces);
+  s = share(ctx, s);
+done:
+  if (w.fd >= 0)
+    close(w.fd);
+  if (me == 0 && s && tmp && tmp[0] && strcmp(tmp + plen, ".tmp.XXXXXX"))
+    unlink(tmp);
+  cJSON_free(json);
+  dtrt_free(ctx, hdr);
+  dtrt_free(ctx, pt.s);
+  dtrt_free(ctx, w.p);
+  dtrt_free(ctx, tmp);
+  dtrt_free(ctx, mine);
+  dtrt_free(ctx, all);
+  dtrt_free(ctx, blk);
+  dtrt_free(ctx, e);
+  return s;
+}
+
+/* ---- load ---- */
+
+/* A JSON number that is a whole number in [0, 2^53]. */
+static bool whole(const cJSON *j, int64_t *v) {
+  if (!cJSON_IsNumber(j))
+    return false;
+  double d = j->valuedouble;
+  if (!(d >= 0 && d <= 9007199254740992.0) || d != (double)(int64_t)d)
+    return false;
+  *v = (int64_t)d;
+  return true;
+}
+
+/* Strict decimal int64. */
+static bool parse_i64(const char *s, int64_t *v) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(s, &end, 10);
+  if (!(s[0] >= '0' && s[0] <= '9') || *end || errno)
+    return false;
+  *v = x;
+  return true;
+}
+
+/* A file's header, parsed and checked against the file's size. */
+typedef struct Hdr {
+  char *text;              /* hl bytes from byte 8 on, NUL after */
+  int64_t hl, datalen;
+  cJSON *root;
+  Entry *e;                /* by name */
+  int ne;
+  const cJSON *meta;
+  const char *hash, *phash, *checksum;
+  int64_t step;
+  int64_t ck_at;           /* the checksum's digits: their offset in text */
+} Hdr;
+
+static void hdr_free(DtrtCtx *ctx, Hdr *h) {
+  cJSON_Delete(h->root);
+  dtrt_free(ctx, h->text);
+  dtrt_free(ctx, h->e);
+}
+
+static const char *meta_str(const cJSON *meta, const char *key) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(meta, key);
+  return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+/* One tensor entry of the header into e. */
+static DtStatus parse_entry(DtrtCtx *ctx, const char *path, const cJSON *j, int64_t datalen,
+                            Entry *e) {
+  const char *name = j->string;
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+  const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
+  const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+  if (!cJSON_IsObject(j) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off))
+    return dtrt_fail(ctx, DT_ERR_FORMAT,
+                     "load: %s: tensor '%s' lacks a string dtype, a shape or data_offsets", path,
+                     name);
+  *e = (Entry){.name = name, .kind = -1, .local = -1};
+  if (!strcmp(dt->valuestring, "F32"))
+    e->dtype = DTRT_F32;
+  else if (!strcmp(dt->valuestring, "I32"))
+    e->dtype = DTRT_I32;
+  else
+    return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                     "load: %s: tensor '%s' has dtype %s; only F32 and I32 load", path, name,
+                     dt->valuestring);
+  if ((e->rank = cJSON_GetArraySize(sh)) > DT_MAX_RANK)
+    return dtrt_fail(ctx, DT_ERR_MISMATCH, "load: %s: tensor '%s' has rank %d; at most %d load",
+                     path, name, e->rank, DT_MAX_RANK);
+  int d = 0;
+  for (const cJSON *x = sh->child; x; x = x->next)
+    if (!whole(x, &e->dim[d++]))
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has a bad shape entry", path,
+                       name);
+  int64_t n = dtrt_elems(e->dim, e->rank), bytes;
+  if (n < 0 || !dtrt_mul(n, 4, &bytes))
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has too many elements", path,
+                     name);
+  if (cJSON_GetArraySize(off) != 2 || !whole(off->child, &e->begin) ||
+      !whole(off->child->next, &e->end) || e->begin > e->end || e->end > datalen)
+    return dtrt_fail(ctx, DT_ERR_FORMAT,
+                     "load: %s: tensor '%s' has data_offsets outside the %lld data bytes", path,
+                     name, (long long)datalen);
+  if (e->end - e->begin != bytes)
+    return dtrt_fail(ctx, DT_ERR_FORMAT,
+                     "load: %s: tensor '%s' spans %lld bytes, its shape needs %lld", path, name,
+                     (long long)(e->end - e->begin), (long long)bytes);
+  return DT_OK;
+}
+
+/* Reads and checks the header of the file fd (size bytes) into h: the JSON,
+ * the tensors covering the data exactly, the metadata. A file without
+ * "format" is of the per-rank format: DT_ERR_FORMAT and *old set (old may be
+ * NULL), unless old_ok (then h has its tensors, and no metadata checked). */
+static DtStatus read_header(DtrtCtx *ctx, const char *path, int fd, int64_t size, Hdr *h,
+                            bool old_ok, bool *old) {
+  unsigned char len8[8];
+  if (old)
+    *old = false;
+  if (size < 8 || pread_all(fd, len8, 8, 0))
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s is too short (%lld bytes) for a checkpoint",
+                     path, (long long)size);
+  uint64_t hl = 0;
+  for (int k = 0; k < 8; k++)
+    hl |= (uint64_t)len8[k] << 8 * k;
+  if (hl < 2 || hl > MAX_HEADER || hl > (uint64_t)size - 8)
+    return dtrt_fail(ctx, DT_ERR_FORMAT,
+                     "load: %s: header length %llu does not fit a %lld-byte file", path,
+                     (unsigned long long)hl, (long long)size);
+  h->hl = (int64_t)hl;
+  h->datalen = size - 8 - h->hl;
+  if (!(h->text = dtrt_alloc(ctx, hl + 1)))
+    return DT_ERR_NOMEM;
+  if (pread_all(fd, h->text, h->hl, 8))
+    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot read the header of %s", path);
+  const char *end = h->text;
+  h->root = cJSON_ParseWithLengthOpts(h->text, hl, &end, 0);
+  if (!cJSON_IsObject(h->root))
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: the header is not a JSON object%s", path,
+                     h->root ? "" : " (malformed JSON)");
+  for (; end < h->text + hl; end++)
+    if (*end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: text after the JSON header", path);
+  if (!(h->e = dtrt_alloc(ctx, (size_t)(cJSON_GetArraySize(h->root) + 1) * sizeof *h->e)))
+    return DT_ERR_NOMEM;
+  const cJSON *meta = NULL;
+  DtStatus s = DT_OK;
+  for (const cJSON *j = h->root->child; j && !s; j = j->next) {
+    if (strcmp(j->string, "__metadata__"))
+      s = parse_entry(ctx, path, j, h->datalen, &h->e[h->ne++]);
+    else if (meta || !cJSON_IsObject(j))
+      s = dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: a second or malformed __metadata__", path);
+    else
+      meta = j;
+  }
+  if (s)
+    return s;
+  qsort(h->e, (size_t)h->ne, sizeof *h->e, by_begin);
+  int64_t at = 0;
+  for (int k = 0; k < h->ne; k++) {
+    if (h->e[k].begin != at)
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' %s at byte %lld", path,
+                       h->e[k].name, h->e[k].begin < at ? "overlaps another" : "leaves a hole",
+                       (long long)h->e[k].begin);
+    at = h->e[k].end;
+  }
+  if (at != h->datalen)
+    return dtrt_fail(ctx, DT_ERR_FORMAT,
+                     "load: %s: tensors cover %lld of the %lld data bytes (truncated or "
+                     "extended?)",
+                     path, (long long)at, (long long)h->datalen);
+  qsort(h->e, (size_t)h->ne, sizeof *h->e, by_name);
+  for (int k = 1; k < h->ne; k++)
+    if (!strcmp(h->e[k - 1].name, h->e[k].name))
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' appears twice", path,
+                       h->e[k].name);
+  h->meta = meta;
+  const char *format = meta ? meta_str(meta, "format") : NULL;
+  if (!format) {
+    if (old)
+      *old = true;
+    return old_ok ? DT_OK
+                  : dtrt_fail(ctx, DT_ERR_FORMAT,
+                              "load: %s has no \"format\" in its metadata: it is not a "
+                              "checkpoint of dtc-ckpt's format " FORMAT,
+                              path);
+  }
+  if (strcmp(format, FORMAT))
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s is of format '%s'; this runtime reads " FORMAT,
+                     path, format);
+  const char *step = meta_str(meta, "step");
+  h->hash = meta_str(meta, "model_hash");
+  h->phash = meta_str(meta, "params_hash");
+  h->checksum = meta_str(meta, "checksum");
+  if (!h->hash || !step || !h->checksum)
+    return dtrt_fail(ctx, DT_ERR_FORMAT,
+                     "load: %s: __metadata__ lacks a string model_hash, step or checksum", path);
+  if (!parse_i64(step, &h->step) || h->step > DTRT_MAX_STEP)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: step '%s' is not an integer in 0..%lld",
+                     path, step, (long long)DTRT_MAX_STEP);
+  bool hex = strlen(h->checksum) == 6 + DIGITS && !strncmp(h->checksum, "crc32:", 6);
+  for (int k = 6; hex && k < 6 + DIGITS; k++)
+    hex = (h->checksum[k] >= '0' && h->checksum[k] <= '9') ||
+          (h->checksum[k] >= 'a' && h->checksum[k] <= 'f');
+  const char *ck = strstr(h->text, CK_KEY);
+  if (!hex || !ck || ck + strlen(CK_KEY) + DIGITS > h->text + h->hl ||
+      memcmp(ck + strlen(CK_KEY), h->checksum + 6, DIGITS))
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: checksum '%s' is not crc32:XXXXXXXX", path,
+                     h->checksum);
+  h->ck_at = ck + strlen(CK_KEY) - h->text;
+  return DT_OK;
+}
+
+/* Checks the checksum: this rank's slice of the data section, then every
+ * rank's CRC joined in rank order after the header's. */
+static DtStatus check_sum(DtrtCtx *ctx, const char *path, int fd, const Hdr *h) {
+  int me = dtrt_rank(ctx), np = dtrt_nranks(ctx);
+  int64_t q = h->datalen / np, rem = h->datalen % np;
+  int64_t from = q * me + (me < rem ? me : rem), len = q + (me < rem);
+  uint64_t mine[2] = {crc_of(NULL, 0), (uint64_t)len};
+  unsigned char *buf = dtrt_alloc(ctx, (size_t)(len < CHUNK ? len : CHUNK) + 1);
+  uint64_t *all = dtrt_alloc(ctx, 2 * (size_t)np * sizeof *all);
+  DtStatus s = buf && all ? DT_OK : DT_ERR_NOMEM;
+  for (int64_t at = 0; !s && at < len; at += CHUNK) {
+    int64_t n = len - at < CHUNK ? len - at : CHUNK;
+    int r = pread_all(fd, buf, n, 8 + h->hl + from + at);
+    if (r)
+      s = dtrt_fail(ctx, r == -2 ? DT_ERR_FORMAT : DT_ERR_IO, "load: cannot read %s: %s", path,
+                    r == -2 ? "it is shorter than it was" : strerror(errno));
+    else
+      mine[0] = crc32_z((uLong)mine[0], buf, (z_size_t)n);
+  }
+  if (!(s = share(ctx, s)))
+    s = dtrt_comm_allgather(ctx, "load", mine, sizeof mine, all);
+  if (!s) {   /* the header's CRC, its digits read as '0' */
+    char zeros[DIGITS];
+    memset(zeros, '0', DIGITS);
+    uLong crc = crc_of(h->text, h->ck_at);
+    crc = crc32_z(crc, (const unsigned char *)zeros, DIGITS);
+    crc = crc32_z(crc, (const unsigned char *)h->text + h->ck_at + DIGITS,
+                  (z_size_t)(h->hl - h->ck_at - DIGITS));
+    for (int r = 0; r < np; r++)
+      crc = crc32_combine(crc, (uLong)all[2 * r], (z_off_t)all[2 * r + 1]);
+    char got[16];
+    snprintf(got, sizeof got, "%08lx", (unsigned long)crc);
+    if (strcmp(got, h->checksum + 6))
+      s = dtrt_fail(ctx, DT_ERR_CHECKSUM,
+                    "load: %s is corrupt: its checksum is %s, its contents give %s", path,
+                    h->checksum + 6, got);
+  }
+  dtrt_free(ctx, buf);
+  dtrt_free(ctx, all);
+  return s;
+}
+
+/* Matches the caller's tensors (table e, n, by name) with the file's: the
+ * same tensors (model_hash), or with params_only these as the params of the
+ * file (params_hash). Sets e[k].begin/end to the file's and the file's
+ * entries' local. Names the first difference when they differ. */
+static DtStatus match(DtrtCtx *ctx, const char *path, Entry *e, int n, Hdr *h,
+                      bool params_only) {
+  char mine[17];
+  hash_of(e, n, false, mine);
+  bool same = !strcmp(mine, h->hash), as_params = false;
+  if (!same && params_only && h->phash && !strcmp(mine, h->phash))
+    as_params = true;
+  for (int k = 0; k < n; k++) {
+    Entry *f = bsearch(&e[k], h->e, (size_t)h->ne, sizeof *f, by_name);
+    if (!f)
+      return dtrt_fail(ctx, DT_ERR_MISMATCH, "load: %s has no tensor '%s' (another model's?)",
+                       path, e[k].name);
+    if (f->dtype != e[k].dtype || f->rank != e[k].rank ||
+        memcmp(f->dim, e[k].dim, (size_t)f->rank * sizeof *f->dim)) {
+      char a[128], b[128];
+      return dtrt_fail(ctx, DT_ERR_MISMATCH, "load: %s: tensor '%s' is %s, this model's is %s",
+                       path, e[k].name, dtrt_type_str(f->dtype, f->dim, f->rank, a, sizeof a),
+                       dtrt_type_str(e[k].dtype, e[k].dim, e[k].rank, b, sizeof b));
+    }
+    e[k].begin = f->begin, e[k].end = f->end;
+    f->local = k;
+  }
+  for (int k = 0; k < h->ne && !as_params; k++)
+    if (h->e[k].local < 0) {
+      if (params_only && !h->phash)
+        return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                         "load: %s does not say which of its tensors are params (it was "
+                         "converted from per-rank files): load it into the training build and "
+                         "save it again",
+                         path);
+      return dtrt_fail(ctx, DT_ERR_MISMATCH, "load: %s has tensor '%s', which this model %s",
+                       path, h->e[k].name,
+                       params_only ? "does not have as a param" : "does not have");
+    }
+  if (!same && !as_params)
+    return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                     "load: %s was saved by model '%s', this is model '%s'", path,
+                     params_only && h->phash ? h->phash : h->hash, mine);
+  return DT_OK;
+}
+
+typedef struct Reader {
+  int fd;
+  int64_t base;   /* the tensor's offset in the file */
+  unsigned char *dst;
+} Reader;
+
+static int read_run(void *arg, int64_t whole, int64_t local, int64_t n) {
+  Reader *r = arg;
+  int v = pread_all(r->fd, r->dst + local * 4, n * 4, r->base + whole * 4);
+  if (v == -2)
+    errno = EIO;
+  return v ? -1 : 0;
+}
+
+/* Opens path for a load, with its header; old: see read_header. */
+static DtStatus open_ckpt(DtrtCtx *ctx, const char *path, int *fd, Hdr *h, bool old_ok,
+                          bool *old) {
+  int64_t size = 0;
+  if (!path || !path[0])
+    return dtrt_fail(ctx, DT_ERR_ARG, "load: no path");
+  if ((*fd = dtrt_open_input(ctx, path, &size)) < 0) {
+    if (errno == EINVAL)
+      return dtrt_fail(ctx, DT_ERR_IO, "load: %s is not a regular file", path);
+    if (errno == EFBIG)
+      return dtrt_fail(ctx, DT_ERR_FORMAT,
+                       "load: %s is %lld bytes, more than the read limit of %lld", path,
+                       (long long)size, (long long)dtrt_read_limit(ctx));
+    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot open %s: %s", path, strerror(errno));
+  }
+  return read_header(ctx, path, *fd, size, h, old_ok, old);
+}
+
+DtStatus dtrt_ckpt_load_as(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int n,
+                           bool params_only, int64_t *step, bool *old) {
+  if (!ctx)
+    return DT_ERR_ARG;
+  int fd = -1;
+  Hdr h = {0};
+  DtStatus s;
+  Entry *e = table(ctx, t, n, &s);
+  if (!s)
+    s = open_ckpt(ctx, path, &fd, &h, false, old);
+  if (!s)
+    s = match(ctx, path, e, n, &h, params_only);
+  if (!(s = share(ctx, s)) && dtrt_nranks(ctx) > 1) {
+    char id[64];   /* the ranks read the same file (a directory every rank sees) */
+    snprintf(id, sizeof id, "%s step %lld", h.checksum, (long long)h.step);
+    s = dtrt_comm_agree(ctx, "the checkpoint's checksum and step", id);
+  }
+  if (!s)
+    s = check_sum(ctx, path, fd, &h);
+  if (!s) {
+    for (int k = 0; !s && k < n; k++) {
+      DtCkptTensor *x = &t[e[k].local];
+      int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+      dtrt_block(x->t.dim, x->full, x->begin, x->t.rank, full, begin);
+      Reader r = {fd, 8 + h.hl + e[k].begin, x->t.data};
+      if (for_runs(full, begin, x->t.dim, x->t.rank, read_run, &r))
+        s = dtrt_fail(ctx, DT_ERR_IO, "load: cannot read %s: %s", path, strerror(errno));
+    }
+    s = share(ctx, s);
+  }
+  if (!s && step)
+    *step = h.step;
+  if (fd >= 0)
+    close(fd);
+  hdr_free(ctx, &h);
+  dtrt_free(ctx, e);
+  return s;
+}
+
+DtStatus dtrt_ckpt_load(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int n,
+                        bool params_only, int64_t *step) {
+  return dtrt_ckpt_load_as(ctx, path, t, n, params_only, step, NULL);
+}
+
+DtStatus dtrt_ckpt_verify(DtrtCtx *ctx, const char *path, int64_t *step) {
+  if (!ctx)
+    return DT_ERR_ARG;
+  if (dtrt_nranks(ctx) > 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "verify: runs in one process");
+  int fd = -1;
+  Hdr h = {0};
+  DtStatus s = open_ckpt(ctx, path, &fd, &h, false, NULL);
+  if (!s)
+    s = check_sum(ctx, path, fd, &h);
+  if (!s && step)
+    *step = h.step;
+  if (fd >= 0)
+    close(fd);
+  hdr_free(ctx, &h);
+  return s;
+}
+
+/* ---- conversion of per-rank files ---- */
+
+/* A JSON text array of rank whole numbers into v. */
+static bool dims_of(const cJSON *j, int rank, int64_t *v) {
+  if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != rank)
+    return false;
+  int d = 0;
+  for (const cJSON *x = j->child; x; x = x->next)
+    if (!whole(x, &v[d++]))
+      return false;
+  return true;
+}
+
+/* The block of tensor e in an old file's metadata ("block:NAME"), or whole. */
+static DtStatus old_block(DtrtCtx *ctx, const char *path, const cJSON *meta, const Entry *e,
+                          DtBlock *b) {
+  memset(b, 0, sizeof *b);
+  char key[300];
+  snprintf(key, sizeof key, "block:%s", e->name);
+  const char *v = meta ? meta_str(meta, key) : NULL;
+  if (!v)
+    return DT_OK;
+  cJSON *j = cJSON_Parse(v);
+  bool ok = j && dims_of(cJSON_GetObjectItemCaseSensitive(j, "full"), e->rank, b->full) &&
+            dims_of(cJSON_GetObjectItemCaseSensitive(j, "begin"), e->rank, b->begin);
+  cJSON_Delete(j);
+  return ok ? DT_OK
+            : dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s: the block of '%s' is malformed", path,
+                        e->name);
+}
+
+typedef struct Placer {
+  unsigned char *whole, *held;
+  const unsigned char *src;
+} Placer;
+
+static int place_run(void *arg, int64_t whole, int64_t local, int64_t n) {
+  Placer *p = arg;
+  memcpy(p->whole + whole * 4, p->src + local * 4, (size_t)n * 4);
+  memset(p->held + whole, 1, (size_t)n);
+  return 0;
+}
+
+/* One old file: its header, its tensors read and checked, its rank. */
+typedef struct Old {
+  Hdr h;
+  DtNamed *t;
+  DtBlock *b;
+  const char *hash;   /* "HASH plan PLAN rank R of N", or "HASH" of one process */
+  int rank, nranks;
+  size_t stem;        /* the length of "HASH plan PLAN" */
+  int64_t step;
+} Old;
+
+static DtStatus read_old(DtrtCtx *ctx, const char *path, Old *o) {
+  int fd = -1;
+  bool old;
+  DtStatus s = open_ckpt(ctx, path, &fd, &o->h, true, &old);
+  if (fd >= 0)
+    close(fd);
+  if (s)
+    return s;
+  if (!old)
+    return dtrt_fail(ctx, DT_ERR_ARG, "convert: %s is a checkpoint of format " FORMAT " already",
+                     path);
+  o->hash = o->h.meta ? meta_str(o->h.meta, "model_hash") : NULL;
+  if (!o->hash)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s has no model_hash", path);
+  const char *r = strstr(o->hash, " rank ");
+  int at = 0;
+  o->stem = strlen(o->hash), o->rank = 0, o->nranks = 1;
+  if (strstr(o->hash, " plan ")) {
+    while (r && strstr(r + 1, " rank "))
+      r = strstr(r + 1, " rank ");
+    if (!r || sscanf(r, " rank %d of %d%n", &o->rank, &o->nranks, &at) != 2 || r[at] ||
+        o->nranks < 1 || o->rank < 0 || o->rank >= o->nranks)
+      return dtrt_fail(ctx, DT_ERR_FORMAT,
+                       "convert: %s: model_hash '%s' does not name its rank (HASH plan PLAN "
+                       "rank R of N)",
+                       path, o->hash);
+    o->stem = (size_t)(r - o->hash);
+  }
+  int n = o->h.ne;
+  o->t = dtrt_alloc(ctx, (size_t)(n + 1) * sizeof *o->t);
+  o->b = dtrt_alloc(ctx, (size_t)(n + 1) * sizeof *o->b);
+  if (!o->t || !o->b)
+    return DT_ERR_NOMEM;
+  for (int k = 0; k < n; k++) {
+    const Entry *e = &o->h.e[k];
+    o->t[k] = (DtNamed){e->name, {.dtype = e->dtype, .rank = e->rank}};
+    memcpy(o->t[k].t.dim, e->dim, sizeof e->dim);
+    if ((s = old_block(ctx, path, o->h.meta, e, &o->b[k])))
+      return s;
+    if (!(o->t[k].t.data = dtrt_alloc(ctx, (size_t)(e->end - e->begin) + 1)))
+      return DT_ERR_NOMEM;
+  }
+  return dtrt_load_blocks(ctx, path, o->t, o->b, n, o->hash, &o->step);
+}
+
+static void old_free(DtrtCtx *ctx, Old *o) {
+  for (int k = 0; o->t && k < o->h.ne; k++)
+    dtrt_free(ctx, o->t[k].t.data);
+  dtrt_free(ctx, o->t);
+  dtrt_free(ctx, o->b);
+  hdr_free(ctx, &o->h);
+}
+
+/* Every file's block of tensor k of file 0 placed in the whole tensor x. */
+static DtStatus assemble(DtrtCtx *ctx, const char *const *files, Old *o, int n, int k,
+                         DtCkptTensor *x) {
+  const Entry *e0 = &o[0].h.e[k];
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+  dtrt_block(e0->dim, o[0].b[k].full, o[0].b[k].begin, e0->rank, full, begin);
+  *x = (DtCkptTensor){.name = e0->name, .kind = -1, .t = {.dtype = e0->dtype, .rank = e0->rank}};
+  memcpy(x->t.dim, full, sizeof full);
+  int64_t cnt = dtrt_elems(full, e0->rank);
+  unsigned char *held = dtrt_alloc(ctx, (size_t)cnt + 1);
+  x->t.data = dtrt_alloc(ctx, (size_t)cnt * 4 + 1);
+  DtStatus s = held && x->t.data ? DT_OK : DT_ERR_NOMEM;
+  for (int f = 0; !s && f < n; f++) {
+    const Entry *e = bsearch(e0, o[f].h.e, (size_t)o[f].h.ne, sizeof *e, by_name);
+    int j = e ? (int)(e - o[f].h.e) : -1;
+    int64_t ff[DT_MAX_RANK], fb[DT_MAX_RANK];
+    if (e)
+      dtrt_block(e->dim, o[f].b[j].full, o[f].b[j].begin, e->rank, ff, fb);
+    if (!e || e->dtype != e0->dtype || e->rank != e0->rank ||
+        memcmp(ff, full, (size_t)e->rank * sizeof *ff)) {
+      s = dtrt_fail(ctx, DT_ERR_MISMATCH, "convert: %s %s '%s' as %s does", files[f],
+                    e ? "does not hold" : "has no tensor", e0->name, files[0]);
+      break;
+    }
+    Placer p = {x->t.data, held, o[f].t[j].t.data};
+    for_runs(full, fb, e->dim, e->rank, place_run, &p);
+  }
+  for (int64_t i = 0; !s && i < cnt; i++)
+    if (!held[i])
+      s = dtrt_fail(ctx, DT_ERR_MISMATCH,
+                    "convert: no file holds element %lld of '%s': give the files of every rank",
+                    (long long)i, e0->name);
+  dtrt_free(ctx, held);
+  return s;
+}
+
+DtStatus dtrt_ckpt_convert(DtrtCtx *ctx, const char *out, const char *const *files, int n) {
+  if (!ctx)
+    return DT_ERR_ARG;
+  if (n < 1 || !files)
+    return dtrt_fail(ctx, DT_ERR_ARG, "convert: no files to convert");
+  if (!out || !out[0])
+    return dtrt_fail(ctx, DT_ERR_ARG, "convert: no output path");
+  Old *o = dtrt_alloc(ctx, (size_t)n * sizeof *o);
+  bool *seen = dtrt_alloc(ctx, (size_t)n);
+  DtCkptTensor *x = NULL;
+  int nx = 0;
+  DtStatus s = o && seen ? DT_OK : DT_ERR_NOMEM;
+  for (int f = 0; !s && f < n; f++) {
+    if (!files[f])
+      s = dtrt_fail(ctx, DT_ERR_ARG, "convert: file %d has no name", f);
+    else
+      s = read_old(ctx, files[f], &o[f]);
+  }
+  for (int f = 0; !s && f < n; f++) {
+    if (o[f].nranks != n)
+      s = dtrt_fail(ctx, DT_ERR_ARG, "convert: %s is rank %d of %d; %d file%s given", files[f],
+                    o[f].rank, o[f].nranks, n, n == 1 ? "" : "s");
+    else if (o[f].stem != o[0].stem || strncmp(o[f].hash, o[0].hash, o[0].stem))
+      s = dtrt_fail(ctx, DT_ERR_MISMATCH, "convert: %s and %s were saved by different plans "
+                    "or models", files[0], files[f]);
+    else if (o[f].step != o[0].step)
+      s = dtrt_fail(ctx, DT_ERR_MISMATCH, "convert: %s holds step %lld, %s step %lld", files[0],
+                    (long long)o[0].step, files[f], (long long)o[f].step);
+    else if (o[f].h.ne != o[0].h.ne)
+      s = dtrt_fail(ctx, DT_ERR_MISMATCH, "convert: %s holds %d tensors, %s %d", files[0],
+                    o[0].h.ne, files[f], o[f].h.ne);
+    else if (seen[o[f].rank])
+      s = dtrt_fail(ctx, DT_ERR_ARG, "convert: two files of rank %d", o[f].rank);
+    else
+      seen[o[f].rank] = true;
+  }
+  if (!s && !(x = dtrt_alloc(ctx, (size_t)(o[0].h.ne + 1) * sizeof *x)))
+    s = DT_ERR_NOMEM;
+  for (; !s && nx < o[0].h.ne; nx++)
+    s = assemble(ctx, files, o, n, nx, &x[nx]);
+  if (!s) {
+    Text plan = {.ctx = ctx, .ok = true};
+    add(&plan, "converted from %d per-rank file%s of %.*s", n, n == 1 ? "" : "s",
+        (int)o[0].stem, o[0].hash);
+    s = plan.ok ? dtrt_ckpt_save(ctx, out, x, nx, NULL, plan.s, o[0].step) : DT_ERR_NOMEM;
+    dtrt_free(ctx, plan.s);
+  }
+  for (int k = 0; x && k <= nx && k < (o ? o[0].h.ne : 0); k++)
+    dtrt_free(ctx, x[k].t.data);
+  dtrt_free(ctx, x);
+  for (int f = 0; o && f < n; f++)
+    old_free(ctx, &o[f]);
+  dtrt_free(ctx, o);
+  dtrt_free(ctx, seen);
+  return s;
+}

@@ -1,0 +1,150 @@
+/* ckpt.c: dtc-ckpt, the checkpoint tool: lists what a checkpoint holds,
+ * verifies its checksum, and makes one checkpoint of the per-rank files of
+ * earlier versions (docs/RUNTIME.md, "Checkpoints"). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "dtrt.h"
+
+static const char usage[] =
+    "usage: dtc-ckpt list FILE\n"
+    "       dtc-ckpt verify FILE\n"
+    "       dtc-ckpt convert OUT PATH.rank0 PATH.rank1 ...\n"
+    "\n"
+    "list     prints the tensors of a checkpoint (name, dtype, shape, bytes), its\n"
+    "         step, model, model hash, params hash and the plan it was saved from\n"
+    "verify   checks a checkpoint's form and checksum: exit status 0 when it is\n"
+    "         whole, 1 with a message otherwise\n"
+    "convert  writes OUT, one checkpoint of whole tensors, from the per-rank files\n"
+    "         of one save by an earlier version (every rank's file, in any order)\n";
+
+/* The header of path as JSON (NULL with a message on stderr). */
+static cJSON *read_header(const char *path) {
+  FILE *f = fopen(path, "rb");
+  unsigned char len8[8];
+  if (!f) {
+    fprintf(stderr, "dtc-ckpt: cannot open %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  uint64_t hl = 0;
+  bool ok = fread(len8, 1, 8, f) == 8;
+  for (int k = 0; ok && k < 8; k++)
+    hl |= (uint64_t)len8[k] << 8 * k;
+  char *text = ok && hl > 1 && hl <= (100u << 20) ? malloc(hl + 1) : NULL;
+  ok = text && fread(text, 1, hl, f) == hl;
+  fclose(f);
+  cJSON *root = ok ? cJSON_ParseWithLength(text, hl) : NULL;
+  free(text);
+  if (!cJSON_IsObject(root)) {
+    fprintf(stderr, "dtc-ckpt: %s: not a safetensors file (no JSON header)\n", path);
+    cJSON_Delete(root);
+    return NULL;
+  }
+  return root;
+}
+
+static const char *meta(const cJSON *root, const char *key) {
+  const cJSON *j =
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "__metadata__"), key);
+  return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+/* Tensors in data order. */
+static int by_offset(const void *a, const void *b) {
+  const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+  double ox = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(x, "data_offsets"), 0)
+                  ->valuedouble;
+  double oy = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(y, "data_offsets"), 0)
+                  ->valuedouble;
+  return ox < oy ? -1 : ox > oy;
+}
+
+static int list(const char *path) {
+  DtrtCtx *ctx = dtrt_ctx_new();
+  int64_t step = 0;
+  DtStatus s = ctx ? dtrt_ckpt_verify(ctx, path, &step) : DT_ERR_NOMEM;
+  if (s) {
+    fprintf(stderr, "dtc-ckpt: %s\n", ctx ? dtrt_errmsg(ctx) : "out of memory");
+    dtrt_ctx_free(ctx);
+    return 1;
+  }
+  dtrt_ctx_free(ctx);
+  cJSON *root = read_header(path);
+  if (!root)
+    return 1;
+  const char *ph = meta(root, "params_hash");
+  printf("file        %s\nformat      %s\nmodel       %s\nstep        %lld\n"
+         "model hash  %s\nparams hash %s\nchecksum    %s\nplan        ",
+         path, meta(root, "format"), meta(root, "model"), (long long)step,
+         meta(root, "model_hash"), ph ? ph : "(not recorded)", meta(root, "checksum"));
+  for (const char *p = meta(root, "plan"); p && *p; p++)
+    if (*p == '\n')
+      fputs("\n            ", stdout);
+    else
+      putchar(*p);
+  int n = 0;
+  const cJSON **t = malloc(sizeof *t * (size_t)(cJSON_GetArraySize(root) + 1));
+  for (const cJSON *j = root->child; t && j; j = j->next)
+    if (strcmp(j->string, "__metadata__"))
+      t[n++] = j;
+  qsort(t, (size_t)n, sizeof *t, by_offset);
+  printf("\ntensors     %d\n", n);
+  double total = 0;
+  for (int k = 0; k < n; k++) {
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t[k], "data_offsets");
+    double bytes = cJSON_GetArrayItem(off, 1)->valuedouble - cJSON_GetArrayItem(off, 0)->valuedouble;
+    char *shape = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(t[k], "shape"));
+    printf("  %-24s %s %-16s %12.0f bytes\n", t[k]->string,
+           cJSON_GetObjectItemCaseSensitive(t[k], "dtype")->valuestring, shape ? shape : "?",
+           bytes);
+    cJSON_free(shape);
+    total += bytes;
+  }
+  printf("data        %.0f bytes\n", total);
+  free(t);
+  cJSON_Delete(root);
+  return 0;
+}
+
+static int verify(const char *path) {
+  DtrtCtx *ctx = dtrt_ctx_new();
+  int64_t step = 0;
+  DtStatus s = ctx ? dtrt_ckpt_verify(ctx, path, &step) : DT_ERR_NOMEM;
+  if (s)
+    fprintf(stderr, "dtc-ckpt: %s\n", ctx ? dtrt_errmsg(ctx) : "out of memory");
+  else
+    printf("%s: ok, step %lld\n", path, (long long)step);
+  dtrt_ctx_free(ctx);
+  return s ? 1 : 0;
+}
+
+static int convert(const char *out, const char *const *files, int n) {
+  DtrtCtx *ctx = dtrt_ctx_new();
+  DtStatus s = ctx ? dtrt_ckpt_convert(ctx, out, files, n) : DT_ERR_NOMEM;
+  if (s)
+    fprintf(stderr, "dtc-ckpt: %s\n", ctx ? dtrt_errmsg(ctx) : "out of memory");
+  else
+    printf("%s: one checkpoint of %d per-rank file%s\n", out, n, n == 1 ? "" : "s");
+  dtrt_ctx_free(ctx);
+  return s ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  if (argc == 3 && !strcmp(argv[1], "list"))
+    return list(argv[2]);
+  if (argc == 3 && !strcmp(argv[1], "verify"))
+    return verify(argv[2]);
+  if (argc >= 4 && !strcmp(argv[1], "convert"))
+    return convert(argv[2], (const char *const *)argv + 3, argc - 3);
+  fputs(usage, stderr);
+  return 2;
+}
