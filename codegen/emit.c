@@ -459,6 +459,16 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
     LLVMTypeRef rt[] = {p, p, p, p};
     LLVMValueRef arg[] = {LLVMGetParam(f, 0), ins, counts, LLVMGetParam(f, (unsigned)(1 + 2 * n))};
     LLVMBuildRet(c->b, call(c, "dtrt_model_train_step", i32, rt, arg, 4));
+
+    /* NAME_set_lr, NAME_get_lr: the base learning rate, the compiled one
+     * until set */
+    LLVMTypeRef pd[] = {p, c->f64};
+    f = wrapper(c, "set_lr", i32, pd, 2);
+    LLVMValueRef sa[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1)};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_set_lr", i32, pd, sa, 2));
+    f = wrapper(c, "get_lr", c->f64, pd, 1);
+    LLVMValueRef ga[] = {LLVMGetParam(f, 0), LLVMConstReal(c->f64, m->train.lr)};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_lr", c->f64, pd, ga, 2));
   }
 
   int nin = cg_func_inputs(fwd, live, in);

@@ -60,9 +60,13 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
     v = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "value", 0));
   } else {
     DTC_ASSERT(i->op == OP_lr);
-    LLVMTypeRef pt[] = {c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
-    LLVMTypeRef ft = LLVMFunctionType(c->f32, pt, COUNTOF(pt), 0);
+    /* the learning rate itself through dtrt_step_lr, which takes the one
+     * NAME_set_lr set on the context; a fixed one through dtrt_lr */
+    bool fixed = ir_get_int(i, "fixed", 0);
+    LLVMTypeRef pt[] = {c->ptr, c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
+    LLVMTypeRef ft = LLVMFunctionType(c->f32, pt + fixed, COUNTOF(pt) - fixed, 0);
     LLVMValueRef arg[] = {
+        fn->ctx,
         LLVMConstInt(c->i32, (unsigned)ir_schedule(i), 0),
         LLVMConstReal(c->f64, ir_get_float(i, "base", 0)),
         LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "warmup", 0), 1),
@@ -70,7 +74,13 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
         LLVMConstReal(c->f64, ir_get_float(i, "beta1", 0)),
         LLVMConstReal(c->f64, ir_get_float(i, "beta2", 0)),
         fn->step};
-    v = LLVMBuildCall2(c->b, ft, cg_extern(c, "dtrt_lr", ft), arg, COUNTOF(arg), "lr");
+    v = LLVMBuildCall2(c->b, ft, cg_extern(c, fixed ? "dtrt_lr" : "dtrt_step_lr", ft),
+                       arg + fixed, COUNTOF(arg) - fixed, "lr");
+    if (ir_attr(i, "first")) {
+      LLVMValueRef first = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "first", 0));
+      LLVMValueRef at0 = LLVMBuildICmp(c->b, LLVMIntEQ, fn->step, cg_i64(c, 0), "");
+      v = LLVMBuildSelect(c->b, at0, first, v, "lr");
+    }
   }
   leave(fn, here);
   return fn->val[i->id] = v;

@@ -221,6 +221,22 @@ static void write_header(FILE *out, const Module *m, const char *base) {
     fprintf(out, "int %s_train_step(%s *m", n, n);
     proto_args(out, tin, ntin, true);
     fputs(", float *loss);\n\n", out);
+
+    /* the learning rate from C */
+    char lr[64];
+    snprintf(lr, sizeof lr, "%.9g", m->train.lr);
+    fprintf(out,
+            "/* The base learning rate of the steps that follow: lr (finite, >= 0) in\n"
+            " * place of the compiled %s. It is the rate the schedule scales (%s):\n"
+            " * warm-up and cosine decay go on from the current step with the new\n"
+            " * base, as torch.optim's param_groups' lr with a constant schedule.\n"
+            " * Only the rate changes: momentum and Adam's moments are kept. It is not\n"
+            " * saved in checkpoints: set it again after %s_load.%s */\n"
+            "int %s_set_lr(%s *m, double lr);\n\n"
+            "/* The base learning rate: the last one %s_set_lr set, else %s. */\n"
+            "double %s_get_lr(const %s *m);\n\n",
+            lr, m->train.schedule >= 0 ? dtrt_schedule_names[m->train.schedule] : "constant", n,
+            ndev ? " Every rank\n * sets the same rate." : "", n, n, n, lr, n, n);
   }
   fputs("/* Runs the model on a batch without changing it, in evaluation mode\n"
         " * (dropout is the identity).\n", out);

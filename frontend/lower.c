@@ -960,12 +960,12 @@ static bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const
   return true;
 }
 
-/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm)
+/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm, dampening)
  *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm)
  *           | adamw(...) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
-                                    "schedule", "nesterov", "clip_norm"};
+                                    "schedule", "nesterov", "clip_norm", "dampening"};
   static const char *const adam[] = {"lr",           "beta1",    "beta2",    "eps",
                                      "weight_decay", "schedule", "eps_form", "clip_norm"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
@@ -1012,6 +1012,8 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
       ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->clip_norm);
     else if (!strcmp(p, "weight_decay"))
       ok &= real_in(c, arg[k], p, false, INFINITY, false, &t->weight_decay);
+    else if (!strcmp(p, "dampening"))
+      ok &= real_in(c, arg[k], p, false, 1, false, &t->dampening);
     else
       ok &= real_in(c, arg[k], p, false, 1, true, !strcmp(p, "momentum") ? &t->momentum
                                                   : !strcmp(p, "beta1")  ? &t->beta1
@@ -1019,6 +1021,11 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   }
   if (ok && t->nesterov && t->momentum == 0) {
     diag_error(c->d, e->loc, "'nesterov' needs a momentum above 0");
+    ok = false;
+  }
+  /* torch.optim.SGD refuses Nesterov momentum with dampening */
+  if (ok && t->nesterov && t->dampening != 0) {
+    diag_error(c->d, arg[6]->loc, "'nesterov' needs 'dampening' 0, not %g", t->dampening);
     ok = false;
   }
   return ok;

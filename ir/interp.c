@@ -368,6 +368,8 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
                    ir_get_float(inst, "base", 0), ir_get_int(inst, "warmup", 0),
                    ir_get_int(inst, "total", 0), ir_get_float(inst, "beta1", 0),
                    ir_get_float(inst, "beta2", 0), it->step);
+    if (ir_attr(inst, "first") && it->step == 0)
+      *out = (float)ir_get_float(inst, "first", 0);
   } else if (ir_ops[inst->op].kind == K_ELEM) {
     float *in[2] = {val[inst->in[0]->id], inst->nin > 1 ? val[inst->in[1]->id] : NULL};
     elementwise(inst, out, in);

@@ -225,6 +225,10 @@ int dtrt_name_index(const char *const *names, int n, const char *s);
  * as 0. */
 float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1,
               double beta2, int64_t step);
+/* dtrt_lr with base replaced by the learning rate dtrt_model_set_lr gave the
+ * model of ctx, if any: the learning rate of a compiled step. */
+float dtrt_step_lr(const DtrtCtx *ctx, int kind, double base, int64_t warmup, int64_t total,
+                   double beta1, double beta2, int64_t step);
 
 /* ---- initialisers ----------------------------------------------------- */
 
@@ -468,6 +472,12 @@ DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t
 DtStatus dtrt_model_save(DtModel *m, const char *path);
 DtStatus dtrt_model_load(DtModel *m, const char *path);
 int64_t dtrt_model_step(const DtModel *m);        /* training steps taken */
+/* The base learning rate of the steps that follow (the one the schedule
+ * scales): lr, finite and >= 0, in place of the compiled one (DT_ERR_ARG
+ * otherwise, or for an inference-only model). Not saved in checkpoints.
+ * dtrt_model_lr: the one set, or `compiled` when none was. */
+DtStatus dtrt_model_set_lr(DtModel *m, double lr);
+double dtrt_model_lr(const DtModel *m, double compiled);
 /* SPMD models (nmesh_axis > 0). Creation is collective: it joins the job,
  * agrees on the model hash, the plan hash and the mesh (DT_ERR_MISMATCH on
  * every rank if they differ), checks the rank count and builds the mesh. Train

@@ -2,6 +2,7 @@
  * initialisation, checked training and inference steps, and checkpoints of its
  * params and state; for SPMD models, joining the job and sharing failures.
  * Each model owns its context. */
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -288,6 +289,25 @@ const char *dtrt_model_error(const DtModel *m) { return m ? dtrt_errmsg(m->ctx) 
 int64_t dtrt_model_step(const DtModel *m) { return m ? m->step : 0; }
 
 int dtrt_model_rank(const DtModel *m) { return m ? dtrt_rank(m->ctx) : 0; }
+
+DtStatus dtrt_model_set_lr(DtModel *m, double lr) {
+  if (!m)
+    return DT_ERR_ARG;
+  if (!m->d->train_step)
+    return dtrt_fail(m->ctx, DT_ERR_ARG, "%s set_lr: the model was compiled for inference only",
+                     m->d->name);
+  if (!(lr >= 0 && lr <= DBL_MAX))
+    return dtrt_fail(m->ctx, DT_ERR_ARG,
+                     "%s set_lr: the learning rate must be finite and >= 0, not %g", m->d->name,
+                     lr);
+  m->ctx->lr = lr;
+  m->ctx->lr_set = true;
+  return DT_OK;
+}
+
+double dtrt_model_lr(const DtModel *m, double compiled) {
+  return m && m->ctx->lr_set ? m->ctx->lr : compiled;
+}
 
 /* Checks caller buffers against the globals idx[0..n): present, right size. */
 static DtStatus check_bufs(DtModel *m, const char *op, const char *what, int n,

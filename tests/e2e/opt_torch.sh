@@ -18,6 +18,10 @@ check "sgd(lr = 0.1)" "SGD(lr=0.1)"
 check "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)" \
       "SGD(lr=0.1, momentum=0.9, weight_decay=0.01)"
 check "sgd(lr = 0.1, momentum = 0.9, nesterov = true)" "SGD(lr=0.1, momentum=0.9, nesterov=True)"
+check "sgd(lr = 0.1, momentum = 0.9, dampening = 0.5)" "SGD(lr=0.1, momentum=0.9, dampening=0.5)"
+check "sgd(lr = 0.1, momentum = 0.8, dampening = 0.3, weight_decay = 0.01, clip_norm = 0.5)" \
+      "SGD(lr=0.1, momentum=0.8, dampening=0.3, weight_decay=0.01)" 0.5
+check "sgd(lr = 0.1, dampening = 0.5)" "SGD(lr=0.1, dampening=0.5)"
 check "adam(lr = 0.01)" "Adam(lr=0.01)"
 check "adam(lr = 0.01, eps = 0.01, weight_decay = 0.1)" "Adam(lr=0.01, eps=0.01, weight_decay=0.1)"
 check "adam(lr = 0.01, beta1 = 0, beta2 = 0.9)" "Adam(lr=0.01, betas=(0, 0.9))"
