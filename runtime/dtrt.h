@@ -135,6 +135,21 @@ DTRT_KERNEL(log_softmax_grad);
 DTRT_KERNEL(cross_entropy);
 DTRT_KERNEL(cross_entropy_grad);
 DTRT_KERNEL(mse);
+/* PyTorch's losses. cross_entropy_sum(logits[N,C], labels i32[N]) -> f32[]:
+ * over the rows whose label is not ignore_index (i[0]), with e = smoothing
+ * (f[0]), the sum of (1 - e) (-log p[label]) + e/C sum_c (-log p[c]), p the
+ * row's softmax; a kept label outside [0, C) is DT_ERR_ARG.
+ * cross_entropy_sum_grad(logits, labels, dsum f32[]) -> f32[N,C]: dsum (p -
+ * (1 - e) onehot(label) - e/C) on kept rows, 0 on ignored ones.
+ * label_count(labels i32[N]) -> f32[]: the labels not ignore_index (i[0]).
+ * bce_with_logits(x, t) -> f32[]: the mean over every element of
+ * max(x, 0) - x t + log(1 + exp(-|x|)) (t of x's shape; empty: 0);
+ * bce_with_logits_grad(x, t, dloss f32[]) -> dloss (sigmoid(x) - t) / numel. */
+DTRT_KERNEL(cross_entropy_sum);
+DTRT_KERNEL(cross_entropy_sum_grad);
+DTRT_KERNEL(label_count);
+DTRT_KERNEL(bce_with_logits);
+DTRT_KERNEL(bce_with_logits_grad);
 DTRT_KERNEL(normalize);
 DTRT_KERNEL(normalize_grad);
 DTRT_KERNEL(embedding);
