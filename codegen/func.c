@@ -6,7 +6,7 @@
  * whose status is returned at once when not 0. Loads, reshapes and a body's
  * args are addresses; stores and outputs copy unless the producer already
  * wrote there. A device's function (after spmd) reads its block of each
- * input in the whole batch the caller passes, and after a failure skips the
+ * input where the runtime points it (model.c), and after a failure skips the
  * rest of its compute but still makes its collectives (and runs the loops
  * that make some), which the other ranks wait for, before it returns the
  * first failure's status. A device's body keeps that status in its caller's
@@ -197,20 +197,6 @@ static void copy(CgFn *fn, LLVMValueRef dst, const Inst *v) {
   LLVMBuildMemCpy(c->b, dst, 4, src, 4, cg_i64(c, bytes));
 }
 
-/* Where this function's block of input g starts in the whole batch, in
- * bytes: a block of rows (emit.c's check_inputs). */
-static int64_t input_skip(const CgFn *fn, const Global *g) {
-  const Module *m = fn->c->m;
-  if (fn->f->device < 0 || !g->shard || !g->type.rank)
-    return 0;
-  Type block;
-  int64_t begin[IR_MAX_RANK];
-  ir_local_type(m, g->shard, &g->type, fn->f->device, &block, begin);
-  for (int d = 1; d < g->type.rank; d++)
-    DTC_ASSERT(begin[d] == 0 && block.dim[d] == g->type.dim[d]);
-  return begin[0] * (type_elems(&g->type) / g->type.dim[0]) * (int64_t)dtype_size(g->type.dtype);
-}
-
 static void lower(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
   switch (x->op) {
@@ -220,7 +206,7 @@ static void lower(CgFn *fn, const Inst *x) {
       LLVMBasicBlockRef here = enter(fn);
       LLVMValueRef idx = cg_i64(c, fn->input_index[g - c->m->global.a]);
       LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
-      fn->addr[x->id] = cg_gep(fn, LLVMBuildLoad2(c->b, c->ptr, p, g->name), input_skip(fn, g));
+      fn->addr[x->id] = LLVMBuildLoad2(c->b, c->ptr, p, g->name);
       leave(fn, here);
     } else if (x->offset >= 0) {
       int64_t bytes = type_elems(&x->type) * (int64_t)dtype_size(x->type.dtype);

@@ -482,6 +482,19 @@ DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int6
                                float *loss);
 DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t *elems,
                             void *const *outputs, const int64_t *out_elems);
+/* The same steps on this rank's rows of each input alone (an SPMD model whose
+ * batch is split: dtrt_model_input_rows says which; elems[k] counts them).
+ * A rank with no rows of an input may pass NULL for it. For a model that is
+ * not SPMD, or an input not split, the rows are all of them, so these are
+ * dtrt_model_train_step and dtrt_model_forward. */
+DtStatus dtrt_model_train_step_local(DtModel *m, const void *const *inputs,
+                                     const int64_t *elems, float *loss);
+DtStatus dtrt_model_forward_local(DtModel *m, const void *const *inputs, const int64_t *elems,
+                                  void *const *outputs, const int64_t *out_elems);
+/* Rows [*begin, *begin + *count) of input `name`'s first dimension are this
+ * rank's (either pointer may be NULL); DT_ERR_ARG if there is no such input. */
+DtStatus dtrt_model_input_rows(const DtModel *m, const char *name, int64_t *begin,
+                               int64_t *count);
 /* All params and state and the step, through dtrt_save / dtrt_load (a load
  * that fails leaves the model as it was). */
 DtStatus dtrt_model_save(DtModel *m, const char *path);
