@@ -496,6 +496,9 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
   LLVMValueRef ra[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1), LLVMGetParam(f, 2),
                        LLVMGetParam(f, 3)};
   LLVMBuildRet(c->b, call(c, "dtrt_model_input_rows", i32, rows, ra, 4));
+  f = wrapper(c, "rank", i32, &p, 1);
+  r = LLVMGetParam(f, 0);
+  LLVMBuildRet(c->b, call(c, "dtrt_model_rank", i32, &p, &r, 1));
 
   static const char *io[] = {"save", "load"};
   for (int k = 0; k < 2; k++) {

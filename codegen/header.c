@@ -258,8 +258,11 @@ static void write_header(FILE *out, const Module *m, const char *base) {
           " * are this rank's: all of them for an input not split over ranks, or a\n"
           " * model for one device. Either pointer may be NULL; 1 if the model has no\n"
           " * input of that name. */\n"
-          "int %s_input_rows(const %s *m, const char *input, int64_t *begin, int64_t *count);\n\n",
-          n, n);
+          "int %s_input_rows(const %s *m, const char *input, int64_t *begin, int64_t *count);\n\n"
+          "/* This process's rank in the job (0 for a model of one device): the one\n"
+          " * to print from is rank 0. */\n"
+          "int %s_rank(const %s *m);\n\n",
+          n, n, n, n);
   if (train) {
     fprintf(out,
             "/* %s_train_step on this rank's rows of each input alone (%s_input_rows;\n"
