@@ -64,15 +64,15 @@ int main(int argc, char **argv) {
   print("y", y_f, N);
   print("t", t, N * C);
   float loss;
-  if (!interp_run(it, "train_step", (void *[]){&loss})) {
+  if (interp_run(it, "train_step", (void *[]){&loss})) {
+    const float *z1 = interp_global(it, "z");
+    for (int k = 0; k < N * C; k++)
+      g[k] = z[k] - z1[k];
+    printf("loss %.9g\n", loss);
+    print("dz", g, N * C);
+  } else {
     printf("error %s\n", interp_error(it));
-    return 0;
   }
-  const float *z1 = interp_global(it, "z");
-  for (int k = 0; k < N * C; k++)
-    g[k] = z[k] - z1[k];
-  printf("loss %.9g\n", loss);
-  print("dz", g, N * C);
   interp_free(it);
   arena_free(a);
   return 0;
