@@ -297,8 +297,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
       static const int dk[] = {DT_G_INPUT, DT_G_PARAM, DT_G_STATE};
       Type block;
       int64_t begin[IR_MAX_RANK];
-      ir_local_type(m, kind == G_INPUT || dev < 0 ? NULL : gl->shard, &gl->type, dev, &block,
-                    begin);
+      ir_local_type(m, dev < 0 ? NULL : gl->shard, &gl->type, dev, &block, begin);
       index[k] = n;
       g[n++] = global_desc(c, gt, gl->name, dk[kind], &block, gl->type.dim, begin, gl->init,
                            gl->init_arg, c->state_off[k]);
@@ -454,11 +453,25 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
     for (int k = 0; k < n; k++)
       pt[1 + 2 * k] = p, pt[2 + 2 * k] = i64;
     pt[1 + 2 * n] = p;
-    f = wrapper(c, "train_step", i32, pt, 2 + 2 * n);
-    pack(c, f, 1, n, &ins, &counts);
-    LLVMTypeRef rt[] = {p, p, p, p};
-    LLVMValueRef arg[] = {LLVMGetParam(f, 0), ins, counts, LLVMGetParam(f, (unsigned)(1 + 2 * n))};
-    LLVMBuildRet(c->b, call(c, "dtrt_model_train_step", i32, rt, arg, 4));
+    for (int local = 0; local < 2; local++) {
+      f = wrapper(c, local ? "train_step_local" : "train_step", i32, pt, 2 + 2 * n);
+      pack(c, f, 1, n, &ins, &counts);
+      LLVMTypeRef rt[] = {p, p, p, p};
+      LLVMValueRef arg[] = {LLVMGetParam(f, 0), ins, counts,
+                            LLVMGetParam(f, (unsigned)(1 + 2 * n))};
+      LLVMBuildRet(c->b, call(c, local ? "dtrt_model_train_step_local" : "dtrt_model_train_step",
+                              i32, rt, arg, 4));
+    }
+
+    /* NAME_set_lr, NAME_get_lr: the base learning rate, the compiled one
+     * until set */
+    LLVMTypeRef pd[] = {p, c->f64};
+    f = wrapper(c, "set_lr", i32, pd, 2);
+    LLVMValueRef sa[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1)};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_set_lr", i32, pd, sa, 2));
+    f = wrapper(c, "get_lr", c->f64, pd, 1);
+    LLVMValueRef ga[] = {LLVMGetParam(f, 0), LLVMConstReal(c->f64, m->train.lr)};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_lr", c->f64, pd, ga, 2));
   }
 
   int nin = cg_func_inputs(fwd, live, in);
@@ -467,12 +480,25 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
   pt[0] = p;
   for (int k = 0; k < nin + nout; k++)
     pt[1 + 2 * k] = p, pt[2 + 2 * k] = i64;
-  f = wrapper(c, "forward", i32, pt, 1 + 2 * (nin + nout));
-  pack(c, f, 1, nin, &ins, &counts);
-  pack(c, f, 1 + 2 * nin, nout, &outs, &ocounts);
-  LLVMTypeRef fwd_rt[] = {p, p, p, p, p};
-  LLVMValueRef fwd_arg[] = {LLVMGetParam(f, 0), ins, counts, outs, ocounts};
-  LLVMBuildRet(c->b, call(c, "dtrt_model_forward", i32, fwd_rt, fwd_arg, 5));
+  for (int local = 0; local < 2; local++) {
+    f = wrapper(c, local ? "forward_local" : "forward", i32, pt, 1 + 2 * (nin + nout));
+    pack(c, f, 1, nin, &ins, &counts);
+    pack(c, f, 1 + 2 * nin, nout, &outs, &ocounts);
+    LLVMTypeRef fwd_rt[] = {p, p, p, p, p};
+    LLVMValueRef fwd_arg[] = {LLVMGetParam(f, 0), ins, counts, outs, ocounts};
+    LLVMBuildRet(c->b, call(c, local ? "dtrt_model_forward_local" : "dtrt_model_forward", i32,
+                            fwd_rt, fwd_arg, 5));
+  }
+
+  /* this rank's rows of the inputs */
+  LLVMTypeRef rows[] = {p, p, p, p};
+  f = wrapper(c, "input_rows", i32, rows, 4);
+  LLVMValueRef ra[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1), LLVMGetParam(f, 2),
+                       LLVMGetParam(f, 3)};
+  LLVMBuildRet(c->b, call(c, "dtrt_model_input_rows", i32, rows, ra, 4));
+  f = wrapper(c, "rank", i32, &p, 1);
+  r = LLVMGetParam(f, 0);
+  LLVMBuildRet(c->b, call(c, "dtrt_model_rank", i32, &p, &r, 1));
 
   static const char *io[][2] = {
       {"save", "dtrt_model_save"}, {"load", "dtrt_model_load"}, {"export", "dtrt_model_export"}};
@@ -526,8 +552,8 @@ static bool c_identifier(const char *s) {
   return true;
 }
 
-/* Every rank is given the whole batch and reads its block of each input in
- * place, which it can only when the block is a run of whole rows. */
+/* A rank reads its block of each input as a run of whole rows: in place in
+ * the whole batch, or passed alone (NAME_train_step_local). */
 static bool check_inputs(const Module *m, int ndev, Diag *d) {
   for (int k = 0; k < m->global.n; k++) {
     const Global *g = &m->global.a[k];

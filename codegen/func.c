@@ -6,7 +6,7 @@
  * whose status is returned at once when not 0. Loads, reshapes and a body's
  * args are addresses; stores and outputs copy unless the producer already
  * wrote there. A device's function (after spmd) reads its block of each
- * input in the whole batch the caller passes, and after a failure skips the
+ * input where the runtime points it (model.c), and after a failure skips the
  * rest of its compute but still makes its collectives (and runs the loops
  * that make some), which the other ranks wait for, before it returns the
  * first failure's status. A device's body keeps that status in its caller's
@@ -60,9 +60,13 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
     v = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "value", 0));
   } else {
     DTC_ASSERT(i->op == OP_lr);
-    LLVMTypeRef pt[] = {c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
-    LLVMTypeRef ft = LLVMFunctionType(c->f32, pt, COUNTOF(pt), 0);
+    /* the learning rate itself through dtrt_step_lr, which takes the one
+     * NAME_set_lr set on the context; a fixed one through dtrt_lr */
+    bool fixed = ir_get_int(i, "fixed", 0);
+    LLVMTypeRef pt[] = {c->ptr, c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
+    LLVMTypeRef ft = LLVMFunctionType(c->f32, pt + fixed, COUNTOF(pt) - fixed, 0);
     LLVMValueRef arg[] = {
+        fn->ctx,
         LLVMConstInt(c->i32, (unsigned)ir_schedule(i), 0),
         LLVMConstReal(c->f64, ir_get_float(i, "base", 0)),
         LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "warmup", 0), 1),
@@ -70,7 +74,13 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
         LLVMConstReal(c->f64, ir_get_float(i, "beta1", 0)),
         LLVMConstReal(c->f64, ir_get_float(i, "beta2", 0)),
         fn->step};
-    v = LLVMBuildCall2(c->b, ft, cg_extern(c, "dtrt_lr", ft), arg, COUNTOF(arg), "lr");
+    v = LLVMBuildCall2(c->b, ft, cg_extern(c, fixed ? "dtrt_lr" : "dtrt_step_lr", ft),
+                       arg + fixed, COUNTOF(arg) - fixed, "lr");
+    if (ir_attr(i, "first")) {
+      LLVMValueRef first = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "first", 0));
+      LLVMValueRef at0 = LLVMBuildICmp(c->b, LLVMIntEQ, fn->step, cg_i64(c, 0), "");
+      v = LLVMBuildSelect(c->b, at0, first, v, "lr");
+    }
   }
   leave(fn, here);
   return fn->val[i->id] = v;
@@ -187,20 +197,6 @@ static void copy(CgFn *fn, LLVMValueRef dst, const Inst *v) {
   LLVMBuildMemCpy(c->b, dst, 4, src, 4, cg_i64(c, bytes));
 }
 
-/* Where this function's block of input g starts in the whole batch, in
- * bytes: a block of rows (emit.c's check_inputs). */
-static int64_t input_skip(const CgFn *fn, const Global *g) {
-  const Module *m = fn->c->m;
-  if (fn->f->device < 0 || !g->shard || !g->type.rank)
-    return 0;
-  Type block;
-  int64_t begin[IR_MAX_RANK];
-  ir_local_type(m, g->shard, &g->type, fn->f->device, &block, begin);
-  for (int d = 1; d < g->type.rank; d++)
-    DTC_ASSERT(begin[d] == 0 && block.dim[d] == g->type.dim[d]);
-  return begin[0] * (type_elems(&g->type) / g->type.dim[0]) * (int64_t)dtype_size(g->type.dtype);
-}
-
 static void lower(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
   switch (x->op) {
@@ -210,7 +206,7 @@ static void lower(CgFn *fn, const Inst *x) {
       LLVMBasicBlockRef here = enter(fn);
       LLVMValueRef idx = cg_i64(c, fn->input_index[g - c->m->global.a]);
       LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
-      fn->addr[x->id] = cg_gep(fn, LLVMBuildLoad2(c->b, c->ptr, p, g->name), input_skip(fn, g));
+      fn->addr[x->id] = LLVMBuildLoad2(c->b, c->ptr, p, g->name);
       leave(fn, here);
     } else if (x->offset >= 0) {
       int64_t bytes = type_elems(&x->type) * (int64_t)dtype_size(x->type.dtype);

@@ -2,7 +2,8 @@
  * every shape as macros, every function documented with its arguments'
  * shapes and its return codes. The interface of a model compiled for
  * several devices is the same, with whole shapes: each rank of the job
- * makes the same calls on the whole batch. */
+ * makes the same calls on the whole batch, or (the _local calls) on its own
+ * rows of it. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -166,13 +167,16 @@ static void write_header(FILE *out, const Module *m, const char *base) {
             " * Every rank runs the same program and makes the same calls, in the same\n"
             " * order, with the whole batch: each rank computes on its own part of it and\n"
             " * of the params, and every rank gets the whole outputs and the loss of the\n"
-            " * whole batch. The functions below are collective, and when one rank\n"
+            " * whole batch. A rank that reads only its own rows of the batch passes\n"
+            " * those to %s_train_step_local and %s_forward_local instead\n"
+            " * (%s_input_rows says which rows are its). The functions below are\n"
+            " * collective, and when one rank\n"
             " * fails, all return its error. %s_create fails on every rank unless the\n"
             " * job has exactly %s_DEVICES ranks. %s_save writes one file of whole\n"
             " * tensors, each rank its own part, in a directory every rank sees; any\n"
             " * build of %s (any plan or rank count) loads it. Shapes are those of whole\n"
             " * tensors; memory sizes are per rank, for the rank that needs most. */\n",
-            n, P, ndev, n, P, n, n);
+            n, P, ndev, n, n, n, n, P, n, n);
   fprintf(out, "#ifndef %s_H\n#define %s_H\n\n#include <stddef.h>\n#include <stdint.h>\n\n", P, P);
   fputs("#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n", out);
 
@@ -221,6 +225,22 @@ static void write_header(FILE *out, const Module *m, const char *base) {
     fprintf(out, "int %s_train_step(%s *m", n, n);
     proto_args(out, tin, ntin, true);
     fputs(", float *loss);\n\n", out);
+
+    /* the learning rate from C */
+    char lr[64];
+    snprintf(lr, sizeof lr, "%.9g", m->train.lr);
+    fprintf(out,
+            "/* The base learning rate of the steps that follow: lr (finite, >= 0) in\n"
+            " * place of the compiled %s. It is the rate the schedule scales (%s):\n"
+            " * warm-up and cosine decay go on from the current step with the new\n"
+            " * base, as torch.optim's param_groups' lr with a constant schedule.\n"
+            " * Only the rate changes: momentum and Adam's moments are kept. It is not\n"
+            " * saved in checkpoints: set it again after %s_load.%s */\n"
+            "int %s_set_lr(%s *m, double lr);\n\n"
+            "/* The base learning rate: the last one %s_set_lr set, else %s. */\n"
+            "double %s_get_lr(const %s *m);\n\n",
+            lr, m->train.schedule >= 0 ? dtrt_schedule_names[m->train.schedule] : "constant", n,
+            ndev ? " Every rank\n * sets the same rate." : "", n, n, n, lr, n, n);
   }
   fputs("/* Runs the model on a batch without changing it, in evaluation mode\n"
         " * (dropout is the identity).\n", out);
@@ -228,6 +248,36 @@ static void write_header(FILE *out, const Module *m, const char *base) {
   doc_args(out, fout, nfout, "out");
   fputs(" */\n", out);
   fprintf(out, "int %s_forward(%s *m", n, n);
+  proto_args(out, fin, nfin, true);
+  proto_args(out, fout, nfout, false);
+  fputs(");\n\n", out);
+
+  /* this rank's rows of the batch */
+  fprintf(out,
+          "/* Rows [*begin, *begin + *count) of input's first dimension (the batch)\n"
+          " * are this rank's: all of them for an input not split over ranks, or a\n"
+          " * model for one device. Either pointer may be NULL; 1 if the model has no\n"
+          " * input of that name. */\n"
+          "int %s_input_rows(const %s *m, const char *input, int64_t *begin, int64_t *count);\n\n"
+          "/* This process's rank in the job (0 for a model of one device): the one\n"
+          " * to print from is rank 0. */\n"
+          "int %s_rank(const %s *m);\n\n",
+          n, n, n, n);
+  if (train) {
+    fprintf(out,
+            "/* %s_train_step on this rank's rows of each input alone (%s_input_rows;\n"
+            " * each x_elems is count times the elements of a row, and a rank with no\n"
+            " * rows of an input may pass NULL). The loss is the whole batch's. */\n"
+            "int %s_train_step_local(%s *m",
+            n, n, n, n);
+    proto_args(out, tin, ntin, true);
+    fputs(", float *loss);\n\n", out);
+  }
+  fprintf(out,
+          "/* %s_forward on this rank's rows of each input alone; the outputs are\n"
+          " * whole, as %s_forward's. */\n"
+          "int %s_forward_local(%s *m",
+          n, n, n, n);
   proto_args(out, fin, nfin, true);
   proto_args(out, fout, nfout, false);
   fputs(");\n\n", out);

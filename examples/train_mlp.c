@@ -1,5 +1,12 @@
 /* train_mlp.c: trains examples/mlp.dt on Fashion-MNIST with the object dtc
- * compiled from it, reports test accuracy, saves and resumes checkpoints. */
+ * compiled from it, reports test accuracy, saves and resumes checkpoints.
+ * Built the same for a data-parallel model (examples/mlp_dp2.dt, the
+ * train_mlp_dp2 target): each rank then copies only its own rows of every
+ * batch (mlp_input_rows, mlp_train_step_local) and rank 0 alone prints. The
+ * training set is shuffled each epoch from --seed; a short last batch is
+ * dropped, or with --last-batch keep padded to the compiled batch with rows
+ * labelled -100, which a loss with ignore_index = -100 skips (mlp_dp2.dt's;
+ * mlp.dt's refuses them). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +27,9 @@ typedef struct Args {
   uint64_t seed;
   int64_t max_steps;   /* stop after this many steps in all (0: no limit) */
   int quiet;
+  int keep;            /* --last-batch keep: pad the short last batch */
+  int64_t limit;       /* train on the first this many images (0: all) */
+  int print_loss;      /* print every step's loss on stdout */
 } Args;
 
 static double now_s(void) {
@@ -58,16 +68,38 @@ static void progress(int epoch, int64_t done, int64_t total, double loss, double
           loss, rate);
 }
 
-static double accuracy(mlp *m, const DtData *img, const DtData *lab, int *err) {
+/* This rank's rows of a batch: [begin, begin + count) of the B rows. */
+typedef struct Rows {
+  int64_t begin, count;
+} Rows;
+
+/* This rank's rows of the batch that starts at row `at` of order (NULL: the
+ * data in its order) into x and y, rows past n padded (x 0, label -100). */
+static void fill(const Rows *rx, const Rows *ry, const DtData *img, const DtData *lab,
+                 const int32_t *order, int64_t at, int64_t n, float *x, int32_t *y) {
+  const float *px = img->t.data;
+  const int32_t *py = lab->t.data;
+  for (int64_t i = 0; i < rx->count; i++) {
+    int64_t r = at + rx->begin + i;
+    if (r < n)
+      memcpy(x + i * PIXELS, px + (order ? order[r] : r) * PIXELS, sizeof(float) * PIXELS);
+    else
+      memset(x + i * PIXELS, 0, sizeof(float) * PIXELS);
+  }
+  for (int64_t i = 0; y && i < ry->count; i++) {
+    int64_t r = at + ry->begin + i;
+    y[i] = r < n ? py[order ? order[r] : r] : -100;
+  }
+}
+
+static double accuracy(mlp *m, const Rows *rx, const DtData *img, const DtData *lab, int *err) {
   static float x[B * PIXELS], logits[B * CLASSES];
   int64_t n = img->t.dim[0], correct = 0;
-  const float *px = img->t.data;
   const int32_t *py = lab->t.data;
   for (int64_t at = 0; at < n; at += B) {
     int64_t k = n - at < B ? n - at : B;
-    memset(x, 0, sizeof x);
-    memcpy(x, px + at * PIXELS, sizeof(float) * (size_t)(k * PIXELS));
-    if ((*err = mlp_forward(m, x, B * PIXELS, logits, B * CLASSES)))
+    fill(rx, rx, img, lab, NULL, at, n, x, NULL);
+    if ((*err = mlp_forward_local(m, x, rx->count * PIXELS, logits, B * CLASSES)))
       return 0;
     for (int64_t i = 0; i < k; i++) {
       int best = 0;
@@ -83,17 +115,18 @@ static double accuracy(mlp *m, const DtData *img, const DtData *lab, int *err) {
 static int usage(void) {
   fprintf(stderr,
           "usage: train_mlp [--epochs N] [--data DIR] [--seed S] [--save FILE]\n"
-          "                 [--resume FILE] [--max-steps N] [--quiet]\n");
+          "                 [--resume FILE] [--max-steps N] [--last-batch drop|keep]\n"
+          "                 [--limit N] [--print-loss] [--quiet]\n");
   return 2;
 }
 
 static int parse(Args *a, int argc, char **argv) {
-  *a = (Args){"/usr/share/datasets/fashion-mnist", NULL, NULL, 3, 1, 0, 0};
+  *a = (Args){"/usr/share/datasets/fashion-mnist", NULL, NULL, 3, 1, 0, 0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
-    if (!strcmp(o, "--quiet")) {
-      a->quiet = 1;
+    if (!strcmp(o, "--quiet") || !strcmp(o, "--print-loss")) {
+      *(o[2] == 'q' ? &a->quiet : &a->print_loss) = 1;
       continue;
     }
     if (!v)
@@ -111,9 +144,13 @@ static int parse(Args *a, int argc, char **argv) {
       a->save = v;
     else if (!strcmp(o, "--resume"))
       a->resume = v;
+    else if (!strcmp(o, "--limit"))
+      a->limit = strtoll(v, &end, 10);
+    else if (!strcmp(o, "--last-batch") && (!strcmp(v, "drop") || !strcmp(v, "keep")))
+      a->keep = v[0] == 'k';
     else
       return usage();
-    if (end && (*end || a->epochs < 0 || a->max_steps < 0))
+    if (end && (*end || a->epochs < 0 || a->max_steps < 0 || a->limit < 0))
       return usage();
   }
   return 0;
@@ -155,14 +192,14 @@ static int check_set(const char *ipath, const DtData *img, const char *lpath, co
 
 /* Saves with SIGINT and SIGTERM held off, so that a signal cannot stop the
  * save half way and leave its temporary file behind; it acts after. */
-static int save(mlp *m, const char *path) {
+static int save(mlp *m, const char *path, int lead) {
   sigset_t hold, old;
   sigemptyset(&hold);
   sigaddset(&hold, SIGINT);
   sigaddset(&hold, SIGTERM);
   sigprocmask(SIG_BLOCK, &hold, &old);
   int rc = mlp_save(m, path);
-  if (rc)
+  if (rc && lead)
     fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
   sigprocmask(SIG_SETMASK, &old, NULL);
   return rc;
@@ -196,19 +233,39 @@ int main(int argc, char **argv) {
       goto done;
     }
   }
-  if (check_set(path[0], &tr_x, path[1], &tr_y, B) || check_set(path[2], &te_x, path[3], &te_y, 1))
+  if (check_set(path[0], &tr_x, path[1], &tr_y, a.keep ? 1 : B) ||
+      check_set(path[2], &te_x, path[3], &te_y, 1))
     goto done;
   int64_t n = tr_x.t.dim[0];
+  if (a.limit && a.limit < n) {
+    if (a.limit < (a.keep ? 1 : B)) {
+      fprintf(stderr, "train_mlp: --limit %lld leaves no whole batch of %d\n",
+              (long long)a.limit, B);
+      goto done;
+    }
+    n = a.limit;
+  }
 
   if ((rc = mlp_create(&m, a.seed))) {
     fprintf(stderr, "train_mlp: cannot create the model: %s\n", mlp_error(NULL));
     goto done;
   }
-  if (a.resume && (rc = mlp_load(m, a.resume))) {
+  /* every rank makes the same calls and fails alike: rank 0 speaks */
+  int lead = mlp_rank(m) == 0;
+  if (!lead)
+    a.quiet = 1;
+  Rows rx, ry;
+  if ((rc = mlp_input_rows(m, "x", &rx.begin, &rx.count)) ||
+      (rc = mlp_input_rows(m, "y", &ry.begin, &ry.count))) {
     fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
     goto done;
   }
-  int64_t per_epoch = n / B;
+  if (a.resume && (rc = mlp_load(m, a.resume))) {
+    if (lead)
+      fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+    goto done;
+  }
+  int64_t per_epoch = a.keep ? (n + B - 1) / B : n / B;
   int64_t start = mlp_step(m);
   if (start < 0) {
     fprintf(stderr, "train_mlp: %s: step %lld is negative\n", a.resume, (long long)start);
@@ -219,15 +276,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "resumed from %s at step %lld\n", a.resume, (long long)start);
 
   order = malloc(sizeof(int32_t) * (size_t)n);
-  x = malloc(sizeof(float) * B * PIXELS);
+  x = malloc(sizeof(float) * (size_t)(rx.count ? rx.count : 1) * PIXELS);
   if (!order || !x) {
     fprintf(stderr, "train_mlp: out of memory\n");
     rc = 1;
     goto done;
   }
   int32_t y[B];
-  const float *px = tr_x.t.data;
-  const int32_t *py = tr_y.t.data;
   int64_t end_step = (int64_t)a.epochs * per_epoch;
   if (a.max_steps && a.max_steps < end_step)
     end_step = a.max_steps;
@@ -237,16 +292,17 @@ int main(int argc, char **argv) {
     double t0 = now_s(), sum = 0;
     int64_t count = 0;
     for (int64_t b = step % per_epoch; b < per_epoch && step < end_step; b++, step++) {
-      for (int i = 0; i < B; i++) {
-        int32_t s = order[b * B + i];
-        memcpy(x + (size_t)i * PIXELS, px + (size_t)s * PIXELS, sizeof(float) * PIXELS);
-        y[i] = py[s];
-      }
+      fill(&rx, &ry, &tr_x, &tr_y, order, b * B, n, x, y);
       float loss;
-      if ((rc = mlp_train_step(m, x, B * PIXELS, y, B, &loss))) {
-        fprintf(stderr, "\ntrain_mlp: %s\n", mlp_error(m));
+      if ((rc = mlp_train_step_local(m, x, rx.count * PIXELS, y, ry.count, &loss))) {
+        if (lead)
+          fprintf(stderr, "\ntrain_mlp: %s%s\n", mlp_error(m),
+                  a.keep && b * B + B > n ? " (--last-batch keep pads with label -100, which "
+                                            "the model's loss must ignore)" : "");
         break;
       }
+      if (a.print_loss && lead)
+        printf("step %lld loss %.7g\n", (long long)step + 1, loss);
       sum += loss;
       count++;
       if (!a.quiet && (b % 20 == 0 || b == per_epoch - 1))
@@ -257,15 +313,16 @@ int main(int argc, char **argv) {
     if (!a.quiet)
       fputc('\n', stderr);
     if (a.save)
-      rc = save(m, a.save);
+      rc = save(m, a.save, lead);
   }
   if (!rc) {
     int err = 0;
-    double acc = accuracy(m, &te_x, &te_y, &err);
+    double acc = accuracy(m, &rx, &te_x, &te_y, &err);
     if (err) {
-      fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+      if (lead)
+        fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
       rc = err;
-    } else {
+    } else if (lead) {
       printf("test accuracy %.2f%% after %lld steps\n", 100 * acc, (long long)mlp_step(m));
     }
   }

@@ -383,6 +383,7 @@ typedef enum {
   B_LAYER_NORM,
   B_DROPOUT,
   B_GELU,       /* gelu, or with approximate = "tanh" gelu_tanh */
+  B_CROSS_ENTROPY, /* with ignore_index or label_smoothing: sum / count */
 } BuiltinKind;
 
 typedef struct Builtin {
@@ -403,7 +404,9 @@ static const Builtin builtins[] = {
   {"log", B_ELEM, 1, 1, 1, {"x"}},
   {"sqrt", B_ELEM, 1, 1, 1, {"x"}},
   {"causal_mask", B_ELEM, 1, 1, 1, {"x"}},
-  {"cross_entropy", B_ELEM, 2, 2, 2, {"logits", "labels"}},
+  {"cross_entropy", B_CROSS_ENTROPY, 2, 2, 4,
+   {"logits", "labels", "ignore_index", "label_smoothing"}},
+  {"bce_with_logits", B_ELEM, 2, 2, 2, {"logits", "target"}},
   {"mse", B_ELEM, 2, 2, 2, {"pred", "target"}},
   {"embedding", B_ELEM, 2, 2, 2, {"table", "ids"}},
   {"softmax", B_SOFTMAX, 1, 1, 2, {"x", "axis"}},
@@ -623,6 +626,38 @@ static Block *find_block(const Prog *p, const char *name) {
   return NULL;
 }
 
+/* cross_entropy(logits, labels, ignore_index, label_smoothing) as
+ * torch.nn.functional's: without either keyword the op cross_entropy (the
+ * mean over every row); with one, the sum over the rows whose label is not
+ * ignore_index (-100 unless given) over their count, each a partial sum
+ * under a batch split, so the mean is over the kept rows of the whole batch
+ * (0/0, NaN, when every label is ignored, as PyTorch gives). */
+static Inst *lower_cross_entropy(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+  if (!arg[2] && !arg[3])
+    return finish(c, ir_new(c->f, OP_cross_entropy, e->loc, 2, in));
+  int64_t ignore = -100;
+  double eps = 0;
+  if (arg[2] && !int_arg(c, arg[2], "'ignore_index'", &ignore))
+    return NULL;
+  if (arg[2] && (ignore < INT32_MIN || ignore > INT32_MAX)) {
+    diag_error(c->d, arg[2]->loc, "'ignore_index' must fit a label (i32), not %lld",
+               (long long)ignore);
+    return NULL;
+  }
+  if (arg[3] && !real_in(c, arg[3], "label_smoothing", false, 1, false, &eps))
+    return NULL;
+  Inst *sum = ir_new(c->f, OP_cross_entropy_sum, e->loc, 2, in);
+  ir_set_int(sum, "ignore_index", ignore);
+  ir_set_float(sum, "smoothing", eps);
+  if (!(sum = finish(c, sum)))
+    return NULL;
+  Inst *count = ir_new(c->f, OP_label_count, e->loc, 1, &in[1]);
+  ir_set_int(count, "ignore_index", ignore);
+  if (!(count = finish(c, count)))
+    return NULL;
+  return finish(c, ir_make(c->f, OP_div, e->loc, 2, sum, count));
+}
+
 static Inst *lower_call(Ctx *c, const Expr *e) {
   const Builtin *b = find_builtin(e->s);
   if (!b && find_block(c->prog, e->s)) {
@@ -663,6 +698,8 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
   switch (b->kind) {
   case B_ELEM:
     return finish(c, ir_new(c->f, op, e->loc, b->ntensor, in));
+  case B_CROSS_ENTROPY:
+    return lower_cross_entropy(c, e, in, arg);
   case B_GELU:
     if (arg[1]) {
       const Expr *ap = arg[1];
@@ -960,12 +997,12 @@ static bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const
   return true;
 }
 
-/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm)
+/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm, dampening)
  *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm)
  *           | adamw(...) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
-                                    "schedule", "nesterov", "clip_norm"};
+                                    "schedule", "nesterov", "clip_norm", "dampening"};
   static const char *const adam[] = {"lr",           "beta1",    "beta2",    "eps",
                                      "weight_decay", "schedule", "eps_form", "clip_norm"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
@@ -1012,6 +1049,8 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
       ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->clip_norm);
     else if (!strcmp(p, "weight_decay"))
       ok &= real_in(c, arg[k], p, false, INFINITY, false, &t->weight_decay);
+    else if (!strcmp(p, "dampening"))
+      ok &= real_in(c, arg[k], p, false, 1, false, &t->dampening);
     else
       ok &= real_in(c, arg[k], p, false, 1, true, !strcmp(p, "momentum") ? &t->momentum
                                                   : !strcmp(p, "beta1")  ? &t->beta1
@@ -1019,6 +1058,11 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   }
   if (ok && t->nesterov && t->momentum == 0) {
     diag_error(c->d, e->loc, "'nesterov' needs a momentum above 0");
+    ok = false;
+  }
+  /* torch.optim.SGD refuses Nesterov momentum with dampening */
+  if (ok && t->nesterov && t->dampening != 0) {
+    diag_error(c->d, arg[6]->loc, "'nesterov' needs 'dampening' 0, not %g", t->dampening);
     ok = false;
   }
   return ok;

@@ -101,6 +101,18 @@ double flops_cross_entropy(const Inst *i) {
 PER_IN(cross_entropy_grad, 6 + F_EXP)
 /* subtract, square, sum */
 PER_IN(mse, 3)
+/* PyTorch's losses: cross_entropy's work plus the smoothing sum per logit */
+double flops_cross_entropy_sum(const Inst *i) {
+  return (5 + F_EXP) * in_elems(i, 0) + in_elems(i, 1);
+}
+/* softmax, subtract the smoothed one-hot label, scale */
+PER_IN(cross_entropy_sum_grad, 7 + F_EXP)
+/* compare, add */
+PER_IN(label_count, 2)
+/* max(x, 0) - x t + log(1 + exp(-|x|)), summed */
+PER_IN(bce_with_logits, 6 + F_EXP)
+/* sigmoid, subtract, scale */
+PER_IN(bce_with_logits_grad, 4 + F_EXP)
 /* mean, subtract, square and sum, scale */
 PER_IN(normalize, 5)
 /* normalise again, two sums, combine */

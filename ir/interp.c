@@ -21,6 +21,11 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_cross_entropy] = dtrt_k_cross_entropy,
   [OP_cross_entropy_grad] = dtrt_k_cross_entropy_grad,
   [OP_mse] = dtrt_k_mse,
+  [OP_cross_entropy_sum] = dtrt_k_cross_entropy_sum,
+  [OP_cross_entropy_sum_grad] = dtrt_k_cross_entropy_sum_grad,
+  [OP_label_count] = dtrt_k_label_count,
+  [OP_bce_with_logits] = dtrt_k_bce_with_logits,
+  [OP_bce_with_logits_grad] = dtrt_k_bce_with_logits_grad,
   [OP_normalize] = dtrt_k_normalize,
   [OP_normalize_grad] = dtrt_k_normalize_grad,
   [OP_embedding] = dtrt_k_embedding,
@@ -368,6 +373,8 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
                    ir_get_float(inst, "base", 0), ir_get_int(inst, "warmup", 0),
                    ir_get_int(inst, "total", 0), ir_get_float(inst, "beta1", 0),
                    ir_get_float(inst, "beta2", 0), it->step);
+    if (ir_attr(inst, "first") && it->step == 0)
+      *out = (float)ir_get_float(inst, "first", 0);
   } else if (ir_ops[inst->op].kind == K_ELEM) {
     float *in[2] = {val[inst->in[0]->id], inst->nin > 1 ? val[inst->in[1]->id] : NULL};
     elementwise(inst, out, in);

@@ -289,6 +289,8 @@ typedef struct Train {
                             Ba's efficient form); 0: to the corrected sqrt(v),
                             as torch.optim.Adam */
   int64_t warmup, total;
+  double dampening;      /* sgd: the momentum buffer takes (1 - dampening) g
+                            after the first step (torch.optim.SGD's) */
   Loc loc;
 } Train;
 

@@ -33,6 +33,7 @@ const IrField ir_train_fields[] = {
     FIELD(Train, nesterov, 'i'),
     FIELD(Train, eps_kingma, 'i'),
     FIELD(Train, clip_norm, 'f'),
+    FIELD(Train, dampening, 'f'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
                                     FIELD(Global, init_arg, 'f'), {0}};

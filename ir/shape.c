@@ -363,6 +363,40 @@ bool shape_mse(Inst *inst, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- PyTorch's losses (cross_entropy with ignore_index or label_smoothing,
+ * bce_with_logits) ---- */
+
+bool shape_cross_entropy_sum(Inst *inst, char *err, size_t errlen) {
+  double e = ir_get_float(inst, "smoothing", 0);
+  if (!(e >= 0 && e <= 1))
+    FAIL("'%s' needs smoothing in [0, 1], got %g", NAME, e);
+  return shape_cross_entropy(inst, err, errlen);
+}
+
+bool shape_cross_entropy_sum_grad(Inst *inst, char *err, size_t errlen) {
+  return shape_cross_entropy_sum(inst, err, errlen) &&
+         shape_cross_entropy_grad(inst, err, errlen);
+}
+
+bool shape_label_count(Inst *inst, char *err, size_t errlen) {
+  char b[128];
+  if (IN(0)->dtype != DT_I32 || IN(0)->rank != 1)
+    FAIL("'%s' needs labels i32[N], got %s", NAME, ts(IN(0), b));
+  inst->type = (Type){DT_F32, 0, {0}};
+  return true;
+}
+
+bool shape_bce_with_logits(Inst *inst, char *err, size_t errlen) { return shape_mse(inst, err, errlen); }
+
+bool shape_bce_with_logits_grad(Inst *inst, char *err, size_t errlen) {
+  if (!shape_mse(inst, err, errlen))
+    return false;
+  if (IN(2)->dtype != DT_F32 || IN(2)->rank != 0)
+    FAIL("'%s' needs a scalar adjoint", NAME);
+  inst->type = *IN(0);
+  return true;
+}
+
 static bool last_axis(Inst *inst, char *err, size_t errlen) {
   if (!need_f32(inst, 0, err, errlen))
     return false;

@@ -309,6 +309,31 @@ static void grad_mse(GradCtx *g, Inst *inst) {
     accum(g, t, mk1(g, OP_neg, inst, dp));
 }
 
+/* ---- PyTorch's losses ---- */
+
+/* Labels are i32, never active. */
+static void grad_cross_entropy_sum(GradCtx *g, Inst *inst) {
+  Inst *in[3] = {X, inst->in[1], DY};
+  accum(g, X, grad_op(g, OP_cross_entropy_sum_grad, inst, 3, in));
+}
+
+static void grad_cross_entropy_sum_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_label_count(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+
+/* y = mean(max(x, 0) - x t + log(1 + exp(-|x|))): dx = dy (sigmoid(x) - t) / N,
+ * dt = -dy x / N */
+static void grad_bce_with_logits(GradCtx *g, Inst *inst) {
+  Inst *x = inst->in[0], *t = inst->in[1];
+  if (wants(g, x))
+    accum(g, x, ir_make(g->f, OP_bce_with_logits_grad, inst->loc, 3, x, t, DY));
+  if (wants(g, t)) {
+    Inst *s = mk2(g, OP_mul, inst, DY, cnst(g, inst, -1.0 / (double)type_elems(&x->type)));
+    accum(g, t, mk2(g, OP_mul, inst, x, s));
+  }
+}
+
+static void grad_bce_with_logits_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
 static void grad_normalize(GradCtx *g, Inst *inst) {
   Inst *in[2] = {X, DY};
   accum(g, X, grad_op(g, OP_normalize_grad, inst, 2, in));

@@ -221,6 +221,26 @@ static bool shard_mse(const Inst *i, DimMap *m) {
   return true;
 }
 
+/* PyTorch's losses: the sum over kept rows and their count as cross_entropy,
+ * bce_with_logits as mse, its gradient elementwise. */
+static bool shard_cross_entropy_sum(const Inst *i, DimMap *m) { return shard_cross_entropy(i, m); }
+static bool shard_cross_entropy_sum_grad(const Inst *i, DimMap *m) {
+  return shard_cross_entropy_grad(i, m);
+}
+static bool shard_label_count(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  m->to[0][0] = FORM_SUM(0);
+  m->nsum = 1;
+  return true;
+}
+static bool shard_bce_with_logits(const Inst *i, DimMap *m) { return shard_mse(i, m); }
+static bool shard_bce_with_logits_grad(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  for (int j = 0; j < i->in[0]->type.rank; j++)
+    m->to[0][j] = m->to[1][j] = j;
+  return true;
+}
+
 /* (table[V,D], ids[...]) -> [..., D]: D and ids' dims carry over. */
 static bool shard_embedding(const Inst *i, DimMap *m) {
   map_init(i, m);

@@ -17,6 +17,9 @@
  *          m' = momentum m + g'                       (no m when momentum is 0:
  *          p' = p - lr m'                              p' = p - lr g')
  *          nesterov: p' = p - lr (g' + momentum m')   (torch.optim.SGD's)
+ *          dampening d: m' = momentum m + (1 - d) g' after the first step,
+ *          m' = g' on it (torch.optim.SGD's buffer starts at g'); the factor
+ *          is an lr op of base 1 - d, first 1
  *   adam   g' = g + wd p
  *          m' = beta1 m + (1 - beta1) g'
  *          v' = beta2 v + (1 - beta2) g' g'
@@ -33,7 +36,9 @@
  *
  * lr_t and eps_t are lr ops (one scalar each per step): dtrt_lr folds in the
  * corrections, sqrt(1 - beta2^t) for beta2 > 0 and 1 / (1 - beta1^t) for
- * beta1 > 0. */
+ * beta1 > 0. The lr ops whose base is not the learning rate (eps_t, the
+ * dampening factor) are marked fixed: NAME_set_lr replaces the base of the
+ * others. */
 #include <string.h>
 
 #include "ir.h"
@@ -76,6 +81,22 @@ static Inst *eps_rate(Opt *o) {
   ir_set_int(r, "total", 0);
   ir_set_float(r, "beta1", 0);
   ir_set_float(r, "beta2", t->beta2);
+  ir_set_int(r, "fixed", 1);
+  return ir_finish(r);
+}
+
+/* sgd's dampening: 1 on the first step, 1 - dampening after it. */
+static Inst *damp_rate(Opt *o) {
+  const Train *t = &o->m->train;
+  Inst *r = ir_new(o->f, OP_lr, t->loc, 0, NULL);
+  ir_set_float(r, "base", 1 - t->dampening);
+  ir_set_str(r, "schedule", dtrt_schedule_names[DT_SCHED_CONSTANT]);
+  ir_set_int(r, "warmup", 0);
+  ir_set_int(r, "total", 0);
+  ir_set_float(r, "beta1", 0);
+  ir_set_float(r, "beta2", 0);
+  ir_set_float(r, "first", 1);
+  ir_set_int(r, "fixed", 1);
   return ir_finish(r);
 }
 
@@ -158,6 +179,8 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
   if (decay)
     decay = bin(&o, OP_mul, decay, cnst(&o, t->weight_decay));
 
+  Inst *damp = sgd && t->momentum != 0 && t->dampening != 0 ? damp_rate(&o) : NULL;
+
   int ng = m->global.n;
   Inst *clip = t->clip_norm > 0 ? clip_scale(&o, grad) : NULL;
   for (int k = 0; k < ng; k++) {
@@ -172,7 +195,8 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     Inst *m1 = NULL, *v1 = NULL;
     if (sgd && t->momentum != 0) {
       mname = state(&o, k, "m");
-      m1 = axpby(&o, t->momentum, load(&o, mname), 1, g);
+      Inst *gd = damp ? bin(&o, OP_mul, damp, g) : g;
+      m1 = axpby(&o, t->momentum, load(&o, mname), 1, gd);
       step = t->nesterov ? axpby(&o, 1, g, t->momentum, m1) : m1;
     } else if (sgd) {
       step = g;

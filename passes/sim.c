@@ -65,7 +65,9 @@ double sim_gflops(const Module *m, int device) {
 static double elem_cost(Op op) {
   switch (op) {
   case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_grad:
+  case OP_cross_entropy_sum: case OP_cross_entropy_sum_grad:
     return 280;
+  case OP_bce_with_logits: case OP_bce_with_logits_grad: return 80;
   case OP_dropout: case OP_dropout_grad: return 300;
   case OP_normalize: case OP_normalize_grad: return 80;
   case OP_causal_mask: case OP_softmax_grad: case OP_log_softmax_grad: return 40;

@@ -175,7 +175,7 @@ static double mean_share(const Inst *i, const Inst *local) {
   double f = 1;
   if (i->op == OP_cross_entropy || i->op == OP_cross_entropy_grad)
     return (double)l->dim[0] / (double)g->dim[0];
-  if (i->op == OP_mse)
+  if (i->op == OP_mse || i->op == OP_bce_with_logits || i->op == OP_bce_with_logits_grad)
     return (double)type_elems(l) / (double)type_elems(g);
   int n;
   const int64_t *axes = ir_get_ints(i, "axes", &n);
@@ -316,6 +316,8 @@ static void emit(Ctx *c, const Inst *i) {
   }
   if (i->op == OP_cross_entropy_grad && req[0].axis[0] >= 0)
     in[2] = scale(c, in[2], mean_share(i, in[0]), i->loc);
+  if (i->op == OP_bce_with_logits_grad && mean_share(i, in[0]) != 1)
+    in[2] = scale(c, in[2], mean_share(i, in[0]), i->loc);
   double *ratio = NULL;
   int pipe = i->op == OP_repeat ? shard_pipe_axis(i, cur, &ratio) : -1;
   if (pipe >= 0) {
@@ -345,7 +347,8 @@ static void emit(Ctx *c, const Inst *i) {
   ir_finish(x);
   DTC_ASSERT(type_eq(&x->type, &local));
   x->shard = i->shard;
-  if (i->op == OP_cross_entropy || i->op == OP_mse || i->op == OP_mean) {
+  if (i->op == OP_cross_entropy || i->op == OP_mse || i->op == OP_mean ||
+      i->op == OP_bce_with_logits) {
     double f = mean_share(i, in[0]);
     if (f != 1)
       x = scale(c, x, f, i->loc);

@@ -135,6 +135,21 @@ DTRT_KERNEL(log_softmax_grad);
 DTRT_KERNEL(cross_entropy);
 DTRT_KERNEL(cross_entropy_grad);
 DTRT_KERNEL(mse);
+/* PyTorch's losses. cross_entropy_sum(logits[N,C], labels i32[N]) -> f32[]:
+ * over the rows whose label is not ignore_index (i[0]), with e = smoothing
+ * (f[0]), the sum of (1 - e) (-log p[label]) + e/C sum_c (-log p[c]), p the
+ * row's softmax; a kept label outside [0, C) is DT_ERR_ARG.
+ * cross_entropy_sum_grad(logits, labels, dsum f32[]) -> f32[N,C]: dsum (p -
+ * (1 - e) onehot(label) - e/C) on kept rows, 0 on ignored ones.
+ * label_count(labels i32[N]) -> f32[]: the labels not ignore_index (i[0]).
+ * bce_with_logits(x, t) -> f32[]: the mean over every element of
+ * max(x, 0) - x t + log(1 + exp(-|x|)) (t of x's shape; empty: 0);
+ * bce_with_logits_grad(x, t, dloss f32[]) -> dloss (sigmoid(x) - t) / numel. */
+DTRT_KERNEL(cross_entropy_sum);
+DTRT_KERNEL(cross_entropy_sum_grad);
+DTRT_KERNEL(label_count);
+DTRT_KERNEL(bce_with_logits);
+DTRT_KERNEL(bce_with_logits_grad);
 DTRT_KERNEL(normalize);
 DTRT_KERNEL(normalize_grad);
 DTRT_KERNEL(embedding);
@@ -225,6 +240,10 @@ int dtrt_name_index(const char *const *names, int n, const char *s);
  * as 0. */
 float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1,
               double beta2, int64_t step);
+/* dtrt_lr with base replaced by the learning rate dtrt_model_set_lr gave the
+ * model of ctx, if any: the learning rate of a compiled step. */
+float dtrt_step_lr(const DtrtCtx *ctx, int kind, double base, int64_t warmup, int64_t total,
+                   double beta1, double beta2, int64_t step);
 
 /* ---- initialisers ----------------------------------------------------- */
 
@@ -507,6 +526,19 @@ DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int6
                                float *loss);
 DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t *elems,
                             void *const *outputs, const int64_t *out_elems);
+/* The same steps on this rank's rows of each input alone (an SPMD model whose
+ * batch is split: dtrt_model_input_rows says which; elems[k] counts them).
+ * A rank with no rows of an input may pass NULL for it. For a model that is
+ * not SPMD, or an input not split, the rows are all of them, so these are
+ * dtrt_model_train_step and dtrt_model_forward. */
+DtStatus dtrt_model_train_step_local(DtModel *m, const void *const *inputs,
+                                     const int64_t *elems, float *loss);
+DtStatus dtrt_model_forward_local(DtModel *m, const void *const *inputs, const int64_t *elems,
+                                  void *const *outputs, const int64_t *out_elems);
+/* Rows [*begin, *begin + *count) of input `name`'s first dimension are this
+ * rank's (either pointer may be NULL); DT_ERR_ARG if there is no such input. */
+DtStatus dtrt_model_input_rows(const DtModel *m, const char *name, int64_t *begin,
+                               int64_t *count);
 /* All params and state and the step, as one checkpoint of whole tensors
  * (dtrt_ckpt_save below) that any build of the same model loads, whatever its
  * plan, rank count or targets; a load that fails leaves the model as it was.
@@ -520,6 +552,12 @@ DtStatus dtrt_model_save(DtModel *m, const char *path);
 DtStatus dtrt_model_load(DtModel *m, const char *path);
 DtStatus dtrt_model_export(DtModel *m, const char *path);
 int64_t dtrt_model_step(const DtModel *m);        /* training steps taken */
+/* The base learning rate of the steps that follow (the one the schedule
+ * scales): lr, finite and >= 0, in place of the compiled one (DT_ERR_ARG
+ * otherwise, or for an inference-only model). Not saved in checkpoints.
+ * dtrt_model_lr: the one set, or `compiled` when none was. */
+DtStatus dtrt_model_set_lr(DtModel *m, double lr);
+double dtrt_model_lr(const DtModel *m, double compiled);
 /* SPMD models (nmesh_axis > 0). Creation is collective: it joins the job,
  * agrees on the model hash, the plan hash and the mesh (DT_ERR_MISMATCH on
  * every rank if they differ), checks the rank count and builds the mesh. Train

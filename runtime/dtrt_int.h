@@ -115,6 +115,8 @@ struct DtrtCtx {
   void *scratch;    /* dtrt_scratch's block, of scratch_bytes; NULL: none yet */
   size_t scratch_bytes;
   int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
+  double lr;            /* dtrt_model_set_lr's, when lr_set */
+  bool lr_set;
 };
 
 /* The context's read limit (dtrt_ctx_set_read_limit). */

@@ -218,8 +218,17 @@ DTRT_TRACED(log_softmax_grad, DTRT_TID_KERNEL) {
 
 /* ---- losses ---- */
 
-/* Checks logits f32[N,C] and labels i32[N] with every label in [0, C). */
+/* Checks logits f32[N,C] and labels i32[N] with every label in [0, C), but
+ * for those equal to ignore (when kept is set: PyTorch's ignore_index). */
+static DtStatus ce_check_kept(DtrtCtx *ctx, const char *op, const DtTensor *in, bool kept,
+                              int64_t ignore);
+
 static DtStatus ce_check(DtrtCtx *ctx, const char *op, const DtTensor *in) {
+  return ce_check_kept(ctx, op, in, false, 0);
+}
+
+static DtStatus ce_check_kept(DtrtCtx *ctx, const char *op, const DtTensor *in, bool kept,
+                              int64_t ignore) {
   DtStatus s;
   if ((s = dtrt_check(ctx, op, "logits", &in[0], DTRT_F32)))
     return s;
@@ -231,9 +240,12 @@ static DtStatus ce_check(DtrtCtx *ctx, const char *op, const DtTensor *in) {
   const int32_t *lab = in[1].data;
   int64_t c = in[0].dim[1];
   for (int64_t i = 0; i < in[0].dim[0]; i++)
-    if (lab[i] < 0 || lab[i] >= c)
-      return dtrt_fail(ctx, DT_ERR_ARG, "%s: label %d in row %lld is outside [0, %lld)", op,
-                       (int)lab[i], (long long)i, (long long)c);
+    if ((lab[i] < 0 || lab[i] >= c) && !(kept && lab[i] == ignore))
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: label %d in row %lld is outside [0, %lld)%s", op,
+                       (int)lab[i], (long long)i, (long long)c,
+                       kept ? " and not ignore_index"
+                       : lab[i] == -100 ? " (cross_entropy skips such rows with ignore_index = -100)"
+                                        : "");
   return DT_OK;
 }
 
@@ -292,6 +304,139 @@ DTRT_TRACED(cross_entropy_grad, DTRT_TID_KERNEL) {
     for (int64_t j = 0; j < c; j++)
       dx[i * c + j] *= g;
     dx[i * c + lab[i]] -= g;
+  }
+  return DT_OK;
+}
+
+/* ---- PyTorch's losses (dtrt.h) ---- */
+
+/* cross_entropy_sum(logits[N,C], labels i32[N]){ignore_index, smoothing}:
+ * a->i[0] = ignore_index, a->f[0] = smoothing e; per kept row
+ * logsumexp - (1 - e) x[label] - e/C sum(x), which is (1 - e) (-log p[label])
+ * + e/C sum_c (-log p[c]). */
+DTRT_TRACED(cross_entropy_sum, DTRT_TID_KERNEL) {
+  const char *op = "cross_entropy_sum";
+  DtStatus s;
+  int64_t ignore = dtrt_ai(a, 0, -100);
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 1, 1)) ||
+      (s = ce_check_kept(ctx, op, in, true, ignore)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, NULL, 0)))
+    return s;
+  int64_t rows = in[0].dim[0], c = in[0].dim[1];
+  double e = dtrt_af(a, 0, 0);
+  const float *x = in[0].data;
+  const int32_t *lab = in[1].data;
+  double loss = 0;
+  for (int64_t i = 0; i < rows; i++) {
+    if (lab[i] == ignore)
+      continue;
+    const float *r = x + i * c;
+    double all = 0;
+    for (int64_t j = 0; e != 0 && j < c; j++)
+      all += r[j];
+    loss += logsumexp(r, c) - (1 - e) * r[lab[i]] - e / (double)c * all;
+  }
+  *(float *)out->data = (float)loss;
+  return DT_OK;
+}
+
+/* cross_entropy_sum_grad(logits, labels, dsum){ignore_index, smoothing}:
+ * dsum (softmax(row) - (1 - e) onehot(label) - e/C) on kept rows, 0 on the
+ * others (even for a dsum that is not finite: PyTorch's gradient when every
+ * label is ignored). */
+DTRT_TRACED(cross_entropy_sum_grad, DTRT_TID_KERNEL) {
+  const char *op = "cross_entropy_sum_grad";
+  DtStatus s;
+  int64_t ignore = dtrt_ai(a, 0, -100);
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 1, 1)) ||
+      (s = ce_check_kept(ctx, op, in, true, ignore)) ||
+      (s = dtrt_check_as(ctx, op, "dsum", &in[2], DTRT_F32, NULL, 0)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, 2)))
+    return s;
+  int64_t rows = in[0].dim[0], c = in[0].dim[1];
+  double e = dtrt_af(a, 0, 0);
+  const float *x = in[0].data;
+  const int32_t *lab = in[1].data;
+  float *dx = out->data, g = *(const float *)in[2].data;
+  float off = (float)(e / (double)c), hit = (float)(1 - e);
+  for (int64_t i = 0; i < rows; i++) {
+    float *d = dx + i * c;
+    if (lab[i] == ignore) {
+      memset(d, 0, sizeof(float) * (size_t)c);
+      continue;
+    }
+    row(SOFTMAX, x + i * c, NULL, d, c, 1);
+    for (int64_t j = 0; j < c; j++)
+      d[j] = g * (d[j] - off);
+    d[lab[i]] -= g * hit;
+  }
+  return DT_OK;
+}
+
+/* label_count(labels i32[N]){ignore_index} -> f32[]: a->i[0] = ignore_index. */
+DTRT_TRACED(label_count, DTRT_TID_KERNEL) {
+  const char *op = "label_count";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 1, 0)) ||
+      (s = dtrt_check(ctx, op, "labels", &in[0], DTRT_I32)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, NULL, 0)))
+    return s;
+  if (in[0].rank != 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: labels need rank 1 [N], got rank %d", op,
+                     (int)in[0].rank);
+  int64_t ignore = dtrt_ai(a, 0, -100), n = 0;
+  const int32_t *lab = in[0].data;
+  for (int64_t i = 0; i < in[0].dim[0]; i++)
+    n += lab[i] != ignore;
+  *(float *)out->data = (float)n;
+  return DT_OK;
+}
+
+static DtStatus bce_check(DtrtCtx *ctx, const char *op, const DtTensor *in) {
+  DtStatus s;
+  if ((s = dtrt_check(ctx, op, "logits", &in[0], DTRT_F32)) ||
+      (s = dtrt_check_as(ctx, op, "target", &in[1], DTRT_F32, in[0].dim, in[0].rank)))
+    return s;
+  return DT_OK;
+}
+
+/* bce_with_logits(x, t) -> f32[]: the mean of max(x, 0) - x t + log(1 +
+ * exp(-|x|)) (binary_cross_entropy_with_logits' stable form); no attributes. */
+DTRT_TRACED(bce_with_logits, DTRT_TID_KERNEL) {
+  const char *op = "bce_with_logits";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) || (s = bce_check(ctx, op, in)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, NULL, 0)))
+    return s;
+  int64_t n = dtrt_numel(&in[0]);
+  const float *x = in[0].data, *t = in[1].data;
+  double acc = 0;
+  for (int64_t k = 0; k < n; k++) {
+    double v = x[k];
+    acc += (v > 0 ? v : 0) - v * t[k] + log1p(exp(-fabs(v)));
+  }
+  *(float *)out->data = n ? (float)(acc / (double)n) : 0.0f;
+  return DT_OK;
+}
+
+/* bce_with_logits_grad(x, t, dloss) -> dloss (sigmoid(x) - t) / numel. */
+DTRT_TRACED(bce_with_logits_grad, DTRT_TID_KERNEL) {
+  const char *op = "bce_with_logits_grad";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 0, 0)) || (s = bce_check(ctx, op, in)) ||
+      (s = dtrt_check_as(ctx, op, "dloss", &in[2], DTRT_F32, NULL, 0)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)))
+    return s;
+  int64_t n = dtrt_numel(&in[0]);
+  const float *x = in[0].data, *t = in[1].data;
+  float *dx = out->data;
+  if (n == 0)
+    return DT_OK;
+  double g = *(const float *)in[2].data / (double)n;
+  for (int64_t k = 0; k < n; k++) {
+    double z = exp(-fabs((double)x[k]));
+    double sig = x[k] >= 0 ? 1 / (1 + z) : z / (1 + z);
+    dx[k] = (float)(g * (sig - t[k]));
   }
   return DT_OK;
 }

@@ -2,6 +2,7 @@
  * initialisation, checked training and inference steps, and checkpoints of its
  * params and state; for SPMD models, joining the job and sharing failures.
  * Each model owns its context. */
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ struct DtModel {
   DtrtCtx *ctx;
   unsigned char *state, *work;
   int64_t step;
+  const void **in;   /* the step's inputs: this rank's rows (input_rows) */
 };
 
 static bool stored(const DtGlobalDesc *g) { return g->kind == DT_G_PARAM || g->kind == DT_G_STATE; }
@@ -59,6 +61,10 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
       if (!strcmp(h->name, g->name) && (h->kind == g->kind || (stored(h) && stored(g))))
         return dtrt_fail(ctx, DT_ERR_ARG, "model %s: two globals named '%s'", d->name, g->name);
     }
+    for (int j = 1; g->kind == DT_G_INPUT && j < g->rank && !dtrt_whole(g->full, g->rank); j++)
+      if (g->dim[j] != g->full[j])
+        return dtrt_fail(ctx, DT_ERR_ARG, "model %s: input '%s' is split on dimension %d, not "
+                         "in rows", d->name, g->name, j);
     if (!stored(g))
       continue;
     int64_t bytes = dtrt_numel(&t) * 4;
@@ -172,6 +178,7 @@ void dtrt_model_destroy(DtModel *m) {
   dtrt_trace_close(ctx);
   dtrt_free(ctx, m->state);
   dtrt_free(ctx, m->work);
+  dtrt_free(ctx, m->in);
   dtrt_free(ctx, m);
   dtrt_ctx_free(ctx);
 }
@@ -248,7 +255,9 @@ DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, ui
       *m = (DtModel){.d = d, .ctx = ctx};
       m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
       m->work = m->state ? dtrt_alloc(ctx, (size_t)d->work_bytes) : NULL;
-      s = m->work ? init_state(m, seed) : DT_ERR_NOMEM;
+      int nin = d->ntrain_in > d->nfwd_in ? d->ntrain_in : d->nfwd_in;
+      m->in = m->work ? dtrt_alloc(ctx, sizeof *m->in * (size_t)(nin + 1)) : NULL;
+      s = m->in ? init_state(m, seed) : DT_ERR_NOMEM;
       if (!s)
         s = dtrt_trace_open(ctx);
     } else {
@@ -290,6 +299,25 @@ int64_t dtrt_model_step(const DtModel *m) { return m ? m->step : 0; }
 
 int dtrt_model_rank(const DtModel *m) { return m ? dtrt_rank(m->ctx) : 0; }
 
+DtStatus dtrt_model_set_lr(DtModel *m, double lr) {
+  if (!m)
+    return DT_ERR_ARG;
+  if (!m->d->train_step)
+    return dtrt_fail(m->ctx, DT_ERR_ARG, "%s set_lr: the model was compiled for inference only",
+                     m->d->name);
+  if (!(lr >= 0 && lr <= DBL_MAX))
+    return dtrt_fail(m->ctx, DT_ERR_ARG,
+                     "%s set_lr: the learning rate must be finite and >= 0, not %g", m->d->name,
+                     lr);
+  m->ctx->lr = lr;
+  m->ctx->lr_set = true;
+  return DT_OK;
+}
+
+double dtrt_model_lr(const DtModel *m, double compiled) {
+  return m && m->ctx->lr_set ? m->ctx->lr : compiled;
+}
+
 /* Checks caller buffers against the globals idx[0..n): present, right size. */
 static DtStatus check_bufs(DtModel *m, const char *op, const char *what, int n,
                            const int32_t *idx, const void *const *p, const int64_t *elems) {
@@ -312,6 +340,69 @@ static DtStatus check_bufs(DtModel *m, const char *op, const char *what, int n,
   return DT_OK;
 }
 
+/* ---- this rank's rows of the inputs ---- */
+
+/* Input g's rows on this rank: [*begin, *begin + *count) of its first
+ * dimension (all of them for an input not split, or a model not SPMD). */
+static void rows_of(const DtGlobalDesc *g, int64_t *begin, int64_t *count, int64_t *row_elems) {
+  int64_t full[DT_MAX_RANK], at[DT_MAX_RANK];
+  dtrt_block(g->dim, g->full, g->begin, g->rank, full, at);
+  *begin = g->rank ? at[0] : 0;
+  *count = g->rank ? g->dim[0] : 1;
+  *row_elems = g->rank ? dtrt_elems(full + 1, g->rank - 1) : 1;
+}
+
+DtStatus dtrt_model_input_rows(const DtModel *m, const char *name, int64_t *begin,
+                               int64_t *count) {
+  if (!m)
+    return DT_ERR_ARG;
+  const DtModelDesc *d = m->d;
+  for (int k = 0; name && k < d->nglobal; k++) {
+    const DtGlobalDesc *g = &d->global[k];
+    if (g->kind != DT_G_INPUT || strcmp(g->name, name))
+      continue;
+    int64_t b, c, row;
+    rows_of(g, &b, &c, &row);
+    if (begin)
+      *begin = b;
+    if (count)
+      *count = c;
+    return DT_OK;
+  }
+  return dtrt_fail(m->ctx, DT_ERR_ARG, "%s input_rows: the model has no input '%s'", d->name,
+                   name ? name : "(null)");
+}
+
+/* Checks the caller's inputs idx[0..n) and points m->in at the rows the step
+ * reads: each the whole batch, at this rank's first row, or (local) this
+ * rank's rows alone, which may be NULL when there are none. */
+static DtStatus check_inputs(DtModel *m, const char *op, int n, const int32_t *idx,
+                             const void *const *p, const int64_t *elems, bool local) {
+  const DtModelDesc *d = m->d;
+  if (n > 0 && (!p || !elems))
+    return dtrt_fail(m->ctx, DT_ERR_ARG, "%s %s: inputs or their element counts are NULL",
+                     d->name, op);
+  for (int k = 0; k < n; k++) {
+    const DtGlobalDesc *g = &d->global[idx[k]];
+    int64_t begin, count, row;
+    rows_of(g, &begin, &count, &row);
+    const int64_t *whole = dtrt_whole(g->full, g->rank) ? g->dim : g->full;
+    int64_t want = dtrt_elems(local ? g->dim : whole, g->rank);
+    (void)count;
+    char ty[128];
+    if (!p[k] && !(local && want == 0))
+      return dtrt_fail(m->ctx, DT_ERR_ARG, "%s %s: input '%s' is NULL", d->name, op, g->name);
+    if (elems[k] != want)
+      return dtrt_fail(m->ctx, DT_ERR_ARG,
+                       "%s %s: input '%s' has %lld elements, the model expects %lld (%s%s)",
+                       d->name, op, g->name, (long long)elems[k], (long long)want,
+                       local ? "this rank's rows of " : "",
+                       dtrt_type_str(g->dtype, whole, g->rank, ty, sizeof ty));
+    m->in[k] = local || !p[k] ? p[k] : (const unsigned char *)p[k] + begin * row * 4;
+  }
+  return DT_OK;
+}
+
 /* A step function's failure, with a message even when it left none. */
 static DtStatus said(DtModel *m, const char *op, DtStatus s) {
   if (!dtrt_errmsg(m->ctx)[0])
@@ -324,8 +415,8 @@ static DtStatus said(DtModel *m, const char *op, DtStatus s) {
  * make the collectives it shares with other ranks, or they wait for it. */
 static DtStatus shared(DtModel *m, DtStatus s) { return spmd(m) ? dtrt_comm_status(m->ctx, s) : s; }
 
-DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int64_t *elems,
-                               float *loss) {
+static DtStatus train_step(DtModel *m, const void *const *inputs, const int64_t *elems,
+                           float *loss, bool local) {
   if (!m)
     return DT_ERR_ARG;
   const DtModelDesc *d = m->d;
@@ -336,13 +427,14 @@ DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int6
   else if (!loss)
     s = dtrt_fail(m->ctx, DT_ERR_ARG, "%s train_step: loss pointer is NULL", d->name);
   else
-    s = check_bufs(m, "train_step", "input", d->ntrain_in, d->train_in, inputs, elems);
+    s = check_inputs(m, local ? "train_step_local" : "train_step", d->ntrain_in, d->train_in,
+                     inputs, elems, local);
   if ((s = shared(m, s)))
     return s;
   void *outs[1] = {loss};
   dtrt_fail(m->ctx, DT_OK, "%s", "");
   double t0 = m->ctx->trace ? dtrt_trace_clock() : 0;
-  s = d->train_step(m->ctx, m->state, m->work, (void *const *)inputs, outs, m->step);
+  s = d->train_step(m->ctx, m->state, m->work, (void *const *)m->in, outs, m->step);
   if (m->ctx->trace)
     dtrt_trace_add(m->ctx, "train_step", DTRT_TID_STEP, t0, dtrt_trace_clock());
   if ((s = shared(m, s ? said(m, "train_step", s) : DT_OK)))
@@ -351,25 +443,46 @@ DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int6
   return DT_OK;
 }
 
-DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t *elems,
-                            void *const *outputs, const int64_t *out_elems) {
+DtStatus dtrt_model_train_step(DtModel *m, const void *const *inputs, const int64_t *elems,
+                               float *loss) {
+  return train_step(m, inputs, elems, loss, false);
+}
+
+DtStatus dtrt_model_train_step_local(DtModel *m, const void *const *inputs,
+                                     const int64_t *elems, float *loss) {
+  return train_step(m, inputs, elems, loss, true);
+}
+
+static DtStatus forward(DtModel *m, const void *const *inputs, const int64_t *elems,
+                        void *const *outputs, const int64_t *out_elems, bool local) {
   if (!m)
     return DT_ERR_ARG;
   const DtModelDesc *d = m->d;
   DtStatus s = DT_OK;
   if (!d->forward)
     s = dtrt_fail(m->ctx, DT_ERR_ARG, "%s forward: the model has no forward function", d->name);
-  else if (!(s = check_bufs(m, "forward", "input", d->nfwd_in, d->fwd_in, inputs, elems)))
+  else if (!(s = check_inputs(m, local ? "forward_local" : "forward", d->nfwd_in, d->fwd_in,
+                              inputs, elems, local)))
     s = check_bufs(m, "forward", "output", d->nfwd_out, d->fwd_out,
                    (const void *const *)outputs, out_elems);
   if ((s = shared(m, s)))
     return s;
   dtrt_fail(m->ctx, DT_OK, "%s", "");
   double t0 = m->ctx->trace ? dtrt_trace_clock() : 0;
-  s = d->forward(m->ctx, m->state, m->work, (void *const *)inputs, outputs, m->step);
+  s = d->forward(m->ctx, m->state, m->work, (void *const *)m->in, outputs, m->step);
   if (m->ctx->trace)
     dtrt_trace_add(m->ctx, "forward", DTRT_TID_STEP, t0, dtrt_trace_clock());
   return shared(m, s ? said(m, "forward", s) : DT_OK);
+}
+
+DtStatus dtrt_model_forward(DtModel *m, const void *const *inputs, const int64_t *elems,
+                            void *const *outputs, const int64_t *out_elems) {
+  return forward(m, inputs, elems, outputs, out_elems, false);
+}
+
+DtStatus dtrt_model_forward_local(DtModel *m, const void *const *inputs, const int64_t *elems,
+                                  void *const *outputs, const int64_t *out_elems) {
+  return forward(m, inputs, elems, outputs, out_elems, true);
 }
 
 /* The params and state as named tensors over the state block at base, and

@@ -22,3 +22,8 @@ float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1
     lr /= 1 - pow(beta1, t);
   return (float)lr;
 }
+
+float dtrt_step_lr(const DtrtCtx *ctx, int kind, double base, int64_t warmup, int64_t total,
+                   double beta1, double beta2, int64_t step) {
+  return dtrt_lr(kind, ctx && ctx->lr_set ? ctx->lr : base, warmup, total, beta1, beta2, step);
+}

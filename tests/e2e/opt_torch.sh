@@ -1,6 +1,6 @@
 #!/bin/sh
-# opt_torch.sh OPT_STEPS: dtc's optimizers against torch.optim for 10 steps on
-# the same weights and data (opt_torch.py). Skipped (status 77) when Debian's
+# opt_torch.sh OPT_STEPS [OPT_SET_LR]: dtc's optimizers against torch.optim for
+# 10 steps on the same weights and data (opt_torch.py). Skipped (status 77) when Debian's
 # python3 has no torch.
 set -u
 run=$1
@@ -18,10 +18,22 @@ check "sgd(lr = 0.1)" "SGD(lr=0.1)"
 check "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01)" \
       "SGD(lr=0.1, momentum=0.9, weight_decay=0.01)"
 check "sgd(lr = 0.1, momentum = 0.9, nesterov = true)" "SGD(lr=0.1, momentum=0.9, nesterov=True)"
+check "sgd(lr = 0.1, momentum = 0.9, dampening = 0.5)" "SGD(lr=0.1, momentum=0.9, dampening=0.5)"
+check "sgd(lr = 0.1, momentum = 0.8, dampening = 0.3, weight_decay = 0.01, clip_norm = 0.5)" \
+      "SGD(lr=0.1, momentum=0.8, dampening=0.3, weight_decay=0.01)" 0.5
+check "sgd(lr = 0.1, dampening = 0.5)" "SGD(lr=0.1, dampening=0.5)"
 check "adam(lr = 0.01)" "Adam(lr=0.01)"
 check "adam(lr = 0.01, eps = 0.01, weight_decay = 0.1)" "Adam(lr=0.01, eps=0.01, weight_decay=0.1)"
 check "adam(lr = 0.01, beta1 = 0, beta2 = 0.9)" "Adam(lr=0.01, betas=(0, 0.9))"
 check "adamw(lr = 0.01, weight_decay = 0.1, eps = 0.01)" "AdamW(lr=0.01, weight_decay=0.1, eps=0.01)"
 check "adam(lr = 0.01, clip_norm = 0.5)" "Adam(lr=0.01)" 0.5
 check "sgd(lr = 0.1, momentum = 0.9, clip_norm = 0.5)" "SGD(lr=0.1, momentum=0.9)" 0.5
+# the learning rate set from C between steps of a compiled model (opt_set_lr,
+# tests/e2e/lsq.dt), SGD with momentum and dampening
+if [ -n "${2:-}" ]; then
+  "$2" >"${TMPDIR:-/tmp}/opt_set_lr.$$" || fail=1
+  "$py" "$dir/opt_torch.py" 10 "SGD(lr=0.1, momentum=0.9, dampening=0.5)" \
+    <"${TMPDIR:-/tmp}/opt_set_lr.$$" || fail=1
+  rm -f "${TMPDIR:-/tmp}/opt_set_lr.$$"
+fi
 exit $fail

@@ -16,7 +16,8 @@
  * With --create-fails a rank exits 0 only when creating the model fails
  * with a message holding TEXT (a launch with the wrong rank count).
  * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
- * -DSPMD_DEEP for examples/gpt.dt, else examples/mlp.dt. */
+ * -DSPMD_DEEP for examples/gpt.dt, else examples/mlp.dt (with -DSPMD_IGNORE
+ * tests/mpi/mlp_losses.dt, some labels -100). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -92,6 +93,11 @@ static void batch(void) {
     x[k] = (float)(next() >> 40) / (float)(1 << 24);
   for (int k = 0; k < MLP_Y_ELEMS; k++)
     y[k] = (int32_t)(next() % 10);
+#ifdef SPMD_IGNORE   /* tests/mpi/mlp_losses.dt: about one label in four is -100 */
+  for (int k = 0; k < MLP_Y_ELEMS; k++)
+    if (next() % 4 == 0)
+      y[k] = -100;
+#endif
 }
 
 static int train(Model *m, float *loss) {

@@ -143,6 +143,28 @@ static void test_cross_entropy(void **s) {
   gradcheck(&t, tm_op(&t, OP_cross_entropy, 2, x, y), "cross_entropy");
 }
 
+/* cross_entropy(..., ignore_index, label_smoothing) as the frontend lowers
+ * it: the sum over kept rows over their count. */
+static void test_cross_entropy_smoothed(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(5, 4)), *y = tm_input(&t, "y", I32(5));
+  int32_t *lab = tm_data(&t, "y");
+  for (int k = 0; k < 5; k++)
+    lab[k] = k == 2 ? -100 : (k * 3 + 1) % 4;
+  Inst *sum = tm_new(&t, OP_cross_entropy_sum, 2, x, y);
+  ir_set_int(sum, "ignore_index", -100);
+  ir_set_float(sum, "smoothing", 0.2);
+  Inst *n = tm_new(&t, OP_label_count, 1, y);
+  ir_set_int(n, "ignore_index", -100);
+  gradcheck(&t, tm_op(&t, OP_div, 2, ir_finish(sum), ir_finish(n)), "cross_entropy smoothed");
+}
+
+static void test_bce_with_logits(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(3, 4)), *q = tm_param(&t, "q", F32(3, 4));
+  gradcheck(&t, tm_op(&t, OP_bce_with_logits, 2, x, q), "bce_with_logits");
+}
+
 static void test_mse(void **s) {
   (void)s;
   Inst *p = tm_param(&t, "p", F32(3, 4)), *q = tm_param(&t, "q", F32(3, 4));
@@ -304,7 +326,7 @@ int main(void) {
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),
     T(test_matmul_bcast), T(test_matmul_bcast_tb), T(test_matmul_bcast_ta),
     T(test_matmul_bcast_tab), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
-    T(test_cross_entropy), T(test_mse), T(test_normalize), T(test_embedding), T(test_dropout),
+    T(test_cross_entropy), T(test_cross_entropy_smoothed), T(test_bce_with_logits), T(test_mse), T(test_normalize), T(test_embedding), T(test_dropout),
     T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),
     T(test_chain),

@@ -219,7 +219,7 @@ static void llvm_ir_properties(void **state) {
   ir_has(ir, "@llvm.fmuladd.f32(");
   ir_has(ir, "call i32 @dtrt_k_matmul(");
   ir_has(ir, "call i32 @dtrt_k_cross_entropy_grad(");
-  ir_has(ir, "call float @dtrt_lr(");
+  ir_has(ir, "call float @dtrt_step_lr(");
   ir_has(ir, "define internal i32 @cl.train_step(");
   ir_has(ir, "define i32 @cl_train_step(ptr %0, ptr %1, i64 %2, ptr %3, i64 %4, ptr %5)");
   ir_has(ir, "define i32 @cl_forward(ptr %0, ptr %1, i64 %2, ptr %3, i64 %4)");

@@ -502,6 +502,115 @@ static void test_cross_entropy(void **state) {
   free(x);
 }
 
+/* ---- PyTorch's losses ---- */
+
+typedef struct CesU {
+  DtTensor lab;
+  DtAttrs a;
+  int n, c;
+} CesU;
+
+static void ces_fwd(const float *x, float *y, void *u) {
+  CesU *c = u;
+  DtTensor in[2] = {ten(DTRT_F32, (void *)x, 2, c->n, c->c), c->lab}, out = ten(DTRT_F32, y, 0);
+  run(dtrt_k_cross_entropy_sum, in, 2, &out, &c->a);
+}
+
+/* The sum over kept rows of (1 - e) (-log p[label]) + e/C sum_c (-log p[c]),
+ * from the log-softmax written out, against the kernel and its gradient
+ * against finite differences; the count of kept labels. */
+static void test_cross_entropy_sum(void **state) {
+  (void)state;
+  enum { N = 6, C = 5 };
+  float *x = randv(N * C), loss, ds = 0.75f, dx[N * C], w = 0.75f, count;
+  int32_t lab[N] = {0, -3, 2, 4, -3, 1};
+  const double eps = 0.3;
+  double want = 0;
+  for (int i = 0; i < N; i++) {
+    if (lab[i] == -3)
+      continue;
+    double s = 0;
+    for (int j = 0; j < C; j++)
+      s += exp(x[i * C + j]);
+    for (int j = 0; j < C; j++) {
+      double nlp = log(s) - x[i * C + j];
+      want += (j == lab[i] ? 1 - eps : 0) * nlp + eps / C * nlp;
+    }
+  }
+  CesU u = {ten(DTRT_I32, lab, 1, N), {.ni = 1, .nf = 1, .i = {-3}, .f = {eps}}, N, C};
+  ces_fwd(x, &loss, &u);
+  assert_true(fabs(loss - want) < 1e-5);
+  DtTensor in[3] = {ten(DTRT_F32, x, 2, N, C), u.lab, ten(DTRT_F32, &ds, 0)};
+  DtTensor out = ten(DTRT_F32, dx, 2, N, C);
+  run(dtrt_k_cross_entropy_sum_grad, in, 3, &out, &u.a);
+  fd_check(ces_fwd, &u, x, N * C, 1, &w, dx, 1e-2, 2e-3);
+  for (int j = 0; j < C; j++)
+    assert_true(dx[1 * C + j] == 0 && dx[4 * C + j] == 0);   /* ignored rows */
+  DtTensor co = ten(DTRT_F32, &count, 0);
+  DtAttrs ca = ints(1, -3);
+  run(dtrt_k_label_count, &in[1], 1, &co, &ca);
+  assert_true(count == 4);
+  /* ignored rows stay 0 even for an infinite dsum (0 kept labels) */
+  ds = INFINITY;
+  run(dtrt_k_cross_entropy_sum_grad, in, 3, &out, &u.a);
+  for (int j = 0; j < C; j++)
+    assert_true(dx[1 * C + j] == 0);
+  lab[3] = 5;
+  DtTensor o = ten(DTRT_F32, &loss, 0);
+  refuse(dtrt_k_cross_entropy_sum, in, 2, &o, &u.a,
+         "label 5 in row 3 is outside [0, 5) and not ignore_index");
+  lab[3] = -100;
+  refuse(dtrt_k_cross_entropy_sum_grad, in, 3, &out, &u.a, "label -100 in row 3");
+  lab[3] = 2;
+  DtTensor bad = ten(DTRT_I32, lab, 2, 2, 3);
+  refuse(dtrt_k_label_count, &bad, 1, &co, &ca, "labels need rank 1");
+  free(x);
+}
+
+typedef struct BceU {
+  DtTensor t;
+} BceU;
+
+static void bce_fwd(const float *x, float *y, void *u) {
+  BceU *b = u;
+  DtTensor in[2] = {ten(DTRT_F32, (void *)x, 2, 3, 4), b->t}, out = ten(DTRT_F32, y, 0);
+  run(dtrt_k_bce_with_logits, in, 2, &out, NULL);
+}
+
+/* -(t log sigmoid(x) + (1 - t) log(1 - sigmoid(x))) averaged, written out,
+ * against the kernel; its gradient against finite differences; logits of
+ * +-100 stay finite. */
+static void test_bce_with_logits(void **state) {
+  (void)state;
+  enum { N = 12 };
+  float *x = randv(N), t[N], loss, dl = 2, dx[N], w = 2;
+  double want = 0;
+  for (int k = 0; k < N; k++) {
+    t[k] = (float)(k % 4) / 3;
+    double p = 1 / (1 + exp(-(double)x[k]));
+    want -= t[k] * log(p) + (1 - t[k]) * log(1 - p);
+  }
+  want /= N;
+  BceU u = {ten(DTRT_F32, t, 2, 3, 4)};
+  bce_fwd(x, &loss, &u);
+  assert_true(fabs(loss - want) < 1e-5);
+  DtTensor in[3] = {ten(DTRT_F32, x, 2, 3, 4), u.t, ten(DTRT_F32, &dl, 0)};
+  DtTensor out = ten(DTRT_F32, dx, 2, 3, 4);
+  run(dtrt_k_bce_with_logits_grad, in, 3, &out, NULL);
+  fd_check(bce_fwd, &u, x, N, 1, &w, dx, 1e-2, 2e-3);
+  float big[2] = {100, -100}, tb[2] = {0, 1}, db[2];
+  DtTensor bi[3] = {ten(DTRT_F32, big, 1, 2), ten(DTRT_F32, tb, 1, 2), ten(DTRT_F32, &dl, 0)};
+  DtTensor o = ten(DTRT_F32, &loss, 0);
+  run(dtrt_k_bce_with_logits, bi, 2, &o, NULL);
+  assert_true(fabs(loss - 100) < 1e-4);
+  DtTensor bo = ten(DTRT_F32, db, 1, 2);
+  run(dtrt_k_bce_with_logits_grad, bi, 3, &bo, NULL);
+  assert_true(fabs(db[0] - 1) < 1e-6 && fabs(db[1] + 1) < 1e-6);
+  bi[1] = ten(DTRT_F32, tb, 1, 1);
+  refuse(dtrt_k_bce_with_logits, bi, 2, &o, NULL, "target is f32[1], expected f32[2]");
+  free(x);
+}
+
 static void test_mse(void **state) {
   (void)state;
   float *p = randv(24), *t = randv(24), out;
@@ -909,6 +1018,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_max_grad, setup, teardown),
       cmocka_unit_test_setup_teardown(test_softmax, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cross_entropy, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cross_entropy_sum, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bce_with_logits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_normalize, setup, teardown),
       cmocka_unit_test_setup_teardown(test_embedding, setup, teardown),

@@ -726,6 +726,98 @@ static void test_trace_target(void **state) {
   assert_true(file_has(file, "traceEvents"));
 }
 
+/* ---- a rank's own rows of the inputs, the learning rate from C ---- */
+
+static const void *seen_in[2];   /* what the step last read */
+
+static DtStatus record(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
+                       void *const *in, void *const *out, int64_t step) {
+  (void)ctx, (void)state, (void)work, (void)step;
+  seen_in[0] = in[0];
+  seen_in[1] = in[1];
+  *(float *)out[0] = 0;
+  return DT_OK;
+}
+
+static DtStatus record_fwd(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
+                           void *const *in, void *const *out, int64_t step) {
+  (void)ctx, (void)state, (void)work, (void)step, (void)out;
+  seen_in[0] = in[0];
+  return DT_OK;
+}
+
+/* Inputs that are rows [1, 3) of the batch of 4 (x) and rows [3, 4) (y):
+ * the whole batch is read at those rows, the local rows where they are;
+ * counts that do not fit are refused naming the rows. */
+static void test_input_rows(void **state) {
+  (void)state;
+  DtGlobalDesc g[7];
+  memcpy(g, globals, sizeof g);
+  g[0].dim[0] = 2, g[0].full[0] = B, g[0].full[1] = F, g[0].begin[0] = 1;
+  g[1].dim[0] = 1, g[1].full[0] = B, g[1].begin[0] = 3;
+  DtModelDesc d = desc();
+  d.global = g;
+  d.train_step = record;
+  d.forward = record_fwd;
+  DtModel *m;
+  assert_int_equal(dtrt_model_create(&d, 1, &m), DT_OK);
+  int64_t begin = -1, count = -1;
+  assert_int_equal(dtrt_model_input_rows(m, "x", &begin, &count), DT_OK);
+  assert_true(begin == 1 && count == 2);
+  assert_int_equal(dtrt_model_input_rows(m, "y", &begin, NULL), DT_OK);
+  assert_true(begin == 3);
+  assert_int_equal(dtrt_model_input_rows(m, "w", &begin, &count), DT_ERR_ARG);
+  assert_string_equal(dtrt_model_error(m), "linreg input_rows: the model has no input 'w'");
+  float x[B * F], y[B], loss, pred[B];
+  const void *in[2] = {x, y};
+  int64_t whole[2] = {B * F, B}, local[2] = {2 * F, 1};
+  assert_int_equal(dtrt_model_train_step(m, in, whole, &loss), DT_OK);
+  assert_ptr_equal(seen_in[0], x + F);
+  assert_ptr_equal(seen_in[1], y + 3);
+  assert_int_equal(dtrt_model_train_step_local(m, in, local, &loss), DT_OK);
+  assert_ptr_equal(seen_in[0], x);
+  assert_ptr_equal(seen_in[1], y);
+  assert_int_equal(dtrt_model_train_step_local(m, in, whole, &loss), DT_ERR_ARG);
+  assert_string_equal(dtrt_model_error(m),
+                      "linreg train_step_local: input 'x' has 12 elements, the model expects 6 "
+                      "(this rank's rows of f32[4,3])");
+  assert_int_equal(dtrt_model_train_step(m, in, local, &loss), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_model_error(m), "input 'x' has 6 elements, the model expects 12"));
+  int64_t po = B;
+  void *outs[1] = {pred};
+  assert_int_equal(dtrt_model_forward_local(m, in, local, outs, &po), DT_OK);
+  assert_ptr_equal(seen_in[0], x);
+  assert_int_equal(dtrt_model_forward(m, in, whole, outs, &po), DT_OK);
+  assert_ptr_equal(seen_in[0], x + F);
+  assert_int_equal(dtrt_model_step(m), 2);
+  dtrt_model_destroy(m);
+  /* an input split on a later dimension is refused */
+  g[0].dim[0] = B, g[0].dim[1] = 1, g[0].begin[0] = 0;
+  assert_int_equal(dtrt_model_create(&d, 1, &m), DT_ERR_ARG);
+}
+
+static void test_set_lr(void **state) {
+  (void)state;
+  DtModelDesc d = desc();
+  DtModel *m;
+  assert_int_equal(dtrt_model_create(&d, 1, &m), DT_OK);
+  assert_true(dtrt_model_lr(m, 0.25) == 0.25);
+  assert_int_equal(dtrt_model_set_lr(m, 0.125), DT_OK);
+  assert_true(dtrt_model_lr(m, 0.25) == 0.125);
+  assert_int_equal(dtrt_model_set_lr(m, -1), DT_ERR_ARG);
+  assert_string_equal(dtrt_model_error(m),
+                      "linreg set_lr: the learning rate must be finite and >= 0, not -1");
+  assert_int_equal(dtrt_model_set_lr(m, INFINITY), DT_ERR_ARG);
+  assert_true(dtrt_model_lr(m, 0.25) == 0.125);
+  assert_int_equal(dtrt_model_set_lr(NULL, 1), DT_ERR_ARG);
+  dtrt_model_destroy(m);
+  d.train_step = NULL;
+  assert_int_equal(dtrt_model_create(&d, 1, &m), DT_OK);
+  assert_int_equal(dtrt_model_set_lr(m, 1), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_model_error(m), "inference only"));
+  dtrt_model_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_train),         cmocka_unit_test(test_checkpoint),
@@ -734,7 +826,8 @@ int main(void) {
       cmocka_unit_test(test_out_of_memory), cmocka_unit_test(test_init_range),
       cmocka_unit_test(test_block_init),    cmocka_unit_test(test_spmd_create),
       cmocka_unit_test(test_tensor_block),  cmocka_unit_test(test_block_checkpoint),
-      cmocka_unit_test(test_trace_target),
+      cmocka_unit_test(test_trace_target),  cmocka_unit_test(test_input_rows),
+      cmocka_unit_test(test_set_lr),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
