@@ -641,12 +641,12 @@ static bool pair_arg(Ctx *c, const Expr *e, const char *what, int64_t lo, int64_
   return true;
 }
 
-/* A tensor of rank 4, [N, C, H, W]. */
-static bool nchw(Ctx *c, const Expr *e, const char *what, const Inst *x) {
+/* A tensor of rank 4: [N, C, H, W] or, as layout says, a weight's. */
+static bool nchw(Ctx *c, const Expr *e, const char *what, const char *layout, const Inst *x) {
   char buf[128];
   if (x->type.dtype == DT_F32 && x->type.rank == 4)
     return true;
-  diag_error(c->d, e->loc, "%s must be f32[N, C, H, W], not %s", what,
+  diag_error(c->d, e->loc, "%s must be f32[%s], not %s", what, layout ? layout : "N, C, H, W",
              type_str(&x->type, buf, sizeof buf));
   return false;
 }
@@ -656,8 +656,8 @@ static bool nchw(Ctx *c, const Expr *e, const char *what, const Inst *x) {
  * even dilated kernel span); bias f32[O] is added over each channel. */
 static Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   int64_t st[2] = {1, 1}, pd[2] = {0, 0}, dl[2] = {1, 1}, groups = 1;
-  if (!nchw(c, arg[0], "the input of 'conv2d'", in[0]) ||
-      !nchw(c, arg[1], "the weight of 'conv2d' ([out, in / groups, kh, kw])", in[1]))
+  if (!nchw(c, arg[0], "the input of 'conv2d'", NULL, in[0]) ||
+      !nchw(c, arg[1], "the weight of 'conv2d'", "out, in / groups, kh, kw", in[1]))
     return NULL;
   if ((arg[3] && !pair_arg(c, arg[3], "stride", 1, st)) ||
       (arg[5] && !pair_arg(c, arg[5], "dilation", 1, dl)))
@@ -671,9 +671,14 @@ static Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
     }
     for (int d = 0; same && d < 2; d++) {
       int64_t span = dl[d] * (in[1]->type.dim[2 + d] - 1);
-      if (st[d] != 1 || span % 2) {
-        diag_error(c->d, p->loc, "padding \"same\" needs stride 1 and an odd kernel "
-                   "(dilated: %lld along the %s)", (long long)span + 1, d ? "width" : "height");
+      if (st[d] != 1) {
+        diag_error(c->d, p->loc, "padding \"same\" needs stride 1, not %lld", (long long)st[d]);
+        return NULL;
+      }
+      if (span % 2) {
+        diag_error(c->d, p->loc, "padding \"same\" of a kernel of even span (%lld along the "
+                   "%s) pads one side more; write the padding with pad()", (long long)span + 1,
+                   d ? "width" : "height");
         return NULL;
       }
       pd[d] = span / 2;
@@ -706,7 +711,7 @@ static Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
  * padding = 0). */
 static Inst *lower_pool2d(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
   int64_t k[2], st[2], pd[2] = {0, 0};
-  if (!nchw(c, arg[0], arena_printf(c->a, "the input of '%s'", ir_ops[op].name), x) ||
+  if (!nchw(c, arg[0], arena_printf(c->a, "the input of '%s'", ir_ops[op].name), NULL, x) ||
       !pair_arg(c, arg[1], "kernel_size", 1, k))
     return NULL;
   st[0] = k[0], st[1] = k[1];

@@ -471,11 +471,13 @@ static bool need_nchw(Inst *inst, int k, const char *what, char *err, size_t err
 static bool out_len(Inst *inst, int dim, int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
                     int64_t *out, char *err, size_t errlen) {
   const char *along = dim ? "width" : "height";
+  char dil[48] = "";
   int64_t span;
+  if (d != 1)
+    snprintf(dil, sizeof dil, ", dilation %lld", (long long)d);
   if (__builtin_mul_overflow(d, k - 1, &span) || span + 1 > in + 2 * p)
-    FAIL("'%s': the kernel (%lld, dilation %lld) is larger than the padded input's %s "
-         "(%lld + 2 * %lld)", NAME, (long long)k, (long long)d, along, (long long)in,
-         (long long)p);
+    FAIL("'%s': the kernel's %s (%lld%s) is larger than the padded input's (%lld + 2 * %lld)",
+         NAME, along, (long long)k, dil, (long long)in, (long long)p);
   *out = (in + 2 * p - span - 1) / s + 1;
   return true;
 }
@@ -495,8 +497,9 @@ static bool conv_out(Inst *inst, const Type *x, const Type *w, Type *y, char *er
     FAIL("'%s': groups (%lld) must divide the input's channels (%lld) and the output's "
          "(%lld)", NAME, (long long)g, (long long)x->dim[1], (long long)w->dim[0]);
   if (w->dim[1] != x->dim[1] / g)
-    FAIL("'%s': weight %s needs %lld input channels per group for input %s (groups %lld)",
-         NAME, ts(w, b1), (long long)(x->dim[1] / g), ts(x, b2), (long long)g);
+    FAIL("'%s': weight %s has %lld input channels per group; input %s with groups %lld "
+         "needs %lld", NAME, ts(w, b1), (long long)w->dim[1], ts(x, b2), (long long)g,
+         (long long)(x->dim[1] / g));
   *y = (Type){DT_F32, 4, {x->dim[0], w->dim[0], 0, 0}};
   for (int d = 0; d < 2; d++)
     if (!out_len(inst, d, x->dim[2 + d], w->dim[2 + d], st[d], pd[d], dl[d], &y->dim[2 + d], err,
