@@ -536,7 +536,8 @@ bool shape_conv2d_grad_input(Inst *inst, char *err, size_t errlen) {
   int64_t g = ir_get_int(inst, "groups", 1);
   const Type *w = IN(0);
   if (g < 1 || w->dim[1] > IR_MAX_DIM / g)
-    FAIL("'%s': groups must be positive, got %lld", NAME, (long long)g);
+    FAIL("'%s': groups %lld is out of range (1 to %lld for %lld input channels per group)",
+         NAME, (long long)g, (long long)(IR_MAX_DIM / w->dim[1]), (long long)w->dim[1]);
   Type x = {DT_F32, 4, {IN(1)->dim[0], w->dim[1] * g, size[0], size[1]}};
   if (!conv_adjoint(inst, &x, w, err, errlen))
     return false;

@@ -13,9 +13,9 @@
 
 /* The geometry of a convolution or pooling; pairs are [height, width]. */
 typedef struct Geom {
-  int64_t n, c, h, w;       /* the input */
-  int64_t o, kh, kw;        /* the weight [o, c / groups, kh, kw]; a pooling's o is c */
-  int64_t ho, wo;           /* the result */
+  int64_t n, c, h, w; /* the input */
+  int64_t o, kh, kw;  /* the weight [o, c / groups, kh, kw]; a pooling's o is c */
+  int64_t ho, wo;     /* the result */
   int64_t sh, sw, ph, pw, dh, dw, groups;
 } Geom;
 
@@ -57,9 +57,9 @@ static DtStatus out_size(DtrtCtx *ctx, const char *op, Geom *g) {
   if (eh > g->h + 2 * g->ph || ew > g->w + 2 * g->pw)
     return dtrt_fail(ctx, DT_ERR_ARG,
                      "%s: the kernel [%lld, %lld] (dilation [%lld, %lld]) is larger than the "
-                     "padded input [%lld, %lld]", op, (long long)g->kh, (long long)g->kw,
-                     (long long)g->dh, (long long)g->dw, (long long)(g->h + 2 * g->ph),
-                     (long long)(g->w + 2 * g->pw));
+                     "padded input [%lld, %lld]",
+                     op, (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw,
+                     (long long)(g->h + 2 * g->ph), (long long)(g->w + 2 * g->pw));
   g->ho = (g->h + 2 * g->ph - eh) / g->sh + 1;
   g->wo = (g->w + 2 * g->pw - ew) / g->sw + 1;
   return DT_OK;
@@ -76,7 +76,8 @@ static DtStatus conv_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, int ni
   if (dtrt_ni(a) != ni)
     return dtrt_fail(ctx, DT_ERR_ARG,
                      "%s: expected %d int attributes (stride, padding, dilation, groups%s), "
-                     "got %d", op, ni, ni > 7 ? ", and two more" : "", dtrt_ni(a));
+                     "got %d",
+                     op, ni, ni > 7 ? ", and two more" : "", dtrt_ni(a));
   if ((s = attr_pair(ctx, op, "stride", a, 0, 1, &g->sh, &g->sw)) ||
       (s = attr_pair(ctx, op, "padding", a, 2, 0, &g->ph, &g->pw)) ||
       (s = attr_pair(ctx, op, "dilation", a, 4, 1, &g->dh, &g->dw)))
@@ -85,8 +86,8 @@ static DtStatus conv_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, int ni
   if (g->groups < 1 || g->c % g->groups || g->o % g->groups || cg * g->groups != g->c)
     return dtrt_fail(ctx, DT_ERR_ARG,
                      "%s: groups %lld does not fit %lld input channels, %lld output channels "
-                     "and %lld input channels per group", op, (long long)g->groups,
-                     (long long)g->c, (long long)g->o, (long long)cg);
+                     "and %lld input channels per group",
+                     op, (long long)g->groups, (long long)g->c, (long long)g->o, (long long)cg);
   return out_size(ctx, op, g);
 }
 
@@ -103,8 +104,8 @@ static void geom_w(Geom *g, const DtTensor *w) {
  * result, or adjoint, is yt [og, nb * P]. */
 typedef struct Chunk {
   const Geom *g;
-  const float *x;           /* im2col's source */
-  float *dx;                /* col2im's destination */
+  const float *x; /* im2col's source */
+  float *dx;      /* col2im's destination */
   float *col;
   int64_t n0, nb, gi, cg, k, p;
 } Chunk;
@@ -166,15 +167,15 @@ static void col2im_part(void *env, int64_t begin, int64_t end) {
 static void gather_y(const Chunk *e, const float *y, float *yt, int64_t og) {
   for (int64_t s = 0; s < e->nb; s++)
     for (int64_t o = 0; o < og; o++)
-      memcpy(yt + o * e->nb * e->p + s * e->p,
-             y + ((e->n0 + s) * e->g->o + e->gi * og + o) * e->p, sizeof(float) * (size_t)e->p);
+      memcpy(yt + o * e->nb * e->p + s * e->p, y + ((e->n0 + s) * e->g->o + e->gi * og + o) * e->p,
+             sizeof(float) * (size_t)e->p);
 }
 
 static void scatter_y(const Chunk *e, const float *yt, float *y, int64_t og) {
   for (int64_t s = 0; s < e->nb; s++)
     for (int64_t o = 0; o < og; o++)
-      memcpy(y + ((e->n0 + s) * e->g->o + e->gi * og + o) * e->p,
-             yt + o * e->nb * e->p + s * e->p, sizeof(float) * (size_t)e->p);
+      memcpy(y + ((e->n0 + s) * e->g->o + e->gi * og + o) * e->p, yt + o * e->nb * e->p + s * e->p,
+             sizeof(float) * (size_t)e->p);
 }
 
 /* Floats of scratch a chunk may take: col and yt together. */
@@ -218,12 +219,12 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
                     (int)k, col, ld, 0.0f, yt, ld);
         scatter_y(&e, yt, y, og);
       } else if (kind == CONV_DX) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, ld, (int)og, 1.0f, wg,
-                    (int)k, yt, ld, 0.0f, col, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, ld, (int)og, 1.0f, wg, (int)k,
+                    yt, ld, 0.0f, col, ld);
         dtrt_parallel_for(ctx, e.nb * cg, col2im_part, &e);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)k, ld, 1.0f, yt, ld,
-                    col, ld, n0 ? 1.0f : 0.0f, wg, (int)k);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)k, ld, 1.0f, yt, ld, col,
+                    ld, n0 ? 1.0f : 0.0f, wg, (int)k);
       }
     }
   }
@@ -314,9 +315,10 @@ static DtStatus pool_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, int ni
       (s = attr_pair(ctx, op, "padding", a, 4, 0, &g->ph, &g->pw)))
     return s;
   if (g->ph > g->kh / 2 || g->pw > g->kw / 2)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: padding [%lld, %lld] is more than half the kernel "
-                     "[%lld, %lld]", op, (long long)g->ph, (long long)g->pw, (long long)g->kh,
-                     (long long)g->kw);
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: padding [%lld, %lld] is more than half the kernel "
+                     "[%lld, %lld]",
+                     op, (long long)g->ph, (long long)g->pw, (long long)g->kh, (long long)g->kw);
   g->o = g->c;
   g->dh = g->dw = 1;
   g->groups = 1;
@@ -328,7 +330,7 @@ enum { MAX_FWD, MAX_DX, AVG_FWD, AVG_DX };
 typedef struct Pool {
   const Geom *g;
   int kind;
-  const float *x, *y;       /* x: the input (max); y: the result or adjoint */
+  const float *x, *y; /* x: the input (max); y: the result or adjoint */
   float *out;
 } Pool;
 
@@ -347,7 +349,8 @@ static void pool_part(void *env, int64_t begin, int64_t end) {
     for (int64_t oh = 0; oh < g->ho; oh++)
       for (int64_t ow = 0; ow < g->wo; ow++) {
         int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
-        int64_t h1 = h0 + g->kh < g->h ? h0 + g->kh : g->h, w1 = w0 + g->kw < g->w ? w0 + g->kw : g->w;
+        int64_t h1 = h0 + g->kh < g->h ? h0 + g->kh : g->h,
+                w1 = w0 + g->kw < g->w ? w0 + g->kw : g->w;
         h0 = h0 < 0 ? 0 : h0;
         w0 = w0 < 0 ? 0 : w0;
         if (e->kind == AVG_DX) {
@@ -412,7 +415,9 @@ static DtStatus pool_op(DtrtCtx *ctx, const char *op, int kind, const DtTensor *
 
 /* max_pool2d(x[N,C,H,W]) -> [N,C,ho,wo]: a->i[0..1] the kernel, [2..3] the
  * stride, [4..5] the padding (with -inf), at most half the kernel. */
-DTRT_TRACED(max_pool2d, DTRT_TID_KERNEL) { return pool_op(ctx, "max_pool2d", MAX_FWD, in, nin, out, a); }
+DTRT_TRACED(max_pool2d, DTRT_TID_KERNEL) {
+  return pool_op(ctx, "max_pool2d", MAX_FWD, in, nin, out, a);
+}
 
 /* max_pool2d_grad(x, dy) -> dx: dy added at each window's first maximum of x;
  * attributes as max_pool2d's. */
@@ -422,7 +427,9 @@ DTRT_TRACED(max_pool2d_grad, DTRT_TID_KERNEL) {
 
 /* avg_pool2d(x[N,C,H,W]) -> [N,C,ho,wo]: each window's sum over kh kw, the
  * zeros of the padding counted; attributes as max_pool2d's. */
-DTRT_TRACED(avg_pool2d, DTRT_TID_KERNEL) { return pool_op(ctx, "avg_pool2d", AVG_FWD, in, nin, out, a); }
+DTRT_TRACED(avg_pool2d, DTRT_TID_KERNEL) {
+  return pool_op(ctx, "avg_pool2d", AVG_FWD, in, nin, out, a);
+}
 
 /* avg_pool2d_grad(dy) -> dx[N,C,H,W]: attributes as avg_pool2d's, then
  * a->i[6..7] = [H, W]. */

@@ -94,7 +94,8 @@ int main(int argc, char **argv) {
   printf("\n");
   print("y", yv, ny);
   for (int p = 0; p < np; p++) {
-    print(arena_printf(a, "grad %s", name[p]), out[1 + p], type_elems(&ir_find_global(m, name[p])->type));
+    print(arena_printf(a, "grad %s", name[p]), out[1 + p],
+          type_elems(&ir_find_global(m, name[p])->type));
     free(out[1 + p]);
   }
   free(yv);
