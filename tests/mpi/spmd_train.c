@@ -84,7 +84,7 @@ typedef cnn Model;
 #define model_destroy cnn_destroy
 #define model_error cnn_error
 #define OUT_ELEMS CNN_LOGITS_ELEMS
-static const char *const params[] = {"k1", "b1", "k2", "b2", "w", "b"};
+static const char *const params[] = {"k1", "b1", "k2", "b2", "w1", "c1", "w2", "c2"};
 static float x[CNN_X_ELEMS];
 static int32_t y[CNN_Y_ELEMS];
 
