@@ -15,7 +15,11 @@
 #include <time.h>
 
 #include "dtrt.h"
+#ifdef DTC_MODEL_H
+#include DTC_MODEL_H   /* another model under mlp's names (examples/cnn_as_mlp.h) */
+#else
 #include "mlp.h"
+#endif
 
 enum { B = MLP_BATCH, PIXELS = 784, CLASSES = 10 };
 

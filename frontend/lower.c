@@ -384,6 +384,11 @@ typedef enum {
   B_DROPOUT,
   B_GELU,       /* gelu, or with approximate = "tanh" gelu_tanh */
   B_CROSS_ENTROPY, /* with ignore_index or label_smoothing: sum / count */
+  /* convolutional networks (lower_conv2d ...) */
+  B_CONV2D,     /* conv2d(input, weight, bias, stride, padding, dilation, groups) */
+  B_POOL2D,     /* max_pool2d, avg_pool2d: kernel_size, stride, padding */
+  B_FLATTEN,    /* start_dim, end_dim */
+  B_PAD,        /* pad (as F.pad), mode, value */
 } BuiltinKind;
 
 typedef struct Builtin {
@@ -392,7 +397,7 @@ typedef struct Builtin {
   int ntensor;           /* leading parameters that are tensors */
   int nreq;              /* leading parameters that are required */
   int nparam;
-  const char *param[4];
+  const char *param[7];
 } Builtin;
 
 static const Builtin builtins[] = {
@@ -421,6 +426,12 @@ static const Builtin builtins[] = {
   {"concat", B_CONCAT, 0, 0, 1, {"axis"}},
   {"layer_norm", B_LAYER_NORM, 3, 1, 4, {"x", "gamma", "beta", "eps"}},
   {"dropout", B_DROPOUT, 1, 1, 3, {"x", "p", "seed"}},
+  /* convolutional networks, named as torch.nn.functional's */
+  {"conv2d", B_CONV2D, 3, 2, 7, {"input", "weight", "bias", "stride", "padding", "dilation", "groups"}},
+  {"max_pool2d", B_POOL2D, 1, 2, 4, {"input", "kernel_size", "stride", "padding"}},
+  {"avg_pool2d", B_POOL2D, 1, 2, 4, {"input", "kernel_size", "stride", "padding"}},
+  {"flatten", B_FLATTEN, 1, 1, 3, {"input", "start_dim", "end_dim"}},
+  {"pad", B_PAD, 1, 2, 4, {"input", "pad", "mode", "value"}},
 };
 
 static Inst *lower_expr(Ctx *c, const Expr *e);
@@ -612,6 +623,197 @@ static Inst *lower_concat(Ctx *c, const Expr *e) {
   return finish(c, i);
 }
 
+/* ---- convolutional networks ---- */
+
+/* An int or a pair [height, width] of ints, each at least lo. */
+static bool pair_arg(Ctx *c, const Expr *e, const char *what, int64_t lo, int64_t v[2]) {
+  if (e->kind == E_LIST && e->args.n != 2) {
+    diag_error(c->d, e->loc, "'%s' must be an int or a pair [height, width]", what);
+    return false;
+  }
+  for (int k = 0; k < 2; k++) {
+    const Expr *x = e->kind == E_LIST ? e->args.a[k].val : e;
+    if (!int_arg(c, x, arena_printf(c->a, "'%s'", what), &v[k]))
+      return false;
+    if (v[k] < lo || v[k] > IR_MAX_DIM) {
+      diag_error(c->d, x->loc, "'%s' must be %s, not %lld", what,
+                 lo ? "positive" : "non-negative", (long long)v[k]);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* A tensor of rank 4: [N, C, H, W] or, as layout says, a weight's. */
+static bool nchw(Ctx *c, const Expr *e, const char *what, const char *layout, const Inst *x) {
+  char buf[128];
+  if (x->type.dtype == DT_F32 && x->type.rank == 4)
+    return true;
+  diag_error(c->d, e->loc, "%s must be f32[%s], not %s", what, layout ? layout : "N, C, H, W",
+             type_str(&x->type, buf, sizeof buf));
+  return false;
+}
+
+/* conv2d(input, weight, bias, stride = 1, padding = 0, dilation = 1,
+ * groups = 1): padding may also be "valid" (0) or "same" (stride 1, an
+ * even dilated kernel span); bias f32[O] is added over each channel. */
+static Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+  int64_t st[2] = {1, 1}, pd[2] = {0, 0}, dl[2] = {1, 1}, groups = 1;
+  if (!nchw(c, arg[0], "the input of 'conv2d'", NULL, in[0]) ||
+      !nchw(c, arg[1], "the weight of 'conv2d'", "out, in / groups, kh, kw", in[1]))
+    return NULL;
+  if ((arg[3] && !pair_arg(c, arg[3], "stride", 1, st)) ||
+      (arg[5] && !pair_arg(c, arg[5], "dilation", 1, dl)))
+    return NULL;
+  const Expr *p = arg[4];
+  if (p && (p->kind == E_STR || (p->kind == E_IDENT && !lookup(c, p->s)))) {
+    bool same = !strcmp(p->s, "same");
+    if (!same && strcmp(p->s, "valid")) {
+      diag_error(c->d, p->loc, "'padding' must be an int, a pair, \"valid\" or \"same\"");
+      return NULL;
+    }
+    for (int d = 0; same && d < 2; d++) {
+      int64_t span = dl[d] * (in[1]->type.dim[2 + d] - 1);
+      if (st[d] != 1) {
+        diag_error(c->d, p->loc, "padding \"same\" needs stride 1, not %lld", (long long)st[d]);
+        return NULL;
+      }
+      if (span % 2) {
+        diag_error(c->d, p->loc, "padding \"same\" of a kernel of even span (%lld along the "
+                   "%s) pads one side more; write the padding with pad()", (long long)span + 1,
+                   d ? "width" : "height");
+        return NULL;
+      }
+      pd[d] = span / 2;
+    }
+  } else if (p && !pair_arg(c, p, "padding", 0, pd)) {
+    return NULL;
+  }
+  if (arg[6] && !int_arg(c, arg[6], "'groups'", &groups))
+    return NULL;
+  Inst *i = ir_new(c->f, OP_conv2d, e->loc, 2, in);
+  ir_set_ints(i, "stride", st, 2);
+  ir_set_ints(i, "padding", pd, 2);
+  ir_set_ints(i, "dilation", dl, 2);
+  ir_set_int(i, "groups", groups);
+  if (!(i = finish(c, i)) || !in[2])
+    return i;
+  const Type *b = &in[2]->type;
+  char buf[128];
+  if (b->dtype != DT_F32 || b->rank != 1 || b->dim[0] != i->type.dim[1]) {
+    diag_error(c->d, arg[2]->loc, "the bias of 'conv2d' must be f32[%lld], one per output "
+               "channel, not %s", (long long)i->type.dim[1], type_str(b, buf, sizeof buf));
+    return NULL;
+  }
+  Inst *r = ir_new(c->f, OP_reshape, e->loc, 1, &in[2]);
+  ir_set_ints(r, "shape", (int64_t[]){b->dim[0], 1, 1}, 3);
+  return (r = finish(c, r)) ? op2(c, OP_add, e->loc, i, r) : NULL;
+}
+
+/* max_pool2d, avg_pool2d(input, kernel_size, stride = kernel_size,
+ * padding = 0). */
+static Inst *lower_pool2d(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
+  int64_t k[2], st[2], pd[2] = {0, 0};
+  if (!nchw(c, arg[0], arena_printf(c->a, "the input of '%s'", ir_ops[op].name), NULL, x) ||
+      !pair_arg(c, arg[1], "kernel_size", 1, k))
+    return NULL;
+  st[0] = k[0], st[1] = k[1];
+  if ((arg[2] && !pair_arg(c, arg[2], "stride", 1, st)) ||
+      (arg[3] && !pair_arg(c, arg[3], "padding", 0, pd)))
+    return NULL;
+  Inst *i = ir_new(c->f, op, e->loc, 1, &x);
+  ir_set_ints(i, "kernel", k, 2);
+  ir_set_ints(i, "stride", st, 2);
+  ir_set_ints(i, "padding", pd, 2);
+  return finish(c, i);
+}
+
+/* flatten(input, start_dim = 1, end_dim = -1): dims start_dim .. end_dim
+ * made one. */
+static Inst *lower_flatten(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+  int64_t lo = x->type.rank > 1 ? 1 : 0, hi = x->type.rank - 1;
+  char buf[128];
+  if (x->type.rank == 0) {
+    diag_error(c->d, e->loc, "cannot flatten %s", type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
+  if ((arg[1] && !axis_arg(c, arg[1], x, &lo)) || (arg[2] && !axis_arg(c, arg[2], x, &hi)))
+    return NULL;
+  if (lo > hi) {
+    diag_error(c->d, e->loc, "'start_dim' (%lld) comes after 'end_dim' (%lld)", (long long)lo,
+               (long long)hi);
+    return NULL;
+  }
+  int64_t dim[IR_MAX_RANK];
+  int n = 0;
+  for (int d = 0; d < x->type.rank; d++)
+    if (d <= lo || d > hi)
+      dim[n++] = x->type.dim[d];
+    else
+      dim[n - 1] *= x->type.dim[d];
+  Inst *i = ir_new(c->f, OP_reshape, e->loc, 1, &x);
+  ir_set_ints(i, "shape", dim, n);
+  return finish(c, i);
+}
+
+/* pad(input, pad, mode = "constant", value = 0), as F.pad: pad lists
+ * (before, after) pairs from the last dim back; a negative one crops. A
+ * value v pads x - v with zeros and adds v back. */
+static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+  int64_t p[2 * IR_MAX_RANK];
+  double v = 0;
+  char buf[128];
+  const Expr *pe = arg[1];
+  if (pe->kind != E_LIST || pe->args.n % 2 || pe->args.n > 2 * x->type.rank) {
+    diag_error(c->d, pe->loc, "'pad' must be a list of (before, after) pairs, one pair per "
+               "dimension from the last, at most %d entries for %s", 2 * x->type.rank,
+               type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
+  for (int k = 0; k < pe->args.n; k++)
+    if (!int_arg(c, pe->args.a[k].val, "an entry of 'pad'", &p[k]))
+      return NULL;
+  if (arg[2]) {
+    const Expr *m = arg[2];
+    if (!(m->kind == E_STR || m->kind == E_IDENT) || strcmp(m->s, "constant")) {
+      diag_error(c->d, m->loc, "'mode' must be \"constant\" (the only mode dtc has)");
+      return NULL;
+    }
+  }
+  if (arg[3] && !float_arg(c, arg[3], "'value'", &v))
+    return NULL;
+  Inst *cv = v != 0 ? constant(c, v, e->loc) : NULL;
+  if (cv && !(x = op2(c, OP_sub, e->loc, x, cv)))
+    return NULL;
+  for (int k = 0; k < pe->args.n / 2; k++) {
+    int64_t axis = x->type.rank - 1 - k, n = x->type.dim[axis], lo = p[2 * k], hi = p[2 * k + 1];
+    bool big = lo > IR_MAX_DIM || hi > IR_MAX_DIM || lo < -IR_MAX_DIM || hi < -IR_MAX_DIM;
+    if (big || n + (lo < 0 ? lo : 0) + (hi < 0 ? hi : 0) < 1) {
+      diag_error(c->d, pe->args.a[2 * k].loc, "padding (%lld, %lld) leaves nothing of dimension "
+                 "%lld of %s", (long long)lo, (long long)hi, (long long)axis,
+                 type_str(&x->type, buf, sizeof buf));
+      return NULL;
+    }
+    if (lo < 0 || hi < 0) {
+      Inst *i = ir_new(c->f, OP_slice, e->loc, 1, &x);
+      ir_set_int(i, "axis", axis);
+      ir_set_int(i, "begin", lo < 0 ? -lo : 0);
+      ir_set_int(i, "end", hi < 0 ? n + hi : n);
+      if (!(x = finish(c, i)))
+        return NULL;
+    }
+    if (lo > 0 || hi > 0) {
+      Inst *i = ir_new(c->f, OP_pad, e->loc, 1, &x);
+      ir_set_int(i, "axis", axis);
+      ir_set_int(i, "begin", lo > 0 ? lo : 0);
+      ir_set_int(i, "size", x->type.dim[axis] + (lo > 0 ? lo : 0) + (hi > 0 ? hi : 0));
+      if (!(x = finish(c, i)))
+        return NULL;
+    }
+  }
+  return cv ? op2(c, OP_add, e->loc, x, cv) : x;
+}
+
 static const Builtin *find_builtin(const char *name) {
   for (int k = 0; k < COUNTOF(builtins); k++)
     if (!strcmp(builtins[k].name, name))
@@ -677,7 +879,7 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
   }
   if (b->kind == B_CONCAT)
     return lower_concat(c, e);
-  Expr *arg[4];
+  Expr *arg[COUNTOF(b->param)];
   if (!fe_bind(e, b->param, b->nparam, b->nparam, b->nreq, arg, c->a, c->d))
     return NULL;
   Inst *in[3] = {0};
@@ -689,7 +891,8 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     }
   if (!ok)
     return NULL;
-  Op op = b->kind == B_LAYER_NORM ? OP_normalize : ir_op_lookup(b->name);
+  Op op = b->kind == B_LAYER_NORM ? OP_normalize : b->kind == B_FLATTEN ? OP_reshape
+                                                    : ir_op_lookup(b->name);
   DTC_ASSERT(op != OP_COUNT);
   Inst *x = in[0], *i;
   int64_t axis, seed;
@@ -762,6 +965,14 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     return finish(c, i);
   case B_CONCAT:
     break;
+  case B_CONV2D:
+    return lower_conv2d(c, e, in, arg);
+  case B_POOL2D:
+    return lower_pool2d(c, e, op, x, arg);
+  case B_FLATTEN:
+    return lower_flatten(c, e, x, arg);
+  case B_PAD:
+    return lower_pad(c, e, x, arg);
   }
   DTC_UNREACHABLE();
 }

@@ -2,6 +2,8 @@
  * planner divides them by a device's speed. Conventions:
  *
  *   matmul          2*m*n*k per batch element (a multiply-add is 2 flops)
+ *   conv2d          2*(C/groups)*kh*kw per output element, so its derivatives
+ *                   per adjoint element; pooling 1 per window position
  *   elementwise     1 per output element: add sub mul div neg relu relu_grad sqrt;
  *                   transcendentals count the arithmetic of a vectorised
  *                   polynomial: exp log 10, tanh sigmoid 12, gelu_tanh 16,
@@ -125,6 +127,40 @@ PER_IN(dropout, 8)
 PER_IN(dropout_grad, 8)
 /* compare and select */
 PER_IN(causal_mask, 1)
+
+/* A convolution is a matmul per group: 2 * (C/groups * kh * kw) flops per
+ * element of y, and its two derivatives as many (per element of dy); col2im,
+ * im2col and the bias are data movement. */
+static double conv_macs(const Inst *i, const Type *y) {
+  if (i->nin < 2 || !i->in[0] || !i->in[1])
+    return 0;
+  const Type *w = i->op == OP_conv2d ? &i->in[1]->type
+                  : i->op == OP_conv2d_grad_input ? &i->in[0]->type : &i->type;
+  return w->rank != 4 ? 0 : 2 * (double)type_elems(y) * (double)(w->dim[1] * w->dim[2] * w->dim[3]);
+}
+double flops_conv2d(const Inst *i) { return conv_macs(i, &i->type); }
+double flops_conv2d_grad_input(const Inst *i) {
+  return i->nin < 2 || !i->in[1] ? 0 : conv_macs(i, &i->in[1]->type);
+}
+double flops_conv2d_grad_weight(const Inst *i) {
+  return i->nin < 2 || !i->in[1] ? 0 : conv_macs(i, &i->in[1]->type);
+}
+/* a compare (max) or an add (avg) per kernel position of each window */
+static double pool_windows(const Inst *i, const Type *y) {
+  int n;
+  const int64_t *k = ir_get_ints(i, "kernel", &n);
+  return n == 2 ? (double)type_elems(y) * (double)(k[0] * k[1]) : 0;
+}
+double flops_max_pool2d(const Inst *i) { return pool_windows(i, &i->type); }
+double flops_avg_pool2d(const Inst *i) { return pool_windows(i, &i->type) + out_elems(i); }
+/* the compares again, then one add per window */
+double flops_max_pool2d_grad(const Inst *i) {
+  return i->nin < 2 || !i->in[1] ? 0 : pool_windows(i, &i->in[1]->type) + in_elems(i, 1);
+}
+/* one scaled add per kernel position of each window */
+double flops_avg_pool2d_grad(const Inst *i) {
+  return i->nin < 1 || !i->in[0] ? 0 : pool_windows(i, &i->in[0]->type);
+}
 
 ZERO(reshape)
 ZERO(transpose)

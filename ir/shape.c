@@ -475,6 +475,177 @@ bool shape_causal_mask(Inst *inst, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- convolution and pooling ---- */
+
+/* Attribute `name`: two ints [height, width], each from lo to IR_MAX_DIM. */
+static bool pair(Inst *inst, const char *name, int64_t lo, int64_t v[2], char *err,
+                 size_t errlen) {
+  int n;
+  const int64_t *p = ir_get_ints(inst, name, &n);
+  if (!p || n != 2)
+    FAIL("'%s' needs '%s' as two ints [height, width]", NAME, name);
+  for (int k = 0; k < 2; k++) {
+    if (p[k] < lo || p[k] > IR_MAX_DIM)
+      FAIL("'%s': %s %lld is out of range (%lld to %lld)", NAME, name, (long long)p[k],
+           (long long)lo, (long long)IR_MAX_DIM);
+    v[k] = p[k];
+  }
+  return true;
+}
+
+static bool need_nchw(Inst *inst, int k, const char *what, char *err, size_t errlen) {
+  char b[128];
+  if (IN(k)->dtype != DT_F32 || IN(k)->rank != 4)
+    FAIL("'%s' needs %s as f32[N,C,H,W], got %s", NAME, what, ts(IN(k), b));
+  return true;
+}
+
+/* The output length along one spatial dim: (in + 2p - (d (k - 1) + 1)) / s + 1,
+ * when the dilated kernel fits the padded input. */
+static bool out_len(Inst *inst, int dim, int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
+                    int64_t *out, char *err, size_t errlen) {
+  const char *along = dim ? "width" : "height";
+  char dil[48] = "";
+  int64_t span;
+  if (d != 1)
+    snprintf(dil, sizeof dil, ", dilation %lld", (long long)d);
+  if (__builtin_mul_overflow(d, k - 1, &span) || span + 1 > in + 2 * p)
+    FAIL("'%s': the kernel's %s (%lld%s) is larger than the padded input's (%lld + 2 * %lld)",
+         NAME, along, (long long)k, dil, (long long)in, (long long)p);
+  *out = (in + 2 * p - span - 1) / s + 1;
+  return true;
+}
+
+/* conv2d's result for x [N,C,H,W] and w [O,C/groups,kh,kw], or an error. */
+static bool conv_out(Inst *inst, const Type *x, const Type *w, Type *y, char *err,
+                     size_t errlen) {
+  char b1[128], b2[128];
+  int64_t st[2], pd[2], dl[2];
+  if (!pair(inst, "stride", 1, st, err, errlen) || !pair(inst, "padding", 0, pd, err, errlen) ||
+      !pair(inst, "dilation", 1, dl, err, errlen))
+    return false;
+  int64_t g = ir_get_int(inst, "groups", 1);
+  if (g < 1)
+    FAIL("'%s': groups must be positive, got %lld", NAME, (long long)g);
+  if (x->dim[1] % g || w->dim[0] % g)
+    FAIL("'%s': groups (%lld) must divide the input's channels (%lld) and the output's "
+         "(%lld)", NAME, (long long)g, (long long)x->dim[1], (long long)w->dim[0]);
+  if (w->dim[1] != x->dim[1] / g)
+    FAIL("'%s': weight %s has %lld input channels per group; input %s with groups %lld "
+         "needs %lld", NAME, ts(w, b1), (long long)w->dim[1], ts(x, b2), (long long)g,
+         (long long)(x->dim[1] / g));
+  *y = (Type){DT_F32, 4, {x->dim[0], w->dim[0], 0, 0}};
+  for (int d = 0; d < 2; d++)
+    if (!out_len(inst, d, x->dim[2 + d], w->dim[2 + d], st[d], pd[d], dl[d], &y->dim[2 + d], err,
+                 errlen))
+      return false;
+  return true;
+}
+
+bool shape_conv2d(Inst *inst, char *err, size_t errlen) {
+  if (!need_nchw(inst, 0, "the input", err, errlen) ||
+      !need_nchw(inst, 1, "the weight [O,C/groups,kh,kw]", err, errlen) ||
+      !conv_out(inst, IN(0), IN(1), &inst->type, err, errlen))
+    return false;
+  return check_out(inst, err, errlen);
+}
+
+/* A derivative's operand dy against the conv2d of x and w it comes from. */
+static bool conv_adjoint(Inst *inst, const Type *x, const Type *w, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  Type y;
+  if (!conv_out(inst, x, w, &y, err, errlen))
+    return false;
+  if (!type_eq(&y, IN(1)))
+    FAIL("'%s': adjoint %s does not match the convolution's result %s", NAME, ts(IN(1), b1),
+         ts(&y, b2));
+  return true;
+}
+
+bool shape_conv2d_grad_input(Inst *inst, char *err, size_t errlen) {
+  int64_t size[2];
+  if (!need_nchw(inst, 0, "the weight [O,C/groups,kh,kw]", err, errlen) ||
+      !need_nchw(inst, 1, "the adjoint", err, errlen) || !pair(inst, "size", 1, size, err, errlen))
+    return false;
+  int64_t g = ir_get_int(inst, "groups", 1);
+  const Type *w = IN(0);
+  if (g < 1 || w->dim[1] > IR_MAX_DIM / g)
+    FAIL("'%s': groups %lld is out of range (1 to %lld for %lld input channels per group)",
+         NAME, (long long)g, (long long)(IR_MAX_DIM / w->dim[1]), (long long)w->dim[1]);
+  Type x = {DT_F32, 4, {IN(1)->dim[0], w->dim[1] * g, size[0], size[1]}};
+  if (!conv_adjoint(inst, &x, w, err, errlen))
+    return false;
+  inst->type = x;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_conv2d_grad_weight(Inst *inst, char *err, size_t errlen) {
+  int64_t k[2];
+  if (!need_nchw(inst, 0, "the input", err, errlen) ||
+      !need_nchw(inst, 1, "the adjoint", err, errlen) || !pair(inst, "kernel", 1, k, err, errlen))
+    return false;
+  int64_t g = ir_get_int(inst, "groups", 1);
+  const Type *x = IN(0);
+  if (g < 1)
+    FAIL("'%s': groups must be positive, got %lld", NAME, (long long)g);
+  Type w = {DT_F32, 4, {IN(1)->dim[1], x->dim[1] / g, k[0], k[1]}};
+  if (!conv_adjoint(inst, x, &w, err, errlen))
+    return false;
+  inst->type = w;
+  return check_out(inst, err, errlen);
+}
+
+/* A pooling's result for x [N,C,H,W]: padding at most half the kernel, so
+ * that every window holds some of x. */
+static bool pool_out(Inst *inst, const Type *x, Type *y, char *err, size_t errlen) {
+  int64_t k[2], st[2], pd[2];
+  if (!pair(inst, "kernel", 1, k, err, errlen) || !pair(inst, "stride", 1, st, err, errlen) ||
+      !pair(inst, "padding", 0, pd, err, errlen))
+    return false;
+  for (int d = 0; d < 2; d++)
+    if (pd[d] > k[d] / 2)
+      FAIL("'%s': padding %lld is more than half the kernel (%lld)", NAME, (long long)pd[d],
+           (long long)k[d]);
+  *y = (Type){DT_F32, 4, {x->dim[0], x->dim[1], 0, 0}};
+  for (int d = 0; d < 2; d++)
+    if (!out_len(inst, d, x->dim[2 + d], k[d], st[d], pd[d], 1, &y->dim[2 + d], err, errlen))
+      return false;
+  return true;
+}
+
+bool shape_max_pool2d(Inst *inst, char *err, size_t errlen) {
+  if (!need_nchw(inst, 0, "the input", err, errlen) || !pool_out(inst, IN(0), &inst->type, err, errlen))
+    return false;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_avg_pool2d(Inst *i, char *e, size_t n) { return shape_max_pool2d(i, e, n); }
+
+/* A pooling's adjoint dy (operand k) against the pooling of x it comes from. */
+static bool pool_adjoint(Inst *inst, const Type *x, int k, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  Type y;
+  if (!need_nchw(inst, k, "the adjoint", err, errlen) || !pool_out(inst, x, &y, err, errlen))
+    return false;
+  if (!type_eq(&y, IN(k)))
+    FAIL("'%s': adjoint %s does not match the pooling's result %s", NAME, ts(IN(k), b1),
+         ts(&y, b2));
+  inst->type = *x;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_max_pool2d_grad(Inst *inst, char *err, size_t errlen) {
+  return need_nchw(inst, 0, "the input", err, errlen) && pool_adjoint(inst, IN(0), 1, err, errlen);
+}
+
+bool shape_avg_pool2d_grad(Inst *inst, char *err, size_t errlen) {
+  int64_t size[2];
+  if (!need_nchw(inst, 0, "the adjoint", err, errlen) || !pair(inst, "size", 1, size, err, errlen))
+    return false;
+  Type x = {DT_F32, 4, {IN(0)->dim[0], IN(0)->dim[1], size[0], size[1]}};
+  return pool_adjoint(inst, &x, 0, err, errlen);
+}
+
 /* ---- data movement ---- */
 
 static bool shape_attr(Inst *inst, Type *t, char *err, size_t errlen) {

@@ -366,6 +366,42 @@ static void grad_causal_mask(GradCtx *g, Inst *inst) {
   accum(g, X, ir_finish(r));
 }
 
+/* ---- convolution and pooling ---- */
+
+/* The _grad op of inst with inst's attributes and ints attribute `name`
+ * from dims 2 and 3 of t (the spatial size a stride cannot give back). */
+static Inst *grad_op_hw(GradCtx *g, Op op, Inst *inst, int nin, Inst **in, const char *name,
+                        const Type *t) {
+  Inst *r = ir_new(g->f, op, inst->loc, nin, in);
+  ir_copy_attrs(r, inst);
+  ir_set_ints(r, name, t->dim + 2, 2);
+  return ir_finish(r);
+}
+
+static void grad_conv2d(GradCtx *g, Inst *inst) {
+  Inst *x = inst->in[0], *w = inst->in[1];
+  if (wants(g, x))
+    accum(g, x, grad_op_hw(g, OP_conv2d_grad_input, inst, 2, (Inst *[]){w, DY}, "size", &x->type));
+  if (wants(g, w))
+    accum(g, w, grad_op_hw(g, OP_conv2d_grad_weight, inst, 2, (Inst *[]){x, DY}, "kernel", &w->type));
+}
+
+static void grad_conv2d_grad_input(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_conv2d_grad_weight(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+static void grad_max_pool2d(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {X, DY};
+  accum(g, X, grad_op(g, OP_max_pool2d_grad, inst, 2, in));
+}
+
+static void grad_avg_pool2d(GradCtx *g, Inst *inst) {
+  Inst *dy = DY;
+  accum(g, X, grad_op_hw(g, OP_avg_pool2d_grad, inst, 1, &dy, "size", &X->type));
+}
+
+static void grad_max_pool2d_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_avg_pool2d_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
 /* ---- data movement ---- */
 
 static void grad_reshape(GradCtx *g, Inst *inst) { accum(g, X, reshape(g, DY, &X->type, inst)); }

@@ -262,6 +262,67 @@ static bool shard_embedding_grad(const Inst *i, DimMap *m) {
   return true;
 }
 
+/* ---- convolution and pooling: N carries over, H and W stay whole ---- */
+
+/* The batch dim of operands ks (a -1 ends the list) maps to result dim to
+ * (FORM_SUM: summed over), and the result's spatial dims stay whole. */
+static void conv_common(const Inst *i, DimMap *m, const int *ks, int to) {
+  map_init(i, m);
+  for (int k = 0; ks[k] >= 0; k++)
+    m->to[ks[k]][0] = to;
+  if (to < 0)
+    m->nsum = 1;
+  m->res_whole[2] = m->res_whole[3] = true;
+}
+
+/* (x[N,C,H,W], w[O,C,kh,kw]) -> [N,O,Ho,Wo]: O carries over from w and C,
+ * split in both, makes a partial sum; with groups, the channels stay whole. */
+static bool shard_conv2d(const Inst *i, DimMap *m) {
+  conv_common(i, m, (int[]){0, -1}, 0);
+  if (ir_get_int(i, "groups", 1) != 1)
+    return m->res_whole[1] = true, true;
+  m->to[1][0] = 1;
+  m->to[0][1] = m->to[1][1] = FORM_SUM(0);
+  m->nsum = 1;
+  return true;
+}
+
+/* (w, dy) -> dx: C carries over from w; O, split in w and dy, is summed. */
+static bool shard_conv2d_grad_input(const Inst *i, DimMap *m) {
+  conv_common(i, m, (int[]){1, -1}, 0);
+  if (ir_get_int(i, "groups", 1) != 1)
+    return m->res_whole[1] = true, true;
+  m->to[0][1] = 1;
+  m->to[0][0] = m->to[1][1] = FORM_SUM(0);
+  m->nsum = 1;
+  return true;
+}
+
+/* (x, dy) -> dw[O,C,kh,kw]: N, split in both, is summed; O carries over from
+ * dy, C from x. */
+static bool shard_conv2d_grad_weight(const Inst *i, DimMap *m) {
+  conv_common(i, m, (int[]){0, 1, -1}, FORM_SUM(0));
+  if (ir_get_int(i, "groups", 1) != 1)
+    return m->res_whole[0] = m->res_whole[1] = true, true;
+  m->to[1][1] = 0;
+  m->to[0][1] = 1;
+  return true;
+}
+
+/* Every operand is [N,C,H,W] or its result's shape: N and C carry over. */
+static bool pool(const Inst *i, DimMap *m, bool linear) {
+  map_init(i, m);
+  for (int k = 0; k < i->nin; k++)
+    m->to[k][0] = 0, m->to[k][1] = 1;
+  m->res_whole[2] = m->res_whole[3] = true;
+  m->linear = linear;
+  return true;
+}
+static bool shard_max_pool2d(const Inst *i, DimMap *m) { return pool(i, m, false); }
+static bool shard_max_pool2d_grad(const Inst *i, DimMap *m) { return pool(i, m, false); }
+static bool shard_avg_pool2d(const Inst *i, DimMap *m) { return pool(i, m, true); }
+static bool shard_avg_pool2d_grad(const Inst *i, DimMap *m) { return pool(i, m, true); }
+
 /* ---- data movement: partial sums stay partial ---- */
 
 typedef struct Group { int i0, i1, o0, o1; } Group;

@@ -157,6 +157,14 @@ DTRT_KERNEL(embedding_grad);
 DTRT_KERNEL(dropout);
 DTRT_KERNEL(dropout_grad);
 DTRT_KERNEL(causal_mask);
+/* convolution and pooling, NCHW (runtime/kernels_conv.c) */
+DTRT_KERNEL(conv2d);
+DTRT_KERNEL(conv2d_grad_input);
+DTRT_KERNEL(conv2d_grad_weight);
+DTRT_KERNEL(max_pool2d);
+DTRT_KERNEL(max_pool2d_grad);
+DTRT_KERNEL(avg_pool2d);
+DTRT_KERNEL(avg_pool2d_grad);
 DTRT_KERNEL(reshape);
 DTRT_KERNEL(transpose);
 DTRT_KERNEL(slice);

@@ -16,8 +16,9 @@
  * With --create-fails a rank exits 0 only when creating the model fails
  * with a message holding TEXT (a launch with the wrong rank count).
  * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
- * -DSPMD_DEEP for examples/gpt.dt, else examples/mlp.dt (with -DSPMD_IGNORE
- * tests/mpi/mlp_losses.dt, some labels -100). */
+ * -DSPMD_DEEP for examples/gpt.dt, with -DSPMD_CNN for examples/cnn.dt,
+ * else examples/mlp.dt (with -DSPMD_IGNORE tests/mpi/mlp_losses.dt, some
+ * labels -100). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -76,6 +77,33 @@ static int train(Model *m, float *loss) {
 static int forward(Model *m, float *out) {
   batch();
   return gpt_forward(m, ids, GPT_IDS_ELEMS, out, OUT_ELEMS);
+}
+#elif defined SPMD_CNN   /* examples/cnn.dt */
+#include "cnn.h"
+typedef cnn Model;
+#define model_create cnn_create
+#define model_destroy cnn_destroy
+#define model_error cnn_error
+#define OUT_ELEMS CNN_LOGITS_ELEMS
+static const char *const params[] = {"k1", "b1", "k2", "b2", "w1", "c1", "w2", "c2"};
+static float x[CNN_X_ELEMS];
+static int32_t y[CNN_Y_ELEMS];
+
+static void batch(void) {
+  for (int k = 0; k < CNN_X_ELEMS; k++)
+    x[k] = (float)(next() >> 40) / (float)(1 << 24);
+  for (int k = 0; k < CNN_Y_ELEMS; k++)
+    y[k] = (int32_t)(next() % 10);
+}
+
+static int train(Model *m, float *loss) {
+  batch();
+  return cnn_train_step(m, x, CNN_X_ELEMS, y, CNN_Y_ELEMS, loss);
+}
+
+static int forward(Model *m, float *out) {
+  batch();
+  return cnn_forward(m, x, CNN_X_ELEMS, out, OUT_ELEMS);
 }
 #else
 #include "mlp.h"

@@ -259,6 +259,85 @@ static void test_broadcast(void **s) {
             "broadcast [3,1]->[2,3,4]");
 }
 
+/* ---- convolution and pooling ---- */
+
+/* conv2d of x and w with stride, padding, dilation (pairs) and groups. */
+static Inst *conv(Inst *x, Inst *w, const int64_t *st, const int64_t *pd, const int64_t *dl,
+                  int64_t groups) {
+  Inst *y = tm_new(&t, OP_conv2d, 2, x, w);
+  ir_set_ints(y, "stride", st, 2);
+  ir_set_ints(y, "padding", pd, 2);
+  ir_set_ints(y, "dilation", dl, 2);
+  ir_set_int(y, "groups", groups);
+  return ir_finish(y);
+}
+
+static void conv_check(Type tx, Type tw, const int64_t *st, const int64_t *pd, const int64_t *dl,
+                       int64_t groups, const char *label) {
+  Inst *x = tm_param(&t, "x", tx), *w = tm_param(&t, "w", tw);
+  gradcheck(&t, conv(x, w, st, pd, dl, groups), label);
+}
+
+static void test_conv2d(void **s) {
+  (void)s;
+  conv_check(F32(2, 3, 5, 6), F32(4, 3, 3, 2), (int64_t[]){1, 1}, (int64_t[]){0, 0},
+             (int64_t[]){1, 1}, 1, "conv2d");
+}
+
+static void test_conv2d_strided(void **s) {
+  (void)s;
+  conv_check(F32(2, 2, 7, 6), F32(3, 2, 3, 3), (int64_t[]){2, 2}, (int64_t[]){1, 2},
+             (int64_t[]){2, 1}, 1, "conv2d stride 2 pad [1,2] dil [2,1]");
+}
+
+static void test_conv2d_groups(void **s) {
+  (void)s;
+  conv_check(F32(2, 4, 5, 5), F32(6, 2, 3, 3), (int64_t[]){2, 1}, (int64_t[]){1, 1},
+             (int64_t[]){1, 2}, 2, "conv2d groups 2");
+}
+
+static Inst *pool(Op op, Inst *x, const int64_t *k, const int64_t *st, const int64_t *pd) {
+  Inst *y = tm_new(&t, op, 1, x);
+  ir_set_ints(y, "kernel", k, 2);
+  ir_set_ints(y, "stride", st, 2);
+  ir_set_ints(y, "padding", pd, 2);
+  return ir_finish(y);
+}
+
+/* Distinct values keep each window's maximum where it is under the steps. */
+static void test_max_pool2d(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 5, 7));
+  fill_distinct(tm_data(&t, "x"), 210, -1, 0.05);
+  gradcheck(&t, pool(OP_max_pool2d, x, (int64_t[]){3, 2}, (int64_t[]){2, 2}, (int64_t[]){1, 1}),
+            "max_pool2d k [3,2] s 2 p 1");
+}
+
+static void test_avg_pool2d(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 2, 5, 6));
+  gradcheck(&t, pool(OP_avg_pool2d, x, (int64_t[]){3, 3}, (int64_t[]){2, 1}, (int64_t[]){1, 1}),
+            "avg_pool2d k 3 s [2,1] p 1");
+}
+
+/* conv2d + bias, tanh, avg_pool2d, flattened into a linear layer and
+ * cross_entropy: the loss of a small CNN (smooth: the kinks of relu and of
+ * max_pool2d would move under the finite differences' steps). */
+static void test_cnn(void **s) {
+  (void)s;
+  Inst *x = tm_input(&t, "x", F32(3, 2, 6, 6)), *y = tm_input(&t, "y", I32(3));
+  Inst *k = tm_param(&t, "k", F32(4, 2, 3, 3)), *b = tm_param(&t, "b", F32(4, 1, 1));
+  Inst *w = tm_param(&t, "w", F32(36, 5));
+  int32_t *lab = tm_data(&t, "y");
+  for (int i = 0; i < 3; i++)
+    lab[i] = (2 * i + 1) % 5;
+  Inst *c = conv(x, k, (int64_t[]){1, 1}, (int64_t[]){1, 1}, (int64_t[]){1, 1}, 1);
+  Inst *h = tm_op(&t, OP_tanh, 1, tm_op(&t, OP_add, 2, c, b));
+  Inst *p = pool(OP_avg_pool2d, h, (int64_t[]){2, 2}, (int64_t[]){2, 2}, (int64_t[]){0, 0});
+  Inst *f = ir_finish(with_ints(tm_new(&t, OP_reshape, 1, p), "shape", 2, (int64_t[]){3, 36}));
+  gradcheck(&t, tm_op(&t, OP_cross_entropy, 2, tm_op(&t, OP_matmul, 2, f, w), y), "cnn + cross_entropy");
+}
+
 /* ---- compositions ---- */
 
 /* normalize(x) * g + b: the layer norm of a transformer. Rows of x are spread
@@ -330,6 +409,8 @@ int main(void) {
     T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),
     T(test_chain),
+    T(test_conv2d), T(test_conv2d_strided), T(test_conv2d_groups), T(test_max_pool2d),
+    T(test_avg_pool2d), T(test_cnn),
   };
   return cmocka_run_group_tests_name("autodiff gradients", tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* test_codegen_e2e.c: examples/mlp.dt and examples/transformer.dt, compiled by
+/* test_codegen_e2e.c: examples/mlp.dt, transformer.dt and cnn.dt, compiled by
  * the dtc driver at build time and linked in, run through their generated C
  * interfaces. Their forward outputs and training steps must equal those of
  * the interpreter on the same source compiled here, within 1e-5 relative in
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../runtime/dtrt.h"
+#include "cnn.h"
 #include "frontend.h"
 #include "gpt.h"
 #include "mlp.h"
@@ -167,10 +168,38 @@ static void transformer_example(void **state) {
   gpt_destroy(m);
 }
 
+static void cnn_example(void **state) {
+  (void)state;
+  static float x[CNN_X_ELEMS], logits[CNN_LOGITS_ELEMS];
+  static int32_t y[CNN_Y_ELEMS];
+  for (int i = 0; i < CNN_X_ELEMS; i++)
+    x[i] = (float)(next() % 1000) / 1000;
+  for (int i = 0; i < CNN_Y_ELEMS; i++)
+    y[i] = (int32_t)(next() % 10);
+  cnn *m;
+  assert_int_equal(cnn_create(&m, 5), 0);
+  Ref r;
+  ref_init(&r, DTC_TEST_EXAMPLES "/cnn.dt", (DtModel *)m);
+  assert_true(interp_set_global(r.it, "x", x) && interp_set_global(r.it, "y", y));
+  assert_int_equal(cnn_forward(m, x, CNN_X_ELEMS, logits, CNN_LOGITS_ELEMS), 0);
+  float *want = ref_forward(&r, "logits");
+  ct_close_to(logits, want, CNN_LOGITS_ELEMS, "cnn logits");
+  free(want);
+  for (int s = 0; s < 2; s++) {
+    float loss;
+    ref_sync(&r, (DtModel *)m);
+    assert_int_equal(cnn_train_step(m, x, CNN_X_ELEMS, y, CNN_Y_ELEMS, &loss), 0);
+    ref_step(&r, (DtModel *)m, loss, s);
+  }
+  ref_free(&r);
+  cnn_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mlp_example),
       cmocka_unit_test(transformer_example),
+      cmocka_unit_test(cnn_example),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1011,6 +1011,216 @@ static void test_broadcast(void **state) {
   refuse(dtrt_k_broadcast, &x, 1, &o, NULL, "input rank 2 exceeds output rank 1");
 }
 
+/* ---- convolution and pooling ---- */
+
+typedef struct ConvCase {
+  int n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+} ConvCase;
+
+static int conv_out(int in, int k, int s, int p, int d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+static DtAttrs conv_attrs(const ConvCase *q, int extra0, int extra1, bool extra) {
+  DtAttrs a = ints(7, q->sh, q->sw, q->ph, q->pw, q->dh, q->dw, q->groups);
+  if (extra)
+    a.i[a.ni++] = extra0, a.i[a.ni++] = extra1;
+  return a;
+}
+
+/* The convolution written out: y, and for the adjoint dy the derivatives
+ * dx and dw by the chain rule, one product at a time. */
+static void conv_ref(const ConvCase *q, const float *x, const float *w, const float *dy, double *y,
+                     double *dx, double *dw) {
+  int ho = conv_out(q->h, q->kh, q->sh, q->ph, q->dh), wo = conv_out(q->w, q->kw, q->sw, q->pw, q->dw);
+  int cg = q->c / q->groups, og = q->o / q->groups;
+  for (int n = 0; n < q->n; n++)
+    for (int o = 0; o < q->o; o++)
+      for (int i = 0; i < ho; i++)
+        for (int j = 0; j < wo; j++) {
+          int yi = ((n * q->o + o) * ho + i) * wo + j;
+          double acc = 0;
+          for (int c = 0; c < cg; c++)
+            for (int a = 0; a < q->kh; a++)
+              for (int b = 0; b < q->kw; b++) {
+                int ih = i * q->sh - q->ph + a * q->dh, iw = j * q->sw - q->pw + b * q->dw;
+                if (ih < 0 || ih >= q->h || iw < 0 || iw >= q->w)
+                  continue;
+                int xi = ((n * q->c + o / og * cg + c) * q->h + ih) * q->w + iw;
+                int wi = ((o * cg + c) * q->kh + a) * q->kw + b;
+                acc += (double)x[xi] * w[wi];
+                dx[xi] += (double)dy[yi] * w[wi];
+                dw[wi] += (double)dy[yi] * x[xi];
+              }
+          y[yi] = acc;
+        }
+}
+
+static void near_d(const float *got, const double *want, int64_t n, double tol) {
+  for (int64_t k = 0; k < n; k++)
+    if (!(fabs(got[k] - want[k]) <= tol * (1 + fabs(want[k]))))
+      fail_msg("element %lld: got %.9g, want %.9g", (long long)k, got[k], want[k]);
+}
+
+static void conv_case(const ConvCase *q) {
+  int ho = conv_out(q->h, q->kh, q->sh, q->ph, q->dh), wo = conv_out(q->w, q->kw, q->sw, q->pw, q->dw);
+  int cg = q->c / q->groups;
+  DtTensor x = ten(DTRT_F32, NULL, 4, q->n, q->c, q->h, q->w);
+  DtTensor w = ten(DTRT_F32, NULL, 4, q->o, cg, q->kh, q->kw);
+  DtTensor y = ten(DTRT_F32, NULL, 4, q->n, q->o, ho, wo);
+  int64_t nx = numel(&x), nw = numel(&w), ny = numel(&y);
+  x.data = randv(nx);
+  w.data = randv(nw);
+  float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)(nx + nw + ny));
+  double *ry = calloc((size_t)ny, sizeof(double)), *rdx = calloc((size_t)nx, sizeof(double));
+  double *rdw = calloc((size_t)nw, sizeof(double));
+  conv_ref(q, x.data, w.data, dy, ry, rdx, rdw);
+
+  DtAttrs a = conv_attrs(q, 0, 0, false);
+  DtTensor in[2] = {x, w}, out = like(&y, got);
+  run(dtrt_k_conv2d, in, 2, &out, &a);
+  near_d(got, ry, ny, 1e-5);
+
+  a = conv_attrs(q, q->h, q->w, true);
+  in[0] = w, in[1] = like(&y, dy), out = like(&x, got);
+  memset(got, 0x7f, sizeof(float) * (size_t)nx);   /* the kernel must clear it */
+  run(dtrt_k_conv2d_grad_input, in, 2, &out, &a);
+  near_d(got, rdx, nx, 1e-5);
+
+  a = conv_attrs(q, q->kh, q->kw, true);
+  in[0] = x, out = like(&w, got);
+  run(dtrt_k_conv2d_grad_weight, in, 2, &out, &a);
+  near_d(got, rdw, nw, 1e-4);
+  free(x.data), free(w.data), free(dy), free(got), free(ry), free(rdx), free(rdw);
+}
+
+static void test_conv2d(void **state) {
+  (void)state;
+  static const ConvCase cases[] = {
+      /* n  c  h  w  o kh kw sh sw ph pw dh dw groups */
+      {2, 3, 5, 6, 4, 3, 2, 1, 1, 0, 0, 1, 1, 1},      /* odd sizes */
+      {3, 2, 9, 7, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1},      /* stride 2, padding */
+      {2, 3, 11, 10, 2, 3, 2, 1, 2, 2, 0, 2, 2, 1},    /* dilation 2 */
+      {2, 4, 7, 8, 6, 3, 3, 2, 1, 1, 2, 1, 2, 2},      /* groups 2 */
+      {1, 6, 5, 5, 3, 1, 1, 1, 1, 0, 0, 1, 1, 3},      /* 1x1, groups 3 */
+      {1, 1, 3, 3, 2, 5, 5, 1, 1, 1, 1, 1, 1, 1},      /* kernel = padded input */
+      {130, 1, 64, 64, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},  /* the batch in two chunks */
+  };
+  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++)
+    conv_case(&cases[k]);
+}
+
+static void test_conv2d_refuse(void **state) {
+  (void)state;
+  float v[4 * 3 * 5 * 5] = {0}, wv[2 * 3 * 3 * 3] = {0}, o[400];
+  DtTensor in[2] = {ten(DTRT_F32, v, 4, 4, 3, 5, 5), ten(DTRT_F32, wv, 4, 2, 3, 3, 3)};
+  DtTensor out = ten(DTRT_F32, o, 4, 4, 2, 3, 3);
+  DtAttrs a = ints(7, 1, 1, 0, 0, 1, 1, 1);
+  run(dtrt_k_conv2d, in, 2, &out, &a);
+  DtAttrs bad = ints(7, 1, 1, 0, 0, 1, 1, 2);
+  refuse(dtrt_k_conv2d, in, 2, &out, &bad, "groups 2 does not fit 3 input channels");
+  bad = ints(7, 0, 1, 0, 0, 1, 1, 1);
+  refuse(dtrt_k_conv2d, in, 2, &out, &bad, "stride [0, 1] is out of range");
+  bad = ints(7, 1, 1, 0, 0, 3, 1, 1);
+  refuse(dtrt_k_conv2d, in, 2, &out, &bad, "is larger than the padded input [5, 5]");
+  bad = ints(6, 1, 1, 0, 0, 1, 1);
+  refuse(dtrt_k_conv2d, in, 2, &out, &bad, "expected 7 int attributes");
+  DtTensor wrong = ten(DTRT_F32, o, 4, 4, 2, 3, 4);
+  refuse(dtrt_k_conv2d, in, 2, &wrong, &a, "output is f32[4,2,3,4], expected f32[4,2,3,3]");
+  in[0] = ten(DTRT_F32, v, 3, 12, 5, 5);
+  refuse(dtrt_k_conv2d, in, 2, &out, &a, "input must be f32[N,C,H,W], got f32[12,5,5]");
+  in[0] = ten(DTRT_F32, v, 4, 4, 3, 5, 5);
+  DtTensor dy = ten(DTRT_F32, o, 4, 4, 2, 3, 3);
+  DtTensor gin[2] = {in[1], dy}, dx = in[0];
+  dx.data = v;
+  DtAttrs ga = ints(9, 1, 1, 0, 0, 1, 1, 1, 6, 5);
+  refuse(dtrt_k_conv2d_grad_input, gin, 2, &dx, &ga, "adjoint is f32[4,2,3,3], expected f32[4,2,4,3]");
+  ga = ints(9, 1, 1, 0, 0, 1, 1, 1, 7, 7);
+  refuse(dtrt_k_conv2d_grad_weight, (DtTensor[]){in[0], dy}, 2, &in[1], &ga,
+         "the kernel [7, 7] (dilation [1, 1]) is larger than the padded input [5, 5]");
+}
+
+typedef struct PoolCase {
+  int n, c, h, w, kh, kw, sh, sw, ph, pw;
+} PoolCase;
+
+/* Both poolings written out, with their derivatives for the adjoint dy:
+ * the first maximum of each window, the mean over kh kw with the padding's
+ * zeros counted. */
+static void pool_ref(const PoolCase *q, const float *x, const float *dy, double *ymax,
+                     double *dmax, double *yavg, double *davg) {
+  int ho = conv_out(q->h, q->kh, q->sh, q->ph, 1), wo = conv_out(q->w, q->kw, q->sw, q->pw, 1);
+  for (int p = 0; p < q->n * q->c; p++)
+    for (int i = 0; i < ho; i++)
+      for (int j = 0; j < wo; j++) {
+        int yi = (p * ho + i) * wo + j, best = -1;
+        double sum = 0;
+        for (int a = 0; a < q->kh; a++)
+          for (int b = 0; b < q->kw; b++) {
+            int ih = i * q->sh - q->ph + a, iw = j * q->sw - q->pw + b;
+            if (ih < 0 || ih >= q->h || iw < 0 || iw >= q->w)
+              continue;
+            int xi = (p * q->h + ih) * q->w + iw;
+            sum += x[xi];
+            davg[xi] += dy[yi] / (double)(q->kh * q->kw);
+            if (best < 0 || x[xi] > x[best])
+              best = xi;
+          }
+        ymax[yi] = x[best];
+        dmax[best] += dy[yi];
+        yavg[yi] = sum / (q->kh * q->kw);
+      }
+}
+
+static void pool_case(const PoolCase *q) {
+  int ho = conv_out(q->h, q->kh, q->sh, q->ph, 1), wo = conv_out(q->w, q->kw, q->sw, q->pw, 1);
+  DtTensor x = ten(DTRT_F32, NULL, 4, q->n, q->c, q->h, q->w);
+  DtTensor y = ten(DTRT_F32, NULL, 4, q->n, q->c, ho, wo);
+  int64_t nx = numel(&x), ny = numel(&y);
+  x.data = randv(nx);
+  float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)nx);
+  double *r[4];
+  for (int k = 0; k < 4; k++)
+    r[k] = calloc((size_t)nx, sizeof(double));
+  pool_ref(q, x.data, dy, r[0], r[1], r[2], r[3]);
+  DtAttrs a = ints(6, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw);
+  DtTensor out = like(&y, got), in[2] = {x, like(&y, dy)};
+  run(dtrt_k_max_pool2d, &x, 1, &out, &a);
+  near_d(got, r[0], ny, 0);
+  run(dtrt_k_avg_pool2d, &x, 1, &out, &a);
+  near_d(got, r[2], ny, 1e-6);
+  out = like(&x, got);
+  run(dtrt_k_max_pool2d_grad, in, 2, &out, &a);
+  near_d(got, r[1], nx, 1e-6);
+  DtAttrs ag = ints(8, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->h, q->w);
+  run(dtrt_k_avg_pool2d_grad, &in[1], 1, &out, &ag);
+  near_d(got, r[3], nx, 1e-6);
+  free(x.data), free(dy), free(got);
+  for (int k = 0; k < 4; k++)
+    free(r[k]);
+}
+
+static void test_pool2d(void **state) {
+  (void)state;
+  static const PoolCase cases[] = {
+      /* n  c  h  w kh kw sh sw ph pw */
+      {2, 3, 7, 9, 2, 2, 2, 2, 0, 0},   /* odd sizes: the last row and column left out */
+      {2, 2, 5, 6, 3, 3, 2, 2, 1, 1},   /* stride 2, padding */
+      {1, 3, 6, 7, 3, 2, 1, 2, 1, 1},   /* overlapping windows */
+      {3, 1, 4, 4, 4, 4, 4, 4, 2, 2},   /* windows mostly padding */
+  };
+  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++)
+    pool_case(&cases[k]);
+  float v[2 * 3 * 4 * 4] = {0}, o[96];
+  DtTensor x = ten(DTRT_F32, v, 4, 2, 3, 4, 4), y = ten(DTRT_F32, o, 4, 2, 3, 2, 2);
+  DtAttrs bad = ints(6, 2, 2, 2, 2, 2, 0);
+  refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "padding [2, 0] is more than half the kernel");
+  bad = ints(6, 5, 5, 1, 1, 0, 0);
+  refuse(dtrt_k_avg_pool2d, &x, 1, &y, &bad, "is larger than the padded input [4, 4]");
+  bad = ints(6, 2, 2, 2, 2, 0, 0);
+  refuse(dtrt_k_avg_pool2d_grad, &y, 1, &x, &bad, "expected 8 int attributes");
+  DtTensor x3 = ten(DTRT_F32, v, 3, 6, 4, 4);
+  refuse(dtrt_k_max_pool2d, &x3, 1, &y, &bad, "input must be f32[N,C,H,W], got f32[6,4,4]");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_matmul, setup, teardown),
@@ -1031,6 +1241,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_slice_pad, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concat, setup, teardown),
       cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_conv2d, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_conv2d_refuse, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pool2d, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

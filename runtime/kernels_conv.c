@@ -1,0 +1,438 @@
+/* kernels_conv.c: convolution and pooling over NCHW tensors. A convolution
+ * and each of its derivatives is one sgemm per group and chunk of the batch,
+ * on the chunk's im2col columns, which dtrt_parallel_for builds (and col2im
+ * folds back) on the context's threads; pooling runs its planes on them.
+ * Above each kernel: its inputs, output and how its attributes are decoded.
+ * The output must not overlap the inputs. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+/* The geometry of a convolution or pooling; pairs are [height, width]. */
+typedef struct Geom {
+  int64_t n, c, h, w; /* the input */
+  int64_t o, kh, kw;  /* the weight [o, c / groups, kh, kw]; a pooling's o is c */
+  int64_t ho, wo;     /* the result */
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+} Geom;
+
+/* Attributes are at most this: a larger one is refused, so that no product
+ * of them below overflows. */
+#define ATTR_MAX (INT64_C(1) << 30)
+
+static DtStatus need_nchw(DtrtCtx *ctx, const char *op, const char *what, const DtTensor *t) {
+  DtStatus s = dtrt_check(ctx, op, what, t, DTRT_F32);
+  if (s)
+    return s;
+  if (t->rank != 4) {
+    char b[128];
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %s must be f32[N,C,H,W], got %s", op, what,
+                     dtrt_type_str(t->dtype, t->dim, t->rank, b, sizeof b));
+  }
+  for (int d = 0; d < 4; d++)
+    if (t->dim[d] < 1 || t->dim[d] > INT_MAX)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: dimension %d of %s is %lld (1 to %d)", op, d, what,
+                       (long long)t->dim[d], INT_MAX);
+  return DT_OK;
+}
+
+/* a->i[k], a->i[k + 1] into v[0], v[1], each from lo to ATTR_MAX. */
+static DtStatus attr_pair(DtrtCtx *ctx, const char *op, const char *name, const DtAttrs *a, int k,
+                          int64_t lo, int64_t *v0, int64_t *v1) {
+  *v0 = a->i[k];
+  *v1 = a->i[k + 1];
+  if (*v0 < lo || *v1 < lo || *v0 > ATTR_MAX || *v1 > ATTR_MAX)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %s [%lld, %lld] is out of range (%lld to %lld)", op,
+                     name, (long long)*v0, (long long)*v1, (long long)lo, (long long)ATTR_MAX);
+  return DT_OK;
+}
+
+/* The result's [ho, wo] from the input's [h, w] and the kernel [kh, kw]
+ * dilated by [dh, dw]: the dilated kernel must fit the padded input. */
+static DtStatus out_size(DtrtCtx *ctx, const char *op, Geom *g) {
+  int64_t eh = g->dh * (g->kh - 1) + 1, ew = g->dw * (g->kw - 1) + 1;
+  if (eh > g->h + 2 * g->ph || ew > g->w + 2 * g->pw)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: the kernel [%lld, %lld] (dilation [%lld, %lld]) is larger than the "
+                     "padded input [%lld, %lld]",
+                     op, (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw,
+                     (long long)(g->h + 2 * g->ph), (long long)(g->w + 2 * g->pw));
+  g->ho = (g->h + 2 * g->ph - eh) / g->sh + 1;
+  g->wo = (g->w + 2 * g->pw - ew) / g->sw + 1;
+  return DT_OK;
+}
+
+/* ---- convolution ---- */
+
+/* Decodes a convolution's attributes (ni of them: stride, padding, dilation,
+ * groups, then the two of size or kernel) and checks the operands' channels:
+ * x [n, c, h, w] and w [o, cg, kh, kw] must be in g already. */
+static DtStatus conv_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, int ni, int64_t cg,
+                          Geom *g) {
+  DtStatus s;
+  if (dtrt_ni(a) != ni)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: expected %d int attributes (stride, padding, dilation, groups%s), "
+                     "got %d",
+                     op, ni, ni > 7 ? ", and two more" : "", dtrt_ni(a));
+  if ((s = attr_pair(ctx, op, "stride", a, 0, 1, &g->sh, &g->sw)) ||
+      (s = attr_pair(ctx, op, "padding", a, 2, 0, &g->ph, &g->pw)) ||
+      (s = attr_pair(ctx, op, "dilation", a, 4, 1, &g->dh, &g->dw)))
+    return s;
+  g->groups = a->i[6];
+  if (g->groups < 1 || g->c % g->groups || g->o % g->groups || cg * g->groups != g->c)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: groups %lld does not fit %lld input channels, %lld output channels "
+                     "and %lld input channels per group",
+                     op, (long long)g->groups, (long long)g->c, (long long)g->o, (long long)cg);
+  return out_size(ctx, op, g);
+}
+
+static void geom_x(Geom *g, const DtTensor *x) {
+  g->n = x->dim[0], g->c = x->dim[1], g->h = x->dim[2], g->w = x->dim[3];
+}
+
+static void geom_w(Geom *g, const DtTensor *w) {
+  g->o = w->dim[0], g->kh = w->dim[2], g->kw = w->dim[3];
+}
+
+/* One group and chunk of the batch: samples [n0, n0 + nb) of group gi, whose
+ * im2col columns are col [K, nb * P] (K = cg kh kw rows, P = ho wo) and whose
+ * result, or adjoint, is yt [og, nb * P]. */
+typedef struct Chunk {
+  const Geom *g;
+  const float *x; /* im2col's source */
+  float *dx;      /* col2im's destination */
+  float *col;
+  int64_t n0, nb, gi, cg, k, p;
+} Chunk;
+
+/* Rows of col, one (sample, row) pair per index. */
+static void im2col_part(void *env, int64_t begin, int64_t end) {
+  const Chunk *e = env;
+  const Geom *g = e->g;
+  int64_t ld = e->nb * e->p;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t r = t % e->k, s = t / e->k;
+    int64_t ci = r / (g->kh * g->kw), i = r / g->kw % g->kh, j = r % g->kw;
+    const float *xp = e->x + ((e->n0 + s) * g->c + e->gi * e->cg + ci) * g->h * g->w;
+    float *dst = e->col + r * ld + s * e->p;
+    for (int64_t oh = 0; oh < g->ho; oh++) {
+      int64_t ih = oh * g->sh - g->ph + i * g->dh;
+      float *d = dst + oh * g->wo;
+      if (ih < 0 || ih >= g->h) {
+        memset(d, 0, sizeof(float) * (size_t)g->wo);
+        continue;
+      }
+      const float *row = xp + ih * g->w;
+      for (int64_t ow = 0; ow < g->wo; ow++) {
+        int64_t iw = ow * g->sw - g->pw + j * g->dw;
+        d[ow] = iw >= 0 && iw < g->w ? row[iw] : 0.0f;
+      }
+    }
+  }
+}
+
+/* col's rows added into dx, one (sample, channel) plane per index. */
+static void col2im_part(void *env, int64_t begin, int64_t end) {
+  const Chunk *e = env;
+  const Geom *g = e->g;
+  int64_t ld = e->nb * e->p;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t ci = t % e->cg, s = t / e->cg;
+    float *xp = e->dx + ((e->n0 + s) * g->c + e->gi * e->cg + ci) * g->h * g->w;
+    for (int64_t i = 0; i < g->kh; i++)
+      for (int64_t j = 0; j < g->kw; j++) {
+        const float *src = e->col + ((ci * g->kh + i) * g->kw + j) * ld + s * e->p;
+        for (int64_t oh = 0; oh < g->ho; oh++) {
+          int64_t ih = oh * g->sh - g->ph + i * g->dh;
+          if (ih < 0 || ih >= g->h)
+            continue;
+          float *row = xp + ih * g->w;
+          const float *sr = src + oh * g->wo;
+          for (int64_t ow = 0; ow < g->wo; ow++) {
+            int64_t iw = ow * g->sw - g->pw + j * g->dw;
+            if (iw >= 0 && iw < g->w)
+              row[iw] += sr[ow];
+          }
+        }
+      }
+  }
+}
+
+/* Between y [N, O, P] and the chunk's yt [og, nb * P] of group gi. */
+static void gather_y(const Chunk *e, const float *y, float *yt, int64_t og) {
+  for (int64_t s = 0; s < e->nb; s++)
+    for (int64_t o = 0; o < og; o++)
+      memcpy(yt + o * e->nb * e->p + s * e->p, y + ((e->n0 + s) * e->g->o + e->gi * og + o) * e->p,
+             sizeof(float) * (size_t)e->p);
+}
+
+static void scatter_y(const Chunk *e, const float *yt, float *y, int64_t og) {
+  for (int64_t s = 0; s < e->nb; s++)
+    for (int64_t o = 0; o < og; o++)
+      memcpy(y + ((e->n0 + s) * e->g->o + e->gi * og + o) * e->p, yt + o * e->nb * e->p + s * e->p,
+             sizeof(float) * (size_t)e->p);
+}
+
+/* Floats of scratch a chunk may take: col and yt together. */
+#define CHUNK_FLOATS (INT64_C(1) << 23)
+
+enum { CONV_FWD, CONV_DX, CONV_DW };
+
+/* The three products on x (or dx) [N, C, H, W], w (or dw) [O, cg, kh, kw]
+ * and y (or dy) [N, O, ho, wo], per group and chunk of the batch:
+ *   CONV_FWD  y_g = w_g @ col(x)
+ *   CONV_DX   dx += col2im(w_g^T @ dy_g)
+ *   CONV_DW   dw_g += dy_g @ col(x)^T */
+static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, float *x, float *w,
+                         float *y) {
+  int64_t cg = g->c / g->groups, og = g->o / g->groups, k = cg * g->kh * g->kw, p = g->ho * g->wo;
+  if (k > INT_MAX || p > INT_MAX)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: a product of %lld by %lld exceeds BLAS's int", op,
+                     (long long)k, (long long)p);
+  int64_t nb = CHUNK_FLOATS / ((k + og) * p);
+  nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
+  while (nb > 1 && nb * p > INT_MAX)
+    nb /= 2;
+  float *col = dtrt_scratch(ctx, sizeof(float) * (size_t)((k + og) * nb * p));
+  if (!col)
+    return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of im2col columns", op,
+                     (long long)((k + og) * nb * p));
+  float *yt = col + k * nb * p;
+  if (kind == CONV_DX)
+    memset(x, 0, sizeof(float) * (size_t)(g->n * g->c * g->h * g->w));
+  for (int64_t n0 = 0; n0 < g->n; n0 += nb) {
+    Chunk e = {g, x, x, col, n0, nb < g->n - n0 ? nb : g->n - n0, 0, cg, k, p};
+    int ld = (int)(e.nb * p);
+    for (e.gi = 0; e.gi < g->groups; e.gi++) {
+      float *wg = w + e.gi * og * k;
+      if (kind != CONV_DX)
+        dtrt_parallel_for(ctx, e.nb * k, im2col_part, &e);
+      if (kind != CONV_FWD)
+        gather_y(&e, y, yt, og);
+      if (kind == CONV_FWD) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, ld, (int)k, 1.0f, wg,
+                    (int)k, col, ld, 0.0f, yt, ld);
+        scatter_y(&e, yt, y, og);
+      } else if (kind == CONV_DX) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, ld, (int)og, 1.0f, wg, (int)k,
+                    yt, ld, 0.0f, col, ld);
+        dtrt_parallel_for(ctx, e.nb * cg, col2im_part, &e);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)k, ld, 1.0f, yt, ld, col,
+                    ld, n0 ? 1.0f : 0.0f, wg, (int)k);
+      }
+    }
+  }
+  return DT_OK;
+}
+
+/* conv2d(x[N,C,H,W], w[O,C/groups,kh,kw]) -> [N,O,ho,wo]: a->i[0..1] the
+ * stride, [2..3] the padding, [4..5] the dilation, [6] groups; the output
+ * channels of group g read its input channels only. */
+DTRT_TRACED(conv2d, DTRT_TID_KERNEL) {
+  const char *op = "conv2d";
+  DtStatus s;
+  Geom g = {0};
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 7, 0)) ||
+      (s = need_nchw(ctx, op, "input", &in[0])) || (s = need_nchw(ctx, op, "weight", &in[1])))
+    return s;
+  geom_x(&g, &in[0]);
+  geom_w(&g, &in[1]);
+  if ((s = conv_geom(ctx, op, a, 7, in[1].dim[1], &g)))
+    return s;
+  int64_t dim[4] = {g.n, g.o, g.ho, g.wo};
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, 4)))
+    return s;
+  return conv_run(ctx, op, CONV_FWD, &g, in[0].data, in[1].data, out->data);
+}
+
+/* conv2d_grad_input(w, dy) -> dx[N,C,H,W]: attributes as conv2d's, then
+ * a->i[7..8] = [H, W]. */
+DTRT_TRACED(conv2d_grad_input, DTRT_TID_KERNEL) {
+  const char *op = "conv2d_grad_input";
+  DtStatus s;
+  Geom g = {0};
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 9, 0)) ||
+      (s = need_nchw(ctx, op, "weight", &in[0])) || (s = need_nchw(ctx, op, "adjoint", &in[1])))
+    return s;
+  geom_w(&g, &in[0]);
+  if (dtrt_ni(a) == 9 && (a->i[6] < 1 || a->i[6] > ATTR_MAX))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: groups %lld is out of range", op, (long long)a->i[6]);
+  g.n = in[1].dim[0];
+  g.c = in[0].dim[1] * (dtrt_ni(a) == 9 ? a->i[6] : 1);
+  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "size", a, 7, 1, &g.h, &g.w)))
+    return s;
+  if ((s = conv_geom(ctx, op, a, 9, in[0].dim[1], &g)))
+    return s;
+  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, xdim[4] = {g.n, g.c, g.h, g.w};
+  if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, xdim, 4)))
+    return s;
+  return conv_run(ctx, op, CONV_DX, &g, out->data, in[0].data, in[1].data);
+}
+
+/* conv2d_grad_weight(x, dy) -> dw[O,C/groups,kh,kw]: attributes as conv2d's,
+ * then a->i[7..8] = [kh, kw]. */
+DTRT_TRACED(conv2d_grad_weight, DTRT_TID_KERNEL) {
+  const char *op = "conv2d_grad_weight";
+  DtStatus s;
+  Geom g = {0};
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 9, 0)) ||
+      (s = need_nchw(ctx, op, "input", &in[0])) || (s = need_nchw(ctx, op, "adjoint", &in[1])))
+    return s;
+  geom_x(&g, &in[0]);
+  g.o = in[1].dim[1];
+  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "kernel", a, 7, 1, &g.kh, &g.kw)))
+    return s;
+  int64_t groups = dtrt_ni(a) == 9 ? a->i[6] : 1;
+  if ((s = conv_geom(ctx, op, a, 9, groups >= 1 ? g.c / groups : 0, &g)))
+    return s;
+  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, wdim[4] = {g.o, g.c / g.groups, g.kh, g.kw};
+  if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, wdim, 4)))
+    return s;
+  return conv_run(ctx, op, CONV_DW, &g, in[0].data, out->data, in[1].data);
+}
+
+/* ---- pooling ---- */
+
+/* Decodes a pooling's attributes (ni of them: kernel, stride, padding, then
+ * the two of size) for the input [n, c, h, w] in g: the padding at most half
+ * the kernel, as PyTorch has it, so every window holds some of the input. */
+static DtStatus pool_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, int ni, Geom *g) {
+  DtStatus s;
+  if (dtrt_ni(a) != ni)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: expected %d int attributes (kernel, stride, padding%s), got %d", op, ni,
+                     ni > 6 ? ", size" : "", dtrt_ni(a));
+  if ((s = attr_pair(ctx, op, "kernel", a, 0, 1, &g->kh, &g->kw)) ||
+      (s = attr_pair(ctx, op, "stride", a, 2, 1, &g->sh, &g->sw)) ||
+      (s = attr_pair(ctx, op, "padding", a, 4, 0, &g->ph, &g->pw)))
+    return s;
+  if (g->ph > g->kh / 2 || g->pw > g->kw / 2)
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: padding [%lld, %lld] is more than half the kernel "
+                     "[%lld, %lld]",
+                     op, (long long)g->ph, (long long)g->pw, (long long)g->kh, (long long)g->kw);
+  g->o = g->c;
+  g->dh = g->dw = 1;
+  g->groups = 1;
+  return out_size(ctx, op, g);
+}
+
+enum { MAX_FWD, MAX_DX, AVG_FWD, AVG_DX };
+
+typedef struct Pool {
+  const Geom *g;
+  int kind;
+  const float *x, *y; /* x: the input (max); y: the result or adjoint */
+  float *out;
+} Pool;
+
+/* One [h, w] plane of the input per index. */
+static void pool_part(void *env, int64_t begin, int64_t end) {
+  const Pool *e = env;
+  const Geom *g = e->g;
+  int64_t hw = g->h * g->w, p = g->ho * g->wo;
+  float scale = 1.0f / (float)(g->kh * g->kw);
+  for (int64_t t = begin; t < end; t++) {
+    const float *x = e->x ? e->x + t * hw : NULL;
+    const float *y = e->kind == MAX_DX || e->kind == AVG_DX ? e->y + t * p : NULL;
+    float *out = e->out + t * (e->kind == MAX_FWD || e->kind == AVG_FWD ? p : hw);
+    if (y)
+      memset(out, 0, sizeof(float) * (size_t)hw);
+    for (int64_t oh = 0; oh < g->ho; oh++)
+      for (int64_t ow = 0; ow < g->wo; ow++) {
+        int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
+        int64_t h1 = h0 + g->kh < g->h ? h0 + g->kh : g->h,
+                w1 = w0 + g->kw < g->w ? w0 + g->kw : g->w;
+        h0 = h0 < 0 ? 0 : h0;
+        w0 = w0 < 0 ? 0 : w0;
+        if (e->kind == AVG_DX) {
+          float d = y[oh * g->wo + ow] * scale;
+          for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++)
+              out[ih * g->w + iw] += d;
+          continue;
+        }
+        if (e->kind == AVG_FWD) {
+          float sum = 0;
+          for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++)
+              sum += x[ih * g->w + iw];
+          out[oh * g->wo + ow] = sum * scale;
+          continue;
+        }
+        /* the first maximum, or the last NaN (as PyTorch has it) */
+        float best = -INFINITY;
+        int64_t at = h0 * g->w + w0;
+        for (int64_t ih = h0; ih < h1; ih++)
+          for (int64_t iw = w0; iw < w1; iw++) {
+            float v = x[ih * g->w + iw];
+            if (v > best || isnan(v)) {
+              best = v;
+              at = ih * g->w + iw;
+            }
+          }
+        if (e->kind == MAX_FWD)
+          out[oh * g->wo + ow] = best;
+        else
+          out[at] += y[oh * g->wo + ow];
+      }
+  }
+}
+
+/* The pooling kinds: x [N,C,H,W] (or, for avg_pool2d_grad, [N,C] and size),
+ * y its result or adjoint. */
+static DtStatus pool_op(DtrtCtx *ctx, const char *op, int kind, const DtTensor *in, int nin,
+                        DtTensor *out, const DtAttrs *a) {
+  DtStatus s;
+  Geom g = {0};
+  int ni = kind == AVG_DX ? 8 : 6, nt = kind == MAX_DX ? 2 : 1;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, nt, nt, out, a, ni, 0)) ||
+      (s = need_nchw(ctx, op, kind == AVG_DX ? "adjoint" : "input", &in[0])))
+    return s;
+  geom_x(&g, &in[0]);
+  if (kind == AVG_DX && dtrt_ni(a) == 8 && (s = attr_pair(ctx, op, "size", a, 6, 1, &g.h, &g.w)))
+    return s;
+  if ((s = pool_geom(ctx, op, a, ni, &g)))
+    return s;
+  int64_t xdim[4] = {g.n, g.c, g.h, g.w}, ydim[4] = {g.n, g.c, g.ho, g.wo};
+  bool fwd = kind == MAX_FWD || kind == AVG_FWD;
+  const DtTensor *dy = kind == MAX_DX ? &in[1] : kind == AVG_DX ? &in[0] : NULL;
+  if ((dy && (s = dtrt_check_as(ctx, op, "adjoint", dy, DTRT_F32, ydim, 4))) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, fwd ? ydim : xdim, 4)))
+    return s;
+  Pool e = {&g, kind, kind == AVG_DX ? NULL : in[0].data, dy ? dy->data : NULL, out->data};
+  dtrt_parallel_for(ctx, g.n * g.c, pool_part, &e);
+  return DT_OK;
+}
+
+/* max_pool2d(x[N,C,H,W]) -> [N,C,ho,wo]: a->i[0..1] the kernel, [2..3] the
+ * stride, [4..5] the padding (with -inf), at most half the kernel. */
+DTRT_TRACED(max_pool2d, DTRT_TID_KERNEL) {
+  return pool_op(ctx, "max_pool2d", MAX_FWD, in, nin, out, a);
+}
+
+/* max_pool2d_grad(x, dy) -> dx: dy added at each window's first maximum of x;
+ * attributes as max_pool2d's. */
+DTRT_TRACED(max_pool2d_grad, DTRT_TID_KERNEL) {
+  return pool_op(ctx, "max_pool2d_grad", MAX_DX, in, nin, out, a);
+}
+
+/* avg_pool2d(x[N,C,H,W]) -> [N,C,ho,wo]: each window's sum over kh kw, the
+ * zeros of the padding counted; attributes as max_pool2d's. */
+DTRT_TRACED(avg_pool2d, DTRT_TID_KERNEL) {
+  return pool_op(ctx, "avg_pool2d", AVG_FWD, in, nin, out, a);
+}
+
+/* avg_pool2d_grad(dy) -> dx[N,C,H,W]: attributes as avg_pool2d's, then
+ * a->i[6..7] = [H, W]. */
+DTRT_TRACED(avg_pool2d_grad, DTRT_TID_KERNEL) {
+  return pool_op(ctx, "avg_pool2d_grad", AVG_DX, in, nin, out, a);
+}
