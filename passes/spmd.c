@@ -540,6 +540,47 @@ static void report_collectives(FILE *out, const Module *m, const char *name) {
   fputs(" per step\n", out);
 }
 
+/* The k-th forward loop of device dev's step that runs as pipeline stages
+ * (over *axis), NULL past the last. */
+static const Inst *stage_loop(const Module *m, int dev, int k, int *axis) {
+  const Func *f = copy_of(m, "train_step", dev);
+  for (int i = 0; f && i < f->inst.n; i++) {
+    const Inst *r = f->inst.a[i];
+    const Sharding *cur[SHARD_MAX_IN];
+    if (r->op != OP_repeat || ir_get_int(r, "reverse", 0))
+      continue;
+    for (int q = 0; q < r->nin; q++)
+      cur[q] = r->in[q]->shard;
+    double *ratio;
+    if ((*axis = shard_pipe_axis(r, cur, &ratio)) >= 0 && k-- == 0)
+      return r;
+  }
+  return NULL;
+}
+
+/* Which layers each stage runs, the micro-batches and the idle share of a
+ * wave (GPipe's schedule, passes/microbatch.c), for equal stage times. */
+static void report_stages(FILE *out, const Module *m, int ndev) {
+  int mb = m->microbatches > 1 ? m->microbatches : 1, axis;
+  char dn[64];
+  for (int k = 0; stage_loop(m, 0, k * mb, &axis); k++) {
+    const Inst *r0 = stage_loop(m, 0, k * mb, &axis);
+    int p = m->mesh.a[0].axis_size[axis];
+    fprintf(out, "pipeline stages over %s, loop at %s:%d:", m->mesh.a[0].axis_name[axis],
+            r0->loc.file ? r0->loc.file->name : "?", r0->loc.line);
+    for (int dev = 0; dev < ndev; dev++) {
+      const Inst *r = stage_loop(m, dev, k * mb, &axis);
+      int64_t first = ir_get_int(r, "first", 0), n = ir_get_int(r, "n", 0);
+      fprintf(out, "%s %s layers %lld-%lld", dev ? "," : "", device_name(m, dev, dn, sizeof dn),
+              (long long)first, (long long)(first + n - 1));
+    }
+    fprintf(out, "\n  schedule: %d micro-batch%s of %lld rows, all forward then all backward; "
+            "idle %d/%d of each wave with equal stage times\n",
+            mb, mb == 1 ? "" : "es", (long long)(r0->nin ? r0->in[0]->type.dim[0] : 0), p - 1,
+            mb + p - 1);
+  }
+}
+
 void spmd_report(FILE *out, const Module *m) {
   if (!m->mesh.n)
     return;
@@ -578,6 +619,7 @@ void spmd_report(FILE *out, const Module *m) {
     if (!same)
       fputc('\n', out);
   }
+  report_stages(out, m, ndev);
   fputs("memory per device (params and optimizer state; work arenas of train_step and "
         "forward):\n", out);
   for (int dev = 0; dev < ndev; dev++) {

@@ -691,6 +691,19 @@ static void pp_micro(const Spec *s, int n, const int64_t *layers, const char *la
     }
     assert_true(last_send < first_bcast);
   }
+  /* --emit=plan names each stage's layers and the schedule */
+  char *rep;
+  size_t replen;
+  FILE *o = open_memstream(&rep, &replen);
+  spmd_report(o, p.s);
+  fclose(o);
+  char want[128];
+  snprintf(want, sizeof want, "schedule: %d micro-batches of %d rows", n, s->B / n);
+  if (!strstr(rep, want) || !strstr(rep, "pipeline stages over pp, loop at loops.dt:7:"))
+    fail_msg("expected \"%s\" in:\n%s", want, rep);
+  if (s->k == 3 && !strstr(rep, ": 0 layers 0-1, 0 layers 2-3, 0 layers 4-4\n"))
+    fail_msg("expected the stages' layers in:\n%s", rep);
+  free(rep);
   train(&p, 4, label);
   pair_free(&p);
 }
