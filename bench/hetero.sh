@@ -28,6 +28,17 @@
 #     {"bench": "hetero_mlp_runs", "runs", "min", "median", "max",
 #     "auto_ever_slower" (even_over_auto below 1 in some run), "kept_even"
 #     (in how many runs)};
+#  6. (after 5) the deep model, examples/gpt.dt at L = 12 (HETERO_DEEP_FLAGS,
+#     default -D L=12 -D B=16 -D T=32 -D D=128), on the pinned ranks of the
+#     last probe: even data parallelism (bench/hetero_deep_even.dt), plan
+#     auto over dp (bench/hetero_deep_auto.dt), three pipeline stages with
+#     layer ratios from the probed speeds and HETERO_DEEP_MB micro-batches
+#     (default 4; plan auto does not choose stages, so this script writes
+#     the ratios), and the same step on rank 0 alone: {"bench":
+#     "hetero_deep", "auto_ms", "even_ms", "even_over_auto", "one_ms",
+#     "ideal_work_ms", "auto_over_ideal_work", "plan", "pp_ms",
+#     "even_over_pp", "pp_predicted_ms", "pp_measured_over_predicted",
+#     "pp_plan"}. HETERO_DEEP_ONLY=1 runs the probe and this step alone.
 #  5. checks the simulator on the MLP unpinned: 1 rank (examples/mlp_big.dt),
 #     2 ranks (hetero_mlp_dp2.dt) and 3 ranks (hetero_mlp_even.dt), each
 #     compiled for its own probe of that many unpinned ranks, one JSON line
@@ -180,16 +191,24 @@ summary() {   # summary MODEL: the line over the runs of $dir/runs_MODEL
 }
 
 rm -f "$dir/runs_mlp" "$dir/runs_gpt"
+if [ "${HETERO_DEEP_ONLY:-0}" = 1 ]; then
+  run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
+  sed 's/^/# /' "$dir/probe3.dt" >&2
+  runs=0
+fi
 i=1
 while [ "$i" -le "$runs" ]; do
   compare "$i"
   i=$((i + 1))
 done
-summary mlp
-summary gpt
+if [ "$runs" -gt 0 ]; then
+  summary mlp
+  summary gpt
+fi
 
 # 5. the simulator against measurement, unpinned, even plan, 1 to 3 ranks
 for n in 1 2 3; do
+  [ "${HETERO_DEEP_ONLY:-0}" = 1 ] && break
   case $n in
     1) dt=$src/examples/mlp_big.dt ;;
     2) dt=$src/bench/hetero_mlp_dp2.dt ;;
@@ -205,3 +224,56 @@ for n in 1 2 3; do
            "\"measured_ms\": %.3f, \"measured_over_predicted\": %.3f}\n", n, p, m, m / p
   }'
 done
+
+# 6. the deep model: even and auto data parallel, and pipeline stages sized
+# by the last probe's speeds, pinned as in 1-4
+deep_flags=${HETERO_DEEP_FLAGS:--D L=12 -D B=16 -D T=32 -D D=128}
+mb=${HETERO_DEEP_MB:-4}
+ratios=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" |
+  awk '{g[NR] = $1; s += $1} END {
+    a = sprintf("%.4f", g[1] / s); b = sprintf("%.4f", g[2] / s)
+    printf "%s, %s, %.4f", a, b, 1 - a - b }')
+cat > "$dir/deep_pp.dt" <<DEEP
+import "$src/examples/gpt.dt"
+import "$dir/probe3.dt"
+
+parallel gpt on hetero3 {
+  mesh m[pp = 3]
+  shard layers.wq: [pp($ratios), *, *]
+  microbatches = $mb
+  plan explicit
+}
+DEEP
+for plan in even auto; do
+  # shellcheck disable=SC2086
+  build_bench "deep_$plan" "$src/bench/hetero_deep_$plan.dt" HETERO_GPT \
+    --cluster="$dir/probe3.dt" $deep_flags
+done
+# shellcheck disable=SC2086
+build_bench deep_pp "$dir/deep_pp.dt" HETERO_GPT $deep_flags
+# shellcheck disable=SC2086
+build_bench deep_one "$src/examples/gpt.dt" HETERO_GPT --cluster="$dir/probe3.dt" $deep_flags
+even_ms=$(run 3 "$dir/pin.sh" "$dir/deep_even/bench" "$reps" hetero_deep_even | num step_ms)
+auto_ms=$(run 3 "$dir/pin.sh" "$dir/deep_auto/bench" "$reps" hetero_deep_auto | num step_ms)
+pp_ms=$(run 3 "$dir/pin.sh" "$dir/deep_pp/bench" "$reps" hetero_deep_pp | num step_ms)
+one_ms=$(run 1 "$dir/pin.sh" "$dir/deep_one/bench" "$reps" hetero_deep_one | num step_ms)
+first=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" | head -n 1)
+total=$(gflops_sum "$dir/probe3.dt")
+# shellcheck disable=SC2086
+pred=$(predicted $deep_flags "$dir/deep_pp.dt")
+# shellcheck disable=SC2086
+auto_plan=$("$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $deep_flags \
+  "$src/bench/hetero_deep_auto.dt" | sed -n 's/^  ids .*  \(m\[[^]]*\]\)$/ids \1/p' | head -n 1)
+# shellcheck disable=SC2086
+stages=$("$build/dtc" --emit=plan $deep_flags "$dir/deep_pp.dt" |
+  sed -n 's/^pipeline stages over pp, loop at [^ ]* //p' | sed 's/ layers /:/g')
+awk -v a="$auto_ms" -v e="$even_ms" -v q="$pp_ms" -v o="$one_ms" -v g0="$first" -v s="$total" \
+    -v p="$pred" -v ap="$auto_plan" -v st="$stages" -v mb="$mb" 'BEGIN {
+  work = o * g0 / s
+  printf "{\"bench\": \"hetero_deep\", \"auto_ms\": %.3f, \"even_ms\": %.3f, " \
+         "\"even_over_auto\": %.3f, \"one_ms\": %.3f, \"ideal_work_ms\": %.3f, " \
+         "\"auto_over_ideal_work\": %.3f, \"plan\": \"%s\", \"pp_ms\": %.3f, " \
+         "\"even_over_pp\": %.3f, \"pp_predicted_ms\": %.3f, " \
+         "\"pp_measured_over_predicted\": %.3f, \"pp_plan\": \"pp 3 (%s), %d micro-batches\"}\n",
+         a, e, e / a, o, work, a / work, ap, q, e / q, p, q / p, st, mb
+}'
