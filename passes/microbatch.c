@@ -389,9 +389,16 @@ bool pass_microbatch(Module *m, Diag *d, PassRun *run) {
   Cut c = {m, d, m->microbatches, false};
   if (c.n < 2)
     return true;
+  int loops = 0;
   for (int k = 0; k < m->func.n && !c.failed; k++)
-    if (!strcmp(m->func.a[k]->name, "train_step"))
+    if (!strcmp(m->func.a[k]->name, "train_step")) {
+      for (int i = 0; i < m->func.a[k]->inst.n; i++)
+        loops += m->func.a[k]->inst.a[i]->op == OP_repeat;
       cut_step(&c, m->func.a[k]);
+    }
+  if (!loops)
+    diag_warn(d, m->microbatches_loc,
+              "'microbatches' has no effect: the training step repeats no block to cut");
   /* the bodies only the uncut loops ran (one that runs another goes first) */
   for (bool gone = !c.failed; gone;) {
     gone = false;
