@@ -220,7 +220,7 @@ static char *header(DtrtCtx *ctx, int n, const Entry *e, const char *hash, int64
 }
 
 /* fsync of the directory holding path, so the rename itself is durable. */
-static int sync_dir(DtrtCtx *ctx, const char *path) {
+int dtrt_sync_dir(DtrtCtx *ctx, const char *path) {
   size_t n = strlen(path);
   char *dir = dtrt_alloc(ctx, n + 2);
   if (!dir)
@@ -232,7 +232,7 @@ static int sync_dir(DtrtCtx *ctx, const char *path) {
     strcpy(dir, "/");
   else
     memcpy(dir, path, (size_t)(slash - path));
-  int fd = open(dir, O_RDONLY | O_DIRECTORY), r = -1;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = -1;
   if (fd >= 0) {
     r = fsync(fd);
     close(fd);
@@ -319,7 +319,7 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
     s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", path, strerror(err));
     goto done;
   }
-  if (sync_dir(ctx, path))
+  if (dtrt_sync_dir(ctx, path))
     s = dtrt_fail(ctx, DT_ERR_IO, "save: wrote %s but could not sync its directory: %s", path,
                   strerror(errno));
 done:
@@ -331,7 +331,7 @@ done:
 /* ---- load ---- */
 
 /* A JSON number that is a whole number in [0, 2^53]. */
-static bool whole(const cJSON *j, int64_t *v) {
+bool dtrt_json_whole(const cJSON *j, int64_t *v) {
   if (!cJSON_IsNumber(j))
     return false;
   double d = j->valuedouble;
@@ -370,15 +370,15 @@ static DtStatus parse_entry(DtrtCtx *ctx, const char *path, const cJSON *j, int6
   e->rank = rank;
   int d = 0;
   for (const cJSON *x = sh->child; x; x = x->next)
-    if (!whole(x, &e->dim[d++]))
+    if (!dtrt_json_whole(x, &e->dim[d++]))
       return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has a bad shape entry", path,
                        name);
   int64_t n = dtrt_elems(e->dim, rank), bytes;
   if (n < 0 || !dtrt_mul(n, 4, &bytes))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has too many elements", path,
                      name);
-  if (cJSON_GetArraySize(off) != 2 || !whole(off->child, &e->begin) ||
-      !whole(off->child->next, &e->end) || e->begin > e->end || e->end > datalen)
+  if (cJSON_GetArraySize(off) != 2 || !dtrt_json_whole(off->child, &e->begin) ||
+      !dtrt_json_whole(off->child->next, &e->end) || e->begin > e->end || e->end > datalen)
     return dtrt_fail(ctx, DT_ERR_FORMAT,
                      "load: %s: tensor '%s' has data_offsets outside the %lld data bytes", path,
                      name, (long long)datalen);
@@ -394,12 +394,12 @@ static int by_name(const void *a, const void *b) {
 }
 
 /* A JSON array of rank whole numbers into v. */
-static bool dims(const cJSON *j, int rank, int64_t *v) {
+bool dtrt_json_dims(const cJSON *j, int rank, int64_t *v) {
   if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != rank)
     return false;
   int d = 0;
   for (const cJSON *x = j->child; x; x = x->next)
-    if (!whole(x, &v[d++]))
+    if (!dtrt_json_whole(x, &v[d++]))
       return false;
   return true;
 }
@@ -415,8 +415,8 @@ static DtStatus parse_blocks(DtrtCtx *ctx, const char *path, const cJSON *meta, 
       return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: metadata '%s' names no tensor", path,
                        j->string);
     cJSON *b = cJSON_IsString(j) ? cJSON_Parse(j->valuestring) : NULL;
-    bool ok = b && dims(cJSON_GetObjectItemCaseSensitive(b, "full"), at->rank, at->full) &&
-              dims(cJSON_GetObjectItemCaseSensitive(b, "begin"), at->rank, at->start) &&
+    bool ok = b && dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(b, "full"), at->rank, at->full) &&
+              dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(b, "begin"), at->rank, at->start) &&
               !at->block && !dtrt_whole(at->full, at->rank) &&
               !dtrt_check_block(ctx, "load", at->name, at->dim, at->full, at->start, at->rank);
     cJSON_Delete(b);

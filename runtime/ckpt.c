@@ -133,14 +133,8 @@ static void hash_of(const Entry *e, int n, bool params, char out[17]) {
 
 /* ---- runs of a block ---- */
 
-/* Calls fn(arg, whole, local, n) for each run of elements contiguous both in
- * the block dim[0..r) at begin and in the whole tensor of dims full: its
- * first element's index in the whole tensor and in the block, its length.
- * Stops at fn's first non-zero return, which it returns. */
-typedef int (*RunFn)(void *arg, int64_t whole, int64_t local, int64_t n);
-
-static int for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
-                    RunFn fn, void *arg) {
+int dtrt_for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
+                  DtRunFn fn, void *arg) {
   int64_t n = dtrt_elems(dim, r);
   if (n <= 0)
     return 0;
@@ -195,27 +189,6 @@ static int pread_all(int fd, void *p, int64_t n, int64_t off) {
   return 0;
 }
 
-/* fsync of the directory holding path, so that a rename in it is durable. */
-static int sync_dir(DtrtCtx *ctx, const char *path) {
-  size_t n = strlen(path);
-  char *dir = dtrt_alloc(ctx, n + 2);
-  if (!dir)
-    return -1;
-  const char *slash = strrchr(path, '/');
-  if (!slash)
-    strcpy(dir, ".");
-  else if (slash == path)
-    strcpy(dir, "/");
-  else
-    memcpy(dir, path, (size_t)(slash - path));
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = -1;
-  if (fd >= 0) {
-    r = fsync(fd);
-    close(fd);
-  }
-  dtrt_free(ctx, dir);
-  return r;
-}
 
 /* ---- save ---- */
 
@@ -530,7 +503,7 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
     int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
     dtrt_block(x->t.dim, x->full, x->begin, x->t.rank, full, begin);
     w.src = x->t.data, w.base = e[k].begin;
-    if (for_runs(full, begin, x->t.dim, x->t.rank, write_run, &w))
+    if (dtrt_for_runs(full, begin, x->t.dim, x->t.rank, write_run, &w))
       s = errno == ENOMEM ? DT_ERR_NOMEM
                           : dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp,
                                       strerror(errno));
@@ -574,7 +547,7 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
       s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", path, strerror(errno));
     else if (!s)
       tmp[0] = 0;   /* renamed: nothing to remove */
-    if (!s && sync_dir(ctx, path))
+    if (!s && dtrt_sync_dir(ctx, path))
       s = dtrt_fail(ctx, DT_ERR_IO, "save: wrote %s but could not sync its directory: %s",
                     path, strerror(errno));
   }
@@ -599,16 +572,6 @@ done:
 
 /* ---- load ---- */
 
-/* A JSON number that is a whole number in [0, 2^53]. */
-static bool whole(const cJSON *j, int64_t *v) {
-  if (!cJSON_IsNumber(j))
-    return false;
-  double d = j->valuedouble;
-  if (!(d >= 0 && d <= 9007199254740992.0) || d != (double)(int64_t)d)
-    return false;
-  *v = (int64_t)d;
-  return true;
-}
 
 /* Strict decimal int64. */
 static bool parse_i64(const char *s, int64_t *v) {
@@ -670,15 +633,15 @@ static DtStatus parse_entry(DtrtCtx *ctx, const char *path, const cJSON *j, int6
                      path, name, e->rank, DT_MAX_RANK);
   int d = 0;
   for (const cJSON *x = sh->child; x; x = x->next)
-    if (!whole(x, &e->dim[d++]))
+    if (!dtrt_json_whole(x, &e->dim[d++]))
       return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has a bad shape entry", path,
                        name);
   int64_t n = dtrt_elems(e->dim, e->rank), bytes;
   if (n < 0 || !dtrt_mul(n, 4, &bytes))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has too many elements", path,
                      name);
-  if (cJSON_GetArraySize(off) != 2 || !whole(off->child, &e->begin) ||
-      !whole(off->child->next, &e->end) || e->begin > e->end || e->end > datalen)
+  if (cJSON_GetArraySize(off) != 2 || !dtrt_json_whole(off->child, &e->begin) ||
+      !dtrt_json_whole(off->child->next, &e->end) || e->begin > e->end || e->end > datalen)
     return dtrt_fail(ctx, DT_ERR_FORMAT,
                      "load: %s: tensor '%s' has data_offsets outside the %lld data bytes", path,
                      name, (long long)datalen);
@@ -936,7 +899,7 @@ DtStatus dtrt_ckpt_load_as(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int 
       int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
       dtrt_block(x->t.dim, x->full, x->begin, x->t.rank, full, begin);
       Reader r = {fd, 8 + h.hl + e[k].begin, x->t.data};
-      if (for_runs(full, begin, x->t.dim, x->t.rank, read_run, &r))
+      if (dtrt_for_runs(full, begin, x->t.dim, x->t.rank, read_run, &r))
         s = dtrt_fail(ctx, DT_ERR_IO, "load: cannot read %s: %s", path, strerror(errno));
     }
     s = share(ctx, s);
@@ -975,16 +938,6 @@ DtStatus dtrt_ckpt_verify(DtrtCtx *ctx, const char *path, int64_t *step) {
 
 /* ---- conversion of per-rank files ---- */
 
-/* A JSON text array of rank whole numbers into v. */
-static bool dims_of(const cJSON *j, int rank, int64_t *v) {
-  if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != rank)
-    return false;
-  int d = 0;
-  for (const cJSON *x = j->child; x; x = x->next)
-    if (!whole(x, &v[d++]))
-      return false;
-  return true;
-}
 
 /* The block of tensor e in an old file's metadata ("block:NAME"), or whole. */
 static DtStatus old_block(DtrtCtx *ctx, const char *path, const cJSON *meta, const Entry *e,
@@ -996,8 +949,8 @@ static DtStatus old_block(DtrtCtx *ctx, const char *path, const cJSON *meta, con
   if (!v)
     return DT_OK;
   cJSON *j = cJSON_Parse(v);
-  bool ok = j && dims_of(cJSON_GetObjectItemCaseSensitive(j, "full"), e->rank, b->full) &&
-            dims_of(cJSON_GetObjectItemCaseSensitive(j, "begin"), e->rank, b->begin);
+  bool ok = j && dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "full"), e->rank, b->full) &&
+            dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "begin"), e->rank, b->begin);
   cJSON_Delete(j);
   return ok ? DT_OK
             : dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s: the block of '%s' is malformed", path,
@@ -1105,7 +1058,7 @@ static DtStatus assemble(DtrtCtx *ctx, const char *const *files, Old *o, int n, 
       break;
     }
     Placer p = {x->t.data, held, o[f].t[j].t.data};
-    for_runs(full, fb, e->dim, e->rank, place_run, &p);
+    dtrt_for_runs(full, fb, e->dim, e->rank, place_run, &p);
   }
   for (int64_t i = 0; !s && i < cnt; i++)
     if (!held[i])

@@ -81,6 +81,19 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
                           int n, const char *model_hash, int64_t step);
 DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBlock *b, int n,
                           const char *model_hash, int64_t *step);
+/* Calls fn(arg, whole, local, n) for each run of elements contiguous both in
+ * the block dim[0..r) at begin and in the whole tensor of dims full: its
+ * first element's index in the whole tensor and in the block, its length.
+ * Stops at fn's first non-zero return, which it returns (ckpt.c). */
+typedef int (*DtRunFn)(void *arg, int64_t whole, int64_t local, int64_t n);
+int dtrt_for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
+                  DtRunFn fn, void *arg);
+/* fsync of the directory holding path; -1 with errno on failure. */
+int dtrt_sync_dir(DtrtCtx *ctx, const char *path);
+/* A JSON number that is a whole number in [0, 2^53]; an array of rank of them. */
+struct cJSON;
+bool dtrt_json_whole(const struct cJSON *j, int64_t *v);
+bool dtrt_json_dims(const struct cJSON *j, int rank, int64_t *v);
 /* Whether libdtrt may write the file path names: only a regular file or
  * nothing (then it is created). Anything else (a device, a directory, a FIFO)
  * is DT_ERR_IO with "OP: PATH is not a regular file; not writing it", and so

@@ -96,30 +96,27 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
 }
 
 /* Fills p with the block of g: the values g's initialiser gives the whole
- * tensor there, one dtrt_init_range per run of elements contiguous in both
- * (the trailing dims the block spans whole, and the dim before them). */
+ * tensor there, one dtrt_init_range per run of elements contiguous in both. */
+typedef struct Init {
+  DtrtCtx *ctx;
+  float *p;
+  const DtGlobalDesc *g;
+  uint64_t seed, stream;
+} Init;
+
+static int init_run(void *arg, int64_t whole, int64_t local, int64_t n) {
+  const Init *in = arg;
+  const DtGlobalDesc *g = in->g;
+  return (int)dtrt_init_range(in->ctx, in->p + local, n, g->init, g->init_arg, g->fan_in,
+                              g->fan_out, in->seed, in->stream, whole);
+}
+
 static DtStatus init_block(DtrtCtx *ctx, float *p, const DtGlobalDesc *g, uint64_t seed,
                            uint64_t stream) {
-  int r = g->rank, c = r > 0 ? r - 1 : 0;
-  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK], at[DT_MAX_RANK] = {0}, stride[DT_MAX_RANK];
-  dtrt_block(g->dim, g->full, g->begin, r, full, begin);
-  int64_t n = dtrt_elems(g->dim, r), run = r > 0 ? g->dim[c] : 1;
-  for (; c > 0 && g->dim[c] == full[c]; c--)
-    run *= g->dim[c - 1];
-  for (int k = r - 1; k >= 0; k--)
-    stride[k] = k == r - 1 ? 1 : stride[k + 1] * full[k + 1];
-  for (int64_t done = 0; done < n; done += run) {
-    int64_t first = 0;
-    for (int k = 0; k < r; k++)
-      first += (begin[k] + at[k]) * stride[k];
-    DtStatus s = dtrt_init_range(ctx, p + done, run, g->init, g->init_arg, g->fan_in, g->fan_out,
-                                 seed, stream, first);
-    if (s)
-      return s;
-    for (int k = c - 1; k >= 0 && ++at[k] == g->dim[k]; k--)
-      at[k] = 0;
-  }
-  return DT_OK;
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+  dtrt_block(g->dim, g->full, g->begin, g->rank, full, begin);
+  Init in = {ctx, p, g, seed, stream};
+  return (DtStatus)dtrt_for_runs(full, begin, g->dim, g->rank, init_run, &in);
 }
 
 /* Fills the params and state: global k draws from stream k. */
