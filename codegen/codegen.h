@@ -79,9 +79,29 @@ bool cg_write(LLVMModuleRef mod, LLVMTargetMachineRef tm, const CgOptions *opt, 
  * pipeline run (passes_run): every function planned by memplan. */
 bool cg_emit(Module *m, const CgOptions *opt, Diag *d);
 
+/* The most plans of one elastic build (dtc --devices). */
+#define CG_MAX_PLANS 64
+/* cg_emit for several plans of one model (dtc --devices): plan[k] compiled
+ * for devices[k] devices (ascending), each through the whole pipeline, all
+ * into the one object opt->output and one NAME.h; NAME_create takes the plan
+ * of the job's rank count. Every plan's devices must run code of one
+ * target. */
+bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptions *opt,
+                   Diag *d);
+
+/* The plans NAME_create chooses among: n of them, desc a constant array of n
+ * pointers to each plan's array of device descriptions, count (i32[n]) their
+ * lengths. */
+typedef struct CgPlans {
+  int n;
+  LLVMValueRef desc, count;
+} CgPlans;
+
 /* What the lowering of one module shares. */
 typedef struct Cg {
   Module *m;
+  const char *sym;         /* the stem of its functions' symbols: the model's name, or
+                              NAME.nN for the plan of N devices of an elastic build */
   LLVMContextRef ctx;
   LLVMModuleRef mod;
   LLVMBuilderRef b;
@@ -194,5 +214,9 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x);
 
 /* Writes the C header of m's generated interface to path. */
 bool cg_write_header(const Module *m, const char *path, Diag *d);
+/* The header of an elastic build: plan[k] for devices[k] devices, n plans
+ * (the interface of plan[0], which every plan shares). */
+bool cg_write_header_plans(Module *const *plan, const int *devices, int n, const char *path,
+                           Diag *d);
 
 #endif

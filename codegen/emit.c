@@ -417,7 +417,7 @@ static void pack(Cg *c, LLVMValueRef f, int first, int n, LLVMValueRef *ptrs,
  * leaves its message (empty on success) in a buffer of the calling thread,
  * which NAME_error(NULL) returns. */
 static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool *live,
-                     Func *train) {
+                     Func *train, const CgPlans *plans) {
   Module *m = c->m;
   LLVMTypeRef p = c->ptr, i64 = c->i64, i32 = c->i32;
   LLVMValueRef f, r;
@@ -432,7 +432,12 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
   f = wrapper(c, "create", i32, create, 2);
   LLVMValueRef seed = LLVMGetParam(f, 1), out = LLVMGetParam(f, 0), none = LLVMConstNull(p);
   LLVMValueRef errlen = cg_i64(c, ERRLEN);
-  if (ndev) {
+  if (plans) {
+    LLVMTypeRef rt[] = {p, p, i32, i64, p, p, i64, p};
+    LLVMValueRef arg[] = {plans->desc, plans->count, cg_i32(c, plans->n), seed, none, err,
+                          errlen, out};
+    LLVMBuildRet(c->b, call(c, "dtrt_model_create_plans_with", i32, rt, arg, 8));
+  } else if (ndev) {
     LLVMValueRef dev = private_const(c, LLVMConstArray(p, desc, (unsigned)ndev), "devices");
     LLVMTypeRef rt[] = {p, i32, i64, p, p, i64, p};
     LLVMValueRef arg[] = {dev, cg_i32(c, ndev), seed, none, err, errlen, out};
@@ -594,29 +599,46 @@ static const char *base_name(const char *path) {
   return slash ? slash + 1 : path;
 }
 
-/* Lowers and writes the object of target t of ts: the step functions of its
- * devices, every device's DtModelDesc (a device of another target with its
- * object's name and no functions) and the wrappers. */
-static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, int t, int ndev,
-                        const char *hash, const char *plan_hash, Diag *d) {
-  const CgTarget *tg = &ts->t[t];
-  Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
-  Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
-  Cg cg = {.m = m, .hash = hash, .plan_hash = plan_hash, .matmul = opt->matmul}, *c = &cg;
+/* A new LLVM module for target machine tm in c. */
+static void cg_open(Cg *c, const char *name, LLVMTargetMachineRef tm) {
   c->ctx = LLVMContextCreate();
   LLVMContextSetDiagnosticHandler(c->ctx, on_llvm_diag, NULL);
-  c->mod = LLVMModuleCreateWithNameInContext(m->name, c->ctx);
+  c->mod = LLVMModuleCreateWithNameInContext(name, c->ctx);
   c->b = LLVMCreateBuilderInContext(c->ctx);
-  char *triple = LLVMGetTargetMachineTriple(tg->tm);
+  char *triple = LLVMGetTargetMachineTriple(tm);
   LLVMSetTarget(c->mod, triple);
   LLVMDisposeMessage(triple);
-  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tg->tm);
+  LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
   LLVMSetModuleDataLayout(c->mod, td);
   LLVMDisposeTargetData(td);
   make_types(c);
+}
 
-  LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
-  bool *live0 = NULL;
+/* Verifies c's module, writes it by tm to output and disposes of it. */
+static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const char *output,
+                     Diag *d) {
+  char *msg = NULL;
+  if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
+    dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
+  LLVMDisposeMessage(msg);
+  CgOptions o = *opt;
+  o.output = output;
+  bool ok = cg_write(c->mod, tm, &o, d);
+  LLVMDisposeBuilder(c->b);
+  LLVMDisposeModule(c->mod);
+  LLVMContextDispose(c->ctx);
+  return ok;
+}
+
+/* Lowers the step functions of c->m's devices of target t of ts into c's
+ * module and makes every device's DtModelDesc (a device of another target
+ * with its object's name and no functions) into desc[0..max(ndev, 1)); the
+ * live insts of device 0's @forward into *live0. */
+static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValueRef *desc,
+                          bool **live0) {
+  Module *m = c->m;
+  const CgTarget *tg = &ts->t[t];
+  Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
   for (int k = 0; k < (ndev ? ndev : 1); k++) {
     int dev = ndev ? k : -1;
     const CgDevice *cd = &ts->dev[k];
@@ -646,26 +668,29 @@ static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, in
     desc[k] = model_desc(c, dev, fw, live, tr, fwd_fn, train_fn, ndev ? cd->name : NULL,
                          ndev ? ts->t[cd->target].triple : NULL, object);
     if (!k)
-      live0 = live;
+      *live0 = live;
   }
-  wrappers(c, desc, ndev, fwd, live0, train);
-
-  char *msg = NULL;
-  if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
-    dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
-  LLVMDisposeMessage(msg);
-  CgOptions o = *opt;
-  o.output = tg->output;
-  bool ok = cg_write(c->mod, tg->tm, &o, d);
-  LLVMDisposeBuilder(c->b);
-  LLVMDisposeModule(c->mod);
-  LLVMContextDispose(c->ctx);
-  return ok;
 }
 
-bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
+/* Lowers and writes the object of target t of ts: the step functions of its
+ * devices, every device's DtModelDesc and the wrappers. */
+static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, int t, int ndev,
+                        const char *hash, const char *plan_hash, Diag *d) {
+  Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
+  Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
+  Cg cg = {.m = m, .sym = m->name, .hash = hash, .plan_hash = plan_hash, .matmul = opt->matmul};
+  Cg *c = &cg;
+  cg_open(c, m->name, ts->t[t].tm);
+  LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
+  bool *live0 = NULL;
+  lower_devices(c, ts, t, ndev, desc, &live0);
+  wrappers(c, desc, ndev, fwd, live0, train, NULL);
+  return cg_close(c, ts->t[t].tm, opt, ts->t[t].output, d);
+}
+
+/* What code generation needs of m, checked. */
+static bool check_module(Module *m, int ndev, Diag *d) {
   Loc none = {0};
-  int ndev = cg_devices(m);
   Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
   Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
   if (!c_identifier(m->name)) {
@@ -683,6 +708,16 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
   }
   if (!check_inputs(m, ndev, d))
     return false;
+  for (int k = 0; k < m->func.n; k++)
+    DTC_ASSERT(m->func.a[k]->work_bytes >= 0);   /* the pipeline ran memplan */
+  return true;
+}
+
+bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
+  Loc none = {0};
+  int ndev = cg_devices(m);
+  if (!check_module(m, ndev, d))
+    return false;
   CgTargets ts;
   if (!cg_targets(m, opt, ndev, &ts, d))
     return false;
@@ -693,8 +728,6 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
     cg_targets_free(&ts);
     return false;
   }
-  for (int k = 0; k < m->func.n; k++)
-    DTC_ASSERT(m->func.a[k]->work_bytes >= 0);   /* the pipeline ran memplan */
 
   const char *hash = text_hash(m, ir_print_structure);
   const char *plan_hash = ndev ? text_hash(m, print_plan) : NULL;
@@ -711,5 +744,72 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
   for (int t = 0; !ok && !to_stdout && t < written; t++)
     remove(ts.t[t].output);
   cg_targets_free(&ts);
+  return ok;
+}
+
+/* The plans of an elastic build into one object: each plan's functions and
+ * descriptions under NAME.nN, the wrappers (alike for every plan, which
+ * share the model's interface) once, NAME_create choosing among the plans
+ * by the job's size (dtrt_model_create_plans_with). */
+bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptions *opt,
+                   Diag *d) {
+  DTC_ASSERT(n >= 1 && n <= CG_MAX_PLANS);
+  Loc none = {0};
+  Module *m0 = plan[0];
+  CgTargets ts[CG_MAX_PLANS];
+  int ndev[CG_MAX_PLANS], nts = 0;
+  bool ok = true;
+  for (int k = 0; ok && k < n; k++) {
+    ndev[k] = cg_devices(plan[k]);
+    DTC_ASSERT(!strcmp(plan[k]->name, m0->name) && (ndev[k] ? ndev[k] : 1) == devices[k]);
+    ok = check_module(plan[k], ndev[k], d) && cg_targets(plan[k], opt, ndev[k], &ts[k], d);
+    nts += ok;
+    if (ok && ts[k].n > 1) {
+      diag_error(d, none, "the devices of model '%s' in its plan for %d devices run code for %d "
+                 "targets (%s and %s%s); a build for several device counts (--devices) has one "
+                 "object, for one target", m0->name, devices[k], ts[k].n, ts[k].t[0].triple,
+                 ts[k].t[1].triple, ts[k].n > 2 ? ", ..." : "");
+      ok = false;
+    }
+  }
+  if (ok) {
+    Cg cg = {.m = m0, .matmul = opt->matmul}, *c = &cg;
+    cg_open(c, m0->name, ts[0].t[0].tm);
+    LLVMValueRef *list = arena_alloc(m0->arena, sizeof(LLVMValueRef) * (size_t)n);
+    int count[CG_MAX_PLANS];
+    bool *live0 = NULL;
+    Func *fwd0 = NULL, *train0 = NULL;
+    for (int k = 0; k < n; k++) {
+      Module *m = plan[k];
+      int nd = ndev[k] ? ndev[k] : 1;
+      c->m = m;
+      c->sym = arena_printf(m->arena, "%s.n%d", m->name, devices[k]);
+      c->hash = text_hash(m, ir_print_structure);
+      c->plan_hash = ndev[k] ? text_hash(m, print_plan) : NULL;
+      LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)nd);
+      bool *live = NULL;
+      lower_devices(c, &ts[k], 0, ndev[k], desc, &live);
+      list[k] = private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
+      count[k] = nd;
+      if (!k) {
+        live0 = live;
+        fwd0 = cg_device_func(m, "forward", ndev[k] ? 0 : -1);
+        train0 = cg_device_func(m, "train_step", ndev[k] ? 0 : -1);
+      }
+    }
+    c->m = m0;
+    CgPlans plans = {n, private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
+                     i32_array(c, count, n, "plan_devices")};
+    wrappers(c, NULL, 0, fwd0, live0, train0, &plans);
+    ok = cg_close(c, ts[0].t[0].tm, opt, ts[0].t[0].output, d);
+    if (ok && strcmp(opt->output, "-")) {
+      ok = cg_write_header_plans(plan, devices, n, header_path(m0->arena, opt->output, m0->name),
+                                 d);
+      if (!ok)
+        remove(ts[0].t[0].output);
+    }
+  }
+  for (int k = 0; k < nts; k++)
+    cg_targets_free(&ts[k]);
   return ok;
 }

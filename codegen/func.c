@@ -243,7 +243,7 @@ static void lower(CgFn *fn, const Inst *x) {
 }
 
 LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
-  const char *name = arena_printf(c->m->arena, "%s.%s", c->m->name, f->name);
+  const char *name = arena_printf(c->m->arena, "%s.%s", c->sym, f->name);
   LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
   if (fn)
     return fn;

@@ -168,7 +168,10 @@ Module *lower_model(Arena *a, const Decl *model, const Decl *const *blocks, int 
 /* ---- cluster.c -------------------------------------------------------- */
 
 Cluster *lower_cluster(Arena *a, const Decl *c, Diag *d);
-/* Meshes, shardings and the plan of a parallel block, against cluster c. */
-bool lower_parallel(Module *m, const Decl *par, Cluster *c, const bool *used, Diag *d);
+/* Meshes, shardings and the plan of a parallel block, against cluster c;
+ * devices > 0 (dtc --devices): its one mesh resized to that many devices
+ * (see fe_compile_for). */
+bool lower_parallel(Module *m, const Decl *par, Cluster *c, const bool *used, int devices,
+                    Diag *d);
 
 #endif

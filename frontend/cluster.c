@@ -310,8 +310,10 @@ static bool find_axis(const Module *m, const char *name, int *mesh, int *axis) {
 }
 
 /* mesh NAME[axis = size, ...] [over dev, ...]: without a device list, the
- * first devices of the cluster in order. */
-static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
+ * first devices of the cluster in order. devices > 0 (--devices): one axis
+ * of that size, over the first devices of the list (or of the cluster, which
+ * it then need not divide). */
+static bool lower_mesh(Module *m, const Stmt *s, int devices, Diag *d) {
   Arena *a = m->arena;
   const Cluster *c = m->cluster;
   for (int k = 0; k < m->mesh.n; k++)
@@ -321,6 +323,11 @@ static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
     }
   if (s->axes.n > IR_MAX_MESH_AXES) {
     diag_error(d, s->axes.a[IR_MAX_MESH_AXES].loc, "a mesh has at most %d axes", IR_MAX_MESH_AXES);
+    return false;
+  }
+  if (devices > 0 && s->axes.n != 1) {
+    diag_error(d, s->name_loc, "--devices=%d resizes a mesh of one axis, but mesh '%s' has %d",
+               devices, s->name, s->axes.n);
     return false;
   }
   Mesh mesh = {.name = s->name, .naxis = s->axes.n, .loc = s->name_loc};
@@ -339,6 +346,9 @@ static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
       ok = false;
     } else if (!fe_eval_int(ax->val, NULL, 0, "a mesh axis size", &v, d)) {
       ok = false;
+    } else if (devices > 0) {   /* the size written is replaced */
+      mesh.axis_size[k] = devices;
+      size = devices;
     } else if (v <= 0 || v > c->dev.n) {
       diag_error(d, ax->val->loc, "mesh axis size %lld is out of range: cluster '%s' has %d devices",
                  (long long)v, c->name, c->dev.n);
@@ -351,13 +361,22 @@ static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
   if (!ok)
     return false;
   mesh.dev = arena_alloc(a, sizeof(int) * (size_t)size);
+  if (s->list.n == 0 && devices > 0 && size > c->dev.n) {
+    diag_error(d, s->name_loc, "--devices=%lld needs %lld devices, but cluster '%s' has %d",
+               (long long)size, (long long)size, c->name, c->dev.n);
+    return false;
+  } else if (devices > 0 && size > s->list.n && s->list.n) {
+    diag_error(d, s->name_loc, "--devices=%lld needs %lld devices, but mesh '%s' lists %d",
+               (long long)size, (long long)size, s->name, s->list.n);
+    return false;
+  }
   if (s->list.n == 0) {
     if (size > c->dev.n) {
       diag_error(d, s->name_loc, "mesh '%s' needs %lld devices, but cluster '%s' has %d", s->name,
                  (long long)size, c->name, c->dev.n);
       return false;
     }
-    if (c->dev.n % size) {
+    if (c->dev.n % size && devices <= 0) {
       diag_error(d, s->name_loc,
                  "mesh '%s' has %lld devices, which does not divide the %d devices of cluster '%s'",
                  s->name, (long long)size, c->dev.n, c->name);
@@ -366,12 +385,12 @@ static bool lower_mesh(Module *m, const Stmt *s, Diag *d) {
     for (int k = 0; k < size; k++)
       mesh.dev[k] = k;
   } else {
-    if (s->list.n != size) {
+    if (s->list.n != size && devices <= 0) {
       diag_error(d, s->name_loc, "mesh '%s' has %lld positions but lists %d devices", s->name,
                  (long long)size, s->list.n);
       return false;
     }
-    for (int k = 0; k < s->list.n; k++) {
+    for (int k = 0; k < size; k++) {
       const Expr *e = s->list.a[k];
       int j = 0;
       while (j < c->dev.n && strcmp(c->dev.a[j].name, e->s))
@@ -422,7 +441,7 @@ static double *lower_ratios(Arena *a, const Expr *e, int size, Diag *d) {
 
 /* shard NAME: [entry, ...]: per dimension '*' (whole), an axis (even split)
  * or an axis with ratios (uneven split). */
-static bool lower_shard(Module *m, const Stmt *s, const bool *used, Diag *d) {
+static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices, Diag *d) {
   Arena *a = m->arena;
   int gi = 0;
   while (gi < m->global.n && strcmp(m->global.a[gi].name, s->name))
@@ -481,6 +500,12 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, Diag *d) {
     sh->mesh = mi;
     sh->axis[k] = (int8_t)ai;
     int size = m->mesh.a[mi].axis_size[ai];
+    if (e->kind == E_CALL && devices > 0) {
+      diag_error(d, e->loc, "ratios are for a mesh of a given size; with --devices, split '%s' "
+                 "evenly (%s) and let plan auto choose the ratios for each device count", e->s,
+                 e->s);
+      return false;
+    }
     if (e->kind == E_CALL && !(sh->ratio[k] = lower_ratios(a, e, size, d)))
       return false;
     /* Under plan auto and even, a split that does not divide gets blocks
@@ -517,16 +542,27 @@ static void lower_option(Module *m, const Stmt *s, Diag *d) {
   }
 }
 
-bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, Diag *d) {
+bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, int devices,
+                    Diag *d) {
   static const char *const plans[] = {"auto", "even", "explicit"};
   static const PlanMode modes[] = {PLAN_AUTO, PLAN_EVEN, PLAN_EXPLICIT};
   int nerr = d->nerr;
   const Stmt *plan = NULL;
   m->cluster = c;
   m->plan = PLAN_AUTO;
-  for (int k = 0; k < pd->body.n; k++)
-    if (pd->body.a[k]->kind == S_MESH)
-      lower_mesh(m, pd->body.a[k], d);
+  const Stmt *mesh = NULL;
+  for (int k = 0; k < pd->body.n; k++) {
+    const Stmt *s = pd->body.a[k];
+    if (s->kind == S_MESH && mesh && devices > 0)
+      diag_error(d, s->name_loc, "--devices=%d resizes the one mesh of a parallel block, but "
+                 "mesh '%s' is a second", devices, s->name);
+    else if (s->kind == S_MESH)
+      lower_mesh(m, s, devices, d);
+    mesh = s->kind == S_MESH && !mesh ? s : mesh;
+  }
+  if (devices > 0 && !mesh)
+    diag_error(d, pd->name_loc, "--devices=%d resizes the mesh of the parallel block, but it "
+               "has none", devices);
   /* Shards name mesh axes: after a broken mesh, they are not checked. */
   bool meshes_ok = d->nerr == nerr;
   /* Whether an even split must divide depends on the plan, which may come
@@ -547,7 +583,7 @@ bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, Dia
       diag_error(d, s->loc, "shard needs a mesh; declare one with mesh NAME[axis = size]");
       meshes_ok = false;
     } else if (s->kind == S_SHARD && meshes_ok) {
-      lower_shard(m, s, used, d);
+      lower_shard(m, s, used, devices, d);
     } else if (s->kind == S_ASSIGN) {
       lower_option(m, s, d);
     } else if (s->kind == S_PLAN && plan) {

@@ -379,8 +379,8 @@ static Decl *pick_model(Loader *l, const SrcFile *src, const Decl *par) {
   return md;
 }
 
-Module *fe_compile_on(Arena *a, const SrcFile *src, const char *const *defs, int ndefs,
-                      Cluster *over, Diag *d) {
+Module *fe_compile_for(Arena *a, const SrcFile *src, const char *const *defs, int ndefs,
+                       Cluster *over, int devices, Diag *d) {
   int nerr = d->nerr;
   Loader l = {.a = a, .d = d};
   if (!load(&l, src))
@@ -425,12 +425,20 @@ Module *fe_compile_on(Arena *a, const SrcFile *src, const char *const *defs, int
       diag_error(d, par->on_loc, "no cluster named '%s'%s", par->on,
                  did_you_mean_decl(&l, D_CLUSTER, par->on));
     if (c)
-      lower_parallel(m, par, c, used, d);
+      lower_parallel(m, par, c, used, devices, d);
+  } else if (devices > 0) {
+    diag_error(d, md->name_loc, "--devices=%d resizes the mesh of a parallel block, but model "
+               "'%s' has no parallel block", devices, m->name);
   } else if (over) {
     m->cluster = over;
     m->plan = PLAN_AUTO;
   }
   return d->nerr == nerr ? m : NULL;
+}
+
+Module *fe_compile_on(Arena *a, const SrcFile *src, const char *const *defs, int ndefs,
+                      Cluster *over, Diag *d) {
+  return fe_compile_for(a, src, defs, ndefs, over, 0, d);
 }
 
 Module *fe_compile(Arena *a, const SrcFile *src, const char *const *defs, int ndefs, Diag *d) {

@@ -19,4 +19,13 @@ Cluster *fe_cluster(Arena *a, const SrcFile *src, Diag *d);
 Module *fe_compile_on(Arena *a, const SrcFile *src, const char *const *defs, int ndefs,
                       Cluster *c, Diag *d);
 
+/* fe_compile_on (c NULL: the parallel block's cluster) with the parallel
+ * block's mesh resized to `devices` (> 0; dtc --devices): its one axis of
+ * that size, over the first `devices` devices it lists (the cluster's first,
+ * when it lists none). A program without a parallel block, a block of two
+ * meshes or a mesh of two axes, ratios written in the block, or more devices
+ * than the mesh lists or the cluster has: a diagnostic. */
+Module *fe_compile_for(Arena *a, const SrcFile *src, const char *const *defs, int ndefs,
+                       Cluster *c, int devices, Diag *d);
+
 #endif

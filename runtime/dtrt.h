@@ -603,6 +603,15 @@ DtStatus dtrt_model_create_spmd(const DtModelDesc *const *dev, int ndev, uint64_
 DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, uint64_t seed,
                                      const DtAllocator *a, char *err, size_t errlen,
                                      DtModel **out);
+/* (collective) An elastic model (dtc --devices): nplan plans, plan[k] the
+ * device descriptions of a plan for count[k] devices. Creates the model of
+ * the plan whose count is the job's rank count (1 without an MPI launcher)
+ * as dtrt_model_create_spmd_with; any other rank count is DT_ERR_ARG on
+ * every rank, listing the counts. */
+DtStatus dtrt_model_create_plans_with(const DtModelDesc *const *const *plan,
+                                      const int32_t *count, int nplan, uint64_t seed,
+                                      const DtAllocator *a, char *err, size_t errlen,
+                                      DtModel **out);
 
 #ifdef __cplusplus
 }

@@ -229,9 +229,40 @@ static DtStatus pick(DtrtCtx *ctx, const DtModelDesc *const *dev, int ndev,
   return dtrt_comm_status(ctx, s);
 }
 
-DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, uint64_t seed,
-                                     const DtAllocator *a, char *err, size_t errlen,
-                                     DtModel **out) {
+/* The plan of an elastic build for the job's rank count: plan[k], of
+ * count[k] devices. The rank count is the same on every rank, and so is
+ * the choice, or the failure. */
+static DtStatus pick_plan(DtrtCtx *ctx, const DtModelDesc *const *const *plan,
+                          const int32_t *count, int nplan, const DtModelDesc *const **dev,
+                          int *ndev) {
+  if (!plan || !count || nplan < 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "model: %d plans at %p", nplan, (const void *)plan);
+  DtStatus s = dtrt_comm_init(ctx);
+  if (s)
+    return s;
+  int nranks = dtrt_nranks(ctx);
+  for (int k = 0; k < nplan; k++)
+    if (count[k] == nranks) {
+      *dev = plan[k];
+      *ndev = count[k];
+      return DT_OK;
+    }
+  char list[256] = "";
+  for (int k = 0, at = 0; k < nplan && at < 200; k++)
+    at += snprintf(list + at, sizeof list - (size_t)at, "%s%d",
+                   !k ? "" : k == nplan - 1 ? " or " : ", ", (int)count[k]);
+  const char *name = plan[0] && plan[0][0] && plan[0][0]->name ? plan[0][0]->name : "?";
+  return dtrt_fail(ctx, DT_ERR_ARG,
+                   "model %s was compiled for %s rank%s (dtc --devices) but runs on %d; launch "
+                   "it with mpirun -np %s",
+                   name, list, nplan == 1 && count[0] == 1 ? "" : "s", nranks, list);
+}
+
+/* plan NULL: the one plan dev[0..ndev); else the one of plan[0..nplan) for
+ * the job's rank count. */
+static DtStatus create(const DtModelDesc *const *const *plan, const int32_t *count, int nplan,
+                       const DtModelDesc *const *dev, int ndev, uint64_t seed,
+                       const DtAllocator *a, char *err, size_t errlen, DtModel **out) {
   if (err && errlen)
     err[0] = 0;
   if (out)
@@ -247,6 +278,8 @@ DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, ui
   DtModel *m = NULL;
   if (!out)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model: no output pointer");
+  else if (plan && (s = pick_plan(ctx, plan, count, nplan, &dev, &ndev)))
+    ;
   else if (!(s = pick(ctx, dev, ndev, &d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
     if ((m = dtrt_alloc(ctx, sizeof *m))) {
       *m = (DtModel){.d = d, .ctx = ctx};
@@ -274,6 +307,19 @@ DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, ui
   }
   *out = m;
   return DT_OK;
+}
+
+DtStatus dtrt_model_create_spmd_with(const DtModelDesc *const *dev, int ndev, uint64_t seed,
+                                     const DtAllocator *a, char *err, size_t errlen,
+                                     DtModel **out) {
+  return create(NULL, NULL, 0, dev, ndev, seed, a, err, errlen, out);
+}
+
+DtStatus dtrt_model_create_plans_with(const DtModelDesc *const *const *plan,
+                                      const int32_t *count, int nplan, uint64_t seed,
+                                      const DtAllocator *a, char *err, size_t errlen,
+                                      DtModel **out) {
+  return create(plan, count, nplan, NULL, 0, seed, a, err, errlen, out);
 }
 
 DtStatus dtrt_model_create_spmd(const DtModelDesc *const *dev, int ndev, uint64_t seed,

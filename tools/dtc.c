@@ -42,6 +42,11 @@ static const char usage[] =
   "                       it measured faster (auto, the default)\n"
   "  --cluster=FILE       plan for the cluster block in FILE instead of the\n"
   "                       one the parallel block names\n"
+  "  --devices=LIST       an elastic build: one plan for each device count of\n"
+  "                       LIST (N, LO..HI or a comma list of them, e.g. 1..4 or\n"
+  "                       1,2,4), each over the first N devices of the mesh\n"
+  "                       resized to one axis of N, all in one object; the\n"
+  "                       model's NAME_create takes the plan of the job's size\n"
   "  --stop-after=PASS    stop the pipeline after PASS (with --emit=ir)\n"
   "  --print-after=PASS   print the IR to stderr after PASS (repeatable)\n"
   "  --print-after-all    print the IR to stderr after every pass\n"
@@ -67,6 +72,9 @@ typedef struct Driver {
   const char *print_after[32];
   PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
   PassRun run;
+  int devices[CG_MAX_PLANS]; /* --devices, ascending; ndevices 0: none given */
+  int ndevices;
+  const char *devices_arg;
 } Driver;
 
 static int fail(const char *fmt, ...) {
@@ -94,6 +102,49 @@ static double now_ms(void) {
 static const char *opt_value(const char *arg, const char *prefix) {
   size_t n = strlen(prefix);
   return strncmp(arg, prefix, n) ? NULL : arg + n;
+}
+
+/* --devices=LIST: N, LO..HI, or a comma list of them, into dr->devices
+ * ascending, each count once. */
+static int parse_devices(Driver *dr, const char *v) {
+  static const char expect[] = "expected device counts from 1 to 4096: N, LO..HI or a comma "
+                               "list of them, e.g. 1..4 or 1,2,4";
+  bool on[4097] = {0};
+  const char *p = v;
+  dr->devices_arg = v;
+  for (;;) {
+    char *end;
+    long lo = 0, hi = 0;
+    if (*p < '0' || *p > '9' || (lo = strtol(p, &end, 10)) < 1 || lo > 4096)
+      return fail("invalid value '%s' in '--devices' (%s)", v, expect);
+    hi = lo;
+    p = end;
+    if (p[0] == '.' && p[1] == '.') {
+      p += 2;
+      if (*p < '0' || *p > '9' || (hi = strtol(p, &end, 10)) < 1 || hi > 4096)
+        return fail("invalid value '%s' in '--devices' (%s)", v, expect);
+      p = end;
+      if (hi < lo)
+        return fail("invalid value '%s' in '--devices': the range %ld..%ld is empty (%s)", v,
+                    lo, hi, expect);
+    }
+    for (long n = lo; n <= hi; n++) {
+      if (on[n])
+        return fail("invalid value '%s' in '--devices': %ld devices are listed twice", v, n);
+      on[n] = true;
+    }
+    if (!*p)
+      break;
+    if (*p++ != ',')
+      return fail("invalid value '%s' in '--devices' (%s)", v, expect);
+  }
+  dr->ndevices = 0;
+  for (int n = 1; n <= 4096; n++)
+    if (on[n] && dr->ndevices == CG_MAX_PLANS)
+      return fail("'--devices=%s' asks for more than %d plans", v, CG_MAX_PLANS);
+    else if (on[n])
+      dr->devices[dr->ndevices++] = n;
+  return 0;
 }
 
 static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
@@ -153,6 +204,9 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       o->matmul = (CgMatmul)k;
     } else if ((v = opt_value(a, "--cluster="))) {
       dr->cluster_file = v;
+    } else if ((v = opt_value(a, "--devices="))) {
+      if (parse_devices(dr, v))
+        return 1;
     } else if ((v = opt_value(a, "--stop-after="))) {
       if (!pass_lookup(v))
         return fail("unknown pass '%s' in '--stop-after' (see --list-passes)", v);
@@ -193,6 +247,10 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
     return fail("no input file (see dtc --help)");
   if (po->stop_after && strcmp(o->emit, "ir"))
     return fail("'--stop-after' needs '--emit=ir'");
+  if (dr->ndevices && has_suffix(dr->input, ".ir"))
+    return fail("'%s' is IR text: --devices applies to .dt sources only", dr->input);
+  if (dr->ndevices && !strcmp(o->emit, "sim") && o->output)
+    return fail("'--emit=sim' with --devices reports on stdout: no -o");
   return 0;
 }
 
@@ -224,6 +282,85 @@ static FILE *open_text_output(const char *path) {
  * with EINVAL by src_read and dtrt_open_output. */
 static const char *why(int err) { return err == EINVAL ? "not a regular file" : strerror(err); }
 
+/* After a diagnostic in one plan of --devices: which. */
+static void plan_note(Diag *d, void *arg) {
+  diag_note(d, (Loc){0}, "in the plan for %d device%s (--devices)", *(int *)arg,
+            *(int *)arg == 1 ? "" : "s");
+}
+
+/* --devices: the model compiled once per device count through the whole
+ * pipeline, then emitted as one object (or reported plan by plan). The
+ * frontend's warnings, alike in every plan, are given by the first alone. */
+static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster *cluster) {
+  CgOptions *o = &dr->opt;
+  Module *plan[CG_MAX_PLANS];
+  unsigned wflags = d->wflags;
+  int n = dr->ndevices, rc = 1;
+  bool text = !strcmp(o->emit, "ir") || !strcmp(o->emit, "dot");
+  FILE *out = NULL;
+  if (text || !strcmp(o->emit, "plan")) {
+    if (!(out = open_text_output(o->output)))
+      return fail("cannot write '%s': %s", o->output, why(errno));
+  }
+  for (int k = 0; k < n; k++) {
+    int ndev = dr->devices[k];
+    d->context = plan_note;
+    d->context_arg = &ndev;
+    Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
+    d->wflags &= ~W_UNUSED;
+    if (!m || d->nerr || !ir_verify(m, d))
+      goto done;
+    if (dr->print_name) {
+      printf("%s\n", m->name);
+      rc = 0;
+      goto done;
+    }
+    bool pipeline = !text || dr->pass.stop_after;
+    if (pipeline && !passes_run(m, d, &dr->pass, &dr->run))
+      goto done;
+    plan[k] = m;
+    if (out)
+      fprintf(out, "%s; the plan for %d device%s (--devices=%s)\n", k ? "\n" : "", ndev,
+              ndev == 1 ? "" : "s", dr->devices_arg);
+    if (text && !strcmp(o->emit, "ir")) {
+      ir_print(out, m);
+    } else if (text) {
+      ir_print_dot(out, m);
+    } else if (!strcmp(o->emit, "plan")) {
+      plan_report(out, m, dr->run.plan);
+      if (m->mesh.n)
+        spmd_report(out, m);
+      memplan_report(out, m);
+    } else if (!strcmp(o->emit, "sim")) {
+      SimResult r;
+      if (sim_step(m, &r) < 0) {
+        fail("cannot simulate module '%s' on %d devices: a device lacks a step function or its "
+             "collectives do not match", m->name, ndev);
+        goto done;
+      }
+      printf("%sthe plan for %d device%s (--devices=%s):\n", k ? "\n" : "", ndev,
+             ndev == 1 ? "" : "s", dr->devices_arg);
+      sim_report(stdout, m, &r);
+    }
+  }
+  d->context = NULL;
+  if (!out && strcmp(o->emit, "sim")) {
+    if (!o->output) {
+      const char *suffix = !strcmp(o->emit, "obj") ? ".o" : !strcmp(o->emit, "asm") ? ".s" : ".ll";
+      o->output = default_output(a, dr->input, suffix);
+    }
+    if (!cg_emit_plans(plan, dr->devices, n, o, d) || d->nerr)
+      goto done;
+  }
+  rc = 0;
+done:
+  d->context = NULL;
+  d->wflags = wflags;
+  if (out && out != stdout && fclose(out) && !rc)
+    rc = fail("cannot write '%s': %s", o->output, why(errno));
+  return rc;
+}
+
 static int run(Driver *dr, Arena *a, Diag *d) {
   CgOptions *o = &dr->opt;
   bool code = !strcmp(o->emit, "obj") || !strcmp(o->emit, "asm") || !strcmp(o->emit, "llvm");
@@ -245,6 +382,8 @@ static int run(Driver *dr, Arena *a, Diag *d) {
       return 1;
   }
 
+  if (dr->ndevices)
+    return run_plans(dr, a, d, src, cluster);
   double t0 = now_ms();
   Module *m;
   if (has_suffix(dr->input, ".ir")) {
