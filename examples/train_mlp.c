@@ -6,13 +6,18 @@
  * training set is shuffled each epoch from --seed; a short last batch is
  * dropped, or with --last-batch keep padded to the compiled batch with rows
  * labelled -100, which a loss with ignore_index = -100 skips (mlp_dp2.dt's;
- * mlp.dt's refuses them). */
+ * mlp.dt's refuses them). With --elastic (a model compiled with dtc
+ * --devices, examples/mlp_elastic.dt: the train_mlp_elastic target) it
+ * resumes from the --save file when it exists, saves it every --save-every
+ * steps, and when a rank fails every rank says so and exits, for
+ * tools/dtc-elastic to restart the job on the ranks that remain. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dtrt.h"
 #ifdef DTC_MODEL_H
@@ -34,6 +39,8 @@ typedef struct Args {
   int keep;            /* --last-batch keep: pad the short last batch */
   int64_t limit;       /* train on the first this many images (0: all) */
   int print_loss;      /* print every step's loss on stdout */
+  int elastic;         /* resume from save when it exists; every rank reports failures */
+  int64_t save_every;  /* save after every this many steps (0: after each epoch only) */
 } Args;
 
 static double now_s(void) {
@@ -120,17 +127,18 @@ static int usage(void) {
   fprintf(stderr,
           "usage: train_mlp [--epochs N] [--data DIR] [--seed S] [--save FILE]\n"
           "                 [--resume FILE] [--max-steps N] [--last-batch drop|keep]\n"
-          "                 [--limit N] [--print-loss] [--quiet]\n");
+          "                 [--limit N] [--print-loss] [--quiet]\n"
+          "                 [--elastic] [--save-every N]\n");
   return 2;
 }
 
 static int parse(Args *a, int argc, char **argv) {
-  *a = (Args){"/usr/share/datasets/fashion-mnist", NULL, NULL, 3, 1, 0, 0, 0, 0, 0};
+  *a = (Args){"/usr/share/datasets/fashion-mnist", NULL, NULL, 3, 1, 0, 0, 0, 0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
-    if (!strcmp(o, "--quiet") || !strcmp(o, "--print-loss")) {
-      *(o[2] == 'q' ? &a->quiet : &a->print_loss) = 1;
+    if (!strcmp(o, "--quiet") || !strcmp(o, "--print-loss") || !strcmp(o, "--elastic")) {
+      *(o[2] == 'q' ? &a->quiet : o[2] == 'p' ? &a->print_loss : &a->elastic) = 1;
       continue;
     }
     if (!v)
@@ -150,12 +158,23 @@ static int parse(Args *a, int argc, char **argv) {
       a->resume = v;
     else if (!strcmp(o, "--limit"))
       a->limit = strtoll(v, &end, 10);
+    else if (!strcmp(o, "--save-every"))
+      a->save_every = strtoll(v, &end, 10);
     else if (!strcmp(o, "--last-batch") && (!strcmp(v, "drop") || !strcmp(v, "keep")))
       a->keep = v[0] == 'k';
     else
       return usage();
-    if (end && (*end || a->epochs < 0 || a->max_steps < 0 || a->limit < 0))
+    if (end && (*end || a->epochs < 0 || a->max_steps < 0 || a->limit < 0 ||
+                a->save_every < 0))
       return usage();
+  }
+  if ((a->elastic || a->save_every) && !a->save) {
+    fprintf(stderr, "train_mlp: %s needs --save FILE\n", a->elastic ? "--elastic" : "--save-every");
+    return 2;
+  }
+  if (a->elastic && a->resume) {
+    fprintf(stderr, "train_mlp: --elastic resumes from the --save file: no --resume\n");
+    return 2;
   }
   return 0;
 }
@@ -250,6 +269,10 @@ int main(int argc, char **argv) {
     n = a.limit;
   }
 
+  /* A dead peer can leave a rank waiting in a collective: under --elastic
+   * the watchdog ends it after a minute unless told otherwise. */
+  if (a.elastic)
+    setenv("DTRT_COMM_TIMEOUT", "60", 0);
   if ((rc = mlp_create(&m, a.seed))) {
     fprintf(stderr, "train_mlp: cannot create the model: %s\n", mlp_error(NULL));
     goto done;
@@ -258,6 +281,10 @@ int main(int argc, char **argv) {
   int lead = mlp_rank(m) == 0;
   if (!lead)
     a.quiet = 1;
+  /* under --elastic rank 0 may be the one that failed: every rank speaks */
+  int speak = lead || a.elastic;
+  if (a.elastic && !access(a.save, F_OK))
+    a.resume = a.save;
   Rows rx, ry;
   if ((rc = mlp_input_rows(m, "x", &rx.begin, &rx.count)) ||
       (rc = mlp_input_rows(m, "y", &ry.begin, &ry.count))) {
@@ -265,8 +292,8 @@ int main(int argc, char **argv) {
     goto done;
   }
   if (a.resume && (rc = mlp_load(m, a.resume))) {
-    if (lead)
-      fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
+    if (speak)
+      fprintf(stderr, "train_mlp: rank %d: %s\n", mlp_rank(m), mlp_error(m));
     goto done;
   }
   int64_t per_epoch = a.keep ? (n + B - 1) / B : n / B;
@@ -276,7 +303,7 @@ int main(int argc, char **argv) {
     rc = 1;
     goto done;
   }
-  if (!a.quiet && start)
+  if (lead && start && (!a.quiet || a.elastic))
     fprintf(stderr, "resumed from %s at step %lld\n", a.resume, (long long)start);
 
   order = malloc(sizeof(int32_t) * (size_t)n);
@@ -299,7 +326,11 @@ int main(int argc, char **argv) {
       fill(&rx, &ry, &tr_x, &tr_y, order, b * B, n, x, y);
       float loss;
       if ((rc = mlp_train_step_local(m, x, rx.count * PIXELS, y, ry.count, &loss))) {
-        if (lead)
+        if (a.elastic)
+          fprintf(stderr, "\ntrain_mlp: rank %d: step %lld failed: %s; the last checkpoint is "
+                  "%s (restart on the ranks that remain to resume from it)\n", mlp_rank(m),
+                  (long long)step + 1, mlp_error(m), a.save);
+        else if (lead)
           fprintf(stderr, "\ntrain_mlp: %s%s\n", mlp_error(m),
                   a.keep && b * B + B > n ? " (--last-batch keep pads with label -100, which "
                                             "the model's loss must ignore)" : "");
@@ -311,13 +342,15 @@ int main(int argc, char **argv) {
       count++;
       if (!a.quiet && (b % 20 == 0 || b == per_epoch - 1))
         progress(epoch, b + 1, per_epoch, sum / count, count * B / (now_s() - t0));
+      if (a.save_every && (step + 1) % a.save_every == 0 && (rc = save(m, a.save, speak)))
+        break;
     }
     if (rc)
       break;
     if (!a.quiet)
       fputc('\n', stderr);
-    if (a.save)
-      rc = save(m, a.save, lead);
+    if (a.save && !(a.save_every && step % a.save_every == 0))
+      rc = save(m, a.save, speak);
   }
   if (!rc) {
     int err = 0;

@@ -501,9 +501,8 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
     sh->axis[k] = (int8_t)ai;
     int size = m->mesh.a[mi].axis_size[ai];
     if (e->kind == E_CALL && devices > 0) {
-      diag_error(d, e->loc, "ratios are for a mesh of a given size; with --devices, split '%s' "
-                 "evenly (%s) and let plan auto choose the ratios for each device count", e->s,
-                 e->s);
+      diag_error(d, e->loc, "per-device ratios fix the number of devices; with --devices, "
+                 "write '%s' (an even split) and let plan auto choose each plan's ratios", e->s);
       return false;
     }
     if (e->kind == E_CALL && !(sh->ratio[k] = lower_ratios(a, e, size, d)))
