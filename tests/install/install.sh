@@ -30,7 +30,7 @@ check() {
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log" 2>&1
 check "cmake --install" "$work/install.log" || exit 1
-for f in bin/dtc bin/dtc-ckpt "$libdir/libdtrt.a" include/dtrt.h "$libdir/pkgconfig/dtrt.pc" \
+for f in bin/dtc bin/dtc-ckpt bin/dtc-elastic "$libdir/libdtrt.a" include/dtrt.h "$libdir/pkgconfig/dtrt.pc" \
          "$libdir/cmake/dtc/dtcConfig.cmake" "$mandir/man1/dtc.1" "$mandir/man1/dtc-ckpt.1"; do
   [ -f "$prefix/$f" ]; check "installed $f"
 done
