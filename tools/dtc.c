@@ -306,7 +306,9 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     int ndev = dr->devices[k];
     d->context = plan_note;
     d->context_arg = &ndev;
+    double t0 = now_ms();
     Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
+    double fe_ms = now_ms() - t0;
     d->wflags &= ~W_UNUSED;
     if (!m || d->nerr || !ir_verify(m, d))
       goto done;
@@ -319,6 +321,10 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     if (pipeline && !passes_run(m, d, &dr->pass, &dr->run))
       goto done;
     plan[k] = m;
+    if (dr->time_passes) {
+      fprintf(stderr, "the plan for %d device%s:\n", ndev, ndev == 1 ? "" : "s");
+      time_report(dr, fe_ms, -1);
+    }
     if (out)
       fprintf(out, "%s; the plan for %d device%s (--devices=%s)\n", k ? "\n" : "", ndev,
               ndev == 1 ? "" : "s", dr->devices_arg);
