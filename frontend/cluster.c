@@ -326,8 +326,8 @@ static bool lower_mesh(Module *m, const Stmt *s, int devices, Diag *d) {
     return false;
   }
   if (devices > 0 && s->axes.n != 1) {
-    diag_error(d, s->name_loc, "--devices=%d resizes a mesh of one axis, but mesh '%s' has %d",
-               devices, s->name, s->axes.n);
+    diag_error(d, s->name_loc, "--devices resizes a mesh of one axis, but mesh '%s' has %d",
+               s->name, s->axes.n);
     return false;
   }
   Mesh mesh = {.name = s->name, .naxis = s->axes.n, .loc = s->name_loc};
@@ -362,12 +362,12 @@ static bool lower_mesh(Module *m, const Stmt *s, int devices, Diag *d) {
     return false;
   mesh.dev = arena_alloc(a, sizeof(int) * (size_t)size);
   if (s->list.n == 0 && devices > 0 && size > c->dev.n) {
-    diag_error(d, s->name_loc, "--devices=%lld needs %lld devices, but cluster '%s' has %d",
-               (long long)size, (long long)size, c->name, c->dev.n);
+    diag_error(d, s->name_loc, "--devices asks for a plan of %lld devices, but cluster '%s' "
+               "has %d", (long long)size, c->name, c->dev.n);
     return false;
   } else if (devices > 0 && size > s->list.n && s->list.n) {
-    diag_error(d, s->name_loc, "--devices=%lld needs %lld devices, but mesh '%s' lists %d",
-               (long long)size, (long long)size, s->name, s->list.n);
+    diag_error(d, s->name_loc, "--devices asks for a plan of %lld devices, but mesh '%s' "
+               "lists %d", (long long)size, s->name, s->list.n);
     return false;
   }
   if (s->list.n == 0) {
@@ -553,15 +553,15 @@ bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, int
   for (int k = 0; k < pd->body.n; k++) {
     const Stmt *s = pd->body.a[k];
     if (s->kind == S_MESH && mesh && devices > 0)
-      diag_error(d, s->name_loc, "--devices=%d resizes the one mesh of a parallel block, but "
-                 "mesh '%s' is a second", devices, s->name);
+      diag_error(d, s->name_loc, "--devices resizes the one mesh of a parallel block, but "
+                 "mesh '%s' is a second", s->name);
     else if (s->kind == S_MESH)
       lower_mesh(m, s, devices, d);
     mesh = s->kind == S_MESH && !mesh ? s : mesh;
   }
   if (devices > 0 && !mesh)
-    diag_error(d, pd->name_loc, "--devices=%d resizes the mesh of the parallel block, but it "
-               "has none", devices);
+    diag_error(d, pd->name_loc, "--devices resizes the mesh of the parallel block, but it "
+               "has none");
   /* Shards name mesh axes: after a broken mesh, they are not checked. */
   bool meshes_ok = d->nerr == nerr;
   /* Whether an even split must divide depends on the plan, which may come

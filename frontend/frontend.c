@@ -427,8 +427,8 @@ Module *fe_compile_for(Arena *a, const SrcFile *src, const char *const *defs, in
     if (c)
       lower_parallel(m, par, c, used, devices, d);
   } else if (devices > 0) {
-    diag_error(d, md->name_loc, "--devices=%d resizes the mesh of a parallel block, but model "
-               "'%s' has no parallel block", devices, m->name);
+    diag_error(d, md->name_loc, "--devices resizes the mesh of a parallel block, but model "
+               "'%s' has none", m->name);
   } else if (over) {
     m->cluster = over;
     m->plan = PLAN_AUTO;

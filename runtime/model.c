@@ -278,9 +278,8 @@ static DtStatus create(const DtModelDesc *const *const *plan, const int32_t *cou
   DtModel *m = NULL;
   if (!out)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model: no output pointer");
-  else if (plan && (s = pick_plan(ctx, plan, count, nplan, &dev, &ndev)))
-    ;
-  else if (!(s = pick(ctx, dev, ndev, &d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
+  else if ((!plan || !(s = pick_plan(ctx, plan, count, nplan, &dev, &ndev))) &&
+           !(s = pick(ctx, dev, ndev, &d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
     if ((m = dtrt_alloc(ctx, sizeof *m))) {
       *m = (DtModel){.d = d, .ctx = ctx};
       m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
