@@ -5,7 +5,9 @@
  * is inference: @forward without the training loss, so it needs no labels.
  * After the spmd pass each device D gets its own DtModelDesc, over
  * @forward.D and @train_step.D and its blocks of the params and state, and
- * NAME_create hands the array of them to dtrt_model_create_spmd.
+ * NAME_create hands the array of them to dtrt_model_create_spmd; an elastic
+ * build (cg_emit_plans) holds such arrays for several plans, NAME_create
+ * choosing by the job's size.
  * Requires: @forward (and @train_step, whose one output is the loss, when the
  * model trains), or their copies for every device; memplan's offsets (run
  * here when missing). */
