@@ -10,9 +10,10 @@
  * backward 2, every stage's 1F1B sequence is laid out in time, each loop
  * starting once its stage is free and its input has arrived. Every
  * instruction gets a key: a staged loop its start, a send or receive (one
- * `send` on both devices) the end of the loop that sends, a broadcast the end
- * of the loop on the last stage, an output or store the end of the step, any
- * other instruction the largest key of its operands. The step is then sorted
+ * `send` on both devices) the end of the loop that sends, a broadcast the
+ * step's end (what it feeds waits for the update; see order_step), an output
+ * or store later still, any other instruction the largest key of its
+ * operands. The step is then sorted
  * by (key, old position).
  *
  * Why it cannot deadlock: every device computes the same timeline, so a
@@ -30,10 +31,10 @@
  * value before it is read; the arithmetic is GPipe's, op for op.
  *
  * Requires: spmd (per-device functions; the staged loops' sends and
- * broadcasts), microbatch (each micro-batch's backward reads only its own
+ * broadcasts), comm (the collectives' methods, for the simulator), microbatch (each micro-batch's backward reads only its own
  * forward's results). Guarantees: with micro-batches over pipeline stages and
- * schedule 1f1b, every @train_step.D is in 1F1B order; otherwise nothing
- * changes. A step it cannot order (a collective over the stages' axis other
+ * schedule 1f1b, every @train_step.D is in 1F1B order, or else every one is
+ * in GPipe's and Module.schedule says gpipe (see pass_schedule). A step it cannot order (a collective over the stages' axis other
  * than theirs, loops it does not pair) keeps GPipe's order, with a warning. */
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,15 @@ static const Inst *loop_of(const Inst *x) {
   return x->op == OP_repeat ? x : NULL;
 }
 
+/* Operand q of x with sub applied: a receive's own entry (its new
+ * operand), else its operand's (the value it stands for). */
+static Inst *operand(const Inst *x, int q, Inst *const *sub) {
+  if (x->op == OP_send && sub[x->id] && x->fn->inst.a[x->id] == x)
+    return sub[x->id];
+  Inst *v = x->in[q];
+  return v->op == OP_bcast && sub[v->id] ? sub[v->id] : v;
+}
+
 /* Reorders f, a device's step, when apply; false (f unchanged) when it
  * cannot. */
 static bool order_step(Module *m, Func *f, int n, bool apply) {
@@ -154,12 +164,44 @@ static bool order_step(Module *m, Func *f, int n, bool apply) {
   double *tf = arena_alloc(m->arena, sizeof(double) * (size_t)(p * n));
   double *tb = arena_alloc(m->arena, sizeof(double) * (size_t)(p * n));
   timeline(p, n, tf, tb);
+  /* The broadcasts of the forward loops wait for the update too, so that
+   * the stages meet there once, not once per micro-batch: on the last stage,
+   * the root, what reads a broadcast reads its operand (the same value);
+   * elsewhere the head it feeds is needed only by the update and by the
+   * receive of the backward loop's carry, whose operand gives only the shape
+   * (the runtime's and the interpreter's `send` on its receiver), so the
+   * receive takes a value of that type forward loop j has made. */
+  Inst **sub = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(ni + 1));
+  for (int k = 0; k < ni; k++) {
+    Inst *x = f->inst.a[k];
+    if (ir_ops[x->op].kind != K_COMM || ir_get_int(x, "axis", -1) != axis)
+      continue;
+    const Inst *l = loop_of(x->in[0]);
+    if (x->op == OP_bcast && s == p - 1 && l && mb[l->id] >= 0)
+      sub[k] = x->in[0];
+    if (x->op != OP_send || ir_get_int(x, "to", -1) != s)
+      continue;
+    int j = -1;
+    for (int u = k + 1; u < ni && j < 0; u++)
+      for (int q = 0; q < f->inst.a[u]->nin; q++)
+        if (f->inst.a[u]->in[q] == x && mb[u] < 0 && mb[u] >= -n)
+          j = -1 - mb[u];
+    for (int u = 0; j >= 0 && u < ni && !sub[k]; u++) {
+      Inst *v = f->inst.a[u];
+      if (loop_of(v) && mb[loop_of(v)->id] == j && type_eq(&v->type, &x->in[0]->type))
+        sub[k] = v;
+    }
+    if (j >= 0 && !sub[k])
+      return false;
+  }
   Ord *o = arena_alloc(m->arena, sizeof(Ord) * (size_t)(ni + 1));
   for (int k = 0; k < ni; k++) {
     Inst *x = f->inst.a[k];
     double in = 0, key;
-    for (int q = 0; q < x->nin; q++)
-      in = o[x->in[q]->id].key > in ? o[x->in[q]->id].key : in;
+    for (int q = 0; q < x->nin; q++) {
+      const Inst *v = operand(x, q, sub);
+      in = o[v->id].key > in ? o[v->id].key : in;
+    }
     key = in;
     bool pipe_comm = ir_ops[x->op].kind == K_COMM && ir_get_int(x, "axis", -1) == axis;
     if (mb[k] >= 0) {
@@ -185,6 +227,11 @@ static bool order_step(Module *m, Func *f, int n, bool apply) {
         return false;
       int j = mb[l->id], at = x->op == OP_send ? s : j >= 0 ? p - 1 : 0;
       key = j >= 0 ? tf[at * n + j] + COST_F : tb[at * n + (-1 - j)] + COST_B;
+      /* a broadcast meets every stage: in the steady state it would stop
+       * the stages ahead until the others caught up; what it feeds (the
+       * head's and the embedding's gradients) waits for the update */
+      if (x->op == OP_bcast)
+        key = END_OF_STEP / 2;
     } else if (pipe_comm) {
       return false;
     }
@@ -194,6 +241,14 @@ static bool order_step(Module *m, Func *f, int n, bool apply) {
   }
   if (!apply)
     return true;
+  for (int k = 0; k < ni; k++) {
+    Inst *x = f->inst.a[k];
+    Inst *in[SHARD_MAX_IN];
+    for (int q = 0; q < x->nin; q++)
+      in[q] = operand(x, q, sub);
+    for (int q = 0; q < x->nin; q++)
+      x->in[q] = in[q];
+  }
   qsort(o, (size_t)ni, sizeof *o, by_key);
   for (int k = 0; k < ni; k++)
     f->inst.a[k] = o[k].x;
@@ -211,21 +266,47 @@ static bool staged(const Func *f) {
 }
 
 /* Every device's step or none: a stage in 1F1B's order beside one in GPipe's
- * would wait for each other. */
+ * would wait for each other. Unless the option was written, 1F1B stays only
+ * if the simulator (passes/sim.c, which walks each device's program in its
+ * order) predicts a step no slower than GPipe's: a broadcast from the last
+ * stage per micro-batch, with the head every stage computes after it, can
+ * hold the stages back more than GPipe's waves do. */
 bool pass_schedule(Module *m, Diag *d, PassRun *run) {
   (void)run;
   if (m->mesh.n == 0 || m->microbatches < 2 || m->schedule != PIPE_1F1B)
     return true;
+  int nf = 0;
   for (int k = 0; k < m->func.n; k++)
-    if (staged(m->func.a[k]) && !order_step(m, m->func.a[k], m->microbatches, false)) {
+    if (staged(m->func.a[k])) {
+      nf++;
+      if (order_step(m, m->func.a[k], m->microbatches, false))
+        continue;
       Loc at = m->schedule_loc.file ? m->schedule_loc : m->microbatches_loc;
       diag_warn(d, at, "the pipeline's micro-batches keep GPipe's order: the training step "
                 "has stages 1F1B does not pair");
       m->schedule = PIPE_GPIPE;
       return true;
     }
+  if (!nf)
+    return true;
+  bool chosen = m->schedule_loc.file;
+  double gpipe = chosen ? 0 : sim_step(m, NULL);
+  Inst ***was = arena_alloc(m->arena, sizeof(Inst **) * (size_t)m->func.n);
+  for (int k = 0; k < m->func.n; k++) {
+    Func *f = m->func.a[k];
+    if (!staged(f))
+      continue;
+    was[k] = arena_alloc(m->arena, sizeof(Inst *) * (size_t)f->inst.n);
+    memcpy(was[k], f->inst.a, sizeof(Inst *) * (size_t)f->inst.n);
+    order_step(m, f, m->microbatches, true);
+  }
+  if (chosen || sim_step(m, NULL) <= gpipe)
+    return true;
   for (int k = 0; k < m->func.n; k++)
-    if (staged(m->func.a[k]))
-      order_step(m, m->func.a[k], m->microbatches, true);
+    if (staged(m->func.a[k])) {
+      memcpy(m->func.a[k]->inst.a, was[k], sizeof(Inst *) * (size_t)m->func.a[k]->inst.n);
+      ir_renumber(m->func.a[k]);
+    }
+  m->schedule = PIPE_GPIPE;
   return true;
 }
