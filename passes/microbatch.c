@@ -4,8 +4,11 @@
  * dimension), each on a copy of its body typed for B/M rows. Pipeline
  * stages (passes/spmd.c) then overlap them: stage s runs micro-batch j + 1
  * while stage s + 1 runs j, so of (stages - 1) stage times of a loop without
- * micro-batches (a forward and a backward wave, GPipe's schedule) only
- * (stages - 1) / M remain idle.
+ * micro-batches (a forward and a backward wave) only (stages - 1) / M
+ * remain idle. The step's ops between the loops (the head, the loss, their
+ * derivatives) run on the parts too where they read rows row by row
+ * (cut_step), so micro-batch j's backward needs only its own forward and
+ * passes/schedule.c may interleave them (1F1B).
  *
  * In a body, a value either holds rows of the batch in its first dimension
  * (ROWS: cut by M), or does not depend on the batch (PLAIN: the same in every
@@ -17,9 +20,12 @@
  * uncut step up to the order of the sums.
  *
  * Requires: autodiff (its backward loops read the stacks their forward loops
- * save). Guarantees: with M > 1 no loop of @train_step runs a body typed for
- * the whole batch; every op a body holds is one the cut computes exactly,
- * else a located error says which op needs the whole batch. */
+ * save); the step's inputs hold the batch in their first dimension (as a
+ * data-parallel split has them). Guarantees: with M > 1 no loop of
+ * @train_step runs a body typed for the whole batch; every op a body holds
+ * is one the cut computes exactly, else a located error says which op needs
+ * the whole batch; an op of the step outside the loops runs on parts only
+ * where it computes them exactly, else on their join. */
 #include <string.h>
 
 #include "passes.h"
