@@ -525,11 +525,27 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
 }
 
 /* option = "microbatches" "=" expr: the batch of every training step cut into
- * that many micro-batches, which pipeline stages overlap. */
+ * that many micro-batches, which pipeline stages overlap;
+ * option = "schedule" "=" ("1f1b" | "gpipe"): their order on a stage. */
 static void lower_option(Module *m, const Stmt *s, Diag *d) {
   int64_t v;
-  if (strcmp(s->name, "microbatches")) {
-    diag_error(d, s->name_loc, "unknown option '%s' (expected microbatches)", s->name);
+  if (!strcmp(s->name, "schedule")) {
+    const Expr *e = s->val;
+    /* 1f1b lexes as the number 1 with the unit f1b */
+    const char *name = e->kind == E_IDENT ? e->s
+                       : e->kind == E_QUANT && e->is_int && e->i == 1 && !strcmp(e->s, "f1b") ? "1f1b"
+                       : "";
+    int k = 0;
+    while (k < COUNTOF(ir_pipe_schedules) && strcmp(name, ir_pipe_schedules[k]))
+      k++;
+    if (m->schedule_loc.file)
+      diag_error(d, s->name_loc, "a second schedule option");
+    else if (k == COUNTOF(ir_pipe_schedules))
+      diag_error(d, e->loc, "'schedule' must be 1f1b or gpipe");
+    else
+      m->schedule = (PipeSchedule)k, m->schedule_loc = s->name_loc;
+  } else if (strcmp(s->name, "microbatches")) {
+    diag_error(d, s->name_loc, "unknown option '%s' (expected microbatches or schedule)", s->name);
   } else if (m->microbatches) {
     diag_error(d, s->name_loc, "a second microbatches option");
   } else if (fe_eval_int(s->val, NULL, 0, "'microbatches'", &v, d)) {
@@ -596,5 +612,8 @@ bool lower_parallel(Module *m, const Decl *pd, Cluster *c, const bool *used, int
         diag_error(d, s->name_loc, "unknown plan '%s' (expected auto, even or explicit)", s->name);
     }
   }
+  if (d->nerr == nerr && m->schedule_loc.file && m->microbatches < 2)
+    diag_warn(d, m->schedule_loc, "'schedule' has no effect without micro-batches "
+              "(microbatches = M, M > 1)");
   return d->nerr == nerr;
 }

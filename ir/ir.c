@@ -194,6 +194,8 @@ bool ir_repeat_out_type(const Inst *r, int k, Type *t) {
 
 /* ---- instructions ---- */
 
+const char *const ir_pipe_schedules[2] = {"1f1b", "gpipe"};
+
 Inst *ir_new(Func *f, Op op, Loc loc, int nin, Inst **in) {
   Arena *a = f->mod->arena;
   Inst *i = arena_alloc(a, sizeof *i);

@@ -294,6 +294,12 @@ typedef struct Train {
   Loc loc;
 } Train;
 
+/* 1F1B (PipeDream-Flush): a stage warms up with (stages - s - 1) forward
+ * micro-batches, then alternates one forward and one backward; GPipe: all
+ * forward, then all backward. */
+typedef enum { PIPE_1F1B, PIPE_GPIPE } PipeSchedule;
+extern const char *const ir_pipe_schedules[2];   /* "1f1b", "gpipe" */
+
 struct Module {
   const char *name;
   Loc loc;               /* the model's name, or the IR text's 'module' line */
@@ -309,6 +315,10 @@ struct Module {
    * (passes/microbatch.c); 0 or 1: none. */
   int microbatches;
   Loc microbatches_loc;
+  /* The order of a pipeline's micro-batches (passes/schedule.c); its loc
+   * is the option's, none when it was not written. */
+  PipeSchedule schedule;
+  Loc schedule_loc;
 };
 /* Micro-batches a step may be cut into (a join is one concat). */
 #define IR_MAX_MICROBATCHES 16

@@ -923,7 +923,8 @@ static bool parse_mesh(Parser *p) {
   return true;
 }
 
-/* plan := 'plan' ('none' | 'auto' | 'even' | 'explicit') ['microbatches' int [loc]] */
+/* plan := 'plan' ('none' | 'auto' | 'even' | 'explicit')
+ *         ['microbatches' int [loc] ['schedule' ('"1f1b"' | '"gpipe"') [loc]]] */
 static bool parse_plan(Parser *p) {
   static const char *names[] = {"none", "auto", "even", "explicit"};
   if (p->seen_plan) {
@@ -944,7 +945,20 @@ static bool parse_plan(Parser *p) {
       if (!parse_int(p, 2, IR_MAX_MICROBATCHES, "a micro-batch count", &n))
         return false;
       p->m->microbatches = (int)n;
-      return parse_loc(p, &p->m->microbatches_loc);
+      if (!parse_loc(p, &p->m->microbatches_loc))
+        return false;
+      if (!is_kw(&p->tok, "schedule"))
+        return true;
+      next(p);
+      int k = 0;
+      while (p->tok.kind == T_STR && k < COUNTOF(ir_pipe_schedules) &&
+             strcmp(p->tok.s, ir_pipe_schedules[k]))
+        k++;
+      if (p->tok.kind != T_STR || k == COUNTOF(ir_pipe_schedules))
+        return expected(p, "\"1f1b\" or \"gpipe\"");
+      p->m->schedule = (PipeSchedule)k;
+      next(p);
+      return parse_loc(p, &p->m->schedule_loc);
     }
   return expected(p, "'none', 'auto', 'even' or 'explicit'");
 }

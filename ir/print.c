@@ -396,6 +396,9 @@ void ir_print(FILE *out, const Module *m) {
     if (m->microbatches > 1) {
       fprintf(out, " microbatches %d", m->microbatches);
       print_loc(out, m->microbatches_loc);
+      fprintf(out, " schedule \"%s\"", ir_pipe_schedules[m->schedule]);
+      if (m->schedule_loc.file)
+        print_loc(out, m->schedule_loc);
     }
     fputc('\n', out);
   }

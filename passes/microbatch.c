@@ -4,8 +4,11 @@
  * dimension), each on a copy of its body typed for B/M rows. Pipeline
  * stages (passes/spmd.c) then overlap them: stage s runs micro-batch j + 1
  * while stage s + 1 runs j, so of (stages - 1) stage times of a loop without
- * micro-batches (a forward and a backward wave, GPipe's schedule) only
- * (stages - 1) / M remain idle.
+ * micro-batches (a forward and a backward wave) only (stages - 1) / M
+ * remain idle. The step's ops between the loops (the head, the loss, their
+ * derivatives) run on the parts too where they read rows row by row
+ * (cut_step), so micro-batch j's backward needs only its own forward and
+ * passes/schedule.c may interleave them (1F1B).
  *
  * In a body, a value either holds rows of the batch in its first dimension
  * (ROWS: cut by M), or does not depend on the batch (PLAIN: the same in every
@@ -17,9 +20,12 @@
  * uncut step up to the order of the sums.
  *
  * Requires: autodiff (its backward loops read the stacks their forward loops
- * save). Guarantees: with M > 1 no loop of @train_step runs a body typed for
- * the whole batch; every op a body holds is one the cut computes exactly,
- * else a located error says which op needs the whole batch. */
+ * save); the step's inputs hold the batch in their first dimension (as a
+ * data-parallel split has them). Guarantees: with M > 1 no loop of
+ * @train_step runs a body typed for the whole batch; every op a body holds
+ * is one the cut computes exactly, else a located error says which op needs
+ * the whole batch; an op of the step outside the loops runs on parts only
+ * where it computes them exactly, else on their join. */
 #include <string.h>
 
 #include "passes.h"
@@ -31,7 +37,15 @@ typedef struct Cut {
   Diag *d;
   int n;               /* micro-batches */
   bool failed;
+  bool soft;           /* a trial: a refusal sets refused, reports nothing */
+  bool refused;
 } Cut;
+
+/* A value of the step as the cut has it: in n parts of a kind, or whole. */
+typedef struct Parts {
+  Inst *v[IR_MAX_MICROBATCHES];
+  Kind kind;
+} Parts;
 
 /* A forward loop cut in pieces: each piece's loop. */
 typedef struct Piece {
@@ -41,6 +55,10 @@ typedef struct Piece {
 } Piece;
 
 static void fail(Cut *c, Loc loc, const char *msg) {
+  if (c->soft) {
+    c->refused = true;
+    return;
+  }
   if (c->failed)
     return;
   c->failed = true;
@@ -160,7 +178,8 @@ static Kind kind_of(Cut *c, const Inst *i, const Inst *x, const Kind *k, bool ba
     return V_ROWS;
   /* a reduction over the rows: a weight's gradient */
   if (backward && type_eq(a, b) &&
-      (i->op == OP_sum || i->op == OP_matmul || i->op == OP_embedding_grad))
+      (i->op == OP_sum || i->op == OP_matmul || i->op == OP_embedding_grad ||
+       i->op == OP_cross_entropy_sum || i->op == OP_label_count))
     return V_SUM;
   fail(c, i->loc, arena_printf(c->m->arena, "'%s' %s", ir_ops[i->op].name,
                                backward ? "mixes the batch's rows with other dimensions"
@@ -239,8 +258,10 @@ static const Piece *saved_by(const Piece *p, int np, const Inst *v) {
 }
 
 /* Loop r of @train_step as n loops on rows of its carries, at the end of f
- * (its operands already in f: in). Pieces of forward loops before it: p. */
-static Piece cut_loop(Cut *c, Func *f, const Inst *r, Inst **in, const Piece *p, int np) {
+ * (its operands already in f: in, or in parts: pin, for carried rows).
+ * Pieces of forward loops before it: p. */
+static Piece cut_loop(Cut *c, Func *f, const Inst *r, Inst **in, Parts *const *pin,
+                      const Piece *p, int np) {
   Module *m = c->m;
   Func *b = ir_repeat_body(r);
   bool backward = ir_get_int(r, "reverse", 0);
@@ -273,7 +294,7 @@ static Piece cut_loop(Cut *c, Func *f, const Inst *r, Inst **in, const Piece *p,
       ops[q] = in[q];
       k[q] = V_PLAIN;
       if (kind == 0 && q < rows)
-        ops[q] = rows_of(c, f, in[q], j, r->loc), k[q] = V_ROWS;
+        ops[q] = pin[q] ? pin[q]->v[j] : rows_of(c, f, in[q], j, r->loc), k[q] = V_ROWS;
       else if (kind == 0)
         k[q] = V_SUM;
       const Piece *s = kind == 2 ? saved_by(p, np, r->in[q]) : NULL;
@@ -283,6 +304,7 @@ static Piece cut_loop(Cut *c, Func *f, const Inst *r, Inst **in, const Piece *p,
         ops[q] = o ? make(f, OP_repeat_out, r->loc, 1, &l, "index", o) : l;
         k[q] = s->out[o];
       }
+      DTC_ASSERT(ops[q]);
       t[q] = ops[q]->type;
       if (kind == 2) {
         t[q].rank--;
@@ -310,65 +332,168 @@ static Piece cut_loop(Cut *c, Func *f, const Inst *r, Inst **in, const Piece *p,
   return out;
 }
 
-/* Output o of the pieces, joined: rows by concatenation, sums by addition,
- * the rest as piece 0 has it. */
-static Inst *join(Cut *c, Func *f, const Piece *p, int o, Loc loc) {
-  Inst *v[IR_MAX_MICROBATCHES];
-  for (int j = 0; j < c->n; j++) {
-    Inst *l = p->loop[j];
-    v[j] = o ? make(f, OP_repeat_out, loc, 1, &l, "index", o) : l;
-  }
-  if (p->out[o] == V_ROWS)
-    return make(f, OP_concat, loc, c->n, v, "axis", 0);
-  if (p->out[o] == V_PLAIN)
-    return v[0];
-  Inst *s = v[0];
+/* The parts joined: rows by concatenation, sums by addition, the rest as
+ * part 0 has it. */
+static Inst *join(Cut *c, Func *f, const Parts *p, Loc loc) {
+  if (p->kind == V_ROWS)
+    return make(f, OP_concat, loc, c->n, (Inst **)p->v, "axis", 0);
+  if (p->kind == V_PLAIN)
+    return p->v[0];
+  Inst *s = p->v[0];
   for (int j = 1; j < c->n; j++)
-    s = ir_make(f, OP_add, loc, 2, s, v[j]);
+    s = ir_make(f, OP_add, loc, 2, s, p->v[j]);
   return s;
 }
 
+static const char *part_name(Cut *c, const char *name, int j) {
+  return name ? arena_printf(c->m->arena, "%s.mb%d", name, j) : NULL;
+}
+
+static Inst *scaled(Func *f, Inst *x, double by, Loc loc) {
+  Inst *k = ir_new(f, OP_const, loc, 0, NULL);
+  ir_set_float(k, "value", by);
+  return ir_make(f, OP_mul, loc, 2, x, ir_finish(k));
+}
+
+/* The cut of a step's values, by id in the step before the cut. */
+typedef struct Step {
+  Inst **whole;        /* the value whole (joined when first read whole) */
+  Parts **parts;       /* or in parts */
+  bool *data;          /* depends on an input: its first dimension the batch's rows */
+  const Inst **old;
+} Step;
+
+static Inst *whole_of(Cut *c, Func *f, Step *st, int id) {
+  if (!st->whole[id] && st->parts[id]) {
+    st->whole[id] = join(c, f, st->parts[id], st->old[id]->loc);
+    st->whole[id]->name = st->old[id]->name;
+  }
+  return st->whole[id];
+}
+
+/* i, an op of the step outside the loops that reads rows of micro-batches,
+ * as n ops on their parts: a whole operand that depends on the inputs gives
+ * its rows, a mean over the batch is the sum of the parts' means over n,
+ * and its derivative scales by 1/n. False when i needs the whole batch
+ * (nothing is then left in f). */
+static bool cut_op(Cut *c, Func *f, Step *st, const Inst *i, Parts *out) {
+  for (int q = 0; q < i->nin; q++) {
+    const Parts *p = st->parts[i->in[q]->id];
+    if (p && p->kind != V_ROWS)
+      whole_of(c, f, st, i->in[q]->id);
+  }
+  int mark = f->inst.n;
+  bool mean = i->op == OP_cross_entropy || i->op == OP_mse || i->op == OP_bce_with_logits;
+  bool dmean = i->op == OP_cross_entropy_grad || i->op == OP_bce_with_logits_grad;
+  c->soft = true;
+  c->refused = false;
+  for (int j = 0; j < c->n && !c->refused; j++) {
+    Inst *in[SHARD_MAX_IN];
+    Kind k[SHARD_MAX_IN];
+    for (int q = 0; q < i->nin; q++) {
+      int id = i->in[q]->id;
+      const Parts *p = st->parts[id];
+      Inst *w = p && p->kind == V_ROWS ? NULL : st->whole[id];
+      const Type *t = w ? &w->type : NULL;
+      DTC_ASSERT(w || p);
+      k[q] = w ? V_PLAIN : V_ROWS;
+      in[q] = w ? w : p->v[j];
+      if (w && st->data[id] && t->rank && t->dim[0] % c->n == 0 && t->dim[0] >= c->n)
+        in[q] = rows_of(c, f, w, j, i->loc), k[q] = V_ROWS;
+    }
+    if ((mean || dmean) && (k[0] != V_ROWS || (dmean && k[2] != V_PLAIN)))
+      c->refused = true;
+    if (dmean && !c->refused)
+      in[2] = scaled(f, in[2], 1.0 / c->n, i->loc);
+    Inst *x = ir_new(f, i->op, i->loc, i->nin, in);
+    ir_copy_attrs(x, i);
+    char err[256];
+    if (c->refused || !cut_attrs(c, i, x, j, true, true) || !ir_infer(x, err, sizeof err)) {
+      c->refused = true;
+      break;
+    }
+    Kind kind = mean ? V_SUM : kind_of(c, i, x, k, true);
+    if (mean)
+      x = scaled(f, x, 1.0 / c->n, i->loc);
+    x->name = part_name(c, i->name, j);
+    out->v[j] = x;
+    out->kind = kind;
+  }
+  c->soft = false;
+  if (c->refused)
+    f->inst.n = mark;
+  return !c->refused;
+}
+
 /* Rebuilds f's list; an old inst keeps its id (its index in old) until the
- * end, new ones are never looked up by id. */
+ * end, new ones are never looked up by id. A value a loop's piece computes
+ * stays in parts through the ops that read it row by row (the head of the
+ * network, its loss and their derivatives), so micro-batch j's backward
+ * depends on its forward only (passes/schedule.c interleaves them); it is
+ * joined where an op needs it whole (the optimizer's update). */
 static void cut_step(Cut *c, Func *f) {
   Module *m = c->m;
   ir_renumber(f);
   int n = f->inst.n, np = 0;
-  Inst **old = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1));
-  Inst **map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1));
+  Step st = {arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1)),
+             arena_alloc(m->arena, sizeof(Parts *) * (size_t)(n + 1)),
+             arena_alloc(m->arena, sizeof(bool) * (size_t)(n + 1)),
+             arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1))};
   Piece *p = arena_alloc(m->arena, sizeof(Piece) * (size_t)(n + 1));
-  /* a loop's output, joined where it is first read (none when unread) */
-  const Piece **jp = arena_alloc(m->arena, sizeof(Piece *) * (size_t)(n + 1));
-  int *jo = arena_alloc(m->arena, sizeof(int) * (size_t)(n + 1));
-  memcpy(old, f->inst.a, sizeof(Inst *) * (size_t)n);
+  memcpy(st.old, f->inst.a, sizeof(Inst *) * (size_t)n);
   f->inst.n = 0;
   for (int k = 0; k < n && !c->failed; k++) {
-    Inst *i = old[k];
+    Inst *i = (Inst *)st.old[k];
     Inst *in[SHARD_MAX_IN];
-    const Piece *s = i->op == OP_repeat_out ? saved_by(p, np, i->in[0]) : NULL;
-    for (int q = 0; !s && q < i->nin; q++) {
+    bool rows = false;
+    const Global *g = i->op == OP_load ? ir_global_of(i) : NULL;
+    st.data[k] = g && g->kind == G_INPUT;
+    for (int q = 0; q < i->nin; q++) {
       int id = i->in[q]->id;
-      if (!map[id] && jp[id]) {
-        map[id] = join(c, f, jp[id], jo[id], old[id]->loc);
-        map[id]->name = old[id]->name;
-      }
-      in[q] = map[id];
+      st.data[k] |= st.data[id];
+      rows |= st.parts[id] && st.parts[id]->kind == V_ROWS;
     }
+    const Piece *s = i->op == OP_repeat_out ? saved_by(p, np, i->in[0]) : NULL;
     if (i->op == OP_repeat) {
-      p[np] = cut_loop(c, f, i, in, p, np);
-      jp[k] = &p[np++];
+      Parts *pin[SHARD_MAX_IN] = {0};
+      int64_t carry = ir_get_int(i, "carry", 1);
+      for (int q = 0; q < i->nin; q++) {
+        int id = i->in[q]->id;
+        if (q < carry && st.parts[id] && st.parts[id]->kind == V_ROWS)
+          pin[q] = st.parts[id], in[q] = NULL;
+        else   /* none for a forward loop's stack: its pieces' are read */
+          in[q] = whole_of(c, f, &st, id);
+      }
+      p[np] = cut_loop(c, f, i, in, pin, p, np);
+      st.parts[k] = arena_alloc(m->arena, sizeof(Parts));
+      memcpy(st.parts[k]->v, p[np].loop, sizeof p[np].loop);
+      st.parts[k]->kind = p[np].out[0];
+      np++;
     } else if (s) {
       int64_t o = ir_get_int(i, "index", 0);
       /* a forward loop's stack is read by its backward loops only, piece by piece */
-      if (ir_get_int(s->x, "reverse", 0) || o < ir_get_int(s->x, "carry", 1))
-        jp[k] = s, jo[k] = (int)o;
-    } else {
-      for (int q = 0; q < i->nin; q++) {
-        DTC_ASSERT(in[q]);
-        i->in[q] = in[q];
+      if (ir_get_int(s->x, "reverse", 0) || o < ir_get_int(s->x, "carry", 1)) {
+        Parts *pt = st.parts[k] = arena_alloc(m->arena, sizeof(Parts));
+        for (int j = 0; j < c->n; j++) {
+          Inst *l = s->loop[j];
+          pt->v[j] = make(f, OP_repeat_out, i->loc, 1, &l, "index", o);
+          pt->v[j]->name = part_name(c, i->name, j);
+        }
+        pt->kind = s->out[o];
       }
+    } else if (rows && i->op != OP_output && i->op != OP_store &&
+               cut_op(c, f, &st, i, st.parts[k] = arena_alloc(m->arena, sizeof(Parts)))) {
+      continue;
+    } else {
+      st.parts[k] = NULL;
+      for (int q = 0; q < i->nin; q++) {
+        in[q] = whole_of(c, f, &st, i->in[q]->id);
+        DTC_ASSERT(in[q]);
+      }
+      for (int q = 0; q < i->nin; q++)
+        i->in[q] = in[q];
       vec_push(m->arena, &f->inst, i);
-      map[k] = i;
+      st.whole[k] = i;
     }
   }
   ir_renumber(f);
@@ -386,7 +511,7 @@ static bool runs(const Module *m, const Func *b) {
 
 bool pass_microbatch(Module *m, Diag *d, PassRun *run) {
   (void)run;
-  Cut c = {m, d, m->microbatches, false};
+  Cut c = {m, d, m->microbatches, false, false, false};
   if (c.n < 2)
     return true;
   int loops = 0;

@@ -13,6 +13,7 @@ const Pass pass_table[] = {
   {"sharding", pass_sharding, "how every tensor lies on the mesh: annotations, propagation"},
   {"spmd", pass_spmd, "per-device functions: local shapes and collectives"},
   {"comm", pass_comm, "the method of every collective, cheapest by the links' cost model"},
+  {"schedule", pass_schedule, "a pipeline's micro-batches in 1F1B order on every stage"},
   {"fusion", pass_fusion, "group elementwise chains into single loops"},
   {"memplan", pass_memplan, "static liveness-based offsets in one arena per function"},
 };

@@ -211,6 +211,11 @@ void spmd_report(FILE *out, const Module *m);
  * shard_slice, send and bcast (which have none): the cheapest by comm_time,
  * the lowest number on a tie. */
 bool pass_comm(Module *m, Diag *d, PassRun *run);
+
+/* ---- schedule.c ------------------------------------------------------- */
+
+/* Under schedule 1f1b, each device's step in 1F1B order (see the file). */
+bool pass_schedule(Module *m, Diag *d, PassRun *run);
 /* Seconds collective c takes by `method` (DTRT_COMM_*) over the k mesh
  * positions `members` (its axis group), by the model documented in comm.c;
  * INFINITY for a method c's kernel does not have or, for hierarchical, a

@@ -558,8 +558,10 @@ static const Inst *stage_loop(const Module *m, int dev, int k, int *axis) {
   return NULL;
 }
 
-/* Which layers each stage runs, the micro-batches and the idle share of a
- * wave (GPipe's schedule, passes/microbatch.c), for equal stage times. */
+/* Which layers each stage runs, the micro-batches, their order
+ * (passes/schedule.c), the most whose saved activations a stage holds at
+ * once (stage 0's), and the idle share of a wave for equal stage times:
+ * (stages - 1) / (micro-batches + stages - 1) under either order. */
 static void report_stages(FILE *out, const Module *m, int ndev) {
   int mb = m->microbatches > 1 ? m->microbatches : 1, axis;
   char dn[64];
@@ -574,10 +576,13 @@ static void report_stages(FILE *out, const Module *m, int ndev) {
       fprintf(out, "%s %s layers %lld-%lld", dev ? "," : "", device_name(m, dev, dn, sizeof dn),
               (long long)first, (long long)(first + n - 1));
     }
-    fprintf(out, "\n  schedule: %d micro-batch%s of %lld rows, all forward then all backward; "
-            "idle %d/%d of each wave with equal stage times\n",
-            mb, mb == 1 ? "" : "es", (long long)(r0->nin ? r0->in[0]->type.dim[0] : 0), p - 1,
-            mb + p - 1);
+    bool f1b = mb > 1 && m->schedule == PIPE_1F1B;
+    fprintf(out, "\n  schedule: %d micro-batch%s of %lld rows, %s; at most %d micro-batch%s' "
+            "activations live on a stage; idle %d/%d of each wave with equal stage times\n",
+            mb, mb == 1 ? "" : "es", (long long)(r0->nin ? r0->in[0]->type.dim[0] : 0),
+            f1b ? "1F1B: stage s runs stages - s - 1 forward ones, then one forward and one "
+                  "backward in turn" : "all forward then all backward",
+            f1b && p < mb ? p : mb, (f1b && p < mb ? p : mb) == 1 ? "" : "es", p - 1, mb + p - 1);
   }
 }
 

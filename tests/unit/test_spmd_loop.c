@@ -54,6 +54,7 @@ typedef struct Spec {
 
 static bool REMAT;    /* residual_pp's loop recomputes its forward in the backward */
 static int MICRO;     /* the module's micro-batches (0: none) */
+static PipeSchedule SCHED;   /* their order over pipeline stages */
 
 static Module *M;     /* the module being built */
 static Func *F;       /* its @forward */
@@ -85,6 +86,8 @@ static void module_new(Arena *a, const Spec *s) {
   M->plan = PLAN_EXPLICIT;
   M->microbatches = MICRO;
   M->microbatches_loc = at(9);
+  M->schedule = SCHED;
+  M->schedule_loc = at(9);   /* as written: the pass keeps it */
   M->train = (Train){.loss = "loss", .opt = OPT_SGD, .lr = 0.1, .momentum = 0.5,
                      .schedule = -1, .loc = at(1)};
   F = ir_add_func(M, "forward", at(1));
@@ -655,57 +658,107 @@ static void test_pp_rnn(void **state) {
   pair_free(&p);
 }
 
+/* The micro-batch (j) of a staged loop, from its body's name. */
+static int mb_of(const Inst *r) {
+  const char *b = strstr(ir_get_str(r, "body", ""), ".mb");
+  return b ? atoi(b + 3) : -1;
+}
+
 /* Micro-batches over stages: every device runs n loops of its own layers
  * forward and n backward, one per block of rows; each sends its carry on
- * before the next runs, and the broadcast of the forward's result follows
- * the last. The global program, uncut, is the reference. */
-static void pp_micro(const Spec *s, int n, const int64_t *layers, const char *label) {
-  Pair p;
+ * before the next runs. Under GPipe's order all forward loops come first and
+ * the broadcast of the forward's result follows the last; under 1F1B's,
+ * stage st runs min(stages - st - 1, n) forward loops, then one forward and
+ * one backward in turn. The global program, uncut, is the reference for
+ * both; the two orders compute the same ops, so their params after
+ * training are bit for bit the same (tests/sched_memory.sh compares their
+ * memory plans on examples/gpt.dt). */
+static void pp_micro_one(Pair *p, const Spec *s, int n, const int64_t *layers, const char *label,
+                         PipeSchedule sched) {
   MICRO = n;
-  pair_init(&p, residual_pp, s, "memplan");
+  SCHED = sched;
+  pair_init(p, residual_pp, s, "memplan");
   MICRO = 0;
+  SCHED = PIPE_1F1B;
   int dp = s->k2 ? s->k2 : 1;
   for (int d = 0; d < s->k * dp; d++) {
     int st = d / dp;
     char step[32];
     snprintf(step, sizeof step, "train_step.%d", d);
+    int warm = s->k - st - 1 < n ? s->k - st - 1 : n, f = 0, b = 0;
     for (int j = 0; j < 2 * n; j++) {
-      const Inst *r = loop_in(p.s, step, j);
+      const Inst *r = loop_in(p->s, step, j);
       assert_non_null(r);
       assert_int_equal(ir_get_int(r, "n", 0), layers[st]);
-      assert_int_equal(ir_get_int(r, "reverse", 0), j >= n);
+      /* 1F1B: the warm-up's forwards, then forward and backward in turn,
+       * forwards first, until the forwards run out */
+      bool fwd = sched == PIPE_GPIPE ? j < n : f < n && (f < warm || f - warm <= b);
+      assert_int_equal(ir_get_int(r, "reverse", 0), !fwd);
+      assert_int_equal(mb_of(r), fwd ? f++ : b++);
       /* a micro-batch's rows are whole over dp (see passes/microbatch.c) */
       assert_int_equal(ir_repeat_body(r)->inst.a[0]->type.dim[0], s->B / n);
     }
-    assert_null(loop_in(p.s, step, 2 * n));
+    assert_null(loop_in(p->s, step, 2 * n));
     int ends = (st == 0) + (st == s->k - 1);
-    assert_int_equal(count(p.s, step, OP_send), 2 * n * (2 - ends));
-    assert_int_equal(count(p.s, step, OP_bcast), n);   /* the forward's; nothing reads dx */
-    const Func *f = ir_find_func(p.s, step);
-    int last_send = 0, first_bcast = f->inst.n;
-    for (int k = 0; k < f->inst.n; k++) {
-      if (f->inst.a[k]->op == OP_send && ir_get_int(f->inst.a[k], "to", 0) == st + 1)
+    assert_int_equal(count(p->s, step, OP_send), 2 * n * (2 - ends));
+    assert_int_equal(count(p->s, step, OP_bcast), n);   /* the forward's; nothing reads dx */
+    const Func *fn = ir_find_func(p->s, step);
+    int last_send = 0, first_bcast = fn->inst.n;
+    for (int k = 0; k < fn->inst.n; k++) {
+      if (fn->inst.a[k]->op == OP_send && ir_get_int(fn->inst.a[k], "to", 0) == st + 1)
         last_send = k;
-      if (f->inst.a[k]->op == OP_bcast && k < first_bcast)
+      if (fn->inst.a[k]->op == OP_bcast && k < first_bcast)
         first_bcast = k;
     }
-    assert_true(last_send < first_bcast);
+    if (sched == PIPE_GPIPE)
+      assert_true(last_send < first_bcast);
   }
   /* --emit=plan names each stage's layers and the schedule */
   char *rep;
   size_t replen;
   FILE *o = open_memstream(&rep, &replen);
-  spmd_report(o, p.s);
+  spmd_report(o, p->s);
   fclose(o);
-  char want[128];
+  char want[128], order[128];
   snprintf(want, sizeof want, "schedule: %d micro-batches of %d rows", n, s->B / n);
-  if (!strstr(rep, want) || !strstr(rep, "pipeline stages over pp, loop at loops.dt:7:"))
-    fail_msg("expected \"%s\" in:\n%s", want, rep);
+  snprintf(order, sizeof order, sched == PIPE_GPIPE ? "all forward then all backward; at most %d"
+           : "1F1B: stage s runs stages - s - 1 forward ones, then one forward and one backward "
+             "in turn; at most %d", sched == PIPE_GPIPE || n < s->k ? n : s->k);
+  if (!strstr(rep, want) || !strstr(rep, order) ||
+      !strstr(rep, "pipeline stages over pp, loop at loops.dt:7:"))
+    fail_msg("expected \"%s\" and \"%s\" in:\n%s", want, order, rep);
   if (s->k == 3 && !strstr(rep, ": 0 layers 0-1, 0 layers 2-3, 0 layers 4-4\n"))
     fail_msg("expected the stages' layers in:\n%s", rep);
   free(rep);
-  train(&p, 4, label);
-  pair_free(&p);
+  train(p, 4, label);
+}
+
+static void pp_micro(const Spec *s, int n, const int64_t *layers, const char *label) {
+  Pair g, f;
+  pp_micro_one(&g, s, n, layers, label, PIPE_GPIPE);
+  pp_micro_one(&f, s, n, layers, label, PIPE_1F1B);
+  for (int k = 0; k < g.g->global.n; k++) {
+    const Global *gl = &g.g->global.a[k];
+    int64_t e = type_elems(&gl->type);
+    float *a = calloc((size_t)e, 4), *b = calloc((size_t)e, 4);
+    assert_true(a && b);
+    assert_true(interp_mesh_get_global(g.mesh, gl->name, a));
+    assert_true(interp_mesh_get_global(f.mesh, gl->name, b));
+    if (gl->kind != G_INPUT && memcmp(a, b, (size_t)e * 4))
+      fail_msg("%s: %s differs between GPipe's order and 1F1B's", label, gl->name);
+    free(a);
+    free(b);
+  }
+  int dp = s->k2 ? s->k2 : 1;
+  for (int d = 0; d < s->k * dp; d++) {
+    char step[32];
+    snprintf(step, sizeof step, "train_step.%d", d);
+    int64_t wg = ir_find_func(g.s, step)->work_bytes, wf = ir_find_func(f.s, step)->work_bytes;
+    print_message("%s: device %d work arena %lld B under GPipe, %lld B under 1F1B\n", label, d,
+                  (long long)wg, (long long)wf);
+  }
+  pair_free(&g);
+  pair_free(&f);
 }
 
 static void test_pp2_micro(void **state) {
