@@ -501,14 +501,37 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, Diag *d) {
 }
 
 /* option = "microbatches" "=" expr: the batch of every training step cut into
- * that many micro-batches, which pipeline stages overlap. */
+ *          that many micro-batches, which pipeline stages overlap;
+ *        | "deterministic" [ "=" expr ]: every sum over the batch in that many
+ *          fixed pieces (default: fe_det_pieces), added in order. */
 static void lower_option(Module *m, const Stmt *s, Diag *d) {
   int64_t v;
-  if (strcmp(s->name, "microbatches")) {
-    diag_error(d, s->name_loc, "unknown option '%s' (expected microbatches)", s->name);
-  } else if (m->microbatches) {
-    diag_error(d, s->name_loc, "a second microbatches option");
-  } else if (fe_eval_int(s->val, NULL, 0, "'microbatches'", &v, d)) {
+  bool det = !strcmp(s->name, "deterministic");
+  if (!det && strcmp(s->name, "microbatches")) {
+    diag_error(d, s->name_loc, "unknown option '%s' (expected microbatches or deterministic)",
+               s->name);
+  } else if (det ? m->det_pieces != 0 : m->microbatches != 0) {
+    diag_error(d, s->name_loc, "a second %s option", s->name);
+  } else if (det && !m->batch) {
+    diag_error(d, s->name_loc, "deterministic mode cuts the batch into pieces, but model '%s' "
+               "declares no batch dimension (model %s(batch B = ...))", m->name, m->name);
+  } else if (det && !s->val) {
+    if (!(m->det_pieces = ir_det_pieces(m->batch)))
+      diag_error(d, s->name_loc, "a batch of %lld rows has no count of pieces between 2 and 8; "
+                 "give one: deterministic = N", (long long)m->batch);
+    m->det_loc = s->name_loc;
+  } else if (!s->val) {
+    diag_error(d, s->name_loc, "'microbatches' needs a count: microbatches = 4");
+  } else if (det && fe_eval_int(s->val, NULL, 0, "'deterministic'", &v, d)) {
+    if (v < 2 || v > IR_MAX_PIECES)
+      diag_error(d, s->val->loc, "'deterministic' takes a count of pieces between 2 and %d, not %lld",
+                 IR_MAX_PIECES, (long long)v);
+    else if (m->batch % v)
+      diag_error(d, s->val->loc, "a batch of %lld rows is not %lld equal pieces",
+                 (long long)m->batch, (long long)v);
+    else
+      m->det_pieces = (int)v, m->det_loc = s->name_loc;
+  } else if (!det && fe_eval_int(s->val, NULL, 0, "'microbatches'", &v, d)) {
     if (v < 1 || v > IR_MAX_MICROBATCHES)
       diag_error(d, s->val->loc, "'microbatches' must be between 1 and %d, not %lld",
                  IR_MAX_MICROBATCHES, (long long)v);

@@ -89,7 +89,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   double n = (double)type_elems(&i->type);
   if (i->nin && (double)type_elems(&i->in[0]->type) > n)
     n = (double)type_elems(&i->in[0]->type);
-  double work = op->flops(i) + elem_cost(i->op) * n;
+  double work = ir_flops(i) + elem_cost(i->op) * n;
   double w = 0, sh = 0;
   *(work_split ? &sh : &w) += work;
   *(out_split ? &sh : &w) += value_bytes(i) * SIM_BYTE_FLOPS;

@@ -96,7 +96,7 @@ static Sharding *keep(Ctx *c, const Sharding *s) {
 }
 
 static void blocks(const Module *m, const Sharding *s, const Type *t, int d, int64_t *b) {
-  ir_blocks(t->dim[d], s->ratio[d], axis_size(m, s->axis[d]), b);
+  ir_dim_blocks(m, t->dim[d], s->ratio[d], axis_size(m, s->axis[d]), b);
 }
 
 static Inst *emit_comm(Ctx *c, const ShardStep *st, Inst *v, const Type *t, Loc loc) {
@@ -151,6 +151,14 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   Inst *made[SHARD_MAX_STEPS];
   int n = shard_plan(m, &x->type, x->shard, to, st);
   DTC_ASSERT(n > 0);
+  for (int k = 0; k < n; k++)
+    if (m->det_pieces > 1 && c->dev == 0 &&
+        (st[k].op == OP_all_reduce || st[k].op == OP_reduce_scatter)) {
+      diag_error(c->d, loc, "deterministic mode: %s needs a sum over mesh axis '%s' of parts "
+                 "whose split depends on the layout; deterministic mode splits the batch only",
+                 what, m->mesh.a[0].axis_name[st[k].axis]);
+      diag_note(c->d, m->det_loc, "deterministic mode asked for here");
+    }
   for (int k = 0; k < n; k++)
     v = made[k] = emit_comm(c, &st[k], v, &x->type, loc);
   vec_push(m->arena, &c->memo, ((Memo){x, *to, v}));

@@ -123,6 +123,16 @@ typedef struct DtAttrs {
 #define DTRT_KERNEL(name) \
   DtStatus dtrt_k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
                          const DtAttrs *a)
+typedef DtStatus (*DtKernelFn)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
+/* Deterministic mode (docs/ARCHITECTURE.md). fold(x[P, ...]) -> [...]: x[0] +
+ * x[1] + ... + x[P-1], added in that order element by element. dtrt_pieces
+ * runs kernel k once per piece of an op with `pieces` (docs/IR.md): out is
+ * [P, ...]; each operand j with bit j of cut set has its dim 0 cut into P
+ * equal blocks, piece p reading block p (the others whole) and writing
+ * out[p]. */
+DTRT_KERNEL(fold);
+DtStatus dtrt_pieces(DtrtCtx *ctx, DtKernelFn k, const DtTensor *in, int nin, DtTensor *out,
+                     const DtAttrs *a, uint32_t cut);
 DTRT_KERNEL(matmul);
 DTRT_KERNEL(sum);
 DTRT_KERNEL(mean);

@@ -37,6 +37,9 @@ static const char usage[] =
   "  -O0 -O1 -O2 -O3      optimisation level of generated code (default -O2)\n"
   "  --target=TRIPLE      generate code for TRIPLE (default: this machine)\n"
   "  -mcpu=CPU            generate code for CPU (default: host, or generic)\n"
+  "  -fdeterministic[=N]  the same result on any layout: every sum over the\n"
+  "                       batch in N fixed pieces (default 8 or the largest\n"
+  "                       divisor of the batch below), added in order\n"
   "  -fmatmul=HOW         matmuls by dtc's own generated kernel (dtc), by\n"
   "                       OpenBLAS through libdtrt (blas), or by dtc where\n"
   "                       it measured faster (auto, the default)\n"
@@ -65,6 +68,7 @@ typedef struct Driver {
   const char *defs[64];
   int ndefs;
   const char *print_after[32];
+  int det;                   /* -fdeterministic: 0 off, -1 the default count, else the count */
   PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
   PassRun run;
 } Driver;
@@ -151,6 +155,15 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       if (k == COUNTOF(how))
         return fail("invalid value '%s' in '-fmatmul' (expected dtc, blas or auto)", v);
       o->matmul = (CgMatmul)k;
+    } else if (!strcmp(a, "-fdeterministic")) {
+      dr->det = -1;
+    } else if ((v = opt_value(a, "-fdeterministic="))) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 2 || n > IR_MAX_PIECES)
+        return fail("invalid value '%s' in '-fdeterministic' (expected a count of pieces, 2 to %d)",
+                    v, IR_MAX_PIECES);
+      dr->det = (int)n;
     } else if ((v = opt_value(a, "--cluster="))) {
       dr->cluster_file = v;
     } else if ((v = opt_value(a, "--stop-after="))) {
@@ -224,6 +237,26 @@ static FILE *open_text_output(const char *path) {
  * with EINVAL by src_read and dtrt_open_output. */
 static const char *why(int err) { return err == EINVAL ? "not a regular file" : strerror(err); }
 
+/* -fdeterministic[=N] on module m: pieces of its batch, unless its parallel
+ * block chose them. */
+static bool set_deterministic(Module *m, int n) {
+  if (m->det_pieces)
+    return n < 0 || n == m->det_pieces ||
+           (fail("-fdeterministic=%d: the parallel block of '%s' cuts the batch into %d pieces", n,
+                 m->name, m->det_pieces), false);
+  if (!m->batch)
+    return fail("-fdeterministic: model '%s' declares no batch dimension (model %s(batch B = ...))",
+                m->name, m->name), false;
+  if (n < 0 && !(n = ir_det_pieces(m->batch)))
+    return fail("-fdeterministic: a batch of %lld rows has no count of pieces from 2 to 8; give "
+                "one: -fdeterministic=N", (long long)m->batch), false;
+  if (m->batch % n)
+    return fail("-fdeterministic=%d: a batch of %lld rows is not %d equal pieces", n,
+                (long long)m->batch, n), false;
+  m->det_pieces = n, m->det_loc = m->loc;
+  return true;
+}
+
 static int run(Driver *dr, Arena *a, Diag *d) {
   CgOptions *o = &dr->opt;
   bool code = !strcmp(o->emit, "obj") || !strcmp(o->emit, "asm") || !strcmp(o->emit, "llvm");
@@ -258,6 +291,8 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   }
   double fe_ms = now_ms() - t0;
   if (!m || d->nerr)
+    return 1;
+  if (dr->det && !set_deterministic(m, dr->det))
     return 1;
   if (!ir_verify(m, d))
     return 1;
