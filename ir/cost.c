@@ -198,3 +198,5 @@ double flops_all_to_all(const Inst *i) { (void)i; return 0; }
 double flops_shard_slice(const Inst *i) { (void)i; return 0; }
 double flops_send(const Inst *i) { (void)i; return 0; }
 double flops_bcast(const Inst *i) { (void)i; return 0; }
+/* the adds of a member's pieces */
+PER_IN(fold_all, 1)

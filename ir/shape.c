@@ -842,6 +842,7 @@ static bool resize_dim(Inst *inst, bool gather, char *err, size_t errlen) {
 }
 
 bool shape_all_gather(Inst *i, char *e, size_t n) { return resize_dim(i, true, e, n); }
+bool shape_fold_all(Inst *i, char *e, size_t n) { return shape_fold(i, e, n); }
 bool shape_reduce_scatter(Inst *i, char *e, size_t n) {
   return need_f32(i, 0, e, n) && resize_dim(i, false, e, n);
 }

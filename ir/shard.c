@@ -15,8 +15,10 @@ void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes) {
     return;
   }
   double sum = 0;
-  for (int c = 0; c < k; c++)
+  for (int c = 0; c < k; c++) {
+    DTC_ASSERT(isfinite(ratio[c]) && ratio[c] >= 0);
     sum += ratio[c];
+  }
   DTC_ASSERT(sum > 0);
   int64_t total = 0;
   for (int c = 0; c < k; c++) {

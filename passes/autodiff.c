@@ -903,3 +903,4 @@ static void grad_all_to_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_shard_slice(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_send(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_bcast(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+static void grad_fold_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }

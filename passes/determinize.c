@@ -109,7 +109,7 @@ static Inst *cut_sum(Det *c, const Inst *i, Inst **in, const DimMap *dm, int s) 
   }
   case OP_bce_with_logits:
     fail(c, i, "deterministic mode: '%s' has no form with a fixed order of its sum yet "
-               "(cross_entropy and sums of the batch have)", ir_ops[i->op].name);
+               "(cross_entropy, mse and sums over the batch have one)", ir_ops[i->op].name);
     return NULL;
   default:
     return pieces(c, i, i->op, in, cut);

@@ -426,6 +426,7 @@ static bool shard_all_to_all(const Inst *i, DimMap *m) { return (void)i, (void)m
 static bool shard_shard_slice(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_send(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_bcast(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_fold_all(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 
 static const ShardRule shard_rules[OP_COUNT] = {
 #define OP(id, name, minin, maxin, kind, attrs) [OP_##id] = shard_##id,

@@ -478,10 +478,11 @@ static Sharding *form(Planner *p, int dim) {
 static int forms_of(Planner *p, int g, Sharding **out) {
   const Global *gl = &p->m->global.a[g];
   int n = 0;
-  if (gl->kind == G_PARAM)
+  bool det = p->m->det_pieces > 1;   /* data parallel only: no sum over a split but the batch's */
+  if (gl->kind == G_PARAM && !det)
     out[n++] = NULL;
   out[n++] = form(p, -1);
-  int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : gl->type.rank;
+  int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : det ? 0 : gl->type.rank;
   for (int d = 0; d < dims; d++)
     if (gl->type.dim[d] >= p->k)
       out[n++] = form(p, d);

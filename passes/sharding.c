@@ -82,6 +82,8 @@ static bool ratio_try(const Module *m, int64_t n, const int64_t *b, int k, doubl
                       double **out) {
   int64_t even[SHARD_MAX_AXIS], back[SHARD_MAX_AXIS];
   *out = NULL;
+  if (n <= 0)
+    return true;
   ir_dim_blocks(m, n, NULL, k, even);
   if (blocks_eq(b, even, k))
     return true;

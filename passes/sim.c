@@ -130,7 +130,7 @@ double sim_comm_time(const Module *m, const Inst *c, const int *members, int k) 
     return comm_time(m, c, members, k, (int)ir_get_int(c, "method", 0));
   const Link *l = find_link(m, one_node ? "intra" : "inter");
   double bw = l && l->bw > 0 ? l->bw : SIM_DEFAULT_BW, lat = l ? l->lat : SIM_DEFAULT_LAT;
-  int steps = c->op == OP_all_reduce ? 2 * (k - 1) : k - 1;
+  int steps = c->op == OP_all_reduce || c->op == OP_fold_all ? 2 * (k - 1) : k - 1;
   return lat * steps + spmd_comm_bytes(c) / bw;
 }
 
