@@ -39,6 +39,14 @@
 #     "ideal_work_ms", "auto_over_ideal_work", "plan", "pp_ms",
 #     "even_over_pp", "pp_predicted_ms", "pp_measured_over_predicted",
 #     "pp_plan"}. HETERO_DEEP_ONLY=1 runs the probe and this step alone.
+#  7. (after 6) deterministic mode on the MLP, pinned as in 1-4 on the last
+#     probe: hetero_mlp_even.dt and hetero_mlp_auto.dt each compiled as it is
+#     and with -fdeterministic (8 pieces of the batch) and -fdeterministic=4:
+#     {"bench": "hetero_det", "default_ms", "deterministic_ms",
+#     "deterministic_over_default", "deterministic4_ms",
+#     "deterministic4_over_default", "auto_default_ms", "auto_deterministic_ms",
+#     "auto_deterministic_over_default"}. HETERO_DET_ONLY=1 runs the probe
+#     and this step alone.
 #  5. checks the simulator on the MLP unpinned: 1 rank (examples/mlp_big.dt),
 #     2 ranks (hetero_mlp_dp2.dt) and 3 ranks (hetero_mlp_even.dt), each
 #     compiled for its own probe of that many unpinned ranks, one JSON line
@@ -191,7 +199,7 @@ summary() {   # summary MODEL: the line over the runs of $dir/runs_MODEL
 }
 
 rm -f "$dir/runs_mlp" "$dir/runs_gpt"
-if [ "${HETERO_DEEP_ONLY:-0}" = 1 ]; then
+if [ "${HETERO_DEEP_ONLY:-0}" = 1 ] || [ "${HETERO_DET_ONLY:-0}" = 1 ]; then
   run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
   sed 's/^/# /' "$dir/probe3.dt" >&2
   runs=0
@@ -208,7 +216,7 @@ fi
 
 # 5. the simulator against measurement, unpinned, even plan, 1 to 3 ranks
 for n in 1 2 3; do
-  [ "${HETERO_DEEP_ONLY:-0}" = 1 ] && break
+  [ "${HETERO_DEEP_ONLY:-0}" = 1 ] || [ "${HETERO_DET_ONLY:-0}" = 1 ] && break
   case $n in
     1) dt=$src/examples/mlp_big.dt ;;
     2) dt=$src/bench/hetero_mlp_dp2.dt ;;
@@ -227,6 +235,7 @@ done
 
 # 6. the deep model: even and auto data parallel, and pipeline stages sized
 # by the last probe's speeds, pinned as in 1-4
+deep_step() {
 deep_flags=${HETERO_DEEP_FLAGS:--D L=12 -D B=16 -D T=32 -D D=128}
 mb=${HETERO_DEEP_MB:-4}
 ratios=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" |
@@ -276,4 +285,27 @@ awk -v a="$auto_ms" -v e="$even_ms" -v q="$pp_ms" -v o="$one_ms" -v g0="$first" 
          "\"even_over_pp\": %.3f, \"pp_predicted_ms\": %.3f, " \
          "\"pp_measured_over_predicted\": %.3f, \"pp_plan\": \"pp 3 (%s), %d micro-batches\"}\n",
          a, e, e / a, o, work, a / work, ap, q, e / q, p, q / p, st, mb
+}'
+}
+[ "${HETERO_DET_ONLY:-0}" = 1 ] || deep_step
+
+# 7. deterministic mode against the default, on the MLP, pinned as in 1-4
+for plan in even auto; do
+  build_bench "det_${plan}_def" "$src/bench/hetero_mlp_$plan.dt" HETERO_MLP --cluster="$dir/probe3.dt"
+  build_bench "det_${plan}_det" "$src/bench/hetero_mlp_$plan.dt" HETERO_MLP --cluster="$dir/probe3.dt" \
+    -fdeterministic
+done
+build_bench det_even_det4 "$src/bench/hetero_mlp_even.dt" HETERO_MLP --cluster="$dir/probe3.dt" \
+  -fdeterministic=4
+for b in det_even_def det_even_det det_even_det4 det_auto_def det_auto_det; do
+  run 3 "$dir/pin.sh" "$dir/$b/bench" "$reps" "hetero_$b" | num step_ms > "$dir/$b.ms"
+done
+awk -v d="$(cat "$dir/det_even_def.ms")" -v t="$(cat "$dir/det_even_det.ms")" \
+    -v f="$(cat "$dir/det_even_det4.ms")" -v ad="$(cat "$dir/det_auto_def.ms")" \
+    -v at="$(cat "$dir/det_auto_det.ms")" 'BEGIN {
+  printf "{\"bench\": \"hetero_det\", \"default_ms\": %.3f, \"deterministic_ms\": %.3f, " \
+         "\"deterministic_over_default\": %.3f, \"deterministic4_ms\": %.3f, " \
+         "\"deterministic4_over_default\": %.3f, \"auto_default_ms\": %.3f, " \
+         "\"auto_deterministic_ms\": %.3f, \"auto_deterministic_over_default\": %.3f}\n",
+         d, t, t / d, f, f / d, ad, at, at / ad
 }'

@@ -110,6 +110,7 @@ typedef struct Cg {
   LLVMTypeRef attrs;       /* DtAttrs */
   LLVMTypeRef step_fn;     /* DtStepFn */
   LLVMTypeRef kernel_fn;   /* dtrt_k_* */
+  LLVMTypeRef pieces_fn;   /* dtrt_pieces */
   int64_t *state_off;      /* by global index: offset in the state block, -1 for inputs */
   int64_t state_bytes;     /* of the device being lowered */
   const char *hash;        /* of the module's text form */

@@ -126,6 +126,8 @@ static void make_types(Cg *c) {
   c->step_fn = LLVMFunctionType(c->i32, step, COUNTOF(step), 0);
   LLVMTypeRef kern[] = {c->ptr, c->ptr, c->i32, c->ptr, c->ptr};
   c->kernel_fn = LLVMFunctionType(c->i32, kern, COUNTOF(kern), 0);
+  LLVMTypeRef pieces[] = {c->ptr, c->ptr, c->ptr, c->i32, c->ptr, c->ptr, c->i32};
+  c->pieces_fn = LLVMFunctionType(c->i32, pieces, COUNTOF(pieces), 0);
 }
 
 int cg_devices(const Module *m) {

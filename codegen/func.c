@@ -179,8 +179,19 @@ static void kernel(CgFn *fn, const Inst *x) {
   LLVMBuildStore(c->b, fn->step, field(fn, c->attrs, fn->tattr, 4, -1));
   char name[64];
   snprintf(name, sizeof name, "dtrt_k_%s", ir_ops[x->op].name);
+  LLVMValueRef k = cg_extern(c, name, c->kernel_fn);
+  uint32_t cut = 0;
+  for (int j = 0; j < x->nin; j++)
+    cut |= (ir_piece_rows(x, j) > 0) << j;
+  if (cut) {
+    LLVMValueRef arg[] = {fn->ctx, k, fn->tin, cg_i32(c, x->nin), fn->tout, fn->tattr,
+                          cg_i32(c, cut)};
+    cg_check(fn, LLVMBuildCall2(c->b, c->pieces_fn, cg_extern(c, "dtrt_pieces", c->pieces_fn), arg,
+                                7, ""));
+    return;
+  }
   LLVMValueRef arg[] = {fn->ctx, fn->tin, cg_i32(c, x->nin), fn->tout, fn->tattr};
-  cg_check(fn, LLVMBuildCall2(c->b, c->kernel_fn, cg_extern(c, name, c->kernel_fn), arg, 5, ""));
+  cg_check(fn, LLVMBuildCall2(c->b, c->kernel_fn, k, arg, 5, ""));
 }
 
 /* dst <- the value of v (a scalar or a buffer of v's type). */

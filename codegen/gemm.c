@@ -887,6 +887,10 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
  * and which those are depends on the machine that runs the model. */
 bool cg_gemm_wanted(const Cg *c, const Inst *x) {
   DTC_ASSERT(x->op == OP_matmul);
+  if (ir_pieces(x))   /* a batch of the pieces, on matrices */
+    return x->in[0]->type.rank == 2 && x->in[1]->type.rank == 2;
+  if (c->m->det_pieces > 1)
+    return true;   /* the same bits on any thread count and any block of rows */
   if (c->matmul != CG_MATMUL_AUTO)
     return c->matmul == CG_MATMUL_DTC;
   const Type *a = &x->in[0]->type, *b = &x->in[1]->type;
@@ -901,11 +905,18 @@ bool cg_gemm_wanted(const Cg *c, const Inst *x) {
 
 LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
-  const Type *xa = &x->in[0]->type, *xb = &x->in[1]->type;
+  /* in pieces: a batch of the pieces, each on its block of the cut operands */
+  Type pa = x->in[0]->type, pb = x->in[1]->type;
+  int64_t pieces = ir_pieces(x);
+  if (ir_piece_rows(x, 0))
+    pa.dim[0] = ir_piece_rows(x, 0);
+  if (ir_piece_rows(x, 1))
+    pb.dim[0] = ir_piece_rows(x, 1);
+  const Type *xa = &pa, *xb = &pb;
   bool ta = ir_get_int(x, "ta", 0) != 0, tb = ir_get_int(x, "tb", 0) != 0;
   int ra = xa->rank, rb = xb->rank;
   int64_t m = xa->dim[ra - 2 + ta], k = xa->dim[ra - 1 - ta], n = xb->dim[rb - 1 - tb];
-  int64_t batch = 1;
+  int64_t batch = pieces ? pieces : 1;
   for (int d = 0; d < ra - 2; d++)
     batch *= xa->dim[d];
   LLVMValueRef out = cg_addr(fn, x);
@@ -916,7 +927,11 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
     return cg_i32(c, 0);
   }
   int64_t bs_a = ra > 2 ? m * k : 0, bs_b = rb > 2 ? k * n : 0;
-  if (rb == 2 && !ta) {   /* the batch's rows are one matrix */
+  if (pieces) {
+    DTC_ASSERT(ra == 2 && rb == 2);   /* determinize cuts the rows of matrices */
+    bs_a = ir_piece_rows(x, 0) ? m * k : 0;
+    bs_b = ir_piece_rows(x, 1) ? k * n : 0;
+  } else if (rb == 2 && !ta) {   /* the batch's rows are one matrix */
     m *= batch;
     batch = 1;
     bs_a = 0;

@@ -525,11 +525,16 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
 }
 
 /* option = "microbatches" "=" expr: the batch of every training step cut into
- * that many micro-batches, which pipeline stages overlap;
- * option = "schedule" "=" ("1f1b" | "gpipe"): their order on a stage. */
+ *          that many micro-batches, which pipeline stages overlap;
+ *        | "schedule" "=" ("1f1b" | "gpipe"): their order on a stage;
+ *        | "deterministic" [ "=" expr ]: every sum over the batch in that many
+ *          fixed pieces (default: ir_det_pieces), added in order. */
 static void lower_option(Module *m, const Stmt *s, Diag *d) {
   int64_t v;
-  if (!strcmp(s->name, "schedule")) {
+  bool det = !strcmp(s->name, "deterministic");
+  if (!strcmp(s->name, "schedule") && !s->val) {
+    diag_error(d, s->name_loc, "'schedule' needs a value: schedule = 1f1b or gpipe");
+  } else if (!strcmp(s->name, "schedule")) {
     const Expr *e = s->val;
     /* 1f1b lexes as the number 1 with the unit f1b */
     const char *name = e->kind == E_IDENT ? e->s
@@ -544,11 +549,31 @@ static void lower_option(Module *m, const Stmt *s, Diag *d) {
       diag_error(d, e->loc, "'schedule' must be 1f1b or gpipe");
     else
       m->schedule = (PipeSchedule)k, m->schedule_loc = s->name_loc;
-  } else if (strcmp(s->name, "microbatches")) {
-    diag_error(d, s->name_loc, "unknown option '%s' (expected microbatches or schedule)", s->name);
-  } else if (m->microbatches) {
-    diag_error(d, s->name_loc, "a second microbatches option");
-  } else if (fe_eval_int(s->val, NULL, 0, "'microbatches'", &v, d)) {
+  } else if (!det && strcmp(s->name, "microbatches")) {
+    diag_error(d, s->name_loc,
+               "unknown option '%s' (expected microbatches, schedule or deterministic)", s->name);
+  } else if (det ? m->det_pieces != 0 : m->microbatches != 0) {
+    diag_error(d, s->name_loc, "a second %s option", s->name);
+  } else if (det && !m->batch) {
+    diag_error(d, s->name_loc, "deterministic mode cuts the batch into pieces, but model '%s' "
+               "declares no batch dimension (model %s(batch B = ...))", m->name, m->name);
+  } else if (det && !s->val) {
+    if (!(m->det_pieces = ir_det_pieces(m->batch)))
+      diag_error(d, s->name_loc, "a batch of %lld rows has no count of pieces between 2 and 8; "
+                 "give one: deterministic = N", (long long)m->batch);
+    m->det_loc = s->name_loc;
+  } else if (!s->val) {
+    diag_error(d, s->name_loc, "'microbatches' needs a count: microbatches = 4");
+  } else if (det && fe_eval_int(s->val, NULL, 0, "'deterministic'", &v, d)) {
+    if (v < 2 || v > IR_MAX_PIECES)
+      diag_error(d, s->val->loc, "'deterministic' takes a count of pieces between 2 and %d, not %lld",
+                 IR_MAX_PIECES, (long long)v);
+    else if (m->batch % v)
+      diag_error(d, s->val->loc, "a batch of %lld rows is not %lld equal pieces",
+                 (long long)m->batch, (long long)v);
+    else
+      m->det_pieces = (int)v, m->det_loc = s->name_loc;
+  } else if (!det && fe_eval_int(s->val, NULL, 0, "'microbatches'", &v, d)) {
     if (v < 1 || v > IR_MAX_MICROBATCHES)
       diag_error(d, s->val->loc, "'microbatches' must be between 1 and %d, not %lld",
                  IR_MAX_MICROBATCHES, (long long)v);

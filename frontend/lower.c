@@ -1779,6 +1779,8 @@ static bool lower_dims(Ctx *c, const Decl *md, const char *const *defs, int ndef
       continue;
     }
     n->dim = v;
+    if (s->role)
+      c->m->batch = v;
     Dim dim = {s->name, v, s->name_loc};
     vec_push(c->a, &c->m->dim, dim);
   }

@@ -244,7 +244,7 @@ pstmts: %empty                   { $$ = (StmtList){0}; }
 /* pstmt = "mesh" IDENT "[" axis { "," axis } "]" [ "over" IDENT { "," IDENT } ]
  *       | "shard" gname ":" "[" sdim { "," sdim } "]"
  *       | "plan" IDENT
- *       | IDENT "=" expr                        (an option: microbatches = 4) */
+ *       | IDENT [ "=" expr ]                    (an option: microbatches = 4, deterministic) */
 pstmt: MESH IDENT '[' axes ']'   { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; }
      | MESH IDENT '[' axes ']' OVER names
                                  { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; $$->list = $7; }
@@ -252,6 +252,7 @@ pstmt: MESH IDENT '[' axes ']'   { $$ = named(p, S_MESH, @1, $2, @2); $$->axes =
                                  { $$ = named(p, S_SHARD, @1, $2, @2); $$->list = $5; }
      | PLAN IDENT                { $$ = named(p, S_PLAN, @1, $2, @2); }
      | IDENT '=' expr            { $$ = named(p, S_ASSIGN, @1, $1, @1); $$->val = $3; }
+     | IDENT                     { $$ = named(p, S_ASSIGN, @1, $1, @1); }
      ;
 
 /* gname = IDENT { "." IDENT }: a global, such as a block's stacked param

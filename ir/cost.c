@@ -19,6 +19,8 @@
  *
  * Counts are estimates of work, not of time: memory traffic is the planner's
  * other term (bytes moved). */
+#include <string.h>
+
 #include "ir.h"
 
 enum {
@@ -42,11 +44,28 @@ ZERO(load)
 ZERO(arg)
 ZERO(repeat_out)
 
+double ir_flops(const Inst *i) {
+  int p = ir_pieces(i);
+  if (!p || i->nin > 16)
+    return ir_ops[i->op].flops(i);
+  /* one piece's: its rule on a piece of every cut operand, and its result */
+  Inst piece[16], *in[16], one = *i;
+  for (int k = 0; k < i->nin; k++) {
+    piece[k] = *i->in[k], in[k] = &piece[k];
+    if (ir_piece_rows(i, k))
+      piece[k].type.dim[0] = ir_piece_rows(i, k);
+  }
+  one.in = in;
+  one.type.rank--;
+  memmove(one.type.dim, i->type.dim + 1, sizeof(int64_t) * (size_t)one.type.rank);
+  return p * ir_ops[i->op].flops(&one);
+}
+
 double flops_repeat(const Inst *i) {
   const Func *body = ir_repeat_body(i);
   double s = 0;
   for (int k = 0; body && k < body->inst.n; k++)
-    s += ir_ops[body->inst.a[k]->op].flops(body->inst.a[k]);
+    s += ir_flops(body->inst.a[k]);
   return s * (double)ir_get_int(i, "n", 1);
 }
 ZERO(store)
@@ -72,6 +91,7 @@ PER_OUT(gelu_tanh, F_GELU_TANH)
 PER_OUT(gelu_tanh_grad, F_GELU_TANH_GRAD)
 
 PER_IN(sum, 1)
+PER_IN(fold, 1)
 PER_IN(max, 1)
 double flops_mean(const Inst *i) { return in_elems(i, 0) + out_elems(i); }
 /* compare with the maximum, select the adjoint */
@@ -178,3 +198,5 @@ double flops_all_to_all(const Inst *i) { (void)i; return 0; }
 double flops_shard_slice(const Inst *i) { (void)i; return 0; }
 double flops_send(const Inst *i) { (void)i; return 0; }
 double flops_bcast(const Inst *i) { (void)i; return 0; }
+/* the adds of a member's pieces */
+PER_IN(fold_all, 1)

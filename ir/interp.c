@@ -10,6 +10,7 @@ typedef DtStatus (*Kernel)(DtrtCtx *, const DtTensor *, int, DtTensor *, const D
 
 static const Kernel kernels[OP_COUNT] = {
   [OP_sum] = dtrt_k_sum,
+  [OP_fold] = dtrt_k_fold,
   [OP_mean] = dtrt_k_mean,
   [OP_max] = dtrt_k_max,
   [OP_max_grad] = dtrt_k_max_grad,
@@ -397,7 +398,11 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
     DtAttrs a;
     ir_kernel_attrs(inst, &a);
     a.step = it->step;
-    DtStatus s = kernels[inst->op](it->ctx, in, inst->nin, &o, &a);
+    uint32_t cut = 0;
+    for (int k = 0; k < inst->nin; k++)
+      cut |= (ir_piece_rows(inst, k) > 0) << k;
+    DtStatus s = cut ? dtrt_pieces(it->ctx, kernels[inst->op], in, inst->nin, &o, &a, cut)
+                     : kernels[inst->op](it->ctx, in, inst->nin, &o, &a);
     if (s) {
       snprintf(it->err, sizeof it->err, "%s: %s", ir_ops[inst->op].name, dtrt_errmsg(it->ctx));
       return false;

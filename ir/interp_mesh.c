@@ -151,6 +151,28 @@ static void collective(Run **at, const int *members, int k) {
       at[members[c]]->pc++;
     return;
   }
+  if (c0->op == OP_fold_all) {   /* members' pieces in member order, added in turn */
+    int64_t e = type_elems(&c0->type);
+    float *sum = interp_zalloc(e);
+    bool first = true;
+    for (int c = 0; c < k; c++) {
+      const Run *r = at[members[c]];
+      const Inst *ci = r->f->inst.a[r->pc];
+      const float *x = r->val[ci->in[0]->id];
+      for (int64_t q = 0; q < ci->in[0]->type.dim[0]; q++, first = false)
+        for (int64_t j = 0; j < e; j++)
+          sum[j] = first ? x[q * e + j] : sum[j] + x[q * e + j];
+    }
+    for (int c = 0; c < k; c++) {
+      Run *r = at[members[c]];
+      const Inst *ci = r->f->inst.a[r->pc];
+      r->val[ci->id] = interp_zalloc(e);
+      memcpy(r->val[ci->id], sum, value_bytes(&ci->type));
+      r->pc++;
+    }
+    free(sum);
+    return;
+  }
   int n;
   const int64_t *sizes = ir_get_ints(c0, "sizes", &n);
   int dim = (int)ir_get_int(c0, "dim", 0), to = (int)ir_get_int(c0, "to", 0);

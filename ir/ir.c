@@ -212,6 +212,70 @@ Inst *ir_new(Func *f, Op op, Loc loc, int nin, Inst **in) {
   return i;
 }
 
+/* The shape of an op run piece by piece: its rule on one piece of every cut
+ * operand, under a new leading dim of the pieces. */
+static bool infer_pieces(Inst *inst, char *err, size_t errlen) {
+  const char *op = ir_ops[inst->op].name;
+  int n;
+  const int64_t *pc = ir_get_ints(inst, "pieces", &n);
+  if (!pc || n < 2 || n % 2 || inst->nin > 16 || ir_ops[inst->op].kind == K_META || ir_ops[inst->op].kind == K_CALL ||
+      ir_ops[inst->op].kind == K_COMM) {
+    snprintf(err, errlen, "'%s' cannot run in pieces (pieces = [operand, rows, ...])", op);
+    return false;
+  }
+  Inst piece[16], *in[16], **had = inst->in;
+  int64_t count = 0;
+  unsigned seen = 0;
+  for (int k = 0; k < inst->nin; k++)
+    piece[k] = *inst->in[k], in[k] = &piece[k];
+  for (int j = 0; j < n; j += 2) {
+    int64_t k = pc[j], rows = pc[j + 1];
+    if (k < 0 || k >= inst->nin || (seen >> k & 1u) || piece[k].type.rank < 1 || rows < 1 ||
+        piece[k].type.dim[0] % rows) {
+      snprintf(err, errlen, "'%s': pieces entry %d (operand %lld in blocks of %lld rows) does not "
+               "cut an operand's dim 0 into whole blocks", op, j / 2, (long long)k, (long long)rows);
+      return false;
+    }
+    int64_t c = piece[k].type.dim[0] / rows;
+    if (count && c != count) {
+      snprintf(err, errlen, "'%s': its operands are cut into %lld and %lld pieces", op,
+               (long long)count, (long long)c);
+      return false;
+    }
+    count = c;
+    seen |= 1u << k;
+    piece[k].type.dim[0] = rows;
+  }
+  inst->in = in;
+  bool ok = ir_ops[inst->op].shape(inst, err, errlen);
+  inst->in = had;
+  if (!ok)
+    return false;
+  if (inst->type.rank >= IR_MAX_RANK) {
+    snprintf(err, errlen, "'%s' in pieces would have rank %d", op, inst->type.rank + 1);
+    return false;
+  }
+  memmove(inst->type.dim + 1, inst->type.dim, sizeof(int64_t) * (size_t)inst->type.rank);
+  inst->type.dim[0] = count;
+  inst->type.rank++;
+  return true;
+}
+
+int ir_pieces(const Inst *i) {
+  int n;
+  const int64_t *pc = ir_get_ints(i, "pieces", &n);
+  return pc && n >= 2 ? (int)i->type.dim[0] : 0;
+}
+
+int64_t ir_piece_rows(const Inst *i, int k) {
+  int n;
+  const int64_t *pc = ir_get_ints(i, "pieces", &n);
+  for (int j = 0; pc && j + 1 < n; j += 2)
+    if (pc[j] == k)
+      return pc[j + 1];
+  return 0;
+}
+
 bool ir_infer(Inst *inst, char *err, size_t errlen) {
   const OpInfo *oi = &ir_ops[inst->op];
   if (inst->nin < oi->minin || inst->nin > oi->maxin) {
@@ -228,6 +292,8 @@ bool ir_infer(Inst *inst, char *err, size_t errlen) {
       snprintf(err, errlen, "operand %d of '%s' has no value", k + 1, oi->name);
       return false;
     }
+  if (ir_attr(inst, "pieces"))
+    return infer_pieces(inst, err, errlen);
   return oi->shape(inst, err, errlen);
 }
 

@@ -225,6 +225,9 @@ typedef struct OpInfo {
 } OpInfo;
 
 extern const OpInfo ir_ops[OP_COUNT];
+/* Floating-point operations of inst: its op's rule, once per piece when it
+ * runs in pieces. */
+double ir_flops(const Inst *inst);
 /* Op by its text name; OP_COUNT when unknown. */
 Op ir_op_lookup(const char *name);
 /* Whether libdtrt's kernel of collective op implements method (a
@@ -319,9 +322,17 @@ struct Module {
    * is the option's, none when it was not written. */
   PipeSchedule schedule;
   Loc schedule_loc;
+  /* > 1: deterministic mode (passes/determinize.c): every sum over the batch
+   * is one of this many fixed pieces of rows, added in piece order, so the
+   * step's result does not depend on the layout; 0: off. */
+  int det_pieces;
+  int64_t batch;         /* the model's batch dimension (`batch B`), 0: none */
+  Loc det_loc;
 };
 /* Micro-batches a step may be cut into (a join is one concat). */
 #define IR_MAX_MICROBATCHES 16
+/* Pieces a deterministic step may cut its batch into. */
+#define IR_MAX_PIECES 256
 
 Module *ir_module_new(Arena *a, const char *name);
 Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc loc);
@@ -395,6 +406,14 @@ Inst *ir_copy_inst(Func *f, const Inst *i, Inst **in);
  * @B.suffix2, ... while that is taken), for a loop of its own. */
 Func *ir_copy_body(Module *m, Func *b, const char *suffix);
 
+/* An op run piece by piece (deterministic mode): its `pieces` attribute
+ * [k0, r0, k1, r1, ...] cuts dim 0 of each operand kj into blocks of rj rows;
+ * the op runs once per piece p on block p of every cut operand and whole
+ * others, and its result stacks those along a new leading dim. The number
+ * of pieces (0: not run so), and the rows of operand k's block (0: whole). */
+int ir_pieces(const Inst *i);
+int64_t ir_piece_rows(const Inst *i, int k);
+
 void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);
 void ir_set_float(Inst *i, const char *name, double v);
@@ -419,6 +438,13 @@ DtSchedule ir_schedule(const Inst *lr);
  * ties to the lower index. NULL: even, n / k each and one more for the first
  * n % k (the same rule with equal ratios). */
 void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes);
+/* The blocks of a tensor dimension of m: ir_blocks, except in deterministic
+ * mode (m->det_pieces = G > 1) for n a multiple of G, where they are whole
+ * pieces of n / G: ir_blocks of G pieces, each times n / G. */
+void ir_dim_blocks(const Module *m, int64_t n, const double *ratio, int k, int64_t *sizes);
+/* The default count of pieces of a deterministic step: the largest divisor
+ * of the batch from 2 to 8; 0 when there is none. */
+int ir_det_pieces(int64_t batch);
 /* The coordinates of mesh position `device` (= rank; row-major, the last axis
  * varies fastest). */
 void ir_mesh_coords(const Mesh *mesh, int device, int coord[IR_MAX_MESH_AXES]);

@@ -790,8 +790,8 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
 }
 
 static bool is_toplevel(const Tok *t) {
-  static const char *kws[] = {"module", "dim",   "cluster", "mesh",  "plan",
-                              "train",  "input", "param",   "state", "func"};
+  static const char *kws[] = {"module", "dim",   "cluster", "mesh",  "plan",         "train",
+                              "input",  "param", "state",   "func",  "deterministic"};
   for (int k = 0; k < COUNTOF(kws); k++)
     if (is_kw(t, kws[k]))
       return true;
@@ -961,6 +961,32 @@ static bool parse_plan(Parser *p) {
       return parse_loc(p, &p->m->schedule_loc);
     }
   return expected(p, "'none', 'auto', 'even' or 'explicit'");
+}
+
+/* deterministic := 'deterministic' INT 'batch' INT [loc] */
+static bool parse_deterministic(Parser *p) {
+  int64_t n, b;
+  if (p->m->det_pieces) {
+    error_at(p, p->tok.loc, "a module has one deterministic line");
+    return false;
+  }
+  p->m->det_loc = p->tok.loc;
+  next(p);
+  if (!parse_int(p, 2, IR_MAX_PIECES, "a piece count", &n))
+    return false;
+  if (!is_kw(&p->tok, "batch"))
+    return expected(p, "'batch'");
+  next(p);
+  Loc at = p->tok.loc;
+  if (!parse_int(p, n, IR_MAX_DIM, "a batch dimension", &b))
+    return false;
+  if (b % n) {
+    error_at(p, at, "a batch of %lld rows is not %lld equal pieces", (long long)b,
+             (long long)n);
+    return false;
+  }
+  p->m->det_pieces = (int)n, p->m->batch = b;
+  return parse_loc(p, &p->m->det_loc);
 }
 
 /* train := 'train' [attrs] [loc] */
@@ -1216,6 +1242,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
       ok = parse_plan(p);
     else if (is_kw(t, "train"))
       ok = parse_train(p);
+    else if (is_kw(t, "deterministic"))
+      ok = parse_deterministic(p);
     else if (is_kw(t, "input"))
       ok = parse_global(p, G_INPUT);
     else if (is_kw(t, "param"))
@@ -1225,8 +1253,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
     else if (is_kw(t, "module"))
       ok = (error_at(p, t->loc, "a file holds one module"), false);
     else
-      ok = expected(p, "a declaration (dim, cluster, mesh, plan, train, input, param, state, "
-                       "func)");
+      ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, train, input, "
+                       "param, state, func)");
     finish_line(p, ok);
   }
   return d->nerr > nerr ? NULL : p->m;

@@ -402,6 +402,11 @@ void ir_print(FILE *out, const Module *m) {
     }
     fputc('\n', out);
   }
+  if (m->det_pieces > 1) {
+    fprintf(out, "deterministic %d batch %lld", m->det_pieces, (long long)m->batch);
+    print_loc(out, m->det_loc);
+    fputc('\n', out);
+  }
   if (train_set(&m->train)) {
     fputs("\ntrain", out);
     print_fields(out, &m->train, ir_train_fields);

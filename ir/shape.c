@@ -263,6 +263,18 @@ bool shape_sum(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
 bool shape_mean(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
 bool shape_max(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
 
+bool shape_fold(Inst *inst, char *err, size_t errlen) {
+  const Type *x = &inst->in[0]->type;
+  if (x->dtype != DT_F32 || x->rank < 1) {
+    snprintf(err, errlen, "'fold' needs an f32 operand with a leading dim of pieces");
+    return false;
+  }
+  inst->type = *x;
+  inst->type.rank--;
+  memmove(inst->type.dim, x->dim + 1, sizeof(int64_t) * (size_t)inst->type.rank);
+  return true;
+}
+
 bool shape_max_grad(Inst *inst, char *err, size_t errlen) {
   Type y;
   Inst tmp = *inst;
@@ -830,6 +842,7 @@ static bool resize_dim(Inst *inst, bool gather, char *err, size_t errlen) {
 }
 
 bool shape_all_gather(Inst *i, char *e, size_t n) { return resize_dim(i, true, e, n); }
+bool shape_fold_all(Inst *i, char *e, size_t n) { return shape_fold(i, e, n); }
 bool shape_reduce_scatter(Inst *i, char *e, size_t n) {
   return need_f32(i, 0, e, n) && resize_dim(i, false, e, n);
 }

@@ -15,8 +15,10 @@ void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes) {
     return;
   }
   double sum = 0;
-  for (int c = 0; c < k; c++)
+  for (int c = 0; c < k; c++) {
+    DTC_ASSERT(isfinite(ratio[c]) && ratio[c] >= 0);
     sum += ratio[c];
+  }
   DTC_ASSERT(sum > 0);
   int64_t total = 0;
   for (int c = 0; c < k; c++) {
@@ -35,6 +37,24 @@ void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes) {
     sizes[best] += total < n ? 1 : -1;
     total += total < n ? 1 : -1;
   }
+}
+
+int ir_det_pieces(int64_t batch) {
+  for (int g = 8; g >= 2; g--)
+    if (batch % g == 0)
+      return g;
+  return 0;
+}
+
+void ir_dim_blocks(const Module *m, int64_t n, const double *ratio, int k, int64_t *sizes) {
+  int64_t g = m ? m->det_pieces : 0;
+  if (g < 2 || n % g) {
+    ir_blocks(n, ratio, k, sizes);
+    return;
+  }
+  ir_blocks(g, ratio, k, sizes);
+  for (int c = 0; c < k; c++)
+    sizes[c] *= n / g;
 }
 
 void ir_mesh_coords(const Mesh *mesh, int device, int coord[IR_MAX_MESH_AXES]) {
@@ -72,7 +92,7 @@ void ir_local_type(const Module *m, const Sharding *s, const Type *global, int d
     int k = mesh->axis_size[a];
     int64_t *sizes = malloc(sizeof *sizes * (size_t)k), at = 0;
     DTC_ASSERT(sizes);
-    ir_blocks(global->dim[d], s->ratio[d], k, sizes);
+    ir_dim_blocks(m, global->dim[d], s->ratio[d], k, sizes);
     for (int c = 0; c < coord[a]; c++)
       at += sizes[c];
     local->dim[d] = sizes[coord[a]];

@@ -64,6 +64,10 @@ bool ir_check_attrs(const Inst *inst, Diag *d, Loc loc, const Loc *at) {
       twice |= !strcmp(inst->attr[j].name, a->name);
     if (twice) {
       diag_error(d, l, "attribute '%s' is given twice", a->name);
+    } else if (!strcmp(a->name, "pieces")) {   /* any op's (ir_pieces); ir_infer checks it */
+      if (a->kind != A_INTS)
+        diag_error(d, l, "attribute 'pieces' must be ints, not %s",
+                   (unsigned)a->kind <= A_STR ? kind_names[a->kind] : "?");
     } else if (!*oi->attrs) {
       diag_error(d, l, "'%s' takes no attributes, but '%s' is given", oi->name, a->name);
     } else if (!schema_find(oi->attrs, a->name, &e)) {

@@ -136,8 +136,8 @@ static void accum(GradCtx *g, Inst *x, Inst *dx) {
 #define X (inst->in[0])
 
 static void no_derivative(GradCtx *g, Inst *inst) {
-  diag_error(g->d, inst->loc, "'%s' cannot be differentiated (it is itself a derivative)",
-             ir_ops[inst->op].name);
+  diag_error(g->d, inst->loc, "'%s' cannot be differentiated (%s)", ir_ops[inst->op].name,
+             ir_pieces(inst) ? "it runs in pieces" : "it is itself a derivative");
 }
 
 /* ---- module plumbing: never active, or (load) read by the pass ---- */
@@ -228,6 +228,12 @@ static Inst *expand(GradCtx *g, Inst *inst, Inst *dy) {
 }
 
 static void grad_sum(GradCtx *g, Inst *inst) { accum(g, X, expand(g, inst, DY)); }
+/* d fold(x) / d x[p] = 1 for every piece p. */
+static void grad_fold(GradCtx *g, Inst *inst) {
+  Type one = X->type;
+  one.dim[0] = 1;
+  accum(g, X, broadcast(g, reshape(g, DY, &one, inst), &X->type, inst));
+}
 
 static void grad_mean(GradCtx *g, Inst *inst) {
   double n = (double)type_elems(&X->type) / (double)type_elems(&inst->type);
@@ -549,7 +555,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
     h.adj[carry->id] = dcarry;
   for (int k = nb - 1; k >= 0; k--)
     if (h.active[k] && h.adj[k])
-      grad_fn[gf->inst.a[k]->op](&h, gf->inst.a[k]);
+      (ir_pieces(gf->inst.a[k]) ? no_derivative : grad_fn[gf->inst.a[k]->op])(&h, gf->inst.a[k]);
   Inst **dargs = calloc((size_t)nin + 1, sizeof *dargs);
   DTC_ASSERT(dargs);
   for (int k = 0; k < nb; k++)
@@ -818,7 +824,7 @@ static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst
   for (int k = n - 1; k >= 0; k--) {
     Inst *i = f->inst.a[k];
     if (g.active[k] && g.adj[k])
-      grad_fn[i->op](&g, i);
+      (ir_pieces(i) ? no_derivative : grad_fn[i->op])(&g, i);
   }
 
   for (int k = 0; k < n; k++) {
@@ -897,3 +903,4 @@ static void grad_all_to_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_shard_slice(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_send(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_bcast(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+static void grad_fold_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }

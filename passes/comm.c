@@ -256,7 +256,7 @@ bool pass_comm(Module *m, Diag *d, PassRun *run) {
     for (int k = 0; k < fn->inst.n; k++) {
       Inst *c = fn->inst.a[k];
       if (ir_ops[c->op].kind != K_COMM || c->op == OP_shard_slice || c->op == OP_send ||
-          c->op == OP_bcast)
+          c->op == OP_bcast || c->op == OP_fold_all)
         continue;
       int axis = (int)ir_get_int(c, "axis", 0), n = m->mesh.a[0].axis_size[axis];
       ir_mesh_group(&m->mesh.a[0], fn->device, axis, members);

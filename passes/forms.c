@@ -123,6 +123,14 @@ static bool sum_like(const Inst *i, DimMap *m) {
   return true;
 }
 static bool shard_sum(const Inst *i, DimMap *m) { return sum_like(i, m); }
+/* The pieces' sum in order: their dim stays whole (gathered), the others
+ * carry over. */
+static bool shard_fold(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  for (int j = 1; j < i->in[0]->type.rank; j++)
+    m->to[0][j] = j - 1;
+  return true;
+}
 static bool shard_mean(const Inst *i, DimMap *m) { return sum_like(i, m); }
 
 static bool shard_max(const Inst *i, DimMap *m) {
@@ -418,9 +426,54 @@ static bool shard_all_to_all(const Inst *i, DimMap *m) { return (void)i, (void)m
 static bool shard_shard_slice(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_send(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_bcast(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_fold_all(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 
-const ShardRule shard_rules[OP_COUNT] = {
+static const ShardRule shard_rules[OP_COUNT] = {
 #define OP(id, name, minin, maxin, kind, attrs) [OP_##id] = shard_##id,
 #include "ops.def"
 #undef OP
 };
+
+/* An op in pieces: its result gains the leading dim of the pieces, which
+ * the cut operands' dim 0 maps to (a block of a piece's rows each); the sum
+ * over those dims is no longer one. */
+static void in_pieces(const Inst *i, DimMap *m) {
+  int rank = i->type.rank, gone[16], ngone = 0;
+  for (int k = 0; k < i->nin; k++)
+    for (int j = 0; j < i->in[k]->type.rank; j++)
+      if (m->to[k][j] >= 0)
+        m->to[k][j]++;
+  memmove(m->res_whole + 1, m->res_whole, sizeof(bool) * (size_t)(rank - 1));
+  m->res_whole[0] = false;
+  for (int k = 0; k < i->nin; k++) {
+    int64_t rows = ir_piece_rows(i, k);
+    if (!rows)
+      continue;
+    if (m->to[k][0] <= FORM_SUM(0))
+      gone[ngone++] = FORM_SUM(0) - m->to[k][0];
+    m->to[k][0] = 0;
+    m->mul[k][0] = 1, m->div[k][0] = rows;
+  }
+  for (int c = m->nsum - 1; c >= 0; c--) {
+    bool cut = false;
+    for (int q = 0; q < ngone; q++)
+      cut |= gone[q] == c;
+    if (!cut)
+      continue;
+    for (int k = 0; k < i->nin; k++)
+      for (int j = 0; j < i->in[k]->type.rank; j++) {
+        DTC_ASSERT(m->to[k][j] != FORM_SUM(c));   /* determinize cuts every dim of the sum */
+        if (m->to[k][j] < FORM_SUM(c))
+          m->to[k][j]++;
+      }
+    m->nsum--;
+  }
+}
+
+bool shard_map(const Inst *i, DimMap *m) {
+  if (!shard_rules[i->op](i, m))
+    return false;
+  if (ir_pieces(i))
+    in_pieces(i, m);
+  return true;
+}

@@ -62,6 +62,12 @@ bool pass_eval(Module *m, Diag *d, PassRun *run);
  * on consecutive blocks of rows of its carried values (see the file). */
 bool pass_microbatch(Module *m, Diag *d, PassRun *run);
 
+/* ---- determinize.c ---------------------------------------------------- */
+
+/* With Module.det_pieces > 1: every sum over the batch in @train_step and
+ * @forward run in that many pieces of rows and folded in order (see the file). */
+bool pass_determinize(Module *m, Diag *d, PassRun *run);
+
 /* ---- optimizer.c ------------------------------------------------------ */
 
 /* Appends to f the update of m->train.opt for every global k with grad[k] set
@@ -142,9 +148,10 @@ typedef struct DimMap {
 #define FORM_WHOLE (-1)
 #define FORM_SUM(c) (-2 - (c))
 /* Fills m for inst; false when the op has no form at all (store, output,
- * collectives). One shard_<id> per op of ops.def, in shard_rules. */
+ * collectives). One shard_<id> per op of ops.def, and the pieces of an op
+ * run in pieces (ir_pieces). */
 typedef bool (*ShardRule)(const Inst *inst, DimMap *m);
-extern const ShardRule shard_rules[OP_COUNT];
+bool shard_map(const Inst *inst, DimMap *m);
 
 /* ---- sharding.c ------------------------------------------------------- */
 

@@ -142,7 +142,7 @@ static void reshard(Planner *p, Cost *c, const Inst *x, const Sharding *to, doub
     } else {
       const Sharding *split = st[s].op == OP_all_gather ? &st[s].before : &st[s].after;
       int64_t len[SHARD_MAX_AXIS];
-      ir_blocks(x->type.dim[st[s].dim], split->ratio[st[s].dim], p->k, len);
+      ir_dim_blocks(p->m, x->type.dim[st[s].dim], split->ratio[st[s].dim], p->k, len);
       double unit = bytes_of(&x->type) / (double)x->type.dim[st[s].dim];
       for (int j = 0; j < p->k; j++)
         b[j] = (double)len[j] * unit;
@@ -478,10 +478,11 @@ static Sharding *form(Planner *p, int dim) {
 static int forms_of(Planner *p, int g, Sharding **out) {
   const Global *gl = &p->m->global.a[g];
   int n = 0;
-  if (gl->kind == G_PARAM)
+  bool det = p->m->det_pieces > 1;   /* data parallel only: no sum over a split but the batch's */
+  if (gl->kind == G_PARAM && !det)
     out[n++] = NULL;
   out[n++] = form(p, -1);
-  int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : gl->type.rank;
+  int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : det ? 0 : gl->type.rank;
   for (int d = 0; d < dims; d++)
     if (gl->type.dim[d] >= p->k)
       out[n++] = form(p, d);
@@ -609,7 +610,7 @@ static PlanInfo *record(Planner *p, Sharding **A, const double *r, double step, 
   pi->comm = c.comm;
   pi->ncoll = c.ncoll;
   for (int k = 0; k < p->step->inst.n; k++)
-    pi->flops += ir_ops[p->step->inst.a[k]->op].flops(p->step->inst.a[k]);
+    pi->flops += ir_flops(p->step->inst.a[k]);
   for (int d = 0; d < p->k; d++)
     if (pi->busy[d] > pi->busy[pi->bottleneck])
       pi->bottleneck = d;

@@ -61,7 +61,7 @@ static int axis_size(const Module *m, int axis) { return m->mesh.a[0].axis_size[
 /* ---- blocks and ratios ---- */
 
 static void blocks_of(const Module *m, const Sharding *s, const Type *t, int d, int64_t *b) {
-  ir_blocks(t->dim[d], s->ratio[d], axis_size(m, s->axis[d]), b);
+  ir_dim_blocks(m, t->dim[d], s->ratio[d], axis_size(m, s->axis[d]), b);
 }
 
 static bool blocks_eq(const int64_t *a, const int64_t *b, int k) {
@@ -71,24 +71,33 @@ static bool blocks_eq(const int64_t *a, const int64_t *b, int k) {
   return true;
 }
 
-/* The ratios that give blocks b of a dimension of n over k devices: NULL when
- * they are the even ones, else `hint` when it gives them, else b / n. */
-static double *ratio_of(const Module *m, int64_t n, const int64_t *b, int k, double *hint) {
+/* The ratios that give blocks b of a dimension of n over k devices into *r:
+ * NULL when they are the even ones, else `hint` when it gives them, else b /
+ * n; false when no ratios give them (in deterministic mode, blocks of whole
+ * pieces: ir_dim_blocks). */
+static bool ratio_try(const Module *m, int64_t n, const int64_t *b, int k, double *hint,
+                      double **r);
+
+static bool ratio_try(const Module *m, int64_t n, const int64_t *b, int k, double *hint,
+                      double **out) {
   int64_t even[SHARD_MAX_AXIS], back[SHARD_MAX_AXIS];
-  ir_blocks(n, NULL, k, even);
+  *out = NULL;
+  if (n <= 0)
+    return true;
+  ir_dim_blocks(m, n, NULL, k, even);
   if (blocks_eq(b, even, k))
-    return NULL;
+    return true;
   if (hint) {
-    ir_blocks(n, hint, k, back);
+    ir_dim_blocks(m, n, hint, k, back);
     if (blocks_eq(b, back, k))
-      return hint;
+      return *out = hint, true;
   }
   double *r = arena_alloc(m->arena, sizeof *r * (size_t)k);
   for (int c = 0; c < k; c++)
     r[c] = (double)b[c] / (double)n;
-  ir_blocks(n, r, k, back);
-  DTC_ASSERT(blocks_eq(b, back, k));
-  return r;
+  ir_dim_blocks(m, n, r, k, back);
+  *out = r;
+  return blocks_eq(b, back, k);
 }
 
 /* Same split of dimension d (axis and blocks) in a and b. */
@@ -127,7 +136,7 @@ static bool keeps_splits(const Module *m, const Type *t, const Sharding *s, cons
  * sums over it, so a split there makes a partial result. */
 static int fwd_dim(const Inst *i, int k, int j, const int64_t *b, int nb, int64_t *out) {
   DimMap dm;
-  if (!shard_rules[i->op](i, &dm))
+  if (!shard_map(i, &dm))
     return NONE;
   int e = dm.to[k][j];
   if (e <= FORM_SUM(0))
@@ -207,7 +216,7 @@ bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Shardin
     if (r->axis[d] >= 0 && (P & (1u << r->axis[d])))
       return false;
   DimMap dm;
-  if (!shard_rules[i->op](i, &dm))
+  if (!shard_map(i, &dm))
     return false;
   for (int d = 0; d < y->rank; d++) {
     int a = r->axis[d];
@@ -231,7 +240,10 @@ bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Shardin
             return false;
           back[c] = b[c] * dm.div[k][j] / dm.mul[k][j];
         }
-        split(&req[k], j, a, ratio_of(m, i->in[k]->type.dim[j], back, kk, r->ratio[d]));
+        double *ratio;
+        if (!ratio_try(m, i->in[k]->type.dim[j], back, kk, r->ratio[d], &ratio))
+          return false;
+        split(&req[k], j, a, ratio);
       }
   }
   for (int a = 0; a < IR_MAX_MESH_AXES; a++)
@@ -544,15 +556,15 @@ static void fill(Ctx *c, Inst *i) {
 /* What an axis does in a candidate result. */
 typedef struct Role { int dim; bool partial; double *ratio; } Role;   /* dim -1: nothing */
 
-static void add_role(const Type *y, int k, Role *roles, int *n, Role r) {
+static void add_role(const Module *m, const Type *y, int k, Role *roles, int *n, Role r) {
   for (int q = 0; q < *n; q++) {
     if (roles[q].dim != r.dim || roles[q].partial != r.partial)
       continue;
     if (r.dim < 0 || roles[q].ratio == r.ratio)
       return;
     int64_t x[SHARD_MAX_AXIS], z[SHARD_MAX_AXIS];
-    ir_blocks(y->dim[r.dim], roles[q].ratio, k, x);
-    ir_blocks(y->dim[r.dim], r.ratio, k, z);
+    ir_dim_blocks(m, y->dim[r.dim], roles[q].ratio, k, x);
+    ir_dim_blocks(m, y->dim[r.dim], r.ratio, k, z);
     if (blocks_eq(x, z, k))
       return;
   }
@@ -662,13 +674,13 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
   const Type *y = &i->type;
   for (int a = 0; a < mesh->naxis; a++) {
     int kk = axis_size(m, a);
-    add_role(y, kk, roles[a], &nr[a], (Role){-1, false, NULL});
+    add_role(m, y, kk, roles[a], &nr[a], (Role){-1, false, NULL});
     for (int k = 0; k < i->nin; k++) {
       const Type *t = &i->in[k]->type;
       if (!cur[k])
         continue;
       if (ir_partial_axes(m, cur[k], t->rank) & (1u << a))
-        add_role(y, kk, roles[a], &nr[a], (Role){-1, true, NULL});
+        add_role(m, y, kk, roles[a], &nr[a], (Role){-1, true, NULL});
       int j = dim_over(cur[k], t->rank, a);
       if (j < 0)
         continue;
@@ -676,10 +688,10 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
       blocks_of(m, cur[k], t, j, b);
       int d = fwd_dim(i, k, j, b, kk, out);
       if (d == RED)
-        add_role(y, kk, roles[a], &nr[a], (Role){-1, true, NULL});
-      else if (d >= 0)
-        add_role(y, kk, roles[a], &nr[a],
-                 (Role){d, false, ratio_of(m, y->dim[d], out, kk, cur[k]->ratio[j])});
+        add_role(m, y, kk, roles[a], &nr[a], (Role){-1, true, NULL});
+      double *ratio;
+      if (d >= 0 && ratio_try(m, y->dim[d], out, kk, cur[k]->ratio[j], &ratio))
+        add_role(m, y, kk, roles[a], &nr[a], (Role){d, false, ratio});
     }
   }
   Cand best = {0}, next = {0}, cand;
@@ -1000,7 +1012,7 @@ static void check_blocks(Ctx *c, const Sharding *s, const Type *t, Loc loc, cons
     if (a < 0)
       continue;
     int64_t b[SHARD_MAX_AXIS];
-    ir_blocks(t->dim[d], s->ratio[d], mesh->axis_size[a], b);
+    ir_dim_blocks(c->m, t->dim[d], s->ratio[d], mesh->axis_size[a], b);
     for (int k = 0; k < mesh->axis_size[a]; k++)
       if (b[k] < 1) {
         diag_error(c->d, loc,

@@ -89,7 +89,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   double n = (double)type_elems(&i->type);
   if (i->nin && (double)type_elems(&i->in[0]->type) > n)
     n = (double)type_elems(&i->in[0]->type);
-  double work = op->flops(i) + elem_cost(i->op) * n;
+  double work = ir_flops(i) + elem_cost(i->op) * n;
   double w = 0, sh = 0;
   *(work_split ? &sh : &w) += work;
   *(out_split ? &sh : &w) += value_bytes(i) * SIM_BYTE_FLOPS;
@@ -130,7 +130,7 @@ double sim_comm_time(const Module *m, const Inst *c, const int *members, int k) 
     return comm_time(m, c, members, k, (int)ir_get_int(c, "method", 0));
   const Link *l = find_link(m, one_node ? "intra" : "inter");
   double bw = l && l->bw > 0 ? l->bw : SIM_DEFAULT_BW, lat = l ? l->lat : SIM_DEFAULT_LAT;
-  int steps = c->op == OP_all_reduce ? 2 * (k - 1) : k - 1;
+  int steps = c->op == OP_all_reduce || c->op == OP_fold_all ? 2 * (k - 1) : k - 1;
   return lat * steps + spmd_comm_bytes(c) / bw;
 }
 

@@ -73,6 +73,7 @@ typedef struct Ctx {
   VEC(Memo) memo;
   VEC(Stage) stage;
   Sharding *scalar;    /* whole, for the constants spmd adds */
+  bool det_failed;     /* deterministic mode met a sum it cannot order: stop */
 } Ctx;
 
 static int axis_size(const Module *m, int axis) { return m->mesh.a[0].axis_size[axis]; }
@@ -85,6 +86,7 @@ double spmd_comm_bytes(const Inst *c) {
   case OP_all_gather: return f * (double)type_elems(&c->type) * 4;
   case OP_reduce_scatter: case OP_all_to_all: return f * in;
   case OP_send: case OP_bcast: return in;   /* the sender's; a bcast's root's */
+  case OP_fold_all: return 2 * (double)type_elems(&c->type) * 4;   /* a hop, the bcast */
   default: return 0;
   }
 }
@@ -96,7 +98,7 @@ static Sharding *keep(Ctx *c, const Sharding *s) {
 }
 
 static void blocks(const Module *m, const Sharding *s, const Type *t, int d, int64_t *b) {
-  ir_blocks(t->dim[d], s->ratio[d], axis_size(m, s->axis[d]), b);
+  ir_dim_blocks(m, t->dim[d], s->ratio[d], axis_size(m, s->axis[d]), b);
 }
 
 static Inst *emit_comm(Ctx *c, const ShardStep *st, Inst *v, const Type *t, Loc loc) {
@@ -152,6 +154,15 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   int n = shard_plan(m, &x->type, x->shard, to, st);
   DTC_ASSERT(n > 0);
   for (int k = 0; k < n; k++)
+    if (m->det_pieces > 1 && !c->det_failed &&
+        (st[k].op == OP_all_reduce || st[k].op == OP_reduce_scatter)) {
+      c->det_failed = true;   /* the rest is not emitted */
+      diag_error(c->d, loc, "deterministic mode: %s needs a sum over mesh axis '%s' of parts "
+                 "whose split depends on the layout; deterministic mode splits the batch only",
+                 what, m->mesh.a[0].axis_name[st[k].axis]);
+      diag_note(c->d, m->det_loc, "deterministic mode asked for here");
+    }
+  for (int k = 0; k < n; k++)
     v = made[k] = emit_comm(c, &st[k], v, &x->type, loc);
   vec_push(m->arena, &c->memo, ((Memo){x, *to, v}));
   if (c->dev == 0 && (c->d->wflags & W_RESHARD))
@@ -201,6 +212,32 @@ static const Stage *stage_of(const Ctx *c, const Inst *x) {
     if (c->stage.a[k].x == x)
       return &c->stage.a[k];
   return NULL;
+}
+
+/* A fold of pieces split along one mesh axis, and nothing else, as one
+ * fold_all over that axis (no gather of the pieces); false for any other. */
+static bool fold_chain(Ctx *c, const Inst *i) {
+  const Module *m = c->m;
+  const Inst *x = i->in[0];
+  const Sharding *s = x->shard;
+  if (!s || s->axis[0] < 0 || ir_partial_axes(m, s, x->type.rank))
+    return false;
+  for (int d = 1; d < x->type.rank; d++)
+    if (s->axis[d] >= 0)
+      return false;
+  int64_t b[SHARD_MAX_AXIS];
+  blocks(m, s, &x->type, 0, b);
+  for (int k = 0; k < axis_size(m, s->axis[0]); k++)
+    if (b[k] < 1)
+      return false;
+  Inst *in = c->map[x->id];
+  Inst *y = ir_new(c->f, OP_fold_all, i->loc, 1, &in);
+  ir_set_int(y, "axis", s->axis[0]);
+  ir_set_ints(y, "sizes", b, axis_size(m, s->axis[0]));
+  ir_finish(y)->shard = i->shard;
+  y->name = i->name;
+  c->map[i->id] = y;
+  return true;
 }
 
 /* Loop i as this device's pipeline stage over mesh axis `axis`: its own
@@ -294,6 +331,8 @@ static void emit(Ctx *c, const Inst *i) {
     ir_finish(s);
     return;
   }
+  if (i->op == OP_fold && fold_chain(c, i))
+    return;
   const Sharding *cur[SHARD_MAX_IN];
   Sharding req[SHARD_MAX_IN];
   DTC_ASSERT(i->nin <= SHARD_MAX_IN);
@@ -373,7 +412,7 @@ static Func *copy_func(Ctx *c, Func *src, const Inst *by, int dev) {
   ir_renumber(src);
   c->map = calloc((size_t)src->inst.n + 1, sizeof *c->map);
   DTC_ASSERT(c->map);
-  for (int k = 0; k < src->inst.n; k++)
+  for (int k = 0; k < src->inst.n && !c->det_failed; k++)
     emit(c, src->inst.a[k]);
   free(c->map);
   return c->f;

@@ -123,6 +123,16 @@ typedef struct DtAttrs {
 #define DTRT_KERNEL(name) \
   DtStatus dtrt_k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
                          const DtAttrs *a)
+typedef DtStatus (*DtKernelFn)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
+/* Deterministic mode (docs/ARCHITECTURE.md). fold(x[P, ...]) -> [...]: x[0] +
+ * x[1] + ... + x[P-1], added in that order element by element. dtrt_pieces
+ * runs kernel k once per piece of an op with `pieces` (docs/IR.md): out is
+ * [P, ...]; each operand j with bit j of cut set has its dim 0 cut into P
+ * equal blocks, piece p reading block p (the others whole) and writing
+ * out[p]. */
+DTRT_KERNEL(fold);
+DtStatus dtrt_pieces(DtrtCtx *ctx, DtKernelFn k, const DtTensor *in, int nin, DtTensor *out,
+                     const DtAttrs *a, uint32_t cut);
 DTRT_KERNEL(matmul);
 DTRT_KERNEL(sum);
 DTRT_KERNEL(mean);
@@ -446,6 +456,12 @@ DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local);
  *   bcast           axis, from
  *                   every member's out = member from's in (the others' in
  *                   gives the shape); f32 or i32
+ *   fold_all        axis, c_0..c_{p-1}
+ *                   in = this member's c_me pieces [c_me, ...] of a fold
+ *                   (deterministic mode), c_m >= 1; out = x_0 + x_1 + ...
+ *                   over every member's pieces in member order, added in
+ *                   that order element by element (a chain from member 0
+ *                   to p-1 in chunks, then a broadcast from p-1); f32
  *
  * p is the group's size; b_m (o_m along dout, i_m along din) is the length of
  * member m's block along the split dim, members in group order (their
@@ -457,6 +473,7 @@ DTRT_KERNEL(all_reduce);
 DTRT_KERNEL(all_gather);
 DTRT_KERNEL(reduce_scatter);
 DTRT_KERNEL(all_to_all);
+DTRT_KERNEL(fold_all);
 DTRT_KERNEL(shard_slice);
 DTRT_KERNEL(send);
 DTRT_KERNEL(bcast);

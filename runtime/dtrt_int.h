@@ -184,7 +184,6 @@ DtStatus dtrt_comm_bcast(DtrtCtx *ctx, const char *op, void *p, int n, int root)
 /* The measured timeline (DTRT_TRACE=FILE): spans of kernels (tid 0), of
  * collectives (tid 1) and of whole steps (tid 2), written as a Chrome trace at
  * dtrt_model_destroy. */
-typedef DtStatus (*DtKernelFn)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
 enum { DTRT_TID_KERNEL, DTRT_TID_COMM, DTRT_TID_STEP };
 
 /* Starts tracing into the file named by DTRT_TRACE, if set (FILE.rankR when

@@ -688,3 +688,63 @@ DTRT_TRACED(bcast, DTRT_TID_COMM) {
   }
   return s;
 }
+
+/* fold_all: attributes axis, c_0..c_{p-1}. A chain in chunks of at most
+ * FOLD_CHUNK elements: member 0 folds its pieces, each next member adds its
+ * own onto what arrives from the one before and sends that on, so the
+ * chunks flow down the chain at once; then member p-1 broadcasts the sum.
+ * Every element is added in the order of one process's fold. */
+#define FOLD_CHUNK ((int64_t)1 << 16)
+DTRT_TRACED(fold_all, DTRT_TID_COMM) {
+  const char *op = "fold_all";
+  DtStatus s;
+  DtGroup g;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, DTRT_MAX_IATTRS, 0)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
+      (s = dtrt_group(ctx, op, dtrt_ai(a, 0, 0), &g)))
+    return s;
+  if (dtrt_ni(a) != 1 + g.size)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d int attributes for a group of %d", op, dtrt_ni(a),
+                     g.size);
+  if (in[0].rank < 1 || in[0].dim[0] != a->i[1 + g.me] || in[0].dim[0] < 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: member %d holds %lld pieces, not %lld", op, g.me,
+                     in[0].rank ? (long long)in[0].dim[0] : 0LL, (long long)a->i[1 + g.me]);
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim + 1, in[0].rank - 1)))
+    return s;
+  int64_t n = dtrt_numel(out), pieces = in[0].dim[0];
+  const float *x = in[0].data;
+  float *y = out->data;
+  int nreq = 0, me = g.me, last = g.size - 1;
+  MPI_Request req[64];
+  for (int64_t lo = 0; !s && lo < n; lo += FOLD_CHUNK) {
+    int64_t len = n - lo < FOLD_CHUNK ? n - lo : FOLD_CHUNK, q = 1;
+    if (me == 0)
+      memcpy(y + lo, x + lo, sizeof(float) * (size_t)len);
+    else if ((s = dtrt_mpi(ctx, MPI_Recv(y + lo, (int)len, MPI_FLOAT, me - 1, TAG, g.comm,
+                                         MPI_STATUS_IGNORE), op, "MPI_Recv")))
+      break;
+    else
+      q = 0;
+    for (; q < pieces; q++)
+      for (int64_t j = 0; j < len; j++)
+        y[lo + j] += x[q * n + lo + j];
+    if (me < last) {
+      if (nreq == (int)(sizeof req / sizeof req[0])) {
+        if ((s = dtrt_mpi(ctx, MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE), op, "MPI_Waitall")))
+          break;
+        nreq = 0;
+      }
+      s = dtrt_mpi(ctx, MPI_Isend(y + lo, (int)len, MPI_FLOAT, me + 1, TAG, g.comm, &req[nreq++]),
+                   op, "MPI_Isend");
+    }
+  }
+  if (nreq) {
+    DtStatus w = dtrt_mpi(ctx, MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE), op, "MPI_Waitall");
+    s = s ? s : w;
+  }
+  for (int64_t at = 0; !s && g.size > 1 && at < n; at += INT_MAX) {
+    int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    s = dtrt_mpi(ctx, MPI_Bcast(y + at, k, MPI_FLOAT, last, g.comm), op, "MPI_Bcast");
+  }
+  return s;
+}

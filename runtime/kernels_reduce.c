@@ -216,3 +216,64 @@ DTRT_TRACED(max_grad, DTRT_TID_KERNEL) {
   dtrt_free(ctx, arg);
   return DT_OK;
 }
+
+/* ---- deterministic mode: pieces and their fold ---- */
+
+/* fold(x[P, ...]) -> [...]: no attributes. */
+DTRT_TRACED(fold, DTRT_TID_KERNEL) {
+  const char *op = "fold";
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 0, 0)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)))
+    return s;
+  if (in[0].rank < 1 || in[0].dim[0] < 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: input needs a leading dim of pieces, got rank %d", op,
+                     (int)in[0].rank);
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim + 1, in[0].rank - 1)))
+    return s;
+  int64_t n = 1, p = in[0].dim[0];
+  for (int d = 1; d < in[0].rank; d++)
+    n *= in[0].dim[d];
+  const float *x = in[0].data;
+  float *y = out->data;
+  memcpy(y, x, sizeof(float) * (size_t)n);
+  for (int64_t q = 1; q < p; q++)
+    for (int64_t j = 0; j < n; j++)
+      y[j] += x[q * n + j];
+  return DT_OK;
+}
+
+DtStatus dtrt_pieces(DtrtCtx *ctx, DtKernelFn k, const DtTensor *in, int nin, DtTensor *out,
+                     const DtAttrs *a, uint32_t cut) {
+  if (!ctx || !k || !in || !out || nin < 1 || nin > 16 || out->rank < 1 || !(cut & ((1u << nin) - 1)))
+    return dtrt_fail(ctx, DT_ERR_ARG, "pieces: bad arguments");
+  int64_t p = out->dim[0], oelems = 1;
+  for (int d = 1; d < out->rank; d++)
+    oelems *= out->dim[d];
+  DtTensor pin[16], pout = *out;
+  pout.rank = out->rank - 1;
+  memmove(pout.dim, out->dim + 1, sizeof(int64_t) * (size_t)pout.rank);
+  int64_t stride[16] = {0};
+  for (int j = 0; j < nin; j++) {
+    pin[j] = in[j];
+    if (!(cut >> j & 1u))
+      continue;
+    if (in[j].rank < 1 || p < 1 || in[j].dim[0] % p)
+      return dtrt_fail(ctx, DT_ERR_ARG, "pieces: operand %d's dim 0 is not %lld equal blocks", j,
+                       (long long)p);
+    pin[j].dim[0] = in[j].dim[0] / p;
+    stride[j] = 4;   /* f32 and i32 */
+    for (int d = 0; d < in[j].rank; d++)
+      stride[j] *= pin[j].dim[d];
+  }
+  for (int64_t q = 0; q < p; q++) {
+    for (int j = 0; j < nin; j++)
+      if (cut >> j & 1u)
+        pin[j].data = (char *)in[j].data + q * stride[j];
+    pout.data = (char *)out->data + q * oelems * 4;
+    DtStatus s = k(ctx, pin, nin, &pout, a);
+    if (s)
+      return s;
+  }
+  return DT_OK;
+}

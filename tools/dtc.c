@@ -37,6 +37,9 @@ static const char usage[] =
   "  -O0 -O1 -O2 -O3      optimisation level of generated code (default -O2)\n"
   "  --target=TRIPLE      generate code for TRIPLE (default: this machine)\n"
   "  -mcpu=CPU            generate code for CPU (default: host, or generic)\n"
+  "  -fdeterministic[=N]  the same result on any layout: every sum over the\n"
+  "                       batch in N fixed pieces (default 8 or the largest\n"
+  "                       divisor of the batch below), added in order\n"
   "  -fmatmul=HOW         matmuls by dtc's own generated kernel (dtc), by\n"
   "                       OpenBLAS through libdtrt (blas), or by dtc where\n"
   "                       it measured faster (auto, the default)\n"
@@ -70,6 +73,7 @@ typedef struct Driver {
   const char *defs[64];
   int ndefs;
   const char *print_after[32];
+  int det;                   /* -fdeterministic: 0 off, -1 the default count, else the count */
   PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
   PassRun run;
   int devices[CG_MAX_PLANS]; /* --devices, ascending; ndevices 0: none given */
@@ -202,6 +206,15 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       if (k == COUNTOF(how))
         return fail("invalid value '%s' in '-fmatmul' (expected dtc, blas or auto)", v);
       o->matmul = (CgMatmul)k;
+    } else if (!strcmp(a, "-fdeterministic")) {
+      dr->det = -1;
+    } else if ((v = opt_value(a, "-fdeterministic="))) {
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (!*v || *end || n < 2 || n > IR_MAX_PIECES)
+        return fail("invalid value '%s' in '-fdeterministic' (expected a count of pieces, 2 to %d)",
+                    v, IR_MAX_PIECES);
+      dr->det = (int)n;
     } else if ((v = opt_value(a, "--cluster="))) {
       dr->cluster_file = v;
     } else if ((v = opt_value(a, "--devices="))) {
@@ -282,6 +295,26 @@ static FILE *open_text_output(const char *path) {
  * with EINVAL by src_read and dtrt_open_output. */
 static const char *why(int err) { return err == EINVAL ? "not a regular file" : strerror(err); }
 
+/* -fdeterministic[=N] on module m: pieces of its batch, unless its parallel
+ * block chose them. */
+static bool set_deterministic(Module *m, int n) {
+  if (m->det_pieces)
+    return n < 0 || n == m->det_pieces ||
+           (fail("-fdeterministic=%d: the parallel block of '%s' cuts the batch into %d pieces", n,
+                 m->name, m->det_pieces), false);
+  if (!m->batch)
+    return fail("-fdeterministic: model '%s' declares no batch dimension (model %s(batch B = ...))",
+                m->name, m->name), false;
+  if (n < 0 && !(n = ir_det_pieces(m->batch)))
+    return fail("-fdeterministic: a batch of %lld rows has no count of pieces from 2 to 8; give "
+                "one: -fdeterministic=N", (long long)m->batch), false;
+  if (m->batch % n)
+    return fail("-fdeterministic=%d: a batch of %lld rows is not %d equal pieces", n,
+                (long long)m->batch, n), false;
+  m->det_pieces = n, m->det_loc = m->loc;
+  return true;
+}
+
 /* After a diagnostic in one plan of --devices: which. */
 static void plan_note(Diag *d, void *arg) {
   diag_note(d, (Loc){0}, "in the plan for %d device%s (--devices)", *(int *)arg,
@@ -309,6 +342,8 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     double t0 = now_ms();
     Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
     double fe_ms = now_ms() - t0;
+    if (m && !d->nerr && dr->det && !set_deterministic(m, dr->det))
+      goto done;
     d->wflags &= ~W_UNUSED;
     if (!m || d->nerr || !ir_verify(m, d))
       goto done;
@@ -403,6 +438,8 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   }
   double fe_ms = now_ms() - t0;
   if (!m || d->nerr)
+    return 1;
+  if (dr->det && !set_deterministic(m, dr->det))
     return 1;
   if (!ir_verify(m, d))
     return 1;

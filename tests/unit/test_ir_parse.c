@@ -57,8 +57,35 @@ static void test_start(void **state) {
   expect_error("module m n\n", "t.ir:1:10: error: expected end of line, found 'n'");
   expect_error("module m\nmodule n\n", "t.ir:2:1: error: a file holds one module");
   expect_error("module m\nfoo\n",
-               "t.ir:2:1: error: expected a declaration (dim, cluster, mesh, plan, train, input, "
-               "param, state, func), found 'foo'");
+               "t.ir:2:1: error: expected a declaration (dim, cluster, mesh, plan, deterministic, "
+               "train, input, param, state, func), found 'foo'");
+}
+
+/* The deterministic line and the pieces attribute of deterministic mode. */
+static void test_deterministic(void **state) {
+  (void)state;
+  expect_error("module m\ndeterministic 1 batch 4\n",
+               "t.ir:2:15: error: a piece count must be between 2 and 256");
+  expect_error("module m\ndeterministic 3 batch 4\n",
+               "t.ir:2:23: error: a batch of 4 rows is not 3 equal pieces");
+  expect_error("module m\ndeterministic 2 rows 4\n", "t.ir:2:17: error: expected 'batch', found 'rows'");
+  expect_error("module m\ndeterministic 2 batch 4\ndeterministic 2 batch 4\n",
+               "t.ir:3:1: error: a module has one deterministic line");
+  const char *head = "module m\ninput x: f32[4,3]\nfunc @f {\n  %x = load {global = \"x\"} : f32[4,3]\n";
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s  %%s = sum %%x {axes = [0], pieces = [0, 3]} : f32[1,3]\n}\n", head);
+  expect_error(buf, "t.ir:5:8: error: 'sum': pieces entry 0 (operand 0 in blocks of 3 rows) does "
+                    "not cut an operand's dim 0 into whole blocks");
+  snprintf(buf, sizeof buf, "%s  %%s = sum %%x {axes = [0], pieces = [1, 2]} : f32[2,3]\n}\n", head);
+  expect_error(buf, "t.ir:5:8: error: 'sum': pieces entry 0 (operand 1 in blocks of 2 rows) does "
+                    "not cut an operand's dim 0 into whole blocks");
+  snprintf(buf, sizeof buf, "%s  %%s = sum %%x {axes = [0], pieces = 2} : f32[2,3]\n}\n", head);
+  expect_error(buf, "t.ir:5:28: error: attribute 'pieces' must be ints, not int");
+  snprintf(buf, sizeof buf, "%s  %%s = sum %%x {axes = [0], pieces = [0, 2]} : f32[2,3]\n"
+                            "  %%f = fold %%s : f32[3]\n}\n", head);
+  Result r = parse(buf);
+  assert_non_null(r.m);
+  free(r.msg);
 }
 
 static void test_lexical(void **state) {
@@ -499,7 +526,8 @@ static void test_large_inputs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_start),          cmocka_unit_test(test_lexical),
+      cmocka_unit_test(test_start),
+      cmocka_unit_test(test_deterministic),          cmocka_unit_test(test_lexical),
       cmocka_unit_test(test_values),         cmocka_unit_test(test_types),
       cmocka_unit_test(test_attrs),          cmocka_unit_test(test_module_decls),
       cmocka_unit_test(test_cluster_and_mesh), cmocka_unit_test(test_shardings),

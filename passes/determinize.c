@@ -1,0 +1,238 @@
+/* determinize.c: deterministic mode. With Module.det_pieces = G > 1, every
+ * sum over the batch is cut into G fixed pieces of rows: the op runs once per
+ * piece (its `pieces` attribute), and `fold` adds the pieces' results in piece
+ * order. A device holds whole pieces (ir_dim_blocks) and spmd gathers a
+ * fold's pieces to every device, so each device adds the same numbers in the
+ * same order whatever the layout; every other op computes a row from that
+ * row alone. The step's losses and parameters are then the same bit for bit
+ * on one process and on any mesh that splits the batch, evenly or not
+ * (EasyScale's fixed logical workers, in the compiler).
+ *
+ * A value holds rows of the batch (ROWS) when it comes from an input whose
+ * dim 0 is the batch (Module.batch), through ops that keep those rows in dim
+ * 0. An op that sums over them runs in pieces; a mean over them becomes the
+ * fold of sums over a count, and cross_entropy and its derivative the forms
+ * with an explicit divisor (cross_entropy_sum), whose arithmetic no longer
+ * depends on a device's share of the rows.
+ *
+ * Requires: autodiff, eval, microbatch. Guarantees: in @train_step and
+ * @forward no op sums over the batch's rows but in pieces, and no op scales
+ * by a device's share of them; an op that mixes the rows otherwise, a loop
+ * over them, or a mean loss without a fixed form, is a located error. */
+#include <string.h>
+
+#include "passes.h"
+
+typedef struct Det {
+  Module *m;
+  Diag *d;
+  Func *f;
+  int g;               /* pieces */
+  Inst **map;          /* by old id: the value that replaces it */
+  bool *rows;          /* by old id: holds the batch's rows in dim 0 */
+  bool failed;
+} Det;
+
+static void fail(Det *c, const Inst *i, const char *fmt, const char *what) {
+  c->failed = true;
+  diag_error(c->d, i->loc, fmt, what);
+  diag_note(c->d, c->m->det_loc, "deterministic mode (%d pieces of the batch) asked for here",
+            c->g);
+}
+
+static Inst *konst(Det *c, Loc loc, double v) {
+  Inst *k = ir_new(c->f, OP_const, loc, 0, NULL);
+  ir_set_float(k, "value", v);
+  return ir_finish(k);
+}
+
+/* x (built on operands in, its attributes set) run in pieces, operand k cut
+ * when cut[k], and then folded. */
+static Inst *fold_of(Det *c, Inst *x, Inst **in, const bool *cut) {
+  int64_t pc[32];
+  int n = 0;
+  for (int k = 0; k < x->nin; k++)
+    if (cut[k])
+      pc[n++] = k, pc[n++] = in[k]->type.dim[0] / c->g;
+  ir_set_ints(x, "pieces", pc, n);
+  return ir_make(c->f, OP_fold, x->loc, 1, ir_finish(x));
+}
+
+static Inst *pieces(Det *c, const Inst *i, Op op, Inst **in, const bool *cut) {
+  Inst *x = ir_new(c->f, op, i->loc, i->nin, in);
+  ir_copy_attrs(x, i);
+  return fold_of(c, x, in, cut);
+}
+
+/* A sum over the batch's rows: operand k's dim 0 is summed over, with
+ * label s; every dim of that label must be a cut operand's dim 0. */
+static Inst *cut_sum(Det *c, const Inst *i, Inst **in, const DimMap *dm, int s) {
+  bool cut[16] = {0};
+  for (int k = 0; k < i->nin; k++)
+    for (int j = 0; j < i->in[k]->type.rank; j++) {
+      if (dm->to[k][j] != FORM_SUM(s))
+        continue;
+      if (j != 0 || in[k]->type.dim[0] % c->g) {
+        fail(c, i, "deterministic mode: '%s' sums the batch's rows with a dimension that is not "
+                   "an operand's first or not a multiple of the pieces", ir_ops[i->op].name);
+        return NULL;
+      }
+      cut[k] = true;
+    }
+  Inst *x;
+  switch (i->op) {
+  case OP_mean: {   /* the fold of sums, over the count */
+    double n = (double)type_elems(&in[0]->type) / (double)type_elems(&i->type);
+    x = pieces(c, i, OP_sum, in, cut);
+    return ir_make(c->f, OP_div, i->loc, 2, x, konst(c, i->loc, n));
+  }
+  case OP_cross_entropy: {   /* every label kept: the sum over the rows */
+    Inst *y = ir_new(c->f, OP_cross_entropy_sum, i->loc, 2, in);
+    ir_set_int(y, "ignore_index", INT32_MIN);
+    ir_set_float(y, "smoothing", 0);
+    bool both[16] = {true, true};
+    x = fold_of(c, y, in, both);
+    return ir_make(c->f, OP_div, i->loc, 2, x, konst(c, i->loc, (double)in[0]->type.dim[0]));
+  }
+  case OP_mse: {   /* the fold of the squares' sums, over the count */
+    Inst *e = ir_make(c->f, OP_sub, i->loc, 2, in[0], in[1]);
+    Inst *sq[1] = {ir_make(c->f, OP_mul, i->loc, 2, e, e)};
+    int64_t axes[IR_MAX_RANK];
+    for (int d = 0; d < sq[0]->type.rank; d++)
+      axes[d] = d;
+    Inst *y = ir_new(c->f, OP_sum, i->loc, 1, sq);
+    ir_set_ints(y, "axes", axes, sq[0]->type.rank);
+    bool first[16] = {true};
+    x = fold_of(c, y, sq, first);
+    return ir_make(c->f, OP_div, i->loc, 2, x,
+                   konst(c, i->loc, (double)type_elems(&in[0]->type)));
+  }
+  case OP_bce_with_logits:
+    fail(c, i, "deterministic mode: '%s' has no form with a fixed order of its sum yet "
+               "(cross_entropy, mse and sums over the batch have one)", ir_ops[i->op].name);
+    return NULL;
+  default:
+    return pieces(c, i, i->op, in, cut);
+  }
+}
+
+/* cross_entropy_grad's dloss / N on a device's rows, as one process has it. */
+static Inst *ce_grad(Det *c, const Inst *i, Inst **in) {
+  Inst *d = ir_make(c->f, OP_div, i->loc, 2, in[2],
+                    konst(c, i->loc, (double)in[0]->type.dim[0]));
+  Inst *x = ir_new(c->f, OP_cross_entropy_sum_grad, i->loc, 3, (Inst *[]){in[0], in[1], d});
+  ir_set_int(x, "ignore_index", INT32_MIN);
+  ir_set_float(x, "smoothing", 0);
+  return ir_finish(x);
+}
+
+/* i with operands in (the new values): what replaces it, and whether that
+ * holds the batch's rows; NULL: i itself. */
+static Inst *rewrite(Det *c, Inst *i, Inst **in, bool *rows) {
+  bool any = false;
+  *rows = false;
+  for (int k = 0; k < i->nin; k++)
+    any |= c->rows[i->in[k]->id];
+  if (i->op == OP_load) {
+    const Global *g = ir_global_of(i);
+    *rows = g->kind == G_INPUT && g->type.rank >= 1 && g->type.dim[0] == c->m->batch;
+    return NULL;
+  }
+  if (!any)
+    return NULL;
+  if (i->op == OP_output || i->op == OP_store)
+    return NULL;
+  if (i->op == OP_repeat) {
+    fail(c, i, "deterministic mode: this %s runs over the batch's rows; deterministic mode "
+               "cuts a step without loops only", "loop");
+    return NULL;
+  }
+  if (i->op == OP_bce_with_logits_grad) {
+    fail(c, i, "deterministic mode: '%s' has no form with a fixed order of its sum yet",
+         ir_ops[i->op].name);
+    return NULL;
+  }
+  DimMap dm;
+  if (!shard_map(i, &dm)) {
+    fail(c, i, "deterministic mode: '%s' cannot take the batch's rows", ir_ops[i->op].name);
+    return NULL;
+  }
+  int sum = -1;
+  bool keep = false;
+  for (int k = 0; k < i->nin; k++) {
+    if (!c->rows[i->in[k]->id])
+      continue;
+    int e = dm.to[k][0];
+    if (e <= FORM_SUM(0)) {
+      sum = FORM_SUM(0) - e;
+    } else if (e == 0 && dm.mul[k][0] == dm.div[k][0] && i->type.dim[0] == i->in[k]->type.dim[0]) {
+      keep = true;
+    } else if (e == 0 && i->type.rank && i->type.dim[0] % c->g == 0) {
+      keep = true;   /* a reshape that merges or splits the rows' trailing dims */
+    } else {
+      fail(c, i, "deterministic mode: '%s' moves or mixes the batch's rows (it needs them in "
+                 "dimension 0, row by row)", ir_ops[i->op].name);
+      return NULL;
+    }
+  }
+  if (sum >= 0)
+    return cut_sum(c, i, in, &dm, sum);
+  *rows = keep;
+  if (i->op == OP_cross_entropy_grad)
+    return ce_grad(c, i, in);
+  return NULL;
+}
+
+static void determinize(Det *c, Func *f) {
+  Module *m = c->m;
+  ir_renumber(f);
+  int n = f->inst.n;
+  Inst **old = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1));
+  memcpy(old, f->inst.a, sizeof(Inst *) * (size_t)n);
+  c->f = f;
+  c->map = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(n + 1));
+  c->rows = arena_alloc(m->arena, sizeof(bool) * (size_t)(n + 1));
+  f->inst.n = 0;
+  for (int k = 0; k < n; k++) {
+    Inst *i = old[k];
+    Inst *in[SHARD_MAX_IN];
+    DTC_ASSERT(i->nin <= SHARD_MAX_IN);
+    for (int j = 0; j < i->nin; j++)
+      in[j] = c->map[i->in[j]->id];
+    bool rows = false;
+    Inst *x = c->failed ? NULL : rewrite(c, i, in, &rows);
+    if (!x) {
+      for (int j = 0; j < i->nin; j++)
+        i->in[j] = in[j];
+      vec_push(m->arena, &f->inst, i);
+      x = i;
+    } else if (i->name && !x->name) {
+      x->name = i->name;
+    }
+    c->map[k] = x;
+    c->rows[k] = rows;
+  }
+  ir_renumber(f);
+}
+
+bool pass_determinize(Module *m, Diag *d, PassRun *run) {
+  (void)run;
+  if (m->det_pieces < 2)
+    return true;
+  Det c = {.m = m, .d = d, .g = m->det_pieces};
+  DTC_ASSERT(m->batch > 0 && m->batch % c.g == 0);
+  for (int k = 0; k < m->mesh.n; k++)
+    for (int a = 0; a < m->mesh.a[k].naxis; a++)
+      if (m->mesh.a[k].axis_size[a] > c.g) {
+        diag_error(d, m->det_loc, "deterministic mode cuts the batch into %d pieces, fewer than "
+                   "the %d devices of mesh axis '%s'", c.g, m->mesh.a[k].axis_size[a],
+                   m->mesh.a[k].axis_name[a]);
+        return false;
+      }
+  for (int k = 0; k < m->func.n && !c.failed; k++) {
+    Func *f = m->func.a[k];
+    if (f->device < 0 && !f->body && (ir_func_is(f, "train_step") || ir_func_is(f, "forward")))
+      determinize(&c, f);
+  }
+  return !c.failed;
+}
