@@ -419,6 +419,10 @@ static bool shard_shard_slice(const Inst *i, DimMap *m) { return (void)i, (void)
 static bool shard_send(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_bcast(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 
+/* ---- batch norm: the eval pass, before sharding, leaves no batch_stat ---- */
+
+static bool shard_batch_stat(const Inst *i, DimMap *m) { return elem(i, m, false); }
+
 const ShardRule shard_rules[OP_COUNT] = {
 #define OP(id, name, minin, maxin, kind, attrs) [OP_##id] = shard_##id,
 #include "ops.def"
