@@ -826,16 +826,16 @@ static const Global *bn_buffer(Ctx *c, const Expr *e, const char *what, const In
   Name *n = e->kind == E_IDENT ? lookup(c, e->s) : NULL;
   char buf[128];
   if (!n || !n->buffer || n->global < 0) {
-    diag_error(c->d, e->loc, "'%s' of 'batch_norm' must name a buffer (declared 'buffer %s: "
-               "f32[%lld]'), which the training step updates", what,
-               e->kind == E_IDENT ? e->s : "NAME", (long long)x->type.dim[1]);
+    diag_error(c->d, e->loc, "'%s' of 'batch_norm' must name a buffer (declared 'buffer NAME: "
+               "f32[%lld]'), which the training step updates", what, (long long)x->type.dim[1]);
     return NULL;
   }
   const Global *g = &c->m->global.a[n->global];
   if (g->type.dtype != DT_F32 || g->type.rank != 1 || g->type.dim[0] != x->type.dim[1]) {
+    char b2[128];
     diag_error(c->d, e->loc, "'%s' of 'batch_norm' must be f32[%lld], one per channel of %s, "
                "not %s", what, (long long)x->type.dim[1], type_str(&x->type, buf, sizeof buf),
-               type_str(&g->type, buf, sizeof buf));
+               type_str(&g->type, b2, sizeof b2));
     return NULL;
   }
   for (int k = 0; k < c->f->inst.n; k++) {
@@ -849,8 +849,10 @@ static const Global *bn_buffer(Ctx *c, const Expr *e, const char *what, const In
   return g;
 }
 
-/* v reshaped to shape [dim, n]. */
+/* v reshaped to shape [dim, n] (v itself when that is its shape). */
 static Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n) {
+  if (v->type.rank == n && !memcmp(v->type.dim, dim, sizeof *dim * (size_t)n))
+    return v;
   Inst *r = ir_new(c->f, OP_reshape, at, 1, &v);
   ir_set_ints(r, "shape", dim, n);
   return finish(c, r);
