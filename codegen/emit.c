@@ -298,7 +298,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
       const Global *gl = &m->global.a[k];
       if (gl->kind != kind)
         continue;
-      static const int dk[] = {DT_G_INPUT, DT_G_PARAM, DT_G_STATE};
+      static const int dk[] = {DT_G_INPUT, DT_G_PARAM, DT_G_PARAM, DT_G_STATE};   /* buffers as params */
+      static_assert(COUNTOF(dk) == G_STATE + 1, "global kinds");
       Type block;
       int64_t begin[IR_MAX_RANK];
       ir_local_type(m, dev < 0 ? NULL : gl->shard, &gl->type, dev, &block, begin);

@@ -232,7 +232,8 @@ static void write_header(FILE *out, const Module *m, const char *base, Module *c
   fputs("/* Shapes: NAME_RANK, NAME_DIMS (an initialiser), NAME_DIMi, NAME_ELEMS. */\n\n", out);
   for (int k = 0; k < m->global.n; k++) {
     const Global *g = &m->global.a[k];
-    static const char *kind[] = {"input", "param", "optimizer state"};
+    static const char *kind[] = {"input", "param", "buffer", "optimizer state"};
+    static_assert(COUNTOF(kind) == G_STATE + 1, "global kinds");
     const char *what = arena_printf(a, "%s %s", kind[g->kind], g->name);
     shape_macros(out, arena_printf(a, "%s_%s", P, upper(a, g->name)), what, &g->type);
   }

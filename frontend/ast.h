@@ -70,6 +70,7 @@ typedef enum {
   S_SHARD,      /* shard name: [list] */
   S_PLAN,       /* plan name */
   S_RETURN,     /* return val (a block's value) */
+  S_BUFFER,     /* buffer name: type [init val] (a tensor the step updates, not trained) */
 } StmtKind;
 
 typedef struct Stmt Stmt;
@@ -82,7 +83,7 @@ struct Stmt {
   Loc name_loc;
   const char *role;      /* S_DIM: the word before the name, or NULL */
   Loc role_loc;
-  TypeExpr *type;        /* S_INPUT, S_PARAM */
+  TypeExpr *type;        /* S_INPUT, S_PARAM, S_BUFFER */
   Expr *val;             /* NULL when absent */
   ArgList axes;          /* S_MESH: axis = size */
   ExprList list;         /* S_MESH devices (E_IDENT), S_SHARD entries */

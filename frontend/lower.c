@@ -23,6 +23,7 @@ typedef struct Name {
   bool bad;              /* its definition failed: uses stay silent */
   bool output;           /* an output statement names it */
   bool used;             /* read by an expression */
+  bool buffer;           /* N_PARAM: declared with 'buffer' (updated by the step, not trained) */
   struct Name *next;     /* hash chain */
 } Name;
 
@@ -51,6 +52,8 @@ typedef struct Prog {
   int nblk;
   Ctx *cur;              /* the context being lowered, for notes after diagnostics */
   VEC(Ctx *) inst;       /* every block application lowered */
+  Loc single;            /* the first batch_norm of one value per channel, which cannot train */
+  Type single_type;
 } Prog;
 
 /* The model, or one application of a block. */
@@ -389,6 +392,7 @@ typedef enum {
   B_POOL2D,     /* max_pool2d, avg_pool2d: kernel_size, stride, padding */
   B_FLATTEN,    /* start_dim, end_dim */
   B_PAD,        /* pad (as F.pad), mode, value */
+  B_BATCH_NORM, /* running stats, weight, bias, momentum, eps */
 } BuiltinKind;
 
 typedef struct Builtin {
@@ -432,6 +436,8 @@ static const Builtin builtins[] = {
   {"avg_pool2d", B_POOL2D, 1, 2, 4, {"input", "kernel_size", "stride", "padding"}},
   {"flatten", B_FLATTEN, 1, 1, 3, {"input", "start_dim", "end_dim"}},
   {"pad", B_PAD, 1, 2, 4, {"input", "pad", "mode", "value"}},
+  {"batch_norm", B_BATCH_NORM, 5, 3, 7,
+   {"input", "running_mean", "running_var", "weight", "bias", "momentum", "eps"}},
 };
 
 static Inst *lower_expr(Ctx *c, const Expr *e);
@@ -814,6 +820,133 @@ static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
   return cv ? op2(c, OP_add, e->loc, x, cv) : x;
 }
 
+/* The buffer argument `what` of batch_norm names, updated by no other call;
+ * NULL after reporting. */
+static const Global *bn_buffer(Ctx *c, const Expr *e, const char *what, const Inst *x) {
+  Name *n = e->kind == E_IDENT ? lookup(c, e->s) : NULL;
+  char buf[128];
+  if (!n || !n->buffer || n->global < 0) {
+    diag_error(c->d, e->loc, "'%s' of 'batch_norm' must name a buffer (declared 'buffer NAME: "
+               "f32[%lld]'), which the training step updates", what, (long long)x->type.dim[1]);
+    return NULL;
+  }
+  const Global *g = &c->m->global.a[n->global];
+  if (g->type.dtype != DT_F32 || g->type.rank != 1 || g->type.dim[0] != x->type.dim[1]) {
+    char b2[128];
+    diag_error(c->d, e->loc, "'%s' of 'batch_norm' must be f32[%lld], one per channel of %s, "
+               "not %s", what, (long long)x->type.dim[1], type_str(&x->type, buf, sizeof buf),
+               type_str(&g->type, b2, sizeof b2));
+    return NULL;
+  }
+  for (int k = 0; k < c->f->inst.n; k++) {
+    const Inst *s = c->f->inst.a[k];
+    if (s->op == OP_store && ir_global_of(s) == g) {
+      diag_error(c->d, e->loc, "buffer '%s' is already updated by the batch_norm on line %d; "
+                 "each batch_norm needs buffers of its own", e->s, s->loc.line);
+      return NULL;
+    }
+  }
+  return g;
+}
+
+/* v reshaped to shape [dim, n] (v itself when that is its shape). */
+static Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n) {
+  if (v->type.rank == n && !memcmp(v->type.dim, dim, sizeof *dim * (size_t)n))
+    return v;
+  Inst *r = ir_new(c->f, OP_reshape, at, 1, &v);
+  ir_set_ints(r, "shape", dim, n);
+  return finish(c, r);
+}
+
+/* batch_norm(input, running_mean, running_var, weight, bias, momentum = 0.1,
+ * eps = 1e-5), as torch.nn.functional's over every dim but 1: the batch's
+ * mean and biased variance (mean reductions, partial sums under a batch
+ * split) normalise in training and update the buffers, (1 - m) r + m s with
+ * the unbiased variance; batch_stat lets evaluation read the buffers
+ * instead. y = x a + (bias - mean a), a = weight / sqrt(var + eps). */
+static Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+  Inst *x = in[0];
+  char buf[128];
+  Loc at = e->loc;
+  if (x->type.dtype != DT_F32 || x->type.rank < 2) {
+    diag_error(c->d, arg[0]->loc, "the input of 'batch_norm' must be f32[N, C, ...], not %s",
+               type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
+  const Type *xt = &x->type;
+  int64_t C = xt->dim[1], count = type_elems(xt) / C;
+  const Global *rm = bn_buffer(c, arg[1], "running_mean", x);
+  const Global *rv = rm ? bn_buffer(c, arg[2], "running_var", x) : NULL;
+  if (!rv)
+    return NULL;
+  if (rm == rv) {
+    diag_error(c->d, arg[2]->loc, "'running_mean' and 'running_var' of 'batch_norm' name the "
+               "same buffer");
+    return NULL;
+  }
+  for (int k = 3; k < 5; k++) {
+    const Type *t = in[k] ? &in[k]->type : NULL;
+    if (t && (t->dtype != DT_F32 || t->rank != 1 || t->dim[0] != C)) {
+      diag_error(c->d, arg[k]->loc, "the %s of 'batch_norm' must be f32[%lld], one per channel, "
+                 "not %s", k == 3 ? "weight" : "bias", (long long)C, type_str(t, buf, sizeof buf));
+      return NULL;
+    }
+  }
+  double mom = 0.1, eps = 1e-5;
+  if ((arg[5] && !real_in(c, arg[5], "momentum", false, 1, false, &mom)) ||
+      (arg[6] && !real_in(c, arg[6], "eps", true, INFINITY, false, &eps)))
+    return NULL;
+  if (count < 2 && !c->prog->single.file)   /* refused if the model trains */
+    c->prog->single = arg[0]->loc, c->prog->single_type = *xt;
+  int64_t axes[IR_MAX_RANK], stat[IR_MAX_RANK];
+  int na = 0;
+  for (int d = 0; d < xt->rank; d++) {
+    stat[d] = d == 1 ? C : 1;
+    if (d != 1)
+      axes[na++] = d;
+  }
+  Inst *mu = ir_new(c->f, OP_mean, at, 1, &x);
+  ir_set_ints(mu, "axes", axes, na);
+  ir_set_int(mu, "keepdim", 1);
+  if (!(mu = finish(c, mu)))
+    return NULL;
+  Inst *xc = op2(c, OP_sub, at, x, mu);
+  Inst *sq = xc ? op2(c, OP_mul, at, xc, xc) : NULL;
+  Inst *var = sq ? ir_new(c->f, OP_mean, at, 1, &sq) : NULL;
+  if (!var)
+    return NULL;
+  ir_set_ints(var, "axes", axes, na);
+  ir_set_int(var, "keepdim", 1);
+  if (!(var = finish(c, var)))
+    return NULL;
+  Inst *rmv = in[1], *rvv = in[2];
+  Inst *ms = op2(c, OP_batch_stat, at, mu, reshaped(c, at, rmv, stat, xt->rank));
+  Inst *vs = op2(c, OP_batch_stat, at, var, reshaped(c, at, rvv, stat, xt->rank));
+  Inst *a = op1(c, OP_sqrt, at, op2(c, OP_add, at, vs, constant(c, eps, at)));
+  int64_t cw[IR_MAX_RANK];   /* [C, 1, ...]: a per-channel vector against [N, C, ...] */
+  for (int d = 1; d < xt->rank; d++)
+    cw[d - 1] = d == 1 ? C : 1;
+  a = in[3] ? op2(c, OP_div, at, reshaped(c, at, in[3], cw, xt->rank - 1), a)
+            : op2(c, OP_div, at, constant(c, 1, at), a);
+  Inst *shift = op1(c, OP_neg, at, op2(c, OP_mul, at, ms, a));
+  if (in[4])
+    shift = op2(c, OP_add, at, shift, reshaped(c, at, in[4], cw, xt->rank - 1));
+  Inst *y = op2(c, OP_add, at, op2(c, OP_mul, at, x, a), shift);
+  /* the running statistics: (1 - m) r + m s, the variance unbiased */
+  const Global *g[2] = {rm, rv};
+  Inst *s[2] = {mu, var}, *r[2] = {rmv, rvv};
+  double f[2] = {mom, count > 1 ? mom * (double)count / (double)(count - 1) : mom};
+  for (int k = 0; k < 2; k++) {
+    Inst *v = op2(c, OP_add, at, op2(c, OP_mul, at, constant(c, 1 - mom, at), r[k]),
+                  op2(c, OP_mul, at, constant(c, f[k], at), reshaped(c, at, s[k], &C, 1)));
+    Inst *st = ir_new(c->f, OP_store, at, 1, &v);
+    ir_set_str(st, "global", g[k]->name);
+    if (!finish(c, st))
+      return NULL;
+  }
+  return y;
+}
+
 static const Builtin *find_builtin(const char *name) {
   for (int k = 0; k < COUNTOF(builtins); k++)
     if (!strcmp(builtins[k].name, name))
@@ -882,7 +1015,7 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
   Expr *arg[COUNTOF(b->param)];
   if (!fe_bind(e, b->param, b->nparam, b->nparam, b->nreq, arg, c->a, c->d))
     return NULL;
-  Inst *in[3] = {0};
+  Inst *in[5] = {0};
   bool ok = true;
   for (int k = 0; k < b->ntensor; k++)
     if (arg[k]) {
@@ -891,8 +1024,10 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     }
   if (!ok)
     return NULL;
-  Op op = b->kind == B_LAYER_NORM ? OP_normalize : b->kind == B_FLATTEN ? OP_reshape
-                                                    : ir_op_lookup(b->name);
+  Op op = b->kind == B_LAYER_NORM   ? OP_normalize
+          : b->kind == B_FLATTEN    ? OP_reshape
+          : b->kind == B_BATCH_NORM ? OP_batch_stat
+                                    : ir_op_lookup(b->name);
   DTC_ASSERT(op != OP_COUNT);
   Inst *x = in[0], *i;
   int64_t axis, seed;
@@ -973,6 +1108,8 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     return lower_flatten(c, e, x, arg);
   case B_PAD:
     return lower_pad(c, e, x, arg);
+  case B_BATCH_NORM:
+    return lower_batch_norm(c, e, in, arg);
   }
   DTC_UNREACHABLE();
 }
@@ -1077,7 +1214,7 @@ static bool lower_type(Ctx *c, const TypeExpr *t, Type *out) {
 static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
   const Expr *e = s->val;
   if (!e) {
-    g->init = g->type.rank >= 2 ? DT_INIT_GLOROT : DT_INIT_ZEROS;
+    g->init = g->type.rank >= 2 && s->kind == S_PARAM ? DT_INIT_GLOROT : DT_INIT_ZEROS;
     return true;
   }
   int k = dtrt_name_index(dtrt_init_names, DT_INIT_COUNT, e->s);
@@ -1110,12 +1247,19 @@ static void lower_block_param(Ctx *c, const Stmt *s, Name *n, Type t) {
   }
   const char *global = join(c, c->path, s->name);
   Ctx *o = owner(c);
+  if (o->up && s->kind == S_BUFFER) {
+    diag_error(c->d, s->loc, "buffer '%s' in a repeated block: a loop's iterations cannot "
+               "update buffers yet; apply the block once per layer instead", s->name);
+    n->bad = true;
+    return;
+  }
   if (o->up) {
     n->val = stacked_arg(o, global, t, g.init, g.init_arg, s->name_loc);
     n->bad = !n->val;
     return;
   }
-  Global *pg = ir_add_global(c->m, global, G_PARAM, t, s->name_loc);
+  Global *pg = ir_add_global(c->m, global, s->kind == S_BUFFER ? G_BUFFER : G_PARAM, t,
+                             s->name_loc);
   pg->init = g.init;
   pg->init_arg = g.init_arg;
   n->global = c->m->global.n - 1;
@@ -1132,13 +1276,19 @@ static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
     n->bad = true;
     return;
   }
+  if (s->kind == S_BUFFER && t.dtype != DT_F32) {
+    diag_error(c->d, s->type->loc, "buffer '%s' must be f32", s->name);
+    n->bad = true;
+    return;
+  }
   if (c->decl->kind == D_BLOCK) {
     lower_block_param(c, s, n, t);
     return;
   }
-  Global *g = ir_add_global(c->m, s->name, s->kind == S_INPUT ? G_INPUT : G_PARAM, t, s->name_loc);
+  GlobalKind kind = s->kind == S_INPUT ? G_INPUT : s->kind == S_BUFFER ? G_BUFFER : G_PARAM;
+  Global *g = ir_add_global(c->m, s->name, kind, t, s->name_loc);
   n->global = c->m->global.n - 1;
-  if (s->kind == S_PARAM && !lower_init(c, s, g))
+  if (s->kind != S_INPUT && !lower_init(c, s, g))
     n->bad = true;
 }
 
@@ -1369,14 +1519,16 @@ static void lower_minimize(Ctx *c, const Stmt *s) {
  * instances. */
 static void define_stmts(Ctx *c) {
   static const NameKind kinds[] = {[S_INPUT] = N_INPUT, [S_PARAM] = N_PARAM, [S_ASSIGN] = N_VALUE,
-                                   [S_OUTPUT] = N_VALUE};
+                                   [S_OUTPUT] = N_VALUE, [S_BUFFER] = N_PARAM};
   bool block = c->decl->kind == D_BLOCK;
   const StmtList *body = &c->decl->body;
   for (int k = 0; k < body->n && !diag_full(c->d); k++) {
     const Stmt *s = body->a[k];
-    if ((s->kind == S_INPUT && !block) || s->kind == S_PARAM || s->kind == S_ASSIGN ||
-        (s->kind == S_OUTPUT && s->val && !block))
+    if ((s->kind == S_INPUT && !block) || s->kind == S_PARAM || s->kind == S_BUFFER ||
+        s->kind == S_ASSIGN || (s->kind == S_OUTPUT && s->val && !block))
       c->def[k] = define(c, s->name, kinds[s->kind], s->name_loc, k);
+    if (c->def[k] && s->kind == S_BUFFER)
+      c->def[k]->buffer = true;
     if (is_apply(c, s) && (!block || s->kind == S_ASSIGN)) {
       Loc at;
       c->inst[k] = define(c, inst_name(s, &at), N_INST, at, k);
@@ -1393,6 +1545,7 @@ static void lower_stmts(Ctx *c) {
     switch (s->kind) {
     case S_INPUT:
     case S_PARAM:
+    case S_BUFFER:
       if (n)
         lower_decl(c, s, n);
       break;
@@ -1814,6 +1967,11 @@ Module *lower_model(Arena *a, const Decl *md, const Decl *const *blocks, int nbl
   d->context_arg = &prog;
   define_stmts(&c);
   lower_stmts(&c);
+  if (c.m->train.loss && prog.single.file) {
+    char buf[128];
+    diag_error(d, prog.single, "'batch_norm' of %s has one value per channel: training needs "
+               "more than one", type_str(&prog.single_type, buf, sizeof buf));
+  }
 
   *used = arena_alloc(a, sizeof(bool) * (size_t)(c.m->global.n + 1));
   for (int k = 0; k < c.f->inst.n; k++)
@@ -1823,7 +1981,7 @@ Module *lower_model(Arena *a, const Decl *md, const Decl *const *blocks, int nbl
   for (int k = 0; k < c.names.n && ok && (d->wflags & W_UNUSED); k++) {
     Name *n = c.names.a[k];
     if (n->kind == N_PARAM && !n->val)
-      diag_warn(d, n->loc, "param '%s' is never used", n->name);
+      diag_warn(d, n->loc, "%s '%s' is never used", n->buffer ? "buffer" : "param", n->name);
   }
   for (int j = 0; j < prog.inst.n && ok && (d->wflags & W_UNUSED); j++) {
     Ctx *bc = prog.inst.a[j];
@@ -1831,7 +1989,8 @@ Module *lower_model(Arena *a, const Decl *md, const Decl *const *blocks, int nbl
     for (int k = 0; k < bc->names.n; k++) {
       Name *n = bc->names.a[k];
       if (n->kind == N_PARAM && !n->used)
-        diag_warn(d, n->loc, "param '%s' of block '%s' is never used", n->name, bc->decl->name);
+        diag_warn(d, n->loc, "%s '%s' of block '%s' is never used", n->buffer ? "buffer" : "param",
+                  n->name, bc->decl->name);
     }
   }
   d->context = context;

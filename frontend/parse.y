@@ -60,6 +60,7 @@ static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *na
 %token COLLECTIVE "'collective'"
 %token MESH "'mesh'" SHARD "'shard'" PLAN "'plan'" ON "'on'" OVER "'over'"
 %token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'" EACH "'each'"
+%token BUFFER "'buffer'"
 
 %type <e> expr call callee sdim
 %type <s> gname
@@ -148,6 +149,7 @@ mstmts: %empty                   { $$ = (StmtList){0}; }
 
 /* mstmt = "input" IDENT ":" type
  *       | "param" IDENT ":" type [ "init" callee ]
+ *       | "buffer" IDENT ":" type [ "init" callee ]
  *       | IDENT "=" value
  *       | "output" IDENT [ "=" value ]
  *       | "minimize" IDENT "with" callee
@@ -156,6 +158,9 @@ mstmt: INPUT IDENT ':' type      { $$ = named(p, S_INPUT, @1, $2, @2); $$->type 
      | PARAM IDENT ':' type      { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; }
      | PARAM IDENT ':' type INIT callee
                                  { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; $$->val = $6; }
+     | BUFFER IDENT ':' type     { $$ = named(p, S_BUFFER, @1, $2, @2); $$->type = $4; }
+     | BUFFER IDENT ':' type INIT callee
+                                 { $$ = named(p, S_BUFFER, @1, $2, @2); $$->type = $4; $$->val = $6; }
      | IDENT '=' value           { $$ = assign(p, $3, S_ASSIGN, @1, $1, @1); }
      | OUTPUT IDENT              { $$ = named(p, S_OUTPUT, @1, $2, @2); }
      | OUTPUT IDENT '=' value    { $$ = assign(p, $4, S_OUTPUT, @1, $2, @2); }

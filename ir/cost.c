@@ -14,7 +14,7 @@
  *                   at each below; a per-row step is folded into the per-element
  *                   count when the row is long
  *   data movement   0: reshape transpose slice pad concat broadcast embedding
- *   plumbing        0: load store output const lr arg repeat_out
+ *   plumbing        0: load store output const lr arg repeat_out batch_stat
  *   repeat          n times the sum over its body's insts
  *
  * Counts are estimates of work, not of time: memory traffic is the planner's
@@ -200,3 +200,6 @@ double flops_send(const Inst *i) { (void)i; return 0; }
 double flops_bcast(const Inst *i) { (void)i; return 0; }
 /* the adds of a member's pieces */
 PER_IN(fold_all, 1)
+
+/* batch norm: the eval pass replaces batch_stat by an operand */
+ZERO(batch_stat)

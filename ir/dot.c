@@ -33,7 +33,7 @@ static void dot_inst(FILE *out, int fi, const Inst *in) {
 }
 
 void ir_print_dot(FILE *out, const Module *m) {
-  static const char *kinds[] = {"input", "param", "state"};
+  static const char *kinds[] = {"input", "param", "buffer", "state"};
   char buf[128];
   fputs("digraph \"", out);
   dot_str(out, m->name);

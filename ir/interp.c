@@ -376,6 +376,8 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
   val[inst->id] = out;
   if (inst->op == OP_const) {
     *out = (float)ir_get_float(inst, "value", 0);
+  } else if (inst->op == OP_batch_stat) {   /* before the eval pass: training's */
+    memcpy(out, val[inst->in[0]->id], bytes);
   } else if (inst->op == OP_lr) {
     *out = dtrt_lr(ir_schedule(inst),
                    ir_get_float(inst, "base", 0), ir_get_int(inst, "warmup", 0),

@@ -262,7 +262,10 @@ struct Func {
   Loc loc;
 };
 
-typedef enum { G_INPUT, G_PARAM, G_STATE } GlobalKind;
+/* G_BUFFER: a tensor of the model the step updates itself, never the optimizer
+ * (batch norm's running statistics): no gradient, saved, loaded and exported
+ * as params are (the runtime describes it as DT_G_PARAM). */
+typedef enum { G_INPUT, G_PARAM, G_BUFFER, G_STATE } GlobalKind;
 
 typedef struct Global {
   const char *name;

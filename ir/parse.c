@@ -790,8 +790,9 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
 }
 
 static bool is_toplevel(const Tok *t) {
-  static const char *kws[] = {"module", "dim",   "cluster", "mesh",  "plan",         "train",
-                              "input",  "param", "state",   "func",  "deterministic"};
+  static const char *kws[] = {"module", "dim",   "cluster", "mesh",          "plan",  "train",
+                              "input",  "param", "state",   "func",          "buffer",
+                              "deterministic"};
   for (int k = 0; k < COUNTOF(kws); k++)
     if (is_kw(t, kws[k]))
       return true;
@@ -1003,7 +1004,7 @@ static bool parse_train(Parser *p) {
          parse_loc(p, &p->m->train.loc);
 }
 
-/* global := ('input' | 'param' | 'state') name ':' type [attrs] [shard] [loc] */
+/* global := ('input' | 'param' | 'buffer' | 'state') name ':' type [attrs] [shard] [loc] */
 static bool parse_global(Parser *p, GlobalKind kind) {
   Global g = {.kind = kind, .init = -1, .loc = p->tok.loc};
   PAttrs attrs = {0};
@@ -1248,13 +1249,15 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
       ok = parse_global(p, G_INPUT);
     else if (is_kw(t, "param"))
       ok = parse_global(p, G_PARAM);
+    else if (is_kw(t, "buffer"))
+      ok = parse_global(p, G_BUFFER);
     else if (is_kw(t, "state"))
       ok = parse_global(p, G_STATE);
     else if (is_kw(t, "module"))
       ok = (error_at(p, t->loc, "a file holds one module"), false);
     else
       ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, train, input, "
-                       "param, state, func)");
+                       "param, buffer, state, func)");
     finish_line(p, ok);
   }
   return d->nerr > nerr ? NULL : p->m;

@@ -368,7 +368,7 @@ static bool train_set(const Train *t) {
 
 void ir_print(FILE *out, const Module *m) {
   static const char *plans[] = {"none", "auto", "even", "explicit"};
-  static const char *kinds[] = {"input", "param", "state"};
+  static const char *kinds[] = {"input", "param", "buffer", "state"};
   static_assert(COUNTOF(plans) == PLAN_EXPLICIT + 1, "plan names");
   static_assert(COUNTOF(kinds) == G_STATE + 1, "global kinds");
   char buf[128];

@@ -906,3 +906,12 @@ bool shape_bcast(Inst *inst, char *err, size_t errlen) {
   inst->type = *IN(0);
   return true;
 }
+
+/* ---- batch norm ---- */
+
+bool shape_batch_stat(Inst *inst, char *err, size_t errlen) {
+  if (!need_f32(inst, 0, err, errlen) || !same_type(inst, 0, 1, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}

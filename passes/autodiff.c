@@ -904,3 +904,9 @@ static void grad_shard_slice(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_send(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_bcast(GradCtx *g, Inst *inst) { no_collective(g, inst); }
 static void grad_fold_all(GradCtx *g, Inst *inst) { no_collective(g, inst); }
+
+/* ---- batch norm ---- */
+
+/* A training step normalises by the batch's statistics: the adjoint is the
+ * batch operand's (the running one is a buffer, never active). */
+static void grad_batch_stat(GradCtx *g, Inst *inst) { accum(g, X, DY); }

@@ -1,11 +1,16 @@
 /* eval.c: @forward in evaluation mode, as torch's model.eval(): dropout is
- * the identity there. NAME_forward evaluates; NAME_train_step trains.
+ * the identity there and batch norm normalises by its running statistics,
+ * which only a training step updates. NAME_forward evaluates;
+ * NAME_train_step trains.
  *
- * Requires: autodiff done (@train_step, which trains with dropout, is built
- * from @forward before this). Guarantees: @forward and the bodies its loops
- * run hold no dropout, each of its users reads the dropout's operand
- * instead; @train_step and the bodies it runs are untouched (a body both
- * run is copied first). */
+ * Requires: autodiff done (@train_step, which trains with dropout and batch
+ * statistics, is built from @forward before this). Guarantees: @forward and
+ * the bodies its loops run hold no dropout (each of its users reads the
+ * dropout's operand instead), no store to a buffer and nothing that only
+ * such a store needed, and read the running operand of each batch_stat;
+ * every other function reads the batch operand. No batch_stat is left; a
+ * body that @forward and another function run is copied first. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -21,14 +26,39 @@ static bool shared(const Module *m, const Func *f, const Func *b) {
   return false;
 }
 
+static bool buffer_store(const Inst *i) {
+  return i->op == OP_store && ir_global_of(i)->kind == G_BUFFER;
+}
+
+/* Drops the insts of f that no output or store needs; a body keeps its
+ * args (ids current). */
+static void drop_dead(Func *f) {
+  int n = f->inst.n, kept = 0;
+  bool *need = calloc((size_t)n + 1, sizeof *need);
+  DTC_ASSERT(need);
+  for (int k = n - 1; k >= 0; k--) {
+    Inst *i = f->inst.a[k];
+    need[k] |= i->op == OP_output || i->op == OP_store || i->op == OP_arg;
+    for (int j = 0; need[k] && j < i->nin; j++)
+      need[i->in[j]->id] = true;
+  }
+  for (int k = 0; k < n; k++)
+    if (need[k])
+      f->inst.a[kept++] = f->inst.a[k];
+  f->inst.n = kept;
+  free(need);
+  ir_renumber(f);
+}
+
 static void evaluate(Module *m, Func *f) {
   ir_renumber(f);
   int n = 0;
+  bool dropped = false;
   for (int k = 0; k < f->inst.n; k++) {
     Inst *i = f->inst.a[k];
     for (int j = 0; j < i->nin; j++)
-      while (i->in[j]->op == OP_dropout)
-        i->in[j] = i->in[j]->in[0];
+      while (i->in[j]->op == OP_dropout || i->in[j]->op == OP_batch_stat)
+        i->in[j] = i->in[j]->in[i->in[j]->op == OP_batch_stat];
     if (i->op == OP_repeat) {
       Func *b = ir_repeat_body(i);
       if (shared(m, f, b)) {
@@ -37,11 +67,32 @@ static void evaluate(Module *m, Func *f) {
       }
       evaluate(m, b);
     }
-    if (i->op != OP_dropout)
+    if (buffer_store(i))
+      dropped = true;
+    else if (i->op != OP_dropout && i->op != OP_batch_stat)
       f->inst.a[n++] = i;
   }
   f->inst.n = n;
   ir_renumber(f);
+  if (dropped)
+    drop_dead(f);
+}
+
+/* A training function reads each batch_stat's batch operand. */
+static void train(Func *f) {
+  int n = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    Inst *i = f->inst.a[k];
+    for (int j = 0; j < i->nin; j++)
+      while (i->in[j]->op == OP_batch_stat)
+        i->in[j] = i->in[j]->in[0];
+    if (i->op != OP_batch_stat)
+      f->inst.a[n++] = i;
+  }
+  if (n < f->inst.n) {
+    f->inst.n = n;
+    ir_renumber(f);
+  }
 }
 
 bool pass_eval(Module *m, Diag *d, PassRun *run) {
@@ -49,5 +100,7 @@ bool pass_eval(Module *m, Diag *d, PassRun *run) {
   Func *f = ir_find_func(m, "forward");
   if (f)
     evaluate(m, f);
+  for (int k = 0; k < m->func.n; k++)
+    train(m->func.a[k]);
   return true;
 }

@@ -428,6 +428,10 @@ static bool shard_send(const Inst *i, DimMap *m) { return (void)i, (void)m, fals
 static bool shard_bcast(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_fold_all(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 
+/* ---- batch norm: the eval pass, before sharding, leaves no batch_stat ---- */
+
+static bool shard_batch_stat(const Inst *i, DimMap *m) { return elem(i, m, false); }
+
 static const ShardRule shard_rules[OP_COUNT] = {
 #define OP(id, name, minin, maxin, kind, attrs) [OP_##id] = shard_##id,
 #include "ops.def"

@@ -270,13 +270,13 @@ static void report_func(FILE *out, Func *f) {
 }
 
 void memplan_report(FILE *out, const Module *m) {
-  int64_t bytes[3] = {0, 0, 0};
+  int64_t bytes[G_STATE + 1] = {0};
   for (int k = 0; k < m->global.n; k++)
     bytes[m->global.a[k].kind] += round_up(bytes_of(&m->global.a[k].type));
   fprintf(out, "memory plan of %s (64-byte aligned, largest first into the best fit)\n",
           m->name);
   fputs("state: params ", out);
-  print_size(out, bytes[G_PARAM]);
+  print_size(out, bytes[G_PARAM] + bytes[G_BUFFER]);   /* buffers with the params */
   fputs(", optimizer state ", out);
   print_size(out, bytes[G_STATE]);
   fputs("; inputs ", out);

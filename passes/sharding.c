@@ -1103,7 +1103,7 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
     Global *gl = &m->global.a[g];
     if (gl->shard && !c.gs[c.owner[g]]) {
       c.gs[c.owner[g]] = gl->shard;
-    } else if (!gl->shard && gl->kind == G_INPUT) {
+    } else if (!gl->shard && (gl->kind == G_INPUT || gl->kind == G_BUFFER)) {
       Sharding s;
       clear(&s, 0);
       set_global(&c, g, &s);

@@ -640,7 +640,7 @@ void spmd_report(FILE *out, const Module *m) {
   for (int k = 0; k < ndev; k++)
     fprintf(out, "%s %s", k ? "," : "", device_name(m, k, dn, sizeof dn));
   fputs("\n", out);
-  static const char *kinds[] = {"input", "param", "state"};
+  static const char *kinds[] = {"input", "param", "buffer", "state"};
   for (int g = 0; g < m->global.n; g++) {
     const Global *gl = &m->global.a[g];
     fprintf(out, "  %-5s %-12s %-16s %-28s", kinds[gl->kind], gl->name,

@@ -483,6 +483,9 @@ DTRT_KERNEL(bcast);
  * model) and the step functions; the generated NAME_create/NAME_train_step/...
  * are thin wrappers over these. */
 
+/* DT_G_PARAM: a tensor of the model, trained or a buffer the step updates
+ * (batch norm's running statistics): saved, exported, loaded by an
+ * inference build; DT_G_STATE: the optimizer's. */
 typedef enum { DT_G_INPUT, DT_G_PARAM, DT_G_STATE, DT_G_OUTPUT } DtGlobalKind;
 
 typedef struct DtGlobalDesc {

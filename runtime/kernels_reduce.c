@@ -12,7 +12,11 @@
  * Plan: dims of size 1 are dropped, neighbours that are both reduced or both
  * kept merge into one group, and the input is walked once in memory order. The
  * last group is either a contiguous run reduced into one output (fast path for
- * reductions over trailing axes) or a contiguous run added into as many outputs. */
+ * reductions over trailing axes) or a contiguous run added into as many outputs.
+ * A large sum is cut along the first group into SUM_CHUNKS pieces run on the
+ * thread pool; when that group is reduced each piece sums into its own
+ * partial outputs, added in piece order, so the result does not depend on
+ * the thread count. */
 #include <math.h>
 #include <string.h>
 
@@ -152,6 +156,45 @@ static void run(const Plan *p, const float *x, float *y, int64_t *arg, int op) {
   }
 }
 
+enum { SUM_CHUNKS = 8, SUM_PARALLEL = 1 << 16 };   /* pieces; from this many elements */
+
+typedef struct SumJob {
+  const Plan *p;
+  const float *x;
+  float *y, *part;   /* part: SUM_CHUNKS partial outputs of ny when group 0 is reduced */
+  int64_t ny, inner;
+} SumJob;
+
+static void sum_part(void *env, int64_t b, int64_t e) {
+  const SumJob *j = env;
+  for (int64_t c = b; c < e; c++) {
+    int64_t lo = j->p->len[0] * c / SUM_CHUNKS, hi = j->p->len[0] * (c + 1) / SUM_CHUNKS;
+    if (hi == lo)
+      continue;
+    Plan s = *j->p;
+    s.len[0] = hi - lo;
+    s.total = (hi - lo) * j->inner;
+    run(&s, j->x + lo * j->inner,
+        j->p->red[0] ? j->part + c * j->ny : j->y + lo * j->p->ostride[0], NULL, R_SUM);
+  }
+}
+
+/* run() of a sum on the thread pool; false when there is no memory for it. */
+static bool sum_parallel(DtrtCtx *ctx, const Plan *p, const float *x, float *y, int64_t ny) {
+  SumJob j = {p, x, y, NULL, ny, p->total / p->len[0]};
+  if (p->red[0]) {
+    if (!(j.part = dtrt_alloc(ctx, (size_t)(SUM_CHUNKS * ny) * sizeof *j.part)))
+      return false;
+    memset(j.part, 0, (size_t)(SUM_CHUNKS * ny) * sizeof *j.part);
+  }
+  dtrt_parallel_for(ctx, SUM_CHUNKS, sum_part, &j);
+  for (int c = 0; j.part && c < SUM_CHUNKS; c++)
+    for (int64_t k = 0; k < ny; k++)
+      y[k] += j.part[c * ny + k];
+  dtrt_free(ctx, j.part);
+  return true;
+}
+
 static DtStatus reduce(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
                        DtTensor *out, const DtAttrs *a, int kind, bool mean) {
   DtStatus s;
@@ -165,7 +208,9 @@ static DtStatus reduce(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin
   int64_t ny = dtrt_numel(out);
   for (int64_t k = 0; k < ny; k++)
     y[k] = kind == R_SUM ? 0.0f : -INFINITY;
-  run(&p, in[0].data, y, NULL, kind);
+  if (kind != R_SUM || p.total < SUM_PARALLEL || p.len[0] < SUM_CHUNKS ||
+      !sum_parallel(ctx, &p, in[0].data, y, ny))
+    run(&p, in[0].data, y, NULL, kind);
   if (mean)
     for (int64_t k = 0; k < ny; k++)
       y[k] = (float)((double)y[k] / (double)p.count);

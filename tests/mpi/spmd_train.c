@@ -17,6 +17,7 @@
  * with a message holding TEXT (a launch with the wrong rank count).
  * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
  * -DSPMD_DEEP for examples/gpt.dt, with -DSPMD_CNN for examples/cnn.dt,
+ * with -DSPMD_CNN_BN for tests/mpi/cnn_bn_sgd.dt (its buffers compared too),
  * else examples/mlp.dt (with -DSPMD_IGNORE tests/mpi/mlp_losses.dt, some
  * labels -100). */
 #include <math.h>
@@ -106,6 +107,34 @@ static int train(Model *m, float *loss) {
 static int forward(Model *m, float *out) {
   batch();
   return cnn_forward(m, x, CNN_X_ELEMS, out, OUT_ELEMS);
+}
+#elif defined SPMD_CNN_BN   /* tests/mpi/cnn_bn_sgd.dt */
+#include "cnnbn.h"
+typedef cnnbn Model;
+#define model_create cnnbn_create
+#define model_destroy cnnbn_destroy
+#define model_error cnnbn_error
+#define OUT_ELEMS CNNBN_LOGITS_ELEMS
+static const char *const params[] = {"k1", "g1", "b1", "m1", "v1", "k2", "g2", "b2",
+                                     "m2", "v2", "w1", "c1", "w2", "c2"};
+static float x[CNNBN_X_ELEMS];
+static int32_t y[CNNBN_Y_ELEMS];
+
+static void batch(void) {
+  for (int k = 0; k < CNNBN_X_ELEMS; k++)
+    x[k] = (float)(next() >> 40) / (float)(1 << 24);
+  for (int k = 0; k < CNNBN_Y_ELEMS; k++)
+    y[k] = (int32_t)(next() % 10);
+}
+
+static int train(Model *m, float *loss) {
+  batch();
+  return cnnbn_train_step(m, x, CNNBN_X_ELEMS, y, CNNBN_Y_ELEMS, loss);
+}
+
+static int forward(Model *m, float *out) {
+  batch();
+  return cnnbn_forward(m, x, CNNBN_X_ELEMS, out, OUT_ELEMS);
 }
 #else
 #include "mlp.h"

@@ -58,7 +58,7 @@ static void test_start(void **state) {
   expect_error("module m\nmodule n\n", "t.ir:2:1: error: a file holds one module");
   expect_error("module m\nfoo\n",
                "t.ir:2:1: error: expected a declaration (dim, cluster, mesh, plan, deterministic, "
-               "train, input, param, state, func), found 'foo'");
+               "train, input, param, buffer, state, func), found 'foo'");
 }
 
 /* The deterministic line and the pieces attribute of deterministic mode. */

@@ -326,6 +326,46 @@ static void test_reduce(void **state) {
   assert_true(isnan(o[0]));
 }
 
+/* Sums large enough for the thread pool (cut along the first group): batch
+ * norm's statistics over [0, 2, 3] and every other set of axes, against the
+ * reference loop; the same result whatever the thread count. */
+static void test_reduce_parallel(void **state) {
+  (void)state;
+  int shapes[][4] = {{64, 16, 28, 28}, {9, 5, 40, 37}, {1000, 3, 5, 7}};
+  for (int sh = 0; sh < 3; sh++) {
+    DtTensor x = ten(DTRT_F32, NULL, 4, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3]);
+    int64_t nx = numel(&x);
+    x.data = randv(nx);
+    float *got = malloc((size_t)nx * sizeof *got), *want = malloc((size_t)nx * sizeof *want);
+    for (unsigned mask = 0; mask < 16; mask++)
+      for (int op = RSUM; op <= RMEAN; op++) {
+        DtAttrs a;
+        DtTensor y = {.data = got};
+        reduce_setup(&x, mask, 1, 0, &a, &y);
+        if (!mask)   /* no axes listed: every axis */
+          a = ints(1, 1), y = ten(DTRT_F32, got, 4, 1, 1, 1, 1);
+        run(op == RSUM ? dtrt_k_sum : dtrt_k_mean, &x, 1, &y, &a);
+        reduce_ref(&x, mask ? mask : 15, op, want, numel(&y));
+        near(got, want, numel(&y), 1e-4);   /* float partial sums of up to 8e5 terms */
+      }
+    /* one thread: the same sums, bit for bit */
+    DtAttrs a;
+    DtTensor y = {.data = got}, y1 = {.data = want};
+    reduce_setup(&x, 13, 1, 0, &a, &y);
+    reduce_setup(&x, 13, 1, 0, &a, &y1);
+    run(dtrt_k_sum, &x, 1, &y, &a);
+    setenv("DTRT_NUM_THREADS", "1", 1);   /* read when the new context makes its pool */
+    DtrtCtx *one = dtrt_ctx_new();
+    assert_non_null(one);
+    assert_int_equal(dtrt_k_sum(one, &x, 1, &y1, &a), DT_OK);
+    assert_int_equal(dtrt_threads(one), 1);
+    unsetenv("DTRT_NUM_THREADS");
+    assert_memory_equal(got, want, (size_t)numel(&y) * sizeof *got);
+    dtrt_ctx_free(one);
+    free(got), free(want), free(x.data);
+  }
+}
+
 typedef struct MaxU {
   DtTensor x, y;
   DtAttrs a;
@@ -1244,6 +1284,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_conv2d, setup, teardown),
       cmocka_unit_test_setup_teardown(test_conv2d_refuse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool2d, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reduce_parallel, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
