@@ -50,11 +50,7 @@ double ir_flops(const Inst *i) {
     return ir_ops[i->op].flops(i);
   /* one piece's: its rule on a piece of every cut operand, and its result */
   Inst piece[16], *in[16], one = *i;
-  for (int k = 0; k < i->nin; k++) {
-    piece[k] = *i->in[k], in[k] = &piece[k];
-    if (ir_piece_rows(i, k))
-      piece[k].type.dim[0] = ir_piece_rows(i, k);
-  }
+  ir_piece_operands(i, piece, in);
   one.in = in;
   one.type.rank--;
   memmove(one.type.dim, i->type.dim + 1, sizeof(int64_t) * (size_t)one.type.rank);

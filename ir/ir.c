@@ -218,25 +218,25 @@ static bool infer_pieces(Inst *inst, char *err, size_t errlen) {
   const char *op = ir_ops[inst->op].name;
   int n;
   const int64_t *pc = ir_get_ints(inst, "pieces", &n);
-  if (!pc || n < 2 || n % 2 || inst->nin > 16 || ir_ops[inst->op].kind == K_META || ir_ops[inst->op].kind == K_CALL ||
-      ir_ops[inst->op].kind == K_COMM) {
+  OpKind kind = ir_ops[inst->op].kind;
+  if (!pc || n < 2 || n % 2 || inst->nin > 16 || kind == K_META || kind == K_CALL ||
+      kind == K_COMM) {
     snprintf(err, errlen, "'%s' cannot run in pieces (pieces = [operand, rows, ...])", op);
     return false;
   }
   Inst piece[16], *in[16], **had = inst->in;
   int64_t count = 0;
   unsigned seen = 0;
-  for (int k = 0; k < inst->nin; k++)
-    piece[k] = *inst->in[k], in[k] = &piece[k];
+  ir_piece_operands(inst, piece, in);
   for (int j = 0; j < n; j += 2) {
     int64_t k = pc[j], rows = pc[j + 1];
-    if (k < 0 || k >= inst->nin || (seen >> k & 1u) || piece[k].type.rank < 1 || rows < 1 ||
-        piece[k].type.dim[0] % rows) {
+    if (k < 0 || k >= inst->nin || (seen >> k & 1u) || inst->in[k]->type.rank < 1 || rows < 1 ||
+        inst->in[k]->type.dim[0] % rows) {
       snprintf(err, errlen, "'%s': pieces entry %d (operand %lld in blocks of %lld rows) does not "
                "cut an operand's dim 0 into whole blocks", op, j / 2, (long long)k, (long long)rows);
       return false;
     }
-    int64_t c = piece[k].type.dim[0] / rows;
+    int64_t c = inst->in[k]->type.dim[0] / rows;
     if (count && c != count) {
       snprintf(err, errlen, "'%s': its operands are cut into %lld and %lld pieces", op,
                (long long)count, (long long)c);
@@ -244,7 +244,6 @@ static bool infer_pieces(Inst *inst, char *err, size_t errlen) {
     }
     count = c;
     seen |= 1u << k;
-    piece[k].type.dim[0] = rows;
   }
   inst->in = in;
   bool ok = ir_ops[inst->op].shape(inst, err, errlen);
@@ -259,6 +258,14 @@ static bool infer_pieces(Inst *inst, char *err, size_t errlen) {
   inst->type.dim[0] = count;
   inst->type.rank++;
   return true;
+}
+
+void ir_piece_operands(const Inst *i, Inst *piece, Inst **in) {
+  for (int k = 0; k < i->nin; k++) {
+    piece[k] = *i->in[k], in[k] = &piece[k];
+    if (ir_piece_rows(i, k) > 0)
+      piece[k].type.dim[0] = ir_piece_rows(i, k);
+  }
 }
 
 int ir_pieces(const Inst *i) {

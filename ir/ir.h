@@ -416,6 +416,9 @@ Func *ir_copy_body(Module *m, Func *b, const char *suffix);
  * of pieces (0: not run so), and the rows of operand k's block (0: whole). */
 int ir_pieces(const Inst *i);
 int64_t ir_piece_rows(const Inst *i, int k);
+/* One piece's operands of i (at most 16): copies of its operands into piece,
+ * each cut one's dim 0 its rows, and pointers to them into in. */
+void ir_piece_operands(const Inst *i, Inst *piece, Inst **in);
 
 void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);
