@@ -41,12 +41,21 @@
 #     "pp_plan"}. HETERO_DEEP_ONLY=1 runs the probe and this step alone.
 #  7. (after 6) deterministic mode on the MLP, pinned as in 1-4 on the last
 #     probe: hetero_mlp_even.dt and hetero_mlp_auto.dt each compiled as it is
-#     and with -fdeterministic (8 pieces of the batch) and -fdeterministic=4:
-#     {"bench": "hetero_det", "default_ms", "deterministic_ms",
-#     "deterministic_over_default", "deterministic4_ms",
-#     "deterministic4_over_default", "auto_default_ms", "auto_deterministic_ms",
-#     "auto_deterministic_over_default"}. HETERO_DET_ONLY=1 runs the probe
-#     and this step alone.
+#     and with -fdeterministic (8 pieces of the batch) and -fdeterministic=4,
+#     run in HETERO_DET_ROUNDS rounds (default 5), the five builds in turn in
+#     each round; the median over rounds of each run's median step, and the
+#     range of the ratio over rounds: {"bench": "hetero_det", "rounds",
+#     "default_ms", "deterministic_ms", "deterministic_over_default",
+#     "deterministic_over_default_min", "deterministic_over_default_max",
+#     "deterministic4_ms", "deterministic4_over_default", "auto_default_ms",
+#     "auto_deterministic_ms", "auto_deterministic_over_default"}.
+#     HETERO_DET_ONLY=1 runs the probe and steps 7 and 8 alone.
+#  8. (after 7) the checkpoint save of the MLP (params and momentum): the
+#     even plan's 3 pinned ranks, each writing its blocks into the one file,
+#     against one process (examples/mlp_big.dt on core 0), REPS saves each
+#     per round, the same rounds: {"bench": "hetero_save", "rounds",
+#     "one_ms", "three_ms", "three_over_one", "three_over_one_min",
+#     "three_over_one_max"}.
 #  5. checks the simulator on the MLP unpinned: 1 rank (examples/mlp_big.dt),
 #     2 ranks (hetero_mlp_dp2.dt) and 3 ranks (hetero_mlp_even.dt), each
 #     compiled for its own probe of that many unpinned ranks, one JSON line
@@ -289,7 +298,9 @@ awk -v a="$auto_ms" -v e="$even_ms" -v q="$pp_ms" -v o="$one_ms" -v g0="$first" 
 }
 [ "${HETERO_DET_ONLY:-0}" = 1 ] || deep_step
 
-# 7. deterministic mode against the default, on the MLP, pinned as in 1-4
+# 7. deterministic mode against the default, on the MLP, pinned as in 1-4;
+# 8. the checkpoint save on 3 ranks against one process
+rounds=${HETERO_DET_ROUNDS:-5}
 for plan in even auto; do
   build_bench "det_${plan}_def" "$src/bench/hetero_mlp_$plan.dt" HETERO_MLP --cluster="$dir/probe3.dt"
   build_bench "det_${plan}_det" "$src/bench/hetero_mlp_$plan.dt" HETERO_MLP --cluster="$dir/probe3.dt" \
@@ -297,15 +308,44 @@ for plan in even auto; do
 done
 build_bench det_even_det4 "$src/bench/hetero_mlp_even.dt" HETERO_MLP --cluster="$dir/probe3.dt" \
   -fdeterministic=4
-for b in det_even_def det_even_det det_even_det4 det_auto_def det_auto_det; do
-  run 3 "$dir/pin.sh" "$dir/$b/bench" "$reps" "hetero_$b" | num step_ms > "$dir/$b.ms"
+build_bench save_one "$src/examples/mlp_big.dt" HETERO_MLP
+dets="det_even_def det_even_det det_even_det4 det_auto_def det_auto_det"
+for b in $dets save_one save_three; do rm -f "$dir/$b.ms"; done
+r=1
+while [ "$r" -le "$rounds" ]; do
+  for b in $dets; do
+    run 3 "$dir/pin.sh" "$dir/$b/bench" "$reps" "hetero_$b" | num step_ms >> "$dir/$b.ms"
+  done
+  taskset -c 0 "$dir/save_one/bench" "$reps" hetero_save_one "$dir/save.st" | num save_ms \
+    >> "$dir/save_one.ms"
+  run 3 "$dir/pin.sh" "$dir/det_even_def/bench" "$reps" hetero_save_three "$dir/save.st" |
+    num save_ms >> "$dir/save_three.ms"
+  r=$((r + 1))
 done
-awk -v d="$(cat "$dir/det_even_def.ms")" -v t="$(cat "$dir/det_even_det.ms")" \
-    -v f="$(cat "$dir/det_even_det4.ms")" -v ad="$(cat "$dir/det_auto_def.ms")" \
-    -v at="$(cat "$dir/det_auto_det.ms")" 'BEGIN {
-  printf "{\"bench\": \"hetero_det\", \"default_ms\": %.3f, \"deterministic_ms\": %.3f, " \
-         "\"deterministic_over_default\": %.3f, \"deterministic4_ms\": %.3f, " \
-         "\"deterministic4_over_default\": %.3f, \"auto_default_ms\": %.3f, " \
-         "\"auto_deterministic_ms\": %.3f, \"auto_deterministic_over_default\": %.3f}\n",
-         d, t, t / d, f, f / d, ad, at, at / ad
-}'
+# the rounds side by side, one line each: default det det4 auto_def auto_det one three
+paste "$dir/det_even_def.ms" "$dir/det_even_det.ms" "$dir/det_even_det4.ms" \
+      "$dir/det_auto_def.ms" "$dir/det_auto_det.ms" "$dir/save_one.ms" "$dir/save_three.ms" |
+awk -v rounds="$rounds" '
+  function med(a, n,   i, j, t, b) {
+    for (i = 1; i <= n; i++) b[i] = a[i]
+    for (i = 2; i <= n; i++)
+      for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+    return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2
+  }
+  function lo(a, n,   i, m) { m = a[1]; for (i = 2; i <= n; i++) if (a[i] < m) m = a[i]; return m }
+  function hi(a, n,   i, m) { m = a[1]; for (i = 2; i <= n; i++) if (a[i] > m) m = a[i]; return m }
+  { n++; d[n] = $1; t[n] = $2; f[n] = $3; ad[n] = $4; at[n] = $5; o[n] = $6; h[n] = $7
+    rt[n] = $2 / $1; rs[n] = $7 / $6 }
+  END {
+    printf "{\"bench\": \"hetero_det\", \"rounds\": %d, \"default_ms\": %.3f, " \
+           "\"deterministic_ms\": %.3f, \"deterministic_over_default\": %.3f, " \
+           "\"deterministic_over_default_min\": %.3f, \"deterministic_over_default_max\": %.3f, " \
+           "\"deterministic4_ms\": %.3f, \"deterministic4_over_default\": %.3f, " \
+           "\"auto_default_ms\": %.3f, \"auto_deterministic_ms\": %.3f, " \
+           "\"auto_deterministic_over_default\": %.3f}\n", n, med(d, n), med(t, n),
+           med(t, n) / med(d, n), lo(rt, n), hi(rt, n), med(f, n), med(f, n) / med(d, n),
+           med(ad, n), med(at, n), med(at, n) / med(ad, n)
+    printf "{\"bench\": \"hetero_save\", \"rounds\": %d, \"one_ms\": %.3f, \"three_ms\": %.3f, " \
+           "\"three_over_one\": %.3f, \"three_over_one_min\": %.3f, \"three_over_one_max\": %.3f}\n",
+           n, med(o, n), med(h, n), med(h, n) / med(o, n), lo(rs, n), hi(rs, n)
+  }'

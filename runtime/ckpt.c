@@ -508,7 +508,9 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
                           : dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp,
                                       strerror(errno));
   }
-  if (!s && me != 0 && fsync(w.fd))
+  /* every rank flushes its own blocks at once; rank 0's later fsync then
+   * has only the header left */
+  if (!s && fsync(w.fd))
     s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
   if (me != 0 && w.fd >= 0) {
     if (close(w.fd) && !s)
