@@ -13,11 +13,15 @@
  * 0. An op that sums over them runs in pieces; a mean over them becomes the
  * fold of sums over a count, and cross_entropy and its derivative the forms
  * with an explicit divisor (cross_entropy_sum), whose arithmetic no longer
- * depends on a device's share of the rows.
+ * depends on a device's share of the rows. A matrix product over anything
+ * else sums its k in G fixed pieces too (cut_k), in every layout, so a form
+ * that splits k (Megatron's split weights) adds the same numbers in the
+ * same order as one process.
  *
  * Requires: autodiff, eval, microbatch. Guarantees: in @train_step and
- * @forward no op sums over the batch's rows but in pieces, and no op scales
- * by a device's share of them; an op that mixes the rows otherwise, a loop
+ * @forward no op sums over the batch's rows but in pieces, no op scales by
+ * a device's share of them, and no matrix product whose k G divides sums k
+ * in one piece; an op that mixes the rows otherwise, a loop
  * over them, or a mean loss without a fixed form, is a located error. */
 #include <string.h>
 
@@ -126,6 +130,42 @@ static Inst *ce_grad(Det *c, const Inst *i, Inst **in) {
   return ir_finish(x);
 }
 
+/* v reshaped to `rank` dims of `dim`, then transposed by perm if given. */
+static Inst *shape(Det *c, Loc loc, Inst *v, const int64_t *dim, int rank, const int64_t *perm) {
+  Inst *r = ir_new(c->f, OP_reshape, loc, 1, &v);
+  ir_set_ints(r, "shape", dim, rank);
+  r = ir_finish(r);
+  if (!perm)
+    return r;
+  Inst *t = ir_new(c->f, OP_transpose, loc, 1, &r);
+  ir_set_ints(t, "perm", perm, rank);
+  return ir_finish(t);
+}
+
+/* A matmul of matrices whose contraction is not over the batch's rows: a
+ * mesh may split its k as it splits a weight, so every layout sums k in
+ * the same G pieces of k / G, a batched matmul of the pieces and their fold
+ * (a device then holds whole pieces of k, and spmd chains the fold over the
+ * devices). NULL where k is not a multiple of G: then a split of k is an
+ * error at spmd. */
+static Inst *cut_k(Det *c, const Inst *i, Inst **in) {
+  bool ta = ir_get_int(i, "ta", 0), tb = ir_get_int(i, "tb", 0);
+  const Type *a = &in[0]->type, *b = &in[1]->type;
+  int64_t g = c->g, m = a->dim[ta ? 1 : 0], k = a->dim[ta ? 0 : 1], n = b->dim[tb ? 0 : 1];
+  if (k % g)
+    return NULL;
+  static const int64_t swap[3] = {1, 0, 2};
+  /* a: [m, k] as [g, m, k/g], or [k, m] as [g, k/g, m] (ta kept) */
+  Inst *pa = ta ? shape(c, i->loc, in[0], (int64_t[]){g, k / g, m}, 3, NULL)
+                : shape(c, i->loc, in[0], (int64_t[]){m, g, k / g}, 3, swap);
+  /* b: [k, n] as [g, k/g, n], or [n, k] as [g, n, k/g] (tb kept) */
+  Inst *pb = tb ? shape(c, i->loc, in[1], (int64_t[]){n, g, k / g}, 3, swap)
+                : shape(c, i->loc, in[1], (int64_t[]){g, k / g, n}, 3, NULL);
+  Inst *x = ir_new(c->f, OP_matmul, i->loc, 2, (Inst *[]){pa, pb});
+  ir_copy_attrs(x, i);
+  return ir_make(c->f, OP_fold, i->loc, 1, ir_finish(x));
+}
+
 /* i with operands in (the new values): what replaces it, and whether that
  * holds the batch's rows; NULL: i itself. */
 static Inst *rewrite(Det *c, Inst *i, Inst **in, bool *rows) {
@@ -180,6 +220,8 @@ static Inst *rewrite(Det *c, Inst *i, Inst **in, bool *rows) {
   *rows = keep;
   if (i->op == OP_cross_entropy_grad)
     return ce_grad(c, i, in);
+  if (i->op == OP_matmul && i->type.rank == 2)
+    return cut_k(c, i, in);
   return NULL;
 }
 

@@ -475,9 +475,17 @@ static void in_pieces(const Inst *i, DimMap *m) {
 }
 
 bool shard_map(const Inst *i, DimMap *m) {
-  if (!shard_rules[i->op](i, m))
+  if (!ir_pieces(i))
+    return shard_rules[i->op](i, m);
+  /* the op's rule on one piece of every cut operand, then the pieces' dim */
+  Inst one = *i, piece[16], *in[16];
+  DTC_ASSERT(i->nin <= 16);
+  ir_piece_operands(i, piece, in);
+  one.in = in;
+  one.type.rank--;
+  memmove(one.type.dim, one.type.dim + 1, sizeof(int64_t) * (size_t)one.type.rank);
+  if (!shard_rules[i->op](&one, m))
     return false;
-  if (ir_pieces(i))
-    in_pieces(i, m);
+  in_pieces(i, m);
   return true;
 }

@@ -132,6 +132,10 @@ static void reshard(Planner *p, Cost *c, const Inst *x, const Sharding *to, doub
   for (int s = 0; s < n; s++) {
     if (st[s].op == OP_shard_slice)
       continue;
+    /* deterministic mode: a sum of parts whose split depends on the layout
+     * is an error at spmd, so no plan */
+    if (m->det_pieces > 1 && (st[s].op == OP_all_reduce || st[s].op == OP_reduce_scatter))
+      c->comm = INFINITY;
     double b[SHARD_MAX_AXIS], bytes = 0;
     Type local;
     ir_local_type(m, &st[s].before, &x->type, 0, &local, NULL);
@@ -478,11 +482,10 @@ static Sharding *form(Planner *p, int dim) {
 static int forms_of(Planner *p, int g, Sharding **out) {
   const Global *gl = &p->m->global.a[g];
   int n = 0;
-  bool det = p->m->det_pieces > 1;   /* data parallel only: no sum over a split but the batch's */
-  if (gl->kind == G_PARAM && !det)
+  if (gl->kind == G_PARAM)
     out[n++] = NULL;
   out[n++] = form(p, -1);
-  int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : det ? 0 : gl->type.rank;
+  int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : gl->type.rank;
   for (int d = 0; d < dims; d++)
     if (gl->type.dim[d] >= p->k)
       out[n++] = form(p, d);
@@ -792,7 +795,8 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     evaluate(&p, start(&p, false), true, r, &c);
     bool propagated = p.propagated;
     apply(&p, p.user);
-    if (!propagated)
+    /* ... and so are sums that deterministic mode cannot order (spmd) */
+    if (!propagated || c.comm == INFINITY)
       return true;
     diag_no_room(&p, &c, d);
     return false;

@@ -158,7 +158,8 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
         (st[k].op == OP_all_reduce || st[k].op == OP_reduce_scatter)) {
       c->det_failed = true;   /* the rest is not emitted */
       diag_error(c->d, loc, "deterministic mode: %s needs a sum over mesh axis '%s' of parts "
-                 "whose split depends on the layout; deterministic mode splits the batch only",
+                 "whose split depends on the layout; deterministic mode fixes the pieces of "
+                 "sums over the batch and of matrix products over a multiple of the pieces",
                  what, m->mesh.a[0].axis_name[st[k].axis]);
       diag_note(c->d, m->det_loc, "deterministic mode asked for here");
     }
