@@ -716,9 +716,12 @@ static LLVMValueRef emit_slot(Gen *g, LLVMValueRef kern, LLVMValueRef pack_a,
 }
 
 /* i32 gemm(ptr ctx, ptr a, ptr b, ptr c, i64 batch, i64 m, i64 n, i64 k,
- *          i64 rs_a, i64 cs_a, i64 bs_a, i64 rs_b, i64 cs_b, i64 bs_b):
+ *          i64 rs_a, i64 cs_a, i64 bs_a, i64 rs_b, i64 cs_b, i64 bs_b,
+ *          i64 kblock):
  * the batch of products (bs_*: batch strides, 0 for an operand shared by
- * all); returns a DtStatus. The parallel entry runs dtrt_threads(ctx) slots
+ * all); k in blocks of exactly kblock when it is positive, else of at most
+ * KC (each block's products summed in registers from zero, then written to
+ * C or added to it, in order); returns a DtStatus. The parallel entry runs dtrt_threads(ctx) slots
  * through dtrt_parallel_for, the serial one a single slot on this thread
  * (and makes no reference to the pool). */
 static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
@@ -757,6 +760,9 @@ static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
   /* k in blocks of at most KC, as equal as multiples of 4 allow: 784 is
    * 4 x 196, not 3 x 256 + 16 */
   LLVMValueRef kce = round_up(g, ceil_div(g, kk, ceil_div(g, kk, ci(g, k->kc))), 4);
+  LLVMValueRef kblock = LLVMGetParam(f, 14);
+  kce = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, kblock, ci(g, 0), ""), kblock, kce,
+                        "");
   /* a slot's panels: of a piece's share of the dimension cut, the whole
    * other one, at most a block of each */
   LLVMValueRef split_n = LLVMBuildICmp(g->b, LLVMIntSLT, m, n, "");
@@ -831,7 +837,7 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
     LLVMValueRef pack_a = emit_pack(&g, "gemm_pack_a", g.k.mr);
     LLVMValueRef pack_b = emit_pack(&g, "gemm_pack_b", g.k.nr);
     e->slot = emit_slot(&g, kern, pack_a, pack_b);
-    LLVMTypeRef pt[] = {c->ptr, c->ptr, c->ptr, c->ptr, c->i64, c->i64, c->i64,
+    LLVMTypeRef pt[] = {c->ptr, c->ptr, c->ptr, c->ptr, c->i64, c->i64, c->i64, c->i64,
                         c->i64, c->i64, c->i64, c->i64, c->i64, c->i64, c->i64};
     e->type = LLVMFunctionType(c->i32, pt, COUNTOF(pt), 0);
   }
@@ -903,6 +909,16 @@ bool cg_gemm_wanted(const Cg *c, const Inst *x) {
   return flops >= 16384 && n > 2 && m > 1;
 }
 
+/* The length of the blocks k is summed in: the op's kblock; in
+ * deterministic mode one block for a k of at most IR_DET_KBLOCK, whatever
+ * the target's KC (a fold of pieces, fused or not, then adds the same
+ * numbers in the same order); else 0, the target's blocking. */
+static int64_t kblock(const Cg *c, const Inst *x, int64_t k) {
+  if (ir_attr(x, "kblock"))
+    return ir_get_int(x, "kblock", 0);
+  return c->m->det_pieces > 1 && k <= IR_DET_KBLOCK ? k : 0;
+}
+
 LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
   /* in pieces: a batch of the pieces, each on its block of the cut operands */
@@ -952,6 +968,7 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
                         cg_i64(c, bs_a),
                         cg_i64(c, tb ? 1 : n),
                         cg_i64(c, tb ? k : 1),
-                        cg_i64(c, bs_b)};
+                        cg_i64(c, bs_b),
+                        cg_i64(c, kblock(c, x, k))};
   return LLVMBuildCall2(c->b, type, f, arg, COUNTOF(arg), "");
 }

@@ -336,6 +336,10 @@ struct Module {
 #define IR_MAX_MICROBATCHES 16
 /* Pieces a deterministic step may cut its batch into. */
 #define IR_MAX_PIECES 256
+/* In deterministic mode a product sums a k of at most this many in one
+ * block of the generated GEMM, on every target (codegen/gemm.c), and a fold
+ * of pieces of at most this many becomes one product (passes/fusion.c). */
+#define IR_DET_KBLOCK 1024
 
 Module *ir_module_new(Arena *a, const char *name);
 Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc loc);

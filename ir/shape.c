@@ -305,6 +305,10 @@ bool shape_matmul(Inst *inst, char *err, size_t errlen) {
   if (ka != kb)
     FAIL("shape mismatch in '@': %s @ %s: inner dimensions %lld and %lld differ", ts(a, b1),
          ts(b, b2), (long long)ka, (long long)kb);
+  int64_t kblock = ir_get_int(inst, "kblock", 1);
+  if (ir_attr(inst, "kblock") && (kblock < 1 || ka % kblock))
+    FAIL("'matmul': kblock %lld does not cut k = %lld into whole blocks", (long long)kblock,
+         (long long)ka);
   if (rb > 2) {
     bool same = ra == rb;
     for (int d = 0; same && d < ra - 2; d++)

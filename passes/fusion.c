@@ -9,7 +9,9 @@
  * group value used only inside its group needs no memory; outputs keep their
  * order; a store moves after the last read of its global's old value when no
  * later load of that global needs the new one; a group that writes the state
- * block runs as early as its inputs and those reads allow. */
+ * block runs as early as its inputs and those reads allow. In deterministic
+ * mode it first makes the fold of a product's pieces one product that sums k
+ * in the same blocks in the same order (fold_product). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -328,6 +330,125 @@ static void reschedule(Fuser *fu) {
   ir_renumber(f);
 }
 
+/* ---- folds of products (deterministic mode) ---- */
+
+/* The matrix x whose k (x's dim kdim, of g blocks of kp) the pieces operand
+ * v lays out as [g, kp, other] (kdim 0: reshape(x, [g, kp, other])) or as
+ * [g, other, kp] (kdim 1: transpose(reshape(x, [other, g, kp]), [1, 0, 2])),
+ * as determinize's cut_k builds them; NULL for any other v. */
+static Inst *pieces_of(Inst *v, int kdim, int64_t g, int64_t kp) {
+  if (kdim == 1) {
+    int n;
+    const int64_t *perm = ir_get_ints(v, "perm", &n);
+    if (v->op != OP_transpose || !perm || n != 3 || perm[0] != 1 || perm[1] != 0 || perm[2] != 2)
+      return NULL;
+    v = v->in[0];
+  }
+  if (v->op != OP_reshape)
+    return NULL;
+  Inst *x = v->in[0];
+  const Type *t = &x->type;
+  if (t->rank != 2 || t->dim[kdim] != g * kp || t->dim[!kdim] != v->type.dim[kdim ? 0 : 2])
+    return NULL;
+  return x;
+}
+
+/* The one product that sums k in order in blocks as the fold of fold's
+ * pieces does, or NULL: the fold of a matmul run in pieces over the rows of
+ * both operands (k), or of cut_k's batch of products of k's pieces, whose
+ * result nothing else reads. The generated GEMM then writes each block of
+ * k to C or adds it, in order, as the fold adds the pieces (a piece is one
+ * block of the GEMM in this mode, at most IR_DET_KBLOCK long): the same
+ * numbers in the same order, without the pieces' results, their fold or
+ * cut_k's copies of the operands. */
+static Inst *fold_product(Func *f, const Inst *fold, const Uses *u) {
+  Inst *x = fold->in[0];
+  if (x->op != OP_matmul || u->off[x->id + 1] - u->off[x->id] != 1)
+    return NULL;
+  bool ta = ir_get_int(x, "ta", 0), tb = ir_get_int(x, "tb", 0);
+  Inst *in[2];
+  int64_t kp;
+  if (ir_pieces(x)) {   /* a sum over the batch's rows: rows are k in both */
+    kp = ir_piece_rows(x, 0);
+    if (!ta || tb || kp < 1 || ir_piece_rows(x, 1) != kp || x->in[0]->type.rank != 2 ||
+        x->in[1]->type.rank != 2)
+      return NULL;
+    in[0] = x->in[0], in[1] = x->in[1];
+  } else {
+    const Type *a = &x->in[0]->type;
+    if (a->rank != 3 || x->in[1]->type.rank != 3)
+      return NULL;
+    kp = a->dim[ta ? 1 : 2];
+    in[0] = pieces_of(x->in[0], !ta, a->dim[0], kp);
+    in[1] = pieces_of(x->in[1], tb, a->dim[0], kp);
+    if (!in[0] || !in[1])
+      return NULL;
+  }
+  if (kp > IR_DET_KBLOCK)
+    return NULL;
+  Inst *y = ir_new(f, OP_matmul, fold->loc, 2, in);
+  if (ta)
+    ir_set_int(y, "ta", 1);
+  if (tb)
+    ir_set_int(y, "tb", 1);
+  ir_set_int(y, "kblock", kp);
+  ir_finish(y);
+  DTC_ASSERT(type_eq(&y->type, &fold->type));
+  return y;
+}
+
+/* Pass 0: every fold that fold_product makes one product, and the ops only
+ * its pieces read, gone. */
+static void fold_products(Func *f) {
+  if (f->mod->det_pieces < 2)
+    return;
+  Arena *a = f->mod->arena;
+  ir_renumber(f);
+  int n = f->inst.n;
+  Uses u = ir_uses(a, f);
+  Inst **old = arena_alloc(a, sizeof(Inst *) * (size_t)(n ? n : 1));
+  memcpy(old, f->inst.a, sizeof(Inst *) * (size_t)n);
+  Inst **map = arena_alloc(a, sizeof(Inst *) * (size_t)(n ? n : 1));
+  bool any = false;
+  f->inst.n = 0;
+  for (int k = 0; k < n; k++) {
+    Inst *i = old[k];
+    for (int j = 0; j < i->nin; j++)
+      if (map[i->in[j]->id])
+        i->in[j] = map[i->in[j]->id];
+    Inst *y = i->op == OP_fold ? fold_product(f, i, &u) : NULL;
+    if (y)
+      map[k] = y, y->name = i->name, any = true;
+    else
+      vec_push(a, &f->inst, i);
+  }
+  if (!any)
+    return;
+  /* what only the folds' pieces read: unread products, copies and views */
+  ir_renumber(f);
+  n = f->inst.n;
+  int *reads = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  for (int k = 0; k < n; k++)
+    for (int j = 0; j < f->inst.a[k]->nin; j++)
+      reads[f->inst.a[k]->in[j]->id]++;
+  bool *gone = arena_alloc(a, sizeof(bool) * (size_t)(n ? n : 1));
+  for (int k = n - 1; k >= 0; k--) {
+    Inst *i = f->inst.a[k];
+    Op op = i->op;
+    if (reads[k] || (op != OP_matmul && op != OP_transpose && op != OP_reshape))
+      continue;
+    gone[k] = true;
+    for (int j = 0; j < i->nin; j++)
+      reads[i->in[j]->id]--;
+  }
+  int kept = 0;
+  for (int k = 0; k < n; k++)
+    if (!gone[k])
+      f->inst.a[kept++] = f->inst.a[k];
+  f->inst.n = kept;
+  ir_renumber(f);
+}
+
 static void fuse_func(Func *f) {
   Arena *a = f->mod->arena;
   int n = f->inst.n;
@@ -359,7 +480,9 @@ static void fuse_func(Func *f) {
 bool pass_fusion(Module *m, Diag *d, PassRun *run) {
   (void)run;
   (void)d;
-  for (int k = 0; k < m->func.n; k++)
+  for (int k = 0; k < m->func.n; k++) {
+    fold_products(m->func.a[k]);
     fuse_func(m->func.a[k]);
+  }
   return true;
 }

@@ -10,8 +10,11 @@
  * and 7, which must all give the same bits) and, on x86, for the 256-bit and
  * 128-bit micro-kernels (-mcpu=haswell, -mcpu=x86-64). An element
  * may differ from the reference by (k + 2) 2^-23 sum_p |a_ip b_pj|, a small
- * multiple of float's rounding over k terms. Also: which matmuls -fmatmul
- * sends where, and code for AArch64. */
+ * multiple of float's rounding over k terms. A product with `kblock` (k
+ * summed in blocks of that length, deterministic mode's) must equal, bit
+ * for bit where the micro-kernel fuses multiply-adds, a float loop that sums
+ * each block from zero with fmaf in order of p and adds the blocks in order.
+ * Also: which matmuls -fmatmul sends where, and code for AArch64. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@ typedef struct Case {
   int nb, batch[2];       /* A's (and C's) batch dims */
   bool bbatch;
   int m, n, k, ta, tb;
+  int kblock;             /* > 0: the matmul's kblock */
 } Case;
 
 /* A module of cases, its inputs shared by shape. */
@@ -99,9 +103,12 @@ static const char *ir_text(const Mod *md, const char *name) {
     const Case *c = &md->c[i];
     char lead[32];
     batch_prefix(c, lead, sizeof lead);
+    char kb[32] = "";
+    if (c->kblock)
+      snprintf(kb, sizeof kb, ", kblock = %d", c->kblock);
     at += (size_t)snprintf(text + at, sizeof text - at,
-                           "  %%c%d = matmul %%x%d, %%x%d {ta = %d, tb = %d} : f32[%s%d,%d]\n", i,
-                           md->a[i], md->b[i], c->ta, c->tb, lead, c->m, c->n);
+                           "  %%c%d = matmul %%x%d, %%x%d {ta = %d, tb = %d%s} : f32[%s%d,%d]\n", i,
+                           md->a[i], md->b[i], c->ta, c->tb, kb, lead, c->m, c->n);
     at += (size_t)snprintf(text + at, sizeof text - at, "  output %%c%d {name = \"c%d\"}\n", i, i);
   }
   at += (size_t)snprintf(text + at, sizeof text - at, "}\n");
@@ -130,8 +137,26 @@ static const char *emit(CT *t, const char *emit, const char *target, const char 
 static void w32(FILE *f, int32_t v) { assert_int_equal(fwrite(&v, 4, 1, f), 1); }
 static void w64(FILE *f, int64_t v) { assert_int_equal(fwrite(&v, 8, 1, f), 1); }
 
-/* The worst |got - ref| / tolerance of case c. */
-static double check_case(const Case *c, const float *a, const float *b, const float *got) {
+/* Element (i, j) of product q of case c as the generated GEMM sums it with
+ * kblock: each block from zero by fused multiply-adds in order of p, the
+ * blocks added in order. */
+static float blocked(const Case *c, const float *aq, const float *bq, int64_t i, int64_t j) {
+  int64_t m = c->m, n = c->n, k = c->k;
+  float sum = 0;
+  for (int64_t p0 = 0; p0 < k; p0 += c->kblock) {
+    float acc = 0;
+    for (int64_t p = p0; p < p0 + c->kblock; p++)
+      acc = fmaf(c->ta ? aq[p * m + i] : aq[i * k + p], c->tb ? bq[j * k + p] : bq[p * n + j], acc);
+    sum = p0 ? sum + acc : acc;
+  }
+  return sum;
+}
+
+/* The worst |got - ref| / tolerance of case c; with a kblock on a target
+ * that fuses multiply-adds (fused), any difference from blocked() is
+ * infinitely many tolerances. */
+static double check_case(const Case *c, const float *a, const float *b, const float *got,
+                         bool fused) {
   int64_t nbatch = 1;
   for (int d = 0; d < c->nb; d++)
     nbatch *= c->batch[d];
@@ -151,11 +176,27 @@ static double check_case(const Case *c, const float *a, const float *b, const fl
         }
         double tol = (double)(k + 2) * ldexp(1, -23) * abs + 1e-30;
         double r = fabs(gq[i * n + j] - s) / tol;
+        if (c->kblock && fused && gq[i * n + j] != blocked(c, aq, bq, i, j))
+          r = INFINITY;
         if (!(r <= worst))
           worst = r;
       }
   }
   return worst;
+}
+
+/* Whether the micro-kernel for cpu (NULL: this machine's) fuses its
+ * multiply-adds: AArch64's and x86's with FMA, not x86-64's 128-bit one. */
+static bool fuses(const char *cpu) {
+#if defined(__x86_64__)
+  if (cpu)
+    return !strcmp(cpu, "haswell");
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("fma");
+#else
+  (void)cpu;
+  return true;
+#endif
 }
 
 /* Compiles module md for cpu (NULL: this machine's), runs it under each
@@ -219,7 +260,7 @@ static void run_mod(const Mod *md, const char *name, const char *cpu, const char
     double worst = 0;
     for (int i = 0; i < md->n; i++) {
       const Case *c = &md->c[i];
-      double e = check_case(c, data[md->a[i]], data[md->b[i]], (const float *)p);
+      double e = check_case(c, data[md->a[i]], data[md->b[i]], (const float *)p, fuses(cpu));
       if (e > 1)
         fail_msg("%s (cpu %s, threads %s): case %d, batch %d [x%d] m %d n %d k %d ta %d tb %d: "
                  "an element is %.3g tolerances off", name, cpu ? cpu : "host",
@@ -317,6 +358,24 @@ static void batched(void **state) {
   run_all_cpus(&md, "batched");
 }
 
+/* k in blocks of kblock (deterministic mode's folds of pieces as one
+ * product): blocks not a multiple of 4, past KC (500 and one block of 700),
+ * of the batch's rows (ta), under each ta and tb, and in a batch. */
+static void kblocks(void **state) {
+  (void)state;
+  static Mod md;
+  memset(&md, 0, sizeof md);
+  for (int t = 0; t < 4; t++) {
+    add_case(&md, (Case){.m = 17, .n = 33, .k = 4 * 98, .ta = t & 1, .tb = t >> 1, .kblock = 98});
+    add_case(&md, (Case){.m = 64, .n = 40, .k = 3 * 500, .ta = t & 1, .tb = t >> 1, .kblock = 500});
+    add_case(&md, (Case){.m = 30, .n = 70, .k = 700, .ta = t & 1, .tb = t >> 1, .kblock = 700});
+  }
+  add_case(&md, (Case){.m = 256, .n = 200, .k = 8 * 32, .ta = 1, .kblock = 32});
+  add_case(&md, (Case){.nb = 1, .batch = {3}, .bbatch = true, .m = 9, .n = 20, .k = 6 * 7,
+                       .kblock = 7});
+  run_all_cpus(&md, "kblock");
+}
+
 static bool has(const char *text, const char *what) { return strstr(text, what) != NULL; }
 
 /* -fmatmul=dtc makes every matmul a call of the generated GEMM, =blas one of
@@ -390,7 +449,8 @@ static void other_targets(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_shapes),    cmocka_unit_test(large_shapes),
-      cmocka_unit_test(batched),         cmocka_unit_test(lowering_choice),
+      cmocka_unit_test(batched),         cmocka_unit_test(kblocks),
+      cmocka_unit_test(lowering_choice),
       cmocka_unit_test(other_targets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -118,7 +118,7 @@ static void test_attrs(void **state) {
   expect(m, 2, "v.ir:19:3: error: 'output' needs attribute 'name' (str)");
   m = good();
   ir_set_int(inst(m, "h"), "foo", 1);
-  expect(m, 1, "v.ir:17:3: error: 'matmul' has no attribute 'foo' (it has ta, tb)");
+  expect(m, 1, "v.ir:17:3: error: 'matmul' has no attribute 'foo' (it has ta, tb, kblock)");
   m = good();
   ir_set_float(inst(m, "h"), "ta", 1.0);
   expect(m, 1, "v.ir:17:3: error: attribute 'ta' of 'matmul' must be int, not float");
@@ -159,6 +159,12 @@ static void test_types(void **state) {
   inst(m, "y")->type.dtype = DT_F32;
   m->global.a[1].type.dtype = DT_F32;
   expect(m, 1, "v.ir:18:3: error: 'cross_entropy' needs labels i32[N], got f32[4]");
+  m = good();
+  ir_set_int(inst(m, "h"), "kblock", 2);   /* k is 3 */
+  expect(m, 1, "v.ir:17:3: error: 'matmul': kblock 2 does not cut k = 3 into whole blocks");
+  m = good();
+  ir_set_int(inst(m, "h"), "kblock", 0);
+  expect(m, 1, "v.ir:17:3: error: 'matmul': kblock 0 does not cut k = 3 into whole blocks");
 }
 
 static void test_globals(void **state) {
