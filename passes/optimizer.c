@@ -143,12 +143,13 @@ static Inst *gate(Opt *o, double on, double off) {
 }
 
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, clip_norm / (|g| + 1e-6)),
- * |g| the 2-norm of every gradient together (min(1, r) as 1 - relu(1 - r)).
+ * |g| the 2-norm of the gradients grad[0..ng) together (min(1, r) as
+ * 1 - relu(1 - r)).
  * Under SPMD each sum over a split gradient is a partial sum, which the
  * sharding pass reduces, so the norm is the whole gradient's. */
-static Inst *clip_scale(Opt *o, Inst *const *grad) {
+static Inst *clip_scale(Opt *o, Inst *const *grad, int ng) {
   Inst *total = NULL;
-  for (int k = 0; k < o->m->global.n; k++) {
+  for (int k = 0; k < ng; k++) {
     if (!grad[k])
       continue;
     Inst *sq = bin(o, OP_mul, grad[k], grad[k]);
@@ -200,18 +201,18 @@ static Inst *axpby(Opt *o, double a, Inst *x, double b, Inst *y) {
 }
 
 /* The factors of a state's update m' = a m + b g: constants without
- * accumulation, else [a | 1] and [b | 0], so a call that ends no window
- * keeps m. */
+ * accumulation, else [a | 1] and [b | 0] (or the gated factor gb given for
+ * b), so a call that ends no window keeps m. */
 typedef struct Mix {
   double a, b;
   Inst *ga, *gb;     /* the gates; NULL without accumulation */
 } Mix;
 
-static Mix mix_new(Opt *o, double a, double b) {
+static Mix mix_new(Opt *o, double a, double b, Inst *gb) {
   Mix x = {a, b, NULL, NULL};
   if (o->every > 1) {
     x.ga = gate(o, a, 1);
-    x.gb = gate(o, b, 0);
+    x.gb = gb ? gb : gate(o, b, 0);
   }
   return x;
 }
@@ -223,11 +224,10 @@ static Inst *mix(Opt *o, const Mix *x, Inst *m, Inst *g) {
   return bin(o, OP_add, l, r);
 }
 
-/* The gradients the update reads: grad itself, or with accumulation the
- * mean (acc + g) / K of the window so far, acc stored back cleared on the
- * calls that update and kept on the others. */
-static Inst **accumulate(Opt *o, Inst *const *grad) {
-  int ng = o->m->global.n;
+/* The gradients the update reads, for the first ng globals: grad itself,
+ * or with accumulation the mean (acc + g) / K of the window so far, acc
+ * stored back cleared on the calls that update and kept on the others. */
+static Inst **accumulate(Opt *o, Inst *const *grad, int ng) {
   Inst **gm = arena_alloc(o->m->arena, sizeof *gm * (size_t)(ng + 1));
   Inst *keep = o->every > 1 ? gate(o, 0, 1) : NULL;
   for (int k = 0; k < ng; k++) {
@@ -276,17 +276,15 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
    * beta2); sgd's gradient factor is the dampening's, itself gated */
   Mix mm = {0}, mv = {0};
   if (adam) {
-    mm = mix_new(&o, t->beta1, 1 - t->beta1);
-    mv = mix_new(&o, t->beta2, 1 - t->beta2);
+    mm = mix_new(&o, t->beta1, 1 - t->beta1, NULL);
+    mv = mix_new(&o, t->beta2, 1 - t->beta2, NULL);
   } else if (t->momentum != 0) {
-    mm = mix_new(&o, t->momentum, 1);
-    if (mm.gb && damp)
-      mm.gb = damp;
+    mm = mix_new(&o, t->momentum, 1, damp);
   }
 
   int ng = m->global.n;
-  Inst **gm = accumulate(&o, grad);
-  Inst *clip = t->clip_norm > 0 ? clip_scale(&o, gm) : NULL;
+  Inst **gm = accumulate(&o, grad, ng);
+  Inst *clip = t->clip_norm > 0 ? clip_scale(&o, gm, ng) : NULL;
   for (int k = 0; k < ng; k++) {
     if (!gm[k])
       continue;
