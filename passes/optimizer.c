@@ -1,7 +1,8 @@
 /* optimizer.c: the parameter update at the end of @train_step, as IR.
  * Requires: each trained param's value and gradient g in f. Guarantees: its new
- * value and optimizer state stored back (state globals "<param>__m" and
- * "<param>__v", zero-initialised, created here).
+ * value and optimizer state stored back (state globals "<param>__m",
+ * "<param>__v" and, with accumulation, "<param>__acc", zero-initialised,
+ * created here).
  *
  * lr is the scalar op `lr`, evaluated by dtrt_lr at the runtime's step counter
  * s (0 on the first step; t = s + 1), with W warm-up and T total steps:
