@@ -63,6 +63,16 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
     /* the learning rate itself through dtrt_step_lr, which takes the one
      * NAME_set_lr set on the context; a fixed one through dtrt_lr */
     bool fixed = ir_get_int(i, "fixed", 0);
+    /* with accumulate K, update step / K on the calls that end a window of K
+     * (step % K == K - 1), idle on the others; the step is the same on every
+     * rank, so every rank takes the same value */
+    int64_t k = ir_get_int(i, "accumulate", 1);
+    LLVMValueRef update = fn->step, due = NULL;
+    if (k > 1) {
+      update = LLVMBuildUDiv(c->b, fn->step, cg_i64(c, k), "update");
+      LLVMValueRef r = LLVMBuildURem(c->b, fn->step, cg_i64(c, k), "");
+      due = LLVMBuildICmp(c->b, LLVMIntEQ, r, cg_i64(c, k - 1), "due");
+    }
     LLVMTypeRef pt[] = {c->ptr, c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
     LLVMTypeRef ft = LLVMFunctionType(c->f32, pt + fixed, COUNTOF(pt) - fixed, 0);
     LLVMValueRef arg[] = {
@@ -73,13 +83,17 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
         LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "total", 0), 1),
         LLVMConstReal(c->f64, ir_get_float(i, "beta1", 0)),
         LLVMConstReal(c->f64, ir_get_float(i, "beta2", 0)),
-        fn->step};
+        update};
     v = LLVMBuildCall2(c->b, ft, cg_extern(c, fixed ? "dtrt_lr" : "dtrt_step_lr", ft),
                        arg + fixed, COUNTOF(arg) - fixed, "lr");
     if (ir_attr(i, "first")) {
       LLVMValueRef first = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "first", 0));
-      LLVMValueRef at0 = LLVMBuildICmp(c->b, LLVMIntEQ, fn->step, cg_i64(c, 0), "");
+      LLVMValueRef at0 = LLVMBuildICmp(c->b, LLVMIntEQ, update, cg_i64(c, 0), "");
       v = LLVMBuildSelect(c->b, at0, first, v, "lr");
+    }
+    if (due) {
+      LLVMValueRef idle = LLVMConstReal(c->f32, (double)(float)ir_get_float(i, "idle", 0));
+      v = LLVMBuildSelect(c->b, due, v, idle, "lr");
     }
   }
   leave(fn, here);

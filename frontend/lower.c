@@ -1358,14 +1358,31 @@ static bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const
   return true;
 }
 
-/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm, dampening)
- *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm)
+/* accumulate = K: the calls of the training step whose gradients one update
+ * averages, 1 to IR_MAX_ACCUMULATE. */
+static bool accumulate_arg(Ctx *c, const Expr *e, int64_t *out) {
+  if (!int_arg(c, e, "'accumulate'", out))
+    return false;
+  if (*out < 1 || *out > IR_MAX_ACCUMULATE) {
+    diag_error(c->d, e->loc, "'accumulate' must be between 1 and %d, not %lld",
+               IR_MAX_ACCUMULATE, (long long)*out);
+    return false;
+  }
+  return true;
+}
+
+/* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm, dampening,
+ *                 accumulate)
+ *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm,
+ *                  accumulate)
  *           | adamw(...) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
-                                    "schedule", "nesterov", "clip_norm", "dampening"};
-  static const char *const adam[] = {"lr",           "beta1",    "beta2",    "eps",
-                                     "weight_decay", "schedule", "eps_form", "clip_norm"};
+                                    "schedule", "nesterov", "clip_norm", "dampening",
+                                    "accumulate"};
+  static const char *const adam[] = {"lr",           "beta1",    "beta2",     "eps",
+                                     "weight_decay", "schedule", "eps_form",  "clip_norm",
+                                     "accumulate"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
@@ -1412,6 +1429,8 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
       ok &= real_in(c, arg[k], p, false, INFINITY, false, &t->weight_decay);
     else if (!strcmp(p, "dampening"))
       ok &= real_in(c, arg[k], p, false, 1, false, &t->dampening);
+    else if (!strcmp(p, "accumulate"))
+      ok &= accumulate_arg(c, arg[k], &t->accumulate);
     else
       ok &= real_in(c, arg[k], p, false, 1, true, !strcmp(p, "momentum") ? &t->momentum
                                                   : !strcmp(p, "beta1")  ? &t->beta1

@@ -379,12 +379,16 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
   } else if (inst->op == OP_batch_stat) {   /* before the eval pass: training's */
     memcpy(out, val[inst->in[0]->id], bytes);
   } else if (inst->op == OP_lr) {
+    /* with accumulate K, update s / K on the calls that end a window of K */
+    int64_t k = ir_get_int(inst, "accumulate", 1), s = it->step < 0 ? 0 : it->step, u = s / k;
     *out = dtrt_lr(ir_schedule(inst),
                    ir_get_float(inst, "base", 0), ir_get_int(inst, "warmup", 0),
                    ir_get_int(inst, "total", 0), ir_get_float(inst, "beta1", 0),
-                   ir_get_float(inst, "beta2", 0), it->step);
-    if (ir_attr(inst, "first") && it->step == 0)
+                   ir_get_float(inst, "beta2", 0), u);
+    if (ir_attr(inst, "first") && u == 0)
       *out = (float)ir_get_float(inst, "first", 0);
+    if (s % k != k - 1)
+      *out = (float)ir_get_float(inst, "idle", 0);
   } else if (ir_ops[inst->op].kind == K_ELEM) {
     float *in[2] = {val[inst->in[0]->id], inst->nin > 1 ? val[inst->in[1]->id] : NULL};
     elementwise(inst, out, in);

@@ -297,8 +297,13 @@ typedef struct Train {
   int64_t warmup, total;
   double dampening;      /* sgd: the momentum buffer takes (1 - dampening) g
                             after the first step (torch.optim.SGD's) */
+  int64_t accumulate;    /* > 1: the step adds its gradient to the state
+                            "<param>__acc" and every accumulate-th call
+                            updates with their mean; 0 or 1: every call */
   Loc loc;
 } Train;
+/* Calls of the training step one update may average (Train.accumulate). */
+#define IR_MAX_ACCUMULATE 65536
 
 /* 1F1B (PipeDream-Flush): a stage warms up with (stages - s - 1) forward
  * micro-batches, then alternates one forward and one backward; GPipe: all

@@ -34,6 +34,7 @@ const IrField ir_train_fields[] = {
     FIELD(Train, eps_kingma, 'i'),
     FIELD(Train, clip_norm, 'f'),
     FIELD(Train, dampening, 'f'),
+    FIELD(Train, accumulate, 'i'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
                                     FIELD(Global, init_arg, 'f'), {0}};

@@ -293,6 +293,12 @@ static bool named_ok(const Inst *in, Diag *d) {
       diag_error(d, in->loc, "'lr' has schedule '%s', not constant, warmup or cosine", s);
       return false;
     }
+    int64_t k = ir_get_int(in, "accumulate", 1);
+    if (k < 1 || k > IR_MAX_ACCUMULATE) {
+      diag_error(d, in->loc, "'lr' has accumulate %lld, not between 1 and %d", (long long)k,
+                 IR_MAX_ACCUMULATE);
+      return false;
+    }
   }
   if (ir_attr(in, "method") && !ir_has_method(in->op, (int)ir_get_int(in, "method", 0)) &&
       ir_get_int(in, "method", 0) != DTRT_COMM_MPI) {

@@ -1,7 +1,8 @@
 /* optimizer.c: the parameter update at the end of @train_step, as IR.
  * Requires: each trained param's value and gradient g in f. Guarantees: its new
- * value and optimizer state stored back (state globals "<param>__m" and
- * "<param>__v", zero-initialised, created here).
+ * value and optimizer state stored back (state globals "<param>__m",
+ * "<param>__v" and, with accumulation, "<param>__acc", zero-initialised,
+ * created here).
  *
  * lr is the scalar op `lr`, evaluated by dtrt_lr at the runtime's step counter
  * s (0 on the first step; t = s + 1), with W warm-up and T total steps:
@@ -34,6 +35,21 @@
  * 1e-6)), |g| the norm of all gradients together (torch.nn.utils.
  * clip_grad_norm_), before weight decay.
  *
+ * With accumulate = K > 1 each call adds its gradient to the state
+ * "<param>__acc" (a = acc + g), and g above is the mean a / K of the window's
+ * K gradients; the step counter s counts calls, and only the calls with
+ * s % K == K - 1 update. Every lr op then carries accumulate = K: its value
+ * is dtrt_lr's at update t - 1 = s / K on those calls and its `idle` value on
+ * the others. The state moves by gated factors instead of constants,
+ *
+ *   m' = beta m + c g     becomes   m' = [beta | 1] m + [c | 0] g
+ *   acc' = a [0 | 1]      (cleared by the update, kept otherwise)
+ *
+ * [x | y] an lr op of base x and idle value y, and p' = p - lr step with lr
+ * idle 0, so a call that ends no window leaves p, m and v as they were
+ * (exactly, for finite values: 1 m + 0 g = m). eps_t idles at eps, keeping
+ * Adam's step finite on those calls.
+ *
  * lr_t and eps_t are lr ops (one scalar each per step): dtrt_lr folds in the
  * corrections, sqrt(1 - beta2^t) for beta2 > 0 and 1 / (1 - beta1^t) for
  * beta1 > 0. The lr ops whose base is not the learning rate (eps_t, the
@@ -48,6 +64,7 @@ typedef struct Opt {
   Module *m;
   Func *f;
   Loc loc;           /* of the param being updated */
+  int64_t every;     /* calls per update: accumulate, 1 without */
 } Opt;
 
 static Inst *cnst(Opt *o, double v) {
@@ -68,6 +85,8 @@ static Inst *lr(Opt *o, double beta1, double beta2) {
   ir_set_int(r, "total", t->total);
   ir_set_float(r, "beta1", beta1);
   ir_set_float(r, "beta2", beta2);
+  if (o->every > 1)
+    ir_set_int(r, "accumulate", o->every);
   return ir_finish(r);
 }
 
@@ -82,6 +101,10 @@ static Inst *eps_rate(Opt *o) {
   ir_set_float(r, "beta1", 0);
   ir_set_float(r, "beta2", t->beta2);
   ir_set_int(r, "fixed", 1);
+  if (o->every > 1) {
+    ir_set_int(r, "accumulate", o->every);
+    ir_set_float(r, "idle", t->eps);
+  }
   return ir_finish(r);
 }
 
@@ -97,16 +120,37 @@ static Inst *damp_rate(Opt *o) {
   ir_set_float(r, "beta2", 0);
   ir_set_float(r, "first", 1);
   ir_set_int(r, "fixed", 1);
+  if (o->every > 1)
+    ir_set_int(r, "accumulate", o->every);
+  return ir_finish(r);
+}
+
+/* [on | off]: on on the calls that update, off on the others (an lr op of
+ * base on and idle value off); the constant on without accumulation. */
+static Inst *gate(Opt *o, double on, double off) {
+  if (o->every == 1)
+    return cnst(o, on);
+  Inst *r = ir_new(o->f, OP_lr, o->m->train.loc, 0, NULL);
+  ir_set_float(r, "base", on);
+  ir_set_str(r, "schedule", dtrt_schedule_names[DT_SCHED_CONSTANT]);
+  ir_set_int(r, "warmup", 0);
+  ir_set_int(r, "total", 0);
+  ir_set_float(r, "beta1", 0);
+  ir_set_float(r, "beta2", 0);
+  ir_set_int(r, "fixed", 1);
+  ir_set_int(r, "accumulate", o->every);
+  ir_set_float(r, "idle", off);
   return ir_finish(r);
 }
 
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, clip_norm / (|g| + 1e-6)),
- * |g| the 2-norm of every gradient together (min(1, r) as 1 - relu(1 - r)).
+ * |g| the 2-norm of the gradients grad[0..ng) together (min(1, r) as
+ * 1 - relu(1 - r)).
  * Under SPMD each sum over a split gradient is a partial sum, which the
  * sharding pass reduces, so the norm is the whole gradient's. */
-static Inst *clip_scale(Opt *o, Inst *const *grad) {
+static Inst *clip_scale(Opt *o, Inst *const *grad, int ng) {
   Inst *total = NULL;
-  for (int k = 0; k < o->m->global.n; k++) {
+  for (int k = 0; k < ng; k++) {
     if (!grad[k])
       continue;
     Inst *sq = bin(o, OP_mul, grad[k], grad[k]);
@@ -157,6 +201,50 @@ static Inst *axpby(Opt *o, double a, Inst *x, double b, Inst *y) {
   return bin(o, OP_add, l, b == 1 ? y : bin(o, OP_mul, cnst(o, b), y));
 }
 
+/* The factors of a state's update m' = a m + b g: constants without
+ * accumulation, else [a | 1] and [b | 0] (or the gated factor gb given for
+ * b), so a call that ends no window keeps m. */
+typedef struct Mix {
+  double a, b;
+  Inst *ga, *gb;     /* the gates; NULL without accumulation */
+} Mix;
+
+static Mix mix_new(Opt *o, double a, double b, Inst *gb) {
+  Mix x = {a, b, NULL, NULL};
+  if (o->every > 1) {
+    x.ga = gate(o, a, 1);
+    x.gb = gb ? gb : gate(o, b, 0);
+  }
+  return x;
+}
+
+static Inst *mix(Opt *o, const Mix *x, Inst *m, Inst *g) {
+  if (!x->ga)
+    return axpby(o, x->a, m, x->b, g);
+  Inst *l = bin(o, OP_mul, x->ga, m), *r = bin(o, OP_mul, x->gb, g);
+  return bin(o, OP_add, l, r);
+}
+
+/* The gradients the update reads, for the first ng globals: grad itself,
+ * or with accumulation the mean (acc + g) / K of the window so far, acc
+ * stored back cleared on the calls that update and kept on the others. */
+static Inst **accumulate(Opt *o, Inst *const *grad, int ng) {
+  Inst **gm = arena_alloc(o->m->arena, sizeof *gm * (size_t)(ng + 1));
+  Inst *keep = o->every > 1 ? gate(o, 0, 1) : NULL;
+  for (int k = 0; k < ng; k++) {
+    gm[k] = grad[k];
+    if (!grad[k] || !keep)
+      continue;
+    o->loc = o->m->global.a[k].loc;
+    const char *acc = state(o, k, "acc");
+    Inst *a = bin(o, OP_add, load(o, acc), grad[k]);
+    gm[k] = bin(o, OP_div, a, cnst(o, (double)o->every));
+    store(o, acc, bin(o, OP_mul, a, keep));
+  }
+  o->loc = o->m->train.loc;
+  return gm;
+}
+
 bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d) {
   const Train *t = &m->train;
   int kind = t->opt >= 0 ? t->opt : OPT_SGD;
@@ -167,7 +255,12 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
                t->beta2);
     return false;
   }
-  Opt o = {m, f, t->loc};
+  if (t->accumulate < 0 || t->accumulate > IR_MAX_ACCUMULATE) {
+    diag_error(d, t->loc, "'accumulate' must be between 1 and %d, not %lld", IR_MAX_ACCUMULATE,
+               (long long)t->accumulate);
+    return false;
+  }
+  Opt o = {m, f, t->loc, t->accumulate > 1 ? t->accumulate : 1};
   Inst *rate = lr(&o, adam ? t->beta1 : 0, adam ? t->beta2 : 0);
   /* torch.optim.Adam adds eps to sqrt(v / (1 - beta2^t)); with the
    * corrections in the step size that is eps sqrt(1 - beta2^t) added to
@@ -180,31 +273,41 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     decay = bin(&o, OP_mul, decay, cnst(&o, t->weight_decay));
 
   Inst *damp = sgd && t->momentum != 0 && t->dampening != 0 ? damp_rate(&o) : NULL;
+  /* the state's factors, gated under accumulation (m: momentum or beta1, v:
+   * beta2); sgd's gradient factor is the dampening's, itself gated */
+  Mix mm = {0}, mv = {0};
+  if (adam) {
+    mm = mix_new(&o, t->beta1, 1 - t->beta1, NULL);
+    mv = mix_new(&o, t->beta2, 1 - t->beta2, NULL);
+  } else if (t->momentum != 0) {
+    mm = mix_new(&o, t->momentum, 1, damp);
+  }
 
   int ng = m->global.n;
-  Inst *clip = t->clip_norm > 0 ? clip_scale(&o, grad) : NULL;
+  Inst **gm = accumulate(&o, grad, ng);
+  Inst *clip = t->clip_norm > 0 ? clip_scale(&o, gm, ng) : NULL;
   for (int k = 0; k < ng; k++) {
-    if (!grad[k])
+    if (!gm[k])
       continue;
     o.loc = m->global.a[k].loc;
     const char *param = m->global.a[k].name;
-    Inst *p = value[k], *g = clip ? bin(&o, OP_mul, clip, grad[k]) : grad[k], *step;
+    Inst *p = value[k], *g = clip ? bin(&o, OP_mul, clip, gm[k]) : gm[k], *step;
     if (t->weight_decay != 0 && !adamw)
       g = axpby(&o, 1, g, t->weight_decay, p);
     const char *mname = NULL, *vname = NULL;
     Inst *m1 = NULL, *v1 = NULL;
     if (sgd && t->momentum != 0) {
       mname = state(&o, k, "m");
-      Inst *gd = damp ? bin(&o, OP_mul, damp, g) : g;
-      m1 = axpby(&o, t->momentum, load(&o, mname), 1, gd);
+      Inst *gd = damp && !mm.gb ? bin(&o, OP_mul, damp, g) : g;
+      m1 = mix(&o, &mm, load(&o, mname), gd);
       step = t->nesterov ? axpby(&o, 1, g, t->momentum, m1) : m1;
     } else if (sgd) {
       step = g;
     } else {
       mname = state(&o, k, "m");
       vname = state(&o, k, "v");
-      m1 = axpby(&o, t->beta1, load(&o, mname), 1 - t->beta1, g);
-      v1 = axpby(&o, t->beta2, load(&o, vname), 1 - t->beta2, bin(&o, OP_mul, g, g));
+      m1 = mix(&o, &mm, load(&o, mname), g);
+      v1 = mix(&o, &mv, load(&o, vname), bin(&o, OP_mul, g, g));
       Inst *den = bin(&o, OP_add, ir_make(f, OP_sqrt, o.loc, 1, v1), eps);
       step = bin(&o, OP_div, m1, den);
     }

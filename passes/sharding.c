@@ -16,9 +16,9 @@
  * value of @train_step and @forward and of the bodies their loops run has a
  * sharding that a form of its op yields (a body's are derived anew on every
  * run; a body a second loop runs is copied for it first, @B.copy); every
- * global has one, and a param's optimizer state (<p>__m, <p>__v) shares its
- * param's; inputs without annotation are whole; no split leaves a device an
- * empty block. Without a mesh it does nothing. */
+ * global has one, and a param's optimizer state (<p>__m, <p>__v, <p>__acc)
+ * shares its param's; inputs without annotation are whole; no split leaves a
+ * device an empty block. Without a mesh it does nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1061,13 +1061,15 @@ static void check_stages(Ctx *c, const Inst *r) {
   }
 }
 
-/* The param a state global belongs to: "<param>__m" and "<param>__v". */
+/* The param a state global belongs to: "<param>__m", "<param>__v" and
+ * "<param>__acc" (the name before the last "__"). */
 static int owner_of(const Module *m, int g) {
-  const char *name = m->global.a[g].name;
-  size_t n = strlen(name);
-  if (m->global.a[g].kind != G_STATE || n < 4 || name[n - 3] != '_' || name[n - 2] != '_')
+  const char *name = m->global.a[g].name, *cut = NULL;
+  for (const char *s = strstr(name, "__"); s; s = strstr(s + 1, "__"))
+    cut = s;
+  if (m->global.a[g].kind != G_STATE || !cut || cut == name || !cut[2])
     return g;
-  char *p = arena_strndup(m->arena, name, n - 3);
+  char *p = arena_strndup(m->arena, name, (size_t)(cut - name));
   const Global *pg = ir_find_global(m, p);
   return pg && pg->kind == G_PARAM ? (int)(pg - m->global.a) : g;
 }

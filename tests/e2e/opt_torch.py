@@ -1,8 +1,13 @@
-# opt_torch.py STEPS TORCH_OPTIMIZER [CLIP] < opt_steps or opt_set_lr output:
-# redoes the steps with torch.optim on the same data and initial weights, in
-# float64 (with torch.nn.utils.clip_grad_norm_ to CLIP before each step), and
-# checks dtc's weights after every step within 1e-4 of the largest weight and
-# the losses within 1e-6 relative. The input is lines "NAME v1 v2 ...": w0
+# opt_torch.py STEPS TORCH_OPTIMIZER [CLIP [ACCUMULATE [WARMUP]]] < opt_steps,
+# opt_set_lr or accum_steps output: redoes the steps with torch.optim on the
+# same data and initial weights, in float64 (with torch.nn.utils.
+# clip_grad_norm_ to CLIP before each optimizer step; 0: none), and checks
+# dtc's weights after every step within 1e-4 of the largest weight and the
+# losses within 1e-6 relative. With ACCUMULATE K each step is a micro-batch:
+# (loss / K).backward(), and opt.step(); opt.zero_grad() after every K-th,
+# as gradient accumulation is written in PyTorch. With WARMUP N the learning
+# rate warms up over N optimizer steps (LambdaLR of min(1, (u + 1) / N) at
+# update u, dtc's warmup schedule). The input is lines "NAME v1 v2 ...": w0
 # (the initial weights), x and y (the batch of the steps that follow), lr
 # (the learning rate from the next step on, set in every param group), then
 # per step loss and w (the weights after it). Exit 0 when they agree, 1 with
@@ -13,10 +18,15 @@ import torch
 
 steps, spec = int(sys.argv[1]), sys.argv[2]
 clip = float(sys.argv[3]) if len(sys.argv) > 3 else 0
+accum = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+warmup = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 rows = [line.split() for line in sys.stdin if line.strip()]
 w0 = next([float(v) for v in r[1:]] for r in rows if r[0] == "w0")
 w = torch.tensor(w0, dtype=torch.float64).reshape(3, 2).requires_grad_()
 opt = eval("torch.optim." + spec.replace("(", "([w], ", 1))
+sched = None
+if warmup > 0:
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: min(1.0, (u + 1) / warmup))
 x = y = None
 s = 0
 worst_w = worst_l = 0.0
@@ -30,13 +40,16 @@ for r in rows:
         for g in opt.param_groups:
             g["lr"] = v[0]
     elif r[0] == "loss":
-        opt.zero_grad()
         loss = torch.nn.functional.mse_loss(x @ w, y)
-        loss.backward()
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_([w], clip)
+        (loss / accum).backward()
         worst_l = max(worst_l, abs(loss.item() - v[0]) / max(1e-30, abs(loss.item())))
-        opt.step()
+        if (s + 1) % accum == 0:
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_([w], clip)
+            opt.step()
+            opt.zero_grad()
+            if sched:
+                sched.step()
     elif r[0] == "w":
         ref = w.detach().reshape(-1)
         big = float(ref.abs().max())

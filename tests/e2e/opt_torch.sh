@@ -28,6 +28,20 @@ check "adam(lr = 0.01, beta1 = 0, beta2 = 0.9)" "Adam(lr=0.01, betas=(0, 0.9))"
 check "adamw(lr = 0.01, weight_decay = 0.1, eps = 0.01)" "AdamW(lr=0.01, weight_decay=0.1, eps=0.01)"
 check "adam(lr = 0.01, clip_norm = 0.5)" "Adam(lr=0.01)" 0.5
 check "sgd(lr = 0.1, momentum = 0.9, clip_norm = 0.5)" "SGD(lr=0.1, momentum=0.9)" 0.5
+# gradient accumulation over 3 micro-batches of their own, 12 calls (4 updates)
+accum() {   # DTC_OPTIMIZER TORCH_OPTIMIZER CLIP [WARMUP]
+  "$run" 12 "$1" vary | "$py" "$dir/opt_torch.py" 12 "$2" "$3" 3 ${4:-} || fail=1
+}
+accum "sgd(lr = 0.1, momentum = 0.9, accumulate = 3)" "SGD(lr=0.1, momentum=0.9)" 0
+accum "sgd(lr = 0.1, momentum = 0.8, dampening = 0.3, weight_decay = 0.01, clip_norm = 0.5, accumulate = 3)" \
+      "SGD(lr=0.1, momentum=0.8, dampening=0.3, weight_decay=0.01)" 0.5
+accum "sgd(lr = 0.1, momentum = 0.9, nesterov = true, accumulate = 3)" \
+      "SGD(lr=0.1, momentum=0.9, nesterov=True)" 0
+accum "adam(lr = 0.01, accumulate = 3)" "Adam(lr=0.01)" 0
+accum "adam(lr = 0.01, eps = 0.01, weight_decay = 0.1, clip_norm = 0.5, accumulate = 3)" \
+      "Adam(lr=0.01, eps=0.01, weight_decay=0.1)" 0.5
+accum "adamw(lr = 0.01, weight_decay = 0.1, accumulate = 3)" "AdamW(lr=0.01, weight_decay=0.1)" 0
+accum "adam(lr = 0.01, accumulate = 3, schedule = warmup(steps = 3))" "Adam(lr=0.01)" 0 3
 # the learning rate set from C between steps of a compiled model (opt_set_lr,
 # tests/e2e/lsq.dt), SGD with momentum and dampening
 if [ -n "${2:-}" ]; then

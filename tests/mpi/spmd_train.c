@@ -30,7 +30,9 @@
 
 #include "dtrt.h"
 
-#define STEPS 5
+#ifndef STEPS
+#define STEPS 5   /* -DSTEPS=7: gradient accumulation's tests (mlp_accum.dt) */
+#endif
 #ifndef TOL
 #define TOL 1e-4   /* -DTOL=0: bit for bit (deterministic mode) */
 #endif

@@ -133,7 +133,7 @@ static void test_attrs(void **state) {
   expect(m, 1, "v.ir:20:3: error: attribute 'name' is given twice");
 }
 
-/* An lr's schedule is one libdtrt knows. */
+/* An lr's schedule is one libdtrt knows, its accumulation window positive. */
 static void test_schedule(void **state) {
   (void)state;
   Module *m = good();
@@ -148,6 +148,15 @@ static void test_schedule(void **state) {
   expect(m, 0, NULL);
   ir_set_str(l, "schedule", "linear");
   expect(m, 1, "dtc: error: 'lr' has schedule 'linear', not constant, warmup or cosine");
+  /* gradient accumulation: a window of 1 to IR_MAX_ACCUMULATE calls */
+  ir_set_str(l, "schedule", "cosine");
+  ir_set_int(l, "accumulate", 3);
+  ir_set_float(l, "idle", 1);
+  expect(m, 0, NULL);
+  ir_set_int(l, "accumulate", 0);
+  expect(m, 1, "dtc: error: 'lr' has accumulate 0, not between 1 and 65536");
+  ir_set_int(l, "accumulate", IR_MAX_ACCUMULATE + 1);
+  expect(m, 1, "dtc: error: 'lr' has accumulate 65537, not between 1 and 65536");
 }
 
 static void test_types(void **state) {
