@@ -220,8 +220,9 @@ static void insert_by_offset(Buf **placed, int n, Buf *b) {
 }
 
 /* Where b goes, found by one pass over the n placed buffers in offset order,
- * skipping those not live with it: the same answer as tree_place, cheaper
- * when the unions it would merge hold more ranges than there are buffers. */
+ * skipping those not live with it: the same answer as tree_place, which
+ * calls it when the unions to sort hold more than one range for every
+ * sixteen placed buffers. */
 static int64_t scan_place(Buf *const *placed, int n, const Buf *b) {
   int64_t at = -1, gap = INT64_MAX, end = 0;
   for (int j = 0; j < n; j++) {
@@ -263,7 +264,8 @@ static int64_t tree_place(Arena *a, const Tree *t, const Buf *b, Spans *all, Buf
     for (int j = 0; j < x->n; j++)
       vec_push(a, all, x->a[j]);
   }
-  qsort(all->a, (size_t)all->n, sizeof *all->a, by_lo);
+  if (all->n > 1)
+    qsort(all->a, (size_t)all->n, sizeof *all->a, by_lo);
   int64_t at = -1, gap = INT64_MAX, end = 0;
   for (int k = 0; k < all->n; k++) {
     int64_t room = all->a[k].lo - end;
