@@ -1,7 +1,13 @@
 /* memplan.c: the static memory plan: one work arena per function. Lives come
  * from the instruction order (a fusion group is one step); offsets are placed
  * greedily, largest buffer first, into the best fitting gap among the buffers
- * live at the same time, so memory is reused after a value's last use.
+ * live at the same time, so memory is reused after a value's last use. The
+ * placed buffers are kept in a segment tree over the steps whose nodes hold
+ * unions of address ranges, so the addresses taken during a life are found
+ * from O(log steps) unions rather than from every placed buffer (near n log n
+ * when lives nest, as a training step's activations do); where the unions
+ * are fragmented a scan of the placed buffers in offset order gives the same
+ * answer, so the plan does not depend on which is used.
  *
  * Requires: each fusion group contiguous (passes/fusion.c), or no groups.
  * Guarantees: Inst.offset >= 0 (64-byte aligned) exactly for the values that
@@ -114,6 +120,90 @@ static int by_size_desc(const void *x, const void *y) {
   return a->def != b->def ? a->def - b->def : a->i - b->i;
 }
 
+/* ---- the placed buffers: unions of address ranges over a tree of steps ---- */
+
+/* Disjoint address ranges [lo, hi) in order, touching ones merged. */
+typedef struct Span {
+  int64_t lo, hi;
+} Span;
+typedef VEC(Span) Spans;
+
+/* Adds [lo, hi) to s, merging it with the ranges it meets. */
+static void spans_add(Arena *a, Spans *s, int64_t lo, int64_t hi) {
+  int i = 0, j = s->n;
+  while (i < j) {   /* i: the first range that ends at or past lo */
+    int mid = i + (j - i) / 2;
+    if (s->a[mid].hi < lo)
+      i = mid + 1;
+    else
+      j = mid;
+  }
+  for (j = i; j < s->n && s->a[j].lo <= hi; j++) {
+    lo = s->a[j].lo < lo ? s->a[j].lo : lo;
+    hi = s->a[j].hi > hi ? s->a[j].hi : hi;
+  }
+  if (i == j) {   /* meets none: a new range at i */
+    vec_push(a, s, ((Span){0, 0}));
+    memmove(s->a + i + 1, s->a + i, sizeof *s->a * (size_t)(s->n - 1 - i));
+  } else {        /* replaces ranges i..j-1 */
+    memmove(s->a + i + 1, s->a + j, sizeof *s->a * (size_t)(s->n - j));
+    s->n -= j - i - 1;
+  }
+  s->a[i] = (Span){lo, hi};
+}
+
+/* A segment tree over the steps (node 1 the root, leaf of step s at
+ * leaves + s). A buffer placed with life [d, l] is stored in the nodes that
+ * cover [d, l] exactly (at most two per level): own[v] is the union of the
+ * ranges of the buffers stored at v, sub[v] that of those stored at v or
+ * below it. The buffers whose life meets [d, l] are then those of own[v] for
+ * v above a covering node and of sub[c] for the covering nodes c: the
+ * addresses they take during [d, l] are the union of O(log steps) unions,
+ * however many buffers live there. */
+typedef struct Tree {
+  int leaves;          /* a power of two, at least the step count */
+  Spans *own, *sub;    /* by node */
+} Tree;
+
+/* Whether node v's steps all lie in [d, l]. */
+static bool inside(const Tree *t, int v, int d, int l) {
+  int h = 0;
+  while ((v << h) < t->leaves)
+    h++;
+  int lo = (v << h) - t->leaves;
+  return d <= lo && lo + (1 << h) - 1 <= l;
+}
+
+/* The nodes that cover [d, l] exactly into cover, those above one of them
+ * into above, each once; returns their counts in *nc and *na. */
+enum { MAX_NODES = 64 };   /* two per level of a tree of up to 2^31 leaves */
+static void nodes(const Tree *t, int d, int l, int *cover, int *nc, int *above, int *na) {
+  *nc = *na = 0;
+  for (int x = d + t->leaves, y = l + t->leaves + 1; x < y; x >>= 1, y >>= 1) {
+    if (x & 1)
+      cover[(*nc)++] = x++;
+    if (y & 1)
+      cover[(*nc)++] = --y;
+  }
+  for (int x = (d + t->leaves) >> 1, y = (l + t->leaves) >> 1; x; x >>= 1, y >>= 1) {
+    if (!inside(t, x, d, l))
+      above[(*na)++] = x;
+    if (y != x && !inside(t, y, d, l))
+      above[(*na)++] = y;
+  }
+}
+
+static void tree_add(Arena *a, Tree *t, const Buf *b) {
+  int cover[MAX_NODES], above[MAX_NODES], nc, na;
+  nodes(t, b->def, b->last, cover, &nc, above, &na);
+  for (int k = 0; k < nc; k++) {
+    spans_add(a, &t->own[cover[k]], b->off, b->off + b->size);
+    spans_add(a, &t->sub[cover[k]], b->off, b->off + b->size);
+  }
+  for (int k = 0; k < na; k++)
+    spans_add(a, &t->sub[above[k]], b->off, b->off + b->size);
+}
+
 /* Inserts b into placed[0..n), kept in offset order (ties: inst id). */
 static void insert_by_offset(Buf **placed, int n, Buf *b) {
   int lo = 0, hi = n;
@@ -129,79 +219,127 @@ static void insert_by_offset(Buf **placed, int n, Buf *b) {
   placed[lo] = b;
 }
 
-/* Greedy by size: the largest buffers are placed first, each at the best
- * fitting gap among the buffers already placed that live at the same time
- * (the lowest offset past all of them when no gap fits). The placed buffers
- * are kept in offset order, so finding the gaps is one pass over them, with
- * no sort: quadratic still when every buffer lives with every other (a
- * training step's activations), but a pass of compares. */
-/* Whether a repeat_out of r gives its output k. */
-static bool has_out(const Inst *r, int k) {
-  const Func *f = r->fn;
-  for (int i = 0; i < f->inst.n; i++) {
-    const Inst *x = f->inst.a[i];
-    if (x->op == OP_repeat_out && x->in[0] == r && ir_get_int(x, "index", 0) == k)
-      return true;
+/* Where b goes, found by one pass over the n placed buffers in offset order,
+ * skipping those not live with it: the same answer as tree_place, which
+ * calls it when the unions to sort hold more than one range for every
+ * sixteen placed buffers. */
+static int64_t scan_place(Buf *const *placed, int n, const Buf *b) {
+  int64_t at = -1, gap = INT64_MAX, end = 0;
+  for (int j = 0; j < n; j++) {
+    const Buf *x = placed[j];
+    if (x->def > b->last || b->def > x->last)
+      continue;
+    int64_t room = x->off - end;
+    if (room >= b->size && room < gap)
+      at = end, gap = room;
+    end = x->off + x->size > end ? x->off + x->size : end;
   }
-  return false;
+  return at >= 0 ? at : end;
+}
+
+static int by_lo(const void *x, const void *y) {
+  const Span *a = x, *b = y;
+  return (a->lo > b->lo) - (a->lo < b->lo);
+}
+
+/* Where b goes: the best fitting gap (the lowest of equal ones) among the
+ * ranges taken during its life, or past all of them. The unions are sorted
+ * together into address order; when they hold more ranges than a sort
+ * beats a scan of the placed buffers, that scan decides instead (the same
+ * answer). */
+static int64_t tree_place(Arena *a, const Tree *t, const Buf *b, Spans *all, Buf *const *placed,
+                          int nplaced) {
+  int cover[MAX_NODES], above[MAX_NODES], nc, na;
+  nodes(t, b->def, b->last, cover, &nc, above, &na);
+  int64_t ranges = 0;
+  for (int k = 0; k < nc; k++)
+    ranges += t->sub[cover[k]].n;
+  for (int k = 0; k < na; k++)
+    ranges += t->own[above[k]].n;
+  if (ranges * 16 > nplaced)
+    return scan_place(placed, nplaced, b);
+  all->n = 0;
+  for (int k = 0; k < nc + na; k++) {
+    const Spans *x = k < nc ? &t->sub[cover[k]] : &t->own[above[k - nc]];
+    for (int j = 0; j < x->n; j++)
+      vec_push(a, all, x->a[j]);
+  }
+  if (all->n > 1)
+    qsort(all->a, (size_t)all->n, sizeof *all->a, by_lo);
+  int64_t at = -1, gap = INT64_MAX, end = 0;
+  for (int k = 0; k < all->n; k++) {
+    int64_t room = all->a[k].lo - end;
+    if (room >= b->size && room < gap)
+      at = end, gap = room;
+    end = all->a[k].hi > end ? all->a[k].hi : end;
+  }
+  return at >= 0 ? at : end;
 }
 
 /* Two buffers per carried value, the body's arena, then a row for each
- * stacked output no repeat_out takes (the body writes it every iteration). */
-static int64_t scratch_bytes(const Inst *r) {
+ * stacked output no repeat_out takes (the body writes it every iteration);
+ * the repeat_outs are among r's users. */
+static int64_t scratch_bytes(const Inst *r, const Uses *u) {
   const Func *body = ir_repeat_body(r);
   DTC_ASSERT(body && body->work_bytes >= 0);
   int64_t s = round_up(body->work_bytes);
   int64_t carry = ir_get_int(r, "carry", 1);
   for (int k = 0; k < carry; k++)
     s += 2 * round_up(bytes_of(&r->in[k]->type));
-  for (int k = (int)carry; k < ir_func_noutputs(body); k++)
-    if (!has_out(r, k))
+  for (int k = (int)carry; k < ir_func_noutputs(body); k++) {
+    bool taken = false;
+    for (int j = u->off[r->id]; j < u->off[r->id + 1]; j++)
+      taken |= u->u[j]->op == OP_repeat_out && ir_get_int(u->u[j], "index", 0) == k;
+    if (!taken)
       s += round_up(bytes_of(&ir_func_output(body, k)->in[0]->type));
+  }
   return round_up(s);
 }
 
+/* Greedy by size: the largest buffers are placed first, each into the best
+ * fitting gap among the buffers already placed that live at the same time
+ * (the lowest offset past all of them when no gap fits). The tree's scratch
+ * lives in an arena of its own, freed when the function is planned. */
 static void plan_func(Func *f) {
   if (f->work_bytes >= 0)
     return;
   for (int i = 0; i < f->inst.n; i++)
     if (f->inst.a[i]->op == OP_repeat)
       plan_func(ir_repeat_body(f->inst.a[i]));
-  Arena *a = f->mod->arena;
+  Arena *tmp = arena_new();
   int nstep, n = f->inst.n, nb = 0;
-  Life *l = lifetimes(a, f, &nstep);
-  Buf *buf = arena_alloc(a, sizeof(Buf) * (size_t)(2 * n + 1));
-  Buf **placed = arena_alloc(a, sizeof(Buf *) * (size_t)(2 * n + 1));
+  Life *l = lifetimes(tmp, f, &nstep);
+  Uses u = ir_uses(tmp, f);
+  Buf *buf = arena_alloc(tmp, sizeof(Buf) * (size_t)(2 * n + 1));
   for (int i = 0; i < n; i++) {
     f->inst.a[i]->offset = -1;
     if (l[i].size)
       buf[nb++] = (Buf){i, 0, l[i].size, l[i].def, l[i].last};
     if (f->inst.a[i]->op == OP_repeat)
-      buf[nb++] = (Buf){-1 - i, 0, scratch_bytes(f->inst.a[i]), l[i].def, l[i].def};
+      buf[nb++] = (Buf){-1 - i, 0, scratch_bytes(f->inst.a[i], &u), l[i].def, l[i].def};
   }
   qsort(buf, (size_t)nb, sizeof *buf, by_size_desc);
+  Tree t = {1, NULL, NULL};
+  while (t.leaves < nstep)
+    t.leaves *= 2;
+  t.own = arena_alloc(tmp, sizeof(Spans) * 2 * (size_t)t.leaves);
+  t.sub = arena_alloc(tmp, sizeof(Spans) * 2 * (size_t)t.leaves);
+  Spans all = {0};
+  Buf **placed = arena_alloc(tmp, sizeof(Buf *) * (size_t)(nb + 1));
   int64_t top = 0;
   for (int k = 0; k < nb; k++) {
     Buf *b = &buf[k];
-    int64_t at = -1, gap = INT64_MAX, end = 0;
-    for (int j = 0; j < k; j++) {
-      const Buf *x = placed[j];
-      if (x->def > b->last || b->def > x->last)
-        continue;
-      int64_t room = x->off - end;
-      if (room >= b->size && room < gap)
-        at = end, gap = room;
-      end = x->off + x->size > end ? x->off + x->size : end;
-    }
-    b->off = at >= 0 ? at : end;
+    b->off = tree_place(tmp, &t, b, &all, placed, k);
     top = b->off + b->size > top ? b->off + b->size : top;
     if (b->i >= 0)
       f->inst.a[b->i]->offset = b->off;
     else
       ir_set_int(f->inst.a[-1 - b->i], "scratch", b->off);
+    tree_add(tmp, &t, b);
     insert_by_offset(placed, k, b);
   }
   f->work_bytes = top;
+  arena_free(tmp);
 }
 
 bool pass_memplan(Module *m, Diag *d, PassRun *run) {

@@ -44,10 +44,21 @@ void ct_train(CT *t, const char *opt, double lr);
 
 /* Every elementwise op is in a group; each group is contiguous. */
 void ct_check_groups(Func *f);
-/* Two values that need memory at the same step never overlap; each is
- * 64-byte aligned and inside the arena. Steps and lives are computed here,
+/* A buffer of f's plan: a value with an offset (id >= 0) or the scratch of
+ * repeat -1 - id, live from step def to step last, at [off, off + size). */
+typedef struct CtBuf {
+  int id, def, last;
+  int64_t off, size;
+} CtBuf;
+/* The plan's buffers (free with free), with lives and sizes computed here,
  * independently of memplan.c: a group is one step; a reshape extends the
- * life of what it aliases. */
+ * life of what it aliases; a repeat_out lives from its repeat's step; a
+ * repeat's scratch lives at its step, sized as docs/IR.md says. The size
+ * is the value's bytes, not rounded. */
+CtBuf *ct_plan_bufs(Func *f, int *nbuf, int *nstep);
+/* Two buffers live at the same step never overlap; each is 64-byte aligned
+ * and inside the arena. A sweep over the steps with the live addresses in a
+ * segment tree: n log n, for plans of any length. */
 void ct_check_plan(Func *f);
 /* Runs autodiff (when the module trains), fusion and memplan, verifying the
  * IR and checking groups and plan after each; asserts. */

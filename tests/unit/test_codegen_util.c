@@ -108,42 +108,194 @@ void ct_check_groups(Func *f) {
   }
 }
 
-void ct_check_plan(Func *f) {
-  int n = f->inst.n, step = -1;
-  int *pos = calloc((size_t)n, sizeof(int)), *last = calloc((size_t)n, sizeof(int));
-  int *root = calloc((size_t)n, sizeof(int));
+static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
+
+static int64_t value_bytes(const Type *t) { return type_elems(t) * (int64_t)dtype_size(t->dtype); }
+
+/* A repeat's scratch as docs/IR.md lays it out: two buffers per carried
+ * value, the body's arena, a row per stacked output no repeat_out takes. */
+static int64_t scratch_size(const Inst *r) {
+  const Func *body = ir_repeat_body(r), *f = r->fn;
+  int64_t carry = ir_get_int(r, "carry", 1), s = round64(body->work_bytes);
+  for (int k = 0; k < carry; k++)
+    s += 2 * round64(value_bytes(&r->in[k]->type));
+  for (int k = (int)carry; k < ir_func_noutputs(body); k++) {
+    bool taken = false;
+    for (int i = 0; i < f->inst.n; i++) {
+      const Inst *x = f->inst.a[i];
+      taken |= x->op == OP_repeat_out && x->in[0] == r && ir_get_int(x, "index", 0) == k;
+    }
+    if (!taken)
+      s += round64(value_bytes(&ir_func_output(body, k)->in[0]->type));
+  }
+  return s;
+}
+
+CtBuf *ct_plan_bufs(Func *f, int *nbuf, int *nstep) {
+  int n = f->inst.n, step = -1, nb = 0;
+  int *pos = calloc((size_t)n + 1, sizeof(int)), *last = calloc((size_t)n + 1, sizeof(int));
+  int *root = calloc((size_t)n + 1, sizeof(int));
+  CtBuf *b = calloc(2 * (size_t)n + 1, sizeof *b);
   for (int i = 0; i < n; i++) {
     Inst *x = f->inst.a[i];
     assert_int_equal(x->id, i);
     if (!x->fuse || i == 0 || f->inst.a[i - 1]->fuse != x->fuse)
       step++;
     pos[i] = last[i] = step;
+    if (x->op == OP_repeat_out)   /* written by its repeat */
+      pos[i] = pos[x->in[0]->id];
     root[i] = x->op == OP_reshape ? root[x->in[0]->id] : i;
     for (int k = 0; k < x->nin; k++)
       if (last[root[x->in[k]->id]] < step)
         last[root[x->in[k]->id]] = step;
   }
   for (int i = 0; i < n; i++) {
-    Inst *a = f->inst.a[i];
-    if (a->offset < 0)
-      continue;
-    int64_t sa = type_elems(&a->type) * 4;
-    assert_int_equal(a->offset % 64, 0);
-    assert_true(a->offset + sa <= f->work_bytes);
-    for (int j = i + 1; j < n; j++) {
-      Inst *b = f->inst.a[j];
-      if (b->offset < 0 || pos[j] > last[i] || pos[i] > last[j])
-        continue;
-      int64_t sb = type_elems(&b->type) * 4;
-      if (!(a->offset + sa <= b->offset || b->offset + sb <= a->offset))
-        fail_msg("@%s: %%%d [%lld,+%lld) and %%%d [%lld,+%lld) overlap while both live",
-                 f->name, i, (long long)a->offset, (long long)sa, j, (long long)b->offset,
-                 (long long)sb);
-    }
+    Inst *x = f->inst.a[i];
+    if (x->offset >= 0)
+      b[nb++] = (CtBuf){i, pos[i], last[i], x->offset, value_bytes(&x->type)};
+    if (x->op == OP_repeat)
+      b[nb++] = (CtBuf){-1 - i, pos[i], pos[i], ir_get_int(x, "scratch", -1), scratch_size(x)};
   }
   free(pos);
   free(last);
   free(root);
+  *nbuf = nb;
+  *nstep = step + 1;
+  return b;
+}
+
+/* A segment tree over the plan's distinct addresses: add to a range, the
+ * largest count in a range. */
+typedef struct Cover {
+  int n;
+  int *max, *add;
+} Cover;
+
+static void cover_add(Cover *c, int v, int lo, int hi, int a, int b, int d) {
+  if (b <= lo || hi <= a)
+    return;
+  if (a <= lo && hi <= b) {
+    c->max[v] += d;
+    c->add[v] += d;
+    return;
+  }
+  int mid = (lo + hi) / 2;
+  cover_add(c, 2 * v, lo, mid, a, b, d);
+  cover_add(c, 2 * v + 1, mid, hi, a, b, d);
+  int l = c->max[2 * v], r = c->max[2 * v + 1];
+  c->max[v] = (l > r ? l : r) + c->add[v];
+}
+
+static int cover_max(const Cover *c, int v, int lo, int hi, int a, int b) {
+  if (b <= lo || hi <= a)
+    return 0;
+  if (a <= lo && hi <= b)
+    return c->max[v];
+  int mid = (lo + hi) / 2, l = cover_max(c, 2 * v, lo, mid, a, b);
+  int r = cover_max(c, 2 * v + 1, mid, hi, a, b);
+  return (l > r ? l : r) + c->add[v];
+}
+
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
+}
+
+static int coord(const int64_t *c, int n, int64_t v) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (c[mid] < v)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static void name_buf(const CtBuf *b, char *s, size_t n) {
+  if (b->id >= 0)
+    snprintf(s, n, "%%%d [%lld,+%lld)", b->id, (long long)b->off, (long long)b->size);
+  else
+    snprintf(s, n, "the scratch of %%%d [%lld,+%lld)", -1 - b->id, (long long)b->off,
+             (long long)b->size);
+}
+
+/* Fails naming x and a buffer it overlaps in time and space (found by a plain
+ * search: only a failing test pays for it). */
+static void overlap_fail(const Func *f, const CtBuf *b, int nb, const CtBuf *x) {
+  char s[96], t[96] = "?";
+  for (int j = 0; j < nb; j++)
+    if (&b[j] != x && b[j].def <= x->last && x->def <= b[j].last &&
+        b[j].off < x->off + x->size && x->off < b[j].off + b[j].size)
+      name_buf(&b[j], t, sizeof t);
+  name_buf(x, s, sizeof s);
+  fail_msg("@%s: %s and %s overlap while both live", f->name, s, t);
+}
+
+/* Steps in order: the buffers defined at a step are added to the cover, each
+ * first checked to find its addresses free, then those whose life ends there
+ * are taken out. */
+void ct_check_plan(Func *f) {
+  int nb, nstep;
+  CtBuf *b = ct_plan_bufs(f, &nb, &nstep);
+  int64_t *c = calloc(2 * (size_t)nb + 1, sizeof *c);
+  int nc = 0;
+  for (int k = 0; k < nb; k++) {
+    assert_true(b[k].off >= 0 && b[k].size > 0);
+    assert_int_equal(b[k].off % 64, 0);
+    assert_true(b[k].off + b[k].size <= f->work_bytes);
+    c[nc++] = b[k].off;
+    c[nc++] = b[k].off + b[k].size;
+  }
+  qsort(c, (size_t)nc, sizeof *c, cmp_i64);
+  int u = 0;
+  for (int k = 0; k < nc; k++)
+    if (!u || c[k] != c[u - 1])
+      c[u++] = c[k];
+  /* buffers by the step they start and by the step they end */
+  int *start = calloc((size_t)nstep + 2, sizeof(int)), *stop = calloc((size_t)nstep + 2, sizeof(int));
+  int *by_def = calloc((size_t)nb + 1, sizeof(int)), *by_last = calloc((size_t)nb + 1, sizeof(int));
+  for (int k = 0; k < nb; k++) {
+    assert_true(0 <= b[k].def && b[k].def <= b[k].last && b[k].last < nstep);
+    start[b[k].def + 1]++;
+    stop[b[k].last + 1]++;
+  }
+  for (int s = 0; s < nstep; s++) {
+    start[s + 1] += start[s];
+    stop[s + 1] += stop[s];
+  }
+  int *fs = calloc((size_t)nstep + 1, sizeof(int)), *fl = calloc((size_t)nstep + 1, sizeof(int));
+  for (int k = 0; k < nb; k++) {
+    by_def[start[b[k].def] + fs[b[k].def]++] = k;
+    by_last[stop[b[k].last] + fl[b[k].last]++] = k;
+  }
+  Cover cv = {u > 1 ? u - 1 : 1, NULL, NULL};
+  cv.max = calloc(4 * (size_t)cv.n, sizeof(int));
+  cv.add = calloc(4 * (size_t)cv.n, sizeof(int));
+  for (int s = 0; s < nstep; s++) {
+    for (int k = start[s]; k < start[s + 1]; k++) {
+      const CtBuf *x = &b[by_def[k]];
+      int lo = coord(c, u, x->off), hi = coord(c, u, x->off + x->size);
+      if (cover_max(&cv, 1, 0, cv.n, lo, hi) > 0)
+        overlap_fail(f, b, nb, x);
+      cover_add(&cv, 1, 0, cv.n, lo, hi, 1);
+    }
+    for (int k = stop[s]; k < stop[s + 1]; k++) {
+      const CtBuf *x = &b[by_last[k]];
+      cover_add(&cv, 1, 0, cv.n, coord(c, u, x->off), coord(c, u, x->off + x->size), -1);
+    }
+  }
+  free(cv.max);
+  free(cv.add);
+  free(fs);
+  free(fl);
+  free(start);
+  free(stop);
+  free(by_def);
+  free(by_last);
+  free(c);
+  free(b);
 }
 
 void ct_passes(CT *t) {
