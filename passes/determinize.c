@@ -12,8 +12,10 @@
  * dim 0 is the batch (Module.batch), through ops that keep those rows in dim
  * 0. An op that sums over them runs in pieces; a mean over them becomes the
  * fold of sums over a count, and cross_entropy and its derivative the forms
- * with an explicit divisor (cross_entropy_sum), whose arithmetic no longer
- * depends on a device's share of the rows. A matrix product over anything
+ * with an explicit divisor (cross_entropy_sum), bce_with_logits the fold of
+ * its elementwise terms' sums over the count and its derivative elementwise
+ * over that count, whose arithmetic no longer depends on a device's share of
+ * the rows. A matrix product over anything
  * else sums its k in G fixed pieces too (cut_k), in every layout, so a form
  * that splits k (Megatron's split weights) adds the same numbers in the
  * same order as one process.
@@ -93,6 +95,27 @@ static Inst *pieces(Det *c, const Inst *i, Op op, Inst **in, const bool *cut) {
   return fold_of(c, x, in, cut);
 }
 
+/* bce_with_logits' terms max(x, 0) - x t + log(1 + exp(-|x|)), element by
+ * element (so row by row): relu(x) - x t + log(1 + exp(-(relu(x) + relu(-x)))). */
+static Inst *bce_terms(Det *c, Loc loc, Inst *x, Inst *t) {
+  Inst *p = ir_make(c->f, OP_relu, loc, 1, x);
+  Inst *q = ir_make(c->f, OP_relu, loc, 1, ir_make(c->f, OP_neg, loc, 1, x));
+  Inst *e = ir_make(c->f, OP_exp, loc, 1, ir_make(c->f, OP_neg, loc, 1,
+                                                  ir_make(c->f, OP_add, loc, 2, p, q)));
+  Inst *l = ir_make(c->f, OP_log, loc, 1, ir_make(c->f, OP_add, loc, 2, e, konst(c, loc, 1)));
+  return ir_make(c->f, OP_add, loc, 2, ir_make(c->f, OP_sub, loc, 2, p,
+                                               ir_make(c->f, OP_mul, loc, 2, x, t)), l);
+}
+
+/* bce_with_logits_grad's dloss (sigmoid(x) - t) / N, element by element, N
+ * the whole batch's count: no kernel divides by a device's share. */
+static Inst *bce_grad(Det *c, const Inst *i, Inst **in) {
+  Inst *g = ir_make(c->f, OP_div, i->loc, 2, in[2],
+                    konst(c, i->loc, (double)type_elems(&in[0]->type)));
+  Inst *d = ir_make(c->f, OP_sub, i->loc, 2, ir_make(c->f, OP_sigmoid, i->loc, 1, in[0]), in[1]);
+  return ir_make(c->f, OP_mul, i->loc, 2, d, g);
+}
+
 /* A sum over the batch's rows: operand k's dim 0 is summed over, with
  * label s; every dim of that label must be a cut operand's dim 0. */
 static Inst *cut_sum(Det *c, const Inst *i, Inst **in, const DimMap *dm, int s) {
@@ -136,10 +159,18 @@ static Inst *cut_sum(Det *c, const Inst *i, Inst **in, const DimMap *dm, int s) 
     return ir_make(c->f, OP_div, i->loc, 2, x,
                    konst(c, i->loc, (double)type_elems(&in[0]->type)));
   }
-  case OP_bce_with_logits:
-    fail(c, i, "deterministic mode: '%s' has no form with a fixed order of its sum yet "
-               "(cross_entropy, mse and sums over the batch have one)", ir_ops[i->op].name);
-    return NULL;
+  case OP_bce_with_logits: {   /* the fold of its terms' sums, over the count */
+    Inst *sq[1] = {bce_terms(c, i->loc, in[0], in[1])};
+    int64_t axes[IR_MAX_RANK];
+    for (int d = 0; d < sq[0]->type.rank; d++)
+      axes[d] = d;
+    Inst *y = ir_new(c->f, OP_sum, i->loc, 1, sq);
+    ir_set_ints(y, "axes", axes, sq[0]->type.rank);
+    bool first[16] = {true};
+    x = fold_of(c, y, sq, first);
+    return ir_make(c->f, OP_div, i->loc, 2, x,
+                   konst(c, i->loc, (double)type_elems(&in[0]->type)));
+  }
   default:
     return pieces(c, i, i->op, in, cut);
   }
@@ -309,11 +340,6 @@ static Inst *rewrite(Det *c, Inst *i, Inst **in, uint8_t *rows) {
                "behind its layers (only a loop may read them)", ir_ops[i->op].name);
     return NULL;
   }
-  if (i->op == OP_bce_with_logits_grad) {
-    fail(c, i, "deterministic mode: '%s' has no form with a fixed order of its sum yet",
-         ir_ops[i->op].name);
-    return NULL;
-  }
   DimMap dm;
   if (!shard_map(i, &dm)) {
     fail(c, i, "deterministic mode: '%s' cannot take the batch's rows", ir_ops[i->op].name);
@@ -342,6 +368,8 @@ static Inst *rewrite(Det *c, Inst *i, Inst **in, uint8_t *rows) {
   *rows = keep ? ROWS : 0;
   if (i->op == OP_cross_entropy_grad)
     return ce_grad(c, i, in);
+  if (i->op == OP_bce_with_logits_grad)
+    return bce_grad(c, i, in);
   if (i->op == OP_matmul && i->type.rank == 2)
     return cut_k(c, i, in);
   return NULL;
