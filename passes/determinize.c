@@ -116,6 +116,20 @@ static Inst *bce_grad(Det *c, const Inst *i, Inst **in) {
   return ir_make(c->f, OP_mul, i->loc, 2, d, g);
 }
 
+/* The mean of every element of v (rows of the batch in dim 0): the fold of
+ * the pieces' sums, over the whole count. */
+static Inst *mean_all(Det *c, Loc loc, Inst *v) {
+  Inst *sq[1] = {v};
+  int64_t axes[IR_MAX_RANK];
+  for (int d = 0; d < v->type.rank; d++)
+    axes[d] = d;
+  Inst *y = ir_new(c->f, OP_sum, loc, 1, sq);
+  ir_set_ints(y, "axes", axes, v->type.rank);
+  bool first[16] = {true};
+  Inst *x = fold_of(c, y, sq, first);
+  return ir_make(c->f, OP_div, loc, 2, x, konst(c, loc, (double)type_elems(&v->type)));
+}
+
 /* A sum over the batch's rows: operand k's dim 0 is summed over, with
  * label s; every dim of that label must be a cut operand's dim 0. */
 static Inst *cut_sum(Det *c, const Inst *i, Inst **in, const DimMap *dm, int s) {
@@ -146,31 +160,12 @@ static Inst *cut_sum(Det *c, const Inst *i, Inst **in, const DimMap *dm, int s) 
     x = fold_of(c, y, in, both);
     return ir_make(c->f, OP_div, i->loc, 2, x, konst(c, i->loc, (double)in[0]->type.dim[0]));
   }
-  case OP_mse: {   /* the fold of the squares' sums, over the count */
+  case OP_mse: {   /* the mean of the squares */
     Inst *e = ir_make(c->f, OP_sub, i->loc, 2, in[0], in[1]);
-    Inst *sq[1] = {ir_make(c->f, OP_mul, i->loc, 2, e, e)};
-    int64_t axes[IR_MAX_RANK];
-    for (int d = 0; d < sq[0]->type.rank; d++)
-      axes[d] = d;
-    Inst *y = ir_new(c->f, OP_sum, i->loc, 1, sq);
-    ir_set_ints(y, "axes", axes, sq[0]->type.rank);
-    bool first[16] = {true};
-    x = fold_of(c, y, sq, first);
-    return ir_make(c->f, OP_div, i->loc, 2, x,
-                   konst(c, i->loc, (double)type_elems(&in[0]->type)));
+    return mean_all(c, i->loc, ir_make(c->f, OP_mul, i->loc, 2, e, e));
   }
-  case OP_bce_with_logits: {   /* the fold of its terms' sums, over the count */
-    Inst *sq[1] = {bce_terms(c, i->loc, in[0], in[1])};
-    int64_t axes[IR_MAX_RANK];
-    for (int d = 0; d < sq[0]->type.rank; d++)
-      axes[d] = d;
-    Inst *y = ir_new(c->f, OP_sum, i->loc, 1, sq);
-    ir_set_ints(y, "axes", axes, sq[0]->type.rank);
-    bool first[16] = {true};
-    x = fold_of(c, y, sq, first);
-    return ir_make(c->f, OP_div, i->loc, 2, x,
-                   konst(c, i->loc, (double)type_elems(&in[0]->type)));
-  }
+  case OP_bce_with_logits:   /* the mean of its terms */
+    return mean_all(c, i->loc, bce_terms(c, i->loc, in[0], in[1]));
   default:
     return pieces(c, i, i->op, in, cut);
   }
