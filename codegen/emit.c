@@ -247,11 +247,11 @@ static LLVMTypeRef global_desc_type(Cg *c) {
 }
 
 /* One DtGlobalDesc: the block ty of a tensor of shape full (NULL: ty itself)
- * from begin on (NULL: 0). Glorot's fans are those of the whole tensor's
- * trailing matrix: [..., fan_in, fan_out]. */
+ * from begin on (NULL: 0). Glorot's fans are gl's, or (when gl gives none)
+ * those of the whole tensor's trailing matrix: [..., fan_in, fan_out]. */
 static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind,
                                 const Type *ty, const int64_t *full, const int64_t *at,
-                                int init, double arg, int64_t off) {
+                                const Global *gl, int64_t off) {
   if (!full)
     full = ty->dim;
   LLVMValueRef dim[DT_MAX_RANK], fullv[DT_MAX_RANK], begin[DT_MAX_RANK];
@@ -263,6 +263,12 @@ static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind
   int r = ty->rank;
   int64_t fan_in = r >= 2 ? full[r - 2] : r == 1 ? full[0] : 1;
   int64_t fan_out = r >= 1 ? full[r - 1] : 1;
+  if (gl && gl->fan_in + gl->fan_out > 0) {
+    fan_in = gl->fan_in;
+    fan_out = gl->fan_out;
+  }
+  int init = gl ? gl->init : -1;
+  double arg = gl ? gl->init_arg : 0;
   LLVMValueRef f[] = {cstr(c, name),
                       cg_i32(c, kind),
                       cg_i32(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
@@ -304,8 +310,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
       int64_t begin[IR_MAX_RANK];
       ir_local_type(m, dev < 0 ? NULL : gl->shard, &gl->type, dev, &block, begin);
       index[k] = n;
-      g[n++] = global_desc(c, gt, gl->name, dk[kind], &block, gl->type.dim, begin, gl->init,
-                           gl->init_arg, c->state_off[k]);
+      g[n++] = global_desc(c, gt, gl->name, dk[kind], &block, gl->type.dim, begin, gl,
+                           c->state_off[k]);
     }
   int *fwd_out = arena_alloc(a, sizeof(int) * (size_t)(nout + 1));
   for (int k = 0; k < nout; k++) {
@@ -316,7 +322,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     for (int d = 0; dev >= 0 && d < v->type.rank; d++)
       DTC_ASSERT(v->shard->axis[d] < 0 && !v->shard->partial);   /* whole on every device */
     fwd_out[k] = n;
-    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &v->type, NULL, NULL, -1, 0, -1);
+    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &v->type, NULL, NULL, NULL, -1);
   }
   int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   int nfwd_in = cg_func_inputs(fwd, live, in);

@@ -34,6 +34,7 @@ typedef struct Stacked {
   Type type;             /* of the arg: the declared type, within enclosing repeats */
   int init;              /* of the declared type (DtInit) */
   double init_arg;
+  int64_t fan_in, fan_out; /* glorot's, of the declared type (Global's) */
   Loc loc;               /* the declaration */
   Inst *arg;
 } Stacked;
@@ -226,12 +227,13 @@ static void apply_notes(Diag *d, void *arg) {
 
 /* A new arg of body o for a param it reads: row i of global `global`, whose
  * name starts with o's path. Numbered when the body is complete. */
-static Inst *stacked_arg(Ctx *o, const char *global, Type t, int init, double init_arg, Loc at) {
+static Inst *stacked_arg(Ctx *o, const char *global, Type t, const Global *init, Loc at) {
   Inst *arg = ir_new(o->f, OP_arg, at, 0, NULL);
   arg->name = global + strlen(o->path) + 1;
   arg->type = t;
   ir_set_int(arg, "index", 0);
-  vec_push(o->a, &o->stacked, ((Stacked){global, t, init, init_arg, at, arg}));
+  vec_push(o->a, &o->stacked,
+           ((Stacked){global, t, init->init, init->init_arg, init->fan_in, init->fan_out, at, arg}));
   return finish(o, arg);
 }
 
@@ -255,11 +257,15 @@ static bool stack_type(Ctx *c, Type *t, int64_t n, const char *global, Loc at) {
  * a load of a new global in the model, an arg in a body. */
 static Inst *stacked_value(Ctx *c, const Stacked *sp, Type t) {
   Ctx *o = owner(c);
+  Global init = {.init = sp->init, .init_arg = sp->init_arg, .fan_in = sp->fan_in,
+                 .fan_out = sp->fan_out};
   if (o->up)
-    return stacked_arg(o, sp->global, t, sp->init, sp->init_arg, sp->loc);
+    return stacked_arg(o, sp->global, t, &init, sp->loc);
   Global *g = ir_add_global(c->m, sp->global, G_PARAM, t, sp->loc);
-  g->init = sp->init;
-  g->init_arg = sp->init_arg;
+  g->init = init.init;
+  g->init_arg = init.init_arg;
+  g->fan_in = init.fan_in;
+  g->fan_out = init.fan_out;
   Inst *v = ir_new(c->f, OP_load, sp->loc, 0, NULL);
   v->name = g->name;
   ir_set_str(v, "global", g->name);
@@ -1209,12 +1215,29 @@ static bool lower_type(Ctx *c, const TypeExpr *t, Type *out) {
   return ok;
 }
 
+/* Glorot's fans of a declared type t, as torch.nn.init.xavier_uniform_ takes
+ * them: a matrix [in, out] its two dims (their sum is what counts), a tensor
+ * of rank 3 or more [out, in, k...] (a convolution's weight) out and in times
+ * its receptive field k... . Zero (the trailing matrix's) below rank 3. */
+static void glorot_fans(const Type *t, Global *g) {
+  if (t->rank < 3)
+    return;
+  int64_t field = 1;
+  for (int d = 2; d < t->rank; d++)
+    field *= t->dim[d];
+  g->fan_in = t->dim[1] * field;
+  g->fan_out = t->dim[0] * field;
+}
+
 /* init = zeros | ones | glorot | normal(std = 0.02) | uniform(bound = 0.1);
- * without one, matrices get glorot and the rest zeros. */
+ * without one, matrices get glorot and the rest zeros. g->type is the
+ * declared type (a block's param before it is stacked). */
 static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
   const Expr *e = s->val;
   if (!e) {
     g->init = g->type.rank >= 2 && s->kind == S_PARAM ? DT_INIT_GLOROT : DT_INIT_ZEROS;
+    if (g->init == DT_INIT_GLOROT)
+      glorot_fans(&g->type, g);
     return true;
   }
   int k = dtrt_name_index(dtrt_init_names, DT_INIT_COUNT, e->s);
@@ -1224,6 +1247,8 @@ static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
     return false;
   }
   g->init = k;
+  if (k == DT_INIT_GLOROT)
+    glorot_fans(&g->type, g);
   if (k != DT_INIT_NORMAL && k != DT_INIT_UNIFORM) {
     Expr *none[1];
     return e->kind != E_CALL || fe_bind(e, NULL, 0, 0, 0, none, c->a, c->d);
@@ -1254,7 +1279,7 @@ static void lower_block_param(Ctx *c, const Stmt *s, Name *n, Type t) {
     return;
   }
   if (o->up) {
-    n->val = stacked_arg(o, global, t, g.init, g.init_arg, s->name_loc);
+    n->val = stacked_arg(o, global, t, &g, s->name_loc);
     n->bad = !n->val;
     return;
   }
@@ -1262,6 +1287,8 @@ static void lower_block_param(Ctx *c, const Stmt *s, Name *n, Type t) {
                              s->name_loc);
   pg->init = g.init;
   pg->init_arg = g.init_arg;
+  pg->fan_in = g.fan_in;
+  pg->fan_out = g.fan_out;
   n->global = c->m->global.n - 1;
 }
 

@@ -273,6 +273,7 @@ typedef struct Global {
   Type type;
   int init;              /* DtInit (dtrt_init_names spell them); -1 for inputs */
   double init_arg;       /* normal: stddev; uniform: bound */
+  int64_t fan_in, fan_out; /* glorot: its fans; 0: those of the trailing matrix [..., in, out] */
   Sharding *shard;       /* from the parallel block, or NULL */
   Loc loc;
 } Global;

@@ -37,7 +37,10 @@ const IrField ir_train_fields[] = {
     FIELD(Train, accumulate, 'i'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
-                                    FIELD(Global, init_arg, 'f'), {0}};
+                                    FIELD(Global, init_arg, 'f'),
+                                    FIELD(Global, fan_in, 'i'),
+                                    FIELD(Global, fan_out, 'i'),
+                                    {0}};
 
 static bool is_ident(const char *s) {
   if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))

@@ -447,6 +447,9 @@ bool ir_verify(const Module *m, Diag *d) {
       diag_error(d, g->loc, "global '%s' has no element type", g->name);
     else if (!shape_ok(&g->type))
       diag_error(d, g->loc, "global '%s' has a rank or a dimension out of range", g->name);
+    if (g->fan_in < 0 || g->fan_out < 0 || g->fan_in > IR_MAX_ELEMS || g->fan_out > IR_MAX_ELEMS)
+      diag_error(d, g->loc, "global '%s' has fans %lld and %lld, outside 0 to 2^40", g->name,
+                 (long long)g->fan_in, (long long)g->fan_out);
     if (g->shard)
       verify_shard(m, g->shard, g->type.rank, g->loc, d, g->name);
   }

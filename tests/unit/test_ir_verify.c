@@ -194,6 +194,9 @@ static void test_globals(void **state) {
   m->global.a[2].type.dim[0] = 0;
   expect(m, 3, "v.ir:12:1: error: global 'w' has a rank or a dimension out of range");
   m = good();
+  m->global.a[2].fan_in = -9;
+  expect(m, 1, "v.ir:12:1: error: global 'w' has fans -9 and 0, outside 0 to 2^40");
+  m = good();
   m->global.a[2].name = "x";
   expect(m, 3, "v.ir:12:1: error: global 'x' is defined twice");
 }
