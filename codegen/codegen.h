@@ -192,6 +192,12 @@ LLVMValueRef cg_i64(Cg *c, int64_t v);
 /* Emits fusion group member[0..n) (contiguous in the function) as one loop
  * nest over the group's shape. */
 void cg_group(CgFn *fn, Inst **member, int n);
+/* The epilogue of a product: group member[0..n), which reads the product
+ * before it, as an internal function tiles(env, r0, r1, c0, c1) running the
+ * group on rows [r0, r1) and columns [c0, c1) of its shape seen as a matrix
+ * [R, N]; env, the step-function values it reads, is filled where the
+ * builder stands and returned in *env. */
+LLVMValueRef cg_group_tiles(CgFn *fn, Inst **member, int n, LLVMValueRef *env);
 
 /* ---- repeat.c --------------------------------------------------------- */
 
@@ -207,9 +213,11 @@ bool cg_collective(const Inst *x);
  * -fmatmul=dtc or blas decides, auto by the rule measured in gemm.c. */
 bool cg_gemm_wanted(const Cg *c, const Inst *x);
 /* Emits matmul x as a call of the module's generated GEMM for the CPU of the
- * device being lowered (made at its first use); returns the call's status
- * (i32, a DtStatus). */
-LLVMValueRef cg_gemm(CgFn *fn, const Inst *x);
+ * device being lowered (made at its first use), with fusion group
+ * ep[0..nep) that follows x as its epilogue (nep 0: none): the GEMM runs it
+ * on each strip of C once the strip is whole, while it is in cache. Returns
+ * the call's status (i32, a DtStatus). */
+LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep);
 
 /* ---- header.c --------------------------------------------------------- */
 

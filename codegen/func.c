@@ -261,7 +261,7 @@ static void lower(CgFn *fn, const Inst *x) {
     return;
   default:
     if (x->op == OP_matmul && cg_gemm_wanted(c, x))
-      cg_check(fn, cg_gemm(fn, x));
+      cg_check(fn, cg_gemm(fn, x, NULL, 0));
     else
       kernel(fn, x);
   }
@@ -362,7 +362,12 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
       LLVMBuildCondBr(c->b, LLVMBuildICmp(c->b, LLVMIntEQ, e, cg_i32(c, 0), ""), run, next);
       LLVMPositionBuilderAtEnd(c->b, run);
     }
-    if (x->fuse || ir_ops[x->op].kind == K_ELEM)
+    if (x->op == OP_matmul && x->fuse && cg_gemm_wanted(c, x)) {
+      cg_check(fn, cg_gemm(fn, x, &f->inst.a[i + 1], j - i - 1));
+    } else if (x->op == OP_matmul && x->fuse) {   /* a product and its epilogue, apart */
+      lower(fn, x);
+      cg_group(fn, &f->inst.a[i + 1], j - i - 1);
+    } else if (x->fuse || ir_ops[x->op].kind == K_ELEM)
       cg_group(fn, &f->inst.a[i], j - i);
     else
       lower(fn, x);

@@ -620,14 +620,18 @@ static LLVMValueRef emit_pack(Gen *g, const char *name, int w) {
 
 /* The fields of the environment the entry hands each slot. */
 enum {
-  E_A, E_B, E_C, E_BATCH, E_M, E_N, E_K, E_ARS, E_ACS, E_ABS, E_BRS, E_BCS, E_BBS,
-  E_PIECES, E_SPLITN, E_SLOTS, E_SCRATCH, E_SLOT_BYTES, E_APACK, E_KC, E_COUNT
+  E_A, E_B, E_C, E_BATCH, E_M, E_N, E_K, E_ARS, E_ACS, E_ABS, E_BRS, E_BCS, E_BBS, E_KBLOCK,
+  E_EP, E_EPENV, E_PIECES, E_SPLITN, E_SLOTS, E_SCRATCH, E_SLOT_BYTES, E_APACK, E_KC, E_COUNT
 };
+
+static bool env_ptr(int k) {
+  return k == E_A || k == E_B || k == E_C || k == E_EP || k == E_EPENV || k == E_SCRATCH;
+}
 
 static LLVMTypeRef env_type(Cg *c) {
   LLVMTypeRef ft[E_COUNT];
   for (int k = 0; k < E_COUNT; k++)
-    ft[k] = k == E_A || k == E_B || k == E_C || k == E_SCRATCH ? c->ptr : c->i64;
+    ft[k] = env_ptr(k) ? c->ptr : c->i64;
   return LLVMStructTypeInContext(c->ctx, ft, E_COUNT, 0);
 }
 
@@ -705,6 +709,20 @@ static LLVMValueRef emit_slot(Gen *g, LLVMValueRef kern, LLVMValueRef pack_a,
                          mr, nr, adds};
   LLVMBuildCall2(g->b, LLVMGlobalGetValueType(kern), kern, karg, 8, "");
   loop_close(g, &lir);
+  /* the strip of C is whole after the last k block: its epilogue, while the
+   * strip is in cache */
+  LLVMValueRef whole = LLVMBuildICmp(g->b, LLVMIntSGE, add(g, pc, kc), kk, "");
+  LLVMValueRef ep = LLVMBuildAnd(g->b, whole, LLVMBuildIsNotNull(g->b, e[E_EP], ""), "");
+  LLVMBasicBlockRef epb = LLVMAppendBasicBlockInContext(c->ctx, f, "epilogue");
+  LLVMBasicBlockRef epd = LLVMAppendBasicBlockInContext(c->ctx, f, "epilogue.done");
+  LLVMBuildCondBr(g->b, ep, epb, epd);
+  LLVMPositionBuilderAtEnd(g->b, epb);
+  LLVMValueRef row = add(g, mul(g, bi, m), ic), col = add(g, jc, jr);
+  LLVMTypeRef ept[] = {c->ptr, c->i64, c->i64, c->i64, c->i64};
+  LLVMValueRef earg[] = {e[E_EPENV], row, add(g, row, mc), col, add(g, col, nr)};
+  LLVMBuildCall2(g->b, LLVMFunctionType(c->voidt, ept, 5, 0), e[E_EP], earg, 5, "");
+  LLVMBuildBr(g->b, epd);
+  LLVMPositionBuilderAtEnd(g->b, epd);
   loop_close(g, &ljr);
   loop_close(g, &lic);
   loop_close(g, &lpc);
@@ -717,11 +735,13 @@ static LLVMValueRef emit_slot(Gen *g, LLVMValueRef kern, LLVMValueRef pack_a,
 
 /* i32 gemm(ptr ctx, ptr a, ptr b, ptr c, i64 batch, i64 m, i64 n, i64 k,
  *          i64 rs_a, i64 cs_a, i64 bs_a, i64 rs_b, i64 cs_b, i64 bs_b,
- *          i64 kblock):
+ *          i64 kblock, ptr ep, ptr ep_env):
  * the batch of products (bs_*: batch strides, 0 for an operand shared by
  * all); k in blocks of exactly kblock when it is positive, else of at most
  * KC (each block's products summed in registers from zero, then written to
- * C or added to it, in order); returns a DtStatus. The parallel entry runs dtrt_threads(ctx) slots
+ * C or added to it, in order); when ep is not null, ep(ep_env, r0, r1, c0,
+ * c1) on each strip of rows [r0, r1) and columns [c0, c1) of C (the batch's
+ * rows one after the other) once it is whole; returns a DtStatus. The parallel entry runs dtrt_threads(ctx) slots
  * through dtrt_parallel_for, the serial one a single slot on this thread
  * (and makes no reference to the pool). */
 static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
@@ -760,7 +780,7 @@ static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
   /* k in blocks of at most KC, as equal as multiples of 4 allow: 784 is
    * 4 x 196, not 3 x 256 + 16 */
   LLVMValueRef kce = round_up(g, ceil_div(g, kk, ceil_div(g, kk, ci(g, k->kc))), 4);
-  LLVMValueRef kblock = LLVMGetParam(f, 14);
+  LLVMValueRef kblock = LLVMGetParam(f, 1 + E_KBLOCK);
   kce = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, kblock, ci(g, 0), ""), kblock, kce,
                         "");
   /* a slot's panels: of a piece's share of the dimension cut, the whole
@@ -788,7 +808,7 @@ static LLVMValueRef emit_entry(Gen *g, const CgGemm *e, bool parallel) {
   LLVMPositionBuilderAtEnd(g->b, run);
   LLVMValueRef val[E_COUNT];
   for (int j = 0; j < E_PIECES; j++)
-    val[j] = LLVMGetParam(f, (unsigned)j + 1);
+    val[j] = LLVMGetParam(f, (unsigned)j + 1);   /* the entry's params after ctx */
   val[E_PIECES] = pieces;
   val[E_SPLITN] = LLVMBuildZExt(g->b, split_n, c->i64, "");
   val[E_SLOTS] = slots;
@@ -837,8 +857,9 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
     LLVMValueRef pack_a = emit_pack(&g, "gemm_pack_a", g.k.mr);
     LLVMValueRef pack_b = emit_pack(&g, "gemm_pack_b", g.k.nr);
     e->slot = emit_slot(&g, kern, pack_a, pack_b);
-    LLVMTypeRef pt[] = {c->ptr, c->ptr, c->ptr, c->ptr, c->i64, c->i64, c->i64, c->i64,
-                        c->i64, c->i64, c->i64, c->i64, c->i64, c->i64, c->i64};
+    LLVMTypeRef pt[1 + E_PIECES] = {c->ptr};
+    for (int j = 0; j < E_PIECES; j++)
+      pt[j + 1] = env_ptr(j) ? c->ptr : c->i64;
     e->type = LLVMFunctionType(c->i32, pt, COUNTOF(pt), 0);
   }
   if (!e->fn[parallel]) {
@@ -919,7 +940,7 @@ static int64_t kblock(const Cg *c, const Inst *x, int64_t k) {
   return c->m->det_pieces > 1 && k <= IR_DET_KBLOCK ? k : 0;
 }
 
-LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
+LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep) {
   Cg *c = fn->c;
   /* in pieces: a batch of the pieces, each on its block of the cut operands */
   Type pa = x->in[0]->type, pb = x->in[1]->type;
@@ -936,10 +957,11 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
   for (int d = 0; d < ra - 2; d++)
     batch *= xa->dim[d];
   LLVMValueRef out = cg_addr(fn, x);
-  if (!batch || !m || !n)
-    return cg_i32(c, 0);
-  if (!k) {
-    LLVMBuildMemSet(c->b, out, LLVMConstInt(c->i8, 0, 0), cg_i64(c, batch * m * n * 4), 4);
+  if (!batch || !m || !n || !k) {
+    if (k == 0)
+      LLVMBuildMemSet(c->b, out, LLVMConstInt(c->i8, 0, 0), cg_i64(c, batch * m * n * 4), 4);
+    if (nep)
+      cg_group(fn, ep, nep);
     return cg_i32(c, 0);
   }
   int64_t bs_a = ra > 2 ? m * k : 0, bs_b = rb > 2 ? k * n : 0;
@@ -953,6 +975,9 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
     bs_a = 0;
   }
   double flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
+  LLVMValueRef epf = LLVMConstNull(c->ptr), epenv = LLVMConstNull(c->ptr);
+  if (nep)
+    epf = cg_group_tiles(fn, ep, nep, &epenv);
   LLVMTypeRef type;
   LLVMValueRef f = entry(c, flops >= PAR_FLOPS, &type);
   LLVMValueRef arg[] = {fn->ctx,
@@ -969,6 +994,8 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x) {
                         cg_i64(c, tb ? 1 : n),
                         cg_i64(c, tb ? k : 1),
                         cg_i64(c, bs_b),
-                        cg_i64(c, kblock(c, x, k))};
+                        cg_i64(c, kblock(c, x, k)),
+                        epf,
+                        epenv};
   return LLVMBuildCall2(c->b, type, f, arg, COUNTOF(arg), "");
 }

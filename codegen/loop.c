@@ -43,6 +43,7 @@ typedef struct Group {
   LLVMValueRef (*arg)[2];        /* by member index: its operands' values */
   LLVMValueRef llfn;             /* the function the loop nest is built in */
   LLVMValueRef begin, end;       /* outlined: the outermost loop's range */
+  LLVMValueRef cbegin, cend;     /* a product's tiles: the inner loop's range */
   LLVMValueRef *from, *to;       /* outlined: step-function values, their loads */
   int nmap;
 } Group;
@@ -141,6 +142,24 @@ static void plan_loops(Group *g) {
   for (int l = g->nloop - 1; l >= 0; l--) {
     g->ostride[l] = s;
     s *= g->len[l];
+  }
+}
+
+/* The loops of a product's epilogue: rows and columns of the group's shape
+ * seen as a matrix [R, N], each operand read as type_tile_read says. */
+static void tile_loops(Group *g) {
+  const Type *t = g->shape;
+  int64_t n = t->dim[t->rank - 1];
+  g->nloop = 2;
+  g->len[0] = type_elems(t) / n;
+  g->len[1] = n;
+  g->ostride[0] = n;
+  g->ostride[1] = 1;
+  for (int p = 0; p < g->nop; p++) {
+    TileRead r = type_tile_read(t, &g->op[p].v->type);
+    DTC_ASSERT(r != TILE_NONE);   /* fusion joins a product to such groups only */
+    g->op[p].stride[0] = r == TILE_FULL ? n : 0;
+    g->op[p].stride[1] = r == TILE_ONE ? 0 : 1;
   }
 }
 
@@ -392,13 +411,13 @@ static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, cons
     return;
   }
   LLVMValueRef fnv = g->llfn;
-  bool outer = l == 0 && g->begin;
+  bool outer = l == 0 && g->begin, cols = l == 1 && g->cbegin;
   LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
   LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(c->ctx, fnv, "loop");
   LLVMBuildBr(b, head);
   LLVMPositionBuilderAtEnd(b, head);
   LLVMValueRef i = LLVMBuildPhi(b, c->i64, "i");
-  LLVMValueRef first = outer ? g->begin : cg_i64(c, 0);
+  LLVMValueRef first = outer ? g->begin : cols ? g->cbegin : cg_i64(c, 0);
   LLVMAddIncoming(i, &first, &pre, 1);
 
   Arena *a = g->fn->f->mod->arena;
@@ -415,7 +434,7 @@ static void nest(Group *g, int l, LLVMValueRef out_off, LLVMValueRef **dst, cons
     g->op[p].off = saved[p];
 
   LLVMValueRef next = LLVMBuildNUWAdd(b, i, cg_i64(c, 1), "");
-  LLVMValueRef last = outer ? g->end : cg_i64(c, g->len[l]);
+  LLVMValueRef last = outer ? g->end : cols ? g->cend : cg_i64(c, g->len[l]);
   LLVMValueRef more = LLVMBuildICmp(b, LLVMIntULT, next, last, "");
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(b);
   LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(c->ctx, fnv, "done");
@@ -437,9 +456,12 @@ static void need(Group *g, LLVMValueRef v) {
   g->to[g->nmap++] = v;
 }
 
-/* Builds the loop nest in an internal function body(env, begin, end) and
- * calls dtrt_parallel_for(ctx, len[0], body, &env) in its place. */
-static void outline(Group *g, LLVMValueRef **dst, const int *ndst) {
+/* Builds the loop nest in an internal function NAME(env, begin, end) or,
+ * with tiles, NAME(env, begin, end, cbegin, cend) (rows and columns), and
+ * stores env, the step-function values it reads, where the builder stands;
+ * *envp is env. */
+static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bool tiles,
+                               LLVMValueRef *envp) {
   CgFn *fn = g->fn;
   Cg *c = fn->c;
   LLVMBuilderRef b = c->b;
@@ -475,26 +497,23 @@ static void outline(Group *g, LLVMValueRef **dst, const int *ndst) {
   LLVMPositionBuilderAtEnd(b, here);
   for (int k = 0; k < g->nmap; k++)
     LLVMBuildStore(b, g->from[k], LLVMBuildStructGEP2(b, envt, env, (unsigned)k, ""));
-  LLVMTypeRef pt[] = {c->ptr, c->i64, c->i64};
-  LLVMTypeRef bodyt = LLVMFunctionType(c->voidt, pt, 3, 0);
-  const char *name = arena_printf(a, "%s.loop", LLVMGetValueName(fn->fn));
+  *envp = env;
+  LLVMTypeRef pt[] = {c->ptr, c->i64, c->i64, c->i64, c->i64};
+  LLVMTypeRef bodyt = LLVMFunctionType(c->voidt, pt, tiles ? 5 : 3, 0);
+  const char *name = arena_printf(a, "%s.%s", LLVMGetValueName(fn->fn), tiles ? "tiles" : "loop");
   LLVMValueRef f = LLVMAddFunction(c->mod, name, bodyt);
   LLVMSetLinkage(f, LLVMInternalLinkage);
   unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
   LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
                           LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
-  LLVMTypeRef qt[] = {c->ptr, c->i64, c->ptr, c->ptr};
-  LLVMTypeRef part = LLVMFunctionType(c->voidt, qt, 4, 0);
-  LLVMValueRef arg[] = {fn->ctx, cg_i64(c, g->len[0]), f, env};
-  LLVMBuildCall2(b, part, cg_extern(c, "dtrt_parallel_for", part), arg, 4, "");
 
   /* the body: load env, skip an empty range, run the nest */
   LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c->ctx, f, "entry");
   LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(c->ctx, f, "run");
   LLVMPositionBuilderAtEnd(b, entry);
-  LLVMValueRef envp = LLVMGetParam(f, 0);
+  LLVMValueRef envf = LLVMGetParam(f, 0);
   for (int k = 0; k < g->nmap; k++)
-    g->to[k] = LLVMBuildLoad2(b, ft[k], LLVMBuildStructGEP2(b, envt, envp, (unsigned)k, ""), "");
+    g->to[k] = LLVMBuildLoad2(b, ft[k], LLVMBuildStructGEP2(b, envt, envf, (unsigned)k, ""), "");
   for (int p = 0; p < g->nop; p++)
     g->op[p].base = local(g, g->op[p].base);
   for (int k = 0; k < g->n; k++) {
@@ -507,6 +526,10 @@ static void outline(Group *g, LLVMValueRef **dst, const int *ndst) {
   }
   g->begin = LLVMGetParam(f, 1);
   g->end = LLVMGetParam(f, 2);
+  if (tiles) {
+    g->cbegin = LLVMGetParam(f, 3);
+    g->cend = LLVMGetParam(f, 4);
+  }
   LLVMBasicBlockRef ret = LLVMAppendBasicBlockInContext(c->ctx, f, "ret");
   LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, g->begin, g->end, ""), run, ret);
   LLVMPositionBuilderAtEnd(b, run);
@@ -518,9 +541,22 @@ static void outline(Group *g, LLVMValueRef **dst, const int *ndst) {
   LLVMPositionBuilderAtEnd(b, ret);
   LLVMBuildRetVoid(b);
   LLVMPositionBuilderAtEnd(b, here);
+  return f;
 }
 
-void cg_group(CgFn *fn, Inst **mem, int n) {
+/* Builds the loop nest in an internal function body(env, begin, end) and
+ * calls dtrt_parallel_for(ctx, len[0], body, &env) in its place. */
+static void outline(Group *g, LLVMValueRef **dst, const int *ndst) {
+  Cg *c = g->fn->c;
+  LLVMValueRef env, f = outline_fn(g, dst, ndst, false, &env);
+  LLVMTypeRef qt[] = {c->ptr, c->i64, c->ptr, c->ptr};
+  LLVMTypeRef part = LLVMFunctionType(c->voidt, qt, 4, 0);
+  LLVMValueRef arg[] = {g->fn->ctx, cg_i64(c, g->len[0]), f, env};
+  LLVMBuildCall2(c->b, part, cg_extern(c, "dtrt_parallel_for", part), arg, 4, "");
+}
+
+/* The members' destinations, the operands and the group's shape. */
+static Group group(CgFn *fn, Inst **mem, int n, LLVMValueRef ***dstp, int **ndstp) {
   Arena *a = fn->f->mod->arena;
   Group g = {.fn = fn, .member = mem, .n = n, .llfn = fn->fn};
   for (int k = 0; k < n && !g.shape; k++)
@@ -533,6 +569,7 @@ void cg_group(CgFn *fn, Inst **mem, int n) {
   int *ndst = arena_alloc(a, sizeof(int) * (size_t)n);
   for (int k = 0; k < n; k++) {
     const Inst *x = mem[k];
+    DTC_ASSERT(x->op != OP_matmul);   /* a product heads its group, run apart */
     if (is_scalar(x))
       g.v[k] = cg_scalar(fn, x);
     if (ir_ops[x->op].kind != K_ELEM)
@@ -543,10 +580,19 @@ void cg_group(CgFn *fn, Inst **mem, int n) {
     ndst[k] = dests(&g, x, dst[k]);
   }
   gather(&g);
-  plan_loops(&g);
   LLVMValueRef zero = cg_i64(fn->c, 0);
   for (int p = 0; p < g.nop; p++)
     g.op[p].off = zero;
+  *dstp = dst;
+  *ndstp = ndst;
+  return g;
+}
+
+void cg_group(CgFn *fn, Inst **mem, int n) {
+  LLVMValueRef **dst, zero = cg_i64(fn->c, 0);
+  int *ndst;
+  Group g = group(fn, mem, n, &dst, &ndst);
+  plan_loops(&g);
   int64_t elems = 1;
   for (int l = 0; l < g.nloop; l++)
     elems *= g.len[l];
@@ -554,4 +600,12 @@ void cg_group(CgFn *fn, Inst **mem, int n) {
     outline(&g, dst, ndst);
   else
     nest(&g, 0, zero, dst, ndst);
+}
+
+LLVMValueRef cg_group_tiles(CgFn *fn, Inst **mem, int n, LLVMValueRef *env) {
+  LLVMValueRef **dst;
+  int *ndst;
+  Group g = group(fn, mem, n, &dst, &ndst);
+  tile_loops(&g);
+  return outline_fn(&g, dst, ndst, true, env);
 }

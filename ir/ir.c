@@ -16,6 +16,15 @@ int64_t type_elems(const Type *t) {
 
 size_t dtype_size(DType dt) { return dt == DT_VOID ? 0 : 4; }
 
+TileRead type_tile_read(const Type *s, const Type *o) {
+  int64_t n = s->rank ? s->dim[s->rank - 1] : 1, e = type_elems(o);
+  if (e == 1)
+    return TILE_ONE;
+  if (e == type_elems(s))
+    return TILE_FULL;
+  return o->rank && o->dim[o->rank - 1] == n && e == n ? TILE_ROW : TILE_NONE;
+}
+
 const char *dtype_name(DType dt) {
   static const char *names[] = {"void", "f32", "i32"};
   static_assert(COUNTOF(names) == DT_COUNT, "dtype names");

@@ -112,6 +112,12 @@ const char *dtype_name(DType dt);
 bool type_eq(const Type *a, const Type *b);
 /* "f32[256,784]"; buf of at least 128 bytes. */
 const char *type_str(const Type *t, char *buf, size_t n);
+/* How an operand of type o, broadcast to the result shape s of an
+ * elementwise op, reads s seen as a matrix [R, N] (N the last dim of s):
+ * every element (FULL), a row of N repeated (ROW), one value (ONE), or some
+ * other way (NONE). The epilogue of a matrix product reads its tiles so. */
+typedef enum { TILE_NONE = -1, TILE_FULL, TILE_ROW, TILE_ONE } TileRead;
+TileRead type_tile_read(const Type *s, const Type *o);
 
 /* ---- cluster, mesh, sharding (ir.c) ----------------------------------- */
 

@@ -4,8 +4,9 @@
  * Requires: verified IR. Guarantees: every elementwise op has fuse > 0; the
  * elementwise members of a group share one result shape, and every operand
  * from outside the group broadcasts to it and is computed before the group; a
- * group's members (its ops, the scalar consts and learning rates only it uses,
- * and the stores it writes straight into the state block) are contiguous; a
+ * group's members (a matmul whose tiles it reads as they are written, first,
+ * its ops, the scalar consts and learning rates only it uses, and the stores
+ * it writes straight into the state block) are contiguous; a
  * group value used only inside its group needs no memory; outputs keep their
  * order; a store moves after the last read of its global's old value when no
  * later load of that global needs the new one; a group that writes the state
@@ -449,6 +450,88 @@ static void fold_products(Func *f) {
   ir_renumber(f);
 }
 
+/* ---- products with their epilogues ---- */
+
+/* Whether value v reads global g: a load of it, or a reshape of one. */
+static bool reads_global(const Inst *v, const Global *g) {
+  while (v->op == OP_reshape)
+    v = v->in[0];
+  return v->op == OP_load && ir_global_of(v) == g;
+}
+
+/* Pass 5: a matmul whose every reader is an elementwise member of one
+ * group that has none, of its result's shape, whose other operands read that shape as a
+ * matrix tile by tile (type_tile_read), and which stores nothing the
+ * product reads, joins the group as its first member: codegen then runs the
+ * group on each tile of the product as the product is written (an
+ * epilogue). Either the matmul moves down to just before the group, past
+ * nothing that stores what it reads, or a group that stores nothing and
+ * reads nothing made after the matmul moves up to just after it. */
+static void join_products(Func *f) {
+  Arena *a = f->mod->arena;
+  ir_renumber(f);
+  Uses use = ir_uses(a, f);
+  int n = f->inst.n;
+  Inst **tmp = arena_alloc(a, sizeof(Inst *) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    Inst *x = f->inst.a[i];
+    if (x->op != OP_matmul || x->fuse || ir_pieces(x))
+      continue;
+    int g = 0;
+    bool ok = use.off[x->id + 1] > use.off[x->id];
+    for (int k = use.off[x->id]; ok && k < use.off[x->id + 1]; k++) {
+      const Inst *u = use.u[k];
+      ok = u->fuse && is_elem(u) && (!g || u->fuse == g);
+      g = u->fuse;
+    }
+    if (!ok)
+      continue;
+    int s = i + 1;
+    while (f->inst.a[s]->fuse != g)
+      s++;
+    /* the group's reads: tile by tile, made before x (up), stores (down) */
+    const Type *shape = NULL;
+    bool up = true, down = true;
+    int e = s;
+    for (; ok && e < n && f->inst.a[e]->fuse == g; e++) {
+      const Inst *y = f->inst.a[e];
+      up = up && y->op != OP_store;
+      ok = y->op != OP_matmul;   /* one product a group */
+      if (!is_elem(y))
+        continue;
+      shape = shape ? shape : &y->type;
+      for (int j = 0; j < y->nin && ok; j++) {
+        const Inst *o = y->in[j];
+        if (o->fuse == g || o == x)
+          continue;
+        ok = type_tile_read(shape, &o->type) != TILE_NONE;
+        for (int k = i + 1; up && k < s; k++)
+          up = f->inst.a[k] != o;
+      }
+    }
+    if (!ok || !shape || !same_dims(shape, &x->type))
+      continue;
+    for (int k = i + 1; k < e && down; k++) {
+      const Inst *y = f->inst.a[k];
+      down = y->op != OP_store || (!reads_global(x->in[0], ir_global_of(y)) &&
+                                   !reads_global(x->in[1], ir_global_of(y)));
+    }
+    if (down) {
+      memmove(&f->inst.a[i], &f->inst.a[i + 1], sizeof(Inst *) * (size_t)(s - 1 - i));
+      f->inst.a[s - 1] = x;
+    } else if (up) {
+      memcpy(tmp, &f->inst.a[s], sizeof(Inst *) * (size_t)(e - s));
+      memmove(&f->inst.a[i + 1 + e - s], &f->inst.a[i + 1], sizeof(Inst *) * (size_t)(s - 1 - i));
+      memcpy(&f->inst.a[i + 1], tmp, sizeof(Inst *) * (size_t)(e - s));
+    } else {
+      continue;
+    }
+    x->fuse = g;
+    i--;   /* the inst now at i: x's next, or x again (taken, so passed) */
+  }
+  ir_renumber(f);
+}
+
 static void fuse_func(Func *f) {
   Arena *a = f->mod->arena;
   int n = f->inst.n;
@@ -475,6 +558,7 @@ static void fuse_func(Func *f) {
   place_sinks(&fu);
   hoist_updates(&fu);
   reschedule(&fu);
+  join_products(f);
 }
 
 bool pass_fusion(Module *m, Diag *d, PassRun *run) {

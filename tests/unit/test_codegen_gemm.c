@@ -22,7 +22,7 @@
 
 #include "test_codegen.h"
 
-enum { MAX_CASES = 64, MAX_INPUTS = 64 };
+enum { MAX_CASES = 64, MAX_INPUTS = 96 };
 
 /* One matmul: op(A) [..., m, k] times op(B) [..., k, n]; B has batch dims
  * only when bbatch (else it is 2-D and shared by A's batch). */
@@ -31,7 +31,11 @@ typedef struct Case {
   bool bbatch;
   int m, n, k, ta, tb;
   int kblock;             /* > 0: the matmul's kblock */
+  int ep;                 /* the output: 0 the product C; EP_BIAS_RELU relu(C + e[n]);
+                             EP_SCALE C * e - 0.5, e of C's shape */
 } Case;
+
+enum { EP_BIAS_RELU = 1, EP_SCALE };
 
 /* A module of cases, its inputs shared by shape. */
 typedef struct Mod {
@@ -40,6 +44,7 @@ typedef struct Mod {
   char shape[MAX_INPUTS][64];   /* of each input, "5,17,63" */
   int ninput;
   int a[MAX_CASES], b[MAX_CASES];   /* input index of each case's operands */
+  int e[MAX_CASES];                 /* and of its epilogue's, when it has one */
 } Mod;
 
 static uint64_t rng = 0x2545f4914f6cdd1du;
@@ -82,6 +87,11 @@ static void add_case(Mod *md, Case c) {
   md->a[md->n] = input(md, s);
   snprintf(s, sizeof s, "%s%d,%d", c.bbatch ? lead : "", c.tb ? c.n : c.k, c.tb ? c.k : c.n);
   md->b[md->n] = input(md, s);
+  if (c.ep == EP_BIAS_RELU)
+    snprintf(s, sizeof s, "%d", c.n);
+  else
+    snprintf(s, sizeof s, "%s%d,%d", lead, c.m, c.n);
+  md->e[md->n] = c.ep ? input(md, s) : -1;
   md->c[md->n++] = c;
 }
 
@@ -109,7 +119,22 @@ static const char *ir_text(const Mod *md, const char *name) {
     at += (size_t)snprintf(text + at, sizeof text - at,
                            "  %%c%d = matmul %%x%d, %%x%d {ta = %d, tb = %d%s} : f32[%s%d,%d]\n", i,
                            md->a[i], md->b[i], c->ta, c->tb, kb, lead, c->m, c->n);
-    at += (size_t)snprintf(text + at, sizeof text - at, "  output %%c%d {name = \"c%d\"}\n", i, i);
+    const char *out = "c";
+    if (c->ep == EP_BIAS_RELU)
+      at += (size_t)snprintf(text + at, sizeof text - at,
+                             "  %%s%d = add %%c%d, %%x%d : f32[%s%d,%d]\n"
+                             "  %%r%d = relu %%s%d : f32[%s%d,%d]\n",
+                             i, i, md->e[i], lead, c->m, c->n, i, i, lead, c->m, c->n);
+    else if (c->ep == EP_SCALE)
+      at += (size_t)snprintf(text + at, sizeof text - at,
+                             "  %%s%d = mul %%c%d, %%x%d : f32[%s%d,%d]\n"
+                             "  %%h%d = const {value = 0.5} : f32[]\n"
+                             "  %%r%d = sub %%s%d, %%h%d : f32[%s%d,%d]\n",
+                             i, i, md->e[i], lead, c->m, c->n, i, i, i, i, lead, c->m, c->n);
+    if (c->ep)
+      out = "r";
+    at += (size_t)snprintf(text + at, sizeof text - at, "  output %%%s%d {name = \"c%d\"}\n",
+                           out, i, i);
   }
   at += (size_t)snprintf(text + at, sizeof text - at, "}\n");
   assert_true(at < sizeof text);
@@ -155,8 +180,8 @@ static float blocked(const Case *c, const float *aq, const float *bq, int64_t i,
 /* The worst |got - ref| / tolerance of case c; with a kblock on a target
  * that fuses multiply-adds (fused), any difference from blocked() is
  * infinitely many tolerances. */
-static double check_case(const Case *c, const float *a, const float *b, const float *got,
-                         bool fused) {
+static double check_case(const Case *c, const float *a, const float *b, const float *e,
+                         const float *got, bool fused) {
   int64_t nbatch = 1;
   for (int d = 0; d < c->nb; d++)
     nbatch *= c->batch[d];
@@ -164,7 +189,7 @@ static double check_case(const Case *c, const float *a, const float *b, const fl
   double worst = 0;
   for (int64_t q = 0; q < nbatch; q++) {
     const float *aq = a + q * sa, *bq = b + q * sb;
-    const float *gq = got + q * m * n;
+    const float *gq = got + q * m * n, *eq = c->ep == EP_SCALE ? e + q * m * n : e;
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
         double s = 0, abs = 0;
@@ -175,6 +200,14 @@ static double check_case(const Case *c, const float *a, const float *b, const fl
           abs += fabs(x * y);
         }
         double tol = (double)(k + 2) * ldexp(1, -23) * abs + 1e-30;
+        if (c->ep == EP_BIAS_RELU) {   /* one more rounding, and relu's kink */
+          tol += ldexp(1, -23) * (fabs(s) + fabs(eq[j]));
+          s = fmax(s + eq[j], 0);
+        } else if (c->ep == EP_SCALE) {
+          double x = eq[i * n + j];
+          tol = tol * fabs(x) + ldexp(1, -22) * (fabs(s * x) + 0.5) + 1e-30;
+          s = s * x - 0.5;
+        }
         double r = fabs(gq[i * n + j] - s) / tol;
         if (c->kblock && fused && gq[i * n + j] != blocked(c, aq, bq, i, j))
           r = INFINITY;
@@ -207,6 +240,13 @@ static void run_mod(const Mod *md, const char *name, const char *cpu, const char
   CT t;
   ct_init(&t, name);
   parse_into(&t, ir_text(md, name));
+  /* each epilogue joined its product: the GEMM runs it on C's strips */
+  Func *fwd = ir_find_func(t.m, "forward");
+  for (int k = 0; k < fwd->inst.n; k++) {
+    const Inst *x = fwd->inst.a[k];
+    if (x->op == OP_matmul && md->c[atoi(x->name + 1)].ep && !x->fuse)
+      fail_msg("%s: matmul %%%s heads no group", name, x->name);
+  }
   const char *obj = emit(&t, "obj", NULL, cpu, CG_MATMUL_DTC);
   const char *exe = arena_printf(t.a, "%s/run", t.dir);
   if (ct_sh("%s -O1 %s -DCREATE=%s_create -I%s %s %s -o %s %s", DTC_TEST_CC, DTC_TEST_CFLAGS, name,
@@ -260,7 +300,8 @@ static void run_mod(const Mod *md, const char *name, const char *cpu, const char
     double worst = 0;
     for (int i = 0; i < md->n; i++) {
       const Case *c = &md->c[i];
-      double e = check_case(c, data[md->a[i]], data[md->b[i]], (const float *)p, fuses(cpu));
+      double e = check_case(c, data[md->a[i]], data[md->b[i]], c->ep ? data[md->e[i]] : NULL,
+                            (const float *)p, fuses(cpu));
       if (e > 1)
         fail_msg("%s (cpu %s, threads %s): case %d, batch %d [x%d] m %d n %d k %d ta %d tb %d: "
                  "an element is %.3g tolerances off", name, cpu ? cpu : "host",
@@ -376,6 +417,28 @@ static void kblocks(void **state) {
   run_all_cpus(&md, "kblock");
 }
 
+/* Epilogues run by the GEMM on each strip of C: a bias and relu, and an
+ * elementwise product with a tensor of C's shape and a constant, on edge
+ * tiles, past MC and NC, split over threads (by rows and by columns), on
+ * batches and on the batch's rows made one matrix, under each ta and tb. */
+static void epilogues(void **state) {
+  (void)state;
+  static Mod md;
+  memset(&md, 0, sizeof md);
+  for (int t = 0; t < 4; t++)
+    for (int ep = EP_BIAS_RELU; ep <= EP_SCALE; ep++) {
+      add_case(&md, (Case){.m = 17, .n = 33, .k = 63, .ta = t & 1, .tb = t >> 1, .ep = ep});
+      add_case(&md, (Case){.m = 300, .n = 70, .k = 129, .ta = t & 1, .tb = t >> 1, .ep = ep});
+      add_case(&md, (Case){.m = 40, .n = 4111, .k = 20, .ta = t & 1, .tb = t >> 1, .ep = ep});
+      add_case(&md, (Case){.nb = 1, .batch = {3}, .bbatch = true, .m = 15, .n = 29, .k = 31,
+                           .ta = t & 1, .tb = t >> 1, .ep = ep});
+      add_case(&md, (Case){.nb = 1, .batch = {5}, .m = 37, .n = 45, .k = 50, .ep = ep});
+    }
+  add_case(&md, (Case){.m = 1, .n = 1, .k = 7, .ep = EP_BIAS_RELU});
+  add_case(&md, (Case){.m = 3, .n = 5, .k = 1, .ep = EP_SCALE});
+  run_all_cpus(&md, "epilogue");
+}
+
 static bool has(const char *text, const char *what) { return strstr(text, what) != NULL; }
 
 /* -fmatmul=dtc makes every matmul a call of the generated GEMM, =blas one of
@@ -450,7 +513,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_shapes),    cmocka_unit_test(large_shapes),
       cmocka_unit_test(batched),         cmocka_unit_test(kblocks),
-      cmocka_unit_test(lowering_choice),
+      cmocka_unit_test(lowering_choice), cmocka_unit_test(epilogues),
       cmocka_unit_test(other_targets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
