@@ -212,6 +212,11 @@ bool cg_collective(const Inst *x);
 /* Whether matmul x is lowered by cg_gemm (else by a call of dtrt_k_matmul):
  * -fmatmul=dtc or blas decides, auto by the rule measured in gemm.c. */
 bool cg_gemm_wanted(const Cg *c, const Inst *x);
+/* The same choice for module m under -fmatmul=how. */
+bool cg_gemm_chosen(const Module *m, CgMatmul how, const Inst *x);
+/* For --emit=plan: each matmul of m (one device's), its shapes and FLOPs,
+ * who computes it under -fmatmul=how and its epilogue's ops. */
+void cg_matmul_report(FILE *out, const Module *m, CgMatmul how);
 /* Emits matmul x as a call of the module's generated GEMM for the CPU of the
  * device being lowered (made at its first use), with fusion group
  * ep[0..nep) that follows x as its epilogue (nep 0: none): the GEMM runs it

@@ -912,14 +912,16 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
  * products (to about 100^3); dtc keeps those, since it is 1.3 to 4 times
  * faster there than the kernels OpenBLAS picks for itself on this machine,
  * and which those are depends on the machine that runs the model. */
-bool cg_gemm_wanted(const Cg *c, const Inst *x) {
+bool cg_gemm_wanted(const Cg *c, const Inst *x) { return cg_gemm_chosen(c->m, c->matmul, x); }
+
+bool cg_gemm_chosen(const Module *mod, CgMatmul how, const Inst *x) {
   DTC_ASSERT(x->op == OP_matmul);
   if (ir_pieces(x))   /* a batch of the pieces, on matrices */
     return x->in[0]->type.rank == 2 && x->in[1]->type.rank == 2;
-  if (c->m->det_pieces > 1)
+  if (mod->det_pieces > 1)
     return true;   /* the same bits on any thread count and any block of rows */
-  if (c->matmul != CG_MATMUL_AUTO)
-    return c->matmul == CG_MATMUL_DTC;
+  if (how != CG_MATMUL_AUTO)
+    return how == CG_MATMUL_DTC;
   const Type *a = &x->in[0]->type, *b = &x->in[1]->type;
   bool ta = ir_get_int(x, "ta", 0) != 0, tb = ir_get_int(x, "tb", 0) != 0;
   int64_t m = a->dim[a->rank - 2 + ta], k = a->dim[a->rank - 1 - ta];
@@ -998,4 +1000,39 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep) {
                         epf,
                         epenv};
   return LLVMBuildCall2(c->b, type, f, arg, COUNTOF(arg), "");
+}
+
+/* ---- the report ---- */
+
+void cg_matmul_report(FILE *out, const Module *m, CgMatmul how) {
+  static const char *const names[] = {"auto", "dtc", "blas"};
+  fprintf(out, "matmuls (-fmatmul=%s%s)\n", names[how],
+          how == CG_MATMUL_AUTO ? ": dtc's GEMM from 16384 flops, OpenBLAS below and for "
+                                  "matrix-vector products, as measured in codegen/gemm.c"
+                                : "");
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    if (f->device > 0)   /* the other devices' copies lower alike */
+      continue;
+    for (int i = 0; i < f->inst.n; i++) {
+      const Inst *x = f->inst.a[i];
+      if (x->op != OP_matmul)
+        continue;
+      char a[128], b[128];
+      bool dtc = cg_gemm_chosen(m, how, x);
+      fprintf(out, "  @%s: %s%s x %s%s, %.3g MFLOP: %s", f->name,
+              type_str(&x->in[0]->type, a, sizeof a), ir_get_int(x, "ta", 0) ? "^T" : "",
+              type_str(&x->in[1]->type, b, sizeof b), ir_get_int(x, "tb", 0) ? "^T" : "",
+              ir_flops(x) / 1e6, dtc ? "dtc" : "OpenBLAS");
+      const char *sep = dtc ? ", epilogue " : ", then ";
+      for (int j = i + 1; x->fuse && j < f->inst.n && f->inst.a[j]->fuse == x->fuse; j++)
+        if (ir_ops[f->inst.a[j]->op].kind == K_ELEM) {
+          fprintf(out, "%s%s", sep, ir_ops[f->inst.a[j]->op].name);
+          sep = " ";
+        }
+      if (x->loc.file)
+        fprintf(out, " (%s:%d:%d)", x->loc.file->name, x->loc.line, x->loc.col);
+      fputc('\n', out);
+    }
+  }
 }

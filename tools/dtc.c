@@ -372,6 +372,7 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
       if (m->mesh.n)
         spmd_report(out, m);
       memplan_report(out, m);
+      cg_matmul_report(out, m, o->matmul);
     } else if (!strcmp(o->emit, "sim")) {
       SimResult r;
       if (sim_step(m, &r) < 0) {
@@ -475,6 +476,7 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     if (m->mesh.n)
       spmd_report(out, m);
     memplan_report(out, m);
+    cg_matmul_report(out, m, o->matmul);
     if (out != stdout && fclose(out))
       return fail("cannot write '%s': %s", o->output, why(errno));
     if (dr->time_passes)
