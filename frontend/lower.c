@@ -393,6 +393,7 @@ typedef enum {
   B_DROPOUT,
   B_GELU,       /* gelu, or with approximate = "tanh" gelu_tanh */
   B_CROSS_ENTROPY, /* with ignore_index or label_smoothing: sum / count */
+  B_BCE,        /* with pos_weight: the op plus the positives' extra weight */
   /* convolutional networks (lower_conv2d ...) */
   B_CONV2D,     /* conv2d(input, weight, bias, stride, padding, dilation, groups) */
   B_POOL2D,     /* max_pool2d, avg_pool2d: kernel_size, stride, padding */
@@ -421,7 +422,7 @@ static const Builtin builtins[] = {
   {"causal_mask", B_ELEM, 1, 1, 1, {"x"}},
   {"cross_entropy", B_CROSS_ENTROPY, 2, 2, 4,
    {"logits", "labels", "ignore_index", "label_smoothing"}},
-  {"bce_with_logits", B_ELEM, 2, 2, 2, {"logits", "target"}},
+  {"bce_with_logits", B_BCE, 3, 2, 3, {"logits", "target", "pos_weight"}},
   {"mse", B_ELEM, 2, 2, 2, {"pred", "target"}},
   {"embedding", B_ELEM, 2, 2, 2, {"table", "ids"}},
   {"softmax", B_SOFTMAX, 1, 1, 2, {"x", "axis"}},
@@ -999,6 +1000,70 @@ static Inst *lower_cross_entropy(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   return finish(c, ir_make(c->f, OP_div, e->loc, 2, sum, count));
 }
 
+/* bce_with_logits(logits, target, pos_weight) as torch.nn.functional's
+ * binary_cross_entropy_with_logits: without pos_weight the op; with it, the
+ * mean of (1 - t) x + (1 + (w - 1) t) softplus(-x), which is the op plus the
+ * mean of (w - 1) t softplus(-x). softplus(-x) = -log sigmoid(x) is taken as
+ * -log_softmax([x/2, -x/2])[0], exact for any x and smooth at 0. */
+static Inst *lower_bce(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+  Loc at = e->loc;
+  Inst *base = finish(c, ir_new(c->f, OP_bce_with_logits, at, 2, in));
+  if (!base || !in[2])
+    return base;
+  Inst *x = in[0], *t = in[1];
+  const Type *xt = &x->type;
+  int64_t dim[IR_MAX_RANK + 1];
+  int r = xt->rank;
+  if (r == IR_MAX_RANK) {
+    diag_error(c->d, at, "'pos_weight' needs logits of at most %d dimensions", IR_MAX_RANK - 1);
+    return NULL;
+  }
+  const Type *wt0 = &in[2]->type;
+  bool fits = wt0->rank <= r;
+  for (int d = 0; fits && d < wt0->rank; d++) {
+    int64_t w = wt0->dim[wt0->rank - 1 - d];
+    fits = w == 1 || w == xt->dim[r - 1 - d];
+  }
+  if (!fits) {
+    char a[128], b[128];
+    diag_error(c->d, arg[2]->loc, "'pos_weight' of %s does not broadcast to the logits' %s",
+               type_str(wt0, a, sizeof a), type_str(xt, b, sizeof b));
+    return NULL;
+  }
+  memcpy(dim, xt->dim, sizeof(int64_t) * (size_t)r);
+  dim[r] = 1;
+  Inst *half = op2(c, OP_mul, at, reshaped(c, at, x, dim, r + 1), constant(c, 0.5, at));
+  Inst *pair[2] = {half, half ? op1(c, OP_neg, at, half) : NULL};
+  if (!pair[1])
+    return NULL;
+  Inst *v = ir_new(c->f, OP_concat, at, 2, pair);
+  ir_set_int(v, "axis", r);
+  if (!(v = finish(c, v)))
+    return NULL;
+  v = ir_new(c->f, OP_log_softmax, at, 1, &v);
+  ir_set_int(v, "axis", r);
+  if (!(v = finish(c, v)))
+    return NULL;
+  v = ir_new(c->f, OP_slice, at, 1, &v);
+  ir_set_int(v, "axis", r);
+  ir_set_int(v, "begin", 0);
+  ir_set_int(v, "end", 1);
+  Inst *logsig = finish(c, v);   /* log sigmoid(x), [..., 1] */
+  Inst *w1 = op2(c, OP_sub, at, in[2], constant(c, 1, at));
+  Inst *wt = w1 ? op2(c, OP_mul, at, w1, t) : NULL;
+  Inst *ls0 = logsig ? reshaped(c, at, logsig, xt->dim, r) : NULL;
+  Inst *term = wt && ls0 ? op2(c, OP_mul, at, wt, ls0) : NULL;
+  if (!term)
+    return NULL;
+  int64_t axes[IR_MAX_RANK];
+  for (int d = 0; d < r; d++)
+    axes[d] = d;
+  Inst *mean = ir_new(c->f, OP_mean, at, 1, &term);
+  ir_set_ints(mean, "axes", axes, r);
+  mean = finish(c, mean);
+  return mean ? op2(c, OP_sub, at, base, mean) : NULL;
+}
+
 static Inst *lower_call(Ctx *c, const Expr *e) {
   const Builtin *b = find_builtin(e->s);
   if (!b && find_block(c->prog, e->s)) {
@@ -1044,6 +1109,8 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     return finish(c, ir_new(c->f, op, e->loc, b->ntensor, in));
   case B_CROSS_ENTROPY:
     return lower_cross_entropy(c, e, in, arg);
+  case B_BCE:
+    return lower_bce(c, e, in, arg);
   case B_GELU:
     if (arg[1]) {
       const Expr *ap = arg[1];
