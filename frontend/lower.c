@@ -389,7 +389,7 @@ typedef enum {
   B_CROSS_ENTROPY, /* with ignore_index or label_smoothing: sum / count */
   /* convolutional networks (lower_conv2d ...) */
   B_CONV2D,     /* conv2d(input, weight, bias, stride, padding, dilation, groups) */
-  B_POOL2D,     /* max_pool2d, avg_pool2d: kernel_size, stride, padding */
+  B_POOL2D,     /* max_pool2d, avg_pool2d: kernel_size, stride, padding, then their own */
   B_FLATTEN,    /* start_dim, end_dim */
   B_PAD,        /* pad (as F.pad), mode, value */
   B_BATCH_NORM, /* running stats, weight, bias, momentum, eps */
@@ -432,8 +432,11 @@ static const Builtin builtins[] = {
   {"dropout", B_DROPOUT, 1, 1, 3, {"x", "p", "seed"}},
   /* convolutional networks, named as torch.nn.functional's */
   {"conv2d", B_CONV2D, 3, 2, 7, {"input", "weight", "bias", "stride", "padding", "dilation", "groups"}},
-  {"max_pool2d", B_POOL2D, 1, 2, 4, {"input", "kernel_size", "stride", "padding"}},
-  {"avg_pool2d", B_POOL2D, 1, 2, 4, {"input", "kernel_size", "stride", "padding"}},
+  {"max_pool2d", B_POOL2D, 1, 2, 6,
+   {"input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"}},
+  {"avg_pool2d", B_POOL2D, 1, 2, 7,
+   {"input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+    "divisor_override"}},
   {"flatten", B_FLATTEN, 1, 1, 3, {"input", "start_dim", "end_dim"}},
   {"pad", B_PAD, 1, 2, 4, {"input", "pad", "mode", "value"}},
   {"batch_norm", B_BATCH_NORM, 5, 3, 7,
@@ -716,21 +719,47 @@ static Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   return (r = finish(c, r)) ? op2(c, OP_add, e->loc, i, r) : NULL;
 }
 
-/* max_pool2d, avg_pool2d(input, kernel_size, stride = kernel_size,
- * padding = 0). */
+/* max_pool2d(input, kernel_size, stride = kernel_size, padding = 0,
+ * dilation = 1, ceil_mode = false), avg_pool2d(input, kernel_size, stride,
+ * padding, ceil_mode = false, count_include_pad = true, divisor_override =
+ * none): the options at their defaults are left out of the IR. */
 static Inst *lower_pool2d(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
-  int64_t k[2], st[2], pd[2] = {0, 0};
+  int64_t k[2], st[2], pd[2] = {0, 0}, dl[2] = {1, 1}, div = 0;
+  bool max = op == OP_max_pool2d, ceil = false, with_pad = true;
+  const Expr *ceil_arg = arg[max ? 5 : 4], *div_arg = max ? NULL : arg[6];
   if (!nchw(c, arg[0], arena_printf(c->a, "the input of '%s'", ir_ops[op].name), NULL, x) ||
       !pair_arg(c, arg[1], "kernel_size", 1, k))
     return NULL;
   st[0] = k[0], st[1] = k[1];
   if ((arg[2] && !pair_arg(c, arg[2], "stride", 1, st)) ||
-      (arg[3] && !pair_arg(c, arg[3], "padding", 0, pd)))
+      (arg[3] && !pair_arg(c, arg[3], "padding", 0, pd)) ||
+      (max && arg[4] && !pair_arg(c, arg[4], "dilation", 1, dl)) ||
+      (ceil_arg && !bool_arg(c, ceil_arg, "ceil_mode", &ceil)) ||
+      (!max && arg[5] && !bool_arg(c, arg[5], "count_include_pad", &with_pad)))
     return NULL;
+  bool none =
+      div_arg && div_arg->kind == E_IDENT && !strcmp(div_arg->s, "none") && !lookup(c, div_arg->s);
+  if (div_arg && !none) {
+    if (!int_arg(c, div_arg, "'divisor_override'", &div))
+      return NULL;
+    if (div < 1 || div > IR_MAX_DIM) {
+      diag_error(c->d, div_arg->loc, "'divisor_override' must be positive, not %lld",
+                 (long long)div);
+      return NULL;
+    }
+  }
   Inst *i = ir_new(c->f, op, e->loc, 1, &x);
   ir_set_ints(i, "kernel", k, 2);
   ir_set_ints(i, "stride", st, 2);
   ir_set_ints(i, "padding", pd, 2);
+  if (ceil)
+    ir_set_int(i, "ceil_mode", 1);
+  if (dl[0] != 1 || dl[1] != 1)
+    ir_set_ints(i, "dilation", dl, 2);
+  if (div)
+    ir_set_int(i, "divisor_override", div);
+  if (!with_pad)
+    ir_set_int(i, "count_include_pad", 0);
   return finish(c, i);
 }
 

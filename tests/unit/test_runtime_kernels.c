@@ -1096,7 +1096,7 @@ static void conv_ref(const ConvCase *q, const float *x, const float *w, const fl
 
 static void near_d(const float *got, const double *want, int64_t n, double tol) {
   for (int64_t k = 0; k < n; k++)
-    if (!(fabs(got[k] - want[k]) <= tol * (1 + fabs(want[k]))))
+    if (!(got[k] == want[k] || fabs(got[k] - want[k]) <= tol * (1 + fabs(want[k]))))
       fail_msg("element %lld: got %.9g, want %.9g", (long long)k, got[k], want[k]);
 }
 
@@ -1180,84 +1180,146 @@ static void test_conv2d_refuse(void **state) {
 
 typedef struct PoolCase {
   int n, c, h, w, kh, kw, sh, sw, ph, pw;
+  int ceil, dh, dw, divisor, with_pad; /* dh, dw 0: 1 and max_pool2d's attributes without them */
 } PoolCase;
 
-/* Both poolings written out, with their derivatives for the adjoint dy:
- * the first maximum of each window, the mean over kh kw with the padding's
- * zeros counted. */
-static void pool_ref(const PoolCase *q, const float *x, const float *dy, double *ymax,
-                     double *dmax, double *yavg, double *davg) {
-  int ho = conv_out(q->h, q->kh, q->sh, q->ph, 1), wo = conv_out(q->w, q->kw, q->sw, q->pw, 1);
+/* One output length as PyTorch defines it: the division rounded down, or up
+ * with ceil_mode, less a last window that would start in the right padding. */
+static int pool_len(int in, int k, int s, int p, int d, int cm) {
+  double q = (double)(in + 2 * p - d * (k - 1) - 1) / s;
+  int n = (int)(cm ? ceil(q) : floor(q)) + 1;
+  return cm && (n - 1) * s >= in + p ? n - 1 : n;
+}
+
+/* max_pool2d written out, [ho, wo] its result's size, with its derivative
+ * for the adjoint dy: the first maximum of the dilated kernel's places
+ * inside x; a window of padding only gives -inf and no derivative. */
+static void max_ref(const PoolCase *q, int ho, int wo, const float *x, const float *dy, double *y,
+                    double *dx) {
+  int dh = q->dh ? q->dh : 1, dw = q->dw ? q->dw : 1;
   for (int p = 0; p < q->n * q->c; p++)
     for (int i = 0; i < ho; i++)
       for (int j = 0; j < wo; j++) {
         int yi = (p * ho + i) * wo + j, best = -1;
+        for (int a = 0; a < q->kh; a++)
+          for (int b = 0; b < q->kw; b++) {
+            int ih = i * q->sh - q->ph + a * dh, iw = j * q->sw - q->pw + b * dw;
+            if (ih < 0 || ih >= q->h || iw < 0 || iw >= q->w)
+              continue;
+            int xi = (p * q->h + ih) * q->w + iw;
+            if (best < 0 || x[xi] > x[best])
+              best = xi;
+          }
+        y[yi] = best < 0 ? -INFINITY : x[best];
+        if (best >= 0)
+          dx[best] += dy[yi];
+      }
+}
+
+/* avg_pool2d written out, with its derivative: the sum of the x under the
+ * kernel over divisor_override, or the count of the window's places inside
+ * the padded input (count_include_pad), or of those inside x. */
+static void avg_ref(const PoolCase *q, int ho, int wo, const float *x, const float *dy, double *y,
+                    double *dx) {
+  for (int p = 0; p < q->n * q->c; p++)
+    for (int i = 0; i < ho; i++)
+      for (int j = 0; j < wo; j++) {
+        int yi = (p * ho + i) * wo + j, places = 0, inside = 0;
         double sum = 0;
         for (int a = 0; a < q->kh; a++)
           for (int b = 0; b < q->kw; b++) {
             int ih = i * q->sh - q->ph + a, iw = j * q->sw - q->pw + b;
+            places += ih < q->h + q->ph && iw < q->w + q->pw;
             if (ih < 0 || ih >= q->h || iw < 0 || iw >= q->w)
               continue;
-            int xi = (p * q->h + ih) * q->w + iw;
-            sum += x[xi];
-            davg[xi] += dy[yi] / (double)(q->kh * q->kw);
-            if (best < 0 || x[xi] > x[best])
-              best = xi;
+            inside++;
+            sum += x[(p * q->h + ih) * q->w + iw];
           }
-        ymax[yi] = x[best];
-        dmax[best] += dy[yi];
-        yavg[yi] = sum / (q->kh * q->kw);
+        double div = q->divisor ? q->divisor : q->with_pad ? places : inside;
+        y[yi] = sum / div;
+        for (int a = 0; a < q->kh; a++)
+          for (int b = 0; b < q->kw; b++) {
+            int ih = i * q->sh - q->ph + a, iw = j * q->sw - q->pw + b;
+            if (ih >= 0 && ih < q->h && iw >= 0 && iw < q->w)
+              dx[(p * q->h + ih) * q->w + iw] += dy[yi] / div;
+          }
       }
 }
 
-static void pool_case(const PoolCase *q) {
-  int ho = conv_out(q->h, q->kh, q->sh, q->ph, 1), wo = conv_out(q->w, q->kw, q->sw, q->pw, 1);
+/* The kernels against max_ref or avg_ref: forward and derivative. */
+static void pool_check(const PoolCase *q, bool max) {
+  int dh = max && q->dh ? q->dh : 1, dw = max && q->dw ? q->dw : 1;
+  int ho = pool_len(q->h, q->kh, q->sh, q->ph, dh, q->ceil),
+      wo = pool_len(q->w, q->kw, q->sw, q->pw, dw, q->ceil);
   DtTensor x = ten(DTRT_F32, NULL, 4, q->n, q->c, q->h, q->w);
   DtTensor y = ten(DTRT_F32, NULL, 4, q->n, q->c, ho, wo);
   int64_t nx = numel(&x), ny = numel(&y);
   x.data = randv(nx);
-  float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)nx);
-  double *r[4];
-  for (int k = 0; k < 4; k++)
-    r[k] = calloc((size_t)nx, sizeof(double));
-  pool_ref(q, x.data, dy, r[0], r[1], r[2], r[3]);
-  DtAttrs a = ints(6, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw);
+  float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)(nx > ny ? nx : ny));
+  double *ry = calloc((size_t)ny, sizeof(double)), *rdx = calloc((size_t)nx, sizeof(double));
+  (max ? max_ref : avg_ref)(q, ho, wo, x.data, dy, ry, rdx);
+  DtAttrs a = ints(9, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->ceil, q->dh, q->dw);
+  a.ni = q->dh ? 9 : q->ceil ? 7 : 6;
+  if (!max)
+    a = ints(9, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->ceil, q->divisor, q->with_pad);
   DtTensor out = like(&y, got), in[2] = {x, like(&y, dy)};
-  run(dtrt_k_max_pool2d, &x, 1, &out, &a);
-  near_d(got, r[0], ny, 0);
-  run(dtrt_k_avg_pool2d, &x, 1, &out, &a);
-  near_d(got, r[2], ny, 1e-6);
+  run(max ? dtrt_k_max_pool2d : dtrt_k_avg_pool2d, &x, 1, &out, &a);
+  near_d(got, ry, ny, max ? 0 : 1e-6);
   out = like(&x, got);
-  run(dtrt_k_max_pool2d_grad, in, 2, &out, &a);
-  near_d(got, r[1], nx, 1e-6);
-  DtAttrs ag = ints(8, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->h, q->w);
-  run(dtrt_k_avg_pool2d_grad, &in[1], 1, &out, &ag);
-  near_d(got, r[3], nx, 1e-6);
-  free(x.data), free(dy), free(got);
-  for (int k = 0; k < 4; k++)
-    free(r[k]);
+  if (max) {
+    run(dtrt_k_max_pool2d_grad, in, 2, &out, &a);
+  } else {
+    DtAttrs ag = ints(11, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->h, q->w, q->ceil, q->divisor,
+                      q->with_pad);
+    run(dtrt_k_avg_pool2d_grad, &in[1], 1, &out, &ag);
+  }
+  near_d(got, rdx, nx, 1e-6);
+  free(x.data), free(dy), free(got), free(ry), free(rdx);
 }
 
 static void test_pool2d(void **state) {
   (void)state;
   static const PoolCase cases[] = {
-      /* n  c  h  w kh kw sh sw ph pw */
-      {2, 3, 7, 9, 2, 2, 2, 2, 0, 0},   /* odd sizes: the last row and column left out */
-      {2, 2, 5, 6, 3, 3, 2, 2, 1, 1},   /* stride 2, padding */
-      {1, 3, 6, 7, 3, 2, 1, 2, 1, 1},   /* overlapping windows */
-      {3, 1, 4, 4, 4, 4, 4, 4, 2, 2},   /* windows mostly padding */
+      /* n  c  h  w kh kw sh sw ph pw ceil dh dw div pad */
+      {2, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1},   /* odd sizes: the last row, column out */
+      {2, 2, 5, 6, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 1},   /* stride 2, padding */
+      {1, 3, 6, 7, 3, 2, 1, 2, 1, 1, 0, 0, 0, 0, 1},   /* overlapping windows */
+      {3, 1, 4, 4, 4, 4, 4, 4, 2, 2, 0, 0, 0, 0, 1},   /* windows mostly padding */
+      {2, 3, 7, 9, 2, 2, 2, 2, 0, 0, 1, 0, 0, 0, 1},   /* ceil_mode: the last windows clipped */
+      {1, 2, 6, 5, 3, 2, 2, 3, 1, 1, 1, 0, 0, 0, 1},   /* ceil_mode: a window past the padded
+                                                          input; one dropped (w) */
+      {1, 2, 6, 5, 3, 2, 2, 3, 1, 1, 1, 0, 0, 0, 0},   /* the same, count_include_pad false */
+      {2, 1, 3, 3, 4, 4, 2, 2, 0, 0, 1, 1, 1, 0, 1},   /* ceil_mode: a kernel past the input */
+      {2, 2, 9, 8, 3, 3, 1, 2, 1, 1, 0, 2, 2, 0, 1},   /* dilation 2 */
+      {1, 2, 11, 10, 3, 2, 2, 1, 1, 1, 1, 2, 3, 0, 1}, /* dilation [2, 3], ceil_mode */
+      {1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 0, 3, 3, 0, 1},   /* dilation 3: windows of padding only */
+      {2, 2, 7, 6, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},   /* count_include_pad false */
+      {2, 2, 7, 6, 3, 2, 2, 2, 1, 1, 1, 0, 0, 5, 1},   /* divisor_override 5, ceil_mode */
   };
-  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++)
-    pool_case(&cases[k]);
+  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+    pool_check(&cases[k], true);
+    pool_check(&cases[k], false);
+  }
   float v[2 * 3 * 4 * 4] = {0}, o[96];
   DtTensor x = ten(DTRT_F32, v, 4, 2, 3, 4, 4), y = ten(DTRT_F32, o, 4, 2, 3, 2, 2);
   DtAttrs bad = ints(6, 2, 2, 2, 2, 2, 0);
   refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "padding [2, 0] is more than half the kernel");
   bad = ints(6, 5, 5, 1, 1, 0, 0);
   refuse(dtrt_k_avg_pool2d, &x, 1, &y, &bad, "is larger than the padded input [4, 4]");
+  bad = ints(7, 6, 6, 2, 2, 0, 0, 1);
+  refuse(dtrt_k_avg_pool2d, &x, 1, &y, &bad, "is larger than the padded input [4, 4]");
   bad = ints(6, 2, 2, 2, 2, 0, 0);
   refuse(dtrt_k_avg_pool2d_grad, &y, 1, &x, &bad, "expected 8 int attributes");
+  bad = ints(8, 2, 2, 2, 2, 0, 0, 0, 1);
+  refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "expected 6 int attributes");
+  bad = ints(9, 2, 2, 2, 2, 0, 0, 0, 0, 1);
+  refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "dilation [0, 1] is out of range");
+  bad = ints(7, 2, 2, 2, 2, 0, 0, 2);
+  refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "ceil_mode 2 and count_include_pad 1 must be 0 or 1");
+  bad = ints(8, 2, 2, 2, 2, 0, 0, 0, -3);
+  refuse(dtrt_k_avg_pool2d, &x, 1, &y, &bad, "divisor_override -3 is out of range");
   DtTensor x3 = ten(DTRT_F32, v, 3, 6, 4, 4);
+  bad = ints(6, 2, 2, 2, 2, 0, 0);
   refuse(dtrt_k_max_pool2d, &x3, 1, &y, &bad, "input must be f32[N,C,H,W], got f32[6,4,4]");
 }
 
