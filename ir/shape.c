@@ -767,6 +767,41 @@ bool shape_pad(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
+/* pad_reflect, pad_replicate, pad_circular: x's axis of length n extended to
+ * size as pad's, and (grad) their _grad ops from dy back to size n: the
+ * limits of each mode. */
+static bool copy_pad(Inst *inst, bool grad, char *err, size_t errlen) {
+  const Type *in = IN(0);
+  int64_t ax;
+  if ((grad && !need_f32(inst, 0, err, errlen)) ||
+      !get_axis(inst, "axis", 0, in->rank, &ax, err, errlen))
+    return false;
+  int64_t attr = ir_get_int(inst, "size", 0), n = grad ? attr : in->dim[ax],
+          size = grad ? in->dim[ax] : attr, b = ir_get_int(inst, "begin", 0);
+  if (n < 1 || n > IR_MAX_DIM || size < 1 || size > IR_MAX_DIM || b < 0 || b > size - n)
+    FAIL("'%s': %lld elements at %lld do not fit in %lld", NAME, (long long)n, (long long)b,
+         (long long)size);
+  int64_t after = size - n - b;
+  bool reflect = inst->op == OP_pad_reflect || inst->op == OP_pad_reflect_grad;
+  bool circular = inst->op == OP_pad_circular || inst->op == OP_pad_circular_grad;
+  if (reflect && (b >= n || after >= n))
+    FAIL("'%s': padding (%lld, %lld) of a dimension of %lld must be less than it", NAME,
+         (long long)b, (long long)after, (long long)n);
+  if (circular && (b > n || after > n))
+    FAIL("'%s': padding (%lld, %lld) of a dimension of %lld wraps around more than once", NAME,
+         (long long)b, (long long)after, (long long)n);
+  inst->type = *in;
+  inst->type.dim[ax] = grad ? n : size;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_pad_reflect(Inst *i, char *e, size_t n) { return copy_pad(i, false, e, n); }
+bool shape_pad_replicate(Inst *i, char *e, size_t n) { return copy_pad(i, false, e, n); }
+bool shape_pad_circular(Inst *i, char *e, size_t n) { return copy_pad(i, false, e, n); }
+bool shape_pad_reflect_grad(Inst *i, char *e, size_t n) { return copy_pad(i, true, e, n); }
+bool shape_pad_replicate_grad(Inst *i, char *e, size_t n) { return copy_pad(i, true, e, n); }
+bool shape_pad_circular_grad(Inst *i, char *e, size_t n) { return copy_pad(i, true, e, n); }
+
 bool shape_concat(Inst *inst, char *err, size_t errlen) {
   char b1[128], b2[128];
   const Type *x = IN(0);

@@ -243,6 +243,31 @@ static void test_pad(void **s) {
   gradcheck(&t, ir_finish(y), "pad axis=0 at 1 to 4");
 }
 
+/* A pad filled with copies: each element's derivative sums its copies'. */
+static void copy_pad_check(Op op, int64_t axis, int64_t begin, int64_t size, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(2, 3, 4));
+  Inst *y = tm_new(&t, op, 1, x);
+  ir_set_int(y, "axis", axis);
+  ir_set_int(y, "begin", begin);
+  ir_set_int(y, "size", size);
+  gradcheck(&t, ir_finish(y), label);
+}
+
+static void test_pad_reflect(void **s) {
+  (void)s;
+  copy_pad_check(OP_pad_reflect, 2, 2, 9, "pad_reflect axis=2 (2, 3)");
+}
+
+static void test_pad_replicate(void **s) {
+  (void)s;
+  copy_pad_check(OP_pad_replicate, 1, 4, 9, "pad_replicate axis=1 (4, 2)");
+}
+
+static void test_pad_circular(void **s) {
+  (void)s;
+  copy_pad_check(OP_pad_circular, -1, 4, 11, "pad_circular axis=-1 (4, 3)");
+}
+
 static void test_concat(void **s) {
   (void)s;
   Inst *a = tm_param(&t, "a", F32(2, 1)), *b = tm_param(&t, "b", F32(2, 3));
@@ -451,6 +476,7 @@ int main(void) {
     T(test_matmul_bcast_tab), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
     T(test_cross_entropy), T(test_cross_entropy_smoothed), T(test_bce_with_logits), T(test_mse), T(test_normalize), T(test_embedding), T(test_dropout),
     T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),
     T(test_chain),
     T(test_conv2d), T(test_conv2d_strided), T(test_conv2d_groups), T(test_max_pool2d),

@@ -975,6 +975,79 @@ static void test_slice_pad(void **state) {
   free(x.data);
 }
 
+/* The source, along one axis of length n, of each place of a pad of it by
+ * (before, after) filled as mode 0 reflect, 1 replicate, 2 circular: x's own
+ * places, then each side built outward from x's ends. */
+static void copy_pad_src(int mode, int n, int before, int after, int *src) {
+  for (int j = 0; j < n; j++)
+    src[before + j] = j;
+  for (int t = 1; t <= before; t++)
+    src[before - t] = mode == 0 ? t : mode == 1 ? 0 : n - t;
+  for (int t = 1; t <= after; t++)
+    src[before + n - 1 + t] = mode == 0 ? n - 1 - t : mode == 1 ? n - 1 : t - 1;
+}
+
+/* pad_reflect, pad_replicate, pad_circular and their derivatives on each
+ * axis of x [3,4,5], against copy_pad_src. */
+static void test_copy_pads(void **state) {
+  (void)state;
+  static const Kern fwd[] = {dtrt_k_pad_reflect, dtrt_k_pad_replicate, dtrt_k_pad_circular};
+  static const Kern bwd[] = {dtrt_k_pad_reflect_grad, dtrt_k_pad_replicate_grad,
+                             dtrt_k_pad_circular_grad};
+  static const int sides[][2] = {{1, 2}, {0, 3}, {3, 0}, {2, 2}, {4, 4}, {7, 9}};
+  int sd[3] = {3, 4, 5};
+  DtTensor x = ten(DTRT_F32, randv(60), 3, 3, 4, 5);
+  float y[19 * 4 * 5], dx[60], want[60];
+  int src[24];
+  for (int mode = 0; mode < 3; mode++)
+    for (int ax = 0; ax < 3; ax++)
+      for (int c = 0; c < (int)(sizeof sides / sizeof sides[0]); c++) {
+        int n = sd[ax], b = sides[c][0], after = sides[c][1], size = n + b + after;
+        if ((mode == 0 && (b >= n || after >= n)) || (mode == 2 && (b > n || after > n)))
+          continue;
+        copy_pad_src(mode, n, b, after, src);
+        int yd[3] = {3, 4, 5};
+        yd[ax] = size;
+        DtTensor yt = ten(DTRT_F32, y, 3, yd[0], yd[1], yd[2]), dxt = like(&x, dx);
+        DtAttrs a = ints(3, ax, b, size), g = ints(3, ax - 3, b, n);
+        run(fwd[mode], &x, 1, &yt, &a);
+        for (int k = 0; k < 60; k++)
+          want[k] = 0;
+        for (int i = 0; i < yd[0]; i++)
+          for (int j = 0; j < yd[1]; j++)
+            for (int k = 0; k < yd[2]; k++) {
+              int at[3] = {i, j, k};
+              at[ax] = src[at[ax]];
+              int xi = (at[0] * 4 + at[1]) * 5 + at[2], yi = (i * yd[1] + j) * yd[2] + k;
+              if (y[yi] != ((float *)x.data)[xi])
+                fail_msg("mode %d axis %d (%d, %d): y[%d] is not x[%d]", mode, ax, b, after, yi,
+                         xi);
+              want[xi] += y[yi];
+            }
+        /* the adjoint y itself: dx sums the copies of each element */
+        run(bwd[mode], &yt, 1, &dxt, &g);
+        near(dx, want, 60, 1e-6);
+      }
+  float v[72];
+  DtTensor y6 = ten(DTRT_F32, y, 3, 3, 4, 10), dxt = like(&x, v);
+  DtAttrs a = ints(3, 2, 5, 10);
+  refuse(dtrt_k_pad_reflect, &x, 1, &y6, &a, "padding (5, 0) of 5 elements on axis 2 is not less");
+  run(dtrt_k_pad_circular, &x, 1, &y6, &a);
+  a = ints(3, 2, 0, 11);
+  DtTensor y11 = ten(DTRT_F32, y, 3, 3, 4, 11);
+  refuse(dtrt_k_pad_circular, &x, 1, &y11, &a, "padding (0, 6) of 5 elements on axis 2 is more");
+  run(dtrt_k_pad_replicate, &x, 1, &y11, &a);
+  a = ints(3, 2, 1, 5);
+  DtTensor dx6 = ten(DTRT_F32, v, 3, 3, 4, 6);
+  refuse(dtrt_k_pad_replicate_grad, &y6, 1, &dx6, &a, "output is f32[3,4,6], expected f32[3,4,5]");
+  a = ints(3, 2, 6, 5);
+  refuse(dtrt_k_pad_replicate_grad, &y6, 1, &dxt, &a, "5 elements at 6 do not fit in 10");
+  DtTensor yi = ten(DTRT_I32, y, 3, 3, 4, 10);
+  a = ints(3, 2, 2, 5);
+  refuse(dtrt_k_pad_circular_grad, &yi, 1, &dxt, &a, "adjoint");
+  free(x.data);
+}
+
 static void test_concat(void **state) {
   (void)state;
   int32_t a[24], b[12], c[36], y[72];
@@ -1341,6 +1414,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reshape, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transpose, setup, teardown),
       cmocka_unit_test_setup_teardown(test_slice_pad, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_copy_pads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concat, setup, teardown),
       cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
       cmocka_unit_test_setup_teardown(test_conv2d, setup, teardown),
