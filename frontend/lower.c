@@ -396,7 +396,7 @@ typedef enum {
   B_BCE,        /* with pos_weight: the op plus the positives' extra weight */
   /* convolutional networks (lower_conv2d ...) */
   B_CONV2D,     /* conv2d(input, weight, bias, stride, padding, dilation, groups) */
-  B_POOL2D,     /* max_pool2d, avg_pool2d: kernel_size, stride, padding */
+  B_POOL2D,     /* max_pool2d, avg_pool2d: kernel_size, stride, padding, then their own */
   B_FLATTEN,    /* start_dim, end_dim */
   B_PAD,        /* pad (as F.pad), mode, value */
   B_BATCH_NORM, /* running stats, weight, bias, momentum, eps */
@@ -439,8 +439,11 @@ static const Builtin builtins[] = {
   {"dropout", B_DROPOUT, 1, 1, 3, {"x", "p", "seed"}},
   /* convolutional networks, named as torch.nn.functional's */
   {"conv2d", B_CONV2D, 3, 2, 7, {"input", "weight", "bias", "stride", "padding", "dilation", "groups"}},
-  {"max_pool2d", B_POOL2D, 1, 2, 4, {"input", "kernel_size", "stride", "padding"}},
-  {"avg_pool2d", B_POOL2D, 1, 2, 4, {"input", "kernel_size", "stride", "padding"}},
+  {"max_pool2d", B_POOL2D, 1, 2, 6,
+   {"input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"}},
+  {"avg_pool2d", B_POOL2D, 1, 2, 7,
+   {"input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+    "divisor_override"}},
   {"flatten", B_FLATTEN, 1, 1, 3, {"input", "start_dim", "end_dim"}},
   {"pad", B_PAD, 1, 2, 4, {"input", "pad", "mode", "value"}},
   {"batch_norm", B_BATCH_NORM, 5, 3, 7,
@@ -723,21 +726,47 @@ static Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   return (r = finish(c, r)) ? op2(c, OP_add, e->loc, i, r) : NULL;
 }
 
-/* max_pool2d, avg_pool2d(input, kernel_size, stride = kernel_size,
- * padding = 0). */
+/* max_pool2d(input, kernel_size, stride = kernel_size, padding = 0,
+ * dilation = 1, ceil_mode = false), avg_pool2d(input, kernel_size, stride,
+ * padding, ceil_mode = false, count_include_pad = true, divisor_override =
+ * none): the options at their defaults are left out of the IR. */
 static Inst *lower_pool2d(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
-  int64_t k[2], st[2], pd[2] = {0, 0};
+  int64_t k[2], st[2], pd[2] = {0, 0}, dl[2] = {1, 1}, div = 0;
+  bool max = op == OP_max_pool2d, ceil = false, with_pad = true;
+  const Expr *ceil_arg = arg[max ? 5 : 4], *div_arg = max ? NULL : arg[6];
   if (!nchw(c, arg[0], arena_printf(c->a, "the input of '%s'", ir_ops[op].name), NULL, x) ||
       !pair_arg(c, arg[1], "kernel_size", 1, k))
     return NULL;
   st[0] = k[0], st[1] = k[1];
   if ((arg[2] && !pair_arg(c, arg[2], "stride", 1, st)) ||
-      (arg[3] && !pair_arg(c, arg[3], "padding", 0, pd)))
+      (arg[3] && !pair_arg(c, arg[3], "padding", 0, pd)) ||
+      (max && arg[4] && !pair_arg(c, arg[4], "dilation", 1, dl)) ||
+      (ceil_arg && !bool_arg(c, ceil_arg, "ceil_mode", &ceil)) ||
+      (!max && arg[5] && !bool_arg(c, arg[5], "count_include_pad", &with_pad)))
     return NULL;
+  bool none =
+      div_arg && div_arg->kind == E_IDENT && !strcmp(div_arg->s, "none") && !lookup(c, div_arg->s);
+  if (div_arg && !none) {
+    if (!int_arg(c, div_arg, "'divisor_override'", &div))
+      return NULL;
+    if (div < 1 || div > IR_MAX_DIM) {
+      diag_error(c->d, div_arg->loc, "'divisor_override' must be positive, not %lld",
+                 (long long)div);
+      return NULL;
+    }
+  }
   Inst *i = ir_new(c->f, op, e->loc, 1, &x);
   ir_set_ints(i, "kernel", k, 2);
   ir_set_ints(i, "stride", st, 2);
   ir_set_ints(i, "padding", pd, 2);
+  if (ceil)
+    ir_set_int(i, "ceil_mode", 1);
+  if (dl[0] != 1 || dl[1] != 1)
+    ir_set_ints(i, "dilation", dl, 2);
+  if (div)
+    ir_set_int(i, "divisor_override", div);
+  if (!with_pad)
+    ir_set_int(i, "count_include_pad", 0);
   return finish(c, i);
 }
 
@@ -769,18 +798,48 @@ static Inst *lower_flatten(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
   return finish(c, i);
 }
 
+/* The modes of pad: constant, then the ones that copy (their op, and the
+ * ranks torch.nn.functional.pad takes for k padded dims: k + 1 and k + 2,
+ * or only k + 2, for k from 1 to 3). */
+static const struct {
+  const char *name;
+  Op op;
+  int lead_lo;
+} pad_modes[] = {
+    {"constant", OP_pad, 0},
+    {"reflect", OP_pad_reflect, 1},
+    {"replicate", OP_pad_replicate, 1},
+    {"circular", OP_pad_circular, 2},
+};
+
+/* One op on axis of x: slice [lo, hi) of it, or op (pad, pad_MODE) of it
+ * at begin into size. */
+static Inst *pad_step(Ctx *c, Loc at, Inst *x, Op op, int64_t axis, int64_t lo, int64_t hi) {
+  Inst *i = ir_new(c->f, op, at, 1, &x);
+  ir_set_int(i, "axis", axis);
+  ir_set_int(i, "begin", lo);
+  ir_set_int(i, op == OP_slice ? "end" : "size", hi);
+  return finish(c, i);
+}
+
 /* pad(input, pad, mode = "constant", value = 0), as F.pad: pad lists
  * (before, after) pairs from the last dim back; a negative one crops. A
- * value v pads x - v with zeros and adds v back. */
+ * value v pads x - v with zeros and adds v back. The other modes fill with
+ * copies of x's elements where F.pad does: reflect and replicate pad x and
+ * then crop (a reflection is about x's own end), circular crops first and
+ * wraps what is left. */
 static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
   int64_t p[2 * IR_MAX_RANK];
   double v = 0;
   char buf[128];
   const Expr *pe = arg[1];
-  if (pe->kind != E_LIST || pe->args.n % 2 || pe->args.n > 2 * x->type.rank) {
-    diag_error(c->d, pe->loc, "'pad' must be a list of (before, after) pairs, one pair per "
-               "dimension from the last, at most %d entries for %s", 2 * x->type.rank,
-               type_str(&x->type, buf, sizeof buf));
+  const Type xt = x->type;
+  int mode = 0, rank = xt.rank;
+  if (pe->kind != E_LIST || pe->args.n % 2 || pe->args.n > 2 * rank) {
+    diag_error(c->d, pe->loc,
+               "'pad' must be a list of (before, after) pairs, one pair per "
+               "dimension from the last, at most %d entries for %s",
+               2 * rank, type_str(&xt, buf, sizeof buf));
     return NULL;
   }
   for (int k = 0; k < pe->args.n; k++)
@@ -788,41 +847,81 @@ static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
       return NULL;
   if (arg[2]) {
     const Expr *m = arg[2];
-    if (!(m->kind == E_STR || m->kind == E_IDENT) || strcmp(m->s, "constant")) {
-      diag_error(c->d, m->loc, "'mode' must be \"constant\" (the only mode dtc has)");
+    bool named = m->kind == E_STR || m->kind == E_IDENT;
+    while (named && mode < COUNTOF(pad_modes) && strcmp(m->s, pad_modes[mode].name))
+      mode++;
+    if (!named || mode == COUNTOF(pad_modes)) {
+      diag_error(c->d, m->loc,
+                 "'mode' must be \"constant\", \"reflect\", \"replicate\" or "
+                 "\"circular\"");
       return NULL;
     }
   }
   if (arg[3] && !float_arg(c, arg[3], "'value'", &v))
     return NULL;
+  Op op = pad_modes[mode].op;
+  int npad = pe->args.n / 2, lo_rank = npad + pad_modes[mode].lead_lo;
+  if (mode && v != 0) {
+    diag_error(c->d, arg[3]->loc, "mode \"%s\" takes no 'value' (only \"constant\" does)",
+               pad_modes[mode].name);
+    return NULL;
+  }
+  if (mode && (npad < 1 || npad > 3)) {
+    diag_error(c->d, pe->loc, "mode \"%s\" pads 1, 2 or 3 dimensions, not %d", pad_modes[mode].name,
+               npad);
+    return NULL;
+  }
+  if (mode && (rank < lo_rank || rank > npad + 2)) {
+    diag_error(c->d, pe->loc, "mode \"%s\" pads %d dimension%s of an input of rank %d%s, not %s",
+               pad_modes[mode].name, npad, npad > 1 ? "s" : "", lo_rank,
+               lo_rank < npad + 2 ? arena_printf(c->a, " or %d", npad + 2) : "",
+               type_str(&xt, buf, sizeof buf));
+    return NULL;
+  }
   Inst *cv = v != 0 ? constant(c, v, e->loc) : NULL;
   if (cv && !(x = op2(c, OP_sub, e->loc, x, cv)))
     return NULL;
-  for (int k = 0; k < pe->args.n / 2; k++) {
-    int64_t axis = x->type.rank - 1 - k, n = x->type.dim[axis], lo = p[2 * k], hi = p[2 * k + 1];
+  for (int k = 0; k < npad; k++) {
+    int64_t axis = rank - 1 - k, n = x->type.dim[axis], lo = p[2 * k], hi = p[2 * k + 1];
     bool big = lo > IR_MAX_DIM || hi > IR_MAX_DIM || lo < -IR_MAX_DIM || hi < -IR_MAX_DIM;
-    if (big || n + (lo < 0 ? lo : 0) + (hi < 0 ? hi : 0) < 1) {
-      diag_error(c->d, pe->args.a[2 * k].loc, "padding (%lld, %lld) leaves nothing of dimension "
-                 "%lld of %s", (long long)lo, (long long)hi, (long long)axis,
-                 type_str(&x->type, buf, sizeof buf));
+    bool crop_first = op == OP_pad || op == OP_pad_circular;
+    int64_t clo = !big && lo < 0 ? -lo : 0, chi = !big && hi < 0 ? -hi : 0,
+            plo = !big && lo > 0 ? lo : 0, phi = !big && hi > 0 ? hi : 0;
+    /* what the crop leaves: of x, or of x padded */
+    if (big || (crop_first ? n - clo - chi : n + lo + hi) < 1) {
+      diag_error(c->d, pe->args.a[2 * k].loc,
+                 "padding (%lld, %lld) leaves nothing of dimension "
+                 "%lld of %s",
+                 (long long)lo, (long long)hi, (long long)axis, type_str(&xt, buf, sizeof buf));
       return NULL;
     }
-    if (lo < 0 || hi < 0) {
-      Inst *i = ir_new(c->f, OP_slice, e->loc, 1, &x);
-      ir_set_int(i, "axis", axis);
-      ir_set_int(i, "begin", lo < 0 ? -lo : 0);
-      ir_set_int(i, "end", hi < 0 ? n + hi : n);
-      if (!(x = finish(c, i)))
+    int64_t m = n - clo - chi;
+    for (int side = 0; side < 2; side++) {
+      int64_t q = side ? phi : plo;
+      Loc at = pe->args.a[2 * k + side].loc;
+      if (op == OP_pad_reflect && q >= n) {
+        diag_error(c->d, at,
+                   "reflect padding %lld of dimension %lld of %s must be less than its "
+                   "size %lld",
+                   (long long)q, (long long)axis, type_str(&xt, buf, sizeof buf), (long long)n);
         return NULL;
-    }
-    if (lo > 0 || hi > 0) {
-      Inst *i = ir_new(c->f, OP_pad, e->loc, 1, &x);
-      ir_set_int(i, "axis", axis);
-      ir_set_int(i, "begin", lo > 0 ? lo : 0);
-      ir_set_int(i, "size", x->type.dim[axis] + (lo > 0 ? lo : 0) + (hi > 0 ? hi : 0));
-      if (!(x = finish(c, i)))
+      }
+      if (op == OP_pad_circular && q > m) {
+        diag_error(c->d, at,
+                   "circular padding %lld of dimension %lld of %s wraps around more "
+                   "than once: at most %lld%s",
+                   (long long)q, (long long)axis, type_str(&xt, buf, sizeof buf), (long long)m,
+                   m < n ? ", the size the other side's crop leaves" : ", its size");
         return NULL;
+      }
     }
+    if (crop_first && (clo || chi) && !(x = pad_step(c, e->loc, x, OP_slice, axis, clo, n - chi)))
+      return NULL;
+    if ((plo || phi) && !(x = pad_step(c, e->loc, x, op, axis, plo, x->type.dim[axis] + plo + phi)))
+      return NULL;
+    if (!crop_first && (clo || chi) &&
+        !(x = pad_step(c, e->loc, x, OP_slice, axis, clo, x->type.dim[axis] - chi)))
+      return NULL;
   }
   return cv ? op2(c, OP_add, e->loc, x, cv) : x;
 }

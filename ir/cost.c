@@ -182,6 +182,13 @@ ZERO(reshape)
 ZERO(transpose)
 ZERO(slice)
 ZERO(pad)
+ZERO(pad_reflect)
+ZERO(pad_replicate)
+ZERO(pad_circular)
+/* an add per element of dy */
+PER_IN(pad_reflect_grad, 1)
+PER_IN(pad_replicate_grad, 1)
+PER_IN(pad_circular_grad, 1)
 ZERO(concat)
 ZERO(broadcast)
 

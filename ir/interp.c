@@ -45,6 +45,12 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_transpose] = dtrt_k_transpose,
   [OP_slice] = dtrt_k_slice,
   [OP_pad] = dtrt_k_pad,
+  [OP_pad_reflect] = dtrt_k_pad_reflect,
+  [OP_pad_replicate] = dtrt_k_pad_replicate,
+  [OP_pad_circular] = dtrt_k_pad_circular,
+  [OP_pad_reflect_grad] = dtrt_k_pad_reflect_grad,
+  [OP_pad_replicate_grad] = dtrt_k_pad_replicate_grad,
+  [OP_pad_circular_grad] = dtrt_k_pad_circular_grad,
   [OP_concat] = dtrt_k_concat,
   [OP_broadcast] = dtrt_k_broadcast,
 };

@@ -517,18 +517,24 @@ static bool need_nchw(Inst *inst, int k, const char *what, char *err, size_t err
 }
 
 /* The output length along one spatial dim: (in + 2p - (d (k - 1) + 1)) / s + 1,
- * when the dilated kernel fits the padded input. */
+ * when the dilated kernel fits the padded input; with ceil (a pooling's
+ * ceil_mode) rounded up, less a last window that would start in the right
+ * padding, and the kernel may reach past the padded input by less than s. */
 static bool out_len(Inst *inst, int dim, int64_t in, int64_t k, int64_t s, int64_t p, int64_t d,
-                    int64_t *out, char *err, size_t errlen) {
+                    bool ceil, int64_t *out, char *err, size_t errlen) {
   const char *along = dim ? "width" : "height";
-  char dil[48] = "";
+  char dil[48] = "", by[64] = "";
   int64_t span;
   if (d != 1)
     snprintf(dil, sizeof dil, ", dilation %lld", (long long)d);
-  if (__builtin_mul_overflow(d, k - 1, &span) || span + 1 > in + 2 * p)
-    FAIL("'%s': the kernel's %s (%lld%s) is larger than the padded input's (%lld + 2 * %lld)",
-         NAME, along, (long long)k, dil, (long long)in, (long long)p);
-  *out = (in + 2 * p - span - 1) / s + 1;
+  if (ceil)
+    snprintf(by, sizeof by, " by more than the stride less one (%lld)", (long long)(s - 1));
+  if (__builtin_mul_overflow(d, k - 1, &span) || span + 1 > in + 2 * p + (ceil ? s - 1 : 0))
+    FAIL("'%s': the kernel's %s (%lld%s) is larger than the padded input's (%lld + 2 * %lld)%s",
+         NAME, along, (long long)k, dil, (long long)in, (long long)p, by);
+  *out = (in + 2 * p - span - 1 + (ceil ? s - 1 : 0)) / s + 1;
+  if (ceil && (*out - 1) * s >= in + p)
+    --*out;
   return true;
 }
 
@@ -552,8 +558,8 @@ static bool conv_out(Inst *inst, const Type *x, const Type *w, Type *y, char *er
          (long long)(x->dim[1] / g));
   *y = (Type){DT_F32, 4, {x->dim[0], w->dim[0], 0, 0}};
   for (int d = 0; d < 2; d++)
-    if (!out_len(inst, d, x->dim[2 + d], w->dim[2 + d], st[d], pd[d], dl[d], &y->dim[2 + d], err,
-                 errlen))
+    if (!out_len(inst, d, x->dim[2 + d], w->dim[2 + d], st[d], pd[d], dl[d], false, &y->dim[2 + d],
+                 err, errlen))
       return false;
   return true;
 }
@@ -611,20 +617,28 @@ bool shape_conv2d_grad_weight(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
-/* A pooling's result for x [N,C,H,W]: padding at most half the kernel, so
- * that every window holds some of x. */
+/* A pooling's result for x [N,C,H,W]: padding at most half the kernel (so
+ * that, undilated, every window holds some of x), PyTorch's ceil_mode and
+ * dilation (max), a positive divisor_override (avg). */
 static bool pool_out(Inst *inst, const Type *x, Type *y, char *err, size_t errlen) {
-  int64_t k[2], st[2], pd[2];
+  int64_t k[2], st[2], pd[2], dl[2] = {1, 1};
   if (!pair(inst, "kernel", 1, k, err, errlen) || !pair(inst, "stride", 1, st, err, errlen) ||
-      !pair(inst, "padding", 0, pd, err, errlen))
+      !pair(inst, "padding", 0, pd, err, errlen) ||
+      (ir_attr(inst, "dilation") && !pair(inst, "dilation", 1, dl, err, errlen)))
     return false;
+  int64_t div = ir_get_int(inst, "divisor_override", 1);
+  if (div < 1 || div > IR_MAX_DIM)
+    FAIL("'%s': divisor_override %lld is out of range (1 to %lld)", NAME, (long long)div,
+         (long long)IR_MAX_DIM);
   for (int d = 0; d < 2; d++)
     if (pd[d] > k[d] / 2)
       FAIL("'%s': padding %lld is more than half the kernel (%lld)", NAME, (long long)pd[d],
            (long long)k[d]);
+  bool ceil = ir_get_int(inst, "ceil_mode", 0) != 0;
   *y = (Type){DT_F32, 4, {x->dim[0], x->dim[1], 0, 0}};
   for (int d = 0; d < 2; d++)
-    if (!out_len(inst, d, x->dim[2 + d], k[d], st[d], pd[d], 1, &y->dim[2 + d], err, errlen))
+    if (!out_len(inst, d, x->dim[2 + d], k[d], st[d], pd[d], dl[d], ceil, &y->dim[2 + d], err,
+                 errlen))
       return false;
   return true;
 }
@@ -752,6 +766,41 @@ bool shape_pad(Inst *inst, char *err, size_t errlen) {
   inst->type.dim[ax] = size;
   return check_out(inst, err, errlen);
 }
+
+/* pad_reflect, pad_replicate, pad_circular: x's axis of length n extended to
+ * size as pad's, and (grad) their _grad ops from dy back to size n: the
+ * limits of each mode. */
+static bool copy_pad(Inst *inst, bool grad, char *err, size_t errlen) {
+  const Type *in = IN(0);
+  int64_t ax;
+  if ((grad && !need_f32(inst, 0, err, errlen)) ||
+      !get_axis(inst, "axis", 0, in->rank, &ax, err, errlen))
+    return false;
+  int64_t attr = ir_get_int(inst, "size", 0), n = grad ? attr : in->dim[ax],
+          size = grad ? in->dim[ax] : attr, b = ir_get_int(inst, "begin", 0);
+  if (n < 1 || n > IR_MAX_DIM || size < 1 || size > IR_MAX_DIM || b < 0 || b > size - n)
+    FAIL("'%s': %lld elements at %lld do not fit in %lld", NAME, (long long)n, (long long)b,
+         (long long)size);
+  int64_t after = size - n - b;
+  bool reflect = inst->op == OP_pad_reflect || inst->op == OP_pad_reflect_grad;
+  bool circular = inst->op == OP_pad_circular || inst->op == OP_pad_circular_grad;
+  if (reflect && (b >= n || after >= n))
+    FAIL("'%s': padding (%lld, %lld) of a dimension of %lld must be less than it", NAME,
+         (long long)b, (long long)after, (long long)n);
+  if (circular && (b > n || after > n))
+    FAIL("'%s': padding (%lld, %lld) of a dimension of %lld wraps around more than once", NAME,
+         (long long)b, (long long)after, (long long)n);
+  inst->type = *in;
+  inst->type.dim[ax] = grad ? n : size;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_pad_reflect(Inst *i, char *e, size_t n) { return copy_pad(i, false, e, n); }
+bool shape_pad_replicate(Inst *i, char *e, size_t n) { return copy_pad(i, false, e, n); }
+bool shape_pad_circular(Inst *i, char *e, size_t n) { return copy_pad(i, false, e, n); }
+bool shape_pad_reflect_grad(Inst *i, char *e, size_t n) { return copy_pad(i, true, e, n); }
+bool shape_pad_replicate_grad(Inst *i, char *e, size_t n) { return copy_pad(i, true, e, n); }
+bool shape_pad_circular_grad(Inst *i, char *e, size_t n) { return copy_pad(i, true, e, n); }
 
 bool shape_concat(Inst *inst, char *err, size_t errlen) {
   char b1[128], b2[128];

@@ -444,6 +444,25 @@ static void grad_pad(GradCtx *g, Inst *inst) {
   accum(g, X, slice(g, DY, ax, b, b + X->type.dim[ax], inst));
 }
 
+/* dy's elements added into the ones of x they copy: the _grad op with
+ * inst's axis and begin and x's length. */
+static void grad_copy_pad(GradCtx *g, Inst *inst, Op op) {
+  int64_t ax = axis_of(inst);
+  Inst *dy = DY;
+  Inst *r = ir_new(g->f, op, inst->loc, 1, &dy);
+  ir_set_int(r, "axis", ax);
+  ir_set_int(r, "begin", ir_get_int(inst, "begin", 0));
+  ir_set_int(r, "size", X->type.dim[ax]);
+  accum(g, X, ir_finish(r));
+}
+
+static void grad_pad_reflect(GradCtx *g, Inst *i) { grad_copy_pad(g, i, OP_pad_reflect_grad); }
+static void grad_pad_replicate(GradCtx *g, Inst *i) { grad_copy_pad(g, i, OP_pad_replicate_grad); }
+static void grad_pad_circular(GradCtx *g, Inst *i) { grad_copy_pad(g, i, OP_pad_circular_grad); }
+static void grad_pad_reflect_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_pad_replicate_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_pad_circular_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
 static void grad_concat(GradCtx *g, Inst *inst) {
   int64_t ax = axis_of(inst), at = 0;
   for (int k = 0; k < inst->nin; k++) {

@@ -414,6 +414,12 @@ static bool on_axis(const Inst *i, DimMap *m) {
 }
 static bool shard_slice(const Inst *i, DimMap *m) { return on_axis(i, m); }
 static bool shard_pad(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_pad_reflect(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_pad_replicate(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_pad_circular(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_pad_reflect_grad(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_pad_replicate_grad(const Inst *i, DimMap *m) { return on_axis(i, m); }
+static bool shard_pad_circular_grad(const Inst *i, DimMap *m) { return on_axis(i, m); }
 static bool shard_concat(const Inst *i, DimMap *m) { return on_axis(i, m); }
 static bool shard_broadcast(const Inst *i, DimMap *m) { return elem(i, m, true); }
 

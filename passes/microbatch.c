@@ -101,7 +101,9 @@ static bool cut_attrs(Cut *c, const Inst *i, Inst *x, int j, bool rows, bool bac
       why = "moves the batch's rows out of the first dimension";
     break;
   }
-  case OP_slice: case OP_pad: case OP_concat:
+  case OP_slice: case OP_pad: case OP_concat: case OP_pad_reflect: case OP_pad_replicate:
+  case OP_pad_circular: case OP_pad_reflect_grad: case OP_pad_replicate_grad:
+  case OP_pad_circular_grad:
     if (ir_get_int(i, "axis", 0) == 0)
       why = "cuts or joins the batch's rows";
     break;

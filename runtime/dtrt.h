@@ -179,6 +179,12 @@ DTRT_KERNEL(reshape);
 DTRT_KERNEL(transpose);
 DTRT_KERNEL(slice);
 DTRT_KERNEL(pad);
+DTRT_KERNEL(pad_reflect);
+DTRT_KERNEL(pad_replicate);
+DTRT_KERNEL(pad_circular);
+DTRT_KERNEL(pad_reflect_grad);
+DTRT_KERNEL(pad_replicate_grad);
+DTRT_KERNEL(pad_circular_grad);
 DTRT_KERNEL(concat);
 DTRT_KERNEL(broadcast);
 

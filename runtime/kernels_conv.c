@@ -17,6 +17,7 @@ typedef struct Geom {
   int64_t o, kh, kw;  /* the weight [o, c / groups, kh, kw]; a pooling's o is c */
   int64_t ho, wo;     /* the result */
   int64_t sh, sw, ph, pw, dh, dw, groups;
+  bool ceil; /* a pooling's ceil_mode */
 } Geom;
 
 /* Attributes are at most this: a larger one is refused, so that no product
@@ -50,18 +51,30 @@ static DtStatus attr_pair(DtrtCtx *ctx, const char *op, const char *name, const 
   return DT_OK;
 }
 
+/* a / b rounded down, for b > 0. */
+static int64_t div_down(int64_t a, int64_t b) { return a >= 0 ? a / b : -((b - 1 - a) / b); }
+
+/* One output length: (in + 2p - e) / s + 1 for a dilated kernel spanning e,
+ * rounded down, or with ceil_mode up, dropping a last window that would
+ * start in the right padding (PyTorch's rule); 0 or less when no window fits. */
+static int64_t out_len(int64_t in, int64_t p, int64_t e, int64_t s, bool ceil) {
+  int64_t n = div_down(in + 2 * p - e + (ceil ? s - 1 : 0), s) + 1;
+  return ceil && (n - 1) * s >= in + p ? n - 1 : n;
+}
+
 /* The result's [ho, wo] from the input's [h, w] and the kernel [kh, kw]
- * dilated by [dh, dw]: the dilated kernel must fit the padded input. */
+ * dilated by [dh, dw]: the dilated kernel must fit the padded input, or with
+ * ceil_mode leave some window that starts in it. */
 static DtStatus out_size(DtrtCtx *ctx, const char *op, Geom *g) {
   int64_t eh = g->dh * (g->kh - 1) + 1, ew = g->dw * (g->kw - 1) + 1;
-  if (eh > g->h + 2 * g->ph || ew > g->w + 2 * g->pw)
+  g->ho = out_len(g->h, g->ph, eh, g->sh, g->ceil);
+  g->wo = out_len(g->w, g->pw, ew, g->sw, g->ceil);
+  if (g->ho < 1 || g->wo < 1)
     return dtrt_fail(ctx, DT_ERR_ARG,
                      "%s: the kernel [%lld, %lld] (dilation [%lld, %lld]) is larger than the "
                      "padded input [%lld, %lld]",
                      op, (long long)g->kh, (long long)g->kw, (long long)g->dh, (long long)g->dw,
                      (long long)(g->h + 2 * g->ph), (long long)(g->w + 2 * g->pw));
-  g->ho = (g->h + 2 * g->ph - eh) / g->sh + 1;
-  g->wo = (g->w + 2 * g->pw - ew) / g->sw + 1;
   return DT_OK;
 }
 
@@ -301,15 +314,34 @@ DTRT_TRACED(conv2d_grad_weight, DTRT_TID_KERNEL) {
 
 /* ---- pooling ---- */
 
-/* Decodes a pooling's attributes (ni of them: kernel, stride, padding, then
- * the two of size) for the input [n, c, h, w] in g: the padding at most half
- * the kernel, as PyTorch has it, so every window holds some of the input. */
-static DtStatus pool_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, int ni, Geom *g) {
+enum { MAX_FWD, MAX_DX, AVG_FWD, AVG_DX };
+
+typedef struct Pool {
+  Geom g;
+  int kind;
+  int64_t divisor;    /* avg: divisor_override, 0 for none */
+  bool with_pad;      /* avg: count_include_pad */
+  const float *x, *y; /* x: the input (max); y: the result or adjoint */
+  float *out;
+} Pool;
+
+/* Decodes a pooling's attributes for the input [n, c, h, w] in e->g: kernel,
+ * stride, padding (a->i[0..5]), for avg_pool2d_grad the two of size, then
+ * the optional ones: ceil_mode and dilation (max), or ceil_mode,
+ * divisor_override (0: none) and count_include_pad (1 when absent) (avg).
+ * The padding is at most half the kernel, as PyTorch has it. */
+static DtStatus pool_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, Pool *e) {
   DtStatus s;
-  if (dtrt_ni(a) != ni)
+  Geom *g = &e->g;
+  bool max = e->kind == MAX_FWD || e->kind == MAX_DX;
+  int base = e->kind == AVG_DX ? 8 : 6, ni = dtrt_ni(a);
+  if (ni < base || ni > base + 3 || (max && ni == base + 2))
     return dtrt_fail(ctx, DT_ERR_ARG,
-                     "%s: expected %d int attributes (kernel, stride, padding%s), got %d", op, ni,
-                     ni > 6 ? ", size" : "", dtrt_ni(a));
+                     "%s: expected %d int attributes (kernel, stride, padding%s), then %s; got %d",
+                     op, base, base > 6 ? ", size" : "",
+                     max ? "ceil_mode and dilation's 2"
+                         : "up to 3 (ceil_mode, divisor_override, count_include_pad)",
+                     ni);
   if ((s = attr_pair(ctx, op, "kernel", a, 0, 1, &g->kh, &g->kw)) ||
       (s = attr_pair(ctx, op, "stride", a, 2, 1, &g->sh, &g->sw)) ||
       (s = attr_pair(ctx, op, "padding", a, 4, 0, &g->ph, &g->pw)))
@@ -319,70 +351,92 @@ static DtStatus pool_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, int ni
                      "%s: padding [%lld, %lld] is more than half the kernel "
                      "[%lld, %lld]",
                      op, (long long)g->ph, (long long)g->pw, (long long)g->kh, (long long)g->kw);
-  g->o = g->c;
+  int64_t ceil = dtrt_ai(a, base, 0), with_pad = max ? 1 : dtrt_ai(a, base + 2, 1);
+  e->divisor = max ? 0 : dtrt_ai(a, base + 1, 0);
   g->dh = g->dw = 1;
+  if ((ceil != 0 && ceil != 1) || (with_pad != 0 && with_pad != 1))
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: ceil_mode %lld and count_include_pad %lld must be 0 or 1", op,
+                     (long long)ceil, (long long)with_pad);
+  if (e->divisor < 0 || e->divisor > ATTR_MAX)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: divisor_override %lld is out of range (1 to %lld)", op,
+                     (long long)e->divisor, (long long)ATTR_MAX);
+  if (max && ni == base + 3 && (s = attr_pair(ctx, op, "dilation", a, base + 1, 1, &g->dh, &g->dw)))
+    return s;
+  g->ceil = ceil;
+  e->with_pad = with_pad;
+  g->o = g->c;
   g->groups = 1;
   return out_size(ctx, op, g);
 }
 
-enum { MAX_FWD, MAX_DX, AVG_FWD, AVG_DX };
+/* The first of lo, lo + d, lo + 2d, ... that is 0 or more. */
+static int64_t first_in(int64_t lo, int64_t d) { return lo >= 0 ? lo : lo + (-lo + d - 1) / d * d; }
 
-typedef struct Pool {
-  const Geom *g;
-  int kind;
-  const float *x, *y; /* x: the input (max); y: the result or adjoint */
-  float *out;
-} Pool;
-
-/* One [h, w] plane of the input per index. */
+/* One [h, w] plane of the input per index. A max window holds the input's
+ * elements at its dilated kernel's places (none, when they all fall in the
+ * padding: -inf and no derivative, as PyTorch gives); an avg window the
+ * ones under its kernel, divided by divisor_override, or by the count of
+ * its places inside the padded input (count_include_pad: a ceil_mode window
+ * reaching past it counts only what is inside) or of its input elements. */
 static void pool_part(void *env, int64_t begin, int64_t end) {
   const Pool *e = env;
-  const Geom *g = e->g;
+  const Geom *g = &e->g;
   int64_t hw = g->h * g->w, p = g->ho * g->wo;
-  float scale = 1.0f / (float)(g->kh * g->kw);
+  bool fwd = e->kind == MAX_FWD || e->kind == AVG_FWD;
   for (int64_t t = begin; t < end; t++) {
     const float *x = e->x ? e->x + t * hw : NULL;
-    const float *y = e->kind == MAX_DX || e->kind == AVG_DX ? e->y + t * p : NULL;
-    float *out = e->out + t * (e->kind == MAX_FWD || e->kind == AVG_FWD ? p : hw);
+    const float *y = fwd ? NULL : e->y + t * p;
+    float *out = e->out + t * (fwd ? p : hw);
     if (y)
       memset(out, 0, sizeof(float) * (size_t)hw);
     for (int64_t oh = 0; oh < g->ho; oh++)
       for (int64_t ow = 0; ow < g->wo; ow++) {
-        int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;
-        int64_t h1 = h0 + g->kh < g->h ? h0 + g->kh : g->h,
-                w1 = w0 + g->kw < g->w ? w0 + g->kw : g->w;
-        h0 = h0 < 0 ? 0 : h0;
-        w0 = w0 < 0 ? 0 : w0;
-        if (e->kind == AVG_DX) {
-          float d = y[oh * g->wo + ow] * scale;
-          for (int64_t ih = h0; ih < h1; ih++)
-            for (int64_t iw = w0; iw < w1; iw++)
-              out[ih * g->w + iw] += d;
-          continue;
-        }
-        if (e->kind == AVG_FWD) {
+        int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw, at = oh * g->wo + ow;
+        if (e->kind == AVG_FWD || e->kind == AVG_DX) {
+          int64_t h1 = h0 + g->kh < g->h + g->ph ? h0 + g->kh : g->h + g->ph,
+                  w1 = w0 + g->kw < g->w + g->pw ? w0 + g->kw : g->w + g->pw;
+          int64_t places = (h1 - h0) * (w1 - w0);
+          h0 = h0 < 0 ? 0 : h0, w0 = w0 < 0 ? 0 : w0;
+          h1 = h1 < g->h ? h1 : g->h, w1 = w1 < g->w ? w1 : g->w;
+          int64_t div = e->divisor ? e->divisor : e->with_pad ? places : (h1 - h0) * (w1 - w0);
+          if (h0 >= h1 || w0 >= w1) {
+            if (fwd)
+              out[at] = 0;
+            continue;
+          }
+          if (e->kind == AVG_DX) {
+            float d = y[at] / (float)div;
+            for (int64_t ih = h0; ih < h1; ih++)
+              for (int64_t iw = w0; iw < w1; iw++)
+                out[ih * g->w + iw] += d;
+            continue;
+          }
           float sum = 0;
           for (int64_t ih = h0; ih < h1; ih++)
             for (int64_t iw = w0; iw < w1; iw++)
               sum += x[ih * g->w + iw];
-          out[oh * g->wo + ow] = sum * scale;
+          out[at] = sum / (float)div;
           continue;
         }
+        int64_t h1 = h0 + g->dh * (g->kh - 1) + 1, w1 = w0 + g->dw * (g->kw - 1) + 1;
+        h1 = h1 < g->h ? h1 : g->h, w1 = w1 < g->w ? w1 : g->w;
+        h0 = first_in(h0, g->dh), w0 = first_in(w0, g->dw);
         /* the first maximum, or the last NaN (as PyTorch has it) */
         float best = -INFINITY;
-        int64_t at = h0 * g->w + w0;
-        for (int64_t ih = h0; ih < h1; ih++)
-          for (int64_t iw = w0; iw < w1; iw++) {
+        int64_t arg = h0 < h1 && w0 < w1 ? h0 * g->w + w0 : -1;
+        for (int64_t ih = h0; ih < h1; ih += g->dh)
+          for (int64_t iw = w0; iw < w1; iw += g->dw) {
             float v = x[ih * g->w + iw];
             if (v > best || isnan(v)) {
               best = v;
-              at = ih * g->w + iw;
+              arg = ih * g->w + iw;
             }
           }
         if (e->kind == MAX_FWD)
-          out[oh * g->wo + ow] = best;
-        else
-          out[at] += y[oh * g->wo + ow];
+          out[at] = best;
+        else if (arg >= 0)
+          out[arg] += y[at];
       }
   }
 }
@@ -392,29 +446,33 @@ static void pool_part(void *env, int64_t begin, int64_t end) {
 static DtStatus pool_op(DtrtCtx *ctx, const char *op, int kind, const DtTensor *in, int nin,
                         DtTensor *out, const DtAttrs *a) {
   DtStatus s;
-  Geom g = {0};
-  int ni = kind == AVG_DX ? 8 : 6, nt = kind == MAX_DX ? 2 : 1;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, nt, nt, out, a, ni, 0)) ||
+  Pool e = {.kind = kind};
+  Geom *g = &e.g;
+  int nt = kind == MAX_DX ? 2 : 1;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, nt, nt, out, a, kind == AVG_DX ? 11 : 9, 0)) ||
       (s = need_nchw(ctx, op, kind == AVG_DX ? "adjoint" : "input", &in[0])))
     return s;
-  geom_x(&g, &in[0]);
-  if (kind == AVG_DX && dtrt_ni(a) == 8 && (s = attr_pair(ctx, op, "size", a, 6, 1, &g.h, &g.w)))
+  geom_x(g, &in[0]);
+  if (kind == AVG_DX && dtrt_ni(a) >= 8 && (s = attr_pair(ctx, op, "size", a, 6, 1, &g->h, &g->w)))
     return s;
-  if ((s = pool_geom(ctx, op, a, ni, &g)))
+  if ((s = pool_geom(ctx, op, a, &e)))
     return s;
-  int64_t xdim[4] = {g.n, g.c, g.h, g.w}, ydim[4] = {g.n, g.c, g.ho, g.wo};
+  int64_t xdim[4] = {g->n, g->c, g->h, g->w}, ydim[4] = {g->n, g->c, g->ho, g->wo};
   bool fwd = kind == MAX_FWD || kind == AVG_FWD;
   const DtTensor *dy = kind == MAX_DX ? &in[1] : kind == AVG_DX ? &in[0] : NULL;
   if ((dy && (s = dtrt_check_as(ctx, op, "adjoint", dy, DTRT_F32, ydim, 4))) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, fwd ? ydim : xdim, 4)))
     return s;
-  Pool e = {&g, kind, kind == AVG_DX ? NULL : in[0].data, dy ? dy->data : NULL, out->data};
-  dtrt_parallel_for(ctx, g.n * g.c, pool_part, &e);
+  e.x = kind == AVG_DX ? NULL : in[0].data;
+  e.y = dy ? dy->data : NULL;
+  e.out = out->data;
+  dtrt_parallel_for(ctx, g->n * g->c, pool_part, &e);
   return DT_OK;
 }
 
 /* max_pool2d(x[N,C,H,W]) -> [N,C,ho,wo]: a->i[0..1] the kernel, [2..3] the
- * stride, [4..5] the padding (with -inf), at most half the kernel. */
+ * stride, [4..5] the padding (with -inf), at most half the kernel; then
+ * optionally [6] ceil_mode and [7..8] the dilation. */
 DTRT_TRACED(max_pool2d, DTRT_TID_KERNEL) {
   return pool_op(ctx, "max_pool2d", MAX_FWD, in, nin, out, a);
 }
@@ -425,14 +483,16 @@ DTRT_TRACED(max_pool2d_grad, DTRT_TID_KERNEL) {
   return pool_op(ctx, "max_pool2d_grad", MAX_DX, in, nin, out, a);
 }
 
-/* avg_pool2d(x[N,C,H,W]) -> [N,C,ho,wo]: each window's sum over kh kw, the
- * zeros of the padding counted; attributes as max_pool2d's. */
+/* avg_pool2d(x[N,C,H,W]) -> [N,C,ho,wo]: each window's sum over its divisor;
+ * a->i[0..5] as max_pool2d's, then optionally [6] ceil_mode, [7]
+ * divisor_override (0: none) and [8] count_include_pad (1 when absent). */
 DTRT_TRACED(avg_pool2d, DTRT_TID_KERNEL) {
   return pool_op(ctx, "avg_pool2d", AVG_FWD, in, nin, out, a);
 }
 
-/* avg_pool2d_grad(dy) -> dx[N,C,H,W]: attributes as avg_pool2d's, then
- * a->i[6..7] = [H, W]. */
+/* avg_pool2d_grad(dy) -> dx[N,C,H,W]: each window's dy over its divisor
+ * added at its input elements; a->i[0..5] as avg_pool2d's, [6..7] = [H, W],
+ * then its optional ones. */
 DTRT_TRACED(avg_pool2d_grad, DTRT_TID_KERNEL) {
   return pool_op(ctx, "avg_pool2d_grad", AVG_DX, in, nin, out, a);
 }

@@ -1,5 +1,7 @@
-/* kernels_shape.c: data movement: reshape, transpose, slice, pad, concat and
- * broadcast. They move 4-byte elements, so f32 and i32 alike; out keeps the dtype. */
+/* kernels_shape.c: data movement: reshape, transpose, slice, pad (with zeros
+ * or copies: reflect, replicate, circular), concat and broadcast. They move
+ * 4-byte elements, so f32 and i32 alike; out keeps the dtype. The copying
+ * pads' derivatives add f32. */
 #include <stdio.h>
 #include <string.h>
 
@@ -195,6 +197,122 @@ DTRT_TRACED(pad, DTRT_TID_KERNEL) {
   blocks((uint32_t *)out->data + b * inner, size * inner, in[0].data, n * inner, n * inner,
          outer);
   return DT_OK;
+}
+
+/* ---- pads filled with copies: reflect, replicate, circular ---- */
+
+enum { PAD_REFLECT, PAD_REPLICATE, PAD_CIRCULAR };
+
+/* The element of x, of length n, that position i of its pad at begin holds. */
+static int64_t pad_src(int mode, int64_t i, int64_t begin, int64_t n) {
+  int64_t j = i - begin;
+  if (j >= 0 && j < n)
+    return j;
+  switch (mode) {
+  case PAD_REFLECT: return j < 0 ? -j : 2 * (n - 1) - j;
+  case PAD_REPLICATE: return j < 0 ? 0 : n - 1;
+  default: return j < 0 ? j + n : j - n;
+  }
+}
+
+typedef struct CopyPad {
+  int mode;
+  bool grad;
+  int64_t n, size, begin, inner; /* x's length, the pad's, where x starts, elements after axis */
+  const void *src;
+  void *dst;
+} CopyPad;
+
+/* Rows [begin, end) of the dims before the axis: the pad's copies, or the
+ * adjoint's elements added into their sources. */
+static void copy_pad_part(void *env, int64_t begin, int64_t end) {
+  const CopyPad *e = env;
+  size_t row = sizeof(float) * (size_t)e->inner;
+  for (int64_t o = begin; o < end; o++)
+    if (e->grad) {
+      const float *dy = (const float *)e->src + o * e->size * e->inner;
+      float *dx = (float *)e->dst + o * e->n * e->inner;
+      memset(dx, 0, row * (size_t)e->n);
+      for (int64_t i = 0; i < e->size; i++) {
+        float *d = dx + pad_src(e->mode, i, e->begin, e->n) * e->inner;
+        for (int64_t k = 0; k < e->inner; k++)
+          d[k] += dy[i * e->inner + k];
+      }
+    } else {
+      const uint32_t *x = (const uint32_t *)e->src + o * e->n * e->inner;
+      uint32_t *y = (uint32_t *)e->dst + o * e->size * e->inner;
+      for (int64_t i = 0; i < e->size; i++)
+        memcpy(y + i * e->inner, x + pad_src(e->mode, i, e->begin, e->n) * e->inner, row);
+    }
+}
+
+/* pad_MODE(x){axis, begin, size} and pad_MODE_grad(dy){axis, begin, size}:
+ * a->i[0] = axis, [1] = begin (x's first element's place), [2] = size (the
+ * pad's length; for _grad, dx's); reflect's two sides below x's length,
+ * circular's at most it. The forward moves 4-byte elements, _grad adds f32. */
+static DtStatus copy_pad(DtrtCtx *ctx, const char *op, int mode, bool grad, const DtTensor *in,
+                         int nin, DtTensor *out, const DtAttrs *a) {
+  DtStatus s;
+  int ax;
+  int64_t b = 0, attr = 0;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 3, 0)) ||
+      (s = dtrt_check(ctx, op, grad ? "adjoint" : "input", &in[0], grad ? DTRT_F32 : 0)) ||
+      (s = range_attrs(ctx, op, a, in[0].rank, &ax, &b, &attr)))
+    return s;
+  int64_t n = grad ? attr : in[0].dim[ax], size = grad ? in[0].dim[ax] : attr, dim[DT_MAX_RANK];
+  if (n < 1 || size < n || b < 0 || b > size - n)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %lld elements at %lld do not fit in %lld on axis %d", op,
+                     (long long)n, (long long)b, (long long)size, ax);
+  int64_t after = size - n - b;
+  if ((mode == PAD_REFLECT && (b >= n || after >= n)) ||
+      (mode == PAD_CIRCULAR && (b > n || after > n)))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: padding (%lld, %lld) of %lld elements on axis %d is %s",
+                     op, (long long)b, (long long)after, (long long)n, ax,
+                     mode == PAD_REFLECT ? "not less than them" : "more than them");
+  memcpy(dim, in[0].dim, sizeof dim);
+  dim[ax] = grad ? n : size;
+  if ((s = dtrt_check_as(ctx, op, "output", out, in[0].dtype, dim, in[0].rank)))
+    return s;
+  CopyPad e = {.mode = mode,
+               .grad = grad,
+               .n = n,
+               .size = size,
+               .begin = b,
+               .src = in[0].data,
+               .dst = out->data,
+               .inner = dtrt_elems(dim + ax + 1, in[0].rank - ax - 1)};
+  dtrt_parallel_for(ctx, dtrt_elems(dim, ax), copy_pad_part, &e);
+  return DT_OK;
+}
+
+/* pad_reflect(x): x mirrored about its first and last elements, which are
+ * not repeated. */
+DTRT_TRACED(pad_reflect, DTRT_TID_KERNEL) {
+  return copy_pad(ctx, "pad_reflect", PAD_REFLECT, false, in, nin, out, a);
+}
+
+/* pad_replicate(x): x's first and last elements repeated. */
+DTRT_TRACED(pad_replicate, DTRT_TID_KERNEL) {
+  return copy_pad(ctx, "pad_replicate", PAD_REPLICATE, false, in, nin, out, a);
+}
+
+/* pad_circular(x): x's last elements before it, its first ones after. */
+DTRT_TRACED(pad_circular, DTRT_TID_KERNEL) {
+  return copy_pad(ctx, "pad_circular", PAD_CIRCULAR, false, in, nin, out, a);
+}
+
+/* pad_MODE_grad(dy) -> dx: each element of dy added into the one of dx its
+ * place in pad_MODE's result copies. */
+DTRT_TRACED(pad_reflect_grad, DTRT_TID_KERNEL) {
+  return copy_pad(ctx, "pad_reflect_grad", PAD_REFLECT, true, in, nin, out, a);
+}
+
+DTRT_TRACED(pad_replicate_grad, DTRT_TID_KERNEL) {
+  return copy_pad(ctx, "pad_replicate_grad", PAD_REPLICATE, true, in, nin, out, a);
+}
+
+DTRT_TRACED(pad_circular_grad, DTRT_TID_KERNEL) {
+  return copy_pad(ctx, "pad_circular_grad", PAD_CIRCULAR, true, in, nin, out, a);
 }
 
 /* concat(x0, ..., xk){axis}: a->i[0] = axis; inputs agree in dtype, rank and

@@ -13,6 +13,9 @@ def flatten(input, start_dim=1, end_dim=-1):   # dtc's default start_dim is 1 (n
     return torch.flatten(input, start_dim, end_dim)
 
 
+true, false, none = True, False, None   # dtc's spelling
+
+
 expr = sys.argv[1]
 params, got, shape = {}, {}, None
 for line in sys.stdin:

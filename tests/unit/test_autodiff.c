@@ -243,6 +243,31 @@ static void test_pad(void **s) {
   gradcheck(&t, ir_finish(y), "pad axis=0 at 1 to 4");
 }
 
+/* A pad filled with copies: each element's derivative sums its copies'. */
+static void copy_pad_check(Op op, int64_t axis, int64_t begin, int64_t size, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(2, 3, 4));
+  Inst *y = tm_new(&t, op, 1, x);
+  ir_set_int(y, "axis", axis);
+  ir_set_int(y, "begin", begin);
+  ir_set_int(y, "size", size);
+  gradcheck(&t, ir_finish(y), label);
+}
+
+static void test_pad_reflect(void **s) {
+  (void)s;
+  copy_pad_check(OP_pad_reflect, 2, 2, 9, "pad_reflect axis=2 (2, 3)");
+}
+
+static void test_pad_replicate(void **s) {
+  (void)s;
+  copy_pad_check(OP_pad_replicate, 1, 4, 9, "pad_replicate axis=1 (4, 2)");
+}
+
+static void test_pad_circular(void **s) {
+  (void)s;
+  copy_pad_check(OP_pad_circular, -1, 4, 11, "pad_circular axis=-1 (4, 3)");
+}
+
 static void test_concat(void **s) {
   (void)s;
   Inst *a = tm_param(&t, "a", F32(2, 1)), *b = tm_param(&t, "b", F32(2, 3));
@@ -296,12 +321,17 @@ static void test_conv2d_groups(void **s) {
              (int64_t[]){1, 2}, 2, "conv2d groups 2");
 }
 
-static Inst *pool(Op op, Inst *x, const int64_t *k, const int64_t *st, const int64_t *pd) {
+/* A pooling of x, not yet finished (its options may follow). */
+static Inst *pool_new(Op op, Inst *x, const int64_t *k, const int64_t *st, const int64_t *pd) {
   Inst *y = tm_new(&t, op, 1, x);
   ir_set_ints(y, "kernel", k, 2);
   ir_set_ints(y, "stride", st, 2);
   ir_set_ints(y, "padding", pd, 2);
-  return ir_finish(y);
+  return y;
+}
+
+static Inst *pool(Op op, Inst *x, const int64_t *k, const int64_t *st, const int64_t *pd) {
+  return ir_finish(pool_new(op, x, k, st, pd));
 }
 
 /* Distinct values keep each window's maximum where it is under the steps. */
@@ -318,6 +348,45 @@ static void test_avg_pool2d(void **s) {
   Inst *x = tm_param(&t, "x", F32(2, 2, 5, 6));
   gradcheck(&t, pool(OP_avg_pool2d, x, (int64_t[]){3, 3}, (int64_t[]){2, 1}, (int64_t[]){1, 1}),
             "avg_pool2d k 3 s [2,1] p 1");
+}
+
+/* ceil_mode (a last window clipped at the input's end, one starting in the
+ * padding dropped) with dilation. */
+static void test_max_pool2d_ceil_dilation(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 2, 8, 7));
+  fill_distinct(tm_data(&t, "x"), 224, -1, 0.05);
+  Inst *y = pool_new(OP_max_pool2d, x, (int64_t[]){3, 2}, (int64_t[]){2, 3}, (int64_t[]){1, 1});
+  ir_set_int(y, "ceil_mode", 1);
+  ir_set_ints(y, "dilation", (int64_t[]){2, 2}, 2);
+  gradcheck(&t, ir_finish(y), "max_pool2d k [3,2] s [2,3] p 1 d 2 ceil_mode");
+}
+
+/* ceil_mode windows past the padded input, counted with and without the
+ * padding; a divisor_override. */
+static void avg_options(int64_t with_pad, int64_t divisor, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(2, 2, 6, 5));
+  Inst *y = pool_new(OP_avg_pool2d, x, (int64_t[]){3, 2}, (int64_t[]){2, 3}, (int64_t[]){1, 1});
+  ir_set_int(y, "ceil_mode", 1);
+  ir_set_int(y, "count_include_pad", with_pad);
+  if (divisor)
+    ir_set_int(y, "divisor_override", divisor);
+  gradcheck(&t, ir_finish(y), label);
+}
+
+static void test_avg_pool2d_ceil(void **s) {
+  (void)s;
+  avg_options(1, 0, "avg_pool2d k [3,2] s [2,3] p 1 ceil_mode");
+}
+
+static void test_avg_pool2d_no_pad(void **s) {
+  (void)s;
+  avg_options(0, 0, "avg_pool2d ceil_mode count_include_pad false");
+}
+
+static void test_avg_pool2d_divisor(void **s) {
+  (void)s;
+  avg_options(0, 5, "avg_pool2d ceil_mode divisor_override 5");
 }
 
 /* conv2d + bias, tanh, avg_pool2d, flattened into a linear layer and
@@ -407,10 +476,12 @@ int main(void) {
     T(test_matmul_bcast_tab), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
     T(test_cross_entropy), T(test_cross_entropy_smoothed), T(test_bce_with_logits), T(test_mse), T(test_normalize), T(test_embedding), T(test_dropout),
     T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),
     T(test_chain),
     T(test_conv2d), T(test_conv2d_strided), T(test_conv2d_groups), T(test_max_pool2d),
-    T(test_avg_pool2d), T(test_cnn),
+    T(test_avg_pool2d), T(test_max_pool2d_ceil_dilation), T(test_avg_pool2d_ceil),
+    T(test_avg_pool2d_no_pad), T(test_avg_pool2d_divisor), T(test_cnn),
   };
   return cmocka_run_group_tests_name("autodiff gradients", tests, NULL, NULL);
 }

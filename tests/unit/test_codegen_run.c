@@ -280,6 +280,58 @@ static void kernels_and_shapes(void **state) {
   ct_free(&t);
 }
 
+/* A pad of x filled by op (pad_reflect, ...) on axis at begin to size. */
+static Inst *copy_pad(CT *t, Op op, Inst *x, int64_t axis, int64_t begin, int64_t size) {
+  Inst *p = ct_new(t, op, 1, x);
+  ir_set_int(p, "axis", axis);
+  ir_set_int(p, "begin", begin);
+  ir_set_int(p, "size", size);
+  return ir_finish(p);
+}
+
+/* The pooling kernels' optional attributes as the generated calls pass
+ * them: max_pool2d with ceil_mode and dilation, avg_pool2d with ceil_mode
+ * and count_include_pad 0, and with divisor_override alone; the pads that
+ * fill with copies; and their derivatives. */
+static void pools_and_pads(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "pools");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 4, 2, 3, 9, 8), NULL);
+  Inst *s = ct_global(&t, "s", G_PARAM, ty(DT_F32, 1, 8), "uniform");
+  ir_find_global(t.m, "s")->init_arg = 1;
+  Inst *xs = ct_op(&t, OP_mul, 2, x, s);
+  Inst *mp = with_ints(ct_new(&t, OP_max_pool2d, 1, xs), "kernel", 2, 3, 3);
+  with_ints(with_ints(mp, "stride", 2, 2, 2), "padding", 2, 1, 1);
+  ir_set_int(mp, "ceil_mode", 1);
+  ir_finish(with_ints(mp, "dilation", 2, 2, 1));
+  Inst *ap = with_ints(ct_new(&t, OP_avg_pool2d, 1, mp), "kernel", 2, 2, 3);
+  with_ints(with_ints(ap, "stride", 2, 2, 2), "padding", 2, 1, 1);
+  ir_set_int(ap, "ceil_mode", 1);
+  ir_set_int(ap, "count_include_pad", 0);
+  ir_finish(ap);
+  Inst *dp = with_ints(ct_new(&t, OP_avg_pool2d, 1, xs), "kernel", 2, 2, 2);
+  with_ints(with_ints(dp, "stride", 2, 3, 2), "padding", 2, 0, 0);
+  ir_set_int(dp, "divisor_override", 3);
+  ir_finish(dp);
+  ct_output(&t, ap, "ap");
+  ct_output(&t, dp, "dp");
+  Inst *la = ir_finish(
+      with_ints(ct_new(&t, OP_sum, 1, ct_op(&t, OP_mul, 2, ap, ap)), "axes", 4, 0, 1, 2, 3));
+  Inst *ld = ir_finish(
+      with_ints(ct_new(&t, OP_sum, 1, ct_op(&t, OP_mul, 2, dp, dp)), "axes", 4, 0, 1, 2, 3));
+  Inst *pr = copy_pad(&t, OP_pad_reflect, xs, 3, 2, 11);
+  Inst *pp = copy_pad(&t, OP_pad_replicate, pr, 2, 1, 12);
+  Inst *pc = copy_pad(&t, OP_pad_circular, pp, -1, 3, 15);
+  ct_output(&t, pc, "pc");
+  Inst *lp = ir_finish(
+      with_ints(ct_new(&t, OP_sum, 1, ct_op(&t, OP_mul, 2, pc, pc)), "axes", 4, 0, 1, 2, 3));
+  ct_output(&t, ct_op(&t, OP_add, 2, ct_op(&t, OP_add, 2, la, ld), lp), "loss");
+  ct_train(&t, "sgd", 0.1);
+  run_model(&t, 2);
+  ct_free(&t);
+}
+
 /* An inference-only model: every kind of output, scalars among them; an
  * output named like a param. */
 static void inference_only(void **state) {
@@ -424,8 +476,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(classifier_sgd),   cmocka_unit_test(classifier_adam),
       cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
-      cmocka_unit_test(inference_only),   cmocka_unit_test(stores_and_loads),
-      cmocka_unit_test(tanh_accuracy),
+      cmocka_unit_test(pools_and_pads),   cmocka_unit_test(inference_only),
+      cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -195,6 +195,66 @@ static void test_attrs(void **state) {
   free(r.msg);
 }
 
+/* A module whose one op pools an input f32[1,2,5,5]: op, its attributes
+ * after kernel [2, 2], stride [2, 2] and padding 0, its type. */
+static const char *pool_ir(const char *op, const char *attrs, const char *type) {
+  return arena_printf(
+      arena,
+      "module m\ninput x : f32[1,2,5,5]\nfunc @f {\n"
+      "  %%x = load {global = \"x\"} : f32[1,2,5,5]\n"
+      "  %%y = %s %%x {kernel = [2, 2], stride = [2, 2], padding = [0, 0], %s} : %s\n"
+      "}\n",
+      op, attrs, type);
+}
+
+/* The poolings' optional attributes: flags, and the shape rule's ranges. */
+static void test_pool_attrs(void **state) {
+  (void)state;
+  expect_error(pool_ir("max_pool2d", "ceil_mode = 2", "f32[1,2,3,3]"),
+               "t.ir:5:75: error: attribute 'ceil_mode' of 'max_pool2d' is a flag: 0 or 1, not 2");
+  expect_error(pool_ir("avg_pool2d", "count_include_pad = -1", "f32[1,2,2,2]"),
+               "t.ir:5:75: error: attribute 'count_include_pad' of 'avg_pool2d' is a flag: 0 or 1, "
+               "not -1");
+  expect_error(pool_ir("avg_pool2d", "divisor_override = 0", "f32[1,2,2,2]"),
+               "t.ir:5:8: error: 'avg_pool2d': divisor_override 0 is out of range (1 to "
+               "1099511627776)");
+  expect_error(pool_ir("max_pool2d", "dilation = [1, 0]", "f32[1,2,2,2]"),
+               "t.ir:5:8: error: 'max_pool2d': dilation 0 is out of range (1 to 1099511627776)");
+  expect_error(pool_ir("avg_pool2d", "dilation = [2, 2]", "f32[1,2,2,2]"),
+               "t.ir:5:75: error: 'avg_pool2d' has no attribute 'dilation' (it has kernel, stride, "
+               "padding, ceil_mode, divisor_override, count_include_pad)");
+  /* ceil_mode: 5 by 2 gives 3 windows, the last one clipped */
+  expect_error(pool_ir("max_pool2d", "ceil_mode = 1", "f32[1,2,2,2]"),
+               "t.ir:5:92: error: type f32[1,2,2,2] does not match the inferred type f32[1,2,3,3]");
+  Result r = parse(pool_ir("max_pool2d", "ceil_mode = 1, dilation = [2, 2]", "f32[1,2,2,2]"));
+  assert_non_null(r.m);
+  free(r.msg);
+  r = parse(pool_ir("avg_pool2d", "count_include_pad = 0, divisor_override = 3", "f32[1,2,2,2]"));
+  assert_non_null(r.m);
+  free(r.msg);
+}
+
+/* The limits of the pads that fill with copies, in IR text. */
+static void test_copy_pads(void **state) {
+  (void)state;
+  expect_error(HEAD "  %p = pad_reflect %a {axis = 1, begin = 3, size = 7} : f32[2,7]\n}\n",
+               "t.ir:5:8: error: 'pad_reflect': padding (3, 1) of a dimension of 3 must be less "
+               "than it");
+  expect_error(HEAD "  %p = pad_circular %a {axis = -1, begin = 0, size = 7} : f32[2,7]\n}\n",
+               "t.ir:5:8: error: 'pad_circular': padding (0, 4) of a dimension of 3 wraps around "
+               "more than once");
+  expect_error(HEAD "  %p = pad_replicate %a {axis = 1, begin = 5, size = 7} : f32[2,7]\n}\n",
+               "t.ir:5:8: error: 'pad_replicate': 3 elements at 5 do not fit in 7");
+  expect_error(HEAD "  %p = pad_reflect_grad %a {axis = 1, begin = 1, size = 1} : f32[2,1]\n}\n",
+               "t.ir:5:8: error: 'pad_reflect_grad': padding (1, 1) of a dimension of 1 must be "
+               "less than it");
+  Result r =
+      parse(HEAD "  %p = pad_circular %a {axis = 1, begin = 3, size = 9} : f32[2,9]\n"
+                 "  %q = pad_reflect_grad %a {axis = 1, begin = 1, size = 2} : f32[2,2]\n}\n");
+  assert_non_null(r.m);
+  free(r.msg);
+}
+
 static void test_module_decls(void **state) {
   (void)state;
   expect_error("module m\ndim B 4\n", "t.ir:2:7: error: expected '=', found '4'");
@@ -526,15 +586,15 @@ static void test_large_inputs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_start),
-      cmocka_unit_test(test_deterministic),          cmocka_unit_test(test_lexical),
-      cmocka_unit_test(test_values),         cmocka_unit_test(test_types),
-      cmocka_unit_test(test_attrs),          cmocka_unit_test(test_module_decls),
-      cmocka_unit_test(test_cluster_and_mesh), cmocka_unit_test(test_shardings),
-      cmocka_unit_test(test_blocks_and_recovery), cmocka_unit_test(test_error_cap),
-      cmocka_unit_test(test_prefixes_and_mutations), cmocka_unit_test(test_random_bytes),
-      cmocka_unit_test(test_large_inputs), cmocka_unit_test(test_dropout_at),
-      cmocka_unit_test(test_repeat_args),
+      cmocka_unit_test(test_start),        cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_lexical),      cmocka_unit_test(test_values),
+      cmocka_unit_test(test_types),        cmocka_unit_test(test_attrs),
+      cmocka_unit_test(test_pool_attrs),   cmocka_unit_test(test_copy_pads),
+      cmocka_unit_test(test_module_decls), cmocka_unit_test(test_cluster_and_mesh),
+      cmocka_unit_test(test_shardings),    cmocka_unit_test(test_blocks_and_recovery),
+      cmocka_unit_test(test_error_cap),    cmocka_unit_test(test_prefixes_and_mutations),
+      cmocka_unit_test(test_random_bytes), cmocka_unit_test(test_large_inputs),
+      cmocka_unit_test(test_dropout_at),   cmocka_unit_test(test_repeat_args),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

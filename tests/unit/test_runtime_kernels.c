@@ -975,6 +975,79 @@ static void test_slice_pad(void **state) {
   free(x.data);
 }
 
+/* The source, along one axis of length n, of each place of a pad of it by
+ * (before, after) filled as mode 0 reflect, 1 replicate, 2 circular: x's own
+ * places, then each side built outward from x's ends. */
+static void copy_pad_src(int mode, int n, int before, int after, int *src) {
+  for (int j = 0; j < n; j++)
+    src[before + j] = j;
+  for (int t = 1; t <= before; t++)
+    src[before - t] = mode == 0 ? t : mode == 1 ? 0 : n - t;
+  for (int t = 1; t <= after; t++)
+    src[before + n - 1 + t] = mode == 0 ? n - 1 - t : mode == 1 ? n - 1 : t - 1;
+}
+
+/* pad_reflect, pad_replicate, pad_circular and their derivatives on each
+ * axis of x [3,4,5], against copy_pad_src. */
+static void test_copy_pads(void **state) {
+  (void)state;
+  static const Kern fwd[] = {dtrt_k_pad_reflect, dtrt_k_pad_replicate, dtrt_k_pad_circular};
+  static const Kern bwd[] = {dtrt_k_pad_reflect_grad, dtrt_k_pad_replicate_grad,
+                             dtrt_k_pad_circular_grad};
+  static const int sides[][2] = {{1, 2}, {0, 3}, {3, 0}, {2, 2}, {4, 4}, {7, 9}};
+  int sd[3] = {3, 4, 5};
+  DtTensor x = ten(DTRT_F32, randv(60), 3, 3, 4, 5);
+  float y[19 * 4 * 5], dx[60], want[60];
+  int src[24];
+  for (int mode = 0; mode < 3; mode++)
+    for (int ax = 0; ax < 3; ax++)
+      for (int c = 0; c < (int)(sizeof sides / sizeof sides[0]); c++) {
+        int n = sd[ax], b = sides[c][0], after = sides[c][1], size = n + b + after;
+        if ((mode == 0 && (b >= n || after >= n)) || (mode == 2 && (b > n || after > n)))
+          continue;
+        copy_pad_src(mode, n, b, after, src);
+        int yd[3] = {3, 4, 5};
+        yd[ax] = size;
+        DtTensor yt = ten(DTRT_F32, y, 3, yd[0], yd[1], yd[2]), dxt = like(&x, dx);
+        DtAttrs a = ints(3, ax, b, size), g = ints(3, ax - 3, b, n);
+        run(fwd[mode], &x, 1, &yt, &a);
+        for (int k = 0; k < 60; k++)
+          want[k] = 0;
+        for (int i = 0; i < yd[0]; i++)
+          for (int j = 0; j < yd[1]; j++)
+            for (int k = 0; k < yd[2]; k++) {
+              int at[3] = {i, j, k};
+              at[ax] = src[at[ax]];
+              int xi = (at[0] * 4 + at[1]) * 5 + at[2], yi = (i * yd[1] + j) * yd[2] + k;
+              if (y[yi] != ((float *)x.data)[xi])
+                fail_msg("mode %d axis %d (%d, %d): y[%d] is not x[%d]", mode, ax, b, after, yi,
+                         xi);
+              want[xi] += y[yi];
+            }
+        /* the adjoint y itself: dx sums the copies of each element */
+        run(bwd[mode], &yt, 1, &dxt, &g);
+        near(dx, want, 60, 1e-6);
+      }
+  float v[72];
+  DtTensor y6 = ten(DTRT_F32, y, 3, 3, 4, 10), dxt = like(&x, v);
+  DtAttrs a = ints(3, 2, 5, 10);
+  refuse(dtrt_k_pad_reflect, &x, 1, &y6, &a, "padding (5, 0) of 5 elements on axis 2 is not less");
+  run(dtrt_k_pad_circular, &x, 1, &y6, &a);
+  a = ints(3, 2, 0, 11);
+  DtTensor y11 = ten(DTRT_F32, y, 3, 3, 4, 11);
+  refuse(dtrt_k_pad_circular, &x, 1, &y11, &a, "padding (0, 6) of 5 elements on axis 2 is more");
+  run(dtrt_k_pad_replicate, &x, 1, &y11, &a);
+  a = ints(3, 2, 1, 5);
+  DtTensor dx6 = ten(DTRT_F32, v, 3, 3, 4, 6);
+  refuse(dtrt_k_pad_replicate_grad, &y6, 1, &dx6, &a, "output is f32[3,4,6], expected f32[3,4,5]");
+  a = ints(3, 2, 6, 5);
+  refuse(dtrt_k_pad_replicate_grad, &y6, 1, &dxt, &a, "5 elements at 6 do not fit in 10");
+  DtTensor yi = ten(DTRT_I32, y, 3, 3, 4, 10);
+  a = ints(3, 2, 2, 5);
+  refuse(dtrt_k_pad_circular_grad, &yi, 1, &dxt, &a, "adjoint");
+  free(x.data);
+}
+
 static void test_concat(void **state) {
   (void)state;
   int32_t a[24], b[12], c[36], y[72];
@@ -1096,7 +1169,7 @@ static void conv_ref(const ConvCase *q, const float *x, const float *w, const fl
 
 static void near_d(const float *got, const double *want, int64_t n, double tol) {
   for (int64_t k = 0; k < n; k++)
-    if (!(fabs(got[k] - want[k]) <= tol * (1 + fabs(want[k]))))
+    if (!(got[k] == want[k] || fabs(got[k] - want[k]) <= tol * (1 + fabs(want[k]))))
       fail_msg("element %lld: got %.9g, want %.9g", (long long)k, got[k], want[k]);
 }
 
@@ -1180,84 +1253,146 @@ static void test_conv2d_refuse(void **state) {
 
 typedef struct PoolCase {
   int n, c, h, w, kh, kw, sh, sw, ph, pw;
+  int ceil, dh, dw, divisor, with_pad; /* dh, dw 0: 1 and max_pool2d's attributes without them */
 } PoolCase;
 
-/* Both poolings written out, with their derivatives for the adjoint dy:
- * the first maximum of each window, the mean over kh kw with the padding's
- * zeros counted. */
-static void pool_ref(const PoolCase *q, const float *x, const float *dy, double *ymax,
-                     double *dmax, double *yavg, double *davg) {
-  int ho = conv_out(q->h, q->kh, q->sh, q->ph, 1), wo = conv_out(q->w, q->kw, q->sw, q->pw, 1);
+/* One output length as PyTorch defines it: the division rounded down, or up
+ * with ceil_mode, less a last window that would start in the right padding. */
+static int pool_len(int in, int k, int s, int p, int d, int cm) {
+  double q = (double)(in + 2 * p - d * (k - 1) - 1) / s;
+  int n = (int)(cm ? ceil(q) : floor(q)) + 1;
+  return cm && (n - 1) * s >= in + p ? n - 1 : n;
+}
+
+/* max_pool2d written out, [ho, wo] its result's size, with its derivative
+ * for the adjoint dy: the first maximum of the dilated kernel's places
+ * inside x; a window of padding only gives -inf and no derivative. */
+static void max_ref(const PoolCase *q, int ho, int wo, const float *x, const float *dy, double *y,
+                    double *dx) {
+  int dh = q->dh ? q->dh : 1, dw = q->dw ? q->dw : 1;
   for (int p = 0; p < q->n * q->c; p++)
     for (int i = 0; i < ho; i++)
       for (int j = 0; j < wo; j++) {
         int yi = (p * ho + i) * wo + j, best = -1;
+        for (int a = 0; a < q->kh; a++)
+          for (int b = 0; b < q->kw; b++) {
+            int ih = i * q->sh - q->ph + a * dh, iw = j * q->sw - q->pw + b * dw;
+            if (ih < 0 || ih >= q->h || iw < 0 || iw >= q->w)
+              continue;
+            int xi = (p * q->h + ih) * q->w + iw;
+            if (best < 0 || x[xi] > x[best])
+              best = xi;
+          }
+        y[yi] = best < 0 ? -INFINITY : x[best];
+        if (best >= 0)
+          dx[best] += dy[yi];
+      }
+}
+
+/* avg_pool2d written out, with its derivative: the sum of the x under the
+ * kernel over divisor_override, or the count of the window's places inside
+ * the padded input (count_include_pad), or of those inside x. */
+static void avg_ref(const PoolCase *q, int ho, int wo, const float *x, const float *dy, double *y,
+                    double *dx) {
+  for (int p = 0; p < q->n * q->c; p++)
+    for (int i = 0; i < ho; i++)
+      for (int j = 0; j < wo; j++) {
+        int yi = (p * ho + i) * wo + j, places = 0, inside = 0;
         double sum = 0;
         for (int a = 0; a < q->kh; a++)
           for (int b = 0; b < q->kw; b++) {
             int ih = i * q->sh - q->ph + a, iw = j * q->sw - q->pw + b;
+            places += ih < q->h + q->ph && iw < q->w + q->pw;
             if (ih < 0 || ih >= q->h || iw < 0 || iw >= q->w)
               continue;
-            int xi = (p * q->h + ih) * q->w + iw;
-            sum += x[xi];
-            davg[xi] += dy[yi] / (double)(q->kh * q->kw);
-            if (best < 0 || x[xi] > x[best])
-              best = xi;
+            inside++;
+            sum += x[(p * q->h + ih) * q->w + iw];
           }
-        ymax[yi] = x[best];
-        dmax[best] += dy[yi];
-        yavg[yi] = sum / (q->kh * q->kw);
+        double div = q->divisor ? q->divisor : q->with_pad ? places : inside;
+        y[yi] = sum / div;
+        for (int a = 0; a < q->kh; a++)
+          for (int b = 0; b < q->kw; b++) {
+            int ih = i * q->sh - q->ph + a, iw = j * q->sw - q->pw + b;
+            if (ih >= 0 && ih < q->h && iw >= 0 && iw < q->w)
+              dx[(p * q->h + ih) * q->w + iw] += dy[yi] / div;
+          }
       }
 }
 
-static void pool_case(const PoolCase *q) {
-  int ho = conv_out(q->h, q->kh, q->sh, q->ph, 1), wo = conv_out(q->w, q->kw, q->sw, q->pw, 1);
+/* The kernels against max_ref or avg_ref: forward and derivative. */
+static void pool_check(const PoolCase *q, bool max) {
+  int dh = max && q->dh ? q->dh : 1, dw = max && q->dw ? q->dw : 1;
+  int ho = pool_len(q->h, q->kh, q->sh, q->ph, dh, q->ceil),
+      wo = pool_len(q->w, q->kw, q->sw, q->pw, dw, q->ceil);
   DtTensor x = ten(DTRT_F32, NULL, 4, q->n, q->c, q->h, q->w);
   DtTensor y = ten(DTRT_F32, NULL, 4, q->n, q->c, ho, wo);
   int64_t nx = numel(&x), ny = numel(&y);
   x.data = randv(nx);
-  float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)nx);
-  double *r[4];
-  for (int k = 0; k < 4; k++)
-    r[k] = calloc((size_t)nx, sizeof(double));
-  pool_ref(q, x.data, dy, r[0], r[1], r[2], r[3]);
-  DtAttrs a = ints(6, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw);
+  float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)(nx > ny ? nx : ny));
+  double *ry = calloc((size_t)ny, sizeof(double)), *rdx = calloc((size_t)nx, sizeof(double));
+  (max ? max_ref : avg_ref)(q, ho, wo, x.data, dy, ry, rdx);
+  DtAttrs a = ints(9, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->ceil, q->dh, q->dw);
+  a.ni = q->dh ? 9 : q->ceil ? 7 : 6;
+  if (!max)
+    a = ints(9, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->ceil, q->divisor, q->with_pad);
   DtTensor out = like(&y, got), in[2] = {x, like(&y, dy)};
-  run(dtrt_k_max_pool2d, &x, 1, &out, &a);
-  near_d(got, r[0], ny, 0);
-  run(dtrt_k_avg_pool2d, &x, 1, &out, &a);
-  near_d(got, r[2], ny, 1e-6);
+  run(max ? dtrt_k_max_pool2d : dtrt_k_avg_pool2d, &x, 1, &out, &a);
+  near_d(got, ry, ny, max ? 0 : 1e-6);
   out = like(&x, got);
-  run(dtrt_k_max_pool2d_grad, in, 2, &out, &a);
-  near_d(got, r[1], nx, 1e-6);
-  DtAttrs ag = ints(8, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->h, q->w);
-  run(dtrt_k_avg_pool2d_grad, &in[1], 1, &out, &ag);
-  near_d(got, r[3], nx, 1e-6);
-  free(x.data), free(dy), free(got);
-  for (int k = 0; k < 4; k++)
-    free(r[k]);
+  if (max) {
+    run(dtrt_k_max_pool2d_grad, in, 2, &out, &a);
+  } else {
+    DtAttrs ag = ints(11, q->kh, q->kw, q->sh, q->sw, q->ph, q->pw, q->h, q->w, q->ceil, q->divisor,
+                      q->with_pad);
+    run(dtrt_k_avg_pool2d_grad, &in[1], 1, &out, &ag);
+  }
+  near_d(got, rdx, nx, 1e-6);
+  free(x.data), free(dy), free(got), free(ry), free(rdx);
 }
 
 static void test_pool2d(void **state) {
   (void)state;
   static const PoolCase cases[] = {
-      /* n  c  h  w kh kw sh sw ph pw */
-      {2, 3, 7, 9, 2, 2, 2, 2, 0, 0},   /* odd sizes: the last row and column left out */
-      {2, 2, 5, 6, 3, 3, 2, 2, 1, 1},   /* stride 2, padding */
-      {1, 3, 6, 7, 3, 2, 1, 2, 1, 1},   /* overlapping windows */
-      {3, 1, 4, 4, 4, 4, 4, 4, 2, 2},   /* windows mostly padding */
+      /* n  c  h  w kh kw sh sw ph pw ceil dh dw div pad */
+      {2, 3, 7, 9, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 1},   /* odd sizes: the last row, column out */
+      {2, 2, 5, 6, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 1},   /* stride 2, padding */
+      {1, 3, 6, 7, 3, 2, 1, 2, 1, 1, 0, 0, 0, 0, 1},   /* overlapping windows */
+      {3, 1, 4, 4, 4, 4, 4, 4, 2, 2, 0, 0, 0, 0, 1},   /* windows mostly padding */
+      {2, 3, 7, 9, 2, 2, 2, 2, 0, 0, 1, 0, 0, 0, 1},   /* ceil_mode: the last windows clipped */
+      {1, 2, 6, 5, 3, 2, 2, 3, 1, 1, 1, 0, 0, 0, 1},   /* ceil_mode: a window past the padded
+                                                          input; one dropped (w) */
+      {1, 2, 6, 5, 3, 2, 2, 3, 1, 1, 1, 0, 0, 0, 0},   /* the same, count_include_pad false */
+      {2, 1, 3, 3, 4, 4, 2, 2, 0, 0, 1, 1, 1, 0, 1},   /* ceil_mode: a kernel past the input */
+      {2, 2, 9, 8, 3, 3, 1, 2, 1, 1, 0, 2, 2, 0, 1},   /* dilation 2 */
+      {1, 2, 11, 10, 3, 2, 2, 1, 1, 1, 1, 2, 3, 0, 1}, /* dilation [2, 3], ceil_mode */
+      {1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 0, 3, 3, 0, 1},   /* dilation 3: windows of padding only */
+      {2, 2, 7, 6, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0, 0},   /* count_include_pad false */
+      {2, 2, 7, 6, 3, 2, 2, 2, 1, 1, 1, 0, 0, 5, 1},   /* divisor_override 5, ceil_mode */
   };
-  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++)
-    pool_case(&cases[k]);
+  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+    pool_check(&cases[k], true);
+    pool_check(&cases[k], false);
+  }
   float v[2 * 3 * 4 * 4] = {0}, o[96];
   DtTensor x = ten(DTRT_F32, v, 4, 2, 3, 4, 4), y = ten(DTRT_F32, o, 4, 2, 3, 2, 2);
   DtAttrs bad = ints(6, 2, 2, 2, 2, 2, 0);
   refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "padding [2, 0] is more than half the kernel");
   bad = ints(6, 5, 5, 1, 1, 0, 0);
   refuse(dtrt_k_avg_pool2d, &x, 1, &y, &bad, "is larger than the padded input [4, 4]");
+  bad = ints(7, 6, 6, 2, 2, 0, 0, 1);
+  refuse(dtrt_k_avg_pool2d, &x, 1, &y, &bad, "is larger than the padded input [4, 4]");
   bad = ints(6, 2, 2, 2, 2, 0, 0);
   refuse(dtrt_k_avg_pool2d_grad, &y, 1, &x, &bad, "expected 8 int attributes");
+  bad = ints(8, 2, 2, 2, 2, 0, 0, 0, 1);
+  refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "expected 6 int attributes");
+  bad = ints(9, 2, 2, 2, 2, 0, 0, 0, 0, 1);
+  refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "dilation [0, 1] is out of range");
+  bad = ints(7, 2, 2, 2, 2, 0, 0, 2);
+  refuse(dtrt_k_max_pool2d, &x, 1, &y, &bad, "ceil_mode 2 and count_include_pad 1 must be 0 or 1");
+  bad = ints(8, 2, 2, 2, 2, 0, 0, 0, -3);
+  refuse(dtrt_k_avg_pool2d, &x, 1, &y, &bad, "divisor_override -3 is out of range");
   DtTensor x3 = ten(DTRT_F32, v, 3, 6, 4, 4);
+  bad = ints(6, 2, 2, 2, 2, 0, 0);
   refuse(dtrt_k_max_pool2d, &x3, 1, &y, &bad, "input must be f32[N,C,H,W], got f32[6,4,4]");
 }
 
@@ -1279,6 +1414,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reshape, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transpose, setup, teardown),
       cmocka_unit_test_setup_teardown(test_slice_pad, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_copy_pads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concat, setup, teardown),
       cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
       cmocka_unit_test_setup_teardown(test_conv2d, setup, teardown),
