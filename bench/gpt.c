@@ -16,15 +16,16 @@
  * best peak sample of the run; dtc_over_peak is, as in bench/mlp, the median
  * over the steps of each step against the peak sampled beside it.
  *
- * A second line, gpt_parts, splits the step, for information: matmul_ms, the
- * step's products timed alone (the models mm_gpt_* of bench/matmul: each
- * per-layer shape L times, the head's once); kernels_ms, the libdtrt
- * kernels (softmax, norms, cross entropy, transposes, ...) from a trace
- * (DTRT_TRACE) of a second model, the largest by name; rest_ms, the step
- * less both: generated elementwise loops (the optimizer's among them) and
- * whatever the products cost more inside the step than alone. Both lines
- * carry the 1-minute load average before and after: other processes skew
- * every time.
+ * A second line, gpt_parts, splits the step, for information: matmul_ms,
+ * the step's products timed alone (the models mm_gpt_* of bench/matmul:
+ * each per-layer shape L times, the head's once), also against peak_ms;
+ * kernels_ms, the libdtrt kernels (softmax, norms, cross entropy,
+ * transposes, ...) from a trace (DTRT_TRACE) of a second model, the largest
+ * by name; rest_ms, the step less both: generated elementwise loops (the
+ * optimizer's among them) and whatever the products cost more inside the
+ * step than alone (under load it can come out negative). Both lines carry
+ * the 1-minute load average before and after: other processes skew every
+ * time.
  *
  *     build/bench/gpt [REPS] [bench/gpt_torch.py]
  */
@@ -307,9 +308,10 @@ int main(int argc, char **argv) {
   qsort(part, (size_t)np, sizeof *part, by_ms);
   getloadavg(load1, 3);
   printf("{\"bench\": \"gpt_parts\", \"step_ms\": %.3f, \"matmul_ms\": %.3f, "
-         "\"matmul_share\": %.3f, \"kernels_ms\": %.3f, \"kernels_share\": %.3f, "
-         "\"rest_ms\": %.3f, \"rest_share\": %.3f, \"kernels\": {",
-         dtc, mm, mm / dtc, kern, kern / dtc, dtc - mm - kern, (dtc - mm - kern) / dtc);
+         "\"matmul_share\": %.3f, \"matmul_over_peak\": %.3f, \"kernels_ms\": %.3f, "
+         "\"kernels_share\": %.3f, \"rest_ms\": %.3f, \"rest_share\": %.3f, \"kernels\": {",
+         dtc, mm, mm / dtc, mm / peak_ms, kern, kern / dtc, dtc - mm - kern,
+         (dtc - mm - kern) / dtc);
   for (int k = 0; k < np && k < 8; k++)
     printf("%s\"%s\": %.3f", k ? ", " : "", part[k].name, part[k].ms);
   printf("}, \"load_before\": %.2f, \"load_after\": %.2f}\n", load0[0], load1[0]);
