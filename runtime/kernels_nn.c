@@ -192,11 +192,20 @@ static inline float exp_fast(float x) {
   return x < -87.0f ? 0.0f : x == x ? p : x;
 }
 
-/* y[j] = e^(x[j] - m) for j < n, contiguous; returns their sum. */
+/* y[j] = e^(x[j] - m) for j < n, contiguous; returns their sum, as
+ * sum_lanes(y, n) gives it, from the same pass. */
 static double exp_row(const float *x, float m, float *y, int64_t n) {
-  for (int64_t j = 0; j < n; j++)
-    y[j] = exp_fast(x[j] - m);
-  return sum_lanes(y, n);
+  float acc[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] += y[j + l] = exp_fast(x[j + l] - m);
+  double s = 0;
+  for (int l = 0; l < LANES; l++)
+    s += acc[l];
+  for (; j < n; j++)
+    s += y[j] = exp_fast(x[j] - m);
+  return s;
 }
 
 /* One row of n elements at stride st. NaN in the row makes the row NaN.
@@ -583,10 +592,11 @@ DTRT_TRACED(mse, DTRT_TID_KERNEL) {
 
 /* ---- normalisation ---- */
 
-/* Sum of (x[j] - mu)^2, then of y[j] (x[j] - mu) when y is not NULL. */
+/* Sum of (x[j] - mu)^2, then, when y is not NULL, of y[j] (x[j] - mu) and
+ * of y[j] (the last as sum_lanes(y, n) gives it, in the same pass). */
 static void dev_lanes(const float *x, const float *y, float mu, int64_t n, double *xx,
-                      double *xy) {
-  float a[LANES] = {0}, b[LANES] = {0};
+                      double *xy, double *sy) {
+  float a[LANES] = {0}, b[LANES] = {0}, c[LANES] = {0};
   int64_t j = 0;
   if (y) { /* two loops: one with a branch inside does not vectorise */
     for (; j + LANES <= n; j += LANES)
@@ -594,6 +604,7 @@ static void dev_lanes(const float *x, const float *y, float mu, int64_t n, doubl
         float d = x[j + l] - mu;
         a[l] += d * d;
         b[l] += y[j + l] * d;
+        c[l] += y[j + l];
       }
   } else {
     for (; j + LANES <= n; j += LANES)
@@ -602,16 +613,18 @@ static void dev_lanes(const float *x, const float *y, float mu, int64_t n, doubl
         a[l] += d * d;
       }
   }
-  double sa = 0, sb = 0;
+  double sa = 0, sb = 0, sc = 0;
   for (int l = 0; l < LANES; l++)
-    sa += a[l], sb += b[l];
+    sa += a[l], sb += b[l], sc += c[l];
   for (; j < n; j++) {
     double d = x[j] - mu;
     sa += d * d;
     sb += y ? y[j] * d : 0.0;
+    sc += y ? y[j] : 0.0f;
   }
   *xx = sa;
   *xy = sb;
+  *sy = sc;
 }
 
 /* Rows [b, e) of normalize (dy NULL) or normalize_grad over rows of d. */
@@ -630,8 +643,8 @@ static void norm_rows(void *env, int64_t b, int64_t e) {
     const float *dy = j->dy ? j->dy + r * d : NULL;
     float *y = j->y + r * d;
     float mu = (float)(sum_lanes(x, d) / (double)d);
-    double xx, xdy;
-    dev_lanes(x, dy, mu, d, &xx, &xdy);
+    double xx, xdy, sdy;
+    dev_lanes(x, dy, mu, d, &xx, &xdy, &sdy);
     float inv = (float)(1.0 / sqrt(xx / (double)d + j->eps));
     if (!dy) {
       for (int64_t k = 0; k < d; k++)
@@ -639,7 +652,7 @@ static void norm_rows(void *env, int64_t b, int64_t e) {
       continue;
     }
     /* mean(dy) and mean(dy * xhat), xhat = (x - mu) inv */
-    float mdy = (float)(sum_lanes(dy, d) / (double)d);
+    float mdy = (float)(sdy / (double)d);
     float mdyx = (float)(xdy * inv / (double)d);
     for (int64_t k = 0; k < d; k++)
       y[k] = inv * (dy[k] - mdy - (x[k] - mu) * inv * mdyx);
@@ -864,11 +877,13 @@ typedef struct MaskJob {
 static void mask_rows(void *env, int64_t b, int64_t e) {
   const MaskJob *j = env;
   for (int64_t q = b; q < e; q++) {
-    int64_t i = q % j->rows, cols = j->cols;
-    const float *x = j->x + q * cols;
+    /* row i keeps its columns up to i and fills the rest: two plain loops,
+     * where one comparing each column with i does not vectorise */
+    int64_t i = q % j->rows, cols = j->cols, keep = i + 1 < cols ? i + 1 : cols;
     float *y = j->y + q * cols;
-    for (int64_t k = 0; k < cols; k++)
-      y[k] = k > i ? j->fill : x[k];
+    memcpy(y, j->x + q * cols, sizeof(float) * (size_t)keep);
+    for (int64_t k = keep; k < cols; k++)
+      y[k] = j->fill;
   }
 }
 

@@ -859,6 +859,15 @@ static void test_causal_mask(void **state) {
         float v = y[b * 16 + i * 4 + j];
         assert_true(j > i ? isinf(v) && v < 0 : v == x[b * 16 + i * 4 + j]);
       }
+  /* more rows than columns, and more columns than rows */
+  for (int t = 0; t < 2; t++) {
+    int r = t ? 3 : 6, c = t ? 6 : 3;
+    DtTensor xt = ten(DTRT_F32, x, 2, r, c), yt = like(&xt, y);
+    run(dtrt_k_causal_mask, &xt, 1, &yt, NULL);
+    for (int i = 0; i < r; i++)
+      for (int j = 0; j < c; j++)
+        assert_true(j > i ? isinf(y[i * c + j]) : y[i * c + j] == x[i * c + j]);
+  }
   /* the backward is the same op with fill 0 */
   float *w = randv(32);
   DtAttrs z = {.nf = 1, .f = {0}};
