@@ -61,9 +61,20 @@ static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
 /* ---- init.c ----------------------------------------------------------- */
 
 /* Counter-based generator: 64 random bits for (seed, stream, counter), the
- * same on every machine: dtrt_rand_at(dtrt_rand_key(seed, stream), counter). */
+ * same on every machine: dtrt_rand_at(dtrt_rand_key(seed, stream), counter).
+ * dtrt_rand_at is inline: dropout draws one per element. */
 uint64_t dtrt_rand_key(uint64_t seed, uint64_t stream);
-uint64_t dtrt_rand_at(uint64_t key, uint64_t counter);
+
+/* The splitmix64 finaliser: a bijection on 64 bits with full avalanche. */
+static inline uint64_t dtrt_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+static inline uint64_t dtrt_rand_at(uint64_t key, uint64_t counter) {
+  return dtrt_mix(key + (counter + 1) * 0x9e3779b97f4a7c15u);
+}
 
 /* ---- checkpoint.c ----------------------------------------------------- */
 

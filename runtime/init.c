@@ -5,20 +5,10 @@
 
 #include "dtrt_int.h"
 
-/* The splitmix64 finaliser: a bijection on 64 bits with full avalanche. */
-static uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-  return z ^ (z >> 31);
-}
-
-/* The key selects one splitmix64 sequence per (seed, stream); counter indexes it. */
+/* The key selects one splitmix64 sequence per (seed, stream); counter indexes
+ * it (dtrt_rand_at, dtrt_int.h). */
 uint64_t dtrt_rand_key(uint64_t seed, uint64_t stream) {
-  return mix(mix(seed) ^ (stream * 0xd1b54a32d192ed03u + 0x8bb84b93962eacc9u));
-}
-
-uint64_t dtrt_rand_at(uint64_t key, uint64_t counter) {
-  return mix(key + (counter + 1) * 0x9e3779b97f4a7c15u);
+  return dtrt_mix(dtrt_mix(seed) ^ (stream * 0xd1b54a32d192ed03u + 0x8bb84b93962eacc9u));
 }
 
 /* Uniform in [0, 1) with 53 bits. */

@@ -84,6 +84,73 @@ DTRT_TRACED(matmul, DTRT_TID_KERNEL) {
   return DT_OK;
 }
 
+/* ---- rows on the threads, reductions in lanes ---- */
+
+/* Runs body(env, begin, end) over rows [0, rows) on the context's threads
+ * when the kernel touches at least PARALLEL_ELEMS elements (as generated
+ * loops do), else on the caller. Each row is computed by the same code
+ * whatever the split, so results do not depend on the thread count. */
+enum { PARALLEL_ELEMS = 1 << 16 };
+
+static void rows_run(DtrtCtx *ctx, int64_t rows, int64_t elems,
+                     void (*body)(void *env, int64_t begin, int64_t end), void *env) {
+  if (elems >= PARALLEL_ELEMS && rows > 1)
+    dtrt_parallel_for(ctx, rows, body, env);
+  else if (rows > 0)
+    body(env, 0, rows);
+}
+
+/* Sums of x[0..n) (and, with y, of x[j] y[j]) in LANES float partial sums,
+ * element j into lane j % LANES, the partials then added in double: a fixed
+ * order, so the same on every run, and loops the compiler vectorises. */
+enum { LANES = 8 };
+
+static double sum_lanes(const float *x, int64_t n) {
+  float acc[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] += x[j + l];
+  double s = 0;
+  for (int l = 0; l < LANES; l++)
+    s += acc[l];
+  for (; j < n; j++)
+    s += x[j];
+  return s;
+}
+
+static double dot_lanes(const float *x, const float *y, int64_t n) {
+  float acc[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] += x[j + l] * y[j + l];
+  double s = 0;
+  for (int l = 0; l < LANES; l++)
+    s += acc[l];
+  for (; j < n; j++)
+    s += (double)x[j] * y[j];
+  return s;
+}
+
+/* The largest of x[0..n), -inf when empty; NaN is passed over, as a plain
+ * `x[j] > m` loop passes over it. Exact, so the order does not matter. */
+static float max_lanes(const float *x, int64_t n) {
+  float acc[LANES];
+  for (int l = 0; l < LANES; l++)
+    acc[l] = -INFINITY;
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] = x[j + l] > acc[l] ? x[j + l] : acc[l];
+  float m = -INFINITY;
+  for (int l = 0; l < LANES; l++)
+    m = acc[l] > m ? acc[l] : m;
+  for (; j < n; j++)
+    m = x[j] > m ? x[j] : m;
+  return m;
+}
+
 /* ---- softmax family ---- */
 
 /* Views t as [outer, n, inner] around axis ax. */
@@ -125,21 +192,30 @@ static inline float exp_fast(float x) {
   return x < -87.0f ? 0.0f : x == x ? p : x;
 }
 
-/* y[j] = e^(x[j] - m) for j < n, contiguous; returns their sum. */
+/* y[j] = e^(x[j] - m) for j < n, contiguous; returns their sum, as
+ * sum_lanes(y, n) gives it, from the same pass. */
 static double exp_row(const float *x, float m, float *y, int64_t n) {
-  for (int64_t j = 0; j < n; j++)
-    y[j] = exp_fast(x[j] - m);
+  float acc[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] += y[j + l] = exp_fast(x[j + l] - m);
   double s = 0;
-  for (int64_t j = 0; j < n; j++)
-    s += y[j];
+  for (int l = 0; l < LANES; l++)
+    s += acc[l];
+  for (; j < n; j++)
+    s += y[j] = exp_fast(x[j] - m);
   return s;
 }
 
-/* One row of n elements at stride st. NaN in the row makes the row NaN. */
-static void row(int kind, const float *x, const float *dy, float *dx, int64_t n, int64_t st) {
+/* One row of n elements at stride st. NaN in the row makes the row NaN.
+ * Inlined twice into row(), with st the constant 1 and with st as it comes,
+ * so that every loop of a contiguous row vectorises. */
+static inline __attribute__((always_inline)) void row_at(int kind, const float *x, const float *dy,
+                                                         float *dx, int64_t n, int64_t st) {
   if (kind == SOFTMAX || kind == LOG_SOFTMAX) {
-    float m = -INFINITY;
-    for (int64_t j = 0; j < n; j++)
+    float m = st == 1 ? max_lanes(x, n) : -INFINITY;
+    for (int64_t j = 0; st != 1 && j < n; j++)
       if (x[j * st] > m)
         m = x[j * st];
     double s = 0;
@@ -159,17 +235,40 @@ static void row(int kind, const float *x, const float *dy, float *dx, int64_t n,
         dx[j * st] = (x[j * st] - m) - ls;
     }
   } else if (kind == SOFTMAX_GRAD) {
-    double d = 0;
-    for (int64_t j = 0; j < n; j++)
+    double d = st == 1 ? dot_lanes(dy, x, n) : 0;
+    for (int64_t j = 0; st != 1 && j < n; j++)
       d += (double)dy[j * st] * x[j * st];
     for (int64_t j = 0; j < n; j++)
       dx[j * st] = x[j * st] * (dy[j * st] - (float)d);
   } else {
-    double d = 0;
-    for (int64_t j = 0; j < n; j++)
+    double d = st == 1 ? sum_lanes(dy, n) : 0;
+    for (int64_t j = 0; st != 1 && j < n; j++)
       d += dy[j * st];
     for (int64_t j = 0; j < n; j++)
       dx[j * st] = dy[j * st] - exp_fast(x[j * st]) * (float)d;
+  }
+}
+
+static void row(int kind, const float *x, const float *dy, float *dx, int64_t n, int64_t st) {
+  if (st == 1)
+    row_at(kind, x, dy, dx, n, 1);
+  else
+    row_at(kind, x, dy, dx, n, st);
+}
+
+/* Rows [b, e) of a softmax op, row r at (r / inner) n inner + r % inner. */
+typedef struct SoftmaxJob {
+  int kind;
+  const float *x, *dy;
+  float *y;
+  int64_t n, inner;
+} SoftmaxJob;
+
+static void softmax_rows(void *env, int64_t b, int64_t e) {
+  const SoftmaxJob *j = env;
+  for (int64_t r = b; r < e; r++) {
+    int64_t at = r / j->inner * j->n * j->inner + r % j->inner;
+    row(j->kind, j->x + at, j->dy ? j->dy + at : NULL, j->y + at, j->n, j->inner);
   }
 }
 
@@ -186,15 +285,10 @@ static DtStatus softmax_op(DtrtCtx *ctx, const char *op, int kind, const DtTenso
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: input is a scalar; it needs an axis", op);
   if ((s = dtrt_axis(ctx, op, dtrt_ai(a, 0, -1), in[0].rank, &ax)))
     return s;
-  int64_t outer, n, inner;
-  around(&in[0], ax, &outer, &n, &inner);
-  const float *x = in[0].data, *dy = want == 2 ? in[1].data : NULL;
-  float *y = out->data;
-  for (int64_t o = 0; o < outer; o++)
-    for (int64_t i = 0; i < inner; i++) {
-      int64_t at = o * n * inner + i;
-      row(kind, x + at, dy ? dy + at : NULL, y + at, n, inner);
-    }
+  SoftmaxJob j = {kind, in[0].data, want == 2 ? in[1].data : NULL, out->data, 0, 0};
+  int64_t outer;
+  around(&in[0], ax, &outer, &j.n, &j.inner);
+  rows_run(ctx, outer * j.inner, dtrt_numel(&in[0]), softmax_rows, &j);
   return DT_OK;
 }
 
@@ -253,14 +347,43 @@ static DtStatus ce_check_kept(DtrtCtx *ctx, const char *op, const DtTensor *in, 
  * exponentials vectorise. */
 static double logsumexp(const float *x, int64_t n) {
   enum { CHUNK = 256 };
-  float m = -INFINITY, buf[CHUNK];
-  for (int64_t j = 0; j < n; j++)
-    if (x[j] > m)
-      m = x[j];
+  float m = max_lanes(x, n), buf[CHUNK];
   double s = 0;
   for (int64_t j = 0; j < n; j += CHUNK)
     s += exp_row(x + j, m, buf, n - j < CHUNK ? n - j : CHUNK);
   return m + log(s);
+}
+
+/* Rows of cross entropy over logits x[N, C]: row i's loss into loss[i], or
+ * (dx set) its gradient g (softmax(row) - onehot(label)) into dx's row. */
+typedef struct CeJob {
+  const float *x;
+  const int32_t *lab;
+  double *loss;
+  float *dx;
+  int64_t c;
+  float g;
+} CeJob;
+
+static double ce_row(const CeJob *j, int64_t i) {
+  const float *x = j->x + i * j->c;
+  return logsumexp(x, j->c) - x[j->lab[i]];
+}
+
+static void ce_rows(void *env, int64_t b, int64_t e) {
+  const CeJob *j = env;
+  for (int64_t i = b; i < e; i++) {
+    if (!j->dx) {
+      j->loss[i] = ce_row(j, i);
+      continue;
+    }
+    const float *x = j->x + i * j->c;
+    float *d = j->dx + i * j->c;
+    float scale = (float)(j->g / exp_row(x, max_lanes(x, j->c), d, j->c));
+    for (int64_t k = 0; k < j->c; k++)
+      d[k] *= scale;
+    d[j->lab[i]] -= j->g;
+  }
 }
 
 /* cross_entropy(logits[N,C], labels i32[N]) -> f32[]: the mean over rows of
@@ -273,11 +396,20 @@ DTRT_TRACED(cross_entropy, DTRT_TID_KERNEL) {
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, NULL, 0)))
     return s;
   int64_t rows = in[0].dim[0], c = in[0].dim[1];
-  const float *x = in[0].data;
-  const int32_t *lab = in[1].data;
+  CeJob j = {.x = in[0].data, .lab = in[1].data, .c = c};
   double loss = 0;
-  for (int64_t i = 0; i < rows; i++)
-    loss += logsumexp(x + i * c, c) - x[i * c + lab[i]];
+  if (rows * c < PARALLEL_ELEMS) {
+    for (int64_t i = 0; i < rows; i++)
+      loss += ce_row(&j, i);
+  } else {
+    /* each row's loss on the threads, added in row order as above */
+    if (!(j.loss = dtrt_alloc(ctx, sizeof(double) * (size_t)rows)))
+      return DT_ERR_NOMEM;
+    rows_run(ctx, rows, rows * c, ce_rows, &j);
+    for (int64_t i = 0; i < rows; i++)
+      loss += j.loss[i];
+    dtrt_free(ctx, j.loss);
+  }
   *(float *)out->data = rows ? (float)(loss / (double)rows) : 0.0f;
   return DT_OK;
 }
@@ -293,18 +425,14 @@ DTRT_TRACED(cross_entropy_grad, DTRT_TID_KERNEL) {
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, 2)))
     return s;
   int64_t rows = in[0].dim[0], c = in[0].dim[1];
-  const float *x = in[0].data;
-  const int32_t *lab = in[1].data;
-  float *dx = out->data;
   if (rows == 0)
     return DT_OK;
-  float g = (float)(*(const float *)in[2].data / (double)rows);
-  for (int64_t i = 0; i < rows; i++) {
-    row(SOFTMAX, x + i * c, NULL, dx + i * c, c, 1);
-    for (int64_t j = 0; j < c; j++)
-      dx[i * c + j] *= g;
-    dx[i * c + lab[i]] -= g;
-  }
+  CeJob j = {.x = in[0].data,
+             .lab = in[1].data,
+             .dx = out->data,
+             .c = c,
+             .g = (float)(*(const float *)in[2].data / (double)rows)};
+  rows_run(ctx, rows, rows * c, ce_rows, &j);
   return DT_OK;
 }
 
@@ -464,46 +592,71 @@ DTRT_TRACED(mse, DTRT_TID_KERNEL) {
 
 /* ---- normalisation ---- */
 
-/* Sums of x[0..n) (and, with y, of x[j] y[j]) in LANES float partial sums,
- * element j into lane j % LANES, the partials then added in double: a fixed
- * order, so the same on every run, and loops the compiler vectorises. */
-enum { LANES = 8 };
-
-static double sum_lanes(const float *x, int64_t n) {
-  float acc[LANES] = {0};
-  int64_t j = 0;
-  for (; j + LANES <= n; j += LANES)
-    for (int l = 0; l < LANES; l++)
-      acc[l] += x[j + l];
-  double s = 0;
-  for (int l = 0; l < LANES; l++)
-    s += acc[l];
-  for (; j < n; j++)
-    s += x[j];
-  return s;
-}
-
-/* Sum of (x[j] - mu)^2, then of y[j] (x[j] - mu) when y is not NULL. */
+/* Sum of (x[j] - mu)^2, then, when y is not NULL, of y[j] (x[j] - mu) and
+ * of y[j] (the last as sum_lanes(y, n) gives it, in the same pass). */
 static void dev_lanes(const float *x, const float *y, float mu, int64_t n, double *xx,
-                      double *xy) {
-  float a[LANES] = {0}, b[LANES] = {0};
+                      double *xy, double *sy) {
+  float a[LANES] = {0}, b[LANES] = {0}, c[LANES] = {0};
   int64_t j = 0;
-  for (; j + LANES <= n; j += LANES)
-    for (int l = 0; l < LANES; l++) {
-      float d = x[j + l] - mu;
-      a[l] += d * d;
-      b[l] += y ? y[j + l] * d : 0.0f;
-    }
-  double sa = 0, sb = 0;
+  if (y) { /* two loops: one with a branch inside does not vectorise */
+    for (; j + LANES <= n; j += LANES)
+      for (int l = 0; l < LANES; l++) {
+        float d = x[j + l] - mu;
+        a[l] += d * d;
+        b[l] += y[j + l] * d;
+        c[l] += y[j + l];
+      }
+  } else {
+    for (; j + LANES <= n; j += LANES)
+      for (int l = 0; l < LANES; l++) {
+        float d = x[j + l] - mu;
+        a[l] += d * d;
+      }
+  }
+  double sa = 0, sb = 0, sc = 0;
   for (int l = 0; l < LANES; l++)
-    sa += a[l], sb += b[l];
+    sa += a[l], sb += b[l], sc += c[l];
   for (; j < n; j++) {
     double d = x[j] - mu;
     sa += d * d;
     sb += y ? y[j] * d : 0.0;
+    sc += y ? y[j] : 0.0f;
   }
   *xx = sa;
   *xy = sb;
+  *sy = sc;
+}
+
+/* Rows [b, e) of normalize (dy NULL) or normalize_grad over rows of d. */
+typedef struct NormJob {
+  const float *x, *dy;
+  float *y;
+  int64_t d;
+  double eps;
+} NormJob;
+
+static void norm_rows(void *env, int64_t b, int64_t e) {
+  const NormJob *j = env;
+  int64_t d = j->d;
+  for (int64_t r = b; r < e; r++) {
+    const float *x = j->x + r * d;
+    const float *dy = j->dy ? j->dy + r * d : NULL;
+    float *y = j->y + r * d;
+    float mu = (float)(sum_lanes(x, d) / (double)d);
+    double xx, xdy, sdy;
+    dev_lanes(x, dy, mu, d, &xx, &xdy, &sdy);
+    float inv = (float)(1.0 / sqrt(xx / (double)d + j->eps));
+    if (!dy) {
+      for (int64_t k = 0; k < d; k++)
+        y[k] = (x[k] - mu) * inv;
+      continue;
+    }
+    /* mean(dy) and mean(dy * xhat), xhat = (x - mu) inv */
+    float mdy = (float)(sdy / (double)d);
+    float mdyx = (float)(xdy * inv / (double)d);
+    for (int64_t k = 0; k < d; k++)
+      y[k] = inv * (dy[k] - mdy - (x[k] - mu) * inv * mdyx);
+  }
 }
 
 static DtStatus norm_op(DtrtCtx *ctx, const char *op, bool grad, const DtTensor *in, int nin,
@@ -521,25 +674,8 @@ static DtStatus norm_op(DtrtCtx *ctx, const char *op, bool grad, const DtTensor 
   if (in[0].rank == 0)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: input is a scalar; it needs a last axis", op);
   int64_t d = in[0].dim[in[0].rank - 1], rows = d ? dtrt_numel(&in[0]) / d : 0;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *x = (const float *)in[0].data + r * d;
-    const float *dy = grad ? (const float *)in[1].data + r * d : NULL;
-    float *y = (float *)out->data + r * d;
-    float mu = (float)(sum_lanes(x, d) / (double)d);
-    double xx, xdy;
-    dev_lanes(x, dy, mu, d, &xx, &xdy);
-    float inv = (float)(1.0 / sqrt(xx / (double)d + eps));
-    if (!grad) {
-      for (int64_t j = 0; j < d; j++)
-        y[j] = (x[j] - mu) * inv;
-      continue;
-    }
-    /* mean(dy) and mean(dy * xhat), xhat = (x - mu) inv */
-    float mdy = (float)(sum_lanes(dy, d) / (double)d);
-    float mdyx = (float)(xdy * inv / (double)d);
-    for (int64_t j = 0; j < d; j++)
-      y[j] = inv * (dy[j] - mdy - (x[j] - mu) * inv * mdyx);
-  }
+  NormJob j = {in[0].data, grad ? in[1].data : NULL, out->data, d, eps};
+  rows_run(ctx, rows, rows * d, norm_rows, &j);
   return DT_OK;
 }
 
@@ -643,6 +779,34 @@ DTRT_TRACED(embedding_grad, DTRT_TID_KERNEL) {
  * of stream `step` under seed, as a fraction of 2^24, are >= p; kept elements
  * are scaled by 1/(1-p). A block of a larger tensor (a device's share after
  * spmd) names its place, so its mask is that block of the whole tensor's. */
+/* Rows [b, e) (along the last dim, of len) of a dropout of rank r: the
+ * block's dims, its place in the whole tensor and the whole's strides. */
+typedef struct DropJob {
+  const float *x;
+  float *y;
+  uint64_t key;
+  uint64_t cut; /* kept when the top 24 bits are at least this */
+  float scale;
+  int r;
+  int64_t len, dim[DT_MAX_RANK], begin[DT_MAX_RANK], stride[DT_MAX_RANK];
+} DropJob;
+
+static void drop_rows(void *env, int64_t b, int64_t e) {
+  const DropJob *j = env;
+  for (int64_t q = b; q < e; q++) {
+    /* the whole tensor's index of the row's first element */
+    int64_t g = j->r ? j->begin[j->r - 1] * j->stride[j->r - 1] : 0;
+    for (int64_t d = j->r - 2, rest = q; d >= 0; d--) {
+      g += (rest % j->dim[d] + j->begin[d]) * j->stride[d];
+      rest /= j->dim[d];
+    }
+    const float *x = j->x + q * j->len;
+    float *y = j->y + q * j->len;
+    for (int64_t k = 0; k < j->len; k++)
+      y[k] = dtrt_rand_at(j->key, (uint64_t)(g + k)) >> 40 >= j->cut ? x[k] * j->scale : 0.0f;
+  }
+}
+
 static DtStatus dropout_op(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
                            DtTensor *out, const DtAttrs *a) {
   DtStatus s;
@@ -674,24 +838,19 @@ static DtStatus dropout_op(DtrtCtx *ctx, const char *op, const DtTensor *in, int
     stride[d] = st;
     st *= whole[d];
   }
-  uint64_t key = dtrt_rand_key((uint64_t)a->i[0], (uint64_t)a->step);
-  double cut = p * 16777216.0;
-  float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-  const float *x = in[0].data;
-  float *y = out->data;
-  int64_t n = dtrt_numel(&in[0]), len = r ? in[0].dim[r - 1] : 1;
-  int64_t idx[DT_MAX_RANK] = {0};
-  for (int64_t k = 0; k < n; k += len) {
-    int64_t g = 0;   /* the whole tensor's index of the row's first element */
-    for (int d = 0; d < r; d++)
-      g += (idx[d] + begin[d]) * stride[d];
-    for (int64_t j = 0; j < len; j++) {
-      double u = (double)(dtrt_rand_at(key, (uint64_t)(g + j)) >> 40);
-      y[k + j] = u >= cut ? x[k + j] * scale : 0.0f;
-    }
-    for (int d = r - 2; d >= 0 && ++idx[d] == in[0].dim[d]; d--)
-      idx[d] = 0;
-  }
+  /* u >= p 2^24 for a whole u below 2^24 is u >= ceil(p 2^24), exactly */
+  DropJob j = {.x = in[0].data,
+               .y = out->data,
+               .r = r,
+               .len = r ? in[0].dim[r - 1] : 1,
+               .key = dtrt_rand_key((uint64_t)a->i[0], (uint64_t)a->step),
+               .cut = (uint64_t)ceil(p * 16777216.0),
+               .scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f};
+  memcpy(j.dim, in[0].dim, sizeof j.dim);
+  memcpy(j.begin, begin, sizeof j.begin);
+  memcpy(j.stride, stride, sizeof j.stride);
+  int64_t n = dtrt_numel(&in[0]);
+  rows_run(ctx, j.len ? n / j.len : 0, n, drop_rows, &j);
   return DT_OK;
 }
 
@@ -707,6 +866,27 @@ DTRT_TRACED(dropout_grad, DTRT_TID_KERNEL) { return dropout_op(ctx, "dropout_gra
 
 /* ---- causal mask ---- */
 
+/* Rows [b, e) of all the [rows, cols] matrices of a causal mask. */
+typedef struct MaskJob {
+  const float *x;
+  float *y;
+  int64_t rows, cols;
+  float fill;
+} MaskJob;
+
+static void mask_rows(void *env, int64_t b, int64_t e) {
+  const MaskJob *j = env;
+  for (int64_t q = b; q < e; q++) {
+    /* row i keeps its columns up to i and fills the rest: two plain loops,
+     * where one comparing each column with i does not vectorise */
+    int64_t i = q % j->rows, cols = j->cols, keep = i + 1 < cols ? i + 1 : cols;
+    float *y = j->y + q * cols;
+    memcpy(y, j->x + q * cols, sizeof(float) * (size_t)keep);
+    for (int64_t k = keep; k < cols; k++)
+      y[k] = j->fill;
+  }
+}
+
 /* causal_mask(x[..., r, c]){fill?}: entries with column j > row i become fill,
  * the others are copied; a->f[0] = fill, default -inf. Its backward is the same
  * op with fill = 0. */
@@ -720,13 +900,9 @@ DTRT_TRACED(causal_mask, DTRT_TID_KERNEL) {
   int r = in[0].rank;
   if (r < 2)
     return dtrt_fail(ctx, DT_ERR_ARG, "causal_mask: input needs rank 2 or more, got %d", r);
-  float fill = (float)dtrt_af(a, 0, -INFINITY);
-  int64_t rows = in[0].dim[r - 2], cols = in[0].dim[r - 1], n = dtrt_numel(&in[0]);
-  const float *x = in[0].data;
-  float *y = out->data;
-  for (int64_t base = 0; base < n; base += rows * cols)
-    for (int64_t i = 0; i < rows; i++)
-      for (int64_t j = 0; j < cols; j++)
-        y[base + i * cols + j] = j > i ? fill : x[base + i * cols + j];
+  MaskJob j = {in[0].data, out->data, in[0].dim[r - 2], in[0].dim[r - 1],
+               (float)dtrt_af(a, 0, -INFINITY)};
+  int64_t n = dtrt_numel(&in[0]);
+  rows_run(ctx, j.cols ? n / j.cols : 0, n, mask_rows, &j);
   return DT_OK;
 }

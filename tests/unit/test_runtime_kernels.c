@@ -859,6 +859,15 @@ static void test_causal_mask(void **state) {
         float v = y[b * 16 + i * 4 + j];
         assert_true(j > i ? isinf(v) && v < 0 : v == x[b * 16 + i * 4 + j]);
       }
+  /* more rows than columns, and more columns than rows */
+  for (int t = 0; t < 2; t++) {
+    int r = t ? 3 : 6, c = t ? 6 : 3;
+    DtTensor xt = ten(DTRT_F32, x, 2, r, c), yt = like(&xt, y);
+    run(dtrt_k_causal_mask, &xt, 1, &yt, NULL);
+    for (int i = 0; i < r; i++)
+      for (int j = 0; j < c; j++)
+        assert_true(j > i ? isinf(y[i * c + j]) : y[i * c + j] == x[i * c + j]);
+  }
   /* the backward is the same op with fill 0 */
   float *w = randv(32);
   DtAttrs z = {.nf = 1, .f = {0}};
@@ -1396,6 +1405,217 @@ static void test_pool2d(void **state) {
   refuse(dtrt_k_max_pool2d, &x3, 1, &y, &bad, "input must be f32[N,C,H,W], got f32[6,4,4]");
 }
 
+/* ---- rows on the thread pool ---- */
+
+/* k on a context of one thread gives the same bits as it gave on ctx into
+ * out. */
+static void same_on_one_thread(DtrtCtx *one, Kern k, const DtTensor *in, int nin,
+                               const DtTensor *out, const DtAttrs *a) {
+  DtTensor o = *out;
+  size_t bytes = (size_t)numel(out) * sizeof(float);
+  o.data = malloc(bytes);
+  if (k(one, in, nin, &o, a))
+    fail_msg("kernel failed on one thread: %s", dtrt_errmsg(one));
+  assert_memory_equal(o.data, out->data, bytes);
+  free(o.data);
+}
+
+/* The derivatives of softmax (lg 0) and log_softmax (lg 1) along ax, from y
+ * and dy, in double. */
+static void softmax_grad_ref(const DtTensor *y, const float *dy, int ax, int lg, float *dx) {
+  int64_t outer = 1, n = y->dim[ax], inner = 1;
+  for (int d = 0; d < ax; d++)
+    outer *= y->dim[d];
+  for (int d = ax + 1; d < y->rank; d++)
+    inner *= y->dim[d];
+  const float *v = y->data;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      double s = 0;
+      for (int64_t j = 0; j < n; j++) {
+        int64_t at = (o * n + j) * inner + i;
+        s += lg ? dy[at] : (double)dy[at] * v[at];
+      }
+      for (int64_t j = 0; j < n; j++) {
+        int64_t at = (o * n + j) * inner + i;
+        dx[at] = (float)(lg ? dy[at] - exp(v[at]) * s : v[at] * (dy[at] - s));
+      }
+    }
+}
+
+/* normalize (dy NULL) or normalize_grad over rows of d, in double. */
+static void norm_ref(const float *x, const float *dy, int64_t rows, int64_t d, double eps,
+                     float *y) {
+  for (int64_t r = 0; r < rows; r++) {
+    const float *v = x + r * d;
+    double m = 0, var = 0, mdy = 0, mdyx = 0;
+    for (int64_t j = 0; j < d; j++)
+      m += v[j] / (double)d;
+    for (int64_t j = 0; j < d; j++)
+      var += (v[j] - m) * (v[j] - m) / (double)d;
+    double inv = 1 / sqrt(var + eps);
+    for (int64_t j = 0; dy && j < d; j++) {
+      mdy += dy[r * d + j] / (double)d;
+      mdyx += dy[r * d + j] * (v[j] - m) * inv / (double)d;
+    }
+    for (int64_t j = 0; j < d; j++)
+      y[r * d + j] =
+          (float)(dy ? inv * (dy[r * d + j] - mdy - (v[j] - m) * inv * mdyx) : (v[j] - m) * inv);
+  }
+}
+
+/* Kernels whose rows run on the thread pool once they touch 65536 elements
+ * or more (kernels_nn.c), on such sizes with rows of lengths that are not
+ * multiples of their 8 lanes: against reference loops, and the same bits on
+ * a context of one thread. */
+static void test_rows_parallel(void **state) {
+  (void)state;
+  setenv("DTRT_NUM_THREADS", "1", 1); /* read when the context makes its pool */
+  DtrtCtx *one = dtrt_ctx_new();
+  unsetenv("DTRT_NUM_THREADS");
+  assert_non_null(one);
+
+  /* the softmax family over the last axis and over a middle one (rows at a stride) */
+  DtTensor x = ten(DTRT_F32, NULL, 3, 3, 181, 151); /* the largest of the cases below */
+  int64_t n = numel(&x);
+  x.data = randv(n);
+  for (int64_t k = 0; k < n; k++)
+    ((float *)x.data)[k] *= 5;
+  float *y = malloc((size_t)n * 4), *want = malloc((size_t)n * 4), *dy = randv(n);
+  float *dx = malloc((size_t)n * 4);
+  for (int lg = 0; lg < 2; lg++)
+    for (int ax = 1; ax < 3; ax++) {
+      DtAttrs a = ints(1, ax);
+      DtTensor yt = like(&x, y), dxt = like(&x, dx);
+      Kern f = lg ? dtrt_k_log_softmax : dtrt_k_softmax;
+      Kern g = lg ? dtrt_k_log_softmax_grad : dtrt_k_softmax_grad;
+      run(f, &x, 1, &yt, &a);
+      softmax_ref(&x, ax, lg, want);
+      near(y, want, n, 1e-5);
+      same_on_one_thread(one, f, &x, 1, &yt, &a);
+      DtTensor in[2] = {yt, like(&x, dy)};
+      run(g, in, 2, &dxt, &a);
+      softmax_grad_ref(&yt, dy, ax, lg, want);
+      near(dx, want, n, 1e-5);
+      same_on_one_thread(one, g, in, 2, &dxt, &a);
+    }
+
+  /* normalize and its derivative over rows of 131 */
+  DtTensor xn = ten(DTRT_F32, x.data, 2, 517, 131), yn = like(&xn, y);
+  DtAttrs eps = {.nf = 1, .f = {1e-5}};
+  int64_t nn = numel(&xn);
+  run(dtrt_k_normalize, &xn, 1, &yn, &eps);
+  norm_ref(x.data, NULL, 517, 131, 1e-5, want);
+  near(y, want, nn, 1e-5);
+  same_on_one_thread(one, dtrt_k_normalize, &xn, 1, &yn, &eps);
+  DtTensor nin[2] = {xn, like(&xn, dy)};
+  run(dtrt_k_normalize_grad, nin, 2, &yn, &eps);
+  norm_ref(x.data, dy, 517, 131, 1e-5, want);
+  near(y, want, nn, 1e-5);
+  same_on_one_thread(one, dtrt_k_normalize_grad, nin, 2, &yn, &eps);
+
+  /* cross entropy and its derivative over 300 rows of 259 classes */
+  enum { N = 300, C = 259 };
+  int32_t lab[N];
+  for (int i = 0; i < N; i++)
+    lab[i] = (i * 97 + 13) % C;
+  float loss, dl = 1.5f;
+  DtTensor cin[3] = {ten(DTRT_F32, x.data, 2, N, C), ten(DTRT_I32, lab, 1, N),
+                     ten(DTRT_F32, &dl, 0)};
+  DtTensor lo = ten(DTRT_F32, &loss, 0), cdx = ten(DTRT_F32, dx, 2, N, C);
+  const float *v = x.data;
+  double wl = 0;
+  for (int i = 0; i < N; i++) {
+    double m = -INFINITY, s = 0;
+    for (int j = 0; j < C; j++)
+      m = fmax(m, v[i * C + j]);
+    for (int j = 0; j < C; j++)
+      s += exp(v[i * C + j] - m);
+    wl += m + log(s) - v[i * C + lab[i]];
+    for (int j = 0; j < C; j++) /* the derivative times N / dloss */
+      want[i * C + j] = (float)(exp(v[i * C + j] - m) / s - (j == lab[i]));
+  }
+  run(dtrt_k_cross_entropy, cin, 2, &lo, NULL);
+  if (!(fabs(loss - wl / N) < 1e-5 * (1 + wl / N)))
+    fail_msg("loss %.9g, want %.9g", loss, wl / N);
+  same_on_one_thread(one, dtrt_k_cross_entropy, cin, 2, &lo, NULL);
+  run(dtrt_k_cross_entropy_grad, cin, 3, &cdx, NULL);
+  same_on_one_thread(one, dtrt_k_cross_entropy_grad, cin, 3, &cdx, NULL);
+  for (int k = 0; k < N * C; k++)
+    dx[k] *= N / dl;
+  near(dx, want, N * C, 1e-6);
+
+  /* the causal mask over [5, 120, 130] */
+  DtTensor xm = ten(DTRT_F32, x.data, 3, 5, 120, 130), ym = like(&xm, y);
+  DtAttrs fill = {.nf = 1, .f = {-2}};
+  run(dtrt_k_causal_mask, &xm, 1, &ym, &fill);
+  for (int64_t k = 0; k < numel(&xm); k++)
+    assert_true(y[k] == (k % 130 > k / 130 % 120 ? -2 : v[k]));
+  same_on_one_thread(one, dtrt_k_causal_mask, &xm, 1, &ym, &fill);
+  free(want);
+  free(dy);
+  free(dx);
+
+  /* dropout: each row of a [70, 1000] tensor equals that row dropped alone
+   * (a block naming its place, 1000 elements: on the caller); a block of
+   * [4, 150, 130] at [1, 5, 7] of a [6, 160, 140] tensor equals that block
+   * of the whole's */
+  DtTensor xd = ten(DTRT_F32, x.data, 2, 70, 1000), yd = like(&xd, y);
+  DtAttrs pd = {.ni = 1, .i = {77}, .nf = 1, .f = {0.25}, .step = 5};
+  run(dtrt_k_dropout, &xd, 1, &yd, &pd);
+  same_on_one_thread(one, dtrt_k_dropout, &xd, 1, &yd, &pd);
+  float r[1000];
+  for (int i = 0; i < 70; i++) {
+    DtTensor xr = ten(DTRT_F32, (float *)x.data + i * 1000, 2, 1, 1000), yr = like(&xr, r);
+    DtAttrs pr = {.ni = 5, .i = {77, 70, 1000, i, 0}, .nf = 1, .f = {0.25}, .step = 5};
+    run(dtrt_k_dropout, &xr, 1, &yr, &pr);
+    assert_memory_equal(r, y + i * 1000, sizeof r);
+  }
+  enum { WA = 6, WB = 160, WC = 140, LA = 4, LB = 150, LC = 130, A0 = 1, B0 = 5, C0 = 7 };
+  float *xw = randv(WA * WB * WC), *yw = malloc(WA * WB * WC * 4), *xb = malloc(LA * LB * LC * 4);
+  DtTensor xwt = ten(DTRT_F32, xw, 3, WA, WB, WC), ywt = like(&xwt, yw);
+  run(dtrt_k_dropout, &xwt, 1, &ywt, &pd);
+  for (int i = 0; i < LA; i++)
+    for (int j = 0; j < LB; j++)
+      for (int k = 0; k < LC; k++)
+        xb[(i * LB + j) * LC + k] = xw[((i + A0) * WB + j + B0) * WC + k + C0];
+  DtTensor xbt = ten(DTRT_F32, xb, 3, LA, LB, LC), ybt = like(&xbt, y);
+  DtAttrs pb = {.ni = 7, .i = {77, WA, WB, WC, A0, B0, C0}, .nf = 1, .f = {0.25}, .step = 5};
+  run(dtrt_k_dropout, &xbt, 1, &ybt, &pb);
+  for (int i = 0; i < LA; i++)
+    for (int j = 0; j < LB; j++)
+      for (int k = 0; k < LC; k++)
+        assert_true(y[(i * LB + j) * LC + k] == yw[((i + A0) * WB + j + B0) * WC + k + C0]);
+  same_on_one_thread(one, dtrt_k_dropout, &xbt, 1, &ybt, &pb);
+  free(xw);
+  free(yw);
+  free(xb);
+  free(y);
+  free(x.data);
+  dtrt_ctx_free(one);
+}
+
+/* A NaN in a row makes its softmax NaN, wherever it lies among the lanes or
+ * in the tail; an entry of -inf (a masked one) gets 0. */
+static void test_softmax_nan(void **state) {
+  (void)state;
+  enum { C = 13 };
+  for (int at = 0; at < C; at++) {
+    float x[2 * C], y[2 * C], want[2 * C];
+    for (int j = 0; j < 2 * C; j++)
+      x[j] = (float)(j % 5) - 2;
+    x[at] = NAN;
+    x[C + at] = -INFINITY;
+    DtTensor xt = ten(DTRT_F32, x, 2, 2, C), yt = ten(DTRT_F32, y, 2, 2, C);
+    run(dtrt_k_softmax, &xt, 1, &yt, NULL);
+    for (int j = 0; j < C; j++)
+      assert_true(isnan(y[j]));
+    softmax_ref(&xt, 1, 0, want);
+    near(y + C, want + C, C, 1e-6);
+    assert_true(y[C + at] == 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_matmul, setup, teardown),
@@ -1421,6 +1641,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_conv2d_refuse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool2d, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reduce_parallel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rows_parallel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_softmax_nan, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
