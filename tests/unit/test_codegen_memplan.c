@@ -113,11 +113,11 @@ static const Example examples[] = {
     {"mlp_big.dt", {{"forward", 3145728}, {"train_step", 7340032}}},
     {"cnn.dt", {{"forward", 6422528}, {"train_step", 12845056}}},
     {"cnn_bn.dt", {{"forward", 6422656}, {"train_step", 22078016}}},
-    {"transformer.dt", {{"forward", 655360}, {"train_step", 2065216}}},
+    {"transformer.dt", {{"forward", 655360}, {"train_step", 1729344}}},
     {"gpt.dt",
      {{"forward", 917504},
       {"layers", 655360},
-      {"train_step", 3970176},
+      {"train_step", 3830912},
       {"layers.save", 786496},
       {"layers.grad", 524288}}},
     {"mlp_dp.dt",
@@ -266,7 +266,7 @@ static void plan_long_chain(void **state) {
   print_message("chain of 20000: @forward %lld bytes, @train_step %lld bytes\n",
                 (long long)fwd->work_bytes, (long long)step->work_bytes);
   assert_true(fwd->work_bytes <= 1536);   /* three buffers: the epilogues' (Example) */
-  assert_true(step->work_bytes <= 6828032);
+  assert_true(step->work_bytes <= 6827520);
   arena_free(c.a);
 }
 
@@ -280,7 +280,7 @@ static void plan_long_random(void **state) {
   print_message("random 20000: @forward %lld bytes, @train_step %lld bytes\n",
                 (long long)fwd->work_bytes, (long long)step->work_bytes);
   assert_true(fwd->work_bytes <= 12651520);
-  assert_true(step->work_bytes <= 407031040);
+  assert_true(step->work_bytes <= 407045120);   /* epilogues hold their operands a step longer */
   arena_free(c.a);
 }
 
