@@ -342,6 +342,9 @@ struct Module {
    * step's result does not depend on the layout; 0: off. */
   int det_pieces;
   int64_t batch;         /* the model's batch dimension (`batch B`), 0: none */
+  /* dtc -fepilogue: fusion makes a matmul the head of the group that reads
+   * it, which the generated GEMM runs on its strips (passes/fusion.c) */
+  bool epilogues;
   Loc det_loc;
 };
 /* Micro-batches a step may be cut into (a join is one concat). */

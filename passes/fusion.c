@@ -485,7 +485,9 @@ static bool stored_between(const int *at, int n, int lo, int hi) {
  * in one pass. A group that stores (an optimizer's update of the weight
  * whose gradient the matmul makes) stays a loop of its own: run on strips
  * of the product it read its weights and moments a few columns at a time,
- * and bench/mlp's step took 2% longer. */
+ * and bench/mlp's step took 2% longer. Only under dtc -fepilogue
+ * (Module.epilogues): on the machines measured the epilogues saved nothing
+ * (docs/ARCHITECTURE.md, Epilogues). */
 static void join_products(Func *f) {
   Arena *a = f->mod->arena;
   const Module *m = f->mod;
@@ -630,7 +632,8 @@ static void fuse_func(Func *f) {
   place_sinks(&fu);
   hoist_updates(&fu);
   reschedule(&fu);
-  join_products(f);
+  if (f->mod->epilogues)
+    join_products(f);
 }
 
 bool pass_fusion(Module *m, Diag *d, PassRun *run) {

@@ -40,6 +40,9 @@ static const char usage[] =
   "  -fdeterministic[=N]  the same result on any layout: every sum over the\n"
   "                       batch in N fixed pieces (default 8 or the largest\n"
   "                       divisor of the batch below), added in order\n"
+  "  -fepilogue           run the elementwise ops that read a matmul's result\n"
+  "                       on each strip of it inside dtc's GEMM (off: as loops\n"
+  "                       of their own after it, measured as fast or faster)\n"
   "  -fmatmul=HOW         matmuls by dtc's own generated kernel (dtc), by\n"
   "                       OpenBLAS through libdtrt (blas), or by dtc where\n"
   "                       it measured faster (auto, the default)\n"
@@ -74,6 +77,7 @@ typedef struct Driver {
   int ndefs;
   const char *print_after[32];
   int det;                   /* -fdeterministic: 0 off, -1 the default count, else the count */
+  bool epilogue;             /* -fepilogue */
   PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
   PassRun run;
   int devices[CG_MAX_PLANS]; /* --devices, ascending; ndevices 0: none given */
@@ -206,6 +210,8 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       if (k == COUNTOF(how))
         return fail("invalid value '%s' in '-fmatmul' (expected dtc, blas or auto)", v);
       o->matmul = (CgMatmul)k;
+    } else if (!strcmp(a, "-fepilogue")) {
+      dr->epilogue = true;
     } else if (!strcmp(a, "-fdeterministic")) {
       dr->det = -1;
     } else if ((v = opt_value(a, "-fdeterministic="))) {
@@ -344,6 +350,8 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     double fe_ms = now_ms() - t0;
     if (m && !d->nerr && dr->det && !set_deterministic(m, dr->det))
       goto done;
+    if (m)
+      m->epilogues = dr->epilogue;
     d->wflags &= ~W_UNUSED;
     if (!m || d->nerr || !ir_verify(m, d))
       goto done;
@@ -442,6 +450,7 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     return 1;
   if (dr->det && !set_deterministic(m, dr->det))
     return 1;
+  m->epilogues = dr->epilogue;
   if (!ir_verify(m, d))
     return 1;
   if (dr->print_name) {

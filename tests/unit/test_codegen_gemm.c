@@ -146,6 +146,7 @@ static void parse_into(CT *t, const char *text) {
   t->m = ir_parse(t->a, src_from_string(t->a, "gemm.ir", text), &t->d);
   if (!t->m)
     fail_msg("ir_parse: %s", ct_log(t));
+  t->m->epilogues = true;   /* dtc -fepilogue: the epilogues() cases */
   ct_passes(t);
 }
 

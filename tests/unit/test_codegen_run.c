@@ -207,6 +207,25 @@ static void classifier_adam(void **state) {
 
 /* Every elementwise op, broadcasting over [4,3,5] from [4,1,5], [3,1] and
  * [5], trained through mse. */
+/* The same classifier with -fepilogue: its products head the groups that
+ * read them (bias, activation, ReLU derivative); products this small go to
+ * OpenBLAS, so each group runs after its call (test_codegen_gemm runs
+ * epilogues inside the generated GEMM). */
+static void classifier_epilogue(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "cle");
+  classifier(&t, "adam");
+  t.m->epilogues = true;
+  run_model(&t, 3);
+  int heads = 0;
+  Func *f = ir_find_func(t.m, "train_step");
+  for (int i = 0; i < f->inst.n; i++)
+    heads += f->inst.a[i]->op == OP_matmul && f->inst.a[i]->fuse;
+  assert_true(heads >= 3);   /* two forward products and the first backward one */
+  ct_free(&t);
+}
+
 static void elementwise_zoo(void **state) {
   (void)state;
   CT t;
@@ -475,6 +494,7 @@ static void tanh_accuracy(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(classifier_sgd),   cmocka_unit_test(classifier_adam),
+      cmocka_unit_test(classifier_epilogue),
       cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
       cmocka_unit_test(pools_and_pads),   cmocka_unit_test(inference_only),
       cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
