@@ -429,23 +429,8 @@ static int64_t axis_of(const Inst *inst) {
   return ax < 0 ? ax + inst->type.rank : ax;
 }
 
-static void grad_slice(GradCtx *g, Inst *inst) {
-  int64_t ax = axis_of(inst);
-  Inst *dy = DY;
-  Inst *r = ir_new(g->f, OP_pad, inst->loc, 1, &dy);
-  ir_set_int(r, "axis", ax);
-  ir_set_int(r, "begin", ir_get_int(inst, "begin", 0));
-  ir_set_int(r, "size", X->type.dim[ax]);
-  accum(g, X, ir_finish(r));
-}
-
-static void grad_pad(GradCtx *g, Inst *inst) {
-  int64_t ax = axis_of(inst), b = ir_get_int(inst, "begin", 0);
-  accum(g, X, slice(g, DY, ax, b, b + X->type.dim[ax], inst));
-}
-
-/* dy's elements added into the ones of x they copy: the _grad op with
- * inst's axis and begin and x's length. */
+/* dy's elements added into the ones of x they copy: op (pad for a slice,
+ * the _grad op of a copying pad) with inst's axis and begin and x's length. */
 static void grad_copy_pad(GradCtx *g, Inst *inst, Op op) {
   int64_t ax = axis_of(inst);
   Inst *dy = DY;
@@ -455,6 +440,14 @@ static void grad_copy_pad(GradCtx *g, Inst *inst, Op op) {
   ir_set_int(r, "size", X->type.dim[ax]);
   accum(g, X, ir_finish(r));
 }
+
+static void grad_slice(GradCtx *g, Inst *inst) { grad_copy_pad(g, inst, OP_pad); }
+
+static void grad_pad(GradCtx *g, Inst *inst) {
+  int64_t ax = axis_of(inst), b = ir_get_int(inst, "begin", 0);
+  accum(g, X, slice(g, DY, ax, b, b + X->type.dim[ax], inst));
+}
+
 
 static void grad_pad_reflect(GradCtx *g, Inst *i) { grad_copy_pad(g, i, OP_pad_reflect_grad); }
 static void grad_pad_replicate(GradCtx *g, Inst *i) { grad_copy_pad(g, i, OP_pad_replicate_grad); }
