@@ -4,9 +4,10 @@
  * Requires: verified IR. Guarantees: every elementwise op has fuse > 0; the
  * elementwise members of a group share one result shape, and every operand
  * from outside the group broadcasts to it and is computed before the group; a
- * group's members (a matmul whose tiles it reads as they are written, first,
- * its ops, the scalar consts and learning rates only it uses, and the stores
- * it writes straight into the state block) are contiguous; a
+ * group's members (under -fepilogue a matmul whose strips it reads as they
+ * are written, first; its ops, the scalar consts and learning rates only it
+ * uses, and the stores it writes straight into the state block) are
+ * contiguous; a
  * group value used only inside its group needs no memory; outputs keep their
  * order; a store moves after the last read of its global's old value when no
  * later load of that global needs the new one; a group that writes the state
@@ -499,8 +500,9 @@ static void join_products(Func *f) {
   int *first = arena_alloc(a, sizeof(int) * (size_t)(ngrp + 1));
   int *last = arena_alloc(a, sizeof(int) * (size_t)(ngrp + 1));
   Inst **head = arena_alloc(a, sizeof(Inst *) * (size_t)(ngrp + 1));
+  int *heads = arena_alloc(a, sizeof(int) * (size_t)(n + 1));   /* by inst id: its group */
   bool *up = arena_alloc(a, sizeof(bool) * (size_t)(ngrp + 1));
-  bool *bad = arena_alloc(a, sizeof(bool) * (size_t)(ngrp + 1));   /* stores, or a matmul */
+  bool *stores = arena_alloc(a, sizeof(bool) * (size_t)(ngrp + 1));
   int *nstore = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   int **store = arena_alloc(a, sizeof(int *) * (size_t)(m->global.n + 1));
   for (int g = 0; g <= ngrp; g++)
@@ -510,7 +512,7 @@ static void join_products(Func *f) {
     if (y->fuse) {
       first[y->fuse] = first[y->fuse] < 0 ? i : first[y->fuse];
       last[y->fuse] = i;
-      bad[y->fuse] |= y->op == OP_store || y->op == OP_matmul;
+      stores[y->fuse] |= y->op == OP_store;
     }
     if (y->op == OP_store)
       nstore[ir_global_of(y) - m->global.a]++;
@@ -536,7 +538,7 @@ static void join_products(Func *f) {
       ok = u->fuse && is_elem(u) && (!g || u->fuse == g);
       g = u->fuse;
     }
-    if (!ok || bad[g] || head[g])
+    if (!ok || stores[g] || head[g])
       continue;
     const Type *shape = NULL;
     bool early = true;   /* the group reads nothing made after x */
@@ -564,6 +566,7 @@ static void join_products(Func *f) {
     if (!down && !early)
       continue;
     head[g] = x;
+    heads[x->id] = g;
     up[g] = !down;
   }
 
@@ -573,30 +576,14 @@ static void join_products(Func *f) {
   int k = 0;
   for (int i = 0; i < n; i++) {
     Inst *y = f->inst.a[i];
-    int g = y->fuse;
-    if (g && head[g] && up[g])
-      continue;                      /* placed after its product */
-    if (y->op == OP_matmul && !g) {
-      for (int u = use.off[y->id]; u < use.off[y->id + 1]; u++) {
-        int h = use.u[u]->fuse;
-        if (h && head[h] == y && !up[h])
-          g = -1;                    /* placed before its group */
-      }
-      if (g < 0)
-        continue;
-    }
+    int g = y->fuse, h = heads[y->id];
+    if ((g && head[g] && up[g]) || (h && !up[h]))
+      continue;   /* placed after its product, or before its group */
     if (g && head[g] && i == first[g])
       order[k++] = head[g];
     order[k++] = y;
-    if (y->op == OP_matmul)
-      for (int u = use.off[y->id]; u < use.off[y->id + 1]; u++) {
-        int h = use.u[u]->fuse;
-        if (h && head[h] == y && up[h]) {
-          for (int e = first[h]; e <= last[h]; e++)
-            order[k++] = f->inst.a[e];
-          break;
-        }
-      }
+    for (int e = first[h]; h && e <= last[h]; e++)
+      order[k++] = f->inst.a[e];   /* h moves up */
   }
   DTC_ASSERT(k == n);
   memcpy(f->inst.a, order, sizeof(Inst *) * (size_t)n);
