@@ -26,6 +26,8 @@
  * is one the cut computes exactly, else a located error says which op needs
  * the whole batch; an op of the step outside the loops runs on parts only
  * where it computes them exactly, else on their join. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -536,4 +538,27 @@ bool pass_microbatch(Module *m, Diag *d, PassRun *run) {
       }
   }
   return !c.failed;
+}
+
+bool microbatch_fits(const Module *m, int n) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  DTC_ASSERT(out);
+  ir_print(out, m);
+  fclose(out);
+  Arena *a = arena_new();
+  Diag quiet;
+  diag_init(&quiet, NULL);
+  quiet.quiet = true;
+  quiet.max_errors = 0;
+  Module *copy = ir_parse(a, src_from_string(a, m->name, text), &quiet);
+  bool fits = copy && !quiet.nerr;
+  if (fits) {
+    copy->microbatches = n;
+    fits = pass_microbatch(copy, &quiet, NULL) && !quiet.nerr;
+  }
+  arena_free(a);
+  free(text);
+  return fits;
 }

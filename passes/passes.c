@@ -8,9 +8,9 @@
 const Pass pass_table[] = {
   {"autodiff", pass_autodiff, "training step: forward, backward, optimizer update"},
   {"eval", pass_eval, "@forward in evaluation mode: dropout is the identity"},
-  {"microbatch", pass_microbatch, "@train_step's loops cut into micro-batches, as many as asked"},
   {"determinize", pass_determinize, "deterministic mode: sums over the batch in fixed pieces, in order"},
   {"plan", pass_plan, "forms of inputs and params and per-device ratios: a search, an LP"},
+  {"microbatch", pass_microbatch, "@train_step's loops cut into micro-batches, as many as asked or planned"},
   {"sharding", pass_sharding, "how every tensor lies on the mesh: annotations, propagation"},
   {"spmd", pass_spmd, "per-device functions: local shapes and collectives"},
   {"comm", pass_comm, "the method of every collective, cheapest by the links' cost model"},

@@ -61,6 +61,9 @@ bool pass_eval(Module *m, Diag *d, PassRun *run);
 /* With Module.microbatches > 1: each loop of @train_step as that many loops
  * on consecutive blocks of rows of its carried values (see the file). */
 bool pass_microbatch(Module *m, Diag *d, PassRun *run);
+/* Whether @train_step's loops can be cut into n micro-batches: the cut tried
+ * on a copy of m (its IR text parsed back), which m does not see. */
+bool microbatch_fits(const Module *m, int n);
 
 /* ---- determinize.c ---------------------------------------------------- */
 
@@ -89,6 +92,7 @@ struct PlanInfo {
   int k;                 /* devices on the mesh axis */
   double *ratio;         /* [k] the ratios of every split (1/k each: even) */
   double *busy;          /* [k] seconds computing */
+  double *mem;           /* [k] bytes at the device's fullest point, as the planner counts */
   double step, even;     /* predicted step of the plan, of its forms with even ratios */
   double block;          /* predicted step of the parallel block's forms, even */
   /* plan auto only: how sure the choice is (docs/ARCHITECTURE.md, Planner) */
@@ -115,6 +119,8 @@ struct PlanInfo {
   double comm;           /* seconds of collectives */
   double flops;          /* of the whole step on one device */
   int ncoll, bottleneck, evals;
+  int mb;                /* the micro-batches a pipeline's loops were costed in */
+  bool planned_mb;       /* ... chosen by the planner, not the parallel block */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
 };

@@ -50,6 +50,9 @@
 typedef struct Cost {
   int nseg;
   double *a, *b;            /* [nseg * nclass] seconds */
+  double *w;                /* [nseg] the weight of the segment's slowest device: 1, or
+                               (M - 1) / M for a pipeline's loop over M micro-batches,
+                               whose other 1 / M is every stage's time in turn */
   double comm;              /* seconds of collectives */
   int ncoll;
   /* Memory, at each value's definition: the bytes whole on every device and
@@ -57,6 +60,7 @@ typedef struct Cost {
   int nmem;
   double *fixed, *scaled;
   int64_t min_len;          /* the shortest split dimension; 0: nothing split */
+  int64_t layers;           /* a pipeline's layers: its loop's trip count; 0: none */
 } Cost;
 
 typedef struct Planner {
@@ -69,7 +73,8 @@ typedef struct Planner {
   int members[SHARD_MAX_AXIS];  /* 0 .. k-1 */
   Sharding **user;              /* by global: the parallel block's sharding */
   int *var, nvar;               /* the globals whose forms the search chooses */
-  VEC(double) a, b, fixed, scaled;
+  VEC(double) a, b, w, fixed, scaled;
+  int mb;                       /* micro-batches a pipeline's loop runs in */
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
   VEC(const Inst *) memo_x;     /* ... and of which value */
   VEC(Sharding **) seen;        /* every global's propagated form of each choice costed
@@ -110,6 +115,7 @@ static const Func *find_step(const Module *m) {
 
 static void new_segment(Planner *p, Cost *c) {
   c->nseg++;
+  vec_push(p->m->arena, &p->w, 1.0);
   for (int q = 0; q < p->nclass; q++) {
     vec_push(p->m->arena, &p->a, 0.0);
     vec_push(p->m->arena, &p->b, 0.0);
@@ -181,21 +187,38 @@ static bool owns_memory(const Inst *i) {
          i->op != OP_reshape;
 }
 
-/* The memory points of the step, as the memory plan counts memory (a value
- * lives from its definition to its last use), before fusion keeps some
- * values in registers: at each definition, the globals (inputs whole: every
- * rank is given the whole batch) and the values live there, whole or split. */
-static void memory_points(Planner *p, Cost *c) {
-  Module *m = p->m;
-  const Func *f = p->step;
-  double gf = 0, gs = 0, lf = 0, ls = 0;
-  for (int g = 0; g < m->global.n; g++) {
-    const Global *gl = &m->global.a[g];
-    bool split = gl->kind != G_INPUT && split_on(gl->shard, gl->type.rank);
-    *(split ? &gs : &gf) += bytes_of(&gl->type);
-    note_len(c, gl->shard, &gl->type);
+static void live_walk(Planner *p, const Func *f, double gf, double gs, double *pf, double *ps);
+
+/* The memory a loop takes while it runs, as the memory plan's scratch
+ * region: two buffers per carried value and the body's fullest point, whole
+ * (into *f) or split (*s); a loop of @train_step runs on one micro-batch. */
+static void loop_scratch(Planner *p, const Inst *r, bool in_step, double *f, double *s) {
+  *f = *s = 0;
+  live_walk(p, ir_repeat_body(r), 0, 0, f, s);
+  for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
+    const Inst *x = r->in[k];
+    *(x->shard && split_on(x->shard, x->type.rank) ? s : f) += 2 * bytes_of(&x->type);
   }
-  ir_renumber(p->step);
+  if (in_step && p->mb > 1) {
+    *f /= p->mb, *s /= p->mb;
+    /* the micro-batches' carried values live beside their join */
+    for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
+      const Inst *x = r->in[k];
+      *(x->shard && split_on(x->shard, x->type.rank) ? s : f) += bytes_of(&x->type);
+    }
+  }
+}
+
+/* Walks f's values as the memory plan counts memory (a value lives from its
+ * definition to its last use, a loop's scratch at the loop), before fusion
+ * keeps some values in registers, on top of gf whole and gs split bytes:
+ * the fullest point's whole and split bytes into *pf and *ps (each its own
+ * maximum), and for the step every point into the planner's memory points. */
+static void live_walk(Planner *p, const Func *f, double gf, double gs, double *pf, double *ps) {
+  Module *m = p->m;
+  bool step = f == p->step;
+  double lf = 0, ls = 0;
+  ir_renumber((Func *)f);
   int *last = calloc((size_t)f->inst.n + 1, sizeof *last);
   DTC_ASSERT(last);
   for (int k = 0; k < f->inst.n; k++) {
@@ -203,15 +226,20 @@ static void memory_points(Planner *p, Cost *c) {
     for (int j = 0; j < f->inst.a[k]->nin; j++)
       last[f->inst.a[k]->in[j]->id] = k;
   }
-  p->fixed.n = p->scaled.n = 0;
-  vec_push(m->arena, &p->fixed, gf);
-  vec_push(m->arena, &p->scaled, gs);
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *i = f->inst.a[k];
-    if (owns_memory(i)) {
+    double sf = 0, ss = 0;
+    if (i->op == OP_repeat)
+      loop_scratch(p, i, step, &sf, &ss);
+    if (owns_memory(i))
       *(i->shard && split_on(i->shard, i->type.rank) ? &ls : &lf) += bytes_of(&i->type);
-      vec_push(m->arena, &p->fixed, gf + lf);
-      vec_push(m->arena, &p->scaled, gs + ls);
+    if (owns_memory(i) || i->op == OP_repeat) {
+      *pf = fmax(*pf, gf + lf + sf);
+      *ps = fmax(*ps, gs + ls + ss);
+      if (step) {
+        vec_push(m->arena, &p->fixed, gf + lf + sf);
+        vec_push(m->arena, &p->scaled, gs + ls + ss);
+      }
     }
     for (int j = 0; j <= i->nin; j++) {   /* the operands, then i itself */
       const Inst *x = j < i->nin ? i->in[j] : i;
@@ -222,6 +250,24 @@ static void memory_points(Planner *p, Cost *c) {
     }
   }
   free(last);
+}
+
+/* The memory points of the step: at each definition, the globals (inputs
+ * whole: every rank is given the whole batch) and the values live there,
+ * whole or split. */
+static void memory_points(Planner *p, Cost *c) {
+  Module *m = p->m;
+  double gf = 0, gs = 0, pf = 0, ps = 0;
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    bool split = gl->kind != G_INPUT && split_on(gl->shard, gl->type.rank);
+    *(split ? &gs : &gf) += bytes_of(&gl->type);
+    note_len(c, gl->shard, &gl->type);
+  }
+  p->fixed.n = p->scaled.n = 0;
+  vec_push(m->arena, &p->fixed, gf);
+  vec_push(m->arena, &p->scaled, gs);
+  live_walk(p, p->step, gf, gs, &pf, &ps);
   c->nmem = p->fixed.n;
   c->fixed = p->fixed.a;
   c->scaled = p->scaled.a;
@@ -247,6 +293,39 @@ static Sharding loop_operand(const Inst *r, int k) {
   return s;
 }
 
+static void cost_walk(Planner *p, Cost *c, const Func *f, double times);
+
+/* Loop r as pipeline stages over the mesh axis: device c runs r[c] of its n
+ * iterations on each of M micro-batches, stage after stage. A wave takes
+ * every stage's time for one micro-batch in turn (the first reaching the
+ * last), then M - 1 times the slowest stage's: with t[c] = r[c] n W[c] for
+ * the whole batch (W[c] the body's time on c), (1/M) sum t[c] + ((M-1)/M)
+ * max t[c], in a segment of its own (Cost.w). A middle stage receives and
+ * sends each micro-batch's carried value, and the sends wait for their
+ * receivers: 2M + k - 2 sends lie on the wave's critical path; and the last
+ * stage broadcasts each micro-batch's result. */
+static void pipe_cost(Planner *p, Cost *c, const Inst *r, double times) {
+  int mb = p->mb > 1 ? p->mb : 1;
+  c->layers = ir_get_int(r, "n", 1);
+  new_segment(p, c);
+  int s = c->nseg - 1;
+  cost_walk(p, c, ir_repeat_body(r), times * (double)ir_get_int(r, "n", 1));
+  for (int t = s; t < c->nseg; t++) {
+    for (int q = 0; q < p->nclass; q++) {
+      size_t at = (size_t)t * (size_t)p->nclass + (size_t)q;
+      p->b.a[at] += p->a.a[at];
+      p->a.a[at] = 0;
+    }
+    p->w.a[t] = (mb - 1.0) / mb;
+  }
+  double part = bytes_of(&r->in[0]->type) / mb, none[SHARD_MAX_AXIS] = {0};
+  int pair[2] = {0, 1};
+  c->comm += times * ((2 * mb + p->k - 2) * comm_cost(p->m, OP_send, part, none, pair, 2, 0) +
+                      mb * comm_cost(p->m, OP_bcast, part, none, p->members, p->k, 0));
+  c->ncoll += 2 * mb;
+  new_segment(p, c);
+}
+
 /* Costs function f, times `times`: a loop costs its body once, times its
  * trip count, so planning does not grow with depth. A body's collectives
  * end segments as the caller's do; max over devices of a segment repeated n
@@ -269,11 +348,17 @@ static void cost_walk(Planner *p, Cost *c, const Func *f, double times) {
       continue;
     }
     if (i->op == OP_repeat) {
+      double *ratio;
+      bool pipe = shard_pipe_axis(i, NULL, &ratio) == 0;
       for (int j = 0; j < i->nin; j++) {
         Sharding req = loop_operand(i, j);
-        reshard(p, c, i->in[j], &req, times);
+        if (!pipe || ir_repeat_operand_kind(i, j) != 2)   /* a stage holds its layers */
+          reshard(p, c, i->in[j], &req, times);
       }
-      cost_walk(p, c, ir_repeat_body(i), times * (double)ir_get_int(i, "n", 1));
+      if (pipe)
+        pipe_cost(p, c, i, times);
+      else
+        cost_walk(p, c, ir_repeat_body(i), times * (double)ir_get_int(i, "n", 1));
       continue;
     }
     if (!i->shard)
@@ -299,12 +384,13 @@ static void cost_walk(Planner *p, Cost *c, const Func *f, double times) {
 /* The cost model of the propagated step. */
 static void cost_build(Planner *p, Cost *c) {
   memset(c, 0, sizeof *c);
-  p->a.n = p->b.n = p->memo.n = p->memo_x.n = 0;
+  p->a.n = p->b.n = p->w.n = p->memo.n = p->memo_x.n = 0;
   new_segment(p, c);
   cost_walk(p, c, p->step, 1);
   memory_points(p, c);
   c->a = p->a.a;
   c->b = p->b.a;
+  c->w = p->w.a;
 }
 
 /* The largest ratio device memory mem allows at memory point t (negative
@@ -335,21 +421,24 @@ static double step_time(const Planner *p, const Cost *c, const double *r, double
   for (int d = 0; busy && d < p->k; d++)
     busy[d] = 0;
   for (int s = 0; s < c->nseg; s++) {
-    double worst = 0;
+    double worst = 0, turn = 0;
     for (int d = 0; d < p->k; d++) {
       int q = p->cls[d];
-      double x = c->a[s * p->nclass + q] + c->b[s * p->nclass + q] * (r ? r[d] : 1.0 / p->k);
+      double share = c->b[s * p->nclass + q] * (r ? r[d] : 1.0 / p->k);
+      double x = c->a[s * p->nclass + q] + share;
       worst = fmax(worst, x);
+      turn += share;
       if (busy)
         busy[d] += x;
     }
-    t += worst;
+    t += c->w[s] * worst + (1 - c->w[s]) * turn;
   }
   return t;
 }
 
-/* The linear program: minimise sum T_s over segments with split work,
- * T_s >= a[s][q] + b[s][q] r_q, sum count_q r_q = 1, lo <= r_q <= hi_q. False
+/* The linear program: minimise sum w_s T_s + (1 - w_s) sum_q count_q b[s][q] r_q
+ * over segments with split work, T_s >= a[s][q] + b[s][q] r_q, sum count_q
+ * r_q = 1, lo <= r_q <= hi_q. False
  * when it has no solution (the devices' memory is too small). Times are
  * scaled by the largest b so the simplex works on numbers near 1. */
 static bool solve_lp(const Planner *p, const Cost *c, double lo, const double *hi, double *r) {
@@ -390,7 +479,10 @@ static bool solve_lp(const Planner *p, const Cost *c, double lo, const double *h
       continue;
     int t = glp_add_cols(lp, 1);
     glp_set_col_bnds(lp, t, GLP_LO, 0, 0);
-    glp_set_obj_coef(lp, t, 1);
+    glp_set_obj_coef(lp, t, c->w[s]);
+    for (int q = 0; q < nq && c->w[s] < 1; q++)
+      glp_set_obj_coef(lp, q + 1, glp_get_obj_coef(lp, q + 1) +
+                                      (1 - c->w[s]) * p->count[q] * b[q] / scale);
     for (int q = 0; q < nq; q++) {
       ind[1] = t, val[1] = 1;
       ind[2] = q + 1, val[2] = -b[q] / scale;
@@ -458,6 +550,12 @@ static double evaluate(Planner *p, Sharding **A, bool even, double *r, Cost *c) 
   for (int d = 0; d < p->k; d++)
     if (r[d] > hi[d] + 1e-12 || hi[d] < 0)
       return INFINITY;
+  /* a pipeline's stages hold whole layers */
+  int64_t room = 0;
+  for (int d = 0; c->layers && d < p->k; d++)
+    room += (int64_t)floor(hi[d] * (double)c->layers + 1e-9);
+  if (room < c->layers)
+    return INFINITY;
   double t = step_time(p, c, r, NULL);
   if (!even)
     note_seen(p, t);
@@ -547,6 +645,7 @@ static bool planner_init(Planner *p, Module *m) {
   p->m = m;
   p->k = mesh->axis_size[0];
   p->step = (Func *)find_step(m);
+  p->mb = m->microbatches > 1 ? m->microbatches : 1;
   if (!p->step || p->k > SHARD_MAX_AXIS || p->k < 1)
     return false;
   for (int d = 0; d < p->k; d++) {
@@ -614,38 +713,58 @@ static PlanInfo *record(Planner *p, Sharding **A, const double *r, double step, 
   pi->ncoll = c.ncoll;
   for (int k = 0; k < p->step->inst.n; k++)
     pi->flops += ir_flops(p->step->inst.a[k]);
+  pi->mem = arena_alloc(m->arena, sizeof *pi->mem * (size_t)p->k);
+  for (int d = 0; d < p->k; d++) {
+    pi->mem[d] = 0;
+    for (int t = 0; t < c.nmem; t++)
+      pi->mem[d] = fmax(pi->mem[d], c.fixed[t] + r[d] * c.scaled[t]);
+  }
   for (int d = 0; d < p->k; d++)
     if (pi->busy[d] > pi->busy[pi->bottleneck])
       pi->bottleneck = d;
   return pi;
 }
 
-/* Integer ratios in millionths summing to 1, within every device's memory;
- * NULL when even. */
-static double *round_ratios(Planner *p, const double *r, const double *hi) {
-  int k = p->k;
-  int64_t units[SHARD_MAX_AXIS];
-  ir_blocks(RATIO_UNITS, r, k, units);
-  /* Rounding may lift a device at its memory bound by a unit: hand that unit
-   * to the device with the most room left. */
+/* Blocks of n summing to n in proportion to r, by largest remainder, each
+ * within n hi[c] when it can be: a unit over a device's bound goes to the
+ * device with the most room. */
+static void round_within(int64_t n, const double *r, const double *hi, int k, int64_t *units) {
+  ir_blocks(n, r, k, units);
   for (int c = 0; c < k; c++)
-    while ((double)units[c] > floor(hi[c] * RATIO_UNITS)) {
+    while ((double)units[c] > floor(hi[c] * (double)n + 1e-9)) {
       int to = -1;
       double most = 0;
       for (int j = 0; j < k; j++) {
-        double left = floor(hi[j] * RATIO_UNITS) - (double)units[j];
+        double left = floor(hi[j] * (double)n + 1e-9) - (double)units[j];
         if (left >= 1 && (to < 0 || left > most))
           to = j, most = left;
       }
-      DTC_ASSERT(to >= 0);
+      if (to < 0)
+        return;
       units[c]--, units[to]++;
     }
+}
+
+/* Integer ratios in millionths summing to 1, within every device's memory
+ * (a pipeline's: whole layers, its loop's trip count in c's blocks, since
+ * each layer holds a large share of the memory); NULL when even. */
+static double *round_ratios(Planner *p, const Cost *c, const double *r, const double *hi) {
+  int k = p->k;
+  int64_t units[SHARD_MAX_AXIS];
+  double layers[SHARD_MAX_AXIS];
+  if (c->layers >= k) {
+    round_within(c->layers, r, hi, k, units);
+    for (int j = 0; j < k; j++)
+      layers[j] = (double)units[j] / (double)c->layers;
+    r = layers;
+  }
+  round_within(RATIO_UNITS, r, hi, k, units);
   double *ratio = arena_alloc(p->m->arena, sizeof *ratio * (size_t)k);
   bool even = true;
-  for (int c = 0; c < k; c++) {
-    DTC_ASSERT(units[c] > 0);
-    ratio[c] = (double)units[c] / RATIO_UNITS;
-    even = even && units[c] == units[0];
+  for (int j = 0; j < k; j++) {
+    DTC_ASSERT(units[j] > 0);
+    ratio[j] = (double)units[j] / RATIO_UNITS;
+    even = even && units[j] == units[0];
   }
   return even ? NULL : ratio;
 }
@@ -692,6 +811,34 @@ static void diag_no_room(Planner *p, const Cost *c, Diag *d) {
              "the devices of mesh '%s' together have too little memory for the step: "
              "its split tensors and activations need %.0f bytes",
              mesh->name, most);
+}
+
+/* The error when not even pipeline stages fit, from their cost model c:
+ * how many layers each device holds within its memory, and what one more
+ * layer needs. */
+static void diag_no_layers(Planner *p, const Cost *c, Diag *d) {
+  Module *m = p->m;
+  const Mesh *mesh = &m->mesh.a[0];
+  double hi[SHARD_MAX_AXIS];
+  ratio_bounds(p, c, hi);
+  char held[512] = "";
+  int64_t room = 0;
+  double layer = 0;
+  for (int t = 0; t < c->nmem; t++)
+    layer = fmax(layer, c->scaled[t] / (double)c->layers);
+  for (int k = 0; k < p->k; k++) {
+    int64_t n = hi[k] < 0 ? 0 : (int64_t)floor(hi[k] * (double)c->layers + 1e-9);
+    room += n;
+    size_t at = strlen(held);
+    snprintf(held + at, sizeof held - at, "%s%s %lld", k ? ", " : "",
+             m->cluster->dev.a[mesh->dev[k]].name, (long long)n);
+  }
+  diag_error(d, mesh->loc,
+             "no plan fits in the devices' memory: as pipeline stages, the %lld layers "
+             "need whole layers on the devices, and within its memory each holds only "
+             "(%s): %lld of %lld; a layer takes about %.0f bytes with its optimizer state "
+             "and activations",
+             (long long)c->layers, held, (long long)room, (long long)c->layers, layer);
 }
 
 /* ---- confidence ---- */
@@ -777,18 +924,92 @@ static Sharding **start(Planner *p, bool split_inputs) {
   return A;
 }
 
+/* The third start, pipeline stages: the inputs whole and the stacked
+ * params of @train_step's forward loops split along their layers, where the
+ * parallel block leaves them open; NULL when there are none. */
+static Sharding **pipe_start(Planner *p) {
+  Sharding **A = start(p, false);
+  bool any = false;
+  for (int k = 0; k < p->step->inst.n; k++) {
+    const Inst *r = p->step->inst.a[k];
+    if (r->op != OP_repeat || ir_get_int(r, "reverse", 0))
+      continue;
+    for (int j = 0; j < r->nin; j++) {
+      const Global *g = r->in[j]->op == OP_load ? ir_global_of(r->in[j]) : NULL;
+      if (!g || g->kind != G_PARAM || ir_repeat_operand_kind(r, j) != 2 ||
+          g->type.dim[0] < p->k)
+        continue;
+      int at = (int)(g - p->m->global.a);
+      if (p->user[at])
+        return NULL;
+      A[at] = form(p, 0);
+      any = true;
+    }
+  }
+  return any ? A : NULL;
+}
+
+/* The micro-batch counts a pipeline may run in: the parallel block's, or 1
+ * and each power of two up to IR_MAX_MICROBATCHES that leaves every
+ * micro-batch two rows of the batch and that the cut takes (none in
+ * deterministic mode). The cost model has no time per kernel call, so it
+ * would always take the most; two rows is the floor. */
+static int mb_choices(const Planner *p, int *out) {
+  const Module *m = p->m;
+  if (m->microbatches > 1) {
+    out[0] = m->microbatches;
+    return 1;
+  }
+  int n = 0;
+  out[n++] = 1;
+  int64_t rows = 0;
+  for (int k = 0; k < p->step->inst.n && !rows; k++) {
+    const Inst *r = p->step->inst.a[k];
+    if (r->op == OP_repeat && r->in[0]->type.rank)
+      rows = r->in[0]->type.dim[0];
+  }
+  for (int mb = 2; m->det_pieces < 2 && mb <= IR_MAX_MICROBATCHES; mb *= 2)
+    if (rows % mb == 0 && rows / mb >= 2 && microbatch_fits(m, mb))
+      out[n++] = mb;
+  return n;
+}
+
+/* The best micro-batch count of choices mb[n] for forms A: into p->mb, its
+ * step returned (ratios into r, the cost model into c). */
+static double pick_mb(Planner *p, Sharding **A, const int *mb, int n, double *r, Cost *c) {
+  double best = INFINITY;
+  int at = 0;
+  for (int j = 0; j < n; j++) {
+    p->mb = mb[j];
+    double t = evaluate(p, A, false, r, c);
+    if (t < best * (1 - IMPROVES))
+      best = t, at = j;
+  }
+  p->mb = mb[at];
+  return evaluate(p, A, false, r, c);
+}
+
 static bool plan_auto(Module *m, Diag *d, PassRun *run) {
   Planner p;
   if (!planner_init(&p, m) || user_ratios(m))
     return true;
   double r[SHARD_MAX_AXIS];
   Cost c;
-  /* Two starts, data parallel and everything whole; the first of equal
-   * costs wins. */
-  Sharding **A = start(&p, true), **B = start(&p, false);
+  int mbs[IR_MAX_MICROBATCHES + 1], nmb = mb_choices(&p, mbs);
+  /* Three starts: data parallel, everything whole, and pipeline stages
+   * with the best micro-batch count; the first of equal costs wins. */
+  Sharding **A = start(&p, true), **B = start(&p, false), **P = pipe_start(&p);
   double ca = descend(&p, A, evaluate(&p, A, false, r, &c));
   double cb = descend(&p, B, evaluate(&p, B, false, r, &c));
   Sharding **best = cb < ca * (1 - IMPROVES) ? B : A;
+  int mb = p.mb;
+  if (P) {
+    double cp = descend(&p, P, pick_mb(&p, P, mbs, nmb, r, &c));
+    cp = pick_mb(&p, P, mbs, nmb, r, &c);
+    if (cp < fmin(ca, cb) * (1 - IMPROVES))
+      best = P, mb = p.mb;
+  }
+  p.mb = mb;
   double cost = evaluate(&p, best, false, r, &c);
   if (cost == INFINITY) {
     /* Forms that do not propagate are the sharding pass's to report. */
@@ -798,13 +1019,18 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     /* ... and so are sums that deterministic mode cannot order (spmd) */
     if (!propagated || c.comm == INFINITY)
       return true;
+    if (P && (p.mb = mbs[nmb - 1], evaluate(&p, P, true, r, &c), p.propagated) && c.layers) {
+      diag_no_layers(&p, &c, d);
+      apply(&p, p.user);
+      return false;
+    }
     diag_no_room(&p, &c, d);
     return false;
   }
   Sharding **best_forms = p.seen.a[p.seen.n - 1];   /* as the last evaluate propagated them */
   double hi[SHARD_MAX_AXIS];
   ratio_bounds(&p, &c, hi);
-  double *ratio = round_ratios(&p, r, hi);
+  double *ratio = round_ratios(&p, &c, r, hi);
   Sharding **final = with_ratios(&p, best, ratio);
   double rr[SHARD_MAX_AXIS];
   for (int k = 0; k < p.k; k++)
@@ -828,7 +1054,7 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
   if (!same_forms(&p, best, dp) && evaluate(&p, dp, false, rdp, &c) < INFINITY) {
     double hdp[SHARD_MAX_AXIS];
     ratio_bounds(&p, &c, hdp);
-    double *dr = round_ratios(&p, rdp, hdp);
+    double *dr = round_ratios(&p, &c, rdp, hdp);
     for (int k = 0; k < p.k; k++)
       rdp[k] = dr ? dr[k] : 1.0 / p.k;
     conf.dp = step_time(&p, &c, rdp, NULL);
@@ -859,7 +1085,16 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
       rr[k] = 1.0 / p.k;
     step = even = conf.simple;
   }
+  /* the pipeline's micro-batches, when the plan kept is the best one */
+  p.mb = conf.kept_dp || conf.kept_simple ? 1 : mb;
+  bool planned_mb = m->microbatches < 2 && p.mb > 1;
+  if (planned_mb) {
+    m->microbatches = p.mb;
+    m->microbatches_loc = m->mesh.a[0].loc;
+  }
   PlanInfo *pi = record(&p, final, rr, step, even, &conf);
+  pi->mb = p.mb;
+  pi->planned_mb = planned_mb;
   if (run)
     run->plan = pi;
   apply(&p, final);
@@ -970,13 +1205,17 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
             u ? ir_shard_str(m, u, gl->type.rank, b1, sizeof b1) : "(open)",
             c ? ir_shard_str(m, c, gl->type.rank, b2, sizeof b2) : "(open)");
   }
-  fprintf(out, "  %-12s %10s %10s %12s\n", "device", "GFLOP/s", "ratio", "busy ms");
+  fprintf(out, "  %-12s %10s %10s %12s %12s %12s\n", "device", "GFLOP/s", "ratio", "busy ms",
+          "memory MiB", "of MiB");
   for (int k = 0; k < pi->k; k++) {
     const Device *dv = &m->cluster->dev.a[mesh->dev[k]];
-    fprintf(out, "  %-12s %10.4g %10.6f %12.4f\n", dv->name, dv->gflops, pi->ratio[k],
-            pi->busy[k] * 1e3);
+    fprintf(out, "  %-12s %10.4g %10.6f %12.4f %12.2f %12.2f\n", dv->name, dv->gflops,
+            pi->ratio[k], pi->busy[k] * 1e3, pi->mem[k] / 1048576, (double)dv->mem / 1048576);
   }
   fprintf(out, "  collectives: %d per step, %.4f ms\n", pi->ncoll, pi->comm * 1e3);
+  if (pi->mb > 1)
+    fprintf(out, "  pipeline stages in %d micro-batches%s\n", pi->mb,
+            pi->planned_mb ? " (planned)" : "");
   if (m->plan == PLAN_AUTO && pi->block < INFINITY)
     fprintf(out, "  the parallel block's forms, even: %.4f ms (that/this %.3fx)\n", pi->block * 1e3,
             pi->step > 0 ? pi->block / pi->step : 1.0);

@@ -281,9 +281,9 @@ bool pass_schedule(Module *m, Diag *d, PassRun *run) {
       nf++;
       if (order_step(m, m->func.a[k], m->microbatches, false))
         continue;
-      Loc at = m->schedule_loc.file ? m->schedule_loc : m->microbatches_loc;
-      diag_warn(d, at, "the pipeline's micro-batches keep GPipe's order: the training step "
-                "has stages 1F1B does not pair");
+      if (m->schedule_loc.file)   /* asked for: say why not */
+        diag_warn(d, m->schedule_loc, "the pipeline's micro-batches keep GPipe's order: the "
+                  "training step has stages 1F1B does not pair");
       m->schedule = PIPE_GPIPE;
       return true;
     }

@@ -427,6 +427,65 @@ static void test_forms_searched(void **state) {
   done(&dp);
 }
 
+/* examples/gpt.dt at L = 4 over speeds 2:1:1 with `mem` each. */
+static bool run_small(Run *r, const char *mem, const char *last) {
+  Arena *t = arena_new();
+  FILE *f = fopen(DTC_TEST_EXAMPLES "/gpt.dt", "r");
+  assert_non_null(f);
+  char src[1 << 14];
+  size_t n = fread(src, 1, sizeof src - 1, f);
+  fclose(f);
+  src[n] = 0;
+  const char *defs[] = {"L=4"};
+  bool ok = run_text(r, arena_printf(t, "%s\ncluster s {\n  node n {\n"
+                                        "    device s0: cpu(gflops = 80, mem = %s)\n"
+                                        "    device s1: cpu(gflops = 40, mem = %s)\n"
+                                        "    device s2: cpu(gflops = 40, mem = %s)\n  }\n"
+                                        "  link intra(bw = 2GB/s, lat = 20us)\n}\n"
+                                        "parallel gpt on s {\n  mesh m[dp = 3]\n  plan auto\n}\n",
+                                        src, mem, mem, mem),
+                     defs, 1, last);
+  arena_free(t);
+  return ok;
+}
+
+/* Where memory holds data parallelism back (its planned ratios must leave
+ * the fast device less than its share), the planner makes the layers
+ * pipeline stages: whole layers in proportion to speed, within memory, in
+ * micro-batches it chooses; its prediction near the simulator's. Where
+ * nothing fits, the error counts the layers each device holds. */
+static void test_pipeline_memory(void **state) {
+  (void)state;
+  Run r;
+  assert_true(run_small(&r, "4.5MiB", "schedule"));
+  const PlanInfo *pi = r.run.plan;
+  assert_true(pi->dp > pi->step * (1 + pi->noise));
+  const Global *wq = ir_find_global(r.m, "layers.wq");
+  assert_true(wq->shard->axis[0] == 0 && wq->shard->axis[1] < 0 && wq->shard->axis[2] < 0);
+  int64_t layers[3];
+  ir_dim_blocks(r.m, 4, wq->shard->ratio[0], 3, layers);
+  assert_int_equal(layers[0], 2);
+  assert_int_equal(layers[1], 1);
+  assert_int_equal(layers[2], 1);
+  assert_int_equal(r.m->microbatches, 4);
+  assert_true(pi->planned_mb && pi->mb == 4);
+  for (int d = 0; d < 3; d++)
+    assert_true(pi->mem[d] <= 4.5 * 1048576);
+  double sim = simulated(&r);
+  printf("pipeline: predicted %.4f ms, simulated %.4f ms\n", pi->step * 1e3, sim * 1e3);
+  assert_true(fabs(pi->step - sim) < 0.10 * sim);
+  char *s = report(&r);
+  assert_non_null(strstr(s, "pipeline stages in 4 micro-batches (planned)"));
+  free(s);
+  done(&r);
+  assert_false(run_small(&r, "4.4MiB", "plan"));
+  assert_non_null(strstr(r.log, "t.dt:"));
+  assert_non_null(strstr(r.log, "no plan fits in the devices' memory: as pipeline stages, the 4 "
+                                "layers need whole layers"));
+  assert_non_null(strstr(r.log, "(s0 1, s1 1, s2 1): 3 of 4"));
+  done(&r);
+}
+
 /* cluster3's devices and forms with spreads: a1's gflops spread %s, a
  * collective over 2 ranks (not the mesh's 3: ignored) of spread 9. */
 static const char spread3[] =
@@ -614,6 +673,7 @@ int main(void) {
     cmocka_unit_test(test_report_and_determinism),
     cmocka_unit_test(test_transformer_64),
     cmocka_unit_test(test_forms_searched),
+    cmocka_unit_test(test_pipeline_memory),
     cmocka_unit_test(test_noise_keeps_even),
     cmocka_unit_test(test_noise_comm),
   };
