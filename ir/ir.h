@@ -346,6 +346,9 @@ struct Module {
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */
   bool epilogues;
   Loc det_loc;
+  /* The planner turned recomputation on for every loop, since no plan fit
+   * without it (passes_run's second run; not printed). */
+  bool remat_all;
 };
 /* Micro-batches a step may be cut into (a join is one concat). */
 #define IR_MAX_MICROBATCHES 16

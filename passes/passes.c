@@ -1,5 +1,7 @@
 /* passes.c: the pass table and the one function that runs it. The driver,
  * the tests and the benchmarks all run the pipeline through passes_run. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -43,6 +45,42 @@ static bool prints_after(const PassOptions *o, const char *pass) {
   return false;
 }
 
+/* The module as its IR text, for a second run; NULL when the planner has
+ * nothing to ask of one (no plan auto, or no loop to recompute). */
+static char *snapshot(const Module *m) {
+  bool loop = false;
+  for (int k = 0; k < m->func.n && !loop; k++)
+    for (int i = 0; i < m->func.a[k]->inst.n && !loop; i++)
+      loop = m->func.a[k]->inst.a[i]->op == OP_repeat;
+  if (m->plan != PLAN_AUTO || !m->mesh.n || !loop)
+    return NULL;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  DTC_ASSERT(out);
+  ir_print(out, m);
+  fclose(out);
+  return text;
+}
+
+/* m again from its text, every loop recomputing its forward in the
+ * backward (`remat`), as the planner asked when nothing fit without. */
+static void with_remat(Module *m, const char *text) {
+  Diag quiet;
+  diag_init(&quiet, NULL);
+  quiet.quiet = true;
+  Module *again = ir_parse(m->arena, src_from_string(m->arena, m->name, text), &quiet);
+  DTC_ASSERT(again && !quiet.nerr);
+  *m = *again;
+  for (int k = 0; k < m->func.n; k++) {
+    m->func.a[k]->mod = m;
+    for (int i = 0; i < m->func.a[k]->inst.n; i++)
+      if (m->func.a[k]->inst.a[i]->op == OP_repeat)
+        ir_set_int(m->func.a[k]->inst.a[i], "remat", 1);
+  }
+  m->remat_all = true;
+}
+
 bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
   static const PassOptions all = {0};
   PassRun local;
@@ -50,14 +88,23 @@ bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
   run = run ? run : &local;
   memset(run, 0, sizeof *run);
   DTC_ASSERT(!o->stop_after || pass_lookup(o->stop_after));
+  char *text = snapshot(m);
   for (int k = 0; k < pass_count; k++) {
     const Pass *p = &pass_table[k];
     double t0 = now_ms();
     bool ok = p->run(m, d, run);
     run->ms[k] = now_ms() - t0;
     run->ran = k + 1;
-    if (!ok || d->nerr)
+    if (!ok && run->want_remat && text && !m->remat_all) {
+      with_remat(m, text);   /* and from the start */
+      run->want_remat = false;
+      k = -1;
+      continue;
+    }
+    if (!ok || d->nerr) {
+      free(text);
       return false;
+    }
     if (!ir_verify(m, d))
       dtc_die(__FILE__, __LINE__, "IR does not verify after pass '%s'", p->name);
     if (prints_after(o, p->name)) {
@@ -68,5 +115,6 @@ bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
     if (o->stop_after && !strcmp(o->stop_after, p->name))
       break;
   }
+  free(text);
   return true;
 }

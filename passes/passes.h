@@ -16,6 +16,7 @@ typedef struct PassRun {
   double ms[16];         /* by pass_table index: its time, 0 when it did not run */
   int ran;               /* the passes that ran */
   PlanInfo *plan;        /* the planner's record (plan.c); NULL when it did not plan */
+  bool want_remat;       /* plan: nothing fits unless every loop recomputes its forward */
 } PassRun;
 
 /* Every pass: requires what its file header says, guarantees what it says;
@@ -120,6 +121,7 @@ struct PlanInfo {
   double flops;          /* of the whole step on one device */
   int ncoll, bottleneck, evals;
   int mb;                /* the micro-batches a pipeline's loops were costed in */
+  bool remat;            /* every loop recomputes its forward: nothing fitted without */
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */

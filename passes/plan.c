@@ -75,6 +75,8 @@ typedef struct Planner {
   int *var, nvar;               /* the globals whose forms the search chooses */
   VEC(double) a, b, w, fixed, scaled;
   int mb;                       /* micro-batches a pipeline's loop runs in */
+  double slack[SHARD_MAX_AXIS]; /* bytes the memory model missed on a device, by a trial */
+  const double *predicted;      /* the last plan's memory on each device, as modelled */
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
   VEC(const Inst *) memo_x;     /* ... and of which value */
   VEC(Sharding **) seen;        /* every global's propagated form of each choice costed
@@ -406,7 +408,7 @@ static double point_bound(const Cost *c, int t, double mem) {
 static double ratio_bounds(const Planner *p, const Cost *c, double *hi) {
   const Mesh *mesh = &p->m->mesh.a[0];
   for (int d = 0; d < p->k; d++) {
-    double mem = (double)p->m->cluster->dev.a[mesh->dev[d]].mem;
+    double mem = (double)p->m->cluster->dev.a[mesh->dev[d]].mem - p->slack[d];
     hi[d] = 1;
     for (int t = 0; t < c->nmem; t++)
       hi[d] = fmin(hi[d], point_bound(c, t, mem));
@@ -822,23 +824,32 @@ static void diag_no_layers(Planner *p, const Cost *c, Diag *d) {
   double hi[SHARD_MAX_AXIS];
   ratio_bounds(p, c, hi);
   char held[512] = "";
-  int64_t room = 0;
   double layer = 0;
   for (int t = 0; t < c->nmem; t++)
     layer = fmax(layer, c->scaled[t] / (double)c->layers);
   for (int k = 0; k < p->k; k++) {
     int64_t n = hi[k] < 0 ? 0 : (int64_t)floor(hi[k] * (double)c->layers + 1e-9);
-    room += n;
     size_t at = strlen(held);
     snprintf(held + at, sizeof held - at, "%s%s %lld", k ? ", " : "",
              m->cluster->dev.a[mesh->dev[k]].name, (long long)n);
   }
   diag_error(d, mesh->loc,
              "no plan fits in the devices' memory: as pipeline stages, the %lld layers "
-             "need whole layers on the devices, and within its memory each holds only "
-             "(%s): %lld of %lld; a layer takes about %.0f bytes with its optimizer state "
-             "and activations",
-             (long long)c->layers, held, (long long)room, (long long)c->layers, layer);
+             "need at least one on every device and all %lld in all, but within its "
+             "memory each device holds (%s); a layer takes about %.0f bytes with its "
+             "optimizer state and activations",
+             (long long)c->layers, (long long)c->layers, held, layer);
+}
+
+/* Whether a loop of the step saves its activations for the backward (no
+ * `remat`): recomputing them would take less memory. */
+static bool saves_loops(const Planner *p) {
+  for (int k = 0; k < p->step->inst.n; k++) {
+    const Inst *r = p->step->inst.a[k];
+    if (r->op == OP_repeat && !ir_get_int(r, "reverse", 0) && !ir_get_int(r, "remat", 0))
+      return true;
+  }
+  return false;
 }
 
 /* ---- confidence ---- */
@@ -989,77 +1000,82 @@ static double pick_mb(Planner *p, Sharding **A, const int *mb, int n, double *r,
   return evaluate(p, A, false, r, c);
 }
 
-static bool plan_auto(Module *m, Diag *d, PassRun *run) {
-  Planner p;
-  if (!planner_init(&p, m) || user_ratios(m))
-    return true;
+/* One plan with the memory model's slack of an earlier trial: the search,
+ * the choice among the simplest plans, the forms applied. */
+static bool plan_once(Planner *p, Diag *d, PassRun *run) {
+  Module *m = p->m;
   double r[SHARD_MAX_AXIS];
   Cost c;
-  int mbs[IR_MAX_MICROBATCHES + 1], nmb = mb_choices(&p, mbs);
+  int mbs[IR_MAX_MICROBATCHES + 1], nmb = mb_choices(p, mbs);
   /* Three starts: data parallel, everything whole, and pipeline stages
    * with the best micro-batch count; the first of equal costs wins. */
-  Sharding **A = start(&p, true), **B = start(&p, false), **P = pipe_start(&p);
-  double ca = descend(&p, A, evaluate(&p, A, false, r, &c));
-  double cb = descend(&p, B, evaluate(&p, B, false, r, &c));
+  Sharding **A = start(p, true), **B = start(p, false), **P = pipe_start(p);
+  double ca = descend(p, A, evaluate(p, A, false, r, &c));
+  double cb = descend(p, B, evaluate(p, B, false, r, &c));
   Sharding **best = cb < ca * (1 - IMPROVES) ? B : A;
-  int mb = p.mb;
+  int mb = p->mb;
   if (P) {
-    double cp = descend(&p, P, pick_mb(&p, P, mbs, nmb, r, &c));
-    cp = pick_mb(&p, P, mbs, nmb, r, &c);
+    double cp = descend(p, P, pick_mb(p, P, mbs, nmb, r, &c));
+    cp = pick_mb(p, P, mbs, nmb, r, &c);
     if (cp < fmin(ca, cb) * (1 - IMPROVES))
-      best = P, mb = p.mb;
+      best = P, mb = p->mb;
   }
-  p.mb = mb;
-  double cost = evaluate(&p, best, false, r, &c);
+  p->mb = mb;
+  double cost = evaluate(p, best, false, r, &c);
   if (cost == INFINITY) {
     /* Forms that do not propagate are the sharding pass's to report. */
-    evaluate(&p, start(&p, false), true, r, &c);
-    bool propagated = p.propagated;
-    apply(&p, p.user);
+    evaluate(p, start(p, false), true, r, &c);
+    bool propagated = p->propagated;
+    apply(p, p->user);
     /* ... and so are sums that deterministic mode cannot order (spmd) */
     if (!propagated || c.comm == INFINITY)
       return true;
-    if (P && (p.mb = mbs[nmb - 1], evaluate(&p, P, true, r, &c), p.propagated) && c.layers) {
-      diag_no_layers(&p, &c, d);
-      apply(&p, p.user);
+    if (run && !m->remat_all && saves_loops(p)) {   /* try again with recomputation */
+      apply(p, p->user);
+      run->want_remat = true;
       return false;
     }
-    diag_no_room(&p, &c, d);
+    if (P && (p->mb = mbs[nmb - 1], evaluate(p, P, true, r, &c), p->propagated) && c.layers) {
+      diag_no_layers(p, &c, d);
+      apply(p, p->user);
+      return false;
+    }
+    diag_no_room(p, &c, d);
     return false;
   }
-  Sharding **best_forms = p.seen.a[p.seen.n - 1];   /* as the last evaluate propagated them */
+  Sharding **best_forms = p->seen.a[p->seen.n - 1];   /* as the last evaluate propagated them */
   double hi[SHARD_MAX_AXIS];
-  ratio_bounds(&p, &c, hi);
-  double *ratio = round_ratios(&p, &c, r, hi);
-  Sharding **final = with_ratios(&p, best, ratio);
+  ratio_bounds(p, &c, hi);
+  double *ratio = round_ratios(p, &c, r, hi);
+  Sharding **final = with_ratios(p, best, ratio);
   double rr[SHARD_MAX_AXIS];
-  for (int k = 0; k < p.k; k++)
-    rr[k] = ratio ? ratio[k] : 1.0 / p.k;
-  double step = step_time(&p, &c, rr, NULL), comm = c.comm;
-  double even = step_time(&p, &c, NULL, NULL);
-  PlanInfo conf = {.block = evaluate(&p, start(&p, false), true, r, &c), .best = step};
+  for (int k = 0; k < p->k; k++)
+    rr[k] = ratio ? ratio[k] : 1.0 / p->k;
+  double step = step_time(p, &c, rr, NULL), comm = c.comm;
+  double even = step_time(p, &c, NULL, NULL);
+  PlanInfo conf = {.block = evaluate(p, start(p, false), true, r, &c), .best = step};
   /* The simpler plan, and whether the best one gains more than the noise
    * over it: else the simpler one is kept. */
-  Sharding **simple = start(&p, true);
-  conf.simple = evaluate(&p, simple, true, r, &c);
-  conf.simple_ruled_out = !p.propagated;
-  runner_up(&p, best_forms, &conf);
-  spreads(&p, &conf);
+  Sharding **simple = start(p, true);
+  conf.simple = evaluate(p, simple, true, r, &c);
+  conf.simple_ruled_out = !p->propagated;
+  runner_up(p, best_forms, &conf);
+  spreads(p, &conf);
   double simple_comm = c.comm;
   /* Between the two, data parallel with the linear program's ratios: forms
    * with more collectives must gain more than the noise over it too. */
-  Sharding **dp = start(&p, true), **dp_final = NULL;
+  Sharding **dp = start(p, true), **dp_final = NULL;
   double rdp[SHARD_MAX_AXIS], dp_comm = 0;
   conf.dp = INFINITY;
-  if (!same_forms(&p, best, dp) && evaluate(&p, dp, false, rdp, &c) < INFINITY) {
+  if (!same_forms(p, best, dp) && evaluate(p, dp, false, rdp, &c) < INFINITY) {
     double hdp[SHARD_MAX_AXIS];
-    ratio_bounds(&p, &c, hdp);
-    double *dr = round_ratios(&p, &c, rdp, hdp);
-    for (int k = 0; k < p.k; k++)
-      rdp[k] = dr ? dr[k] : 1.0 / p.k;
-    conf.dp = step_time(&p, &c, rdp, NULL);
+    ratio_bounds(p, &c, hdp);
+    double *dr = round_ratios(p, &c, rdp, hdp);
+    for (int k = 0; k < p->k; k++)
+      rdp[k] = dr ? dr[k] : 1.0 / p->k;
+    conf.dp = step_time(p, &c, rdp, NULL);
     dp_comm = c.comm;
-    dp_final = with_ratios(&p, dp, dr);
+    dp_final = with_ratios(p, dp, dr);
   }
   conf.noise = fmax(NOISE_FLOOR, fmax(step_noise(&conf, step, comm),
                                       step_noise(&conf, conf.simple, simple_comm)));
@@ -1081,24 +1097,111 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     even = conf.simple;
   } else if (conf.kept_simple) {
     final = simple;
-    for (int k = 0; k < p.k; k++)
-      rr[k] = 1.0 / p.k;
+    for (int k = 0; k < p->k; k++)
+      rr[k] = 1.0 / p->k;
     step = even = conf.simple;
   }
   /* the pipeline's micro-batches, when the plan kept is the best one */
-  p.mb = conf.kept_dp || conf.kept_simple ? 1 : mb;
-  bool planned_mb = m->microbatches < 2 && p.mb > 1;
+  p->mb = conf.kept_dp || conf.kept_simple ? 1 : mb;
+  bool planned_mb = m->microbatches < 2 && p->mb > 1;
   if (planned_mb) {
-    m->microbatches = p.mb;
+    m->microbatches = p->mb;
     m->microbatches_loc = m->mesh.a[0].loc;
   }
-  PlanInfo *pi = record(&p, final, rr, step, even, &conf);
-  pi->mb = p.mb;
+  PlanInfo *pi = record(p, final, rr, step, even, &conf);
+  pi->mb = p->mb;
+  p->predicted = pi->mem;
+  pi->remat = m->remat_all;
   pi->planned_mb = planned_mb;
   if (run)
     run->plan = pi;
-  apply(&p, final);
+  apply(p, final);
   return true;
+}
+
+/* What each device of the planned module m needs, as the runtime will
+ * allocate it: its blocks of the params, state and buffers, and its work
+ * arena (the largest of its functions'), from the passes after this one
+ * run on a copy of m (its IR text parsed back). False when they fail. */
+static bool plan_memory(const Module *m, double *need) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  DTC_ASSERT(out);
+  ir_print(out, m);
+  fclose(out);
+  Arena *a = arena_new();
+  Diag quiet;
+  diag_init(&quiet, NULL);
+  quiet.quiet = true;
+  quiet.max_errors = 0;
+  Module *copy = ir_parse(a, src_from_string(a, m->name, text), &quiet);
+  bool ok = copy && !quiet.nerr;
+  bool after = false;
+  for (int k = 0; ok && k < pass_count; k++) {
+    if (after)
+      ok = pass_table[k].run(copy, &quiet, NULL) && !quiet.nerr;
+    after |= !strcmp(pass_table[k].name, "plan");
+  }
+  const Mesh *mesh = ok ? &copy->mesh.a[0] : NULL;
+  for (int dev = 0; ok && dev < mesh->axis_size[0]; dev++) {
+    need[dev] = 0;
+    for (int g = 0; g < copy->global.n; g++)
+      if (copy->global.a[g].kind != G_INPUT) {
+        Type t = ir_global_type_on(copy, &copy->global.a[g], dev);
+        need[dev] += bytes_of(&t);
+      }
+    int64_t work = 0;
+    for (int k = 0; k < copy->func.n; k++)
+      if (copy->func.a[k]->device == dev && !copy->func.a[k]->body &&
+          copy->func.a[k]->work_bytes > work)
+        work = copy->func.a[k]->work_bytes;
+    need[dev] += (double)work;
+  }
+  arena_free(a);
+  free(text);
+  return ok;
+}
+
+#define MEMORY_TRIALS 8   /* plans tried against the memory plan, at most */
+
+/* plan auto: a plan, then its memory plan on a copy of the module; while a
+ * device's arenas and state exceed its memory, the planner learns by how
+ * much its model missed there and plans again. */
+static bool plan_auto(Module *m, Diag *d, PassRun *run) {
+  Planner p;
+  if (!planner_init(&p, m) || user_ratios(m))
+    return true;
+  int mb = m->microbatches;
+  Loc mb_loc = m->microbatches_loc;
+  for (int trial = 0;; trial++) {
+    if (!plan_once(&p, d, run))
+      return false;
+    if (trial == MEMORY_TRIALS - 1)
+      return true;   /* the sharding plan's memory shows what is over */
+    double need[SHARD_MAX_AXIS];
+    if (!plan_memory(m, need))
+      return true;
+    const Mesh *mesh = &m->mesh.a[0];
+    bool over = false;
+    for (int k = 0; k < p.k; k++) {
+      if (need[k] > (double)m->cluster->dev.a[mesh->dev[k]].mem) {
+        p.slack[k] = fmax(p.slack[k], need[k] - p.predicted[k]);
+        over = true;
+      }
+    }
+    if (!over)
+      return true;
+    Planner next;   /* from the parallel block again */
+    double slack[SHARD_MAX_AXIS];
+    memcpy(slack, p.slack, sizeof slack);
+    apply(&p, p.user);
+    m->microbatches = mb;
+    m->microbatches_loc = mb_loc;
+    planner_init(&next, m);
+    memcpy(next.slack, slack, sizeof slack);
+    p = next;
+  }
 }
 
 /* `plan even`: the parallel block's forms, even; the prediction for the
@@ -1216,6 +1319,9 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
   if (pi->mb > 1)
     fprintf(out, "  pipeline stages in %d micro-batches%s\n", pi->mb,
             pi->planned_mb ? " (planned)" : "");
+  if (pi->remat)
+    fputs("  every loop recomputes its forward in the backward (planned: no plan fits "
+          "without)\n", out);
   if (m->plan == PLAN_AUTO && pi->block < INFINITY)
     fprintf(out, "  the parallel block's forms, even: %.4f ms (that/this %.3fx)\n", pi->block * 1e3,
             pi->step > 0 ? pi->block / pi->step : 1.0);

@@ -449,15 +449,33 @@ static bool run_small(Run *r, const char *mem, const char *last) {
   return ok;
 }
 
+/* Each device's blocks of the params and state and its work arena, after
+ * the memory plan: what the runtime allocates for the model on it. */
+static double device_bytes(const Module *m, int dev) {
+  double b = 0;
+  for (int g = 0; g < m->global.n; g++)
+    if (m->global.a[g].kind != G_INPUT) {
+      Type t = ir_global_type_on(m, &m->global.a[g], dev);
+      b += (double)type_elems(&t) * dtype_size(t.dtype);
+    }
+  int64_t work = 0;
+  for (int k = 0; k < m->func.n; k++)
+    if (m->func.a[k]->device == dev && !m->func.a[k]->body && m->func.a[k]->work_bytes > work)
+      work = m->func.a[k]->work_bytes;
+  return b + (double)work;
+}
+
 /* Where memory holds data parallelism back (its planned ratios must leave
  * the fast device less than its share), the planner makes the layers
  * pipeline stages: whole layers in proportion to speed, within memory, in
- * micro-batches it chooses; its prediction near the simulator's. Where
- * nothing fits, the error counts the layers each device holds. */
+ * micro-batches it chooses; its prediction near the simulator's. With less
+ * memory it turns recomputation on, and the memory plan of what it chose
+ * fits every device. With less still, the error counts the layers each
+ * device holds. */
 static void test_pipeline_memory(void **state) {
   (void)state;
   Run r;
-  assert_true(run_small(&r, "4.5MiB", "schedule"));
+  assert_true(run_small(&r, "4.5MiB", "memplan"));
   const PlanInfo *pi = r.run.plan;
   assert_true(pi->dp > pi->step * (1 + pi->noise));
   const Global *wq = ir_find_global(r.m, "layers.wq");
@@ -468,9 +486,11 @@ static void test_pipeline_memory(void **state) {
   assert_int_equal(layers[1], 1);
   assert_int_equal(layers[2], 1);
   assert_int_equal(r.m->microbatches, 4);
-  assert_true(pi->planned_mb && pi->mb == 4);
-  for (int d = 0; d < 3; d++)
+  assert_true(pi->planned_mb && pi->mb == 4 && !pi->remat);
+  for (int d = 0; d < 3; d++) {
     assert_true(pi->mem[d] <= 4.5 * 1048576);
+    assert_true(device_bytes(r.m, d) <= 4.5 * 1048576);
+  }
   double sim = simulated(&r);
   printf("pipeline: predicted %.4f ms, simulated %.4f ms\n", pi->step * 1e3, sim * 1e3);
   assert_true(fabs(pi->step - sim) < 0.10 * sim);
@@ -478,11 +498,26 @@ static void test_pipeline_memory(void **state) {
   assert_non_null(strstr(s, "pipeline stages in 4 micro-batches (planned)"));
   free(s);
   done(&r);
-  assert_false(run_small(&r, "4.4MiB", "plan"));
+
+  assert_true(run_small(&r, "3.5MiB", "memplan"));
+  pi = r.run.plan;
+  assert_true(pi->remat && r.m->remat_all);
+  assert_int_equal(r.m->microbatches, 4);
+  for (int d = 0; d < 3; d++) {
+    printf("remat, device %d: %.0f bytes of %.0f\n", d, device_bytes(r.m, d), 3.5 * 1048576);
+    assert_true(device_bytes(r.m, d) <= 3.5 * 1048576);
+  }
+  s = report(&r);
+  assert_non_null(strstr(s, "every loop recomputes its forward in the backward (planned: no "
+                            "plan fits without)"));
+  free(s);
+  done(&r);
+
+  assert_false(run_small(&r, "3MiB", "plan"));
   assert_non_null(strstr(r.log, "t.dt:"));
   assert_non_null(strstr(r.log, "no plan fits in the devices' memory: as pipeline stages, the 4 "
-                                "layers need whole layers"));
-  assert_non_null(strstr(r.log, "(s0 1, s1 1, s2 1): 3 of 4"));
+                                "layers need at least one on every device and all 4 in all"));
+  assert_non_null(strstr(r.log, "(s0 1, s1 1, s2 1)"));
   done(&r);
 }
 
