@@ -29,12 +29,13 @@
 #     "auto_ever_slower" (even_over_auto below 1 in some run), "kept_even"
 #     (in how many runs)};
 #  6. (after 5) the deep model, examples/gpt.dt at L = 12 (HETERO_DEEP_FLAGS,
-#     default -D L=12 -D B=16 -D T=32 -D D=128), on the pinned ranks of the
+#     default -D L=12 -D B=48 -D T=32 -D D=128), on the pinned ranks of the
 #     last probe: even data parallelism (bench/hetero_deep_even.dt), plan
-#     auto over dp (bench/hetero_deep_auto.dt), three pipeline stages with
-#     layer ratios from the probed speeds and HETERO_DEEP_MB micro-batches
-#     (default 4; plan auto does not choose stages, so this script writes
-#     the ratios), and the same step on rank 0 alone: {"bench":
+#     auto (bench/hetero_deep_auto.dt: the inputs open, so the planner
+#     weighs data and tensor parallelism and pipeline stages; "plan" names
+#     what it kept), three pipeline stages written with layer ratios from
+#     the probed speeds and HETERO_DEEP_MB micro-batches (default 4), and
+#     the same step on rank 0 alone: {"bench":
 #     "hetero_deep", "auto_ms", "even_ms", "even_over_auto", "one_ms",
 #     "ideal_work_ms", "auto_over_ideal_work", "plan", "pp_ms",
 #     "even_over_pp", "pp_predicted_ms", "pp_measured_over_predicted",
@@ -245,7 +246,7 @@ done
 # 6. the deep model: even and auto data parallel, and pipeline stages sized
 # by the last probe's speeds, pinned as in 1-4
 deep_step() {
-deep_flags=${HETERO_DEEP_FLAGS:--D L=12 -D B=16 -D T=32 -D D=128}
+deep_flags=${HETERO_DEEP_FLAGS:--D L=12 -D B=48 -D T=32 -D D=128}
 mb=${HETERO_DEEP_MB:-4}
 ratios=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" |
   awk '{g[NR] = $1; s += $1} END {
@@ -281,7 +282,15 @@ total=$(gflops_sum "$dir/probe3.dt")
 pred=$(predicted $deep_flags "$dir/deep_pp.dt")
 # shellcheck disable=SC2086
 auto_plan=$("$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $deep_flags \
-  "$src/bench/hetero_deep_auto.dt" | sed -n 's/^  ids .*  \(m\[[^]]*\]\)$/ids \1/p' | head -n 1)
+  "$src/bench/hetero_deep_auto.dt" | awk '
+  /^  ids / && ids == "" && match($0, /m\[[^]]*\]$/) { ids = substr($0, RSTART) }
+  /^  pipeline stages in / { mb = $4 }
+  /recomputes its forward/ { remat = ", recomputing" }
+  /^pipeline stages over / && pp == "" { sub(/^pipeline stages over [^ ]* loop at [^ ]* /, ""); pp = $0 }
+  END {
+    if (pp != "") printf "pipeline stages (%s), %s micro-batches%s", pp, mb, remat
+    else printf "ids %s%s", ids, remat
+  }')
 # shellcheck disable=SC2086
 stages=$("$build/dtc" --emit=plan $deep_flags "$dir/deep_pp.dt" |
   sed -n 's/^pipeline stages over pp, loop at [^ ]* //p' | sed 's/ layers /:/g')
