@@ -63,6 +63,14 @@ typedef struct Cost {
   int64_t layers;           /* a pipeline's layers: its loop's trip count; 0: none */
 } Cost;
 
+/* A plan compiled on trial: its forms as propagated, and each device's
+ * largest ratio for them, where its memory plan exceeded the device's
+ * memory. */
+typedef struct Trial {
+  const Sharding **forms;
+  double cap[SHARD_MAX_AXIS];   /* 1: no bound */
+} Trial;
+
 typedef struct Planner {
   Module *m;
   Func *step;
@@ -75,8 +83,15 @@ typedef struct Planner {
   int *var, nvar;               /* the globals whose forms the search chooses */
   VEC(double) a, b, w, fixed, scaled;
   int mb;                       /* micro-batches a pipeline's loop runs in */
-  double slack[SHARD_MAX_AXIS]; /* bytes the memory model missed on a device, by a trial */
-  const double *predicted;      /* the last plan's memory on each device, as modelled */
+  const Trial *trial;           /* earlier plans' memory plans, which bound the ratios
+                                   of the forms they had */
+  int ntrial;
+  double under[SHARD_MAX_AXIS]; /* how far the memory model fell short on each device in
+                                   a trial: its memory counts as that much smaller (>= 1) */
+  Sharding **chosen;            /* the plan's forms, ... */
+  const double *predicted;      /* ... its memory on each device, as modelled, ... */
+  const double *ratio;          /* ... its ratios ... */
+  int64_t unit;                 /* ... and its shortest split dimension */
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
   VEC(const Inst *) memo_x;     /* ... and of which value */
   VEC(Sharding **) seen;        /* every global's propagated form of each choice costed
@@ -193,21 +208,17 @@ static void live_walk(Planner *p, const Func *f, double gf, double gs, double *p
 
 /* The memory a loop takes while it runs, as the memory plan's scratch
  * region: two buffers per carried value and the body's fullest point, whole
- * (into *f) or split (*s); a loop of @train_step runs on one micro-batch. */
+ * (into *f) or split (*s). A loop of @train_step cut into micro-batches
+ * runs on one, and its carried values live beside their join. */
 static void loop_scratch(Planner *p, const Inst *r, bool in_step, double *f, double *s) {
   *f = *s = 0;
   live_walk(p, ir_repeat_body(r), 0, 0, f, s);
+  double part = in_step && p->mb > 1 ? 1.0 / p->mb : 1;
+  double carried = part < 1 ? 2 * part + 1 : 2;
+  *f *= part, *s *= part;
   for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
     const Inst *x = r->in[k];
-    *(x->shard && split_on(x->shard, x->type.rank) ? s : f) += 2 * bytes_of(&x->type);
-  }
-  if (in_step && p->mb > 1) {
-    *f /= p->mb, *s /= p->mb;
-    /* the micro-batches' carried values live beside their join */
-    for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
-      const Inst *x = r->in[k];
-      *(x->shard && split_on(x->shard, x->type.rank) ? s : f) += bytes_of(&x->type);
-    }
+    *(x->shard && split_on(x->shard, x->type.rank) ? s : f) += carried * bytes_of(&x->type);
   }
 }
 
@@ -395,6 +406,25 @@ static void cost_build(Planner *p, Cost *c) {
   c->w = p->w.a;
 }
 
+/* Whether the globals' propagated shardings split the same dimensions over
+ * the same axes as forms, whatever the ratios. */
+static bool propagated_as(const Module *m, const Sharding *const *forms) {
+  for (int g = 0; g < m->global.n; g++) {
+    const Sharding *a = m->global.a[g].shard, *b = forms[g];
+    if (!a || !b) {
+      if (a != b)
+        return false;
+      continue;
+    }
+    if (a->partial != b->partial)
+      return false;
+    for (int d = 0; d < m->global.a[g].type.rank; d++)
+      if (a->axis[d] != b->axis[d])
+        return false;
+  }
+  return true;
+}
+
 /* The largest ratio device memory mem allows at memory point t (negative
  * when none does). */
 static double point_bound(const Cost *c, int t, double mem) {
@@ -407,9 +437,17 @@ static double point_bound(const Cost *c, int t, double mem) {
  * memory point. */
 static double ratio_bounds(const Planner *p, const Cost *c, double *hi) {
   const Mesh *mesh = &p->m->mesh.a[0];
-  for (int d = 0; d < p->k; d++) {
-    double mem = (double)p->m->cluster->dev.a[mesh->dev[d]].mem - p->slack[d];
+  bool tried = false;   /* these forms: their trials' bounds, else the model's shortfall */
+  for (int d = 0; d < p->k; d++)
     hi[d] = 1;
+  for (int t = 0; t < p->ntrial; t++)
+    if (propagated_as(p->m, p->trial[t].forms)) {
+      tried = true;
+      for (int d = 0; d < p->k; d++)
+        hi[d] = fmin(hi[d], p->trial[t].cap[d]);
+    }
+  for (int d = 0; d < p->k; d++) {
+    double mem = (double)p->m->cluster->dev.a[mesh->dev[d]].mem / (tried ? 1 : fmax(1, p->under[d]));
     for (int t = 0; t < c->nmem; t++)
       hi[d] = fmin(hi[d], point_bound(c, t, mem));
   }
@@ -713,6 +751,7 @@ static PlanInfo *record(Planner *p, Sharding **A, const double *r, double step, 
   step_time(p, &c, r, pi->busy);
   pi->comm = c.comm;
   pi->ncoll = c.ncoll;
+  p->unit = c.min_len;
   for (int k = 0; k < p->step->inst.n; k++)
     pi->flops += ir_flops(p->step->inst.a[k]);
   pi->mem = arena_alloc(m->arena, sizeof *pi->mem * (size_t)p->k);
@@ -803,8 +842,10 @@ static void diag_no_room(Planner *p, const Cost *c, Diag *d) {
         t = u;
     diag_error(d, mesh->loc,
                "device '%s' has %lld bytes of memory, too few for any share of the step: "
-               "it needs %.0f bytes of whole tensors and %.0f bytes for its smallest share",
-               dv->name, (long long)dv->mem, c->fixed[t], c->scaled[t] * lo);
+               "it needs %.0f bytes of whole tensors and %.0f bytes for its smallest share%s",
+               dv->name, (long long)dv->mem, c->fixed[t], c->scaled[t] * lo,
+               hi[k] < point_bound(c, t, (double)dv->mem) ? " (and its memory plan more than that)"
+                                                            : "");
     return;
   }
   for (int t = 0; t < c->nmem; t++)
@@ -1000,7 +1041,7 @@ static double pick_mb(Planner *p, Sharding **A, const int *mb, int n, double *r,
   return evaluate(p, A, false, r, c);
 }
 
-/* One plan with the memory model's slack of an earlier trial: the search,
+/* One plan, within the bounds earlier trials found: the search,
  * the choice among the simplest plans, the forms applied. */
 static bool plan_once(Planner *p, Diag *d, PassRun *run) {
   Module *m = p->m;
@@ -1048,6 +1089,7 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
   ratio_bounds(p, &c, hi);
   double *ratio = round_ratios(p, &c, r, hi);
   Sharding **final = with_ratios(p, best, ratio);
+  p->chosen = best;
   double rr[SHARD_MAX_AXIS];
   for (int k = 0; k < p->k; k++)
     rr[k] = ratio ? ratio[k] : 1.0 / p->k;
@@ -1092,11 +1134,13 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
   conf.kept_dp = dp_beats_even && !(conf.dp > step * n1);
   if (conf.kept_dp) {
     final = dp_final;
+    p->chosen = dp;
     memcpy(rr, rdp, sizeof rr);
     step = conf.dp;
     even = conf.simple;
   } else if (conf.kept_simple) {
     final = simple;
+    p->chosen = simple;
     for (int k = 0; k < p->k; k++)
       rr[k] = 1.0 / p->k;
     step = even = conf.simple;
@@ -1110,6 +1154,7 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
   }
   PlanInfo *pi = record(p, final, rr, step, even, &conf);
   pi->mb = p->mb;
+  p->ratio = pi->ratio;
   p->predicted = pi->mem;
   pi->remat = m->remat_all;
   pi->planned_mb = planned_mb;
@@ -1163,7 +1208,7 @@ static bool plan_memory(const Module *m, double *need) {
   return ok;
 }
 
-#define MEMORY_TRIALS 8   /* plans tried against the memory plan, at most */
+#define MEMORY_TRIALS 8   /* plans corrected by their memory plans, at most */
 
 /* plan auto: a plan, then its memory plan on a copy of the module; while a
  * device's arenas and state exceed its memory, the planner learns by how
@@ -1174,33 +1219,50 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     return true;
   int mb = m->microbatches;
   Loc mb_loc = m->microbatches_loc;
-  for (int trial = 0;; trial++) {
+  Trial *trial = arena_alloc(m->arena, sizeof *trial * MEMORY_TRIALS);
+  double under[SHARD_MAX_AXIS];
+  for (int k = 0; k < p.k; k++)
+    under[k] = 1;
+  for (int n = 0;; n++) {
+    p.trial = trial, p.ntrial = n;
     if (!plan_once(&p, d, run))
       return false;
-    if (trial == MEMORY_TRIALS - 1)
-      return true;   /* the sharding plan's memory shows what is over */
     double need[SHARD_MAX_AXIS];
-    if (!plan_memory(m, need))
-      return true;
+    if (n == MEMORY_TRIALS || !plan_memory(m, need))
+      return true;   /* the sharding plan's memory shows what is over */
     const Mesh *mesh = &m->mesh.a[0];
+    int64_t blocks[SHARD_MAX_AXIS];
+    if (p.unit > 0)
+      ir_blocks(p.unit, p.ratio, p.k, blocks);
+    Trial *t = &trial[n];
     bool over = false;
     for (int k = 0; k < p.k; k++) {
-      if (need[k] > (double)m->cluster->dev.a[mesh->dev[k]].mem) {
-        p.slack[k] = fmax(p.slack[k], need[k] - p.predicted[k]);
-        over = true;
-      }
+      double mem = (double)m->cluster->dev.a[mesh->dev[k]].mem;
+      t->cap[k] = 1;
+      if (need[k] <= mem)
+        continue;
+      /* a smaller share of these forms: in proportion, and at least one
+       * block of the shortest split fewer */
+      t->cap[k] = p.ratio[k] * mem / need[k];
+      if (p.unit > 0)
+        t->cap[k] = fmin(t->cap[k], (double)(blocks[k] - 1) / (double)p.unit + 2.0 / RATIO_UNITS);
+      /* and any forms: the model's count, short by as much as here */
+      under[k] = fmax(under[k], need[k] / p.predicted[k]);
+      over = true;
     }
     if (!over)
       return true;
-    Planner next;   /* from the parallel block again */
-    double slack[SHARD_MAX_AXIS];
-    memcpy(slack, p.slack, sizeof slack);
-    apply(&p, p.user);
+    double r[SHARD_MAX_AXIS];
+    Cost c;
+    evaluate(&p, p.chosen, true, r, &c);   /* its forms, propagated */
+    t->forms = arena_alloc(m->arena, sizeof *t->forms * (size_t)(m->global.n + 1));
+    for (int g = 0; g < m->global.n; g++)
+      t->forms[g] = m->global.a[g].shard;
+    apply(&p, p.user);   /* and from the parallel block again */
     m->microbatches = mb;
     m->microbatches_loc = mb_loc;
-    planner_init(&next, m);
-    memcpy(next.slack, slack, sizeof slack);
-    p = next;
+    planner_init(&p, m);
+    memcpy(p.under, under, sizeof under);
   }
 }
 
