@@ -515,6 +515,10 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
   f = wrapper(c, "rank", i32, &p, 1);
   r = LLVMGetParam(f, 0);
   LLVMBuildRet(c->b, call(c, "dtrt_model_rank", i32, &p, &r, 1));
+  LLVMTypeRef mem[] = {p, p, p};
+  f = wrapper(c, "memory", i32, mem, 3);
+  LLVMValueRef ma[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1), LLVMGetParam(f, 2)};
+  LLVMBuildRet(c->b, call(c, "dtrt_model_memory", i32, mem, ma, 3));
 
   static const char *io[][2] = {
       {"save", "dtrt_model_save"}, {"load", "dtrt_model_load"}, {"export", "dtrt_model_export"}};

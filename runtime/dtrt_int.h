@@ -141,6 +141,8 @@ struct DtrtCtx {
   int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
   double lr;            /* dtrt_model_set_lr's, when lr_set */
   bool lr_set;
+  int64_t bytes;        /* held in dtrt_alloc's blocks now (their sizes as asked) */
+  int64_t peak_bytes;   /* the most held at once */
 };
 
 /* The context's read limit (dtrt_ctx_set_read_limit). */
