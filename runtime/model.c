@@ -180,6 +180,9 @@ void dtrt_model_destroy(DtModel *m) {
   if (!m)
     return;
   DtrtCtx *ctx = m->ctx;
+  int64_t bytes, rss;
+  dtrt_model_memory(m, &bytes, &rss);
+  dtrt_trace_memory(ctx, bytes, rss);
   dtrt_trace_close(ctx);
   dtrt_free(ctx, m->state);
   dtrt_free(ctx, m->work);
