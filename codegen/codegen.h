@@ -207,6 +207,28 @@ void cg_repeat(CgFn *fn, const Inst *r);
  * a loop in it) makes one. */
 bool cg_collective(const Inst *x);
 
+/* ---- memory.c --------------------------------------------------------- */
+
+/* What libdtrt allocates for the model on one device (dev -1: a model of one
+ * device), in bytes: the state block; the work block, the largest arena of
+ * the device's functions (train: train_step's, forward: forward's); the
+ * GEMM's scratch on one thread; their sum. Kernels' short-lived buffers (a
+ * large sum's partial rows, a collective's packed copy) and the runtime's
+ * small tables are not counted. */
+typedef struct CgMemory {
+  int64_t state, work, train, forward, scratch, total;
+} CgMemory;
+
+/* The work block of device dev: the largest arena of its functions. */
+int64_t cg_work_bytes(const Module *m, int dev);
+CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how);
+/* --emit=plan's "memory per device": each device's CgMemory against its
+ * cluster `mem`, saying OVER where the total exceeds it. */
+void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul how);
+/* A warning at the mesh for each device whose total exceeds its `mem`;
+ * returns how many. */
+int cg_memory_check(const Module *m, const CgTargets *ts, CgMatmul how, Diag *d);
+
 /* ---- gemm.c ----------------------------------------------------------- */
 
 /* Whether matmul x is lowered by cg_gemm (else by a call of dtrt_k_matmul):
@@ -217,6 +239,12 @@ bool cg_gemm_chosen(const Module *m, CgMatmul how, const Inst *x);
 /* For --emit=plan: each matmul of m (one device's), its shapes and FLOPs,
  * who computes it under -fmatmul=how and its epilogue's ops. */
 void cg_matmul_report(FILE *out, const Module *m, CgMatmul how);
+/* The scratch block (dtrt_scratch) the GEMM calls of device dev's
+ * functions ask for on one thread, for a CPU (NULL: generic) with features
+ * of target triple: the largest of their panels; each further thread asks
+ * for about as much again. */
+int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *triple,
+                        const char *cpu, const char *features);
 /* Emits matmul x as a call of the module's generated GEMM for the CPU of the
  * device being lowered (made at its first use), with fusion group
  * ep[0..nep) that follows x as its epilogue (nep 0: none): the GEMM runs it

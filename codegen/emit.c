@@ -334,10 +334,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     in[k] = index[in[k]];
   LLVMValueRef train_in = i32_array(c, in, ntrain_in, "train_in");
 
-  int64_t work = 0;   /* a body's arena lies in its caller's */
-  for (int k = 0; k < m->func.n; k++)
-    if (m->func.a[k]->device == dev && !m->func.a[k]->body && m->func.a[k]->work_bytes > work)
-      work = m->func.a[k]->work_bytes;
+  int64_t work = cg_work_bytes(m, dev);
   LLVMValueRef mesh = LLVMConstNull(c->ptr), plan = LLVMConstNull(c->ptr);
   int naxis = dev >= 0 ? m->mesh.a[0].naxis : 0;
   if (naxis) {
@@ -515,6 +512,10 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
   f = wrapper(c, "rank", i32, &p, 1);
   r = LLVMGetParam(f, 0);
   LLVMBuildRet(c->b, call(c, "dtrt_model_rank", i32, &p, &r, 1));
+  LLVMTypeRef mem[] = {p, p, p};
+  f = wrapper(c, "memory", i32, mem, 3);
+  LLVMValueRef ma[] = {LLVMGetParam(f, 0), LLVMGetParam(f, 1), LLVMGetParam(f, 2)};
+  LLVMBuildRet(c->b, call(c, "dtrt_model_memory", i32, mem, ma, 3));
 
   static const char *io[][2] = {
       {"save", "dtrt_model_save"}, {"load", "dtrt_model_load"}, {"export", "dtrt_model_export"}};
@@ -732,6 +733,7 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
   CgTargets ts;
   if (!cg_targets(m, opt, ndev, &ts, d))
     return false;
+  cg_memory_check(m, &ts, opt->matmul, d);
   if (ts.n > 1 && !strcmp(opt->output, "-")) {
     diag_error(d, none, "the devices of model '%s' run code for %d targets (%s and %s%s), one "
                "file each: give -o FILE, not -o -", m->name, ts.n, ts.t[0].triple,
@@ -775,6 +777,8 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     DTC_ASSERT(!strcmp(plan[k]->name, m0->name) && (ndev[k] ? ndev[k] : 1) == devices[k]);
     ok = check_module(plan[k], ndev[k], d) && cg_targets(plan[k], opt, ndev[k], &ts[k], d);
     nts += ok;
+    if (ok)
+      cg_memory_check(plan[k], &ts[k], opt->matmul, d);
     if (ok && ts[k].n > 1) {
       diag_error(d, none, "the devices of model '%s' in its plan for %d devices run code for %d "
                  "targets (%s and %s%s); a build for several device counts (--devices) has one "

@@ -147,9 +147,10 @@ static void caches(bool arm, int bits, int *l1, int *l2) {
   *l2 = arm || bits == 512 ? 1 << 20 : 1 << 18;
 }
 
-static Blocking blocking(const Cg *c) {
-  const char *triple = LLVMGetTarget(c->mod);
-  const char *cpu = c->cpu ? c->cpu : "generic", *f = c->features ? c->features : "";
+/* The blocking for a CPU (NULL: generic) with features f of target triple. */
+static Blocking blocking_for(const char *triple, const char *cpu, const char *f) {
+  cpu = cpu ? cpu : "generic";
+  f = f ? f : "";
   bool arm = !strncmp(triple, "aarch64", 7) || !strncmp(triple, "arm64", 5);
   int bits = 128;
   bool fma = arm;
@@ -181,6 +182,10 @@ static Blocking blocking(const Cg *c) {
   k.mc = l2 / 2 / (4 * k.kc) / k.mr * k.mr;
   k.nc = 4096 / k.nr * k.nr;
   return k;
+}
+
+static Blocking blocking(const Cg *c) {
+  return blocking_for(LLVMGetTarget(c->mod), c->cpu, c->features);
 }
 
 /* ---- building blocks ---- */
@@ -936,28 +941,91 @@ bool cg_gemm_chosen(const Module *mod, CgMatmul how, const Inst *x) {
  * deterministic mode one block for a k of at most IR_DET_KBLOCK, whatever
  * the target's KC (a fold of pieces, fused or not, then adds the same
  * numbers in the same order); else 0, the target's blocking. */
-static int64_t kblock(const Cg *c, const Inst *x, int64_t k) {
+static int64_t kblock(const Module *m, const Inst *x, int64_t k) {
   if (ir_attr(x, "kblock"))
     return ir_get_int(x, "kblock", 0);
-  return c->m->det_pieces > 1 && k <= IR_DET_KBLOCK ? k : 0;
+  return m->det_pieces > 1 && k <= IR_DET_KBLOCK ? k : 0;
+}
+
+/* The products matmul x makes: batch of them, m x k by k x n each (the
+ * rows of a batch folded into one matrix where they can be), the operands'
+ * strides between products bs_a and bs_b, and a and b their types (of a
+ * piece's block when x is in pieces). */
+typedef struct Shape {
+  Type a, b;
+  int64_t batch, m, n, k, bs_a, bs_b, pieces;
+} Shape;
+
+static Shape shape_of(const Inst *x) {
+  /* in pieces: a batch of the pieces, each on its block of the cut operands */
+  Shape s = {.a = x->in[0]->type, .b = x->in[1]->type, .pieces = ir_pieces(x)};
+  if (ir_piece_rows(x, 0))
+    s.a.dim[0] = ir_piece_rows(x, 0);
+  if (ir_piece_rows(x, 1))
+    s.b.dim[0] = ir_piece_rows(x, 1);
+  bool ta = ir_get_int(x, "ta", 0) != 0, tb = ir_get_int(x, "tb", 0) != 0;
+  int ra = s.a.rank, rb = s.b.rank;
+  s.m = s.a.dim[ra - 2 + ta], s.k = s.a.dim[ra - 1 - ta], s.n = s.b.dim[rb - 1 - tb];
+  s.batch = s.pieces ? s.pieces : 1;
+  for (int d = 0; d < ra - 2; d++)
+    s.batch *= s.a.dim[d];
+  if (!s.batch || !s.m || !s.n || !s.k)
+    return s;
+  s.bs_a = ra > 2 ? s.m * s.k : 0, s.bs_b = rb > 2 ? s.k * s.n : 0;
+  if (s.pieces) {
+    DTC_ASSERT(ra == 2 && rb == 2);   /* determinize cuts the rows of matrices */
+    s.bs_a = ir_piece_rows(x, 0) ? s.m * s.k : 0;
+    s.bs_b = ir_piece_rows(x, 1) ? s.k * s.n : 0;
+  } else if (rb == 2 && !ta) {   /* the batch's rows are one matrix */
+    s.m *= s.batch;
+    s.batch = 1;
+    s.bs_a = 0;
+  }
+  return s;
+}
+
+static int64_t up(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The scratch of one slot of the GEMM's call for x on one thread (one
+ * piece): a block of B and one of A, as the entry computes them. */
+static int64_t slot_bytes(const Module *mod, const Blocking *bk, const Inst *x) {
+  Shape s = shape_of(x);
+  if (!s.batch || !s.m || !s.n || !s.k)
+    return 0;
+  int64_t kc = kblock(mod, x, s.k);
+  if (kc <= 0) {   /* k in blocks as equal as multiples of 4 allow */
+    int64_t nblock = (s.k + bk->kc - 1) / bk->kc;
+    kc = up((s.k + nblock - 1) / nblock, 4);
+  }
+  int64_t mc = up(min64(bk->mc, s.m), bk->mr), nc = up(min64(bk->nc, s.n), bk->nr);
+  return up(kc * nc * 4, 64) + up(kc * mc * 4, 64);
+}
+
+int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *triple,
+                        const char *cpu, const char *features) {
+  Blocking bk = blocking_for(triple, cpu, features);
+  int64_t most = 0;
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    if (f->device != dev)
+      continue;
+    for (int i = 0; i < f->inst.n; i++) {
+      const Inst *x = f->inst.a[i];
+      if (x->op == OP_matmul && cg_gemm_chosen(m, how, x)) {
+        int64_t b = slot_bytes(m, &bk, x);
+        most = b > most ? b : most;
+      }
+    }
+  }
+  return most;
 }
 
 LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep) {
   Cg *c = fn->c;
-  /* in pieces: a batch of the pieces, each on its block of the cut operands */
-  Type pa = x->in[0]->type, pb = x->in[1]->type;
-  int64_t pieces = ir_pieces(x);
-  if (ir_piece_rows(x, 0))
-    pa.dim[0] = ir_piece_rows(x, 0);
-  if (ir_piece_rows(x, 1))
-    pb.dim[0] = ir_piece_rows(x, 1);
-  const Type *xa = &pa, *xb = &pb;
+  Shape s = shape_of(x);
   bool ta = ir_get_int(x, "ta", 0) != 0, tb = ir_get_int(x, "tb", 0) != 0;
-  int ra = xa->rank, rb = xb->rank;
-  int64_t m = xa->dim[ra - 2 + ta], k = xa->dim[ra - 1 - ta], n = xb->dim[rb - 1 - tb];
-  int64_t batch = pieces ? pieces : 1;
-  for (int d = 0; d < ra - 2; d++)
-    batch *= xa->dim[d];
+  int64_t batch = s.batch, m = s.m, n = s.n, k = s.k, bs_a = s.bs_a, bs_b = s.bs_b;
   LLVMValueRef out = cg_addr(fn, x);
   if (!batch || !m || !n || !k) {
     if (k == 0)
@@ -965,16 +1033,6 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep) {
     if (nep)
       cg_group(fn, ep, nep);
     return cg_i32(c, 0);
-  }
-  int64_t bs_a = ra > 2 ? m * k : 0, bs_b = rb > 2 ? k * n : 0;
-  if (pieces) {
-    DTC_ASSERT(ra == 2 && rb == 2);   /* determinize cuts the rows of matrices */
-    bs_a = ir_piece_rows(x, 0) ? m * k : 0;
-    bs_b = ir_piece_rows(x, 1) ? k * n : 0;
-  } else if (rb == 2 && !ta) {   /* the batch's rows are one matrix */
-    m *= batch;
-    batch = 1;
-    bs_a = 0;
   }
   double flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
   LLVMValueRef epf = LLVMConstNull(c->ptr), epenv = LLVMConstNull(c->ptr);
@@ -996,7 +1054,7 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep) {
                         cg_i64(c, tb ? 1 : n),
                         cg_i64(c, tb ? k : 1),
                         cg_i64(c, bs_b),
-                        cg_i64(c, kblock(c, x, k)),
+                        cg_i64(c, kblock(c->m, x, k)),
                         epf,
                         epenv};
   return LLVMBuildCall2(c->b, type, f, arg, COUNTOF(arg), "");

@@ -298,8 +298,14 @@ static void write_header(FILE *out, const Module *m, const char *base, Module *c
           "int %s_input_rows(const %s *m, const char *input, int64_t *begin, int64_t *count);\n\n"
           "/* This process's rank in the job (0 for a model of one device): the one\n"
           " * to print from is rank 0. */\n"
-          "int %s_rank(const %s *m);\n\n",
-          n, n, n, n);
+          "int %s_rank(const %s *m);\n\n"
+          "/* This rank's memory for the model, in bytes (either pointer may be\n"
+          " * NULL): the most libdtrt held at once for it since %s_create, and how\n"
+          " * much the process's peak resident set grew from just before the\n"
+          " * model's blocks were allocated (-1 if unknown). dtc --emit=plan\n"
+          " * predicts the first for each device. */\n"
+          "int %s_memory(const %s *m, int64_t *peak_bytes, int64_t *rss_growth);\n\n",
+          n, n, n, n, n, n, n);
   if (train) {
     fprintf(out,
             "/* %s_train_step on this rank's rows of each input alone (%s_input_rows;\n"

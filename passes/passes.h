@@ -216,8 +216,9 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run);
  * local types (the formulas of shard_step_bytes); 0 for shard_slice; a send's
  * and a bcast's whole operand (what the sender or the root sends). */
 double spmd_comm_bytes(const Inst *c);
-/* The sharding plan (--emit=plan): every global's sharding and blocks, every
- * device's memory, every step's collectives with their source lines. */
+/* The sharding plan (--emit=plan): every global's sharding and blocks, the
+ * pipeline stages, every step's collectives with their source lines (each
+ * device's memory is codegen's: cg_memory_report). */
 void spmd_report(FILE *out, const Module *m);
 
 /* ---- comm.c ----------------------------------------------------------- */

@@ -665,25 +665,6 @@ void spmd_report(FILE *out, const Module *m) {
       fputc('\n', out);
   }
   report_stages(out, m, ndev);
-  fputs("memory per device (params and optimizer state; work arenas of train_step and "
-        "forward):\n", out);
-  for (int dev = 0; dev < ndev; dev++) {
-    double state = 0;
-    for (int g = 0; g < m->global.n; g++) {
-      const Global *gl = &m->global.a[g];
-      Type t = ir_global_type_on(m, gl, dev);
-      if (gl->kind != G_INPUT)
-        state += (double)type_elems(&t) * (double)dtype_size(t.dtype);
-    }
-    const Func *ts = copy_of(m, "train_step", dev), *fw = copy_of(m, "forward", dev);
-    fprintf(out, "  %d %-8s state ", dev, device_name(m, dev, dn, sizeof dn));
-    print_size(out, state);
-    fputs(", work ", out);
-    print_size(out, ts ? (double)ts->work_bytes : 0);
-    fputs(" / ", out);
-    print_size(out, fw ? (double)fw->work_bytes : 0);
-    fputc('\n', out);
-  }
   report_collectives(out, m, "train_step");
   report_collectives(out, m, "forward");
 }

@@ -73,10 +73,15 @@ DtStatus dtrt_fail(DtrtCtx *ctx, DtStatus s, const char *fmt, ...) {
   return s;
 }
 
+/* Each block carries its size in a 64-byte header before it, so that
+ * dtrt_free knows what it gives back: ctx->bytes is what the context holds,
+ * ctx->peak_bytes the most it held at once. */
+enum { HEADER = 64 };
+
 void *dtrt_alloc(DtrtCtx *ctx, size_t n) {
   if (!ctx)
     return NULL;
-  void *p = ctx->a.alloc(ctx->a.user, n ? n : 1);
+  unsigned char *p = n <= SIZE_MAX - HEADER ? ctx->a.alloc(ctx->a.user, n + HEADER) : NULL;
   if (!p) {
     dtrt_fail(ctx, DT_ERR_NOMEM, "out of memory allocating %zu bytes", n);
     return NULL;
@@ -86,10 +91,19 @@ void *dtrt_alloc(DtrtCtx *ctx, size_t n) {
     dtrt_fail(ctx, DT_ERR_INTERNAL, "allocator returned memory not 64-byte aligned");
     return NULL;
   }
-  return memset(p, 0, n);
+  memcpy(p, &n, sizeof n);
+  ctx->bytes += (int64_t)n;
+  if (ctx->bytes > ctx->peak_bytes)
+    ctx->peak_bytes = ctx->bytes;
+  return memset(p + HEADER, 0, n);
 }
 
 void dtrt_free(DtrtCtx *ctx, void *p) {
-  if (ctx && p)
-    ctx->a.free(ctx->a.user, p);
+  if (!ctx || !p)
+    return;
+  unsigned char *q = (unsigned char *)p - HEADER;
+  size_t n;
+  memcpy(&n, q, sizeof n);
+  ctx->bytes -= (int64_t)n;
+  ctx->a.free(ctx->a.user, q);
 }

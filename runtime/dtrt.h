@@ -601,6 +601,15 @@ double dtrt_model_lr(const DtModel *m, double compiled);
  * must therefore lie in a directory that every rank sees (one node, or a shared
  * file system). */
 int dtrt_model_rank(const DtModel *m);            /* 0 when not SPMD */
+/* This rank's memory for the model, in bytes (either pointer may be NULL):
+ * *peak_bytes, the most libdtrt held at once in its allocations for it (the
+ * state and work blocks, the matmuls' scratch, collectives' buffers, small
+ * tables) since it was created; *rss_growth, how much the process's peak
+ * resident set (getrusage's ru_maxrss) grew from just before the model's
+ * blocks were allocated, -1 if unknown. The first counts what libdtrt asked
+ * for; the second what the system gave the whole process, libraries (MPI,
+ * OpenBLAS) and the application included, and only pages once touched. */
+DtStatus dtrt_model_memory(const DtModel *m, int64_t *peak_bytes, int64_t *rss_growth);
 /* Pointer to a param or state tensor by name (NULL if none). */
 void *dtrt_model_tensor(DtModel *m, const char *name);
 /* A param or state tensor by name as this rank holds it: *t its block (data,

@@ -141,6 +141,8 @@ struct DtrtCtx {
   int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
   double lr;            /* dtrt_model_set_lr's, when lr_set */
   bool lr_set;
+  int64_t bytes;        /* held in dtrt_alloc's blocks now (their sizes as asked) */
+  int64_t peak_bytes;   /* the most held at once */
 };
 
 /* The context's read limit (dtrt_ctx_set_read_limit). */
@@ -206,6 +208,9 @@ void dtrt_trace_close(DtrtCtx *ctx);
 double dtrt_trace_clock(void);
 /* Records span [t0, t1] of name (a string that outlives the trace) on tid. */
 void dtrt_trace_add(DtrtCtx *ctx, const char *name, int tid, double t0, double t1);
+/* Records the model's memory (dtrt_model_memory), written as a counter
+ * "memory" at the end of the trace. */
+void dtrt_trace_memory(DtrtCtx *ctx, int64_t peak_bytes, int64_t rss_growth);
 /* Runs kernel fn and records its span. */
 DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn fn,
                            const DtTensor *in, int nin, DtTensor *out, const DtAttrs *a);

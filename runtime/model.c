@@ -5,6 +5,7 @@
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "dtrt_int.h"
@@ -15,7 +16,14 @@ struct DtModel {
   unsigned char *state, *work;
   int64_t step;
   const void **in;   /* the step's inputs: this rank's rows (input_rows) */
+  int64_t rss0;      /* the process's peak resident set before the blocks, -1: unknown */
 };
+
+/* The process's peak resident set in bytes (getrusage), -1 if unknown. */
+static int64_t peak_rss(void) {
+  struct rusage u;
+  return getrusage(RUSAGE_SELF, &u) ? -1 : (int64_t)u.ru_maxrss * 1024;
+}
 
 static bool stored(const DtGlobalDesc *g) { return g->kind == DT_G_PARAM || g->kind == DT_G_STATE; }
 
@@ -172,6 +180,9 @@ void dtrt_model_destroy(DtModel *m) {
   if (!m)
     return;
   DtrtCtx *ctx = m->ctx;
+  int64_t bytes, rss;
+  dtrt_model_memory(m, &bytes, &rss);
+  dtrt_trace_memory(ctx, bytes, rss);
   dtrt_trace_close(ctx);
   dtrt_free(ctx, m->state);
   dtrt_free(ctx, m->work);
@@ -281,7 +292,7 @@ static DtStatus create(const DtModelDesc *const *const *plan, const int32_t *cou
   else if ((!plan || !(s = pick_plan(ctx, plan, count, nplan, &dev, &ndev))) &&
            !(s = pick(ctx, dev, ndev, &d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
     if ((m = dtrt_alloc(ctx, sizeof *m))) {
-      *m = (DtModel){.d = d, .ctx = ctx};
+      *m = (DtModel){.d = d, .ctx = ctx, .rss0 = peak_rss()};
       m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
       m->work = m->state ? dtrt_alloc(ctx, (size_t)d->work_bytes) : NULL;
       int nin = d->ntrain_in > d->nfwd_in ? d->ntrain_in : d->nfwd_in;
@@ -340,6 +351,17 @@ const char *dtrt_model_error(const DtModel *m) { return m ? dtrt_errmsg(m->ctx) 
 int64_t dtrt_model_step(const DtModel *m) { return m ? m->step : 0; }
 
 int dtrt_model_rank(const DtModel *m) { return m ? dtrt_rank(m->ctx) : 0; }
+
+DtStatus dtrt_model_memory(const DtModel *m, int64_t *peak_bytes, int64_t *rss_growth) {
+  if (!m)
+    return DT_ERR_ARG;
+  int64_t now = peak_rss();
+  if (peak_bytes)
+    *peak_bytes = m->ctx->peak_bytes;
+  if (rss_growth)
+    *rss_growth = now < 0 || m->rss0 < 0 ? -1 : now - m->rss0;
+  return DT_OK;
+}
 
 DtStatus dtrt_model_set_lr(DtModel *m, double lr) {
   if (!m)

@@ -170,13 +170,13 @@ void *dtrt_scratch(DtrtCtx *ctx, size_t n) {
     return NULL;
   if (n <= ctx->scratch_bytes)
     return ctx->scratch;
-  /* grown by half again at least, so slowly rising sizes allocate rarely */
-  size_t want = n < ctx->scratch_bytes / 2 * 3 ? ctx->scratch_bytes / 2 * 3 : n;
+  /* exactly n: a model asks for a fixed set of sizes, so after its first
+   * step the block is the largest of them, which dtc --emit=plan predicts */
   dtrt_free(ctx, ctx->scratch);
   ctx->scratch_bytes = 0;
-  if (!(ctx->scratch = dtrt_alloc(ctx, want)))
+  if (!(ctx->scratch = dtrt_alloc(ctx, n)))
     return NULL;
-  ctx->scratch_bytes = want;
+  ctx->scratch_bytes = n;
   return ctx->scratch;
 }
 

@@ -23,6 +23,7 @@ struct DtTrace {
   double origin;     /* clock at dtrt_trace_open: ts 0 */
   Span *span;
   int64_t n, cap;
+  int64_t peak_bytes, rss_growth;   /* dtrt_trace_memory's; -1: none */
 };
 
 double dtrt_trace_clock(void) {
@@ -52,7 +53,7 @@ DtStatus dtrt_trace_open(DtrtCtx *ctx) {
     dtrt_free(ctx, t);
     return s;
   }
-  *t = (DtTrace){.path = path, .origin = dtrt_trace_clock()};
+  *t = (DtTrace){.path = path, .origin = dtrt_trace_clock(), .peak_bytes = -1, .rss_growth = -1};
   ctx->trace = t;
   return DT_OK;
 }
@@ -71,6 +72,13 @@ void dtrt_trace_add(DtrtCtx *ctx, const char *name, int tid, double t0, double t
     t->cap = cap;
   }
   t->span[t->n++] = (Span){name, t0, t1, tid};
+}
+
+void dtrt_trace_memory(DtrtCtx *ctx, int64_t peak_bytes, int64_t rss_growth) {
+  if (ctx && ctx->trace) {
+    ctx->trace->peak_bytes = peak_bytes;
+    ctx->trace->rss_growth = rss_growth;
+  }
 }
 
 DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn fn,
@@ -98,6 +106,12 @@ static bool write_trace(const DtTrace *t, int rank) {
                "\"pid\":%d,\"tid\":%d}",
             s->name, s->tid == DTRT_TID_STEP ? "step" : s->tid ? "comm" : "kernel",
             (s->t0 - t->origin) * 1e6, (s->t1 - s->t0) * 1e6, rank, s->tid);
+  }
+  if (t->peak_bytes >= 0) {   /* a counter at the end of the last span */
+    double end = t->n ? t->span[t->n - 1].t1 : t->origin;
+    fprintf(f, ",\n{\"name\":\"memory\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,"
+               "\"args\":{\"peak_bytes\":%lld,\"rss_growth\":%lld}}",
+            (end - t->origin) * 1e6, rank, (long long)t->peak_bytes, (long long)t->rss_growth);
   }
   fputs("\n]}\n", f);
   bool ok = !ferror(f);

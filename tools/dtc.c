@@ -327,6 +327,27 @@ static void plan_note(Diag *d, void *arg) {
             *(int *)arg == 1 ? "" : "s");
 }
 
+/* --emit=plan's text for m: the device plan, the shardings, the memory per
+ * device (warning of a device that lacks it), the memory plan, the matmuls.
+ * false after a diagnostic (a device's target). */
+static bool plan_text(FILE *out, Module *m, Driver *dr, Diag *d) {
+  CgOptions o = dr->opt;
+  plan_report(out, m, dr->run.plan);
+  if (m->mesh.n) {
+    spmd_report(out, m);
+    CgTargets ts;
+    o.output = o.output ? o.output : "-";
+    if (!cg_targets(m, &o, cg_devices(m), &ts, d))
+      return false;
+    cg_memory_report(out, m, &ts, o.matmul);
+    cg_memory_check(m, &ts, o.matmul, d);
+    cg_targets_free(&ts);
+  }
+  memplan_report(out, m);
+  cg_matmul_report(out, m, o.matmul);
+  return true;
+}
+
 /* --devices: the model compiled once per device count through the whole
  * pipeline, then emitted as one object (or reported plan by plan). The
  * frontend's warnings, alike in every plan, are given by the first alone. */
@@ -376,11 +397,8 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     } else if (text) {
       ir_print_dot(out, m);
     } else if (!strcmp(o->emit, "plan")) {
-      plan_report(out, m, dr->run.plan);
-      if (m->mesh.n)
-        spmd_report(out, m);
-      memplan_report(out, m);
-      cg_matmul_report(out, m, o->matmul);
+      if (!plan_text(out, m, dr, d))
+        goto done;
     } else if (!strcmp(o->emit, "sim")) {
       SimResult r;
       if (sim_step(m, &r) < 0) {
@@ -481,16 +499,12 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     FILE *out = open_text_output(o->output);
     if (!out)
       return fail("cannot write '%s': %s", o->output, why(errno));
-    plan_report(out, m, dr->run.plan);
-    if (m->mesh.n)
-      spmd_report(out, m);
-    memplan_report(out, m);
-    cg_matmul_report(out, m, o->matmul);
-    if (out != stdout && fclose(out))
+    bool ok = plan_text(out, m, dr, d);
+    if (out != stdout && fclose(out) && ok)
       return fail("cannot write '%s': %s", o->output, why(errno));
     if (dr->time_passes)
       time_report(dr, fe_ms, -1);
-    return 0;
+    return ok ? 0 : 1;
   }
 
   if (!strcmp(o->emit, "sim")) {

@@ -144,6 +144,13 @@ static void test_train(void **state) {
   }
   assert_true(dtrt_model_step(m) == 300);
   assert_true(*seen == 301);
+  /* the peak holds the state and work blocks and the model's small tables */
+  int64_t peak = 0, rss = -2;
+  assert_int_equal(dtrt_model_memory(m, &peak, &rss), DT_OK);
+  assert_true(peak >= 64 + 16 && peak < 64 + 16 + 4096);
+  assert_true(rss >= 0);
+  assert_int_equal(dtrt_model_memory(m, NULL, NULL), DT_OK);
+  assert_int_equal(dtrt_model_memory(NULL, &peak, &rss), DT_ERR_ARG);
   assert_true(loss < first * 1e-3);
   assert_true(fabsf(w[0] - 2) < 0.05f && fabsf(w[1] + 1) < 0.05f && fabsf(b[0] - 1) < 0.05f);
 

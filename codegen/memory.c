@@ -1,0 +1,112 @@
+/* memory.c: what libdtrt allocates for a compiled model on each device, as
+ * the generated code and the runtime ask for it, against the devices'
+ * memory: --emit=plan's "memory per device" and the warning of a plan that
+ * does not fit. Requires: memplan (Func.work_bytes), the targets. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen.h"
+
+int64_t cg_work_bytes(const Module *m, int dev) {
+  int64_t work = 0;   /* a body's arena lies in its caller's */
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    if (f->device == dev && !f->body && f->work_bytes > work)
+      work = f->work_bytes;
+  }
+  return work;
+}
+
+CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how) {
+  const CgDevice *cd = &ts->dev[dev < 0 ? 0 : dev];
+  CgMemory r = {.state = cg_state_layout(m, dev, NULL), .work = cg_work_bytes(m, dev)};
+  const Func *train = cg_device_func(m, "train_step", dev), *fwd = cg_device_func(m, "forward", dev);
+  r.train = train ? train->work_bytes : 0;
+  r.forward = fwd ? fwd->work_bytes : 0;
+  r.scratch = cg_gemm_scratch(m, dev, how, ts->t[cd->target].triple, cd->cpu, cd->features);
+  r.total = r.state + r.work + r.scratch;
+  return r;
+}
+
+static void print_size(FILE *out, double b) {
+  if (b >= 1 << 30)
+    fprintf(out, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20)
+    fprintf(out, "%.2f MiB", b / (1 << 20));
+  else if (b >= 1 << 10)
+    fprintf(out, "%.1f KiB", b / (1 << 10));
+  else
+    fprintf(out, "%.0f B", b);
+}
+
+static const char *size_str(Arena *a, double b) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  DTC_ASSERT(out);
+  print_size(out, b);
+  fclose(out);
+  const char *s = arena_strdup(a, text);
+  free(text);
+  return s;
+}
+
+/* The cluster's device at mesh position pos; NULL: none. */
+static const Device *device_at(const Module *m, int pos) {
+  int dv = m->mesh.n ? m->mesh.a[0].dev[pos] : -1;
+  return m->cluster && dv >= 0 && dv < m->cluster->dev.n ? &m->cluster->dev.a[dv] : NULL;
+}
+
+void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul how) {
+  int ndev = cg_devices(m);
+  fputs("memory per device (what libdtrt allocates for the model: the state block of params "
+        "and optimizer state; one work block, the larger of the arenas of train_step and "
+        "forward; the scratch of dtc's GEMM on one thread, each further thread adding about "
+        "as much again):\n", out);
+  for (int dev = ndev ? 0 : -1; dev < ndev; dev++) {
+    CgMemory r = cg_memory(m, dev, ts, how);
+    const Device *dv = dev >= 0 ? device_at(m, dev) : NULL;
+    char num[16];
+    snprintf(num, sizeof num, "%d", dev < 0 ? 0 : dev);
+    fprintf(out, "  %s %-8s state ", num, dv ? dv->name : "-");
+    print_size(out, (double)r.state);
+    fputs(", work ", out);
+    print_size(out, (double)r.train);
+    fputs(" / ", out);
+    print_size(out, (double)r.forward);
+    fputs(", scratch ", out);
+    print_size(out, (double)r.scratch);
+    fputs(", total ", out);
+    print_size(out, (double)r.total);
+    if (dv && dv->mem > 0) {
+      fputs(" of ", out);
+      print_size(out, (double)dv->mem);
+      fprintf(out, " (%.0f%%)", 100.0 * (double)r.total / (double)dv->mem);
+      if (r.total > dv->mem) {
+        fputs(": OVER by ", out);
+        print_size(out, (double)(r.total - dv->mem));
+      }
+    }
+    fputc('\n', out);
+  }
+}
+
+int cg_memory_check(const Module *m, const CgTargets *ts, CgMatmul how, Diag *d) {
+  int ndev = cg_devices(m), over = 0;
+  for (int dev = 0; dev < ndev; dev++) {
+    const Device *dv = device_at(m, dev);
+    CgMemory r = cg_memory(m, dev, ts, how);
+    if (!dv || dv->mem <= 0 || r.total <= dv->mem)
+      continue;
+    Arena *a = m->arena;
+    diag_warn(d, m->mesh.a[0].loc,
+              "device '%s' needs %s for model '%s' (state %s, work %s, scratch %s), %s more than "
+              "its memory of %s",
+              dv->name, size_str(a, (double)r.total), m->name, size_str(a, (double)r.state),
+              size_str(a, (double)r.work), size_str(a, (double)r.scratch),
+              size_str(a, (double)(r.total - dv->mem)), size_str(a, (double)dv->mem));
+    over++;
+  }
+  return over;
+}

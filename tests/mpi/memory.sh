@@ -1,0 +1,35 @@
+#!/bin/sh
+# memory.sh PLAN SCALE CMD...: compares each rank's memory for a model, as
+# CMD (an mpiexec of tests/mpi/mem_train.c) prints it, with dtc --emit=plan's
+# prediction in PLAN (its "memory per device" totals), each multiplied by
+# SCALE: both the bytes libdtrt held at most and the growth of the peak
+# resident set must lie within 10% of the prediction. SCALE is 1 but for the
+# test that must fail (a prediction 20% off).
+set -e
+plan=$1 scale=$2
+shift 2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# "  0 s0       state 27.83 MiB, ..., total 72.95 MiB of 80.00 MiB (91%)": device, bytes
+awk -v s="$scale" '/^memory per device/ {on = 1; next}
+     on && $3 == "state" {
+       for (k = 4; k < NF; k++) if ($k == "total") break
+       v = $(k + 1); u = $(k + 2)
+       f = u == "GiB" ? 1073741824 : u == "MiB" ? 1048576 : u == "KiB" ? 1024 : 1
+       printf "%s %.0f\n", $1, v * f * s; next }
+     on {exit}' "$plan" >"$tmp/want"
+[ -s "$tmp/want" ] || { echo "no memory per device in $plan"; exit 1; }
+"$@" >"$tmp/got"
+n=$(wc -l <"$tmp/want")
+[ "$(grep -c '^rank ' "$tmp/got")" -eq "$n" ] || { echo "expected $n ranks:"; cat "$tmp/got"; exit 1; }
+fail=0
+while read dev want; do
+  line=$(grep "^rank $dev " "$tmp/got")
+  set -- $line
+  echo "rank $dev: predicted $want B, libdtrt's peak $4 B, peak resident set grew $6 B"
+  for got in $4 $6; do
+    awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(d <= 0.1 * w) }' ||
+      { echo "rank $dev: $got B is not within 10% of $want B"; fail=1; }
+  done
+done <"$tmp/want"
+exit $fail
