@@ -87,6 +87,8 @@ bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
   o = o ? o : &all;
   run = run ? run : &local;
   memset(run, 0, sizeof *run);
+  run->extra_memory = o->extra_memory;
+  run->extra_arg = o->extra_arg;
   DTC_ASSERT(!o->stop_after || pass_lookup(o->stop_after));
   char *text = snapshot(m);
   for (int k = 0; k < pass_count; k++) {

@@ -17,6 +17,12 @@ typedef struct PassRun {
   int ran;               /* the passes that ran */
   PlanInfo *plan;        /* the planner's record (plan.c); NULL when it did not plan */
   bool want_remat;       /* plan: nothing fits unless every loop recomputes its forward */
+  /* From PassOptions: what each device of a compiled module needs beyond
+   * its state and work arenas (into bytes[device]), which the passes
+   * cannot know (the GEMM's scratch for its CPU, codegen/memory.c); NULL:
+   * nothing. plan auto's memory check adds it. */
+  void (*extra_memory)(Module *m, double *bytes, void *arg);
+  void *extra_arg;
 } PassRun;
 
 /* Every pass: requires what its file header says, guarantees what it says;
@@ -34,6 +40,8 @@ typedef struct PassOptions {
   int nprint_after;
   bool print_all;                  /* print the IR after every pass */
   FILE *print_to;                  /* where printed IR goes; NULL: stderr */
+  void (*extra_memory)(Module *m, double *bytes, void *arg);   /* PassRun's */
+  void *extra_arg;
 } PassOptions;
 
 /* Runs the passes of pass_table in order up to o->stop_after (every pass

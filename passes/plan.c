@@ -81,6 +81,7 @@ typedef struct Planner {
   int members[SHARD_MAX_AXIS];  /* 0 .. k-1 */
   Sharding **user;              /* by global: the parallel block's sharding */
   int *var, nvar;               /* the globals whose forms the search chooses */
+  bool *stacked;                /* by global: a stacked operand of a loop of the step */
   VEC(double) a, b, w, fixed, scaled;
   int mb;                       /* micro-batches a pipeline's loop runs in */
   const Trial *trial;           /* earlier plans' memory plans, which bound the ratios
@@ -590,7 +591,14 @@ static double evaluate(Planner *p, Sharding **A, bool even, double *r, Cost *c) 
   for (int d = 0; d < p->k; d++)
     if (r[d] > hi[d] + 1e-12 || hi[d] < 0)
       return INFINITY;
-  /* a pipeline's stages hold whole layers */
+  /* a pipeline's stages hold whole layers, and nothing else splits over
+   * their axis (spmd makes no such plan) */
+  for (int g = 0; c->layers && g < p->m->global.n; g++) {
+    const Global *gl = &p->m->global.a[g];
+    if ((gl->kind == G_PARAM || gl->kind == G_INPUT) && !p->stacked[g] &&
+        split_on(gl->shard, gl->type.rank))
+      return INFINITY;
+  }
   int64_t room = 0;
   for (int d = 0; c->layers && d < p->k; d++)
     room += (int64_t)floor(hi[d] * (double)c->layers + 1e-9);
@@ -704,6 +712,14 @@ static bool planner_init(Planner *p, Module *m) {
     p->count[q]++;
   }
   int ng = m->global.n;
+  p->stacked = arena_alloc(m->arena, sizeof *p->stacked * (size_t)(ng + 1));
+  memset(p->stacked, 0, sizeof *p->stacked * (size_t)(ng + 1));
+  for (int k = 0; k < p->step->inst.n; k++) {
+    const Inst *r = p->step->inst.a[k];
+    for (int j = 0; r->op == OP_repeat && j < r->nin; j++)
+      if (ir_repeat_operand_kind(r, j) == 2 && r->in[j]->op == OP_load)
+        p->stacked[ir_global_of(r->in[j]) - m->global.a] = true;
+  }
   p->user = arena_alloc(m->arena, sizeof *p->user * (size_t)(ng + 1));
   p->var = arena_alloc(m->arena, sizeof *p->var * (size_t)(ng + 1));
   for (int g = 0; g < ng; g++) {
@@ -858,8 +874,8 @@ static void diag_no_room(Planner *p, const Cost *c, Diag *d) {
 
 /* The error when not even pipeline stages fit, from their cost model c:
  * how many layers each device holds within its memory, and what one more
- * layer needs. */
-static void diag_no_layers(Planner *p, const Cost *c, Diag *d) {
+ * layer needs; false when whole layers are not what is missing. */
+static bool diag_no_layers(Planner *p, const Cost *c, Diag *d) {
   Module *m = p->m;
   const Mesh *mesh = &m->mesh.a[0];
   double hi[SHARD_MAX_AXIS];
@@ -868,18 +884,24 @@ static void diag_no_layers(Planner *p, const Cost *c, Diag *d) {
   double layer = 0;
   for (int t = 0; t < c->nmem; t++)
     layer = fmax(layer, c->scaled[t] / (double)c->layers);
+  int64_t room = 0;
+  bool none = false;
   for (int k = 0; k < p->k; k++) {
     int64_t n = hi[k] < 0 ? 0 : (int64_t)floor(hi[k] * (double)c->layers + 1e-9);
+    room += n, none |= n == 0;
     size_t at = strlen(held);
     snprintf(held + at, sizeof held - at, "%s%s %lld", k ? ", " : "",
              m->cluster->dev.a[mesh->dev[k]].name, (long long)n);
   }
+  if (!none && room >= c->layers)
+    return false;
   diag_error(d, mesh->loc,
              "no plan fits in the devices' memory: as pipeline stages, the %lld layers "
              "need at least one on every device and all %lld in all, but within its "
              "memory each device holds (%s); a layer takes about %.0f bytes with its "
              "optimizer state and activations",
              (long long)c->layers, (long long)c->layers, held, layer);
+  return true;
 }
 
 /* Whether a loop of the step saves its activations for the backward (no
@@ -1076,12 +1098,15 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
       run->want_remat = true;
       return false;
     }
-    if (P && (p->mb = mbs[nmb - 1], evaluate(p, P, true, r, &c), p->propagated) && c.layers) {
-      diag_no_layers(p, &c, d);
+    if (P && (p->mb = mbs[nmb - 1], evaluate(p, P, true, r, &c), p->propagated) && c.layers &&
+        diag_no_layers(p, &c, d)) {
       apply(p, p->user);
       return false;
     }
+    if (P)   /* the parallel block's forms again */
+      evaluate(p, start(p, false), true, r, &c);
     diag_no_room(p, &c, d);
+    apply(p, p->user);
     return false;
   }
   Sharding **best_forms = p->seen.a[p->seen.n - 1];   /* as the last evaluate propagated them */
@@ -1165,10 +1190,11 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
 }
 
 /* What each device of the planned module m needs, as the runtime will
- * allocate it: its blocks of the params, state and buffers, and its work
- * arena (the largest of its functions'), from the passes after this one
- * run on a copy of m (its IR text parsed back). False when they fail. */
-static bool plan_memory(const Module *m, double *need) {
+ * allocate it: its blocks of the params, state and buffers, its work arena
+ * (the largest of its functions') and what run's extra_memory adds, from
+ * the passes after this one run on a copy of m (its IR text parsed back).
+ * False when they fail. */
+static bool plan_memory(const Module *m, const PassRun *run, double *need) {
   char *text = NULL;
   size_t len = 0;
   FILE *out = open_memstream(&text, &len);
@@ -1203,6 +1229,12 @@ static bool plan_memory(const Module *m, double *need) {
         work = copy->func.a[k]->work_bytes;
     need[dev] += (double)work;
   }
+  if (ok && run && run->extra_memory) {
+    double extra[SHARD_MAX_AXIS] = {0};
+    run->extra_memory(copy, extra, run->extra_arg);
+    for (int dev = 0; dev < mesh->axis_size[0]; dev++)
+      need[dev] += extra[dev];
+  }
   arena_free(a);
   free(text);
   return ok;
@@ -1228,7 +1260,7 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     if (!plan_once(&p, d, run))
       return false;
     double need[SHARD_MAX_AXIS];
-    if (n == MEMORY_TRIALS || !plan_memory(m, need))
+    if (n == MEMORY_TRIALS || !plan_memory(m, run, need))
       return true;   /* the sharding plan's memory shows what is over */
     const Mesh *mesh = &m->mesh.a[0];
     int64_t blocks[SHARD_MAX_AXIS];

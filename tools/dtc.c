@@ -155,10 +155,31 @@ static int parse_devices(Driver *dr, const char *v) {
   return 0;
 }
 
+/* plan auto's memory check (PassOptions.extra_memory): the GEMM's scratch
+ * each device's CPU asks for, as --emit=plan counts it (codegen/memory.c);
+ * nothing when the targets cannot be made (the pipeline reports that). */
+static void gemm_scratch(Module *m, double *bytes, void *arg) {
+  const Driver *dr = arg;
+  CgOptions o = dr->opt;
+  o.output = o.output ? o.output : "-";
+  Diag quiet;
+  diag_init(&quiet, NULL);
+  quiet.quiet = true;
+  CgTargets ts;
+  int ndev = cg_devices(m);
+  if (!ndev || !cg_targets(m, &o, ndev, &ts, &quiet))
+    return;
+  for (int dev = 0; dev < ndev; dev++)
+    bytes[dev] = (double)cg_memory(m, dev, &ts, o.matmul).scratch;
+  cg_targets_free(&ts);
+}
+
 static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
   CgOptions *o = &dr->opt;
   PassOptions *po = &dr->pass;
   po->print_after = dr->print_after;
+  po->extra_memory = gemm_scratch;
+  po->extra_arg = dr;
   o->opt_level = 2;
   o->emit = "obj";
   const char *v;
