@@ -52,6 +52,7 @@ enum { B = GPT_DIM_B, T = GPT_DIM_T, D = GPT_DIM_D, H = GPT_DIM_H, V = GPT_DIM_V
 #define ONLY_mlp(...)
 #define ONLY_none(...)
 #define ONLY_rule(...)
+#define ONLY_job(...)
 #define SHAPE(id, step, count, batch, m, n, k, ta, tb)                                             \
   ONLY_##step(int mm_##id##_create(DtModel **, uint64_t);)
 #include "matmul_shapes.h"

@@ -12,7 +12,7 @@
  *
  *     build/bench/matmul [REPS] [--alt-core=NAME|none] [--only=PREFIX]
  *
- * --only=PREFIX measures the shapes whose ID starts with PREFIX (gpt_, rule_).
+ * --only=PREFIX measures the shapes whose ID starts with PREFIX (gpt_, rule_, job_).
  * OpenBLAS picks its kernels by the CPU it recognises, and may fall back to
  * old ones (openblas_core says which it runs). Beside it, a child process
  * with OPENBLAS_CORETYPE=NAME (default: SkylakeX on AVX-512, Haswell on AVX2)
@@ -301,13 +301,14 @@ int main(int argc, char **argv) {
          "\"samples\": %d, \"peak_gflops\": %.2f, \"peak_median_gflops\": %.2f, "
          "\"peak_min_gflops\": %.2f, \"load_before\": %.2f, \"load_after\": %.2f}\n",
          p.isa, p.lanes, p.threads, np, peak, pmed, psample[0], load0[0], load1[0]);
-  const char *steps[] = {"mlp", "gpt"};
-  double step_gflop[2] = {0}, step_sgemm[2] = {0}, step_alt[2] = {0}, step_dtc[2] = {0};
-  double step_adt[2] = {0};
-  bool step_alt_ok[2] = {true, true}, step_whole[2] = {true, true};
+  enum { NSTEP = 3 };
+  const char *steps[NSTEP] = {"mlp", "gpt", "job"};
+  double step_gflop[NSTEP] = {0}, step_sgemm[NSTEP] = {0}, step_alt[NSTEP] = {0};
+  double step_dtc[NSTEP] = {0}, step_adt[NSTEP] = {0};
+  bool step_alt_ok[NSTEP] = {true, true, true}, step_whole[NSTEP] = {true, true, true};
   for (int i = 0; i < NSHAPE; i++) {
     const Shape *s = &shapes[i];
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < NSTEP; k++)
       step_whole[k] &= chosen(s) || strcmp(s->step, steps[k]);
     if (!chosen(s))
       continue;
@@ -334,7 +335,7 @@ int main(int argc, char **argv) {
       printf(", \"alt_dtc_ms\": %.4f, \"dtc_over_alt_sgemm\": %.3f", adt[i].med,
              adt[i].med / alt[i].med);
     printf(", \"dtc_err\": %.2g}\n", err[i]);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < NSTEP; k++)
       if (!strcmp(s->step, steps[k])) {
         step_gflop[k] += s->count * g;
         step_dtc[k] += s->count * dt[i].med;
@@ -344,7 +345,7 @@ int main(int argc, char **argv) {
         step_alt_ok[k] &= with_alt && alt[i].med > 0;
       }
   }
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < NSTEP; k++) {
     if (!step_whole[k])
       continue;
     double peak_ms = step_gflop[k] / peak * 1e3;

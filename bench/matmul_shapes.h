@@ -12,7 +12,9 @@
  * projections, the MLP, the logits, attention per head (64 = B x H products
  * of T x T x D/H), each forward with the backward's two products. rule: the
  * shapes gemm.c's choice between dtc's matmul and OpenBLAS rests on (tiny
- * cubes, thin m or n, small k). */
+ * cubes, thin m or n, small k). job: examples/mlp.dt at batch 64,
+ * 784-256-10, the training step of examples/train_mlp.c (tools/setup.sh
+ * train): the two forward products and the backward's three. */
 SHAPE(mlp_fwd1, mlp, 1, 1, 256, 1024, 784, 0, 0)
 SHAPE(mlp_fwd2, mlp, 1, 1, 256, 1024, 1024, 0, 0)
 SHAPE(mlp_fwd3, mlp, 1, 1, 256, 10, 1024, 0, 0)
@@ -39,6 +41,11 @@ SHAPE(gpt_scores_dk, gpt, 1, 64, 64, 128, 128, 1, 0)
 SHAPE(gpt_attv, gpt, 1, 64, 128, 64, 128, 0, 0)
 SHAPE(gpt_attv_datt, gpt, 1, 64, 128, 128, 64, 0, 1)
 SHAPE(gpt_attv_dv, gpt, 1, 64, 128, 64, 128, 1, 0)
+SHAPE(job_fwd1, job, 1, 1, 64, 256, 784, 0, 0)
+SHAPE(job_fwd2, job, 1, 1, 64, 10, 256, 0, 0)
+SHAPE(job_dw2, job, 1, 1, 256, 10, 64, 1, 0)
+SHAPE(job_dh, job, 1, 1, 64, 256, 10, 0, 1)
+SHAPE(job_dw1, job, 1, 1, 784, 256, 64, 1, 0)
 SHAPE(square_2048, none, 1, 1, 2048, 2048, 2048, 0, 0)
 SHAPE(rule_c4, rule, 1, 1, 4, 4, 4, 0, 0)
 SHAPE(rule_c8, rule, 1, 1, 8, 8, 8, 0, 0)
