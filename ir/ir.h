@@ -501,6 +501,12 @@ void ir_print(FILE *out, const Module *m);
  * lies (the model hash that checkpoints carry). */
 void ir_print_structure(FILE *out, const Module *m);
 void ir_print_func(FILE *out, const Func *f);
+/* m's text (ir_print) in a malloc'd string the caller frees. */
+char *ir_print_string(const Module *m);
+/* ir_print's text parsed quietly into a new module in arena a (a copy
+ * the passes may change freely: a plan on trial); NULL when it does not
+ * parse. */
+Module *ir_parse_string(Arena *a, const char *name, const char *text);
 /* Parses IR text; reports located errors to d; NULL on error. */
 Module *ir_parse(Arena *a, const SrcFile *src, Diag *d);
 /* Checks every structural and type invariant; reports each violation as an

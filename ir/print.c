@@ -441,3 +441,13 @@ void ir_print_structure(FILE *out, const Module *m) {
   ir_print(out, m);
   with_locs = true;
 }
+
+char *ir_print_string(const Module *m) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&text, &len);
+  DTC_ASSERT(out);
+  ir_print(out, m);
+  fclose(out);
+  return text;
+}

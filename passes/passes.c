@@ -52,25 +52,14 @@ static char *snapshot(const Module *m) {
   for (int k = 0; k < m->func.n && !loop; k++)
     for (int i = 0; i < m->func.a[k]->inst.n && !loop; i++)
       loop = m->func.a[k]->inst.a[i]->op == OP_repeat;
-  if (m->plan != PLAN_AUTO || !m->mesh.n || !loop)
-    return NULL;
-  char *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
-  DTC_ASSERT(out);
-  ir_print(out, m);
-  fclose(out);
-  return text;
+  return m->plan == PLAN_AUTO && m->mesh.n && loop ? ir_print_string(m) : NULL;
 }
 
 /* m again from its text, every loop recomputing its forward in the
  * backward (`remat`), as the planner asked when nothing fit without. */
 static void with_remat(Module *m, const char *text) {
-  Diag quiet;
-  diag_init(&quiet, NULL);
-  quiet.quiet = true;
-  Module *again = ir_parse(m->arena, src_from_string(m->arena, m->name, text), &quiet);
-  DTC_ASSERT(again && !quiet.nerr);
+  Module *again = ir_parse_string(m->arena, m->name, text);
+  DTC_ASSERT(again);
   *m = *again;
   for (int k = 0; k < m->func.n; k++) {
     m->func.a[k]->mod = m;
