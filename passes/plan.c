@@ -1236,6 +1236,11 @@ static bool plan_memory(const Module *m, const PassRun *run, double *need) {
 }
 
 #define MEMORY_TRIALS 8   /* plans corrected by their memory plans, at most */
+/* A plan is tried against its memory plan only where the planner's count
+ * reaches this share of a device's memory: the count has fallen short by
+ * up to 40% (pipelines), never by half, and a trial compiles the step once
+ * more (12 s for 1024 devices). */
+#define MEMORY_NEAR 0.5
 
 /* plan auto: a plan, then its memory plan on a copy of the module; while a
  * device's arenas and state exceed its memory, the planner learns by how
@@ -1254,10 +1259,13 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     p.trial = trial, p.ntrial = n;
     if (!plan_once(&p, d, run))
       return false;
-    double need[SHARD_MAX_AXIS];
-    if (n == MEMORY_TRIALS || !plan_memory(m, run, need))
-      return true;   /* the sharding plan's memory shows what is over */
     const Mesh *mesh = &m->mesh.a[0];
+    bool near = false;   /* (no plan recorded: the later passes report) */
+    for (int k = 0; p.predicted && k < p.k; k++)
+      near |= p.predicted[k] > MEMORY_NEAR * (double)m->cluster->dev.a[mesh->dev[k]].mem;
+    double need[SHARD_MAX_AXIS];
+    if (!near || n == MEMORY_TRIALS || !plan_memory(m, run, need))
+      return true;   /* the sharding plan's memory shows what is over */
     int64_t blocks[SHARD_MAX_AXIS];
     if (p.unit > 0)
       ir_blocks(p.unit, p.ratio, p.k, blocks);
