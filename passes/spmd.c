@@ -73,7 +73,8 @@ typedef struct Ctx {
   VEC(Memo) memo;
   VEC(Stage) stage;
   Sharding *scalar;    /* whole, for the constants spmd adds */
-  bool det_failed;     /* deterministic mode met a sum it cannot order: stop */
+  bool failed;         /* an error (a sum deterministic mode cannot order, a layout no
+                          collective makes): the rest is not emitted */
 } Ctx;
 
 static int axis_size(const Module *m, int axis) { return m->mesh.a[0].axis_size[axis]; }
@@ -152,11 +153,22 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   ShardStep st[SHARD_MAX_STEPS];
   Inst *made[SHARD_MAX_STEPS];
   int n = shard_plan(m, &x->type, x->shard, to, st);
-  DTC_ASSERT(n > 0);
+  if (n < 0) {   /* a partial sum wanted of a value that is none */
+    char ty[128], from[256], want[256];
+    if (!c->failed)
+      diag_error(c->d, loc, "%s needs %s as %s, which no collective makes from %s: the "
+                 "shardings of this program do not fit together (a pipeline's micro-batches "
+                 "beside another split over the stages' axis, for one)",
+                 what, type_str(&x->type, ty, sizeof ty),
+                 ir_shard_str(m, to, x->type.rank, want, sizeof want),
+                 ir_shard_str(m, x->shard, x->type.rank, from, sizeof from));
+    c->failed = true;
+    return v;
+  }
   for (int k = 0; k < n; k++)
-    if (m->det_pieces > 1 && !c->det_failed &&
+    if (m->det_pieces > 1 && !c->failed &&
         (st[k].op == OP_all_reduce || st[k].op == OP_reduce_scatter)) {
-      c->det_failed = true;   /* the rest is not emitted */
+      c->failed = true;   /* the rest is not emitted */
       diag_error(c->d, loc, "deterministic mode: %s needs a sum over mesh axis '%s' of parts "
                  "whose split depends on the layout; deterministic mode fixes the pieces of "
                  "sums over the batch and of matrix products over a multiple of the pieces",
@@ -413,7 +425,7 @@ static Func *copy_func(Ctx *c, Func *src, const Inst *by, int dev) {
   ir_renumber(src);
   c->map = calloc((size_t)src->inst.n + 1, sizeof *c->map);
   DTC_ASSERT(c->map);
-  for (int k = 0; k < src->inst.n && !c->det_failed; k++)
+  for (int k = 0; k < src->inst.n && !c->failed; k++)
     emit(c, src->inst.a[k]);
   free(c->map);
   return c->f;
