@@ -29,27 +29,15 @@ CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how) 
   return r;
 }
 
+/* Onto out, as ir_bytes_str writes it. */
 static void print_size(FILE *out, double b) {
-  if (b >= 1 << 30)
-    fprintf(out, "%.2f GiB", b / (1 << 30));
-  else if (b >= 1 << 20)
-    fprintf(out, "%.2f MiB", b / (1 << 20));
-  else if (b >= 1 << 10)
-    fprintf(out, "%.1f KiB", b / (1 << 10));
-  else
-    fprintf(out, "%.0f B", b);
+  char buf[32];
+  fputs(ir_bytes_str(b, buf, sizeof buf), out);
 }
 
 static const char *size_str(Arena *a, double b) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
-  DTC_ASSERT(out);
-  print_size(out, b);
-  fclose(out);
-  const char *s = arena_strdup(a, text);
-  free(text);
-  return s;
+  char buf[32];
+  return arena_strdup(a, ir_bytes_str(b, buf, sizeof buf));
 }
 
 /* The cluster's device at mesh position pos; NULL: none. */

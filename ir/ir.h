@@ -503,6 +503,9 @@ void ir_print_structure(FILE *out, const Module *m);
 void ir_print_func(FILE *out, const Func *f);
 /* m's text (ir_print) in a malloc'd string the caller frees. */
 char *ir_print_string(const Module *m);
+/* A size in bytes as the reports write it: "512 B", "12.5 KiB", "3.00 MiB",
+ * "1.20 GiB"; into buf, which it returns. */
+const char *ir_bytes_str(double bytes, char *buf, size_t n);
 /* ir_print's text parsed quietly into a new module in arena a (a copy
  * the passes may change freely: a plan on trial); NULL when it does not
  * parse. */

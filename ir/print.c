@@ -451,3 +451,15 @@ char *ir_print_string(const Module *m) {
   fclose(out);
   return text;
 }
+
+const char *ir_bytes_str(double b, char *buf, size_t n) {
+  if (b >= 1 << 30)
+    snprintf(buf, n, "%.2f GiB", b / (1 << 30));
+  else if (b >= 1 << 20)
+    snprintf(buf, n, "%.2f MiB", b / (1 << 20));
+  else if (b >= 1 << 10)
+    snprintf(buf, n, "%.1f KiB", b / (1 << 10));
+  else
+    snprintf(buf, n, "%.0f B", b);
+  return buf;
+}

@@ -354,13 +354,10 @@ bool pass_memplan(Module *m, Diag *d, PassRun *run) {
 
 /* ---- the report ---- */
 
-static void print_size(FILE *out, int64_t b) {
-  if (b >= 1 << 20)
-    fprintf(out, "%.2f MiB", (double)b / (1 << 20));
-  else if (b >= 1 << 10)
-    fprintf(out, "%.1f KiB", (double)b / (1 << 10));
-  else
-    fprintf(out, "%lld B", (long long)b);
+/* Onto out, as ir_bytes_str writes it. */
+static void print_size(FILE *out, double b) {
+  char buf[32];
+  fputs(ir_bytes_str(b, buf, sizeof buf), out);
 }
 
 static int by_size(const void *x, const void *y) {

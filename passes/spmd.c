@@ -522,13 +522,10 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
 
 /* ---- the plan report ---- */
 
+/* Onto out, as ir_bytes_str writes it. */
 static void print_size(FILE *out, double b) {
-  if (b >= 1 << 20)
-    fprintf(out, "%.2f MiB", b / (1 << 20));
-  else if (b >= 1 << 10)
-    fprintf(out, "%.1f KiB", b / (1 << 10));
-  else
-    fprintf(out, "%.0f B", b);
+  char buf[32];
+  fputs(ir_bytes_str(b, buf, sizeof buf), out);
 }
 
 static const char *device_name(const Module *m, int pos, char *buf, size_t n) {
