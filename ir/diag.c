@@ -14,6 +14,12 @@ void diag_init(Diag *d, FILE *out) {
   d->max_errors = 20;
 }
 
+void diag_init_quiet(Diag *d) {
+  diag_init(d, NULL);
+  d->quiet = true;
+  d->max_errors = 0;
+}
+
 bool diag_full(const Diag *d) { return d->max_errors > 0 && d->nerr >= d->max_errors; }
 
 /* A message echoes a run of non-blank bytes (a token, a name) whole up to

@@ -79,6 +79,9 @@ typedef struct Diag {
 enum { W_UNUSED = 1u << 0, W_RESHARD = 1u << 1 };
 
 void diag_init(Diag *d, FILE *out);
+/* A Diag that counts errors and prints nothing, without a limit: for trials
+ * whose failure is an answer, not a message. */
+void diag_init_quiet(Diag *d);
 /* file:line:col: error: msg, then the source line and a caret under col. */
 void diag_error(Diag *d, Loc loc, const char *fmt, ...);
 void diag_warn(Diag *d, Loc loc, const char *fmt, ...);

@@ -1265,9 +1265,7 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
 
 Module *ir_parse_string(Arena *a, const char *name, const char *text) {
   Diag quiet;
-  diag_init(&quiet, NULL);
-  quiet.quiet = true;
-  quiet.max_errors = 0;
+  diag_init_quiet(&quiet);
   Module *m = ir_parse(a, src_from_string(a, name, text), &quiet);
   return quiet.nerr ? NULL : m;
 }

@@ -544,9 +544,7 @@ bool microbatch_fits(const Module *m, int n) {
   Arena *a = arena_new();
   Module *copy = ir_parse_string(a, m->name, text);
   Diag quiet;
-  diag_init(&quiet, NULL);
-  quiet.quiet = true;
-  quiet.max_errors = 0;
+  diag_init_quiet(&quiet);
   bool fits = copy != NULL;
   if (fits) {
     copy->microbatches = n;

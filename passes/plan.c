@@ -728,9 +728,7 @@ static bool planner_init(Planner *p, Module *m) {
     if (!gl->shard && (gl->kind == G_INPUT || gl->kind == G_PARAM))
       p->var[p->nvar++] = g;
   }
-  diag_init(&p->quiet, NULL);
-  p->quiet.quiet = true;
-  p->quiet.max_errors = 0;
+  diag_init_quiet(&p->quiet);
   return true;
 }
 
@@ -1199,9 +1197,7 @@ static bool plan_memory(const Module *m, const PassRun *run, double *need) {
   Arena *a = arena_new();
   Module *copy = ir_parse_string(a, m->name, text);
   Diag quiet;
-  diag_init(&quiet, NULL);
-  quiet.quiet = true;
-  quiet.max_errors = 0;
+  diag_init_quiet(&quiet);
   bool ok = copy != NULL;
   bool after = false;
   for (int k = 0; ok && k < pass_count; k++) {

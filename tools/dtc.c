@@ -163,8 +163,7 @@ static void gemm_scratch(Module *m, double *bytes, void *arg) {
   CgOptions o = dr->opt;
   o.output = o.output ? o.output : "-";
   Diag quiet;
-  diag_init(&quiet, NULL);
-  quiet.quiet = true;
+  diag_init_quiet(&quiet);
   CgTargets ts;
   int ndev = cg_devices(m);
   if (!ndev || !cg_targets(m, &o, ndev, &ts, &quiet))
