@@ -79,6 +79,11 @@ DtStatus dtrt_fail(DtrtCtx *ctx, DtStatus s, const char *fmt, ...) {
 enum { HEADER = 64 };
 
 void *dtrt_alloc(DtrtCtx *ctx, size_t n) {
+  void *p = dtrt_alloc_raw(ctx, n);
+  return p ? memset(p, 0, n) : NULL;
+}
+
+void *dtrt_alloc_raw(DtrtCtx *ctx, size_t n) {
   if (!ctx)
     return NULL;
   unsigned char *p = n <= SIZE_MAX - HEADER ? ctx->a.alloc(ctx->a.user, n + HEADER) : NULL;
@@ -95,7 +100,7 @@ void *dtrt_alloc(DtrtCtx *ctx, size_t n) {
   ctx->bytes += (int64_t)n;
   if (ctx->bytes > ctx->peak_bytes)
     ctx->peak_bytes = ctx->bytes;
-  return memset(p + HEADER, 0, n);
+  return p + HEADER;
 }
 
 void dtrt_free(DtrtCtx *ctx, void *p) {

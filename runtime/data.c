@@ -27,7 +27,7 @@ static bool grow(DtrtCtx *ctx, const char *path, Buf *b, int64_t *cap, int64_t l
     return false;
   }
   int64_t c = *cap > limit / 2 ? limit + 1 : 2 * *cap;
-  unsigned char *q = dtrt_alloc(ctx, (size_t)c + 1);
+  unsigned char *q = dtrt_alloc_raw(ctx, (size_t)c + 1);
   if (!q)
     return false;
   memcpy(q, b->p, (size_t)b->n);
@@ -45,7 +45,7 @@ static DtStatus read_fd(DtrtCtx *ctx, const char *path, int fd, int64_t size, in
   if (cap > limit + 1)
     cap = limit + 1;
   b->n = 0;
-  if (!(b->p = dtrt_alloc(ctx, (size_t)cap + 1)))
+  if (!(b->p = dtrt_alloc_raw(ctx, (size_t)cap + 1)))
     return DT_ERR_NOMEM;
   for (;;) {
     if (b->n == cap && !grow(ctx, path, b, &cap, limit, ""))
@@ -68,12 +68,21 @@ static DtStatus gunzip(DtrtCtx *ctx, const char *path, const Buf *in, int64_t li
   z_stream z = {0};
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: out of memory starting zlib", path);
+  /* a member's trailer ends with its size mod 2^32: exact for one member
+   * under 4 GiB, and otherwise the buffer grows as it would from a guess */
   int64_t cap = in->n < limit / 4 ? 4 * in->n : limit + 1;
+  if (in->n >= 18) {
+    const unsigned char *t = in->p + in->n - 4;
+    int64_t isize = (int64_t)((uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 |
+                              (uint32_t)t[3] << 24);
+    if (isize > 0 && isize < limit)
+      cap = isize + 1;
+  }
   cap = cap < 65536 && limit >= 65536 ? 65536 : cap;
   const unsigned char *p = in->p, *end = in->p + in->n;
   DtStatus s = DT_OK;
   out->n = 0;
-  if (!(out->p = dtrt_alloc(ctx, (size_t)cap + 1)))
+  if (!(out->p = dtrt_alloc_raw(ctx, (size_t)cap + 1)))
     s = DT_ERR_NOMEM;
   while (!s) {
     if (out->n == cap && !grow(ctx, path, out, &cap, limit, "decompresses to ")) {
@@ -136,13 +145,14 @@ static DtStatus slurp(DtrtCtx *ctx, const char *path, Buf *b) {
   return DT_OK;
 }
 
-/* Allocates out for dtype and dims (count n already checked). */
+/* Allocates out for dtype and dims (count n already checked), cleared unless
+ * the caller writes it whole. */
 static DtStatus make(DtrtCtx *ctx, DtData *out, int dtype, const int64_t *dim, int rank,
-                     int64_t n) {
+                     int64_t n, bool whole) {
   out->t.dtype = dtype;
   out->t.rank = rank;
   memcpy(out->t.dim, dim, (size_t)rank * sizeof *dim);
-  out->t.data = dtrt_alloc(ctx, (size_t)n * 4);
+  out->t.data = whole ? dtrt_alloc_raw(ctx, (size_t)n * 4) : dtrt_alloc(ctx, (size_t)n * 4);
   return out->t.data ? DT_OK : DT_ERR_NOMEM;
 }
 
@@ -193,6 +203,22 @@ static double idx_value(const unsigned char *p, int type, int64_t k) {
   }
 }
 
+/* u8 pixels to f32 / 255, in chunks of SCALE_CHUNK on the context's threads. */
+enum { SCALE_CHUNK = 1 << 18 };
+
+typedef struct Scale {
+  const unsigned char *d;
+  float *f;
+  int64_t n;
+} Scale;
+
+static void scale_part(void *env, int64_t begin, int64_t end) {
+  const Scale *e = env;
+  int64_t k1 = end * SCALE_CHUNK < e->n ? end * SCALE_CHUNK : e->n;
+  for (int64_t k = begin * SCALE_CHUNK; k < k1; k++)
+    e->f[k] = (float)e->d[k] / 255.0f;
+}
+
 /* Layout: 0, 0, type, rank, rank big-endian u32 dims, big-endian data. u8 data
  * of rank 2 or more becomes f32 / 255, other integer data i32, float data f32. */
 DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out) {
@@ -230,13 +256,12 @@ DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out) {
     goto done;
   }
   bool image = type == 0x08 && rank >= 2, real = type == 0x0D || type == 0x0E;
-  if ((s = make(ctx, out, image || real ? DTRT_F32 : DTRT_I32, dim, rank, n)))
+  if ((s = make(ctx, out, image || real ? DTRT_F32 : DTRT_I32, dim, rank, n, true)))
     goto done;
   const unsigned char *d = p + 4 + 4 * rank;
   if (image) {
-    float *f = out->t.data;
-    for (int64_t k = 0; k < n; k++)
-      f[k] = (float)d[k] / 255.0f;
+    Scale e = {d, out->t.data, n};
+    dtrt_parallel_for(ctx, (n + SCALE_CHUNK - 1) / SCALE_CHUNK, scale_part, &e);
   } else if (real) {
     float *f = out->t.data;
     for (int64_t k = 0; k < n; k++)
@@ -427,7 +452,7 @@ DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out) {
     goto done;
   }
   bool real = kind == NPY_F4 || kind == NPY_F8;
-  if ((s = make(ctx, out, real ? DTRT_F32 : DTRT_I32, dim, rank, n)))
+  if ((s = make(ctx, out, real ? DTRT_F32 : DTRT_I32, dim, rank, n, false)))
     goto done;
   const unsigned char *d = p + at;
   float *f = out->t.data;
@@ -571,7 +596,7 @@ DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out) {
     int64_t dim[2] = {rows, cols};
     if (!dtrt_mul(rows, cols, &n))
       s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: too many values", path);
-    else if (!(s = make(ctx, out, DTRT_F32, dim, 2, n)))
+    else if (!(s = make(ctx, out, DTRT_F32, dim, 2, n, false)))
       s = csv_pass(ctx, path, &b, out->t.data, cols, &rows, &cols);
     if (s)
       dtrt_data_free(ctx, out);

@@ -79,7 +79,9 @@ enum { DTRT_F32 = 1, DTRT_I32 = 2 };   /* same codes as the compiler's DType */
  * done. The pool is made on first use with DTRT_NUM_THREADS threads if set,
  * else 1 when OPENBLAS_NUM_THREADS=1, else one per CPU of the affinity mask
  * (each worker pinned to one of those CPUs when there are enough); with one
- * thread (or a NULL ctx) it is the call body(env, 0, n). */
+ * thread (or a NULL ctx) it is the call body(env, 0, n). Between jobs a
+ * worker watches for the next for up to DTRT_SPIN_US microseconds (0: it
+ * sleeps at once) before it sleeps (docs/RUNTIME.md, Threads). */
 void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
                        void *env);
 /* The number of chunks dtrt_parallel_for splits [0, n) into when n is at

@@ -136,6 +136,8 @@ struct DtrtCtx {
   DtTrace *trace;   /* NULL unless DTRT_TRACE was set when the model was made */
   DtPool *pool;     /* dtrt_parallel_for's threads; NULL: none (yet) */
   bool pool_tried;  /* the pool was made, or found not to be needed */
+  bool blas_called; /* OpenBLAS ran here: its threads spin after a call, so
+                       the pool's must not watch beside them */
   void *scratch;    /* dtrt_scratch's block, of scratch_bytes; NULL: none yet */
   size_t scratch_bytes;
   int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
@@ -149,6 +151,10 @@ struct DtrtCtx {
 static inline int64_t dtrt_read_limit(const DtrtCtx *ctx) {
   return ctx->read_limit > 0 ? ctx->read_limit : DTRT_READ_LIMIT;
 }
+
+/* dtrt_alloc without the clearing, for a block that is written whole before
+ * it is read. */
+void *dtrt_alloc_raw(DtrtCtx *ctx, size_t n);
 
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);

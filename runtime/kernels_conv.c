@@ -218,6 +218,7 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
   float *yt = col + k * nb * p;
   if (kind == CONV_DX)
     memset(x, 0, sizeof(float) * (size_t)(g->n * g->c * g->h * g->w));
+  ctx->blas_called = true;
   for (int64_t n0 = 0; n0 < g->n; n0 += nb) {
     Chunk e = {g, x, x, col, n0, nb < g->n - n0 ? nb : g->n - n0, 0, cg, k, p};
     int ld = (int)(e.nb * p);

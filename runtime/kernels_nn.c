@@ -77,6 +77,7 @@ DTRT_TRACED(matmul, DTRT_TID_KERNEL) {
   }
   const float *xd = x->data, *wd = w->data;
   enum CBLAS_TRANSPOSE opx = ta ? CblasTrans : CblasNoTrans, opw = tb ? CblasTrans : CblasNoTrans;
+  ctx->blas_called = true;
   for (int64_t b = 0; b < nb; b++)
     cblas_sgemm(CblasRowMajor, opx, opw, (int)m, (int)n, (int)k, 1.0f, xd + b * sx,
                 (int)(ta ? m : k), wd + b * sw, (int)(tb ? k : n), 0.0f, y + b * m * n,

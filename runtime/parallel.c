@@ -1,8 +1,15 @@
 /* parallel.c: dtrt_parallel_for, the thread pool that runs the large fused
  * loops and the matmuls of generated code, and the scratch block those
  * matmuls pack their panels in. The pool belongs to the context: made on
- * first use, joined by dtrt_ctx_free. Idle workers sleep on a condition variable and
- * never spin, since MPI ranks may share a core.
+ * first use, joined by dtrt_ctx_free.
+ * A step posts many short jobs one after another, and a wake-up through the
+ * kernel costs about as much as a small job. So a worker that finishes a job
+ * watches for the next one for a short while (DTRT_SPIN_US microseconds,
+ * SPIN_US by default) before it sleeps on a condition variable, and the
+ * caller watches for its workers the same way. The worker pinned to the
+ * caller's CPU does not watch, or it would take turns with the caller there.
+ * Nobody watches in a pool with more threads than CPUs, under DTRT_SPIN_US=0
+ * (ranks sharing a core), or once OpenBLAS has run in the context.
  * Each chunk has a worker pinned to a CPU of the affinity mask; the caller
  * runs the chunk of the CPU it is on and wakes the others. A woken worker left
  * to the scheduler lands beside its waker when the other CPUs are busy (as
@@ -11,9 +18,11 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dtrt_int.h"
 
@@ -24,16 +33,24 @@ typedef struct DtWorker {
   pthread_t th;
 } DtWorker;
 
+enum { SPIN_US = 100, WATCH = 256 };
+
+/* The job's fields are written before job is advanced (release) and read
+ * after it is seen advanced (acquire). The caller does not post again before
+ * pending is back to 0, so no worker that counts in pending reads a field
+ * being rewritten; the one that sits the job out (its chunk is the caller's)
+ * learns so from the job word itself. */
 struct DtPool {
   pthread_mutex_t mu;
   pthread_cond_t go, done;
   int nthread;      /* chunks of a job, one per worker */
   int nworker;      /* workers started */
   DtWorker *w;
-  int caller;       /* the chunk the caller runs in the current job */
-  uint64_t job;     /* counts the jobs posted */
-  int pending;      /* workers still running the current job */
-  bool quit;
+  int64_t spin_ns;  /* how long to watch before sleeping; 0: never */
+  _Atomic uint64_t job; /* jobs posted << 9 | WATCH if workers may watch
+                            for the next | the chunk the caller runs */
+  atomic_int pending;   /* workers still running the current job */
+  atomic_bool quit;
   int64_t n;
   void (*body)(void *env, int64_t begin, int64_t end);
   void *env;
@@ -54,6 +71,49 @@ static int thread_count(const cpu_set_t *set) {
   return n < 1 ? 1 : n > 256 ? 256 : n;
 }
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+/* Watches for done(p, arg) for up to p->spin_ns; true once it holds. */
+static bool spin_until(DtPool *p, bool (*done)(DtPool *, void *), void *arg) {
+  if (p->spin_ns <= 0)
+    return done(p, arg);
+  int64_t end = 0;
+  for (int i = 0;; i++) {
+    if (done(p, arg))
+      return true;
+    cpu_relax();
+    if ((i & 63) == 63) {
+      int64_t t = now_ns();
+      if (!end)
+        end = t + p->spin_ns;
+      else if (t > end)
+        return false;
+    }
+  }
+}
+
+static bool job_posted(DtPool *p, void *seen) {
+  return atomic_load_explicit(&p->job, memory_order_acquire) != *(uint64_t *)seen ||
+         atomic_load_explicit(&p->quit, memory_order_relaxed);
+}
+
+static bool job_done(DtPool *p, void *unused) {
+  (void)unused;
+  return atomic_load_explicit(&p->pending, memory_order_acquire) == 0;
+}
+
 /* Chunk k of nthread equal contiguous chunks of [0, n). */
 static void chunk(int64_t n, int nthread, int k, int64_t *begin, int64_t *end) {
   int64_t q = n / nthread, r = n % nthread;
@@ -65,33 +125,37 @@ static void *worker(void *arg) {
   DtWorker *w = arg;
   DtPool *p = w->pool;
   uint64_t seen = 0;
-  pthread_mutex_lock(&p->mu);
+  bool watch = false; /* not while the caller runs on this worker's CPU */
   for (;;) {
-    while (!p->quit && p->job == seen)
-      pthread_cond_wait(&p->go, &p->mu);
-    if (p->quit)
+    if (!watch || !spin_until(p, job_posted, &seen)) {
+      pthread_mutex_lock(&p->mu);
+      while (!job_posted(p, &seen))
+        pthread_cond_wait(&p->go, &p->mu);
+      pthread_mutex_unlock(&p->mu);
+    }
+    if (atomic_load(&p->quit))
       break;
-    seen = p->job;
-    if (p->caller == w->index)
+    seen = atomic_load_explicit(&p->job, memory_order_acquire);
+    bool sits_out = (int)(seen & 255) == w->index;
+    watch = (seen & WATCH) && !sits_out;
+    if (sits_out)
       continue;
-    int64_t n = p->n, begin, end;
-    void (*body)(void *, int64_t, int64_t) = p->body;
-    void *env = p->env;
-    pthread_mutex_unlock(&p->mu);
-    chunk(n, p->nthread, w->index, &begin, &end);
+    int64_t begin, end;
+    chunk(p->n, p->nthread, w->index, &begin, &end);
     if (begin < end)
-      body(env, begin, end);
-    pthread_mutex_lock(&p->mu);
-    if (--p->pending == 0)
+      p->body(p->env, begin, end);
+    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+      pthread_mutex_lock(&p->mu);
       pthread_cond_signal(&p->done);
+      pthread_mutex_unlock(&p->mu);
+    }
   }
-  pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
 static void pool_stop(DtrtCtx *ctx, DtPool *p) {
   pthread_mutex_lock(&p->mu);
-  p->quit = true;
+  atomic_store(&p->quit, true);
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->mu);
   for (int k = 0; k < p->nworker; k++)
@@ -125,6 +189,12 @@ static DtPool *pool_start(DtrtCtx *ctx) {
     return NULL;
   }
   p->nthread = nthread;
+  const char *spin = getenv("DTRT_SPIN_US");
+  long us = spin && *spin ? strtol(spin, NULL, 10) : SPIN_US;
+  p->spin_ns = nthread <= ncpu && us > 0 ? (us > 1000000 ? 1000000 : us) * 1000 : 0;
+  atomic_init(&p->job, 0);
+  atomic_init(&p->pending, 0);
+  atomic_init(&p->quit, false);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->go, NULL);
   pthread_cond_init(&p->done, NULL);
@@ -193,22 +263,26 @@ void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t 
   for (int k = 0; k < p->nthread; k++)
     if (here >= 0 && p->w[k].cpu == here)
       mine = k;
-  pthread_mutex_lock(&p->mu);
   p->n = n;
   p->body = body;
   p->env = env;
-  p->caller = mine;
-  p->pending = p->nthread - 1;
-  p->job++;
+  atomic_store_explicit(&p->pending, p->nthread - 1, memory_order_relaxed);
+  pthread_mutex_lock(&p->mu);
+  uint64_t job = atomic_load_explicit(&p->job, memory_order_relaxed);
+  bool watch = p->spin_ns > 0 && !ctx->blas_called;
+  atomic_store_explicit(&p->job, ((job >> 9) + 1) << 9 | (watch ? WATCH : 0) | (uint64_t)mine,
+                        memory_order_release);
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->mu);
   int64_t begin, end;
   chunk(n, p->nthread, mine, &begin, &end);
   body(env, begin, end);
-  pthread_mutex_lock(&p->mu);
-  while (p->pending > 0)
-    pthread_cond_wait(&p->done, &p->mu);
-  pthread_mutex_unlock(&p->mu);
+  if (!watch || !spin_until(p, job_done, NULL)) {
+    pthread_mutex_lock(&p->mu);
+    while (!job_done(p, NULL))
+      pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+  }
 }
 
 void dtrt_pool_free(DtrtCtx *ctx) {

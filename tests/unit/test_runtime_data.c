@@ -200,6 +200,32 @@ static void test_files(void **state) {
   assert_int_equal(dtrt_read_idx(ctx, put("two.gz", z, m1 + m2, 0), &d), DT_OK);
   assert_true(d.t.dim[0] == 3000 && ((int32_t *)d.t.data)[2999] == 9);
   dtrt_data_free(ctx, &d);
+  /* a large first member and a last one of 10 bytes, whose trailer's size
+   * is all the reader knows at first: the buffer grows past it */
+  enum { BIG = 200000 };
+  dim[0] = BIG;
+  h = idx_header(buf, 0x08, 1, dim);
+  unsigned char *big = malloc(h + BIG), *zz = malloc(2 * BIG);
+  assert_true(big && zz);
+  memcpy(big, buf, h);
+  for (int k = 0; k < BIG; k++)
+    big[h + (size_t)k] = (unsigned char)(k * 7 % 10);
+  put("b1.gz", big, h + BIG - 10, 1);
+  f = fopen(path, "rb");
+  size_t b1 = fread(zz, 1, 2 * BIG, f);
+  fclose(f);
+  put("b2.gz", big + h + BIG - 10, 10, 1);
+  f = fopen(path, "rb");
+  size_t b2 = fread(zz + b1, 1, 2 * BIG - b1, f);
+  fclose(f);
+  assert_int_equal(dtrt_read_idx(ctx, put("big2.gz", zz, b1 + b2, 0), &d), DT_OK);
+  assert_true(d.t.dim[0] == BIG);
+  for (int k = 0; k < BIG; k++)
+    if (((int32_t *)d.t.data)[k] != k * 7 % 10)
+      fail_msg("label %d is %d", k, ((int32_t *)d.t.data)[k]);
+  dtrt_data_free(ctx, &d);
+  free(big);
+  free(zz);
 
   /* not regular files: a device, a FIFO (which must not block), a directory */
   snprintf(path, sizeof path, "%s/fifo", dir);

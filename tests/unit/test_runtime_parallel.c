@@ -1,10 +1,14 @@
 /* test_runtime_parallel.c: dtrt_parallel_for visits every index of [0, n)
- * exactly once, with one thread and with four, and the context's pool is
- * released with the context. */
+ * exactly once, with one thread and with four, job after job with workers
+ * that watch for the next and with workers that sleep, and the context's pool
+ * is released with the context. */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +63,45 @@ static void four_threads(void **state) {
   run("4");
 }
 
+/* Many short jobs back to back, one thread per CPU: a worker that missed a
+ * job, ran one twice, or ran into the next one shows in the counts (or hangs
+ * the test). Under DTRT_SPIN_US 0 workers sleep between jobs; under 3 they
+ * watch briefly and often sleep; under 100 they mostly watch. */
+static void back_to_back(void **state) {
+  (void)state;
+  cpu_set_t set;
+  int ncpu = sched_getaffinity(0, sizeof set, &set) ? 2 : CPU_COUNT(&set);
+  char threads[16];
+  snprintf(threads, sizeof threads, "%d", ncpu < 2 ? 2 : ncpu);
+  const char *spins[] = {"0", "3", "100"};
+  enum { JOBS = 20000, N = 67 };
+  for (size_t s = 0; s < sizeof spins / sizeof spins[0]; s++) {
+    assert_int_equal(setenv("DTRT_NUM_THREADS", threads, 1), 0);
+    assert_int_equal(setenv("DTRT_SPIN_US", spins[s], 1), 0);
+    DtrtCtx *ctx = dtrt_ctx_new();
+    assert_non_null(ctx);
+    unsigned count[N] = {0};
+    unsigned char seen[N];
+    Visits v = {seen};
+    for (int j = 0; j < JOBS; j++) {
+      int64_t n = j % 3 == 0 ? 2 : j % 3 == 1 ? 5 : N;
+      memset(seen, 0, sizeof seen);
+      dtrt_parallel_for(ctx, n, mark, &v);
+      for (int64_t i = 0; i < n; i++)
+        count[i] += seen[i];
+      for (int64_t i = 0; i < n; i++)
+        if (seen[i] != 1)
+          fail_msg("spin %s, job %d of n %lld: index %lld visited %d times", spins[s], j,
+                   (long long)n, (long long)i, seen[i]);
+    }
+    assert_int_equal(count[0], JOBS);
+    assert_int_equal(count[N - 1], JOBS / 3);
+    dtrt_ctx_free(ctx);
+  }
+  unsetenv("DTRT_SPIN_US");
+  unsetenv("DTRT_NUM_THREADS");
+}
+
 /* A context that never ran a parallel loop frees nothing more; a NULL one
  * runs the body on the caller's thread. */
 static void no_pool(void **state) {
@@ -81,6 +124,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_thread),
       cmocka_unit_test(four_threads),
+      cmocka_unit_test(back_to_back),
       cmocka_unit_test(no_pool),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
