@@ -39,7 +39,14 @@
 #     "hetero_deep", "auto_ms", "even_ms", "even_over_auto", "one_ms",
 #     "ideal_work_ms", "auto_over_ideal_work", "plan", "pp_ms",
 #     "even_over_pp", "pp_predicted_ms", "pp_measured_over_predicted",
-#     "pp_plan"}. HETERO_DEEP_ONLY=1 runs the probe and this step alone.
+#     "pp_plan"}. Then the simulator's check on pipelines whose devices do
+#     not share a core: a probe of two ranks, one per core, and gpt.dt as 2
+#     even stages in HETERO_DEEP_MB micro-batches on them: {"bench":
+#     "hetero_deep_pp2", "pp2_ms", "pp2_predicted_ms",
+#     "pp2_measured_over_predicted"}. (On the 2:1:1 set-up ranks 1 and 2
+#     take turns on core 1, so one runs at twice its probed speed while the
+#     other waits in the bubble; the simulator's devices keep their speed.)
+#     HETERO_DEEP_ONLY=1 runs the probe and this step alone.
 #  7. (after 6) deterministic mode on the MLP, pinned as in 1-4 on the last
 #     probe: hetero_mlp_even.dt and hetero_mlp_auto.dt each compiled as it is
 #     and with -fdeterministic (8 pieces of the batch) and -fdeterministic=4,
@@ -305,7 +312,42 @@ awk -v a="$auto_ms" -v e="$even_ms" -v q="$pp_ms" -v o="$one_ms" -v g0="$first" 
          a, e, e / a, o, work, a / work, ap, q, e / q, p, q / p, st, mb
 }'
 }
-[ "${HETERO_DET_ONLY:-0}" = 1 ] || deep_step
+
+# 6b. pipeline stages on two ranks with a core each: predicted against measured
+pp2_step() {
+cat > "$dir/pin2.sh" <<'PIN'
+#!/bin/sh
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-0}}}
+exec taskset -c "$rank" "$@"
+PIN
+chmod +x "$dir/pin2.sh"
+run 2 "$dir/pin2.sh" "$build/dtc-probe" -o "$dir/probe2.dt" --name duo
+cat > "$dir/deep_pp2.dt" <<DEEP
+import "$src/examples/gpt.dt"
+import "$dir/probe2.dt"
+
+parallel gpt on duo {
+  mesh m[pp = 2]
+  shard layers.wq: [pp(0.5, 0.5), *, *]
+  microbatches = $mb
+  plan explicit
+}
+DEEP
+# shellcheck disable=SC2086
+build_bench deep_pp2 "$dir/deep_pp2.dt" HETERO_GPT $deep_flags
+pp2_ms=$(run 2 "$dir/pin2.sh" "$dir/deep_pp2/bench" "$reps" hetero_deep_pp2 | num step_ms)
+# shellcheck disable=SC2086
+pred2=$(predicted $deep_flags "$dir/deep_pp2.dt")
+awk -v q="$pp2_ms" -v p="$pred2" 'BEGIN {
+  printf "{\"bench\": \"hetero_deep_pp2\", \"pp2_ms\": %.3f, \"pp2_predicted_ms\": %.3f, " \
+         "\"pp2_measured_over_predicted\": %.3f}\n", q, p, q / p
+}'
+}
+if [ "${HETERO_DET_ONLY:-0}" != 1 ]; then
+  deep_step
+  pp2_step
+fi
+[ "${HETERO_DEEP_ONLY:-0}" = 1 ] && exit 0
 
 # 7. deterministic mode against the default, on the MLP, pinned as in 1-4;
 # 8. the checkpoint save on 3 ranks against one process
