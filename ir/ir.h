@@ -349,9 +349,11 @@ struct Module {
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */
   bool epilogues;
   Loc det_loc;
-  /* The planner turned recomputation on for every loop, since no plan fit
-   * without it (passes_run's second run; not printed). */
-  bool remat_all;
+  /* The loops (their forward repeats' locations) the planner turned
+   * recomputation on for, one at a time, since no plan fit without
+   * (passes_run's later runs; not printed). */
+  const Loc *remat_planned;
+  int nremat_planned;
 };
 /* Micro-batches a step may be cut into (a join is one concat). */
 #define IR_MAX_MICROBATCHES 16

@@ -55,19 +55,38 @@ static char *snapshot(const Module *m) {
   return m->plan == PLAN_AUTO && m->mesh.n && loop ? ir_print_string(m) : NULL;
 }
 
-/* m again from its text, every loop recomputing its forward in the
- * backward (`remat`), as the planner asked when nothing fit without. */
-static void with_remat(Module *m, const char *text) {
+static bool same_loc(Loc a, Loc b) {
+  return a.file && b.file && a.line == b.line && a.col == b.col &&
+         !strcmp(a.file->name, b.file->name);
+}
+
+/* m again from its text, the loops at loc[0 .. n) recomputing their forward
+ * in the backward (`remat`), as the planner asked when nothing fit without. */
+static void with_remat(Module *m, const char *text, const Loc *loc, int n) {
   Module *again = ir_parse_string(m->arena, m->name, text);
   DTC_ASSERT(again);
   *m = *again;
   for (int k = 0; k < m->func.n; k++) {
     m->func.a[k]->mod = m;
-    for (int i = 0; i < m->func.a[k]->inst.n; i++)
-      if (m->func.a[k]->inst.a[i]->op == OP_repeat)
-        ir_set_int(m->func.a[k]->inst.a[i], "remat", 1);
+    for (int i = 0; i < m->func.a[k]->inst.n; i++) {
+      Inst *r = m->func.a[k]->inst.a[i];
+      for (int j = 0; r->op == OP_repeat && j < n; j++)
+        if (same_loc(r->loc, loc[j]))
+          ir_set_int(r, "remat", 1);
+    }
   }
-  m->remat_all = true;
+  m->remat_planned = loc;
+  m->nremat_planned = n;
+}
+
+/* Whether the planner's loop is new to the n at loc. */
+static bool new_loop(Loc want, const Loc *loc, int n) {
+  if (!want.file)
+    return false;
+  for (int j = 0; j < n; j++)
+    if (same_loc(want, loc[j]))
+      return false;
+  return true;
 }
 
 bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
@@ -80,15 +99,22 @@ bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
   run->extra_arg = o->extra_arg;
   DTC_ASSERT(!o->stop_after || pass_lookup(o->stop_after));
   char *text = snapshot(m);
+  Loc *remat = NULL;
+  int nremat = 0;
   for (int k = 0; k < pass_count; k++) {
     const Pass *p = &pass_table[k];
     double t0 = now_ms();
     bool ok = p->run(m, d, run);
     run->ms[k] = now_ms() - t0;
     run->ran = k + 1;
-    if (!ok && run->want_remat && text && !m->remat_all) {
-      with_remat(m, text);   /* and from the start */
-      run->want_remat = false;
+    if (!ok && text && new_loop(run->want_remat, remat, nremat)) {
+      Loc *more = arena_alloc(m->arena, sizeof *more * (size_t)(nremat + 1));
+      if (nremat)
+        memcpy(more, remat, sizeof *more * (size_t)nremat);
+      more[nremat++] = run->want_remat;
+      remat = more;
+      with_remat(m, text, remat, nremat);   /* and from the start */
+      run->want_remat = (Loc){0};
       k = -1;
       continue;
     }

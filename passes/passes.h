@@ -16,7 +16,9 @@ typedef struct PassRun {
   double ms[16];         /* by pass_table index: its time, 0 when it did not run */
   int ran;               /* the passes that ran */
   PlanInfo *plan;        /* the planner's record (plan.c); NULL when it did not plan */
-  bool want_remat;       /* plan: nothing fits unless every loop recomputes its forward */
+  /* plan: nothing fits unless one more loop recomputes its forward: that
+   * loop's location (its forward repeat's); no file: none */
+  Loc want_remat;
   /* From PassOptions: what each device of a compiled module needs beyond
    * its state and work arenas (into bytes[device]), which the passes
    * cannot know (the GEMM's scratch for its CPU, codegen/memory.c); NULL:
@@ -129,7 +131,7 @@ struct PlanInfo {
   double flops;          /* of the whole step on one device */
   int ncoll, bottleneck, evals;
   int mb;                /* the micro-batches a pipeline's loops were costed in */
-  bool remat;            /* every loop recomputes its forward: nothing fitted without */
+  int remat;             /* loops the planner made recompute their forward (Module.remat_planned) */
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */

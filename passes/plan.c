@@ -902,15 +902,28 @@ static bool diag_no_layers(Planner *p, const Cost *c, Diag *d) {
   return true;
 }
 
-/* Whether a loop of the step saves its activations for the backward (no
- * `remat`): recomputing them would take less memory. */
-static bool saves_loops(const Planner *p) {
+/* Of the step's forward loops that save their activations for the backward
+ * (no `remat`), the one that saves the most bytes, whose recomputation
+ * frees the most memory; NULL: none. A loop is known again by its location
+ * in the source when passes_run reruns from the IR's text. */
+static const Inst *most_saving_loop(const Planner *p) {
+  const Inst *best = NULL;
+  double most = 0;
   for (int k = 0; k < p->step->inst.n; k++) {
     const Inst *r = p->step->inst.a[k];
-    if (r->op == OP_repeat && !ir_get_int(r, "reverse", 0) && !ir_get_int(r, "remat", 0))
-      return true;
+    if (r->op != OP_repeat || ir_get_int(r, "reverse", 0) || ir_get_int(r, "remat", 0) ||
+        !r->loc.file || r->loc.file->ir_text)
+      continue;
+    double saved = 0;
+    for (int j = k + 1; j < p->step->inst.n; j++) {
+      const Inst *o = p->step->inst.a[j];
+      if (o->op == OP_repeat_out && o->in[0] == r && ir_get_int(o, "index", 0) > 0)
+        saved += (double)type_elems(&o->type) * dtype_size(o->type.dtype);
+    }
+    if (!best || saved > most)
+      best = r, most = saved;
   }
-  return false;
+  return best;
 }
 
 /* ---- confidence ---- */
@@ -1091,9 +1104,10 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
     /* ... and so are sums that deterministic mode cannot order (spmd) */
     if (!propagated || c.comm == INFINITY)
       return true;
-    if (run && !m->remat_all && saves_loops(p)) {   /* try again with recomputation */
+    const Inst *loop = run ? most_saving_loop(p) : NULL;
+    if (loop) {   /* try again with that loop recomputing its forward */
       apply(p, p->user);
-      run->want_remat = true;
+      run->want_remat = loop->loc;
       return false;
     }
     if (P && (p->mb = mbs[nmb - 1], evaluate(p, P, true, r, &c), p->propagated) && c.layers &&
@@ -1179,7 +1193,7 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
   pi->mb = p->mb;
   p->ratio = pi->ratio;
   p->predicted = pi->mem;
-  pi->remat = m->remat_all;
+  pi->remat = m->nremat_planned;
   pi->planned_mb = planned_mb;
   if (run)
     run->plan = pi;
@@ -1412,9 +1426,11 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
   if (pi->mb > 1)
     fprintf(out, "  pipeline stages in %d micro-batches%s\n", pi->mb,
             pi->planned_mb ? " (planned)" : "");
-  if (pi->remat)
-    fputs("  every loop recomputes its forward in the backward (planned: no plan fits "
-          "without)\n", out);
+  for (int k = 0; k < m->nremat_planned; k++) {
+    const Loc *l = &m->remat_planned[k];
+    fprintf(out, "  the loop at %s:%d:%d recomputes its forward in the backward (planned: no "
+            "plan fits without)\n", l->file->name, l->line, l->col);
+  }
   if (m->plan == PLAN_AUTO && pi->block < INFINITY)
     fprintf(out, "  the parallel block's forms, even: %.4f ms (that/this %.3fx)\n", pi->block * 1e3,
             pi->step > 0 ? pi->block / pi->step : 1.0);

@@ -508,14 +508,14 @@ static void test_pipeline_memory(void **state) {
 
   assert_true(run_small(&r, "3.5MiB", "memplan"));
   pi = r.run.plan;
-  assert_true(pi->remat && r.m->remat_all);
+  assert_true(pi->remat == 1 && r.m->nremat_planned == 1);
   for (int d = 0; d < 3; d++) {
     printf("remat, device %d: %.0f bytes of %.0f\n", d, device_bytes(r.m, d), 3.5 * 1048576);
     assert_true(device_bytes(r.m, d) <= 3.5 * 1048576);
   }
   s = report(&r);
-  assert_non_null(strstr(s, "every loop recomputes its forward in the backward (planned: no "
-                            "plan fits without)"));
+  assert_non_null(strstr(s, "the loop at t.dt:48:12 recomputes its forward in the backward "
+                            "(planned: no plan fits without)"));
   free(s);
   done(&r);
 
@@ -525,6 +525,88 @@ static void test_pipeline_memory(void **state) {
                                 "layers need at least one on every device and all 4 in all"));
   assert_non_null(strstr(r.log, "(s0 1, s1 1, s2 1)"));
   done(&r);
+}
+
+/* Two loops of unequal activations on two devices of `mem` each: the
+ * first's layers keep 3 values of [B, 4D] and [B, D], the second's of
+ * [B, 3D] and [B, D]. */
+static bool run_loops(Run *r, const char *mem) {
+  Arena *t = arena_new();
+  bool ok = run_text(r, arena_printf(t,
+      "block wide(x) {\n"
+      "  param w: f32[D, D] init glorot\n"
+      "  param u: f32[D, 4 * D] init glorot\n"
+      "  param v: f32[4 * D, D] init glorot\n"
+      "  return x + relu(relu(x @ w) @ u) @ v\n"
+      "}\n"
+      "block narrow(x) {\n"
+      "  param w: f32[D, D] init glorot\n"
+      "  param u: f32[D, 3 * D] init glorot\n"
+      "  param v: f32[3 * D, D] init glorot\n"
+      "  return x + relu(relu(x @ w) @ u) @ v\n"
+      "}\n"
+      "model two(batch B = 256, D = 64, L = 8) {\n"
+      "  input x: f32[B, D]\n"
+      "  input y: i32[B]\n"
+      "  param head: f32[D, 10] init glorot\n"
+      "  h = repeat(L) wide(x) as wides\n"
+      "  g = repeat(L) narrow(h) as narrows\n"
+      "  loss = cross_entropy(g @ head, y)\n"
+      "  minimize loss with sgd(lr = 0.1)\n"
+      "}\n"
+      "cluster s {\n  node n {\n"
+      "    device s0: cpu(gflops = 80, mem = %s)\n"
+      "    device s1: cpu(gflops = 40, mem = %s)\n  }\n"
+      "  link intra(bw = 2GB/s, lat = 20us)\n}\n"
+      "parallel two on s {\n  mesh m[dp = 2]\n  plan auto\n}\n", mem, mem),
+      NULL, 0, "memplan");
+  arena_free(t);
+  return ok;
+}
+
+/* The remat flags of the forward repeats of the loop at line `line`, in
+ * every function: 1 if all have it, 0 if none, -1 if they differ or there
+ * is none. */
+static int remat_flag(const Module *m, int line) {
+  int flag = -2;
+  for (int k = 0; k < m->func.n; k++)
+    for (int i = 0; i < m->func.a[k]->inst.n; i++) {
+      const Inst *r = m->func.a[k]->inst.a[i];
+      if (r->op != OP_repeat || ir_get_int(r, "reverse", 0) || r->loc.line != line)
+        continue;
+      int f = (int)ir_get_int(r, "remat", 0);
+      flag = flag == -2 || flag == f ? f : -1;
+    }
+  return flag == -2 ? -1 : flag;
+}
+
+/* Recomputation is chosen loop by loop: with no room to keep the
+ * activations of both loops, the planner makes the one that saves the most
+ * recompute (the wide one), and the other only when that is not enough;
+ * each plan's memory plan fits. With room, neither recomputes. */
+static void test_remat_per_loop(void **state) {
+  (void)state;
+  static const struct {
+    const char *mem;
+    double bytes;
+    int wide, narrow;
+  } cases[] = {{"64MiB", 64, 0, 0}, {"7MiB", 7, 1, 0}, {"5MiB", 5, 1, 1}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    Run r;
+    assert_true(run_loops(&r, cases[c].mem));
+    int wide = remat_flag(r.m, 17), narrow = remat_flag(r.m, 18);
+    printf("%s: wide %d, narrow %d\n", cases[c].mem, wide, narrow);
+    assert_int_equal(wide, cases[c].wide);
+    assert_int_equal(narrow, cases[c].narrow);
+    assert_int_equal(r.run.plan->remat, cases[c].wide + cases[c].narrow);
+    for (int d = 0; d < 2; d++)
+      assert_true(device_bytes(r.m, d) <= cases[c].bytes * 1048576);
+    char *s = report(&r);
+    assert_true(!strstr(s, "t.dt:17:7 recomputes") == !cases[c].wide);
+    assert_true(!strstr(s, "t.dt:18:7 recomputes") == !cases[c].narrow);
+    free(s);
+    done(&r);
+  }
 }
 
 /* cluster3's devices and forms with spreads: a1's gflops spread %s, a
@@ -715,6 +797,7 @@ int main(void) {
     cmocka_unit_test(test_transformer_64),
     cmocka_unit_test(test_forms_searched),
     cmocka_unit_test(test_pipeline_memory),
+    cmocka_unit_test(test_remat_per_loop),
     cmocka_unit_test(test_noise_keeps_even),
     cmocka_unit_test(test_noise_comm),
   };
