@@ -135,6 +135,10 @@ struct PlanInfo {
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
+  /* plan auto on a two-axis mesh (plan_mesh.c): the candidates simulated
+   * and the one kept, as --emit=plan prints them; the rest is unset but
+   * step. NULL on a one-axis mesh. */
+  const char *mesh_report;
 };
 /* The device plan (--emit=plan): the forms of the parallel block and of the
  * plan, every device's ratio and busy time, the collectives, the predicted
@@ -144,6 +148,16 @@ struct PlanInfo {
  * record pi; nothing when pi is NULL (the planner ran for plan
  * auto or even on a one-axis mesh with a cluster). */
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
+/* What each device of the planned module m needs, as the runtime will
+ * allocate it (need[device], by flat mesh index): its blocks of the params,
+ * state and buffers, its work arena (the largest of its functions') and
+ * what run's extra_memory adds; and, when step is not NULL, the simulator's
+ * step. From the passes after plan run on a copy of m (its IR text parsed
+ * back); false when they fail. */
+bool plan_trial(const Module *m, const PassRun *run, double *need, double *step);
+/* plan auto on a mesh of two axes (plan_mesh.c); its record into
+ * run->plan. */
+bool plan_mesh(Module *m, Diag *d, PassRun *run);
 
 /* ---- forms.c ---------------------------------------------------------- */
 

@@ -12,8 +12,8 @@
  * holds the chosen forms of inputs and params (NULL: left to propagation),
  * every split carrying the planned ratios (multiples of 1e-6 summing to 1, the
  * same for every split, NULL when even); a parallel block that writes ratios,
- * `plan explicit`, two-axis meshes and modules without a mesh or cluster are
- * left as they are. PassRun.plan keeps the record for --emit=plan.
+ * `plan explicit`, and modules without a mesh or cluster are left as they
+ * are. A two-axis mesh is plan_mesh.c's. PassRun.plan keeps the record for --emit=plan.
  * Deterministic: the search visits choices in a fixed order and keeps the
  * first of equal costs.
  *
@@ -1201,12 +1201,7 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
   return true;
 }
 
-/* What each device of the planned module m needs, as the runtime will
- * allocate it: its blocks of the params, state and buffers, its work arena
- * (the largest of its functions') and what run's extra_memory adds, from
- * the passes after this one run on a copy of m (its IR text parsed back).
- * False when they fail. */
-static bool plan_memory(const Module *m, const PassRun *run, double *need) {
+bool plan_trial(const Module *m, const PassRun *run, double *need, double *step) {
   char *text = ir_print_string(m);
   Arena *a = arena_new();
   Module *copy = ir_parse_string(a, m->name, text);
@@ -1220,7 +1215,10 @@ static bool plan_memory(const Module *m, const PassRun *run, double *need) {
     after |= !strcmp(pass_table[k].name, "plan");
   }
   const Mesh *mesh = ok ? &copy->mesh.a[0] : NULL;
-  for (int dev = 0; ok && dev < mesh->axis_size[0]; dev++) {
+  int ndev = 1;
+  for (int x = 0; ok && x < mesh->naxis; x++)
+    ndev *= mesh->axis_size[x];
+  for (int dev = 0; ok && dev < ndev; dev++) {
     need[dev] = 0;
     for (int g = 0; g < copy->global.n; g++)
       if (copy->global.a[g].kind != G_INPUT) {
@@ -1237,9 +1235,11 @@ static bool plan_memory(const Module *m, const PassRun *run, double *need) {
   if (ok && run && run->extra_memory) {
     double extra[SHARD_MAX_AXIS] = {0};
     run->extra_memory(copy, extra, run->extra_arg);
-    for (int dev = 0; dev < mesh->axis_size[0]; dev++)
+    for (int dev = 0; dev < ndev; dev++)
       need[dev] += extra[dev];
   }
+  if (ok && step)
+    ok = (*step = sim_step(copy, NULL)) >= 0;
   arena_free(a);
   free(text);
   return ok;
@@ -1274,7 +1274,7 @@ static bool plan_auto(Module *m, Diag *d, PassRun *run) {
     for (int k = 0; p.predicted && k < p.k; k++)
       near |= p.predicted[k] > MEMORY_NEAR * (double)m->cluster->dev.a[mesh->dev[k]].mem;
     double need[SHARD_MAX_AXIS];
-    if (!near || n == MEMORY_TRIALS || !plan_memory(m, run, need))
+    if (!near || n == MEMORY_TRIALS || !plan_trial(m, run, need, NULL))
       return true;   /* the sharding plan's memory shows what is over */
     int64_t blocks[SHARD_MAX_AXIS];
     if (p.unit > 0)
@@ -1341,6 +1341,8 @@ bool pass_plan(Module *m, Diag *d, PassRun *run) {
     return true;
   if (m->plan == PLAN_EVEN)
     return plan_even(m, run);
+  if (m->mesh.a[0].naxis == 2)
+    return plan_mesh(m, d, run);
   return plan_auto(m, d, run);
 }
 
@@ -1396,6 +1398,10 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
   static_assert(COUNTOF(modes) == PLAN_EXPLICIT + 1, "plan mode names");
   if (!pi)
     return;
+  if (pi->mesh_report) {
+    fputs(pi->mesh_report, out);
+    return;
+  }
   const Mesh *mesh = &m->mesh.a[0];
   fprintf(out, "device plan of %s on mesh %s[%s = %d] (plan %s): %.4g GFLOP per step; %d "
           "choice%s of forms costed\n",

@@ -9,24 +9,10 @@
 # Exits 77 (skipped) without the packages of `tools/setup.sh cross`.
 set -u
 dtc=$1 src=$2 work=$3
-skip() { echo "gemm.sh: SKIP: $* (tools/setup.sh cross installs it)"; exit 77; }
-fail() { echo "gemm.sh: FAIL: $*" >&2; exit 1; }
-sysroot=${DTC_CROSS_SYSROOT:-/opt/dtc-cross/aarch64-linux-gnu}
-cc=aarch64-linux-gnu-gcc
-lib=/usr/lib/aarch64-linux-gnu
-command -v $cc >/dev/null || skip "no cross compiler $cc"
-command -v qemu-aarch64 >/dev/null || skip "no qemu-aarch64 (qemu-user)"
-for f in $lib/libopenblas.so $lib/libcjson.so $lib/libz.so /lib/ld-linux-aarch64.so.1 \
-         "$sysroot/usr/lib/aarch64-linux-gnu/openmpi/include/mpi.h"; do
-  [ -e "$f" ] || skip "no $f"
-done
+me=gemm.sh
+. "$src/tests/cross/aarch64.sh"
 mkdir -p "$work"
-cmake -S "$src" -B "$work/dtrt" -DCMAKE_TOOLCHAIN_FILE="$src/cmake/aarch64-linux-gnu.cmake" \
-      -DDTC_RUNTIME_ONLY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTC_CROSS_SYSROOT="$sysroot" \
-      >"$work/dtrt.log" 2>&1 &&
-  cmake --build "$work/dtrt" -j 2 >>"$work/dtrt.log" 2>&1 ||
-  { cat "$work/dtrt.log"; fail "cannot build libdtrt for aarch64"; }
-ompi=$sysroot/usr/lib/aarch64-linux-gnu
+build_dtrt "$work/dtrt"
 
 # dims A B C: the IR type's dims of a shape written with x (3x17x63 -> 3,17,63)
 dims() { echo "$1" | tr x ,; }

@@ -12,29 +12,15 @@
 set -u
 dtc=$1 src=$2 work=$3 host_run=$4
 steps=20
-skip() { echo "qemu.sh: SKIP: $* (tools/setup.sh cross installs it)"; exit 77; }
-fail() { echo "qemu.sh: FAIL: $*" >&2; exit 1; }
-sysroot=${DTC_CROSS_SYSROOT:-/opt/dtc-cross/aarch64-linux-gnu}
-cc=aarch64-linux-gnu-gcc
-lib=/usr/lib/aarch64-linux-gnu
-command -v $cc >/dev/null || skip "no cross compiler $cc"
-command -v qemu-aarch64 >/dev/null || skip "no qemu-aarch64 (qemu-user)"
-for f in $lib/libopenblas.so $lib/libcjson.so $lib/libz.so /lib/ld-linux-aarch64.so.1 \
-         "$sysroot/usr/lib/aarch64-linux-gnu/openmpi/include/mpi.h"; do
-  [ -e "$f" ] || skip "no $f"
-done
+me=qemu.sh
+. "$src/tests/cross/aarch64.sh"
 mkdir -p "$work/single" "$work/mixed"
 
-cmake -S "$src" -B "$work/dtrt" -DCMAKE_TOOLCHAIN_FILE="$src/cmake/aarch64-linux-gnu.cmake" \
-      -DDTC_RUNTIME_ONLY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTC_CROSS_SYSROOT="$sysroot" \
-      >"$work/dtrt.log" 2>&1 &&
-  cmake --build "$work/dtrt" -j 2 >>"$work/dtrt.log" 2>&1 ||
-  { cat "$work/dtrt.log"; fail "cannot build libdtrt for aarch64"; }
+build_dtrt "$work/dtrt"
 
 "$dtc" "$src/tests/e2e/blobs.dt" --target=aarch64-linux-gnu -mcpu=cortex-a72 \
   -o "$work/single/blobs.o" || fail "dtc --target=aarch64-linux-gnu failed"
 "$dtc" "$src/tests/cross/arm_x86.dt" -o "$work/mixed/blobs.o" || fail "dtc arm_x86.dt failed"
-ompi=$sysroot/usr/lib/aarch64-linux-gnu
 # link DIR OBJ: DIR/cross_train, aarch64, from OBJ and DIR/blobs.h
 link() {
   $cc -O2 -std=c17 -Wall -Wextra -I"$1" "$src/tests/cross/cross_train.c" "$2" \

@@ -433,8 +433,9 @@ static void test_forms_searched(void **state) {
   done(&dp);
 }
 
-/* examples/gpt.dt at L = 4 over speeds 2:1:1 with `mem` each. */
-static bool run_small(Run *r, const char *mem, const char *last) {
+/* examples/gpt.dt at L = 4 followed by `rest` (a cluster and a parallel
+ * block), through the pass `last`. */
+static bool run_gpt4(Run *r, const char *rest, const char *last) {
   Arena *t = arena_new();
   FILE *f = fopen(DTC_TEST_EXAMPLES "/gpt.dt", "r");
   assert_non_null(f);
@@ -443,14 +444,22 @@ static bool run_small(Run *r, const char *mem, const char *last) {
   fclose(f);
   src[n] = 0;
   const char *defs[] = {"L=4"};
-  bool ok = run_text(r, arena_printf(t, "%s\ncluster s {\n  node n {\n"
+  bool ok = run_text(r, arena_printf(t, "%s\n%s", src, rest), defs, 1, last);
+  arena_free(t);
+  return ok;
+}
+
+/* examples/gpt.dt at L = 4 over speeds 2:1:1 with `mem` each. */
+static bool run_small(Run *r, const char *mem, const char *last) {
+  Arena *t = arena_new();
+  bool ok = run_gpt4(r, arena_printf(t, "cluster s {\n  node n {\n"
                                         "    device s0: cpu(gflops = 80, mem = %s)\n"
                                         "    device s1: cpu(gflops = 40, mem = %s)\n"
                                         "    device s2: cpu(gflops = 40, mem = %s)\n  }\n"
                                         "  link intra(bw = 2GB/s, lat = 20us)\n}\n"
                                         "parallel gpt on s {\n  mesh m[dp = 3]\n  plan auto\n}\n",
-                                        src, mem, mem, mem),
-                     defs, 1, last);
+                                        mem, mem, mem),
+                     last);
   arena_free(t);
   return ok;
 }
@@ -607,6 +616,70 @@ static void test_remat_per_loop(void **state) {
     free(s);
     done(&r);
   }
+}
+
+/* examples/gpt.dt at L = 4 on a 2 x 2 mesh of a fast pair of devices (node
+ * a) and a slow pair (node b, across a slow link), the parallel block
+ * adding `extra` lines, through plan. */
+static bool run_pairs(Run *r, const char *extra) {
+  Arena *t = arena_new();
+  bool ok = run_gpt4(r, arena_printf(t, "cluster q {\n"
+                                        "  node a {\n"
+                                        "    device a0: cpu(gflops = 80, mem = 1GiB)\n"
+                                        "    device a1: cpu(gflops = 80, mem = 1GiB)\n  }\n"
+                                        "  node b {\n"
+                                        "    device b0: cpu(gflops = 40, mem = 1GiB)\n"
+                                        "    device b1: cpu(gflops = 40, mem = 1GiB)\n  }\n"
+                                        "  link intra(bw = 20GB/s, lat = 2us)\n"
+                                        "  link inter(bw = 0.1GB/s, lat = 100us)\n}\n"
+                                        "parallel gpt on q {\n  mesh m[x = 2, y = 2]\n%s"
+                                        "  plan auto\n}\n", extra),
+                     "plan");
+  arena_free(t);
+  return ok;
+}
+
+/* On a mesh of two axes, plan auto simulates the written forms against
+ * pipeline stages over each axis with the rows over the other: over fast
+ * and slow pairs it keeps stages over x, 3 layers on the fast pair and 1 on
+ * the slow, the batch split over y, in the micro-batch count that simulates
+ * fastest. Stages the block already splits over an axis are not offered
+ * there; with the stacked params written, the block's forms are the only
+ * candidate and stay. */
+static void test_mesh_stages(void **state) {
+  (void)state;
+  Run r;
+  assert_true(run_pairs(&r, ""));
+  const Global *wq = ir_find_global(r.m, "layers.wq"), *ids = ir_find_global(r.m, "ids");
+  assert_true(wq->shard && wq->shard->axis[0] == 0 && wq->shard->axis[1] < 0);
+  int64_t layers[2];
+  ir_blocks(4, wq->shard->ratio[0], 2, layers);
+  assert_int_equal(layers[0], 3);
+  assert_int_equal(layers[1], 1);
+  assert_true(ids->shard && ids->shard->axis[0] == 1 && !ids->shard->ratio[0]);
+  char *s = report(&r);
+  printf("%s", s);
+  assert_non_null(strstr(s, "5 candidates simulated"));
+  assert_non_null(strstr(s, "  * stages over x (layers 3/1), rows over y, 1 micro-batch "));
+  assert_non_null(strstr(s, "    stages over y (layers 2/2), rows over x"));
+  free(s);
+  done(&r);
+
+  assert_true(run_pairs(&r, "  shard ids: [x, *]\n"));
+  s = report(&r);
+  assert_non_null(strstr(s, "3 candidates simulated"));
+  assert_null(strstr(s, "stages over x"));
+  free(s);
+  done(&r);
+
+  assert_true(run_pairs(&r, "  shard layers.wq: [y, *, *]\n"));
+  s = report(&r);
+  assert_non_null(strstr(s, "1 candidate simulated"));
+  assert_non_null(strstr(s, "  * the parallel block's forms"));
+  free(s);
+  wq = ir_find_global(r.m, "layers.wq");
+  assert_true(wq->shard->axis[0] == 1 && !wq->shard->ratio[0]);
+  done(&r);
 }
 
 /* cluster3's devices and forms with spreads: a1's gflops spread %s, a
@@ -798,6 +871,7 @@ int main(void) {
     cmocka_unit_test(test_forms_searched),
     cmocka_unit_test(test_pipeline_memory),
     cmocka_unit_test(test_remat_per_loop),
+    cmocka_unit_test(test_mesh_stages),
     cmocka_unit_test(test_noise_keeps_even),
     cmocka_unit_test(test_noise_comm),
   };
