@@ -661,6 +661,21 @@ static bool parse_shard(Parser *p, int rank, Sharding **out) {
                  mesh->axis_size[ax], r.n);
         return false;
       }
+      /* checked here, not only by the verifier: the types of the values
+       * that follow are worked out from these blocks as they are parsed */
+      double sum = 0;
+      for (int k = 0; k < r.n; k++) {
+        if (!(r.a[k] > 0) || !isfinite(r.a[k])) {
+          error_at(p, dl, "ratio %d of axis '%s' is %g; ratios must be positive", k, axn,
+                   r.a[k]);
+          return false;
+        }
+        sum += r.a[k];
+      }
+      if (!(fabs(sum - 1) <= 1e-6)) {
+        error_at(p, dl, "the ratios of axis '%s' sum to %.9g, not 1", axn, sum);
+        return false;
+      }
       s->ratio[nd] = r.a;
     }
     nd++;

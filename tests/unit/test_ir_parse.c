@@ -353,6 +353,20 @@ static void test_shardings(void **state) {
   expect_error(MESH "input x : f32[2] shard q[dp(0.5, 0.5)]\n",
                "t.ir:3:26: error: axis 'dp' has size 1, but 2 ratios are given");
   expect_error(MESH "input x : f32[2] shard q[dp(]\n", "t.ir:3:29: error: expected a number, found ']'");
+  /* ratios are checked as they are parsed: the blocks give the types of
+   * what follows */
+  const char *mesh3 = "module m\ncluster c {\n  node a\n"
+                      "  device a0 on a {kind = \"cpu\", gflops = 80.0, mem = 1073741824}\n"
+                      "  device a1 on a {kind = \"cpu\", gflops = 80.0, mem = 1073741824}\n"
+                      "  device a2 on a {kind = \"cpu\", gflops = 40.0, mem = 1073741824}\n}\n"
+                      "mesh q[dp = 3] on [a0, a1, a2]\n";
+  char buf[512];
+  snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(-0.6, 0.2, 0.2)]\n", mesh3);
+  expect_error(buf, "t.ir:9:26: error: ratio 0 of axis 'dp' is -0.6; ratios must be positive");
+  snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(0.6, 0.2, inf)]\n", mesh3);
+  expect_error(buf, "t.ir:9:26: error: ratio 2 of axis 'dp' is inf; ratios must be positive");
+  snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(0.6, 0.2, 0.3)]\n", mesh3);
+  expect_error(buf, "t.ir:9:26: error: the ratios of axis 'dp' sum to 1.1, not 1");
   expect_error(MESH "input x : f32[2] shard q[*] full\n", "t.ir:3:29: error: expected end of line, found 'full'");
 }
 
