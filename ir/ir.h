@@ -515,6 +515,9 @@ const char *ir_bytes_str(double bytes, char *buf, size_t n);
  * the passes may change freely: a plan on trial); NULL when it does not
  * parse. */
 Module *ir_parse_string(Arena *a, const char *name, const char *text);
+/* m copied through its text (ir_print_string, ir_parse_string) into arena
+ * a; NULL when the text does not parse back. */
+Module *ir_copy(Arena *a, const Module *m);
 /* Parses IR text; reports located errors to d; NULL on error. */
 Module *ir_parse(Arena *a, const SrcFile *src, Diag *d);
 /* Checks every structural and type invariant; reports each violation as an

@@ -1284,3 +1284,10 @@ Module *ir_parse_string(Arena *a, const char *name, const char *text) {
   Module *m = ir_parse(a, src_from_string(a, name, text), &quiet);
   return quiet.nerr ? NULL : m;
 }
+
+Module *ir_copy(Arena *a, const Module *m) {
+  char *text = ir_print_string(m);
+  Module *copy = text ? ir_parse_string(a, m->name, text) : NULL;
+  free(text);
+  return copy;
+}

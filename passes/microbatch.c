@@ -540,9 +540,8 @@ bool pass_microbatch(Module *m, Diag *d, PassRun *run) {
 }
 
 bool microbatch_fits(const Module *m, int n) {
-  char *text = ir_print_string(m);
   Arena *a = arena_new();
-  Module *copy = ir_parse_string(a, m->name, text);
+  Module *copy = ir_copy(a, m);
   Diag quiet;
   diag_init_quiet(&quiet);
   bool fits = copy != NULL;
@@ -551,6 +550,5 @@ bool microbatch_fits(const Module *m, int n) {
     fits = pass_microbatch(copy, &quiet, NULL) && !quiet.nerr;
   }
   arena_free(a);
-  free(text);
   return fits;
 }

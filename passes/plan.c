@@ -1202,9 +1202,8 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run) {
 }
 
 bool plan_trial(const Module *m, const PassRun *run, double *need, double *step) {
-  char *text = ir_print_string(m);
   Arena *a = arena_new();
-  Module *copy = ir_parse_string(a, m->name, text);
+  Module *copy = ir_copy(a, m);
   Diag quiet;
   diag_init_quiet(&quiet);
   bool ok = copy != NULL;
@@ -1241,7 +1240,6 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step)
   if (ok && step)
     ok = (*step = sim_step(copy, NULL)) >= 0;
   arena_free(a);
-  free(text);
   return ok;
 }
 
