@@ -113,8 +113,8 @@ static double *stage_ratios(const Module *m, int x, int64_t L, int64_t *layers) 
   return r;
 }
 
-/* The step's forward loops' stacked params into g[] (global indices); their
- * layer count (the least) into *L. */
+/* The step's forward loops' stacked params into g[] (global indices, room
+ * for every global); their layer count (the least) into *L. */
 static int stacked_params(const Module *m, const Func *step, int *g, int64_t *L) {
   int n = 0;
   *L = 0;
@@ -195,7 +195,7 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run) {
            m->microbatches > 1 ? ", its micro-batches" : "");
   try_cand(m, run, &cand[nc++]);
 
-  int sg[64];
+  int *sg = arena_alloc(m->arena, sizeof *sg * (size_t)(ng + 1));
   int64_t L;
   int ns = stacked_params(m, step, sg, &L);
   bool open = ns > 0;
@@ -207,6 +207,8 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run) {
       rows = step->inst.a[k]->in[0]->type.dim[0];
   for (int x = 0; open && x < 2; x++) {
     int y = 1 - x;
+    if (mesh->axis_size[x] < 2)
+      continue;
     bool taken = false;   /* the block splits something over x already */
     for (int g = 0; g < ng; g++)
       for (int dd = 0; user[g] && dd < m->global.a[g].type.rank; dd++)
