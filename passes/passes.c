@@ -107,7 +107,10 @@ bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
     bool ok = p->run(m, d, run);
     run->ms[k] = now_ms() - t0;
     run->ran = k + 1;
-    if (!ok && text && new_loop(run->want_remat, remat, nremat)) {
+    /* a loop asked for is found again by its location, so it is never
+     * asked for twice */
+    DTC_ASSERT(ok || !run->want_remat.file || (text && new_loop(run->want_remat, remat, nremat)));
+    if (!ok && run->want_remat.file) {
       Loc *more = arena_alloc(m->arena, sizeof *more * (size_t)(nremat + 1));
       if (nremat)
         memcpy(more, remat, sizeof *more * (size_t)nremat);
