@@ -16,6 +16,7 @@ struct DtComm {
   bool mpi;                        /* one rank of an MPI job; else rank 0 of 1 */
   bool owner;                      /* this context started MPI: it finalises it */
   int rank, nranks;
+  int local;                       /* the job's ranks on this node, this one included */
   MPI_Comm world;                  /* dtrt's own copy of MPI_COMM_WORLD */
   int naxis;                       /* 0 until dtrt_mesh_init */
   int size[DTRT_MAX_MESH], coord[DTRT_MAX_MESH];
@@ -230,7 +231,7 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
   DtComm *c = dtrt_alloc(ctx, sizeof *c);
   if (!c)
     return DT_ERR_NOMEM;
-  *c = (DtComm){.nranks = 1, .world = MPI_COMM_NULL};
+  *c = (DtComm){.nranks = 1, .local = 1, .world = MPI_COMM_NULL};
   for (int k = 0; k < DTRT_MAX_MESH; k++)
     c->axis[k] = MPI_COMM_NULL;
   if (by) {
@@ -258,10 +259,21 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
       dtrt_free(ctx, c);
       return s;
     }
+    MPI_Comm node;
+    if (MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+      MPI_Comm_size(node, &c->local);
+      MPI_Comm_free(&node);
+    }
     watch_start(c);
   }
   *slot = c;
   return DT_OK;
+}
+
+int dtrt_local_ranks(const DtrtCtx *ctx) {
+  const DtComm *c = comm_of(ctx);
+  return c ? c->local : 1;
 }
 
 int dtrt_rank(const DtrtCtx *ctx) {

@@ -156,6 +156,10 @@ static inline int64_t dtrt_read_limit(const DtrtCtx *ctx) {
  * it is read. */
 void *dtrt_alloc_raw(DtrtCtx *ctx, size_t n);
 
+/* The ranks of the context's job on this node, this one included: 1 in a
+ * single process or before dtrt_comm_init. */
+int dtrt_local_ranks(const DtrtCtx *ctx);
+
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
 

@@ -8,8 +8,9 @@
  * SPIN_US by default) before it sleeps on a condition variable, and the
  * caller watches for its workers the same way. The worker pinned to the
  * caller's CPU does not watch, or it would take turns with the caller there.
- * Nobody watches in a pool with more threads than CPUs, under DTRT_SPIN_US=0
- * (ranks sharing a core), or once OpenBLAS has run in the context.
+ * Nobody watches when the node's ranks have more threads in all than this
+ * process has CPUs (ranks sharing cores), under DTRT_SPIN_US=0, or once
+ * OpenBLAS has run in the context.
  * Each chunk has a worker pinned to a CPU of the affinity mask; the caller
  * runs the chunk of the CPU it is on and wakes the others. A woken worker left
  * to the scheduler lands beside its waker when the other CPUs are busy (as
@@ -191,7 +192,8 @@ static DtPool *pool_start(DtrtCtx *ctx) {
   p->nthread = nthread;
   const char *spin = getenv("DTRT_SPIN_US");
   long us = spin && *spin ? strtol(spin, NULL, 10) : SPIN_US;
-  p->spin_ns = nthread <= ncpu && us > 0 ? (us > 1000000 ? 1000000 : us) * 1000 : 0;
+  p->spin_ns = nthread * dtrt_local_ranks(ctx) <= ncpu && us > 0
+                  ? (us > 1000000 ? 1000000 : us) * 1000 : 0;
   atomic_init(&p->job, 0);
   atomic_init(&p->pending, 0);
   atomic_init(&p->quit, false);
