@@ -198,12 +198,8 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
  * source locations (checkpoints must match it, wherever the source was
  * compiled from), of its sharding plan (every rank must run the same). */
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  DTC_ASSERT(f);
-  print(f, m);
-  fclose(f);
+  size_t len;
+  char *text = ir_string_of(print, m, &len);
   uint64_t h = ir_hash(text, len);
   free(text);
   return arena_printf(m->arena, "%016llx", (unsigned long long)h);

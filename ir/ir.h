@@ -506,6 +506,9 @@ void ir_print(FILE *out, const Module *m);
  * lies (the model hash that checkpoints carry). */
 void ir_print_structure(FILE *out, const Module *m);
 void ir_print_func(FILE *out, const Func *f);
+/* What print writes about m, in a malloc'd string the caller frees; its
+ * length into *len when len is not NULL. */
+char *ir_string_of(void (*print)(FILE *, const Module *), const Module *m, size_t *len);
 /* m's text (ir_print) in a malloc'd string the caller frees. */
 char *ir_print_string(const Module *m);
 /* A size in bytes as the reports write it: "512 B", "12.5 KiB", "3.00 MiB",

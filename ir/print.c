@@ -442,14 +442,20 @@ void ir_print_structure(FILE *out, const Module *m) {
   with_locs = true;
 }
 
-char *ir_print_string(const Module *m) {
+char *ir_string_of(void (*print)(FILE *, const Module *), const Module *m, size_t *len) {
   char *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
+  size_t n = 0;
+  FILE *out = open_memstream(&text, &n);
   DTC_ASSERT(out);
-  ir_print(out, m);
+  print(out, m);
   fclose(out);
+  if (len)
+    *len = n;
   return text;
+}
+
+char *ir_print_string(const Module *m) {
+  return ir_string_of(ir_print, m, NULL);
 }
 
 const char *ir_bytes_str(double b, char *buf, size_t n) {

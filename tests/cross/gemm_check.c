@@ -44,7 +44,7 @@ static int run(const char *threads, const float *a, const float *b, float *c) {
 }
 
 int main(void) {
-  static const int64_t ad[] = MM_A_DIMS, bd[] = MM_B_DIMS, cd[] = MM_C_DIMS;
+  static const int64_t ad[] = MM_A_DIMS, cd[] = MM_C_DIMS;
   int ra = MM_A_RANK, rb = MM_B_RANK, rc = MM_C_RANK;
   int64_t m = cd[rc - 2], n = cd[rc - 1], k = TA ? ad[ra - 2] : ad[ra - 1];
   int64_t nb = MM_C_ELEMS / (m * n);
@@ -83,7 +83,6 @@ int main(void) {
         if (bound > 0 && err / bound > worst)
           worst = err / bound;
       }
-  (void)bd;
   printf("gemm_check: ok: %lld x [%lld x %lld] k %lld ta %d tb %d, worst error %.3f of the bound\n",
          (long long)nb, (long long)m, (long long)n, (long long)k, TA, TB, worst);
   free(a), free(b), free(c1), free(c3);
