@@ -11,9 +11,10 @@
 
 #include "ir.h"
 
-/* How an IR matmul is lowered (-fmatmul=): by gemm.c's rule, to the
- * generated GEMM, or to libdtrt's dtrt_k_matmul (OpenBLAS). */
-typedef enum CgMatmul { CG_MATMUL_AUTO, CG_MATMUL_DTC, CG_MATMUL_BLAS } CgMatmul;
+/* How an IR matmul and a convolution's products are lowered (-fmatmul=): to
+ * the generated GEMM (the default), or to libdtrt's dtrt_k_matmul and the
+ * convolution kernels' own calls of OpenBLAS. */
+typedef enum CgMatmul { CG_MATMUL_DTC, CG_MATMUL_BLAS } CgMatmul;
 
 /* What the driver asks of code generation. */
 typedef struct CgOptions {
@@ -23,6 +24,7 @@ typedef struct CgOptions {
   const char *cpu;         /* -mcpu, NULL: host, or generic for another target */
   int opt_level;           /* -O0..-O3 */
   CgMatmul matmul;         /* -fmatmul= */
+  int denormals;           /* -fdenormals=: DtDenormals, DT_DENORMALS_FLUSH by default */
 } CgOptions;
 
 /* ---- target.c --------------------------------------------------------- */
@@ -116,6 +118,7 @@ typedef struct Cg {
   const char *hash;        /* of the module's text form */
   const char *plan_hash;   /* of the sharding plan (mesh, global shardings); NULL: no mesh */
   CgMatmul matmul;         /* CgOptions.matmul */
+  int denormals;           /* CgOptions.denormals */
   const char *cpu, *features;   /* of the device being lowered (its CgDevice) */
   struct CgGemm *gemm;     /* gemm.c's functions made so far, one set per CPU */
 } Cg;
@@ -232,10 +235,18 @@ int cg_memory_check(const Module *m, const CgTargets *ts, CgMatmul how, Diag *d)
 /* ---- gemm.c ----------------------------------------------------------- */
 
 /* Whether matmul x is lowered by cg_gemm (else by a call of dtrt_k_matmul):
- * -fmatmul=dtc or blas decides, auto by the rule measured in gemm.c. */
+ * -fmatmul=dtc (the default) or blas decides, but for deterministic mode's
+ * products, which are always the GEMM's. */
 bool cg_gemm_wanted(const Cg *c, const Inst *x);
 /* The same choice for module m under -fmatmul=how. */
 bool cg_gemm_chosen(const Module *m, CgMatmul how, const Inst *x);
+/* Whether kernel x (a convolution or one of its derivatives) makes its
+ * matrix products with the generated GEMM, passed in its attributes (else
+ * OpenBLAS's): unless -fmatmul=blas. */
+bool cg_conv_gemm(CgMatmul how, const Inst *x);
+/* The module's parallel GEMM entry for the CPU of the device being lowered
+ * (a DtGemmFn), made at its first use. */
+LLVMValueRef cg_gemm_entry(Cg *c);
 /* For --emit=plan: each matmul of m (one device's), its shapes and FLOPs,
  * who computes it under -fmatmul=how and its epilogue's ops. */
 void cg_matmul_report(FILE *out, const Module *m, CgMatmul how);

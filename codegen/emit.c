@@ -111,14 +111,14 @@ static void make_types(Cg *c) {
   c->tensor = LLVMStructCreateNamed(x, "DtTensor");
   LLVMStructSetBody(c->tensor, tensor, COUNTOF(tensor), 0);
   LLVMTypeRef attrs[] = {LLVMArrayType(c->i64, DTRT_MAX_IATTRS), LLVMArrayType(c->f64, 8),
-                         c->i32, c->i32, c->i64};
+                         c->i32, c->i32, c->i64, c->ptr};
   c->attrs = LLVMStructCreateNamed(x, "DtAttrs");
   LLVMStructSetBody(c->attrs, attrs, COUNTOF(attrs), 0);
   static const size_t toff[] = {offsetof(DtTensor, data), offsetof(DtTensor, dtype),
                                 offsetof(DtTensor, rank), offsetof(DtTensor, dim)};
   static const size_t aoff[] = {offsetof(DtAttrs, i), offsetof(DtAttrs, f),
                                 offsetof(DtAttrs, ni), offsetof(DtAttrs, nf),
-                                offsetof(DtAttrs, step)};
+                                offsetof(DtAttrs, step), offsetof(DtAttrs, gemm)};
   static_assert(COUNTOF(toff) == COUNTOF(tensor) && COUNTOF(aoff) == COUNTOF(attrs), "fields");
   check_layout(c, c->tensor, sizeof(DtTensor), toff, COUNTOF(toff));
   check_layout(c, c->attrs, sizeof(DtAttrs), aoff, COUNTOF(aoff));
@@ -339,7 +339,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
   }
   LLVMValueRef globals = private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
   LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32, c->ptr, c->ptr,
-                      c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr, c->ptr, c->ptr, c->ptr};
+                      c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr, c->ptr, c->ptr, c->ptr,
+                      c->i32};
   LLVMTypeRef dt = LLVMStructCreateNamed(c->ctx, "DtModelDesc");
   LLVMStructSetBody(dt, ft, COUNTOF(ft), 0);
   static const size_t doff[] = {
@@ -352,7 +353,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
       offsetof(DtModelDesc, fwd_in),     offsetof(DtModelDesc, fwd_out),
       offsetof(DtModelDesc, nmesh_axis), offsetof(DtModelDesc, mesh_axis_size),
       offsetof(DtModelDesc, plan_hash),  offsetof(DtModelDesc, device),
-      offsetof(DtModelDesc, target),     offsetof(DtModelDesc, object)};
+      offsetof(DtModelDesc, target),     offsetof(DtModelDesc, object),
+      offsetof(DtModelDesc, denormals)};
   static_assert(COUNTOF(doff) == COUNTOF(ft), "DtModelDesc fields");
   check_layout(c, dt, sizeof(DtModelDesc), doff, COUNTOF(doff));
   LLVMValueRef f[] = {cstr(c, m->name),
@@ -374,7 +376,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
                       plan,
                       device ? cstr(c, device) : LLVMConstNull(c->ptr),
                       target ? cstr(c, target) : LLVMConstNull(c->ptr),
-                      object ? cstr(c, object) : LLVMConstNull(c->ptr)};
+                      object ? cstr(c, object) : LLVMConstNull(c->ptr),
+                      cg_i32(c, c->denormals)};
   return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
 }
 
@@ -622,9 +625,24 @@ static void cg_open(Cg *c, const char *name, LLVMTargetMachineRef tm) {
   make_types(c);
 }
 
+/* Tells LLVM that every function of c's module with a body runs with
+ * denormals flushed, results and operands, as dtrt_fp_enter sets the
+ * thread for the step (the attribute only informs the optimizer). */
+static void flush_denormals(Cg *c) {
+  static const char *key[] = {"denormal-fp-math", "denormal-fp-math-f32"};
+  const char *val = "preserve-sign,preserve-sign";
+  for (LLVMValueRef f = LLVMGetFirstFunction(c->mod); f; f = LLVMGetNextFunction(f))
+    for (int k = 0; !LLVMIsDeclaration(f) && k < 2; k++)
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateStringAttribute(c->ctx, key[k], (unsigned)strlen(key[k]),
+                                                        val, (unsigned)strlen(val)));
+}
+
 /* Verifies c's module, writes it by tm to output and disposes of it. */
 static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const char *output,
                      Diag *d) {
+  if (c->denormals == DT_DENORMALS_FLUSH)
+    flush_denormals(c);
   char *msg = NULL;
   if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
     dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
@@ -686,7 +704,8 @@ static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, in
                         const char *hash, const char *plan_hash, Diag *d) {
   Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
   Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
-  Cg cg = {.m = m, .sym = m->name, .hash = hash, .plan_hash = plan_hash, .matmul = opt->matmul};
+  Cg cg = {.m = m, .sym = m->name, .hash = hash, .plan_hash = plan_hash, .matmul = opt->matmul,
+            .denormals = opt->denormals};
   Cg *c = &cg;
   cg_open(c, m->name, ts->t[t].tm);
   LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
@@ -784,7 +803,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     }
   }
   if (ok) {
-    Cg cg = {.m = m0, .matmul = opt->matmul}, *c = &cg;
+    Cg cg = {.m = m0, .matmul = opt->matmul, .denormals = opt->denormals}, *c = &cg;
     cg_open(c, m0->name, ts[0].t[0].tm);
     LLVMValueRef *list = arena_alloc(m0->arena, sizeof(LLVMValueRef) * (size_t)n);
     int count[CG_MAX_PLANS];

@@ -885,10 +885,14 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
  * against 36. */
 #define PAR_FLOPS 2e6
 
-/* -fmatmul=auto's rule. bench/matmul's rule_* shapes on the Xeon above,
- * dtc's median time over OpenBLAS 0.3.21's with the kernels it picks there
- * (Prescott), and over its SkylakeX kernels (OPENBLAS_CORETYPE, in a child
- * process, each interleaved with dtc's), 20 runs:
+/* Every matmul is the generated GEMM's unless -fmatmul=blas: a default
+ * build's results and speed then do not depend on the kernels OpenBLAS
+ * picks from its table of CPUs (Debian's 0.3.21 falls back to its Prescott
+ * kernels on CPUs it does not know, five times slower than its SkylakeX
+ * ones on an Emerald Rapids, with other roundings). Against OpenBLAS on the
+ * Xeon above (bench/matmul's rule_* shapes, dtc's median time over
+ * OpenBLAS's with the kernels it picks there, Prescott, and with its
+ * SkylakeX kernels, 20 runs):
  *
  *   m x n x k            flops   dtc/Prescott  dtc/SkylakeX
  *   4 x 4 x 4              128       1.79          3.14
@@ -907,16 +911,9 @@ static LLVMValueRef entry(Cg *c, bool parallel, LLVMTypeRef *type) {
  *   64 x (16 x 16 x 16)   0.5M       0.49          2.70
  *   (the MLP's and GPT's products: 0.15-0.3 and 0.9-1.2, attention's 0.4-0.6)
  *
- * Under 16K flops a product takes under a microsecond either way (dtc's
- * fixed cost is about half of one); OpenBLAS is there at worst a fifth
- * slower than dtc and with good kernels three times faster. On
- * matrix-vector products, n <= 2 or m == 1, where dtc packs all of the
- * other operand for one column or row, OpenBLAS is as fast or faster with
- * either kernel set. Those call dtrt_k_matmul, every other matmul the
- * generated GEMM. Against SkylakeX's kernels OpenBLAS also wins on small
- * products (to about 100^3); dtc keeps those, since it is 1.3 to 4 times
- * faster there than the kernels OpenBLAS picks for itself on this machine,
- * and which those are depends on the machine that runs the model. */
+ * What OpenBLAS wins with good kernels (products under 16K flops, which take
+ * under a microsecond either way, matrix-vector products, small cubes) it
+ * loses with the kernels it picks for itself on a CPU it does not know. */
 bool cg_gemm_wanted(const Cg *c, const Inst *x) { return cg_gemm_chosen(c->m, c->matmul, x); }
 
 bool cg_gemm_chosen(const Module *mod, CgMatmul how, const Inst *x) {
@@ -925,16 +922,7 @@ bool cg_gemm_chosen(const Module *mod, CgMatmul how, const Inst *x) {
     return x->in[0]->type.rank == 2 && x->in[1]->type.rank == 2;
   if (mod->det_pieces > 1)
     return true;   /* the same bits on any thread count and any block of rows */
-  if (how != CG_MATMUL_AUTO)
-    return how == CG_MATMUL_DTC;
-  const Type *a = &x->in[0]->type, *b = &x->in[1]->type;
-  bool ta = ir_get_int(x, "ta", 0) != 0, tb = ir_get_int(x, "tb", 0) != 0;
-  int64_t m = a->dim[a->rank - 2 + ta], k = a->dim[a->rank - 1 - ta];
-  int64_t n = b->dim[b->rank - 1 - tb];
-  double flops = 2.0 * (double)m * (double)n * (double)k;
-  for (int d = 0; d < a->rank - 2; d++)
-    flops *= (double)a->dim[d];
-  return flops >= 16384 && n > 2 && m > 1;
+  return how == CG_MATMUL_DTC;
 }
 
 /* The length of the blocks k is summed in: the op's kblock; in
@@ -987,19 +975,41 @@ static Shape shape_of(const Inst *x) {
 static int64_t up(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* The scratch of one slot of the GEMM's call for x on one thread (one
- * piece): a block of B and one of A, as the entry computes them. */
-static int64_t slot_bytes(const Module *mod, const Blocking *bk, const Inst *x) {
-  Shape s = shape_of(x);
-  if (!s.batch || !s.m || !s.n || !s.k)
+/* The scratch of one slot of a GEMM call of m x k by k x n products, k in
+ * blocks of kc (0: the target's) on one thread (one piece): a block of B and
+ * one of A, as the entry computes them. */
+static int64_t slot_bytes(const Blocking *bk, int64_t m, int64_t n, int64_t k, int64_t kc) {
+  if (!m || !n || !k)
     return 0;
-  int64_t kc = kblock(mod, x, s.k);
   if (kc <= 0) {   /* k in blocks as equal as multiples of 4 allow */
-    int64_t nblock = (s.k + bk->kc - 1) / bk->kc;
-    kc = up((s.k + nblock - 1) / nblock, 4);
+    int64_t nblock = (k + bk->kc - 1) / bk->kc;
+    kc = up((k + nblock - 1) / nblock, 4);
   }
-  int64_t mc = up(min64(bk->mc, s.m), bk->mr), nc = up(min64(bk->nc, s.n), bk->nr);
+  int64_t mc = up(min64(bk->mc, m), bk->mr), nc = up(min64(bk->nc, n), bk->nr);
   return up(kc * nc * 4, 64) + up(kc * mc * 4, 64);
+}
+
+bool cg_conv_gemm(CgMatmul how, const Inst *x) {
+  return (x->op == OP_conv2d || x->op == OP_conv2d_grad_input ||
+          x->op == OP_conv2d_grad_weight) &&
+         how != CG_MATMUL_BLAS;
+}
+
+/* The most scratch a slot of convolution x's products takes: as
+ * kernels_conv.c makes them, per group, on the columns of a chunk of the
+ * batch (at most all of it, which bounds the chunk's). */
+static int64_t conv_slot_bytes(const Blocking *bk, const Inst *x) {
+  const Type *w = x->op == OP_conv2d ? &x->in[1]->type
+                  : x->op == OP_conv2d_grad_input ? &x->in[0]->type : &x->type;
+  const Type *y = x->op == OP_conv2d ? &x->type : &x->in[1]->type;
+  int64_t groups = ir_get_int(x, "groups", 1);
+  int64_t og = w->dim[0] / (groups > 0 ? groups : 1), k = w->dim[1] * w->dim[2] * w->dim[3];
+  int64_t cols = y->dim[0] * y->dim[2] * y->dim[3];
+  if (x->op == OP_conv2d)
+    return slot_bytes(bk, og, cols, k, 0);
+  if (x->op == OP_conv2d_grad_input)
+    return slot_bytes(bk, k, cols, og, 0);
+  return slot_bytes(bk, og, k, cols, 0);
 }
 
 int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *triple,
@@ -1012,13 +1022,22 @@ int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *trip
       continue;
     for (int i = 0; i < f->inst.n; i++) {
       const Inst *x = f->inst.a[i];
+      int64_t b = 0;
       if (x->op == OP_matmul && cg_gemm_chosen(m, how, x)) {
-        int64_t b = slot_bytes(m, &bk, x);
-        most = b > most ? b : most;
+        Shape s = shape_of(x);
+        b = s.batch ? slot_bytes(&bk, s.m, s.n, s.k, kblock(m, x, s.k)) : 0;
+      } else if (cg_conv_gemm(how, x)) {
+        b = conv_slot_bytes(&bk, x);
       }
+      most = b > most ? b : most;
     }
   }
   return most;
+}
+
+LLVMValueRef cg_gemm_entry(Cg *c) {
+  LLVMTypeRef type;
+  return entry(c, true, &type);
 }
 
 LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep) {
@@ -1063,11 +1082,9 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep) {
 /* ---- the report ---- */
 
 void cg_matmul_report(FILE *out, const Module *m, CgMatmul how) {
-  static const char *const names[] = {"auto", "dtc", "blas"};
-  fprintf(out, "matmuls (-fmatmul=%s%s)\n", names[how],
-          how == CG_MATMUL_AUTO ? ": dtc's GEMM from 16384 flops, OpenBLAS below and for "
-                                  "matrix-vector products, as measured in codegen/gemm.c"
-                                : "");
+  static const char *const names[] = {"dtc", "blas"};
+  static_assert(COUNTOF(names) == CG_MATMUL_BLAS + 1, "-fmatmul values");
+  fprintf(out, "matmuls (-fmatmul=%s)\n", names[how]);
   for (int k = 0; k < m->func.n; k++) {
     const Func *f = m->func.a[k];
     if (f->device > 0)   /* the other devices' copies lower alike */

@@ -105,6 +105,18 @@ typedef struct DtTensor {
   int64_t dim[DT_MAX_RANK];
 } DtTensor;
 
+/* The matrix products generated code makes (codegen/gemm.c): C[b] = op(A[b])
+ * op(B[b]) for b < batch, C row-major [m, n], element (i, p) of op(A) at
+ * a + i rs_a + p cs_a and (p, j) of op(B) at b + p rs_b + j cs_b, bs_a and
+ * bs_b the strides between products (0: shared); k summed in blocks of
+ * kblock (0: the target's), each block from zero, then written to C or added
+ * to it; ep and ep_env NULL (no epilogue). On the context's threads; returns
+ * a DtStatus. */
+typedef int32_t (*DtGemmFn)(DtrtCtx *ctx, const float *a, const float *b, float *c,
+                            int64_t batch, int64_t m, int64_t n, int64_t k, int64_t rs_a,
+                            int64_t cs_a, int64_t bs_a, int64_t rs_b, int64_t cs_b,
+                            int64_t bs_b, int64_t kblock, void *ep, void *ep_env);
+
 /* Attributes flattened in the op's schema order (see ir/ops.def). */
 #define DTRT_MAX_IATTRS 64
 typedef struct DtAttrs {
@@ -112,6 +124,8 @@ typedef struct DtAttrs {
   double f[8];
   int32_t ni, nf;
   int64_t step;      /* training step counter (dropout masks) */
+  DtGemmFn gemm;     /* the GEMM a convolution makes its products with (the
+                        generated code's own); NULL: OpenBLAS's sgemm */
 } DtAttrs;
 
 /* Every non-elementwise op NAME has
@@ -513,6 +527,22 @@ typedef struct DtGlobalDesc {
   int64_t begin[DT_MAX_RANK];
 } DtGlobalDesc;
 
+/* How a step treats denormal floats (dtc -fdenormals=, docs/RUNTIME.md): it
+ * flushes them to zero, results and operands alike (x86-64 MXCSR FTZ and
+ * DAZ, aarch64 FPCR.FZ), or keeps IEEE gradual underflow. */
+typedef enum DtDenormals { DT_DENORMALS_FLUSH, DT_DENORMALS_IEEE, DT_DENORMALS_COUNT } DtDenormals;
+extern const char *const dtrt_denormals_names[DT_DENORMALS_COUNT];   /* "flush", "ieee" */
+
+/* The calling thread's floating-point control word (MXCSR, FPCR; 0 where
+ * there is none), and setting it back. dtrt_fp_enter sets the mode of a step
+ * (DtDenormals) and returns the caller's, for dtrt_fp_leave to restore.
+ * dtrt_model_train_step and dtrt_model_forward do both; dtrt_parallel_for's
+ * workers run each job in the mode of the thread that posted it. */
+uint64_t dtrt_fp_mode(void);
+void dtrt_fp_set_mode(uint64_t mode);
+uint64_t dtrt_fp_enter(int denormals);
+void dtrt_fp_leave(uint64_t saved);
+
 /* A compiled step: reads inputs[k] (the function's inputs in desc order),
  * updates the state block, uses work as scratch, writes outputs[k]. */
 typedef DtStatus (*DtStepFn)(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
@@ -546,6 +576,7 @@ typedef struct DtModelDesc {
   const char *device;
   const char *target;
   const char *object;
+  int32_t denormals;             /* DtDenormals: the mode train_step and forward run in */
 } DtModelDesc;
 
 typedef struct DtModel DtModel;

@@ -129,6 +129,11 @@ typedef struct DtComm DtComm;
 typedef struct DtTrace DtTrace;
 typedef struct DtPool DtPool;
 
+/* The context's scratch blocks: the generated GEMM's (dtrt_scratch), and a
+ * kernel's that calls the GEMM while it holds its own (a convolution's
+ * im2col columns). */
+enum { DTRT_SCRATCH_GEMM, DTRT_SCRATCH_KERNEL, DTRT_SCRATCH_COUNT };
+
 struct DtrtCtx {
   DtAllocator a;
   char err[512];
@@ -138,8 +143,8 @@ struct DtrtCtx {
   bool pool_tried;  /* the pool was made, or found not to be needed */
   bool blas_called; /* OpenBLAS ran here: its threads spin after a call, so
                        the pool's must not watch beside them */
-  void *scratch;    /* dtrt_scratch's block, of scratch_bytes; NULL: none yet */
-  size_t scratch_bytes;
+  void *scratch[DTRT_SCRATCH_COUNT];   /* dtrt_scratch_of's blocks; NULL: none yet */
+  size_t scratch_bytes[DTRT_SCRATCH_COUNT];
   int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
   double lr;            /* dtrt_model_set_lr's, when lr_set */
   bool lr_set;
@@ -165,9 +170,11 @@ DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
 
 /* ---- parallel.c ------------------------------------------------------- */
 
-/* Joins the context's pool and releases it and the scratch block
+/* Joins the context's pool and releases it and the scratch blocks
  * (dtrt_ctx_free). */
 void dtrt_pool_free(DtrtCtx *ctx);
+/* dtrt_scratch for scratch block `which` (DTRT_SCRATCH_*). */
+void *dtrt_scratch_of(DtrtCtx *ctx, int which, size_t n);
 
 /* ---- comm.c ----------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* kernels_conv.c: convolution and pooling over NCHW tensors. A convolution
- * and each of its derivatives is one sgemm per group and chunk of the batch,
- * on the chunk's im2col columns, which dtrt_parallel_for builds (and col2im
+ * and each of its derivatives is one matrix product per group and chunk of
+ * the batch (by the generated GEMM that compiled code passes in its
+ * attributes, else OpenBLAS's sgemm), on the chunk's im2col columns, which dtrt_parallel_for builds (and col2im
  * folds back) on the context's threads; pooling runs its planes on them.
  * Above each kernel: its inputs, output and how its attributes are decoded.
  * The output must not overlap the inputs. */
@@ -196,13 +197,38 @@ static void scatter_y(const Chunk *e, const float *yt, float *y, int64_t og) {
 
 enum { CONV_FWD, CONV_DX, CONV_DW };
 
+/* c [m, n] = op(a) op(b), or c += it (add, through sum [m, n]), op(a) a's
+ * transpose when ta, a's rows lda apart (b's alike): by the generated GEMM
+ * when gemm is not NULL, else by OpenBLAS. */
+static DtStatus product(DtrtCtx *ctx, DtGemmFn gemm, bool ta, bool tb, int64_t m, int64_t n,
+                        int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                        float *c, bool add, float *sum) {
+  if (!gemm) {
+    ctx->blas_called = true;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, add ? 1.0f : 0.0f, c,
+                (int)n);
+    return DT_OK;
+  }
+  float *out = add ? sum : c;
+  DtStatus s = gemm(ctx, a, b, out, 1, m, n, k, ta ? 1 : lda, ta ? lda : 1, 0, tb ? 1 : ldb,
+                    tb ? ldb : 1, 0, 0, NULL, NULL);
+  if (s)
+    return dtrt_fail(ctx, s, "the generated GEMM of %lld x %lld x %lld failed", (long long)m,
+                     (long long)n, (long long)k);
+  for (int64_t i = 0; add && i < m * n; i++)
+    c[i] += sum[i];
+  return DT_OK;
+}
+
 /* The three products on x (or dx) [N, C, H, W], w (or dw) [O, cg, kh, kw]
  * and y (or dy) [N, O, ho, wo], per group and chunk of the batch:
  *   CONV_FWD  y_g = w_g @ col(x)
  *   CONV_DX   dx += col2im(w_g^T @ dy_g)
- *   CONV_DW   dw_g += dy_g @ col(x)^T */
+ *   CONV_DW   dw_g += dy_g @ col(x)^T
+ * made by gemm (the model's generated GEMM) or, NULL, OpenBLAS. */
 static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, float *x, float *w,
-                         float *y) {
+                         float *y, DtGemmFn gemm) {
   int64_t cg = g->c / g->groups, og = g->o / g->groups, k = cg * g->kh * g->kw, p = g->ho * g->wo;
   if (k > INT_MAX || p > INT_MAX)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: a product of %lld by %lld exceeds BLAS's int", op,
@@ -211,38 +237,39 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
   nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
   while (nb > 1 && nb * p > INT_MAX)
     nb /= 2;
-  float *col = dtrt_scratch(ctx, sizeof(float) * (size_t)((k + og) * nb * p));
+  /* the columns, the chunk's y and, for dw's sums over chunks by the GEMM,
+   * one group's dw */
+  int64_t sum = kind == CONV_DW && gemm && nb < g->n ? og * k : 0;
+  float *col = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL,
+                               sizeof(float) * (size_t)((k + og) * nb * p + sum));
   if (!col)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of im2col columns", op,
-                     (long long)((k + og) * nb * p));
-  float *yt = col + k * nb * p;
+                     (long long)((k + og) * nb * p + sum));
+  float *yt = col + k * nb * p, *dw = yt + og * nb * p;
   if (kind == CONV_DX)
     memset(x, 0, sizeof(float) * (size_t)(g->n * g->c * g->h * g->w));
-  ctx->blas_called = true;
-  for (int64_t n0 = 0; n0 < g->n; n0 += nb) {
+  DtStatus s = DT_OK;
+  for (int64_t n0 = 0; !s && n0 < g->n; n0 += nb) {
     Chunk e = {g, x, x, col, n0, nb < g->n - n0 ? nb : g->n - n0, 0, cg, k, p};
-    int ld = (int)(e.nb * p);
-    for (e.gi = 0; e.gi < g->groups; e.gi++) {
+    int64_t ld = e.nb * p;
+    for (e.gi = 0; !s && e.gi < g->groups; e.gi++) {
       float *wg = w + e.gi * og * k;
       if (kind != CONV_DX)
         dtrt_parallel_for(ctx, e.nb * k, im2col_part, &e);
       if (kind != CONV_FWD)
         gather_y(&e, y, yt, og);
       if (kind == CONV_FWD) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, ld, (int)k, 1.0f, wg,
-                    (int)k, col, ld, 0.0f, yt, ld);
+        s = product(ctx, gemm, false, false, og, ld, k, wg, k, col, ld, yt, false, NULL);
         scatter_y(&e, yt, y, og);
       } else if (kind == CONV_DX) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)k, ld, (int)og, 1.0f, wg, (int)k,
-                    yt, ld, 0.0f, col, ld);
+        s = product(ctx, gemm, true, false, k, ld, og, wg, k, yt, ld, col, false, NULL);
         dtrt_parallel_for(ctx, e.nb * cg, col2im_part, &e);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)og, (int)k, ld, 1.0f, yt, ld, col,
-                    ld, n0 ? 1.0f : 0.0f, wg, (int)k);
+        s = product(ctx, gemm, false, true, og, k, ld, yt, ld, col, ld, wg, n0 > 0, dw);
       }
     }
   }
-  return DT_OK;
+  return s;
 }
 
 /* conv2d(x[N,C,H,W], w[O,C/groups,kh,kw]) -> [N,O,ho,wo]: a->i[0..1] the
@@ -262,7 +289,7 @@ DTRT_TRACED(conv2d, DTRT_TID_KERNEL) {
   int64_t dim[4] = {g.n, g.o, g.ho, g.wo};
   if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, 4)))
     return s;
-  return conv_run(ctx, op, CONV_FWD, &g, in[0].data, in[1].data, out->data);
+  return conv_run(ctx, op, CONV_FWD, &g, in[0].data, in[1].data, out->data, a ? a->gemm : NULL);
 }
 
 /* conv2d_grad_input(w, dy) -> dx[N,C,H,W]: attributes as conv2d's, then
@@ -287,7 +314,7 @@ DTRT_TRACED(conv2d_grad_input, DTRT_TID_KERNEL) {
   if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, xdim, 4)))
     return s;
-  return conv_run(ctx, op, CONV_DX, &g, out->data, in[0].data, in[1].data);
+  return conv_run(ctx, op, CONV_DX, &g, out->data, in[0].data, in[1].data, a ? a->gemm : NULL);
 }
 
 /* conv2d_grad_weight(x, dy) -> dw[O,C/groups,kh,kw]: attributes as conv2d's,
@@ -310,7 +337,7 @@ DTRT_TRACED(conv2d_grad_weight, DTRT_TID_KERNEL) {
   if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, wdim, 4)))
     return s;
-  return conv_run(ctx, op, CONV_DW, &g, in[0].data, out->data, in[1].data);
+  return conv_run(ctx, op, CONV_DW, &g, in[0].data, out->data, in[1].data, a ? a->gemm : NULL);
 }
 
 /* ---- pooling ---- */

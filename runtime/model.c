@@ -46,6 +46,9 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
   if (d->nglobal < 0 || (d->nglobal > 0 && !d->global) || d->state_bytes < 0 ||
       d->work_bytes < 0)
     return dtrt_fail(ctx, DT_ERR_ARG, "model %s: bad global table or block sizes", d->name);
+  if (d->denormals < 0 || d->denormals >= DT_DENORMALS_COUNT)
+    return dtrt_fail(ctx, DT_ERR_ARG, "model %s: denormal mode %d (0 to %d)", d->name,
+                     (int)d->denormals, DT_DENORMALS_COUNT - 1);
   for (int k = 0; k < d->nglobal; k++) {
     const DtGlobalDesc *g = &d->global[k];
     if (!g->name || !g->name[0])
@@ -498,7 +501,9 @@ static DtStatus train_step(DtModel *m, const void *const *inputs, const int64_t 
   void *outs[1] = {loss};
   dtrt_fail(m->ctx, DT_OK, "%s", "");
   double t0 = m->ctx->trace ? dtrt_trace_clock() : 0;
+  uint64_t fp = dtrt_fp_enter(d->denormals);
   s = d->train_step(m->ctx, m->state, m->work, (void *const *)m->in, outs, m->step);
+  dtrt_fp_leave(fp);
   if (m->ctx->trace)
     dtrt_trace_add(m->ctx, "train_step", DTRT_TID_STEP, t0, dtrt_trace_clock());
   if ((s = shared(m, s ? said(m, "train_step", s) : DT_OK)))
@@ -533,7 +538,9 @@ static DtStatus forward(DtModel *m, const void *const *inputs, const int64_t *el
     return s;
   dtrt_fail(m->ctx, DT_OK, "%s", "");
   double t0 = m->ctx->trace ? dtrt_trace_clock() : 0;
+  uint64_t fp = dtrt_fp_enter(d->denormals);
   s = d->forward(m->ctx, m->state, m->work, (void *const *)m->in, outputs, m->step);
+  dtrt_fp_leave(fp);
   if (m->ctx->trace)
     dtrt_trace_add(m->ctx, "forward", DTRT_TID_STEP, t0, dtrt_trace_clock());
   return shared(m, s ? said(m, "forward", s) : DT_OK);

@@ -15,7 +15,9 @@
  * runs the chunk of the CPU it is on and wakes the others. A woken worker left
  * to the scheduler lands beside its waker when the other CPUs are busy (as
  * with OpenBLAS's threads, which spin after a call) and preempts it, so the
- * chunks would run one after the other. */
+ * chunks would run one after the other.
+ * A worker runs each job in the floating-point mode of the thread that posted
+ * it (fp.c), so a step's loops flush denormals on every thread or on none. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -53,6 +55,7 @@ struct DtPool {
   atomic_int pending;   /* workers still running the current job */
   atomic_bool quit;
   int64_t n;
+  uint64_t fp;      /* the caller's floating-point mode (dtrt_fp_mode) */
   void (*body)(void *env, int64_t begin, int64_t end);
   void *env;
 };
@@ -125,7 +128,7 @@ static void chunk(int64_t n, int nthread, int k, int64_t *begin, int64_t *end) {
 static void *worker(void *arg) {
   DtWorker *w = arg;
   DtPool *p = w->pool;
-  uint64_t seen = 0;
+  uint64_t seen = 0, fp = dtrt_fp_mode();
   bool watch = false; /* not while the caller runs on this worker's CPU */
   for (;;) {
     if (!watch || !spin_until(p, job_posted, &seen)) {
@@ -141,6 +144,8 @@ static void *worker(void *arg) {
     watch = (seen & WATCH) && !sits_out;
     if (sits_out)
       continue;
+    if (p->fp != fp)
+      dtrt_fp_set_mode(fp = p->fp);
     int64_t begin, end;
     chunk(p->n, p->nthread, w->index, &begin, &end);
     if (begin < end)
@@ -237,20 +242,22 @@ int dtrt_threads(DtrtCtx *ctx) {
   return p ? p->nthread : 1;
 }
 
-void *dtrt_scratch(DtrtCtx *ctx, size_t n) {
+void *dtrt_scratch_of(DtrtCtx *ctx, int which, size_t n) {
   if (!ctx)
     return NULL;
-  if (n <= ctx->scratch_bytes)
-    return ctx->scratch;
+  if (n <= ctx->scratch_bytes[which])
+    return ctx->scratch[which];
   /* exactly n: a model asks for a fixed set of sizes, so after its first
    * step the block is the largest of them, which dtc --emit=plan predicts */
-  dtrt_free(ctx, ctx->scratch);
-  ctx->scratch_bytes = 0;
-  if (!(ctx->scratch = dtrt_alloc(ctx, n)))
+  dtrt_free(ctx, ctx->scratch[which]);
+  ctx->scratch_bytes[which] = 0;
+  if (!(ctx->scratch[which] = dtrt_alloc(ctx, n)))
     return NULL;
-  ctx->scratch_bytes = n;
-  return ctx->scratch;
+  ctx->scratch_bytes[which] = n;
+  return ctx->scratch[which];
 }
+
+void *dtrt_scratch(DtrtCtx *ctx, size_t n) { return dtrt_scratch_of(ctx, DTRT_SCRATCH_GEMM, n); }
 
 void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
                        void *env) {
@@ -266,6 +273,7 @@ void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t 
     if (here >= 0 && p->w[k].cpu == here)
       mine = k;
   p->n = n;
+  p->fp = dtrt_fp_mode();
   p->body = body;
   p->env = env;
   atomic_store_explicit(&p->pending, p->nthread - 1, memory_order_relaxed);
@@ -292,7 +300,9 @@ void dtrt_pool_free(DtrtCtx *ctx) {
     pool_stop(ctx, ctx->pool);
   ctx->pool = NULL;
   ctx->pool_tried = false;
-  dtrt_free(ctx, ctx->scratch);
-  ctx->scratch = NULL;
-  ctx->scratch_bytes = 0;
+  for (int k = 0; k < DTRT_SCRATCH_COUNT; k++) {
+    dtrt_free(ctx, ctx->scratch[k]);
+    ctx->scratch[k] = NULL;
+    ctx->scratch_bytes[k] = 0;
+  }
 }

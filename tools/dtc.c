@@ -43,9 +43,13 @@ static const char usage[] =
   "  -fepilogue           run the elementwise ops that read a matmul's result\n"
   "                       on each strip of it inside dtc's GEMM (off: as loops\n"
   "                       of their own after it, measured as fast or faster)\n"
-  "  -fmatmul=HOW         matmuls by dtc's own generated kernel (dtc), by\n"
-  "                       OpenBLAS through libdtrt (blas), or by dtc where\n"
-  "                       it measured faster (auto, the default)\n"
+  "  -fmatmul=HOW         matmuls and convolutions' products by dtc's own\n"
+  "                       generated kernel (dtc, the default) or by OpenBLAS\n"
+  "                       through libdtrt (blas)\n"
+  "  -fdenormals=MODE     how a step treats denormal floats: flush them to\n"
+  "                       zero, results and operands (flush, the default:\n"
+  "                       arithmetic on denormals runs tens of times slower),\n"
+  "                       or keep IEEE gradual underflow (ieee)\n"
   "  --cluster=FILE       plan for the cluster block in FILE instead of the\n"
   "                       one the parallel block names\n"
   "  --devices=LIST       an elastic build: one plan for each device count of\n"
@@ -222,14 +226,19 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
     } else if ((v = opt_value(a, "-mcpu="))) {
       o->cpu = v;
     } else if ((v = opt_value(a, "-fmatmul="))) {
-      static const char *how[] = {"auto", "dtc", "blas"};
+      static const char *how[] = {"dtc", "blas"};
       static_assert(COUNTOF(how) == CG_MATMUL_BLAS + 1, "-fmatmul values");
       int k = 0;
       while (k < COUNTOF(how) && strcmp(v, how[k]))
         k++;
       if (k == COUNTOF(how))
-        return fail("invalid value '%s' in '-fmatmul' (expected dtc, blas or auto)", v);
+        return fail("invalid value '%s' in '-fmatmul' (expected dtc or blas)", v);
       o->matmul = (CgMatmul)k;
+    } else if ((v = opt_value(a, "-fdenormals="))) {
+      int k = dtrt_name_index(dtrt_denormals_names, DT_DENORMALS_COUNT, v);
+      if (k < 0)
+        return fail("invalid value '%s' in '-fdenormals' (expected flush or ieee)", v);
+      o->denormals = k;
     } else if (!strcmp(a, "-fepilogue")) {
       dr->epilogue = true;
     } else if (!strcmp(a, "-fdeterministic")) {

@@ -217,8 +217,9 @@ static void llvm_ir_properties(void **state) {
   assert_non_null(ir);
   ir_has(ir, "!\"llvm.loop.vectorize.enable\", i1 true");
   ir_has(ir, "@llvm.fmuladd.f32(");
-  ir_has(ir, "call i32 @dtrt_k_matmul(");
+  ir_has(ir, "call i32 @dtc.gemm_serial.x86-64(");
   ir_has(ir, "call i32 @dtrt_k_cross_entropy_grad(");
+  ir_has(ir, "\"denormal-fp-math\"=\"preserve-sign,preserve-sign\"");
   ir_has(ir, "call float @dtrt_step_lr(");
   ir_has(ir, "define internal i32 @cl.train_step(");
   ir_has(ir, "define i32 @cl_train_step(ptr %0, ptr %1, i64 %2, ptr %3, i64 %4, ptr %5)");

@@ -442,9 +442,9 @@ static void epilogues(void **state) {
 
 static bool has(const char *text, const char *what) { return strstr(text, what) != NULL; }
 
-/* -fmatmul=dtc makes every matmul a call of the generated GEMM, =blas one of
- * dtrt_k_matmul, auto follows the rule (a large product to dtc's); a small
- * product calls the serial entry, which never mentions the thread pool. */
+/* -fmatmul=dtc (the default) makes every matmul a call of the generated
+ * GEMM, =blas one of dtrt_k_matmul; a small product calls the serial entry,
+ * which never mentions the thread pool. */
 static void lowering_choice(void **state) {
   (void)state;
   static Mod md;
@@ -452,8 +452,8 @@ static void lowering_choice(void **state) {
   add_case(&md, plain(256, 1024, 784, 0, 0));
   add_case(&md, plain(6, 7, 5, 0, 1));
   const char *text = ir_text(&md, "choice");
-  static const CgMatmul how[] = {CG_MATMUL_DTC, CG_MATMUL_BLAS, CG_MATMUL_AUTO};
-  for (int h = 0; h < 3; h++) {
+  static const CgMatmul how[] = {CG_MATMUL_DTC, CG_MATMUL_BLAS};
+  for (int h = 0; h < 2; h++) {
     CT t;
     ct_init(&t, "choice");
     parse_into(&t, text);
@@ -462,10 +462,8 @@ static void lowering_choice(void **state) {
     bool gemm = has(ir, "@dtc.gemm_kernel."), blas = has(ir, "@dtrt_k_matmul(");
     if (how[h] == CG_MATMUL_DTC)
       assert_true(gemm && !blas);
-    else if (how[h] == CG_MATMUL_BLAS)
-      assert_true(blas && !gemm && !has(ir, "dtc.gemm"));
     else
-      assert_true(gemm);
+      assert_true(blas && !gemm && !has(ir, "dtc.gemm"));
     free(ir);
     ct_free(&t);
   }

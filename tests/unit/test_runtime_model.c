@@ -82,7 +82,8 @@ static const int32_t train_in[] = {0, 1}, fwd_in[] = {0}, fwd_out[] = {6};
 
 static DtModelDesc desc(void) {
   return (DtModelDesc){"linreg", "linreg-hash-1", 7, globals, 64, 16, train, 2, train_in,
-                       forward, 1, 1, fwd_in, fwd_out, 0, NULL, NULL, NULL, NULL, NULL};
+                       forward, 1, 1, fwd_in, fwd_out, 0, NULL, NULL, NULL, NULL, NULL,
+                       DT_DENORMALS_FLUSH};
 }
 
 static int group_setup(void **state) {
