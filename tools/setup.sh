@@ -12,9 +12,10 @@ build=${2:-$top/build}
 pkgs="build-essential cmake pkg-config flex bison llvm-16-dev libopenblas-dev
   libcmocka-dev libopenmpi-dev openmpi-bin libcjson-dev zlib1g-dev libglpk-dev
   dataset-fashion-mnist iproute2"
-# the tests also run the fuzz targets for a bounded time (tests/fuzz/run.sh)
-# and render the manual page (tests/install/install.sh)
-[ "$what" = test ] && pkgs="$pkgs clang libclang-rt-dev groff-base"
+# the tests also run the fuzz targets for a bounded time (tests/fuzz/run.sh),
+# render the manual page (tests/install/install.sh) and compare training
+# with PyTorch (Debian's python3-torch, under /usr/bin/python3)
+[ "$what" = test ] && pkgs="$pkgs clang libclang-rt-dev groff-base python3-torch"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
