@@ -114,26 +114,39 @@ static void geom_w(Geom *g, const DtTensor *w) {
 }
 
 /* One group and chunk of the batch: samples [n0, n0 + nb) of group gi, whose
- * im2col columns are col [K, nb * P] (K = cg kh kw rows, P = ho wo) and whose
- * result, or adjoint, is yt [og, nb * P]. */
+ * im2col columns are col, K = cg kh kw rows of P = ho wo columns per sample,
+ * row r of sample s at col + r rs + s ss: [K, nb * P] (rs = nb P, ss = P)
+ * or [nb, K, P] (rs = P, ss = K P); the chunk's result, or adjoint, is yt
+ * [og, nb * P]. */
 typedef struct Chunk {
   const Geom *g;
   const float *x; /* im2col's source */
   float *dx;      /* col2im's destination */
   float *col;
-  int64_t n0, nb, gi, cg, k, p;
+  int64_t n0, nb, gi, cg, k, p, rs, ss;
 } Chunk;
+
+/* The outputs [*lo, *hi) of a row whose kernel column j reads inside the
+ * input: ow with 0 <= ow sw - pw + j dw < w. */
+static void inside(const Geom *g, int64_t j, int64_t *lo, int64_t *hi) {
+  int64_t off = j * g->dw - g->pw;   /* the input column of ow = 0 */
+  *lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
+  *hi = off >= g->w ? 0 : (g->w - off + g->sw - 1) / g->sw;
+  *hi = *hi < g->wo ? *hi : g->wo;
+  *lo = *lo < *hi ? *lo : *hi;
+}
 
 /* Rows of col, one (sample, row) pair per index. */
 static void im2col_part(void *env, int64_t begin, int64_t end) {
   const Chunk *e = env;
   const Geom *g = e->g;
-  int64_t ld = e->nb * e->p;
   for (int64_t t = begin; t < end; t++) {
     int64_t r = t % e->k, s = t / e->k;
     int64_t ci = r / (g->kh * g->kw), i = r / g->kw % g->kh, j = r % g->kw;
     const float *xp = e->x + ((e->n0 + s) * g->c + e->gi * e->cg + ci) * g->h * g->w;
-    float *dst = e->col + r * ld + s * e->p;
+    float *dst = e->col + r * e->rs + s * e->ss;
+    int64_t lo, hi;
+    inside(g, j, &lo, &hi);
     for (int64_t oh = 0; oh < g->ho; oh++) {
       int64_t ih = oh * g->sh - g->ph + i * g->dh;
       float *d = dst + oh * g->wo;
@@ -141,11 +154,14 @@ static void im2col_part(void *env, int64_t begin, int64_t end) {
         memset(d, 0, sizeof(float) * (size_t)g->wo);
         continue;
       }
-      const float *row = xp + ih * g->w;
-      for (int64_t ow = 0; ow < g->wo; ow++) {
-        int64_t iw = ow * g->sw - g->pw + j * g->dw;
-        d[ow] = iw >= 0 && iw < g->w ? row[iw] : 0.0f;
-      }
+      const float *row = xp + ih * g->w + j * g->dw - g->pw;
+      memset(d, 0, sizeof(float) * (size_t)lo);
+      if (g->sw == 1)
+        memcpy(d + lo, row + lo, sizeof(float) * (size_t)(hi - lo));
+      else
+        for (int64_t ow = lo; ow < hi; ow++)
+          d[ow] = row[ow * g->sw];
+      memset(d + hi, 0, sizeof(float) * (size_t)(g->wo - hi));
     }
   }
 }
@@ -154,24 +170,26 @@ static void im2col_part(void *env, int64_t begin, int64_t end) {
 static void col2im_part(void *env, int64_t begin, int64_t end) {
   const Chunk *e = env;
   const Geom *g = e->g;
-  int64_t ld = e->nb * e->p;
   for (int64_t t = begin; t < end; t++) {
     int64_t ci = t % e->cg, s = t / e->cg;
     float *xp = e->dx + ((e->n0 + s) * g->c + e->gi * e->cg + ci) * g->h * g->w;
     for (int64_t i = 0; i < g->kh; i++)
       for (int64_t j = 0; j < g->kw; j++) {
-        const float *src = e->col + ((ci * g->kh + i) * g->kw + j) * ld + s * e->p;
+        const float *src = e->col + ((ci * g->kh + i) * g->kw + j) * e->rs + s * e->ss;
+        int64_t lo, hi;
+        inside(g, j, &lo, &hi);
         for (int64_t oh = 0; oh < g->ho; oh++) {
           int64_t ih = oh * g->sh - g->ph + i * g->dh;
           if (ih < 0 || ih >= g->h)
             continue;
-          float *row = xp + ih * g->w;
+          float *row = xp + ih * g->w + j * g->dw - g->pw;
           const float *sr = src + oh * g->wo;
-          for (int64_t ow = 0; ow < g->wo; ow++) {
-            int64_t iw = ow * g->sw - g->pw + j * g->dw;
-            if (iw >= 0 && iw < g->w)
-              row[iw] += sr[ow];
-          }
+          if (g->sw == 1)
+            for (int64_t ow = lo; ow < hi; ow++)
+              row[ow] += sr[ow];
+          else
+            for (int64_t ow = lo; ow < hi; ow++)
+              row[ow * g->sw] += sr[ow];
         }
       }
   }
@@ -213,12 +231,9 @@ static DtStatus product(DtrtCtx *ctx, DtGemmFn gemm, bool ta, bool tb, int64_t m
   float *out = add ? sum : c;
   DtStatus s = gemm(ctx, a, b, out, 1, m, n, k, ta ? 1 : lda, ta ? lda : 1, 0, tb ? 1 : ldb,
                     tb ? ldb : 1, 0, 0, NULL, NULL);
-  if (s)
-    return dtrt_fail(ctx, s, "the generated GEMM of %lld x %lld x %lld failed", (long long)m,
-                     (long long)n, (long long)k);
-  for (int64_t i = 0; add && i < m * n; i++)
+  for (int64_t i = 0; !s && add && i < m * n; i++)
     c[i] += sum[i];
-  return DT_OK;
+  return s;
 }
 
 /* The three products on x (or dx) [N, C, H, W], w (or dw) [O, cg, kh, kw]
@@ -226,7 +241,10 @@ static DtStatus product(DtrtCtx *ctx, DtGemmFn gemm, bool ta, bool tb, int64_t m
  *   CONV_FWD  y_g = w_g @ col(x)
  *   CONV_DX   dx += col2im(w_g^T @ dy_g)
  *   CONV_DW   dw_g += dy_g @ col(x)^T
- * made by gemm (the model's generated GEMM) or, NULL, OpenBLAS. */
+ * made by gemm (the model's generated GEMM) or, NULL, OpenBLAS. Without
+ * groups the GEMM makes the first two as a batch of one product per
+ * sample, reading and writing y's samples in place: the columns are then
+ * [nb, K, P] and nothing is gathered or scattered. */
 static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, float *x, float *w,
                          float *y, DtGemmFn gemm) {
   int64_t cg = g->c / g->groups, og = g->o / g->groups, k = cg * g->kh * g->kw, p = g->ho * g->wo;
@@ -237,36 +255,48 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
   nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
   while (nb > 1 && nb * p > INT_MAX)
     nb /= 2;
+  bool per_sample = gemm && g->groups == 1 && kind != CONV_DW;
   /* the columns, the chunk's y and, for dw's sums over chunks by the GEMM,
    * one group's dw */
   int64_t sum = kind == CONV_DW && gemm && nb < g->n ? og * k : 0;
-  float *col = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL,
-                               sizeof(float) * (size_t)((k + og) * nb * p + sum));
+  int64_t floats = (k + (per_sample ? 0 : og)) * nb * p + sum;
+  float *col = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!col)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of im2col columns", op,
-                     (long long)((k + og) * nb * p + sum));
+                     (long long)floats);
   float *yt = col + k * nb * p, *dw = yt + og * nb * p;
   if (kind == CONV_DX)
     memset(x, 0, sizeof(float) * (size_t)(g->n * g->c * g->h * g->w));
   DtStatus s = DT_OK;
   for (int64_t n0 = 0; !s && n0 < g->n; n0 += nb) {
-    Chunk e = {g, x, x, col, n0, nb < g->n - n0 ? nb : g->n - n0, 0, cg, k, p};
+    Chunk e = {g, x, x, col, n0, nb < g->n - n0 ? nb : g->n - n0, 0, cg, k, p, 0, p};
     int64_t ld = e.nb * p;
+    e.rs = per_sample ? p : ld, e.ss = per_sample ? k * p : p;
     for (e.gi = 0; !s && e.gi < g->groups; e.gi++) {
-      float *wg = w + e.gi * og * k;
+      float *wg = w + e.gi * og * k, *ys = y + n0 * g->o * p;
       if (kind != CONV_DX)
         dtrt_parallel_for(ctx, e.nb * k, im2col_part, &e);
-      if (kind != CONV_FWD)
-        gather_y(&e, y, yt, og);
-      if (kind == CONV_FWD) {
-        s = product(ctx, gemm, false, false, og, ld, k, wg, k, col, ld, yt, false, NULL);
-        scatter_y(&e, yt, y, og);
-      } else if (kind == CONV_DX) {
-        s = product(ctx, gemm, true, false, k, ld, og, wg, k, yt, ld, col, false, NULL);
-        dtrt_parallel_for(ctx, e.nb * cg, col2im_part, &e);
+      if (per_sample && kind == CONV_FWD) {
+        s = gemm(ctx, wg, col, ys, e.nb, og, p, k, k, 1, 0, p, 1, k * p, 0, NULL, NULL);
+      } else if (per_sample) {
+        s = gemm(ctx, wg, ys, col, e.nb, k, p, og, 1, k, 0, p, 1, og * p, 0, NULL, NULL);
+        if (!s)
+          dtrt_parallel_for(ctx, e.nb * cg, col2im_part, &e);
       } else {
-        s = product(ctx, gemm, false, true, og, k, ld, yt, ld, col, ld, wg, n0 > 0, dw);
+        if (kind != CONV_FWD)
+          gather_y(&e, y, yt, og);
+        if (kind == CONV_FWD) {
+          s = product(ctx, gemm, false, false, og, ld, k, wg, k, col, ld, yt, false, NULL);
+          scatter_y(&e, yt, y, og);
+        } else if (kind == CONV_DX) {
+          s = product(ctx, gemm, true, false, k, ld, og, wg, k, yt, ld, col, false, NULL);
+          dtrt_parallel_for(ctx, e.nb * cg, col2im_part, &e);
+        } else {
+          s = product(ctx, gemm, false, true, og, k, ld, yt, ld, col, ld, wg, n0 > 0, dw);
+        }
       }
+      if (s)
+        s = dtrt_fail(ctx, s, "%s: the generated GEMM failed: %s", op, dtrt_errmsg(ctx));
     }
   }
   return s;
@@ -401,6 +431,51 @@ static DtStatus pool_geom(DtrtCtx *ctx, const char *op, const DtAttrs *a, Pool *
 /* The first of lo, lo + d, lo + 2d, ... that is 0 or more. */
 static int64_t first_in(int64_t lo, int64_t d) { return lo >= 0 ? lo : lo + (-lo + d - 1) / d * d; }
 
+/* Max pooling of kernel [2, 2] and stride [2, 2] without padding or
+ * dilation, every window whole (the common case), on plane t: the
+ * comparisons of pool_part, in the same order, without its bounds. */
+static void max_2x2(const Pool *e, int64_t t) {
+  const Geom *g = &e->g;
+  const float *x = e->x + t * g->h * g->w;
+  bool fwd = e->kind == MAX_FWD;
+  const float *y = fwd ? NULL : e->y + t * g->ho * g->wo;
+  float *out = e->out + t * (fwd ? g->ho * g->wo : g->h * g->w);
+  if (!fwd)
+    memset(out, 0, sizeof(float) * (size_t)(g->h * g->w));
+  /* selects, not branches: which element wins is data, and mispredicted
+   * branches took most of the time */
+  for (int64_t oh = 0; oh < g->ho; oh++) {
+    const float *r0 = x + 2 * oh * g->w, *r1 = r0 + g->w;
+    if (fwd) {
+      float *o = out + oh * g->wo;
+      for (int64_t ow = 0; ow < g->wo; ow++) {
+        float best = r0[2 * ow], v = r0[2 * ow + 1];
+        best = v > best || v != v ? v : best;
+        v = r1[2 * ow];
+        best = v > best || v != v ? v : best;
+        v = r1[2 * ow + 1];
+        o[ow] = v > best || v != v ? v : best;
+      }
+      continue;
+    }
+    float *d0 = out + 2 * oh * g->w, *d1 = d0 + g->w;
+    const float *dy = y + oh * g->wo;
+    for (int64_t ow = 0; ow < g->wo; ow++) {
+      float best = r0[2 * ow], v = r0[2 * ow + 1];
+      int arg = 0, take = v > best || v != v;
+      best = take ? v : best, arg = take ? 1 : arg;
+      v = r1[2 * ow], take = v > best || v != v;
+      best = take ? v : best, arg = take ? 2 : arg;
+      v = r1[2 * ow + 1], take = v > best || v != v;
+      arg = take ? 3 : arg;
+      d0[2 * ow] = arg == 0 ? dy[ow] : 0;
+      d0[2 * ow + 1] = arg == 1 ? dy[ow] : 0;
+      d1[2 * ow] = arg == 2 ? dy[ow] : 0;
+      d1[2 * ow + 1] = arg == 3 ? dy[ow] : 0;
+    }
+  }
+}
+
 /* One [h, w] plane of the input per index. A max window holds the input's
  * elements at its dilated kernel's places (none, when they all fall in the
  * padding: -inf and no derivative, as PyTorch gives); an avg window the
@@ -412,6 +487,13 @@ static void pool_part(void *env, int64_t begin, int64_t end) {
   const Geom *g = &e->g;
   int64_t hw = g->h * g->w, p = g->ho * g->wo;
   bool fwd = e->kind == MAX_FWD || e->kind == AVG_FWD;
+  if ((e->kind == MAX_FWD || e->kind == MAX_DX) && g->kh == 2 && g->kw == 2 && g->sh == 2 &&
+      g->sw == 2 && !g->ph && !g->pw && g->dh == 1 && g->dw == 1 && 2 * g->ho <= g->h &&
+      2 * g->wo <= g->w) {
+    for (int64_t t = begin; t < end; t++)
+      max_2x2(e, t);
+    return;
+  }
   for (int64_t t = begin; t < end; t++) {
     const float *x = e->x ? e->x + t * hw : NULL;
     const float *y = fwd ? NULL : e->y + t * p;

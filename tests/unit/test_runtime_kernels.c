@@ -1405,6 +1405,26 @@ static void test_pool2d(void **state) {
   refuse(dtrt_k_max_pool2d, &x3, 1, &y, &bad, "input must be f32[N,C,H,W], got f32[6,4,4]");
 }
 
+/* Windows of [2, 2] with ties and NaNs: the value is the first maximum or,
+ * where there are NaNs, NaN, and the derivative goes to the first maximum
+ * or to the last NaN, as PyTorch's (max_pool2d's fast path for this kernel
+ * against the written-out rule). */
+static void test_max_pool_ties(void **state) {
+  (void)state;
+  /* four windows: 4 alone; three 5s (the first); a NaN among 7s; two
+   * NaNs (the last) */
+  float v[16] = {1, 2, 5, 5, 3, 4, 5, 1, 7, NAN, NAN, 1, 7, 7, 3, NAN};
+  float o[4], dx[16], dy[4] = {10, 20, 30, 40};
+  DtTensor x = ten(DTRT_F32, v, 4, 1, 1, 4, 4), y = ten(DTRT_F32, o, 4, 1, 1, 2, 2);
+  DtAttrs a = ints(6, 2, 2, 2, 2, 0, 0);
+  run(dtrt_k_max_pool2d, &x, 1, &y, &a);
+  assert_true(o[0] == 4 && o[1] == 5 && isnan(o[2]) && isnan(o[3]));
+  DtTensor in[2] = {x, ten(DTRT_F32, dy, 4, 1, 1, 2, 2)}, d = ten(DTRT_F32, dx, 4, 1, 1, 4, 4);
+  run(dtrt_k_max_pool2d_grad, in, 2, &d, &a);
+  float want[16] = {0, 0, 20, 0, 0, 10, 0, 0, 0, 30, 0, 0, 0, 0, 0, 40};
+  assert_memory_equal(dx, want, sizeof want);
+}
+
 /* ---- rows on the thread pool ---- */
 
 /* k on a context of one thread gives the same bits as it gave on ctx into
@@ -1643,6 +1663,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reduce_parallel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rows_parallel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_softmax_nan, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_max_pool_ties, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
