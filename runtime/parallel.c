@@ -20,10 +20,12 @@
  * not its wake-up) and watches for twice that (not at all when the average
  * exceeds the limit: watching would not pay); and a thread that finds its
  * CPU was taken while it watched (two looks at the clock LATE_NS apart)
- * sleeps at once and through its next waits, more of them each time it
- * happens again (BACKOFF_MIN to BACKOFF_MAX waits), back to watching after
- * a watch that kept its CPU. The worker pinned to the caller's CPU neither
- * watches nor runs chunks, or it would take turns with the caller there.
+ * sleeps at once and through its next waits, BACKOFF_MIN of them, twice as
+ * many each time it happens again (up to BACKOFF_MAX) until a watch keeps
+ * its CPU. Watching a core that another process keeps busy only spends
+ * this thread's share of it, and the chunk waits the longer for it. The
+ * worker pinned to the caller's CPU neither watches nor runs chunks, or it
+ * would take turns with the caller there.
  * Nobody watches when the node's ranks have more threads in all than this
  * process has CPUs (ranks sharing cores), under DTRT_SPIN_US=0, or once
  * OpenBLAS has run in the context.
