@@ -76,18 +76,21 @@ enum { DTRT_F32 = 1, DTRT_I32 = 2 };   /* same codes as the compiler's DType */
 
 /* Runs body(env, begin, end) over equal contiguous chunks of [0, n), one per
  * thread of the context's pool, the caller taking one; returns when all are
- * done. The pool is made on first use with DTRT_NUM_THREADS threads if set,
- * else 1 when OPENBLAS_NUM_THREADS=1, else one per CPU of the affinity mask
- * (each worker pinned to one of those CPUs when there are enough); with one
- * thread (or a NULL ctx) it is the call body(env, 0, n). Between jobs a
- * worker watches for the next for up to DTRT_SPIN_US microseconds (0: it
- * sleeps at once) before it sleeps (docs/RUNTIME.md, Threads). */
+ * done. Each chunk runs exactly once, but not always on its own thread: the
+ * caller, once done with its own, runs those no worker has begun, and so may
+ * a worker done with its own. The pool is made on first use with
+ * DTRT_NUM_THREADS threads if set, else 1 when OPENBLAS_NUM_THREADS=1, else
+ * one per CPU of the affinity mask (each worker pinned to one of those CPUs
+ * when there are enough); with one thread (or a NULL ctx) it is the call
+ * body(env, 0, n). Between jobs a worker watches for the next for up to
+ * DTRT_SPIN_US microseconds (0: it sleeps at once), less when its waits are
+ * longer or its CPU is taken, before it sleeps (docs/RUNTIME.md, Threads). */
 void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t begin, int64_t end),
                        void *env);
 /* The number of chunks dtrt_parallel_for splits [0, n) into when n is at
  * least that: the threads of the context's pool (made here if not yet), 1
- * without one. dtrt_parallel_for(ctx, dtrt_threads(ctx), ...) gives each
- * thread one index, its own. */
+ * without one. dtrt_parallel_for(ctx, dtrt_threads(ctx), ...) makes each
+ * index a chunk of its own (a thread may run more than one of them). */
 int dtrt_threads(DtrtCtx *ctx);
 /* A block of at least n bytes, 64-byte aligned, that the context keeps for
  * generated code (the generated matmul's packed panels, one part per

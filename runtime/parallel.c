@@ -2,22 +2,41 @@
  * loops and the matmuls of generated code, and the scratch block those
  * matmuls pack their panels in. The pool belongs to the context: made on
  * first use, joined by dtrt_ctx_free.
+ * A job is nthread fixed chunks of [0, n), chunk k worker k's. Each chunk is
+ * claimed before it runs (a compare-and-swap of the job's number into the
+ * chunk's word), so it runs exactly once, whoever runs it: the caller runs
+ * its own, then any a worker has not started, and a worker that is done
+ * takes any another has not started. So a step never waits for a worker
+ * that is asleep or off its CPU (another process holds it) to begin; it
+ * waits only for chunks under way. Results do not depend on who runs a
+ * chunk: the ranges are the same.
  * A step posts many short jobs one after another, and a wake-up through the
  * kernel costs about as much as a small job. So a worker that finishes a job
- * watches for the next one for a short while (DTRT_SPIN_US microseconds,
- * SPIN_US by default) before it sleeps on a condition variable, and the
- * caller watches for its workers the same way. The worker pinned to the
- * caller's CPU does not watch, or it would take turns with the caller there.
+ * watches for the next one before it sleeps on a condition variable, and the
+ * caller watches for the chunks under way the same way, each for up to
+ * DTRT_SPIN_US microseconds (SPIN_US by default) and less as it learns:
+ * each thread keeps an average of its recent waits (from when it was ready
+ * to when the job was posted, or the last chunk finished: the wait itself,
+ * not its wake-up) and watches for twice that (not at all when the average
+ * exceeds the limit: watching would not pay); and a thread that finds its
+ * CPU was taken while it watched (two looks at the clock LATE_NS apart)
+ * sleeps at once and through its next waits, BACKOFF_MIN of them, twice as
+ * many each time it happens again (up to BACKOFF_MAX) until a watch keeps
+ * its CPU. Watching a core that another process keeps busy only spends
+ * this thread's share of it, and the chunk waits the longer for it. The
+ * worker pinned to the caller's CPU neither watches nor runs chunks, or it
+ * would take turns with the caller there.
  * Nobody watches when the node's ranks have more threads in all than this
  * process has CPUs (ranks sharing cores), under DTRT_SPIN_US=0, or once
  * OpenBLAS has run in the context.
- * Each chunk has a worker pinned to a CPU of the affinity mask; the caller
- * runs the chunk of the CPU it is on and wakes the others. A woken worker left
- * to the scheduler lands beside its waker when the other CPUs are busy (as
- * with OpenBLAS's threads, which spin after a call) and preempts it, so the
+ * Each worker is pinned to a CPU of the affinity mask; the caller runs the
+ * chunk of the CPU it is on and wakes the others. A woken worker left to the
+ * scheduler lands beside its waker when the other CPUs are busy (as with
+ * OpenBLAS's threads, which spin after a call) and preempts it, so the
  * chunks would run one after the other.
- * A worker runs each job in the floating-point mode of the thread that posted
- * it (fp.c), so a step's loops flush denormals on every thread or on none. */
+ * A worker runs each job's chunks in the floating-point mode of the thread
+ * that posted it (fp.c), so a step's loops flush denormals on every thread
+ * or on none. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -29,19 +48,38 @@
 
 #include "dtrt_int.h"
 
+enum { SPIN_US = 100, WATCH = 256 };
+
+/* A thread's watch, learnt from its waits (the thread's own). */
+enum {
+  LATE_NS = 30000,    /* two looks at the clock this far apart: the CPU was taken */
+  SPIN_MIN_NS = 2000, /* watched for at least, when watching */
+  BACKOFF_MIN = 8,    /* waits slept through after the CPU was found taken */
+  BACKOFF_MAX = 4096
+};
+typedef struct Spin {
+  int64_t wait_ns; /* recent waits, averaged (each counted up to twice the limit) */
+  int skip;        /* waits to sleep through before watching again */
+  int backoff;     /* skip's next value once the CPU is found taken */
+} Spin;
+
+/* Each on a line of its own: the claim word is written at every job, by
+ * the worker or a thief, and the watch by the worker. */
 typedef struct DtWorker {
+  _Alignas(64) _Atomic uint64_t taken; /* the last job that claimed chunk index */
   DtPool *pool;
   int index;        /* its chunk */
   int cpu;          /* the CPU it is pinned to; -1: none */
   pthread_t th;
+  Spin spin;
 } DtWorker;
 
-enum { SPIN_US = 100, WATCH = 256 };
-
 /* The job's fields are written before job is advanced (release) and read
- * after it is seen advanced (acquire). The caller does not post again before
- * pending is back to 0, so no worker that counts in pending reads a field
- * being rewritten; the one that sits the job out (its chunk is the caller's)
+ * after it is seen advanced (acquire) and a chunk claimed under its number.
+ * The caller does not post again before pending is back to 0, after every
+ * chunk of the job was claimed and run; so a field is never read while it
+ * is rewritten: a worker that sees a job late finds every chunk claimed and
+ * reads none. The one that sits the job out (its chunk is the caller's)
  * learns so from the job word itself. */
 struct DtPool {
   pthread_mutex_t mu;
@@ -49,11 +87,14 @@ struct DtPool {
   int nthread;      /* chunks of a job, one per worker */
   int nworker;      /* workers started */
   DtWorker *w;
-  int64_t spin_ns;  /* how long to watch before sleeping; 0: never */
+  int64_t spin_ns;      /* the most a thread watches before sleeping; 0: never */
+  Spin spin;            /* the caller's */
   _Atomic uint64_t job; /* jobs posted << 9 | WATCH if workers may watch
                             for the next | the chunk the caller runs */
-  atomic_int pending;   /* workers still running the current job */
+  atomic_int pending;   /* chunks other than the caller's own not yet run */
   atomic_bool quit;
+  _Atomic int64_t posted;   /* when the job was posted, for the workers' waits */
+  _Atomic int64_t finished; /* when pending reached 0, for the caller's */
   int64_t n;
   uint64_t fp;      /* the caller's floating-point mode (dtrt_fp_mode) */
   void (*body)(void *env, int64_t begin, int64_t end);
@@ -89,21 +130,56 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Watches for done(p, arg) for up to p->spin_ns; true once it holds. */
-static bool spin_until(DtPool *p, bool (*done)(DtPool *, void *), void *arg) {
-  if (p->spin_ns <= 0)
-    return done(p, arg);
-  int64_t end = 0;
+/* How long to watch now, given the limit max: 0 while sleeping through
+ * waits, or when the waits are longer than max on average; else twice the
+ * average wait, within [SPIN_MIN_NS, max]. */
+static int64_t spin_budget(const Spin *s, int64_t max) {
+  if (max <= 0 || s->skip > 0 || s->wait_ns > max)
+    return 0;
+  int64_t b = 2 * s->wait_ns + SPIN_MIN_NS;
+  return b < max ? b : max;
+}
+
+/* Learns from a wait of waited ns (the time the thread would have had to
+ * watch) after watching for budget ns (0: it slept at once); late: it lost
+ * its CPU while it watched. */
+static void spin_learn(Spin *s, int64_t waited, int64_t budget, bool late, int64_t max) {
+  if (s->skip > 0)
+    s->skip--;
+  if (late) {
+    s->skip = s->backoff;
+    s->backoff = s->backoff < BACKOFF_MAX / 2 ? 2 * s->backoff : BACKOFF_MAX;
+  } else if (budget > 0) {
+    s->backoff = BACKOFF_MIN;
+  }
+  int64_t w = waited < 0 ? 0 : waited > 2 * max ? 2 * max : waited;
+  s->wait_ns += (w - s->wait_ns) / 8;
+}
+
+/* Watches for done(p, arg) for up to budget ns; true once it holds. Gives up
+ * early, with *late set, when two looks at the clock are more than LATE_NS
+ * apart: the thread lost its CPU, and watching on would take it again from
+ * whoever holds it. */
+static bool spin_until(DtPool *p, int64_t budget, bool (*done)(DtPool *, void *), void *arg,
+                       bool *late) {
+  int64_t end = 0, last = 0;
   for (int i = 0;; i++) {
-    if (done(p, arg))
+    if (done(p, arg)) {
+      *late = last && now_ns() - last > LATE_NS;
       return true;
+    }
     cpu_relax();
     if ((i & 63) == 63) {
       int64_t t = now_ns();
+      if (last && t - last > LATE_NS) {
+        *late = true;
+        return false;
+      }
       if (!end)
-        end = t + p->spin_ns;
+        end = t + budget;
       else if (t > end)
         return false;
+      last = t;
     }
   }
 }
@@ -125,13 +201,40 @@ static void chunk(int64_t n, int nthread, int k, int64_t *begin, int64_t *end) {
   *end = *begin + q + (k < r);
 }
 
+/* Claims chunk k for job number job (jobs posted): true for exactly one
+ * thread per chunk and job. The claim word only grows, so a thread that
+ * still thinks an older job current claims nothing. */
+static bool claim(DtPool *p, int k, uint64_t job) {
+  _Atomic uint64_t *t = &p->w[k].taken;
+  uint64_t v = atomic_load_explicit(t, memory_order_relaxed);
+  return v < job && atomic_compare_exchange_strong_explicit(t, &v, job, memory_order_relaxed,
+                                                            memory_order_relaxed);
+}
+
+/* Runs chunk k of the current job, claimed by this thread. */
+static void run_chunk(DtPool *p, int k) {
+  int64_t begin, end;
+  chunk(p->n, p->nthread, k, &begin, &end);
+  if (begin < end)
+    p->body(p->env, begin, end);
+}
+
+/* Counts a chunk other than the caller's own as run; true for the last. */
+static bool chunk_done(DtPool *p) {
+  atomic_store_explicit(&p->finished, now_ns(), memory_order_relaxed);
+  return atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1;
+}
+
 static void *worker(void *arg) {
   DtWorker *w = arg;
   DtPool *p = w->pool;
   uint64_t seen = 0, fp = dtrt_fp_mode();
   bool watch = false; /* not while the caller runs on this worker's CPU */
+  int64_t ready = 0;  /* when it was done with the job it saw last */
   for (;;) {
-    if (!watch || !spin_until(p, job_posted, &seen)) {
+    int64_t budget = watch ? spin_budget(&w->spin, p->spin_ns) : 0;
+    bool late = false;
+    if (!budget || !spin_until(p, budget, job_posted, &seen, &late)) {
       pthread_mutex_lock(&p->mu);
       while (!job_posted(p, &seen))
         pthread_cond_wait(&p->go, &p->mu);
@@ -140,21 +243,31 @@ static void *worker(void *arg) {
     if (atomic_load(&p->quit))
       break;
     seen = atomic_load_explicit(&p->job, memory_order_acquire);
-    bool sits_out = (int)(seen & 255) == w->index;
-    watch = (seen & WATCH) && !sits_out;
-    if (sits_out)
+    if (watch)
+      spin_learn(&w->spin, atomic_load_explicit(&p->posted, memory_order_relaxed) - ready, budget,
+                 late, p->spin_ns);
+    int mine = (int)(seen & 255);
+    watch = (seen & WATCH) && mine != w->index;
+    if (mine == w->index)
       continue;
     if (p->fp != fp)
       dtrt_fp_set_mode(fp = p->fp);
-    int64_t begin, end;
-    chunk(p->n, p->nthread, w->index, &begin, &end);
-    if (begin < end)
-      p->body(p->env, begin, end);
-    if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
+    /* its own chunk first, then any other not yet begun */
+    bool last = false;
+    for (int i = 0; i < p->nthread; i++) {
+      int k = (w->index + i) % p->nthread;
+      if (k != mine && claim(p, k, seen >> 9)) {
+        run_chunk(p, k);
+        last = chunk_done(p);
+      }
+    }
+    if (last) {
       pthread_mutex_lock(&p->mu);
       pthread_cond_signal(&p->done);
       pthread_mutex_unlock(&p->mu);
     }
+    if (watch)
+      ready = now_ns();
   }
   return NULL;
 }
@@ -199,17 +312,24 @@ static DtPool *pool_start(DtrtCtx *ctx) {
   long us = spin && *spin ? strtol(spin, NULL, 10) : SPIN_US;
   p->spin_ns = nthread * dtrt_local_ranks(ctx) <= ncpu && us > 0
                   ? (us > 1000000 ? 1000000 : us) * 1000 : 0;
+  /* at first a thread watches for as long as it may */
+  Spin fresh = {p->spin_ns / 2, 0, BACKOFF_MIN};
+  p->spin = fresh;
   atomic_init(&p->job, 0);
   atomic_init(&p->pending, 0);
   atomic_init(&p->quit, false);
+  atomic_init(&p->posted, 0);
+  atomic_init(&p->finished, 0);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->go, NULL);
   pthread_cond_init(&p->done, NULL);
   for (int k = 0; k < nthread; k++) {
     DtWorker *w = &p->w[k];
+    atomic_init(&w->taken, 0);
     w->pool = p;
     w->index = k;
     w->cpu = nthread <= ncpu && ncpu <= 256 ? cpu[k] : -1;
+    w->spin = fresh;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     if (w->cpu >= 0) {
@@ -277,22 +397,37 @@ void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t 
   p->body = body;
   p->env = env;
   atomic_store_explicit(&p->pending, p->nthread - 1, memory_order_relaxed);
-  pthread_mutex_lock(&p->mu);
-  uint64_t job = atomic_load_explicit(&p->job, memory_order_relaxed);
+  uint64_t job = (atomic_load_explicit(&p->job, memory_order_relaxed) >> 9) + 1;
+  atomic_store_explicit(&p->w[mine].taken, job, memory_order_relaxed);
+  atomic_store_explicit(&p->posted, now_ns(), memory_order_relaxed);
   bool watch = p->spin_ns > 0 && !ctx->blas_called;
-  atomic_store_explicit(&p->job, ((job >> 9) + 1) << 9 | (watch ? WATCH : 0) | (uint64_t)mine,
+  pthread_mutex_lock(&p->mu);
+  atomic_store_explicit(&p->job, job << 9 | (watch ? WATCH : 0) | (uint64_t)mine,
                         memory_order_release);
   pthread_cond_broadcast(&p->go);
   pthread_mutex_unlock(&p->mu);
-  int64_t begin, end;
-  chunk(n, p->nthread, mine, &begin, &end);
-  body(env, begin, end);
-  if (!watch || !spin_until(p, job_done, NULL)) {
+  run_chunk(p, mine);
+  /* then the chunks no worker has begun: a worker asleep or off its CPU
+   * would keep the step waiting */
+  for (int i = 1; i < p->nthread; i++) {
+    int k = (mine + i) % p->nthread;
+    if (claim(p, k, job)) {
+      run_chunk(p, k);
+      atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+  }
+  int64_t ready = watch ? now_ns() : 0;
+  int64_t budget = watch ? spin_budget(&p->spin, p->spin_ns) : 0;
+  bool late = false;
+  if (!budget || !spin_until(p, budget, job_done, NULL, &late)) {
     pthread_mutex_lock(&p->mu);
     while (!job_done(p, NULL))
       pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
   }
+  if (watch)
+    spin_learn(&p->spin, atomic_load_explicit(&p->finished, memory_order_relaxed) - ready, budget,
+               late, p->spin_ns);
 }
 
 void dtrt_pool_free(DtrtCtx *ctx) {
