@@ -140,11 +140,15 @@ Expr *ast_expr(Parser *p, ExprKind kind, Loc loc);
 /* A constant: an integer (is_int) or a real number. */
 typedef struct Num { bool is_int; int64_t i; double f; } Num;
 
-/* Evaluates a constant expression of numbers, dimension names and + - * /;
- * false after reporting why e is not one. */
+/* Evaluates a constant expression of numbers, dimension names, inf and nan
+ * (names that are not dimensions) and + - * /; false after reporting why e
+ * is not one. */
 bool fe_eval(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d);
 bool fe_eval_int(const Expr *e, const Dim *dim, int ndim, const char *what, int64_t *out, Diag *d);
+/* A finite number. */
 bool fe_eval_float(const Expr *e, const Dim *dim, int ndim, const char *what, double *out, Diag *d);
+/* A number that may be -inf or inf, but not NaN. */
+bool fe_eval_real(const Expr *e, const Dim *dim, int ndim, const char *what, double *out, Diag *d);
 /* The candidate closest to name by edit distance, if close enough; else NULL. */
 const char *fe_suggest(const char *name, const char *const *cand, int n);
 /* ", did you mean 'x'?" for the message of an unknown name, or "". */

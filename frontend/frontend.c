@@ -36,6 +36,10 @@ bool fe_eval(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d) {
         *out = (Num){true, dim[k].value, (double)dim[k].value};
         return true;
       }
+    if (!strcmp(e->s, "inf") || !strcmp(e->s, "nan")) {
+      *out = (Num){false, 0, e->s[0] == 'i' ? INFINITY : NAN};
+      return true;
+    }
     diag_error(d, e->loc, ndim ? "'%s' is not a dimension" : "expected a number, found '%s'", e->s);
     return false;
   case E_NEG:
@@ -113,6 +117,18 @@ bool fe_eval_float(const Expr *e, const Dim *dim, int ndim, const char *what, do
     return false;
   }
   *out = v.f;
+  return true;
+}
+
+bool fe_eval_real(const Expr *e, const Dim *dim, int ndim, const char *what, double *out, Diag *d) {
+  Num v;
+  if (!fe_eval(e, dim, ndim, &v, d))
+    return false;
+  if (isnan(v.f)) {
+    diag_error(d, e->loc, "%s is NaN (not a number); it must be a real number, -inf or inf", what);
+    return false;
+  }
+  *out = v.is_int ? (double)v.i : v.f;   /* -0 is 0 */
   return true;
 }
 

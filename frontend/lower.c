@@ -2,6 +2,7 @@
  * built statement by statement, checking names, arguments and shapes. A block
  * applied once is lowered into its caller's function; repeat(N) lowers it
  * once, into a body function that a `repeat` runs N times. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,16 @@ static bool float_arg(Ctx *c, const Expr *e, const char *what, double *out) {
     return false;
   }
   return fe_eval_float(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
+}
+
+/* A number that may be -inf or inf, but not NaN. */
+static bool real_arg(Ctx *c, const Expr *e, const char *what, double *out) {
+  const Expr *t = tensor_in(c, e);
+  if (t) {
+    diag_error(c->d, t->loc, "'%s' is a tensor, but %s must be a number", t->s, what);
+    return false;
+  }
+  return fe_eval_real(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
 }
 
 /* A real number from 0 to hi; an open end excludes its bound. */
@@ -813,21 +824,25 @@ static const struct {
 };
 
 /* One op on axis of x: slice [lo, hi) of it, or op (pad, pad_MODE) of it
- * at begin into size. */
-static Inst *pad_step(Ctx *c, Loc at, Inst *x, Op op, int64_t axis, int64_t lo, int64_t hi) {
+ * at begin into size; pad's value v is its attribute unless it is +0, the
+ * default. */
+static Inst *pad_step(Ctx *c, Loc at, Inst *x, Op op, int64_t axis, int64_t lo, int64_t hi,
+                      double v) {
   Inst *i = ir_new(c->f, op, at, 1, &x);
   ir_set_int(i, "axis", axis);
   ir_set_int(i, "begin", lo);
   ir_set_int(i, op == OP_slice ? "end" : "size", hi);
+  if (op == OP_pad && (v != 0 || signbit(v)))
+    ir_set_float(i, "value", v);
   return finish(c, i);
 }
 
 /* pad(input, pad, mode = "constant", value = 0), as F.pad: pad lists
- * (before, after) pairs from the last dim back; a negative one crops. A
- * value v pads x - v with zeros and adds v back. The other modes fill with
- * copies of x's elements where F.pad does: reflect and replicate pad x and
- * then crop (a reflection is about x's own end), circular crops first and
- * wraps what is left. */
+ * (before, after) pairs from the last dim back; a negative one crops. The
+ * constant mode fills with value, any f32 including -inf and inf (pad's
+ * attribute). The other modes fill with copies of x's elements where F.pad
+ * does: reflect and replicate pad x and then crop (a reflection is about x's
+ * own end), circular crops first and wraps what is left. */
 static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
   int64_t p[2 * IR_MAX_RANK];
   double v = 0;
@@ -857,8 +872,20 @@ static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
       return NULL;
     }
   }
-  if (arg[3] && !float_arg(c, arg[3], "'value'", &v))
+  if (arg[3] && !real_arg(c, arg[3], "'value'", &v))
     return NULL;
+  if (xt.dtype == DT_I32 && !(v >= INT32_MIN && v <= INT32_MAX && v == floor(v))) {
+    diag_error(c->d, arg[3]->loc, "'value' of a pad of %s must be a 32-bit integer, not %g",
+               type_str(&xt, buf, sizeof buf), v);
+    return NULL;
+  }
+  if (isfinite(v) && isinf((float)v)) {
+    diag_error(c->d, arg[3]->loc,
+               "'value' %g is beyond the range of f32 (%g in magnitude); an infinity is "
+               "written -inf or inf",
+               v, FLT_MAX);
+    return NULL;
+  }
   Op op = pad_modes[mode].op;
   int npad = pe->args.n / 2, lo_rank = npad + pad_modes[mode].lead_lo;
   if (mode && v != 0) {
@@ -878,9 +905,6 @@ static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
                type_str(&xt, buf, sizeof buf));
     return NULL;
   }
-  Inst *cv = v != 0 ? constant(c, v, e->loc) : NULL;
-  if (cv && !(x = op2(c, OP_sub, e->loc, x, cv)))
-    return NULL;
   for (int k = 0; k < npad; k++) {
     int64_t axis = rank - 1 - k, n = x->type.dim[axis], lo = p[2 * k], hi = p[2 * k + 1];
     bool big = lo > IR_MAX_DIM || hi > IR_MAX_DIM || lo < -IR_MAX_DIM || hi < -IR_MAX_DIM;
@@ -915,15 +939,17 @@ static Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
         return NULL;
       }
     }
-    if (crop_first && (clo || chi) && !(x = pad_step(c, e->loc, x, OP_slice, axis, clo, n - chi)))
+    if (crop_first && (clo || chi) &&
+        !(x = pad_step(c, e->loc, x, OP_slice, axis, clo, n - chi, 0)))
       return NULL;
-    if ((plo || phi) && !(x = pad_step(c, e->loc, x, op, axis, plo, x->type.dim[axis] + plo + phi)))
+    if ((plo || phi) &&
+        !(x = pad_step(c, e->loc, x, op, axis, plo, x->type.dim[axis] + plo + phi, v)))
       return NULL;
     if (!crop_first && (clo || chi) &&
-        !(x = pad_step(c, e->loc, x, OP_slice, axis, clo, x->type.dim[axis] - chi)))
+        !(x = pad_step(c, e->loc, x, OP_slice, axis, clo, x->type.dim[axis] - chi, 0)))
       return NULL;
   }
-  return cv ? op2(c, OP_add, e->loc, x, cv) : x;
+  return x;
 }
 
 /* The buffer argument `what` of batch_norm names, updated by no other call;

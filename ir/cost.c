@@ -13,7 +13,8 @@
  *   kernels         per element of their largest operand, with the steps listed
  *                   at each below; a per-row step is folded into the per-element
  *                   count when the row is long
- *   data movement   0: reshape transpose slice pad concat broadcast embedding
+ *   data movement   0: reshape transpose slice pad (its fill too, whatever the
+ *                   value) concat broadcast embedding
  *   plumbing        0: load store output const lr arg repeat_out batch_stat
  *   repeat          n times the sum over its body's insts
  *

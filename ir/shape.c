@@ -1,5 +1,6 @@
 /* shape.c: type inference, one shape_<op> rule per op of ops.def. A rule sets
  * inst->type from its operands and attributes, or explains a user error. */
+#include <math.h>
 #include <string.h>
 
 #include "ir.h"
@@ -762,6 +763,9 @@ bool shape_pad(Inst *inst, char *err, size_t errlen) {
   if (b < 0 || size > IR_MAX_DIM || b > size - x->dim[ax])
     FAIL("'pad': %lld elements at %lld do not fit in %lld", (long long)x->dim[ax], (long long)b,
          (long long)size);
+  double v = ir_get_float(inst, "value", 0);
+  if (x->dtype == DT_I32 && !(v >= INT32_MIN && v <= INT32_MAX && v == floor(v)))
+    FAIL("'pad' fills an i32 tensor with a 32-bit integer, not %g", v);
   inst->type = *x;
   inst->type.dim[ax] = size;
   return check_out(inst, err, errlen);

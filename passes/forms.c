@@ -413,7 +413,12 @@ static bool on_axis(const Inst *i, DimMap *m) {
   return true;
 }
 static bool shard_slice(const Inst *i, DimMap *m) { return on_axis(i, m); }
-static bool shard_pad(const Inst *i, DimMap *m) { return on_axis(i, m); }
+/* A pad with a value is not linear: each partial sum's pad would add it. */
+static bool shard_pad(const Inst *i, DimMap *m) {
+  on_axis(i, m);
+  m->linear = ir_get_float(i, "value", 0) == 0;
+  return true;
+}
 static bool shard_pad_reflect(const Inst *i, DimMap *m) { return on_axis(i, m); }
 static bool shard_pad_replicate(const Inst *i, DimMap *m) { return on_axis(i, m); }
 static bool shard_pad_circular(const Inst *i, DimMap *m) { return on_axis(i, m); }

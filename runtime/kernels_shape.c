@@ -1,5 +1,5 @@
-/* kernels_shape.c: data movement: reshape, transpose, slice, pad (with zeros
- * or copies: reflect, replicate, circular), concat and broadcast. They move
+/* kernels_shape.c: data movement: reshape, transpose, slice, pad (with a
+ * value or copies: reflect, replicate, circular), concat and broadcast. They move
  * 4-byte elements, so f32 and i32 alike; out keeps the dtype. The copying
  * pads' derivatives add f32. */
 #include <stdio.h>
@@ -174,28 +174,59 @@ DTRT_TRACED(slice, DTRT_TID_KERNEL) {
   return DT_OK;
 }
 
-/* pad(x){axis, begin, size}: zero-extends axis to size with x placed at begin,
- * 0 <= begin and begin + x's dim <= size; the backward of slice. */
+/* Fills n elements at dst with the element v (4 bytes). */
+static void fill(uint32_t *dst, uint32_t v, int64_t n) {
+  if (v == 0) {
+    memset(dst, 0, (size_t)n * 4);
+    return;
+  }
+  for (int64_t k = 0; k < n; k++)
+    dst[k] = v;
+}
+
+/* pad(x){axis, begin, size; value}: extends axis to size with x placed at
+ * begin, 0 <= begin and begin + x's dim <= size, and value (a->f[0], 0 when
+ * absent) everywhere else: for f32 rounded to f32 (-inf and inf too), for
+ * i32 an integer of 32 bits. With value 0, the backward of slice. */
 DTRT_TRACED(pad, DTRT_TID_KERNEL) {
   const char *op = "pad";
   DtStatus s;
   int ax;
   int64_t b = 0, size = 0;
-  if ((s = begin1(ctx, op, in, nin, out, a, 3)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 3, 1)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], 0)) ||
+      (s = dtrt_check(ctx, op, "output", out, in[0].dtype)) ||
       (s = range_attrs(ctx, op, a, in[0].rank, &ax, &b, &size)))
     return s;
   int64_t n = in[0].dim[ax], dim[DT_MAX_RANK];
   if (b < 0 || size < 0 || b > size - n)
     return dtrt_fail(ctx, DT_ERR_ARG, "pad: %lld elements at %lld do not fit in %lld on axis %d",
                      (long long)n, (long long)b, (long long)size, ax);
+  double v = dtrt_af(a, 0, 0);
+  uint32_t bits;
+  if (in[0].dtype == DTRT_I32) {
+    if (!(v >= INT32_MIN && v <= INT32_MAX && v == (double)(int64_t)v))
+      return dtrt_fail(ctx, DT_ERR_ARG, "pad: value %g for an i32 tensor is not a 32-bit integer",
+                       v);
+    int32_t iv = (int32_t)v;
+    memcpy(&bits, &iv, 4);
+  } else {
+    float fv = (float)v;
+    memcpy(&bits, &fv, 4);
+  }
   memcpy(dim, in[0].dim, sizeof dim);
   dim[ax] = size;
   if ((s = dtrt_check_as(ctx, op, "output", out, in[0].dtype, dim, in[0].rank)))
     return s;
   int64_t outer = dtrt_elems(dim, ax), inner = dtrt_elems(dim + ax + 1, in[0].rank - ax - 1);
-  memset(out->data, 0, (size_t)dtrt_numel(out) * 4);
-  blocks((uint32_t *)out->data + b * inner, size * inner, in[0].data, n * inner, n * inner,
-         outer);
+  const uint32_t *x = in[0].data;
+  uint32_t *y = out->data;
+  for (int64_t o = 0; o < outer; o++, x += n * inner, y += size * inner) {
+    fill(y, bits, b * inner);
+    if (n > 0 && inner > 0)
+      memcpy(y + b * inner, x, (size_t)(n * inner) * 4);
+    fill(y + (b + n) * inner, bits, (size - b - n) * inner);
+  }
   return DT_OK;
 }
 

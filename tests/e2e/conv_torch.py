@@ -14,6 +14,7 @@ def flatten(input, start_dim=1, end_dim=-1):   # dtc's default start_dim is 1 (n
 
 
 true, false, none = True, False, None   # dtc's spelling
+inf = float("inf")
 
 
 expr = sys.argv[1]

@@ -1,7 +1,8 @@
 #!/bin/sh
 # conv_torch.sh CONV_GRADS: conv2d, max_pool2d, avg_pool2d (ceil_mode, dilation,
-# count_include_pad, divisor_override), flatten and pad (every mode), and their
-# derivatives, against torch.nn.functional on the same params: the same
+# count_include_pad, divisor_override), flatten and pad (every mode; values,
+# -inf before a max pooling), and their derivatives, against
+# torch.nn.functional on the same params: the same
 # expression text evaluated by both (conv_grads.c, conv_torch.py).
 # Skipped (status 77) when Debian's python3 has no torch.
 set -u
@@ -41,6 +42,9 @@ check "x:2,3,4,5" "flatten(x)"
 check "x:2,3,4,5" "flatten(x, 0, 2)"
 check "x:2,3,4,5" "pad(x, [1, 2, 0, 1])"
 check "x:2,3,4,5" "pad(x, [2, -1, -1, 0, 1, 1], value = 0.5)"
+check "x:2,3,4,5" "pad(x, [1, 2, 0, 1], value = 1.2)"
+check "x:2,3,5,6" "max_pool2d(pad(x, [0, 1, 0, 1], value = -inf), 2, stride = 1)"
+check "x:2,3,5,6" "max_pool2d(pad(x, [1, 1, 1, 1], value = -inf), 3, stride = 2)"
 check "x:3,6" "pad(x, [2, 5], mode = \"reflect\")"
 check "x:2,3,4,5" "pad(x, [2, 3, 1, 3], mode = \"reflect\", value = 0)"
 check "x:2,3,5" "pad(x, [-1, 4], mode = \"reflect\")"

@@ -243,6 +243,56 @@ static void test_pad(void **s) {
   gradcheck(&t, ir_finish(y), "pad axis=0 at 1 to 4");
 }
 
+/* A pad with a value: finite differences where the loss stays finite. */
+static void test_pad_value(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3));
+  Inst *y = tm_new(&t, OP_pad, 1, x);
+  ir_set_int(y, "axis", 1);
+  ir_set_int(y, "begin", 2);
+  ir_set_int(y, "size", 6);
+  ir_set_float(y, "value", 1.2);
+  gradcheck(&t, ir_finish(y), "pad axis=1 at 2 to 6 value 1.2");
+}
+
+/* Where the value swamps the loss (-3e38) or makes it infinite, the slice
+ * identity: d sum(pad(x) * w) / dx is w's part at x's places, exactly,
+ * whatever the value. */
+static void pad_slice_identity(double value) {
+  Inst *x = tm_param(&t, "x", F32(2, 3));
+  Inst *y = tm_new(&t, OP_pad, 1, x);
+  ir_set_int(y, "axis", -1);
+  ir_set_int(y, "begin", 1);
+  ir_set_int(y, "size", 5);
+  ir_set_float(y, "value", value);
+  ir_finish(y);
+  Inst *w = tm_input(&t, "w", F32(2, 5));
+  Inst *loss = tm_new(&t, OP_sum, 1, tm_op(&t, OP_mul, 2, y, w));
+  ir_set_ints(loss, "axes", (int64_t[]){0, 1}, 2);
+  tm_output(&t, ir_finish(loss), "loss");
+  t.m->train.loss = "loss";
+  Func *g = autodiff_grads(t.m, t.f, "grads", &t.d);
+  assert_non_null(g);
+  if (!ir_verify(t.m, &t.d))
+    fail_msg("pad value %g: %s", value, tm_log(&t));
+  float l, dx[6];
+  void *outs[2] = {&l, dx};
+  Interp *it = tm_interp(&t);
+  if (!interp_run(it, "grads", outs))
+    fail_msg("pad value %g: %s", value, interp_error(it));
+  const float *wv = tm_data(&t, "w");
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++)
+      if (dx[i * 3 + j] != wv[i * 5 + j + 1])
+        fail_msg("pad value %g: dx[%d][%d] is %.9g, not w[%d][%d] = %.9g", value, i, j,
+                 dx[i * 3 + j], i, j + 1, wv[i * 5 + j + 1]);
+  interp_free(it);
+}
+
+static void test_pad_value_huge(void **s) { (void)s; pad_slice_identity(-3.0e38); }
+static void test_pad_value_neg_inf(void **s) { (void)s; pad_slice_identity(-INFINITY); }
+static void test_pad_value_inf(void **s) { (void)s; pad_slice_identity(INFINITY); }
+
 /* A pad filled with copies: each element's derivative sums its copies'. */
 static void copy_pad_check(Op op, int64_t axis, int64_t begin, int64_t size, const char *label) {
   Inst *x = tm_param(&t, "x", F32(2, 3, 4));
@@ -476,6 +526,7 @@ int main(void) {
     T(test_matmul_bcast_tab), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
     T(test_cross_entropy), T(test_cross_entropy_smoothed), T(test_bce_with_logits), T(test_mse), T(test_normalize), T(test_embedding), T(test_dropout),
     T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_pad_value), T(test_pad_value_huge), T(test_pad_value_neg_inf), T(test_pad_value_inf),
     T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),
     T(test_chain),

@@ -71,10 +71,11 @@ char *ct_read(const char *path, size_t *len);
 /* system() of the command formatted from fmt. */
 int ct_sh(const char *fmt, ...);
 
-/* Every |got - want| <= CT_RTOL times the tensor's largest magnitude:
- * relative error in the max norm. (Per element it would fail on values that
- * come out of cancellation, where fused multiply-adds round differently.)
- * Fails the test naming `what` and the worst element otherwise. */
+/* Every |got - want| <= CT_RTOL times the tensor's largest finite
+ * magnitude: relative error in the max norm. (Per element it would fail on
+ * values that come out of cancellation, where fused multiply-adds round
+ * differently.) An infinity must be matched exactly. Fails the test naming
+ * `what` and the worst element otherwise. */
 #define CT_RTOL 1e-5
 void ct_close_to(const float *got, const float *want, int64_t n, const char *what);
 /* The same with tolerance rtol in place of CT_RTOL. */

@@ -351,6 +351,115 @@ static void pools_and_pads(void **state) {
   ct_free(&t);
 }
 
+/* pad's values: x [2,3,PH,PW] padded with each of pad_values (2 rows
+ * before and 1 after, 1 column before and 2 after), then max_pool2d over
+ * -inf pads: 2x2 of stride 1 after one row and column at the end (ONNX's
+ * SAME_UPPER), 3x3 of stride 2 after one on each side. */
+enum { PH = 5, PW = 6 };
+static const double pad_values[] = {1.2, -3.0e38, -INFINITY, INFINITY};
+static const struct { int k, s, before; } pad_pools[] = {{2, 1, 0}, {3, 2, 1}};
+
+static Inst *const_pad(CT *t, Inst *x, int64_t axis, int64_t begin, int64_t size, double v) {
+  Inst *p = ct_new(t, OP_pad, 1, x);
+  ir_set_int(p, "axis", axis);
+  ir_set_int(p, "begin", begin);
+  ir_set_int(p, "size", size);
+  ir_set_float(p, "value", v);
+  return ir_finish(p);
+}
+
+static void pad_inputs(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (float)(0.37 * (double)(i % 7) - 1.1 + 1e-3 * (double)i);
+}
+
+/* Output k: the padded x, exactly (bit for bit), or a pooling against the
+ * maximum over each window's places inside x. */
+static void pad_check(int k, const float *x, const float *got, int64_t n) {
+  int np = (int)COUNTOF(pad_values);
+  if (k < np) {
+    int h = PH + 3, w = PW + 3;
+    assert_int_equal(n, 6 * h * w);
+    float v = (float)pad_values[k];
+    for (int c = 0; c < 6; c++)
+      for (int i = 0; i < h; i++)
+        for (int j = 0; j < w; j++) {
+          int xi = i - 2, xj = j - 1;
+          bool in = xi >= 0 && xi < PH && xj >= 0 && xj < PW;
+          float want = in ? x[(c * PH + xi) * PW + xj] : v;
+          const float *at = &got[(c * h + i) * w + j];
+          if (memcmp(at, &want, 4))
+            fail_msg("pad value %g: place (%d, %d, %d) is %.9g, not %.9g", pad_values[k], c, i, j,
+                     *at, want);
+        }
+    return;
+  }
+  int K = pad_pools[k - np].k, S = pad_pools[k - np].s, B = pad_pools[k - np].before;
+  int h = PH + 1 + B, w = PW + 1 + B, oh = (h - K) / S + 1, ow = (w - K) / S + 1;
+  assert_int_equal(n, 6 * oh * ow);
+  for (int c = 0; c < 6; c++)
+    for (int i = 0; i < oh; i++)
+      for (int j = 0; j < ow; j++) {
+        float m = -INFINITY;
+        for (int a = i * S - B; a < i * S - B + K; a++)
+          for (int b = j * S - B; b < j * S - B + K; b++)
+            if (a >= 0 && a < PH && b >= 0 && b < PW)
+              m = fmaxf(m, x[(c * PH + a) * PW + b]);
+        if (got[(c * oh + i) * ow + j] != m)
+          fail_msg("pool %d: window (%d, %d, %d) is %.9g, not %.9g", k - np, c, i, j,
+                   got[(c * oh + i) * ow + j], m);
+      }
+}
+
+/* pad with the values that pad(x - v) + v got wrong (1.2 inexact, -3e38
+ * losing x, -inf giving NaN) and inf, in the generated code and in the
+ * interpreter, each checked against x directly; and max pooling after a
+ * -inf pad against a plain loop. */
+static void pad_values_exact(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "padv");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 4, 2, 3, PH, PW), NULL);
+  for (int k = 0; k < COUNTOF(pad_values); k++) {
+    double v = pad_values[k];
+    ct_output(&t, const_pad(&t, const_pad(&t, x, 2, 2, PH + 3, v), -1, 1, PW + 3, v),
+              arena_printf(t.a, "p%d", k));
+  }
+  for (int k = 0; k < COUNTOF(pad_pools); k++) {
+    int K = pad_pools[k].k, S = pad_pools[k].s, B = pad_pools[k].before;
+    Inst *p =
+        const_pad(&t, const_pad(&t, x, 2, B, PH + 1 + B, -INFINITY), 3, B, PW + 1 + B, -INFINITY);
+    Inst *mp = with_ints(ct_new(&t, OP_max_pool2d, 1, p), "kernel", 2, K, K);
+    with_ints(with_ints(mp, "stride", 2, S, S), "padding", 2, 0, 0);
+    ct_output(&t, ir_finish(mp), arena_printf(t.a, "m%d", k));
+  }
+  fill_input = pad_inputs;
+  check_output = pad_check;
+  run_model(&t, 0);
+  fill_input = NULL;
+  check_output = NULL;
+
+  Func *fwd = ir_find_func(t.m, "forward");
+  const Inst **outs = calloc((size_t)fwd->inst.n + 1, sizeof *outs);
+  int nout = cg_func_outputs(fwd, NULL, outs);
+  assert_int_equal(nout, COUNTOF(pad_values) + COUNTOF(pad_pools));
+  float xv[2 * 3 * PH * PW], *want[8];
+  pad_inputs(xv, COUNTOF(xv));
+  Interp *it = interp_new(t.m);
+  assert_true(interp_set_global(it, "x", xv));
+  for (int k = 0; k < nout; k++)
+    want[k] = calloc((size_t)elems(&outs[k]->in[0]->type), 4);
+  if (!interp_run(it, "forward", (void *const *)want))
+    fail_msg("interpreter: %s", interp_error(it));
+  for (int k = 0; k < nout; k++) {
+    pad_check(k, xv, want[k], elems(&outs[k]->in[0]->type));
+    free(want[k]);
+  }
+  interp_free(it);
+  free(outs);
+  ct_free(&t);
+}
+
 /* An inference-only model: every kind of output, scalars among them; an
  * output named like a param. */
 static void inference_only(void **state) {
@@ -498,6 +607,7 @@ int main(void) {
       cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
       cmocka_unit_test(pools_and_pads),   cmocka_unit_test(inference_only),
       cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
+      cmocka_unit_test(pad_values_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -353,9 +353,12 @@ void ct_close_tol(const float *got, const float *want, int64_t n, const char *wh
   double scale = 0, worst = 0;
   int64_t at = 0;
   for (int64_t i = 0; i < n; i++)
-    scale = fmax(scale, fmax(fabs(got[i]), fabs(want[i])));
+    if (isfinite(got[i]) && isfinite(want[i]))
+      scale = fmax(scale, fmax(fabs(got[i]), fabs(want[i])));
   for (int64_t i = 0; i < n; i++) {
-    double err = scale > 0 ? fabs(got[i] - (double)want[i]) / scale : 0;
+    double err = got[i] == want[i] ? 0
+                 : scale > 0       ? fabs(got[i] - (double)want[i]) / scale
+                                   : INFINITY;
     if (!(err <= worst))
       worst = err, at = i;
   }

@@ -476,6 +476,60 @@ static void check_round_trip(const Module *m) {
   free(r.msg);
 }
 
+/* pad's value in IR text: every spelling of a float, the infinities
+ * among them, reads back to the same double and prints back to the same
+ * text; absent, it is 0 and not printed. An integer is no float, and an
+ * i32 tensor takes only integers of 32 bits. */
+static void test_pad_value(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    double v;
+  } values[] = {
+      {"1.2", 1.2},   {"-3e+38", -3e38}, {"-inf", -1.0 / 0.0}, {"inf", 1.0 / 0.0},
+      {"-0.0", -0.0}, {"0.5", 0.5},      {"1e-45", 1e-45},
+  };
+  for (int k = 0; k < COUNTOF(values); k++) {
+    Result r = parse(
+        arena_printf(arena,
+                     "%s  %%p = pad %%a {axis = 1, begin = 1, size = 5, value = %s} : f32[2,5]\n"
+                     "  %%q = pad %%p {axis = 0, begin = 0, size = 3} : f32[3,5]\n}\n",
+                     HEAD, values[k].text));
+    if (!r.m)
+      fail_msg("value = %s: %s", values[k].text, r.msg);
+    const Func *f = r.m->func.a[0];
+    double got = ir_get_float(f->inst.a[1], "value", 7);
+    assert_memory_equal(&got, &values[k].v, sizeof got);
+    assert_null(ir_attr(f->inst.a[2], "value"));
+    char *text;
+    size_t n;
+    FILE *out = open_memstream(&text, &n);
+    ir_print(out, r.m);
+    fclose(out);
+    if (!strstr(text, arena_printf(arena, "size = 5, value = %s}", values[k].text)) ||
+        !strstr(text, "size = 3} : f32[3,5]"))
+      fail_msg("value = %s prints as:\n%s", values[k].text, text);
+    free(text);
+    check_round_trip(r.m);
+    free(r.msg);
+  }
+  expect_error(HEAD "  %p = pad %a {axis = 1, begin = 1, size = 5, value = 2} : f32[2,5]\n}\n",
+               "t.ir:5:47: error: attribute 'value' of 'pad' must be float, not int");
+  const char *i32 = "module m\ninput a : i32[2,3]\nfunc @f {\n"
+                    "  %a = load {global = \"a\"} : i32[2,3]\n";
+  expect_error(arena_printf(arena,
+                            "%s  %%p = pad %%a {axis = 1, begin = 1, size = 5, value = "
+                            "-inf} : i32[2,5]\n}\n",
+                            i32),
+               "t.ir:5:8: error: 'pad' fills an i32 tensor with a 32-bit integer, not -inf");
+  Result r = parse(arena_printf(arena,
+                                "%s  %%p = pad %%a {axis = 1, begin = 1, size = 5, value = "
+                                "-7.0} : i32[2,5]\n}\n",
+                                i32));
+  assert_non_null(r.m);
+  free(r.msg);
+}
+
 static void test_prefixes_and_mutations(void **state) {
   (void)state;
   size_t len = strlen(sample);
@@ -609,6 +663,7 @@ int main(void) {
       cmocka_unit_test(test_error_cap),    cmocka_unit_test(test_prefixes_and_mutations),
       cmocka_unit_test(test_random_bytes), cmocka_unit_test(test_large_inputs),
       cmocka_unit_test(test_dropout_at),   cmocka_unit_test(test_repeat_args),
+      cmocka_unit_test(test_pad_value),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -984,6 +984,66 @@ static void test_slice_pad(void **state) {
   free(x.data);
 }
 
+/* pad with a value (f[0]) on each axis of an f32[3,4,5] and an i32 one:
+ * the value's bits (-0.0, infinities, beyond any sum's reach) in every place
+ * outside x, x's bits inside; an i32 value must be an integer of 32 bits. */
+static void test_pad_value(void **state) {
+  (void)state;
+  static const double values[] = {1.2, -3.0e38, -INFINITY, INFINITY, -0.0, 0.5};
+  const int nv = (int)(sizeof values / sizeof values[0]);
+  DtTensor x = ten(DTRT_F32, NULL, 3, 3, 4, 5);
+  x.data = randv(60);
+  int32_t xi[60], yi[3 * 4 * 9];
+  for (int k = 0; k < 60; k++)
+    xi[k] = k * 37 - 1000;
+  DtTensor xit = ten(DTRT_I32, xi, 3, 3, 4, 5);
+  float y[3 * 4 * 9];
+  for (int v = 0; v < nv + 2; v++)
+    for (int ax = 0; ax < 3; ax++) {
+      bool i32 = v >= nv;
+      double value = i32 ? (v == nv ? 7 : INT32_MIN) : values[v];
+      const DtTensor *in = i32 ? &xit : &x;
+      int n = (int)x.dim[ax], b = 1 + ax, size = n + b + 2;
+      DtTensor yt = like(in, i32 ? (void *)yi : (void *)y);
+      yt.dim[ax] = size;
+      DtAttrs a = ints(3, ax - (ax == 1 ? 3 : 0), b, size);
+      a.f[0] = value;
+      a.nf = 1;
+      run(dtrt_k_pad, in, 1, &yt, &a);
+      float fv = (float)value;
+      int32_t iv = i32 ? (int32_t)value : 0;
+      int dim[3] = {3, 4, 5};
+      dim[ax] = size;
+      for (int i = 0; i < dim[0]; i++)
+        for (int j = 0; j < dim[1]; j++)
+          for (int k = 0; k < dim[2]; k++) {
+            int at[3] = {i, j, k}, o = (i * dim[1] + j) * dim[2] + k;
+            at[ax] -= b;
+            bool inside = at[ax] >= 0 && at[ax] < n;
+            int f = (at[0] * 4 + at[1]) * 5 + at[2];
+            const void *want = inside ? (i32 ? (const void *)&xi[f] : (float *)x.data + f)
+                                      : (i32 ? (const void *)&iv : &fv);
+            const void *got = i32 ? (const void *)&yi[o] : &y[o];
+            if (memcmp(got, want, 4))
+              fail_msg("value %g, axis %d, place (%d, %d, %d): got %.9g", value, ax, i, j, k,
+                       i32 ? (double)yi[o] : (double)y[o]);
+          }
+    }
+  DtTensor yt = ten(DTRT_I32, yi, 3, 3, 4, 7);
+  DtAttrs a = ints(3, 2, 1, 7);
+  a.f[0] = 0.5;
+  a.nf = 1;
+  refuse(dtrt_k_pad, &xit, 1, &yt, &a, "value 0.5 for an i32 tensor is not a 32-bit integer");
+  a.f[0] = 2147483648.0;
+  refuse(dtrt_k_pad, &xit, 1, &yt, &a, "is not a 32-bit integer");
+  a.f[0] = NAN;
+  refuse(dtrt_k_pad, &xit, 1, &yt, &a, "is not a 32-bit integer");
+  a.nf = 2;
+  yt = ten(DTRT_F32, y, 3, 3, 4, 7);
+  refuse(dtrt_k_pad, &x, 1, &yt, &a, "2 float attributes (at most 1)");
+  free(x.data);
+}
+
 /* The source, along one axis of length n, of each place of a pad of it by
  * (before, after) filled as mode 0 reflect, 1 replicate, 2 circular: x's own
  * places, then each side built outward from x's ends. */
@@ -1654,6 +1714,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reshape, setup, teardown),
       cmocka_unit_test_setup_teardown(test_transpose, setup, teardown),
       cmocka_unit_test_setup_teardown(test_slice_pad, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pad_value, setup, teardown),
       cmocka_unit_test_setup_teardown(test_copy_pads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concat, setup, teardown),
       cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),

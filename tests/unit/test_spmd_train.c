@@ -15,7 +15,8 @@
  * parallel over 2 (even and uneven, one with a reduce_scatter); conflicting
  * layouts (all_to_all); dp x tp on a 2x2 mesh, even and uneven; the
  * transformer example with its attention heads split over a mesh axis, and
- * data parallel. */
+ * data parallel; pads with values (-inf, 0.75, and 0.5 after a partial sum)
+ * tensor and data parallel. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -388,6 +389,65 @@ static void test_tp2_reduce_scatter(void **state) {
   free(text);
 }
 
+/* pad with values across devices: h split by columns is padded along them
+ * (gathered first: the padded axis is whole) with -inf for a max and 0.75;
+ * the partial h @ w2 is padded with 0.5 only once it is reduced (each
+ * device's partial pad would add its own 0.5), then meets the split b2.
+ * Tensor parallel, then data parallel (each device pads its rows). */
+static const char *pad_src =
+    "model padnet(batch B = 12) {\n"
+    "  input  x: f32[B, 8]\n"
+    "  input  y: i32[B]\n"
+    "  param  w1: f32[8, 16]\n"
+    "  param  b1: f32[16]\n"
+    "  param  w2: f32[16, 5]\n"
+    "  param  w3: f32[19, 7]\n"
+    "  param  b2: f32[7]\n"
+    "  h      = relu(x @ w1 + b1)\n"
+    "  top    = max(pad(h, [2, 1], value = -inf), axis = -1, keepdim = true)\n"
+    "  logits = pad(h @ w2, [1, 1], value = 0.5) + b2 + pad(h, [1, 2], value = 0.75) @ w3 + top\n"
+    "  loss   = cross_entropy(logits, y)\n"
+    "  output logits\n"
+    "  minimize loss with adam(lr = 0.05)\n"
+    "}\n";
+
+static void pad_values(const char *parallel, const char *label) {
+  char *text = cat(pad_src, parallel);
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  /* partial sums pass a pad of 0 (slice's derivative) only */
+  const Func *f = ir_find_func(p.g, "train_step");
+  int pads = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    DimMap dm;
+    if (i->op != OP_pad)
+      continue;
+    assert_true(shard_map(i, &dm));
+    assert_int_equal(dm.linear, ir_get_float(i, "value", 0) == 0);
+    pads += !dm.linear;
+  }
+  assert_int_equal(pads, 3);
+  train(&p, 6, 7, label);
+  check_forward(&p, 12, 7, label);
+  pair_free(&p);
+  free(text);
+}
+
+static void test_pad_values_tp2(void **state) {
+  (void)state;
+  pad_values("parallel padnet on c {\n mesh m[tp = 2]\n shard w1: [*, tp]\n shard b1: [tp]\n"
+             " shard w2: [tp, *]\n shard b2: [tp(0.6, 0.4)]\n}\n",
+             "pad values tp2");
+}
+
+static void test_pad_values_dp2(void **state) {
+  (void)state;
+  pad_values("parallel padnet on c {\n mesh m[dp = 2]\n shard x: [dp(0.6, 0.4), *]\n"
+             " shard y: [dp(0.6, 0.4)]\n}\n",
+             "pad values dp2 uneven");
+}
+
 /* Layouts that disagree: x split by rows, c by columns (an all_to_all each
  * way), w by rows against x * c's rows (gathered). */
 static void test_all_to_all(void **state) {
@@ -519,6 +579,7 @@ int main(void) {
       cmocka_unit_test(test_all_to_all),    cmocka_unit_test(test_2d),
       cmocka_unit_test(test_2d_uneven),     cmocka_unit_test(test_transformer_heads),
       cmocka_unit_test(test_transformer_dp),
+      cmocka_unit_test(test_pad_values_tp2), cmocka_unit_test(test_pad_values_dp2),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
