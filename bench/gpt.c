@@ -43,6 +43,7 @@
 #include "gpt.h"
 #include "ir.h"
 #include "passes.h"
+#include "trace.h"
 
 enum { B = GPT_DIM_B, T = GPT_DIM_T, D = GPT_DIM_D, H = GPT_DIM_H, V = GPT_DIM_V, L = GPT_DIM_L };
 
@@ -163,46 +164,6 @@ static double matmul_ms(const Shape *s, int reps, unsigned *seed) {
   return median(t, reps);
 }
 
-/* Kernel time per step by name from the trace at path, written by a model
- * that took `steps` steps; the kernels' total into *total. */
-typedef struct Part {
-  char name[64];
-  double ms;
-} Part;
-
-static int read_trace(const char *path, int steps, Part *part, int max, double *total) {
-  FILE *f = fopen(path, "r");
-  int n = 0;
-  *total = 0;
-  if (!f)
-    return 0;
-  char line[512], name[64];
-  double ts, dur;
-  int pid, tid;
-  while (fgets(line, sizeof line, f)) {
-    if (sscanf(line,
-               "{\"name\":\"%63[^\"]\",\"cat\":\"kernel\",\"ph\":\"X\",\"ts\":%lf,"
-               "\"dur\":%lf,\"pid\":%d,\"tid\":%d}",
-               name, &ts, &dur, &pid, &tid) != 5)
-      continue;
-    int k = 0;
-    while (k < n && strcmp(part[k].name, name))
-      k++;
-    if (k == n && n < max)
-      snprintf(part[n++].name, sizeof part->name, "%s", name);
-    if (k < n)
-      part[k].ms += dur / 1e3 / steps;
-    *total += dur / 1e3 / steps;
-  }
-  fclose(f);
-  return n;
-}
-
-static int by_ms(const void *a, const void *b) {
-  double x = ((const Part *)a)->ms, y = ((const Part *)b)->ms;
-  return (x < y) - (x > y);
-}
-
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 10;
   if (reps < 3)
@@ -306,7 +267,7 @@ int main(int argc, char **argv) {
     np = read_trace(path, steps, part, 64, &kern);
     remove(path);
   }
-  qsort(part, (size_t)np, sizeof *part, by_ms);
+  qsort(part, (size_t)np, sizeof *part, part_by_ms);
   getloadavg(load1, 3);
   printf("{\"bench\": \"gpt_parts\", \"step_ms\": %.3f, \"matmul_ms\": %.3f, "
          "\"matmul_share\": %.3f, \"matmul_over_peak\": %.3f, \"kernels_ms\": %.3f, "
