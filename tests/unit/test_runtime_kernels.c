@@ -1467,21 +1467,38 @@ static void test_pool2d(void **state) {
 
 /* Windows of [2, 2] with ties and NaNs: the value is the first maximum or,
  * where there are NaNs, NaN, and the derivative goes to the first maximum
- * or to the last NaN, as PyTorch's (max_pool2d's fast path for this kernel
- * against the written-out rule). */
+ * or to the last NaN, as PyTorch's (max_pool2d's fast path for this kernel,
+ * four windows at a time and the rest one by one, against the rule). */
 static void test_max_pool_ties(void **state) {
   (void)state;
-  /* four windows: 4 alone; three 5s (the first); a NaN among 7s; two
-   * NaNs (the last) */
-  float v[16] = {1, 2, 5, 5, 3, 4, 5, 1, 7, NAN, NAN, 1, 7, 7, 3, NAN};
-  float o[4], dx[16], dy[4] = {10, 20, 30, 40};
-  DtTensor x = ten(DTRT_F32, v, 4, 1, 1, 4, 4), y = ten(DTRT_F32, o, 4, 1, 1, 2, 2);
+  enum { NW = 9, W = 2 * NW };
+  /* each window [a b; c d] and the place that wins, 0 to 3 */
+  static const struct {
+    float v[4];
+    int win;
+  } win[NW] = {
+      {{1, 2, 3, 4}, 3},         {{5, 5, 5, 1}, 0},         {{7, NAN, 7, 7}, 1},
+      {{NAN, 1, 3, NAN}, 3},     {{9, 1, 1, 1}, 0},         {{1, 9, 1, 9}, 1},
+      {{-INFINITY, -INFINITY, -INFINITY, -INFINITY}, 0},    {{1, 1, 9, 1}, 2},
+      {{NAN, NAN, 1, 1}, 1},
+  };
+  float v[2 * W], o[NW], dx[2 * W], dy[NW], want[2 * W] = {0};
+  for (int k = 0; k < NW; k++) {
+    for (int q = 0; q < 4; q++)
+      v[q / 2 * W + 2 * k + q % 2] = win[k].v[q];
+    dy[k] = (float)(10 * (k + 1));
+    want[win[k].win / 2 * W + 2 * k + win[k].win % 2] = dy[k];
+  }
+  DtTensor x = ten(DTRT_F32, v, 4, 1, 1, 2, W), y = ten(DTRT_F32, o, 4, 1, 1, 1, NW);
   DtAttrs a = ints(6, 2, 2, 2, 2, 0, 0);
   run(dtrt_k_max_pool2d, &x, 1, &y, &a);
-  assert_true(o[0] == 4 && o[1] == 5 && isnan(o[2]) && isnan(o[3]));
-  DtTensor in[2] = {x, ten(DTRT_F32, dy, 4, 1, 1, 2, 2)}, d = ten(DTRT_F32, dx, 4, 1, 1, 4, 4);
+  for (int k = 0; k < NW; k++) {
+    float best = win[k].v[win[k].win];
+    if (isnan(best) ? !isnan(o[k]) : o[k] != best)
+      fail_msg("window %d: %g, expected %g", k, o[k], best);
+  }
+  DtTensor in[2] = {x, ten(DTRT_F32, dy, 4, 1, 1, 1, NW)}, d = ten(DTRT_F32, dx, 4, 1, 1, 2, W);
   run(dtrt_k_max_pool2d_grad, in, 2, &d, &a);
-  float want[16] = {0, 0, 20, 0, 0, 10, 0, 0, 0, 30, 0, 0, 0, 0, 0, 40};
   assert_memory_equal(dx, want, sizeof want);
 }
 
