@@ -1,9 +1,12 @@
-/* bench.h: what every benchmark needs: a monotonic clock in milliseconds and
- * the median of a set of timings. Header only. */
+/* bench.h: what every benchmark needs: a monotonic clock in milliseconds,
+ * the median of a set of timings, and a count of subnormal floats. Header
+ * only. */
 #ifndef BENCH_H
 #define BENCH_H
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static inline double now_ms(void) {
@@ -21,6 +24,21 @@ static inline int cmp_double(const void *a, const void *b) {
 static inline double median(double *t, int n) {
   qsort(t, (size_t)n, sizeof *t, cmp_double);
   return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+/* How many of p[0..n) are subnormal (nonzero, below FLT_MIN in magnitude):
+ * values an x86 core computes with through a slow microcode assist unless
+ * flush-to-zero is set. Trained optimizer state has them where a gradient
+ * has been zero for hundreds of steps and the moments decayed. Read from
+ * the bits, so that denormals-are-zero mode cannot hide them. */
+static inline int64_t subnormals(const float *p, int64_t n) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &p[i], sizeof u);
+    c += (u & 0x7f800000u) == 0 && (u & 0x007fffffu) != 0;
+  }
+  return c;
 }
 
 #endif

@@ -16,6 +16,21 @@
  * best peak sample of the run; dtc_over_peak is, as in bench/mlp, the median
  * over the steps of each step against the peak sampled beside it.
  *
+ * Then the same step from trained weights, as a real run takes it: a new model
+ * of the same seed trains TRAIN_STEPS steps (default 300, past the schedule's
+ * warm-up of 100; 0 leaves this phase out) as a byte-level language model on
+ * the text of the docs (every .md of docs/; a token is a byte, modulo V): each
+ * step B windows of T + 1 bytes at pseudo-random offsets, next the bytes after
+ * ids. Then REPS more steps on the windows that follow are timed against the
+ * peak beside each as above: trained_dtc_ms, trained_dtc_over_peak with its
+ * range, and trained_over_fresh (trained_dtc_over_peak over dtc_over_peak).
+ * Random ids, the fresh steps' data, have nothing to learn but the batch
+ * itself; on text the logits of bytes never seen fall, the attention sharpens
+ * and the loss falls as in real training. trained_subnormals is the share of
+ * params and optimizer state that are subnormal after training (AdamW's first
+ * moment of a weight whose gradient stays zero decays by 0.9 a step, into
+ * subnormals after about 750 steps: more than this phase's default).
+ *
  * A second line, gpt_parts, splits the step, for information: matmul_ms,
  * the step's products timed alone (the models mm_gpt_* of bench/matmul:
  * each per-layer shape L times, the head's once), also against peak_ms;
@@ -27,10 +42,12 @@
  * the 1-minute load average before and after: other processes skew every
  * time.
  *
- *     build/bench/gpt [REPS] [bench/gpt_torch.py]
+ *     build/bench/gpt [REPS] [bench/gpt_torch.py] [TRAIN_STEPS]
  */
 #define _GNU_SOURCE
 #include "peak.h"
+
+#include <glob.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +89,97 @@ static const Shape shapes[] = {
 #undef SHAPE
 };
 enum { NSHAPE = sizeof shapes / sizeof shapes[0] };
+
+typedef struct Text {
+  unsigned char *p;
+  size_t n;
+  uint32_t seed;   /* of the windows' offsets */
+} Text;
+
+/* The bytes of every file matching pattern, in the order of their names;
+ * false when there are fewer than T + 1. */
+static bool read_text(const char *pattern, Text *t) {
+  glob_t g;
+  *t = (Text){NULL, 0, 1};
+  if (glob(pattern, 0, NULL, &g))
+    return false;
+  for (size_t k = 0; k < g.gl_pathc; k++) {
+    FILE *f = fopen(g.gl_pathv[k], "rb");
+    if (!f)
+      continue;
+    char buf[65536];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+      unsigned char *p = realloc(t->p, t->n + got);
+      if (!p)
+        break;
+      memcpy(p + t->n, buf, got);
+      t->p = p, t->n += got;
+    }
+    fclose(f);
+  }
+  globfree(&g);
+  return t->n > T + 1;
+}
+
+/* The next batch of text: B windows of T + 1 bytes at pseudo-random
+ * offsets; ids the first T bytes of each, next the T after the first. */
+static void fill_text(Text *t, int32_t *ids, int32_t *next) {
+  for (int b = 0; b < B; b++) {
+    t->seed = t->seed * 1664525u + 1013904223u;
+    size_t at = (t->seed >> 4) % (t->n - T - 1);
+    for (int k = 0; k < T; k++) {
+      ids[b * T + k] = t->p[at + k] % V;
+      next[b * T + k] = t->p[at + k + 1] % V;
+    }
+  }
+}
+
+/* The share of the model's params and optimizer state (AdamW's __m and __v
+ * of each) that is subnormal. */
+static double subnormal_share(gpt *m) {
+  static const char *const param[] = {
+      "tok",       "pos",         "g3",          "c3",          "w_out",      "layers.g1",
+      "layers.c1", "layers.wq",   "layers.wk",   "layers.wv",   "layers.wo",  "layers.g2",
+      "layers.c2", "layers.w_up", "layers.b_up", "layers.w_dn", "layers.b_dn"};
+  enum { NP = sizeof param / sizeof param[0] };
+  int64_t count = 0, total = 0;
+  for (int k = 0; k < 3 * NP; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", param[k % NP], k < NP ? "" : k < 2 * NP ? "__m" : "__v");
+    DtTensor t;
+    if (dtrt_model_tensor_block((DtModel *)m, name, &t, NULL, NULL) || t.dtype != DTRT_F32)
+      continue;
+    int64_t n = 1;
+    for (int d = 0; d < t.rank; d++)
+      n *= t.dim[d];
+    count += subnormals(t.data, n);
+    total += n;
+  }
+  return total ? (double)count / (double)total : 0;
+}
+
+/* reps timed training steps, td[r] in ms and rd[r] against the better of
+ * the peak samples just before and after the step (*peak: the best sample
+ * yet); with text each on its next batch, else on ids and next as they
+ * are. false when a step fails. */
+static bool time_steps(gpt *m, int reps, const Peak *pk, double gflop, double *peak, Text *text,
+                       int32_t *ids, int32_t *next, double *td, double *rd, float *loss) {
+  double before = peak_again(pk);
+  for (int r = 0; r < reps; r++) {
+    if (text)
+      fill_text(text, ids, next);
+    double t0 = now_ms();
+    if (gpt_train_step(m, ids, GPT_IDS_ELEMS, next, GPT_NEXT_ELEMS, loss))
+      return false;
+    td[r] = now_ms() - t0;
+    double after = peak_again(pk), near = before > after ? before : after;
+    rd[r] = td[r] / (gflop / near * 1e3);
+    *peak = near > *peak ? near : *peak;
+    before = peak_again(pk);
+  }
+  return true;
+}
 
 static void fill_ids(int32_t *p, int n, uint32_t seed) {
   for (int k = 0; k < n; k++) {
@@ -169,6 +277,7 @@ int main(int argc, char **argv) {
   if (reps < 3)
     reps = 3;
   const char *script = argc > 2 ? argv[2] : "gpt_torch.py";
+  int train_steps = argc > 3 ? atoi(argv[3]) : 300;
 
   double gflop, gflop_rest;
   if (!compiler_flops(&gflop, &gflop_rest)) {
@@ -203,19 +312,33 @@ int main(int argc, char **argv) {
   double load0[3] = {-1, -1, -1}, load1[3] = {-1, -1, -1};
   getloadavg(load0, 3);
   Peak pk = peak_measure(15);
-  double peak = pk.best, before = peak_again(&pk);
+  double peak = pk.best;
   double *td = malloc(sizeof(double) * (size_t)reps), *rd = malloc(sizeof(double) * (size_t)reps);
-  for (int r = 0; r < reps; r++) {
-    double t0 = now_ms();
-    gpt_train_step(m, ids, GPT_IDS_ELEMS, next, GPT_NEXT_ELEMS, &loss);
-    td[r] = now_ms() - t0;
-    double after = peak_again(&pk), near = before > after ? before : after;
-    rd[r] = td[r] / (gflop / near * 1e3);
-    peak = near > peak ? near : peak;
-    before = peak_again(&pk);
-  }
+  double *tt = malloc(sizeof(double) * (size_t)reps), *rt = malloc(sizeof(double) * (size_t)reps);
+  time_steps(m, reps, &pk, gflop, &peak, NULL, ids, next, td, rd, &loss);
+  double dtc = median(td, reps), ratio = median(rd, reps);
+
+  /* from trained weights: a new model of the same seed (what it learns does
+   * not depend on how many fresh steps there were) trains train_steps on
+   * the docs' text, then reps more are timed */
   gpt_destroy(m);
-  double dtc = median(td, reps), ratio = median(rd, reps), peak_ms = gflop / peak * 1e3;
+  m = NULL;
+  Text text = {0};
+  bool trained = train_steps > 0 && read_text(DTC_BENCH_DOCS "/*.md", &text) && !gpt_create(&m, 1);
+  for (int s = 0; trained && s < train_steps; s++) {
+    fill_text(&text, ids, next);
+    trained = !gpt_train_step(m, ids, GPT_IDS_ELEMS, next, GPT_NEXT_ELEMS, &loss);
+  }
+  trained = trained && time_steps(m, reps, &pk, gflop, &peak, &text, ids, next, tt, rt, &loss);
+  double trained_dtc = trained ? median(tt, reps) : 0,
+         trained_ratio = trained ? median(rt, reps) : 0;
+  double subnormal = trained ? subnormal_share(m) : 0;
+  float trained_loss = loss;
+  free(text.p);
+  gpt_destroy(m);
+  fill_ids(ids, GPT_IDS_ELEMS, 1);
+  fill_ids(next, GPT_NEXT_ELEMS, 2);
+  double peak_ms = gflop / peak * 1e3;
   double torch[3];
   bool with_torch = torch_ms(script, reps, threads, torch);
   getloadavg(load1, 3);
@@ -227,6 +350,15 @@ int main(int argc, char **argv) {
          "\"dtc_over_best_peak\": %.3f, \"dtc_over_peak_target\": 2.5",
          B, T, D, H, V, L, threads, dtc, td[0], td[reps - 1], gflop, formula, gflop_rest, pk.isa,
          peak, peak_ms, ratio, rd[0], rd[reps - 1], dtc / peak_ms);
+  if (trained)
+    printf(", \"trained_steps\": %d, \"trained_loss\": %.4f, \"trained_subnormals\": %.6f, "
+           "\"trained_dtc_ms\": %.3f, \"trained_dtc_ms_min\": %.3f, \"trained_dtc_ms_max\": %.3f, "
+           "\"trained_dtc_over_peak\": %.3f, \"trained_dtc_over_peak_min\": %.3f, "
+           "\"trained_dtc_over_peak_max\": %.3f, \"trained_over_fresh\": %.3f",
+           train_steps, trained_loss, subnormal, trained_dtc, tt[0], tt[reps - 1], trained_ratio,
+           rt[0], rt[reps - 1], trained_ratio / ratio);
+  else if (train_steps > 0)
+    printf(", \"trained\": \"did not run: no text in %s/*.md or a step failed\"", DTC_BENCH_DOCS);
   if (with_torch)
     printf(", \"torch_ms\": %.3f, \"torch_ms_min\": %.3f, \"torch_ms_max\": %.3f, "
            "\"dtc_over_torch\": %.3f, \"dtc_over_torch_target\": 0.25",
@@ -279,5 +411,7 @@ int main(int argc, char **argv) {
   printf("}, \"load_before\": %.2f, \"load_after\": %.2f}\n", load0[0], load1[0]);
   free(td);
   free(rd);
+  free(tt);
+  free(rt);
   return 0;
 }

@@ -10,7 +10,12 @@
  * --devices, examples/mlp_elastic.dt: the train_mlp_elastic target) it
  * resumes from the --save file when it exists, saves it every --save-every
  * steps, and when a rank fails every rank says so and exits, for
- * tools/dtc-elastic to restart the job on the ranks that remain. */
+ * tools/dtc-elastic to restart the job on the ranks that remain. With
+ * --epoch-json it also prints, after each epoch, one JSON line on stdout:
+ * {"epoch": 1, "steps": 937, "ms": ..., "samples_per_s": ..., "loss": ...}, the
+ * epoch's steps, its wall time (the steps and the copies of their batches,
+ * as the progress bar's rate), samples per second and mean loss (bench/mainjob
+ * reads them). */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +44,7 @@ typedef struct Args {
   int keep;            /* --last-batch keep: pad the short last batch */
   int64_t limit;       /* train on the first this many images (0: all) */
   int print_loss;      /* print every step's loss on stdout */
+  int epoch_json;      /* print a JSON line per epoch on stdout: steps, ms, samples/s, loss */
   int elastic;         /* resume from save when it exists; every rank reports failures */
   int64_t save_every;  /* save after every this many steps (0: after each epoch only) */
 } Args;
@@ -127,18 +133,23 @@ static int usage(void) {
   fprintf(stderr,
           "usage: train_mlp [--epochs N] [--data DIR] [--seed S] [--save FILE]\n"
           "                 [--resume FILE] [--max-steps N] [--last-batch drop|keep]\n"
-          "                 [--limit N] [--print-loss] [--quiet]\n"
+          "                 [--limit N] [--print-loss] [--epoch-json] [--quiet]\n"
           "                 [--elastic] [--save-every N]\n");
   return 2;
 }
 
 static int parse(Args *a, int argc, char **argv) {
-  *a = (Args){"/usr/share/datasets/fashion-mnist", NULL, NULL, 3, 1, 0, 0, 0, 0, 0, 0, 0};
+  *a = (Args){"/usr/share/datasets/fashion-mnist", NULL, NULL, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
-    if (!strcmp(o, "--quiet") || !strcmp(o, "--print-loss") || !strcmp(o, "--elastic")) {
-      *(o[2] == 'q' ? &a->quiet : o[2] == 'p' ? &a->print_loss : &a->elastic) = 1;
+    int *flag = !strcmp(o, "--quiet")        ? &a->quiet
+                : !strcmp(o, "--print-loss") ? &a->print_loss
+                : !strcmp(o, "--elastic")    ? &a->elastic
+                : !strcmp(o, "--epoch-json") ? &a->epoch_json
+                                             : NULL;
+    if (flag) {
+      *flag = 1;
       continue;
     }
     if (!v)
@@ -345,10 +356,18 @@ int main(int argc, char **argv) {
       if (a.save_every && (step + 1) % a.save_every == 0 && (rc = save(m, a.save, speak)))
         break;
     }
+    double secs = now_s() - t0;
     if (rc)
       break;
     if (!a.quiet)
       fputc('\n', stderr);
+    if (a.epoch_json && lead && count) {
+      printf("{\"epoch\": %d, \"steps\": %lld, \"ms\": %.3f, \"samples_per_s\": %.1f, "
+             "\"loss\": %.5f}\n",
+             epoch + 1, (long long)count, secs * 1e3, (double)(count * B) / secs,
+             sum / (double)count);
+      fflush(stdout);
+    }
     if (a.save && !(a.save_every && step % a.save_every == 0))
       rc = save(m, a.save, speak);
   }
