@@ -1,5 +1,5 @@
 /* bench.h: what every benchmark needs: a monotonic clock in milliseconds,
- * the median of a set of timings, and a count of subnormal floats. Header
+ * the median of a set of timings, and counts of subnormal floats. Header
  * only. */
 #ifndef BENCH_H
 #define BENCH_H
@@ -7,7 +7,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <time.h>
+
+#include "dtrt.h"
 
 static inline double now_ms(void) {
   struct timespec ts;
@@ -39,6 +42,26 @@ static inline int64_t subnormals(const float *p, int64_t n) {
     c += (u & 0x7f800000u) == 0 && (u & 0x007fffffu) != 0;
   }
   return c;
+}
+
+/* The share of the floats of m's tensors name[k] + suffix[j] (k < n, j < ns)
+ * that is subnormal; a name the model lacks counts for nothing. */
+static inline double subnormal_share(DtModel *m, const char *const *name, int n,
+                                     const char *const *suffix, int ns) {
+  int64_t count = 0, total = 0;
+  for (int k = 0; k < n * ns; k++) {
+    char full[64];
+    snprintf(full, sizeof full, "%s%s", name[k % n], suffix[k / n]);
+    DtTensor t;
+    if (dtrt_model_tensor_block(m, full, &t, NULL, NULL) || t.dtype != DTRT_F32)
+      continue;
+    int64_t e = 1;
+    for (int d = 0; d < t.rank; d++)
+      e *= t.dim[d];
+    count += subnormals(t.data, e);
+    total += e;
+  }
+  return total ? (double)count / (double)total : 0;
 }
 
 #endif

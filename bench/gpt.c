@@ -137,26 +137,13 @@ static void fill_text(Text *t, int32_t *ids, int32_t *next) {
 
 /* The share of the model's params and optimizer state (AdamW's __m and __v
  * of each) that is subnormal. */
-static double subnormal_share(gpt *m) {
+static double subnormal_state(gpt *m) {
   static const char *const param[] = {
       "tok",       "pos",         "g3",          "c3",          "w_out",      "layers.g1",
       "layers.c1", "layers.wq",   "layers.wk",   "layers.wv",   "layers.wo",  "layers.g2",
       "layers.c2", "layers.w_up", "layers.b_up", "layers.w_dn", "layers.b_dn"};
-  enum { NP = sizeof param / sizeof param[0] };
-  int64_t count = 0, total = 0;
-  for (int k = 0; k < 3 * NP; k++) {
-    char name[64];
-    snprintf(name, sizeof name, "%s%s", param[k % NP], k < NP ? "" : k < 2 * NP ? "__m" : "__v");
-    DtTensor t;
-    if (dtrt_model_tensor_block((DtModel *)m, name, &t, NULL, NULL) || t.dtype != DTRT_F32)
-      continue;
-    int64_t n = 1;
-    for (int d = 0; d < t.rank; d++)
-      n *= t.dim[d];
-    count += subnormals(t.data, n);
-    total += n;
-  }
-  return total ? (double)count / (double)total : 0;
+  static const char *const part[] = {"", "__m", "__v"};
+  return subnormal_share((DtModel *)m, param, 17, part, 3);
 }
 
 /* reps timed training steps, td[r] in ms and rd[r] against the better of
@@ -332,7 +319,7 @@ int main(int argc, char **argv) {
   trained = trained && time_steps(m, reps, &pk, gflop, &peak, &text, ids, next, tt, rt, &loss);
   double trained_dtc = trained ? median(tt, reps) : 0,
          trained_ratio = trained ? median(rt, reps) : 0;
-  double subnormal = trained ? subnormal_share(m) : 0;
+  double subnormal = trained ? subnormal_state(m) : 0;
   float trained_loss = loss;
   free(text.p);
   gpt_destroy(m);

@@ -88,22 +88,10 @@ static double torch_ms(const char *script, int reps) {
 }
 
 /* The share of the model's params and optimizer state that is subnormal. */
-static double subnormal_share(mlp_big *m) {
+static double subnormal_state(mlp_big *m) {
   static const char *const name[] = {"w1", "b1", "w2", "b2", "w3", "b3"};
-  int64_t count = 0, total = 0;
-  for (int k = 0; k < 12; k++) {
-    char full[16];
-    snprintf(full, sizeof full, "%s%s", name[k % 6], k < 6 ? "" : "__m");
-    DtTensor t;
-    if (dtrt_model_tensor_block((DtModel *)m, full, &t, NULL, NULL) || t.dtype != DTRT_F32)
-      continue;
-    int64_t n = 1;
-    for (int d = 0; d < t.rank; d++)
-      n *= t.dim[d];
-    count += subnormals(t.data, n);
-    total += n;
-  }
-  return total ? (double)count / (double)total : 0;
+  static const char *const part[] = {"", "__m"};
+  return subnormal_share((DtModel *)m, name, 6, part, 2);
 }
 
 typedef struct Trained {
@@ -163,7 +151,7 @@ static bool train_then_time(int steps, int reps, const Peak *pk, double flop, do
     out->over_peak_min = rd[0];
     out->over_peak_max = rd[reps - 1];
     out->loss = loss;
-    out->subnormals = subnormal_share(m);
+    out->subnormals = subnormal_state(m);
   }
   mlp_big_destroy(m);
   free(x);
