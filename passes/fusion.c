@@ -488,7 +488,7 @@ static bool stored_between(const int *at, int n, int lo, int hi) {
  * of the product it read its weights and moments a few columns at a time,
  * and bench/mlp's step took 2% longer. Only under dtc -fepilogue
  * (Module.epilogues): on the machines measured the epilogues saved nothing
- * (docs/ARCHITECTURE.md, Epilogues). */
+ * (docs/PERFORMANCE.md, Epilogues). */
 static void join_products(Func *f) {
   Arena *a = f->mod->arena;
   const Module *m = f->mod;

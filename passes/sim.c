@@ -61,7 +61,7 @@ double sim_gflops(const Module *m, int device) {
  * result) that a kernel spends beyond its FLOPs: an exponential or logarithm
  * per element, a random number per element, a division and square root per
  * row. Measured with DTRT_TRACE on libdtrt's kernels (docs/ARCHITECTURE.md,
- * Simulator), relative to one-thread sgemm speed. */
+ * "Simulator and traces"), relative to one-thread sgemm speed. */
 static double elem_cost(Op op) {
   switch (op) {
   case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_grad:
