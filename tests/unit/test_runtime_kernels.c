@@ -993,11 +993,11 @@ static void test_pad_value(void **state) {
   const int nv = (int)(sizeof values / sizeof values[0]);
   DtTensor x = ten(DTRT_F32, NULL, 3, 3, 4, 5);
   x.data = randv(60);
-  int32_t xi[60], yi[3 * 4 * 9];
+  int32_t xi[60], yi[120];   /* the largest result: 3 x 4 x 5 with 3 + ax more on axis ax */
   for (int k = 0; k < 60; k++)
     xi[k] = k * 37 - 1000;
   DtTensor xit = ten(DTRT_I32, xi, 3, 3, 4, 5);
-  float y[3 * 4 * 9];
+  float y[120];
   for (int v = 0; v < nv + 2; v++)
     for (int ax = 0; ax < 3; ax++) {
       bool i32 = v >= nv;
