@@ -12,6 +12,8 @@
 
 #include "dtrt.h"
 
+/* The benches of the runtime link libdtrt alone, not libdtir's ir_now_ms:
+ * this header, which they all include, keeps its own. */
 static inline double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "passes.h"
 
@@ -28,12 +27,6 @@ const Pass *pass_lookup(const char *name) {
     if (!strcmp(pass_table[k].name, name))
       return &pass_table[k];
   return NULL;
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static bool prints_after(const PassOptions *o, const char *pass) {
@@ -103,9 +96,9 @@ bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
   int nremat = 0;
   for (int k = 0; k < pass_count; k++) {
     const Pass *p = &pass_table[k];
-    double t0 = now_ms();
+    double t0 = ir_now_ms();
     bool ok = p->run(m, d, run);
-    run->ms[k] = now_ms() - t0;
+    run->ms[k] = ir_now_ms() - t0;
     run->ran = k + 1;
     /* a loop asked for is found again by its location, so it is never
      * asked for twice */

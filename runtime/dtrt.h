@@ -305,7 +305,7 @@ DtStatus dtrt_init_range(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg
                          int64_t fan_in, int64_t fan_out, uint64_t seed, uint64_t stream,
                          int64_t first);
 
-/* ---- checkpoints (safetensors) ---------------------------------------- */
+/* ---- checkpoints of named tensors (tensor_file.c) --------------------- */
 
 typedef struct DtNamed {
   const char *name;
@@ -332,7 +332,7 @@ DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
 DtStatus dtrt_load(DtrtCtx *ctx, const char *path, DtNamed *t, int n,
                    const char *model_hash, int64_t *step);
 
-/* ---- whole-tensor checkpoints (ckpt.c) ------------------------------- */
+/* ---- whole-tensor checkpoints (model_ckpt.c) ------------------------- */
 
 /* One tensor of a checkpoint as this process holds it: t, a block of the
  * tensor of dims full from begin on (full all zero: t is whole). kind is

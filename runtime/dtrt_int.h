@@ -76,9 +76,110 @@ static inline uint64_t dtrt_rand_at(uint64_t key, uint64_t counter) {
   return dtrt_mix(key + (counter + 1) * 0x9e3779b97f4a7c15u);
 }
 
-/* ---- checkpoint.c ----------------------------------------------------- */
+/* ---- safetensors.c ---------------------------------------------------- */
 
-/* Where a checkpoint's tensor lies in a larger tensor: from begin on in every
+/* The largest header read (the limit of the safetensors reference reader);
+ * the hex digits of a "crc32:" checksum; the suffix of a temporary file. */
+#define DTRT_ST_MAX_HEADER (100 << 20)
+#define DTRT_ST_DIGITS 8
+#define DTRT_ST_TMP ".tmp.XXXXXX"
+
+struct cJSON;
+
+/* A tensor of a safetensors file: its name, dtype, dims and bytes [begin,
+ * end) of the data section. The rest is its readers' and writers' own. */
+typedef struct DtStEntry {
+  const char *name;
+  int dtype, rank;
+  int64_t dim[DT_MAX_RANK];
+  int64_t begin, end;
+  bool block;                    /* tensor_file.c: a block of the tensor of */
+  int64_t full[DT_MAX_RANK];     /* shape full, from start on */
+  int64_t start[DT_MAX_RANK];
+  int kind;                      /* model_ckpt.c: DtGlobalKind, -1: not known */
+  int local;                     /* model_ckpt.c: the caller's tensor, -1: none */
+} DtStEntry;
+
+/* A file's header as read: text (hl bytes from byte 8 on, NUL after), its
+ * JSON, its tensors, its __metadata__ (NULL: none). Free with
+ * dtrt_st_header_free. */
+typedef struct DtStHeader {
+  char *text;
+  int64_t hl, datalen;
+  struct cJSON *root;
+  DtStEntry *e;
+  int ne;
+  const struct cJSON *meta;
+} DtStHeader;
+
+/* Reads the header of the file fd (size bytes) into h: the length, the JSON
+ * object and nothing after it, each tensor entry (dtype F32 or I32, rank,
+ * shape, offsets within the data section and matching the shape), one
+ * __metadata__. model: a model checkpoint's messages for a malformed entry
+ * or __metadata__, else a named-tensor file's (which takes any __metadata__
+ * here). Messages read "load: PATH...". */
+DtStatus dtrt_st_read_header(DtrtCtx *ctx, const char *path, int fd, int64_t size, bool model,
+                             DtStHeader *h);
+/* Sorts h's entries in data order and checks they cover the data section
+ * without hole or overlap (more: added to the message of a short cover). */
+DtStatus dtrt_st_check_layout(DtrtCtx *ctx, const char *path, DtStHeader *h, const char *more);
+/* Sorts h's entries by name and checks no name appears twice. */
+DtStatus dtrt_st_check_names(DtrtCtx *ctx, const char *path, DtStHeader *h);
+void dtrt_st_header_free(DtrtCtx *ctx, DtStHeader *h);
+/* qsort orders of entries: by name; in data order (empty ones by name). */
+int dtrt_st_by_name(const void *a, const void *b);
+int dtrt_st_by_begin(const void *a, const void *b);
+/* The entry named name among e[0..n) sorted by name, or NULL. */
+DtStEntry *dtrt_st_find(const DtStEntry *e, int n, const char *name);
+/* Strict decimal int64 (a sign allowed, nothing after); "crc32:" and
+ * exactly 8 lowercase hex digits. */
+bool dtrt_st_parse_i64(const char *s, int64_t *v);
+bool dtrt_st_parse_crc(const char *s, unsigned long *v);
+/* zlib's CRC-32 of n bytes at p continuing crc (0 to start); p may be NULL
+ * when n is 0. */
+unsigned long dtrt_st_crc(unsigned long crc, const void *p, int64_t n);
+/* A JSON number that is a whole number in [0, 2^53]; an array of rank of them. */
+bool dtrt_json_whole(const struct cJSON *j, int64_t *v);
+bool dtrt_json_dims(const struct cJSON *j, int rank, int64_t *v);
+/* A header's JSON object with an empty __metadata__ (*meta); NULL on no
+ * memory. */
+struct cJSON *dtrt_st_new_header(struct cJSON **meta);
+/* Adds tensor e (dtype, shape, data_offsets) to the header root. */
+bool dtrt_st_add_entry(struct cJSON *root, const DtStEntry *e);
+/* The bytes of the file before the data: the length, json, spaces to a
+ * multiple of 8; *size of them. NULL on no memory. */
+char *dtrt_st_frame(DtrtCtx *ctx, const char *json, int64_t *size);
+
+/* Positioned I/O of n bytes at off: 0, or -1 with errno set; a read gives
+ * -2 at the end of the file. */
+int dtrt_st_pread(int fd, void *p, int64_t n, int64_t off);
+int dtrt_st_pwrite(int fd, const void *p, int64_t n, int64_t off);
+/* Opens path for a load (dtrt_open_input); a failure is the message
+ * "load: PATH is not a regular file", "... more than the read limit" or
+ * "load: cannot open PATH". */
+DtStatus dtrt_st_open(DtrtCtx *ctx, const char *path, int *fd, int64_t *size);
+/* PATH.tmp.XXXXXX for mkstemp (free with dtrt_free); NULL on no memory. */
+char *dtrt_st_tmp_name(DtrtCtx *ctx, const char *path);
+/* Ends an atomic save: renames the written and synced tmp over path if path
+ * is still a regular file or nothing, then syncs the directory; on a failure
+ * before the rename tmp is removed. Messages read "save: ...". */
+DtStatus dtrt_st_replace(DtrtCtx *ctx, const char *tmp, const char *path);
+/* fsync of the directory holding path; -1 with errno on failure. */
+int dtrt_sync_dir(DtrtCtx *ctx, const char *path);
+/* Whether libdtrt may write the file path names: only a regular file or
+ * nothing (then it is created). Anything else (a device, a directory, a FIFO)
+ * is DT_ERR_IO with "OP: PATH is not a regular file; not writing it", and so
+ * is a path that cannot be looked up; nothing is created. */
+DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path);
+/* Opens path for reading if it is a regular file of at most the context's
+ * read limit, without blocking (as a FIFO would) and with O_NONBLOCK cleared
+ * again; *size is its size. -1 with errno set otherwise: EINVAL when it is not
+ * a regular file, EFBIG when it is larger than the limit. */
+int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size);
+
+/* ---- tensor_file.c ---------------------------------------------------- */
+
+/* Where a file's tensor lies in a larger tensor: from begin on in every
  * dim of the tensor of shape full; full all zero: it is whole. */
 typedef struct DtBlock {
   int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
@@ -92,32 +193,16 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
                           int n, const char *model_hash, int64_t step);
 DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBlock *b, int n,
                           const char *model_hash, int64_t *step);
+
+/* ---- model_ckpt.c ----------------------------------------------------- */
+
 /* Calls fn(arg, whole, local, n) for each run of elements contiguous both in
  * the block dim[0..r) at begin and in the whole tensor of dims full: its
  * first element's index in the whole tensor and in the block, its length.
- * Stops at fn's first non-zero return, which it returns (ckpt.c). */
+ * Stops at fn's first non-zero return, which it returns. */
 typedef int (*DtRunFn)(void *arg, int64_t whole, int64_t local, int64_t n);
 int dtrt_for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
                   DtRunFn fn, void *arg);
-/* fsync of the directory holding path; -1 with errno on failure. */
-int dtrt_sync_dir(DtrtCtx *ctx, const char *path);
-/* A JSON number that is a whole number in [0, 2^53]; an array of rank of them. */
-struct cJSON;
-bool dtrt_json_whole(const struct cJSON *j, int64_t *v);
-bool dtrt_json_dims(const struct cJSON *j, int rank, int64_t *v);
-/* Whether libdtrt may write the file path names: only a regular file or
- * nothing (then it is created). Anything else (a device, a directory, a FIFO)
- * is DT_ERR_IO with "OP: PATH is not a regular file; not writing it", and so
- * is a path that cannot be looked up; nothing is created. */
-DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path);
-/* Opens path for reading if it is a regular file of at most the context's
- * read limit, without blocking (as a FIFO would) and with O_NONBLOCK cleared
- * again; *size is its size. -1 with errno set otherwise: EINVAL when it is not
- * a regular file, EFBIG when it is larger than the limit. */
-int dtrt_open_input(const DtrtCtx *ctx, const char *path, int64_t *size);
-
-/* ---- ckpt.c ----------------------------------------------------------- */
-
 /* dtrt_ckpt_load, and *old (may be NULL) set when path is a safetensors file
  * of the per-rank format (no "format" in its metadata; DT_ERR_FORMAT). */
 DtStatus dtrt_ckpt_load_as(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int n,

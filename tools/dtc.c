@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "codegen.h"
@@ -102,12 +101,6 @@ static int fail(const char *fmt, ...) {
 static bool has_suffix(const char *s, const char *suf) {
   size_t n = strlen(s), k = strlen(suf);
   return n >= k && !strcmp(s + n - k, suf);
-}
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* Returns the value of "--name=VALUE" or "-xVALUE", or NULL. */
@@ -395,9 +388,9 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     int ndev = dr->devices[k];
     d->context = plan_note;
     d->context_arg = &ndev;
-    double t0 = now_ms();
+    double t0 = ir_now_ms();
     Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
-    double fe_ms = now_ms() - t0;
+    double fe_ms = ir_now_ms() - t0;
     if (m && !d->nerr && dr->det && !set_deterministic(m, dr->det))
       goto done;
     if (m)
@@ -481,7 +474,7 @@ static int run(Driver *dr, Arena *a, Diag *d) {
 
   if (dr->ndevices)
     return run_plans(dr, a, d, src, cluster);
-  double t0 = now_ms();
+  double t0 = ir_now_ms();
   Module *m;
   if (has_suffix(dr->input, ".ir")) {
     if (cluster || dr->ndefs)
@@ -492,7 +485,7 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   } else {
     m = fe_compile(a, src, dr->defs, dr->ndefs, d);
   }
-  double fe_ms = now_ms() - t0;
+  double fe_ms = ir_now_ms() - t0;
   if (!m || d->nerr)
     return 1;
   if (dr->det && !set_deterministic(m, dr->det))
@@ -557,10 +550,10 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     const char *suffix = !strcmp(o->emit, "obj") ? ".o" : !strcmp(o->emit, "asm") ? ".s" : ".ll";
     o->output = default_output(a, dr->input, suffix);
   }
-  t0 = now_ms();
+  t0 = ir_now_ms();
   bool ok = cg_emit(m, o, d);
   if (dr->time_passes)
-    time_report(dr, fe_ms, now_ms() - t0);
+    time_report(dr, fe_ms, ir_now_ms() - t0);
   return ok && !d->nerr ? 0 : 1;
 }
 

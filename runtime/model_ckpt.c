@@ -1,7 +1,8 @@
-/* ckpt.c: checkpoints of whole tensors whatever the layout: one safetensors
+/* model_ckpt.c: checkpoints of whole tensors whatever the layout: one safetensors
  * file that every rank writes its own blocks into and reads its own blocks
  * from, by positioned I/O, and the conversion of the per-rank files of
- * earlier versions (docs/RUNTIME.md, "Checkpoints").
+ * earlier versions (docs/RUNTIME.md, "Checkpoints"); the format is
+ * safetensors.c's.
  *
  * The checksum ("crc32:" and 8 hex digits) is the CRC-32 of the file from
  * byte 8 on, header and data, with the checksum's own 8 digits read as '0':
@@ -22,38 +23,18 @@
 #include "dtrt_int.h"
 
 #define FORMAT "dtc-1"
-#define MAX_HEADER (100 << 20)   /* the limit of the safetensors reference reader */
 #define CK_KEY "\"checksum\":\"crc32:"
-enum { CHUNK = 1 << 20, DIGITS = 8 };
+enum { CHUNK = 1 << 20, DIGITS = DTRT_ST_DIGITS };
 
 /* A tensor of the file: whole dims, place in the data section, and the
- * caller's tensor it is (-1: none, skipped). */
-typedef struct Entry {
-  const char *name;
-  int dtype, rank, kind;
-  int64_t dim[DT_MAX_RANK];
-  int64_t begin, end;
-  int local;
-} Entry;
+ * caller's tensor it is (local; -1: none, skipped). */
+typedef DtStEntry Entry;
 
 /* A run of bytes of the data section and their CRC. */
 typedef struct Piece {
   int64_t off, len;
   uint64_t crc;
 } Piece;
-
-static int by_name(const void *a, const void *b) {
-  return strcmp(((const Entry *)a)->name, ((const Entry *)b)->name);
-}
-
-static int by_begin(const void *a, const void *b) {
-  const Entry *x = a, *y = b;
-  if (x->begin != y->begin)
-    return x->begin < y->begin ? -1 : 1;
-  if (x->end != y->end)
-    return x->end < y->end ? -1 : 1;
-  return strcmp(x->name, y->name);
-}
 
 static int by_off(const void *a, const void *b) {
   const Piece *x = a, *y = b;
@@ -63,11 +44,6 @@ static int by_off(const void *a, const void *b) {
 /* The status of every rank when ctx has joined a job of several ranks. */
 static DtStatus share(DtrtCtx *ctx, DtStatus s) {
   return dtrt_nranks(ctx) > 1 ? dtrt_comm_status(ctx, s) : s;
-}
-
-static uLong crc_of(const void *p, int64_t n) {
-  uLong c = crc32_z(0, NULL, 0);
-  return n ? crc32_z(c, p, (z_size_t)n) : c;
 }
 
 /* ---- text ---- */
@@ -157,39 +133,6 @@ int dtrt_for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim,
   return 0;
 }
 
-static int pwrite_all(int fd, const void *p, int64_t n, int64_t off) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t w = pwrite(fd, c, (size_t)(n < (1 << 30) ? n : (1 << 30)), (off_t)off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
-      if (w == 0)
-        errno = EIO;
-      return -1;
-    }
-    c += w, n -= w, off += w;
-  }
-  return 0;
-}
-
-/* -1 with errno set on an error, -2 at the end of the file. */
-static int pread_all(int fd, void *p, int64_t n, int64_t off) {
-  char *c = p;
-  while (n > 0) {
-    ssize_t r = pread(fd, c, (size_t)(n < (1 << 30) ? n : (1 << 30)), (off_t)off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r < 0)
-      return -1;
-    if (r == 0)
-      return -2;
-    c += r, n -= r, off += r;
-  }
-  return 0;
-}
-
-
 /* ---- save ---- */
 
 typedef struct Writer {
@@ -205,9 +148,9 @@ static int write_run(void *arg, int64_t whole, int64_t local, int64_t n) {
   Writer *w = arg;
   const unsigned char *src = w->src + local * 4;
   int64_t off = w->base + whole * 4, len = n * 4;
-  if (pwrite_all(w->fd, src, len, w->data + off))
+  if (dtrt_st_pwrite(w->fd, src, len, w->data + off))
     return -1;
-  uLong crc = crc_of(src, len);
+  uLong crc = dtrt_st_crc(0, src, len);
   if (w->np && w->p[w->np - 1].off + w->p[w->np - 1].len == off) {
     Piece *last = &w->p[w->np - 1];
     last->crc = crc32_combine((uLong)last->crc, crc, (z_off_t)len);
@@ -259,7 +202,7 @@ static Entry *table(DtrtCtx *ctx, const DtCkptTensor *t, int n, DtStatus *s) {
     dtrt_block(t[k].t.dim, t[k].full, t[k].begin, t[k].t.rank, e[k].dim, begin);
   }
   if (!*s) {
-    qsort(e, (size_t)n, sizeof *e, by_name);
+    qsort(e, (size_t)n, sizeof *e, dtrt_st_by_name);
     int64_t at = 0;
     for (int k = 0; k < n && !*s; k++) {
       if (k && !strcmp(e[k - 1].name, e[k].name))
@@ -357,13 +300,10 @@ static DtStatus owners(DtrtCtx *ctx, const Entry *e, int n, const int64_t *all, 
 /* The header's JSON with the checksum as 8 '0' digits (free with cJSON_free). */
 static char *header(const Entry *e, int n, const char *model, const char *hash,
                     const char *phash, int64_t step, const char *plan) {
-  char buf[160];
-  cJSON *root = cJSON_CreateObject(), *meta = cJSON_CreateObject();
-  if (!root || !meta || !cJSON_AddItemToObject(root, "__metadata__", meta)) {
-    cJSON_Delete(root);
-    cJSON_Delete(meta);
+  char buf[32];
+  cJSON *meta, *root = dtrt_st_new_header(&meta);
+  if (!root)
     return NULL;
-  }
   snprintf(buf, sizeof buf, "%" PRId64, step);
   bool ok = cJSON_AddStringToObject(meta, "format", FORMAT) &&
             cJSON_AddStringToObject(meta, "model", model) &&
@@ -372,14 +312,8 @@ static char *header(const Entry *e, int n, const char *model, const char *hash,
             cJSON_AddStringToObject(meta, "step", buf) &&
             cJSON_AddStringToObject(meta, "plan", plan) &&
             cJSON_AddStringToObject(meta, "checksum", "crc32:00000000");
-  for (int k = 0; ok && k < n; k++) {
-    cJSON *o = cJSON_AddObjectToObject(root, e[k].name);
-    dtrt_dims_str(e[k].dim, e[k].rank, buf, sizeof buf);
-    ok = o && cJSON_AddStringToObject(o, "dtype", e[k].dtype == DTRT_F32 ? "F32" : "I32") &&
-         cJSON_AddRawToObject(o, "shape", buf);
-    snprintf(buf, sizeof buf, "[%" PRId64 ",%" PRId64 "]", e[k].begin, e[k].end);
-    ok = ok && cJSON_AddRawToObject(o, "data_offsets", buf);
-  }
+  for (int k = 0; ok && k < n; k++)
+    ok = dtrt_st_add_entry(root, &e[k]);
   char *json = ok ? cJSON_PrintUnformatted(root) : NULL;
   cJSON_Delete(root);
   return json;
@@ -443,7 +377,7 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
   int64_t *blk = dtrt_alloc(ctx, (size_t)(n + 1) * (size_t)B * sizeof *blk);
   int64_t *all = dtrt_alloc(ctx, (size_t)(n + 1) * (size_t)np * (size_t)B * sizeof *all);
   bool *mine = dtrt_alloc(ctx, (size_t)n + 1);
-  char *tmp = dtrt_alloc(ctx, plen + 16), *json = NULL, *hdr = NULL;
+  char *tmp = dtrt_st_tmp_name(ctx, path), *json = NULL, *hdr = NULL;
   Text pt = {.ctx = ctx, .ok = true};
   Writer w = {.fd = -1, .ctx = ctx};
   if (!blk || !all || !mine || !tmp)
@@ -464,24 +398,16 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
     s = DT_ERR_NOMEM;
   if (!s && !(json = header(e, n, model ? model : "", hash, phash, step, pt.s)))
     s = dtrt_fail(ctx, DT_ERR_NOMEM, "save: out of memory building the header of %s", path);
-  size_t len = json ? strlen(json) : 0, hl = (len + 7) / 8 * 8;
-  if (!s && !(hdr = dtrt_alloc(ctx, 8 + hl)))
+  if (!s && !(hdr = dtrt_st_frame(ctx, json, &w.data)))
     s = DT_ERR_NOMEM;
   if ((s = share(ctx, s)))
     goto done;
-  snprintf(both, sizeof both, "%zu", hl);
+  int64_t hl = w.data - 8, datalen = n ? e[n - 1].end : 0;
+  snprintf(both, sizeof both, "%lld", (long long)hl);
   if (np > 1 && (s = dtrt_comm_agree(ctx, "the length of the checkpoint's header", both)))
     goto done;
-  for (int k = 0; k < 8; k++)
-    hdr[k] = (char)((uint64_t)hl >> 8 * k);
-  memcpy(hdr + 8, json, len);
-  memset(hdr + 8 + len, ' ', hl - len);
-  int64_t datalen = n ? e[n - 1].end : 0;
-  w.data = 8 + (int64_t)hl;
 
   /* the temporary file: rank 0 makes it, every rank opens it */
-  memcpy(tmp, path, plen);
-  strcpy(tmp + plen, ".tmp.XXXXXX");
   if (me == 0) {
     if ((w.fd = mkstemp(tmp)) < 0 || fchmod(w.fd, 0644))
       s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot create a temporary file beside %s: %s", path,
@@ -529,7 +455,7 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
       (s = dtrt_comm_allgatherv(ctx, "save", w.p, w.np * (int)sizeof(Piece), &pieces, &bytes)))
     goto done;
   if (me == 0) {
-    uLong crc = crc_of(hdr + 8, (int64_t)hl);
+    uLong crc = dtrt_st_crc(0, hdr + 8, hl);
     s = join_crc(ctx, op, pieces, bytes / (int)sizeof(Piece), datalen, &crc);
     char *at = strstr(hdr + 8, CK_KEY), digits[DIGITS + 1];
     if (!s && !at)
@@ -537,28 +463,22 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
     snprintf(digits, sizeof digits, "%08lx", (unsigned long)crc);
     if (!s)
       memcpy(at + strlen(CK_KEY), digits, DIGITS);
-    if (!s && (pwrite_all(w.fd, hdr, w.data, 0) || fsync(w.fd)))
+    if (!s && (dtrt_st_pwrite(w.fd, hdr, w.data, 0) || fsync(w.fd)))
       s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
     if (close(w.fd) && !s)
       s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
     w.fd = -1;
-    /* the path may have become something else while the data were written */
-    if (!s)
-      s = dtrt_check_output(ctx, op, path);
-    if (!s && rename(tmp, path))
-      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", path, strerror(errno));
-    else if (!s)
-      tmp[0] = 0;   /* renamed: nothing to remove */
-    if (!s && dtrt_sync_dir(ctx, path))
-      s = dtrt_fail(ctx, DT_ERR_IO, "save: wrote %s but could not sync its directory: %s",
-                    path, strerror(errno));
+    if (!s) {
+      s = dtrt_st_replace(ctx, tmp, path);
+      tmp[0] = 0;   /* renamed, or removed: nothing to remove */
+    }
   }
   dtrt_free(ctx, pieces);
   s = share(ctx, s);
 done:
   if (w.fd >= 0)
     close(w.fd);
-  if (me == 0 && s && tmp && tmp[0] && strcmp(tmp + plen, ".tmp.XXXXXX"))
+  if (me == 0 && s && tmp && tmp[0] && strcmp(tmp + plen, DTRT_ST_TMP))
     unlink(tmp);
   cJSON_free(json);
   dtrt_free(ctx, hdr);
@@ -574,84 +494,17 @@ done:
 
 /* ---- load ---- */
 
-
-/* Strict decimal int64. */
-static bool parse_i64(const char *s, int64_t *v) {
-  char *end;
-  errno = 0;
-  long long x = strtoll(s, &end, 10);
-  if (!(s[0] >= '0' && s[0] <= '9') || *end || errno)
-    return false;
-  *v = x;
-  return true;
-}
-
 /* A file's header, parsed and checked against the file's size. */
 typedef struct Hdr {
-  char *text;              /* hl bytes from byte 8 on, NUL after */
-  int64_t hl, datalen;
-  cJSON *root;
-  Entry *e;                /* by name */
-  int ne;
-  const cJSON *meta;
+  DtStHeader f;            /* its entries by name */
   const char *hash, *phash, *checksum;
   int64_t step;
-  int64_t ck_at;           /* the checksum's digits: their offset in text */
+  int64_t ck_at;           /* the checksum's digits: their offset in f.text */
 } Hdr;
-
-static void hdr_free(DtrtCtx *ctx, Hdr *h) {
-  cJSON_Delete(h->root);
-  dtrt_free(ctx, h->text);
-  dtrt_free(ctx, h->e);
-}
 
 static const char *meta_str(const cJSON *meta, const char *key) {
   const cJSON *j = cJSON_GetObjectItemCaseSensitive(meta, key);
   return cJSON_IsString(j) ? j->valuestring : NULL;
-}
-
-/* One tensor entry of the header into e. */
-static DtStatus parse_entry(DtrtCtx *ctx, const char *path, const cJSON *j, int64_t datalen,
-                            Entry *e) {
-  const char *name = j->string;
-  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
-  const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
-  const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
-  if (!cJSON_IsObject(j) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off))
-    return dtrt_fail(ctx, DT_ERR_FORMAT,
-                     "load: %s: tensor '%s' lacks a string dtype, a shape or data_offsets", path,
-                     name);
-  *e = (Entry){.name = name, .kind = -1, .local = -1};
-  if (!strcmp(dt->valuestring, "F32"))
-    e->dtype = DTRT_F32;
-  else if (!strcmp(dt->valuestring, "I32"))
-    e->dtype = DTRT_I32;
-  else
-    return dtrt_fail(ctx, DT_ERR_MISMATCH,
-                     "load: %s: tensor '%s' has dtype %s; only F32 and I32 load", path, name,
-                     dt->valuestring);
-  if ((e->rank = cJSON_GetArraySize(sh)) > DT_MAX_RANK)
-    return dtrt_fail(ctx, DT_ERR_MISMATCH, "load: %s: tensor '%s' has rank %d; at most %d load",
-                     path, name, e->rank, DT_MAX_RANK);
-  int d = 0;
-  for (const cJSON *x = sh->child; x; x = x->next)
-    if (!dtrt_json_whole(x, &e->dim[d++]))
-      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has a bad shape entry", path,
-                       name);
-  int64_t n = dtrt_elems(e->dim, e->rank), bytes;
-  if (n < 0 || !dtrt_mul(n, 4, &bytes))
-    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' has too many elements", path,
-                     name);
-  if (cJSON_GetArraySize(off) != 2 || !dtrt_json_whole(off->child, &e->begin) ||
-      !dtrt_json_whole(off->child->next, &e->end) || e->begin > e->end || e->end > datalen)
-    return dtrt_fail(ctx, DT_ERR_FORMAT,
-                     "load: %s: tensor '%s' has data_offsets outside the %lld data bytes", path,
-                     name, (long long)datalen);
-  if (e->end - e->begin != bytes)
-    return dtrt_fail(ctx, DT_ERR_FORMAT,
-                     "load: %s: tensor '%s' spans %lld bytes, its shape needs %lld", path, name,
-                     (long long)(e->end - e->begin), (long long)bytes);
-  return DT_OK;
 }
 
 /* Reads and checks the header of the file fd (size bytes) into h: the JSON,
@@ -660,67 +513,16 @@ static DtStatus parse_entry(DtrtCtx *ctx, const char *path, const cJSON *j, int6
  * NULL), unless old_ok (then h has its tensors, and no metadata checked). */
 static DtStatus read_header(DtrtCtx *ctx, const char *path, int fd, int64_t size, Hdr *h,
                             bool old_ok, bool *old) {
-  unsigned char len8[8];
   if (old)
     *old = false;
-  if (size < 8 || pread_all(fd, len8, 8, 0))
-    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s is too short (%lld bytes) for a checkpoint",
-                     path, (long long)size);
-  uint64_t hl = 0;
-  for (int k = 0; k < 8; k++)
-    hl |= (uint64_t)len8[k] << 8 * k;
-  if (hl < 2 || hl > MAX_HEADER || hl > (uint64_t)size - 8)
-    return dtrt_fail(ctx, DT_ERR_FORMAT,
-                     "load: %s: header length %llu does not fit a %lld-byte file", path,
-                     (unsigned long long)hl, (long long)size);
-  h->hl = (int64_t)hl;
-  h->datalen = size - 8 - h->hl;
-  if (!(h->text = dtrt_alloc(ctx, hl + 1)))
-    return DT_ERR_NOMEM;
-  if (pread_all(fd, h->text, h->hl, 8))
-    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot read the header of %s", path);
-  const char *end = h->text;
-  h->root = cJSON_ParseWithLengthOpts(h->text, hl, &end, 0);
-  if (!cJSON_IsObject(h->root))
-    return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: the header is not a JSON object%s", path,
-                     h->root ? "" : " (malformed JSON)");
-  for (; end < h->text + hl; end++)
-    if (*end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')
-      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: text after the JSON header", path);
-  if (!(h->e = dtrt_alloc(ctx, (size_t)(cJSON_GetArraySize(h->root) + 1) * sizeof *h->e)))
-    return DT_ERR_NOMEM;
-  const cJSON *meta = NULL;
-  DtStatus s = DT_OK;
-  for (const cJSON *j = h->root->child; j && !s; j = j->next) {
-    if (strcmp(j->string, "__metadata__"))
-      s = parse_entry(ctx, path, j, h->datalen, &h->e[h->ne++]);
-    else if (meta || !cJSON_IsObject(j))
-      s = dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: a second or malformed __metadata__", path);
-    else
-      meta = j;
-  }
+  DtStatus s = dtrt_st_read_header(ctx, path, fd, size, true, &h->f);
+  if (!s)
+    s = dtrt_st_check_layout(ctx, path, &h->f, " (truncated or extended?)");
+  if (!s)
+    s = dtrt_st_check_names(ctx, path, &h->f);
   if (s)
     return s;
-  qsort(h->e, (size_t)h->ne, sizeof *h->e, by_begin);
-  int64_t at = 0;
-  for (int k = 0; k < h->ne; k++) {
-    if (h->e[k].begin != at)
-      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' %s at byte %lld", path,
-                       h->e[k].name, h->e[k].begin < at ? "overlaps another" : "leaves a hole",
-                       (long long)h->e[k].begin);
-    at = h->e[k].end;
-  }
-  if (at != h->datalen)
-    return dtrt_fail(ctx, DT_ERR_FORMAT,
-                     "load: %s: tensors cover %lld of the %lld data bytes (truncated or "
-                     "extended?)",
-                     path, (long long)at, (long long)h->datalen);
-  qsort(h->e, (size_t)h->ne, sizeof *h->e, by_name);
-  for (int k = 1; k < h->ne; k++)
-    if (!strcmp(h->e[k - 1].name, h->e[k].name))
-      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: tensor '%s' appears twice", path,
-                       h->e[k].name);
-  h->meta = meta;
+  const cJSON *meta = h->f.meta;
   const char *format = meta ? meta_str(meta, "format") : NULL;
   if (!format) {
     if (old)
@@ -741,19 +543,17 @@ static DtStatus read_header(DtrtCtx *ctx, const char *path, int fd, int64_t size
   if (!h->hash || !step || !h->checksum)
     return dtrt_fail(ctx, DT_ERR_FORMAT,
                      "load: %s: __metadata__ lacks a string model_hash, step or checksum", path);
-  if (!parse_i64(step, &h->step) || h->step > DTRT_MAX_STEP)
+  if (step[0] == '-' || !dtrt_st_parse_i64(step, &h->step) || h->step > DTRT_MAX_STEP)
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: step '%s' is not an integer in 0..%lld",
                      path, step, (long long)DTRT_MAX_STEP);
-  bool hex = strlen(h->checksum) == 6 + DIGITS && !strncmp(h->checksum, "crc32:", 6);
-  for (int k = 6; hex && k < 6 + DIGITS; k++)
-    hex = (h->checksum[k] >= '0' && h->checksum[k] <= '9') ||
-          (h->checksum[k] >= 'a' && h->checksum[k] <= 'f');
-  const char *ck = strstr(h->text, CK_KEY);
-  if (!hex || !ck || ck + strlen(CK_KEY) + DIGITS > h->text + h->hl ||
+  unsigned long crc;
+  const char *text = h->f.text, *ck = strstr(text, CK_KEY);
+  if (!dtrt_st_parse_crc(h->checksum, &crc) || !ck ||
+      ck + strlen(CK_KEY) + DIGITS > text + h->f.hl ||
       memcmp(ck + strlen(CK_KEY), h->checksum + 6, DIGITS))
     return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: checksum '%s' is not crc32:XXXXXXXX", path,
                      h->checksum);
-  h->ck_at = ck + strlen(CK_KEY) - h->text;
+  h->ck_at = ck + strlen(CK_KEY) - text;
   return DT_OK;
 }
 
@@ -761,15 +561,15 @@ static DtStatus read_header(DtrtCtx *ctx, const char *path, int fd, int64_t size
  * rank's CRC joined in rank order after the header's. */
 static DtStatus check_sum(DtrtCtx *ctx, const char *path, int fd, const Hdr *h) {
   int me = dtrt_rank(ctx), np = dtrt_nranks(ctx);
-  int64_t q = h->datalen / np, rem = h->datalen % np;
+  int64_t q = h->f.datalen / np, rem = h->f.datalen % np;
   int64_t from = q * me + (me < rem ? me : rem), len = q + (me < rem);
-  uint64_t mine[2] = {crc_of(NULL, 0), (uint64_t)len};
+  uint64_t mine[2] = {0, (uint64_t)len};
   unsigned char *buf = dtrt_alloc(ctx, (size_t)(len < CHUNK ? len : CHUNK) + 1);
   uint64_t *all = dtrt_alloc(ctx, 2 * (size_t)np * sizeof *all);
   DtStatus s = buf && all ? DT_OK : DT_ERR_NOMEM;
   for (int64_t at = 0; !s && at < len; at += CHUNK) {
     int64_t n = len - at < CHUNK ? len - at : CHUNK;
-    int r = pread_all(fd, buf, n, 8 + h->hl + from + at);
+    int r = dtrt_st_pread(fd, buf, n, 8 + h->f.hl + from + at);
     if (r)
       s = dtrt_fail(ctx, r == -2 ? DT_ERR_FORMAT : DT_ERR_IO, "load: cannot read %s: %s", path,
                     r == -2 ? "it is shorter than it was" : strerror(errno));
@@ -781,10 +581,10 @@ static DtStatus check_sum(DtrtCtx *ctx, const char *path, int fd, const Hdr *h) 
   if (!s) {   /* the header's CRC, its digits read as '0' */
     char zeros[DIGITS];
     memset(zeros, '0', DIGITS);
-    uLong crc = crc_of(h->text, h->ck_at);
+    uLong crc = dtrt_st_crc(0, h->f.text, h->ck_at);
     crc = crc32_z(crc, (const unsigned char *)zeros, DIGITS);
-    crc = crc32_z(crc, (const unsigned char *)h->text + h->ck_at + DIGITS,
-                  (z_size_t)(h->hl - h->ck_at - DIGITS));
+    crc = crc32_z(crc, (const unsigned char *)h->f.text + h->ck_at + DIGITS,
+                  (z_size_t)(h->f.hl - h->ck_at - DIGITS));
     for (int r = 0; r < np; r++)
       crc = crc32_combine(crc, (uLong)all[2 * r], (z_off_t)all[2 * r + 1]);
     char got[16];
@@ -811,7 +611,7 @@ static DtStatus match(DtrtCtx *ctx, const char *path, Entry *e, int n, Hdr *h,
   if (!same && params_only && h->phash && !strcmp(mine, h->phash))
     as_params = true;
   for (int k = 0; k < n; k++) {
-    Entry *f = bsearch(&e[k], h->e, (size_t)h->ne, sizeof *f, by_name);
+    Entry *f = bsearch(&e[k], h->f.e, (size_t)h->f.ne, sizeof *f, dtrt_st_by_name);
     if (!f)
       return dtrt_fail(ctx, DT_ERR_MISMATCH, "load: %s has no tensor '%s' (another model's?)",
                        path, e[k].name);
@@ -825,8 +625,8 @@ static DtStatus match(DtrtCtx *ctx, const char *path, Entry *e, int n, Hdr *h,
     e[k].begin = f->begin, e[k].end = f->end;
     f->local = k;
   }
-  for (int k = 0; k < h->ne && !as_params; k++)
-    if (h->e[k].local < 0) {
+  for (int k = 0; k < h->f.ne && !as_params; k++)
+    if (h->f.e[k].local < 0) {
       if (params_only && !h->phash)
         return dtrt_fail(ctx, DT_ERR_MISMATCH,
                          "load: %s does not say which of its tensors are params (it was "
@@ -834,7 +634,7 @@ static DtStatus match(DtrtCtx *ctx, const char *path, Entry *e, int n, Hdr *h,
                          "save it again",
                          path);
       return dtrt_fail(ctx, DT_ERR_MISMATCH, "load: %s has tensor '%s', which this model %s",
-                       path, h->e[k].name,
+                       path, h->f.e[k].name,
                        params_only ? "does not have as a param" : "does not have");
     }
   if (!same && !as_params)
@@ -852,7 +652,7 @@ typedef struct Reader {
 
 static int read_run(void *arg, int64_t whole, int64_t local, int64_t n) {
   Reader *r = arg;
-  int v = pread_all(r->fd, r->dst + local * 4, n * 4, r->base + whole * 4);
+  int v = dtrt_st_pread(r->fd, r->dst + local * 4, n * 4, r->base + whole * 4);
   if (v == -2)
     errno = EIO;
   return v ? -1 : 0;
@@ -864,15 +664,9 @@ static DtStatus open_ckpt(DtrtCtx *ctx, const char *path, int *fd, Hdr *h, bool 
   int64_t size = 0;
   if (!path || !path[0])
     return dtrt_fail(ctx, DT_ERR_ARG, "load: no path");
-  if ((*fd = dtrt_open_input(ctx, path, &size)) < 0) {
-    if (errno == EINVAL)
-      return dtrt_fail(ctx, DT_ERR_IO, "load: %s is not a regular file", path);
-    if (errno == EFBIG)
-      return dtrt_fail(ctx, DT_ERR_FORMAT,
-                       "load: %s is %lld bytes, more than the read limit of %lld", path,
-                       (long long)size, (long long)dtrt_read_limit(ctx));
-    return dtrt_fail(ctx, DT_ERR_IO, "load: cannot open %s: %s", path, strerror(errno));
-  }
+  DtStatus s = dtrt_st_open(ctx, path, fd, &size);
+  if (s)
+    return s;
   return read_header(ctx, path, *fd, size, h, old_ok, old);
 }
 
@@ -900,7 +694,7 @@ DtStatus dtrt_ckpt_load_as(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int 
       DtCkptTensor *x = &t[e[k].local];
       int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
       dtrt_block(x->t.dim, x->full, x->begin, x->t.rank, full, begin);
-      Reader r = {fd, 8 + h.hl + e[k].begin, x->t.data};
+      Reader r = {fd, 8 + h.f.hl + e[k].begin, x->t.data};
       if (dtrt_for_runs(full, begin, x->t.dim, x->t.rank, read_run, &r))
         s = dtrt_fail(ctx, DT_ERR_IO, "load: cannot read %s: %s", path, strerror(errno));
     }
@@ -910,7 +704,7 @@ DtStatus dtrt_ckpt_load_as(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int 
     *step = h.step;
   if (fd >= 0)
     close(fd);
-  hdr_free(ctx, &h);
+  dtrt_st_header_free(ctx, &h.f);
   dtrt_free(ctx, e);
   return s;
 }
@@ -934,7 +728,7 @@ DtStatus dtrt_ckpt_verify(DtrtCtx *ctx, const char *path, int64_t *step) {
     *step = h.step;
   if (fd >= 0)
     close(fd);
-  hdr_free(ctx, &h);
+  dtrt_st_header_free(ctx, &h.f);
   return s;
 }
 
@@ -993,7 +787,7 @@ static DtStatus read_old(DtrtCtx *ctx, const char *path, Old *o) {
   if (!old)
     return dtrt_fail(ctx, DT_ERR_ARG, "convert: %s is a checkpoint of format " FORMAT " already",
                      path);
-  o->hash = o->h.meta ? meta_str(o->h.meta, "model_hash") : NULL;
+  o->hash = o->h.f.meta ? meta_str(o->h.f.meta, "model_hash") : NULL;
   if (!o->hash)
     return dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s has no model_hash", path);
   const char *r = strstr(o->hash, " rank ");
@@ -1010,16 +804,16 @@ static DtStatus read_old(DtrtCtx *ctx, const char *path, Old *o) {
                        path, o->hash);
     o->stem = (size_t)(r - o->hash);
   }
-  int n = o->h.ne;
+  int n = o->h.f.ne;
   o->t = dtrt_alloc(ctx, (size_t)(n + 1) * sizeof *o->t);
   o->b = dtrt_alloc(ctx, (size_t)(n + 1) * sizeof *o->b);
   if (!o->t || !o->b)
     return DT_ERR_NOMEM;
   for (int k = 0; k < n; k++) {
-    const Entry *e = &o->h.e[k];
+    const Entry *e = &o->h.f.e[k];
     o->t[k] = (DtNamed){e->name, {.dtype = e->dtype, .rank = e->rank}};
     memcpy(o->t[k].t.dim, e->dim, sizeof e->dim);
-    if ((s = old_block(ctx, path, o->h.meta, e, &o->b[k])))
+    if ((s = old_block(ctx, path, o->h.f.meta, e, &o->b[k])))
       return s;
     if (!(o->t[k].t.data = dtrt_alloc(ctx, (size_t)(e->end - e->begin) + 1)))
       return DT_ERR_NOMEM;
@@ -1028,17 +822,17 @@ static DtStatus read_old(DtrtCtx *ctx, const char *path, Old *o) {
 }
 
 static void old_free(DtrtCtx *ctx, Old *o) {
-  for (int k = 0; o->t && k < o->h.ne; k++)
+  for (int k = 0; o->t && k < o->h.f.ne; k++)
     dtrt_free(ctx, o->t[k].t.data);
   dtrt_free(ctx, o->t);
   dtrt_free(ctx, o->b);
-  hdr_free(ctx, &o->h);
+  dtrt_st_header_free(ctx, &o->h.f);
 }
 
 /* Every file's block of tensor k of file 0 placed in the whole tensor x. */
 static DtStatus assemble(DtrtCtx *ctx, const char *const *files, Old *o, int n, int k,
                          DtCkptTensor *x) {
-  const Entry *e0 = &o[0].h.e[k];
+  const Entry *e0 = &o[0].h.f.e[k];
   int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
   dtrt_block(e0->dim, o[0].b[k].full, o[0].b[k].begin, e0->rank, full, begin);
   *x = (DtCkptTensor){.name = e0->name, .kind = -1, .t = {.dtype = e0->dtype, .rank = e0->rank}};
@@ -1048,8 +842,8 @@ static DtStatus assemble(DtrtCtx *ctx, const char *const *files, Old *o, int n, 
   x->t.data = dtrt_alloc(ctx, (size_t)cnt * 4 + 1);
   DtStatus s = held && x->t.data ? DT_OK : DT_ERR_NOMEM;
   for (int f = 0; !s && f < n; f++) {
-    const Entry *e = bsearch(e0, o[f].h.e, (size_t)o[f].h.ne, sizeof *e, by_name);
-    int j = e ? (int)(e - o[f].h.e) : -1;
+    const Entry *e = bsearch(e0, o[f].h.f.e, (size_t)o[f].h.f.ne, sizeof *e, dtrt_st_by_name);
+    int j = e ? (int)(e - o[f].h.f.e) : -1;
     int64_t ff[DT_MAX_RANK], fb[DT_MAX_RANK];
     if (e)
       dtrt_block(e->dim, o[f].b[j].full, o[f].b[j].begin, e->rank, ff, fb);
@@ -1099,17 +893,17 @@ DtStatus dtrt_ckpt_convert(DtrtCtx *ctx, const char *out, const char *const *fil
     else if (o[f].step != o[0].step)
       s = dtrt_fail(ctx, DT_ERR_MISMATCH, "convert: %s holds step %lld, %s step %lld", files[0],
                     (long long)o[0].step, files[f], (long long)o[f].step);
-    else if (o[f].h.ne != o[0].h.ne)
+    else if (o[f].h.f.ne != o[0].h.f.ne)
       s = dtrt_fail(ctx, DT_ERR_MISMATCH, "convert: %s holds %d tensors, %s %d", files[0],
-                    o[0].h.ne, files[f], o[f].h.ne);
+                    o[0].h.f.ne, files[f], o[f].h.f.ne);
     else if (seen[o[f].rank])
       s = dtrt_fail(ctx, DT_ERR_ARG, "convert: two files of rank %d", o[f].rank);
     else
       seen[o[f].rank] = true;
   }
-  if (!s && !(x = dtrt_alloc(ctx, (size_t)(o[0].h.ne + 1) * sizeof *x)))
+  if (!s && !(x = dtrt_alloc(ctx, (size_t)(o[0].h.f.ne + 1) * sizeof *x)))
     s = DT_ERR_NOMEM;
-  for (; !s && nx < o[0].h.ne; nx++)
+  for (; !s && nx < o[0].h.f.ne; nx++)
     s = assemble(ctx, files, o, n, nx, &x[nx]);
   if (!s) {
     Text plan = {.ctx = ctx, .ok = true};
@@ -1118,7 +912,7 @@ DtStatus dtrt_ckpt_convert(DtrtCtx *ctx, const char *out, const char *const *fil
     s = plan.ok ? dtrt_ckpt_save(ctx, out, x, nx, NULL, plan.s, o[0].step) : DT_ERR_NOMEM;
     dtrt_free(ctx, plan.s);
   }
-  for (int k = 0; x && k <= nx && k < (o ? o[0].h.ne : 0); k++)
+  for (int k = 0; x && k <= nx && k < (o ? o[0].h.f.ne : 0); k++)
     dtrt_free(ctx, x[k].t.data);
   dtrt_free(ctx, x);
   for (int f = 0; o && f < n; f++)
