@@ -9,9 +9,8 @@ import math
 import sys
 
 import torch
-import torch.nn.functional as F
 
-from torch_steps import run
+from torch_steps import run, train_step
 
 reps, threads, B = (int(a) for a in sys.argv[1:4])
 torch.set_num_threads(threads)
@@ -26,12 +25,4 @@ sched = torch.optim.lr_scheduler.LambdaLR(
 x = torch.rand(B, 1, 28, 28)
 y = torch.randint(0, 10, (B,))
 
-
-def step():
-    opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-    sched.step()
-
-
-run([step], reps, sys.argv[4:5] == ["serve"])
+run([train_step(model, opt, x, y, sched)], reps, sys.argv[4:5] == ["serve"])

@@ -125,18 +125,11 @@ if sys.argv[1] == "check":
     print(f"{losses[0]:.7g} {losses[1]:.7g} {conv_flops(model, x) / 1e9:.7g}")
     sys.exit(0)
 
-from torch_steps import run
+from torch_steps import run, train_step
 
 reps, threads, B = (int(a) for a in sys.argv[1:4])
 model, opt = make(threads)
 x = torch.rand(B, 1, 28, 28)
 y = torch.randint(0, 10, (B,))
 
-
-def step():
-    opt.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-
-
-run([step], reps, sys.argv[4:5] == ["serve"])
+run([train_step(model, opt, x, y)], reps, sys.argv[4:5] == ["serve"])
