@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dtrt_int.h"
@@ -295,8 +296,11 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
           s = product(ctx, gemm, false, true, og, k, ld, yt, ld, col, ld, wg, n0 > 0, dw);
         }
       }
-      if (s)
-        s = dtrt_fail(ctx, s, "%s: the generated GEMM failed: %s", op, dtrt_errmsg(ctx));
+      if (s) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dtrt_errmsg(ctx));
+        s = dtrt_fail(ctx, s, "%s: the generated GEMM failed: %s", op, why);
+      }
     }
   }
   return s;
