@@ -25,6 +25,7 @@ typedef struct Name {
   bool output;           /* an output statement names it */
   bool used;             /* read by an expression */
   bool buffer;           /* N_PARAM: declared with 'buffer' (updated by the step, not trained) */
+  bool updated;          /* a buffer a batch_norm updates */
   struct Name *next;     /* hash chain */
 } Name;
 
@@ -56,6 +57,7 @@ typedef struct Prog {
   VEC(Ctx *) inst;       /* every block application lowered */
   Loc single;            /* the first batch_norm of one value per channel, which cannot train */
   Type single_type;
+  Loc remat;             /* the first repeat(N, remat), which does nothing without training */
 } Prog;
 
 /* The model, or one application of a block. */
@@ -974,6 +976,7 @@ static const Global *bn_buffer(Ctx *c, const Expr *e, const char *what, const In
       return NULL;
     }
   }
+  n->updated = true;
   return g;
 }
 
@@ -2029,8 +2032,11 @@ static Inst *lower_apply(Ctx *c, const Stmt *s) {
   ir_set_int(rep, "n", n);
   ir_set_int(rep, "carry", 1);
   ir_set_int(rep, "stacked", neach + bc->stacked.n);
-  if (s->mode)
+  if (s->mode) {
     ir_set_int(rep, "remat", 1);
+    if (!c->prog->remat.file)
+      c->prog->remat = s->mode_loc;
+  }
   return finish(c, rep);
 }
 
@@ -2204,19 +2210,34 @@ Module *lower_model(Arena *a, const Decl *md, const Decl *const *blocks, int nbl
     if (c.f->inst.a[k]->op == OP_load)
       (*used)[ir_global_of(c.f->inst.a[k]) - c.m->global.a] = true;
   bool ok = d->nerr == nerr;
+  if (ok && !c.m->train.loss && prog.remat.file)
+    diag_warn(d, prog.remat, "'remat' has no effect: the model does not train (no 'minimize'), "
+              "so there is no backward to recompute the forward in");
   for (int k = 0; k < c.names.n && ok && (d->wflags & W_UNUSED); k++) {
     Name *n = c.names.a[k];
     if (n->kind == N_PARAM && !n->val)
       diag_warn(d, n->loc, "%s '%s' is never used", n->buffer ? "buffer" : "param", n->name);
   }
-  for (int j = 0; j < prog.inst.n && ok && (d->wflags & W_UNUSED); j++) {
+  for (int k = 0; k < c.names.n && ok; k++) {
+    Name *n = c.names.a[k];
+    if (n->kind == N_PARAM && n->buffer && n->val && !n->updated)
+      diag_warn(d, n->loc, "buffer '%s' is never updated: no batch_norm names it, so it keeps its "
+                "initial value (declare it 'param' to train it)", n->name);
+  }
+  for (int j = 0; j < prog.inst.n && ok; j++) {
     Ctx *bc = prog.inst.a[j];
     prog.cur = bc;
     for (int k = 0; k < bc->names.n; k++) {
       Name *n = bc->names.a[k];
+      if (n->kind == N_PARAM && !n->used && !(d->wflags & W_UNUSED))
+        continue;
       if (n->kind == N_PARAM && !n->used)
         diag_warn(d, n->loc, "%s '%s' of block '%s' is never used", n->buffer ? "buffer" : "param",
                   n->name, bc->decl->name);
+      else if (n->kind == N_PARAM && n->buffer && !n->updated)
+        diag_warn(d, n->loc, "buffer '%s' of block '%s' is never updated: no batch_norm names it, "
+                  "so it keeps its initial value (declare it 'param' to train it)", n->name,
+                  bc->decl->name);
     }
   }
   d->context = context;
