@@ -59,7 +59,7 @@ static bool quantity(const Expr *e, const char *what, UnitKind kind, double *out
     diag_error(d, e->loc, "'%s' must be positive", what);
     return false;
   }
-  if (*out > 9e18) {
+  if (!ir_in_range(&ir_quantity, *out)) {   /* the IR reader's range of bw and lat */
     diag_error(d, e->loc, "'%s' is too large", what);
     return false;
   }
@@ -113,12 +113,12 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   Device dev = {.name = s->name, .node = c->node.n - 1, .kind = "cpu", .loc = s->name_loc};
   double mem = 0;
   bool ok = fe_eval_float(arg[0], NULL, 0, "'gflops'", &dev.gflops, d);
-  if (ok && !(dev.gflops > 0)) {
+  if (ok && !ir_in_range(ir_field(ir_device_fields, "gflops")->range, dev.gflops)) {
     diag_error(d, arg[0]->loc, "'gflops' must be positive");
     ok = false;
   }
   ok &= quantity(arg[1], "mem", U_MEM, &mem, d);
-  if (ok && mem < 1) {
+  if (ok && !ir_in_range(ir_field(ir_device_fields, "mem")->range, mem)) {
     diag_error(d, arg[1]->loc, "'mem' must be at least one byte");
     ok = false;
   }

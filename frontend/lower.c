@@ -25,6 +25,7 @@ typedef struct Name {
   bool output;           /* an output statement names it */
   bool used;             /* read by an expression */
   bool buffer;           /* N_PARAM: declared with 'buffer' (updated by the step, not trained) */
+  bool updated;          /* a buffer a batch_norm updates */
   struct Name *next;     /* hash chain */
 } Name;
 
@@ -56,6 +57,7 @@ typedef struct Prog {
   VEC(Ctx *) inst;       /* every block application lowered */
   Loc single;            /* the first batch_norm of one value per channel, which cannot train */
   Type single_type;
+  Loc remat;             /* the first repeat(N, remat), which does nothing without training */
 } Prog;
 
 /* The model, or one application of a block. */
@@ -317,16 +319,12 @@ static bool real_arg(Ctx *c, const Expr *e, const char *what, double *out) {
   return fe_eval_real(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
 }
 
-/* A real number from 0 to hi; an open end excludes its bound. */
-static bool real_in(Ctx *c, const Expr *e, const char *what, bool lo_open, double hi, bool hi_open,
-                    double *out) {
+/* A finite number in range r (shared with the IR reader, ir/print.c). */
+static bool real_in(Ctx *c, const Expr *e, const char *what, const IrRange *r, double *out) {
   if (!float_arg(c, e, arena_printf(c->a, "'%s'", what), out))
     return false;
-  if (*out < 0 || *out > hi || (lo_open && *out == 0) || (hi_open && *out == hi)) {
-    const char *range = hi == INFINITY ? (lo_open ? "positive" : "non-negative")
-                                       : arena_printf(c->a, "in %c0, %g%c", lo_open ? '(' : '[', hi,
-                                                      hi_open ? ')' : ']');
-    diag_error(c->d, e->loc, "'%s' must be %s, not %g", what, range, *out);
+  if (!ir_in_range(r, *out)) {
+    diag_error(c->d, e->loc, "'%s' must be %s, not %g", what, r->text, *out);
     return false;
   }
   return true;
@@ -978,6 +976,7 @@ static const Global *bn_buffer(Ctx *c, const Expr *e, const char *what, const In
       return NULL;
     }
   }
+  n->updated = true;
   return g;
 }
 
@@ -1025,8 +1024,8 @@ static Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
     }
   }
   double mom = 0.1, eps = 1e-5;
-  if ((arg[5] && !real_in(c, arg[5], "momentum", false, 1, false, &mom)) ||
-      (arg[6] && !real_in(c, arg[6], "eps", true, INFINITY, false, &eps)))
+  if ((arg[5] && !real_in(c, arg[5], "momentum", &ir_unit, &mom)) ||
+      (arg[6] && !real_in(c, arg[6], "eps", &ir_positive, &eps)))
     return NULL;
   if (count < 2 && !c->prog->single.file)   /* refused if the model trains */
     c->prog->single = arg[0]->loc, c->prog->single_type = *xt;
@@ -1111,7 +1110,7 @@ static Inst *lower_cross_entropy(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
                (long long)ignore);
     return NULL;
   }
-  if (arg[3] && !real_in(c, arg[3], "label_smoothing", false, 1, false, &eps))
+  if (arg[3] && !real_in(c, arg[3], "label_smoothing", &ir_unit, &eps))
     return NULL;
   Inst *sum = ir_new(c->f, OP_cross_entropy_sum, e->loc, 2, in);
   ir_set_int(sum, "ignore_index", ignore);
@@ -1274,7 +1273,7 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     return lower_slice(c, e, x, arg);
   case B_LAYER_NORM:
     v = 1e-5;
-    if (arg[3] && !real_in(c, arg[3], "eps", true, INFINITY, false, &v))
+    if (arg[3] && !real_in(c, arg[3], "eps", &ir_positive, &v))
       return NULL;
     i = ir_new(c->f, op, e->loc, 1, &x);
     ir_set_float(i, "eps", v);
@@ -1288,7 +1287,7 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     seed = (int64_t)e->loc.line << 16 | (e->loc.col & 0xffff);
     if (c->path[0])   /* each application of a block draws its own masks */
       seed ^= (int64_t)(ir_hash(c->path, strlen(c->path)) & 0xffffffff00000000u);
-    if (arg[1] && !real_in(c, arg[1], "p", false, 1, true, &v))
+    if (arg[1] && !real_in(c, arg[1], "p", &ir_unit_open, &v))
       return NULL;
     if (arg[2] && !int_arg(c, arg[2], "'seed'", &seed))
       return NULL;
@@ -1450,7 +1449,7 @@ static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
   Expr *arg[1] = {NULL};
   if (e->kind == E_CALL && !fe_bind(e, &param, 1, 1, 0, arg, c->a, c->d))
     return false;
-  return !arg[0] || real_in(c, arg[0], param, true, INFINITY, false, &g->init_arg);
+  return !arg[0] || real_in(c, arg[0], param, &ir_positive, &g->init_arg);
 }
 
 /* A block's param: a global named after the instance when the block is
@@ -1638,22 +1637,14 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
     else if (!strcmp(p, "eps_form"))
       ok &= choice_in(c, arg[k], p, (const char *const[]){"pytorch", "kingma"}, 2,
                       &t->eps_kingma);
-    else if (!strcmp(p, "lr"))
-      ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->lr);
-    else if (!strcmp(p, "eps"))
-      ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->eps);
-    else if (!strcmp(p, "clip_norm"))
-      ok &= real_in(c, arg[k], p, true, INFINITY, false, &t->clip_norm);
-    else if (!strcmp(p, "weight_decay"))
-      ok &= real_in(c, arg[k], p, false, INFINITY, false, &t->weight_decay);
-    else if (!strcmp(p, "dampening"))
-      ok &= real_in(c, arg[k], p, false, 1, false, &t->dampening);
     else if (!strcmp(p, "accumulate"))
       ok &= accumulate_arg(c, arg[k], &t->accumulate);
-    else
-      ok &= real_in(c, arg[k], p, false, 1, true, !strcmp(p, "momentum") ? &t->momentum
-                                                  : !strcmp(p, "beta1")  ? &t->beta1
-                                                                         : &t->beta2);
+    else {
+      /* a number: its range and its place in Train from the IR's field table */
+      const IrField *f = ir_field(ir_train_fields, p);
+      DTC_ASSERT(f && f->kind == 'f' && f->range);
+      ok &= real_in(c, arg[k], p, f->range, (double *)((char *)t + f->off));
+    }
   }
   if (ok && t->nesterov && t->momentum == 0) {
     diag_error(c->d, e->loc, "'nesterov' needs a momentum above 0");
@@ -2041,8 +2032,11 @@ static Inst *lower_apply(Ctx *c, const Stmt *s) {
   ir_set_int(rep, "n", n);
   ir_set_int(rep, "carry", 1);
   ir_set_int(rep, "stacked", neach + bc->stacked.n);
-  if (s->mode)
+  if (s->mode) {
     ir_set_int(rep, "remat", 1);
+    if (!c->prog->remat.file)
+      c->prog->remat = s->mode_loc;
+  }
   return finish(c, rep);
 }
 
@@ -2216,19 +2210,34 @@ Module *lower_model(Arena *a, const Decl *md, const Decl *const *blocks, int nbl
     if (c.f->inst.a[k]->op == OP_load)
       (*used)[ir_global_of(c.f->inst.a[k]) - c.m->global.a] = true;
   bool ok = d->nerr == nerr;
+  if (ok && !c.m->train.loss && prog.remat.file)
+    diag_warn(d, prog.remat, "'remat' has no effect: the model does not train (no 'minimize'), "
+              "so there is no backward to recompute the forward in");
   for (int k = 0; k < c.names.n && ok && (d->wflags & W_UNUSED); k++) {
     Name *n = c.names.a[k];
     if (n->kind == N_PARAM && !n->val)
       diag_warn(d, n->loc, "%s '%s' is never used", n->buffer ? "buffer" : "param", n->name);
   }
-  for (int j = 0; j < prog.inst.n && ok && (d->wflags & W_UNUSED); j++) {
+  for (int k = 0; k < c.names.n && ok; k++) {
+    Name *n = c.names.a[k];
+    if (n->kind == N_PARAM && n->buffer && n->val && !n->updated)
+      diag_warn(d, n->loc, "buffer '%s' is never updated: no batch_norm names it, so it keeps its "
+                "initial value (declare it 'param' to train it)", n->name);
+  }
+  for (int j = 0; j < prog.inst.n && ok; j++) {
     Ctx *bc = prog.inst.a[j];
     prog.cur = bc;
     for (int k = 0; k < bc->names.n; k++) {
       Name *n = bc->names.a[k];
+      if (n->kind == N_PARAM && !n->used && !(d->wflags & W_UNUSED))
+        continue;
       if (n->kind == N_PARAM && !n->used)
         diag_warn(d, n->loc, "%s '%s' of block '%s' is never used", n->buffer ? "buffer" : "param",
                   n->name, bc->decl->name);
+      else if (n->kind == N_PARAM && n->buffer && !n->updated)
+        diag_warn(d, n->loc, "buffer '%s' of block '%s' is never updated: no batch_norm names it, "
+                  "so it keeps its initial value (declare it 'param' to train it)", n->name,
+                  bc->decl->name);
     }
   }
   d->context = context;

@@ -534,18 +534,33 @@ bool ir_verify(const Module *m, Diag *d);
  * none unknown or repeated, kinds as declared. Reports each at loc, or at
  * at[k] for attribute k when at is not NULL; false when any. */
 bool ir_check_attrs(const Inst *inst, Diag *d, Loc loc, const Loc *at);
+/* The values a numeric field may take, the same in the language (frontend)
+ * and in the IR text: a finite number from lo to hi, an open end excluding its
+ * bound; text says so in messages ("'lr' must be positive, not -1"). */
+typedef struct IrRange {
+  double lo, hi;
+  bool lo_open, hi_open;
+  const char *text;
+} IrRange;
+#define IR_QUANTITY_MAX 9e18 /* the largest memory size, bandwidth or time, in SI units */
+extern const IrRange ir_positive, ir_nonnegative, ir_unit, ir_unit_open, ir_quantity, ir_mem;
+bool ir_in_range(const IrRange *r, double x);
 /* Scalar fields of records as the text form names them ("{gflops = 80.0}");
  * kind 'f' double, 'i' int64_t, 's' string, 'e' an int indexing names[0..n)
- * (written as its name; -1: absent); each table ends with a NULL name. */
+ * (written as its name; -1: absent); range, when not NULL, bounds a number
+ * given; each table ends with a NULL name. */
 typedef struct IrField {
   const char *name;
   char kind;
   size_t off;
   const char *const *names;
   int n;
+  const IrRange *range;
 } IrField;
 extern const IrField ir_device_fields[], ir_link_fields[], ir_collective_fields[], ir_train_fields[],
     ir_global_fields[];
+/* The field of the table named name; NULL when there is none. */
+const IrField *ir_field(const IrField *fields, const char *name);
 
 /* ---- dot.c ------------------------------------------------------------ */
 

@@ -575,9 +575,19 @@ static bool set_fields(Parser *p, void *rec, const IrField *fields, const PAttrs
       }
     } else if (f->kind == 'i' && a->kind == A_INT) {
       memcpy(dst, &a->i, sizeof a->i);
+      if (f->range && !ir_in_range(f->range, (double)a->i)) {
+        error_at(p, v->a[k].loc, "field '%s' of %s must be %s, not %lld", a->name, what,
+                 f->range->text, (long long)a->i);
+        ok = false;
+      }
     } else if (f->kind == 'f' && (a->kind == A_FLOAT || a->kind == A_INT)) {
       double x = a->kind == A_INT ? (double)a->i : a->f;
       memcpy(dst, &x, sizeof x);
+      if (f->range && !ir_in_range(f->range, x)) {
+        error_at(p, v->a[k].loc, "field '%s' of %s must be %s%s, not %g", a->name, what,
+                 isfinite(x) ? "" : "finite and ", f->range->text, x);
+        ok = false;
+      }
     } else {
       error_at(p, v->a[k].loc, "field '%s' of %s must be %s", a->name, what,
                f->kind == 's' || f->kind == 'e' ? "a string"

@@ -7,33 +7,57 @@
 
 #include "ir.h"
 
-#define FIELD(T, f, k) {#f, k, offsetof(T, f), NULL, 0}
-#define ENUM(T, f, names, n) {#f, 'e', offsetof(T, f), names, n}
+const IrRange ir_positive = {0, INFINITY, true, true, "positive"};
+const IrRange ir_nonnegative = {0, INFINITY, false, true, "non-negative"};
+const IrRange ir_unit = {0, 1, false, false, "in [0, 1]"};
+const IrRange ir_unit_open = {0, 1, false, true, "in [0, 1)"};
+const IrRange ir_quantity = {0, IR_QUANTITY_MAX, true, false, "positive and at most 9e18"};
+const IrRange ir_mem = {1, IR_QUANTITY_MAX, false, false, "from 1 byte to 9e18"};
+
+bool ir_in_range(const IrRange *r, double x) {
+  return isfinite(x) && (x > r->lo || (!r->lo_open && x == r->lo)) &&
+         (x < r->hi || (!r->hi_open && x == r->hi));
+}
+
+const IrField *ir_field(const IrField *fields, const char *name) {
+  for (const IrField *f = fields; f->name; f++)
+    if (!strcmp(f->name, name))
+      return f;
+  return NULL;
+}
+
+#define FIELD(T, f, k) {#f, k, offsetof(T, f), NULL, 0, NULL}
+#define RANGED(T, f, k, r) {#f, k, offsetof(T, f), NULL, 0, &r}
+#define ENUM(T, f, names, n) {#f, 'e', offsetof(T, f), names, n, NULL}
 const IrField ir_device_fields[] = {
-    FIELD(Device, kind, 's'),   FIELD(Device, gflops, 'f'), FIELD(Device, mem, 'i'),
-    FIELD(Device, target, 's'), FIELD(Device, cpu, 's'),    FIELD(Device, spread, 'f'), {0}};
-const IrField ir_link_fields[] = {FIELD(Link, bw, 'f'), FIELD(Link, lat, 'f'),
-                                  FIELD(Link, spread, 'f'), {0}};
+    FIELD(Device, kind, 's'),   RANGED(Device, gflops, 'f', ir_positive),
+    RANGED(Device, mem, 'i', ir_mem), FIELD(Device, target, 's'),
+    FIELD(Device, cpu, 's'),    FIELD(Device, spread, 'f'), {0}};
+const IrField ir_link_fields[] = {RANGED(Link, bw, 'f', ir_quantity),
+                                  RANGED(Link, lat, 'f', ir_quantity), FIELD(Link, spread, 'f'),
+                                  {0}};
 const IrField ir_collective_fields[] = {FIELD(Collective, method, 'i'),
-                                        FIELD(Collective, ranks, 'i'), FIELD(Collective, bw, 'f'),
-                                        FIELD(Collective, lat, 'f'), FIELD(Collective, spread, 'f'),
+                                        FIELD(Collective, ranks, 'i'),
+                                        RANGED(Collective, bw, 'f', ir_quantity),
+                                        RANGED(Collective, lat, 'f', ir_quantity),
+                                        FIELD(Collective, spread, 'f'),
                                         {0}};
 const IrField ir_train_fields[] = {
     FIELD(Train, loss, 's'),
     ENUM(Train, opt, ir_opt_names, OPT_COUNT),
-    FIELD(Train, lr, 'f'),
-    FIELD(Train, momentum, 'f'),
-    FIELD(Train, weight_decay, 'f'),
-    FIELD(Train, beta1, 'f'),
-    FIELD(Train, beta2, 'f'),
-    FIELD(Train, eps, 'f'),
+    RANGED(Train, lr, 'f', ir_positive),
+    RANGED(Train, momentum, 'f', ir_unit_open),
+    RANGED(Train, weight_decay, 'f', ir_nonnegative),
+    RANGED(Train, beta1, 'f', ir_unit_open),
+    RANGED(Train, beta2, 'f', ir_unit_open),
+    RANGED(Train, eps, 'f', ir_positive),
     ENUM(Train, schedule, dtrt_schedule_names, DT_SCHED_COUNT),
     FIELD(Train, warmup, 'i'),
     FIELD(Train, total, 'i'),
     FIELD(Train, nesterov, 'i'),
     FIELD(Train, eps_kingma, 'i'),
-    FIELD(Train, clip_norm, 'f'),
-    FIELD(Train, dampening, 'f'),
+    RANGED(Train, clip_norm, 'f', ir_positive),
+    RANGED(Train, dampening, 'f', ir_unit),
     FIELD(Train, accumulate, 'i'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),

@@ -3,6 +3,7 @@
  * then parsed from memory: every claim a header makes is checked against the
  * bytes present before anything is allocated for it. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,8 +265,16 @@ DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out) {
     dtrt_parallel_for(ctx, (n + SCALE_CHUNK - 1) / SCALE_CHUNK, scale_part, &e);
   } else if (real) {
     float *f = out->t.data;
-    for (int64_t k = 0; k < n; k++)
-      f[k] = (float)idx_value(d, type, k);
+    for (int64_t k = 0; k < n; k++) {
+      double x = idx_value(d, type, k);
+      if (isfinite(x) && fabs(x) > FLT_MAX) {
+        s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: value %g at index %lld does not fit in f32",
+                      path, x, (long long)k);
+        dtrt_data_free(ctx, out);
+        goto done;
+      }
+      f[k] = (float)x;
+    }
   } else {
     int32_t *v = out->t.data;
     for (int64_t k = 0; k < n; k++)
@@ -465,6 +474,12 @@ DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out) {
       uint64_t u = le(d + 8 * k, 8);
       double x;
       memcpy(&x, &u, 8);
+      if (isfinite(x) && fabs(x) > FLT_MAX) {
+        s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: value %g at index %lld does not fit in f32",
+                      path, x, (long long)k);
+        dtrt_data_free(ctx, out);
+        goto done;
+      }
       f[k] = (float)x;
     } else if (kind == NPY_U1) {
       v[k] = d[k];
@@ -584,20 +599,45 @@ static DtStatus csv_pass(DtrtCtx *ctx, const char *path, const Buf *b, float *ou
   return DT_OK;
 }
 
+/* The name of the UTF-16 or UTF-32 byte-order mark p (n bytes) starts with,
+ * or NULL. UTF-32's are tested first: its little-endian mark begins with
+ * UTF-16's. */
+static const char *wide_bom(const unsigned char *p, int64_t n) {
+  if (n >= 4 && !memcmp(p, "\xFF\xFE\0\0", 4))
+    return "UTF-32LE";
+  if (n >= 4 && !memcmp(p, "\0\0\xFE\xFF", 4))
+    return "UTF-32BE";
+  if (n >= 2 && !memcmp(p, "\xFF\xFE", 2))
+    return "UTF-16LE";
+  if (n >= 2 && !memcmp(p, "\xFE\xFF", 2))
+    return "UTF-16BE";
+  return NULL;
+}
+
 /* Numbers separated by commas, one row a line; blank lines are skipped. The
- * first non-blank line is a header when a field of it is not a number. */
+ * first non-blank line is a header when a field of it is not a number. A
+ * leading UTF-8 byte-order mark is skipped (lines and columns are counted
+ * without it); a UTF-16 or UTF-32 one is an error, as that text is not
+ * ASCII-compatible. */
 DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out) {
   Buf b;
   DtStatus s = start(ctx, path, out, &b);
   if (s)
     return s;
+  const char *wide = wide_bom(b.p, b.n);
+  int64_t skip = b.n >= 3 && !memcmp(b.p, "\xEF\xBB\xBF", 3) ? 3 : 0;
+  Buf text = {b.p + skip, b.n - skip};
   int64_t rows, cols, n;
-  if (!(s = csv_pass(ctx, path, &b, NULL, 0, &rows, &cols))) {
+  if (wide)
+    s = dtrt_fail(ctx, DT_ERR_FORMAT,
+                  "%s: starts with a %s byte-order mark; a CSV file must be UTF-8 or ASCII",
+                  path, wide);
+  else if (!(s = csv_pass(ctx, path, &text, NULL, 0, &rows, &cols))) {
     int64_t dim[2] = {rows, cols};
     if (!dtrt_mul(rows, cols, &n))
       s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: too many values", path);
     else if (!(s = make(ctx, out, DTRT_F32, dim, 2, n, false)))
-      s = csv_pass(ctx, path, &b, out->t.data, cols, &rows, &cols);
+      s = csv_pass(ctx, path, &text, out->t.data, cols, &rows, &cols);
     if (s)
       dtrt_data_free(ctx, out);
   }

@@ -246,6 +246,9 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
     } else if ((v = opt_value(a, "--cluster="))) {
       dr->cluster_file = v;
     } else if ((v = opt_value(a, "--devices="))) {
+      if (dr->devices_arg)
+        return fail("'--devices' given twice ('%s' and '%s'); list every device count in one, "
+                    "e.g. --devices=%s,%s", dr->devices_arg, v, dr->devices_arg, v);
       if (parse_devices(dr, v))
         return 1;
     } else if ((v = opt_value(a, "--stop-after="))) {

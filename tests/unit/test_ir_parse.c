@@ -263,6 +263,28 @@ static void test_module_decls(void **state) {
   expect_error("module m\nplan auto\nplan even\n", "t.ir:3:1: error: a module has one plan");
   expect_error("module m\ntrain {lr = 1}\ntrain\n", "t.ir:3:1: error: a module has one train line");
   expect_error("module m\ntrain {lr = \"x\"}\n", "t.ir:2:8: error: field 'lr' of train must be a number");
+  /* the language's ranges (frontend/lower.c reads them from the same field table) */
+  expect_error("module m\ntrain {lr = -1.0}\n",
+               "t.ir:2:8: error: field 'lr' of train must be positive, not -1");
+  expect_error("module m\ntrain {lr = 0}\n", "t.ir:2:8: error: field 'lr' of train must be positive, not 0");
+  expect_error("module m\ntrain {lr = nan}\n",
+               "t.ir:2:8: error: field 'lr' of train must be finite and positive, not nan");
+  expect_error("module m\ntrain {lr = 0.1, momentum = 1.0}\n",
+               "t.ir:2:18: error: field 'momentum' of train must be in [0, 1), not 1");
+  expect_error("module m\ntrain {beta1 = -0.5}\n",
+               "t.ir:2:8: error: field 'beta1' of train must be in [0, 1), not -0.5");
+  expect_error("module m\ntrain {beta2 = 1.5}\n",
+               "t.ir:2:8: error: field 'beta2' of train must be in [0, 1), not 1.5");
+  expect_error("module m\ntrain {eps = -1e-08}\n",
+               "t.ir:2:8: error: field 'eps' of train must be positive, not -1e-08");
+  expect_error("module m\ntrain {weight_decay = -0.01}\n",
+               "t.ir:2:8: error: field 'weight_decay' of train must be non-negative, not -0.01");
+  expect_error("module m\ntrain {dampening = 2.0}\n",
+               "t.ir:2:8: error: field 'dampening' of train must be in [0, 1], not 2");
+  expect_error("module m\ntrain {clip_norm = -1.0}\n",
+               "t.ir:2:8: error: field 'clip_norm' of train must be positive, not -1");
+  expect_errors("module m\ntrain {lr = -1.0, momentum = -1.0}\n", 2,
+                "t.ir:2:8: error: field 'lr' of train must be positive, not -1");
   expect_error("module m\ntrain {warmup = 1.5}\n",
                "t.ir:2:8: error: field 'warmup' of train must be an integer");
   expect_error("module m\ntrain {loss = 3}\n", "t.ir:2:8: error: field 'loss' of train must be a string");
@@ -313,6 +335,24 @@ static void test_cluster_and_mesh(void **state) {
                "t.ir:3:3: error: the spread of a link must be a finite number of 0 or more");
   expect_error("module m\ncluster c {\n  collective all_reduce {ranks = 2, bw = 1.0, spread = nan}\n}\n",
                "t.ir:3:3: error: the spread of a collective must be a finite number of 0 or more");
+  /* the language's ranges (frontend/cluster.c reads them from the same field tables) */
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = -1.0, mem = 8}\n}\n",
+               "t.ir:4:18: error: field 'gflops' of a device must be positive, not -1");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 0.0, mem = 8}\n}\n",
+               "t.ir:4:18: error: field 'gflops' of a device must be positive, not 0");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = inf, mem = 8}\n}\n",
+               "t.ir:4:18: error: field 'gflops' of a device must be finite and positive, not inf");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, mem = 0}\n}\n",
+               "t.ir:4:32: error: field 'mem' of a device must be from 1 byte to 9e18, not 0");
+  expect_error("module m\ncluster c {\n  link intra {bw = -1.0, lat = 1.0}\n}\n",
+               "t.ir:3:15: error: field 'bw' of a link must be positive and at most 9e18, not -1");
+  expect_error("module m\ncluster c {\n  link intra {bw = 1.0, lat = 0.0}\n}\n",
+               "t.ir:3:25: error: field 'lat' of a link must be positive and at most 9e18, not 0");
+  expect_error("module m\ncluster c {\n  link intra {bw = 1e19, lat = 1.0}\n}\n",
+               "t.ir:3:15: error: field 'bw' of a link must be positive and at most 9e18, not 1e+19");
+  expect_error("module m\ncluster c {\n  collective all_reduce {ranks = 2, bw = 1.0, lat = -2.0}\n}\n",
+               "t.ir:3:47: error: field 'lat' of a collective must be positive and at most 9e18, "
+               "not -2");
   expect_error("module m\ncluster c {\n  collective all_reduce {method = 5, ranks = 2, "
                "bw = 1.0}\n}\n",
                "t.ir:3:3: error: collective all_reduce needs a method from 0 to 4, ranks from 2, "

@@ -1,5 +1,6 @@
 /* test_runtime_data.c: the IDX, .npy and CSV readers on files the test writes:
  * valid ones, gzip-compressed ones, and truncated, malformed or lying ones. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -130,6 +131,24 @@ static void test_idx(void **state) {
   buf[2] = 0x08;
   buf[3] = 7;
   refuse(dtrt_read_idx, put("rank", buf, h + 24, 0), DT_ERR_FORMAT, "rank 7");
+  /* f8 data: a finite value beyond f32's range is an error, not inf; inf stays */
+  uint32_t n3 = 3;
+  double f8[3] = {-2.5, INFINITY, 1e39};
+  h = idx_header(buf, 0x0E, 1, &n3);
+  for (int k = 0; k < 3; k++) {
+    uint64_t u;
+    memcpy(&u, &f8[k], 8);
+    for (int b = 0; b < 8; b++)
+      buf[h + 8 * (size_t)k + (size_t)b] = (unsigned char)(u >> (56 - 8 * b));
+  }
+  refuse(dtrt_read_idx, put("f8big", buf, h + 24, 0), DT_ERR_FORMAT,
+         "value 1e+39 at index 2 does not fit in f32");
+  buf[h + 16] = 0x3F; /* 1e39's exponent made small: finite in f32 */
+  DtData d8;
+  assert_int_equal(dtrt_read_idx(ctx, put("f8ok", buf, h + 24, 0), &d8), DT_OK);
+  float *v8 = d8.t.data;
+  assert_true(d8.t.dtype == DTRT_F32 && v8[0] == -2.5f && isinf(v8[1]) && isfinite(v8[2]));
+  dtrt_data_free(ctx, &d8);
   /* a header claiming 2^128 bytes is refused before anything is allocated */
   uint32_t huge[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
   h = idx_header(buf, 0x0E, 4, huge);
@@ -309,6 +328,25 @@ static void test_npy(void **state) {
   refuse(dtrt_read_npy, put("e.npy", buf, npy(buf, 1, d3, lv, 24), 0), DT_ERR_FORMAT,
          "value 2147483648 at index 2 does not fit");
 
+  /* a finite f8 beyond f32's range is an error, not inf; inf and nan stay, and
+   * a value too small for f32 becomes 0 or a subnormal, as in a CSV file */
+  double big[4] = {1, HUGE_VAL, NAN, -1e-50};
+  const char *d4f = "{'descr': '<f8', 'fortran_order': False, 'shape': (4,)}\n";
+  assert_int_equal(dtrt_read_npy(ctx, put("g.npy", buf, npy(buf, 1, d4f, big, 32), 0), &d), DT_OK);
+  float *g = d.t.data;
+  assert_true(g[0] == 1 && isinf(g[1]) && isnan(g[2]) && g[3] == 0);
+  dtrt_data_free(ctx, &d);
+  big[2] = -3.5e38;
+  refuse(dtrt_read_npy, put("h.npy", buf, npy(buf, 1, d4f, big, 32), 0), DT_ERR_FORMAT,
+         "value -3.5e+38 at index 2 does not fit in f32");
+  big[2] = 1e300;
+  refuse(dtrt_read_npy, put("h.npy", buf, npy(buf, 1, d4f, big, 32), 0), DT_ERR_FORMAT,
+         "at index 2 does not fit in f32");
+  big[2] = (double)FLT_MAX;
+  assert_int_equal(dtrt_read_npy(ctx, put("i.npy", buf, npy(buf, 1, d4f, big, 32), 0), &d), DT_OK);
+  assert_true(((float *)d.t.data)[2] == FLT_MAX);
+  dtrt_data_free(ctx, &d);
+
   unsigned char u[6] = {0, 1, 2, 253, 254, 255};
   const char *du = "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3), }\n";
   assert_int_equal(dtrt_read_npy(ctx, put("f.npy", buf, npy(buf, 1, du, u, 6), 0), &d), DT_OK);
@@ -407,6 +445,27 @@ static void test_csv(void **state) {
   free(digits);
   float tiny[2] = {1e-30f, 0};
   csv_ok("1e-30,1e-50\n", 1, 2, tiny);
+  /* a UTF-8 byte-order mark is skipped, before a header or a data row; a
+   * UTF-16 or UTF-32 one is refused */
+  csv_ok("\xEF\xBB\xBF" "1,2.5,-3\n400,0.125,6\n", 2, 3, w);
+  csv_ok("\xEF\xBB\xBF" "a,b,c\n1,2.5,-3\n400,0.125,6\n", 2, 3, w);
+  refuse(dtrt_read_csv, puts_("bom.csv", "\xEF\xBB\xBF" "1,2\n3,\r4\n"), DT_ERR_FORMAT,
+         ":2:3: carriage return inside a line");
+  refuse(dtrt_read_csv, puts_("bom2.csv", "\xEF\xBB\xBF"), DT_ERR_FORMAT, "no data rows");
+  refuse(dtrt_read_csv, put("u16le.csv", "\xFF\xFE" "1\0,\0" "2\0\n\0", 10, 0), DT_ERR_FORMAT,
+         "UTF-16LE byte-order mark");
+  refuse(dtrt_read_csv, put("u16be.csv", "\xFE\xFF\0" "1\0,\0" "2\0\n", 10, 0), DT_ERR_FORMAT,
+         "UTF-16BE byte-order mark");
+  refuse(dtrt_read_csv, put("u32le.csv", "\xFF\xFE\0\0" "1\0\0\0", 8, 0), DT_ERR_FORMAT,
+         "UTF-32LE byte-order mark");
+  refuse(dtrt_read_csv, put("u32be.csv", "\0\0\xFE\xFF\0\0\0" "1", 8, 0), DT_ERR_FORMAT,
+         "UTF-32BE byte-order mark");
+  /* inf and nan are numbers, as strtof reads them */
+  DtData d;
+  assert_int_equal(dtrt_read_csv(ctx, puts_("inf.csv", "inf,-inf,nan\n"), &d), DT_OK);
+  float *v = d.t.data;
+  assert_true(isinf(v[0]) && v[0] > 0 && isinf(v[1]) && v[1] < 0 && isnan(v[2]));
+  dtrt_data_free(ctx, &d);
 }
 
 int main(void) {
