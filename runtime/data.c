@@ -182,6 +182,16 @@ static uint32_t be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* *f = x as f32: an infinity or NaN as it is, a finite value beyond f32's
+ * range refused (element k of the file at path), one too small rounded. */
+static DtStatus to_f32(DtrtCtx *ctx, const char *path, double x, int64_t k, float *f) {
+  if (isfinite(x) && fabs(x) > FLT_MAX)
+    return dtrt_fail(ctx, DT_ERR_FORMAT, "%s: value %g at index %lld does not fit in f32", path,
+                     x, (long long)k);
+  *f = (float)x;
+  return DT_OK;
+}
+
 /* Element k of big-endian IDX data of the given type, as a double. */
 static double idx_value(const unsigned char *p, int type, int64_t k) {
   switch (type) {
@@ -266,14 +276,10 @@ DtStatus dtrt_read_idx(DtrtCtx *ctx, const char *path, DtData *out) {
   } else if (real) {
     float *f = out->t.data;
     for (int64_t k = 0; k < n; k++) {
-      double x = idx_value(d, type, k);
-      if (isfinite(x) && fabs(x) > FLT_MAX) {
-        s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: value %g at index %lld does not fit in f32",
-                      path, x, (long long)k);
+      if ((s = to_f32(ctx, path, idx_value(d, type, k), k, &f[k]))) {
         dtrt_data_free(ctx, out);
         goto done;
       }
-      f[k] = (float)x;
     }
   } else {
     int32_t *v = out->t.data;
@@ -474,13 +480,10 @@ DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out) {
       uint64_t u = le(d + 8 * k, 8);
       double x;
       memcpy(&x, &u, 8);
-      if (isfinite(x) && fabs(x) > FLT_MAX) {
-        s = dtrt_fail(ctx, DT_ERR_FORMAT, "%s: value %g at index %lld does not fit in f32",
-                      path, x, (long long)k);
+      if ((s = to_f32(ctx, path, x, k, &f[k]))) {
         dtrt_data_free(ctx, out);
         goto done;
       }
-      f[k] = (float)x;
     } else if (kind == NPY_U1) {
       v[k] = d[k];
     } else {
