@@ -22,8 +22,8 @@
 #     where predicted_ms is dtc --emit=sim of the planned model on the probed
 #     file;
 # and removes the cluster (also on failure). The probed file and the
-# device plans go to stderr as comments. Every rank runs one OpenBLAS thread with
-# OPENBLAS_CORETYPE (default Haswell). Environment: MPIRUN (Open MPI's
+# device plans go to stderr as comments. Every rank runs one thread
+# (DTRT_NUM_THREADS=1). Environment: MPIRUN (Open MPI's
 # mpirun, default the one BUILD was configured with), MPICC (likewise),
 # CLUSTER_DIR (work files, default a fresh mktemp -d, removed at the end
 # unless given). Exits 77 when the cluster cannot be made here.
@@ -49,10 +49,9 @@ else
 fi
 trap 'exit 130' INT
 trap 'exit 143' TERM
-export OPENBLAS_NUM_THREADS=1
-export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
+export DTRT_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
-echo "# $(date -u '+%F %T') UTC; OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; load:$(uptime | sed 's/.*load average://')" >&2
+echo "# $(date -u '+%F %T') UTC; load:$(uptime | sed 's/.*load average://')" >&2
 $cluster down 2>/dev/null
 rc=0
 $cluster up || rc=$?

@@ -69,8 +69,8 @@
 #     compiled for its own probe of that many unpinned ranks, one JSON line
 #     per rank count: {"bench": "hetero_sim", "ranks", "predicted_ms",
 #     "measured_ms", "measured_over_predicted"}.
-# Every rank runs one OpenBLAS thread with OPENBLAS_CORETYPE (default
-# Haswell; the probe and the runs share it). Environment: MPIEXEC and MPICC
+# Every rank runs one thread (DTRT_NUM_THREADS=1; the probe and the runs
+# share it). Environment: MPIEXEC and MPICC
 # (default those BUILD was configured with, else mpiexec and mpicc; both must
 # be of the MPI libdtrt was built with), HETERO_GPT_B (the transformer's
 # batch, default 48), HETERO_RUNS (default 1), HETERO_DIR (work files, default a fresh mktemp -d,
@@ -103,8 +103,7 @@ else
   trap 'rm -rf "$dir"' EXIT
 fi
 
-export OPENBLAS_NUM_THREADS=1
-export OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-Haswell}"
+export DTRT_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 mpiflags=
 if "$mpiexec" --version 2>&1 | grep -q -e 'Open MPI' -e OpenRTE; then
   export OMPI_MCA_mpi_yield_when_idle=1
@@ -151,7 +150,7 @@ predicted() {   # dtc --emit=sim ARGS: the predicted step in ms
   "$build/dtc" --emit=sim "$@" | sed -n 's/^predicted step: \([0-9.]*\) ms.*/\1/p'
 }
 
-echo "# $(date -u '+%F %T') UTC; OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE; load:$(uptime | sed 's/.*load average://')" >&2
+echo "# $(date -u '+%F %T') UTC; load:$(uptime | sed 's/.*load average://')" >&2
 
 # compare RUN: steps 1-4 with a probe of their own; each model's
 # even_over_auto and whether the plan kept even data parallel (1 or 0) are

@@ -326,10 +326,15 @@ typedef void (*SimEventFn)(void *user, int device, const Inst *i, bool comm, dou
 double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user);
 /* Device speed (GFLOP/s) of mesh position `device` (0 without a mesh). */
 double sim_gflops(const Module *m, int device);
-/* Seconds of compute op i on `device`: its work / speed, the work being its
- * FLOPs, SIM_BYTE_FLOPS per byte of its result (and of its operands unless
- * elementwise) and a per-element cost of kernels built on exponentials or
- * random numbers; 0 for K_META, K_COMM and reshape (an alias). */
+/* Its elementwise loops' bytes per second: the cluster's bw, else
+ * sim_gflops / SIM_BYTE_FLOPS. */
+double sim_bw(const Module *m, int device);
+/* Seconds every kernel of it takes beyond its work (the cluster's lat, or 0). */
+double sim_lat(const Module *m, int device);
+/* Seconds of compute op i on `device`: sim_lat, its FLOPs and a per-element
+ * cost of kernels built on exponentials or random numbers over sim_gflops,
+ * and the bytes of its result (and of its operands unless elementwise) over
+ * sim_bw; 0 for K_META, K_COMM and reshape (an alias). */
 double sim_compute_time(const Module *m, const Inst *i, int device);
 /* sim_compute_time of an op of the global step whose values are split over
  * the devices: the seconds that scale with a device's share (its FLOPs and

@@ -702,7 +702,8 @@ static bool planner_init(Planner *p, Module *m) {
     int q = 0;
     while (q < p->nclass) {
       const Device *o = &m->cluster->dev.a[mesh->dev[p->rep[q]]];
-      if (o->gflops == dv->gflops && o->mem == dv->mem)
+      if (o->gflops == dv->gflops && o->bw == dv->bw && o->lat == dv->lat &&
+          o->mem == dv->mem)
         break;
       q++;
     }

@@ -3,12 +3,14 @@
  * Requires: a verified module, after spmd when it has a mesh. Changes nothing.
  *
  * Every device walks its @train_step.D (or the one @train_step, on one device)
- * in order. A compute op takes its work / speed: its FLOPs, the bytes it
- * moves times SIM_BYTE_FLOPS (its result, and for any op but an elementwise
- * one, which fusion keeps in registers, its operands: memory traffic in
- * FLOPs, so a device that is slower at math, such as one sharing its core, is
- * as much slower at moving data), and for kernels built on exponentials or
- * random numbers a cost per element (elem_cost). A collective waits for
+ * in order. A compute op takes the device's roofline, as dtc-probe measures
+ * it: a fixed lat, its FLOPs over the GEMM's speed, and the bytes it moves
+ * over the elementwise loops' bandwidth (its result, and for any op but an
+ * elementwise one, which fusion keeps in registers, its operands), and for
+ * kernels built on exponentials or random numbers a cost per element
+ * (elem_cost) at the GEMM's speed. A device given no bandwidth moves a byte
+ * for SIM_BYTE_FLOPS FLOPs, so one that is slower at math, such as one
+ * sharing its core, is as much slower at moving data. A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
  * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
  * link `intra` when the whole group lies on one node, else `inter`; or, when
@@ -57,6 +59,16 @@ double sim_gflops(const Module *m, int device) {
   return dv && dv->gflops > 0 ? dv->gflops : SIM_DEFAULT_GFLOPS;
 }
 
+double sim_bw(const Module *m, int device) {
+  const Device *dv = cluster_dev(m, device);
+  return dv && dv->bw > 0 ? dv->bw : sim_gflops(m, device) * 1e9 / SIM_BYTE_FLOPS;
+}
+
+double sim_lat(const Module *m, int device) {
+  const Device *dv = cluster_dev(m, device);
+  return dv ? dv->lat : 0;
+}
+
 /* FLOP-equivalents per element (of the larger of the first operand and the
  * result) that a kernel spends beyond its FLOPs: an exponential or logarithm
  * per element, a random number per element, a division and square root per
@@ -89,15 +101,14 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   double n = (double)type_elems(&i->type);
   if (i->nin && (double)type_elems(&i->in[0]->type) > n)
     n = (double)type_elems(&i->in[0]->type);
-  double work = ir_flops(i) + elem_cost(i->op) * n;
-  double w = 0, sh = 0;
-  *(work_split ? &sh : &w) += work;
-  *(out_split ? &sh : &w) += value_bytes(i) * SIM_BYTE_FLOPS;
+  double flops = sim_gflops(m, device) * 1e9, bw = sim_bw(m, device);
+  double w = sim_lat(m, device), sh = 0;
+  *(work_split ? &sh : &w) += (ir_flops(i) + elem_cost(i->op) * n) / flops;
+  *(out_split ? &sh : &w) += value_bytes(i) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
-    *(in_split && in_split[k] ? &sh : &w) += value_bytes(i->in[k]) * SIM_BYTE_FLOPS;
-  double speed = sim_gflops(m, device) * 1e9;
-  *whole = w / speed;
-  *share = sh / speed;
+    *(in_split && in_split[k] ? &sh : &w) += value_bytes(i->in[k]) / bw;
+  *whole = w;
+  *share = sh;
 }
 
 double sim_compute_time(const Module *m, const Inst *i, int device) {

@@ -1,7 +1,8 @@
-/* probe.c: dtc-probe, run under mpirun, measures every rank's sgemm speed and
- * memory, the links between ranks and every collective method of libdtrt
- * over all ranks, and writes them as a dtc cluster block: each figure the
- * median of repeated timings, with their spread. */
+/* probe.c: dtc-probe, run under mpirun, measures every rank's speed at the
+ * kernels a step runs (dtc's GEMM, its elementwise loops) and its memory, the
+ * links between ranks and every collective method of libdtrt over all ranks,
+ * and writes them as a dtc cluster block: each figure the median of repeated
+ * timings, with their spread. */
 #include <assert.h>
 #include <errno.h>
 #include <math.h>
@@ -14,15 +15,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
 #include "dtrt.h"
 
 static const char usage[] =
   "usage: mpirun -n N dtc-probe [options]\n"
   "\n"
-  "Measures each rank's dense f32 speed (one-thread sgemm, n = 512) and memory,\n"
-  "groups ranks into nodes by host name, times ping-pong between two ranks of a\n"
+  "Measures each rank's speed at the kernels of a step, as dtc generates them for\n"
+  "the CPU dtc-probe was built on, on the rank's threads: the GEMM (512^3 and\n"
+  "1024 x 128 x 128) and an elementwise loop (16K and 1M elements: a fixed cost\n"
+  "and a bandwidth); its memory; groups ranks into nodes by host name, times\n"
+  "ping-pong between two ranks of a\n"
   "node and between two nodes, times every collective method of libdtrt over\n"
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
   "Each figure is the median of --reps samples, written with its spread (the\n"
@@ -31,11 +33,11 @@ static const char usage[] =
   "options:\n"
   "  -o FILE      write the cluster to FILE (default: stdout)\n"
   "  --name NAME  name of the cluster (default: probed)\n"
-  "  --reps N     timed repetitions of each measurement (default 20; the sgemm's\n"
+  "  --reps N     timed repetitions of each measurement (default 20; the kernels'\n"
   "               half at the start, half at the end of the probe)\n"
   "  --help       this text\n";
 
-enum { GEMM_N = 512, GEMM_BLOCK = 8, LAT_BYTES = 8, LAT_TRIPS = 100, BW_BYTES = 4 << 20, BW_TRIPS = 4 };
+enum { LAT_BYTES = 8, LAT_TRIPS = 100, BW_BYTES = 4 << 20, BW_TRIPS = 4 };
 
 /* The two sizes every collective is timed at (an all_reduce's buffer, an
  * all_gather's or reduce_scatter's whole tensor, a member's all_to_all input),
@@ -66,16 +68,22 @@ typedef struct ProbeColl {
   double spread;   /* the larger of the two sizes' spreads */
 } ProbeColl;
 
+/* A rank's roofline: its GEMM's speed, its elementwise loops' fixed cost and
+ * bandwidth, and the largest spread of the kernels' times. */
+typedef struct ProbeSpeed {
+  double gflops;   /* FLOPs per second / 1e9 */
+  double lat, bw;  /* seconds, bytes read and written per second */
+  double spread;
+} ProbeSpeed;
+
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
 typedef struct Probe {
   const char *name;
   int nranks, nnodes, reps;
-  const double *gflops;     /* [nranks] */
-  const double *spread;     /* [nranks], of the sgemm times */
+  const ProbeSpeed *speed;  /* [nranks] */
   const double *mem;        /* [nranks], bytes */
   const int *node;          /* [nranks], index into host */
   const char *const *host;  /* [nnodes] */
-  const char *blas;         /* OpenBLAS's kernel set on rank 0 */
   ProbeLink intra, inter;
   int ncoll;                /* collectives timed over all nranks ranks */
   const ProbeColl *coll;    /* [ncoll] */
@@ -118,23 +126,23 @@ static double probe_spread(const double *v, int n) {
  * the language requires. */
 static double at_least(double v, double floor) { return v > floor ? v : floor; }
 
-/* Fits t = lat + bytes / bw to the medians t[k] at coll_bytes[k]: the line
+/* Fits t = lat + bytes / bw to the medians t[k] at bytes[k]: the line
  * through both points. When timing noise makes that meaningless, the line
  * keeps the large size's time: a time that does not grow with the bytes
- * gives lat = t[0] and bw = coll_bytes[1] / t[1] (a bound from above), a
+ * gives lat = t[0] and bw = bytes[1] / t[1] (a bound from above), a
  * negative latency gives lat = 0 and the line through the origin. */
-static void probe_fit(const double t[2], double *lat, double *bw) {
-  double db = coll_bytes[1] - coll_bytes[0], dt = t[1] - t[0];
+static void probe_fit(const double bytes[2], const double t[2], double *lat, double *bw) {
+  double db = bytes[1] - bytes[0], dt = t[1] - t[0];
   if (!(dt > 0)) {
     *lat = t[0];
-    *bw = coll_bytes[1] / t[1];
+    *bw = bytes[1] / t[1];
     return;
   }
   *bw = db / dt;
-  *lat = t[0] - coll_bytes[0] / *bw;
+  *lat = t[0] - bytes[0] / *bw;
   if (*lat < 0) {
     *lat = 0;
-    *bw = coll_bytes[1] / t[1];
+    *bw = bytes[1] / t[1];
   }
 }
 
@@ -143,18 +151,18 @@ static void probe_fit(const double t[2], double *lat, double *bw) {
  * all ranks, each with its two median times; every line with its spread.
  * Returns 0, or -1 when the stream fails. */
 static int probe_write(FILE *f, const Probe *p) {
-  fprintf(f, "# dtc-probe: %d rank%s on %d node%s; one-thread sgemm n=%d (OpenBLAS %s) and "
-          "ping-pong, median of %d, spread = (Q3 - Q1) / median\n", p->nranks,
-          p->nranks == 1 ? "" : "s", p->nnodes, p->nnodes == 1 ? "" : "s", GEMM_N, p->blas,
-          p->reps);
+  fprintf(f, "# dtc-probe: %d rank%s on %d node%s; dtc's GEMM and elementwise loops on "
+          "each rank's threads, and ping-pong, median of %d, spread = (Q3 - Q1) / median\n",
+          p->nranks, p->nranks == 1 ? "" : "s", p->nnodes, p->nnodes == 1 ? "" : "s", p->reps);
   fprintf(f, "cluster %s {\n", p->name);
   for (int n = 0; n < p->nnodes; n++) {
     fprintf(f, "  node n%d {    # host %s\n", n, p->host[n]);
     for (int r = 0; r < p->nranks; r++)
       if (p->node[r] == n)
-        fprintf(f, "    device r%d: cpu(gflops = %.1f, mem = %.2fGiB, spread = %.3f)\n", r,
-                at_least(p->gflops[r], 0.1), at_least(p->mem[r] / (1 << 30), 0.01),
-                p->spread[r]);
+        fprintf(f, "    device r%d: cpu(gflops = %.1f, bw = %.2fGB/s, lat = %.2fus, mem = %.2fGiB, "
+                "spread = %.3f)\n", r, at_least(p->speed[r].gflops, 0.1),
+                at_least(p->speed[r].bw / 1e9, 0.01), at_least(p->speed[r].lat * 1e6, 0.01),
+                at_least(p->mem[r] / (1 << 30), 0.01), p->speed[r].spread);
     fputs("  }\n", f);
   }
   const ProbeLink *links[2] = {&p->intra, &p->inter};
@@ -195,8 +203,8 @@ static int probe_warn(FILE *f, const Probe *p) {
   char what[128];
   int n = 0;
   for (int r = 0; r < p->nranks; r++) {
-    snprintf(what, sizeof what, "the sgemm times of r%d", r);
-    n += warn_spread(f, what, p->spread[r]);
+    snprintf(what, sizeof what, "the kernel times of r%d", r);
+    n += warn_spread(f, what, p->speed[r].spread);
   }
   const ProbeLink *links[2] = {&p->intra, &p->inter};
   const char *kind[2] = {"intra", "inter"};
@@ -214,6 +222,11 @@ static int probe_warn(FILE *f, const Probe *p) {
 
 #ifndef DTC_PROBE_NO_MAIN
 
+#include "probe_gemm_square.h"
+#include "probe_gemm_thin.h"
+#include "probe_rows.h"
+#include "probe_rows_small.h"
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -224,45 +237,112 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void sgemm(const float *a, const float *b, float *c) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, GEMM_N, GEMM_N, GEMM_N, 1.0f, a, GEMM_N,
-              b, GEMM_N, 0.0f, c, GEMM_N);
+/* The kernels a step runs, each the forward of a model of tools/probe/ that
+ * dtc compiled for this machine: one input x, one output y, and its work,
+ * FLOPs or the bytes its loop reads and writes. */
+typedef struct Kernel {
+  int (*create)(void **m);
+  int (*run)(void *m, const float *x, float *y);
+  void (*destroy)(void *m);
+  int64_t nx, ny;
+  double work;
+} Kernel;
+
+#define KERNEL_FNS(name, NAME)                                                 \
+  static int name##_make(void **m) { return name##_create((name **)m, 1); }     \
+  static int name##_go(void *m, const float *x, float *y) {                     \
+    return name##_forward(m, x, NAME##_X_ELEMS, y, NAME##_Y_ELEMS);             \
+  }                                                                             \
+  static void name##_free(void *m) { name##_destroy(m); }
+KERNEL_FNS(probe_gemm_square, PROBE_GEMM_SQUARE)
+KERNEL_FNS(probe_gemm_thin, PROBE_GEMM_THIN)
+KERNEL_FNS(probe_rows, PROBE_ROWS)
+KERNEL_FNS(probe_rows_small, PROBE_ROWS_SMALL)
+#define KERNEL(name, NAME, work) \
+  {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, work}
+#define GEMM_FLOPS(NAME) (2.0 * NAME##_DIM_M * NAME##_DIM_N * NAME##_DIM_K)
+
+enum { K_SQUARE, K_THIN, K_ROWS_SMALL, K_ROWS, K_COUNT };
+static const Kernel kernels[K_COUNT] = {
+  [K_SQUARE] = KERNEL(probe_gemm_square, PROBE_GEMM_SQUARE, GEMM_FLOPS(PROBE_GEMM_SQUARE)),
+  [K_THIN] = KERNEL(probe_gemm_thin, PROBE_GEMM_THIN, GEMM_FLOPS(PROBE_GEMM_THIN)),
+  [K_ROWS_SMALL] = KERNEL(probe_rows_small, PROBE_ROWS_SMALL, 8.0 * PROBE_ROWS_SMALL_X_ELEMS),
+  [K_ROWS] = KERNEL(probe_rows, PROBE_ROWS, 8.0 * PROBE_ROWS_X_ELEMS),
+};
+
+/* The seconds of a timed sample: ranks that share a core take turns in
+ * slices of a few ms, and a sample must span many of them to show it. */
+#define BLOCK_S 25e-3
+
+/* A kernel's model and its buffers; block: runs per timed sample. */
+typedef struct Bench {
+  void *m;
+  float *x, *y;
+  int block;
+} Bench;
+
+static double now(void) { return MPI_Wtime(); }
+
+/* Makes kernel k's model and buffers and runs it once; 0, or -1. */
+static int bench_make(const Kernel *k, Bench *b) {
+  *b = (Bench){0};
+  if (k->create(&b->m) || !(b->x = malloc((size_t)(k->nx + k->ny) * sizeof *b->x)))
+    return -1;
+  b->y = b->x + k->nx;
+  for (int64_t i = 0; i < k->nx; i++)
+    b->x[i] = (float)(i % 17) / 17 - 0.5f;
+  double t0 = now();
+  if (k->run(b->m, b->x, b->y))
+    return -1;
+  double t = now() - t0;
+  b->block = t > BLOCK_S ? 1 : t * 65536 < BLOCK_S ? 65536 : (int)(BLOCK_S / t);
+  return 0;
 }
 
-/* (collective) n samples of sgemm at GEMM_N into t, each the seconds of one
- * product in a block of GEMM_BLOCK; 0, or -1 when out of memory. Every sample
- * starts on all ranks at once, and a rank that is done keeps multiplying,
- * untimed, until all are: ranks that share a core are timed while they share
- * it, from start to end. */
-static int measure_gflops(int n, double *t) {
-  size_t nn = (size_t)GEMM_N * GEMM_N;
-  float *a = malloc(3 * nn * sizeof *a);
-  int ok = a != NULL, all_ok;
+static void bench_free(const Kernel *k, Bench *b) {
+  if (b->m)
+    k->destroy(b->m);
+  free(b->x);
+}
+
+/* (collective) n samples of every kernel into t[k * stride + i], each the
+ * seconds of one run in a block; 0, or -1 when a run failed on some rank.
+ * Every sample starts on all ranks at once, and a rank that is done keeps
+ * running, untimed, until all are: ranks that share a core are timed while
+ * they share it, from start to end. */
+static int measure_kernels(Bench *b, int n, double *t, int stride) {
+  int ok = 1, all_ok;
+  for (int k = 0; k < K_COUNT; k++)
+    for (int i = 0; i < n; i++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = now();
+      for (int r = 0; r < b[k].block; r++)
+        ok &= !kernels[k].run(b[k].m, b[k].x, b[k].y);
+      t[k * stride + i] = (now() - t0) / b[k].block;
+      MPI_Request all_done;
+      int done = 0;
+      MPI_Ibarrier(MPI_COMM_WORLD, &all_done);
+      while (MPI_Test(&all_done, &done, MPI_STATUS_IGNORE), !done)
+        ok &= !kernels[k].run(b[k].m, b[k].x, b[k].y);
+    }
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-  if (!all_ok) {
-    free(a);
-    return -1;
+  return all_ok ? 0 : -1;
+}
+
+/* The roofline of reps samples of each kernel in t[k * reps + i]: the GEMM's
+ * speed over both shapes (their FLOPs over their median times), the line
+ * through the elementwise loop's two sizes. */
+static ProbeSpeed roofline(double *t, int reps) {
+  ProbeSpeed s = {0};
+  double med[K_COUNT];
+  for (int k = 0; k < K_COUNT; k++) {
+    med[k] = median(t + k * reps, reps);
+    s.spread = fmax(s.spread, probe_spread(t + k * reps, reps));
   }
-  float *b = a + nn, *c = b + nn;
-  for (size_t i = 0; i < nn; i++) {
-    a[i] = (float)(i % 17) / 17 - 0.5f;
-    b[i] = (float)(i % 13) / 13 - 0.5f;
-  }
-  sgemm(a, b, c);  /* warm-up */
-  for (int i = 0; i < n; i++) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int k = 0; k < GEMM_BLOCK; k++)
-      sgemm(a, b, c);
-    t[i] = (MPI_Wtime() - t0) / GEMM_BLOCK;
-    MPI_Request all_done;
-    int done = 0;
-    MPI_Ibarrier(MPI_COMM_WORLD, &all_done);
-    while (MPI_Test(&all_done, &done, MPI_STATUS_IGNORE), !done)
-      sgemm(a, b, c);
-  }
-  free(a);
-  return 0;
+  s.gflops = (kernels[K_SQUARE].work + kernels[K_THIN].work) / (med[K_SQUARE] + med[K_THIN]) / 1e9;
+  double bytes[2] = {kernels[K_ROWS_SMALL].work, kernels[K_ROWS].work};
+  probe_fit(bytes, (double[]){med[K_ROWS_SMALL], med[K_ROWS]}, &s.lat, &s.bw);
+  return s;
 }
 
 /* This node's available memory in bytes: MemAvailable, else physical pages. */
@@ -410,7 +490,7 @@ static int measure_colls(DtrtCtx *ctx, int reps, double *t, ProbeColl *out) {
         c.spread = fmax(c.spread, spread);
       }
       if (nc >= 0) {
-        probe_fit(c.t, &c.lat, &c.bw);
+        probe_fit(coll_bytes, c.t, &c.lat, &c.bw);
         out[nc++] = c;
       }
     }
@@ -501,18 +581,21 @@ int main(int argc, char **argv) {
   if (!opened)
     return finish(1);
 
-  openblas_set_num_threads(1);
   int reps = args.reps;
   char (*hosts)[MPI_MAX_PROCESSOR_NAME] = calloc(nranks, sizeof *hosts);
-  double *gflops = calloc(nranks, sizeof *gflops), *mem = calloc(nranks, sizeof *mem);
-  double *spread = calloc(nranks, sizeof *spread);
-  double *t = calloc(reps, sizeof *t), *tg = calloc(reps, sizeof *tg);
+  ProbeSpeed *speed = calloc(nranks, sizeof *speed);
+  double *mem = calloc(nranks, sizeof *mem);
+  double *t = calloc(reps, sizeof *t), *tk = calloc((size_t)K_COUNT * reps, sizeof *tk);
   int *node = calloc(nranks, sizeof *node);
   const char **host = calloc(nranks, sizeof *host);
-  int ok = hosts && gflops && mem && spread && t && tg && node && host, all_ok;
+  Bench bench[K_COUNT] = {0};
+  int ok = hosts && speed && mem && t && tk && node && host, all_ok;
+  for (int k = 0; ok && k < K_COUNT; k++)
+    ok = !bench_make(&kernels[k], &bench[k]);
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   if (!all_ok) {
-    fprintf(stderr, "dtc-probe: error: rank %d: out of memory\n", me);
+    fprintf(stderr, "dtc-probe: error: rank %d: the kernels could not be made or run: %s\n", me,
+            ok ? "on another rank" : probe_rows_error(NULL));
     return finish(1);
   }
 
@@ -547,12 +630,12 @@ int main(int argc, char **argv) {
             "makes %d; libdtrt's hierarchical all-reduce takes the nodes of "
             "MPI_COMM_TYPE_SHARED\n", nnodes, nnodes == 1 ? "" : "s", shared_nodes);
 
-  /* The sgemm's samples in two halves, at the start and at the end of the
+  /* The kernels' samples in two halves, at the start and at the end of the
    * probe, so a speed that drifts while it runs widens the spread. */
   int half = (reps + 1) / 2;
-  if (measure_gflops(half, tg)) {
+  if (measure_kernels(bench, half, tk, reps)) {
     if (me == 0)
-      fprintf(stderr, "dtc-probe: error: out of memory for the sgemm buffers\n");
+      fprintf(stderr, "dtc-probe: error: a kernel failed\n");
     return finish(1);
   }
   double my_mem = node_memory() / on_my_node;
@@ -567,8 +650,7 @@ int main(int argc, char **argv) {
   /* intra: the first two ranks of the first node holding two; inter: the
    * first ranks of nodes 0 and 1. Every rank picks the same pairs. */
   Probe p = {.name = args.name, .nranks = nranks, .nnodes = nnodes, .reps = reps,
-             .gflops = gflops, .spread = spread, .mem = mem, .node = node, .host = host,
-             .blas = openblas_get_corename()};
+             .speed = speed, .mem = mem, .node = node, .host = host};
   int x = -1, y = -1;
   for (int r = 0; r < nranks && y < 0; r++)
     for (int s = r + 1; s < nranks && y < 0; s++)
@@ -609,15 +691,13 @@ int main(int argc, char **argv) {
     return finish(1);
   }
   p.coll = coll;
-  if (measure_gflops(reps - half, tg + half)) {
+  if (measure_kernels(bench, reps - half, tk + half, reps)) {
     if (me == 0)
-      fprintf(stderr, "dtc-probe: error: out of memory for the sgemm buffers\n");
+      fprintf(stderr, "dtc-probe: error: a kernel failed\n");
     return finish(1);
   }
-  double my[2] = {2.0 * GEMM_N * GEMM_N * GEMM_N / median(tg, reps) / 1e9, 0};
-  my[1] = probe_spread(tg, reps);
-  MPI_Allgather(&my[0], 1, MPI_DOUBLE, gflops, 1, MPI_DOUBLE, MPI_COMM_WORLD);
-  MPI_Allgather(&my[1], 1, MPI_DOUBLE, spread, 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  ProbeSpeed my = roofline(tk, reps);
+  MPI_Allgather(&my, sizeof my, MPI_BYTE, speed, sizeof my, MPI_BYTE, MPI_COMM_WORLD);
 
   if (me == 0) {
     probe_warn(stderr, &p);
@@ -636,7 +716,9 @@ int main(int argc, char **argv) {
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
   dtrt_ctx_free(ctx);
-  free(hosts), free(gflops), free(mem), free(spread), free(t), free(tg), free(node), free(host);
+  for (int k = 0; k < K_COUNT; k++)
+    bench_free(&kernels[k], &bench[k]);
+  free(hosts), free(speed), free(mem), free(t), free(tk), free(node), free(host);
   return finish(status ? 1 : 0);
 }
 

@@ -26,28 +26,31 @@ static char *written(const Probe *p) {
  * decimals. */
 static void two_nodes(void **state) {
   (void)state;
-  double gflops[3] = {80.04, 40.06, 39.95};
+  ProbeSpeed speed[3] = {{80.04, 1.234e-6, 20.456e9, 0.0123}, {40.06, 2e-6, 10e9, 0.25},
+                         {39.95, 0.5e-6, 5.555e9, 0}};
   double mem[3] = {8.0 * (1 << 30), 8.0 * (1 << 30), 3.5 * (1 << 30)};
-  double spread[3] = {0.0123, 0.25, 0};
   int node[3] = {0, 0, 1};
   const char *host[2] = {"ws", "pi.lan"};
-  Probe p = {.name = "lab", .nranks = 3, .nnodes = 2, .reps = 20, .gflops = gflops,
-             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Haswell",
+  Probe p = {.name = "lab", .nranks = 3, .nnodes = 2, .reps = 20, .speed = speed,
+             .mem = mem, .node = node, .host = host,
              .intra = {.present = true, .a = 0, .b = 1, .bw = 10.456e9, .lat = 0.414e-6,
                        .spread = 0.0456},
              .inter = {.present = true, .a = 0, .b = 2, .bw = 0.125e9, .lat = 50e-6,
                        .spread = 0.1}};
   char *text = written(&p);
   assert_string_equal(text,
-    "# dtc-probe: 3 ranks on 2 nodes; one-thread sgemm n=512 (OpenBLAS Haswell) and "
-    "ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
+    "# dtc-probe: 3 ranks on 2 nodes; dtc's GEMM and elementwise loops on each "
+    "rank's threads, and ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
-    "    device r0: cpu(gflops = 80.0, mem = 8.00GiB, spread = 0.012)\n"
-    "    device r1: cpu(gflops = 40.1, mem = 8.00GiB, spread = 0.250)\n"
+    "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
+    "spread = 0.012)\n"
+    "    device r1: cpu(gflops = 40.1, bw = 10.00GB/s, lat = 2.00us, mem = 8.00GiB, "
+    "spread = 0.250)\n"
     "  }\n"
     "  node n1 {    # host pi.lan\n"
-    "    device r2: cpu(gflops = 40.0, mem = 3.50GiB, spread = 0.000)\n"
+    "    device r2: cpu(gflops = 40.0, bw = 5.55GB/s, lat = 0.50us, mem = 3.50GiB, "
+    "spread = 0.000)\n"
     "  }\n"
     "  link intra(bw = 10.46GB/s, lat = 0.41us, spread = 0.046)    # ranks 0 and 1\n"
     "  link inter(bw = 0.12GB/s, lat = 50.00us, spread = 0.100)    # ranks 0 and 2\n"
@@ -60,41 +63,46 @@ static void two_nodes(void **state) {
  * node by node. */
 static void one_rank_and_floors(void **state) {
   (void)state;
-  double gflops[1] = {0.01}, mem[1] = {1000}, spread[1] = {0};
+  ProbeSpeed speed[1] = {{0.01, 0, 1e6, 0}};
+  double mem[1] = {1000};
   int node[1] = {0};
   const char *host[1] = {"vm"};
-  Probe p = {.name = "probed", .nranks = 1, .nnodes = 1, .reps = 1, .gflops = gflops,
-             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Prescott"};
+  Probe p = {.name = "probed", .nranks = 1, .nnodes = 1, .reps = 1, .speed = speed,
+             .mem = mem, .node = node, .host = host};
   char *text = written(&p);
   assert_string_equal(text,
-    "# dtc-probe: 1 rank on 1 node; one-thread sgemm n=512 (OpenBLAS Prescott) and "
-    "ping-pong, median of 1, spread = (Q3 - Q1) / median\n"
+    "# dtc-probe: 1 rank on 1 node; dtc's GEMM and elementwise loops on each "
+    "rank's threads, and ping-pong, median of 1, spread = (Q3 - Q1) / median\n"
     "cluster probed {\n"
     "  node n0 {    # host vm\n"
-    "    device r0: cpu(gflops = 0.1, mem = 0.01GiB, spread = 0.000)\n"
+    "    device r0: cpu(gflops = 0.1, bw = 0.01GB/s, lat = 0.01us, mem = 0.01GiB, "
+    "spread = 0.000)\n"
     "  }\n"
     "}\n");
   free(text);
 
-  double g3[3] = {10, 20, 30}, m3[3] = {1 << 30, 1 << 30, 1 << 30}, s3[3] = {0.1, 0.2, 0.3};
+  ProbeSpeed s3[3] = {{10, 1e-6, 1e9, 0.1}, {20, 1e-6, 1e9, 0.2}, {30, 1e-6, 1e9, 0.3}};
+  double m3[3] = {1 << 30, 1 << 30, 1 << 30};
   int n3[3] = {0, 1, 0};
   const char *h2[2] = {"a", "b"};
-  Probe q = {.name = "mixed", .nranks = 3, .nnodes = 2, .reps = 5, .gflops = g3, .spread = s3,
-             .mem = m3,
-             .node = n3, .host = h2, .blas = "Haswell",
+  Probe q = {.name = "mixed", .nranks = 3, .nnodes = 2, .reps = 5, .speed = s3, .mem = m3,
+             .node = n3, .host = h2,
              .intra = {.present = true, .a = 0, .b = 2, .bw = 1e9, .lat = 1e-9},
              .inter = {.present = true, .a = 0, .b = 1, .bw = 1e6, .lat = 1e-3}};
   text = written(&q);
   assert_string_equal(text,
-    "# dtc-probe: 3 ranks on 2 nodes; one-thread sgemm n=512 (OpenBLAS Haswell) and "
-    "ping-pong, median of 5, spread = (Q3 - Q1) / median\n"
+    "# dtc-probe: 3 ranks on 2 nodes; dtc's GEMM and elementwise loops on each "
+    "rank's threads, and ping-pong, median of 5, spread = (Q3 - Q1) / median\n"
     "cluster mixed {\n"
     "  node n0 {    # host a\n"
-    "    device r0: cpu(gflops = 10.0, mem = 1.00GiB, spread = 0.100)\n"
-    "    device r2: cpu(gflops = 30.0, mem = 1.00GiB, spread = 0.300)\n"
+    "    device r0: cpu(gflops = 10.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
+    "spread = 0.100)\n"
+    "    device r2: cpu(gflops = 30.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
+    "spread = 0.300)\n"
     "  }\n"
     "  node n1 {    # host b\n"
-    "    device r1: cpu(gflops = 20.0, mem = 1.00GiB, spread = 0.200)\n"
+    "    device r1: cpu(gflops = 20.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
+    "spread = 0.200)\n"
     "  }\n"
     "  link intra(bw = 1.00GB/s, lat = 0.01us, spread = 0.000)    # ranks 0 and 2\n"
     "  link inter(bw = 0.01GB/s, lat = 1000.00us, spread = 0.000)    # ranks 0 and 1\n"
@@ -106,7 +114,8 @@ static void one_rank_and_floors(void **state) {
  * the group size, the fitted figures and the two medians. */
 static void collectives(void **state) {
   (void)state;
-  double gflops[2] = {80, 40}, mem[2] = {1 << 30, 1 << 30}, spread[2] = {0.01, 0.02};
+  ProbeSpeed speed[2] = {{80, 1e-6, 10e9, 0.01}, {40, 1e-6, 10e9, 0.02}};
+  double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 0};
   const char *host[1] = {"vm"};
   ProbeColl coll[3] = {
@@ -117,18 +126,20 @@ static void collectives(void **state) {
     {.op = DT_COLL_ALL_TO_ALL, .method = DTRT_COMM_RING, .t = {18e-6, 1.315e-3}, .lat = 12e-6,
      .bw = 3.1886e9, .spread = 0.1001},
   };
-  Probe p = {.name = "pair", .nranks = 2, .nnodes = 1, .reps = 20, .gflops = gflops,
-             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Haswell",
+  Probe p = {.name = "pair", .nranks = 2, .nnodes = 1, .reps = 20, .speed = speed,
+             .mem = mem, .node = node, .host = host,
              .intra = {.present = true, .a = 0, .b = 1, .bw = 4.2e9, .lat = 1e-6},
              .ncoll = 3, .coll = coll};
   char *text = written(&p);
   assert_string_equal(text,
-    "# dtc-probe: 2 ranks on 1 node; one-thread sgemm n=512 (OpenBLAS Haswell) and "
-    "ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
+    "# dtc-probe: 2 ranks on 1 node; dtc's GEMM and elementwise loops on each "
+    "rank's threads, and ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
     "cluster pair {\n"
     "  node n0 {    # host vm\n"
-    "    device r0: cpu(gflops = 80.0, mem = 1.00GiB, spread = 0.010)\n"
-    "    device r1: cpu(gflops = 40.0, mem = 1.00GiB, spread = 0.020)\n"
+    "    device r0: cpu(gflops = 80.0, bw = 10.00GB/s, lat = 1.00us, mem = 1.00GiB, "
+    "spread = 0.010)\n"
+    "    device r1: cpu(gflops = 40.0, bw = 10.00GB/s, lat = 1.00us, mem = 1.00GiB, "
+    "spread = 0.020)\n"
     "  }\n"
     "  link intra(bw = 4.20GB/s, lat = 1.00us, spread = 0.000)    # ranks 0 and 1\n"
     "  # collectives over all 2 ranks by libdtrt's methods, t = lat + bytes / bw fitted to "
@@ -162,18 +173,19 @@ static void collectives(void **state) {
 /* Warnings name the rank and the link; a spread of exactly 10% is not one. */
 static void warnings(void **state) {
   (void)state;
-  double gflops[2] = {80, 40}, mem[2] = {1 << 30, 1 << 30}, spread[2] = {0.1, 0.35};
+  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.1}, {40, 0, 1e9, 0.35}};
+  double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 1};
   const char *host[2] = {"a", "b"};
-  Probe p = {.name = "pair", .nranks = 2, .nnodes = 2, .reps = 20, .gflops = gflops,
-             .spread = spread, .mem = mem, .node = node, .host = host, .blas = "Haswell",
+  Probe p = {.name = "pair", .nranks = 2, .nnodes = 2, .reps = 20, .speed = speed,
+             .mem = mem, .node = node, .host = host,
              .inter = {.present = true, .a = 0, .b = 1, .bw = 1e9, .lat = 1e-6, .spread = 0.2}};
   char *warn = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&warn, &len);
   assert_int_equal(probe_warn(f, &p), 2);
   fclose(f);
-  assert_non_null(strstr(warn, "dtc-probe: warning: the sgemm times of r1 spread by 35.0% "));
+  assert_non_null(strstr(warn, "dtc-probe: warning: the kernel times of r1 spread by 35.0% "));
   assert_non_null(strstr(warn, "dtc-probe: warning: the ping-pong times of link inter spread "
                                "by 20.0% "));
   assert_null(strstr(warn, "r0"));
@@ -201,14 +213,14 @@ static void spread(void **state) {
 static void fit(void **state) {
   (void)state;
   double lat, bw, b0 = coll_bytes[0], b1 = coll_bytes[1];
-  probe_fit((double[]){10e-6 + b0 / 2e9, 10e-6 + b1 / 2e9}, &lat, &bw);
+  probe_fit(coll_bytes, (double[]){10e-6 + b0 / 2e9, 10e-6 + b1 / 2e9}, &lat, &bw);
   assert_true(fabs(lat - 10e-6) < 1e-12 && fabs(bw - 2e9) < 1);
-  probe_fit((double[]){b0 / 2e9 - 5e-6, b1 / 2e9 - 5e-6}, &lat, &bw);
+  probe_fit(coll_bytes, (double[]){b0 / 2e9 - 5e-6, b1 / 2e9 - 5e-6}, &lat, &bw);
   assert_true(lat == 0 && fabs(bw - b1 / (b1 / 2e9 - 5e-6)) < 1e-3);
   assert_true(fabs(lat + b1 / bw - (b1 / 2e9 - 5e-6)) < 1e-12);
-  probe_fit((double[]){3e-3, 2e-3}, &lat, &bw);
+  probe_fit(coll_bytes, (double[]){3e-3, 2e-3}, &lat, &bw);
   assert_true(lat == 3e-3 && bw == b1 / 2e-3);
-  probe_fit((double[]){2e-3, 2e-3}, &lat, &bw);
+  probe_fit(coll_bytes, (double[]){2e-3, 2e-3}, &lat, &bw);
   assert_true(lat == 2e-3 && bw == b1 / 2e-3);
 }
 

@@ -66,18 +66,20 @@ static const Func *step_func(const Module *m, int device) {
   return NULL;
 }
 
-/* Compute seconds of f at gflops by the documented model (passes/passes.h,
- * sim_compute_time): the op table's FLOP counts; 5 FLOPs per byte of every
- * result and, but for elementwise ops, of every operand; reshapes free; and
- * for the one kernel of this model with a per-element cost, cross entropy and
- * its gradient, 280 per element of the logits. */
-static double compute_time(const Func *f, double gflops) {
-  double flops = 0, bytes = 0;
+/* Compute seconds of f on a device's roofline by the documented model
+ * (passes/passes.h, sim_compute_time): lat per kernel; the op table's FLOP
+ * counts at gflops; the bytes of every result and, but for elementwise ops,
+ * of every operand at bw (5 FLOPs a byte when bw is 0); reshapes free; and for
+ * the one kernel of this model with a per-element cost, cross entropy and its
+ * gradient, 280 FLOPs per element of the logits. */
+static double roofline_time(const Func *f, double gflops, double bw, double lat) {
+  double flops = 0, bytes = 0, fixed = 0;
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *i = f->inst.a[k];
     OpKind kind = ir_ops[i->op].kind;
     if (kind == K_META || kind == K_COMM || i->op == OP_reshape)
       continue;
+    fixed += lat;
     flops += ir_ops[i->op].flops(i);
     bytes += 4.0 * (double)type_elems(&i->type);
     for (int j = 0; kind != K_ELEM && j < i->nin; j++)
@@ -85,8 +87,10 @@ static double compute_time(const Func *f, double gflops) {
     if (i->op == OP_cross_entropy || i->op == OP_cross_entropy_grad)
       flops += 280.0 * (double)type_elems(&i->in[0]->type);
   }
-  return (flops + 5 * bytes) / (gflops * 1e9);
+  return fixed + flops / (gflops * 1e9) + bytes / (bw > 0 ? bw : gflops * 1e9 / 5);
 }
+
+static double compute_time(const Func *f, double gflops) { return roofline_time(f, gflops, 0, 0); }
 
 static void test_single_device(void **state) {
   (void)state;
@@ -157,6 +161,30 @@ static void check_dp(const char *cluster, double bw, double lat) {
   /* the slower device is the bottleneck: the faster one waits for it */
   assert_int_equal(r.bottleneck, 1);
   assert_true(r.dev[0].idle > 0);
+  arena_free(a);
+}
+
+/* Devices given their rooflines (dtc-probe's bw and lat): the fixed cost of
+ * every kernel and its bytes at the device's bandwidth, not at 5 FLOPs a
+ * byte; each device its own. */
+static void test_roofline(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = compile(a, arena_printf(a, "cluster c {\n"
+                                         "  node a {\n"
+                                         "    device d0: cpu(gflops = 80, bw = 20GB/s, lat = 3us, "
+                                         "mem = 1GiB)\n"
+                                         "    device d1: cpu(gflops = 40, bw = 7GB/s, mem = 1GiB)\n"
+                                         "  }\n" LINKS "%s", dp_even));
+  SimResult r;
+  sim_step(m, &r);
+  double want[2] = {roofline_time(step_func(m, 0), 80, 20e9, 3e-6),
+                    roofline_time(step_func(m, 1), 40, 7e9, 0)};
+  for (int d = 0; d < 2; d++) {
+    assert_true(fabs(r.dev[d].compute - want[d]) <= 1e-9 * want[d]);
+    assert_true(fabs(r.dev[d].compute - compute_time(step_func(m, d), d ? 40 : 80)) >
+                0.01 * want[d]);
+  }
   arena_free(a);
 }
 
@@ -243,6 +271,7 @@ static void test_trace_json(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_device),
+    cmocka_unit_test(test_roofline),
       cmocka_unit_test(test_data_parallel_intra),
       cmocka_unit_test(test_data_parallel_inter),
       cmocka_unit_test(test_even_vs_uneven),
