@@ -272,13 +272,12 @@ static const Kernel kernels[K_COUNT] = {
 
 /* The seconds of a timed sample: ranks that share a core take turns in
  * slices of a few ms, and a sample must span many of them to show it. */
-#define BLOCK_S 25e-3
+#define WINDOW_S 50e-3
 
-/* A kernel's model and its buffers; block: runs per timed sample. */
+/* A kernel's model and its buffers. */
 typedef struct Bench {
   void *m;
   float *x, *y;
-  int block;
 } Bench;
 
 static double now(void) { return MPI_Wtime(); }
@@ -291,12 +290,7 @@ static int bench_make(const Kernel *k, Bench *b) {
   b->y = b->x + k->nx;
   for (int64_t i = 0; i < k->nx; i++)
     b->x[i] = (float)(i % 17) / 17 - 0.5f;
-  double t0 = now();
-  if (k->run(b->m, b->x, b->y))
-    return -1;
-  double t = now() - t0;
-  b->block = t > BLOCK_S ? 1 : t * 65536 < BLOCK_S ? 65536 : (int)(BLOCK_S / t);
-  return 0;
+  return k->run(b->m, b->x, b->y) ? -1 : 0;
 }
 
 static void bench_free(const Kernel *k, Bench *b) {
@@ -306,19 +300,24 @@ static void bench_free(const Kernel *k, Bench *b) {
 }
 
 /* (collective) n samples of every kernel into t[k * stride + i], each the
- * seconds of one run in a block; 0, or -1 when a run failed on some rank.
- * Every sample starts on all ranks at once, and a rank that is done keeps
+ * seconds of one run: the runs that end within WINDOW_S of the sample's
+ * start over their time; 0, or -1 when a run failed on some rank. Every
+ * sample starts on all ranks at once, and a rank that is done keeps
  * running, untimed, until all are: ranks that share a core are timed while
- * they share it, from start to end. */
+ * they share it, over the same window. */
 static int measure_kernels(Bench *b, int n, double *t, int stride) {
   int ok = 1, all_ok;
   for (int k = 0; k < K_COUNT; k++)
     for (int i = 0; i < n; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = now();
-      for (int r = 0; r < b[k].block; r++)
+      double t0 = now(), t1 = t0;
+      int runs = 0;
+      while (t1 - t0 < WINDOW_S) {
         ok &= !kernels[k].run(b[k].m, b[k].x, b[k].y);
-      t[k * stride + i] = (now() - t0) / b[k].block;
+        runs++;
+        t1 = now();
+      }
+      t[k * stride + i] = (t1 - t0) / runs;
       MPI_Request all_done;
       int done = 0;
       MPI_Ibarrier(MPI_COMM_WORLD, &all_done);
