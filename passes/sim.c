@@ -70,20 +70,28 @@ double sim_lat(const Module *m, int device) {
 }
 
 /* FLOP-equivalents per element (of the larger of the first operand and the
- * result) that a kernel spends beyond its FLOPs: an exponential or logarithm
- * per element, a random number per element, a division and square root per
- * row. Measured with DTRT_TRACE on libdtrt's kernels (docs/ARCHITECTURE.md,
- * "Simulator and traces"), relative to one-thread sgemm speed. */
+ * result) that a kernel spends beyond its FLOPs and bytes, at the speed of
+ * dtc's GEMM: an exponential or logarithm per element, a random number per
+ * element, a division and square root per row, a strided walk. Measured on
+ * an AVX-512 Xeon (docs/PERFORMANCE.md, "Simulator"): libdtrt's kernels with
+ * DTRT_TRACE, the generated loops (gelu and tanh by polynomials, exp, log
+ * and sigmoid by libm's scalar calls) one op a model, against relu. */
 static double elem_cost(Op op) {
   switch (op) {
   case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_grad:
   case OP_cross_entropy_sum: case OP_cross_entropy_sum_grad:
-    return 280;
+    return 420;
   case OP_bce_with_logits: case OP_bce_with_logits_grad: return 80;
   case OP_dropout: case OP_dropout_grad: return 300;
-  case OP_normalize: case OP_normalize_grad: return 80;
-  case OP_causal_mask: case OP_softmax_grad: case OP_log_softmax_grad: return 40;
-  case OP_exp: case OP_log: case OP_sigmoid: return 40;
+  case OP_normalize: return 40;
+  case OP_normalize_grad: return 80;
+  case OP_softmax_grad: case OP_log_softmax_grad: return 40;
+  case OP_transpose: return 20;
+  case OP_tanh: case OP_gelu_tanh: return 80;
+  case OP_gelu: case OP_gelu_tanh_grad: return 120;
+  case OP_gelu_grad: return 150;
+  case OP_sigmoid: return 460;
+  case OP_exp: case OP_log: return 600;
   default: return 0;
   }
 }

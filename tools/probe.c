@@ -222,6 +222,8 @@ static int probe_warn(FILE *f, const Probe *p) {
 
 #ifndef DTC_PROBE_NO_MAIN
 
+#include "probe_gemm_batched.h"
+#include "probe_gemm_deep.h"
 #include "probe_gemm_square.h"
 #include "probe_gemm_thin.h"
 #include "probe_rows.h"
@@ -238,14 +240,16 @@ static double median(double *v, int n) {
 }
 
 /* The kernels a step runs, each the forward of a model of tools/probe/ that
- * dtc compiled for this machine: one input x, one output y, and its work,
- * FLOPs or the bytes its loop reads and writes. */
+ * dtc compiled for this machine: one input x, one output y; its FLOPs and
+ * the bytes the simulator charges it (passes/sim.c: a product's operands and
+ * result, an elementwise loop's results, which are the bytes it reads and
+ * writes). */
 typedef struct Kernel {
   int (*create)(void **m);
   int (*run)(void *m, const float *x, float *y);
   void (*destroy)(void *m);
   int64_t nx, ny;
-  double work;
+  double flops, bytes;
 } Kernel;
 
 #define KERNEL_FNS(name, NAME)                                                 \
@@ -256,18 +260,26 @@ typedef struct Kernel {
   static void name##_free(void *m) { name##_destroy(m); }
 KERNEL_FNS(probe_gemm_square, PROBE_GEMM_SQUARE)
 KERNEL_FNS(probe_gemm_thin, PROBE_GEMM_THIN)
+KERNEL_FNS(probe_gemm_deep, PROBE_GEMM_DEEP)
+KERNEL_FNS(probe_gemm_batched, PROBE_GEMM_BATCHED)
 KERNEL_FNS(probe_rows, PROBE_ROWS)
 KERNEL_FNS(probe_rows_small, PROBE_ROWS_SMALL)
-#define KERNEL(name, NAME, work) \
-  {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, work}
-#define GEMM_FLOPS(NAME) (2.0 * NAME##_DIM_M * NAME##_DIM_N * NAME##_DIM_K)
+#define KERNEL(name, NAME, flops, bytes) \
+  {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, flops, bytes}
+#define GEMM(name, NAME)                                                           \
+  KERNEL(name, NAME, 2.0 * NAME##_Y_ELEMS * NAME##_DIM_K,                          \
+         4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS))
+#define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
 
-enum { K_SQUARE, K_THIN, K_ROWS_SMALL, K_ROWS, K_COUNT };
+/* The products first, then the loops. */
+enum { K_SQUARE, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_COUNT };
 static const Kernel kernels[K_COUNT] = {
-  [K_SQUARE] = KERNEL(probe_gemm_square, PROBE_GEMM_SQUARE, GEMM_FLOPS(PROBE_GEMM_SQUARE)),
-  [K_THIN] = KERNEL(probe_gemm_thin, PROBE_GEMM_THIN, GEMM_FLOPS(PROBE_GEMM_THIN)),
-  [K_ROWS_SMALL] = KERNEL(probe_rows_small, PROBE_ROWS_SMALL, 8.0 * PROBE_ROWS_SMALL_X_ELEMS),
-  [K_ROWS] = KERNEL(probe_rows, PROBE_ROWS, 8.0 * PROBE_ROWS_X_ELEMS),
+  [K_SQUARE] = GEMM(probe_gemm_square, PROBE_GEMM_SQUARE),
+  [K_THIN] = GEMM(probe_gemm_thin, PROBE_GEMM_THIN),
+  [K_DEEP] = GEMM(probe_gemm_deep, PROBE_GEMM_DEEP),
+  [K_BATCHED] = GEMM(probe_gemm_batched, PROBE_GEMM_BATCHED),
+  [K_ROWS_SMALL] = ROWS(probe_rows_small, PROBE_ROWS_SMALL),
+  [K_ROWS] = ROWS(probe_rows, PROBE_ROWS),
 };
 
 /* The seconds of a timed sample: ranks that share a core take turns in
@@ -328,9 +340,11 @@ static int measure_kernels(Bench *b, int n, double *t, int stride) {
   return all_ok ? 0 : -1;
 }
 
-/* The roofline of reps samples of each kernel in t[k * reps + i]: the GEMM's
- * speed over both shapes (their FLOPs over their median times), the line
- * through the elementwise loop's two sizes. */
+/* The roofline of reps samples of each kernel in t[k * reps + i], as the
+ * simulator prices a kernel, lat + FLOPs / gflops + bytes / bw: lat and bw
+ * the line through the elementwise loop's two sizes; gflops such that each
+ * product takes its median time on average over the products, the harmonic
+ * mean of their FLOPs over what is left of their times. */
 static ProbeSpeed roofline(double *t, int reps) {
   ProbeSpeed s = {0};
   double med[K_COUNT];
@@ -338,9 +352,14 @@ static ProbeSpeed roofline(double *t, int reps) {
     med[k] = median(t + k * reps, reps);
     s.spread = fmax(s.spread, probe_spread(t + k * reps, reps));
   }
-  s.gflops = (kernels[K_SQUARE].work + kernels[K_THIN].work) / (med[K_SQUARE] + med[K_THIN]) / 1e9;
-  double bytes[2] = {kernels[K_ROWS_SMALL].work, kernels[K_ROWS].work};
+  double bytes[2] = {kernels[K_ROWS_SMALL].bytes, kernels[K_ROWS].bytes};
   probe_fit(bytes, (double[]){med[K_ROWS_SMALL], med[K_ROWS]}, &s.lat, &s.bw);
+  double per_flop = 0;  /* seconds per FLOP, summed over the products */
+  for (int k = 0; k < K_GEMMS; k++) {
+    double left = med[k] - s.lat - kernels[k].bytes / s.bw;
+    per_flop += fmax(left, med[k] / 2) / kernels[k].flops;
+  }
+  s.gflops = K_GEMMS / per_flop / 1e9;
   return s;
 }
 
