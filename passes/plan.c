@@ -316,8 +316,9 @@ static void cost_walk(Planner *p, Cost *c, const Func *f, double times);
  * the whole batch (W[c] the body's time on c), (1/M) sum t[c] + ((M-1)/M)
  * max t[c], in a segment of its own (Cost.w). A middle stage receives and
  * sends each micro-batch's carried value, and the sends wait for their
- * receivers: 2M + k - 2 sends lie on the wave's critical path; and the last
- * stage broadcasts each micro-batch's result. */
+ * receivers: 2M + k - 2 sends lie on the wave's critical path, over the
+ * boundaries between stages in turn, each on its own link (the mean of their
+ * costs each); and the last stage broadcasts each micro-batch's result. */
 static void pipe_cost(Planner *p, Cost *c, const Inst *r, double times) {
   int mb = p->mb > 1 ? p->mb : 1;
   c->layers = ir_get_int(r, "n", 1);
@@ -333,9 +334,11 @@ static void pipe_cost(Planner *p, Cost *c, const Inst *r, double times) {
     p->w.a[t] = (mb - 1.0) / mb;
   }
   double part = bytes_of(&r->in[0]->type) / mb, none[SHARD_MAX_AXIS] = {0};
-  int pair[2] = {0, 1};
-  c->comm += times * ((2 * mb + p->k - 2) * comm_cost(p->m, OP_send, part, none, pair, 2, 0) +
-                      mb * comm_cost(p->m, OP_bcast, part, none, p->members, p->k, 0));
+  double hops = 0;  /* a send over every boundary, each on its own link */
+  for (int d = 0; d + 1 < p->k; d++)
+    hops += comm_cost(p->m, OP_send, part, none, p->members + d, 2, 0);
+  c->comm += times * (p->k > 1 ? (2 * mb + p->k - 2) * hops / (p->k - 1) : 0) +
+             times * mb * comm_cost(p->m, OP_bcast, part, none, p->members, p->k, 0);
   c->ncoll += 2 * mb;
   new_segment(p, c);
 }

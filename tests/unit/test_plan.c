@@ -464,6 +464,22 @@ static bool run_small(Run *r, const char *mem, const char *last) {
   return ok;
 }
 
+/* The same over two nodes: s2 alone on the second, behind a slow link. */
+static bool run_small_split(Run *r, const char *mem, const char *last) {
+  Arena *t = arena_new();
+  bool ok = run_gpt4(r, arena_printf(t, "cluster s {\n  node n {\n"
+                                        "    device s0: cpu(gflops = 80, mem = %s)\n"
+                                        "    device s1: cpu(gflops = 40, mem = %s)\n  }\n"
+                                        "  node o { device s2: cpu(gflops = 40, mem = %s) }\n"
+                                        "  link intra(bw = 2GB/s, lat = 20us)\n"
+                                        "  link inter(bw = 20MB/s, lat = 500us)\n}\n"
+                                        "parallel gpt on s {\n  mesh m[dp = 3]\n  plan auto\n}\n",
+                                        mem, mem, mem),
+                     last);
+  arena_free(t);
+  return ok;
+}
+
 /* Each device's blocks of the params and state and its work arena, after
  * the memory plan: what the runtime allocates for the model on it. */
 static double device_bytes(const Module *m, int dev) {
@@ -526,6 +542,16 @@ static void test_pipeline_memory(void **state) {
   assert_non_null(strstr(s, "the loop at t.dt:48:12 recomputes its forward in the backward "
                             "(planned: no plan fits without)"));
   free(s);
+  done(&r);
+
+  /* the stages' sends priced on the links they cross: s1 -> s2 on the slow
+   * one, as the simulator has them */
+  assert_true(run_small_split(&r, "5MiB", "memplan"));
+  pi = r.run.plan;
+  sim = simulated(&r);
+  printf("pipeline over two nodes: predicted %.4f ms, simulated %.4f ms\n", pi->step * 1e3,
+         sim * 1e3);
+  assert_true(fabs(pi->step - sim) < 0.10 * sim);
   done(&r);
 
   assert_false(run_small(&r, "2MiB", "plan"));
