@@ -52,11 +52,17 @@
  * hierarchical all_reduce counts even on one node: libdtrt runs it there. */
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrt.h"
 #include "ir.h"
 #include "passes.h"
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
 
 /* ceil(log2 k) for k >= 1. */
 static int log2up(int k) {
@@ -140,24 +146,27 @@ double comm_cost(const Module *m, Op op, double bytes, const double *b, const in
   const Collective *f = ir_has_method(op, method) ? measured(m, op, method, k) : NULL;
   if (f)
     return measured_cost(f, op, method, bytes, b, k);
+  /* the nodes the members lie on, and the most members on one of them */
   int node[SHARD_MAX_AXIS], nodes = 0, most = 0;
   bool known = true;
-  for (int j = 0; j < k; j++) {
+  for (int j = 0; j < k && known; j++) {
     const Device *dv = member_dev(m, members[j]);
-    known &= dv != NULL;
-    int at = 0;
-    while (dv && at < nodes && node[at] != dv->node)
-      at++;
-    if (dv && at == nodes)
-      node[nodes++] = dv->node;
+    if ((known = dv != NULL))
+      node[j] = dv->node;
   }
-  if (!known)
+  if (known) {
+    bool sorted = true;  /* as a mesh over whole nodes usually lists them */
+    for (int j = 1; j < k && sorted; j++)
+      sorted = node[j - 1] <= node[j];
+    if (!sorted)
+      qsort(node, (size_t)k, sizeof *node, cmp_int);
+    for (int j = 0, run = 0; j < k; j++) {
+      run = j && node[j] == node[j - 1] ? run + 1 : 1;
+      nodes += run == 1;
+      most = run > most ? run : most;
+    }
+  } else {
     nodes = 1;
-  for (int at = 0; at < nodes && known; at++) {
-    int g = 0;
-    for (int j = 0; j < k; j++)
-      g += member_dev(m, members[j])->node == node[at];
-    most = g > most ? g : most;
   }
   double a, t, ai, ti, ae, te;
   link_of(m, nodes == 1 ? "intra" : "inter", &a, &t);
