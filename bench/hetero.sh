@@ -27,7 +27,8 @@
 #  then prints one summary line per model over the runs' even_over_auto:
 #     {"bench": "hetero_mlp_runs", "runs", "min", "median", "max",
 #     "auto_ever_slower" (even_over_auto below 1 in some run), "kept_even"
-#     (in how many runs)};
+#     (in how many runs), and the min, median and max of
+#     measured_over_predicted and auto_over_ideal_work ("..._min" and so on)};
 #  6. (after 5) the deep model, examples/gpt.dt at L = 12 (HETERO_DEEP_FLAGS,
 #     default -D L=12 -D B=48 -D T=32 -D D=128), on the pinned ranks of the
 #     last probe: even data parallelism (bench/hetero_deep_even.dt), plan
@@ -199,19 +200,30 @@ compare() {
              "\"measured_over_predicted\": %.3f, \"kept_even\": %s, \"run\": %d}\n", m, a, e,
              e / a, ideal, a / ideal, o, work, a / work, p, a / p, kept ? "true" : "false", k
     }'
-    awk -v a="$auto_ms" -v e="$even_ms" -v kept="$kept" 'BEGIN {
-      printf "%.6f %d\n", e / a, kept
+    awk -v a="$auto_ms" -v e="$even_ms" -v kept="$kept" -v p="$pred" -v o="$one_ms" \
+        -v g0="$first" -v s="$total" 'BEGIN {
+      printf "%.6f %d %.6f %.6f\n", e / a, kept, a / p, a / (o * g0 / s)
     }' >> "$dir/runs_$model"
   done
 }
 
 summary() {   # summary MODEL: the line over the runs of $dir/runs_MODEL
+  stats() {   # stats COLUMN NAME: "NAME_min": .., "NAME_median": .., "NAME_max": ..
+    cut -d' ' -f"$1" "$dir/runs_$model" | sort -n | awk -v n="$2" '{v[NR] = $1} END {
+      med = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      printf ", \"%s_min\": %.3f, \"%s_median\": %.3f, \"%s_max\": %.3f", n, v[1], n, med, n, v[NR]
+    }'
+  }
+  model=$1
   sort -n "$dir/runs_$1" | awk -v m="hetero_$1" '{v[NR] = $1; kept += $2} END {
     med = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "{\"bench\": \"%s_runs\", \"runs\": %d, \"min\": %.3f, \"median\": %.3f, " \
-           "\"max\": %.3f, \"auto_ever_slower\": %s, \"kept_even\": %d}\n", m, NR, v[1], med,
+           "\"max\": %.3f, \"auto_ever_slower\": %s, \"kept_even\": %d", m, NR, v[1], med,
            v[NR], v[1] < 1 ? "true" : "false", kept
   }'
+  stats 3 measured_over_predicted
+  stats 4 auto_over_ideal_work
+  echo "}"
 }
 
 rm -f "$dir/runs_mlp" "$dir/runs_gpt"
