@@ -13,6 +13,7 @@
  * outermost loop over [begin, end), which dtrt_parallel_for spreads over the
  * context's threads; env holds the pointers and scalars the loop reads from
  * the step function. */
+#include <math.h>
 #include <string.h>
 
 #include <llvm-c/DebugInfo.h>
@@ -198,6 +199,78 @@ static LLVMValueRef exp_poly(Cg *c, LLVMValueRef y) {
   return LLVMBuildBitCast(b, e, c->f32, "");
 }
 
+/* 2^n for an integer-valued float n in [-252, 254], as the product of two
+ * normal powers of 2 (exponent bits each), so results below FLT_MIN round
+ * to denormals as a product would. */
+static LLVMValueRef pow2_scale(Cg *c, LLVMValueRef x, LLVMValueRef n) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef ni = LLVMBuildFPToSI(b, n, c->i32, "");
+  LLVMValueRef n1 = LLVMBuildAShr(b, ni, cg_i32(c, 1), ""), n2 = LLVMBuildSub(b, ni, n1, "");
+  LLVMValueRef bias = cg_i32(c, 127), sh = cg_i32(c, 23);
+  LLVMValueRef p1 = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildAdd(b, n1, bias, ""), sh, ""),
+                                     c->f32, "");
+  LLVMValueRef p2 = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildAdd(b, n2, bias, ""), sh, ""),
+                                     c->f32, "");
+  return LLVMBuildFMul(b, LLVMBuildFMul(b, x, p1, ""), p2, "");
+}
+
+/* e^y over all floats, vectorisable (libm's expf is a call per element):
+ * exp_poly's reduction and polynomial on y clamped to [-104, 88.73], scaled
+ * by pow2_scale; inf above ln FLT_MAX, NaN kept. */
+static LLVMValueRef exp_full(Cg *c, LLVMValueRef y) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef hi = fconst(c, 88.7228394f), lo = fconst(c, -104.0f);
+  LLVMValueRef cy = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, y, hi, ""), hi, y, "");
+  cy = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, cy, lo, ""), lo, cy, "");
+  cy = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, y, y, ""), fconst(c, 0), cy, "");
+  LLVMValueRef t = LLVMBuildFMul(b, cy, fconst(c, 1.44269504088896341f), "");
+  LLVMValueRef n = intrinsic(c, "llvm.rint", &t, 1);
+  LLVMValueRef r = mad(c, n, fconst(c, -0.693145751953125f), cy);
+  r = mad(c, n, fconst(c, -1.42860682030941723212e-6f), r);
+  LLVMValueRef p = fconst(c, 1.0f / 5040);
+  static const float coef[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1, 1};
+  for (int k = 0; k < COUNTOF(coef); k++)
+    p = mad(c, p, r, fconst(c, coef[k]));
+  LLVMValueRef e = pow2_scale(c, p, n);
+  e = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, y, hi, ""), fconst(c, INFINITY), e, "");
+  return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, y, y, ""), y, e, "");
+}
+
+/* ln x over all floats, vectorisable: x = 2^e m with m in [sqrt(1/2),
+ * sqrt 2) (a denormal x scaled by 2^23 first), ln m = 2 atanh s with s =
+ * (m - 1) / (m + 1), |s| <= 0.172, by its odd series to s^13 (truncation
+ * below 5e-11 relative); -inf at 0, NaN below, inf and NaN kept. */
+static LLVMValueRef log_full(Cg *c, LLVMValueRef x) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef tiny = LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(c, 1.17549435e-38f), "");
+  LLVMValueRef xs = LLVMBuildSelect(b, tiny, LLVMBuildFMul(b, x, fconst(c, 8388608.0f), ""), x, "");
+  LLVMValueRef bits = LLVMBuildBitCast(b, xs, c->i32, "");
+  LLVMValueRef e = LLVMBuildSub(b, LLVMBuildLShr(b, bits, cg_i32(c, 23), ""), cg_i32(c, 127), "");
+  e = LLVMBuildSelect(b, tiny, LLVMBuildSub(b, e, cg_i32(c, 23), ""), e, "");
+  LLVMValueRef mb = LLVMBuildOr(b, LLVMBuildAnd(b, bits, cg_i32(c, 0x007fffff), ""),
+                                cg_i32(c, 0x3f800000), "");
+  LLVMValueRef m = LLVMBuildBitCast(b, mb, c->f32, "");
+  LLVMValueRef big = LLVMBuildFCmp(b, LLVMRealOGT, m, fconst(c, 1.41421356f), "");
+  m = LLVMBuildSelect(b, big, LLVMBuildFMul(b, m, fconst(c, 0.5f), ""), m, "");
+  e = LLVMBuildSelect(b, big, LLVMBuildAdd(b, e, cg_i32(c, 1), ""), e, "");
+  LLVMValueRef one = fconst(c, 1);
+  LLVMValueRef sv = LLVMBuildFDiv(b, LLVMBuildFSub(b, m, one, ""), LLVMBuildFAdd(b, m, one, ""), "");
+  LLVMValueRef s2 = LLVMBuildFMul(b, sv, sv, "");
+  static const float coef[] = {1.0f / 11, 1.0f / 9, 1.0f / 7, 1.0f / 5, 1.0f / 3, 1};
+  LLVMValueRef p = fconst(c, 1.0f / 13);
+  for (int k = 0; k < COUNTOF(coef); k++)
+    p = mad(c, p, s2, fconst(c, coef[k]));
+  LLVMValueRef lm = LLVMBuildFMul(b, LLVMBuildFMul(b, sv, fconst(c, 2), ""), p, "");
+  LLVMValueRef ef = LLVMBuildSIToFP(b, e, c->f32, "");
+  LLVMValueRef r = mad(c, ef, fconst(c, 1.42860682030941723212e-6f), lm);
+  r = mad(c, ef, fconst(c, 0.693145751953125f), r);
+  r = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, x, fconst(c, INFINITY), ""), x, r, "");
+  r = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, x, fconst(c, 0), ""),
+                      fconst(c, -INFINITY), r, "");
+  r = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(c, 0), ""), fconst(c, NAN), r, "");
+  return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, x, x, ""), x, r, "");
+}
+
 /* tanh x, within 3e-7 relative of tanh (tests/unit/test_codegen_run.c) and
  * vectorisable: for |x| < 1/4 the odd Taylor polynomial to x^11 (truncation
  * below 1e-9 relative); above, (e - 1) / (e + 1) with e = e^(2x), x clamped
@@ -297,13 +370,13 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
   case OP_mul: return LLVMBuildFMul(b, a, y, "");
   case OP_div: return LLVMBuildFDiv(b, a, y, "");
   case OP_neg: return LLVMBuildFNeg(b, a, "");
-  case OP_exp: return intrinsic(c, "llvm.exp", &a, 1);
-  case OP_log: return intrinsic(c, "llvm.log", &a, 1);
+  case OP_exp: return exp_full(c, a);
+  case OP_log: return log_full(c, a);
   case OP_sqrt: return intrinsic(c, "llvm.sqrt", &a, 1);
   case OP_tanh: return tanh_poly(c, a);
   case OP_sigmoid: {
     LLVMValueRef e = LLVMBuildFNeg(b, a, "");
-    e = intrinsic(c, "llvm.exp", &e, 1);
+    e = exp_full(c, e);
     return LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, e, ""), "");
   }
   case OP_relu:

@@ -3,6 +3,7 @@
  * outputs, training losses and updated params and optimizer state must equal
  * those of the reference interpreter (ir/interp.c) within 1e-5 relative, each
  * step starting from the same state. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -600,6 +601,70 @@ static void tanh_accuracy(void **state) {
   ct_free(&t);
 }
 
+/* Inputs over every range exp, log and sigmoid meet: magnitudes from 1e-45
+ * to 3e38, both signs, the edges of exp's range (ln FLT_MAX, where results
+ * turn denormal, and beyond), and 0, inf and NaN. */
+static void explog_inputs(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    x[i] = (float)((i % 2 ? -1 : 1) * pow(10, -44.8 + 83.3 * (double)(i / 2) / (double)(n / 2)));
+  static const float edge[] = {0, -0.0f, 1, -1, 88.72283f, 88.7229f, 89, -87.3f, -103.9f, -104.1f,
+                               -200, 1e-40f, 1.17549435e-38f, 3.4e38f, INFINITY, -INFINITY, NAN};
+  for (int k = 0; k < COUNTOF(edge); k++)
+    x[k] = edge[k];
+  for (int64_t i = COUNTOF(edge); i < n / 4; i++)   /* exp's whole range, densely */
+    x[i] = (float)(-110 + 200 * (double)i / (double)(n / 4));
+}
+
+static double worst_exp, worst_log, worst_sigmoid;
+
+/* got against ref within rel of |ref|, or within FLT_MIN where the step
+ * flushes a denormal result; the same inf and NaN. */
+static double explog_err(double got, double ref) {
+  if (isnan(ref) || isinf(ref))
+    return (isnan(ref) ? isnan(got) : got == ref) ? 0 : INFINITY;
+  if (fabs(ref) < 0x1p-126)
+    return fabs(got - ref) <= 0x1p-126 ? 0 : INFINITY;
+  return fabs(got - ref) / fabs(ref);
+}
+
+/* exp, log and sigmoid (ir/elem.c) against libm in double, relative; the
+ * model's step flushes denormals, so inputs that are denormal read as 0. */
+static void explog_check(int k, const float *x, const float *got, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double a = fabs(x[i]) < 0x1p-126 ? 0 : x[i];
+    if (k == 0)   /* beyond FLT_MAX, the float is inf */
+      worst_exp = fmax(worst_exp, explog_err(got[i], exp(a) > FLT_MAX ? INFINITY : exp(a)));
+    else if (k == 1)
+      worst_log = fmax(worst_log, explog_err(got[i], a < 0 ? NAN : log(a)));
+    else
+      worst_sigmoid = fmax(worst_sigmoid, explog_err(got[i], 1 / (1 + exp(-a))));
+  }
+}
+
+/* The generated exp, log and sigmoid (polynomials, so loops vectorise)
+ * against libm: within 4 float roundings (5e-7) relative over the whole
+ * range, inf, NaN, 0 and the edges included. */
+static void explog_accuracy(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "el");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, 80001), NULL);
+  ct_output(&t, ct_op(&t, OP_exp, 1, x), "exp");
+  ct_output(&t, ct_op(&t, OP_log, 1, x), "log");
+  ct_output(&t, ct_op(&t, OP_sigmoid, 1, x), "sigmoid");
+  fill_input = explog_inputs;
+  check_output = explog_check;
+  run_model(&t, 0);
+  fill_input = NULL;
+  check_output = NULL;
+  printf("generated exp: worst relative error %.3g; log: %.3g; sigmoid: %.3g\n", worst_exp,
+         worst_log, worst_sigmoid);
+  assert_true(worst_exp <= 5e-7);
+  assert_true(worst_log <= 5e-7);
+  assert_true(worst_sigmoid <= 5e-7);
+  ct_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(classifier_sgd),   cmocka_unit_test(classifier_adam),
@@ -607,6 +672,7 @@ int main(void) {
       cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
       cmocka_unit_test(pools_and_pads),   cmocka_unit_test(inference_only),
       cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
+      cmocka_unit_test(explog_accuracy),
       cmocka_unit_test(pad_values_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
