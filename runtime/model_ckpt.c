@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -791,17 +792,27 @@ static DtStatus read_old(DtrtCtx *ctx, const char *path, Old *o) {
   if (!o->hash)
     return dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s has no model_hash", path);
   const char *r = strstr(o->hash, " rank ");
-  int at = 0;
   o->stem = strlen(o->hash), o->rank = 0, o->nranks = 1;
   if (strstr(o->hash, " plan ")) {
     while (r && strstr(r + 1, " rank "))
       r = strstr(r + 1, " rank ");
-    if (!r || sscanf(r, " rank %d of %d%n", &o->rank, &o->nranks, &at) != 2 || r[at] ||
-        o->nranks < 1 || o->rank < 0 || o->rank >= o->nranks)
+    const char *rs = r ? r + 6 : NULL, *ns = NULL;
+    size_t rl = rs ? strspn(rs, "0123456789") : 0, nl = 0;
+    if (rl && !strncmp(rs + rl, " of ", 4))
+      ns = rs + rl + 4, nl = strspn(ns, "0123456789");
+    if (!nl || ns[nl])
       return dtrt_fail(ctx, DT_ERR_FORMAT,
                        "convert: %s: model_hash '%s' does not name its rank (HASH plan PLAN "
                        "rank R of N)",
                        path, o->hash);
+    errno = 0;
+    unsigned long long rank = strtoull(rs, NULL, 10), nranks = strtoull(ns, NULL, 10);
+    if (errno || nranks < 1 || nranks > INT_MAX || rank >= nranks)
+      return dtrt_fail(ctx, DT_ERR_FORMAT,
+                       "convert: %s: model_hash says rank %.*s of %.*s, which is not a rank "
+                       "of 1 to %d ranks",
+                       path, (int)rl, rs, (int)nl, ns, INT_MAX);
+    o->rank = (int)rank, o->nranks = (int)nranks;
     o->stem = (size_t)(r - o->hash);
   }
   int n = o->h.f.ne;

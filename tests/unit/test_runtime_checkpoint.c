@@ -539,6 +539,91 @@ static void test_whole_tensors(void **state) {
   no_temps();
 }
 
+static uLong crc_i64(uLong crc, int64_t v) {
+  unsigned char b[8];
+  for (int k = 0; k < 8; k++)
+    b[k] = (unsigned char)((uint64_t)v >> 8 * k);
+  return crc32(crc, b, 8);
+}
+
+/* A per-rank file of the earlier format holding one f32 tensor "w" of dims
+ * dim[0..r), the block at begin of a tensor of dims full (NULL: whole),
+ * its elements 1, 2, ..., as an earlier dtc wrote them. */
+static void write_old(const char *path, const char *hash, int r, const int64_t *dim,
+                      const int64_t *full, const int64_t *begin) {
+  int64_t n = 1;
+  for (int d = 0; d < r; d++)
+    n *= dim[d];
+  float *data = malloc((size_t)n * 4 + 1);
+  for (int64_t k = 0; k < n; k++)
+    data[k] = (float)(k + 1);
+  uLong crc = crc32(crc32(0, NULL, 0), (const Bytef *)data, (uInt)(n * 4));
+  crc = crc32(crc, (const Bytef *)"w", 2);
+  crc = crc_i64(crc_i64(crc, DTRT_F32), r);
+  for (int d = 0; d < r; d++)
+    crc = crc_i64(crc, dim[d]);
+  crc = crc_i64(crc_i64(crc, 0), n * 4);
+  for (int d = 0; full && d < r; d++)
+    crc = crc_i64(crc_i64(crc, full[d]), begin[d]);
+  crc = crc_i64(crc32(crc, (const Bytef *)hash, (uInt)strlen(hash) + 1), 5);
+  char shape[128] = "[", fl[128] = "[", bg[128] = "[", block[400] = "", text[1024];
+  for (int d = 0; d < r; d++) {
+    snprintf(shape + strlen(shape), 32, "%s%lld", d ? "," : "", (long long)dim[d]);
+    if (full) {
+      snprintf(fl + strlen(fl), 32, "%s%lld", d ? "," : "", (long long)full[d]);
+      snprintf(bg + strlen(bg), 32, "%s%lld", d ? "," : "", (long long)begin[d]);
+    }
+  }
+  strcat(shape, "]"), strcat(fl, "]"), strcat(bg, "]");
+  if (full)
+    snprintf(block, sizeof block, ",\"block:w\":\"{\\\"full\\\":%s,\\\"begin\\\":%s}\"", fl,
+             bg);
+  int len = snprintf(text, sizeof text,
+                     "{\"__metadata__\":{\"model_hash\":\"%s\",\"step\":\"5\","
+                     "\"checksum\":\"crc32:%08lx\"%s},\"w\":{\"dtype\":\"F32\",\"shape\":%s,"
+                     "\"data_offsets\":[0,%lld]}}",
+                     hash, (unsigned long)crc, block, shape, (long long)(n * 4));
+  while (len % 8)
+    text[len++] = ' ';
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  unsigned char len8[8];
+  for (int k = 0; k < 8; k++)
+    len8[k] = (unsigned char)((uint64_t)len >> 8 * k);
+  assert_int_equal(fwrite(len8, 1, 8, f), 8);
+  assert_int_equal(fwrite(text, 1, (size_t)len, f), (size_t)len);
+  assert_int_equal(fwrite(data, 4, (size_t)n, f), (size_t)n);
+  fclose(f);
+  free(data);
+}
+
+/* dtrt_ckpt_convert of per-rank files naming a rank beyond the file count
+ * or beyond int: refused with the file and the value. */
+static void test_convert_ranks(void **state) {
+  (void)state;
+  int64_t dim[2] = {2, 3}, full[2] = {4, 3}, b0[2] = {0, 0}, b1[2] = {2, 0};
+  write_old(at("r.0"), "h plan p rank 0 of 2", 2, dim, full, b0);
+  write_old(at("r.1"), "h plan p rank 1 of 2", 2, dim, full, b1);
+  const char *files[] = {at("r.0"), at("r.1")};
+  assert_int_equal(dtrt_ckpt_convert(ctx, at("conv.st"), files, 2), DT_OK);
+  assert_int_equal(dtrt_ckpt_verify(ctx, at("conv.st"), NULL), DT_OK);
+
+  static const char *const bad[] = {"rank 4294967297 of 2", "rank 1 of 4294967298",
+                                    "rank 18446744073709551617 of 2", "rank 2 of 2"};
+  for (int k = 0; k < 4; k++) {
+    char hash[64];
+    snprintf(hash, sizeof hash, "h plan p %s", bad[k]);
+    write_old(at("r.x"), hash, 2, dim, full, b1);
+    const char *two[] = {at("r.0"), at("r.x")};
+    assert_int_equal(dtrt_ckpt_convert(ctx, at("refused.st"), two, 2), DT_ERR_FORMAT);
+    const char *msg = dtrt_errmsg(ctx);
+    assert_non_null(strstr(msg, at("r.x")));
+    assert_non_null(strstr(msg, bad[k]));
+    assert_int_equal(access(at("refused.st"), F_OK), -1);
+  }
+  no_temps();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -548,6 +633,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_not_regular, setup, teardown),
       cmocka_unit_test_setup_teardown(test_step_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whole_tensors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_convert_ranks, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
