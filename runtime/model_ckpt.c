@@ -747,7 +747,8 @@ static DtStatus old_block(DtrtCtx *ctx, const char *path, const cJSON *meta, con
     return DT_OK;
   cJSON *j = cJSON_Parse(v);
   bool ok = j && dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "full"), e->rank, b->full) &&
-            dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "begin"), e->rank, b->begin);
+            dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "begin"), e->rank, b->begin) &&
+            !dtrt_check_block(ctx, "convert", e->name, e->dim, b->full, b->begin, e->rank);
   cJSON_Delete(j);
   return ok ? DT_OK
             : dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s: the block of '%s' is malformed", path,
@@ -840,6 +841,30 @@ static void old_free(DtrtCtx *ctx, Old *o) {
   dtrt_st_header_free(ctx, &o->h.f);
 }
 
+/* Whether the files' blocks of tensor k of file 0 can cover the whole
+ * tensor its block claims to be part of: a whole tensor never holds more
+ * elements than the blocks read from the files, so the output's memory is
+ * bounded by the files' sizes before any of it is allocated. */
+static DtStatus bounded(DtrtCtx *ctx, const char *const *files, Old *o, int n, int k) {
+  const Entry *e0 = &o[0].h.f.e[k];
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK], held = 0;
+  dtrt_block(e0->dim, o[0].b[k].full, o[0].b[k].begin, e0->rank, full, begin);
+  for (int f = 0; f < n; f++) {
+    const Entry *e = bsearch(e0, o[f].h.f.e, (size_t)o[f].h.f.ne, sizeof *e, dtrt_st_by_name);
+    if (e)
+      held += dtrt_elems(e->dim, e->rank);   /* each at most the file's size */
+  }
+  int64_t cnt = dtrt_elems(full, e0->rank);
+  if (cnt >= 0 && cnt <= held)
+    return DT_OK;
+  char buf[160];
+  return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                   "convert: %s says '%s' is a block of %s, which the %d file%s cannot "
+                   "cover: %s %lld of its elements",
+                   files[0], e0->name, dtrt_dims_str(full, e0->rank, buf, sizeof buf), n,
+                   n == 1 ? "" : "s", n == 1 ? "it holds" : "they hold", (long long)held);
+}
+
 /* Every file's block of tensor k of file 0 placed in the whole tensor x. */
 static DtStatus assemble(DtrtCtx *ctx, const char *const *files, Old *o, int n, int k,
                          DtCkptTensor *x) {
@@ -912,6 +937,8 @@ DtStatus dtrt_ckpt_convert(DtrtCtx *ctx, const char *out, const char *const *fil
     else
       seen[o[f].rank] = true;
   }
+  for (int k = 0; !s && k < o[0].h.f.ne; k++)
+    s = bounded(ctx, files, o, n, k);
   if (!s && !(x = dtrt_alloc(ctx, (size_t)(o[0].h.f.ne + 1) * sizeof *x)))
     s = DT_ERR_NOMEM;
   for (; !s && nx < o[0].h.f.ne; nx++)

@@ -597,6 +597,11 @@ static void write_old(const char *path, const char *hash, int r, const int64_t *
   free(data);
 }
 
+/* An allocator that refuses any block over 64 MiB, counting the others. */
+static void *capped_alloc(void *u, size_t n) {
+  return n > (64u << 20) ? NULL : count_alloc(u, n);
+}
+
 /* dtrt_ckpt_convert of per-rank files naming a rank beyond the file count
  * or beyond int: refused with the file and the value. */
 static void test_convert_ranks(void **state) {
@@ -624,6 +629,40 @@ static void test_convert_ranks(void **state) {
   no_temps();
 }
 
+/* dtrt_ckpt_convert of small per-rank files whose blocks claim to be of a
+ * tensor far larger than the files hold: refused before the whole tensor
+ * is allocated (no allocation over 64 MiB is asked for). */
+static void test_convert_memory(void **state) {
+  (void)state;
+  int64_t dim[2] = {2, 3}, b0[2] = {0, 0};
+  Count c = {0, 0, -1};
+  DtAllocator a = {capped_alloc, count_free, &c};
+  DtrtCtx *cx = dtrt_ctx_new_with(&a);
+  int64_t huge[2] = {1 << 20, 1 << 14}, hb[2] = {2, 0};
+  write_old(at("h.0"), "h plan p rank 0 of 2", 2, dim, huge, b0);
+  write_old(at("h.1"), "h plan p rank 1 of 2", 2, dim, huge, hb);
+  char h0[512], h1[512];
+  snprintf(h0, sizeof h0, "%s", at("h.0"));
+  snprintf(h1, sizeof h1, "%s", at("h.1"));
+  const char *hf[] = {h0, h1};
+  assert_int_equal(dtrt_ckpt_convert(cx, at("refused.st"), hf, 2), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(cx), "says 'w' is a block of [1048576,16384], which the 2 "
+                                          "files cannot cover: they hold 12 of its elements"));
+  assert_int_equal(access(at("refused.st"), F_OK), -1);
+  /* and ones saying their tensor has more elements than int64 counts */
+  int64_t over[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
+  write_old(at("h.1"), "h plan p rank 1 of 2", 2, dim, over, hb);
+  write_old(at("h.0"), "h plan p rank 0 of 2", 2, dim, over, b0);
+  assert_int_equal(dtrt_ckpt_convert(cx, at("refused.st"), hf, 2), DT_ERR_FORMAT);
+  assert_non_null(strstr(dtrt_errmsg(cx), "the block of 'w' is malformed"));
+  assert_non_null(strstr(dtrt_errmsg(cx), h0));
+
+
+  dtrt_ctx_free(cx);
+  assert_int_equal(c.allocs, c.frees);
+  no_temps();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -634,6 +673,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_step_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whole_tensors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_convert_ranks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_convert_memory, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
