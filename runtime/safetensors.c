@@ -312,6 +312,14 @@ DtStatus dtrt_st_read_header(DtrtCtx *ctx, const char *path, int fd, int64_t siz
   for (; end < h->text + hl; end++)
     if (*end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')
       return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: text after the JSON header", path);
+  /* a name holding a NUL (\u0000, or the byte) would be read as its first
+   * part; a backslash only appears in a string, as an escape */
+  for (const char *c = h->text; c < end; c++)
+    if (!*c || (*c == '\\' && !strncmp(c + 1, "u0000", 5)))
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: the header holds a NUL%s at byte %lld",
+                       path, *c ? " (\\u0000)" : "", (long long)(c - h->text) + 8);
+    else if (*c == '\\')
+      c++;
   if (!(h->e = dtrt_alloc(ctx, (size_t)(cJSON_GetArraySize(h->root) + 1) * sizeof *h->e)))
     return DT_ERR_NOMEM;
   DtStatus s = DT_OK;

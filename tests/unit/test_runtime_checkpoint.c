@@ -539,6 +539,45 @@ static void test_whole_tensors(void **state) {
   no_temps();
 }
 
+/* The first X of name in the file at path made a backslash. */
+static void backslash_in(const char *path, const char *name) {
+  long len;
+  unsigned char *f = slurp(path, &len);
+  size_t n = strlen(name);
+  long k = 0;
+  while (k + (long)n <= len && memcmp(f + k, name, n))
+    k++;
+  assert_true(k + (long)n <= len);
+  *(unsigned char *)memchr(f + k, 'X', n) = '\\';
+  spit(path, f, len);
+  free(f);
+}
+
+/* A NUL in a name (\u0000, which cJSON would end the name at) is refused by
+ * both readers with the file and the byte; an escaped backslash before
+ * "u0000" is not a NUL. */
+static void test_nul_names(void **state) {
+  (void)state;
+  float x[2] = {1, 2}, y[2] = {3, 4}, z[2];
+  DtNamed t[2] = {{"b1Xu0000x", {x, DTRT_F32, 1, {2}}}, {"c\\u0000", {y, DTRT_F32, 1, {2}}}};
+  assert_int_equal(dtrt_save(ctx, at("nul.st"), t, 2, "h", 1), DT_OK);
+  DtNamed u[2] = {{"b1Xu0000x", {z, DTRT_F32, 1, {2}}}, {"c\\u0000", {z, DTRT_F32, 1, {2}}}};
+  assert_int_equal(dtrt_load(ctx, at("nul.st"), u, 2, "h", NULL), DT_OK);
+  backslash_in(at("nul.st"), "b1Xu0000x");
+  DtNamed b1 = {"b1", {z, DTRT_F32, 1, {2}}};
+  assert_int_equal(dtrt_load(ctx, at("nul.st"), &b1, 1, "h", NULL), DT_ERR_FORMAT);
+  char want[600];
+  snprintf(want, sizeof want, "load: %s: the header holds a NUL (\\u0000) at byte ", at("nul.st"));
+  assert_non_null(strstr(dtrt_errmsg(ctx), want));
+
+  DtCkptTensor c = {"b1Xu0000x", DT_G_PARAM, {x, DTRT_F32, 1, {2}}, {0}, {0}};
+  assert_int_equal(dtrt_ckpt_save(ctx, at("nulc.st"), &c, 1, "m", NULL, 1), DT_OK);
+  backslash_in(at("nulc.st"), "b1Xu0000x");
+  assert_int_equal(dtrt_ckpt_verify(ctx, at("nulc.st"), NULL), DT_ERR_FORMAT);
+  snprintf(want, sizeof want, "load: %s: the header holds a NUL (\\u0000) at byte ", at("nulc.st"));
+  assert_non_null(strstr(dtrt_errmsg(ctx), want));
+}
+
 static uLong crc_i64(uLong crc, int64_t v) {
   unsigned char b[8];
   for (int k = 0; k < 8; k++)
@@ -674,6 +713,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_whole_tensors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_convert_ranks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_convert_memory, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_nul_names, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
