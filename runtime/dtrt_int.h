@@ -160,10 +160,19 @@ int dtrt_st_pwrite(int fd, const void *p, int64_t n, int64_t off);
 DtStatus dtrt_st_open(DtrtCtx *ctx, const char *path, int *fd, int64_t *size);
 /* PATH.tmp.XXXXXX for mkstemp (free with dtrt_free); NULL on no memory. */
 char *dtrt_st_tmp_name(DtrtCtx *ctx, const char *path);
+/* Starts an atomic save of path: removes the temporary files of path that
+ * saves killed before their end left (unlocked regular files of this user
+ * named PATH.tmp.XXXXXX), then creates tmp (from dtrt_st_tmp_name, its
+ * XXXXXX replaced), mode 0644, locked until the save ends. Returns its
+ * descriptor, and in *lock a second one that holds the lock after the first
+ * is closed, for dtrt_st_replace (or for closing after unlink(tmp)); -1
+ * with errno on failure. */
+int dtrt_st_create_tmp(DtrtCtx *ctx, const char *path, char *tmp, int *lock);
 /* Ends an atomic save: renames the written and synced tmp over path if path
  * is still a regular file or nothing, then syncs the directory; on a failure
- * before the rename tmp is removed. Messages read "save: ...". */
-DtStatus dtrt_st_replace(DtrtCtx *ctx, const char *tmp, const char *path);
+ * before the rename tmp is removed. Closes lock (dtrt_st_create_tmp's)
+ * after the rename or the removal. Messages read "save: ...". */
+DtStatus dtrt_st_replace(DtrtCtx *ctx, const char *tmp, const char *path, int lock);
 /* fsync of the directory holding path; -1 with errno on failure. */
 int dtrt_sync_dir(DtrtCtx *ctx, const char *path);
 /* Whether libdtrt may write the file path names: only a regular file or

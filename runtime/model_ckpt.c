@@ -381,6 +381,7 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
   char *tmp = dtrt_st_tmp_name(ctx, path), *json = NULL, *hdr = NULL;
   Text pt = {.ctx = ctx, .ok = true};
   Writer w = {.fd = -1, .ctx = ctx};
+  int lock = -1;
   if (!blk || !all || !mine || !tmp)
     s = DT_ERR_NOMEM;
   for (int k = 0; !s && k < n; k++)
@@ -409,11 +410,9 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
     goto done;
 
   /* the temporary file: rank 0 makes it, every rank opens it */
-  if (me == 0) {
-    if ((w.fd = mkstemp(tmp)) < 0 || fchmod(w.fd, 0644))
-      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot create a temporary file beside %s: %s", path,
-                    strerror(errno));
-  }
+  if (me == 0 && (w.fd = dtrt_st_create_tmp(ctx, path, tmp, &lock)) < 0)
+    s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot create a temporary file beside %s: %s", path,
+                  strerror(errno));
   if ((s = share(ctx, s)))
     goto done;
   if ((s = dtrt_comm_bcast(ctx, "save", tmp, (int)plen + 12, 0)))
@@ -470,8 +469,8 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
       s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
     w.fd = -1;
     if (!s) {
-      s = dtrt_st_replace(ctx, tmp, path);
-      tmp[0] = 0;   /* renamed, or removed: nothing to remove */
+      s = dtrt_st_replace(ctx, tmp, path, lock);
+      tmp[0] = 0, lock = -1;   /* renamed, or removed: nothing to remove */
     }
   }
   dtrt_free(ctx, pieces);
@@ -481,6 +480,8 @@ done:
     close(w.fd);
   if (me == 0 && s && tmp && tmp[0] && strcmp(tmp + plen, DTRT_ST_TMP))
     unlink(tmp);
+  if (lock >= 0)
+    close(lock);
   cJSON_free(json);
   dtrt_free(ctx, hdr);
   dtrt_free(ctx, pt.s);
