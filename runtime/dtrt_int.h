@@ -3,6 +3,8 @@
 #ifndef DTRT_INT_H
 #define DTRT_INT_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -269,6 +271,18 @@ DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
 void dtrt_pool_free(DtrtCtx *ctx);
 /* dtrt_scratch for scratch block `which` (DTRT_SCRATCH_*). */
 void *dtrt_scratch_of(DtrtCtx *ctx, int which, size_t n);
+/* The signals that end a job and that a save holds off: SIGHUP, SIGINT,
+ * SIGTERM (docs/RUNTIME.md, "Threads"). The runtime's own threads never
+ * take them. */
+void dtrt_held_signals(sigset_t *set);
+/* Blocks the held signals in the calling thread; *old is its mask before,
+ * for dtrt_release_signals, which restores it (a held signal that came
+ * meanwhile then acts as the application has it act). */
+void dtrt_hold_signals(sigset_t *old);
+void dtrt_release_signals(const sigset_t *old);
+/* pthread_create of a thread that starts with the held signals blocked. */
+int dtrt_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                       void *arg);
 
 /* ---- comm.c ----------------------------------------------------------- */
 

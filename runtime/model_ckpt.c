@@ -339,8 +339,8 @@ static DtStatus join_crc(DtrtCtx *ctx, const char *op, Piece *p, int np, int64_t
   return DT_OK;
 }
 
-DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
-                        const char *model, const char *plan, int64_t step) {
+static DtStatus ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
+                          const char *model, const char *plan, int64_t step) {
   if (!ctx)
     return DT_ERR_ARG;
   const char *op = "save";
@@ -491,6 +491,17 @@ done:
   dtrt_free(ctx, all);
   dtrt_free(ctx, blk);
   dtrt_free(ctx, e);
+  return s;
+}
+
+/* SIGINT, SIGTERM and SIGHUP act once the save is over on this rank, the
+ * temporary file renamed or removed. */
+DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
+                        const char *model, const char *plan, int64_t step) {
+  sigset_t old;
+  dtrt_hold_signals(&old);
+  DtStatus s = ckpt_save(ctx, path, t, n, model, plan, step);
+  dtrt_release_signals(&old);
   return s;
 }
 

@@ -40,6 +40,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -338,7 +339,7 @@ static DtPool *pool_start(DtrtCtx *ctx) {
       CPU_SET(w->cpu, &one);
       pthread_attr_setaffinity_np(&attr, sizeof one, &one);
     }
-    int err = pthread_create(&w->th, &attr, worker, w);
+    int err = dtrt_thread_create(&w->th, &attr, worker, w);
     pthread_attr_destroy(&attr);
     if (err) {
       pool_stop(ctx, p);
@@ -347,6 +348,30 @@ static DtPool *pool_start(DtrtCtx *ctx) {
     p->nworker++;
   }
   return p;
+}
+
+void dtrt_held_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGHUP);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+}
+
+void dtrt_hold_signals(sigset_t *old) {
+  sigset_t held;
+  dtrt_held_signals(&held);
+  pthread_sigmask(SIG_BLOCK, &held, old);
+}
+
+void dtrt_release_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+int dtrt_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                       void *arg) {
+  sigset_t old;
+  dtrt_hold_signals(&old);   /* a new thread inherits its creator's mask */
+  int err = pthread_create(th, attr, fn, arg);
+  dtrt_release_signals(&old);
+  return err;
 }
 
 static DtPool *pool_of(DtrtCtx *ctx) {

@@ -107,8 +107,8 @@ static char *header(DtrtCtx *ctx, int n, const Entry *e, const char *hash, int64
   return json;
 }
 
-DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
-                          int n, const char *model_hash, int64_t step) {
+static DtStatus save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
+                            int n, const char *model_hash, int64_t step) {
   if (!ctx)
     return DT_ERR_ARG;
   if (!path || !path[0])
@@ -179,6 +179,17 @@ done:
   cJSON_free(json);
   dtrt_free(ctx, frame);
   dtrt_free(ctx, tmp);
+  return s;
+}
+
+/* SIGINT, SIGTERM and SIGHUP act once the save is over, the temporary file
+ * renamed or removed. */
+DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
+                          int n, const char *model_hash, int64_t step) {
+  sigset_t old;
+  dtrt_hold_signals(&old);
+  DtStatus s = save_blocks(ctx, path, t, b, n, model_hash, step);
+  dtrt_release_signals(&old);
   return s;
 }
 
