@@ -1,8 +1,9 @@
 /* test_comm.c: libdtrt's communication layer on as many ranks as it is started
  * with (alone, or under mpiexec -n 2 or -n 4): every collective against a
  * reference computed locally from all ranks' deterministic inputs, meshes,
- * agreement, failure sharing and an SPMD model against the single-process
- * computation. Checks record and go on, so every rank makes the same calls;
+ * agreement, failure sharing, an SPMD model against the single-process
+ * computation, and SIGHUP, SIGINT and SIGTERM blocked in every thread the
+ * runtime and MPI started. Checks record and go on, so every rank makes the same calls;
  * rank 0 prints "N passed, M failed", the exit status says if any rank failed.
  * With --app-mpi the program starts MPI itself, and dtrt must not finalise it. */
 #include <math.h>
@@ -684,6 +685,38 @@ static void test_model(const char *dir) {
   }
 }
 
+/* Every thread but the main one, those MPI started with the runtime's, the
+ * pool's and the watchdog's, blocks SIGHUP, SIGINT and SIGTERM, so that a
+ * save holds them off in the whole process (Linux: /proc/self/task). */
+static void test_signal_masks(DtrtCtx *ctx) {
+  dtrt_threads(ctx);   /* the pool started */
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return;
+  int threads = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.' || atoi(e->d_name) == (int)getpid())
+      continue;
+    char path[300], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    FILE *f = fopen(path, "r");
+    unsigned long long blk = 0;
+    bool found = false;
+    while (f && fgets(line, sizeof line, f))
+      if (!strncmp(line, "SigBlk:", 7))
+        found = sscanf(line + 7, "%llx", &blk) == 1;
+    if (f)
+      fclose(f);
+    unsigned long long held = 1ull << (SIGHUP - 1) | 1ull << (SIGINT - 1) | 1ull << (SIGTERM - 1);
+    if (found)
+      threads++;
+    CHECK(!found || (blk & held) == held, "thread %s blocks %llx, not SIGHUP, SIGINT, SIGTERM",
+          e->d_name, blk);
+  }
+  closedir(d);
+  CHECK(dtrt_threads(ctx) < 2 || threads > 0, "no thread but the main one");
+}
+
 int main(int argc, char **argv) {
   bool app = argc > 1 && !strcmp(argv[1], "--app-mpi");
   if (app) {
@@ -730,6 +763,8 @@ int main(int argc, char **argv) {
   test_agree(ctx);
   test_status(ctx);
   test_model(dir);
+  if (!app)   /* MPI's threads are the application's then */
+    test_signal_masks(ctx);
 
   DtrtCtx *other = dtrt_ctx_new(); /* joins the running MPI: must not end it */
   CHECK(dtrt_comm_init(other) == DT_OK && dtrt_rank(other) == me, "second context");
