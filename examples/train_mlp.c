@@ -224,8 +224,8 @@ static int check_set(const char *ipath, const DtData *img, const char *lpath, co
   return 0;
 }
 
-/* Saves; a SIGINT or SIGTERM that comes meanwhile acts after it (mlp_save
- * holds them off, and the runtime's threads never take them), so it cannot
+/* Saves; a SIGINT or SIGTERM that comes meanwhile acts after it, whichever
+ * thread takes it (mlp_save holds them off until it is over), so it cannot
  * stop the save half way and leave its temporary file behind. */
 static int save(mlp *m, const char *path, int lead) {
   int rc = mlp_save(m, path);

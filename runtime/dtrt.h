@@ -321,8 +321,10 @@ typedef struct DtNamed {
  * ""), step, and a CRC-32 of the data and the tensor table. On failure PATH is
  * untouched and the temporary file removed. PATH must name a regular file or
  * nothing (DT_ERR_IO otherwise, and nothing is written). SIGHUP, SIGINT and
- * SIGTERM are blocked in the calling thread while it runs (the runtime's own
- * threads never take them), so one that comes meanwhile acts after it. The
+ * SIGTERM that come while it runs act after it: blocked in the calling thread
+ * (the runtime's own threads never take them), and one of default action
+ * taken by another thread noted and sent again once it returns
+ * (docs/RUNTIME.md, "Threads"). The
  * temporary files of PATH that a killed save left (unlocked; a save holds
  * its own locked) are removed first. */
 DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,

@@ -280,6 +280,13 @@ void dtrt_held_signals(sigset_t *set);
  * meanwhile then acts as the application has it act). */
 void dtrt_hold_signals(sigset_t *old);
 void dtrt_release_signals(const sigset_t *old);
+/* dtrt_hold_signals for a save, and while any save runs a held signal
+ * whose action is the default taken by a thread that does not block it (one
+ * the runtime did not start) is noted instead of ending the process; the
+ * last save's dtrt_undefer_signals restores the default and sends the
+ * signals noted to the process again. */
+void dtrt_defer_signals(sigset_t *old);
+void dtrt_undefer_signals(const sigset_t *old);
 /* pthread_create of a thread that starts with the held signals blocked. */
 int dtrt_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
                        void *arg);

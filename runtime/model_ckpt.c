@@ -499,9 +499,9 @@ done:
 DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
                         const char *model, const char *plan, int64_t step) {
   sigset_t old;
-  dtrt_hold_signals(&old);
+  dtrt_defer_signals(&old);
   DtStatus s = ckpt_save(ctx, path, t, n, model, plan, step);
-  dtrt_release_signals(&old);
+  dtrt_undefer_signals(&old);
   return s;
 }
 

@@ -187,9 +187,9 @@ done:
 DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
                           int n, const char *model_hash, int64_t step) {
   sigset_t old;
-  dtrt_hold_signals(&old);
+  dtrt_defer_signals(&old);
   DtStatus s = save_blocks(ctx, path, t, b, n, model_hash, step);
-  dtrt_release_signals(&old);
+  dtrt_undefer_signals(&old);
   return s;
 }
 
