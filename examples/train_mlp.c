@@ -224,18 +224,13 @@ static int check_set(const char *ipath, const DtData *img, const char *lpath, co
   return 0;
 }
 
-/* Saves with SIGINT and SIGTERM held off, so that a signal cannot stop the
- * save half way and leave its temporary file behind; it acts after. */
+/* Saves; a SIGINT or SIGTERM that comes meanwhile acts after it, whichever
+ * thread takes it (mlp_save holds them off until it is over), so it cannot
+ * stop the save half way and leave its temporary file behind. */
 static int save(mlp *m, const char *path, int lead) {
-  sigset_t hold, old;
-  sigemptyset(&hold);
-  sigaddset(&hold, SIGINT);
-  sigaddset(&hold, SIGTERM);
-  sigprocmask(SIG_BLOCK, &hold, &old);
   int rc = mlp_save(m, path);
   if (rc && lead)
     fprintf(stderr, "train_mlp: %s\n", mlp_error(m));
-  sigprocmask(SIG_SETMASK, &old, NULL);
   return rc;
 }
 

@@ -140,7 +140,7 @@ static void watch_start(DtComm *c) {
     pthread_cond_destroy(&c->wake);
     return;
   }
-  if (pthread_create(&c->thread, NULL, watchdog, c)) {
+  if (dtrt_thread_create(&c->thread, NULL, watchdog, c)) {
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->wake);
     return;
@@ -236,7 +236,10 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
     c->axis[k] = MPI_COMM_NULL;
   if (by) {
     int provided;
+    sigset_t old;   /* the threads MPI starts inherit the held signals blocked */
+    dtrt_hold_signals(&old);
     int err = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    dtrt_release_signals(&old);
     if (err != MPI_SUCCESS) {
       dtrt_free(ctx, c);
       dtrt_mpi(ctx, err, op, "MPI_Init_thread");

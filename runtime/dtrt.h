@@ -320,7 +320,13 @@ typedef struct DtNamed {
  * rename, fsync of the directory; mode 0644) with metadata: model hash (NULL:
  * ""), step, and a CRC-32 of the data and the tensor table. On failure PATH is
  * untouched and the temporary file removed. PATH must name a regular file or
- * nothing (DT_ERR_IO otherwise, and nothing is written). */
+ * nothing (DT_ERR_IO otherwise, and nothing is written). SIGHUP, SIGINT and
+ * SIGTERM that come while it runs act after it: blocked in the calling thread
+ * (the runtime's own threads never take them), and one of default action
+ * taken by another thread noted and sent again once it returns
+ * (docs/RUNTIME.md, "Threads"). The
+ * temporary files of PATH that a killed save left (unlocked; a save holds
+ * its own locked) are removed first. */
 DtStatus dtrt_save(DtrtCtx *ctx, const char *path, const DtNamed *t, int n,
                    const char *model_hash, int64_t step);
 /* Reads into the given tensors (names, dtypes and shapes must match exactly, as
@@ -354,7 +360,9 @@ typedef struct DtCkptTensor {
  * file PATH.tmp.XXXXXX (a block that several ranks hold is written by one of
  * them) with pwrite; rank 0 writes the header last, fsyncs, renames it over
  * PATH once every rank's writes succeeded and fsyncs the directory. On failure
- * on any rank, every rank returns it and PATH is untouched. */
+ * on any rank, every rank returns it and PATH is untouched. Signals and
+ * temporary files left by killed saves as for dtrt_save (rank 0 removes
+ * those). */
 DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
                         const char *model, const char *plan, int64_t step);
 /* (collective as dtrt_ckpt_save) Reads a file of dtrt_ckpt_save into the

@@ -3,6 +3,8 @@
 #ifndef DTRT_INT_H
 #define DTRT_INT_H
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -160,10 +162,19 @@ int dtrt_st_pwrite(int fd, const void *p, int64_t n, int64_t off);
 DtStatus dtrt_st_open(DtrtCtx *ctx, const char *path, int *fd, int64_t *size);
 /* PATH.tmp.XXXXXX for mkstemp (free with dtrt_free); NULL on no memory. */
 char *dtrt_st_tmp_name(DtrtCtx *ctx, const char *path);
+/* Starts an atomic save of path: removes the temporary files of path that
+ * saves killed before their end left (unlocked regular files of this user
+ * named PATH.tmp.XXXXXX), then creates tmp (from dtrt_st_tmp_name, its
+ * XXXXXX replaced), mode 0644, locked until the save ends. Returns its
+ * descriptor, and in *lock a second one that holds the lock after the first
+ * is closed, for dtrt_st_replace (or for closing after unlink(tmp)); -1
+ * with errno on failure. */
+int dtrt_st_create_tmp(DtrtCtx *ctx, const char *path, char *tmp, int *lock);
 /* Ends an atomic save: renames the written and synced tmp over path if path
  * is still a regular file or nothing, then syncs the directory; on a failure
- * before the rename tmp is removed. Messages read "save: ...". */
-DtStatus dtrt_st_replace(DtrtCtx *ctx, const char *tmp, const char *path);
+ * before the rename tmp is removed. Closes lock (dtrt_st_create_tmp's)
+ * after the rename or the removal. Messages read "save: ...". */
+DtStatus dtrt_st_replace(DtrtCtx *ctx, const char *tmp, const char *path, int lock);
 /* fsync of the directory holding path; -1 with errno on failure. */
 int dtrt_sync_dir(DtrtCtx *ctx, const char *path);
 /* Whether libdtrt may write the file path names: only a regular file or
@@ -260,6 +271,25 @@ DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
 void dtrt_pool_free(DtrtCtx *ctx);
 /* dtrt_scratch for scratch block `which` (DTRT_SCRATCH_*). */
 void *dtrt_scratch_of(DtrtCtx *ctx, int which, size_t n);
+/* The signals that end a job and that a save holds off: SIGHUP, SIGINT,
+ * SIGTERM (docs/RUNTIME.md, "Threads"). The runtime's own threads never
+ * take them. */
+void dtrt_held_signals(sigset_t *set);
+/* Blocks the held signals in the calling thread; *old is its mask before,
+ * for dtrt_release_signals, which restores it (a held signal that came
+ * meanwhile then acts as the application has it act). */
+void dtrt_hold_signals(sigset_t *old);
+void dtrt_release_signals(const sigset_t *old);
+/* dtrt_hold_signals for a save, and while any save runs a held signal
+ * whose action is the default taken by a thread that does not block it (one
+ * the runtime did not start) is noted instead of ending the process; the
+ * last save's dtrt_undefer_signals restores the default and sends the
+ * signals noted to the process again. */
+void dtrt_defer_signals(sigset_t *old);
+void dtrt_undefer_signals(const sigset_t *old);
+/* pthread_create of a thread that starts with the held signals blocked. */
+int dtrt_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                       void *arg);
 
 /* ---- comm.c ----------------------------------------------------------- */
 

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,8 +339,8 @@ static DtStatus join_crc(DtrtCtx *ctx, const char *op, Piece *p, int np, int64_t
   return DT_OK;
 }
 
-DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
-                        const char *model, const char *plan, int64_t step) {
+static DtStatus ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
+                          const char *model, const char *plan, int64_t step) {
   if (!ctx)
     return DT_ERR_ARG;
   const char *op = "save";
@@ -380,6 +381,7 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
   char *tmp = dtrt_st_tmp_name(ctx, path), *json = NULL, *hdr = NULL;
   Text pt = {.ctx = ctx, .ok = true};
   Writer w = {.fd = -1, .ctx = ctx};
+  int lock = -1;
   if (!blk || !all || !mine || !tmp)
     s = DT_ERR_NOMEM;
   for (int k = 0; !s && k < n; k++)
@@ -408,11 +410,9 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
     goto done;
 
   /* the temporary file: rank 0 makes it, every rank opens it */
-  if (me == 0) {
-    if ((w.fd = mkstemp(tmp)) < 0 || fchmod(w.fd, 0644))
-      s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot create a temporary file beside %s: %s", path,
-                    strerror(errno));
-  }
+  if (me == 0 && (w.fd = dtrt_st_create_tmp(ctx, path, tmp, &lock)) < 0)
+    s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot create a temporary file beside %s: %s", path,
+                  strerror(errno));
   if ((s = share(ctx, s)))
     goto done;
   if ((s = dtrt_comm_bcast(ctx, "save", tmp, (int)plen + 12, 0)))
@@ -469,8 +469,8 @@ DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, i
       s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", tmp, strerror(errno));
     w.fd = -1;
     if (!s) {
-      s = dtrt_st_replace(ctx, tmp, path);
-      tmp[0] = 0;   /* renamed, or removed: nothing to remove */
+      s = dtrt_st_replace(ctx, tmp, path, lock);
+      tmp[0] = 0, lock = -1;   /* renamed, or removed: nothing to remove */
     }
   }
   dtrt_free(ctx, pieces);
@@ -480,6 +480,8 @@ done:
     close(w.fd);
   if (me == 0 && s && tmp && tmp[0] && strcmp(tmp + plen, DTRT_ST_TMP))
     unlink(tmp);
+  if (lock >= 0)
+    close(lock);
   cJSON_free(json);
   dtrt_free(ctx, hdr);
   dtrt_free(ctx, pt.s);
@@ -489,6 +491,17 @@ done:
   dtrt_free(ctx, all);
   dtrt_free(ctx, blk);
   dtrt_free(ctx, e);
+  return s;
+}
+
+/* SIGINT, SIGTERM and SIGHUP act once the save is over on this rank, the
+ * temporary file renamed or removed. */
+DtStatus dtrt_ckpt_save(DtrtCtx *ctx, const char *path, const DtCkptTensor *t, int n,
+                        const char *model, const char *plan, int64_t step) {
+  sigset_t old;
+  dtrt_defer_signals(&old);
+  DtStatus s = ckpt_save(ctx, path, t, n, model, plan, step);
+  dtrt_undefer_signals(&old);
   return s;
 }
 
@@ -746,7 +759,8 @@ static DtStatus old_block(DtrtCtx *ctx, const char *path, const cJSON *meta, con
     return DT_OK;
   cJSON *j = cJSON_Parse(v);
   bool ok = j && dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "full"), e->rank, b->full) &&
-            dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "begin"), e->rank, b->begin);
+            dtrt_json_dims(cJSON_GetObjectItemCaseSensitive(j, "begin"), e->rank, b->begin) &&
+            !dtrt_check_block(ctx, "convert", e->name, e->dim, b->full, b->begin, e->rank);
   cJSON_Delete(j);
   return ok ? DT_OK
             : dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s: the block of '%s' is malformed", path,
@@ -791,17 +805,27 @@ static DtStatus read_old(DtrtCtx *ctx, const char *path, Old *o) {
   if (!o->hash)
     return dtrt_fail(ctx, DT_ERR_FORMAT, "convert: %s has no model_hash", path);
   const char *r = strstr(o->hash, " rank ");
-  int at = 0;
   o->stem = strlen(o->hash), o->rank = 0, o->nranks = 1;
   if (strstr(o->hash, " plan ")) {
     while (r && strstr(r + 1, " rank "))
       r = strstr(r + 1, " rank ");
-    if (!r || sscanf(r, " rank %d of %d%n", &o->rank, &o->nranks, &at) != 2 || r[at] ||
-        o->nranks < 1 || o->rank < 0 || o->rank >= o->nranks)
+    const char *rs = r ? r + 6 : NULL, *ns = NULL;
+    size_t rl = rs ? strspn(rs, "0123456789") : 0, nl = 0;
+    if (rl && !strncmp(rs + rl, " of ", 4))
+      ns = rs + rl + 4, nl = strspn(ns, "0123456789");
+    if (!nl || ns[nl])
       return dtrt_fail(ctx, DT_ERR_FORMAT,
                        "convert: %s: model_hash '%s' does not name its rank (HASH plan PLAN "
                        "rank R of N)",
                        path, o->hash);
+    errno = 0;
+    unsigned long long rank = strtoull(rs, NULL, 10), nranks = strtoull(ns, NULL, 10);
+    if (errno || nranks < 1 || nranks > INT_MAX || rank >= nranks)
+      return dtrt_fail(ctx, DT_ERR_FORMAT,
+                       "convert: %s: model_hash says rank %.*s of %.*s, which is not a rank "
+                       "of 1 to %d ranks",
+                       path, (int)rl, rs, (int)nl, ns, INT_MAX);
+    o->rank = (int)rank, o->nranks = (int)nranks;
     o->stem = (size_t)(r - o->hash);
   }
   int n = o->h.f.ne;
@@ -827,6 +851,30 @@ static void old_free(DtrtCtx *ctx, Old *o) {
   dtrt_free(ctx, o->t);
   dtrt_free(ctx, o->b);
   dtrt_st_header_free(ctx, &o->h.f);
+}
+
+/* Whether the files' blocks of tensor k of file 0 can cover the whole
+ * tensor its block claims to be part of: a whole tensor never holds more
+ * elements than the blocks read from the files, so the output's memory is
+ * bounded by the files' sizes before any of it is allocated. */
+static DtStatus bounded(DtrtCtx *ctx, const char *const *files, Old *o, int n, int k) {
+  const Entry *e0 = &o[0].h.f.e[k];
+  int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK], held = 0;
+  dtrt_block(e0->dim, o[0].b[k].full, o[0].b[k].begin, e0->rank, full, begin);
+  for (int f = 0; f < n; f++) {
+    const Entry *e = bsearch(e0, o[f].h.f.e, (size_t)o[f].h.f.ne, sizeof *e, dtrt_st_by_name);
+    if (e)
+      held += dtrt_elems(e->dim, e->rank);   /* each at most the file's size */
+  }
+  int64_t cnt = dtrt_elems(full, e0->rank);
+  if (cnt >= 0 && cnt <= held)
+    return DT_OK;
+  char buf[160];
+  return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                   "convert: %s says '%s' is a block of %s, which the %d file%s cannot "
+                   "cover: %s %lld of its elements",
+                   files[0], e0->name, dtrt_dims_str(full, e0->rank, buf, sizeof buf), n,
+                   n == 1 ? "" : "s", n == 1 ? "it holds" : "they hold", (long long)held);
 }
 
 /* Every file's block of tensor k of file 0 placed in the whole tensor x. */
@@ -901,6 +949,8 @@ DtStatus dtrt_ckpt_convert(DtrtCtx *ctx, const char *out, const char *const *fil
     else
       seen[o[f].rank] = true;
   }
+  for (int k = 0; !s && k < o[0].h.f.ne; k++)
+    s = bounded(ctx, files, o, n, k);
   if (!s && !(x = dtrt_alloc(ctx, (size_t)(o[0].h.f.ne + 1) * sizeof *x)))
     s = DT_ERR_NOMEM;
   for (; !s && nx < o[0].h.f.ne; nx++)

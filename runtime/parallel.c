@@ -40,11 +40,13 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dtrt_int.h"
 
@@ -338,7 +340,7 @@ static DtPool *pool_start(DtrtCtx *ctx) {
       CPU_SET(w->cpu, &one);
       pthread_attr_setaffinity_np(&attr, sizeof one, &one);
     }
-    int err = pthread_create(&w->th, &attr, worker, w);
+    int err = dtrt_thread_create(&w->th, &attr, worker, w);
     pthread_attr_destroy(&attr);
     if (err) {
       pool_stop(ctx, p);
@@ -347,6 +349,83 @@ static DtPool *pool_start(DtrtCtx *ctx) {
     p->nworker++;
   }
   return p;
+}
+
+void dtrt_held_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGHUP);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+}
+
+void dtrt_hold_signals(sigset_t *old) {
+  sigset_t held;
+  dtrt_held_signals(&held);
+  pthread_sigmask(SIG_BLOCK, &held, old);
+}
+
+void dtrt_release_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+/* A save's deferral of the held signals whose action is the default (to end
+ * the process): while any save runs, a handler that notes them, since a
+ * thread the runtime did not start (OpenBLAS starts its own as it is
+ * loaded, before anything of the runtime runs) may take one. The one
+ * process-wide state of libdtrt, as signal actions are the process's. */
+static const int held_sig[3] = {SIGHUP, SIGINT, SIGTERM};
+static pthread_mutex_t defer_mu = PTHREAD_MUTEX_INITIALIZER;
+static int defer_depth;
+static bool defer_ours[3];
+static struct sigaction defer_old[3];
+static volatile sig_atomic_t defer_caught[3];
+
+static void defer_catch(int sig) {
+  for (int k = 0; k < 3; k++)
+    if (held_sig[k] == sig)
+      defer_caught[k] = 1;
+}
+
+void dtrt_defer_signals(sigset_t *old) {
+  pthread_mutex_lock(&defer_mu);
+  for (int k = 0; k < 3 && defer_depth == 0; k++) {
+    struct sigaction sa = {.sa_handler = defer_catch, .sa_flags = SA_RESTART};
+    sigfillset(&sa.sa_mask);
+    defer_ours[k] = !sigaction(held_sig[k], NULL, &defer_old[k]) &&
+                    !(defer_old[k].sa_flags & SA_SIGINFO) &&
+                    defer_old[k].sa_handler == SIG_DFL && !sigaction(held_sig[k], &sa, NULL);
+  }
+  defer_depth++;
+  pthread_mutex_unlock(&defer_mu);
+  dtrt_hold_signals(old);
+}
+
+void dtrt_undefer_signals(const sigset_t *old) {
+  dtrt_release_signals(old);   /* one pending that this thread takes is noted now */
+  pthread_mutex_lock(&defer_mu);
+  for (int k = 0; k < 3 && defer_depth == 1; k++) {
+    struct sigaction now;
+    if (!defer_ours[k])
+      continue;
+    /* the application's own action, if it set one meanwhile, stays */
+    if (!sigaction(held_sig[k], NULL, &now) && !(now.sa_flags & SA_SIGINFO) &&
+        now.sa_handler == defer_catch)
+      sigaction(held_sig[k], &defer_old[k], NULL);
+    defer_ours[k] = false;
+    if (defer_caught[k]) {
+      defer_caught[k] = 0;
+      kill(getpid(), held_sig[k]);   /* it acts now, as it would have */
+    }
+  }
+  defer_depth--;
+  pthread_mutex_unlock(&defer_mu);
+}
+
+int dtrt_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                       void *arg) {
+  sigset_t old;
+  dtrt_hold_signals(&old);   /* a new thread inherits its creator's mask */
+  int err = pthread_create(th, attr, fn, arg);
+  dtrt_release_signals(&old);
+  return err;
 }
 
 static DtPool *pool_of(DtrtCtx *ctx) {

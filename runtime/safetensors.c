@@ -4,12 +4,15 @@
  * looked up, its strict integers and CRC text, the header framed for
  * writing; and the file I/O of libdtrt: regular files only, positioned
  * reads and writes, the temporary file renamed into place. */
+#define _DEFAULT_SOURCE   /* flock */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -79,12 +82,14 @@ DtStatus dtrt_check_output(DtrtCtx *ctx, const char *op, const char *path) {
   return dtrt_fail(ctx, DT_ERR_IO, "%s: cannot write %s: %s", op, path, strerror(errno));
 }
 
-/* fsync of the directory holding path, so the rename itself is durable. */
-int dtrt_sync_dir(DtrtCtx *ctx, const char *path) {
+/* The directory holding path, opened; -1 with errno. */
+static int open_dir(DtrtCtx *ctx, const char *path) {
   size_t n = strlen(path);
   char *dir = dtrt_alloc(ctx, n + 2);
-  if (!dir)
+  if (!dir) {
+    errno = ENOMEM;
     return -1;
+  }
   const char *slash = strrchr(path, '/');
   if (!slash)
     strcpy(dir, ".");
@@ -92,13 +97,96 @@ int dtrt_sync_dir(DtrtCtx *ctx, const char *path) {
     strcpy(dir, "/");
   else
     memcpy(dir, path, (size_t)(slash - path));
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = -1;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  dtrt_free(ctx, dir);
+  return fd;
+}
+
+/* fsync of the directory holding path, so the rename itself is durable. */
+int dtrt_sync_dir(DtrtCtx *ctx, const char *path) {
+  int fd = open_dir(ctx, path), r = -1;
   if (fd >= 0) {
     r = fsync(fd);
     close(fd);
   }
-  dtrt_free(ctx, dir);
   return r;
+}
+
+/* Whether name is base's temporary file: base, ".tmp." and the 6 letters
+ * and digits mkstemp puts for the XXXXXX of DTRT_ST_TMP. */
+static bool tmp_of(const char *name, const char *base) {
+  static const char alnum[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  size_t n = strlen(base), x = sizeof DTRT_ST_TMP - 7;
+  return !strncmp(name, base, n) && !strncmp(name + n, DTRT_ST_TMP, x) &&
+         strspn(name + n + x, alnum) == 6 && !name[n + x + 6];
+}
+
+/* Removes the temporary files of path that saves which did not end left
+ * (killed by SIGKILL, or their machine lost): regular files of this user,
+ * named as tmp_of says, that no save holds locked. A save holds its
+ * temporary file locked from its creation to its rename, and the lock ends
+ * with the process. Nothing here is an error: what cannot be removed stays. */
+static void remove_stale(DtrtCtx *ctx, const char *path) {
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  int dfd = base[0] ? open_dir(ctx, path) : -1;
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (!d) {
+    if (dfd >= 0)
+      close(dfd);
+    return;
+  }
+  for (struct dirent *e; (e = readdir(d));) {
+    struct stat st, now;
+    if (!tmp_of(e->d_name, base) || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+        !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+      continue;
+    int fd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    /* the same file still, unlocked: its save is over */
+    if (!fstat(fd, &now) && now.st_dev == st.st_dev && now.st_ino == st.st_ino &&
+        !flock(fd, LOCK_EX | LOCK_NB) && !fstatat(dfd, e->d_name, &now, AT_SYMLINK_NOFOLLOW) &&
+        now.st_dev == st.st_dev && now.st_ino == st.st_ino)
+      unlinkat(dfd, e->d_name, 0);
+    close(fd);
+  }
+  closedir(d);
+}
+
+int dtrt_st_create_tmp(DtrtCtx *ctx, const char *path, char *tmp, int *lock) {
+  remove_stale(ctx, path);
+  size_t n = strlen(tmp);
+  for (int tries = 0; tries < 100; tries++) {
+    memcpy(tmp + n - 6, "XXXXXX", 6);
+    int fd = mkstemp(tmp), r, err = 0;
+    if (fd < 0)
+      return -1;
+    /* locked at once: a save of path elsewhere that lists it before takes it
+     * for stale only while it is unlocked, and then removes it first */
+    while ((r = flock(fd, LOCK_EX)) && errno == EINTR)
+      ;
+    struct stat st;
+    if (r && errno != ENOLCK && errno != EOPNOTSUPP && errno != ENOSYS && errno != EINVAL)
+      err = errno;   /* a file system without locks: saved, never taken for stale */
+    else if (fstat(fd, &st) || fchmod(fd, 0644))
+      err = errno;
+    else if (st.st_nlink == 0) {   /* removed as stale before it was locked */
+      close(fd);
+      continue;
+    } else if ((*lock = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
+      err = errno;
+    if (!err)
+      return fd;
+    unlink(tmp);
+    close(fd);
+    memcpy(tmp + n - 6, "XXXXXX", 6);
+    errno = err;
+    return -1;
+  }
+  memcpy(tmp + n - 6, "XXXXXX", 6);
+  errno = EEXIST;
+  return -1;
 }
 
 int dtrt_st_pwrite(int fd, const void *p, int64_t n, int64_t off) {
@@ -154,15 +242,16 @@ char *dtrt_st_tmp_name(DtrtCtx *ctx, const char *path) {
   return tmp;
 }
 
-DtStatus dtrt_st_replace(DtrtCtx *ctx, const char *tmp, const char *path) {
+DtStatus dtrt_st_replace(DtrtCtx *ctx, const char *tmp, const char *path, int lock) {
   /* the path may have become something else while the data were written */
   DtStatus s = dtrt_check_output(ctx, "save", path);
   if (!s && rename(tmp, path))
     s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", path, strerror(errno));
-  if (s) {
+  if (s)
     unlink(tmp);
+  close(lock);
+  if (s)
     return s;
-  }
   if (dtrt_sync_dir(ctx, path))
     return dtrt_fail(ctx, DT_ERR_IO, "save: wrote %s but could not sync its directory: %s",
                      path, strerror(errno));
@@ -312,6 +401,14 @@ DtStatus dtrt_st_read_header(DtrtCtx *ctx, const char *path, int fd, int64_t siz
   for (; end < h->text + hl; end++)
     if (*end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')
       return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: text after the JSON header", path);
+  /* a name holding a NUL (\u0000, or the byte) would be read as its first
+   * part; a backslash only appears in a string, as an escape */
+  for (const char *c = h->text; c < end; c++)
+    if (!*c || (*c == '\\' && !strncmp(c + 1, "u0000", 5)))
+      return dtrt_fail(ctx, DT_ERR_FORMAT, "load: %s: the header holds a NUL%s at byte %lld",
+                       path, *c ? " (\\u0000)" : "", (long long)(c - h->text) + 8);
+    else if (*c == '\\')
+      c++;
   if (!(h->e = dtrt_alloc(ctx, (size_t)(cJSON_GetArraySize(h->root) + 1) * sizeof *h->e)))
     return DT_ERR_NOMEM;
   DtStatus s = DT_OK;

@@ -107,8 +107,8 @@ static char *header(DtrtCtx *ctx, int n, const Entry *e, const char *hash, int64
   return json;
 }
 
-DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
-                          int n, const char *model_hash, int64_t step) {
+static DtStatus save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
+                            int n, const char *model_hash, int64_t step) {
   if (!ctx)
     return DT_ERR_ARG;
   if (!path || !path[0])
@@ -152,13 +152,13 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
     goto done;
   }
 
-  int fd = mkstemp(tmp);
+  int lock, fd = dtrt_st_create_tmp(ctx, path, tmp, &lock);
   if (fd < 0) {
     s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot create a temporary file beside %s: %s", path,
                   strerror(errno));
     goto done;
   }
-  int bad = fchmod(fd, 0644) || dtrt_st_pwrite(fd, frame, size, 0);
+  int bad = dtrt_st_pwrite(fd, frame, size, 0);
   for (int k = 0; k < n && !bad; k++) {
     int64_t bytes = dtrt_numel(&t[k].t) * 4;
     bad = dtrt_st_pwrite(fd, t[k].t.data, bytes, size);
@@ -170,14 +170,26 @@ DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, cons
     bad = 1, err = errno;
   if (bad) {
     unlink(tmp);
+    close(lock);
     s = dtrt_fail(ctx, DT_ERR_IO, "save: cannot write %s: %s", path, strerror(err));
   } else {
-    s = dtrt_st_replace(ctx, tmp, path);
+    s = dtrt_st_replace(ctx, tmp, path, lock);
   }
 done:
   cJSON_free(json);
   dtrt_free(ctx, frame);
   dtrt_free(ctx, tmp);
+  return s;
+}
+
+/* SIGINT, SIGTERM and SIGHUP act once the save is over, the temporary file
+ * renamed or removed. */
+DtStatus dtrt_save_blocks(DtrtCtx *ctx, const char *path, const DtNamed *t, const DtBlock *b,
+                          int n, const char *model_hash, int64_t step) {
+  sigset_t old;
+  dtrt_defer_signals(&old);
+  DtStatus s = save_blocks(ctx, path, t, b, n, model_hash, step);
+  dtrt_undefer_signals(&old);
   return s;
 }
 

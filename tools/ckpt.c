@@ -23,6 +23,60 @@ static const char usage[] =
     "convert  writes OUT, one checkpoint of whole tensors, from the per-rank files\n"
     "         of one save by an earlier version (every rank's file, in any order)\n";
 
+/* The length of the UTF-8 character at s that may be printed as it is (not
+ * a C1 control, nor one that reorders text), or 0. */
+static int printable_utf8(const unsigned char *s) {
+  int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+  if (!n || s[0] > 0xf4)
+    return 0;
+  unsigned cp = s[0] & (0x7fu >> n);
+  for (int k = 1; k < n; k++) {
+    if ((s[k] & 0xc0) != 0x80)
+      return 0;
+    cp = cp << 6 | (s[k] & 0x3fu);
+  }
+  static const unsigned least[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0 ||
+      (cp >= 0x200b && cp <= 0x200f) || (cp >= 0x2028 && cp <= 0x202e) ||
+      (cp >= 0x2066 && cp <= 0x2069) || cp == 0xfeff)
+    return 0;
+  return n;
+}
+
+/* Text of a file (or a message quoting one) printed so that it cannot make
+ * lines of its own nor drive the terminal: control characters and bytes
+ * that are not UTF-8 as C escapes (\n, \x1b); NULL as "(none)". Padded
+ * with spaces to width characters. */
+static void put_text(FILE *out, const char *text, int width) {
+  const unsigned char *s = (const unsigned char *)(text ? text : "(none)");
+  int col = 0;
+  while (*s) {
+    int n = printable_utf8(s);
+    if (n) {
+      fwrite(s, 1, (size_t)n, out);
+      s += n, col++;
+      continue;
+    }
+    const char *e = *s == '\n' ? "\\n" : *s == '\t' ? "\\t" : *s == '\r' ? "\\r" : NULL;
+    if (e)
+      col += fprintf(out, "%s", e);
+    else if (*s < 0x20 || *s >= 0x7f)
+      col += fprintf(out, "\\x%02x", *s);
+    else
+      putc(*s, out), col++;
+    s++;
+  }
+  for (; col < width; col++)
+    putc(' ', out);
+}
+
+/* dtc-ckpt: and the context's message, escaped (it quotes the file). */
+static void put_error(DtrtCtx *ctx) {
+  fputs("dtc-ckpt: ", stderr);
+  put_text(stderr, ctx ? dtrt_errmsg(ctx) : "out of memory", 0);
+  putc('\n', stderr);
+}
+
 /* The header of path as JSON (NULL with a message on stderr). */
 static cJSON *read_header(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -69,7 +123,7 @@ static int list(const char *path) {
   int64_t step = 0;
   DtStatus s = ctx ? dtrt_ckpt_verify(ctx, path, &step) : DT_ERR_NOMEM;
   if (s) {
-    fprintf(stderr, "dtc-ckpt: %s\n", ctx ? dtrt_errmsg(ctx) : "out of memory");
+    put_error(ctx);
     dtrt_ctx_free(ctx);
     return 1;
   }
@@ -78,15 +132,30 @@ static int list(const char *path) {
   if (!root)
     return 1;
   const char *ph = meta(root, "params_hash");
-  printf("file        %s\nformat      %s\nmodel       %s\nstep        %lld\n"
-         "model hash  %s\nparams hash %s\nchecksum    %s\nplan        ",
-         path, meta(root, "format"), meta(root, "model"), (long long)step,
-         meta(root, "model_hash"), ph ? ph : "(not recorded)", meta(root, "checksum"));
-  for (const char *p = meta(root, "plan"); p && *p; p++)
-    if (*p == '\n')
-      fputs("\n            ", stdout);
-    else
-      putchar(*p);
+  static const char *const keys[] = {"format", "model", "model_hash", "params_hash", "checksum"};
+  static const char *const labels[] = {"format      ", "model       ", "model hash  ",
+                                       "params hash ", "checksum    "};
+  fputs("file        ", stdout);
+  put_text(stdout, path, 0);
+  for (int k = 0; k < 5; k++) {
+    printf("\n%s", labels[k]);
+    put_text(stdout, k == 3 && !ph ? "(not recorded)" : meta(root, keys[k]), 0);
+    if (k == 1)
+      printf("\nstep        %lld", (long long)step);
+  }
+  fputs("\nplan        ", stdout);
+  const char *plan = meta(root, "plan");
+  for (const char *p = plan; p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+    size_t len = strcspn(p, "\n");
+    char *line = malloc(len + 1);
+    if (!line)
+      break;
+    memcpy(line, p, len);
+    line[len] = 0;
+    fputs(p == plan ? "" : "\n            ", stdout);
+    put_text(stdout, line, 0);
+    free(line);
+  }
   int n = 0;
   const cJSON **t = malloc(sizeof *t * (size_t)(cJSON_GetArraySize(root) + 1));
   for (const cJSON *j = root->child; t && j; j = j->next)
@@ -99,7 +168,9 @@ static int list(const char *path) {
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(t[k], "data_offsets");
     double bytes = cJSON_GetArrayItem(off, 1)->valuedouble - cJSON_GetArrayItem(off, 0)->valuedouble;
     char *shape = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(t[k], "shape"));
-    printf("  %-24s %s %-16s %12.0f bytes\n", t[k]->string,
+    fputs("  ", stdout);
+    put_text(stdout, t[k]->string, 24);
+    printf(" %s %-16s %12.0f bytes\n",
            cJSON_GetObjectItemCaseSensitive(t[k], "dtype")->valuestring, shape ? shape : "?",
            bytes);
     cJSON_free(shape);
@@ -116,7 +187,7 @@ static int verify(const char *path) {
   int64_t step = 0;
   DtStatus s = ctx ? dtrt_ckpt_verify(ctx, path, &step) : DT_ERR_NOMEM;
   if (s)
-    fprintf(stderr, "dtc-ckpt: %s\n", ctx ? dtrt_errmsg(ctx) : "out of memory");
+    put_error(ctx);
   else
     printf("%s: ok, step %lld\n", path, (long long)step);
   dtrt_ctx_free(ctx);
@@ -127,7 +198,7 @@ static int convert(const char *out, const char *const *files, int n) {
   DtrtCtx *ctx = dtrt_ctx_new();
   DtStatus s = ctx ? dtrt_ckpt_convert(ctx, out, files, n) : DT_ERR_NOMEM;
   if (s)
-    fprintf(stderr, "dtc-ckpt: %s\n", ctx ? dtrt_errmsg(ctx) : "out of memory");
+    put_error(ctx);
   else
     printf("%s: one checkpoint of %d per-rank file%s\n", out, n, n == 1 ? "" : "s");
   dtrt_ctx_free(ctx);

@@ -1,8 +1,9 @@
 /* test_comm.c: libdtrt's communication layer on as many ranks as it is started
  * with (alone, or under mpiexec -n 2 or -n 4): every collective against a
  * reference computed locally from all ranks' deterministic inputs, meshes,
- * agreement, failure sharing and an SPMD model against the single-process
- * computation. Checks record and go on, so every rank makes the same calls;
+ * agreement, failure sharing, an SPMD model against the single-process
+ * computation, and SIGHUP, SIGINT and SIGTERM blocked in every thread the
+ * runtime and MPI started. Checks record and go on, so every rank makes the same calls;
  * rank 0 prints "N passed, M failed", the exit status says if any rank failed.
  * With --app-mpi the program starts MPI itself, and dtrt must not finalise it. */
 #include <math.h>
@@ -684,7 +685,58 @@ static void test_model(const char *dir) {
   }
 }
 
+/* The threads of the process before the runtime started any (the main
+ * one, and those a library starts as it is loaded, as OpenBLAS does). */
+static int first_tids[64], nfirst;
+
+static void note_first_tids(void) {
+  DIR *d = opendir("/proc/self/task");
+  for (struct dirent *e; d && (e = readdir(d)) && nfirst < 64;)
+    if (e->d_name[0] != '.')
+      first_tids[nfirst++] = atoi(e->d_name);
+  if (d)
+    closedir(d);
+}
+
+/* Every thread started since, MPI's (when the runtime starts MPI), the
+ * pool's and the watchdog's, blocks SIGHUP, SIGINT and SIGTERM, so that a
+ * save holds them off (Linux: /proc/self/task). */
+static void test_signal_masks(DtrtCtx *ctx) {
+  dtrt_threads(ctx);   /* the pool started */
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return;
+  int threads = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    bool first = e->d_name[0] == '.';
+    for (int k = 0; k < nfirst && !first; k++)
+      first = first_tids[k] == atoi(e->d_name);
+    if (first)
+      continue;
+    char path[300], line[256], name[64] = "?";
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    FILE *f = fopen(path, "r");
+    unsigned long long blk = 0;
+    bool found = false;
+    while (f && fgets(line, sizeof line, f))
+      if (!strncmp(line, "SigBlk:", 7))
+        found = sscanf(line + 7, "%llx", &blk) == 1;
+      else if (!strncmp(line, "Name:", 5))
+        sscanf(line + 5, "%63s", name);
+    if (f)
+      fclose(f);
+    unsigned long long held = 1ull << (SIGHUP - 1) | 1ull << (SIGINT - 1) | 1ull << (SIGTERM - 1);
+    if (found)
+      threads++;
+    CHECK(!found || (blk & held) == held,
+          "thread %s (%s) blocks %llx, not SIGHUP, SIGINT, SIGTERM", e->d_name, name, blk);
+  }
+  closedir(d);
+  CHECK(dtrt_threads(ctx) < 2 || threads > 0, "no thread but the main one");
+}
+
 int main(int argc, char **argv) {
+  note_first_tids();
   bool app = argc > 1 && !strcmp(argv[1], "--app-mpi");
   if (app) {
     int provided;
@@ -730,6 +782,8 @@ int main(int argc, char **argv) {
   test_agree(ctx);
   test_status(ctx);
   test_model(dir);
+  if (!app)   /* MPI's threads are the application's then */
+    test_signal_masks(ctx);
 
   DtrtCtx *other = dtrt_ctx_new(); /* joins the running MPI: must not end it */
   CHECK(dtrt_comm_init(other) == DT_OK && dtrt_rank(other) == me, "second context");

@@ -539,6 +539,169 @@ static void test_whole_tensors(void **state) {
   no_temps();
 }
 
+/* The first X of name in the file at path made a backslash. */
+static void backslash_in(const char *path, const char *name) {
+  long len;
+  unsigned char *f = slurp(path, &len);
+  size_t n = strlen(name);
+  long k = 0;
+  while (k + (long)n <= len && memcmp(f + k, name, n))
+    k++;
+  assert_true(k + (long)n <= len);
+  *(unsigned char *)memchr(f + k, 'X', n) = '\\';
+  spit(path, f, len);
+  free(f);
+}
+
+/* A NUL in a name (\u0000, which cJSON would end the name at) is refused by
+ * both readers with the file and the byte; an escaped backslash before
+ * "u0000" is not a NUL. */
+static void test_nul_names(void **state) {
+  (void)state;
+  float x[2] = {1, 2}, y[2] = {3, 4}, z[2];
+  DtNamed t[2] = {{"b1Xu0000x", {x, DTRT_F32, 1, {2}}}, {"c\\u0000", {y, DTRT_F32, 1, {2}}}};
+  assert_int_equal(dtrt_save(ctx, at("nul.st"), t, 2, "h", 1), DT_OK);
+  DtNamed u[2] = {{"b1Xu0000x", {z, DTRT_F32, 1, {2}}}, {"c\\u0000", {z, DTRT_F32, 1, {2}}}};
+  assert_int_equal(dtrt_load(ctx, at("nul.st"), u, 2, "h", NULL), DT_OK);
+  backslash_in(at("nul.st"), "b1Xu0000x");
+  DtNamed b1 = {"b1", {z, DTRT_F32, 1, {2}}};
+  assert_int_equal(dtrt_load(ctx, at("nul.st"), &b1, 1, "h", NULL), DT_ERR_FORMAT);
+  char want[600];
+  snprintf(want, sizeof want, "load: %s: the header holds a NUL (\\u0000) at byte ", at("nul.st"));
+  assert_non_null(strstr(dtrt_errmsg(ctx), want));
+
+  DtCkptTensor c = {"b1Xu0000x", DT_G_PARAM, {x, DTRT_F32, 1, {2}}, {0}, {0}};
+  assert_int_equal(dtrt_ckpt_save(ctx, at("nulc.st"), &c, 1, "m", NULL, 1), DT_OK);
+  backslash_in(at("nulc.st"), "b1Xu0000x");
+  assert_int_equal(dtrt_ckpt_verify(ctx, at("nulc.st"), NULL), DT_ERR_FORMAT);
+  snprintf(want, sizeof want, "load: %s: the header holds a NUL (\\u0000) at byte ", at("nulc.st"));
+  assert_non_null(strstr(dtrt_errmsg(ctx), want));
+}
+
+static uLong crc_i64(uLong crc, int64_t v) {
+  unsigned char b[8];
+  for (int k = 0; k < 8; k++)
+    b[k] = (unsigned char)((uint64_t)v >> 8 * k);
+  return crc32(crc, b, 8);
+}
+
+/* A per-rank file of the earlier format holding one f32 tensor "w" of dims
+ * dim[0..r), the block at begin of a tensor of dims full (NULL: whole),
+ * its elements 1, 2, ..., as an earlier dtc wrote them. */
+static void write_old(const char *path, const char *hash, int r, const int64_t *dim,
+                      const int64_t *full, const int64_t *begin) {
+  int64_t n = 1;
+  for (int d = 0; d < r; d++)
+    n *= dim[d];
+  float *data = malloc((size_t)n * 4 + 1);
+  for (int64_t k = 0; k < n; k++)
+    data[k] = (float)(k + 1);
+  uLong crc = crc32(crc32(0, NULL, 0), (const Bytef *)data, (uInt)(n * 4));
+  crc = crc32(crc, (const Bytef *)"w", 2);
+  crc = crc_i64(crc_i64(crc, DTRT_F32), r);
+  for (int d = 0; d < r; d++)
+    crc = crc_i64(crc, dim[d]);
+  crc = crc_i64(crc_i64(crc, 0), n * 4);
+  for (int d = 0; full && d < r; d++)
+    crc = crc_i64(crc_i64(crc, full[d]), begin[d]);
+  crc = crc_i64(crc32(crc, (const Bytef *)hash, (uInt)strlen(hash) + 1), 5);
+  char shape[128] = "[", fl[128] = "[", bg[128] = "[", block[400] = "", text[1024];
+  for (int d = 0; d < r; d++) {
+    snprintf(shape + strlen(shape), 32, "%s%lld", d ? "," : "", (long long)dim[d]);
+    if (full) {
+      snprintf(fl + strlen(fl), 32, "%s%lld", d ? "," : "", (long long)full[d]);
+      snprintf(bg + strlen(bg), 32, "%s%lld", d ? "," : "", (long long)begin[d]);
+    }
+  }
+  strcat(shape, "]"), strcat(fl, "]"), strcat(bg, "]");
+  if (full)
+    snprintf(block, sizeof block, ",\"block:w\":\"{\\\"full\\\":%s,\\\"begin\\\":%s}\"", fl,
+             bg);
+  int len = snprintf(text, sizeof text,
+                     "{\"__metadata__\":{\"model_hash\":\"%s\",\"step\":\"5\","
+                     "\"checksum\":\"crc32:%08lx\"%s},\"w\":{\"dtype\":\"F32\",\"shape\":%s,"
+                     "\"data_offsets\":[0,%lld]}}",
+                     hash, (unsigned long)crc, block, shape, (long long)(n * 4));
+  while (len % 8)
+    text[len++] = ' ';
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  unsigned char len8[8];
+  for (int k = 0; k < 8; k++)
+    len8[k] = (unsigned char)((uint64_t)len >> 8 * k);
+  assert_int_equal(fwrite(len8, 1, 8, f), 8);
+  assert_int_equal(fwrite(text, 1, (size_t)len, f), (size_t)len);
+  assert_int_equal(fwrite(data, 4, (size_t)n, f), (size_t)n);
+  fclose(f);
+  free(data);
+}
+
+/* An allocator that refuses any block over 64 MiB, counting the others. */
+static void *capped_alloc(void *u, size_t n) {
+  return n > (64u << 20) ? NULL : count_alloc(u, n);
+}
+
+/* dtrt_ckpt_convert of per-rank files naming a rank beyond the file count
+ * or beyond int: refused with the file and the value. */
+static void test_convert_ranks(void **state) {
+  (void)state;
+  int64_t dim[2] = {2, 3}, full[2] = {4, 3}, b0[2] = {0, 0}, b1[2] = {2, 0};
+  write_old(at("r.0"), "h plan p rank 0 of 2", 2, dim, full, b0);
+  write_old(at("r.1"), "h plan p rank 1 of 2", 2, dim, full, b1);
+  const char *files[] = {at("r.0"), at("r.1")};
+  assert_int_equal(dtrt_ckpt_convert(ctx, at("conv.st"), files, 2), DT_OK);
+  assert_int_equal(dtrt_ckpt_verify(ctx, at("conv.st"), NULL), DT_OK);
+
+  static const char *const bad[] = {"rank 4294967297 of 2", "rank 1 of 4294967298",
+                                    "rank 18446744073709551617 of 2", "rank 2 of 2"};
+  for (int k = 0; k < 4; k++) {
+    char hash[64];
+    snprintf(hash, sizeof hash, "h plan p %s", bad[k]);
+    write_old(at("r.x"), hash, 2, dim, full, b1);
+    const char *two[] = {at("r.0"), at("r.x")};
+    assert_int_equal(dtrt_ckpt_convert(ctx, at("refused.st"), two, 2), DT_ERR_FORMAT);
+    const char *msg = dtrt_errmsg(ctx);
+    assert_non_null(strstr(msg, at("r.x")));
+    assert_non_null(strstr(msg, bad[k]));
+    assert_int_equal(access(at("refused.st"), F_OK), -1);
+  }
+  no_temps();
+}
+
+/* dtrt_ckpt_convert of small per-rank files whose blocks claim to be of a
+ * tensor far larger than the files hold: refused before the whole tensor
+ * is allocated (no allocation over 64 MiB is asked for). */
+static void test_convert_memory(void **state) {
+  (void)state;
+  int64_t dim[2] = {2, 3}, b0[2] = {0, 0};
+  Count c = {0, 0, -1};
+  DtAllocator a = {capped_alloc, count_free, &c};
+  DtrtCtx *cx = dtrt_ctx_new_with(&a);
+  int64_t huge[2] = {1 << 20, 1 << 14}, hb[2] = {2, 0};
+  write_old(at("h.0"), "h plan p rank 0 of 2", 2, dim, huge, b0);
+  write_old(at("h.1"), "h plan p rank 1 of 2", 2, dim, huge, hb);
+  char h0[512], h1[512];
+  snprintf(h0, sizeof h0, "%s", at("h.0"));
+  snprintf(h1, sizeof h1, "%s", at("h.1"));
+  const char *hf[] = {h0, h1};
+  assert_int_equal(dtrt_ckpt_convert(cx, at("refused.st"), hf, 2), DT_ERR_MISMATCH);
+  assert_non_null(strstr(dtrt_errmsg(cx), "says 'w' is a block of [1048576,16384], which the 2 "
+                                          "files cannot cover: they hold 12 of its elements"));
+  assert_int_equal(access(at("refused.st"), F_OK), -1);
+  /* and ones saying their tensor has more elements than int64 counts */
+  int64_t over[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
+  write_old(at("h.1"), "h plan p rank 1 of 2", 2, dim, over, hb);
+  write_old(at("h.0"), "h plan p rank 0 of 2", 2, dim, over, b0);
+  assert_int_equal(dtrt_ckpt_convert(cx, at("refused.st"), hf, 2), DT_ERR_FORMAT);
+  assert_non_null(strstr(dtrt_errmsg(cx), "the block of 'w' is malformed"));
+  assert_non_null(strstr(dtrt_errmsg(cx), h0));
+
+
+  dtrt_ctx_free(cx);
+  assert_int_equal(c.allocs, c.frees);
+  no_temps();
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -548,6 +711,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_not_regular, setup, teardown),
       cmocka_unit_test_setup_teardown(test_step_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_whole_tensors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_convert_ranks, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_convert_memory, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_nul_names, setup, teardown),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
