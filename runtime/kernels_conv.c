@@ -267,6 +267,7 @@ typedef struct Direct {
   const float *x, *dy;    /* its input; CONV_DW's adjoint */
   float *w, *y;           /* the packed weights (CONV_DW: dw); the result */
   float *pad, *dyt;       /* padded samples (one per slot, or all); dy transposed */
+  float *sums;            /* CONV_DW: each item's [cb kh kw][16] sums */
   int64_t cg, og, kk;     /* input and output channels per group, taps */
   int64_t hp, wp, plane, sample; /* the padded plane; floats of a padded sample */
   int64_t nv, nob, cb;    /* vectors per block, blocks per group, CONV_DW's channels */
@@ -370,9 +371,10 @@ static void fwd_part(void *env, int64_t begin, int64_t end) {
 
 /* cb channels' kh x kw taps (c0 and on) by 16 output channels, over the
  * pixels of one sample: xs the padded sample at channel c0, dyt the
- * sample's transposed adjoint at the block's channels; into tmp [cb kh kw][16]. */
+ * sample's transposed adjoint at the block's channels; added into sum
+ * [cb kh kw][16]. */
 INLINE void dw_tile(const Direct *d, int cb, int kh, int kw, int sw, const float *xs,
-                    const float *dyt, float *tmp) {
+                    const float *dyt, float *sum) {
   const Geom *g = &d->g;
   __m512 acc[ACCS];
 #pragma GCC unroll 32
@@ -397,19 +399,19 @@ INLINE void dw_tile(const Direct *d, int cb, int kh, int kw, int sw, const float
   }
 #pragma GCC unroll 32
   for (int k = 0; k < cb * kh * kw; k++)
-    _mm512_storeu_ps(tmp + k * LANES, acc[k]);
+    _mm512_storeu_ps(sum + k * LANES, _mm512_add_ps(_mm512_loadu_ps(sum + k * LANES), acc[k]));
 }
 
-AVX512 static void dw_any(const Direct *d, const float *xs, const float *dyt, float *tmp) {
+AVX512 static void dw_any(const Direct *d, const float *xs, const float *dyt, float *sum) {
   bool one = d->g.kh == 1, s2 = d->g.sw == 2;
   if (one && d->cb == 16)
-    s2 ? dw_tile(d, 16, 1, 1, 2, xs, dyt, tmp) : dw_tile(d, 16, 1, 1, 1, xs, dyt, tmp);
+    s2 ? dw_tile(d, 16, 1, 1, 2, xs, dyt, sum) : dw_tile(d, 16, 1, 1, 1, xs, dyt, sum);
   else if (one)
-    s2 ? dw_tile(d, 4, 1, 1, 2, xs, dyt, tmp) : dw_tile(d, 4, 1, 1, 1, xs, dyt, tmp);
+    s2 ? dw_tile(d, 4, 1, 1, 2, xs, dyt, sum) : dw_tile(d, 4, 1, 1, 1, xs, dyt, sum);
   else if (d->cb == 3)
-    s2 ? dw_tile(d, 3, 3, 3, 2, xs, dyt, tmp) : dw_tile(d, 3, 3, 3, 1, xs, dyt, tmp);
+    s2 ? dw_tile(d, 3, 3, 3, 2, xs, dyt, sum) : dw_tile(d, 3, 3, 3, 1, xs, dyt, sum);
   else
-    s2 ? dw_tile(d, 1, 3, 3, 2, xs, dyt, tmp) : dw_tile(d, 1, 3, 3, 1, xs, dyt, tmp);
+    s2 ? dw_tile(d, 1, 3, 3, 2, xs, dyt, sum) : dw_tile(d, 1, 3, 3, 1, xs, dyt, sum);
 }
 
 /* Sample n padded into its own place, and its adjoint transposed. */
@@ -432,27 +434,33 @@ static void dw_prep(void *env, int64_t begin, int64_t end) {
 }
 
 /* Slot s: its share of the (group, block of 16 output channels, cb
- * channels) items, each over every sample in order. */
+ * channels) items, each over every sample in order, then into dw. */
 static void dw_part(void *env, int64_t begin, int64_t end) {
   const Direct *d = env;
   const Geom *g = &d->g;
   int64_t nob = (d->og + LANES - 1) / LANES, nct = (d->cg + d->cb - 1) / d->cb;
-  int64_t items = g->groups * nob * nct, p = g->ho * g->wo;
-  float tmp[ACCS * LANES];
-  for (int64_t s = begin; s < end; s++)
+  int64_t items = g->groups * nob * nct, p = g->ho * g->wo, size = d->cb * d->kk * LANES;
+  for (int64_t s = begin; s < end; s++) {
+    int64_t lo = s * items / d->slots, hi = (s + 1) * items / d->slots;
+    memset(d->sums + lo * size, 0, sizeof(float) * (size_t)((hi - lo) * size));
     for (int64_t n = 0; n < g->n; n++)
-      for (int64_t it = s * items / d->slots; it < (s + 1) * items / d->slots; it++) {
+      for (int64_t it = lo; it < hi; it++) {
         int64_t gi = it / (nob * nct), b = it / nct % nob, ct = it % nct;
-        /* the last tile ends at the last channel, overlapping the one before */
-        int64_t first = ct * d->cb, c0 = first + d->cb > d->cg ? d->cg - d->cb : first;
+        int64_t c0 = ct * d->cb + d->cb > d->cg ? d->cg - d->cb : ct * d->cb;
         dw_any(d, d->pad + n * d->sample + (gi * d->cg + c0) * d->plane,
-               d->dyt + (n * p) * d->ogp + (gi * nob + b) * LANES, tmp);
-        for (int64_t o = b * LANES; o < d->og && o < (b + 1) * LANES; o++)
-          for (int64_t c = first - c0; c < d->cb; c++)
-            for (int64_t t = 0; t < d->kk; t++)
-              d->y[((gi * d->og + o) * d->cg + c0 + c) * d->kk + t] +=
-                  tmp[(c * d->kk + t) * LANES + o % LANES];
+               d->dyt + n * p * d->ogp + (gi * nob + b) * LANES, d->sums + it * size);
       }
+    for (int64_t it = lo; it < hi; it++) {
+      int64_t gi = it / (nob * nct), b = it / nct % nob, ct = it % nct;
+      /* the last tile ends at the last channel, overlapping the one before */
+      int64_t first = ct * d->cb, c0 = first + d->cb > d->cg ? d->cg - d->cb : first;
+      for (int64_t o = b * LANES; o < d->og && o < (b + 1) * LANES; o++)
+        for (int64_t c = first - c0; c < d->cb; c++)
+          for (int64_t t = 0; t < d->kk; t++)
+            d->y[((gi * d->og + o) * d->cg + c0 + c) * d->kk + t] =
+                d->sums[it * size + (c * d->kk + t) * LANES + o % LANES];
+    }
+  }
 }
 
 /* Whether kind of g runs direct, on this CPU. */
@@ -519,7 +527,8 @@ static DtStatus direct_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g
   direct_layout(&d, &g, slots);
   int64_t floats;
   if (kind == CONV_DW)
-    floats = g.n * (d.sample + g.ho * g.wo * d.ogp);
+    floats = g.n * (d.sample + g.ho * g.wo * d.ogp) +
+             d.ogp * ((d.cg + d.cb - 1) / d.cb) * d.cb * d.kk;
   else
     floats = g.groups * d.nob * d.cg * d.kk * d.nv * LANES + slots * d.sample;
   float *scratch = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
@@ -528,7 +537,7 @@ static DtStatus direct_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g
                      (long long)floats);
   if (kind == CONV_DW) {
     d.x = x, d.dy = y, d.y = w, d.pad = scratch, d.dyt = scratch + g.n * d.sample;
-    memset(w, 0, sizeof(float) * (size_t)(g.o * d.cg * d.kk));
+    d.sums = d.dyt + g.n * g.ho * g.wo * d.ogp;
     dtrt_parallel_for(ctx, g.n, dw_prep, &d);
     dtrt_parallel_for(ctx, slots, dw_part, &d);
     return DT_OK;
