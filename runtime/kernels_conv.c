@@ -315,6 +315,40 @@ INLINE void fwd_tile(const Direct *d, int nv, int r, int sw, const float *xs, co
     _mm512_storeu_ps(tmp + k * LANES, acc[k]);
 }
 
+/* dst[j][i] = src[i][j] for i < nr, j < nc (at most 16 each), row i of src
+ * at src + i ss, row j of dst at dst + j ds; sm: the lanes of dst's rows
+ * stored (those past nr, zeros). In registers: 4 x 4 blocks transposed in
+ * each 128-bit lane, then the lanes. */
+INLINE void transpose16(const float *src, int64_t ss, int nr, int nc, float *dst, int64_t ds,
+                        __mmask16 sm) {
+  __m512 r[16], t[16];
+  __mmask16 cm = (__mmask16)((1u << nc) - 1);
+  for (int i = 0; i < 16; i++)
+    r[i] = i < nr ? _mm512_maskz_loadu_ps(cm, src + i * ss) : _mm512_setzero_ps();
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int k = 0; k < 4; k++) {
+    __m512 ab02 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+    __m512 ab13 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+    __m512 cd02 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+    __m512 cd13 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+    t[k] = _mm512_shuffle_f32x4(ab02, cd02, 0x88);
+    t[4 + k] = _mm512_shuffle_f32x4(ab13, cd13, 0x88);
+    t[8 + k] = _mm512_shuffle_f32x4(ab02, cd02, 0xdd);
+    t[12 + k] = _mm512_shuffle_f32x4(ab13, cd13, 0xdd);
+  }
+  for (int j = 0; j < nc; j++)
+    _mm512_mask_storeu_ps(dst + j * ds, sm, t[j]);
+}
+
 /* One block of output channels (the first `valid` of its nv 16) of one
  * sample: y at the block's first channel, xs the padded sample at the
  * group's first channel, w the block's packed weights. */
@@ -327,12 +361,14 @@ INLINE void fwd_block(const Direct *d, int nv, int sw, const float *xs, const fl
     for (int64_t ow0 = 0; ow0 < g->wo; ow0 += r) {
       fwd_tile(d, nv, r, sw, xs + oh * g->sh * d->wp + ow0 * sw, w, d->cg, tmp);
       int64_t rn = g->wo - ow0 < r ? g->wo - ow0 : r;
-      for (int64_t o = 0; o < valid; o++) {
-        float *yo = y + (o * g->ho + oh) * g->wo + ow0;
-        const float *src = tmp + (o / LANES) * r * LANES + o % LANES;
-        for (int64_t i = 0; i < rn; i++)
-          yo[i] = src[i * LANES];
-      }
+      for (int v = 0; v < nv && v * LANES < valid; v++)
+        for (int i0 = 0; i0 < rn; i0 += LANES) {
+          int nr = rn - i0 < LANES ? (int)(rn - i0) : LANES;
+          int nc = valid - v * LANES < LANES ? (int)(valid - v * LANES) : LANES;
+          transpose16(tmp + (v * r + i0) * LANES, LANES, nr, nc,
+                      y + (v * LANES * g->ho + oh) * g->wo + ow0 + i0, g->ho * g->wo,
+                      (__mmask16)((1u << nr) - 1));
+        }
     }
 }
 
@@ -414,22 +450,26 @@ AVX512 static void dw_any(const Direct *d, const float *xs, const float *dyt, fl
     s2 ? dw_tile(d, 1, 3, 3, 2, xs, dyt, sum) : dw_tile(d, 1, 3, 3, 1, xs, dyt, sum);
 }
 
+/* Sample n's adjoint transposed, zeros past each group's channels. */
+AVX512 static void dw_transpose(const Direct *d, int64_t n) {
+  const Geom *g = &d->g;
+  int64_t p = g->ho * g->wo, nob = (d->og + LANES - 1) / LANES;
+  for (int64_t gi = 0; gi < g->groups; gi++)
+    for (int64_t o0 = 0; o0 < d->og; o0 += LANES)
+      for (int64_t q0 = 0; q0 < p; q0 += LANES)
+        transpose16(d->dy + (n * g->o + gi * d->og + o0) * p + q0, p,
+                    d->og - o0 < LANES ? (int)(d->og - o0) : LANES,
+                    p - q0 < LANES ? (int)(p - q0) : LANES,
+                    d->dyt + (n * p + q0) * d->ogp + gi * nob * LANES + o0, d->ogp, 0xffff);
+}
+
 /* Sample n padded into its own place, and its adjoint transposed. */
 static void dw_prep(void *env, int64_t begin, int64_t end) {
   const Direct *d = env;
   const Geom *g = &d->g;
-  int64_t p = g->ho * g->wo, nob = (d->og + LANES - 1) / LANES;
   for (int64_t n = begin; n < end; n++) {
     pad_sample(d, g->c, d->x + n * g->c * g->h * g->w, d->pad + n * d->sample);
-    float *t = d->dyt + n * p * d->ogp;
-    memset(t, 0, sizeof(float) * (size_t)(p * d->ogp));
-    for (int64_t gi = 0; gi < g->groups; gi++)
-      for (int64_t o = 0; o < d->og; o++) {
-        const float *src = d->dy + (n * g->o + gi * d->og + o) * p;
-        float *dst = t + gi * nob * LANES + o;
-        for (int64_t q = 0; q < p; q++)
-          dst[q * d->ogp] = src[q];
-      }
+    dw_transpose(d, n);
   }
 }
 
