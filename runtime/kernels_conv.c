@@ -298,6 +298,8 @@ INLINE void fwd_tile(const Direct *d, int nv, int r, int sw, const float *xs, co
   for (int64_t c = 0; c < cin; c++)
     for (int64_t t = 0; t < d->kk; t++, w += nv * LANES) {
       const float *xp = xs + c * d->plane + d->toff[t];
+      /* opaque: else GCC keeps an induction variable per pixel, on the stack */
+      __asm__("" : "+r"(xp));
       __m512 wv[4];
 #pragma GCC unroll 4
       for (int v = 0; v < nv; v++)
