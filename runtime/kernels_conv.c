@@ -276,14 +276,27 @@ typedef struct Direct {
 } Direct;
 
 /* Sample x [c, h, w] into dst [c, hp, wp] with its padding, then zeros
- * over the slack that tiles' unused pixels read past the last plane. */
-static void pad_sample(const Direct *d, int64_t c, const float *x, float *dst) {
+ * over the slack that tiles' unused pixels read past the last plane. Rows
+ * are short: plain loops, not memcpy and memset calls. */
+static void pad_sample(const Direct *d, int64_t c, const float *restrict x, float *restrict dst) {
   const Geom *g = &d->g;
-  memset(dst, 0, sizeof(float) * (size_t)d->sample);
-  for (int64_t ci = 0; ci < c; ci++)
-    for (int64_t ih = 0; ih < g->h; ih++)
-      memcpy(dst + ci * d->plane + (ih + g->ph) * d->wp + g->pw, x + (ci * g->h + ih) * g->w,
-             sizeof(float) * (size_t)g->w);
+  int64_t right = d->wp - g->pw - g->w, bottom = (d->hp - g->ph - g->h) * d->wp;
+  for (int64_t ci = 0; ci < c; ci++) {
+    for (int64_t k = 0; k < g->ph * d->wp; k++)
+      *dst++ = 0;
+    for (int64_t ih = 0; ih < g->h; ih++, x += g->w) {
+      for (int64_t k = 0; k < g->pw; k++)
+        *dst++ = 0;
+      for (int64_t k = 0; k < g->w; k++)
+        dst[k] = x[k];
+      dst += g->w;
+      for (int64_t k = 0; k < right; k++)
+        *dst++ = 0;
+    }
+    for (int64_t k = 0; k < bottom; k++)
+      *dst++ = 0;
+  }
+  memset(dst, 0, sizeof(float) * (size_t)(d->sample - c * d->plane));
 }
 
 /* The nv x r accumulators of r pixels from the padded input xs (at the
