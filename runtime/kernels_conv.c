@@ -275,28 +275,27 @@ typedef struct Direct {
   int64_t toff[TAPS_MAX]; /* each tap's offset in the padded plane */
 } Direct;
 
+/* The first n of 16 lanes. */
+static inline __mmask16 first_lanes(int64_t n) {
+  return (__mmask16)(n >= LANES ? 0xffff : (1u << n) - 1);
+}
+
 /* Sample x [c, h, w] into dst [c, hp, wp] with its padding, then zeros
  * over the slack that tiles' unused pixels read past the last plane. Rows
- * are short: plain loops, not memcpy and memset calls. */
-static void pad_sample(const Direct *d, int64_t c, const float *restrict x, float *restrict dst) {
+ * are short: vectors, not memcpy and memset calls. */
+AVX512 static void pad_sample(const Direct *d, int64_t c, const float *x, float *dst) {
   const Geom *g = &d->g;
-  int64_t right = d->wp - g->pw - g->w, bottom = (d->hp - g->ph - g->h) * d->wp;
-  for (int64_t ci = 0; ci < c; ci++) {
-    for (int64_t k = 0; k < g->ph * d->wp; k++)
-      *dst++ = 0;
-    for (int64_t ih = 0; ih < g->h; ih++, x += g->w) {
-      for (int64_t k = 0; k < g->pw; k++)
-        *dst++ = 0;
-      for (int64_t k = 0; k < g->w; k++)
-        dst[k] = x[k];
-      dst += g->w;
-      for (int64_t k = 0; k < right; k++)
-        *dst++ = 0;
+  for (int64_t k = 0; k < d->sample; k += LANES)
+    _mm512_mask_storeu_ps(dst + k, first_lanes(d->sample - k), _mm512_setzero_ps());
+  for (int64_t ci = 0; ci < c; ci++)
+    for (int64_t ih = 0; ih < g->h; ih++) {
+      const float *src = x + (ci * g->h + ih) * g->w;
+      float *row = dst + ci * d->plane + (ih + g->ph) * d->wp + g->pw;
+      for (int64_t k = 0; k < g->w; k += LANES) {
+        __mmask16 m = first_lanes(g->w - k);
+        _mm512_mask_storeu_ps(row + k, m, _mm512_maskz_loadu_ps(m, src + k));
+      }
     }
-    for (int64_t k = 0; k < bottom; k++)
-      *dst++ = 0;
-  }
-  memset(dst, 0, sizeof(float) * (size_t)(d->sample - c * d->plane));
 }
 
 /* The nv x r accumulators of r pixels from the padded input xs (at the
