@@ -1,8 +1,10 @@
-/* kernels_conv.c: convolution and pooling over NCHW tensors. A convolution
- * and each of its derivatives is one matrix product per group and chunk of
- * the batch (by the generated GEMM that compiled code passes in its
- * attributes, else OpenBLAS's sgemm), on the chunk's im2col columns, which dtrt_parallel_for builds (and col2im
- * folds back) on the context's threads; pooling runs its planes on them.
+/* kernels_conv.c: convolution and pooling over NCHW tensors. On AVX-512 a
+ * convolution and its derivatives run direct, from padded samples, where
+ * their shapes allow (direct_fits); otherwise each is one matrix product per
+ * group and chunk of the batch (by the generated GEMM that compiled code
+ * passes in its attributes, else OpenBLAS's sgemm), on the chunk's im2col
+ * columns, which dtrt_parallel_for builds (and col2im folds back) on the
+ * context's threads; pooling runs its planes on them.
  * Above each kernel: its inputs, output and how its attributes are decoded.
  * The output must not overlap the inputs. */
 #include <cblas.h>
