@@ -522,7 +522,12 @@ static void dw_part(void *env, int64_t begin, int64_t end) {
 /* Whether kind of g runs direct, on this CPU. */
 static bool direct_fits(int kind, const Geom *g) {
   int64_t cg = g->c / g->groups, og = g->o / g->groups;
-  if (g->sw > 2 || g->kh * g->kw > TAPS_MAX || !__builtin_cpu_supports("avx512f"))
+  /* the padded samples' floats, before a product of them could overflow */
+  double padded = (double)g->n * (double)(g->c + g->o) *
+                  (double)(g->h + g->ho + 2 * (g->ph + g->kh * g->dh)) *
+                  (double)(g->w + g->wo + 2 * (g->pw + g->kw * g->dw));
+  if (g->sw > 2 || g->kh * g->kw > TAPS_MAX || padded > 0x1p50 ||
+      !__builtin_cpu_supports("avx512f"))
     return false;
   if (kind == CONV_DX)
     return g->sh == 1 && g->sw == 1 && g->ph <= (g->kh - 1) * g->dh &&
