@@ -1,8 +1,10 @@
-/* kernels_conv.c: convolution and pooling over NCHW tensors. A convolution
- * and each of its derivatives is one matrix product per group and chunk of
- * the batch (by the generated GEMM that compiled code passes in its
- * attributes, else OpenBLAS's sgemm), on the chunk's im2col columns, which dtrt_parallel_for builds (and col2im
- * folds back) on the context's threads; pooling runs its planes on them.
+/* kernels_conv.c: convolution and pooling over NCHW tensors. On AVX-512 a
+ * convolution and its derivatives run direct, from padded samples, where
+ * their shapes allow (direct_fits); otherwise each is one matrix product per
+ * group and chunk of the batch (by the generated GEMM that compiled code
+ * passes in its attributes, else OpenBLAS's sgemm), on the chunk's im2col
+ * columns, which dtrt_parallel_for builds (and col2im folds back) on the
+ * context's threads; pooling runs its planes on them.
  * Above each kernel: its inputs, output and how its attributes are decoded.
  * The output must not overlap the inputs. */
 #include <cblas.h>
@@ -237,6 +239,384 @@ static DtStatus product(DtrtCtx *ctx, DtGemmFn gemm, bool ta, bool tb, int64_t m
   return s;
 }
 
+/* ---- direct convolution (x86-64 with AVX-512) ---- */
+
+/* On a CPU with AVX-512 a convolution whose shape allows it (direct_fits)
+ * runs without im2col columns:
+ *   CONV_FWD  each sample padded once; each output row in tiles of r pixels
+ *             by nv vectors of 16 output channels, nv r = 28 accumulators in
+ *             registers (16 x 28, 32 x 14, 48 x 9, 64 x 7), summed over the
+ *             input channels and the kernel's taps, from weights packed
+ *             [group][block][c][tap][nv 16]
+ *   CONV_DX   (stride 1) the forward convolution of dy padded by (k - 1) d - p
+ *             with the weights transposed and flipped
+ *   CONV_DW   (3 x 3 or 1 x 1, no dilation) 16 output channels by cb
+ *             channels' taps in registers (3 x 9, or 16 x 1), over each
+ *             sample's pixels, from dy transposed to [pixel][channel];
+ *             each sample's sum is added to dw in the order of the samples.
+ * Each element of the result is summed by one thread in a fixed order, so
+ * its bits do not depend on the number of threads. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f,fma")))
+#define INLINE static inline __attribute__((always_inline, target("avx512f,fma")))
+
+enum { LANES = 16, ACCS = 28, TAPS_MAX = 64 };
+
+typedef struct Direct {
+  Geom g;                 /* the convolution made: for CONV_DX, the transposed one */
+  const float *x, *dy;    /* its input; CONV_DW's adjoint */
+  float *w, *y;           /* the packed weights (CONV_DW: dw); the result */
+  float *pad, *dyt;       /* padded samples (one per slot, or all); dy transposed */
+  float *sums;            /* CONV_DW: each item's [cb kh kw][16] sums */
+  int64_t cg, og, kk;     /* input and output channels per group, taps */
+  int64_t hp, wp, plane, sample; /* the padded plane; floats of a padded sample */
+  int64_t nv, nob, cb;    /* vectors per block, blocks per group, CONV_DW's channels */
+  int64_t slots, ogp;     /* CONV_DW: floats of a pixel of dyt */
+  int64_t toff[TAPS_MAX]; /* each tap's offset in the padded plane */
+} Direct;
+
+/* The first n of 16 lanes. */
+static inline __mmask16 first_lanes(int64_t n) {
+  return (__mmask16)(n >= LANES ? 0xffff : (1u << n) - 1);
+}
+
+/* Sample x [c, h, w] into dst [c, hp, wp] with its padding, then zeros
+ * over the slack that tiles' unused pixels read past the last plane. Rows
+ * are short: vectors, not memcpy and memset calls. */
+AVX512 static void pad_sample(const Direct *d, int64_t c, const float *x, float *dst) {
+  const Geom *g = &d->g;
+  for (int64_t k = 0; k < d->sample; k += LANES)
+    _mm512_mask_storeu_ps(dst + k, first_lanes(d->sample - k), _mm512_setzero_ps());
+  for (int64_t ci = 0; ci < c; ci++)
+    for (int64_t ih = 0; ih < g->h; ih++) {
+      const float *src = x + (ci * g->h + ih) * g->w;
+      float *row = dst + ci * d->plane + (ih + g->ph) * d->wp + g->pw;
+      for (int64_t k = 0; k < g->w; k += LANES) {
+        __mmask16 m = first_lanes(g->w - k);
+        _mm512_mask_storeu_ps(row + k, m, _mm512_maskz_loadu_ps(m, src + k));
+      }
+    }
+}
+
+/* The nv x r accumulators of r pixels from the padded input xs (at the
+ * tile's first pixel), stride sw, by the nv vectors of output channels of
+ * the packed weights w, over cin channels: into tmp [nv r][16]. */
+INLINE void fwd_tile(const Direct *d, int nv, int r, int sw, const float *xs, const float *w,
+                     int64_t cin, float *tmp) {
+  __m512 acc[ACCS];
+#pragma GCC unroll 32
+  for (int k = 0; k < nv * r; k++)
+    acc[k] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < cin; c++)
+    for (int64_t t = 0; t < d->kk; t++, w += nv * LANES) {
+      const float *xp = xs + c * d->plane + d->toff[t];
+      /* opaque: else GCC keeps an induction variable per pixel, on the stack */
+      __asm__("" : "+r"(xp));
+      __m512 wv[4];
+#pragma GCC unroll 4
+      for (int v = 0; v < nv; v++)
+        wv[v] = _mm512_loadu_ps(w + v * LANES);
+#pragma GCC unroll 32
+      for (int i = 0; i < r; i++) {
+        __m512 xb = _mm512_set1_ps(xp[i * sw]);
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+          acc[v * r + i] = _mm512_fmadd_ps(wv[v], xb, acc[v * r + i]);
+      }
+    }
+#pragma GCC unroll 32
+  for (int k = 0; k < nv * r; k++)
+    _mm512_storeu_ps(tmp + k * LANES, acc[k]);
+}
+
+/* dst[j][i] = src[i][j] for i < nr, j < nc (at most 16 each), row i of src
+ * at src + i ss, row j of dst at dst + j ds; sm: the lanes of dst's rows
+ * stored (those past nr, zeros). In registers: 4 x 4 blocks transposed in
+ * each 128-bit lane, then the lanes. */
+INLINE void transpose16(const float *src, int64_t ss, int nr, int nc, float *dst, int64_t ds,
+                        __mmask16 sm) {
+  __m512 r[16], t[16];
+  __mmask16 cm = (__mmask16)((1u << nc) - 1);
+  for (int i = 0; i < 16; i++)
+    r[i] = i < nr ? _mm512_maskz_loadu_ps(cm, src + i * ss) : _mm512_setzero_ps();
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int k = 0; k < 4; k++) {
+    __m512 ab02 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88);
+    __m512 ab13 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
+    __m512 cd02 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88);
+    __m512 cd13 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
+    t[k] = _mm512_shuffle_f32x4(ab02, cd02, 0x88);
+    t[4 + k] = _mm512_shuffle_f32x4(ab13, cd13, 0x88);
+    t[8 + k] = _mm512_shuffle_f32x4(ab02, cd02, 0xdd);
+    t[12 + k] = _mm512_shuffle_f32x4(ab13, cd13, 0xdd);
+  }
+  for (int j = 0; j < nc; j++)
+    _mm512_mask_storeu_ps(dst + j * ds, sm, t[j]);
+}
+
+/* One block of output channels (the first `valid` of its nv 16) of one
+ * sample: y at the block's first channel, xs the padded sample at the
+ * group's first channel, w the block's packed weights. */
+INLINE void fwd_block(const Direct *d, int nv, int sw, const float *xs, const float *w, float *y,
+                      int64_t valid) {
+  const Geom *g = &d->g;
+  int r = ACCS / nv;
+  float tmp[ACCS * LANES];
+  for (int64_t oh = 0; oh < g->ho; oh++)
+    for (int64_t ow0 = 0; ow0 < g->wo; ow0 += r) {
+      fwd_tile(d, nv, r, sw, xs + oh * g->sh * d->wp + ow0 * sw, w, d->cg, tmp);
+      int64_t rn = g->wo - ow0 < r ? g->wo - ow0 : r;
+      for (int v = 0; v < nv && v * LANES < valid; v++)
+        for (int i0 = 0; i0 < rn; i0 += LANES) {
+          int nr = rn - i0 < LANES ? (int)(rn - i0) : LANES;
+          int nc = valid - v * LANES < LANES ? (int)(valid - v * LANES) : LANES;
+          transpose16(tmp + (v * r + i0) * LANES, LANES, nr, nc,
+                      y + (v * LANES * g->ho + oh) * g->wo + ow0 + i0, g->ho * g->wo,
+                      (__mmask16)((1u << nr) - 1));
+        }
+    }
+}
+
+AVX512 static void fwd_any(const Direct *d, const float *xs, const float *w, float *y,
+                           int64_t valid) {
+  switch (d->nv * 2 + d->g.sw - 1) {
+  case 2: fwd_block(d, 1, 1, xs, w, y, valid); break;
+  case 3: fwd_block(d, 1, 2, xs, w, y, valid); break;
+  case 4: fwd_block(d, 2, 1, xs, w, y, valid); break;
+  case 5: fwd_block(d, 2, 2, xs, w, y, valid); break;
+  case 6: fwd_block(d, 3, 1, xs, w, y, valid); break;
+  case 7: fwd_block(d, 3, 2, xs, w, y, valid); break;
+  case 8: fwd_block(d, 4, 1, xs, w, y, valid); break;
+  default: fwd_block(d, 4, 2, xs, w, y, valid); break;
+  }
+}
+
+/* Slot s: its share of the samples, each padded into the slot's part. */
+static void fwd_part(void *env, int64_t begin, int64_t end) {
+  const Direct *d = env;
+  const Geom *g = &d->g;
+  for (int64_t s = begin; s < end; s++) {
+    float *pad = d->pad + s * d->sample;
+    for (int64_t n = s * g->n / d->slots; n < (s + 1) * g->n / d->slots; n++) {
+      pad_sample(d, g->c, d->x + n * g->c * g->h * g->w, pad);
+      for (int64_t gi = 0; gi < g->groups; gi++)
+        for (int64_t b = 0; b < d->nob; b++) {
+          int64_t o0 = b * d->nv * LANES, valid = d->og - o0 < d->nv * LANES ? d->og - o0 : d->nv * LANES;
+          fwd_any(d, pad + gi * d->cg * d->plane,
+                  d->w + (gi * d->nob + b) * d->cg * d->kk * d->nv * LANES,
+                  d->y + (n * g->o + gi * d->og + o0) * g->ho * g->wo, valid);
+        }
+    }
+  }
+}
+
+/* cb channels' kh x kw taps (c0 and on) by 16 output channels, over the
+ * pixels of one sample: xs the padded sample at channel c0, dyt the
+ * sample's transposed adjoint at the block's channels; added into sum
+ * [cb kh kw][16]. */
+INLINE void dw_tile(const Direct *d, int cb, int kh, int kw, int sw, const float *xs,
+                    const float *dyt, float *sum) {
+  const Geom *g = &d->g;
+  __m512 acc[ACCS];
+#pragma GCC unroll 32
+  for (int k = 0; k < cb * kh * kw; k++)
+    acc[k] = _mm512_setzero_ps();
+  for (int64_t oh = 0; oh < g->ho; oh++) {
+    const float *row = xs + oh * g->sh * d->wp;
+    const float *dr = dyt + oh * g->wo * d->ogp;
+    for (int64_t ow = 0; ow < g->wo; ow++) {
+      __m512 dv = _mm512_loadu_ps(dr + ow * d->ogp);
+      const float *xp = row + ow * sw;
+#pragma GCC unroll 16
+      for (int c = 0; c < cb; c++)
+#pragma GCC unroll 3
+        for (int i = 0; i < kh; i++)
+#pragma GCC unroll 3
+          for (int j = 0; j < kw; j++) {
+            int k = (c * kh + i) * kw + j;
+            acc[k] = _mm512_fmadd_ps(dv, _mm512_set1_ps(xp[c * d->plane + i * d->wp + j]), acc[k]);
+          }
+    }
+  }
+#pragma GCC unroll 32
+  for (int k = 0; k < cb * kh * kw; k++)
+    _mm512_storeu_ps(sum + k * LANES, _mm512_add_ps(_mm512_loadu_ps(sum + k * LANES), acc[k]));
+}
+
+AVX512 static void dw_any(const Direct *d, const float *xs, const float *dyt, float *sum) {
+  bool one = d->g.kh == 1, s2 = d->g.sw == 2;
+  if (one && d->cb == 16)
+    s2 ? dw_tile(d, 16, 1, 1, 2, xs, dyt, sum) : dw_tile(d, 16, 1, 1, 1, xs, dyt, sum);
+  else if (one)
+    s2 ? dw_tile(d, 4, 1, 1, 2, xs, dyt, sum) : dw_tile(d, 4, 1, 1, 1, xs, dyt, sum);
+  else if (d->cb == 3)
+    s2 ? dw_tile(d, 3, 3, 3, 2, xs, dyt, sum) : dw_tile(d, 3, 3, 3, 1, xs, dyt, sum);
+  else
+    s2 ? dw_tile(d, 1, 3, 3, 2, xs, dyt, sum) : dw_tile(d, 1, 3, 3, 1, xs, dyt, sum);
+}
+
+/* Sample n's adjoint transposed, zeros past each group's channels. */
+AVX512 static void dw_transpose(const Direct *d, int64_t n) {
+  const Geom *g = &d->g;
+  int64_t p = g->ho * g->wo, nob = (d->og + LANES - 1) / LANES;
+  for (int64_t gi = 0; gi < g->groups; gi++)
+    for (int64_t o0 = 0; o0 < d->og; o0 += LANES)
+      for (int64_t q0 = 0; q0 < p; q0 += LANES)
+        transpose16(d->dy + (n * g->o + gi * d->og + o0) * p + q0, p,
+                    d->og - o0 < LANES ? (int)(d->og - o0) : LANES,
+                    p - q0 < LANES ? (int)(p - q0) : LANES,
+                    d->dyt + (n * p + q0) * d->ogp + gi * nob * LANES + o0, d->ogp, 0xffff);
+}
+
+/* Sample n padded into its own place, and its adjoint transposed. */
+static void dw_prep(void *env, int64_t begin, int64_t end) {
+  const Direct *d = env;
+  const Geom *g = &d->g;
+  for (int64_t n = begin; n < end; n++) {
+    pad_sample(d, g->c, d->x + n * g->c * g->h * g->w, d->pad + n * d->sample);
+    dw_transpose(d, n);
+  }
+}
+
+/* Slot s: its share of the (group, block of 16 output channels, cb
+ * channels) items, each over every sample in order, then into dw. */
+static void dw_part(void *env, int64_t begin, int64_t end) {
+  const Direct *d = env;
+  const Geom *g = &d->g;
+  int64_t nob = (d->og + LANES - 1) / LANES, nct = (d->cg + d->cb - 1) / d->cb;
+  int64_t items = g->groups * nob * nct, p = g->ho * g->wo, size = d->cb * d->kk * LANES;
+  for (int64_t s = begin; s < end; s++) {
+    int64_t lo = s * items / d->slots, hi = (s + 1) * items / d->slots;
+    memset(d->sums + lo * size, 0, sizeof(float) * (size_t)((hi - lo) * size));
+    for (int64_t n = 0; n < g->n; n++)
+      for (int64_t it = lo; it < hi; it++) {
+        int64_t gi = it / (nob * nct), b = it / nct % nob, ct = it % nct;
+        int64_t c0 = ct * d->cb + d->cb > d->cg ? d->cg - d->cb : ct * d->cb;
+        dw_any(d, d->pad + n * d->sample + (gi * d->cg + c0) * d->plane,
+               d->dyt + n * p * d->ogp + (gi * nob + b) * LANES, d->sums + it * size);
+      }
+    for (int64_t it = lo; it < hi; it++) {
+      int64_t gi = it / (nob * nct), b = it / nct % nob, ct = it % nct;
+      /* the last tile ends at the last channel, overlapping the one before */
+      int64_t first = ct * d->cb, c0 = first + d->cb > d->cg ? d->cg - d->cb : first;
+      for (int64_t o = b * LANES; o < d->og && o < (b + 1) * LANES; o++)
+        for (int64_t c = first - c0; c < d->cb; c++)
+          for (int64_t t = 0; t < d->kk; t++)
+            d->y[((gi * d->og + o) * d->cg + c0 + c) * d->kk + t] =
+                d->sums[it * size + (c * d->kk + t) * LANES + o % LANES];
+    }
+  }
+}
+
+/* Whether kind of g runs direct, on this CPU. */
+static bool direct_fits(int kind, const Geom *g) {
+  int64_t cg = g->c / g->groups, og = g->o / g->groups;
+  /* the padded samples' floats, before a product of them could overflow */
+  double padded = (double)g->n * (double)(g->c + g->o) *
+                  (double)(g->h + g->ho + 2 * (g->ph + g->kh * g->dh)) *
+                  (double)(g->w + g->wo + 2 * (g->pw + g->kw * g->dw));
+  if (g->sw > 2 || g->kh * g->kw > TAPS_MAX || padded > 0x1p50 ||
+      !__builtin_cpu_supports("avx512f"))
+    return false;
+  if (kind == CONV_DX)
+    return g->sh == 1 && g->sw == 1 && g->ph <= (g->kh - 1) * g->dh &&
+           g->pw <= (g->kw - 1) * g->dw;
+  if (kind == CONV_DW)
+    return g->dh == 1 && g->dw == 1 && g->kh == g->kw &&
+           (g->kh == 3 || (g->kh == 1 && cg >= 4)) && og >= 1;
+  return true;
+}
+
+/* The scratch of d, its floats into *floats, the packed weights first. */
+static void direct_layout(Direct *d, const Geom *g, int slots) {
+  d->g = *g;
+  d->cg = g->c / g->groups, d->og = g->o / g->groups, d->kk = g->kh * g->kw;
+  d->hp = g->h + 2 * g->ph, d->wp = g->w + 2 * g->pw, d->plane = d->hp * d->wp;
+  for (int64_t t = 0; t < d->kk; t++)
+    d->toff[t] = t / g->kw * g->dh * d->wp + t % g->kw * g->dw;
+  int64_t nvec = (d->og + LANES - 1) / LANES;
+  d->nv = nvec < 4 ? nvec : 4;
+  d->nob = (nvec + d->nv - 1) / d->nv;
+  d->cb = g->kh == 1 ? (d->cg >= 16 ? 16 : 4) : d->cg >= 3 ? 3 : 1;
+  d->slots = slots;
+  d->ogp = g->groups * nvec * LANES;
+  /* what a tile's unused pixels or taps read past the last plane */
+  d->sample = g->c * d->plane + ACCS * g->sw + d->wp * g->kh * g->dh + 64;
+}
+
+/* The weights w, [o, cin, kh, kw] (or, flip, [cin, o, kh, kw] with the
+ * kernel turned by half a turn), into d->w's blocks. */
+static void pack_weights(const Direct *d, const float *w, bool flip) {
+  int64_t cin = d->cg, og = d->og, kk = d->kk, bw = d->nv * LANES;
+  for (int64_t gi = 0; gi < d->g.groups; gi++)
+    for (int64_t b = 0; b < d->nob; b++)
+      for (int64_t c = 0; c < cin; c++)
+        for (int64_t t = 0; t < kk; t++) {
+          float *dst = d->w + (((gi * d->nob + b) * cin + c) * kk + t) * bw;
+          for (int64_t l = 0; l < bw; l++) {
+            int64_t o = b * bw + l;
+            dst[l] = o >= og ? 0
+                     : flip ? w[((gi * cin + c) * og + o) * kk + kk - 1 - t]
+                            : w[((gi * og + o) * cin + c) * kk + t];
+          }
+        }
+}
+
+/* conv_run's products, direct: x (or dx), w (or dw), y (or dy). */
+static DtStatus direct_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g0, float *x,
+                           float *w, float *y) {
+  Geom g = *g0;
+  if (kind == CONV_DX) {   /* dx = conv(dy padded by (k - 1) d - p, w flipped) */
+    g = (Geom){.n = g0->n, .c = g0->o, .h = g0->ho, .w = g0->wo, .o = g0->c, .kh = g0->kh,
+               .kw = g0->kw, .ho = g0->h, .wo = g0->w, .sh = 1, .sw = 1,
+               .ph = (g0->kh - 1) * g0->dh - g0->ph, .pw = (g0->kw - 1) * g0->dw - g0->pw,
+               .dh = g0->dh, .dw = g0->dw, .groups = g0->groups};
+  }
+  int slots = dtrt_threads(ctx);
+  Direct d;
+  direct_layout(&d, &g, slots);
+  int64_t floats;
+  if (kind == CONV_DW)
+    floats = g.n * (d.sample + g.ho * g.wo * d.ogp) +
+             d.ogp * ((d.cg + d.cb - 1) / d.cb) * d.cb * d.kk;
+  else
+    floats = g.groups * d.nob * d.cg * d.kk * d.nv * LANES + slots * d.sample;
+  float *scratch = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
+  if (!scratch)
+    return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of padded samples", op,
+                     (long long)floats);
+  if (kind == CONV_DW) {
+    d.x = x, d.dy = y, d.y = w, d.pad = scratch, d.dyt = scratch + g.n * d.sample;
+    d.sums = d.dyt + g.n * g.ho * g.wo * d.ogp;
+    dtrt_parallel_for(ctx, g.n, dw_prep, &d);
+    dtrt_parallel_for(ctx, slots, dw_part, &d);
+    return DT_OK;
+  }
+  d.w = scratch, d.pad = scratch + g.groups * d.nob * d.cg * d.kk * d.nv * LANES;
+  d.x = kind == CONV_DX ? y : x, d.y = kind == CONV_DX ? x : y;
+  pack_weights(&d, w, kind == CONV_DX);
+  dtrt_parallel_for(ctx, slots, fwd_part, &d);
+  return DT_OK;
+}
+#else
+static bool direct_fits(int kind, const Geom *g) { return (void)kind, (void)g, false; }
+static DtStatus direct_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, float *x,
+                           float *w, float *y) {
+  return (void)ctx, (void)op, (void)kind, (void)g, (void)x, (void)w, (void)y, DT_ERR_ARG;
+}
+#endif
+
 /* The three products on x (or dx) [N, C, H, W], w (or dw) [O, cg, kh, kw]
  * and y (or dy) [N, O, ho, wo], per group and chunk of the batch:
  *   CONV_FWD  y_g = w_g @ col(x)
@@ -252,6 +632,8 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
   if (k > INT_MAX || p > INT_MAX)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: a product of %lld by %lld exceeds BLAS's int", op,
                      (long long)k, (long long)p);
+  if (direct_fits(kind, g))
+    return direct_run(ctx, op, kind, g, x, w, y);
   int64_t nb = CHUNK_FLOATS / ((k + og) * p);
   nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
   while (nb > 1 && nb * p > INT_MAX)

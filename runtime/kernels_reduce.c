@@ -119,9 +119,17 @@ static void run(const Plan *p, const float *x, float *y, int64_t *arg, int op) {
     const float *xr = x + row * len;
     int64_t base = row * len;
     if (p->red[last] && op == R_SUM) {
-      double s = 0;
-      for (int64_t j = 0; j < len; j++)
+      /* eight sums side by side: one chain of dependent adds took 4 cycles
+       * an element */
+      double s8[8] = {0}, s = 0;
+      int64_t j = 0;
+      for (; j + 8 <= len; j += 8)
+        for (int k = 0; k < 8; k++)
+          s8[k] += xr[j + k];
+      for (; j < len; j++)
         s += xr[j];
+      for (int k = 0; k < 8; k++)
+        s += s8[k];
       y[o] += (float)s;
     } else if (p->red[last]) {
       float m = y[o];

@@ -37,6 +37,9 @@ static void gather(uint32_t *dst, const uint32_t *src, const int64_t *dim, const
     const uint32_t *sr = src + off;
     if (sl == 1)
       memcpy(dst, sr, (size_t)len * 4);
+    else if (sl == 0)
+      for (int64_t j = 0; j < len; j++)
+        dst[j] = sr[0];
     else
       for (int64_t j = 0; j < len; j++)
         dst[j] = sr[j * sl];

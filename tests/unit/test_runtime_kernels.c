@@ -1209,11 +1209,14 @@ static DtAttrs conv_attrs(const ConvCase *q, int extra0, int extra1, bool extra)
 }
 
 /* The convolution written out: y, and for the adjoint dy the derivatives
- * dx and dw by the chain rule, one product at a time. */
+ * dx and dw by the chain rule, one product at a time; abs, when not NULL,
+ * the same sums of the products' magnitudes, [y, dx, dw] one after the
+ * other. */
 static void conv_ref(const ConvCase *q, const float *x, const float *w, const float *dy, double *y,
-                     double *dx, double *dw) {
+                     double *dx, double *dw, double *abs) {
   int ho = conv_out(q->h, q->kh, q->sh, q->ph, q->dh), wo = conv_out(q->w, q->kw, q->sw, q->pw, q->dw);
   int cg = q->c / q->groups, og = q->o / q->groups;
+  int64_t ny = (int64_t)q->n * q->o * ho * wo, nx = (int64_t)q->n * q->c * q->h * q->w;
   for (int n = 0; n < q->n; n++)
     for (int o = 0; o < q->o; o++)
       for (int i = 0; i < ho; i++)
@@ -1231,6 +1234,11 @@ static void conv_ref(const ConvCase *q, const float *x, const float *w, const fl
                 acc += (double)x[xi] * w[wi];
                 dx[xi] += (double)dy[yi] * w[wi];
                 dw[wi] += (double)dy[yi] * x[xi];
+                if (abs) {
+                  abs[yi] += fabs((double)x[xi] * w[wi]);
+                  abs[ny + xi] += fabs((double)dy[yi] * w[wi]);
+                  abs[ny + nx + wi] += fabs((double)dy[yi] * x[xi]);
+                }
               }
           y[yi] = acc;
         }
@@ -1254,7 +1262,7 @@ static void conv_case(const ConvCase *q) {
   float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)(nx + nw + ny));
   double *ry = calloc((size_t)ny, sizeof(double)), *rdx = calloc((size_t)nx, sizeof(double));
   double *rdw = calloc((size_t)nw, sizeof(double));
-  conv_ref(q, x.data, w.data, dy, ry, rdx, rdw);
+  conv_ref(q, x.data, w.data, dy, ry, rdx, rdw, NULL);
 
   DtAttrs a = conv_attrs(q, 0, 0, false);
   DtTensor in[2] = {x, w}, out = like(&y, got);
@@ -1288,6 +1296,90 @@ static void test_conv2d(void **state) {
   };
   for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++)
     conv_case(&cases[k]);
+}
+
+/* got within n u sum|terms| of want, the bound of a float sum of n terms
+ * (u = 2^-24) in any order, plus the float rounding of the result. */
+static void near_sum(const float *got, const double *want, const double *abs, int64_t count,
+                     int64_t n) {
+  for (int64_t k = 0; k < count; k++) {
+    double tol = (double)n * 0x1p-24 * abs[k] + 0x1p-24 * fabs(want[k]);
+    if (!(fabs(got[k] - want[k]) <= tol))
+      fail_msg("element %lld: got %.9g, want %.9g (tolerance %.3g)", (long long)k, got[k],
+               want[k], tol);
+  }
+}
+
+/* Shapes the direct kernels of kernels_conv.c take on AVX-512 (elsewhere
+ * the im2col products), with their edges: tiles of 1 to 4 vectors of output
+ * channels, a last vector or block in part, rows of more than one tile and
+ * less than one, stride 2, dilation, groups, 1 x 1 kernels, a weight
+ * gradient's last channel tile overlapping the one before; and the shapes
+ * they leave to the products (stride 3, padding past the kernel, a kernel
+ * not square). Against the reference loop, and the same bits on a context
+ * of one thread. */
+static void test_conv2d_direct(void **state) {
+  (void)state;
+  static const ConvCase cases[] = {
+      /* n  c  h  w   o kh kw sh sw ph pw dh dw groups */
+      {3, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},   /* ResNet's layer1 */
+      {2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* its stem: one channel */
+      {2, 16, 30, 33, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1},   /* stride 2, a row of 1.2 tiles */
+      {2, 32, 14, 14, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1},   /* 3 vectors of 9 pixels */
+      {2, 64, 7, 7, 80, 3, 3, 1, 1, 1, 1, 1, 1, 1},     /* a block of 4, one of 1 */
+      {3, 16, 13, 11, 20, 1, 1, 2, 2, 0, 0, 1, 1, 1},   /* 1x1 stride 2, 16 + 4 outputs */
+      {2, 6, 9, 9, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1},      /* 1x1 on 6 channels: 4, then 2..5 */
+      {2, 2, 10, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},     /* 2 channels: one at a time */
+      {2, 7, 12, 10, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* 7 channels: 3, 3, then 4..6 */
+      {2, 8, 12, 12, 40, 3, 3, 1, 1, 1, 1, 1, 1, 2},    /* groups 2 of 20 outputs */
+      {2, 4, 13, 12, 5, 3, 3, 1, 1, 2, 2, 2, 2, 1},     /* dilation 2 */
+      {1, 3, 9, 40, 16, 3, 5, 1, 1, 1, 2, 1, 1, 1},     /* rows of 40, kernel 3x5 */
+      {2, 3, 8, 8, 4, 3, 3, 1, 1, 3, 3, 1, 1, 1},       /* padding 3: dx by the products */
+      {2, 4, 11, 11, 16, 3, 3, 3, 3, 1, 1, 1, 1, 1},    /* stride 3: by the products */
+  };
+  setenv("DTRT_NUM_THREADS", "1", 1); /* read when the context makes its pool */
+  DtrtCtx *one = dtrt_ctx_new();
+  unsetenv("DTRT_NUM_THREADS");
+  assert_non_null(one);
+  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+    const ConvCase *q = &cases[k];
+    int ho = conv_out(q->h, q->kh, q->sh, q->ph, q->dh), wo = conv_out(q->w, q->kw, q->sw, q->pw, q->dw);
+    int cg = q->c / q->groups, og = q->o / q->groups;
+    DtTensor x = ten(DTRT_F32, NULL, 4, q->n, q->c, q->h, q->w);
+    DtTensor w = ten(DTRT_F32, NULL, 4, q->o, cg, q->kh, q->kw);
+    DtTensor y = ten(DTRT_F32, NULL, 4, q->n, q->o, ho, wo);
+    int64_t nx = numel(&x), nw = numel(&w), ny = numel(&y);
+    x.data = randv(nx);
+    w.data = randv(nw);
+    float *dy = randv(ny), *got = malloc(sizeof(float) * (size_t)(nx + nw + ny));
+    float *again = malloc(sizeof(float) * (size_t)(nx + nw + ny));
+    double *ref = calloc((size_t)(2 * (nx + nw + ny)), sizeof(double)), *abs = ref + nx + nw + ny;
+    conv_ref(q, x.data, w.data, dy, ref, ref + ny, ref + ny + nx, abs);
+    /* the three kernels: inputs, output, attributes' extras, sum length */
+    struct {
+      Kern k;
+      DtTensor in0, in1, out;
+      int e0, e1;
+      int64_t len, off, count;
+    } kinds[] = {
+        {dtrt_k_conv2d, x, w, y, 0, 0, (int64_t)cg * q->kh * q->kw, 0, ny},
+        {dtrt_k_conv2d_grad_input, w, like(&y, dy), x, q->h, q->w, (int64_t)og * q->kh * q->kw, ny, nx},
+        {dtrt_k_conv2d_grad_weight, x, like(&y, dy), w, q->kh, q->kw, (int64_t)q->n * ho * wo, ny + nx, nw},
+    };
+    for (int j = 0; j < 3; j++) {
+      DtAttrs a = conv_attrs(q, kinds[j].e0, kinds[j].e1, j > 0);
+      DtTensor in[2] = {kinds[j].in0, kinds[j].in1}, out = like(&kinds[j].out, got);
+      memset(got, 0x7f, sizeof(float) * (size_t)kinds[j].count);   /* every element written */
+      run(kinds[j].k, in, 2, &out, &a);
+      near_sum(got, ref + kinds[j].off, abs + kinds[j].off, kinds[j].count, kinds[j].len);
+      out.data = again;
+      assert_int_equal(kinds[j].k(one, in, 2, &out, &a), DT_OK);
+      if (memcmp(got, again, sizeof(float) * (size_t)kinds[j].count))
+        fail_msg("case %d, kernel %d: other bits on one thread", k, j);
+    }
+    free(x.data), free(w.data), free(dy), free(got), free(again), free(ref);
+  }
+  dtrt_ctx_free(one);
 }
 
 static void test_conv2d_refuse(void **state) {
@@ -1736,6 +1828,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_concat, setup, teardown),
       cmocka_unit_test_setup_teardown(test_broadcast, setup, teardown),
       cmocka_unit_test_setup_teardown(test_conv2d, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_conv2d_direct, setup, teardown),
       cmocka_unit_test_setup_teardown(test_conv2d_refuse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool2d, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reduce_parallel, setup, teardown),
