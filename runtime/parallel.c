@@ -373,27 +373,33 @@ void dtrt_release_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, ol
  * process-wide state of libdtrt, as signal actions are the process's. */
 static const int held_sig[3] = {SIGHUP, SIGINT, SIGTERM};
 static pthread_mutex_t defer_mu = PTHREAD_MUTEX_INITIALIZER;
-static int defer_depth;
+static atomic_int defer_depth;
 static bool defer_ours[3];
 static struct sigaction defer_old[3];
-static volatile sig_atomic_t defer_caught[3];
+static atomic_int defer_caught[3];
 
+/* Notes sig; once the last save has returned (and put the default action
+ * back) it acts at once, so a signal that arrives as the save ends is not
+ * lost between the save's look at defer_caught and this handler's note. */
 static void defer_catch(int sig) {
   for (int k = 0; k < 3; k++)
-    if (held_sig[k] == sig)
-      defer_caught[k] = 1;
+    if (held_sig[k] == sig) {
+      atomic_store(&defer_caught[k], 1);
+      if (!atomic_load(&defer_depth))
+        raise(sig);
+    }
 }
 
 void dtrt_defer_signals(sigset_t *old) {
   pthread_mutex_lock(&defer_mu);
-  for (int k = 0; k < 3 && defer_depth == 0; k++) {
+  for (int k = 0; k < 3 && atomic_load(&defer_depth) == 0; k++) {
     struct sigaction sa = {.sa_handler = defer_catch, .sa_flags = SA_RESTART};
     sigfillset(&sa.sa_mask);
     defer_ours[k] = !sigaction(held_sig[k], NULL, &defer_old[k]) &&
                     !(defer_old[k].sa_flags & SA_SIGINFO) &&
                     defer_old[k].sa_handler == SIG_DFL && !sigaction(held_sig[k], &sa, NULL);
   }
-  defer_depth++;
+  atomic_fetch_add(&defer_depth, 1);
   pthread_mutex_unlock(&defer_mu);
   dtrt_hold_signals(old);
 }
@@ -401,21 +407,20 @@ void dtrt_defer_signals(sigset_t *old) {
 void dtrt_undefer_signals(const sigset_t *old) {
   dtrt_release_signals(old);   /* one pending that this thread takes is noted now */
   pthread_mutex_lock(&defer_mu);
-  for (int k = 0; k < 3 && defer_depth == 1; k++) {
+  bool last = atomic_load(&defer_depth) == 1;
+  for (int k = 0; k < 3 && last; k++) {
     struct sigaction now;
-    if (!defer_ours[k])
-      continue;
     /* the application's own action, if it set one meanwhile, stays */
-    if (!sigaction(held_sig[k], NULL, &now) && !(now.sa_flags & SA_SIGINFO) &&
+    if (defer_ours[k] && !sigaction(held_sig[k], NULL, &now) && !(now.sa_flags & SA_SIGINFO) &&
         now.sa_handler == defer_catch)
       sigaction(held_sig[k], &defer_old[k], NULL);
-    defer_ours[k] = false;
-    if (defer_caught[k]) {
-      defer_caught[k] = 0;
-      kill(getpid(), held_sig[k]);   /* it acts now, as it would have */
-    }
   }
-  defer_depth--;
+  atomic_fetch_sub(&defer_depth, 1);
+  for (int k = 0; k < 3 && last; k++) {
+    if (defer_ours[k] && atomic_exchange(&defer_caught[k], 0))
+      kill(getpid(), held_sig[k]);   /* it acts now, as it would have */
+    defer_ours[k] = false;
+  }
   pthread_mutex_unlock(&defer_mu);
 }
 
