@@ -294,6 +294,14 @@ DtStatus dtrt_comm_allgatherv(DtrtCtx *ctx, const char *op, const void *mine, in
                               int *count);
 DtStatus dtrt_comm_bcast(DtrtCtx *ctx, const char *op, void *p, int n, int root);
 
+/* ---- kernels: dtrt_staged_bytes by kernel file (names.c dispatches) ---- */
+
+int64_t dtrt_comm_staged(DtStaged k, const DtTensor *in, const DtTensor *out, const DtAttrs *a,
+                         int p);                                               /* kernels_comm.c */
+int64_t dtrt_reduce_staged(DtStaged k, const DtTensor *in, int nin, const DtTensor *out);
+                                                                               /* kernels_reduce.c */
+int64_t dtrt_nn_staged(const DtTensor *in, int nin);                           /* kernels_nn.c */
+
 /* ---- trace.c ---------------------------------------------------------- */
 
 /* The measured timeline (DTRT_TRACE=FILE): spans of kernels (tid 0), of

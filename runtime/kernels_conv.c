@@ -214,7 +214,37 @@ static void scatter_y(const Chunk *e, const float *yt, float *y, int64_t og) {
 /* Floats of scratch a chunk may take: col and yt together. */
 #define CHUNK_FLOATS (INT64_C(1) << 23)
 
-enum { CONV_FWD, CONV_DX, CONV_DW };
+enum { CONV_FWD = DT_CONV_FWD, CONV_DX = DT_CONV_DX, CONV_DW = DT_CONV_DW };
+
+/* The batch chunk conv_run takes at once, and the floats of its scratch
+ * block: the columns, the chunk's y and, for dw's sums over chunks by the
+ * GEMM, one group's dw. */
+static int64_t chunk_of(const Geom *g, int64_t k, int64_t og, int64_t p) {
+  int64_t nb = CHUNK_FLOATS / ((k + og) * p);
+  nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
+  while (nb > 1 && nb * p > INT_MAX)
+    nb /= 2;
+  return nb;
+}
+
+static int64_t scratch_floats(int kind, const Geom *g, bool gemm) {
+  int64_t og = g->o / g->groups, k = g->c / g->groups * g->kh * g->kw, p = g->ho * g->wo;
+  int64_t nb = chunk_of(g, k, og, p);
+  bool per_sample = gemm && g->groups == 1 && kind != CONV_DW;
+  int64_t sum = kind == CONV_DW && gemm && nb < g->n ? og * k : 0;
+  return (k + (per_sample ? 0 : og)) * nb * p + sum;
+}
+
+int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
+                                const DtTensor *y, int64_t groups, bool gemm) {
+  if (x->rank != 4 || w->rank != 4 || y->rank != 4 || groups < 1 || x->dim[1] % groups ||
+      w->dim[0] % groups || (x->dim[1] / groups * w->dim[2] * w->dim[3] + w->dim[0] / groups) *
+                               y->dim[2] * y->dim[3] <= 0)
+    return 0;
+  Geom g = {.n = x->dim[0], .c = x->dim[1], .o = w->dim[0], .kh = w->dim[2], .kw = w->dim[3],
+            .ho = y->dim[2], .wo = y->dim[3], .groups = groups};
+  return scratch_floats(kind, &g, gemm) * (int64_t)sizeof(float);
+}
 
 /* c [m, n] = op(a) op(b), or c += it (add, through sum [m, n]), op(a) a's
  * transpose when ta, a's rows lda apart (b's alike): by the generated GEMM
@@ -252,15 +282,8 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
   if (k > INT_MAX || p > INT_MAX)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: a product of %lld by %lld exceeds BLAS's int", op,
                      (long long)k, (long long)p);
-  int64_t nb = CHUNK_FLOATS / ((k + og) * p);
-  nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
-  while (nb > 1 && nb * p > INT_MAX)
-    nb /= 2;
+  int64_t nb = chunk_of(g, k, og, p), floats = scratch_floats(kind, g, gemm != NULL);
   bool per_sample = gemm && g->groups == 1 && kind != CONV_DW;
-  /* the columns, the chunk's y and, for dw's sums over chunks by the GEMM,
-   * one group's dw */
-  int64_t sum = kind == CONV_DW && gemm && nb < g->n ? og * k : 0;
-  int64_t floats = (k + (per_sample ? 0 : og)) * nb * p + sum;
   float *col = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!col)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of im2col columns", op,

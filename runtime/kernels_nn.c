@@ -387,6 +387,18 @@ static void ce_rows(void *env, int64_t b, int64_t e) {
   }
 }
 
+/* The bytes of cross_entropy's row losses for logits [N, C]: none when the
+ * rows are too few elements for the threads (then summed as they come). */
+static int64_t ce_loss_bytes(const DtTensor *logits) {
+  int64_t rows = logits->dim[0];
+  return rows * logits->dim[1] < PARALLEL_ELEMS ? 0 : (int64_t)sizeof(double) * rows;
+}
+
+/* dtrt_staged_bytes of cross_entropy. */
+int64_t dtrt_nn_staged(const DtTensor *in, int nin) {
+  return nin >= 1 && in[0].rank == 2 ? ce_loss_bytes(&in[0]) : 0;
+}
+
 /* cross_entropy(logits[N,C], labels i32[N]) -> f32[]: the mean over rows of
  * -log_softmax(row)[label]; no attributes. N = 0 gives 0. */
 DTRT_TRACED(cross_entropy, DTRT_TID_KERNEL) {
@@ -399,12 +411,12 @@ DTRT_TRACED(cross_entropy, DTRT_TID_KERNEL) {
   int64_t rows = in[0].dim[0], c = in[0].dim[1];
   CeJob j = {.x = in[0].data, .lab = in[1].data, .c = c};
   double loss = 0;
-  if (rows * c < PARALLEL_ELEMS) {
+  if (!ce_loss_bytes(&in[0])) {
     for (int64_t i = 0; i < rows; i++)
       loss += ce_row(&j, i);
   } else {
     /* each row's loss on the threads, added in row order as above */
-    if (!(j.loss = dtrt_alloc(ctx, sizeof(double) * (size_t)rows)))
+    if (!(j.loss = dtrt_alloc(ctx, (size_t)ce_loss_bytes(&in[0]))))
       return DT_ERR_NOMEM;
     rows_run(ctx, rows, rows * c, ce_rows, &j);
     for (int64_t i = 0; i < rows; i++)
