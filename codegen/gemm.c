@@ -1035,6 +1035,39 @@ int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *trip
   return most;
 }
 
+/* The dims of operand k of x (-1: its result). */
+static DtTensor dims_of(const Inst *x, int k) {
+  const Type *t = k < 0 ? &x->type : &x->in[k]->type;
+  DtTensor r = {.rank = t->rank};
+  for (int d = 0; d < t->rank; d++)
+    r.dim[d] = t->dim[d];
+  return r;
+}
+
+int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how) {
+  /* which operand (-1: the result) is x, w and y of each product */
+  static const struct { int op; DtConvKind kind; int x, w, y; } conv[] = {
+    {OP_conv2d, DT_CONV_FWD, 0, 1, -1},
+    {OP_conv2d_grad_input, DT_CONV_DX, -1, 0, 1},
+    {OP_conv2d_grad_weight, DT_CONV_DW, 0, -1, 1}};
+  int64_t most = 0;
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    for (int i = 0; f->device == dev && i < f->inst.n; i++) {
+      const Inst *x = f->inst.a[i];
+      for (int c = 0; c < 3; c++) {
+        if ((int)x->op != conv[c].op)
+          continue;
+        DtTensor cx = dims_of(x, conv[c].x), cw = dims_of(x, conv[c].w), cy = dims_of(x, conv[c].y);
+        int64_t b = dtrt_conv_scratch_bytes(conv[c].kind, &cx, &cw, &cy,
+                                            ir_get_int(x, "groups", 1), cg_conv_gemm(how, x));
+        most = b > most ? b : most;
+      }
+    }
+  }
+  return most;
+}
+
 LLVMValueRef cg_gemm_entry(Cg *c) {
   LLVMTypeRef type;
   return entry(c, true, &type);

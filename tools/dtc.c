@@ -152,8 +152,9 @@ static int parse_devices(Driver *dr, const char *v) {
   return 0;
 }
 
-/* plan auto's memory check (PassOptions.extra_memory): the GEMM's scratch
- * each device's CPU asks for, as --emit=plan counts it (codegen/memory.c);
+/* plan auto's memory check (PassOptions.extra_memory): the scratch blocks
+ * of the GEMM each device's CPU asks for and of the convolutions, as
+ * --emit=plan counts them (codegen/memory.c);
  * nothing when the targets cannot be made (the pipeline reports that). */
 static void gemm_scratch(Module *m, double *bytes, void *arg) {
   const Driver *dr = arg;
