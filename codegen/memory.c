@@ -1,32 +1,30 @@
 /* memory.c: what libdtrt allocates for a compiled model on each device, as
  * the generated code and the runtime ask for it, against the devices'
  * memory: --emit=plan's "memory per device" and the warning of a plan that
- * does not fit. Requires: memplan (Func.work_bytes), the targets. */
+ * does not fit. Requires: memplan (Func.work_bytes, staged_bytes), the
+ * targets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codegen.h"
 
-int64_t cg_work_bytes(const Module *m, int dev) {
-  int64_t work = 0;   /* a body's arena lies in its caller's */
+/* The largest work arena (staged: the most staged bytes) of device dev's
+ * functions; a body's lies in its caller's. */
+static int64_t most_of(const Module *m, int dev, bool staged) {
+  int64_t most = 0;
   for (int k = 0; k < m->func.n; k++) {
     const Func *f = m->func.a[k];
-    if (f->device == dev && !f->body && f->work_bytes > work)
-      work = f->work_bytes;
-  }
-  return work;
-}
-
-int64_t cg_staged_bytes(const Module *m, int dev) {
-  int64_t most = 0;   /* a body's lies in its caller's */
-  for (int k = 0; k < m->func.n; k++) {
-    const Func *f = m->func.a[k];
-    if (f->device == dev && !f->body && f->staged_bytes > most)
-      most = f->staged_bytes;
+    int64_t v = staged ? f->staged_bytes : f->work_bytes;
+    if (f->device == dev && !f->body && v > most)
+      most = v;
   }
   return most;
 }
+
+int64_t cg_work_bytes(const Module *m, int dev) { return most_of(m, dev, false); }
+
+int64_t cg_staged_bytes(const Module *m, int dev) { return most_of(m, dev, true); }
 
 CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how) {
   const CgDevice *cd = &ts->dev[dev < 0 ? 0 : dev];

@@ -349,52 +349,65 @@ DTRT_TRACED(conv2d, DTRT_TID_KERNEL) {
   return conv_run(ctx, op, CONV_FWD, &g, in[0].data, in[1].data, out->data, a ? a->gemm : NULL);
 }
 
-/* conv2d_grad_input(w, dy) -> dx[N,C,H,W]: attributes as conv2d's, then
- * a->i[7..8] = [H, W]. */
-DTRT_TRACED(conv2d_grad_input, DTRT_TID_KERNEL) {
-  const char *op = "conv2d_grad_input";
+/* conv2d_grad_input's geometry: from w, dy's batch and the attributes. */
+static DtStatus dx_geom(DtrtCtx *ctx, const char *op, const DtTensor *in, const DtAttrs *a,
+                        Geom *g) {
+  DtStatus s;
+  geom_w(g, &in[0]);
+  if (dtrt_ni(a) == 9 && (a->i[6] < 1 || a->i[6] > ATTR_MAX))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: groups %lld is out of range", op, (long long)a->i[6]);
+  g->n = in[1].dim[0];
+  g->c = in[0].dim[1] * (dtrt_ni(a) == 9 ? a->i[6] : 1);
+  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "size", a, 7, 1, &g->h, &g->w)))
+    return s;
+  return conv_geom(ctx, op, a, 9, in[0].dim[1], g);
+}
+
+/* conv2d_grad_weight's geometry: from x, dy's channels and the attributes. */
+static DtStatus dw_geom(DtrtCtx *ctx, const char *op, const DtTensor *in, const DtAttrs *a,
+                        Geom *g) {
+  DtStatus s;
+  geom_x(g, &in[0]);
+  g->o = in[1].dim[1];
+  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "kernel", a, 7, 1, &g->kh, &g->kw)))
+    return s;
+  int64_t groups = dtrt_ni(a) == 9 ? a->i[6] : 1;
+  return conv_geom(ctx, op, a, 9, groups >= 1 ? g->c / groups : 0, g);
+}
+
+/* Both derivatives of conv2d: in[0] (w for dx, x for dw) and the adjoint dy
+ * in[1], its shape and the output's checked against the geometry. */
+static DtStatus conv_grad(DtrtCtx *ctx, const char *op, int kind, const DtTensor *in, int nin,
+                          DtTensor *out, const DtAttrs *a) {
+  bool dx = kind == CONV_DX;
   DtStatus s;
   Geom g = {0};
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 9, 0)) ||
-      (s = need_nchw(ctx, op, "weight", &in[0])) || (s = need_nchw(ctx, op, "adjoint", &in[1])))
+      (s = need_nchw(ctx, op, dx ? "weight" : "input", &in[0])) ||
+      (s = need_nchw(ctx, op, "adjoint", &in[1])) ||
+      (s = (dx ? dx_geom : dw_geom)(ctx, op, in, a, &g)))
     return s;
-  geom_w(&g, &in[0]);
-  if (dtrt_ni(a) == 9 && (a->i[6] < 1 || a->i[6] > ATTR_MAX))
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: groups %lld is out of range", op, (long long)a->i[6]);
-  g.n = in[1].dim[0];
-  g.c = in[0].dim[1] * (dtrt_ni(a) == 9 ? a->i[6] : 1);
-  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "size", a, 7, 1, &g.h, &g.w)))
-    return s;
-  if ((s = conv_geom(ctx, op, a, 9, in[0].dim[1], &g)))
-    return s;
-  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, xdim[4] = {g.n, g.c, g.h, g.w};
+  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, xdim[4] = {g.n, g.c, g.h, g.w},
+          wdim[4] = {g.o, g.c / g.groups, g.kh, g.kw};
   if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
-      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, xdim, 4)))
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dx ? xdim : wdim, 4)))
     return s;
-  return conv_run(ctx, op, CONV_DX, &g, out->data, in[0].data, in[1].data, a ? a->gemm : NULL);
+  DtGemmFn gemm = a ? a->gemm : NULL;
+  if (dx)
+    return conv_run(ctx, op, CONV_DX, &g, out->data, in[0].data, in[1].data, gemm);
+  return conv_run(ctx, op, CONV_DW, &g, in[0].data, out->data, in[1].data, gemm);
+}
+
+/* conv2d_grad_input(w, dy) -> dx[N,C,H,W]: attributes as conv2d's, then
+ * a->i[7..8] = [H, W]. */
+DTRT_TRACED(conv2d_grad_input, DTRT_TID_KERNEL) {
+  return conv_grad(ctx, "conv2d_grad_input", CONV_DX, in, nin, out, a);
 }
 
 /* conv2d_grad_weight(x, dy) -> dw[O,C/groups,kh,kw]: attributes as conv2d's,
  * then a->i[7..8] = [kh, kw]. */
 DTRT_TRACED(conv2d_grad_weight, DTRT_TID_KERNEL) {
-  const char *op = "conv2d_grad_weight";
-  DtStatus s;
-  Geom g = {0};
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 9, 0)) ||
-      (s = need_nchw(ctx, op, "input", &in[0])) || (s = need_nchw(ctx, op, "adjoint", &in[1])))
-    return s;
-  geom_x(&g, &in[0]);
-  g.o = in[1].dim[1];
-  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "kernel", a, 7, 1, &g.kh, &g.kw)))
-    return s;
-  int64_t groups = dtrt_ni(a) == 9 ? a->i[6] : 1;
-  if ((s = conv_geom(ctx, op, a, 9, groups >= 1 ? g.c / groups : 0, &g)))
-    return s;
-  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, wdim[4] = {g.o, g.c / g.groups, g.kh, g.kw};
-  if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
-      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, wdim, 4)))
-    return s;
-  return conv_run(ctx, op, CONV_DW, &g, in[0].data, out->data, in[1].data, a ? a->gemm : NULL);
+  return conv_grad(ctx, "conv2d_grad_weight", CONV_DW, in, nin, out, a);
 }
 
 /* ---- pooling ---- */
