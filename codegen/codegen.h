@@ -217,11 +217,10 @@ bool cg_collective(const Inst *x);
  * the device's functions (train: train_step's, forward: forward's); the
  * scratch blocks, the GEMM's on one thread and the convolutions' columns;
  * staged, the most one kernel allocates while it runs (Func.staged_bytes: a
- * collective's packed copy, a large sum's partial rows); their sum. The
- * runtime's small tables (the model's, the communicators') are not
- * counted. */
+ * collective's packed copy, a large sum's partial rows); tables, libdtrt's
+ * for the model (dtrt_model_table_bytes); their sum. */
 typedef struct CgMemory {
-  int64_t state, work, train, forward, scratch, staged, total;
+  int64_t state, work, train, forward, scratch, staged, tables, total;
 } CgMemory;
 
 /* The work block of device dev: the largest arena of its functions. */

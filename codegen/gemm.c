@@ -997,14 +997,16 @@ bool cg_conv_gemm(CgMatmul how, const Inst *x) {
 
 /* The most scratch a slot of convolution x's products takes: as
  * kernels_conv.c makes them, per group, on the columns of a chunk of the
- * batch (at most all of it, which bounds the chunk's). */
+ * batch (at most all of it, which bounds the chunk's), or without groups
+ * the forward ones and dx's as a batch of one product per sample. */
 static int64_t conv_slot_bytes(const Blocking *bk, const Inst *x) {
   const Type *w = x->op == OP_conv2d ? &x->in[1]->type
                   : x->op == OP_conv2d_grad_input ? &x->in[0]->type : &x->type;
   const Type *y = x->op == OP_conv2d ? &x->type : &x->in[1]->type;
   int64_t groups = ir_get_int(x, "groups", 1);
   int64_t og = w->dim[0] / (groups > 0 ? groups : 1), k = w->dim[1] * w->dim[2] * w->dim[3];
-  int64_t cols = y->dim[0] * y->dim[2] * y->dim[3];
+  bool per_sample = groups == 1 && x->op != OP_conv2d_grad_weight;
+  int64_t cols = (per_sample ? 1 : y->dim[0]) * y->dim[2] * y->dim[3];
   if (x->op == OP_conv2d)
     return slot_bytes(bk, og, cols, k, 0);
   if (x->op == OP_conv2d_grad_input)

@@ -35,7 +35,11 @@ CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how) 
   r.forward = fwd ? fwd->work_bytes : 0;
   r.scratch = cg_gemm_scratch(m, dev, how, ts->t[cd->target].triple, cd->cpu, cd->features) +
               cg_conv_scratch(m, dev, how);
-  r.total = r.state + r.work + r.scratch + r.staged;
+  int nin = 0;
+  for (int k = 0; k < m->global.n; k++)
+    nin += m->global.a[k].kind == G_INPUT;
+  r.tables = dtrt_model_table_bytes(nin, dev >= 0);
+  r.total = r.state + r.work + r.scratch + r.staged + r.tables;
   return r;
 }
 
@@ -62,7 +66,8 @@ void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul 
         "and optimizer state; one work block, the larger of the arenas of train_step and "
         "forward; the scratch blocks of dtc's GEMM on one thread, each further thread adding "
         "about as much again, and of the convolutions' columns; the most one kernel allocates "
-        "while it runs, a collective's packed copy or a large sum's partial rows):\n", out);
+        "while it runs, a collective's packed copy or a large sum's partial rows; the total "
+        "adds libdtrt's tables for the model):\n", out);
   for (int dev = ndev ? 0 : -1; dev < ndev; dev++) {
     CgMemory r = cg_memory(m, dev, ts, how);
     const Device *dv = dev >= 0 ? device_at(m, dev) : NULL;
@@ -80,6 +85,7 @@ void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul 
     print_size(out, (double)r.staged);
     fputs(", total ", out);
     print_size(out, (double)r.total);
+    fprintf(out, " (%lld B)", (long long)r.total);
     if (dv && dv->mem > 0) {
       fputs(" of ", out);
       print_size(out, (double)dv->mem);

@@ -22,8 +22,8 @@ typedef struct PassRun {
   /* From PassOptions: what each device of a compiled module needs beyond
    * its state and work arenas (into bytes[device]), which the passes
    * cannot know (the scratch blocks of the GEMM for its CPU and of the
-   * convolutions, codegen/memory.c); NULL:
-   * nothing. plan auto's memory check adds it. */
+   * convolutions, libdtrt's tables: codegen/memory.c); NULL: nothing. plan
+   * auto's memory check adds it. */
   void (*extra_memory)(Module *m, double *bytes, void *arg);
   void *extra_arg;
 } PassRun;

@@ -288,6 +288,11 @@ typedef enum DtStaged {
 int64_t dtrt_staged_bytes(DtStaged k, const DtTensor *in, int nin, const DtTensor *out,
                           const DtAttrs *a, int p);
 
+/* The bytes libdtrt keeps for a model beside its blocks and scratch: its
+ * handle, its table of nin inputs and, for a model of a mesh, the
+ * communication state. */
+int64_t dtrt_model_table_bytes(int nin, bool mesh);
+
 /* The convolution kernels' products: conv2d, conv2d_grad_input,
  * conv2d_grad_weight. */
 typedef enum DtConvKind { DT_CONV_FWD, DT_CONV_DX, DT_CONV_DW } DtConvKind;

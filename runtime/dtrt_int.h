@@ -252,6 +252,8 @@ int dtrt_local_ranks(const DtrtCtx *ctx);
 
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
+/* The bytes of that state (comm.c). */
+size_t dtrt_comm_bytes(void);
 
 /* ---- parallel.c ------------------------------------------------------- */
 
