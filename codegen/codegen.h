@@ -215,15 +215,18 @@ bool cg_collective(const Inst *x);
 /* What libdtrt allocates for the model on one device (dev -1: a model of one
  * device), in bytes: the state block; the work block, the largest arena of
  * the device's functions (train: train_step's, forward: forward's); the
- * GEMM's scratch on one thread; their sum. Kernels' short-lived buffers (a
- * large sum's partial rows, a collective's packed copy) and the runtime's
- * small tables are not counted. */
+ * scratch blocks, the GEMM's on one thread and the convolutions' columns;
+ * staged, the most one kernel allocates while it runs (Func.staged_bytes: a
+ * collective's packed copy, a large sum's partial rows); tables, libdtrt's
+ * for the model (dtrt_model_table_bytes); their sum. */
 typedef struct CgMemory {
-  int64_t state, work, train, forward, scratch, total;
+  int64_t state, work, train, forward, scratch, staged, tables, total;
 } CgMemory;
 
 /* The work block of device dev: the largest arena of its functions. */
 int64_t cg_work_bytes(const Module *m, int dev);
+/* The most one kernel of device dev's functions allocates while it runs. */
+int64_t cg_staged_bytes(const Module *m, int dev);
 CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how);
 /* --emit=plan's "memory per device": each device's CgMemory against its
  * cluster `mem`, saying OVER where the total exceeds it. */
@@ -256,6 +259,9 @@ void cg_matmul_report(FILE *out, const Module *m, CgMatmul how);
  * for about as much again. */
 int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *triple,
                         const char *cpu, const char *features);
+/* The scratch block (dtrt_conv_scratch_bytes) device dev's convolutions
+ * keep their im2col columns in: the largest any of them asks for. */
+int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how);
 /* Emits matmul x as a call of the module's generated GEMM for the CPU of the
  * device being lowered (made at its first use), with fusion group
  * ep[0..nep) that follows x as its epilogue (nep 0: none): the GEMM runs it

@@ -997,14 +997,16 @@ bool cg_conv_gemm(CgMatmul how, const Inst *x) {
 
 /* The most scratch a slot of convolution x's products takes: as
  * kernels_conv.c makes them, per group, on the columns of a chunk of the
- * batch (at most all of it, which bounds the chunk's). */
+ * batch (at most all of it, which bounds the chunk's), or without groups
+ * the forward ones and dx's as a batch of one product per sample. */
 static int64_t conv_slot_bytes(const Blocking *bk, const Inst *x) {
   const Type *w = x->op == OP_conv2d ? &x->in[1]->type
                   : x->op == OP_conv2d_grad_input ? &x->in[0]->type : &x->type;
   const Type *y = x->op == OP_conv2d ? &x->type : &x->in[1]->type;
   int64_t groups = ir_get_int(x, "groups", 1);
   int64_t og = w->dim[0] / (groups > 0 ? groups : 1), k = w->dim[1] * w->dim[2] * w->dim[3];
-  int64_t cols = y->dim[0] * y->dim[2] * y->dim[3];
+  bool per_sample = groups == 1 && x->op != OP_conv2d_grad_weight;
+  int64_t cols = (per_sample ? 1 : y->dim[0]) * y->dim[2] * y->dim[3];
   if (x->op == OP_conv2d)
     return slot_bytes(bk, og, cols, k, 0);
   if (x->op == OP_conv2d_grad_input)
@@ -1030,6 +1032,39 @@ int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *trip
         b = conv_slot_bytes(&bk, x);
       }
       most = b > most ? b : most;
+    }
+  }
+  return most;
+}
+
+/* The dims of operand k of x (-1: its result). */
+static DtTensor dims_of(const Inst *x, int k) {
+  const Type *t = k < 0 ? &x->type : &x->in[k]->type;
+  DtTensor r = {.rank = t->rank};
+  for (int d = 0; d < t->rank; d++)
+    r.dim[d] = t->dim[d];
+  return r;
+}
+
+int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how) {
+  /* which operand (-1: the result) is x, w and y of each product */
+  static const struct { int op; DtConvKind kind; int x, w, y; } conv[] = {
+    {OP_conv2d, DT_CONV_FWD, 0, 1, -1},
+    {OP_conv2d_grad_input, DT_CONV_DX, -1, 0, 1},
+    {OP_conv2d_grad_weight, DT_CONV_DW, 0, -1, 1}};
+  int64_t most = 0;
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    for (int i = 0; f->device == dev && i < f->inst.n; i++) {
+      const Inst *x = f->inst.a[i];
+      for (int c = 0; c < 3; c++) {
+        if ((int)x->op != conv[c].op)
+          continue;
+        DtTensor cx = dims_of(x, conv[c].x), cw = dims_of(x, conv[c].w), cy = dims_of(x, conv[c].y);
+        int64_t b = dtrt_conv_scratch_bytes(conv[c].kind, &cx, &cw, &cy,
+                                            ir_get_int(x, "groups", 1), cg_conv_gemm(how, x));
+        most = b > most ? b : most;
+      }
     }
   }
   return most;

@@ -1,31 +1,45 @@
 /* memory.c: what libdtrt allocates for a compiled model on each device, as
  * the generated code and the runtime ask for it, against the devices'
  * memory: --emit=plan's "memory per device" and the warning of a plan that
- * does not fit. Requires: memplan (Func.work_bytes), the targets. */
+ * does not fit. Requires: memplan (Func.work_bytes, staged_bytes), the
+ * targets. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codegen.h"
 
-int64_t cg_work_bytes(const Module *m, int dev) {
-  int64_t work = 0;   /* a body's arena lies in its caller's */
+/* The largest work arena (staged: the most staged bytes) of device dev's
+ * functions; a body's lies in its caller's. */
+static int64_t most_of(const Module *m, int dev, bool staged) {
+  int64_t most = 0;
   for (int k = 0; k < m->func.n; k++) {
     const Func *f = m->func.a[k];
-    if (f->device == dev && !f->body && f->work_bytes > work)
-      work = f->work_bytes;
+    int64_t v = staged ? f->staged_bytes : f->work_bytes;
+    if (f->device == dev && !f->body && v > most)
+      most = v;
   }
-  return work;
+  return most;
 }
+
+int64_t cg_work_bytes(const Module *m, int dev) { return most_of(m, dev, false); }
+
+int64_t cg_staged_bytes(const Module *m, int dev) { return most_of(m, dev, true); }
 
 CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how) {
   const CgDevice *cd = &ts->dev[dev < 0 ? 0 : dev];
-  CgMemory r = {.state = cg_state_layout(m, dev, NULL), .work = cg_work_bytes(m, dev)};
+  CgMemory r = {.state = cg_state_layout(m, dev, NULL), .work = cg_work_bytes(m, dev),
+                .staged = cg_staged_bytes(m, dev)};
   const Func *train = cg_device_func(m, "train_step", dev), *fwd = cg_device_func(m, "forward", dev);
   r.train = train ? train->work_bytes : 0;
   r.forward = fwd ? fwd->work_bytes : 0;
-  r.scratch = cg_gemm_scratch(m, dev, how, ts->t[cd->target].triple, cd->cpu, cd->features);
-  r.total = r.state + r.work + r.scratch;
+  r.scratch = cg_gemm_scratch(m, dev, how, ts->t[cd->target].triple, cd->cpu, cd->features) +
+              cg_conv_scratch(m, dev, how);
+  int nin = 0;
+  for (int k = 0; k < m->global.n; k++)
+    nin += m->global.a[k].kind == G_INPUT;
+  r.tables = dtrt_model_table_bytes(nin, dev >= 0);
+  r.total = r.state + r.work + r.scratch + r.staged + r.tables;
   return r;
 }
 
@@ -50,8 +64,10 @@ void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul 
   int ndev = cg_devices(m);
   fputs("memory per device (what libdtrt allocates for the model: the state block of params "
         "and optimizer state; one work block, the larger of the arenas of train_step and "
-        "forward; the scratch of dtc's GEMM on one thread, each further thread adding about "
-        "as much again):\n", out);
+        "forward; the scratch blocks of dtc's GEMM on one thread, each further thread adding "
+        "about as much again, and of the convolutions' columns; the most one kernel allocates "
+        "while it runs, a collective's packed copy or a large sum's partial rows; the total "
+        "adds libdtrt's tables for the model):\n", out);
   for (int dev = ndev ? 0 : -1; dev < ndev; dev++) {
     CgMemory r = cg_memory(m, dev, ts, how);
     const Device *dv = dev >= 0 ? device_at(m, dev) : NULL;
@@ -65,8 +81,11 @@ void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul 
     print_size(out, (double)r.forward);
     fputs(", scratch ", out);
     print_size(out, (double)r.scratch);
+    fputs(", staged ", out);
+    print_size(out, (double)r.staged);
     fputs(", total ", out);
     print_size(out, (double)r.total);
+    fprintf(out, " (%lld B)", (long long)r.total);
     if (dv && dv->mem > 0) {
       fputs(" of ", out);
       print_size(out, (double)dv->mem);
@@ -89,10 +108,11 @@ int cg_memory_check(const Module *m, const CgTargets *ts, CgMatmul how, Diag *d)
       continue;
     Arena *a = m->arena;
     diag_warn(d, m->mesh.a[0].loc,
-              "device '%s' needs %s for model '%s' (state %s, work %s, scratch %s), %s more than "
-              "its memory of %s",
+              "device '%s' needs %s for model '%s' (state %s, work %s, scratch %s, staged %s), "
+              "%s more than its memory of %s",
               dv->name, size_str(a, (double)r.total), m->name, size_str(a, (double)r.state),
               size_str(a, (double)r.work), size_str(a, (double)r.scratch),
+              size_str(a, (double)r.staged),
               size_str(a, (double)(r.total - dv->mem)), size_str(a, (double)dv->mem));
     over++;
   }

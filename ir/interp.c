@@ -183,6 +183,30 @@ static DtTensor tensor(void *data, const Type *t) {
   return r;
 }
 
+int64_t ir_staged_bytes(const Module *m, const Inst *x) {
+  static const struct { int op; DtStaged k; } staged[] = {
+    {OP_all_reduce, DT_STAGED_ALL_REDUCE}, {OP_all_gather, DT_STAGED_ALL_GATHER},
+    {OP_reduce_scatter, DT_STAGED_REDUCE_SCATTER}, {OP_all_to_all, DT_STAGED_ALL_TO_ALL},
+    {OP_shard_slice, DT_STAGED_SHARD_SLICE}, {OP_sum, DT_STAGED_SUM}, {OP_mean, DT_STAGED_SUM},
+    {OP_max_grad, DT_STAGED_MAX_GRAD}, {OP_cross_entropy, DT_STAGED_CROSS_ENTROPY}};
+  int k = 0, n = (int)(sizeof staged / sizeof staged[0]);
+  while (k < n && staged[k].op != (int)x->op)
+    k++;
+  if (k == n || x->nin > 16)
+    return 0;
+  DtTensor in[16], out = tensor(NULL, &x->type);
+  for (int j = 0; j < x->nin; j++)
+    in[j] = tensor(NULL, &x->in[j]->type);
+  DtAttrs a;
+  ir_kernel_attrs(x, &a);
+  int p = 1;
+  if (ir_ops[x->op].kind == K_COMM) {
+    int64_t axis = ir_get_int(x, "axis", 0);
+    p = m->mesh.n && axis >= 0 && axis < m->mesh.a[0].naxis ? m->mesh.a[0].axis_size[axis] : 1;
+  }
+  return dtrt_staged_bytes(staged[k].k, in, x->nin, &out, &a, p);
+}
+
 /* Strides of operand type x read as the broadcast result type y (0 where x
  * is broadcast). */
 static void bstrides(const Type *x, const Type *y, int64_t *st) {

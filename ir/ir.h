@@ -272,6 +272,8 @@ struct Func {
   VEC(Inst *) inst;      /* in order; operands precede their users */
   Module *mod;
   int64_t work_bytes;    /* scratch arena size (passes/memplan.c), -1: not planned */
+  int64_t staged_bytes;  /* the most one of its kernels, or of its loops' bodies',
+                            allocates while it runs (ir_staged_bytes; memplan.c) */
   int device;            /* after spmd: the mesh device (= rank) this copy runs on; -1: global */
   bool body;             /* a loop body: run by `repeat`, reading `arg`s, never an entry */
   Loc loc;
@@ -612,6 +614,10 @@ const char *interp_error(const Interp *it);
  * optional attribute is left out, or passed as 0 when a later one of the same
  * class is present. */
 void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
+/* The bytes x's kernel allocates while it runs beside its operands and
+ * result (dtrt_staged_bytes of its local shapes and attributes, its group
+ * the mesh axis of m it names); 0 for an op whose kernel allocates none. */
+int64_t ir_staged_bytes(const Module *m, const Inst *x);
 
 /* The mesh interpreter (interp_mesh.c), for tests: the per-device functions @F.0 .. @F.N-1 of a
  * module after spmd run for every device of its mesh in one process, each

@@ -22,6 +22,10 @@
  * each stacked output that no repeat_out takes. A
  * repeat_out lives from its repeat's step, which writes it. Two values live
  * at the same step never overlap; Func.work_bytes covers every offset.
+ * Func.staged_bytes is the most one kernel allocates beside the arena while
+ * it runs (a collective's packed copy, a large sum's partial rows: libdtrt's
+ * own sizes, ir_staged_bytes), a loop's body's included; as kernels run one
+ * at a time, the arena and it bound the function's memory.
  * Bodies are planned before the functions that run them. */
 #include <stdlib.h>
 #include <string.h>
@@ -303,9 +307,16 @@ static int64_t scratch_bytes(const Inst *r, const Uses *u) {
 static void plan_func(Func *f) {
   if (f->work_bytes >= 0)
     return;
-  for (int i = 0; i < f->inst.n; i++)
-    if (f->inst.a[i]->op == OP_repeat)
-      plan_func(ir_repeat_body(f->inst.a[i]));
+  f->staged_bytes = 0;
+  for (int i = 0; i < f->inst.n; i++) {
+    const Inst *x = f->inst.a[i];
+    int64_t b = ir_staged_bytes(f->mod, x);
+    if (x->op == OP_repeat) {
+      plan_func(ir_repeat_body(x));
+      b = ir_repeat_body(x)->staged_bytes;
+    }
+    f->staged_bytes = b > f->staged_bytes ? b : f->staged_bytes;
+  }
   Arena *tmp = arena_new();
   int nstep, n = f->inst.n, nb = 0;
   Life *l = lifetimes(tmp, f, &nstep);
@@ -392,7 +403,13 @@ static void report_func(FILE *out, Func *f) {
   print_size(out, peak);
   fprintf(out, ", %d buffer%s (", nbuf, nbuf == 1 ? "" : "s");
   print_size(out, total);
-  fprintf(out, " without reuse), %d steps\n", nstep);
+  fprintf(out, " without reuse), %d steps", nstep);
+  if (f->staged_bytes > 0) {
+    fputs("; its kernels allocate up to ", out);
+    print_size(out, (double)f->staged_bytes);
+    fputs(" beside it while they run", out);
+  }
+  fputc('\n', out);
   qsort(buf, (size_t)nbuf, sizeof *buf, by_size);
   for (int k = 0; k < nbuf && k < 5; k++) {
     const Inst *x = buf[k];

@@ -21,8 +21,9 @@ typedef struct PassRun {
   Loc want_remat;
   /* From PassOptions: what each device of a compiled module needs beyond
    * its state and work arenas (into bytes[device]), which the passes
-   * cannot know (the GEMM's scratch for its CPU, codegen/memory.c); NULL:
-   * nothing. plan auto's memory check adds it. */
+   * cannot know (the scratch blocks of the GEMM for its CPU and of the
+   * convolutions, libdtrt's tables: codegen/memory.c); NULL: nothing. plan
+   * auto's memory check adds it. */
   void (*extra_memory)(Module *m, double *bytes, void *arg);
   void *extra_arg;
 } PassRun;
@@ -150,7 +151,8 @@ struct PlanInfo {
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
 /* What each device of the planned module m needs, as the runtime will
  * allocate it (need[device], by flat mesh index): its blocks of the params,
- * state and buffers, its work arena (the largest of its functions') and
+ * state and buffers, its work arena (the largest of its functions'), the
+ * most one of its kernels allocates while it runs (Func.staged_bytes) and
  * what run's extra_memory adds; and, when step is not NULL, the simulator's
  * step. From the passes after plan run on a copy of m (its IR text parsed
  * back); false when they fail. */

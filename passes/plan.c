@@ -1228,12 +1228,15 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step)
         Type t = ir_global_type_on(copy, &copy->global.a[g], dev);
         need[dev] += bytes_of(&t);
       }
-    int64_t work = 0;
-    for (int k = 0; k < copy->func.n; k++)
-      if (copy->func.a[k]->device == dev && !copy->func.a[k]->body &&
-          copy->func.a[k]->work_bytes > work)
-        work = copy->func.a[k]->work_bytes;
-    need[dev] += (double)work;
+    int64_t work = 0, staged = 0;   /* as codegen/memory.c counts them */
+    for (int k = 0; k < copy->func.n; k++) {
+      const Func *f = copy->func.a[k];
+      if (f->device != dev || f->body)
+        continue;
+      work = f->work_bytes > work ? f->work_bytes : work;
+      staged = f->staged_bytes > staged ? f->staged_bytes : staged;
+    }
+    need[dev] += (double)(work + staged);
   }
   if (ok && run && run->extra_memory) {
     double extra[SHARD_MAX_AXIS] = {0};

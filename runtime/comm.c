@@ -203,6 +203,8 @@ void dtrt_comm_free(DtrtCtx *ctx) {
   dtrt_free(ctx, c);
 }
 
+size_t dtrt_comm_bytes(void) { return sizeof(DtComm); }
+
 /* A failure here leaves MPI started but not finalised: a rank that gives up
  * then ends without MPI_Finalize, which makes the launcher end the whole job
  * rather than leave the other ranks waiting in a collective. */

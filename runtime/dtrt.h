@@ -269,6 +269,42 @@ extern const char *const dtrt_coll_names[DT_COLL_COUNT];       /* "all_reduce", 
 /* Whether collective c's kernel implements method (a DtCommMethod). */
 bool dtrt_coll_has_method(DtColl c, int method);
 
+/* The kernels that allocate while they run, beside their input and output:
+ * the collectives' tables of blocks and the copies they pack blocks into
+ * (blocks not contiguous, a ring's chunk, padding), a large sum's partial
+ * rows, cross_entropy's row losses, max_grad's maxima. Each such block is
+ * freed before the kernel returns. */
+typedef enum DtStaged {
+  DT_STAGED_ALL_REDUCE, DT_STAGED_ALL_GATHER, DT_STAGED_REDUCE_SCATTER, DT_STAGED_ALL_TO_ALL,
+  DT_STAGED_SHARD_SLICE, DT_STAGED_SUM, DT_STAGED_MAX_GRAD, DT_STAGED_CROSS_ENTROPY,
+  DT_STAGED_COUNT
+} DtStaged;
+/* The most bytes kernel k holds at once in those blocks, for the input
+ * in[0..nin), the output out (only dtype, rank and dims are read) and the
+ * attributes a it is called with, over a group of p members (collectives;
+ * 1 otherwise). The kernels size their blocks by the same rules, and dtc's
+ * memory plan counts them by this function. 0 for arguments the kernel
+ * would refuse. */
+int64_t dtrt_staged_bytes(DtStaged k, const DtTensor *in, int nin, const DtTensor *out,
+                          const DtAttrs *a, int p);
+
+/* The bytes libdtrt keeps for a model beside its blocks and scratch: its
+ * handle, its table of nin inputs and, for a model of a mesh, the
+ * communication state. */
+int64_t dtrt_model_table_bytes(int nin, bool mesh);
+
+/* The convolution kernels' products: conv2d, conv2d_grad_input,
+ * conv2d_grad_weight. */
+typedef enum DtConvKind { DT_CONV_FWD, DT_CONV_DX, DT_CONV_DW } DtConvKind;
+/* The bytes of the scratch block (the context's, kept between calls and
+ * grown to the largest asked) that convolution product `kind` holds its
+ * im2col columns in, for x [N, C, H, W], w [O, C/groups, kh, kw] and
+ * y [N, O, ho, wo] (dims only), its products made by the generated GEMM
+ * (gemm) or by OpenBLAS; the kernel sizes the block by it. 0 for shapes it
+ * would refuse. */
+int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
+                                const DtTensor *y, int64_t groups, bool gemm);
+
 /* The index of s in names[0..n), or -1. */
 int dtrt_name_index(const char *const *names, int n, const char *s);
 

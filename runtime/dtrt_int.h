@@ -263,6 +263,8 @@ int dtrt_local_ranks(const DtrtCtx *ctx);
 
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
+/* The bytes of that state (comm.c). */
+size_t dtrt_comm_bytes(void);
 
 /* ---- parallel.c ------------------------------------------------------- */
 
@@ -323,6 +325,14 @@ DtStatus dtrt_comm_allgather(DtrtCtx *ctx, const char *op, const void *mine, int
 DtStatus dtrt_comm_allgatherv(DtrtCtx *ctx, const char *op, const void *mine, int n, void **all,
                               int *count);
 DtStatus dtrt_comm_bcast(DtrtCtx *ctx, const char *op, void *p, int n, int root);
+
+/* ---- kernels: dtrt_staged_bytes by kernel file (names.c dispatches) ---- */
+
+int64_t dtrt_comm_staged(DtStaged k, const DtTensor *in, const DtTensor *out, const DtAttrs *a,
+                         int p);                                               /* kernels_comm.c */
+int64_t dtrt_reduce_staged(DtStaged k, const DtTensor *in, int nin, const DtTensor *out);
+                                                                               /* kernels_reduce.c */
+int64_t dtrt_nn_staged(const DtTensor *in, int nin);                           /* kernels_nn.c */
 
 /* ---- trace.c ---------------------------------------------------------- */
 

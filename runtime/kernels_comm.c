@@ -21,9 +21,14 @@ typedef struct Split {
   int *cnt, *dsp;
 } Split;
 
+/* The bytes of one split's tables for a group of p. */
+static size_t table_bytes(int p) {
+  return (size_t)(2 * p + 1) * sizeof(int64_t) + (size_t)(2 * p) * sizeof(int);
+}
+
 /* n splits for a group of p in one allocation, released by free_splits. */
 static bool alloc_splits(DtrtCtx *ctx, int p, Split *sp, int n) {
-  size_t one = (size_t)(2 * p + 1) * sizeof(int64_t) + (size_t)(2 * p) * sizeof(int);
+  size_t one = table_bytes(p);
   char *mem = dtrt_alloc(ctx, one * (size_t)n);
   for (int k = 0; mem && k < n; k++, mem += one) {
     sp[k].len = (int64_t *)mem;
@@ -102,6 +107,27 @@ static void slab(void *t, const DtTensor *shape, int d, int64_t at, int64_t len,
     else
       memcpy(a, b, run);
   }
+}
+
+/* The bytes of the copy of t's blocks along d packed member after member
+ * (4-byte elements): none when they are contiguous already, every dim
+ * before d of length 1. */
+static int64_t pack_bytes(const DtTensor *t, int d) {
+  return outer_of(t, d) == 1 ? 0 : dtrt_numel(t) * 4;
+}
+
+/* The elements of the largest of p near-even chunks of n (the first). */
+static int64_t ring_chunk(int64_t n, int p) { return n / p + (n % p != 0); }
+
+/* The bytes of padded all-gather's buffer: its own block, then p blocks,
+ * each padded to the largest, `most` elements. */
+static int64_t padded_bytes(int64_t most, int p) { return most * (p + 1) * 4; }
+
+/* The bytes reduce-scatter works on, its input in cut along d:
+ * the ring sums a packed copy in place beside the largest block (`most`
+ * elements); the others pack only blocks that are not contiguous. */
+static int64_t scatter_bytes(const DtTensor *in, int d, bool ring, int64_t most) {
+  return ring ? (dtrt_numel(in) + most) * 4 : pack_bytes(in, d);
 }
 
 static MPI_Datatype mpi_type(int dtype) { return dtype == DTRT_I32 ? MPI_INT32_T : MPI_FLOAT; }
@@ -249,7 +275,7 @@ static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, 
   if (!alloc_splits(ctx, g->size, &sp, 1))
     return DT_ERR_NOMEM;
   DtStatus s = cut(ctx, op, "flattened", NULL, g->size, n, 1, &sp);
-  float *tmp = s ? NULL : dtrt_alloc(ctx, (size_t)sp.cnt[0] * 4);
+  float *tmp = s ? NULL : dtrt_alloc(ctx, (size_t)ring_chunk(n, g->size) * 4);
   if (!s && !tmp)
     s = DT_ERR_NOMEM;
   if (!s && !(s = ring_reduce(ctx, op, g, y, &sp, tmp)))
@@ -389,7 +415,7 @@ static DtStatus gather_padded(DtrtCtx *ctx, const char *op, const DtGroup *g, co
     return dtrt_fail(ctx, DT_ERR_ARG,
                      "%s: %d blocks padded to %d elements are more than one MPI call can move",
                      op, p, most);
-  uint32_t *pad = dtrt_alloc(ctx, (size_t)most * (size_t)(p + 1) * 4);
+  uint32_t *pad = dtrt_alloc(ctx, (size_t)padded_bytes(most, p));
   if (!pad)
     return DT_ERR_NOMEM;
   memset(pad, 0, (size_t)most * 4);
@@ -424,7 +450,7 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
   }
   MPI_Datatype type = mpi_type(in[0].dtype);
   bool direct = outer_of(out, d) == 1;
-  uint32_t *y = direct ? out->data : dtrt_alloc(ctx, (size_t)dtrt_numel(out) * 4);
+  uint32_t *y = direct ? out->data : dtrt_alloc(ctx, (size_t)pack_bytes(out, d));
   if (!y) {
     free_splits(ctx, &sp);
     return DT_ERR_NOMEM;
@@ -482,7 +508,7 @@ DTRT_TRACED(reduce_scatter, DTRT_TID_COMM) {
   const float *x = in[0].data;
   float *tmp = NULL;
   if (!packed || ring) {
-    tmp = dtrt_alloc(ctx, (size_t)(n + (ring ? most : 0)) * 4);
+    tmp = dtrt_alloc(ctx, (size_t)scatter_bytes(&in[0], d, ring, most));
     if (!tmp) {
       free_splits(ctx, &sp);
       return DT_ERR_NOMEM;
@@ -519,13 +545,13 @@ static DtStatus exchange(DtrtCtx *ctx, const char *op, const DtGroup *g, int met
   int p = g->size, me = g->me;
   bool spack = outer_of(x, dout) != 1, rpack = outer_of(out, di) != 1;
   uint32_t *sbuf = x->data, *rbuf = out->data, *tmp = NULL;
-  int64_t nx = dtrt_numel(x), ny = dtrt_numel(out);
   if (spack || rpack) {
-    tmp = dtrt_alloc(ctx, (size_t)((spack ? nx : 0) + (rpack ? ny : 0)) * 4);
+    int64_t sbytes = pack_bytes(x, dout);
+    tmp = dtrt_alloc(ctx, (size_t)(sbytes + pack_bytes(out, di)));
     if (!tmp)
       return DT_ERR_NOMEM;
     sbuf = spack ? tmp : sbuf;
-    rbuf = rpack ? tmp + (spack ? nx : 0) : rbuf;
+    rbuf = rpack ? tmp + sbytes / 4 : rbuf;
   }
   for (int m = 0; spack && m < p; m++)
     slab(x->data, x, dout, sp[1].off[m], sp[1].len[m], sbuf + sp[1].dsp[m], true);
@@ -747,4 +773,48 @@ DTRT_TRACED(fold_all, DTRT_TID_COMM) {
     s = dtrt_mpi(ctx, MPI_Bcast(y + at, k, MPI_FLOAT, last, g.comm), op, "MPI_Bcast");
   }
   return s;
+}
+
+/* The split dim `axis` of a tensor of rank r as the kernels take it (from
+ * the end when negative); -1: none. */
+static int dim_of(int64_t axis, int r) {
+  int64_t d = axis < 0 ? axis + r : axis;
+  return d >= 0 && d < r ? (int)d : -1;
+}
+
+/* dtrt_staged_bytes of the collectives, by the sizes the kernels above give
+ * their blocks: the split tables, then what the method packs. */
+int64_t dtrt_comm_staged(DtStaged k, const DtTensor *in, const DtTensor *out, const DtAttrs *a,
+                         int p) {
+  static const Layout *const layout[] = {
+    [DT_STAGED_ALL_REDUCE] = &all_reduce_l, [DT_STAGED_ALL_GATHER] = &all_gather_l,
+    [DT_STAGED_REDUCE_SCATTER] = &reduce_scatter_l, [DT_STAGED_ALL_TO_ALL] = &all_to_all_l,
+    [DT_STAGED_SHARD_SLICE] = &shard_slice_l};
+  const Layout *l = layout[k];
+  int need = l->fixed + (l->listed ? p : 0);
+  if (p < 1 || need > DTRT_MAX_IATTRS || a->ni < need)
+    return 0;
+  int64_t method = l->coll >= 0 && a->ni > need ? a->i[need] : DTRT_COMM_MPI;
+  if (k == DT_STAGED_ALL_REDUCE)
+    return p > 1 && method == DTRT_COMM_RING
+             ? (int64_t)table_bytes(p) + ring_chunk(dtrt_numel(out), p) * 4 : 0;
+  int64_t tables = (int64_t)table_bytes(p) * (k == DT_STAGED_ALL_TO_ALL ? 2 : 1);
+  if (k == DT_STAGED_ALL_TO_ALL) {
+    int di = dim_of(a->i[1], in->rank), dout = dim_of(a->i[2], in->rank);
+    if (di < 0 || dout < 0 || di == dout)
+      return 0;
+    return tables + (p > 1 ? pack_bytes(in, dout) + pack_bytes(out, di) : 0);
+  }
+  const DtTensor *whole = k == DT_STAGED_ALL_GATHER ? out : in;
+  int d = dim_of(a->i[1], whole->rank);
+  if (d < 0)
+    return 0;
+  if (p == 1 || k == DT_STAGED_SHARD_SLICE)
+    return tables;
+  int64_t most = 0, unit = unit_of(whole, d, -1);
+  for (int m = 0; m < p; m++)
+    most = a->i[2 + m] * unit > most ? a->i[2 + m] * unit : most;
+  if (k == DT_STAGED_ALL_GATHER)
+    return tables + pack_bytes(out, d) + (method == DTRT_COMM_PADDED ? padded_bytes(most, p) : 0);
+  return tables + scatter_bytes(in, d, method == DTRT_COMM_RING, most);
 }

@@ -216,7 +216,37 @@ static void scatter_y(const Chunk *e, const float *yt, float *y, int64_t og) {
 /* Floats of scratch a chunk may take: col and yt together. */
 #define CHUNK_FLOATS (INT64_C(1) << 23)
 
-enum { CONV_FWD, CONV_DX, CONV_DW };
+enum { CONV_FWD = DT_CONV_FWD, CONV_DX = DT_CONV_DX, CONV_DW = DT_CONV_DW };
+
+/* The batch chunk conv_run takes at once, and the floats of its scratch
+ * block: the columns, the chunk's y and, for dw's sums over chunks by the
+ * GEMM, one group's dw. */
+static int64_t chunk_of(const Geom *g, int64_t k, int64_t og, int64_t p) {
+  int64_t nb = CHUNK_FLOATS / ((k + og) * p);
+  nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
+  while (nb > 1 && nb * p > INT_MAX)
+    nb /= 2;
+  return nb;
+}
+
+static int64_t scratch_floats(int kind, const Geom *g, bool gemm) {
+  int64_t og = g->o / g->groups, k = g->c / g->groups * g->kh * g->kw, p = g->ho * g->wo;
+  int64_t nb = chunk_of(g, k, og, p);
+  bool per_sample = gemm && g->groups == 1 && kind != CONV_DW;
+  int64_t sum = kind == CONV_DW && gemm && nb < g->n ? og * k : 0;
+  return (k + (per_sample ? 0 : og)) * nb * p + sum;
+}
+
+int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
+                                const DtTensor *y, int64_t groups, bool gemm) {
+  if (x->rank != 4 || w->rank != 4 || y->rank != 4 || groups < 1 || x->dim[1] % groups ||
+      w->dim[0] % groups || (x->dim[1] / groups * w->dim[2] * w->dim[3] + w->dim[0] / groups) *
+                               y->dim[2] * y->dim[3] <= 0)
+    return 0;
+  Geom g = {.n = x->dim[0], .c = x->dim[1], .o = w->dim[0], .kh = w->dim[2], .kw = w->dim[3],
+            .ho = y->dim[2], .wo = y->dim[3], .groups = groups};
+  return scratch_floats(kind, &g, gemm) * (int64_t)sizeof(float);
+}
 
 /* c [m, n] = op(a) op(b), or c += it (add, through sum [m, n]), op(a) a's
  * transpose when ta, a's rows lda apart (b's alike): by the generated GEMM
@@ -634,15 +664,8 @@ static DtStatus conv_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, 
                      (long long)k, (long long)p);
   if (direct_fits(kind, g))
     return direct_run(ctx, op, kind, g, x, w, y);
-  int64_t nb = CHUNK_FLOATS / ((k + og) * p);
-  nb = nb < 1 ? 1 : nb > g->n ? g->n : nb;
-  while (nb > 1 && nb * p > INT_MAX)
-    nb /= 2;
+  int64_t nb = chunk_of(g, k, og, p), floats = scratch_floats(kind, g, gemm != NULL);
   bool per_sample = gemm && g->groups == 1 && kind != CONV_DW;
-  /* the columns, the chunk's y and, for dw's sums over chunks by the GEMM,
-   * one group's dw */
-  int64_t sum = kind == CONV_DW && gemm && nb < g->n ? og * k : 0;
-  int64_t floats = (k + (per_sample ? 0 : og)) * nb * p + sum;
   float *col = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!col)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of im2col columns", op,
@@ -708,52 +731,65 @@ DTRT_TRACED(conv2d, DTRT_TID_KERNEL) {
   return conv_run(ctx, op, CONV_FWD, &g, in[0].data, in[1].data, out->data, a ? a->gemm : NULL);
 }
 
-/* conv2d_grad_input(w, dy) -> dx[N,C,H,W]: attributes as conv2d's, then
- * a->i[7..8] = [H, W]. */
-DTRT_TRACED(conv2d_grad_input, DTRT_TID_KERNEL) {
-  const char *op = "conv2d_grad_input";
+/* conv2d_grad_input's geometry: from w, dy's batch and the attributes. */
+static DtStatus dx_geom(DtrtCtx *ctx, const char *op, const DtTensor *in, const DtAttrs *a,
+                        Geom *g) {
+  DtStatus s;
+  geom_w(g, &in[0]);
+  if (dtrt_ni(a) == 9 && (a->i[6] < 1 || a->i[6] > ATTR_MAX))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: groups %lld is out of range", op, (long long)a->i[6]);
+  g->n = in[1].dim[0];
+  g->c = in[0].dim[1] * (dtrt_ni(a) == 9 ? a->i[6] : 1);
+  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "size", a, 7, 1, &g->h, &g->w)))
+    return s;
+  return conv_geom(ctx, op, a, 9, in[0].dim[1], g);
+}
+
+/* conv2d_grad_weight's geometry: from x, dy's channels and the attributes. */
+static DtStatus dw_geom(DtrtCtx *ctx, const char *op, const DtTensor *in, const DtAttrs *a,
+                        Geom *g) {
+  DtStatus s;
+  geom_x(g, &in[0]);
+  g->o = in[1].dim[1];
+  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "kernel", a, 7, 1, &g->kh, &g->kw)))
+    return s;
+  int64_t groups = dtrt_ni(a) == 9 ? a->i[6] : 1;
+  return conv_geom(ctx, op, a, 9, groups >= 1 ? g->c / groups : 0, g);
+}
+
+/* Both derivatives of conv2d: in[0] (w for dx, x for dw) and the adjoint dy
+ * in[1], its shape and the output's checked against the geometry. */
+static DtStatus conv_grad(DtrtCtx *ctx, const char *op, int kind, const DtTensor *in, int nin,
+                          DtTensor *out, const DtAttrs *a) {
+  bool dx = kind == CONV_DX;
   DtStatus s;
   Geom g = {0};
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 9, 0)) ||
-      (s = need_nchw(ctx, op, "weight", &in[0])) || (s = need_nchw(ctx, op, "adjoint", &in[1])))
+      (s = need_nchw(ctx, op, dx ? "weight" : "input", &in[0])) ||
+      (s = need_nchw(ctx, op, "adjoint", &in[1])) ||
+      (s = (dx ? dx_geom : dw_geom)(ctx, op, in, a, &g)))
     return s;
-  geom_w(&g, &in[0]);
-  if (dtrt_ni(a) == 9 && (a->i[6] < 1 || a->i[6] > ATTR_MAX))
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: groups %lld is out of range", op, (long long)a->i[6]);
-  g.n = in[1].dim[0];
-  g.c = in[0].dim[1] * (dtrt_ni(a) == 9 ? a->i[6] : 1);
-  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "size", a, 7, 1, &g.h, &g.w)))
-    return s;
-  if ((s = conv_geom(ctx, op, a, 9, in[0].dim[1], &g)))
-    return s;
-  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, xdim[4] = {g.n, g.c, g.h, g.w};
+  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, xdim[4] = {g.n, g.c, g.h, g.w},
+          wdim[4] = {g.o, g.c / g.groups, g.kh, g.kw};
   if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
-      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, xdim, 4)))
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dx ? xdim : wdim, 4)))
     return s;
-  return conv_run(ctx, op, CONV_DX, &g, out->data, in[0].data, in[1].data, a ? a->gemm : NULL);
+  DtGemmFn gemm = a ? a->gemm : NULL;
+  if (dx)
+    return conv_run(ctx, op, CONV_DX, &g, out->data, in[0].data, in[1].data, gemm);
+  return conv_run(ctx, op, CONV_DW, &g, in[0].data, out->data, in[1].data, gemm);
+}
+
+/* conv2d_grad_input(w, dy) -> dx[N,C,H,W]: attributes as conv2d's, then
+ * a->i[7..8] = [H, W]. */
+DTRT_TRACED(conv2d_grad_input, DTRT_TID_KERNEL) {
+  return conv_grad(ctx, "conv2d_grad_input", CONV_DX, in, nin, out, a);
 }
 
 /* conv2d_grad_weight(x, dy) -> dw[O,C/groups,kh,kw]: attributes as conv2d's,
  * then a->i[7..8] = [kh, kw]. */
 DTRT_TRACED(conv2d_grad_weight, DTRT_TID_KERNEL) {
-  const char *op = "conv2d_grad_weight";
-  DtStatus s;
-  Geom g = {0};
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 9, 0)) ||
-      (s = need_nchw(ctx, op, "input", &in[0])) || (s = need_nchw(ctx, op, "adjoint", &in[1])))
-    return s;
-  geom_x(&g, &in[0]);
-  g.o = in[1].dim[1];
-  if (dtrt_ni(a) == 9 && (s = attr_pair(ctx, op, "kernel", a, 7, 1, &g.kh, &g.kw)))
-    return s;
-  int64_t groups = dtrt_ni(a) == 9 ? a->i[6] : 1;
-  if ((s = conv_geom(ctx, op, a, 9, groups >= 1 ? g.c / groups : 0, &g)))
-    return s;
-  int64_t ydim[4] = {g.n, g.o, g.ho, g.wo}, wdim[4] = {g.o, g.c / g.groups, g.kh, g.kw};
-  if ((s = dtrt_check_as(ctx, op, "adjoint", &in[1], DTRT_F32, ydim, 4)) ||
-      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, wdim, 4)))
-    return s;
-  return conv_run(ctx, op, CONV_DW, &g, in[0].data, out->data, in[1].data, a ? a->gemm : NULL);
+  return conv_grad(ctx, "conv2d_grad_weight", CONV_DW, in, nin, out, a);
 }
 
 /* ---- pooling ---- */

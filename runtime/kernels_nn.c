@@ -387,6 +387,18 @@ static void ce_rows(void *env, int64_t b, int64_t e) {
   }
 }
 
+/* The bytes of cross_entropy's row losses for logits [N, C]: none when the
+ * rows are too few elements for the threads (then summed as they come). */
+static int64_t ce_loss_bytes(const DtTensor *logits) {
+  int64_t rows = logits->dim[0];
+  return rows * logits->dim[1] < PARALLEL_ELEMS ? 0 : (int64_t)sizeof(double) * rows;
+}
+
+/* dtrt_staged_bytes of cross_entropy. */
+int64_t dtrt_nn_staged(const DtTensor *in, int nin) {
+  return nin >= 1 && in[0].rank == 2 ? ce_loss_bytes(&in[0]) : 0;
+}
+
 /* cross_entropy(logits[N,C], labels i32[N]) -> f32[]: the mean over rows of
  * -log_softmax(row)[label]; no attributes. N = 0 gives 0. */
 DTRT_TRACED(cross_entropy, DTRT_TID_KERNEL) {
@@ -399,12 +411,12 @@ DTRT_TRACED(cross_entropy, DTRT_TID_KERNEL) {
   int64_t rows = in[0].dim[0], c = in[0].dim[1];
   CeJob j = {.x = in[0].data, .lab = in[1].data, .c = c};
   double loss = 0;
-  if (rows * c < PARALLEL_ELEMS) {
+  if (!ce_loss_bytes(&in[0])) {
     for (int64_t i = 0; i < rows; i++)
       loss += ce_row(&j, i);
   } else {
     /* each row's loss on the threads, added in row order as above */
-    if (!(j.loss = dtrt_alloc(ctx, sizeof(double) * (size_t)rows)))
+    if (!(j.loss = dtrt_alloc(ctx, (size_t)ce_loss_bytes(&in[0]))))
       return DT_ERR_NOMEM;
     rows_run(ctx, rows, rows * c, ce_rows, &j);
     for (int64_t i = 0; i < rows; i++)
@@ -701,26 +713,44 @@ static DtStatus ids_check(DtrtCtx *ctx, const char *op, const DtTensor *ids, int
   return DT_OK;
 }
 
+/* Into dim: the ids' dims, then d (embedding's output, embedding_grad's
+ * dy); fails when the ids leave no room for one more dim. */
+static DtStatus ids_then(DtrtCtx *ctx, const char *op, const DtTensor *ids, int64_t d,
+                         int64_t *dim) {
+  if (ids->rank >= DT_MAX_RANK)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: ids have rank %d; at most %d allowed", op,
+                     (int)ids->rank, DT_MAX_RANK - 1);
+  memcpy(dim, ids->dim, sizeof ids->dim);
+  dim[ids->rank] = d;
+  return DT_OK;
+}
+
+/* The entry of embedding (table, ids) and embedding_grad (ids, dy): two
+ * operands, in operand order the ids (i32, operand ids_at) and the other
+ * (f32, named other), and at most nattr int attributes. */
+static DtStatus embed_begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
+                            const DtTensor *out, const DtAttrs *a, int nattr, int ids_at,
+                            const char *other) {
+  DtStatus s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, nattr, 0);
+  for (int k = 0; !s && k < 2; k++)
+    s = dtrt_check(ctx, op, k == ids_at ? "ids" : other, &in[k], k == ids_at ? DTRT_I32 : DTRT_F32);
+  return s;
+}
+
 /* embedding(table f32[V,D], ids i32[...]) -> f32[..., D]: row ids[k] of table for
  * each k; no attributes. */
 DTRT_TRACED(embedding, DTRT_TID_KERNEL) {
   const char *op = "embedding";
   DtStatus s;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 0, 0)) ||
-      (s = dtrt_check(ctx, op, "table", &in[0], DTRT_F32)) ||
-      (s = dtrt_check(ctx, op, "ids", &in[1], DTRT_I32)))
+  if ((s = embed_begin(ctx, op, in, nin, out, a, 0, 1, "table")))
     return s;
   const DtTensor *tab = &in[0], *ids = &in[1];
   if (tab->rank != 2)
     return dtrt_fail(ctx, DT_ERR_ARG, "embedding: table needs rank 2 [V, D], got rank %d",
                      (int)tab->rank);
-  if (ids->rank >= DT_MAX_RANK)
-    return dtrt_fail(ctx, DT_ERR_ARG, "embedding: ids have rank %d; at most %d allowed",
-                     (int)ids->rank, DT_MAX_RANK - 1);
   int64_t dim[DT_MAX_RANK], d = tab->dim[1];
-  memcpy(dim, ids->dim, sizeof dim);
-  dim[ids->rank] = d;
-  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, ids->rank + 1)) ||
+  if ((s = ids_then(ctx, op, ids, d, dim)) ||
+      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, ids->rank + 1)) ||
       (s = ids_check(ctx, op, ids, tab->dim[0])))
     return s;
   const int32_t *id = ids->data;
@@ -737,21 +767,15 @@ DTRT_TRACED(embedding, DTRT_TID_KERNEL) {
 DTRT_TRACED(embedding_grad, DTRT_TID_KERNEL) {
   const char *op = "embedding_grad";
   DtStatus s;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 1, 0)) ||
-      (s = dtrt_check(ctx, op, "ids", &in[0], DTRT_I32)) ||
-      (s = dtrt_check(ctx, op, "dy", &in[1], DTRT_F32)))
+  if ((s = embed_begin(ctx, op, in, nin, out, a, 1, 0, "dy")))
     return s;
   if (dtrt_ni(a) != 1)
     return dtrt_fail(ctx, DT_ERR_ARG, "embedding_grad: needs the int attribute rows");
   const DtTensor *ids = &in[0], *dy = &in[1];
-  if (ids->rank >= DT_MAX_RANK)
-    return dtrt_fail(ctx, DT_ERR_ARG, "embedding_grad: ids have rank %d; at most %d allowed",
-                     (int)ids->rank, DT_MAX_RANK - 1);
   int64_t dim[DT_MAX_RANK], rows = a->i[0];
   int64_t d = dy->rank == ids->rank + 1 ? dy->dim[ids->rank] : 0;
-  memcpy(dim, ids->dim, sizeof dim);
-  dim[ids->rank] = d;
-  if ((s = dtrt_check_as(ctx, op, "dy", dy, DTRT_F32, dim, ids->rank + 1)))
+  if ((s = ids_then(ctx, op, ids, d, dim)) ||
+      (s = dtrt_check_as(ctx, op, "dy", dy, DTRT_F32, dim, ids->rank + 1)))
     return s;
   if (rows < 0)
     return dtrt_fail(ctx, DT_ERR_ARG, "embedding_grad: rows = %lld is negative",

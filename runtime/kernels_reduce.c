@@ -187,13 +187,18 @@ static void sum_part(void *env, int64_t b, int64_t e) {
   }
 }
 
+/* The bytes of a parallel sum's partial outputs, ny elements each. */
+static size_t part_bytes(int64_t ny) { return (size_t)(SUM_CHUNKS * ny) * sizeof(float); }
+
+/* The bytes of max_grad's maxima and their places, ny of each. */
+static size_t argmax_bytes(int64_t ny) { return (size_t)ny * (sizeof(int64_t) + sizeof(float)); }
+
 /* run() of a sum on the thread pool; false when there is no memory for it. */
 static bool sum_parallel(DtrtCtx *ctx, const Plan *p, const float *x, float *y, int64_t ny) {
   SumJob j = {p, x, y, NULL, ny, p->total / p->len[0]};
   if (p->red[0]) {
-    if (!(j.part = dtrt_alloc(ctx, (size_t)(SUM_CHUNKS * ny) * sizeof *j.part)))
+    if (!(j.part = dtrt_alloc(ctx, part_bytes(ny))))
       return false;
-    memset(j.part, 0, (size_t)(SUM_CHUNKS * ny) * sizeof *j.part);
   }
   dtrt_parallel_for(ctx, SUM_CHUNKS, sum_part, &j);
   for (int c = 0; j.part && c < SUM_CHUNKS; c++)
@@ -253,7 +258,7 @@ DTRT_TRACED(max_grad, DTRT_TID_KERNEL) {
       (s = dtrt_check_as(ctx, op, "dy", &in[2], DTRT_F32, in[1].dim, in[1].rank)))
     return s;
   int64_t ny = dtrt_numel(&in[1]);
-  int64_t *arg = dtrt_alloc(ctx, (size_t)ny * (sizeof(int64_t) + sizeof(float)));
+  int64_t *arg = dtrt_alloc(ctx, argmax_bytes(ny));
   if (!arg)
     return DT_ERR_NOMEM;
   float *m = (float *)(arg + ny);
@@ -329,4 +334,13 @@ DtStatus dtrt_pieces(DtrtCtx *ctx, DtKernelFn k, const DtTensor *in, int nin, Dt
       return s;
   }
   return DT_OK;
+}
+
+/* dtrt_staged_bytes of sum and mean (the partial outputs of a sum large
+ * enough for the threads; whether its first group is reduced is not asked)
+ * and of max_grad (its second input the reduced shape). */
+int64_t dtrt_reduce_staged(DtStaged k, const DtTensor *in, int nin, const DtTensor *out) {
+  if (k == DT_STAGED_MAX_GRAD)
+    return nin >= 2 ? (int64_t)argmax_bytes(dtrt_numel(&in[1])) : 0;
+  return dtrt_numel(&in[0]) >= SUM_PARALLEL ? (int64_t)part_bytes(dtrt_numel(out)) : 0;
 }

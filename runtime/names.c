@@ -1,6 +1,7 @@
 /* names.c: the spellings of the facts libdtrt shares with the compiler
- * (schedules, initialisers, collectives and their methods), and which
- * methods each collective kernel implements. */
+ * (schedules, initialisers, collectives and their methods), which methods
+ * each collective kernel implements, and what a kernel allocates while it
+ * runs (each kernel's file sizes its own). */
 #include <string.h>
 
 #include "dtrt_int.h"
@@ -25,6 +26,17 @@ static const unsigned coll_methods[DT_COLL_COUNT] = {
 bool dtrt_coll_has_method(DtColl c, int method) {
   return c >= 0 && c < DT_COLL_COUNT && method >= 0 && method < DTRT_COMM_COUNT &&
          (coll_methods[c] >> method & 1u);
+}
+
+int64_t dtrt_staged_bytes(DtStaged k, const DtTensor *in, int nin, const DtTensor *out,
+                          const DtAttrs *a, int p) {
+  if (!in || nin < 1 || !out || !a || k < 0 || k >= DT_STAGED_COUNT)
+    return 0;
+  if (k <= DT_STAGED_SHARD_SLICE)
+    return dtrt_comm_staged(k, in, out, a, p);
+  if (k == DT_STAGED_CROSS_ENTROPY)
+    return dtrt_nn_staged(in, nin);
+  return dtrt_reduce_staged(k, in, nin, out);
 }
 
 int dtrt_name_index(const char *const *names, int n, const char *s) {

@@ -152,10 +152,11 @@ static int parse_devices(Driver *dr, const char *v) {
   return 0;
 }
 
-/* plan auto's memory check (PassOptions.extra_memory): the GEMM's scratch
- * each device's CPU asks for, as --emit=plan counts it (codegen/memory.c);
- * nothing when the targets cannot be made (the pipeline reports that). */
-static void gemm_scratch(Module *m, double *bytes, void *arg) {
+/* plan auto's memory check (PassOptions.extra_memory): the scratch blocks
+ * of the GEMM each device's CPU asks for and of the convolutions, and
+ * libdtrt's tables, as --emit=plan counts them (codegen/memory.c); nothing
+ * when the targets cannot be made (the pipeline reports that). */
+static void runtime_memory(Module *m, double *bytes, void *arg) {
   const Driver *dr = arg;
   CgOptions o = dr->opt;
   o.output = o.output ? o.output : "-";
@@ -165,8 +166,10 @@ static void gemm_scratch(Module *m, double *bytes, void *arg) {
   int ndev = cg_devices(m);
   if (!ndev || !cg_targets(m, &o, ndev, &ts, &quiet))
     return;
-  for (int dev = 0; dev < ndev; dev++)
-    bytes[dev] = (double)cg_memory(m, dev, &ts, o.matmul).scratch;
+  for (int dev = 0; dev < ndev; dev++) {
+    CgMemory r = cg_memory(m, dev, &ts, o.matmul);
+    bytes[dev] = (double)(r.scratch + r.tables);
+  }
   cg_targets_free(&ts);
 }
 
@@ -174,7 +177,7 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
   CgOptions *o = &dr->opt;
   PassOptions *po = &dr->pass;
   po->print_after = dr->print_after;
-  po->extra_memory = gemm_scratch;
+  po->extra_memory = runtime_memory;
   po->extra_arg = dr;
   o->opt_level = 2;
   o->emit = "obj";

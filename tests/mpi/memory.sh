@@ -1,24 +1,25 @@
 #!/bin/sh
 # memory.sh PLAN SCALE CMD...: compares each rank's memory for a model, as
-# CMD (an mpiexec of tests/mpi/mem_train.c) prints it, with dtc --emit=plan's
-# prediction in PLAN (its "memory per device" totals), each multiplied by
-# SCALE: both the bytes libdtrt held at most and the growth of the peak
-# resident set must lie within 10% of the prediction. SCALE is 1 but for the
-# test that must fail (a prediction 20% off). With MEMORY_RSS=0 (a build
-# under AddressSanitizer, whose allocator's redzones and quarantine the
-# resident set holds too) libdtrt's peak alone is compared.
+# CMD (an mpiexec of tests/mpi/mem_train.c or spmd_train.c --memory) prints
+# it, with dtc --emit=plan's prediction in PLAN (its "memory per device"
+# totals, in bytes), each multiplied by SCALE: the bytes libdtrt held at
+# most must not exceed the prediction and lie within 10% of it, and the
+# growth of the peak resident set within 10% of it. SCALE is 1 but for the test that must fail (a prediction 20%
+# off). With MEMORY_RSS=0 (a build under AddressSanitizer, whose allocator's
+# redzones and quarantine the resident set holds too, or a model small
+# beside what the libraries keep resident) libdtrt's peak alone is compared.
 set -e
 plan=$1 scale=$2
 shift 2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# "  0 s0       state 27.83 MiB, ..., total 72.95 MiB of 80.00 MiB (91%)": device, bytes
+# "  0 s0       state 27.83 MiB, ..., total 72.95 MiB (76490342 B) of 80.00 MiB (91%)":
+# device, bytes
 awk -v s="$scale" '/^memory per device/ {on = 1; next}
      on && $3 == "state" {
        for (k = 4; k < NF; k++) if ($k == "total") break
-       v = $(k + 1); u = $(k + 2)
-       f = u == "GiB" ? 1073741824 : u == "MiB" ? 1048576 : u == "KiB" ? 1024 : 1
-       printf "%s %.0f\n", $1, v * f * s; next }
+       v = $(k + 3); sub("[(]", "", v)
+       printf "%s %.0f\n", $1, v * s; next }
      on {exit}' "$plan" >"$tmp/want"
 [ -s "$tmp/want" ] || { echo "no memory per device in $plan"; exit 1; }
 "$@" >"$tmp/got"
@@ -29,6 +30,8 @@ while read dev want; do
   line=$(grep "^rank $dev " "$tmp/got")
   set -- $line
   echo "rank $dev: predicted $want B, libdtrt's peak $4 B, peak resident set grew $6 B"
+  awk -v g="$4" -v w="$want" 'BEGIN { exit !(g <= w) }' ||
+    { echo "rank $dev: libdtrt's peak $4 B exceeds the prediction $want B"; fail=1; }
   got_rss=$6
   [ "${MEMORY_RSS:-1}" = 0 ] && got_rss=
   for got in $4 $got_rss; do

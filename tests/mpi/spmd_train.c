@@ -5,7 +5,7 @@
  * for one device (run alone) and for each parallel plan (run under mpiexec
  * with that plan's rank count), so the files must agree:
  *
- *     spmd_train OUT [REF]
+ *     spmd_train [--memory] OUT [REF]
  *     spmd_train --create-fails TEXT
  *
  * With REF (the single-device run's file) rank 0 compares OUT against it
@@ -13,7 +13,9 @@
  * |loss - ref| <= TOL max(1, |ref|), and every element of a tensor within
  * TOL times the largest magnitude in the reference tensor. Elements that
  * several ranks hold (replicated params) must agree to the same tolerance.
- * With --create-fails a rank exits 0 only when creating the model fails
+ * With --memory each rank prints, after the forward, what it held at most
+ * as tests/mpi/mem_train.c does (tests/mpi/memory.sh compares it with the
+ * plan). With --create-fails a rank exits 0 only when creating the model fails
  * with a message holding TEXT (a launch with the wrong rank count).
  * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
  * -DSPMD_DEEP for examples/gpt.dt, with -DSPMD_CNN for examples/cnn.dt,
@@ -334,8 +336,10 @@ static bool compare(const Run *got, const Run *ref) {
 }
 
 int main(int argc, char **argv) {
+  bool memory = argc > 1 && !strcmp(argv[1], "--memory");
+  argc -= memory, argv += memory;
   if (argc < 2 || argc > 3) {
-    fprintf(stderr, "usage: spmd_train OUT [REF] | spmd_train --create-fails TEXT\n");
+    fprintf(stderr, "usage: spmd_train [--memory] OUT [REF] | spmd_train --create-fails TEXT\n");
     return 2;
   }
   const char *expect = strcmp(argv[1], "--create-fails") ? NULL : argv[2];
@@ -367,6 +371,15 @@ int main(int argc, char **argv) {
   if (ok && forward(model, out->v)) {
     fprintf(stderr, "spmd_train: rank %d: forward: %s\n", me, model_error(model));
     ok = false;
+  }
+  int64_t peak, rss;   /* before the gathers, which allocate whole params */
+  if (ok && memory) {
+    if (dtrt_model_memory((DtModel *)model, &peak, &rss)) {
+      fprintf(stderr, "spmd_train: rank %d: memory: %s\n", me, model_error(model));
+      ok = false;
+    } else {
+      printf("rank %d peak_bytes %lld rss_growth %lld\n", me, (long long)peak, (long long)rss);
+    }
   }
   /* every rank takes part in every gather, whatever rank 0 found */
   for (int k = 0; ok && k < NPARAM; k++)

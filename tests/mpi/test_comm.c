@@ -111,6 +111,22 @@ static DtAttrs attrs(int nlead, const int64_t *lead, const int64_t *len, int met
 
 static const char *method_name(int m) { return m < 0 ? "default" : methods[m]; }
 
+static Count *counted;   /* main's context's allocator */
+
+/* Kernel k of in and out; the most it held while it ran beyond what was
+ * held before must be what dtrt_staged_bytes says, and libdtrt's 64-byte
+ * header for each of its blocks (at most three at once). */
+static DtStatus staged(DtrtCtx *ctx, DtKernelFn k, DtStaged which, const DtTensor *in,
+                       DtTensor *out, const DtAttrs *a, const char *what) {
+  long long before = counted->bytes;
+  counted->peak = before;
+  DtStatus s = k(ctx, in, 1, out, a);
+  long long held = counted->peak - before, want = dtrt_staged_bytes(which, in, 1, out, a, np);
+  CHECK(s || (held >= want && held <= want + 3 * 64),
+        "%s: held %lld bytes while it ran; dtrt_staged_bytes: %lld", what, held, want);
+  return s;
+}
+
 /* ---- collectives over the whole job (no mesh) ------------------------- */
 
 static void test_all_reduce(DtrtCtx *ctx) {
@@ -123,7 +139,8 @@ static void test_all_reduce(DtrtCtx *ctx) {
         fill(&x, me);
         DtAttrs a = {.i = {0, method}, .ni = 2};
         DtTensor *out = inplace ? &x : &y;
-        DtStatus s = dtrt_k_all_reduce(ctx, &x, 1, out, &a);
+        DtStatus s = staged(ctx, dtrt_k_all_reduce, DT_STAGED_ALL_REDUCE, &x, out, &a,
+                            "all_reduce");
         CHECK(s == DT_OK, "all_reduce %s n=%lld: %s", methods[method], (long long)n,
               dtrt_errmsg(ctx));
         int64_t bad = -1;
@@ -178,7 +195,8 @@ static void test_all_gather(DtrtCtx *ctx) {
           fill(&full, 99);
           DtTensor in = slice(&full, d, start(len, me), len[me]);
           DtAttrs a = attrs(2, (int64_t[]){0, d}, len, method);
-          DtStatus s = dtrt_k_all_gather(ctx, &in, 1, &out, &a);
+          DtStatus s = staged(ctx, dtrt_k_all_gather, DT_STAGED_ALL_GATHER, &in, &out, &a,
+                              "all_gather");
           CHECK(s == DT_OK && same(&out, &full), "all_gather shape %zu %s %s %s: %s", sh,
                 dtype == DTRT_F32 ? "f32" : "i32", ue ? "uneven" : "even", method_name(method),
                 s ? dtrt_errmsg(ctx) : "wrong values");
@@ -205,12 +223,13 @@ static void test_reduce_scatter(DtrtCtx *ctx) {
         DtTensor want = slice(&sum, d, start(len, me), len[me]);
         DtTensor out = shaped((int)sh, DTRT_F32, d, len[me]);
         DtAttrs a = attrs(2, (int64_t[]){0, d}, len, method);
-        DtStatus s = dtrt_k_reduce_scatter(ctx, &in, 1, &out, &a);
+        DtStatus s = staged(ctx, dtrt_k_reduce_scatter, DT_STAGED_REDUCE_SCATTER, &in, &out, &a,
+                            "reduce_scatter");
         CHECK(s == DT_OK && same(&out, &want), "reduce_scatter shape %zu %s %s: %s", sh,
               ue ? "uneven" : "even", method_name(method), s ? dtrt_errmsg(ctx) : "wrong values");
         DtTensor cut = shaped((int)sh, DTRT_F32, d, len[me]);
         a = attrs(2, (int64_t[]){0, d}, len, -1);
-        s = dtrt_k_shard_slice(ctx, &sum, 1, &cut, &a);
+        s = staged(ctx, dtrt_k_shard_slice, DT_STAGED_SHARD_SLICE, &sum, &cut, &a, "shard_slice");
         CHECK(s == DT_OK && same(&cut, &want), "shard_slice shape %zu %s: %s", sh,
               ue ? "uneven" : "even", s ? dtrt_errmsg(ctx) : "wrong values");
         free(cut.data);
@@ -248,7 +267,8 @@ static void test_all_to_all(DtrtCtx *ctx) {
           DtAttrs a = attrs(3, (int64_t[]){0, di, dout}, lo, method);
           for (int m = 0; v == 2 && m < np; m++)
             a.i[a.ni++] = li[m];
-          DtStatus s = dtrt_k_all_to_all(ctx, &in, 1, &out, &a);
+          DtStatus s = staged(ctx, dtrt_k_all_to_all, DT_STAGED_ALL_TO_ALL, &in, &out, &a,
+                              "all_to_all");
           CHECK(s == DT_OK && same(&out, &want), "all_to_all %d->%d %s variant %d %s: %s", di,
                 dout, dtype == DTRT_F32 ? "f32" : "i32", v, method_name(method),
                 s ? dtrt_errmsg(ctx) : "wrong values");
@@ -350,7 +370,7 @@ static float axis_sum(DtrtCtx *ctx, int axis, float v, int method) {
 }
 
 static void test_mesh(void) {
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator al = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&al);
   int bad[] = {np + 1};
@@ -555,7 +575,7 @@ static DtStatus step(DtModel *m, int poison) {
 }
 
 static void test_model(const char *dir) {
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator al = {count_alloc, count_free, &c};
   int32_t mesh[] = {np}, wrong[] = {np + 1};
   char err[512], path[400];
@@ -744,8 +764,9 @@ int main(int argc, char **argv) {
   }
   bool launched = getenv("PMI_RANK") || getenv("PMI_PORT") || getenv("PMIX_RANK") ||
                   getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_PROCID");
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator al = {count_alloc, count_free, &c};
+  counted = &c;
   DtrtCtx *ctx = dtrt_ctx_new_with(&al); /* the first to join: it owns MPI unless the app does */
   CHECK(dtrt_nranks(ctx) == 1 && dtrt_rank(ctx) == 0, "before comm_init");
   DtStatus s = dtrt_comm_init(ctx);

@@ -206,7 +206,7 @@ static bool header_has(const char *file, const char *text) {
 }
 
 static void test_model(const char *dir) {
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator al = {count_alloc, count_free, &c};
   static DtGlobalDesc g[MAXDEV][NGLOBAL];
   static DtModelDesc d[MAXDEV];
@@ -338,7 +338,7 @@ static void test_model(const char *dir) {
 }
 
 int main(void) {
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator al = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&al); /* the first to join: it owns MPI */
   DtStatus s = dtrt_comm_init(ctx);

@@ -24,7 +24,7 @@ static DtrtCtx *ctx;
 
 static inline int setup(void **state) {
   (void)state;
-  counts = (Count){0, 0, -1};
+  counts = (Count){.limit = -1};
   DtAllocator a = {count_alloc, count_free, &counts};
   ctx = dtrt_ctx_new_with(&a);
   return ctx ? 0 : -1;

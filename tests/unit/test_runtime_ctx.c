@@ -53,7 +53,7 @@ static void test_errors(void **state) {
 
 static void test_alloc(void **state) {
   (void)state;
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&a);
   assert_non_null(ctx);
@@ -72,7 +72,7 @@ static void test_alloc(void **state) {
   dtrt_ctx_free(ctx);
   assert_int_equal(c.allocs, c.frees);
 
-  c = (Count){0, 0, 0};
+  c = (Count){.limit = 0};
   assert_null(dtrt_ctx_new_with(&a));
   DtAllocator half = {count_alloc, NULL, &c};
   assert_null(dtrt_ctx_new_with(&half));

@@ -107,7 +107,7 @@ static void batch(int k, float *x, float *y) {
 
 static void test_train(void **state) {
   (void)state;
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {count_alloc, count_free, &c};
   DtModelDesc d = desc();
   DtModel *m;
@@ -263,7 +263,7 @@ static void bad_desc(void (*edit)(DtModelDesc *, DtGlobalDesc *), const char *wa
   DtModelDesc d = desc();
   d.global = g;
   edit(&d, g);
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {count_alloc, count_free, &c};
   DtModel *m = (DtModel *)&c;
   char err[256];
@@ -299,7 +299,7 @@ static void test_code_elsewhere(void **state) {
   d.target = "aarch64-linux-gnu";
   d.object = "linreg.aarch64-linux-gnu.o";
   d.train_step = d.forward = NULL;
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {count_alloc, count_free, &c};
   DtModel *m = (DtModel *)&c;
   char err[256];
@@ -376,7 +376,7 @@ static void test_out_of_memory(void **state) {
   (void)state;
   DtModelDesc d = desc();
   for (long limit = 0; limit < 5; limit++) {
-    Count c = {0, 0, limit};
+    Count c = {.limit = limit};
     DtAllocator a = {count_alloc, count_free, &c};
     DtModel *m;
     char err[256];
@@ -569,7 +569,7 @@ static void test_block_init(void **state) {
 
 static void test_spmd_create(void **state) {
   (void)state;
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {count_alloc, count_free, &c};
   DtModelDesc d0 = tp_desc(0), d1 = tp_desc(1);
   const DtModelDesc *dev[] = {&d0, &d1};

@@ -36,7 +36,7 @@ static void mark(void *env, int64_t begin, int64_t end) {
 
 static void run(const char *threads) {
   assert_int_equal(setenv("DTRT_NUM_THREADS", threads, 1), 0);
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&a);
   assert_non_null(ctx);
@@ -180,7 +180,7 @@ static void late_workers(void **state) {
  * runs the body on the caller's thread. */
 static void no_pool(void **state) {
   (void)state;
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {count_alloc, count_free, &c};
   DtrtCtx *ctx = dtrt_ctx_new_with(&a);
   assert_non_null(ctx);
