@@ -1061,8 +1061,9 @@ int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how) {
         if ((int)x->op != conv[c].op)
           continue;
         DtTensor cx = dims_of(x, conv[c].x), cw = dims_of(x, conv[c].w), cy = dims_of(x, conv[c].y);
-        int64_t b = dtrt_conv_scratch_bytes(conv[c].kind, &cx, &cw, &cy,
-                                            ir_get_int(x, "groups", 1), cg_conv_gemm(how, x));
+        DtAttrs a;
+        ir_kernel_attrs(x, &a);
+        int64_t b = dtrt_conv_scratch_bytes(conv[c].kind, &cx, &cw, &cy, &a, cg_conv_gemm(how, x));
         most = b > most ? b : most;
       }
     }

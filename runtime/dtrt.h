@@ -298,12 +298,14 @@ int64_t dtrt_model_table_bytes(int nin, bool mesh);
 typedef enum DtConvKind { DT_CONV_FWD, DT_CONV_DX, DT_CONV_DW } DtConvKind;
 /* The bytes of the scratch block (the context's, kept between calls and
  * grown to the largest asked) that convolution product `kind` holds its
- * im2col columns in, for x [N, C, H, W], w [O, C/groups, kh, kw] and
- * y [N, O, ho, wo] (dims only), its products made by the generated GEMM
- * (gemm) or by OpenBLAS; the kernel sizes the block by it. 0 for shapes it
- * would refuse. */
+ * im2col columns in, or on one thread its direct products' padded samples
+ * (the direct ones where this CPU runs them: AVX-512), for x [N, C, H, W],
+ * w [O, C/groups, kh, kw] and y [N, O, ho, wo] (dims only) and the
+ * convolution's int attributes a (stride, padding, dilation, groups, ...),
+ * its products made by the generated GEMM (gemm) or by OpenBLAS; the
+ * kernel sizes the block by it. 0 for shapes it would refuse. */
 int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
-                                const DtTensor *y, int64_t groups, bool gemm);
+                                const DtTensor *y, const DtAttrs *a, bool gemm);
 
 /* The index of s in names[0..n), or -1. */
 int dtrt_name_index(const char *const *names, int n, const char *s);

@@ -237,15 +237,22 @@ static int64_t scratch_floats(int kind, const Geom *g, bool gemm) {
   return (k + (per_sample ? 0 : og)) * nb * p + sum;
 }
 
+static bool direct_fits(int kind, const Geom *g);
+static int64_t direct_floats(int kind, const Geom *g);
+
 int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
-                                const DtTensor *y, int64_t groups, bool gemm) {
+                                const DtTensor *y, const DtAttrs *a, bool gemm) {
+  int64_t groups = a && dtrt_ni(a) >= 7 ? a->i[6] : 0;
   if (x->rank != 4 || w->rank != 4 || y->rank != 4 || groups < 1 || x->dim[1] % groups ||
       w->dim[0] % groups || (x->dim[1] / groups * w->dim[2] * w->dim[3] + w->dim[0] / groups) *
                                y->dim[2] * y->dim[3] <= 0)
     return 0;
-  Geom g = {.n = x->dim[0], .c = x->dim[1], .o = w->dim[0], .kh = w->dim[2], .kw = w->dim[3],
-            .ho = y->dim[2], .wo = y->dim[3], .groups = groups};
-  return scratch_floats(kind, &g, gemm) * (int64_t)sizeof(float);
+  Geom g = {.n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3], .o = w->dim[0],
+            .kh = w->dim[2], .kw = w->dim[3], .ho = y->dim[2], .wo = y->dim[3],
+            .sh = a->i[0], .sw = a->i[1], .ph = a->i[2], .pw = a->i[3], .dh = a->i[4],
+            .dw = a->i[5], .groups = groups};
+  int64_t floats = direct_fits(kind, &g) ? direct_floats(kind, &g) : scratch_floats(kind, &g, gemm);
+  return floats * (int64_t)sizeof(float);
 }
 
 /* c [m, n] = op(a) op(b), or c += it (add, through sum [m, n]), op(a) a's
@@ -603,25 +610,30 @@ static void pack_weights(const Direct *d, const float *w, bool flip) {
         }
 }
 
+/* The direct products' geometry (for dx, the convolution of dy padded by
+ * (k - 1) d - p with w flipped), their layout on `slots` threads and the
+ * floats of their scratch block. */
+static int64_t direct_plan(int kind, const Geom *g0, int slots, Geom *g, Direct *d) {
+  *g = *g0;
+  if (kind == CONV_DX)
+    *g = (Geom){.n = g0->n, .c = g0->o, .h = g0->ho, .w = g0->wo, .o = g0->c, .kh = g0->kh,
+                .kw = g0->kw, .ho = g0->h, .wo = g0->w, .sh = 1, .sw = 1,
+                .ph = (g0->kh - 1) * g0->dh - g0->ph, .pw = (g0->kw - 1) * g0->dw - g0->pw,
+                .dh = g0->dh, .dw = g0->dw, .groups = g0->groups};
+  direct_layout(d, g, slots);
+  if (kind == CONV_DW)
+    return g->n * (d->sample + g->ho * g->wo * d->ogp) +
+           d->ogp * ((d->cg + d->cb - 1) / d->cb) * d->cb * d->kk;
+  return g->groups * d->nob * d->cg * d->kk * d->nv * LANES + slots * d->sample;
+}
+
 /* conv_run's products, direct: x (or dx), w (or dw), y (or dy). */
 static DtStatus direct_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g0, float *x,
                            float *w, float *y) {
-  Geom g = *g0;
-  if (kind == CONV_DX) {   /* dx = conv(dy padded by (k - 1) d - p, w flipped) */
-    g = (Geom){.n = g0->n, .c = g0->o, .h = g0->ho, .w = g0->wo, .o = g0->c, .kh = g0->kh,
-               .kw = g0->kw, .ho = g0->h, .wo = g0->w, .sh = 1, .sw = 1,
-               .ph = (g0->kh - 1) * g0->dh - g0->ph, .pw = (g0->kw - 1) * g0->dw - g0->pw,
-               .dh = g0->dh, .dw = g0->dw, .groups = g0->groups};
-  }
-  int slots = dtrt_threads(ctx);
+  Geom g;
   Direct d;
-  direct_layout(&d, &g, slots);
-  int64_t floats;
-  if (kind == CONV_DW)
-    floats = g.n * (d.sample + g.ho * g.wo * d.ogp) +
-             d.ogp * ((d.cg + d.cb - 1) / d.cb) * d.cb * d.kk;
-  else
-    floats = g.groups * d.nob * d.cg * d.kk * d.nv * LANES + slots * d.sample;
+  int slots = dtrt_threads(ctx);
+  int64_t floats = direct_plan(kind, g0, slots, &g, &d);
   float *scratch = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!scratch)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of padded samples", op,
@@ -639,8 +651,15 @@ static DtStatus direct_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g
   dtrt_parallel_for(ctx, slots, fwd_part, &d);
   return DT_OK;
 }
+
+static int64_t direct_floats(int kind, const Geom *g0) {
+  Geom g;
+  Direct d;
+  return direct_plan(kind, g0, 1, &g, &d);
+}
 #else
 static bool direct_fits(int kind, const Geom *g) { return (void)kind, (void)g, false; }
+static int64_t direct_floats(int kind, const Geom *g) { return (void)kind, (void)g, 0; }
 static DtStatus direct_run(DtrtCtx *ctx, const char *op, int kind, const Geom *g, float *x,
                            float *w, float *y) {
   return (void)ctx, (void)op, (void)kind, (void)g, (void)x, (void)w, (void)y, DT_ERR_ARG;

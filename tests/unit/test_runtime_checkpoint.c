@@ -674,7 +674,7 @@ static void test_convert_ranks(void **state) {
 static void test_convert_memory(void **state) {
   (void)state;
   int64_t dim[2] = {2, 3}, b0[2] = {0, 0};
-  Count c = {0, 0, -1};
+  Count c = {.limit = -1};
   DtAllocator a = {capped_alloc, count_free, &c};
   DtrtCtx *cx = dtrt_ctx_new_with(&a);
   int64_t huge[2] = {1 << 20, 1 << 14}, hb[2] = {2, 0};

@@ -94,7 +94,7 @@ static int save_in_child(int sig) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (!pid) {
-    Count c = {0, 0, -1};
+    Count c = {.limit = -1};
     DtAllocator a = {hook_alloc, count_free, &c};
     DtrtCtx *cx = dtrt_ctx_new_with(&a);
     memset(before, 0, sizeof before);

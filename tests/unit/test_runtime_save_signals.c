@@ -103,7 +103,7 @@ static int save_in_child(int sig, bool main_holds, bool with_foreign, bool handl
     if (handler)
       signal(sig, on_signal);
     setenv("DTRT_NUM_THREADS", "3", 1);
-    Count c = {0, 0, -1};
+    Count c = {.limit = -1};
     DtAllocator a = {hook_alloc, count_free, &c};
     DtrtCtx *cx = dtrt_ctx_new_with(&a);
     if (!cx || dtrt_threads(cx) != 3)
