@@ -512,6 +512,8 @@ void ir_print(FILE *out, const Module *m);
  * lies (the model hash that checkpoints carry). */
 void ir_print_structure(FILE *out, const Module *m);
 void ir_print_func(FILE *out, const Func *f);
+/* One instruction as a line of a function's text. */
+void ir_print_inst(FILE *out, const Inst *in);
 /* What print writes about m, in a malloc'd string the caller frees; its
  * length into *len when len is not NULL. */
 char *ir_string_of(void (*print)(FILE *, const Module *), const Module *m, size_t *len);

@@ -121,7 +121,7 @@ typedef int32_t (*DtGemmFn)(DtrtCtx *ctx, const float *a, const float *b, float 
                             int64_t bs_b, int64_t kblock, void *ep, void *ep_env);
 
 /* Attributes flattened in the op's schema order (see ir/ops.def). */
-#define DTRT_MAX_IATTRS 64
+#define DTRT_MAX_IATTRS 2056   /* both lists of a group of 1024 members */
 typedef struct DtAttrs {
   int64_t i[DTRT_MAX_IATTRS];
   double f[8];
