@@ -148,7 +148,7 @@ Func *cg_device_func(const Module *m, const char *name, int dev) {
     snprintf(full, sizeof full, "%s.%d", name, dev);
     name = full;
   }
-  Func *f = ir_find_func(m, name);
+  Func *f = ir_find_device_func(m, name, dev);
   return f && !f->body ? f : NULL;
 }
 
