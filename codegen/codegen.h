@@ -174,6 +174,13 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live);
 /* The LLVM function of f, MODEL.FUNC: declared on first use (a repeat may
  * call its body before the body is lowered), defined by cg_func. */
 LLVMValueRef cg_func_decl(Cg *c, const Func *f);
+/* Where a device's dropout block lies along each dimension (the origin
+ * at[r + d] of its `at` attribute): along a dimension split over axis ax of
+ * the mesh as base[d] + coord * dim[d], coord the device's coordinate on ax
+ * (axis[d] = ax), else at base[d] (axis[d] = -1). Its code reads coord at
+ * run time, so devices whose blocks lie alike share it. False: x is no
+ * device's dropout with an origin. */
+bool cg_dropout_origin(const Inst *x, int64_t base[IR_MAX_RANK], int axis[IR_MAX_RANK]);
 /* Returns status s from the function when it is not DT_OK; a device's
  * function keeps the first failure in fn->err and goes on. */
 void cg_check(CgFn *fn, LLVMValueRef s);

@@ -148,7 +148,7 @@ Func *cg_device_func(const Module *m, const char *name, int dev) {
     snprintf(full, sizeof full, "%s.%d", name, dev);
     name = full;
   }
-  Func *f = ir_find_func(m, name);
+  Func *f = ir_find_device_func(m, name, dev);
   return f && !f->body ? f : NULL;
 }
 
@@ -656,12 +656,104 @@ static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const
   return ok;
 }
 
+/* A device's step functions as lowered once: the text that decides their
+ * code (see device_key), its hash, and their LLVM functions. */
+typedef struct Lowered {
+  uint64_t hash;
+  char *key;
+  size_t len;
+  LLVMValueRef fwd, train;
+} Lowered;
+
+/* The devices lowered so far, by distinct key; one list per object. */
+typedef struct LoweredSet {
+  Lowered *a;
+  int n;
+} LoweredSet;
+
+static void lowered_free(LoweredSet *s) {
+  for (int k = 0; k < s->n; k++)
+    free(s->a[k].key);
+  free(s->a);
+}
+
+/* Inst x as its code sees it: a dropout with the origins of its block that
+ * do not come from the device's coordinates (cg_dropout_origin). */
+static void print_inst_key(FILE *out, const Inst *x) {
+  int64_t base[IR_MAX_RANK], at[2 * IR_MAX_RANK];
+  int axis[IR_MAX_RANK], r = x->type.rank;
+  if (!cg_dropout_origin(x, base, axis)) {
+    ir_print_inst(out, x);
+    return;
+  }
+  Attr attr[16];
+  DTC_ASSERT(x->nattr <= (int)COUNTOF(attr));
+  memcpy(attr, x->attr, sizeof(Attr) * (size_t)x->nattr);
+  Inst y = *x;
+  y.attr = attr;
+  for (int k = 0; k < x->nattr; k++)
+    if (!strcmp(attr[k].name, "at")) {
+      for (int d = 0; d < r; d++)
+        at[d] = attr[k].ints[d], at[r + d] = base[d];
+      attr[k].ints = at;
+    }
+  ir_print_inst(out, &y);
+}
+
+/* What the code of device dev's step functions is made of: its target, cpu
+ * and features, the offsets of the state's globals, and its functions as
+ * the IR printer writes them (print_inst_key), each under its name without
+ * the device's suffix. A repeat names its body without the suffix too, so devices whose
+ * functions differ only in their number get the same text; a peer, a block
+ * offset or a local shape that differs changes it. */
+static char *device_key(Cg *c, const CgDevice *cd, const char *triple, int dev,
+                        const int64_t *state_off, size_t *len) {
+  Module *m = c->m;
+  char *text = NULL;
+  FILE *out = open_memstream(&text, len);
+  DTC_ASSERT(out);
+  fprintf(out, "%s %s %s %d\n", triple, cd->cpu ? cd->cpu : "", cd->features ? cd->features : "",
+          dev >= 0);
+  for (int k = 0; k < m->global.n; k++)
+    fprintf(out, "%s %lld\n", m->global.a[k].name, (long long)state_off[k]);
+  for (int j = 0; j < m->func.n; j++) {
+    Func *f = m->func.a[j];
+    if (f->device != dev)
+      continue;
+    ir_renumber(f);
+    const char *dot = dev >= 0 ? strrchr(f->name, '.') : NULL;
+    int n = dot ? (int)(dot - f->name) : (int)strlen(f->name);
+    fprintf(out, "@%.*s %d %lld\n", n, f->name, f->body, (long long)f->work_bytes);
+    for (int i = 0; i < f->inst.n; i++)
+      print_inst_key(out, f->inst.a[i]);
+  }
+  fclose(out);
+  return text;
+}
+
+/* The earlier device of s whose key is key's; NULL: none, and then key is
+ * s's (which frees it) with the LLVM functions *fwd and *train to come. */
+static Lowered *lowered_find(LoweredSet *s, char *key, size_t len) {
+  uint64_t h = ir_hash(key, len);
+  for (int k = 0; k < s->n; k++)
+    if (s->a[k].hash == h && s->a[k].len == len && !memcmp(s->a[k].key, key, len)) {
+      free(key);
+      return &s->a[k];
+    }
+  Lowered *a = realloc(s->a, sizeof *a * (size_t)(s->n + 1));
+  DTC_ASSERT(a);
+  s->a = a;
+  a[s->n++] = (Lowered){h, key, len, NULL, NULL};
+  return NULL;
+}
+
 /* Lowers the step functions of c->m's devices of target t of ts into c's
  * module and makes every device's DtModelDesc (a device of another target
  * with its object's name and no functions) into desc[0..max(ndev, 1)); the
- * live insts of device 0's @forward into *live0. */
+ * live insts of device 0's @forward into *live0. Devices whose functions
+ * would lower alike (device_key), here or earlier in done, share one set. */
 static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValueRef *desc,
-                          bool **live0) {
+                          bool **live0, LoweredSet *done) {
   Module *m = c->m;
   const CgTarget *tg = &ts->t[t];
   Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
@@ -674,22 +766,33 @@ static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValue
     DTC_ASSERT(fw && !tr == !train);
     LLVMValueRef fwd_fn = NULL, train_fn = NULL;
     bool *live = cg_live(fw);
-    LLVMValueRef last = LLVMGetLastFunction(c->mod);
-    c->cpu = cd->cpu;
-    c->features = cd->features;
-    for (int j = 0; cd->target == t && j < m->func.n; j++) {
-      Func *f = m->func.a[j];
-      if (f->device != dev)
-        continue;
-      ir_renumber(f);
-      LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
-      if (f == fw)
-        fwd_fn = fn;
-      if (f == tr)
-        train_fn = fn;
+    Lowered *same = NULL;
+    if (cd->target == t) {
+      size_t len;
+      char *key = device_key(c, cd, tg->norm, dev, c->state_off, &len);
+      same = lowered_find(done, key, len);
     }
-    if (cd->target == t)
+    if (same) {
+      fwd_fn = same->fwd;
+      train_fn = same->train;
+    } else if (cd->target == t) {
+      LLVMValueRef last = LLVMGetLastFunction(c->mod);
+      c->cpu = cd->cpu;
+      c->features = cd->features;
+      for (int j = 0; j < m->func.n; j++) {
+        Func *f = m->func.a[j];
+        if (f->device != dev)
+          continue;
+        LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
+        if (f == fw)
+          fwd_fn = fn;
+        if (f == tr)
+          train_fn = fn;
+      }
       device_cpu(c, last, cd, tg);
+      done->a[done->n - 1].fwd = fwd_fn;
+      done->a[done->n - 1].train = train_fn;
+    }
     const char *object = cd->target == t ? NULL : base_name(ts->t[cd->target].output);
     desc[k] = model_desc(c, dev, fw, live, tr, fwd_fn, train_fn, ndev ? cd->name : NULL,
                          ndev ? ts->t[cd->target].triple : NULL, object);
@@ -710,7 +813,9 @@ static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, in
   cg_open(c, m->name, ts->t[t].tm);
   LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
   bool *live0 = NULL;
-  lower_devices(c, ts, t, ndev, desc, &live0);
+  LoweredSet done = {0};
+  lower_devices(c, ts, t, ndev, desc, &live0, &done);
+  lowered_free(&done);
   wrappers(c, desc, ndev, fwd, live0, train, NULL);
   return cg_close(c, ts->t[t].tm, opt, ts->t[t].output, d);
 }
@@ -809,6 +914,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     int count[CG_MAX_PLANS];
     bool *live0 = NULL;
     Func *fwd0 = NULL, *train0 = NULL;
+    LoweredSet done = {0};   /* devices of different plans share alike */
     for (int k = 0; k < n; k++) {
       Module *m = plan[k];
       int nd = ndev[k] ? ndev[k] : 1;
@@ -818,7 +924,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
       c->plan_hash = ndev[k] ? text_hash(m, print_plan) : NULL;
       LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)nd);
       bool *live = NULL;
-      lower_devices(c, &ts[k], 0, ndev[k], desc, &live);
+      lower_devices(c, &ts[k], 0, ndev[k], desc, &live, &done);
       list[k] = private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
       count[k] = nd;
       if (!k) {
@@ -827,6 +933,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
         train0 = cg_device_func(m, "train_step", ndev[k] ? 0 : -1);
       }
     }
+    lowered_free(&done);
     c->m = m0;
     CgPlans plans = {n, private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
                      i32_array(c, count, n, "plan_devices")};

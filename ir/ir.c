@@ -65,6 +65,7 @@ Module *ir_module_new(Arena *a, const char *name) {
   Module *m = arena_alloc(a, sizeof *m);
   m->arena = a;
   m->name = arena_strdup(a, name);
+  m->func_hint = arena_alloc(a, sizeof(int));
   m->train.opt = m->train.schedule = -1;
   return m;
 }
@@ -101,6 +102,18 @@ Func *ir_find_func(const Module *m, const char *name) {
   return NULL;
 }
 
+Func *ir_find_device_func(const Module *m, const char *name, int device) {
+  int h = *m->func_hint;   /* names are unique: a match there is the one */
+  if (h < m->func.n && m->func.a[h]->device == device && !strcmp(m->func.a[h]->name, name))
+    return m->func.a[h];
+  for (int i = 0; i < m->func.n; i++)
+    if (m->func.a[i]->device == device && !strcmp(m->func.a[i]->name, name)) {
+      *m->func_hint = i;
+      return m->func.a[i];
+    }
+  return NULL;
+}
+
 bool ir_func_is(const Func *f, const char *base) {
   size_t n = strlen(base);
   if (strncmp(f->name, base, n))
@@ -130,7 +143,7 @@ Func *ir_repeat_body(const Inst *r) {
     return ir_find_func(m, b);
   char name[512];
   snprintf(name, sizeof name, "%s.%d", b, r->fn->device);
-  return ir_find_func(m, name);
+  return ir_find_device_func(m, name, r->fn->device);
 }
 
 int ir_func_noutputs(const Func *f) {

@@ -336,6 +336,9 @@ struct Module {
   VEC(Dim) dim;
   VEC(Global) global;
   VEC(Func *) func;
+  /* Where ir_find_device_func found a function last, which it looks at
+   * first: a repeat's outputs look up its body one after another. */
+  int *func_hint;
   Train train;
   Cluster *cluster;      /* NULL: one local device */
   VEC(Mesh) mesh;
@@ -377,6 +380,8 @@ Global *ir_add_global(Module *m, const char *name, GlobalKind kind, Type t, Loc 
 Global *ir_find_global(const Module *m, const char *name);
 Func *ir_add_func(Module *m, const char *name, Loc loc);
 Func *ir_find_func(const Module *m, const char *name);
+/* The function of that name among device's (-1: those of no device). */
+Func *ir_find_device_func(const Module *m, const char *name, int device);
 /* True for @base and for its per-device copies @base.D (after spmd). */
 bool ir_func_is(const Func *f, const char *base);
 Inst *ir_find_inst(const Func *f, const char *name);
@@ -514,6 +519,8 @@ void ir_print(FILE *out, const Module *m);
  * lies (the model hash that checkpoints carry). */
 void ir_print_structure(FILE *out, const Module *m);
 void ir_print_func(FILE *out, const Func *f);
+/* One instruction as a line of a function's text. */
+void ir_print_inst(FILE *out, const Inst *in);
 /* What print writes about m, in a malloc'd string the caller frees; its
  * length into *len when len is not NULL. */
 char *ir_string_of(void (*print)(FILE *, const Module *), const Module *m, size_t *len);

@@ -265,7 +265,7 @@ static void print_value(FILE *out, const Inst *i) {
     fprintf(out, "%d", i->id);
 }
 
-static void print_inst(FILE *out, const Inst *in) {
+void ir_print_inst(FILE *out, const Inst *in) {
   char buf[128];
   bool has_value = in->type.dtype != DT_VOID;
   fputs("  ", out);
@@ -318,7 +318,7 @@ void ir_print_func(FILE *out, const Func *f) {
   print_loc(out, f->loc);
   fputs(" {\n", out);
   for (int k = 0; k < f->inst.n; k++)
-    print_inst(out, f->inst.a[k]);
+    ir_print_inst(out, f->inst.a[k]);
   fputs("}\n", out);
 }
 

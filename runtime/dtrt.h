@@ -121,7 +121,7 @@ typedef int32_t (*DtGemmFn)(DtrtCtx *ctx, const float *a, const float *b, float 
                             int64_t bs_b, int64_t kblock, void *ep, void *ep_env);
 
 /* Attributes flattened in the op's schema order (see ir/ops.def). */
-#define DTRT_MAX_IATTRS 64
+#define DTRT_MAX_IATTRS 2056   /* both lists of a group of 1024 members */
 typedef struct DtAttrs {
   int64_t i[DTRT_MAX_IATTRS];
   double f[8];
@@ -537,9 +537,10 @@ DtStatus dtrt_comm_status(DtrtCtx *ctx, DtStatus local);
  * p is the group's size; b_m (o_m along dout, i_m along din) is the length of
  * member m's block along the split dim, members in group order (their
  * coordinate on the axis) and blocks in member order along the dim, uneven
- * lengths and empty blocks allowed. With DtAttrs holding 16 ints, listed
- * groups have at most 13 members (12 for all_to_all, 6 with both lists). In a
- * group of one every collective is a copy. Methods: DtCommMethod. */
+ * lengths and empty blocks allowed. With DtAttrs holding 2056 ints, listed
+ * groups have at most 2053 members (2052 for all_to_all, 1026 with both
+ * lists). In a group of one every collective is a copy. Methods:
+ * DtCommMethod. */
 DTRT_KERNEL(all_reduce);
 DTRT_KERNEL(all_gather);
 DTRT_KERNEL(reduce_scatter);

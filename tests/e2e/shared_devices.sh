@@ -1,0 +1,45 @@
+#!/bin/sh
+# shared_devices.sh DTC GPT.dt: devices with the same target and local
+# shapes share one set of step functions. gpt.dt (with dropout, whose mask
+# depends on where the device's block lies) on 8 equal devices has one
+# @train_step, not 8; split 0.5, 0.25, 0.25 over 3 it has two: one for the
+# block of 4 rows, one shared by the blocks of 2. An elastic build
+# (--devices=1,2,4) has one for each plan, not 7.
+set -u
+dtc=$1
+model=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+dims="-D T=8 -D D=16 -D H=2 -D L=1 -O0 --emit=llvm"
+# mesh NDEV SHARD: the model on NDEV equal devices, ids and next split as SHARD
+mesh() {
+  cat "$model"
+  printf 'cluster c {\n  node n {\n'
+  for k in $(seq 0 $(($1 - 1))); do
+    printf '    device d%d: cpu(gflops = 100, mem = 1GiB)\n' "$k"
+  done
+  printf '  }\n  link intra(bw = 10GB/s, lat = 1us)\n}\n'
+  printf 'parallel gpt on c {\n  mesh m[dp = %d]\n  shard ids: %s\n  shard next: %s\n' "$1" "$2" "$2"
+  printf '  plan explicit\n}\n'
+}
+# count WANT FILE ARGS...: the LLVM module of FILE has WANT train steps
+count() {
+  want=$1
+  file=$2
+  shift 2
+  if ! timeout 120 "$dtc" $dims "$@" "$file" -o "$tmp/out.ll" 2>"$tmp/err"; then
+    echo "FAIL dtc $* $file:"; head -c 2000 "$tmp/err"; fail=1; return
+  fi
+  got=$(grep -c '^define internal i32 @gpt[.a-z0-9]*\.train_step\(\.[0-9]*\)\?(' "$tmp/out.ll")
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL dtc $* $(basename "$file"): $got train steps, wanted $want"; fail=1
+  fi
+}
+mesh 8 '[dp, *]' >"$tmp/even.dt"
+count 1 "$tmp/even.dt" -D B=8
+mesh 3 '[dp(0.5, 0.25, 0.25), *]' >"$tmp/uneven.dt"
+count 2 "$tmp/uneven.dt" -D B=8
+mesh 4 '[dp, *]' >"$tmp/elastic.dt"
+count 3 "$tmp/elastic.dt" -D B=8 --devices=1,2,4
+exit $fail
