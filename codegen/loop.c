@@ -180,20 +180,26 @@ static LLVMValueRef mad(Cg *c, LLVMValueRef x, LLVMValueRef y, LLVMValueRef z) {
   return intrinsic(c, "llvm.fmuladd", arg, 3);
 }
 
-/* e^y for |y| <= 18, in plain arithmetic so the loop vectorises: y = n ln2 +
- * r with n = rint(y / ln2) and |r| <= ln2 / 2 (ln2 in two parts, Cody and
- * Waite), e^r by its Taylor polynomial of degree 7 (truncation below 3e-9
- * relative), 2^n added to the exponent bits. */
-static LLVMValueRef exp_poly(Cg *c, LLVMValueRef y) {
-  LLVMBuilderRef b = c->b;
-  LLVMValueRef t = LLVMBuildFMul(b, y, fconst(c, 1.44269504088896341f), "");
-  LLVMValueRef n = intrinsic(c, "llvm.rint", &t, 1);
-  LLVMValueRef r = mad(c, n, fconst(c, -0.693145751953125f), y);
-  r = mad(c, n, fconst(c, -1.42860682030941723212e-6f), r);
+/* e^r of e^y = 2^n e^r, in plain arithmetic so the loop vectorises: n =
+ * rint(y / ln2) into *n and |r| <= ln2 / 2 (ln2 in two parts, Cody and
+ * Waite); e^r by its Taylor polynomial of degree 7 (truncation below 3e-9
+ * relative). */
+static LLVMValueRef exp_reduced(Cg *c, LLVMValueRef y, LLVMValueRef *n) {
+  LLVMValueRef t = LLVMBuildFMul(c->b, y, fconst(c, 1.44269504088896341f), "");
+  *n = intrinsic(c, "llvm.rint", &t, 1);
+  LLVMValueRef r = mad(c, *n, fconst(c, -0.693145751953125f), y);
+  r = mad(c, *n, fconst(c, -1.42860682030941723212e-6f), r);
   LLVMValueRef p = fconst(c, 1.0f / 5040);
   static const float coef[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1, 1};
   for (int k = 0; k < COUNTOF(coef); k++)
     p = mad(c, p, r, fconst(c, coef[k]));
+  return p;
+}
+
+/* e^y for |y| <= 18: exp_reduced, 2^n added to the exponent bits. */
+static LLVMValueRef exp_poly(Cg *c, LLVMValueRef y) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef n, p = exp_reduced(c, y, &n);
   LLVMValueRef e = LLVMBuildShl(b, LLVMBuildFPToSI(b, n, c->i32, ""), cg_i32(c, 23), "");
   e = LLVMBuildAdd(b, LLVMBuildBitCast(b, p, c->i32, ""), e, "");
   return LLVMBuildBitCast(b, e, c->f32, "");
@@ -223,14 +229,7 @@ static LLVMValueRef exp_full(Cg *c, LLVMValueRef y) {
   LLVMValueRef cy = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, y, hi, ""), hi, y, "");
   cy = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, cy, lo, ""), lo, cy, "");
   cy = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, y, y, ""), fconst(c, 0), cy, "");
-  LLVMValueRef t = LLVMBuildFMul(b, cy, fconst(c, 1.44269504088896341f), "");
-  LLVMValueRef n = intrinsic(c, "llvm.rint", &t, 1);
-  LLVMValueRef r = mad(c, n, fconst(c, -0.693145751953125f), cy);
-  r = mad(c, n, fconst(c, -1.42860682030941723212e-6f), r);
-  LLVMValueRef p = fconst(c, 1.0f / 5040);
-  static const float coef[] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1, 1};
-  for (int k = 0; k < COUNTOF(coef); k++)
-    p = mad(c, p, r, fconst(c, coef[k]));
+  LLVMValueRef n, p = exp_reduced(c, cy, &n);
   LLVMValueRef e = pow2_scale(c, p, n);
   e = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, y, hi, ""), fconst(c, INFINITY), e, "");
   return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, y, y, ""), y, e, "");

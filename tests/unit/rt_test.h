@@ -46,6 +46,15 @@ static inline int rt_make_dir(const char *name) {
   return mkdtemp(dir) ? 0 : -1;
 }
 
+/* dir/name, in one of four buffers used in turn (so a call may take two). */
+static inline char *rt_at(const char *name) {
+  static char p[4][512];
+  static int k;
+  k = (k + 1) % 4;
+  snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+  return p[k];
+}
+
 /* Removes dir, first making it writable again when chmod. */
 static inline int rt_remove_dir(int chmod) {
   char cmd[600];

@@ -26,14 +26,6 @@ static int group_teardown(void **state) {
   return rt_remove_dir(0);
 }
 
-static char *at(const char *name) {
-  static char p[4][512];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-  return p[k];
-}
-
 /* How many files in dir are named prefix and 6 more characters. */
 static int count_tmp(const char *prefix) {
   DIR *d = opendir(dir);
@@ -100,7 +92,7 @@ static int save_in_child(int sig) {
     memset(before, 0, sizeof before);
     new_tmp(true);
     hook_sig = sig;
-    DtStatus s = dtrt_ckpt_save(cx, at("ck.st"), &t, 1, "m", NULL, 3);
+    DtStatus s = dtrt_ckpt_save(cx, rt_at("ck.st"), &t, 1, "m", NULL, 3);
     _exit(hook_sig ? 2 : s == DT_OK ? 0 : 1);   /* 2: the hook never ran */
   }
   int status;
@@ -109,7 +101,7 @@ static int save_in_child(int sig) {
 }
 
 static void make_file(const char *name) {
-  FILE *f = fopen(at(name), "w");
+  FILE *f = fopen(rt_at(name), "w");
   assert_non_null(f);
   fputs("not ours", f);
   fclose(f);
@@ -122,7 +114,7 @@ static void test_killed_save(void **state) {
   int st = save_in_child(SIGKILL);
   assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
   assert_int_equal(count_tmp("ck.st.tmp."), 1);
-  assert_int_equal(access(at("ck.st"), F_OK), -1);
+  assert_int_equal(access(rt_at("ck.st"), F_OK), -1);
   st = save_in_child(SIGKILL);   /* the next one removes it, and is killed too */
   assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
   assert_int_equal(count_tmp("ck.st.tmp."), 1);
@@ -130,7 +122,7 @@ static void test_killed_save(void **state) {
   /* a save under way elsewhere (its file locked), names that are not
    * ck.st's temporary files, and what is not a regular file */
   make_file("ck.st.tmp.live01");
-  int live = open(at("ck.st.tmp.live01"), O_RDONLY);
+  int live = open(rt_at("ck.st.tmp.live01"), O_RDONLY);
   assert_true(live >= 0);
   assert_int_equal(flock(live, LOCK_EX), 0);
   static const char *const others[] = {"ck.st.tmp.abc12", "ck.st.tmp.abc1234", "ck.st.tmp.ab-123",
@@ -138,32 +130,32 @@ static void test_killed_save(void **state) {
                                        "target"};
   for (int k = 0; k < 7; k++)
     make_file(others[k]);
-  assert_int_equal(mkdir(at("ck.st.tmp.dir123"), 0755), 0);
-  assert_int_equal(symlink("target", at("ck.st.tmp.lnk123")), 0);
-  assert_int_equal(mkfifo(at("ck.st.tmp.fif123"), 0644), 0);
+  assert_int_equal(mkdir(rt_at("ck.st.tmp.dir123"), 0755), 0);
+  assert_int_equal(symlink("target", rt_at("ck.st.tmp.lnk123")), 0);
+  assert_int_equal(mkfifo(rt_at("ck.st.tmp.fif123"), 0644), 0);
 
-  assert_int_equal(dtrt_ckpt_save(ctx, at("ck.st"), &t, 1, "m", NULL, 3), DT_OK);
-  assert_int_equal(dtrt_ckpt_verify(ctx, at("ck.st"), NULL), DT_OK);
+  assert_int_equal(dtrt_ckpt_save(ctx, rt_at("ck.st"), &t, 1, "m", NULL, 3), DT_OK);
+  assert_int_equal(dtrt_ckpt_verify(ctx, rt_at("ck.st"), NULL), DT_OK);
   /* live01, ab-123, dir123, lnk123, fif123 */
   assert_int_equal(count_tmp("ck.st.tmp."), 5);
   for (int k = 0; k < 7; k++)
-    assert_int_equal(access(at(others[k]), F_OK), 0);
+    assert_int_equal(access(rt_at(others[k]), F_OK), 0);
   struct stat sb;
-  assert_int_equal(lstat(at("ck.st.tmp.lnk123"), &sb), 0);
+  assert_int_equal(lstat(rt_at("ck.st.tmp.lnk123"), &sb), 0);
   assert_true(S_ISLNK(sb.st_mode));
 
   /* once its save is over (the lock gone), the next save removes it */
   close(live);
-  assert_int_equal(dtrt_ckpt_save(ctx, at("ck.st"), &t, 1, "m", NULL, 4), DT_OK);
+  assert_int_equal(dtrt_ckpt_save(ctx, rt_at("ck.st"), &t, 1, "m", NULL, 4), DT_OK);
   assert_int_equal(count_tmp("ck.st.tmp."), 4);
-  assert_int_equal(access(at("ck.st.tmp.live01"), F_OK), -1);
+  assert_int_equal(access(rt_at("ck.st.tmp.live01"), F_OK), -1);
 
   /* dtrt_save's files the same */
   DtNamed n = {"w", {w, DTRT_F32, 1, {4096}}};
   make_file("t.st.tmp.Xy9abc");
-  assert_int_equal(dtrt_save(ctx, at("t.st"), &n, 1, "h", 1), DT_OK);
+  assert_int_equal(dtrt_save(ctx, rt_at("t.st"), &n, 1, "h", 1), DT_OK);
   assert_int_equal(count_tmp("t.st.tmp."), 0);
-  assert_int_equal(dtrt_load(ctx, at("t.st"), &n, 1, "h", NULL), DT_OK);
+  assert_int_equal(dtrt_load(ctx, rt_at("t.st"), &n, 1, "h", NULL), DT_OK);
 }
 
 int main(void) {

@@ -29,14 +29,6 @@ static int group_teardown(void **state) {
   return rt_remove_dir(0);
 }
 
-static char *at(const char *name) {
-  static char p[4][512];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-  return p[k];
-}
-
 static int count_tmp(void) {
   DIR *d = opendir(dir);
   int n = 0;
@@ -114,7 +106,7 @@ static int save_in_child(int sig, bool main_holds, bool with_foreign, bool handl
     pthread_sigmask(main_holds ? SIG_BLOCK : SIG_UNBLOCK, &one, &old);
     DtCkptTensor t = {"w", DT_G_PARAM, {w, DTRT_F32, 1, {4096}}, {0}, {0}};
     hook_sig = sig;
-    DtStatus s = dtrt_ckpt_save(cx, at("ck.st"), &t, 1, "m", NULL, 3);
+    DtStatus s = dtrt_ckpt_save(cx, rt_at("ck.st"), &t, 1, "m", NULL, 3);
     int hooked = !hook_sig;
     pthread_sigmask(SIG_SETMASK, &old, NULL);   /* the signal acts here, if held */
     if (handler && handled != sig)
@@ -138,7 +130,7 @@ static void test_signal_in_save(void **state) {
   for (int k = 0; k < 4096; k++)
     w[k] = (float)k / 3;
   for (int c = 0; c < 8; c++) {
-    unlink(at("ck.st"));
+    unlink(rt_at("ck.st"));
     int st = save_in_child(cases[c].sig, cases[c].main_holds, cases[c].foreign,
                            cases[c].handler);
     if (cases[c].handler ? !WIFEXITED(st) || WEXITSTATUS(st)
@@ -146,7 +138,7 @@ static void test_signal_in_save(void **state) {
       fail_msg("case %d: the child %s %d", c, WIFSIGNALED(st) ? "died of signal" : "exited",
                WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     int64_t step = 0;
-    if (dtrt_ckpt_verify(ctx, at("ck.st"), &step))
+    if (dtrt_ckpt_verify(ctx, rt_at("ck.st"), &step))
       fail_msg("case %d: %s", c, dtrt_errmsg(ctx));
     assert_true(step == 3);
     assert_int_equal(count_tmp(), 0);
