@@ -73,9 +73,9 @@ double sim_lat(const Module *m, int device) {
  * result) that a kernel spends beyond its FLOPs and bytes, at the speed of
  * dtc's GEMM: an exponential or logarithm per element, a random number per
  * element, a division and square root per row, a strided walk. Measured on
- * an AVX-512 Xeon (docs/PERFORMANCE.md, "Simulator"): libdtrt's kernels with
- * DTRT_TRACE, the generated loops (polynomials that vectorise) one op a
- * model, against relu. */
+ * an AVX-512 Xeon (docs/PERFORMANCE.md, "The probe of dtc's own kernels"):
+ * libdtrt's kernels with DTRT_TRACE, the generated loops (polynomials that
+ * vectorise) one op a model, against relu. */
 static double elem_cost(Op op) {
   switch (op) {
   case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_grad:
