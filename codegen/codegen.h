@@ -225,9 +225,11 @@ bool cg_collective(const Inst *x);
  * scratch blocks, the GEMM's on one thread and the convolutions' columns;
  * staged, the most one kernel allocates while it runs (Func.staged_bytes: a
  * collective's packed copy, a large sum's partial rows); tables, libdtrt's
- * for the model (dtrt_model_table_bytes); their sum. */
+ * for the model (dtrt_model_table_bytes); their sum, on one thread; thread,
+ * the most each further thread of the device's pool adds to it (its own
+ * GEMM slot, its place in the pool: dtrt_pool_bytes). */
 typedef struct CgMemory {
-  int64_t state, work, train, forward, scratch, staged, tables, total;
+  int64_t state, work, train, forward, scratch, staged, tables, total, thread;
 } CgMemory;
 
 /* The work block of device dev: the largest arena of its functions. */

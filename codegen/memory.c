@@ -33,8 +33,9 @@ CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how) 
   const Func *train = cg_device_func(m, "train_step", dev), *fwd = cg_device_func(m, "forward", dev);
   r.train = train ? train->work_bytes : 0;
   r.forward = fwd ? fwd->work_bytes : 0;
-  r.scratch = cg_gemm_scratch(m, dev, how, ts->t[cd->target].triple, cd->cpu, cd->features) +
-              cg_conv_scratch(m, dev, how);
+  int64_t slot = cg_gemm_scratch(m, dev, how, ts->t[cd->target].triple, cd->cpu, cd->features);
+  r.scratch = slot + cg_conv_scratch(m, dev, how);
+  r.thread = slot + dtrt_pool_bytes(2);
   int nin = 0;
   for (int k = 0; k < m->global.n; k++)
     nin += m->global.a[k].kind == G_INPUT;
@@ -64,10 +65,10 @@ void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul 
   int ndev = cg_devices(m);
   fputs("memory per device (what libdtrt allocates for the model: the state block of params "
         "and optimizer state; one work block, the larger of the arenas of train_step and "
-        "forward; the scratch blocks of dtc's GEMM on one thread, each further thread adding "
-        "about as much again, and of the convolutions' columns; the most one kernel allocates "
-        "while it runs, a collective's packed copy or a large sum's partial rows; the total "
-        "adds libdtrt's tables for the model):\n", out);
+        "forward; the scratch blocks of dtc's GEMM on one thread and of the convolutions' "
+        "columns; the most one kernel allocates while it runs, a collective's packed copy or "
+        "a large sum's partial rows; the total adds libdtrt's tables for the model; a further "
+        "thread adds at most its own GEMM scratch and its place in the pool):\n", out);
   for (int dev = ndev ? 0 : -1; dev < ndev; dev++) {
     CgMemory r = cg_memory(m, dev, ts, how);
     const Device *dv = dev >= 0 ? device_at(m, dev) : NULL;
@@ -95,7 +96,9 @@ void cg_memory_report(FILE *out, const Module *m, const CgTargets *ts, CgMatmul 
         print_size(out, (double)(r.total - dv->mem));
       }
     }
-    fputc('\n', out);
+    fputs("; each further thread up to ", out);
+    print_size(out, (double)r.thread);
+    fprintf(out, " (%lld B)\n", (long long)r.thread);
   }
 }
 

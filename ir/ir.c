@@ -1,17 +1,10 @@
 /* ir.c: types and the construction of modules, functions and instructions;
  * the monotonic clock the driver and the passes time with. */
 #include <string.h>
-#include <time.h>
 
 #include "ir.h"
 
 const char *const ir_opt_names[OPT_COUNT] = {"sgd", "adam", "adamw"};
-
-double ir_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* ---- types ---- */
 

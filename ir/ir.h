@@ -23,10 +23,6 @@ _Noreturn void dtc_die(const char *file, int line, const char *fmt, ...);
 #define DTC_UNREACHABLE() dtc_die(__FILE__, __LINE__, "unreachable")
 #define COUNTOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* Milliseconds on a monotonic clock: the driver's and the passes' timings
- * (ir.c). */
-double ir_now_ms(void);
-
 /* ---- arena.c ---------------------------------------------------------- */
 
 /* One arena per compilation; everything is freed at once. */

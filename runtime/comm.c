@@ -83,12 +83,6 @@ static DtComm *comm_of(const DtrtCtx *ctx) {
  * failure status before MPI_Finalize. */
 enum { DTRT_TIMEOUT_EXIT = 3 };
 
-static long long now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* DTRT_COMM_TIMEOUT in seconds, else DTRT_COMM_TIMEOUT_DEFAULT; 0 or less: none. */
 static double comm_timeout(void) {
   const char *s = getenv("DTRT_COMM_TIMEOUT");
@@ -103,17 +97,17 @@ static void *watchdog(void *arg) {
   DtComm *c = arg;
   pthread_mutex_lock(&c->mu);
   while (!c->quit) {
-    long long t = now_ns() + c->period;
+    long long t = dtrt_now_ns() + c->period;
     struct timespec until = {t / 1000000000LL, t % 1000000000LL};
     pthread_cond_timedwait(&c->wake, &c->mu, &until);
     long long since = atomic_load(&c->since);
-    if (c->quit || !since || now_ns() - since < (long long)(c->timeout * 1e9))
+    if (c->quit || !since || dtrt_now_ns() - since < (long long)(c->timeout * 1e9))
       continue;
     fprintf(stderr,
             "dtrt: rank %d of %d: %s has waited %.0f s for the other ranks "
             "(DTRT_COMM_TIMEOUT=%g): a rank has ended or the network between the ranks has "
             "failed; ending rank %d\n",
-            c->rank, c->nranks, atomic_load(&c->call), (double)(now_ns() - since) / 1e9,
+            c->rank, c->nranks, atomic_load(&c->call), (double)(dtrt_now_ns() - since) / 1e9,
             c->timeout, c->rank);
     _exit(DTRT_TIMEOUT_EXIT);
   }
@@ -166,7 +160,7 @@ void dtrt_comm_enter(DtrtCtx *ctx, const char *call) {
   if (!c || !c->watching || c->depth++)
     return;
   atomic_store(&c->call, call);
-  atomic_store(&c->since, now_ns());
+  atomic_store(&c->since, dtrt_now_ns());
 }
 
 void dtrt_comm_leave(DtrtCtx *ctx) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dtrt_int.h"
 
@@ -77,6 +78,12 @@ DtStatus dtrt_fail(DtrtCtx *ctx, DtStatus s, const char *fmt, ...) {
  * dtrt_free knows what it gives back: ctx->bytes is what the context holds,
  * ctx->peak_bytes the most it held at once. */
 enum { HEADER = 64 };
+
+int64_t dtrt_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 void *dtrt_alloc(DtrtCtx *ctx, size_t n) {
   void *p = dtrt_alloc_raw(ctx, n);

@@ -63,6 +63,9 @@ const char *dtrt_status_name(DtStatus s);
 /* Sets the error message and returns s (for `return dtrt_fail(...)`). */
 DtStatus dtrt_fail(DtrtCtx *ctx, DtStatus s, const char *fmt, ...);
 void *dtrt_alloc(DtrtCtx *ctx, size_t n);             /* zeroed; NULL + error on failure */
+/* The monotonic clock (CLOCK_MONOTONIC) in nanoseconds: the one clock of
+ * libdtrt, the passes, the tools and the benches. */
+int64_t dtrt_now_ns(void);
 void dtrt_free(DtrtCtx *ctx, void *p);
 /* The largest file the data readers and dtrt_load read, in bytes, both as
  * stored and once decompressed: DTRT_READ_LIMIT unless set (bytes <= 0 sets
@@ -292,6 +295,9 @@ int64_t dtrt_staged_bytes(DtStaged k, const DtTensor *in, int nin, const DtTenso
  * handle, its table of nin inputs and, for a model of a mesh, the
  * communication state. */
 int64_t dtrt_model_table_bytes(int nin, bool mesh);
+/* The bytes of the thread pool a context of nthread threads keeps (0 for
+ * one thread, which needs none). */
+int64_t dtrt_pool_bytes(int nthread);
 
 /* The convolution kernels' products: conv2d, conv2d_grad_input,
  * conv2d_grad_weight. */
@@ -684,6 +690,10 @@ double dtrt_model_lr(const DtModel *m, double compiled);
  * must therefore lie in a directory that every rank sees (one node, or a shared
  * file system). */
 int dtrt_model_rank(const DtModel *m);            /* 0 when not SPMD */
+/* The description the model was created from (its globals, in the order
+ * train_in and fwd_in index them): what a generic driver needs to build a
+ * step's inputs. NULL for NULL. */
+const DtModelDesc *dtrt_model_desc(const DtModel *m);
 /* This rank's memory for the model, in bytes (either pointer may be NULL):
  * *peak_bytes, the most libdtrt held at once in its allocations for it (the
  * state and work blocks, the matmuls' scratch, collectives' buffers, small

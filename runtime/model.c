@@ -355,6 +355,8 @@ int64_t dtrt_model_step(const DtModel *m) { return m ? m->step : 0; }
 
 int dtrt_model_rank(const DtModel *m) { return m ? dtrt_rank(m->ctx) : 0; }
 
+const DtModelDesc *dtrt_model_desc(const DtModel *m) { return m ? m->d : NULL; }
+
 int64_t dtrt_model_table_bytes(int nin, bool mesh) {
   return (int64_t)(sizeof(DtModel) + sizeof(const void *) * (size_t)(nin + 1) +
                    (mesh ? dtrt_comm_bytes() : 0));

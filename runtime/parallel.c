@@ -45,7 +45,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "dtrt_int.h"
@@ -118,12 +117,6 @@ static int thread_count(const cpu_set_t *set) {
   return n < 1 ? 1 : n > 256 ? 256 : n;
 }
 
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -167,12 +160,12 @@ static bool spin_until(DtPool *p, int64_t budget, bool (*done)(DtPool *, void *)
   int64_t end = 0, last = 0;
   for (int i = 0;; i++) {
     if (done(p, arg)) {
-      *late = last && now_ns() - last > LATE_NS;
+      *late = last && dtrt_now_ns() - last > LATE_NS;
       return true;
     }
     cpu_relax();
     if ((i & 63) == 63) {
-      int64_t t = now_ns();
+      int64_t t = dtrt_now_ns();
       if (last && t - last > LATE_NS) {
         *late = true;
         return false;
@@ -223,7 +216,7 @@ static void run_chunk(DtPool *p, int k) {
 
 /* Counts a chunk other than the caller's own as run; true for the last. */
 static bool chunk_done(DtPool *p) {
-  atomic_store_explicit(&p->finished, now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&p->finished, dtrt_now_ns(), memory_order_relaxed);
   return atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1;
 }
 
@@ -269,7 +262,7 @@ static void *worker(void *arg) {
       pthread_mutex_unlock(&p->mu);
     }
     if (watch)
-      ready = now_ns();
+      ready = dtrt_now_ns();
   }
   return NULL;
 }
@@ -286,6 +279,10 @@ static void pool_stop(DtrtCtx *ctx, DtPool *p) {
   pthread_mutex_destroy(&p->mu);
   dtrt_free(ctx, p->w);
   dtrt_free(ctx, p);
+}
+
+int64_t dtrt_pool_bytes(int nthread) {
+  return nthread < 2 ? 0 : (int64_t)(sizeof(DtPool) + sizeof(DtWorker) * (size_t)nthread);
 }
 
 /* The context's pool, made with the thread count of the environment; NULL
@@ -483,7 +480,7 @@ void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t 
   atomic_store_explicit(&p->pending, p->nthread - 1, memory_order_relaxed);
   uint64_t job = (atomic_load_explicit(&p->job, memory_order_relaxed) >> 9) + 1;
   atomic_store_explicit(&p->w[mine].taken, job, memory_order_relaxed);
-  atomic_store_explicit(&p->posted, now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&p->posted, dtrt_now_ns(), memory_order_relaxed);
   bool watch = p->spin_ns > 0 && !ctx->blas_called;
   pthread_mutex_lock(&p->mu);
   atomic_store_explicit(&p->job, job << 9 | (watch ? WATCH : 0) | (uint64_t)mine,
@@ -500,7 +497,7 @@ void dtrt_parallel_for(DtrtCtx *ctx, int64_t n, void (*body)(void *env, int64_t 
       atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
     }
   }
-  int64_t ready = watch ? now_ns() : 0;
+  int64_t ready = watch ? dtrt_now_ns() : 0;
   int64_t budget = watch ? spin_budget(&p->spin, p->spin_ns) : 0;
   bool late = false;
   if (!budget || !spin_until(p, budget, job_done, NULL, &late)) {

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "dtrt_int.h"
@@ -26,11 +25,7 @@ struct DtTrace {
   int64_t peak_bytes, rss_growth;   /* dtrt_trace_memory's; -1: none */
 };
 
-double dtrt_trace_clock(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+double dtrt_trace_clock(void) { return (double)dtrt_now_ns() * 1e-9; }
 
 DtStatus dtrt_trace_open(DtrtCtx *ctx) {
   const char *file = getenv("DTRT_TRACE");

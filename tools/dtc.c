@@ -355,24 +355,29 @@ static void plan_note(Diag *d, void *arg) {
             *(int *)arg == 1 ? "" : "s");
 }
 
+/* --emit=plan's "memory per device" for m, on one device or many, and the
+ * warning of a device that lacks it. false after a diagnostic (a target). */
+static bool memory_text(FILE *out, Module *m, CgOptions o, Diag *d) {
+  CgTargets ts;
+  o.output = o.output ? o.output : "-";
+  if (!cg_targets(m, &o, cg_devices(m), &ts, d))
+    return false;
+  cg_memory_report(out, m, &ts, o.matmul);
+  cg_memory_check(m, &ts, o.matmul, d);
+  cg_targets_free(&ts);
+  return true;
+}
+
 /* --emit=plan's text for m: the device plan, the shardings, the memory per
- * device (warning of a device that lacks it), the memory plan, the matmuls.
- * false after a diagnostic (a device's target). */
+ * device, the memory plan, the matmuls. false after a diagnostic. */
 static bool plan_text(FILE *out, Module *m, Driver *dr, Diag *d) {
-  CgOptions o = dr->opt;
   plan_report(out, m, dr->run.plan);
-  if (m->mesh.n) {
+  if (m->mesh.n)
     spmd_report(out, m);
-    CgTargets ts;
-    o.output = o.output ? o.output : "-";
-    if (!cg_targets(m, &o, cg_devices(m), &ts, d))
-      return false;
-    cg_memory_report(out, m, &ts, o.matmul);
-    cg_memory_check(m, &ts, o.matmul, d);
-    cg_targets_free(&ts);
-  }
+  if (!memory_text(out, m, dr->opt, d))
+    return false;
   memplan_report(out, m);
-  cg_matmul_report(out, m, o.matmul);
+  cg_matmul_report(out, m, dr->opt.matmul);
   return true;
 }
 
@@ -394,9 +399,9 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     int ndev = dr->devices[k];
     d->context = plan_note;
     d->context_arg = &ndev;
-    double t0 = ir_now_ms();
+    double t0 = dtrt_now_ns() / 1e6;
     Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
-    double fe_ms = ir_now_ms() - t0;
+    double fe_ms = dtrt_now_ns() / 1e6 - t0;
     if (m && !d->nerr && dr->det && !set_deterministic(m, dr->det))
       goto done;
     if (m)
@@ -480,7 +485,7 @@ static int run(Driver *dr, Arena *a, Diag *d) {
 
   if (dr->ndevices)
     return run_plans(dr, a, d, src, cluster);
-  double t0 = ir_now_ms();
+  double t0 = dtrt_now_ns() / 1e6;
   Module *m;
   if (has_suffix(dr->input, ".ir")) {
     if (cluster || dr->ndefs)
@@ -491,7 +496,7 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   } else {
     m = fe_compile(a, src, dr->defs, dr->ndefs, d);
   }
-  double fe_ms = ir_now_ms() - t0;
+  double fe_ms = dtrt_now_ns() / 1e6 - t0;
   if (!m || d->nerr)
     return 1;
   if (dr->det && !set_deterministic(m, dr->det))
@@ -556,10 +561,10 @@ static int run(Driver *dr, Arena *a, Diag *d) {
     const char *suffix = !strcmp(o->emit, "obj") ? ".o" : !strcmp(o->emit, "asm") ? ".s" : ".ll";
     o->output = default_output(a, dr->input, suffix);
   }
-  t0 = ir_now_ms();
+  t0 = dtrt_now_ns() / 1e6;
   bool ok = cg_emit(m, o, d);
   if (dr->time_passes)
-    time_report(dr, fe_ms, ir_now_ms() - t0);
+    time_report(dr, fe_ms, dtrt_now_ns() / 1e6 - t0);
   return ok && !d->nerr ? 0 : 1;
 }
 

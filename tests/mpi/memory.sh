@@ -13,13 +13,17 @@ plan=$1 scale=$2
 shift 2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# "  0 s0       state 27.83 MiB, ..., total 72.95 MiB (76490342 B) of 80.00 MiB (91%)":
-# device, bytes
-awk -v s="$scale" '/^memory per device/ {on = 1; next}
+# "  0 s0       state 27.83 MiB, ..., total 72.95 MiB (76490342 B) of 80.00
+# MiB (91%); each further thread up to 1.49 MiB (1565040 B)": device, the
+# bytes on the threads libdtrt runs (DTRT_NUM_THREADS, else every CPU)
+threads=${DTRT_NUM_THREADS:-$(nproc)}
+awk -v s="$scale" -v t="$threads" '/^memory per device/ {on = 1; next}
      on && $3 == "state" {
        for (k = 4; k < NF; k++) if ($k == "total") break
        v = $(k + 3); sub("[(]", "", v)
-       printf "%s %.0f\n", $1, v * s; next }
+       for (; k < NF; k++) if ($k == "thread") break   # ... up to 1.49 MiB (1565040
+       w = $(k + 5); sub("[(]", "", w)
+       printf "%s %.0f\n", $1, (v + (t - 1) * w) * s; next }
      on {exit}' "$plan" >"$tmp/want"
 [ -s "$tmp/want" ] || { echo "no memory per device in $plan"; exit 1; }
 "$@" >"$tmp/got"
