@@ -180,7 +180,7 @@ typedef struct Cluster {
   Loc loc;
 } Cluster;
 
-#define IR_MAX_MESH_AXES 2
+#define IR_MAX_MESH_AXES 3
 typedef struct Mesh {
   const char *name;
   int naxis;

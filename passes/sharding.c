@@ -670,7 +670,7 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
   if (!any)
     return;
   Role roles[IR_MAX_MESH_AXES][MAX_ROLES];
-  int nr[IR_MAX_MESH_AXES] = {0, 0};
+  int nr[IR_MAX_MESH_AXES] = {0};
   const Type *y = &i->type;
   for (int a = 0; a < mesh->naxis; a++) {
     int kk = axis_size(m, a);
@@ -696,25 +696,23 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
   }
   Cand best = {0}, next = {0}, cand;
   bool have = false, have_next = false;
-  int n1 = mesh->naxis > 1 ? nr[1] : 1;
-  for (int p = 0; p < nr[0]; p++)
-    for (int q = 0; q < n1; q++) {
-      Sharding r;
-      clear(&r, 0);
-      const Role *ro[2] = {&roles[0][p], mesh->naxis > 1 ? &roles[1][q] : NULL};
-      unsigned P = 0;
-      bool ok = true;
-      for (int a = 0; a < mesh->naxis; a++) {
-        if (ro[a]->partial)
-          P |= 1u << a;
-        if (ro[a]->dim >= 0) {
-          ok &= r.axis[ro[a]->dim] < 0;
-          split(&r, ro[a]->dim, a, ro[a]->ratio);
-        }
+  int pick[IR_MAX_MESH_AXES] = {0};   /* one role per axis, every combination */
+  for (int a = 0; a >= 0;) {
+    Sharding r;
+    clear(&r, 0);
+    unsigned P = 0;
+    bool ok = true;
+    for (int b = 0; b < mesh->naxis; b++) {
+      const Role *ro = &roles[b][pick[b]];
+      if (ro->partial)
+        P |= 1u << b;
+      if (ro->dim >= 0) {
+        ok &= r.axis[ro->dim] < 0;
+        split(&r, ro->dim, b, ro->ratio);
       }
-      set_partial(&r, P);
-      if (!ok || !evaluate(c, i, &r, cur, reduced, &cand))
-        continue;
+    }
+    set_partial(&r, P);
+    if (ok && evaluate(c, i, &r, cur, reduced, &cand)) {
       if (!have || better(&cand, &best)) {
         if (have)
           next = best, have_next = true;
@@ -725,6 +723,9 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
         have_next = true;
       }
     }
+    for (a = mesh->naxis - 1; a >= 0 && ++pick[a] == nr[a]; a--)
+      pick[a] = 0;
+  }
   if (!have)
     return;
   set_shard(c, i, &best.r);

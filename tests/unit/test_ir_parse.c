@@ -372,8 +372,8 @@ static void test_cluster_and_mesh(void **state) {
   expect_error("module m\nmesh q[dp = 1] on [1]\n",
                "t.ir:2:20: error: device 1 is out of range: without a cluster the only device is 0");
   expect_error("module m\nmesh q[dp = 1] on [a0]\n", "t.ir:2:20: error: unknown device 'a0'");
-  expect_error("module m\nmesh q[a = 1, b = 1, c = 1] on [0]\n",
-               "t.ir:2:22: error: a mesh has at most 2 axes");
+  expect_error("module m\nmesh q[a = 1, b = 1, c = 1, d = 1] on [0]\n",
+               "t.ir:2:29: error: a mesh has at most 3 axes");
   expect_error("module m\nmesh q[a = 0] on [0]\n",
                "t.ir:2:12: error: an axis size must be between 1 and 1048576");
   expect_error("module m\nmesh q[a = 1024, b = 2048] on [0]\n",

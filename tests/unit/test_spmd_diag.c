@@ -57,7 +57,7 @@ static void test_local_type(void **state) {
   Sharding s = {.mesh = 0, .axis = {0, 1, -1, -1, -1, -1}, .ratio = {r}};
   Type g = {DT_F32, 2, {8, 6}}, t;
   int64_t begin[2];
-  int coord[2], members[2];
+  int coord[IR_MAX_MESH_AXES], members[2];
   ir_mesh_coords(&m->mesh.a[0], 3, coord);
   assert_int_equal(coord[0], 1);
   assert_int_equal(coord[1], 1);
