@@ -266,8 +266,8 @@ static void test_cluster_and_meshes(void **state) {
   m->mesh.a[1].axis_name[1] = "dp";
   expect(m, 1, "v.ir:8:1: error: mesh 'g' names axis 'dp' twice");
   m = good();
-  m->mesh.a[1].naxis = 3;
-  expect(m, 1, "v.ir:8:1: error: mesh 'g' has 3 axes (at most 2)");
+  m->mesh.a[1].naxis = 4;
+  expect(m, 1, "v.ir:8:1: error: mesh 'g' has 4 axes (at most 3)");
   m = good();
   m->cluster->dev.a[0].node = 3;
   expect(m, 1, "v.ir:4:3: error: device 'a0' is on node 3 of 1");
