@@ -18,7 +18,9 @@
 # root, no network namespaces).
 set -u
 cluster=$1 prog=$2 work=$3 fault=$4
-prefix=ft$fault
+# the namespaces' prefix: the fault's letter and this shell's pid, so that
+# two suites running at once on one machine do not meet
+prefix=f$(printf %.1s "$fault")$(($$ % 1000000))
 fail() { echo "faults.sh: FAIL: $*" >&2; exit 1; }
 c() { "$cluster" -p "$prefix" "$@"; }
 

@@ -14,7 +14,7 @@
 # cannot run here.
 set -u
 cluster=$1 probe=$2 dtc=$3 tests=$4 work=$5 test_comm=$6
-prefix=ftprobe
+prefix=fp$(($$ % 1000000))   # this shell's pid: two suites at once do not meet
 fail() { echo "netns_probe.sh: FAIL: $*" >&2; exit 1; }
 rm -rf "$work"
 mkdir -p "$work" || fail "cannot make $work"
