@@ -136,7 +136,7 @@ struct PlanInfo {
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
-  /* plan auto on a two-axis mesh (plan_mesh.c): the candidates simulated
+  /* plan auto on a mesh of two or three axes (plan_mesh.c): the candidates simulated
    * and the one kept, as --emit=plan prints them; the rest is unset but
    * step. NULL on a one-axis mesh. */
   const char *mesh_report;
@@ -157,7 +157,7 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
  * step. From the passes after plan run on a copy of m (its IR text parsed
  * back); false when they fail. */
 bool plan_trial(const Module *m, const PassRun *run, double *need, double *step);
-/* plan auto on a mesh of two axes (plan_mesh.c); its record into
+/* plan auto on a mesh of two or three axes (plan_mesh.c); its record into
  * run->plan. */
 bool plan_mesh(Module *m, Diag *d, PassRun *run);
 

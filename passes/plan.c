@@ -1346,13 +1346,7 @@ bool pass_plan(Module *m, Diag *d, PassRun *run) {
     return true;
   if (m->plan == PLAN_EVEN)
     return plan_even(m, run);
-  const Mesh *mesh = &m->mesh.a[0];
-  if (mesh->naxis > 2) {
-    diag_warn(d, mesh->loc, "plan auto plans meshes of one or two axes: the %d axes of mesh '%s' "
-              "keep the parallel block's forms, split evenly", mesh->naxis, mesh->name);
-    return true;
-  }
-  if (mesh->naxis == 2)
+  if (m->mesh.a[0].naxis > 1)
     return plan_mesh(m, d, run);
   return plan_auto(m, d, run);
 }

@@ -1,17 +1,19 @@
-/* plan_mesh.c: `plan auto` on a mesh of two axes, where the one-axis
- * search of plan.c does not reach: a choice among whole plans, each run
- * through the passes after plan on a copy and simulated. The candidates:
- * the parallel block's forms as written; and, for each axis as the
- * pipeline's, the stacked params of the step's forward loops split by
- * layers over that axis (each stage's share of the layers in proportion to
- * its speed: the devices of a stage split the batch evenly, so a stage runs
- * at its slowest device's speed times their number) with the inputs the
- * block leaves open split by rows over the other axis (data parallel within
- * each stage), in each micro-batch count the cut takes. The fastest
+/* plan_mesh.c: `plan auto` on a mesh of two or three axes, where the
+ * one-axis search of plan.c does not reach: a choice among whole plans,
+ * each run through the passes after plan on a copy and simulated. The
+ * candidates: the parallel block's forms as written; and, for each axis the
+ * block leaves free as the pipeline's, the stacked params of the step's
+ * forward loops split by layers over that axis (each stage's share of the
+ * layers in proportion to its speed: the devices of a stage split the batch
+ * evenly, so a stage runs at its slowest device's speed times their number)
+ * with the inputs the block leaves open split by rows over another axis
+ * (data parallel within each stage; on three axes the third keeps what the
+ * block writes for it, Megatron's splits say), in each micro-batch count
+ * the cut takes. The fastest
  * candidate whose every device fits in its memory wins; the written forms
  * stay unless it gains more than NOISE over them (or they do not fit).
  *
- * Requires: as plan.c, a mesh of two axes and a cluster. Guarantees: the
+ * Requires: as plan.c, a mesh of two or three axes and a cluster. Guarantees: the
  * globals' forms and the micro-batch count of the candidate kept; a record
  * for --emit=plan (PlanInfo.mesh_report). Modules it cannot plan (no
  * cluster, no @train_step, more devices than SHARD_MAX_AXIS) are left as
@@ -41,9 +43,19 @@ static const Device *mesh_dev(const Module *m, int dev) {
   return &m->cluster->dev.a[m->mesh.a[0].dev[dev]];
 }
 
-/* The stage of flat device dev along axis x of a 2-axis mesh. */
+/* The stage of flat device dev along axis x. */
 static int coord(const Mesh *mesh, int dev, int x) {
-  return x == 0 ? dev / mesh->axis_size[1] : dev % mesh->axis_size[1];
+  int c[IR_MAX_MESH_AXES];
+  ir_mesh_coords(mesh, dev, c);
+  return c[x];
+}
+
+/* The mesh's device count. */
+static int mesh_size(const Mesh *mesh) {
+  int n = 1;
+  for (int x = 0; x < mesh->naxis; x++)
+    n *= mesh->axis_size[x];
+  return n;
 }
 
 static Sharding *split(Arena *a, int mesh, int dim, int axis, double *ratio) {
@@ -62,7 +74,7 @@ static Sharding *split(Arena *a, int mesh, int dim, int axis, double *ratio) {
  * 1e-6 that ir_blocks turns back into those counts; NULL when L is short. */
 static double *stage_ratios(const Module *m, int x, int64_t L, int64_t *layers) {
   const Mesh *mesh = &m->mesh.a[0];
-  int k = mesh->axis_size[x], ndev = mesh->axis_size[0] * mesh->axis_size[1];
+  int k = mesh->axis_size[x], ndev = mesh_size(mesh);
   if (L < k)
     return NULL;
   double speed[SHARD_MAX_AXIS], sum = 0;
@@ -154,7 +166,7 @@ static void try_cand(Module *m, const PassRun *run, Cand *c) {
   }
   double need[SHARD_MAX_AXIS], step = INFINITY;
   const Mesh *mesh = &m->mesh.a[0];
-  int ndev = mesh->axis_size[0] * mesh->axis_size[1];
+  int ndev = mesh_size(mesh);
   c->step = INFINITY;
   c->worst = INFINITY;
   if (plan_trial(m, run, need, &step)) {
@@ -172,6 +184,32 @@ static void try_cand(Module *m, const PassRun *run, Cand *c) {
   m->microbatches_loc = mb_loc;
 }
 
+/* Whether forms split something over axis x. */
+static bool taken(const Module *m, Sharding *const *forms, int x) {
+  for (int g = 0; g < m->global.n; g++)
+    for (int d = 0; forms[g] && d < m->global.a[g].type.rank; d++)
+      if (forms[g]->axis[d] == x)
+        return true;
+  return false;
+}
+
+/* Whether the ns stacked params sg may take stages over an axis the block
+ * leaves free with rows over y: each is open, or its form (Megatron's
+ * split, say) leaves its layer dimension whole and uses no axis y. */
+static bool layers_free(Sharding *const *forms, const int *sg, int ns, int y) {
+  for (int q = 0; q < ns; q++) {
+    const Sharding *f = forms[sg[q]];
+    if (!f)
+      continue;
+    if (f->axis[0] >= 0)
+      return false;
+    for (int d = 1; d < IR_MAX_RANK; d++)
+      if (f->axis[d] == y)
+        return false;
+  }
+  return true;
+}
+
 static const Func *train_step(const Module *m) {
   const Func *f = ir_find_func(m, "train_step");
   return f && f->device < 0 ? f : NULL;
@@ -182,8 +220,8 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run) {
   const Mesh *mesh = &m->mesh.a[0];
   const Func *step = train_step(m);
   int ng = m->global.n;
-  if (!m->cluster || m->mesh.n != 1 || mesh->naxis != 2 || !step ||
-      mesh->axis_size[0] * mesh->axis_size[1] > SHARD_MAX_AXIS)
+  if (!m->cluster || m->mesh.n != 1 || mesh->naxis < 2 || !step ||
+      mesh_size(mesh) > SHARD_MAX_AXIS)
     return true;
   Cand *cand = arena_alloc(m->arena, sizeof *cand * MAX_CANDS);
   int nc = 0;
@@ -199,21 +237,14 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run) {
   int64_t L;
   int ns = stacked_params(m, step, sg, &L);
   bool open = ns > 0;
-  for (int q = 0; q < ns; q++)
-    open &= !user[sg[q]];
   int64_t rows = 0;
   for (int k = 0; k < step->inst.n && !rows; k++)
     if (step->inst.a[k]->op == OP_repeat && step->inst.a[k]->in[0]->type.rank)
       rows = step->inst.a[k]->in[0]->type.dim[0];
-  for (int x = 0; open && x < 2; x++) {
-    int y = 1 - x;
-    if (mesh->axis_size[x] < 2)
-      continue;
-    bool taken = false;   /* the block splits something over x already */
-    for (int g = 0; g < ng; g++)
-      for (int dd = 0; user[g] && dd < m->global.a[g].type.rank; dd++)
-        taken |= user[g]->axis[dd] == x;
-    if (taken)
+  for (int xy = 0; open && xy < mesh->naxis * mesh->naxis; xy++) {
+    int x = xy / mesh->naxis, y = xy % mesh->naxis;   /* stages over x, rows over y */
+    if (x == y || mesh->axis_size[x] < 2 || taken(m, user, x) ||
+        (mesh->naxis > 2 && taken(m, user, y)) || !layers_free(user, sg, ns, y))
       continue;
     int64_t layers[SHARD_MAX_AXIS];
     double *r = stage_ratios(m, x, L, layers);
@@ -227,8 +258,15 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run) {
           gl->type.dim[0] >= mesh->axis_size[y])
         forms[g] = split(m->arena, 0, 0, y, NULL);
     }
-    for (int q = 0; q < ns; q++)
-      forms[sg[q]] = split(m->arena, 0, 0, x, r);
+    for (int q = 0; q < ns; q++) {   /* their layers over x, the rest as written */
+      Sharding *f = split(m->arena, 0, 0, x, r);
+      if (user[sg[q]]) {
+        *f = *user[sg[q]];
+        f->axis[0] = (int8_t)x;
+        f->ratio[0] = r;
+      }
+      forms[sg[q]] = f;
+    }
     char split_text[96] = "";
     for (int s = 0, at = 0; s < mesh->axis_size[x] && at < 80; s++)
       at += snprintf(split_text + at, sizeof split_text - (size_t)at, "%s%lld", s ? "/" : "",
@@ -262,9 +300,10 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run) {
   size_t len = 0;
   FILE *out = open_memstream(&text, &len);
   if (out) {
-    fprintf(out, "device plan of %s on mesh %s[%s = %d, %s = %d] (plan auto): %d candidate%s "
-            "simulated\n", m->name, mesh->name, mesh->axis_name[0], mesh->axis_size[0],
-            mesh->axis_name[1], mesh->axis_size[1], nc, nc == 1 ? "" : "s");
+    fprintf(out, "device plan of %s on mesh %s[", m->name, mesh->name);
+    for (int x = 0; x < mesh->naxis; x++)
+      fprintf(out, "%s%s = %d", x ? ", " : "", mesh->axis_name[x], mesh->axis_size[x]);
+    fprintf(out, "] (plan auto): %d candidate%s simulated\n", nc, nc == 1 ? "" : "s");
     for (int c = 0; c < nc; c++) {
       fprintf(out, "  %s %-72s ", c == kept ? "*" : " ", cand[c].what);
       if (cand[c].step == INFINITY)
