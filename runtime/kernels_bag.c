@@ -17,7 +17,8 @@ typedef struct Bag {
   const float *w, *psw, *dy; /* psw NULL: none; dy: the _grad ops' adjoint */
   float *y;                  /* the result */
   const int64_t *arg;        /* max's backward: the entry of each (bag, column) */
-  int64_t n, k, b, rows, d, pad, parts;
+  int64_t n, k, b, rows, d, parts;
+  int64_t pad;               /* padding_idx; none: INT64_MIN */
   int mode;
 } Bag;
 
@@ -108,6 +109,8 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
   if (g->pad < -1 || g->pad >= g->rows)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: padding_idx %lld is outside [0, %lld)", op,
                      (long long)g->pad, (long long)g->rows);
+  if (g->pad < 0)
+    g->pad = INT64_MIN;   /* no id equals it */
   if (npsw && g->mode != DT_BAG_SUM)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: per_sample_weights need mode sum, not %s", op,
                      dtrt_bag_mode_names[g->mode]);
