@@ -20,7 +20,8 @@
  * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
  * -DSPMD_DEEP for examples/gpt.dt, with -DSPMD_CNN for examples/cnn.dt,
  * with -DSPMD_CNN_BN for tests/mpi/cnn_bn_sgd.dt (its buffers compared too),
- * with -DSPMD_DLRM for tests/mpi/dlrm.dt (embedding bags), else
+ * with -DSPMD_DLRM for tests/mpi/dlrm.dt (embedding bags; --bad-id before
+ * OUT: an id outside its table, and the step must fail), else
  * examples/mlp.dt (with -DSPMD_IGNORE tests/mpi/mlp_losses.dt, some
  * labels -100). */
 #include <math.h>
@@ -173,8 +174,12 @@ static void batch(void) {
     y[k] = (float)(next() % 2);
 }
 
+static bool bad_id;   /* --bad-id: id 100 (e_item has 100 rows) in batch row 1 */
+
 static int train(Model *m, float *loss) {
   batch();
+  if (bad_id)
+    items[1 * DLRM_ITEMS_DIM1 + 2] = 100;
   return dlrm_train_step(m, items, DLRM_ITEMS_ELEMS, tags, DLRM_TAGS_ELEMS, cats,
                          DLRM_CATS_ELEMS, offs, DLRM_OFFS_ELEMS, x, DLRM_X_ELEMS, y,
                          DLRM_Y_ELEMS, loss);
@@ -383,6 +388,10 @@ static bool compare(const Run *got, const Run *ref) {
 int main(int argc, char **argv) {
   bool memory = argc > 1 && !strcmp(argv[1], "--memory");
   argc -= memory, argv += memory;
+#ifdef SPMD_DLRM
+  bad_id = argc > 1 && !strcmp(argv[1], "--bad-id");
+  argc -= bad_id, argv += bad_id;
+#endif
   if (argc < 2 || argc > 3) {
     fprintf(stderr, "usage: spmd_train [--memory] OUT [REF] | spmd_train --create-fails TEXT\n");
     return 2;
