@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
                     {.data = y, .dtype = DTRT_F32, .rank = 2, .dim = {b, d}}};
   DtTensor out = {.data = y, .dtype = DTRT_F32, .rank = 2, .dim = {b, d}};
   DtTensor gout = {.data = dw, .dtype = DTRT_F32, .rank = 2, .dim = {r, d}};
-  setenv("DTRT_NUM_THREADS", "1", 1);   /* read when the context makes its pool */
+  setenv("DTRT_NUM_THREADS", "1", 1); /* read when the context makes its pool */
   DtrtCtx *one = dtrt_ctx_new();
   dtrt_threads(one);
   unsetenv("DTRT_NUM_THREADS");
@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
       DtAttrs a = {.ni = 1, .i = {mode}, .s = "bench"};
       DtKernelFn kf = grad ? dtrt_k_embedding_bag_grad : dtrt_k_embedding_bag;
       DtTensor *o = grad ? &gout : &out;
-      time_kernel(pool, kf, in, 2 + grad, o, &a, 2);   /* warm the pages and the pool */
+      time_kernel(pool, kf, in, 2 + grad, o, &a, 2); /* warm the pages and the pool */
       double load = -1;
       getloadavg(&load, 1);
       double t1 = time_kernel(one, kf, in, 2 + grad, o, &a, reps);
@@ -92,9 +92,9 @@ int main(int argc, char **argv) {
              "\"K\": %lld, \"R\": %lld, \"D\": %lld, \"reps\": %d, \"one_ms\": %.4f, "
              "\"pool_ms\": %.4f, \"pool_gbs\": %.2f, \"one_over_pool\": %.3f, \"threads\": %d, "
              "\"load\": %.2f}\n",
-             grad ? "embedding_bag_grad" : "embedding_bag", dtrt_bag_mode_names[mode],
-             (long long)b, (long long)k, (long long)r, (long long)d, reps, t1, tp,
-             bytes / tp / 1e6, t1 / tp, threads, load);
+             grad ? "embedding_bag_grad" : "embedding_bag", dtrt_bag_mode_names[mode], (long long)b,
+             (long long)k, (long long)r, (long long)d, reps, t1, tp, bytes / tp / 1e6, t1 / tp,
+             threads, load);
     }
   dtrt_ctx_free(one);
   dtrt_ctx_free(pool);

@@ -18,7 +18,7 @@ typedef struct Bag {
   float *y;                  /* the result */
   const int64_t *arg;        /* max's backward: the entry of each (bag, column) */
   int64_t n, k, b, rows, d, parts;
-  int64_t pad;               /* padding_idx; none: INT64_MIN */
+  int64_t pad; /* padding_idx; none: INT64_MIN */
   int mode;
 } Bag;
 
@@ -110,7 +110,7 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: padding_idx %lld is outside [0, %lld)", op,
                      (long long)g->pad, (long long)g->rows);
   if (g->pad < 0)
-    g->pad = INT64_MIN;   /* no id equals it */
+    g->pad = INT64_MIN; /* no id equals it */
   if (npsw && g->mode != DT_BAG_SUM)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: per_sample_weights need mode sum, not %s", op,
                      dtrt_bag_mode_names[g->mode]);
@@ -121,8 +121,7 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
     if ((s = dtrt_check(ctx, op, "offsets", &in[2], DTRT_I32)))
       return s;
     if (in[2].rank != 1)
-      return dtrt_fail(ctx, DT_ERR_ARG, "%s: offsets need rank 1 [B], got %d", op,
-                       (int)in[2].rank);
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: offsets need rank 1 [B], got %d", op, (int)in[2].rank);
     g->off = in[2].data;
     g->b = in[2].dim[0];
   }

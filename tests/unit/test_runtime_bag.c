@@ -27,14 +27,16 @@ static uint64_t next(void) {
   return rng;
 }
 
-static float frand(void) { return (float)((double)(next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static float frand(void) {
+  return (float)((double)(next() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
 
 /* One problem: B bags over a table [R, D]; fixed K ids per bag, or N ids cut
  * by offsets. */
 typedef struct Case {
   int mode, b, k, n, r, d;
   bool flat, psw;
-  int pad;              /* -1: none */
+  int pad; /* -1: none */
   int32_t *id, *off;
   float *w, *sw, *dy;
 } Case;
@@ -135,8 +137,8 @@ static void ref_backward(const Case *c, double *dw, double *dsw) {
 /* ids from [0, r) with some padding_idx among them; offsets with an empty
  * bag, a one-entry bag and the rest at random. */
 static Case make(int mode, bool flat, bool psw, int pad) {
-  Case c = {.mode = mode, .b = 6, .k = 4, .n = 23, .r = 9, .d = 11, .flat = flat, .psw = psw,
-            .pad = pad};
+  Case c = {
+      .mode = mode, .b = 6, .k = 4, .n = 23, .r = 9, .d = 11, .flat = flat, .psw = psw, .pad = pad};
   int n = flat ? c.n : c.b * c.k;
   c.id = malloc(sizeof(int32_t) * (size_t)n);
   c.off = malloc(sizeof(int32_t) * (size_t)c.b);
@@ -150,13 +152,13 @@ static Case make(int mode, bool flat, bool psw, int pad) {
   if (pad >= 0)
     c.id[1] = c.id[5] = pad;
   if (pad >= 0 && !flat)
-    c.id[8] = c.id[9] = c.id[10] = c.id[11] = pad;   /* bag 2: padding only */
-  int off[6] = {0, 3, 3, 4, 10, 16};                 /* bag 1 empty, bag 2 one entry */
+    c.id[8] = c.id[9] = c.id[10] = c.id[11] = pad; /* bag 2: padding only */
+  int off[6] = {0, 3, 3, 4, 10, 16};               /* bag 1 empty, bag 2 one entry */
   memcpy(c.off, off, sizeof off);
-  for (int k = 0; k < c.r * c.d; k++)   /* max: rows 0.08 apart in every column */
-    c.w[k] = mode == DT_BAG_MAX ? (float)((k / c.d * 7 + k % c.d * 5) % c.r) * 0.1f - 0.4f +
-                                      0.01f * frand()
-                                : frand();
+  for (int k = 0; k < c.r * c.d; k++) /* max: rows 0.08 apart in every column */
+    c.w[k] = mode == DT_BAG_MAX
+                 ? (float)((k / c.d * 7 + k % c.d * 5) % c.r) * 0.1f - 0.4f + 0.01f * frand()
+                 : frand();
   for (int k = 0; k < c.b * c.d; k++)
     c.dy[k] = frand();
   return c;
@@ -243,7 +245,7 @@ static void check_case(Case *c) {
     DtTensor o = in[nin - 2];
     o.data = dsw;
     run(dtrt_k_embedding_bag_psw_grad, in, nin, &o, &a);
-    for (int k = 0; k < n; k++)   /* a dot of D terms of magnitude <= 1 */
+    for (int k = 0; k < n; k++) /* a dot of D terms of magnitude <= 1 */
       if (!(fabs(dsw[k] - rdsw[k]) <= (c->d + 2) * ldexp(1, -24) * c->d))
         fail_msg("dsw[%d]: got %.9g, want %.9g", k, dsw[k], rdsw[k]);
     fd(c, c->sw, n, dsw);
@@ -274,12 +276,12 @@ static void test_max_ties(void **state) {
   DtTensor out = t2(DTRT_F32, y, 3, 2), gout = t2(DTRT_F32, dw, 3, 2);
   DtAttrs a = {.ni = 2, .i = {DT_BAG_MAX, 2}};
   run(dtrt_k_embedding_bag, in, 2, &out, &a);
-  assert_true(y[0] == 1 && isnan(y[1]));    /* bag 0: rows 1, 0 */
-  assert_true(y[2] == 0 && y[3] == 0);      /* bag 1: padding only */
+  assert_true(y[0] == 1 && isnan(y[1])); /* bag 0: rows 1, 0 */
+  assert_true(y[2] == 0 && y[3] == 0);   /* bag 1: padding only */
   run(dtrt_k_embedding_bag_grad, in, 3, &gout, &a);
-  float want[6] = {0, 0, 1, 2, 0, 0};       /* row 1 first on the tie, and its NaN */
+  float want[6] = {0, 0, 1, 2, 0, 0}; /* row 1 first on the tie, and its NaN */
   assert_memory_equal(dw, want, sizeof want);
-  a.ni = 1;                                  /* without padding: bag 1 reads row 2 */
+  a.ni = 1; /* without padding: bag 1 reads row 2 */
   run(dtrt_k_embedding_bag, in, 2, &out, &a);
   assert_true(y[2] == 0 && y[3] == 7 && y[4] == 0 && y[5] == 7);
 }
@@ -301,7 +303,7 @@ static void test_threads(void **state) {
   for (int t = 0; t < 3; t++) {
     char n[8];
     snprintf(n, sizeof n, "%d", t + 1);
-    setenv("DTRT_NUM_THREADS", n, 1);   /* read when the new context makes its pool */
+    setenv("DTRT_NUM_THREADS", n, 1); /* read when the new context makes its pool */
     DtrtCtx *c = dtrt_ctx_new();
     assert_int_equal(dtrt_threads(c), t + 1);
     unsetenv("DTRT_NUM_THREADS");
