@@ -154,9 +154,11 @@ static void run(DtrtCtx *ctx, int64_t n, int64_t work, void (*body)(void *, int6
 
 /* y = max(y, v) element by element; NaN counts as larger than everything
  * (dtc's max), so it stays once there. */
+static inline int takes(float v, float y) { return (v > y) | ((v != v) & (y == y)); }
+
 static void max_into(float *restrict y, const float *restrict v, int64_t d) {
   for (int64_t c = 0; c < d; c++)
-    y[c] = v[c] > y[c] || (v[c] != v[c] && y[c] == y[c]) ? v[c] : y[c];
+    y[c] = takes(v[c], y[c]) ? v[c] : y[c];
 }
 
 static void forward_bags(void *env, int64_t b0, int64_t b1) {
@@ -200,22 +202,34 @@ DTRT_TRACED(embedding_bag, DTRT_TID_KERNEL) {
 /* max's backward: arg[b d + c], the first entry of bag b holding the bag's
  * maximum in column c (the first NaN when there is one), -1 when empty. */
 static void argmax_bags(void *env, int64_t b0, int64_t b1) {
+  enum { COLS = 256 }; /* columns whose maxima so far stay on the stack */
   const Bag *g = env;
-  int64_t d = g->d, *arg = (int64_t *)g->arg;
+  int64_t d = g->d;
   for (int64_t b = b0; b < b1; b++) {
-    int64_t lo, hi, *ab = arg + b * d;
+    int64_t lo, hi, first;
     span(g, b, &lo, &hi);
-    for (int64_t c = 0; c < d; c++)
-      ab[c] = -1;
-    for (int64_t j = lo; j < hi; j++) {
-      if (g->id[j] == g->pad)
-        continue;
-      const float *r = g->w + g->id[j] * d;
-      for (int64_t c = 0; c < d; c++) {
-        float cur = ab[c] < 0 ? 0 : g->w[g->id[ab[c]] * d + c];
-        if (ab[c] < 0 || r[c] > cur || (r[c] != r[c] && cur == cur))
-          ab[c] = j;
+    for (first = lo; first < hi && g->id[first] == g->pad;)
+      first++;
+    for (int64_t c0 = 0; c0 < d; c0 += COLS) {
+      int64_t nc = d - c0 < COLS ? d - c0 : COLS, *ab = (int64_t *)g->arg + b * d + c0;
+      float best[COLS];
+      int32_t at[COLS]; /* entries after the first (a bag holds at most INT32_MAX) */
+      if (first < hi)
+        memcpy(best, g->w + g->id[first] * d + c0, (size_t)nc * sizeof(float));
+      memset(at, 0, sizeof at);
+      for (int64_t j = first + 1; j < hi; j++) {
+        if (g->id[j] == g->pad)
+          continue;
+        const float *restrict r = g->w + g->id[j] * d + c0;
+        int32_t e = (int32_t)(j - first);
+        for (int64_t c = 0; c < nc; c++) {
+          int t = takes(r[c], best[c]);
+          best[c] = t ? r[c] : best[c];
+          at[c] = t ? e : at[c];
+        }
       }
+      for (int64_t c = 0; c < nc; c++)
+        ab[c] = first < hi ? first + at[c] : -1;
     }
   }
 }
@@ -269,6 +283,15 @@ DTRT_TRACED(embedding_bag_grad, DTRT_TID_KERNEL) {
     return s;
   int64_t work = g.n * g.d + g.rows * g.d;
   void *arg = NULL;
+  for (int64_t b = 0; g.mode == DT_BAG_MAX && b < g.b; b++) {
+    int64_t lo, hi;
+    span(&g, b, &lo, &hi);
+    if (hi - lo > INT32_MAX) /* argmax_bags counts a bag's entries in int32 */
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "embedding_bag_grad: bag %lld holds %lld entries; max "
+                       "takes at most %d",
+                       (long long)b, (long long)(hi - lo), INT32_MAX);
+  }
   if (g.mode == DT_BAG_MAX && g.b > 0 && g.d > 0) {
     if (!(arg = dtrt_alloc(ctx, (size_t)argmax_bytes(g.b, g.d))))
       return DT_ERR_NOMEM;
