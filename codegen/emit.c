@@ -111,14 +111,15 @@ static void make_types(Cg *c) {
   c->tensor = LLVMStructCreateNamed(x, "DtTensor");
   LLVMStructSetBody(c->tensor, tensor, COUNTOF(tensor), 0);
   LLVMTypeRef attrs[] = {LLVMArrayType(c->i64, DTRT_MAX_IATTRS), LLVMArrayType(c->f64, 8),
-                         c->i32, c->i32, c->i64, c->ptr};
+                         c->i32, c->i32, c->i64, c->ptr, c->ptr};
   c->attrs = LLVMStructCreateNamed(x, "DtAttrs");
   LLVMStructSetBody(c->attrs, attrs, COUNTOF(attrs), 0);
   static const size_t toff[] = {offsetof(DtTensor, data), offsetof(DtTensor, dtype),
                                 offsetof(DtTensor, rank), offsetof(DtTensor, dim)};
   static const size_t aoff[] = {offsetof(DtAttrs, i), offsetof(DtAttrs, f),
                                 offsetof(DtAttrs, ni), offsetof(DtAttrs, nf),
-                                offsetof(DtAttrs, step), offsetof(DtAttrs, gemm)};
+                                offsetof(DtAttrs, step), offsetof(DtAttrs, gemm),
+                                offsetof(DtAttrs, s)};
   static_assert(COUNTOF(toff) == COUNTOF(tensor) && COUNTOF(aoff) == COUNTOF(attrs), "fields");
   check_layout(c, c->tensor, sizeof(DtTensor), toff, COUNTOF(toff));
   check_layout(c, c->attrs, sizeof(DtAttrs), aoff, COUNTOF(aoff));

@@ -232,6 +232,8 @@ static void kernel(CgFn *fn, const Inst *x) {
   LLVMBuildStore(c->b, fn->step, field(fn, c->attrs, fn->tattr, 4, -1));
   LLVMValueRef gemm = cg_conv_gemm(c->matmul, x) ? cg_gemm_entry(c) : LLVMConstNull(c->ptr);
   LLVMBuildStore(c->b, gemm, field(fn, c->attrs, fn->tattr, 5, -1));
+  LLVMValueRef str = a.s ? LLVMBuildGlobalStringPtr(c->b, a.s, "attr") : LLVMConstNull(c->ptr);
+  LLVMBuildStore(c->b, str, field(fn, c->attrs, fn->tattr, 6, -1));
   char name[64];
   snprintf(name, sizeof name, "dtrt_k_%s", ir_ops[x->op].name);
   LLVMValueRef k = cg_extern(c, name, c->kernel_fn);

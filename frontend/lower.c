@@ -409,6 +409,7 @@ typedef enum {
   B_FLATTEN,    /* start_dim, end_dim */
   B_PAD,        /* pad (as F.pad), mode, value */
   B_BATCH_NORM, /* running stats, weight, bias, momentum, eps */
+  B_EMBEDDING_BAG, /* offsets, mode, per_sample_weights, padding_idx */
 } BuiltinKind;
 
 typedef struct Builtin {
@@ -434,6 +435,8 @@ static const Builtin builtins[] = {
   {"bce_with_logits", B_BCE, 3, 2, 3, {"logits", "target", "pos_weight"}},
   {"mse", B_ELEM, 2, 2, 2, {"pred", "target"}},
   {"embedding", B_ELEM, 2, 2, 2, {"table", "ids"}},
+  {"embedding_bag", B_EMBEDDING_BAG, 3, 2, 6,
+   {"input", "weight", "offsets", "mode", "per_sample_weights", "padding_idx"}},
   {"softmax", B_SOFTMAX, 1, 1, 2, {"x", "axis"}},
   {"log_softmax", B_SOFTMAX, 1, 1, 2, {"x", "axis"}},
   {"sum", B_REDUCE, 1, 1, 4, {"x", "axis", "axes", "keepdim"}},
@@ -1188,6 +1191,63 @@ static Inst *lower_bce(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   return mean ? op2(c, OP_sub, at, base, mean) : NULL;
 }
 
+/* embedding_bag(input, weight, offsets, mode, per_sample_weights,
+ * padding_idx) as torch.nn.functional's (include_last_offset false): input
+ * [B, K], or [N] with offsets [B]; mode "mean" unless given;
+ * per_sample_weights with "sum" only; a negative padding_idx counts from the
+ * weight's end. The weight's global names the table in runtime errors. */
+static Inst *lower_embedding_bag(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+  char buf[128];
+  Inst *ops[4] = {in[0], in[1]};
+  int n = 2, mode = DT_BAG_MEAN;
+  const Type *xt = &in[0]->type, *wt = &in[1]->type;
+  if (arg[3]) {
+    const Expr *m = arg[3];
+    mode = m->kind == E_STR || m->kind == E_IDENT
+               ? dtrt_name_index(dtrt_bag_mode_names, DT_BAG_COUNT, m->s)
+               : -1;
+    if (mode < 0) {
+      diag_error(c->d, m->loc, "'mode' must be \"sum\", \"mean\" or \"max\"");
+      return NULL;
+    }
+  }
+  if (in[2] && xt->rank == 2) {
+    diag_error(c->d, arg[2]->loc, "'offsets' go with a 1-D input; input %s is 2-D, a bag per row",
+               type_str(xt, buf, sizeof buf));
+    return NULL;
+  }
+  if (!in[2] && xt->rank == 1) {
+    diag_error(c->d, arg[0]->loc, "a 1-D input (%s) needs 'offsets'", type_str(xt, buf, sizeof buf));
+    return NULL;
+  }
+  if (in[2])
+    ops[n++] = in[2];
+  if (arg[4]) {
+    if (mode != DT_BAG_SUM) {
+      diag_error(c->d, arg[4]->loc, "'per_sample_weights' need mode \"sum\", not \"%s\"",
+                 dtrt_bag_mode_names[mode]);
+      return NULL;
+    }
+    if (!(ops[n++] = lower_expr(c, arg[4])))
+      return NULL;
+  }
+  int64_t pad = 0, rows = wt->rank == 2 ? wt->dim[0] : 0;
+  if (arg[5] && !int_arg(c, arg[5], "'padding_idx'", &pad))
+    return NULL;
+  if (arg[5] && rows && (pad < -rows || pad >= rows)) {
+    diag_error(c->d, arg[5]->loc, "'padding_idx' %lld is outside [-%lld, %lld), the weight's rows",
+               (long long)pad, (long long)rows, (long long)rows);
+    return NULL;
+  }
+  Inst *i = ir_new(c->f, OP_embedding_bag, e->loc, n, ops);
+  ir_set_int(i, "mode", mode);
+  if (arg[5])
+    ir_set_int(i, "padding_idx", pad < 0 ? pad + rows : pad);
+  if (in[1]->op == OP_load)
+    ir_set_str(i, "table", ir_get_str(in[1], "global", ""));
+  return finish(c, i);
+}
+
 static Inst *lower_call(Ctx *c, const Expr *e) {
   const Builtin *b = find_builtin(e->s);
   if (!b && find_block(c->prog, e->s)) {
@@ -1307,6 +1367,8 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     return lower_pad(c, e, x, arg);
   case B_BATCH_NORM:
     return lower_batch_norm(c, e, in, arg);
+  case B_EMBEDDING_BAG:
+    return lower_embedding_bag(c, e, in, arg);
   }
   DTC_UNREACHABLE();
 }

@@ -14,7 +14,8 @@
  *                   at each below; a per-row step is folded into the per-element
  *                   count when the row is long
  *   data movement   0: reshape transpose slice pad (its fill too, whatever the
- *                   value) concat broadcast embedding
+ *                   value) concat broadcast embedding; embedding_bag adds
+ *                   its pooling
  *   plumbing        0: load store output const lr arg repeat_out batch_stat
  *   repeat          n times the sum over its body's insts
  *
@@ -139,6 +140,19 @@ PER_IN(normalize_grad, 10)
 ZERO(embedding)
 /* scatter-add of the adjoint rows */
 double flops_embedding_grad(const Inst *i) { return in_elems(i, 1); }
+/* embedding bags, per entry of the input and column of the weight: an add
+ * (and a multiply with per_sample_weights, max's compare instead); the
+ * backward's adds, the per-sample weights' multiply-adds. The bytes of the
+ * rows gathered, not the table, are passes/sim.c's. */
+static double bag_columns(const Inst *i) {
+  return i->nin > 1 && i->in[1] ? in_elems(i, 0) * (double)i->in[1]->type.dim[1] : 0;
+}
+static bool bag_psw(const Inst *i, int extra) {
+  return i->nin - extra > (i->in[0]->type.rank == 2 ? 2 : 3);
+}
+double flops_embedding_bag(const Inst *i) { return (bag_psw(i, 0) ? 2 : 1) * bag_columns(i); }
+double flops_embedding_bag_grad(const Inst *i) { return (bag_psw(i, 1) ? 2 : 1) * bag_columns(i); }
+double flops_embedding_bag_psw_grad(const Inst *i) { return 2 * bag_columns(i); }
 /* a counter-based hash per element, compare, scale */
 PER_IN(dropout, 8)
 PER_IN(dropout_grad, 8)

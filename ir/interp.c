@@ -31,6 +31,9 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_normalize_grad] = dtrt_k_normalize_grad,
   [OP_embedding] = dtrt_k_embedding,
   [OP_embedding_grad] = dtrt_k_embedding_grad,
+  [OP_embedding_bag] = dtrt_k_embedding_bag,
+  [OP_embedding_bag_grad] = dtrt_k_embedding_bag_grad,
+  [OP_embedding_bag_psw_grad] = dtrt_k_embedding_bag_psw_grad,
   [OP_dropout] = dtrt_k_dropout,
   [OP_dropout_grad] = dtrt_k_dropout_grad,
   [OP_causal_mask] = dtrt_k_causal_mask,
@@ -171,6 +174,8 @@ void ir_kernel_attrs(const Inst *inst, DtAttrs *a) {
       for (; skip_f; skip_f--)
         push_f(a, 0);
       push_f(a, at->kind == A_FLOAT ? at->f : (double)at->i);
+    } else if (at->kind == A_STR) {
+      a->s = at->s;
     }
     s = *end ? end + 1 : end;
   }
@@ -188,7 +193,8 @@ int64_t ir_staged_bytes(const Module *m, const Inst *x) {
     {OP_all_reduce, DT_STAGED_ALL_REDUCE}, {OP_all_gather, DT_STAGED_ALL_GATHER},
     {OP_reduce_scatter, DT_STAGED_REDUCE_SCATTER}, {OP_all_to_all, DT_STAGED_ALL_TO_ALL},
     {OP_shard_slice, DT_STAGED_SHARD_SLICE}, {OP_sum, DT_STAGED_SUM}, {OP_mean, DT_STAGED_SUM},
-    {OP_max_grad, DT_STAGED_MAX_GRAD}, {OP_cross_entropy, DT_STAGED_CROSS_ENTROPY}};
+    {OP_max_grad, DT_STAGED_MAX_GRAD}, {OP_cross_entropy, DT_STAGED_CROSS_ENTROPY},
+    {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}};
   int k = 0, n = (int)(sizeof staged / sizeof staged[0]);
   while (k < n && staged[k].op != (int)x->op)
     k++;

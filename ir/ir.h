@@ -613,9 +613,9 @@ void interp_set_step(Interp *it, int64_t step);
 bool interp_run(Interp *it, const char *func, void *const *outputs);
 const char *interp_error(const Interp *it);
 /* The attributes of a kernel op as libdtrt takes them: int and ints ones
- * flattened in schema order into a->i, float ones into a->f; an absent
- * optional attribute is left out, or passed as 0 when a later one of the same
- * class is present. */
+ * flattened in schema order into a->i, float ones into a->f, a str one into
+ * a->s (the IR's own string); an absent optional attribute is left out, or
+ * passed as 0 when a later one of the same class is present. */
 void ir_kernel_attrs(const Inst *inst, struct DtAttrs *a);
 /* The bytes x's kernel allocates while it runs beside its operands and
  * result (dtrt_staged_bytes of its local shapes and attributes, its group

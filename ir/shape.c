@@ -492,6 +492,75 @@ bool shape_causal_mask(Inst *inst, char *err, size_t errlen) {
   return true;
 }
 
+/* embedding_bag's operands (ir/ops.def): input, weight, offsets when input
+ * has rank 1, per_sample_weights when there is one more before `extra`
+ * trailing ones (the adjoint [B, D]); *b: the number of bags, *psw: where
+ * per_sample_weights are (0: none; need_psw: required). */
+static bool bag_operands(Inst *inst, int extra, bool need_psw, int64_t *b, int *psw, char *err,
+                         size_t errlen) {
+  char b1[128], b2[128];
+  const Type *x = IN(0), *w = IN(1);
+  if (x->dtype != DT_I32 || (x->rank != 1 && x->rank != 2))
+    FAIL("'%s' needs input i32[B, K], or i32[N] with offsets; got %s", NAME, ts(x, b1));
+  if (w->dtype != DT_F32 || w->rank != 2)
+    FAIL("'%s' needs a weight f32[R, D], got %s", NAME, ts(w, b1));
+  int base = x->rank == 2 ? 2 : 3, n = inst->nin - extra - base;
+  if (n < 0)
+    FAIL("'%s' with input %s needs offsets i32[B]", NAME, ts(x, b1));
+  const Type *o = x->rank == 1 ? IN(2) : NULL;
+  if (o && (o->dtype != DT_I32 || o->rank != 1))
+    FAIL("'%s' needs offsets i32[B], got %s", NAME, ts(o, b1));
+  *b = o ? o->dim[0] : x->dim[0];
+  if (n > 1 || n < need_psw)
+    FAIL("'%s' has %d operands, which do not fit input %s", NAME, inst->nin, ts(x, b1));
+  int64_t mode = ir_get_int(inst, "mode", -1), pad = ir_get_int(inst, "padding_idx", 0);
+  if (mode < 0 || mode >= DT_BAG_COUNT)
+    FAIL("'%s': mode %lld is not sum (0), mean (1) or max (2)", NAME, (long long)mode);
+  if (pad < 0 || pad >= w->dim[0])
+    FAIL("'%s': padding_idx %lld is outside the weight's rows [0, %lld)", NAME, (long long)pad,
+         (long long)w->dim[0]);
+  *psw = n ? base : 0;
+  Type want = *x;
+  want.dtype = DT_F32;
+  if (n && !type_eq(IN(base), &want))
+    FAIL("'%s': per_sample_weights %s must be f32 of the input's shape, %s", NAME,
+         ts(IN(base), b1), ts(&want, b2));
+  if (n && mode != DT_BAG_SUM)
+    FAIL("'%s': per_sample_weights need mode \"sum\", not \"%s\"", NAME,
+         dtrt_bag_mode_names[mode]);
+  Type dy = {DT_F32, 2, {*b, w->dim[1]}};
+  if (extra && !type_eq(IN(inst->nin - 1), &dy))
+    FAIL("'%s': adjoint %s is not %s", NAME, ts(IN(inst->nin - 1), b1), ts(&dy, b2));
+  return true;
+}
+
+bool shape_embedding_bag(Inst *inst, char *err, size_t errlen) {
+  int64_t b;
+  int psw;
+  if (!bag_operands(inst, 0, false, &b, &psw, err, errlen))
+    return false;
+  inst->type = (Type){DT_F32, 2, {b, IN(1)->dim[1]}};
+  return check_out(inst, err, errlen);
+}
+
+bool shape_embedding_bag_grad(Inst *inst, char *err, size_t errlen) {
+  int64_t b;
+  int psw;
+  if (!bag_operands(inst, 1, false, &b, &psw, err, errlen))
+    return false;
+  inst->type = *IN(1);
+  return true;
+}
+
+bool shape_embedding_bag_psw_grad(Inst *inst, char *err, size_t errlen) {
+  int64_t b;
+  int psw;
+  if (!bag_operands(inst, 1, true, &b, &psw, err, errlen))
+    return false;
+  inst->type = *IN(psw);
+  return true;
+}
+
 /* ---- convolution and pooling ---- */
 
 /* Attribute `name`: two ints [height, width], each from lo to IR_MAX_DIM. */

@@ -357,6 +357,22 @@ static void grad_embedding(GradCtx *g, Inst *inst) {
 
 static void grad_embedding_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
+/* The i32 operands (input, offsets) have none; the weight's adjoint and
+ * per_sample_weights' are kernels of the same operands and dy. */
+static void grad_embedding_bag(GradCtx *g, Inst *inst) {
+  int n = inst->nin, psw = n > (inst->in[0]->type.rank == 2 ? 2 : 3) ? n - 1 : 0;
+  Inst *in[5];
+  memcpy(in, inst->in, sizeof(Inst *) * (size_t)n);
+  in[n] = DY;
+  if (wants(g, inst->in[1]))
+    accum(g, inst->in[1], grad_op(g, OP_embedding_bag_grad, inst, n + 1, in));
+  if (psw && wants(g, inst->in[psw]))
+    accum(g, inst->in[psw], grad_op(g, OP_embedding_bag_psw_grad, inst, n + 1, in));
+}
+
+static void grad_embedding_bag_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_embedding_bag_psw_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
 /* The same (p, seed) give the same mask. */
 static void grad_dropout(GradCtx *g, Inst *inst) {
   Inst *dy = DY;

@@ -270,6 +270,33 @@ static bool shard_embedding_grad(const Inst *i, DimMap *m) {
   return true;
 }
 
+/* Embedding bags: with input [B, K], the bags (dim 0 of input,
+ * per_sample_weights and dy) are the batch rows, split or not; to (the
+ * result dim they map to) or FORM_SUM(0) for the weight's gradient, a sum
+ * over the bags. The weight stays whole (replicated), and so does every
+ * dim of a flat input with offsets, whose bags no block of the input
+ * holds. */
+static bool bag_rows(const Inst *i, DimMap *m, int to) {
+  map_init(i, m);
+  for (int d = 0; d < i->type.rank; d++)
+    m->res_whole[d] = true;
+  if (i->in[0]->type.rank != 2)
+    return true;
+  for (int k = 0; k < i->nin; k++)
+    if (k != 1)
+      m->to[k][0] = to;
+  if (to >= 0)
+    m->res_whole[to] = false;
+  else
+    m->nsum = 1;
+  return true;
+}
+static bool shard_embedding_bag(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
+static bool shard_embedding_bag_grad(const Inst *i, DimMap *m) {
+  return bag_rows(i, m, FORM_SUM(0));
+}
+static bool shard_embedding_bag_psw_grad(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
+
 /* ---- convolution and pooling: N carries over, H and W stay whole ---- */
 
 /* The batch dim of operands ks (a -1 ends the list) maps to result dim to

@@ -182,6 +182,7 @@ static Kind kind_of(Cut *c, const Inst *i, const Inst *x, const Kind *k, bool ba
   /* a reduction over the rows: a weight's gradient */
   if (backward && type_eq(a, b) &&
       (i->op == OP_sum || i->op == OP_matmul || i->op == OP_embedding_grad ||
+       i->op == OP_embedding_bag_grad ||
        i->op == OP_cross_entropy_sum || i->op == OP_label_count))
     return V_SUM;
   fail(c, i->loc, arena_printf(c->m->arena, "'%s' %s", ir_ops[i->op].name,

@@ -6,7 +6,8 @@
  * in order. A compute op takes the device's roofline, as dtc-probe measures
  * it: a fixed lat, its FLOPs over the GEMM's speed, and the bytes it moves
  * over the elementwise loops' bandwidth (its result, and for any op but an
- * elementwise one, which fusion keeps in registers, its operands), and for
+ * elementwise one, which fusion keeps in registers, its operands; of an
+ * embedding bag's table, the rows it gathers), and for
  * kernels built on exponentials or random numbers a cost per element
  * (elem_cost) at the GEMM's speed. A device given no bandwidth moves a byte
  * for SIM_BYTE_FLOPS FLOPs, so one that is slower at math, such as one
@@ -100,6 +101,19 @@ static double value_bytes(const Inst *i) {
   return (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype);
 }
 
+/* The bytes op i reads of its operand k: an embedding bag's weight as the
+ * rows its entries gather (input's elements times D), when fewer than the
+ * table. */
+static double operand_bytes(const Inst *i, int k) {
+  double b = value_bytes(i->in[k]);
+  bool bag = i->op == OP_embedding_bag || i->op == OP_embedding_bag_grad ||
+             i->op == OP_embedding_bag_psw_grad;
+  if (!bag || k != 1)
+    return b;
+  double rows = (double)type_elems(&i->in[0]->type) * (double)i->in[1]->type.dim[1] * 4;
+  return rows < b ? rows : b;
+}
+
 void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, bool out_split,
                        bool work_split, int device, double *whole, double *share) {
   const OpInfo *op = &ir_ops[i->op];
@@ -114,7 +128,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   *(work_split ? &sh : &w) += (ir_flops(i) + elem_cost(i->op) * n) / flops;
   *(out_split ? &sh : &w) += value_bytes(i) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
-    *(in_split && in_split[k] ? &sh : &w) += value_bytes(i->in[k]) / bw;
+    *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;
   *whole = w;
   *share = sh;
 }

@@ -132,6 +132,8 @@ typedef struct DtAttrs {
   int64_t step;      /* training step counter (dropout masks) */
   DtGemmFn gemm;     /* the GEMM a convolution makes its products with (the
                         generated code's own); NULL: OpenBLAS's sgemm */
+  const char *s;     /* the op's str attribute (embedding_bag's table, named
+                        in its messages); NULL: none */
 } DtAttrs;
 
 /* Every non-elementwise op NAME has
@@ -186,6 +188,25 @@ DTRT_KERNEL(normalize);
 DTRT_KERNEL(normalize_grad);
 DTRT_KERNEL(embedding);
 DTRT_KERNEL(embedding_grad);
+/* torch's embedding_bag (runtime/kernels_bag.c). Operands: input i32[B,K]
+ * (bag b is row b) or input i32[N] then offsets i32[B] (bag b holds entries
+ * offsets[b] .. offsets[b+1]-1, the last up to N; offsets[0] = 0, never
+ * decreasing, at most N), weight f32[R,D], then per_sample_weights f32 of
+ * input's shape (mode sum only). i[0] = mode (DtBagMode), i[1] =
+ * padding_idx (absent or -1: none), s = the table's name. An entry equal to
+ * padding_idx is skipped and not counted; an empty bag gives zeros; another
+ * id outside [0, R) is DT_ERR_ARG naming the table, the batch row (bag) and
+ * the id. embedding_bag -> f32[B,D]; embedding_bag_grad (same operands, then
+ * dy f32[B,D]) -> the weight's gradient f32[R,D], each row summed in bag
+ * order whatever the threads (max: each dy element to the first maximal
+ * entry, the first NaN when there is one); embedding_bag_psw_grad (the same,
+ * per_sample_weights required) -> per_sample_weights' gradient, dy[b] .
+ * weight[id] per entry, 0 at padding. */
+typedef enum DtBagMode { DT_BAG_SUM, DT_BAG_MEAN, DT_BAG_MAX, DT_BAG_COUNT } DtBagMode;
+extern const char *const dtrt_bag_mode_names[DT_BAG_COUNT];   /* "sum", "mean", "max" */
+DTRT_KERNEL(embedding_bag);
+DTRT_KERNEL(embedding_bag_grad);
+DTRT_KERNEL(embedding_bag_psw_grad);
 DTRT_KERNEL(dropout);
 DTRT_KERNEL(dropout_grad);
 DTRT_KERNEL(causal_mask);
@@ -275,12 +296,12 @@ bool dtrt_coll_has_method(DtColl c, int method);
 /* The kernels that allocate while they run, beside their input and output:
  * the collectives' tables of blocks and the copies they pack blocks into
  * (blocks not contiguous, a ring's chunk, padding), a large sum's partial
- * rows, cross_entropy's row losses, max_grad's maxima. Each such block is
- * freed before the kernel returns. */
+ * rows, cross_entropy's row losses, max_grad's maxima, embedding_bag_grad's
+ * arg-maxima (mode max). Each such block is freed before the kernel returns. */
 typedef enum DtStaged {
   DT_STAGED_ALL_REDUCE, DT_STAGED_ALL_GATHER, DT_STAGED_REDUCE_SCATTER, DT_STAGED_ALL_TO_ALL,
   DT_STAGED_SHARD_SLICE, DT_STAGED_SUM, DT_STAGED_MAX_GRAD, DT_STAGED_CROSS_ENTROPY,
-  DT_STAGED_COUNT
+  DT_STAGED_BAG_GRAD, DT_STAGED_COUNT
 } DtStaged;
 /* The most bytes kernel k holds at once in those blocks, for the input
  * in[0..nin), the output out (only dtype, rank and dims are read) and the

@@ -333,6 +333,7 @@ int64_t dtrt_comm_staged(DtStaged k, const DtTensor *in, const DtTensor *out, co
 int64_t dtrt_reduce_staged(DtStaged k, const DtTensor *in, int nin, const DtTensor *out);
                                                                                /* kernels_reduce.c */
 int64_t dtrt_nn_staged(const DtTensor *in, int nin);                           /* kernels_nn.c */
+int64_t dtrt_bag_staged(const DtTensor *in, int nin, const DtAttrs *a);       /* kernels_bag.c */
 
 /* ---- trace.c ---------------------------------------------------------- */
 

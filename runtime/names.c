@@ -1,7 +1,7 @@
 /* names.c: the spellings of the facts libdtrt shares with the compiler
- * (schedules, initialisers, collectives and their methods), which methods
- * each collective kernel implements, and what a kernel allocates while it
- * runs (each kernel's file sizes its own). */
+ * (schedules, initialisers, collectives and their methods, embedding bags'
+ * modes), which methods each collective kernel implements, and what a kernel
+ * allocates while it runs (each kernel's file sizes its own). */
 #include <string.h>
 
 #include "dtrt_int.h"
@@ -12,6 +12,7 @@ const char *const dtrt_init_names[DT_INIT_COUNT] = {"zeros", "ones", "glorot", "
                                                     "uniform"};
 const char *const dtrt_comm_method_names[DTRT_COMM_COUNT] = {"mpi", "ring", "grouped",
                                                              "hierarchical", "padded"};
+const char *const dtrt_bag_mode_names[DT_BAG_COUNT] = {"sum", "mean", "max"};
 const char *const dtrt_coll_names[DT_COLL_COUNT] = {"all_reduce", "all_gather",
                                                     "reduce_scatter", "all_to_all"};
 
@@ -36,6 +37,8 @@ int64_t dtrt_staged_bytes(DtStaged k, const DtTensor *in, int nin, const DtTenso
     return dtrt_comm_staged(k, in, out, a, p);
   if (k == DT_STAGED_CROSS_ENTROPY)
     return dtrt_nn_staged(in, nin);
+  if (k == DT_STAGED_BAG_GRAD)
+    return dtrt_bag_staged(in, nin, a);
   return dtrt_reduce_staged(k, in, nin, out);
 }
 

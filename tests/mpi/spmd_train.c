@@ -20,7 +20,9 @@
  * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
  * -DSPMD_DEEP for examples/gpt.dt, with -DSPMD_CNN for examples/cnn.dt,
  * with -DSPMD_CNN_BN for tests/mpi/cnn_bn_sgd.dt (its buffers compared too),
- * else examples/mlp.dt (with -DSPMD_IGNORE tests/mpi/mlp_losses.dt, some
+ * with -DSPMD_DLRM for tests/mpi/dlrm.dt (embedding bags; --bad-id before
+ * OUT: an id outside its table, and the step must fail), else
+ * examples/mlp.dt (with -DSPMD_IGNORE tests/mpi/mlp_losses.dt, some
  * labels -100). */
 #include <math.h>
 #include <stdbool.h>
@@ -139,6 +141,54 @@ static int train(Model *m, float *loss) {
 static int forward(Model *m, float *out) {
   batch();
   return cnnbn_forward(m, x, CNNBN_X_ELEMS, out, OUT_ELEMS);
+}
+#elif defined SPMD_DLRM   /* tests/mpi/dlrm.dt */
+#include "dlrm.h"
+typedef dlrm Model;
+#define model_create dlrm_create
+#define model_destroy dlrm_destroy
+#define model_error dlrm_error
+#define OUT_ELEMS DLRM_LOGIT_ELEMS
+static const char *const params[] = {"e_item", "e_tag", "e_cat", "w0", "w1", "b1", "w2"};
+static int32_t items[DLRM_ITEMS_ELEMS], tags[DLRM_TAGS_ELEMS], cats[DLRM_CATS_ELEMS];
+static int32_t offs[DLRM_OFFS_ELEMS];
+static float x[DLRM_X_ELEMS], y[DLRM_Y_ELEMS];
+
+/* Ids over each table (a tag of 0 is padding, about one in three), bags of
+ * categories of 0 to 4 entries, clicks 0 or 1. */
+static void batch(void) {
+  for (int k = 0; k < DLRM_ITEMS_ELEMS; k++)
+    items[k] = (int32_t)(next() % 100);
+  for (int k = 0; k < DLRM_TAGS_ELEMS; k++)
+    tags[k] = next() % 3 ? (int32_t)(next() % 30) : 0;
+  for (int k = 0; k < DLRM_CATS_ELEMS; k++)
+    cats[k] = (int32_t)(next() % 20);
+  offs[0] = 0;
+  for (int k = 1; k < DLRM_OFFS_ELEMS; k++) {
+    int32_t end = offs[k - 1] + (int32_t)(next() % 5);
+    offs[k] = end > DLRM_CATS_ELEMS ? DLRM_CATS_ELEMS : end;
+  }
+  for (int k = 0; k < DLRM_X_ELEMS; k++)
+    x[k] = (float)(next() >> 40) / (float)(1 << 24);
+  for (int k = 0; k < DLRM_Y_ELEMS; k++)
+    y[k] = (float)(next() % 2);
+}
+
+static bool bad_id;   /* --bad-id: id 100 (e_item has 100 rows) in batch row 1 */
+
+static int train(Model *m, float *loss) {
+  batch();
+  if (bad_id)
+    items[1 * DLRM_ITEMS_DIM1 + 2] = 100;
+  return dlrm_train_step(m, items, DLRM_ITEMS_ELEMS, tags, DLRM_TAGS_ELEMS, cats,
+                         DLRM_CATS_ELEMS, offs, DLRM_OFFS_ELEMS, x, DLRM_X_ELEMS, y,
+                         DLRM_Y_ELEMS, loss);
+}
+
+static int forward(Model *m, float *out) {
+  batch();
+  return dlrm_forward(m, items, DLRM_ITEMS_ELEMS, tags, DLRM_TAGS_ELEMS, cats, DLRM_CATS_ELEMS,
+                      offs, DLRM_OFFS_ELEMS, x, DLRM_X_ELEMS, out, OUT_ELEMS);
 }
 #else
 #include "mlp.h"
@@ -338,6 +388,10 @@ static bool compare(const Run *got, const Run *ref) {
 int main(int argc, char **argv) {
   bool memory = argc > 1 && !strcmp(argv[1], "--memory");
   argc -= memory, argv += memory;
+#ifdef SPMD_DLRM
+  bad_id = argc > 1 && !strcmp(argv[1], "--bad-id");
+  argc -= bad_id, argv += bad_id;
+#endif
   if (argc < 2 || argc > 3) {
     fprintf(stderr, "usage: spmd_train [--memory] OUT [REF] | spmd_train --create-fails TEXT\n");
     return 2;

@@ -1,6 +1,7 @@
 /* test_autodiff.c: the derivative of every differentiable op, and of a few
  * compositions, against central finite differences (see gradcheck). */
 #include <math.h>
+#include <string.h>
 
 #include "test_autodiff.h"
 
@@ -188,6 +189,62 @@ static void test_embedding(void **s) {
   for (int k = 0; k < 6; k++)
     id[k] = v[k];
   gradcheck(&t, tm_op(&t, OP_embedding, 2, tab, ids), "embedding");
+}
+
+/* embedding_bag in mode m: ids [3, 4] (or a flat [9] in bags 0-3, 4-3
+ * (empty), 4-8), row 6 as padding_idx when pad, per-sample weights a param
+ * when psw; max's rows distinct, so small steps keep the arg-max. */
+static void bag(int mode, bool flat, bool psw, bool pad, const char *label) {
+  static const int32_t v[12] = {4, 0, 4, 6, 1, 6, 2, 5, 3, 3, 0, 1};
+  Inst *w = tm_param(&t, "w", F32(7, 3)), *in[4] = {0};
+  Inst *ids = tm_input(&t, "ids", flat ? I32(9) : I32(3, 4));
+  int n = 0;
+  in[n++] = ids;
+  in[n++] = w;
+  memcpy(tm_data(&t, "ids"), v, sizeof(int32_t) * (flat ? 9 : 12));
+  if (mode == DT_BAG_MAX)
+    fill_distinct(tm_data(&t, "w"), 21, -1, 0.1);
+  if (flat) {
+    in[n++] = tm_input(&t, "offs", I32(3));
+    int32_t *o = tm_data(&t, "offs");
+    o[0] = 0, o[1] = 4, o[2] = 4;
+  }
+  if (psw)
+    in[n++] = tm_param(&t, "sw", flat ? F32(9) : F32(3, 4));
+  Inst *y = tm_new(&t, OP_embedding_bag, n, in[0], in[1], in[2], in[3]);
+  ir_set_int(y, "mode", mode);
+  if (pad)
+    ir_set_int(y, "padding_idx", 6);
+  gradcheck(&t, ir_finish(y), label);
+}
+
+static void test_embedding_bag_sum(void **s) {
+  (void)s;
+  bag(DT_BAG_SUM, false, false, false, "embedding_bag sum");
+}
+static void test_embedding_bag_mean(void **s) {
+  (void)s;
+  bag(DT_BAG_MEAN, false, false, true, "embedding_bag mean, padding_idx");
+}
+static void test_embedding_bag_max(void **s) {
+  (void)s;
+  bag(DT_BAG_MAX, false, false, true, "embedding_bag max, padding_idx");
+}
+static void test_embedding_bag_psw(void **s) {
+  (void)s;
+  bag(DT_BAG_SUM, false, true, true, "embedding_bag sum, per_sample_weights");
+}
+static void test_embedding_bag_offsets(void **s) {
+  (void)s;
+  bag(DT_BAG_SUM, true, true, false, "embedding_bag offsets, per_sample_weights");
+}
+static void test_embedding_bag_offsets_mean(void **s) {
+  (void)s;
+  bag(DT_BAG_MEAN, true, false, true, "embedding_bag offsets mean");
+}
+static void test_embedding_bag_offsets_max(void **s) {
+  (void)s;
+  bag(DT_BAG_MAX, true, false, false, "embedding_bag offsets max");
 }
 
 static void test_dropout(void **s) {
@@ -524,7 +581,10 @@ int main(void) {
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),
     T(test_matmul_bcast), T(test_matmul_bcast_tb), T(test_matmul_bcast_ta),
     T(test_matmul_bcast_tab), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
-    T(test_cross_entropy), T(test_cross_entropy_smoothed), T(test_bce_with_logits), T(test_mse), T(test_normalize), T(test_embedding), T(test_dropout),
+    T(test_cross_entropy), T(test_cross_entropy_smoothed), T(test_bce_with_logits), T(test_mse), T(test_normalize), T(test_embedding),
+    T(test_embedding_bag_sum), T(test_embedding_bag_mean), T(test_embedding_bag_max),
+    T(test_embedding_bag_psw), T(test_embedding_bag_offsets), T(test_embedding_bag_offsets_mean),
+    T(test_embedding_bag_offsets_max), T(test_dropout),
     T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
     T(test_pad_value), T(test_pad_value_huge), T(test_pad_value_neg_inf), T(test_pad_value_inf),
     T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),

@@ -300,6 +300,43 @@ static void kernels_and_shapes(void **state) {
   ct_free(&t);
 }
 
+/* embedding_bag in each mode through libdtrt's kernels: ids [4,3] in
+ * rows 0..2 of two tables (mean skipping row 2, max), a flat [6] cut by
+ * offsets [0, 1, 2] summed with trained per-sample weights (the harness's
+ * i32 inputs are i * 7 % 3). */
+static Inst *bag_op(CT *t, int mode, int pad, int nin, Inst *a, Inst *b, Inst *c, Inst *d) {
+  Inst *i = ct_new(t, OP_embedding_bag, nin, a, b, c, d);
+  ir_set_int(i, "mode", mode);
+  if (pad >= 0)
+    ir_set_int(i, "padding_idx", pad);
+  ir_set_str(i, "table", "e");
+  return ir_finish(i);
+}
+
+static void embedding_bags(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "bags");
+  Inst *ids = ct_global(&t, "ids", G_INPUT, ty(DT_I32, 2, 4, 3), NULL);
+  Inst *flat = ct_global(&t, "flat", G_INPUT, ty(DT_I32, 1, 6), NULL);
+  Inst *offs = ct_global(&t, "offs", G_INPUT, ty(DT_I32, 1, 3), NULL);
+  Inst *e1 = ct_global(&t, "e1", G_PARAM, ty(DT_F32, 2, 5, 4), "glorot");
+  Inst *e2 = ct_global(&t, "e2", G_PARAM, ty(DT_F32, 2, 5, 4), "glorot");
+  Inst *sw = ct_global(&t, "sw", G_PARAM, ty(DT_F32, 1, 6), "ones");
+  Inst *a = bag_op(&t, DT_BAG_MEAN, 2, 2, ids, e1, NULL, NULL);
+  Inst *b = bag_op(&t, DT_BAG_MAX, -1, 2, ids, e2, NULL, NULL);
+  Inst *c = bag_op(&t, DT_BAG_SUM, -1, 4, flat, e1, offs, sw);
+  Inst *ab = ct_op(&t, OP_add, 2, a, b);
+  ct_output(&t, ab, "ab");
+  ct_output(&t, c, "c");
+  Inst *l1 = ir_finish(with_ints(ct_new(&t, OP_mean, 1, ct_op(&t, OP_mul, 2, ab, ab)), "axes", 2, 0, 1));
+  Inst *l2 = ir_finish(with_ints(ct_new(&t, OP_mean, 1, ct_op(&t, OP_mul, 2, c, c)), "axes", 2, 0, 1));
+  ct_output(&t, ct_op(&t, OP_add, 2, l1, l2), "loss");
+  ct_train(&t, "sgd", 0.5);
+  run_model(&t, 3);
+  ct_free(&t);
+}
+
 /* A pad of x filled by op (pad_reflect, ...) on axis at begin to size. */
 static Inst *copy_pad(CT *t, Op op, Inst *x, int64_t axis, int64_t begin, int64_t size) {
   Inst *p = ct_new(t, op, 1, x);
@@ -672,7 +709,7 @@ int main(void) {
       cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
       cmocka_unit_test(pools_and_pads),   cmocka_unit_test(inference_only),
       cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
-      cmocka_unit_test(explog_accuracy),
+      cmocka_unit_test(explog_accuracy),  cmocka_unit_test(embedding_bags),
       cmocka_unit_test(pad_values_exact),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* test_sim.c: the step simulator (passes/sim.c) against times worked out here
  * from the IR and the cluster: one device, data parallel with its all-reduces,
- * even against uneven splits on unequal devices, and the Chrome trace. */
+ * even against uneven splits on unequal devices, an embedding bag's gathered
+ * bytes, and the Chrome trace. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -188,6 +189,46 @@ static void test_roofline(void **state) {
   arena_free(a);
 }
 
+/* An embedding bag reads the rows its ids gather, not its table: the
+ * forward's bytes are its result, its ids and B K rows of D floats; the
+ * weight's gradient also writes the whole dense gradient. */
+static void test_embedding_bag_bytes(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Diag d;
+  diag_init(&d, stderr);
+  const char *text = "model rec(batch B = 4) {\n"
+                     "  input  ids: i32[B, 2]\n"
+                     "  input  y: f32[B, 16]\n"
+                     "  param  e: f32[100000, 16] init zeros\n"
+                     "  loss   = mse(embedding_bag(ids, e, mode = \"sum\"), y)\n"
+                     "  minimize loss with sgd(lr = 0.1)\n"
+                     "}\n";
+  Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
+  assert_non_null(m);
+  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL));
+  const Func *f = step_func(m, -1);
+  double bw = SIM_DEFAULT_GFLOPS * 1e9 / SIM_BYTE_FLOPS, rows = 4.0 * 2 * 16 * 4;
+  int seen = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    double want;
+    if (i->op == OP_embedding_bag)
+      want = 8 * 16 / (SIM_DEFAULT_GFLOPS * 1e9) + (4 * 16 * 4 + 4 * 2 * 4 + rows) / bw;
+    else if (i->op == OP_embedding_bag_grad)
+      want = 8 * 16 / (SIM_DEFAULT_GFLOPS * 1e9) +
+             (100000.0 * 16 * 4 + 4 * 2 * 4 + rows + 4 * 16 * 4) / bw;
+    else
+      continue;
+    seen++;
+    double got = sim_compute_time(m, i, -1);
+    if (!(fabs(got - want) <= 1e-9 * want))
+      fail_msg("%s: %.6g s, want %.6g s", ir_ops[i->op].name, got, want);
+  }
+  assert_int_equal(seen, 2);
+  arena_free(a);
+}
+
 static void test_data_parallel_intra(void **state) {
   (void)state;
   check_dp(one_node, 1e9, 2e-6);
@@ -270,7 +311,7 @@ static void test_trace_json(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_single_device),
+      cmocka_unit_test(test_single_device), cmocka_unit_test(test_embedding_bag_bytes),
     cmocka_unit_test(test_roofline),
       cmocka_unit_test(test_data_parallel_intra),
       cmocka_unit_test(test_data_parallel_inter),

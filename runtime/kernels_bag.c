@@ -1,0 +1,353 @@
+/* kernels_bag.c: torch's embedding_bag and its two derivatives: bags of rows
+ * of a table pooled by sum, mean or max (operands and attributes in dtrt.h).
+ * The forward and the per-sample weights' gradient split the bags over
+ * threads; the weight's gradient splits the table's rows, each thread adding
+ * into its own rows in bag order, so the bits never depend on the threads. */
+#include <math.h>
+#include <string.h>
+
+#include "dtrt_int.h"
+
+/* Bags times D below which a kernel runs on the calling thread alone. */
+enum { BAG_PARALLEL = 1 << 15, LANES = 8 };
+
+/* The operands of one call, checked. */
+typedef struct Bag {
+  const int32_t *id, *off;   /* off NULL: bag b is input row b, k entries */
+  const float *w, *psw, *dy; /* psw NULL: none; dy: the _grad ops' adjoint */
+  float *y;                  /* the result */
+  const int64_t *arg;        /* max's backward: the entry of each (bag, column) */
+  int64_t n, k, b, rows, d, parts;
+  int64_t pad; /* padding_idx; none: INT64_MIN */
+  int mode;
+} Bag;
+
+/* Entries [*lo, *hi) of input make bag b. */
+static void span(const Bag *g, int64_t b, int64_t *lo, int64_t *hi) {
+  if (!g->off) {
+    *lo = b * g->k;
+    *hi = *lo + g->k;
+    return;
+  }
+  *lo = g->off[b];
+  *hi = b + 1 < g->b ? g->off[b + 1] : g->n;
+}
+
+/* The entries of bag b that count: those not padding_idx. */
+static int64_t count(const Bag *g, int64_t b) {
+  int64_t lo, hi, c = 0;
+  span(g, b, &lo, &hi);
+  for (int64_t j = lo; j < hi; j++)
+    c += g->id[j] != g->pad;
+  return c;
+}
+
+/* "OP: table 'NAME'" (or "OP" when the table has no name) into buf. */
+static const char *where(const char *op, const DtAttrs *a, char *buf, size_t n) {
+  if (a && a->s && a->s[0])
+    snprintf(buf, n, "%s: table '%s'", op, a->s);
+  else
+    snprintf(buf, n, "%s", op);
+  return buf;
+}
+
+/* Offsets start at 0, never decrease and stay within the input; every id
+ * but padding_idx lies in [0, rows). */
+static DtStatus check_ids(DtrtCtx *ctx, const char *at, const Bag *g) {
+  if (g->off && g->b && g->off[0] != 0)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: offsets[0] is %d; the first bag must start at 0", at,
+                     (int)g->off[0]);
+  for (int64_t b = 1; g->off && b < g->b; b++)
+    if (g->off[b] < g->off[b - 1])
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "%s: offsets[%lld] = %d is less than offsets[%lld] = %d; offsets must "
+                       "not decrease",
+                       at, (long long)b, (int)g->off[b], (long long)(b - 1), (int)g->off[b - 1]);
+  if (g->off && g->b && g->off[g->b - 1] > g->n)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: offsets[%lld] = %d is past the input's end, %lld", at,
+                     (long long)(g->b - 1), (int)g->off[g->b - 1], (long long)g->n);
+  for (int64_t b = 0; b < g->b; b++) {
+    int64_t lo, hi;
+    span(g, b, &lo, &hi);
+    for (int64_t j = lo; j < hi; j++)
+      if (g->id[j] != g->pad && (g->id[j] < 0 || g->id[j] >= g->rows))
+        return dtrt_fail(ctx, DT_ERR_ARG,
+                         "%s: batch row %lld has id %d (input entry %lld), outside [0, %lld)", at,
+                         (long long)b, (int)g->id[j], (long long)j, (long long)g->rows);
+  }
+  return DT_OK;
+}
+
+/* The common entry: operands (grad: dy last; psw: per_sample_weights
+ * required), attributes and ids, into g. */
+static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
+                      const DtTensor *out, const DtAttrs *a, bool grad, bool psw, Bag *g) {
+  DtStatus s;
+  char at[192];
+  int extra = grad || psw;
+  where(op, a, at, sizeof at);
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2 + extra, 4 + extra, out, a, 2, 0)) ||
+      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_I32)) ||
+      (s = dtrt_check(ctx, op, "weight", &in[1], DTRT_F32)))
+    return s;
+  const DtTensor *x = &in[0], *w = &in[1];
+  if (x->rank != 1 && x->rank != 2)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: input needs rank 2 [B, K], or 1 with offsets; got %d",
+                     op, (int)x->rank);
+  if (w->rank != 2)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: weight needs rank 2 [R, D], got %d", op, (int)w->rank);
+  int base = x->rank == 2 ? 2 : 3, npsw = nin - extra - base;
+  if (npsw < (psw ? 1 : 0) || npsw > 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d operands do not fit an input of rank %d%s", op, nin,
+                     (int)x->rank, psw ? " and per_sample_weights" : "");
+  *g = (Bag){.id = x->data, .w = w->data, .n = dtrt_numel(x), .rows = w->dim[0], .d = w->dim[1]};
+  g->mode = (int)dtrt_ai(a, 0, -1);
+  g->pad = dtrt_ai(a, 1, -1);
+  if (g->mode < 0 || g->mode >= DT_BAG_COUNT)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: mode %lld is not one of sum (0), mean (1), max (2)", op,
+                     (long long)dtrt_ai(a, 0, -1));
+  if (g->pad < -1 || g->pad >= g->rows)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: padding_idx %lld is outside [0, %lld)", op,
+                     (long long)g->pad, (long long)g->rows);
+  if (g->pad < 0)
+    g->pad = INT64_MIN; /* no id equals it */
+  if (npsw && g->mode != DT_BAG_SUM)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: per_sample_weights need mode sum, not %s", op,
+                     dtrt_bag_mode_names[g->mode]);
+  if (x->rank == 2) {
+    g->b = x->dim[0];
+    g->k = x->dim[1];
+  } else {
+    if ((s = dtrt_check(ctx, op, "offsets", &in[2], DTRT_I32)))
+      return s;
+    if (in[2].rank != 1)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: offsets need rank 1 [B], got %d", op, (int)in[2].rank);
+    g->off = in[2].data;
+    g->b = in[2].dim[0];
+  }
+  if (npsw) {
+    if ((s = dtrt_check_as(ctx, op, "per_sample_weights", &in[base], DTRT_F32, x->dim, x->rank)))
+      return s;
+    g->psw = in[base].data;
+  }
+  int64_t bd[2] = {g->b, g->d};
+  if (extra) {
+    if ((s = dtrt_check_as(ctx, op, "dy", &in[nin - 1], DTRT_F32, bd, 2)))
+      return s;
+    g->dy = in[nin - 1].data;
+  }
+  const int64_t *od = psw ? x->dim : grad ? w->dim : bd;
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, od, psw ? x->rank : 2)))
+    return s;
+  g->y = out->data;
+  return check_ids(ctx, at, g);
+}
+
+/* body over [0, n) on the pool when the work (elements touched) is large. */
+static void run(DtrtCtx *ctx, int64_t n, int64_t work, void (*body)(void *, int64_t, int64_t),
+                void *env) {
+  if (work >= BAG_PARALLEL && n > 1)
+    dtrt_parallel_for(ctx, n, body, env);
+  else if (n > 0)
+    body(env, 0, n);
+}
+
+/* y = max(y, v) element by element; NaN counts as larger than everything
+ * (dtc's max), so it stays once there. */
+static inline int takes(float v, float y) { return (v > y) | ((v != v) & (y == y)); }
+
+static void max_into(float *restrict y, const float *restrict v, int64_t d) {
+  for (int64_t c = 0; c < d; c++)
+    y[c] = takes(v[c], y[c]) ? v[c] : y[c];
+}
+
+static void forward_bags(void *env, int64_t b0, int64_t b1) {
+  const Bag *g = env;
+  int64_t d = g->d;
+  for (int64_t b = b0; b < b1; b++) {
+    float *restrict y = g->y + b * d;
+    int64_t lo, hi, cnt = 0;
+    memset(y, 0, (size_t)d * sizeof(float));
+    span(g, b, &lo, &hi);
+    for (int64_t j = lo; j < hi; j++) {
+      if (g->id[j] == g->pad)
+        continue;
+      const float *restrict r = g->w + g->id[j] * d;
+      if (g->mode == DT_BAG_MAX && !cnt)
+        memcpy(y, r, (size_t)d * sizeof(float));
+      else if (g->mode == DT_BAG_MAX)
+        max_into(y, r, d);
+      else if (g->psw)
+        for (int64_t c = 0; c < d; c++)
+          y[c] += g->psw[j] * r[c];
+      else
+        for (int64_t c = 0; c < d; c++)
+          y[c] += r[c];
+      cnt++;
+    }
+    if (g->mode == DT_BAG_MEAN && cnt > 1)
+      for (int64_t c = 0; c < d; c++)
+        y[c] /= (float)cnt;
+  }
+}
+
+DTRT_TRACED(embedding_bag, DTRT_TID_KERNEL) {
+  Bag g;
+  DtStatus s = begin(ctx, "embedding_bag", in, nin, out, a, false, false, &g);
+  if (!s)
+    run(ctx, g.b, g.n * g.d, forward_bags, &g);
+  return s;
+}
+
+/* max's backward: arg[b d + c], the first entry of bag b holding the bag's
+ * maximum in column c (the first NaN when there is one), -1 when empty. */
+static void argmax_bags(void *env, int64_t b0, int64_t b1) {
+  enum { COLS = 256 }; /* columns whose maxima so far stay on the stack */
+  const Bag *g = env;
+  int64_t d = g->d;
+  for (int64_t b = b0; b < b1; b++) {
+    int64_t lo, hi, first;
+    span(g, b, &lo, &hi);
+    for (first = lo; first < hi && g->id[first] == g->pad;)
+      first++;
+    for (int64_t c0 = 0; c0 < d; c0 += COLS) {
+      int64_t nc = d - c0 < COLS ? d - c0 : COLS, *ab = (int64_t *)g->arg + b * d + c0;
+      float best[COLS];
+      int32_t at[COLS]; /* entries after the first (a bag holds at most INT32_MAX) */
+      if (first < hi)
+        memcpy(best, g->w + g->id[first] * d + c0, (size_t)nc * sizeof(float));
+      memset(at, 0, sizeof at);
+      for (int64_t j = first + 1; j < hi; j++) {
+        if (g->id[j] == g->pad)
+          continue;
+        const float *restrict r = g->w + g->id[j] * d + c0;
+        int32_t e = (int32_t)(j - first);
+        for (int64_t c = 0; c < nc; c++) {
+          int t = takes(r[c], best[c]);
+          best[c] = t ? r[c] : best[c];
+          at[c] = t ? e : at[c];
+        }
+      }
+      for (int64_t c = 0; c < nc; c++)
+        ab[c] = first < hi ? first + at[c] : -1;
+    }
+  }
+}
+
+/* Rows [rows p / parts, rows (p+1) / parts) of the weight's gradient for
+ * each part p: zeroed, then each bag's contributions to them in bag order. */
+static void grad_rows(void *env, int64_t p0, int64_t p1) {
+  const Bag *g = env;
+  int64_t d = g->d;
+  for (int64_t p = p0; p < p1; p++) {
+    int64_t r0 = g->rows * p / g->parts, r1 = g->rows * (p + 1) / g->parts;
+    memset(g->y + r0 * d, 0, (size_t)((r1 - r0) * d) * sizeof(float));
+    for (int64_t b = 0; b < g->b; b++) {
+      const float *restrict dy = g->dy + b * d;
+      if (g->mode == DT_BAG_MAX) {
+        for (int64_t c = 0; c < d; c++) {
+          int64_t j = g->arg[b * d + c], id = j < 0 ? -1 : g->id[j];
+          if (id >= r0 && id < r1)
+            g->y[id * d + c] += dy[c];
+        }
+        continue;
+      }
+      int64_t lo, hi;
+      float cnt = g->mode == DT_BAG_MEAN ? (float)count(g, b) : 1;
+      span(g, b, &lo, &hi);
+      for (int64_t j = lo; j < hi; j++) {
+        int64_t id = g->id[j];
+        if (id == g->pad || id < r0 || id >= r1)
+          continue;
+        float *restrict y = g->y + id * d;
+        if (g->psw)
+          for (int64_t c = 0; c < d; c++)
+            y[c] += g->psw[j] * dy[c];
+        else if (g->mode == DT_BAG_MEAN)
+          for (int64_t c = 0; c < d; c++)
+            y[c] += dy[c] / cnt;
+        else
+          for (int64_t c = 0; c < d; c++)
+            y[c] += dy[c];
+      }
+    }
+  }
+}
+
+static int64_t argmax_bytes(int64_t b, int64_t d) { return b * d * (int64_t)sizeof(int64_t); }
+
+DTRT_TRACED(embedding_bag_grad, DTRT_TID_KERNEL) {
+  Bag g;
+  DtStatus s = begin(ctx, "embedding_bag_grad", in, nin, out, a, true, false, &g);
+  if (s)
+    return s;
+  int64_t work = g.n * g.d + g.rows * g.d;
+  void *arg = NULL;
+  for (int64_t b = 0; g.mode == DT_BAG_MAX && b < g.b; b++) {
+    int64_t lo, hi;
+    span(&g, b, &lo, &hi);
+    if (hi - lo > INT32_MAX) /* argmax_bags counts a bag's entries in int32 */
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "embedding_bag_grad: bag %lld holds %lld entries; max "
+                       "takes at most %d",
+                       (long long)b, (long long)(hi - lo), INT32_MAX);
+  }
+  if (g.mode == DT_BAG_MAX && g.b > 0 && g.d > 0) {
+    if (!(arg = dtrt_alloc(ctx, (size_t)argmax_bytes(g.b, g.d))))
+      return DT_ERR_NOMEM;
+    g.arg = arg;
+    run(ctx, g.b, g.n * g.d, argmax_bags, &g);
+  }
+  g.parts = work >= BAG_PARALLEL ? dtrt_threads(ctx) : 1;
+  if (g.parts > g.rows)
+    g.parts = g.rows > 0 ? g.rows : 1;
+  if (g.parts > 1)
+    dtrt_parallel_for(ctx, g.parts, grad_rows, &g);
+  else
+    grad_rows(&g, 0, 1);
+  dtrt_free(ctx, arg);
+  return DT_OK;
+}
+
+/* sum over c of x[c] y[c] in LANES float partial sums, then added in double:
+ * a fixed order the compiler vectorises. */
+static float dot(const float *restrict x, const float *restrict y, int64_t n) {
+  float acc[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] += x[j + l] * y[j + l];
+  double s = 0;
+  for (int l = 0; l < LANES; l++)
+    s += acc[l];
+  for (; j < n; j++)
+    s += (double)x[j] * y[j];
+  return (float)s;
+}
+
+static void psw_grad_bags(void *env, int64_t b0, int64_t b1) {
+  const Bag *g = env;
+  for (int64_t b = b0; b < b1; b++) {
+    int64_t lo, hi;
+    span(g, b, &lo, &hi);
+    for (int64_t j = lo; j < hi; j++)
+      g->y[j] = g->id[j] == g->pad ? 0 : dot(g->dy + b * g->d, g->w + g->id[j] * g->d, g->d);
+  }
+}
+
+DTRT_TRACED(embedding_bag_psw_grad, DTRT_TID_KERNEL) {
+  Bag g;
+  DtStatus s = begin(ctx, "embedding_bag_psw_grad", in, nin, out, a, false, true, &g);
+  if (s)
+    return s;
+  run(ctx, g.b, g.n * g.d, psw_grad_bags, &g);
+  return DT_OK;
+}
+
+/* dtrt_staged_bytes of embedding_bag_grad: max's arg-maxima. */
+int64_t dtrt_bag_staged(const DtTensor *in, int nin, const DtAttrs *a) {
+  if (dtrt_ai(a, 0, -1) != DT_BAG_MAX || nin < 3 || in[1].rank != 2)
+    return 0;
+  const DtTensor *bags = in[0].rank == 2 ? &in[0] : &in[2];
+  return bags->rank >= 1 ? argmax_bytes(bags->dim[0], in[1].dim[1]) : 0;
+}
