@@ -186,6 +186,15 @@ DTRT_KERNEL(embedding_grad);
 DTRT_KERNEL(dropout);
 DTRT_KERNEL(dropout_grad);
 DTRT_KERNEL(causal_mask);
+/* scaled dot-product attention by blocks (runtime/kernels_attn.c): q [B, H,
+ * Tq, D], k and v [B, H, Tk, D]; i[0] causal (key j > query i masked, 0 or
+ * absent: none), f[0] the scale of the scores. sdpa(q, k, v) -> [B, H, Tq,
+ * D]; sdpa_lse(q, k) -> [B, H, Tq], each row's log-sum-exp of its scores;
+ * sdpa_grad(q, k, v, out, lse, dout) -> [B, H, Tq + 2 Tk, D], dq, dk and dv
+ * along dim 2. Deterministic: the same bits on any number of threads. */
+DTRT_KERNEL(sdpa);
+DTRT_KERNEL(sdpa_lse);
+DTRT_KERNEL(sdpa_grad);
 /* convolution and pooling, NCHW (runtime/kernels_conv.c) */
 DTRT_KERNEL(conv2d);
 DTRT_KERNEL(conv2d_grad_input);
