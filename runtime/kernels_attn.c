@@ -26,66 +26,100 @@ typedef struct Attn {
   const float *q, *k, *v, *o, *lse, *dout;
   float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; else the packed grads */
   float *dsum;             /* backward: rowsum(dout * o), [BH, Tq] */
+  float *kt, *vt;          /* k and v transposed, [BH, D, tkp], zeros after Tk */
   float *scratch;          /* slot floats per chunk */
   int64_t slot, chunks, items;
-  int64_t bh, tq, tk, d, nqb, nkb;
+  int64_t bh, tq, tk, tkp, d, nqb, nkb;
   float scale;
   bool causal;
 } Attn;
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* One chunk's scratch: score tiles s and p [BQ][BK], key and value blocks
- * transposed [D][BK], accumulators a1 and a2 [max(BQ, BK)][D], the rows'
- * running maximum and sum. */
+/* One chunk's scratch: score tiles s and p [BQ][BK], accumulators a1 and a2
+ * [max(BQ, BK)][D], the rows' running maximum and sum. */
 typedef struct Tiles {
-  float *s, *p, *kt, *vt, *a1, *a2, *m, *l;
+  float *s, *p, *a1, *a2, *m, *l;
 } Tiles;
 
 static int64_t slot_floats(int64_t d) {
-  return 2 * BQ * BK + 2 * d * BK + 2 * (BQ > BK ? BQ : BK) * d + 2 * BQ;
+  return 2 * BQ * BK + 2 * (BQ > BK ? BQ : BK) * d + 2 * BQ;
 }
 
 static Tiles tiles_of(const Attn *A, int64_t chunk) {
   float *f = A->scratch + chunk * A->slot;
   int64_t rows = BQ > BK ? BQ : BK;
-  Tiles t = {.s = f, .p = f + BQ * BK, .kt = f + 2 * BQ * BK};
-  t.vt = t.kt + A->d * BK;
-  t.a1 = t.vt + A->d * BK;
+  Tiles t = {.s = f, .p = f + BQ * BK};
+  t.a1 = t.p + BQ * BK;
   t.a2 = t.a1 + rows * A->d;
   t.m = t.a2 + rows * A->d;
   t.l = t.m + BQ;
   return t;
 }
 
-/* xt[j][c] = x[c][j] for c < nc, zero for nc <= c < BK: a block of rows of
- * length d, transposed. */
-INLINE void transpose_block(const float *restrict x, int64_t nc, int64_t d, float *restrict xt) {
-  for (int64_t j = 0; j < d; j++) {
-    float *row = xt + j * BK;
-    for (int64_t c = 0; c < nc; c++)
-      row[c] = x[c * d + j];
-    for (int64_t c = nc; c < BK; c++)
-      row[c] = 0;
+/* A vector of 16 floats (GCC's vector extension: AVX-512 registers where
+ * compiled for them, pairs or quads of narrower ones elsewhere), and one at
+ * any float's address. */
+typedef float V16 __attribute__((vector_size(64)));
+typedef float V16u __attribute__((vector_size(64), aligned(4)));
+enum { VL = 16, TO = 4, TE = 4 };   /* a tile: TO rows of TE vectors */
+#define UNROLL _Pragma("GCC unroll 4")
+
+/* acc[o][e] += sum_k w[o wo + k wk] y[k ys + e] for o < TO (or 1 when one),
+ * e < TE VL, k < nk, in that order of k: TO TE accumulators in registers. */
+INLINE void tile(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
+                 int64_t ys, int64_t nk, float *restrict acc, int64_t as, bool one) {
+  V16 a[TO][TE];
+  int no = one ? 1 : TO;
+  UNROLL for (int o = 0; o < no; o++)
+    UNROLL for (int e = 0; e < TE; e++)
+      a[o][e] = *(const V16u *)(acc + o * as + e * VL);
+  for (int64_t k = 0; k < nk; k++) {
+    V16 yv[TE];
+    UNROLL for (int e = 0; e < TE; e++)
+      yv[e] = *(const V16u *)(y + k * ys + e * VL);
+    UNROLL for (int o = 0; o < no; o++) {
+      float wv = w[o * wo + k * wk];
+      UNROLL for (int e = 0; e < TE; e++)
+        a[o][e] += wv * yv[e];
+    }
   }
+  UNROLL for (int o = 0; o < no; o++)
+    UNROLL for (int e = 0; e < TE; e++)
+      *(V16u *)(acc + o * as + e * VL) = a[o][e];
 }
 
-/* s[r][c] = scale sum_j x[r][j] yt[j][c] for r < nr and every c < BK. */
-INLINE void products(const float *restrict x, const float *restrict yt, int64_t nr, int64_t d,
-                     float scale, float *restrict s) {
-  for (int64_t r = 0; r < nr; r++) {
-    float *row = s + r * BK;
-    for (int c = 0; c < BK; c++)
-      row[c] = 0;
-    for (int64_t j = 0; j < d; j++) {
-      float xj = x[r * d + j];
-      const float *y = yt + j * BK;
-      for (int c = 0; c < BK; c++)
-        row[c] += xj * y[c];
-    }
-    for (int c = 0; c < BK; c++)
-      row[c] *= scale;
+/* acc[o][e] += sum_{k < nk} w[o wo + k wk] y[k ys + e] for o < no, e < ne:
+ * a small product by tiles, then what is left of e element by element. Each
+ * acc[o][e] sums its k in order whatever the tile. */
+INLINE void product(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
+                    int64_t ys, int64_t nk, int64_t no, int64_t ne, float *restrict acc,
+                    int64_t as) {
+  int64_t e0 = 0;
+  for (; e0 + TE * VL <= ne; e0 += TE * VL) {
+    int64_t o = 0;
+    for (; o + TO <= no; o += TO)
+      tile(w + o * wo, wo, wk, y + e0, ys, nk, acc + o * as + e0, as, false);
+    for (; o < no; o++)
+      tile(w + o * wo, wo, wk, y + e0, ys, nk, acc + o * as + e0, as, true);
   }
+  for (int64_t o = 0; e0 < ne && o < no; o++)
+    for (int64_t k = 0; k < nk; k++) {
+      float wv = w[o * wo + k * wk];
+      const float *yk = y + k * ys;
+      float *ao = acc + o * as;
+      for (int64_t e = e0; e < ne; e++)
+        ao[e] += wv * yk[e];
+    }
+}
+
+/* s[r][c] = scale sum_j x[r][j] yt[j ys + c] for r < nr and every c < BK. */
+INLINE void products(const float *restrict x, const float *restrict yt, int64_t ys, int64_t nr,
+                     int64_t d, float scale, float *restrict s) {
+  memset(s, 0, sizeof(float) * (size_t)(nr * BK));
+  product(x, d, 1, yt, ys, d, nr, BK, s, BK);
+  for (int64_t e = 0; e < nr * BK; e++)
+    s[e] *= scale;
 }
 
 /* Sets s[r][c] to -inf where key j0 + c does not exist or, causal, lies after
@@ -101,41 +135,38 @@ INLINE void mask(float *s, int64_t nr, int64_t i0, int64_t j0, int64_t nc, bool 
 /* acc[r][:] += sum_c p[r][c] y[c][:] for r < nr, c < nc, y of rows of length d. */
 INLINE void mix(const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
                 int64_t d, float *restrict acc) {
-  for (int64_t r = 0; r < nr; r++)
-    for (int64_t c = 0; c < nc; c++) {
-      float w = p[r * BK + c];
-      const float *yc = y + c * d;
-      float *ar = acc + r * d;
-      for (int64_t j = 0; j < d; j++)
-        ar[j] += w * yc[j];
-    }
+  product(p, BK, 1, y, d, nc, nr, d, acc, d);
 }
 
 /* acc[c][:] += sum_r p[r][c] y[r][:] for r < nr, c < nc: mix by the transposed tile. */
 INLINE void mix_t(const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
                   int64_t d, float *restrict acc) {
-  for (int64_t r = 0; r < nr; r++)
-    for (int64_t c = 0; c < nc; c++) {
-      float w = p[r * BK + c];
-      const float *yr = y + r * d;
-      float *ac = acc + c * d;
-      for (int64_t j = 0; j < d; j++)
-        ac[j] += w * yr[j];
-    }
+  product(p, 1, BK, y, d, nr, nc, d, acc, d);
 }
 
 /* The online softmax of one block of scores s of row r: the running maximum
  * m and sum l move to the block's, s becomes e^(s - m); returns the factor
- * e^(m_old - m_new) that rescales what was summed before. */
+ * e^(m_old - m_new) that rescales what was summed before. The maximum and
+ * the sum go by VL lanes, so that their loops vectorise as the others do. */
 INLINE float online_row(float *restrict s, float *m, float *l) {
-  float mx = *m;
+  float lane[VL], mx = *m, sum = 0;
+  for (int k = 0; k < VL; k++)
+    lane[k] = s[k];
+  for (int c = VL; c < BK; c += VL)
+    for (int k = 0; k < VL; k++)
+      lane[k] = s[c + k] > lane[k] ? s[c + k] : lane[k];
+  for (int k = 0; k < VL; k++)
+    mx = lane[k] > mx ? lane[k] : mx;
+  float alpha = dtrt_exp_fast(*m - mx);
   for (int c = 0; c < BK; c++)
-    mx = s[c] > mx ? s[c] : mx;
-  float alpha = dtrt_exp_fast(*m - mx), sum = 0;
-  for (int c = 0; c < BK; c++) {
     s[c] = dtrt_exp_fast(s[c] - mx);
-    sum += s[c];
-  }
+  for (int k = 0; k < VL; k++)
+    lane[k] = s[k];
+  for (int c = VL; c < BK; c += VL)
+    for (int k = 0; k < VL; k++)
+      lane[k] += s[c + k];
+  for (int k = 0; k < VL; k++)
+    sum += lane[k];
   *m = mx;
   *l = *l * alpha + sum;
   return alpha;
@@ -154,8 +185,7 @@ INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
     memset(t->a1, 0, sizeof(float) * (size_t)(nr * d));
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
-    transpose_block(A->k + (b * A->tk + j0) * d, nc, d, t->kt);
-    products(q, t->kt, nr, d, A->scale, t->s);
+    products(q, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
     mask(t->s, nr, i0, j0, nc, A->causal);
     for (int64_t r = 0; r < nr; r++) {
       float alpha = online_row(t->s + r * BK, &t->m[r], &t->l[r]);
@@ -198,16 +228,15 @@ static float *grad_of(const Attn *A, int64_t b, int which) {
   return which == 0 ? g : g + (A->tq + (which - 1) * A->tk) * A->d;
 }
 
-/* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b, with
- * kt and vt already the block's keys and values transposed: P into t->p, dS
- * into t->s. */
+/* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b: P
+ * into t->p, dS into t->s. */
 INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, int64_t nr,
                         int64_t j0, int64_t nc) {
   int64_t row = b * A->tq + i0, d = A->d;
-  products(A->q + row * d, t->kt, nr, d, A->scale, t->s);
+  products(A->q + row * d, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
   mask(t->s, nr, i0, j0, nc, A->causal);
   probs(t->s, A->lse + row, nr, t->p);
-  products(A->dout + row * d, t->vt, nr, d, 1, t->s);
+  products(A->dout + row * d, A->vt + b * d * A->tkp + j0, A->tkp, nr, d, 1, t->s);
   dscores(t->p, A->dsum + row, nr, t->s);
 }
 
@@ -215,8 +244,6 @@ INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, in
 INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t b = item / A->nkb, j0 = item % A->nkb * BK, d = A->d;
   int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
-  transpose_block(A->k + (b * A->tk + j0) * d, nc, d, t->kt);
-  transpose_block(A->v + (b * A->tk + j0) * d, nc, d, t->vt);
   memset(t->a1, 0, sizeof(float) * (size_t)(nc * d));
   memset(t->a2, 0, sizeof(float) * (size_t)(nc * d));
   for (int64_t i0 = A->causal ? j0 / BQ * BQ : 0; i0 < A->tq; i0 += BQ) {
@@ -240,8 +267,6 @@ INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
   memset(t->a1, 0, sizeof(float) * (size_t)(nr * d));
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
-    transpose_block(A->k + (b * A->tk + j0) * d, nc, d, t->kt);
-    transpose_block(A->v + (b * A->tk + j0) * d, nc, d, t->vt);
     block_grads(A, t, b, i0, nr, j0, nc);
     mix(t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, t->a1);
   }
@@ -279,6 +304,27 @@ static void chunks_body(void *env, int64_t begin, int64_t end) {
     (wide ? run_avx512 : run_plain)(A, c);
 }
 
+/* Blocks [begin, end) of (batch-head, block of keys): k (and with a grad's
+ * dout, v) transposed into kt (vt), [D][tkp] per batch-head, zeros after Tk. */
+static void transpose_blocks(void *env, int64_t begin, int64_t end) {
+  const Attn *A = env;
+  int64_t d = A->d;
+  for (int64_t it = begin; it < end; it++) {
+    int64_t b = it / A->nkb, j0 = it % A->nkb * BK;
+    int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
+    for (int which = 0; which < (A->dout ? 2 : 1); which++) {
+      const float *x = (which ? A->v : A->k) + (b * A->tk + j0) * d;
+      float *xt = (which ? A->vt : A->kt) + b * d * A->tkp + j0;
+      for (int64_t j = 0; j < d; j++) {
+        for (int64_t c = 0; c < nc; c++)
+          xt[j * A->tkp + c] = x[c * d + j];
+        for (int64_t c = nc; c < BK; c++)
+          xt[j * A->tkp + c] = 0;
+      }
+    }
+  }
+}
+
 /* dsum[r] = dout_r . o_r, rows [begin, end). */
 static void dsum_rows(void *env, int64_t begin, int64_t end) {
   const Attn *A = env;
@@ -290,18 +336,24 @@ static void dsum_rows(void *env, int64_t begin, int64_t end) {
   }
 }
 
-/* Scratch for a slot per thread and extra floats after them (into *extra). */
+/* Scratch for a slot per thread, k (and v) transposed, and extra floats
+ * after them (into *extra); k (and v) transposed there. */
 static DtStatus prepare(DtrtCtx *ctx, const char *op, Attn *A, int64_t extra_floats,
                         float **extra) {
   A->chunks = dtrt_threads(ctx);
   A->slot = slot_floats(A->d);
-  int64_t floats = A->chunks * A->slot + extra_floats;
+  A->tkp = A->nkb * BK;
+  int64_t tf = A->bh * A->d * A->tkp;
+  int64_t floats = A->chunks * A->slot + (A->dout ? 2 : 1) * tf + extra_floats;
   A->scratch = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!A->scratch)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of blocks", op,
                      (long long)floats);
+  A->kt = A->scratch + A->chunks * A->slot;
+  A->vt = A->dout ? A->kt + tf : NULL;
   if (extra)
-    *extra = A->scratch + A->chunks * A->slot;
+    *extra = A->kt + (A->dout ? 2 : 1) * tf;
+  dtrt_parallel_for(ctx, A->bh * A->nkb, transpose_blocks, A);
   return DT_OK;
 }
 
