@@ -157,5 +157,12 @@ int main(void) {
   }
   printf("attn_equiv: gradients within %.2g of their largest magnitude (tolerance %.2g): %s\n",
          worst, tol, ok ? "agree" : "DIFFER");
+  for (int j = 0; j < op.np; j++)
+    free(p[j]), free(g_op[j]), free(g_ref[j]);
+  Model *both[2] = {&op, &ref};
+  for (int m = 0; m < 2; m++) {
+    interp_free(both[m]->it);
+    arena_free(both[m]->a);
+  }
   return ok ? 0 : 1;
 }
