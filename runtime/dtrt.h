@@ -315,6 +315,12 @@ typedef enum DtConvKind { DT_CONV_FWD, DT_CONV_DX, DT_CONV_DW } DtConvKind;
  * kernel sizes the block by it. 0 for shapes it would refuse. */
 int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
                                 const DtTensor *y, const DtAttrs *a, bool gemm);
+/* The bytes of the same scratch block that the attention kernels hold on
+ * one thread for q and k (dims only): sdpa's and sdpa_lse's (grad false) k
+ * transposed; sdpa_grad's k and v transposed and rowsums; each further
+ * thread adds its blocks' tiles, 2 BQ BK + 2 max(BQ, BK) D + 2 BQ floats
+ * (BQ = BK = 64). 0 for operands not of rank 4. */
+int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad);
 
 /* The index of s in names[0..n), or -1. */
 int dtrt_name_index(const char *const *names, int n, const char *s);

@@ -336,23 +336,38 @@ static void dsum_rows(void *env, int64_t begin, int64_t end) {
   }
 }
 
-/* Scratch for a slot per thread, k (and v) transposed, and extra floats
- * after them (into *extra); k (and v) transposed there. */
-static DtStatus prepare(DtrtCtx *ctx, const char *op, Attn *A, int64_t extra_floats,
-                        float **extra) {
+/* The floats of scratch for q [bh, tq, d], k [bh, tk, d], a grad's or not,
+ * on `slots` threads: a slot per thread, k (a grad's v too) transposed, a
+ * grad's rowsums. */
+static int64_t scratch_floats(int64_t bh, int64_t tq, int64_t tk, int64_t d, bool grad,
+                              int64_t slots) {
+  int64_t tf = bh * d * ((tk + BK - 1) / BK * BK);
+  return slots * slot_floats(d) + (grad ? 2 : 1) * tf + (grad ? bh * tq : 0);
+}
+
+int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad) {
+  if (q->rank != 4 || k->rank != 4)
+    return 0;
+  return (int64_t)sizeof(float) *
+         scratch_floats(q->dim[0] * q->dim[1], q->dim[2], k->dim[2], q->dim[3], grad, 1);
+}
+
+/* The context's kernel scratch for A (scratch_floats), k (and v) transposed
+ * there, the rowsums at A->dsum. */
+static DtStatus prepare(DtrtCtx *ctx, const char *op, Attn *A) {
+  bool grad = A->dout != NULL;
   A->chunks = dtrt_threads(ctx);
   A->slot = slot_floats(A->d);
   A->tkp = A->nkb * BK;
   int64_t tf = A->bh * A->d * A->tkp;
-  int64_t floats = A->chunks * A->slot + (A->dout ? 2 : 1) * tf + extra_floats;
+  int64_t floats = scratch_floats(A->bh, A->tq, A->tk, A->d, grad, A->chunks);
   A->scratch = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!A->scratch)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of blocks", op,
                      (long long)floats);
   A->kt = A->scratch + A->chunks * A->slot;
-  A->vt = A->dout ? A->kt + tf : NULL;
-  if (extra)
-    *extra = A->kt + (A->dout ? 2 : 1) * tf;
+  A->vt = grad ? A->kt + tf : NULL;
+  A->dsum = grad ? A->vt + tf : NULL;
   dtrt_parallel_for(ctx, A->bh * A->nkb, transpose_blocks, A);
   return DT_OK;
 }
@@ -407,7 +422,7 @@ DTRT_TRACED(sdpa, DTRT_TID_KERNEL) {
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, 4)))
     return s;
   A.q = in[0].data, A.k = in[1].data, A.v = in[2].data, A.out = out->data;
-  if ((s = prepare(ctx, op, &A, 0, NULL)))
+  if ((s = prepare(ctx, op, &A)))
     return s;
   run(ctx, &A, ATTN_FWD, A.bh * A.nqb);
   return DT_OK;
@@ -425,7 +440,7 @@ DTRT_TRACED(sdpa_lse, DTRT_TID_KERNEL) {
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, 3)))
     return s;
   A.q = in[0].data, A.k = in[1].data, A.out = out->data;
-  if ((s = prepare(ctx, op, &A, 0, NULL)))
+  if ((s = prepare(ctx, op, &A)))
     return s;
   run(ctx, &A, ATTN_LSE, A.bh * A.nqb);
   return DT_OK;
@@ -447,7 +462,7 @@ DTRT_TRACED(sdpa_grad, DTRT_TID_KERNEL) {
     return s;
   A.q = in[0].data, A.k = in[1].data, A.v = in[2].data, A.o = in[3].data;
   A.lse = in[4].data, A.dout = in[5].data, A.out = out->data;
-  if ((s = prepare(ctx, op, &A, A.bh * A.tq, &A.dsum)))
+  if ((s = prepare(ctx, op, &A)))
     return s;
   dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
   run(ctx, &A, ATTN_DKV, A.bh * A.nkb);

@@ -221,14 +221,14 @@ static void test_against_loop(void **state) {
  * again on a second run. */
 static void test_threads(void **state) {
   (void)state;
+  /* the pool is made, and DTRT_NUM_THREADS read, at a context's first use */
   setenv("DTRT_NUM_THREADS", "1", 1);
   DtrtCtx *one = dtrt_ctx_new();
-  unsetenv("DTRT_NUM_THREADS");
+  assert_int_equal(dtrt_threads(one), 1);
   setenv("DTRT_NUM_THREADS", "3", 1);
   DtrtCtx *three = dtrt_ctx_new();
+  assert_int_equal(dtrt_threads(three), 3);
   unsetenv("DTRT_NUM_THREADS");
-  assert_non_null(one);
-  assert_non_null(three);
   Case c = {2, 3, 150, 140, 20, true, 0};
   Run a = make_run(c), b = make_run(c);
   int64_t bh = c.b * c.h, ng = bh * (c.tq + 2 * c.tk) * c.d;
@@ -247,6 +247,40 @@ static void test_threads(void **state) {
   free_run(&b);
   dtrt_ctx_free(one);
   dtrt_ctx_free(three);
+}
+
+/* On one thread the kernels hold what dtrt_sdpa_scratch_bytes says, which
+ * dtc's memory report counts: up to the allocator's own header. */
+static void test_scratch_bytes(void **state) {
+  (void)state;
+  static const Case cases[] = {{2, 3, 37, 130, 13, true, 0}, {1, 2, 150, 64, 24, false, 0}};
+  for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++)
+    for (int grad = 0; grad < 2; grad++) {
+      Case c = cases[n];
+      setenv("DTRT_NUM_THREADS", "1", 1);
+      Count cnt = {.limit = -1};
+      DtAllocator al = {count_alloc, count_free, &cnt};
+      DtrtCtx *one = dtrt_ctx_new_with(&al);
+      assert_non_null(one);
+      assert_int_equal(dtrt_threads(one), 1);   /* the pool, made at first use */
+      unsetenv("DTRT_NUM_THREADS");
+      Run r = make_run(c);
+      DtAttrs a = attrs(&c, r.scale);
+      DtTensor in[6] = {t4(r.q, c.b, c.h, c.tq, c.d), t4(r.k, c.b, c.h, c.tk, c.d),
+                        t4(r.v, c.b, c.h, c.tk, c.d), t4(r.out, c.b, c.h, c.tq, c.d),
+                        t4(r.lse, c.b, c.h, c.tq, 0), t4(r.dout, c.b, c.h, c.tq, c.d)};
+      in[4].rank = 3;
+      DtTensor grad_t = t4(r.grad, c.b, c.h, c.tq + 2 * c.tk, c.d);
+      long long before = cnt.bytes;
+      assert_int_equal(grad ? dtrt_k_sdpa_grad(one, in, 6, &grad_t, &a)
+                            : dtrt_k_sdpa(one, in, 3, &in[3], &a), DT_OK);
+      long long held = cnt.bytes - before, want = dtrt_sdpa_scratch_bytes(&in[0], &in[1], grad);
+      if (held < want || held > want + 256)
+        fail_msg("%s: held %lld bytes, dtrt_sdpa_scratch_bytes %lld", grad ? "grad" : "forward",
+                 held, want);
+      free_run(&r);
+      dtrt_ctx_free(one);
+    }
 }
 
 /* Shapes the kernels refuse, each with a message naming what is wrong. */
@@ -281,6 +315,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_against_loop, setup, teardown),
     cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_scratch_bytes, setup, teardown),
     cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
