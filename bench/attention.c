@@ -14,8 +14,9 @@
  * passes each recompute q k^T, and the second dout v^T). One JSON line a
  * shape: medians in ms (dtc's forward, backward and both; torch's both),
  * dtc_over_torch (the median over rounds of dtc's time over torch's),
- * dtc_over_peak (dtc's GFLOP/s at 7 products over the peak's median) and
- * the 1-minute load average before and after. The machine is shared: read
+ * dtc_over_peak (dtc's time over peak_ms, the time of the 7 products' FLOPs
+ * at the median of the peak samples) and the 1-minute load average before
+ * and after. The machine is shared: read
  * the load beside the figures.
  *
  *     build/bench/attention [REPS] [DIR]   (DIR holds attention_torch.py;
@@ -174,12 +175,13 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
   getloadavg(load1, 1);
   double gflop = 14.0 * B * H * pairs(causal) * D / 1e9;
   double ms = median(both, reps), pk = median(peak, reps);
+  double peak_ms = gflop / pk * 1e3;
   printf("{\"bench\": \"attention\", \"b\": %d, \"h\": %d, \"t\": %d, \"d\": %d, \"causal\": %s, "
          "\"threads\": %d, \"reps\": %d, \"gflop\": %.3f, \"dtc_fwd_ms\": %.3f, "
          "\"dtc_bwd_ms\": %.3f, \"dtc_ms\": %.3f, \"dtc_gflops\": %.2f, \"peak_gflops\": %.2f, "
-         "\"dtc_over_peak\": %.3f",
+         "\"peak_ms\": %.3f, \"dtc_over_peak\": %.2f",
          B, H, T, D, causal ? "true" : "false", THREADS, reps, gflop, median(fwd, reps),
-         median(bwd, reps), ms, gflop / ms * 1e3, pk, gflop / ms * 1e3 / pk);
+         median(bwd, reps), ms, gflop / ms * 1e3, pk, peak_ms, ms / peak_ms);
   if (nt)
     printf(", \"torch\": \"%s\", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", t.impl,
            median(tor, nt), median(ratio, nt));
