@@ -8,11 +8,11 @@
  * (batch, head) and one block of BQ queries (forward, lse, dq) or BK keys (dk,
  * dv); item t runs on chunk t % chunks, each chunk on one thread with its own
  * scratch. Every element of a result is summed by one item in a fixed order,
- * so its bits do not depend on the number of threads. The inner loops run
- * along a block's row of BK keys or along D, unit stride, so that GCC
- * vectorises them; on a CPU with AVX-512 they are compiled a second time for
- * it and chosen at run time (the portable path serves other CPUs and
- * valgrind). */
+ * so its bits do not depend on the number of threads. The products are
+ * register tiles of GCC's vector types (product), the softmax's loops run
+ * along a block's row of BK keys, unit stride, so that GCC vectorises them;
+ * all of it is compiled twice, for AVX-512 and portably, the one chosen at
+ * run time (the portable path serves other CPUs and valgrind). */
 #include <math.h>
 #include <string.h>
 
