@@ -203,7 +203,8 @@ static void one_case(Case c) {
 }
 
 /* Odd sizes, one block and several (64 queries and 64 keys a block), Tq
- * below, equal to and above Tk, causal and not, another scale. */
+ * below, equal to and above Tk, causal and not, another scale; D below,
+ * at and above the 64 columns of a register tile. */
 static void test_against_loop(void **state) {
   (void)state;
   static const Case cases[] = {
@@ -212,6 +213,7 @@ static void test_against_loop(void **state) {
     {1, 2, 13, 37, 5, true, 0},     {1, 2, 13, 37, 5, false, 0.7},
     {1, 2, 150, 97, 24, false, 0},  {1, 2, 150, 97, 24, true, 0},
     {1, 1, 130, 200, 64, true, 0},  {2, 1, 129, 129, 33, true, -0.3},
+    {1, 2, 70, 90, 100, true, 0},   {1, 1, 65, 66, 130, false, 0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     one_case(cases[k]);
