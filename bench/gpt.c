@@ -6,14 +6,13 @@
  * The step's FLOPs are its matmuls', counted by the compiler: the cost rule
  * of every matmul of @train_step after autodiff (ir/cost.c, 2 m n k), a
  * loop's body counted once per iteration. They must equal the formula
- * 3 (24 L N D^2 + 2 N D V), N = B T: per layer the four D x D projections
- * (8 N D^2) and the MLP's two D x 4D products (16 N D^2), then the head
- * (2 N D V); the backward makes two products of each forward one's size.
- * The attention's products are not matmuls since gpt.dt calls
- * scaled_dot_product_attention: gflop_rest, the cost model's count of
- * everything else (the attention kernels' products and exponentials,
- * elementwise, norms, the optimizer; exponentials weighted as ir/cost.c
- * says), holds them, for information. peak_ms is the matmuls' FLOPs at the
+ * 3 (L (24 N D^2 + 4 N T D) + 2 N D V), N = B T: per layer the four D x D
+ * projections (8 N D^2), the MLP's two D x 4D products (16 N D^2), the
+ * attention scores and their product with the values (2 N T D each), then
+ * the head (2 N D V); the backward makes two products of each forward one's
+ * size. gflop_rest is the cost model's count of everything else
+ * (elementwise, softmax, norms, the optimizer; exponentials weighted as
+ * ir/cost.c says), for information. peak_ms is the matmuls' FLOPs at the
  * best peak sample of the run; dtc_over_peak is, as in bench/mlp, the median
  * over the steps of each step against the peak sampled beside it.
  *
@@ -274,7 +273,7 @@ int main(int argc, char **argv) {
   }
   gflop /= 1e9, gflop_rest /= 1e9;
   double n = (double)B * T;
-  double formula = 3 * (L * 24 * n * D * D + 2 * n * D * V) / 1e9;
+  double formula = 3 * (L * (24 * n * D * D + 4 * n * T * D) + 2 * n * D * V) / 1e9;
   if (gflop < formula * (1 - 1e-9) || gflop > formula * (1 + 1e-9))
     fprintf(stderr, "gpt: the compiler counts %.6f GFLOP of matmuls, the formula %.6f\n", gflop,
             formula);
