@@ -268,8 +268,10 @@ void cg_matmul_report(FILE *out, const Module *m, CgMatmul how);
  * for about as much again. */
 int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *triple,
                         const char *cpu, const char *features);
-/* The scratch block (dtrt_conv_scratch_bytes) device dev's convolutions
- * keep their im2col columns in: the largest any of them asks for. */
+/* The kernels' scratch block device dev's convolutions keep their im2col
+ * columns in (dtrt_conv_scratch_bytes), and its attention kernels their
+ * transposed keys and values (dtrt_sdpa_scratch_bytes): the largest any of
+ * them asks for. */
 int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how);
 /* Emits matmul x as a call of the module's generated GEMM for the CPU of the
  * device being lowered (made at its first use), with fusion group

@@ -410,6 +410,7 @@ typedef enum {
   B_PAD,        /* pad (as F.pad), mode, value */
   B_BATCH_NORM, /* running stats, weight, bias, momentum, eps */
   B_EMBEDDING_BAG, /* offsets, mode, per_sample_weights, padding_idx */
+  B_SDPA,       /* scaled_dot_product_attention: is_causal, scale */
 } BuiltinKind;
 
 typedef struct Builtin {
@@ -460,6 +461,8 @@ static const Builtin builtins[] = {
   {"pad", B_PAD, 1, 2, 4, {"input", "pad", "mode", "value"}},
   {"batch_norm", B_BATCH_NORM, 5, 3, 7,
    {"input", "running_mean", "running_var", "weight", "bias", "momentum", "eps"}},
+  {"scaled_dot_product_attention", B_SDPA, 3, 3, 7,
+   {"query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"}},
 };
 
 static Inst *lower_expr(Ctx *c, const Expr *e);
@@ -1248,6 +1251,33 @@ static Inst *lower_embedding_bag(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   return finish(c, i);
 }
 
+/* scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+ * is_causal, scale) as torch.nn.functional's, on [B, H, T, D]: the op sdpa
+ * (by blocks, no [Tq, Tk] scores kept); scale defaults to 1/sqrt(D). No
+ * attn_mask or dropout yet. */
+static Inst *lower_sdpa(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+  bool causal = false;
+  double p = 0, scale = 1 / sqrt((double)in[0]->type.dim[in[0]->type.rank ? in[0]->type.rank - 1 : 0]);
+  if (arg[3]) {
+    diag_error(c->d, arg[3]->loc, "'attn_mask' is not supported yet (is_causal is)");
+    return NULL;
+  }
+  if (arg[4] && !real_in(c, arg[4], "dropout_p", &ir_unit, &p))
+    return NULL;
+  if (p != 0) {
+    diag_error(c->d, arg[4]->loc, "'dropout_p' other than 0 is not supported yet");
+    return NULL;
+  }
+  if ((arg[5] && !bool_arg(c, arg[5], "is_causal", &causal)) ||
+      (arg[6] && !float_arg(c, arg[6], "'scale'", &scale)))
+    return NULL;
+  Inst *i = ir_new(c->f, OP_sdpa, e->loc, 3, in);
+  if (causal)
+    ir_set_int(i, "causal", 1);
+  ir_set_float(i, "scale", scale);
+  return finish(c, i);
+}
+
 static Inst *lower_call(Ctx *c, const Expr *e) {
   const Builtin *b = find_builtin(e->s);
   if (!b && find_block(c->prog, e->s)) {
@@ -1282,6 +1312,7 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
   Op op = b->kind == B_LAYER_NORM   ? OP_normalize
           : b->kind == B_FLATTEN    ? OP_reshape
           : b->kind == B_BATCH_NORM ? OP_batch_stat
+          : b->kind == B_SDPA       ? OP_sdpa
                                     : ir_op_lookup(b->name);
   DTC_ASSERT(op != OP_COUNT);
   Inst *x = in[0], *i;
@@ -1369,6 +1400,8 @@ static Inst *lower_call(Ctx *c, const Expr *e) {
     return lower_batch_norm(c, e, in, arg);
   case B_EMBEDDING_BAG:
     return lower_embedding_bag(c, e, in, arg);
+  case B_SDPA:
+    return lower_sdpa(c, e, in, arg);
   }
   DTC_UNREACHABLE();
 }

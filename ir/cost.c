@@ -159,6 +159,28 @@ PER_IN(dropout_grad, 8)
 /* compare and select */
 PER_IN(causal_mask, 1)
 
+/* Attention: products of 2 D flops per (query, key) pair seen (about half
+ * the pairs when causal), and the softmax's exponential with a few steps per
+ * pair. The forward makes two products (q k^T, p v), sdpa_lse one, sdpa_grad
+ * seven (q k^T and dout v^T twice, p^T dout, ds^T q, ds k). */
+static double attn_pairs(const Inst *i) {
+  if (i->nin < 2 || !i->in[0] || !i->in[1] || i->in[0]->type.rank != 4)
+    return 0;
+  const Type *q = &i->in[0]->type;
+  double tq = (double)q->dim[2], tk = (double)i->in[1]->type.dim[2];
+  double seen = tq * tk;
+  if (ir_get_int(i, "causal", 0))   /* tril(ones(tq, tk)) */
+    seen = tq <= tk ? tq * (tq + 1) / 2 : tk * (tk + 1) / 2 + (tq - tk) * tk;
+  return (double)q->dim[0] * (double)q->dim[1] * seen;
+}
+static double attn_flops(const Inst *i, int products, int exps) {
+  const Type *q = &i->in[0]->type;
+  return q->rank != 4 ? 0 : attn_pairs(i) * (2.0 * (double)q->dim[3] * products + exps * (4 + F_EXP));
+}
+double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1); }
+double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1); }
+double flops_sdpa_grad(const Inst *i) { return attn_flops(i, 7, 2); }
+
 /* A convolution is a matmul per group: 2 * (C/groups * kh * kw) flops per
  * element of y, and its two derivatives as many (per element of dy); col2im,
  * im2col and the bias are data movement. */

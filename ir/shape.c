@@ -561,6 +561,66 @@ bool shape_embedding_bag_psw_grad(Inst *inst, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- attention ---- */
+
+/* q [B,H,Tq,D] and, after it, n operands [B,H,Tk,D] (k, v) of one Tk. The
+ * forward's messages name the function the user wrote. */
+static bool attn_qkv(Inst *inst, int n, char *err, size_t errlen) {
+  static const char *const role[] = {"query", "key", "value"};
+  const char *who = inst->op == OP_sdpa ? "scaled_dot_product_attention" : NAME;
+  char b1[128], b2[128];
+  for (int k = 0; k <= n; k++) {
+    if (!need_f32(inst, k, err, errlen))
+      return false;
+    if (IN(k)->rank != 4)
+      FAIL("'%s': %s must be [B, H, T, D] (rank 4), got %s", who, role[k], ts(IN(k), b1));
+  }
+  const int64_t *q = IN(0)->dim;
+  for (int k = 1; k <= n; k++) {
+    const int64_t *x = IN(k)->dim;
+    if (x[0] != q[0] || x[1] != q[1] || x[3] != q[3])
+      FAIL("'%s': %s %s does not match query %s in B, H or D", who, role[k], ts(IN(k), b1),
+           ts(IN(0), b2));
+    if (x[2] != IN(1)->dim[2])
+      FAIL("'%s': key %s and value %s differ in length", who, ts(IN(1), b1), ts(IN(k), b2));
+  }
+  double scale = ir_get_float(inst, "scale", 1);
+  if (!isfinite(scale))
+    FAIL("'%s': scale must be finite, not %g", who, scale);
+  return true;
+}
+
+bool shape_sdpa(Inst *inst, char *err, size_t errlen) {
+  if (!attn_qkv(inst, 2, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return check_out(inst, err, errlen);
+}
+
+bool shape_sdpa_lse(Inst *inst, char *err, size_t errlen) {
+  if (!attn_qkv(inst, 1, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  inst->type.rank = 3;
+  return check_out(inst, err, errlen);
+}
+
+/* (q, k, v, out, lse, dout): out and dout as q, lse [B,H,Tq] */
+bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  if (!attn_qkv(inst, 2, err, errlen))
+    return false;
+  Type lse = *IN(0);
+  lse.rank = 3;
+  for (int k = 3; k < 6; k++)
+    if (!type_eq(IN(k), k == 4 ? &lse : IN(0)))
+      FAIL("'%s': operand %d is %s, expected %s", NAME, k + 1, ts(IN(k), b1),
+           ts(k == 4 ? &lse : IN(0), b2));
+  inst->type = *IN(0);
+  inst->type.dim[2] = IN(0)->dim[2] + 2 * IN(1)->dim[2];
+  return check_out(inst, err, errlen);
+}
+
 /* ---- convolution and pooling ---- */
 
 /* Attribute `name`: two ints [height, width], each from lo to IR_MAX_DIM. */

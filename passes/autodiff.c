@@ -388,6 +388,27 @@ static void grad_causal_mask(GradCtx *g, Inst *inst) {
   accum(g, X, ir_finish(r));
 }
 
+/* ---- attention ---- */
+
+/* sdpa keeps no scores: the backward recomputes the rows' log-sum-exp
+ * (sdpa_lse) and sdpa_grad gives dq, dk and dv as one tensor along dim 2,
+ * cut apart here. q, k and v may be one value; accum adds what each gets. */
+static void grad_sdpa(GradCtx *g, Inst *inst) {
+  Inst *q = inst->in[0], *k = inst->in[1], *v = inst->in[2];
+  Inst *lse = grad_op(g, OP_sdpa_lse, inst, 2, (Inst *[]){q, k});
+  Inst *all = grad_op(g, OP_sdpa_grad, inst, 6, (Inst *[]){q, k, v, inst, lse, DY});
+  int64_t tq = q->type.dim[2], tk = k->type.dim[2];
+  if (wants(g, q))
+    accum(g, q, slice(g, all, 2, 0, tq, inst));
+  if (wants(g, k))
+    accum(g, k, slice(g, all, 2, tq, tq + tk, inst));
+  if (wants(g, v))
+    accum(g, v, slice(g, all, 2, tq + tk, tq + 2 * tk, inst));
+}
+
+static void grad_sdpa_lse(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sdpa_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
 /* ---- convolution and pooling ---- */
 
 /* The _grad op of inst with inst's attributes and ints attribute `name`

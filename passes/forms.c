@@ -198,6 +198,20 @@ static bool last(const Inst *i, DimMap *m, int n) {
   return true;
 }
 static bool shard_normalize(const Inst *i, DimMap *m) { return last(i, m, 1); }
+/* Attention: B and H (dims 0, 1) of every operand map to the result's; T and
+ * D stay whole (a sequence split, ring attention, is not a form yet). */
+static bool heads(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  for (int k = 0; k < i->nin; k++)
+    for (int j = 0; j < 2 && j < i->in[k]->type.rank; j++)
+      m->to[k][j] = j;
+  for (int d = 2; d < i->type.rank; d++)
+    m->res_whole[d] = true;
+  return true;
+}
+static bool shard_sdpa(const Inst *i, DimMap *m) { return heads(i, m); }
+static bool shard_sdpa_lse(const Inst *i, DimMap *m) { return heads(i, m); }
+static bool shard_sdpa_grad(const Inst *i, DimMap *m) { return heads(i, m); }
 static bool shard_normalize_grad(const Inst *i, DimMap *m) { return last(i, m, 1); }
 static bool shard_causal_mask(const Inst *i, DimMap *m) { return last(i, m, 2); }
 

@@ -210,6 +210,15 @@ DTRT_KERNEL(embedding_bag_psw_grad);
 DTRT_KERNEL(dropout);
 DTRT_KERNEL(dropout_grad);
 DTRT_KERNEL(causal_mask);
+/* scaled dot-product attention by blocks (runtime/kernels_attn.c): q [B, H,
+ * Tq, D], k and v [B, H, Tk, D]; i[0] causal (key j > query i masked, 0 or
+ * absent: none), f[0] the scale of the scores. sdpa(q, k, v) -> [B, H, Tq,
+ * D]; sdpa_lse(q, k) -> [B, H, Tq], each row's log-sum-exp of its scores;
+ * sdpa_grad(q, k, v, out, lse, dout) -> [B, H, Tq + 2 Tk, D], dq, dk and dv
+ * along dim 2. Deterministic: the same bits on any number of threads. */
+DTRT_KERNEL(sdpa);
+DTRT_KERNEL(sdpa_lse);
+DTRT_KERNEL(sdpa_grad);
 /* convolution and pooling, NCHW (runtime/kernels_conv.c) */
 DTRT_KERNEL(conv2d);
 DTRT_KERNEL(conv2d_grad_input);
@@ -333,6 +342,12 @@ typedef enum DtConvKind { DT_CONV_FWD, DT_CONV_DX, DT_CONV_DW } DtConvKind;
  * kernel sizes the block by it. 0 for shapes it would refuse. */
 int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
                                 const DtTensor *y, const DtAttrs *a, bool gemm);
+/* The bytes of the same scratch block that the attention kernels hold on
+ * one thread for q and k (dims only): sdpa's and sdpa_lse's (grad false) k
+ * transposed; sdpa_grad's k and v transposed and rowsums; each further
+ * thread adds its blocks' tiles, 2 BQ BK + 2 max(BQ, BK) D + 2 BQ floats
+ * (BQ = BK = 64). 0 for operands not of rank 4. */
+int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad);
 
 /* The index of s in names[0..n), or -1. */
 int dtrt_name_index(const char *const *names, int n, const char *s);

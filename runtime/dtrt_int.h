@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <mpi.h>
 
@@ -59,6 +60,38 @@ static inline double dtrt_af(const DtAttrs *a, int k, double dflt) {
 }
 static inline int dtrt_ni(const DtAttrs *a) { return a ? a->ni : 0; }
 static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
+
+/* ---- kernels_nn.c ---------------------------------------------------- */
+
+/* e^x within 2e-7 relative for x in [-87, 88] (0 below, so masked entries
+ * leave no denormals behind; e^88 above; NaN stays NaN),
+ * branch-free so that loops of it vectorise, which calls to expf do not:
+ * x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23; ln2 in
+ * two parts, Cody and Waite), e^r by its Taylor polynomial of degree 7, 2^n
+ * added to the exponent bits. */
+static inline __attribute__((always_inline)) float dtrt_exp_fast(float x) {
+  float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+  float t = c * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  int32_t ni;
+  memcpy(&ni, &t, sizeof ni);
+  ni -= 0x4B400000;
+  float r = c - n * 0.693145751953125f;
+  r = r - n * 1.42860682030941723212e-6f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &p, sizeof bits);
+  bits += (int32_t)((uint32_t)ni << 23);
+  memcpy(&p, &bits, sizeof p);
+  return x < -87.0f ? 0.0f : x == x ? p : x;
+}
 
 /* ---- init.c ----------------------------------------------------------- */
 

@@ -163,36 +163,6 @@ static void around(const DtTensor *t, int ax, int64_t *outer, int64_t *n, int64_
 
 enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD };
 
-/* e^x within 2e-7 relative for x in [-87, 88] (0 below, so masked entries
- * leave no denormals behind; e^88 above; NaN stays NaN),
- * branch-free so that loops of it vectorise, which calls to expf do not:
- * x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23; ln2 in
- * two parts, Cody and Waite), e^r by its Taylor polynomial of degree 7, 2^n
- * added to the exponent bits. */
-static inline float exp_fast(float x) {
-  float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-  float t = c * 1.44269504088896341f + 12582912.0f;
-  float n = t - 12582912.0f;
-  int32_t ni;
-  memcpy(&ni, &t, sizeof ni);
-  ni -= 0x4B400000;
-  float r = c - n * 0.693145751953125f;
-  r = r - n * 1.42860682030941723212e-6f;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  int32_t bits;
-  memcpy(&bits, &p, sizeof bits);
-  bits += (int32_t)((uint32_t)ni << 23);
-  memcpy(&p, &bits, sizeof p);
-  return x < -87.0f ? 0.0f : x == x ? p : x;
-}
-
 /* y[j] = e^(x[j] - m) for j < n, contiguous; returns their sum, as
  * sum_lanes(y, n) gives it, from the same pass. */
 static double exp_row(const float *x, float m, float *y, int64_t n) {
@@ -200,12 +170,12 @@ static double exp_row(const float *x, float m, float *y, int64_t n) {
   int64_t j = 0;
   for (; j + LANES <= n; j += LANES)
     for (int l = 0; l < LANES; l++)
-      acc[l] += y[j + l] = exp_fast(x[j + l] - m);
+      acc[l] += y[j + l] = dtrt_exp_fast(x[j + l] - m);
   double s = 0;
   for (int l = 0; l < LANES; l++)
     s += acc[l];
   for (; j < n; j++)
-    s += y[j] = exp_fast(x[j] - m);
+    s += y[j] = dtrt_exp_fast(x[j] - m);
   return s;
 }
 
@@ -224,7 +194,7 @@ static inline __attribute__((always_inline)) void row_at(int kind, const float *
       s = exp_row(x, m, dx, n);
     } else {
       for (int64_t j = 0; j < n; j++)
-        s += dx[j * st] = exp_fast(x[j * st] - m);
+        s += dx[j * st] = dtrt_exp_fast(x[j * st] - m);
     }
     if (kind == SOFTMAX) {
       float inv = (float)(1.0 / s);
@@ -246,7 +216,7 @@ static inline __attribute__((always_inline)) void row_at(int kind, const float *
     for (int64_t j = 0; st != 1 && j < n; j++)
       d += dy[j * st];
     for (int64_t j = 0; j < n; j++)
-      dx[j * st] = dy[j * st] - exp_fast(x[j * st]) * (float)d;
+      dx[j * st] = dy[j * st] - dtrt_exp_fast(x[j * st]) * (float)d;
   }
 }
 

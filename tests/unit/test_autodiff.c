@@ -541,6 +541,36 @@ static void test_attention(void **s) {
   gradcheck(&t, tm_op(&t, OP_matmul, 2, p, v), "attention");
 }
 
+/* The attention op by blocks: Tq and Tk odd and unequal, causal and not, and
+ * one value as query, key and value (its adjoints add up). */
+static Inst *sdpa(Inst *q, Inst *k, Inst *v, bool causal, double scale) {
+  Inst *y = tm_new(&t, OP_sdpa, 3, q, k, v);
+  if (causal)
+    ir_set_int(y, "causal", 1);
+  ir_set_float(y, "scale", scale);
+  return ir_finish(y);
+}
+
+static void test_sdpa(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(2, 2, 5, 3)), *k = tm_param(&t, "k", F32(2, 2, 7, 3));
+  Inst *v = tm_param(&t, "v", F32(2, 2, 7, 3));
+  gradcheck(&t, sdpa(q, k, v, false, 0.8), "sdpa Tq 5 Tk 7");
+}
+
+static void test_sdpa_causal(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(1, 3, 7, 2)), *k = tm_param(&t, "k", F32(1, 3, 5, 2));
+  Inst *v = tm_param(&t, "v", F32(1, 3, 5, 2));
+  gradcheck(&t, sdpa(q, k, v, true, 1 / sqrt(2.0)), "sdpa causal Tq 7 Tk 5");
+}
+
+static void test_sdpa_self(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(1, 2, 6, 4));
+  gradcheck(&t, sdpa(x, x, x, true, 0.5), "sdpa causal q = k = v");
+}
+
 /* relu(x @ w1 + b1) @ w2 + b2 into cross_entropy: the loss itself. */
 static void test_mlp(void **s) {
   (void)s;
@@ -585,7 +615,7 @@ int main(void) {
     T(test_embedding_bag_sum), T(test_embedding_bag_mean), T(test_embedding_bag_max),
     T(test_embedding_bag_psw), T(test_embedding_bag_offsets), T(test_embedding_bag_offsets_mean),
     T(test_embedding_bag_offsets_max), T(test_dropout),
-    T(test_causal_mask), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_causal_mask), T(test_sdpa), T(test_sdpa_causal), T(test_sdpa_self), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
     T(test_pad_value), T(test_pad_value_huge), T(test_pad_value_neg_inf), T(test_pad_value_inf),
     T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),

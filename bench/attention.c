@@ -1,0 +1,225 @@
+/* attention.c: scaled dot-product attention by blocks (libdtrt's sdpa,
+ * sdpa_lse and sdpa_grad, as a training step calls them) against PyTorch
+ * (attention_torch.py: F.scaled_dot_product_attention where the installed
+ * torch has it, else the attention written out, its [T, T] scores stored)
+ * and the FP32 peak (peak.h), at B 1, H 4, T 2048, D 64, causal and not, on
+ * two threads each. Each round takes one forward and backward of dtc, one of
+ * torch (the other way round every second round), then a peak sample, so
+ * that all see the same load.
+ *
+ * FLOPs are the products an attention must make, 2 D per (query, key) pair
+ * seen and product (half the pairs, plus the diagonal, when causal): 2 in
+ * the forward, 5 in the backward (q k^T again, dout v^T, p^T dout, ds^T q,
+ * ds k), 7 in all; dtc makes 10 (sdpa_lse's q k^T and the backward's two
+ * passes each recompute q k^T, and the second dout v^T). One JSON line a
+ * shape: medians in ms (dtc's forward, backward and both; torch's both),
+ * dtc_over_torch (the median over rounds of dtc's time over torch's),
+ * dtc_over_peak (dtc's time over peak_ms, the time of the 7 products' FLOPs
+ * at the median of the peak samples) and the 1-minute load average before
+ * and after. The machine is shared: read
+ * the load beside the figures.
+ *
+ *     build/bench/attention [REPS] [DIR]   (DIR holds attention_torch.py;
+ *                                          default the source's bench/)
+ */
+#define _GNU_SOURCE /* getloadavg, pipe2, CPU affinity */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dtrt.h"
+#include "peak.h"
+
+enum { B = 1, H = 4, T = 2048, D = 64, THREADS = 2 };
+
+static float *randv(int64_t n, uint64_t *s) {
+  float *p = malloc(sizeof(float) * (size_t)n);
+  for (int64_t k = 0; k < n; k++) {
+    *s = *s * 6364136223846793005u + 1442695040888963407u;
+    p[k] = (float)((double)(*s >> 11) / 9007199254740992.0 * 2 - 1);
+  }
+  return p;
+}
+
+/* ---- torch, served (bench/torch_steps.py) ---- */
+
+static const char *python(void) {
+  const char *p = getenv("PYTHON");
+  return p ? p : access("/usr/bin/python3", X_OK) ? "python3" : "/usr/bin/python3";
+}
+
+typedef struct Torch {
+  pid_t pid;
+  FILE *to, *from;
+  char impl[64];
+} Torch;
+
+static void torch_stop(Torch *t) {
+  if (t->to)
+    fclose(t->to);
+  if (t->from)
+    fclose(t->from);
+  if (t->pid > 0)
+    waitpid(t->pid, NULL, 0);
+  t->to = t->from = NULL, t->pid = 0;
+}
+
+/* Starts DIR/attention_torch.py with args, waits for "ready IMPL"; false
+ * when it did not start (no torch). */
+static bool torch_start(Torch *t, const char *dir, const char *args) {
+  *t = (Torch){0};
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "exec %s '%s/attention_torch.py' %s 2>/dev/null", python(), dir, args);
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC))
+    return false;
+  if (pipe2(out, O_CLOEXEC)) {
+    close(in[0]);
+    close(in[1]);
+    return false;
+  }
+  t->pid = fork();
+  if (t->pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  t->to = fdopen(in[1], "w");
+  t->from = fdopen(out[0], "r");
+  char line[128];
+  if (t->pid < 0 || !t->to || !t->from || !fgets(line, sizeof line, t->from) ||
+      sscanf(line, "ready %63s", t->impl) != 1) {
+    torch_stop(t);
+    return false;
+  }
+  return true;
+}
+
+static double torch_once(Torch *t) {
+  double ms;
+  if (!t->to || fprintf(t->to, "1\n") < 0 || fflush(t->to) || fscanf(t->from, "%lf", &ms) != 1)
+    return NAN;
+  return ms;
+}
+
+/* ---- dtc ---- */
+
+typedef struct Attn {
+  DtrtCtx *ctx;
+  DtTensor in[6], out, lse, grad;
+  DtAttrs a;
+} Attn;
+
+static bool dtc_fwd(Attn *x) {
+  if (dtrt_k_sdpa(x->ctx, x->in, 3, &x->out, &x->a) == DT_OK)
+    return true;
+  fprintf(stderr, "attention: %s\n", dtrt_errmsg(x->ctx));
+  return false;
+}
+
+static bool dtc_bwd(Attn *x) {
+  if (dtrt_k_sdpa_lse(x->ctx, x->in, 2, &x->lse, &x->a) == DT_OK &&
+      dtrt_k_sdpa_grad(x->ctx, x->in, 6, &x->grad, &x->a) == DT_OK)
+    return true;
+  fprintf(stderr, "attention: %s\n", dtrt_errmsg(x->ctx));
+  return false;
+}
+
+static double pairs(bool causal) {
+  return causal ? (double)T * (T + 1) / 2 : (double)T * T;
+}
+
+static int bench(int reps, bool causal, const char *dir, Attn *x) {
+  x->a.i[0] = causal;
+  char args[128];
+  snprintf(args, sizeof args, "%d %d %d %d %d %d", B, H, T, D, causal, THREADS);
+  Torch t;
+  bool have_torch = torch_start(&t, dir, args);
+  double load0[1] = {0}, load1[1] = {0};
+  getloadavg(load0, 1);
+  Peak p = peak_measure(5);
+  double *fwd = malloc(sizeof(double) * (size_t)reps), *bwd = malloc(sizeof(double) * (size_t)reps);
+  double *both = malloc(sizeof(double) * (size_t)reps), *tor = malloc(sizeof(double) * (size_t)reps);
+  double *ratio = malloc(sizeof(double) * (size_t)reps), *peak = malloc(sizeof(double) * (size_t)reps);
+  for (int w = 0; w < 2; w++)
+    if (!dtc_fwd(x) || !dtc_bwd(x))
+      return 1;
+  int nt = 0;
+  for (int r = 0; r < reps; r++) {
+    double tt = NAN;
+    if (have_torch && r % 2)
+      tt = torch_once(&t);
+    double t0 = now_ms();
+    if (!dtc_fwd(x))
+      return 1;
+    double t1 = now_ms();
+    if (!dtc_bwd(x))
+      return 1;
+    double t2 = now_ms();
+    if (have_torch && !(r % 2))
+      tt = torch_once(&t);
+    fwd[r] = t1 - t0, bwd[r] = t2 - t1, both[r] = t2 - t0;
+    if (tt == tt)
+      tor[nt] = tt, ratio[nt++] = both[r] / tt;
+    peak[r] = peak_again(&p);
+  }
+  torch_stop(&t);
+  getloadavg(load1, 1);
+  double gflop = 14.0 * B * H * pairs(causal) * D / 1e9;
+  double ms = median(both, reps), pk = median(peak, reps);
+  double peak_ms = gflop / pk * 1e3;
+  printf("{\"bench\": \"attention\", \"b\": %d, \"h\": %d, \"t\": %d, \"d\": %d, \"causal\": %s, "
+         "\"threads\": %d, \"reps\": %d, \"gflop\": %.3f, \"dtc_fwd_ms\": %.3f, "
+         "\"dtc_bwd_ms\": %.3f, \"dtc_ms\": %.3f, \"dtc_gflops\": %.2f, \"peak_gflops\": %.2f, "
+         "\"peak_ms\": %.3f, \"dtc_over_peak\": %.2f",
+         B, H, T, D, causal ? "true" : "false", THREADS, reps, gflop, median(fwd, reps),
+         median(bwd, reps), ms, gflop / ms * 1e3, pk, peak_ms, ms / peak_ms);
+  if (nt)
+    printf(", \"torch\": \"%s\", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", t.impl,
+           median(tor, nt), median(ratio, nt));
+  else
+    printf(", \"torch\": null");
+  printf(", \"load_before\": %.2f, \"load_after\": %.2f}\n", load0[0], load1[0]);
+  free(fwd), free(bwd), free(both), free(tor), free(ratio), free(peak);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int reps = argc > 1 ? atoi(argv[1]) : 15;
+  const char *dir = argc > 2 ? argv[2] : DTC_BENCH_DIR;
+  if (reps < 1) {
+    fprintf(stderr, "usage: attention [REPS] [DIR]\n");
+    return 2;
+  }
+  char threads[16];
+  snprintf(threads, sizeof threads, "%d", THREADS);
+  setenv("DTRT_NUM_THREADS", threads, 0);
+  Attn x = {.ctx = dtrt_ctx_new(), .a = {.ni = 1, .nf = 1, .f = {1 / sqrt((double)D)}}};
+  if (!x.ctx)
+    return 1;
+  uint64_t s = 7;
+  int64_t n = (int64_t)B * H * T * D;
+  DtTensor q = {.data = randv(n, &s), .dtype = DTRT_F32, .rank = 4, .dim = {B, H, T, D}};
+  x.in[0] = q;
+  x.in[1] = q, x.in[1].data = randv(n, &s);
+  x.in[2] = q, x.in[2].data = randv(n, &s);
+  x.in[3] = q, x.in[3].data = malloc(sizeof(float) * (size_t)n);
+  x.in[4] = q, x.in[4].rank = 3, x.in[4].data = malloc(sizeof(float) * (size_t)(B * H * T));
+  x.in[5] = q, x.in[5].data = randv(n, &s);
+  x.out = x.in[3], x.lse = x.in[4];
+  x.grad = q, x.grad.dim[2] = 3 * T, x.grad.data = malloc(sizeof(float) * (size_t)(3 * n));
+  int rc = bench(reps, true, dir, &x) || bench(reps, false, dir, &x);
+  for (int k = 0; k < 6; k++)
+    free(x.in[k].data);
+  free(x.grad.data);
+  dtrt_ctx_free(x.ctx);
+  return rc;
+}
