@@ -483,9 +483,8 @@ static void lower_part(CgFn *top, int k, int from, int to) {
   unsigned noinline = LLVMGetEnumAttributeKindForName("noinline", 8);
   LLVMAddAttributeAtIndex(pf, LLVMAttributeFunctionIndex,
                           LLVMCreateEnumAttribute(c->ctx, noinline, 0));
-  LLVMValueRef arg[] = {top->ctx,    top->state, top->work,
-                        top->inputs, top->outputs, top->step,
-                        top->err ? top->err : LLVMConstNull(c->ptr)};
+  LLVMValueRef err = top->err ? top->err : LLVMConstNull(c->ptr);
+  LLVMValueRef arg[] = {top->ctx, top->state, top->work, top->inputs, top->outputs, top->step, err};
   cg_check(top, LLVMBuildCall2(c->b, ft, pf, arg, COUNTOF(arg), ""));
   LLVMBasicBlockRef here = LLVMGetInsertBlock(c->b);
 
