@@ -1,13 +1,22 @@
 #!/bin/sh
-# scale.sh [BUILD] [REPS]: dtc's time and peak memory for examples/gpt.dt on
-# many devices: `dtc -o` on 1024 devices of one axis (64 nodes of 16 equal
-# CPUs, the batch split evenly, plan explicit), and the elastic build
-# --devices=1..64 over the same cluster (plan auto: uneven splits where 1024
-# rows do not divide). Prints one JSON line per case with the median and
-# the largest peak RSS of REPS runs (GNU time's, the child's getrusage), and
-# a last line with elastic_over_mesh1024, the ratio of their medians.
+# scale.sh [BUILD] [REPS] [SIZES]: dtc's time and peak memory as programs
+# grow. Cases: `dtc -o` of examples/gpt.dt on 1024 devices of one axis (64
+# nodes of 16 equal CPUs, the batch split evenly, plan explicit); the
+# elastic build --devices=1..64 over the same cluster (plan auto: uneven
+# splits where 1024 rows do not divide); and chained training models of N
+# statements h_k = tanh(h_{k-1} * 1.01 + 0.5) on f32[8,16] (autodiff doubles
+# them) for each N of SIZES (default "2500 5000 10000 20000 50000 100000").
+# Prints one JSON line per case with the median wall time, the median CPU
+# time (user + system: steadier on a shared machine) and the largest peak
+# RSS of REPS runs (GNU time's, the child's getrusage), a chain's with
+# us_per_statement (its median CPU time over N); then a line with
+# elastic_over_mesh1024, the ratio of those medians, and, when 2500 and
+# 100000 both ran, per_statement_100k_over_2500 (1: time linear in N).
+# CASES (environment) picks cases: any of mesh, elastic, chain (default all).
 build=${1:-build}
 reps=${2:-3}
+sizes=${3:-2500 5000 10000 20000 50000 100000}
+cases=${CASES:-mesh elastic chain}
 dtc=$build/dtc
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -29,13 +38,14 @@ cluster() {
 }
 cluster explicit >"$tmp/mesh.dt"
 cluster auto >"$tmp/elastic.dt"
-# run NAME ARGS...: REPS runs of dtc ARGS; one JSON line; the median into $med
+# run NAME ARGS...: REPS runs of dtc ARGS; one JSON line (with
+# us_per_statement when $statements is set); the median into $med
 run() {
   name=$1
   shift
   : >"$tmp/runs"
   for r in $(seq 1 "$reps"); do
-    if ! /usr/bin/time -f '%e %M' -o "$tmp/time" "$dtc" "$@" -o "$tmp/out.o" 2>"$tmp/err"; then
+    if ! /usr/bin/time -f '%e %M %U %S' -o "$tmp/time" "$dtc" "$@" -o "$tmp/out.o" 2>"$tmp/err"; then
       echo "scale: dtc $* failed:" >&2
       head -c 2000 "$tmp/err" >&2
       exit 1
@@ -46,11 +56,54 @@ run() {
   rss=$(sort -n -k2 "$tmp/runs" | awk 'END {printf "%.1f", $2 / 1024}')
   min=$(sort -n "$tmp/runs" | awk 'NR == 1 {print $1 * 1000}')
   max=$(sort -n "$tmp/runs" | awk 'END {print $1 * 1000}')
-  printf '{"bench": "scale", "case": "%s", "median_ms": %s, "min_ms": %s, "max_ms": %s, "peak_rss_mib": %s, "reps": %d}\n' \
-    "$name" "$med" "$min" "$max" "$rss" "$reps"
+  cpu=$(awk '{print ($3 + $4) * 1000}' "$tmp/runs" | sort -n | awk '{t[NR] = $1} END {print t[int((NR + 1) / 2)]}')
+  more=
+  if [ -n "$statements" ]; then
+    us=$(awk -v t="$cpu" -v n="$statements" 'BEGIN {printf "%.1f", t * 1000 / n}')
+    more=", \"statements\": $statements, \"us_per_statement\": $us"
+  fi
+  printf '{"bench": "scale", "case": "%s", "median_ms": %s, "min_ms": %s, "max_ms": %s, "cpu_ms": %s, "peak_rss_mib": %s, "reps": %d%s}\n' \
+    "$name" "$med" "$min" "$max" "$cpu" "$rss" "$reps" "$more"
 }
-run mesh1024 -D B=1024 "$tmp/mesh.dt"
-mesh=$med
-run elastic1_64 -D B=1024 --devices=1..64 "$tmp/elastic.dt"
-printf '{"bench": "scale", "mesh1024_ms": %s, "elastic1_64_ms": %s, "elastic_over_mesh1024": %s}\n' \
-  "$mesh" "$med" "$(awk -v a="$med" -v b="$mesh" 'BEGIN {printf "%.3f", a / b}')"
+# chain N: the chained model of N statements
+chain() {
+  awk -v n="$1" 'BEGIN {
+    print "model chain(batch B = 8) {"
+    print "  input x: f32[B, 16]"
+    print "  param w: f32[16, 16] init glorot"
+    print "  h0 = x @ w"
+    for (k = 1; k <= n; k++)
+      printf "  h%d = tanh(h%d * 1.01 + 0.5)\n", k, k - 1
+    printf "  loss = mean(h%d * h%d)\n", n, n
+    print "  minimize loss with sgd(lr = 0.01)"
+    print "}"
+  }'
+}
+want() { case " $cases " in *" $1 "*) return 0 ;; esac; return 1; }
+mesh= elastic= first= last= statements=
+if want mesh; then
+  run mesh1024 -D B=1024 "$tmp/mesh.dt"
+  mesh=$med
+fi
+if want elastic; then
+  run elastic1_64 -D B=1024 --devices=1..64 "$tmp/elastic.dt"
+  elastic=$med
+fi
+if [ -n "$mesh" ] && [ -n "$elastic" ]; then
+  printf '{"bench": "scale", "mesh1024_ms": %s, "elastic1_64_ms": %s, "elastic_over_mesh1024": %s}\n' \
+    "$mesh" "$elastic" "$(awk -v a="$elastic" -v b="$mesh" 'BEGIN {printf "%.3f", a / b}')"
+fi
+if want chain; then
+  for n in $sizes; do
+    chain "$n" >"$tmp/chain.dt"
+    statements=$n
+    run "chain$n" "$tmp/chain.dt"
+    statements=
+    [ "$n" = 2500 ] && first=$us
+    [ "$n" = 100000 ] && last=$us
+  done
+fi
+if [ -n "$first" ] && [ -n "$last" ]; then
+  printf '{"bench": "scale", "us_per_statement_2500": %s, "us_per_statement_100k": %s, "per_statement_100k_over_2500": %s}\n' \
+    "$first" "$last" "$(awk -v a="$last" -v b="$first" 'BEGIN {printf "%.3f", a / b}')"
+fi

@@ -25,6 +25,8 @@ typedef struct CgOptions {
   int opt_level;           /* -O0..-O3 */
   CgMatmul matmul;         /* -fmatmul= */
   int denormals;           /* -fdenormals=: DtDenormals, DT_DENORMALS_FLUSH by default */
+  int part_ops;            /* internal, for tests: the most IR statements in one part of a
+                              step function (func.c); 0: CG_PART_OPS */
 } CgOptions;
 
 /* ---- target.c --------------------------------------------------------- */
@@ -119,6 +121,7 @@ typedef struct Cg {
   const char *plan_hash;   /* of the sharding plan (mesh, global shardings); NULL: no mesh */
   CgMatmul matmul;         /* CgOptions.matmul */
   int denormals;           /* CgOptions.denormals */
+  int part_ops;            /* CgOptions.part_ops */
   const char *cpu, *features;   /* of the device being lowered (its CgDevice) */
   struct CgGemm *gemm;     /* gemm.c's functions made so far, one set per CPU */
 } Cg;
@@ -148,15 +151,24 @@ int cg_func_outputs(const Func *f, const bool *live, const Inst **out);
 
 /* ---- func.c ----------------------------------------------------------- */
 
-/* One function being lowered. */
+/* The most IR statements (a fusion group's members, or one other inst) in
+ * one part of a step function: a longer function is cut into internal
+ * functions of about this size called in order, so that LLVM, slower than
+ * linear in a function's size, takes time linear in the program's. */
+#define CG_PART_OPS 256
+
+/* One function being lowered: the LLVM function and its parameters are
+ * those of the part being built. */
 typedef struct CgFn {
   Cg *c;
   Func *f;
   const bool *live;        /* by inst id; NULL: all */
   LLVMValueRef fn, ctx, state, work, inputs, outputs, step;
-  LLVMValueRef *addr;      /* by inst id: where its value lives, once known */
+  LLVMValueRef *addr;      /* by inst id: where its value lives, once known in this part */
   LLVMValueRef *val;       /* by inst id: the scalar of a const or lr */
-  LLVMValueRef *out_ptr;   /* by output index: the caller's buffer */
+  LLVMValueRef *out_ptr;   /* by output index: the caller's buffer (cg_output) */
+  LLVMValueRef **kept;     /* the entries of addr, val and out_ptr set in this part */
+  int nkept, capkept;
   int *out_index;          /* by inst id: index of an output inst */
   int *input_index;        /* by global index: position among f's inputs */
   Uses use;
@@ -188,6 +200,8 @@ void cg_check(CgFn *fn, LLVMValueRef s);
 LLVMValueRef cg_alloca(CgFn *fn, LLVMTypeRef t, const char *name);
 /* Where the value of inst i lives (emitted at the current point if new). */
 LLVMValueRef cg_addr(CgFn *fn, const Inst *i);
+/* The caller's buffer of output inst o. */
+LLVMValueRef cg_output(CgFn *fn, const Inst *o);
 /* The state-block address of a param or state global. */
 LLVMValueRef cg_state_addr(CgFn *fn, const Global *g);
 /* The scalar value of a const or lr inst, emitted at the current point. */

@@ -809,7 +809,7 @@ static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, in
   Func *fwd = cg_device_func(m, "forward", ndev ? 0 : -1);
   Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
   Cg cg = {.m = m, .sym = m->name, .hash = hash, .plan_hash = plan_hash, .matmul = opt->matmul,
-            .denormals = opt->denormals};
+            .denormals = opt->denormals, .part_ops = opt->part_ops};
   Cg *c = &cg;
   cg_open(c, m->name, ts->t[t].tm);
   LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
@@ -909,7 +909,8 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     }
   }
   if (ok) {
-    Cg cg = {.m = m0, .matmul = opt->matmul, .denormals = opt->denormals}, *c = &cg;
+    Cg cg = {.m = m0, .matmul = opt->matmul, .denormals = opt->denormals,
+              .part_ops = opt->part_ops}, *c = &cg;
     cg_open(c, m0->name, ts[0].t[0].tm);
     LLVMValueRef *list = arena_alloc(m0->arena, sizeof(LLVMValueRef) * (size_t)n);
     int count[CG_MAX_PLANS];

@@ -11,7 +11,13 @@
  * that make some), which the other ranks wait for, before it returns the
  * first failure's status. A device's body keeps that status in its caller's
  * variable, whose address follows its operands in `inputs`.
+ * A function of more than CG_PART_OPS statements is cut into parts, internal
+ * functions MODEL.F.partK of about that many each, which the function calls
+ * in order with its own parameters (and where a device's keeps its status);
+ * nothing is kept in a register across a cut: a part makes again in its entry
+ * block the addresses and scalars it reads, from its parameters.
  * Requires: memplan's offsets; fusion groups contiguous (or none). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrt.h"
@@ -42,6 +48,17 @@ static LLVMBasicBlockRef enter(CgFn *fn) {
 }
 
 static void leave(CgFn *fn, LLVMBasicBlockRef here) { LLVMPositionBuilderAtEnd(fn->c->b, here); }
+
+/* *slot = v until the end of the part being built. */
+static LLVMValueRef keep(CgFn *fn, LLVMValueRef *slot, LLVMValueRef v) {
+  if (fn->nkept == fn->capkept) {
+    fn->capkept = fn->capkept ? 2 * fn->capkept : 64;
+    fn->kept = realloc(fn->kept, sizeof *fn->kept * (size_t)fn->capkept);
+    DTC_ASSERT(fn->kept);
+  }
+  fn->kept[fn->nkept++] = slot;
+  return *slot = v;
+}
 
 LLVMValueRef cg_alloca(CgFn *fn, LLVMTypeRef t, const char *name) {
   LLVMBasicBlockRef here = enter(fn);
@@ -97,7 +114,7 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
     }
   }
   leave(fn, here);
-  return fn->val[i->id] = v;
+  return keep(fn, &fn->val[i->id], v);
 }
 
 /* The output inst whose buffer holds kernel result v, or NULL. */
@@ -126,15 +143,33 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
     LLVMValueRef idx = cg_i64(fn->c, ir_get_int(i, "index", 0));
     LLVMValueRef p = LLVMBuildInBoundsGEP2(fn->c->b, fn->c->ptr, fn->inputs, &idx, 1, "");
     a = LLVMBuildLoad2(fn->c->b, fn->c->ptr, p, i->name ? i->name : "arg");
+  } else if (i->op == OP_load && ir_global_of(i)->kind == G_INPUT) {
+    const Global *g = ir_global_of(i);
+    LLVMValueRef idx = cg_i64(fn->c, fn->input_index[g - fn->c->m->global.a]);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(fn->c->b, fn->c->ptr, fn->inputs, &idx, 1, "");
+    a = LLVMBuildLoad2(fn->c->b, fn->c->ptr, p, g->name);
   } else if (i->op == OP_load) {
     a = cg_state_addr(fn, ir_global_of(i));
   } else {
     const Inst *o = home_output(fn, i);
     DTC_ASSERT(o);
-    a = fn->out_ptr[fn->out_index[o->id]];
+    a = cg_output(fn, o);
   }
   leave(fn, here);
-  return fn->addr[i->id] = a;
+  return keep(fn, &fn->addr[i->id], a);
+}
+
+LLVMValueRef cg_output(CgFn *fn, const Inst *o) {
+  Cg *c = fn->c;
+  int k = fn->out_index[o->id];
+  if (fn->out_ptr[k])
+    return fn->out_ptr[k];
+  LLVMBasicBlockRef here = enter(fn);
+  LLVMValueRef idx = cg_i64(c, k);
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->outputs, &idx, 1, "");
+  LLVMValueRef v = LLVMBuildLoad2(c->b, c->ptr, p, ir_get_str(o, "name", "out"));
+  leave(fn, here);
+  return keep(fn, &fn->out_ptr[k], v);
 }
 
 static LLVMValueRef field(CgFn *fn, LLVMTypeRef t, LLVMValueRef p, int a, int b) {
@@ -271,11 +306,7 @@ static void lower(CgFn *fn, const Inst *x) {
   case OP_load: {
     const Global *g = ir_global_of(x);
     if (g->kind == G_INPUT) {
-      LLVMBasicBlockRef here = enter(fn);
-      LLVMValueRef idx = cg_i64(c, fn->input_index[g - c->m->global.a]);
-      LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
-      fn->addr[x->id] = LLVMBuildLoad2(c->b, c->ptr, p, g->name);
-      leave(fn, here);
+      cg_addr(fn, x);
     } else if (x->offset >= 0) {
       int64_t bytes = type_elems(&x->type) * (int64_t)dtype_size(x->type.dtype);
       LLVMBuildMemCpy(c->b, cg_addr(fn, x), 64, cg_state_addr(fn, g), 64, cg_i64(c, bytes));
@@ -287,7 +318,7 @@ static void lower(CgFn *fn, const Inst *x) {
     return;
   case OP_output:
     if (!ir_output_direct(x))
-      copy(fn, fn->out_ptr[fn->out_index[x->id]], x->in[0]);
+      copy(fn, cg_output(fn, x), x->in[0]);
     return;
   case OP_const:
   case OP_lr:
@@ -310,12 +341,8 @@ static void lower(CgFn *fn, const Inst *x) {
   }
 }
 
-LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
-  const char *name = arena_printf(c->m->arena, "%s.%s", c->sym, f->name);
-  LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
-  if (fn)
-    return fn;
-  fn = LLVMAddFunction(c->mod, name, c->step_fn);
+/* noalias state and work, nounwind: a step function's and its parts'. */
+static void step_attrs(Cg *c, LLVMValueRef fn) {
   LLVMSetLinkage(fn, LLVMInternalLinkage);
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
   unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
@@ -323,76 +350,30 @@ LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
     LLVMAddAttributeAtIndex(fn, p, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
   LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
                           LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
+}
+
+LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
+  const char *name = arena_printf(c->m->arena, "%s.%s", c->sym, f->name);
+  LLVMValueRef fn = LLVMGetNamedFunction(c->mod, name);
+  if (fn)
+    return fn;
+  fn = LLVMAddFunction(c->mod, name, c->step_fn);
+  step_attrs(c, fn);
   return fn;
 }
 
-LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
-  Module *m = c->m;
-  Arena *a = m->arena;
-  ir_renumber(f);
-  int n = f->inst.n;
-  CgFn fnv = {.c = c, .f = f, .live = live}, *fn = &fnv;
-  fn->use = ir_uses(a, f);
-  fn->addr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
-  fn->val = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
-  fn->out_index = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-  fn->input_index = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
-  const Inst **outs = arena_alloc(a, sizeof(Inst *) * (size_t)(n + 1));
-  int nout = cg_func_outputs(f, live, outs);
-  int *ins = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
-  int nin = cg_func_inputs(f, live, ins);
-  for (int k = 0; k < nin; k++)
-    fn->input_index[ins[k]] = k;
-
-  fn->fn = cg_func_decl(c, f);
-  DTC_ASSERT(!LLVMCountBasicBlocks(fn->fn));   /* lowered once */
-  fn->ctx = LLVMGetParam(fn->fn, 0);
-  fn->state = LLVMGetParam(fn->fn, 1);
-  fn->work = LLVMGetParam(fn->fn, 2);
-  fn->inputs = LLVMGetParam(fn->fn, 3);
-  fn->outputs = LLVMGetParam(fn->fn, 4);
-  fn->step = LLVMGetParam(fn->fn, 5);
-  LLVMSetValueName2(fn->ctx, "ctx", 3);
-  LLVMSetValueName2(fn->state, "state", 5);
-  LLVMSetValueName2(fn->work, "work", 4);
-  LLVMSetValueName2(fn->inputs, "inputs", 6);
-  LLVMSetValueName2(fn->outputs, "outputs", 7);
-  LLVMSetValueName2(fn->step, "step", 4);
-
-  fn->entry = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "entry");
-  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "body");
-  fn->fail = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "fail");
-  LLVMPositionBuilderAtEnd(c->b, fn->fail);
-  fn->fail_phi = LLVMBuildPhi(c->b, c->i32, "status");
-  LLVMBuildRet(c->b, fn->fail_phi);
-
-  LLVMPositionBuilderAtEnd(c->b, fn->entry);
-  fn->out_ptr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(nout + 1));
-  for (int k = 0; k < nout; k++) {
-    fn->out_index[outs[k]->id] = k;
-    LLVMValueRef idx = cg_i64(c, k);
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->outputs, &idx, 1, "");
-    fn->out_ptr[k] = LLVMBuildLoad2(c->b, c->ptr, p, ir_get_str(outs[k], "name", "out"));
-  }
-  if (f->device >= 0 && f->body) {
-    int nargs = 0;
-    for (int i = 0; i < n; i++)
-      nargs += f->inst.a[i]->op == OP_arg;
-    LLVMValueRef idx = cg_i64(c, nargs);
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
-    fn->err = LLVMBuildLoad2(c->b, c->ptr, p, "err");
-  } else if (f->device >= 0) {
-    fn->err = LLVMBuildAlloca(c->b, c->i32, "err");
-    LLVMBuildStore(c->b, cg_i32(c, 0), fn->err);
-  }
-  LLVMPositionBuilderAtEnd(c->b, body);
-  for (int i = 0; i < n;) {
+/* Lowers the live insts [from, to) of fn->f where the builder stands; a
+ * fusion group is lowered whole. */
+static void lower_insts(CgFn *fn, int from, int to) {
+  Cg *c = fn->c;
+  Func *f = fn->f;
+  for (int i = from; i < to;) {
     Inst *x = f->inst.a[i];
     int j = i + 1;
     if (x->fuse)
-      while (j < n && f->inst.a[j]->fuse == x->fuse)
+      while (j < to && f->inst.a[j]->fuse == x->fuse)
         j++;
-    if (live && !live[i]) {
+    if (fn->live && !fn->live[i]) {
       i = j;
       continue;
     }
@@ -420,6 +401,64 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
     }
     i = j;
   }
+}
+
+/* The parts of fn->f: part k lowers insts [start[k], start[k + 1]), at most
+ * limit statements (a fusion group's members, one other live inst) unless
+ * it is one group. Returns their count (start[count] is the end). */
+static int plan_parts(const CgFn *fn, int limit, int *start) {
+  const Func *f = fn->f;
+  int n = f->inst.n, count = 0, size = 0;
+  for (int i = 0; i < n;) {
+    int j = i + 1;
+    if (f->inst.a[i]->fuse)
+      while (j < n && f->inst.a[j]->fuse == f->inst.a[i]->fuse)
+        j++;
+    bool live = !fn->live || fn->live[i];
+    if (live && (!count || size + (j - i) > limit)) {
+      start[count++] = i;
+      size = 0;
+    }
+    size += live ? j - i : 0;
+    i = j;
+  }
+  start[0] = 0;
+  start[count > 0 ? count : 1] = n;
+  return count > 0 ? count : 1;
+}
+
+/* Starts the body of fn->fn, whose first parameters are DtStepFn's: names
+ * them, makes the entry, body and fail blocks, and leaves the builder in
+ * the entry block. Returns the body block. */
+static LLVMBasicBlockRef begin(CgFn *fn) {
+  Cg *c = fn->c;
+  fn->ctx = LLVMGetParam(fn->fn, 0);
+  fn->state = LLVMGetParam(fn->fn, 1);
+  fn->work = LLVMGetParam(fn->fn, 2);
+  fn->inputs = LLVMGetParam(fn->fn, 3);
+  fn->outputs = LLVMGetParam(fn->fn, 4);
+  fn->step = LLVMGetParam(fn->fn, 5);
+  LLVMSetValueName2(fn->ctx, "ctx", 3);
+  LLVMSetValueName2(fn->state, "state", 5);
+  LLVMSetValueName2(fn->work, "work", 4);
+  LLVMSetValueName2(fn->inputs, "inputs", 6);
+  LLVMSetValueName2(fn->outputs, "outputs", 7);
+  LLVMSetValueName2(fn->step, "step", 4);
+  fn->tin = fn->tout = fn->tattr = NULL;
+  fn->entry = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "entry");
+  LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "body");
+  fn->fail = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "fail");
+  LLVMPositionBuilderAtEnd(c->b, fn->fail);
+  fn->fail_phi = LLVMBuildPhi(c->b, c->i32, "status");
+  LLVMBuildRet(c->b, fn->fail_phi);
+  LLVMPositionBuilderAtEnd(c->b, fn->entry);
+  return body;
+}
+
+/* Returns the status where the builder stands, closes the entry block and
+ * forgets what was kept for this function. */
+static void finish(CgFn *fn, LLVMBasicBlockRef body) {
+  Cg *c = fn->c;
   LLVMBuildRet(c->b, fn->err ? LLVMBuildLoad2(c->b, c->i32, fn->err, "") : cg_i32(c, 0));
   LLVMPositionBuilderAtEnd(c->b, fn->entry);
   LLVMBuildBr(c->b, body);
@@ -427,5 +466,86 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
     LLVMDeleteBasicBlock(fn->fail);
   else
     LLVMMoveBasicBlockAfter(fn->fail, LLVMGetLastBasicBlock(fn->fn));
+  for (int k = 0; k < fn->nkept; k++)
+    *fn->kept[k] = NULL;
+  fn->nkept = 0;
+}
+
+/* Part k of top, insts [from, to): an internal function of DtStepFn's
+ * parameters and top's status pointer (NULL but on a device), called where
+ * the builder stands in top, which returns its failure. */
+static void lower_part(CgFn *top, int k, int from, int to) {
+  Cg *c = top->c;
+  LLVMTypeRef pt[] = {c->ptr, c->ptr, c->ptr, c->ptr, c->ptr, c->i64, c->ptr};
+  LLVMTypeRef ft = LLVMFunctionType(c->i32, pt, COUNTOF(pt), 0);
+  const char *name = arena_printf(c->m->arena, "%s.part%d", LLVMGetValueName(top->fn), k);
+  LLVMValueRef pf = LLVMAddFunction(c->mod, name, ft);
+  step_attrs(c, pf);
+  /* called once, it would be inlined back */
+  unsigned noinline = LLVMGetEnumAttributeKindForName("noinline", 8);
+  LLVMAddAttributeAtIndex(pf, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(c->ctx, noinline, 0));
+  LLVMValueRef err = top->err ? top->err : LLVMConstNull(c->ptr);
+  LLVMValueRef arg[] = {top->ctx, top->state, top->work, top->inputs, top->outputs, top->step, err};
+  cg_check(top, LLVMBuildCall2(c->b, ft, pf, arg, COUNTOF(arg), ""));
+  LLVMBasicBlockRef here = LLVMGetInsertBlock(c->b);
+
+  CgFn part = *top;
+  part.fn = pf;
+  LLVMBasicBlockRef body = begin(&part);
+  if (top->err)
+    part.err = LLVMGetParam(pf, 6);
+  LLVMPositionBuilderAtEnd(c->b, body);
+  lower_insts(&part, from, to);
+  finish(&part, body);
+  top->kept = part.kept;
+  top->capkept = part.capkept;
+  LLVMPositionBuilderAtEnd(c->b, here);
+}
+
+LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
+  Module *m = c->m;
+  Arena *a = m->arena;
+  ir_renumber(f);
+  int n = f->inst.n;
+  CgFn fnv = {.c = c, .f = f, .live = live}, *fn = &fnv;
+  fn->use = ir_uses(a, f);
+  fn->addr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
+  fn->val = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
+  fn->out_index = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  fn->input_index = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
+  const Inst **outs = arena_alloc(a, sizeof(Inst *) * (size_t)(n + 1));
+  int nout = cg_func_outputs(f, live, outs);
+  fn->out_ptr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(nout + 1));
+  for (int k = 0; k < nout; k++)
+    fn->out_index[outs[k]->id] = k;
+  int *ins = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
+  int nin = cg_func_inputs(f, live, ins);
+  for (int k = 0; k < nin; k++)
+    fn->input_index[ins[k]] = k;
+
+  fn->fn = cg_func_decl(c, f);
+  DTC_ASSERT(!LLVMCountBasicBlocks(fn->fn));   /* lowered once */
+  LLVMBasicBlockRef body = begin(fn);
+  if (f->device >= 0 && f->body) {
+    int nargs = 0;
+    for (int i = 0; i < n; i++)
+      nargs += f->inst.a[i]->op == OP_arg;
+    LLVMValueRef idx = cg_i64(c, nargs);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(c->b, c->ptr, fn->inputs, &idx, 1, "");
+    fn->err = LLVMBuildLoad2(c->b, c->ptr, p, "err");
+  } else if (f->device >= 0) {
+    fn->err = LLVMBuildAlloca(c->b, c->i32, "err");
+    LLVMBuildStore(c->b, cg_i32(c, 0), fn->err);
+  }
+  LLVMPositionBuilderAtEnd(c->b, body);
+  int *start = arena_alloc(a, sizeof(int) * (size_t)(n + 2));
+  int nparts = plan_parts(fn, c->part_ops > 0 ? c->part_ops : CG_PART_OPS, start);
+  if (nparts == 1)
+    lower_insts(fn, 0, n);
+  for (int k = 0; nparts > 1 && k < nparts; k++)
+    lower_part(fn, k, start[k], start[k + 1]);
+  finish(fn, body);
+  free(fn->kept);
   return fn->fn;
 }

@@ -438,7 +438,7 @@ static int dests(Group *g, const Inst *x, LLVMValueRef *d) {
     if (u->op == OP_store && member(g, u))
       d[n++] = cg_state_addr(fn, ir_global_of(u));
     else if (u->op == OP_output && (!fn->live || fn->live[u->id]))
-      d[n++] = fn->out_ptr[fn->out_index[u->id]];
+      d[n++] = cg_output(fn, u);
   }
   return n;
 }

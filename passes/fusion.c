@@ -19,6 +19,9 @@
 
 #include "passes.h"
 
+/* The most elementwise ops in one group (one loop in codegen). */
+#define FUSE_MAX_OPS 64
+
 typedef struct Fuser {
   Func *f;
   Uses use;
@@ -27,6 +30,7 @@ typedef struct Fuser {
   bool *sealed;        /* by group: read from outside, takes no more members */
   const Type **shape;  /* by group */
   int *last;           /* by group: id of its last elementwise member */
+  int *size;           /* by group: its elementwise members */
   int *slot;           /* by inst id: runs in the place of the inst of this id */
   char *tier;          /* by inst id: order in that place (see reschedule) */
   bool *movable;       /* by inst id: a store that may run later than it stands */
@@ -69,16 +73,24 @@ static bool store_movable(Fuser *fu, const Inst *s) {
   return true;
 }
 
+/* An elementwise op joins the open groups of its operands that have its shape
+ * and leave the joined group within FUSE_MAX_OPS members; a longer chain
+ * goes on in a new group, so one loop's body (and the time LLVM takes over
+ * it) stays bounded whatever the program's length. */
 static void join(Fuser *fu, Inst *x) {
   int g = 0;
   for (int k = 0; k < x->nin; k++) {
     int h = group_of(fu, x->in[k]);
-    if (!h || fu->sealed[h] || !same_dims(fu->shape[h], &x->type))
+    if (!h || h == g || fu->sealed[h] || !same_dims(fu->shape[h], &x->type))
       continue;
-    if (!g)
-      g = h;
-    else if (h != g)
+    if (fu->size[h] + (g ? fu->size[g] : 0) >= FUSE_MAX_OPS)
+      continue;
+    if (g) {
       fu->parent[h] = g;
+      fu->size[g] += fu->size[h];
+    } else {
+      g = h;
+    }
   }
   if (!g) {
     g = ++fu->ngrp;
@@ -87,6 +99,7 @@ static void join(Fuser *fu, Inst *x) {
   }
   fu->grp[x->id] = g;
   fu->last[g] = x->id;
+  fu->size[g]++;
 }
 
 /* Pass 1: in order, an elementwise op joins (and merges) the open groups of
@@ -604,6 +617,7 @@ static void fuse_func(Func *f) {
   fu.sealed = arena_alloc(a, sizeof(bool) * ni);
   fu.shape = arena_alloc(a, sizeof(Type *) * ni);
   fu.last = arena_alloc(a, sizeof(int) * ni);
+  fu.size = arena_alloc(a, sizeof(int) * ni);
   fu.slot = arena_alloc(a, sizeof(int) * ni);
   fu.tier = arena_alloc(a, ni);
   fu.movable = arena_alloc(a, sizeof(bool) * ni);

@@ -23,6 +23,7 @@ typedef struct CT {
   char *log;
   size_t loglen;
   char dir[64];       /* scratch directory, removed by ct_free */
+  int part_ops;       /* ct_emit's CgOptions.part_ops (0: CG_PART_OPS) */
 } CT;
 
 void ct_init(CT *t, const char *model);

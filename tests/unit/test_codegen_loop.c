@@ -9,7 +9,9 @@
  * device against the global program, and under mpiexec on two ranks, also
  * with a kernel failing on one rank inside a body or before a loop, which
  * must not leave the other rank waiting in a collective; likewise a
- * pipeline stage failing inside its loop between its send and bcast. */
+ * pipeline stage failing inside its loop between its send and bcast. The
+ * same again with every function, bodies too, cut into parts of one
+ * statement (CgOptions.part_ops). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,11 +54,15 @@ typedef struct Prog {
   const char *exe, *in, *out;
 } Prog;
 
+/* The parts' size every program is compiled with (0: CG_PART_OPS). */
+static int part_ops;
+
 /* Compiles IR text at -O2, links it with the harness and writes the input
  * file for its forward, then `steps` training steps, on input_data. */
 static void build(Prog *p, const char *name, const char *ir, int steps) {
   CT *t = &p->t;
   parse_ir(t, name, ir);
+  t->part_ops = part_ops;
   Module *m = t->m;
   const char *obj = ct_emit(t, "obj", NULL, NULL, 2);
   if (!obj)
@@ -876,6 +882,39 @@ static void stage_fails(void **state) {
   free(dt);
 }
 
+/* ---- every function in parts of one statement ---- */
+
+static int parts_of_one(void **state) {
+  (void)state;
+  part_ops = 1;
+  return 0;
+}
+
+static int parts_default(void **state) {
+  (void)state;
+  part_ops = 0;
+  return 0;
+}
+
+/* A body is cut too: its parts are called from its function. */
+static void body_in_parts(void **state) {
+  (void)state;
+  CT t;
+  char *ir = residual(2, true);
+  parse_ir(&t, "res", ir);
+  t.part_ops = 1;
+  const char *ll = ct_emit(&t, "llvm", NULL, NULL, 0);
+  char *text = ll ? ct_read(ll, NULL) : NULL;
+  assert_non_null(text);
+  assert_non_null(strstr(text, "@res.layer.part2("));
+  assert_non_null(strstr(text, "@res.forward.part1("));
+  free(text);
+  free(ir);
+  ct_free(&t);
+}
+
+#define IN_PARTS(test) cmocka_unit_test_setup_teardown(test, parts_of_one, parts_default)
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(carry_only),      cmocka_unit_test(one_iteration),
@@ -884,7 +923,12 @@ int main(void) {
       cmocka_unit_test(dropout_steps),   cmocka_unit_test(size_of_n),
       cmocka_unit_test(body_not_entry),  cmocka_unit_test(device_loop),
       cmocka_unit_test(device_loop_np2), cmocka_unit_test(device_loop_fails),
-      cmocka_unit_test(stage_fails),
+      cmocka_unit_test(stage_fails),     cmocka_unit_test(body_in_parts),
+      IN_PARTS(carry_only),              IN_PARTS(reverse_stacked),
+      IN_PARTS(two_carries),             IN_PARTS(loop_in_loop),
+      IN_PARTS(dropout_steps),           IN_PARTS(device_loop),
+      IN_PARTS(device_loop_np2),         IN_PARTS(device_loop_fails),
+      IN_PARTS(stage_fails),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -251,7 +251,8 @@ static void compile_text(Compiled *c, const char *name, char *text) {
 }
 
 /* 20,000 statements: the plan is checked whole, and its arenas are no
- * larger than the quadratic plan's. */
+ * larger than the quadratic plan's (with fusion's groups of at most 64 ops,
+ * whose values read across a cut need memory: 512 bytes more). */
 static void plan_long_chain(void **state) {
   (void)state;
   Compiled c;
@@ -263,7 +264,7 @@ static void plan_long_chain(void **state) {
   print_message("chain of 20000: @forward %lld bytes, @train_step %lld bytes\n",
                 (long long)fwd->work_bytes, (long long)step->work_bytes);
   assert_true(fwd->work_bytes <= 1024);
-  assert_true(step->work_bytes <= 6827520);
+  assert_true(step->work_bytes <= 6828032);
   arena_free(c.a);
 }
 

@@ -206,6 +206,56 @@ static void classifier_adam(void **state) {
   ct_free(&t);
 }
 
+/* The classifier with its step functions cut into parts of one statement
+ * each (CgOptions.part_ops): each part makes again what it reads. */
+static void classifier_parts(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "clparts");
+  classifier(&t, "adam");
+  t.part_ops = 1;
+  run_model(&t, 3);
+  const char *ll = ct_emit(&t, "llvm", NULL, NULL, 0);
+  char *text = ll ? ct_read(ll, NULL) : NULL;
+  assert_non_null(text);
+  assert_non_null(strstr(text, "@clparts.train_step.part9("));
+  assert_non_null(strstr(text, "@clparts.forward.part3("));
+  free(text);
+  ct_free(&t);
+}
+
+/* h <- tanh(h * 1.01 + 0.5), 300 times after a product, and a softmax every
+ * 50: more statements than CG_PART_OPS in @forward and @train_step, which
+ * are cut into several parts, and groups cut at 64 ops by fusion. */
+static void long_chain(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "chain");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 4, 6), NULL);
+  Inst *w = ct_global(&t, "w", G_PARAM, ty(DT_F32, 2, 6, 6), "glorot");
+  Inst *h = ct_op(&t, OP_matmul, 2, x, w);
+  for (int k = 1; k <= 300; k++) {
+    h = ct_op(&t, OP_add, 2, ct_op(&t, OP_mul, 2, h, ct_const(&t, 1.01)), ct_const(&t, 0.5));
+    h = ct_op(&t, OP_tanh, 1, h);
+    if (k % 50 == 0)
+      h = ct_op(&t, OP_softmax, 1, h);
+  }
+  ct_output(&t, h, "h");
+  Inst *loss = ct_new(&t, OP_mean, 1, ct_op(&t, OP_mul, 2, h, h));
+  ir_set_ints(loss, "axes", (int64_t[]){0, 1}, 2);
+  ir_finish(loss);
+  ct_output(&t, loss, "loss");
+  ct_train(&t, "sgd", 0.5);
+  run_model(&t, 2);
+  const char *ll = ct_emit(&t, "llvm", NULL, NULL, 0);
+  char *text = ll ? ct_read(ll, NULL) : NULL;
+  assert_non_null(text);
+  assert_non_null(strstr(text, "@chain.train_step.part2("));
+  assert_non_null(strstr(text, "@chain.forward.part2("));
+  free(text);
+  ct_free(&t);
+}
+
 /* Every elementwise op, broadcasting over [4,3,5] from [4,1,5], [3,1] and
  * [5], trained through mse. */
 /* The same classifier with -fepilogue: its products head the groups that
@@ -735,7 +785,8 @@ int main(void) {
       cmocka_unit_test(inference_only),
       cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
       cmocka_unit_test(explog_accuracy),  cmocka_unit_test(embedding_bags),
-      cmocka_unit_test(pad_values_exact),
+      cmocka_unit_test(pad_values_exact), cmocka_unit_test(classifier_parts),
+      cmocka_unit_test(long_chain),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
