@@ -108,6 +108,10 @@ static void hash_of(const Entry *e, int n, bool params, char out[17]) {
   snprintf(out, 17, "%016" PRIx64, h);
 }
 
+void dtrt_ckpt_hash(const DtStEntry *e, int n, bool params, char out[17]) {
+  hash_of(e, n, params, out);
+}
+
 /* ---- runs of a block ---- */
 
 int dtrt_for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
