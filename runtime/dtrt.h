@@ -234,7 +234,8 @@ extern const char *const dtrt_schedule_names[DT_SCHED_COUNT];  /* "constant", ..
 
 /* Initialisers of params and optimizer state: DtGlobalDesc.init. */
 typedef enum DtInit {
-  DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIFORM, DT_INIT_COUNT
+  DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIFORM,
+  DT_INIT_KAIMING_UNIFORM, DT_INIT_KAIMING_NORMAL, DT_INIT_COUNT
 } DtInit;
 extern const char *const dtrt_init_names[DT_INIT_COUNT];       /* "zeros", ... */
 
@@ -330,7 +331,11 @@ float dtrt_step_lr(const DtrtCtx *ctx, int kind, double base, int64_t warmup, in
 
 /* Fills p[0..n) deterministically from (seed, stream): the same arguments give
  * the same values on every machine. glorot: uniform(+-sqrt(6/(fan_in+fan_out))),
- * normal: N(0, arg^2), uniform: U(-arg, arg). Value k depends on (seed, stream,
+ * normal: N(0, arg^2), uniform: U(-arg, arg); kaiming_uniform and
+ * kaiming_normal (torch.nn.init's, mode fan_in, nonlinearity leaky_relu of
+ * negative slope a = arg): gain = sqrt(2 / (1 + a^2)), uniform in
+ * +-gain sqrt(3 / fan_in), or N(0, gain^2 / fan_in); a = sqrt(5) is torch's
+ * default for nn.Linear and nn.Conv2d weights. Value k depends on (seed, stream,
  * k) only, so a prefix of a longer fill is the shorter fill. Uniform values are
  * bit-identical everywhere; normal ones use libm's log/cos/sin in double, so
  * they can differ only if two libms differ by enough to change a float. */

@@ -86,7 +86,7 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
                        "state block",
                        d->name, g->name, (long long)g->offset, (long long)bytes,
                        (long long)d->state_bytes);
-    if (g->init < DT_INIT_ZEROS || g->init > DT_INIT_UNIFORM ||
+    if (g->init < DT_INIT_ZEROS || g->init >= DT_INIT_COUNT ||
         (g->dtype == DTRT_I32 && g->init != DT_INIT_ZEROS && g->init != DT_INIT_ONES))
       return dtrt_fail(ctx, DT_ERR_ARG, "model %s: '%s' has initialiser %d, unusable for %s",
                        d->name, g->name, (int)g->init, dtrt_dtype_name(g->dtype));
