@@ -210,15 +210,17 @@ DtStatus dtrt_weights_load(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int 
              dtrt_st_crc(0, h.text, h.hl));
     s = dtrt_comm_agree(ctx, "the weights file (size and header)", id);
   }
-  for (int k = 0; !s && k < n; k++) {
-    int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
-    const DtTensor *x = &t[k].t;
-    dtrt_block(x->dim, t[k].full, t[k].begin, x->rank, full, begin);
-    Reader r = {fd, 8 + h.hl, &w[k], x->data};
-    if (w[k].se > 0 && dtrt_for_runs(full, begin, x->dim, x->rank, read_run, &r))
-      s = dtrt_fail(ctx, DT_ERR_IO, "load_params: cannot read %s: %s", path, strerror(errno));
+  if (!s) {
+    for (int k = 0; !s && k < n; k++) {
+      int64_t full[DT_MAX_RANK], begin[DT_MAX_RANK];
+      const DtTensor *x = &t[k].t;
+      dtrt_block(x->dim, t[k].full, t[k].begin, x->rank, full, begin);
+      Reader r = {fd, 8 + h.hl, &w[k], x->data};
+      if (w[k].se > 0 && dtrt_for_runs(full, begin, x->dim, x->rank, read_run, &r))
+        s = dtrt_fail(ctx, DT_ERR_IO, "load_params: cannot read %s: %s", path, strerror(errno));
+    }
+    s = share(ctx, s);
   }
-  s = share(ctx, s);
   for (int k = 0; w && k < n; k++)
     dtrt_free(ctx, w[k].off);
   dtrt_free(ctx, w);
