@@ -12,7 +12,7 @@
 
 #include "dtrt_int.h"
 
-enum { SHOWN = 4 };   /* names shown per kind of difference; the rest counted */
+enum { SHOWN = 4 }; /* names shown per kind of difference; the rest counted */
 
 /* Where tensor k of the caller's lies in the data section: pieces of se
  * elements each, at off[i] (the slices of a stacked tensor), or one piece
@@ -25,7 +25,7 @@ typedef struct Where {
 
 /* The differences between the caller's tensors and the file's, as text. */
 typedef struct Diff {
-  int n[3];              /* missing, extra, mismatched */
+  int n[3]; /* missing, extra, mismatched */
   char list[3][200];
 } Diff;
 
@@ -44,8 +44,7 @@ static void note(Diff *d, int kind, const char *fmt, ...) {
 }
 
 static bool same_type(const DtStEntry *e, int dtype, const int64_t *dim, int rank) {
-  return e->dtype == dtype && e->rank == rank &&
-         !memcmp(e->dim, dim, (size_t)rank * sizeof *dim);
+  return e->dtype == dtype && e->rank == rank && !memcmp(e->dim, dim, (size_t)rank * sizeof *dim);
 }
 
 /* name with ".i" put after its first `at` bytes (at a dot), into buf. */
@@ -78,7 +77,7 @@ static bool find_slices(DtrtCtx *ctx, DtStHeader *h, const DtCkptTensor *t, cons
   int64_t L = full[0], missing = 0, wrong = 0;
   char ty[128], first[160] = "";
   w->se = dtrt_elems(full + 1, t->t.rank - 1);
-  if (L > h->ne) {   /* more slices than the file has tensors: not all there */
+  if (L > h->ne) { /* more slices than the file has tensors: not all there */
     note(d, 0, "%s (%lld slices; the file has %d tensors)", t->name, (long long)L, h->ne);
     L = 0;
   } else if (!(w->off = dtrt_alloc(ctx, (size_t)L * sizeof *w->off + 1))) {
@@ -150,7 +149,7 @@ static DtStatus refuse(DtrtCtx *ctx, const char *path, const Diff *d) {
 
 typedef struct Reader {
   int fd;
-  int64_t data;        /* the data section's offset in the file */
+  int64_t data; /* the data section's offset in the file */
   const Where *w;
   unsigned char *dst;
 } Reader;
@@ -205,7 +204,7 @@ DtStatus dtrt_weights_load(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int 
   if (!s && (d.n[0] || d.n[1] || d.n[2]))
     s = refuse(ctx, path, &d);
   if (!(s = share(ctx, s)) && dtrt_nranks(ctx) > 1) {
-    char id[64];   /* the ranks read the same file */
+    char id[64]; /* the ranks read the same file */
     snprintf(id, sizeof id, "%lld bytes, header crc32 %08lx", (long long)size,
              dtrt_st_crc(0, h.text, h.hl));
     s = dtrt_comm_agree(ctx, "the weights file (size and header)", id);
@@ -291,8 +290,8 @@ static DtStatus template_tensors(DtrtCtx *ctx, const char *tmpl, DtStHeader *h,
     return DT_ERR_NOMEM;
   for (int k = 0; k < h->ne; k++) {
     const DtStEntry *e = &h->e[k];
-    x[k] = (DtCkptTensor){.name = e->name, .kind = e->kind,
-                          .t = {.dtype = e->dtype, .rank = e->rank}};
+    x[k] =
+        (DtCkptTensor){.name = e->name, .kind = e->kind, .t = {.dtype = e->dtype, .rank = e->rank}};
     memcpy(x[k].t.dim, e->dim, sizeof e->dim);
     if (!(x[k].t.data = dtrt_alloc(ctx, (size_t)(e->end - e->begin) + 1)))
       return DT_ERR_NOMEM;

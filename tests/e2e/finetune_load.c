@@ -13,8 +13,13 @@
 #include "dtrt.h"
 #include "finetune.h"
 
-enum { B = FINETUNE_BATCH, I = FINETUNE_DIM_I, H = FINETUNE_DIM_H, C = FINETUNE_DIM_C,
-       L = FINETUNE_DIM_L };
+enum {
+  B = FINETUNE_BATCH,
+  I = FINETUNE_DIM_I,
+  H = FINETUNE_DIM_H,
+  C = FINETUNE_DIM_C,
+  L = FINETUNE_DIM_L
+};
 
 static float x[B * I], w_in[I * H], b_in[H], w[L][H * H], b[L * H], w_out[H * C], b_out[C];
 
@@ -28,8 +33,8 @@ static void fill(float *p, int n, float scale, unsigned *s) {
 
 /* out[r, j] = sum_i in[r, i] w[i, j] + b[j] in double; with abs, of the
  * absolute values. */
-static void linear(const double *in, const float *wt, const float *bias, int k, int n,
-                   double *out, bool abs_) {
+static void linear(const double *in, const float *wt, const float *bias, int k, int n, double *out,
+                   bool abs_) {
   for (int r = 0; r < B; r++)
     for (int j = 0; j < n; j++) {
       double v = abs_ ? fabs(bias[j]) : bias[j];
@@ -82,10 +87,11 @@ int main(int argc, char **argv) {
   char path[512], bad[512], names[L][32];
   snprintf(path, sizeof path, "%s/finetune_load.st", argv[1]);
   snprintf(bad, sizeof bad, "%s/finetune_load_bad.st", argv[1]);
-  DtNamed t[4 + L + 1] = {
-      {"w_in", {w_in, DTRT_F32, 2, {I, H}}},   {"b_in", {b_in, DTRT_F32, 1, {H}}},
-      {"w_out", {w_out, DTRT_F32, 2, {H, C}}}, {"b_out", {b_out, DTRT_F32, 1, {C}}},
-      {"layers.b", {b, DTRT_F32, 2, {L, H}}}};
+  DtNamed t[4 + L + 1] = {{"w_in", {w_in, DTRT_F32, 2, {I, H}}},
+                          {"b_in", {b_in, DTRT_F32, 1, {H}}},
+                          {"w_out", {w_out, DTRT_F32, 2, {H, C}}},
+                          {"b_out", {b_out, DTRT_F32, 1, {C}}},
+                          {"layers.b", {b, DTRT_F32, 2, {L, H}}}};
   for (int l = 0; l < L; l++) {
     snprintf(names[l], sizeof names[l], "layers.%d.w", l);
     t[5 + l] = (DtNamed){names[l], {w[l], DTRT_F32, 2, {H, H}}};
@@ -123,7 +129,8 @@ int main(int argc, char **argv) {
     goto done;
   }
   printf("finetune_load: %d logits of the loaded params agree with the loop; a file "
-         "without w_in refused\n", B * C);
+         "without w_in refused\n",
+         B * C);
   rc = 0;
 done:
   finetune_destroy(m);

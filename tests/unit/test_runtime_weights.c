@@ -22,8 +22,8 @@ enum { B = 2, I = 4, O = 3, L = 3, D = 2 };
 enum { FCW = 0, FCB = 48, WQ = 64, CNT = 112, MOM = 128, STATE = 176 };
 
 /* One step: the momentum of fc.w grows by x's sum, so it is not zero. */
-static DtStatus train(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
-                      void *const *in, void *const *out, int64_t step) {
+static DtStatus train(DtrtCtx *ctx, unsigned char *state, unsigned char *work, void *const *in,
+                      void *const *out, int64_t step) {
   (void)ctx, (void)work, (void)step;
   const float *x = in[0];
   float *m = (float *)(state + MOM), sum = 0;
@@ -35,8 +35,8 @@ static DtStatus train(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
   return DT_OK;
 }
 
-static DtStatus forward(DtrtCtx *ctx, unsigned char *state, unsigned char *work,
-                        void *const *in, void *const *out, int64_t step) {
+static DtStatus forward(DtrtCtx *ctx, unsigned char *state, unsigned char *work, void *const *in,
+                        void *const *out, int64_t step) {
   (void)ctx, (void)work, (void)step, (void)state, (void)in;
   memset(out[0], 0, B * O * sizeof(float));
   return DT_OK;
@@ -54,9 +54,9 @@ static DtGlobalDesc globals[] = {
 static const int32_t train_in[] = {0}, fwd_in[] = {0}, fwd_out[] = {6};
 
 static DtModelDesc desc(void) {
-  return (DtModelDesc){"tiny", "tiny-hash-1", 7, globals, STATE, 64, train, 1, train_in,
-                       forward, 1, 1, fwd_in, fwd_out, 0, NULL, NULL, NULL, NULL, NULL,
-                       DT_DENORMALS_FLUSH};
+  return (DtModelDesc){"tiny", "tiny-hash-1", 7,       globals, STATE, 64,     train,
+                       1,      train_in,      forward, 1,       1,     fwd_in, fwd_out,
+                       0,      NULL,          NULL,    NULL,    NULL,  NULL,   DT_DENORMALS_FLUSH};
 }
 
 /* ---- a safetensors writer of its own, independent of libdtrt's ---- */
@@ -140,7 +140,7 @@ static int group_teardown(void **state) {
 
 /* A model after one training step: momentum not zero, step 1. */
 static DtModel *trained(void) {
-  static DtModelDesc d;   /* kept by the model */
+  static DtModelDesc d; /* kept by the model */
   d = desc();
   DtModel *m;
   assert_int_equal(dtrt_model_create(&d, 9, &m), DT_OK);
@@ -189,7 +189,7 @@ static void test_slices(void **state) {
 static void refused(const char *path, DtStatus s, const char *const *want, int nwant) {
   DtModel *m = trained();
   unsigned char before[STATE];
-  memcpy(before, dtrt_model_tensor(m, "fc.w"), STATE);   /* the whole state block */
+  memcpy(before, dtrt_model_tensor(m, "fc.w"), STATE); /* the whole state block */
   assert_int_equal(dtrt_model_load_params(m, path), s);
   const char *msg = dtrt_model_error(m);
   for (int k = 0; k < nwant; k++)
@@ -266,17 +266,17 @@ static void test_many(void **state) {
 static void test_corrupt(void **state) {
   (void)state;
   T t[] = {t_w(), t_b(), t_wq(), t_cnt()};
-  write_st(rt_at("cut.st"), t, 4, 300);   /* the data cut short */
+  write_st(rt_at("cut.st"), t, 4, 300); /* the data cut short */
   const char *want[] = {"tensor 'fc.w' has data_offsets outside the"};
   refused(rt_at("cut.st"), DT_ERR_FORMAT, want, 1);
-  write_st(rt_at("long.st"), t, 4, 0);   /* a byte too many */
+  write_st(rt_at("long.st"), t, 4, 0); /* a byte too many */
   FILE *g = fopen(rt_at("long.st"), "ab");
   assert_non_null(g);
   fputc(0, g);
   fclose(g);
   const char *want1[] = {"(truncated or extended?)"};
   refused(rt_at("long.st"), DT_ERR_FORMAT, want1, 1);
-  write_st(rt_at("cut2.st"), t, 4, 40);   /* the header cut short */
+  write_st(rt_at("cut2.st"), t, 4, 40); /* the header cut short */
   const char *want2[] = {"does not fit a 40-byte file"};
   refused(rt_at("cut2.st"), DT_ERR_FORMAT, want2, 1);
   FILE *f = fopen(rt_at("garbage.st"), "wb");
