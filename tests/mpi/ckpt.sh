@@ -81,6 +81,8 @@ grep -q "__" list.txt && fail "the export holds optimizer state"
 timeout 120 "$infer" forward exp.st x.raw exp.raw || fail "the inference build loads the export"
 timeout 120 "$one" close train.raw exp.raw || fail "the export's logits"
 timeout 120 "$one" refuse exp.st > out || fail "the training build loaded the export"
+grep -q "holds this model's params alone (an export).*NAME_load_params" out ||
+  fail "no pointer to load_params: $(cat out)"
 /usr/bin/python3 "$here/export_torch.py" exp.st x.raw train.raw || fail "PyTorch and the export"
 
 timeout 120 "$one" params - exp.st 0 p_one.st || fail "load_params on one process"
