@@ -518,7 +518,8 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
   LLVMBuildRet(c->b, call(c, "dtrt_model_memory", i32, mem, ma, 3));
 
   static const char *io[][2] = {
-      {"save", "dtrt_model_save"}, {"load", "dtrt_model_load"}, {"export", "dtrt_model_export"}};
+      {"save", "dtrt_model_save"}, {"load", "dtrt_model_load"}, {"export", "dtrt_model_export"},
+      {"load_params", "dtrt_model_load_params"}};
   for (size_t k = 0; k < COUNTOF(io); k++) {
     LLVMTypeRef pp[] = {p, p};
     f = wrapper(c, io[k][0], i32, pp, 2);

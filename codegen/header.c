@@ -336,6 +336,15 @@ static void write_header(FILE *out, const Module *m, const char *base, Module *c
           "/* Writes the params alone to path as a plain safetensors file, named as\n"
           " * in the model (for PyTorch and other tools; inference builds load it). */\n"
           "int %s_export(%s *m, const char *path);\n\n"
+          "/* Starts from other weights (PyTorch's): reads the params and buffers\n"
+          " * from a plain safetensors file named as the model names them (a repeated\n"
+          " * block's stacked param B.p [N, ...] also from its slices B.0.p ...), each f32\n"
+          " * (or i32) of the declared shape: torch's nn.Linear weight [out, in] is\n"
+          " * exported transposed, w.t(), for a model's x @ w. The optimizer state\n"
+          " * starts fresh and the step counter at 0. A missing, extra or mistyped\n"
+          " * tensor refuses the whole file (%s_error counts them and names the\n"
+          " * first few), and the model is unchanged. */\n"
+          "int %s_load_params(%s *m, const char *path);\n\n"
           "/* The number of training steps taken. */\n"
           "int64_t %s_step(const %s *m);\n\n"
           "/* The message of the last failure of m, \"\" if none; with m NULL, why\n"
@@ -343,7 +352,7 @@ static void write_header(FILE *out, const Module *m, const char *base, Module *c
           "const char *%s_error(const %s *m);\n\n"
           "/* Frees the model; m may be NULL. */\n"
           "void %s_destroy(%s *m);\n\n",
-          n, n, n, n, n, n, n, n, n, n, n, n, n, n);
+          n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n, n);
   fprintf(out, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
 }
 

@@ -141,8 +141,8 @@ Expr *ast_expr(Parser *p, ExprKind kind, Loc loc);
 typedef struct Num { bool is_int; int64_t i; double f; } Num;
 
 /* Evaluates a constant expression of numbers, dimension names, inf and nan
- * (names that are not dimensions) and + - * /; false after reporting why e
- * is not one. */
+ * (names that are not dimensions), + - * / and sqrt(x); false after
+ * reporting why e is not one. */
 bool fe_eval(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d);
 bool fe_eval_int(const Expr *e, const Dim *dim, int ndim, const char *what, int64_t *out, Diag *d);
 /* A finite number. */

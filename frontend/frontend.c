@@ -24,6 +24,8 @@ static const char *what_expr(const Expr *e) {
   }
 }
 
+static bool eval_call(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d);
+
 bool fe_eval(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d) {
   Num l, r;
   switch (e->kind) {
@@ -86,12 +88,34 @@ bool fe_eval(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d) {
   case E_ERROR:
     return false;
   case E_CALL:
-    diag_error(d, e->loc, "expected a number, found a call to '%s'", e->s);
-    return false;
+    return eval_call(e, dim, ndim, out, d);
   default:
     diag_error(d, e->loc, "expected a number, found %s", what_expr(e));
     return false;
   }
+}
+
+/* sqrt(x), the one function of constant expressions (sqrt(2.0 / D) in an
+ * initialiser's argument). */
+static bool eval_call(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d) {
+  if (strcmp(e->s, "sqrt")) {
+    diag_error(d, e->loc, "expected a number, found a call to '%s' (a constant expression "
+               "calls sqrt only)", e->s);
+    return false;
+  }
+  if (e->args.n != 1 || e->args.a[0].name) {
+    diag_error(d, e->loc, "'sqrt' takes one argument, by position");
+    return false;
+  }
+  Num x;
+  if (!fe_eval(e->args.a[0].val, dim, ndim, &x, d))
+    return false;
+  if (x.f < 0) {
+    diag_error(d, e->loc, "sqrt of %g, a negative number", x.f);
+    return false;
+  }
+  *out = (Num){false, 0, sqrt(x.f)};
+  return true;
 }
 
 bool fe_eval_int(const Expr *e, const Dim *dim, int ndim, const char *what, int64_t *out, Diag *d) {

@@ -1515,9 +1515,30 @@ static void glorot_fans(const Type *t, Global *g) {
   g->fan_out = t->dim[0] * field;
 }
 
-/* init = zeros | ones | glorot | normal(std = 0.02) | uniform(bound = 0.1);
- * without one, matrices get glorot and the rest zeros. g->type is the
- * declared type (a block's param before it is stacked). */
+/* kaiming_*(a = sqrt(5)): a, the negative slope of the leaky ReLU whose gain
+ * scales the values, any finite number; the param of rank 2 or more that
+ * fan_in needs. */
+static bool kaiming_arg(Ctx *c, const Expr *e, Global *g) {
+  static const char *const param[] = {"a"};
+  Expr *arg[1] = {NULL};
+  if (e->kind == E_CALL && !fe_bind(e, param, 1, 1, 0, arg, c->a, c->d))
+    return false;
+  if (g->type.rank < 2) {
+    diag_error(c->d, e->loc, "'%s' needs a param of rank 2 or more, [in, out] or [out, in, "
+               "k...], to take its fan_in from; for a bias as torch draws it, write "
+               "uniform(bound = 1 / sqrt(IN))", e->s);
+    return false;
+  }
+  g->init_arg = sqrt(5.0);
+  return !arg[0] || float_arg(c, arg[0], "'a'", &g->init_arg);
+}
+
+/* init = zeros | ones | glorot | normal(std = 0.02) | uniform(bound = 0.1)
+ *      | kaiming_uniform(a = sqrt(5)) | kaiming_normal(a = sqrt(5));
+ * arguments are constant expressions; without an init, matrices get glorot
+ * and the rest zeros. g->type is the declared type (a block's param before
+ * it is stacked). Kaiming's fan_in is glorot's: a matrix [in, out] its first
+ * dim (codegen's trailing matrix), [out, in, k...] in times k... . */
 static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
   const Expr *e = s->val;
   if (!e) {
@@ -1533,8 +1554,11 @@ static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
     return false;
   }
   g->init = k;
-  if (k == DT_INIT_GLOROT)
+  bool kaiming = k == DT_INIT_KAIMING_UNIFORM || k == DT_INIT_KAIMING_NORMAL;
+  if (k == DT_INIT_GLOROT || kaiming)
     glorot_fans(&g->type, g);
+  if (kaiming)
+    return kaiming_arg(c, e, g);
   if (k != DT_INIT_NORMAL && k != DT_INIT_UNIFORM) {
     Expr *none[1];
     return e->kind != E_CALL || fe_bind(e, NULL, 0, 0, 0, none, c->a, c->d);

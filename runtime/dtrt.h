@@ -267,7 +267,8 @@ extern const char *const dtrt_schedule_names[DT_SCHED_COUNT];  /* "constant", ..
 
 /* Initialisers of params and optimizer state: DtGlobalDesc.init. */
 typedef enum DtInit {
-  DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIFORM, DT_INIT_COUNT
+  DT_INIT_ZEROS, DT_INIT_ONES, DT_INIT_GLOROT, DT_INIT_NORMAL, DT_INIT_UNIFORM,
+  DT_INIT_KAIMING_UNIFORM, DT_INIT_KAIMING_NORMAL, DT_INIT_COUNT
 } DtInit;
 extern const char *const dtrt_init_names[DT_INIT_COUNT];       /* "zeros", ... */
 
@@ -372,7 +373,11 @@ float dtrt_step_lr(const DtrtCtx *ctx, int kind, double base, int64_t warmup, in
 
 /* Fills p[0..n) deterministically from (seed, stream): the same arguments give
  * the same values on every machine. glorot: uniform(+-sqrt(6/(fan_in+fan_out))),
- * normal: N(0, arg^2), uniform: U(-arg, arg). Value k depends on (seed, stream,
+ * normal: N(0, arg^2), uniform: U(-arg, arg); kaiming_uniform and
+ * kaiming_normal (torch.nn.init's, mode fan_in, nonlinearity leaky_relu of
+ * negative slope a = arg): gain = sqrt(2 / (1 + a^2)), uniform in
+ * +-gain sqrt(3 / fan_in), or N(0, gain^2 / fan_in); a = sqrt(5) is torch's
+ * default for nn.Linear and nn.Conv2d weights. Value k depends on (seed, stream,
  * k) only, so a prefix of a longer fill is the shorter fill. Uniform values are
  * bit-identical everywhere; normal ones use libm's log/cos/sin in double, so
  * they can differ only if two libms differ by enough to change a float. */
@@ -463,6 +468,28 @@ DtStatus dtrt_ckpt_verify(DtrtCtx *ctx, const char *path, int64_t *step);
  * say which tensors are params, so out has no params_hash: an inference
  * build loads it only after the training build has saved it again. */
 DtStatus dtrt_ckpt_convert(DtrtCtx *ctx, const char *out, const char *const *files, int n);
+
+/* ---- weights from other frameworks (weights.c) ----------------------- */
+
+/* (collective as dtrt_ckpt_load) Reads the tensors t (this process's blocks,
+ * any layout) by name from a plain safetensors file, PyTorch's state_dict
+ * (safetensors.torch.save_file) or NAME_export's: every t[k] must be there
+ * with its dtype (F32, I32: files of other dtypes are refused, not
+ * converted) and its whole shape, and the file must hold nothing else. A
+ * tensor of rank 1 or more missing under its own name is also read from its
+ * slices: for layers.wq [L, ...], layers.0.wq .. layers.{L-1}.wq of
+ * shape [...] (".i" after the first dot of the name for which the file has
+ * slice 0), all of them or none. Any difference refuses the file with one
+ * DT_ERR_MISMATCH message counting the missing, extra and mistyped tensors
+ * and naming the first few of each. Such files have no checksum: a truncated
+ * one is refused by its layout, a corrupted value cannot be told. Nothing
+ * is read into t before every check has passed on every rank. */
+DtStatus dtrt_weights_load(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int n);
+/* (one process) Writes out, a checkpoint of step 0 that NAME_load accepts:
+ * the tensors of the checkpoint tmpl (any checkpoint of the model: NAME_save
+ * after NAME_create), its params read from weights as dtrt_weights_load
+ * reads them, its optimizer state (P__m, P__v, P__acc of a param P) zero. */
+DtStatus dtrt_ckpt_import(DtrtCtx *ctx, const char *out, const char *tmpl, const char *weights);
 
 /* ---- data readers ----------------------------------------------------- */
 
@@ -710,6 +737,13 @@ DtStatus dtrt_model_input_rows(const DtModel *m, const char *name, int64_t *begi
 DtStatus dtrt_model_save(DtModel *m, const char *path);
 DtStatus dtrt_model_load(DtModel *m, const char *path);
 DtStatus dtrt_model_export(DtModel *m, const char *path);
+/* The params (and buffers) from a plain safetensors file named as the model
+ * names them (dtrt_weights_load: a stacked param also from its slices), as
+ * a model starts from PyTorch's weights: the optimizer state is set again
+ * as at creation (zero), the step counter to 0, the learning rate kept. Any
+ * difference between the file and the params refuses the whole file and
+ * leaves the model as it was. */
+DtStatus dtrt_model_load_params(DtModel *m, const char *path);
 int64_t dtrt_model_step(const DtModel *m);        /* training steps taken */
 /* The base learning rate of the steps that follow (the one the schedule
  * scales): lr, finite and >= 0, in place of the compiled one (DT_ERR_ARG

@@ -247,6 +247,10 @@ DtStatus dtrt_load_blocks(DtrtCtx *ctx, const char *path, DtNamed *t, const DtBl
 typedef int (*DtRunFn)(void *arg, int64_t whole, int64_t local, int64_t n);
 int dtrt_for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
                   DtRunFn fn, void *arg);
+/* A checkpoint's model_hash (params false) or params_hash of the entries
+ * e[0..n), sorted by name, with their kinds: "" when params and a kind is
+ * not known. */
+void dtrt_ckpt_hash(const DtStEntry *e, int n, bool params, char out[17]);
 /* dtrt_ckpt_load, and *old (may be NULL) set when path is a safetensors file
  * of the per-rank format (no "format" in its metadata; DT_ERR_FORMAT). */
 DtStatus dtrt_ckpt_load_as(DtrtCtx *ctx, const char *path, DtCkptTensor *t, int n,

@@ -19,8 +19,8 @@ static double unit(uint64_t r) { return (double)(r >> 11) * 0x1p-53; }
  * odd one the sine, so each value is the same in every range that holds it.
  * In double and rounded to float once, so a last-bit difference between libm
  * implementations almost never shows. */
-static float value(int kind, uint64_t key, double lim, uint64_t k) {
-  if (kind != DT_INIT_NORMAL)
+static float value(bool normal, uint64_t key, double lim, uint64_t k) {
+  if (!normal)
     return (float)(lim * (2.0 * unit(dtrt_rand_at(key, k)) - 1.0));
   uint64_t j = k & ~(uint64_t)1;
   double u1 = 1.0 - unit(dtrt_rand_at(key, j));
@@ -55,12 +55,23 @@ DtStatus dtrt_init_range(DtrtCtx *ctx, float *p, int64_t n, int kind, double arg
     if (!(arg >= 0 && arg <= 1e30))
       return dtrt_fail(ctx, DT_ERR_ARG, "init: scale %g must be finite and 0 or more", arg);
     break;
+  case DT_INIT_KAIMING_UNIFORM:
+  case DT_INIT_KAIMING_NORMAL:
+    if (fan_in <= 0 || !(fabs(arg) <= 1e30))
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "init: kaiming needs a positive fan_in and a finite slope, got %lld and %g",
+                       (long long)fan_in, arg);
+    lim = sqrt(2.0 / (1.0 + arg * arg)) / sqrt((double)fan_in);   /* the std */
+    if (kind == DT_INIT_KAIMING_UNIFORM)
+      lim *= sqrt(3.0);
+    break;
   default:
     return dtrt_fail(ctx, DT_ERR_ARG, "init: unknown kind %d", kind);
   }
   uint64_t key = dtrt_rand_key(seed, stream);
+  bool normal = kind == DT_INIT_NORMAL || kind == DT_INIT_KAIMING_NORMAL;
   for (int64_t k = 0; k < n; k++)
-    p[k] = value(kind, key, lim, (uint64_t)(first + k));
+    p[k] = value(normal, key, lim, (uint64_t)(first + k));
   return DT_OK;
 }
 

@@ -15,6 +15,7 @@ struct DtModel {
   DtrtCtx *ctx;
   unsigned char *state, *work;
   int64_t step;
+  uint64_t seed;     /* of the initialisers, for state set fresh again */
   const void **in;   /* the step's inputs: this rank's rows (input_rows) */
   int64_t rss0;      /* the process's peak resident set before the blocks, -1: unknown */
 };
@@ -85,7 +86,7 @@ static DtStatus check_desc(DtrtCtx *ctx, const DtModelDesc *d) {
                        "state block",
                        d->name, g->name, (long long)g->offset, (long long)bytes,
                        (long long)d->state_bytes);
-    if (g->init < DT_INIT_ZEROS || g->init > DT_INIT_UNIFORM ||
+    if (g->init < DT_INIT_ZEROS || g->init >= DT_INIT_COUNT ||
         (g->dtype == DTRT_I32 && g->init != DT_INIT_ZEROS && g->init != DT_INIT_ONES))
       return dtrt_fail(ctx, DT_ERR_ARG, "model %s: '%s' has initialiser %d, unusable for %s",
                        d->name, g->name, (int)g->init, dtrt_dtype_name(g->dtype));
@@ -130,15 +131,16 @@ static DtStatus init_block(DtrtCtx *ctx, float *p, const DtGlobalDesc *g, uint64
   return (DtStatus)dtrt_for_runs(full, begin, g->dim, g->rank, init_run, &in);
 }
 
-/* Fills the params and state: global k draws from stream k. */
-static DtStatus init_state(DtModel *m, uint64_t seed) {
+/* Fills the params and state (only the state: state_only) in the state
+ * block at base: global k draws from stream k. */
+static DtStatus init_state(DtModel *m, unsigned char *base, uint64_t seed, bool state_only) {
   const DtModelDesc *d = m->d;
   for (int k = 0; k < d->nglobal; k++) {
     const DtGlobalDesc *g = &d->global[k];
-    if (!stored(g))
+    if (!stored(g) || (state_only && g->kind != DT_G_STATE))
       continue;
     int64_t n = dtrt_elems(g->dim, g->rank);
-    void *p = m->state + g->offset;
+    void *p = base + g->offset;
     if (g->dtype == DTRT_I32) {
       for (int64_t j = 0; j < n; j++)
         ((int32_t *)p)[j] = g->init == DT_INIT_ONES;
@@ -295,12 +297,12 @@ static DtStatus create(const DtModelDesc *const *const *plan, const int32_t *cou
   else if ((!plan || !(s = pick_plan(ctx, plan, count, nplan, &dev, &ndev))) &&
            !(s = pick(ctx, dev, ndev, &d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
     if ((m = dtrt_alloc(ctx, sizeof *m))) {
-      *m = (DtModel){.d = d, .ctx = ctx, .rss0 = peak_rss()};
+      *m = (DtModel){.d = d, .ctx = ctx, .seed = seed, .rss0 = peak_rss()};
       m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
       m->work = m->state ? dtrt_alloc(ctx, (size_t)d->work_bytes) : NULL;
       int nin = d->ntrain_in > d->nfwd_in ? d->ntrain_in : d->nfwd_in;
       m->in = m->work ? dtrt_alloc(ctx, sizeof *m->in * (size_t)(nin + 1)) : NULL;
-      s = m->in ? init_state(m, seed) : DT_ERR_NOMEM;
+      s = m->in ? init_state(m, m->state, seed, false) : DT_ERR_NOMEM;
       if (!s)
         s = dtrt_trace_open(ctx);
     } else {
@@ -751,6 +753,31 @@ DtStatus dtrt_model_load(DtModel *m, const char *path) {
     m->step = step;
   }
 done:
+  dtrt_free(m->ctx, base);
+  dtrt_free(m->ctx, t);
+  return s;
+}
+
+/* Into a scratch copy of the state, committed only when every rank has read
+ * its blocks: the params from the file, the state as at creation. */
+DtStatus dtrt_model_load_params(DtModel *m, const char *path) {
+  if (!m)
+    return DT_ERR_ARG;
+  const DtModelDesc *d = m->d;
+  int n;
+  unsigned char *base = dtrt_alloc(m->ctx, (size_t)d->state_bytes + 1);
+  DtCkptTensor *t = base ? ckpt_tensors(m, base, true, &n) : NULL;
+  DtStatus s = shared(m, t ? DT_OK : DT_ERR_NOMEM);
+  if (!s)
+    memcpy(base, m->state, (size_t)d->state_bytes);
+  if (!s)
+    s = dtrt_weights_load(m->ctx, path, t, n);
+  if (!s)
+    s = shared(m, init_state(m, base, m->seed, true));
+  if (!s) {
+    memcpy(m->state, base, (size_t)d->state_bytes);
+    m->step = 0;
+  }
   dtrt_free(m->ctx, base);
   dtrt_free(m->ctx, t);
   return s;

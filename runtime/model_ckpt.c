@@ -108,6 +108,10 @@ static void hash_of(const Entry *e, int n, bool params, char out[17]) {
   snprintf(out, 17, "%016" PRIx64, h);
 }
 
+void dtrt_ckpt_hash(const DtStEntry *e, int n, bool params, char out[17]) {
+  hash_of(e, n, params, out);
+}
+
 /* ---- runs of a block ---- */
 
 int dtrt_for_runs(const int64_t *full, const int64_t *begin, const int64_t *dim, int r,
@@ -623,6 +627,13 @@ static DtStatus match(DtrtCtx *ctx, const char *path, Entry *e, int n, Hdr *h,
   bool same = !strcmp(mine, h->hash), as_params = false;
   if (!same && params_only && h->phash && !strcmp(mine, h->phash))
     as_params = true;
+  char params[17];
+  hash_of(e, n, true, params);
+  if (!same && !params_only && params[0] && !strcmp(params, h->hash))
+    return dtrt_fail(ctx, DT_ERR_MISMATCH,
+                     "load: %s holds this model's params alone (an export), not its optimizer "
+                     "state: NAME_load_params starts from it with the state fresh",
+                     path);
   for (int k = 0; k < n; k++) {
     Entry *f = bsearch(&e[k], h->f.e, (size_t)h->f.ne, sizeof *f, dtrt_st_by_name);
     if (!f)

@@ -8,8 +8,8 @@
 
 const char *const dtrt_schedule_names[DT_SCHED_COUNT] = {"constant", "warmup", "cosine"};
 const char *const dtrt_denormals_names[DT_DENORMALS_COUNT] = {"flush", "ieee"};
-const char *const dtrt_init_names[DT_INIT_COUNT] = {"zeros", "ones", "glorot", "normal",
-                                                    "uniform"};
+const char *const dtrt_init_names[DT_INIT_COUNT] = {
+    "zeros", "ones", "glorot", "normal", "uniform", "kaiming_uniform", "kaiming_normal"};
 const char *const dtrt_comm_method_names[DTRT_COMM_COUNT] = {"mpi", "ring", "grouped",
                                                              "hierarchical", "padded"};
 const char *const dtrt_bag_mode_names[DT_BAG_COUNT] = {"sum", "mean", "max"};

@@ -1,6 +1,7 @@
 /* ckpt.c: dtc-ckpt, the checkpoint tool: lists what a checkpoint holds,
- * verifies its checksum, and makes one checkpoint of the per-rank files of
- * earlier versions (docs/RUNTIME.md, "Checkpoints"). */
+ * verifies its checksum, makes one checkpoint of the per-rank files of
+ * earlier versions, and a checkpoint of step 0 of PyTorch's weights
+ * (docs/RUNTIME.md, "Checkpoints", "Weights from PyTorch"). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,13 +16,18 @@ static const char usage[] =
     "usage: dtc-ckpt list FILE\n"
     "       dtc-ckpt verify FILE\n"
     "       dtc-ckpt convert OUT PATH.rank0 PATH.rank1 ...\n"
+    "       dtc-ckpt import OUT TEMPLATE WEIGHTS\n"
     "\n"
     "list     prints the tensors of a checkpoint (name, dtype, shape, bytes), its\n"
     "         step, model, model hash, params hash and the plan it was saved from\n"
     "verify   checks a checkpoint's form and checksum: exit status 0 when it is\n"
     "         whole, 1 with a message otherwise\n"
     "convert  writes OUT, one checkpoint of whole tensors, from the per-rank files\n"
-    "         of one save by an earlier version (every rank's file, in any order)\n";
+    "         of one save by an earlier version (every rank's file, in any order)\n"
+    "import   writes OUT, a checkpoint of step 0 of the model TEMPLATE is a\n"
+    "         checkpoint of (NAME_save after NAME_create): its params read by name\n"
+    "         from WEIGHTS, a plain safetensors file (PyTorch's), its optimizer\n"
+    "         state zero\n";
 
 /* The length of the UTF-8 character at s that may be printed as it is (not
  * a C1 control, nor one that reorders text), or 0. */
@@ -205,6 +211,17 @@ static int convert(const char *out, const char *const *files, int n) {
   return s ? 1 : 0;
 }
 
+static int import(const char *out, const char *tmpl, const char *weights) {
+  DtrtCtx *ctx = dtrt_ctx_new();
+  DtStatus s = ctx ? dtrt_ckpt_import(ctx, out, tmpl, weights) : DT_ERR_NOMEM;
+  if (s)
+    put_error(ctx);
+  else
+    printf("%s: step 0 of %s's model, params of %s\n", out, tmpl, weights);
+  dtrt_ctx_free(ctx);
+  return s ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
     fputs(usage, stdout);
@@ -216,6 +233,8 @@ int main(int argc, char **argv) {
     return verify(argv[2]);
   if (argc >= 4 && !strcmp(argv[1], "convert"))
     return convert(argv[2], (const char *const *)argv + 3, argc - 3);
+  if (argc == 5 && !strcmp(argv[1], "import"))
+    return import(argv[2], argv[3], argv[4]);
   fputs(usage, stderr);
   return 2;
 }

@@ -13,7 +13,14 @@
 #    PyTorch reads the export and computes dtc's logits (skipped without
 #    torch);
 #  - per-rank files of the earlier format: refused with a pointer to
-#    dtc-ckpt convert, converted into the same checkpoint bit for bit.
+#    dtc-ckpt convert, converted into the same checkpoint bit for bit;
+#  - the export as weights (NAME_load_params) over a trained model on 2
+#    and 3 ranks: the same params, zero optimizer state and step 0 as one
+#    process's, bit for bit; 5 steps from there the same as 5 steps from a
+#    model just created (Adam's first steps amplify rounding without bound,
+#    so layouts are compared before them); a checkpoint as weights refused
+#    on every rank (its optimizer state is extra); dtc-ckpt import of the
+#    export resumes as NAME_load_params starts, bit for bit.
 # usage: ckpt.sh ONE DP3 TP2 INFER DTC_CKPT SRCDIR WORKDIR (env MPIRUN,
 # MPIFLAGS)
 set -u
@@ -74,7 +81,28 @@ grep -q "__" list.txt && fail "the export holds optimizer state"
 timeout 120 "$infer" forward exp.st x.raw exp.raw || fail "the inference build loads the export"
 timeout 120 "$one" close train.raw exp.raw || fail "the export's logits"
 timeout 120 "$one" refuse exp.st > out || fail "the training build loaded the export"
+grep -q "holds this model's params alone (an export).*NAME_load_params" out ||
+  fail "no pointer to load_params: $(cat out)"
 /usr/bin/python3 "$here/export_torch.py" exp.st x.raw train.raw || fail "PyTorch and the export"
+
+timeout 120 "$one" params - exp.st 0 p_one.st || fail "load_params on one process"
+mpi 2 "$tp2" params dp3.st exp.st 0 p_tp2.st || fail "load_params on 2 ranks"
+mpi 3 "$dp3" params dp3.st exp.st 0 p_dp3.st || fail "load_params on 3 ranks"
+timeout 120 "$one" same p_one.st p_tp2.st > /dev/null || fail "load_params: 2 ranks unlike one process"
+timeout 120 "$one" same p_one.st p_dp3.st > /dev/null || fail "load_params: 3 ranks unlike one process"
+mpi 2 "$tp2" params - exp.st 5 f_tp2.st || fail "5 steps from the weights on 2 ranks"
+mpi 2 "$tp2" params dp3.st exp.st 5 t_tp2.st || fail "5 steps from the weights over a trained model"
+timeout 120 "$one" same f_tp2.st t_tp2.st > /dev/null || fail "load_params kept some of the training"
+mpi 2 "$tp2" refuse-params dp3.st > out || fail "a checkpoint as weights on 2 ranks"
+[ "$(grep -c "refused: .*load_params: dp3.st does not fit the model; 8 extra: b1__m f32\[256\]" out)" -eq 2 ] ||
+  fail "not every rank refused a checkpoint as weights: $(cat out)"
+"$tool" import imp.st dp3.st exp.st || fail "dtc-ckpt import"
+"$tool" verify imp.st | grep -q "ok, step 0" || fail "the import is not of step 0"
+mpi 2 "$tp2" resume imp.st 5 imp5.st || fail "the import resumed on 2 ranks"
+timeout 120 "$one" same f_tp2.st imp5.st > /dev/null || fail "the import resumes unlike load_params"
+"$tool" import imp2.st dp3.st dp3.st 2> err && fail "imported a checkpoint as weights"
+grep -q "8 extra: b1__m" err || fail "import: $(cat err)"
+[ ! -e imp2.st ] || fail "a refused import wrote its output"
 
 /usr/bin/python3 "$here/old_ckpt.py" dp3.st old.st 3 || fail "old_ckpt.py"
 timeout 120 "$one" refuse old.st > out || fail "per-rank files loaded into one process"

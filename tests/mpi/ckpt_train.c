@@ -20,6 +20,11 @@
  *                                   step 0 and write it (X) and the logits
  *                                   (OUT), raw f32
  *     ckpt_train export IN OUT      load IN, NAME_export to OUT
+ *     ckpt_train params IN W N OUT  load IN (- : none), then the params of W
+ *                                   (NAME_load_params: step 0 again, fresh
+ *                                   optimizer state), train to step N, save
+ *                                   OUT
+ *     ckpt_train refuse-params FILE as refuse, of NAME_load_params
  *     ckpt_train close A B          raw f32 files A and B within TOL
  *
  * Built with -DCKPT_INFER for an inference build of the same model
@@ -200,12 +205,22 @@ int main(int argc, char **argv) {
       fail(m2, "load", argv[3]);
     else
       rc = compare(m, m2, strcmp(cmd, "same") ? TOL : 0);
-  } else if (!strcmp(cmd, "refuse") && argc == 3) {
+  } else if (!strcmp(cmd, "params") && argc == 6) {
+    rc = strcmp(argv[2], "-") && mlp_load(m, argv[2]) ? fail(m, "load", argv[2]) : 0;
+    if (!rc && mlp_load_params(m, argv[3]))
+      rc = fail(m, "load_params", argv[3]);
+    if (!rc && mlp_step(m) != 0)
+      rc = fail(m, "load_params did not set the step to 0:", argv[3]);
+    if (!rc)
+      rc = train_to(m, atol(argv[4]));
+    if (!rc && mlp_save(m, argv[5]))
+      rc = fail(m, "save", argv[5]);
+  } else if ((!strcmp(cmd, "refuse") || !strcmp(cmd, "refuse-params")) && argc == 3) {
     static unsigned char before[1 << 22], after[1 << 22];
     size_t n = snapshot(m, before, sizeof before);
     int64_t step = mlp_step(m);
     rc = 1;
-    if (!mlp_load(m, argv[2]))
+    if (!(strcmp(cmd, "refuse") ? mlp_load_params(m, argv[2]) : mlp_load(m, argv[2])))
       fprintf(stderr, "ckpt_train: rank %d: %s loaded\n", me, argv[2]);
     else if (snapshot(m, after, sizeof after) != n || memcmp(before, after, n) ||
              mlp_step(m) != step)
@@ -271,7 +286,7 @@ int main(int argc, char **argv) {
   } else {
     fprintf(stderr, "usage: ckpt_train train N OUT | resume IN N OUT | compare A B | same A B "
                     "| refuse FILE | fail-save IN OUT | forward IN X OUT | export IN OUT | "
-                    "close A B\n");
+                    "params IN W N OUT | refuse-params FILE | close A B\n");
   }
   mlp_destroy(m2);
   mlp_destroy(m);

@@ -294,7 +294,7 @@ static void test_module_decls(void **state) {
                "t.ir:2:8: error: field 'schedule' of train must be a string");
   expect_error("module m\nparam w : f32[2] {init = \"xavier\"}\n",
                "t.ir:2:19: error: field 'init' of a global is 'xavier', not one of zeros, ones, "
-               "glorot, normal, uniform");
+               "glorot, normal, uniform, kaiming_uniform, kaiming_normal");
   expect_error("module m\ntrain {foo = 1}\n",
                "t.ir:2:8: error: train has no field 'foo' (it has loss, opt, lr, momentum, "
                "weight_decay, beta1, beta2, eps, schedule, warmup, total, nesterov, eps_kingma, "

@@ -98,6 +98,57 @@ static void test_reentrant(void **state) {
   dtrt_ctx_free(b);
 }
 
+/* The moments of n values of p: sum x^j / n for j = 1, 2, 4; the largest |x|. */
+static void moments(const float *p, int n, double *m1, double *m2, double *m4, double *top) {
+  *m1 = *m2 = *m4 = *top = 0;
+  for (int k = 0; k < n; k++) {
+    double x = p[k], x2 = x * x;
+    *m1 += x, *m2 += x2, *m4 += x2 * x2;
+    *top = fmax(*top, fabs(x));
+  }
+  *m1 /= n, *m2 /= n, *m4 /= n;
+}
+
+/* kaiming_uniform and kaiming_normal over n values against their laws: each
+ * sample moment within 6 of its standard errors (sqrt(var(x^j) / n), from
+ * the law's moments), the uniform's values within the bound and reaching
+ * it to 20 / n (the chance of falling short is e^-20). */
+static void test_init_kaiming(void **state) {
+  (void)state;
+  DtrtCtx *ctx = dtrt_ctx_new();
+  enum { N = 1 << 20 };
+  float *p = malloc(N * 4);
+  double m1, m2, m4, top, n = N;
+  /* torch's nn.Linear default: a = sqrt(5), fan_in 64: bound 1 / 8 */
+  assert_int_equal(dtrt_init(ctx, p, N, DT_INIT_KAIMING_UNIFORM, sqrt(5.0), 64, 3, 2, 1), DT_OK);
+  moments(p, N, &m1, &m2, &m4, &top);
+  double b = 1.0 / 8, var = b * b / 3;   /* E x^2; E x^4 = b^4 / 5 */
+  assert_true(top <= b && top >= b * (1 - 20 / n));
+  assert_true(fabs(m1) <= 6 * sqrt(var / n));
+  assert_true(fabs(m2 - var) <= 6 * sqrt((pow(b, 4) / 5 - var * var) / n));
+  assert_true(fabs(m4 - pow(b, 4) / 5) <= 6 * sqrt((pow(b, 8) / 9 - pow(b, 8) / 25) / n));
+  /* He's a = 0, fan_in 50: N(0, 2 / 50); E x^4 = 3 s^4, E x^8 = 105 s^8 */
+  assert_int_equal(dtrt_init(ctx, p, N, DT_INIT_KAIMING_NORMAL, 0, 50, 7, 2, 2), DT_OK);
+  moments(p, N, &m1, &m2, &m4, &top);
+  double s2 = 2.0 / 50;
+  assert_true(fabs(m1) <= 6 * sqrt(s2 / n));
+  assert_true(fabs(m2 - s2) <= 6 * sqrt(2 * s2 * s2 / n));
+  assert_true(fabs(m4 - 3 * s2 * s2) <= 6 * sqrt(96 * pow(s2, 4) / n));
+  /* the gain of slope a: sqrt(2 / (1 + a^2)), the sign of a immaterial */
+  assert_int_equal(dtrt_init(ctx, p, N, DT_INIT_KAIMING_NORMAL, -1, 8, 1, 3, 0), DT_OK);
+  moments(p, N, &m1, &m2, &m4, &top);
+  s2 = 1.0 / 8;
+  assert_true(fabs(m2 - s2) <= 6 * sqrt(2 * s2 * s2 / n));
+  /* a fan_in is needed, a slope finite */
+  assert_int_equal(dtrt_init(ctx, p, N, DT_INIT_KAIMING_UNIFORM, 0, 0, 5, 0, 0), DT_ERR_ARG);
+  assert_non_null(strstr(dtrt_errmsg(ctx), "kaiming"));
+  assert_int_equal(dtrt_init(ctx, p, N, DT_INIT_KAIMING_NORMAL, NAN, 4, 5, 0, 0), DT_ERR_ARG);
+  assert_string_equal(dtrt_init_names[DT_INIT_KAIMING_UNIFORM], "kaiming_uniform");
+  assert_string_equal(dtrt_init_names[DT_INIT_KAIMING_NORMAL], "kaiming_normal");
+  free(p);
+  dtrt_ctx_free(ctx);
+}
+
 static void test_init(void **state) {
   (void)state;
   DtrtCtx *ctx = dtrt_ctx_new();
@@ -202,6 +253,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_errors), cmocka_unit_test(test_alloc),
       cmocka_unit_test(test_reentrant), cmocka_unit_test(test_init),
+      cmocka_unit_test(test_init_kaiming),
       cmocka_unit_test(test_lr),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
