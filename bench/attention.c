@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "torch.h"
 #include "dtrt.h"
 #include "peak.h"
 
@@ -47,61 +48,6 @@ static float *randv(int64_t n, uint64_t *s) {
 }
 
 /* ---- torch, served (bench/torch_steps.py) ---- */
-
-static const char *python(void) {
-  const char *p = getenv("PYTHON");
-  return p ? p : access("/usr/bin/python3", X_OK) ? "python3" : "/usr/bin/python3";
-}
-
-typedef struct Torch {
-  pid_t pid;
-  FILE *to, *from;
-  char impl[64];
-} Torch;
-
-static void torch_stop(Torch *t) {
-  if (t->to)
-    fclose(t->to);
-  if (t->from)
-    fclose(t->from);
-  if (t->pid > 0)
-    waitpid(t->pid, NULL, 0);
-  t->to = t->from = NULL, t->pid = 0;
-}
-
-/* Starts DIR/attention_torch.py with args, waits for "ready IMPL"; false
- * when it did not start (no torch). */
-static bool torch_start(Torch *t, const char *dir, const char *args) {
-  *t = (Torch){0};
-  char cmd[4096];
-  snprintf(cmd, sizeof cmd, "exec %s '%s/attention_torch.py' %s 2>/dev/null", python(), dir, args);
-  int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC))
-    return false;
-  if (pipe2(out, O_CLOEXEC)) {
-    close(in[0]);
-    close(in[1]);
-    return false;
-  }
-  t->pid = fork();
-  if (t->pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  t->to = fdopen(in[1], "w");
-  t->from = fdopen(out[0], "r");
-  char line[128];
-  if (t->pid < 0 || !t->to || !t->from || !fgets(line, sizeof line, t->from) ||
-      sscanf(line, "ready %63s", t->impl) != 1) {
-    torch_stop(t);
-    return false;
-  }
-  return true;
-}
 
 static double torch_once(Torch *t) {
   double ms;
@@ -142,7 +88,7 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
   char args[128];
   snprintf(args, sizeof args, "%d %d %d %d %d %d", B, H, T, D, causal, THREADS);
   Torch t;
-  bool have_torch = torch_start(&t, dir, args);
+  bool have_torch = torch_start(&t, dir, "attention_torch.py", args);
   double load0[1] = {0}, load1[1] = {0};
   getloadavg(load0, 1);
   Peak p = peak_measure(5);
@@ -183,7 +129,7 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
          B, H, T, D, causal ? "true" : "false", THREADS, reps, gflop, median(fwd, reps),
          median(bwd, reps), ms, gflop / ms * 1e3, pk, peak_ms, ms / peak_ms);
   if (nt)
-    printf(", \"torch\": \"%s\", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", t.impl,
+    printf(", \"torch\": \"%s\", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", t.said,
            median(tor, nt), median(ratio, nt));
   else
     printf(", \"torch\": null");

@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "torch.h"
 #include "cnn.h"
 #include "dtrt.h"
 #include "frontend.h"
@@ -172,64 +173,6 @@ static void fill_labels(int32_t *p, int n, unsigned *seed) {
 }
 
 /* ---- the torch scripts, served ---- */
-
-/* Debian's python3-torch belongs to /usr/bin/python3, which may not be the
- * first python3 on PATH. */
-static const char *python(void) {
-  const char *p = getenv("PYTHON");
-  return p ? p : access("/usr/bin/python3", X_OK) ? "python3" : "/usr/bin/python3";
-}
-
-typedef struct Torch {
-  pid_t pid;
-  FILE *to, *from;
-} Torch;
-
-static void torch_stop(Torch *t) {
-  if (t->to)
-    fclose(t->to);
-  if (t->from)
-    fclose(t->from);
-  if (t->pid > 0)
-    waitpid(t->pid, NULL, 0);
-  *t = (Torch){0};
-}
-
-/* Starts DIR/script with args and "serve" (torch_steps.py), its stdin and
- * stdout piped to t, and waits for its "ready"; false when it did not start
- * (torch missing). The pipes close on exec, so that no other child holds
- * them open. */
-static bool torch_start(Torch *t, const char *dir, const char *script, const char *args) {
-  *t = (Torch){0};
-  char cmd[8192];
-  snprintf(cmd, sizeof cmd, "exec %s '%s/%s' %s 2>/dev/null", python(), dir, script, args);
-  int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC))
-    return false;
-  if (pipe2(out, O_CLOEXEC)) {
-    close(in[0]);
-    close(in[1]);
-    return false;
-  }
-  t->pid = fork();
-  if (t->pid == 0) {
-    dup2(in[0], 0);
-    dup2(out[1], 1);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  t->to = fdopen(in[1], "w");
-  t->from = fdopen(out[0], "r");
-  char line[64];
-  if (t->pid < 0 || !t->to || !t->from || !fgets(line, sizeof line, t->from) ||
-      strncmp(line, "ready", 5)) {
-    torch_stop(t);
-    return false;
-  }
-  return true;
-}
 
 /* Time in ms of one run of the server's step i; NAN when it failed. */
 static double torch_once(Torch *t, int i) {
