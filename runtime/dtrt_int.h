@@ -63,6 +63,10 @@ static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
 
 /* ---- kernels_nn.c ---------------------------------------------------- */
 
+/* sum over j < n of x[j] y[j], in 8 float partial sums then added in
+ * double: a fixed order the compiler vectorises (kernels_nn.c). */
+double dtrt_dot_lanes(const float *x, const float *y, int64_t n);
+
 /* e^x within 2e-7 relative for x in [-87, 88] (0 below, so masked entries
  * leave no denormals behind; e^88 above; NaN stays NaN),
  * branch-free so that loops of it vectorise, which calls to expf do not:

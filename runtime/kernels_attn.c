@@ -410,59 +410,53 @@ static DtStatus check(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
   return DT_OK;
 }
 
+/* Sets A up for op: its want operands (q, k, v, out, lse, dout, a prefix)
+ * and attributes checked, its result [B, H, Tq, D] (sdpa), [B, H, Tq]
+ * (sdpa_lse) or [B, H, Tq + 2 Tk, D] (sdpa_grad), the scratch prepared. */
+static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int want,
+                      DtTensor *out, const DtAttrs *a, Attn *A) {
+  DtStatus s;
+  if (nin != want)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: takes %d operands, got %d", op, want, nin);
+  if ((s = check(ctx, op, in, nin, out, a, A)))
+    return s;
+  int64_t dim[4] = {in[0].dim[0], in[0].dim[1], A->tq + (want == 6 ? 2 * A->tk : 0), A->d};
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, want == 2 ? 3 : 4)))
+    return s;
+  const float **to[] = {&A->q, &A->k, &A->v, &A->o, &A->lse, &A->dout};
+  for (int k = 0; k < nin; k++)
+    *to[k] = in[k].data;
+  A->out = out->data;
+  return prepare(ctx, op, A);
+}
+
 /* sdpa(q, k, v){causal?, scale}: q [B, H, Tq, D], k and v [B, H, Tk, D] ->
  * [B, H, Tq, D], softmax(scale q k^T, masked) v. */
 DTRT_TRACED(sdpa, DTRT_TID_KERNEL) {
-  const char *op = "sdpa";
   Attn A = {0};
-  DtStatus s;
-  if (nin != 3)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: takes 3 operands, got %d", op, nin);
-  if ((s = check(ctx, op, in, nin, out, a, &A)) ||
-      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, 4)))
-    return s;
-  A.q = in[0].data, A.k = in[1].data, A.v = in[2].data, A.out = out->data;
-  if ((s = prepare(ctx, op, &A)))
-    return s;
-  run(ctx, &A, ATTN_FWD, A.bh * A.nqb);
-  return DT_OK;
+  DtStatus s = begin(ctx, "sdpa", in, nin, 3, out, a, &A);
+  if (!s)
+    run(ctx, &A, ATTN_FWD, A.bh * A.nqb);
+  return s;
 }
 
 /* sdpa_lse(q, k){causal?, scale}: -> [B, H, Tq], each row's log sum_j
  * e^(s_ij) over the keys it sees. */
 DTRT_TRACED(sdpa_lse, DTRT_TID_KERNEL) {
-  const char *op = "sdpa_lse";
   Attn A = {0};
-  DtStatus s;
-  if (nin != 2)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: takes 2 operands, got %d", op, nin);
-  if ((s = check(ctx, op, in, nin, out, a, &A)) ||
-      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, 3)))
-    return s;
-  A.q = in[0].data, A.k = in[1].data, A.out = out->data;
-  if ((s = prepare(ctx, op, &A)))
-    return s;
-  run(ctx, &A, ATTN_LSE, A.bh * A.nqb);
-  return DT_OK;
+  DtStatus s = begin(ctx, "sdpa_lse", in, nin, 2, out, a, &A);
+  if (!s)
+    run(ctx, &A, ATTN_LSE, A.bh * A.nqb);
+  return s;
 }
 
 /* sdpa_grad(q, k, v, out, lse, dout){causal?, scale}: -> [B, H, Tq + 2 Tk, D],
  * along dim 2 dq (Tq rows), dk and dv (Tk rows each). Two passes: one by
  * blocks of keys (dk, dv), one by blocks of queries (dq). */
 DTRT_TRACED(sdpa_grad, DTRT_TID_KERNEL) {
-  const char *op = "sdpa_grad";
   Attn A = {0};
-  DtStatus s;
-  if (nin != 6)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: takes 6 operands, got %d", op, nin);
-  if ((s = check(ctx, op, in, nin, out, a, &A)))
-    return s;
-  int64_t dim[4] = {in[0].dim[0], in[0].dim[1], A.tq + 2 * A.tk, A.d};
-  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, 4)))
-    return s;
-  A.q = in[0].data, A.k = in[1].data, A.v = in[2].data, A.o = in[3].data;
-  A.lse = in[4].data, A.dout = in[5].data, A.out = out->data;
-  if ((s = prepare(ctx, op, &A)))
+  DtStatus s = begin(ctx, "sdpa_grad", in, nin, 6, out, a, &A);
+  if (s)
     return s;
   dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
   run(ctx, &A, ATTN_DKV, A.bh * A.nkb);

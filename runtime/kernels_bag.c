@@ -309,29 +309,15 @@ DTRT_TRACED(embedding_bag_grad, DTRT_TID_KERNEL) {
   return DT_OK;
 }
 
-/* sum over c of x[c] y[c] in LANES float partial sums, then added in double:
- * a fixed order the compiler vectorises. */
-static float dot(const float *restrict x, const float *restrict y, int64_t n) {
-  float acc[LANES] = {0};
-  int64_t j = 0;
-  for (; j + LANES <= n; j += LANES)
-    for (int l = 0; l < LANES; l++)
-      acc[l] += x[j + l] * y[j + l];
-  double s = 0;
-  for (int l = 0; l < LANES; l++)
-    s += acc[l];
-  for (; j < n; j++)
-    s += (double)x[j] * y[j];
-  return (float)s;
-}
-
 static void psw_grad_bags(void *env, int64_t b0, int64_t b1) {
   const Bag *g = env;
   for (int64_t b = b0; b < b1; b++) {
     int64_t lo, hi;
     span(g, b, &lo, &hi);
     for (int64_t j = lo; j < hi; j++)
-      g->y[j] = g->id[j] == g->pad ? 0 : dot(g->dy + b * g->d, g->w + g->id[j] * g->d, g->d);
+      g->y[j] = g->id[j] == g->pad
+                    ? 0
+                    : (float)dtrt_dot_lanes(g->dy + b * g->d, g->w + g->id[j] * g->d, g->d);
   }
 }
 

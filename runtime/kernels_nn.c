@@ -120,7 +120,7 @@ static double sum_lanes(const float *x, int64_t n) {
   return s;
 }
 
-static double dot_lanes(const float *x, const float *y, int64_t n) {
+double dtrt_dot_lanes(const float *x, const float *y, int64_t n) {
   float acc[LANES] = {0};
   int64_t j = 0;
   for (; j + LANES <= n; j += LANES)
@@ -206,7 +206,7 @@ static inline __attribute__((always_inline)) void row_at(int kind, const float *
         dx[j * st] = (x[j * st] - m) - ls;
     }
   } else if (kind == SOFTMAX_GRAD) {
-    double d = st == 1 ? dot_lanes(dy, x, n) : 0;
+    double d = st == 1 ? dtrt_dot_lanes(dy, x, n) : 0;
     for (int64_t j = 0; st != 1 && j < n; j++)
       d += (double)dy[j * st] * x[j * st];
     for (int64_t j = 0; j < n; j++)
