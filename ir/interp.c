@@ -448,8 +448,13 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
       cut |= (ir_piece_rows(inst, k) > 0) << k;
     DtStatus s = cut ? dtrt_pieces(it->ctx, kernels[inst->op], in, inst->nin, &o, &a, cut)
                      : kernels[inst->op](it->ctx, in, inst->nin, &o, &a);
-    if (s) {
-      snprintf(it->err, sizeof it->err, "%s: %s", ir_ops[inst->op].name, dtrt_errmsg(it->ctx));
+    if (s) {   /* the op's name before the kernel's message, unless it starts so */
+      const char *name = ir_ops[inst->op].name, *msg = dtrt_errmsg(it->ctx);
+      size_t n = strlen(name);
+      if (!strncmp(msg, name, n) && msg[n] == ':')
+        snprintf(it->err, sizeof it->err, "%s", msg);
+      else
+        snprintf(it->err, sizeof it->err, "%s: %s", name, msg);
       return false;
     }
   }
