@@ -65,4 +65,18 @@ static inline int rt_remove_dir(int chmod) {
   return system(cmd);
 }
 
+/* The runtime tests' random numbers: xorshift64, one stream per test
+ * program; rt_next its 64 bits, frand uniform in [-1, 1). */
+static inline uint64_t rt_next(void) {
+  static uint64_t r = 88172645463325252u;
+  r ^= r << 13;
+  r ^= r >> 7;
+  r ^= r << 17;
+  return r;
+}
+
+static inline float frand(void) {
+  return (float)((double)(rt_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
 #endif

@@ -16,15 +16,6 @@
 #include "dtrt.h"
 #include "rt_test.h"
 
-static uint64_t rng = 88172645463325252u;
-
-static float frand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
 static float *randv(int64_t n, double mag) {
   float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
   for (int64_t k = 0; k < n; k++)

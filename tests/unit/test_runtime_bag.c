@@ -18,19 +18,6 @@
 
 typedef DtStatus (*Kern)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
 
-static uint64_t rng = 88172645463325252u;
-
-static uint64_t next(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-static float frand(void) {
-  return (float)((double)(next() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-
 /* One problem: B bags over a table [R, D]; fixed K ids per bag, or N ids cut
  * by offsets. */
 typedef struct Case {
@@ -146,7 +133,7 @@ static Case make(int mode, bool flat, bool psw, int pad) {
   c.w = malloc(sizeof(float) * (size_t)(c.r * c.d));
   c.dy = malloc(sizeof(float) * (size_t)(c.b * c.d));
   for (int j = 0; j < n; j++) {
-    c.id[j] = (int32_t)(next() % (uint64_t)c.r);
+    c.id[j] = (int32_t)(rt_next() % (uint64_t)c.r);
     c.sw[j] = frand();
   }
   if (pad >= 0)
@@ -294,7 +281,7 @@ static void test_threads(void **state) {
   int32_t *id = malloc(sizeof(int32_t) * B * K);
   float *w = malloc(sizeof(float) * R * D), *dy = malloc(sizeof(float) * B * D);
   for (int j = 0; j < B * K; j++)
-    id[j] = (int32_t)(next() % R);
+    id[j] = (int32_t)(rt_next() % R);
   for (int k = 0; k < R * D; k++)
     w[k] = frand();
   for (int k = 0; k < B * D; k++)
