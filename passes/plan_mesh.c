@@ -236,12 +236,11 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run) {
   int *sg = arena_alloc(m->arena, sizeof *sg * (size_t)(ng + 1));
   int64_t L;
   int ns = stacked_params(m, step, sg, &L);
-  bool open = ns > 0;
   int64_t rows = 0;
   for (int k = 0; k < step->inst.n && !rows; k++)
     if (step->inst.a[k]->op == OP_repeat && step->inst.a[k]->in[0]->type.rank)
       rows = step->inst.a[k]->in[0]->type.dim[0];
-  for (int xy = 0; open && xy < mesh->naxis * mesh->naxis; xy++) {
+  for (int xy = 0; ns > 0 && xy < mesh->naxis * mesh->naxis; xy++) {
     int x = xy / mesh->naxis, y = xy % mesh->naxis;   /* stages over x, rows over y */
     if (x == y || mesh->axis_size[x] < 2 || taken(m, user, x) ||
         (mesh->naxis > 2 && taken(m, user, y)) || !layers_free(user, sg, ns, y))
