@@ -23,6 +23,13 @@ cluster=$1 prog=$2 work=$3 fault=$4
 prefix=f$(printf %.1s "$fault")$(($$ % 1000000))
 fail() { echo "faults.sh: FAIL: $*" >&2; exit 1; }
 c() { "$cluster" -p "$prefix" "$@"; }
+# a cluster of an earlier run of these tests whose shell is gone (killed at a
+# timeout, so its trap never ran) is taken down
+for st in /run/dtc-netns/f[ckp][0-9]*; do
+  [ -e "$st" ] || continue
+  p=${st##*/}
+  kill -0 "${p#f?}" 2>/dev/null || "$cluster" -p "$p" down 2>/dev/null
+done
 
 rm -rf "$work"
 mkdir -p "$work/ck" || fail "cannot make $work"

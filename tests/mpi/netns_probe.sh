@@ -16,6 +16,13 @@ set -u
 cluster=$1 probe=$2 dtc=$3 tests=$4 work=$5 test_comm=$6
 prefix=fp$(($$ % 1000000))   # this shell's pid: two suites at once do not meet
 fail() { echo "netns_probe.sh: FAIL: $*" >&2; exit 1; }
+# a cluster of an earlier run of these tests whose shell is gone (killed at a
+# timeout, so its trap never ran) is taken down
+for st in /run/dtc-netns/f[ckp][0-9]*; do
+  [ -e "$st" ] || continue
+  p=${st##*/}
+  kill -0 "${p#f?}" 2>/dev/null || "$cluster" -p "$p" down 2>/dev/null
+done
 rm -rf "$work"
 mkdir -p "$work" || fail "cannot make $work"
 "$cluster" -p $prefix down 2>/dev/null
