@@ -366,7 +366,8 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
     if ((m = lone_mul(g, x, 0)) >= 0)
       return fmuladd(g, m, false, LLVMBuildFNeg(b, y, ""));
     return LLVMBuildFSub(b, a, y, "");
-  case OP_mul: return LLVMBuildFMul(b, a, y, "");
+  case OP_mul: case OP_bn_scale: return LLVMBuildFMul(b, a, y, "");
+  case OP_bn_center: return LLVMBuildFSub(b, a, y, "");
   case OP_div: return LLVMBuildFDiv(b, a, y, "");
   case OP_neg: return LLVMBuildFNeg(b, a, "");
   case OP_exp: return exp_full(c, a);

@@ -1000,7 +1000,9 @@ static Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n) {
  * mean and biased variance (mean reductions, partial sums under a batch
  * split) normalise in training and update the buffers, (1 - m) r + m s with
  * the unbiased variance; batch_stat lets evaluation read the buffers
- * instead. y = x a + (bias - mean a), a = weight / sqrt(var + eps). */
+ * instead. y = bn_scale(bn_center(x, mean), 1 / sqrt(var + eps)) weight +
+ * bias, whose derivative with respect to x is the whole statistic's in one
+ * rule (passes/autodiff.c). */
 static Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   Inst *x = in[0];
   char buf[128];
@@ -1047,7 +1049,9 @@ static Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   ir_set_int(mu, "keepdim", 1);
   if (!(mu = finish(c, mu)))
     return NULL;
-  Inst *xc = op2(c, OP_sub, at, x, mu);
+  Inst *rmv = in[1], *rvv = in[2];
+  Inst *ms = op2(c, OP_batch_stat, at, mu, reshaped(c, at, rmv, stat, xt->rank));
+  Inst *xc = op2(c, OP_bn_center, at, x, ms);
   Inst *sq = xc ? op2(c, OP_mul, at, xc, xc) : NULL;
   Inst *var = sq ? ir_new(c->f, OP_mean, at, 1, &sq) : NULL;
   if (!var)
@@ -1056,25 +1060,23 @@ static Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   ir_set_int(var, "keepdim", 1);
   if (!(var = finish(c, var)))
     return NULL;
-  Inst *rmv = in[1], *rvv = in[2];
-  Inst *ms = op2(c, OP_batch_stat, at, mu, reshaped(c, at, rmv, stat, xt->rank));
   Inst *vs = op2(c, OP_batch_stat, at, var, reshaped(c, at, rvv, stat, xt->rank));
-  Inst *a = op1(c, OP_sqrt, at, op2(c, OP_add, at, vs, constant(c, eps, at)));
+  Inst *r = op2(c, OP_div, at, constant(c, 1, at),
+                op1(c, OP_sqrt, at, op2(c, OP_add, at, vs, constant(c, eps, at))));
+  Inst *y = op2(c, OP_bn_scale, at, xc, r);
   int64_t cw[IR_MAX_RANK];   /* [C, 1, ...]: a per-channel vector against [N, C, ...] */
   for (int d = 1; d < xt->rank; d++)
     cw[d - 1] = d == 1 ? C : 1;
-  a = in[3] ? op2(c, OP_div, at, reshaped(c, at, in[3], cw, xt->rank - 1), a)
-            : op2(c, OP_div, at, constant(c, 1, at), a);
-  Inst *shift = op1(c, OP_neg, at, op2(c, OP_mul, at, ms, a));
+  if (in[3])
+    y = op2(c, OP_mul, at, y, reshaped(c, at, in[3], cw, xt->rank - 1));
   if (in[4])
-    shift = op2(c, OP_add, at, shift, reshaped(c, at, in[4], cw, xt->rank - 1));
-  Inst *y = op2(c, OP_add, at, op2(c, OP_mul, at, x, a), shift);
+    y = op2(c, OP_add, at, y, reshaped(c, at, in[4], cw, xt->rank - 1));
   /* the running statistics: (1 - m) r + m s, the variance unbiased */
   const Global *g[2] = {rm, rv};
-  Inst *s[2] = {mu, var}, *r[2] = {rmv, rvv};
+  Inst *s[2] = {mu, var}, *run[2] = {rmv, rvv};
   double f[2] = {mom, count > 1 ? mom * (double)count / (double)(count - 1) : mom};
   for (int k = 0; k < 2; k++) {
-    Inst *v = op2(c, OP_add, at, op2(c, OP_mul, at, constant(c, 1 - mom, at), r[k]),
+    Inst *v = op2(c, OP_add, at, op2(c, OP_mul, at, constant(c, 1 - mom, at), run[k]),
                   op2(c, OP_mul, at, constant(c, f[k], at), reshaped(c, at, s[k], &C, 1)));
     Inst *st = ir_new(c->f, OP_store, at, 1, &v);
     ir_set_str(st, "global", g[k]->name);

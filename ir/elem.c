@@ -8,8 +8,8 @@
 float ir_elem_eval(Op op, float a, float b) {
   switch (op) {
   case OP_add: return a + b;
-  case OP_sub: return a - b;
-  case OP_mul: return a * b;
+  case OP_sub: case OP_bn_center: return a - b;
+  case OP_mul: case OP_bn_scale: return a * b;
   case OP_div: return a / b;
   case OP_neg: return -a;
   case OP_exp: return expf(a);

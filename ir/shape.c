@@ -220,6 +220,27 @@ bool shape_div(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_relu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_gelu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_gelu_tanh_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+/* bn_center and bn_scale: x [N, C, ...] and a statistic of its rank, each
+ * dim x's or 1 (the dims it reduces); bn_scale's x a bn_center. */
+static bool stat(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const Type *x = IN(0), *s = IN(1);
+  bool ok = s->rank == x->rank;
+  for (int d = 0; ok && d < x->rank; d++)
+    ok = s->dim[d] == x->dim[d] || s->dim[d] == 1;
+  if (!ok)
+    FAIL("'%s' needs a statistic of %s with its dims or 1, not %s", NAME, ts(x, b1), ts(s, b2));
+  return binary(inst, err, errlen);
+}
+
+bool shape_bn_center(Inst *i, char *e, size_t n) { return stat(i, e, n); }
+bool shape_bn_scale(Inst *inst, char *err, size_t errlen) {
+  if (inst->in[0]->op != OP_bn_center)
+    FAIL("the first operand of 'bn_scale' must be a bn_center, not a %s",
+         ir_ops[inst->in[0]->op].name);
+  return stat(inst, err, errlen);
+}
+
 bool shape_neg(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_exp(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_log(Inst *i, char *e, size_t n) { return unary(i, e, n); }

@@ -173,6 +173,24 @@ static void grad_mul(GradCtx *g, Inst *inst) {
     accum(g, b, mk2(g, OP_mul, inst, DY, a));
 }
 
+/* y = bn_center(x, m) = x - m: bn_scale's derivative, which follows it, is
+ * already the whole normalisation's, m's part included. */
+static void grad_bn_center(GradCtx *g, Inst *inst) { accum(g, X, DY); }
+
+/* y = bn_scale(c, r) = c r, c = x - mean(x), r = 1 / sqrt(mean(c^2) + eps),
+ * the means over the n elements of each kept index (the dims where r is 1):
+ * dx = r (dy - mean(dy) - y mean(dy y)), passed to c; r gets none. */
+static void grad_bn_scale(GradCtx *g, Inst *inst) {
+  Inst *c = inst->in[0], *r = inst->in[1];
+  if (!wants(g, c))
+    return;
+  Inst *k = cnst(g, inst, (double)type_elems(&r->type) / (double)type_elems(&c->type));
+  Inst *m1 = mk2(g, OP_mul, inst, unbroadcast(g, DY, &r->type), k);
+  Inst *m2 = mk2(g, OP_mul, inst, unbroadcast(g, mk2(g, OP_mul, inst, DY, inst), &r->type), k);
+  Inst *d = mk2(g, OP_sub, inst, mk2(g, OP_sub, inst, DY, m1), mk2(g, OP_mul, inst, inst, m2));
+  accum(g, c, mk2(g, OP_mul, inst, d, r));
+}
+
 /* y = a / b: da = dy / b, db = -dy y / b */
 static void grad_div(GradCtx *g, Inst *inst) {
   Inst *a = inst->in[0], *b = inst->in[1];

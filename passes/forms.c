@@ -84,6 +84,8 @@ static bool shard_add(const Inst *i, DimMap *m) { return elem(i, m, true); }
 static bool shard_sub(const Inst *i, DimMap *m) { return elem(i, m, true); }
 static bool shard_neg(const Inst *i, DimMap *m) { return elem(i, m, true); }
 static bool shard_mul(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_bn_center(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_bn_scale(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_div(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_exp(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_log(const Inst *i, DimMap *m) { return elem(i, m, false); }

@@ -520,6 +520,23 @@ static void check_round_trip(const Module *m) {
  * among them, reads back to the same double and prints back to the same
  * text; absent, it is 0 and not printed. An integer is no float, and an
  * i32 tensor takes only integers of 32 bits. */
+/* bn_scale's derivative assumes its operand is a bn_center of x and its
+ * statistic keeps x's dims or 1: anything else is refused. */
+static void test_batch_norm_ops(void **state) {
+  (void)state;
+  const char *ok = HEAD "  %m = mean %a {axes = [0], keepdim = 1} : f32[1,3]\n"
+                        "  %c = bn_center %a, %m : f32[2,3]\n"
+                        "  %y = bn_scale %c, %m : f32[2,3]\n  output %y {name = \"y\"}\n}\n";
+  Result r = parse(ok);
+  if (!r.m)
+    fail_msg("%s", r.msg);
+  expect_error(HEAD "  %y = bn_scale %a, %a : f32[2,3]\n}\n",
+               "t.ir:5:8: error: the first operand of 'bn_scale' must be a bn_center, not a load");
+  expect_error(HEAD "  %m = sum %a {axes = [0]} : f32[3]\n  %c = bn_center %a, %m : f32[2,3]\n}\n",
+               "t.ir:6:8: error: 'bn_center' needs a statistic of f32[2,3] with its dims or 1, "
+               "not f32[3]");
+}
+
 static void test_pad_value(void **state) {
   (void)state;
   static const struct {
@@ -703,7 +720,7 @@ int main(void) {
       cmocka_unit_test(test_error_cap),    cmocka_unit_test(test_prefixes_and_mutations),
       cmocka_unit_test(test_random_bytes), cmocka_unit_test(test_large_inputs),
       cmocka_unit_test(test_dropout_at),   cmocka_unit_test(test_repeat_args),
-      cmocka_unit_test(test_pad_value),
+      cmocka_unit_test(test_pad_value),    cmocka_unit_test(test_batch_norm_ops),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
