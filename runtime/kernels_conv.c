@@ -320,11 +320,12 @@ static inline __mmask16 first_lanes(int64_t n) {
 }
 
 /* Sample x [c, h, w] into dst [c, hp, wp] with its padding, then zeros
- * over the slack that tiles' unused pixels read past the last plane. Rows
- * are short: vectors, not memcpy and memset calls. */
-AVX512 static void pad_sample(const Direct *d, int64_t c, const float *x, float *dst) {
+ * over the slack that tiles' unused pixels read past the last plane; with
+ * fresh false dst already holds them (an earlier sample's), and only the
+ * pixels are copied. Rows are short: vectors, not memcpy and memset calls. */
+AVX512 static void pad_sample(const Direct *d, int64_t c, const float *x, float *dst, bool fresh) {
   const Geom *g = &d->g;
-  for (int64_t k = 0; k < d->sample; k += LANES)
+  for (int64_t k = 0; fresh && k < d->sample; k += LANES)
     _mm512_mask_storeu_ps(dst + k, first_lanes(d->sample - k), _mm512_setzero_ps());
   for (int64_t ci = 0; ci < c; ci++)
     for (int64_t ih = 0; ih < g->h; ih++) {
@@ -445,8 +446,9 @@ static void fwd_part(void *env, int64_t begin, int64_t end) {
   const Geom *g = &d->g;
   for (int64_t s = begin; s < end; s++) {
     float *pad = d->pad + s * d->sample;
-    for (int64_t n = s * g->n / d->slots; n < (s + 1) * g->n / d->slots; n++) {
-      pad_sample(d, g->c, d->x + n * g->c * g->h * g->w, pad);
+    int64_t first = s * g->n / d->slots;
+    for (int64_t n = first; n < (s + 1) * g->n / d->slots; n++) {
+      pad_sample(d, g->c, d->x + n * g->c * g->h * g->w, pad, n == first);
       for (int64_t gi = 0; gi < g->groups; gi++)
         for (int64_t b = 0; b < d->nob; b++) {
           int64_t o0 = b * d->nv * LANES, valid = d->og - o0 < d->nv * LANES ? d->og - o0 : d->nv * LANES;
@@ -521,7 +523,7 @@ static void dw_prep(void *env, int64_t begin, int64_t end) {
   const Direct *d = env;
   const Geom *g = &d->g;
   for (int64_t n = begin; n < end; n++) {
-    pad_sample(d, g->c, d->x + n * g->c * g->h * g->w, d->pad + n * d->sample);
+    pad_sample(d, g->c, d->x + n * g->c * g->h * g->w, d->pad + n * d->sample, true);
     dw_transpose(d, n);
   }
 }
