@@ -179,14 +179,22 @@ static void grad_bn_center(GradCtx *g, Inst *inst) { accum(g, X, DY); }
 
 /* y = bn_scale(c, r) = c r, c = x - mean(x), r = 1 / sqrt(mean(c^2) + eps),
  * the means over the n elements of each kept index (the dims where r is 1):
- * dx = r (dy - mean(dy) - y mean(dy y)), passed to c; r gets none. */
+ * dx = r (dy - mean(dy) - y mean(dy y)), passed to c; r gets none. When dy
+ * is a w with w per kept index (batch norm's weight), the means are w
+ * mean(a) and w mean(a y): the sums of a and a y that the weight's and the
+ * bias's gradients take too (cse.c keeps one of each). */
 static void grad_bn_scale(GradCtx *g, Inst *inst) {
-  Inst *c = inst->in[0], *r = inst->in[1];
+  Inst *c = inst->in[0], *r = inst->in[1], *a = DY, *w = NULL;
   if (!wants(g, c))
     return;
+  if (DY->op == OP_mul && type_eq(&DY->in[0]->type, &inst->type) &&
+      type_elems(&DY->in[1]->type) == type_elems(&r->type))
+    a = DY->in[0], w = DY->in[1];
   Inst *k = cnst(g, inst, (double)type_elems(&r->type) / (double)type_elems(&c->type));
-  Inst *m1 = mk2(g, OP_mul, inst, unbroadcast(g, DY, &r->type), k);
-  Inst *m2 = mk2(g, OP_mul, inst, unbroadcast(g, mk2(g, OP_mul, inst, DY, inst), &r->type), k);
+  Inst *m1 = mk2(g, OP_mul, inst, unbroadcast(g, a, &r->type), k);
+  Inst *m2 = mk2(g, OP_mul, inst, unbroadcast(g, mk2(g, OP_mul, inst, a, inst), &r->type), k);
+  if (w)
+    m1 = mk2(g, OP_mul, inst, m1, w), m2 = mk2(g, OP_mul, inst, m2, w);
   Inst *d = mk2(g, OP_sub, inst, mk2(g, OP_sub, inst, DY, m1), mk2(g, OP_mul, inst, inst, m2));
   accum(g, c, mk2(g, OP_mul, inst, d, r));
 }

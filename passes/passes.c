@@ -9,6 +9,7 @@
 const Pass pass_table[] = {
   {"autodiff", pass_autodiff, "training step: forward, backward, optimizer update"},
   {"eval", pass_eval, "@forward in evaluation mode: dropout is the identity"},
+  {"cse", pass_cse, "an elementwise, reduction or data-movement op computed twice computed once"},
   {"determinize", pass_determinize, "deterministic mode: sums over the batch in fixed pieces, in order"},
   {"plan", pass_plan, "forms of inputs and params and per-device ratios: a search, an LP"},
   {"microbatch", pass_microbatch, "@train_step's loops cut into micro-batches, as many as asked or planned"},

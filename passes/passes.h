@@ -68,6 +68,12 @@ Func *autodiff_grads(Module *m, Func *src, const char *name, Diag *d);
 /* @forward in evaluation mode: every dropout of it is the identity. */
 bool pass_eval(Module *m, Diag *d, PassRun *run);
 
+/* ---- cse.c ------------------------------------------------------------ */
+
+/* Every function: an elementwise, reduction or data-movement op that
+ * another before it computes already reads that one, and unused ones go. */
+bool pass_cse(Module *m, Diag *d, PassRun *run);
+
 /* ---- microbatch.c ----------------------------------------------------- */
 
 /* With Module.microbatches > 1: each loop of @train_step as that many loops

@@ -161,13 +161,47 @@ static void test_derivative_of_derivative(void **s) {
   assert_non_null(strstr(tm_log(&t), "t.dt:4:1: error: 'relu_grad' cannot be differentiated"));
 }
 
+/* cse: an op computed twice with the same operands and attributes is
+ * computed once; different attributes or operands stay apart, and so do
+ * loads; batch norm's backward sums dy and dy y once each. */
+static void test_cse(void **s) {
+  (void)s;
+  Inst *x = tm_input(&t, "x", ty(DT_F32, 2, 4, 3)), *w = tm_param(&t, "w", ty(DT_F32, 2, 4, 3));
+  Inst *x2 = tm_new(&t, OP_load, 0);
+  ir_set_str(x2, "global", "x");
+  ir_finish(x2);
+  Inst *p = tm_op(&t, OP_mul, 2, x, w), *q = tm_op(&t, OP_mul, 2, x, w);
+  Inst *r = tm_op(&t, OP_mul, 2, x2, w);
+  Inst *s0 = tm_new(&t, OP_sum, 1, p), *s1 = tm_new(&t, OP_sum, 1, q), *s2 = tm_new(&t, OP_sum, 1, q);
+  ir_set_ints(s0, "axes", (int64_t[]){0}, 1);
+  ir_set_ints(s1, "axes", (int64_t[]){0}, 1);
+  ir_set_ints(s2, "axes", (int64_t[]){1}, 1);
+  ir_finish(s0), ir_finish(s1), ir_finish(s2);
+  tm_output(&t, tm_op(&t, OP_add, 2, tm_op(&t, OP_add, 2, p, q), r), "y");
+  tm_output(&t, tm_op(&t, OP_add, 2, s0, s1), "a");
+  tm_output(&t, s2, "b");
+  assert_true(pass_cse(t.m, &t.d, NULL));
+  if (!ir_verify(t.m, &t.d))
+    fail_msg("%s", tm_log(&t));
+  assert_int_equal(count(t.f, OP_load), 3);
+  assert_int_equal(count(t.f, OP_mul), 2);   /* p and r: x2 is another load */
+  assert_int_equal(count(t.f, OP_sum), 2);   /* axes [0] once, [1] */
+  for (int k = 0; k < t.f->inst.n; k++) {
+    const Inst *i = t.f->inst.a[k];
+    if (i->op == OP_add && i->in[0]->op == OP_mul)
+      assert_ptr_equal(i->in[0], i->in[1]);
+    if (i->op == OP_add && i->in[0]->op == OP_sum)
+      assert_ptr_equal(i->in[0], i->in[1]);
+  }
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, tm_setup, tm_teardown)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
     T(test_no_loss), T(test_train_step), T(test_locations), T(test_unused_param),
     T(test_unused_param_quiet), T(test_loss_not_output), T(test_loss_not_scalar),
-    T(test_derivative_of_derivative),
+    T(test_derivative_of_derivative), T(test_cse),
   };
   return cmocka_run_group_tests_name("autodiff pass", tests, NULL, NULL);
 }
