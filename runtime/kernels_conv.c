@@ -323,10 +323,26 @@ static inline __mmask16 first_lanes(int64_t n) {
  * over the slack that tiles' unused pixels read past the last plane; with
  * fresh false dst already holds them (an earlier sample's), and only the
  * pixels are copied. Rows are short: vectors, not memcpy and memset calls. */
+AVX512 static void zeros(float *p, int64_t n) {
+  for (int64_t k = 0; k < n; k += LANES)
+    _mm512_mask_storeu_ps(p + k, first_lanes(n - k), _mm512_setzero_ps());
+}
+
 AVX512 static void pad_sample(const Direct *d, int64_t c, const float *x, float *dst, bool fresh) {
   const Geom *g = &d->g;
-  for (int64_t k = 0; fresh && k < d->sample; k += LANES)
-    _mm512_mask_storeu_ps(dst + k, first_lanes(d->sample - k), _mm512_setzero_ps());
+  int64_t below = d->hp - g->ph - g->h, right = d->wp - g->pw - g->w;
+  for (int64_t ci = 0; fresh && ci < c; ci++) {   /* the padding only: pixels come next */
+    float *p = dst + ci * d->plane;
+    zeros(p, g->ph * d->wp);
+    zeros(p + (g->ph + g->h) * d->wp, below * d->wp);
+    for (int64_t ih = 0; ih < g->h; ih++) {
+      float *row = p + (ih + g->ph) * d->wp;
+      zeros(row, g->pw);
+      zeros(row + g->pw + g->w, right);
+    }
+  }
+  if (fresh)
+    zeros(dst + c * d->plane, d->sample - c * d->plane);
   for (int64_t ci = 0; ci < c; ci++)
     for (int64_t ih = 0; ih < g->h; ih++) {
       const float *src = x + (ci * g->h + ih) * g->w;
