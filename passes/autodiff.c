@@ -231,7 +231,9 @@ static void grad_sigmoid(GradCtx *g, Inst *inst) {
   accum(g, X, mk2(g, OP_mul, inst, DY, t));
 }
 
-static void grad_relu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_relu_grad, inst, X, DY)); }
+/* relu(x) > 0 exactly where x > 0 (a NaN gives 0 both ways): the backward
+ * reads the output, which the next layer keeps anyway, not the input. */
+static void grad_relu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_relu_grad, inst, inst, DY)); }
 static void grad_gelu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_gelu_grad, inst, X, DY)); }
 static void grad_relu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 static void grad_gelu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
