@@ -94,6 +94,8 @@ PER_IN(sum, 1)
 PER_IN(fold, 1)
 PER_IN(max, 1)
 double flops_mean(const Inst *i) { return in_elems(i, 0) + out_elems(i); }
+PER_IN(sum_mul, 2)
+double flops_mean_mul(const Inst *i) { return 2 * in_elems(i, 0) + out_elems(i); }
 /* compare with the maximum, select the adjoint */
 PER_IN(max_grad, 2)
 

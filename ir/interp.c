@@ -12,6 +12,8 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_sum] = dtrt_k_sum,
   [OP_fold] = dtrt_k_fold,
   [OP_mean] = dtrt_k_mean,
+  [OP_sum_mul] = dtrt_k_sum_mul,
+  [OP_mean_mul] = dtrt_k_mean_mul,
   [OP_max] = dtrt_k_max,
   [OP_max_grad] = dtrt_k_max_grad,
   [OP_matmul] = dtrt_k_matmul,
@@ -196,6 +198,7 @@ int64_t ir_staged_bytes(const Module *m, const Inst *x) {
     {OP_all_reduce, DT_STAGED_ALL_REDUCE}, {OP_all_gather, DT_STAGED_ALL_GATHER},
     {OP_reduce_scatter, DT_STAGED_REDUCE_SCATTER}, {OP_all_to_all, DT_STAGED_ALL_TO_ALL},
     {OP_shard_slice, DT_STAGED_SHARD_SLICE}, {OP_sum, DT_STAGED_SUM}, {OP_mean, DT_STAGED_SUM},
+    {OP_sum_mul, DT_STAGED_SUM}, {OP_mean_mul, DT_STAGED_SUM},
     {OP_max_grad, DT_STAGED_MAX_GRAD}, {OP_cross_entropy, DT_STAGED_CROSS_ENTROPY},
     {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}};
   int k = 0, n = (int)(sizeof staged / sizeof staged[0]);

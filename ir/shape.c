@@ -283,6 +283,16 @@ static bool reduce(Inst *inst, char *err, size_t errlen) {
 
 bool shape_sum(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
 bool shape_mean(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
+
+static bool reduce_mul(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  if (!type_eq(IN(0), IN(1)))
+    FAIL("the operands of '%s' must have one type, not %s and %s", NAME, ts(IN(0), b1),
+         ts(IN(1), b2));
+  return reduce(inst, err, errlen);
+}
+bool shape_sum_mul(Inst *i, char *e, size_t n) { return reduce_mul(i, e, n); }
+bool shape_mean_mul(Inst *i, char *e, size_t n) { return reduce_mul(i, e, n); }
 bool shape_max(Inst *i, char *e, size_t n) { return reduce(i, e, n); }
 
 bool shape_fold(Inst *inst, char *err, size_t errlen) {

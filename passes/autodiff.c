@@ -268,6 +268,19 @@ static void grad_mean(GradCtx *g, Inst *inst) {
   accum(g, X, expand(g, inst, mk2(g, OP_mul, inst, DY, cnst(g, inst, 1 / n))));
 }
 
+/* sum(a b): da = dy b, db = dy a, dy broadcast back (scaled for the mean) */
+static void grad_mul_reduce(GradCtx *g, Inst *inst, Inst *dy) {
+  Inst *e = expand(g, inst, dy);
+  for (int k = 0; k < 2; k++)
+    if (wants(g, inst->in[k]))
+      accum(g, inst->in[k], mk2(g, OP_mul, inst, e, inst->in[1 - k]));
+}
+static void grad_sum_mul(GradCtx *g, Inst *inst) { grad_mul_reduce(g, inst, DY); }
+static void grad_mean_mul(GradCtx *g, Inst *inst) {
+  double n = (double)type_elems(&X->type) / (double)type_elems(&inst->type);
+  grad_mul_reduce(g, inst, mk2(g, OP_mul, inst, DY, cnst(g, inst, 1 / n)));
+}
+
 static void grad_max(GradCtx *g, Inst *inst) {
   Inst *in[3] = {X, inst, DY};
   accum(g, X, grad_op(g, OP_max_grad, inst, 3, in));

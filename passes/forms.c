@@ -134,6 +134,17 @@ static bool shard_fold(const Inst *i, DimMap *m) {
   return true;
 }
 static bool shard_mean(const Inst *i, DimMap *m) { return sum_like(i, m); }
+/* both factors as sum's operand: a split dim of both is a split of the
+ * products */
+static bool mul_like(const Inst *i, DimMap *m) {
+  sum_like(i, m);
+  for (int j = 0; j < i->in[0]->type.rank; j++)
+    m->to[1][j] = m->to[0][j];
+  m->linear = false;
+  return true;
+}
+static bool shard_sum_mul(const Inst *i, DimMap *m) { return mul_like(i, m); }
+static bool shard_mean_mul(const Inst *i, DimMap *m) { return mul_like(i, m); }
 
 static bool shard_max(const Inst *i, DimMap *m) {
   bool red[IR_MAX_RANK];

@@ -13,7 +13,8 @@
  * later load of that global needs the new one; a group that writes the state
  * block runs as early as its inputs and those reads allow. In deterministic
  * mode it first makes the fold of a product's pieces one product that sums k
- * in the same blocks in the same order (fold_product). */
+ * in the same blocks in the same order (fold_product). A sum or mean of a
+ * product only it reads becomes sum_mul or mean_mul of the factors. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -606,6 +607,34 @@ static void join_products(Func *f) {
   ir_renumber(f);
 }
 
+/* Pass 0b: a sum or mean of a product that nothing else reads takes the
+ * product's factors instead (sum_mul, mean_mul), so the product is never
+ * stored and read back; a reduction in pieces keeps its operand. */
+static void reduce_products(Func *f) {
+  Arena *a = f->mod->arena;
+  ir_renumber(f);
+  int n = f->inst.n, kept = 0;
+  Uses u = ir_uses(a, f);
+  bool *gone = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
+  for (int k = 0; k < n; k++) {
+    Inst *i = f->inst.a[k], *p = i->in ? i->in[0] : NULL;
+    if ((i->op != OP_sum && i->op != OP_mean) || ir_attr(i, "pieces") || p->op != OP_mul ||
+        u.off[p->id + 1] - u.off[p->id] != 1 || !type_eq(&p->in[0]->type, &p->type) ||
+        !type_eq(&p->in[1]->type, &p->type))
+      continue;
+    Inst **in = arena_alloc(a, 2 * sizeof *in);
+    in[0] = p->in[0], in[1] = p->in[1];
+    i->op = i->op == OP_sum ? OP_sum_mul : OP_mean_mul;
+    i->in = in, i->nin = 2;
+    gone[p->id] = true;
+  }
+  for (int k = 0; k < n; k++)
+    if (!gone[k])
+      f->inst.a[kept++] = f->inst.a[k];
+  f->inst.n = kept;
+  ir_renumber(f);
+}
+
 static void fuse_func(Func *f) {
   Arena *a = f->mod->arena;
   int n = f->inst.n;
@@ -642,6 +671,7 @@ bool pass_fusion(Module *m, Diag *d, PassRun *run) {
   (void)d;
   for (int k = 0; k < m->func.n; k++) {
     fold_products(m->func.a[k]);
+    reduce_products(m->func.a[k]);
     fuse_func(m->func.a[k]);
   }
   return true;

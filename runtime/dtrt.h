@@ -160,6 +160,8 @@ DtStatus dtrt_pieces(DtrtCtx *ctx, DtKernelFn k, const DtTensor *in, int nin, Dt
 DTRT_KERNEL(matmul);
 DTRT_KERNEL(sum);
 DTRT_KERNEL(mean);
+DTRT_KERNEL(sum_mul);
+DTRT_KERNEL(mean_mul);
 DTRT_KERNEL(max);
 DTRT_KERNEL(max_grad);
 DTRT_KERNEL(softmax);

@@ -109,28 +109,89 @@ static DtStatus plan(DtrtCtx *ctx, const char *op, const DtTensor *x, const DtTe
  * first in memory order wins. */
 static inline bool better(float v, float m) { return v > m || (v != v && m == m); }
 
-/* y must hold the identity of op (0, -inf; arg: -1) on entry. */
-static void run(const Plan *p, const float *x, float *y, int64_t *arg, int op) {
+/* The sum of x[0 .. n) in eight sums side by side: one chain of dependent
+ * adds took 4 cycles an element. */
+static double sum_row(const float *x, int64_t n) {
+  double s8[8] = {0}, s = 0;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; k++)
+      s8[k] += x[j + k];
+  for (; j < n; j++)
+    s += x[j];
+  for (int k = 0; k < 8; k++)
+    s += s8[k];
+  return s;
+}
+
+/* The same of the products x[j] y[j], each rounded to f32 first, as a mul
+ * op would have stored it: the bits of sum_row over that stored product. */
+static double dot_row(const float *x, const float *y, int64_t n) {
+  double s8[8] = {0}, s = 0;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; k++) {
+      float t = x[j + k] * y[j + k];
+      s8[k] += t;
+    }
+  for (; j < n; j++) {
+    float t = x[j] * y[j];
+    s += t;
+  }
+  for (int k = 0; k < 8; k++)
+    s += s8[k];
+  return s;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* sum_row (y NULL) or dot_row with the eight sums as the lanes of one
+ * register: the same adds in the same order, so the same bits. */
+__attribute__((target("avx512f"))) static double row_avx512(const float *x, const float *y,
+                                                            int64_t n) {
+  __m512d acc = _mm512_setzero_pd();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 v = _mm256_loadu_ps(x + j);
+    if (y)
+      v = _mm256_mul_ps(v, _mm256_loadu_ps(y + j));
+    acc = _mm512_add_pd(acc, _mm512_cvtps_pd(v));
+  }
+  double s8[8], s = 0;
+  _mm512_storeu_pd(s8, acc);
+  for (; j < n; j++) {
+    float t = y ? x[j] * y[j] : x[j];
+    s += t;
+  }
+  for (int k = 0; k < 8; k++)
+    s += s8[k];
+  return s;
+}
+
+static double row_sum(const float *x, const float *y, int64_t n) {
+  if (__builtin_cpu_supports("avx512f"))
+    return row_avx512(x, y, n);
+  return y ? dot_row(x, y, n) : sum_row(x, n);
+}
+#else
+static double row_sum(const float *x, const float *y, int64_t n) {
+  return y ? dot_row(x, y, n) : sum_row(x, n);
+}
+#endif
+
+/* y must hold the identity of op (0, -inf; arg: -1) on entry; x2 (R_SUM
+ * only): a second factor of x's shape, or NULL. */
+static void run(const Plan *p, const float *x, const float *x2, float *y, int64_t *arg, int op) {
   if (p->total == 0)
     return;
   int last = p->n - 1;
   int64_t len = p->len[last], rows = p->total / len, idx[DT_MAX_RANK] = {0}, o = 0;
   for (int64_t row = 0; row < rows; row++) {
-    const float *xr = x + row * len;
+    const float *xr = x + row * len, *x2r = x2 ? x2 + row * len : NULL;
     int64_t base = row * len;
     if (p->red[last] && op == R_SUM) {
-      /* eight sums side by side: one chain of dependent adds took 4 cycles
-       * an element */
-      double s8[8] = {0}, s = 0;
-      int64_t j = 0;
-      for (; j + 8 <= len; j += 8)
-        for (int k = 0; k < 8; k++)
-          s8[k] += xr[j + k];
-      for (; j < len; j++)
-        s += xr[j];
-      for (int k = 0; k < 8; k++)
-        s += s8[k];
-      y[o] += (float)s;
+      y[o] += (float)row_sum(xr, x2r, len);
     } else if (p->red[last]) {
       float m = y[o];
       int64_t at = arg ? arg[o] : 0;
@@ -140,6 +201,13 @@ static void run(const Plan *p, const float *x, float *y, int64_t *arg, int op) {
       y[o] = m;
       if (arg)
         arg[o] = at;
+    } else if (op == R_SUM && x2r) {
+      float *restrict yr = y + o;
+      const float *restrict xs = xr, *restrict x2s = x2r;
+      for (int64_t j = 0; j < len; j++) {
+        float t = xs[j] * x2s[j];   /* rounded before the add, as a stored product */
+        yr[j] += t;
+      }
     } else if (op == R_SUM) {
       float *restrict yr = y + o;
       const float *restrict xs = xr;
@@ -168,7 +236,7 @@ enum { SUM_CHUNKS = 8, SUM_PARALLEL = 1 << 16 };   /* pieces; from this many ele
 
 typedef struct SumJob {
   const Plan *p;
-  const float *x;
+  const float *x, *x2;
   float *y, *part;   /* part: SUM_CHUNKS partial outputs of ny when group 0 is reduced */
   int64_t ny, inner;
 } SumJob;
@@ -182,7 +250,7 @@ static void sum_part(void *env, int64_t b, int64_t e) {
     Plan s = *j->p;
     s.len[0] = hi - lo;
     s.total = (hi - lo) * j->inner;
-    run(&s, j->x + lo * j->inner,
+    run(&s, j->x + lo * j->inner, j->x2 ? j->x2 + lo * j->inner : NULL,
         j->p->red[0] ? j->part + c * j->ny : j->y + lo * j->p->ostride[0], NULL, R_SUM);
   }
 }
@@ -194,8 +262,9 @@ static size_t part_bytes(int64_t ny) { return (size_t)(SUM_CHUNKS * ny) * sizeof
 static size_t argmax_bytes(int64_t ny) { return (size_t)ny * (sizeof(int64_t) + sizeof(float)); }
 
 /* run() of a sum on the thread pool; false when there is no memory for it. */
-static bool sum_parallel(DtrtCtx *ctx, const Plan *p, const float *x, float *y, int64_t ny) {
-  SumJob j = {p, x, y, NULL, ny, p->total / p->len[0]};
+static bool sum_parallel(DtrtCtx *ctx, const Plan *p, const float *x, const float *x2, float *y,
+                         int64_t ny) {
+  SumJob j = {p, x, x2, y, NULL, ny, p->total / p->len[0]};
   if (p->red[0]) {
     if (!(j.part = dtrt_alloc(ctx, part_bytes(ny))))
       return false;
@@ -208,22 +277,26 @@ static bool sum_parallel(DtrtCtx *ctx, const Plan *p, const float *x, float *y, 
   return true;
 }
 
+/* With two operands (sum_mul, mean_mul) the terms are their products. */
 static DtStatus reduce(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
-                       DtTensor *out, const DtAttrs *a, int kind, bool mean) {
+                       DtTensor *out, const DtAttrs *a, int kind, bool mean, int factors) {
   DtStatus s;
   Plan p;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 16, 0)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, factors, factors, out, a, 16, 0)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
+      (factors == 2 && (s = dtrt_check_as(ctx, op, "second factor", &in[1], DTRT_F32, in[0].dim,
+                                          in[0].rank))) ||
       (s = dtrt_check(ctx, op, "output", out, DTRT_F32)) ||
       (s = plan(ctx, op, &in[0], out, a, &p)))
     return s;
   float *y = out->data;
+  const float *x2 = factors == 2 ? in[1].data : NULL;
   int64_t ny = dtrt_numel(out);
   for (int64_t k = 0; k < ny; k++)
     y[k] = kind == R_SUM ? 0.0f : -INFINITY;
   if (kind != R_SUM || p.total < SUM_PARALLEL || p.len[0] < SUM_CHUNKS ||
-      !sum_parallel(ctx, &p, in[0].data, y, ny))
-    run(&p, in[0].data, y, NULL, kind);
+      !sum_parallel(ctx, &p, in[0].data, x2, y, ny))
+    run(&p, in[0].data, x2, y, NULL, kind);
   if (mean)
     for (int64_t k = 0; k < ny; k++)
       y[k] = (float)((double)y[k] / (double)p.count);
@@ -231,14 +304,24 @@ static DtStatus reduce(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin
 }
 
 /* sum(x){axes, keepdim?}: attributes as at the top of this file. */
-DTRT_TRACED(sum, DTRT_TID_KERNEL) { return reduce(ctx, "sum", in, nin, out, a, R_SUM, false); }
+DTRT_TRACED(sum, DTRT_TID_KERNEL) { return reduce(ctx, "sum", in, nin, out, a, R_SUM, false, 1); }
 
 /* mean(x){axes, keepdim?}: the sum divided by the reduced element count (an
  * empty reduction gives NaN). */
-DTRT_TRACED(mean, DTRT_TID_KERNEL) { return reduce(ctx, "mean", in, nin, out, a, R_SUM, true); }
+DTRT_TRACED(mean, DTRT_TID_KERNEL) { return reduce(ctx, "mean", in, nin, out, a, R_SUM, true, 1); }
+
+/* sum_mul(a, b){axes, keepdim?}, mean_mul: the sum and the mean of a b,
+ * each product rounded to f32 first (the bits of sum and mean of a stored
+ * mul); a and b of one shape. */
+DTRT_TRACED(sum_mul, DTRT_TID_KERNEL) {
+  return reduce(ctx, "sum_mul", in, nin, out, a, R_SUM, false, 2);
+}
+DTRT_TRACED(mean_mul, DTRT_TID_KERNEL) {
+  return reduce(ctx, "mean_mul", in, nin, out, a, R_SUM, true, 2);
+}
 
 /* max(x){axes, keepdim?}: an empty reduction gives -inf; NaN propagates. */
-DTRT_TRACED(max, DTRT_TID_KERNEL) { return reduce(ctx, "max", in, nin, out, a, R_MAX, false); }
+DTRT_TRACED(max, DTRT_TID_KERNEL) { return reduce(ctx, "max", in, nin, out, a, R_MAX, false, 1); }
 
 /* max_grad(x, y, dy){axes, keepdim?} -> dx shaped like x: each dy element goes
  * to the first maximal element of its group (first in memory order; the first
@@ -264,7 +347,7 @@ DTRT_TRACED(max_grad, DTRT_TID_KERNEL) {
   float *m = (float *)(arg + ny);
   for (int64_t k = 0; k < ny; k++)
     m[k] = -INFINITY, arg[k] = -1;
-  run(&p, in[0].data, m, arg, R_ARGMAX);
+  run(&p, in[0].data, NULL, m, arg, R_ARGMAX);
   float *dx = out->data;
   const float *dy = in[2].data;
   memset(dx, 0, (size_t)p.total * sizeof(float));

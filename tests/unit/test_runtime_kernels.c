@@ -357,6 +357,51 @@ static void test_reduce_parallel(void **state) {
   }
 }
 
+/* sum_mul and mean_mul: the bits of sum and mean over the stored product
+ * (each product rounded to f32), on the pool and on one thread, for every
+ * set of axes, large and small; against the reference loop of that product;
+ * factors of another shape refused. */
+static void test_reduce_products(void **state) {
+  (void)state;
+  int shapes[][4] = {{64, 16, 28, 28}, {3, 5, 4, 7}};
+  for (int sh = 0; sh < 2; sh++) {
+    DtTensor x = ten(DTRT_F32, NULL, 4, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3]);
+    int64_t nx = numel(&x);
+    float *a = randv(nx), *b = randv(nx), *p = malloc((size_t)nx * sizeof *p);
+    float *got = malloc((size_t)nx * sizeof *got), *want = malloc((size_t)nx * sizeof *want);
+    for (int64_t k = 0; k < nx; k++)
+      p[k] = a[k] * b[k];
+    DtTensor ab[2] = {like(&x, a), like(&x, b)}, prod = like(&x, p);
+    for (unsigned mask = 1; mask < 16; mask++)
+      for (int op = RSUM; op <= RMEAN; op++) {
+        DtAttrs at;
+        DtTensor y = {.data = got}, y1 = {.data = want};
+        reduce_setup(&x, mask, 1, 0, &at, &y);
+        reduce_setup(&x, mask, 1, 0, &at, &y1);
+        run(op == RSUM ? dtrt_k_sum_mul : dtrt_k_mean_mul, ab, 2, &y, &at);
+        run(op == RSUM ? dtrt_k_sum : dtrt_k_mean, &prod, 1, &y1, &at);
+        assert_memory_equal(got, want, (size_t)numel(&y) * sizeof *got);
+        reduce_ref(&prod, mask, op, want, numel(&y));
+        near(got, want, numel(&y), 1e-4);
+      }
+    DtAttrs at;
+    DtTensor y = {.data = got}, y1 = {.data = want};
+    reduce_setup(&x, 13, 1, 0, &at, &y);
+    reduce_setup(&x, 13, 1, 0, &at, &y1);
+    run(dtrt_k_sum_mul, ab, 2, &y, &at);
+    setenv("DTRT_NUM_THREADS", "1", 1);
+    DtrtCtx *one = dtrt_ctx_new();
+    assert_non_null(one);
+    assert_int_equal(dtrt_k_sum_mul(one, ab, 2, &y1, &at), DT_OK);
+    unsetenv("DTRT_NUM_THREADS");
+    assert_memory_equal(got, want, (size_t)numel(&y) * sizeof *got);
+    dtrt_ctx_free(one);
+    DtTensor bad[2] = {ab[0], ten(DTRT_F32, b, 4, 1, 1, 1, 1)};
+    refuse(dtrt_k_sum_mul, bad, 2, &y, &at, "second factor");
+    free(a), free(b), free(p), free(got), free(want), free(x.data);
+  }
+}
+
 typedef struct MaxU {
   DtTensor x, y;
   DtAttrs a;
@@ -1823,6 +1868,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_conv2d_refuse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool2d, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reduce_parallel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reduce_products, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rows_parallel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_softmax_nan, setup, teardown),
       cmocka_unit_test_setup_teardown(test_max_pool_ties, setup, teardown),
