@@ -54,11 +54,22 @@ const char *type_str(const Type *t, char *buf, size_t n) {
 
 /* ---- modules ---- */
 
+/* Indices into Module.func by (name, device), open addressing; indexed:
+ * the functions entered, func.a[0 .. indexed). Every hit is checked against
+ * func.a, so passes may add, drop and reorder functions freely: a miss
+ * enters the functions added since, and when that does not find it a scan
+ * does, and rebuilds the table. */
+struct FuncIndex {
+  int *slot;   /* index + 1, 0 empty */
+  int cap, used, indexed;
+};
+
+
 Module *ir_module_new(Arena *a, const char *name) {
   Module *m = arena_alloc(a, sizeof *m);
   m->arena = a;
   m->name = arena_strdup(a, name);
-  m->func_hint = arena_alloc(a, sizeof(int));
+  m->func_index = arena_alloc(a, sizeof *m->func_index);
   m->train.opt = m->train.schedule = -1;
   return m;
 }
@@ -95,13 +106,75 @@ Func *ir_find_func(const Module *m, const char *name) {
   return NULL;
 }
 
+static unsigned func_key(const char *name, int device) {
+  return (unsigned)ir_hash(name, strlen(name)) ^ (unsigned)device * 0x9e3779b9u;
+}
+
+static bool func_match(const Func *f, const char *name, int device) {
+  return f->device == device && !strcmp(f->name, name);
+}
+
+static void index_enter(const Module *m, struct FuncIndex *x, int i) {
+  const Func *f = m->func.a[i];
+  unsigned s = func_key(f->name, f->device) & (unsigned)(x->cap - 1);
+  while (x->slot[s])
+    s = (s + 1) & (unsigned)(x->cap - 1);
+  x->slot[s] = i + 1;
+  x->used++;
+}
+
+/* The table emptied, at least twice `want` slots, and func.a[0 .. indexed)
+ * entered again; the slots come from the module's arena and are reused
+ * while large enough. */
+static void index_rebuild(const Module *m, struct FuncIndex *x, int want) {
+  if (x->cap < 2 * want) {
+    int cap = 64;
+    while (cap < 2 * want)
+      cap *= 2;
+    x->slot = arena_alloc(m->arena, sizeof *x->slot * (size_t)cap);
+    x->cap = cap;
+  } else {
+    memset(x->slot, 0, sizeof *x->slot * (size_t)x->cap);
+  }
+  x->used = 0;
+  for (int i = 0; i < x->indexed; i++)
+    index_enter(m, x, i);
+}
+
+static void index_put(const Module *m, struct FuncIndex *x, int i) {
+  if (2 * (x->used + 1) > x->cap)
+    index_rebuild(m, x, x->used + 1);
+  index_enter(m, x, i);
+  x->indexed = i + 1;
+}
+
+static Func *index_get(const Module *m, const struct FuncIndex *x, const char *name, int device) {
+  if (!x->cap)
+    return NULL;
+  unsigned s = func_key(name, device) & (unsigned)(x->cap - 1);
+  for (; x->slot[s]; s = (s + 1) & (unsigned)(x->cap - 1)) {
+    int i = x->slot[s] - 1;
+    if (i < m->func.n && func_match(m->func.a[i], name, device))
+      return m->func.a[i];
+  }
+  return NULL;
+}
+
 Func *ir_find_device_func(const Module *m, const char *name, int device) {
-  int h = *m->func_hint;   /* names are unique: a match there is the one */
-  if (h < m->func.n && m->func.a[h]->device == device && !strcmp(m->func.a[h]->name, name))
-    return m->func.a[h];
+  struct FuncIndex *x = m->func_index;
+  Func *f = index_get(m, x, name, device);
+  if (f)
+    return f;
+  if (x->indexed < m->func.n) {   /* functions added since */
+    for (int i = x->indexed; i < m->func.n; i++)
+      index_put(m, x, i);
+    if ((f = index_get(m, x, name, device)))
+      return f;
+  }
   for (int i = 0; i < m->func.n; i++)
-    if (m->func.a[i]->device == device && !strcmp(m->func.a[i]->name, name)) {
-      *m->func_hint = i;
+    if (func_match(m->func.a[i], name, device)) {   /* the table is stale: rebuild */
+      x->indexed = m->func.n;
+      index_rebuild(m, x, m->func.n);
       return m->func.a[i];
     }
   return NULL;

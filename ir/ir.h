@@ -332,9 +332,9 @@ struct Module {
   VEC(Dim) dim;
   VEC(Global) global;
   VEC(Func *) func;
-  /* Where ir_find_device_func found a function last, which it looks at
-   * first: a repeat's outputs look up its body one after another. */
-  int *func_hint;
+  /* ir_find_device_func's hash table of func by name and device (ir.c),
+   * brought up to date as it finds it stale */
+  struct FuncIndex *func_index;
   Train train;
   Cluster *cluster;      /* NULL: one local device */
   VEC(Mesh) mesh;
