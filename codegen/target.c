@@ -174,6 +174,9 @@ static bool same_target(const char *a, const char *b) {
          !strcmp(ra ? ra : "", rb ? rb : "");
 }
 
+/* Both NULL, or equal strings. */
+static bool same_str(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
 /* output with ".tag" before its suffix: model.o -> model.aarch64-linux-gnu.o;
  * characters of tag that could leave the file name become '_'. */
 static const char *tagged_output(Arena *a, const char *output, const char *tag) {
@@ -228,8 +231,13 @@ bool cg_targets(Module *m, const CgOptions *opt, int ndev, CgTargets *ts, Diag *
       }
     }
   /* A device's CPU: its own, else -mcpu on the default target, else generic.
-   * Every device's machine is created once, which checks its triple and CPU. */
+   * A machine is created once for each distinct triple and CPU, which checks
+   * them (for the first device that names them); the devices that name them
+   * again take its CPU and features. */
   bool ok = true;
+  int *seen = arena_alloc(a, sizeof(int) * (size_t)n), nseen = 0;
+  const char **seen_triple = arena_alloc(a, sizeof(char *) * (size_t)n);
+  const char **seen_cpu = arena_alloc(a, sizeof(char *) * (size_t)n);
   for (int k = 0; k < n; k++) {
     CgDevice *cd = &ts->dev[k];
     CgTarget *t = &ts->t[cd->target];
@@ -237,11 +245,25 @@ bool cg_targets(Module *m, const CgOptions *opt, int ndev, CgTargets *ts, Diag *
     bool on_default = t->norm == deflt;
     const char *cpu = dv[k] && dv[k]->cpu ? dv[k]->cpu : on_default ? opt->cpu : NULL;
     const char *triple = on_default ? opt->target : t->triple;
+    int j = 0;
+    while (j < nseen && !(same_str(seen_triple[j], triple) && same_str(seen_cpu[j], cpu)))
+      j++;
+    if (j < nseen) {
+      if (seen[j] < 0) {
+        ok = false;
+      } else {
+        cd->cpu = ts->dev[seen[j]].cpu;
+        cd->features = ts->dev[seen[j]].features;
+      }
+      continue;
+    }
+    seen_triple[nseen] = triple, seen_cpu[nseen] = cpu, seen[nseen++] = k;
     const char *who = own ? arena_printf(a, "device '%s': ", dv[k]->name) : "";
     Loc loc = own ? dv[k]->loc : (Loc){0};
     LLVMTargetMachineRef tm =
         machine(triple, cpu, opt->opt_level, loc, who, a, &cd->cpu, &cd->features, d);
     if (!tm) {
+      seen[nseen - 1] = -1;
       ok = false;
       continue;
     }
