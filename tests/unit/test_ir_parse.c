@@ -530,6 +530,7 @@ static void test_batch_norm_ops(void **state) {
   Result r = parse(ok);
   if (!r.m)
     fail_msg("%s", r.msg);
+  free(r.msg);
   expect_error(HEAD "  %y = bn_scale %a, %a : f32[2,3]\n}\n",
                "t.ir:5:8: error: the first operand of 'bn_scale' must be a bn_center, not a load");
   expect_error(HEAD "  %m = sum %a {axes = [0]} : f32[3]\n  %c = bn_center %a, %m : f32[2,3]\n}\n",
