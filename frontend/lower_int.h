@@ -114,6 +114,22 @@ void apply_notes(Diag *d, void *arg);
 
 typedef struct Builtin Builtin;
 
+/* The lowering of a built-in function (builtins.def): e the call, b its
+ * entry, in[k] the tensor of param k and arg[k] the expression of param k,
+ * NULL when not given. NULL after reporting. */
+typedef Inst *LowerFn(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg);
+
+/* An entry of builtins.def. */
+struct Builtin {
+  const char *name;
+  Op op;                 /* the op it names; OP_COUNT: several or none */
+  LowerFn *lower;
+  int ntensor;           /* leading parameters that are tensors; -1: lower binds */
+  int nreq;              /* leading parameters that are required */
+  int nparam;
+  const char *param[8];
+};
+
 /* The first name in e that is a tensor, not a dimension. */
 const Expr *tensor_in(Ctx *c, const Expr *e);
 /* Constant arguments; each reports at e and returns false when e is not one. */
@@ -134,30 +150,26 @@ bool ints_arg(Ctx *c, const Expr *e, const char *what, int64_t *out, int *n);
 bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const *names, int n,
                int64_t *out);
 const Builtin *find_builtin(const char *name);
+
+/* ---- lower_tensor.c: axes ---- */
+
+/* Axes of x: one (an int, unless `list`) or the list e, `what` in messages;
+ * negative ones count from the end; sorted, each once. */
+bool axes_arg(Ctx *c, const Expr *e, const char *what, bool list, const Inst *x, int64_t *axes,
+              int *n);
+/* The axes of a reduction of x: `axis` (one), `axes` (a list) or torch's
+ * `dim` (either), at most one given; none: every axis. */
+bool reduce_axes(Ctx *c, const Expr *axis, const Expr *axes, const Expr *dim, const Inst *x,
+                 int64_t *out, int *n);
 /* A call of a built-in function (or a misplaced block's name: an error). */
 Inst *lower_call(Ctx *c, const Expr *e);
 
-/* ---- lower_tensor.c: reductions and reshapes ---- */
-
-Inst *lower_reduce(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg);
-Inst *lower_reshape(Ctx *c, const Expr *e, Inst *x, const Expr *shape);
-Inst *lower_transpose(Ctx *c, const Expr *e, Inst *x, const Expr *perm);
-Inst *lower_slice(Ctx *c, const Expr *e, Inst *x, Expr **arg);
-Inst *lower_concat(Ctx *c, const Expr *e);
-Inst *lower_flatten(Ctx *c, const Expr *e, Inst *x, Expr **arg);
-Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg);
-
-/* ---- lower_nn.c: convolutions, normalisation, losses, attention ---- */
+/* ---- lower_*.c: the lowerings of built-in functions (LowerFn, named in
+ * builtins.def): lower_math.c elementwise, lower_tensor.c reductions and
+ * reshapes, lower_nn.c convolutions, normalisation, losses, attention ---- */
 
 /* v reshaped to shape [dim, n] (v itself when that is its shape). */
 Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n);
-Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg);
-Inst *lower_pool2d(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg);
-Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg);
-Inst *lower_cross_entropy(Ctx *c, const Expr *e, Inst **in, Expr **arg);
-Inst *lower_bce(Ctx *c, const Expr *e, Inst **in, Expr **arg);
-Inst *lower_embedding_bag(Ctx *c, const Expr *e, Inst **in, Expr **arg);
-Inst *lower_sdpa(Ctx *c, const Expr *e, Inst **in, Expr **arg);
 
 /* ---- train.c: minimize, optimizers, schedules ---- */
 

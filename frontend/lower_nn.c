@@ -1,12 +1,60 @@
-/* lower_nn.c: the lowering of the built-in functions of neural networks that
- * are more than one op: conv2d, pooling, batch_norm, the losses with their
- * options, embedding_bag, scaled_dot_product_attention. */
+/* lower_nn.c: the lowering of the built-in functions of neural networks with
+ * options to check: softmax, layer_norm, dropout, conv2d, pooling,
+ * batch_norm, the losses with their options, embedding_bag,
+ * scaled_dot_product_attention. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lower_int.h"
+
+/* softmax, log_softmax(x, axis = -1), or torch's `dim` for the axis. */
+Inst *lower_softmax(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  Inst *x = in[0];
+  int64_t axis = x->type.rank - 1;
+  if (arg[1] && arg[2]) {
+    diag_error(c->d, arg[2]->loc, "give 'dim' or 'axis', not both");
+    return NULL;
+  }
+  const Expr *ax = arg[1] ? arg[1] : arg[2];
+  if (ax && !axis_arg(c, ax, x, &axis))
+    return NULL;
+  Inst *i = ir_new(c->f, b->op, e->loc, 1, &x);
+  ir_set_int(i, "axis", axis);
+  return finish(c, i);
+}
+
+/* layer_norm(x, gamma, beta, eps = 1e-5): normalize over the last dim, then
+ * times gamma and plus beta when given. */
+Inst *lower_layer_norm(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  double v = 1e-5;
+  if (arg[3] && !real_in(c, arg[3], "eps", &ir_positive, &v))
+    return NULL;
+  Inst *i = ir_new(c->f, b->op, e->loc, 1, &in[0]);
+  ir_set_float(i, "eps", v);
+  if ((i = finish(c, i)) && in[1])
+    i = op2(c, OP_mul, e->loc, i, in[1]);
+  if (i && in[2])
+    i = op2(c, OP_add, e->loc, i, in[2]);
+  return i;
+}
+
+/* dropout(x, p = 0.1, seed): the seed from the call's place unless given. */
+Inst *lower_dropout(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  double v = 0.1;
+  int64_t seed = (int64_t)e->loc.line << 16 | (e->loc.col & 0xffff);
+  if (c->path[0])   /* each application of a block draws its own masks */
+    seed ^= (int64_t)(ir_hash(c->path, strlen(c->path)) & 0xffffffff00000000u);
+  if (arg[1] && !real_in(c, arg[1], "p", &ir_unit_open, &v))
+    return NULL;
+  if (arg[2] && !int_arg(c, arg[2], "'seed'", &seed))
+    return NULL;
+  Inst *i = ir_new(c->f, b->op, e->loc, 1, &in[0]);
+  ir_set_float(i, "p", v);
+  ir_set_int(i, "seed", seed);
+  return finish(c, i);
+}
 
 /* ---- convolutional networks ---- */
 
@@ -42,7 +90,8 @@ static bool nchw(Ctx *c, const Expr *e, const char *what, const char *layout, co
 /* conv2d(input, weight, bias, stride = 1, padding = 0, dilation = 1,
  * groups = 1): padding may also be "valid" (0) or "same" (stride 1, an
  * even dilated kernel span); bias f32[O] is added over each channel. */
-Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+Inst *lower_conv2d(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
   int64_t st[2] = {1, 1}, pd[2] = {0, 0}, dl[2] = {1, 1}, groups = 1;
   if (!nchw(c, arg[0], "the input of 'conv2d'", NULL, in[0]) ||
       !nchw(c, arg[1], "the weight of 'conv2d'", "out, in / groups, kh, kw", in[1]))
@@ -83,15 +132,15 @@ Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
   ir_set_int(i, "groups", groups);
   if (!(i = finish(c, i)) || !in[2])
     return i;
-  const Type *b = &in[2]->type;
+  const Type *bt = &in[2]->type;
   char buf[128];
-  if (b->dtype != DT_F32 || b->rank != 1 || b->dim[0] != i->type.dim[1]) {
+  if (bt->dtype != DT_F32 || bt->rank != 1 || bt->dim[0] != i->type.dim[1]) {
     diag_error(c->d, arg[2]->loc, "the bias of 'conv2d' must be f32[%lld], one per output "
-               "channel, not %s", (long long)i->type.dim[1], type_str(b, buf, sizeof buf));
+               "channel, not %s", (long long)i->type.dim[1], type_str(bt, buf, sizeof buf));
     return NULL;
   }
   Inst *r = ir_new(c->f, OP_reshape, e->loc, 1, &in[2]);
-  ir_set_ints(r, "shape", (int64_t[]){b->dim[0], 1, 1}, 3);
+  ir_set_ints(r, "shape", (int64_t[]){bt->dim[0], 1, 1}, 3);
   return (r = finish(c, r)) ? op2(c, OP_add, e->loc, i, r) : NULL;
 }
 
@@ -99,7 +148,9 @@ Inst *lower_conv2d(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
  * dilation = 1, ceil_mode = false), avg_pool2d(input, kernel_size, stride,
  * padding, ceil_mode = false, count_include_pad = true, divisor_override =
  * none): the options at their defaults are left out of the IR. */
-Inst *lower_pool2d(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
+Inst *lower_pool2d(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  Op op = b->op;
+  Inst *x = in[0];
   int64_t k[2], st[2], pd[2] = {0, 0}, dl[2] = {1, 1}, div = 0;
   bool max = op == OP_max_pool2d, ceil = false, with_pad = true;
   const Expr *ceil_arg = arg[max ? 5 : 4], *div_arg = max ? NULL : arg[6];
@@ -184,7 +235,8 @@ Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n) {
  * split) normalise in training and update the buffers, (1 - m) r + m s with
  * the unbiased variance; batch_stat lets evaluation read the buffers
  * instead. y = x a + (bias - mean a), a = weight / sqrt(var + eps). */
-Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+Inst *lower_batch_norm(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
   Inst *x = in[0];
   char buf[128];
   Loc at = e->loc;
@@ -273,7 +325,8 @@ Inst *lower_batch_norm(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
  * ignore_index (-100 unless given) over their count, each a partial sum
  * under a batch split, so the mean is over the kept rows of the whole batch
  * (0/0, NaN, when every label is ignored, as PyTorch gives). */
-Inst *lower_cross_entropy(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+Inst *lower_cross_entropy(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
   if (!arg[2] && !arg[3])
     return finish(c, ir_new(c->f, OP_cross_entropy, e->loc, 2, in));
   int64_t ignore = -100;
@@ -304,7 +357,8 @@ Inst *lower_cross_entropy(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
  * mean of (1 - t) x + (1 + (w - 1) t) softplus(-x), which is the op plus the
  * mean of (w - 1) t softplus(-x). softplus(-x) = -log sigmoid(x) is taken as
  * -log_softmax([x/2, -x/2])[0], exact for any x and smooth at 0. */
-Inst *lower_bce(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+Inst *lower_bce(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
   Loc at = e->loc;
   Inst *base = finish(c, ir_new(c->f, OP_bce_with_logits, at, 2, in));
   if (!base || !in[2])
@@ -368,7 +422,8 @@ Inst *lower_bce(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
  * [B, K], or [N] with offsets [B]; mode "mean" unless given;
  * per_sample_weights with "sum" only; a negative padding_idx counts from the
  * weight's end. The weight's global names the table in runtime errors. */
-Inst *lower_embedding_bag(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+Inst *lower_embedding_bag(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
   char buf[128];
   Inst *ops[4] = {in[0], in[1]};
   int n = 2, mode = DT_BAG_MEAN;
@@ -424,7 +479,8 @@ Inst *lower_embedding_bag(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
  * is_causal, scale) as torch.nn.functional's, on [B, H, T, D]: the op sdpa
  * (by blocks, no [Tq, Tk] scores kept); scale defaults to 1/sqrt(D). No
  * attn_mask or dropout yet. */
-Inst *lower_sdpa(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
+Inst *lower_sdpa(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
   bool causal = false;
   double p = 0, scale = 1 / sqrt((double)in[0]->type.dim[in[0]->type.rank ? in[0]->type.rank - 1 : 0]);
   if (arg[3]) {
@@ -445,4 +501,100 @@ Inst *lower_sdpa(Ctx *c, const Expr *e, Inst **in, Expr **arg) {
     ir_set_int(i, "causal", 1);
   ir_set_float(i, "scale", scale);
   return finish(c, i);
+}
+
+/* A reduction op of x over axes[0..n), keeping them as 1 when keep. */
+static Inst *reduce(Ctx *c, Loc at, Op op, Inst *x, const int64_t *axes, int n, bool keep) {
+  Inst *i = ir_new(c->f, op, at, 1, &x);
+  ir_set_ints(i, "axes", axes, n);
+  if (keep)
+    ir_set_int(i, "keepdim", 1);
+  return finish(c, i);
+}
+
+/* var, std(input, dim, unbiased = true, keepdim = false, correction) as
+ * torch's: over `dim` (an int or a list; none: every dim) the sum of the
+ * squared deviations from the mean over max(0, N - correction), correction
+ * 1 when unbiased, else 0 (torch's NaN or inf where that is 0); std its
+ * square root. */
+Inst *lower_var(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  Inst *x = in[0];
+  int64_t axes[IR_MAX_RANK], corr = 1;
+  int n;
+  bool unbiased = true, keep = false;
+  if (!reduce_axes(c, NULL, NULL, arg[1], x, axes, &n) ||
+      (arg[2] && !bool_arg(c, arg[2], "unbiased", &unbiased)) ||
+      (arg[3] && !bool_arg(c, arg[3], "keepdim", &keep)))
+    return NULL;
+  if (arg[2] && arg[4]) {
+    diag_error(c->d, arg[4]->loc, "give 'unbiased' or 'correction', not both");
+    return NULL;
+  }
+  if (arg[4] && !int_arg(c, arg[4], "'correction'", &corr))
+    return NULL;
+  if (arg[4] && corr < 0) {
+    diag_error(c->d, arg[4]->loc, "'correction' must be 0 or more, not %lld", (long long)corr);
+    return NULL;
+  }
+  if (!arg[4])
+    corr = unbiased;
+  if (x->type.dtype != DT_F32) {
+    char buf[128];
+    diag_error(c->d, arg[0]->loc, "'%s' needs an f32 input, not %s", b->name,
+               type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
+  int64_t count = 1;
+  for (int k = 0; k < n; k++)
+    count *= x->type.dim[axes[k]];
+  Loc at = e->loc;
+  Inst *m = reduce(c, at, OP_mean, x, axes, n, true);
+  Inst *d = m ? op2(c, OP_sub, at, x, m) : NULL;
+  Inst *sq = d ? op2(c, OP_mul, at, d, d) : NULL;
+  Inst *s = sq ? reduce(c, at, OP_sum, sq, axes, n, keep) : NULL;
+  Inst *v = s ? op2(c, OP_div, at, s, constant(c, (double)(count > corr ? count - corr : 0), at))
+              : NULL;
+  return v && !strcmp(b->name, "std") ? op1(c, OP_sqrt, at, v) : v;
+}
+
+/* rms_norm(input, normalized_shape, weight, eps) as torch's (2.4): over the
+ * trailing dims normalized_shape names (an int or a list), x / sqrt(mean(x^2)
+ * + eps), times weight (of normalized_shape) when given; eps defaults to
+ * float32's machine epsilon, 2^-23, as torch's None. */
+Inst *lower_rms_norm(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *x = in[0];
+  if (arg[2] && !(in[2] = lower_expr(c, arg[2])))   /* after normalized_shape, a list */
+    return NULL;
+  int64_t shape[IR_MAX_RANK], axes[IR_MAX_RANK];
+  int n = 1, r = x->type.rank;
+  double eps = FLT_EPSILON;
+  char buf[128];
+  if (arg[1]->kind == E_LIST ? !ints_arg(c, arg[1], "normalized_shape", shape, &n)
+                             : !int_arg(c, arg[1], "'normalized_shape'", &shape[0]))
+    return NULL;
+  bool fits = n >= 1 && n <= r;
+  for (int k = 0; fits && k < n; k++)
+    fits = shape[k] == x->type.dim[r - n + k];
+  if (!fits) {
+    diag_error(c->d, arg[1]->loc, "'normalized_shape' must be the trailing dims of the input %s",
+               type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
+  if (arg[3] && !real_in(c, arg[3], "eps", &ir_positive, &eps))
+    return NULL;
+  if (in[2] && (in[2]->type.rank != n ||
+                memcmp(in[2]->type.dim, shape, sizeof(int64_t) * (size_t)n))) {
+    diag_error(c->d, arg[2]->loc, "'weight' must have the normalized_shape, not %s",
+               type_str(&in[2]->type, buf, sizeof buf));
+    return NULL;
+  }
+  for (int k = 0; k < n; k++)
+    axes[k] = r - n + k;
+  Loc at = e->loc;
+  Inst *sq = op2(c, OP_mul, at, x, x);
+  Inst *ms = sq ? reduce(c, at, OP_mean, sq, axes, n, true) : NULL;
+  Inst *den = ms ? op2(c, OP_add, at, ms, constant(c, eps, at)) : NULL;
+  Inst *y = den && (den = op1(c, OP_sqrt, at, den)) ? op2(c, OP_div, at, x, den) : NULL;
+  return y && in[2] ? op2(c, OP_mul, at, y, in[2]) : y;
 }

@@ -1,6 +1,6 @@
 /* lower_tensor.c: the lowering of the built-in functions that reduce and
  * reshape tensors: sum, mean, max, reshape, transpose, slice, concat,
- * flatten, pad. */
+ * flatten, pad, matmul. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -8,49 +8,76 @@
 
 #include "lower_int.h"
 
-/* sum, mean, max: over `axis`, the list `axes`, or everything. */
-Inst *lower_reduce(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
-  int64_t axes[IR_MAX_RANK];
-  int n = 0;
-  bool keep = false;
-  if (arg[1] && arg[2]) {
-    diag_error(c->d, arg[2]->loc, "give 'axis' or 'axes', not both");
-    return NULL;
+/* Axes of x: one (an int, unless only a list may stand) or the list e,
+ * `what` in messages; negative ones count from the end; sorted, each once. */
+bool axes_arg(Ctx *c, const Expr *e, const char *what, bool list, const Inst *x, int64_t *axes,
+              int *n) {
+  if (!list && e->kind != E_LIST) {
+    *n = 1;
+    return axis_arg(c, e, x, &axes[0]);
   }
-  if (arg[1]) {
-    if (!axis_arg(c, arg[1], x, &axes[0]))
-      return NULL;
-    n = 1;
-  } else if (arg[2]) {
-    if (!ints_arg(c, arg[2], "axes", axes, &n))
-      return NULL;
-    for (int k = 0; k < n; k++) {
-      int64_t r = x->type.rank;
-      if (axes[k] < -r || axes[k] >= r) {
-        char buf[128];
-        diag_error(c->d, arg[2]->args.a[k].loc, "axis %lld is out of range for %s",
-                   (long long)axes[k], type_str(&x->type, buf, sizeof buf));
-        return NULL;
-      }
-      axes[k] = axes[k] < 0 ? axes[k] + r : axes[k];
-      for (int j = 0; j < k; j++)
-        if (axes[j] == axes[k]) {
-          diag_error(c->d, arg[2]->args.a[k].loc, "axis %lld appears twice", (long long)axes[k]);
-          return NULL;
-        }
+  if (!ints_arg(c, e, what, axes, n))
+    return false;
+  for (int k = 0; k < *n; k++) {
+    int64_t r = x->type.rank;
+    if (axes[k] < -r || axes[k] >= r) {
+      char buf[128];
+      diag_error(c->d, e->args.a[k].loc, "axis %lld is out of range for %s", (long long)axes[k],
+                 type_str(&x->type, buf, sizeof buf));
+      return false;
     }
-  } else {
-    for (n = 0; n < x->type.rank; n++)
-      axes[n] = n;
+    axes[k] = axes[k] < 0 ? axes[k] + r : axes[k];
+    for (int j = 0; j < k; j++)
+      if (axes[j] == axes[k]) {
+        diag_error(c->d, e->args.a[k].loc, "axis %lld appears twice", (long long)axes[k]);
+        return false;
+      }
   }
-  if (arg[3] && !bool_arg(c, arg[3], "keepdim", &keep))
-    return NULL;
-  for (int k = 1; k < n; k++)
+  for (int k = 1; k < *n; k++)
     for (int j = k; j > 0 && axes[j - 1] > axes[j]; j--) {
       int64_t t = axes[j];
       axes[j] = axes[j - 1];
       axes[j - 1] = t;
     }
+  return true;
+}
+
+/* The axes of a reduction of x: `axis` (one), `axes` (a list) or torch's
+ * `dim` (either), at most one of them; none: every axis. */
+bool reduce_axes(Ctx *c, const Expr *axis, const Expr *axes, const Expr *dim, const Inst *x,
+                 int64_t *out, int *n) {
+  if (axis && axes) {
+    diag_error(c->d, axes->loc, "give 'axis' or 'axes', not both");
+    return false;
+  }
+  if (dim && (axis || axes)) {
+    diag_error(c->d, dim->loc, "give 'dim' or '%s', not both", axis ? "axis" : "axes");
+    return false;
+  }
+  *n = 1;
+  if (axis)
+    return axis_arg(c, axis, x, &out[0]);
+  if (dim)
+    return axes_arg(c, dim, "dim", false, x, out, n);
+  if (axes)
+    return axes_arg(c, axes, "axes", true, x, out, n);
+  for (*n = 0; *n < x->type.rank; (*n)++)
+    out[*n] = *n;
+  return true;
+}
+
+/* sum, mean, max: over `axis`, the list `axes`, `dim` (either), or
+ * everything. */
+Inst *lower_reduce(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  Op op = b->op;
+  Inst *x = in[0];
+  int64_t axes[IR_MAX_RANK];
+  int n = 0;
+  bool keep = false;
+  if (!reduce_axes(c, arg[1], arg[2], arg[4], x, axes, &n))
+    return NULL;
+  if (arg[3] && !bool_arg(c, arg[3], "keepdim", &keep))
+    return NULL;
   Inst *i = ir_new(c->f, op, e->loc, 1, &x);
   ir_set_ints(i, "axes", axes, n);
   if (keep)
@@ -59,7 +86,10 @@ Inst *lower_reduce(Ctx *c, const Expr *e, Op op, Inst *x, Expr **arg) {
 }
 
 /* reshape(x, [..]): one entry may be -1, inferred from the element count. */
-Inst *lower_reshape(Ctx *c, const Expr *e, Inst *x, const Expr *shape) {
+Inst *lower_reshape(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *x = in[0];
+  const Expr *shape = arg[1];
   int64_t dim[IR_MAX_RANK], known = 1;
   int n, infer = -1;
   if (!ints_arg(c, shape, "shape", dim, &n))
@@ -95,7 +125,10 @@ Inst *lower_reshape(Ctx *c, const Expr *e, Inst *x, const Expr *shape) {
 }
 
 /* transpose(x, perm): without perm, the last two axes swap. */
-Inst *lower_transpose(Ctx *c, const Expr *e, Inst *x, const Expr *perm) {
+Inst *lower_transpose(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *x = in[0];
+  const Expr *perm = arg[1];
   int64_t p[IR_MAX_RANK];
   int n, r = x->type.rank;
   char buf[128];
@@ -131,7 +164,9 @@ Inst *lower_transpose(Ctx *c, const Expr *e, Inst *x, const Expr *perm) {
 
 /* slice(x, axis, begin, end): [begin, end) of one axis; negative indices
  * count from the end. */
-Inst *lower_slice(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+Inst *lower_slice(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *x = in[0];
   int64_t axis = 0, begin = 0, end;
   char buf[128];
   if (x->type.rank == 0) {
@@ -144,13 +179,13 @@ Inst *lower_slice(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
   end = size;
   if ((arg[2] && !int_arg(c, arg[2], "'begin'", &begin)) || (arg[3] && !int_arg(c, arg[3], "'end'", &end)))
     return NULL;
-  int64_t b = begin + (begin < 0 ? size : 0), en = end + (end < 0 ? size : 0);
-  if (b < 0 || b >= en || en > size) {
+  int64_t bg = begin + (begin < 0 ? size : 0), en = end + (end < 0 ? size : 0);
+  if (bg < 0 || bg >= en || en > size) {
     diag_error(c->d, e->loc, "slice [%lld, %lld) of axis %lld is empty or outside %s",
                (long long)begin, (long long)end, (long long)axis, type_str(&x->type, buf, sizeof buf));
     return NULL;
   }
-  begin = b;
+  begin = bg;
   end = en;
   Inst *i = ir_new(c->f, OP_slice, e->loc, 1, &x);
   ir_set_int(i, "axis", axis);
@@ -160,7 +195,8 @@ Inst *lower_slice(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
 }
 
 /* concat(a, b, ..., axis = k): any number of tensors, then the axis by name. */
-Inst *lower_concat(Ctx *c, const Expr *e) {
+Inst *lower_concat(Ctx *c, const Expr *e, const Builtin *b, Inst **none, Expr **unbound) {
+  (void)b, (void)none, (void)unbound;
   Inst *in[16];
   int n = 0, max = ir_ops[OP_concat].maxin;
   const Expr *axis = NULL;
@@ -197,7 +233,9 @@ Inst *lower_concat(Ctx *c, const Expr *e) {
 
 /* flatten(input, start_dim = 1, end_dim = -1): dims start_dim .. end_dim
  * made one. */
-Inst *lower_flatten(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+Inst *lower_flatten(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *x = in[0];
   int64_t lo = x->type.rank > 1 ? 1 : 0, hi = x->type.rank - 1;
   char buf[128];
   if (x->type.rank == 0) {
@@ -257,7 +295,9 @@ static Inst *pad_step(Ctx *c, Loc at, Inst *x, Op op, int64_t axis, int64_t lo, 
  * attribute). The other modes fill with copies of x's elements where F.pad
  * does: reflect and replicate pad x and then crop (a reflection is about x's
  * own end), circular crops first and wraps what is left. */
-Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+Inst *lower_pad(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *x = in[0];
   int64_t p[2 * IR_MAX_RANK];
   double v = 0;
   char buf[128];
@@ -364,4 +404,18 @@ Inst *lower_pad(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
       return NULL;
   }
   return x;
+}
+
+/* matmul(a, b, ta = false, tb = false): a or b transposed in its last two
+ * dims when asked. */
+Inst *lower_matmul(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  bool ta = false, tb = false;
+  if ((arg[2] && !bool_arg(c, arg[2], "ta", &ta)) || (arg[3] && !bool_arg(c, arg[3], "tb", &tb)))
+    return NULL;
+  Inst *i = ir_new(c->f, b->op, e->loc, 2, in);
+  if (ta)
+    ir_set_int(i, "ta", 1);
+  if (tb)
+    ir_set_int(i, "tb", 1);
+  return finish(c, i);
 }
