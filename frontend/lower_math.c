@@ -97,3 +97,35 @@ Inst *lower_expand(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
   ir_set_ints(i, "shape", dim, n);
   return finish(c, i);
 }
+
+/* pow(input, exponent) for the exponents torch's kernel computes without
+ * std::pow, the same way: 2 x x, 3 x x x, 0.5 sqrt, -0.5 1 / sqrt, -1
+ * 1 / x, -2 1 / (x x), 1 x. Other exponents and a tensor exponent are not
+ * supported yet (exp(p log x) would not be exact). */
+Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  static const double ok[] = {2, 3, 0.5, -0.5, -1, -2, 1};
+  Inst *x = in[0];
+  double p;
+  if (!float_arg(c, arg[1], "'exponent'", &p))
+    return NULL;
+  int k = 0;
+  while (k < COUNTOF(ok) && ok[k] != p)
+    k++;
+  if (k == COUNTOF(ok)) {
+    diag_error(c->d, arg[1]->loc, "'pow' with exponent %g is not supported yet (only 2, 3, "
+               "0.5, -0.5, -1, -2 and 1)", p);
+    return NULL;
+  }
+  Loc at = e->loc;
+  Inst *v = x;
+  if (p == 2 || p == 3 || p == -2)
+    v = op2(c, OP_mul, at, x, x);
+  if (v && p == 3)
+    v = op2(c, OP_mul, at, v, x);
+  if (p == 0.5 || p == -0.5)
+    v = op1(c, OP_sqrt, at, x);
+  if (v && p < 0)
+    v = op2(c, OP_div, at, constant(c, 1, at), v);
+  return v;
+}

@@ -1,6 +1,6 @@
 #!/bin/sh
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
-# leaky_relu, var, std, rms_norm, expand, `dim` and `keepdim` for `axis`)
+# leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -34,6 +34,13 @@ check "sum(rms_norm(z, [4]) * t)" "rms_norm(z, [4]) * t"
 check "sum(rms_norm(z, 4, sum(t, dim = 0), eps = 0.001) * t)" \
       "rms_norm(z, [4], t.sum(0), 0.001) * t"
 check "sum(rms_norm(z, [6, 4]) * t)" "rms_norm(z, [6, 4]) * t"
+check "sum(pow(z, 2) * t)" "torch.pow(z, 2) * t"
+check "sum(pow(z, 3) * t)" "torch.pow(z, 3) * t"
+check "sum(pow(z * z + 1, 0.5) * t)" "torch.pow(z * z + 1, 0.5) * t"
+check "sum(pow(z * z + 1, -0.5) * t)" "torch.pow(z * z + 1, -0.5) * t"
+check "sum(pow(z + 0.25, -1) * t)" "torch.pow(z + 0.25, -1) * t"
+check "sum(pow(z + 0.25, -2) * t)" "torch.pow(z + 0.25, -2) * t"
+check "sum(pow(z, exponent = 1) * t)" "torch.pow(z, 1) * t"
 check "sum(expand(sum(z, dim = 0, keepdim = true), [6, 4]) * t)" \
       "z.sum(0, keepdim=True).expand(6, 4) * t"
 check "sum(expand(z, [2, -1, 4]) * expand(t, [2, 6, 4]))" \
