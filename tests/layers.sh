@@ -25,7 +25,7 @@ check() {   # folder, allowed headers
 }
 check runtime dtrt.h dtrt_int.h
 check ir      dtrt.h ir.h ops.def interp_int.h
-check frontend dtrt.h ir.h frontend.h ast.h parse.tab.h
+check frontend dtrt.h ir.h frontend.h ast.h lower_int.h builtins.def parse.tab.h
 check passes  dtrt.h ir.h ops.def passes.h
 check codegen dtrt.h ir.h codegen.h
 # tools may also include the headers dtc generates for dtc-probe's models

@@ -1,0 +1,207 @@
+/* lower_int.h: what the files of lowering share (lower.c, scope.c, builtins.c,
+ * lower_tensor.c, lower_nn.c, train.c, blocks.c): the context of a model or
+ * of an application of a block, its names, and the helpers each file offers
+ * the others, in sections named after the file that owns them. Private to
+ * frontend/. */
+#ifndef DTC_LOWER_INT_H
+#define DTC_LOWER_INT_H
+
+#include "ast.h"
+
+typedef enum { N_DIM, N_INPUT, N_PARAM, N_VALUE, N_INST } NameKind;
+
+/* An entry of the namespace of the model or of a block being applied. */
+typedef struct Name {
+  const char *name;
+  NameKind kind;
+  Loc loc;
+  int stmt;              /* the defining statement's index; -1 for dimensions */
+  int global;            /* N_INPUT, N_PARAM: index into Module.global; -1 for a
+                            block's param in a body, whose arg is val */
+  int64_t dim;           /* N_DIM: its value */
+  Inst *val;             /* the value once lowered; inputs and params at first use */
+  bool bad;              /* its definition failed: uses stay silent */
+  bool output;           /* an output statement names it */
+  bool used;             /* read by an expression */
+  bool buffer;           /* N_PARAM: declared with 'buffer' (updated by the step, not trained) */
+  bool updated;          /* a buffer a batch_norm updates */
+  struct Name *next;     /* hash chain */
+} Name;
+
+/* A param of a block that a body function reads as an arg: row i of a global
+ * stacked along the repeat's count, or of an arg of the enclosing body. */
+typedef struct Stacked {
+  const char *global;    /* the global's name: the instance path, '.', the param */
+  Type type;             /* of the arg: the declared type, within enclosing repeats */
+  int init;              /* of the declared type (DtInit) */
+  double init_arg;
+  int64_t fan_in, fan_out; /* glorot's, of the declared type (Global's) */
+  Loc loc;               /* the declaration */
+  Inst *arg;
+} Stacked;
+
+typedef struct Ctx Ctx;
+
+typedef struct Block {
+  const Decl *decl;
+  bool bad;              /* a reported error in its statements: applications stay silent */
+  int mark;              /* the search for applications of itself: 0 new, 1 on the path, 2 done */
+} Block;
+
+/* What every Ctx of one model shares. */
+typedef struct Prog {
+  Block *blk;
+  int nblk;
+  Ctx *cur;              /* the context being lowered, for notes after diagnostics */
+  VEC(Ctx *) inst;       /* every block application lowered */
+  Loc single;            /* the first batch_norm of one value per channel, which cannot train */
+  Type single_type;
+  Loc remat;             /* the first repeat(N, remat), which does nothing without training */
+} Prog;
+
+/* The model, or one application of a block. */
+struct Ctx {
+  Arena *a;
+  Diag *d;
+  Module *m;
+  Func *f;
+  Name **tab;            /* hash table of names, cap a power of two */
+  int cap;
+  VEC(Name *) names;     /* in definition order */
+  Name **def;            /* per statement: the name it defines, NULL if none */
+  Name **inst;           /* per statement: the instance it names, NULL if none */
+  int cur;               /* the statement being lowered */
+  bool minimized;
+  Prog *prog;
+  const Decl *decl;      /* the model or the block */
+  Ctx *up;               /* the caller; NULL for the model */
+  const Stmt *app;       /* the application, a statement of up */
+  bool inlined;          /* lowered into up's function; else into a body of its own */
+  const char *path;      /* the instance ("layers", "outer.inner"): the prefix of its
+                            globals; "" for the model */
+  const char *vpath;     /* the prefix of value names in f: "" for the model and a
+                            body, "first." for an application inlined into them */
+  int depth;             /* applications this one is inside of */
+  int64_t n;             /* a body: the repeat's count */
+  VEC(Stacked) stacked;  /* a body: the params it reads as args, in order */
+  Inst *ret;             /* a block: its return value */
+};
+
+/* ---- scope.c: names, values, instructions ---- */
+
+Name *lookup(Ctx *c, const char *s);
+/* ", did you mean 'x'?" for an unknown name s among c's, or "". */
+const char *did_you_mean(Ctx *c, const char *s);
+/* Defines a name; NULL after reporting a second definition. */
+Name *define(Ctx *c, const char *s, NameKind kind, Loc at, int stmt);
+/* i with its type inferred; NULL after reporting a shape error at i's loc. */
+Inst *finish(Ctx *c, Inst *i);
+Inst *constant(Ctx *c, double v, Loc at);
+Inst *op1(Ctx *c, Op op, Loc at, Inst *x);
+Inst *op2(Ctx *c, Op op, Loc at, Inst *x, Inst *y);
+/* The value of a name used at `at`; inputs and params are loaded at first use. */
+Inst *ref(Ctx *c, const char *s, Loc at);
+/* path.name, or name when path is "". */
+const char *join(Ctx *c, const char *path, const char *name);
+/* The name value `name` of c takes in its function. */
+const char *vname(Ctx *c, const char *name);
+/* The context that owns c's function: the model, or a repeat's body. */
+Ctx *owner(Ctx *c);
+/* Diag's context hook (arg: the Prog): where the enclosing applications are. */
+void apply_notes(Diag *d, void *arg);
+
+/* ---- builtins.c: arguments of built-in functions, the table, calls ---- */
+
+typedef struct Builtin Builtin;
+
+/* The lowering of a built-in function (builtins.def): e the call, b its
+ * entry, in[k] the tensor of param k and arg[k] the expression of param k,
+ * NULL when not given. NULL after reporting. */
+typedef Inst *LowerFn(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg);
+
+/* An entry of builtins.def. */
+struct Builtin {
+  const char *name;
+  Op op;                 /* the op it names; OP_COUNT: several or none */
+  LowerFn *lower;
+  int ntensor;           /* leading parameters that are tensors; -1: lower binds */
+  int nreq;              /* leading parameters that are required */
+  int nparam;
+  const char *param[8];
+};
+
+/* The first name in e that is a tensor, not a dimension. */
+const Expr *tensor_in(Ctx *c, const Expr *e);
+/* Constant arguments; each reports at e and returns false when e is not one. */
+bool int_arg(Ctx *c, const Expr *e, const char *what, int64_t *out);
+bool float_arg(Ctx *c, const Expr *e, const char *what, double *out);
+/* A number that may be -inf or inf, but not NaN. */
+bool real_arg(Ctx *c, const Expr *e, const char *what, double *out);
+/* A finite number in range r (shared with the IR reader, ir/print.c). */
+bool real_in(Ctx *c, const Expr *e, const char *what, const IrRange *r, double *out);
+bool bool_arg(Ctx *c, const Expr *e, const char *what, bool *out);
+/* An axis of x; negative ones count from the end. */
+bool axis_arg(Ctx *c, const Expr *e, const Inst *x, int64_t *out);
+/* A dimension: from 1 to IR_MAX_DIM. */
+bool dim_ok(Ctx *c, int64_t v, Loc at);
+/* A list of at most IR_MAX_RANK integers, as in [B, 16, 64]. */
+bool ints_arg(Ctx *c, const Expr *e, const char *what, int64_t *out, int *n);
+/* One of n names: its index into *out. */
+bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const *names, int n,
+               int64_t *out);
+const Builtin *find_builtin(const char *name);
+
+/* ---- lower_tensor.c: axes ---- */
+
+/* Axes of x: one (an int, unless `list`) or the list e, `what` in messages;
+ * negative ones count from the end; sorted, each once. */
+bool axes_arg(Ctx *c, const Expr *e, const char *what, bool list, const Inst *x, int64_t *axes,
+              int *n);
+/* The axes of a reduction of x: `axis` (one), `axes` (a list) or torch's
+ * `dim` (either), at most one given; none: every axis. */
+bool reduce_axes(Ctx *c, const Expr *axis, const Expr *axes, const Expr *dim, const Inst *x,
+                 int64_t *out, int *n);
+/* A call of a built-in function (or a misplaced block's name: an error). */
+Inst *lower_call(Ctx *c, const Expr *e);
+
+/* ---- lower_*.c: the lowerings of built-in functions (LowerFn, named in
+ * builtins.def): lower_math.c elementwise, lower_tensor.c reductions and
+ * reshapes, lower_nn.c convolutions, normalisation, losses, attention ---- */
+
+/* v reshaped to shape [dim, n] (v itself when that is its shape). */
+Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n);
+
+/* ---- train.c: minimize, optimizers, schedules ---- */
+
+/* minimize NAME with OPTIMIZER(...): fills c->m->train. */
+void lower_minimize(Ctx *c, const Stmt *s);
+
+/* ---- blocks.c: definitions, applications, repeats ---- */
+
+/* The namespace of c: hash table and statement slots; for a block also the
+ * model's dimensions, its args and the names its statements define. */
+void open_scope(Ctx *c);
+Block *find_block(const Prog *p, const char *name);
+/* A new arg of body o for a param it reads (numbered when the body is done). */
+Inst *stacked_arg(Ctx *o, const char *global, Type t, const Global *init, Loc at);
+/* [repeat(N)] BLOCK(args) [as NAME] in c: its value. */
+Inst *lower_apply(Ctx *c, const Stmt *s);
+/* What a block is whatever applies it; b->bad after reporting. */
+void check_block(Ctx *model, Block *b);
+/* Each cycle of applications from b is an error; its blocks are bad. */
+void check_cycles(Ctx *model, Block *b, Block **path, int depth);
+
+/* ---- lower.c: expressions, declarations, statements, the model ---- */
+
+Inst *lower_expr(Ctx *c, const Expr *e);
+void emit_output(Ctx *c, const char *name, Inst *v, Loc at);
+/* Whether s applies a block: [repeat(N)] BLOCK(args) [as NAME]. */
+bool is_apply(const Ctx *c, const Stmt *s);
+/* The instance name of application s (the block's by default), and where. */
+const char *inst_name(const Stmt *s, Loc *at);
+/* Defines the names the statements of c define. */
+void define_stmts(Ctx *c);
+/* Lowers the statements of c in order; a block's return sets c->ret. */
+void lower_stmts(Ctx *c);
+
+#endif

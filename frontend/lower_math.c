@@ -1,0 +1,131 @@
+/* lower_math.c: the lowering of the elementwise built-in functions: those
+ * that are one op with nothing to check (`elem`), and those with options. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower_int.h"
+
+/* An op of the tensors b names, nothing else to check (shapes are the op's). */
+Inst *lower_elem(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)arg;
+  return finish(c, ir_new(c->f, b->op, e->loc, b->ntensor, in));
+}
+
+/* gelu(x, approximate = "none"): with "tanh" the op gelu_tanh. */
+Inst *lower_gelu(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  Op op = b->op;
+  if (arg[1]) {
+    const Expr *ap = arg[1];
+    const char *s = ap->kind == E_STR || ap->kind == E_IDENT ? ap->s : NULL;
+    if (!s || (strcmp(s, "none") && strcmp(s, "tanh"))) {
+      if (ap->kind != E_ERROR)
+        diag_error(c->d, ap->loc, "'approximate' must be \"none\" or \"tanh\"");
+      return NULL;
+    }
+    op = !strcmp(s, "tanh") ? OP_gelu_tanh : OP_gelu;
+  }
+  return finish(c, ir_new(c->f, op, e->loc, 1, in));
+}
+
+/* silu(input): x sigmoid(x), as torch.nn.functional's. */
+Inst *lower_silu(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b, (void)arg;
+  Inst *s = op1(c, OP_sigmoid, e->loc, in[0]);
+  return s ? op2(c, OP_mul, e->loc, in[0], s) : NULL;
+}
+
+/* abs(input): relu(x) + relu(-x), exact (one term is 0); its derivative the
+ * sign of x, 0 at 0 as torch's. */
+Inst *lower_abs(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b, (void)arg;
+  Inst *n = op1(c, OP_neg, e->loc, in[0]);
+  Inst *p = op1(c, OP_relu, e->loc, in[0]), *q = n ? op1(c, OP_relu, e->loc, n) : NULL;
+  return p && q ? op2(c, OP_add, e->loc, p, q) : NULL;
+}
+
+/* leaky_relu(input, negative_slope = 0.01): relu(x) - s relu(-x), exactly x
+ * s below 0 (a product negated twice); the derivative at 0 is 0 (torch's is
+ * s). */
+Inst *lower_leaky_relu(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  double s = 0.01;
+  if (arg[1] && !float_arg(c, arg[1], "'negative_slope'", &s))
+    return NULL;
+  Inst *n = op1(c, OP_neg, e->loc, in[0]);
+  Inst *p = op1(c, OP_relu, e->loc, in[0]), *q = n ? op1(c, OP_relu, e->loc, n) : NULL;
+  Inst *k = constant(c, s, arg[1] ? arg[1]->loc : e->loc);
+  Inst *sq = q && k ? op2(c, OP_mul, e->loc, q, k) : NULL;
+  return p && sq ? op2(c, OP_sub, e->loc, p, sq) : NULL;
+}
+
+/* expand(input, size) as torch's Tensor.expand: size lists the result's
+ * dims, -1 keeping the input's (aligned at the end); dims of 1 and new
+ * leading dims are repeated (the op broadcast; the gradient sums them). */
+Inst *lower_expand(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *x = in[0];
+  int64_t dim[IR_MAX_RANK];
+  int n, r = x->type.rank;
+  char buf[128];
+  if (!ints_arg(c, arg[1], "size", dim, &n))
+    return NULL;
+  if (n < r) {
+    diag_error(c->d, arg[1]->loc, "'size' must list at least the %d dims of the input %s, "
+               "not %d", r, type_str(&x->type, buf, sizeof buf), n);
+    return NULL;
+  }
+  for (int k = 0; k < n; k++) {
+    Loc at = arg[1]->args.a[k].loc;
+    int j = k - (n - r);   /* the input's dim under k, if any */
+    if (dim[k] == -1 && j >= 0) {
+      dim[k] = x->type.dim[j];
+    } else if (dim[k] == -1) {
+      diag_error(c->d, at, "-1 keeps a dim of the input; a new leading dim needs its size");
+      return NULL;
+    } else if (!dim_ok(c, dim[k], at)) {
+      return NULL;
+    } else if (j >= 0 && x->type.dim[j] != 1 && x->type.dim[j] != dim[k]) {
+      diag_error(c->d, at, "dim %d of %s is %lld: it expands only from 1, not to %lld", j,
+                 type_str(&x->type, buf, sizeof buf), (long long)x->type.dim[j],
+                 (long long)dim[k]);
+      return NULL;
+    }
+  }
+  Inst *i = ir_new(c->f, OP_broadcast, e->loc, 1, &x);
+  ir_set_ints(i, "shape", dim, n);
+  return finish(c, i);
+}
+
+/* pow(input, exponent) for the exponents torch's kernel computes without
+ * std::pow, the same way: 2 x x, 3 x x x, 0.5 sqrt, -0.5 1 / sqrt, -1
+ * 1 / x, -2 1 / (x x), 1 x. Other exponents and a tensor exponent are not
+ * supported yet (exp(p log x) would not be exact). */
+Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  static const double ok[] = {2, 3, 0.5, -0.5, -1, -2, 1};
+  Inst *x = in[0];
+  double p;
+  if (!float_arg(c, arg[1], "'exponent'", &p))
+    return NULL;
+  int k = 0;
+  while (k < COUNTOF(ok) && ok[k] != p)
+    k++;
+  if (k == COUNTOF(ok)) {
+    diag_error(c->d, arg[1]->loc, "'pow' with exponent %g is not supported yet (only 2, 3, "
+               "0.5, -0.5, -1, -2 and 1)", p);
+    return NULL;
+  }
+  Loc at = e->loc;
+  Inst *v = x;
+  if (p == 2 || p == 3 || p == -2)
+    v = op2(c, OP_mul, at, x, x);
+  if (v && p == 3)
+    v = op2(c, OP_mul, at, v, x);
+  if (p == 0.5 || p == -0.5)
+    v = op1(c, OP_sqrt, at, x);
+  if (v && p < 0)
+    v = op2(c, OP_div, at, constant(c, 1, at), v);
+  return v;
+}

@@ -1,0 +1,52 @@
+#!/bin/sh
+# fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
+# leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`)
+# against torch, value and gradient: dtc's loss sum(f(z) * t) through the
+# interpreter (loss_steps) against torch's terms f(z) * t in float64
+# (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
+set -u
+run=$1
+py=/usr/bin/python3
+dir=$(dirname "$0")
+if ! "$py" -c "import torch" 2>/dev/null; then
+  echo "fn_torch: skipped: $py cannot import torch (Debian's python3-torch)"
+  exit 77
+fi
+fail=0
+check() {   # DTC_LOSS TORCH_TERMS
+  "$run" "$1" | "$py" "$dir/fn_torch.py" "$2" || fail=1
+}
+check "sum(silu(z) * t)" "F.silu(z) * t"
+check "sum(silu(z * 8) * t)" "F.silu(z * 8) * t"
+check "sum(abs(z) * t)" "z.abs() * t"
+# z + 0.25 is never 0, where dtc's derivative (0) and torch's (the slope) differ
+check "sum(leaky_relu(z + 0.25) * t)" "F.leaky_relu(z + 0.25) * t"
+check "sum(leaky_relu(z + 0.25, negative_slope = 0.2) * t)" "F.leaky_relu(z + 0.25, 0.2) * t"
+check "sum(var(z, dim = 1) * sum(t, dim = 1))" "z.var(1) * t.sum(1)"
+check "sum(var(z, 1, keepdim = true) * t)" "z.var(1, keepdim=True) * t"
+check "sum(var(z, dim = 0, unbiased = false, keepdim = true) * t)" \
+      "z.var(0, unbiased=False, keepdim=True) * t"
+check "var(z)" "z.var().reshape(1)"
+check "var(z, correction = 0) + std(z, [0, 1], correction = 2)" \
+      "(z.var(unbiased=False) + (((z - z.mean()) ** 2).sum() / 22).sqrt()).reshape(1)"
+check "sum(std(z, 1, keepdim = true) * t)" "z.std(1, keepdim=True) * t"
+check "sum(rms_norm(z, [4]) * t)" "rms_norm(z, [4]) * t"
+check "sum(rms_norm(z, 4, sum(t, dim = 0), eps = 0.001) * t)" \
+      "rms_norm(z, [4], t.sum(0), 0.001) * t"
+check "sum(rms_norm(z, [6, 4]) * t)" "rms_norm(z, [6, 4]) * t"
+check "sum(pow(z, 2) * t)" "torch.pow(z, 2) * t"
+check "sum(pow(z, 3) * t)" "torch.pow(z, 3) * t"
+check "sum(pow(z * z + 1, 0.5) * t)" "torch.pow(z * z + 1, 0.5) * t"
+check "sum(pow(z * z + 1, -0.5) * t)" "torch.pow(z * z + 1, -0.5) * t"
+check "sum(pow(z + 0.25, -1) * t)" "torch.pow(z + 0.25, -1) * t"
+check "sum(pow(z + 0.25, -2) * t)" "torch.pow(z + 0.25, -2) * t"
+check "sum(pow(z, exponent = 1) * t)" "torch.pow(z, 1) * t"
+check "sum(expand(sum(z, dim = 0, keepdim = true), [6, 4]) * t)" \
+      "z.sum(0, keepdim=True).expand(6, 4) * t"
+check "sum(expand(z, [2, -1, 4]) * expand(t, [2, 6, 4]))" \
+      "z.expand(2, 6, 4) * t.expand(2, 6, 4)"
+check "sum(softmax(z, dim = 0) * t)" "F.softmax(z, dim=0) * t"
+check "sum(log_softmax(z, dim = -1) * t)" "F.log_softmax(z, dim=-1) * t"
+check "sum(mean(z, dim = [0, 1], keepdim = true) * t)" "z.mean((0, 1), keepdim=True) * t"
+check "sum(max(z, dim = 1) * sum(t, dim = 1))" "z.max(1).values * t.sum(1)"
+exit $fail
