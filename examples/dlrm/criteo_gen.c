@@ -109,10 +109,10 @@ static int parse(Args *a, int argc, char **argv) {
  * effects and vectors, index vocab being "missing". */
 typedef struct Model {
   double w[ND];
-  uint32_t *token;   /* [NC][vocab] */
-  double *cum;       /* [NC][vocab] */
-  double *effect;    /* [NC][vocab + 1] */
-  double *vec;       /* [NC][vocab + 1][LATENT] */
+  uint32_t *token; /* [NC][vocab] */
+  double *cum;     /* [NC][vocab] */
+  double *effect;  /* [NC][vocab + 1] */
+  double *vec;     /* [NC][vocab + 1][LATENT] */
 } Model;
 
 static int make_model(Model *m, const Args *a, uint64_t *s) {
@@ -135,7 +135,7 @@ static int make_model(Model *m, const Args *a, uint64_t *s) {
       total += 1.0 / (double)(v + 2);
     for (int64_t v = 0, row; v < V; v++) {
       uint32_t t;
-      do {   /* a row of its own: at least half of the rows are free */
+      do { /* a row of its own: at least half of the rows are free */
         t = (uint32_t)next(s);
         row = dtrt_criteo_row(t, a->rows);
       } while (taken[row] || row == 0);
@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
     double sum[LATENT] = {0}, sq = 0;
     for (int k = 0; k < NC; k++) {
       double u = uniform(&s);
-      int64_t v = V;   /* missing */
+      int64_t v = V; /* missing */
       if (u >= 0.05) {
         double c = uniform(&s);
         for (v = 0; v < V - 1 && m.cum[k * V + v] <= c; v++)

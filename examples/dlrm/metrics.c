@@ -42,9 +42,7 @@ double roc_auc(const double *s, const float *y, int64_t n) {
 
 double log_loss(const double *p, const float *y, int64_t n) {
   double sum = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double q = p[i] < 1e-15 ? 1e-15 : p[i] > 1 - 1e-15 ? 1 - 1e-15 : p[i];
-    sum -= y[i] != 0 ? log(q) : log1p(-q);
-  }
+  for (int64_t i = 0; i < n; i++)
+    sum -= log(fmax(y[i] != 0 ? p[i] : 1 - p[i], 1e-15));
   return sum / (double)n;
 }

@@ -11,8 +11,9 @@
  * both). NaN when a class is absent; -1 when out of memory. */
 double roc_auc(const double *s, const float *y, int64_t n);
 
-/* The mean of -log p(y) for probabilities p[0..n) of label 1, each kept
- * within [1e-15, 1 - 1e-15] as scikit-learn's log_loss keeps them. */
+/* The mean of -log p(y) for probabilities p[0..n) of label 1, the
+ * probability of each label kept at 1e-15 or more (scikit-learn's log_loss
+ * clips likewise). */
 double log_loss(const double *p, const float *y, int64_t n);
 
 #endif

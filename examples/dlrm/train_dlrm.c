@@ -30,10 +30,11 @@ _Static_assert(DLRM_DENSE_DIM1 == ND && DLRM_IDS_DIM1 == NC, "dlrm.dt takes Crit
 
 typedef struct Args {
   const char *data;
-  int64_t holdout;   /* -1: a fifth of the lines */
+  int64_t holdout; /* -1: a fifth of the lines */
   int epochs;
   uint64_t seed;
-  double lr;         /* 0: the model's */
+  double lr;    /* 0: the model's */
+  double decay; /* the rate is multiplied by this after each epoch */
 } Args;
 
 /* The lines of a file: dense [n, 13], ids [n, 26], labels [n]. */
@@ -44,12 +45,13 @@ typedef struct Set {
 } Set;
 
 static int usage(void) {
-  fprintf(stderr, "usage: train_dlrm --data FILE [--holdout N] [--epochs N] [--seed S] [--lr LR]\n");
+  fprintf(stderr, "usage: train_dlrm --data FILE [--holdout N] [--epochs N] [--seed S] [--lr LR]\n"
+                  "                  [--decay F]\n");
   return 2;
 }
 
 static int parse(Args *a, int argc, char **argv) {
-  *a = (Args){NULL, -1, 3, 1, 0};
+  *a = (Args){NULL, -1, 3, 1, 0, 1};
   for (int i = 1; i < argc; i += 2) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     char *end = NULL;
@@ -65,9 +67,12 @@ static int parse(Args *a, int argc, char **argv) {
       a->seed = strtoull(v, &end, 10);
     else if (!strcmp(o, "--lr"))
       a->lr = strtod(v, &end);
+    else if (!strcmp(o, "--decay"))
+      a->decay = strtod(v, &end);
     else
       return usage();
-    if (end && (*end || end == v || a->epochs < 0 || a->holdout < -1 || !(a->lr >= 0)))
+    if (end && (*end || end == v || a->epochs < 0 || a->holdout < -1 || !(a->lr >= 0) ||
+                !(a->decay > 0 && a->decay <= 1)))
       return usage();
   }
   return a->data ? 0 : usage();
@@ -197,10 +202,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_dlrm: cannot create the model: %s\n", dlrm_error(NULL));
     goto done;
   }
-  if (a.lr > 0 && (rc = dlrm_set_lr(m, a.lr))) {
-    fprintf(stderr, "train_dlrm: %s\n", dlrm_error(m));
-    goto done;
-  }
   order = malloc(sizeof *order * (size_t)n);
   p = malloc(sizeof *p * (size_t)held);
   if (!order || !p) {
@@ -210,7 +211,10 @@ int main(int argc, char **argv) {
   }
   static float dense[B * ND], y[B];
   static int32_t ids[B * NC];
+  double lr0 = a.lr > 0 ? a.lr : dlrm_get_lr(m);
   for (int e = 0; e < a.epochs && !rc; e++) {
+    if ((rc = dlrm_set_lr(m, lr0 * pow(a.decay, e))))
+      break;
     shuffle(order, n, a.seed, e);
     double sum = 0;
     int64_t steps = n / B;
