@@ -135,7 +135,7 @@ static int make_model(Model *m, const Args *a, uint64_t *s) {
       total += 1.0 / (double)(v + 2);
     for (int64_t v = 0, row; v < V; v++) {
       uint32_t t;
-      do { /* a row of its own: at least half of the rows are free */
+      do { /* a row of its own, not row 0: rows - 1 - v of rows are */
         t = (uint32_t)next(s);
         row = dtrt_criteo_row(t, a->rows);
       } while (taken[row] || row == 0);
