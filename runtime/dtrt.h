@@ -517,6 +517,44 @@ DtStatus dtrt_read_npy(DtrtCtx *ctx, const char *path, DtData *out);
 DtStatus dtrt_read_csv(DtrtCtx *ctx, const char *path, DtData *out);
 void dtrt_data_free(DtrtCtx *ctx, DtData *d);
 
+/* ---- Criteo display-advertising text (criteo.c) ------------------------
+ * One sample a line, 40 tab-separated fields: the label (0 or 1), 13
+ * integers I1..I13 (decimal, optionally negative, within 64 bits; empty:
+ * missing) and 26 categories C1..C26 (8 hexadecimal digits, either case;
+ * empty: missing); a line ends at '\n' or "\r\n", the last one may lack it.
+ * Read in batches, never whole, plain or gzip-compressed (by magic); the
+ * read limit does not apply. Each line becomes DLRM's inputs: dense f32 [13],
+ * log(1 + max(x, 0)) of each integer, 0 when missing; ids i32 [26], row
+ * dtrt_criteo_row(value, rows[k]) of table k, 0 when missing; the label as
+ * f32. A malformed line (a field count other than 40, a bad label, integer
+ * or category, a line longer than DTRT_CRITEO_MAX_LINE bytes) and truncated
+ * gzip data are DT_ERR_FORMAT, with "PATH:LINE:" (and the column and field
+ * when one is to blame) in the message; what is not a regular file is
+ * DT_ERR_IO. */
+enum { DTRT_CRITEO_DENSE = 13, DTRT_CRITEO_CATS = 26, DTRT_CRITEO_MAX_LINE = 4096 };
+typedef struct DtCriteo DtCriteo;
+/* Opens path for reading; rows[k] (1 to INT32_MAX) is table k's row count. */
+DtStatus dtrt_criteo_open(DtrtCtx *ctx, const char *path, const int64_t *rows, DtCriteo **r);
+/* Reads the next lines, at most max, into dense [max, 13], ids [max, 26] (as
+ * [max, 26, 1]: bags of one) and labels [max]; *n is the count read, less
+ * than max only at the file's end (0 there). On an error *n counts the good
+ * lines before the bad one, which are written; every later read fails until
+ * dtrt_criteo_rewind. */
+DtStatus dtrt_criteo_read(DtCriteo *r, int64_t max, float *dense, int32_t *ids, float *labels,
+                          int64_t *n);
+/* Back to the first line. */
+DtStatus dtrt_criteo_rewind(DtCriteo *r);
+/* The number of lines read since opening or rewinding (the last error's
+ * line among them). */
+int64_t dtrt_criteo_line(const DtCriteo *r);
+void dtrt_criteo_close(DtCriteo *r);
+/* The row of a table of `rows` rows that category `value` hashes to:
+ * 1 + splitmix64's finaliser of value (as a 64-bit integer) mod (rows - 1),
+ * so row 0 is the missing category's alone; 0 when rows is 1. The
+ * finaliser: z ^= z >> 30; z *= 0xbf58476d1ce4e5b9; z ^= z >> 27;
+ * z *= 0x94d049bb133111eb; z ^= z >> 31. */
+int32_t dtrt_criteo_row(uint32_t value, int64_t rows);
+
 /* ---- communication (comm.c, kernels_comm.c) ---------------------------
  * SPMD over MPI. A process started by a launcher (mpirun/mpiexec of MPICH,
  * Intel MPI or Open MPI, or srun: recognised by the environment they set) is
