@@ -242,11 +242,18 @@ DTRT_TRACED(demo_residual, DTRT_TID_KERNEL) {
   return DT_OK;
 }
 
+/* An element of an inverse DCT within DEMO_ZERO times the tile's sum of
+ * |coefficients| is 0 in exact arithmetic: its kept cosines all vanish
+ * there (the middle of an odd tile when every kept frequency is odd), and
+ * what the double sum leaves is rounding, whose sign means nothing. */
+#define DEMO_ZERO 1e-12
+
 /* demo_sign(packed f32[R, 2 P]){chunk, topk, shape} -> f32[shape]: the sign
  * (1, -1 or 0) of the inverse DCT of the average: each coefficient the mean
  * of the values the rows sent to it, over the rows that sent it (torch's
  * scatter_reduce "mean" without the zeros it starts from), 0 where none
- * did; the rows added in order, in double. a->i = {chunk, topk, shape...}. */
+ * did; the rows added in order, in double; 0 where the inverse DCT is zero
+ * (DEMO_ZERO). a->i = {chunk, topk, shape...}. */
 DTRT_TRACED(demo_sign, DTRT_TID_KERNEL) {
   const char *op = "demo_sign";
   DtStatus s;
@@ -280,13 +287,16 @@ DTRT_TRACED(demo_sign, DTRT_TID_KERNEL) {
         cnt[(int64_t)f] += 1;
       }
     }
-    for (int64_t j = 0; j < per; j++)
+    double mass = 0;
+    for (int64_t j = 0; j < per; j++) {
       sum[j] = cnt[j] > 0 ? sum[j] / cnt[j] : 0;
+      mass += fabs(sum[j]);
+    }
     transform(&g, sum, cnt, true);
     for (int64_t h = 0; h < t->c1; h++)
       for (int64_t w = 0; w < t->c2; w++) {
         double v = cnt[h * t->c2 + w];
-        y[tile_at(t, q, h, w)] = v > 0 ? 1.0f : v < 0 ? -1.0f : 0.0f;
+        y[tile_at(t, q, h, w)] = v > DEMO_ZERO * mass ? 1.0f : v < -DEMO_ZERO * mass ? -1.0f : 0.0f;
       }
   }
   dtrt_free(ctx, g.block);
