@@ -11,9 +11,10 @@
  * rank r's row r, so every rank averages the same rows in the same order
  * and the params stay equal on all. A gradient never reduced (every rank
  * computed all of it) is left alone: the ranks agree without an exchange.
- * A param split over the mesh, a gradient reduced over two axes or in
- * deterministic mode's pieces is an error at the param. Changes nothing
- * without demo_compress. */
+ * A param split over the mesh is gathered whole for its update (every rank
+ * computes all of it: correct, not cheaper). A gradient reduced over two
+ * axes, reduced before it is gathered or folded in deterministic mode's
+ * pieces is an error at the param. Changes nothing without demo_compress. */
 #include <string.h>
 
 #include "passes.h"
@@ -26,32 +27,31 @@ typedef struct Ex {
   bool *cut;      /* by id: an all_reduce a DeMo kernel no longer reads */
 } Ex;
 
+/* Whether a collective behind v (through collectives only) is an all_reduce
+ * or a fold_all. */
+static bool reduced_behind(const Inst *v) {
+  for (; ir_ops[v->op].kind == K_COMM; v = v->in[0])
+    if (v->op == OP_all_reduce || v->op == OP_fold_all)
+      return true;
+  return false;
+}
+
 /* The rank's own gradient behind operand 1 of x (an all_reduce's operand),
  * recording the axis; false after an error. */
 static bool local_grad(Ex *e, Inst *x) {
   Inst *g = x->in[1];
-  const Global *delta = ir_global_of(x->in[0]);
-  if (delta && delta->shard)
-    for (int d = 0; d < delta->type.rank; d++)
-      if (delta->shard->axis[d] >= 0) {
-        diag_error(e->d, x->loc,
-                   "demo needs its params whole on every device (a DCT tile spans the whole "
-                   "tensor), but dimension %d is split over mesh axis '%s'",
-                   d, e->m->mesh.a[0].axis_name[delta->shard->axis[d]]);
-        return false;
-      }
-  if (g->op == OP_fold_all || (g->op == OP_all_reduce && g->in[0]->op == OP_all_reduce)) {
-    diag_error(e->d, x->loc, "demo exchanges over one mesh axis, outside deterministic mode; "
-               "this gradient is reduced %s",
-               g->op == OP_fold_all ? "in deterministic mode's pieces" : "over two axes");
+  if (g->op != OP_all_reduce) {
+    if (!reduced_behind(g))
+      return true;
+    diag_error(e->d, x->loc, "demo cannot exchange this gradient: it is %s before it is "
+               "gathered (a param split over the mesh and its gradient summed over it)",
+               g->op == OP_fold_all ? "folded in deterministic mode's pieces" : "reduced");
     return false;
   }
-  if (g->op != OP_all_reduce)
-    return true;
   int a = (int)ir_get_int(g, "axis", 0);
-  if (e->axis >= 0 && e->axis != a) {
-    diag_error(e->d, x->loc, "demo exchanges over one mesh axis; this update's gradients are "
-               "reduced over two");
+  if (reduced_behind(g->in[0]) || (e->axis >= 0 && e->axis != a)) {
+    diag_error(e->d, x->loc, "demo exchanges over one mesh axis; this gradient is reduced "
+               "over two");
     return false;
   }
   e->axis = a;
