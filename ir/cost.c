@@ -252,7 +252,8 @@ ZERO(batch_stat)
  * also sorts each tile's c1 c2 magnitudes. */
 static double demo_flops(const Inst *i, const Type *x, bool sort) {
   DtDemoTiles t;
-  if (!dtrt_demo_tiles(x->dim, x->rank, ir_get_int(i, "chunk", 1), ir_get_int(i, "topk", 1), &t))
+  if (!dtrt_demo_tiles(x->dim, x->rank, ir_get_int(i, "stacked", 0) != 0, ir_get_int(i, "chunk", 1),
+                       ir_get_int(i, "topk", 1), &t))
     return 0;
   double per = (double)(t.c1 * t.c2), n = (double)type_elems(x);
   return n * (2.0 * (double)(t.c1 + t.c2) + (sort ? log2(per + 1) : 0));

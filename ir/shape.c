@@ -468,8 +468,9 @@ static bool demo_tiles(Inst *inst, const Type *x, DtDemoTiles *t, char *err, siz
   if (chunk < 1 || topk < 1)
     FAIL("'%s' needs chunk and topk of at least 1, got %lld and %lld", NAME, (long long)chunk,
          (long long)topk);
-  if (x->dtype != DT_F32 || !dtrt_demo_tiles(x->dim, x->rank, chunk, topk, t))
-    FAIL("'%s' needs an f32 tensor", NAME);
+  bool stacked = ir_get_int(inst, "stacked", 0) != 0;
+  if (x->dtype != DT_F32 || !dtrt_demo_tiles(x->dim, x->rank, stacked, chunk, topk, t))
+    FAIL("'%s' needs an f32 tensor%s", NAME, stacked ? " of rank 1 or more" : "");
   return true;
 }
 

@@ -38,7 +38,8 @@
  *          p' = p (1 - lr wd) - lr sign(IDCT(mean of every rank's c)) (demo_sign)
  *          On one device the mean is c itself; under SPMD the exchange
  *          pass gives each rank its own gradient (no all_reduce) and
- *          gathers every rank's c (passes/exchange.c).
+ *          gathers every rank's c (passes/exchange.c). A loop's stacked
+ *          param [L, ...] is L params, each tiled alone (`stacked`).
  *
  * With clip_norm > 0 every g is first scaled by min(1, clip_norm / (|g| +
  * 1e-6)), |g| the norm of all gradients together (torch.nn.utils.
@@ -254,25 +255,40 @@ static Inst **accumulate(Opt *o, Inst *const *grad, int ng) {
   return gm;
 }
 
+/* Whether a loop of f reads p stacked: a loop's params, each tiled alone. */
+static bool stacked(const Func *f, const Inst *p) {
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *r = f->inst.a[k];
+    for (int j = 0; r->op == OP_repeat && j < r->nin; j++)
+      if (r->in[j] == p && ir_repeat_operand_kind(r, j) == 2)
+        return true;
+  }
+  return false;
+}
+
 /* DeMo's update of param k (value p, gradient g): the header's. */
 static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   const Train *t = &o->m->train;
+  int64_t stack = stacked(o->f, p);
   const char *dname = state(o, k, "delta");
   Inst *delta = load(o, dname);
   Inst *in[4] = {delta, g, rate, NULL};
   Inst *c = ir_new(o->f, OP_demo_compress, o->loc, 3, in);
   ir_set_int(c, "chunk", t->chunk);
   ir_set_int(c, "topk", t->topk);
+  ir_set_int(c, "stacked", stack);
   ir_set_float(c, "beta", t->beta);
   in[3] = c = ir_finish(c);
   Inst *res = ir_new(o->f, OP_demo_residual, o->loc, 4, in);
   ir_set_int(res, "chunk", t->chunk);
   ir_set_int(res, "topk", t->topk);
+  ir_set_int(res, "stacked", stack);
   ir_set_float(res, "beta", t->beta);
   res = ir_finish(res);
   Inst *sgn = ir_new(o->f, OP_demo_sign, o->loc, 1, &c);
   ir_set_int(sgn, "chunk", t->chunk);
   ir_set_int(sgn, "topk", t->topk);
+  ir_set_int(sgn, "stacked", stack);
   ir_set_ints(sgn, "shape", p->type.dim, p->type.rank);
   sgn = ir_finish(sgn);
   if (t->weight_decay != 0)

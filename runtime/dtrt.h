@@ -209,24 +209,26 @@ DTRT_KERNEL(embedding_bag_grad);
 DTRT_KERNEL(embedding_bag_psw_grad);
 /* DeMo's compression (runtime/kernels_demo.c; docs/IR.md, "DeMo"). A
  * tensor of rank >= 2 is batch x rows x cols (batch the product of its
- * leading dims), rank 1 one row of its n elements, rank 0 one element; it
- * is cut into tiles of c1 x c2, c1 the largest divisor of rows not above
- * chunk, c2 that of cols (the reference's rule), ordered by batch, tile row,
- * tile column; each tile keeps k = min(topk, c1 c2) of its orthonormal
- * DCT-II coefficients, indexed row-major within the tile. A packed row
- * holds the tiles' k indices (as f32), then their k values: 2 tiles k
- * floats. dtrt_demo_tiles fills t for a tensor of dims dim[0..rank); false
- * when chunk or topk is below 1 or a count overflows.
- * demo_compress(delta, g, lr f32[]){chunk, topk; beta} -> f32[1, 2 tiles k]:
- * the packed row of d = beta delta + lr g (ties: the lower index);
- * demo_residual(delta, g, lr, packed[1, ...]){same} -> d - IDCT(packed);
- * demo_sign(packed f32[R, ...]){chunk, topk, shape} -> sign of the IDCT of
- * the mean, per coefficient, of the values the rows sent to it (over the
- * rows that did; rows added in order). */
+ * leading dims), rank 1 one row of its n elements, rank 0 one element; a
+ * stacked tensor (a loop's params, [L, ...]) is L of those, by its other
+ * dims. It is cut into tiles of c1 x c2, c1 the largest divisor of rows not
+ * above chunk, c2 that of cols (the reference's rule), ordered by batch,
+ * tile row, tile column; each tile keeps k = min(topk, c1 c2) of its
+ * orthonormal DCT-II coefficients, indexed row-major within the tile. A
+ * packed row holds the tiles' k indices (as f32), then their k values: 2
+ * tiles k floats. dtrt_demo_tiles fills t for a tensor of dims
+ * dim[0..rank); false when chunk or topk is below 1 or a count overflows.
+ * demo_compress(delta, g, lr f32[]){chunk, topk, stacked; beta} -> f32[1,
+ * 2 tiles k]: the packed row of d = beta delta + lr g (ties: the lower
+ * index); demo_residual(delta, g, lr, packed[1, ...]){same} -> d -
+ * IDCT(packed); demo_sign(packed f32[R, ...]){chunk, topk, stacked, shape}
+ * -> sign of the IDCT of the mean, per coefficient, of the values the rows
+ * sent to it (over the rows that did; rows added in order). */
 typedef struct DtDemoTiles {
   int64_t batch, rows, cols, c1, c2, tiles, k;
 } DtDemoTiles;
-bool dtrt_demo_tiles(const int64_t *dim, int rank, int64_t chunk, int64_t topk, DtDemoTiles *t);
+bool dtrt_demo_tiles(const int64_t *dim, int rank, bool stacked, int64_t chunk, int64_t topk,
+                     DtDemoTiles *t);
 DTRT_KERNEL(demo_compress);
 DTRT_KERNEL(demo_residual);
 DTRT_KERNEL(demo_sign);

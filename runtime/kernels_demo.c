@@ -19,17 +19,18 @@ static int64_t largest_divisor(int64_t n, int64_t chunk) {
   return c < 1 ? 1 : c;
 }
 
-bool dtrt_demo_tiles(const int64_t *dim, int rank, int64_t chunk, int64_t topk, DtDemoTiles *t) {
-  if (!dim || !t || rank < 0 || rank > DT_MAX_RANK || chunk < 1 || topk < 1)
+bool dtrt_demo_tiles(const int64_t *dim, int rank, bool stacked, int64_t chunk, int64_t topk,
+                     DtDemoTiles *t) {
+  if (!dim || !t || rank < (stacked ? 1 : 0) || rank > DT_MAX_RANK || chunk < 1 || topk < 1)
     return false;
   memset(t, 0, sizeof *t);
   t->batch = t->rows = t->cols = 1;
   for (int d = 0; d < rank; d++) {
     if (dim[d] < 0)
       return false;
-    if (d == rank - 1)
+    if (d == rank - 1 && !(stacked && d == 0))
       t->cols = dim[d];
-    else if (d == rank - 2)
+    else if (d == rank - 2 && !(stacked && d == 0))
       t->rows = dim[d];
     else if (!dtrt_mul(t->batch, dim[d], &t->batch))
       return false;
@@ -73,7 +74,7 @@ static void dct_matrix(double *d, int64_t n) {
 static DtStatus demo_begin(DtrtCtx *ctx, const char *op, const int64_t *dim, int rank,
                            const DtAttrs *a, Demo *g) {
   int64_t chunk = dtrt_ai(a, 0, 0), topk = dtrt_ai(a, 1, 0);
-  if (!dtrt_demo_tiles(dim, rank, chunk, topk, &g->t))
+  if (!dtrt_demo_tiles(dim, rank, dtrt_ai(a, 2, 0) != 0, chunk, topk, &g->t))
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: chunk %lld and topk %lld must be at least 1", op,
                      (long long)chunk, (long long)topk);
   const DtDemoTiles *t = &g->t;
@@ -157,16 +158,16 @@ static DtStatus packed_check(DtrtCtx *ctx, const char *op, const char *what, con
   return DT_OK;
 }
 
-/* demo_compress(delta, g, lr f32[]){chunk, topk; beta} -> f32[1, 2 P],
+/* demo_compress(delta, g, lr f32[]){chunk, topk, stacked; beta} -> f32[1, 2 P],
  * P = tiles k: d = beta delta + lr g, each tile's DCT coefficients of the k
  * largest magnitudes (ties: the lower index), the tiles' indices (within
  * the tile, row-major, as f32) then their values, tile by tile, each tile's
- * by decreasing magnitude. a->i = {chunk, topk}, a->f[0] = beta. */
+ * by decreasing magnitude. a->i = {chunk, topk, stacked}, a->f[0] = beta. */
 DTRT_TRACED(demo_compress, DTRT_TID_KERNEL) {
   const char *op = "demo_compress";
   DtStatus s;
   Demo g;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 2, 1)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 3, 1)) ||
       (s = momentum_check(ctx, op, in)) ||
       (s = demo_begin(ctx, op, in[0].dim, in[0].rank, a, &g)))
     return s;
@@ -198,14 +199,14 @@ DTRT_TRACED(demo_compress, DTRT_TID_KERNEL) {
   return DT_OK;
 }
 
-/* demo_residual(delta, g, lr f32[], packed f32[1, 2 P]){chunk, topk; beta}
+/* demo_residual(delta, g, lr f32[], packed f32[1, 2 P]){chunk, topk, stacked; beta}
  * -> delta's shape: d - IDCT(packed's coefficients, the others 0), d =
  * beta delta + lr g as demo_compress makes it. */
 DTRT_TRACED(demo_residual, DTRT_TID_KERNEL) {
   const char *op = "demo_residual";
   DtStatus s;
   Demo g;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 4, 4, out, a, 2, 1)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 4, 4, out, a, 3, 1)) ||
       (s = momentum_check(ctx, op, in)) ||
       (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[0].dim, in[0].rank)) ||
       (s = demo_begin(ctx, op, in[0].dim, in[0].rank, a, &g)))
@@ -248,17 +249,17 @@ DTRT_TRACED(demo_residual, DTRT_TID_KERNEL) {
  * what the double sum leaves is rounding, whose sign means nothing. */
 #define DEMO_ZERO 1e-12
 
-/* demo_sign(packed f32[R, 2 P]){chunk, topk, shape} -> f32[shape]: the sign
+/* demo_sign(packed f32[R, 2 P]){chunk, topk, stacked, shape} -> f32[shape]: the sign
  * (1, -1 or 0) of the inverse DCT of the average: each coefficient the mean
  * of the values the rows sent to it, over the rows that sent it (torch's
  * scatter_reduce "mean" without the zeros it starts from), 0 where none
  * did; the rows added in order, in double; 0 where the inverse DCT is zero
- * (DEMO_ZERO). a->i = {chunk, topk, shape...}. */
+ * (DEMO_ZERO). a->i = {chunk, topk, stacked, shape...}. */
 DTRT_TRACED(demo_sign, DTRT_TID_KERNEL) {
   const char *op = "demo_sign";
   DtStatus s;
   Demo g;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 2 + DT_MAX_RANK, 0)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 1, 1, out, a, 3 + DT_MAX_RANK, 0)) ||
       (s = dtrt_check(ctx, op, "output", out, DTRT_F32)) ||
       (s = demo_begin(ctx, op, out->dim, out->rank, a, &g)))
     return s;
@@ -307,7 +308,8 @@ int64_t dtrt_demo_staged(const DtTensor *in, int nin, const DtTensor *out, const
   /* demo_sign's tiles are its output's, the others' their first operand's */
   const DtTensor *x = nin == 1 ? out : &in[0];
   DtDemoTiles t;
-  if (!dtrt_demo_tiles(x->dim, x->rank, dtrt_ai(a, 0, 0), dtrt_ai(a, 1, 0), &t))
+  if (!dtrt_demo_tiles(x->dim, x->rank, dtrt_ai(a, 2, 0) != 0, dtrt_ai(a, 0, 0), dtrt_ai(a, 1, 0),
+                       &t))
     return 0;
   return scratch_bytes(&t);
 }

@@ -44,38 +44,51 @@ static void test_tiles(void **state) {
   (void)state;
   DtDemoTiles t;
   /* 12 x 20 at chunk 8: 6 x 5 tiles; topk 4 */
-  assert_true(dtrt_demo_tiles((int64_t[]){12, 20}, 2, 8, 4, &t));
+  assert_true(dtrt_demo_tiles((int64_t[]){12, 20}, 2, false, 8, 4, &t));
   assert_int_equal(t.c1, 6);
   assert_int_equal(t.c2, 5);
   assert_int_equal(t.tiles, 8);
   assert_int_equal(t.k, 4);
   /* a prime above chunk: chunks of 1; below it: one chunk, k clamped */
-  assert_true(dtrt_demo_tiles((int64_t[]){13}, 1, 8, 4, &t));
+  assert_true(dtrt_demo_tiles((int64_t[]){13}, 1, false, 8, 4, &t));
   assert_int_equal(t.c2, 1);
   assert_int_equal(t.tiles, 13);
   assert_int_equal(t.k, 1);
-  assert_true(dtrt_demo_tiles((int64_t[]){3}, 1, 64, 32, &t));
+  assert_true(dtrt_demo_tiles((int64_t[]){3}, 1, false, 64, 32, &t));
   assert_int_equal(t.c1 * t.c2, 3);
   assert_int_equal(t.k, 3);
   /* [2, 128, 96] at the defaults: 2 matrices of 2 x 2 tiles of 64 x 48 */
-  assert_true(dtrt_demo_tiles((int64_t[]){2, 128, 96}, 3, 64, 32, &t));
+  assert_true(dtrt_demo_tiles((int64_t[]){2, 128, 96}, 3, false, 64, 32, &t));
   assert_int_equal(t.batch, 2);
   assert_int_equal(t.c1, 64);
   assert_int_equal(t.c2, 48);
   assert_int_equal(t.tiles, 8);
+  /* stacked [2, 20]: two params of 20, chunks of 20; [3, 12, 20]: three
+   * matrices; [4]: four scalars */
+  assert_true(dtrt_demo_tiles((int64_t[]){2, 20}, 2, true, 64, 32, &t));
+  assert_int_equal(t.batch, 2);
+  assert_int_equal(t.rows, 1);
+  assert_int_equal(t.c2, 20);
+  assert_int_equal(t.tiles, 2);
+  assert_true(dtrt_demo_tiles((int64_t[]){3, 12, 20}, 3, true, 8, 4, &t));
+  assert_int_equal(t.tiles, 24);
+  assert_true(dtrt_demo_tiles((int64_t[]){4}, 1, true, 8, 4, &t));
+  assert_int_equal(t.tiles, 4);
+  assert_int_equal(t.k, 1);
+  assert_false(dtrt_demo_tiles((int64_t[]){0}, 0, true, 8, 4, &t));
   /* a scalar: one element */
-  assert_true(dtrt_demo_tiles((int64_t[]){0}, 0, 64, 32, &t));
+  assert_true(dtrt_demo_tiles((int64_t[]){0}, 0, false, 64, 32, &t));
   assert_int_equal(t.tiles, 1);
   assert_int_equal(t.k, 1);
-  assert_false(dtrt_demo_tiles((int64_t[]){4}, 1, 0, 4, &t));
-  assert_false(dtrt_demo_tiles((int64_t[]){4}, 1, 4, 0, &t));
+  assert_false(dtrt_demo_tiles((int64_t[]){4}, 1, false, 0, 4, &t));
+  assert_false(dtrt_demo_tiles((int64_t[]){4}, 1, false, 4, 0, &t));
 }
 
 /* compress with topk the whole tile: every coefficient, against the formula;
  * with topk k: the k largest by a sort here; then the residual. */
 static void check_compress(int rank, const int64_t *dim, int64_t chunk, int64_t topk) {
   DtDemoTiles t;
-  assert_true(dtrt_demo_tiles(dim, rank, chunk, topk, &t));
+  assert_true(dtrt_demo_tiles(dim, rank, false, chunk, topk, &t));
   int64_t n = t.batch * t.rows * t.cols, per = t.c1 * t.c2, P = t.tiles * t.k;
   float *delta = malloc(sizeof *delta * (size_t)n), *g = malloc(sizeof *g * (size_t)n);
   float *d = malloc(sizeof *d * (size_t)n), *res = malloc(sizeof *res * (size_t)n);
@@ -88,7 +101,7 @@ static void check_compress(int rank, const int64_t *dim, int64_t chunk, int64_t 
   DtTensor in[4] = {tensor(delta, rank, dim), tensor(g, rank, dim), tensor(&lr, 0, NULL),
                     tensor(packed, 2, (int64_t[]){1, 2 * P})};
   DtTensor out = in[3];
-  DtAttrs a = {.ni = 2, .i = {chunk, topk}, .nf = 1, .f = {beta}};
+  DtAttrs a = {.ni = 2, .i = {chunk, topk, 0}, .nf = 1, .f = {beta}};
   counts.peak = counts.bytes;
   long long before = counts.bytes;
   assert_int_equal(dtrt_k_demo_compress(ctx, in, 3, &out, &a), DT_OK);
@@ -159,7 +172,7 @@ static void test_ties(void **state) {
   int64_t dim[2] = {4, 6};
   DtTensor in[3] = {tensor(zero, 2, dim), tensor(zero, 2, dim), tensor(&lr, 0, NULL)};
   DtTensor out = tensor(packed, 2, (int64_t[]){1, 2 * 6 * 3});
-  DtAttrs a = {.ni = 2, .i = {2, 3}, .nf = 1, .f = {0.9}};   /* six 2 x 2 tiles, topk 3 */
+  DtAttrs a = {.ni = 3, .i = {2, 3, 0}, .nf = 1, .f = {0.9}};   /* six 2 x 2 tiles, topk 3 */
   assert_int_equal(dtrt_k_demo_compress(ctx, in, 3, &out, &a), DT_OK);
   for (int q = 0; q < 6; q++)
     for (int j = 0; j < 3; j++) {
@@ -184,7 +197,7 @@ static void test_sign(void **state) {
         packed[r * ROW + TILES * K + q * K + j] = frand();
       }
   DtTensor in = tensor(packed, 2, (int64_t[]){R, ROW}), out = tensor(y, 2, (int64_t[]){6, 4});
-  DtAttrs a = {.ni = 4, .i = {3, K, 6, 4}};
+  DtAttrs a = {.ni = 5, .i = {3, K, 0, 6, 4}};
   assert_int_equal(dtrt_k_demo_sign(ctx, &in, 1, &out, &a), DT_OK);
   double pi = 3.14159265358979323846;
   for (int q = 0; q < TILES; q++) {
@@ -219,7 +232,7 @@ static void test_sign_zero(void **state) {
   (void)state;
   float packed[2 * 2] = {1, 3, 0.7f, -0.4f}, y[5];
   DtTensor in = tensor(packed, 2, (int64_t[]){1, 4}), out = tensor(y, 1, (int64_t[]){5});
-  DtAttrs a = {.ni = 3, .i = {5, 2, 5}};
+  DtAttrs a = {.ni = 4, .i = {5, 2, 0, 5}};
   assert_int_equal(dtrt_k_demo_sign(ctx, &in, 1, &out, &a), DT_OK);
   assert_true(y[2] == 0);
   assert_true(y[0] != 0 && y[1] != 0 && y[3] != 0 && y[4] != 0);
@@ -238,7 +251,7 @@ static void test_errors(void **state) {
   DtTensor in[4] = {tensor(x, 1, dim), tensor(g, 1, dim), tensor(&lr, 0, NULL),
                     tensor(packed, 2, (int64_t[]){1, 16})};
   DtTensor out = in[3];
-  DtAttrs a = {.ni = 2, .i = {5, 2}, .nf = 1, .f = {0.9}};
+  DtAttrs a = {.ni = 3, .i = {5, 2, 0}, .nf = 1, .f = {0.9}};
   out.dim[1] = 15;
   refuse(dtrt_k_demo_compress(ctx, in, 3, &out, &a), "output needs shape [1, 16]");
   a.i[0] = 0;
@@ -252,7 +265,7 @@ static void test_errors(void **state) {
   packed[3] = 7;   /* tile 1's second index, outside [0, 5) */
   DtTensor y = tensor(x, 1, dim);
   refuse(dtrt_k_demo_residual(ctx, in, 4, &y, &a), "tile 1's index 7 is not one of [0, 5)");
-  DtAttrs s = {.ni = 3, .i = {8, 2, 20}};
+  DtAttrs s = {.ni = 4, .i = {8, 2, 0, 20}};
   refuse(dtrt_k_demo_sign(ctx, &in[3], 1, &y, &s), "row 0, tile 1: index 7 is not one of [0, 5)");
   packed[3] = 2.5f;
   refuse(dtrt_k_demo_sign(ctx, &in[3], 1, &y, &s), "index 2.5");
