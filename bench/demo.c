@@ -51,8 +51,7 @@ int main(int argc, char **argv) {
   size_t n;
   unsigned char *text = read_docs(&n);
   if (steps < LAST || !text || n < T + 2) {
-    fprintf(stderr, "usage: demo [STEPS >= %d]; needs the text of %s/*.md\n", LAST,
-            DTC_BENCH_DOCS);
+    fprintf(stderr, "usage: demo [STEPS >= %d]; needs the text of %s/*.md\n", LAST, DTC_BENCH_DOCS);
     return 2;
   }
   gpt *m;

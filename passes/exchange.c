@@ -23,8 +23,8 @@ typedef struct Ex {
   Module *m;
   Diag *d;
   Func *f;
-  int axis;       /* the all_reduce's axis of the update in hand; -1: none */
-  bool *cut;      /* by id: an all_reduce a DeMo kernel no longer reads */
+  int axis;  /* the all_reduce's axis of the update in hand; -1: none */
+  bool *cut; /* by id: an all_reduce a DeMo kernel no longer reads */
 } Ex;
 
 /* Whether a collective behind v (through collectives only) is an all_reduce
@@ -43,14 +43,16 @@ static bool local_grad(Ex *e, Inst *x) {
   if (g->op != OP_all_reduce) {
     if (!reduced_behind(g))
       return true;
-    diag_error(e->d, x->loc, "demo cannot exchange this gradient: it is %s before it is "
+    diag_error(e->d, x->loc,
+               "demo cannot exchange this gradient: it is %s before it is "
                "gathered (a param split over the mesh and its gradient summed over it)",
                g->op == OP_fold_all ? "folded in deterministic mode's pieces" : "reduced");
     return false;
   }
   int a = (int)ir_get_int(g, "axis", 0);
   if (reduced_behind(g->in[0]) || (e->axis >= 0 && e->axis != a)) {
-    diag_error(e->d, x->loc, "demo exchanges over one mesh axis; this gradient is reduced "
+    diag_error(e->d, x->loc,
+               "demo exchanges over one mesh axis; this gradient is reduced "
                "over two");
     return false;
   }

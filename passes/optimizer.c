@@ -292,7 +292,8 @@ static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   ir_set_ints(sgn, "shape", p->type.dim, p->type.rank);
   sgn = ir_finish(sgn);
   if (t->weight_decay != 0)
-    p = bin(o, OP_mul, p, bin(o, OP_sub, cnst(o, 1), bin(o, OP_mul, rate, cnst(o, t->weight_decay))));
+    p = bin(o, OP_mul, p,
+            bin(o, OP_sub, cnst(o, 1), bin(o, OP_mul, rate, cnst(o, t->weight_decay))));
   store(o, o->m->global.a[k].name, bin(o, OP_sub, p, bin(o, OP_mul, rate, sgn)));
   store(o, dname, res);
 }
@@ -312,9 +313,10 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
                (long long)t->accumulate);
     return false;
   }
-  if (kind == OPT_DEMO && (t->accumulate > 1 || t->clip_norm > 0 || t->chunk < 1 ||
-                          t->topk < 1 || !(t->beta >= 0 && t->beta < 1))) {
-    diag_error(d, t->loc, "demo needs chunk and topk of at least 1 and beta in [0, 1), "
+  if (kind == OPT_DEMO && (t->accumulate > 1 || t->clip_norm > 0 || t->chunk < 1 || t->topk < 1 ||
+                           !(t->beta >= 0 && t->beta < 1))) {
+    diag_error(d, t->loc,
+               "demo needs chunk and topk of at least 1 and beta in [0, 1), "
                "and takes no accumulate or clip_norm");
     return false;
   }

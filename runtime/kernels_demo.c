@@ -67,8 +67,9 @@ typedef struct Demo {
 static void dct_matrix(double *d, int64_t n) {
   for (int64_t k = 0; k < n; k++)
     for (int64_t j = 0; j < n; j++)
-      d[k * n + j] = sqrt((k ? 2.0 : 1.0) / (double)n) *
-                     cos(3.14159265358979323846 * (double)(2 * j + 1) * (double)k / (double)(2 * n));
+      d[k * n + j] =
+          sqrt((k ? 2.0 : 1.0) / (double)n) *
+          cos(3.14159265358979323846 * (double)(2 * j + 1) * (double)k / (double)(2 * n));
 }
 
 static DtStatus demo_begin(DtrtCtx *ctx, const char *op, const int64_t *dim, int rank,
@@ -150,7 +151,8 @@ static DtStatus packed_check(DtrtCtx *ctx, const char *op, const char *what, con
   if ((s = dtrt_check(ctx, op, what, p, DTRT_F32)))
     return s;
   if (p->rank != 2 || p->dim[1] != 2 * t->tiles * t->k || (one_row && p->dim[0] != 1))
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: %s needs shape [%s, %lld] (%lld tiles of %lld x %lld, "
+    return dtrt_fail(ctx, DT_ERR_ARG,
+                     "%s: %s needs shape [%s, %lld] (%lld tiles of %lld x %lld, "
                      "%lld indices and values each), got rank %d",
                      op, what, one_row ? "1" : "ranks", (long long)(2 * t->tiles * t->k),
                      (long long)t->tiles, (long long)t->c1, (long long)t->c2, (long long)t->k,
@@ -168,8 +170,7 @@ DTRT_TRACED(demo_compress, DTRT_TID_KERNEL) {
   DtStatus s;
   Demo g;
   if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 3, 1)) ||
-      (s = momentum_check(ctx, op, in)) ||
-      (s = demo_begin(ctx, op, in[0].dim, in[0].rank, a, &g)))
+      (s = momentum_check(ctx, op, in)) || (s = demo_begin(ctx, op, in[0].dim, in[0].rank, a, &g)))
     return s;
   const DtDemoTiles *t = &g.t;
   if ((s = packed_check(ctx, op, "output", out, t, true))) {
@@ -280,9 +281,10 @@ DTRT_TRACED(demo_sign, DTRT_TID_KERNEL) {
         float f = idx[q * t->k + j];
         if (!(f >= 0 && f < (float)per && f == floorf(f))) {
           dtrt_free(ctx, g.block);
-          return dtrt_fail(ctx, DT_ERR_ARG, "%s: row %lld, tile %lld: index %g is not one of "
-                           "[0, %lld)", op, (long long)r, (long long)q, (double)f,
-                           (long long)per);
+          return dtrt_fail(ctx, DT_ERR_ARG,
+                           "%s: row %lld, tile %lld: index %g is not one of "
+                           "[0, %lld)",
+                           op, (long long)r, (long long)q, (double)f, (long long)per);
         }
         sum[(int64_t)f] += val[q * t->k + j];
         cnt[(int64_t)f] += 1;

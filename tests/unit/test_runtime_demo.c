@@ -30,8 +30,8 @@ static DtTensor tensor(float *p, int rank, const int64_t *dim) {
 /* Coefficient (b, e) of the tile at rows r0.., cols c0.. of x [rows, cols]
  * (one batch), by the formula: sum_h sum_w s_b s_e cos(pi (2h+1) b / 2c1)
  * cos(pi (2w+1) e / 2c2) x[h, w]. */
-static double dct_ref(const float *x, int64_t cols, int64_t r0, int64_t c0, int64_t c1,
-                      int64_t c2, int64_t b, int64_t e) {
+static double dct_ref(const float *x, int64_t cols, int64_t r0, int64_t c0, int64_t c1, int64_t c2,
+                      int64_t b, int64_t e) {
   double s = 0, pi = 3.14159265358979323846;
   for (int64_t h = 0; h < c1; h++)
     for (int64_t w = 0; w < c2; w++)
@@ -96,7 +96,7 @@ static void check_compress(int rank, const int64_t *dim, int64_t chunk, int64_t 
   for (int64_t i = 0; i < n; i++) {
     delta[i] = frand();
     g[i] = frand();
-    d[i] = beta * delta[i] + lr * g[i];   /* exact: powers of two */
+    d[i] = beta * delta[i] + lr * g[i]; /* exact: powers of two */
   }
   DtTensor in[4] = {tensor(delta, rank, dim), tensor(g, rank, dim), tensor(&lr, 0, NULL),
                     tensor(packed, 2, (int64_t[]){1, 2 * P})};
@@ -118,8 +118,7 @@ static void check_compress(int rank, const int64_t *dim, int64_t chunk, int64_t 
     /* the k largest by |c| as sent (f32), lower index on a tie (a stable
      * insertion sort) */
     for (int64_t j = 1; j < per; j++)
-      for (int64_t i = j; i > 0 && fabsf((float)c[order[i]]) > fabsf((float)c[order[i - 1]]);
-           i--) {
+      for (int64_t i = j; i > 0 && fabsf((float)c[order[i]]) > fabsf((float)c[order[i - 1]]); i--) {
         int64_t s = order[i];
         order[i] = order[i - 1], order[i - 1] = s;
       }
@@ -157,7 +156,7 @@ static void check_compress(int rank, const int64_t *dim, int64_t chunk, int64_t 
 
 static void test_compress(void **state) {
   (void)state;
-  check_compress(2, (int64_t[]){12, 20}, 8, 30);   /* every coefficient of 6 x 5 tiles */
+  check_compress(2, (int64_t[]){12, 20}, 8, 30); /* every coefficient of 6 x 5 tiles */
   check_compress(2, (int64_t[]){12, 20}, 8, 4);
   check_compress(1, (int64_t[]){20}, 8, 3);        /* chunks of 5 */
   check_compress(1, (int64_t[]){7}, 64, 32);       /* one chunk of 7, all sent */
@@ -172,7 +171,7 @@ static void test_ties(void **state) {
   int64_t dim[2] = {4, 6};
   DtTensor in[3] = {tensor(zero, 2, dim), tensor(zero, 2, dim), tensor(&lr, 0, NULL)};
   DtTensor out = tensor(packed, 2, (int64_t[]){1, 2 * 6 * 3});
-  DtAttrs a = {.ni = 3, .i = {2, 3, 0}, .nf = 1, .f = {0.9}};   /* six 2 x 2 tiles, topk 3 */
+  DtAttrs a = {.ni = 3, .i = {2, 3, 0}, .nf = 1, .f = {0.9}}; /* six 2 x 2 tiles, topk 3 */
   assert_int_equal(dtrt_k_demo_compress(ctx, in, 3, &out, &a), DT_OK);
   for (int q = 0; q < 6; q++)
     for (int j = 0; j < 3; j++) {
@@ -256,13 +255,13 @@ static void test_errors(void **state) {
   refuse(dtrt_k_demo_compress(ctx, in, 3, &out, &a), "output needs shape [1, 16]");
   a.i[0] = 0;
   refuse(dtrt_k_demo_compress(ctx, in, 3, &out, &a), "chunk 0 and topk 2 must be at least 1");
-  a.i[0] = 8;   /* 20 in chunks of 5: 4 tiles of 2 */
+  a.i[0] = 8; /* 20 in chunks of 5: 4 tiles of 2 */
   out.dim[1] = 16;
   in[1].dim[0] = 19;
   refuse(dtrt_k_demo_compress(ctx, in, 3, &out, &a), "gradient");
   in[1].dim[0] = 20;
   assert_int_equal(dtrt_k_demo_compress(ctx, in, 3, &out, &a), DT_OK);
-  packed[3] = 7;   /* tile 1's second index, outside [0, 5) */
+  packed[3] = 7; /* tile 1's second index, outside [0, 5) */
   DtTensor y = tensor(x, 1, dim);
   refuse(dtrt_k_demo_residual(ctx, in, 4, &y, &a), "tile 1's index 7 is not one of [0, 5)");
   DtAttrs s = {.ni = 4, .i = {8, 2, 0, 20}};
