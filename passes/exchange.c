@@ -40,13 +40,18 @@ static bool reduced_behind(const Inst *v) {
  * recording the axis; false after an error. */
 static bool local_grad(Ex *e, Inst *x) {
   Inst *g = x->in[1];
+  if (g->op == OP_fold_all) {
+    diag_error(e->d, x->loc,
+               "demo does not run in deterministic mode: it would fold this gradient over the "
+               "mesh, where each device's momentum takes the device's own");
+    return false;
+  }
   if (g->op != OP_all_reduce) {
     if (!reduced_behind(g))
       return true;
     diag_error(e->d, x->loc,
-               "demo cannot exchange this gradient: it is %s before it is "
-               "gathered (a param split over the mesh and its gradient summed over it)",
-               g->op == OP_fold_all ? "folded in deterministic mode's pieces" : "reduced");
+               "demo cannot exchange this gradient: it is summed over the mesh before it is "
+               "gathered (a param split over one mesh axis, its gradient summed over another)");
     return false;
   }
   int a = (int)ir_get_int(g, "axis", 0);
