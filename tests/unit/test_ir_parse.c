@@ -289,7 +289,7 @@ static void test_module_decls(void **state) {
                "t.ir:2:8: error: field 'warmup' of train must be an integer");
   expect_error("module m\ntrain {loss = 3}\n", "t.ir:2:8: error: field 'loss' of train must be a string");
   expect_error("module m\ntrain {opt = \"lbfgs\"}\n",
-               "t.ir:2:8: error: field 'opt' of train is 'lbfgs', not one of sgd, adam, adamw");
+               "t.ir:2:8: error: field 'opt' of train is 'lbfgs', not one of sgd, adam, adamw, demo");
   expect_error("module m\ntrain {schedule = 3}\n",
                "t.ir:2:8: error: field 'schedule' of train must be a string");
   expect_error("module m\nparam w : f32[2] {init = \"xavier\"}\n",
