@@ -67,11 +67,29 @@ static bool accumulate_arg(Ctx *c, const Expr *e, int64_t *out) {
   return true;
 }
 
+/* demo's chunk, 1 to IR_DEMO_MAX_CHUNK, or topk, at least 1 (at most chunk
+ * x chunk, checked once both are known). */
+static bool demo_arg(Ctx *c, const Expr *e, const char *p, int64_t *out) {
+  bool chunk = !strcmp(p, "chunk");
+  if (!int_arg(c, e, chunk ? "'chunk'" : "'topk'", out))
+    return false;
+  if (*out < 1 || (chunk && *out > IR_DEMO_MAX_CHUNK)) {
+    if (chunk)
+      diag_error(c->d, e->loc, "'chunk' must be between 1 and %d, not %lld", IR_DEMO_MAX_CHUNK,
+                 (long long)*out);
+    else
+      diag_error(c->d, e->loc, "'topk' must be at least 1, not %lld", (long long)*out);
+    return false;
+  }
+  return true;
+}
+
 /* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm, dampening,
  *                 accumulate)
  *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm,
  *                  accumulate)
- *           | adamw(...) */
+ *           | adamw(...)
+ *           | demo(lr, beta, topk, chunk, weight_decay, schedule) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
                                     "schedule", "nesterov", "clip_norm", "dampening",
@@ -79,24 +97,30 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const adam[] = {"lr",           "beta1",    "beta2",     "eps",
                                      "weight_decay", "schedule", "eps_form",  "clip_norm",
                                      "accumulate"};
+  static const char *const demo[] = {"lr", "beta", "topk", "chunk", "weight_decay", "schedule"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
                fe_did_you_mean(c->a, e->s, ir_opt_names, OPT_COUNT));
     return false;
   }
-  bool is_sgd = kind == OPT_SGD, is_adamw = kind == OPT_ADAMW;
+  bool is_sgd = kind == OPT_SGD, is_adamw = kind == OPT_ADAMW, is_demo = kind == OPT_DEMO;
   t->opt = kind;
   t->schedule = DT_SCHED_CONSTANT;
   t->lr = is_sgd ? 0.01 : 1e-3;
-  if (!is_sgd) {
+  if (is_demo) {
+    /* the reference's defaults (bloc97/DeMo's demo.py) */
+    t->beta = 0.999;
+    t->topk = 32;
+    t->chunk = 64;
+  } else if (!is_sgd) {
     t->beta1 = 0.9;
     t->beta2 = 0.999;
     t->eps = 1e-8;
     t->weight_decay = is_adamw ? 0.01 : 0;
   }
-  const char *const *param = is_sgd ? sgd : adam;
-  int nparam = is_sgd ? COUNTOF(sgd) : COUNTOF(adam);
+  const char *const *param = is_sgd ? sgd : is_demo ? demo : adam;
+  int nparam = is_sgd ? COUNTOF(sgd) : is_demo ? COUNTOF(demo) : COUNTOF(adam);
   Expr *arg[COUNTOF(adam)] = {0};
   if (e->kind == E_CALL && !fe_bind(e, param, nparam, 1, 0, arg, c->a, c->d))
     return false;
@@ -117,6 +141,8 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
                       &t->eps_kingma);
     else if (!strcmp(p, "accumulate"))
       ok &= accumulate_arg(c, arg[k], &t->accumulate);
+    else if (!strcmp(p, "topk") || !strcmp(p, "chunk"))
+      ok &= demo_arg(c, arg[k], p, !strcmp(p, "topk") ? &t->topk : &t->chunk);
     else {
       /* a number: its range and its place in Train from the IR's field table */
       const IrField *f = ir_field(ir_train_fields, p);
@@ -126,6 +152,15 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   }
   if (ok && t->nesterov && t->momentum == 0) {
     diag_error(c->d, e->loc, "'nesterov' needs a momentum above 0");
+    ok = false;
+  }
+  /* a chunk's coefficients: chunk x chunk in a 2-D tile (the default topk
+   * is at most that) */
+  if (ok && is_demo && !arg[2] && t->topk > t->chunk * t->chunk)
+    t->topk = t->chunk * t->chunk;
+  if (ok && is_demo && t->topk > t->chunk * t->chunk) {
+    diag_error(c->d, arg[2]->loc, "'topk' must be at most chunk x chunk = %lld, not %lld",
+               (long long)(t->chunk * t->chunk), (long long)t->topk);
     ok = false;
   }
   /* torch.optim.SGD refuses Nesterov momentum with dampening */

@@ -13,6 +13,9 @@
  *   kernels         per element of their largest operand, with the steps listed
  *                   at each below; a per-row step is folded into the per-element
  *                   count when the row is long
+ *   demo_*          per element, a tile's two products with the DCT matrices
+ *                   (2 (c1 + c2)), and for demo_compress a sort of each tile
+ *                   (log2 of its size)
  *   data movement   0: reshape transpose slice pad (its fill too, whatever the
  *                   value) concat broadcast embedding; embedding_bag adds
  *                   its pooling
@@ -21,6 +24,7 @@
  *
  * Counts are estimates of work, not of time: memory traffic is the planner's
  * other term (bytes moved). */
+#include <math.h>
 #include <string.h>
 
 #include "ir.h"
@@ -247,3 +251,17 @@ PER_IN(fold_all, 1)
 
 /* batch norm: the eval pass replaces batch_stat by an operand */
 ZERO(batch_stat)
+
+/* DeMo: 2 (c1 + c2) per element of a tile for its transform; the compression
+ * also sorts each tile's c1 c2 magnitudes. */
+static double demo_flops(const Inst *i, const Type *x, bool sort) {
+  DtDemoTiles t;
+  if (!dtrt_demo_tiles(x->dim, x->rank, ir_get_int(i, "stacked", 0) != 0, ir_get_int(i, "chunk", 1),
+                       ir_get_int(i, "topk", 1), &t))
+    return 0;
+  double per = (double)(t.c1 * t.c2), n = (double)type_elems(x);
+  return n * (2.0 * (double)(t.c1 + t.c2) + (sort ? log2(per + 1) : 0));
+}
+double flops_demo_compress(const Inst *i) { return demo_flops(i, &i->in[0]->type, true); }
+double flops_demo_residual(const Inst *i) { return demo_flops(i, &i->in[0]->type, false); }
+double flops_demo_sign(const Inst *i) { return demo_flops(i, &i->type, false); }

@@ -36,6 +36,9 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_embedding_bag] = dtrt_k_embedding_bag,
   [OP_embedding_bag_grad] = dtrt_k_embedding_bag_grad,
   [OP_embedding_bag_psw_grad] = dtrt_k_embedding_bag_psw_grad,
+  [OP_demo_compress] = dtrt_k_demo_compress,
+  [OP_demo_residual] = dtrt_k_demo_residual,
+  [OP_demo_sign] = dtrt_k_demo_sign,
   [OP_dropout] = dtrt_k_dropout,
   [OP_dropout_grad] = dtrt_k_dropout_grad,
   [OP_causal_mask] = dtrt_k_causal_mask,
@@ -200,7 +203,8 @@ int64_t ir_staged_bytes(const Module *m, const Inst *x) {
     {OP_shard_slice, DT_STAGED_SHARD_SLICE}, {OP_sum, DT_STAGED_SUM}, {OP_mean, DT_STAGED_SUM},
     {OP_sum_mul, DT_STAGED_SUM}, {OP_mean_mul, DT_STAGED_SUM},
     {OP_max_grad, DT_STAGED_MAX_GRAD}, {OP_cross_entropy, DT_STAGED_CROSS_ENTROPY},
-    {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}};
+    {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}, {OP_demo_compress, DT_STAGED_DEMO},
+    {OP_demo_residual, DT_STAGED_DEMO}, {OP_demo_sign, DT_STAGED_DEMO}};
   int k = 0, n = (int)(sizeof staged / sizeof staged[0]);
   while (k < n && staged[k].op != (int)x->op)
     k++;

@@ -4,7 +4,7 @@
 
 #include "ir.h"
 
-const char *const ir_opt_names[OPT_COUNT] = {"sgd", "adam", "adamw"};
+const char *const ir_opt_names[OPT_COUNT] = {"sgd", "adam", "adamw", "demo"};
 
 /* ---- types ---- */
 

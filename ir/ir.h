@@ -293,8 +293,8 @@ typedef struct Global {
 
 typedef struct Dim { const char *name; int64_t value; Loc loc; } Dim;
 
-typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_COUNT } OptKind;
-extern const char *const ir_opt_names[OPT_COUNT];   /* "sgd", "adam", "adamw" */
+typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_DEMO, OPT_COUNT } OptKind;
+extern const char *const ir_opt_names[OPT_COUNT];   /* "sgd", "adam", "adamw", "demo" */
 
 /* The training objective: minimise output `loss` of @forward. */
 typedef struct Train {
@@ -314,8 +314,14 @@ typedef struct Train {
   int64_t accumulate;    /* > 1: the step adds its gradient to the state
                             "<param>__acc" and every accumulate-th call
                             updates with their mean; 0 or 1: every call */
+  double beta;           /* demo: the momentum's decay */
+  int64_t topk, chunk;   /* demo: coefficients sent per chunk, the chunk's
+                            length (a 2-D tile's side) */
   Loc loc;
 } Train;
+/* demo's largest chunk: a 2-D tile's coefficient index (below chunk^2) is
+ * exact in f32, where the packed coefficients carry it. */
+#define IR_DEMO_MAX_CHUNK 1024
 /* Calls of the training step one update may average (Train.accumulate). */
 #define IR_MAX_ACCUMULATE 65536
 

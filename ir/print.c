@@ -60,6 +60,9 @@ const IrField ir_train_fields[] = {
     RANGED(Train, clip_norm, 'f', ir_positive),
     RANGED(Train, dampening, 'f', ir_unit),
     FIELD(Train, accumulate, 'i'),
+    RANGED(Train, beta, 'f', ir_unit_open),
+    FIELD(Train, topk, 'i'),
+    FIELD(Train, chunk, 'i'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
                                     FIELD(Global, init_arg, 'f'),

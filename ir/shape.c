@@ -490,6 +490,65 @@ bool shape_embedding_grad(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
+static bool shape_attr(Inst *inst, Type *t, char *err, size_t errlen);
+
+/* DeMo's tiles of a tensor of type x (dtrt_demo_tiles), from the op's chunk
+ * and topk. */
+static bool demo_tiles(Inst *inst, const Type *x, DtDemoTiles *t, char *err, size_t errlen) {
+  int64_t chunk = ir_get_int(inst, "chunk", 0), topk = ir_get_int(inst, "topk", 0);
+  if (chunk < 1 || topk < 1)
+    FAIL("'%s' needs chunk and topk of at least 1, got %lld and %lld", NAME, (long long)chunk,
+         (long long)topk);
+  bool stacked = ir_get_int(inst, "stacked", 0) != 0;
+  if (x->dtype != DT_F32 || !dtrt_demo_tiles(x->dim, x->rank, stacked, chunk, topk, t))
+    FAIL("'%s' needs an f32 tensor%s", NAME, stacked ? " of rank 1 or more" : "");
+  return true;
+}
+
+/* (delta, g, lr[]): g of delta's type, lr an f32 scalar. */
+static bool demo_momentum(Inst *inst, DtDemoTiles *t, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  if (!type_eq(IN(0), IN(1)))
+    FAIL("'%s': gradient %s does not match momentum %s", NAME, ts(IN(1), b1), ts(IN(0), b2));
+  if (IN(2)->dtype != DT_F32 || IN(2)->rank != 0)
+    FAIL("'%s' needs a scalar learning rate, got %s", NAME, ts(IN(2), b1));
+  return demo_tiles(inst, IN(0), t, err, errlen);
+}
+
+/* A packed tensor of rows rows (0: any) for tiles t. */
+static bool demo_packed(Inst *inst, const Type *p, const DtDemoTiles *t, int64_t rows, char *err,
+                        size_t errlen) {
+  char b[128];
+  if (p->dtype != DT_F32 || p->rank != 2 || p->dim[1] != 2 * t->tiles * t->k ||
+      (rows && p->dim[0] != rows))
+    FAIL("'%s' needs packed coefficients f32[%s, %lld], got %s", NAME, rows ? "1" : "R",
+         (long long)(2 * t->tiles * t->k), ts(p, b));
+  return true;
+}
+
+bool shape_demo_compress(Inst *inst, char *err, size_t errlen) {
+  DtDemoTiles t;
+  if (!demo_momentum(inst, &t, err, errlen))
+    return false;
+  inst->type = (Type){DT_F32, 2, {1, 2 * t.tiles * t.k}};
+  return check_out(inst, err, errlen);
+}
+
+bool shape_demo_residual(Inst *inst, char *err, size_t errlen) {
+  DtDemoTiles t;
+  if (!demo_momentum(inst, &t, err, errlen) || !demo_packed(inst, IN(3), &t, 1, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_demo_sign(Inst *inst, char *err, size_t errlen) {
+  Type y = {DT_F32, 0, {0}};
+  DtDemoTiles t;
+  return shape_attr(inst, &y, err, errlen) && demo_tiles(inst, &y, &t, err, errlen) &&
+         demo_packed(inst, IN(0), &t, 0, err, errlen);
+}
+
 /* `at`, when present, places the operand in a larger tensor: its rank dims,
  * then the block's first index along each. */
 static bool dropout_like(Inst *inst, char *err, size_t errlen) {

@@ -236,6 +236,9 @@ static void grad_sigmoid(GradCtx *g, Inst *inst) {
 static void grad_relu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_relu_grad, inst, inst, DY)); }
 static void grad_gelu(GradCtx *g, Inst *inst) { accum(g, X, mk2(g, OP_gelu_grad, inst, X, DY)); }
 static void grad_relu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_demo_compress(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_demo_residual(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_demo_sign(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 static void grad_gelu_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 static void grad_gelu_tanh(GradCtx *g, Inst *inst) {
   accum(g, X, mk2(g, OP_gelu_tanh_grad, inst, X, DY));

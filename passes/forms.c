@@ -287,6 +287,12 @@ static bool shard_embedding(const Inst *i, DimMap *m) {
 
 /* (ids, dy) -> [rows, D]: D carries over from dy; the positions (ids' dims,
  * dy's others) are summed; rows stay whole. */
+/* DeMo's kernels work on whole tensors: a rank's packed coefficients are its
+ * own (the exchange pass gathers them, passes/exchange.c). */
+static bool shard_demo_compress(const Inst *i, DimMap *m) { return whole(i, m); }
+static bool shard_demo_residual(const Inst *i, DimMap *m) { return whole(i, m); }
+static bool shard_demo_sign(const Inst *i, DimMap *m) { return whole(i, m); }
+
 static bool shard_embedding_grad(const Inst *i, DimMap *m) {
   int ri = i->in[0]->type.rank;
   map_init(i, m);

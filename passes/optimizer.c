@@ -30,6 +30,16 @@
  *          (torch.optim.Adam); with eps_kingma, eps_t = eps (Kingma and Ba's
  *          efficient form: eps added to the uncorrected sqrt(v'))
  *   adamw  as adam with g' = g, and p' = ... - lr wd p
+ *   demo   DeMo (Peng, Quesnelle and Kingma, 2024; bloc97/DeMo's demo.py),
+ *          with delta the state "<param>__delta" and g this rank's gradient:
+ *          d  = beta delta + lr g
+ *          c  = demo_compress(d): each tile's topk DCT coefficients
+ *          delta' = d - IDCT(c)                          (demo_residual)
+ *          p' = p (1 - lr wd) - lr sign(IDCT(mean of every rank's c)) (demo_sign)
+ *          On one device the mean is c itself; under SPMD the exchange
+ *          pass gives each rank its own gradient (no all_reduce) and
+ *          gathers every rank's c (passes/exchange.c). A loop's stacked
+ *          param [L, ...] is L params, each tiled alone (`stacked`).
  *
  * With clip_norm > 0 every g is first scaled by min(1, clip_norm / (|g| +
  * 1e-6)), |g| the norm of all gradients together (torch.nn.utils.
@@ -245,6 +255,49 @@ static Inst **accumulate(Opt *o, Inst *const *grad, int ng) {
   return gm;
 }
 
+/* Whether a loop of f reads p stacked: a loop's params, each tiled alone. */
+static bool stacked(const Func *f, const Inst *p) {
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *r = f->inst.a[k];
+    for (int j = 0; r->op == OP_repeat && j < r->nin; j++)
+      if (r->in[j] == p && ir_repeat_operand_kind(r, j) == 2)
+        return true;
+  }
+  return false;
+}
+
+/* DeMo's update of param k (value p, gradient g): the header's. */
+static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
+  const Train *t = &o->m->train;
+  int64_t stack = stacked(o->f, p);
+  const char *dname = state(o, k, "delta");
+  Inst *delta = load(o, dname);
+  Inst *in[4] = {delta, g, rate, NULL};
+  Inst *c = ir_new(o->f, OP_demo_compress, o->loc, 3, in);
+  ir_set_int(c, "chunk", t->chunk);
+  ir_set_int(c, "topk", t->topk);
+  ir_set_int(c, "stacked", stack);
+  ir_set_float(c, "beta", t->beta);
+  in[3] = c = ir_finish(c);
+  Inst *res = ir_new(o->f, OP_demo_residual, o->loc, 4, in);
+  ir_set_int(res, "chunk", t->chunk);
+  ir_set_int(res, "topk", t->topk);
+  ir_set_int(res, "stacked", stack);
+  ir_set_float(res, "beta", t->beta);
+  res = ir_finish(res);
+  Inst *sgn = ir_new(o->f, OP_demo_sign, o->loc, 1, &c);
+  ir_set_int(sgn, "chunk", t->chunk);
+  ir_set_int(sgn, "topk", t->topk);
+  ir_set_int(sgn, "stacked", stack);
+  ir_set_ints(sgn, "shape", p->type.dim, p->type.rank);
+  sgn = ir_finish(sgn);
+  if (t->weight_decay != 0)
+    p = bin(o, OP_mul, p,
+            bin(o, OP_sub, cnst(o, 1), bin(o, OP_mul, rate, cnst(o, t->weight_decay))));
+  store(o, o->m->global.a[k].name, bin(o, OP_sub, p, bin(o, OP_mul, rate, sgn)));
+  store(o, dname, res);
+}
+
 bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d) {
   const Train *t = &m->train;
   int kind = t->opt >= 0 ? t->opt : OPT_SGD;
@@ -258,6 +311,13 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
   if (t->accumulate < 0 || t->accumulate > IR_MAX_ACCUMULATE) {
     diag_error(d, t->loc, "'accumulate' must be between 1 and %d, not %lld", IR_MAX_ACCUMULATE,
                (long long)t->accumulate);
+    return false;
+  }
+  if (kind == OPT_DEMO && (t->accumulate > 1 || t->clip_norm > 0 || t->chunk < 1 || t->topk < 1 ||
+                           !(t->beta >= 0 && t->beta < 1))) {
+    diag_error(d, t->loc,
+               "demo needs chunk and topk of at least 1 and beta in [0, 1), "
+               "and takes no accumulate or clip_norm");
     return false;
   }
   Opt o = {m, f, t->loc, t->accumulate > 1 ? t->accumulate : 1};
@@ -284,6 +344,14 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
   }
 
   int ng = m->global.n;
+  if (kind == OPT_DEMO) {
+    for (int k = 0; k < ng; k++)
+      if (grad[k]) {
+        o.loc = m->global.a[k].loc;
+        demo_update(&o, k, value[k], grad[k], rate);
+      }
+    return true;
+  }
   Inst **gm = accumulate(&o, grad, ng);
   Inst *clip = t->clip_norm > 0 ? clip_scale(&o, gm, ng) : NULL;
   for (int k = 0; k < ng; k++) {

@@ -253,6 +253,12 @@ double spmd_comm_bytes(const Inst *c);
  * device's memory is codegen's: cg_memory_report). */
 void spmd_report(FILE *out, const Module *m);
 
+/* ---- exchange.c ------------------------------------------------------ */
+
+/* DeMo's exchange: each rank's momentum takes its own gradient, and the
+ * compressed momenta are all-gathered (the file's header). */
+bool pass_exchange(Module *m, Diag *d, PassRun *run);
+
 /* ---- comm.c ----------------------------------------------------------- */
 
 /* Sets `method` on every collective of every per-device function but

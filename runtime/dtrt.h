@@ -209,6 +209,31 @@ extern const char *const dtrt_bag_mode_names[DT_BAG_COUNT];   /* "sum", "mean", 
 DTRT_KERNEL(embedding_bag);
 DTRT_KERNEL(embedding_bag_grad);
 DTRT_KERNEL(embedding_bag_psw_grad);
+/* DeMo's compression (runtime/kernels_demo.c; docs/IR.md, "DeMo"). A
+ * tensor of rank >= 2 is batch x rows x cols (batch the product of its
+ * leading dims), rank 1 one row of its n elements, rank 0 one element; a
+ * stacked tensor (a loop's params, [L, ...]) is L of those, by its other
+ * dims. It is cut into tiles of c1 x c2, c1 the largest divisor of rows not
+ * above chunk, c2 that of cols (the reference's rule), ordered by batch,
+ * tile row, tile column; each tile keeps k = min(topk, c1 c2) of its
+ * orthonormal DCT-II coefficients, indexed row-major within the tile. A
+ * packed row holds the tiles' k indices (as f32), then their k values: 2
+ * tiles k floats. dtrt_demo_tiles fills t for a tensor of dims
+ * dim[0..rank); false when chunk or topk is below 1 or a count overflows.
+ * demo_compress(delta, g, lr f32[]){chunk, topk, stacked; beta} -> f32[1,
+ * 2 tiles k]: the packed row of d = beta delta + lr g (ties: the lower
+ * index); demo_residual(delta, g, lr, packed[1, ...]){same} -> d -
+ * IDCT(packed); demo_sign(packed f32[R, ...]){chunk, topk, stacked, shape}
+ * -> sign of the IDCT of the mean, per coefficient, of the values the rows
+ * sent to it (over the rows that did; rows added in order). */
+typedef struct DtDemoTiles {
+  int64_t batch, rows, cols, c1, c2, tiles, k;
+} DtDemoTiles;
+bool dtrt_demo_tiles(const int64_t *dim, int rank, bool stacked, int64_t chunk, int64_t topk,
+                     DtDemoTiles *t);
+DTRT_KERNEL(demo_compress);
+DTRT_KERNEL(demo_residual);
+DTRT_KERNEL(demo_sign);
 DTRT_KERNEL(dropout);
 DTRT_KERNEL(dropout_grad);
 DTRT_KERNEL(causal_mask);
@@ -309,11 +334,12 @@ bool dtrt_coll_has_method(DtColl c, int method);
  * the collectives' tables of blocks and the copies they pack blocks into
  * (blocks not contiguous, a ring's chunk, padding), a large sum's partial
  * rows, cross_entropy's row losses, max_grad's maxima, embedding_bag_grad's
- * arg-maxima (mode max). Each such block is freed before the kernel returns. */
+ * arg-maxima (mode max), the DeMo kernels' DCT matrices and tiles. Each such
+ * block is freed before the kernel returns. */
 typedef enum DtStaged {
   DT_STAGED_ALL_REDUCE, DT_STAGED_ALL_GATHER, DT_STAGED_REDUCE_SCATTER, DT_STAGED_ALL_TO_ALL,
   DT_STAGED_SHARD_SLICE, DT_STAGED_SUM, DT_STAGED_MAX_GRAD, DT_STAGED_CROSS_ENTROPY,
-  DT_STAGED_BAG_GRAD, DT_STAGED_COUNT
+  DT_STAGED_BAG_GRAD, DT_STAGED_DEMO, DT_STAGED_COUNT
 } DtStaged;
 /* The most bytes kernel k holds at once in those blocks, for the input
  * in[0..nin), the output out (only dtype, rank and dims are read) and the
