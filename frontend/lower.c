@@ -1613,6 +1613,22 @@ static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
     n->bad = true;
     return;
   }
+  if (s->flag && strcmp(s->flag, "sparse")) {
+    diag_error(c->d, s->flag_loc, "unknown word '%s' after param '%s'; the one allowed is 'sparse'",
+               s->flag, s->name);
+    n->bad = true;
+    return;
+  }
+  if (s->flag && (t.rank != 2 || c->decl->kind == D_BLOCK)) {
+    char buf[128];
+    diag_error(c->d, s->flag_loc,
+               c->decl->kind == D_BLOCK
+                   ? "param '%s' is sparse in a block; a sparse table is a model's own param"
+                   : "sparse param '%s' must be a table f32[R, D], not %s",
+               s->name, type_str(&t, buf, sizeof buf));
+    n->bad = true;
+    return;
+  }
   if (s->kind == S_BUFFER && t.dtype != DT_F32) {
     diag_error(c->d, s->type->loc, "buffer '%s' must be f32", s->name);
     n->bad = true;
@@ -1625,6 +1641,7 @@ static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
   GlobalKind kind = s->kind == S_INPUT ? G_INPUT : s->kind == S_BUFFER ? G_BUFFER : G_PARAM;
   Global *g = ir_add_global(c->m, s->name, kind, t, s->name_loc);
   n->global = c->m->global.n - 1;
+  g->sparse = s->flag != NULL;
   if (s->kind != S_INPUT && !lower_init(c, s, g))
     n->bad = true;
 }
@@ -1712,7 +1729,10 @@ static bool accumulate_arg(Ctx *c, const Expr *e, int64_t *out) {
  *                 accumulate)
  *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm,
  *                  accumulate)
- *           | adamw(...) */
+ *           | adamw(...)
+ *           | adagrad(lr, lr_decay, weight_decay, eps, initial_accumulator_value, schedule)
+ *           | rowwise_adagrad(...)
+ *           | sparse_adam(lr, beta1, beta2, eps, schedule) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
                                     "schedule", "nesterov", "clip_norm", "dampening",
@@ -1720,6 +1740,9 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const adam[] = {"lr",           "beta1",    "beta2",     "eps",
                                      "weight_decay", "schedule", "eps_form",  "clip_norm",
                                      "accumulate"};
+  static const char *const adagrad[] = {"lr",  "lr_decay", "weight_decay",
+                                        "eps", "initial_accumulator_value", "schedule"};
+  static const char *const sparse_adam[] = {"lr", "beta1", "beta2", "eps", "schedule"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
@@ -1727,17 +1750,26 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
     return false;
   }
   bool is_sgd = kind == OPT_SGD, is_adamw = kind == OPT_ADAMW;
+  bool is_adagrad = kind == OPT_ADAGRAD || kind == OPT_ROWWISE_ADAGRAD;
   t->opt = kind;
   t->schedule = DT_SCHED_CONSTANT;
-  t->lr = is_sgd ? 0.01 : 1e-3;
-  if (!is_sgd) {
+  t->lr = is_sgd || is_adagrad ? 0.01 : 1e-3;
+  if (!is_sgd && !is_adagrad) {
     t->beta1 = 0.9;
     t->beta2 = 0.999;
     t->eps = 1e-8;
     t->weight_decay = is_adamw ? 0.01 : 0;
   }
-  const char *const *param = is_sgd ? sgd : adam;
-  int nparam = is_sgd ? COUNTOF(sgd) : COUNTOF(adam);
+  if (is_adagrad)
+    t->eps = 1e-10; /* torch.optim.Adagrad's */
+  const char *const *param = is_sgd       ? sgd
+                             : is_adagrad ? adagrad
+                             : kind == OPT_SPARSE_ADAM ? sparse_adam
+                                                       : adam;
+  int nparam = is_sgd       ? COUNTOF(sgd)
+               : is_adagrad ? COUNTOF(adagrad)
+               : kind == OPT_SPARSE_ADAM ? COUNTOF(sparse_adam)
+                                         : COUNTOF(adam);
   Expr *arg[COUNTOF(adam)] = {0};
   if (e->kind == E_CALL && !fe_bind(e, param, nparam, 1, 0, arg, c->a, c->d))
     return false;

@@ -207,6 +207,37 @@ extern const char *const dtrt_bag_mode_names[DT_BAG_COUNT];   /* "sum", "mean", 
 DTRT_KERNEL(embedding_bag);
 DTRT_KERNEL(embedding_bag_grad);
 DTRT_KERNEL(embedding_bag_psw_grad);
+/* A sparse table's gradient (runtime/kernels_bag.c), from embedding_bag's
+ * operands and attributes (mode sum or mean). sparse_rows -> i32 of the
+ * input's shape: the ids but padding_idx, sorted, each once, then -1 to the
+ * end. sparse_values (the operands, dy [B, D], then sparse_rows' result) ->
+ * f32 [input's dims..., D]: at place k the gradient of the k-th row, summed
+ * in bag order as embedding_bag_grad sums it; zeros after the rows.
+ *
+ * Updates of the touched rows (runtime/kernels_sparse.c), torch.optim's for
+ * sparse gradients. Operands: the tensor updated, rows i32 [...], then as
+ * below; values f32 [rows' dims..., D]. A row may repeat and the rows come
+ * in any order, -1 skipped: a row's values are summed in the order they
+ * come, and the row is updated once with the sum g. The result is the
+ * updated tensor, the first operand's shape; it may be the first operand's
+ * own memory (an update in place), not another operand's. lr operands are
+ * f32 scalars; the step is the attributes'.
+ *   sparse_sgd(p, rows, values, lr)           p[r] -= lr g
+ *   sparse_adagrad_sum(s, rows, values)       s[r] += g^2; s [R] (row-wise):
+ *                                             s[r] += mean over D of g^2
+ *   sparse_adagrad(p, rows, values, s, lr)    f[0] eps, f[1] lr_decay, f[2] s0:
+ *       p[r] -= clr g / (sqrt(s[r] + s0) + eps), clr = lr / (1 + step lr_decay)
+ *   sparse_moment(m, rows, values)            f[0] beta, i[0] square:
+ *       m[r] += (1 - beta) (g - m[r])  (g^2 with square)
+ *   sparse_adam(p, rows, m, v, lr)            f[0] eps (no values):
+ *       p[r] -= lr m[r] / (sqrt(v[r]) + eps) */
+DTRT_KERNEL(sparse_rows);
+DTRT_KERNEL(sparse_values);
+DTRT_KERNEL(sparse_sgd);
+DTRT_KERNEL(sparse_adagrad_sum);
+DTRT_KERNEL(sparse_adagrad);
+DTRT_KERNEL(sparse_moment);
+DTRT_KERNEL(sparse_adam);
 DTRT_KERNEL(dropout);
 DTRT_KERNEL(dropout_grad);
 DTRT_KERNEL(causal_mask);
