@@ -272,8 +272,8 @@ static const char *no_sparse_form(const Train *t) {
   switch (t->opt >= 0 ? t->opt : OPT_SGD) {
   case OPT_ADAM:
   case OPT_ADAMW:
-    return "Adam takes no sparse gradient; sparse_adam (torch's SparseAdam) does, with adam for "
-           "the dense params";
+    return "Adam takes no sparse gradient; sparse tables train with sgd, adagrad, "
+           "rowwise_adagrad or sparse_adam (torch's SparseAdam, with Adam for the dense params)";
   case OPT_SGD:
     if (t->momentum != 0 || t->weight_decay != 0)
       return "sgd with momentum or weight decay has no sparse form (torch.optim.SGD's)";
