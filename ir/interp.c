@@ -204,7 +204,9 @@ int64_t ir_staged_bytes(const Module *m, const Inst *x) {
     {OP_reduce_scatter, DT_STAGED_REDUCE_SCATTER}, {OP_all_to_all, DT_STAGED_ALL_TO_ALL},
     {OP_shard_slice, DT_STAGED_SHARD_SLICE}, {OP_sum, DT_STAGED_SUM}, {OP_mean, DT_STAGED_SUM},
     {OP_max_grad, DT_STAGED_MAX_GRAD}, {OP_cross_entropy, DT_STAGED_CROSS_ENTROPY},
-    {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}};
+    {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}, {OP_sparse_sgd, DT_STAGED_SPARSE},
+    {OP_sparse_adagrad_sum, DT_STAGED_SPARSE}, {OP_sparse_adagrad, DT_STAGED_SPARSE},
+    {OP_sparse_moment, DT_STAGED_SPARSE}, {OP_sparse_adam, DT_STAGED_SPARSE_ROWS}};
   int k = 0, n = (int)(sizeof staged / sizeof staged[0]);
   while (k < n && staged[k].op != (int)x->op)
     k++;

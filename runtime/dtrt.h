@@ -338,11 +338,14 @@ bool dtrt_coll_has_method(DtColl c, int method);
  * the collectives' tables of blocks and the copies they pack blocks into
  * (blocks not contiguous, a ring's chunk, padding), a large sum's partial
  * rows, cross_entropy's row losses, max_grad's maxima, embedding_bag_grad's
- * arg-maxima (mode max). Each such block is freed before the kernel returns. */
+ * arg-maxima (mode max), the sparse updates' sorted rows and summed values
+ * (SPARSE: sparse_sgd, sparse_adagrad_sum, sparse_adagrad, sparse_moment;
+ * SPARSE_ROWS: sparse_adam, rows alone). Each such block is freed before
+ * the kernel returns. */
 typedef enum DtStaged {
   DT_STAGED_ALL_REDUCE, DT_STAGED_ALL_GATHER, DT_STAGED_REDUCE_SCATTER, DT_STAGED_ALL_TO_ALL,
   DT_STAGED_SHARD_SLICE, DT_STAGED_SUM, DT_STAGED_MAX_GRAD, DT_STAGED_CROSS_ENTROPY,
-  DT_STAGED_BAG_GRAD, DT_STAGED_COUNT
+  DT_STAGED_BAG_GRAD, DT_STAGED_SPARSE, DT_STAGED_SPARSE_ROWS, DT_STAGED_COUNT
 } DtStaged;
 /* The most bytes kernel k holds at once in those blocks, for the input
  * in[0..nin), the output out (only dtype, rank and dims are read) and the

@@ -90,8 +90,9 @@ static DtStatus gather(DtrtCtx *ctx, const char *op, const DtTensor *dst, const 
   for (int64_t j = 0; j < k; j++)
     u += !j || e[j].row != e[j - 1].row;
   r->u = u;
-  r->row = dtrt_alloc_raw(ctx, sizeof(int64_t) * (size_t)(u ? u : 1));
-  r->g = values ? dtrt_alloc(ctx, sizeof(float) * (size_t)(u * d > 0 ? u * d : 1)) : NULL;
+  /* sized by the rows, not by u, as dtrt_sparse_staged counts them */
+  r->row = dtrt_alloc_raw(ctx, sizeof(int64_t) * (size_t)(n ? n : 1));
+  r->g = values ? dtrt_alloc(ctx, sizeof(float) * (size_t)(n * d > 0 ? n * d : 1)) : NULL;
   if (!r->row || (values && !r->g)) {
     dtrt_free(ctx, e);
     dtrt_free(ctx, r->row);
@@ -266,4 +267,17 @@ DTRT_TRACED(sparse_adam, DTRT_TID_KERNEL) {
   if ((s = gather(ctx, op, &in[0], &in[1], NULL, in[0].dim[1], out, &r)))
     return s;
   return finish(ctx, &r);
+}
+
+/* dtrt_staged_bytes of the updates: gather's entries, rows and, with
+ * values (all but sparse_adam), sums. */
+int64_t dtrt_sparse_staged(const DtTensor *in, int nin, bool values) {
+  if (nin < 3 || in[1].rank < 0 || in[1].rank >= DT_MAX_RANK || in[2].rank < 1)
+    return 0;
+  int64_t n = dtrt_numel(&in[1]), one = n > 0 ? n : 1;
+  int64_t nd = n * in[2].dim[in[2].rank - 1];
+  if (n < 0)
+    return 0;
+  return one * (int64_t)(sizeof(Entry) + sizeof(int64_t)) +
+         (values ? (nd > 0 ? nd : 1) * (int64_t)sizeof(float) : 0);
 }

@@ -3,8 +3,8 @@
  * sparse_adam) against plain loops written here, in double from the same
  * summed gradient: rows that repeat and come in two sorted runs with -1
  * among them (two ranks' gradients one after the other), in place and into
- * another buffer alike, the same bits on any thread count, and the errors
- * bad rows give. */
+ * another buffer alike, the same bits on any thread count, the errors
+ * bad rows give, and their scratch as dtrt_staged_bytes counts it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -236,6 +236,33 @@ static void test_errors(void **state) {
   refuse(dtrt_k_sparse_adagrad, in, 5, &o, NULL, "the sums need the table's shape or [R]");
 }
 
+/* What the updates allocate while they run is what dtrt_staged_bytes says
+ * (the memory plan counts it so): the most held, from a baseline, less
+ * libdtrt's header of 64 bytes on each block (entries, rows, sums). */
+static void test_staged(void **state) {
+  (void)state;
+  float p[R * D] = {0}, m[R * D] = {0}, out[R * D], lr = 0.1f;
+  fill(val, N * D, -1);
+  DtTensor in[5] = {t2(DTRT_F32, p, R, D), t1(DTRT_I32, (void *)rows, N), t2(DTRT_F32, val, N, D),
+                    scalar(&lr)};
+  DtTensor o = t2(DTRT_F32, out, R, D);
+  DtAttrs a = {0};
+  counts.peak = counts.bytes;
+  long long base = counts.bytes;
+  assert_int_equal(dtrt_k_sparse_sgd(ctx, in, 4, &o, &a), DT_OK);
+  int64_t want = dtrt_staged_bytes(DT_STAGED_SPARSE, in, 4, &o, &a, 1);
+  assert_true(want > 0);
+  assert_int_equal(counts.peak - base - 3 * 64, want);
+  in[2] = t2(DTRT_F32, m, R, D);
+  in[3] = t2(DTRT_F32, m, R, D);
+  in[4] = scalar(&lr);
+  counts.peak = counts.bytes;
+  assert_int_equal(dtrt_k_sparse_adam(ctx, in, 5, &o, &a), DT_OK);
+  want = dtrt_staged_bytes(DT_STAGED_SPARSE_ROWS, in, 5, &o, &a, 1);
+  assert_true(want > 0);
+  assert_int_equal(counts.peak - base - 2 * 64, want);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_sgd, setup, teardown),
@@ -243,6 +270,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_adam, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_staged, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
