@@ -1740,8 +1740,8 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const adam[] = {"lr",           "beta1",    "beta2",     "eps",
                                      "weight_decay", "schedule", "eps_form",  "clip_norm",
                                      "accumulate"};
-  static const char *const adagrad[] = {"lr",  "lr_decay", "weight_decay",
-                                        "eps", "initial_accumulator_value", "schedule"};
+  static const char *const adagrad[] = {
+      "lr", "lr_decay", "weight_decay", "eps", "initial_accumulator_value", "schedule"};
   static const char *const sparse_adam[] = {"lr", "beta1", "beta2", "eps", "schedule"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
@@ -1762,12 +1762,12 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   }
   if (is_adagrad)
     t->eps = 1e-10; /* torch.optim.Adagrad's */
-  const char *const *param = is_sgd       ? sgd
-                             : is_adagrad ? adagrad
+  const char *const *param = is_sgd                    ? sgd
+                             : is_adagrad              ? adagrad
                              : kind == OPT_SPARSE_ADAM ? sparse_adam
                                                        : adam;
-  int nparam = is_sgd       ? COUNTOF(sgd)
-               : is_adagrad ? COUNTOF(adagrad)
+  int nparam = is_sgd                    ? COUNTOF(sgd)
+               : is_adagrad              ? COUNTOF(adagrad)
                : kind == OPT_SPARSE_ADAM ? COUNTOF(sparse_adam)
                                          : COUNTOF(adam);
   Expr *arg[COUNTOF(adam)] = {0};

@@ -283,8 +283,7 @@ static const char *no_sparse_form(const Train *t) {
     if (t->weight_decay != 0)
       return "adagrad's weight decay does not apply to sparse gradients (torch.optim.Adagrad's)";
     break;
-  default:
-    break;
+  default: break;
   }
   if (t->clip_norm > 0)
     return "clip_norm does not apply to sparse tables yet";

@@ -375,7 +375,7 @@ int64_t dtrt_reduce_staged(DtStaged k, const DtTensor *in, int nin, const DtTens
                                                                                /* kernels_reduce.c */
 int64_t dtrt_nn_staged(const DtTensor *in, int nin);                           /* kernels_nn.c */
 int64_t dtrt_bag_staged(const DtTensor *in, int nin, const DtAttrs *a);       /* kernels_bag.c */
-int64_t dtrt_sparse_staged(const DtTensor *in, int nin, bool values);       /* kernels_sparse.c */
+int64_t dtrt_sparse_staged(const DtTensor *in, int nin, bool values);         /* kernels_sparse.c */
 
 /* ---- trace.c ---------------------------------------------------------- */
 

@@ -446,8 +446,7 @@ DTRT_TRACED(sparse_values, DTRT_TID_KERNEL) {
                        "before; the rows must be sparse_rows' of the same input",
                        (long long)k, (int)g.touched[k], (long long)g.rows);
   for (int64_t j = 0; j < g.n; j++)
-    if (g.id[j] != g.pad &&
-        (!g.ntouched || g.touched[place(&g, g.id[j])] != g.id[j]))
+    if (g.id[j] != g.pad && (!g.ntouched || g.touched[place(&g, g.id[j])] != g.id[j]))
       return dtrt_fail(ctx, DT_ERR_ARG,
                        "sparse_values: id %d (input entry %lld) is not among the rows; the rows "
                        "must be sparse_rows' of the same input",

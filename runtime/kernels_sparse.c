@@ -26,8 +26,8 @@ typedef struct Rows {
   int64_t *row;           /* [u] */
   float *g;               /* [u, D] summed values; NULL: none (adam) */
   const float *s, *m, *v; /* adagrad: the sums; adam: the moments */
-  float lr, eps, beta; /* beta: moment's 1 - beta */
-  float init;           /* adagrad: the sums' start, added to them */
+  float lr, eps, beta;    /* beta: moment's 1 - beta */
+  float init;             /* adagrad: the sums' start, added to them */
   bool square;
 } Rows;
 
@@ -219,7 +219,8 @@ DTRT_TRACED(sparse_adagrad, DTRT_TID_KERNEL) {
                      (int)in[0].rank);
   const DtTensor *sum = &in[3];
   bool rowwise = sum->rank == 1;
-  if (!(sum->dim[0] == in[0].dim[0] && (rowwise || (sum->rank == 2 && sum->dim[1] == in[0].dim[1]))))
+  if (!(sum->dim[0] == in[0].dim[0] &&
+        (rowwise || (sum->rank == 2 && sum->dim[1] == in[0].dim[1]))))
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: the sums need the table's shape or [R], its rows", op);
   r.eps = (float)dtrt_af(a, 0, 1e-10);
   r.init = (float)dtrt_af(a, 2, 0);

@@ -91,8 +91,8 @@ static void test_sgd(void **state) {
   summed(g, t);
   for (int k = 0; k < R * D; k++)
     want[k] = t[k / D] ? p[k] - (double)lr * g[k] : p[k];
-  DtTensor in[4] = {t2(DTRT_F32, p, R, D), t1(DTRT_I32, (void *)rows, N),
-                    t2(DTRT_F32, val, N, D), scalar(&lr)};
+  DtTensor in[4] = {t2(DTRT_F32, p, R, D), t1(DTRT_I32, (void *)rows, N), t2(DTRT_F32, val, N, D),
+                    scalar(&lr)};
   run2(dtrt_k_sparse_sgd, in, 4, out, NULL);
   near(out, want, R * D, "sgd p");
   for (int k = 0; k < R * D; k++) /* untouched rows keep their bits */
