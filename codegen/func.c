@@ -150,6 +150,8 @@ LLVMValueRef cg_addr(CgFn *fn, const Inst *i) {
     a = LLVMBuildLoad2(fn->c->b, fn->c->ptr, p, g->name);
   } else if (i->op == OP_load) {
     a = cg_state_addr(fn, ir_global_of(i));
+  } else if (ir_in_place(i->op)) { /* memplan: over the state it updates */
+    a = cg_addr(fn, i->in[0]);
   } else {
     const Inst *o = home_output(fn, i);
     DTC_ASSERT(o);
@@ -314,6 +316,8 @@ static void lower(CgFn *fn, const Inst *x) {
     return;
   }
   case OP_store:
+    if (ir_in_place(x->in[0]->op) && x->in[0]->offset < 0)
+      return; /* updated in place */
     copy(fn, cg_state_addr(fn, ir_global_of(x)), x->in[0]);
     return;
   case OP_output:

@@ -97,6 +97,8 @@ struct Stmt {
   Loc mode_loc;
   const char *inst;      /* the name after 'as'; NULL when absent */
   Loc inst_loc;
+  const char *flag;      /* S_PARAM: the word after the type and init ("sparse"), or NULL */
+  Loc flag_loc;
 };
 
 typedef enum { D_IMPORT, D_MODEL, D_CLUSTER, D_PARALLEL, D_BLOCK } DeclKind;

@@ -216,6 +216,22 @@ static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
     n->bad = true;
     return;
   }
+  if (s->flag && strcmp(s->flag, "sparse")) {
+    diag_error(c->d, s->flag_loc, "unknown word '%s' after param '%s'; the one allowed is 'sparse'",
+               s->flag, s->name);
+    n->bad = true;
+    return;
+  }
+  if (s->flag && (t.rank != 2 || c->decl->kind == D_BLOCK)) {
+    char buf[128];
+    diag_error(c->d, s->flag_loc,
+               c->decl->kind == D_BLOCK
+                   ? "param '%s' is sparse in a block; a sparse table is a model's own param"
+                   : "sparse param '%s' must be a table f32[R, D], not %s",
+               s->name, type_str(&t, buf, sizeof buf));
+    n->bad = true;
+    return;
+  }
   if (s->kind == S_BUFFER && t.dtype != DT_F32) {
     diag_error(c->d, s->type->loc, "buffer '%s' must be f32", s->name);
     n->bad = true;
@@ -228,6 +244,7 @@ static void lower_decl(Ctx *c, const Stmt *s, Name *n) {
   GlobalKind kind = s->kind == S_INPUT ? G_INPUT : s->kind == S_BUFFER ? G_BUFFER : G_PARAM;
   Global *g = ir_add_global(c->m, s->name, kind, t, s->name_loc);
   n->global = c->m->global.n - 1;
+  g->sparse = s->flag != NULL;
   if (s->kind != S_INPUT && !lower_init(c, s, g))
     n->bad = true;
 }

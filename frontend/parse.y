@@ -148,7 +148,7 @@ mstmts: %empty                   { $$ = (StmtList){0}; }
       ;
 
 /* mstmt = "input" IDENT ":" type
- *       | "param" IDENT ":" type [ "init" callee ]
+ *       | "param" IDENT ":" type [ "init" callee ] [ IDENT ]   (the word: sparse)
  *       | "buffer" IDENT ":" type [ "init" callee ]
  *       | IDENT "=" value
  *       | "output" IDENT [ "=" value ]
@@ -158,6 +158,12 @@ mstmt: INPUT IDENT ':' type      { $$ = named(p, S_INPUT, @1, $2, @2); $$->type 
      | PARAM IDENT ':' type      { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; }
      | PARAM IDENT ':' type INIT callee
                                  { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; $$->val = $6; }
+     | PARAM IDENT ':' type IDENT
+                                 { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4;
+                                   $$->flag = $5; $$->flag_loc = L(@5); }
+     | PARAM IDENT ':' type INIT callee IDENT
+                                 { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; $$->val = $6;
+                                   $$->flag = $7; $$->flag_loc = L(@7); }
      | BUFFER IDENT ':' type     { $$ = named(p, S_BUFFER, @1, $2, @2); $$->type = $4; }
      | BUFFER IDENT ':' type INIT callee
                                  { $$ = named(p, S_BUFFER, @1, $2, @2); $$->type = $4; $$->val = $6; }

@@ -89,7 +89,10 @@ static bool demo_arg(Ctx *c, const Expr *e, const char *p, int64_t *out) {
  *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm,
  *                  accumulate)
  *           | adamw(...)
- *           | demo(lr, beta, topk, chunk, weight_decay, schedule) */
+ *           | demo(lr, beta, topk, chunk, weight_decay, schedule)
+ *           | adagrad(lr, lr_decay, weight_decay, eps, initial_accumulator_value, schedule)
+ *           | rowwise_adagrad(...)
+ *           | sparse_adam(lr, beta1, beta2, eps, schedule) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
                                     "schedule", "nesterov", "clip_norm", "dampening",
@@ -98,6 +101,9 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
                                      "weight_decay", "schedule", "eps_form",  "clip_norm",
                                      "accumulate"};
   static const char *const demo[] = {"lr", "beta", "topk", "chunk", "weight_decay", "schedule"};
+  static const char *const adagrad[] = {
+      "lr", "lr_decay", "weight_decay", "eps", "initial_accumulator_value", "schedule"};
+  static const char *const sparse_adam[] = {"lr", "beta1", "beta2", "eps", "schedule"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
@@ -105,10 +111,13 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
     return false;
   }
   bool is_sgd = kind == OPT_SGD, is_adamw = kind == OPT_ADAMW, is_demo = kind == OPT_DEMO;
+  bool is_adagrad = kind == OPT_ADAGRAD || kind == OPT_ROWWISE_ADAGRAD;
   t->opt = kind;
   t->schedule = DT_SCHED_CONSTANT;
-  t->lr = is_sgd ? 0.01 : 1e-3;
-  if (is_demo) {
+  t->lr = is_sgd || is_adagrad ? 0.01 : 1e-3;
+  if (is_adagrad) {
+    t->eps = 1e-10; /* torch.optim.Adagrad's */
+  } else if (is_demo) {
     /* the reference's defaults (bloc97/DeMo's demo.py) */
     t->beta = 0.999;
     t->topk = 32;
@@ -119,8 +128,16 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
     t->eps = 1e-8;
     t->weight_decay = is_adamw ? 0.01 : 0;
   }
-  const char *const *param = is_sgd ? sgd : is_demo ? demo : adam;
-  int nparam = is_sgd ? COUNTOF(sgd) : is_demo ? COUNTOF(demo) : COUNTOF(adam);
+  const char *const *param = is_sgd                    ? sgd
+                             : is_demo                 ? demo
+                             : is_adagrad              ? adagrad
+                             : kind == OPT_SPARSE_ADAM ? sparse_adam
+                                                       : adam;
+  int nparam = is_sgd                    ? COUNTOF(sgd)
+               : is_demo                 ? COUNTOF(demo)
+               : is_adagrad              ? COUNTOF(adagrad)
+               : kind == OPT_SPARSE_ADAM ? COUNTOF(sparse_adam)
+                                         : COUNTOF(adam);
   Expr *arg[COUNTOF(adam)] = {0};
   if (e->kind == E_CALL && !fe_bind(e, param, nparam, 1, 0, arg, c->a, c->d))
     return false;

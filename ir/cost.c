@@ -161,6 +161,15 @@ static bool bag_psw(const Inst *i, int extra) {
 double flops_embedding_bag(const Inst *i) { return (bag_psw(i, 0) ? 2 : 1) * bag_columns(i); }
 double flops_embedding_bag_grad(const Inst *i) { return (bag_psw(i, 1) ? 2 : 1) * bag_columns(i); }
 double flops_embedding_bag_psw_grad(const Inst *i) { return 2 * bag_columns(i); }
+/* sparse tables: a sort of the ids; per value, the bag's adds; per touched
+ * value (as many as the rows hold, at most), the update's few flops */
+double flops_sparse_rows(const Inst *i) { return in_elems(i, 0); }
+double flops_sparse_values(const Inst *i) { return bag_columns(i); }
+double flops_sparse_sgd(const Inst *i) { return 2 * in_elems(i, 2); }
+double flops_sparse_adagrad_sum(const Inst *i) { return 2 * in_elems(i, 2); }
+double flops_sparse_adagrad(const Inst *i) { return 5 * in_elems(i, 2); }
+double flops_sparse_moment(const Inst *i) { return 3 * in_elems(i, 2); }
+double flops_sparse_adam(const Inst *i) { return 5 * in_elems(i, 1) * i->type.dim[1]; }
 /* a counter-based hash per element, compare, scale */
 PER_IN(dropout, 8)
 PER_IN(dropout_grad, 8)

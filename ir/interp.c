@@ -39,6 +39,13 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_demo_compress] = dtrt_k_demo_compress,
   [OP_demo_residual] = dtrt_k_demo_residual,
   [OP_demo_sign] = dtrt_k_demo_sign,
+  [OP_sparse_rows] = dtrt_k_sparse_rows,
+  [OP_sparse_values] = dtrt_k_sparse_values,
+  [OP_sparse_sgd] = dtrt_k_sparse_sgd,
+  [OP_sparse_adagrad_sum] = dtrt_k_sparse_adagrad_sum,
+  [OP_sparse_adagrad] = dtrt_k_sparse_adagrad,
+  [OP_sparse_moment] = dtrt_k_sparse_moment,
+  [OP_sparse_adam] = dtrt_k_sparse_adam,
   [OP_dropout] = dtrt_k_dropout,
   [OP_dropout_grad] = dtrt_k_dropout_grad,
   [OP_causal_mask] = dtrt_k_causal_mask,
@@ -204,7 +211,9 @@ int64_t ir_staged_bytes(const Module *m, const Inst *x) {
     {OP_sum_mul, DT_STAGED_SUM}, {OP_mean_mul, DT_STAGED_SUM},
     {OP_max_grad, DT_STAGED_MAX_GRAD}, {OP_cross_entropy, DT_STAGED_CROSS_ENTROPY},
     {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}, {OP_demo_compress, DT_STAGED_DEMO},
-    {OP_demo_residual, DT_STAGED_DEMO}, {OP_demo_sign, DT_STAGED_DEMO}};
+    {OP_demo_residual, DT_STAGED_DEMO}, {OP_demo_sign, DT_STAGED_DEMO}, {OP_sparse_sgd, DT_STAGED_SPARSE},
+    {OP_sparse_adagrad_sum, DT_STAGED_SPARSE}, {OP_sparse_adagrad, DT_STAGED_SPARSE},
+    {OP_sparse_moment, DT_STAGED_SPARSE}, {OP_sparse_adam, DT_STAGED_SPARSE_ROWS}};
   int k = 0, n = (int)(sizeof staged / sizeof staged[0]);
   while (k < n && staged[k].op != (int)x->op)
     k++;

@@ -4,7 +4,8 @@
 
 #include "ir.h"
 
-const char *const ir_opt_names[OPT_COUNT] = {"sgd", "adam", "adamw", "demo"};
+const char *const ir_opt_names[OPT_COUNT] = {"sgd",     "adam",        "adamw",          "demo",
+                                             "adagrad", "sparse_adam", "rowwise_adagrad"};
 
 /* ---- types ---- */
 
@@ -471,6 +472,11 @@ bool ir_output_direct(const Inst *out) {
       return o == out;
   }
   return false;
+}
+
+bool ir_in_place(Op op) {
+  return op == OP_sparse_sgd || op == OP_sparse_adagrad_sum || op == OP_sparse_adagrad ||
+         op == OP_sparse_moment || op == OP_sparse_adam;
 }
 
 uint64_t ir_hash(const void *p, size_t n) {

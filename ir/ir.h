@@ -288,13 +288,22 @@ typedef struct Global {
   double init_arg;       /* normal: stddev; uniform: bound */
   int64_t fan_in, fan_out; /* glorot: its fans; 0: those of the trailing matrix [..., in, out] */
   Sharding *shard;       /* from the parallel block, or NULL */
+  int64_t sparse;        /* param: 1 for an embedding table whose gradient is sparse
+                            (touched rows only) and whose update touches only them */
   Loc loc;
 } Global;
 
 typedef struct Dim { const char *name; int64_t value; Loc loc; } Dim;
 
-typedef enum { OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_DEMO, OPT_COUNT } OptKind;
-extern const char *const ir_opt_names[OPT_COUNT];   /* "sgd", "adam", "adamw", "demo" */
+/* demo: DeMo (passes/optimizer.c); adagrad: torch.optim.Adagrad;
+ * sparse_adam: torch.optim.Adam for dense params and torch.optim.SparseAdam
+ * for sparse tables; rowwise_adagrad: adagrad for dense params, one
+ * accumulator a row for sparse tables (FBGEMM's). */
+typedef enum {
+  OPT_SGD, OPT_ADAM, OPT_ADAMW, OPT_DEMO, OPT_ADAGRAD, OPT_SPARSE_ADAM, OPT_ROWWISE_ADAGRAD,
+  OPT_COUNT
+} OptKind;
+extern const char *const ir_opt_names[OPT_COUNT];   /* "sgd", "adam", "adamw", ... */
 
 /* The training objective: minimise output `loss` of @forward. */
 typedef struct Train {
@@ -311,6 +320,8 @@ typedef struct Train {
   int64_t warmup, total;
   double dampening;      /* sgd: the momentum buffer takes (1 - dampening) g
                             after the first step (torch.optim.SGD's) */
+  double lr_decay;       /* adagrad: lr / (1 + (t - 1) lr_decay) at step t */
+  double initial_accumulator_value; /* adagrad: where the sums of g^2 start */
   int64_t accumulate;    /* > 1: the step adds its gradient to the state
                             "<param>__acc" and every accumulate-th call
                             updates with their mean; 0 or 1: every call */
@@ -415,6 +426,11 @@ const Global *ir_global_of(const Inst *i);
  * NAME_forward drops). The memory plan gives such a value no offset; code
  * generation writes it into the caller's buffer. */
 bool ir_output_direct(const Inst *out);
+/* Whether op may write its result over its first operand (the sparse_*
+ * updates of ops.def): the memory plan gives such a result no offset when
+ * its first operand is a load of the global the result is stored to, read
+ * by nothing after it; code generation then updates the state in place. */
+bool ir_in_place(Op op);
 /* 64-bit FNV-1a of n bytes. */
 uint64_t ir_hash(const void *p, size_t n);
 

@@ -63,11 +63,14 @@ const IrField ir_train_fields[] = {
     RANGED(Train, beta, 'f', ir_unit_open),
     FIELD(Train, topk, 'i'),
     FIELD(Train, chunk, 'i'),
+    RANGED(Train, lr_decay, 'f', ir_nonnegative),
+    RANGED(Train, initial_accumulator_value, 'f', ir_nonnegative),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
                                     FIELD(Global, init_arg, 'f'),
                                     FIELD(Global, fan_in, 'i'),
                                     FIELD(Global, fan_out, 'i'),
+                                    FIELD(Global, sparse, 'i'),
                                     {0}};
 
 static bool is_ident(const char *s) {

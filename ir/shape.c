@@ -651,6 +651,104 @@ bool shape_embedding_bag_psw_grad(Inst *inst, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- sparse tables ---- */
+
+bool shape_sparse_rows(Inst *inst, char *err, size_t errlen) {
+  int64_t b;
+  int psw;
+  if (!bag_operands(inst, 0, false, &b, &psw, err, errlen))
+    return false;
+  if (ir_get_int(inst, "mode", -1) == DT_BAG_MAX)
+    FAIL("'%s': a sparse gradient needs mode \"sum\" or \"mean\", not \"max\"", NAME);
+  inst->type = *IN(0);
+  return true;
+}
+
+bool shape_sparse_values(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  int64_t b;
+  int psw;
+  inst->nin--; /* the rows last, after the adjoint */
+  bool ok = bag_operands(inst, 1, false, &b, &psw, err, errlen);
+  inst->nin++;
+  if (!ok)
+    return false;
+  if (ir_get_int(inst, "mode", -1) == DT_BAG_MAX)
+    FAIL("'%s': a sparse gradient needs mode \"sum\" or \"mean\", not \"max\"", NAME);
+  if (!type_eq(IN(inst->nin - 1), IN(0)))
+    FAIL("'%s': rows %s are not of the input's type %s", NAME, ts(IN(inst->nin - 1), b1),
+         ts(IN(0), b2));
+  if (IN(0)->rank + 1 > IR_MAX_RANK)
+    FAIL("'%s': input %s leaves no room for D", NAME, ts(IN(0), b1));
+  inst->type = *IN(0);
+  inst->type.dtype = DT_F32;
+  inst->type.dim[inst->type.rank++] = IN(1)->dim[1];
+  return true;
+}
+
+/* An update's first operand (the table [R, D], or with rank1 also [R]), the
+ * rows (i32) and, when values, the values f32 [rows' dims..., D]. */
+static bool sparse_update(Inst *inst, bool values, bool rank1, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  const Type *p = IN(0), *r = IN(1);
+  if (p->dtype != DT_F32 || (p->rank != 2 && !(rank1 && p->rank == 1)))
+    FAIL("'%s' needs a table f32[R, D]%s, got %s", NAME, rank1 ? " or f32[R]" : "", ts(p, b1));
+  if (r->dtype != DT_I32 || r->rank + 1 > IR_MAX_RANK)
+    FAIL("'%s' needs rows i32[...], got %s", NAME, ts(r, b1));
+  if (values) {
+    const Type *v = IN(2);
+    Type want = *r;
+    want.dtype = DT_F32;
+    want.dim[want.rank++] = p->rank == 2 ? p->dim[1] : v->rank ? v->dim[v->rank - 1] : 0;
+    if (!type_eq(v, &want))
+      FAIL("'%s': values %s do not match rows %s (want %s)", NAME, ts(v, b1), ts(r, b2),
+           ts(&want, b2));
+  }
+  inst->type = *p;
+  return true;
+}
+
+/* Operand k a scalar f32 (a learning rate). */
+static bool scalar_at(Inst *inst, int k, char *err, size_t errlen) {
+  char b1[128];
+  if (IN(k)->dtype != DT_F32 || IN(k)->rank != 0)
+    FAIL("'%s' needs a learning rate f32[] as operand %d, got %s", NAME, k + 1, ts(IN(k), b1));
+  return true;
+}
+
+bool shape_sparse_sgd(Inst *inst, char *err, size_t errlen) {
+  return sparse_update(inst, true, false, err, errlen) && scalar_at(inst, 3, err, errlen);
+}
+
+bool shape_sparse_adagrad_sum(Inst *inst, char *err, size_t errlen) {
+  return sparse_update(inst, true, true, err, errlen);
+}
+
+bool shape_sparse_adagrad(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  if (!sparse_update(inst, true, false, err, errlen) || !scalar_at(inst, 4, err, errlen))
+    return false;
+  const Type *p = IN(0), *s = IN(3);
+  Type rows = {DT_F32, 1, {p->dim[0]}};
+  if (!type_eq(s, p) && !type_eq(s, &rows))
+    FAIL("'%s': sums %s are neither the table's %s nor one per row", NAME, ts(s, b1), ts(p, b2));
+  return true;
+}
+
+bool shape_sparse_moment(Inst *inst, char *err, size_t errlen) {
+  return sparse_update(inst, true, false, err, errlen);
+}
+
+bool shape_sparse_adam(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  if (!sparse_update(inst, false, false, err, errlen) || !scalar_at(inst, 4, err, errlen))
+    return false;
+  for (int k = 2; k < 4; k++)
+    if (!type_eq(IN(k), IN(0)))
+      FAIL("'%s': moment %s is not the table's %s", NAME, ts(IN(k), b1), ts(IN(0), b2));
+  return true;
+}
+
 /* ---- attention ---- */
 
 /* q [B,H,Tq,D] and, after it, n operands [B,H,Tk,D] (k, v) of one Tk. The

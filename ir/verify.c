@@ -450,6 +450,10 @@ bool ir_verify(const Module *m, Diag *d) {
     if (g->fan_in < 0 || g->fan_out < 0 || g->fan_in > IR_MAX_ELEMS || g->fan_out > IR_MAX_ELEMS)
       diag_error(d, g->loc, "global '%s' has fans %lld and %lld, outside 0 to 2^40", g->name,
                  (long long)g->fan_in, (long long)g->fan_out);
+    if (g->sparse && (g->sparse != 1 || g->kind != G_PARAM || g->type.rank != 2))
+      diag_error(d, g->loc,
+                 "global '%s' has sparse = %lld; only a param of rank 2 may be sparse (1)", g->name,
+                 (long long)g->sparse);
     if (g->shard)
       verify_shard(m, g->shard, g->type.rank, g->loc, d, g->name);
   }

@@ -20,6 +20,47 @@ typedef struct GradCtx {
   Diag *d;
 } GradCtx;
 
+/* Whether x is a load of a sparse table. */
+static bool sparse_table(const Module *m, const Inst *x) {
+  if (x->op != OP_load)
+    return false;
+  const Global *gl = ir_find_global(m, ir_get_str(x, "global", ""));
+  return gl && gl->sparse;
+}
+
+/* A sparse table is read once, as the weight of an embedding_bag of mode
+ * sum or mean: its gradient is then that lookup's rows and values. */
+static bool check_sparse(const Module *m, const Func *f, Diag *d) {
+  int nerr = d->nerr;
+  int *seen = calloc((size_t)m->global.n + 1, sizeof *seen);
+  DTC_ASSERT(seen);
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    for (int j = 0; j < i->nin; j++) {
+      if (!sparse_table(m, i->in[j]))
+        continue;
+      const Global *gl = ir_global_of(i->in[j]);
+      if (i->op != OP_embedding_bag || j != 1)
+        diag_error(d, i->loc,
+                   "sparse table '%s' is read by '%s'; a sparse table may only be the weight of "
+                   "embedding_bag",
+                   gl->name, ir_ops[i->op].name);
+      else if (ir_get_int(i, "mode", 0) == DT_BAG_MAX)
+        diag_error(d, i->loc,
+                   "sparse table '%s' in an embedding_bag of mode \"max\": a sparse gradient "
+                   "needs mode \"sum\" or \"mean\" (as torch's)",
+                   gl->name);
+      else if (seen[gl - m->global.a]++)
+        diag_error(d, i->loc,
+                   "sparse table '%s' is looked up a second time; a sparse table takes one "
+                   "embedding_bag",
+                   gl->name);
+    }
+  }
+  free(seen);
+  return d->nerr == nerr;
+}
+
 /* Emits the adjoints of inst's operands: one grad_<id> per op of ops.def. */
 typedef void (*GradFn)(GradCtx *g, Inst *inst);
 #define OP(id, name, minin, maxin, kind, attrs) static void grad_##id(GradCtx *, Inst *);
@@ -405,17 +446,30 @@ static void grad_embedding_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst)
  * per_sample_weights' are kernels of the same operands and dy. */
 static void grad_embedding_bag(GradCtx *g, Inst *inst) {
   int n = inst->nin, psw = n > (inst->in[0]->type.rank == 2 ? 2 : 3) ? n - 1 : 0;
-  Inst *in[5];
+  Inst *in[6];
   memcpy(in, inst->in, sizeof(Inst *) * (size_t)n);
   in[n] = DY;
-  if (wants(g, inst->in[1]))
+  if (wants(g, inst->in[1]) && sparse_table(g->f->mod, inst->in[1])) {
+    /* the sparse gradient: the touched rows and their values, never [R, D]
+     * (check_sparse saw to one lookup, so this is the load's one adjoint) */
+    in[n + 1] = grad_op(g, OP_sparse_rows, inst, n, in);
+    g->adj[inst->in[1]->id] = grad_op(g, OP_sparse_values, inst, n + 2, in);
+  } else if (wants(g, inst->in[1])) {
     accum(g, inst->in[1], grad_op(g, OP_embedding_bag_grad, inst, n + 1, in));
+  }
   if (psw && wants(g, inst->in[psw]))
     accum(g, inst->in[psw], grad_op(g, OP_embedding_bag_psw_grad, inst, n + 1, in));
 }
 
 static void grad_embedding_bag_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 static void grad_embedding_bag_psw_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sparse_rows(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sparse_values(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sparse_sgd(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sparse_adagrad_sum(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sparse_adagrad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sparse_moment(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sparse_adam(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* The same (p, seed) give the same mask. */
 static void grad_dropout(GradCtx *g, Inst *inst) {
@@ -883,7 +937,7 @@ static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst
                            Inst **grad) {
   int nerr = d->nerr;
   Inst *loss = find_loss(m, src, d);
-  if (!loss)
+  if (!loss || !check_sparse(m, src, d))
     return NULL;
   Func *f = ir_add_func(m, name, src->loc);
   loss = clone(f, src, loss);

@@ -329,6 +329,17 @@ static bool shard_embedding_bag_grad(const Inst *i, DimMap *m) {
   return bag_rows(i, m, FORM_SUM(0));
 }
 static bool shard_embedding_bag_psw_grad(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
+/* A sparse gradient's rows and values lie as the bags do (each device's
+ * its own bags' rows); an update reads them whole (gathered from every
+ * device, whose rows it merges) and the table, its state and the result
+ * whole. */
+static bool shard_sparse_rows(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
+static bool shard_sparse_values(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
+static bool shard_sparse_sgd(const Inst *i, DimMap *m) { return whole(i, m); }
+static bool shard_sparse_adagrad_sum(const Inst *i, DimMap *m) { return whole(i, m); }
+static bool shard_sparse_adagrad(const Inst *i, DimMap *m) { return whole(i, m); }
+static bool shard_sparse_moment(const Inst *i, DimMap *m) { return whole(i, m); }
+static bool shard_sparse_adam(const Inst *i, DimMap *m) { return whole(i, m); }
 
 /* ---- convolution and pooling: N carries over, H and W stay whole ---- */
 

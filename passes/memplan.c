@@ -16,7 +16,10 @@
  * loads of inputs (alias the caller's buffer), loads of params and state
  * (alias the state block, unless a store to the global comes before their
  * last use: those are copied), and kernel results that go to an output
- * (written into the caller's buffer), and args (the caller's). A repeat also
+ * (written into the caller's buffer), args (the caller's), and updates in
+ * place (ir_in_place) of a load of the global they are stored to that is
+ * the load's last reader, no other load of the global read after them (they
+ * alias the state block). A repeat also
  * gets a scratch region, live at its own step only, at offset `scratch`: two
  * buffers for each carried value, then the body's work arena, then a row for
  * each stacked output that no repeat_out takes. A
@@ -107,6 +110,20 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
       if (l[i].def < l[s].def && l[i].last > l[s].def)
         l[i].size = round_up(bytes_of(&f->inst.a[i]->type));
     }
+  }
+  for (int s = 0; s < n; s++) {
+    const Inst *x = f->inst.a[s], *p = x->nin ? x->in[0] : NULL;
+    if (!ir_in_place(x->op) || p->op != OP_load || l[p->id].size || l[p->id].last != l[s].def)
+      continue;
+    const Global *g = ir_global_of(p);
+    bool stored = false, ok = g->kind != G_INPUT;
+    for (int k = u.off[s]; k < u.off[s + 1]; k++)
+      stored |= u.u[k]->op == OP_store && ir_global_of(u.u[k]) == g;
+    const Ints *v = &loads[g - m->global.a];
+    for (int k = 0; ok && k < v->n; k++)
+      ok = l[v->a[k]].last <= l[s].def;
+    if (stored && ok)
+      l[s].size = 0;
   }
   return l;
 }

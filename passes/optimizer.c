@@ -40,6 +40,28 @@
  *          pass gives each rank its own gradient (no all_reduce) and
  *          gathers every rank's c (passes/exchange.c). A loop's stacked
  *          param [L, ...] is L params, each tiled alone (`stacked`).
+ *   adagrad g' = g + wd p
+ *          s' = s + g' g'                               (state "<param>__sum")
+ *          p' = p - lr g' / (sqrt(s' + s0) + eps)       (torch.optim.Adagrad; s0 its
+ *                                                        initial_accumulator_value)
+ *   rowwise_adagrad  as adagrad for dense params; sparse_adam  as adam
+ *
+ * A sparse table (Global.sparse) has for gradient sparse_values, whose last
+ * operand is sparse_rows: its touched rows and their values. It is updated
+ * in those rows only, by the sparse_* ops, as torch.optim updates a param
+ * whose gradient is sparse (g the row's summed gradient, t the step):
+ *
+ *   sgd              p[r] -= lr g                        (no momentum, weight decay)
+ *   adagrad          s[r] += g g; p[r] -= clr g / (sqrt(s[r] + s0) + eps),
+ *                    clr = lr / (1 + (t - 1) lr_decay)   (no weight decay)
+ *   rowwise_adagrad  as adagrad with s [R], s[r] += mean(g g) (FBGEMM's)
+ *   sparse_adam      m[r] += (1 - beta1) (g - m[r]); v[r] += (1 - beta2) (g g - v[r]);
+ *                    p[r] -= lr_t m[r] / (sqrt(v[r]) + eps)  (torch.optim.SparseAdam:
+ *                    eps added to the uncorrected sqrt(v))
+ *
+ * adam and adamw have no sparse form, nor do clip_norm and accumulate; a
+ * located error says so. lr_decay is applied to sparse tables only (dense
+ * params with lr_decay are refused).
  *
  * With clip_norm > 0 every g is first scaled by min(1, clip_norm / (|g| +
  * 1e-6)), |g| the norm of all gradients together (torch.nn.utils.
@@ -298,11 +320,106 @@ static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   store(o, dname, res);
 }
 
+/* Why sparse table k cannot train with the model's optimizer, or NULL. */
+static const char *no_sparse_form(const Train *t) {
+  switch (t->opt >= 0 ? t->opt : OPT_SGD) {
+  case OPT_ADAM:
+  case OPT_ADAMW:
+    return "Adam takes no sparse gradient; sparse tables train with sgd, adagrad, "
+           "rowwise_adagrad or sparse_adam (torch's SparseAdam, with Adam for the dense params)";
+  case OPT_SGD:
+    if (t->momentum != 0 || t->weight_decay != 0)
+      return "sgd with momentum or weight decay has no sparse form (torch.optim.SGD's)";
+    break;
+  case OPT_DEMO:
+    return "demo takes no sparse gradient; sparse tables train with sgd, adagrad, "
+           "rowwise_adagrad or sparse_adam";
+  case OPT_ADAGRAD:
+  case OPT_ROWWISE_ADAGRAD:
+    if (t->weight_decay != 0)
+      return "adagrad's weight decay does not apply to sparse gradients (torch.optim.Adagrad's)";
+    break;
+  default: break;
+  }
+  if (t->clip_norm > 0)
+    return "clip_norm does not apply to sparse tables yet";
+  if (t->accumulate > 1)
+    return "accumulate does not apply to sparse tables yet";
+  return NULL;
+}
+
+static Inst *op3(Opt *o, Op op, Inst *a, Inst *b, Inst *c) {
+  return ir_make(o->f, op, o->loc, 3, a, b, c);
+}
+
+/* The update of sparse table k, value p, from its gradient's rows and
+ * values; rate the lr op (adam's corrections folded in for sparse_adam). */
+static void sparse_emit(Opt *o, int k, Inst *p, Inst *values, Inst *rate) {
+  const Train *t = &o->m->train;
+  const char *param = o->m->global.a[k].name;
+  Inst *rows = values->in[values->nin - 1], *p1;
+  int kind = t->opt >= 0 ? t->opt : OPT_SGD;
+  if (kind == OPT_SGD) {
+    p1 = ir_make(o->f, OP_sparse_sgd, o->loc, 4, p, rows, values, rate);
+  } else if (kind == OPT_SPARSE_ADAM) {
+    const char *mname = state(o, k, "m"), *vname = state(o, k, "v");
+    Inst *m1 = ir_new(o->f, OP_sparse_moment, o->loc, 3, (Inst *[]){load(o, mname), rows, values});
+    ir_set_float(m1, "beta", t->beta1);
+    m1 = ir_finish(m1);
+    Inst *v1 = ir_new(o->f, OP_sparse_moment, o->loc, 3, (Inst *[]){load(o, vname), rows, values});
+    ir_set_float(v1, "beta", t->beta2);
+    ir_set_int(v1, "square", 1);
+    v1 = ir_finish(v1);
+    store(o, mname, m1);
+    store(o, vname, v1);
+    Inst *u = ir_new(o->f, OP_sparse_adam, o->loc, 5, (Inst *[]){p, rows, m1, v1, rate});
+    ir_set_float(u, "eps", t->eps);
+    p1 = ir_finish(u);
+  } else {
+    const char *sname = state(o, k, "sum");
+    if (kind == OPT_ROWWISE_ADAGRAD) {
+      Global *sg = (Global *)ir_find_global(o->m, sname);
+      sg->type.rank = 1;
+      sg->shard = NULL;
+    }
+    Inst *s1 = op3(o, OP_sparse_adagrad_sum, load(o, sname), rows, values);
+    store(o, sname, s1);
+    Inst *u = ir_new(o->f, OP_sparse_adagrad, o->loc, 5, (Inst *[]){p, rows, values, s1, rate});
+    ir_set_float(u, "eps", t->eps);
+    ir_set_float(u, "lr_decay", t->lr_decay);
+    if (t->initial_accumulator_value != 0)
+      ir_set_float(u, "initial", t->initial_accumulator_value);
+    p1 = ir_finish(u);
+  }
+  store(o, param, p1);
+}
+
 bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d) {
   const Train *t = &m->train;
   int kind = t->opt >= 0 ? t->opt : OPT_SGD;
   const char *name = ir_opt_names[kind];
-  bool sgd = kind == OPT_SGD, adamw = kind == OPT_ADAMW, adam = adamw || kind == OPT_ADAM;
+  bool sgd = kind == OPT_SGD, adamw = kind == OPT_ADAMW;
+  bool adam = adamw || kind == OPT_ADAM || kind == OPT_SPARSE_ADAM;
+  bool adagrad = kind == OPT_ADAGRAD || kind == OPT_ROWWISE_ADAGRAD;
+  bool ok = true;
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *gl = &m->global.a[k];
+    if (!grad[k])
+      continue;
+    const char *why = gl->sparse ? no_sparse_form(t) : NULL;
+    if (why) {
+      diag_error(d, gl->loc, "sparse table '%s' cannot train with %s: %s", gl->name, name, why);
+      ok = false;
+    } else if (!gl->sparse && adagrad && t->lr_decay != 0) {
+      diag_error(d, gl->loc,
+                 "param '%s': %s's lr_decay applies to sparse tables only; dense params need "
+                 "lr_decay 0",
+                 gl->name, name);
+      ok = false;
+    }
+  }
+  if (!ok)
+    return false;
   if (adam && !(t->beta1 >= 0 && t->beta1 < 1 && t->beta2 >= 0 && t->beta2 < 1)) {
     diag_error(d, t->loc, "%s needs beta1 and beta2 in [0, 1), got %g and %g", name, t->beta1,
                t->beta2);
@@ -352,7 +469,17 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
       }
     return true;
   }
-  Inst **gm = accumulate(&o, grad, ng);
+  Inst **dense = arena_alloc(m->arena, sizeof *dense * (size_t)(ng + 1));
+  for (int k = 0; k < ng; k++) {
+    dense[k] = m->global.a[k].sparse ? NULL : grad[k];
+    if (grad[k] && !dense[k]) {
+      o.loc = m->global.a[k].loc;
+      DTC_ASSERT(grad[k]->op == OP_sparse_values);
+      sparse_emit(&o, k, value[k], grad[k], rate);
+    }
+  }
+  o.loc = t->loc;
+  Inst **gm = accumulate(&o, dense, ng);
   Inst *clip = t->clip_norm > 0 ? clip_scale(&o, gm, ng) : NULL;
   for (int k = 0; k < ng; k++) {
     if (!gm[k])
@@ -371,6 +498,14 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
       step = t->nesterov ? axpby(&o, 1, g, t->momentum, m1) : m1;
     } else if (sgd) {
       step = g;
+    } else if (adagrad) {
+      mname = state(&o, k, "sum");
+      m1 = bin(&o, OP_add, load(&o, mname), bin(&o, OP_mul, g, g));
+      Inst *sum = m1;
+      if (t->initial_accumulator_value != 0)
+        sum = bin(&o, OP_add, sum, cnst(&o, t->initial_accumulator_value));
+      Inst *den = bin(&o, OP_add, ir_make(f, OP_sqrt, o.loc, 1, sum), cnst(&o, t->eps));
+      step = bin(&o, OP_div, g, den);
     } else {
       mname = state(&o, k, "m");
       vname = state(&o, k, "v");

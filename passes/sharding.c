@@ -625,7 +625,8 @@ static bool evaluate(Ctx *c, const Inst *i, const Sharding *r, const Sharding *c
       out->cost += shard_step_bytes(m, &i->type, &st);
     }
   out->elems = local_bytes(m, &i->type, r);
-  out->conflict = known >= 2 && out->undone > 0;
+  /* a sparse table's update gathers its rows by design: no note */
+  out->conflict = known >= 2 && out->undone > 0 && !ir_in_place(i->op);
   return out->cost < HUGE_VAL;
 }
 

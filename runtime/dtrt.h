@@ -234,6 +234,37 @@ bool dtrt_demo_tiles(const int64_t *dim, int rank, bool stacked, int64_t chunk, 
 DTRT_KERNEL(demo_compress);
 DTRT_KERNEL(demo_residual);
 DTRT_KERNEL(demo_sign);
+/* A sparse table's gradient (runtime/kernels_bag.c), from embedding_bag's
+ * operands and attributes (mode sum or mean). sparse_rows -> i32 of the
+ * input's shape: the ids but padding_idx, sorted, each once, then -1 to the
+ * end. sparse_values (the operands, dy [B, D], then sparse_rows' result) ->
+ * f32 [input's dims..., D]: at place k the gradient of the k-th row, summed
+ * in bag order as embedding_bag_grad sums it; zeros after the rows.
+ *
+ * Updates of the touched rows (runtime/kernels_sparse.c), torch.optim's for
+ * sparse gradients. Operands: the tensor updated, rows i32 [...], then as
+ * below; values f32 [rows' dims..., D]. A row may repeat and the rows come
+ * in any order, -1 skipped: a row's values are summed in the order they
+ * come, and the row is updated once with the sum g. The result is the
+ * updated tensor, the first operand's shape; it may be the first operand's
+ * own memory (an update in place), not another operand's. lr operands are
+ * f32 scalars; the step is the attributes'.
+ *   sparse_sgd(p, rows, values, lr)           p[r] -= lr g
+ *   sparse_adagrad_sum(s, rows, values)       s[r] += g^2; s [R] (row-wise):
+ *                                             s[r] += mean over D of g^2
+ *   sparse_adagrad(p, rows, values, s, lr)    f[0] eps, f[1] lr_decay, f[2] s0:
+ *       p[r] -= clr g / (sqrt(s[r] + s0) + eps), clr = lr / (1 + step lr_decay)
+ *   sparse_moment(m, rows, values)            f[0] beta, i[0] square:
+ *       m[r] += (1 - beta) (g - m[r])  (g^2 with square)
+ *   sparse_adam(p, rows, m, v, lr)            f[0] eps (no values):
+ *       p[r] -= lr m[r] / (sqrt(v[r]) + eps) */
+DTRT_KERNEL(sparse_rows);
+DTRT_KERNEL(sparse_values);
+DTRT_KERNEL(sparse_sgd);
+DTRT_KERNEL(sparse_adagrad_sum);
+DTRT_KERNEL(sparse_adagrad);
+DTRT_KERNEL(sparse_moment);
+DTRT_KERNEL(sparse_adam);
 DTRT_KERNEL(dropout);
 DTRT_KERNEL(dropout_grad);
 DTRT_KERNEL(causal_mask);
@@ -334,12 +365,15 @@ bool dtrt_coll_has_method(DtColl c, int method);
  * the collectives' tables of blocks and the copies they pack blocks into
  * (blocks not contiguous, a ring's chunk, padding), a large sum's partial
  * rows, cross_entropy's row losses, max_grad's maxima, embedding_bag_grad's
- * arg-maxima (mode max), the DeMo kernels' DCT matrices and tiles. Each such
- * block is freed before the kernel returns. */
+ * arg-maxima (mode max), the DeMo kernels' DCT matrices and tiles, the
+ * sparse updates' sorted rows and summed values (SPARSE: sparse_sgd,
+ * sparse_adagrad_sum, sparse_adagrad, sparse_moment; SPARSE_ROWS:
+ * sparse_adam, rows alone). Each such block is freed before the kernel
+ * returns. */
 typedef enum DtStaged {
   DT_STAGED_ALL_REDUCE, DT_STAGED_ALL_GATHER, DT_STAGED_REDUCE_SCATTER, DT_STAGED_ALL_TO_ALL,
   DT_STAGED_SHARD_SLICE, DT_STAGED_SUM, DT_STAGED_MAX_GRAD, DT_STAGED_CROSS_ENTROPY,
-  DT_STAGED_BAG_GRAD, DT_STAGED_DEMO, DT_STAGED_COUNT
+  DT_STAGED_BAG_GRAD, DT_STAGED_DEMO, DT_STAGED_SPARSE, DT_STAGED_SPARSE_ROWS, DT_STAGED_COUNT
 } DtStaged;
 /* The most bytes kernel k holds at once in those blocks, for the input
  * in[0..nin), the output out (only dtype, rank and dims are read) and the

@@ -377,6 +377,7 @@ int64_t dtrt_nn_staged(const DtTensor *in, int nin);                           /
 int64_t dtrt_bag_staged(const DtTensor *in, int nin, const DtAttrs *a);       /* kernels_bag.c */
 int64_t dtrt_demo_staged(const DtTensor *in, int nin, const DtTensor *out,
                          const DtAttrs *a);                                     /* kernels_demo.c */
+int64_t dtrt_sparse_staged(const DtTensor *in, int nin, bool values);         /* kernels_sparse.c */
 
 /* ---- trace.c ---------------------------------------------------------- */
 

@@ -1,8 +1,11 @@
-/* kernels_bag.c: torch's embedding_bag and its two derivatives: bags of rows
- * of a table pooled by sum, mean or max (operands and attributes in dtrt.h).
- * The forward and the per-sample weights' gradient split the bags over
- * threads; the weight's gradient splits the table's rows, each thread adding
- * into its own rows in bag order, so the bits never depend on the threads. */
+/* kernels_bag.c: torch's embedding_bag and its derivatives: bags of rows of
+ * a table pooled by sum, mean or max (operands and attributes in dtrt.h),
+ * the weight's gradient dense [R, D] or sparse (the touched rows, sorted,
+ * and their values). The forward and the per-sample weights' gradient split
+ * the bags over threads; the weight's gradients split the rows, each thread
+ * adding into its own rows in bag order, so the bits never depend on the
+ * threads. */
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -17,6 +20,8 @@ typedef struct Bag {
   const float *w, *psw, *dy; /* psw NULL: none; dy: the _grad ops' adjoint */
   float *y;                  /* the result */
   const int64_t *arg;        /* max's backward: the entry of each (bag, column) */
+  const int32_t *touched;    /* sparse_values: the rows, sorted, then -1s */
+  int64_t ntouched;          /* how many of them are rows */
   int64_t n, k, b, rows, d, parts;
   int64_t pad; /* padding_idx; none: INT64_MIN */
   int mode;
@@ -78,13 +83,18 @@ static DtStatus check_ids(DtrtCtx *ctx, const char *at, const Bag *g) {
   return DT_OK;
 }
 
-/* The common entry: operands (grad: dy last; psw: per_sample_weights
- * required), attributes and ids, into g. */
+/* What a kernel computes, for begin: the forward, the weight's dense
+ * gradient, per_sample_weights' gradient, the touched rows, their values. */
+typedef enum { FWD, GRAD, PSW, ROWS, VALUES } Kind;
+
+/* The common entry: operands (GRAD, PSW: dy last; VALUES: dy, then the
+ * rows; PSW: per_sample_weights required), attributes and ids, into g. */
 static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
-                      const DtTensor *out, const DtAttrs *a, bool grad, bool psw, Bag *g) {
+                      const DtTensor *out, const DtAttrs *a, Kind kind, Bag *g) {
   DtStatus s;
   char at[192];
-  int extra = grad || psw;
+  bool psw = kind == PSW;
+  int extra = kind == GRAD || kind == PSW ? 1 : kind == VALUES ? 2 : 0;
   where(op, a, at, sizeof at);
   if ((s = dtrt_kbegin(ctx, op, in, nin, 2 + extra, 4 + extra, out, a, 2, 0)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_I32)) ||
@@ -130,15 +140,29 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
       return s;
     g->psw = in[base].data;
   }
-  int64_t bd[2] = {g->b, g->d};
+  int64_t bd[2] = {g->b, g->d}, xd[DT_MAX_RANK] = {x->dim[0], x->dim[1], g->d};
+  xd[x->rank] = g->d;
   if (extra) {
-    if ((s = dtrt_check_as(ctx, op, "dy", &in[nin - 1], DTRT_F32, bd, 2)))
+    if ((s = dtrt_check_as(ctx, op, "dy", &in[nin - extra], DTRT_F32, bd, 2)))
       return s;
-    g->dy = in[nin - 1].data;
+    g->dy = in[nin - extra].data;
   }
-  const int64_t *od = psw ? x->dim : grad ? w->dim : bd;
-  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, od, psw ? x->rank : 2)))
-    return s;
+  if (kind == VALUES) {
+    if ((s = dtrt_check_as(ctx, op, "rows", &in[nin - 1], DTRT_I32, x->dim, x->rank)))
+      return s;
+    g->touched = in[nin - 1].data;
+  }
+  if ((kind == ROWS || kind == VALUES) && g->mode == DT_BAG_MAX)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: a sparse gradient needs mode sum or mean, not max", at);
+  if (kind == ROWS) {
+    if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_I32, x->dim, x->rank)))
+      return s;
+  } else {
+    const int64_t *od = psw ? x->dim : kind == GRAD ? w->dim : kind == VALUES ? xd : bd;
+    int orank = psw ? x->rank : kind == VALUES ? x->rank + 1 : 2;
+    if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, od, orank)))
+      return s;
+  }
   g->y = out->data;
   return check_ids(ctx, at, g);
 }
@@ -193,7 +217,7 @@ static void forward_bags(void *env, int64_t b0, int64_t b1) {
 
 DTRT_TRACED(embedding_bag, DTRT_TID_KERNEL) {
   Bag g;
-  DtStatus s = begin(ctx, "embedding_bag", in, nin, out, a, false, false, &g);
+  DtStatus s = begin(ctx, "embedding_bag", in, nin, out, a, FWD, &g);
   if (!s)
     run(ctx, g.b, g.n * g.d, forward_bags, &g);
   return s;
@@ -278,7 +302,7 @@ static int64_t argmax_bytes(int64_t b, int64_t d) { return b * d * (int64_t)size
 
 DTRT_TRACED(embedding_bag_grad, DTRT_TID_KERNEL) {
   Bag g;
-  DtStatus s = begin(ctx, "embedding_bag_grad", in, nin, out, a, true, false, &g);
+  DtStatus s = begin(ctx, "embedding_bag_grad", in, nin, out, a, GRAD, &g);
   if (s)
     return s;
   int64_t work = g.n * g.d + g.rows * g.d;
@@ -323,10 +347,119 @@ static void psw_grad_bags(void *env, int64_t b0, int64_t b1) {
 
 DTRT_TRACED(embedding_bag_psw_grad, DTRT_TID_KERNEL) {
   Bag g;
-  DtStatus s = begin(ctx, "embedding_bag_psw_grad", in, nin, out, a, false, true, &g);
+  DtStatus s = begin(ctx, "embedding_bag_psw_grad", in, nin, out, a, PSW, &g);
   if (s)
     return s;
   run(ctx, g.b, g.n * g.d, psw_grad_bags, &g);
+  return DT_OK;
+}
+
+/* ---- the sparse gradient ---- */
+
+static int by_id(const void *x, const void *y) {
+  int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* The ids but padding_idx, sorted, each once, then -1 to the input's end. */
+DTRT_TRACED(sparse_rows, DTRT_TID_KERNEL) {
+  Bag g;
+  DtStatus s = begin(ctx, "sparse_rows", in, nin, out, a, ROWS, &g);
+  if (s)
+    return s;
+  int32_t *r = (int32_t *)g.y;
+  int64_t n = 0, u = 0;
+  for (int64_t j = 0; j < g.n; j++)
+    if (g.id[j] != g.pad)
+      r[n++] = g.id[j];
+  qsort(r, (size_t)n, sizeof *r, by_id);
+  for (int64_t j = 0; j < n; j++)
+    if (!u || r[j] != r[u - 1])
+      r[u++] = r[j];
+  for (int64_t j = u; j < g.n; j++)
+    r[j] = -1;
+  return DT_OK;
+}
+
+/* The place of row id among the touched rows (sorted, all there). */
+static int64_t place(const Bag *g, int32_t id) {
+  int64_t lo = 0, hi = g->ntouched;
+  while (hi - lo > 1) {
+    int64_t mid = (lo + hi) / 2;
+    if (g->touched[mid] <= id)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Places [u p / parts, u (p+1) / parts) of the values for each part p:
+ * zeroed, then each bag's contributions to them in bag order, as grad_rows
+ * adds them to the dense gradient. */
+static void value_rows(void *env, int64_t p0, int64_t p1) {
+  const Bag *g = env;
+  int64_t d = g->d, u = g->ntouched;
+  for (int64_t p = p0; p < p1; p++) {
+    int64_t s0 = u * p / g->parts, s1 = u * (p + 1) / g->parts;
+    if (s0 == s1)
+      continue;
+    int32_t lo = g->touched[s0], hi = g->touched[s1 - 1];
+    memset(g->y + s0 * d, 0, (size_t)((s1 - s0) * d) * sizeof(float));
+    for (int64_t b = 0; b < g->b; b++) {
+      const float *restrict dy = g->dy + b * d;
+      int64_t j0, j1;
+      float cnt = g->mode == DT_BAG_MEAN ? (float)count(g, b) : 1;
+      span(g, b, &j0, &j1);
+      for (int64_t j = j0; j < j1; j++) {
+        int32_t id = g->id[j];
+        if (id == g->pad || id < lo || id > hi)
+          continue;
+        float *restrict y = g->y + place(g, id) * d;
+        if (g->psw)
+          for (int64_t c = 0; c < d; c++)
+            y[c] += g->psw[j] * dy[c];
+        else if (g->mode == DT_BAG_MEAN)
+          for (int64_t c = 0; c < d; c++)
+            y[c] += dy[c] / cnt;
+        else
+          for (int64_t c = 0; c < d; c++)
+            y[c] += dy[c];
+      }
+    }
+  }
+}
+
+/* The gradient's values: row k of the result for the k-th touched row, zeros
+ * where the rows hold -1. The rows must be sparse_rows' of the same input. */
+DTRT_TRACED(sparse_values, DTRT_TID_KERNEL) {
+  Bag g;
+  DtStatus s = begin(ctx, "sparse_values", in, nin, out, a, VALUES, &g);
+  if (s)
+    return s;
+  while (g.ntouched < g.n && g.touched[g.ntouched] >= 0)
+    g.ntouched++;
+  for (int64_t k = 0; k < g.ntouched; k++)
+    if (g.touched[k] >= g.rows || (k && g.touched[k] <= g.touched[k - 1]))
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "sparse_values: rows[%lld] = %d is not a row of [0, %lld) above the one "
+                       "before; the rows must be sparse_rows' of the same input",
+                       (long long)k, (int)g.touched[k], (long long)g.rows);
+  for (int64_t j = 0; j < g.n; j++)
+    if (g.id[j] != g.pad && (!g.ntouched || g.touched[place(&g, g.id[j])] != g.id[j]))
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "sparse_values: id %d (input entry %lld) is not among the rows; the rows "
+                       "must be sparse_rows' of the same input",
+                       (int)g.id[j], (long long)j);
+  memset(g.y + g.ntouched * g.d, 0, (size_t)((g.n - g.ntouched) * g.d) * sizeof(float));
+  int64_t work = g.n * g.d;
+  g.parts = work >= BAG_PARALLEL ? dtrt_threads(ctx) : 1;
+  if (g.parts > g.ntouched)
+    g.parts = g.ntouched > 0 ? g.ntouched : 1;
+  if (g.parts > 1)
+    dtrt_parallel_for(ctx, g.parts, value_rows, &g);
+  else
+    value_rows(&g, 0, 1);
   return DT_OK;
 }
 

@@ -26,6 +26,8 @@ check "adam(lr = 0.01)" "Adam(lr=0.01)"
 check "adam(lr = 0.01, eps = 0.01, weight_decay = 0.1)" "Adam(lr=0.01, eps=0.01, weight_decay=0.1)"
 check "adam(lr = 0.01, beta1 = 0, beta2 = 0.9)" "Adam(lr=0.01, betas=(0, 0.9))"
 check "adamw(lr = 0.01, weight_decay = 0.1, eps = 0.01)" "AdamW(lr=0.01, weight_decay=0.1, eps=0.01)"
+check "adagrad(lr = 0.1, weight_decay = 0.01, initial_accumulator_value = 0.1)" \
+      "Adagrad(lr=0.1, weight_decay=0.01, initial_accumulator_value=0.1)"
 check "adam(lr = 0.01, clip_norm = 0.5)" "Adam(lr=0.01)" 0.5
 check "sgd(lr = 0.1, momentum = 0.9, clip_norm = 0.5)" "SGD(lr=0.1, momentum=0.9)" 0.5
 # gradient accumulation over 3 micro-batches of their own, 12 calls (4 updates)

@@ -289,7 +289,8 @@ static void test_module_decls(void **state) {
                "t.ir:2:8: error: field 'warmup' of train must be an integer");
   expect_error("module m\ntrain {loss = 3}\n", "t.ir:2:8: error: field 'loss' of train must be a string");
   expect_error("module m\ntrain {opt = \"lbfgs\"}\n",
-               "t.ir:2:8: error: field 'opt' of train is 'lbfgs', not one of sgd, adam, adamw, demo");
+               "t.ir:2:8: error: field 'opt' of train is 'lbfgs', not one of sgd, adam, adamw, "
+               "demo, adagrad, sparse_adam, rowwise_adagrad");
   expect_error("module m\ntrain {schedule = 3}\n",
                "t.ir:2:8: error: field 'schedule' of train must be a string");
   expect_error("module m\nparam w : f32[2] {init = \"xavier\"}\n",
@@ -298,7 +299,8 @@ static void test_module_decls(void **state) {
   expect_error("module m\ntrain {foo = 1}\n",
                "t.ir:2:8: error: train has no field 'foo' (it has loss, opt, lr, momentum, "
                "weight_decay, beta1, beta2, eps, schedule, warmup, total, nesterov, eps_kingma, "
-               "clip_norm, dampening, accumulate, beta, topk, chunk)");
+               "clip_norm, dampening, accumulate, beta, topk, chunk, lr_decay, "
+               "initial_accumulator_value)");
   expect_error("module m\nparam w f32[2]\n", "t.ir:2:9: error: expected ':', found 'f32'");
   expect_error("module m\nparam w : f32[2] {init = glorot}\n",
                "t.ir:2:26: error: expected an attribute value (number, string or [integers]), found "

@@ -1,7 +1,9 @@
 /* test_runtime_bag.c: libdtrt's embedding_bag kernels against a plain loop
  * written here (every mode, both input forms, per-sample weights,
  * padding_idx), their gradients against finite differences, the same bits
- * on any thread count, and the errors bad ids and offsets give. */
+ * on any thread count, and the errors bad ids and offsets give; the sparse
+ * gradient (touched rows and their values) against a plain loop's rows and
+ * the dense gradient's. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -372,6 +374,73 @@ static void test_staged(void **state) {
   assert_int_equal(dtrt_staged_bytes(DT_STAGED_BAG_GRAD, in, 3, &out, &a, 1), 0);
 }
 
+/* The sparse gradient: the rows are the ids but padding_idx, sorted, once
+ * each (a plain loop's marks), then -1; the values are the dense gradient's
+ * rows, the same bits (both sum in bag order), zeros after the rows; every
+ * other row of the dense gradient is zero. Ids repeat (23 or 24 of 9 rows). */
+static void test_sparse(void **state) {
+  (void)state;
+  for (int flat = 0; flat < 2; flat++)
+    for (int mode = 0; mode < DT_BAG_MAX; mode++)
+      for (int pad = -1; pad < 4; pad += 4)
+        for (int psw = 0; psw <= (mode == DT_BAG_SUM); psw++) {
+          Case c = make(mode, flat, psw, pad);
+          int n = flat ? c.n : c.b * c.k, nw = c.r * c.d, u = 0;
+          int32_t *rows = malloc(sizeof(int32_t) * (size_t)n);
+          float *val = malloc(sizeof(float) * (size_t)(n * c.d)), *dw = malloc(sizeof(float) * nw);
+          bool mark[9] = {0};
+          for (int j = 0; j < n; j++)
+            if (c.id[j] != c.pad)
+              mark[c.id[j]] = true;
+          DtTensor in[7], out = t2(DTRT_F32, dw, c.r, c.d);
+          DtAttrs a = attrs(&c, "t");
+          int nin = operands(&c, in, false);
+          DtTensor ro = in[0];
+          ro.data = rows;
+          run(dtrt_k_sparse_rows, in, nin, &ro, &a);
+          for (int r = 0; r < c.r; r++)
+            if (mark[r])
+              assert_int_equal(rows[u++], r);
+          for (int j = u; j < n; j++)
+            assert_int_equal(rows[j], -1);
+          nin = operands(&c, in, true);
+          run(dtrt_k_embedding_bag_grad, in, nin, &out, &a);
+          in[nin] = ro;
+          DtTensor vo = {.data = val, .dtype = DTRT_F32, .rank = ro.rank + 1};
+          memcpy(vo.dim, ro.dim, sizeof ro.dim);
+          vo.dim[ro.rank] = c.d;
+          run(dtrt_k_sparse_values, in, nin + 1, &vo, &a);
+          for (int k = 0; k < u; k++)
+            assert_memory_equal(val + k * c.d, dw + rows[k] * c.d, sizeof(float) * c.d);
+          for (int k = u * c.d; k < n * c.d; k++)
+            assert_true(val[k] == 0);
+          for (int r = 0; r < c.r; r++)
+            for (int e = 0; !mark[r] && e < c.d; e++)
+              assert_true(dw[r * c.d + e] == 0);
+          /* values whose rows are not sparse_rows' are refused */
+          if (u >= 2) {
+            int32_t t = rows[0];
+            rows[0] = rows[1];
+            refuse(dtrt_k_sparse_values, in, nin + 1, &vo, &a, "the rows must be sparse_rows'");
+            rows[0] = t;
+          }
+          free(rows), free(val), free(dw);
+          drop(&c);
+        }
+  /* max has no sparse gradient; a bad id is refused as by the others */
+  Case c = make(DT_BAG_MAX, false, false, -1);
+  int32_t rows[24];
+  DtTensor in[5], ro = t2(DTRT_I32, rows, c.b, c.k);
+  DtAttrs a = attrs(&c, "emb");
+  int nin = operands(&c, in, false);
+  refuse(dtrt_k_sparse_rows, in, nin, &ro, &a, "'emb': a sparse gradient needs mode sum or mean");
+  a.i[0] = DT_BAG_SUM;
+  c.id[13] = 9;
+  refuse(dtrt_k_sparse_rows, in, nin, &ro, &a,
+         "sparse_rows: table 'emb': batch row 3 has id 9 (input entry 13), outside [0, 9)");
+  drop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_modes, setup, teardown),
@@ -379,6 +448,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_staged, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sparse, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
