@@ -12,63 +12,67 @@
 #include "passes.h"
 
 static const char usage[] =
-  "usage: dtc [options] FILE\n"
-  "\n"
-  "FILE is a model in the dtc language (.dt) or IR text (.ir).\n"
-  "\n"
-  "options:\n"
-  "  -o FILE              write the output to FILE (default: stdout for text,\n"
-  "                       NAME.o for objects); code also writes NAME.h beside it.\n"
-  "                       When the mesh's devices name other targets (a device's\n"
-  "                       target = \"TRIPLE\"), FILE holds the code of the devices\n"
-  "                       of --target (or this machine), and FILE with .TRIPLE\n"
-  "                       before its suffix that of each other target\n"
-  "  --emit=KIND          ir     the IR after the frontend, or after --stop-after\n"
-  "                       dot    a Graphviz graph of the model\n"
-  "                       plan   planned forms and ratios, shardings, collectives,\n"
-  "                              memory\n"
-  "                       sim    predicted step time per device; with -o FILE,\n"
-  "                              a Chrome trace (JSON) of the predicted step\n"
-  "                       llvm   LLVM IR text (.ll)\n"
-  "                       asm    assembly (.s)\n"
-  "                       obj    object file (.o, the default)\n"
-  "  -D NAME=VALUE        set a model dimension (batch B = 256 -> -D B=512)\n"
-  "  -O0 -O1 -O2 -O3      optimisation level of generated code (default -O2)\n"
-  "  --target=TRIPLE      generate code for TRIPLE (default: this machine)\n"
-  "  -mcpu=CPU            generate code for CPU (default: host, or generic)\n"
-  "  -fdeterministic[=N]  the same result on any layout: every sum over the\n"
-  "                       batch in N fixed pieces (default 8 or the largest\n"
-  "                       divisor of the batch below), added in order\n"
-  "  -fepilogue           run the elementwise ops that read a matmul's result\n"
-  "                       on each strip of it inside dtc's GEMM (off: as loops\n"
-  "                       of their own after it, measured as fast or faster)\n"
-  "  -fmatmul=HOW         matmuls and convolutions' products by dtc's own\n"
-  "                       generated kernel (dtc, the default) or by OpenBLAS\n"
-  "                       through libdtrt (blas)\n"
-  "  -fdenormals=MODE     how a step treats denormal floats: flush them to\n"
-  "                       zero, results and operands (flush, the default:\n"
-  "                       arithmetic on denormals runs tens of times slower),\n"
-  "                       or keep IEEE gradual underflow (ieee)\n"
-  "  --cluster=FILE       plan for the cluster block in FILE instead of the\n"
-  "                       one the parallel block names\n"
-  "  --devices=LIST       an elastic build: one plan for each device count of\n"
-  "                       LIST (N, LO..HI or a comma list of them, e.g. 1..4 or\n"
-  "                       1,2,4), each over the first N devices of the mesh\n"
-  "                       resized to one axis of N, all in one object; the\n"
-  "                       model's NAME_create takes the plan of the job's size\n"
-  "  --stop-after=PASS    stop the pipeline after PASS (with --emit=ir)\n"
-  "  --print-after=PASS   print the IR to stderr after PASS (repeatable)\n"
-  "  --print-after-all    print the IR to stderr after every pass\n"
-  "  --time-passes        report the time each pass took\n"
-  "  --list-passes        list the passes in pipeline order\n"
-  "  --print-model-name   print the name of the model FILE declares (the NAME\n"
-  "                       of NAME.h and NAME_create) and generate nothing\n"
-  "  -Werror              treat warnings as errors\n"
-  "  -Wno-unused          no warnings for unused parameters and annotations\n"
-  "  -Wreshard            warn at every reshard the compiler inserts\n"
-  "  -ferror-limit=N      stop after N errors (default 20, 0: no limit)\n"
-  "  --help               this text\n"
-  "  --version            the version\n";
+    "usage: dtc [options] FILE\n"
+    "\n"
+    "FILE is a model in the dtc language (.dt) or IR text (.ir).\n"
+    "\n"
+    "options:\n"
+    "  -o FILE              write the output to FILE (default: stdout for text,\n"
+    "                       NAME.o for objects); code also writes NAME.h beside it.\n"
+    "                       When the mesh's devices name other targets (a device's\n"
+    "                       target = \"TRIPLE\"), FILE holds the code of the devices\n"
+    "                       of --target (or this machine), and FILE with .TRIPLE\n"
+    "                       before its suffix that of each other target\n"
+    "  --emit=KIND          ir     the IR after the frontend, or after --stop-after\n"
+    "                       dot    a Graphviz graph of the model\n"
+    "                       plan   planned forms and ratios, shardings, collectives,\n"
+    "                              memory\n"
+    "                       sim    predicted step time per device; with -o FILE,\n"
+    "                              a Chrome trace (JSON) of the predicted step\n"
+    "                       llvm   LLVM IR text (.ll)\n"
+    "                       asm    assembly (.s)\n"
+    "                       obj    object file (.o, the default)\n"
+    "  -D NAME=VALUE        set a model dimension (batch B = 256 -> -D B=512)\n"
+    "  -O0 -O1 -O2 -O3      optimisation level of generated code (default -O2)\n"
+    "  --target=TRIPLE      generate code for TRIPLE (default: this machine)\n"
+    "  -mcpu=CPU            generate code for CPU (default: host, or generic)\n"
+    "  -fdeterministic[=N]  the same result on any layout: every sum over the\n"
+    "                       batch in N fixed pieces (default 8 or the largest\n"
+    "                       divisor of the batch below), added in order\n"
+    "  -fexchange=FORMAT    the format of the data-parallel gradient exchange:\n"
+    "                       f32 (the default) or bf16 (rounded to nearest even,\n"
+    "                       summed in f32); as `exchange = FORMAT` in the\n"
+    "                       parallel block\n"
+    "  -fepilogue           run the elementwise ops that read a matmul's result\n"
+    "                       on each strip of it inside dtc's GEMM (off: as loops\n"
+    "                       of their own after it, measured as fast or faster)\n"
+    "  -fmatmul=HOW         matmuls and convolutions' products by dtc's own\n"
+    "                       generated kernel (dtc, the default) or by OpenBLAS\n"
+    "                       through libdtrt (blas)\n"
+    "  -fdenormals=MODE     how a step treats denormal floats: flush them to\n"
+    "                       zero, results and operands (flush, the default:\n"
+    "                       arithmetic on denormals runs tens of times slower),\n"
+    "                       or keep IEEE gradual underflow (ieee)\n"
+    "  --cluster=FILE       plan for the cluster block in FILE instead of the\n"
+    "                       one the parallel block names\n"
+    "  --devices=LIST       an elastic build: one plan for each device count of\n"
+    "                       LIST (N, LO..HI or a comma list of them, e.g. 1..4 or\n"
+    "                       1,2,4), each over the first N devices of the mesh\n"
+    "                       resized to one axis of N, all in one object; the\n"
+    "                       model's NAME_create takes the plan of the job's size\n"
+    "  --stop-after=PASS    stop the pipeline after PASS (with --emit=ir)\n"
+    "  --print-after=PASS   print the IR to stderr after PASS (repeatable)\n"
+    "  --print-after-all    print the IR to stderr after every pass\n"
+    "  --time-passes        report the time each pass took\n"
+    "  --list-passes        list the passes in pipeline order\n"
+    "  --print-model-name   print the name of the model FILE declares (the NAME\n"
+    "                       of NAME.h and NAME_create) and generate nothing\n"
+    "  -Werror              treat warnings as errors\n"
+    "  -Wno-unused          no warnings for unused parameters and annotations\n"
+    "  -Wreshard            warn at every reshard the compiler inserts\n"
+    "  -ferror-limit=N      stop after N errors (default 20, 0: no limit)\n"
+    "  --help               this text\n"
+    "  --version            the version\n";
 
 typedef struct Driver {
   CgOptions opt;             /* -o, --emit, --target, -mcpu, -O */
@@ -81,6 +85,7 @@ typedef struct Driver {
   const char *print_after[32];
   int det;                   /* -fdeterministic: 0 off, -1 the default count, else the count */
   bool epilogue;             /* -fepilogue */
+  int exchange;              /* -fexchange: 1 + its DtWire, 0 not given */
   PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
   PassRun run;
   int devices[CG_MAX_PLANS]; /* --devices, ascending; ndevices 0: none given */
@@ -235,6 +240,11 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       if (k < 0)
         return fail("invalid value '%s' in '-fdenormals' (expected flush or ieee)", v);
       o->denormals = k;
+    } else if ((v = opt_value(a, "-fexchange="))) {
+      int k = dtrt_name_index(dtrt_wire_names, DT_WIRE_COUNT, v);
+      if (k < 0)
+        return fail("invalid value '%s' in '-fexchange' (expected f32 or bf16)", v);
+      dr->exchange = 1 + k;
     } else if (!strcmp(a, "-fepilogue")) {
       dr->epilogue = true;
     } else if (!strcmp(a, "-fdeterministic")) {
@@ -349,6 +359,18 @@ static bool set_deterministic(Module *m, int n) {
   return true;
 }
 
+/* -fexchange=FORMAT on module m (k: its DtWire), unless its parallel block
+ * chose another; its errors then point at the model's name. */
+static bool set_exchange(Module *m, int k) {
+  if (m->exchange_loc.file && m->exchange != k)
+    return fail("-fexchange=%s: the parallel block of '%s' sets exchange = %s", dtrt_wire_names[k],
+                m->name, dtrt_wire_names[m->exchange]),
+           false;
+  if (!m->exchange_loc.file)
+    m->exchange = k, m->exchange_loc = m->loc;
+  return true;
+}
+
 /* After a diagnostic in one plan of --devices: which. */
 static void plan_note(Diag *d, void *arg) {
   diag_note(d, (Loc){0}, "in the plan for %d device%s (--devices)", *(int *)arg,
@@ -403,6 +425,8 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
     double fe_ms = dtrt_now_ns() / 1e6 - t0;
     if (m && !d->nerr && dr->det && !set_deterministic(m, dr->det))
+      goto done;
+    if (m && !d->nerr && dr->exchange && !set_exchange(m, dr->exchange - 1))
       goto done;
     if (m)
       m->epilogues = dr->epilogue;
@@ -500,6 +524,8 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   if (!m || d->nerr)
     return 1;
   if (dr->det && !set_deterministic(m, dr->det))
+    return 1;
+  if (dr->exchange && !set_exchange(m, dr->exchange - 1))
     return 1;
   m->epilogues = dr->epilogue;
   if (!ir_verify(m, d))
