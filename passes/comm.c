@@ -320,6 +320,8 @@ static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
     Inst *c = f->inst.a[k];
     if ((c->op == OP_all_reduce || c->op == OP_reduce_scatter) && reach[k] == UPDATE &&
         (axes >> ir_get_int(c, "axis", 0) & 1u)) {
+      if (!ir_attr(c, "method"))   /* chosen below; first, so attributes print in schema order */
+        ir_set_int(c, "method", DTRT_COMM_MPI);
       ir_set_int(c, "wire", wire);
       n++;
     }
