@@ -331,7 +331,7 @@ static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
 
 /* Under `exchange = bf16`: its located errors, then the wire of every
  * gradient exchange. run is NULL in the planner's trials, which may try a
- * plan without one. */
+ * plan without one; a mesh of one device has none to have. */
 static bool set_exchange(Module *m, Diag *d, const PassRun *run) {
   char at[300] = "";
   if (m->exchange == DT_WIRE_F32)
@@ -362,7 +362,10 @@ static bool set_exchange(Module *m, Diag *d, const PassRun *run) {
     if (fn->device >= 0 && !fn->body && ir_func_is(fn, "train_step"))
       n += mark_exchange(m, fn, axes, m->exchange);
   }
-  if (!n && (run || !m->mesh.n)) {
+  int ndev = 1;   /* a mesh of one device (an elastic build's smallest) exchanges nothing */
+  for (int x = 0; m->mesh.n && x < m->mesh.a[0].naxis; x++)
+    ndev *= m->mesh.a[0].axis_size[x];
+  if (!n && (run || !m->mesh.n) && !(m->mesh.n && ndev == 1)) {
     diag_error(d, m->exchange_loc,
                "exchange = %s applies to the sum of gradients over a "
                "data-parallel axis, but %s: split the batch of an input over a mesh axis "
