@@ -2,10 +2,12 @@
  * the same run, for 4 KiB to 16 MiB: all_reduce (ring, and MPI through dtrt)
  * against MPI_Allreduce, all_gather (variable count, ring, grouped) against
  * MPI_Allgather, reduce_scatter (counts, ring, grouped) against
- * MPI_Reduce_scatter_block. bytes is the size of the whole tensor; each time
+ * MPI_Reduce_scatter_block; then all_reduce by each method with the values in
+ * bf16 on the wire against the same in f32 (comm_all_reduce_bf16,
+ * bf16_over_f32). bytes is the size of the whole tensor (in f32); each time
  * is the slowest rank's, the median over REPS repetitions (by default from
- * 200 for small sizes down to 40), dtc and MPI alternating. Rank 0 prints one
- * JSON object per line.
+ * 200 for small sizes down to 40), the two sides alternating. Rank 0 prints
+ * one JSON object per line.
  *
  * Run: mpiexec -n 2 build/bench/comm [REPS]
  *      (Open MPI as root: mpiexec --allow-run-as-root -n 2 build/bench/comm) */
@@ -96,6 +98,26 @@ static double timed(Run *r, bool dtc) {
   return slowest;
 }
 
+/* Seconds of one all_reduce of n elements by method in wire format `wire`
+ * (DtWire), on the slowest rank. */
+static double timed_wire(DtrtCtx *ctx, float *x, float *y, int64_t n, int method, int wire) {
+  DtTensor in = {.dtype = DTRT_F32, .rank = 1, .dim = {n}, .data = x};
+  DtTensor out = {.dtype = DTRT_F32, .rank = 1, .dim = {n}, .data = y};
+  DtAttrs a = {.i = {0, method, wire}, .ni = 3};
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t = MPI_Wtime();
+  DtStatus s = dtrt_k_all_reduce(ctx, &in, 1, &out, &a);
+  t = MPI_Wtime() - t;
+  if (s) {
+    fprintf(stderr, "comm_all_reduce_bf16 %s: %s\n", dtrt_comm_method_names[method],
+            dtrt_errmsg(ctx));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  double slowest;
+  MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
 int main(int argc, char **argv) {
   DtrtCtx *ctx = dtrt_ctx_new();
   if (!ctx || dtrt_comm_init(ctx)) {
@@ -134,6 +156,29 @@ int main(int argc, char **argv) {
         printf("{\"bench\": \"%s\", \"method\": \"%s\", \"bytes\": %lld, \"ranks\": %d, "
                "\"dtc_ms\": %.4f, \"mpi_ms\": %.4f, \"dtc_over_mpi\": %.3f, \"same\": %s}\n",
                cases[c].bench, cases[c].name, (long long)(r.n * 4), np, dtc, mpi, dtc / mpi,
+               all ? "true" : "false");
+      fflush(stdout);
+    }
+  for (int64_t bytes = 4 << 10; bytes <= 16 << 20; bytes *= 4)
+    for (int method = DTRT_COMM_MPI; method <= DTRT_COMM_HIER; method++) {
+      int64_t n = bytes / 4;
+      int reps = bytes <= (256 << 10) ? 200 : bytes <= (1 << 20) ? 100 : 40;
+      reps = reps_arg > 0 ? (reps_arg < 200 ? reps_arg : 200) : reps;
+      for (int k = 0; k < 3; k++)
+        timed_wire(ctx, x, y, n, method, DT_WIRE_F32), timed_wire(ctx, x, z, n, method, DT_WIRE_BF16);
+      for (int k = 0; k < reps; k++) {
+        t[k] = timed_wire(ctx, x, y, n, method, DT_WIRE_F32);
+        t[200 + k] = timed_wire(ctx, x, z, n, method, DT_WIRE_BF16);
+      }
+      /* small integers are bf16 values and their sums exact: the same result */
+      int same = !memcmp(y, z, (size_t)n * 4), all;
+      MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      double f32 = median(t, reps) * 1e3, bf16 = median(t + 200, reps) * 1e3;
+      if (me == 0)
+        printf("{\"bench\": \"comm_all_reduce_bf16\", \"method\": \"%s\", \"bytes\": %lld, "
+               "\"ranks\": %d, \"f32_ms\": %.4f, \"bf16_ms\": %.4f, \"bf16_over_f32\": %.3f, "
+               "\"same\": %s}\n",
+               dtrt_comm_method_names[method], (long long)bytes, np, f32, bf16, bf16 / f32,
                all ? "true" : "false");
       fflush(stdout);
     }

@@ -530,6 +530,8 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
 /* option = "microbatches" "=" expr: the batch of every training step cut into
  *          that many micro-batches, which pipeline stages overlap;
  *        | "schedule" "=" ("1f1b" | "gpipe"): their order on a stage;
+ *        | "exchange" "=" ("f32" | "bf16"): the format of the gradient
+ *          exchange over the data-parallel axis (passes/comm.c);
  *        | "deterministic" [ "=" expr ]: every sum over the batch in that many
  *          fixed pieces (default: ir_det_pieces), added in order. */
 static void lower_option(Module *m, const Stmt *s, Diag *d) {
@@ -552,9 +554,24 @@ static void lower_option(Module *m, const Stmt *s, Diag *d) {
       diag_error(d, e->loc, "'schedule' must be 1f1b or gpipe");
     else
       m->schedule = (PipeSchedule)k, m->schedule_loc = s->name_loc;
+  } else if (!strcmp(s->name, "exchange")) {
+    const Expr *e = s->val;
+    int k = e && e->kind == E_IDENT ? dtrt_name_index(dtrt_wire_names, DT_WIRE_COUNT, e->s) : -1;
+    if (!e)
+      diag_error(d, s->name_loc, "'exchange' needs a format: exchange = bf16");
+    else if (m->exchange_loc.file)
+      diag_error(d, s->name_loc, "a second exchange option");
+    else if (k < 0)
+      diag_error(d, e->loc, "unknown exchange format%s%s%s (expected f32 or bf16)",
+                 e->kind == E_IDENT ? " '" : "", e->kind == E_IDENT ? e->s : "",
+                 e->kind == E_IDENT ? "'" : "");
+    else
+      m->exchange = k, m->exchange_loc = s->name_loc;
   } else if (!det && strcmp(s->name, "microbatches")) {
     diag_error(d, s->name_loc,
-               "unknown option '%s' (expected microbatches, schedule or deterministic)", s->name);
+               "unknown option '%s' (expected microbatches, schedule, "
+               "deterministic or exchange)",
+               s->name);
   } else if (det ? m->det_pieces != 0 : m->microbatches != 0) {
     diag_error(d, s->name_loc, "a second %s option", s->name);
   } else if (det && !m->batch) {

@@ -178,14 +178,19 @@ static void collective(Run **at, const int *members, int k) {
   int dim = (int)ir_get_int(c0, "dim", 0), to = (int)ir_get_int(c0, "to", 0);
   float *sum = NULL;
   if (c0->op == OP_all_reduce || c0->op == OP_reduce_scatter) {
+    /* in bf16 on the wire: each member's input rounded, the sum in member
+     * order in f32, rounded (within libdtrt's bound for every method) */
+    bool bf16 = ir_get_int(c0, "wire", DT_WIRE_F32) == DT_WIRE_BF16;
     int64_t e = type_elems(&c0->in[0]->type);
     sum = interp_zalloc(e);
     for (int c = 0; c < k; c++) {
       const Run *r = at[members[c]];
       const float *x = r->val[r->f->inst.a[r->pc]->in[0]->id];
       for (int64_t q = 0; q < e; q++)
-        sum[q] += x[q];
+        sum[q] += bf16 && k > 1 ? dtrt_bf16_to_f32(dtrt_bf16_from_f32(x[q])) : x[q];
     }
+    for (int64_t q = 0; bf16 && k > 1 && q < e; q++)
+      sum[q] = dtrt_bf16_to_f32(dtrt_bf16_from_f32(sum[q]));
   }
   for (int c = 0; c < k; c++) {
     Run *r = at[members[c]];

@@ -368,6 +368,12 @@ struct Module {
    * is one of this many fixed pieces of rows, added in piece order, so the
    * step's result does not depend on the layout; 0: off. */
   int det_pieces;
+  /* DtWire of the gradient exchange (`exchange = bf16`, dtc -fexchange=):
+   * passes/comm.c sets it as the `wire` of every all_reduce and
+   * reduce_scatter that sums a param's gradient over the batch; its loc is
+   * the option's, none when it was not written. */
+  int exchange;
+  Loc exchange_loc;
   int64_t batch;         /* the model's batch dimension (`batch B`), 0: none */
   /* dtc -fepilogue: fusion makes a matmul the head of the group that reads
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */

@@ -815,9 +815,9 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
 }
 
 static bool is_toplevel(const Tok *t) {
-  static const char *kws[] = {"module", "dim",   "cluster", "mesh",          "plan",  "train",
-                              "input",  "param", "state",   "func",          "buffer",
-                              "deterministic"};
+  static const char *kws[] = {"module", "dim",           "cluster", "mesh",  "plan",
+                              "train",  "input",         "param",   "state", "func",
+                              "buffer", "deterministic", "exchange"};
   for (int k = 0; k < COUNTOF(kws); k++)
     if (is_kw(t, kws[k]))
       return true;
@@ -1013,6 +1013,25 @@ static bool parse_deterministic(Parser *p) {
   }
   p->m->det_pieces = (int)n, p->m->batch = b;
   return parse_loc(p, &p->m->det_loc);
+}
+
+/* exchange := 'exchange' ('f32' | 'bf16') [loc] */
+static bool parse_exchange(Parser *p) {
+  if (p->m->exchange_loc.file || p->m->exchange) {
+    error_at(p, p->tok.loc, "a module has one exchange line");
+    return false;
+  }
+  Loc at = p->tok.loc;
+  next(p);
+  int k = 0;
+  while (k < DT_WIRE_COUNT && !is_kw(&p->tok, dtrt_wire_names[k]))
+    k++;
+  if (k == DT_WIRE_COUNT)
+    return expected(p, "'f32' or 'bf16'");
+  next(p);
+  p->m->exchange = k;
+  p->m->exchange_loc = at;
+  return parse_loc(p, &p->m->exchange_loc);
 }
 
 /* train := 'train' [attrs] [loc] */
@@ -1270,6 +1289,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
       ok = parse_train(p);
     else if (is_kw(t, "deterministic"))
       ok = parse_deterministic(p);
+    else if (is_kw(t, "exchange"))
+      ok = parse_exchange(p);
     else if (is_kw(t, "input"))
       ok = parse_global(p, G_INPUT);
     else if (is_kw(t, "param"))
@@ -1281,8 +1302,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
     else if (is_kw(t, "module"))
       ok = (error_at(p, t->loc, "a file holds one module"), false);
     else
-      ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, train, input, "
-                       "param, buffer, state, func)");
+      ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, exchange, train, "
+                       "input, param, buffer, state, func)");
     finish_line(p, ok);
   }
   return d->nerr > nerr ? NULL : p->m;

@@ -442,6 +442,11 @@ void ir_print(FILE *out, const Module *m) {
     print_loc(out, m->det_loc);
     fputc('\n', out);
   }
+  if (m->exchange != DT_WIRE_F32) {
+    fprintf(out, "exchange %s", dtrt_wire_names[m->exchange]);
+    print_loc(out, m->exchange_loc);
+    fputc('\n', out);
+  }
   if (train_set(&m->train)) {
     fputs("\ntrain", out);
     print_fields(out, &m->train, ir_train_fields);

@@ -285,7 +285,7 @@ static bool global_ok(const Module *m, const Inst *in, Diag *d) {
 }
 
 /* Attributes that name a fact shared with libdtrt: an lr's schedule, a
- * collective's method. */
+ * collective's method and wire format. */
 static bool named_ok(const Inst *in, Diag *d) {
   if (in->op == OP_lr) {
     const char *s = ir_get_str(in, "schedule", "");
@@ -304,6 +304,12 @@ static bool named_ok(const Inst *in, Diag *d) {
       ir_get_int(in, "method", 0) != DTRT_COMM_MPI) {
     diag_error(d, in->loc, "'%s' has method %lld, which its kernel does not implement",
                ir_ops[in->op].name, (long long)ir_get_int(in, "method", 0));
+    return false;
+  }
+  int64_t w = ir_get_int(in, "wire", DT_WIRE_F32);
+  if (w < 0 || w >= DT_WIRE_COUNT) {
+    diag_error(d, in->loc, "'%s' has wire %lld, not 0 (f32) or 1 (bf16)", ir_ops[in->op].name,
+               (long long)w);
     return false;
   }
   return true;

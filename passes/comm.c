@@ -6,7 +6,25 @@
  * every all_reduce, all_gather, reduce_scatter and all_to_all of a per-device
  * function carries `method`, one its kernel implements, the same on every
  * member of its group (it depends on the group, not on the member), the
- * lowest-numbered of the cheapest. Changes nothing else.
+ * lowest-numbered of the cheapest; under `exchange = bf16` every gradient
+ * exchange (below) carries `wire = 1` (DT_WIRE_BF16) and no other collective
+ * does. Changes nothing else.
+ *
+ * The gradient exchange: an all_reduce or reduce_scatter of @train_step.D
+ * over a mesh axis that splits an input's batch (dim 0), whose result reaches
+ * a store of a param or of optimizer state but not the loss output: the sum
+ * of the backward's partial gradients over the data-parallel axis. The
+ * forward's collectives (the loss, batch norm's statistics, a Megatron
+ * row-parallel product) reach the loss and keep f32, as does the backward's
+ * over another axis (tensor parallelism's input gradients), and a loop body's
+ * (a weight's gradient in a loop is a carried sum, reduced after it). Located
+ * errors, at the option: a model without training, deterministic mode (whose
+ * sums must not depend on where the rounding falls), and a plan with no
+ * gradient exchange to apply it to.
+ *
+ * bf16 on the wire halves the bytes of the formulas below and adds the
+ * packing pass, 12 bytes per element of the buffer (f32 read, bf16 written,
+ * and back) at the slowest member's sim_bw.
  *
  * The model (Hockney's: a message of b bytes over a link costs lat + b / bw;
  * L(k) = ceil(log2 k); k members; a = lat, t = 1 / bw of the group's link:
@@ -222,9 +240,25 @@ double comm_best(const Module *m, Op op, double bytes, const double *b, const in
   return cost;
 }
 
+/* Seconds of bf16's packing pass over n elements on the slowest member. */
+static double pack_time(const Module *m, double n, const int *members, int k) {
+  double bw = INFINITY;
+  for (int j = 0; j < k; j++)
+    bw = fmin(bw, sim_bw(m, members[j]));
+  return 12 * n / bw;
+}
+
 double comm_time(const Module *m, const Inst *c, const int *members, int k, int method) {
   if (k < 2 || c->op == OP_shard_slice)
     return 0;
+  if (ir_get_int(c, "wire", DT_WIRE_F32) == DT_WIRE_BF16) {
+    double n = (double)type_elems(&c->in[0]->type), half[SHARD_MAX_AXIS] = {0};
+    if (c->op == OP_reduce_scatter)
+      block_bytes(c, k, half);
+    for (int j = 0; j < k; j++)
+      half[j] /= 2;
+    return comm_cost(m, c->op, n * 2, half, members, k, method) + pack_time(m, n, members, k);
+  }
   double b[SHARD_MAX_AXIS] = {0}, bytes = 0;
   if (c->op == OP_send) {   /* between its two members */
     int pair[2] = {members[ir_get_int(c, "from", 0)], members[ir_get_int(c, "to", 0)]};
@@ -252,9 +286,100 @@ int comm_choose(const Module *m, const Inst *c, const int *members, int k) {
   return best;
 }
 
+/* The mesh axes that split some input's dim 0, its batch: bit a for axis a. */
+static unsigned batch_axes(const Module *m) {
+  unsigned axes = 0;
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    if (gl->kind == G_INPUT && gl->shard && gl->type.rank > 0 && gl->shard->axis[0] >= 0)
+      axes |= 1u << gl->shard->axis[0];
+  }
+  return axes;
+}
+
+/* Marks the gradient exchanges of device function f (see the file's
+ * comment) with `wire`; their count. A value reaches what one of its users
+ * reaches: one sweep from the last instruction back. */
+static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
+  enum { LOSS = 1, UPDATE = 2 };
+  Arena *a = m->arena;
+  Uses u = ir_uses(a, f);
+  unsigned char *reach = arena_alloc(a, (size_t)f->inst.n + 1);
+  int n = 0;
+  for (int k = f->inst.n - 1; k >= 0; k--) {
+    const Inst *i = f->inst.a[k];
+    if (i->op == OP_output && m->train.loss && !strcmp(ir_get_str(i, "name", ""), m->train.loss))
+      reach[k] |= LOSS;
+    const Global *g = i->op == OP_store ? ir_global_of(i) : NULL;
+    if (g && (g->kind == G_PARAM || g->kind == G_STATE))
+      reach[k] |= UPDATE;
+    for (int j = u.off[k]; j < u.off[k + 1]; j++)
+      reach[k] |= reach[u.u[j]->id];
+  }
+  for (int k = 0; k < f->inst.n; k++) {
+    Inst *c = f->inst.a[k];
+    if ((c->op == OP_all_reduce || c->op == OP_reduce_scatter) && reach[k] == UPDATE &&
+        (axes >> ir_get_int(c, "axis", 0) & 1u)) {
+      if (!ir_attr(c, "method"))   /* chosen below; first, so attributes print in schema order */
+        ir_set_int(c, "method", DTRT_COMM_MPI);
+      ir_set_int(c, "wire", wire);
+      n++;
+    }
+  }
+  return n;
+}
+
+/* Under `exchange = bf16`: its located errors, then the wire of every
+ * gradient exchange. run is NULL in the planner's trials, which may try a
+ * plan without one; a mesh of one device has none to have. */
+static bool set_exchange(Module *m, Diag *d, const PassRun *run) {
+  char at[300] = "";
+  if (m->exchange == DT_WIRE_F32)
+    return true;
+  const char *fmt = dtrt_wire_names[m->exchange];
+  if (!m->train.loss) {
+    diag_error(d, m->exchange_loc,
+               "exchange = %s sends the gradients of training in %s, but "
+               "model '%s' is not trained (it has no minimize statement)",
+               fmt, fmt, m->name);
+    return false;
+  }
+  if (m->det_pieces > 1) {
+    if (m->det_loc.file && m->det_loc.line)
+      snprintf(at, sizeof at, " (%s:%d:%d)", m->det_loc.file->name, m->det_loc.line,
+               m->det_loc.col);
+    diag_error(d, m->exchange_loc,
+               "exchange = %s rounds partial sums where devices meet, "
+               "so its result depends on the layout; deterministic mode%s promises the same "
+               "bits on any layout: drop one of them",
+               fmt, at);
+    return false;
+  }
+  unsigned axes = batch_axes(m);
+  int n = 0;
+  for (int f = 0; f < m->func.n; f++) {
+    Func *fn = m->func.a[f];
+    if (fn->device >= 0 && !fn->body && ir_func_is(fn, "train_step"))
+      n += mark_exchange(m, fn, axes, m->exchange);
+  }
+  int ndev = 1;   /* a mesh of one device (an elastic build's smallest) exchanges nothing */
+  for (int x = 0; m->mesh.n && x < m->mesh.a[0].naxis; x++)
+    ndev *= m->mesh.a[0].axis_size[x];
+  if (!n && (run || !m->mesh.n) && !(m->mesh.n && ndev == 1)) {
+    diag_error(d, m->exchange_loc,
+               "exchange = %s applies to the sum of gradients over a "
+               "data-parallel axis, but %s: split the batch of an input over a mesh axis "
+               "(shard x: [dp, *])",
+               fmt,
+               m->mesh.n ? "this plan has none (no input's batch is split)" : "there is no mesh");
+    return false;
+  }
+  return true;
+}
+
 bool pass_comm(Module *m, Diag *d, PassRun *run) {
-  (void)run;
-  (void)d;
+  if (!set_exchange(m, d, run))
+    return false;
   if (!m->mesh.n)
     return true;
   int members[SHARD_MAX_AXIS];

@@ -82,6 +82,8 @@ static int axis_size(const Module *m, int axis) { return m->mesh.a[0].axis_size[
 double spmd_comm_bytes(const Inst *c) {
   int k = axis_size(c->fn->mod, (int)ir_get_int(c, "axis", 0));
   double f = (double)(k - 1) / k, in = (double)type_elems(&c->in[0]->type) * 4;
+  if (ir_get_int(c, "wire", DT_WIRE_F32) == DT_WIRE_BF16) /* 2 bytes an element */
+    in /= 2;
   switch (c->op) {
   case OP_all_reduce: return 2 * f * in;
   case OP_all_gather: return f * (double)type_elems(&c->type) * 4;
@@ -567,6 +569,8 @@ static void report_func(FILE *out, const Module *m, const Func *f, int64_t times
     print_size(out, b);
     if (ir_attr(c, "method"))
       fprintf(out, " by %s", dtrt_comm_method_names[ir_get_int(c, "method", 0)]);
+    if (ir_get_int(c, "wire", DT_WIRE_F32) != DT_WIRE_F32)
+      fprintf(out, " in %s", dtrt_wire_names[ir_get_int(c, "wire", 0)]);
     if (times > 1)
       fprintf(out, ", %lld times (in @%s)", (long long)times, f->name);
     fputc('\n', out);

@@ -21,6 +21,8 @@ struct DtComm {
   int naxis;                       /* 0 until dtrt_mesh_init */
   int size[DTRT_MAX_MESH], coord[DTRT_MAX_MESH];
   MPI_Comm axis[DTRT_MAX_MESH];    /* the group of each mesh axis */
+  MPI_Datatype bf16;               /* the bf16 wire format's type and sum */
+  MPI_Op bf16_sum;                 /* (bf16.c), made at start-up */
   /* the watchdog (dtrt_comm_enter): a thread that wakes every `period` ns */
   double timeout;                  /* seconds; 0: no watchdog */
   bool watching;                   /* its thread runs */
@@ -188,6 +190,10 @@ void dtrt_comm_free(DtrtCtx *ctx) {
   watch_stop(c);
   if (!ended) {
     free_axes(c);
+    if (c->bf16_sum != MPI_OP_NULL)
+      MPI_Op_free(&c->bf16_sum);
+    if (c->bf16 != MPI_DATATYPE_NULL)
+      MPI_Type_free(&c->bf16);
     if (c->world != MPI_COMM_NULL)
       MPI_Comm_free(&c->world);
     if (c->owner)
@@ -227,7 +233,11 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
   DtComm *c = dtrt_alloc(ctx, sizeof *c);
   if (!c)
     return DT_ERR_NOMEM;
-  *c = (DtComm){.nranks = 1, .local = 1, .world = MPI_COMM_NULL};
+  *c = (DtComm){.nranks = 1,
+                .local = 1,
+                .world = MPI_COMM_NULL,
+                .bf16 = MPI_DATATYPE_NULL,
+                .bf16_sum = MPI_OP_NULL};
   for (int k = 0; k < DTRT_MAX_MESH; k++)
     c->axis[k] = MPI_COMM_NULL;
   if (by) {
@@ -252,7 +262,9 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
         (s = dtrt_mpi(ctx, MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN), op,
                       "MPI_Comm_set_errhandler")) ||
         (s = dtrt_mpi(ctx, MPI_Comm_rank(c->world, &c->rank), op, "MPI_Comm_rank")) ||
-        (s = dtrt_mpi(ctx, MPI_Comm_size(c->world, &c->nranks), op, "MPI_Comm_size"))) {
+        (s = dtrt_mpi(ctx, MPI_Comm_size(c->world, &c->nranks), op, "MPI_Comm_size")) ||
+        (s = dtrt_mpi(ctx, dtrt_bf16_mpi_new(&c->bf16, &c->bf16_sum), op, "MPI_Op_create"))) {
+      c->bf16 = MPI_DATATYPE_NULL, c->bf16_sum = MPI_OP_NULL;
       if (c->world != MPI_COMM_NULL)
         MPI_Comm_free(&c->world);
       dtrt_free(ctx, c);
@@ -368,9 +380,10 @@ DtStatus dtrt_group(DtrtCtx *ctx, const char *op, int64_t axis, DtGroup *g) {
     return dtrt_fail(ctx, DT_ERR_MPI,
                      "%s: MPI was finalised (the context that started it was freed)", op);
   if (c->naxis)
-    *g = (DtGroup){c->mpi ? c->axis[axis] : MPI_COMM_NULL, c->size[axis], c->coord[axis]};
+    *g = (DtGroup){c->mpi ? c->axis[axis] : MPI_COMM_NULL, c->size[axis], c->coord[axis], c->bf16,
+                   c->bf16_sum};
   else
-    *g = (DtGroup){c->world, c->nranks, c->rank};
+    *g = (DtGroup){c->world, c->nranks, c->rank, c->bf16, c->bf16_sum};
   return DT_OK;
 }
 

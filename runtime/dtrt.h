@@ -361,6 +361,21 @@ extern const char *const dtrt_coll_names[DT_COLL_COUNT];       /* "all_reduce", 
 /* Whether collective c's kernel implements method (a DtCommMethod). */
 bool dtrt_coll_has_method(DtColl c, int method);
 
+/* The format a summing collective (all_reduce, reduce_scatter) sends its
+ * values in: its optional attribute after the method (docs/RUNTIME.md,
+ * "Gradient exchange in bf16"). DT_WIRE_BF16 sends bfloat16, the upper half
+ * of an f32's bits rounded to nearest, ties to even, and adds in f32; the
+ * result is a bf16 value (held in f32), the same on every member. */
+typedef enum DtWire { DT_WIRE_F32, DT_WIRE_BF16, DT_WIRE_COUNT } DtWire;
+extern const char *const dtrt_wire_names[DT_WIRE_COUNT]; /* "f32", "bf16" */
+/* x rounded to bf16, to nearest with ties to even: a value above the largest
+ * bf16 by half a unit or more becomes inf, infinities stay, a NaN stays a NaN
+ * of its sign (made quiet), denormals round as any other value (the integer
+ * arithmetic ignores the floating-point mode). */
+uint16_t dtrt_bf16_from_f32(float x);
+/* The f32 of bf16 h (exact). */
+float dtrt_bf16_to_f32(uint16_t h);
+
 /* The kernels that allocate while they run, beside their input and output:
  * the collectives' tables of blocks and the copies they pack blocks into
  * (blocks not contiguous, a ring's chunk, padding), a large sum's partial

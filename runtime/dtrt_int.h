@@ -340,6 +340,8 @@ int dtrt_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(vo
 typedef struct DtGroup {
   MPI_Comm comm;   /* MPI_COMM_NULL in a single process */
   int size, me;    /* me: this rank's index in the group (its coordinate) */
+  MPI_Datatype bf16; /* one bf16 value, and the sum of them (bf16.c); */
+  MPI_Op bf16_sum;   /* MPI_DATATYPE_NULL, MPI_OP_NULL in a single process */
 } DtGroup;
 
 /* The group of mesh axis `axis`, joining the job first if need be. */
@@ -366,6 +368,16 @@ DtStatus dtrt_comm_allgather(DtrtCtx *ctx, const char *op, const void *mine, int
 DtStatus dtrt_comm_allgatherv(DtrtCtx *ctx, const char *op, const void *mine, int n, void **all,
                               int *count);
 DtStatus dtrt_comm_bcast(DtrtCtx *ctx, const char *op, void *p, int n, int root);
+
+/* ---- bf16.c ------------------------------------------------------------ */
+
+/* n values rounded to bf16 (dtrt_bf16_from_f32), and back. */
+void dtrt_bf16_pack(const float *x, uint16_t *h, int64_t n);
+void dtrt_bf16_unpack(const uint16_t *h, float *x, int64_t n);
+/* Makes the MPI datatype of one bf16 (2 bytes) and the MPI_Op summing them
+ * (unpack, add in f32, round to nearest-even); an MPI error code, nothing
+ * made on failure. Free both with MPI_Type_free and MPI_Op_free. */
+int dtrt_bf16_mpi_new(MPI_Datatype *type, MPI_Op *sum);
 
 /* ---- kernels: dtrt_staged_bytes by kernel file (names.c dispatches) ---- */
 

@@ -1,8 +1,24 @@
 /* kernels_comm.c: the collective kernels over the group of one mesh axis:
  * all-reduce, all-gather, reduce-scatter and all-to-all, each either through
  * MPI's own collective or by one of dtc's methods (ring, grouped,
- * hierarchical by node for all_reduce, padded for all_gather), and
- * shard_slice, the local cut of a whole tensor to this member's block. */
+ * hierarchical by node for all_reduce, padded for all_gather), the summing
+ * ones in f32 or bf16 on the wire, and shard_slice, the local cut of a whole
+ * tensor to this member's block.
+ *
+ * bf16 on the wire (DT_WIRE_BF16) rounds to nearest-even exactly here:
+ *   mpi, grouped, hierarchical: each member's input, once, then every
+ *     combination of MPI's reduction (bf16.c's MPI_Op: bf16(a + b), the
+ *     addition in f32), in MPI's order;
+ *   ring: the running sum a member forwards, at each of the p-1 hops (the
+ *     receiver adds it in f32 to its own unrounded input), then the chunk's
+ *     final sum at its owner, before the all-gather sends it as it is.
+ * So the result is a bf16 value, the same on every member (over a group of
+ * one nothing travels and nothing is rounded). Each member's value meets at
+ * most 2p-1 roundings of a relative error of at most u = 2^-8 (bf16's 8-bit
+ * significand: half its spacing 2^-7 at 1) + 2^-24 (the f32 addition before
+ * it), so the result lies within gamma(2p-1) sum |x_m| of the exact sum,
+ * gamma(n) = n u / (1 - n u): about 1.2% of sum |x_m| on 2 members, 2.8% on
+ * 4. */
 #include <limits.h>
 #include <string.h>
 
@@ -116,6 +132,20 @@ static int64_t pack_bytes(const DtTensor *t, int d) {
   return outer_of(t, d) == 1 ? 0 : dtrt_numel(t) * 4;
 }
 
+/* How a summing collective's values travel: MPI's type and sum, and the
+ * bytes of one element on the wire. */
+typedef struct Wire {
+  MPI_Datatype type;
+  MPI_Op sum;
+  int size;
+  bool bf16;
+} Wire;
+
+static Wire wire_of(const DtGroup *g, int wire) {
+  return wire == DT_WIRE_BF16 ? (Wire){g->bf16, g->bf16_sum, 2, true}
+                              : (Wire){MPI_FLOAT, MPI_SUM, 4, false};
+}
+
 /* The elements of the largest of p near-even chunks of n (the first). */
 static int64_t ring_chunk(int64_t n, int p) { return n / p + (n % p != 0); }
 
@@ -125,9 +155,21 @@ static int64_t padded_bytes(int64_t most, int p) { return most * (p + 1) * 4; }
 
 /* The bytes reduce-scatter works on, its input in cut along d:
  * the ring sums a packed copy in place beside the largest block (`most`
- * elements); the others pack only blocks that are not contiguous. */
-static int64_t scatter_bytes(const DtTensor *in, int d, bool ring, int64_t most) {
-  return ring ? (dtrt_numel(in) + most) * 4 : pack_bytes(in, d);
+ * elements; in bf16 two of them, sent and received); the others pack only
+ * blocks that are not contiguous, and in bf16 then round the whole input
+ * and receive their block in bf16. */
+static int64_t scatter_bytes(const DtTensor *in, int d, bool ring, int64_t most, bool bf16) {
+  int64_t n = dtrt_numel(in);
+  if (ring)
+    return (n + most) * 4;
+  return pack_bytes(in, d) + (bf16 ? (n + most) * 2 : 0);
+}
+
+/* The bytes all_reduce works on beside its output, n elements over p: the
+ * ring's received chunk (in bf16 also the chunk sent) and, in bf16, the
+ * rounded copy of the whole that the all-gather (or MPI) moves. */
+static int64_t reduce_bytes(int64_t n, int p, int method, bool bf16) {
+  return (method == DTRT_COMM_RING ? ring_chunk(n, p) * 4 : 0) + (bf16 ? n * 2 : 0);
 }
 
 static MPI_Datatype mpi_type(int dtype) { return dtype == DTRT_I32 ? MPI_INT32_T : MPI_FLOAT; }
@@ -141,18 +183,21 @@ typedef struct Layout {
   int fixed;
   bool listed, more;
   int coll;                /* DtColl, -1: no method */
+  bool wire;               /* a DtWire may follow the method */
 } Layout;
 
-static const Layout all_reduce_l = {"all_reduce", 1, false, false, DT_COLL_ALL_REDUCE};
-static const Layout all_gather_l = {"all_gather", 2, true, false, DT_COLL_ALL_GATHER};
-static const Layout reduce_scatter_l = {"reduce_scatter", 2, true, false, DT_COLL_REDUCE_SCATTER};
-static const Layout all_to_all_l = {"all_to_all", 3, true, true, DT_COLL_ALL_TO_ALL};
-static const Layout shard_slice_l = {"shard_slice", 2, true, false, -1};
+static const Layout all_reduce_l = {"all_reduce", 1, false, false, DT_COLL_ALL_REDUCE, true};
+static const Layout all_gather_l = {"all_gather", 2, true, false, DT_COLL_ALL_GATHER, false};
+static const Layout reduce_scatter_l = {"reduce_scatter",       2,   true, false,
+                                        DT_COLL_REDUCE_SCATTER, true};
+static const Layout all_to_all_l = {"all_to_all", 3, true, true, DT_COLL_ALL_TO_ALL, false};
+static const Layout shard_slice_l = {"shard_slice", 2, true, false, -1, false};
 
-/* One call's group, method, and where its `more` lengths start (-1: none). */
+/* One call's group, method, wire format (DtWire), and where its `more`
+ * lengths start (-1: none). */
 typedef struct Call {
   DtGroup g;
-  int method, rest;
+  int method, wire, rest;
 } Call;
 
 /* The entry of every collective: one input, the group of mesh axis a->i[0],
@@ -169,20 +214,26 @@ static DtStatus begin(DtrtCtx *ctx, const Layout *l, const DtTensor *in, int nin
     return s;
   int ni = a->ni, p = call->g.size, need = l->fixed + (l->listed ? p : 0);
   bool method = l->coll >= 0;
-  if (ni != need && (!method || ni != need + 1) && !(l->more && ni == need + 1 + p))
+  if (ni != need && (!method || ni != need + 1) && !(l->wire && ni == need + 2) &&
+      !(l->more && ni == need + 1 + p))
     return dtrt_fail(ctx, DT_ERR_ARG,
-                     "%s: %d int attributes; over a group of %d it takes %d%s%s (at most %d)", op,
+                     "%s: %d int attributes; over a group of %d it takes %d%s%s%s (at most %d)", op,
                      ni, p, need, method ? ", or one more for the method" : "",
-                     l->more ? ", then optionally the input's block lengths" : "",
-                     DTRT_MAX_IATTRS);
+                     l->wire ? ", then optionally the wire format" : "",
+                     l->more ? ", then optionally the input's block lengths" : "", DTRT_MAX_IATTRS);
   int64_t m = ni > need ? a->i[need] : DTRT_COMM_MPI;
   bool known = m >= 0 && m < DTRT_COMM_COUNT;
   if (m != DTRT_COMM_MPI && !(known && dtrt_coll_has_method(l->coll, (int)m)))
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: method %lld%s%s%s is not one of its methods", op,
                      (long long)m, known ? " (" : "", known ? dtrt_comm_method_names[m] : "",
                      known ? ")" : "");
+  int64_t w = l->wire && ni == need + 2 ? a->i[need + 1] : DT_WIRE_F32;
+  if (w < 0 || w >= DT_WIRE_COUNT)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: wire format %lld is not f32 (%d) or bf16 (%d)", op,
+                     (long long)w, DT_WIRE_F32, DT_WIRE_BF16);
   call->method = (int)m;
-  call->rest = ni == need + 1 + p ? need + 1 : -1;
+  call->wire = (int)w;
+  call->rest = l->more && ni == need + 1 + p ? need + 1 : -1;
   return DT_OK;
 }
 
@@ -211,40 +262,48 @@ static DtStatus copy(const DtTensor *in, DtTensor *out) {
 
 /* Ring reduce-scatter over y, packed as sp says: in step k member r passes
  * its running sum of chunk r-k-1 to r+1 and adds what r-1 passes into chunk
- * r-k-2; after p-1 steps member r holds the whole sum of chunk r. tmp holds
- * the largest chunk. */
+ * r-k-2; after p-1 steps member r holds the whole sum of chunk r, in f32.
+ * tmp holds the largest chunk (`most` elements) received; in bf16 it first
+ * holds the chunk sent, rounded, and then the one received. */
 static DtStatus ring_reduce(DtrtCtx *ctx, const char *op, const DtGroup *g, float *y,
-                            const Split *sp, float *tmp) {
+                            const Split *sp, void *tmp, int64_t most, const Wire *w) {
   int p = g->size, r = g->me, next = (r + 1) % p, prev = (r + p - 1) % p;
+  uint16_t *out = tmp, *in = out + most;
   for (int k = 0; k < p - 1; k++) {
     int cs = (r - k - 1 + 2 * p) % p, cr = (r - k - 2 + 2 * p) % p;
+    if (w->bf16)
+      dtrt_bf16_pack(y + sp->dsp[cs], out, sp->cnt[cs]);
     DtStatus s = dtrt_mpi(ctx,
-                          MPI_Sendrecv(y + sp->dsp[cs], sp->cnt[cs], MPI_FLOAT, next, TAG, tmp,
-                                       sp->cnt[cr], MPI_FLOAT, prev, TAG, g->comm,
-                                       MPI_STATUS_IGNORE),
+                          MPI_Sendrecv(w->bf16 ? (void *)out : y + sp->dsp[cs], sp->cnt[cs],
+                                       w->type, next, TAG, w->bf16 ? (void *)in : tmp, sp->cnt[cr],
+                                       w->type, prev, TAG, g->comm, MPI_STATUS_IGNORE),
                           op, "MPI_Sendrecv");
     if (s)
       return s;
     float *acc = y + sp->dsp[cr];
-    for (int j = 0; j < sp->cnt[cr]; j++)
-      acc[j] += tmp[j];
+    if (w->bf16)
+      for (int j = 0; j < sp->cnt[cr]; j++)
+        acc[j] += dtrt_bf16_to_f32(in[j]);
+    else
+      for (int j = 0; j < sp->cnt[cr]; j++)
+        acc[j] += ((const float *)tmp)[j];
   }
   return DT_OK;
 }
 
-/* Ring all-gather over y (4-byte elements), packed as sp says, member r
- * holding chunk r: in step k it passes chunk r-k to r+1 and receives chunk
- * r-k-1 from r-1. */
+/* Ring all-gather over y (elements of esz bytes), packed as sp says,
+ * member r holding chunk r: in step k it passes chunk r-k to r+1 and
+ * receives chunk r-k-1 from r-1. */
 static DtStatus ring_gather(DtrtCtx *ctx, const char *op, const DtGroup *g, void *y,
-                            const Split *sp, MPI_Datatype type) {
+                            const Split *sp, MPI_Datatype type, int esz) {
   int p = g->size, r = g->me, next = (r + 1) % p, prev = (r + p - 1) % p;
-  uint32_t *u = y;
+  char *u = y;
   for (int k = 0; k < p - 1; k++) {
     int cs = (r - k + p) % p, cr = (r - k - 1 + p) % p;
     DtStatus s = dtrt_mpi(ctx,
-                          MPI_Sendrecv(u + sp->dsp[cs], sp->cnt[cs], type, next, TAG,
-                                       u + sp->dsp[cr], sp->cnt[cr], type, prev, TAG, g->comm,
-                                       MPI_STATUS_IGNORE),
+                          MPI_Sendrecv(u + (size_t)sp->dsp[cs] * esz, sp->cnt[cs], type, next, TAG,
+                                       u + (size_t)sp->dsp[cr] * esz, sp->cnt[cr], type, prev, TAG,
+                                       g->comm, MPI_STATUS_IGNORE),
                           op, "MPI_Sendrecv");
     if (s)
       return s;
@@ -252,14 +311,17 @@ static DtStatus ring_gather(DtrtCtx *ctx, const char *op, const DtGroup *g, void
   return DT_OK;
 }
 
-/* MPI_Allreduce in pieces of at most INT_MAX elements. */
-static DtStatus all_reduce_mpi(DtrtCtx *ctx, const char *op, const DtGroup *g, const float *x,
-                               float *y, int64_t n) {
+/* Element `at` of a buffer of w's elements. */
+static void *wire_at(void *y, int64_t at, const Wire *w) { return (char *)y + at * w->size; }
+
+/* MPI_Allreduce in pieces of at most INT_MAX elements (x == y: in place). */
+static DtStatus all_reduce_mpi(DtrtCtx *ctx, const char *op, const DtGroup *g, const void *x,
+                               void *y, int64_t n, const Wire *w) {
   for (int64_t at = 0; at < n; at += INT_MAX) {
     int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
     DtStatus s = dtrt_mpi(ctx,
-                          MPI_Allreduce(x == y ? MPI_IN_PLACE : x + at, y + at, k, MPI_FLOAT,
-                                        MPI_SUM, g->comm),
+                          MPI_Allreduce(x == y ? MPI_IN_PLACE : wire_at((void *)x, at, w),
+                                        wire_at(y, at, w), k, w->type, w->sum, g->comm),
                           op, "MPI_Allreduce");
     if (s)
       return s;
@@ -267,19 +329,30 @@ static DtStatus all_reduce_mpi(DtrtCtx *ctx, const char *op, const DtGroup *g, c
   return DT_OK;
 }
 
-/* Ring all-reduce of y in place: y cut evenly into p chunks, a ring
- * reduce-scatter, then a ring all-gather; each member sends 2(p-1)/p of y. */
+/* Ring all-reduce of y (f32) in place: y cut evenly into p chunks, a ring
+ * reduce-scatter, then a ring all-gather; each member sends 2(p-1)/p of y.
+ * In bf16, h (n elements) is where each owner rounds its chunk's sum and the
+ * all-gather moves them. */
 static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, float *y,
-                                int64_t n) {
+                                uint16_t *h, int64_t n, const Wire *w) {
   Split sp;
   if (!alloc_splits(ctx, g->size, &sp, 1))
     return DT_ERR_NOMEM;
+  int64_t most = ring_chunk(n, g->size);
   DtStatus s = cut(ctx, op, "flattened", NULL, g->size, n, 1, &sp);
-  float *tmp = s ? NULL : dtrt_alloc(ctx, (size_t)ring_chunk(n, g->size) * 4);
+  float *tmp = s ? NULL : dtrt_alloc(ctx, (size_t)most * 4);
   if (!s && !tmp)
     s = DT_ERR_NOMEM;
-  if (!s && !(s = ring_reduce(ctx, op, g, y, &sp, tmp)))
-    s = ring_gather(ctx, op, g, y, &sp, MPI_FLOAT);
+  if (!s && !(s = ring_reduce(ctx, op, g, y, &sp, tmp, most, w))) {
+    if (w->bf16) {
+      int me = g->me;
+      dtrt_bf16_pack(y + sp.dsp[me], h + sp.dsp[me], sp.cnt[me]);
+      if (!(s = ring_gather(ctx, op, g, h, &sp, w->type, w->size)))
+        dtrt_bf16_unpack(h, y, n);
+    } else {
+      s = ring_gather(ctx, op, g, y, &sp, MPI_FLOAT, 4);
+    }
+  }
   dtrt_free(ctx, tmp);
   free_splits(ctx, &sp);
   return s;
@@ -287,17 +360,17 @@ static DtStatus all_reduce_ring(DtrtCtx *ctx, const char *op, const DtGroup *g, 
 
 /* Grouped all-reduce of y in place: MPI_Reduce to member 0, MPI_Bcast from
  * it, each in pieces of at most INT_MAX elements. */
-static DtStatus all_reduce_grouped(DtrtCtx *ctx, const char *op, MPI_Comm comm, int me,
-                                   float *y, int64_t n) {
+static DtStatus all_reduce_grouped(DtrtCtx *ctx, const char *op, MPI_Comm comm, int me, void *y,
+                                   int64_t n, const Wire *w) {
   DtStatus s = DT_OK;
   for (int64_t at = 0; !s && at < n; at += INT_MAX) {
     int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    void *ya = wire_at(y, at, w);
     s = dtrt_mpi(ctx,
-                 MPI_Reduce(me ? y + at : MPI_IN_PLACE, me ? NULL : y + at, k, MPI_FLOAT,
-                            MPI_SUM, 0, comm),
+                 MPI_Reduce(me ? ya : MPI_IN_PLACE, me ? NULL : ya, k, w->type, w->sum, 0, comm),
                  op, "MPI_Reduce");
     if (!s)
-      s = dtrt_mpi(ctx, MPI_Bcast(y + at, k, MPI_FLOAT, 0, comm), op, "MPI_Bcast");
+      s = dtrt_mpi(ctx, MPI_Bcast(ya, k, w->type, 0, comm), op, "MPI_Bcast");
   }
   return s;
 }
@@ -309,8 +382,8 @@ static DtStatus all_reduce_grouped(DtrtCtx *ctx, const char *op, MPI_Comm comm, 
  * leader broadcasts inside its node. The two communicators are made and
  * freed on every call: the method is for large tensors, where their cost is
  * small beside the transfer. */
-static DtStatus all_reduce_hier(DtrtCtx *ctx, const char *op, const DtGroup *g, float *y,
-                                int64_t n) {
+static DtStatus all_reduce_hier(DtrtCtx *ctx, const char *op, const DtGroup *g, void *y, int64_t n,
+                                const Wire *w) {
   MPI_Comm node = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
   int nme = 0;
   DtStatus s = dtrt_mpi(ctx,
@@ -324,15 +397,15 @@ static DtStatus all_reduce_hier(DtrtCtx *ctx, const char *op, const DtGroup *g, 
                  "MPI_Comm_split");
   for (int64_t at = 0; !s && at < n; at += INT_MAX) {
     int k = n - at < INT_MAX ? (int)(n - at) : INT_MAX;
+    void *ya = wire_at(y, at, w);
     s = dtrt_mpi(ctx,
-                 MPI_Reduce(nme ? y + at : MPI_IN_PLACE, nme ? NULL : y + at, k, MPI_FLOAT,
-                            MPI_SUM, 0, node),
+                 MPI_Reduce(nme ? ya : MPI_IN_PLACE, nme ? NULL : ya, k, w->type, w->sum, 0, node),
                  op, "MPI_Reduce");
     if (!s && !nme)
-      s = dtrt_mpi(ctx, MPI_Allreduce(MPI_IN_PLACE, y + at, k, MPI_FLOAT, MPI_SUM, leaders), op,
+      s = dtrt_mpi(ctx, MPI_Allreduce(MPI_IN_PLACE, ya, k, w->type, w->sum, leaders), op,
                    "MPI_Allreduce");
     if (!s)
-      s = dtrt_mpi(ctx, MPI_Bcast(y + at, k, MPI_FLOAT, 0, node), op, "MPI_Bcast");
+      s = dtrt_mpi(ctx, MPI_Bcast(ya, k, w->type, 0, node), op, "MPI_Bcast");
   }
   if (leaders != MPI_COMM_NULL)
     MPI_Comm_free(&leaders);
@@ -341,9 +414,9 @@ static DtStatus all_reduce_hier(DtrtCtx *ctx, const char *op, const DtGroup *g, 
   return s;
 }
 
-/* all_reduce: attributes axis, [method] (mpi, ring, grouped: reduce to member
- * 0 then broadcast, or hierarchical by node). in f32; out the sum over the
- * group, of in's shape; out->data may be in->data. */
+/* all_reduce: attributes axis, [method (mpi, ring, grouped: reduce to member
+ * 0 then broadcast, or hierarchical by node), [wire (DtWire)]]. in f32; out
+ * the sum over the group, of in's shape; out->data may be in->data. */
 DTRT_TRACED(all_reduce, DTRT_TID_COMM) {
   const char *op = "all_reduce";
   Call call;
@@ -355,14 +428,34 @@ DTRT_TRACED(all_reduce, DTRT_TID_COMM) {
   int64_t n = dtrt_numel(out);
   if (call.g.size == 1)
     return copy(&in[0], out);
-  if (call.method == DTRT_COMM_MPI)
-    return all_reduce_mpi(ctx, op, &call.g, in[0].data, out->data, n);
+  Wire w = wire_of(&call.g, call.wire);
+  if (!w.bf16 && call.method == DTRT_COMM_MPI)
+    return all_reduce_mpi(ctx, op, &call.g, in[0].data, out->data, n, &w);
   copy(&in[0], out);
-  if (call.method == DTRT_COMM_GROUPED)
-    return all_reduce_grouped(ctx, op, call.g.comm, call.g.me, out->data, n);
-  if (call.method == DTRT_COMM_HIER)
-    return all_reduce_hier(ctx, op, &call.g, out->data, n);
-  return all_reduce_ring(ctx, op, &call.g, out->data, n);
+  if (!w.bf16 && call.method == DTRT_COMM_GROUPED)
+    return all_reduce_grouped(ctx, op, call.g.comm, call.g.me, out->data, n, &w);
+  if (!w.bf16 && call.method == DTRT_COMM_HIER)
+    return all_reduce_hier(ctx, op, &call.g, out->data, n, &w);
+  if (!w.bf16)
+    return all_reduce_ring(ctx, op, &call.g, out->data, NULL, n, &w);
+  /* bf16: h is the rounded copy MPI sums in place, or the ring's gather */
+  uint16_t *h = dtrt_alloc(ctx, (size_t)n * 2);
+  if (!h)
+    return DT_ERR_NOMEM;
+  if (call.method != DTRT_COMM_RING)
+    dtrt_bf16_pack(out->data, h, n);
+  if (call.method == DTRT_COMM_RING)
+    s = all_reduce_ring(ctx, op, &call.g, out->data, h, n, &w);
+  else if (call.method == DTRT_COMM_GROUPED)
+    s = all_reduce_grouped(ctx, op, call.g.comm, call.g.me, h, n, &w);
+  else if (call.method == DTRT_COMM_HIER)
+    s = all_reduce_hier(ctx, op, &call.g, h, n, &w);
+  else
+    s = all_reduce_mpi(ctx, op, &call.g, h, h, n, &w);
+  if (!s && call.method != DTRT_COMM_RING)
+    dtrt_bf16_unpack(h, out->data, n);
+  dtrt_free(ctx, h);
+  return s;
 }
 
 /* The split dim a->i[1] of a gather (out whole, in this member's block) or a
@@ -466,7 +559,7 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
     if (sp.cnt[me])
       memcpy(y + sp.dsp[me], in[0].data, (size_t)sp.cnt[me] * 4);
     if (call.method == DTRT_COMM_RING)
-      s = ring_gather(ctx, op, &call.g, y, &sp, type);
+      s = ring_gather(ctx, op, &call.g, y, &sp, type, 4);
     for (int m = 0; call.method == DTRT_COMM_GROUPED && !s && m < call.g.size; m++)
       if (sp.cnt[m])
         s = dtrt_mpi(ctx, MPI_Bcast(y + sp.dsp[m], sp.cnt[m], type, m, call.g.comm), op,
@@ -481,11 +574,13 @@ DTRT_TRACED(all_gather, DTRT_TID_COMM) {
   return s;
 }
 
-/* reduce_scatter: attributes axis, dim, p block lengths, [method] (mpi, ring,
- * grouped). in: the whole partial sum; out: this member's block along dim of
- * the sum over the group; f32. MPI and the ring read the blocks packed member
- * after member: in itself when every dim before dim has length 1, else a
- * packed copy (the ring always works on a copy, as it sums in place). */
+/* reduce_scatter: attributes axis, dim, p block lengths, [method (mpi, ring,
+ * grouped), [wire (DtWire)]]. in: the whole partial sum; out: this member's
+ * block along dim of the sum over the group; f32. MPI and the ring read the
+ * blocks packed member after member: in itself when every dim before dim has
+ * length 1, else a packed copy (the ring always works on a copy, as it sums
+ * in place). In bf16, mpi and grouped round that whole and receive their
+ * block rounded; the ring rounds what it forwards and the owner's sum. */
 DTRT_TRACED(reduce_scatter, DTRT_TID_COMM) {
   const char *op = "reduce_scatter";
   Call call;
@@ -505,32 +600,50 @@ DTRT_TRACED(reduce_scatter, DTRT_TID_COMM) {
   for (int m = 0; m < call.g.size; m++)
     most = sp.cnt[m] > most ? sp.cnt[m] : most;
   bool packed = outer_of(&in[0], d) == 1, ring = call.method == DTRT_COMM_RING;
+  Wire w = wire_of(&call.g, call.wire);
   const float *x = in[0].data;
   float *tmp = NULL;
-  if (!packed || ring) {
-    tmp = dtrt_alloc(ctx, (size_t)scatter_bytes(&in[0], d, ring, most));
+  int64_t staged = scatter_bytes(&in[0], d, ring, most, w.bf16);
+  if (staged) {
+    tmp = dtrt_alloc(ctx, (size_t)staged);
     if (!tmp) {
       free_splits(ctx, &sp);
       return DT_ERR_NOMEM;
     }
+  }
+  if (!packed || ring) {
     for (int m = 0; m < call.g.size; m++)
       slab(in[0].data, &in[0], d, sp.off[m], sp.len[m], tmp + sp.dsp[m], true);
     x = tmp;
   }
+  /* mpi and grouped in bf16: the rounded whole h, the block received r */
+  uint16_t *h = w.bf16 && !ring ? (uint16_t *)((char *)tmp + pack_bytes(&in[0], d)) : NULL,
+           *r = h ? h + n : NULL;
+  const void *send = h ? (const void *)h : x;
+  void *recv = r ? (void *)r : out->data;
+  int me = call.g.me;
+  if (h)
+    dtrt_bf16_pack(x, h, n);
   if (call.method == DTRT_COMM_MPI) {
-    s = dtrt_mpi(ctx, MPI_Reduce_scatter(x, out->data, sp.cnt, MPI_FLOAT, MPI_SUM, call.g.comm), op,
+    s = dtrt_mpi(ctx, MPI_Reduce_scatter(send, recv, sp.cnt, w.type, w.sum, call.g.comm), op,
                  "MPI_Reduce_scatter");
   } else if (ring) {
-    s = ring_reduce(ctx, op, &call.g, tmp, &sp, tmp + n);
-    if (!s && sp.cnt[call.g.me])
-      memcpy(out->data, tmp + sp.dsp[call.g.me], (size_t)sp.cnt[call.g.me] * 4);
+    s = ring_reduce(ctx, op, &call.g, tmp, &sp, tmp + n, most, &w);
+    if (!s && w.bf16) /* the owner's sum, rounded as the other methods' */
+      for (int j = 0; j < sp.cnt[me]; j++)
+        tmp[sp.dsp[me] + j] = dtrt_bf16_to_f32(dtrt_bf16_from_f32(tmp[sp.dsp[me] + j]));
+    if (!s && sp.cnt[me])
+      memcpy(out->data, tmp + sp.dsp[me], (size_t)sp.cnt[me] * 4);
   } else {
     for (int m = 0; !s && m < call.g.size; m++)
       if (sp.cnt[m])
-        s = dtrt_mpi(ctx, MPI_Reduce(x + sp.dsp[m], out->data, sp.cnt[m], MPI_FLOAT, MPI_SUM,
-                                     m, call.g.comm),
+        s = dtrt_mpi(ctx,
+                     MPI_Reduce(wire_at((void *)send, sp.dsp[m], &w), recv, sp.cnt[m], w.type,
+                                w.sum, m, call.g.comm),
                      op, "MPI_Reduce");
   }
+  if (!s && r)
+    dtrt_bf16_unpack(r, out->data, sp.cnt[me]);
   dtrt_free(ctx, tmp);
   free_splits(ctx, &sp);
   return s;
@@ -795,9 +908,11 @@ int64_t dtrt_comm_staged(DtStaged k, const DtTensor *in, const DtTensor *out, co
   if (p < 1 || need > DTRT_MAX_IATTRS || a->ni < need)
     return 0;
   int64_t method = l->coll >= 0 && a->ni > need ? a->i[need] : DTRT_COMM_MPI;
+  bool bf16 = l->wire && a->ni == need + 2 && a->i[need + 1] == DT_WIRE_BF16;
   if (k == DT_STAGED_ALL_REDUCE)
-    return p > 1 && method == DTRT_COMM_RING
-             ? (int64_t)table_bytes(p) + ring_chunk(dtrt_numel(out), p) * 4 : 0;
+    return p > 1 ? (method == DTRT_COMM_RING ? (int64_t)table_bytes(p) : 0) +
+                       reduce_bytes(dtrt_numel(out), p, (int)method, bf16)
+                 : 0;
   int64_t tables = (int64_t)table_bytes(p) * (k == DT_STAGED_ALL_TO_ALL ? 2 : 1);
   if (k == DT_STAGED_ALL_TO_ALL) {
     int di = dim_of(a->i[1], in->rank), dout = dim_of(a->i[2], in->rank);
@@ -816,5 +931,5 @@ int64_t dtrt_comm_staged(DtStaged k, const DtTensor *in, const DtTensor *out, co
     most = a->i[2 + m] * unit > most ? a->i[2 + m] * unit : most;
   if (k == DT_STAGED_ALL_GATHER)
     return tables + pack_bytes(out, d) + (method == DTRT_COMM_PADDED ? padded_bytes(most, p) : 0);
-  return tables + scatter_bytes(in, d, method == DTRT_COMM_RING, most);
+  return tables + scatter_bytes(in, d, method == DTRT_COMM_RING, most, bf16);
 }

@@ -12,6 +12,7 @@ const char *const dtrt_init_names[DT_INIT_COUNT] = {
     "zeros", "ones", "glorot", "normal", "uniform", "kaiming_uniform", "kaiming_normal"};
 const char *const dtrt_comm_method_names[DTRT_COMM_COUNT] = {"mpi", "ring", "grouped",
                                                              "hierarchical", "padded"};
+const char *const dtrt_wire_names[DT_WIRE_COUNT] = {"f32", "bf16"};
 const char *const dtrt_bag_mode_names[DT_BAG_COUNT] = {"sum", "mean", "max"};
 const char *const dtrt_coll_names[DT_COLL_COUNT] = {"all_reduce", "all_gather",
                                                     "reduce_scatter", "all_to_all"};

@@ -39,6 +39,10 @@ static const char usage[] =
   "  -fdeterministic[=N]  the same result on any layout: every sum over the\n"
   "                       batch in N fixed pieces (default 8 or the largest\n"
   "                       divisor of the batch below), added in order\n"
+  "  -fexchange=FORMAT    the format of the data-parallel gradient exchange:\n"
+  "                       f32 (the default) or bf16 (rounded to nearest even,\n"
+  "                       summed in f32); as `exchange = FORMAT` in the\n"
+  "                       parallel block\n"
   "  -fepilogue           run the elementwise ops that read a matmul's result\n"
   "                       on each strip of it inside dtc's GEMM (off: as loops\n"
   "                       of their own after it, measured as fast or faster)\n"
@@ -81,6 +85,7 @@ typedef struct Driver {
   const char *print_after[32];
   int det;                   /* -fdeterministic: 0 off, -1 the default count, else the count */
   bool epilogue;             /* -fepilogue */
+  int exchange;              /* -fexchange: 1 + its DtWire, 0 not given */
   PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
   PassRun run;
   int devices[CG_MAX_PLANS]; /* --devices, ascending; ndevices 0: none given */
@@ -235,6 +240,11 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       if (k < 0)
         return fail("invalid value '%s' in '-fdenormals' (expected flush or ieee)", v);
       o->denormals = k;
+    } else if ((v = opt_value(a, "-fexchange="))) {
+      int k = dtrt_name_index(dtrt_wire_names, DT_WIRE_COUNT, v);
+      if (k < 0)
+        return fail("invalid value '%s' in '-fexchange' (expected f32 or bf16)", v);
+      dr->exchange = 1 + k;
     } else if (!strcmp(a, "-fepilogue")) {
       dr->epilogue = true;
     } else if (!strcmp(a, "-fdeterministic")) {
@@ -349,6 +359,17 @@ static bool set_deterministic(Module *m, int n) {
   return true;
 }
 
+/* -fexchange=FORMAT on module m (k: its DtWire), unless its parallel block
+ * chose another; its errors then point at the model's name. */
+static bool set_exchange(Module *m, int k) {
+  if (m->exchange_loc.file && m->exchange != k)
+    return fail("-fexchange=%s: the parallel block of '%s' sets exchange = %s",
+                dtrt_wire_names[k], m->name, dtrt_wire_names[m->exchange]), false;
+  if (!m->exchange_loc.file)
+    m->exchange = k, m->exchange_loc = m->loc;
+  return true;
+}
+
 /* After a diagnostic in one plan of --devices: which. */
 static void plan_note(Diag *d, void *arg) {
   diag_note(d, (Loc){0}, "in the plan for %d device%s (--devices)", *(int *)arg,
@@ -403,6 +424,8 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
     double fe_ms = dtrt_now_ns() / 1e6 - t0;
     if (m && !d->nerr && dr->det && !set_deterministic(m, dr->det))
+      goto done;
+    if (m && !d->nerr && dr->exchange && !set_exchange(m, dr->exchange - 1))
       goto done;
     if (m)
       m->epilogues = dr->epilogue;
@@ -500,6 +523,8 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   if (!m || d->nerr)
     return 1;
   if (dr->det && !set_deterministic(m, dr->det))
+    return 1;
+  if (dr->exchange && !set_exchange(m, dr->exchange - 1))
     return 1;
   m->epilogues = dr->epilogue;
   if (!ir_verify(m, d))

@@ -326,7 +326,7 @@ static void test_errors(DtrtCtx *ctx) {
       {dtrt_k_all_reduce, &x, &y, {.i = {1, 0}, .ni = 2}, "mesh axis 1 out of range"},
       {dtrt_k_all_reduce, &x, &y, {.i = {0, 4}, .ni = 2}, "method 4 (padded) is not one of its methods"},
       {dtrt_k_all_reduce, &x, &y, {.ni = 0}, "no mesh axis attribute"},
-      {dtrt_k_all_reduce, &x, &y, {.i = {0, 0, 0}, .ni = 3}, "3 int attributes"},
+      {dtrt_k_all_reduce, &x, &y, {.i = {0, 0, 0, 0}, .ni = 4}, "4 int attributes"},
       {dtrt_k_all_gather, &x, &y, many, "int attributes; over a group of"},
       {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 5}, len, -1), "axis 5 out of range"},
       {dtrt_k_all_gather, &x, &y, attrs(2, (int64_t[]){0, 0}, len, 3),

@@ -3,9 +3,10 @@
  * from the links; hierarchical for a large gradient over two nodes, the
  * latency-cheaper method for small tensors on one node, variable-count,
  * padded and grouped all-gathers of uneven blocks, the same method on every
- * member, determinism, the simulator costing the chosen method, and
+ * member, determinism, the simulator costing the chosen method,
  * measured collectives (cluster `collective` lines) replacing the model for
- * their group size only. */
+ * their group size only, and the gradient exchange in bf16 (which
+ * collectives carry it, and its price: half the bytes plus the packing). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -273,6 +274,52 @@ static void test_sim_uses_method(void **state) {
   arena_free(a);
 }
 
+/* exchange = bf16: the gradients' all_reduces carry wire 1, the loss's
+ * (forward) keeps f32; the hierarchical formula at 2 bytes an element plus
+ * the packing pass, 12 bytes an element at the devices' 50 GFLOP/s over
+ * SIM_BYTE_FLOPS bytes; the plan names the format. */
+static void test_bf16_exchange(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  const char *at = strstr(two_nodes, "  plan explicit\n");
+  assert_non_null(at);
+  char *cluster = arena_printf(a, "%.*s  exchange = bf16\n%s", (int)(at - two_nodes), two_nodes,
+                               at);
+  Module *m = compile(a, cluster);
+  int wired = 0, f32 = 0;
+  for (int d = 0; d < 4; d++) {
+    const Func *f = step_func(m, d);
+    for (int k = 0; k < f->inst.n; k++) {
+      const Inst *c = f->inst.a[k];
+      if (c->op != OP_all_reduce)
+        continue;
+      bool loss = c->in[0]->type.rank == 0;
+      assert_int_equal(ir_get_int(c, "wire", 0), loss ? DT_WIRE_F32 : DT_WIRE_BF16);
+      wired += !loss, f32 += loss;
+    }
+  }
+  assert_int_equal(wired, 4 * 4);
+  assert_int_equal(f32, 4);
+  const Inst *w = all_reduce_of(m, 512 * 1024);
+  int members[] = {0, 1, 2, 3};
+  double ai = 0, bi = 1, ae = 0, be = 1, n = 512.0 * 1024, b = 2 * n;
+  link_named(m, "intra", &ai, &bi);
+  link_named(m, "inter", &ae, &be);
+  double want = 2 * clog2(2) * (ai + b / bi) + 2 * ae + b / be + 12 * n / (50e9 / SIM_BYTE_FLOPS);
+  double got = comm_time(m, w, members, 4, DTRT_COMM_HIER);
+  assert_true(fabs(got - want) <= 1e-12 * want);
+  assert_true(sim_comm_time(m, w, members, 4) == comm_time(m, w, members, 4, method_of(w)));
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream(&buf, &len);
+  spmd_report(out, m);
+  fclose(out);
+  assert_non_null(strstr(buf, "1.50 MiB by "));   /* 2 (k-1)/k of 1 MiB */
+  assert_non_null(strstr(buf, " in bf16"));
+  free(buf);
+  arena_free(a);
+}
+
 /* The one-node cluster with measured collectives over groups of 4 (and one
  * figure over 2, which a group of 4 must ignore) before its links. */
 static Module *compile_measured(Arena *a, const char *figures) {
@@ -383,6 +430,7 @@ int main(void) {
       cmocka_unit_test(test_sim_uses_method),
       cmocka_unit_test(test_measured_all_reduce),
       cmocka_unit_test(test_measured_bytes),
+      cmocka_unit_test(test_bf16_exchange),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

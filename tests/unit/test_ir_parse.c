@@ -58,7 +58,10 @@ static void test_start(void **state) {
   expect_error("module m\nmodule n\n", "t.ir:2:1: error: a file holds one module");
   expect_error("module m\nfoo\n",
                "t.ir:2:1: error: expected a declaration (dim, cluster, mesh, plan, deterministic, "
-               "train, input, param, buffer, state, func), found 'foo'");
+               "exchange, train, input, param, buffer, state, func), found 'foo'");
+  expect_error("module m\nexchange fp8\n", "t.ir:2:10: error: expected 'f32' or 'bf16', found 'fp8'");
+  expect_error("module m\nexchange bf16\nexchange bf16\n",
+               "t.ir:3:1: error: a module has one exchange line");
 }
 
 /* The deterministic line and the pieces attribute of deterministic mode. */
