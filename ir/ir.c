@@ -1,5 +1,6 @@
-/* ir.c: types and the construction of modules, functions and instructions;
- * the monotonic clock the driver and the passes time with. */
+/* ir.c: types and the construction of modules, functions and
+ * instructions: finding a function, dropping what nothing needs. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir.h"
@@ -422,6 +423,25 @@ Inst *ir_make(Func *f, Op op, Loc loc, int nin, ...) {
 void ir_renumber(Func *f) {
   for (int k = 0; k < f->inst.n; k++)
     f->inst.a[k]->id = k;
+}
+
+void ir_drop_unneeded(Func *f, bool (*root)(const Inst *)) {
+  ir_renumber(f);
+  int n = f->inst.n, kept = 0;
+  bool *need = calloc((size_t)n + 1, sizeof *need);
+  DTC_ASSERT(need);
+  for (int k = n - 1; k >= 0; k--) {
+    const Inst *i = f->inst.a[k];
+    need[k] |= root(i);
+    for (int j = 0; need[k] && j < i->nin; j++)
+      need[i->in[j]->id] = true;
+  }
+  for (int k = 0; k < n; k++)
+    if (need[k])
+      f->inst.a[kept++] = f->inst.a[k];
+  f->inst.n = kept;
+  free(need);
+  ir_renumber(f);
 }
 
 Uses ir_uses(Arena *a, const Func *f) {

@@ -415,6 +415,9 @@ Inst *ir_finish(Inst *inst);
 Inst *ir_make(Func *f, Op op, Loc loc, int nin, ...);
 /* Rebuilds f->inst from a new order/subset and renumbers. */
 void ir_renumber(Func *f);
+/* Drops the insts of f that no root (an inst root() says must stay) reads,
+ * directly or through others, keeping order; ids renumbered. */
+void ir_drop_unneeded(Func *f, bool (*root)(const Inst *));
 
 /* The users of every inst of a function, by id (ids must be current). */
 typedef struct Uses {

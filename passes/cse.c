@@ -16,6 +16,9 @@ static bool pure(const Inst *i) {
   return k == K_ELEM || k == K_REDUCE || k == K_SHAPE;
 }
 
+/* An op cse never drops: every one but the pure. */
+static bool kept_op(const Inst *i) { return !pure(i); }
+
 static bool same_attr(const Attr *x, const Attr *y) {
   if (!y || x->kind != y->kind)
     return false;
@@ -53,8 +56,7 @@ static void cse_func(Func *f) {
   while (cap < 2 * n)
     cap *= 2;
   Inst **repl = calloc((size_t)n + 1, sizeof *repl), **table = calloc((size_t)cap, sizeof *table);
-  bool *need = calloc((size_t)n + 1, sizeof *need);
-  DTC_ASSERT(repl && table && need);
+  DTC_ASSERT(repl && table);
   bool merged = false;
   for (int k = 0; k < n; k++) {
     Inst *i = f->inst.a[k];
@@ -71,23 +73,10 @@ static void cse_func(Func *f) {
     else
       table[s] = i;
   }
-  if (merged) {   /* drop what no kept op reads */
-    int kept = 0;
-    for (int k = n - 1; k >= 0; k--) {
-      Inst *i = f->inst.a[k];
-      need[k] |= !pure(i);
-      for (int j = 0; need[k] && j < i->nin; j++)
-        need[i->in[j]->id] = true;
-    }
-    for (int k = 0; k < n; k++)
-      if (need[k])
-        f->inst.a[kept++] = f->inst.a[k];
-    f->inst.n = kept;
-    ir_renumber(f);
-  }
+  if (merged)   /* what no kept op reads goes */
+    ir_drop_unneeded(f, kept_op);
   free(repl);
   free(table);
-  free(need);
 }
 
 bool pass_cse(Module *m, Diag *d, PassRun *run) {

@@ -10,7 +10,6 @@
  * such a store needed, and read the running operand of each batch_stat;
  * every other function reads the batch operand. No batch_stat is left; a
  * body that @forward and another function run is copied first. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -30,24 +29,9 @@ static bool buffer_store(const Inst *i) {
   return i->op == OP_store && ir_global_of(i)->kind == G_BUFFER;
 }
 
-/* Drops the insts of f that no output or store needs; a body keeps its
- * args (ids current). */
-static void drop_dead(Func *f) {
-  int n = f->inst.n, kept = 0;
-  bool *need = calloc((size_t)n + 1, sizeof *need);
-  DTC_ASSERT(need);
-  for (int k = n - 1; k >= 0; k--) {
-    Inst *i = f->inst.a[k];
-    need[k] |= i->op == OP_output || i->op == OP_store || i->op == OP_arg;
-    for (int j = 0; need[k] && j < i->nin; j++)
-      need[i->in[j]->id] = true;
-  }
-  for (int k = 0; k < n; k++)
-    if (need[k])
-      f->inst.a[kept++] = f->inst.a[k];
-  f->inst.n = kept;
-  free(need);
-  ir_renumber(f);
+/* What evaluation keeps: outputs, stores and a body's args. */
+static bool eval_root(const Inst *i) {
+  return i->op == OP_output || i->op == OP_store || i->op == OP_arg;
 }
 
 static void evaluate(Module *m, Func *f) {
@@ -75,7 +59,7 @@ static void evaluate(Module *m, Func *f) {
   f->inst.n = n;
   ir_renumber(f);
   if (dropped)
-    drop_dead(f);
+    ir_drop_unneeded(f, eval_root);
 }
 
 /* A training function reads each batch_stat's batch operand. */
