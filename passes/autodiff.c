@@ -218,6 +218,17 @@ static void grad_mul(GradCtx *g, Inst *inst) {
  * already the whole normalisation's, m's part included. */
 static void grad_bn_center(GradCtx *g, Inst *inst) { accum(g, X, DY); }
 
+/* Whether w, aligned to r's trailing dims, is 1 wherever r is 1: one value
+ * per kept index, constant over the reduced dims. */
+static bool per_kept(const Type *w, const Type *r) {
+  if (w->rank > r->rank)
+    return false;
+  for (int d = 0; d < w->rank; d++)
+    if (w->dim[d] != 1 && w->dim[d] != r->dim[d + r->rank - w->rank])
+      return false;
+  return true;
+}
+
 /* y = bn_scale(c, r) = c r, c = x - mean(x), r = 1 / sqrt(mean(c^2) + eps),
  * the means over the n elements of each kept index (the dims where r is 1):
  * dx = r (dy - mean(dy) - y mean(dy y)), passed to c; r gets none. When dy
@@ -229,7 +240,7 @@ static void grad_bn_scale(GradCtx *g, Inst *inst) {
   if (!wants(g, c))
     return;
   if (DY->op == OP_mul && type_eq(&DY->in[0]->type, &inst->type) &&
-      type_elems(&DY->in[1]->type) == type_elems(&r->type))
+      per_kept(&DY->in[1]->type, &r->type))
     a = DY->in[0], w = DY->in[1];
   Inst *k = cnst(g, inst, (double)type_elems(&r->type) / (double)type_elems(&c->type));
   Inst *m1 = mk2(g, OP_mul, inst, unbroadcast(g, a, &r->type), k);
