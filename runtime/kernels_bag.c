@@ -260,6 +260,22 @@ static void argmax_bags(void *env, int64_t b0, int64_t b1) {
 
 /* Rows [rows p / parts, rows (p+1) / parts) of the weight's gradient for
  * each part p: zeroed, then each bag's contributions to them in bag order. */
+/* Entry j's share of bag b's adjoint dy added to its row y: weighted by
+ * its per-sample weight, or divided by the bag's count cnt (mean), or as
+ * is; the dense gradient and sparse_values add it alike, so the same bits. */
+static inline void add_row(const Bag *g, int64_t j, float cnt, const float *restrict dy,
+                           float *restrict y) {
+  if (g->psw)
+    for (int64_t c = 0; c < g->d; c++)
+      y[c] += g->psw[j] * dy[c];
+  else if (g->mode == DT_BAG_MEAN)
+    for (int64_t c = 0; c < g->d; c++)
+      y[c] += dy[c] / cnt;
+  else
+    for (int64_t c = 0; c < g->d; c++)
+      y[c] += dy[c];
+}
+
 static void grad_rows(void *env, int64_t p0, int64_t p1) {
   const Bag *g = env;
   int64_t d = g->d;
@@ -283,16 +299,7 @@ static void grad_rows(void *env, int64_t p0, int64_t p1) {
         int64_t id = g->id[j];
         if (id == g->pad || id < r0 || id >= r1)
           continue;
-        float *restrict y = g->y + id * d;
-        if (g->psw)
-          for (int64_t c = 0; c < d; c++)
-            y[c] += g->psw[j] * dy[c];
-        else if (g->mode == DT_BAG_MEAN)
-          for (int64_t c = 0; c < d; c++)
-            y[c] += dy[c] / cnt;
-        else
-          for (int64_t c = 0; c < d; c++)
-            y[c] += dy[c];
+        add_row(g, j, cnt, dy, g->y + id * d);
       }
     }
   }
@@ -415,16 +422,7 @@ static void value_rows(void *env, int64_t p0, int64_t p1) {
         int32_t id = g->id[j];
         if (id == g->pad || id < lo || id > hi)
           continue;
-        float *restrict y = g->y + place(g, id) * d;
-        if (g->psw)
-          for (int64_t c = 0; c < d; c++)
-            y[c] += g->psw[j] * dy[c];
-        else if (g->mode == DT_BAG_MEAN)
-          for (int64_t c = 0; c < d; c++)
-            y[c] += dy[c] / cnt;
-        else
-          for (int64_t c = 0; c < d; c++)
-            y[c] += dy[c];
+        add_row(g, j, cnt, dy, g->y + place(g, id) * d);
       }
     }
   }
