@@ -119,3 +119,11 @@ void dtrt_free(DtrtCtx *ctx, void *p) {
   ctx->bytes -= (int64_t)n;
   ctx->a.free(ctx->a.user, q);
 }
+
+bool dtrt_avx512(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}

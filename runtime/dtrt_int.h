@@ -304,6 +304,8 @@ int dtrt_local_ranks(const DtrtCtx *ctx);
 
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);
+/* Whether the CPU runs AVX-512F, for the kernels that have such a path. */
+bool dtrt_avx512(void);
 /* The bytes of that state (comm.c). */
 size_t dtrt_comm_bytes(void);
 

@@ -291,15 +291,13 @@ static void run_plain(const Attn *A, int64_t chunk) { run_items(A, chunk); }
 __attribute__((target("avx512f,fma"))) static void run_avx512(const Attn *A, int64_t chunk) {
   run_items(A, chunk);
 }
-static bool have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 #else
 static void run_avx512(const Attn *A, int64_t chunk) { run_items(A, chunk); }
-static bool have_avx512(void) { return false; }
 #endif
 
 static void chunks_body(void *env, int64_t begin, int64_t end) {
   const Attn *A = env;
-  bool wide = have_avx512();
+  bool wide = dtrt_avx512();
   for (int64_t c = begin; c < end; c++)
     (wide ? run_avx512 : run_plain)(A, c);
 }

@@ -582,7 +582,7 @@ static bool direct_fits(int kind, const Geom *g) {
                   (double)(g->h + g->ho + 2 * (g->ph + g->kh * g->dh)) *
                   (double)(g->w + g->wo + 2 * (g->pw + g->kw * g->dw));
   if (g->sw > 2 || g->kh * g->kw > TAPS_MAX || padded > 0x1p50 ||
-      !__builtin_cpu_supports("avx512f"))
+      !dtrt_avx512())
     return false;
   if (kind == CONV_DX)
     return g->sh == 1 && g->sw == 1 && g->ph <= (g->kh - 1) * g->dh &&

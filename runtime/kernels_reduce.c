@@ -169,13 +169,14 @@ __attribute__((target("avx512f"))) static double row_avx512(const float *x, cons
   return s;
 }
 
-static double row_sum(const float *x, const float *y, int64_t n) {
-  if (__builtin_cpu_supports("avx512f"))
+static double row_sum(const float *x, const float *y, int64_t n, bool wide) {
+  if (wide)
     return row_avx512(x, y, n);
   return y ? dot_row(x, y, n) : sum_row(x, n);
 }
 #else
-static double row_sum(const float *x, const float *y, int64_t n) {
+static double row_sum(const float *x, const float *y, int64_t n, bool wide) {
+  (void)wide;
   return y ? dot_row(x, y, n) : sum_row(x, n);
 }
 #endif
@@ -187,11 +188,12 @@ static void run(const Plan *p, const float *x, const float *x2, float *y, int64_
     return;
   int last = p->n - 1;
   int64_t len = p->len[last], rows = p->total / len, idx[DT_MAX_RANK] = {0}, o = 0;
+  bool wide = dtrt_avx512();
   for (int64_t row = 0; row < rows; row++) {
     const float *xr = x + row * len, *x2r = x2 ? x2 + row * len : NULL;
     int64_t base = row * len;
     if (p->red[last] && op == R_SUM) {
-      y[o] += (float)row_sum(xr, x2r, len);
+      y[o] += (float)row_sum(xr, x2r, len, wide);
     } else if (p->red[last]) {
       float m = y[o];
       int64_t at = arg ? arg[o] : 0;
