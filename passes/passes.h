@@ -142,10 +142,12 @@ struct PlanInfo {
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
-  /* plan auto on a mesh of two or three axes (plan_mesh.c): the candidates simulated
-   * and the one kept, as --emit=plan prints them; the rest is unset but
-   * step. NULL on a one-axis mesh. */
+  double *axis_ratio[IR_MAX_MESH_AXES];   /* each axis's ratios (NULL: even) */
+  /* plan auto on a mesh of two or three axes: the candidates simulated and
+   * the one kept, as --emit=plan prints them, and how many there were; the
+   * confidence fields are unset. NULL on a one-axis mesh. */
   const char *mesh_report;
+  int candidates;
 };
 /* The device plan (--emit=plan): the forms of the parallel block and of the
  * plan, every device's ratio and busy time, the collectives, the predicted

@@ -1,0 +1,848 @@
+/* plan_cost.c: the planner's estimate of one choice of forms on a mesh of
+ * any number of axes, and the linear programs that choose its ratios.
+ *
+ * The sharding pass propagates the forms through the global step; walking
+ * it in order, every reshard the spmd pass would insert (shard_plan) costs
+ * comm_best over each group of the axis it runs on (the slowest group), each
+ * member with its own block, and ends a segment, since every device waits
+ * there for the others. An op's work, its result's bytes and each operand's
+ * bytes (sim_compute_parts) take, on device d, the product of d's ratios over
+ * the axes they are split over; the rest of the op takes all of its time on
+ * every device. With t[s][M] the seconds of segment s that scale over the
+ * axes M, the step is
+ *
+ *   collectives + sum over s of max over d (sum over M of t[s][M] share(d, M)),
+ *
+ * a pipeline's segments weighted as Est.w says. Memory is counted as the
+ * memory plan counts it, before fusion. For one axis x, with the others'
+ * ratios fixed, every term is linear in x's ratios: GLPK minimises the step
+ * over them (one variable per class of equal indices: equal devices along the
+ * other axes), each between one element of the shortest split and what every
+ * device's memory holds. On more than one axis, the axes are solved in turn,
+ * twice. */
+#include <glpk.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+/* The axes s splits type t over. */
+static unsigned split_mask(const Sharding *s, const Type *t) {
+  unsigned mask = 0;
+  for (int d = 0; s && d < t->rank; d++)
+    if (s->axis[d] >= 0)
+      mask |= 1u << s->axis[d];
+  return mask;
+}
+
+/* The axes over which t sharded by s holds a share of the work: split or partial. */
+static unsigned work_mask(const Module *m, const Sharding *s, const Type *t) {
+  return split_mask(s, t) | ir_partial_axes(m, s, t->rank);
+}
+
+static double bytes_of(const Type *t) {
+  return (double)type_elems(t) * (double)dtype_size(t->dtype);
+}
+
+double plan_share(const Planner *p, int d, unsigned mask, const Ratios R) {
+  double s = 1;
+  for (int x = 0; x < p->naxis; x++)
+    if (mask >> x & 1)
+      s *= R[x] ? R[x][p->coord[d * IR_MAX_MESH_AXES + x]] : 1.0 / p->size[x];
+  return s;
+}
+
+/* ---- the walk ---- */
+
+static void new_segment(Planner *p, Est *e) {
+  e->nseg++;
+  vec_push(p->m->arena, &p->w, 1.0);
+  vec_push(p->m->arena, &p->pipe, -1);
+  for (int k = 0; k < NMASK * p->nclass; k++)
+    vec_push(p->m->arena, &p->t, 0.0);
+}
+
+static double *seg(Planner *p, int s, unsigned mask) {
+  return p->t.a + ((size_t)s * NMASK + mask) * (size_t)p->nclass;
+}
+
+/* Seconds of step st of a reshard of x: the slowest group of its axis. */
+static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
+  Module *m = p->m;
+  int ax = st->axis, k = p->size[ax];
+  int *members = malloc(sizeof *members * (size_t)k);
+  double *b = malloc(sizeof *b * (size_t)k);
+  int64_t *len = malloc(sizeof *len * (size_t)k);
+  DTC_ASSERT(members && b && len);
+  double worst = 0;
+  for (int d = 0; d < p->ndev; d++) {
+    if (p->coord[d * IR_MAX_MESH_AXES + ax])
+      continue;   /* not the first of its group */
+    ir_mesh_group(p->mesh, d, ax, members);
+    double bytes = 0;
+    Type local;
+    if (st->op == OP_all_reduce) {
+      ir_local_type(m, &st->before, &x->type, d, &local, NULL);
+      bytes = bytes_of(&local);
+    } else if (st->op == OP_all_to_all) {
+      bytes = shard_step_bytes(m, &x->type, st);
+    } else {   /* each member's block along the split dimension */
+      const Sharding *split = st->op == OP_all_gather ? &st->before : &st->after;
+      ir_local_type(m, split, &x->type, d, &local, NULL);
+      ir_dim_blocks(m, x->type.dim[st->dim], split->ratio[st->dim], k, len);
+      local.dim[st->dim] = 1;
+      double unit = bytes_of(&local);
+      for (int j = 0; j < k; j++)
+        b[j] = (double)len[j] * unit;
+    }
+    worst = fmax(worst, comm_best(m, st->op, bytes, b, members, k, NULL));
+  }
+  free(members);
+  free(b);
+  free(len);
+  return worst;
+}
+
+/* Costs the collectives that take x to sharding `to`, once per value and
+ * target, as the spmd pass makes them. */
+static void reshard(Planner *p, Est *e, const Inst *x, const Sharding *to, double times) {
+  Module *m = p->m;
+  if (shard_same(m, &x->type, x->shard, to))
+    return;
+  for (int k = 0; k < p->memo.n; k++)
+    if (p->memo_x.a[k] == x && shard_same(m, &x->type, &p->memo.a[k], to))
+      return;
+  vec_push(m->arena, &p->memo, *to);
+  vec_push(m->arena, &p->memo_x, x);
+  ShardStep st[SHARD_MAX_STEPS];
+  int n = shard_plan(m, &x->type, x->shard, to, st);
+  for (int s = 0; s < n; s++) {
+    if (st[s].op == OP_shard_slice)
+      continue;
+    /* deterministic mode: a sum of parts whose split depends on the layout
+     * is an error at spmd, so no plan */
+    if (m->det_pieces > 1 && (st[s].op == OP_all_reduce || st[s].op == OP_reduce_scatter))
+      e->comm = INFINITY;
+    e->comm += times * step_cost(p, x, &st[s]);
+    e->ncoll++;
+    new_segment(p, e);
+  }
+}
+
+/* Op i's seconds into the current segment: its work over the axes `work`,
+ * its result's bytes over `out`, operand k's over in[k]. */
+static void add_compute(Planner *p, Est *e, const Inst *i, const unsigned *in, unsigned out,
+                        unsigned work, double times) {
+  unsigned masks[18];
+  int nm = 0;
+  bool in_split[16];
+  masks[nm++] = work;
+  masks[nm++] = out;
+  for (int k = 0; k < i->nin && ir_ops[i->op].kind != K_ELEM; k++)
+    masks[nm++] = in[k];
+  for (int q = 0; q < p->nclass; q++) {
+    double whole, share;
+    for (int k = 0; k < i->nin; k++)
+      in_split[k] = in[k] != 0;
+    sim_compute_parts(p->m, i, in_split, out != 0, work != 0, p->rep[q], &whole, &share);
+    seg(p, e->nseg - 1, 0)[q] += times * whole;
+    /* each axis set its own share: one set (always so on one axis) takes
+     * share whole, several are asked for one by one */
+    unsigned one = 0;
+    bool several = false;
+    for (int j = 0; j < nm; j++) {
+      several |= masks[j] && one && masks[j] != one;
+      one = masks[j] ? masks[j] : one;
+    }
+    if (!several) {
+      if (one)
+        seg(p, e->nseg - 1, one)[q] += times * share;
+      continue;
+    }
+    for (unsigned M = 1; M < NMASK; M++) {
+      bool any = false;
+      for (int k = 0; k < i->nin; k++)
+        in_split[k] = in[k] == M;
+      for (int j = 0; j < nm; j++)
+        any |= masks[j] == M;
+      if (!any)
+        continue;
+      sim_compute_parts(p->m, i, in_split, out == M, work == M, p->rep[q], &whole, &share);
+      seg(p, e->nseg - 1, M)[q] += times * share;
+    }
+  }
+}
+
+static void note_len(Planner *p, Est *e, const Sharding *s, const Type *t) {
+  for (int d = 0; s && d < t->rank; d++) {
+    int x = s->axis[d];
+    if (x >= 0 && x < p->naxis && (!e->min_len[x] || t->dim[d] < e->min_len[x]))
+      e->min_len[x] = t->dim[d];
+  }
+}
+
+/* Values that take memory of their own: not aliases (loads of globals,
+ * reshapes) nor immediates. */
+static bool owns_memory(const Inst *i) {
+  return i->type.dtype != DT_VOID && i->op != OP_load && i->op != OP_const && i->op != OP_lr &&
+         i->op != OP_reshape;
+}
+
+static void live_walk(Planner *p, const Func *f, const double *g, double *peak);
+
+/* The memory a loop takes while it runs, as the memory plan's scratch
+ * region: two buffers per carried value and the body's fullest point, by
+ * the axes they are split over, into sc. A loop of @train_step cut into
+ * micro-batches runs on one, and its carried values live beside their join. */
+static void loop_scratch(Planner *p, const Inst *r, bool in_step, double *sc) {
+  double none[NMASK] = {0};
+  memset(sc, 0, sizeof *sc * NMASK);
+  live_walk(p, ir_repeat_body(r), none, sc);
+  double part = in_step && p->mb > 1 ? 1.0 / p->mb : 1;
+  double carried = part < 1 ? 2 * part + 1 : 2;
+  for (int M = 0; M < NMASK; M++)
+    sc[M] *= part;
+  for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
+    const Inst *x = r->in[k];
+    sc[split_mask(x->shard, &x->type)] += carried * bytes_of(&x->type);
+  }
+}
+
+/* Walks f's values as the memory plan counts memory (a value lives from its
+ * definition to its last use, a loop's scratch at the loop), before fusion
+ * keeps some values in registers, on top of g: the fullest point's bytes
+ * into peak (each set of axes its own maximum), and for the step every
+ * point into the planner's memory points. */
+static void live_walk(Planner *p, const Func *f, const double *g, double *peak) {
+  Module *m = p->m;
+  bool step = f == p->step;
+  double live[NMASK] = {0}, sc[NMASK];
+  ir_renumber((Func *)f);
+  int *last = calloc((size_t)f->inst.n + 1, sizeof *last);
+  DTC_ASSERT(last);
+  for (int k = 0; k < f->inst.n; k++) {
+    last[k] = k;
+    for (int j = 0; j < f->inst.a[k]->nin; j++)
+      last[f->inst.a[k]->in[j]->id] = k;
+  }
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    memset(sc, 0, sizeof sc);
+    if (i->op == OP_repeat)
+      loop_scratch(p, i, step, sc);
+    if (owns_memory(i))
+      live[split_mask(i->shard, &i->type)] += bytes_of(&i->type);
+    if (owns_memory(i) || i->op == OP_repeat)
+      for (int M = 0; M < NMASK; M++) {
+        double at = g[M] + live[M] + sc[M];
+        peak[M] = fmax(peak[M], at);
+        if (step)
+          vec_push(m->arena, &p->mem, at);
+      }
+    for (int j = 0; j <= i->nin; j++) {   /* the operands, then i itself */
+      const Inst *x = j < i->nin ? i->in[j] : i;
+      if (last[x->id] == k && owns_memory(x)) {
+        live[split_mask(x->shard, &x->type)] -= bytes_of(&x->type);
+        last[x->id] = -1;
+      }
+    }
+  }
+  free(last);
+}
+
+/* The memory points of the step: at each definition, the globals (inputs
+ * whole: every rank is given the whole batch) and the values live there. */
+static void memory_points(Planner *p, Est *e) {
+  Module *m = p->m;
+  double g[NMASK] = {0}, peak[NMASK] = {0};
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *gl = &m->global.a[k];
+    g[gl->kind == G_INPUT ? 0 : split_mask(gl->shard, &gl->type)] += bytes_of(&gl->type);
+    note_len(p, e, gl->shard, &gl->type);
+  }
+  p->mem.n = 0;
+  for (int M = 0; M < NMASK; M++)
+    vec_push(m->arena, &p->mem, g[M]);
+  live_walk(p, p->step, g, peak);
+  e->nmem = p->mem.n / NMASK;
+  e->mem = p->mem.a;
+}
+
+/* What a loop's operand k must be: its body arg's sharding, behind a whole
+ * leading dimension for a stacked one. */
+static Sharding loop_operand(const Inst *r, int k) {
+  const Inst *a = ir_func_arg(ir_repeat_body(r), k);
+  Sharding s;
+  memset(&s, 0, sizeof s);
+  for (int d = 0; d < IR_MAX_RANK; d++)
+    s.axis[d] = -1;
+  if (!a->shard)
+    return s;
+  if (ir_repeat_operand_kind(r, k) != 2)
+    return *a->shard;
+  s = *a->shard;
+  memmove(s.axis + 1, s.axis, sizeof s.axis[0] * (IR_MAX_RANK - 1));
+  memmove(s.ratio + 1, s.ratio, sizeof s.ratio[0] * (IR_MAX_RANK - 1));
+  s.axis[0] = -1;
+  s.ratio[0] = NULL;
+  return s;
+}
+
+/* comm_cost of op over the groups of axis x, the slowest: a send (bcast) of
+ * `bytes` (a value of type t under s on the sender, over mb) from index
+ * `from` to `from` + 1 (every index) of each group. */
+static double axis_cost(Planner *p, Op op, int x, int from, const Type *t, const Sharding *s,
+                        int mb) {
+  int k = p->size[x], *members = malloc(sizeof *members * (size_t)k);
+  double *none = calloc((size_t)k, sizeof *none), worst = 0;
+  DTC_ASSERT(members && none);
+  for (int d = 0; d < p->ndev; d++) {
+    if (p->coord[d * IR_MAX_MESH_AXES + x])
+      continue;
+    ir_mesh_group(p->mesh, d, x, members);
+    Type local;
+    ir_local_type(p->m, s, t, members[op == OP_send ? from : k - 1], &local, NULL);
+    double part = bytes_of(&local) / mb;
+    worst = fmax(worst, op == OP_send ? comm_cost(p->m, op, part, none, members + from, 2, 0)
+                                      : comm_cost(p->m, op, part, none, members, k, 0));
+  }
+  free(members);
+  free(none);
+  return worst;
+}
+
+static void cost_walk(Planner *p, Est *e, const Func *f, double times);
+
+/* Loop r as pipeline stages over axis x: index c runs r[c] of its n
+ * iterations on each of M micro-batches, stage after stage. A wave takes
+ * every stage's time for one micro-batch in turn (the first reaching the
+ * last), then M - 1 times the slowest stage's: with t[c] = r[c] n W[c] for
+ * the whole batch (W[c] the body's time on c), (1/M) sum t[c] + ((M-1)/M)
+ * max t[c], in segments of its own (Est.w). A middle stage receives and
+ * sends each micro-batch's carried value, and the sends wait for their
+ * receivers: 2M + k - 2 sends lie on the wave's critical path, over the
+ * boundaries between stages in turn, each on its own links (the mean of their
+ * costs each); and the last stage broadcasts each micro-batch's result. */
+static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
+  int mb = p->mb > 1 ? p->mb : 1, k = p->size[x];
+  e->layers = ir_get_int(r, "n", 1);
+  e->pipe_axis = x;
+  new_segment(p, e);
+  int s0 = e->nseg - 1;
+  cost_walk(p, e, ir_repeat_body(r), times * (double)ir_get_int(r, "n", 1));
+  for (int s = s0; s < e->nseg; s++) {
+    for (unsigned M = 0; M < NMASK; M++)
+      for (int q = 0; q < p->nclass && !(M >> x & 1); q++) {
+        seg(p, s, M | 1u << x)[q] += seg(p, s, M)[q];
+        seg(p, s, M)[q] = 0;
+      }
+    p->w.a[s] = (mb - 1.0) / mb;
+    p->pipe.a[s] = x;
+  }
+  const Inst *v = r->in[0];
+  double hops = 0;   /* a send over every boundary, each on its own links */
+  for (int c = 0; c + 1 < k; c++)
+    hops += axis_cost(p, OP_send, x, c, &v->type, v->shard, mb);
+  e->comm += times * (k > 1 ? (2 * mb + k - 2) * hops / (k - 1) : 0) +
+             times * mb * axis_cost(p, OP_bcast, x, 0, &v->type, v->shard, mb);
+  e->ncoll += 2 * mb;
+  new_segment(p, e);
+}
+
+/* Costs function f, times `times`: a loop costs its body once, times its
+ * trip count, so planning does not grow with depth. A body's collectives
+ * end segments as the caller's do; max over devices of a segment repeated n
+ * times is n times its max, so one copy of each segment stands for all. */
+static void cost_walk(Planner *p, Est *e, const Func *f, double times) {
+  Module *m = p->m;
+  Sharding whole;
+  memset(&whole, 0, sizeof whole);
+  for (int d = 0; d < IR_MAX_RANK; d++)
+    whole.axis[d] = -1;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (i->op == OP_store) {
+      reshard(p, e, i->in[0], ir_global_of(i)->shard, times);
+      continue;
+    }
+    if (i->op == OP_output) {
+      if (!f->body)
+        reshard(p, e, i->in[0], &whole, times);
+      continue;
+    }
+    if (i->op == OP_repeat) {
+      double *ratio;
+      int px = shard_pipe_axis(i, NULL, &ratio);
+      for (int j = 0; j < i->nin; j++) {
+        Sharding req = loop_operand(i, j);
+        if (px < 0 || ir_repeat_operand_kind(i, j) != 2)   /* a stage holds its layers */
+          reshard(p, e, i->in[j], &req, times);
+      }
+      if (px >= 0)
+        pipe_cost(p, e, i, px, times);
+      else
+        cost_walk(p, e, ir_repeat_body(i), times * (double)ir_get_int(i, "n", 1));
+      continue;
+    }
+    if (!i->shard)
+      continue;
+    const Sharding *cur[16];
+    Sharding req[16];
+    DTC_ASSERT(i->nin <= 16);
+    for (int j = 0; j < i->nin; j++)
+      cur[j] = i->in[j]->shard;
+    if (!shard_form(m, i, i->shard, cur, req))
+      continue;
+    unsigned work = work_mask(m, i->shard, &i->type), in[16];
+    for (int j = 0; j < i->nin; j++) {
+      reshard(p, e, i->in[j], &req[j], times);
+      work |= work_mask(m, &req[j], &i->in[j]->type);
+      in[j] = split_mask(&req[j], &i->in[j]->type);
+    }
+    add_compute(p, e, i, in, split_mask(i->shard, &i->type), work, times);
+    note_len(p, e, i->shard, &i->type);
+  }
+}
+
+/* The estimate of the propagated step into e. */
+static void estimate(Planner *p, Est *e) {
+  memset(e, 0, sizeof *e);
+  e->pipe_axis = -1;
+  p->t.n = p->w.n = p->pipe.n = p->memo.n = p->memo_x.n = 0;
+  new_segment(p, e);
+  cost_walk(p, e, p->step, 1);
+  memory_points(p, e);
+  e->t = p->t.a;
+  e->w = p->w.a;
+  e->pipe = p->pipe.a;
+}
+
+/* ---- the step and the bounds ---- */
+
+/* Device d's seconds in segment s under R. */
+static double seg_time(const Planner *p, const Est *e, int s, int d, const Ratios R) {
+  double t = 0;
+  for (unsigned M = 0; M < NMASK; M++) {
+    double x = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
+    if (x)
+      t += x * (M ? plan_share(p, d, M, R) : 1);
+  }
+  return t;
+}
+
+double plan_step(const Planner *p, const Est *e, const Ratios R, double *busy) {
+  double t = e->comm, *stage = malloc(sizeof *stage * SHARD_MAX_AXIS);
+  DTC_ASSERT(stage);
+  for (int d = 0; busy && d < p->ndev; d++)
+    busy[d] = 0;
+  for (int s = 0; s < e->nseg; s++) {
+    int px = e->pipe[s];
+    double worst = 0, turn = 0;
+    for (int c = 0; px >= 0 && c < p->size[px]; c++)
+      stage[c] = 0;
+    for (int d = 0; d < p->ndev; d++) {
+      double x = seg_time(p, e, s, d, R);
+      worst = fmax(worst, x);
+      if (px >= 0) {
+        double *st = &stage[p->coord[d * IR_MAX_MESH_AXES + px]];
+        *st = fmax(*st, x);
+      }
+      if (busy)
+        busy[d] += x;
+    }
+    for (int c = 0; px >= 0 && c < p->size[px]; c++)
+      turn += stage[c];
+    t += e->w[s] * worst + (1 - e->w[s]) * turn;
+  }
+  free(stage);
+  return t;
+}
+
+/* Device d's bytes at memory point t: c0 + c1 r, with r its ratio on axis x
+ * (x < 0: all in c0). */
+static void point_terms(const Planner *p, const Est *e, int t, int d, int x, const Ratios R,
+                        double *c0, double *c1) {
+  *c0 = *c1 = 0;
+  for (unsigned M = 0; M < NMASK; M++) {
+    double b = e->mem[(size_t)t * NMASK + M];
+    if (!b)
+      continue;
+    if (x >= 0 && M >> x & 1)
+      *c1 += b * plan_share(p, d, M & ~(1u << x), R);
+    else
+      *c0 += b * plan_share(p, d, M, R);
+  }
+}
+
+double plan_memory(const Planner *p, const Est *e, const Ratios R, int d) {
+  double most = 0, c0, c1;
+  for (int t = 0; t < e->nmem; t++) {
+    point_terms(p, e, t, d, -1, R, &c0, &c1);
+    most = fmax(most, c0);
+  }
+  return most;
+}
+
+/* Whether the parallel block's forms, as last propagated, are those of trial t. */
+static bool propagated_as(const Module *m, const Sharding *const *forms) {
+  for (int g = 0; g < m->global.n; g++) {
+    const Sharding *a = m->global.a[g].shard, *b = forms[g];
+    if (!a || !b) {
+      if (a != b)
+        return false;
+      continue;
+    }
+    if (a->partial != b->partial)
+      return false;
+    for (int d = 0; d < m->global.a[g].type.rank; d++)
+      if (a->axis[d] != b->axis[d])
+        return false;
+  }
+  return true;
+}
+
+void plan_bounds(const Planner *p, const Est *e, const Ratios R, int x, double *lo, double *hi) {
+  int k = p->size[x];
+  bool tried = false;   /* these forms: their trials' bounds, else the model's shortfall */
+  for (int i = 0; i < k; i++)
+    hi[i] = 1;
+  for (int t = 0; t < p->ntrial; t++)
+    if (propagated_as(p->m, p->trial[t].forms)) {
+      tried = true;
+      for (int d = 0; d < p->ndev; d++)
+        hi[p->coord[d * IR_MAX_MESH_AXES + x]] =
+            fmin(hi[p->coord[d * IR_MAX_MESH_AXES + x]], p->trial[t].cap[d]);
+    }
+  for (int d = 0; d < p->ndev; d++) {
+    double *h = &hi[p->coord[d * IR_MAX_MESH_AXES + x]], c0, c1;
+    double mem = (double)p->m->cluster->dev.a[p->mesh->dev[d]].mem /
+                 (tried ? 1 : fmax(1, p->under[d]));
+    for (int t = 0; t < e->nmem; t++) {
+      point_terms(p, e, t, d, x, R, &c0, &c1);
+      double room = mem - c0;
+      *h = fmin(*h, c1 > 0 ? fmin(1, room / c1) : (room >= 0 ? 1 : -1));
+    }
+  }
+  int64_t n = e->min_len[x];
+  *lo = n ? fmin(1.0 / (double)n + 1.0 / RATIO_UNITS, 1.0 / k) : 0;
+}
+
+/* ---- the linear programs ---- */
+
+/* The classes of axis x's indices: equal devices at every other coordinate
+ * (class of index i into vc[i], each class's first index into vrep, its
+ * count into vn); their number. */
+static int index_classes(const Planner *p, int x, int *vc, int *vrep, int *vn) {
+  int k = p->size[x], per = p->ndev / k, nv = 0;
+  int *dev = malloc(sizeof *dev * (size_t)p->ndev);   /* index i's devices in order */
+  int *at = calloc((size_t)k, sizeof *at);
+  DTC_ASSERT(dev && at);
+  for (int d = 0; d < p->ndev; d++) {
+    int i = p->coord[d * IR_MAX_MESH_AXES + x];
+    dev[i * per + at[i]++] = d;
+  }
+  for (int i = 0; i < k; i++) {
+    int v = 0;
+    for (; v < nv; v++) {
+      bool same = true;
+      for (int j = 0; j < per && same; j++)
+        same = p->cls[dev[i * per + j]] == p->cls[dev[vrep[v] * per + j]];
+      if (same)
+        break;
+    }
+    if (v == nv)
+      vrep[nv] = i, vn[nv++] = 0;
+    vc[i] = v;
+    vn[v]++;
+  }
+  free(dev);
+  free(at);
+  return nv;
+}
+
+/* A row `var - c1 r_v >= c0` of the program, unless one like it is there
+ * (rows[first..] this group's). */
+typedef struct Row { int col, v; double c0, c1; } Row;
+typedef VEC(Row) Rows;
+
+static void add_row(glp_prob *lp, Rows *rows, int first, Row r, double scale, Arena *a) {
+  for (int j = first; j < rows->n; j++)
+    if (rows->a[j].col == r.col && rows->a[j].v == r.v && rows->a[j].c0 == r.c0 &&
+        rows->a[j].c1 == r.c1)
+      return;
+  vec_push(a, rows, r);
+  int ind[3] = {0, r.col, r.v + 1};
+  double val[3] = {0, 1, -r.c1 / scale};
+  int row = glp_add_rows(lp, 1);
+  glp_set_mat_row(lp, row, 2, ind, val);
+  glp_set_row_bnds(lp, row, GLP_LO, r.c0 / scale, 0);
+}
+
+/* Axis x's ratios into R[x] minimising the step under the other axes' R:
+ * false when no ratios fit (the devices' memory is too small). Times are
+ * scaled by the largest term so the simplex works on numbers near 1. */
+static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
+  int k = p->size[x];
+  int *vc = malloc(sizeof *vc * (size_t)k * 3), *vrep = vc + k, *vn = vc + 2 * k;
+  double *hi = malloc(sizeof *hi * (size_t)k), *c0 = malloc(sizeof *c0 * (size_t)p->ndev * 2);
+  double *c1 = c0 + p->ndev, lo, scale = 0;
+  DTC_ASSERT(vc && hi && c0);
+  int nv = index_classes(p, x, vc, vrep, vn);
+  plan_bounds(p, e, R, x, &lo, hi);
+  for (int s = 0; s < e->nseg; s++)
+    for (int d = 0; d < p->ndev; d++)
+      for (unsigned M = 0; M < NMASK; M++)
+        if (M >> x & 1)
+          scale = fmax(scale, e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]] *
+                                  plan_share(p, d, M & ~(1u << x), R));
+  bool ok = true;
+  if (scale <= 0) {   /* nothing split over x: its ratios change nothing */
+    for (int i = 0; i < k; i++)
+      R[x][i] = 1.0 / k;
+    goto done;
+  }
+  glp_prob *lp = glp_create_prob();
+  glp_set_obj_dir(lp, GLP_MIN);
+  glp_add_cols(lp, nv);
+  for (int v = 0; v < nv; v++) {
+    double h = 1;
+    for (int i = 0; i < k; i++)
+      h = vc[i] == v ? fmin(h, hi[i]) : h;
+    if (h < lo) {
+      glp_delete_prob(lp);
+      ok = false;
+      goto done;
+    }
+    glp_set_col_bnds(lp, v + 1, h > lo ? GLP_DB : GLP_FX, lo, h);
+  }
+  int *ind = malloc(sizeof *ind * (size_t)(nv + 1));
+  double *val = malloc(sizeof *val * (size_t)(nv + 1));
+  DTC_ASSERT(ind && val);
+  for (int v = 0; v < nv; v++)
+    ind[v + 1] = v + 1, val[v + 1] = vn[v];
+  int row = glp_add_rows(lp, 1);
+  glp_set_mat_row(lp, row, nv, ind, val);
+  glp_set_row_bnds(lp, row, GLP_FX, 1, 1);
+  free(ind);
+  free(val);
+  Rows rows = {0};
+  Arena *a = arena_new();
+  for (int s = 0; s < e->nseg; s++) {
+    bool any = false;
+    for (int d = 0; d < p->ndev; d++) {
+      c0[d] = c1[d] = 0;
+      for (unsigned M = 0; M < NMASK; M++) {
+        double t = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
+        if (!t)
+          continue;
+        if (M >> x & 1)
+          c1[d] += t * plan_share(p, d, M & ~(1u << x), R);
+        else
+          c0[d] += t * (M ? plan_share(p, d, M, R) : 1);
+      }
+      any |= c1[d] > 0;
+    }
+    if (!any)
+      continue;
+    int T = glp_add_cols(lp, 1), px = e->pipe[s];
+    glp_set_col_bnds(lp, T, GLP_LO, 0, 0);
+    glp_set_obj_coef(lp, T, e->w[s]);
+    rows.n = 0;
+    for (int d = 0; d < p->ndev; d++)
+      add_row(lp, &rows, 0, (Row){T, vc[p->coord[d * IR_MAX_MESH_AXES + x]], c0[d], c1[d]},
+              scale, a);
+    if (e->w[s] >= 1)
+      continue;
+    /* the pipeline's turn: each stage's slowest device. With one device a
+     * stage on x, its term itself: (1 - w) count c1 r in the objective. */
+    if (px == x && p->ndev == k) {
+      for (int d = 0; d < p->ndev; d++)
+        if (vrep[vc[d]] == d)
+          glp_set_obj_coef(lp, vc[d] + 1, glp_get_obj_coef(lp, vc[d] + 1) +
+                                              (1 - e->w[s]) * vn[vc[d]] * c1[d] / scale);
+      continue;
+    }
+    int ng = px == x ? nv : p->size[px];
+    for (int g = 0; g < ng; g++) {
+      int U = glp_add_cols(lp, 1), first = rows.n;
+      glp_set_col_bnds(lp, U, GLP_LO, 0, 0);
+      glp_set_obj_coef(lp, U, (1 - e->w[s]) * (px == x ? vn[g] : 1));
+      for (int d = 0; d < p->ndev; d++) {
+        int i = p->coord[d * IR_MAX_MESH_AXES + x];
+        if (px == x ? i == vrep[g] : p->coord[d * IR_MAX_MESH_AXES + px] == g)
+          add_row(lp, &rows, first, (Row){U, vc[i], c0[d], c1[d]}, scale, a);
+      }
+    }
+  }
+  arena_free(a);
+  glp_smcp parm;
+  glp_init_smcp(&parm);
+  parm.msg_lev = GLP_MSG_OFF;
+  ok = glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT;
+  for (int i = 0; ok && i < k; i++)
+    R[x][i] = glp_get_col_prim(lp, vc[i] + 1);
+  glp_delete_prob(lp);
+done:
+  free(vc);
+  free(hi);
+  free(c0);
+  return ok;
+}
+
+/* ---- one choice ---- */
+
+void plan_apply(Planner *p, Sharding **A) {
+  Module *m = p->m;
+  for (int g = 0; g < m->global.n; g++)
+    m->global.a[g].shard = A[g];
+  for (int k = 0; k < p->step->inst.n; k++)
+    p->step->inst.a[k]->shard = NULL;
+  Func *fwd = ir_find_func(m, "forward");
+  for (int k = 0; fwd && fwd != p->step && fwd->device < 0 && k < fwd->inst.n; k++)
+    fwd->inst.a[k]->shard = NULL;
+}
+
+double plan_evaluate(Planner *p, Sharding **A, bool even, Ratios R, Est *e) {
+  Module *m = p->m;
+  p->evals++;
+  plan_apply(p, A);
+  int nerr = p->quiet.nerr;
+  p->propagated = pass_sharding(m, &p->quiet, NULL) && p->quiet.nerr == nerr;
+  for (int x = 0; x < p->naxis; x++) {
+    R[x] = arena_alloc(m->arena, sizeof *R[x] * (size_t)p->size[x]);
+    for (int i = 0; i < p->size[x]; i++)
+      R[x][i] = 1.0 / p->size[x];
+  }
+  if (!p->propagated)
+    return INFINITY;
+  estimate(p, e);
+  for (int round = 0; !even && round < (p->naxis > 1 ? 2 : 1); round++)
+    for (int x = 0; x < p->naxis; x++)
+      if (p->size[x] > 1 && !solve_axis(p, e, R, x))
+        return INFINITY;
+  double *hi = malloc(sizeof *hi * SHARD_MAX_AXIS), lo;
+  DTC_ASSERT(hi);
+  bool fits = true;
+  for (int x = 0; x < p->naxis && fits; x++) {
+    plan_bounds(p, e, R, x, &lo, hi);
+    for (int i = 0; i < p->size[x]; i++)
+      fits &= !(R[x][i] > hi[i] + 1e-12 || hi[i] < 0);
+    /* a pipeline's stages hold whole layers */
+    int64_t room = 0;
+    for (int i = 0; x == e->pipe_axis && i < p->size[x]; i++)
+      room += (int64_t)floor(hi[i] * (double)e->layers + 1e-9);
+    fits &= x != e->pipe_axis || room >= e->layers;
+  }
+  free(hi);
+  /* ... and nothing else splits over their axis (spmd makes no such plan) */
+  for (int g = 0; fits && e->pipe_axis >= 0 && g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    fits = !((gl->kind == G_PARAM || gl->kind == G_INPUT) && !p->stacked[g] &&
+             split_mask(gl->shard, &gl->type) >> e->pipe_axis & 1);
+  }
+  return fits ? plan_step(p, e, R, NULL) : INFINITY;
+}
+
+/* Blocks of n summing to n in proportion to r, by largest remainder, each
+ * within n hi[c] when it can be: a unit over a device's bound goes to the
+ * device with the most room. */
+static void round_within(int64_t n, const double *r, const double *hi, int k, int64_t *units) {
+  ir_blocks(n, r, k, units);
+  for (int c = 0; c < k; c++)
+    while ((double)units[c] > floor(hi[c] * (double)n + 1e-9)) {
+      int to = -1;
+      double most = 0;
+      for (int j = 0; j < k; j++) {
+        double left = floor(hi[j] * (double)n + 1e-9) - (double)units[j];
+        if (left >= 1 && (to < 0 || left > most))
+          to = j, most = left;
+      }
+      if (to < 0)
+        return;
+      units[c]--, units[to]++;
+    }
+}
+
+double *plan_round(Planner *p, const Est *e, int x, const double *r, const double *hi) {
+  int k = p->size[x];
+  int64_t *units = malloc(sizeof *units * (size_t)k);
+  double *layers = malloc(sizeof *layers * (size_t)k);
+  DTC_ASSERT(units && layers);
+  if (x == e->pipe_axis && e->layers >= k) {   /* each layer holds a large share of the memory */
+    round_within(e->layers, r, hi, k, units);
+    for (int j = 0; j < k; j++)
+      layers[j] = (double)units[j] / (double)e->layers;
+    r = layers;
+  }
+  round_within(RATIO_UNITS, r, hi, k, units);
+  double *ratio = arena_alloc(p->m->arena, sizeof *ratio * (size_t)k);
+  bool even = true;
+  for (int j = 0; j < k; j++) {
+    DTC_ASSERT(units[j] > 0);
+    ratio[j] = (double)units[j] / RATIO_UNITS;
+    even = even && units[j] == units[0];
+  }
+  free(units);
+  free(layers);
+  return even ? NULL : ratio;
+}
+
+bool plan_init(Planner *p, Module *m) {
+  memset(p, 0, sizeof *p);
+  if (!m->cluster || m->mesh.n != 1)
+    return false;
+  const Mesh *mesh = &m->mesh.a[0];
+  const char *names[] = {"train_step", "forward"};
+  for (int n = 0; n < COUNTOF(names) && !p->step; n++) {
+    Func *f = ir_find_func(m, names[n]);
+    p->step = f && f->device < 0 ? f : NULL;
+  }
+  p->m = m;
+  p->mesh = mesh;
+  p->naxis = mesh->naxis;
+  p->ndev = 1;
+  for (int x = 0; x < p->naxis; x++)
+    p->ndev *= p->size[x] = mesh->axis_size[x];
+  p->mb = m->microbatches > 1 ? m->microbatches : 1;
+  if (!p->step || p->ndev > SHARD_MAX_AXIS || p->ndev < 1)
+    return false;
+  Arena *a = m->arena;
+  p->coord = arena_alloc(a, sizeof *p->coord * (size_t)p->ndev * IR_MAX_MESH_AXES);
+  p->cls = arena_alloc(a, sizeof *p->cls * (size_t)p->ndev);
+  p->rep = arena_alloc(a, sizeof *p->rep * (size_t)p->ndev);
+  p->under = arena_alloc(a, sizeof *p->under * (size_t)p->ndev);
+  for (int d = 0; d < p->ndev; d++) {
+    ir_mesh_coords(mesh, d, p->coord + d * IR_MAX_MESH_AXES);
+    p->under[d] = 1;
+    const Device *dv = &m->cluster->dev.a[mesh->dev[d]];
+    int q = 0;
+    for (; q < p->nclass; q++) {
+      const Device *o = &m->cluster->dev.a[mesh->dev[p->rep[q]]];
+      if (o->gflops == dv->gflops && o->bw == dv->bw && o->lat == dv->lat && o->mem == dv->mem)
+        break;
+    }
+    if (q == p->nclass)
+      p->rep[p->nclass++] = d;
+    p->cls[d] = q;
+  }
+  int ng = m->global.n;
+  p->stacked = arena_alloc(a, sizeof *p->stacked * (size_t)(ng + 1));
+  memset(p->stacked, 0, sizeof *p->stacked * (size_t)(ng + 1));
+  for (int k = 0; k < p->step->inst.n; k++) {
+    const Inst *r = p->step->inst.a[k];
+    for (int j = 0; r->op == OP_repeat && j < r->nin; j++)
+      if (ir_repeat_operand_kind(r, j) == 2 && r->in[j]->op == OP_load)
+        p->stacked[ir_global_of(r->in[j]) - m->global.a] = true;
+  }
+  p->user = arena_alloc(a, sizeof *p->user * (size_t)(ng + 1));
+  p->var = arena_alloc(a, sizeof *p->var * (size_t)(ng + 1));
+  for (int g = 0; g < ng; g++) {
+    Global *gl = &m->global.a[g];
+    p->user[g] = gl->shard;
+    if (!gl->shard && (gl->kind == G_INPUT || gl->kind == G_PARAM))
+      p->var[p->nvar++] = g;
+  }
+  diag_init_quiet(&p->quiet);
+  return true;
+}
