@@ -37,12 +37,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "plan_int.h"
 
 #define MAX_SWEEPS 4        /* passes over the choices of each start */
 #define IMPROVES 1e-6       /* a relative fall in cost that counts */
 #define NOISE_FLOOR 0.05    /* the least gain over the simpler plan that counts */
-#define NFINAL 3            /* candidates simulated besides the block's forms */
+#define NFINAL 3            /* candidates simulated besides the block's forms ... */
+#define PRUNE 1.5           /* ... whose estimate is within this of the least */
 #define MAX_CANDS 64
 
 /* ---- the layout families ---- */
@@ -157,6 +158,8 @@ typedef struct Cand {
   Sharding **forms, **seen;
   int mb;
   double est, sim, worst;   /* sim: simulated (INFINITY: failed); worst: need / mem */
+  double base_est;          /* the block's forms: est, which sorts them first */
+  bool tried;               /* simulated */
   Ratios R;
   char what[160];
 } Cand;
@@ -865,17 +868,28 @@ static bool plan_axes(Planner *p, PassRun *run) {
     for (int x = 0; x < p->naxis; x++)
       block &= cand[c].fam[x] == F_KEEP;
     if (block)
-      cand[c].est = -1;   /* first: always simulated */
+      cand[c].base_est = cand[c].est, cand[c].est = -1;   /* first */
   }
   qsort(cand, (size_t)nc, sizeof *cand, by_estimate);
+  double least = INFINITY;
+  for (int c = 0; c < nc; c++)
+    least = fmin(least, cand[c].est < 0 ? cand[c].base_est : cand[c].est);
   for (int c = 0; c < nc; c++) {
+    double est = cand[c].est < 0 ? cand[c].base_est : cand[c].est;
     if (cand[c].est < 0)
       base = c;
     else if (cand[c].est == INFINITY || nfinal == NFINAL)
       continue;
     else
       nfinal++;
+    if (!(est <= least * PRUNE) && cand[c].est >= 0)
+      continue;
+    if (!(est <= least * PRUNE)) {   /* the block's forms cannot be kept: not simulated */
+      describe(p, &cand[c], (double *[IR_MAX_MESH_AXES]){0}, 0);
+      continue;
+    }
     cand[c].worst = 0;
+    cand[c].tried = true;
     try_cand(&s, &cand[c], run);
   }
   int best = -1;
@@ -892,12 +906,15 @@ static bool plan_axes(Planner *p, PassRun *run) {
     for (int c = 0; c < nc; c++) {
       if (!cand[c].what[0])
         continue;
-      fprintf(out, "  %s %-72s ", c == k ? "*" : " ", cand[c].what);
-      if (cand[c].sim == INFINITY)
+      fprintf(out, "  %s %-60s estimated %9.4f ms, ", c == k ? "*" : " ", cand[c].what,
+              (c == base ? cand[c].base_est : cand[c].est) * 1e3);
+      if (!cand[c].tried)
+        fprintf(out, "not simulated: over %.1fx the best estimate\n", PRUNE);
+      else if (cand[c].sim == INFINITY)
         fprintf(out, "fails in the passes\n");
       else
-        fprintf(out, "%10.4f ms, fullest device at %.1f%% of its memory%s\n", cand[c].sim * 1e3,
-                cand[c].worst * 100, cand[c].worst > 1 ? " (OVER)" : "");
+        fprintf(out, "simulated %9.4f ms, fullest device at %.1f%% of its memory%s\n",
+                cand[c].sim * 1e3, cand[c].worst * 100, cand[c].worst > 1 ? " (OVER)" : "");
     }
     if (best < 0)
       fprintf(out, "  no candidate fits every device's memory: the parallel block's forms kept\n");
@@ -1115,9 +1132,12 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
             "plan fits without)\n", l->file->name, l->line, l->col);
   }
   if (pi->mesh_report) {
-    fprintf(out, "  candidates, the best %d by the estimate and the block's forms simulated:\n%s"
-            "  simulated step: %.4f ms (the block's forms: %.4f ms)\n\n", NFINAL, pi->mesh_report,
-            pi->step * 1e3, pi->even * 1e3);
+    fprintf(out, "  candidates: the best %d by the estimate and the block's forms, each simulated "
+            "where its estimate is within %.1fx of the least:\n%s  simulated step: %.4f ms",
+            NFINAL, PRUNE, pi->mesh_report, pi->step * 1e3);
+    if (pi->even < INFINITY)
+      fprintf(out, " (the block's forms: %.4f ms)", pi->even * 1e3);
+    fputs("\n\n", out);
     return;
   }
   if (m->plan == PLAN_AUTO && pi->block < INFINITY)

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "plan_int.h"
 
 /* The axes s splits type t over. */
 static unsigned split_mask(const Sharding *s, const Type *t) {
@@ -331,12 +331,19 @@ static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
   new_segment(p, e);
   int s0 = e->nseg - 1;
   cost_walk(p, e, ir_repeat_body(r), times * (double)ir_get_int(r, "n", 1));
+  /* Every stage's work scales with its layers. Cut into micro-batches, the
+   * loop runs each micro-batch's rows whole on every device of the stage
+   * (the pass cuts the global batch, whose blocks the other axes split), so
+   * its work no longer scales with their ratios. */
+  unsigned keep = mb > 1 ? 1u << x : NMASK - 1;
   for (int s = s0; s < e->nseg; s++) {
-    for (unsigned M = 0; M < NMASK; M++)
-      for (int q = 0; q < p->nclass && !(M >> x & 1); q++) {
-        seg(p, s, M | 1u << x)[q] += seg(p, s, M)[q];
+    for (unsigned M = 0; M < NMASK; M++) {
+      unsigned to = (M | 1u << x) & keep;
+      for (int q = 0; q < p->nclass && to != M; q++) {
+        seg(p, s, to)[q] += seg(p, s, M)[q];
         seg(p, s, M)[q] = 0;
       }
+    }
     p->w.a[s] = (mb - 1.0) / mb;
     p->pipe.a[s] = x;
   }

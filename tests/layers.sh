@@ -26,7 +26,7 @@ check() {   # folder, allowed headers
 check runtime dtrt.h dtrt_int.h
 check ir      dtrt.h ir.h ops.def interp_int.h
 check frontend dtrt.h ir.h frontend.h ast.h lower_int.h builtins.def parse.tab.h
-check passes  dtrt.h ir.h ops.def passes.h
+check passes  dtrt.h ir.h ops.def passes.h plan_int.h
 check codegen dtrt.h ir.h codegen.h
 # tools may also include the headers dtc generates for dtc-probe's models
 # (tools/probe/), which stand on dtrt.h alone

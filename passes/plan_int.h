@@ -1,8 +1,8 @@
-/* plan.h: the planner's two halves, for plan.c (the layout families, the
+/* plan_int.h: the planner's two halves, for plan.c (the layout families, the
  * search and the choice) and plan_cost.c (the estimate of one choice). Not
  * for other passes: passes.h has the planner's interface. */
-#ifndef DTC_PLAN_H
-#define DTC_PLAN_H
+#ifndef DTC_PLAN_INT_H
+#define DTC_PLAN_INT_H
 
 #include "ir.h"
 #include "passes.h"
