@@ -131,6 +131,8 @@ struct PlanInfo {
   double dp;             /* of data parallel (those forms) with the linear program's
                             ratios; INFINITY: it does not fit, or the best plan is it */
   double noise;          /* the gain over a simpler plan a plan must exceed */
+  bool simulated;        /* best, simple and dp are simulated steps (the contenders were
+                            within PRUNE of each other), not estimates */
   bool kept_dp;          /* the best gained no more over data parallel with the planned
                             ratios, which gained more over even: the plan is that */
   bool kept_simple;      /* neither gained more over even data parallel: the plan is that */

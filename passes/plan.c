@@ -419,7 +419,35 @@ static PlanInfo *record(Planner *p, Sharding **A, const Ratios R, double step, d
   return pi;
 }
 
-/* ---- one axis: the estimate ranks, within the noise ---- */
+/* The simulated step of forms A (their ratios on their splits) in mb
+ * micro-batches, the passes after plan run on a copy; the fullest device's
+ * need over its memory into *worst; INFINITY when the passes fail. m as it
+ * was after, but for the globals' forms. */
+static double simulate(Planner *p, Sharding **A, int mb, const PassRun *run, double *worst) {
+  Module *m = p->m;
+  int was = m->microbatches;
+  Loc was_loc = m->microbatches_loc;
+  plan_apply(p, A);
+  if (mb > 1) {
+    m->microbatches = mb;
+    m->microbatches_loc = p->mesh->loc;
+  }
+  double *need = arena_alloc(m->arena, sizeof *need * (size_t)p->ndev), step = INFINITY;
+  *worst = 0;
+  if (plan_trial(m, run, need, &step))
+    for (int d = 0; d < p->ndev; d++) {
+      double mem = (double)m->cluster->dev.a[p->mesh->dev[d]].mem;
+      if (mem > 0)
+        *worst = fmax(*worst, need[d] / mem);
+    }
+  else
+    step = INFINITY;
+  m->microbatches = was;
+  m->microbatches_loc = was_loc;
+  return step;
+}
+
+/* ---- one axis: the simplest within the noise ---- */
 
 /* Memory point t of a one-axis estimate: bytes whole and split. */
 static void point(const Est *e, int t, double *fixed, double *scaled) {
@@ -682,6 +710,23 @@ static bool plan_once(Planner *p, Diag *d, PassRun *run, Kept *kept) {
     dp_comm = e.comm;
     dp_final = with_ratios(p, dp, dr);
   }
+  /* The simulator ranks the contenders, the plans whose estimate is within
+   * PRUNE of the least, where there is more than one. */
+  double least = fmin(step, fmin(conf.simple, conf.dp)), w;
+  bool vs_simple = conf.simple <= least * PRUNE && !same_forms(p, best, simple);
+  bool vs_dp = conf.dp <= least * PRUNE;
+  if (vs_simple || vs_dp) {
+    double sb = simulate(p, final, cand[bi].mb, run, &w);
+    double ss = vs_simple ? simulate(p, simple, 1, run, &w) : conf.simple;
+    double sd = vs_dp ? simulate(p, dp_final, 1, run, &w) : conf.dp;
+    if (sb < INFINITY && ss < INFINITY && sd < INFINITY) {
+      conf.best = step = sb;
+      conf.simple = ss;
+      conf.dp = sd;
+      conf.simulated = true;
+      even = vs_simple ? ss : even;
+    }
+  }
   conf.noise = fmax(NOISE_FLOOR, fmax(step_noise(&conf, step, comm),
                                       step_noise(&conf, conf.simple, simple_comm)));
   if (conf.dp < INFINITY)
@@ -822,12 +867,9 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
 }
 
 /* Simulates candidate c: its forms with their rounded ratios and its
- * micro-batches, the passes after plan on a copy; m as it was after. */
+ * micro-batches. */
 static void try_cand(Search *s, Cand *c, const PassRun *run) {
   Planner *p = s->p;
-  Module *m = p->m;
-  int mb = m->microbatches;
-  Loc mb_loc = m->microbatches_loc;
   double *ratio[IR_MAX_MESH_AXES];
   Est e;
   p->mb = c->mb;
@@ -835,22 +877,7 @@ static void try_cand(Search *s, Cand *c, const PassRun *run) {
     return;
   describe(p, c, ratio, e.layers);
   c->forms = with_ratios(p, c->forms, ratio);
-  plan_apply(p, c->forms);
-  if (c->mb > 1) {
-    m->microbatches = c->mb;
-    m->microbatches_loc = p->mesh->loc;
-  }
-  double *need = arena_alloc(m->arena, sizeof *need * (size_t)p->ndev), step;
-  if (plan_trial(m, run, need, &step)) {
-    c->sim = step;
-    for (int d = 0; d < p->ndev; d++) {
-      double mem = (double)m->cluster->dev.a[p->mesh->dev[d]].mem;
-      if (mem > 0)
-        c->worst = fmax(c->worst, need[d] / mem);
-    }
-  }
-  m->microbatches = mb;
-  m->microbatches_loc = mb_loc;
+  c->sim = simulate(p, c->forms, c->mb, run, &c->worst);
 }
 
 static int by_estimate(const void *a, const void *b) {
@@ -1053,7 +1080,8 @@ static const char *spread_text(double spread, const char *of, char *buf, size_t 
 /* plan auto: the best plan's margins, the spreads, the noise, the choice. */
 static void report_confidence(FILE *out, const PlanInfo *pi) {
   double best = pi->best > 0 ? pi->best : 1;
-  fprintf(out, "  best plan found: %.4f ms; ", pi->best * 1e3);
+  fprintf(out, "  best plan found: %.4f ms%s; ", pi->best * 1e3,
+          pi->simulated ? " (simulated, as the two below)" : "");
   if (pi->simple < INFINITY)
     fprintf(out, "even data parallel %.4f ms (that/this %.3fx)", pi->simple * 1e3,
             pi->simple / best);
@@ -1065,7 +1093,7 @@ static void report_confidence(FILE *out, const PlanInfo *pi) {
     fprintf(out, "; data parallel with the planned ratios %.4f ms (that/this %.3fx)",
             pi->dp * 1e3, pi->dp / best);
   if (pi->runner_up < INFINITY)
-    fprintf(out, "; runner-up %.4f ms (that/this %.3fx; %s)\n", pi->runner_up * 1e3,
+    fprintf(out, "; runner-up %.4f ms estimated (that/this %.3fx; %s)\n", pi->runner_up * 1e3,
             pi->runner_up / best, pi->runner_up_how);
   else
     fputs("; no other forms costed\n", out);
