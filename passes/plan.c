@@ -155,11 +155,15 @@ static const Family families[NFAMILY] = {
 typedef struct Cand {
   int id;                   /* its place in the order of combinations */
   int fam[IR_MAX_MESH_AXES];
-  Sharding **forms, **seen;
+  Sharding **forms;         /* as seeded and searched; once settled, with their ratios */
   int mb;
-  double est, sim, worst;   /* sim: simulated (INFINITY: failed); worst: need / mem */
-  double base_est;          /* the block's forms: est, which sorts them first */
-  bool tried;               /* simulated */
+  double est;               /* the estimate; once settled, with the rounded ratios */
+  double comm;              /* ... of which in collectives */
+  double *predicted;        /* each device's memory, as estimated */
+  const struct Cand *same;  /* an earlier contender of the same forms, which stands for it */
+  bool tried;               /* simulated: ... */
+  double sim, worst;        /* its step (INFINITY: the passes failed), need / mem */
+  double *need;             /* each device's need, as its memory plan counts */
   Ratios R;
   char what[160];
 } Cand;
@@ -419,35 +423,7 @@ static PlanInfo *record(Planner *p, Sharding **A, const Ratios R, double step, d
   return pi;
 }
 
-/* The simulated step of forms A (their ratios on their splits) in mb
- * micro-batches, the passes after plan run on a copy; the fullest device's
- * need over its memory into *worst; INFINITY when the passes fail. m as it
- * was after, but for the globals' forms. */
-static double simulate(Planner *p, Sharding **A, int mb, const PassRun *run, double *worst) {
-  Module *m = p->m;
-  int was = m->microbatches;
-  Loc was_loc = m->microbatches_loc;
-  plan_apply(p, A);
-  if (mb > 1) {
-    m->microbatches = mb;
-    m->microbatches_loc = p->mesh->loc;
-  }
-  double *need = arena_alloc(m->arena, sizeof *need * (size_t)p->ndev), step = INFINITY;
-  *worst = 0;
-  if (plan_trial(m, run, need, &step))
-    for (int d = 0; d < p->ndev; d++) {
-      double mem = (double)m->cluster->dev.a[p->mesh->dev[d]].mem;
-      if (mem > 0)
-        *worst = fmax(*worst, need[d] / mem);
-    }
-  else
-    step = INFINITY;
-  m->microbatches = was;
-  m->microbatches_loc = was_loc;
-  return step;
-}
-
-/* ---- one axis: the simplest within the noise ---- */
+/* ---- when nothing fits ---- */
 
 /* Memory point t of a one-axis estimate: bytes whole and split. */
 static void point(const Est *e, int t, double *fixed, double *scaled) {
@@ -620,8 +596,8 @@ static Sharding **block_forms(Planner *p) {
   return A;
 }
 
-/* Even data parallel on one axis: the block's forms, every other input
- * split along its first dimension where it can be, else whole. */
+/* Data parallel on one axis: the block's forms, every other input split
+ * along its first dimension where it can be, else whole. */
 static Sharding **dp_forms(Planner *p) {
   Sharding **A = copy_forms(p, p->user);
   seed_rows(p, 0, -1, A);
@@ -631,215 +607,12 @@ static Sharding **dp_forms(Planner *p) {
   return A;
 }
 
-/* What plan_once kept, for the memory check. */
-typedef struct Kept {
-  Sharding **forms;         /* without ratios */
-  const double *predicted;  /* each device's memory, as estimated */
-  const double *ratio;
-  int64_t unit;             /* the shortest split dimension */
-} Kept;
+/* ---- the choice ---- */
 
-/* One plan on one axis, within the bounds earlier trials found: the
- * candidates, the simplest within the noise, the forms applied. */
-static bool plan_once(Planner *p, Diag *d, PassRun *run, Kept *kept) {
-  Module *m = p->m;
-  Search s = {.p = p};
-  Cand *cand = arena_alloc(m->arena, sizeof *cand * MAX_CANDS);
-  int nc = candidates(&s, cand), bi = 0, stages = -1;
-  for (int c = 0; c < nc; c++) {
-    if (cand[c].est < cand[bi].est * (1 - IMPROVES))
-      bi = c;
-    if (cand[c].fam[0] == F_STAGES)
-      stages = c;
-  }
-  Ratios R;
-  Est e;
-  Sharding **best = cand[bi].forms;
-  p->mb = cand[bi].mb;
-  double cost = evaluate(&s, best, false, R, &e);
-  if (cost == INFINITY) {
-    /* Forms that do not propagate are the sharding pass's to report. */
-    plan_evaluate(p, block_forms(p), true, R, &e);
-    bool propagated = p->propagated;
-    plan_apply(p, p->user);
-    /* ... and so are sums that deterministic mode cannot order (spmd) */
-    if (!propagated || e.comm == INFINITY)
-      return true;
-    const Inst *loop = run ? most_saving_loop(p) : NULL;
-    if (loop) {   /* try again with that loop recomputing its forward */
-      run->want_remat = loop->loc;
-      return false;
-    }
-    if (stages >= 0) {
-      int mbs[IR_MAX_MICROBATCHES + 1];
-      p->mb = mbs[mb_choices(p, 1, mbs) - 1];
-      plan_evaluate(p, cand[stages].forms, true, R, &e);
-      if (p->propagated && e.layers && diag_no_layers(p, &e, d)) {
-        plan_apply(p, p->user);
-        return false;
-      }
-      plan_evaluate(p, block_forms(p), true, R, &e);
-    }
-    diag_no_room(p, &e, d);
-    plan_apply(p, p->user);
-    return false;
-  }
-  Sharding **best_forms = s.seen.a[s.seen.n - 1];   /* as the last evaluate propagated them */
-  double *ratio[IR_MAX_MESH_AXES];
-  double step = rounded(&s, best, ratio, R, &e), comm = e.comm;
-  Sharding **final = with_ratios(p, best, ratio);
-  kept->forms = best;
-  double even = plan_step(p, &e, (Ratios){0}, NULL);
-  Ratios rr;
-  PlanInfo conf = {.block = plan_evaluate(p, block_forms(p), true, rr, &e), .best = step};
-  /* The simpler plan, and whether the best one gains more than the noise
-   * over it: else the simpler one is kept. */
-  Sharding **simple = dp_forms(p);
-  conf.simple = plan_evaluate(p, simple, true, rr, &e);
-  conf.simple_ruled_out = !p->propagated;
-  runner_up(&s, best_forms, &conf);
-  spreads(p, &conf);
-  double simple_comm = e.comm;
-  /* Between the two, data parallel with the linear program's ratios: forms
-   * with more collectives must gain more than the noise over it too. */
-  Sharding **dp = dp_forms(p), **dp_final = NULL;
-  Ratios rdp;
-  double dp_comm = 0, *dr[IR_MAX_MESH_AXES];
-  conf.dp = INFINITY;
-  if (!same_forms(p, best, dp) && (conf.dp = rounded(&s, dp, dr, rdp, &e)) < INFINITY) {
-    dp_comm = e.comm;
-    dp_final = with_ratios(p, dp, dr);
-  }
-  /* The simulator ranks the contenders, the plans whose estimate is within
-   * PRUNE of the least, where there is more than one. */
-  double least = fmin(step, fmin(conf.simple, conf.dp)), w;
-  bool vs_simple = conf.simple <= least * PRUNE && !same_forms(p, best, simple);
-  bool vs_dp = conf.dp <= least * PRUNE;
-  if (vs_simple || vs_dp) {
-    double sb = simulate(p, final, cand[bi].mb, run, &w);
-    double ss = vs_simple ? simulate(p, simple, 1, run, &w) : conf.simple;
-    double sd = vs_dp ? simulate(p, dp_final, 1, run, &w) : conf.dp;
-    if (sb < INFINITY && ss < INFINITY && sd < INFINITY) {
-      conf.best = step = sb;
-      conf.simple = ss;
-      conf.dp = sd;
-      conf.simulated = true;
-      even = vs_simple ? ss : even;
-    }
-  }
-  conf.noise = fmax(NOISE_FLOOR, fmax(step_noise(&conf, step, comm),
-                                      step_noise(&conf, conf.simple, simple_comm)));
-  if (conf.dp < INFINITY)
-    conf.noise = fmax(conf.noise, step_noise(&conf, conf.dp, dp_comm));
-  /* The simplest plan no other beats by more than the noise: even data
-   * parallel unless one does; then data parallel with ratios, if it is one
-   * and the best does not beat it so. */
-  double n1 = 1 + conf.noise;
-  bool even_fits = conf.simple < INFINITY;
-  bool dp_beats_even = conf.dp < INFINITY && !(even_fits && !(conf.simple > conf.dp * n1));
-  bool best_beats_even = !(even_fits && !(conf.simple > step * n1));
-  conf.kept_simple = even_fits && !dp_beats_even && !best_beats_even;
-  conf.kept_dp = dp_beats_even && !(conf.dp > step * n1);
-  Ratios *Rk = &R;
-  if (conf.kept_dp) {
-    final = dp_final;
-    kept->forms = dp;
-    Rk = &rdp;
-    step = conf.dp;
-    even = conf.simple;
-  } else if (conf.kept_simple) {
-    final = simple;
-    kept->forms = simple;
-    Rk = &rr;
-    for (int k = 0; k < p->ndev; k++)
-      rr[0][k] = 1.0 / p->ndev;
-    step = even = conf.simple;
-  }
-  /* the pipeline's micro-batches, when the plan kept is the best one */
-  p->mb = conf.kept_dp || conf.kept_simple ? 1 : cand[bi].mb;
-  bool planned_mb = m->microbatches < 2 && p->mb > 1;
-  if (planned_mb) {
-    m->microbatches = p->mb;
-    m->microbatches_loc = p->mesh->loc;
-  }
-  PlanInfo *pi = record(p, final, *Rk, step, even, &conf, &kept->unit);
-  pi->mb = p->mb;
-  kept->ratio = pi->ratio;
-  kept->predicted = pi->mem;
-  pi->remat = m->nremat_planned;
-  pi->planned_mb = planned_mb;
-  if (run)
-    run->plan = pi;
-  plan_apply(p, final);
-  return true;
-}
-
-#define MEMORY_TRIALS 8   /* plans corrected by their memory plans, at most */
-/* A plan is tried against its memory plan only where the estimate's count
- * reaches this share of a device's memory: the count has fallen short by
- * up to 40% (pipelines), never by half, and a trial compiles the step once
- * more. */
+/* A contender's memory is checked by its memory plan only where the
+ * estimate's count reaches this share of a device's memory: the count has
+ * fallen short by up to 40% (pipelines), never by half. */
 #define MEMORY_NEAR 0.5
-
-/* plan auto on one axis: a plan, then its memory plan on a copy of the
- * module; while a device's arenas and state exceed its memory, the planner
- * learns by how much its count missed there and plans again. */
-static bool plan_one_axis(Planner *p, Diag *d, PassRun *run) {
-  Module *m = p->m;
-  int mb = m->microbatches;
-  Loc mb_loc = m->microbatches_loc;
-  Trial *trial = arena_alloc(m->arena, sizeof *trial * MEMORY_TRIALS);
-  double *under = arena_alloc(m->arena, sizeof *under * (size_t)p->ndev);
-  for (int k = 0; k < p->ndev; k++)
-    under[k] = 1;
-  for (int n = 0;; n++) {
-    p->trial = trial, p->ntrial = n;
-    Kept kept = {0};
-    if (!plan_once(p, d, run, &kept))
-      return false;
-    bool near = false;   /* (no plan recorded: the later passes report) */
-    for (int k = 0; kept.predicted && k < p->ndev; k++)
-      near |= kept.predicted[k] > MEMORY_NEAR * (double)m->cluster->dev.a[p->mesh->dev[k]].mem;
-    double *need = arena_alloc(m->arena, sizeof *need * (size_t)p->ndev);
-    if (!near || n == MEMORY_TRIALS || !plan_trial(m, run, need, NULL))
-      return true;   /* the sharding plan's memory shows what is over */
-    int64_t blocks[SHARD_MAX_AXIS];
-    if (kept.unit > 0)
-      ir_blocks(kept.unit, kept.ratio, p->ndev, blocks);
-    Trial *t = &trial[n];
-    t->cap = arena_alloc(m->arena, sizeof *t->cap * (size_t)p->ndev);
-    bool over = false;
-    for (int k = 0; k < p->ndev; k++) {
-      double mem = (double)m->cluster->dev.a[p->mesh->dev[k]].mem;
-      t->cap[k] = 1;
-      if (need[k] <= mem)
-        continue;
-      /* a smaller share of these forms: in proportion, and at least one
-       * block of the shortest split fewer */
-      t->cap[k] = kept.ratio[k] * mem / need[k];
-      if (kept.unit > 0)
-        t->cap[k] = fmin(t->cap[k], (double)(blocks[k] - 1) / (double)kept.unit + 2.0 / RATIO_UNITS);
-      /* and any forms: the count, short by as much as here */
-      under[k] = fmax(under[k], need[k] / kept.predicted[k]);
-      over = true;
-    }
-    if (!over)
-      return true;
-    Ratios R;
-    Est e;
-    plan_evaluate(p, kept.forms, true, R, &e);   /* its forms, propagated */
-    t->forms = arena_alloc(m->arena, sizeof *t->forms * (size_t)(m->global.n + 1));
-    for (int g = 0; g < m->global.n; g++)
-      t->forms[g] = m->global.a[g].shard;
-    plan_apply(p, p->user);   /* and from the parallel block again */
-    m->microbatches = mb;
-    m->microbatches_loc = mb_loc;
-    plan_init(p, m);
-    memcpy(p->under, under, sizeof *under * (size_t)p->ndev);
-  }
-}
-
-/* ---- more axes: the simulator ranks the best few ---- */
 
 /* Candidate c's name: each axis's family, a pipeline's layers and micro-batches. */
 static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) {
@@ -850,8 +623,12 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
   if (block)
     at += (size_t)snprintf(c->what, n, "the parallel block's forms");
   for (int x = 0; x < p->naxis && at < n; x++) {
+    static const char *one[] = {[F_ROWS] = "data parallel", [F_FORMS] = "forms searched"};
     const char *axis = p->mesh->axis_name[x], *sep = at ? ", " : "";
-    if (c->fam[x] == F_ROWS)
+    if (p->naxis == 1 && c->fam[x] != F_STAGES)
+      at += (size_t)snprintf(c->what + at, n - at, "%s%s", sep, c->fam[x] < 0 ? "even data parallel"
+                                                                 : one[c->fam[x]]);
+    else if (c->fam[x] == F_ROWS)
       at += (size_t)snprintf(c->what + at, n - at, "%srows over %s", sep, axis);
     if (c->fam[x] != F_STAGES)
       continue;
@@ -866,18 +643,57 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
   }
 }
 
-/* Simulates candidate c: its forms with their rounded ratios and its
- * micro-batches. */
-static void try_cand(Search *s, Cand *c, const PassRun *run) {
+/* Candidate c with its ratios rounded (even ones when `even`): its forms
+ * with them, its estimate, its memory, its name. */
+static void settle(Search *s, Cand *c, bool even) {
   Planner *p = s->p;
-  double *ratio[IR_MAX_MESH_AXES];
+  double *ratio[IR_MAX_MESH_AXES] = {0};
   Est e;
   p->mb = c->mb;
-  if (rounded(s, c->forms, ratio, c->R, &e) == INFINITY)
+  c->sim = INFINITY;
+  c->est = even ? plan_evaluate(p, c->forms, true, c->R, &e) : rounded(s, c->forms, ratio, c->R, &e);
+  if (c->est == INFINITY)
     return;
   describe(p, c, ratio, e.layers);
   c->forms = with_ratios(p, c->forms, ratio);
-  c->sim = simulate(p, c->forms, c->mb, run, &c->worst);
+  c->comm = e.comm;
+  c->predicted = arena_alloc(p->m->arena, sizeof *c->predicted * (size_t)p->ndev);
+  for (int d = 0; d < p->ndev; d++)
+    c->predicted[d] = plan_memory(p, &e, c->R, d);
+}
+
+/* Simulates contender c: its forms in its micro-batches, the passes after
+ * plan on a copy (plan_trial); m as it was after, but for the forms. */
+static void try_cand(Planner *p, Cand *c, const PassRun *run) {
+  Module *m = p->m;
+  int was = m->microbatches;
+  Loc was_loc = m->microbatches_loc;
+  plan_apply(p, c->forms);
+  if (c->mb > 1) {
+    m->microbatches = c->mb;
+    m->microbatches_loc = p->mesh->loc;
+  }
+  c->tried = true;
+  c->worst = 0;
+  c->need = arena_alloc(m->arena, sizeof *c->need * (size_t)p->ndev);
+  if (!plan_trial(m, run, c->need, &c->sim))
+    c->sim = INFINITY;
+  for (int d = 0; c->sim < INFINITY && d < p->ndev; d++) {
+    double mem = (double)m->cluster->dev.a[p->mesh->dev[d]].mem;
+    if (mem > 0)
+      c->worst = fmax(c->worst, c->need[d] / mem);
+  }
+  m->microbatches = was;
+  m->microbatches_loc = was_loc;
+}
+
+/* A contender's step, simulated where it was; INFINITY when it does not
+ * fit. Where the passes after plan fail on it, its estimate: the compile
+ * itself reports why. */
+static double step_of(const Cand *c) {
+  if (!c || c->est == INFINITY)
+    return INFINITY;
+  return !c->tried || c->sim == INFINITY ? c->est : c->worst <= 1 ? c->sim : INFINITY;
 }
 
 static int by_estimate(const void *a, const void *b) {
@@ -885,96 +701,225 @@ static int by_estimate(const void *a, const void *b) {
   return x->est < y->est ? -1 : x->est > y->est ? 1 : x->id - y->id;
 }
 
-static bool plan_axes(Planner *p, PassRun *run) {
+#define MEMORY_ROUNDS 8
+
+/* Contender c's memory plan exceeds a device's memory: its forms (as they
+ * propagate) bound that device's ratio to its share times memory over need,
+ * and at least one block of the shortest split fewer; and any forms count
+ * that device's memory short by as much (Planner.under). False when there
+ * is no room for another trial. */
+static bool correct(Planner *p, const Cand *c) {
+  Module *m = p->m;
+  if (p->ntrial == p->room)
+    return false;
+  Ratios R;
+  Est e;
+  plan_evaluate(p, c->forms, true, R, &e);
+  Trial *t = (Trial *)&p->trial[p->ntrial++];
+  t->forms = arena_alloc(m->arena, sizeof *t->forms * (size_t)(m->global.n + 1));
+  for (int g = 0; g < m->global.n; g++)
+    t->forms[g] = m->global.a[g].shard;
+  t->cap = arena_alloc(m->arena, sizeof *t->cap * (size_t)p->ndev);
+  int64_t unit = e.min_len[0], *blocks = malloc(sizeof *blocks * (size_t)p->ndev);
+  DTC_ASSERT(blocks);
+  const double *ratio = c->R[0];
+  if (unit > 0)
+    ir_blocks(unit, ratio, p->size[0], blocks);
+  for (int k = 0; k < p->ndev; k++) {
+    double mem = (double)m->cluster->dev.a[p->mesh->dev[k]].mem;
+    t->cap[k] = 1;
+    if (c->need[k] <= mem)
+      continue;
+    if (p->naxis == 1) {
+      t->cap[k] = ratio[k] * mem / c->need[k];
+      if (unit > 0)
+        t->cap[k] = fmin(t->cap[k], (double)(blocks[k] - 1) / (double)unit + 2.0 / RATIO_UNITS);
+    }
+    p->under[k] = fmax(p->under[k], c->need[k] / c->predicted[k]);
+  }
+  free(blocks);
+  return true;
+}
+
+/* No candidate fits: a loop that saves activations recomputes them
+ * (PassRun.want_remat, and passes_run plans again), else the error says
+ * what is missing on one axis; more axes keep the block's forms and leave
+ * it to the later passes. False after an error or to plan again. */
+static bool no_plan(Planner *p, Diag *d, PassRun *run, const Cand *stages) {
+  Ratios R;
+  Est e;
+  plan_evaluate(p, block_forms(p), true, R, &e);
+  bool propagated = p->propagated;
+  plan_apply(p, p->user);
+  /* forms that do not propagate are the sharding pass's to report, and so
+   * are sums that deterministic mode cannot order (spmd) */
+  if (!propagated || e.comm == INFINITY)
+    return true;
+  const Inst *loop = run ? most_saving_loop(p) : NULL;
+  if (loop) {
+    run->want_remat = loop->loc;
+    return false;
+  }
+  if (p->naxis > 1)
+    return true;
+  if (stages) {
+    int mbs[IR_MAX_MICROBATCHES + 1];
+    p->mb = mbs[mb_choices(p, 1, mbs) - 1];
+    plan_evaluate(p, stages->forms, true, R, &e);
+    bool fail = p->propagated && e.layers && diag_no_layers(p, &e, d);
+    plan_apply(p, p->user);
+    if (fail)
+      return false;
+    plan_evaluate(p, block_forms(p), true, R, &e);
+  }
+  diag_no_room(p, &e, d);
+  plan_apply(p, p->user);
+  return false;
+}
+
+/* The choice. The candidates, ranked by the estimate; the
+ * contenders: the best NFINAL, the simple plan (on one axis even data
+ * parallel, on more the block's forms) and on one axis data parallel with
+ * the planned ratios. Those whose estimate is within PRUNE of the least are
+ * simulated when there are several, and any whose memory comes near a
+ * device's; the plan kept is the simplest no faster one beats by more than
+ * the noise. When nothing fits, where the contenders' memory plans show the
+ * estimate's count short, it is corrected (correct) and the choice made
+ * again, at most MEMORY_ROUNDS times. False after an error. */
+static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   Module *m = p->m;
   Search s = {.p = p};
-  Cand *cand = arena_alloc(m->arena, sizeof *cand * MAX_CANDS);
-  int nc = candidates(&s, cand), base = -1, nfinal = 0;
-  for (int c = 0; c < nc; c++) {
-    bool block = true;
-    for (int x = 0; x < p->naxis; x++)
-      block &= cand[c].fam[x] == F_KEEP;
-    if (block)
-      cand[c].base_est = cand[c].est, cand[c].est = -1;   /* first */
-  }
+  Cand *cand = arena_alloc(m->arena, sizeof *cand * (MAX_CANDS + 2));
+  int nc = candidates(&s, cand), nf = 0;
+  const Cand *stages = NULL;
+  for (int c = 0; c < nc; c++)
+    if (cand[c].fam[0] == F_STAGES && p->naxis == 1)
+      stages = &cand[c];
+  Sharding **seen_best = NULL;   /* the best's forms as they propagate, for the runner-up */
   qsort(cand, (size_t)nc, sizeof *cand, by_estimate);
-  double least = INFINITY;
-  for (int c = 0; c < nc; c++)
-    least = fmin(least, cand[c].est < 0 ? cand[c].base_est : cand[c].est);
-  for (int c = 0; c < nc; c++) {
-    double est = cand[c].est < 0 ? cand[c].base_est : cand[c].est;
-    if (cand[c].est < 0)
-      base = c;
-    else if (cand[c].est == INFINITY || nfinal == NFINAL)
-      continue;
-    else
-      nfinal++;
-    if (!(est <= least * PRUNE) && cand[c].est >= 0)
-      continue;
-    if (!(est <= least * PRUNE)) {   /* the block's forms cannot be kept: not simulated */
-      describe(p, &cand[c], (double *[IR_MAX_MESH_AXES]){0}, 0);
+  if (!nc || cand[0].est == INFINITY)
+    return no_plan(p, d, run, stages);
+  Ratios R;
+  Est e;
+  p->mb = cand[0].mb;
+  evaluate(&s, cand[0].forms, false, R, &e);
+  seen_best = s.seen.a[s.seen.n - 1];
+  PlanInfo conf = {.block = plan_evaluate(p, block_forms(p), true, R, &e)};
+  Cand *simple = &cand[nc], *dp = p->naxis == 1 ? &cand[nc + 1] : NULL;
+  memset(simple, 0, sizeof *simple * 2);
+  simple->fam[0] = -1;
+  simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
+  for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
+    if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
+        (p->naxis < 3 || cand[c].fam[2] == F_KEEP))
+      simple->forms = cand[c].forms, memcpy(simple->fam, cand[c].fam, sizeof simple->fam);
+  simple->mb = 1;
+  settle(&s, simple, p->naxis == 1);
+  conf.simple_ruled_out = !p->propagated;
+  if (dp) {
+    dp->forms = dp_forms(p);
+    dp->fam[0] = F_ROWS;
+    dp->mb = 1;
+    settle(&s, dp, false);
+  }
+  for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
+    settle(&s, &cand[nf], false);
+  double least = fmin(simple->est, dp ? dp->est : INFINITY);
+  for (int c = 0; c < nf; c++)
+    least = fmin(least, cand[c].est);
+  Cand *con[NFINAL + 2];
+  int ncon = 0, rivals = 0;
+  con[ncon++] = simple;
+  if (dp)
+    con[ncon++] = dp;
+  for (int c = 0; c < nf; c++)
+    con[ncon++] = &cand[c];
+  for (int c = 0; c < ncon; c++)
+    rivals += con[c]->est <= least * PRUNE;
+  for (int c = 0; c < ncon; c++) {
+    Cand *same = NULL;   /* an earlier contender of the same forms */
+    for (int b = 0; b < c && !same; b++)
+      if (con[b]->est < INFINITY && con[c]->est < INFINITY && con[b]->mb == con[c]->mb &&
+          same_forms(p, con[b]->forms, con[c]->forms))
+        same = con[b];
+    if (same) {
+      con[c]->same = same;
+      con[c]->tried = same->tried, con[c]->sim = same->sim, con[c]->worst = same->worst;
+      con[c]->need = same->need, con[c]->est = same->est, con[c]->what[0] = 0;
       continue;
     }
-    cand[c].worst = 0;
-    cand[c].tried = true;
-    try_cand(&s, &cand[c], run);
+    bool near = false;
+    for (int k = 0; con[c]->predicted && k < p->ndev; k++)
+      near |= con[c]->predicted[k] > MEMORY_NEAR * (double)m->cluster->dev.a[p->mesh->dev[k]].mem;
+    if (con[c]->est <= least * PRUNE && (rivals > 1 || near))
+      try_cand(p, con[c], run);
   }
-  int best = -1;
-  for (int c = 0; c < nc; c++)
-    if (cand[c].sim < INFINITY && cand[c].worst <= 1 && (best < 0 || cand[c].sim < cand[best].sim))
-      best = c;
-  bool keep = best < 0 || (cand[base].sim < INFINITY && cand[base].worst <= 1 &&
-                           !(cand[best].sim < cand[base].sim * (1 - NOISE_FLOOR)));
-  int k = keep ? base : best;
-  char *text = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&text, &len);
-  if (out) {
-    for (int c = 0; c < nc; c++) {
-      if (!cand[c].what[0])
-        continue;
-      fprintf(out, "  %s %-60s estimated %9.4f ms, ", c == k ? "*" : " ", cand[c].what,
-              (c == base ? cand[c].base_est : cand[c].est) * 1e3);
-      if (!cand[c].tried)
-        fprintf(out, "not simulated: over %.1fx the best estimate\n", PRUNE);
-      else if (cand[c].sim == INFINITY)
-        fprintf(out, "fails in the passes\n");
-      else
-        fprintf(out, "simulated %9.4f ms, fullest device at %.1f%% of its memory%s\n",
-                cand[c].sim * 1e3, cand[c].worst * 100, cand[c].worst > 1 ? " (OVER)" : "");
-    }
-    if (best < 0)
-      fprintf(out, "  no candidate fits every device's memory: the parallel block's forms kept\n");
-    else if (keep && best != base)
-      fprintf(out, "  the best gains less than %.0f%% over the parallel block's forms: they are "
-              "kept\n", NOISE_FLOOR * 100);
-    fclose(out);
+  /* the best: the fastest that fits; then the simplest within the noise */
+  Cand *best = NULL;
+  for (int c = 0; c < nf; c++)
+    if (step_of(&cand[c]) < INFINITY && (!best || step_of(&cand[c]) < step_of(best)))
+      best = &cand[c];
+  if (!best) {   /* nothing fits: the estimate corrected by the memory plans */
+    bool over = false;
+    for (int c = 0; c < ncon && round < MEMORY_ROUNDS; c++)
+      over |= con[c]->tried && con[c]->sim < INFINITY && con[c]->worst > 1 && correct(p, con[c]);
+    plan_apply(p, p->user);
+    return over ? choose(p, d, run, round + 1) : no_plan(p, d, run, stages);
   }
-  p->mb = cand[k].mb;
-  if (cand[k].mb > 1 && m->microbatches < 2) {
-    m->microbatches = cand[k].mb;
+  conf.best = step_of(best);
+  conf.simple = step_of(simple);
+  conf.dp = dp && !same_forms(p, best->forms, dp->forms) ? step_of(dp) : INFINITY;
+  conf.simulated = best->tried && best->sim < INFINITY;
+  runner_up(&s, seen_best, &conf);
+  spreads(p, &conf);
+  conf.noise = fmax(NOISE_FLOOR, fmax(step_noise(&conf, conf.best, best->comm),
+                                      step_noise(&conf, conf.simple, simple->comm)));
+  if (conf.dp < INFINITY)
+    conf.noise = fmax(conf.noise, step_noise(&conf, conf.dp, dp->comm));
+  double n1 = 1 + conf.noise;
+  bool even_fits = conf.simple < INFINITY;
+  bool dp_beats_even = conf.dp < INFINITY && !(even_fits && !(conf.simple > conf.dp * n1));
+  bool best_beats_even = !(even_fits && !(conf.simple > conf.best * n1));
+  conf.kept_simple = even_fits && !dp_beats_even && !best_beats_even;
+  conf.kept_dp = dp_beats_even && !(conf.dp > conf.best * n1);
+  Cand *kept = conf.kept_simple ? simple : conf.kept_dp ? dp : best;
+  bool planned_mb = kept->mb > 1 && m->microbatches < 2;
+  if (planned_mb) {
+    m->microbatches = kept->mb;
     m->microbatches_loc = p->mesh->loc;
   }
   if (run) {
-    Ratios R;
-    for (int x = 0; x < p->naxis; x++) {
-      R[x] = arena_alloc(m->arena, sizeof *R[x] * (size_t)p->size[x]);
-      for (int i = 0; i < p->size[x]; i++)
-        R[x][i] = 1.0 / p->size[x];
-      for (int g = 0; g < m->global.n; g++)
-        for (int dd = 0; cand[k].forms[g] && dd < IR_MAX_RANK; dd++)
-          if (cand[k].forms[g]->axis[dd] == x && cand[k].forms[g]->ratio[dd])
-            memcpy(R[x], cand[k].forms[g]->ratio[dd], sizeof *R[x] * (size_t)p->size[x]);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    for (int c = 0; out && c < ncon; c++) {
+      const Cand *x = con[c];
+      if (x->est == INFINITY || !x->what[0])
+        continue;
+      fprintf(out, "  %s %-60s estimated %9.4f ms, ", x == kept || x == kept->same ? "*" : " ",
+              x->what, x->est * 1e3);
+      if (!x->tried)
+        fprintf(out, "not simulated\n");
+      else if (x->sim == INFINITY)
+        fprintf(out, "fails in the passes\n");
+      else
+        fprintf(out, "simulated %9.4f ms, fullest device at %.1f%% of its memory%s\n",
+                x->sim * 1e3, x->worst * 100, x->worst > 1 ? " (OVER)" : "");
     }
-    PlanInfo *pi = record(p, cand[k].forms, R, cand[k].sim, cand[base].sim, NULL, NULL);
-    pi->mb = cand[k].mb;
-    pi->planned_mb = cand[k].mb > 1;
+    if (out)
+      fclose(out);
+    p->mb = kept->mb;
+    PlanInfo *pi = record(p, kept->forms, kept->R, step_of(kept), conf.simple, &conf, NULL);
+    pi->mb = kept->mb;
+    pi->planned_mb = planned_mb;
+    pi->remat = m->nremat_planned;
     pi->candidates = nc;
     pi->mesh_report = text ? arena_printf(m->arena, "%s", text) : NULL;
+    free(text);
     run->plan = pi;
   }
-  free(text);
-  plan_apply(p, cand[k].forms);
+  p->mb = kept->mb;
+  plan_apply(p, kept->forms);
   return true;
 }
 
@@ -1020,7 +965,7 @@ bool pass_plan(Module *m, Diag *d, PassRun *run) {
   Planner p;
   if (!plan_init(&p, m) || user_ratios(m))
     return true;
-  return p.naxis == 1 ? plan_one_axis(&p, d, run) : plan_axes(&p, run);
+  return choose(&p, d, run, 0);
 }
 bool plan_trial(const Module *m, const PassRun *run, double *need, double *step) {
   Arena *a = arena_new();
@@ -1077,18 +1022,19 @@ static const char *spread_text(double spread, const char *of, char *buf, size_t 
   snprintf(buf, n, "%.1f%% (%s)", spread * 100, of);
   return buf;
 }
-/* plan auto: the best plan's margins, the spreads, the noise, the choice. */
-static void report_confidence(FILE *out, const PlanInfo *pi) {
+
+/* plan auto: the best plan's margins, the spreads, the noise, the choice;
+ * the simple plan is even data parallel on one axis, `simple` on more. */
+static void report_confidence(FILE *out, const PlanInfo *pi, const char *simple) {
   double best = pi->best > 0 ? pi->best : 1;
   fprintf(out, "  best plan found: %.4f ms%s; ", pi->best * 1e3,
           pi->simulated ? " (simulated, as the two below)" : "");
   if (pi->simple < INFINITY)
-    fprintf(out, "even data parallel %.4f ms (that/this %.3fx)", pi->simple * 1e3,
-            pi->simple / best);
+    fprintf(out, "%s %.4f ms (that/this %.3fx)", simple, pi->simple * 1e3, pi->simple / best);
   else if (pi->simple_ruled_out)
-    fputs("even data parallel is ruled out by the parallel block's forms", out);
+    fprintf(out, "%s is ruled out by the parallel block's forms", simple);
   else
-    fputs("even data parallel does not fit in memory", out);
+    fprintf(out, "%s does not fit in memory", simple);
   if (pi->dp < INFINITY)
     fprintf(out, "; data parallel with the planned ratios %.4f ms (that/this %.3fx)",
             pi->dp * 1e3, pi->dp / best);
@@ -1106,13 +1052,12 @@ static void report_confidence(FILE *out, const PlanInfo *pi) {
     fprintf(out, "  kept data parallel with the planned ratios: the best plan found gains %.3fx "
             "over it, within the noise\n", pi->dp / best);
   else if (pi->kept_simple)
-    fprintf(out, "  kept even data parallel: the best plan found gains %.3fx, within the noise\n",
+    fprintf(out, "  kept %s: the best plan found gains %.3fx, within the noise\n", simple,
             pi->simple / best);
   else if (pi->simple < INFINITY)
-    fputs("  kept the best plan found: it gains more than the noise over even data parallel\n",
-          out);
+    fprintf(out, "  kept the best plan found: it gains more than the noise over %s\n", simple);
   else
-    fputs("  kept the best plan found: even data parallel is no plan here\n", out);
+    fprintf(out, "  kept the best plan found: %s is no plan here\n", simple);
 }
 
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
@@ -1159,15 +1104,10 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
     fprintf(out, "  the loop at %s:%d:%d recomputes its forward in the backward (planned: no "
             "plan fits without)\n", l->file->name, l->line, l->col);
   }
-  if (pi->mesh_report) {
-    fprintf(out, "  candidates: the best %d by the estimate and the block's forms, each simulated "
-            "where its estimate is within %.1fx of the least:\n%s  simulated step: %.4f ms",
-            NFINAL, PRUNE, pi->mesh_report, pi->step * 1e3);
-    if (pi->even < INFINITY)
-      fprintf(out, " (the block's forms: %.4f ms)", pi->even * 1e3);
-    fputs("\n\n", out);
-    return;
-  }
+  if (pi->mesh_report)
+    fprintf(out, "  candidates: the best %d by the estimate and the simple plans, simulated where "
+            "more than one is within %.1fx of the least estimate:\n%s", NFINAL, PRUNE,
+            pi->mesh_report);
   if (m->plan == PLAN_AUTO && pi->block < INFINITY)
     fprintf(out, "  the parallel block's forms, even: %.4f ms (that/this %.3fx)\n", pi->block * 1e3,
             pi->step > 0 ? pi->block / pi->step : 1.0);
@@ -1177,6 +1117,6 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
           pi->step * 1e3, pi->even * 1e3, pi->step > 0 ? pi->even / pi->step : 1.0,
           m->cluster->dev.a[mesh->dev[pi->bottleneck]].name);
   if (m->plan == PLAN_AUTO)
-    report_confidence(out, pi);
+    report_confidence(out, pi, mesh->naxis > 1 ? "the parallel block's forms" : "even data parallel");
   fputc('\n', out);
 }

@@ -819,6 +819,8 @@ bool plan_init(Planner *p, Module *m) {
   p->cls = arena_alloc(a, sizeof *p->cls * (size_t)p->ndev);
   p->rep = arena_alloc(a, sizeof *p->rep * (size_t)p->ndev);
   p->under = arena_alloc(a, sizeof *p->under * (size_t)p->ndev);
+  p->room = 64;
+  p->trial = arena_alloc(a, sizeof *p->trial * (size_t)p->room);
   for (int d = 0; d < p->ndev; d++) {
     ir_mesh_coords(mesh, d, p->coord + d * IR_MAX_MESH_AXES);
     p->under[d] = 1;

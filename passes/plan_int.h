@@ -55,8 +55,8 @@ typedef struct Planner {
   VEC(const Inst *) memo_x;     /* ... and of which value */
   /* one-axis meshes: earlier plans' memory plans bound the ratios of the
    * forms they had (Trial), and the model's shortfall on each device */
-  const struct Trial *trial;
-  int ntrial;
+  struct Trial *trial;          /* [room] */
+  int ntrial, room;
   double *under;                /* [ndev] >= 1 */
   int evals;
   bool propagated;              /* the last plan_evaluate's forms propagated */
