@@ -297,6 +297,14 @@ static double pick_mb(Search *s, Sharding **A, const int *mb, int n, Ratios R, E
   return evaluate(s, A, false, R, e);
 }
 
+/* The open inputs of A whole. */
+static Sharding **inputs_whole(Planner *p, Sharding **A) {
+  for (int g = 0; g < p->m->global.n; g++)
+    if (!A[g] && p->m->global.a[g].kind == G_INPUT)
+      A[g] = form(p, -1, 0);
+  return A;
+}
+
 /* The candidates: each combination of families over the axes, seeded,
  * descended on one axis, in its best micro-batch count; their number. */
 static int candidates(Search *s, Cand *cand) {
@@ -322,9 +330,8 @@ static int candidates(Search *s, Cand *cand) {
       ok = families[fam[x]].seed(p, x, rows, A);
     if (!ok)
       continue;
-    for (int g = 0; p->naxis == 1 && g < p->m->global.n; g++)   /* the rest of the inputs whole */
-      if (!A[g] && p->m->global.a[g].kind == G_INPUT)
-        A[g] = form(p, -1, 0);
+    if (p->naxis == 1)   /* the rest of the inputs whole */
+      inputs_whole(p, A);
     Cand *cd = &cand[nc++];
     memset(cd, 0, sizeof *cd);
     cd->id = nc - 1;
@@ -387,7 +394,7 @@ static double rounded(Search *s, Sharding **A, double **out, Ratios R, Est *e) {
 /* The record of plan A (its ratios on its splits) with ratios R, starting
  * from base (may be NULL). */
 static PlanInfo *record(Planner *p, Sharding **A, const Ratios R, double step, double even,
-                        const PlanInfo *base, int64_t *unit) {
+                        const PlanInfo *base) {
   Module *m = p->m;
   PlanInfo *pi = arena_alloc(m->arena, sizeof *pi);
   memset(pi, 0, sizeof *pi);
@@ -410,8 +417,6 @@ static PlanInfo *record(Planner *p, Sharding **A, const Ratios R, double step, d
   plan_step(p, &e, R, pi->busy);
   pi->comm = e.comm;
   pi->ncoll = e.ncoll;
-  if (unit)
-    *unit = e.min_len[0];
   for (int k = 0; k < p->step->inst.n; k++)
     pi->flops += ir_flops(p->step->inst.a[k]);
   for (int d = 0; d < p->ndev; d++) {
@@ -589,11 +594,7 @@ static void runner_up(const Search *s, Sharding **forms, PlanInfo *pi) {
 
 /* The parallel block's forms, every other input whole. */
 static Sharding **block_forms(Planner *p) {
-  Sharding **A = copy_forms(p, p->user);
-  for (int g = 0; g < p->m->global.n; g++)
-    if (!A[g] && p->m->global.a[g].kind == G_INPUT)
-      A[g] = form(p, -1, 0);
-  return A;
+  return inputs_whole(p, copy_forms(p, p->user));
 }
 
 /* Data parallel on one axis: the block's forms, every other input split
@@ -601,10 +602,7 @@ static Sharding **block_forms(Planner *p) {
 static Sharding **dp_forms(Planner *p) {
   Sharding **A = copy_forms(p, p->user);
   seed_rows(p, 0, -1, A);
-  for (int g = 0; g < p->m->global.n; g++)
-    if (!A[g] && p->m->global.a[g].kind == G_INPUT)
-      A[g] = form(p, -1, 0);
-  return A;
+  return inputs_whole(p, A);
 }
 
 /* ---- the choice ---- */
@@ -909,7 +907,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     if (out)
       fclose(out);
     p->mb = kept->mb;
-    PlanInfo *pi = record(p, kept->forms, kept->R, step_of(kept), conf.simple, &conf, NULL);
+    PlanInfo *pi = record(p, kept->forms, kept->R, step_of(kept), conf.simple, &conf);
     pi->mb = kept->mb;
     pi->planned_mb = planned_mb;
     pi->remat = m->nremat_planned;
@@ -939,7 +937,7 @@ static bool plan_even(Module *m, PassRun *run) {
   Est e;
   double even = plan_evaluate(&p, user, true, R, &e);
   if (even < INFINITY && run) {
-    PlanInfo *pi = record(&p, user, R, even, even, NULL, NULL);
+    PlanInfo *pi = record(&p, user, R, even, even, NULL);
     pi->block = even;
     run->plan = pi;
   }
