@@ -621,11 +621,14 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
   if (block)
     at += (size_t)snprintf(c->what, n, "the parallel block's forms");
   for (int x = 0; x < p->naxis && at < n; x++) {
-    static const char *one[] = {[F_ROWS] = "data parallel", [F_FORMS] = "forms searched"};
+    static const char *one[] = {[F_ROWS] = "searched from data parallel",
+                                [F_FORMS] = "searched from whole inputs"};
     const char *axis = p->mesh->axis_name[x], *sep = at ? ", " : "";
     if (p->naxis == 1 && c->fam[x] != F_STAGES)
-      at += (size_t)snprintf(c->what + at, n - at, "%s%s", sep, c->fam[x] < 0 ? "even data parallel"
-                                                                 : one[c->fam[x]]);
+      at += (size_t)snprintf(c->what + at, n - at, "%s%s", sep,
+                             c->fam[x] == -1   ? "even data parallel"
+                             : c->fam[x] == -2 ? "data parallel with the planned ratios"
+                                               : one[c->fam[x]]);
     else if (c->fam[x] == F_ROWS)
       at += (size_t)snprintf(c->what + at, n - at, "%srows over %s", sep, axis);
     if (c->fam[x] != F_STAGES)
@@ -816,7 +819,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   conf.simple_ruled_out = !p->propagated;
   if (dp) {
     dp->forms = dp_forms(p);
-    dp->fam[0] = F_ROWS;
+    dp->fam[0] = -2;
     dp->mb = 1;
     settle(&s, dp, false);
   }
