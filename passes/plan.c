@@ -884,6 +884,27 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   conf.kept_simple = even_fits && !dp_beats_even && !best_beats_even;
   conf.kept_dp = dp_beats_even && !(conf.dp > conf.best * n1);
   Cand *kept = conf.kept_simple ? simple : conf.kept_dp ? dp : best;
+  /* Recomputation, where memory binds (a contender does not fit): the loop
+   * saving most recomputing its forward, estimated; when its best beats the
+   * plan kept by more than the noise, the passes run again with it. */
+  bool tight = false;
+  for (int c = 0; c < ncon; c++)
+    tight |= con[c]->est == INFINITY || (con[c]->tried && con[c]->worst > 1);
+  const Inst *loop = tight && run ? most_saving_loop(p) : NULL;
+  if (loop) {
+    Search rs = {.p = p};
+    Cand *rc = arena_alloc(m->arena, sizeof *rc * MAX_CANDS);
+    double with = INFINITY;
+    p->remat = loop;
+    for (int c = 0, n = candidates(&rs, rc); c < n; c++)
+      with = fmin(with, rc[c].est);
+    p->remat = NULL;
+    if (with * (1 + conf.noise) < step_of(kept)) {
+      plan_apply(p, p->user);
+      run->want_remat = loop->loc;
+      return false;
+    }
+  }
   bool planned_mb = kept->mb > 1 && m->microbatches < 2;
   if (planned_mb) {
     m->microbatches = kept->mb;
@@ -1102,8 +1123,8 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
             pi->planned_mb ? " (planned)" : "");
   for (int k = 0; k < m->nremat_planned; k++) {
     const Loc *l = &m->remat_planned[k];
-    fprintf(out, "  the loop at %s:%d:%d recomputes its forward in the backward (planned: no "
-            "plan fits without)\n", l->file->name, l->line, l->col);
+    fprintf(out, "  the loop at %s:%d:%d recomputes its forward in the backward (planned: "
+            "memory binds the plans without it)\n", l->file->name, l->line, l->col);
   }
   if (pi->mesh_report)
     fprintf(out, "  candidates: the best %d by the estimate and the simple plans, simulated where "

@@ -189,6 +189,24 @@ static bool owns_memory(const Inst *i) {
          i->op != OP_reshape;
 }
 
+/* Whether loop r is the backward of the loop the estimate recomputes: it
+ * reads that loop's saved values. */
+static bool redoes(const Planner *p, const Inst *r) {
+  for (int j = 0; p->remat && ir_get_int(r, "reverse", 0) && j < r->nin; j++)
+    if (r->in[j]->op == OP_repeat_out && r->in[j]->in[0] == p->remat)
+      return true;
+  return false;
+}
+
+/* The bytes value i holds: a recomputing loop saves only each iteration's
+ * carried value, in place of the values its backward reads. */
+static double held(const Planner *p, const Inst *i) {
+  if (i->op != OP_repeat_out || i->in[0] != p->remat || ir_get_int(i, "index", 0) < 1)
+    return bytes_of(&i->type);
+  return ir_get_int(i, "index", 0) > 1 ? 0 : (double)ir_get_int(p->remat, "n", 1) *
+                                             bytes_of(&p->remat->in[0]->type);
+}
+
 static void live_walk(Planner *p, const Func *f, const double *g, double *peak);
 
 /* The memory a loop takes while it runs, as the memory plan's scratch
@@ -201,8 +219,11 @@ static void loop_scratch(Planner *p, const Inst *r, bool in_step, double *sc) {
   live_walk(p, ir_repeat_body(r), none, sc);
   double part = in_step && p->mb > 1 ? 1.0 / p->mb : 1;
   double carried = part < 1 ? 2 * part + 1 : 2;
+  double redo[NMASK] = {0};
+  if (redoes(p, r))   /* the forward recomputed beside the backward's body */
+    live_walk(p, ir_repeat_body(p->remat), none, redo);
   for (int M = 0; M < NMASK; M++)
-    sc[M] *= part;
+    sc[M] = (sc[M] + redo[M]) * part;
   for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
     const Inst *x = r->in[k];
     sc[split_mask(x->shard, &x->type)] += carried * bytes_of(&x->type);
@@ -232,7 +253,7 @@ static void live_walk(Planner *p, const Func *f, const double *g, double *peak) 
     if (i->op == OP_repeat)
       loop_scratch(p, i, step, sc);
     if (owns_memory(i))
-      live[split_mask(i->shard, &i->type)] += bytes_of(&i->type);
+      live[split_mask(i->shard, &i->type)] += held(p, i);
     if (owns_memory(i) || i->op == OP_repeat)
       for (int M = 0; M < NMASK; M++) {
         double at = g[M] + live[M] + sc[M];
@@ -243,7 +264,7 @@ static void live_walk(Planner *p, const Func *f, const double *g, double *peak) 
     for (int j = 0; j <= i->nin; j++) {   /* the operands, then i itself */
       const Inst *x = j < i->nin ? i->in[j] : i;
       if (last[x->id] == k && owns_memory(x)) {
-        live[split_mask(x->shard, &x->type)] -= bytes_of(&x->type);
+        live[split_mask(x->shard, &x->type)] -= held(p, x);
         last[x->id] = -1;
       }
     }
@@ -314,6 +335,15 @@ static double axis_cost(Planner *p, Op op, int x, int from, const Type *t, const
 
 static void cost_walk(Planner *p, Est *e, const Func *f, double times);
 
+/* Loop r's body, times its trip count, and for the backward of a loop that
+ * recomputes, that loop's forward body again. */
+static void walk_body(Planner *p, Est *e, const Inst *r, double times) {
+  double n = (double)ir_get_int(r, "n", 1);
+  cost_walk(p, e, ir_repeat_body(r), times * n);
+  if (redoes(p, r))
+    cost_walk(p, e, ir_repeat_body(p->remat), times * n);
+}
+
 /* Loop r as pipeline stages over axis x: index c runs r[c] of its n
  * iterations on each of M micro-batches, stage after stage. A wave takes
  * every stage's time for one micro-batch in turn (the first reaching the
@@ -330,7 +360,7 @@ static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
   e->pipe_axis = x;
   new_segment(p, e);
   int s0 = e->nseg - 1;
-  cost_walk(p, e, ir_repeat_body(r), times * (double)ir_get_int(r, "n", 1));
+  walk_body(p, e, r, times);
   /* Every stage's work scales with its layers. Cut into micro-batches, the
    * loop runs each micro-batch's rows whole on every device of the stage
    * (the pass cuts the global batch, whose blocks the other axes split), so
@@ -389,7 +419,7 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times) {
       if (px >= 0)
         pipe_cost(p, e, i, px, times);
       else
-        cost_walk(p, e, ir_repeat_body(i), times * (double)ir_get_int(i, "n", 1));
+        walk_body(p, e, i, times);
       continue;
     }
     if (!i->shard)

@@ -49,6 +49,8 @@ typedef struct Planner {
   int *var, nvar;               /* the globals whose forms the search chooses */
   bool *stacked;                /* by global: a stacked operand of a loop of the step */
   int mb;                       /* micro-batches a pipeline's loop runs in */
+  const Inst *remat;            /* a forward loop of the step the estimate counts as
+                                   recomputing its forward in the backward; NULL: none */
   VEC(double) t, w, mem;
   VEC(int) pipe;
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
