@@ -835,25 +835,26 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     con[ncon++] = dp;
   for (int c = 0; c < nf; c++)
     con[ncon++] = &cand[c];
-  for (int c = 0; c < ncon; c++)
-    rivals += con[c]->est <= least * PRUNE;
+  for (int c = 0; c < ncon; c++) {   /* an earlier contender of the same forms stands for it */
+    for (int b = 0; b < c && !con[c]->same; b++)
+      if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
+          con[b]->mb == con[c]->mb && same_forms(p, con[b]->forms, con[c]->forms))
+        con[c]->same = con[b];
+    rivals += !con[c]->same && con[c]->est <= least * PRUNE;
+  }
   for (int c = 0; c < ncon; c++) {
-    Cand *same = NULL;   /* an earlier contender of the same forms */
-    for (int b = 0; b < c && !same; b++)
-      if (con[b]->est < INFINITY && con[c]->est < INFINITY && con[b]->mb == con[c]->mb &&
-          same_forms(p, con[b]->forms, con[c]->forms))
-        same = con[b];
-    if (same) {
-      con[c]->same = same;
-      con[c]->tried = same->tried, con[c]->sim = same->sim, con[c]->worst = same->worst;
-      con[c]->need = same->need, con[c]->est = same->est, con[c]->what[0] = 0;
-      continue;
-    }
     bool near = false;
     for (int k = 0; con[c]->predicted && k < p->ndev; k++)
       near |= con[c]->predicted[k] > MEMORY_NEAR * (double)m->cluster->dev.a[p->mesh->dev[k]].mem;
-    if (con[c]->est <= least * PRUNE && (rivals > 1 || near))
+    if (!con[c]->same && con[c]->est <= least * PRUNE && (rivals > 1 || near))
       try_cand(p, con[c], run);
+  }
+  for (int c = 0; c < ncon; c++) {
+    const Cand *same = con[c]->same;
+    if (same) {
+      con[c]->tried = same->tried, con[c]->sim = same->sim, con[c]->worst = same->worst;
+      con[c]->need = same->need, con[c]->est = same->est, con[c]->what[0] = 0;
+    }
   }
   /* the best: the fastest that fits; then the simplest within the noise */
   Cand *best = NULL;
