@@ -58,6 +58,10 @@ bool fe_eval(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d) {
       diag_error(d, e->loc, "'@' needs tensors, not numbers");
       return false;
     }
+    if (ast_compare(e->op)) {
+      diag_error(d, e->loc, "a comparison gives a mask (a tensor), not a number");
+      return false;
+    }
     bool okl = fe_eval(e->lhs, dim, ndim, &l, d);
     bool okr = fe_eval(e->rhs, dim, ndim, &r, d);
     if (!okl || !okr)

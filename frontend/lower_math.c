@@ -129,3 +129,32 @@ Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
     v = op2(c, OP_div, at, constant(c, 1, at), v);
   return v;
 }
+
+/* where(condition, input, other) as torch.where: input where the condition
+ * (a mask, as a comparison gives: f32, not 0 is true) holds, other
+ * elsewhere, the three broadcast together; input and other may be numbers,
+ * -inf and inf included. where_true(c, x) + where_false(c, y), exact. */
+Inst *lower_where(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *cond = in[0];
+  if (cond->type.dtype != DT_F32) {
+    char buf[128];
+    diag_error(c->d, arg[0]->loc, "'condition' must be a mask (f32, as a comparison gives), not %s",
+               type_str(&cond->type, buf, sizeof buf));
+    return NULL;
+  }
+  Inst *x = tensor_or_number(c, arg[1], "'input'");
+  Inst *y = tensor_or_number(c, arg[2], "'other'");
+  if (!x || !y)
+    return NULL;
+  if (!broadcasts(cond, x) || !broadcasts(cond, y) || !broadcasts(x, y)) {
+    char b1[128], b2[128], b3[128];
+    diag_error(c->d, e->loc, "shape mismatch in 'where': condition %s, input %s and other %s "
+               "do not broadcast", type_str(&cond->type, b1, sizeof b1),
+               type_str(&x->type, b2, sizeof b2), type_str(&y->type, b3, sizeof b3));
+    return NULL;
+  }
+  Inst *t = op2(c, OP_where_true, e->loc, cond, x);
+  Inst *f = t ? op2(c, OP_where_false, e->loc, cond, y) : NULL;
+  return f ? op2(c, OP_add, e->loc, t, f) : NULL;
+}

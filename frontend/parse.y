@@ -61,6 +61,7 @@ static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *na
 %token MESH "'mesh'" SHARD "'shard'" PLAN "'plan'" ON "'on'" OVER "'over'"
 %token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'" EACH "'each'"
 %token BUFFER "'buffer'"
+%token LE "'<='" GE "'>='" EQ "'=='" NE "'!='"
 
 %type <e> expr call callee sdim
 %type <s> gname
@@ -71,6 +72,7 @@ static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *na
 %type <st> dim mstmt value cstmt nstmt pstmt
 %type <stmts> dims dimlist mstmts mbody cstmts cbody nstmts nbody pstmts pbody
 
+%nonassoc '<' '>' LE GE EQ NE
 %left '+' '-'
 %left '*' '/' '@'
 %precedence NEG
@@ -300,9 +302,16 @@ sdim: '*'                        { $$ = ast_expr(p, E_STAR, L(@1)); }
                                    $$ = call(p, $1, @1, a); }
     ;
 
-/* expr = expr ("+" | "-" | "*" | "/" | "@") expr | "-" expr | "(" expr ")"
+/* expr = expr ("<" | ">" | "<=" | ">=" | "==" | "!=") expr (not chained)
+ *      | expr ("+" | "-" | "*" | "/" | "@") expr | "-" expr | "(" expr ")"
  *      | NUMBER | QUANTITY | STRING | IDENT | call | "[" [ exprs ] "]" */
-expr: expr '+' expr              { $$ = binary(p, '+', $1, $3, @2); }
+expr: expr '<' expr              { $$ = binary(p, '<', $1, $3, @2); }
+    | expr '>' expr              { $$ = binary(p, '>', $1, $3, @2); }
+    | expr LE expr               { $$ = binary(p, B_LE, $1, $3, @2); }
+    | expr GE expr               { $$ = binary(p, B_GE, $1, $3, @2); }
+    | expr EQ expr               { $$ = binary(p, B_EQ, $1, $3, @2); }
+    | expr NE expr               { $$ = binary(p, B_NE, $1, $3, @2); }
+    | expr '+' expr              { $$ = binary(p, '+', $1, $3, @2); }
     | expr '-' expr              { $$ = binary(p, '-', $1, $3, @2); }
     | expr '*' expr              { $$ = binary(p, '*', $1, $3, @2); }
     | expr '/' expr              { $$ = binary(p, '/', $1, $3, @2); }

@@ -31,6 +31,12 @@ float ir_elem_eval(Op op, float a, float b) {
     float du = IR_GELU_C * (1.0f + 3.0f * IR_GELU_A * a * a);
     return b * (0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * du);
   }
+  case OP_gt: return a > b ? 1.0f : 0.0f;
+  case OP_ge: return a >= b ? 1.0f : 0.0f;
+  case OP_eq: return a == b ? 1.0f : 0.0f;
+  case OP_ne: return a != b ? 1.0f : 0.0f;
+  case OP_where_true: return a != 0 ? b : -0.0f;
+  case OP_where_false: return a != 0 ? -0.0f : b;
   default: DTC_UNREACHABLE();
   }
 }

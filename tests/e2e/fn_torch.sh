@@ -1,6 +1,7 @@
 #!/bin/sh
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
-# leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`)
+# leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`,
+# comparisons and where)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -49,4 +50,14 @@ check "sum(softmax(z, dim = 0) * t)" "F.softmax(z, dim=0) * t"
 check "sum(log_softmax(z, dim = -1) * t)" "F.log_softmax(z, dim=-1) * t"
 check "sum(mean(z, dim = [0, 1], keepdim = true) * t)" "z.mean((0, 1), keepdim=True) * t"
 check "sum(max(z, dim = 1) * sum(t, dim = 1))" "z.max(1).values * t.sum(1)"
+# comparisons give masks (1 and 0 in f32); where takes them, and numbers
+# (-inf among them); z holds 0.5 and -1 themselves, so ties count
+check "sum(where(z > 0, z * t, -z))" "torch.where(z > 0, z * t, -z)"
+check "sum((z >= t) * z + (z < t) * z * z)" "(z >= t) * z + (z < t) * z * z"
+check "sum((z == 0.5) * t + (z != 0.5) * z * t)" "(z == 0.5) * t + (z != 0.5) * z * t"
+check "sum(where(z <= -1, t, 2) * z)" "torch.where(z <= -1, t, 2.0) * z"
+check "sum(softmax(where(z != 0.5, z, -inf), dim = 1) * t)" \
+      "F.softmax(torch.where(z != 0.5, z, float('-inf')), dim=1) * t"
+check "sum(where(sum(t, dim = 1, keepdim = true) > 2, z, 0) * t)" \
+      "torch.where(t.sum(1, keepdim=True) > 2, z, 0.0) * t"
 exit $fail
