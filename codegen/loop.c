@@ -354,6 +354,29 @@ static LLVMValueRef mask(Cg *c, LLVMRealPredicate pred, LLVMValueRef a, LLVMValu
   return LLVMBuildSelect(c->b, t, fconst(c, 1), fconst(c, 0), "");
 }
 
+/* min(max(a, lo), hi) as clamp x has it; NaN stays NaN. */
+static LLVMValueRef clamp(Cg *c, const Inst *x, LLVMValueRef a) {
+  float lo, hi;
+  ir_clamp_bounds(x, &lo, &hi);
+  LLVMValueRef l = fconst(c, lo), h = fconst(c, hi);
+  LLVMValueRef v = LLVMBuildSelect(c->b, LLVMBuildFCmp(c->b, LLVMRealOLT, a, l, ""), l, a, "");
+  return LLVMBuildSelect(c->b, LLVMBuildFCmp(c->b, LLVMRealOGT, v, h, ""), h, v, "");
+}
+
+/* Whether a is inside clamp_grad x's bounds: closed, or open (hardtanh's). */
+static LLVMValueRef inside(Cg *c, const Inst *x, LLVMValueRef a) {
+  float lo, hi;
+  ir_clamp_bounds(x, &lo, &hi);
+  LLVMValueRef l = fconst(c, lo), h = fconst(c, hi);
+  if (ir_get_int(x, "open", 0)) {
+    LLVMValueRef out = LLVMBuildOr(c->b, LLVMBuildFCmp(c->b, LLVMRealOLE, a, l, ""),
+                                   LLVMBuildFCmp(c->b, LLVMRealOGE, a, h, ""), "");
+    return LLVMBuildNot(c->b, out, "");
+  }
+  return LLVMBuildAnd(c->b, LLVMBuildFCmp(c->b, LLVMRealOGE, a, l, ""),
+                      LLVMBuildFCmp(c->b, LLVMRealOLE, a, h, ""), "");
+}
+
 static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y) {
   Cg *c = g->fn->c;
   LLVMBuilderRef b = c->b;
@@ -397,6 +420,8 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), y, fconst(c, -0.0f), "");
   case OP_where_false:
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), fconst(c, -0.0f), y, "");
+  case OP_clamp: return clamp(c, x, a);
+  case OP_clamp_grad: return LLVMBuildSelect(b, inside(c, x, a), y, zero, "");
   case OP_gelu: return LLVMBuildFMul(b, a, phi_cdf(c, a, NULL), "");
   case OP_gelu_grad: {
     LLVMValueRef pdf, cdf = phi_cdf(c, a, &pdf);

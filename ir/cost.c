@@ -99,6 +99,8 @@ PER_OUT(eq, 1)
 PER_OUT(ne, 1)
 PER_OUT(where_true, 1)
 PER_OUT(where_false, 1)
+PER_OUT(clamp, 2)
+PER_OUT(clamp_grad, 2)
 
 PER_IN(sum, 1)
 PER_IN(fold, 1)

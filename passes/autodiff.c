@@ -322,6 +322,13 @@ static void grad_where_false(GradCtx *g, Inst *inst) {
     accum(g, inst->in[1], mk2(g, OP_where_false, inst, X, DY));
 }
 
+/* y = clamp(x): dx = clamp_grad(x, dy), dy inside the bounds, 0 outside. */
+static void grad_clamp(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {X, DY};
+  accum(g, X, grad_op(g, OP_clamp_grad, inst, 2, in));
+}
+static void grad_clamp_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
 /* ---- reductions ---- */
 
 /* dy of a reduction broadcast back to the shape of its operand. */

@@ -1,7 +1,7 @@
 #!/bin/sh
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
 # leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`,
-# comparisons and where)
+# comparisons, where, clamp, hardtanh, relu6)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -60,4 +60,14 @@ check "sum(softmax(where(z != 0.5, z, -inf), dim = 1) * t)" \
       "F.softmax(torch.where(z != 0.5, z, float('-inf')), dim=1) * t"
 check "sum(where(sum(t, dim = 1, keepdim = true) > 2, z, 0) * t)" \
       "torch.where(t.sum(1, keepdim=True) > 2, z, 0.0) * t"
+# z holds -1, 0.5 and 1 themselves: the derivative at a bound is 1 for
+# clamp, 0 for hardtanh and relu6, as torch's
+check "sum(clamp(z, -1, 1) * t)" "torch.clamp(z, -1, 1) * t"
+check "sum(clamp(z, min = 0.5) * t)" "torch.clamp(z, min=0.5) * t"
+check "sum(clamp(z, max = -1) * t)" "torch.clamp(z, max=-1) * t"
+check "sum(clamp(z, 1, -1) * t)" "torch.clamp(z, 1, -1) * t"
+check "sum(clamp(z, -inf, 0.1) * t)" "torch.clamp(z, float('-inf'), 0.1) * t"
+check "sum(hardtanh(z) * t)" "F.hardtanh(z) * t"
+check "sum(hardtanh(z, min_val = -0.5, max_val = 2) * t)" "F.hardtanh(z, -0.5, 2) * t"
+check "sum(relu6(z * 4) * t)" "F.relu6(z * 4) * t"
 exit $fail

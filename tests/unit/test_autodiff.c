@@ -89,6 +89,29 @@ static void test_mask_mul(void **s) {
   gradcheck(&t, tm_op(&t, OP_mul, 2, m, tm_op(&t, OP_mul, 2, a, b)), "(a >= b != (a == b)) a b");
 }
 
+/* clamp with both bounds, one, and hardtanh's open bounds (the same
+ * derivative away from them): x steps 0.3 from -1.85, never within 0.05 of
+ * a bound, where the finite differences would jump. */
+static void clamp(double lo, double hi, bool open, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(3, 4));
+  float *v = tm_data(&t, "x");
+  for (int k = 0; k < 12; k++)
+    v[k] = (float)(-1.85 + 0.3 * k);
+  Inst *y = tm_new(&t, OP_clamp, 1, x);
+  if (!isinf(lo))
+    ir_set_float(y, "min", lo);
+  if (!isinf(hi))
+    ir_set_float(y, "max", hi);
+  if (open)
+    ir_set_int(y, "open", 1);
+  gradcheck(&t, ir_finish(y), label);
+}
+
+static void test_clamp(void **s) { (void)s; clamp(-1, 1, false, "clamp(x, -1, 1)"); }
+static void test_clamp_min(void **s) { (void)s; clamp(-0.5, INFINITY, false, "clamp(x, min = -0.5)"); }
+static void test_clamp_max(void **s) { (void)s; clamp(-INFINITY, 0.5, false, "clamp(x, max = 0.5)"); }
+static void test_hardtanh(void **s) { (void)s; clamp(-1, 1, true, "hardtanh(x)"); }
+
 /* ---- reductions ---- */
 
 static void reduce(Op op, Type tx, int n, const int64_t *axes, int keep, const char *label) {
@@ -627,7 +650,8 @@ int main(void) {
     T(test_add), T(test_add_bias), T(test_add_outer), T(test_add_scalar), T(test_sub),
     T(test_mul), T(test_div), T(test_mul_const), T(test_mul_self), T(test_neg), T(test_exp),
     T(test_log), T(test_sqrt), T(test_tanh), T(test_sigmoid), T(test_gelu), T(test_gelu_tanh),
-    T(test_relu), T(test_where), T(test_mask_mul),
+    T(test_relu), T(test_where), T(test_mask_mul), T(test_clamp), T(test_clamp_min),
+    T(test_clamp_max), T(test_hardtanh),
     T(test_sum), T(test_sum_keep), T(test_sum_all), T(test_sum_neg), T(test_mean),
     T(test_mean_keep), T(test_max), T(test_max_keep), T(test_matmul), T(test_matmul_ta),
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),

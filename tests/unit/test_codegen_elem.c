@@ -1,5 +1,5 @@
 /* test_codegen_elem.c: the elementwise ops of torch's functions (the
- * comparisons and where) compiled to objects, linked with
+ * comparisons, where, clamp) compiled to objects, linked with
  * test_codegen_harness.c and libdtrt, and run: against the reference
  * interpreter (ct_run), and against a plain loop here, bit for bit, on
  * inputs that hold the edge cases (both zeros, infinities, NaN, the
@@ -96,10 +96,72 @@ static void where_trains(void **state) {
   ct_free(&t);
 }
 
+/* The bounds of clamps(): min and max (NaN: absent), open. */
+static const struct { float lo, hi; bool open; } clamp_bounds[] = {
+    {-1, 1, false}, {0.5f, NAN, false}, {NAN, -1, false}, {1, -1, false},
+    {-1, 1, true},  {0, 6, true},       {-INFINITY, 0.1f, false},
+};
+
+/* Output k of clamps() for x (a plain loop): clamp k, then its derivative
+ * (dy = 1 + x / 8: never 0, NaN where x is). */
+static float clamp_ref(int k, float x) {
+  int n = COUNTOF(clamp_bounds), j = k % n;
+  float lo = isnan(clamp_bounds[j].lo) ? -INFINITY : clamp_bounds[j].lo;
+  float hi = isnan(clamp_bounds[j].hi) ? INFINITY : clamp_bounds[j].hi;
+  if (k < n) {
+    float v = x < lo ? lo : x;
+    return v > hi ? hi : v;
+  }
+  bool in = clamp_bounds[j].open ? !(x <= lo || x >= hi) : x >= lo && x <= hi;
+  return in ? 1 + x / 8 : 0;
+}
+
+static void clamp_check(int k, const float *x, const float *got, int64_t n) {
+  assert_int_equal(n, N);
+  for (int64_t i = 0; i < n; i++) {
+    float want = clamp_ref(k, x[i]);
+    if (!same_bits(got[i], want) && !(isnan(got[i]) && isnan(want)))
+      fail_msg("output %d, element %lld (x = %g): %g, the plain loop says %g", k, (long long)i,
+               x[i], got[i], want);
+  }
+}
+
+/* Finite inputs: the comparison with the interpreter fails on NaN. */
+static void finite_edges(float *x, int64_t n) {
+  edge_inputs(x, n);
+  x[4] = 6;
+}
+
+/* clamp and clamp_grad with both bounds, one, crossed ones, open ones and
+ * an infinite one, at the bounds themselves among the inputs: generated
+ * code equals the plain loop bit for bit. */
+static void clamps(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "clamps");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, N), NULL);
+  int n = COUNTOF(clamp_bounds);
+  Inst *dy = ct_op(&t, OP_add, 2, ct_const(&t, 1), ct_op(&t, OP_div, 2, x, ct_const(&t, 8)));
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < n; j++) {
+      Inst *y = pass ? ct_new(&t, OP_clamp_grad, 2, x, dy) : ct_new(&t, OP_clamp, 1, x);
+      if (!isnan(clamp_bounds[j].lo))
+        ir_set_float(y, "min", clamp_bounds[j].lo);
+      if (!isnan(clamp_bounds[j].hi))
+        ir_set_float(y, "max", clamp_bounds[j].hi);
+      if (clamp_bounds[j].open)
+        ir_set_int(y, "open", 1);
+      ct_output(&t, ir_finish(y), arena_printf(t.a, "%s%d", pass ? "dclamp" : "clamp", j));
+    }
+  ct_run(&t, 0, finite_edges, clamp_check);
+  ct_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(masks),
       cmocka_unit_test(where_trains),
+      cmocka_unit_test(clamps),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
