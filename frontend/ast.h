@@ -21,6 +21,9 @@ typedef enum {
   E_NEG,
   E_STAR,     /* '*' in a shard spec: not split */
   E_EACH,     /* each x: an argument of a repeat cut along its leading dim; lhs is x */
+  E_INDEX,    /* x[items]: lhs is x, args its items (an expression, E_RANGE or E_DOTS) */
+  E_RANGE,    /* begin:end in an index; lhs, rhs NULL when left out */
+  E_DOTS,     /* ... in an index */
   E_ERROR,    /* already reported */
 } ExprKind;
 

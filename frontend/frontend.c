@@ -20,6 +20,7 @@ static const char *what_expr(const Expr *e) {
   case E_CALL: return "a call";
   case E_STAR: return "'*'";
   case E_EACH: return "an 'each' argument";
+  case E_INDEX: return "an indexed tensor";
   default: return "an expression";
   }
 }

@@ -77,6 +77,13 @@ Inst *lower_expr(Ctx *c, const Expr *e) {
   }
   case E_CALL:
     return lower_call(c, e);
+  case E_INDEX:
+    return lower_index(c, e);
+  case E_RANGE:
+  case E_DOTS:
+    diag_error(c->d, e->loc, "'%s' stands only in an index, as in x[1:3] or x[..., 0]",
+               e->kind == E_DOTS ? "..." : ":");
+    return NULL;
   case E_QUANT:
     diag_error(c->d, e->loc, "a unit ('%s') belongs in a cluster, not in a model", e->s);
     return NULL;

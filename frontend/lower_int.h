@@ -167,6 +167,8 @@ bool reduce_axes(Ctx *c, const Expr *axis, const Expr *axes, const Expr *dim, co
                  int64_t *out, int *n);
 /* A call of a built-in function (or a misplaced block's name: an error). */
 Inst *lower_call(Ctx *c, const Expr *e);
+/* x[items] as torch indexes: slices, then a reshape dropping indexed dims. */
+Inst *lower_index(Ctx *c, const Expr *e);
 
 /* ---- lower_*.c: the lowerings of built-in functions (LowerFn, named in
  * builtins.def): lower_math.c elementwise, lower_tensor.c reductions and

@@ -1,7 +1,7 @@
 #!/bin/sh
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
 # leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`,
-# comparisons, where, clamp, hardtanh, relu6)
+# comparisons, where, clamp, hardtanh, relu6, indexing and slicing)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -70,4 +70,12 @@ check "sum(clamp(z, -inf, 0.1) * t)" "torch.clamp(z, float('-inf'), 0.1) * t"
 check "sum(hardtanh(z) * t)" "F.hardtanh(z) * t"
 check "sum(hardtanh(z, min_val = -0.5, max_val = 2) * t)" "F.hardtanh(z, -0.5, 2) * t"
 check "sum(relu6(z * 4) * t)" "F.relu6(z * 4) * t"
+# indexing and slicing: integers drop their dim, ranges clamp as Python's
+check "sum(z[1] * t[2])" "z[1] * t[2]"
+check "sum(z[:, 1:3] * t[:, 0:2])" "z[:, 1:3] * t[:, 0:2]"
+check "sum(z[..., -1] * t[..., 0])" "z[..., -1] * t[..., 0]"
+check "sum(z[2:] * t[:-2])" "z[2:] * t[:-2]"
+check "z[1, 2] * t[0, -1]" "(z[1, 2] * t[0, -1]).reshape(1)"
+check "sum(z[-2:100, ...] * -t[0])" "z[-2:100, ...] * -t[0]"
+check "sum(softmax(z, dim = 1)[:, 0] * t[:, 1])" "F.softmax(z, dim=1)[:, 0] * t[:, 1]"
 exit $fail
