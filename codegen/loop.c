@@ -348,6 +348,35 @@ static LLVMValueRef fmuladd(Group *g, int m, bool neg, LLVMValueRef c) {
   return intrinsic(g->fn->c, "llvm.fmuladd", arg, 3);
 }
 
+/* 1 where a and y compare by pred, else 0. */
+static LLVMValueRef mask(Cg *c, LLVMRealPredicate pred, LLVMValueRef a, LLVMValueRef y) {
+  LLVMValueRef t = LLVMBuildFCmp(c->b, pred, a, y, "");
+  return LLVMBuildSelect(c->b, t, fconst(c, 1), fconst(c, 0), "");
+}
+
+/* min(max(a, lo), hi) as clamp x has it; NaN stays NaN. */
+static LLVMValueRef clamp(Cg *c, const Inst *x, LLVMValueRef a) {
+  float lo, hi;
+  ir_clamp_bounds(x, &lo, &hi);
+  LLVMValueRef l = fconst(c, lo), h = fconst(c, hi);
+  LLVMValueRef v = LLVMBuildSelect(c->b, LLVMBuildFCmp(c->b, LLVMRealOLT, a, l, ""), l, a, "");
+  return LLVMBuildSelect(c->b, LLVMBuildFCmp(c->b, LLVMRealOGT, v, h, ""), h, v, "");
+}
+
+/* Whether a is inside clamp_grad x's bounds: closed, or open (hardtanh's). */
+static LLVMValueRef inside(Cg *c, const Inst *x, LLVMValueRef a) {
+  float lo, hi;
+  ir_clamp_bounds(x, &lo, &hi);
+  LLVMValueRef l = fconst(c, lo), h = fconst(c, hi);
+  if (ir_get_int(x, "open", 0)) {
+    LLVMValueRef out = LLVMBuildOr(c->b, LLVMBuildFCmp(c->b, LLVMRealOLE, a, l, ""),
+                                   LLVMBuildFCmp(c->b, LLVMRealOGE, a, h, ""), "");
+    return LLVMBuildNot(c->b, out, "");
+  }
+  return LLVMBuildAnd(c->b, LLVMBuildFCmp(c->b, LLVMRealOGE, a, l, ""),
+                      LLVMBuildFCmp(c->b, LLVMRealOLE, a, h, ""), "");
+}
+
 static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y) {
   Cg *c = g->fn->c;
   LLVMBuilderRef b = c->b;
@@ -383,6 +412,16 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, zero, ""), a, zero, "");
   case OP_relu_grad:
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, zero, ""), y, zero, "");
+  case OP_gt: return mask(c, LLVMRealOGT, a, y);
+  case OP_ge: return mask(c, LLVMRealOGE, a, y);
+  case OP_eq: return mask(c, LLVMRealOEQ, a, y);
+  case OP_ne: return mask(c, LLVMRealUNE, a, y);
+  case OP_where_true:
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), y, fconst(c, -0.0f), "");
+  case OP_where_false:
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), fconst(c, -0.0f), y, "");
+  case OP_clamp: return clamp(c, x, a);
+  case OP_clamp_grad: return LLVMBuildSelect(b, inside(c, x, a), y, zero, "");
   case OP_gelu: return LLVMBuildFMul(b, a, phi_cdf(c, a, NULL), "");
   case OP_gelu_grad: {
     LLVMValueRef pdf, cdf = phi_cdf(c, a, &pdf);

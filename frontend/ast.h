@@ -21,10 +21,21 @@ typedef enum {
   E_NEG,
   E_STAR,     /* '*' in a shard spec: not split */
   E_EACH,     /* each x: an argument of a repeat cut along its leading dim; lhs is x */
+  E_INDEX,    /* x[items]: lhs is x, args its items (an expression, E_RANGE or E_DOTS) */
+  E_RANGE,    /* begin:end in an index; lhs, rhs NULL when left out */
+  E_DOTS,     /* ... in an index */
   E_ERROR,    /* already reported */
 } ExprKind;
 
 typedef struct Expr Expr;
+
+/* E_BINARY's op for the operators of two characters. */
+typedef enum { B_LE = 256, B_GE, B_EQ, B_NE } BinOp;
+
+/* Whether op compares: < > <= >= == != */
+static inline bool ast_compare(int op) {
+  return op == '<' || op == '>' || op == B_LE || op == B_GE || op == B_EQ || op == B_NE;
+}
 
 /* An argument of a call: positional when name is NULL. */
 typedef struct Arg {
@@ -44,7 +55,7 @@ struct Expr {
   int64_t i;             /* its value when is_int */
   double f;              /* the value, integer or not */
   const char *s;         /* E_IDENT and E_CALL name, E_STR text, E_QUANT unit */
-  int op;                /* E_BINARY: '+' '-' '*' '/' '@' */
+  int op;                /* E_BINARY: '+' '-' '*' '/' '@' '<' '>', or a BinOp */
   Expr *lhs, *rhs;       /* E_BINARY; E_NEG uses lhs */
   ArgList args;          /* E_CALL arguments, E_LIST items */
 };

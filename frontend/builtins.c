@@ -77,6 +77,30 @@ bool bool_arg(Ctx *c, const Expr *e, const char *what, bool *out) {
   return false;
 }
 
+/* Whether e is a number: numbers, dimensions, inf and nan (names that are
+ * not otherwise defined), and arithmetic on them. */
+static bool is_number(Ctx *c, const Expr *e) {
+  switch (e->kind) {
+  case E_NUM: return true;
+  case E_IDENT: {
+    Name *n = lookup(c, e->s);
+    return n ? n->kind == N_DIM : !strcmp(e->s, "inf") || !strcmp(e->s, "nan");
+  }
+  case E_NEG: return is_number(c, e->lhs);
+  case E_BINARY:
+    return e->op != '@' && !ast_compare(e->op) && is_number(c, e->lhs) && is_number(c, e->rhs);
+  default: return false;
+  }
+}
+
+/* A tensor, or a number (inf and -inf included) as a scalar constant. */
+Inst *tensor_or_number(Ctx *c, const Expr *e, const char *what) {
+  double v;
+  if (!is_number(c, e))
+    return lower_expr(c, e);
+  return real_arg(c, e, what, &v) ? constant(c, v, e->loc) : NULL;
+}
+
 /* An axis of x; negative ones count from the end. */
 bool axis_arg(Ctx *c, const Expr *e, const Inst *x, int64_t *out) {
   int64_t v, r = x->type.rank;

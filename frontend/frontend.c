@@ -20,6 +20,7 @@ static const char *what_expr(const Expr *e) {
   case E_CALL: return "a call";
   case E_STAR: return "'*'";
   case E_EACH: return "an 'each' argument";
+  case E_INDEX: return "an indexed tensor";
   default: return "an expression";
   }
 }
@@ -56,6 +57,10 @@ bool fe_eval(const Expr *e, const Dim *dim, int ndim, Num *out, Diag *d) {
   case E_BINARY:
     if (e->op == '@') {
       diag_error(d, e->loc, "'@' needs tensors, not numbers");
+      return false;
+    }
+    if (ast_compare(e->op)) {
+      diag_error(d, e->loc, "a comparison gives a mask (a tensor), not a number");
       return false;
     }
     bool okl = fe_eval(e->lhs, dim, ndim, &l, d);

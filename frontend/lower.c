@@ -20,8 +20,35 @@ static bool is_const(Ctx *c, const Expr *e) {
     return n && n->kind == N_DIM;
   }
   case E_NEG: return is_const(c, e->lhs);
-  case E_BINARY: return e->op != '@' && is_const(c, e->lhs) && is_const(c, e->rhs);
+  case E_BINARY:
+    return e->op != '@' && !ast_compare(e->op) && is_const(c, e->lhs) && is_const(c, e->rhs);
   default: return false;
+  }
+}
+
+/* a < b and a <= b are gt(b, a) and ge(b, a): a mask of 1 and 0 in f32. */
+static Inst *compare(Ctx *c, const Expr *e, Inst *x, Inst *y) {
+  static const char *const name[] = {['<'] = "<", ['>'] = ">", [B_LE] = "<=", [B_GE] = ">=",
+                                      [B_EQ] = "==", [B_NE] = "!="};
+  const Inst *bad = x->type.dtype != DT_F32 ? x : y->type.dtype != DT_F32 ? y : NULL;
+  char b1[128], b2[128];
+  if (bad) {
+    diag_error(c->d, e->loc, "a comparison takes f32 values, not %s",
+               type_str(&bad->type, b1, sizeof b1));
+    return NULL;
+  }
+  if (!broadcasts(x, y)) {
+    diag_error(c->d, e->loc, "shape mismatch in '%s': %s and %s do not broadcast", name[e->op],
+               type_str(&x->type, b1, sizeof b1), type_str(&y->type, b2, sizeof b2));
+    return NULL;
+  }
+  switch (e->op) {
+  case '>': return op2(c, OP_gt, e->loc, x, y);
+  case '<': return op2(c, OP_gt, e->loc, y, x);
+  case B_GE: return op2(c, OP_ge, e->loc, x, y);
+  case B_LE: return op2(c, OP_ge, e->loc, y, x);
+  case B_EQ: return op2(c, OP_eq, e->loc, x, y);
+  default: return op2(c, OP_ne, e->loc, x, y);
   }
 }
 
@@ -44,10 +71,19 @@ Inst *lower_expr(Ctx *c, const Expr *e) {
   case E_BINARY: {
     Inst *x = lower_expr(c, e->lhs);
     Inst *y = lower_expr(c, e->rhs);
-    return x && y ? op2(c, binop[e->op], e->loc, x, y) : NULL;
+    if (!x || !y)
+      return NULL;
+    return ast_compare(e->op) ? compare(c, e, x, y) : op2(c, binop[e->op], e->loc, x, y);
   }
   case E_CALL:
     return lower_call(c, e);
+  case E_INDEX:
+    return lower_index(c, e);
+  case E_RANGE:
+  case E_DOTS:
+    diag_error(c->d, e->loc, "'%s' stands only in an index, as in x[1:3] or x[..., 0]",
+               e->kind == E_DOTS ? "..." : ":");
+    return NULL;
   case E_QUANT:
     diag_error(c->d, e->loc, "a unit ('%s') belongs in a cluster, not in a model", e->s);
     return NULL;

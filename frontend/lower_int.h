@@ -97,6 +97,8 @@ Name *define(Ctx *c, const char *s, NameKind kind, Loc at, int stmt);
 /* i with its type inferred; NULL after reporting a shape error at i's loc. */
 Inst *finish(Ctx *c, Inst *i);
 Inst *constant(Ctx *c, double v, Loc at);
+/* Whether the shapes of a and b broadcast together (numpy's rule). */
+bool broadcasts(const Inst *a, const Inst *b);
 Inst *op1(Ctx *c, Op op, Loc at, Inst *x);
 Inst *op2(Ctx *c, Op op, Loc at, Inst *x, Inst *y);
 /* The value of a name used at `at`; inputs and params are loaded at first use. */
@@ -140,6 +142,8 @@ bool real_arg(Ctx *c, const Expr *e, const char *what, double *out);
 /* A finite number in range r (shared with the IR reader, ir/print.c). */
 bool real_in(Ctx *c, const Expr *e, const char *what, const IrRange *r, double *out);
 bool bool_arg(Ctx *c, const Expr *e, const char *what, bool *out);
+/* A tensor, or a number (inf and -inf included) as a scalar constant. */
+Inst *tensor_or_number(Ctx *c, const Expr *e, const char *what);
 /* An axis of x; negative ones count from the end. */
 bool axis_arg(Ctx *c, const Expr *e, const Inst *x, int64_t *out);
 /* A dimension: from 1 to IR_MAX_DIM. */
@@ -163,6 +167,8 @@ bool reduce_axes(Ctx *c, const Expr *axis, const Expr *axes, const Expr *dim, co
                  int64_t *out, int *n);
 /* A call of a built-in function (or a misplaced block's name: an error). */
 Inst *lower_call(Ctx *c, const Expr *e);
+/* x[items] as torch indexes: slices, then a reshape dropping indexed dims. */
+Inst *lower_index(Ctx *c, const Expr *e);
 
 /* ---- lower_*.c: the lowerings of built-in functions (LowerFn, named in
  * builtins.def): lower_math.c elementwise, lower_tensor.c reductions and

@@ -129,3 +129,65 @@ Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
     v = op2(c, OP_div, at, constant(c, 1, at), v);
   return v;
 }
+
+/* where(condition, input, other) as torch.where: input where the condition
+ * (a mask, as a comparison gives: f32, not 0 is true) holds, other
+ * elsewhere, the three broadcast together; input and other may be numbers,
+ * -inf and inf included. where_true(c, x) + where_false(c, y), exact. */
+Inst *lower_where(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b;
+  Inst *cond = in[0];
+  if (cond->type.dtype != DT_F32) {
+    char buf[128];
+    diag_error(c->d, arg[0]->loc, "'condition' must be a mask (f32, as a comparison gives), not %s",
+               type_str(&cond->type, buf, sizeof buf));
+    return NULL;
+  }
+  Inst *x = tensor_or_number(c, arg[1], "'input'");
+  Inst *y = tensor_or_number(c, arg[2], "'other'");
+  if (!x || !y)
+    return NULL;
+  if (!broadcasts(cond, x) || !broadcasts(cond, y) || !broadcasts(x, y)) {
+    char b1[128], b2[128], b3[128];
+    diag_error(c->d, e->loc, "shape mismatch in 'where': condition %s, input %s and other %s "
+               "do not broadcast", type_str(&cond->type, b1, sizeof b1),
+               type_str(&x->type, b2, sizeof b2), type_str(&y->type, b3, sizeof b3));
+    return NULL;
+  }
+  Inst *t = op2(c, OP_where_true, e->loc, cond, x);
+  Inst *f = t ? op2(c, OP_where_false, e->loc, cond, y) : NULL;
+  return f ? op2(c, OP_add, e->loc, t, f) : NULL;
+}
+
+/* clamp(input, min, max) as torch.clamp, at least one bound given;
+ * hardtanh(input, min_val = -1, max_val = 1) and relu6(input) (hardtanh
+ * from 0 to 6) as torch.nn.functional's. One op clamp: min(max(x, min),
+ * max), NaN kept; bounds are numbers, -inf and inf included, rounded to
+ * f32 as torch's. The derivative is 1 inside, 0 outside; at a bound 1 for
+ * clamp, 0 for hardtanh and relu6 (`open`), as torch's. */
+Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  bool clamp = !strcmp(b->name, "clamp"), relu6 = !strcmp(b->name, "relu6");
+  double lo = relu6 ? 0 : -1, hi = relu6 ? 6 : 1;
+  const char *what[2] = {clamp ? "'min'" : "'min_val'", clamp ? "'max'" : "'max_val'"};
+  if (clamp && !arg[1] && !arg[2]) {
+    diag_error(c->d, e->loc, "'clamp' needs 'min' or 'max', or both");
+    return NULL;
+  }
+  if (in[0]->type.dtype != DT_F32) {
+    char buf[128];
+    diag_error(c->d, arg[0]->loc, "'%s' needs an f32 input, not %s", b->name,
+               type_str(&in[0]->type, buf, sizeof buf));
+    return NULL;
+  }
+  if (!relu6 && ((arg[1] && !real_arg(c, arg[1], what[0], &lo)) ||
+                 (arg[2] && !real_arg(c, arg[2], what[1], &hi))))
+    return NULL;
+  Inst *i = ir_new(c->f, OP_clamp, e->loc, 1, in);
+  if (!clamp || arg[1])
+    ir_set_float(i, "min", lo);
+  if (!clamp || arg[2])
+    ir_set_float(i, "max", hi);
+  if (!clamp)
+    ir_set_int(i, "open", 1);
+  return finish(c, i);
+}

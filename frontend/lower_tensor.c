@@ -419,3 +419,96 @@ Inst *lower_matmul(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
     ir_set_int(i, "tb", 1);
   return finish(c, i);
 }
+
+/* One item of an index of x along axis: an integer i (-size <= i < size),
+ * which keeps [i, i + 1), or a range begin:end, negative ends counting from
+ * the end, each clamped to [0, size] as torch's; an empty range is an
+ * error. *drop: the axis goes. */
+static bool index_item(Ctx *c, const Expr *it, const Inst *x, int axis, int64_t *begin,
+                       int64_t *end, bool *drop) {
+  int64_t size = x->type.dim[axis], b = 0, e = size;
+  char buf[128];
+  *drop = it->kind != E_RANGE;
+  if (*drop) {
+    if (!int_arg(c, it, "an index", &b))
+      return false;
+    if (b < -size || b >= size) {
+      diag_error(c->d, it->loc, "index %lld is out of range for dim %d of %s", (long long)b, axis,
+                 type_str(&x->type, buf, sizeof buf));
+      return false;
+    }
+    *begin = b < 0 ? b + size : b;
+    *end = *begin + 1;
+    return true;
+  }
+  if ((it->lhs && !int_arg(c, it->lhs, "a slice's start", &b)) ||
+      (it->rhs && !int_arg(c, it->rhs, "a slice's end", &e)))
+    return false;
+  b = b < 0 ? b + size : b;
+  e = e < 0 ? e + size : e;
+  *begin = b < 0 ? 0 : b > size ? size : b;
+  *end = e < 0 ? 0 : e > size ? size : e;
+  if (*begin >= *end) {
+    diag_error(c->d, it->loc, "the slice is empty: dim %d of %s keeps nothing of [%lld, %lld)",
+               axis, type_str(&x->type, buf, sizeof buf), (long long)*begin, (long long)*end);
+    return false;
+  }
+  return true;
+}
+
+Inst *lower_index(Ctx *c, const Expr *e) {
+  Inst *in = lower_expr(c, e->lhs), *x = in;
+  if (!x)
+    return NULL;
+  int n = e->args.n, dots = -1, rank = x->type.rank;
+  char buf[128];
+  for (int k = 0; k < n; k++)
+    if (e->args.a[k].val->kind == E_DOTS) {
+      if (dots >= 0) {
+        diag_error(c->d, e->args.a[k].loc, "an index has at most one '...'");
+        return NULL;
+      }
+      dots = k;
+    }
+  int items = n - (dots >= 0);
+  if (items > rank) {
+    diag_error(c->d, e->loc, "too many indices for %s: %d", type_str(&x->type, buf, sizeof buf),
+               items);
+    return NULL;
+  }
+  int64_t dim[IR_MAX_RANK];
+  int nd = 0;
+  bool dropped = false;
+  for (int d = 0; d < rank; d++)
+    dim[d] = x->type.dim[d];
+  for (int k = 0, axis = 0; k < n; k++) {
+    const Expr *it = e->args.a[k].val;
+    if (it->kind == E_DOTS) {
+      axis += rank - items;
+      continue;
+    }
+    int64_t begin, end;
+    bool drop;
+    if (!index_item(c, it, in, axis, &begin, &end, &drop))
+      return NULL;
+    dim[axis] = drop ? -1 : end - begin;
+    dropped |= drop;
+    if (end - begin < x->type.dim[axis]) {
+      Inst *s = ir_new(c->f, OP_slice, e->loc, 1, &x);
+      ir_set_int(s, "axis", axis);
+      ir_set_int(s, "begin", begin);
+      ir_set_int(s, "end", end);
+      if (!(x = finish(c, s)))
+        return NULL;
+    }
+    axis++;
+  }
+  if (!dropped)
+    return x;
+  for (int d = 0; d < rank; d++)
+    if (dim[d] >= 0)
+      dim[nd++] = dim[d];
+  Inst *r = ir_new(c->f, OP_reshape, e->loc, 1, &x);
+  ir_set_ints(r, "shape", dim, nd);
+  return finish(c, r);
+}

@@ -22,6 +22,8 @@ static Expr *binary(Parser *p, int op, Expr *lhs, Expr *rhs, FELTYPE l);
 static Expr *call(Parser *p, const char *name, FELTYPE l, ArgList args);
 static Expr *list(Parser *p, FELTYPE l, ExprList items);
 static Expr *each(Parser *p, Expr *x, FELTYPE l);
+static Expr *index(Parser *p, Expr *x, ArgList items, FELTYPE l);
+static Expr *range(Parser *p, Expr *begin, Expr *end, FELTYPE l);
 static Stmt *stmt(Parser *p, StmtKind kind, FELTYPE l);
 static Stmt *named(Parser *p, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl);
 static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE nl);
@@ -61,8 +63,10 @@ static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *na
 %token MESH "'mesh'" SHARD "'shard'" PLAN "'plan'" ON "'on'" OVER "'over'"
 %token BLOCK "'block'" RETURN "'return'" REPEAT "'repeat'" AS "'as'" EACH "'each'"
 %token BUFFER "'buffer'"
+%token LE "'<='" GE "'>='" EQ "'=='" NE "'!='" DOTS "'...'"
 
-%type <e> expr call callee sdim
+%type <e> expr call callee sdim idx
+%type <args> idxs
 %type <s> gname
 %type <arg> arg axis
 %type <args> args axes
@@ -71,9 +75,11 @@ static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *na
 %type <st> dim mstmt value cstmt nstmt pstmt
 %type <stmts> dims dimlist mstmts mbody cstmts cbody nstmts nbody pstmts pbody
 
+%nonassoc '<' '>' LE GE EQ NE
 %left '+' '-'
 %left '*' '/' '@'
 %precedence NEG
+%precedence '['
 
 %%
 
@@ -300,15 +306,24 @@ sdim: '*'                        { $$ = ast_expr(p, E_STAR, L(@1)); }
                                    $$ = call(p, $1, @1, a); }
     ;
 
-/* expr = expr ("+" | "-" | "*" | "/" | "@") expr | "-" expr | "(" expr ")"
+/* expr = expr ("<" | ">" | "<=" | ">=" | "==" | "!=") expr (not chained)
+ *      | expr ("+" | "-" | "*" | "/" | "@") expr | "-" expr | "(" expr ")"
+ *      | expr "[" idxs "]"
  *      | NUMBER | QUANTITY | STRING | IDENT | call | "[" [ exprs ] "]" */
-expr: expr '+' expr              { $$ = binary(p, '+', $1, $3, @2); }
+expr: expr '<' expr              { $$ = binary(p, '<', $1, $3, @2); }
+    | expr '>' expr              { $$ = binary(p, '>', $1, $3, @2); }
+    | expr LE expr               { $$ = binary(p, B_LE, $1, $3, @2); }
+    | expr GE expr               { $$ = binary(p, B_GE, $1, $3, @2); }
+    | expr EQ expr               { $$ = binary(p, B_EQ, $1, $3, @2); }
+    | expr NE expr               { $$ = binary(p, B_NE, $1, $3, @2); }
+    | expr '+' expr              { $$ = binary(p, '+', $1, $3, @2); }
     | expr '-' expr              { $$ = binary(p, '-', $1, $3, @2); }
     | expr '*' expr              { $$ = binary(p, '*', $1, $3, @2); }
     | expr '/' expr              { $$ = binary(p, '/', $1, $3, @2); }
     | expr '@' expr              { $$ = binary(p, '@', $1, $3, @2); }
     | '-' expr %prec NEG         { $$ = binary(p, '-', NULL, $2, @1); }
     | '(' expr ')'               { $$ = $2; }
+    | expr '[' idxs ']'          { $$ = index(p, $1, $3, @2); }
     | NUMBER
     | QUANTITY
     | STRING
@@ -316,6 +331,20 @@ expr: expr '+' expr              { $$ = binary(p, '+', $1, $3, @2); }
     | call
     | '[' ']'                    { $$ = list(p, @1, (ExprList){0}); }
     | '[' exprs ']'              { $$ = list(p, @1, $2); }
+    ;
+
+/* idxs = idx { "," idx } */
+idxs: idx                        { $$ = (ArgList){0}; PUSH($$, ((Arg){NULL, $1->loc, $1})); }
+    | idxs ',' idx               { $$ = $1; PUSH($$, ((Arg){NULL, $3->loc, $3})); }
+    ;
+
+/* idx = expr | [ expr ] ":" [ expr ] | "..." */
+idx: expr
+    | ':'                        { $$ = range(p, NULL, NULL, @1); }
+    | expr ':'                   { $$ = range(p, $1, NULL, @2); }
+    | ':' expr                   { $$ = range(p, NULL, $2, @1); }
+    | expr ':' expr              { $$ = range(p, $1, $3, @2); }
+    | DOTS                       { $$ = ast_expr(p, E_DOTS, L(@1)); }
     ;
 
 /* exprs = expr { "," expr } */
@@ -422,6 +451,29 @@ static Expr *each(Parser *p, Expr *x, FELTYPE l) {
   e->lhs = x;
   e->depth = x->depth + 1;
   return deep(p, e, x);
+}
+
+/* x[items], located at the '['. */
+static Expr *index(Parser *p, Expr *x, ArgList items, FELTYPE l) {
+  Expr *e = ast_expr(p, E_INDEX, L(l));
+  const Expr *tallest = x;
+  e->lhs = x;
+  e->args = items;
+  e->depth = x->depth + 1;
+  for (int k = 0; k < items.n; k++)
+    if (items.a[k].val->depth >= e->depth) {
+      tallest = items.a[k].val;
+      e->depth = tallest->depth + 1;
+    }
+  return deep(p, e, tallest);
+}
+
+/* begin:end in an index, located at the ':' (at the begin when given). */
+static Expr *range(Parser *p, Expr *begin, Expr *end, FELTYPE l) {
+  Expr *e = ast_expr(p, E_RANGE, begin ? begin->loc : L(l));
+  e->lhs = begin;
+  e->rhs = end;
+  return e;
 }
 
 static Stmt *stmt(Parser *p, StmtKind kind, FELTYPE l) {

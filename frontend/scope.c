@@ -70,6 +70,17 @@ Inst *constant(Ctx *c, double v, Loc at) {
   return finish(c, i);
 }
 
+/* Whether the shapes of a and b broadcast together (numpy's rule). */
+bool broadcasts(const Inst *a, const Inst *b) {
+  const Type *s = &a->type, *t = &b->type;
+  for (int k = 1; k <= s->rank && k <= t->rank; k++) {
+    int64_t m = s->dim[s->rank - k], n = t->dim[t->rank - k];
+    if (m != n && m != 1 && n != 1)
+      return false;
+  }
+  return true;
+}
+
 Inst *op1(Ctx *c, Op op, Loc at, Inst *x) { return finish(c, ir_new(c->f, op, at, 1, &x)); }
 
 Inst *op2(Ctx *c, Op op, Loc at, Inst *x, Inst *y) {

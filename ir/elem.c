@@ -4,9 +4,22 @@
 
 #include "ir.h"
 
+/* clamp's bounds in f32: -inf and inf when absent. */
+void ir_clamp_bounds(const Inst *i, float *lo, float *hi) {
+  *lo = (float)ir_get_float(i, "min", -INFINITY);
+  *hi = (float)ir_get_float(i, "max", INFINITY);
+}
+
+/* clamp_grad's test: x inside the bounds (closed, or open for hardtanh). */
+static bool inside(const Inst *i, float x) {
+  float lo, hi;
+  ir_clamp_bounds(i, &lo, &hi);
+  return ir_get_int(i, "open", 0) ? !(x <= lo || x >= hi) : x >= lo && x <= hi;
+}
+
 /* Unary ops ignore b; relu_grad and gelu_grad take (x, dy). */
-float ir_elem_eval(Op op, float a, float b) {
-  switch (op) {
+float ir_elem_eval(const Inst *inst, float a, float b) {
+  switch (inst->op) {
   case OP_add: return a + b;
   case OP_sub: case OP_bn_center: return a - b;
   case OP_mul: case OP_bn_scale: return a * b;
@@ -31,6 +44,19 @@ float ir_elem_eval(Op op, float a, float b) {
     float du = IR_GELU_C * (1.0f + 3.0f * IR_GELU_A * a * a);
     return b * (0.5f * (1.0f + th) + 0.5f * a * (1.0f - th * th) * du);
   }
+  case OP_gt: return a > b ? 1.0f : 0.0f;
+  case OP_ge: return a >= b ? 1.0f : 0.0f;
+  case OP_eq: return a == b ? 1.0f : 0.0f;
+  case OP_ne: return a != b ? 1.0f : 0.0f;
+  case OP_where_true: return a != 0 ? b : -0.0f;
+  case OP_where_false: return a != 0 ? -0.0f : b;
+  case OP_clamp: {
+    float lo, hi;
+    ir_clamp_bounds(inst, &lo, &hi);
+    float v = a < lo ? lo : a;
+    return v > hi ? hi : v;
+  }
+  case OP_clamp_grad: return inside(inst, a) ? b : 0.0f;
   default: DTC_UNREACHABLE();
   }
 }

@@ -252,7 +252,7 @@ static void elementwise(const Inst *inst, float *out, float *const *in) {
     bstrides(&inst->in[k]->type, t, st[k]);
   int64_t n = type_elems(t);
   for (int64_t e = 0; e < n; e++) {
-    out[e] = ir_elem_eval(inst->op, in[0][pos[0]], inst->nin > 1 ? in[1][pos[1]] : 0);
+    out[e] = ir_elem_eval(inst, in[0][pos[0]], inst->nin > 1 ? in[1][pos[1]] : 0);
     for (int d = t->rank - 1; d >= 0; d--) {
       for (int k = 0; k < inst->nin; k++)
         pos[k] += st[k][d];

@@ -612,9 +612,11 @@ void ir_print_dot(FILE *out, const Module *m);
 #define IR_GELU_C 0.7978845608028654f   /* sqrt(2/pi) */
 #define IR_GELU_A 0.044715f
 
-/* One element of elementwise op `op` (K_ELEM): a op b; unary ops ignore b;
+/* One element of elementwise inst (K_ELEM): a op b; unary ops ignore b;
  * relu_grad and gelu_grad take (x, dy). */
-float ir_elem_eval(Op op, float a, float b);
+float ir_elem_eval(const Inst *inst, float a, float b);
+/* clamp's (and clamp_grad's) bounds in f32: -inf and inf when absent. */
+void ir_clamp_bounds(const Inst *i, float *lo, float *hi);
 
 /* ---- interp.c, interp_mesh.c ------------------------------------------ */
 

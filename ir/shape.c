@@ -220,6 +220,13 @@ bool shape_div(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_relu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_gelu_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_gelu_tanh_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_gt(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_ge(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_eq(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_ne(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_where_true(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_where_false(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_clamp_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 /* bn_center and bn_scale: x [N, C, ...] and a statistic of its rank, each
  * dim x's or 1 (the dims it reduces); bn_scale's x a bn_center. */
 static bool stat(Inst *inst, char *err, size_t errlen) {
@@ -250,6 +257,7 @@ bool shape_sigmoid(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_relu(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_gelu(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 bool shape_gelu_tanh(Inst *i, char *e, size_t n) { return unary(i, e, n); }
+bool shape_clamp(Inst *i, char *e, size_t n) { return unary(i, e, n); }
 
 /* ---- reductions ---- */
 

@@ -74,6 +74,13 @@ static const GradFn grad_fn[OP_COUNT] = {
 
 static bool wants(const GradCtx *g, const Inst *x) { return x->id < g->n && g->active[x->id]; }
 
+/* Whether a derivative can flow through i: an f32 value that is not a
+ * comparison's mask. */
+static bool differentiable(const Inst *i) {
+  return i->type.dtype == DT_F32 && i->op != OP_gt && i->op != OP_ge && i->op != OP_eq &&
+         i->op != OP_ne;
+}
+
 /* ---- emitting ---- */
 
 static Inst *mk1(GradCtx *g, Op op, Inst *at, Inst *a) { return ir_make(g->f, op, at->loc, 1, a); }
@@ -296,6 +303,31 @@ static void grad_gelu_tanh(GradCtx *g, Inst *inst) {
   accum(g, X, mk2(g, OP_gelu_tanh_grad, inst, X, DY));
 }
 static void grad_gelu_tanh_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* A comparison is never active (differentiable): its mask takes nothing. */
+static void grad_gt(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+static void grad_ge(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+static void grad_eq(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+static void grad_ne(GradCtx *g, Inst *inst) { (void)g, (void)inst, DTC_UNREACHABLE(); }
+
+/* y = where_true(c, x): dx = where_true(c, dy), and where_false alike; c
+ * gets nothing. */
+static void grad_where_true(GradCtx *g, Inst *inst) {
+  if (wants(g, inst->in[1]))
+    accum(g, inst->in[1], mk2(g, OP_where_true, inst, X, DY));
+}
+
+static void grad_where_false(GradCtx *g, Inst *inst) {
+  if (wants(g, inst->in[1]))
+    accum(g, inst->in[1], mk2(g, OP_where_false, inst, X, DY));
+}
+
+/* y = clamp(x): dx = clamp_grad(x, dy), dy inside the bounds, 0 outside. */
+static void grad_clamp(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {X, DY};
+  accum(g, X, grad_op(g, OP_clamp_grad, inst, 2, in));
+}
+static void grad_clamp_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* ---- reductions ---- */
 
@@ -699,7 +731,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
     bool on = i->op == OP_arg && (ix == 0 || wants(g, r->in[ix]));
     for (int j = 0; j < i->nin; j++)
       on |= h.active[i->in[j]->id];
-    h.active[k] = on && i->type.dtype == DT_F32;
+    h.active[k] = on && differentiable(i);
   }
   reach[carry->id] = true;
   for (int k = nb - 1; k >= 0; k--) {
@@ -963,7 +995,7 @@ static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst
     bool on = i->op == OP_load && ir_find_global(m, ir_get_str(i, "global", ""))->kind == G_PARAM;
     for (int j = 0; j < i->nin; j++)
       on |= g.active[i->in[j]->id];
-    g.active[k] = on && i->type.dtype == DT_F32;
+    g.active[k] = on && differentiable(i);
   }
   reach[loss->id] = true;
   for (int k = n - 1; k >= 0; k--) {

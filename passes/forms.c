@@ -98,6 +98,14 @@ static bool shard_relu_grad(const Inst *i, DimMap *m) { return elem(i, m, false)
 static bool shard_gelu_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_gelu_tanh(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_gelu_tanh_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_gt(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_ge(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_eq(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_ne(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_where_true(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_where_false(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_clamp(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_clamp_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
 
 /* ---- reductions ---- */
 

@@ -1,6 +1,7 @@
 #!/bin/sh
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
-# leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`)
+# leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`,
+# comparisons, where, clamp, hardtanh, relu6, indexing and slicing)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -49,4 +50,32 @@ check "sum(softmax(z, dim = 0) * t)" "F.softmax(z, dim=0) * t"
 check "sum(log_softmax(z, dim = -1) * t)" "F.log_softmax(z, dim=-1) * t"
 check "sum(mean(z, dim = [0, 1], keepdim = true) * t)" "z.mean((0, 1), keepdim=True) * t"
 check "sum(max(z, dim = 1) * sum(t, dim = 1))" "z.max(1).values * t.sum(1)"
+# comparisons give masks (1 and 0 in f32); where takes them, and numbers
+# (-inf among them); z holds 0.5 and -1 themselves, so ties count
+check "sum(where(z > 0, z * t, -z))" "torch.where(z > 0, z * t, -z)"
+check "sum((z >= t) * z + (z < t) * z * z)" "(z >= t) * z + (z < t) * z * z"
+check "sum((z == 0.5) * t + (z != 0.5) * z * t)" "(z == 0.5) * t + (z != 0.5) * z * t"
+check "sum(where(z <= -1, t, 2) * z)" "torch.where(z <= -1, t, 2.0) * z"
+check "sum(softmax(where(z != 0.5, z, -inf), dim = 1) * t)" \
+      "F.softmax(torch.where(z != 0.5, z, float('-inf')), dim=1) * t"
+check "sum(where(sum(t, dim = 1, keepdim = true) > 2, z, 0) * t)" \
+      "torch.where(t.sum(1, keepdim=True) > 2, z, 0.0) * t"
+# z holds -1, 0.5 and 1 themselves: the derivative at a bound is 1 for
+# clamp, 0 for hardtanh and relu6, as torch's
+check "sum(clamp(z, -1, 1) * t)" "torch.clamp(z, -1, 1) * t"
+check "sum(clamp(z, min = 0.5) * t)" "torch.clamp(z, min=0.5) * t"
+check "sum(clamp(z, max = -1) * t)" "torch.clamp(z, max=-1) * t"
+check "sum(clamp(z, 1, -1) * t)" "torch.clamp(z, 1, -1) * t"
+check "sum(clamp(z, -inf, 0.1) * t)" "torch.clamp(z, float('-inf'), 0.1) * t"
+check "sum(hardtanh(z) * t)" "F.hardtanh(z) * t"
+check "sum(hardtanh(z, min_val = -0.5, max_val = 2) * t)" "F.hardtanh(z, -0.5, 2) * t"
+check "sum(relu6(z * 4) * t)" "F.relu6(z * 4) * t"
+# indexing and slicing: integers drop their dim, ranges clamp as Python's
+check "sum(z[1] * t[2])" "z[1] * t[2]"
+check "sum(z[:, 1:3] * t[:, 0:2])" "z[:, 1:3] * t[:, 0:2]"
+check "sum(z[..., -1] * t[..., 0])" "z[..., -1] * t[..., 0]"
+check "sum(z[2:] * t[:-2])" "z[2:] * t[:-2]"
+check "z[1, 2] * t[0, -1]" "(z[1, 2] * t[0, -1]).reshape(1)"
+check "sum(z[-2:100, ...] * -t[0])" "z[-2:100, ...] * -t[0]"
+check "sum(softmax(z, dim = 1)[:, 0] * t[:, 1])" "F.softmax(z, dim=1)[:, 0] * t[:, 1]"
 exit $fail

@@ -67,6 +67,51 @@ static void test_relu(void **s) {
   gradcheck(&t, tm_op(&t, OP_relu, 1, x), "relu");
 }
 
+/* where(a > 0, a a, b) as the frontend writes it: where_true(c, a a) +
+ * where_false(c, b); no derivative reaches the mask c (a comparison), and a
+ * stays away from the threshold, where the finite differences would jump. */
+static void test_where(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(3, 4)), *b = tm_param(&t, "b", F32(4));
+  fill_away_from_zero(tm_data(&t, "a"), 12, 0.1, 1);
+  Inst *c = tm_op(&t, OP_gt, 2, a, tm_const(&t, 0));
+  Inst *y = tm_op(&t, OP_add, 2, tm_op(&t, OP_where_true, 2, c, tm_op(&t, OP_mul, 2, a, a)),
+                  tm_op(&t, OP_where_false, 2, c, b));
+  gradcheck(&t, y, "where(a > 0, a a, b)");
+}
+
+/* A mask times a value: the value's derivative is the mask, the mask's none. */
+static void test_mask_mul(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(3, 4)), *b = tm_param(&t, "b", F32(3, 1));
+  fill_away_from_zero(tm_data(&t, "a"), 12, 0.1, 1);
+  Inst *m = tm_op(&t, OP_ne, 2, tm_op(&t, OP_ge, 2, a, b), tm_op(&t, OP_eq, 2, a, b));
+  gradcheck(&t, tm_op(&t, OP_mul, 2, m, tm_op(&t, OP_mul, 2, a, b)), "(a >= b != (a == b)) a b");
+}
+
+/* clamp with both bounds, one, and hardtanh's open bounds (the same
+ * derivative away from them): x steps 0.3 from -1.85, never within 0.05 of
+ * a bound, where the finite differences would jump. */
+static void clamp(double lo, double hi, bool open, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(3, 4));
+  float *v = tm_data(&t, "x");
+  for (int k = 0; k < 12; k++)
+    v[k] = (float)(-1.85 + 0.3 * k);
+  Inst *y = tm_new(&t, OP_clamp, 1, x);
+  if (!isinf(lo))
+    ir_set_float(y, "min", lo);
+  if (!isinf(hi))
+    ir_set_float(y, "max", hi);
+  if (open)
+    ir_set_int(y, "open", 1);
+  gradcheck(&t, ir_finish(y), label);
+}
+
+static void test_clamp(void **s) { (void)s; clamp(-1, 1, false, "clamp(x, -1, 1)"); }
+static void test_clamp_min(void **s) { (void)s; clamp(-0.5, INFINITY, false, "clamp(x, min = -0.5)"); }
+static void test_clamp_max(void **s) { (void)s; clamp(-INFINITY, 0.5, false, "clamp(x, max = 0.5)"); }
+static void test_hardtanh(void **s) { (void)s; clamp(-1, 1, true, "hardtanh(x)"); }
+
 /* ---- reductions ---- */
 
 static void reduce(Op op, Type tx, int n, const int64_t *axes, int keep, const char *label) {
@@ -605,7 +650,8 @@ int main(void) {
     T(test_add), T(test_add_bias), T(test_add_outer), T(test_add_scalar), T(test_sub),
     T(test_mul), T(test_div), T(test_mul_const), T(test_mul_self), T(test_neg), T(test_exp),
     T(test_log), T(test_sqrt), T(test_tanh), T(test_sigmoid), T(test_gelu), T(test_gelu_tanh),
-    T(test_relu),
+    T(test_relu), T(test_where), T(test_mask_mul), T(test_clamp), T(test_clamp_min),
+    T(test_clamp_max), T(test_hardtanh),
     T(test_sum), T(test_sum_keep), T(test_sum_all), T(test_sum_neg), T(test_mean),
     T(test_mean_keep), T(test_max), T(test_max_keep), T(test_matmul), T(test_matmul_ta),
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),

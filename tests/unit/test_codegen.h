@@ -72,6 +72,15 @@ char *ct_read(const char *path, size_t *len);
 /* system() of the command formatted from fmt. */
 int ct_sh(const char *fmt, ...);
 
+/* Compiles t's module, links it with test_codegen_harness.c, runs it for
+ * `steps` training steps and runs the interpreter alike, and compares
+ * forward outputs, losses, params and state (ct_close_to), each step from
+ * the harness's state. fill_input, if not NULL, chooses the f32 inputs;
+ * check_output(k, first input, output k, its length), if not NULL, checks
+ * each forward output besides. */
+void ct_run(CT *t, int steps, void (*fill_input)(float *x, int64_t n),
+            void (*check_output)(int k, const float *x, const float *got, int64_t n));
+
 /* Every |got - want| <= CT_RTOL times the tensor's largest finite
  * magnitude: relative error in the max norm. (Per element it would fail on
  * values that come out of cancellation, where fused multiply-adds round

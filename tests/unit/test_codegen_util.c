@@ -367,3 +367,158 @@ void ct_close_tol(const float *got, const float *want, int64_t n, const char *wh
     fail_msg("%s: element %lld is %.9g, the interpreter says %.9g (error %.3g of the largest "
              "magnitude %.3g)", what, (long long)at, got[at], want[at], worst, scale);
 }
+
+/* ---- running a model: the harness against the interpreter ---- */
+
+static uint64_t rng = 88172645463325252u;
+
+static float uniform(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static void w32(FILE *f, int32_t v) { assert_int_equal(fwrite(&v, 4, 1, f), 1); }
+static void w64(FILE *f, int64_t v) { assert_int_equal(fwrite(&v, 8, 1, f), 1); }
+
+static int64_t elems(const Type *t) { return type_elems(t); }
+
+void ct_run(CT *t, int steps, void (*fill_input)(float *x, int64_t n),
+            void (*check_output)(int k, const float *x, const float *got, int64_t n)) {
+  Module *m = t->m;
+  ct_passes(t);
+  const char *obj = ct_emit(t, "obj", NULL, NULL, 2);
+  if (!obj)
+    fail_msg("cg_emit: %s", ct_log(t));
+  const char *exe = arena_printf(t->a, "%s/run", t->dir);
+  if (ct_sh("%s -O1 %s -DCREATE=%s_create -I%s %s %s -o %s %s", DTC_TEST_CC, DTC_TEST_CFLAGS,
+         m->name, DTC_TEST_RUNTIME, DTC_TEST_HARNESS, obj, exe, DTC_TEST_LIBS))
+    fail_msg("cannot link the harness");
+
+  Func *fwd = ir_find_func(m, "forward"), *train = ir_find_func(m, "train_step");
+  assert_true(!steps || train);
+  const bool *live = cg_live(fwd);
+  int ng = m->global.n;
+  float **data = calloc((size_t)ng, sizeof *data);
+  for (int k = 0; k < ng; k++) {
+    const Global *g = &m->global.a[k];
+    int64_t n = elems(&g->type);
+    data[k] = calloc((size_t)n + 1, 4);
+    for (int64_t i = 0; g->kind == G_INPUT && i < n; i++)
+      if (g->type.dtype == DT_I32)
+        ((int32_t *)data[k])[i] = (int32_t)(i * 7 % 3);
+      else
+        data[k][i] = uniform();
+    if (g->kind == G_INPUT && g->type.dtype == DT_F32 && fill_input)
+      fill_input(data[k], n);
+  }
+  int *in = calloc((size_t)ng + 1, sizeof *in);
+  const Inst **outs = calloc((size_t)fwd->inst.n + 1, sizeof *outs);
+  int nout = cg_func_outputs(fwd, live, outs);
+
+  const char *inpath = arena_printf(t->a, "%s/in.bin", t->dir);
+  const char *outpath = arena_printf(t->a, "%s/out.bin", t->dir);
+  FILE *f = fopen(inpath, "wb");
+  assert_non_null(f);
+  w32(f, steps);
+  int nin = cg_func_inputs(fwd, live, in);
+  w32(f, nin);
+  for (int k = 0; k < nin; k++) {
+    int64_t n = elems(&m->global.a[in[k]].type);
+    w64(f, n);
+    assert_int_equal(fwrite(data[in[k]], 4, (size_t)n, f), (size_t)n);
+  }
+  w32(f, nout);
+  for (int k = 0; k < nout; k++)
+    w64(f, elems(&outs[k]->in[0]->type));
+  nin = train ? cg_func_inputs(train, NULL, in) : 0;
+  w32(f, nin);
+  for (int k = 0; k < nin; k++) {
+    int64_t n = elems(&m->global.a[in[k]].type);
+    w64(f, n);
+    assert_int_equal(fwrite(data[in[k]], 4, (size_t)n, f), (size_t)n);
+  }
+  int nstored = 0;
+  for (int k = 0; k < ng; k++)
+    nstored += m->global.a[k].kind != G_INPUT;
+  w32(f, nstored);
+  for (int k = 0; k < ng; k++) {
+    const Global *g = &m->global.a[k];
+    if (g->kind == G_INPUT)
+      continue;
+    w32(f, (int32_t)strlen(g->name));
+    assert_int_equal(fwrite(g->name, 1, strlen(g->name), f), strlen(g->name));
+    w64(f, elems(&g->type));
+  }
+  assert_int_equal(fclose(f), 0);
+  if (ct_sh("%s %s %s", exe, inpath, outpath))
+    fail_msg("the harness failed");
+
+  size_t len;
+  char *res = ct_read(outpath, &len), *p = res;
+  assert_non_null(res);
+  Interp *it = interp_new(m);
+  for (int k = 0; k < ng; k++) {
+    const Global *g = &m->global.a[k];
+    if (g->kind != G_INPUT) {
+      assert_true(interp_set_global(it, g->name, p));
+      p += elems(&g->type) * 4;
+    } else {
+      assert_true(interp_set_global(it, g->name, data[k]));
+    }
+  }
+
+  const Inst **all = calloc((size_t)fwd->inst.n + 1, sizeof *all);
+  int nall = cg_func_outputs(fwd, NULL, all);
+  void **want = calloc((size_t)nall + 1, sizeof *want);
+  for (int k = 0; k < nall; k++)
+    want[k] = calloc((size_t)elems(&all[k]->in[0]->type) + 1, 4);
+  if (!interp_run(it, "forward", want))
+    fail_msg("interpreter: %s", interp_error(it));
+  for (int k = 0; k < nout; k++) {
+    int j = 0;
+    while (all[j] != outs[k])
+      j++;
+    int64_t n = elems(&outs[k]->in[0]->type);
+    ct_close_to((float *)p, want[j], n, arena_printf(t->a, "%s forward output %s", m->name,
+                                                     ir_get_str(outs[k], "name", "")));
+    if (check_output)
+      check_output(k, data[in[0]], (float *)p, n);
+    p += n * 4;
+  }
+  char *prev = res;   /* the harness's state each step starts from */
+  for (int s = 0; s < steps; s++) {
+    for (int k = 0; k < ng; k++) {
+      const Global *g = &m->global.a[k];
+      if (g->kind != G_INPUT) {
+        assert_true(interp_set_global(it, g->name, prev));
+        prev += elems(&g->type) * 4;
+      }
+    }
+    prev = p + 4;
+    float loss, *lp = &loss;
+    if (!interp_run(it, "train_step", (void *const *)&lp))
+      fail_msg("interpreter: %s", interp_error(it));
+    ct_close_to((float *)p, &loss, 1, arena_printf(t->a, "%s loss of step %d", m->name, s));
+    p += 4;
+    for (int k = 0; k < ng; k++) {
+      const Global *g = &m->global.a[k];
+      if (g->kind == G_INPUT)
+        continue;
+      ct_close_to((float *)p, interp_global(it, g->name), elems(&g->type),
+                  arena_printf(t->a, "%s %s after step %d", m->name, g->name, s));
+      p += elems(&g->type) * 4;
+    }
+  }
+  assert_int_equal((size_t)(p - res), len);
+  for (int k = 0; k < nall; k++)
+    free(want[k]);
+  free(want);
+  free(all);
+  interp_free(it);
+  free(res);
+  free(outs);
+  free(in);
+  for (int k = 0; k < ng; k++)
+    free(data[k]);
+  free(data);
+}

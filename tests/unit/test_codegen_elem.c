@@ -1,0 +1,167 @@
+/* test_codegen_elem.c: the elementwise ops of torch's functions (the
+ * comparisons, where, clamp) compiled to objects, linked with
+ * test_codegen_harness.c and libdtrt, and run: against the reference
+ * interpreter (ct_run), and against a plain loop here, bit for bit, on
+ * inputs that hold the edge cases (both zeros, infinities, NaN, the
+ * threshold itself). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_codegen.h"
+
+enum { N = 64 };
+
+/* Halves from -4 to 4 (the threshold 0.5 among them), then the edges. */
+static void edge_inputs(float *x, int64_t n) {
+  static const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 0.49999997f, 0.50000006f};
+  for (int64_t i = 0; i < n; i++)
+    x[i] = i < COUNTOF(edge) ? edge[i] : (float)(i % 17 - 8) / 2;
+}
+
+static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* Output k of masks() for the element x, by a plain C expression. */
+static float mask_ref(int k, float x) {
+  switch (k) {
+  case 0: return x > 0.5f ? 1.0f : 0.0f;
+  case 1: return x >= 0.5f ? 1.0f : 0.0f;
+  case 2: return x == 0.5f ? 1.0f : 0.0f;
+  case 3: return x != 0.5f ? 1.0f : 0.0f;
+  case 4: return 0.5f > x ? 1.0f : 0.0f;
+  case 5: return x > 0.5f ? x : -INFINITY;
+  case 6: return x != 0 ? 1.0f : 2.0f;           /* NaN is not 0: true, as torch's bool(nan) */
+  default: return x > -1.0f ? x : 3.0f;          /* -0 stays -0 */
+  }
+}
+
+static void mask_check(int k, const float *x, const float *got, int64_t n) {
+  assert_int_equal(n, N);
+  for (int64_t i = 0; i < n; i++) {
+    float want = mask_ref(k, x[i]);
+    if (!same_bits(got[i], want))
+      fail_msg("output %d, element %lld (x = %g): %g, the plain loop says %g", k, (long long)i,
+               x[i], got[i], want);
+  }
+}
+
+/* where(c, a, b) as the frontend writes it. */
+static Inst *where(CT *t, Inst *c, Inst *a, Inst *b) {
+  return ct_op(t, OP_add, 2, ct_op(t, OP_where_true, 2, c, a), ct_op(t, OP_where_false, 2, c, b));
+}
+
+/* Every comparison, and where with a mask, a raw condition and a signed
+ * zero, on the edge cases: generated code equals the plain loop bit for
+ * bit (the interpreter too, within ct_run). */
+static void masks(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "masks");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, N), NULL);
+  Inst *half = ct_const(&t, 0.5);
+  Inst *gt = ct_op(&t, OP_gt, 2, x, half);
+  ct_output(&t, gt, "gt");
+  ct_output(&t, ct_op(&t, OP_ge, 2, x, half), "ge");
+  ct_output(&t, ct_op(&t, OP_eq, 2, x, half), "eq");
+  ct_output(&t, ct_op(&t, OP_ne, 2, x, half), "ne");
+  ct_output(&t, ct_op(&t, OP_gt, 2, half, x), "lt");
+  ct_output(&t, where(&t, gt, x, ct_const(&t, -INFINITY)), "where_inf");
+  ct_output(&t, where(&t, x, ct_const(&t, 1), ct_const(&t, 2)), "where_raw");
+  ct_output(&t, where(&t, ct_op(&t, OP_gt, 2, x, ct_const(&t, -1)), x, ct_const(&t, 3)),
+            "where_zero");
+  ct_run(&t, 0, edge_inputs, mask_check);
+  ct_free(&t);
+}
+
+/* A param through both sides of a where, and a mask multiplying another:
+ * the training steps' losses, params and momenta equal the interpreter's. */
+static void where_trains(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "wtrain");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
+  Inst *tg = ct_global(&t, "target", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
+  Inst *p = ct_global(&t, "p", G_PARAM, ty(DT_F32, 1, 8), "normal");
+  Inst *q = ct_global(&t, "q", G_PARAM, ty(DT_F32, 2, 4, 1), "normal");
+  ir_find_global(t.m, "p")->init_arg = 1;
+  ir_find_global(t.m, "q")->init_arg = 1;
+  Inst *c = ct_op(&t, OP_gt, 2, x, p);
+  Inst *y = where(&t, c, ct_op(&t, OP_mul, 2, p, x), q);
+  y = ct_op(&t, OP_mul, 2, y, ct_op(&t, OP_ne, 2, q, ct_const(&t, 0)));
+  ct_output(&t, y, "y");
+  ct_output(&t, ct_op(&t, OP_mse, 2, y, tg), "loss");
+  ct_train(&t, "sgd", 0.1);
+  ct_run(&t, 3, NULL, NULL);
+  ct_free(&t);
+}
+
+/* The bounds of clamps(): min and max (NaN: absent), open. */
+static const struct { float lo, hi; bool open; } clamp_bounds[] = {
+    {-1, 1, false}, {0.5f, NAN, false}, {NAN, -1, false}, {1, -1, false},
+    {-1, 1, true},  {0, 6, true},       {-INFINITY, 0.1f, false},
+};
+
+/* Output k of clamps() for x (a plain loop): clamp k, then its derivative
+ * (dy = 1 + x / 8: never 0, NaN where x is). */
+static float clamp_ref(int k, float x) {
+  int n = COUNTOF(clamp_bounds), j = k % n;
+  float lo = isnan(clamp_bounds[j].lo) ? -INFINITY : clamp_bounds[j].lo;
+  float hi = isnan(clamp_bounds[j].hi) ? INFINITY : clamp_bounds[j].hi;
+  if (k < n) {
+    float v = x < lo ? lo : x;
+    return v > hi ? hi : v;
+  }
+  bool in = clamp_bounds[j].open ? !(x <= lo || x >= hi) : x >= lo && x <= hi;
+  return in ? 1 + x / 8 : 0;
+}
+
+static void clamp_check(int k, const float *x, const float *got, int64_t n) {
+  assert_int_equal(n, N);
+  for (int64_t i = 0; i < n; i++) {
+    float want = clamp_ref(k, x[i]);
+    if (!same_bits(got[i], want) && !(isnan(got[i]) && isnan(want)))
+      fail_msg("output %d, element %lld (x = %g): %g, the plain loop says %g", k, (long long)i,
+               x[i], got[i], want);
+  }
+}
+
+/* Finite inputs: the comparison with the interpreter fails on NaN. */
+static void finite_edges(float *x, int64_t n) {
+  edge_inputs(x, n);
+  x[4] = 6;
+}
+
+/* clamp and clamp_grad with both bounds, one, crossed ones, open ones and
+ * an infinite one, at the bounds themselves among the inputs: generated
+ * code equals the plain loop bit for bit. */
+static void clamps(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "clamps");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, N), NULL);
+  int n = COUNTOF(clamp_bounds);
+  Inst *dy = ct_op(&t, OP_add, 2, ct_const(&t, 1), ct_op(&t, OP_div, 2, x, ct_const(&t, 8)));
+  for (int pass = 0; pass < 2; pass++)
+    for (int j = 0; j < n; j++) {
+      Inst *y = pass ? ct_new(&t, OP_clamp_grad, 2, x, dy) : ct_new(&t, OP_clamp, 1, x);
+      if (!isnan(clamp_bounds[j].lo))
+        ir_set_float(y, "min", clamp_bounds[j].lo);
+      if (!isnan(clamp_bounds[j].hi))
+        ir_set_float(y, "max", clamp_bounds[j].hi);
+      if (clamp_bounds[j].open)
+        ir_set_int(y, "open", 1);
+      ct_output(&t, ir_finish(y), arena_printf(t.a, "%s%d", pass ? "dclamp" : "clamp", j));
+    }
+  ct_run(&t, 0, finite_edges, clamp_check);
+  ct_free(&t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(masks),
+      cmocka_unit_test(where_trains),
+      cmocka_unit_test(clamps),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
