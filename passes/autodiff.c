@@ -501,11 +501,21 @@ static void grad_causal_mask(GradCtx *g, Inst *inst) {
 
 /* sdpa keeps no scores: the backward recomputes the rows' log-sum-exp
  * (sdpa_lse) and sdpa_grad gives dq, dk and dv as one tensor along dim 2,
- * cut apart here. q, k and v may be one value; accum adds what each gets. */
+ * cut apart here; both read the mask, and sdpa_grad redraws the dropout
+ * mask from the same attributes. q, k and v may be one value; accum adds
+ * what each gets. A mask is a constant: one that needs a gradient is an
+ * error. */
 static void grad_sdpa(GradCtx *g, Inst *inst) {
   Inst *q = inst->in[0], *k = inst->in[1], *v = inst->in[2];
-  Inst *lse = grad_op(g, OP_sdpa_lse, inst, 2, (Inst *[]){q, k});
-  Inst *all = grad_op(g, OP_sdpa_grad, inst, 6, (Inst *[]){q, k, v, inst, lse, DY});
+  Inst *mask = inst->nin > 3 ? inst->in[3] : NULL;
+  if (mask && wants(g, mask) && mask->type.dtype == DT_F32) {
+    diag_error(g->d, inst->loc, "the attn_mask of 'scaled_dot_product_attention' depends on a "
+               "param; a mask that needs a gradient is not supported");
+    return;
+  }
+  Inst *lse = grad_op(g, OP_sdpa_lse, inst, mask ? 3 : 2, (Inst *[]){q, k, mask});
+  Inst *all = grad_op(g, OP_sdpa_grad, inst, mask ? 7 : 6,
+                      (Inst *[]){q, k, v, inst, lse, DY, mask});
   int64_t tq = q->type.dim[2], tk = k->type.dim[2];
   if (wants(g, q))
     accum(g, q, slice(g, all, 2, 0, tq, inst));
