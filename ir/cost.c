@@ -202,6 +202,7 @@ static double attn_flops(const Inst *i, int products, int exps, int base, int dr
 double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1, 3, 1); }
 double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1, 2, 0); }
 double flops_sdpa_grad(const Inst *i) { return attn_flops(i, 7, 2, 6, 4); }
+double flops_sdpa_dmask(const Inst *i) { return attn_flops(i, 2, 1, 6, 2); }
 
 /* A convolution is a matmul per group: 2 * (C/groups * kh * kw) flops per
  * element of y, and its two derivatives as many (per element of dy); col2im,

@@ -504,6 +504,10 @@ bool ir_dropout_whole(const Inst *i, Type *t) {
     *t = i->type;
     return true;
   }
+  if (i->op == OP_sdpa_dmask && ir_get_float(i, "p", 0) > 0) {
+    *t = i->type;
+    return true;
+  }
   if ((i->op != OP_sdpa && i->op != OP_sdpa_grad) || ir_get_float(i, "p", 0) <= 0)
     return false;
   *t = i->in[0]->type;

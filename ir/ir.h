@@ -443,7 +443,8 @@ bool ir_in_place(Op op);
 /* The tensor whose elements a dropping op's mask covers, its `at` placing
  * a block there: dropout's own result, or the [B,H,Tq,Tk] scores of an
  * attention that drops (sdpa, sdpa_grad with p > 0), whose dims 0 and 1
- * are its result's. False for every other op. */
+ * are its result's (sdpa_dmask's result is those scores). False for every
+ * other op. */
 bool ir_dropout_whole(const Inst *i, Type *t);
 /* 64-bit FNV-1a of n bytes. */
 uint64_t ir_hash(const void *p, size_t n);

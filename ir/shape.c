@@ -839,8 +839,9 @@ bool shape_sdpa_lse(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
-/* (q, k, v, out, lse, dout, mask?): out and dout as q, lse [B,H,Tq] */
-bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
+/* The backward's operands (q, k, v, out, lse, dout, mask?): out and dout as
+ * q, lse [B,H,Tq]. */
+static bool attn_backward(Inst *inst, char *err, size_t errlen) {
   char b1[128], b2[128];
   if (!attn_operands(inst, 2, 6, err, errlen))
     return false;
@@ -850,6 +851,25 @@ bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
     if (!type_eq(IN(k), k == 4 ? &lse : IN(0)))
       FAIL("'%s': operand %d is %s, expected %s", NAME, k + 1, ts(IN(k), b1),
            ts(k == 4 ? &lse : IN(0), b2));
+  return true;
+}
+
+/* (q, k, v, out, lse, dout, mask) -> [B,H,Tq,Tk], the mask f32 */
+bool shape_sdpa_dmask(Inst *inst, char *err, size_t errlen) {
+  char b1[128];
+  if (!attn_backward(inst, err, errlen))
+    return false;
+  if (IN(6)->dtype != DT_F32)
+    FAIL("'%s': the mask must be f32, got %s", NAME, ts(IN(6), b1));
+  inst->type = *IN(0);
+  inst->type.dim[3] = IN(1)->dim[2];
+  return check_out(inst, err, errlen);
+}
+
+/* (q, k, v, out, lse, dout, mask?) -> [B,H,Tq+2Tk,D] */
+bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
+  if (!attn_backward(inst, err, errlen))
+    return false;
   inst->type = *IN(0);
   inst->type.dim[2] = IN(0)->dim[2] + 2 * IN(1)->dim[2];
   return check_out(inst, err, errlen);

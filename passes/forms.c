@@ -235,6 +235,7 @@ static bool heads(const Inst *i, DimMap *m, int base) {
 static bool shard_sdpa(const Inst *i, DimMap *m) { return heads(i, m, 3); }
 static bool shard_sdpa_lse(const Inst *i, DimMap *m) { return heads(i, m, 2); }
 static bool shard_sdpa_grad(const Inst *i, DimMap *m) { return heads(i, m, 6); }
+static bool shard_sdpa_dmask(const Inst *i, DimMap *m) { return heads(i, m, 6); }
 static bool shard_normalize_grad(const Inst *i, DimMap *m) { return last(i, m, 1); }
 static bool shard_causal_mask(const Inst *i, DimMap *m) { return last(i, m, 2); }
 

@@ -124,7 +124,7 @@ static bool cut_attrs(Cut *c, const Inst *i, Inst *x, int j, bool rows, bool bac
     if (!backward && has_axis0(i, "axes", t0->rank))
       why = "reduces over the batch";
     break;
-  case OP_dropout: case OP_dropout_grad: case OP_sdpa: case OP_sdpa_grad: {
+  case OP_dropout: case OP_dropout_grad: case OP_sdpa: case OP_sdpa_grad: case OP_sdpa_dmask: {
     int64_t at[2 * IR_MAX_RANK] = {0};
     Type whole;
     if (!ir_dropout_whole(i, &whole))

@@ -283,6 +283,9 @@ DTRT_KERNEL(causal_mask);
 DTRT_KERNEL(sdpa);
 DTRT_KERNEL(sdpa_lse);
 DTRT_KERNEL(sdpa_grad);
+/* sdpa_dmask(q, k, v, out, lse, dout, mask) -> [B, H, Tq, Tk]: the scores'
+ * adjoint, the gradient of an f32 mask before its broadcast dims are summed */
+DTRT_KERNEL(sdpa_dmask);
 /* convolution and pooling, NCHW (runtime/kernels_conv.c) */
 DTRT_KERNEL(conv2d);
 DTRT_KERNEL(conv2d_grad_input);

@@ -26,12 +26,13 @@
 #include "dtrt_int.h"
 
 enum { BQ = 64, BK = 64 };
-enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ };
+enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ, ATTN_DS };
 
 typedef struct Attn {
   int kind;
   const float *q, *k, *v, *o, *lse, *dout;
-  float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; else the packed grads */
+  float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; ATTN_DS: [BH, Tq, Tk];
+                              else the packed grads */
   float *dsum;             /* backward: rowsum(dout * o), [BH, Tq] */
   float *kt, *vt;          /* k and v transposed, [BH, D, tkp], zeros after Tk */
   float *scratch;          /* slot floats per chunk */
@@ -344,12 +345,27 @@ INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
     dq[e] = t->a1[e] * A->scale;
 }
 
+/* dS of one block of queries, over every block of keys, into out [Tq, Tk]
+ * of b: the scores' adjoint, zero where a key is masked or not seen. */
+INLINE void ds_item(const Attn *A, const Tiles *t, int64_t item) {
+  int64_t b = item / A->nqb, i0 = item % A->nqb * BQ;
+  int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
+  for (int64_t j0 = 0; j0 < A->tk; j0 += BK) {
+    int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
+    block_grads(A, t, b, i0, nr, j0, nc);
+    for (int64_t r = 0; r < nr; r++)
+      memcpy(A->out + (b * A->tq + i0 + r) * A->tk + j0, t->s + r * BK,
+             sizeof(float) * (size_t)nc);
+  }
+}
+
 INLINE void run_items(const Attn *A, int64_t chunk) {
   Tiles t = tiles_of(A, chunk);
   for (int64_t item = chunk; item < A->items; item += A->chunks)
     switch (A->kind) {
     case ATTN_FWD: case ATTN_LSE: fwd_item(A, &t, item); break;
     case ATTN_DKV: dkv_item(A, &t, item); break;
+    case ATTN_DS: ds_item(A, &t, item); break;
     default: dq_item(A, &t, item); break;
     }
 }
@@ -527,17 +543,22 @@ static DtStatus check(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
 }
 
 /* Sets A up for op: its want operands (q, k, v, out, lse, dout, a prefix),
- * the optional mask after them and the attributes checked, its result [B,
- * H, Tq, D] (sdpa), [B, H, Tq] (sdpa_lse) or [B, H, Tq + 2 Tk, D]
- * (sdpa_grad), the scratch prepared. */
+ * the optional mask after them (required: need_mask) and the attributes
+ * checked, its result [B, H, Tq, D] (sdpa), [B, H, Tq] (sdpa_lse), [B, H,
+ * Tq + 2 Tk, D] (sdpa_grad) or [B, H, Tq, Tk] (need_mask: sdpa_dmask), the
+ * scratch prepared. */
 static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int want,
-                      DtTensor *out, const DtAttrs *a, Attn *A) {
+                      bool need_mask, DtTensor *out, const DtAttrs *a, Attn *A) {
   DtStatus s;
-  if (nin != want && nin != want + 1)
+  if ((nin != want || need_mask) && nin != want + 1)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: takes %d operands and a mask, got %d", op, want, nin);
   if ((s = check(ctx, op, in, nin, want, out, a, A)))
     return s;
+  if (need_mask && A->mask_i32)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the mask must be f32", op);
   int64_t dim[4] = {in[0].dim[0], in[0].dim[1], A->tq + (want == 6 ? 2 * A->tk : 0), A->d};
+  if (need_mask)
+    dim[2] = A->tq, dim[3] = A->tk;
   if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, want == 2 ? 3 : 4)))
     return s;
   const float **to[] = {&A->q, &A->k, &A->v, &A->o, &A->lse, &A->dout};
@@ -552,7 +573,7 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
  * masked)) v. */
 DTRT_TRACED(sdpa, DTRT_TID_KERNEL) {
   Attn A = {0};
-  DtStatus s = begin(ctx, "sdpa", in, nin, 3, out, a, &A);
+  DtStatus s = begin(ctx, "sdpa", in, nin, 3, false, out, a, &A);
   if (!s)
     run(ctx, &A, ATTN_FWD, A.bh * A.nqb);
   return s;
@@ -563,7 +584,7 @@ DTRT_TRACED(sdpa, DTRT_TID_KERNEL) {
  * no part. */
 DTRT_TRACED(sdpa_lse, DTRT_TID_KERNEL) {
   Attn A = {0};
-  DtStatus s = begin(ctx, "sdpa_lse", in, nin, 2, out, a, &A);
+  DtStatus s = begin(ctx, "sdpa_lse", in, nin, 2, false, out, a, &A);
   if (!s)
     run(ctx, &A, ATTN_LSE, A.bh * A.nqb);
   return s;
@@ -575,11 +596,24 @@ DTRT_TRACED(sdpa_lse, DTRT_TID_KERNEL) {
  * blocks of keys (dk, dv), one by blocks of queries (dq). */
 DTRT_TRACED(sdpa_grad, DTRT_TID_KERNEL) {
   Attn A = {0};
-  DtStatus s = begin(ctx, "sdpa_grad", in, nin, 6, out, a, &A);
+  DtStatus s = begin(ctx, "sdpa_grad", in, nin, 6, false, out, a, &A);
   if (s)
     return s;
   dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
   run(ctx, &A, ATTN_DKV, A.bh * A.nkb);
   run(ctx, &A, ATTN_DQ, A.bh * A.nqb);
+  return DT_OK;
+}
+
+/* sdpa_dmask(q, k, v, out, lse, dout, mask){causal?, scale, p?, seed?, at?}:
+ * -> [B, H, Tq, Tk], the adjoint of the scores (scale q k^T + mask), an f32
+ * mask's before its broadcast dims are summed. By blocks of queries. */
+DTRT_TRACED(sdpa_dmask, DTRT_TID_KERNEL) {
+  Attn A = {0};
+  DtStatus s = begin(ctx, "sdpa_dmask", in, nin, 6, true, out, a, &A);
+  if (s)
+    return s;
+  dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
+  run(ctx, &A, ATTN_DS, A.bh * A.nqb);
   return DT_OK;
 }

@@ -94,6 +94,7 @@ for line in sys.stdin:
         got["y"] = torch.tensor([float(v) for v in f[1:]], dtype=torch.float64)
 dims = dict(a.split(":", 1) for a in sys.argv[2].split())
 shapes = [[int(s) for s in d.split(",")] for n, d in dims.items() if n not in inputs]
+shapes = [s for s in shapes if len(s) == 4]   # q, k, v (a mask may be a param)
 tk = max(s[2] for s in shapes)
 dh = shapes[0][3]
 tol = 8 * (tk + 2 * dh + 20) * 2.0 ** -24

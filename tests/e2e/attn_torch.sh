@@ -33,6 +33,9 @@ check "q:2,3,37,13 k:2,3,13,13 v:2,3,13,13 m:i32:2,1,37,13" "scaled_dot_product_
 check "q:1,3,13,5 k:1,3,37,5 v:1,3,37,5 m:i32:3,1,37" "scaled_dot_product_attention(q, k, v, attn_mask = m)"
 check "q:2,3,5,4 k:2,3,2,4 v:2,3,2,4 m:i32:2,3,5,2" "scaled_dot_product_attention(q, k, v, attn_mask = m)"
 check "q:1,2,150,24 k:1,2,97,24 v:1,2,97,24 m:f32:1,2,150,97" "scaled_dot_product_attention(q, k, v, attn_mask = m)"
+# an f32 mask that is a param, and so has a derivative
+check "q:2,3,37,13 k:2,3,13,13 v:2,3,13,13 m:37,13" "scaled_dot_product_attention(q, k, v, attn_mask = m)"
+check "q:1,2,150,24 k:1,2,97,24 v:1,2,97,24 m:2,1,97" "scaled_dot_product_attention(q, k, v, m, 0.3, seed = 5)"
 # dropout_p: dtc's mask, redrawn by attn_torch.py
 check "q:2,3,37,13 k:2,3,13,13 v:2,3,13,13" "scaled_dot_product_attention(q, k, v, dropout_p = 0.3, seed = 7)"
 check "q:1,2,150,24 k:1,2,97,24 v:1,2,97,24" "scaled_dot_product_attention(q, k, v, dropout_p = 0.5, is_causal = true, seed = 11)"

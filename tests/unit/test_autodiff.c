@@ -621,6 +621,24 @@ static void test_sdpa_mask_dropout(void **s) {
   gradcheck(&t, sdpa_with(x, x, x, m, 0.3), "sdpa mask and dropout");
 }
 
+/* An f32 mask that is a param gets the scores' adjoint summed over its
+ * broadcast dims: [Tq, Tk] (over B and H), and [B, 1, Tq, Tk] with dropout
+ * and causal. */
+static void test_sdpa_mask_param(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(2, 2, 5, 3)), *k = tm_param(&t, "k", F32(2, 2, 7, 3));
+  Inst *v = tm_param(&t, "v", F32(2, 2, 7, 3)), *m = tm_param(&t, "m", F32(5, 7));
+  gradcheck(&t, sdpa_with(q, k, v, m, 0), "sdpa mask param");
+}
+
+static void test_sdpa_mask_param_dropout(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 6, 2)), *m = tm_param(&t, "m", F32(2, 1, 6, 6));
+  Inst *y = sdpa_with(x, x, x, m, 0.3);
+  ir_set_int(y, "causal", 1);
+  gradcheck(&t, ir_finish(y), "sdpa mask param, dropout, causal");
+}
+
 /* relu(x @ w1 + b1) @ w2 + b2 into cross_entropy: the loss itself. */
 static void test_mlp(void **s) {
   (void)s;
@@ -666,7 +684,8 @@ int main(void) {
     T(test_embedding_bag_psw), T(test_embedding_bag_offsets), T(test_embedding_bag_offsets_mean),
     T(test_embedding_bag_offsets_max), T(test_dropout),
     T(test_causal_mask), T(test_sdpa), T(test_sdpa_causal), T(test_sdpa_self),
-    T(test_sdpa_mask_f32), T(test_sdpa_mask_i32), T(test_sdpa_dropout), T(test_sdpa_mask_dropout), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_sdpa_mask_f32), T(test_sdpa_mask_i32), T(test_sdpa_dropout), T(test_sdpa_mask_dropout),
+    T(test_sdpa_mask_param), T(test_sdpa_mask_param_dropout), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
     T(test_pad_value), T(test_pad_value_huge), T(test_pad_value_neg_inf), T(test_pad_value_inf),
     T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),

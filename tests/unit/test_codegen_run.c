@@ -412,15 +412,16 @@ static void attention(void **state) {
 }
 
 /* Attention with an i32 (bool) mask broadcast over B, and one with an f32
- * mask and dropout, whose mask the generated code draws at each step as
- * the interpreter does; two steps. */
+ * mask that is a param (its gradient sdpa_dmask's) and dropout, whose mask
+ * the generated code draws at each step as the interpreter does; two
+ * steps. */
 static void attention_mask_dropout(void **state) {
   (void)state;
   CT t;
   ct_init(&t, "attnmask");
   Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 4, 2, 3, 70, 5), NULL);
   Inst *m = ct_global(&t, "m", G_INPUT, ty(DT_I32, 4, 1, 3, 70, 67), NULL);
-  Inst *f = ct_global(&t, "f", G_INPUT, ty(DT_F32, 2, 70, 70), NULL);
+  Inst *f = ct_global(&t, "f", G_PARAM, ty(DT_F32, 2, 70, 70), "glorot");
   Inst *k = ct_global(&t, "k", G_PARAM, ty(DT_F32, 4, 2, 3, 67, 5), "glorot");
   Inst *v = ct_global(&t, "v", G_PARAM, ty(DT_F32, 4, 2, 3, 67, 5), "glorot");
   Inst *a = ct_new(&t, OP_sdpa, 4, x, k, v, m);

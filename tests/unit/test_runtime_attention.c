@@ -46,9 +46,9 @@ typedef struct Case {
 typedef struct Run {
   Case c;
   double scale;
-  float *q, *k, *v, *dout, *out, *lse, *grad, *keep;
+  float *q, *k, *v, *dout, *out, *lse, *grad, *keep, *ds;
   void *mask;
-  double *rout, *rlse, *rgrad, *tout, *tlse, *tgrad;
+  double *rout, *rlse, *rgrad, *tout, *tlse, *tgrad, *rds, *tds;
 } Run;
 
 enum { SEED = 1234, STEP = 17 };
@@ -133,6 +133,8 @@ static void reference(Run *r) {
         }
         m[j] = p[j] * ((fabs(s) + a) * kp[j] + fabs(di) + dia);
         dp[j] = p[j] * (s * kp[j] - di);
+        r->rds[(bh * tq + i) * tk + j] = dp[j];
+        r->tds[(bh * tq + i) * tk + j] = 4 * (rho[i] + (tk + d + 20) * U) * m[j] + 1e-30;
       }
       double nn = (double)(tk + 2 * d + 20);
       for (int64_t e = 0; e < d; e++) {
@@ -200,8 +202,10 @@ static void kernels_with(DtrtCtx *x, Run *r, const DtAttrs *a) {
   DtTensor mk = mask_tensor(c, r->mask), fwd[4] = {in[0], in[1], in[2], mk};
   DtTensor two[3] = {in[0], in[1], mk};
   in[6] = mk;
+  DtTensor ds = t4(r->ds, c->b, c->h, c->tq, c->tk);
   if (dtrt_k_sdpa(x, fwd, 3 + nm, &out, a) || dtrt_k_sdpa_lse(x, two, 2 + nm, &lse, a) ||
-      dtrt_k_sdpa_grad(x, in, 6 + nm, &grad, a))
+      dtrt_k_sdpa_grad(x, in, 6 + nm, &grad, a) ||
+      (c->mask == F32_MASK && dtrt_k_sdpa_dmask(x, in, 7, &ds, a)))
     fail_msg("kernel failed: %s", dtrt_errmsg(x));
 }
 
@@ -252,14 +256,17 @@ static Run make_run(Case c) {
   r.rlse = calloc((size_t)(bh * c.tq), sizeof(double));
   r.tlse = calloc((size_t)(bh * c.tq), sizeof(double));
   r.rgrad = calloc((size_t)ng, sizeof(double)), r.tgrad = calloc((size_t)ng, sizeof(double));
+  int64_t ns = bh * c.tq * c.tk;
+  r.ds = malloc(sizeof(float) * (size_t)ns);
+  r.rds = calloc((size_t)ns, sizeof(double)), r.tds = calloc((size_t)ns, sizeof(double));
   r.keep = keep_factors(&c);
   r.mask = c.mask != NO_MASK ? mask_values(&c) : NULL;
   return r;
 }
 
 static void free_run(Run *r) {
-  void *p[] = {r->q, r->k, r->v, r->dout, r->out, r->lse, r->grad, r->keep, r->mask,
-               r->rout, r->rlse, r->rgrad, r->tout, r->tlse, r->tgrad};
+  void *p[] = {r->q, r->k, r->v, r->dout, r->out, r->lse, r->grad, r->keep, r->mask, r->ds,
+               r->rout, r->rlse, r->rgrad, r->tout, r->tlse, r->tgrad, r->rds, r->tds};
   for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
     free(p[k]);
 }
@@ -272,6 +279,8 @@ static void one_case(Case c) {
   check_near("out", r.out, r.rout, r.tout, bh * c.tq * c.d);
   check_near("lse", r.lse, r.rlse, r.tlse, bh * c.tq);
   check_near("grad", r.grad, r.rgrad, r.tgrad, bh * (c.tq + 2 * c.tk) * c.d);
+  if (c.mask == F32_MASK)   /* the scores' adjoint: an f32 mask's gradient */
+    check_near("dmask", r.ds, r.rds, r.tds, bh * c.tq * c.tk);
   free_run(&r);
 }
 
@@ -511,6 +520,17 @@ static void test_refusals(void **state) {
   assert_int_equal(dtrt_k_sdpa(ctx, in, 3, &out, &drop), DT_ERR_ARG);
   if (!strstr(dtrt_errmsg(ctx), "does not fit dimension 1"))
     fail_msg("message '%s' lacks the dimension", dtrt_errmsg(ctx));
+  /* sdpa_dmask: the mask required, and f32 */
+  DtTensor lse = {.data = buf, .dtype = DTRT_F32, .rank = 3, .dim = {1, 2, 3}};
+  float dsbuf[30];
+  DtTensor six[7] = {q, k, k, q, lse, q, t4(buf, 1, 1, 3, 5)}, ds = t4(dsbuf, 1, 2, 3, 5);
+  assert_int_equal(dtrt_k_sdpa_dmask(ctx, six, 6, &ds, &a), DT_ERR_ARG);
+  six[6].dtype = DTRT_I32;
+  assert_int_equal(dtrt_k_sdpa_dmask(ctx, six, 7, &ds, &a), DT_ERR_ARG);
+  if (!strstr(dtrt_errmsg(ctx), "must be f32"))
+    fail_msg("message '%s' lacks the mask's type", dtrt_errmsg(ctx));
+  six[6].dtype = DTRT_F32;
+  assert_int_equal(dtrt_k_sdpa_dmask(ctx, six, 7, &ds, &a), DT_OK);
   a.f[0] = INFINITY;
   assert_int_equal(dtrt_k_sdpa(ctx, in, 3, &out, &a), DT_ERR_ARG);
 }
