@@ -294,7 +294,8 @@ static void test_against_loop(void **state) {
     {2, 3, 37, 13, 13, false, 0, NO_MASK, {0}, 0},   {2, 3, 37, 13, 13, true, 0, NO_MASK, {0}, 0},
     {1, 2, 13, 37, 5, true, 0, NO_MASK, {0}, 0},     {1, 2, 13, 37, 5, false, 0.7, NO_MASK, {0}, 0},
     {1, 2, 150, 97, 24, false, 0, NO_MASK, {0}, 0},  {1, 2, 150, 97, 24, true, 0, NO_MASK, {0}, 0},
-    {1, 1, 130, 200, 64, true, 0, NO_MASK, {0}, 0},  {2, 1, 129, 129, 33, true, -0.3, NO_MASK, {0}, 0},
+    {1, 1, 130, 200, 64, true, 0, NO_MASK, {0}, 0},
+    {2, 1, 129, 129, 33, true, -0.3, NO_MASK, {0}, 0},
     {1, 2, 70, 90, 100, true, 0, NO_MASK, {0}, 0},   {1, 1, 65, 66, 130, false, 0, NO_MASK, {0}, 0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
@@ -441,7 +442,8 @@ static void test_threads(void **state) {
  * dtc's memory report counts: up to the allocator's own header. */
 static void test_scratch_bytes(void **state) {
   (void)state;
-  static const Case cases[] = {{2, 3, 37, 130, 13, true, 0, NO_MASK, {0}, 0}, {1, 2, 150, 64, 24, false, 0, NO_MASK, {0}, 0}};
+  static const Case cases[] = {{2, 3, 37, 130, 13, true, 0, NO_MASK, {0}, 0},
+                               {1, 2, 150, 64, 24, false, 0, NO_MASK, {0}, 0}};
   for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++)
     for (int grad = 0; grad < 2; grad++) {
       Case c = cases[n];
