@@ -208,7 +208,8 @@ void cg_check(CgFn *fn, LLVMValueRef s) {
 bool cg_dropout_origin(const Inst *x, int64_t base[IR_MAX_RANK], int axis[IR_MAX_RANK]) {
   int n, r = x->type.rank;
   const int64_t *at = ir_get_ints(x, "at", &n);
-  if ((x->op != OP_dropout && x->op != OP_dropout_grad) || x->fn->device < 0 || !x->shard ||
+  Type whole;
+  if (!ir_dropout_whole(x, &whole) || whole.rank != r || x->fn->device < 0 || !x->shard ||
       x->shard->mesh != 0 || !at || n != 2 * r)
     return false;
   int coord[IR_MAX_MESH_AXES];
@@ -220,15 +221,15 @@ bool cg_dropout_origin(const Inst *x, int64_t base[IR_MAX_RANK], int axis[IR_MAX
   return true;
 }
 
-/* The origins of a device's dropout block in the attrs at fn->tattr (after
- * p and seed, its extent), from its coordinates at run time. */
+/* The origins of a device's dropout block in the attrs at fn->tattr (the
+ * last r ints, after the whole's extent), from its coordinates at run time. */
 static void dropout_origin(CgFn *fn, const Inst *x, const DtAttrs *a) {
   Cg *c = fn->c;
   int64_t base[IR_MAX_RANK];
   int axis[IR_MAX_RANK], r = x->type.rank;
   if (!cg_dropout_origin(x, base, axis))
     return;
-  DTC_ASSERT(a->ni == 1 + 2 * r);
+  DTC_ASSERT(a->ni >= 2 * r);
   LLVMTypeRef pt[] = {c->ptr, c->i32};
   LLVMTypeRef ft = LLVMFunctionType(c->i32, pt, 2, 0);
   for (int d = 0; d < r; d++) {
@@ -239,7 +240,7 @@ static void dropout_origin(CgFn *fn, const Inst *x, const DtAttrs *a) {
     LLVMValueRef v = LLVMBuildMul(c->b, LLVMBuildSExt(c->b, coord, c->i64, ""),
                                   cg_i64(c, x->type.dim[d]), "");
     v = LLVMBuildAdd(c->b, v, cg_i64(c, base[d]), "at");
-    LLVMBuildStore(c->b, v, field(fn, c->attrs, fn->tattr, 0, 1 + r + d));
+    LLVMBuildStore(c->b, v, field(fn, c->attrs, fn->tattr, 0, a->ni - r + d));
   }
 }
 

@@ -1066,9 +1066,11 @@ int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how) {
         int64_t b = dtrt_conv_scratch_bytes(conv[c].kind, &cx, &cw, &cy, &a, cg_conv_gemm(how, x));
         most = b > most ? b : most;
       }
-      if (x->op == OP_sdpa || x->op == OP_sdpa_lse || x->op == OP_sdpa_grad) {
+      if (x->op == OP_sdpa || x->op == OP_sdpa_lse || x->op == OP_sdpa_grad ||
+          x->op == OP_sdpa_dmask) {
         DtTensor q = dims_of(x, 0), kv = dims_of(x, 1);
-        int64_t b = dtrt_sdpa_scratch_bytes(&q, &kv, x->op == OP_sdpa_grad);
+        bool grad = x->op == OP_sdpa_grad || x->op == OP_sdpa_dmask;
+        int64_t b = dtrt_sdpa_scratch_bytes(&q, &kv, grad);
         most = b > most ? b : most;
       }
     }

@@ -129,7 +129,7 @@ struct Builtin {
   int ntensor;           /* leading parameters that are tensors; -1: lower binds */
   int nreq;              /* leading parameters that are required */
   int nparam;
-  const char *param[8];
+  const char *param[10];
 };
 
 /* The first name in e that is a tensor, not a dimension. */

@@ -477,31 +477,66 @@ Inst *lower_embedding_bag(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Ex
   return finish(c, i);
 }
 
+/* Checks attn_mask m (argument e) of attention over query q and key k:
+ * f32 (added to the scores) or i32 (torch's bool: true, nonzero, takes
+ * part), of rank at most 4, broadcasting right-aligned to [B, H, Tq, Tk]. */
+static bool sdpa_mask(Ctx *c, const Expr *e, const Inst *m, const Inst *q, const Inst *k) {
+  char b1[128];
+  const Type *t = &m->type;
+  if ((t->dtype != DT_F32 && t->dtype != DT_I32) || t->rank > 4) {
+    diag_error(c->d, e->loc, "'attn_mask' must be f32 (added to the scores) or i32 (a bool "
+               "mask: nonzero takes part) of rank at most 4, got %s", type_str(t, b1, sizeof b1));
+    return false;
+  }
+  if (q->type.rank != 4 || k->type.rank != 4)
+    return true;   /* the op's shape rule reports it */
+  int64_t full[4] = {q->type.dim[0], q->type.dim[1], q->type.dim[2], k->type.dim[2]};
+  for (int d = 0; d < t->rank; d++) {
+    int64_t want = full[4 - t->rank + d];
+    if (t->dim[d] != 1 && t->dim[d] != want) {
+      diag_error(c->d, e->loc, "'attn_mask' %s does not broadcast to the scores [%lld, %lld, "
+                 "%lld, %lld]: its dim %d is neither 1 nor %lld", type_str(t, b1, sizeof b1),
+                 (long long)full[0], (long long)full[1], (long long)full[2], (long long)full[3],
+                 d, (long long)want);
+      return false;
+    }
+  }
+  return true;
+}
+
 /* scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
- * is_causal, scale) as torch.nn.functional's, on [B, H, T, D]: the op sdpa
- * (by blocks, no [Tq, Tk] scores kept); scale defaults to 1/sqrt(D). No
- * attn_mask or dropout yet. */
+ * is_causal, scale, *, seed) as torch.nn.functional's, on [B, H, T, D]: the
+ * op sdpa (by blocks, no [Tq, Tk] scores kept); scale defaults to 1/sqrt(D).
+ * attn_mask f32 is added to the scores, i32 keeps those where it is nonzero
+ * (torch's bool mask); as torch, not with is_causal. dropout_p drops
+ * attention probabilities with a mask drawn as dropout's on the whole
+ * [B, H, Tq, Tk], the seed from the call's place unless given. */
 Inst *lower_sdpa(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   (void)b;
   bool causal = false;
   double p = 0, scale = 1 / sqrt((double)in[0]->type.dim[in[0]->type.rank ? in[0]->type.rank - 1 : 0]);
-  if (arg[3]) {
-    diag_error(c->d, arg[3]->loc, "'attn_mask' is not supported yet (is_causal is)");
+  int64_t seed = (int64_t)e->loc.line << 16 | (e->loc.col & 0xffff);
+  if (c->path[0])   /* each application of a block draws its own masks */
+    seed ^= (int64_t)(ir_hash(c->path, strlen(c->path)) & 0xffffffff00000000u);
+  if (arg[3] && !sdpa_mask(c, arg[3], in[3], in[0], in[1]))
+    return NULL;
+  if ((arg[4] && !real_in(c, arg[4], "dropout_p", &ir_unit_open, &p)) ||
+      (arg[5] && !bool_arg(c, arg[5], "is_causal", &causal)) ||
+      (arg[6] && !float_arg(c, arg[6], "'scale'", &scale)) ||
+      (arg[7] && !int_arg(c, arg[7], "'seed'", &seed)))
+    return NULL;
+  if (arg[3] && causal) {
+    diag_error(c->d, arg[3]->loc, "'attn_mask' cannot be given with is_causal = true (as torch)");
     return NULL;
   }
-  if (arg[4] && !real_in(c, arg[4], "dropout_p", &ir_unit, &p))
-    return NULL;
-  if (p != 0) {
-    diag_error(c->d, arg[4]->loc, "'dropout_p' other than 0 is not supported yet");
-    return NULL;
-  }
-  if ((arg[5] && !bool_arg(c, arg[5], "is_causal", &causal)) ||
-      (arg[6] && !float_arg(c, arg[6], "'scale'", &scale)))
-    return NULL;
-  Inst *i = ir_new(c->f, OP_sdpa, e->loc, 3, in);
+  Inst *i = ir_new(c->f, OP_sdpa, e->loc, arg[3] ? 4 : 3, in);
   if (causal)
     ir_set_int(i, "causal", 1);
   ir_set_float(i, "scale", scale);
+  if (p > 0) {
+    ir_set_float(i, "p", p);
+    ir_set_int(i, "seed", seed);
+  }
   return finish(c, i);
 }
 

@@ -198,13 +198,19 @@ static double attn_pairs(const Inst *i) {
     seen = tq <= tk ? tq * (tq + 1) / 2 : tk * (tk + 1) / 2 + (tq - tk) * tk;
   return (double)q->dim[0] * (double)q->dim[1] * seen;
 }
-static double attn_flops(const Inst *i, int products, int exps) {
+/* A mask operand (after the base operands) adds one flop a pair each time
+ * the scores are made (exps), dropout 8 a draw (drops, as dropout's). */
+static double attn_flops(const Inst *i, int products, int exps, int base, int drops) {
   const Type *q = &i->in[0]->type;
-  return q->rank != 4 ? 0 : attn_pairs(i) * (2.0 * (double)q->dim[3] * products + exps * (4 + F_EXP));
+  double extra = (i->nin > base ? exps : 0) + (ir_get_float(i, "p", 0) > 0 ? 8.0 * drops : 0);
+  return q->rank != 4 ? 0
+                      : attn_pairs(i) * (2.0 * (double)q->dim[3] * products +
+                                         exps * (4 + F_EXP) + extra);
 }
-double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1); }
-double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1); }
-double flops_sdpa_grad(const Inst *i) { return attn_flops(i, 7, 2); }
+double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1, 3, 1); }
+double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1, 2, 0); }
+double flops_sdpa_grad(const Inst *i) { return attn_flops(i, 7, 2, 6, 4); }
+double flops_sdpa_dmask(const Inst *i) { return attn_flops(i, 2, 1, 6, 2); }
 
 /* A convolution is a matmul per group: 2 * (C/groups * kh * kw) flops per
  * element of y, and its two derivatives as many (per element of dy); col2im,

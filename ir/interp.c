@@ -52,6 +52,7 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_sdpa] = dtrt_k_sdpa,
   [OP_sdpa_lse] = dtrt_k_sdpa_lse,
   [OP_sdpa_grad] = dtrt_k_sdpa_grad,
+  [OP_sdpa_dmask] = dtrt_k_sdpa_dmask,
   [OP_conv2d] = dtrt_k_conv2d,
   [OP_conv2d_grad_input] = dtrt_k_conv2d_grad_input,
   [OP_conv2d_grad_weight] = dtrt_k_conv2d_grad_weight,

@@ -499,6 +499,22 @@ bool ir_in_place(Op op) {
          op == OP_sparse_moment || op == OP_sparse_adam;
 }
 
+bool ir_dropout_whole(const Inst *i, Type *t) {
+  if (i->op == OP_dropout || i->op == OP_dropout_grad) {
+    *t = i->type;
+    return true;
+  }
+  if (i->op == OP_sdpa_dmask && ir_get_float(i, "p", 0) > 0) {
+    *t = i->type;
+    return true;
+  }
+  if ((i->op != OP_sdpa && i->op != OP_sdpa_grad) || ir_get_float(i, "p", 0) <= 0)
+    return false;
+  *t = i->in[0]->type;
+  t->dim[3] = i->in[1]->type.dim[2];
+  return true;
+}
+
 uint64_t ir_hash(const void *p, size_t n) {
   const unsigned char *b = p;
   uint64_t h = 0xcbf29ce484222325u;

@@ -440,6 +440,12 @@ bool ir_output_direct(const Inst *out);
  * its first operand is a load of the global the result is stored to, read
  * by nothing after it; code generation then updates the state in place. */
 bool ir_in_place(Op op);
+/* The tensor whose elements a dropping op's mask covers, its `at` placing
+ * a block there: dropout's own result, or the [B,H,Tq,Tk] scores of an
+ * attention that drops (sdpa, sdpa_grad with p > 0), whose dims 0 and 1
+ * are its result's (sdpa_dmask's result is those scores). False for every
+ * other op. */
+bool ir_dropout_whole(const Inst *i, Type *t);
 /* 64-bit FNV-1a of n bytes. */
 uint64_t ir_hash(const void *p, size_t n);
 

@@ -786,25 +786,72 @@ static bool attn_qkv(Inst *inst, int n, char *err, size_t errlen) {
   return true;
 }
 
+/* The optional mask after the first `base` operands, broadcast (right-aligned)
+ * to [B,H,Tq,Tk]: f32 or i32, rank at most 4, each dim 1 or whole. */
+static bool attn_mask(Inst *inst, int base, char *err, size_t errlen) {
+  const char *who = inst->op == OP_sdpa ? "scaled_dot_product_attention" : NAME;
+  char b1[128];
+  if (inst->nin <= base)
+    return true;
+  const Type *m = IN(base), *q = IN(0);
+  int64_t full[4] = {q->dim[0], q->dim[1], q->dim[2], IN(1)->dim[2]};
+  if ((m->dtype != DT_F32 && m->dtype != DT_I32) || m->rank > 4)
+    FAIL("'%s': attn_mask must be f32 or i32 (bool) of rank at most 4, got %s", who, ts(m, b1));
+  for (int d = 0; d < m->rank; d++) {
+    int64_t want = full[4 - m->rank + d];
+    if (m->dim[d] != 1 && m->dim[d] != want)
+      FAIL("'%s': attn_mask %s does not broadcast to [%lld, %lld, %lld, %lld] (dim %d is "
+           "neither 1 nor %lld)", who, ts(m, b1), (long long)full[0], (long long)full[1],
+           (long long)full[2], (long long)full[3], d, (long long)want);
+  }
+  return true;
+}
+
+/* Dropout's attributes: p in [0, 1); at, when present, the whole [B,H,Tq,Tk]
+ * then the block's first indices, the block's [B,H,Tq,Tk] lying within. */
+static bool attn_dropout(Inst *inst, char *err, size_t errlen) {
+  double p = ir_get_float(inst, "p", 0);
+  if (!(p >= 0 && p < 1))
+    FAIL("'%s': dropout p must be in [0, 1), got %g", NAME, p);
+  int n;
+  const int64_t *at = ir_get_ints(inst, "at", &n);
+  int64_t block[4] = {IN(0)->dim[0], IN(0)->dim[1], IN(0)->dim[2], IN(1)->dim[2]};
+  if (at && n != 8)
+    FAIL("'%s': 'at' has %d entries; it needs 8 (the whole [B,H,Tq,Tk], then the block's "
+         "first indices)", NAME, n);
+  for (int d = 0; at && d < 4; d++)
+    if (at[4 + d] < 0 || at[4 + d] > at[d] - block[d])
+      FAIL("'%s': a block of %lld from %lld does not fit dimension %d of length %lld", NAME,
+           (long long)block[d], (long long)at[4 + d], d, (long long)at[d]);
+  return true;
+}
+
+/* q, k (and v), then the mask after base operands, then dropout's attrs. */
+static bool attn_operands(Inst *inst, int n, int base, char *err, size_t errlen) {
+  return attn_qkv(inst, n, err, errlen) && attn_mask(inst, base, err, errlen) &&
+         attn_dropout(inst, err, errlen);
+}
+
 bool shape_sdpa(Inst *inst, char *err, size_t errlen) {
-  if (!attn_qkv(inst, 2, err, errlen))
+  if (!attn_operands(inst, 2, 3, err, errlen))
     return false;
   inst->type = *IN(0);
   return check_out(inst, err, errlen);
 }
 
 bool shape_sdpa_lse(Inst *inst, char *err, size_t errlen) {
-  if (!attn_qkv(inst, 1, err, errlen))
+  if (!attn_operands(inst, 1, 2, err, errlen))
     return false;
   inst->type = *IN(0);
   inst->type.rank = 3;
   return check_out(inst, err, errlen);
 }
 
-/* (q, k, v, out, lse, dout): out and dout as q, lse [B,H,Tq] */
-bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
+/* The backward's operands (q, k, v, out, lse, dout, mask?): out and dout as
+ * q, lse [B,H,Tq]. */
+static bool attn_backward(Inst *inst, char *err, size_t errlen) {
   char b1[128], b2[128];
-  if (!attn_qkv(inst, 2, err, errlen))
+  if (!attn_operands(inst, 2, 6, err, errlen))
     return false;
   Type lse = *IN(0);
   lse.rank = 3;
@@ -812,6 +859,25 @@ bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
     if (!type_eq(IN(k), k == 4 ? &lse : IN(0)))
       FAIL("'%s': operand %d is %s, expected %s", NAME, k + 1, ts(IN(k), b1),
            ts(k == 4 ? &lse : IN(0), b2));
+  return true;
+}
+
+/* (q, k, v, out, lse, dout, mask) -> [B,H,Tq,Tk], the mask f32 */
+bool shape_sdpa_dmask(Inst *inst, char *err, size_t errlen) {
+  char b1[128];
+  if (!attn_backward(inst, err, errlen))
+    return false;
+  if (IN(6)->dtype != DT_F32)
+    FAIL("'%s': the mask must be f32, got %s", NAME, ts(IN(6), b1));
+  inst->type = *IN(0);
+  inst->type.dim[3] = IN(1)->dim[2];
+  return check_out(inst, err, errlen);
+}
+
+/* (q, k, v, out, lse, dout, mask?) -> [B,H,Tq+2Tk,D] */
+bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
+  if (!attn_backward(inst, err, errlen))
+    return false;
   inst->type = *IN(0);
   inst->type.dim[2] = IN(0)->dim[2] + 2 * IN(1)->dim[2];
   return check_out(inst, err, errlen);

@@ -533,11 +533,16 @@ static void grad_causal_mask(GradCtx *g, Inst *inst) {
 
 /* sdpa keeps no scores: the backward recomputes the rows' log-sum-exp
  * (sdpa_lse) and sdpa_grad gives dq, dk and dv as one tensor along dim 2,
- * cut apart here. q, k and v may be one value; accum adds what each gets. */
+ * cut apart here; both read the mask, and sdpa_grad redraws the dropout
+ * mask from the same attributes. q, k and v may be one value; accum adds
+ * what each gets. An f32 mask that needs a gradient gets the scores'
+ * adjoint (sdpa_dmask, [B,H,Tq,Tk] kept) summed over its broadcast dims. */
 static void grad_sdpa(GradCtx *g, Inst *inst) {
   Inst *q = inst->in[0], *k = inst->in[1], *v = inst->in[2];
-  Inst *lse = grad_op(g, OP_sdpa_lse, inst, 2, (Inst *[]){q, k});
-  Inst *all = grad_op(g, OP_sdpa_grad, inst, 6, (Inst *[]){q, k, v, inst, lse, DY});
+  Inst *mask = inst->nin > 3 ? inst->in[3] : NULL;
+  Inst *lse = grad_op(g, OP_sdpa_lse, inst, mask ? 3 : 2, (Inst *[]){q, k, mask});
+  Inst *all = grad_op(g, OP_sdpa_grad, inst, mask ? 7 : 6,
+                      (Inst *[]){q, k, v, inst, lse, DY, mask});
   int64_t tq = q->type.dim[2], tk = k->type.dim[2];
   if (wants(g, q))
     accum(g, q, slice(g, all, 2, 0, tq, inst));
@@ -545,10 +550,13 @@ static void grad_sdpa(GradCtx *g, Inst *inst) {
     accum(g, k, slice(g, all, 2, tq, tq + tk, inst));
   if (wants(g, v))
     accum(g, v, slice(g, all, 2, tq + tk, tq + 2 * tk, inst));
+  if (mask && wants(g, mask))
+    accum(g, mask, grad_op(g, OP_sdpa_dmask, inst, 7, (Inst *[]){q, k, v, inst, lse, DY, mask}));
 }
 
 static void grad_sdpa_lse(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 static void grad_sdpa_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_sdpa_dmask(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* ---- convolution and pooling ---- */
 

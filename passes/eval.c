@@ -1,12 +1,13 @@
 /* eval.c: @forward in evaluation mode, as torch's model.eval(): dropout is
- * the identity there and batch norm normalises by its running statistics,
- * which only a training step updates. NAME_forward evaluates;
+ * the identity there (an attention's dropout too, as torch models pass
+ * dropout_p only when training) and batch norm normalises by its running
+ * statistics, which only a training step updates. NAME_forward evaluates;
  * NAME_train_step trains.
  *
  * Requires: autodiff done (@train_step, which trains with dropout and batch
  * statistics, is built from @forward before this). Guarantees: @forward and
  * the bodies its loops run hold no dropout (each of its users reads the
- * dropout's operand instead), no store to a buffer and nothing that only
+ * dropout's operand instead; an sdpa's p is 0), no store to a buffer and nothing that only
  * such a store needed, and read the running operand of each batch_stat;
  * every other function reads the batch operand. No batch_stat is left; a
  * body that @forward and another function run is copied first. */
@@ -51,6 +52,8 @@ static void evaluate(Module *m, Func *f) {
       }
       evaluate(m, b);
     }
+    if (i->op == OP_sdpa && ir_get_float(i, "p", 0) > 0)
+      ir_set_float(i, "p", 0);
     if (buffer_store(i))
       dropped = true;
     else if (i->op != OP_dropout && i->op != OP_batch_stat)

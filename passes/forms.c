@@ -220,19 +220,30 @@ static bool last(const Inst *i, DimMap *m, int n) {
 }
 static bool shard_normalize(const Inst *i, DimMap *m) { return last(i, m, 1); }
 /* Attention: B and H (dims 0, 1) of every operand map to the result's; T and
- * D stay whole (a sequence split, ring attention, is not a form yet). */
-static bool heads(const Inst *i, DimMap *m) {
+ * D stay whole (a sequence split, ring attention, is not a form yet). The
+ * mask (operand `base`, broadcast right-aligned to [B,H,Tq,Tk]) maps its B
+ * and H where it has them whole; where it broadcasts, it stays whole. */
+static bool heads(const Inst *i, DimMap *m, int base) {
   map_init(i, m);
-  for (int k = 0; k < i->nin; k++)
+  for (int k = 0; k < i->nin && k < base; k++)
     for (int j = 0; j < 2 && j < i->in[k]->type.rank; j++)
       m->to[k][j] = j;
+  if (i->nin > base) {
+    const Type *mk = &i->in[base]->type;
+    for (int j = 0; j < mk->rank; j++) {
+      int full = 4 - mk->rank + j;
+      if (full < 2 && mk->dim[j] == i->type.dim[full] && mk->dim[j] > 1)
+        m->to[base][j] = full;
+    }
+  }
   for (int d = 2; d < i->type.rank; d++)
     m->res_whole[d] = true;
   return true;
 }
-static bool shard_sdpa(const Inst *i, DimMap *m) { return heads(i, m); }
-static bool shard_sdpa_lse(const Inst *i, DimMap *m) { return heads(i, m); }
-static bool shard_sdpa_grad(const Inst *i, DimMap *m) { return heads(i, m); }
+static bool shard_sdpa(const Inst *i, DimMap *m) { return heads(i, m, 3); }
+static bool shard_sdpa_lse(const Inst *i, DimMap *m) { return heads(i, m, 2); }
+static bool shard_sdpa_grad(const Inst *i, DimMap *m) { return heads(i, m, 6); }
+static bool shard_sdpa_dmask(const Inst *i, DimMap *m) { return heads(i, m, 6); }
 static bool shard_normalize_grad(const Inst *i, DimMap *m) { return last(i, m, 1); }
 static bool shard_causal_mask(const Inst *i, DimMap *m) { return last(i, m, 2); }
 

@@ -124,12 +124,15 @@ static bool cut_attrs(Cut *c, const Inst *i, Inst *x, int j, bool rows, bool bac
     if (!backward && has_axis0(i, "axes", t0->rank))
       why = "reduces over the batch";
     break;
-  case OP_dropout: case OP_dropout_grad: {
+  case OP_dropout: case OP_dropout_grad: case OP_sdpa: case OP_sdpa_grad: case OP_sdpa_dmask: {
     int64_t at[2 * IR_MAX_RANK] = {0};
-    for (int d = 0; d < i->type.rank; d++)
-      at[d] = i->type.dim[d];
-    at[i->type.rank] = j * (i->type.dim[0] / c->n);
-    ir_set_ints(x, "at", at, 2 * i->type.rank);
+    Type whole;
+    if (!ir_dropout_whole(i, &whole))
+      break;
+    for (int d = 0; d < whole.rank; d++)
+      at[d] = whole.dim[d];
+    at[whole.rank] = j * (whole.dim[0] / c->n);
+    ir_set_ints(x, "at", at, 2 * whole.rank);
     break;
   }
   case OP_repeat:

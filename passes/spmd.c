@@ -5,8 +5,8 @@
  * go in between, once per value and target. A mean over a split dimension
  * becomes a partial sum of the global mean: the local mean times
  * n_local / N, so uneven blocks give the single-device result. A split
- * dropout names its block's place (`at`), so its mask is the block of the
- * whole tensor's mask.
+ * dropout, or an attention that drops (sdpa, sdpa_grad), names its block's
+ * place (`at`), so its mask is the block of the whole tensor's mask.
  *
  * A loop's body B gets copies @B.D too, made before the functions that run
  * them (device D's `repeat {body = "B"}` runs @B.D): its args are the
@@ -313,6 +313,26 @@ static void staged_use(Ctx *c, const Inst *x) {
   c->map[x->id] = st->out[x == r ? 0 : ir_get_int(x, "index", 0)];
 }
 
+/* x, device c->dev's copy of i, a block of i's value: a dropout (or an
+ * attention that drops) names its block's place in the whole mask (`at`);
+ * a block of a block (a micro-batch's) lies in the outer whole. */
+static void place_dropout(Ctx *c, const Inst *i, Inst *x) {
+  Type whole, local;
+  int64_t at[2 * IR_MAX_RANK] = {0}, begin[IR_MAX_RANK] = {0};
+  if (!ir_dropout_whole(i, &whole))
+    return;
+  int r = whole.rank, n;
+  const int64_t *had = ir_get_ints(i, "at", &n);
+  ir_local_type(c->m, i->shard, &i->type, c->dev, &local, begin);
+  if (i->op == OP_sdpa_grad)   /* its dim 2 (dq, dk, dv) is whole */
+    begin[2] = 0;
+  if (i->op == OP_sdpa || i->op == OP_sdpa_grad)
+    begin[3] = 0;              /* the result's D is the keys' Tk: whole */
+  for (int d = 0; d < r; d++)
+    at[d] = n ? had[d] : whole.dim[d], at[r + d] = (n ? had[r + d] : 0) + begin[d];
+  ir_set_ints(x, "at", at, 2 * r);
+}
+
 static void emit(Ctx *c, const Inst *i) {
   Module *m = c->m;
   Inst *in[SHARD_MAX_IN];
@@ -388,16 +408,8 @@ static void emit(Ctx *c, const Inst *i) {
     ir_set_ints(x, "shape", local.dim, local.rank);
   if (i->op == OP_arg)
     x->type = local;
-  if ((i->op == OP_dropout || i->op == OP_dropout_grad) && !type_eq(&local, &i->type)) {
-    /* a block of a block (a micro-batch's) lies in the outer whole */
-    int64_t at[2 * IR_MAX_RANK] = {0}, begin[IR_MAX_RANK];
-    int r = i->type.rank, n;
-    const int64_t *had = ir_get_ints(i, "at", &n);
-    ir_local_type(m, i->shard, &i->type, c->dev, &local, begin);
-    for (int d = 0; d < r; d++)
-      at[d] = n ? had[d] : i->type.dim[d], at[r + d] = (n ? had[r + d] : 0) + begin[d];
-    ir_set_ints(x, "at", at, 2 * r);
-  }
+  if (!type_eq(&local, &i->type))
+    place_dropout(c, i, x);
   ir_finish(x);
   DTC_ASSERT(type_eq(&x->type, &local));
   x->shard = i->shard;

@@ -273,10 +273,19 @@ DTRT_KERNEL(causal_mask);
  * absent: none), f[0] the scale of the scores. sdpa(q, k, v) -> [B, H, Tq,
  * D]; sdpa_lse(q, k) -> [B, H, Tq], each row's log-sum-exp of its scores;
  * sdpa_grad(q, k, v, out, lse, dout) -> [B, H, Tq + 2 Tk, D], dq, dk and dv
- * along dim 2. Deterministic: the same bits on any number of threads. */
+ * along dim 2. Each takes an optional last operand, a mask broadcast
+ * (right-aligned) to [B, H, Tq, Tk]: f32 added to the scores, or i32 keeping
+ * the scores where nonzero; a row that sees no key gives zeros. f[1] = p > 0
+ * drops attention probabilities as dtrt_k_dropout drops the elements of the
+ * whole [B, H, Tq, Tk] under seed i[1] and a->step; i[2..9], when present,
+ * place the block in that whole (its dims, then the block's first index
+ * along each). Deterministic: the same bits on any number of threads. */
 DTRT_KERNEL(sdpa);
 DTRT_KERNEL(sdpa_lse);
 DTRT_KERNEL(sdpa_grad);
+/* sdpa_dmask(q, k, v, out, lse, dout, mask) -> [B, H, Tq, Tk]: the scores'
+ * adjoint, the gradient of an f32 mask before its broadcast dims are summed */
+DTRT_KERNEL(sdpa_dmask);
 /* convolution and pooling, NCHW (runtime/kernels_conv.c) */
 DTRT_KERNEL(conv2d);
 DTRT_KERNEL(conv2d_grad_input);

@@ -4,7 +4,14 @@
  *
  * Operands are [B, H, T, D] (q [.., Tq, D], k and v [.., Tk, D]); s_ij =
  * scale q_i . k_j, with causal (attribute i[0]) j > i masked (torch's top-left
- * aligned tril(ones(Tq, Tk))); scale is f[0]. Work is cut into items of one
+ * aligned tril(ones(Tq, Tk))); scale is f[0]. An optional last operand, the
+ * mask, broadcast to [B, H, Tq, Tk] (right-aligned, each dim 1 or whole), is
+ * added to the scores (f32) or keeps those where it is nonzero (i32, torch's
+ * boolean mask); a row that sees no key gives zeros. Dropout (f[1] = p > 0,
+ * seed i[1], the block's place i[2..9]) keeps probability ij with the
+ * element's draw of dtrt_k_dropout's stream over the whole [B, H, Tq, Tk],
+ * so the mask is that op's on the scores whatever the layout; the softmax's
+ * sums are taken before it, as torch's dropout follows its softmax. Work is cut into items of one
  * (batch, head) and one block of BQ queries (forward, lse, dq) or BK keys (dk,
  * dv); item t runs on chunk t % chunks, each chunk on one thread with its own
  * scratch. Every element of a result is summed by one item in a fixed order,
@@ -19,19 +26,27 @@
 #include "dtrt_int.h"
 
 enum { BQ = 64, BK = 64 };
-enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ };
+enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ, ATTN_DS };
 
 typedef struct Attn {
   int kind;
   const float *q, *k, *v, *o, *lse, *dout;
-  float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; else the packed grads */
+  float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; ATTN_DS: [BH, Tq, Tk];
+                              else the packed grads */
   float *dsum;             /* backward: rowsum(dout * o), [BH, Tq] */
   float *kt, *vt;          /* k and v transposed, [BH, D, tkp], zeros after Tk */
   float *scratch;          /* slot floats per chunk */
   int64_t slot, chunks, items;
-  int64_t bh, tq, tk, tkp, d, nqb, nkb;
+  int64_t bh, h, tq, tk, tkp, d, nqb, nkb;
   float scale;
   bool causal;
+  const void *mask;        /* NULL: none; else f32 added or i32 kept where nonzero */
+  bool mask_i32;
+  int64_t ms[4];           /* the mask's strides along [B, H, Tq, Tk], 0 where broadcast */
+  bool drop;               /* dropout: p > 0 */
+  uint64_t key, cut;       /* the stream's key; kept when the top 24 bits are >= cut */
+  float keep;              /* a kept probability's factor, 1 / (1 - p) */
+  int64_t whole[4], at[4]; /* the whole [B, H, Tq, Tk] and this block's place in it */
 } Attn;
 
 #define INLINE static inline __attribute__((always_inline))
@@ -132,6 +147,46 @@ INLINE void mask(float *s, int64_t nr, int64_t i0, int64_t j0, int64_t nc, bool 
   }
 }
 
+/* Adds the mask operand to the block of scores s of (batch-head) b, queries
+ * i0.. (nr) and keys j0.. (nc): an f32 mask's values, or -inf where an i32
+ * mask is zero. */
+INLINE void add_mask(const Attn *A, float *restrict s, int64_t b, int64_t i0, int64_t nr,
+                     int64_t j0, int64_t nc) {
+  if (!A->mask)
+    return;
+  int64_t base = b / A->h * A->ms[0] + b % A->h * A->ms[1] + j0 * A->ms[3];
+  for (int64_t r = 0; r < nr; r++) {
+    int64_t o = base + (i0 + r) * A->ms[2];
+    if (A->mask_i32) {
+      const int32_t *mk = (const int32_t *)A->mask + o;
+      for (int64_t c = 0; c < nc; c++)
+        s[r * BK + c] = mk[c * A->ms[3]] ? s[r * BK + c] : -INFINITY;
+    } else {
+      const float *mk = (const float *)A->mask + o;
+      for (int64_t c = 0; c < nc; c++)
+        s[r * BK + c] += mk[c * A->ms[3]];
+    }
+  }
+}
+
+/* Dropout of a block x of probabilities (or their adjoints) of b, queries
+ * i0.. (nr), keys j0.. (nc): element ij kept, times 1 / (1 - p), when draw
+ * ((b' H + h') Tq + i') Tk + j' of the stream keeps it, ' the indices in the
+ * whole [B, H, Tq, Tk] (dtrt_k_dropout's rule); zero otherwise. */
+INLINE void drop_block(const Attn *A, float *restrict x, int64_t b, int64_t i0, int64_t nr,
+                       int64_t j0, int64_t nc) {
+  if (!A->drop)
+    return;
+  const int64_t *w = A->whole, *at = A->at;
+  int64_t row = ((b / A->h + at[0]) * w[1] + b % A->h + at[1]) * w[2] + at[2] + i0;
+  for (int64_t r = 0; r < nr; r++) {
+    uint64_t g = (uint64_t)((row + r) * w[3] + at[3] + j0);
+    for (int64_t c = 0; c < nc; c++)
+      x[r * BK + c] = dtrt_rand_at(A->key, g + (uint64_t)c) >> 40 >= A->cut
+                          ? x[r * BK + c] * A->keep : 0.0f;
+  }
+}
+
 /* acc[r][:] += sum_c p[r][c] y[c][:] for r < nr, c < nc, y of rows of length d. */
 INLINE void mix(const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
                 int64_t d, float *restrict acc) {
@@ -157,6 +212,10 @@ INLINE float online_row(float *restrict s, float *m, float *l) {
       lane[k] = s[c + k] > lane[k] ? s[c + k] : lane[k];
   for (int k = 0; k < VL; k++)
     mx = lane[k] > mx ? lane[k] : mx;
+  if (mx == -INFINITY) {   /* no key seen yet: nothing to sum or rescale */
+    memset(s, 0, sizeof(float) * BK);
+    return 1;
+  }
   float alpha = dtrt_exp_fast(*m - mx);
   for (int c = 0; c < BK; c++)
     s[c] = dtrt_exp_fast(s[c] - mx);
@@ -186,32 +245,38 @@ INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
     products(q, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
+    add_mask(A, t->s, b, i0, nr, j0, nc);
     mask(t->s, nr, i0, j0, nc, A->causal);
     for (int64_t r = 0; r < nr; r++) {
       float alpha = online_row(t->s + r * BK, &t->m[r], &t->l[r]);
       for (int64_t j = 0; with_v && j < d; j++)
         t->a1[r * d + j] *= alpha;
     }
-    if (with_v)
+    if (with_v) {
+      drop_block(A, t->s, b, i0, nr, j0, nc);
       mix(t->s, A->v + (b * A->tk + j0) * d, nr, nc, d, t->a1);
+    }
   }
   for (int64_t r = 0; r < nr; r++) {
     if (!with_v) {
-      A->out[b * A->tq + i0 + r] = t->m[r] + logf(t->l[r]);
+      A->out[b * A->tq + i0 + r] = t->l[r] > 0 ? t->m[r] + logf(t->l[r]) : -INFINITY;
       continue;
     }
-    float inv = 1 / t->l[r], *o = A->out + (b * A->tq + i0 + r) * d;
+    float inv = t->l[r] > 0 ? 1 / t->l[r] : 0, *o = A->out + (b * A->tq + i0 + r) * d;
     for (int64_t j = 0; j < d; j++)
       o[j] = t->a1[r * d + j] * inv;
   }
 }
 
-/* p[r][c] = e^(s[r][c] - lse_r): the probabilities of a block of scores. */
+/* p[r][c] = e^(s[r][c] - lse_r): the probabilities of a block of scores;
+ * zeros in a row that sees no key (lse -inf). */
 INLINE void probs(const float *restrict s, const float *restrict lse, int64_t nr,
                   float *restrict p) {
-  for (int64_t r = 0; r < nr; r++)
+  for (int64_t r = 0; r < nr; r++) {
+    float l = lse[r] == -INFINITY ? INFINITY : lse[r];
     for (int c = 0; c < BK; c++)
-      p[r * BK + c] = dtrt_exp_fast(s[r * BK + c] - lse[r]);
+      p[r * BK + c] = dtrt_exp_fast(s[r * BK + c] - l);
+  }
 }
 
 /* ds[r][c] = p[r][c] (dp[r][c] - dsum_r), in place of dp. */
@@ -229,15 +294,20 @@ static float *grad_of(const Attn *A, int64_t b, int which) {
 }
 
 /* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b: P
- * into t->p, dS into t->s. */
+ * after dropout into t->p, dS into t->s. With dropout, dP is the dropped
+ * probabilities' adjoint dropped alike, and dsum (dout . out) is still
+ * rowsum(P dP). */
 INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, int64_t nr,
                         int64_t j0, int64_t nc) {
   int64_t row = b * A->tq + i0, d = A->d;
   products(A->q + row * d, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
+  add_mask(A, t->s, b, i0, nr, j0, nc);
   mask(t->s, nr, i0, j0, nc, A->causal);
   probs(t->s, A->lse + row, nr, t->p);
   products(A->dout + row * d, A->vt + b * d * A->tkp + j0, A->tkp, nr, d, 1, t->s);
+  drop_block(A, t->s, b, i0, nr, j0, nc);
   dscores(t->p, A->dsum + row, nr, t->s);
+  drop_block(A, t->p, b, i0, nr, j0, nc);
 }
 
 /* dk and dv of one block of keys, over every block of queries that sees it. */
@@ -275,12 +345,27 @@ INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
     dq[e] = t->a1[e] * A->scale;
 }
 
+/* dS of one block of queries, over every block of keys, into out [Tq, Tk]
+ * of b: the scores' adjoint, zero where a key is masked or not seen. */
+INLINE void ds_item(const Attn *A, const Tiles *t, int64_t item) {
+  int64_t b = item / A->nqb, i0 = item % A->nqb * BQ;
+  int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
+  for (int64_t j0 = 0; j0 < A->tk; j0 += BK) {
+    int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
+    block_grads(A, t, b, i0, nr, j0, nc);
+    for (int64_t r = 0; r < nr; r++)
+      memcpy(A->out + (b * A->tq + i0 + r) * A->tk + j0, t->s + r * BK,
+             sizeof(float) * (size_t)nc);
+  }
+}
+
 INLINE void run_items(const Attn *A, int64_t chunk) {
   Tiles t = tiles_of(A, chunk);
   for (int64_t item = chunk; item < A->items; item += A->chunks)
     switch (A->kind) {
     case ATTN_FWD: case ATTN_LSE: fwd_item(A, &t, item); break;
     case ATTN_DKV: dkv_item(A, &t, item); break;
+    case ATTN_DS: ds_item(A, &t, item); break;
     default: dq_item(A, &t, item); break;
     }
 }
@@ -379,85 +464,156 @@ static void run(DtrtCtx *ctx, Attn *A, int kind, int64_t items) {
   dtrt_parallel_for(ctx, A->chunks, chunks_body, A);
 }
 
-/* Checks op's operands, a prefix of (q, k, v, out, lse, dout): k and v [B, H,
- * Tk, D] for q [B, H, Tq, D], out and dout as q, lse [B, H, Tq]. Fills A's
- * sizes and attributes. */
-static DtStatus check(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
+/* Checks the mask m, broadcast (right-aligned) to [B, H, Tq, Tk]: f32 or
+ * i32, each dim 1 or whole. Sets A's mask and its strides. */
+static DtStatus check_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, Attn *A) {
+  int64_t full[4] = {A->bh / (A->h ? A->h : 1), A->h, A->tq, A->tk}, st = 1;
+  if (!m->data || (m->dtype != DTRT_F32 && m->dtype != DTRT_I32) || m->rank < 0 || m->rank > 4)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the mask must be f32 or i32 of rank 0 to 4", op);
+  for (int d = 3, md = m->rank - 1; d >= 0; d--, md--) {
+    int64_t n = md >= 0 ? m->dim[md] : 1;
+    if (n != 1 && n != full[d])
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "%s: mask dim %d of length %lld is neither 1 nor %lld", op, md,
+                       (long long)n, (long long)full[d]);
+    A->ms[d] = n == 1 ? 0 : st;
+    st *= n;
+  }
+  A->mask = m->data;
+  A->mask_i32 = m->dtype == DTRT_I32;
+  return DT_OK;
+}
+
+/* Dropout's attributes: p = f[1] in [0, 1) (absent or 0: none), the seed
+ * i[1], and optionally the block's place i[2..9]: the whole [B, H, Tq, Tk],
+ * then the block's first index along each. */
+static DtStatus check_dropout(DtrtCtx *ctx, const char *op, const DtAttrs *a, int64_t step,
+                              Attn *A) {
+  double p = dtrt_af(a, 1, 0);
+  if (!(p >= 0 && p < 1))
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: dropout p = %g is outside [0, 1)", op, p);
+  int n = dtrt_ni(a);
+  if (n > 2 && n != 10)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the block's place needs 8 ints, got %d", op, n - 2);
+  int64_t dim[4] = {A->bh / (A->h ? A->h : 1), A->h, A->tq, A->tk};
+  for (int d = 0; d < 4; d++) {
+    A->whole[d] = n == 10 ? a->i[2 + d] : dim[d];
+    A->at[d] = n == 10 ? a->i[6 + d] : 0;
+    if (A->at[d] < 0 || dim[d] > A->whole[d] - A->at[d])
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "%s: a block of %lld from %lld does not fit dimension %d of length %lld",
+                       op, (long long)dim[d], (long long)A->at[d], d, (long long)A->whole[d]);
+  }
+  A->drop = p > 0;
+  A->key = dtrt_rand_key((uint64_t)dtrt_ai(a, 1, 0), (uint64_t)step);
+  A->cut = (uint64_t)ceil(p * 16777216.0);
+  A->keep = (float)(1.0 / (1.0 - p));
+  return DT_OK;
+}
+
+/* Checks op's operands, a prefix of (q, k, v, out, lse, dout) of want, then
+ * optionally the mask: k and v [B, H, Tk, D] for q [B, H, Tq, D], out and
+ * dout as q, lse [B, H, Tq]. Fills A's sizes and attributes. */
+static DtStatus check(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int want,
                       const DtTensor *out, const DtAttrs *a, Attn *A) {
   static const char *const names[] = {"query", "key", "value", "out", "lse", "dout"};
   DtStatus s;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, nin, nin, out, a, 1, 1)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, want, want + 1, out, a, 10, 2)) ||
       (s = dtrt_check(ctx, op, "query", &in[0], DTRT_F32)))
     return s;
   if (in[0].rank != 4)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: query must be [B, H, Tq, D], got rank %d", op,
                      in[0].rank);
   const int64_t *qd = in[0].dim;
-  int64_t tk = nin >= 2 && in[1].rank == 4 ? in[1].dim[2] : 0;
-  for (int k = 1; k < nin; k++) {
+  int64_t tk = want >= 2 && in[1].rank == 4 ? in[1].dim[2] : 0;
+  for (int k = 1; k < want; k++) {
     int64_t dim[4] = {qd[0], qd[1], k == 1 || k == 2 ? tk : qd[2], qd[3]};
     if ((s = dtrt_check_as(ctx, op, names[k], &in[k], DTRT_F32, dim, k == 4 ? 3 : 4)))
       return s;
   }
-  A->bh = qd[0] * qd[1], A->tq = qd[2], A->tk = tk, A->d = qd[3];
+  A->bh = qd[0] * qd[1], A->h = qd[1], A->tq = qd[2], A->tk = tk, A->d = qd[3];
   A->nqb = (A->tq + BQ - 1) / BQ, A->nkb = (A->tk + BK - 1) / BK;
   A->causal = dtrt_ai(a, 0, 0) != 0;
   A->scale = (float)dtrt_af(a, 0, 1 / sqrt((double)A->d));
   if (!(A->scale == A->scale) || isinf(A->scale))
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: scale must be finite, got %g", op, (double)A->scale);
-  return DT_OK;
+  if (nin > want && (s = check_mask(ctx, op, &in[want], A)))
+    return s;
+  return check_dropout(ctx, op, a, a ? a->step : 0, A);
 }
 
-/* Sets A up for op: its want operands (q, k, v, out, lse, dout, a prefix)
- * and attributes checked, its result [B, H, Tq, D] (sdpa), [B, H, Tq]
- * (sdpa_lse) or [B, H, Tq + 2 Tk, D] (sdpa_grad), the scratch prepared. */
+/* Sets A up for op: its want operands (q, k, v, out, lse, dout, a prefix),
+ * the optional mask after them (required: need_mask) and the attributes
+ * checked, its result [B, H, Tq, D] (sdpa), [B, H, Tq] (sdpa_lse), [B, H,
+ * Tq + 2 Tk, D] (sdpa_grad) or [B, H, Tq, Tk] (need_mask: sdpa_dmask), the
+ * scratch prepared. */
 static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int want,
-                      DtTensor *out, const DtAttrs *a, Attn *A) {
+                      bool need_mask, DtTensor *out, const DtAttrs *a, Attn *A) {
   DtStatus s;
-  if (nin != want)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: takes %d operands, got %d", op, want, nin);
-  if ((s = check(ctx, op, in, nin, out, a, A)))
+  if ((nin != want || need_mask) && nin != want + 1)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: takes %d operands and a mask, got %d", op, want, nin);
+  if ((s = check(ctx, op, in, nin, want, out, a, A)))
     return s;
+  if (need_mask && A->mask_i32)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the mask must be f32", op);
   int64_t dim[4] = {in[0].dim[0], in[0].dim[1], A->tq + (want == 6 ? 2 * A->tk : 0), A->d};
+  if (need_mask)
+    dim[2] = A->tq, dim[3] = A->tk;
   if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, want == 2 ? 3 : 4)))
     return s;
   const float **to[] = {&A->q, &A->k, &A->v, &A->o, &A->lse, &A->dout};
-  for (int k = 0; k < nin; k++)
+  for (int k = 0; k < want; k++)
     *to[k] = in[k].data;
   A->out = out->data;
   return prepare(ctx, op, A);
 }
 
-/* sdpa(q, k, v){causal?, scale}: q [B, H, Tq, D], k and v [B, H, Tk, D] ->
- * [B, H, Tq, D], softmax(scale q k^T, masked) v. */
+/* sdpa(q, k, v, mask?){causal?, scale, p?, seed?, at?}: q [B, H, Tq, D], k
+ * and v [B, H, Tk, D] -> [B, H, Tq, D], dropout(softmax(scale q k^T + mask,
+ * masked)) v. */
 DTRT_TRACED(sdpa, DTRT_TID_KERNEL) {
   Attn A = {0};
-  DtStatus s = begin(ctx, "sdpa", in, nin, 3, out, a, &A);
+  DtStatus s = begin(ctx, "sdpa", in, nin, 3, false, out, a, &A);
   if (!s)
     run(ctx, &A, ATTN_FWD, A.bh * A.nqb);
   return s;
 }
 
-/* sdpa_lse(q, k){causal?, scale}: -> [B, H, Tq], each row's log sum_j
- * e^(s_ij) over the keys it sees. */
+/* sdpa_lse(q, k, mask?){causal?, scale, p?, seed?, at?}: -> [B, H, Tq], each
+ * row's log sum_j e^(s_ij) over the keys it sees (-inf: none); dropout plays
+ * no part. */
 DTRT_TRACED(sdpa_lse, DTRT_TID_KERNEL) {
   Attn A = {0};
-  DtStatus s = begin(ctx, "sdpa_lse", in, nin, 2, out, a, &A);
+  DtStatus s = begin(ctx, "sdpa_lse", in, nin, 2, false, out, a, &A);
   if (!s)
     run(ctx, &A, ATTN_LSE, A.bh * A.nqb);
   return s;
 }
 
-/* sdpa_grad(q, k, v, out, lse, dout){causal?, scale}: -> [B, H, Tq + 2 Tk, D],
+/* sdpa_grad(q, k, v, out, lse, dout, mask?){causal?, scale, p?, seed?, at?}:
+ * -> [B, H, Tq + 2 Tk, D],
  * along dim 2 dq (Tq rows), dk and dv (Tk rows each). Two passes: one by
  * blocks of keys (dk, dv), one by blocks of queries (dq). */
 DTRT_TRACED(sdpa_grad, DTRT_TID_KERNEL) {
   Attn A = {0};
-  DtStatus s = begin(ctx, "sdpa_grad", in, nin, 6, out, a, &A);
+  DtStatus s = begin(ctx, "sdpa_grad", in, nin, 6, false, out, a, &A);
   if (s)
     return s;
   dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
   run(ctx, &A, ATTN_DKV, A.bh * A.nkb);
   run(ctx, &A, ATTN_DQ, A.bh * A.nqb);
+  return DT_OK;
+}
+
+/* sdpa_dmask(q, k, v, out, lse, dout, mask){causal?, scale, p?, seed?, at?}:
+ * -> [B, H, Tq, Tk], the adjoint of the scores (scale q k^T + mask), an f32
+ * mask's before its broadcast dims are summed. By blocks of queries. */
+DTRT_TRACED(sdpa_dmask, DTRT_TID_KERNEL) {
+  Attn A = {0};
+  DtStatus s = begin(ctx, "sdpa_dmask", in, nin, 6, true, out, a, &A);
+  if (s)
+    return s;
+  dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
+  run(ctx, &A, ATTN_DS, A.bh * A.nqb);
   return DT_OK;
 }

@@ -3,9 +3,16 @@
  * text for an independent implementation to redo: each param's values, the
  * result y, and d loss / d param for loss = sum(y * y) / 2. Used by
  * conv_torch.sh against PyTorch, which evaluates the same expression text.
+ * A name given as NAME:f32:DIMS or NAME:i32:DIMS is an input instead, which
+ * gets no derivative: f32 values in [-1, 1) or, one in ten, -inf; i32 ones
+ * 0 (one in four) or 1. Forward and derivatives store nothing, so both
+ * run at step 0 and draw the same dropout masks.
  *
  *     conv_grads 'x:2,3,7,8 w:4,3,3,3' 'conv2d(x, w, stride = 2, padding = 1)'
  */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,18 +38,26 @@ int main(int argc, char **argv) {
   Arena *a = arena_new();
   Diag d;
   diag_init(&d, stderr);
-  char *spec = arena_strdup(a, argv[1]), *decls = "", *name[MAXP];
-  int np = 0;
+  char *spec = arena_strdup(a, argv[1]), *decls = "", *inputs = "", *name[MAXP], *iname[MAXP];
+  int np = 0, ni = 0;
+  bool i32[MAXP] = {false};
   for (char *tok = strtok(spec, " "); tok; tok = strtok(NULL, " ")) {
     char *colon = strchr(tok, ':');
-    if (!colon || np == MAXP) {
+    if (!colon || np == MAXP || ni == MAXP) {
       fprintf(stderr, "conv_grads: bad param '%s'\n", tok);
       return 2;
     }
     *colon = 0;
+    if (!strncmp(colon + 1, "f32:", 4) || !strncmp(colon + 1, "i32:", 4)) {
+      i32[ni] = colon[1] == 'i';
+      iname[ni++] = tok;
+      inputs = arena_printf(a, "%s  input %s: %.3s[%s]\n", inputs, tok, colon + 1, colon + 5);
+      continue;
+    }
     name[np++] = tok;
     decls = arena_printf(a, "%s  param %s: f32[%s] init zeros\n", decls, tok, colon + 1);
   }
+  decls = arena_printf(a, "%s%s", decls, inputs);
   const char *text = arena_printf(a,
                                   "model q(batch B = 1) {\n"
                                   "%s"
@@ -77,6 +92,22 @@ int main(int argc, char **argv) {
     print(arena_printf(a, "param %s", name[p]), v, n);
     free(v);
     out[1 + p] = malloc(sizeof(float) * (size_t)n);
+  }
+  for (int p = 0; p < ni; p++) {
+    const Global *gl = ir_find_global(m, iname[p]);
+    int64_t n = type_elems(&gl->type);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    int32_t *w = malloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t k = 0; k < n; k++) {
+      s = s * 6364136223846793005u + 1442695040888963407u;
+      double u = (double)(s >> 11) / 9007199254740992.0;
+      w[k] = u >= 0.25;
+      v[k] = i32[p] ? (float)w[k] : u < 0.1 ? -INFINITY : (float)(u * 2 - 1);
+    }
+    interp_set_global(it, iname[p], i32[p] ? (void *)w : (void *)v);
+    print(arena_printf(a, "input %s", iname[p]), v, n);
+    free(v);
+    free(w);
   }
   Inst *y = NULL;
   for (int k = 0; k < fwd->inst.n; k++)

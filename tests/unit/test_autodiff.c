@@ -616,6 +616,74 @@ static void test_sdpa_self(void **s) {
   gradcheck(&t, sdpa(x, x, x, true, 0.5), "sdpa causal q = k = v");
 }
 
+/* sdpa with a mask operand m (NULL: none) and dropout p (0: none). */
+static Inst *sdpa_with(Inst *q, Inst *k, Inst *v, Inst *m, double p) {
+  Inst *y = m ? tm_new(&t, OP_sdpa, 4, q, k, v, m) : tm_new(&t, OP_sdpa, 3, q, k, v);
+  ir_set_float(y, "scale", 0.7);
+  if (p > 0) {
+    ir_set_float(y, "p", p);
+    ir_set_int(y, "seed", 5);
+  }
+  return ir_finish(y);
+}
+
+/* An additive f32 mask [Tq, Tk] broadcast over B and H, with -inf in places
+ * (a whole row of it: a row that sees no key gives zeros and no gradient). */
+static void test_sdpa_mask_f32(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(2, 2, 5, 3)), *k = tm_param(&t, "k", F32(2, 2, 7, 3));
+  Inst *v = tm_param(&t, "v", F32(2, 2, 7, 3)), *m = tm_input(&t, "m", F32(5, 7));
+  float *mv = tm_data(&t, "m");
+  for (int j = 0; j < 7; j++)
+    mv[2 * 7 + j] = -INFINITY;
+  mv[4 * 7 + 1] = mv[0] = -INFINITY;
+  gradcheck(&t, sdpa_with(q, k, v, m, 0), "sdpa f32 mask");
+}
+
+/* A bool (i32) mask [H, 1, Tk] broadcast over B and the queries. */
+static void test_sdpa_mask_i32(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(2, 3, 4, 2)), *k = tm_param(&t, "k", F32(2, 3, 6, 2));
+  Inst *v = tm_param(&t, "v", F32(2, 3, 6, 2)), *m = tm_input(&t, "m", I32(3, 1, 6));
+  int32_t *mv = tm_data(&t, "m");
+  for (int e = 0; e < 18; e++)
+    mv[e] = e % 4 != 1;
+  gradcheck(&t, sdpa_with(q, k, v, m, 0), "sdpa i32 mask");
+}
+
+/* Dropout of the attention probabilities: the backward redraws the mask. */
+static void test_sdpa_dropout(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(1, 2, 6, 3)), *k = tm_param(&t, "k", F32(1, 2, 5, 3));
+  Inst *v = tm_param(&t, "v", F32(1, 2, 5, 3));
+  gradcheck(&t, sdpa_with(q, k, v, NULL, 0.4), "sdpa dropout 0.4");
+}
+
+/* Dropout and an f32 mask [B, H, Tq, Tk] at once, q = k = v. */
+static void test_sdpa_mask_dropout(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 2, 6, 3)), *m = tm_input(&t, "m", F32(2, 2, 6, 6));
+  gradcheck(&t, sdpa_with(x, x, x, m, 0.3), "sdpa mask and dropout");
+}
+
+/* An f32 mask that is a param gets the scores' adjoint summed over its
+ * broadcast dims: [Tq, Tk] (over B and H), and [B, 1, Tq, Tk] with dropout
+ * and causal. */
+static void test_sdpa_mask_param(void **s) {
+  (void)s;
+  Inst *q = tm_param(&t, "q", F32(2, 2, 5, 3)), *k = tm_param(&t, "k", F32(2, 2, 7, 3));
+  Inst *v = tm_param(&t, "v", F32(2, 2, 7, 3)), *m = tm_param(&t, "m", F32(5, 7));
+  gradcheck(&t, sdpa_with(q, k, v, m, 0), "sdpa mask param");
+}
+
+static void test_sdpa_mask_param_dropout(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3, 6, 2)), *m = tm_param(&t, "m", F32(2, 1, 6, 6));
+  Inst *y = sdpa_with(x, x, x, m, 0.3);
+  ir_set_int(y, "causal", 1);
+  gradcheck(&t, ir_finish(y), "sdpa mask param, dropout, causal");
+}
+
 /* relu(x @ w1 + b1) @ w2 + b2 into cross_entropy: the loss itself. */
 static void test_mlp(void **s) {
   (void)s;
@@ -661,7 +729,10 @@ int main(void) {
     T(test_embedding_bag_sum), T(test_embedding_bag_mean), T(test_embedding_bag_max),
     T(test_embedding_bag_psw), T(test_embedding_bag_offsets), T(test_embedding_bag_offsets_mean),
     T(test_embedding_bag_offsets_max), T(test_dropout),
-    T(test_causal_mask), T(test_sdpa), T(test_sdpa_causal), T(test_sdpa_self), T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_causal_mask), T(test_sdpa), T(test_sdpa_causal), T(test_sdpa_self),
+    T(test_sdpa_mask_f32), T(test_sdpa_mask_i32), T(test_sdpa_dropout), T(test_sdpa_mask_dropout),
+    T(test_sdpa_mask_param), T(test_sdpa_mask_param_dropout),
+    T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
     T(test_pad_value), T(test_pad_value_huge), T(test_pad_value_neg_inf), T(test_pad_value_inf),
     T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),

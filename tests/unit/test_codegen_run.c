@@ -261,6 +261,35 @@ static void attention(void **state) {
   ct_free(&t);
 }
 
+/* Attention with an i32 (bool) mask broadcast over B, and one with an f32
+ * mask that is a param (its gradient sdpa_dmask's) and dropout, whose mask
+ * the generated code draws at each step as the interpreter does; two
+ * steps. */
+static void attention_mask_dropout(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "attnmask");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 4, 2, 3, 70, 5), NULL);
+  Inst *m = ct_global(&t, "m", G_INPUT, ty(DT_I32, 4, 1, 3, 70, 67), NULL);
+  Inst *f = ct_global(&t, "f", G_PARAM, ty(DT_F32, 2, 70, 70), "glorot");
+  Inst *k = ct_global(&t, "k", G_PARAM, ty(DT_F32, 4, 2, 3, 67, 5), "glorot");
+  Inst *v = ct_global(&t, "v", G_PARAM, ty(DT_F32, 4, 2, 3, 67, 5), "glorot");
+  Inst *a = ct_new(&t, OP_sdpa, 4, x, k, v, m);
+  ir_set_float(a, "scale", 0.45);
+  ir_finish(a);
+  Inst *b = ct_new(&t, OP_sdpa, 4, a, x, x, f);
+  ir_set_float(b, "scale", 1.3);
+  ir_set_float(b, "p", 0.3);
+  ir_set_int(b, "seed", 77);
+  ir_finish(b);
+  ct_output(&t, b, "att");
+  Inst *loss = with_ints(ct_new(&t, OP_mean, 1, ct_op(&t, OP_mul, 2, b, b)), "axes", 4, 0, 1, 2, 3);
+  ct_output(&t, ir_finish(loss), "loss");
+  ct_train(&t, "sgd", 0.5);
+  run_model(&t, 2);
+  ct_free(&t);
+}
+
 /* A pad of x filled by op (pad_reflect, ...) on axis at begin to size. */
 static Inst *copy_pad(CT *t, Op op, Inst *x, int64_t axis, int64_t begin, int64_t size) {
   Inst *p = ct_new(t, op, 1, x);
@@ -632,6 +661,7 @@ int main(void) {
       cmocka_unit_test(classifier_epilogue),
       cmocka_unit_test(elementwise_zoo),  cmocka_unit_test(kernels_and_shapes),
       cmocka_unit_test(pools_and_pads),   cmocka_unit_test(attention),
+      cmocka_unit_test(attention_mask_dropout),
       cmocka_unit_test(inference_only),
       cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
       cmocka_unit_test(explog_accuracy),  cmocka_unit_test(embedding_bags),

@@ -1,7 +1,9 @@
 /* test_runtime_attention.c: the attention kernels (runtime/kernels_attn.c)
  * against a plain loop in double over the whole [Tq, Tk] scores, causal and
- * not, on sizes that are not multiples of the blocks; the same bits on one
- * thread and several; their refusals. */
+ * not, masked (f32, i32) and not, with dropout (its mask from dtrt_k_dropout
+ * of ones) and without, on sizes that are not multiples of the blocks; a
+ * block's dropout the block of the whole's; the same bits on one thread and
+ * several; their refusals. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,20 +29,43 @@ static DtTensor t4(float *data, int64_t b, int64_t h, int64_t t, int64_t d) {
   return (DtTensor){.data = data, .dtype = DTRT_F32, .rank = 4, .dim = {b, h, t, d}};
 }
 
+enum { NO_MASK, F32_MASK, I32_MASK };
+
 typedef struct Case {
   int64_t b, h, tq, tk, d;
   bool causal;
   double scale;      /* 0: 1/sqrt(d) */
+  int mask;          /* NO_MASK, or the mask's type */
+  int64_t mdim[4];   /* the mask's dims, each 1 or [B, H, Tq, Tk]'s */
+  double p;          /* dropout */
 } Case;
 
 /* One case's operands, the kernels' results and the reference's, with the
- * reference's bound on each element's rounding error. */
+ * reference's bound on each element's rounding error. keep [B, H, Tq, Tk]:
+ * dtrt_k_dropout of ones with the case's p, seed and step (1 without). */
 typedef struct Run {
   Case c;
   double scale;
-  float *q, *k, *v, *dout, *out, *lse, *grad;
-  double *rout, *rlse, *rgrad, *tout, *tlse, *tgrad;
+  float *q, *k, *v, *dout, *out, *lse, *grad, *keep, *ds;
+  void *mask;
+  double *rout, *rlse, *rgrad, *tout, *tlse, *tgrad, *rds, *tds;
 } Run;
+
+enum { SEED = 1234, STEP = 17 };
+
+/* The mask's value at (batch-head bh, query i, key j), broadcast: f32's, or
+ * 0 and -inf for i32's nonzero and zero. */
+static double mask_at(const Run *r, int64_t bh, int64_t i, int64_t j) {
+  const Case *c = &r->c;
+  if (c->mask == NO_MASK)
+    return 0;
+  int64_t idx[4] = {bh / c->h, bh % c->h, i, j}, o = 0;
+  for (int d = 0; d < 4; d++)
+    o = o * c->mdim[d] + (c->mdim[d] == 1 ? 0 : idx[d]);
+  if (c->mask == I32_MASK)
+    return ((const int32_t *)r->mask)[o] ? 0 : -INFINITY;
+  return ((const float *)r->mask)[o];
+}
 
 static const double U = 0x1p-24;
 
@@ -49,7 +74,9 @@ static const double U = 0x1p-24;
  * score's error is at most (D + 2) u scale sum |q k|, a probability's
  * relative error rho (twice the row's largest score error, plus the
  * exponential's and the logarithm's 1e-6), a sum of n terms n u of the sum of
- * their magnitudes; each bound taken four times. */
+ * their magnitudes; each bound taken four times. The mask is added to the
+ * scores; a kept probability is times its keep factor (0 or 1 / (1 - p)),
+ * and so is its adjoint; a row that sees no key is zeros, lse -inf. */
 static void reference(Run *r) {
   const Case *c = &r->c;
   int64_t d = c->d, tq = c->tq, tk = c->tk, nq = tq + 2 * tk;
@@ -64,6 +91,7 @@ static void reference(Run *r) {
     double rho_max = 0;
     for (int64_t i = 0; i < tq; i++) {
       int64_t seen = c->causal && i + 1 < tk ? i + 1 : tk;
+      const float *kp = r->keep + (bh * tq + i) * tk;
       double mx = -INFINITY, l = 0, es = 0;
       for (int64_t j = 0; j < seen; j++) {
         double s = 0, a = 0;
@@ -71,40 +99,42 @@ static void reference(Run *r) {
           s += (double)q[i * d + e] * k[j * d + e];
           a += fabs((double)q[i * d + e] * k[j * d + e]);
         }
-        p[j] = s * r->scale;
+        p[j] = s * r->scale + mask_at(r, bh, i, j);
         es = fmax(es, (d + 2) * U * fabs(r->scale) * a);
         mx = fmax(mx, p[j]);
       }
       for (int64_t j = 0; j < seen; j++)
-        l += p[j] = exp(p[j] - mx);
+        l += p[j] = mx == -INFINITY ? 0 : exp(p[j] - mx);
       for (int64_t j = 0; j < seen; j++)
-        p[j] /= l;
+        p[j] = l > 0 ? p[j] / l : 0;
       rho[i] = 2 * es + 1e-6;
       rho_max = fmax(rho_max, rho[i]);
       double n = (double)(tk + d + 16);
-      r->rlse[bh * tq + i] = mx + log(l);
-      r->tlse[bh * tq + i] = 4 * (rho[i] + n * U + U * fabs(mx + log(l)));
+      r->rlse[bh * tq + i] = l > 0 ? mx + log(l) : -INFINITY;
+      r->tlse[bh * tq + i] = l > 0 ? 4 * (rho[i] + n * U + U * fabs(mx + log(l))) : 0;
       double di = 0, dia = 0;
       for (int64_t e = 0; e < d; e++) {
         double o = 0, oa = 0;
         for (int64_t j = 0; j < seen; j++) {
-          o += p[j] * v[j * d + e];
-          oa += p[j] * fabs(v[j * d + e]);
+          o += p[j] * kp[j] * v[j * d + e];
+          oa += p[j] * kp[j] * fabs(v[j * d + e]);
         }
         r->rout[(bh * tq + i) * d + e] = o;
         r->tout[(bh * tq + i) * d + e] = 4 * (rho[i] + n * U) * oa + 1e-30;
         di += (double)dy[i * d + e] * o;
         dia += fabs(dy[i * d + e] * o);
       }
-      /* dp, ds = p (dp - D_i) and their magnitudes m */
+      /* dp, ds = p (dp keep - D_i) and their magnitudes m */
       for (int64_t j = 0; j < seen; j++) {
         double s = 0, a = 0;
         for (int64_t e = 0; e < d; e++) {
           s += (double)dy[i * d + e] * v[j * d + e];
           a += fabs((double)dy[i * d + e] * v[j * d + e]);
         }
-        m[j] = p[j] * (fabs(s) + fabs(di) + a + dia);
-        dp[j] = p[j] * (s - di);
+        m[j] = p[j] * ((fabs(s) + a) * kp[j] + fabs(di) + dia);
+        dp[j] = p[j] * (s * kp[j] - di);
+        r->rds[(bh * tq + i) * tk + j] = dp[j];
+        r->tds[(bh * tq + i) * tk + j] = 4 * (rho[i] + (tk + d + 20) * U) * m[j] + 1e-30;
       }
       double nn = (double)(tk + 2 * d + 20);
       for (int64_t e = 0; e < d; e++) {
@@ -114,8 +144,8 @@ static void reference(Run *r) {
           ga += m[j] * fabs(k[j * d + e]);
           dk[j * d + e] += r->scale * dp[j] * q[i * d + e];
           tdk[j * d + e] += fabs(r->scale) * m[j] * fabs(q[i * d + e]);
-          dv[j * d + e] += p[j] * dy[i * d + e];
-          tdv[j * d + e] += p[j] * fabs(dy[i * d + e]);
+          dv[j * d + e] += p[j] * kp[j] * dy[i * d + e];
+          tdv[j * d + e] += p[j] * kp[j] * fabs(dy[i * d + e]);
         }
         dq[i * d + e] = r->scale * g;
         tdq[i * d + e] = 4 * (rho[i] + nn * U) * fabs(r->scale) * ga + 1e-30;
@@ -134,30 +164,84 @@ static void reference(Run *r) {
 static void check_near(const char *what, const float *got, const double *want, const double *tol,
                        int64_t n) {
   for (int64_t e = 0; e < n; e++)
-    if (!(fabs(got[e] - want[e]) <= tol[e]))
+    if (!(fabs(got[e] - want[e]) <= tol[e]) && !(isinf(want[e]) && got[e] == want[e]))
       fail_msg("%s[%lld]: got %.9g, want %.9g (tolerance %.3g)", what, (long long)e, got[e],
                want[e], tol[e]);
 }
 
+/* The kernels' attributes: causal, scale, and with dropout p, the seed and
+ * the step. */
 static DtAttrs attrs(const Case *c, double scale) {
-  DtAttrs a = {.ni = 1, .nf = 1};
+  DtAttrs a = {.ni = 1, .nf = 1, .step = STEP};
   a.i[0] = c->causal;
   a.f[0] = scale;
+  if (c->p > 0) {
+    a.ni = a.nf = 2;
+    a.i[1] = SEED;
+    a.f[1] = c->p;
+  }
   return a;
 }
 
-/* Runs the three kernels of c on context x into r. */
-static void kernels(DtrtCtx *x, Run *r) {
+/* The mask operand of c over data m. */
+static DtTensor mask_tensor(const Case *c, void *m) {
+  DtTensor t = t4(m, c->mdim[0], c->mdim[1], c->mdim[2], c->mdim[3]);
+  t.dtype = c->mask == I32_MASK ? DTRT_I32 : DTRT_F32;
+  return t;
+}
+
+/* Runs the three kernels of c on context x into r, with the attributes a. */
+static void kernels_with(DtrtCtx *x, Run *r, const DtAttrs *a) {
   const Case *c = &r->c;
-  DtAttrs a = attrs(c, r->scale);
-  DtTensor in[6] = {t4(r->q, c->b, c->h, c->tq, c->d), t4(r->k, c->b, c->h, c->tk, c->d),
+  int nm = c->mask != NO_MASK;
+  DtTensor in[7] = {t4(r->q, c->b, c->h, c->tq, c->d), t4(r->k, c->b, c->h, c->tk, c->d),
                     t4(r->v, c->b, c->h, c->tk, c->d), t4(r->out, c->b, c->h, c->tq, c->d),
                     t4(r->lse, c->b, c->h, c->tq, 0), t4(r->dout, c->b, c->h, c->tq, c->d)};
   in[4].rank = 3;
   DtTensor out = in[3], lse = in[4], grad = t4(r->grad, c->b, c->h, c->tq + 2 * c->tk, c->d);
-  if (dtrt_k_sdpa(x, in, 3, &out, &a) || dtrt_k_sdpa_lse(x, in, 2, &lse, &a) ||
-      dtrt_k_sdpa_grad(x, in, 6, &grad, &a))
+  DtTensor mk = mask_tensor(c, r->mask), fwd[4] = {in[0], in[1], in[2], mk};
+  DtTensor two[3] = {in[0], in[1], mk};
+  in[6] = mk;
+  DtTensor ds = t4(r->ds, c->b, c->h, c->tq, c->tk);
+  if (dtrt_k_sdpa(x, fwd, 3 + nm, &out, a) || dtrt_k_sdpa_lse(x, two, 2 + nm, &lse, a) ||
+      dtrt_k_sdpa_grad(x, in, 6 + nm, &grad, a) ||
+      (c->mask == F32_MASK && dtrt_k_sdpa_dmask(x, in, 7, &ds, a)))
     fail_msg("kernel failed: %s", dtrt_errmsg(x));
+}
+
+static void kernels(DtrtCtx *x, Run *r) {
+  DtAttrs a = attrs(&r->c, r->scale);
+  kernels_with(x, r, &a);
+}
+
+/* keep = dtrt_k_dropout of ones [B, H, Tq, Tk] under c's p, SEED and STEP,
+ * the factor each attention probability is kept with (all 1 when p = 0). */
+static float *keep_factors(const Case *c) {
+  int64_t n = c->b * c->h * c->tq * c->tk;
+  float *ones = malloc(sizeof(float) * (size_t)n), *keep = malloc(sizeof(float) * (size_t)n);
+  for (int64_t e = 0; e < n; e++)
+    ones[e] = 1;
+  DtAttrs a = {.ni = 1, .nf = 1, .i = {SEED}, .f = {c->p}, .step = STEP};
+  DtTensor x = t4(ones, c->b, c->h, c->tq, c->tk), y = t4(keep, c->b, c->h, c->tq, c->tk);
+  if (dtrt_k_dropout(ctx, &x, 1, &y, &a))
+    fail_msg("dropout failed: %s", dtrt_errmsg(ctx));
+  free(ones);
+  return keep;
+}
+
+/* The mask of c: f32 in [-2, 2) or, one in ten, -inf; i32 0 one in four. */
+static void *mask_values(const Case *c) {
+  int64_t n = c->mdim[0] * c->mdim[1] * c->mdim[2] * c->mdim[3];
+  float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  int32_t *w = (int32_t *)f;
+  for (int64_t e = 0; e < n; e++) {
+    double u = frand() * 0.5 + 0.5;   /* frand: [-1, 1) */
+    if (c->mask == I32_MASK)
+      w[e] = u >= 0.25;
+    else
+      f[e] = u < 0.1 ? -INFINITY : (float)(4 * u - 2);
+  }
+  return f;
 }
 
 static Run make_run(Case c) {
@@ -172,12 +256,17 @@ static Run make_run(Case c) {
   r.rlse = calloc((size_t)(bh * c.tq), sizeof(double));
   r.tlse = calloc((size_t)(bh * c.tq), sizeof(double));
   r.rgrad = calloc((size_t)ng, sizeof(double)), r.tgrad = calloc((size_t)ng, sizeof(double));
+  int64_t ns = bh * c.tq * c.tk;
+  r.ds = malloc(sizeof(float) * (size_t)ns);
+  r.rds = calloc((size_t)ns, sizeof(double)), r.tds = calloc((size_t)ns, sizeof(double));
+  r.keep = keep_factors(&c);
+  r.mask = c.mask != NO_MASK ? mask_values(&c) : NULL;
   return r;
 }
 
 static void free_run(Run *r) {
-  void *p[] = {r->q, r->k, r->v, r->dout, r->out, r->lse, r->grad,
-               r->rout, r->rlse, r->rgrad, r->tout, r->tlse, r->tgrad};
+  void *p[] = {r->q, r->k, r->v, r->dout, r->out, r->lse, r->grad, r->keep, r->mask, r->ds,
+               r->rout, r->rlse, r->rgrad, r->tout, r->tlse, r->tgrad, r->rds, r->tds};
   for (size_t k = 0; k < sizeof p / sizeof p[0]; k++)
     free(p[k]);
 }
@@ -190,6 +279,8 @@ static void one_case(Case c) {
   check_near("out", r.out, r.rout, r.tout, bh * c.tq * c.d);
   check_near("lse", r.lse, r.rlse, r.tlse, bh * c.tq);
   check_near("grad", r.grad, r.rgrad, r.tgrad, bh * (c.tq + 2 * c.tk) * c.d);
+  if (c.mask == F32_MASK)   /* the scores' adjoint: an f32 mask's gradient */
+    check_near("dmask", r.ds, r.rds, r.tds, bh * c.tq * c.tk);
   free_run(&r);
 }
 
@@ -199,15 +290,120 @@ static void one_case(Case c) {
 static void test_against_loop(void **state) {
   (void)state;
   static const Case cases[] = {
-    {1, 1, 1, 1, 1, false, 0},      {1, 1, 1, 1, 1, true, 0},
-    {2, 3, 37, 13, 13, false, 0},   {2, 3, 37, 13, 13, true, 0},
-    {1, 2, 13, 37, 5, true, 0},     {1, 2, 13, 37, 5, false, 0.7},
-    {1, 2, 150, 97, 24, false, 0},  {1, 2, 150, 97, 24, true, 0},
-    {1, 1, 130, 200, 64, true, 0},  {2, 1, 129, 129, 33, true, -0.3},
-    {1, 2, 70, 90, 100, true, 0},   {1, 1, 65, 66, 130, false, 0},
+    {1, 1, 1, 1, 1, false, 0, NO_MASK, {0}, 0},      {1, 1, 1, 1, 1, true, 0, NO_MASK, {0}, 0},
+    {2, 3, 37, 13, 13, false, 0, NO_MASK, {0}, 0},   {2, 3, 37, 13, 13, true, 0, NO_MASK, {0}, 0},
+    {1, 2, 13, 37, 5, true, 0, NO_MASK, {0}, 0},     {1, 2, 13, 37, 5, false, 0.7, NO_MASK, {0}, 0},
+    {1, 2, 150, 97, 24, false, 0, NO_MASK, {0}, 0},  {1, 2, 150, 97, 24, true, 0, NO_MASK, {0}, 0},
+    {1, 1, 130, 200, 64, true, 0, NO_MASK, {0}, 0},
+    {2, 1, 129, 129, 33, true, -0.3, NO_MASK, {0}, 0},
+    {1, 2, 70, 90, 100, true, 0, NO_MASK, {0}, 0},   {1, 1, 65, 66, 130, false, 0, NO_MASK, {0}, 0},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     one_case(cases[k]);
+}
+
+/* Masks f32 and i32 of every rank's broadcast, rows that see no key (Tk 2
+ * with an i32 mask, -inf rows of an f32 one), dropout with and without a
+ * mask and causal, over one block and several. */
+static void test_mask_dropout(void **state) {
+  (void)state;
+  static const Case cases[] = {
+    {2, 3, 37, 13, 13, false, 0, F32_MASK, {1, 1, 37, 13}, 0},
+    {2, 3, 37, 13, 13, false, 0.6, I32_MASK, {2, 1, 37, 13}, 0},
+    {1, 3, 13, 37, 5, false, 0, I32_MASK, {1, 3, 1, 37}, 0},
+    {2, 3, 5, 2, 4, false, 0, I32_MASK, {2, 3, 5, 2}, 0},
+    {1, 2, 150, 97, 24, false, 0, F32_MASK, {1, 2, 150, 97}, 0},
+    {1, 2, 130, 140, 20, false, 0, I32_MASK, {1, 1, 130, 140}, 0},
+    {2, 3, 37, 13, 13, false, 0, NO_MASK, {0}, 0.3},
+    {1, 2, 150, 97, 24, true, 0, NO_MASK, {0}, 0.5},
+    {1, 1, 130, 130, 64, false, 0, F32_MASK, {1, 1, 1, 130}, 0.2},
+    {2, 1, 129, 129, 33, true, -0.3, I32_MASK, {1, 1, 129, 129}, 0.9},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    one_case(cases[k]);
+}
+
+/* The [lo, hi) block of x [dim[0..4)], a new copy. */
+static float *block4(const float *x, const int64_t dim[4], const int64_t lo[4],
+                     const int64_t hi[4]) {
+  int64_t n = (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]) * (hi[3] - lo[3]), e = 0;
+  float *y = malloc(sizeof(float) * (size_t)n);
+  for (int64_t a = lo[0]; a < hi[0]; a++)
+    for (int64_t b = lo[1]; b < hi[1]; b++)
+      for (int64_t c = lo[2]; c < hi[2]; c++)
+        for (int64_t d = lo[3]; d < hi[3]; d++)
+          y[e++] = x[((a * dim[1] + b) * dim[2] + c) * dim[3] + d];
+  return y;
+}
+
+/* Asserts that got (the block [lo, hi) of a result of dims dim) has the
+ * bits of that block of whole. */
+static void same_block(const char *what, const float *got, const float *whole,
+                       const int64_t dim[4], const int64_t lo[4], const int64_t hi[4]) {
+  float *want = block4(whole, dim, lo, hi);
+  int64_t n = (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]) * (hi[3] - lo[3]);
+  for (int64_t e = 0; e < n; e++)
+    if (memcmp(&got[e], &want[e], sizeof(float)))
+      fail_msg("%s[%lld]: the block gives %.9g, the whole %.9g", what, (long long)e, got[e],
+               want[e]);
+  free(want);
+}
+
+/* A block of the attention of c, with dropout placed by `at`: heads
+ * [h0, h1) and queries [i0, Tq) of every batch; its results are the bits of
+ * the whole's: the same dropout mask whatever the layout. With queries cut,
+ * dk and dv are partial sums, so only dq is compared. */
+static void block_case(Case c, int64_t h0, int64_t h1, int64_t i0) {
+  Run w = make_run(c);
+  kernels(ctx, &w);
+  Case bc = c;
+  bc.h = h1 - h0, bc.tq = c.tq - i0;
+  if (c.mask != NO_MASK)
+    bc.mdim[1] = c.mdim[1] == 1 ? 1 : bc.h;
+  Run r = make_run(bc);
+  int64_t qd[4] = {c.b, c.h, c.tq, c.d}, kd[4] = {c.b, c.h, c.tk, c.d};
+  int64_t qlo[4] = {0, h0, i0, 0}, qhi[4] = {c.b, h1, c.tq, c.d};
+  int64_t klo[4] = {0, h0, 0, 0}, khi[4] = {c.b, h1, c.tk, c.d};
+  float *fresh[] = {block4(w.q, qd, qlo, qhi), block4(w.k, kd, klo, khi),
+                    block4(w.v, kd, klo, khi), block4(w.dout, qd, qlo, qhi)};
+  float **to[] = {&r.q, &r.k, &r.v, &r.dout};
+  for (int k = 0; k < 4; k++)
+    free(*to[k]), *to[k] = fresh[k];
+  if (c.mask != NO_MASK) {
+    assert_int_equal(i0, 0);
+    assert_true(c.mdim[1] == 1 && c.mask == F32_MASK);
+    memcpy(r.mask, w.mask, sizeof(float) * (size_t)(c.mdim[0] * c.mdim[2] * c.mdim[3]));
+  }
+  DtAttrs a = attrs(&bc, w.scale);
+  int64_t at[8] = {c.b, c.h, c.tq, c.tk, 0, h0, i0, 0};
+  memcpy(&a.i[2], at, sizeof at);
+  a.ni = 10;
+  kernels_with(ctx, &r, &a);
+  same_block("out", r.out, w.out, qd, qlo, qhi);
+  int64_t ld[4] = {c.b, c.h, c.tq, 1}, llo[4] = {0, h0, i0, 0}, lhi[4] = {c.b, h1, c.tq, 1};
+  same_block("lse", r.lse, w.lse, ld, llo, lhi);
+  int64_t nq = c.tq + 2 * c.tk, gd[4] = {c.b, c.h, nq, c.d};
+  int64_t glo[4] = {0, h0, i0, 0}, ghi[4] = {c.b, h1, i0 ? c.tq : nq, c.d};
+  if (i0 == 0) {
+    same_block("grad", r.grad, w.grad, gd, glo, ghi);
+  } else {   /* dq: the first Tq - i0 rows of each block's grad */
+    int64_t bd[4] = {bc.b, bc.h, bc.tq + 2 * bc.tk, bc.d}, blo[4] = {0, 0, 0, 0};
+    int64_t bhi[4] = {bc.b, bc.h, bc.tq, bc.d};
+    float *dq = block4(r.grad, bd, blo, bhi);
+    same_block("dq", dq, w.grad, gd, glo, ghi);
+    free(dq);
+  }
+  free_run(&w);
+  free_run(&r);
+}
+
+/* Blocks of heads (a head split) with an f32 mask broadcast over them, and
+ * of queries (a sequence split) not causal, each with dropout. */
+static void test_dropout_blocks(void **state) {
+  (void)state;
+  block_case((Case){2, 3, 70, 90, 8, false, 0, F32_MASK, {2, 1, 70, 90}, 0.3}, 1, 3, 0);
+  block_case((Case){2, 3, 70, 90, 8, true, 0, NO_MASK, {0}, 0.3}, 2, 3, 0);
+  block_case((Case){1, 2, 150, 97, 16, false, 0, NO_MASK, {0}, 0.5}, 0, 2, 37);
 }
 
 /* Every result the same bits on one thread as on the context's threads, and
@@ -222,7 +418,7 @@ static void test_threads(void **state) {
   DtrtCtx *three = dtrt_ctx_new();
   assert_int_equal(dtrt_threads(three), 3);
   unsetenv("DTRT_NUM_THREADS");
-  Case c = {2, 3, 150, 140, 20, true, 0};
+  Case c = {2, 3, 150, 140, 20, true, 0, NO_MASK, {0}, 0};
   Run a = make_run(c), b = make_run(c);
   int64_t bh = c.b * c.h, ng = bh * (c.tq + 2 * c.tk) * c.d;
   memcpy(b.q, a.q, sizeof(float) * (size_t)(bh * c.tq * c.d));
@@ -246,7 +442,8 @@ static void test_threads(void **state) {
  * dtc's memory report counts: up to the allocator's own header. */
 static void test_scratch_bytes(void **state) {
   (void)state;
-  static const Case cases[] = {{2, 3, 37, 130, 13, true, 0}, {1, 2, 150, 64, 24, false, 0}};
+  static const Case cases[] = {{2, 3, 37, 130, 13, true, 0, NO_MASK, {0}, 0},
+                               {1, 2, 150, 64, 24, false, 0, NO_MASK, {0}, 0}};
   for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++)
     for (int grad = 0; grad < 2; grad++) {
       Case c = cases[n];
@@ -298,8 +495,44 @@ static void test_refusals(void **state) {
     if (!strstr(dtrt_errmsg(ctx), bad[n].want))
       fail_msg("message '%s' lacks '%s'", dtrt_errmsg(ctx), bad[n].want);
   }
-  DtTensor in[3] = {q, k, k};
+  DtTensor in[4] = {q, k, k};
   assert_int_equal(dtrt_k_sdpa(ctx, in, 2, &out, &a), DT_ERR_ARG);
+  /* masks: a dim neither 1 nor whole, a rank above 4 */
+  struct {
+    DtTensor mask;
+    const char *want;
+  } masks[] = {
+    {t4(buf, 1, 2, 3, 4), "dim 3 of length 4 is neither 1 nor 5"},
+    {{.data = buf, .dtype = DTRT_F32, .rank = 5, .dim = {1, 1, 2, 3, 5}}, "rank 0 to 4"},
+  };
+  for (size_t n = 0; n < sizeof masks / sizeof masks[0]; n++) {
+    in[3] = masks[n].mask;
+    assert_int_equal(dtrt_k_sdpa(ctx, in, 4, &out, &a), DT_ERR_ARG);
+    if (!strstr(dtrt_errmsg(ctx), masks[n].want))
+      fail_msg("message '%s' lacks '%s'", dtrt_errmsg(ctx), masks[n].want);
+  }
+  /* dropout: p = 1, a place of 3 ints, a block past the whole's end */
+  DtAttrs drop = {.ni = 2, .nf = 2, .f = {0.5, 1}};
+  assert_int_equal(dtrt_k_sdpa(ctx, in, 3, &out, &drop), DT_ERR_ARG);
+  drop.f[1] = 0.5, drop.ni = 5;
+  assert_int_equal(dtrt_k_sdpa(ctx, in, 3, &out, &drop), DT_ERR_ARG);
+  int64_t at[8] = {1, 2, 3, 5, 0, 1, 0, 0};
+  memcpy(&drop.i[2], at, sizeof at);
+  drop.ni = 10;
+  assert_int_equal(dtrt_k_sdpa(ctx, in, 3, &out, &drop), DT_ERR_ARG);
+  if (!strstr(dtrt_errmsg(ctx), "does not fit dimension 1"))
+    fail_msg("message '%s' lacks the dimension", dtrt_errmsg(ctx));
+  /* sdpa_dmask: the mask required, and f32 */
+  DtTensor lse = {.data = buf, .dtype = DTRT_F32, .rank = 3, .dim = {1, 2, 3}};
+  float dsbuf[30];
+  DtTensor six[7] = {q, k, k, q, lse, q, t4(buf, 1, 1, 3, 5)}, ds = t4(dsbuf, 1, 2, 3, 5);
+  assert_int_equal(dtrt_k_sdpa_dmask(ctx, six, 6, &ds, &a), DT_ERR_ARG);
+  six[6].dtype = DTRT_I32;
+  assert_int_equal(dtrt_k_sdpa_dmask(ctx, six, 7, &ds, &a), DT_ERR_ARG);
+  if (!strstr(dtrt_errmsg(ctx), "must be f32"))
+    fail_msg("message '%s' lacks the mask's type", dtrt_errmsg(ctx));
+  six[6].dtype = DTRT_F32;
+  assert_int_equal(dtrt_k_sdpa_dmask(ctx, six, 7, &ds, &a), DT_OK);
   a.f[0] = INFINITY;
   assert_int_equal(dtrt_k_sdpa(ctx, in, 3, &out, &a), DT_ERR_ARG);
 }
@@ -307,6 +540,8 @@ static void test_refusals(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test_setup_teardown(test_against_loop, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_mask_dropout, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_dropout_blocks, setup, teardown),
     cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
     cmocka_unit_test_setup_teardown(test_scratch_bytes, setup, teardown),
     cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
