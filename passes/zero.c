@@ -60,14 +60,14 @@ static bool zero_applies(const Module *m, Diag *d, const int *owner) {
     }
   }
   if (ok && !any) {
-    diag_error(d, m->state_loc, "shard_state splits the optimizer state, but %s keeps none "
-               "(sgd without momentum)", ir_opt_names[m->train.opt >= 0 ? m->train.opt : OPT_SGD]);
+    diag_error(d, m->state_loc, "shard_state splits the optimizer state, but sgd without "
+               "momentum keeps none");
     return false;
   }
   double *r;
   if (ok && !batch_ratio(m, m->state_axis, &r)) {
     diag_error(d, m->state_loc, "shard_state splits the optimizer state over the data-parallel "
-               "axis, but no input's batch is split over '%s' (shard x: [%s, *])", axis, axis);
+               "axis, but no input's batch (its first dimension) is split over '%s'", axis);
     return false;
   }
   return ok;
