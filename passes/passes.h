@@ -246,10 +246,10 @@ double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
  * located errors. Nothing without the option. */
 bool zero_seed(Module *m, Diag *d, int *owner);
 /* Under `shard_state`, once f's shardings are decided: an elementwise value
- * computed whole that every user (elementwise) takes split one way is
- * computed split so, from the first such value back, so the update of a
- * split state reduce-scatters the gradient instead of all-reducing it and
- * slicing the sum. */
+ * that every user (elementwise) takes split one way, along a dim it keeps
+ * whole, is computed split so, from the last such value back, so the
+ * update of a split state reduce-scatters the gradient instead of
+ * all-reducing it and slicing the sum. */
 void zero_sink(Module *m, Func *f);
 
 /* ---- spmd.c ----------------------------------------------------------- */

@@ -139,9 +139,22 @@ static bool is_whole(const Module *m, const Sharding *s, int r) {
   return !ir_partial_axes(m, s, r);
 }
 
+/* Whether `want` splits, for a value of rank r, every dim s splits as s
+ * does and some dim s keeps whole too, neither summing anything. */
+static bool splits_more(const Module *m, const Sharding *s, const Sharding *want, int r) {
+  bool more = false;
+  if (ir_partial_axes(m, s, r) || ir_partial_axes(m, want, r))
+    return false;
+  for (int d = 0; d < r; d++) {
+    if (s->axis[d] >= 0 && want->axis[d] != s->axis[d])
+      return false;
+    more |= s->axis[d] < 0 && want->axis[d] >= 0;
+  }
+  return more;
+}
+
 /* The sharding every user of x (elementwise, all decided) needs x in, when
- * they agree on one with a split and no partial sum, into *want; false
- * otherwise. */
+ * they agree on one with a split, into *want; false otherwise. */
 static bool users_split(const Module *m, const Inst *x, const Uses *u, Sharding *want) {
   const Sharding *cur[SHARD_MAX_IN];
   Sharding req[SHARD_MAX_IN];
@@ -157,7 +170,7 @@ static bool users_split(const Module *m, const Inst *x, const Uses *u, Sharding 
     for (int k = 0; k < y->nin; k++) {
       if (y->in[k] != x)
         continue;
-      if (is_whole(m, &req[k], x->type.rank) || ir_partial_axes(m, &req[k], x->type.rank) ||
+      if (is_whole(m, &req[k], x->type.rank) ||
           (any && !shard_same(m, &x->type, want, &req[k])))
         return false;
       *want = req[k];
@@ -180,7 +193,7 @@ void zero_sink(Module *m, Func *f) {
       const Sharding *cur[SHARD_MAX_IN];
       Sharding want, req[SHARD_MAX_IN];
       if (ir_ops[x->op].kind != K_ELEM || !x->shard || x->nin > SHARD_MAX_IN ||
-          !is_whole(m, x->shard, x->type.rank) || !users_split(m, x, &u, &want))
+          !users_split(m, x, &u, &want) || !splits_more(m, x->shard, &want, x->type.rank))
         continue;
       for (int j = 0; j < x->nin; j++)
         cur[j] = x->in[j]->shard;

@@ -389,6 +389,28 @@ static void test_zero_clip_accumulate(void **state) {
   }
 }
 
+/* dp x tp: Megatron's split params keep their tp split, their state split
+ * over dp as well (w1__m [dp, tp], w2__m [tp, dp]), and their gradients,
+ * with b2's, reduce-scattered over dp; b1 [tp] has no dim left to split, so
+ * its state stays as b1 and its gradient is all-reduced (beside the loss's
+ * and the forward's over tp). */
+static void test_zero_2d(void **state) {
+  (void)state;
+  char *text = mlp_with("adam(lr = 0.05)",
+                        "parallel mlp on c {\n mesh m[dp = 2, tp = 2]\n shard x: [dp, *]\n"
+                        " shard y: [dp]\n shard w1: [*, tp]\n shard b1: [tp]\n"
+                        " shard w2: [tp, *]\n shard_state = dp\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  train(&p, 6, 5, "zero 2x2 dp x tp");
+  const Global *w2m = ir_find_global(p.s, "w2__m");
+  assert_true(w2m->shard->axis[0] == 1 && w2m->shard->axis[1] == 0);
+  assert_int_equal(count(p.s, "train_step.3", OP_reduce_scatter), 3);
+  assert_int_equal(count(p.s, "train_step.3", OP_all_reduce), 3);
+  pair_free(&p);
+  free(text);
+}
+
 /* ---- tensor parallel (Megatron) ---- */
 
 static void tp(const char *parallel, const char *label, int forward_reduces) {
@@ -662,6 +684,7 @@ int main(void) {
       cmocka_unit_test(test_pad_values_tp2), cmocka_unit_test(test_pad_values_dp2),
       cmocka_unit_test(test_zero_dp2),      cmocka_unit_test(test_zero_dp3_uneven),
       cmocka_unit_test(test_zero_dp4),      cmocka_unit_test(test_zero_clip_accumulate),
+      cmocka_unit_test(test_zero_2d),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
