@@ -15,7 +15,9 @@
  * Called by pass_sharding before it propagates. Errors, at the option:
  * a model that does not train, the demo optimizer (each device keeps its own
  * momentum), an optimizer without state, an axis splitting no input's
- * batch; at the table: a sparse table (its state moves by touched rows). */
+ * batch (under plan auto, a plan without one leaves every state as its
+ * param's); at the table: a sparse table (its state moves by touched
+ * rows). */
 #include <string.h>
 
 #include "passes.h"
@@ -37,12 +39,15 @@ static bool batch_ratio(const Module *m, int a, double **r) {
 static bool zero_applies(const Module *m, Diag *d, const int *owner) {
   const char *axis = m->mesh.a[0].axis_name[m->state_axis];
   if (!ir_find_func(m, "train_step")) {
-    diag_error(d, m->state_loc, "shard_state splits the optimizer state of training, but "
-               "model '%s' has no minimize", m->name);
+    diag_error(d, m->state_loc,
+               "shard_state splits the optimizer state of training, but "
+               "model '%s' has no minimize",
+               m->name);
     return false;
   }
   if (m->train.opt == OPT_DEMO) {
-    diag_error(d, m->state_loc, "shard_state does not apply to demo: each device keeps its own "
+    diag_error(d, m->state_loc,
+               "shard_state does not apply to demo: each device keeps its own "
                "momentum of its own gradient, and exchanges compressed momenta, not gradients");
     return false;
   }
@@ -54,20 +59,25 @@ static bool zero_applies(const Module *m, Diag *d, const int *owner) {
     const Global *p = &m->global.a[owner[g]];
     any = true;
     if (p->sparse && ok) {
-      diag_error(d, p->loc, "shard_state does not apply to sparse table '%s': its state moves "
-                 "by the rows a batch touches; train it without shard_state", p->name);
+      diag_error(d, p->loc,
+                 "shard_state does not apply to sparse table '%s': its state moves "
+                 "by the rows a batch touches; train it without shard_state",
+                 p->name);
       ok = false;
     }
   }
   if (ok && !any) {
-    diag_error(d, m->state_loc, "shard_state splits the optimizer state, but sgd without "
+    diag_error(d, m->state_loc,
+               "shard_state splits the optimizer state, but sgd without "
                "momentum keeps none");
     return false;
   }
   double *r;
-  if (ok && !batch_ratio(m, m->state_axis, &r)) {
-    diag_error(d, m->state_loc, "shard_state splits the optimizer state over the data-parallel "
-               "axis, but no input's batch (its first dimension) is split over '%s'", axis);
+  if (ok && m->plan != PLAN_AUTO && !batch_ratio(m, m->state_axis, &r)) {
+    diag_error(d, m->state_loc,
+               "shard_state splits the optimizer state over the data-parallel "
+               "axis, but no input's batch (its first dimension) is split over '%s'",
+               axis);
     return false;
   }
   return ok;
@@ -110,13 +120,14 @@ bool zero_seed(Module *m, Diag *d, int *owner) {
     return false;
   int a = m->state_axis;
   double *r = NULL;
-  batch_ratio(m, a, &r);
+  if (!batch_ratio(m, a, &r))   /* plan auto chose no data parallelism over a */
+    return true;
   for (int g = 0; g < m->global.n; g++) {
     Global *gl = &m->global.a[g];
     if (gl->kind != G_STATE || owner[g] == g)
       continue;
     Global *p = &m->global.a[owner[g]];
-    if (!p->shard)   /* a param the plan leaves open is whole */
+    if (!p->shard) /* a param the plan leaves open is whole */
       p->shard = whole(m);
     int dim = state_dim(m, p, p->shard, a, r);
     if (dim < 0)
@@ -170,8 +181,7 @@ static bool users_split(const Module *m, const Inst *x, const Uses *u, Sharding 
     for (int k = 0; k < y->nin; k++) {
       if (y->in[k] != x)
         continue;
-      if (is_whole(m, &req[k], x->type.rank) ||
-          (any && !shard_same(m, &x->type, want, &req[k])))
+      if (is_whole(m, &req[k], x->type.rank) || (any && !shard_same(m, &x->type, want, &req[k])))
         return false;
       *want = req[k];
       any = true;
