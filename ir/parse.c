@@ -1325,8 +1325,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
     else if (is_kw(t, "module"))
       ok = (error_at(p, t->loc, "a file holds one module"), false);
     else
-      ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, exchange, shard_state, train, "
-                       "input, param, buffer, state, func)");
+      ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, exchange, "
+                       "shard_state, train, input, param, buffer, state, func)");
     finish_line(p, ok);
   }
   return d->nerr > nerr ? NULL : p->m;

@@ -18,8 +18,8 @@
  * run; a body a second loop runs is copied for it first, @B.copy); every
  * global has one, and a param's optimizer state (<p>__m, <p>__v, <p>__acc)
  * shares its param's, or under shard_state is split further over the
- * data-parallel axis (passes/zero.c); inputs without annotation are whole; no split leaves a
- * device an empty block. Without a mesh it does nothing. */
+ * data-parallel axis (passes/zero.c); inputs without annotation are whole;
+ * no split leaves a device an empty block. Without a mesh it does nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
