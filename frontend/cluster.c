@@ -527,17 +527,43 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
   return true;
 }
 
+/* shard_state = axis: every param's optimizer state split over that mesh
+ * axis, the data-parallel one (ZeRO stages 1 and 2; passes/sharding.c
+ * checks the rest, once the optimizer and the batch's split are known). */
+static void lower_shard_state(Module *m, const Stmt *s, Diag *d) {
+  const Expr *e = s->val;
+  const Mesh *mesh = m->mesh.n ? &m->mesh.a[0] : NULL;
+  int a = 0;
+  while (mesh && e && e->kind == E_IDENT && a < mesh->naxis && strcmp(mesh->axis_name[a], e->s))
+    a++;
+  if (!e || e->kind != E_IDENT)
+    diag_error(d, e ? e->loc : s->name_loc,
+               "'shard_state' needs the data-parallel mesh axis: shard_state = dp");
+  else if (m->state_sharded)
+    diag_error(d, s->name_loc, "a second shard_state option");
+  else if (!mesh)
+    diag_error(d, s->name_loc, "shard_state splits the optimizer state over a mesh axis; "
+               "declare a mesh with mesh NAME[axis = size]");
+  else if (a == mesh->naxis)
+    diag_error(d, e->loc, "unknown mesh axis '%s'", e->s);
+  else
+    m->state_sharded = true, m->state_axis = a, m->state_loc = s->name_loc;
+}
+
 /* option = "microbatches" "=" expr: the batch of every training step cut into
  *          that many micro-batches, which pipeline stages overlap;
  *        | "schedule" "=" ("1f1b" | "gpipe"): their order on a stage;
  *        | "exchange" "=" ("f32" | "bf16"): the format of the gradient
  *          exchange over the data-parallel axis (passes/comm.c);
  *        | "deterministic" [ "=" expr ]: every sum over the batch in that many
- *          fixed pieces (default: ir_det_pieces), added in order. */
+ *          fixed pieces (default: ir_det_pieces), added in order;
+ *        | "shard_state" "=" axis: see lower_shard_state. */
 static void lower_option(Module *m, const Stmt *s, Diag *d) {
   int64_t v;
   bool det = !strcmp(s->name, "deterministic");
-  if (!strcmp(s->name, "schedule") && !s->val) {
+  if (!strcmp(s->name, "shard_state")) {
+    lower_shard_state(m, s, d);
+  } else if (!strcmp(s->name, "schedule") && !s->val) {
     diag_error(d, s->name_loc, "'schedule' needs a value: schedule = 1f1b or gpipe");
   } else if (!strcmp(s->name, "schedule")) {
     const Expr *e = s->val;
@@ -570,7 +596,7 @@ static void lower_option(Module *m, const Stmt *s, Diag *d) {
   } else if (!det && strcmp(s->name, "microbatches")) {
     diag_error(d, s->name_loc,
                "unknown option '%s' (expected microbatches, schedule, "
-               "deterministic or exchange)",
+               "deterministic, exchange or shard_state)",
                s->name);
   } else if (det ? m->det_pieces != 0 : m->microbatches != 0) {
     diag_error(d, s->name_loc, "a second %s option", s->name);

@@ -374,6 +374,13 @@ struct Module {
    * the option's, none when it was not written. */
   int exchange;
   Loc exchange_loc;
+  /* `shard_state = AXIS` (ZeRO stages 1 and 2): each param's optimizer
+   * state is split over mesh axis state_axis, the data-parallel one, so
+   * each device updates and keeps its share (passes/sharding.c); its loc
+   * is the option's. */
+  bool state_sharded;
+  int state_axis;
+  Loc state_loc;
   int64_t batch;         /* the model's batch dimension (`batch B`), 0: none */
   /* dtc -fepilogue: fusion makes a matmul the head of the group that reads
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */

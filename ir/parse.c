@@ -817,7 +817,7 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
 static bool is_toplevel(const Tok *t) {
   static const char *kws[] = {"module", "dim",           "cluster", "mesh",  "plan",
                               "train",  "input",         "param",   "state", "func",
-                              "buffer", "deterministic", "exchange"};
+                              "buffer", "deterministic", "exchange", "shard_state"};
   for (int k = 0; k < COUNTOF(kws); k++)
     if (is_kw(t, kws[k]))
       return true;
@@ -1032,6 +1032,27 @@ static bool parse_exchange(Parser *p) {
   p->m->exchange = k;
   p->m->exchange_loc = at;
   return parse_loc(p, &p->m->exchange_loc);
+}
+
+/* shard_state := 'shard_state' axis [loc], an axis of the mesh before it */
+static bool parse_shard_state(Parser *p) {
+  if (p->m->state_sharded) {
+    error_at(p, p->tok.loc, "a module has one shard_state line");
+    return false;
+  }
+  Loc at = p->tok.loc;
+  next(p);
+  const Mesh *mesh = p->m->mesh.n ? &p->m->mesh.a[0] : NULL;
+  int a = 0;
+  while (mesh && a < mesh->naxis && !is_kw(&p->tok, mesh->axis_name[a]))
+    a++;
+  if (!mesh || a == mesh->naxis)
+    return expected(p, "an axis of the mesh declared before");
+  next(p);
+  p->m->state_sharded = true;
+  p->m->state_axis = a;
+  p->m->state_loc = at;
+  return parse_loc(p, &p->m->state_loc);
 }
 
 /* train := 'train' [attrs] [loc] */
@@ -1291,6 +1312,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
       ok = parse_deterministic(p);
     else if (is_kw(t, "exchange"))
       ok = parse_exchange(p);
+    else if (is_kw(t, "shard_state"))
+      ok = parse_shard_state(p);
     else if (is_kw(t, "input"))
       ok = parse_global(p, G_INPUT);
     else if (is_kw(t, "param"))
@@ -1302,8 +1325,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
     else if (is_kw(t, "module"))
       ok = (error_at(p, t->loc, "a file holds one module"), false);
     else
-      ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, exchange, train, "
-                       "input, param, buffer, state, func)");
+      ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, exchange, "
+                       "shard_state, train, input, param, buffer, state, func)");
     finish_line(p, ok);
   }
   return d->nerr > nerr ? NULL : p->m;

@@ -447,6 +447,11 @@ void ir_print(FILE *out, const Module *m) {
     print_loc(out, m->exchange_loc);
     fputc('\n', out);
   }
+  if (m->state_sharded && m->mesh.n) {
+    fprintf(out, "shard_state %s", m->mesh.a[0].axis_name[m->state_axis]);
+    print_loc(out, m->state_loc);
+    fputc('\n', out);
+  }
   if (train_set(&m->train)) {
     fputs("\ntrain", out);
     print_fields(out, &m->train, ir_train_fields);

@@ -242,6 +242,20 @@ int shard_plan(const Module *m, const Type *t, const Sharding *s, const Sharding
  * block, reduce_scatter and all_to_all (k-1)/k of the block, shard_slice 0. */
 double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
 
+/* ---- zero.c ----------------------------------------------------------- */
+
+/* Under `shard_state = AXIS`: splits each dense param's optimizer state over
+ * the axis (Global.shard; an open param made whole) and makes the state its
+ * own owner in owner[] (by global: whose sharding it shares); false after
+ * located errors. Nothing without the option. */
+bool zero_seed(Module *m, Diag *d, int *owner);
+/* Under `shard_state`, once f's shardings are decided: an elementwise value
+ * that every user (elementwise) takes split one way, along a dim it keeps
+ * whole, is computed split so, from the last such value back, so the
+ * update of a split state reduce-scatters the gradient instead of
+ * all-reducing it and slicing the sum. */
+void zero_sink(Module *m, Func *f);
+
 /* ---- spmd.c ----------------------------------------------------------- */
 
 /* Replaces @train_step and @forward, and the bodies their loops run, by

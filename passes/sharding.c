@@ -17,8 +17,9 @@
  * sharding that a form of its op yields (a body's are derived anew on every
  * run; a body a second loop runs is copied for it first, @B.copy); every
  * global has one, and a param's optimizer state (<p>__m, <p>__v, <p>__acc)
- * shares its param's; inputs without annotation are whole; no split leaves a
- * device an empty block. Without a mesh it does nothing. */
+ * shares its param's, or under shard_state is split further over the
+ * data-parallel axis (passes/zero.c); inputs without annotation are whole;
+ * no split leaves a device an empty block. Without a mesh it does nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1095,9 +1096,12 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
   Ctx c = {.m = m, .d = d, .planned = m->plan == PLAN_AUTO && run && run->plan};
   c.gs = arena_alloc(m->arena, sizeof *c.gs * (size_t)(ng + 1));
   c.owner = arena_alloc(m->arena, sizeof *c.owner * (size_t)(ng + 1));
+  for (int g = 0; g < ng; g++)
+    c.owner[g] = owner_of(m, g);
+  if (!zero_seed(m, d, c.owner))
+    return false;
   for (int g = 0; g < ng; g++) {
     Global *gl = &m->global.a[g];
-    c.owner[g] = owner_of(m, g);
     if (c.owner[g] == g)   /* a param's state is split as the param, said once */
       check_blocks(&c, gl->shard, &gl->type, gl->loc, arena_printf(m->arena, "'%s'", gl->name));
   }
@@ -1126,8 +1130,10 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
       c.fns.a[k]->inst.a[j]->shard = NULL;
   }
   for (int k = 0; k < c.fns.n; k++)
-    if (!c.runner.a[k])
+    if (!c.runner.a[k]) {
       propagate(&c, c.fns.a[k]);
+      zero_sink(m, c.fns.a[k]);
+    }
   for (int g = 0; g < ng; g++) {
     Global *gl = &m->global.a[g];
     if (!c.gs[c.owner[g]]) {

@@ -651,6 +651,33 @@ static void report_stages(FILE *out, const Module *m, int ndev) {
   }
 }
 
+/* Under shard_state: each device's bytes of optimizer state against the
+ * whole state's. */
+static void report_state(FILE *out, const Module *m, int ndev) {
+  double whole = 0;
+  char dn[64];
+  for (int g = 0; g < m->global.n; g++)
+    if (m->global.a[g].kind == G_STATE)
+      whole += (double)dtype_size(m->global.a[g].type.dtype) *
+               (double)type_elems(&m->global.a[g].type);
+  fprintf(out, "optimizer state split over %s (shard_state), of ",
+          m->mesh.a[0].axis_name[m->state_axis]);
+  print_size(out, whole);
+  fputs(":", out);
+  for (int dev = 0; dev < ndev; dev++) {
+    double b = 0;
+    for (int g = 0; g < m->global.n; g++)
+      if (m->global.a[g].kind == G_STATE) {
+        Type t = ir_global_type_on(m, &m->global.a[g], dev);
+        b += (double)dtype_size(t.dtype) * (double)type_elems(&t);
+      }
+    fprintf(out, "%s %s ", dev ? "," : "", device_name(m, dev, dn, sizeof dn));
+    print_size(out, b);
+    fprintf(out, " (%.3f)", whole > 0 ? b / whole : 0);
+  }
+  fputc('\n', out);
+}
+
 void spmd_report(FILE *out, const Module *m) {
   if (!m->mesh.n)
     return;
@@ -689,6 +716,8 @@ void spmd_report(FILE *out, const Module *m) {
     if (!same)
       fputc('\n', out);
   }
+  if (m->state_sharded)
+    report_state(out, m, ndev);
   report_stages(out, m, ndev);
   report_collectives(out, m, "train_step");
   report_collectives(out, m, "forward");

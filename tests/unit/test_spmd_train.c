@@ -16,7 +16,9 @@
  * layouts (all_to_all); dp x tp on a 2x2 mesh, even and uneven; the
  * transformer example with its attention heads split over a mesh axis, and
  * data parallel; pads with values (-inf, 0.75, and 0.5 after a partial sum)
- * tensor and data parallel. */
+ * tensor and data parallel; the optimizer state split over dp (shard_state:
+ * SGD with momentum, Adam and AdamW on 2, 3 uneven and 4 devices, with
+ * clipping and with accumulation). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -309,6 +311,106 @@ static void test_dp2_uneven(void **state) {
      "adamw(lr = 0.05)", defs, 1, 11, "dp2 uneven 8:3");
 }
 
+/* ---- optimizer state split over dp (shard_state = dp, ZeRO) ---- */
+
+/* Device dev's share of the optimizer state, in elements. */
+static int64_t state_on(const Module *m, int dev) {
+  int64_t n = 0;
+  for (int k = 0; k < m->global.n; k++)
+    if (m->global.a[k].kind == G_STATE) {
+      Type t = ir_global_type_on(m, &m->global.a[k], dev);
+      n += type_elems(&t);
+    }
+  return n;
+}
+
+/* Trains a model whose state is split over dp against one device; each
+ * param's gradient is reduce-scattered (none all-reduced: the loss alone),
+ * its update all-gathered, and device dev holds share[dev] of the state
+ * (the batch's ratio) within a row of each of the 8 state tensors. */
+static void zero(const char *parallel, const char *opt, const char *const *defs, int ndefs,
+                 int64_t batch, const double *share, int ndev, const char *label) {
+  char *text = mlp_with(opt, parallel);
+  Pair p;
+  pair_init(&p, text, defs, ndefs);
+  train(&p, 6, 5, label);
+  check_forward(&p, batch, 5, label);
+  assert_int_equal(count(p.s, "train_step.0", OP_all_reduce), 1);
+  assert_int_equal(count(p.s, "train_step.0", OP_reduce_scatter), 4);
+  assert_int_equal(count(p.s, "train_step.0", OP_all_gather), 4);
+  int64_t total = 0;
+  for (int dev = 0; dev < ndev; dev++)
+    total += state_on(p.s, dev);
+  for (int dev = 0; dev < ndev; dev++)
+    if (fabs((double)state_on(p.s, dev) - share[dev] * (double)total) > 8 * 16)
+      fail_msg("%s: device %d holds %lld of %lld state elements, not about %g of them", label,
+               dev, (long long)state_on(p.s, dev), (long long)total, share[dev]);
+  pair_free(&p);
+  free(text);
+}
+
+static void test_zero_dp2(void **state) {
+  (void)state;
+  zero("parallel mlp on c {\n mesh m[dp = 2]\n shard x: [dp, *]\n shard y: [dp]\n"
+       " shard_state = dp\n}\n",
+       "adam(lr = 0.05)", NULL, 0, 12, (double[]){0.5, 0.5}, 2, "zero dp2 even adam");
+}
+
+static void test_zero_dp3_uneven(void **state) {
+  (void)state;
+  const char *defs[] = {"B=10"};
+  zero("parallel mlp on c {\n mesh m[dp = 3] over a0, a1, b0\n shard x: [dp(0.5, 0.3, 0.2), *]\n"
+       " shard y: [dp(0.5, 0.3, 0.2)]\n shard_state = dp\n}\n",
+       "sgd(lr = 0.2, momentum = 0.9, weight_decay = 0.01)", defs, 1, 10,
+       (double[]){0.5, 0.3, 0.2}, 3, "zero dp3 uneven 5:3:2 sgd momentum");
+}
+
+static void test_zero_dp4(void **state) {
+  (void)state;
+  zero("parallel mlp on c {\n mesh m[dp = 4]\n shard x: [dp, *]\n shard y: [dp]\n"
+       " shard_state = dp\n}\n",
+       "adamw(lr = 0.05, weight_decay = 0.1)", NULL, 0, 12, (double[]){0.25, 0.25, 0.25, 0.25},
+       4, "zero dp4 even adamw");
+}
+
+/* Clipping (a norm over every gradient) and accumulation (a state of the
+ * gradient's own) under the split: the same training as one device. */
+static void test_zero_clip_accumulate(void **state) {
+  (void)state;
+  const char *opts[] = {"adam(lr = 0.05, clip_norm = 0.5)", "adam(lr = 0.05, accumulate = 2)"};
+  for (int k = 0; k < COUNTOF(opts); k++) {
+    char *text = mlp_with(opts[k], "parallel mlp on c {\n mesh m[dp = 2]\n shard x: [dp, *]\n"
+                                   " shard y: [dp]\n shard_state = dp\n}\n");
+    Pair p;
+    pair_init(&p, text, NULL, 0);
+    train(&p, 6, 5, opts[k]);
+    pair_free(&p);
+    free(text);
+  }
+}
+
+/* dp x tp: Megatron's split params keep their tp split, their state split
+ * over dp as well (w1__m [dp, tp], w2__m [tp, dp]), and their gradients,
+ * with b2's, reduce-scattered over dp; b1 [tp] has no dim left to split, so
+ * its state stays as b1 and its gradient is all-reduced (beside the loss's
+ * and the forward's over tp). */
+static void test_zero_2d(void **state) {
+  (void)state;
+  char *text = mlp_with("adam(lr = 0.05)",
+                        "parallel mlp on c {\n mesh m[dp = 2, tp = 2]\n shard x: [dp, *]\n"
+                        " shard y: [dp]\n shard w1: [*, tp]\n shard b1: [tp]\n"
+                        " shard w2: [tp, *]\n shard_state = dp\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  train(&p, 6, 5, "zero 2x2 dp x tp");
+  const Global *w2m = ir_find_global(p.s, "w2__m");
+  assert_true(w2m->shard->axis[0] == 1 && w2m->shard->axis[1] == 0);
+  assert_int_equal(count(p.s, "train_step.3", OP_reduce_scatter), 3);
+  assert_int_equal(count(p.s, "train_step.3", OP_all_reduce), 3);
+  pair_free(&p);
+  free(text);
+}
+
 /* ---- tensor parallel (Megatron) ---- */
 
 static void tp(const char *parallel, const char *label, int forward_reduces) {
@@ -580,6 +682,9 @@ int main(void) {
       cmocka_unit_test(test_2d_uneven),     cmocka_unit_test(test_transformer_heads),
       cmocka_unit_test(test_transformer_dp),
       cmocka_unit_test(test_pad_values_tp2), cmocka_unit_test(test_pad_values_dp2),
+      cmocka_unit_test(test_zero_dp2),      cmocka_unit_test(test_zero_dp3_uneven),
+      cmocka_unit_test(test_zero_dp4),      cmocka_unit_test(test_zero_clip_accumulate),
+      cmocka_unit_test(test_zero_2d),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
