@@ -604,11 +604,19 @@ static bool bag_operands(Inst *inst, int extra, bool need_psw, int64_t *b, int *
   if (n > 1 || n < need_psw)
     FAIL("'%s' has %d operands, which do not fit input %s", NAME, inst->nin, ts(x, b1));
   int64_t mode = ir_get_int(inst, "mode", -1), pad = ir_get_int(inst, "padding_idx", 0);
+  int nat;
+  const int64_t *at = ir_get_ints(inst, "at", &nat);
+  int64_t rows = at && nat == 2 ? at[0] : w->dim[0];
   if (mode < 0 || mode >= DT_BAG_COUNT)
     FAIL("'%s': mode %lld is not sum (0), mean (1) or max (2)", NAME, (long long)mode);
-  if (pad < 0 || pad >= w->dim[0])
-    FAIL("'%s': padding_idx %lld is outside the weight's rows [0, %lld)", NAME, (long long)pad,
+  if (at && (nat != 2 || at[1] < 0 || at[1] + w->dim[0] > at[0]))
+    FAIL("'%s': at must be [R, lo] with the weight's %lld rows from lo within R", NAME,
          (long long)w->dim[0]);
+  if (at && mode == DT_BAG_MAX)
+    FAIL("'%s': a block of rows (at) needs mode \"sum\" or \"mean\", not \"max\"", NAME);
+  if (pad < (at ? -1 : 0) || pad >= rows)
+    FAIL("'%s': padding_idx %lld is outside the weight's rows [0, %lld)", NAME, (long long)pad,
+         (long long)rows);
   *psw = n ? base : 0;
   Type want = *x;
   want.dtype = DT_F32;

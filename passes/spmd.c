@@ -6,7 +6,9 @@
  * becomes a partial sum of the global mean: the local mean times
  * n_local / N, so uneven blocks give the single-device result. A split
  * dropout names its block's place (`at`), so its mask is the block of the
- * whole tensor's mask.
+ * whole tensor's mask, and so does a lookup in a row-wise table (`at` =
+ * [R, lo]: its block's rows among the table's). A row-wise table is never
+ * gathered: an op that would need it whole is a located error.
  *
  * A loop's body B gets copies @B.D too, made before the functions that run
  * them (device D's `repeat {body = "B"}` runs @B.D): its args are the
@@ -313,6 +315,57 @@ static void staged_use(Ctx *c, const Inst *x) {
   c->map[x->id] = st->out[x == r ? 0 : ir_get_int(x, "index", 0)];
 }
 
+/* The operand of op that is an embedding table: 1 for a lookup, 0 for a
+ * sparse update; -1 for other ops. */
+static int table_operand(Op op) {
+  if (op == OP_embedding_bag || op == OP_embedding_bag_grad || op == OP_embedding_bag_psw_grad ||
+      op == OP_sparse_rows || op == OP_sparse_values)
+    return 1;
+  if (op == OP_sparse_sgd || op == OP_sparse_adagrad_sum || op == OP_sparse_adagrad ||
+      op == OP_sparse_moment || op == OP_sparse_adam)
+    return 0;
+  return -1;
+}
+
+/* The name of the global x loads, through the reshards spmd made; NULL when
+ * x is no load. */
+static const char *table_name(const Inst *x) {
+  return x->op == OP_load ? ir_get_str(x, "global", "?") : NULL;
+}
+
+/* Table operand k of i split by rows in req: false with a located error
+ * when the op's form gathers a row-wise table (cur split by rows, req not),
+ * else, for a lookup, x (the device's op) given `at` = [R, lo], and
+ * padding_idx -1 when it has none (the kernel's attributes are positional). */
+static bool table_block(Ctx *c, const Inst *i, int k, const Sharding *cur, const Sharding *req,
+                        Inst *x) {
+  Module *m = c->m;
+  const Type *t = &i->in[k]->type;
+  if (cur && cur->axis[0] >= 0 && req->axis[0] != cur->axis[0]) {
+    const char *name = table_name(i->in[k]);
+    const char *axis = m->mesh.a[0].axis_name[cur->axis[0]];
+    if (!c->failed)
+      diag_error(c->d, i->loc,
+                 "'%s' cannot look up table '%s' split by rows over '%s'%s; a row-wise table "
+                 "needs mode \"sum\" or \"mean\" and bags whole over '%s' (leave the input "
+                 "unsplit there)",
+                 ir_ops[i->op].name, name ? name : "?", axis,
+                 ir_get_int(i, "mode", 0) == DT_BAG_MAX ? " in mode \"max\"" : "", axis);
+    c->failed = true;
+    return false;
+  }
+  if (req->axis[0] < 0 || k != 1)
+    return true;
+  Type local;
+  int64_t begin[IR_MAX_RANK];
+  ir_local_type(m, req, t, c->dev, &local, begin);
+  int64_t at[2] = {t->dim[0], begin[0]};
+  ir_set_ints(x, "at", at, 2);
+  if (!ir_attr(x, "padding_idx"))
+    ir_set_int(x, "padding_idx", -1);
+  return true;
+}
+
 static void emit(Ctx *c, const Inst *i) {
   Module *m = c->m;
   Inst *in[SHARD_MAX_IN];
@@ -382,6 +435,9 @@ static void emit(Ctx *c, const Inst *i) {
     in[0] = st->loop;
   Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
+  int tk = table_operand(i->op);
+  if (tk >= 0 && !table_block(c, i, tk, cur[tk], &req[tk], x))
+    return;
   Type local;
   ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
   if (i->op == OP_reshape || i->op == OP_broadcast)
