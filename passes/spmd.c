@@ -333,6 +333,28 @@ static const char *table_name(const Inst *x) {
   return x->op == OP_load ? ir_get_str(x, "global", "?") : NULL;
 }
 
+/* Whether s (of rank `rank`) splits a dimension over axis a. */
+static bool splits_over(const Sharding *s, int rank, int a) {
+  for (int d = 0; s && d < rank; d++)
+    if (s->axis[d] == a)
+      return true;
+  return false;
+}
+
+/* Why a form of i that leaves table operand k (split by rows over axis a)
+ * whole would gather it, for the error: max, bags split over a, or else. */
+static const char *why_gathered(const Module *m, const Inst *i, int a, const Sharding *req) {
+  if (ir_get_int(i, "mode", 0) == DT_BAG_MAX)
+    return "a maximum does not add up over blocks of rows; a row-wise table needs mode \"sum\" "
+           "or \"mean\"";
+  for (int q = 0; q < i->nin; q++)
+    if (splits_over(&req[q], i->in[q]->type.rank, a) || splits_over(i->shard, i->type.rank, a))
+      return arena_printf(m->arena, "its bags are split over '%s' too, and an axis splits the "
+                          "rows or the bags; leave the input whole over '%s'",
+                          m->mesh.a[0].axis_name[a], m->mesh.a[0].axis_name[a]);
+  return "this op has no form on a block of rows";
+}
+
 /* Table operand k of i split by rows in req: false with a located error
  * when the op's form gathers a row-wise table (cur split by rows, req not),
  * else, for a lookup, x (the device's op) given `at` = [R, lo], and
@@ -341,24 +363,20 @@ static bool table_block(Ctx *c, const Inst *i, int k, const Sharding *cur, const
                         Inst *x) {
   Module *m = c->m;
   const Type *t = &i->in[k]->type;
-  if (cur && cur->axis[0] >= 0 && req->axis[0] != cur->axis[0]) {
+  if (cur && cur->axis[0] >= 0 && req[k].axis[0] != cur->axis[0]) {
     const char *name = table_name(i->in[k]);
-    const char *axis = m->mesh.a[0].axis_name[cur->axis[0]];
     if (!c->failed)
-      diag_error(c->d, i->loc,
-                 "'%s' cannot look up table '%s' split by rows over '%s'%s; a row-wise table "
-                 "needs mode \"sum\" or \"mean\" and bags whole over '%s' (leave the input "
-                 "unsplit there)",
-                 ir_ops[i->op].name, name ? name : "?", axis,
-                 ir_get_int(i, "mode", 0) == DT_BAG_MAX ? " in mode \"max\"" : "", axis);
+      diag_error(c->d, i->loc, "'%s' would gather table '%s', split by rows over '%s': %s",
+                 ir_ops[i->op].name, name ? name : "?", m->mesh.a[0].axis_name[cur->axis[0]],
+                 why_gathered(m, i, cur->axis[0], req));
     c->failed = true;
     return false;
   }
-  if (req->axis[0] < 0 || k != 1)
+  if (req[k].axis[0] < 0 || k != 1)
     return true;
   Type local;
   int64_t begin[IR_MAX_RANK];
-  ir_local_type(m, req, t, c->dev, &local, begin);
+  ir_local_type(m, &req[k], t, c->dev, &local, begin);
   int64_t at[2] = {t->dim[0], begin[0]};
   ir_set_ints(x, "at", at, 2);
   if (!ir_attr(x, "padding_idx"))
@@ -436,7 +454,7 @@ static void emit(Ctx *c, const Inst *i) {
   Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
   int tk = table_operand(i->op);
-  if (tk >= 0 && !table_block(c, i, tk, cur[tk], &req[tk], x))
+  if (tk >= 0 && !table_block(c, i, tk, cur[tk], req, x))
     return;
   Type local;
   ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
@@ -605,6 +623,61 @@ static const Func *copy_of(const Module *m, const char *name, int dev) {
   return NULL;
 }
 
+/* Whether global g is the table of a lookup in f (an embedding_bag's
+ * weight). */
+static bool looked_up(const Func *f, const Global *g) {
+  for (int k = 0; f && k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (i->op == OP_embedding_bag && i->in[1]->op == OP_load &&
+        !strcmp(ir_get_str(i->in[1], "global", ""), g->name))
+      return true;
+  }
+  return false;
+}
+
+/* Bytes of global g on device dev, with its optimizer state (<g>__*). */
+static double table_bytes(const Module *m, const Global *g, int dev) {
+  double b = 0;
+  size_t n = strlen(g->name);
+  for (int k = 0; k < m->global.n; k++) {
+    const Global *s = &m->global.a[k];
+    if (s == g || (s->kind == G_STATE && !strncmp(s->name, g->name, n) && s->name[n] == '_' &&
+                   s->name[n + 1] == '_')) {
+      Type t = ir_global_type_on(m, s, dev);
+      b += (double)dtype_size(t.dtype) * (double)type_elems(&t);
+    }
+  }
+  return b;
+}
+
+/* The embedding tables: each one's form (row-wise over an axis, or
+ * replicated) and its bytes with its optimizer state on every device. */
+static void report_tables(FILE *out, const Module *m, int ndev) {
+  const Func *f = copy_of(m, "train_step", 0);
+  bool any = false;
+  char dn[64];
+  for (int g = 0; g < m->global.n; g++) {
+    const Global *gl = &m->global.a[g];
+    if (gl->kind != G_PARAM || !looked_up(f ? f : copy_of(m, "forward", 0), gl))
+      continue;
+    if (!any)
+      fputs("embedding tables (each device's bytes of the table and its optimizer state):\n",
+            out);
+    any = true;
+    int a = gl->shard ? gl->shard->axis[0] : -1;
+    fprintf(out, "  %-12s ", gl->name);
+    if (a >= 0)
+      fprintf(out, "row-wise over %s:", m->mesh.a[0].axis_name[a]);
+    else
+      fputs("replicated:", out);
+    for (int dev = 0; dev < ndev; dev++) {
+      fprintf(out, "%s %s ", dev ? "," : "", device_name(m, dev, dn, sizeof dn));
+      print_size(out, table_bytes(m, gl, dev));
+    }
+    fputc('\n', out);
+  }
+}
+
 /* The collectives of f, a loop's body's each time it runs (times: the
  * iterations f runs), into *total bytes and *n collectives per step. */
 static void report_func(FILE *out, const Module *m, const Func *f, int64_t times, double *total,
@@ -733,6 +806,7 @@ void spmd_report(FILE *out, const Module *m) {
     if (!same)
       fputc('\n', out);
   }
+  report_tables(out, m, ndev);
   report_stages(out, m, ndev);
   report_collectives(out, m, "train_step");
   report_collectives(out, m, "forward");
