@@ -345,19 +345,42 @@ static void table_rows(const Inst *i, DimMap *m, int to) {
     m->res_whole[to] = false;
 }
 
+/* A column-wise table: the weight's columns (D) split over an axis, each
+ * device pools its columns of every bag: they map to the result's dim to
+ * (with the D of operand dy, the adjoint; -1: none), or sum under a label
+ * (FORM_SUM: the per-sample weights' gradient, a dot over D), or
+ * (FORM_WHOLE) leave the result alone (own: sparse_rows, the same rows on
+ * every device). */
+static void table_cols(DimMap *m, int to, int dy) {
+  if (to == FORM_SUM(0))
+    to = FORM_SUM(m->nsum++);
+  if (to == FORM_WHOLE) {
+    m->own[1][1] = true;
+    return;
+  }
+  m->to[1][1] = to;
+  if (dy >= 0)
+    m->to[dy][1] = to;
+  if (to >= 0)
+    m->res_whole[to] = false;
+}
+
 static bool shard_embedding_bag(const Inst *i, DimMap *m) {
   bag_rows(i, m, 0);
   table_rows(i, m, FORM_SUM(0));
+  table_cols(m, 1, -1);
   return true;
 }
 static bool shard_embedding_bag_grad(const Inst *i, DimMap *m) {
   bag_rows(i, m, FORM_SUM(0));
   table_rows(i, m, 0);
+  table_cols(m, 1, i->nin - 1);
   return true;
 }
 static bool shard_embedding_bag_psw_grad(const Inst *i, DimMap *m) {
   bag_rows(i, m, 0);
   table_rows(i, m, FORM_SUM(0));
+  table_cols(m, FORM_SUM(0), i->nin - 1);
   return true;
 }
 /* A sparse gradient's rows and values lie as the bags do (each device's
@@ -368,31 +391,41 @@ static bool shard_embedding_bag_psw_grad(const Inst *i, DimMap *m) {
 static bool shard_sparse_rows(const Inst *i, DimMap *m) {
   bag_rows(i, m, 0);
   table_rows(i, m, FORM_WHOLE);
+  table_cols(m, FORM_WHOLE, -1);
   return true;
 }
 static bool shard_sparse_values(const Inst *i, DimMap *m) {
   bag_rows(i, m, 0);
   table_rows(i, m, FORM_WHOLE);
+  table_cols(m, i->in[0]->type.rank, i->nin - 2);
   return true;
 }
 /* Operands tables (the updated tensor and its state) split by rows with
- * the result; the others whole. */
-static bool sparse_update(const Inst *i, DimMap *m, int tables) {
+ * the result, and by columns with the values' last dim (operand values;
+ * -1: none); the others whole. A state of one value a row ([R]) reads whole
+ * values: its mean over D needs every column. */
+static bool sparse_update(const Inst *i, DimMap *m, int tables, int values) {
   whole(i, m);
   m->res_whole[0] = false;
+  m->res_whole[1] = i->type.rank < 2;
   for (int k = 0; k < i->nin; k++)
-    if (tables & (1 << k))
+    if (tables & (1 << k)) {
       m->to[k][0] = 0;
+      if (i->in[k]->type.rank == 2)
+        m->to[k][1] = 1;
+    }
+  if (values >= 0 && i->type.rank == 2)
+    m->to[values][i->in[values]->type.rank - 1] = 1;
   return true;
 }
-static bool shard_sparse_sgd(const Inst *i, DimMap *m) { return sparse_update(i, m, 1); }
-static bool shard_sparse_adagrad_sum(const Inst *i, DimMap *m) { return sparse_update(i, m, 1); }
+static bool shard_sparse_sgd(const Inst *i, DimMap *m) { return sparse_update(i, m, 1, 2); }
+static bool shard_sparse_adagrad_sum(const Inst *i, DimMap *m) { return sparse_update(i, m, 1, 2); }
 static bool shard_sparse_adagrad(const Inst *i, DimMap *m) {
-  return sparse_update(i, m, 1 | 1 << 3);
+  return sparse_update(i, m, 1 | 1 << 3, 2);
 }
-static bool shard_sparse_moment(const Inst *i, DimMap *m) { return sparse_update(i, m, 1); }
+static bool shard_sparse_moment(const Inst *i, DimMap *m) { return sparse_update(i, m, 1, 2); }
 static bool shard_sparse_adam(const Inst *i, DimMap *m) {
-  return sparse_update(i, m, 1 | 1 << 2 | 1 << 3);
+  return sparse_update(i, m, 1 | 1 << 2 | 1 << 3, -1);
 }
 
 /* ---- convolution and pooling: N carries over, H and W stay whole ---- */

@@ -651,9 +651,10 @@ static bool evaluate(Ctx *c, const Inst *i, const Sharding *r, const Sharding *c
     }
   out->elems = local_bytes(m, &i->type, r);
   /* a sparse table's update gathers its rows by design, and so does a
-   * row-wise table's gradient its adjoint: no note */
+   * row- or column-wise table's gradient its adjoint: no note */
   bool rows_kept = (i->op == OP_embedding_bag_grad || i->op == OP_sparse_values) && cur[1] &&
-                   cur[1]->axis[0] >= 0 && req[1].axis[0] == cur[1]->axis[0];
+                   keeps_splits(m, &i->in[1]->type, cur[1], &req[1]) &&
+                   (cur[1]->axis[0] >= 0 || cur[1]->axis[1] >= 0);
   out->conflict = known >= 2 && out->undone > 0 && !ir_in_place(i->op) && !rows_kept;
   return out->cost < HUGE_VAL;
 }

@@ -341,37 +341,44 @@ static bool splits_over(const Sharding *s, int rank, int a) {
   return false;
 }
 
-/* Why a form of i that leaves table operand k (split by rows over axis a)
- * whole would gather it, for the error: max, bags split over a, or else. */
-static const char *why_gathered(const Module *m, const Inst *i, int a, const Sharding *req) {
-  if (ir_get_int(i, "mode", 0) == DT_BAG_MAX)
+/* Why a form of i that leaves table operand k (split over axis a along
+ * dim: 0 rows, 1 columns) whole would gather it, for the error: max, bags
+ * split over a, or else. */
+static const char *why_gathered(const Module *m, const Inst *i, int a, int dim,
+                                const Sharding *req) {
+  const char *an = m->mesh.a[0].axis_name[a];
+  if (dim == 0 && ir_get_int(i, "mode", 0) == DT_BAG_MAX)
     return "a maximum does not add up over blocks of rows; a row-wise table needs mode \"sum\" "
            "or \"mean\"";
   for (int q = 0; q < i->nin; q++)
     if (splits_over(&req[q], i->in[q]->type.rank, a) || splits_over(i->shard, i->type.rank, a))
-      return arena_printf(m->arena, "its bags are split over '%s' too, and an axis splits the "
-                          "rows or the bags; leave the input whole over '%s'",
-                          m->mesh.a[0].axis_name[a], m->mesh.a[0].axis_name[a]);
-  return "this op has no form on a block of rows";
+      return arena_printf(m->arena,
+                          "its bags are split over '%s' too, and an axis splits the "
+                          "%s or the bags; leave the input whole over '%s'",
+                          an, dim ? "columns" : "rows", an);
+  return dim ? "this op has no form on a block of columns"
+             : "this op has no form on a block of rows";
 }
 
-/* Table operand k of i split by rows in req: false with a located error
- * when the op's form gathers a row-wise table (cur split by rows, req not),
- * else, for a lookup, x (the device's op) given `at` = [R, lo], and
- * padding_idx -1 when it has none (the kernel's attributes are positional). */
+/* Table operand k of i split by rows or columns in cur: false with a
+ * located error when the op's form gathers it (req not split alike), else,
+ * for a lookup of a block of rows, x (the device's op) given `at` = [R, lo],
+ * and padding_idx -1 when it has none (the kernel's attributes are
+ * positional). */
 static bool table_block(Ctx *c, const Inst *i, int k, const Sharding *cur, const Sharding *req,
                         Inst *x) {
   Module *m = c->m;
   const Type *t = &i->in[k]->type;
-  if (cur && cur->axis[0] >= 0 && req[k].axis[0] != cur->axis[0]) {
-    const char *name = table_name(i->in[k]);
-    if (!c->failed)
-      diag_error(c->d, i->loc, "'%s' would gather table '%s', split by rows over '%s': %s",
-                 ir_ops[i->op].name, name ? name : "?", m->mesh.a[0].axis_name[cur->axis[0]],
-                 why_gathered(m, i, cur->axis[0], req));
-    c->failed = true;
-    return false;
-  }
+  for (int d = 0; cur && d < t->rank; d++)
+    if (cur->axis[d] >= 0 && req[k].axis[d] != cur->axis[d]) {
+      const char *name = table_name(i->in[k]);
+      if (!c->failed)
+        diag_error(c->d, i->loc, "'%s' would gather table '%s', split by %s over '%s': %s",
+                   ir_ops[i->op].name, name ? name : "?", d ? "columns" : "rows",
+                   m->mesh.a[0].axis_name[cur->axis[d]], why_gathered(m, i, cur->axis[d], d, req));
+      c->failed = true;
+      return false;
+    }
   if (req[k].axis[0] < 0 || k != 1)
     return true;
   Type local;
@@ -650,8 +657,9 @@ static double table_bytes(const Module *m, const Global *g, int dev) {
   return b;
 }
 
-/* The embedding tables: each one's form (row-wise over an axis, or
- * replicated) and its bytes with its optimizer state on every device. */
+/* The embedding tables: each one's form (row-wise or column-wise over an
+ * axis, or replicated) and its bytes with its optimizer state on every
+ * device. */
 static void report_tables(FILE *out, const Module *m, int ndev) {
   const Func *f = copy_of(m, "train_step", 0);
   bool any = false;
@@ -664,12 +672,13 @@ static void report_tables(FILE *out, const Module *m, int ndev) {
       fputs("embedding tables (each device's bytes of the table and its optimizer state):\n",
             out);
     any = true;
-    int a = gl->shard ? gl->shard->axis[0] : -1;
+    int rows = gl->shard ? gl->shard->axis[0] : -1, cols = gl->shard ? gl->shard->axis[1] : -1;
     fprintf(out, "  %-12s ", gl->name);
-    if (a >= 0)
-      fprintf(out, "row-wise over %s:", m->mesh.a[0].axis_name[a]);
-    else
-      fputs("replicated:", out);
+    if (rows >= 0)
+      fprintf(out, "row-wise over %s", m->mesh.a[0].axis_name[rows]);
+    if (cols >= 0)
+      fprintf(out, "%scolumn-wise over %s", rows >= 0 ? ", " : "", m->mesh.a[0].axis_name[cols]);
+    fputs(rows < 0 && cols < 0 ? "replicated:" : ":", out);
     for (int dev = 0; dev < ndev; dev++) {
       fprintf(out, "%s %s ", dev ? "," : "", device_name(m, dev, dn, sizeof dn));
       print_size(out, table_bytes(m, gl, dev));
