@@ -1248,6 +1248,18 @@ bool shape_all_to_all(Inst *inst, char *err, size_t errlen) {
   inst->type = *IN(0);
   inst->type.dim[to] = mine;
   inst->type.dim[dim] = IN(0)->dim[dim] * n;
+  int nd;
+  const int64_t *from = ir_get_ints(inst, "dim_sizes", &nd);
+  if (from) { /* uneven blocks along dim: their lengths */
+    if (nd != n)
+      FAIL("'all_to_all': dim_sizes has %d lengths for a group of %d", nd, n);
+    if (from[coord] != IN(0)->dim[dim])
+      FAIL("'all_to_all': dimension %lld is %lld, but dim_sizes gives member %d %lld",
+           (long long)dim, (long long)IN(0)->dim[dim], coord, (long long)from[coord]);
+    inst->type.dim[dim] = 0;
+    for (int k = 0; k < nd; k++)
+      inst->type.dim[dim] += from[k];
+  }
   return check_out(inst, err, errlen);
 }
 

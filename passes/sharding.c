@@ -417,8 +417,7 @@ int shard_plan(const Module *m, const Type *t, const Sharding *s, const Sharding
       continue;
     next = cur;
     split(&next, i, -1, NULL);
-    bool even = !cur.ratio[i] && t->dim[i] % axis_size(m, a) == 0;
-    if (j >= 0 && j != i && cur.axis[j] < 0 && even) {
+    if (j >= 0 && j != i && cur.axis[j] < 0) {
       copy_dim(&next, j, r, j);
       step(st, &n, OP_all_to_all, a, i, j, &cur, &next);
     } else {
