@@ -676,8 +676,7 @@ static void report_tables(FILE *out, const Module *m, int ndev) {
     if (gl->kind != G_PARAM || !looked_up(f ? f : copy_of(m, "forward", 0), gl))
       continue;
     if (!any)
-      fputs("embedding tables (each device's bytes of the table and its optimizer state):\n",
-            out);
+      fputs("embedding tables (each device's bytes of the table and its optimizer state):\n", out);
     any = true;
     int rows = gl->shard ? gl->shard->axis[0] : -1, cols = gl->shard ? gl->shard->axis[1] : -1;
     fprintf(out, "  %-12s ", gl->name);
