@@ -118,12 +118,14 @@ static Inst *emit_comm(Ctx *c, const ShardStep *st, Inst *v, const Type *t, Loc 
     if (st->op == OP_all_to_all)
       ir_set_int(x, "to", st->to);
     ir_set_ints(x, "sizes", b, axis_size(m, st->axis));
-    int64_t e[SHARD_MAX_AXIS];
-    if (st->op == OP_all_to_all) { /* uneven blocks along dim: their lengths */
+    if (st->op == OP_all_to_all) { /* unequal blocks along dim: their lengths */
+      int k = axis_size(m, st->axis);
+      bool equal = true;
       blocks(m, &st->before, t, st->dim, b);
-      ir_dim_blocks(m, t->dim[st->dim], NULL, axis_size(m, st->axis), e);
-      if (memcmp(b, e, sizeof *b * (size_t)axis_size(m, st->axis)))
-        ir_set_ints(x, "dim_sizes", b, axis_size(m, st->axis));
+      for (int c = 1; c < k; c++)
+        equal &= b[c] == b[0];
+      if (!equal)
+        ir_set_ints(x, "dim_sizes", b, k);
     }
   }
   ir_finish(x);
