@@ -612,11 +612,19 @@ static bool bag_operands(Inst *inst, int extra, bool need_psw, int64_t *b, int *
   if (n > 1 || n < need_psw)
     FAIL("'%s' has %d operands, which do not fit input %s", NAME, inst->nin, ts(x, b1));
   int64_t mode = ir_get_int(inst, "mode", -1), pad = ir_get_int(inst, "padding_idx", 0);
+  int nat;
+  const int64_t *at = ir_get_ints(inst, "at", &nat);
+  int64_t rows = at && nat == 2 ? at[0] : w->dim[0];
   if (mode < 0 || mode >= DT_BAG_COUNT)
     FAIL("'%s': mode %lld is not sum (0), mean (1) or max (2)", NAME, (long long)mode);
-  if (pad < 0 || pad >= w->dim[0])
-    FAIL("'%s': padding_idx %lld is outside the weight's rows [0, %lld)", NAME, (long long)pad,
+  if (at && (nat != 2 || at[1] < 0 || at[1] + w->dim[0] > at[0]))
+    FAIL("'%s': at must be [R, lo] with the weight's %lld rows from lo within R", NAME,
          (long long)w->dim[0]);
+  if (at && mode == DT_BAG_MAX)
+    FAIL("'%s': a block of rows (at) needs mode \"sum\" or \"mean\", not \"max\"", NAME);
+  if (pad < (at ? -1 : 0) || pad >= rows)
+    FAIL("'%s': padding_idx %lld is outside the weight's rows [0, %lld)", NAME, (long long)pad,
+         (long long)rows);
   *psw = n ? base : 0;
   Type want = *x;
   want.dtype = DT_F32;
@@ -1314,6 +1322,18 @@ bool shape_all_to_all(Inst *inst, char *err, size_t errlen) {
   inst->type = *IN(0);
   inst->type.dim[to] = mine;
   inst->type.dim[dim] = IN(0)->dim[dim] * n;
+  int nd;
+  const int64_t *from = ir_get_ints(inst, "dim_sizes", &nd);
+  if (from) { /* uneven blocks along dim: their lengths */
+    if (nd != n)
+      FAIL("'all_to_all': dim_sizes has %d lengths for a group of %d", nd, n);
+    if (from[coord] != IN(0)->dim[dim])
+      FAIL("'all_to_all': dimension %lld is %lld, but dim_sizes gives member %d %lld",
+           (long long)dim, (long long)IN(0)->dim[dim], coord, (long long)from[coord]);
+    inst->type.dim[dim] = 0;
+    for (int k = 0; k < nd; k++)
+      inst->type.dim[dim] += from[k];
+  }
   return check_out(inst, err, errlen);
 }
 

@@ -14,6 +14,7 @@
 /* Every operand dimension starts whole and every result dimension free. */
 static void map_init(const Inst *i, DimMap *m) {
   memset(m->res_whole, 0, sizeof m->res_whole);
+  memset(m->own, 0, sizeof m->own);
   m->linear = false;
   m->nsum = 0;
   for (int k = 0; k < i->nin; k++)
@@ -325,9 +326,9 @@ static bool shard_embedding_grad(const Inst *i, DimMap *m) {
 /* Embedding bags: with input [B, K], the bags (dim 0 of input,
  * per_sample_weights and dy) are the batch rows, split or not; to (the
  * result dim they map to) or FORM_SUM(0) for the weight's gradient, a sum
- * over the bags. The weight stays whole (replicated), and so does every
- * dim of a flat input with offsets, whose bags no block of the input
- * holds. */
+ * over the bags. Every dim of a flat input with offsets stays whole: no
+ * block of the input holds a block of bags. The weight is whole here;
+ * table_rows says how its rows split. */
 static bool bag_rows(const Inst *i, DimMap *m, int to) {
   map_init(i, m);
   for (int d = 0; d < i->type.rank; d++)
@@ -343,22 +344,108 @@ static bool bag_rows(const Inst *i, DimMap *m, int to) {
     m->nsum = 1;
   return true;
 }
-static bool shard_embedding_bag(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
-static bool shard_embedding_bag_grad(const Inst *i, DimMap *m) {
-  return bag_rows(i, m, FORM_SUM(0));
+
+/* A row-wise table (docs/IR.md, "Row-wise tables"): the weight's rows split
+ * over an axis, each device looks up the ids in its block (spmd's `at`),
+ * the others count as zero rows, so a pooled sum or mean (not max) is a
+ * partial sum over the rows (to: FORM_SUM), the weight's gradient splits
+ * with them (to: 0), and a sparse gradient is each device's own rows (own).
+ * The bags then stay whole over that axis (an axis splits one thing). */
+static void table_rows(const Inst *i, DimMap *m, int to) {
+  if (ir_get_int(i, "mode", 0) == DT_BAG_MAX)
+    return;
+  if (to == FORM_SUM(0))
+    to = FORM_SUM(m->nsum++);
+  if (to == FORM_WHOLE)
+    m->own[1][0] = true;
+  else
+    m->to[1][0] = to;
+  if (to >= 0)
+    m->res_whole[to] = false;
 }
-static bool shard_embedding_bag_psw_grad(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
+
+/* A column-wise table: the weight's columns (D) split over an axis, each
+ * device pools its columns of every bag: they map to the result's dim to
+ * (with the D of operand dy, the adjoint; -1: none), or sum under a label
+ * (FORM_SUM: the per-sample weights' gradient, a dot over D), or
+ * (FORM_WHOLE) leave the result alone (own: sparse_rows, the same rows on
+ * every device). */
+static void table_cols(DimMap *m, int to, int dy) {
+  if (to == FORM_SUM(0))
+    to = FORM_SUM(m->nsum++);
+  if (to == FORM_WHOLE) {
+    m->own[1][1] = true;
+    return;
+  }
+  m->to[1][1] = to;
+  if (dy >= 0)
+    m->to[dy][1] = to;
+  if (to >= 0)
+    m->res_whole[to] = false;
+}
+
+static bool shard_embedding_bag(const Inst *i, DimMap *m) {
+  bag_rows(i, m, 0);
+  table_rows(i, m, FORM_SUM(0));
+  table_cols(m, 1, -1);
+  return true;
+}
+static bool shard_embedding_bag_grad(const Inst *i, DimMap *m) {
+  bag_rows(i, m, FORM_SUM(0));
+  table_rows(i, m, 0);
+  table_cols(m, 1, i->nin - 1);
+  return true;
+}
+static bool shard_embedding_bag_psw_grad(const Inst *i, DimMap *m) {
+  bag_rows(i, m, 0);
+  table_rows(i, m, FORM_SUM(0));
+  table_cols(m, FORM_SUM(0), i->nin - 1);
+  return true;
+}
 /* A sparse gradient's rows and values lie as the bags do (each device's
- * its own bags' rows); an update reads them whole (gathered from every
- * device, whose rows it merges) and the table, its state and the result
- * whole. */
-static bool shard_sparse_rows(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
-static bool shard_sparse_values(const Inst *i, DimMap *m) { return bag_rows(i, m, 0); }
-static bool shard_sparse_sgd(const Inst *i, DimMap *m) { return whole(i, m); }
-static bool shard_sparse_adagrad_sum(const Inst *i, DimMap *m) { return whole(i, m); }
-static bool shard_sparse_adagrad(const Inst *i, DimMap *m) { return whole(i, m); }
-static bool shard_sparse_moment(const Inst *i, DimMap *m) { return whole(i, m); }
-static bool shard_sparse_adam(const Inst *i, DimMap *m) { return whole(i, m); }
+ * its own bags' rows), or of a row-wise table, each device's own rows of
+ * every bag. An update reads them whole (under data parallelism gathered
+ * from every device, whose rows it merges) and its table and state split
+ * by rows as the table is, each device updating its block's rows. */
+static bool shard_sparse_rows(const Inst *i, DimMap *m) {
+  bag_rows(i, m, 0);
+  table_rows(i, m, FORM_WHOLE);
+  table_cols(m, FORM_WHOLE, -1);
+  return true;
+}
+static bool shard_sparse_values(const Inst *i, DimMap *m) {
+  bag_rows(i, m, 0);
+  table_rows(i, m, FORM_WHOLE);
+  table_cols(m, i->in[0]->type.rank, i->nin - 2);
+  return true;
+}
+/* Operands tables (the updated tensor and its state) split by rows with
+ * the result, and by columns with the values' last dim (operand values;
+ * -1: none); the others whole. A state of one value a row ([R]) reads whole
+ * values: its mean over D needs every column. */
+static bool sparse_update(const Inst *i, DimMap *m, int tables, int values) {
+  whole(i, m);
+  m->res_whole[0] = false;
+  m->res_whole[1] = i->type.rank < 2;
+  for (int k = 0; k < i->nin; k++)
+    if (tables & (1 << k)) {
+      m->to[k][0] = 0;
+      if (i->in[k]->type.rank == 2)
+        m->to[k][1] = 1;
+    }
+  if (values >= 0 && i->type.rank == 2)
+    m->to[values][i->in[values]->type.rank - 1] = 1;
+  return true;
+}
+static bool shard_sparse_sgd(const Inst *i, DimMap *m) { return sparse_update(i, m, 1, 2); }
+static bool shard_sparse_adagrad_sum(const Inst *i, DimMap *m) { return sparse_update(i, m, 1, 2); }
+static bool shard_sparse_adagrad(const Inst *i, DimMap *m) {
+  return sparse_update(i, m, 1 | 1 << 3, 2);
+}
+static bool shard_sparse_moment(const Inst *i, DimMap *m) { return sparse_update(i, m, 1, 2); }
+static bool shard_sparse_adam(const Inst *i, DimMap *m) {
+  return sparse_update(i, m, 1 | 1 << 2 | 1 << 3, -1);
+}
 
 /* ---- convolution and pooling: N carries over, H and W stay whole ---- */
 

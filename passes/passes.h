@@ -181,9 +181,14 @@ bool plan_mesh(Module *m, Diag *d, PassRun *run);
  * partial sum over that axis; nsum labels). A result dimension with
  * res_whole is never split; one no operand dim maps to may be (each device
  * makes its own block, as broadcast does). With linear, partial operands
- * give a partial result: every operand partial over the same axes. */
+ * give a partial result: every operand partial over the same axes. An
+ * operand dim marked own may keep its split while the result does not see
+ * it: each device works on its own block (a row-wise table's rows, which
+ * sparse_rows gives as rows of the block); the result then neither splits
+ * nor sums over that axis. */
 typedef struct DimMap {
   int to[16][IR_MAX_RANK];
+  bool own[16][IR_MAX_RANK];
   int64_t mul[16][IR_MAX_RANK], div[16][IR_MAX_RANK];
   bool res_whole[IR_MAX_RANK];
   bool linear;

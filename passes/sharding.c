@@ -205,6 +205,31 @@ static bool make_partial(const Module *m, const Inst *i, const DimMap *dm, int a
 static bool loop_form(const Module *m, const Inst *i, const Sharding *r,
                       const Sharding *const *cur, Sharding *req);
 
+/* Whether axis a splits or sums anything of s (of rank `rank`). */
+static bool uses_axis(const Module *m, const Sharding *s, int rank, int a) {
+  return dim_over(s, rank, a) >= 0 || ((ir_partial_axes(m, s, rank) >> a) & 1u);
+}
+
+/* The operand dims the map marks own keep their splits (each device works
+ * on its block), when nothing else of the form uses that axis; false when
+ * something does. */
+static bool keep_own(const Module *m, const Inst *i, const DimMap *dm, const Sharding *r,
+                     const Sharding *const *cur, Sharding *req) {
+  for (int k = 0; k < i->nin; k++)
+    for (int j = 0; cur[k] && j < i->in[k]->type.rank; j++) {
+      int a = cur[k]->axis[j];
+      if (!dm->own[k][j] || a < 0)
+        continue;
+      if (uses_axis(m, r, i->type.rank, a))
+        return false;
+      for (int q = 0; q < i->nin; q++)
+        if (uses_axis(m, &req[q], i->in[q]->type.rank, a))
+          return false;
+      split(&req[k], j, a, cur[k]->ratio[j]);
+    }
+  return true;
+}
+
 bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Sharding *const *cur,
                 Sharding *req) {
   if (i->op == OP_repeat || i->op == OP_repeat_out)
@@ -250,7 +275,7 @@ bool shard_form(const Module *m, const Inst *i, const Sharding *r, const Shardin
   for (int a = 0; a < IR_MAX_MESH_AXES; a++)
     if ((P & (1u << a)) && !make_partial(m, i, &dm, a, cur, req))
       return false;
-  return true;
+  return keep_own(m, i, &dm, r, cur, req);
 }
 
 /* ---- loops ----
@@ -393,8 +418,7 @@ int shard_plan(const Module *m, const Type *t, const Sharding *s, const Sharding
       continue;
     next = cur;
     split(&next, i, -1, NULL);
-    bool even = !cur.ratio[i] && t->dim[i] % axis_size(m, a) == 0;
-    if (j >= 0 && j != i && cur.axis[j] < 0 && even) {
+    if (j >= 0 && j != i && cur.axis[j] < 0) {
       copy_dim(&next, j, r, j);
       step(st, &n, OP_all_to_all, a, i, j, &cur, &next);
     } else {
@@ -626,8 +650,12 @@ static bool evaluate(Ctx *c, const Inst *i, const Sharding *r, const Sharding *c
       out->cost += shard_step_bytes(m, &i->type, &st);
     }
   out->elems = local_bytes(m, &i->type, r);
-  /* a sparse table's update gathers its rows by design: no note */
-  out->conflict = known >= 2 && out->undone > 0 && !ir_in_place(i->op);
+  /* a sparse table's update gathers its rows by design, and so does a
+   * row- or column-wise table's gradient its adjoint: no note */
+  bool rows_kept = (i->op == OP_embedding_bag_grad || i->op == OP_sparse_values) && cur[1] &&
+                   keeps_splits(m, &i->in[1]->type, cur[1], &req[1]) &&
+                   (cur[1]->axis[0] >= 0 || cur[1]->axis[1] >= 0);
+  out->conflict = known >= 2 && out->undone > 0 && !ir_in_place(i->op) && !rows_kept;
   return out->cost < HUGE_VAL;
 }
 

@@ -4,7 +4,10 @@
  * and their values). The forward and the per-sample weights' gradient split
  * the bags over threads; the weight's gradients split the rows, each thread
  * adding into its own rows in bag order, so the bits never depend on the
- * threads. */
+ * threads. A weight may be a block of rows of a larger table (attribute
+ * `at` = [R, lo], a row-wise split): ids are checked against R, and an id
+ * outside the block is a zero row, so the devices' results add up to the
+ * whole table's (mean divides by every entry of the bag, as one device). */
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
@@ -23,6 +26,7 @@ typedef struct Bag {
   const int32_t *touched;    /* sparse_values: the rows, sorted, then -1s */
   int64_t ntouched;          /* how many of them are rows */
   int64_t n, k, b, rows, d, parts;
+  int64_t lo, nloc;          /* the weight: rows [lo, lo + nloc) of the table */
   int64_t pad; /* padding_idx; none: INT64_MIN */
   int mode;
 } Bag;
@@ -45,6 +49,13 @@ static int64_t count(const Bag *g, int64_t b) {
   for (int64_t j = lo; j < hi; j++)
     c += g->id[j] != g->pad;
   return c;
+}
+
+/* Entry j's row in the weight: its id less the block's first row; -1 for
+ * padding and for ids outside the block. */
+static inline int64_t row_of(const Bag *g, int64_t j) {
+  int64_t r = (int64_t)g->id[j] - g->lo;
+  return g->id[j] == g->pad || r < 0 || r >= g->nloc ? -1 : r;
 }
 
 /* "OP: table 'NAME'" (or "OP" when the table has no name) into buf. */
@@ -96,7 +107,7 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
   bool psw = kind == PSW;
   int extra = kind == GRAD || kind == PSW ? 1 : kind == VALUES ? 2 : 0;
   where(op, a, at, sizeof at);
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2 + extra, 4 + extra, out, a, 2, 0)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2 + extra, 4 + extra, out, a, 4, 0)) ||
       (s = dtrt_check(ctx, op, "input", &in[0], DTRT_I32)) ||
       (s = dtrt_check(ctx, op, "weight", &in[1], DTRT_F32)))
     return s;
@@ -110,9 +121,19 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
   if (npsw < (psw ? 1 : 0) || npsw > 1)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: %d operands do not fit an input of rank %d%s", op, nin,
                      (int)x->rank, psw ? " and per_sample_weights" : "");
-  *g = (Bag){.id = x->data, .w = w->data, .n = dtrt_numel(x), .rows = w->dim[0], .d = w->dim[1]};
+  *g = (Bag){.id = x->data, .w = w->data, .n = dtrt_numel(x), .d = w->dim[1]};
+  g->rows = g->nloc = w->dim[0];
   g->mode = (int)dtrt_ai(a, 0, -1);
   g->pad = dtrt_ai(a, 1, -1);
+  if (dtrt_ni(a) == 4) { /* at = [R, lo]: a block of rows */
+    g->rows = a->i[2];
+    g->lo = a->i[3];
+    if (g->lo < 0 || g->lo + g->nloc > g->rows)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: rows [%lld, %lld) are not a block of a table of %lld",
+                       at, (long long)g->lo, (long long)(g->lo + g->nloc), (long long)g->rows);
+    if (g->mode == DT_BAG_MAX)
+      return dtrt_fail(ctx, DT_ERR_ARG, "%s: a block of rows needs mode sum or mean, not max", at);
+  }
   if (g->mode < 0 || g->mode >= DT_BAG_COUNT)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: mode %lld is not one of sum (0), mean (1), max (2)", op,
                      (long long)dtrt_ai(a, 0, -1));
@@ -194,9 +215,12 @@ static void forward_bags(void *env, int64_t b0, int64_t b1) {
     memset(y, 0, (size_t)d * sizeof(float));
     span(g, b, &lo, &hi);
     for (int64_t j = lo; j < hi; j++) {
-      if (g->id[j] == g->pad)
+      int64_t row = row_of(g, j);
+      if (row < 0) {
+        cnt += g->id[j] != g->pad; /* another block's row: counted, not added */
         continue;
-      const float *restrict r = g->w + g->id[j] * d;
+      }
+      const float *restrict r = g->w + row * d;
       if (g->mode == DT_BAG_MAX && !cnt)
         memcpy(y, r, (size_t)d * sizeof(float));
       else if (g->mode == DT_BAG_MAX)
@@ -280,7 +304,7 @@ static void grad_rows(void *env, int64_t p0, int64_t p1) {
   const Bag *g = env;
   int64_t d = g->d;
   for (int64_t p = p0; p < p1; p++) {
-    int64_t r0 = g->rows * p / g->parts, r1 = g->rows * (p + 1) / g->parts;
+    int64_t r0 = g->nloc * p / g->parts, r1 = g->nloc * (p + 1) / g->parts;
     memset(g->y + r0 * d, 0, (size_t)((r1 - r0) * d) * sizeof(float));
     for (int64_t b = 0; b < g->b; b++) {
       const float *restrict dy = g->dy + b * d;
@@ -296,10 +320,10 @@ static void grad_rows(void *env, int64_t p0, int64_t p1) {
       float cnt = g->mode == DT_BAG_MEAN ? (float)count(g, b) : 1;
       span(g, b, &lo, &hi);
       for (int64_t j = lo; j < hi; j++) {
-        int64_t id = g->id[j];
-        if (id == g->pad || id < r0 || id >= r1)
+        int64_t row = row_of(g, j);
+        if (row < r0 || row >= r1)
           continue;
-        add_row(g, j, cnt, dy, g->y + id * d);
+        add_row(g, j, cnt, dy, g->y + row * d);
       }
     }
   }
@@ -312,7 +336,7 @@ DTRT_TRACED(embedding_bag_grad, DTRT_TID_KERNEL) {
   DtStatus s = begin(ctx, "embedding_bag_grad", in, nin, out, a, GRAD, &g);
   if (s)
     return s;
-  int64_t work = g.n * g.d + g.rows * g.d;
+  int64_t work = g.n * g.d + g.nloc * g.d;
   void *arg = NULL;
   for (int64_t b = 0; g.mode == DT_BAG_MAX && b < g.b; b++) {
     int64_t lo, hi;
@@ -330,8 +354,8 @@ DTRT_TRACED(embedding_bag_grad, DTRT_TID_KERNEL) {
     run(ctx, g.b, g.n * g.d, argmax_bags, &g);
   }
   g.parts = work >= BAG_PARALLEL ? dtrt_threads(ctx) : 1;
-  if (g.parts > g.rows)
-    g.parts = g.rows > 0 ? g.rows : 1;
+  if (g.parts > g.nloc)
+    g.parts = g.nloc > 0 ? g.nloc : 1;
   if (g.parts > 1)
     dtrt_parallel_for(ctx, g.parts, grad_rows, &g);
   else
@@ -345,10 +369,10 @@ static void psw_grad_bags(void *env, int64_t b0, int64_t b1) {
   for (int64_t b = b0; b < b1; b++) {
     int64_t lo, hi;
     span(g, b, &lo, &hi);
-    for (int64_t j = lo; j < hi; j++)
-      g->y[j] = g->id[j] == g->pad
-                    ? 0
-                    : (float)dtrt_dot_lanes(g->dy + b * g->d, g->w + g->id[j] * g->d, g->d);
+    for (int64_t j = lo; j < hi; j++) {
+      int64_t row = row_of(g, j);
+      g->y[j] = row < 0 ? 0 : (float)dtrt_dot_lanes(g->dy + b * g->d, g->w + row * g->d, g->d);
+    }
   }
 }
 
@@ -368,7 +392,8 @@ static int by_id(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* The ids but padding_idx, sorted, each once, then -1 to the input's end. */
+/* The ids but padding_idx, sorted, each once, then -1 to the input's end;
+ * of a block of rows, those in the block, as rows of the block. */
 DTRT_TRACED(sparse_rows, DTRT_TID_KERNEL) {
   Bag g;
   DtStatus s = begin(ctx, "sparse_rows", in, nin, out, a, ROWS, &g);
@@ -377,8 +402,8 @@ DTRT_TRACED(sparse_rows, DTRT_TID_KERNEL) {
   int32_t *r = (int32_t *)g.y;
   int64_t n = 0, u = 0;
   for (int64_t j = 0; j < g.n; j++)
-    if (g.id[j] != g.pad)
-      r[n++] = g.id[j];
+    if (row_of(&g, j) >= 0)
+      r[n++] = (int32_t)row_of(&g, j);
   qsort(r, (size_t)n, sizeof *r, by_id);
   for (int64_t j = 0; j < n; j++)
     if (!u || r[j] != r[u - 1])
@@ -419,10 +444,10 @@ static void value_rows(void *env, int64_t p0, int64_t p1) {
       float cnt = g->mode == DT_BAG_MEAN ? (float)count(g, b) : 1;
       span(g, b, &j0, &j1);
       for (int64_t j = j0; j < j1; j++) {
-        int32_t id = g->id[j];
-        if (id == g->pad || id < lo || id > hi)
+        int64_t row = row_of(g, j);
+        if (row < lo || row > hi)
           continue;
-        add_row(g, j, cnt, dy, g->y + place(g, id) * d);
+        add_row(g, j, cnt, dy, g->y + place(g, (int32_t)row) * d);
       }
     }
   }
@@ -438,17 +463,19 @@ DTRT_TRACED(sparse_values, DTRT_TID_KERNEL) {
   while (g.ntouched < g.n && g.touched[g.ntouched] >= 0)
     g.ntouched++;
   for (int64_t k = 0; k < g.ntouched; k++)
-    if (g.touched[k] >= g.rows || (k && g.touched[k] <= g.touched[k - 1]))
+    if (g.touched[k] >= g.nloc || (k && g.touched[k] <= g.touched[k - 1]))
       return dtrt_fail(ctx, DT_ERR_ARG,
                        "sparse_values: rows[%lld] = %d is not a row of [0, %lld) above the one "
                        "before; the rows must be sparse_rows' of the same input",
-                       (long long)k, (int)g.touched[k], (long long)g.rows);
-  for (int64_t j = 0; j < g.n; j++)
-    if (g.id[j] != g.pad && (!g.ntouched || g.touched[place(&g, g.id[j])] != g.id[j]))
+                       (long long)k, (int)g.touched[k], (long long)g.nloc);
+  for (int64_t j = 0; j < g.n; j++) {
+    int64_t row = row_of(&g, j);
+    if (row >= 0 && (!g.ntouched || g.touched[place(&g, (int32_t)row)] != row))
       return dtrt_fail(ctx, DT_ERR_ARG,
                        "sparse_values: id %d (input entry %lld) is not among the rows; the rows "
                        "must be sparse_rows' of the same input",
                        (int)g.id[j], (long long)j);
+  }
   memset(g.y + g.ntouched * g.d, 0, (size_t)((g.n - g.ntouched) * g.d) * sizeof(float));
   int64_t work = g.n * g.d;
   g.parts = work >= BAG_PARALLEL ? dtrt_threads(ctx) : 1;

@@ -21,7 +21,9 @@
  * -DSPMD_DEEP for examples/gpt.dt, with -DSPMD_CNN for examples/cnn.dt,
  * with -DSPMD_CNN_BN for tests/mpi/cnn_bn_sgd.dt (its buffers compared too),
  * with -DSPMD_DLRM for tests/mpi/dlrm.dt (embedding bags; --bad-id before
- * OUT: an id outside its table, and the step must fail), else
+ * OUT: an id outside its table, and the step must fail), with
+ * -DSPMD_CRITEO=R for tests/mpi/criteo_sgd.dt (examples/dlrm.dt's DLRM,
+ * tables of R rows), else
  * examples/mlp.dt (with -DSPMD_IGNORE tests/mpi/mlp_losses.dt, some
  * labels -100). */
 #include <math.h>
@@ -141,6 +143,40 @@ static int train(Model *m, float *loss) {
 static int forward(Model *m, float *out) {
   batch();
   return cnnbn_forward(m, x, CNNBN_X_ELEMS, out, OUT_ELEMS);
+}
+#elif defined SPMD_CRITEO   /* tests/mpi/criteo_sgd.dt: 26 tables of SPMD_CRITEO rows */
+#include "dlrm.h"
+typedef dlrm Model;
+#define model_create dlrm_create
+#define model_destroy dlrm_destroy
+#define model_error dlrm_error
+#define OUT_ELEMS DLRM_LOGIT_ELEMS
+static const char *const params[] = {
+    "c1.w",  "c2.w",  "c3.w",  "c4.w",  "c5.w",  "c6.w",  "c7.w",  "c8.w",  "c9.w",
+    "c10.w", "c11.w", "c12.w", "c13.w", "c14.w", "c15.w", "c16.w", "c17.w", "c18.w",
+    "c19.w", "c20.w", "c21.w", "c22.w", "c23.w", "c24.w", "c25.w", "c26.w", "bw0",
+    "bb0",   "bw1",   "bb1",   "tw0",   "tb0",   "tw1",   "tb1"};
+static int32_t ids[DLRM_IDS_ELEMS];
+static float dense[DLRM_DENSE_ELEMS], y[DLRM_Y_ELEMS];
+
+/* Ids over each table, dense features in [0, 1), clicks 0 or 1. */
+static void batch(void) {
+  for (int k = 0; k < DLRM_IDS_ELEMS; k++)
+    ids[k] = (int32_t)(next() % SPMD_CRITEO);
+  for (int k = 0; k < DLRM_DENSE_ELEMS; k++)
+    dense[k] = (float)(next() >> 40) / (float)(1 << 24);
+  for (int k = 0; k < DLRM_Y_ELEMS; k++)
+    y[k] = (float)(next() % 2);
+}
+
+static int train(Model *m, float *loss) {
+  batch();
+  return dlrm_train_step(m, dense, DLRM_DENSE_ELEMS, ids, DLRM_IDS_ELEMS, y, DLRM_Y_ELEMS, loss);
+}
+
+static int forward(Model *m, float *out) {
+  batch();
+  return dlrm_forward(m, dense, DLRM_DENSE_ELEMS, ids, DLRM_IDS_ELEMS, out, OUT_ELEMS);
 }
 #elif defined SPMD_DLRM   /* tests/mpi/dlrm.dt */
 #include "dlrm.h"
@@ -388,7 +424,7 @@ static bool compare(const Run *got, const Run *ref) {
 int main(int argc, char **argv) {
   bool memory = argc > 1 && !strcmp(argv[1], "--memory");
   argc -= memory, argv += memory;
-#ifdef SPMD_DLRM
+#if defined SPMD_DLRM && !defined SPMD_CRITEO
   bad_id = argc > 1 && !strcmp(argv[1], "--bad-id");
   argc -= bad_id, argv += bad_id;
 #endif

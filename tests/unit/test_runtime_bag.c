@@ -3,7 +3,8 @@
  * padding_idx), their gradients against finite differences, the same bits
  * on any thread count, and the errors bad ids and offsets give; the sparse
  * gradient (touched rows and their values) against a plain loop's rows and
- * the dense gradient's. */
+ * the dense gradient's; a table cut in blocks of rows (attribute at, a
+ * row-wise split) against the whole table. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -441,6 +442,109 @@ static void test_sparse(void **state) {
   drop(&c);
 }
 
+/* The kernels on blocks of rows [lo, hi) of the table (at = [R, lo]): the
+ * pooled outputs of the blocks add up to the whole table's (within the
+ * reference's bound: a sum in another order), each id in exactly one block,
+ * so per_sample_weights' gradients add up bit for bit; each block's weight
+ * gradient is the whole one's rows, and its sparse rows and values are the
+ * whole one's in the block, the same bits. Blocks 4, 2 and 3 of 9 rows. */
+static void test_row_blocks(void **state) {
+  (void)state;
+  enum { NB = 3 };
+  const int cut[NB + 1] = {0, 4, 6, 9};
+  for (int flat = 0; flat < 2; flat++)
+    for (int mode = 0; mode < DT_BAG_MAX; mode++)
+      for (int pad = -1; pad < 4; pad += 4)
+        for (int psw = 0; psw <= (mode == DT_BAG_SUM); psw++) {
+          Case c = make(mode, flat, psw, pad);
+          int n = flat ? c.n : c.b * c.k, nb = c.b * c.d, nw = c.r * c.d;
+          float *y = calloc((size_t)nb, sizeof(float)), *yb = malloc(sizeof(float) * nb);
+          float *dw = malloc(sizeof(float) * nw), *gb = malloc(sizeof(float) * nw);
+          float *dsw = calloc((size_t)n, sizeof(float)), *sb = malloc(sizeof(float) * n);
+          float *val = malloc(sizeof(float) * (size_t)(n * c.d));
+          float *vb = malloc(sizeof(float) * (size_t)(n * c.d));
+          int32_t *rows = malloc(sizeof(int32_t) * n), *rb = malloc(sizeof(int32_t) * n);
+          double *ry = malloc(sizeof(double) * nb), *bd = malloc(sizeof(double) * nb);
+          DtTensor in[7];
+          DtAttrs a = attrs(&c, "t");
+          int nin = operands(&c, in, true);
+          DtTensor go = t2(DTRT_F32, dw, c.r, c.d), ro = in[0], vo = ro;
+          ro.data = rows;
+          vo.dtype = DTRT_F32, vo.rank++, vo.dim[ro.rank] = c.d, vo.data = val;
+          run(dtrt_k_embedding_bag_grad, in, nin, &go, &a);
+          run(dtrt_k_sparse_rows, in, nin - 1, &ro, &a);
+          in[nin] = ro;
+          run(dtrt_k_sparse_values, in, nin + 1, &vo, &a);
+          int u = 0;
+          while (u < n && rows[u] >= 0)
+            u++;
+          for (int q = 0; q < NB; q++) {
+            int lo = cut[q], m = cut[q + 1] - lo;
+            DtAttrs ab = {.ni = 4, .i = {c.mode, c.pad, c.r, lo}, .s = "t"};
+            in[1] = t2(DTRT_F32, c.w + lo * c.d, m, c.d);
+            DtTensor yo = t2(DTRT_F32, yb, c.b, c.d), gbo = t2(DTRT_F32, gb, m, c.d);
+            run(dtrt_k_embedding_bag, in, nin - 1, &yo, &ab);
+            for (int k = 0; k < nb; k++)
+              y[k] += yb[k];
+            run(dtrt_k_embedding_bag_grad, in, nin, &gbo, &ab);
+            assert_memory_equal(gb, dw + lo * c.d, sizeof(float) * (size_t)(m * c.d));
+            if (psw) {
+              DtTensor so = in[nin - 2];
+              so.data = sb;
+              run(dtrt_k_embedding_bag_psw_grad, in, nin, &so, &ab);
+              for (int j = 0; j < n; j++)
+                dsw[j] += sb[j];
+            }
+            DtTensor rbo = ro, vbo = vo;
+            rbo.data = rb, vbo.data = vb;
+            run(dtrt_k_sparse_rows, in, nin - 1, &rbo, &ab);
+            in[nin] = rbo;
+            run(dtrt_k_sparse_values, in, nin + 1, &vbo, &ab);
+            int k = 0;
+            for (int t = 0; t < u; t++)
+              if (rows[t] >= lo && rows[t] < lo + m) {
+                assert_int_equal(rb[k], rows[t] - lo);
+                assert_memory_equal(vb + k * c.d, val + t * c.d, sizeof(float) * c.d);
+                k++;
+              }
+            for (int t = k; t < n; t++)
+              assert_int_equal(rb[t], -1);
+            in[1] = t2(DTRT_F32, c.w, c.r, c.d);
+          }
+          ref_forward(&c, ry, bd);
+          for (int k = 0; k < nb; k++)
+            if (!(fabs(y[k] - ry[k]) <= 2 * bd[k]))
+              fail_msg("y[%d]: blocks give %.9g, want %.9g (bound %.3g)", k, y[k], ry[k],
+                       2 * bd[k]);
+          if (psw) {
+            DtTensor so = in[nin - 2];
+            so.data = sb;
+            run(dtrt_k_embedding_bag_psw_grad, in, nin, &so, &a);
+            assert_memory_equal(dsw, sb, sizeof(float) * n);
+          }
+          free(y), free(yb), free(dw), free(gb), free(dsw), free(sb), free(val), free(vb);
+          free(rows), free(rb), free(ry), free(bd);
+          drop(&c);
+        }
+  /* a block past the table, max, and an id outside the whole table */
+  Case c = make(DT_BAG_SUM, false, false, -1);
+  float y[6 * 11];
+  DtTensor in[5], out = t2(DTRT_F32, y, c.b, c.d);
+  operands(&c, in, false);
+  in[1] = t2(DTRT_F32, c.w, 4, c.d);
+  DtAttrs a = {.ni = 4, .i = {DT_BAG_SUM, -1, 9, 6}, .s = "emb"};
+  refuse(dtrt_k_embedding_bag, in, 2, &out, &a,
+         "embedding_bag: table 'emb': rows [6, 10) are not a block of a table of 9");
+  a.i[3] = 5;
+  a.i[0] = DT_BAG_MAX;
+  refuse(dtrt_k_embedding_bag, in, 2, &out, &a, "a block of rows needs mode sum or mean, not max");
+  a.i[0] = DT_BAG_SUM;
+  c.id[13] = 9;
+  refuse(dtrt_k_embedding_bag, in, 2, &out, &a,
+         "batch row 3 has id 9 (input entry 13), outside [0, 9)");
+  drop(&c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_modes, setup, teardown),
@@ -449,6 +553,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_staged, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sparse, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_row_blocks, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
