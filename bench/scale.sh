@@ -1,7 +1,9 @@
 #!/bin/sh
 # scale.sh [BUILD] [REPS] [SIZES]: dtc's time and peak memory as programs
 # grow. Cases: `dtc -o` of examples/gpt.dt on 1024 devices of one axis (64
-# nodes of 16 equal CPUs, the batch split evenly, plan explicit); the
+# nodes of 16 equal CPUs, the batch split evenly, plan explicit); plan auto
+# of gpt.dt at L = 96, B = 512 on the same devices as a 64 x 16 mesh
+# (plan2d: dtc up to the plan pass, nothing written by the block); the
 # elastic build --devices=1..64 over the same cluster (plan auto: uneven
 # splits where 1024 rows do not divide); and chained training models of N
 # statements h_k = tanh(h_{k-1} * 1.01 + 0.5) on f32[8,16] (autodiff doubles
@@ -12,16 +14,18 @@
 # us_per_statement (its median CPU time over N); then a line with
 # elastic_over_mesh1024, the ratio of those medians, and, when 2500 and
 # 100000 both ran, per_statement_100k_over_2500 (1: time linear in N).
-# CASES (environment) picks cases: any of mesh, elastic, chain (default all).
+# CASES (environment) picks cases: any of mesh, plan2d, elastic, chain
+# (default all).
 build=${1:-build}
 reps=${2:-3}
 sizes=${3:-2500 5000 10000 20000 50000 100000}
-cases=${CASES:-mesh elastic chain}
+cases=${CASES:-mesh plan2d elastic chain}
 dtc=$build/dtc
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 src=$(dirname "$0")/../examples/gpt.dt
-# cluster PLAN: gpt.dt over 64 x 16 devices, mesh m[dp = 1024]
+# cluster PLAN [MESH]: gpt.dt over 64 x 16 devices, mesh m[dp = 1024] with
+# the batch split over it, or MESH with nothing written
 cluster() {
   cat "$src"
   printf 'cluster big {\n'
@@ -33,11 +37,16 @@ cluster() {
     printf '  }\n'
   done
   printf '  link intra(bw = 20GB/s, lat = 1us)\n  link inter(bw = 10GB/s, lat = 5us)\n}\n'
+  if [ -n "$2" ]; then
+    printf 'parallel gpt on big {\n  mesh %s\n  plan %s\n}\n' "$2" "$1"
+    return
+  fi
   printf 'parallel gpt on big {\n  mesh m[dp = 1024]\n  shard ids: [dp, *]\n'
   printf '  shard next: [dp, *]\n  plan %s\n}\n' "$1"
 }
 cluster explicit >"$tmp/mesh.dt"
 cluster auto >"$tmp/elastic.dt"
+cluster auto 'm[dp = 64, tp = 16]' >"$tmp/plan2d.dt"
 # run NAME ARGS...: REPS runs of dtc ARGS; one JSON line (with
 # us_per_statement when $statements is set); the median into $med
 run() {
@@ -84,6 +93,9 @@ mesh= elastic= first= last= statements=
 if want mesh; then
   run mesh1024 -D B=1024 "$tmp/mesh.dt"
   mesh=$med
+fi
+if want plan2d; then
+  run plan2d_64x16 -D L=96 -D B=512 --emit=ir --stop-after=plan "$tmp/plan2d.dt"
 fi
 if want elastic; then
   run elastic1_64 -D B=1024 --devices=1..64 "$tmp/elastic.dt"

@@ -144,7 +144,6 @@ struct PlanInfo {
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
-  double *axis_ratio[IR_MAX_MESH_AXES];   /* each axis's ratios (NULL: even) */
   /* plan auto on a mesh of two or three axes: the candidates simulated and
    * the one kept, as --emit=plan prints them, and how many there were; the
    * confidence fields are unset. NULL on a one-axis mesh. */

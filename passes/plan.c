@@ -49,6 +49,9 @@
 /* ---- the layout families ---- */
 
 typedef enum { F_KEEP, F_ROWS, F_FORMS, F_STAGES, NFAMILY } FamilyId;
+/* The one-axis contenders that are no combination: even data parallel, and
+ * data parallel with the planned ratios (Cand.fam[0]). */
+enum { F_EVEN = -1, F_DP = -2 };
 
 typedef struct Family {
   const char *name;
@@ -404,8 +407,6 @@ static PlanInfo *record(Planner *p, Sharding **A, const Ratios R, double step, d
   pi->ratio = arena_alloc(m->arena, sizeof *pi->ratio * (size_t)p->ndev);
   pi->busy = arena_alloc(m->arena, sizeof *pi->busy * (size_t)p->ndev);
   pi->mem = arena_alloc(m->arena, sizeof *pi->mem * (size_t)p->ndev);
-  for (int x = 0; x < p->naxis; x++)
-    pi->axis_ratio[x] = R[x];
   pi->step = step;
   pi->even = even;
   pi->evals = p->evals;
@@ -626,8 +627,8 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
     const char *axis = p->mesh->axis_name[x], *sep = at ? ", " : "";
     if (p->naxis == 1 && c->fam[x] != F_STAGES)
       at += (size_t)snprintf(c->what + at, n - at, "%s%s", sep,
-                             c->fam[x] == -1   ? "even data parallel"
-                             : c->fam[x] == -2 ? "data parallel with the planned ratios"
+                             c->fam[x] == F_EVEN ? "even data parallel"
+                             : c->fam[x] == F_DP ? "data parallel with the planned ratios"
                                                : one[c->fam[x]]);
     else if (c->fam[x] == F_ROWS)
       at += (size_t)snprintf(c->what + at, n - at, "%srows over %s", sep, axis);
@@ -716,7 +717,7 @@ static bool correct(Planner *p, const Cand *c) {
   Ratios R;
   Est e;
   plan_evaluate(p, c->forms, true, R, &e);
-  Trial *t = (Trial *)&p->trial[p->ntrial++];
+  Trial *t = &p->trial[p->ntrial++];
   t->forms = arena_alloc(m->arena, sizeof *t->forms * (size_t)(m->global.n + 1));
   for (int g = 0; g < m->global.n; g++)
     t->forms[g] = m->global.a[g].shard;
@@ -808,7 +809,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   PlanInfo conf = {.block = plan_evaluate(p, block_forms(p), true, R, &e)};
   Cand *simple = &cand[nc], *dp = p->naxis == 1 ? &cand[nc + 1] : NULL;
   memset(simple, 0, sizeof *simple * 2);
-  simple->fam[0] = -1;
+  simple->fam[0] = F_EVEN;
   simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
   for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
     if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
@@ -819,7 +820,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   conf.simple_ruled_out = !p->propagated;
   if (dp) {
     dp->forms = dp_forms(p);
-    dp->fam[0] = -2;
+    dp->fam[0] = F_DP;
     dp->mb = 1;
     settle(&s, dp, false);
   }

@@ -621,9 +621,9 @@ static int remat_flag(const Module *m, int line) {
  * recompute (the wide one), and the other only when that is not enough;
  * each plan's memory plan fits. With room, neither recomputes. Between,
  * recomputation is a candidate: at 10 MiB only even data parallel fits
- * without it (20.4 ms simulated), while with the wide loop recomputing, data
- * parallel with the planned ratios fits and is faster (16.1 ms), so the
- * planner keeps that. */
+ * without it, while with the wide loop recomputing, data parallel with the
+ * planned ratios fits and beats it by more than the noise, so the planner
+ * keeps that. */
 static void test_remat_per_loop(void **state) {
   (void)state;
   static const struct {
