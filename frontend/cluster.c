@@ -529,7 +529,9 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
 
 /* shard_state = axis: every param's optimizer state split over that mesh
  * axis, the data-parallel one (ZeRO stages 1 and 2; passes/sharding.c
- * checks the rest, once the optimizer and the batch's split are known). */
+ * checks the rest, once the optimizer and the batch's split are known);
+ * shard_state = none: each state stays as its param's, also under plan
+ * auto, which otherwise may split it. */
 static void lower_shard_state(Module *m, const Stmt *s, Diag *d) {
   const Expr *e = s->val;
   const Mesh *mesh = m->mesh.n ? &m->mesh.a[0] : NULL;
@@ -538,9 +540,11 @@ static void lower_shard_state(Module *m, const Stmt *s, Diag *d) {
     a++;
   if (!e || e->kind != E_IDENT)
     diag_error(d, e ? e->loc : s->name_loc,
-               "'shard_state' needs the data-parallel mesh axis: shard_state = dp");
-  else if (m->state_sharded)
+               "'shard_state' needs the data-parallel mesh axis (shard_state = dp) or none");
+  else if (m->state_sharded || m->state_whole)
     diag_error(d, s->name_loc, "a second shard_state option");
+  else if (mesh && a == mesh->naxis && !strcmp(e->s, "none"))
+    m->state_whole = true, m->state_loc = s->name_loc;
   else if (!mesh)
     diag_error(d, s->name_loc, "shard_state splits the optimizer state over a mesh axis; "
                "declare a mesh with mesh NAME[axis = size]");

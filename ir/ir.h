@@ -381,6 +381,9 @@ struct Module {
   bool state_sharded;
   int state_axis;
   Loc state_loc;
+  /* `shard_state = none`: each param's optimizer state stays as its param's,
+   * plan auto never splits it (passes/plan.c); state_loc is the option's */
+  bool state_whole;
   int64_t batch;         /* the model's batch dimension (`batch B`), 0: none */
   /* dtc -fepilogue: fusion makes a matmul the head of the group that reads
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */

@@ -1034,9 +1034,10 @@ static bool parse_exchange(Parser *p) {
   return parse_loc(p, &p->m->exchange_loc);
 }
 
-/* shard_state := 'shard_state' axis [loc], an axis of the mesh before it */
+/* shard_state := 'shard_state' (axis | 'none') [loc], an axis of the mesh
+ * before it */
 static bool parse_shard_state(Parser *p) {
-  if (p->m->state_sharded) {
+  if (p->m->state_sharded || p->m->state_whole) {
     error_at(p, p->tok.loc, "a module has one shard_state line");
     return false;
   }
@@ -1046,10 +1047,12 @@ static bool parse_shard_state(Parser *p) {
   int a = 0;
   while (mesh && a < mesh->naxis && !is_kw(&p->tok, mesh->axis_name[a]))
     a++;
-  if (!mesh || a == mesh->naxis)
-    return expected(p, "an axis of the mesh declared before");
+  bool none = mesh && a == mesh->naxis && is_kw(&p->tok, "none");
+  if (!mesh || (a == mesh->naxis && !none))
+    return expected(p, "an axis of the mesh declared before, or none");
   next(p);
-  p->m->state_sharded = true;
+  p->m->state_whole = none;
+  p->m->state_sharded = !none;
   p->m->state_axis = a;
   p->m->state_loc = at;
   return parse_loc(p, &p->m->state_loc);

@@ -447,8 +447,9 @@ void ir_print(FILE *out, const Module *m) {
     print_loc(out, m->exchange_loc);
     fputc('\n', out);
   }
-  if (m->state_sharded && m->mesh.n) {
-    fprintf(out, "shard_state %s", m->mesh.a[0].axis_name[m->state_axis]);
+  if ((m->state_sharded || m->state_whole) && m->mesh.n) {
+    fprintf(out, "shard_state %s",
+            m->state_whole ? "none" : m->mesh.a[0].axis_name[m->state_axis]);
     print_loc(out, m->state_loc);
     fputc('\n', out);
   }

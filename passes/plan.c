@@ -160,6 +160,7 @@ typedef struct Cand {
   int fam[IR_MAX_MESH_AXES];
   Sharding **forms;         /* as seeded and searched; once settled, with their ratios */
   int mb;
+  int state;                /* the axis its optimizer state is split over; -1: none */
   double est;               /* the estimate; once settled, with the rounded ratios */
   double comm;              /* ... of which in collectives */
   double *predicted;        /* each device's memory, as estimated */
@@ -176,6 +177,29 @@ typedef struct Search {
   VEC(Sharding **) seen;    /* every choice costed with planned ratios ... */
   VEC(double) seen_t;       /* ... and its predicted step */
 } Search;
+
+/* The planner set for candidate c's micro-batches and optimizer state. */
+static void use(Planner *p, const Cand *c) {
+  p->mb = c->mb;
+  p->state = c->state;
+}
+
+/* Whether the planner may split the optimizer state over the rows axis
+ * (passes/zero.c): the parallel block leaves it open and the step trains
+ * dense params that keep state. */
+static bool state_open(const Planner *p) {
+  const Module *m = p->m;
+  bool any = false;
+  if (p->user_state >= 0 || m->state_whole || m->train.opt == OPT_DEMO ||
+      !ir_find_func(m, "train_step"))
+    return false;
+  for (int g = 0; g < m->global.n; g++) {
+    if (m->global.a[g].sparse)
+      return false;
+    any |= m->global.a[g].kind == G_STATE;
+  }
+  return any;
+}
 
 static Sharding **copy_forms(Planner *p, Sharding *const *A) {
   int ng = p->m->global.n;
@@ -309,10 +333,13 @@ static Sharding **inputs_whole(Planner *p, Sharding **A) {
 }
 
 /* The candidates: each combination of families over the axes, seeded,
- * descended on one axis, in its best micro-batch count; their number. */
+ * descended on one axis, in its best micro-batch count; with a rows axis,
+ * the optimizer state split over it where that is open and gains more than
+ * NOISE_FLOOR by the estimate; their number. */
 static int candidates(Search *s, Cand *cand) {
   Planner *p = s->p;
   int nc = 0, fam[IR_MAX_MESH_AXES] = {0}, n = 1;
+  bool open = state_open(p);
   static const FamilyId order[] = {F_ROWS, F_FORMS, F_STAGES, F_KEEP};
   for (int x = 0; x < p->naxis; x++)
     n *= NFAMILY;
@@ -338,6 +365,7 @@ static int candidates(Search *s, Cand *cand) {
     Cand *cd = &cand[nc++];
     memset(cd, 0, sizeof *cd);
     cd->id = nc - 1;
+    cd->state = p->state = p->user_state;
     memcpy(cd->fam, fam, sizeof fam);
     Est e;
     int mbs[IR_MAX_MICROBATCHES + 1], nmb = 1;
@@ -353,6 +381,14 @@ static int candidates(Search *s, Cand *cand) {
     cd->mb = p->mb;
     cd->forms = A;
     cd->sim = INFINITY;
+    if (rows >= 0 && open) {   /* the state split over the rows axis, where it gains */
+      Ratios R;
+      p->state = rows;
+      double t = nmb > 1 ? pick_mb(s, A, mbs, nmb, R, &e) : evaluate(s, A, false, R, &e);
+      if (t * (1 + NOISE_FLOOR) < cd->est)
+        cd->est = t, cd->state = rows, cd->mb = p->mb, memcpy(cd->R, R, sizeof R);
+      p->state = p->user_state;
+    }
   }
   return nc;
 }
@@ -643,6 +679,8 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
       at += (size_t)snprintf(c->what + at, n - at, "), %d micro-batch%s", c->mb,
                              c->mb == 1 ? "" : "es");
   }
+  if (c->state >= 0 && c->state != p->user_state && at < n)
+    snprintf(c->what + at, n - at, ", state split over %s", p->mesh->axis_name[c->state]);
 }
 
 /* Candidate c with its ratios rounded (even ones when `even`): its forms
@@ -651,7 +689,7 @@ static void settle(Search *s, Cand *c, bool even) {
   Planner *p = s->p;
   double *ratio[IR_MAX_MESH_AXES] = {0};
   Est e;
-  p->mb = c->mb;
+  use(p, c);
   c->sim = INFINITY;
   c->est = even ? plan_evaluate(p, c->forms, true, c->R, &e) : rounded(s, c->forms, ratio, c->R, &e);
   if (c->est == INFINITY)
@@ -670,6 +708,7 @@ static void try_cand(Planner *p, Cand *c, const PassRun *run) {
   Module *m = p->m;
   int was = m->microbatches;
   Loc was_loc = m->microbatches_loc;
+  use(p, c);
   plan_apply(p, c->forms);
   if (c->mb > 1) {
     m->microbatches = c->mb;
@@ -687,6 +726,7 @@ static void try_cand(Planner *p, Cand *c, const PassRun *run) {
   }
   m->microbatches = was;
   m->microbatches_loc = was_loc;
+  p->state = p->user_state;
 }
 
 /* A contender's step, simulated where it was; INFINITY when it does not
@@ -716,6 +756,7 @@ static bool correct(Planner *p, const Cand *c) {
     return false;
   Ratios R;
   Est e;
+  use(p, c);
   plan_evaluate(p, c->forms, true, R, &e);
   Trial *t = &p->trial[p->ntrial++];
   t->forms = arena_alloc(m->arena, sizeof *t->forms * (size_t)(m->global.n + 1));
@@ -750,6 +791,7 @@ static bool correct(Planner *p, const Cand *c) {
 static bool no_plan(Planner *p, Diag *d, PassRun *run, const Cand *stages) {
   Ratios R;
   Est e;
+  p->state = p->user_state;
   plan_evaluate(p, block_forms(p), true, R, &e);
   bool propagated = p->propagated;
   plan_apply(p, p->user);
@@ -803,13 +845,15 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     return no_plan(p, d, run, stages);
   Ratios R;
   Est e;
-  p->mb = cand[0].mb;
+  use(p, &cand[0]);
   evaluate(&s, cand[0].forms, false, R, &e);
+  p->state = p->user_state;
   seen_best = s.seen.a[s.seen.n - 1];
   PlanInfo conf = {.block = plan_evaluate(p, block_forms(p), true, R, &e)};
   Cand *simple = &cand[nc], *dp = p->naxis == 1 ? &cand[nc + 1] : NULL;
   memset(simple, 0, sizeof *simple * 2);
   simple->fam[0] = F_EVEN;
+  simple->state = p->user_state;
   simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
   for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
     if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
@@ -822,6 +866,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     dp->forms = dp_forms(p);
     dp->fam[0] = F_DP;
     dp->mb = 1;
+    dp->state = p->user_state;
     settle(&s, dp, false);
   }
   for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
@@ -839,7 +884,8 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   for (int c = 0; c < ncon; c++) {   /* an earlier contender of the same forms stands for it */
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
-          con[b]->mb == con[c]->mb && same_forms(p, con[b]->forms, con[c]->forms))
+          con[b]->mb == con[c]->mb && con[b]->state == con[c]->state &&
+          same_forms(p, con[b]->forms, con[c]->forms))
         con[c]->same = con[b];
     rivals += !con[c]->same && con[c]->est <= least * PRUNE;
   }
@@ -866,6 +912,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     bool over = false;
     for (int c = 0; c < ncon && round < MEMORY_ROUNDS; c++)
       over |= con[c]->tried && con[c]->sim < INFINITY && con[c]->worst > 1 && correct(p, con[c]);
+    p->state = p->user_state;
     plan_apply(p, p->user);
     return over ? choose(p, d, run, round + 1) : no_plan(p, d, run, stages);
   }
@@ -902,6 +949,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
       with = fmin(with, rc[c].est);
     p->remat = NULL;
     if (with * (1 + conf.noise) < step_of(kept)) {
+      p->state = p->user_state;
       plan_apply(p, p->user);
       run->want_remat = loop->loc;
       return false;
@@ -932,7 +980,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     }
     if (out)
       fclose(out);
-    p->mb = kept->mb;
+    use(p, kept);
     PlanInfo *pi = record(p, kept->forms, kept->R, step_of(kept), conf.simple, &conf);
     pi->mb = kept->mb;
     pi->planned_mb = planned_mb;
@@ -942,8 +990,10 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     free(text);
     run->plan = pi;
   }
-  p->mb = kept->mb;
+  use(p, kept);
   plan_apply(p, kept->forms);
+  if (m->state_sharded && p->user_state < 0)
+    m->state_loc = p->mesh->loc;
   return true;
 }
 

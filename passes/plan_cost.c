@@ -717,6 +717,10 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
   glp_init_smcp(&parm);
   parm.msg_lev = GLP_MSG_OFF;
   ok = glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT;
+  if (!ok) {   /* the simplex's perturbation can fail a feasible program: presolved again */
+    parm.presolve = GLP_ON;
+    ok = glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT;
+  }
   for (int i = 0; ok && i < k; i++)
     R[x][i] = glp_get_col_prim(lp, vc[i] + 1);
   glp_delete_prob(lp);
@@ -731,6 +735,8 @@ done:
 
 void plan_apply(Planner *p, Sharding **A) {
   Module *m = p->m;
+  m->state_sharded = p->state >= 0;
+  m->state_axis = p->state >= 0 ? p->state : 0;
   for (int g = 0; g < m->global.n; g++)
     m->global.a[g].shard = A[g];
   for (int k = 0; k < p->step->inst.n; k++)
@@ -842,6 +848,7 @@ bool plan_init(Planner *p, Module *m) {
   for (int x = 0; x < p->naxis; x++)
     p->ndev *= p->size[x] = mesh->axis_size[x];
   p->mb = m->microbatches > 1 ? m->microbatches : 1;
+  p->state = p->user_state = m->state_sharded ? m->state_axis : -1;
   if (!p->step || p->ndev > SHARD_MAX_AXIS || p->ndev < 1)
     return false;
   Arena *a = m->arena;

@@ -49,6 +49,8 @@ typedef struct Planner {
   int *var, nvar;               /* the globals whose forms the search chooses */
   bool *stacked;                /* by global: a stacked operand of a loop of the step */
   int mb;                       /* micro-batches a pipeline's loop runs in */
+  int state, user_state;        /* the axis the optimizer state is split over (passes/zero.c)
+                                   in the forms evaluated, and in the parallel block's; -1: none */
   const Inst *remat;            /* a forward loop of the step the estimate counts as
                                    recomputing its forward in the backward; NULL: none */
   VEC(double) t, w, mem;

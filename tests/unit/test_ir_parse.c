@@ -63,7 +63,7 @@ static void test_start(void **state) {
   expect_error("module m\nexchange bf16\nexchange bf16\n",
                "t.ir:3:1: error: a module has one exchange line");
   expect_error("module m\nshard_state dp\n",
-               "t.ir:2:13: error: expected an axis of the mesh declared before, found 'dp'");
+               "t.ir:2:13: error: expected an axis of the mesh declared before, or none, found 'dp'");
 }
 
 /* The deterministic line and the pieces attribute of deterministic mode. */

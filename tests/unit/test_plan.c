@@ -449,19 +449,25 @@ static bool run_gpt4(Run *r, const char *rest, const char *last) {
   return ok;
 }
 
-/* examples/gpt.dt at L = 4 over speeds 2:1:1 with `mem` each. */
-static bool run_small(Run *r, const char *mem, const char *last) {
+/* examples/gpt.dt at L = 4 over speeds 2:1:1 with `mem` each, the parallel
+ * block adding `extra` lines. */
+static bool run_small_with(Run *r, const char *mem, const char *extra, const char *last) {
   Arena *t = arena_new();
   bool ok = run_gpt4(r, arena_printf(t, "cluster s {\n  node n {\n"
                                         "    device s0: cpu(gflops = 80, mem = %s)\n"
                                         "    device s1: cpu(gflops = 40, mem = %s)\n"
                                         "    device s2: cpu(gflops = 40, mem = %s)\n  }\n"
                                         "  link intra(bw = 2GB/s, lat = 20us)\n}\n"
-                                        "parallel gpt on s {\n  mesh m[dp = 3]\n  plan auto\n}\n",
-                                        mem, mem, mem),
+                                        "parallel gpt on s {\n  mesh m[dp = 3]\n%s  plan auto\n}\n",
+                                        mem, mem, mem, extra),
                      last);
   arena_free(t);
   return ok;
+}
+
+/* The same with the optimizer state kept whole (shard_state = none). */
+static bool run_small(Run *r, const char *mem, const char *last) {
+  return run_small_with(r, mem, "  shard_state = none\n", last);
 }
 
 /* The same over two nodes: s2 alone on the second, behind a slow link. */
@@ -473,7 +479,8 @@ static bool run_small_split(Run *r, const char *mem, const char *last) {
                                         "  node o { device s2: cpu(gflops = 40, mem = %s) }\n"
                                         "  link intra(bw = 2GB/s, lat = 20us)\n"
                                         "  link inter(bw = 20MB/s, lat = 500us)\n}\n"
-                                        "parallel gpt on s {\n  mesh m[dp = 3]\n  plan auto\n}\n",
+                                        "parallel gpt on s {\n  mesh m[dp = 3]\n"
+                                        "  shard_state = none\n  plan auto\n}\n",
                                         mem, mem, mem),
                      last);
   arena_free(t);
@@ -597,6 +604,31 @@ static bool run_loops(Run *r, const char *mem) {
       NULL, 0, "memplan");
   arena_free(t);
   return ok;
+}
+
+/* Left open, the optimizer state is the planner's to split over the batch's
+ * axis (passes/zero.c). At 5 MiB, where whole state holds data parallelism
+ * back (test_pipeline_memory), the plan with the state split fits every
+ * device's memory plan and simulates faster than the plan kept with the
+ * state whole. */
+static void test_state_split(void **state) {
+  (void)state;
+  Run r;
+  assert_true(run_small(&r, "5MiB", "memplan"));
+  assert_false(r.m->state_sharded);
+  double whole = simulated(&r);
+  done(&r);
+  assert_true(run_small_with(&r, "5MiB", "", "memplan"));
+  assert_true(r.m->state_sharded && r.m->state_axis == 0);
+  for (int d = 0; d < 3; d++)
+    assert_true(device_bytes(r.m, d) <= 5 * 1048576);
+  double split = simulated(&r);
+  printf("state whole %.4f ms, split %.4f ms\n", whole * 1e3, split * 1e3);
+  assert_true(split < whole);
+  char *s = report(&r);
+  assert_non_null(strstr(s, ", state split over dp "));
+  free(s);
+  done(&r);
 }
 
 /* The remat flags of the forward repeats of the loop at line `line`, in
@@ -924,6 +956,7 @@ int main(void) {
     cmocka_unit_test(test_transformer_64),
     cmocka_unit_test(test_forms_searched),
     cmocka_unit_test(test_pipeline_memory),
+    cmocka_unit_test(test_state_split),
     cmocka_unit_test(test_remat_per_loop),
     cmocka_unit_test(test_mesh_stages),
     cmocka_unit_test(test_noise_keeps_even),
