@@ -334,8 +334,8 @@ static Sharding **inputs_whole(Planner *p, Sharding **A) {
 
 /* The candidates: each combination of families over the axes, seeded,
  * descended on one axis, in its best micro-batch count; with a rows axis,
- * the optimizer state split over it where that is open and gains more than
- * NOISE_FLOOR by the estimate; their number. */
+ * the optimizer state split over it (in that count) where that is open and
+ * gains more than NOISE_FLOOR by the estimate; their number. */
 static int candidates(Search *s, Cand *cand) {
   Planner *p = s->p;
   int nc = 0, fam[IR_MAX_MESH_AXES] = {0}, n = 1;
@@ -384,9 +384,9 @@ static int candidates(Search *s, Cand *cand) {
     if (rows >= 0 && open) {   /* the state split over the rows axis, where it gains */
       Ratios R;
       p->state = rows;
-      double t = nmb > 1 ? pick_mb(s, A, mbs, nmb, R, &e) : evaluate(s, A, false, R, &e);
+      double t = evaluate(s, A, false, R, &e);
       if (t * (1 + NOISE_FLOOR) < cd->est)
-        cd->est = t, cd->state = rows, cd->mb = p->mb, memcpy(cd->R, R, sizeof R);
+        cd->est = t, cd->state = rows, memcpy(cd->R, R, sizeof R);
       p->state = p->user_state;
     }
   }

@@ -272,6 +272,40 @@ static void live_walk(Planner *p, const Func *f, const double *g, double *peak) 
   free(last);
 }
 
+/* Whether memory point a holds at least point b's bytes by every set of axes. */
+static bool holds(const double *a, const double *b) {
+  for (int M = 0; M < NMASK; M++)
+    if (a[M] < b[M])
+      return false;
+  return true;
+}
+
+/* The n points of pt ([n][NMASK]) that no other holds (the first of equal
+ * ones), in their order, compacted at its start; their number. The rest
+ * bound nothing: a device's bytes at a point grow with each set's bytes. */
+static int pareto(double *pt, int n) {
+  int *live = malloc(sizeof *live * ((size_t)n + 1)), nl = 0;   /* the points kept so far */
+  DTC_ASSERT(live);
+  for (int t = 0; t < n; t++) {
+    const double *x = pt + (size_t)t * NMASK;
+    bool held = false;
+    int k = 0;
+    for (int j = 0; j < nl; j++) {
+      const double *y = pt + (size_t)live[j] * NMASK;
+      held |= holds(y, x);
+      if (held || !holds(x, y))
+        live[k++] = live[j];
+    }
+    nl = k;
+    if (!held)
+      live[nl++] = t;
+  }
+  for (int j = 0; j < nl; j++)
+    memmove(pt + (size_t)j * NMASK, pt + (size_t)live[j] * NMASK, sizeof *pt * NMASK);
+  free(live);
+  return nl;
+}
+
 /* The memory points of the step: at each definition, the globals (inputs
  * whole: every rank is given the whole batch) and the values live there. */
 static void memory_points(Planner *p, Est *e) {
@@ -286,7 +320,7 @@ static void memory_points(Planner *p, Est *e) {
   for (int M = 0; M < NMASK; M++)
     vec_push(m->arena, &p->mem, g[M]);
   live_walk(p, p->step, g, peak);
-  e->nmem = p->mem.n / NMASK;
+  e->nmem = pareto(p->mem.a, p->mem.n / NMASK);
   e->mem = p->mem.a;
 }
 
