@@ -113,6 +113,32 @@ static Sharding *whole(Module *m) {
   return s;
 }
 
+/* The form open param p takes before propagation: whole, but split along its
+ * layers as the other stacked params of its loop are, where they are
+ * pipeline stages (the sharding pass splits a loop's stacked operands alike). */
+static Sharding *open_form(Module *m, const Global *p) {
+  Sharding *s = whole(m);
+  const Func *f = ir_find_func(m, "train_step");
+  for (int k = 0; f && k < f->inst.n; k++) {
+    const Inst *r = f->inst.a[k];
+    bool mine = false;
+    const Sharding *stage = NULL;
+    for (int j = 0; r->op == OP_repeat && j < r->nin; j++) {
+      const Global *q = ir_repeat_operand_kind(r, j) == 2 && r->in[j]->op == OP_load
+                            ? ir_global_of(r->in[j]) : NULL;
+      mine |= q == p;
+      if (q && q->shard && q->shard->axis[0] >= 0)
+        stage = q->shard;
+    }
+    if (mine && stage) {
+      s->axis[0] = stage->axis[0];
+      s->ratio[0] = stage->ratio[0];
+      return s;
+    }
+  }
+  return s;
+}
+
 bool zero_seed(Module *m, Diag *d, int *owner) {
   if (!m->state_sharded)
     return true;
@@ -127,8 +153,8 @@ bool zero_seed(Module *m, Diag *d, int *owner) {
     if (gl->kind != G_STATE || owner[g] == g)
       continue;
     Global *p = &m->global.a[owner[g]];
-    if (!p->shard) /* a param the plan leaves open is whole */
-      p->shard = whole(m);
+    if (!p->shard) /* a param left open is whole, or split as its loop's stages */
+      p->shard = open_form(m, p);
     int dim = state_dim(m, p, p->shard, a, r);
     if (dim < 0)
       continue;
