@@ -110,7 +110,7 @@ Inst *lower_int_fn(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
     return NULL;
   }
   Side o = {NULL, 0};
-  if (tensor_in(c, arg[1])) {
+  if (!is_number(c, arg[1])) {
     o.v = lower_expr(c, arg[1]);
     if (!o.v)
       return NULL;
@@ -203,8 +203,13 @@ Inst *lower_one_hot(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **a
                "step runs, so the classes cannot be counted from the data");
     return NULL;
   }
-  if (!int_arg(c, arg[1], "'num_classes'", &n) || !dim_ok(c, n, arg[1]->loc))
+  if (!int_arg(c, arg[1], "'num_classes'", &n))
     return NULL;
+  if (n < 1 || n > IR_MAX_DIM) {
+    diag_error(c->d, arg[1]->loc, "'num_classes' must be from 1 to %lld, not %lld",
+               (long long)IR_MAX_DIM, (long long)n);
+    return NULL;
+  }
   if (in[0]->type.rank >= IR_MAX_RANK) {
     diag_error(c->d, arg[0]->loc, "'one_hot' of rank %d would pass %d dimensions",
                in[0]->type.rank, IR_MAX_RANK);
@@ -221,6 +226,8 @@ Inst *lower_one_hot(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **a
 Inst *lower_arange(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   (void)b, (void)in;
   const Expr *se = arg[1] ? arg[0] : NULL, *ee = arg[1] ? arg[1] : arg[0];
+  if (arg[2] && !arg[1])
+    ee = NULL;
   Num v[3] = {{true, 0, 0}, {true, 0, 0}, {true, 1, 1}};
   const Expr *ex[3] = {se, ee, arg[2]};
   static const char *const what[] = {"'start'", "'end'", "'step'"};
@@ -244,14 +251,14 @@ Inst *lower_arange(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
   }
   double n = ceil((end - start) / step);
   if (!(n >= 1)) {
-    diag_error(c->d, e->loc, "'arange' from %g to %g by %g is empty; a tensor needs at least one "
+    diag_error(c->d, e->loc, "'arange' from %.15g to %.15g by %.15g is empty; a tensor needs at least one "
                "element", start, end, step);
     return NULL;
   }
   if (n > (double)IR_MAX_DIM ||
       (ints && (fabs(start) > INT32_MAX || fabs(start + (n - 1) * step) > INT32_MAX))) {
-    diag_error(c->d, e->loc, ints ? "'arange' from %g to %g by %g does not fit in i32"
-                                  : "'arange' from %g to %g by %g has too many elements",
+    diag_error(c->d, e->loc, ints ? "'arange' from %.15g to %.15g by %.15g does not fit in i32"
+                                  : "'arange' from %.15g to %.15g by %.15g has too many elements",
                start, end, step);
     return NULL;
   }

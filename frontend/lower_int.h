@@ -142,6 +142,8 @@ bool real_arg(Ctx *c, const Expr *e, const char *what, double *out);
 /* A finite number in range r (shared with the IR reader, ir/print.c). */
 bool real_in(Ctx *c, const Expr *e, const char *what, const IrRange *r, double *out);
 bool bool_arg(Ctx *c, const Expr *e, const char *what, bool *out);
+/* Whether e is a number: numbers, dimensions, inf, nan, arithmetic on them. */
+bool is_number(Ctx *c, const Expr *e);
 /* A tensor, or a number (inf and -inf included) as a scalar constant. */
 Inst *tensor_or_number(Ctx *c, const Expr *e, const char *what);
 /* An axis of x; negative ones count from the end. */

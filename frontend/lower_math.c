@@ -166,6 +166,11 @@ static Inst *select(Ctx *c, Loc at, Inst *m, Inst *a, Inst *b) {
   return f ? op2(c, OP_add, at, t, f) : NULL;
 }
 
+/* Whether a bound given is a tensor: not a number, nor what is neither. */
+static bool tensor_bound(Ctx *c, const Expr *e) {
+  return e && !is_number(c, e) && e->kind != E_STR && e->kind != E_LIST && e->kind != E_QUANT;
+}
+
 /* clamp with a tensor bound: where(x < min, min, x), then where(y > max,
  * max, y), each bound a tensor or a number, all broadcasting together. The
  * derivative goes to x inside the bounds, to min below it and to max above
@@ -213,7 +218,7 @@ Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg
                type_str(&in[0]->type, buf, sizeof buf));
     return NULL;
   }
-  if (clamp && ((arg[1] && tensor_in(c, arg[1])) || (arg[2] && tensor_in(c, arg[2]))))
+  if (clamp && (tensor_bound(c, arg[1]) || tensor_bound(c, arg[2])))
     return clamp_tensors(c, e, in[0], arg);
   if (!relu6 && ((arg[1] && !real_arg(c, arg[1], what[0], &lo)) ||
                  (arg[2] && !real_arg(c, arg[2], what[1], &hi))))
