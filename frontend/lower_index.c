@@ -59,11 +59,11 @@ static bool int_const(Ctx *c, const Expr *e, int64_t *k, bool *bad) {
  * from the expression here. */
 Inst *lower_int_binary(Ctx *c, const Expr *e, Inst *x, Inst *y) {
   static const DtIntFn fn[] = {['+'] = DT_INT_ADD, ['-'] = DT_INT_SUB, ['*'] = DT_INT_MUL,
-                                  ['>'] = DT_INT_GT, ['<'] = DT_INT_GT, [B_GE] = DT_INT_GE,
-                                  [B_LE] = DT_INT_GE, [B_EQ] = DT_INT_EQ, [B_NE] = DT_INT_NE};
-  static const char *const name[] = {['+'] = "add", ['-'] = "sub", ['*'] = "mul",
-                                     ['/'] = "div", ['<'] = "<", ['>'] = ">", [B_LE] = "<=",
-                                     [B_GE] = ">=", [B_EQ] = "==", [B_NE] = "!="};
+                               ['>'] = DT_INT_GT,  ['<'] = DT_INT_GT,  [B_GE] = DT_INT_GE,
+                               [B_LE] = DT_INT_GE, [B_EQ] = DT_INT_EQ, [B_NE] = DT_INT_NE};
+  static const char *const name[] = {
+      ['+'] = "add", ['-'] = "sub", ['*'] = "mul", ['/'] = "div", ['<'] = "<",
+      ['>'] = ">",   [B_LE] = "<=", [B_GE] = ">=", [B_EQ] = "==", [B_NE] = "!="};
   const Expr *side[2] = {e->lhs, e->rhs};
   Side s[2] = {{x, 0}, {y, 0}};
   bool exact = e->op != '/' && e->op != '@';
@@ -177,7 +177,8 @@ Inst *lower_gather(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
   for (int d = 0; fits && d < x->type.rank; d++)
     fits = d == ax || ix->type.dim[d] <= x->type.dim[d];
   if (!fits) {
-    diag_error(c->d, arg[2]->loc, "'index' %s of 'gather' must have the rank of input %s and no "
+    diag_error(c->d, arg[2]->loc,
+               "'index' %s of 'gather' must have the rank of input %s and no "
                "dimension longer than input's but 'dim' (%lld)",
                type_str(&ix->type, b1, sizeof b1), type_str(&x->type, b2, sizeof b2),
                (long long)ax);
@@ -199,7 +200,8 @@ Inst *lower_one_hot(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **a
   if (!need_i32(c, arg[0], in[0], "one_hot", "tensor"))
     return NULL;
   if (!arg[1]) {
-    diag_error(c->d, e->loc, "'one_hot' needs 'num_classes': dtc knows every shape before the "
+    diag_error(c->d, e->loc,
+               "'one_hot' needs 'num_classes': dtc knows every shape before the "
                "step runs, so the classes cannot be counted from the data");
     return NULL;
   }
@@ -211,8 +213,8 @@ Inst *lower_one_hot(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **a
     return NULL;
   }
   if (in[0]->type.rank >= IR_MAX_RANK) {
-    diag_error(c->d, arg[0]->loc, "'one_hot' of rank %d would pass %d dimensions",
-               in[0]->type.rank, IR_MAX_RANK);
+    diag_error(c->d, arg[0]->loc, "'one_hot' of rank %d would pass %d dimensions", in[0]->type.rank,
+               IR_MAX_RANK);
     return NULL;
   }
   Inst *i = ir_new(c->f, OP_one_hot, e->loc, 1, in);
@@ -239,8 +241,7 @@ Inst *lower_arange(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
     if (!ex[k])
       continue;
     double f;
-    if (!float_arg(c, ex[k], what[k], &f) ||
-        !fe_eval(ex[k], c->m->dim.a, c->m->dim.n, &v[k], c->d))
+    if (!float_arg(c, ex[k], what[k], &f) || !fe_eval(ex[k], c->m->dim.a, c->m->dim.n, &v[k], c->d))
       return NULL;
   }
   bool ints = v[0].is_int && v[1].is_int && v[2].is_int;
@@ -251,14 +252,17 @@ Inst *lower_arange(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
   }
   double n = ceil((end - start) / step);
   if (!(n >= 1)) {
-    diag_error(c->d, e->loc, "'arange' from %.15g to %.15g by %.15g is empty; a tensor needs at least one "
-               "element", start, end, step);
+    diag_error(c->d, e->loc,
+               "'arange' from %.15g to %.15g by %.15g is empty; a tensor needs at least one "
+               "element",
+               start, end, step);
     return NULL;
   }
   if (n > (double)IR_MAX_DIM ||
       (ints && (fabs(start) > INT32_MAX || fabs(start + (n - 1) * step) > INT32_MAX))) {
-    diag_error(c->d, e->loc, ints ? "'arange' from %.15g to %.15g by %.15g does not fit in i32"
-                                  : "'arange' from %.15g to %.15g by %.15g has too many elements",
+    diag_error(c->d, e->loc,
+               ints ? "'arange' from %.15g to %.15g by %.15g does not fit in i32"
+                    : "'arange' from %.15g to %.15g by %.15g has too many elements",
                start, end, step);
     return NULL;
   }

@@ -48,7 +48,7 @@ typedef struct IntJob {
   int32_t k;
   bool swap;
   int64_t dim[DT_MAX_RANK], sa[DT_MAX_RANK], sb[DT_MAX_RANK];
-  int bad;            /* a zero divisor was met */
+  int bad; /* a zero divisor was met */
 } IntJob;
 
 /* Python's a // b and a % b (b != 0); INT32_MIN // -1 wraps as torch's. */
@@ -218,14 +218,14 @@ DTRT_TRACED(to_f32, DTRT_TID_KERNEL) {
 /* ---- gather and its scatter-add ---- */
 
 typedef struct GatherJob {
-  const float *x;      /* gather: the source; gather_grad: dy */
+  const float *x; /* gather: the source; gather_grad: dy */
   float *y;
   const int32_t *idx;
   int r, axis;
-  int64_t idim[DT_MAX_RANK];   /* index's dims (y's, dy's) */
-  int64_t xs[DT_MAX_RANK];     /* strides of the whole (x, dx) */
-  int64_t size;                /* the whole's length along axis */
-  int64_t rows_per;            /* gather_grad: rows of one job */
+  int64_t idim[DT_MAX_RANK]; /* index's dims (y's, dy's) */
+  int64_t xs[DT_MAX_RANK];   /* strides of the whole (x, dx) */
+  int64_t size;              /* the whole's length along axis */
+  int64_t rows_per;          /* gather_grad: rows of one job */
   int bad;
 } GatherJob;
 
@@ -507,8 +507,8 @@ DTRT_TRACED(cumsum, DTRT_TID_KERNEL) {
       (s = dtrt_check_as(ctx, op, "output", out, in[0].dtype, in[0].dim, in[0].rank)) ||
       (s = dtrt_axis(ctx, op, dtrt_ai(a, 0, 0), in[0].rank, &ax)))
     return s;
-  CumJob j = {in[0].data, out->data, in[0].dim[ax], 1, dtrt_ai(a, 1, 0) != 0,
-              in[0].dtype == DTRT_I32};
+  CumJob j = {
+      in[0].data, out->data, in[0].dim[ax], 1, dtrt_ai(a, 1, 0) != 0, in[0].dtype == DTRT_I32};
   int64_t outer = 1;
   for (int d = 0; d < ax; d++)
     outer *= in[0].dim[d];

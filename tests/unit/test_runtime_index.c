@@ -99,8 +99,10 @@ static void test_int_elem(void **state) {
   enum { R = 300, C = 257 };
   int32_t *a = malloc(sizeof(int32_t) * R * C), b[C], bc[R], *y = malloc(sizeof(int32_t) * R * C);
   for (int k = 0; k < R * C; k++)
-    a[k] = k % 5 == 0 ? INT32_MAX - k % 3 : k % 7 == 0 ? INT32_MIN + k % 4 : (int32_t)(rt_next() % 2001) - 1000;
-  for (int k = 0; k < C; k++) {   /* divisors: never 0 */
+    a[k] = k % 5 == 0   ? INT32_MAX - k % 3
+           : k % 7 == 0 ? INT32_MIN + k % 4
+                        : (int32_t)(rt_next() % 2001) - 1000;
+  for (int k = 0; k < C; k++) { /* divisors: never 0 */
     b[k] = k % 11 == 0 ? -1 : (int32_t)(rt_next() % 41) - 20;
     b[k] = b[k] ? b[k] : 3;
   }
@@ -117,7 +119,7 @@ static void test_int_elem(void **state) {
       DtAttrs att = {.ni = form >= 2 ? 3 : 1, .i = {fn, kv, form == 3}};
       bool swap = form == 3;
       if (swap && (fn == DT_INT_FLOORDIV || fn == DT_INT_REM))
-        continue;   /* a can be 0 */
+        continue; /* a can be 0 */
       run(dtrt_k_int_elem, in, form >= 2 ? 1 : 2, &yt, &att);
       for (int64_t q = 0; q < R * C; q++) {
         int32_t x = a[q], v = form == 0 ? b[q % C] : form == 1 ? bc[q / C] : kv;
@@ -176,7 +178,7 @@ static void gather_case(int64_t A, int64_t B, int64_t C, int axis, int64_t along
   xt.data = x;
   it.data = ix;
   DtTensor in[2] = {xt, it}, yt = ten(DTRT_F32, y, 3, id);
-  DtAttrs ax = {.ni = 1, .i = {axis - 3}};   /* counted from the end */
+  DtAttrs ax = {.ni = 1, .i = {axis - 3}}; /* counted from the end */
   run(dtrt_k_gather, in, 2, &yt, &ax);
   for (int64_t q = 0; q < ni; q++) {
     int64_t c[3];
@@ -209,12 +211,13 @@ static void test_gather(void **state) {
   (void)state;
   for (int axis = 0; axis < 3; axis++) {
     gather_case(3, 4, 5, axis, 6);
-    gather_case(40, 50, 60, axis, 30);   /* 60000 to 72000 elements: threads */
+    gather_case(40, 50, 60, axis, 30); /* 60000 to 72000 elements: threads */
   }
   int64_t xd[2] = {3, 4}, id[2] = {4, 4};
   float x[16] = {0}, y[16];
   int32_t ix[16] = {0};
-  DtTensor in[2] = {ten(DTRT_F32, x, 2, xd), ten(DTRT_I32, ix, 2, id)}, yt = ten(DTRT_F32, y, 2, id);
+  DtTensor in[2] = {ten(DTRT_F32, x, 2, xd), ten(DTRT_I32, ix, 2, id)},
+           yt = ten(DTRT_F32, y, 2, id);
   DtAttrs ax = {.ni = 1, .i = {1}};
   refuse(dtrt_k_gather, in, 2, &yt, &ax, "does not fit [3,4] along dims other than 1");
 }
