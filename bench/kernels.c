@@ -4,7 +4,8 @@
  * 4M floats: softmax and its derivative, the normalisation of layer norm
  * and its derivative, cross entropy and its derivative, and the others the
  * gpt step calls (causal mask, dropout, transpose, the bias gradient's sum)
- * through libdtrt (dtrt_k_NAME on a context of its own); the optimizers'
+ * through libdtrt (dtrt_k_NAME on a context of its own), and torch's gather,
+ * its scatter-add, cumsum, tril and i32 arithmetic; the optimizers'
  * updates (AdamW, SGD with momentum) as dtc generates them (the models
  * opt_*, bench/opt_*.ir.in). Beside each run, interleaved so that both see
  * the same load, a copy and a triad (a = b + s c) of as many bytes on the
@@ -17,6 +18,8 @@
  *   cross_entropy (logits, labels)                        4 n + 4 rows
  *   cross_entropy_grad (logits, labels)                   8 n + 4 rows
  *   sum over the rows of [rows, d]                        4 n + 4 d
+ *   gather (index, x's row in cache), gather_grad (index, dy, dx)  12 n
+ *   cumsum, tril, int_elem                                8 n
  *   adamw: w, g, m, v in, w, m, v out                     28 n
  *   sgd with momentum: w, g, m in, w, m out               20 n
  *
@@ -195,6 +198,56 @@ static void sum(Case *c) {
   c->bytes = 4.0 * numel(&c->in[0]) + 4.0 * 256;
 }
 
+/* i32 values in [0, n) in place of input j, of x's shape */
+static void ids(Case *c, int j, int64_t n) {
+  int32_t *v = c->in[j].data;
+  c->in[j].dtype = DTRT_I32;
+  for (int64_t i = 0; i < numel(&c->in[j]); i++)
+    v[i] = (int32_t)(((seed = seed * 1103515245u + 12345u) >> 8) % (unsigned)n);
+}
+
+/* torch.gather of [B T, D] along D at random places: index in, y out, x's
+ * row read (in cache) */
+static void gather(Case *c) {
+  kernel(c, dtrt_k_gather, 2, act, 2);
+  ids(c, 1, act[1]);
+  c->a = (DtAttrs){.i = {1}, .ni = 1};
+  c->bytes = 12.0 * numel(&c->out);
+}
+
+/* its scatter-add: index and dy in, dx zeroed and added to */
+static void gather_grad(Case *c) {
+  kernel(c, dtrt_k_gather_grad, 2, act, 2);
+  ids(c, 0, act[1]);
+  c->a = (DtAttrs){.i = {1, act[0], act[1]}, .ni = 3};
+  c->bytes = 12.0 * numel(&c->out);
+}
+
+/* cumsum over T of [B, T, D] */
+static void cumsum(Case *c) {
+  static const int64_t x[] = {16, 128, 256};
+  kernel(c, dtrt_k_cumsum, 3, x, 1);
+  c->a = (DtAttrs){.i = {1}, .ni = 1};
+  c->bytes = 8.0 * numel(&c->out);
+}
+
+static void tril(Case *c) {
+  kernel(c, dtrt_k_tril, 3, att, 1);
+  c->bytes = 8.0 * numel(&c->out);
+}
+
+/* ids - 1 over 1M i32 */
+static void int_elem(Case *c) {
+  static const int64_t n[] = {1 << 20};
+  kernel(c, dtrt_k_int_elem, 1, n, 1);
+  ids(c, 0, 1 << 20);
+  c->out.dtype = DTRT_I32;
+  c->shape[0] = 'i';   /* i32[1048576] */
+  c->shape[1] = '3', c->shape[2] = '2';
+  c->a = (DtAttrs){.i = {DT_INT_SUB, 1}, .ni = 2};
+  c->bytes = 8.0 * numel(&c->out);
+}
+
 static void adamw_1m(Case *c) {
   update(c, opt_adamw_1m_create, 1 << 20, "f32[1048576]");
   c->bytes = 28.0 * c->ng;
@@ -229,6 +282,11 @@ static const struct {
     {"dropout", dropout},
     {"transpose", transpose},
     {"sum", sum},
+    {"gather", gather},
+    {"gather_grad", gather_grad},
+    {"cumsum", cumsum},
+    {"tril", tril},
+    {"int_elem", int_elem},
     {"adamw", adamw_1m},
     {"adamw", adamw_4m},
     {"sgd_momentum", sgd_1m},

@@ -79,7 +79,7 @@ bool bool_arg(Ctx *c, const Expr *e, const char *what, bool *out) {
 
 /* Whether e is a number: numbers, dimensions, inf and nan (names that are
  * not otherwise defined), and arithmetic on them. */
-static bool is_number(Ctx *c, const Expr *e) {
+bool is_number(Ctx *c, const Expr *e) {
   switch (e->kind) {
   case E_NUM: return true;
   case E_IDENT: {

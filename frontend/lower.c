@@ -12,7 +12,7 @@
 /* ---- expressions ---- */
 
 /* Numbers, dimension names and arithmetic on them fold to one constant. */
-static bool is_const(Ctx *c, const Expr *e) {
+bool is_const(Ctx *c, const Expr *e) {
   switch (e->kind) {
   case E_NUM: return true;
   case E_IDENT: {
@@ -52,9 +52,14 @@ static Inst *compare(Ctx *c, const Expr *e, Inst *x, Inst *y) {
   }
 }
 
-Inst *lower_expr(Ctx *c, const Expr *e) {
+/* x OP y of f32 operands: a comparison, or the op's instruction. */
+Inst *lower_binary(Ctx *c, const Expr *e, Inst *x, Inst *y) {
   static const Op binop[128] = {['+'] = OP_add, ['-'] = OP_sub, ['*'] = OP_mul, ['/'] = OP_div,
                                 ['@'] = OP_matmul};
+  return ast_compare(e->op) ? compare(c, e, x, y) : op2(c, binop[e->op], e->loc, x, y);
+}
+
+Inst *lower_expr(Ctx *c, const Expr *e) {
   if ((e->kind == E_NEG || e->kind == E_BINARY) && is_const(c, e)) {
     Num v;
     return fe_eval(e, c->m->dim.a, c->m->dim.n, &v, c->d) ? constant(c, v.f, e->loc) : NULL;
@@ -66,6 +71,8 @@ Inst *lower_expr(Ctx *c, const Expr *e) {
     return ref(c, e->s, e->loc);
   case E_NEG: {
     Inst *x = lower_expr(c, e->lhs);
+    if (x && x->type.dtype == DT_I32)
+      return lower_int_neg(c, e->loc, x);
     return x ? op1(c, OP_neg, e->loc, x) : NULL;
   }
   case E_BINARY: {
@@ -73,7 +80,9 @@ Inst *lower_expr(Ctx *c, const Expr *e) {
     Inst *y = lower_expr(c, e->rhs);
     if (!x || !y)
       return NULL;
-    return ast_compare(e->op) ? compare(c, e, x, y) : op2(c, binop[e->op], e->loc, x, y);
+    if (e->op != '@' && (x->type.dtype == DT_I32 || y->type.dtype == DT_I32))
+      return lower_int_binary(c, e, x, y);
+    return lower_binary(c, e, x, y);
   }
   case E_CALL:
     return lower_call(c, e);

@@ -142,6 +142,8 @@ bool real_arg(Ctx *c, const Expr *e, const char *what, double *out);
 /* A finite number in range r (shared with the IR reader, ir/print.c). */
 bool real_in(Ctx *c, const Expr *e, const char *what, const IrRange *r, double *out);
 bool bool_arg(Ctx *c, const Expr *e, const char *what, bool *out);
+/* Whether e is a number: numbers, dimensions, inf, nan, arithmetic on them. */
+bool is_number(Ctx *c, const Expr *e);
 /* A tensor, or a number (inf and -inf included) as a scalar constant. */
 Inst *tensor_or_number(Ctx *c, const Expr *e, const char *what);
 /* An axis of x; negative ones count from the end. */
@@ -177,6 +179,13 @@ Inst *lower_index(Ctx *c, const Expr *e);
 /* v reshaped to shape [dim, n] (v itself when that is its shape). */
 Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n);
 
+/* ---- lower_index.c: integers as torch promotes them ---- */
+
+/* x OP y of e, a binary expression (not '@'), x or y i32. */
+Inst *lower_int_binary(Ctx *c, const Expr *e, Inst *x, Inst *y);
+/* -x of an i32 value. */
+Inst *lower_int_neg(Ctx *c, Loc at, Inst *x);
+
 /* ---- train.c: minimize, optimizers, schedules ---- */
 
 /* minimize NAME with OPTIMIZER(...): fills c->m->train. */
@@ -200,6 +209,10 @@ void check_cycles(Ctx *model, Block *b, Block **path, int depth);
 /* ---- lower.c: expressions, declarations, statements, the model ---- */
 
 Inst *lower_expr(Ctx *c, const Expr *e);
+/* Whether e is a constant expression: numbers, dimensions, arithmetic. */
+bool is_const(Ctx *c, const Expr *e);
+/* x OP y of e (a binary expression) on f32 operands lowered already. */
+Inst *lower_binary(Ctx *c, const Expr *e, Inst *x, Inst *y);
 void emit_output(Ctx *c, const char *name, Inst *v, Loc at);
 /* Whether s applies a block: [repeat(N)] BLOCK(args) [as NAME]. */
 bool is_apply(const Ctx *c, const Stmt *s);

@@ -159,6 +159,45 @@ Inst *lower_where(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg
   return f ? op2(c, OP_add, e->loc, t, f) : NULL;
 }
 
+/* where(m, a, b) of a mask m: where_true(m, a) + where_false(m, b). */
+static Inst *select(Ctx *c, Loc at, Inst *m, Inst *a, Inst *b) {
+  Inst *t = m ? op2(c, OP_where_true, at, m, a) : NULL;
+  Inst *f = t ? op2(c, OP_where_false, at, m, b) : NULL;
+  return f ? op2(c, OP_add, at, t, f) : NULL;
+}
+
+/* Whether a bound given is a tensor: not a number, nor what is neither. */
+static bool tensor_bound(Ctx *c, const Expr *e) {
+  return e && !is_number(c, e) && e->kind != E_STR && e->kind != E_LIST && e->kind != E_QUANT;
+}
+
+/* clamp with a tensor bound: where(x < min, min, x), then where(y > max,
+ * max, y), each bound a tensor or a number, all broadcasting together. The
+ * derivative goes to x inside the bounds, to min below it and to max above
+ * it (or everywhere when max < min), as torch's; where min equals max and x
+ * is below, torch gives none, this min. */
+static Inst *clamp_tensors(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+  static const char *const what[] = {"'min'", "'max'"};
+  for (int k = 1; k <= 2; k++) {
+    if (!arg[k])
+      continue;
+    Inst *v = tensor_or_number(c, arg[k], what[k - 1]);
+    if (!v)
+      return NULL;
+    if (v->type.dtype != DT_F32 || !broadcasts(x, v)) {
+      char b1[128], b2[128];
+      diag_error(c->d, arg[k]->loc, "%s %s of 'clamp' must be f32 and broadcast with input %s",
+                 what[k - 1], type_str(&v->type, b1, sizeof b1), type_str(&x->type, b2, sizeof b2));
+      return NULL;
+    }
+    Inst *m = k == 1 ? op2(c, OP_gt, e->loc, v, x) : op2(c, OP_gt, e->loc, x, v);
+    x = select(c, e->loc, m, v, x);
+    if (!x)
+      return NULL;
+  }
+  return x;
+}
+
 /* clamp(input, min, max) as torch.clamp, at least one bound given;
  * hardtanh(input, min_val = -1, max_val = 1) and relu6(input) (hardtanh
  * from 0 to 6) as torch.nn.functional's. One op clamp: min(max(x, min),
@@ -179,6 +218,8 @@ Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg
                type_str(&in[0]->type, buf, sizeof buf));
     return NULL;
   }
+  if (clamp && (tensor_bound(c, arg[1]) || tensor_bound(c, arg[2])))
+    return clamp_tensors(c, e, in[0], arg);
   if (!relu6 && ((arg[1] && !real_arg(c, arg[1], what[0], &lo)) ||
                  (arg[2] && !real_arg(c, arg[2], what[1], &hi))))
     return NULL;

@@ -17,8 +17,8 @@
  *                   (2 (c1 + c2)), and for demo_compress a sort of each tile
  *                   (log2 of its size)
  *   data movement   0: reshape transpose slice pad (its fill too, whatever the
- *                   value) concat broadcast embedding; embedding_bag adds
- *                   its pooling
+ *                   value) concat broadcast embedding to_f32 gather one_hot
+ *                   arange tril triu; embedding_bag adds its pooling
  *   plumbing        0: load store output const lr arg repeat_out batch_stat
  *   repeat          n times the sum over its body's insts
  *
@@ -259,6 +259,19 @@ PER_IN(pad_replicate_grad, 1)
 PER_IN(pad_circular_grad, 1)
 ZERO(concat)
 ZERO(broadcast)
+
+/* indices and integers: one operation per result element (int_elem's
+ * arithmetic or compare, cumsum's add, gather_grad's add per adjoint
+ * element); the others move data */
+PER_OUT(int_elem, 1)
+ZERO(to_f32)
+ZERO(gather)
+PER_IN(gather_grad, 1)
+ZERO(one_hot)
+ZERO(arange)
+PER_OUT(cumsum, 1)
+ZERO(tril)
+ZERO(triu)
 
 /* Collectives move bytes; their cost is communication, not FLOPs (an
  * all-reduce's additions are counted with the bytes by the comm model). */

@@ -72,6 +72,15 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_pad_circular_grad] = dtrt_k_pad_circular_grad,
   [OP_concat] = dtrt_k_concat,
   [OP_broadcast] = dtrt_k_broadcast,
+  [OP_int_elem] = dtrt_k_int_elem,
+  [OP_to_f32] = dtrt_k_to_f32,
+  [OP_gather] = dtrt_k_gather,
+  [OP_gather_grad] = dtrt_k_gather_grad,
+  [OP_one_hot] = dtrt_k_one_hot,
+  [OP_arange] = dtrt_k_arange,
+  [OP_cumsum] = dtrt_k_cumsum,
+  [OP_tril] = dtrt_k_tril,
+  [OP_triu] = dtrt_k_triu,
 };
 
 

@@ -1227,6 +1227,117 @@ bool shape_concat(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
+/* ---- indices and integers ---- */
+
+bool shape_int_elem(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  int64_t fn = ir_get_int(inst, "fn", -1), k = ir_get_int(inst, "k", 0);
+  if (fn < 0 || fn >= DT_INT_COUNT)
+    FAIL("'int_elem': fn %lld is not a function (0 to %d)", (long long)fn, DT_INT_COUNT - 1);
+  if (k < INT32_MIN || k > INT32_MAX)
+    FAIL("'int_elem': k = %lld does not fit in i32", (long long)k);
+  for (int j = 0; j < inst->nin; j++)
+    if (IN(j)->dtype != DT_I32)
+      FAIL("operand %d of 'int_elem' must be i32, got %s", j + 1, ts(IN(j), b1));
+  if (inst->nin == 1)
+    inst->type = *IN(0);
+  else if (!broadcast2(IN(0), IN(1), &inst->type))
+    FAIL("shape mismatch in 'int_elem': %s and %s do not broadcast", ts(IN(0), b1), ts(IN(1), b2));
+  inst->type.dtype = fn >= DT_INT_GT ? DT_F32 : DT_I32;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_to_f32(Inst *inst, char *err, size_t errlen) {
+  char b1[128];
+  if (IN(0)->dtype != DT_I32)
+    FAIL("'to_f32' takes an i32 value, not %s", ts(IN(0), b1));
+  inst->type = *IN(0);
+  inst->type.dtype = DT_F32;
+  return true;
+}
+
+/* index i32 of x's rank, no dim longer than x's but along axis. */
+static bool index_fits(Inst *inst, const Type *x, const Type *idx, int64_t *ax, char *err,
+                       size_t errlen) {
+  char b1[128], b2[128];
+  if (idx->dtype != DT_I32 || idx->rank != x->rank)
+    FAIL("'%s' needs an i32 index of rank %d, got %s", NAME, x->rank, ts(idx, b1));
+  if (!get_axis(inst, "axis", 0, x->rank, ax, err, errlen))
+    return false;
+  for (int d = 0; d < x->rank; d++)
+    if (d != *ax && idx->dim[d] > x->dim[d])
+      FAIL("'%s': index %s is longer than %s in dimension %d", NAME, ts(idx, b1), ts(x, b2), d);
+  return true;
+}
+
+bool shape_gather(Inst *inst, char *err, size_t errlen) {
+  int64_t ax;
+  if (!need_f32(inst, 0, err, errlen) || !index_fits(inst, IN(0), IN(1), &ax, err, errlen))
+    return false;
+  inst->type = *IN(1);
+  inst->type.dtype = DT_F32;
+  return true;
+}
+
+bool shape_gather_grad(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128];
+  Type t = {DT_F32, 0, {0}};
+  int64_t ax;
+  if (!shape_attr(inst, &t, err, errlen) || !index_fits(inst, &t, IN(0), &ax, err, errlen))
+    return false;
+  Type dy = *IN(0);
+  dy.dtype = DT_F32;
+  if (!type_eq(&dy, IN(1)))
+    FAIL("'gather_grad' needs an adjoint f32 of the index's shape %s, got %s", ts(IN(0), b1),
+         ts(IN(1), b2));
+  return true;
+}
+
+bool shape_one_hot(Inst *inst, char *err, size_t errlen) {
+  char b1[128];
+  const Type *x = IN(0);
+  int64_t c = ir_get_int(inst, "classes", 0);
+  if (x->dtype != DT_I32 || x->rank >= IR_MAX_RANK)
+    FAIL("'one_hot' takes i32 ids of rank below %d, not %s", IR_MAX_RANK, ts(x, b1));
+  if (c < 1)
+    FAIL("'one_hot' needs classes of 1 or more, got %lld", (long long)c);
+  inst->type = *x;
+  inst->type.dtype = DT_F32;
+  inst->type.dim[inst->type.rank++] = c;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_arange(Inst *inst, char *err, size_t errlen) {
+  int64_t n = ir_get_int(inst, "size", 0);
+  bool i32 = ir_get_int(inst, "i32", 0) != 0;
+  double start = ir_get_float(inst, "start", 0), step = ir_get_float(inst, "step", 1);
+  if (n < 1)
+    FAIL("'arange' needs a size of 1 or more, got %lld", (long long)n);
+  if (i32 && (start != floor(start) || step != floor(step) ||
+              fabs(start) > INT32_MAX || fabs(start + (double)(n - 1) * step) > INT32_MAX))
+    FAIL("'arange' of i32 needs integers start and step whose values fit in i32");
+  inst->type = (Type){i32 ? DT_I32 : DT_F32, 1, {n}};
+  return check_out(inst, err, errlen);
+}
+
+bool shape_cumsum(Inst *inst, char *err, size_t errlen) {
+  int64_t ax;
+  if (!get_axis(inst, "axis", 0, IN(0)->rank, &ax, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return true;
+}
+
+static bool tri(Inst *inst, char *err, size_t errlen) {
+  char b1[128];
+  if (IN(0)->rank < 2)
+    FAIL("'%s' needs a tensor of rank 2 or more, got %s", NAME, ts(IN(0), b1));
+  inst->type = *IN(0);
+  return true;
+}
+bool shape_tril(Inst *i, char *e, size_t n) { return tri(i, e, n); }
+bool shape_triu(Inst *i, char *e, size_t n) { return tri(i, e, n); }
+
 /* ---- communication (per-device functions) ---- */
 
 /* This device's position along mesh axis `axis` of the module's mesh; false

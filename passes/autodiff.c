@@ -654,6 +654,43 @@ static void grad_concat(GradCtx *g, Inst *inst) {
 
 static void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
 
+/* ---- indices and integers: nothing flows into i32 values ---- */
+
+static void grad_int_elem(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_to_f32(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_one_hot(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_arange(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_gather_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+
+/* dx: dy added at the places gather read */
+static void grad_gather(GradCtx *g, Inst *inst) {
+  Inst *in[2] = {inst->in[1], DY};
+  Inst *r = ir_new(g->f, OP_gather_grad, inst->loc, 2, in);
+  ir_set_int(r, "axis", axis_of(inst));
+  ir_set_ints(r, "shape", X->type.dim, X->type.rank);
+  accum(g, X, ir_finish(r));
+}
+
+/* dx[k] = dy[k] + ... + dy[n-1]: the cumsum the other way */
+static void grad_cumsum(GradCtx *g, Inst *inst) {
+  Inst *dy = DY;
+  Inst *r = ir_new(g->f, OP_cumsum, inst->loc, 1, &dy);
+  ir_set_int(r, "axis", axis_of(inst));
+  if (!ir_get_int(inst, "reverse", 0))
+    ir_set_int(r, "reverse", 1);
+  accum(g, X, ir_finish(r));
+}
+
+/* the same mask on dy */
+static void grad_tril(GradCtx *g, Inst *inst) {
+  Inst *dy = DY;
+  accum(g, X, grad_op(g, OP_tril, inst, 1, &dy));
+}
+static void grad_triu(GradCtx *g, Inst *inst) {
+  Inst *dy = DY;
+  accum(g, X, grad_op(g, OP_triu, inst, 1, &dy));
+}
+
 /* ---- loops ----
  * The backward of `repeat` is a repeat in reverse over a body made once. The
  * body B is differentiated as a function: G holds a copy of B (its forward

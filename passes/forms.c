@@ -605,6 +605,56 @@ static bool shard_pad_circular_grad(const Inst *i, DimMap *m) { return on_axis(i
 static bool shard_concat(const Inst *i, DimMap *m) { return on_axis(i, m); }
 static bool shard_broadcast(const Inst *i, DimMap *m) { return elem(i, m, true); }
 
+/* ---- indices and integers ---- */
+
+static bool shard_int_elem(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_to_f32(const Inst *i, DimMap *m) { return elem(i, m, false); }
+/* Made whole on every device: a block would count from 0 */
+static bool shard_arange(const Inst *i, DimMap *m) { return whole(i, m); }
+/* The classes stay whole; the ids' dims carry over. */
+static bool shard_one_hot(const Inst *i, DimMap *m) {
+  map_init(i, m);
+  for (int j = 0; j < i->in[0]->type.rank; j++)
+    m->to[0][j] = j;
+  m->res_whole[i->type.rank - 1] = true;
+  return true;
+}
+/* (x, index) -> index's shape: x stays whole along axis (an index points
+ * anywhere in it); a split of index along axis splits the result. Another
+ * dim splits in x, index and the result together where x and index have
+ * one length there, else it stays whole (a block of index would read x at
+ * its own coordinates). */
+static bool shard_gather(const Inst *i, DimMap *m) {
+  const Type *x = &i->in[0]->type, *ix = &i->in[1]->type;
+  int64_t ax = norm_axis(ir_get_int(i, "axis", 0), x->rank);
+  map_init(i, m);
+  for (int j = 0; j < x->rank; j++) {
+    bool same = j != ax && x->dim[j] == ix->dim[j];
+    m->to[0][j] = same ? j : FORM_WHOLE;
+    m->to[1][j] = same || j == ax ? j : FORM_WHOLE;
+    m->res_whole[j] = !same && j != ax;
+  }
+  return true;
+}
+/* (index, dy) -> dx: dx stays whole along axis, where a split of index and
+ * dy makes a partial sum; the other dims as gather's. */
+static bool shard_gather_grad(const Inst *i, DimMap *m) {
+  const Type *ix = &i->in[0]->type;
+  int64_t ax = norm_axis(ir_get_int(i, "axis", 0), ix->rank);
+  map_init(i, m);
+  for (int j = 0; j < ix->rank; j++) {
+    bool same = j != ax && ix->dim[j] == i->type.dim[j];
+    m->to[0][j] = m->to[1][j] = j == ax ? FORM_SUM(0) : same ? j : FORM_WHOLE;
+    m->res_whole[j] = !same;
+  }
+  m->nsum = 1;
+  return true;
+}
+/* along the axis each element adds all before it: that dim stays whole */
+static bool shard_cumsum(const Inst *i, DimMap *m) { return along(i, m); }
+static bool shard_tril(const Inst *i, DimMap *m) { return last(i, m, 2); }
+static bool shard_triu(const Inst *i, DimMap *m) { return last(i, m, 2); }
+
 /* ---- collectives: made by spmd, never sharded ---- */
 
 static bool shard_all_reduce(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }

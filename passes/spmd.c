@@ -495,7 +495,7 @@ static void emit(Ctx *c, const Inst *i) {
     return;
   Type local;
   ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
-  if (i->op == OP_reshape || i->op == OP_broadcast)
+  if (i->op == OP_reshape || i->op == OP_broadcast || i->op == OP_gather_grad)
     ir_set_ints(x, "shape", local.dim, local.rank);
   if (i->op == OP_arg)
     x->type = local;

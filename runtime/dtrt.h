@@ -306,6 +306,29 @@ DTRT_KERNEL(pad_replicate_grad);
 DTRT_KERNEL(pad_circular_grad);
 DTRT_KERNEL(concat);
 DTRT_KERNEL(broadcast);
+/* torch's functions on indices and integers (runtime/kernels_index.c):
+ * int_elem(a, b) or int_elem(a) with the integer i[1] (i[2] swap: it comes
+ * first): a fn b elementwise over i32, broadcasting, fn = i[0] a DtIntFn;
+ * add, sub and mul wrap at 2^32, floor_divide and remainder round as
+ * Python's // and % (a zero divisor: DT_ERR_ARG), the comparisons give f32
+ * masks of 1 and 0. to_f32(x i32) -> f32. gather(x, index i32){axis} ->
+ * index's shape; gather_grad(index, dy){axis, shape...} -> dx of that shape.
+ * one_hot(ids i32){classes} -> f32[..., classes]. arange(){size, i32;
+ * start, step} -> [size]. cumsum(x){axis, reverse}. tril and triu(x[..., r,
+ * c]){diagonal}. An index or class out of range is DT_ERR_ARG. */
+typedef enum DtIntFn {
+  DT_INT_ADD, DT_INT_SUB, DT_INT_MUL, DT_INT_FLOORDIV, DT_INT_REM,
+  DT_INT_GT, DT_INT_GE, DT_INT_EQ, DT_INT_NE, DT_INT_COUNT
+} DtIntFn;
+DTRT_KERNEL(int_elem);
+DTRT_KERNEL(to_f32);
+DTRT_KERNEL(gather);
+DTRT_KERNEL(gather_grad);
+DTRT_KERNEL(one_hot);
+DTRT_KERNEL(arange);
+DTRT_KERNEL(cumsum);
+DTRT_KERNEL(tril);
+DTRT_KERNEL(triu);
 
 /* ---- files -------------------------------------------------------------
  * Nothing dtc or libdtrt writes lands on a path that names something other

@@ -1,5 +1,6 @@
 # fn_torch.py TORCH_TERMS < loss_steps output: a function of torch against
-# dtc's, value and gradient. TORCH_TERMS is an expression of z, t, F
+# dtc's, value and gradient. TORCH_TERMS is an expression of z, t, y (the
+# labels, int64), F
 # (torch.nn.functional) and rms_norm whose sum is the loss dtc computed,
 # evaluated in float64. The loss agrees within (24 + 16) 2^-24 of the sum of
 # the terms' magnitudes (24 terms summed in float, a few roundings each before
@@ -30,6 +31,7 @@ if "error" in val:
     sys.exit(1)
 z = torch.tensor(val["z"], dtype=torch.float64).reshape(6, 4).requires_grad_()
 t = torch.tensor(val["t"], dtype=torch.float64).reshape(6, 4)
+y = torch.tensor(val["y"], dtype=torch.float64).long()
 terms = eval(spec)
 loss = terms.sum()
 loss.backward()

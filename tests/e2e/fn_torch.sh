@@ -1,7 +1,8 @@
 #!/bin/sh
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
 # leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`,
-# comparisons, where, clamp, hardtanh, relu6, indexing and slicing)
+# comparisons, where, clamp, hardtanh, relu6, indexing and slicing, integer
+# arithmetic, gather, one_hot, arange, cumsum, tril, triu)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -78,4 +79,34 @@ check "sum(z[2:] * t[:-2])" "z[2:] * t[:-2]"
 check "z[1, 2] * t[0, -1]" "(z[1, 2] * t[0, -1]).reshape(1)"
 check "sum(z[-2:100, ...] * -t[0])" "z[-2:100, ...] * -t[0]"
 check "sum(softmax(z, dim = 1)[:, 0] * t[:, 1])" "F.softmax(z, dim=1)[:, 0] * t[:, 1]"
+# integers as torch computes them (y: the labels 0 3 1 2 3 1): i32 with
+# integers stays i32, `/` and f32 operands make f32
+check "sum((y - 1) * z[:, 0] + (2 * y + 1) * t[:, 1])" "(y - 1) * z[:, 0] + (2 * y + 1) * t[:, 1]"
+check "sum(where(y * 2 - 1 > 4, z[:, 1], t[:, 2]) + (y == 3) * z[:, 2])" \
+      "torch.where(y * 2 - 1 > 4, z[:, 1], t[:, 2]) + (y == 3) * z[:, 2]"
+check "sum(y / 2 * z[:, 2] + (y + 0.5) * z[:, 3] + -y * t[:, 0])" \
+      "y / 2 * z[:, 2] + (y + 0.5) * z[:, 3] + -y * t[:, 0]"
+check "sum(floor_divide(y - 2, 2) * z[:, 0] + remainder(y - 2, -3) * z[:, 1])" \
+      "torch.floor_divide(y - 2, 2) * z[:, 0] + torch.remainder(y - 2, -3) * z[:, 1]"
+check "sum(remainder(7 - y, y + 1) * z[:, 3])" "torch.remainder(7 - y, y + 1) * z[:, 3]"
+# gather, one_hot, arange (i32 for integers, f32 otherwise)
+check "sum(gather(z, 1, reshape(y, [6, 1])) * t[:, 0:1])" "z.gather(1, y.view(6, 1)) * t[:, 0:1]"
+check "sum(gather(z, 0, remainder(reshape(arange(8), [2, 4]) * 5, 6)) * t[:2])" \
+      "z.gather(0, (torch.arange(8).reshape(2, 4) * 5) % 6) * t[:2]"
+check "sum(gather(z, dim = -1, index = reshape(arange(5, 2, -1), [1, 3]) - 2) * t[0, :3])" \
+      "z.gather(-1, torch.arange(5, 2, -1).reshape(1, 3) - 2) * t[0, :3]"
+check "sum(one_hot(y, num_classes = 4) * z * t)" "F.one_hot(y, 4) * z * t"
+check "sum(arange(0.5, 2.5, 0.5) * z * t)" "torch.arange(0.5, 2.5, 0.5, dtype=torch.float64) * z * t"
+# cumsum, tril and triu
+check "sum(cumsum(z, 1) * t)" "z.cumsum(1) * t"
+check "sum(cumsum(z, dim = 0) * t)" "z.cumsum(0) * t"
+check "sum(cumsum(y, 0) * z[:, 1])" "y.cumsum(0) * z[:, 1]"
+check "sum(tril(z) * t + triu(z, 1) * z)" "z.tril() * t + z.triu(1) * z"
+check "sum(tril(z, diagonal = -2) * t + triu(z, -1) * t)" "z.tril(-2) * t + z.triu(-1) * t"
+# clamp with tensor bounds: z below, between and above; the bound z itself
+check "sum(clamp(z, min = t - 0.5, max = t + 0.5) * t)" "torch.clamp(z, t - 0.5, t + 0.5) * t"
+check "sum(clamp(z, t - 0.25) * t + clamp(z, max = sum(t, dim = 0)) * t)" \
+      "torch.clamp(z, min=t - 0.25) * t + torch.clamp(z, max=t.sum(0)) * t"
+check "sum(clamp(t, min = z) * t + clamp(z, min = 1, max = t) * t)" \
+      "torch.clamp(t, min=z) * t + torch.clamp(z, min=torch.ones_like(t), max=t) * t"
 exit $fail

@@ -309,6 +309,63 @@ static void test_causal_mask(void **s) {
   gradcheck(&t, ir_finish(y), "causal_mask fill=-3");
 }
 
+/* ---- indices ---- */
+
+/* gather along each axis of x [3, 4, 2] with an index shorter than x in the
+ * other dims; repeated indices add up in the derivative. */
+static void gather_along(int64_t axis, const char *label) {
+  static const int64_t dims[3] = {3, 4, 2};
+  Inst *x = tm_param(&t, "x", F32(3, 4, 2));
+  Type it = I32(2, 3, 2);
+  it.dim[axis] = 5;
+  Inst *ix = tm_input(&t, "ix", it);
+  int32_t *v = tm_data(&t, "ix");
+  for (int64_t k = 0; k < type_elems(&it); k++)
+    v[k] = (int32_t)((k * 7 + 3) % dims[axis]);
+  Inst *y = tm_new(&t, OP_gather, 2, x, ix);
+  ir_set_int(y, "axis", axis);
+  gradcheck(&t, ir_finish(y), label);
+}
+static void test_gather0(void **s) { (void)s; gather_along(0, "gather axis 0"); }
+static void test_gather1(void **s) { (void)s; gather_along(1, "gather axis 1"); }
+static void test_gather2(void **s) { (void)s; gather_along(2, "gather axis 2"); }
+
+static void cumsum_along(int64_t axis, bool reverse, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(3, 4, 2));
+  Inst *y = tm_new(&t, OP_cumsum, 1, x);
+  ir_set_int(y, "axis", axis);
+  if (reverse)
+    ir_set_int(y, "reverse", 1);
+  gradcheck(&t, ir_finish(y), label);
+}
+static void test_cumsum0(void **s) { (void)s; cumsum_along(0, false, "cumsum axis 0"); }
+static void test_cumsum1(void **s) { (void)s; cumsum_along(1, false, "cumsum axis 1"); }
+static void test_cumsum2(void **s) { (void)s; cumsum_along(-1, true, "cumsum axis -1 reverse"); }
+
+static void tri(Op op, int64_t diagonal, const char *label) {
+  Inst *x = tm_param(&t, "x", F32(2, 3, 4));
+  Inst *y = tm_new(&t, op, 1, x);
+  ir_set_int(y, "diagonal", diagonal);
+  gradcheck(&t, ir_finish(y), label);
+}
+static void test_tril(void **s) { (void)s; tri(OP_tril, 0, "tril"); }
+static void test_tril_below(void **s) { (void)s; tri(OP_tril, -1, "tril diagonal -1"); }
+static void test_triu(void **s) { (void)s; tri(OP_triu, 1, "triu diagonal 1"); }
+
+/* (y - 1) as f32 times x: nothing flows into the i32 values; to_f32 passes
+ * the integers on. */
+static void test_int_promoted(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(2, 3)), *ids = tm_input(&t, "ids", I32(3));
+  int32_t *v = tm_data(&t, "ids");
+  v[0] = 4, v[1] = -2, v[2] = 7;
+  Inst *m = tm_new(&t, OP_int_elem, 1, ids);
+  ir_set_int(m, "fn", DT_INT_SUB);
+  ir_set_int(m, "k", 1);
+  Inst *f = tm_op(&t, OP_to_f32, 1, ir_finish(m));
+  gradcheck(&t, tm_op(&t, OP_mul, 2, f, x), "to_f32(ids - 1) x");
+}
+
 /* ---- data movement ---- */
 
 static void test_reshape(void **s) {
@@ -729,7 +786,9 @@ int main(void) {
     T(test_embedding_bag_sum), T(test_embedding_bag_mean), T(test_embedding_bag_max),
     T(test_embedding_bag_psw), T(test_embedding_bag_offsets), T(test_embedding_bag_offsets_mean),
     T(test_embedding_bag_offsets_max), T(test_dropout),
-    T(test_causal_mask), T(test_sdpa), T(test_sdpa_causal), T(test_sdpa_self),
+    T(test_causal_mask), T(test_gather0), T(test_gather1), T(test_gather2), T(test_cumsum0),
+    T(test_cumsum1), T(test_cumsum2), T(test_tril), T(test_tril_below), T(test_triu),
+    T(test_int_promoted), T(test_sdpa), T(test_sdpa_causal), T(test_sdpa_self),
     T(test_sdpa_mask_f32), T(test_sdpa_mask_i32), T(test_sdpa_dropout), T(test_sdpa_mask_dropout),
     T(test_sdpa_mask_param), T(test_sdpa_mask_param_dropout),
     T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),

@@ -237,6 +237,44 @@ static void embedding_bags(void **state) {
   ct_free(&t);
 }
 
+/* torch's functions on indices and integers through libdtrt's kernels:
+ * i32 arithmetic on the ids (i * 7 % 3 from the harness), their f32, an
+ * arange made with no operand, gather, one_hot, cumsum and tril, trained. */
+static Inst *attr1(Inst *i, const char *name, int64_t v) {
+  ir_set_int(i, name, v);
+  return i;
+}
+
+static void indices_and_integers(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "idx");
+  Inst *ids = ct_global(&t, "ids", G_INPUT, ty(DT_I32, 1, 6), NULL);
+  Inst *p = ct_global(&t, "p", G_PARAM, ty(DT_F32, 2, 6, 4), "glorot");
+  Inst *a = ir_finish(attr1(attr1(ct_new(&t, OP_int_elem, 1, ids), "fn", DT_INT_ADD), "k", 1));
+  Inst *sq = ir_finish(attr1(ct_new(&t, OP_int_elem, 2, a, a), "fn", DT_INT_MUL));
+  Inst *f = ir_finish(with_ints(ct_new(&t, OP_reshape, 1, ct_op(&t, OP_to_f32, 1, sq)), "shape", 2, 6, 1));
+  Inst *r = ct_new(&t, OP_arange, 0);
+  ir_set_int(r, "size", 4);
+  ir_set_float(r, "start", 3);
+  ir_set_float(r, "step", -2);
+  ir_set_int(r, "i32", 1);
+  Inst *rf = ct_op(&t, OP_to_f32, 1, ir_finish(r));
+  Inst *ix = ir_finish(with_ints(ct_new(&t, OP_reshape, 1, a), "shape", 2, 6, 1));
+  Inst *g = ir_finish(attr1(ct_new(&t, OP_gather, 2, p, ix), "axis", 1));
+  Inst *h = ir_finish(attr1(ct_new(&t, OP_one_hot, 1, ids), "classes", 4));
+  Inst *cs = ir_finish(attr1(ct_new(&t, OP_cumsum, 1, p), "axis", 0));
+  Inst *tl = ir_finish(attr1(ct_new(&t, OP_tril, 1, p), "diagonal", 1));
+  Inst *v = ct_op(&t, OP_add, 2, ct_op(&t, OP_mul, 2, g, f), ct_op(&t, OP_mul, 2, h, p));
+  v = ct_op(&t, OP_add, 2, ct_op(&t, OP_add, 2, v, cs), ct_op(&t, OP_mul, 2, tl, rf));
+  ct_output(&t, v, "v");
+  Inst *loss = ir_finish(with_ints(ct_new(&t, OP_mean, 1, ct_op(&t, OP_mul, 2, v, v)), "axes", 2, 0, 1));
+  ct_output(&t, loss, "loss");
+  ct_train(&t, "sgd", 0.1);
+  run_model(&t, 2);
+  ct_free(&t);
+}
+
 /* Attention by blocks, causal with more queries than keys and not, its
  * derivative (sdpa_lse, sdpa_grad and the slices), two steps. */
 static void attention(void **state) {
@@ -666,7 +704,7 @@ int main(void) {
       cmocka_unit_test(stores_and_loads), cmocka_unit_test(tanh_accuracy),
       cmocka_unit_test(explog_accuracy),  cmocka_unit_test(embedding_bags),
       cmocka_unit_test(pad_values_exact), cmocka_unit_test(classifier_parts),
-      cmocka_unit_test(long_chain),
+      cmocka_unit_test(long_chain),       cmocka_unit_test(indices_and_integers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
