@@ -275,6 +275,13 @@ double spmd_comm_bytes(const Inst *c);
  * device's memory is codegen's: cg_memory_report). */
 void spmd_report(FILE *out, const Module *m);
 
+/* ---- ring.c ---------------------------------------------------------- */
+
+/* Makes x, spmd's device copy of attention op i (sdpa, sdpa_lse,
+ * sdpa_grad), ring attention over the axis that splits i's sequence;
+ * false, x untouched, when none does. */
+bool ring_lower(const Module *m, const Inst *i, Inst *x);
+
 /* ---- exchange.c ------------------------------------------------------ */
 
 /* DeMo's exchange: each rank's momentum takes its own gradient, and the

@@ -336,7 +336,9 @@ static void place_dropout(Ctx *c, const Inst *i, Inst *x) {
   int r = whole.rank, n;
   const int64_t *had = ir_get_ints(i, "at", &n);
   ir_local_type(c->m, i->shard, &i->type, c->dev, &local, begin);
-  if (i->op == OP_sdpa_grad)   /* its dim 2 (dq, dk, dv) is whole */
+  if (i->type.rank == 5)        /* sdpa_grad's dq, dk, dv stacked: then [B,H,T,D] */
+    memmove(begin + 1, begin + 2, sizeof *begin * 3);
+  else if (i->op == OP_sdpa_grad)   /* its dim 2 (dq, dk, dv) is whole */
     begin[2] = 0;
   if (i->op == OP_sdpa || i->op == OP_sdpa_grad)
     begin[3] = 0;              /* the result's D is the keys' Tk: whole */
@@ -490,6 +492,7 @@ static void emit(Ctx *c, const Inst *i) {
     in[0] = st->loop;
   Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
+  ring_lower(m, i, x);
   int tk = table_operand(i->op);
   if (tk >= 0 && !table_block(c, i, tk, cur[tk], req, x))
     return;
