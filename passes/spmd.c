@@ -197,6 +197,29 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   return v;
 }
 
+/* A load of an input split past its first dimension (a sequence split,
+ * `shard ids: [*, cp]`): the input itself lies as its rows do (pass_spmd
+ * made its global so: a rank reads runs of whole rows), and shard_slice
+ * cuts the device's block of the rest. False for other insts. */
+static bool input_block(Ctx *c, const Inst *i) {
+  Module *m = c->m;
+  const Global *g = i->op == OP_load ? ir_global_of(i) : NULL;
+  if (!g || g->kind != G_INPUT || shard_same(m, &i->type, i->shard, g->shard))
+    return false;
+  Inst *x = ir_new(c->f, OP_load, i->loc, 0, NULL);
+  ir_copy_attrs(x, i);
+  ir_finish(x);
+  x->shard = g->shard;
+  x->name = i->name;
+  ShardStep st[SHARD_MAX_STEPS];
+  int n = shard_plan(m, &i->type, g->shard, i->shard, st);
+  DTC_ASSERT(n >= 0);
+  for (int k = 0; k < n; k++)
+    x = emit_comm(c, &st[k], x, &i->type, i->loc);
+  c->map[i->id] = x;
+  return true;
+}
+
 static Inst *scale(Ctx *c, Inst *x, double f, Loc loc) {
   Inst *k = ir_new(c->f, OP_const, loc, 0, NULL);
   ir_set_float(k, "value", f);
@@ -456,7 +479,7 @@ static void emit(Ctx *c, const Inst *i) {
     ir_finish(s);
     return;
   }
-  if (i->op == OP_fold && fold_chain(c, i))
+  if ((i->op == OP_fold && fold_chain(c, i)) || input_block(c, i))
     return;
   const Sharding *cur[SHARD_MAX_IN];
   Sharding req[SHARD_MAX_IN];
@@ -598,6 +621,16 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
                  "sharding pass", m->global.a[g].name);
       return false;
     }
+  for (int g = 0; g < m->global.n; g++) {   /* inputs lie as their rows do (input_block) */
+    Global *gl = &m->global.a[g];
+    if (gl->kind != G_INPUT)
+      continue;
+    Sharding *rows = arena_alloc(m->arena, sizeof *rows);
+    *rows = *gl->shard;
+    for (int k = 1; k < gl->type.rank; k++)
+      rows->axis[k] = -1, rows->ratio[k] = NULL;
+    gl->shard = rows;
+  }
   Ctx c = {.m = m, .d = d};
   c.scalar = arena_alloc(m->arena, sizeof *c.scalar);
   for (int k = 0; k < IR_MAX_RANK; k++)
