@@ -93,6 +93,18 @@ double spmd_comm_bytes(const Inst *c) {
   case OP_reduce_scatter: case OP_all_to_all: return f * in;
   case OP_send: case OP_bcast: return in;   /* the sender's; a bcast's root's */
   case OP_fold_all: return 2 * (double)type_elems(&c->type) * 4;   /* a hop, the bcast */
+  case OP_ring_sdpa: case OP_ring_sdpa_lse: case OP_ring_sdpa_grad: {
+    /* p - 1 hops of blocks of k (and v; the backward's adjoints too, and
+     * their hop home), counted as even blocks */
+    int n;
+    const int64_t *sizes = ir_get_ints(c, "sizes", &n);
+    const Type *q = &c->in[0]->type;
+    double t = 0, row = (double)q->dim[0] * (double)q->dim[1] * (double)q->dim[3] * 4;
+    for (int j = 0; j < n; j++)
+      t += (double)sizes[j];
+    double hops = f * t * row;
+    return c->op == OP_ring_sdpa_lse ? hops : c->op == OP_ring_sdpa ? 2 * hops : 4 * hops + 2 * row * t / k;
+  }
   default: return 0;
   }
 }
@@ -752,7 +764,8 @@ static void report_func(FILE *out, const Module *m, const Func *f, int64_t times
     const Inst *c = f->inst.a[k];
     if (c->op == OP_repeat)
       report_func(out, m, ir_repeat_body(c), times * ir_get_int(c, "n", 1), total, n);
-    if (ir_ops[c->op].kind != K_COMM)
+    if (ir_ops[c->op].kind != K_COMM && c->op != OP_ring_sdpa && c->op != OP_ring_sdpa_lse &&
+        c->op != OP_ring_sdpa_grad)
       continue;
     char t[128], at[300] = "?";
     if (c->loc.file)

@@ -42,7 +42,7 @@ static int64_t offset_of(const Ring *R, int m) {
 }
 
 /* Checks the operands (want of q, k, v, out, lse, dout; this member's
- * blocks), the output (out_rank: [B, H, T], [B, H, T, D] or [3, B, H, T,
+ * blocks), the output (out_rank: [B, H, T], [B, H, T, D] or [B, 3, H, T,
  * D]) and the attributes; fills R. */
 static DtStatus ring_begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin, int want,
                            const DtTensor *out, int out_rank, const DtAttrs *a, Ring *R) {
