@@ -103,7 +103,9 @@ double spmd_comm_bytes(const Inst *c) {
     for (int j = 0; j < n; j++)
       t += (double)sizes[j];
     double hops = f * t * row;
-    return c->op == OP_ring_sdpa_lse ? hops : c->op == OP_ring_sdpa ? 2 * hops : 4 * hops + 2 * row * t / k;
+    if (c->op != OP_ring_sdpa_grad)
+      return c->op == OP_ring_sdpa ? 2 * hops : hops;
+    return 4 * hops + 2 * row * t / k;
   }
   default: return 0;
   }
