@@ -803,6 +803,13 @@ static bool attn_mask(Inst *inst, int base, char *err, size_t errlen) {
     return true;
   const Type *m = IN(base), *q = IN(0);
   int64_t full[4] = {q->dim[0], q->dim[1], q->dim[2], IN(1)->dim[2]};
+  if (inst->op == OP_ring_sdpa || inst->op == OP_ring_sdpa_lse || inst->op == OP_ring_sdpa_grad) {
+    int n;   /* a ring's mask: every query's, over the whole sequence */
+    const int64_t *sizes = ir_get_ints(inst, "sizes", &n);
+    full[2] = 1, full[3] = 0;
+    for (int k = 0; k < n; k++)
+      full[3] += sizes[k];
+  }
   if ((m->dtype != DT_F32 && m->dtype != DT_I32) || m->rank > 4)
     FAIL("'%s': attn_mask must be f32 or i32 (bool) of rank at most 4, got %s", who, ts(m, b1));
   for (int d = 0; d < m->rank; d++) {
@@ -903,8 +910,9 @@ bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
-/* Ring attention: a device's blocks, as sdpa's without a mask; sizes: the
- * block lengths of the axis group, the device's among them. */
+/* Ring attention: a device's blocks, as sdpa's (a mask whole along Tk,
+ * which the ring's total, not the block's, is); sizes: the block lengths
+ * of the axis group, the device's among them. */
 static bool ring_sizes(Inst *inst, char *err, size_t errlen) {
   int n;
   const int64_t *sizes = ir_get_ints(inst, "sizes", &n);

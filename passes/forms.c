@@ -222,14 +222,17 @@ static bool last(const Inst *i, DimMap *m, int n) {
 static bool shard_normalize(const Inst *i, DimMap *m) { return last(i, m, 1); }
 /* Attention: B and H (dims 0, 1) of every operand map to the result's
  * (around sdpa_grad's dim 1 of dq, dk and dv, stacked); D stays whole.
- * Without a mask and with Tq = Tk, T (dim 2) of every operand maps to the
- * result's: a sequence split over an axis, which spmd lowers to ring
- * attention (passes/ring.c); otherwise T stays whole. The mask (operand
+ * With Tq = Tk and no mask or one the same for every query (broadcast
+ * along Tq), T (dim 2) of every operand maps to the result's: a sequence
+ * split over an axis, which spmd lowers to ring attention (passes/ring.c);
+ * the mask stays whole along Tk. Otherwise T stays whole. The mask (operand
  * `base`, broadcast right-aligned to [B,H,Tq,Tk]) maps its B and H where it
  * has them whole; where it broadcasts, it stays whole. */
 static bool heads(const Inst *i, DimMap *m, int base) {
   int lead = i->type.rank == 5;
-  bool seq = i->nin == base && i->in[0]->type.dim[2] == i->in[1]->type.dim[2];
+  const Type *mt = i->nin > base ? &i->in[base]->type : NULL;
+  bool seq = i->in[0]->type.dim[2] == i->in[1]->type.dim[2] &&
+             (!mt || mt->rank < 2 || mt->dim[mt->rank - 2] == 1) && i->op != OP_sdpa_dmask;
   map_init(i, m);
   for (int k = 0; k < i->nin && k < base; k++)
     for (int j = 0; j < (seq ? 3 : 2) && j < i->in[k]->type.rank; j++)

@@ -291,7 +291,8 @@ DTRT_KERNEL(sdpa_dmask);
  * (stacked) of this rank's block of a sequence split over a mesh axis, the
  * keys and values passing around the axis group; i[0] the axis, i[1..p]
  * the members' block lengths, then causal, seed and the block's place (8
- * ints); f[0] the scale, f[1] dropout's p */
+ * ints); f[0] the scale, f[1] dropout's p; an optional last operand, a
+ * mask broadcast to [B, H, 1, T] over the whole sequence */
 DTRT_KERNEL(ring_sdpa);
 DTRT_KERNEL(ring_sdpa_lse);
 DTRT_KERNEL(ring_sdpa_grad);

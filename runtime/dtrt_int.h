@@ -401,6 +401,11 @@ typedef struct DtAttnStep {
   int64_t seed, step;
   float *m, *l, *acc, *g[3];
   int64_t whole[4], at[4];
+  const void *mask;     /* NULL, or f32 added (i32 kept where nonzero) along [B, H, tq, the whole
+                           sequence] by strides ms (0 where broadcast), key koff + j at column
+                           koff + j */
+  bool mask_i32;
+  int64_t ms[4];
 } DtAttnStep;
 DtStatus dtrt_attn_step(DtrtCtx *ctx, const char *op, const DtAttnStep *st);
 
@@ -415,7 +420,8 @@ int64_t dtrt_bag_staged(const DtTensor *in, int nin, const DtAttrs *a);       /*
 int64_t dtrt_demo_staged(const DtTensor *in, int nin, const DtTensor *out,
                          const DtAttrs *a);                                     /* kernels_demo.c */
 int64_t dtrt_sparse_staged(const DtTensor *in, int nin, bool values);         /* kernels_sparse.c */
-int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtAttrs *a, int p); /* kernels_ring.c */
+int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtTensor *out, const DtAttrs *a,
+                         int p);                                                /* kernels_ring.c */
 
 /* ---- trace.c ---------------------------------------------------------- */
 

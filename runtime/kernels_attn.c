@@ -160,7 +160,7 @@ INLINE void add_mask(const Attn *A, float *restrict s, int64_t b, int64_t i0, in
                      int64_t j0, int64_t nc) {
   if (!A->mask)
     return;
-  int64_t base = b / A->h * A->ms[0] + b % A->h * A->ms[1] + j0 * A->ms[3];
+  int64_t base = b / A->h * A->ms[0] + b % A->h * A->ms[1] + (A->koff + j0) * A->ms[3];
   for (int64_t r = 0; r < nr; r++) {
     int64_t o = base + (i0 + r) * A->ms[2];
     if (A->mask_i32) {
@@ -658,6 +658,8 @@ DtStatus dtrt_attn_step(DtrtCtx *ctx, const char *op, const DtAttnStep *st) {
   memcpy(A.whole, st->whole, sizeof A.whole);
   memcpy(A.at, st->at, sizeof A.at);
   A.q = st->q, A.k = st->k, A.v = st->v, A.o = st->o, A.lse = st->lse, A.dout = st->dout;
+  A.mask = st->mask, A.mask_i32 = st->mask_i32;
+  memcpy(A.ms, st->ms, sizeof A.ms);
   A.st_m = st->m, A.st_l = st->l, A.st_a = st->acc;
   A.add = true;
   for (int w = 0; w < 3; w++) {   /* dq in sdpa_grad's stacked layout, dk and dv packed */

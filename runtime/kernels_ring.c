@@ -13,6 +13,9 @@
  * last hop. Every sum runs in the ring's order, fixed by the ranks: the
  * result does not depend on timing.
  *
+ * An optional last operand is a mask broadcast to [B, H, 1, T] (T the
+ * whole sequence: each block of keys reads its columns), as sdpa's.
+ *
  * Attributes (int): i[0] the axis, i[1..p] the block lengths of its p
  * members, then causal, seed and the block's place in the whole [B, H, Tq,
  * Tk] (its dims, then the block's first index along each: 8 ints; the keys'
@@ -41,6 +44,26 @@ static int64_t offset_of(const Ring *R, int m) {
   return o;
 }
 
+/* The mask m, broadcast (right-aligned) to [B, H, 1, T] (T the whole
+ * sequence): f32 or i32, each dim 1 or whole, the queries' 1. */
+static DtStatus ring_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, Ring *R) {
+  int64_t full[4] = {R->b, R->h, 1, offset_of(R, R->g.size)}, st = 1;
+  if (!m->data || (m->dtype != DTRT_F32 && m->dtype != DTRT_I32) || m->rank < 0 || m->rank > 4)
+    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the mask must be f32 or i32 of rank 0 to 4", op);
+  for (int d = 3, md = m->rank - 1; d >= 0; d--, md--) {
+    int64_t n = md >= 0 ? m->dim[md] : 1;
+    if (n != 1 && n != full[d])
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "%s: mask dim %d of length %lld is neither 1 nor %lld", op, md,
+                       (long long)n, (long long)full[d]);
+    R->st.ms[d] = n == 1 ? 0 : st;
+    st *= n;
+  }
+  R->st.mask = m->data;
+  R->st.mask_i32 = m->dtype == DTRT_I32;
+  return DT_OK;
+}
+
 /* Checks the operands (want of q, k, v, out, lse, dout; this member's
  * blocks), the output (out_rank: [B, H, T], [B, H, T, D] or [B, 3, H, T,
  * D]) and the attributes; fills R. */
@@ -48,7 +71,7 @@ static DtStatus ring_begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int
                            const DtTensor *out, int out_rank, const DtAttrs *a, Ring *R) {
   static const char *const names[] = {"query", "key", "value", "out", "lse", "dout"};
   DtStatus s;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, want, want, out, a, DTRT_MAX_IATTRS, 2)))
+  if ((s = dtrt_kbegin(ctx, op, in, nin, want, want + 1, out, a, DTRT_MAX_IATTRS, 2)))
     return s;
   if (dtrt_ni(a) < 1)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: needs the axis", op);
@@ -102,6 +125,8 @@ static DtStatus ring_begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int
     R->st.at[k] = extra == 10 ? ai[6 + k] : k == 2 ? R->qoff : 0;
   }
   R->st.at[3] = 0;   /* each block of keys' own, from its offset */
+  if (nin > want && (s = ring_mask(ctx, op, &in[want], R)))
+    return s;
   for (int k = 0; k < 4 && pd > 0; k++) {
     int64_t n = block[k];
     if (R->st.at[k] < 0 || n > R->st.whole[k] - R->st.at[k])
@@ -120,14 +145,16 @@ static int64_t ring_floats(int kv, int64_t bh, int64_t maxt, int64_t tq, int64_t
   return 2 * kv * bh * maxt * d + bh * tq * (2 + (kv - 1) * d);
 }
 
-int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtAttrs *a, int p) {
-  if ((nin != 2 && nin != 3 && nin != 6) || in[0].rank != 4 || dtrt_ni(a) < 1 + p)
+int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtTensor *out, const DtAttrs *a,
+                         int p) {
+  if (nin < 2 || in[0].rank != 4 || out->rank < 3 || out->rank > 5 || dtrt_ni(a) < 1 + p)
     return 0;
   int64_t maxt = 0;
   for (int m = 0; m < p; m++)
     maxt = a->i[1 + m] > maxt ? a->i[1 + m] : maxt;
-  return (int64_t)sizeof(float) * ring_floats(nin == 6 ? 4 : nin - 1, in[0].dim[0] * in[0].dim[1],
-                                              maxt, in[0].dim[2], in[0].dim[3]);
+  int kv = out->rank == 5 ? 4 : out->rank - 2;   /* grad; forward, lse */
+  return (int64_t)sizeof(float) *
+         ring_floats(kv, in[0].dim[0] * in[0].dim[1], maxt, in[0].dim[2], in[0].dim[3]);
 }
 
 /* Whether member r skips the block of keys from src: causal, all of it after
