@@ -1066,10 +1066,15 @@ int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how) {
         int64_t b = dtrt_conv_scratch_bytes(conv[c].kind, &cx, &cw, &cy, &a, cg_conv_gemm(how, x));
         most = b > most ? b : most;
       }
+      bool ring = x->op == OP_ring_sdpa || x->op == OP_ring_sdpa_lse || x->op == OP_ring_sdpa_grad;
       if (x->op == OP_sdpa || x->op == OP_sdpa_lse || x->op == OP_sdpa_grad ||
-          x->op == OP_sdpa_dmask) {
+          x->op == OP_sdpa_dmask || ring) {
         DtTensor q = dims_of(x, 0), kv = dims_of(x, 1);
-        bool grad = x->op == OP_sdpa_grad || x->op == OP_sdpa_dmask;
+        bool grad = x->op == OP_sdpa_grad || x->op == OP_sdpa_dmask || x->op == OP_ring_sdpa_grad;
+        int n;
+        const int64_t *sizes = ring ? ir_get_ints(x, "sizes", &n) : NULL;
+        for (int k = 0; sizes && k < n; k++)   /* a ring's steps meet every member's block */
+          kv.dim[2] = sizes[k] > kv.dim[2] ? sizes[k] : kv.dim[2];
         int64_t b = dtrt_sdpa_scratch_bytes(&q, &kv, grad);
         most = b > most ? b : most;
       }

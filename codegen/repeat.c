@@ -23,7 +23,8 @@ static int64_t bytes_of(const Type *t) { return type_elems(t) * (int64_t)dtype_s
 static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
 
 bool cg_collective(const Inst *x) {
-  if (ir_ops[x->op].kind == K_COMM)
+  if (ir_ops[x->op].kind == K_COMM || x->op == OP_ring_sdpa || x->op == OP_ring_sdpa_lse ||
+      x->op == OP_ring_sdpa_grad)   /* ring attention's sends */
     return true;
   const Func *body = x->op == OP_repeat ? ir_repeat_body(x) : NULL;
   for (int k = 0; body && k < body->inst.n; k++)

@@ -211,6 +211,24 @@ double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1, 3, 1); }
 double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1, 2, 0); }
 double flops_sdpa_grad(const Inst *i) { return attn_flops(i, 7, 2, 6, 4); }
 double flops_sdpa_dmask(const Inst *i) { return attn_flops(i, 2, 1, 6, 2); }
+/* a ring's device meets every block of keys: its queries' pairs with the
+ * whole sequence (causal: its share of the triangle, counted as an even
+ * one's) */
+static double ring_flops(const Inst *i, int products, int exps, int base, int drops) {
+  int n;
+  const int64_t *sizes = ir_get_ints(i, "sizes", &n);
+  double t = 0, tq = (double)i->in[0]->type.dim[2];
+  for (int k = 0; k < n; k++)
+    t += (double)sizes[k];
+  double f = attn_flops(i, products, exps, base, drops);
+  if (!(tq > 0) || !(t > 0))
+    return f;
+  double per = f / (ir_get_int(i, "causal", 0) ? tq * (tq + 1) / 2 : tq * tq);
+  return per * (ir_get_int(i, "causal", 0) ? tq * (t + 1) / 2 : tq * t);
+}
+double flops_ring_sdpa(const Inst *i) { return ring_flops(i, 2, 1, 3, 1); }
+double flops_ring_sdpa_lse(const Inst *i) { return ring_flops(i, 1, 1, 2, 0); }
+double flops_ring_sdpa_grad(const Inst *i) { return ring_flops(i, 7, 2, 6, 4); }
 
 /* A convolution is a matmul per group: 2 * (C/groups * kh * kw) flops per
  * element of y, and its two derivatives as many (per element of dy); col2im,

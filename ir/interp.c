@@ -53,6 +53,9 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_sdpa_lse] = dtrt_k_sdpa_lse,
   [OP_sdpa_grad] = dtrt_k_sdpa_grad,
   [OP_sdpa_dmask] = dtrt_k_sdpa_dmask,
+  [OP_ring_sdpa] = dtrt_k_ring_sdpa,
+  [OP_ring_sdpa_lse] = dtrt_k_ring_sdpa_lse,
+  [OP_ring_sdpa_grad] = dtrt_k_ring_sdpa_grad,
   [OP_conv2d] = dtrt_k_conv2d,
   [OP_conv2d_grad_input] = dtrt_k_conv2d_grad_input,
   [OP_conv2d_grad_weight] = dtrt_k_conv2d_grad_weight,
@@ -223,7 +226,9 @@ int64_t ir_staged_bytes(const Module *m, const Inst *x) {
     {OP_embedding_bag_grad, DT_STAGED_BAG_GRAD}, {OP_demo_compress, DT_STAGED_DEMO},
     {OP_demo_residual, DT_STAGED_DEMO}, {OP_demo_sign, DT_STAGED_DEMO}, {OP_sparse_sgd, DT_STAGED_SPARSE},
     {OP_sparse_adagrad_sum, DT_STAGED_SPARSE}, {OP_sparse_adagrad, DT_STAGED_SPARSE},
-    {OP_sparse_moment, DT_STAGED_SPARSE}, {OP_sparse_adam, DT_STAGED_SPARSE_ROWS}};
+    {OP_sparse_moment, DT_STAGED_SPARSE}, {OP_sparse_adam, DT_STAGED_SPARSE_ROWS},
+    {OP_ring_sdpa, DT_STAGED_RING}, {OP_ring_sdpa_lse, DT_STAGED_RING},
+    {OP_ring_sdpa_grad, DT_STAGED_RING}};
   int k = 0, n = (int)(sizeof staged / sizeof staged[0]);
   while (k < n && staged[k].op != (int)x->op)
     k++;
@@ -235,7 +240,7 @@ int64_t ir_staged_bytes(const Module *m, const Inst *x) {
   DtAttrs a;
   ir_kernel_attrs(x, &a);
   int p = 1;
-  if (ir_ops[x->op].kind == K_COMM) {
+  if (ir_ops[x->op].kind == K_COMM || staged[k].k == DT_STAGED_RING) {
     int64_t axis = ir_get_int(x, "axis", 0);
     p = m->mesh.n && axis >= 0 && axis < m->mesh.a[0].naxis ? m->mesh.a[0].axis_size[axis] : 1;
   }

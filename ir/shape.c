@@ -803,6 +803,13 @@ static bool attn_mask(Inst *inst, int base, char *err, size_t errlen) {
     return true;
   const Type *m = IN(base), *q = IN(0);
   int64_t full[4] = {q->dim[0], q->dim[1], q->dim[2], IN(1)->dim[2]};
+  if (inst->op == OP_ring_sdpa || inst->op == OP_ring_sdpa_lse || inst->op == OP_ring_sdpa_grad) {
+    int n;   /* a ring's mask: every query's, over the whole sequence */
+    const int64_t *sizes = ir_get_ints(inst, "sizes", &n);
+    full[2] = 1, full[3] = 0;
+    for (int k = 0; k < n; k++)
+      full[3] += sizes[k];
+  }
   if ((m->dtype != DT_F32 && m->dtype != DT_I32) || m->rank > 4)
     FAIL("'%s': attn_mask must be f32 or i32 (bool) of rank at most 4, got %s", who, ts(m, b1));
   for (int d = 0; d < m->rank; d++) {
@@ -882,12 +889,68 @@ bool shape_sdpa_dmask(Inst *inst, char *err, size_t errlen) {
   return check_out(inst, err, errlen);
 }
 
-/* (q, k, v, out, lse, dout, mask?) -> [B,H,Tq+2Tk,D] */
+/* [B,H,T,D] -> [B,3,H,T,D]: dq, dk and dv stacked after the batch. */
+static void stacked(Type *t) {
+  t->rank = 5;
+  for (int d = 4; d >= 2; d--)
+    t->dim[d] = t->dim[d - 1];
+  t->dim[1] = 3;
+}
+
+/* (q, k, v, out, lse, dout, mask?) -> [B,3,H,T,D] (dq, dk, dv stacked)
+ * when Tq = Tk = T, else [B,H,Tq+2Tk,D] (along dim 2) */
 bool shape_sdpa_grad(Inst *inst, char *err, size_t errlen) {
   if (!attn_backward(inst, err, errlen))
     return false;
   inst->type = *IN(0);
-  inst->type.dim[2] = IN(0)->dim[2] + 2 * IN(1)->dim[2];
+  if (IN(0)->dim[2] == IN(1)->dim[2])
+    stacked(&inst->type);
+  else
+    inst->type.dim[2] = IN(0)->dim[2] + 2 * IN(1)->dim[2];
+  return check_out(inst, err, errlen);
+}
+
+/* Ring attention: a device's blocks, as sdpa's (a mask whole along Tk,
+ * which the ring's total, not the block's, is); sizes: the block lengths
+ * of the axis group, the device's among them. */
+static bool ring_sizes(Inst *inst, char *err, size_t errlen) {
+  int n;
+  const int64_t *sizes = ir_get_ints(inst, "sizes", &n);
+  bool mine = false;
+  for (int k = 0; k < n; k++) {
+    if (sizes[k] < 1)
+      FAIL("'%s': block %d of the sequence has length %lld", NAME, k, (long long)sizes[k]);
+    mine |= sizes[k] == IN(0)->dim[2];
+  }
+  if (!mine)
+    FAIL("'%s': no block of the sequence has the query's length %lld", NAME,
+         (long long)IN(0)->dim[2]);
+  if (IN(1)->dim[2] != IN(0)->dim[2])
+    FAIL("'%s': the key's block has length %lld, the query's %lld", NAME,
+         (long long)IN(1)->dim[2], (long long)IN(0)->dim[2]);
+  return true;
+}
+
+bool shape_ring_sdpa(Inst *inst, char *err, size_t errlen) {
+  if (!attn_operands(inst, 2, 3, err, errlen) || !ring_sizes(inst, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  return check_out(inst, err, errlen);
+}
+
+bool shape_ring_sdpa_lse(Inst *inst, char *err, size_t errlen) {
+  if (!attn_operands(inst, 1, 2, err, errlen) || !ring_sizes(inst, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  inst->type.rank = 3;
+  return check_out(inst, err, errlen);
+}
+
+bool shape_ring_sdpa_grad(Inst *inst, char *err, size_t errlen) {
+  if (!attn_backward(inst, err, errlen) || !ring_sizes(inst, err, errlen))
+    return false;
+  inst->type = *IN(0);
+  stacked(&inst->type);
   return check_out(inst, err, errlen);
 }
 

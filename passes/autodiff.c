@@ -532,8 +532,9 @@ static void grad_causal_mask(GradCtx *g, Inst *inst) {
 /* ---- attention ---- */
 
 /* sdpa keeps no scores: the backward recomputes the rows' log-sum-exp
- * (sdpa_lse) and sdpa_grad gives dq, dk and dv as one tensor along dim 2,
- * cut apart here; both read the mask, and sdpa_grad redraws the dropout
+ * (sdpa_lse) and sdpa_grad gives dq, dk and dv as one tensor, stacked along
+ * a new dim 1 (Tq = Tk: a split of T splits all three alike) or along dim
+ * 2, cut apart here; both read the mask, and sdpa_grad redraws the dropout
  * mask from the same attributes. q, k and v may be one value; accum adds
  * what each gets. An f32 mask that needs a gradient gets the scores'
  * adjoint (sdpa_dmask, [B,H,Tq,Tk] kept) summed over its broadcast dims. */
@@ -544,12 +545,15 @@ static void grad_sdpa(GradCtx *g, Inst *inst) {
   Inst *all = grad_op(g, OP_sdpa_grad, inst, mask ? 7 : 6,
                       (Inst *[]){q, k, v, inst, lse, DY, mask});
   int64_t tq = q->type.dim[2], tk = k->type.dim[2];
-  if (wants(g, q))
-    accum(g, q, slice(g, all, 2, 0, tq, inst));
-  if (wants(g, k))
-    accum(g, k, slice(g, all, 2, tq, tq + tk, inst));
-  if (wants(g, v))
-    accum(g, v, slice(g, all, 2, tq + tk, tq + 2 * tk, inst));
+  Inst *to[3] = {q, k, v};
+  for (int w = 0; w < 3; w++) {
+    if (!wants(g, to[w]))
+      continue;
+    if (all->type.rank == 5)   /* stacked along dim 1 */
+      accum(g, to[w], reshape(g, slice(g, all, 1, w, w + 1, inst), &to[w]->type, inst));
+    else
+      accum(g, to[w], slice(g, all, 2, w ? tq + (w - 1) * tk : 0, w ? tq + w * tk : tq, inst));
+  }
   if (mask && wants(g, mask))
     accum(g, mask, grad_op(g, OP_sdpa_dmask, inst, 7, (Inst *[]){q, k, v, inst, lse, DY, mask}));
 }
@@ -557,6 +561,9 @@ static void grad_sdpa(GradCtx *g, Inst *inst) {
 static void grad_sdpa_lse(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 static void grad_sdpa_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 static void grad_sdpa_dmask(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_ring_sdpa(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_ring_sdpa_lse(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
+static void grad_ring_sdpa_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }
 
 /* ---- convolution and pooling ---- */
 

@@ -220,31 +220,43 @@ static bool last(const Inst *i, DimMap *m, int n) {
   return true;
 }
 static bool shard_normalize(const Inst *i, DimMap *m) { return last(i, m, 1); }
-/* Attention: B and H (dims 0, 1) of every operand map to the result's; T and
- * D stay whole (a sequence split, ring attention, is not a form yet). The
- * mask (operand `base`, broadcast right-aligned to [B,H,Tq,Tk]) maps its B
- * and H where it has them whole; where it broadcasts, it stays whole. */
+/* Attention: B and H (dims 0, 1) of every operand map to the result's
+ * (around sdpa_grad's dim 1 of dq, dk and dv, stacked); D stays whole.
+ * With Tq = Tk and no mask or one the same for every query (broadcast
+ * along Tq), T (dim 2) of every operand maps to the result's: a sequence
+ * split over an axis, which spmd lowers to ring attention (passes/ring.c);
+ * the mask stays whole along Tk. Otherwise T stays whole. The mask (operand
+ * `base`, broadcast right-aligned to [B,H,Tq,Tk]) maps its B and H where it
+ * has them whole; where it broadcasts, it stays whole. */
 static bool heads(const Inst *i, DimMap *m, int base) {
+  int lead = i->type.rank == 5;
+  const Type *mt = i->nin > base ? &i->in[base]->type : NULL;
+  bool seq = i->in[0]->type.dim[2] == i->in[1]->type.dim[2] &&
+             (!mt || mt->rank < 2 || mt->dim[mt->rank - 2] == 1) && i->op != OP_sdpa_dmask;
   map_init(i, m);
   for (int k = 0; k < i->nin && k < base; k++)
-    for (int j = 0; j < 2 && j < i->in[k]->type.rank; j++)
-      m->to[k][j] = j;
+    for (int j = 0; j < (seq ? 3 : 2) && j < i->in[k]->type.rank; j++)
+      m->to[k][j] = j + (j > 0) * lead;
   if (i->nin > base) {
     const Type *mk = &i->in[base]->type;
     for (int j = 0; j < mk->rank; j++) {
-      int full = 4 - mk->rank + j;
-      if (full < 2 && mk->dim[j] == i->type.dim[full] && mk->dim[j] > 1)
-        m->to[base][j] = full;
+      int full = 4 - mk->rank + j, to = full + (full > 0) * lead;
+      if (full < 2 && mk->dim[j] == i->type.dim[to] && mk->dim[j] > 1)
+        m->to[base][j] = to;
     }
   }
-  for (int d = 2; d < i->type.rank; d++)
-    m->res_whole[d] = true;
+  for (int d = 0; d < i->type.rank; d++)
+    m->res_whole[d] = (lead && d == 1) || d >= lead + (seq ? 3 : 2);
   return true;
 }
 static bool shard_sdpa(const Inst *i, DimMap *m) { return heads(i, m, 3); }
 static bool shard_sdpa_lse(const Inst *i, DimMap *m) { return heads(i, m, 2); }
 static bool shard_sdpa_grad(const Inst *i, DimMap *m) { return heads(i, m, 6); }
 static bool shard_sdpa_dmask(const Inst *i, DimMap *m) { return heads(i, m, 6); }
+/* made by spmd, per device */
+static bool shard_ring_sdpa(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_ring_sdpa_lse(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
+static bool shard_ring_sdpa_grad(const Inst *i, DimMap *m) { return (void)i, (void)m, false; }
 static bool shard_normalize_grad(const Inst *i, DimMap *m) { return last(i, m, 1); }
 static bool shard_causal_mask(const Inst *i, DimMap *m) { return last(i, m, 2); }
 

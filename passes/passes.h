@@ -268,12 +268,20 @@ void zero_sink(Module *m, Func *f);
 bool pass_spmd(Module *m, Diag *d, PassRun *run);
 /* Bytes each device sends for collective c of a per-device function, from its
  * local types (the formulas of shard_step_bytes); 0 for shard_slice; a send's
- * and a bcast's whole operand (what the sender or the root sends). */
+ * and a bcast's whole operand (what the sender or the root sends); a ring
+ * attention's blocks around the ring, as if even. */
 double spmd_comm_bytes(const Inst *c);
 /* The sharding plan (--emit=plan): every global's sharding and blocks, the
  * pipeline stages, every step's collectives with their source lines (each
  * device's memory is codegen's: cg_memory_report). */
 void spmd_report(FILE *out, const Module *m);
+
+/* ---- ring.c ---------------------------------------------------------- */
+
+/* Makes x, spmd's device copy of attention op i (sdpa, sdpa_lse,
+ * sdpa_grad), ring attention over the axis that splits i's sequence;
+ * false, x untouched, when none does. */
+bool ring_lower(const Module *m, const Inst *i, Inst *x);
 
 /* ---- exchange.c ------------------------------------------------------ */
 

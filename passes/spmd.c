@@ -93,6 +93,20 @@ double spmd_comm_bytes(const Inst *c) {
   case OP_reduce_scatter: case OP_all_to_all: return f * in;
   case OP_send: case OP_bcast: return in;   /* the sender's; a bcast's root's */
   case OP_fold_all: return 2 * (double)type_elems(&c->type) * 4;   /* a hop, the bcast */
+  case OP_ring_sdpa: case OP_ring_sdpa_lse: case OP_ring_sdpa_grad: {
+    /* p - 1 hops of blocks of k (and v; the backward's adjoints too, and
+     * their hop home), counted as even blocks */
+    int n;
+    const int64_t *sizes = ir_get_ints(c, "sizes", &n);
+    const Type *q = &c->in[0]->type;
+    double t = 0, row = (double)q->dim[0] * (double)q->dim[1] * (double)q->dim[3] * 4;
+    for (int j = 0; j < n; j++)
+      t += (double)sizes[j];
+    double hops = f * t * row;
+    if (c->op != OP_ring_sdpa_grad)
+      return c->op == OP_ring_sdpa ? 2 * hops : hops;
+    return 4 * hops + 2 * row * t / k;
+  }
   default: return 0;
   }
 }
@@ -195,6 +209,29 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   if (c->dev == 0 && (c->d->wflags & W_RESHARD))
     warn_reshard(c, loc, what, x, to, made, st, n);
   return v;
+}
+
+/* A load of an input split past its first dimension (a sequence split,
+ * `shard ids: [*, cp]`): the input itself lies as its rows do (pass_spmd
+ * made its global so: a rank reads runs of whole rows), and shard_slice
+ * cuts the device's block of the rest. False for other insts. */
+static bool input_block(Ctx *c, const Inst *i) {
+  Module *m = c->m;
+  const Global *g = i->op == OP_load ? ir_global_of(i) : NULL;
+  if (!g || g->kind != G_INPUT || shard_same(m, &i->type, i->shard, g->shard))
+    return false;
+  Inst *x = ir_new(c->f, OP_load, i->loc, 0, NULL);
+  ir_copy_attrs(x, i);
+  ir_finish(x);
+  x->shard = g->shard;
+  x->name = i->name;
+  ShardStep st[SHARD_MAX_STEPS];
+  int n = shard_plan(m, &i->type, g->shard, i->shard, st);
+  DTC_ASSERT(n >= 0);
+  for (int k = 0; k < n; k++)
+    x = emit_comm(c, &st[k], x, &i->type, i->loc);
+  c->map[i->id] = x;
+  return true;
 }
 
 static Inst *scale(Ctx *c, Inst *x, double f, Loc loc) {
@@ -336,7 +373,9 @@ static void place_dropout(Ctx *c, const Inst *i, Inst *x) {
   int r = whole.rank, n;
   const int64_t *had = ir_get_ints(i, "at", &n);
   ir_local_type(c->m, i->shard, &i->type, c->dev, &local, begin);
-  if (i->op == OP_sdpa_grad)   /* its dim 2 (dq, dk, dv) is whole */
+  if (i->type.rank == 5)        /* sdpa_grad's dq, dk, dv stacked: then [B,H,T,D] */
+    memmove(begin + 1, begin + 2, sizeof *begin * 3);
+  else if (i->op == OP_sdpa_grad)   /* its dim 2 (dq, dk, dv) is whole */
     begin[2] = 0;
   if (i->op == OP_sdpa || i->op == OP_sdpa_grad)
     begin[3] = 0;              /* the result's D is the keys' Tk: whole */
@@ -454,7 +493,7 @@ static void emit(Ctx *c, const Inst *i) {
     ir_finish(s);
     return;
   }
-  if (i->op == OP_fold && fold_chain(c, i))
+  if ((i->op == OP_fold && fold_chain(c, i)) || input_block(c, i))
     return;
   const Sharding *cur[SHARD_MAX_IN];
   Sharding req[SHARD_MAX_IN];
@@ -490,6 +529,7 @@ static void emit(Ctx *c, const Inst *i) {
     in[0] = st->loop;
   Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
+  ring_lower(m, i, x);
   int tk = table_operand(i->op);
   if (tk >= 0 && !table_block(c, i, tk, cur[tk], req, x))
     return;
@@ -595,6 +635,16 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
                  "sharding pass", m->global.a[g].name);
       return false;
     }
+  for (int g = 0; g < m->global.n; g++) {   /* inputs lie as their rows do (input_block) */
+    Global *gl = &m->global.a[g];
+    if (gl->kind != G_INPUT)
+      continue;
+    Sharding *rows = arena_alloc(m->arena, sizeof *rows);
+    *rows = *gl->shard;
+    for (int k = 1; k < gl->type.rank; k++)
+      rows->axis[k] = -1, rows->ratio[k] = NULL;
+    gl->shard = rows;
+  }
   Ctx c = {.m = m, .d = d};
   c.scalar = arena_alloc(m->arena, sizeof *c.scalar);
   for (int k = 0; k < IR_MAX_RANK; k++)
@@ -716,7 +766,8 @@ static void report_func(FILE *out, const Module *m, const Func *f, int64_t times
     const Inst *c = f->inst.a[k];
     if (c->op == OP_repeat)
       report_func(out, m, ir_repeat_body(c), times * ir_get_int(c, "n", 1), total, n);
-    if (ir_ops[c->op].kind != K_COMM)
+    if (ir_ops[c->op].kind != K_COMM && c->op != OP_ring_sdpa && c->op != OP_ring_sdpa_lse &&
+        c->op != OP_ring_sdpa_grad)
       continue;
     char t[128], at[300] = "?";
     if (c->loc.file)

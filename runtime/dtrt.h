@@ -272,8 +272,9 @@ DTRT_KERNEL(causal_mask);
  * Tq, D], k and v [B, H, Tk, D]; i[0] causal (key j > query i masked, 0 or
  * absent: none), f[0] the scale of the scores. sdpa(q, k, v) -> [B, H, Tq,
  * D]; sdpa_lse(q, k) -> [B, H, Tq], each row's log-sum-exp of its scores;
- * sdpa_grad(q, k, v, out, lse, dout) -> [B, H, Tq + 2 Tk, D], dq, dk and dv
- * along dim 2. Each takes an optional last operand, a mask broadcast
+ * sdpa_grad(q, k, v, out, lse, dout) -> [B, 3, H, T, D], dq, dk and dv
+ * stacked, when Tq = Tk = T, else [B, H, Tq + 2 Tk, D], along
+ * dim 2. Each takes an optional last operand, a mask broadcast
  * (right-aligned) to [B, H, Tq, Tk]: f32 added to the scores, or i32 keeping
  * the scores where nonzero; a row that sees no key gives zeros. f[1] = p > 0
  * drops attention probabilities as dtrt_k_dropout drops the elements of the
@@ -286,6 +287,15 @@ DTRT_KERNEL(sdpa_grad);
 /* sdpa_dmask(q, k, v, out, lse, dout, mask) -> [B, H, Tq, Tk]: the scores'
  * adjoint, the gradient of an f32 mask before its broadcast dims are summed */
 DTRT_KERNEL(sdpa_dmask);
+/* ring attention (runtime/kernels_ring.c): sdpa, sdpa_lse and sdpa_grad
+ * (stacked) of this rank's block of a sequence split over a mesh axis, the
+ * keys and values passing around the axis group; i[0] the axis, i[1..p]
+ * the members' block lengths, then causal, seed and the block's place (8
+ * ints); f[0] the scale, f[1] dropout's p; an optional last operand, a
+ * mask broadcast to [B, H, 1, T] over the whole sequence */
+DTRT_KERNEL(ring_sdpa);
+DTRT_KERNEL(ring_sdpa_lse);
+DTRT_KERNEL(ring_sdpa_grad);
 /* convolution and pooling, NCHW (runtime/kernels_conv.c) */
 DTRT_KERNEL(conv2d);
 DTRT_KERNEL(conv2d_grad_input);
@@ -420,7 +430,8 @@ float dtrt_bf16_to_f32(uint16_t h);
 typedef enum DtStaged {
   DT_STAGED_ALL_REDUCE, DT_STAGED_ALL_GATHER, DT_STAGED_REDUCE_SCATTER, DT_STAGED_ALL_TO_ALL,
   DT_STAGED_SHARD_SLICE, DT_STAGED_SUM, DT_STAGED_MAX_GRAD, DT_STAGED_CROSS_ENTROPY,
-  DT_STAGED_BAG_GRAD, DT_STAGED_DEMO, DT_STAGED_SPARSE, DT_STAGED_SPARSE_ROWS, DT_STAGED_COUNT
+  DT_STAGED_BAG_GRAD, DT_STAGED_DEMO, DT_STAGED_SPARSE, DT_STAGED_SPARSE_ROWS, DT_STAGED_RING,
+  DT_STAGED_COUNT
 } DtStaged;
 /* The most bytes kernel k holds at once in those blocks, for the input
  * in[0..nin), the output out (only dtype, rank and dims are read) and the

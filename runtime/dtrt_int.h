@@ -381,6 +381,34 @@ void dtrt_bf16_unpack(const uint16_t *h, float *x, int64_t n);
  * made on failure. Free both with MPI_Type_free and MPI_Op_free. */
 int dtrt_bf16_mpi_new(MPI_Datatype *type, MPI_Op *sum);
 
+/* ---- kernels_attn.c: one step of ring attention (kernels_ring.c) ------ */
+
+/* Queries q [B, H, tq, D] (positions qoff ..) against keys k and v [B, H,
+ * tk, D] (positions koff ..) of one block of the sequence. Forward: m, l
+ * [B H tq], the rows' running maximum and sum, and acc [B H tq D], their
+ * unnormalised output, move on by the block (acc NULL: the log-sum-exp's
+ * m and l only). Backward (dout set, with o and lse, whole rows): dq (in
+ * [B, 3, H, tq, D], sdpa_grad's stacked layout), dk and dv ([B, H, tk,
+ * D]; g) get the block's parts added. whole
+ * and at: the whole [B, H, Tq, Tk] and this block's place, for dropout of
+ * p under seed at step (dtrt_k_sdpa's). */
+typedef struct DtAttnStep {
+  const float *q, *k, *v, *o, *lse, *dout;
+  int64_t b, h, tq, tk, d, qoff, koff;
+  bool causal;
+  float scale;
+  double p;
+  int64_t seed, step;
+  float *m, *l, *acc, *g[3];
+  int64_t whole[4], at[4];
+  const void *mask;     /* NULL, or f32 added (i32 kept where nonzero) along [B, H, tq, the whole
+                           sequence] by strides ms (0 where broadcast), key koff + j at column
+                           koff + j */
+  bool mask_i32;
+  int64_t ms[4];
+} DtAttnStep;
+DtStatus dtrt_attn_step(DtrtCtx *ctx, const char *op, const DtAttnStep *st);
+
 /* ---- kernels: dtrt_staged_bytes by kernel file (names.c dispatches) ---- */
 
 int64_t dtrt_comm_staged(DtStaged k, const DtTensor *in, const DtTensor *out, const DtAttrs *a,
@@ -392,6 +420,8 @@ int64_t dtrt_bag_staged(const DtTensor *in, int nin, const DtAttrs *a);       /*
 int64_t dtrt_demo_staged(const DtTensor *in, int nin, const DtTensor *out,
                          const DtAttrs *a);                                     /* kernels_demo.c */
 int64_t dtrt_sparse_staged(const DtTensor *in, int nin, bool values);         /* kernels_sparse.c */
+int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtTensor *out, const DtAttrs *a,
+                         int p);                                                /* kernels_ring.c */
 
 /* ---- trace.c ---------------------------------------------------------- */
 

@@ -47,6 +47,12 @@ typedef struct Attn {
   uint64_t key, cut;       /* the stream's key; kept when the top 24 bits are >= cut */
   float keep;              /* a kept probability's factor, 1 / (1 - p) */
   int64_t whole[4], at[4]; /* the whole [B, H, Tq, Tk] and this block's place in it */
+  int64_t qoff, koff;      /* the first query's and key's positions in the sequence (causal) */
+  float *g[3];             /* backward: dq, dk and dv of batch-head 0 */
+  int64_t gb[3], gh[3];    /* ... and the floats from one batch's to the next, one head's */
+  bool add;                /* backward: add to g instead of setting */
+  float *st_m, *st_l, *st_a; /* forward, lse: the rows' running maximum, sum and (forward)
+                              unnormalised output, carried from call to call (a ring) */
 } Attn;
 
 #define INLINE static inline __attribute__((always_inline))
@@ -154,7 +160,7 @@ INLINE void add_mask(const Attn *A, float *restrict s, int64_t b, int64_t i0, in
                      int64_t j0, int64_t nc) {
   if (!A->mask)
     return;
-  int64_t base = b / A->h * A->ms[0] + b % A->h * A->ms[1] + j0 * A->ms[3];
+  int64_t base = b / A->h * A->ms[0] + b % A->h * A->ms[1] + (A->koff + j0) * A->ms[3];
   for (int64_t r = 0; r < nr; r++) {
     int64_t o = base + (i0 + r) * A->ms[2];
     if (A->mask_i32) {
@@ -232,32 +238,42 @@ INLINE float online_row(float *restrict s, float *m, float *l) {
 }
 
 /* The forward (with v) or the log-sum-exp (without) of one block of queries. */
+/* The keys [0, end) that queries i0 .. i0 + nr - 1 see (all but causal). */
+INLINE int64_t keys_seen(const Attn *A, int64_t i0, int64_t nr) {
+  int64_t end = A->qoff + i0 + nr - A->koff;
+  return A->causal && end < A->tk ? end : A->tk;
+}
+
+/* The forward (with v) or the log-sum-exp (without) of one block of queries;
+ * with carried state, the state moved on by this block of keys instead. */
 INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
-  int64_t b = item / A->nqb, i0 = item % A->nqb * BQ, d = A->d;
+  int64_t b = item / A->nqb, i0 = item % A->nqb * BQ, d = A->d, row = b * A->tq + i0;
   int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
-  int64_t kend = A->causal && i0 + nr < A->tk ? i0 + nr : A->tk;
-  const float *q = A->q + (b * A->tq + i0) * d;
-  bool with_v = A->kind == ATTN_FWD;
-  for (int64_t r = 0; r < nr; r++)
-    t->m[r] = -INFINITY, t->l[r] = 0;
-  if (with_v)
-    memset(t->a1, 0, sizeof(float) * (size_t)(nr * d));
+  int64_t kend = keys_seen(A, i0, nr);
+  const float *q = A->q + row * d;
+  bool with_v = A->kind == ATTN_FWD, carry = A->st_m != NULL;
+  float *m = carry ? A->st_m + row : t->m, *l = carry ? A->st_l + row : t->l;
+  float *a1 = carry && with_v ? A->st_a + row * d : t->a1;
+  for (int64_t r = 0; !carry && r < nr; r++)
+    m[r] = -INFINITY, l[r] = 0;
+  if (with_v && !carry)
+    memset(a1, 0, sizeof(float) * (size_t)(nr * d));
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
     products(q, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
     add_mask(A, t->s, b, i0, nr, j0, nc);
-    mask(t->s, nr, i0, j0, nc, A->causal);
+    mask(t->s, nr, A->qoff + i0, A->koff + j0, nc, A->causal);
     for (int64_t r = 0; r < nr; r++) {
-      float alpha = online_row(t->s + r * BK, &t->m[r], &t->l[r]);
+      float alpha = online_row(t->s + r * BK, &m[r], &l[r]);
       for (int64_t j = 0; with_v && j < d; j++)
-        t->a1[r * d + j] *= alpha;
+        a1[r * d + j] *= alpha;
     }
     if (with_v) {
       drop_block(A, t->s, b, i0, nr, j0, nc);
-      mix(t->s, A->v + (b * A->tk + j0) * d, nr, nc, d, t->a1);
+      mix(t->s, A->v + (b * A->tk + j0) * d, nr, nc, d, a1);
     }
   }
-  for (int64_t r = 0; r < nr; r++) {
+  for (int64_t r = 0; !carry && r < nr; r++) {
     if (!with_v) {
       A->out[b * A->tq + i0 + r] = t->l[r] > 0 ? t->m[r] + logf(t->l[r]) : -INFINITY;
       continue;
@@ -287,10 +303,9 @@ INLINE void dscores(const float *restrict p, const float *restrict dsum, int64_t
       dp[r * BK + c] = p[r * BK + c] * (dp[r * BK + c] - dsum[r]);
 }
 
-/* The packed gradients of (batch, head) b: dq [Tq][D], dk and dv [Tk][D]. */
+/* The gradients of (batch, head) b: dq [Tq][D], dk and dv [Tk][D]. */
 static float *grad_of(const Attn *A, int64_t b, int which) {
-  float *g = A->out + b * (A->tq + 2 * A->tk) * A->d;
-  return which == 0 ? g : g + (A->tq + (which - 1) * A->tk) * A->d;
+  return A->g[which] + b / A->h * A->gb[which] + b % A->h * A->gh[which];
 }
 
 /* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b: P
@@ -302,7 +317,7 @@ INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, in
   int64_t row = b * A->tq + i0, d = A->d;
   products(A->q + row * d, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
   add_mask(A, t->s, b, i0, nr, j0, nc);
-  mask(t->s, nr, i0, j0, nc, A->causal);
+  mask(t->s, nr, A->qoff + i0, A->koff + j0, nc, A->causal);
   probs(t->s, A->lse + row, nr, t->p);
   products(A->dout + row * d, A->vt + b * d * A->tkp + j0, A->tkp, nr, d, 1, t->s);
   drop_block(A, t->s, b, i0, nr, j0, nc);
@@ -316,7 +331,8 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
   memset(t->a1, 0, sizeof(float) * (size_t)(nc * d));
   memset(t->a2, 0, sizeof(float) * (size_t)(nc * d));
-  for (int64_t i0 = A->causal ? j0 / BQ * BQ : 0; i0 < A->tq; i0 += BQ) {
+  int64_t first = A->causal ? A->koff + j0 - A->qoff : 0;   /* the first query seeing j0 */
+  for (int64_t i0 = first > 0 ? first / BQ * BQ : 0; i0 < A->tq; i0 += BQ) {
     int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ, row = b * A->tq + i0;
     block_grads(A, t, b, i0, nr, j0, nc);
     mix_t(t->p, A->dout + row * d, nr, nc, d, t->a2);
@@ -324,8 +340,8 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
   }
   float *dk = grad_of(A, b, 1) + j0 * d, *dv = grad_of(A, b, 2) + j0 * d;
   for (int64_t e = 0; e < nc * d; e++) {
-    dk[e] = t->a1[e] * A->scale;
-    dv[e] = t->a2[e];
+    dk[e] = (A->add ? dk[e] : 0) + t->a1[e] * A->scale;
+    dv[e] = (A->add ? dv[e] : 0) + t->a2[e];
   }
 }
 
@@ -333,7 +349,7 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
 INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t b = item / A->nqb, i0 = item % A->nqb * BQ, d = A->d;
   int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
-  int64_t kend = A->causal && i0 + nr < A->tk ? i0 + nr : A->tk;
+  int64_t kend = keys_seen(A, i0, nr);
   memset(t->a1, 0, sizeof(float) * (size_t)(nr * d));
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
@@ -342,7 +358,7 @@ INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
   }
   float *dq = grad_of(A, b, 0) + i0 * d;
   for (int64_t e = 0; e < nr * d; e++)
-    dq[e] = t->a1[e] * A->scale;
+    dq[e] = (A->add ? dq[e] : 0) + t->a1[e] * A->scale;
 }
 
 /* dS of one block of queries, over every block of keys, into out [Tq, Tk]
@@ -556,15 +572,24 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
     return s;
   if (need_mask && A->mask_i32)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: the mask must be f32", op);
-  int64_t dim[4] = {in[0].dim[0], in[0].dim[1], A->tq + (want == 6 ? 2 * A->tk : 0), A->d};
+  bool stack = want == 6 && !need_mask && A->tq == A->tk;
+  int64_t dim[5] = {in[0].dim[0], in[0].dim[1], A->tq + (want == 6 ? 2 * A->tk : 0), A->d};
   if (need_mask)
     dim[2] = A->tq, dim[3] = A->tk;
-  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, want == 2 ? 3 : 4)))
+  if (stack)
+    dim[1] = 3, dim[2] = in[0].dim[1], dim[3] = A->tq, dim[4] = A->d;
+  if ((s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, dim, want == 2 ? 3 : stack ? 5 : 4)))
     return s;
   const float **to[] = {&A->q, &A->k, &A->v, &A->o, &A->lse, &A->dout};
   for (int k = 0; k < want; k++)
     *to[k] = in[k].data;
   A->out = out->data;
+  for (int w = 0; want == 6 && w < 3; w++) {   /* stacked, or along dim 2 */
+    int64_t before = w ? A->tq + (w - 1) * A->tk : 0;
+    A->g[w] = A->out + (stack ? w * A->h * A->tq : before) * A->d;
+    A->gh[w] = (stack ? A->tq : A->tq + 2 * A->tk) * A->d;
+    A->gb[w] = (stack ? 3 : 1) * A->h * A->gh[w];
+  }
   return prepare(ctx, op, A);
 }
 
@@ -591,8 +616,9 @@ DTRT_TRACED(sdpa_lse, DTRT_TID_KERNEL) {
 }
 
 /* sdpa_grad(q, k, v, out, lse, dout, mask?){causal?, scale, p?, seed?, at?}:
- * -> [B, H, Tq + 2 Tk, D],
- * along dim 2 dq (Tq rows), dk and dv (Tk rows each). Two passes: one by
+ * -> [B, 3, H, T, D], dq, dk and dv stacked, when Tq = Tk = T;
+ * else [B, H, Tq + 2 Tk, D], along dim 2 dq (Tq rows), dk and dv (Tk rows
+ * each). Two passes: one by
  * blocks of keys (dk, dv), one by blocks of queries (dq). */
 DTRT_TRACED(sdpa_grad, DTRT_TID_KERNEL) {
   Attn A = {0};
@@ -615,5 +641,41 @@ DTRT_TRACED(sdpa_dmask, DTRT_TID_KERNEL) {
     return s;
   dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
   run(ctx, &A, ATTN_DS, A.bh * A.nqb);
+  return DT_OK;
+}
+
+/* One step of ring attention (kernels_ring.c): the queries of st against
+ * one block of keys, at their places in the sequence. */
+DtStatus dtrt_attn_step(DtrtCtx *ctx, const char *op, const DtAttnStep *st) {
+  Attn A = {.bh = st->b * st->h, .h = st->h, .tq = st->tq, .tk = st->tk, .d = st->d};
+  A.nqb = (A.tq + BQ - 1) / BQ, A.nkb = (A.tk + BK - 1) / BK;
+  A.causal = st->causal, A.scale = st->scale, A.qoff = st->qoff, A.koff = st->koff;
+  double p = st->p;
+  A.drop = p > 0;
+  A.key = dtrt_rand_key((uint64_t)st->seed, (uint64_t)st->step);
+  A.cut = (uint64_t)ceil(p * 16777216.0);
+  A.keep = (float)(1.0 / (1.0 - p));
+  memcpy(A.whole, st->whole, sizeof A.whole);
+  memcpy(A.at, st->at, sizeof A.at);
+  A.q = st->q, A.k = st->k, A.v = st->v, A.o = st->o, A.lse = st->lse, A.dout = st->dout;
+  A.mask = st->mask, A.mask_i32 = st->mask_i32;
+  memcpy(A.ms, st->ms, sizeof A.ms);
+  A.st_m = st->m, A.st_l = st->l, A.st_a = st->acc;
+  A.add = true;
+  for (int w = 0; w < 3; w++) {   /* dq in sdpa_grad's stacked layout, dk and dv packed */
+    A.g[w] = st->g[w];
+    A.gh[w] = (w ? A.tk : A.tq) * A.d;
+    A.gb[w] = (w ? 1 : 3) * A.h * A.gh[w];
+  }
+  DtStatus s = prepare(ctx, op, &A);
+  if (s)
+    return s;
+  if (!st->dout) {
+    run(ctx, &A, st->acc ? ATTN_FWD : ATTN_LSE, A.bh * A.nqb);
+    return DT_OK;
+  }
+  dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
+  run(ctx, &A, ATTN_DKV, A.bh * A.nkb);
+  run(ctx, &A, ATTN_DQ, A.bh * A.nqb);
   return DT_OK;
 }

@@ -42,6 +42,8 @@ int64_t dtrt_staged_bytes(DtStaged k, const DtTensor *in, int nin, const DtTenso
     return dtrt_bag_staged(in, nin, a);
   if (k == DT_STAGED_DEMO)
     return dtrt_demo_staged(in, nin, out, a);
+  if (k == DT_STAGED_RING)
+    return dtrt_ring_staged(in, nin, out, a, p);
   if (k == DT_STAGED_SPARSE || k == DT_STAGED_SPARSE_ROWS)
     return dtrt_sparse_staged(in, nin, k == DT_STAGED_SPARSE);
   return dtrt_reduce_staged(k, in, nin, out);

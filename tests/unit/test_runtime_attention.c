@@ -190,6 +190,28 @@ static DtTensor mask_tensor(const Case *c, void *m) {
   return t;
 }
 
+/* sdpa_grad into r->grad as [B, H, Tq + 2 Tk, D], dq, dk and dv along dim
+ * 2: the kernel's own layout, or its stacked one ([B, 3, H, T, D], when Tq
+ * = Tk) repacked so. */
+static DtStatus grad_packed(DtrtCtx *x, const DtTensor *in, int nin, Run *r, const DtAttrs *a) {
+  const Case *c = &r->c;
+  DtTensor grad = t4(r->grad, c->b, c->h, c->tq + 2 * c->tk, c->d);
+  if (c->tq != c->tk)
+    return dtrt_k_sdpa_grad(x, in, nin, &grad, a);
+  int64_t n = c->b * 3 * c->h * c->tq * c->d, row = c->tq * c->d;
+  float *st = malloc(sizeof(float) * (size_t)n);
+  DtTensor s = {.data = st, .dtype = DTRT_F32, .rank = 5,
+                .dim = {c->b, 3, c->h, c->tq, c->d}};
+  DtStatus rc = dtrt_k_sdpa_grad(x, in, nin, &s, a);
+  for (int64_t b = 0; b < c->b; b++)
+    for (int64_t h = 0; h < c->h; h++)
+      for (int w = 0; w < 3; w++)
+        memcpy(r->grad + ((b * c->h + h) * 3 + w) * row, st + ((b * 3 + w) * c->h + h) * row,
+               sizeof(float) * (size_t)row);
+  free(st);
+  return rc;
+}
+
 /* Runs the three kernels of c on context x into r, with the attributes a. */
 static void kernels_with(DtrtCtx *x, Run *r, const DtAttrs *a) {
   const Case *c = &r->c;
@@ -198,13 +220,13 @@ static void kernels_with(DtrtCtx *x, Run *r, const DtAttrs *a) {
                     t4(r->v, c->b, c->h, c->tk, c->d), t4(r->out, c->b, c->h, c->tq, c->d),
                     t4(r->lse, c->b, c->h, c->tq, 0), t4(r->dout, c->b, c->h, c->tq, c->d)};
   in[4].rank = 3;
-  DtTensor out = in[3], lse = in[4], grad = t4(r->grad, c->b, c->h, c->tq + 2 * c->tk, c->d);
+  DtTensor out = in[3], lse = in[4];
   DtTensor mk = mask_tensor(c, r->mask), fwd[4] = {in[0], in[1], in[2], mk};
   DtTensor two[3] = {in[0], in[1], mk};
   in[6] = mk;
   DtTensor ds = t4(r->ds, c->b, c->h, c->tq, c->tk);
   if (dtrt_k_sdpa(x, fwd, 3 + nm, &out, a) || dtrt_k_sdpa_lse(x, two, 2 + nm, &lse, a) ||
-      dtrt_k_sdpa_grad(x, in, 6 + nm, &grad, a) ||
+      grad_packed(x, in, 6 + nm, r, a) ||
       (c->mask == F32_MASK && dtrt_k_sdpa_dmask(x, in, 7, &ds, a)))
     fail_msg("kernel failed: %s", dtrt_errmsg(x));
 }
