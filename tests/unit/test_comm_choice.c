@@ -97,7 +97,7 @@ static int argmin(const double *cost, int n) {
  * `nodes` nodes of 4 / nodes devices each. */
 static int expected(const Module *m, const Inst *c, int nodes) {
   const int k = 4, g = k / nodes;
-  double ai, bi, ae, be;
+  double ai = 0, bi = 0, ae = 0, be = 0;   /* fail_msg returns no value */
   link_named(m, "intra", &ai, &bi);
   link_named(m, "inter", &ae, &be);
   double a = nodes > 1 ? ae : ai, bw = nodes > 1 ? be : bi;
