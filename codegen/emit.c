@@ -658,8 +658,9 @@ static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const
   return ok;
 }
 
-/* A device's step functions as lowered once: the text that decides their
- * code (see device_key), its hash, and their LLVM functions. */
+/* A set of a device's functions as lowered once: the text that decides
+ * their code (see device_key), its hash, and the LLVM functions of its roots
+ * (@forward, @train_step: either or both). */
 typedef struct Lowered {
   uint64_t hash;
   char *key;
@@ -667,7 +668,7 @@ typedef struct Lowered {
   LLVMValueRef fwd, train;
 } Lowered;
 
-/* The devices lowered so far, by distinct key; one list per object. */
+/* The sets lowered so far, by distinct key; one list per object. */
 typedef struct LoweredSet {
   Lowered *a;
   int n;
@@ -680,18 +681,27 @@ static void lowered_free(LoweredSet *s) {
 }
 
 /* Inst x as its code sees it: a dropout with the origins of its block that
- * do not come from the device's coordinates (cg_dropout_origin). */
+ * do not come from the device's coordinates (cg_dropout_origin), and its
+ * sharding without the ratios of uneven blocks: code reads a block's
+ * extent from local types and attrs, which the text holds, so devices of
+ * two plans whose blocks are alike share code. */
 static void print_inst_key(FILE *out, const Inst *x) {
   int64_t base[IR_MAX_RANK], at[2 * IR_MAX_RANK];
   int axis[IR_MAX_RANK], r = x->type.rank;
+  Inst y = *x;
+  Sharding shard;
+  if (x->shard) {
+    shard = *x->shard;
+    memset(shard.ratio, 0, sizeof shard.ratio);
+    y.shard = &shard;
+  }
   if (!cg_dropout_origin(x, base, axis)) {
-    ir_print_inst(out, x);
+    ir_print_inst(out, &y);
     return;
   }
   Attr attr[16];
   DTC_ASSERT(x->nattr <= (int)COUNTOF(attr));
   memcpy(attr, x->attr, sizeof(Attr) * (size_t)x->nattr);
-  Inst y = *x;
   y.attr = attr;
   for (int k = 0; k < x->nattr; k++)
     if (!strcmp(attr[k].name, "at")) {
@@ -702,39 +712,37 @@ static void print_inst_key(FILE *out, const Inst *x) {
   ir_print_inst(out, &y);
 }
 
-/* What the code of device dev's step functions is made of: its target, cpu
- * and features, the offsets of the state's globals, and its functions as
- * the IR printer writes them (print_inst_key), each under its name without
- * the device's suffix. A repeat names its body without the suffix too, so devices whose
- * functions differ only in their number get the same text; a peer, a block
- * offset or a local shape that differs changes it. */
-static char *device_key(Cg *c, const CgDevice *cd, const char *triple, int dev,
-                        const int64_t *state_off, size_t *len) {
-  Module *m = c->m;
+/* What the code of the functions f[0..n) of device dev (a set whose roots
+ * are named by roots) is made of: the target, cpu and features, the offsets
+ * of the state's globals, and the functions as the IR printer writes them
+ * (print_inst_key), each under its name without the device's suffix. A
+ * repeat names its body without the suffix too, so devices whose functions
+ * differ only in their number get the same text; a peer, a block offset or a
+ * local shape that differs changes it. */
+static char *device_key(const CgDevice *cd, const char *triple, int dev, const Module *m,
+                        const int64_t *state_off, const char *roots, Func *const *f, int n,
+                        size_t *len) {
   char *text = NULL;
   FILE *out = open_memstream(&text, len);
   DTC_ASSERT(out);
-  fprintf(out, "%s %s %s %d\n", triple, cd->cpu ? cd->cpu : "", cd->features ? cd->features : "",
-          dev >= 0);
+  fprintf(out, "%s %s %s %d %s\n", triple, cd->cpu ? cd->cpu : "", cd->features ? cd->features : "",
+          dev >= 0, roots);
   for (int k = 0; k < m->global.n; k++)
     fprintf(out, "%s %lld\n", m->global.a[k].name, (long long)state_off[k]);
-  for (int j = 0; j < m->func.n; j++) {
-    Func *f = m->func.a[j];
-    if (f->device != dev)
-      continue;
-    ir_renumber(f);
-    const char *dot = dev >= 0 ? strrchr(f->name, '.') : NULL;
-    int n = dot ? (int)(dot - f->name) : (int)strlen(f->name);
-    fprintf(out, "@%.*s %d %lld\n", n, f->name, f->body, (long long)f->work_bytes);
-    for (int i = 0; i < f->inst.n; i++)
-      print_inst_key(out, f->inst.a[i]);
+  for (int j = 0; j < n; j++) {
+    ir_renumber(f[j]);
+    const char *dot = dev >= 0 ? strrchr(f[j]->name, '.') : NULL;
+    int len1 = dot ? (int)(dot - f[j]->name) : (int)strlen(f[j]->name);
+    fprintf(out, "@%.*s %d %lld\n", len1, f[j]->name, f[j]->body, (long long)f[j]->work_bytes);
+    for (int i = 0; i < f[j]->inst.n; i++)
+      print_inst_key(out, f[j]->inst.a[i]);
   }
   fclose(out);
   return text;
 }
 
-/* The earlier device of s whose key is key's; NULL: none, and then key is
- * s's (which frees it) with the LLVM functions *fwd and *train to come. */
+/* The earlier set of s whose key is key's; NULL: none, and then key is s's
+ * (which frees it) with the LLVM functions to come. */
 static Lowered *lowered_find(LoweredSet *s, char *key, size_t len) {
   uint64_t h = ir_hash(key, len);
   for (int k = 0; k < s->n; k++)
@@ -749,16 +757,63 @@ static Lowered *lowered_find(LoweredSet *s, char *key, size_t len) {
   return NULL;
 }
 
+/* The functions root runs, root first and then the bodies of its repeats
+ * and theirs, into out[0..); returns their count. */
+static int reached(Func *root, Func **out) {
+  int n = 0;
+  out[n++] = root;
+  for (int k = 0; k < n; k++)
+    for (int i = 0; i < out[k]->inst.n; i++) {
+      Func *b = out[k]->inst.a[i]->op == OP_repeat ? ir_repeat_body(out[k]->inst.a[i]) : NULL;
+      int j = 0;
+      while (b && j < n && out[j] != b)
+        j++;
+      if (b && j == n)
+        out[n++] = b;
+    }
+  return n;
+}
+
+/* Device dev's functions into all[0..), in the module's order; the set of
+ * @forward's into set[0] and @train_step's into set[1] when the two run
+ * none in common and hold all of them between them, and otherwise all into
+ * set[0] (nset[1] 0). Two sets: a device shares each with any other device
+ * whose set is alike, as a forward without its plan's training may. */
+static void device_sets(Module *m, int dev, Func *fw, Func *tr, Func **all, Func **set[2],
+                        int nset[2]) {
+  int n = 0;
+  for (int j = 0; j < m->func.n; j++)
+    if (m->func.a[j]->device == dev)
+      all[n++] = m->func.a[j];
+  nset[0] = reached(fw, set[0]);
+  nset[1] = tr ? reached(tr, set[1]) : 0;
+  bool apart = nset[0] + nset[1] == n;
+  for (int i = 0; apart && i < nset[0]; i++)
+    for (int j = 0; apart && j < nset[1]; j++)
+      apart = set[0][i] != set[1][j];
+  if (!apart) {
+    memcpy(set[0], all, sizeof *all * (size_t)n);
+    nset[0] = n;
+    nset[1] = 0;
+  }
+}
+
 /* Lowers the step functions of c->m's devices of target t of ts into c's
  * module and makes every device's DtModelDesc (a device of another target
  * with its object's name and no functions) into desc[0..max(ndev, 1)); the
- * live insts of device 0's @forward into *live0. Devices whose functions
- * would lower alike (device_key), here or earlier in done, share one set. */
+ * live insts of device 0's @forward into *live0. A device's @forward and
+ * @train_step, with the bodies each runs, are two sets (one when they share
+ * a body); a set that would lower alike (device_key) to one lowered here or
+ * earlier in done shares its functions. */
 static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValueRef *desc,
                           bool **live0, LoweredSet *done) {
   Module *m = c->m;
   const CgTarget *tg = &ts->t[t];
   Func *train = cg_device_func(m, "train_step", ndev ? 0 : -1);
+  size_t nf = (size_t)m->func.n + 1;
+  Func **all = arena_alloc(m->arena, sizeof(Func *) * nf);
+  Func **set[2] = {arena_alloc(m->arena, sizeof(Func *) * nf),
+                   arena_alloc(m->arena, sizeof(Func *) * nf)};
   for (int k = 0; k < (ndev ? ndev : 1); k++) {
     int dev = ndev ? k : -1;
     const CgDevice *cd = &ts->dev[k];
@@ -768,32 +823,34 @@ static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValue
     DTC_ASSERT(fw && !tr == !train);
     LLVMValueRef fwd_fn = NULL, train_fn = NULL;
     bool *live = cg_live(fw);
-    Lowered *same = NULL;
-    if (cd->target == t) {
+    int nset[2];
+    device_sets(m, dev, fw, tr, all, set, nset);
+    for (int s = 0; cd->target == t && s < 2 && nset[s]; s++) {
+      bool both = !nset[1];
       size_t len;
-      char *key = device_key(c, cd, tg->norm, dev, c->state_off, &len);
-      same = lowered_find(done, key, len);
-    }
-    if (same) {
-      fwd_fn = same->fwd;
-      train_fn = same->train;
-    } else if (cd->target == t) {
-      LLVMValueRef last = LLVMGetLastFunction(c->mod);
-      c->cpu = cd->cpu;
-      c->features = cd->features;
-      for (int j = 0; j < m->func.n; j++) {
-        Func *f = m->func.a[j];
-        if (f->device != dev)
-          continue;
-        LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
-        if (f == fw)
-          fwd_fn = fn;
-        if (f == tr)
-          train_fn = fn;
+      char *key = device_key(cd, tg->norm, dev, m, c->state_off,
+                             both ? "forward train_step" : s ? "train_step" : "forward", set[s],
+                             nset[s], &len);
+      Lowered *same = lowered_find(done, key, len);
+      if (!same) {
+        same = &done->a[done->n - 1];
+        LLVMValueRef last = LLVMGetLastFunction(c->mod);
+        c->cpu = cd->cpu;
+        c->features = cd->features;
+        for (int j = 0; j < nset[s]; j++) {
+          Func *f = set[s][j];
+          LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
+          if (f == fw)
+            same->fwd = fn;
+          if (f == tr)
+            same->train = fn;
+        }
+        device_cpu(c, last, cd, tg);
       }
-      device_cpu(c, last, cd, tg);
-      done->a[done->n - 1].fwd = fwd_fn;
-      done->a[done->n - 1].train = train_fn;
+      if (both || !s)
+        fwd_fn = same->fwd;
+      if (both || s)
+        train_fn = same->train;
     }
     const char *object = cd->target == t ? NULL : base_name(ts->t[cd->target].output);
     desc[k] = model_desc(c, dev, fw, live, tr, fwd_fn, train_fn, ndev ? cd->name : NULL,

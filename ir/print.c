@@ -108,9 +108,25 @@ static void print_name(FILE *out, const char *s) {
     print_str(out, s ? s : "");
 }
 
+/* v in decimal, without printf: IR text holds millions of ids, dims and
+ * offsets (a mesh of 1024 devices prints each device's functions). */
+static void put_int(FILE *out, long long v) {
+  char buf[24], *p = buf + sizeof buf;
+  unsigned long long u = v < 0 ? 0 - (unsigned long long)v : (unsigned long long)v;
+  *--p = 0;
+  do
+    *--p = (char)('0' + u % 10);
+  while (u /= 10);
+  if (v < 0)
+    *--p = '-';
+  fputs(p, out);
+}
+
 /* The shortest text that reads back as exactly v, always with a '.' or an
  * exponent so that it reads back as a float. Whole numbers below 1e15 keep
- * their digits (80.0, not 8e+01). */
+ * their digits (80.0, not 8e+01). The search takes up to 17 snprintf and
+ * strtod, so the last values found are kept (a module repeats few floats,
+ * once per device). */
 static void print_float(FILE *out, double v) {
   if (isnan(v)) {
     fputs("nan", out);
@@ -120,6 +136,17 @@ static void print_float(FILE *out, double v) {
     fputs(v < 0 ? "-inf" : "inf", out);
     return;
   }
+  static struct {
+    double v;
+    char text[40];
+  } seen[64];
+  uint64_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  unsigned slot = (unsigned)((bits * 0x9e3779b97f4a7c15ull) >> 58);
+  if (seen[slot].text[0] && !memcmp(&seen[slot].v, &v, sizeof v)) {
+    fputs(seen[slot].text, out);
+    return;
+  }
   char buf[40];
   int exp10 = v == 0 ? 0 : (int)floor(log10(fabs(v)));
   for (int prec = 1; prec <= 17; prec++) {
@@ -127,9 +154,11 @@ static void print_float(FILE *out, double v) {
     if (strtod(buf, NULL) == v)
       break;
   }
-  fputs(buf, out);
   if (!strpbrk(buf, ".e"))
-    fputs(".0", out);
+    strcat(buf, ".0");
+  seen[slot].v = v;
+  memcpy(seen[slot].text, buf, sizeof buf);
+  fputs(buf, out);
 }
 
 /* False while ir_print_structure runs. */
@@ -140,10 +169,25 @@ static void print_loc(FILE *out, Loc loc) {
     return;
   fputs(" loc ", out);
   print_str(out, loc.file->name ? loc.file->name : "");
-  fprintf(out, ":%d:%d", loc.line, loc.col);
+  fputc(':', out);
+  put_int(out, loc.line);
+  fputc(':', out);
+  put_int(out, loc.col);
 }
 
-static const char *type_text(const Type *t, char buf[static 128]) { return type_str(t, buf, 128); }
+/* As type_str writes it: f32[2,3]. */
+static void print_type(FILE *out, const Type *t) {
+  fputs(dtype_name(t->dtype), out);
+  if (t->dtype == DT_VOID)
+    return;
+  fputc('[', out);
+  for (int i = 0; i < t->rank; i++) {
+    if (i)
+      fputc(',', out);
+    put_int(out, (long long)t->dim[i]);
+  }
+  fputc(']', out);
+}
 
 static bool field_zero(const void *rec, const IrField *f) {
   const char *p = (const char *)rec + f->off;
@@ -183,7 +227,7 @@ static void print_fields(FILE *out, const void *rec, const IrField *f) {
     } else {
       int64_t i;
       memcpy(&i, p, sizeof i);
-      fprintf(out, "%lld", (long long)i);
+      put_int(out, (long long)i);
     }
   }
   if (any)
@@ -197,13 +241,16 @@ static void print_attrs(FILE *out, const Inst *in) {
     print_name(out, a->name);
     fputs(" = ", out);
     switch (a->kind) {
-    case A_INT: fprintf(out, "%lld", (long long)a->i); break;
+    case A_INT: put_int(out, (long long)a->i); break;
     case A_FLOAT: print_float(out, a->f); break;
     case A_STR: print_str(out, a->s ? a->s : ""); break;
     case A_INTS:
       fputc('[', out);
-      for (int j = 0; j < a->n; j++)
-        fprintf(out, "%s%lld", j ? ", " : "", (long long)a->ints[j]);
+      for (int j = 0; j < a->n; j++) {
+        if (j)
+          fputs(", ", out);
+        put_int(out, (long long)a->ints[j]);
+      }
       fputc(']', out);
       break;
     }
@@ -268,11 +315,10 @@ static void print_value(FILE *out, const Inst *i) {
   if (i->name)
     print_name(out, i->name);
   else
-    fprintf(out, "%d", i->id);
+    put_int(out, i->id);
 }
 
 void ir_print_inst(FILE *out, const Inst *in) {
-  char buf[128];
   bool has_value = in->type.dtype != DT_VOID;
   fputs("  ", out);
   if (in->name || has_value) {
@@ -285,13 +331,19 @@ void ir_print_inst(FILE *out, const Inst *in) {
     print_value(out, in->in[k]);
   }
   print_attrs(out, in);
-  if (has_value)
-    fprintf(out, " : %s", type_text(&in->type, buf));
+  if (has_value) {
+    fputs(" : ", out);
+    print_type(out, &in->type);
+  }
   print_shard(out, in->fn->mod, in->shard, in->type.rank);
-  if (in->fuse)
-    fprintf(out, " fuse %d", in->fuse);
-  if (in->offset != -1)
-    fprintf(out, " offset %lld", (long long)in->offset);
+  if (in->fuse) {
+    fputs(" fuse ", out);
+    put_int(out, in->fuse);
+  }
+  if (in->offset != -1) {
+    fputs(" offset ", out);
+    put_int(out, (long long)in->offset);
+  }
   print_loc(out, in->loc);
   fputc('\n', out);
 }
@@ -406,7 +458,6 @@ void ir_print(FILE *out, const Module *m) {
   static const char *kinds[] = {"input", "param", "buffer", "state"};
   static_assert(COUNTOF(plans) == PLAN_EXPLICIT + 1, "plan names");
   static_assert(COUNTOF(kinds) == G_STATE + 1, "global kinds");
-  char buf[128];
 
   fputs("module ", out);
   print_name(out, m->name);
@@ -465,7 +516,8 @@ void ir_print(FILE *out, const Module *m) {
     const Global *g = &m->global.a[k];
     fprintf(out, "%s ", (unsigned)g->kind <= G_STATE ? kinds[g->kind] : "?");
     print_name(out, g->name);
-    fprintf(out, " : %s", type_text(&g->type, buf));
+    fputs(" : ", out);
+    print_type(out, &g->type);
     print_fields(out, g, ir_global_fields);
     print_shard(out, m, g->shard, g->type.rank);
     print_loc(out, g->loc);

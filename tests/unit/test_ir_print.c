@@ -277,6 +277,51 @@ static void test_float_spelling(void **state) {
   }
 }
 
+/* The shortest spelling of v that reads back, as a plain loop finds it. */
+static void shortest(double v, char *buf, size_t n) {
+  int exp10 = v == 0 ? 0 : (int)floor(log10(fabs(v)));
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, n, "%.*g", exp10 >= prec && exp10 < 15 ? exp10 + 1 : prec, v);
+    if (strtod(buf, NULL) == v)
+      break;
+  }
+  if (!strpbrk(buf, ".e"))
+    strcat(buf, ".0");
+}
+
+static double spelled[600];
+static Inst *make_masks(Func *f, Inst *x) {
+  for (int k = 0; k < COUNTOF(spelled); k++) {
+    Inst *i = ir_new(f, OP_causal_mask, (Loc){0}, 1, &x);
+    ir_set_float(i, "fill", spelled[k]);
+    x = ir_finish(i);
+  }
+  return x;
+}
+
+/* The printer keeps the spellings it found: many values, each twice and
+ * in another order (so values that share a place in what it keeps follow
+ * one another), each spelled as the plain loop spells it. */
+static void test_float_spelling_repeated(void **state) {
+  (void)state;
+  for (int k = 0; k < COUNTOF(spelled) / 2; k++)
+    spelled[k] = spelled[COUNTOF(spelled) - 1 - k] = (k % 2 ? -1 : 1) * (k + 1) / 7.0 * pow(10, k % 9 - 4);
+  Arena *a = arena_new();
+  char *text = print_module(one_inst(a, ty(DT_F32, 2, 3, 3), make_masks));
+  const char *p = text;
+  for (int k = 0; k < COUNTOF(spelled); k++) {
+    char want[64], expect[80];
+    shortest(spelled[k], want, sizeof want);
+    snprintf(expect, sizeof expect, "{fill = %s}", want);
+    const char *at = strstr(p, "{fill = ");
+    if (!at || strncmp(at, expect, strlen(expect)))
+      fail_msg("value %d: expected %s at\n%.80s", k, expect, at ? at : "(end)");
+    p = at + strlen(expect);
+  }
+  free(text);
+  arena_free(a);
+}
+
 static Inst *make_ints(Func *f, Inst *x) {
   Inst *s = ir_new(f, OP_sum, (Loc){0}, 1, &x);
   ir_set_int(s, "keepdim", 1);
@@ -541,7 +586,7 @@ static void test_structure_without_locs(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mlp_round_trip),   cmocka_unit_test(test_float_attrs),
-      cmocka_unit_test(test_float_spelling),   cmocka_unit_test(test_int_attrs),
+      cmocka_unit_test(test_float_spelling),   cmocka_unit_test(test_float_spelling_repeated),   cmocka_unit_test(test_int_attrs),
       cmocka_unit_test(test_names_and_strings), cmocka_unit_test(test_shardings),
       cmocka_unit_test(test_positions_and_locs), cmocka_unit_test(test_loc_reads_source),
       cmocka_unit_test(test_empty_and_minimal), cmocka_unit_test(test_numbering),
