@@ -58,6 +58,8 @@ struct Expr {
   int op;                /* E_BINARY: '+' '-' '*' '/' '@' '<' '>', or a BinOp */
   Expr *lhs, *rhs;       /* E_BINARY; E_NEG uses lhs */
   ArgList args;          /* E_CALL arguments, E_LIST items */
+  ArgList sizes;         /* E_CALL of a sized block, BLOCK(sizes)(args) */
+  bool sized;            /* E_CALL written with sizes (maybe none: BLOCK()(args)) */
 };
 
 typedef struct TypeExpr {
@@ -110,6 +112,11 @@ struct Stmt {
   Loc inst_loc;
   const char *flag;      /* S_PARAM: the word after the type and init ("sparse"), or NULL */
   Loc flag_loc;
+  /* S_ASSIGN of several names `a, b = ...` or `(h, c), ys = repeat(N) ...`:
+   * every name (E_IDENT), the first is name; S_RETURN of several values
+   * `return a, b`: every value, the first is val. Empty otherwise. */
+  ExprList names;
+  int carried;           /* S_ASSIGN: names in the first group, (h, c); 0: no parentheses */
 };
 
 typedef enum { D_IMPORT, D_MODEL, D_CLUSTER, D_PARALLEL, D_BLOCK } DeclKind;
@@ -124,6 +131,8 @@ typedef struct Decl {
   Loc on_loc;
   StmtList dims;         /* D_MODEL: S_DIM */
   ExprList args;         /* D_BLOCK: its arguments' names (E_IDENT) */
+  ExprList sizes;        /* D_BLOCK: its sizes' names, block NAME(sizes)(args) */
+  bool sized;            /* D_BLOCK: written with a list of sizes (maybe empty) */
   StmtList body;
 } Decl;
 

@@ -69,15 +69,24 @@ Block *find_block(const Prog *p, const char *name) {
 void open_scope(Ctx *c) {
   const Decl *dc = c->decl;
   bool block = dc->kind == D_BLOCK;
-  int names = 2 * dc->body.n + dc->dims.n + dc->args.n + (block ? c->m->dim.n : 0);
+  int names = 2 * dc->body.n + dc->dims.n + dc->args.n + dc->sizes.n + (block ? c->m->dim.n : 0);
+  for (int k = 0; k < dc->body.n; k++)
+    names += dc->body.a[k]->names.n;
   for (c->cap = 16; c->cap < 2 * names; c->cap *= 2) {}
   c->tab = arena_alloc(c->a, sizeof(Name *) * (size_t)c->cap);
   c->def = arena_alloc(c->a, sizeof(Name *) * (size_t)(dc->body.n + 1));
   c->inst = arena_alloc(c->a, sizeof(Name *) * (size_t)(dc->body.n + 1));
   if (!block)
     return;
+  for (int k = 0; k < dc->sizes.n; k++) {   /* a size hides a dimension of the same name */
+    Name *n = define(c, dc->sizes.a[k]->s, N_DIM, dc->sizes.a[k]->loc, -2);
+    if (n)
+      n->dim = c->dim ? c->dim[k].value : 1;
+  }
   for (int k = 0; k < c->m->dim.n; k++) {
     const Dim *dm = &c->m->dim.a[k];
+    if (dc->sizes.n && lookup(c, dm->name))
+      continue;
     Name *n = define(c, dm->name, N_DIM, dm->loc, -1);
     if (n)
       n->dim = dm->value;
@@ -110,10 +119,88 @@ static void number_args(Ctx *b, int nargs) {
   ir_renumber(f);
 }
 
+/* The sizes of block bd at application `call` in c, evaluated there: the
+ * dimensions the block's constant expressions see, its sizes first, then the
+ * model's (*out, *nout). False after reporting a wrong count, an unknown or
+ * repeated name, or a size that is not an integer from 1 to 2^40. */
+static bool apply_sizes(Ctx *c, const Expr *call, const Decl *bd, const Dim **out, int *nout) {
+  int n = bd->sizes.n, pos = 0;
+  if (n == 0 && call->sizes.n == 0)
+    return true;
+  if (n == 0) {
+    diag_error(c->d, call->sizes.a[0].loc, "block '%s' takes no sizes; apply it as '%s(...)'",
+               bd->name, bd->name);
+    return false;
+  }
+  const char **names = arena_alloc(c->a, sizeof(char *) * (size_t)n);
+  const char *list = "";
+  for (int k = 0; k < n; k++) {
+    names[k] = bd->sizes.a[k]->s;
+    list = arena_printf(c->a, "%s%s%s", list, k ? ", " : "", names[k]);
+  }
+  if (!call->sized) {
+    diag_error(c->d, call->loc, "block '%s' takes %d size%s before its arguments: apply it as "
+               "'%s(%s)(...)'", bd->name, n, n == 1 ? "" : "s", bd->name, list);
+    return false;
+  }
+  const Expr **val = arena_alloc(c->a, sizeof(Expr *) * (size_t)n);
+  bool ok = true;
+  for (int k = 0; k < call->sizes.n; k++) {
+    const Arg *a = &call->sizes.a[k];
+    int j = pos;
+    if (!a->name && (k > 0 && call->sizes.a[k - 1].name)) {
+      diag_error(c->d, a->loc, "positional size after a named one");
+      return false;
+    }
+    if (!a->name && pos++ == n) {
+      diag_error(c->d, a->loc, "block '%s' takes %d size%s (%s), got %d", bd->name, n,
+                 n == 1 ? "" : "s", list, call->sizes.n);
+      return false;
+    }
+    if (a->name)
+      for (j = 0; j < n && strcmp(names[j], a->name); j++) {}
+    if (j == n) {
+      diag_error(c->d, a->loc, "block '%s' has no size '%s'%s", bd->name, a->name,
+                 fe_did_you_mean(c->a, a->name, names, n));
+      ok = false;
+    } else if (val[j]) {
+      diag_error(c->d, a->loc, "size '%s' is given twice", names[j]);
+      ok = false;
+    } else {
+      val[j] = a->val;
+    }
+  }
+  for (int k = 0; ok && k < n; k++)
+    if (!val[k]) {
+      diag_error(c->d, call->loc, "block '%s' takes %d size%s (%s): '%s' is missing", bd->name,
+                 n, n == 1 ? "" : "s", list, names[k]);
+      ok = false;
+    }
+  if (!ok)
+    return false;
+  Dim *dim = arena_alloc(c->a, sizeof(Dim) * (size_t)(n + c->m->dim.n));
+  for (int k = 0; k < n; k++) {
+    const char *what = arena_printf(c->a, "size '%s' of block '%s'", names[k], bd->name);
+    int64_t v;
+    if (!int_arg(c, val[k], what, &v)) {
+      ok = false;
+    } else if (v < 1 || v > IR_MAX_DIM) {
+      diag_error(c->d, val[k]->loc, "%s must be an integer from 1 to 2^40, not %lld", what,
+                 (long long)v);
+      ok = false;
+    }
+    dim[k] = (Dim){names[k], v, bd->sizes.a[k]->loc};
+  }
+  memcpy(dim + n, c->m->dim.a, sizeof(Dim) * (size_t)c->m->dim.n);
+  *out = dim;
+  *nout = n + c->m->dim.n;
+  return ok;
+}
+
 /* The args of an application bound and lowered in c: val[k] for the block's
  * arg k, each[k] when it is an `each` argument of a repeat of count n. */
-static bool lower_apply_args(Ctx *c, const Stmt *s, const Decl *bd, int64_t n, Inst **val,
-                             bool *each) {
+static bool lower_apply_args(Ctx *c, const Stmt *s, const Decl *bd, int64_t n, int ncarry,
+                             Inst **val, bool *each) {
   const Expr *call = s->val;
   int nargs = bd->args.n;
   const char **names = arena_alloc(c->a, sizeof(char *) * (size_t)(nargs + 1));
@@ -132,6 +219,12 @@ static bool lower_apply_args(Ctx *c, const Stmt *s, const Decl *bd, int64_t n, I
       ok = false;
       continue;
     }
+    if (each[k] && k < ncarry) {
+      diag_error(c->d, e->loc, "argument '%s' of '%s' is carried from one iteration to the next "
+                 "(the repeat carries %d values); it cannot be 'each'", names[k], bd->name, ncarry);
+      ok = false;
+      continue;
+    }
     val[k] = lower_expr(c, each[k] ? e->lhs : e);
     if (!val[k]) {
       ok = false;
@@ -146,17 +239,61 @@ static bool lower_apply_args(Ctx *c, const Stmt *s, const Decl *bd, int64_t n, I
   return ok;
 }
 
+/* The values of block bd's return (bc->rets) as the names of application s
+ * take them: as many as the names, each carried one of a repeat of arg k's
+ * type. False after reporting. */
+static bool check_returns(Ctx *c, const Stmt *s, const Ctx *bc, Inst *const *val, int ncarry) {
+  const Decl *bd = bc->decl;
+  const Stmt *rs = bd->body.a[bd->body.n - 1];
+  int nnames = s->names.n ? s->names.n : 1;
+  if (bc->nret != nnames) {
+    Ctx *inner = c->prog->cur;
+    c->prog->cur = c;   /* an error of the application, not of the block */
+    if (nnames == 1)
+      diag_error(c->d, s->name_loc, "block '%s' returns %d values; name each of them, as in "
+                 "'a, b = %s(...)'%s", bd->name, bc->nret, bd->name,
+                 s->count ? " or '(h, c), ys = repeat(N) ...'" : "");
+    else
+      diag_error(c->d, s->names.a[0]->loc, "%d names take the values of block '%s', but it "
+                 "returns %d", nnames, bd->name, bc->nret);
+    if (!diag_full(c->d))
+      diag_note(c->d, rs->loc, "the return of '%s' is here", bd->name);
+    c->prog->cur = inner;
+    return false;
+  }
+  for (int k = 0; k < ncarry && s->count; k++) {
+    const Inst *r = bc->rets[k];
+    if (type_eq(&r->type, &val[k]->type))
+      continue;
+    char b1[128], b2[128];
+    const char *an = bd->args.a[k]->s;
+    const Expr *at = rs->names.n ? rs->names.a[k] : rs->val;
+    if (ncarry == 1)
+      diag_error(c->d, at->loc, "a repeat carries the value of block '%s' into its first "
+                 "argument '%s', but it returns %s where '%s' is %s", bd->name, an,
+                 type_str(&r->type, b1, sizeof b1), an, type_str(&val[k]->type, b2, sizeof b2));
+    else
+      diag_error(c->d, at->loc, "a repeat carries value %d of block '%s' into its argument '%s', "
+                 "but it returns %s where '%s' is %s", k + 1, bd->name, an,
+                 type_str(&r->type, b1, sizeof b1), an, type_str(&val[k]->type, b2, sizeof b2));
+    return false;
+  }
+  return true;
+}
+
 /* [repeat(N)] BLOCK(args) [as NAME] in c. Without repeat the block is lowered
- * into c's function and its return value is the result; with it, into a body
- * function named after the instance, run by a new `repeat` (the result):
- * operands the carried first arg, the args read whole, the `each` ones, the
- * stacked params. */
-Inst *lower_apply(Ctx *c, const Stmt *s) {
+ * into c's function and its return values are the results; with it, into a
+ * body function named after the instance, run by a new `repeat`: operands
+ * the carried args (the first `ncarry`), the args read whole, the `each`
+ * ones, the stacked params; results the carried values after the last
+ * iteration (the repeat, then repeat_outs) and the stacked outputs
+ * (repeat_outs). */
+static bool apply(Ctx *c, const Stmt *s, Inst **res) {
   const Expr *call = s->val;
   if (call->kind != E_CALL) {
     diag_error(c->d, s->inst_loc, "'as' names the instance of a block application, as in "
                "'y = BLOCK(x) as NAME'");
-    return NULL;
+    return false;
   }
   Block *b = find_block(c->prog, call->s);
   if (!b) {
@@ -164,53 +301,70 @@ Inst *lower_apply(Ctx *c, const Stmt *s) {
       diag_error(c->d, call->loc, "'%s' is a built-in function, not a block", call->s);
     else
       diag_error(c->d, call->loc, "unknown block '%s'%s", call->s, did_you_mean_block(c, call->s));
-    return NULL;
+    return false;
   }
   if (b->bad || !c->inst[c->cur])
-    return NULL;
+    return false;
   if (c->depth == FE_MAX_BLOCK_NEST) {
     diag_error(c->d, call->loc, "blocks applied inside each other more than %d deep",
                FE_MAX_BLOCK_NEST);
-    return NULL;
+    return false;
   }
   if (c->prog->inst.n == FE_MAX_INSTANCES) {
     diag_error(c->d, call->loc, "more than %d block applications in one model", FE_MAX_INSTANCES);
-    return NULL;
+    return false;
   }
   const Decl *bd = b->decl;
+  int ncarry = s->carried ? s->carried : 1;
+  int nnames = s->names.n ? s->names.n : 1;
+  if (s->carried && !s->count) {
+    diag_error(c->d, s->loc, "parentheses group the carried values of a repeat, as in '(h, c), "
+               "ys = repeat(N) %s(...)'; a block applied once gives its values to 'a, b = ...'",
+               bd->name);
+    return false;
+  }
   int64_t n = 0;
   if (s->count) {
     if (!int_arg(c, s->count, "the count of 'repeat'", &n))
-      return NULL;
+      return false;
     if (n < 1 || n > IR_MAX_DIM) {
       diag_error(c->d, s->count->loc, n < 1 ? "the count of 'repeat' must be 1 or more, not %lld"
                                             : "the count of 'repeat' must be at most 2^40, not %lld",
                  (long long)n);
-      return NULL;
+      return false;
     }
-    if (bd->args.n == 0) {
-      diag_error(c->d, call->loc, "'repeat' carries the first argument of block '%s' from one "
-                 "iteration to the next, but '%s' takes none", bd->name, bd->name);
-      return NULL;
+    if (bd->args.n < ncarry) {
+      if (ncarry == 1)
+        diag_error(c->d, call->loc, "'repeat' carries the first argument of block '%s' from one "
+                   "iteration to the next, but '%s' takes none", bd->name, bd->name);
+      else
+        diag_error(c->d, s->loc, "the repeat carries %d values into the first %d arguments of "
+                   "block '%s', but '%s' takes %d", ncarry, ncarry, bd->name, bd->name,
+                   bd->args.n);
+      return false;
     }
   }
+  const Dim *dim = NULL;
+  int ndim = 0;
+  if (!apply_sizes(c, call, bd, &dim, &ndim))
+    return false;
   int nargs = bd->args.n, neach = 0;
   Inst **val = arena_alloc(c->a, sizeof(Inst *) * (size_t)(nargs + 1));
   bool *each = arena_alloc(c->a, sizeof(bool) * (size_t)(nargs + 1));
-  if (!lower_apply_args(c, s, bd, n, val, each))
-    return NULL;
+  if (!lower_apply_args(c, s, bd, n, ncarry, val, each))
+    return false;
   Loc at;
   const char *path = join(c, c->path, inst_name(s, &at));
   if (s->count && (ir_find_func(c->m, path) || !strcmp(path, "train_step"))) {
     diag_error(c->d, at, "a repeat named '%s' would take the name of the model's function @%s; "
                "name it with 'as NAME'", path, path);
-    return NULL;
+    return false;
   }
 
   Ctx *bc = arena_alloc(c->a, sizeof *bc);
   *bc = (Ctx){.a = c->a, .d = c->d, .m = c->m, .f = c->f, .prog = c->prog, .decl = bd, .up = c,
               .app = s, .inlined = !s->count, .path = path, .vpath = "", .depth = c->depth + 1,
-              .n = n};
+              .n = n, .dim = dim, .ndim = ndim};
   vec_push(c->a, &c->prog->inst, bc);
   if (s->count) {
     bc->f = ir_add_func(c->m, path, bd->name_loc);
@@ -219,9 +373,9 @@ Inst *lower_apply(Ctx *c, const Stmt *s) {
     bc->vpath = arena_printf(c->a, "%s%s.", c->vpath, inst_name(s, &at));
   }
   open_scope(bc);
-  for (int k = 1; k < nargs; k++)
+  for (int k = ncarry; k < nargs; k++)
     neach += each[k];
-  for (int k = 0, whole = 1, cut = nargs - neach; k < nargs; k++) {
+  for (int k = 0, whole = ncarry, cut = nargs - neach; k < nargs; k++) {
     Name *an = lookup(bc, bd->args.a[k]->s);
     if (!s->count) {
       an->val = val[k];
@@ -236,7 +390,7 @@ Inst *lower_apply(Ctx *c, const Stmt *s) {
     Inst *arg = ir_new(bc->f, OP_arg, bd->args.a[k]->loc, 0, NULL);
     arg->name = bd->args.a[k]->s;
     arg->type = t;
-    ir_set_int(arg, "index", k == 0 ? 0 : each[k] ? cut++ : whole++);
+    ir_set_int(arg, "index", k < ncarry ? k : each[k] ? cut++ : whole++);
     an->val = finish(bc, arg);
   }
 
@@ -244,61 +398,84 @@ Inst *lower_apply(Ctx *c, const Stmt *s) {
   Ctx *caller = c->prog->cur;
   c->prog->cur = bc;
   lower_stmts(bc);
-  Inst *r = bc->ret;
-  const Stmt *rs = bd->body.a[bd->body.n - 1];
-  if (r && s->count && !type_eq(&r->type, &val[0]->type)) {
-    char b1[128], b2[128];
-    diag_error(c->d, rs->val->loc, "a repeat carries the value of block '%s' into its first "
-               "argument '%s', but it returns %s where '%s' is %s", bd->name, bd->args.a[0]->s,
-               type_str(&r->type, b1, sizeof b1), bd->args.a[0]->s,
-               type_str(&val[0]->type, b2, sizeof b2));
-    r = NULL;
-  }
+  bool ok = bc->ret && check_returns(c, s, bc, val, ncarry);
   c->prog->cur = caller;
-  if (!r || !s->count)
-    return r;
-  Inst *out = ir_new(bc->f, OP_output, rs->loc, 1, &r);
-  ir_set_str(out, "name", bd->args.a[0]->s);
-  finish(bc, out);
+  if (!ok)
+    return false;
+  if (!s->count) {
+    memcpy(res, bc->rets, sizeof(Inst *) * (size_t)nnames);
+    return true;
+  }
+  const Stmt *rs = bd->body.a[bd->body.n - 1];
+  for (int k = 0; k < nnames; k++) {
+    Inst *out = ir_new(bc->f, OP_output, rs->loc, 1, &bc->rets[k]);
+    ir_set_str(out, "name", k < ncarry ? bd->args.a[k]->s : s->names.a[k]->s);
+    finish(bc, out);
+  }
   if (c->d->nerr != nerr)
-    return NULL;
+    return false;
   number_args(bc, nargs);
 
   int nin = nargs + bc->stacked.n;
   if (nin > ir_ops[OP_repeat].maxin) {
     diag_error(c->d, s->repeat_loc, "a repeat of more than %d args and params",
                ir_ops[OP_repeat].maxin);
-    return NULL;
+    return false;
   }
   Inst **in = arena_alloc(c->a, sizeof(Inst *) * (size_t)nin);
   int j = 0;
-  in[j++] = val[0];
+  for (int k = 0; k < ncarry; k++)
+    in[j++] = val[k];
   for (int pass = 0; pass < 2; pass++)
-    for (int k = 1; k < nargs; k++)
+    for (int k = ncarry; k < nargs; k++)
       if (each[k] == (pass == 1))
         in[j++] = val[k];
   for (int k = 0; k < bc->stacked.n; k++) {
     const Stacked *sp = &bc->stacked.a[k];
     Type t = sp->type;
     if (!stack_type(c, &t, n, sp->global, s->repeat_loc) || !(in[j++] = stacked_value(c, sp, t)))
-      return NULL;
+      return false;
+  }
+  for (int k = ncarry; k < nnames; k++) {
+    Type t = bc->rets[k]->type;
+    if (t.rank == IR_MAX_RANK || type_elems(&t) > IR_MAX_ELEMS / n) {
+      char buf[128];
+      diag_error(c->d, s->names.a[k]->loc, "'%s', %s stacked %lld times, passes the limits of a "
+                 "tensor (%d dimensions, 2^40 elements)", s->names.a[k]->s,
+                 type_str(&t, buf, sizeof buf), (long long)n, IR_MAX_RANK);
+      return false;
+    }
   }
   if (s->mode && strcmp(s->mode, "remat")) {
     diag_error(c->d, s->mode_loc, "unknown option '%s' of 'repeat' (the one option is remat)",
                s->mode);
-    return NULL;
+    return false;
   }
   Inst *rep = ir_new(c->f, OP_repeat, s->repeat_loc, nin, in);
   ir_set_str(rep, "body", path);
   ir_set_int(rep, "n", n);
-  ir_set_int(rep, "carry", 1);
+  ir_set_int(rep, "carry", ncarry);
   ir_set_int(rep, "stacked", neach + bc->stacked.n);
   if (s->mode) {
     ir_set_int(rep, "remat", 1);
     if (!c->prog->remat.file)
       c->prog->remat = s->mode_loc;
   }
-  return finish(c, rep);
+  if (!(res[0] = finish(c, rep)))
+    return false;
+  for (int k = 1; k < nnames; k++) {
+    Inst *o = ir_new(c->f, OP_repeat_out, s->repeat_loc, 1, &rep);
+    ir_set_int(o, "index", k);
+    if (!(res[k] = finish(c, o)))
+      return false;
+  }
+  return true;
+}
+
+void lower_apply(Ctx *c, const Stmt *s, Inst **res) {
+  int nnames = s->names.n ? s->names.n : 1;
+  if (!apply(c, s, res))
+    memset(res, 0, sizeof(Inst *) * (size_t)nnames);
 }
 
 /* What a block is whatever applies it: the statements it takes, one return

@@ -30,7 +30,9 @@ bool int_arg(Ctx *c, const Expr *e, const char *what, int64_t *out) {
     diag_error(c->d, t->loc, "'%s' is a tensor, but %s must be a number", t->s, what);
     return false;
   }
-  return fe_eval_int(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
+  int nd;
+  const Dim *dims = ctx_dims(c, &nd);
+  return fe_eval_int(e, dims, nd, what, out, c->d);
 }
 
 bool float_arg(Ctx *c, const Expr *e, const char *what, double *out) {
@@ -39,7 +41,9 @@ bool float_arg(Ctx *c, const Expr *e, const char *what, double *out) {
     diag_error(c->d, t->loc, "'%s' is a tensor, but %s must be a number", t->s, what);
     return false;
   }
-  return fe_eval_float(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
+  int nd;
+  const Dim *dims = ctx_dims(c, &nd);
+  return fe_eval_float(e, dims, nd, what, out, c->d);
 }
 
 /* A number that may be -inf or inf, but not NaN. */
@@ -49,7 +53,9 @@ bool real_arg(Ctx *c, const Expr *e, const char *what, double *out) {
     diag_error(c->d, t->loc, "'%s' is a tensor, but %s must be a number", t->s, what);
     return false;
   }
-  return fe_eval_real(e, c->m->dim.a, c->m->dim.n, what, out, c->d);
+  int nd;
+  const Dim *dims = ctx_dims(c, &nd);
+  return fe_eval_real(e, dims, nd, what, out, c->d);
 }
 
 /* A finite number in range r (shared with the IR reader, ir/print.c). */
@@ -188,6 +194,11 @@ Inst *lower_call(Ctx *c, const Expr *e) {
   if (!b && find_block(c->prog, e->s)) {
     diag_error(c->d, e->loc, "block '%s' is applied only as the whole value of an assignment, "
                "as in 'y = %s(...)'", e->s, e->s);
+    return NULL;
+  }
+  if (e->sized) {
+    diag_error(c->d, e->loc, "only a block takes sizes, as in 'y = BLOCK(SIZES)(args)'; '%s' is "
+               "%s", e->s, b ? "a built-in function" : "no block");
     return NULL;
   }
   if (!b) {

@@ -62,7 +62,9 @@ Inst *lower_binary(Ctx *c, const Expr *e, Inst *x, Inst *y) {
 Inst *lower_expr(Ctx *c, const Expr *e) {
   if ((e->kind == E_NEG || e->kind == E_BINARY) && is_const(c, e)) {
     Num v;
-    return fe_eval(e, c->m->dim.a, c->m->dim.n, &v, c->d) ? constant(c, v.f, e->loc) : NULL;
+    int nd;
+    const Dim *dims = ctx_dims(c, &nd);
+    return fe_eval(e, dims, nd, &v, c->d) ? constant(c, v.f, e->loc) : NULL;
   }
   switch (e->kind) {
   case E_NUM:
@@ -306,7 +308,7 @@ void emit_output(Ctx *c, const char *name, Inst *v, Loc at) {
 bool is_apply(const Ctx *c, const Stmt *s) {
   if ((s->kind != S_ASSIGN && s->kind != S_OUTPUT) || !s->val)
     return false;
-  if (s->count || s->inst)
+  if (s->count || s->inst || s->val->sized)
     return true;
   return s->val->kind == E_CALL && !find_builtin(s->val->s) && find_block(c->prog, s->val->s);
 }
@@ -320,16 +322,30 @@ const char *inst_name(const Stmt *s, Loc *at) {
 /* Lowers the value of `name = expr`; the new instruction takes the name. A
  * block's value takes it too, unless it is a load or an arg. */
 static void lower_assign(Ctx *c, const Stmt *s, Name *n) {
-  int before = c->f->inst.n;
+  int before = c->f->inst.n, nv = s->names.n ? s->names.n : 1;
   bool apply = is_apply(c, s);
-  Inst *v = apply ? lower_apply(c, s) : lower_expr(c, s->val);
-  if (!v) {
-    n->bad = true;
-    return;
+  Inst **v = arena_alloc(c->a, sizeof(Inst *) * (size_t)nv);
+  if (apply) {
+    lower_apply(c, s, v);
+  } else if (s->names.n) {
+    diag_error(c->d, s->names.a[1]->loc, "several names take the values of a block's "
+               "application, as in 'a, b = BLOCK(x)' or '(h, c), ys = repeat(N) BLOCK(h0, c0, "
+               "each xs)'");
+  } else {
+    v[0] = lower_expr(c, s->val);
   }
-  if (v->id >= before && (apply ? v->op != OP_load && v->op != OP_arg : !v->name))
-    v->name = vname(c, s->name);
-  n->val = v;
+  for (int k = 0; k < nv; k++) {
+    Name *nk = k ? lookup(c, s->names.a[k]->s) : n;
+    if (!nk || nk->stmt != c->cur)
+      continue;   /* defined twice: reported */
+    if (!v[k]) {
+      nk->bad = true;
+      continue;
+    }
+    if (v[k]->id >= before && (apply ? v[k]->op != OP_load && v[k]->op != OP_arg : !v[k]->name))
+      v[k]->name = vname(c, nk->name);
+    nk->val = v[k];
+  }
 }
 
 /* output name [= expr] */
@@ -364,6 +380,8 @@ void define_stmts(Ctx *c) {
     if ((s->kind == S_INPUT && !block) || s->kind == S_PARAM || s->kind == S_BUFFER ||
         s->kind == S_ASSIGN || (s->kind == S_OUTPUT && s->val && !block))
       c->def[k] = define(c, s->name, kinds[s->kind], s->name_loc, k);
+    for (int j = 1; j < s->names.n && s->kind == S_ASSIGN; j++)
+      define(c, s->names.a[j]->s, N_VALUE, s->names.a[j]->loc, k);
     if (c->def[k] && s->kind == S_BUFFER)
       c->def[k]->buffer = true;
     if (is_apply(c, s) && (!block || s->kind == S_ASSIGN)) {
@@ -371,6 +389,17 @@ void define_stmts(Ctx *c) {
       c->inst[k] = define(c, inst_name(s, &at), N_INST, at, k);
     }
   }
+}
+
+/* return v1, v2, ...: c->rets, each lowered; c->ret the first, NULL when
+ * any failed. */
+static void lower_return(Ctx *c, const Stmt *s) {
+  c->nret = s->names.n ? s->names.n : 1;
+  c->rets = arena_alloc(c->a, sizeof(Inst *) * (size_t)c->nret);
+  bool ok = true;
+  for (int k = 0; k < c->nret; k++)
+    ok &= (c->rets[k] = lower_expr(c, s->names.n ? s->names.a[k] : s->val)) != NULL;
+  c->ret = ok ? c->rets[0] : NULL;
 }
 
 /* Lowers the statements of c in order; a block's return sets c->ret. */
@@ -399,7 +428,7 @@ void lower_stmts(Ctx *c) {
       break;
     case S_RETURN:
       if (c->decl->kind == D_BLOCK)
-        c->ret = lower_expr(c, s->val);
+        lower_return(c, s);
       else
         diag_error(c->d, s->loc, "'return' belongs in a block; a model's results are its outputs");
       break;

@@ -15,7 +15,8 @@ typedef struct Name {
   const char *name;
   NameKind kind;
   Loc loc;
-  int stmt;              /* the defining statement's index; -1 for dimensions */
+  int stmt;              /* the defining statement's index; -1 for dimensions, -2
+                            for a block's sizes */
   int global;            /* N_INPUT, N_PARAM: index into Module.global; -1 for a
                             block's param in a body, whose arg is val */
   int64_t dim;           /* N_DIM: its value */
@@ -84,8 +85,18 @@ struct Ctx {
   int depth;             /* applications this one is inside of */
   int64_t n;             /* a body: the repeat's count */
   VEC(Stacked) stacked;  /* a body: the params it reads as args, in order */
-  Inst *ret;             /* a block: its return value */
+  Inst *ret;             /* a block: its return value (the first of several) */
+  Inst **rets;           /* a block returning several values: each of them */
+  int nret;              /* a block: the values its return gives */
+  const Dim *dim;        /* a sized block: its sizes, then the model's dimensions */
+  int ndim;              /* (NULL: the model's dimensions) */
 };
+
+/* The dimensions the constant expressions of c may name. */
+static inline const Dim *ctx_dims(const Ctx *c, int *n) {
+  *n = c->dim ? c->ndim : c->m->dim.n;
+  return c->dim ? c->dim : c->m->dim.a;
+}
 
 /* ---- scope.c: names, values, instructions ---- */
 
@@ -199,8 +210,11 @@ void open_scope(Ctx *c);
 Block *find_block(const Prog *p, const char *name);
 /* A new arg of body o for a param it reads (numbered when the body is done). */
 Inst *stacked_arg(Ctx *o, const char *global, Type t, const Global *init, Loc at);
-/* [repeat(N)] BLOCK(args) [as NAME] in c: its value. */
-Inst *lower_apply(Ctx *c, const Stmt *s);
+/* [repeat(N)] BLOCK(args) [as NAME] in c. */
+/* res[k] for each name of s (s->names, or s->name alone): a block's k-th
+ * returned value once, a repeat's carried values then its stacked outputs;
+ * NULL after reporting. */
+void lower_apply(Ctx *c, const Stmt *s, Inst **res);
 /* What a block is whatever applies it; b->bad after reporting. */
 void check_block(Ctx *model, Block *b);
 /* Each cycle of applications from b is an error; its blocks are bad. */

@@ -29,6 +29,8 @@ static Stmt *named(Parser *p, StmtKind kind, FELTYPE l, const char *name, FELTYP
 static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE nl);
 static Stmt *value(Parser *p, Expr *val, Expr *count, FELTYPE rl, const char *inst, FELTYPE il);
 static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *name, FELTYPE nl);
+static Stmt *several(Parser *p, Stmt *s, FELTYPE l, ExprList group, Expr *first, ExprList rest,
+                     int carried);
 #define L(x) loc(p, (x))
 #define PUSH(v, x) vec_push(p->a, &(v), (x))
 }
@@ -69,8 +71,8 @@ static Stmt *assign(Parser *p, Stmt *s, StmtKind kind, FELTYPE l, const char *na
 %type <args> idxs
 %type <s> gname
 %type <arg> arg axis
-%type <args> args axes
-%type <exprs> exprs names sdims
+%type <args> args axes cargs
+%type <exprs> exprs names sdims bnames
 %type <type> type
 %type <st> dim mstmt value cstmt nstmt pstmt
 %type <stmts> dims dimlist mstmts mbody cstmts cbody nstmts nbody pstmts pbody
@@ -101,7 +103,9 @@ sep: NL | ';' ;
 /* A newline is allowed before a block's '{'. */
 nl_opt: %empty | NL ;
 
-/* item = import | model | block | cluster | parallel */
+/* item = import | model | block | cluster | parallel
+ * block = "block" IDENT bnames [ bnames ] body: with two lists, the first
+ * holds the block's sizes */
 item: IMPORT STRING              { Decl *d = decl(p, D_IMPORT, @1, $2->s, @2);
                                    if ($2->kind == E_ERROR) d->name = NULL; }
     | MODEL IDENT '(' dims ')' nl_opt mbody
@@ -109,17 +113,22 @@ item: IMPORT STRING              { Decl *d = decl(p, D_IMPORT, @1, $2->s, @2);
     | MODEL IDENT '(' error ')' nl_opt mbody
                                  { decl(p, D_MODEL, @1, $2, @2)->body = $7; }
     | MODEL IDENT nl_opt mbody   { decl(p, D_MODEL, @1, $2, @2)->body = $4; }
-    | BLOCK IDENT '(' ')' nl_opt mbody
-                                 { decl(p, D_BLOCK, @1, $2, @2)->body = $6; }
-    | BLOCK IDENT '(' names ')' nl_opt mbody
-                                 { Decl *d = decl(p, D_BLOCK, @1, $2, @2); d->args = $4; d->body = $7; }
-    | BLOCK IDENT '(' error ')' nl_opt mbody
-                                 { decl(p, D_BLOCK, @1, $2, @2)->body = $7; }
+    | BLOCK IDENT bnames nl_opt mbody
+                                 { Decl *d = decl(p, D_BLOCK, @1, $2, @2); d->args = $3; d->body = $5; }
+    | BLOCK IDENT bnames bnames nl_opt mbody
+                                 { Decl *d = decl(p, D_BLOCK, @1, $2, @2); d->sized = true;
+                                   d->sizes = $3; d->args = $4; d->body = $6; }
     | CLUSTER IDENT nl_opt cbody { decl(p, D_CLUSTER, @1, $2, @2)->body = $4; }
     | PARALLEL IDENT ON IDENT nl_opt pbody
                                  { Decl *d = decl(p, D_PARALLEL, @1, $2, @2);
                                    d->on = $4; d->on_loc = L(@4); d->body = $6; }
     ;
+
+/* bnames = "(" [ IDENT { "," IDENT } ] ")": a block's sizes or arguments */
+bnames: '(' ')'                  { $$ = (ExprList){0}; }
+      | '(' names ')'            { $$ = $2; }
+      | '(' error ')'            { $$ = (ExprList){0}; }
+      ;
 
 /* dims = [ dim { "," dim } ] */
 dims: %empty                     { $$ = (StmtList){0}; }
@@ -157,9 +166,11 @@ mstmts: %empty                   { $$ = (StmtList){0}; }
  *       | "param" IDENT ":" type [ "init" callee ] [ IDENT ]   (the word: sparse)
  *       | "buffer" IDENT ":" type [ "init" callee ]
  *       | IDENT "=" value
+ *       | IDENT "," IDENT { "," IDENT } "=" value
+ *       | "(" IDENT { "," IDENT } ")" { "," IDENT } "=" value   (a repeat's carried group)
  *       | "output" IDENT [ "=" value ]
  *       | "minimize" IDENT "with" callee
- *       | "return" expr */
+ *       | "return" expr { "," expr } */
 mstmt: INPUT IDENT ':' type      { $$ = named(p, S_INPUT, @1, $2, @2); $$->type = $4; }
      | PARAM IDENT ':' type      { $$ = named(p, S_PARAM, @1, $2, @2); $$->type = $4; }
      | PARAM IDENT ':' type INIT callee
@@ -174,11 +185,16 @@ mstmt: INPUT IDENT ':' type      { $$ = named(p, S_INPUT, @1, $2, @2); $$->type 
      | BUFFER IDENT ':' type INIT callee
                                  { $$ = named(p, S_BUFFER, @1, $2, @2); $$->type = $4; $$->val = $6; }
      | IDENT '=' value           { $$ = assign(p, $3, S_ASSIGN, @1, $1, @1); }
+     | IDENT ',' names '=' value { $$ = several(p, $5, @1, (ExprList){0}, ident(p, $1, @1), $3, 0); }
+     | '(' names ')' '=' value   { $$ = several(p, $5, @1, $2, NULL, (ExprList){0}, $2.n); }
+     | '(' names ')' ',' names '=' value
+                                 { $$ = several(p, $7, @1, $2, NULL, $5, $2.n); }
      | OUTPUT IDENT              { $$ = named(p, S_OUTPUT, @1, $2, @2); }
      | OUTPUT IDENT '=' value    { $$ = assign(p, $4, S_OUTPUT, @1, $2, @2); }
      | MINIMIZE IDENT WITH callee
                                  { $$ = named(p, S_MINIMIZE, @1, $2, @2); $$->val = $4; }
-     | RETURN expr               { $$ = stmt(p, S_RETURN, @1); $$->val = $2; }
+     | RETURN exprs              { $$ = stmt(p, S_RETURN, @1); $$->val = $2.a[0];
+                                   if ($2.n > 1) $$->names = $2; }
      ;
 
 /* value = expr [ "as" IDENT ]
@@ -352,10 +368,16 @@ exprs: expr                      { $$ = (ExprList){0}; PUSH($$, $1); }
      | exprs ',' expr            { $$ = $1; PUSH($$, $3); }
      ;
 
-/* call = IDENT "(" [ arg { "," arg } ] ")" */
-call: IDENT '(' ')'              { $$ = call(p, $1, @1, (ArgList){0}); }
-    | IDENT '(' args ')'         { $$ = call(p, $1, @1, $3); }
+/* call = IDENT cargs [ cargs ]: with two lists, a sized block's
+ * application BLOCK(sizes)(args) */
+call: IDENT cargs                { $$ = call(p, $1, @1, $2); }
+    | IDENT cargs cargs          { $$ = call(p, $1, @1, $3); $$->sized = true; $$->sizes = $2; }
     ;
+
+/* cargs = "(" [ arg { "," arg } ] ")" */
+cargs: '(' ')'                   { $$ = (ArgList){0}; }
+     | '(' args ')'              { $$ = $2; }
+     ;
 
 /* args = arg { "," arg } */
 args: arg                        { $$ = (ArgList){0}; PUSH($$, $1); }
@@ -517,4 +539,24 @@ static Decl *decl(Parser *p, DeclKind kind, FELTYPE l, const char *name, FELTYPE
   d->name_loc = L(nl);
   vec_push(p->a, p->out, d);
   return d;
+}
+
+/* `(group), rest = value` or `first, rest = value`: an assignment of several
+ * names, the first group carried when parenthesized. */
+static Stmt *several(Parser *p, Stmt *s, FELTYPE l, ExprList group, Expr *first, ExprList rest,
+                     int carried) {
+  ExprList all = {0};
+  if (first)
+    PUSH(all, first);
+  for (int k = 0; k < group.n; k++)
+    PUSH(all, group.a[k]);
+  for (int k = 0; k < rest.n; k++)
+    PUSH(all, rest.a[k]);
+  s->kind = S_ASSIGN;
+  s->loc = L(l);
+  s->name = all.a[0]->s;
+  s->name_loc = all.a[0]->loc;
+  s->names = all;
+  s->carried = carried;
+  return s;
 }

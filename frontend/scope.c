@@ -36,6 +36,8 @@ Name *define(Ctx *c, const char *s, NameKind kind, Loc at, int stmt) {
       diag_error(c->d, at, "instance name '%s' is already defined", s);
     else if (old->kind == N_INST)
       diag_error(c->d, at, "'%s' is already the name of a block instance", s);
+    else if (old->kind == N_DIM && old->stmt == -2)
+      diag_error(c->d, at, "'%s' is already defined as a size of block '%s'", s, c->decl->name);
     else if (old->kind == N_DIM && c->decl->kind == D_BLOCK)
       diag_error(c->d, at, "'%s' is already defined: a block sees the dimensions of the model", s);
     else

@@ -739,22 +739,50 @@ static void drop_func(Module *m, const Func *f) {
   m->func.n = n;
 }
 
+/* A loop's output k >= 1 flows back through the loop's grad (grad_repeat),
+ * run once for all its outputs when the loop itself has an adjoint: give it
+ * one (zeros) when only its repeat_outs lead to the loss. */
 static void grad_repeat_out(GradCtx *g, Inst *inst) {
-  diag_error(g->d, inst->loc, "only a loop's final carried value can be differentiated, not "
-             "its output %lld", (long long)ir_get_int(inst, "index", 0));
+  Inst *r = inst->in[0];
+  if (wants(g, r) && !g->adj[r->id])
+    g->adj[r->id] = zeros(g, &r->type, r);
+}
+
+/* The adjoint of output k of loop r: r's own for k = 0, else the sum of
+ * those of its repeat_outs {index = k}; NULL when none has one. */
+static Inst *out_adj(GradCtx *g, Inst *r, int k) {
+  if (k == 0)
+    return g->adj[r->id];
+  Inst *s = NULL;
+  for (int j = r->id + 1; j < g->n; j++) {
+    Inst *o = g->f->inst.a[j];
+    if (o->op == OP_repeat_out && o->in[0] == r && ir_get_int(o, "index", 0) == k &&
+        g->active[j] && g->adj[j])
+      s = s ? mk2(g, OP_add, r, s, g->adj[j]) : g->adj[j];
+  }
+  return s;
+}
+
+static const char *dname(Module *m, const char *what, int k) {
+  return k ? arena_printf(m->arena, "%s%d", what, k) : what;
 }
 
 static void grad_repeat(GradCtx *g, Inst *r) {
   Module *m = g->f->mod;
   Func *b = ir_repeat_body(r);
-  int nin = r->nin;
+  int nin = r->nin, nout = ir_func_noutputs(b);
   int64_t n = ir_get_int(r, "n", 1), nst = ir_get_int(r, "stacked", 0);
-  if (ir_get_int(r, "carry", 1) != 1 || ir_get_int(r, "reverse", 0)) {
-    diag_error(g->d, r->loc, "a loop is differentiated only with one carried value and forward "
-               "order");
+  int nc = (int)ir_get_int(r, "carry", 1);
+  if (ir_get_int(r, "reverse", 0)) {
+    diag_error(g->d, r->loc, "a loop is differentiated only in forward order");
     return;
   }
   int first_st = nin - (int)nst;
+  /* the adjoints of the loop's outputs: carried values, then stacked ones */
+  Inst **dout = calloc((size_t)nout + 1, sizeof *dout);
+  DTC_ASSERT(dout);
+  for (int k = 0; k < nout; k++)
+    dout[k] = out_adj(g, r, k);
 
   /* G: B's forward part, then its backward part */
   Func *gf = ir_add_func(m, arena_printf(m->arena, "%s.G", b->name), b->loc);
@@ -770,7 +798,10 @@ static void grad_repeat(GradCtx *g, Inst *r) {
       in[j] = map[i->in[j]->id];
     map[k] = ir_copy_inst(gf, i, in);
   }
-  Inst *carry = map[ir_func_output(b, 0)->in[0]->id];
+  Inst **outs = calloc((size_t)nout + 1, sizeof *outs);
+  DTC_ASSERT(outs);
+  for (int k = 0; k < nout; k++)
+    outs[k] = map[ir_func_output(b, k)->in[0]->id];
   free(map);
   GradCtx h = {.f = gf, .n = nb, .d = g->d};
   h.active = calloc((size_t)nb + 1, sizeof *h.active);
@@ -780,21 +811,31 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   for (int k = 0; k < nb; k++) {
     Inst *i = gf->inst.a[k];
     int64_t ix = ir_get_int(i, "index", 0);
-    bool on = i->op == OP_arg && (ix == 0 || wants(g, r->in[ix]));
+    bool on = i->op == OP_arg && (ix < nc || wants(g, r->in[ix]));
     for (int j = 0; j < i->nin; j++)
       on |= h.active[i->in[j]->id];
     h.active[k] = on && differentiable(i);
   }
-  reach[carry->id] = true;
+  for (int k = 0; k < nout; k++)
+    reach[outs[k]->id] |= k < nc || dout[k];
   for (int k = nb - 1; k >= 0; k--) {
     Inst *i = gf->inst.a[k];
     for (int j = 0; reach[k] && j < i->nin; j++)
       reach[i->in[j]->id] = true;
     h.active[k] &= reach[k];
   }
-  Inst *dcarry = new_arg(gf, nin, &carry->type, r->loc, "dcarry");
-  if (h.active[carry->id])
-    h.adj[carry->id] = dcarry;
+  /* the adjoints of B's outputs, args of G: each carried value's, and each
+   * stacked output's row that has one */
+  Inst **dargs_out = calloc((size_t)nout + 1, sizeof *dargs_out);
+  DTC_ASSERT(dargs_out);
+  for (int k = 0; k < nout; k++) {
+    if (k >= nc && !dout[k])
+      continue;
+    dargs_out[k] = new_arg(gf, nin + k, &outs[k]->type, r->loc,
+                           k < nc ? dname(m, "dcarry", k) : dname(m, "dy", k));
+    if (h.active[outs[k]->id])
+      accum(&h, outs[k], dargs_out[k]);
+  }
   for (int k = nb - 1; k >= 0; k--)
     if (h.active[k] && h.adj[k])
       (ir_pieces(gf->inst.a[k]) ? no_derivative : grad_fn[gf->inst.a[k]->op])(&h, gf->inst.a[k]);
@@ -816,17 +857,16 @@ static void grad_repeat(GradCtx *g, Inst *r) {
     const Inst *i = gf->inst.a[k];
     fwd[k] = k < nb || (i->op == OP_repeat_out && fwd[i->in[0]->id]);
   }
-  fwd[dcarry->id] = false;
   int nsaved = 0;
   for (int k = 0; k < ng; k++) {
     const Inst *i = gf->inst.a[k];
-    if (!fwd[k] || i->op == OP_const || (i->op == OP_arg && ir_get_int(i, "index", 0) > 0))
+    if (!fwd[k] || i->op == OP_const || (i->op == OP_arg && ir_get_int(i, "index", 0) >= nc))
       continue;
     for (int j = u.off[k]; j < u.off[k + 1] && !saved[k]; j++)
       saved[k] = !fwd[u.u[j]->id] && u.u[j]->op != OP_repeat_out;
   }
   /* remat: the backward recomputes the forward values it reads from the
-   * iteration's carried value, the one value saved */
+   * iteration's carried values, the only values saved */
   bool remat = ir_get_int(r, "remat", 0) != 0;
   bool *redo = calloc((size_t)ng + 1, sizeof *redo);
   DTC_ASSERT(redo);
@@ -838,14 +878,14 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   }
   for (int k = 0; k < ng; k++) {
     const Inst *i = gf->inst.a[k];
-    if (remat && (saved[k] || redo[k])) {   /* args but the carried one are the loop's operands */
-      saved[k] = i->op == OP_arg && ir_get_int(i, "index", 0) == 0;
+    if (remat && (saved[k] || redo[k])) {   /* args but the carried ones are the loop's operands */
+      saved[k] = i->op == OP_arg && ir_get_int(i, "index", 0) < nc;
       redo[k] = i->op != OP_arg && i->op != OP_const;
     }
     nsaved += saved[k];
   }
 
-  /* B_save: the forward part, outputting the saved values after B's carry */
+  /* B_save: the forward part, outputting the saved values after B's own */
   Func *bs = ir_add_body(m, b->name, "save", b->loc);
   Inst **smap = calloc((size_t)ng + 1, sizeof *smap);
   DTC_ASSERT(smap);
@@ -857,7 +897,8 @@ static void grad_repeat(GradCtx *g, Inst *r) {
       in[j] = smap[i->in[j]->id];
     smap[k] = ir_copy_inst(bs, i, in);
   }
-  new_output(bs, smap[carry->id], ir_get_str(ir_func_output(b, 0), "name", "carry"));
+  for (int k = 0; k < nout; k++)
+    new_output(bs, smap[outs[k]->id], ir_get_str(ir_func_output(b, k), "name", "carry"));
   for (int k = 0; k < ng; k++)
     if (saved[k])
       new_output(bs, smap[k], arena_printf(m->arena, "save.%d", k));
@@ -869,32 +910,33 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   DTC_ASSERT(stack);
   for (int k = 0; k < nsaved; k++) {
     Inst *o = ir_new(g->f, OP_repeat_out, r->loc, 1, &r);
-    ir_set_int(o, "index", 1 + k);
+    ir_set_int(o, "index", nout + k);
     stack[k] = ir_finish(o);
   }
 
-  /* B_grad's args: dcarry, the sums, the whole operands, the stacked
-   * operands and the saved values; its outputs: the adjoint of the carry,
-   * the sums, the adjoints of the stacked operands that need one */
+  /* B_grad's args: the adjoints of the carried values, the sums, the whole
+   * operands, the stacked operands, the rows of the stacked outputs'
+   * adjoints and the saved values; its outputs: the adjoints of the carried
+   * args, the sums, the adjoints of the stacked operands that need one */
   Func *bg = ir_add_body(m, b->name, "grad", b->loc);
   Inst **gmap = calloc((size_t)ng + 1, sizeof *gmap);
   DTC_ASSERT(gmap);
   int na = 0;
-  Inst *dc = new_arg(bg, na++, &carry->type, r->loc, "dcarry");
-  gmap[dcarry->id] = dc;
+  for (int k = 0; k < nc; k++)
+    gmap[dargs_out[k]->id] = new_arg(bg, na++, &outs[k]->type, r->loc, dname(m, "dcarry", k));
   Inst **sum_in = calloc((size_t)nin + 1, sizeof *sum_in);
   DTC_ASSERT(sum_in);
-  for (int k = 1; k < first_st; k++)
+  for (int k = nc; k < first_st; k++)
     if (wants(g, r->in[k]))
       sum_in[k] = new_arg(bg, na++, &r->in[k]->type, r->in[k]->loc, NULL);
   int ncarry = na;
   for (int k = 0; k < nb; k++) {
     Inst *a = gf->inst.a[k];
     int64_t ix = ir_get_int(a, "index", 0);
-    if (a->op == OP_arg && ix > 0 && ix < first_st)
-      gmap[k] = new_arg(bg, na + (int)ix - 1, &a->type, a->loc, a->name);
+    if (a->op == OP_arg && ix >= nc && ix < first_st)
+      gmap[k] = new_arg(bg, na + (int)ix - nc, &a->type, a->loc, a->name);
   }
-  na += first_st - 1;
+  na += first_st - nc;
   for (int k = 0; k < nb; k++) {
     Inst *a = gf->inst.a[k];
     int64_t ix = ir_get_int(a, "index", 0);
@@ -902,6 +944,12 @@ static void grad_repeat(GradCtx *g, Inst *r) {
       gmap[k] = new_arg(bg, na + (int)(ix - first_st), &a->type, a->loc, a->name);
   }
   na += (int)nst;
+  int ndy = 0;
+  for (int k = nc; k < nout; k++)
+    if (dargs_out[k]) {
+      gmap[dargs_out[k]->id] = new_arg(bg, na++, &outs[k]->type, r->loc, dname(m, "dy", k));
+      ndy++;
+    }
   for (int k = 0; k < ng; k++)
     if (saved[k])
       gmap[k] = new_arg(bg, na++, &gf->inst.a[k]->type, gf->inst.a[k]->loc, gf->inst.a[k]->name);
@@ -914,9 +962,10 @@ static void grad_repeat(GradCtx *g, Inst *r) {
     gmap[k] = ir_copy_inst(bg, i, in);
   }
   GradCtx e = {.f = bg};
-  Inst *d0 = dargs[0] ? gmap[dargs[0]->id] : zeros(&e, &r->in[0]->type, r);
-  new_output(bg, d0, "dcarry");
-  for (int k = 1; k < first_st; k++)
+  for (int k = 0; k < nc; k++)
+    new_output(bg, dargs[k] ? gmap[dargs[k]->id] : zeros(&e, &r->in[k]->type, r),
+               dname(m, "dcarry", k));
+  for (int k = nc; k < first_st; k++)
     if (sum_in[k]) {
       Inst *s = dargs[k] ? mk2(&e, OP_add, r, sum_in[k], gmap[dargs[k]->id]) : sum_in[k];
       new_output(bg, s, arena_printf(m->arena, "d%d", k));
@@ -935,12 +984,16 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   Inst **in = calloc((size_t)(na + 1), sizeof *in);
   DTC_ASSERT(in);
   int ni = 0;
-  in[ni++] = g->adj[r->id];
-  for (int k = 1; k < first_st; k++)
+  for (int k = 0; k < nc; k++)
+    in[ni++] = dout[k] ? dout[k] : zeros(g, &r->in[k]->type, r);
+  for (int k = nc; k < first_st; k++)
     if (sum_in[k])
       in[ni++] = zeros(g, &r->in[k]->type, r);
-  for (int k = 1; k < nin; k++)
+  for (int k = nc; k < nin; k++)
     in[ni++] = r->in[k];
+  for (int k = nc; k < nout; k++)
+    if (dargs_out[k])
+      in[ni++] = dout[k];
   for (int k = 0; k < nsaved; k++)
     in[ni++] = stack[k];
   DTC_ASSERT(ni == na);
@@ -948,22 +1001,26 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   ir_set_str(back, "body", bg->name);
   ir_set_int(back, "n", n);
   ir_set_int(back, "carry", ncarry);
-  ir_set_int(back, "stacked", nst + nsaved);
+  ir_set_int(back, "stacked", nst + ndy + nsaved);
   ir_set_int(back, "reverse", 1);
   ir_finish(back);
-  if (wants(g, r->in[0]))
-    accum(g, r->in[0], back);
-  for (int k = 1, c = 1; k < nin; k++) {
-    if (k < first_st && !sum_in[k])
+  for (int k = 0, c = nc; k < nin; k++) {   /* output ix of the backward loop */
+    int ix = k < nc ? k : k < first_st ? (sum_in[k] ? c++ : -1) : (ys[k] ? ys[k] : -1);
+    if (ix < 0 || !wants(g, r->in[k]))
       continue;
-    if (k >= first_st && !ys[k])
-      continue;
-    Inst *o = ir_new(g->f, OP_repeat_out, r->loc, 1, &back);
-    ir_set_int(o, "index", k < first_st ? c++ : ys[k]);
-    accum(g, r->in[k], ir_finish(o));
+    Inst *o = back;
+    if (ix > 0) {
+      o = ir_new(g->f, OP_repeat_out, r->loc, 1, &back);
+      ir_set_int(o, "index", ix);
+      o = ir_finish(o);
+    }
+    accum(g, r->in[k], o);
   }
   drop_func(m, gf);
   free(h.adj);
+  free(dout);
+  free(outs);
+  free(dargs_out);
   free(dargs);
   free(fwd);
   free(saved);

@@ -1,7 +1,8 @@
 /* test_autodiff_loop.c: the derivative of `repeat` against finite
  * differences: loops with stacked params (layers), a whole operand (an RNN's
- * shared weights), a stacked input, dropout, and a loop inside a loop; and a
- * loop against the same program written out, iteration by iteration. */
+ * shared weights), a stacked input, dropout, a loop inside a loop, and scans
+ * (several carried values, stacked outputs); and a loop against the same
+ * program written out, iteration by iteration. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +320,119 @@ static void round_trip(void **state) {
   free(again);
 }
 
+/* ---- scans: several carried values, stacked outputs ---- */
+
+static void out_named(Func *f, Inst *v, const char *name) {
+  Inst *o = ir_new(f, OP_output, tm_loc(&t, 7), 1, &v);
+  ir_set_str(o, "name", name);
+  ir_finish(o);
+}
+
+static Inst *scan(Func *f, Func *b, int64_t n, int64_t carry, int64_t stacked, int nin, Inst **in) {
+  Inst *r = repeat(f, b, n, stacked, nin, in);
+  ir_set_int(r, "carry", carry);
+  return ir_finish(r);
+}
+
+static Inst *loop_out(Func *f, Inst *r, int64_t k) {
+  Inst *o = ir_new(f, OP_repeat_out, tm_loc(&t, 8), 1, &r);
+  ir_set_int(o, "index", k);
+  return ir_finish(o);
+}
+
+/* One step of an LSTM-like cell of two carried values h and c, weights u
+ * shared by every step, input row x: c' = sigmoid(a) c + tanh(a) sigmoid(h),
+ * h' = tanh(c') sigmoid(a), a = h @ u + x; outputs h', c', then h' again
+ * and c' * x stacked (carried values as outputs too). */
+static Func *cell_body(const char *name) {
+  Func *b = body(name);
+  Inst *h = arg(b, 0, ty(DT_F32, 2, 2, 3)), *c = arg(b, 1, ty(DT_F32, 2, 2, 3)),
+       *u = arg(b, 2, ty(DT_F32, 2, 3, 3)), *x = arg(b, 3, ty(DT_F32, 2, 2, 3));
+  Inst *a = op(b, OP_add, 2, op(b, OP_matmul, 2, h, u), x);
+  Inst *c2 = op(b, OP_add, 2, op(b, OP_mul, 2, op(b, OP_sigmoid, 1, a), c),
+                op(b, OP_mul, 2, op(b, OP_tanh, 1, a), op(b, OP_sigmoid, 1, h)));
+  Inst *h2 = op(b, OP_mul, 2, op(b, OP_tanh, 1, c2), op(b, OP_sigmoid, 1, a));
+  out_named(b, h2, "h");
+  out_named(b, c2, "c");
+  out_named(b, h2, "ys");
+  out_named(b, op(b, OP_mul, 2, c2, x), "zs");
+  return b;
+}
+
+/* The cell over 4 steps from params h0, c0, u and xs = exp(e) (a stacked
+ * operand computed from a param); its outputs: h, c, ys [4,2,3], zs. */
+static Inst *cell_scan(Inst **outs) {
+  Func *b = cell_body("cell");
+  Inst *in[4] = {tm_param(&t, "h0", ty(DT_F32, 2, 2, 3)), tm_param(&t, "c0", ty(DT_F32, 2, 2, 3)),
+                 tm_param(&t, "u", ty(DT_F32, 2, 3, 3)),
+                 tm_op(&t, OP_exp, 1, tm_param(&t, "e", ty(DT_F32, 3, 4, 2, 3)))};
+  Inst *r = scan(t.f, b, 4, 2, 1, 4, in);
+  outs[0] = r;
+  for (int k = 1; k < 4; k++)
+    outs[k] = loop_out(t.f, r, k);
+  return r;
+}
+
+static Inst *sum0(Inst *x) {
+  Inst *s = tm_new(&t, OP_sum, 1, x);
+  ir_set_ints(s, "axes", (int64_t[]){0}, 1);
+  return ir_finish(s);
+}
+
+/* Every output of the scan reaches the loss. */
+static void scan_all_outputs(void **state) {
+  (void)state;
+  Inst *o[4];
+  cell_scan(o);
+  Inst *y = tm_op(&t, OP_add, 2, tm_op(&t, OP_add, 2, o[0], tm_op(&t, OP_mul, 2, o[1], o[1])),
+                  tm_op(&t, OP_add, 2, sum0(o[2]), sum0(o[3])));
+  gradcheck(&t, y, "scan: h, c, ys and zs");
+}
+
+/* Only the stacked outputs reach the loss: the final carried values have
+ * no adjoint of their own. */
+static void scan_stacked_only(void **state) {
+  (void)state;
+  Inst *o[4];
+  cell_scan(o);
+  gradcheck(&t, tm_op(&t, OP_add, 2, o[2], tm_op(&t, OP_tanh, 1, o[3])), "scan: ys and zs only");
+}
+
+/* Only the second carried value reaches the loss. */
+static void scan_second_carry(void **state) {
+  (void)state;
+  Inst *o[4];
+  cell_scan(o);
+  gradcheck(&t, o[1], "scan: c only");
+}
+
+static void scan_remat(void **state) {
+  (void)state;
+  Inst *o[4];
+  Inst *r = cell_scan(o);
+  ir_set_int(r, "remat", 1);
+  gradcheck(&t, tm_op(&t, OP_add, 2, o[1], sum0(o[2])), "scan with remat: c and ys");
+}
+
+/* A scan inside a loop: the outer body runs the cell over 3 steps from its
+ * carried value and adds the stacked outputs' sum. */
+static void scan_nested(void **state) {
+  (void)state;
+  Func *cell = cell_body("outer.cell");
+  Func *b = body("outer");
+  Inst *x = arg(b, 0, ty(DT_F32, 2, 2, 3)), *u = arg(b, 1, ty(DT_F32, 2, 3, 3)),
+       *xs = arg(b, 2, ty(DT_F32, 3, 4, 2, 3));
+  Inst *iin[4] = {x, op(b, OP_tanh, 1, x), u, xs};
+  Inst *r = scan(b, cell, 4, 2, 1, 4, iin);
+  Inst *ys = loop_out(b, r, 2);
+  Inst *s = ir_new(b, OP_sum, tm_loc(&t, 6), 1, &ys);
+  ir_set_ints(s, "axes", (int64_t[]){0}, 1);
+  out(b, op(b, OP_add, 2, loop_out(b, r, 1), ir_finish(s)));
+  Inst *in[3] = {tm_param(&t, "x0", ty(DT_F32, 2, 2, 3)), tm_param(&t, "u", ty(DT_F32, 2, 3, 3)),
+                 tm_param(&t, "xs", ty(DT_F32, 3, 4, 2, 3))};
+  gradcheck(&t, repeat(t.f, b, 2, 0, 3, in), "a scan in a loop");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(stacked_layers, tm_setup, tm_teardown),
@@ -333,6 +447,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(remat_saved_values, tm_setup, tm_teardown),
       cmocka_unit_test_setup_teardown(remat_nested, tm_setup, tm_teardown),
       cmocka_unit_test_setup_teardown(remat_same_gradients, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(scan_all_outputs, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(scan_stacked_only, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(scan_second_carry, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(scan_remat, tm_setup, tm_teardown),
+      cmocka_unit_test_setup_teardown(scan_nested, tm_setup, tm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
