@@ -680,7 +680,7 @@ static double table_bytes(const Module *m, const Global *g, int dev) {
 }
 
 /* The embedding tables: each one's form (row-wise or column-wise over an
- * axis, or replicated) and its bytes with its optimizer state on every
+ * axis, table-wise on one device, or replicated) and its bytes with its optimizer state on every
  * device. */
 static void report_tables(FILE *out, const Module *m, int ndev) {
   const Func *f = copy_of(m, "train_step", 0);
@@ -694,12 +694,15 @@ static void report_tables(FILE *out, const Module *m, int ndev) {
       fputs("embedding tables (each device's bytes of the table and its optimizer state):\n", out);
     any = true;
     int rows = gl->shard ? gl->shard->axis[0] : -1, cols = gl->shard ? gl->shard->axis[1] : -1;
+    int on = cols >= 0 ? ir_placed(gl->shard->ratio[1], axis_size(m, cols)) : -1;
     fprintf(out, "  %-12s ", gl->name);
+    if (on >= 0)
+      fprintf(out, "table-wise on %s[%d]", m->mesh.a[0].axis_name[cols], on), cols = -1;
     if (rows >= 0)
       fprintf(out, "row-wise over %s", m->mesh.a[0].axis_name[rows]);
     if (cols >= 0)
       fprintf(out, "%scolumn-wise over %s", rows >= 0 ? ", " : "", m->mesh.a[0].axis_name[cols]);
-    fputs(rows < 0 && cols < 0 ? "replicated:" : ":", out);
+    fputs(rows < 0 && cols < 0 && on < 0 ? "replicated:" : ":", out);
     for (int dev = 0; dev < ndev; dev++) {
       fprintf(out, "%s %s ", dev ? "," : "", device_name(m, dev, dn, sizeof dn));
       print_size(out, table_bytes(m, gl, dev));
