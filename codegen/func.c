@@ -367,8 +367,22 @@ LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
   return fn;
 }
 
+/* Whether insts x[0..n) compute nothing: every value, and every store's,
+ * an empty block (a table-wise table's on a device not holding it), and no
+ * collective, which every device of its group joins. */
+static bool empty_work(Inst *const *x, int n) {
+  for (int k = 0; k < n; k++) {
+    const Type *t = x[k]->op == OP_store || x[k]->op == OP_output ? &x[k]->in[0]->type
+                                                                   : &x[k]->type;
+    if (cg_collective(x[k]) || x[k]->op == OP_repeat || type_elems(t) != 0)
+      return false;
+  }
+  return true;
+}
+
 /* Lowers the live insts [from, to) of fn->f where the builder stands; a
- * fusion group is lowered whole. */
+ * fusion group is lowered whole, and one computing nothing (empty_work)
+ * not at all. */
 static void lower_insts(CgFn *fn, int from, int to) {
   Cg *c = fn->c;
   Func *f = fn->f;
@@ -378,7 +392,7 @@ static void lower_insts(CgFn *fn, int from, int to) {
     if (x->fuse)
       while (j < to && f->inst.a[j]->fuse == x->fuse)
         j++;
-    if (fn->live && !fn->live[i]) {
+    if ((fn->live && !fn->live[i]) || empty_work(&f->inst.a[i], j - i)) {
       i = j;
       continue;
     }

@@ -80,7 +80,7 @@ typedef enum {
   S_LINK,       /* link val (a call named intra or inter) */
   S_COLLECTIVE, /* collective val (a call named after the op) */
   S_MESH,       /* mesh name[axes] [over list] */
-  S_SHARD,      /* shard name: [list] */
+  S_SHARD,      /* shard name: [list], or shard name: on val (val: axis[index]) */
   S_PLAN,       /* plan name */
   S_RETURN,     /* return val (a block's value) */
   S_BUFFER,     /* buffer name: type [init val] (a tensor the step updates, not trained) */

@@ -442,8 +442,76 @@ static double *lower_ratios(Arena *a, const Expr *e, int size, Diag *d) {
   return r;
 }
 
+static void unknown_axis(const Module *m, const Expr *e, Diag *d) {
+  VEC(const char *) axes = {0};
+  for (int i = 0; i < m->mesh.n; i++)
+    for (int j = 0; j < m->mesh.a[i].naxis; j++)
+      vec_push(m->arena, &axes, m->mesh.a[i].axis_name[j]);
+  diag_error(d, e->loc, "unknown mesh axis '%s'%s", e->s,
+             fe_did_you_mean(m->arena, e->s, axes.a, axes.n));
+}
+
+/* Whether global g is the weight of an embedding_bag of the model. */
+static bool is_table(const Module *m, const Global *g) {
+  const Func *f = m->func.n ? m->func.a[0] : NULL;
+  for (int k = 0; f && k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (i->op == OP_embedding_bag && i->in[1]->op == OP_load &&
+        !strcmp(ir_get_str(i->in[1], "global", ""), g->name))
+      return true;
+  }
+  return false;
+}
+
+/* shard NAME: on AXIS[INDEX]: table NAME whole on device INDEX of AXIS
+ * (table-wise), the others holding none of it: its columns split over the
+ * axis with ratio 1 on that device and 0 on the rest, so each lookup's
+ * pooled [B, D] is computed there and taken to the batch's split by the
+ * all-to-all of a column-wise table (docs/LANGUAGE.md, Embedding tables). */
+static bool lower_place(Module *m, Global *g, const Stmt *s, Diag *d) {
+  const Expr *e = s->val;
+  int mi, ai;
+  int64_t at;
+  if (e->kind != E_INDEX || e->lhs->kind != E_IDENT || e->args.n != 1 ||
+      e->args.a[0].val->kind == E_RANGE || e->args.a[0].val->kind == E_DOTS) {
+    diag_error(d, e->loc, "'on' names one device of a mesh axis by its index: "
+               "shard %s: on dp[1]", s->name);
+    return false;
+  }
+  if (!find_axis(m, e->lhs->s, &mi, &ai)) {
+    unknown_axis(m, e->lhs, d);
+    return false;
+  }
+  const Expr *ix = e->args.a[0].val;
+  if (!fe_eval_int(ix, NULL, 0, "a device index", &at, d))
+    return false;
+  int size = m->mesh.a[mi].axis_size[ai];
+  if (at < 0 || at >= size) {
+    diag_error(d, ix->loc, "device index %lld is out of range: axis '%s' has %d device%s (0 to %d)",
+               (long long)at, e->lhs->s, size, size == 1 ? "" : "s", size - 1);
+    return false;
+  }
+  if (g->kind != G_PARAM || g->type.rank != 2 || !is_table(m, g)) {
+    diag_error(d, s->name_loc, "'%s' is not an embedding table: 'on' places the weight of an "
+               "embedding_bag whole on one device; split other tensors with shard %s: [...]",
+               s->name, s->name);
+    return false;
+  }
+  Sharding *sh = arena_alloc(m->arena, sizeof *sh);
+  sh->mesh = mi;
+  for (int k = 0; k < IR_MAX_RANK; k++)
+    sh->axis[k] = -1;
+  sh->axis[1] = (int8_t)ai;
+  sh->ratio[1] = arena_alloc(m->arena, sizeof(double) * (size_t)size);
+  for (int k = 0; k < size; k++)
+    sh->ratio[1][k] = k == at;
+  g->shard = sh;
+  return true;
+}
+
 /* shard NAME: [entry, ...]: per dimension '*' (whole), an axis (even split)
- * or an axis with ratios (uneven split). */
+ * or an axis with ratios (uneven split); shard NAME: on AXIS[INDEX]
+ * (lower_place). */
 static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices, Diag *d) {
   Arena *a = m->arena;
   int gi = 0;
@@ -467,6 +535,8 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
     diag_error(d, s->name_loc, "'%s' is already sharded", s->name);
     return false;
   }
+  if (s->val)   /* a table is read: no warning of an unused one */
+    return lower_place(m, g, s, d);
   if (s->list.n != g->type.rank) {
     diag_error(d, s->name_loc, "shard of '%s' has %d entr%s, but '%s' is %s", s->name, s->list.n,
                s->list.n == 1 ? "y" : "ies", s->name, type_str(&g->type, buf, sizeof buf));
@@ -482,12 +552,7 @@ static bool lower_shard(Module *m, const Stmt *s, const bool *used, int devices,
     if (e->kind == E_STAR)
       continue;
     if (!find_axis(m, e->s, &mi, &ai)) {
-      VEC(const char *) axes = {0};
-      for (int i = 0; i < m->mesh.n; i++)
-        for (int j = 0; j < m->mesh.a[i].naxis; j++)
-          vec_push(a, &axes, m->mesh.a[i].axis_name[j]);
-      diag_error(d, e->loc, "unknown mesh axis '%s'%s", e->s,
-                 fe_did_you_mean(a, e->s, axes.a, axes.n));
+      unknown_axis(m, e, d);
       return false;
     }
     if (sh->mesh >= 0 && sh->mesh != mi) {

@@ -276,6 +276,7 @@ pstmts: %empty                   { $$ = (StmtList){0}; }
 
 /* pstmt = "mesh" IDENT "[" axis { "," axis } "]" [ "over" IDENT { "," IDENT } ]
  *       | "shard" gname ":" "[" sdim { "," sdim } "]"
+ *       | "shard" gname ":" "on" expr            (a table whole on one device: on dp[1])
  *       | "plan" IDENT
  *       | IDENT [ "=" expr ]                    (an option: microbatches = 4, deterministic) */
 pstmt: MESH IDENT '[' axes ']'   { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; }
@@ -283,6 +284,7 @@ pstmt: MESH IDENT '[' axes ']'   { $$ = named(p, S_MESH, @1, $2, @2); $$->axes =
                                  { $$ = named(p, S_MESH, @1, $2, @2); $$->axes = $4; $$->list = $7; }
      | SHARD gname ':' '[' sdims ']'
                                  { $$ = named(p, S_SHARD, @1, $2, @2); $$->list = $5; }
+     | SHARD gname ':' ON expr   { $$ = named(p, S_SHARD, @1, $2, @2); $$->val = $5; }
      | PLAN IDENT                { $$ = named(p, S_PLAN, @1, $2, @2); }
      | IDENT '=' expr            { $$ = named(p, S_ASSIGN, @1, $1, @1); $$->val = $3; }
      | IDENT                     { $$ = named(p, S_ASSIGN, @1, $1, @1); }

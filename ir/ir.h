@@ -527,6 +527,10 @@ DtSchedule ir_schedule(const Inst *lr);
  * ties to the lower index. NULL: even, n / k each and one more for the first
  * n % k (the same rule with equal ratios). */
 void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes);
+/* Whether ratios of k devices place the whole dimension on one of them (1 on
+ * it, 0 on the others: a table-wise table, docs/LANGUAGE.md): the one index
+ * ratios may be 0 in, the others' blocks empty; -1 otherwise. */
+int ir_placed(const double *ratio, int k);
 /* The blocks of a tensor dimension of m: ir_blocks, except in deterministic
  * mode (m->det_pieces = G > 1) for n a multiple of G, where they are whole
  * pieces of n / G: ir_blocks of G pieces, each times n / G. */

@@ -48,6 +48,7 @@ typedef struct Parser {
   Map files;            /* name -> SrcFile named by locs */
   Map vals, nums;       /* per function: %name and %N -> Inst */
   bool seen_plan, seen_train;
+  bool empty_ok;        /* in a device's copy: a table-wise table's empty blocks */
 } Parser;
 
 typedef struct PAttr { Attr a; Loc loc; } PAttr;
@@ -469,9 +470,9 @@ static bool parse_type(Parser *p, Type *t) {
       error_at(p, at, "a tensor has at most %d dimensions", IR_MAX_RANK);
       return false;
     }
-    if (!parse_int(p, 1, IR_MAX_DIM, "a dimension", &n))
+    if (!parse_int(p, p->empty_ok ? 0 : 1, IR_MAX_DIM, "a dimension", &n))
       return false;
-    if (elems > IR_MAX_ELEMS / n) {
+    if (n && elems > IR_MAX_ELEMS / n) {
       error_at(p, at, "a tensor has at most %lld elements", (long long)IR_MAX_ELEMS);
       return false;
     }
@@ -675,9 +676,9 @@ static bool parse_shard(Parser *p, int rank, Sharding **out) {
        * that follow are worked out from these blocks as they are parsed */
       double sum = 0;
       for (int k = 0; k < r.n; k++) {
-        if (!(r.a[k] > 0) || !isfinite(r.a[k])) {
-          error_at(p, dl, "ratio %d of axis '%s' is %g; ratios must be positive", k, axn,
-                   r.a[k]);
+        if ((!(r.a[k] > 0) || !isfinite(r.a[k])) && ir_placed(r.a, r.n) < 0) {
+          error_at(p, dl, "ratio %d of axis '%s' is %g; ratios must be positive "
+                   "(or one 1, the rest 0)", k, axn, r.a[k]);
           return false;
         }
         sum += r.a[k];
@@ -1263,8 +1264,10 @@ static void parse_func(Parser *p) {
   f->body = body;
   p->vals = p->nums = (Map){0};
   finish_line(p, true);
+  p->empty_ok = device >= 0;
   while (!block_end(p, at, "the function") && !diag_full(p->d))
     finish_line(p, parse_inst(p, f));
+  p->empty_ok = false;
 }
 
 /* module := 'module' name NL {decl NL} */

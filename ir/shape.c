@@ -11,15 +11,20 @@
 
 static const char *ts(const Type *t, char buf[static 128]) { return type_str(t, buf, 128); }
 
+/* Whether inst may have empty dimensions: in a device's copy, whose blocks
+ * of a table-wise table's values are empty on the devices not holding it
+ * (ir_placed). */
+static bool may_be_empty(const Inst *inst) { return inst->fn && inst->fn->device >= 0; }
+
 /* Checks dimension and element-count limits on the result. */
 static bool check_out(Inst *inst, char *err, size_t errlen) {
   Type *t = &inst->type;
   int64_t n = 1;
   for (int d = 0; d < t->rank; d++) {
-    if (t->dim[d] < 1)
+    if (t->dim[d] < 1 && !(t->dim[d] == 0 && may_be_empty(inst)))
       FAIL("'%s' yields dimension %d of size %lld; sizes must be positive", NAME, d,
            (long long)t->dim[d]);
-    if (t->dim[d] > IR_MAX_DIM || n > IR_MAX_ELEMS / t->dim[d])
+    if (t->dim[d] > IR_MAX_DIM || (t->dim[d] && n > IR_MAX_ELEMS / t->dim[d]))
       FAIL("'%s' yields a tensor too large (more than %lld elements)", NAME,
            (long long)IR_MAX_ELEMS);
     n *= t->dim[d];
@@ -1150,7 +1155,7 @@ static bool shape_attr(Inst *inst, Type *t, char *err, size_t errlen) {
     FAIL("'%s': rank %d is more than %d", NAME, n, IR_MAX_RANK);
   t->rank = n;
   for (int d = 0; d < n; d++) {
-    if (s[d] < 1)
+    if (s[d] < 1 && !(s[d] == 0 && may_be_empty(inst)))
       FAIL("'%s': dimension %d of the shape is %lld; sizes must be positive", NAME, d,
            (long long)s[d]);
     t->dim[d] = s[d];

@@ -39,6 +39,17 @@ void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes) {
   }
 }
 
+int ir_placed(const double *ratio, int k) {
+  int at = -1;
+  for (int c = 0; ratio && c < k; c++) {
+    if (ratio[c] == 1 && at < 0)
+      at = c;
+    else if (ratio[c] != 0)
+      return -1;
+  }
+  return at;
+}
+
 int ir_det_pieces(int64_t batch) {
   for (int g = 8; g >= 2; g--)
     if (batch % g == 0)

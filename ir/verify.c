@@ -208,9 +208,10 @@ static void verify_shard(const Module *m, const Sharding *s, int rank, Loc loc, 
     const double *r = s->ratio[dim];
     double sum = 0;
     for (int k = 0; r && k < mh->axis_size[ax]; k++) {
-      if (!(r[k] > 0))
+      if (!(r[k] > 0) && ir_placed(r, mh->axis_size[ax]) < 0)
         diag_error(d, loc,
-                   "sharding of %s: ratio %d of dimension %d is %g; ratios must be positive", what,
+                   "sharding of %s: ratio %d of dimension %d is %g; ratios must be positive "
+                   "(or one 1, the rest 0)", what,
                    k, dim, r[k]);
       sum += r[k];
     }

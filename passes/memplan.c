@@ -366,6 +366,12 @@ static void plan_func(Func *f) {
     tree_add(tmp, &t, b);
     insert_by_offset(placed, k, b);
   }
+  /* an empty block (of a table-wise table, on a device not holding it)
+   * takes no bytes but has an address */
+  for (int i = 0; i < n; i++)
+    if (f->inst.a[i]->offset < 0 && !l[i].size && type_elems(&f->inst.a[i]->type) == 0 &&
+        needs_memory(f->inst.a[i], &u))
+      f->inst.a[i]->offset = 0;
   f->work_bytes = top;
   arena_free(tmp);
 }

@@ -275,6 +275,25 @@ double spmd_comm_bytes(const Inst *c);
  * pipeline stages, every step's collectives with their source lines (each
  * device's memory is codegen's: cg_memory_report). */
 void spmd_report(FILE *out, const Module *m);
+/* Into buf: the name of the device at mesh position pos (its number
+ * without a cluster). */
+const char *spmd_device_name(const Module *m, int pos, char *buf, size_t n);
+
+/* ---- spmd_tables.c ---------------------------------------------------- */
+
+/* The operand of op that is an embedding table: 1 for a lookup, 0 for a
+ * sparse update; -1 for other ops. */
+int spmd_table_operand(Op op);
+/* Table operand k of global i, split as cur, needed as req[k] by the form
+ * spmd emits: false with a located error at i (unless *failed, then set)
+ * when that would gather it; else, for a lookup in a block of rows, device
+ * dev's op x given `at` = [R, lo]. */
+bool spmd_table_block(Module *m, Diag *d, int dev, const Inst *i, int k, const Sharding *cur,
+                      const Sharding *req, Inst *x, bool *failed);
+/* The embedding tables the per-device step (or, without one, forward) of
+ * position 0 looks up: each one's form and its bytes with its optimizer
+ * state on every device. */
+void spmd_report_tables(FILE *out, const Module *m, const Func *step, const Func *fwd, int ndev);
 
 /* ---- ring.c ---------------------------------------------------------- */
 

@@ -405,7 +405,7 @@ static Sharding **with_ratios(Planner *p, Sharding **A, double *const *ratio) {
     out[g] = arena_alloc(p->m->arena, sizeof *out[g]);
     *out[g] = *A[g];
     for (int d = 0; d < IR_MAX_RANK; d++)
-      if (out[g]->axis[d] >= 0)
+      if (out[g]->axis[d] >= 0 && ir_placed(A[g]->ratio[d], p->size[A[g]->axis[d]]) < 0)
         out[g]->ratio[d] = ratio[out[g]->axis[d]];
   }
   return out;
@@ -1003,7 +1003,9 @@ static bool plan_even(Module *m, PassRun *run) {
   for (int i = 0; i < m->global.n; i++) {
     Global *g = &m->global.a[i];
     for (int dd = 0; g->shard && dd < g->type.rank; dd++)
-      g->shard->ratio[dd] = NULL;
+      if (g->shard->axis[dd] < 0 ||
+          ir_placed(g->shard->ratio[dd], m->mesh.a[0].axis_size[g->shard->axis[dd]]) < 0)
+        g->shard->ratio[dd] = NULL;   /* a table-wise table stays on its device */
   }
   Planner p;
   if (!plan_init(&p, m))
@@ -1025,7 +1027,8 @@ static bool user_ratios(const Module *m) {
   for (int g = 0; g < m->global.n; g++) {
     const Global *gl = &m->global.a[g];
     for (int d = 0; gl->shard && d < gl->type.rank; d++)
-      if (gl->shard->axis[d] >= 0 && gl->shard->ratio[d])
+      if (gl->shard->axis[d] >= 0 && gl->shard->ratio[d] &&
+          ir_placed(gl->shard->ratio[d], m->mesh.a[0].axis_size[gl->shard->axis[d]]) < 0)
         return true;
   }
   return false;

@@ -19,7 +19,8 @@
  * global has one, and a param's optimizer state (<p>__m, <p>__v, <p>__acc)
  * shares its param's, or under shard_state is split further over the
  * data-parallel axis (passes/zero.c); inputs without annotation are whole;
- * no split leaves a device an empty block. Without a mesh it does nothing. */
+ * no split leaves a device an empty block but a placement's (ir_placed).
+ * Without a mesh it does nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1035,12 +1036,14 @@ static void collect(Ctx *c, Func *f, Inst *by) {
   }
 }
 
-/* A split must leave every device at least one element. */
+/* A split must leave every device at least one element, but for a
+ * placement's (ir_placed: a table-wise table's columns and what they map
+ * to), whose other devices hold none. */
 static void check_blocks(Ctx *c, const Sharding *s, const Type *t, Loc loc, const char *what) {
   const Mesh *mesh = &c->m->mesh.a[0];
   for (int d = 0; s && d < t->rank; d++) {
     int a = s->axis[d];
-    if (a < 0)
+    if (a < 0 || ir_placed(s->ratio[d], mesh->axis_size[a]) >= 0)
       continue;
     int64_t b[SHARD_MAX_AXIS];
     ir_dim_blocks(c->m, t->dim[d], s->ratio[d], mesh->axis_size[a], b);

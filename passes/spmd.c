@@ -9,7 +9,7 @@
  * place (`at`), so its mask is the block of the whole tensor's mask, and so
  * does a lookup in a row-wise table (`at` = [R, lo]: its block's rows among
  * the table's). A row-wise table is never gathered: an op that would need it
- * whole is a located error.
+ * whole is a located error (spmd_tables.c).
  *
  * A loop's body B gets copies @B.D too, made before the functions that run
  * them (device D's `repeat {body = "B"}` runs @B.D): its args are the
@@ -384,82 +384,6 @@ static void place_dropout(Ctx *c, const Inst *i, Inst *x) {
   ir_set_ints(x, "at", at, 2 * r);
 }
 
-/* The operand of op that is an embedding table: 1 for a lookup, 0 for a
- * sparse update; -1 for other ops. */
-static int table_operand(Op op) {
-  if (op == OP_embedding_bag || op == OP_embedding_bag_grad || op == OP_embedding_bag_psw_grad ||
-      op == OP_sparse_rows || op == OP_sparse_values)
-    return 1;
-  if (op == OP_sparse_sgd || op == OP_sparse_adagrad_sum || op == OP_sparse_adagrad ||
-      op == OP_sparse_moment || op == OP_sparse_adam)
-    return 0;
-  return -1;
-}
-
-/* The name of the global x loads, through the reshards spmd made; NULL when
- * x is no load. */
-static const char *table_name(const Inst *x) {
-  return x->op == OP_load ? ir_get_str(x, "global", "?") : NULL;
-}
-
-/* Whether s (of rank `rank`) splits a dimension over axis a. */
-static bool splits_over(const Sharding *s, int rank, int a) {
-  for (int d = 0; s && d < rank; d++)
-    if (s->axis[d] == a)
-      return true;
-  return false;
-}
-
-/* Why a form of i that leaves table operand k (split over axis a along
- * dim: 0 rows, 1 columns) whole would gather it, for the error: max, bags
- * split over a, or else. */
-static const char *why_gathered(const Module *m, const Inst *i, int a, int dim,
-                                const Sharding *req) {
-  const char *an = m->mesh.a[0].axis_name[a];
-  if (dim == 0 && ir_get_int(i, "mode", 0) == DT_BAG_MAX)
-    return "a maximum does not add up over blocks of rows; a row-wise table needs mode \"sum\" "
-           "or \"mean\"";
-  for (int q = 0; q < i->nin; q++)
-    if (splits_over(&req[q], i->in[q]->type.rank, a) || splits_over(i->shard, i->type.rank, a))
-      return arena_printf(m->arena,
-                          "its bags are split over '%s' too, and an axis splits the "
-                          "%s or the bags; leave the input whole over '%s'",
-                          an, dim ? "columns" : "rows", an);
-  return dim ? "this op has no form on a block of columns"
-             : "this op has no form on a block of rows";
-}
-
-/* Table operand k of i split by rows or columns in cur: false with a
- * located error when the op's form gathers it (req not split alike), else,
- * for a lookup of a block of rows, x (the device's op) given `at` = [R, lo],
- * and padding_idx -1 when it has none (the kernel's attributes are
- * positional). */
-static bool table_block(Ctx *c, const Inst *i, int k, const Sharding *cur, const Sharding *req,
-                        Inst *x) {
-  Module *m = c->m;
-  const Type *t = &i->in[k]->type;
-  for (int d = 0; cur && d < t->rank; d++)
-    if (cur->axis[d] >= 0 && req[k].axis[d] != cur->axis[d]) {
-      const char *name = table_name(i->in[k]);
-      if (!c->failed)
-        diag_error(c->d, i->loc, "'%s' would gather table '%s', split by %s over '%s': %s",
-                   ir_ops[i->op].name, name ? name : "?", d ? "columns" : "rows",
-                   m->mesh.a[0].axis_name[cur->axis[d]], why_gathered(m, i, cur->axis[d], d, req));
-      c->failed = true;
-      return false;
-    }
-  if (req[k].axis[0] < 0 || k != 1)
-    return true;
-  Type local;
-  int64_t begin[IR_MAX_RANK];
-  ir_local_type(m, &req[k], t, c->dev, &local, begin);
-  int64_t at[2] = {t->dim[0], begin[0]};
-  ir_set_ints(x, "at", at, 2);
-  if (!ir_attr(x, "padding_idx"))
-    ir_set_int(x, "padding_idx", -1);
-  return true;
-}
-
 static void emit(Ctx *c, const Inst *i) {
   Module *m = c->m;
   Inst *in[SHARD_MAX_IN];
@@ -530,8 +454,8 @@ static void emit(Ctx *c, const Inst *i) {
   Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
   ring_lower(m, i, x);
-  int tk = table_operand(i->op);
-  if (tk >= 0 && !table_block(c, i, tk, cur[tk], req, x))
+  int tk = spmd_table_operand(i->op);
+  if (tk >= 0 && !spmd_table_block(m, c->d, c->dev, i, tk, cur[tk], req, x, &c->failed))
     return;
   Type local;
   ir_local_type(m, i->shard, &i->type, c->dev, &local, NULL);
@@ -683,7 +607,7 @@ static void print_size(FILE *out, double b) {
   fputs(ir_bytes_str(b, buf, sizeof buf), out);
 }
 
-static const char *device_name(const Module *m, int pos, char *buf, size_t n) {
+const char *spmd_device_name(const Module *m, int pos, char *buf, size_t n) {
   int dv = m->mesh.a[0].dev[pos];
   if (m->cluster && dv >= 0 && dv < m->cluster->dev.n)
     snprintf(buf, n, "%s", m->cluster->dev.a[dv].name);
@@ -700,62 +624,6 @@ static const Func *copy_of(const Module *m, const char *name, int dev) {
       return f;
   }
   return NULL;
-}
-
-/* Whether global g is the table of a lookup in f (an embedding_bag's
- * weight). */
-static bool looked_up(const Func *f, const Global *g) {
-  for (int k = 0; f && k < f->inst.n; k++) {
-    const Inst *i = f->inst.a[k];
-    if (i->op == OP_embedding_bag && i->in[1]->op == OP_load &&
-        !strcmp(ir_get_str(i->in[1], "global", ""), g->name))
-      return true;
-  }
-  return false;
-}
-
-/* Bytes of global g on device dev, with its optimizer state (<g>__*). */
-static double table_bytes(const Module *m, const Global *g, int dev) {
-  double b = 0;
-  size_t n = strlen(g->name);
-  for (int k = 0; k < m->global.n; k++) {
-    const Global *s = &m->global.a[k];
-    if (s == g || (s->kind == G_STATE && !strncmp(s->name, g->name, n) && s->name[n] == '_' &&
-                   s->name[n + 1] == '_')) {
-      Type t = ir_global_type_on(m, s, dev);
-      b += (double)dtype_size(t.dtype) * (double)type_elems(&t);
-    }
-  }
-  return b;
-}
-
-/* The embedding tables: each one's form (row-wise or column-wise over an
- * axis, or replicated) and its bytes with its optimizer state on every
- * device. */
-static void report_tables(FILE *out, const Module *m, int ndev) {
-  const Func *f = copy_of(m, "train_step", 0);
-  bool any = false;
-  char dn[64];
-  for (int g = 0; g < m->global.n; g++) {
-    const Global *gl = &m->global.a[g];
-    if (gl->kind != G_PARAM || !looked_up(f ? f : copy_of(m, "forward", 0), gl))
-      continue;
-    if (!any)
-      fputs("embedding tables (each device's bytes of the table and its optimizer state):\n", out);
-    any = true;
-    int rows = gl->shard ? gl->shard->axis[0] : -1, cols = gl->shard ? gl->shard->axis[1] : -1;
-    fprintf(out, "  %-12s ", gl->name);
-    if (rows >= 0)
-      fprintf(out, "row-wise over %s", m->mesh.a[0].axis_name[rows]);
-    if (cols >= 0)
-      fprintf(out, "%scolumn-wise over %s", rows >= 0 ? ", " : "", m->mesh.a[0].axis_name[cols]);
-    fputs(rows < 0 && cols < 0 ? "replicated:" : ":", out);
-    for (int dev = 0; dev < ndev; dev++) {
-      fprintf(out, "%s %s ", dev ? "," : "", device_name(m, dev, dn, sizeof dn));
-      print_size(out, table_bytes(m, gl, dev));
-    }
-    fputc('\n', out);
-  }
 }
 
 /* The collectives of f, a loop's body's each time it runs (times: the
@@ -836,7 +704,7 @@ static void report_stages(FILE *out, const Module *m, int ndev) {
     for (int dev = 0; dev < ndev; dev++) {
       const Inst *r = stage_loop(m, dev, k * mb, &axis);
       int64_t first = ir_get_int(r, "first", 0), n = ir_get_int(r, "n", 0);
-      fprintf(out, "%s %s layers %lld-%lld", dev ? "," : "", device_name(m, dev, dn, sizeof dn),
+      fprintf(out, "%s %s layers %lld-%lld", dev ? "," : "", spmd_device_name(m, dev, dn, sizeof dn),
               (long long)first, (long long)(first + n - 1));
     }
     bool f1b = mb > 1 && m->schedule == PIPE_1F1B;
@@ -869,7 +737,7 @@ static void report_state(FILE *out, const Module *m, int ndev) {
         Type t = ir_global_type_on(m, &m->global.a[g], dev);
         b += (double)dtype_size(t.dtype) * (double)type_elems(&t);
       }
-    fprintf(out, "%s %s ", dev ? "," : "", device_name(m, dev, dn, sizeof dn));
+    fprintf(out, "%s %s ", dev ? "," : "", spmd_device_name(m, dev, dn, sizeof dn));
     print_size(out, b);
     fprintf(out, " (%.3f)", whole > 0 ? b / whole : 0);
   }
@@ -889,7 +757,7 @@ void spmd_report(FILE *out, const Module *m) {
     fprintf(out, "%s%s = %d", a ? ", " : "", mesh->axis_name[a], mesh->axis_size[a]);
   fputs("] over", out);
   for (int k = 0; k < ndev; k++)
-    fprintf(out, "%s %s", k ? "," : "", device_name(m, k, dn, sizeof dn));
+    fprintf(out, "%s %s", k ? "," : "", spmd_device_name(m, k, dn, sizeof dn));
   fputs("\n", out);
   static const char *kinds[] = {"input", "param", "buffer", "state"};
   for (int g = 0; g < m->global.n; g++) {
@@ -908,7 +776,7 @@ void spmd_report(FILE *out, const Module *m) {
     else
       for (int dev = 0; dev < ndev; dev++) {
         Type t = ir_global_type_on(m, gl, dev);
-        fprintf(out, "%s%s %s", dev ? ", " : " ", device_name(m, dev, dn, sizeof dn),
+        fprintf(out, "%s%s %s", dev ? ", " : " ", spmd_device_name(m, dev, dn, sizeof dn),
                 type_str(&t, b2, sizeof b2));
       }
     if (!same)
@@ -916,7 +784,7 @@ void spmd_report(FILE *out, const Module *m) {
   }
   if (m->state_sharded)
     report_state(out, m, ndev);
-  report_tables(out, m, ndev);
+  spmd_report_tables(out, m, copy_of(m, "train_step", 0), copy_of(m, "forward", 0), ndev);
   report_stages(out, m, ndev);
   report_collectives(out, m, "train_step");
   report_collectives(out, m, "forward");

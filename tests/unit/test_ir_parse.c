@@ -409,9 +409,21 @@ static void test_shardings(void **state) {
                       "mesh q[dp = 3] on [a0, a1, a2]\n";
   char buf[512];
   snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(-0.6, 0.2, 0.2)]\n", mesh3);
-  expect_error(buf, "t.ir:9:26: error: ratio 0 of axis 'dp' is -0.6; ratios must be positive");
+  expect_error(buf, "t.ir:9:26: error: ratio 0 of axis 'dp' is -0.6; ratios must be positive "
+                    "(or one 1, the rest 0)");
   snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(0.6, 0.2, inf)]\n", mesh3);
-  expect_error(buf, "t.ir:9:26: error: ratio 2 of axis 'dp' is inf; ratios must be positive");
+  expect_error(buf, "t.ir:9:26: error: ratio 2 of axis 'dp' is inf; ratios must be positive "
+                    "(or one 1, the rest 0)");
+  /* a placement (a table-wise table's columns): 1 on one device, 0 on the
+   * others; a 0 elsewhere is refused */
+  snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(0.0, 0.5, 0.5)]\n", mesh3);
+  expect_error(buf, "t.ir:9:26: error: ratio 0 of axis 'dp' is 0; ratios must be positive "
+                    "(or one 1, the rest 0)");
+  snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(0.0, 1.0, 0.0)]\n", mesh3);
+  Result placed = parse(buf);
+  assert_non_null(placed.m);
+  assert_int_equal(ir_placed(placed.m->global.a[0].shard->ratio[0], 3), 1);
+  free(placed.msg);
   snprintf(buf, sizeof buf, "%sinput y : i32[5] shard q[dp(0.6, 0.2, 0.3)]\n", mesh3);
   expect_error(buf, "t.ir:9:26: error: the ratios of axis 'dp' sum to 1.1, not 1");
   expect_error(MESH "input x : f32[2] shard q[*] full\n", "t.ir:3:29: error: expected end of line, found 'full'");

@@ -231,13 +231,22 @@ static void test_shardings(void **state) {
   m = good();
   double *r = m->global.a[0].shard->ratio[0];
   r[0] = 1.5, r[1] = -0.5;
-  expect(m, 1, "v.ir:10:1: error: sharding of x: ratio 1 of dimension 0 is -0.5; ratios must be positive");
+  expect(m, 1, "v.ir:10:1: error: sharding of x: ratio 1 of dimension 0 is -0.5; ratios must be "
+               "positive (or one 1, the rest 0)");
+  r[0] = 1, r[1] = 0;   /* a placement: dim 0 whole on device 0, empty on 1 */
+  expect(m, 0, NULL);
+  r[0] = 1, r[1] = 1e-9;
+  expect(m, 0, NULL);
+  r[0] = 0.5, r[1] = 0;
+  expect(m, 2, "v.ir:10:1: error: sharding of x: ratio 1 of dimension 0 is 0; ratios must be "
+               "positive (or one 1, the rest 0)");
   r[0] = 0.5, r[1] = 0.4;
   expect(m, 1, "v.ir:10:1: error: sharding of x: the ratios of dimension 0 sum to 0.9, not 1");
   r[0] = 0.5, r[1] = 0.5000009;
   expect(m, 0, NULL);
   r[0] = NAN, r[1] = 0.5;
-  expect(m, 2, "v.ir:10:1: error: sharding of x: ratio 0 of dimension 0 is nan; ratios must be positive");
+  expect(m, 2, "v.ir:10:1: error: sharding of x: ratio 0 of dimension 0 is nan; ratios must be "
+               "positive (or one 1, the rest 0)");
   m = good();
   Sharding *s = inst(m, "h")->shard;
   s->axis[0] = 1;

@@ -13,7 +13,8 @@
  * and every replicated global is bit-identical on all devices. Models: an MLP
  * data parallel over 2 and 3 devices, even and uneven; Megatron tensor
  * parallel over 2 (even and uneven, one with a reduce_scatter); conflicting
- * layouts (all_to_all); dp x tp on a 2x2 mesh, even and uneven; the
+ * layouts (all_to_all); table-wise tables (empty blocks off their
+ * devices); dp x tp on a 2x2 mesh, even and uneven; the
  * transformer example with its attention heads split over a mesh axis, and
  * data parallel; pads with values (-inf, 0.75, and 0.5 after a partial sum)
  * tensor and data parallel; the optimizer state split over dp (shard_state:
@@ -574,6 +575,39 @@ static void test_all_to_all(void **state) {
   free(text);
 }
 
+/* Table-wise tables: e (sparse, Adagrad's rows) whole on a1, f whole on a0,
+ * the rest split by batch; the devices not holding a table hold empty
+ * blocks of it, its state and its pooled value, and the pooled values go to
+ * the batch's split by an all_to_all each way. */
+static void test_table_wise(void **state) {
+  (void)state;
+  char *text = cat("model t(batch B = 4) {\n"
+                   "  input  ids: i32[B, 3]\n"
+                   "  input  cats: i32[B, 2]\n"
+                   "  input  x: f32[B, 2]\n"
+                   "  input  y: f32[B, 1]\n"
+                   "  param  e: f32[10, 4] sparse\n"
+                   "  param  f: f32[10, 4]\n"
+                   "  param  w: f32[10, 1]\n"
+                   "  a      = embedding_bag(ids, e, mode = \"mean\")\n"
+                   "  c      = embedding_bag(cats, f)\n"
+                   "  loss   = mse(concat(x, a, c, axis = 1) @ w, y)\n"
+                   "  minimize loss with adagrad(lr = 0.1)\n"
+                   "}\n",
+                   "parallel t on c {\n mesh m[dp = 2]\n shard e: on dp[1]\n shard f: on dp[0]\n"
+                   " shard x: [dp, *]\n shard y: [dp, *]\n}\n");
+  Pair p;
+  pair_init(&p, text, NULL, 0);
+  assert_int_equal(count(p.s, "train_step.0", OP_all_to_all), 4);
+  Type t = ir_global_type_on(p.s, ir_find_global(p.s, "e"), 0);
+  assert_int_equal(t.dim[1], 0);
+  t = ir_global_type_on(p.s, ir_find_global(p.s, "e__sum"), 1);
+  assert_int_equal(t.dim[1], 4);
+  train(&p, 6, 10, "table-wise");
+  pair_free(&p);
+  free(text);
+}
+
 /* ---- 2-D: data parallel across nodes, tensor parallel inside ---- */
 
 static void test_2d(void **state) {
@@ -678,7 +712,8 @@ int main(void) {
       cmocka_unit_test(test_dp3_uneven),    cmocka_unit_test(test_dp2_uneven),
       cmocka_unit_test(test_tp2),           cmocka_unit_test(test_tp2_clip), cmocka_unit_test(test_tp2_uneven),
       cmocka_unit_test(test_tp2_inferred),  cmocka_unit_test(test_tp2_reduce_scatter),
-      cmocka_unit_test(test_all_to_all),    cmocka_unit_test(test_2d),
+      cmocka_unit_test(test_all_to_all),    cmocka_unit_test(test_table_wise),
+      cmocka_unit_test(test_2d),
       cmocka_unit_test(test_2d_uneven),     cmocka_unit_test(test_transformer_heads),
       cmocka_unit_test(test_transformer_dp),
       cmocka_unit_test(test_pad_values_tp2), cmocka_unit_test(test_pad_values_dp2),

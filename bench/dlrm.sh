@@ -1,0 +1,139 @@
+#!/bin/sh
+# dlrm.sh [BUILD] [REPS]: a DLRM's sharded tables on a heterogeneous cluster
+# made on this machine, and its step on one process against PyTorch's. Run
+# from anywhere, after building (cmake --build BUILD):
+#
+#     bench/dlrm.sh build 20
+#
+# bench/dlrm.dt: examples/dlrm.dt's network, 26 sparse tables of 20000 rows
+# of 16 (33 MB), batch 384, Adagrad. As bench/hetero.sh, it pins rank 0
+# alone to core 0 and ranks 1 and 2 together to core 1 (real speeds about
+# 2:1:1; a `taskset` wrapper per rank), then:
+#  1. probes the three pinned ranks with dtc-probe into a cluster file;
+#  2. compiles bench/dlrm_auto.dt (every table row-wise, the ids whole,
+#     `plan auto` choosing the batch's split and one ratio vector for the
+#     axis, so the tables' rows follow the devices' speeds) and
+#     bench/dlrm_tw.dt (every table whole on one device, 9, 9 and 8 of them,
+#     the batch even: Neo's table-wise, even) with --cluster=<that file>,
+#     and builds bench/dlrm.c against each with mpicc;
+#  3. times each on the three pinned ranks (median step over REPS), and
+#     takes each plan's predicted step from dtc --emit=sim;
+#  4. times bench/dlrm.dt on one process (core 0 alone, one thread) and
+#     bench/dlrm_torch.py, the same network in PyTorch with
+#     nn.EmbeddingBag(sparse=True) and Adagrad, on the same core and one
+#     thread, and prints one JSON line:
+#     {"bench": "dlrm", "batch", "auto_ms", "auto_samples_per_s", "even_ms",
+#     "even_samples_per_s", "even_over_auto" (the table-wise even step over
+#     the planned row-wise one), "auto_predicted_ms",
+#     "measured_over_predicted" (auto), "even_predicted_ms",
+#     "even_measured_over_predicted", "one_ms", "torch_ms", "dtc_over_torch"
+#     (one_ms over torch_ms: below 1, dtc trains faster), "load"}.
+# Every rank runs one thread (DTRT_NUM_THREADS=1). Environment: MPIEXEC,
+# MPICC (default those BUILD was configured with), PYTHON (default
+# /usr/bin/python3; no torch: torch_ms and dtc_over_torch are null),
+# DLRM_DIR (work files, default a fresh mktemp -d, removed at the end unless
+# given). Needs taskset (util-linux) and two cores.
+set -e
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-build}" && pwd)
+reps=${2:-20}
+python=${PYTHON:-/usr/bin/python3}
+cached() {   # cached VAR: VAR's value in BUILD's CMake cache, if any
+  sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null
+}
+mpiexec=${MPIEXEC:-$(cached MPIEXEC_EXECUTABLE)}
+mpiexec=${mpiexec:-mpiexec}
+mpicc=${MPICC:-$(cached MPI_C_COMPILER)}
+mpicc=${mpicc:-mpicc}
+if [ -n "$DLRM_DIR" ]; then
+  dir=$DLRM_DIR
+  mkdir -p "$dir"
+else
+  dir=$(mktemp -d)
+  trap 'rm -rf "$dir"' EXIT
+fi
+
+export DTRT_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mpiflags=
+if "$mpiexec" --version 2>&1 | grep -q -e 'Open MPI' -e OpenRTE; then
+  export OMPI_MCA_mpi_yield_when_idle=1
+  mpiflags="--oversubscribe --bind-to none --mca mpi_yield_when_idle 1"
+  [ "$(id -u)" = 0 ] && mpiflags="$mpiflags --allow-run-as-root"
+fi
+
+# The pinning wrapper: rank 0 on core 0, every other rank on core 1.
+cat > "$dir/pin.sh" <<'PIN'
+#!/bin/sh
+rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-0}}}
+if [ "$rank" = 0 ]; then core=0; else core=1; fi
+exec taskset -c "$core" "$@"
+PIN
+chmod +x "$dir/pin.sh"
+
+run() {   # run N PROGRAM ARGS...: PROGRAM on N ranks
+  n=$1
+  shift
+  # shellcheck disable=SC2086
+  "$mpiexec" $mpiflags -n "$n" "$@"
+}
+
+num() {   # num KEY: the number after "KEY": on stdin
+  sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"
+}
+
+# build_bench NAME DT [dtc args...]: dtc the model into $dir/NAME/, then
+# $dir/NAME/bench from dlrm.c.
+build_bench() {
+  name=$1 dt=$2
+  shift 2
+  mkdir -p "$dir/$name"
+  "$build/dtc" "$@" "$dt" -o "$dir/$name/model.o"
+  "$mpicc" -O2 -I "$src/runtime" -I "$src/bench" -I "$dir/$name" "$src/bench/dlrm.c" \
+    "$dir/$name/model.o" "$build/libdtrt.a" -lopenblas -lcjson -lz -lm -o "$dir/$name/bench"
+}
+
+predicted() {   # dtc --emit=sim ARGS: the predicted step in ms
+  "$build/dtc" --emit=sim "$@" 2>/dev/null | sed -n 's/^predicted step: \([0-9.]*\) ms.*/\1/p'
+}
+
+load=$(uptime | sed 's/.*load average: *//; s/,.*//')
+echo "# $(date -u '+%F %T') UTC; load:$(uptime | sed 's/.*load average://')" >&2
+
+# 1. probe the pinned ranks
+run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
+sed 's/^/# /' "$dir/probe3.dt" >&2
+
+# 2-3. the planned row-wise tables against even table-wise ones
+for plan in auto tw; do
+  build_bench "$plan" "$src/bench/dlrm_$plan.dt" --cluster="$dir/probe3.dt" 2>/dev/null
+  "$build/dtc" --emit=plan --cluster="$dir/probe3.dt" "$src/bench/dlrm_$plan.dt" \
+    -o "$dir/$plan.plan" 2>/dev/null
+  sed -n '/^  device  /,/^  predicted step/s/^/# /p' "$dir/$plan.plan" >&2
+done
+auto_ms=$(run 3 "$dir/pin.sh" "$dir/auto/bench" "$reps" dlrm_auto | num step_ms)
+even_ms=$(run 3 "$dir/pin.sh" "$dir/tw/bench" "$reps" dlrm_tw | num step_ms)
+auto_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_auto.dt")
+even_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_tw.dt")
+
+# 4. one process against PyTorch, core 0, one thread each
+build_bench one "$src/bench/dlrm.dt"
+one_ms=$(taskset -c 0 "$dir/one/bench" "$reps" dlrm_one | num step_ms)
+torch_ms=null
+if "$python" -c 'import torch' 2>/dev/null; then
+  torch_ms=$(taskset -c 0 "$python" "$src/bench/dlrm_torch.py" "$reps" 1)
+fi
+batch=$(sed -n 's/^#define DLRM_DIM_B \([0-9]*\)/\1/p' "$dir/one/dlrm.h")
+
+awk -v b="$batch" -v a="$auto_ms" -v e="$even_ms" -v ap="$auto_pred" -v ep="$even_pred" \
+    -v o="$one_ms" -v t="$torch_ms" -v l="$load" 'BEGIN {
+  printf "{\"bench\": \"dlrm\", \"batch\": %d, \"auto_ms\": %.3f, \"auto_samples_per_s\": %.0f, " \
+         "\"even_ms\": %.3f, \"even_samples_per_s\": %.0f, \"even_over_auto\": %.3f, " \
+         "\"auto_predicted_ms\": %.3f, \"measured_over_predicted\": %.3f, " \
+         "\"even_predicted_ms\": %.3f, \"even_measured_over_predicted\": %.3f, " \
+         "\"one_ms\": %.3f, ", b, a, b / a * 1e3, e, b / e * 1e3, e / a, ap, a / ap, ep, e / ep, o
+  if (t == "null")
+    printf "\"torch_ms\": null, \"dtc_over_torch\": null, "
+  else
+    printf "\"torch_ms\": %.3f, \"dtc_over_torch\": %.3f, ", t, o / t
+  printf "\"load\": %s}\n", l
+}'
