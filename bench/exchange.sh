@@ -76,6 +76,7 @@ export DTRT_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+grep -q '^flags.* avx512f' /proc/cpuinfo && cpu="$cpu (AVX-512)"
 echo "# cpu: $cpu, $(nproc) cores; $(date -u '+%F %T') UTC; load:$(uptime | sed 's/.*load average://')"
 
 num() {   # num KEY: the number after "KEY": on stdin

@@ -182,7 +182,7 @@ static int probe_write(FILE *f, const Probe *p) {
   for (int i = 0; i < 2; i++)
     if (links[i]->present)
       fprintf(f, "  link %s(bw = %sGB/s, lat = %.2fus, spread = %.3f)    # ranks %d and %d\n",
-              kind[i], gbps_text(buf, at_least(links[i]->bw / 1e9, 0.01), 2),
+              kind[i], gbps_text(buf, at_least(links[i]->bw / 1e9, 0.001), 2),
               at_least(links[i]->lat * 1e6, 0.01), links[i]->spread, links[i]->a, links[i]->b);
   if (p->ncoll)
     fprintf(f, "  # collectives over all %d ranks by libdtrt's methods, t = lat + bytes / bw "
