@@ -188,6 +188,7 @@ for rate in $rates; do
     [ -z "$extra" ] || kept "$dir/$rate/$v/plan.txt" > "$dir/$rate/$v/kept"
   done
   # the ratios of the rate
+  # shellcheck disable=SC2046
   set -- $(cat "$dir/$rate/adamw/figures" "$dir/$rate/bf16/figures" "$dir/$rate/state/figures" \
                "$dir/$rate/demo/figures" "$dir/$rate/auto_dp/figures" "$dir/$rate/auto/figures")
   awk -v r="$rate" -v a="$1" -v ab="$2" -v f="$3" -v fb="$4" -v s="$5" -v d="$7" -v db="$8" \
