@@ -9,7 +9,8 @@
  * elementwise one, which fusion keeps in registers, its operands; of an
  * embedding bag's table, the rows it gathers), and for
  * kernels built on exponentials or random numbers a cost per element
- * (elem_cost) at the GEMM's speed. A device given no bandwidth moves a byte
+ * (elem_cost) at the GEMM's speed; DeMo's kernels count their FLOPs at a
+ * fraction of that speed (flop_slowness). A device given no bandwidth moves a byte
  * for SIM_BYTE_FLOPS FLOPs, so one that is slower at math, such as one
  * sharing its core, is as much slower at moving data. A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
@@ -97,6 +98,20 @@ static double elem_cost(Op op) {
   }
 }
 
+/* How many times slower than dtc's GEMM a kernel runs its FLOPs (ir/cost.c's
+ * count): DeMo's tile transforms are scalar double loops with one
+ * accumulator, and demo_compress also sorts each tile with qsort. Measured
+ * on the AVX-512 Xeon against the GEMM-bound step of the same model
+ * (docs/PERFORMANCE.md, "The gradient exchange on a shaped link"): about
+ * 90x for demo_compress, 35x for demo_residual and demo_sign. */
+static double flop_slowness(Op op) {
+  switch (op) {
+  case OP_demo_compress: return 90;
+  case OP_demo_residual: case OP_demo_sign: return 35;
+  default: return 1;
+  }
+}
+
 static double value_bytes(const Inst *i) {
   return (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype);
 }
@@ -125,7 +140,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
     n = (double)type_elems(&i->in[0]->type);
   double flops = sim_gflops(m, device) * 1e9, bw = sim_bw(m, device);
   double w = sim_lat(m, device), sh = 0;
-  *(work_split ? &sh : &w) += (ir_flops(i) + elem_cost(i->op) * n) / flops;
+  *(work_split ? &sh : &w) += (ir_flops(i) * flop_slowness(i->op) + elem_cost(i->op) * n) / flops;
   *(out_split ? &sh : &w) += value_bytes(i) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
     *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;

@@ -146,6 +146,17 @@ static void probe_fit(const double bytes[2], const double t[2], double *lat, dou
   }
 }
 
+/* A bandwidth in GB/s as the file writes it, into buf: with `decimals`
+ * decimals from 1 GB/s up, with three significant digits below (0.0119, not
+ * 0.01, for a 100 Mbit/s link, which two decimals would round by 20%). */
+static const char *gbps_text(char buf[32], double gbps, int decimals) {
+  if (gbps >= 1)
+    snprintf(buf, 32, "%.*f", decimals, gbps);
+  else
+    snprintf(buf, 32, "%.3g", gbps);
+  return buf;
+}
+
 /* Writes the cluster block: nodes in order of their first rank, each rank a
  * device rK; intra and inter links when measured; the collectives timed over
  * all ranks, each with its two median times; every line with its spread.
@@ -166,22 +177,24 @@ static int probe_write(FILE *f, const Probe *p) {
     fputs("  }\n", f);
   }
   const ProbeLink *links[2] = {&p->intra, &p->inter};
+  char buf[32];
   const char *kind[2] = {"intra", "inter"};
   for (int i = 0; i < 2; i++)
     if (links[i]->present)
-      fprintf(f, "  link %s(bw = %.2fGB/s, lat = %.2fus, spread = %.3f)    # ranks %d and %d\n",
-              kind[i], at_least(links[i]->bw / 1e9, 0.01), at_least(links[i]->lat * 1e6, 0.01),
-              links[i]->spread, links[i]->a, links[i]->b);
+      fprintf(f, "  link %s(bw = %sGB/s, lat = %.2fus, spread = %.3f)    # ranks %d and %d\n",
+              kind[i], gbps_text(buf, at_least(links[i]->bw / 1e9, 0.001), 2),
+              at_least(links[i]->lat * 1e6, 0.01), links[i]->spread, links[i]->a, links[i]->b);
   if (p->ncoll)
     fprintf(f, "  # collectives over all %d ranks by libdtrt's methods, t = lat + bytes / bw "
             "fitted to the medians at %s and %s\n", p->nranks, coll_size_text[0],
             coll_size_text[1]);
   for (int k = 0; k < p->ncoll; k++) {
     const ProbeColl *c = &p->coll[k];
-    fprintf(f, "  collective %s(method = %s, ranks = %d, lat = %.2fus, bw = %.3fGB/s, "
+    fprintf(f, "  collective %s(method = %s, ranks = %d, lat = %.2fus, bw = %sGB/s, "
             "spread = %.3f)    # %.3fms, %.3fms\n", dtrt_coll_names[c->op],
             dtrt_comm_method_names[c->method], p->nranks, at_least(c->lat * 1e6, 0.01),
-            at_least(c->bw / 1e9, 0.001), c->spread, c->t[0] * 1e3, c->t[1] * 1e3);
+            gbps_text(buf, at_least(c->bw / 1e9, 0.001), 3), c->spread, c->t[0] * 1e3,
+            c->t[1] * 1e3);
   }
   fputs("}\n", f);
   return ferror(f) ? -1 : 0;

@@ -53,7 +53,7 @@ static void two_nodes(void **state) {
     "spread = 0.000)\n"
     "  }\n"
     "  link intra(bw = 10.46GB/s, lat = 0.41us, spread = 0.046)    # ranks 0 and 1\n"
-    "  link inter(bw = 0.12GB/s, lat = 50.00us, spread = 0.100)    # ranks 0 and 2\n"
+    "  link inter(bw = 0.125GB/s, lat = 50.00us, spread = 0.100)    # ranks 0 and 2\n"
     "}\n");
   free(text);
 }
@@ -105,7 +105,7 @@ static void one_rank_and_floors(void **state) {
     "spread = 0.200)\n"
     "  }\n"
     "  link intra(bw = 1.00GB/s, lat = 0.01us, spread = 0.000)    # ranks 0 and 2\n"
-    "  link inter(bw = 0.01GB/s, lat = 1000.00us, spread = 0.000)    # ranks 0 and 1\n"
+    "  link inter(bw = 0.001GB/s, lat = 1000.00us, spread = 0.000)    # ranks 0 and 1\n"
     "}\n");
   free(text);
 }

@@ -1,7 +1,8 @@
 /* test_sim.c: the step simulator (passes/sim.c) against times worked out here
  * from the IR and the cluster: one device, data parallel with its all-reduces,
  * even against uneven splits on unequal devices, an embedding bag's gathered
- * bytes, and the Chrome trace. */
+ * bytes, DeMo's kernels at a fraction of the GEMM's speed, and the Chrome
+ * trace. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -229,6 +230,48 @@ static void test_embedding_bag_bytes(void **state) {
   arena_free(a);
 }
 
+/* DeMo's kernels count their FLOPs at 1/90 (demo_compress) and 1/35
+ * (demo_residual, demo_sign) of the GEMM's speed: scalar transforms and a
+ * sort per tile (passes/sim.c, flop_slowness). */
+static void test_demo_slowness(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Diag d;
+  diag_init(&d, stderr);
+  const char *text = "model lin(batch B = 4) {\n"
+                     "  input  x: f32[B, 64]\n"
+                     "  input  y: f32[B, 64]\n"
+                     "  param  w: f32[64, 64] init glorot\n"
+                     "  loss   = mse(x @ w, y)\n"
+                     "  minimize loss with demo(lr = 0.01)\n"
+                     "}\n";
+  Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
+  assert_non_null(m);
+  assert_true(passes_run(m, &d, NULL, NULL));
+  const Func *f = step_func(m, -1);
+  double flops = SIM_DEFAULT_GFLOPS * 1e9, bw = flops / SIM_BYTE_FLOPS;
+  int seen = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    double slow = i->op == OP_demo_compress                             ? 90
+                  : i->op == OP_demo_residual || i->op == OP_demo_sign ? 35
+                                                                        : 0;
+    if (!slow)
+      continue;
+    seen++;
+    double bytes = 4.0 * (double)type_elems(&i->type);
+    for (int j = 0; j < i->nin; j++)
+      bytes += 4.0 * (double)type_elems(&i->in[j]->type);
+    double want = ir_ops[i->op].flops(i) * slow / flops + bytes / bw;
+    double got = sim_compute_time(m, i, -1);
+    assert_true(ir_ops[i->op].flops(i) > 0);
+    if (!(fabs(got - want) <= 1e-9 * want))
+      fail_msg("%s: %.6g s, want %.6g s", ir_ops[i->op].name, got, want);
+  }
+  assert_int_equal(seen, 3);
+  arena_free(a);
+}
+
 static void test_data_parallel_intra(void **state) {
   (void)state;
   check_dp(one_node, 1e9, 2e-6);
@@ -312,6 +355,7 @@ static void test_trace_json(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_device), cmocka_unit_test(test_embedding_bag_bytes),
+      cmocka_unit_test(test_demo_slowness),
     cmocka_unit_test(test_roofline),
       cmocka_unit_test(test_data_parallel_intra),
       cmocka_unit_test(test_data_parallel_inter),
