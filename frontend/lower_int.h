@@ -85,6 +85,7 @@ struct Ctx {
   int64_t n;             /* a body: the repeat's count */
   VEC(Stacked) stacked;  /* a body: the params it reads as args, in order */
   Inst *ret;             /* a block: its return value */
+  const Expr *no_decay;  /* the model: the optimizer's no_decay list, or NULL */
 };
 
 /* ---- scope.c: names, values, instructions ---- */
@@ -181,6 +182,8 @@ Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n);
 
 /* minimize NAME with OPTIMIZER(...): fills c->m->train. */
 void lower_minimize(Ctx *c, const Stmt *s);
+/* Marks the params of the optimizer's no_decay list, once all are declared. */
+void lower_no_decay(Ctx *c);
 
 /* ---- blocks.c: definitions, applications, repeats ---- */
 

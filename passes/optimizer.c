@@ -9,8 +9,12 @@
  *
  *   constant  lr = base
  *   warmup    lr = base t / W while s < W, then base
- *   cosine    as warmup while s < W, then
- *             lr = base (1 + cos(pi min(1, (s - W) / (T - W)))) / 2   (0 if T <= W)
+ *   cosine    as warmup while s < W, then, f = min(1, (s - W) / (T - W)),
+ *             lr = min_lr + (base - min_lr) (1 + cos(pi f)) / 2   (min_lr if T <= W)
+ *   linear    as warmup while s < W, then lr = base (1 + (end_factor - 1) f)
+ *   step      as warmup while s < W, then lr = base gamma^floor((s - W) / step_size)
+ *
+ * The lr op carries min_lr, end_factor or gamma as `arg`, step_size as total.
  *
  * With wd the weight decay:
  *
@@ -30,6 +34,9 @@
  *          (torch.optim.Adam); with eps_kingma, eps_t = eps (Kingma and Ba's
  *          efficient form: eps added to the uncorrected sqrt(v'))
  *   adamw  as adam with g' = g, and p' = ... - lr wd p
+ *   (wd is 0 for a param marked no_decay, and for one whose rank, a loop's
+ *   stacked param's per iteration, is below decay_min_rank: torch's
+ *   param groups of weight decay 0)
  *   demo   DeMo (Peng, Quesnelle and Kingma, 2024; bloc97/DeMo's demo.py),
  *          with delta the state "<param>__delta" and g this rank's gradient:
  *          d  = beta delta + lr g
@@ -114,11 +121,17 @@ static Inst *lr(Opt *o, double beta1, double beta2) {
   int schedule = t->schedule >= 0 ? t->schedule : DT_SCHED_CONSTANT;
   ir_set_str(r, "schedule", dtrt_schedule_names[schedule]);
   ir_set_int(r, "warmup", t->warmup);
-  ir_set_int(r, "total", t->total);
+  ir_set_int(r, "total", schedule == DT_SCHED_STEP ? t->step_size : t->total);
   ir_set_float(r, "beta1", beta1);
   ir_set_float(r, "beta2", beta2);
   if (o->every > 1)
     ir_set_int(r, "accumulate", o->every);
+  double arg = schedule == DT_SCHED_COSINE   ? t->min_lr
+               : schedule == DT_SCHED_LINEAR ? t->end_factor
+               : schedule == DT_SCHED_STEP   ? t->gamma
+                                             : 0;
+  if (arg != 0)
+    ir_set_float(r, "arg", arg);
   return ir_finish(r);
 }
 
@@ -288,6 +301,16 @@ static bool stacked(const Func *f, const Inst *p) {
   return false;
 }
 
+/* The weight decay of param k, value p: 0 for a no_decay param and below
+ * decay_min_rank. */
+static double decay_of(const Opt *o, int k, const Inst *p) {
+  const Train *t = &o->m->train;
+  int rank = p->type.rank - (int)stacked(o->f, p);
+  if (o->m->global.a[k].no_decay || rank < t->decay_min_rank)
+    return 0;
+  return t->weight_decay;
+}
+
 /* DeMo's update of param k (value p, gradient g): the header's. */
 static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   const Train *t = &o->m->train;
@@ -313,9 +336,9 @@ static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   ir_set_int(sgn, "stacked", stack);
   ir_set_ints(sgn, "shape", p->type.dim, p->type.rank);
   sgn = ir_finish(sgn);
-  if (t->weight_decay != 0)
-    p = bin(o, OP_mul, p,
-            bin(o, OP_sub, cnst(o, 1), bin(o, OP_mul, rate, cnst(o, t->weight_decay))));
+  double wd = decay_of(o, k, p);
+  if (wd != 0)
+    p = bin(o, OP_mul, p, bin(o, OP_sub, cnst(o, 1), bin(o, OP_mul, rate, cnst(o, wd))));
   store(o, o->m->global.a[k].name, bin(o, OP_sub, p, bin(o, OP_mul, rate, sgn)));
   store(o, dname, res);
 }
@@ -487,8 +510,9 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     o.loc = m->global.a[k].loc;
     const char *param = m->global.a[k].name;
     Inst *p = value[k], *g = clip ? bin(&o, OP_mul, clip, gm[k]) : gm[k], *step;
-    if (t->weight_decay != 0 && !adamw)
-      g = axpby(&o, 1, g, t->weight_decay, p);
+    double wd = decay_of(&o, k, p);
+    if (wd != 0 && !adamw)
+      g = axpby(&o, 1, g, wd, p);
     const char *mname = NULL, *vname = NULL;
     Inst *m1 = NULL, *v1 = NULL;
     if (sgd && t->momentum != 0) {
@@ -515,7 +539,7 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
       step = bin(&o, OP_div, m1, den);
     }
     Inst *p1 = bin(&o, OP_sub, p, bin(&o, OP_mul, rate, step));
-    if (decay)
+    if (decay && wd != 0)
       p1 = bin(&o, OP_sub, p1, bin(&o, OP_mul, decay, p));
     store(&o, param, p1);
     if (m1)
