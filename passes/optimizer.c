@@ -343,15 +343,16 @@ static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   store(o, dname, res);
 }
 
-/* Why sparse table k cannot train with the model's optimizer, or NULL. */
-static const char *no_sparse_form(const Train *t) {
+/* Why a sparse table of weight decay wd cannot train with the model's
+ * optimizer, or NULL. */
+static const char *no_sparse_form(const Train *t, double wd) {
   switch (t->opt >= 0 ? t->opt : OPT_SGD) {
   case OPT_ADAM:
   case OPT_ADAMW:
     return "Adam takes no sparse gradient; sparse tables train with sgd, adagrad, "
            "rowwise_adagrad or sparse_adam (torch's SparseAdam, with Adam for the dense params)";
   case OPT_SGD:
-    if (t->momentum != 0 || t->weight_decay != 0)
+    if (t->momentum != 0 || wd != 0)
       return "sgd with momentum or weight decay has no sparse form (torch.optim.SGD's)";
     break;
   case OPT_DEMO:
@@ -359,7 +360,7 @@ static const char *no_sparse_form(const Train *t) {
            "rowwise_adagrad or sparse_adam";
   case OPT_ADAGRAD:
   case OPT_ROWWISE_ADAGRAD:
-    if (t->weight_decay != 0)
+    if (wd != 0)
       return "adagrad's weight decay does not apply to sparse gradients (torch.optim.Adagrad's)";
     break;
   default: break;
@@ -425,11 +426,12 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
   bool adam = adamw || kind == OPT_ADAM || kind == OPT_SPARSE_ADAM;
   bool adagrad = kind == OPT_ADAGRAD || kind == OPT_ROWWISE_ADAGRAD;
   bool ok = true;
+  Opt o = {m, f, t->loc, t->accumulate > 1 ? t->accumulate : 1};
   for (int k = 0; k < m->global.n; k++) {
     const Global *gl = &m->global.a[k];
     if (!grad[k])
       continue;
-    const char *why = gl->sparse ? no_sparse_form(t) : NULL;
+    const char *why = gl->sparse ? no_sparse_form(t, decay_of(&o, k, value[k])) : NULL;
     if (why) {
       diag_error(d, gl->loc, "sparse table '%s' cannot train with %s: %s", gl->name, name, why);
       ok = false;
@@ -460,7 +462,6 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
                "and takes no accumulate or clip_norm");
     return false;
   }
-  Opt o = {m, f, t->loc, t->accumulate > 1 ? t->accumulate : 1};
   Inst *rate = lr(&o, adam ? t->beta1 : 0, adam ? t->beta2 : 0);
   /* torch.optim.Adam adds eps to sqrt(v / (1 - beta2^t)); with the
    * corrections in the step size that is eps sqrt(1 - beta2^t) added to
