@@ -86,6 +86,7 @@ struct Ctx {
   VEC(Stacked) stacked;  /* a body: the params it reads as args, in order */
   Inst *ret;             /* a block: its return value */
   const Expr *no_decay;  /* the model: the optimizer's no_decay list, or NULL */
+  const Expr *groups;    /* the model: the optimizer's groups, or NULL */
 };
 
 /* ---- scope.c: names, values, instructions ---- */
@@ -182,8 +183,9 @@ Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n);
 
 /* minimize NAME with OPTIMIZER(...): fills c->m->train. */
 void lower_minimize(Ctx *c, const Stmt *s);
-/* Marks the params of the optimizer's no_decay list, once all are declared. */
-void lower_no_decay(Ctx *c);
+/* Marks the params of the optimizer's no_decay list and groups, once all
+ * are declared. */
+void lower_groups(Ctx *c);
 
 /* ---- blocks.c: definitions, applications, repeats ---- */
 

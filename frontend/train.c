@@ -118,19 +118,24 @@ static bool demo_arg(Ctx *c, const Expr *e, const char *p, int64_t *out) {
   return true;
 }
 
-/* no_decay = biases_and_norms | "[" param { "," param } "]", param an
- * identifier or a string (a block's "layers.g1"): the params the weight decay
- * skips. biases_and_norms: those of rank below 2 (a loop's stacked param: per
- * iteration), nanoGPT's rule; a list is resolved by lower_no_decay. */
+/* A list of params: identifiers or strings (a block's "layers.g1"). */
+static bool is_names(const Expr *e) {
+  bool ok = e->kind == E_LIST;
+  for (int k = 0; ok && k < e->args.n; k++)
+    ok = e->args.a[k].val->kind == E_IDENT || e->args.a[k].val->kind == E_STR;
+  return ok;
+}
+
+/* no_decay = biases_and_norms | "[" param { "," param } "]": the params the
+ * weight decay skips. biases_and_norms: those of rank below 2 (a loop's
+ * stacked param: per iteration), nanoGPT's rule; a list is resolved by
+ * lower_groups. */
 static bool no_decay_arg(Ctx *c, const Expr *e, Train *t) {
   if (e->kind == E_IDENT && !strcmp(e->s, "biases_and_norms")) {
     t->decay_min_rank = 2;
     return true;
   }
-  bool ok = e->kind == E_LIST;
-  for (int k = 0; ok && k < e->args.n; k++)
-    ok = e->args.a[k].val->kind == E_IDENT || e->args.a[k].val->kind == E_STR;
-  if (!ok) {
+  if (!is_names(e)) {
     if (e->kind != E_ERROR)
       diag_error(c->d, e->loc, "'no_decay' must be biases_and_norms or a list of params, as "
                  "[b1, \"layers.g1\"]");
@@ -140,63 +145,138 @@ static bool no_decay_arg(Ctx *c, const Expr *e, Train *t) {
   return true;
 }
 
-void lower_no_decay(Ctx *c) {
-  const Expr *e = c->no_decay;
+/* groups = "[" group { "," group } "]",
+ * group = "group" "(" params [, lr = X] [, weight_decay = Y] ")": torch's
+ * param_groups, params a list as no_decay's; checked here, resolved by
+ * lower_groups. */
+static bool groups_arg(Ctx *c, const Expr *e) {
+  static const char *const param[] = {"params", "lr", "weight_decay"};
+  if (e->kind != E_LIST) {
+    if (e->kind != E_ERROR)
+      diag_error(c->d, e->loc, "'groups' must be a list of group(params, lr, weight_decay)");
+    return false;
+  }
+  bool ok = true;
+  for (int k = 0; k < e->args.n; k++) {
+    const Expr *g = e->args.a[k].val;
+    if (g->kind != E_CALL || strcmp(g->s, "group")) {
+      diag_error(c->d, g->loc, "a group must be group(params, lr, weight_decay)");
+      ok = false;
+      continue;
+    }
+    Expr *arg[3] = {0};
+    if (!fe_bind(g, param, 3, 1, 1, arg, c->a, c->d)) {
+      ok = false;
+      continue;
+    }
+    if (!is_names(arg[0])) {
+      diag_error(c->d, arg[0]->loc, "a group's params must be a list of params, as "
+                 "[b1, \"layers.g1\"]");
+      ok = false;
+    }
+    double v;
+    if (arg[1])
+      ok &= real_in(c, arg[1], "lr", &ir_positive, &v);
+    if (arg[2])
+      ok &= real_in(c, arg[2], "weight_decay", &ir_nonnegative, &v);
+  }
+  if (ok)
+    c->groups = e;
+  return ok;
+}
+
+/* The param named by x, marked once (*seen), or NULL after reporting. */
+static Global *group_param(Ctx *c, const Expr *x, const char *what, bool *seen,
+                           const char **names, int n) {
   Module *m = c->m;
-  if (!e)
+  Global *g = ir_find_global(m, x->s);
+  if (g && g->kind == G_PARAM) {
+    if (seen[g - m->global.a]) {
+      diag_error(c->d, x->loc, "param '%s' is in two groups (no_decay counts as one)", x->s);
+      return NULL;
+    }
+    seen[g - m->global.a] = true;
+    return g;
+  }
+  if (g) {
+    diag_error(c->d, x->loc, "'%s' in '%s' is %s, not a param", x->s, what,
+               g->kind == G_INPUT ? "an input" : "a buffer");
+    return NULL;
+  }
+  /* a block's param named alone: its instance's global "layers.g1" */
+  const char *hint = NULL;
+  size_t len = strlen(x->s);
+  for (int k = 0; k < n && !hint; k++) {
+    size_t l = strlen(names[k]);
+    if (l > len + 1 && names[k][l - len - 1] == '.' && !strcmp(names[k] + l - len, x->s))
+      hint = arena_printf(c->a, "; did you mean \"%s\"?", names[k]);
+  }
+  diag_error(c->d, x->loc, "'%s' in '%s' is not a param%s", x->s, what,
+             hint ? hint : fe_did_you_mean(c->a, x->s, names, n));
+  return NULL;
+}
+
+void lower_groups(Ctx *c) {
+  Module *m = c->m;
+  if (!c->no_decay && !c->groups)
     return;
   const char **names = arena_alloc(c->a, sizeof *names * (size_t)(m->global.n + 1));
+  bool *seen = arena_alloc(c->a, sizeof *seen * (size_t)(m->global.n + 1));
   int n = 0;
-  for (int k = 0; k < m->global.n; k++)
+  for (int k = 0; k < m->global.n; k++) {
+    seen[k] = false;
     if (m->global.a[k].kind == G_PARAM)
       names[n++] = m->global.a[k].name;
-  for (int j = 0; j < e->args.n; j++) {
-    const Expr *x = e->args.a[j].val;
-    Global *g = ir_find_global(m, x->s);
-    if (g && g->kind == G_PARAM) {
+  }
+  for (int j = 0; c->no_decay && j < c->no_decay->args.n; j++) {
+    Global *g = group_param(c, c->no_decay->args.a[j].val, "no_decay", seen, names, n);
+    if (g)
       g->no_decay = 1;
-      continue;
+  }
+  for (int k = 0; c->groups && k < c->groups->args.n; k++) {
+    static const char *const param[] = {"params", "lr", "weight_decay"};
+    Expr *arg[3] = {0};
+    const Expr *grp = c->groups->args.a[k].val;
+    bool ok = fe_bind(grp, param, 3, 1, 1, arg, c->a, c->d);   /* checked by groups_arg */
+    double lr = 0, wd = -1;
+    if (arg[1])
+      ok &= float_arg(c, arg[1], "'lr'", &lr);
+    if (arg[2])
+      ok &= float_arg(c, arg[2], "'weight_decay'", &wd);
+    DTC_ASSERT(ok);
+    for (int j = 0; j < arg[0]->args.n; j++) {
+      Global *g = group_param(c, arg[0]->args.a[j].val, "groups", seen, names, n);
+      if (!g)
+        continue;
+      g->lr = lr;
+      g->no_decay = wd == 0;
+      g->weight_decay = wd > 0 ? wd : 0;
     }
-    if (g) {
-      diag_error(c->d, x->loc, "'%s' in 'no_decay' is %s, not a param", x->s,
-                 g->kind == G_INPUT ? "an input" : "a buffer");
-      continue;
-    }
-    /* a block's param named alone: its instance's global "layers.g1" */
-    const char *hint = NULL;
-    size_t len = strlen(x->s);
-    for (int k = 0; k < n && !hint; k++) {
-      size_t l = strlen(names[k]);
-      if (l > len + 1 && names[k][l - len - 1] == '.' && !strcmp(names[k] + l - len, x->s))
-        hint = arena_printf(c->a, "; did you mean \"%s\"?", names[k]);
-    }
-    diag_error(c->d, x->loc, "'%s' in 'no_decay' is not a param%s", x->s,
-               hint ? hint : fe_did_you_mean(c->a, x->s, names, n));
   }
 }
 
 /* optimizer = sgd(lr, momentum, weight_decay, schedule, nesterov, clip_norm, dampening,
- *                 accumulate, no_decay)
+ *                 accumulate, no_decay, groups)
  *           | adam(lr, beta1, beta2, eps, weight_decay, schedule, eps_form, clip_norm,
- *                  accumulate, no_decay)
+ *                  accumulate, no_decay, groups)
  *           | adamw(...)
- *           | demo(lr, beta, topk, chunk, weight_decay, schedule, no_decay)
+ *           | demo(lr, beta, topk, chunk, weight_decay, schedule, no_decay, groups)
  *           | adagrad(lr, lr_decay, weight_decay, eps, initial_accumulator_value, schedule,
- *                     no_decay)
+ *                     no_decay, groups)
  *           | rowwise_adagrad(...)
  *           | sparse_adam(lr, beta1, beta2, eps, schedule) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
                                     "schedule", "nesterov", "clip_norm", "dampening",
-                                    "accumulate", "no_decay"};
+                                    "accumulate", "no_decay", "groups"};
   static const char *const adam[] = {"lr",           "beta1",    "beta2",     "eps",
                                      "weight_decay", "schedule", "eps_form",  "clip_norm",
-                                     "accumulate", "no_decay"};
+                                     "accumulate", "no_decay", "groups"};
   static const char *const demo[] = {"lr", "beta", "topk", "chunk", "weight_decay", "schedule",
-                                     "no_decay"};
+                                     "no_decay", "groups"};
   static const char *const adagrad[] = {
       "lr", "lr_decay", "weight_decay", "eps", "initial_accumulator_value", "schedule",
-      "no_decay"};
+      "no_decay", "groups"};
   static const char *const sparse_adam[] = {"lr", "beta1", "beta2", "eps", "schedule"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
@@ -245,6 +325,8 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
       ok &= lower_schedule(c, arg[k], t, &min_lr);
     else if (!strcmp(p, "no_decay"))
       ok &= no_decay_arg(c, arg[k], t);
+    else if (!strcmp(p, "groups"))
+      ok &= groups_arg(c, arg[k]);
     else if (!strcmp(p, "nesterov")) {
       bool on = false;
       ok &= bool_arg(c, arg[k], p, &on);

@@ -289,6 +289,7 @@ typedef struct Global {
   int64_t fan_in, fan_out; /* glorot: its fans; 0: those of the trailing matrix [..., in, out] */
   Sharding *shard;       /* from the parallel block, or NULL */
   int64_t no_decay;      /* param: 1 when the optimizer's weight decay skips it */
+  double lr, weight_decay; /* param: its group's, > 0; 0: the optimizer's */
   int64_t sparse;        /* param: 1 for an embedding table whose gradient is sparse
                             (touched rows only) and whose update touches only them */
   Loc loc;

@@ -78,6 +78,8 @@ const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_
                                     FIELD(Global, fan_out, 'i'),
                                     FIELD(Global, sparse, 'i'),
                                     FIELD(Global, no_decay, 'i'),
+                                    RANGED(Global, lr, 'f', ir_nonnegative),
+                                    RANGED(Global, weight_decay, 'f', ir_nonnegative),
                                     {0}};
 
 static bool is_ident(const char *s) {

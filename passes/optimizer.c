@@ -34,9 +34,11 @@
  *          (torch.optim.Adam); with eps_kingma, eps_t = eps (Kingma and Ba's
  *          efficient form: eps added to the uncorrected sqrt(v'))
  *   adamw  as adam with g' = g, and p' = ... - lr wd p
- *   (wd is 0 for a param marked no_decay, and for one whose rank, a loop's
- *   stacked param's per iteration, is below decay_min_rank: torch's
- *   param groups of weight decay 0)
+ *   (wd is 0 for a param marked no_decay; a param group's for a param with
+ *   a weight_decay of its own; else 0 for one whose rank, a loop's stacked
+ *   param's per iteration, is below decay_min_rank, and the optimizer's.
+ *   A param with an lr of its own has lr ops of that base: torch's
+ *   param_groups)
  *   demo   DeMo (Peng, Quesnelle and Kingma, 2024; bloc97/DeMo's demo.py),
  *          with delta the state "<param>__delta" and g this rank's gradient:
  *          d  = beta delta + lr g
@@ -114,10 +116,11 @@ static Inst *cnst(Opt *o, double v) {
 
 static Inst *bin(Opt *o, Op op, Inst *a, Inst *b) { return ir_make(o->f, op, o->loc, 2, a, b); }
 
-static Inst *lr(Opt *o, double beta1, double beta2) {
+/* The scheduled learning rate of base `base` (a param group's, else lr). */
+static Inst *lr_of(Opt *o, double base, double beta1, double beta2) {
   const Train *t = &o->m->train;
   Inst *r = ir_new(o->f, OP_lr, t->loc, 0, NULL);
-  ir_set_float(r, "base", t->lr);
+  ir_set_float(r, "base", base);
   int schedule = t->schedule >= 0 ? t->schedule : DT_SCHED_CONSTANT;
   ir_set_str(r, "schedule", dtrt_schedule_names[schedule]);
   ir_set_int(r, "warmup", t->warmup);
@@ -133,6 +136,10 @@ static Inst *lr(Opt *o, double beta1, double beta2) {
   if (arg != 0)
     ir_set_float(r, "arg", arg);
   return ir_finish(r);
+}
+
+static Inst *lr(Opt *o, double beta1, double beta2) {
+  return lr_of(o, o->m->train.lr, beta1, beta2);
 }
 
 /* eps sqrt(1 - beta2^t), t the step (dtrt_lr with base eps, beta2 alone). */
@@ -301,14 +308,17 @@ static bool stacked(const Func *f, const Inst *p) {
   return false;
 }
 
-/* The weight decay of param k, value p: 0 for a no_decay param and below
- * decay_min_rank. */
+/* The weight decay of param k, value p: 0 for a no_decay param, its group's
+ * if it has one, else 0 below decay_min_rank and the optimizer's. */
 static double decay_of(const Opt *o, int k, const Inst *p) {
   const Train *t = &o->m->train;
+  const Global *g = &o->m->global.a[k];
   int rank = p->type.rank - (int)stacked(o->f, p);
-  if (o->m->global.a[k].no_decay || rank < t->decay_min_rank)
+  if (g->no_decay)
     return 0;
-  return t->weight_decay;
+  if (g->weight_decay > 0)
+    return g->weight_decay;
+  return rank < t->decay_min_rank ? 0 : t->weight_decay;
 }
 
 /* DeMo's update of param k (value p, gradient g): the header's. */
@@ -489,7 +499,8 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     for (int k = 0; k < ng; k++)
       if (grad[k]) {
         o.loc = m->global.a[k].loc;
-        demo_update(&o, k, value[k], grad[k], rate);
+        double base = m->global.a[k].lr;
+        demo_update(&o, k, value[k], grad[k], base > 0 ? lr_of(&o, base, 0, 0) : rate);
       }
     return true;
   }
@@ -499,7 +510,9 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     if (grad[k] && !dense[k]) {
       o.loc = m->global.a[k].loc;
       DTC_ASSERT(grad[k]->op == OP_sparse_values);
-      sparse_emit(&o, k, value[k], grad[k], rate);
+      double base = m->global.a[k].lr;
+      sparse_emit(&o, k, value[k], grad[k],
+                  base > 0 ? lr_of(&o, base, adam ? t->beta1 : 0, adam ? t->beta2 : 0) : rate);
     }
   }
   o.loc = t->loc;
@@ -539,9 +552,16 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
       Inst *den = bin(&o, OP_add, ir_make(f, OP_sqrt, o.loc, 1, v1), eps);
       step = bin(&o, OP_div, m1, den);
     }
-    Inst *p1 = bin(&o, OP_sub, p, bin(&o, OP_mul, rate, step));
-    if (decay && wd != 0)
-      p1 = bin(&o, OP_sub, p1, bin(&o, OP_mul, decay, p));
+    /* a param group's own lr or weight decay: its own lr ops */
+    double base = m->global.a[k].lr;
+    Inst *r = base > 0 ? lr_of(&o, base, adam ? t->beta1 : 0, adam ? t->beta2 : 0) : rate;
+    Inst *p1 = bin(&o, OP_sub, p, bin(&o, OP_mul, r, step));
+    if (adamw && wd != 0) {
+      Inst *dk = decay;
+      if (!dk || base > 0 || wd != t->weight_decay)
+        dk = bin(&o, OP_mul, lr_of(&o, base > 0 ? base : t->lr, 0, 0), cnst(&o, wd));
+      p1 = bin(&o, OP_sub, p1, bin(&o, OP_mul, dk, p));
+    }
     store(&o, param, p1);
     if (m1)
       store(&o, mname, m1);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# group_torch.sh GROUP_STEPS: dtc's param groups (no_decay) and learning-rate
+# group_torch.sh GROUP_STEPS: dtc's param groups (no_decay, groups) and learning-rate
 # schedules against torch.optim with two param groups and torch.optim.
 # lr_scheduler, on the same weights and data (group_torch.py). Skipped
 # (status 77) when Debian's python3 has no torch.
@@ -25,6 +25,18 @@ check 10 "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.05, no_decay = [b])" \
       "SGD($groups, lr=0.1, momentum=0.9, weight_decay=0.05)"
 check 10 "adam(lr = 0.01, weight_decay = 0.1, no_decay = biases_and_norms)" \
       "Adam($groups, lr=0.01, weight_decay=0.1)"
+# groups of their own lr and weight decay, with schedules scaling each group's lr
+check 10 "adamw(lr = 0.01, weight_decay = 0.1, groups = [group([b], lr = 0.05, weight_decay = 0.02)])" \
+      "AdamW([{'params': [w]}, {'params': [b], 'lr': 0.05, 'weight_decay': 0.02}], lr=0.01, weight_decay=0.1)"
+check 10 "adam(lr = 0.01, weight_decay = 0.1, groups = [group([b], weight_decay = 0)])" \
+      "Adam($groups, lr=0.01, weight_decay=0.1)"
+check 12 "sgd(lr = 0.1, momentum = 0.9, weight_decay = 0.01, groups = [group([b], lr = 0.3)],
+              schedule = cosine(total = 12, min_lr = 0.01))" \
+      "SGD([{'params': [w]}, {'params': [b], 'lr': 0.3}], lr=0.1, momentum=0.9, weight_decay=0.01)" \
+      "lr_scheduler.CosineAnnealingLR(opt, T_max=12, eta_min=0.01)"
+check 12 "adamw(lr = 0.01, groups = [group([w], lr = 0.02)], schedule = step(step_size = 5, gamma = 0.3))" \
+      "AdamW([{'params': [w], 'lr': 0.02}, {'params': [b]}], lr=0.01)" \
+      "lr_scheduler.StepLR(opt, step_size=5, gamma=0.3)"
 # the schedules against torch.optim.lr_scheduler, up to their last step
 check 12 "sgd(lr = 0.1, schedule = cosine(total = 12, min_lr = 0.01))" "SGD([w, b], lr=0.1)" \
       "lr_scheduler.CosineAnnealingLR(opt, T_max=12, eta_min=0.01)"
