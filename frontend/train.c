@@ -1,5 +1,5 @@
 /* train.c: the training statement: minimize, its optimizer with its
- * arguments, and the learning-rate schedule. */
+ * arguments, the learning-rate schedule and the param groups. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
