@@ -90,7 +90,7 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
       LLVMValueRef r = LLVMBuildURem(c->b, fn->step, cg_i64(c, k), "");
       due = LLVMBuildICmp(c->b, LLVMIntEQ, r, cg_i64(c, k - 1), "due");
     }
-    LLVMTypeRef pt[] = {c->ptr, c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->i64};
+    LLVMTypeRef pt[] = {c->ptr, c->i32, c->f64, c->i64, c->i64, c->f64, c->f64, c->f64, c->i64};
     LLVMTypeRef ft = LLVMFunctionType(c->f32, pt + fixed, COUNTOF(pt) - fixed, 0);
     LLVMValueRef arg[] = {
         fn->ctx,
@@ -98,6 +98,7 @@ LLVMValueRef cg_scalar(CgFn *fn, const Inst *i) {
         LLVMConstReal(c->f64, ir_get_float(i, "base", 0)),
         LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "warmup", 0), 1),
         LLVMConstInt(c->i64, (unsigned long long)ir_get_int(i, "total", 0), 1),
+        LLVMConstReal(c->f64, ir_get_float(i, "arg", 0)),
         LLVMConstReal(c->f64, ir_get_float(i, "beta1", 0)),
         LLVMConstReal(c->f64, ir_get_float(i, "beta2", 0)),
         update};

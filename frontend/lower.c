@@ -539,6 +539,7 @@ Module *lower_model(Arena *a, const Decl *md, const Decl *const *blocks, int nbl
   d->context_arg = &prog;
   define_stmts(&c);
   lower_stmts(&c);
+  lower_groups(&c);
   if (c.m->train.loss && prog.single.file) {
     char buf[128];
     diag_error(d, prog.single, "'batch_norm' of %s has one value per channel: training needs "

@@ -90,6 +90,8 @@ struct Ctx {
   int nret;              /* a block: the values its return gives */
   const Dim *dim;        /* a sized block: its sizes, then the model's dimensions */
   int ndim;              /* (NULL: the model's dimensions) */
+  const Expr *no_decay;  /* the model: the optimizer's no_decay list, or NULL */
+  const Expr *groups;    /* the model: the optimizer's groups, or NULL */
 };
 
 /* The dimensions the constant expressions of c may name. */
@@ -201,6 +203,9 @@ Inst *lower_int_neg(Ctx *c, Loc at, Inst *x);
 
 /* minimize NAME with OPTIMIZER(...): fills c->m->train. */
 void lower_minimize(Ctx *c, const Stmt *s);
+/* Marks the params of the optimizer's no_decay list and groups, once all
+ * are declared. */
+void lower_groups(Ctx *c);
 
 /* ---- blocks.c: definitions, applications, repeats ---- */
 

@@ -453,7 +453,8 @@ static bool eval(Interp *it, const Inst *inst, void **val, void *const *args,
     int64_t k = ir_get_int(inst, "accumulate", 1), s = it->step < 0 ? 0 : it->step, u = s / k;
     *out = dtrt_lr(ir_schedule(inst),
                    ir_get_float(inst, "base", 0), ir_get_int(inst, "warmup", 0),
-                   ir_get_int(inst, "total", 0), ir_get_float(inst, "beta1", 0),
+                   ir_get_int(inst, "total", 0), ir_get_float(inst, "arg", 0),
+                   ir_get_float(inst, "beta1", 0),
                    ir_get_float(inst, "beta2", 0), u);
     if (ir_attr(inst, "first") && u == 0)
       *out = (float)ir_get_float(inst, "first", 0);

@@ -288,6 +288,8 @@ typedef struct Global {
   double init_arg;       /* normal: stddev; uniform: bound */
   int64_t fan_in, fan_out; /* glorot: its fans; 0: those of the trailing matrix [..., in, out] */
   Sharding *shard;       /* from the parallel block, or NULL */
+  int64_t no_decay;      /* param: 1 when the optimizer's weight decay skips it */
+  double lr, weight_decay; /* param: its group's, > 0; 0: the optimizer's */
   int64_t sparse;        /* param: 1 for an embedding table whose gradient is sparse
                             (touched rows only) and whose update touches only them */
   Loc loc;
@@ -328,6 +330,12 @@ typedef struct Train {
   double beta;           /* demo: the momentum's decay */
   int64_t topk, chunk;   /* demo: coefficients sent per chunk, the chunk's
                             length (a 2-D tile's side) */
+  double min_lr;         /* cosine: the learning rate it decays to */
+  double end_factor;     /* linear: the factor of lr it decays to */
+  double gamma;          /* step: the factor every step_size steps */
+  int64_t step_size;     /* step: steps between two decays */
+  int64_t decay_min_rank; /* > 0: params of a lower rank (a loop's stacked param:
+                             its rank per iteration) take no weight decay */
   Loc loc;
 } Train;
 /* demo's largest chunk: a 2-D tile's coefficient index (below chunk^2) is

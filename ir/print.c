@@ -11,6 +11,7 @@ const IrRange ir_positive = {0, INFINITY, true, true, "positive"};
 const IrRange ir_nonnegative = {0, INFINITY, false, true, "non-negative"};
 const IrRange ir_unit = {0, 1, false, false, "in [0, 1]"};
 const IrRange ir_unit_open = {0, 1, false, true, "in [0, 1)"};
+static const IrRange unit_above0 = {0, 1, true, false, "in (0, 1]"};
 const IrRange ir_quantity = {0, IR_QUANTITY_MAX, true, false, "positive and at most 9e18"};
 const IrRange ir_mem = {1, IR_QUANTITY_MAX, false, false, "from 1 byte to 9e18"};
 
@@ -65,12 +66,20 @@ const IrField ir_train_fields[] = {
     FIELD(Train, chunk, 'i'),
     RANGED(Train, lr_decay, 'f', ir_nonnegative),
     RANGED(Train, initial_accumulator_value, 'f', ir_nonnegative),
+    RANGED(Train, min_lr, 'f', ir_nonnegative),
+    RANGED(Train, end_factor, 'f', ir_unit),
+    RANGED(Train, gamma, 'f', unit_above0),
+    FIELD(Train, step_size, 'i'),
+    FIELD(Train, decay_min_rank, 'i'),
     {0}};
 const IrField ir_global_fields[] = {ENUM(Global, init, dtrt_init_names, DT_INIT_COUNT),
                                     FIELD(Global, init_arg, 'f'),
                                     FIELD(Global, fan_in, 'i'),
                                     FIELD(Global, fan_out, 'i'),
                                     FIELD(Global, sparse, 'i'),
+                                    FIELD(Global, no_decay, 'i'),
+                                    RANGED(Global, lr, 'f', ir_nonnegative),
+                                    RANGED(Global, weight_decay, 'f', ir_nonnegative),
                                     {0}};
 
 static bool is_ident(const char *s) {

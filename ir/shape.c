@@ -176,8 +176,8 @@ bool shape_repeat_out(Inst *inst, char *err, size_t errlen) {
 
 bool shape_lr(Inst *inst, char *err, size_t errlen) {
   const char *s = ir_get_str(inst, "schedule", "constant");
-  if (strcmp(s, "constant") && strcmp(s, "warmup") && strcmp(s, "cosine"))
-    FAIL("unknown learning-rate schedule '%s' (constant, warmup, cosine)", s);
+  if (dtrt_name_index(dtrt_schedule_names, DT_SCHED_COUNT, s) < 0)
+    FAIL("unknown learning-rate schedule '%s' (constant, warmup, cosine, linear, step)", s);
   inst->type = (Type){DT_F32, 0, {0}};
   return true;
 }

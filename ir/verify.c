@@ -291,7 +291,8 @@ static bool named_ok(const Inst *in, Diag *d) {
   if (in->op == OP_lr) {
     const char *s = ir_get_str(in, "schedule", "");
     if (dtrt_name_index(dtrt_schedule_names, DT_SCHED_COUNT, s) < 0) {
-      diag_error(d, in->loc, "'lr' has schedule '%s', not constant, warmup or cosine", s);
+      diag_error(d, in->loc, "'lr' has schedule '%s', not constant, warmup, cosine, linear or step",
+                 s);
       return false;
     }
     int64_t k = ir_get_int(in, "accumulate", 1);

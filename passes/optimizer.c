@@ -9,8 +9,12 @@
  *
  *   constant  lr = base
  *   warmup    lr = base t / W while s < W, then base
- *   cosine    as warmup while s < W, then
- *             lr = base (1 + cos(pi min(1, (s - W) / (T - W)))) / 2   (0 if T <= W)
+ *   cosine    as warmup while s < W, then, f = min(1, (s - W) / (T - W)),
+ *             lr = min_lr + (base - min_lr) (1 + cos(pi f)) / 2   (min_lr if T <= W)
+ *   linear    as warmup while s < W, then lr = base (1 + (end_factor - 1) f)
+ *   step      as warmup while s < W, then lr = base gamma^floor((s - W) / step_size)
+ *
+ * The lr op carries min_lr, end_factor or gamma as `arg`, step_size as total.
  *
  * With wd the weight decay:
  *
@@ -30,6 +34,11 @@
  *          (torch.optim.Adam); with eps_kingma, eps_t = eps (Kingma and Ba's
  *          efficient form: eps added to the uncorrected sqrt(v'))
  *   adamw  as adam with g' = g, and p' = ... - lr wd p
+ *   (wd is 0 for a param marked no_decay; a param group's for a param with
+ *   a weight_decay of its own; else 0 for one whose rank, a loop's stacked
+ *   param's per iteration, is below decay_min_rank, and the optimizer's.
+ *   A param with an lr of its own has lr ops of that base: torch's
+ *   param_groups)
  *   demo   DeMo (Peng, Quesnelle and Kingma, 2024; bloc97/DeMo's demo.py),
  *          with delta the state "<param>__delta" and g this rank's gradient:
  *          d  = beta delta + lr g
@@ -107,19 +116,30 @@ static Inst *cnst(Opt *o, double v) {
 
 static Inst *bin(Opt *o, Op op, Inst *a, Inst *b) { return ir_make(o->f, op, o->loc, 2, a, b); }
 
-static Inst *lr(Opt *o, double beta1, double beta2) {
+/* The scheduled learning rate of base `base` (a param group's, else lr). */
+static Inst *lr_of(Opt *o, double base, double beta1, double beta2) {
   const Train *t = &o->m->train;
   Inst *r = ir_new(o->f, OP_lr, t->loc, 0, NULL);
-  ir_set_float(r, "base", t->lr);
+  ir_set_float(r, "base", base);
   int schedule = t->schedule >= 0 ? t->schedule : DT_SCHED_CONSTANT;
   ir_set_str(r, "schedule", dtrt_schedule_names[schedule]);
   ir_set_int(r, "warmup", t->warmup);
-  ir_set_int(r, "total", t->total);
+  ir_set_int(r, "total", schedule == DT_SCHED_STEP ? t->step_size : t->total);
   ir_set_float(r, "beta1", beta1);
   ir_set_float(r, "beta2", beta2);
   if (o->every > 1)
     ir_set_int(r, "accumulate", o->every);
+  double arg = schedule == DT_SCHED_COSINE   ? t->min_lr
+               : schedule == DT_SCHED_LINEAR ? t->end_factor
+               : schedule == DT_SCHED_STEP   ? t->gamma
+                                             : 0;
+  if (arg != 0)
+    ir_set_float(r, "arg", arg);
   return ir_finish(r);
+}
+
+static Inst *lr(Opt *o, double beta1, double beta2) {
+  return lr_of(o, o->m->train.lr, beta1, beta2);
 }
 
 /* eps sqrt(1 - beta2^t), t the step (dtrt_lr with base eps, beta2 alone). */
@@ -288,6 +308,19 @@ static bool stacked(const Func *f, const Inst *p) {
   return false;
 }
 
+/* The weight decay of param k, value p: 0 for a no_decay param, its group's
+ * if it has one, else 0 below decay_min_rank and the optimizer's. */
+static double decay_of(const Opt *o, int k, const Inst *p) {
+  const Train *t = &o->m->train;
+  const Global *g = &o->m->global.a[k];
+  int rank = p->type.rank - (int)stacked(o->f, p);
+  if (g->no_decay)
+    return 0;
+  if (g->weight_decay > 0)
+    return g->weight_decay;
+  return rank < t->decay_min_rank ? 0 : t->weight_decay;
+}
+
 /* DeMo's update of param k (value p, gradient g): the header's. */
 static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   const Train *t = &o->m->train;
@@ -313,22 +346,23 @@ static void demo_update(Opt *o, int k, Inst *p, Inst *g, Inst *rate) {
   ir_set_int(sgn, "stacked", stack);
   ir_set_ints(sgn, "shape", p->type.dim, p->type.rank);
   sgn = ir_finish(sgn);
-  if (t->weight_decay != 0)
-    p = bin(o, OP_mul, p,
-            bin(o, OP_sub, cnst(o, 1), bin(o, OP_mul, rate, cnst(o, t->weight_decay))));
+  double wd = decay_of(o, k, p);
+  if (wd != 0)
+    p = bin(o, OP_mul, p, bin(o, OP_sub, cnst(o, 1), bin(o, OP_mul, rate, cnst(o, wd))));
   store(o, o->m->global.a[k].name, bin(o, OP_sub, p, bin(o, OP_mul, rate, sgn)));
   store(o, dname, res);
 }
 
-/* Why sparse table k cannot train with the model's optimizer, or NULL. */
-static const char *no_sparse_form(const Train *t) {
+/* Why a sparse table of weight decay wd cannot train with the model's
+ * optimizer, or NULL. */
+static const char *no_sparse_form(const Train *t, double wd) {
   switch (t->opt >= 0 ? t->opt : OPT_SGD) {
   case OPT_ADAM:
   case OPT_ADAMW:
     return "Adam takes no sparse gradient; sparse tables train with sgd, adagrad, "
            "rowwise_adagrad or sparse_adam (torch's SparseAdam, with Adam for the dense params)";
   case OPT_SGD:
-    if (t->momentum != 0 || t->weight_decay != 0)
+    if (t->momentum != 0 || wd != 0)
       return "sgd with momentum or weight decay has no sparse form (torch.optim.SGD's)";
     break;
   case OPT_DEMO:
@@ -336,7 +370,7 @@ static const char *no_sparse_form(const Train *t) {
            "rowwise_adagrad or sparse_adam";
   case OPT_ADAGRAD:
   case OPT_ROWWISE_ADAGRAD:
-    if (t->weight_decay != 0)
+    if (wd != 0)
       return "adagrad's weight decay does not apply to sparse gradients (torch.optim.Adagrad's)";
     break;
   default: break;
@@ -402,11 +436,12 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
   bool adam = adamw || kind == OPT_ADAM || kind == OPT_SPARSE_ADAM;
   bool adagrad = kind == OPT_ADAGRAD || kind == OPT_ROWWISE_ADAGRAD;
   bool ok = true;
+  Opt o = {m, f, t->loc, t->accumulate > 1 ? t->accumulate : 1};
   for (int k = 0; k < m->global.n; k++) {
     const Global *gl = &m->global.a[k];
     if (!grad[k])
       continue;
-    const char *why = gl->sparse ? no_sparse_form(t) : NULL;
+    const char *why = gl->sparse ? no_sparse_form(t, decay_of(&o, k, value[k])) : NULL;
     if (why) {
       diag_error(d, gl->loc, "sparse table '%s' cannot train with %s: %s", gl->name, name, why);
       ok = false;
@@ -437,7 +472,6 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
                "and takes no accumulate or clip_norm");
     return false;
   }
-  Opt o = {m, f, t->loc, t->accumulate > 1 ? t->accumulate : 1};
   Inst *rate = lr(&o, adam ? t->beta1 : 0, adam ? t->beta2 : 0);
   /* torch.optim.Adam adds eps to sqrt(v / (1 - beta2^t)); with the
    * corrections in the step size that is eps sqrt(1 - beta2^t) added to
@@ -465,7 +499,8 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     for (int k = 0; k < ng; k++)
       if (grad[k]) {
         o.loc = m->global.a[k].loc;
-        demo_update(&o, k, value[k], grad[k], rate);
+        double base = m->global.a[k].lr;
+        demo_update(&o, k, value[k], grad[k], base > 0 ? lr_of(&o, base, 0, 0) : rate);
       }
     return true;
   }
@@ -475,7 +510,9 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     if (grad[k] && !dense[k]) {
       o.loc = m->global.a[k].loc;
       DTC_ASSERT(grad[k]->op == OP_sparse_values);
-      sparse_emit(&o, k, value[k], grad[k], rate);
+      double base = m->global.a[k].lr;
+      sparse_emit(&o, k, value[k], grad[k],
+                  base > 0 ? lr_of(&o, base, adam ? t->beta1 : 0, adam ? t->beta2 : 0) : rate);
     }
   }
   o.loc = t->loc;
@@ -487,8 +524,9 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
     o.loc = m->global.a[k].loc;
     const char *param = m->global.a[k].name;
     Inst *p = value[k], *g = clip ? bin(&o, OP_mul, clip, gm[k]) : gm[k], *step;
-    if (t->weight_decay != 0 && !adamw)
-      g = axpby(&o, 1, g, t->weight_decay, p);
+    double wd = decay_of(&o, k, p);
+    if (wd != 0 && !adamw)
+      g = axpby(&o, 1, g, wd, p);
     const char *mname = NULL, *vname = NULL;
     Inst *m1 = NULL, *v1 = NULL;
     if (sgd && t->momentum != 0) {
@@ -514,9 +552,16 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
       Inst *den = bin(&o, OP_add, ir_make(f, OP_sqrt, o.loc, 1, v1), eps);
       step = bin(&o, OP_div, m1, den);
     }
-    Inst *p1 = bin(&o, OP_sub, p, bin(&o, OP_mul, rate, step));
-    if (decay)
-      p1 = bin(&o, OP_sub, p1, bin(&o, OP_mul, decay, p));
+    /* a param group's own lr or weight decay: its own lr ops */
+    double base = m->global.a[k].lr;
+    Inst *r = base > 0 ? lr_of(&o, base, adam ? t->beta1 : 0, adam ? t->beta2 : 0) : rate;
+    Inst *p1 = bin(&o, OP_sub, p, bin(&o, OP_mul, r, step));
+    if (adamw && wd != 0) {
+      Inst *dk = decay;
+      if (!dk || base > 0 || wd != t->weight_decay)
+        dk = bin(&o, OP_mul, lr_of(&o, base > 0 ? base : t->lr, 0, 0), cnst(&o, wd));
+      p1 = bin(&o, OP_sub, p1, bin(&o, OP_mul, dk, p));
+    }
     store(&o, param, p1);
     if (m1)
       store(&o, mname, m1);

@@ -361,7 +361,8 @@ int dtrt_open_regular(const char *path, int64_t limit, int64_t *size);
 
 /* Learning-rate schedules: dtrt_lr's kind. */
 typedef enum DtSchedule {
-  DT_SCHED_CONSTANT, DT_SCHED_WARMUP, DT_SCHED_COSINE, DT_SCHED_COUNT
+  DT_SCHED_CONSTANT, DT_SCHED_WARMUP, DT_SCHED_COSINE, DT_SCHED_LINEAR, DT_SCHED_STEP,
+  DT_SCHED_COUNT
 } DtSchedule;
 extern const char *const dtrt_schedule_names[DT_SCHED_COUNT];  /* "constant", ... */
 
@@ -473,21 +474,23 @@ int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad)
 /* The index of s in names[0..n), or -1. */
 int dtrt_name_index(const char *const *names, int n, const char *s);
 
-/* Learning rate at `step` (0-based), by schedule `kind` (DtSchedule):
- * constant, linear warm-up then constant, linear warm-up then cosine decay to
- * 0 at `total`. Adam's bias corrections are folded in, t = step+1: times
- * sqrt(1-beta2^t) when beta2 > 0, divided by 1-beta1^t when beta1 > 0.
- * Exactly: during warm-up (step < warmup) lr = base * (step+1) / warmup; after
- * it warmup gives base and cosine gives base * (1 + cos(pi * f)) / 2 with
- * f = (step - warmup) / (total - warmup) clamped to 1 (so 0 from `total` on, and
- * at once when total <= warmup). Other kinds act as constant; a negative step
- * as 0. */
-float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double beta1,
+/* Learning rate at `step` s (0-based), by schedule `kind` (DtSchedule), with
+ * W = warmup. Every kind but constant first warms up: while s < W,
+ * lr = base (s+1) / W. After it, with e = s - W and x the schedule's `arg`:
+ *   warmup    base
+ *   cosine    x + (base - x) (1 + cos(pi f)) / 2, f = e / (total - W) clamped
+ *             to 1 (x = min_lr from `total` on; f = 1 when total <= W)
+ *   linear    base (1 + (x - 1) f), same f (x = end_factor)
+ *   step      base x^floor(e / total)  (total = step_size >= 1, x = gamma)
+ * Adam's bias corrections are folded in, t = s+1: times sqrt(1-beta2^t) when
+ * beta2 > 0, divided by 1-beta1^t when beta1 > 0. Other kinds act as
+ * constant; a negative step as 0. */
+float dtrt_lr(int kind, double base, int64_t warmup, int64_t total, double arg, double beta1,
               double beta2, int64_t step);
 /* dtrt_lr with base replaced by the learning rate dtrt_model_set_lr gave the
  * model of ctx, if any: the learning rate of a compiled step. */
 float dtrt_step_lr(const DtrtCtx *ctx, int kind, double base, int64_t warmup, int64_t total,
-                   double beta1, double beta2, int64_t step);
+                   double arg, double beta1, double beta2, int64_t step);
 
 /* ---- initialisers ----------------------------------------------------- */
 

@@ -6,7 +6,8 @@
 
 #include "dtrt_int.h"
 
-const char *const dtrt_schedule_names[DT_SCHED_COUNT] = {"constant", "warmup", "cosine"};
+const char *const dtrt_schedule_names[DT_SCHED_COUNT] = {"constant", "warmup", "cosine",
+                                                          "linear", "step"};
 const char *const dtrt_denormals_names[DT_DENORMALS_COUNT] = {"flush", "ieee"};
 const char *const dtrt_init_names[DT_INIT_COUNT] = {
     "zeros", "ones", "glorot", "normal", "uniform", "kaiming_uniform", "kaiming_normal"};

@@ -31,9 +31,16 @@ static double ref_lr(const Train *tr, int64_t step) {
   double t1 = (double)step + 1;
   if (s != DT_SCHED_CONSTANT && step < tr->warmup)
     return tr->lr * t1 / (double)tr->warmup;
-  if (s == DT_SCHED_COSINE) {
-    double f = tr->total > tr->warmup ? (double)(step - tr->warmup) / (double)(tr->total - tr->warmup) : 1;
-    return tr->lr * 0.5 * (1 + cos(3.14159265358979323846 * fmin(f, 1)));
+  double f = tr->total > tr->warmup ? (double)(step - tr->warmup) / (double)(tr->total - tr->warmup) : 1;
+  if (s == DT_SCHED_COSINE)   /* CosineAnnealingLR's closed form, held at min_lr */
+    return tr->min_lr + (tr->lr - tr->min_lr) * 0.5 * (1 + cos(3.14159265358979323846 * fmin(f, 1)));
+  if (s == DT_SCHED_LINEAR)   /* LinearLR from 1 to end_factor */
+    return tr->lr * (1 - fmin(f, 1) + tr->end_factor * fmin(f, 1));
+  if (s == DT_SCHED_STEP) {   /* StepLR: gamma once every step_size steps */
+    double lr = tr->lr;
+    for (int64_t e = step - tr->warmup; e >= tr->step_size; e -= tr->step_size)
+      lr *= tr->gamma;
+    return lr;
   }
   return tr->lr;
 }
@@ -46,6 +53,8 @@ static void run(Train tr) {
   assert_true(tm_autodiff(&t));
   assert_true(ir_verify(t.m, &t.d));
   bool sgd = tr.opt == OPT_SGD, adamw = tr.opt == OPT_ADAMW;
+  bool skip = 2 < tr.decay_min_rank || ir_find_global(t.m, "w")->no_decay;   /* w: rank 2 */
+  double wd = skip ? 0 : tr.weight_decay;
   assert_true((ir_find_global(t.m, "w__m") != NULL) == (!sgd || tr.momentum != 0));
   assert_true((ir_find_global(t.m, "w__v") != NULL) == !sgd);
 
@@ -70,13 +79,13 @@ static void run(Train tr) {
       ref_loss += c[k] * w[k] * w[k] + b[k % 3] * w[k];
       double g = clip * (2 * c[k] * w[k] + b[k % 3]);
       if (!adamw)
-        g += tr.weight_decay * w[k];
+        g += wd * w[k];
       if (sgd) {   /* torch.optim.SGD (dampening 0) */
         m[k] = tr.momentum * m[k] + g;
         double d = tr.momentum == 0 ? g : tr.nesterov ? g + tr.momentum * m[k] : m[k];
         w[k] -= lr * d;
       } else {     /* torch.optim.Adam, AdamW; or Kingma and Ba's efficient form */
-        double decay = adamw ? lr * tr.weight_decay * w[k] : 0;
+        double decay = adamw ? lr * wd * w[k] : 0;
         m[k] = tr.beta1 * m[k] + (1 - tr.beta1) * g;
         v[k] = tr.beta2 * v[k] + (1 - tr.beta2) * g * g;
         double bc1 = 1 - pow(tr.beta1, tt), bc2 = 1 - pow(tr.beta2, tt), step;
@@ -174,6 +183,39 @@ static void test_sgd_nesterov(void **s) {
               .schedule = DT_SCHED_WARMUP, .warmup = 3});
 }
 
+static void test_sgd_cosine_min_lr(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_SGD, .lr = 0.2, .momentum = 0.5, .schedule = DT_SCHED_COSINE,
+              .warmup = 3, .total = 12, .min_lr = 0.02});
+}
+
+static void test_adamw_linear(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_ADAMW, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+              .weight_decay = 0.1, .schedule = DT_SCHED_LINEAR, .warmup = 2, .total = 14,
+              .end_factor = 0.25});
+}
+
+static void test_sgd_step(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_SGD, .lr = 0.1, .weight_decay = 0.01, .schedule = DT_SCHED_STEP,
+              .warmup = 2, .step_size = 5, .gamma = 0.5});
+}
+
+/* decay_min_rank 3 leaves the rank-2 w without weight decay (adamw's and sgd's) */
+static void test_no_decay_rank(void **s) {
+  (void)s;
+  run((Train){.opt = OPT_ADAMW, .lr = 0.05, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+              .weight_decay = 0.5, .decay_min_rank = 3, .schedule = DT_SCHED_CONSTANT});
+}
+
+static void test_sgd_no_decay_param(void **s) {
+  (void)s;
+  ir_find_global(t.m, "w")->no_decay = 1;
+  run((Train){.opt = OPT_SGD, .lr = 0.1, .momentum = 0.9, .weight_decay = 0.5,
+              .schedule = DT_SCHED_CONSTANT});
+}
+
 /* Adam's first step moves every weight by lr against the sign of its gradient. */
 static void test_adam_first_step(void **s) {
   (void)s;
@@ -200,7 +242,8 @@ int main(void) {
     T(test_sgd), T(test_sgd_momentum_wd_warmup), T(test_sgd_cosine_past_total), T(test_adam),
     T(test_adam_l2), T(test_adamw_cosine), T(test_adam_first_step), T(test_adam_eps_forms),
     T(test_adam_eps_kingma), T(test_adam_no_beta1), T(test_sgd_nesterov), T(test_clip_adamw),
-    T(test_clip_sgd),
+    T(test_clip_sgd), T(test_sgd_cosine_min_lr), T(test_adamw_linear), T(test_sgd_step),
+    T(test_no_decay_rank), T(test_sgd_no_decay_param),
   };
   return cmocka_run_group_tests_name("autodiff optimizers", tests, NULL, NULL);
 }

@@ -210,6 +210,9 @@ static void llvm_ir_properties(void **state) {
   CT t;
   ct_init(&t, "cl");
   classifier(&t, "sgd");
+  t.m->train.schedule = DT_SCHED_COSINE;   /* the schedule's arg, min_lr, after total */
+  t.m->train.total = 100;
+  t.m->train.min_lr = 0.05;
   ct_passes(&t);
   const char *path = ct_emit(&t, "llvm", "x86_64-unknown-linux-gnu", "x86-64", 0);
   assert_non_null(path);
@@ -221,6 +224,8 @@ static void llvm_ir_properties(void **state) {
   ir_has(ir, "call i32 @dtrt_k_cross_entropy_grad(");
   ir_has(ir, "\"denormal-fp-math\"=\"preserve-sign,preserve-sign\"");
   ir_has(ir, "call float @dtrt_step_lr(");
+  ir_has(ir, "i32 2, double 1.000000e-01, i64 0, i64 100, double 5.000000e-02, double 0.000000e+00, "
+             "double 0.000000e+00, i64");
   ir_has(ir, "define internal i32 @cl.train_step(");
   ir_has(ir, "define i32 @cl_train_step(ptr %0, ptr %1, i64 %2, ptr %3, i64 %4, ptr %5)");
   ir_has(ir, "define i32 @cl_forward(ptr %0, ptr %1, i64 %2, ptr %3, i64 %4)");

@@ -100,11 +100,11 @@ static void adam_reference(const Module *m, DtModel *model, const char *name, co
   assert_non_null(m1);
   assert_non_null(v1);
   int sched = t->schedule >= 0 ? t->schedule : DT_SCHED_CONSTANT;
-  double rate = dtrt_lr(sched, t->lr, t->warmup, t->total, t->beta1, t->beta2, step);
+  double rate = dtrt_lr(sched, t->lr, t->warmup, t->total, 0, t->beta1, t->beta2, step);
   double eps = t->eps_kingma ? (double)(float)t->eps
-                             : dtrt_lr(DT_SCHED_CONSTANT, t->eps, 0, 0, 0, t->beta2, step);
+                             : dtrt_lr(DT_SCHED_CONSTANT, t->eps, 0, 0, 0, 0, t->beta2, step);
   double decay = t->opt == OPT_ADAMW && t->weight_decay != 0
-                     ? (double)dtrt_lr(sched, t->lr, t->warmup, t->total, 0, 0, step) *
+                     ? (double)dtrt_lr(sched, t->lr, t->warmup, t->total, 0, 0, 0, step) *
                            (double)(float)t->weight_decay
                      : 0;
   for (int64_t i = 0; i < n; i++)

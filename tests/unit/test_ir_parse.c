@@ -305,7 +305,8 @@ static void test_module_decls(void **state) {
                "t.ir:2:8: error: train has no field 'foo' (it has loss, opt, lr, momentum, "
                "weight_decay, beta1, beta2, eps, schedule, warmup, total, nesterov, eps_kingma, "
                "clip_norm, dampening, accumulate, beta, topk, chunk, lr_decay, "
-               "initial_accumulator_value)");
+               "initial_accumulator_value, min_lr, end_factor, gamma, step_size, "
+               "decay_min_rank)");
   expect_error("module m\nparam w f32[2]\n", "t.ir:2:9: error: expected ':', found 'f32'");
   expect_error("module m\nparam w : f32[2] {init = glorot}\n",
                "t.ir:2:26: error: expected an attribute value (number, string or [integers]), found "

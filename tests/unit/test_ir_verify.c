@@ -146,8 +146,8 @@ static void test_schedule(void **state) {
   ir_set_float(l, "beta2", 0);
   ir_finish(l);
   expect(m, 0, NULL);
-  ir_set_str(l, "schedule", "linear");
-  expect(m, 1, "dtc: error: 'lr' has schedule 'linear', not constant, warmup or cosine");
+  ir_set_str(l, "schedule", "cyclic");
+  expect(m, 1, "dtc: error: 'lr' has schedule 'cyclic', not constant, warmup, cosine, linear or step");
   /* gradient accumulation: a window of 1 to IR_MAX_ACCUMULATE calls */
   ir_set_str(l, "schedule", "cosine");
   ir_set_int(l, "accumulate", 3);

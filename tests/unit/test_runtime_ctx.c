@@ -227,26 +227,44 @@ static void test_init(void **state) {
 
 static void test_lr(void **state) {
   (void)state;
-  assert_true(dtrt_lr(0, 0.1, 0, 0, 0, 0, 0) == 0.1f);
-  assert_true(dtrt_lr(0, 0.1, 10, 100, 0, 0, 500) == 0.1f);
+  assert_true(dtrt_lr(0, 0.1, 0, 0, 0, 0, 0, 0) == 0.1f);
+  assert_true(dtrt_lr(0, 0.1, 10, 100, 0, 0, 0, 500) == 0.1f);
   /* warm-up: base * (step+1) / warmup, then base */
-  assert_true(fabsf(dtrt_lr(1, 1.0, 4, 0, 0, 0, 0) - 0.25f) < 1e-7f);
-  assert_true(fabsf(dtrt_lr(1, 1.0, 4, 0, 0, 0, 2) - 0.75f) < 1e-7f);
-  assert_true(dtrt_lr(1, 1.0, 4, 0, 0, 0, 3) == 1.0f);
-  assert_true(dtrt_lr(1, 1.0, 4, 0, 0, 0, 1000) == 1.0f);
+  assert_true(fabsf(dtrt_lr(1, 1.0, 4, 0, 0, 0, 0, 0) - 0.25f) < 1e-7f);
+  assert_true(fabsf(dtrt_lr(1, 1.0, 4, 0, 0, 0, 0, 2) - 0.75f) < 1e-7f);
+  assert_true(dtrt_lr(1, 1.0, 4, 0, 0, 0, 0, 3) == 1.0f);
+  assert_true(dtrt_lr(1, 1.0, 4, 0, 0, 0, 0, 1000) == 1.0f);
   /* cosine: base at the end of warm-up, half way at the middle, 0 at total */
-  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 10) - 2.0f) < 1e-6f);
-  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 60) - 1.0f) < 1e-6f);
-  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 110)) < 1e-6f);
-  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 5000)) < 1e-6f);
-  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 4) - 1.0f) < 1e-6f);
-  assert_true(fabsf(dtrt_lr(2, 1.0, 0, 100, 0, 0, 25) - 0.5f * (1 + cosf(0.25f * 3.14159265f))) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 0, 10) - 2.0f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 0, 60) - 1.0f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 0, 110)) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 0, 5000)) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0, 0, 0, 4) - 1.0f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 1.0, 0, 100, 0, 0, 0, 25) - 0.5f * (1 + cosf(0.25f * 3.14159265f))) < 1e-6f);
   /* Adam's bias correction */
   for (int64_t t = 0; t < 5; t++) {
     double c = sqrt(1 - pow(0.999, (double)t + 1)) / (1 - pow(0.9, (double)t + 1));
-    assert_true(fabs(dtrt_lr(0, 0.001, 0, 0, 0.9, 0.999, t) - 0.001 * c) < 1e-9);
+    assert_true(fabs(dtrt_lr(0, 0.001, 0, 0, 0, 0.9, 0.999, t) - 0.001 * c) < 1e-9);
   }
-  assert_true(dtrt_lr(7, 0.5, 0, 0, 0, 0, 3) == 0.5f);
+  assert_true(dtrt_lr(7, 0.5, 0, 0, 0, 0, 0, 3) == 0.5f);
+  /* cosine to min_lr 0.2: warm-up as before, the mid-point (2 + 0.2) / 2, min_lr from total on */
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0.2, 0, 0, 4) - 1.0f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0.2, 0, 0, 10) - 2.0f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0.2, 0, 0, 60) - 1.1f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0.2, 0, 0, 110) - 0.2f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(2, 2.0, 10, 110, 0.2, 0, 0, 9999) - 0.2f) < 1e-6f);
+  /* linear from base to end_factor 0.5 of it over total - warmup = 100 */
+  assert_true(fabsf(dtrt_lr(3, 2.0, 10, 110, 0.5, 0, 0, 1) - 0.4f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(3, 2.0, 10, 110, 0.5, 0, 0, 10) - 2.0f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(3, 2.0, 10, 110, 0.5, 0, 0, 35) - 1.75f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(3, 2.0, 10, 110, 0.5, 0, 0, 500) - 1.0f) < 1e-6f);
+  assert_true(fabsf(dtrt_lr(3, 2.0, 0, 100, 0, 0, 0, 100)) < 1e-6f);
+  /* step: gamma 0.5 every 3 steps (total carries step_size) after 2 of warm-up */
+  assert_true(fabsf(dtrt_lr(4, 1.0, 2, 3, 0.5, 0, 0, 0) - 0.5f) < 1e-7f);
+  assert_true(dtrt_lr(4, 1.0, 2, 3, 0.5, 0, 0, 4) == 1.0f);
+  assert_true(dtrt_lr(4, 1.0, 2, 3, 0.5, 0, 0, 5) == 0.5f);
+  assert_true(dtrt_lr(4, 1.0, 2, 3, 0.5, 0, 0, 10) == 0.25f);
+  assert_true(dtrt_lr(4, 1.0, 2, 3, 0.5, 0, 0, 11) == 0.125f);
 }
 
 int main(void) {
