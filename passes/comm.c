@@ -248,6 +248,20 @@ static double pack_time(const Module *m, double n, const int *members, int k) {
   return 12 * n / bw;
 }
 
+/* What all_to_all c sends from its largest member's block along `dim`: the
+ * same on every member, which must all choose the same method. */
+static double all_to_all_bytes(const Inst *c, int k) {
+  const Type *in = &c->in[0]->type;
+  int d = (int)ir_get_int(c, "dim", 0), n;
+  const int64_t *len = ir_get_ints(c, "dim_sizes", &n);
+  double other = 4, most = (double)in->dim[d];
+  for (int q = 0; q < in->rank; q++)
+    other *= q == d ? 1 : (double)in->dim[q];
+  for (int j = 0; len && j < n; j++)
+    most = fmax(most, (double)len[j]);
+  return (double)(k - 1) / k * other * most;
+}
+
 double comm_time(const Module *m, const Inst *c, const int *members, int k, int method) {
   if (k < 2 || c->op == OP_shard_slice)
     return 0;
@@ -267,7 +281,7 @@ double comm_time(const Module *m, const Inst *c, const int *members, int k, int 
   if (c->op == OP_all_reduce || c->op == OP_bcast)
     bytes = (double)type_elems(&c->in[0]->type) * dtype_size(c->in[0]->type.dtype);
   else if (c->op == OP_all_to_all)
-    bytes = spmd_comm_bytes(c);
+    bytes = all_to_all_bytes(c, k);
   else
     block_bytes(c, k, b);
   return comm_cost(m, c->op, bytes, b, members, k, method);
