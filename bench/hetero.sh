@@ -89,13 +89,6 @@ case $runs in
     echo "hetero.sh: HETERO_RUNS must be a whole number from 1, not '$runs'" >&2
     exit 2 ;;
 esac
-cached() {   # cached VAR: VAR's value in BUILD's CMake cache, if any
-  sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null
-}
-mpiexec=${MPIEXEC:-$(cached MPIEXEC_EXECUTABLE)}
-mpiexec=${mpiexec:-mpiexec}
-mpicc=${MPICC:-$(cached MPI_C_COMPILER)}
-mpicc=${mpicc:-mpicc}
 if [ -n "$HETERO_DIR" ]; then
   dir=$HETERO_DIR
   mkdir -p "$dir"
@@ -104,33 +97,8 @@ else
   trap 'rm -rf "$dir"' EXIT
 fi
 
-export DTRT_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-mpiflags=
-if "$mpiexec" --version 2>&1 | grep -q -e 'Open MPI' -e OpenRTE; then
-  export OMPI_MCA_mpi_yield_when_idle=1
-  mpiflags="--oversubscribe --bind-to none --mca mpi_yield_when_idle 1"
-  [ "$(id -u)" = 0 ] && mpiflags="$mpiflags --allow-run-as-root"
-fi
-
-# The pinning wrapper: rank 0 on core 0, every other rank on core 1.
-cat > "$dir/pin.sh" <<'PIN'
-#!/bin/sh
-rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-0}}}
-if [ "$rank" = 0 ]; then core=0; else core=1; fi
-exec taskset -c "$core" "$@"
-PIN
-chmod +x "$dir/pin.sh"
-
-run() {   # run N PROGRAM ARGS...: PROGRAM on N ranks
-  n=$1
-  shift
-  # shellcheck disable=SC2086
-  "$mpiexec" $mpiflags -n "$n" "$@"
-}
-
-num() {   # num KEY: the number after "KEY": on stdin
-  sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"
-}
+# shellcheck source=bench/pinned.sh
+. "$src/bench/pinned.sh"
 
 # build NAME DT DEFINE [dtc args...]: dtc the model into $dir/NAME/, then
 # $dir/NAME/bench from hetero.c.
