@@ -408,6 +408,10 @@ typedef struct DtAttnStep {
   int64_t ms[4];
 } DtAttnStep;
 DtStatus dtrt_attn_step(DtrtCtx *ctx, const char *op, const DtAttnStep *st);
+/* Checks mask m, broadcast (right-aligned) to full ([B, H, Tq, Tk]): f32 or
+ * i32, each dim 1 or whole; its strides along full (0 where broadcast) into ms. */
+DtStatus dtrt_attn_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, const int64_t full[4],
+                        int64_t ms[4]);
 
 /* ---- kernels: dtrt_staged_bytes by kernel file (names.c dispatches) ---- */
 

@@ -480,10 +480,9 @@ static void run(DtrtCtx *ctx, Attn *A, int kind, int64_t items) {
   dtrt_parallel_for(ctx, A->chunks, chunks_body, A);
 }
 
-/* Checks the mask m, broadcast (right-aligned) to [B, H, Tq, Tk]: f32 or
- * i32, each dim 1 or whole. Sets A's mask and its strides. */
-static DtStatus check_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, Attn *A) {
-  int64_t full[4] = {A->bh / (A->h ? A->h : 1), A->h, A->tq, A->tk}, st = 1;
+DtStatus dtrt_attn_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, const int64_t full[4],
+                        int64_t ms[4]) {
+  int64_t st = 1;
   if (!m->data || (m->dtype != DTRT_F32 && m->dtype != DTRT_I32) || m->rank < 0 || m->rank > 4)
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: the mask must be f32 or i32 of rank 0 to 4", op);
   for (int d = 3, md = m->rank - 1; d >= 0; d--, md--) {
@@ -492,12 +491,19 @@ static DtStatus check_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, Attn
       return dtrt_fail(ctx, DT_ERR_ARG,
                        "%s: mask dim %d of length %lld is neither 1 nor %lld", op, md,
                        (long long)n, (long long)full[d]);
-    A->ms[d] = n == 1 ? 0 : st;
+    ms[d] = n == 1 ? 0 : st;
     st *= n;
   }
+  return DT_OK;
+}
+
+/* The mask m over [B, H, Tq, Tk] into A, with its strides. */
+static DtStatus check_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, Attn *A) {
+  int64_t full[4] = {A->bh / (A->h ? A->h : 1), A->h, A->tq, A->tk};
+  DtStatus s = dtrt_attn_mask(ctx, op, m, full, A->ms);
   A->mask = m->data;
   A->mask_i32 = m->dtype == DTRT_I32;
-  return DT_OK;
+  return s;
 }
 
 /* Dropout's attributes: p = f[1] in [0, 1) (absent or 0: none), the seed

@@ -47,21 +47,11 @@ static int64_t offset_of(const Ring *R, int m) {
 /* The mask m, broadcast (right-aligned) to [B, H, 1, T] (T the whole
  * sequence): f32 or i32, each dim 1 or whole, the queries' 1. */
 static DtStatus ring_mask(DtrtCtx *ctx, const char *op, const DtTensor *m, Ring *R) {
-  int64_t full[4] = {R->b, R->h, 1, offset_of(R, R->g.size)}, st = 1;
-  if (!m->data || (m->dtype != DTRT_F32 && m->dtype != DTRT_I32) || m->rank < 0 || m->rank > 4)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: the mask must be f32 or i32 of rank 0 to 4", op);
-  for (int d = 3, md = m->rank - 1; d >= 0; d--, md--) {
-    int64_t n = md >= 0 ? m->dim[md] : 1;
-    if (n != 1 && n != full[d])
-      return dtrt_fail(ctx, DT_ERR_ARG,
-                       "%s: mask dim %d of length %lld is neither 1 nor %lld", op, md,
-                       (long long)n, (long long)full[d]);
-    R->st.ms[d] = n == 1 ? 0 : st;
-    st *= n;
-  }
+  int64_t full[4] = {R->b, R->h, 1, offset_of(R, R->g.size)};
+  DtStatus s = dtrt_attn_mask(ctx, op, m, full, R->st.ms);
   R->st.mask = m->data;
   R->st.mask_i32 = m->dtype == DTRT_I32;
-  return DT_OK;
+  return s;
 }
 
 /* Checks the operands (want of q, k, v, out, lse, dout; this member's
