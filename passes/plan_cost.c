@@ -367,15 +367,15 @@ static double axis_cost(Planner *p, Op op, int x, int from, const Type *t, const
   return worst;
 }
 
-static void cost_walk(Planner *p, Est *e, const Func *f, double times);
+static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry);
 
 /* Loop r's body, times its trip count, and for the backward of a loop that
  * recomputes, that loop's forward body again. */
 static void walk_body(Planner *p, Est *e, const Inst *r, double times) {
   double n = (double)ir_get_int(r, "n", 1);
-  cost_walk(p, e, ir_repeat_body(r), times * n);
+  cost_walk(p, e, ir_repeat_body(r), times * n, (int)ir_get_int(r, "carry", 1));
   if (redoes(p, r))
-    cost_walk(p, e, ir_repeat_body(p->remat), times * n);
+    cost_walk(p, e, ir_repeat_body(p->remat), times * n, (int)ir_get_int(p->remat, "carry", 1));
 }
 
 /* Loop r as pipeline stages over axis x: index c runs r[c] of its n
@@ -424,13 +424,16 @@ static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
 /* Costs function f, times `times`: a loop costs its body once, times its
  * trip count, so planning does not grow with depth. A body's collectives
  * end segments as the caller's do; max over devices of a segment repeated n
- * times is n times its max, so one copy of each segment stands for all. */
-static void cost_walk(Planner *p, Est *e, const Func *f, double times) {
+ * times is n times its max, so one copy of each segment stands for all. A
+ * body's first `carry` outputs end as its args read them, as spmd makes them
+ * (carry < 0 outside a body). */
+static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry) {
   Module *m = p->m;
   Sharding whole;
   memset(&whole, 0, sizeof whole);
   for (int d = 0; d < IR_MAX_RANK; d++)
     whole.axis[d] = -1;
+  int nout = 0;
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *i = f->inst.a[k];
     if (i->op == OP_store) {
@@ -440,6 +443,9 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times) {
     if (i->op == OP_output) {
       if (!f->body)
         reshard(p, e, i->in[0], &whole, times);
+      else if (nout < carry)
+        reshard(p, e, i->in[0], ir_func_arg(f, nout)->shard, times);
+      nout++;
       continue;
     }
     if (i->op == OP_repeat) {
@@ -482,7 +488,7 @@ static void estimate(Planner *p, Est *e) {
   e->pipe_axis = -1;
   p->t.n = p->w.n = p->pipe.n = p->memo.n = p->memo_x.n = 0;
   new_segment(p, e);
-  cost_walk(p, e, p->step, 1);
+  cost_walk(p, e, p->step, 1, -1);
   memory_points(p, e);
   e->t = p->t.a;
   e->w = p->w.a;
