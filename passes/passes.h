@@ -301,6 +301,14 @@ void spmd_report_tables(FILE *out, const Module *m, const Func *step, const Func
  * sdpa_grad), ring attention over the axis that splits i's sequence;
  * false, x untouched, when none does. */
 bool ring_lower(const Module *m, const Inst *i, Inst *x);
+/* The mesh axis attention op i (sdpa, sdpa_lse, sdpa_grad) splits its
+ * sequence over by its sharding, -1 when none. */
+int ring_axis(const Inst *i);
+/* Seconds the transfers of ring attention op `op` (sdpa, sdpa_lse,
+ * sdpa_grad, or their ring ops) take around the k mesh positions `members`,
+ * the longest member's block of one of its keys' tensors being `block`
+ * bytes. */
+double ring_time(const Module *m, Op op, double block, const int *members, int k);
 
 /* ---- exchange.c ------------------------------------------------------ */
 

@@ -104,6 +104,36 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
   return worst;
 }
 
+/* Ring attention op i over axis ax, its keys split as `keys`: the ring's
+ * transfers of the slowest group, as a collective (the estimate does not
+ * overlap them with the products; the simulator does). */
+static void ring_cost(Planner *p, Est *e, const Inst *i, const Sharding *keys, int ax,
+                      double times) {
+  const Type *t = &i->in[1]->type;
+  int k = p->size[ax];
+  int *members = malloc(sizeof *members * (size_t)k);
+  int64_t *len = malloc(sizeof *len * (size_t)k), most = 0;
+  DTC_ASSERT(members && len && t->rank == 4);
+  ir_dim_blocks(p->m, t->dim[2], keys->ratio[2], k, len);
+  for (int j = 0; j < k; j++)
+    most = len[j] > most ? len[j] : most;
+  double worst = 0;
+  for (int d = 0; d < p->ndev; d++) {
+    if (p->coord[d * IR_MAX_MESH_AXES + ax])
+      continue;   /* not the first of its group */
+    ir_mesh_group(p->mesh, d, ax, members);
+    Type local;
+    ir_local_type(p->m, keys, t, d, &local, NULL);
+    local.dim[2] = most;
+    worst = fmax(worst, ring_time(p->m, i->op, bytes_of(&local), members, k));
+  }
+  free(members);
+  free(len);
+  e->comm += times * worst;
+  e->ncoll++;
+  new_segment(p, e);
+}
+
 /* Costs the collectives that take x to sharding `to`, once per value and
  * target, as the spmd pass makes them. */
 static void reshard(Planner *p, Est *e, const Inst *x, const Sharding *to, double times) {
@@ -478,6 +508,9 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
       in[j] = split_mask(&req[j], &i->in[j]->type);
     }
     add_compute(p, e, i, in, split_mask(i->shard, &i->type), work, times);
+    int ring = ring_axis(i);
+    if (ring >= 0)
+      ring_cost(p, e, i, &req[1], ring, times);
     note_len(p, e, i->shard, &i->type);
   }
 }

@@ -12,6 +12,8 @@
  * Requires: the op's sharding (Inst.shard), its device copy not yet
  * finished. Guarantees: the copy is the ring op when T is split, else left
  * alone. */
+#include <math.h>
+
 #include "passes.h"
 
 /* The ring op of an attention op, OP_COUNT when it has none. */
@@ -24,21 +26,38 @@ static Op ring_op(Op op) {
   }
 }
 
+int ring_axis(const Inst *i) {
+  if (ring_op(i->op) == OP_COUNT || !i->shard || i->type.rank < 3 ||
+      (i->op == OP_sdpa_grad && i->type.rank != 5))
+    return -1;
+  return i->shard->axis[i->type.rank == 5 ? 3 : 2];   /* after sdpa_grad's stacking dim */
+}
+
 bool ring_lower(const Module *m, const Inst *i, Inst *x) {
-  Op op = ring_op(i->op);
-  if (op == OP_COUNT || !i->shard)
-    return false;
-  int t = i->type.rank == 5 ? 3 : 2;   /* the result's T: after sdpa_grad's stacking dim */
-  if (i->type.rank < 3 || (i->op == OP_sdpa_grad && i->type.rank != 5))
-    return false;
-  int axis = i->shard->axis[t];
+  int axis = ring_axis(i);
   if (axis < 0)
     return false;
-  int k = m->mesh.a[0].axis_size[axis];
+  int t = i->type.rank == 5 ? 3 : 2, k = m->mesh.a[0].axis_size[axis];
   int64_t *sizes = arena_alloc(m->arena, sizeof *sizes * (size_t)k);
   ir_dim_blocks(m, i->type.dim[t], i->shard->ratio[t], k, sizes);
-  x->op = op;
+  x->op = ring_op(i->op);
   ir_set_int(x, "axis", axis);
   ir_set_ints(x, "sizes", sizes, k);
   return true;
+}
+
+/* Each hop moves the longest block of the keys (sdpa_lse), of the keys and
+ * values (sdpa), or of both and their adjoints (sdpa_grad, whose adjoints
+ * take one hop more, home); the members send at once, so a hop takes the
+ * slowest neighbour's send. */
+double ring_time(const Module *m, Op op, double block, const int *members, int k) {
+  bool lse = op == OP_sdpa_lse || op == OP_ring_sdpa_lse;
+  bool grad = op == OP_sdpa_grad || op == OP_ring_sdpa_grad;
+  double hop = 0, home = 0;
+  for (int j = 0; k > 1 && j < k; j++) {
+    int pair[2] = {members[j], members[(j + 1) % k]};
+    hop = fmax(hop, comm_cost(m, OP_send, (lse ? 1 : grad ? 4 : 2) * block, NULL, pair, 2, 0));
+    home = fmax(home, comm_cost(m, OP_send, 2 * block, NULL, pair, 2, 0));
+  }
+  return k > 1 ? (k - 1) * hop + (grad ? home : 0) : 0;
 }

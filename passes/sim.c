@@ -17,7 +17,10 @@
  * then takes lat * steps + bytes / bw, with bytes from spmd_comm_bytes and the
  * link `intra` when the whole group lies on one node, else `inter`; or, when
  * passes/comm.c chose its method, comm_time of that method; a send waits for
- * its two members only, and it and a bcast take comm.c's cost. A repeat costs
+ * its two members only, and it and a bcast take comm.c's cost. Ring
+ * attention waits for its axis group as a collective does, then takes the
+ * longer of each member's products and the ring's transfers (ring_time);
+ * every member finishes with the slowest, as the blocks' hops tie them. A repeat costs
  * its body n times, its ops and its collectives: the device walks the body
  * (@B.D) once per iteration. */
 #include <math.h>
@@ -202,6 +205,16 @@ static const Inst *at(const Walker *w) {
   return t->pc < t->f->inst.n ? t->f->inst.a[t->pc] : NULL;
 }
 
+static bool ring(const Inst *i) {
+  return i->op == OP_ring_sdpa || i->op == OP_ring_sdpa_lse || i->op == OP_ring_sdpa_grad;
+}
+
+/* Whether a device waits at i for the rest of its axis group: a collective,
+ * or ring attention, whose blocks pass around the group. */
+static bool waits(const Inst *i) {
+  return (ir_ops[i->op].kind == K_COMM && i->op != OP_shard_slice) || ring(i);
+}
+
 /* Runs devices to their next collective, adding compute time and events; a
  * repeat runs its body n times, each time with its ops and collectives. */
 static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventFn ev,
@@ -220,7 +233,7 @@ static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventF
       continue;
     }
     const Inst *i = t->f->inst.a[t->pc];
-    if (ir_ops[i->op].kind == K_COMM && i->op != OP_shard_slice)
+    if (waits(i))
       return;
     if (i->op == OP_repeat) {
       w->fr[w->depth++] = (Frame){ir_repeat_body(i), 0, 0, ir_get_int(i, "n", 1)};
@@ -267,7 +280,7 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
     /* every device now waits at a collective or has finished */
     for (int d = 0; d < n; d++) {
       const Inst *c = at(&w[d]);
-      if (!c || ir_ops[c->op].kind != K_COMM)   /* finished, or moved past one this round */
+      if (!c || !waits(c))   /* finished, or moved past one this round */
         continue;
       int axis = (int)ir_get_int(c, "axis", 0), k = m->mesh.a[0].axis_size[axis];
       ir_mesh_group(&m->mesh.a[0], d, axis, members);
@@ -289,15 +302,33 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
       }
       if (!ready)
         continue;
-      double t = sim_comm_time(m, c, c->op == OP_send ? group : members,
-                               c->op == OP_send ? m->mesh.a[0].axis_size[axis] : k);
+      double t, busy[SHARD_MAX_AXIS];
+      for (int j = 0; j < k; j++)
+        busy[j] = ring(c) ? sim_compute_time(m, c, members[j]) : 0;
+      if (ring(c)) {   /* every member's products beside the ring's transfers */
+        int nz;
+        const int64_t *len = ir_get_ints(c, "sizes", &nz);
+        int64_t own = c->in[1]->type.rank == 4 ? c->in[1]->type.dim[2] : 0, most = 0;
+        for (int j = 0; j < nz; j++)
+          most = len[j] > most ? len[j] : most;
+        t = own ? ring_time(m, c->op, value_bytes(c->in[1]) / (double)own * (double)most,
+                            members, k) : 0;
+        for (int j = 0; j < k; j++)
+          t = fmax(t, busy[j]);
+      } else {
+        t = sim_comm_time(m, c, c->op == OP_send ? group : members,
+                          c->op == OP_send ? m->mesh.a[0].axis_size[axis] : k);
+      }
       for (int j = 0; j < k; j++) {
         Walker *o = &w[members[j]];
-        if (ev)
-          ev(user, members[j], at(o), true, start, t);
+        if (ev && busy[j] > 0)
+          ev(user, members[j], at(o), false, start, busy[j]);
+        if (ev && t > busy[j])
+          ev(user, members[j], at(o), true, start + busy[j], t - busy[j]);
         o->clock = start + t;
         o->fr[o->depth - 1].pc++;
-        sd[members[j]].comm += t;
+        sd[members[j]].compute += busy[j];
+        sd[members[j]].comm += t - busy[j];
       }
       progress = true;
     }

@@ -49,15 +49,19 @@ static const char *two_nodes =
     "  node a { device d0: cpu(gflops = 80, mem = 1GiB) }\n"
     "  node b { device d1: cpu(gflops = 40, mem = 1GiB) }\n" LINKS;
 
-/* model, then extra (a cluster and parallel block), through every pass. */
-static Module *compile(Arena *a, const char *extra) {
+/* text through every pass. */
+static Module *compile_text(Arena *a, const char *text) {
   Diag d;
   diag_init(&d, stderr);
-  char *text = arena_printf(a, "%s%s", model, extra);
   Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
   assert_non_null(m);
   assert_true(passes_run(m, &d, NULL, NULL));
   return m;
+}
+
+/* model, then extra (a cluster and parallel block), through every pass. */
+static Module *compile(Arena *a, const char *extra) {
+  return compile_text(a, arena_printf(a, "%s%s", model, extra));
 }
 
 static const Func *step_func(const Module *m, int device) {
@@ -282,6 +286,50 @@ static void test_data_parallel_inter(void **state) {
   check_dp(two_nodes, 100e6, 50e-6);
 }
 
+/* Ring attention over two nodes behind a 100 MB/s link: its keys and values
+ * (the blocks of 2 x 2 x 32 x 16 floats, 8 KiB each) take a hop of lat +
+ * bytes / bw, two tensors a hop forward and four backward, whose adjoints
+ * take one more hop home with two; the products, a few microseconds, run
+ * beside them. The step is those hops, the rest of its compute and the one
+ * collectives at most, and the hops at least. */
+static void test_ring_transfers(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = compile_text(a, arena_printf(a, "%s%s",
+      "model att(batch B = 2, T = 64, H = 2, D = 16) {\n"
+      "  input  x: f32[B, H, T, D]\n"
+      "  param  w: f32[D, D] init glorot\n"
+      "  y    = scaled_dot_product_attention(x @ w, x, x)\n"
+      "  loss = mean(y * y)\n"
+      "  minimize loss with sgd(lr = 0.1)\n"
+      "}\n", arena_printf(a, "%s%s", two_nodes,
+      "parallel att on c {\n  mesh m[cp = 2] over d0, d1\n  shard x: [*, *, cp, *]\n"
+      "  plan explicit\n}\n")));
+  const Func *f = step_func(m, 1);
+  double hops = 0, block = 2.0 * 2 * 32 * 16 * 4, lat = 50e-6, bw = 100e6;
+  int rings = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (i->op == OP_ring_sdpa || i->op == OP_ring_sdpa_lse)
+      hops += lat + (i->op == OP_ring_sdpa ? 2 : 1) * block / bw, rings++;
+    if (i->op == OP_ring_sdpa_grad)
+      hops += lat + 4 * block / bw + lat + 2 * block / bw, rings++;
+  }
+  assert_true(rings >= 2);
+  SimResult r;
+  double step = sim_step(m, &r);
+  double rest = compute_time(f, 40);
+  for (int k = 0; k < f->inst.n; k++)   /* each other collective's two steps, at most */
+    if (ir_ops[f->inst.a[k]->op].kind == K_COMM)
+      rest += 2 * lat + 2 * 4.0 * (double)type_elems(&f->inst.a[k]->type) / bw;
+  printf("ring over 100 MB/s: %d ring ops, their hops %.3f ms, step %.3f ms, compute %.3f ms\n",
+         rings, hops * 1e3, step * 1e3, compute_time(f, 40) * 1e3);
+  assert_true(step >= hops);
+  assert_true(step <= hops + rest);
+  assert_true(r.dev[1].comm >= hops - compute_time(f, 40));
+  arena_free(a);
+}
+
 static void test_even_vs_uneven(void **state) {
   (void)state;
   Arena *a = arena_new();
@@ -360,6 +408,7 @@ int main(void) {
       cmocka_unit_test(test_data_parallel_intra),
       cmocka_unit_test(test_data_parallel_inter),
       cmocka_unit_test(test_even_vs_uneven),
+    cmocka_unit_test(test_ring_transfers),
       cmocka_unit_test(test_trace_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
