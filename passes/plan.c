@@ -2,13 +2,14 @@
  * axes, a layout of the step: for each mesh axis a layout family (rows: the
  * batch split, data parallel; forms: HAP's search over which params are
  * split along which dimension; stages: the stacked layers of the step's
- * loops split into pipeline stages, in micro-batches; keep: what the
- * parallel block writes for the axis, Megatron's splits say), and the
+ * loops split into pipeline stages, in micro-batches; sequence: the inputs
+ * split along an attention's sequence, the attention a ring (ring.c); keep:
+ * what the parallel block writes for the axis, Megatron's splits say), and the
  * per-device ratios of every split, so that devices of unequal speed finish
  * together and the collectives cost least (docs/ARCHITECTURE.md, Planner).
  *
  * For each combination of families over the axes (one role per axis: at
- * most one rows and one stages axis; an axis the block writes forms for
+ * most one rows, one stages and one sequence axis; an axis the block writes forms for
  * keeps them), the family seeds the forms; on one axis a greedy descent
  * over the open globals' forms follows; the sharding pass propagates them,
  * plan_cost.c estimates the step and its linear programs choose the ratios
@@ -44,11 +45,11 @@
 #define NOISE_FLOOR 0.05    /* the least gain over the simpler plan that counts */
 #define NFINAL 3            /* candidates simulated besides the block's forms ... */
 #define PRUNE 1.5           /* ... whose estimate is within this of the least */
-#define MAX_CANDS 64
+#define MAX_CANDS 128
 
 /* ---- the layout families ---- */
 
-typedef enum { F_KEEP, F_ROWS, F_FORMS, F_STAGES, NFAMILY } FamilyId;
+typedef enum { F_KEEP, F_ROWS, F_FORMS, F_STAGES, F_SEQ, NFAMILY } FamilyId;
 /* The one-axis contenders that are no combination: even data parallel, and
  * data parallel with the planned ratios (Cand.fam[0]). */
 enum { F_EVEN = -1, F_DP = -2 };
@@ -88,6 +89,16 @@ static bool seed_keep(Planner *p, int x, int rows, Sharding **A) {
   return p->naxis > 1;
 }
 
+/* A[g] split along dim over axis x besides what another axis's family
+ * seeded. */
+static void split_more(Planner *p, Sharding **A, int g, int dim, int x) {
+  Sharding *s = form(p, -1, x);
+  if (A[g])
+    *s = *A[g];
+  s->axis[dim] = (int8_t)x;
+  A[g] = s;
+}
+
 /* Data parallel: every open input split along its first dimension. */
 static bool seed_rows(Planner *p, int x, int rows, Sharding **A) {
   (void)rows;
@@ -96,9 +107,46 @@ static bool seed_rows(Planner *p, int x, int rows, Sharding **A) {
   for (int g = 0; g < p->m->global.n; g++) {
     const Global *gl = &p->m->global.a[g];
     if (!p->user[g] && gl->kind == G_INPUT && gl->type.rank > 0 && gl->type.dim[0] >= p->size[x])
-      A[g] = form(p, 0, x);
+      split_more(p, A, g, 0, x);
   }
   return true;
+}
+
+/* The sequence length of the module's attentions of as many keys as
+ * queries (the length of q's dim 2), 0 when there is none or they differ. */
+static int64_t attention_len(const Module *m) {
+  int64_t t = 0;
+  for (int f = 0; f < m->func.n; f++)
+    for (int k = 0; k < m->func.a[f]->inst.n; k++) {
+      const Inst *i = m->func.a[f]->inst.a[k];
+      if (i->op != OP_sdpa || i->type.rank != 4 || i->in[0]->type.dim[2] != i->in[1]->type.dim[2])
+        continue;
+      if (t && t != i->in[0]->type.dim[2])
+        return 0;
+      t = i->in[0]->type.dim[2];
+    }
+  return t;
+}
+
+/* The sequence split (context parallelism, ring attention): where the step
+ * attends, every open input split along the last of its dimensions past
+ * the first whose length is the attention's sequence. */
+static bool seed_seq(Planner *p, int x, int rows, Sharding **A) {
+  (void)rows;
+  int64_t t = attention_len(p->m);
+  bool any = false;
+  if (t < p->size[x] || (p->naxis > 1 && taken(p, x)))
+    return false;
+  for (int g = 0; g < p->m->global.n; g++) {
+    const Global *gl = &p->m->global.a[g];
+    for (int d = gl->type.rank - 1; !p->user[g] && gl->kind == G_INPUT && d > 0; d--)
+      if (gl->type.dim[d] == t) {
+        split_more(p, A, g, d, x);
+        any = true;
+        break;
+      }
+  }
+  return any;
 }
 
 /* HAP's search over forms (one axis): the inputs whole, the params open,
@@ -149,6 +197,7 @@ static const Family families[NFAMILY] = {
   [F_ROWS] = {"rows", seed_rows},
   [F_FORMS] = {"forms", seed_forms},
   [F_STAGES] = {"stages", seed_stages},
+  [F_SEQ] = {"sequence", seed_seq},
 };
 
 /* ---- the search over forms (one axis) ---- */
@@ -340,19 +389,21 @@ static int candidates(Search *s, Cand *cand) {
   Planner *p = s->p;
   int nc = 0, fam[IR_MAX_MESH_AXES] = {0}, n = 1;
   bool open = state_open(p);
-  static const FamilyId order[] = {F_ROWS, F_FORMS, F_STAGES, F_KEEP};
+  static const FamilyId order[] = {F_ROWS, F_FORMS, F_STAGES, F_KEEP, F_SEQ};
+  static_assert(COUNTOF(order) == NFAMILY, "every family in the order");
   for (int x = 0; x < p->naxis; x++)
     n *= NFAMILY;
   for (int c = 0; c < n && nc < MAX_CANDS; c++) {
-    int rows = -1, stages = -1, nrows = 0, nstages = 0;
+    int rows = -1, stages = -1, nrows = 0, nstages = 0, nseq = 0;
     for (int x = 0, v = c; x < p->naxis; x++, v /= NFAMILY) {
       fam[x] = order[v % NFAMILY];
       if (fam[x] == F_ROWS)
         rows = x, nrows++;
       if (fam[x] == F_STAGES)
         stages = x, nstages++;
+      nseq += fam[x] == F_SEQ;
     }
-    if (nrows > 1 || nstages > 1)
+    if (nrows > 1 || nstages > 1 || nseq > 1)
       continue;
     Sharding **A = copy_forms(p, p->user);
     bool ok = true;
@@ -659,15 +710,17 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
     at += (size_t)snprintf(c->what, n, "the parallel block's forms");
   for (int x = 0; x < p->naxis && at < n; x++) {
     static const char *one[] = {[F_ROWS] = "searched from data parallel",
-                                [F_FORMS] = "searched from whole inputs"};
+                                [F_FORMS] = "searched from whole inputs",
+                                [F_SEQ] = "searched from the sequence split"};
     const char *axis = p->mesh->axis_name[x], *sep = at ? ", " : "";
     if (p->naxis == 1 && c->fam[x] != F_STAGES)
       at += (size_t)snprintf(c->what + at, n - at, "%s%s", sep,
                              c->fam[x] == F_EVEN ? "even data parallel"
                              : c->fam[x] == F_DP ? "data parallel with the planned ratios"
                                                : one[c->fam[x]]);
-    else if (c->fam[x] == F_ROWS)
-      at += (size_t)snprintf(c->what + at, n - at, "%srows over %s", sep, axis);
+    else if (c->fam[x] == F_ROWS || c->fam[x] == F_SEQ)
+      at += (size_t)snprintf(c->what + at, n - at, "%s%s over %s", sep,
+                             c->fam[x] == F_ROWS ? "rows" : "sequence", axis);
     if (c->fam[x] != F_STAGES)
       continue;
     at += (size_t)snprintf(c->what + at, n - at, "%sstages over %s (layers", sep, axis);

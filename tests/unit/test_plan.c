@@ -779,7 +779,8 @@ static bool kept_fastest(const char *text) {
 }
 
 /* On a mesh of two axes, plan auto offers a layout family per axis (rows,
- * stages, or the block's forms), estimates every combination, simulates the
+ * stages, the sequence, or the block's forms: 13 combinations with at most
+ * one axis of each), estimates every combination, simulates the
  * best few and the block's forms, and keeps the fastest that fits. Over fast
  * and slow pairs the stages over x put 3 layers on the fast pair and 1 on
  * the slow one; the plan kept simulates fastest of all. Stages over an axis
@@ -791,7 +792,7 @@ static void test_mesh_stages(void **state) {
   assert_true(run_pairs(&r, ""));
   char *s = report(&r);
   printf("%s", s);
-  assert_non_null(strstr(s, " choices of forms costed, 7 candidates\n"));
+  assert_non_null(strstr(s, " choices of forms costed, 13 candidates\n"));
   assert_non_null(strstr(s, "stages over x (layers 3/1), "));
   assert_true(kept_fastest(s));
   const Global *ids = ir_find_global(r.m, "ids");
