@@ -904,6 +904,21 @@ double *plan_round(Planner *p, const Est *e, int x, const double *r, const doubl
   return even ? NULL : ratio;
 }
 
+static bool near(double x, double y, double spread) {
+  return fabs(x - y) <= spread * fmax(fabs(x), fabs(y));
+}
+
+/* Whether the planner takes devices a and b for one kind (one class, one
+ * ratio, a's figures): equal memory, and figures that differ by no more
+ * than the spread the probe measured either with (equal ones, where it gave
+ * none). Ranks sharing a core probe several percent apart; ratios fitted
+ * to that noise would cost the slower a row. */
+static bool alike(const Device *a, const Device *b) {
+  double s = fmin(a->spread, b->spread);
+  return a->mem == b->mem && near(a->gflops, b->gflops, s) && near(a->bw, b->bw, s) &&
+         near(a->lat, b->lat, s);
+}
+
 bool plan_init(Planner *p, Module *m) {
   memset(p, 0, sizeof *p);
   if (!m->cluster || m->mesh.n != 1)
@@ -936,11 +951,8 @@ bool plan_init(Planner *p, Module *m) {
     p->under[d] = 1;
     const Device *dv = &m->cluster->dev.a[mesh->dev[d]];
     int q = 0;
-    for (; q < p->nclass; q++) {
-      const Device *o = &m->cluster->dev.a[mesh->dev[p->rep[q]]];
-      if (o->gflops == dv->gflops && o->bw == dv->bw && o->lat == dv->lat && o->mem == dv->mem)
-        break;
-    }
+    while (q < p->nclass && !alike(&m->cluster->dev.a[mesh->dev[p->rep[q]]], dv))
+      q++;
     if (q == p->nclass)
       p->rep[p->nclass++] = d;
     p->cls[d] = q;

@@ -846,6 +846,40 @@ static bool run_spread3(Run *r, const char *spread) {
   return ok;
 }
 
+/* Devices of 80 and 40 and 44 GFLOP/s, the last two probed with a spread
+ * of `spread`, a fast link: the 10% between them is within a spread of 0.15,
+ * so they take one ratio; with none given, each its own. */
+static void alike_ratios(const char *spread, double *ratio) {
+  Run r;
+  Arena *t = arena_new();
+  assert_true(run_text(&r, arena_printf(t, "%s%s", model,
+      arena_printf(t, "cluster c {\n  node a {\n"
+                      "    device a0: cpu(gflops = 80, mem = 1GiB)\n"
+                      "    device a1: cpu(gflops = 40, mem = 1GiB, spread = %s)\n"
+                      "    device a2: cpu(gflops = 44, mem = 1GiB, spread = %s)\n  }\n"
+                      "  link intra(bw = 1000TB/s, lat = 1ns)\n}\n"
+                      "parallel mlp on c {\n  mesh m[dp = 3]\n  shard x: [dp, *]\n"
+                      "  shard y: [dp]\n  shard w1: [*, *]\n  shard b1: [*]\n"
+                      "  shard w2: [*, *]\n}\n", spread, spread)), NULL, 0, "plan"));
+  const double *x = ir_find_global(r.m, "x")->shard->ratio[0];
+  assert_non_null(x);
+  memcpy(ratio, x, 3 * sizeof *ratio);
+  arena_free(t);
+  done(&r);
+}
+
+static void test_alike_devices(void **state) {
+  (void)state;
+  double r[3];
+  alike_ratios("0.15", r);
+  printf("within the spread: %.6f %.6f %.6f\n", r[0], r[1], r[2]);
+  assert_true(fabs(r[1] - r[2]) <= 2e-6);
+  assert_true(r[0] > 1.8 * r[1]);
+  alike_ratios("0", r);
+  printf("no spread: %.6f %.6f %.6f\n", r[0], r[1], r[2]);
+  assert_true(r[2] > r[1] * 1.05);
+}
+
 /* The ratios 2:1:1 gain about 4/3 over an even split (the slow devices'
  * third against a quarter). With a1's speed spread by 50% the noise is
  * about 50% of the step (nearly all compute), more than that gain: the even
@@ -1014,6 +1048,7 @@ int main(void) {
     cmocka_unit_test(test_remat_per_loop),
     cmocka_unit_test(test_mesh_stages),
     cmocka_unit_test(test_noise_keeps_even),
+    cmocka_unit_test(test_alike_devices),
     cmocka_unit_test(test_noise_comm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
