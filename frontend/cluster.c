@@ -622,8 +622,9 @@ static void lower_shard_state(Module *m, const Stmt *s, Diag *d) {
 /* option = "microbatches" "=" expr: the batch of every training step cut into
  *          that many micro-batches, which pipeline stages overlap;
  *        | "schedule" "=" ("1f1b" | "gpipe"): their order on a stage;
- *        | "exchange" "=" ("f32" | "bf16"): the format of the gradient
- *          exchange over the data-parallel axis (passes/comm.c);
+ *        | "exchange" "=" ("f32" | "bf16" | "auto"): the format of the
+ *          gradient exchange over the data-parallel axis (passes/comm.c),
+ *          auto: the planner's choice by cost (passes/plan.c);
  *        | "deterministic" [ "=" expr ]: every sum over the batch in that many
  *          fixed pieces (default: ir_det_pieces), added in order;
  *        | "shard_state" "=" axis: see lower_shard_state. */
@@ -651,17 +652,19 @@ static void lower_option(Module *m, const Stmt *s, Diag *d) {
       m->schedule = (PipeSchedule)k, m->schedule_loc = s->name_loc;
   } else if (!strcmp(s->name, "exchange")) {
     const Expr *e = s->val;
-    int k = e && e->kind == E_IDENT ? dtrt_name_index(dtrt_wire_names, DT_WIRE_COUNT, e->s) : -1;
+    bool any = e && e->kind == E_IDENT && !strcmp(e->s, "auto");
+    int k = any ? DT_WIRE_F32
+            : e && e->kind == E_IDENT ? dtrt_name_index(dtrt_wire_names, DT_WIRE_COUNT, e->s) : -1;
     if (!e)
       diag_error(d, s->name_loc, "'exchange' needs a format: exchange = bf16");
     else if (m->exchange_loc.file)
       diag_error(d, s->name_loc, "a second exchange option");
     else if (k < 0)
-      diag_error(d, e->loc, "unknown exchange format%s%s%s (expected f32 or bf16)",
+      diag_error(d, e->loc, "unknown exchange format%s%s%s (expected f32, bf16 or auto)",
                  e->kind == E_IDENT ? " '" : "", e->kind == E_IDENT ? e->s : "",
                  e->kind == E_IDENT ? "'" : "");
     else
-      m->exchange = k, m->exchange_loc = s->name_loc;
+      m->exchange = k, m->exchange_auto = any, m->exchange_loc = s->name_loc;
   } else if (!det && strcmp(s->name, "microbatches")) {
     diag_error(d, s->name_loc,
                "unknown option '%s' (expected microbatches, schedule, "

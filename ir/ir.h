@@ -382,6 +382,9 @@ struct Module {
    * the option's, none when it was not written. */
   int exchange;
   Loc exchange_loc;
+  /* `exchange = auto`: the plan pass chooses f32 or bf16 by the simulated
+   * step, sets exchange to its choice and clears this. */
+  bool exchange_auto;
   /* `shard_state = AXIS` (ZeRO stages 1 and 2): each param's optimizer
    * state is split over mesh axis state_axis, the data-parallel one, so
    * each device updates and keeps its share (passes/sharding.c); its loc

@@ -1016,9 +1016,9 @@ static bool parse_deterministic(Parser *p) {
   return parse_loc(p, &p->m->det_loc);
 }
 
-/* exchange := 'exchange' ('f32' | 'bf16') [loc] */
+/* exchange := 'exchange' ('f32' | 'bf16' | 'auto') [loc] */
 static bool parse_exchange(Parser *p) {
-  if (p->m->exchange_loc.file || p->m->exchange) {
+  if (p->m->exchange_loc.file || p->m->exchange || p->m->exchange_auto) {
     error_at(p, p->tok.loc, "a module has one exchange line");
     return false;
   }
@@ -1027,10 +1027,11 @@ static bool parse_exchange(Parser *p) {
   int k = 0;
   while (k < DT_WIRE_COUNT && !is_kw(&p->tok, dtrt_wire_names[k]))
     k++;
-  if (k == DT_WIRE_COUNT)
-    return expected(p, "'f32' or 'bf16'");
+  p->m->exchange_auto = k == DT_WIRE_COUNT && is_kw(&p->tok, "auto");
+  if (k == DT_WIRE_COUNT && !p->m->exchange_auto)
+    return expected(p, "'f32', 'bf16' or 'auto'");
   next(p);
-  p->m->exchange = k;
+  p->m->exchange = p->m->exchange_auto ? DT_WIRE_F32 : k;
   p->m->exchange_loc = at;
   return parse_loc(p, &p->m->exchange_loc);
 }

@@ -502,8 +502,8 @@ void ir_print(FILE *out, const Module *m) {
     print_loc(out, m->det_loc);
     fputc('\n', out);
   }
-  if (m->exchange != DT_WIRE_F32) {
-    fprintf(out, "exchange %s", dtrt_wire_names[m->exchange]);
+  if (m->exchange != DT_WIRE_F32 || m->exchange_auto) {
+    fprintf(out, "exchange %s", m->exchange_auto ? "auto" : dtrt_wire_names[m->exchange]);
     print_loc(out, m->exchange_loc);
     fputc('\n', out);
   }

@@ -142,6 +142,9 @@ struct PlanInfo {
   int mb;                /* the micro-batches a pipeline's loops were costed in */
   int remat;             /* loops the planner made recompute their forward (Module.remat_planned) */
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
+  /* exchange = auto: the plan's step simulated with each format of the
+   * gradient exchange (by DtWire; 0: not chosen here, INFINITY: it failed) */
+  double exchange[DT_WIRE_COUNT];
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
   /* plan auto on a mesh of two or three axes: the candidates simulated and

@@ -1087,15 +1087,35 @@ static bool user_ratios(const Module *m) {
   return false;
 }
 
+/* `exchange = auto`: the plan's step simulated with the gradients exchanged
+ * in each format; bf16 kept where it gains more than the noise over f32
+ * (its rounding is the price of it). */
+static void choose_exchange(Module *m, PassRun *run) {
+  double t[DT_WIRE_COUNT], need[SHARD_MAX_AXIS];
+  m->exchange_auto = false;
+  for (int w = 0; w < DT_WIRE_COUNT; w++) {
+    m->exchange = w;
+    if (!plan_trial(m, run, need, &t[w]))
+      t[w] = INFINITY;
+  }
+  double noise = run && run->plan ? fmax(run->plan->noise, NOISE_FLOOR) : NOISE_FLOOR;
+  m->exchange = t[DT_WIRE_BF16] * (1 + noise) < t[DT_WIRE_F32] ? DT_WIRE_BF16 : DT_WIRE_F32;
+  if (run && run->plan)
+    memcpy(run->plan->exchange, t, sizeof t);
+}
+
 bool pass_plan(Module *m, Diag *d, PassRun *run) {
-  if (!m->mesh.n || m->plan == PLAN_EXPLICIT || m->plan == PLAN_NONE)
-    return true;
-  if (m->plan == PLAN_EVEN)
-    return plan_even(m, run);
+  bool ok = true;
   Planner p;
-  if (!plan_init(&p, m) || user_ratios(m))
-    return true;
-  return choose(&p, d, run, 0);
+  if (!m->mesh.n || m->plan == PLAN_EXPLICIT || m->plan == PLAN_NONE)
+    ok = true;
+  else if (m->plan == PLAN_EVEN)
+    ok = plan_even(m, run);
+  else if (plan_init(&p, m) && !user_ratios(m))
+    ok = choose(&p, d, run, 0);
+  if (ok && m->exchange_auto && m->cluster && m->mesh.n)
+    choose_exchange(m, run);
+  return ok;
 }
 bool plan_trial(const Module *m, const PassRun *run, double *need, double *step) {
   Arena *a = arena_new();
@@ -1103,6 +1123,8 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step)
   Diag quiet;
   diag_init_quiet(&quiet);
   bool ok = copy != NULL;
+  if (ok)
+    copy->exchange_auto = false;   /* layouts are tried in f32; choose_exchange follows */
   bool after = false;
   for (int k = 0; ok && k < pass_count; k++) {
     if (after)
@@ -1248,5 +1270,13 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
           m->cluster->dev.a[mesh->dev[pi->bottleneck]].name);
   if (m->plan == PLAN_AUTO)
     report_confidence(out, pi, mesh->naxis > 1 ? "the parallel block's forms" : "even data parallel");
+  if (pi->exchange[DT_WIRE_F32] > 0) {
+    double f = pi->exchange[DT_WIRE_F32], b = pi->exchange[DT_WIRE_BF16];
+    fprintf(out, "  exchange = auto: the gradients in f32 %.4f ms, in bf16 %.4f ms (simulated); "
+            "kept %s\n", f * 1e3, b * 1e3,
+            m->exchange == DT_WIRE_BF16 ? "bf16: it gains more than the noise"
+            : b < f ? "f32: bf16 gains within the noise"
+                    : "f32: bf16 gains nothing here");
+  }
   fputc('\n', out);
 }

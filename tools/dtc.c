@@ -40,8 +40,9 @@ static const char usage[] =
   "                       batch in N fixed pieces (default 8 or the largest\n"
   "                       divisor of the batch below), added in order\n"
   "  -fexchange=FORMAT    the format of the data-parallel gradient exchange:\n"
-  "                       f32 (the default) or bf16 (rounded to nearest even,\n"
-  "                       summed in f32); as `exchange = FORMAT` in the\n"
+  "                       f32 (the default), bf16 (rounded to nearest even,\n"
+  "                       summed in f32) or auto (the planner's choice by\n"
+  "                       the simulated step); as `exchange = FORMAT` in the\n"
   "                       parallel block\n"
   "  -fepilogue           run the elementwise ops that read a matmul's result\n"
   "                       on each strip of it inside dtc's GEMM (off: as loops\n"
@@ -241,9 +242,9 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
         return fail("invalid value '%s' in '-fdenormals' (expected flush or ieee)", v);
       o->denormals = k;
     } else if ((v = opt_value(a, "-fexchange="))) {
-      int k = dtrt_name_index(dtrt_wire_names, DT_WIRE_COUNT, v);
+      int k = strcmp(v, "auto") ? dtrt_name_index(dtrt_wire_names, DT_WIRE_COUNT, v) : DT_WIRE_COUNT;
       if (k < 0)
-        return fail("invalid value '%s' in '-fexchange' (expected f32 or bf16)", v);
+        return fail("invalid value '%s' in '-fexchange' (expected f32, bf16 or auto)", v);
       dr->exchange = 1 + k;
     } else if (!strcmp(a, "-fepilogue")) {
       dr->epilogue = true;
@@ -359,14 +360,17 @@ static bool set_deterministic(Module *m, int n) {
   return true;
 }
 
-/* -fexchange=FORMAT on module m (k: its DtWire), unless its parallel block
- * chose another; its errors then point at the model's name. */
+/* -fexchange=FORMAT on module m (k: its DtWire, DT_WIRE_COUNT: auto),
+ * unless its parallel block chose another; its errors then point at the
+ * model's name. */
 static bool set_exchange(Module *m, int k) {
-  if (m->exchange_loc.file && m->exchange != k)
-    return fail("-fexchange=%s: the parallel block of '%s' sets exchange = %s",
-                dtrt_wire_names[k], m->name, dtrt_wire_names[m->exchange]), false;
+  bool any = k == DT_WIRE_COUNT;
+  const char *name = any ? "auto" : dtrt_wire_names[k];
+  if (m->exchange_loc.file && (m->exchange_auto != any || (!any && m->exchange != k)))
+    return fail("-fexchange=%s: the parallel block of '%s' sets exchange = %s", name, m->name,
+                m->exchange_auto ? "auto" : dtrt_wire_names[m->exchange]), false;
   if (!m->exchange_loc.file)
-    m->exchange = k, m->exchange_loc = m->loc;
+    m->exchange = any ? DT_WIRE_F32 : k, m->exchange_auto = any, m->exchange_loc = m->loc;
   return true;
 }
 

@@ -500,6 +500,40 @@ static void test_ring_estimate(void **state) {
   done(&r);
 }
 
+/* exchange = auto on data parallel over two nodes: behind a 100 MB/s link
+ * the plan simulated with the gradients in bf16 beats f32 by more than the
+ * noise and keeps it; behind 10 GB/s it gains less, and f32 stays. */
+static int exchange_kept(const char *bw, double *t) {
+  Run r;
+  Arena *a = arena_new();
+  assert_true(run_text(&r, arena_printf(a,
+      "model lin(batch B = 256) {\n  input  x: f32[B, 512]\n  input  y: i32[B]\n"
+      "  param  w: f32[512, 256]\n  param  b: f32[256]\n  param  w2: f32[256, 10]\n"
+      "  loss   = cross_entropy(relu(x @ w + b) @ w2, y)\n  minimize loss with sgd(lr = 0.1)\n}\n"
+      "cluster c {\n  node a { device a0: cpu(gflops = 80, mem = 1GiB) }\n"
+      "  node b { device b0: cpu(gflops = 80, mem = 1GiB) }\n"
+      "  link inter(bw = %s, lat = 50us)\n}\n"
+      "parallel lin on c {\n  mesh m[dp = 2]\n  shard x: [dp, *]\n  shard y: [dp]\n"
+      "  exchange = auto\n  plan auto\n}\n", bw), NULL, 0, "comm"));
+  memcpy(t, r.run.plan->exchange, sizeof r.run.plan->exchange);
+  int kept = r.m->exchange;
+  assert_false(r.m->exchange_auto);
+  arena_free(a);
+  done(&r);
+  return kept;
+}
+
+static void test_exchange_auto(void **state) {
+  (void)state;
+  double t[DT_WIRE_COUNT];
+  assert_int_equal(exchange_kept("100MB/s", t), DT_WIRE_BF16);
+  printf("100 MB/s: f32 %.4f ms, bf16 %.4f ms\n", t[0] * 1e3, t[1] * 1e3);
+  assert_true(t[DT_WIRE_BF16] * 1.05 < t[DT_WIRE_F32]);
+  assert_int_equal(exchange_kept("10GB/s", t), DT_WIRE_F32);
+  printf("10 GB/s: f32 %.4f ms, bf16 %.4f ms\n", t[0] * 1e3, t[1] * 1e3);
+  assert_true(t[DT_WIRE_F32] > 0 && t[DT_WIRE_BF16] * 1.05 >= t[DT_WIRE_F32]);
+}
+
 /* examples/gpt.dt at L = 4 over speeds 2:1:1 with `mem` each, the parallel
  * block adding `extra` lines. */
 static bool run_small_with(Run *r, const char *mem, const char *extra, const char *last) {
@@ -1045,6 +1079,7 @@ int main(void) {
     cmocka_unit_test(test_state_split),
     cmocka_unit_test(test_body_carry_reshard),
     cmocka_unit_test(test_ring_estimate),
+    cmocka_unit_test(test_exchange_auto),
     cmocka_unit_test(test_remat_per_loop),
     cmocka_unit_test(test_mesh_stages),
     cmocka_unit_test(test_noise_keeps_even),
