@@ -19,9 +19,10 @@
 #     whole (`shard_state = none`), AdamW with `exchange = bf16`, AdamW with
 #     `shard_state = dp`, and DeMo (gpt.dt's adamw( replaced by demo(, as
 #     bench/CMakeLists.txt does for bench/demo.sh), and two under `plan
-#     auto`: `auto_dp` (the batch split over dp, no shard_state line: the
-#     planner chooses whether to split the state) and `auto` (no shard line
-#     at all: the planner chooses the whole layout); builds bench/hetero.c
+#     auto` with `exchange = auto`: `auto_dp` (the batch split over dp, no
+#     shard_state line: the planner chooses whether to split the state and
+#     the exchange's format) and `auto` (no shard line at all: the planner
+#     chooses the whole layout and the format); builds bench/hetero.c
 #     against each with mpicc;
 #  4. times REPS steps of each on the cluster (median step after 3 warm-up
 #     steps, DTRT_NUM_THREADS=1), takes the bytes each rank sends per
@@ -30,8 +31,9 @@
 #     and prints one JSON line per variant:
 #       {"bench": "exchange", "rate", "variant", "step_ms", "bytes",
 #        "predicted_ms", "measured_over_predicted"}
-#     (the auto variants add "plan": the candidate the planner kept, and
-#     "state_split": whether the plan splits any optimizer state), then one
+#     (the auto variants add "plan": the candidate the planner kept,
+#     "state_split": whether the plan splits any optimizer state, and
+#     "exchange": the format it chose), then one
 #     line per rate:
 #       {"bench": "exchange_ratios", "rate", "adamw_over_bf16",
 #        "adamw_over_state", "adamw_over_demo" (step times),
@@ -138,8 +140,8 @@ block state "$src/examples/gpt.dt" $split "shard_state = dp" "plan explicit"
 # shellcheck disable=SC2086
 block demo "$dir/gpt_demo.dt" $split "plan explicit"
 # shellcheck disable=SC2086
-block auto_dp "$src/examples/gpt.dt" $split "plan auto"
-block auto "$src/examples/gpt.dt" "plan auto"
+block auto_dp "$src/examples/gpt.dt" $split "exchange = auto" "plan auto"
+block auto "$src/examples/gpt.dt" "exchange = auto" "plan auto"
 unset IFS
 variants="adamw bf16 state demo auto_dp auto"
 
@@ -177,7 +179,10 @@ for rate in $rates; do
         sed -n '/^  candidates:/,/^  kept /s/^/# /p' "$dir/$rate/$v/plan.txt"
         split_state=false
         grep -q '^  state .* m\[dp' "$dir/$rate/$v/plan.txt" && split_state=true
-        extra=", \"plan\": \"$(kept "$dir/$rate/$v/plan.txt")\", \"state_split\": $split_state" ;;
+        sed -n '/^  exchange = auto/s/^/# /p' "$dir/$rate/$v/plan.txt"
+        format=f32
+        grep -q '^  exchange = auto: .* kept bf16' "$dir/$rate/$v/plan.txt" && format=bf16
+        extra=", \"plan\": \"$(kept "$dir/$rate/$v/plan.txt")\", \"state_split\": $split_state, \"exchange\": \"$format\"" ;;
     esac
     line=$(awk -v r="$rate" -v v="$v" -v m="$ms" -v b="$b" -v p="$p" 'BEGIN {
       printf "{\"bench\": \"exchange\", \"rate\": \"%s\", \"variant\": \"%s\", \"step_ms\": %.3f, " \
