@@ -1107,11 +1107,9 @@ static void choose_exchange(Module *m, PassRun *run) {
 bool pass_plan(Module *m, Diag *d, PassRun *run) {
   bool ok = true;
   Planner p;
-  if (!m->mesh.n || m->plan == PLAN_EXPLICIT || m->plan == PLAN_NONE)
-    ok = true;
-  else if (m->plan == PLAN_EVEN)
+  if (m->mesh.n && m->plan == PLAN_EVEN)
     ok = plan_even(m, run);
-  else if (plan_init(&p, m) && !user_ratios(m))
+  else if (m->mesh.n && m->plan == PLAN_AUTO && plan_init(&p, m) && !user_ratios(m))
     ok = choose(&p, d, run, 0);
   if (ok && m->exchange_auto && m->cluster && m->mesh.n)
     choose_exchange(m, run);
