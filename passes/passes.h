@@ -302,6 +302,22 @@ void spmd_report_tables(FILE *out, const Module *m, const Func *step, const Func
  * false, x untouched, when none does. */
 bool ring_lower(const Module *m, const Inst *i, Inst *x);
 
+/* ---- heads.c --------------------------------------------------------- */
+
+/* Under `attention = heads`, device dev's value of attention op i (sdpa,
+ * sdpa_lse, sdpa_grad) whose sequence is split, emitted into f from its
+ * operands `in` (in i's form): the sequence swapped for the heads, the op,
+ * and back; NULL, nothing emitted, when it does not apply. */
+Inst *heads_lower(Module *m, Func *f, const Inst *i, Inst **in, int dev);
+/* Located errors where `attention = heads` cannot split an attention of
+ * fns (heads already split, fewer heads than devices, heads an even split
+ * does not divide), a warning when it splits none; false on an error. */
+bool heads_check(const Module *m, Diag *d, Func *const *fns, int nf);
+/* Drops from device function f the swaps back of head-split attention
+ * results that nothing reads (sdpa_lse's rows, which sdpa_grad reads before
+ * the swap). */
+void heads_prune(Module *m, Func *f);
+
 /* ---- exchange.c ------------------------------------------------------ */
 
 /* DeMo's exchange: each rank's momentum takes its own gradient, and the

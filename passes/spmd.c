@@ -451,7 +451,14 @@ static void emit(Ctx *c, const Inst *i) {
   }
   if (st)
     in[0] = st->loop;
-  Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
+  Inst *x = heads_lower(m, c->f, i, in, c->dev);
+  if (x) {
+    x->shard = i->shard;
+    x->name = i->name;
+    c->map[i->id] = x;
+    return;
+  }
+  x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
   ring_lower(m, i, x);
   int tk = spmd_table_operand(i->op);
@@ -496,6 +503,7 @@ static Func *copy_func(Ctx *c, Func *src, const Inst *by, int dev) {
   DTC_ASSERT(c->map);
   for (int k = 0; k < src->inst.n && !c->failed; k++)
     emit(c, src->inst.a[k]);
+  heads_prune(m, c->f);
   free(c->map);
   return c->f;
 }
@@ -559,6 +567,8 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
                  "sharding pass", m->global.a[g].name);
       return false;
     }
+  if (!heads_check(m, d, fns, nf))
+    return false;
   for (int g = 0; g < m->global.n; g++) {   /* inputs lie as their rows do (input_block) */
     Global *gl = &m->global.a[g];
     if (gl->kind != G_INPUT)
