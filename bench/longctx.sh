@@ -103,8 +103,7 @@ PLAN
   # shellcheck disable=SC2086
   "$build/dtc" --emit=plan $flags "$dir/$plan.dt" -o "$dir/$plan.plan"
 done
-shares=$(sed -n 's/^  pos  *f32\[[0-9,]*\] .* \(c[0-9]* f32\[.*\)$/\1/p' "$dir/auto.plan" |
-  head -n 1 | sed 's/f32\[\([0-9]*\),[0-9]*\]/\1/g')
+shares=$(grep '^  param pos ' "$dir/auto.plan" | sed 's/.*m\[[^]]*\] *//; s/f32\[\([0-9]*\),[0-9]*\]/\1/g')
 sed -n '/^  device  /,/^  predicted step/s/^/# /p' "$dir/auto.plan" >&2
 
 # 3. each on the pinned ranks, and its prediction
