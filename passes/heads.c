@@ -85,8 +85,8 @@ static Sharding *moved(Module *m, const Sharding *of, int from, int to, const do
 
 /* v's blocks along `dim` (of `from`) swapped for blocks along `to` (of
  * `sizes`) over the split's axis. */
-static Inst *swap(Func *f, Inst *v, const Split *s, int dim, int to,
-                  const int64_t *from, const int64_t *sizes, Loc loc, Sharding *sh) {
+static Inst *swap(Func *f, Inst *v, const Split *s, int dim, int to, const int64_t *from,
+                  const int64_t *sizes, Loc loc, Sharding *sh) {
   Inst *x = ir_new(f, OP_all_to_all, loc, 1, &v);
   ir_set_int(x, "axis", s->axis);
   ir_set_int(x, "dim", dim);
@@ -105,7 +105,7 @@ static Inst *to_heads(Module *m, Func *f, Inst *v, const Split *s, const Shardin
   if (v->op == OP_all_to_all && ir_get_int(v, "axis", -1) == s->axis &&
       ir_get_int(v, "dim", -1) == 1 && ir_get_int(v, "to", -1) == 2 &&
       same_blocks(v, "dim_sizes", s->hb, s->k) && same_blocks(v, "sizes", s->tb, s->k))
-    return v->in[0];   /* the swap back of a head-split value */
+    return v->in[0]; /* the swap back of a head-split value */
   for (int k = 0; k < f->inst.n; k++) {
     Inst *a = f->inst.a[k];
     if (a->op == OP_all_to_all && a->in[0] == v && ir_get_int(a, "axis", -1) == s->axis &&
@@ -176,8 +176,7 @@ Inst *heads_lower(Module *m, Func *f, const Inst *i, Inst **in, int dev) {
 
 /* ---- the checks, before any copy ---- */
 
-static void check_func(const Module *m, Diag *d, const Func *f, int *found, Loc *seen,
-                       int *nseen) {
+static void check_func(const Module *m, Diag *d, const Func *f, int *found, Loc *seen, int *nseen) {
   const Mesh *mesh = &m->mesh.a[0];
   for (int j = 0; j < f->inst.n; j++) {
     const Inst *i = f->inst.a[j];
@@ -187,8 +186,8 @@ static void check_func(const Module *m, Diag *d, const Func *f, int *found, Loc 
     ++*found;
     bool again = false;
     for (int q = 0; q < *nseen; q++)
-      again |= seen[q].file == i->loc.file && seen[q].line == i->loc.line &&
-               seen[q].col == i->loc.col;
+      again |=
+          seen[q].file == i->loc.file && seen[q].line == i->loc.line && seen[q].col == i->loc.col;
     if (again)
       continue;
     if (*nseen < 64)
@@ -198,13 +197,15 @@ static void check_func(const Module *m, Diag *d, const Func *f, int *found, Loc 
     const double *r = i->shard->ratio[t_dim(i)];
     const char *an = mesh->axis_name[a];
     if (i->shard->axis[h] >= 0) {
-      diag_error(d, i->loc, "attention = heads splits the heads of this attention over axis "
-                 "'%s', but they are split over '%s' already", an,
-                 mesh->axis_name[i->shard->axis[h]]);
+      diag_error(d, i->loc,
+                 "attention = heads splits the heads of this attention over axis "
+                 "'%s', but they are split over '%s' already",
+                 an, mesh->axis_name[i->shard->axis[h]]);
       continue;
     }
     if (nh < k) {
-      diag_error(d, i->loc, "attention = heads: %lld head%s cannot be split over the %d devices "
+      diag_error(d, i->loc,
+                 "attention = heads: %lld head%s cannot be split over the %d devices "
                  "of axis '%s', which splits the sequence; each needs at least one",
                  (long long)nh, nh == 1 ? "" : "s", k, an);
       continue;
@@ -212,16 +213,20 @@ static void check_func(const Module *m, Diag *d, const Func *f, int *found, Loc 
     int64_t hb[SHARD_MAX_AXIS], tb[SHARD_MAX_AXIS];
     ir_dim_blocks(m, i->type.dim[t_dim(i)], r, k, tb);
     if (!r && nh % k && even(tb, k)) {
-      diag_error(d, i->loc, "attention = heads: %lld heads do not split evenly over the %d "
+      diag_error(d, i->loc,
+                 "attention = heads: %lld heads do not split evenly over the %d "
                  "devices of axis '%s', which split the sequence evenly; give the sequence's "
-                 "split ratios, which the heads take", (long long)nh, k, an);
+                 "split ratios, which the heads take",
+                 (long long)nh, k, an);
       continue;
     }
     ir_dim_blocks(m, nh, r, k, hb);
     for (int c = 0; c < k; c++)
       if (hb[c] == 0) {
-        diag_error(d, i->loc, "attention = heads: the ratios of axis '%s' give device %d "
-                   "none of the %lld heads; each needs at least one", an, c, (long long)nh);
+        diag_error(d, i->loc,
+                   "attention = heads: the ratios of axis '%s' give device %d "
+                   "none of the %lld heads; each needs at least one",
+                   an, c, (long long)nh);
         break;
       }
   }
@@ -235,7 +240,8 @@ bool heads_check(const Module *m, Diag *d, Func *const *fns, int nf) {
   for (int k = 0; k < nf; k++)
     check_func(m, d, fns[k], &found, seen, &nseen);
   if (!found)
-    diag_warn(d, m->attn_loc, "'attention = heads' has no effect: no attention's sequence is "
+    diag_warn(d, m->attn_loc,
+              "'attention = heads' has no effect: no attention's sequence is "
               "split over a mesh axis");
   return d->nerr == nerr;
 }
