@@ -167,7 +167,9 @@ int main(int argc, char **argv) {
   x.in[4] = q, x.in[4].rank = 3, x.in[4].data = malloc(sizeof(float) * (size_t)(B * H * T));
   x.in[5] = q, x.in[5].data = randv(n, &s);
   x.out = x.in[3], x.lse = x.in[4];
-  x.grad = q, x.grad.dim[2] = 3 * T, x.grad.data = malloc(sizeof(float) * (size_t)(3 * n));
+  /* dq, dk and dv stacked, [B, 3, H, T, D] (Tq = Tk) */
+  x.grad = (DtTensor){.data = malloc(sizeof(float) * (size_t)(3 * n)), .dtype = DTRT_F32,
+                      .rank = 5, .dim = {B, 3, H, T, D}};
   int rc = bench(reps, true, dir, &x) || bench(reps, false, dir, &x);
   for (int k = 0; k < 6; k++)
     free(x.in[k].data);
