@@ -271,3 +271,46 @@ void heads_prune(Module *m, Func *f) {
     ir_renumber(f);
   }
 }
+
+/* ---- the plan report ---- */
+
+void heads_report(FILE *out, const Module *m) {
+  if (!m->attn_heads || !m->mesh.n)
+    return;
+  const Mesh *mesh = &m->mesh.a[0];
+  Loc seen[16];
+  int nseen = 0;
+  for (int k = 0; k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    for (int j = 0; f->device == 0 && j < f->inst.n; j++) {
+      const Inst *x = f->inst.a[j], *a = x->in[0];
+      if (x->op != OP_sdpa || a->op != OP_all_to_all || ir_get_int(a, "dim", -1) != 2 ||
+          ir_get_int(a, "to", -1) != 1)
+        continue;
+      bool again = false;
+      for (int q = 0; q < nseen; q++)
+        again |=
+            seen[q].file == x->loc.file && seen[q].line == x->loc.line && seen[q].col == x->loc.col;
+      if (again || nseen == 16)
+        continue;
+      seen[nseen++] = x->loc;
+      int axis = (int)ir_get_int(a, "axis", 0), n, nt, members[SHARD_MAX_AXIS];
+      const int64_t *hb = ir_get_ints(a, "sizes", &n), *tb = ir_get_ints(a, "dim_sizes", &nt);
+      ir_mesh_group(mesh, 0, axis, members);
+      fprintf(out, "attention by heads over %s", mesh->axis_name[axis]);
+      if (x->loc.file)
+        fprintf(out, " at %s:%d", x->loc.file->name, x->loc.line);
+      fputc(':', out);
+      int64_t h0 = 0, t0 = 0, t = a->in[0]->type.dim[2];
+      for (int c = 0; c < n; c++) {
+        char dn[64];
+        int64_t tc = tb ? tb[c] : t;
+        fprintf(out, "%s %s heads %lld-%lld, positions %lld-%lld", c ? "," : "",
+                spmd_device_name(m, members[c], dn, sizeof dn), (long long)h0,
+                (long long)(h0 + hb[c] - 1), (long long)t0, (long long)(t0 + tc - 1));
+        h0 += hb[c], t0 += tc;
+      }
+      fputc('\n', out);
+    }
+  }
+}

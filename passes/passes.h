@@ -317,6 +317,9 @@ bool heads_check(const Module *m, Diag *d, Func *const *fns, int nf);
  * results that nothing reads (sdpa_lse's rows, which sdpa_grad reads before
  * the swap). */
 void heads_prune(Module *m, Func *f);
+/* For --emit=plan: each head-split attention's heads and positions on every
+ * device of its axis group (device 0's). */
+void heads_report(FILE *out, const Module *m);
 
 /* ---- exchange.c ------------------------------------------------------ */
 

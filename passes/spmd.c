@@ -796,6 +796,7 @@ void spmd_report(FILE *out, const Module *m) {
     report_state(out, m, ndev);
   spmd_report_tables(out, m, copy_of(m, "train_step", 0), copy_of(m, "forward", 0), ndev);
   report_stages(out, m, ndev);
+  heads_report(out, m);
   report_collectives(out, m, "train_step");
   report_collectives(out, m, "forward");
 }
