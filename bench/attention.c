@@ -19,8 +19,9 @@
  * and after. The machine is shared: read
  * the load beside the figures.
  *
- *     build/bench/attention [REPS] [DIR]   (DIR holds attention_torch.py;
- *                                          default the source's bench/)
+ *     build/bench/attention [REPS] [DIR [B H T D [THREADS]]]
+ *         (DIR holds attention_torch.py, default the source's bench/;
+ *         bench/longctx.sh gives its model's shape on one thread)
  */
 #define _GNU_SOURCE /* getloadavg, pipe2, CPU affinity */
 #include <fcntl.h>
@@ -36,7 +37,8 @@
 #include "dtrt.h"
 #include "peak.h"
 
-enum { B = 1, H = 4, T = 2048, D = 64, THREADS = 2 };
+/* the shape and threads, or those of the command line */
+static int B = 1, H = 4, T = 2048, D = 64, THREADS = 2;
 
 static float *randv(int64_t n, uint64_t *s) {
   float *p = malloc(sizeof(float) * (size_t)n);
@@ -141,13 +143,17 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 15;
   const char *dir = argc > 2 ? argv[2] : DTC_BENCH_DIR;
-  if (reps < 1) {
-    fprintf(stderr, "usage: attention [REPS] [DIR]\n");
+  int *shape[] = {&B, &H, &T, &D, &THREADS};
+  for (int k = 0; k < 5 && argc > 3 + k; k++)
+    *shape[k] = atoi(argv[3 + k]);
+  if (reps < 1 || B < 1 || H < 1 || T < 1 || D < 1 || THREADS < 1 || (argc > 3 && argc < 7) ||
+      argc > 8) {
+    fprintf(stderr, "usage: attention [REPS] [DIR [B H T D [THREADS]]]\n");
     return 2;
   }
   char threads[16];
   snprintf(threads, sizeof threads, "%d", THREADS);
-  setenv("DTRT_NUM_THREADS", threads, 0);
+  setenv("DTRT_NUM_THREADS", threads, argc > 7);
   Attn x = {.ctx = dtrt_ctx_new(), .a = {.ni = 1, .nf = 1, .f = {1 / sqrt((double)D)}}};
   if (!x.ctx)
     return 1;
@@ -161,7 +167,9 @@ int main(int argc, char **argv) {
   x.in[4] = q, x.in[4].rank = 3, x.in[4].data = malloc(sizeof(float) * (size_t)(B * H * T));
   x.in[5] = q, x.in[5].data = randv(n, &s);
   x.out = x.in[3], x.lse = x.in[4];
-  x.grad = q, x.grad.dim[2] = 3 * T, x.grad.data = malloc(sizeof(float) * (size_t)(3 * n));
+  /* dq, dk and dv stacked, [B, 3, H, T, D] (Tq = Tk) */
+  x.grad = (DtTensor){.data = malloc(sizeof(float) * (size_t)(3 * n)), .dtype = DTRT_F32,
+                      .rank = 5, .dim = {B, 3, H, T, D}};
   int rc = bench(reps, true, dir, &x) || bench(reps, false, dir, &x);
   for (int k = 0; k < 6; k++)
     free(x.in[k].data);

@@ -627,7 +627,9 @@ static void lower_shard_state(Module *m, const Stmt *s, Diag *d) {
  *          auto: the planner's choice by cost (passes/plan.c);
  *        | "deterministic" [ "=" expr ]: every sum over the batch in that many
  *          fixed pieces (default: ir_det_pieces), added in order;
- *        | "shard_state" "=" axis: see lower_shard_state. */
+ *        | "shard_state" "=" axis: see lower_shard_state;
+ *        | "attention" "=" ("ring" | "heads"): how an attention whose
+ *          sequence is split runs (passes/ring.c, passes/heads.c). */
 static void lower_option(Module *m, const Stmt *s, Diag *d) {
   int64_t v;
   bool det = !strcmp(s->name, "deterministic");
@@ -665,10 +667,24 @@ static void lower_option(Module *m, const Stmt *s, Diag *d) {
                  e->kind == E_IDENT ? "'" : "");
     else
       m->exchange = k, m->exchange_auto = any, m->exchange_loc = s->name_loc;
+  } else if (!strcmp(s->name, "attention")) {
+    const Expr *e = s->val;
+    const char *v = e && e->kind == E_IDENT ? e->s : "";
+    if (!e)
+      diag_error(d, s->name_loc, "'attention' needs a form: attention = heads or ring");
+    else if (m->attn_loc.file)
+      diag_error(d, s->name_loc, "a second attention option");
+    else if (strcmp(v, "heads") && strcmp(v, "ring"))
+      diag_error(d, e->loc, "'attention' must be ring or heads");
+    else if (!m->mesh.n)
+      diag_error(d, s->name_loc, "attention = %s splits an attention over a mesh axis; "
+                 "declare a mesh with mesh NAME[axis = size]", v);
+    else
+      m->attn_heads = !strcmp(v, "heads"), m->attn_loc = s->name_loc;
   } else if (!det && strcmp(s->name, "microbatches")) {
     diag_error(d, s->name_loc,
                "unknown option '%s' (expected microbatches, schedule, "
-               "deterministic, exchange or shard_state)",
+               "deterministic, exchange, shard_state or attention)",
                s->name);
   } else if (det ? m->det_pieces != 0 : m->microbatches != 0) {
     diag_error(d, s->name_loc, "a second %s option", s->name);

@@ -395,6 +395,12 @@ struct Module {
   /* `shard_state = none`: each param's optimizer state stays as its param's,
    * plan auto never splits it (passes/plan.c); state_loc is the option's */
   bool state_whole;
+  /* `attention = heads` (DeepSpeed-Ulysses): an attention whose sequence is
+   * split over an axis swaps that split for a split of its heads around the
+   * op (all_to_all, passes/heads.c) instead of running as a ring; its loc is
+   * the option's, none when it was not written (ring attention). */
+  bool attn_heads;
+  Loc attn_loc;
   int64_t batch;         /* the model's batch dimension (`batch B`), 0: none */
   /* dtc -fepilogue: fusion makes a matmul the head of the group that reads
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */

@@ -818,7 +818,8 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
 static bool is_toplevel(const Tok *t) {
   static const char *kws[] = {"module", "dim",           "cluster", "mesh",  "plan",
                               "train",  "input",         "param",   "state", "func",
-                              "buffer", "deterministic", "exchange", "shard_state"};
+                              "buffer", "deterministic", "exchange", "shard_state",
+                              "attention"};
   for (int k = 0; k < COUNTOF(kws); k++)
     if (is_kw(t, kws[k]))
       return true;
@@ -1034,6 +1035,22 @@ static bool parse_exchange(Parser *p) {
   p->m->exchange = p->m->exchange_auto ? DT_WIRE_F32 : k;
   p->m->exchange_loc = at;
   return parse_loc(p, &p->m->exchange_loc);
+}
+
+/* attention := 'attention' 'heads' [loc] */
+static bool parse_attention(Parser *p) {
+  if (p->m->attn_heads) {
+    error_at(p, p->tok.loc, "a module has one attention line");
+    return false;
+  }
+  Loc at = p->tok.loc;
+  next(p);
+  if (!is_kw(&p->tok, "heads"))
+    return expected(p, "'heads'");
+  next(p);
+  p->m->attn_heads = true;
+  p->m->attn_loc = at;
+  return parse_loc(p, &p->m->attn_loc);
 }
 
 /* shard_state := 'shard_state' (axis | 'none') [loc], an axis of the mesh
@@ -1321,6 +1338,8 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
       ok = parse_exchange(p);
     else if (is_kw(t, "shard_state"))
       ok = parse_shard_state(p);
+    else if (is_kw(t, "attention"))
+      ok = parse_attention(p);
     else if (is_kw(t, "input"))
       ok = parse_global(p, G_INPUT);
     else if (is_kw(t, "param"))
@@ -1333,7 +1352,7 @@ Module *ir_parse(Arena *a, const SrcFile *src, Diag *d) {
       ok = (error_at(p, t->loc, "a file holds one module"), false);
     else
       ok = expected(p, "a declaration (dim, cluster, mesh, plan, deterministic, exchange, "
-                       "shard_state, train, input, param, buffer, state, func)");
+                       "shard_state, attention, train, input, param, buffer, state, func)");
     finish_line(p, ok);
   }
   return d->nerr > nerr ? NULL : p->m;

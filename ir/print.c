@@ -513,6 +513,11 @@ void ir_print(FILE *out, const Module *m) {
     print_loc(out, m->state_loc);
     fputc('\n', out);
   }
+  if (m->attn_heads) {
+    fputs("attention heads", out);
+    print_loc(out, m->attn_loc);
+    fputc('\n', out);
+  }
   if (train_set(&m->train)) {
     fputs("\ntrain", out);
     print_fields(out, &m->train, ir_train_fields);

@@ -313,6 +313,25 @@ int ring_axis(const Inst *i);
  * bytes. */
 double ring_time(const Module *m, Op op, double block, const int *members, int k);
 
+/* ---- heads.c --------------------------------------------------------- */
+
+/* Under `attention = heads`, device dev's value of attention op i (sdpa,
+ * sdpa_lse, sdpa_grad) whose sequence is split, emitted into f from its
+ * operands `in` (in i's form): the sequence swapped for the heads, the op,
+ * and back; NULL, nothing emitted, when it does not apply. */
+Inst *heads_lower(Module *m, Func *f, const Inst *i, Inst **in, int dev);
+/* Located errors where `attention = heads` cannot split an attention of
+ * fns (heads already split, fewer heads than devices, heads an even split
+ * does not divide), a warning when it splits none; false on an error. */
+bool heads_check(const Module *m, Diag *d, Func *const *fns, int nf);
+/* Drops from device function f the swaps back of head-split attention
+ * results that nothing reads (sdpa_lse's rows, which sdpa_grad reads before
+ * the swap). */
+void heads_prune(Module *m, Func *f);
+/* For --emit=plan: each head-split attention's heads and positions on every
+ * device of its axis group (device 0's). */
+void heads_report(FILE *out, const Module *m);
+
 /* ---- exchange.c ------------------------------------------------------ */
 
 /* DeMo's exchange: each rank's momentum takes its own gradient, and the

@@ -451,7 +451,14 @@ static void emit(Ctx *c, const Inst *i) {
   }
   if (st)
     in[0] = st->loop;
-  Inst *x = ir_new(c->f, i->op, i->loc, i->nin, in);
+  Inst *x = heads_lower(m, c->f, i, in, c->dev);
+  if (x) {
+    x->shard = i->shard;
+    x->name = i->name;
+    c->map[i->id] = x;
+    return;
+  }
+  x = ir_new(c->f, i->op, i->loc, i->nin, in);
   ir_copy_attrs(x, i);
   ring_lower(m, i, x);
   int tk = spmd_table_operand(i->op);
@@ -496,6 +503,7 @@ static Func *copy_func(Ctx *c, Func *src, const Inst *by, int dev) {
   DTC_ASSERT(c->map);
   for (int k = 0; k < src->inst.n && !c->failed; k++)
     emit(c, src->inst.a[k]);
+  heads_prune(m, c->f);
   free(c->map);
   return c->f;
 }
@@ -559,6 +567,8 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
                  "sharding pass", m->global.a[g].name);
       return false;
     }
+  if (!heads_check(m, d, fns, nf))
+    return false;
   for (int g = 0; g < m->global.n; g++) {   /* inputs lie as their rows do (input_block) */
     Global *gl = &m->global.a[g];
     if (gl->kind != G_INPUT)
@@ -786,6 +796,7 @@ void spmd_report(FILE *out, const Module *m) {
     report_state(out, m, ndev);
   spmd_report_tables(out, m, copy_of(m, "train_step", 0), copy_of(m, "forward", 0), ndev);
   report_stages(out, m, ndev);
+  heads_report(out, m);
   report_collectives(out, m, "train_step");
   report_collectives(out, m, "forward");
 }

@@ -58,7 +58,8 @@ static void test_start(void **state) {
   expect_error("module m\nmodule n\n", "t.ir:2:1: error: a file holds one module");
   expect_error("module m\nfoo\n",
                "t.ir:2:1: error: expected a declaration (dim, cluster, mesh, plan, deterministic, "
-               "exchange, shard_state, train, input, param, buffer, state, func), found 'foo'");
+               "exchange, shard_state, attention, train, input, param, buffer, state, func), "
+               "found 'foo'");
   expect_error("module m\nexchange fp8\n", "t.ir:2:10: error: expected 'f32', 'bf16' or 'auto', found 'fp8'");
   expect_error("module m\nexchange bf16\nexchange bf16\n",
                "t.ir:3:1: error: a module has one exchange line");
