@@ -104,11 +104,36 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
   return worst;
 }
 
-/* Ring attention op i over axis ax, its keys split as `keys`: the ring's
- * transfers of the slowest group, as a collective (the estimate does not
- * overlap them with the products; the simulator does). */
-static void ring_cost(Planner *p, Est *e, const Inst *i, const Sharding *keys, int ax,
-                      double times) {
+static void reshard(Planner *p, Est *e, const Inst *x, const Sharding *to, double times);
+
+/* x's sharding with its sequence (dimension t) split over its heads (t - 1)
+ * instead, as passes/heads.c swaps it. */
+static Sharding by_heads(const Inst *x, int t) {
+  Sharding s = *x->shard;
+  s.axis[t - 1] = s.axis[t], s.ratio[t - 1] = s.ratio[t];
+  s.axis[t] = -1, s.ratio[t] = NULL;
+  return s;
+}
+
+/* Attention op i whose sequence is split over axis ax, its keys split as
+ * `keys`. Under `attention = heads`, the all_to_alls that swap each of its
+ * operands and its result between the sequence's split and the heads'
+ * (passes/heads.c), each value once, as reshards are counted. Else the
+ * ring's transfers on the slowest group, as a collective (the estimate does
+ * not overlap them with the products; the simulator does). */
+static void attention_cost(Planner *p, Est *e, const Inst *i, const Sharding *keys, int ax,
+                           double times) {
+  if (p->m->attn_heads) {
+    for (int k = 0; k < i->nin; k++)
+      if (i->in[k]->shard && i->in[k]->type.rank >= 3 &&
+          i->in[k]->shard->axis[i->in[k]->type.rank == 5 ? 3 : 2] == ax) {
+        Sharding h = by_heads(i->in[k], i->in[k]->type.rank == 5 ? 3 : 2);
+        reshard(p, e, i->in[k], &h, times);
+      }
+    Sharding h = by_heads(i, i->type.rank == 5 ? 3 : 2);
+    reshard(p, e, i, &h, times);
+    return;
+  }
   const Type *t = &i->in[1]->type;
   int k = p->size[ax];
   int *members = malloc(sizeof *members * (size_t)k);
@@ -510,7 +535,7 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
     add_compute(p, e, i, in, split_mask(i->shard, &i->type), work, times);
     int ring = ring_axis(i);
     if (ring >= 0)
-      ring_cost(p, e, i, &req[1], ring, times);
+      attention_cost(p, e, i, &req[1], ring, times);
     note_len(p, e, i->shard, &i->type);
   }
 }
