@@ -1,6 +1,7 @@
 /* kernels_index.c: torch's functions on indices and integers: arithmetic and
- * comparisons of i32 values (int_elem), i32 to f32 (to_f32), one_hot,
- * arange, cumsum, tril and triu (gather: kernels_gather.c). Each reads and writes
+ * comparisons of i32 values (int_elem), i32 to f32 (to_f32), where of i32
+ * values (int_where), one_hot, arange, cumsum, tril and triu (gather:
+ * kernels_gather.c). Each reads and writes
  * its elements once, on the context's threads when it has PARALLEL_ELEMS or
  * more; an index out of range is an error (DT_ERR_ARG) naming the first one. */
 #include <stdio.h>
@@ -212,6 +213,67 @@ DTRT_TRACED(to_f32, DTRT_TID_KERNEL) {
   run_rows(ctx, blocks, n, cast_rows, &j);
   for (int64_t k = blocks * 4096; k < n; k++)
     j.y[k] = (float)j.x[k];
+  return DT_OK;
+}
+
+/* ---- int_where ---- */
+
+typedef struct WhereJob {
+  const float *m;
+  const int32_t *x, *y;
+  int32_t *out;
+  int r;
+  int64_t dim[DT_MAX_RANK], sm[DT_MAX_RANK], sx[DT_MAX_RANK], sy[DT_MAX_RANK];
+} WhereJob;
+
+static void where_rows(void *env, int64_t begin, int64_t end) {
+  const WhereJob *j = env;
+  int r = j->r;
+  int64_t n = r ? j->dim[r - 1] : 1;
+  int64_t a = r ? j->sm[r - 1] : 0, b = r ? j->sx[r - 1] : 0, c = r ? j->sy[r - 1] : 0;
+  for (int64_t q = begin; q < end; q++) {
+    const float *m = j->m + row_offset(q, j->dim, j->sm, r);
+    const int32_t *x = j->x + row_offset(q, j->dim, j->sx, r);
+    const int32_t *y = j->y + row_offset(q, j->dim, j->sy, r);
+    int32_t *out = j->out + q * n;
+    for (int64_t k = 0; k < n; k++)
+      out[k] = m[k * a] != 0 ? x[k * b] : y[k * c];
+  }
+}
+
+/* int_where(mask f32, x i32, y i32) -> i32: x where the mask is not 0
+ * (NaN included), y elsewhere, the three broadcast to the output's shape. */
+DTRT_TRACED(int_where, DTRT_TID_KERNEL) {
+  const char *op = "int_where";
+  static const char *const what[] = {"mask", "x", "y"};
+  DtStatus s;
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 0, 0)) ||
+      (s = dtrt_check(ctx, op, "mask", &in[0], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "x", &in[1], DTRT_I32)) ||
+      (s = dtrt_check(ctx, op, "y", &in[2], DTRT_I32)) ||
+      (s = dtrt_check(ctx, op, "output", out, DTRT_I32)))
+    return s;
+  for (int t = 0; t < 3; t++) {
+    const DtTensor *v = &in[t];
+    bool ok = v->rank <= out->rank;
+    for (int d = 0; ok && d < v->rank; d++) {
+      int64_t o = out->dim[out->rank - v->rank + d];
+      ok = v->dim[d] == o || v->dim[d] == 1;
+    }
+    if (!ok) {
+      char b1[128], b2[128];
+      return dtrt_fail(ctx, DT_ERR_ARG, "int_where: %s %s does not broadcast to %s", what[t],
+                       dtrt_type_str(v->dtype, v->dim, v->rank, b1, sizeof b1),
+                       dtrt_type_str(out->dtype, out->dim, out->rank, b2, sizeof b2));
+    }
+  }
+  WhereJob j = {in[0].data, in[1].data, in[2].data, out->data, out->rank, {0}, {0}, {0}, {0}};
+  memcpy(j.dim, out->dim, sizeof j.dim);
+  bstrides(&in[0], j.r, j.dim, j.sm);
+  bstrides(&in[1], j.r, j.dim, j.sx);
+  bstrides(&in[2], j.r, j.dim, j.sy);
+  int64_t n = dtrt_numel(out), len = j.r ? j.dim[j.r - 1] : 1;
+  run_rows(ctx, len ? n / len : 0, n, where_rows, &j);
   return DT_OK;
 }
 

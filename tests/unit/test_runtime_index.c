@@ -1,7 +1,7 @@
 /* test_runtime_index.c: the kernels of torch's functions on indices and
- * integers (runtime/kernels_index.c) against plain reference loops written
- * here, on tensors small and large enough to run on several threads, and
- * their refusals of bad indices. */
+ * integers (runtime/kernels_index.c, kernels_gather.c) against plain
+ * reference loops written here, on tensors small and large enough to run on
+ * several threads, and their refusals of bad indices. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -153,6 +153,42 @@ static void test_int_elem(void **state) {
   for (int64_t q = 0; q < R * C; q++)
     assert_true(f[q] == (float)a[q]);
   free(a), free(y), free(f);
+}
+
+/* ---- int_where ---- */
+
+/* where(mask [R, 1] or [R, C], x [R, C] or [C], y [] or [R, C]) against a
+ * plain loop; the masks hold 0, -0, 1, -2 and NaN (true, as not 0). */
+static void test_int_where(void **state) {
+  (void)state;
+  enum { R = 300, C = 257 };
+  float *m = malloc(sizeof(float) * R * C);
+  int32_t *x = malloc(sizeof(int32_t) * R * C), *y = malloc(sizeof(int32_t) * R * C);
+  int32_t *out = malloc(sizeof(int32_t) * R * C);
+  static const float vals[] = {0.0f, -0.0f, 1.0f, -2.0f, NAN};
+  for (int k = 0; k < R * C; k++) {
+    m[k] = vals[rt_next() % 5];
+    x[k] = (int32_t)rt_next();
+    y[k] = (int32_t)rt_next();
+  }
+  int64_t full[2] = {R, C}, col[2] = {R, 1}, row[1] = {C};
+  DtTensor ot = ten(DTRT_I32, out, 2, full);
+  for (int form = 0; form < 3; form++) {
+    DtTensor in[3] = {ten(DTRT_F32, m, 2, form == 1 ? col : full),
+                      form == 2 ? ten(DTRT_I32, x, 1, row) : ten(DTRT_I32, x, 2, full),
+                      form == 1 ? ten(DTRT_I32, y, 0, row) : ten(DTRT_I32, y, 2, full)};
+    run(dtrt_k_int_where, in, 3, &ot, NULL);
+    for (int64_t q = 0; q < R * C; q++) {
+      float mv = form == 1 ? m[q / C] : m[q];
+      int32_t xv = form == 2 ? x[q % C] : x[q], yv = form == 1 ? y[0] : y[q];
+      if (out[q] != (mv != 0 ? xv : yv))
+        fail_msg("form %d element %lld: mask %g, got %d", form, (long long)q, mv, out[q]);
+    }
+    same_on_one_thread(dtrt_k_int_where, in, 3, &ot, NULL);
+  }
+  DtTensor in[3] = {ten(DTRT_F32, m, 1, row), ten(DTRT_I32, x, 1, col), ten(DTRT_I32, y, 2, full)};
+  refuse(dtrt_k_int_where, in, 3, &ot, NULL, "x i32[300] does not broadcast to i32[300,257]");
+  free(m), free(x), free(y), free(out);
 }
 
 /* ---- gather, gather_grad ---- */
@@ -370,6 +406,7 @@ static void test_tri(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_int_elem, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_int_where, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
       cmocka_unit_test_setup_teardown(test_one_hot, setup, teardown),
       cmocka_unit_test_setup_teardown(test_arange, setup, teardown),
