@@ -214,13 +214,41 @@ static void scatter_units(void *env, int64_t begin, int64_t end) {
   }
 }
 
+/* Two rows' scatter-adds at once, each in its order: the two chains of
+ * loads and stores overlap (a store and a load of one place follow each
+ * other within a row). */
+static void add_rows2(float *restrict a, float *restrict b, const int32_t *restrict ia,
+                      const int32_t *restrict ib, const float *restrict da,
+                      const float *restrict db, int64_t n) {
+  for (int64_t j = 0; j < n; j++) {
+    float x = da[j], y = db[j];
+    int32_t p = ia[j], q = ib[j];
+    a[p] += x;
+    b[q] += y;
+  }
+}
+
 /* The scatter-add along the last axis: a unit is a row of index adding to
- * its row of dx, or (fewer rows than threads) to a range of that row's
- * values, each part reading the whole row. */
+ * its row of dx (two rows at a time), or (fewer rows than threads) to a
+ * range of that row's values, each part reading the whole row. */
 static void scatter_last_units(void *env, int64_t begin, int64_t end) {
   GatherJob *g = env;
   int64_t n = g->n;
   for (int64_t u = begin; u < end; u++) {
+    if (g->parts == 1 && u + 1 < end) {
+      const int32_t *id = g->idx + u * n;
+      const float *dy = g->x + u * n;
+      float *a = g->y + row_base(g, u), *b = g->y + row_base(g, u + 1);
+      if (!in_range(id, 2 * n, g->size))
+        return fail(g);
+      if (g->tiles) {
+        memset(a, 0, sizeof(float) * (size_t)g->size);
+        memset(b, 0, sizeof(float) * (size_t)g->size);
+      }
+      add_rows2(a, b, id, id + n, dy, dy + n, n);
+      u++;
+      continue;
+    }
     int64_t p = u / g->parts, v0 = u % g->parts * g->part;
     int64_t v1 = g->size - v0 < g->part ? g->size : v0 + g->part;
     const int32_t *restrict id = g->idx + p * n;
