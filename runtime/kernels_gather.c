@@ -174,8 +174,10 @@ static void gather_units(void *env, int64_t begin, int64_t end) {
     int64_t m = n - j0 < g->part ? n - j0 : g->part;
     const int32_t *id = g->idx + p * n + j0;
     float *y = g->y + p * n + j0;
-    if (!in_range(id, m, g->size))
-      return fail(g);
+    if (!in_range(id, m, g->size)) {
+      fail(g);
+      return;
+    }
     const float *x = g->x + row_base(g, p) + (last ? 0 : j0);
     if (last)
       gather_last(g->avx, x, id, y, m);
@@ -204,8 +206,10 @@ static void scatter_units(void *env, int64_t begin, int64_t end) {
       int64_t p = p0 + k * g->mid;
       const int32_t *id = g->idx + p * n + j0;
       const float *dy = g->x + p * n + j0;
-      if (!in_range(id, m, g->size))
-        return fail(g);
+      if (!in_range(id, m, g->size)) {
+        fail(g);
+        return;
+      }
       if (one_index(id, m))
         add_run(dx + id[0] * as, dy, m);
       else
@@ -239,8 +243,10 @@ static void scatter_last_units(void *env, int64_t begin, int64_t end) {
       const int32_t *id = g->idx + u * n;
       const float *dy = g->x + u * n;
       float *a = g->y + row_base(g, u), *b = g->y + row_base(g, u + 1);
-      if (!in_range(id, 2 * n, g->size))
-        return fail(g);
+      if (!in_range(id, 2 * n, g->size)) {
+        fail(g);
+        return;
+      }
       if (g->tiles) {
         memset(a, 0, sizeof(float) * (size_t)g->size);
         memset(b, 0, sizeof(float) * (size_t)g->size);
@@ -254,8 +260,10 @@ static void scatter_last_units(void *env, int64_t begin, int64_t end) {
     const int32_t *restrict id = g->idx + p * n;
     const float *restrict dy = g->x + p * n;
     float *restrict dx = g->y + row_base(g, p);
-    if (!in_range(id, n, g->size))
-      return fail(g);
+    if (!in_range(id, n, g->size)) {
+      fail(g);
+      return;
+    }
     if (g->tiles)
       memset(dx + v0, 0, sizeof(float) * (size_t)(v1 - v0));
     if (g->parts == 1)
@@ -290,7 +298,7 @@ static void run_units(DtrtCtx *ctx, int64_t units, int64_t elems,
 /* Splits a length of n into parts of a multiple of LANES, at least
  * MIN_PART long, enough of them that units of them keep the threads busy. */
 static void split(GatherJob *g, int64_t units, int64_t n, int threads) {
-  int64_t want = units >= 4 * (int64_t)threads ? 1 : (4 * threads + units - 1) / units;
+  int64_t want = units < 1 || units >= 4 * (int64_t)threads ? 1 : (4 * threads + units - 1) / units;
   int64_t most = n / MIN_PART > 1 ? n / MIN_PART : 1;
   g->parts = want < most ? want : most;
   g->part = (n + g->parts - 1) / g->parts;

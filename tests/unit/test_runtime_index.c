@@ -278,6 +278,20 @@ static void test_gather(void **state) {
            yt = ten(DTRT_F32, y, 2, id);
   DtAttrs ax = {.ni = 1, .i = {1}};
   refuse(dtrt_k_gather, in, 2, &yt, &ax, "does not fit [3,4] along dims other than 1");
+  /* an empty index: nothing read, dx all zeros */
+  int64_t none[2] = {0, 4};
+  float dx[12];
+  for (int k = 0; k < 12; k++)
+    dx[k] = NAN;
+  for (int axis = 0; axis < 2; axis++) {
+    DtTensor ein[2] = {in[0], ten(DTRT_I32, ix, 2, none)}, et = ten(DTRT_F32, y, 2, none);
+    DtAttrs ea = {.ni = 1, .i = {axis}}, ga = {.ni = 3, .i = {axis, 3, 4}};
+    run(dtrt_k_gather, ein, 2, &et, &ea);
+    DtTensor gin[2] = {ein[1], ten(DTRT_F32, y, 2, none)}, dxt = ten(DTRT_F32, dx, 2, xd);
+    run(dtrt_k_gather_grad, gin, 2, &dxt, &ga);
+    for (int k = 0; k < 12; k++)
+      assert_true(dx[k] == 0);
+  }
 }
 
 /* ---- one_hot, arange ---- */
