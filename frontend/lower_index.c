@@ -78,9 +78,9 @@ Inst *lower_int_where(Ctx *c, const Expr *e, Inst *cond, Inst *x, Inst *y, Expr 
   }
   if (!ints)
     return lower_select(c, e->loc, cond, as_f32(c, e->loc, x), as_f32(c, e->loc, y));
-  Inst *in[3] = {cond, v[0], v[1]};
   if (!v[0] || !v[1])
     return NULL;
+  Inst *in[3] = {cond, v[0], v[1]};
   return finish(c, ir_new(c->f, OP_int_where, e->loc, 3, in));
 }
 

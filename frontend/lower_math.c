@@ -133,7 +133,8 @@ Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
 /* where(condition, input, other) as torch.where: input where the condition
  * (a mask, as a comparison gives: f32, not 0 is true) holds, other
  * elsewhere, the three broadcast together; input and other may be numbers,
- * -inf and inf included. where_true(c, x) + where_false(c, y), exact. */
+ * -inf and inf included. where_true(c, x) + where_false(c, y), exact; of
+ * i32 values int_where, or both made f32 (lower_int_where). */
 Inst *lower_where(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   (void)b;
   Inst *cond = in[0];
