@@ -19,6 +19,7 @@
  *   cross_entropy_grad (logits, labels)                   8 n + 4 rows
  *   sum over the rows of [rows, d]                        4 n + 4 d
  *   gather (index, x's row in cache), gather_grad (index, dy, dx)  12 n
+ *   the same along dim 0 (x read, or dx added to, at random)       12 n
  *   cumsum, tril, int_elem                                8 n
  *   adamw: w, g, m, v in, w, m, v out                     28 n
  *   sgd with momentum: w, g, m in, w, m out               20 n
@@ -223,6 +224,21 @@ static void gather_grad(Case *c) {
   c->bytes = 12.0 * numel(&c->out);
 }
 
+/* torch.gather of [B T, D] along B T at random places: each element from
+ * another row (x read once, at random) */
+static void gather_dim0(Case *c) {
+  gather(c);
+  ids(c, 1, act[0]);
+  c->a.i[0] = 0;
+}
+
+/* its scatter-add: each element to another row */
+static void gather_grad_dim0(Case *c) {
+  gather_grad(c);
+  ids(c, 0, act[0]);
+  c->a.i[0] = 0;
+}
+
 /* cumsum over T of [B, T, D] */
 static void cumsum(Case *c) {
   static const int64_t x[] = {16, 128, 256};
@@ -284,6 +300,8 @@ static const struct {
     {"sum", sum},
     {"gather", gather},
     {"gather_grad", gather_grad},
+    {"gather_dim0", gather_dim0},
+    {"gather_grad_dim0", gather_grad_dim0},
     {"cumsum", cumsum},
     {"tril", tril},
     {"int_elem", int_elem},

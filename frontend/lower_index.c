@@ -51,6 +51,39 @@ static bool int_const(Ctx *c, const Expr *e, int64_t *k, bool *bad) {
   return true;
 }
 
+/* The integer k as an i32 value of rank 0. */
+static Inst *int_scalar(Ctx *c, Loc at, int64_t k) {
+  Inst *i = ir_new(c->f, OP_arange, at, 0, NULL);
+  ir_set_int(i, "size", 1);
+  ir_set_float(i, "start", (double)k);
+  ir_set_float(i, "step", 1);
+  ir_set_int(i, "i32", 1);
+  i = finish(c, i);
+  return i ? reshaped(c, at, i, NULL, 0) : NULL;
+}
+
+Inst *lower_int_where(Ctx *c, const Expr *e, Inst *cond, Inst *x, Inst *y, Expr *const *arg) {
+  Inst *v[2] = {x, y};
+  bool ints = true, bad = false;
+  for (int k = 0; k < 2; k++) {
+    int64_t n;
+    if (v[k]->type.dtype == DT_I32)
+      continue;
+    if (is_number(c, arg[k]) && int_const(c, arg[k], &n, &bad))
+      v[k] = int_scalar(c, arg[k]->loc, n);
+    else if (bad)
+      return NULL;
+    else
+      ints = false;
+  }
+  if (!ints)
+    return lower_select(c, e->loc, cond, as_f32(c, e->loc, x), as_f32(c, e->loc, y));
+  if (!v[0] || !v[1])
+    return NULL;
+  Inst *in[3] = {cond, v[0], v[1]};
+  return finish(c, ir_new(c->f, OP_int_where, e->loc, 3, in));
+}
+
 /* x OP y, x or y i32, as torch computes it: + - * and comparisons of i32
  * values and integers stay integers (comparisons giving an f32 mask, as of
  * f32 values), exact, sums and products wrapping at 2^32; `/`, an f32

@@ -189,6 +189,9 @@ Inst *lower_index(Ctx *c, const Expr *e);
  * builtins.def): lower_math.c elementwise, lower_tensor.c reductions and
  * reshapes, lower_nn.c convolutions, normalisation, losses, attention ---- */
 
+/* where(m, a, b) of a mask m and f32 values: where_true(m, a) +
+ * where_false(m, b). */
+Inst *lower_select(Ctx *c, Loc at, Inst *m, Inst *a, Inst *b);
 /* v reshaped to shape [dim, n] (v itself when that is its shape). */
 Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n);
 
@@ -196,6 +199,9 @@ Inst *reshaped(Ctx *c, Loc at, Inst *v, const int64_t *dim, int n);
 
 /* x OP y of e, a binary expression (not '@'), x or y i32. */
 Inst *lower_int_binary(Ctx *c, const Expr *e, Inst *x, Inst *y);
+/* where(cond, x, y) with x or y i32, as torch.where: i32 when the other is
+ * i32 or an integer, else both f32; arg the call's input and other. */
+Inst *lower_int_where(Ctx *c, const Expr *e, Inst *cond, Inst *x, Inst *y, Expr *const *arg);
 /* -x of an i32 value. */
 Inst *lower_int_neg(Ctx *c, Loc at, Inst *x);
 

@@ -133,7 +133,8 @@ Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
 /* where(condition, input, other) as torch.where: input where the condition
  * (a mask, as a comparison gives: f32, not 0 is true) holds, other
  * elsewhere, the three broadcast together; input and other may be numbers,
- * -inf and inf included. where_true(c, x) + where_false(c, y), exact. */
+ * -inf and inf included. where_true(c, x) + where_false(c, y), exact; of
+ * i32 values int_where, or both made f32 (lower_int_where). */
 Inst *lower_where(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   (void)b;
   Inst *cond = in[0];
@@ -154,13 +155,13 @@ Inst *lower_where(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg
                type_str(&x->type, b2, sizeof b2), type_str(&y->type, b3, sizeof b3));
     return NULL;
   }
-  Inst *t = op2(c, OP_where_true, e->loc, cond, x);
-  Inst *f = t ? op2(c, OP_where_false, e->loc, cond, y) : NULL;
-  return f ? op2(c, OP_add, e->loc, t, f) : NULL;
+  if (x->type.dtype == DT_I32 || y->type.dtype == DT_I32)
+    return lower_int_where(c, e, cond, x, y, arg + 1);
+  return lower_select(c, e->loc, cond, x, y);
 }
 
 /* where(m, a, b) of a mask m: where_true(m, a) + where_false(m, b). */
-static Inst *select(Ctx *c, Loc at, Inst *m, Inst *a, Inst *b) {
+Inst *lower_select(Ctx *c, Loc at, Inst *m, Inst *a, Inst *b) {
   Inst *t = m ? op2(c, OP_where_true, at, m, a) : NULL;
   Inst *f = t ? op2(c, OP_where_false, at, m, b) : NULL;
   return f ? op2(c, OP_add, at, t, f) : NULL;
@@ -191,7 +192,7 @@ static Inst *clamp_tensors(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
       return NULL;
     }
     Inst *m = k == 1 ? op2(c, OP_gt, e->loc, v, x) : op2(c, OP_gt, e->loc, x, v);
-    x = select(c, e->loc, m, v, x);
+    x = lower_select(c, e->loc, m, v, x);
     if (!x)
       return NULL;
   }

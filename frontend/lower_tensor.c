@@ -67,13 +67,27 @@ bool reduce_axes(Ctx *c, const Expr *axis, const Expr *axes, const Expr *dim, co
 }
 
 /* sum, mean, max: over `axis`, the list `axes`, `dim` (either), or
- * everything. */
+ * everything. sum and mean of i32 values are errors: torch's sum of int32
+ * is int64, which an i32 sum would wrap past 2^31 and an f32 one round past
+ * 2^24; torch's mean refuses integers. */
 Inst *lower_reduce(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   Op op = b->op;
   Inst *x = in[0];
   int64_t axes[IR_MAX_RANK];
   int n = 0;
   bool keep = false;
+  if (x->type.dtype == DT_I32 && (op == OP_sum || op == OP_mean)) {
+    char buf[128];
+    if (op == OP_mean)
+      diag_error(c->d, arg[0]->loc, "'mean' of %s: as torch's, it needs a floating-point input, "
+                 "not an integer one; make it f32 first (y * 1.0)",
+                 type_str(&x->type, buf, sizeof buf));
+    else
+      diag_error(c->d, arg[0]->loc, "'sum' of %s: torch's sum of int32 is int64, which dtc does "
+                 "not have; make it f32 first (y * 1.0: exact while the sum stays within 2^24)",
+                 type_str(&x->type, buf, sizeof buf));
+    return NULL;
+  }
   if (!reduce_axes(c, arg[1], arg[2], arg[4], x, axes, &n))
     return NULL;
   if (arg[3] && !bool_arg(c, arg[3], "keepdim", &keep))

@@ -148,8 +148,8 @@ static bool no_decay_arg(Ctx *c, const Expr *e, Train *t) {
 /* groups = "[" group { "," group } "]",
  * group = "group" "(" params [, lr = X] [, weight_decay = Y] ")": torch's
  * param_groups, params a list as no_decay's; checked here, resolved by
- * lower_groups. */
-static bool groups_arg(Ctx *c, const Expr *e) {
+ * lower_groups. no_wd: the optimizer, when it has no weight decay. */
+static bool groups_arg(Ctx *c, const Expr *e, const char *no_wd) {
   static const char *const param[] = {"params", "lr", "weight_decay"};
   if (e->kind != E_LIST) {
     if (e->kind != E_ERROR)
@@ -177,8 +177,12 @@ static bool groups_arg(Ctx *c, const Expr *e) {
     double v;
     if (arg[1])
       ok &= real_in(c, arg[1], "lr", &ir_positive, &v);
-    if (arg[2])
+    if (arg[2] && no_wd) {
+      diag_error(c->d, arg[2]->loc, "%s takes no weight decay, nor do its groups", no_wd);
+      ok = false;
+    } else if (arg[2]) {
       ok &= real_in(c, arg[2], "weight_decay", &ir_nonnegative, &v);
+    }
   }
   if (ok)
     c->groups = e;
@@ -264,7 +268,7 @@ void lower_groups(Ctx *c) {
  *           | adagrad(lr, lr_decay, weight_decay, eps, initial_accumulator_value, schedule,
  *                     no_decay, groups)
  *           | rowwise_adagrad(...)
- *           | sparse_adam(lr, beta1, beta2, eps, schedule) */
+ *           | sparse_adam(lr, beta1, beta2, eps, schedule, groups) */
 static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const sgd[] = {"lr",       "momentum", "weight_decay",
                                     "schedule", "nesterov", "clip_norm", "dampening",
@@ -277,7 +281,7 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
   static const char *const adagrad[] = {
       "lr", "lr_decay", "weight_decay", "eps", "initial_accumulator_value", "schedule",
       "no_decay", "groups"};
-  static const char *const sparse_adam[] = {"lr", "beta1", "beta2", "eps", "schedule"};
+  static const char *const sparse_adam[] = {"lr", "beta1", "beta2", "eps", "schedule", "groups"};
   int kind = dtrt_name_index(ir_opt_names, OPT_COUNT, e->s);
   if (kind < 0) {
     diag_error(c->d, e->loc, "unknown optimizer '%s'%s", e->s,
@@ -326,7 +330,7 @@ static bool lower_optimizer(Ctx *c, const Expr *e, Train *t) {
     else if (!strcmp(p, "no_decay"))
       ok &= no_decay_arg(c, arg[k], t);
     else if (!strcmp(p, "groups"))
-      ok &= groups_arg(c, arg[k]);
+      ok &= groups_arg(c, arg[k], kind == OPT_SPARSE_ADAM ? "sparse_adam" : NULL);
     else if (!strcmp(p, "nesterov")) {
       bool on = false;
       ok &= bool_arg(c, arg[k], p, &on);

@@ -17,8 +17,8 @@
  *                   (2 (c1 + c2)), and for demo_compress a sort of each tile
  *                   (log2 of its size)
  *   data movement   0: reshape transpose slice pad (its fill too, whatever the
- *                   value) concat broadcast embedding to_f32 gather one_hot
- *                   arange tril triu; embedding_bag adds its pooling
+ *                   value) concat broadcast embedding to_f32 int_where gather
+ *                   one_hot arange tril triu; embedding_bag adds its pooling
  *   plumbing        0: load store output const lr arg repeat_out batch_stat
  *   repeat          n times the sum over its body's insts
  *
@@ -283,6 +283,7 @@ ZERO(broadcast)
  * element); the others move data */
 PER_OUT(int_elem, 1)
 ZERO(to_f32)
+ZERO(int_where)
 ZERO(gather)
 PER_IN(gather_grad, 1)
 ZERO(one_hot)

@@ -77,6 +77,7 @@ static const Kernel kernels[OP_COUNT] = {
   [OP_broadcast] = dtrt_k_broadcast,
   [OP_int_elem] = dtrt_k_int_elem,
   [OP_to_f32] = dtrt_k_to_f32,
+  [OP_int_where] = dtrt_k_int_where,
   [OP_gather] = dtrt_k_gather,
   [OP_gather_grad] = dtrt_k_gather_grad,
   [OP_one_hot] = dtrt_k_one_hot,

@@ -1324,6 +1324,19 @@ bool shape_to_f32(Inst *inst, char *err, size_t errlen) {
   return true;
 }
 
+bool shape_int_where(Inst *inst, char *err, size_t errlen) {
+  char b1[128], b2[128], b3[128];
+  Type t;
+  if (IN(0)->dtype != DT_F32 || IN(1)->dtype != DT_I32 || IN(2)->dtype != DT_I32)
+    FAIL("'int_where' takes an f32 mask and two i32 values, not %s, %s and %s", ts(IN(0), b1),
+         ts(IN(1), b2), ts(IN(2), b3));
+  if (!broadcast2(IN(0), IN(1), &t) || !broadcast2(&t, IN(2), &inst->type))
+    FAIL("shape mismatch in 'int_where': %s, %s and %s do not broadcast", ts(IN(0), b1),
+         ts(IN(1), b2), ts(IN(2), b3));
+  inst->type.dtype = DT_I32;
+  return check_out(inst, err, errlen);
+}
+
 /* index i32 of x's rank, no dim longer than x's but along axis. */
 static bool index_fits(Inst *inst, const Type *x, const Type *idx, int64_t *ax, char *err,
                        size_t errlen) {

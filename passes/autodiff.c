@@ -665,6 +665,7 @@ static void grad_broadcast(GradCtx *g, Inst *inst) { accum(g, X, DY); }
 
 static void grad_int_elem(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_to_f32(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
+static void grad_int_where(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_one_hot(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_arange(GradCtx *g, Inst *inst) { (void)g, (void)inst; }
 static void grad_gather_grad(GradCtx *g, Inst *inst) { no_derivative(g, inst); }

@@ -621,6 +621,7 @@ static bool shard_broadcast(const Inst *i, DimMap *m) { return elem(i, m, true);
 
 static bool shard_int_elem(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_to_f32(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_int_where(const Inst *i, DimMap *m) { return elem(i, m, false); }
 /* Made whole on every device: a block would count from 0 */
 static bool shard_arange(const Inst *i, DimMap *m) { return whole(i, m); }
 /* The classes stay whole; the ids' dims carry over. */

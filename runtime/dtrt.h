@@ -321,7 +321,9 @@ DTRT_KERNEL(broadcast);
  * first): a fn b elementwise over i32, broadcasting, fn = i[0] a DtIntFn;
  * add, sub and mul wrap at 2^32, floor_divide and remainder round as
  * Python's // and % (a zero divisor: DT_ERR_ARG), the comparisons give f32
- * masks of 1 and 0. to_f32(x i32) -> f32. gather(x, index i32){axis} ->
+ * masks of 1 and 0. to_f32(x i32) -> f32. int_where(mask f32, x i32, y i32)
+ * -> i32: x where the mask is not 0 (NaN included), y elsewhere, the three
+ * broadcast together. gather(x, index i32){axis} ->
  * index's shape; gather_grad(index, dy){axis, shape...} -> dx of that shape.
  * one_hot(ids i32){classes} -> f32[..., classes]. arange(){size, i32;
  * start, step} -> [size]. cumsum(x){axis, reverse}. tril and triu(x[..., r,
@@ -332,6 +334,7 @@ typedef enum DtIntFn {
 } DtIntFn;
 DTRT_KERNEL(int_elem);
 DTRT_KERNEL(to_f32);
+DTRT_KERNEL(int_where);
 DTRT_KERNEL(gather);
 DTRT_KERNEL(gather_grad);
 DTRT_KERNEL(one_hot);

@@ -1,6 +1,7 @@
 /* kernels_index.c: torch's functions on indices and integers: arithmetic and
- * comparisons of i32 values (int_elem), i32 to f32 (to_f32), gather and its
- * scatter-add, one_hot, arange, cumsum, tril and triu. Each reads and writes
+ * comparisons of i32 values (int_elem), i32 to f32 (to_f32), where of i32
+ * values (int_where), one_hot, arange, cumsum, tril and triu (gather:
+ * kernels_gather.c). Each reads and writes
  * its elements once, on the context's threads when it has PARALLEL_ELEMS or
  * more; an index out of range is an error (DT_ERR_ARG) naming the first one. */
 #include <stdio.h>
@@ -215,168 +216,65 @@ DTRT_TRACED(to_f32, DTRT_TID_KERNEL) {
   return DT_OK;
 }
 
-/* ---- gather and its scatter-add ---- */
+/* ---- int_where ---- */
 
-typedef struct GatherJob {
-  const float *x; /* gather: the source; gather_grad: dy */
-  float *y;
-  const int32_t *idx;
-  int r, axis;
-  int64_t idim[DT_MAX_RANK]; /* index's dims (y's, dy's) */
-  int64_t xs[DT_MAX_RANK];   /* strides of the whole (x, dx) */
-  int64_t size;              /* the whole's length along axis */
-  int64_t rows_per;          /* gather_grad: rows of one job */
-  int bad;
-} GatherJob;
+typedef struct WhereJob {
+  const float *m;
+  const int32_t *x, *y;
+  int32_t *out;
+  int r;
+  int64_t dim[DT_MAX_RANK], sm[DT_MAX_RANK], sx[DT_MAX_RANK], sy[DT_MAX_RANK];
+} WhereJob;
 
-/* Where row p of index starts in the whole, its coordinate along axis
- * left out. */
-static int64_t gather_row(const GatherJob *g, int64_t p) {
-  int r = g->r;
-  int64_t base = row_offset(p, g->idim, g->xs, r);
-  if (g->axis < r - 1) {
-    int64_t q = p, c = 0;
-    for (int d = r - 2; d >= g->axis; d--) {
-      c = q % g->idim[d];
-      q /= g->idim[d];
-    }
-    base -= c * g->xs[g->axis];
-  }
-  return base;
-}
-
-static void gather_rows(void *env, int64_t begin, int64_t end) {
-  GatherJob *g = env;
-  int r = g->r;
-  int64_t n = g->idim[r - 1], as = g->xs[g->axis], size = g->size;
-  bool last = g->axis == r - 1;
-  for (int64_t p = begin; p < end; p++) {
-    int64_t base = gather_row(g, p);
-    const int32_t *id = g->idx + p * n;
-    float *y = g->y + p * n;
-    for (int64_t j = 0; j < n; j++) {
-      int64_t v = id[j];
-      if (v < 0 || v >= size) {
-        __atomic_store_n(&g->bad, 1, __ATOMIC_RELAXED);
-        return;
-      }
-      y[j] = g->x[base + (last ? 0 : j) + v * as];
-    }
+static void where_rows(void *env, int64_t begin, int64_t end) {
+  const WhereJob *j = env;
+  int r = j->r;
+  int64_t n = r ? j->dim[r - 1] : 1;
+  int64_t a = r ? j->sm[r - 1] : 0, b = r ? j->sx[r - 1] : 0, c = r ? j->sy[r - 1] : 0;
+  for (int64_t q = begin; q < end; q++) {
+    const float *m = j->m + row_offset(q, j->dim, j->sm, r);
+    const int32_t *x = j->x + row_offset(q, j->dim, j->sx, r);
+    const int32_t *y = j->y + row_offset(q, j->dim, j->sy, r);
+    int32_t *out = j->out + q * n;
+    for (int64_t k = 0; k < n; k++)
+      out[k] = m[k * a] != 0 ? x[k * b] : y[k * c];
   }
 }
 
-static void scatter_rows(void *env, int64_t begin, int64_t end) {
-  GatherJob *g = env;
-  int r = g->r;
-  int64_t n = g->idim[r - 1], as = g->xs[g->axis], size = g->size;
-  bool last = g->axis == r - 1;
-  for (int64_t p = begin * g->rows_per; p < end * g->rows_per; p++) {
-    int64_t base = gather_row(g, p);
-    const int32_t *id = g->idx + p * n;
-    const float *dy = g->x + p * n;
-    for (int64_t j = 0; j < n; j++) {
-      int64_t v = id[j];
-      if (v < 0 || v >= size) {
-        __atomic_store_n(&g->bad, 1, __ATOMIC_RELAXED);
-        return;
-      }
-      g->y[base + (last ? 0 : j) + v * as] += dy[j];
-    }
-  }
-}
-
-/* The first index out of [0, size), for the message. */
-static DtStatus bad_index(DtrtCtx *ctx, const char *op, const DtTensor *idx, int axis,
-                          int64_t size) {
-  const int32_t *v = idx->data;
-  int64_t n = dtrt_numel(idx), k = 0;
-  while (k < n && v[k] >= 0 && v[k] < size)
-    k++;
-  return dtrt_fail(ctx, DT_ERR_ARG, "%s: index %d is out of bounds for dimension %d with size %lld",
-                   op, k < n ? v[k] : -1, axis, (long long)size);
-}
-
-/* Checks index against the whole's dims whole[0..r): its rank, each dim no
- * longer but along axis; sets g's shapes. */
-static DtStatus gather_setup(DtrtCtx *ctx, const char *op, const DtTensor *idx,
-                             const int64_t *whole, int r, int64_t axis, GatherJob *g) {
-  char b1[128], b2[128];
+/* int_where(mask f32, x i32, y i32) -> i32: x where the mask is not 0
+ * (NaN included), y elsewhere, the three broadcast to the output's shape. */
+DTRT_TRACED(int_where, DTRT_TID_KERNEL) {
+  const char *op = "int_where";
+  static const char *const what[] = {"mask", "x", "y"};
   DtStatus s;
-  int ax;
-  if ((s = dtrt_axis(ctx, op, axis, r, &ax)))
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 3, 3, out, a, 0, 0)) ||
+      (s = dtrt_check(ctx, op, "mask", &in[0], DTRT_F32)) ||
+      (s = dtrt_check(ctx, op, "x", &in[1], DTRT_I32)) ||
+      (s = dtrt_check(ctx, op, "y", &in[2], DTRT_I32)) ||
+      (s = dtrt_check(ctx, op, "output", out, DTRT_I32)))
     return s;
-  bool ok = idx->rank == r && r > 0;
-  for (int d = 0; ok && d < r; d++)
-    ok = d == ax || idx->dim[d] <= whole[d];
-  if (!ok)
-    return dtrt_fail(ctx, DT_ERR_ARG, "%s: index %s does not fit %s along dims other than %d", op,
-                     dtrt_type_str(idx->dtype, idx->dim, idx->rank, b1, sizeof b1),
-                     dtrt_dims_str(whole, r, b2, sizeof b2), ax);
-  g->r = r;
-  g->axis = ax;
-  g->size = whole[ax];
-  memcpy(g->idim, idx->dim, sizeof g->idim);
-  int64_t st = 1;
-  for (int d = r - 1; d >= 0; d--) {
-    g->xs[d] = st;
-    st *= whole[d];
+  for (int t = 0; t < 3; t++) {
+    const DtTensor *v = &in[t];
+    bool ok = v->rank <= out->rank;
+    for (int d = 0; ok && d < v->rank; d++) {
+      int64_t o = out->dim[out->rank - v->rank + d];
+      ok = v->dim[d] == o || v->dim[d] == 1;
+    }
+    if (!ok) {
+      char b1[128], b2[128];
+      return dtrt_fail(ctx, DT_ERR_ARG, "int_where: %s %s does not broadcast to %s", what[t],
+                       dtrt_type_str(v->dtype, v->dim, v->rank, b1, sizeof b1),
+                       dtrt_type_str(out->dtype, out->dim, out->rank, b2, sizeof b2));
+    }
   }
-  g->idx = idx->data;
+  WhereJob j = {in[0].data, in[1].data, in[2].data, out->data, out->rank, {0}, {0}, {0}, {0}};
+  memcpy(j.dim, out->dim, sizeof j.dim);
+  bstrides(&in[0], j.r, j.dim, j.sm);
+  bstrides(&in[1], j.r, j.dim, j.sx);
+  bstrides(&in[2], j.r, j.dim, j.sy);
+  int64_t n = dtrt_numel(out), len = j.r ? j.dim[j.r - 1] : 1;
+  run_rows(ctx, len ? n / len : 0, n, where_rows, &j);
   return DT_OK;
-}
-
-/* gather(x, index){axis}: y of index's shape, y[p] = x[p with its
- * coordinate along axis replaced by index[p]]. */
-DTRT_TRACED(gather, DTRT_TID_KERNEL) {
-  const char *op = "gather";
-  DtStatus s;
-  GatherJob g = {0};
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 1, 0)) ||
-      (s = dtrt_check(ctx, op, "input", &in[0], DTRT_F32)) ||
-      (s = dtrt_check(ctx, op, "index", &in[1], DTRT_I32)) ||
-      (s = gather_setup(ctx, op, &in[1], in[0].dim, in[0].rank, dtrt_ai(a, 0, 0), &g)) ||
-      (s = dtrt_check_as(ctx, op, "output", out, DTRT_F32, in[1].dim, in[1].rank)))
-    return s;
-  int64_t n = dtrt_numel(out), len = g.idim[g.r - 1];
-  g.x = in[0].data;
-  g.y = out->data;
-  run_rows(ctx, len ? n / len : 0, n, gather_rows, &g);
-  return g.bad ? bad_index(ctx, op, &in[1], g.axis, g.size) : DT_OK;
-}
-
-/* gather_grad(index, dy){axis, shape...}: dx of that shape, zeros with each
- * dy[p] added at the place gather read y[p] from; in row-major order of dy,
- * so the same on any number of threads (the jobs are the blocks of dims
- * before axis, each writing its own part of dx). */
-DTRT_TRACED(gather_grad, DTRT_TID_KERNEL) {
-  const char *op = "gather_grad";
-  DtStatus s;
-  GatherJob g = {0};
-  int r = out->rank;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 1 + DT_MAX_RANK, 0)) ||
-      (s = dtrt_check(ctx, op, "index", &in[0], DTRT_I32)) ||
-      (s = dtrt_check_as(ctx, op, "dy", &in[1], DTRT_F32, in[0].dim, in[0].rank)) ||
-      (s = dtrt_check(ctx, op, "output", out, DTRT_F32)))
-    return s;
-  if (dtrt_ni(a) != 1 + r)
-    return dtrt_fail(ctx, DT_ERR_ARG, "gather_grad: %d shape attributes for an output of rank %d",
-                     dtrt_ni(a) - 1, r);
-  for (int d = 0; d < r; d++)
-    if (a->i[1 + d] != out->dim[d])
-      return dtrt_fail(ctx, DT_ERR_ARG, "gather_grad: output dim %d is %lld, shape says %lld", d,
-                       (long long)out->dim[d], (long long)a->i[1 + d]);
-  if ((s = gather_setup(ctx, op, &in[0], out->dim, r, a->i[0], &g)))
-    return s;
-  int64_t n = dtrt_numel(&in[0]), len = g.idim[r - 1], blocks = 1;
-  memset(out->data, 0, sizeof(float) * (size_t)dtrt_numel(out));
-  for (int d = 0; d < g.axis && d < r - 1; d++)
-    blocks *= g.idim[d];
-  int64_t rows = len ? n / len : 0;
-  g.rows_per = blocks ? rows / blocks : 0;
-  g.x = in[1].data;
-  g.y = out->data;
-  run_rows(ctx, g.rows_per ? blocks : 0, n, scatter_rows, &g);
-  return g.bad ? bad_index(ctx, op, &in[0], g.axis, g.size) : DT_OK;
 }
 
 /* ---- one_hot ---- */

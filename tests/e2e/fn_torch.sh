@@ -2,7 +2,7 @@
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
 # leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`,
 # comparisons, where, clamp, hardtanh, relu6, indexing and slicing, integer
-# arithmetic, gather, one_hot, arange, cumsum, tril, triu)
+# arithmetic, where of i32 values, gather, one_hot, arange, cumsum, tril, triu)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -89,6 +89,16 @@ check "sum(y / 2 * z[:, 2] + (y + 0.5) * z[:, 3] + -y * t[:, 0])" \
 check "sum(floor_divide(y - 2, 2) * z[:, 0] + remainder(y - 2, -3) * z[:, 1])" \
       "torch.floor_divide(y - 2, 2) * z[:, 0] + torch.remainder(y - 2, -3) * z[:, 1]"
 check "sum(remainder(7 - y, y + 1) * z[:, 3])" "torch.remainder(7 - y, y + 1) * z[:, 3]"
+# where of i32 values: i32 with i32 or integers (floor_divide takes only
+# i32), f32 with f32 values or other numbers; broadcasting the three
+check "sum(where(z[:, 0] > 0, y, -1) * z[:, 1] + where(z[:, 1] > 0, 2 * y, y - 3) * t[:, 0])" \
+      "torch.where(z[:, 0] > 0, y, -1) * z[:, 1] + torch.where(z[:, 1] > 0, 2 * y, y - 3) * t[:, 0]"
+check "sum(floor_divide(where(z[:, 2] <= 0, y, -7), 2) * z[:, 3] + where(t[:, 1] > 0.5, 3, y) * t[:, 2])" \
+      "torch.floor_divide(torch.where(z[:, 2] <= 0, y, -7), 2) * z[:, 3] + torch.where(t[:, 1] > 0.5, 3, y) * t[:, 2]"
+check "sum(where(z[:, 2] > 0, y, z[:, 3]) * t[:, 0] + where(z[:, 0] > 0, 0.5, y) * z[:, 1])" \
+      "torch.where(z[:, 2] > 0, y, z[:, 3]) * t[:, 0] + torch.where(z[:, 0] > 0, 0.5, y) * z[:, 1]"
+check "sum(where(z > 0, reshape(y, [6, 1]), 1) * z) + sum(where(t[:, 0] < 0.5, -2, y * 3) * t[:, 1])" \
+      "torch.where(z > 0, y.view(6, 1), 1) * z + (torch.where(t[:, 0] < 0.5, -2, y * 3) * t[:, 1]).view(6, 1) / 4"
 # gather, one_hot, arange (i32 for integers, f32 otherwise)
 check "sum(gather(z, 1, reshape(y, [6, 1])) * t[:, 0:1])" "z.gather(1, y.view(6, 1)) * t[:, 0:1]"
 check "sum(gather(z, 0, remainder(reshape(arange(8), [2, 4]) * 5, 6)) * t[:2])" \

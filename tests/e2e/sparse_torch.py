@@ -2,7 +2,8 @@
 # steps in float64 with torch on the same data and initial weights, the
 # tables' gradients sparse (F.embedding_bag(..., sparse=True)): the dense
 # param w stepped by torch.optim.DENSE, the tables e1 and e2 by
-# torch.optim.SPARSE, or with SPARSE "rowwise_adagrad(lr=.., eps=..)" by a
+# torch.optim.SPARSE (each given the params, unless it lists its groups of
+# p['e1'] and so on), or with SPARSE "rowwise_adagrad(lr=.., eps=..)" by a
 # plain loop of FBGEMM's row-wise Adagrad (one sum of the mean of g^2 a
 # row). CALL is the first table's lookup (ids, e1, sw in scope). Checks
 # dtc's weights after every step within 1e-5 of each tensor's largest
@@ -19,13 +20,19 @@ p = {}
 for r in rows[:3]:
     p[r[0]] = torch.tensor([float(v) for v in r[1:]], dtype=torch.float64).reshape(shape[r[0]])
     p[r[0]].requires_grad_()
-opt_d = eval("torch.optim." + dense.replace("(", "([p['w']], ", 1))
+def optimizer(spec, params):
+    """torch.optim.SPEC over params, or over the groups SPEC lists itself
+    (p['e1'] and so on)."""
+    return eval("torch.optim." + (spec if "p['" in spec else spec.replace("(", "(%s, " % params, 1)))
+
+
+opt_d = optimizer(dense, "[p['w']]")
 rowwise = sparse.startswith("rowwise_adagrad")
 if rowwise:
     kw = eval("dict(" + sparse[sparse.index("(") + 1:])
     acc = {n: torch.zeros(shape[n][0], dtype=torch.float64) for n in ("e1", "e2")}
 else:
-    opt_s = eval("torch.optim." + sparse.replace("(", "([p['e1'], p['e2']], ", 1))
+    opt_s = optimizer(sparse, "[p['e1'], p['e2']]")
 
 
 def rowwise_step():

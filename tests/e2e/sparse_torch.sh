@@ -2,9 +2,10 @@
 # sparse_torch.sh SPARSE_STEPS: sparse tables against torch for 10 steps on
 # the same weights and data (sparse_torch.py): embedding_bag with sparse=True
 # in modes sum and mean, with per_sample_weights and padding_idx, trained by
-# SGD, Adagrad, SparseAdam (beside Adam for the dense param) and row-wise
-# Adagrad (a plain loop); then the memory plan of a sparse model, which must
-# hold no [R, D] buffer for a table (the tables are [9, 5] and [7, 5]).
+# SGD, Adagrad, SparseAdam (beside Adam for the dense param; also with two
+# param groups) and row-wise Adagrad (a plain loop); then the memory plan of
+# a sparse model, which must hold no [R, D] buffer for a table (the tables
+# are [9, 5] and [7, 5]).
 # Skipped (status 77) when Debian's python3 has no torch.
 set -u
 run=$1
@@ -44,4 +45,11 @@ check "sparse_adam(lr = 0.02, beta1 = 0.5, beta2 = 0.9, eps = 1e-4)" \
       "Adam(lr=0.02, betas=(0.5, 0.9), eps=1e-4)" "SparseAdam(lr=0.02, betas=(0.5, 0.9), eps=1e-4)" \
       "$mean" "$tmean"
 check "rowwise_adagrad(lr = 0.1)" "Adagrad(lr=0.1)" "rowwise_adagrad(lr=0.1)" "$sum" "$tsum"
+# param groups: SparseAdam's two groups of their own lr, Adam's w in one
+check "sparse_adam(lr = 0.01, groups = [group([e2], lr = 0.05)])" "Adam(lr=0.01)" \
+      "SparseAdam([{'params': [p['e1']]}, {'params': [p['e2']], 'lr': 0.05}], lr=0.01)" "$sum" "$tsum"
+check "sparse_adam(lr = 0.02, beta2 = 0.9, groups = [group([e1, w], lr = 0.005)])" \
+      "Adam(lr=0.005, betas=(0.9, 0.9))" \
+      "SparseAdam([{'params': [p['e1']], 'lr': 0.005}, {'params': [p['e2']]}], lr=0.02, betas=(0.9, 0.9))" \
+      "$mean" "$tmean"
 exit $fail

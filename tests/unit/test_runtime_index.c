@@ -1,7 +1,7 @@
 /* test_runtime_index.c: the kernels of torch's functions on indices and
- * integers (runtime/kernels_index.c) against plain reference loops written
- * here, on tensors small and large enough to run on several threads, and
- * their refusals of bad indices. */
+ * integers (runtime/kernels_index.c, kernels_gather.c) against plain
+ * reference loops written here, on tensors small and large enough to run on
+ * several threads, and their refusals of bad indices. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -155,24 +155,61 @@ static void test_int_elem(void **state) {
   free(a), free(y), free(f);
 }
 
+/* ---- int_where ---- */
+
+/* where(mask [R, 1] or [R, C], x [R, C] or [C], y [] or [R, C]) against a
+ * plain loop; the masks hold 0, -0, 1, -2 and NaN (true, as not 0). */
+static void test_int_where(void **state) {
+  (void)state;
+  enum { R = 300, C = 257 };
+  float *m = malloc(sizeof(float) * R * C);
+  int32_t *x = malloc(sizeof(int32_t) * R * C), *y = malloc(sizeof(int32_t) * R * C);
+  int32_t *out = malloc(sizeof(int32_t) * R * C);
+  static const float vals[] = {0.0f, -0.0f, 1.0f, -2.0f, NAN};
+  for (int k = 0; k < R * C; k++) {
+    m[k] = vals[rt_next() % 5];
+    x[k] = (int32_t)rt_next();
+    y[k] = (int32_t)rt_next();
+  }
+  int64_t full[2] = {R, C}, col[2] = {R, 1}, row[1] = {C};
+  DtTensor ot = ten(DTRT_I32, out, 2, full);
+  for (int form = 0; form < 3; form++) {
+    DtTensor in[3] = {ten(DTRT_F32, m, 2, form == 1 ? col : full),
+                      form == 2 ? ten(DTRT_I32, x, 1, row) : ten(DTRT_I32, x, 2, full),
+                      form == 1 ? ten(DTRT_I32, y, 0, row) : ten(DTRT_I32, y, 2, full)};
+    run(dtrt_k_int_where, in, 3, &ot, NULL);
+    for (int64_t q = 0; q < R * C; q++) {
+      float mv = form == 1 ? m[q / C] : m[q];
+      int32_t xv = form == 2 ? x[q % C] : x[q], yv = form == 1 ? y[0] : y[q];
+      if (out[q] != (mv != 0 ? xv : yv))
+        fail_msg("form %d element %lld: mask %g, got %d", form, (long long)q, mv, out[q]);
+    }
+    same_on_one_thread(dtrt_k_int_where, in, 3, &ot, NULL);
+  }
+  DtTensor in[3] = {ten(DTRT_F32, m, 1, row), ten(DTRT_I32, x, 1, col), ten(DTRT_I32, y, 2, full)};
+  refuse(dtrt_k_int_where, in, 3, &ot, NULL, "x i32[300] does not broadcast to i32[300,257]");
+  free(m), free(x), free(y), free(out);
+}
+
 /* ---- gather, gather_grad ---- */
 
-/* gather along each axis of x [A, B, C], index [A', B', C'] with A' <= A
- * and so on but along axis; gather_grad against the scatter-add in double
- * (sums of at most a few terms: exact up to one rounding each). */
-static void gather_case(int64_t A, int64_t B, int64_t C, int axis, int64_t along) {
-  int64_t xd[3] = {A, B, C}, id[3] = {A > 1 ? A - 1 : 1, B, C > 2 ? C - 2 : C};
-  id[axis] = along;
+/* gather of x [xd] along axis with index [id] (id no longer than xd but along
+ * axis; `one`: each row of index one value, as an expanded index);
+ * gather_grad against the scatter-add in row-major order of dy, in float
+ * (the same bits: the kernel adds in that order) and in double (sums of a
+ * few terms: within one rounding each). */
+static void gather_run(const int64_t *xd, const int64_t *id, int axis, bool one) {
   DtTensor xt = ten(DTRT_F32, NULL, 3, xd), it = ten(DTRT_I32, NULL, 3, id);
   int64_t nx = numel(&xt), ni = numel(&it);
   float *x = malloc(sizeof(float) * (size_t)nx), *y = malloc(sizeof(float) * (size_t)ni);
   float *dy = malloc(sizeof(float) * (size_t)ni), *dx = malloc(sizeof(float) * (size_t)nx);
+  float *same = calloc((size_t)nx, sizeof(float));
   double *want = calloc((size_t)nx, sizeof(double));
   int32_t *ix = malloc(sizeof(int32_t) * (size_t)ni);
   for (int64_t k = 0; k < nx; k++)
     x[k] = frand();
   for (int64_t k = 0; k < ni; k++) {
-    ix[k] = (int32_t)(rt_next() % (uint64_t)xd[axis]);
+    ix[k] = one && k % id[2] ? ix[k - 1] : (int32_t)(rt_next() % (uint64_t)xd[axis]);
     dy[k] = frand();
   }
   xt.data = x;
@@ -188,15 +225,18 @@ static void gather_case(int64_t A, int64_t B, int64_t C, int axis, int64_t along
     if (y[q] != x[o])
       fail_msg("gather axis %d element %lld: got %g, want %g", axis, (long long)q, y[q], x[o]);
     want[o] += dy[q];
+    same[o] += dy[q];
   }
   same_on_one_thread(dtrt_k_gather, in, 2, &yt, &ax);
   DtTensor gin[2] = {it, ten(DTRT_F32, dy, 3, id)}, dxt = ten(DTRT_F32, dx, 3, xd);
-  DtAttrs ga = {.ni = 4, .i = {axis, A, B, C}};
+  DtAttrs ga = {.ni = 4, .i = {axis, xd[0], xd[1], xd[2]}};
+  for (int64_t o = 0; o < nx; o++)
+    dx[o] = NAN; /* cleared by the kernel */
   run(dtrt_k_gather_grad, gin, 2, &dxt, &ga);
   for (int64_t o = 0; o < nx; o++)
-    if (fabs(dx[o] - want[o]) > 1e-5 * (1 + fabs(want[o])))
-      fail_msg("gather_grad axis %d element %lld: got %g, want %g", axis, (long long)o, dx[o],
-               want[o]);
+    if (fabs(dx[o] - want[o]) > 1e-5 * (1 + fabs(want[o])) || dx[o] != same[o])
+      fail_msg("gather_grad axis %d element %lld: got %.9g, want %.9g (%.9g in order)", axis,
+               (long long)o, dx[o], want[o], same[o]);
   same_on_one_thread(dtrt_k_gather_grad, gin, 2, &dxt, &ga);
   /* an index out of range, either side */
   ix[ni / 2] = (int32_t)xd[axis];
@@ -204,7 +244,21 @@ static void gather_case(int64_t A, int64_t B, int64_t C, int axis, int64_t along
   refuse(dtrt_k_gather_grad, gin, 2, &dxt, &ga, "is out of bounds for dimension");
   ix[ni / 2] = -1;
   refuse(dtrt_k_gather, in, 2, &yt, &ax, "index -1 is out of bounds");
-  free(x), free(y), free(dy), free(dx), free(want), free(ix);
+  refuse(dtrt_k_gather_grad, gin, 2, &dxt, &ga, "index -1 is out of bounds");
+  free(x), free(y), free(dy), free(dx), free(same), free(want), free(ix);
+}
+
+/* x [A, B, C], index [A - 1, B, C - 2] (shorter: dx is cleared first) or
+ * [A, B, C] (each part of the work clears its own), `along` long on axis. */
+static void gather_case(int64_t A, int64_t B, int64_t C, int axis, int64_t along) {
+  int64_t xd[3] = {A, B, C}, id[3] = {A > 1 ? A - 1 : 1, B, C > 2 ? C - 2 : C};
+  id[axis] = along;
+  gather_run(xd, id, axis, false);
+  memcpy(id, xd, sizeof id);
+  id[axis] = along;
+  gather_run(xd, id, axis, false);
+  if (axis < 2)
+    gather_run(xd, id, axis, true);
 }
 
 static void test_gather(void **state) {
@@ -212,6 +266,10 @@ static void test_gather(void **state) {
   for (int axis = 0; axis < 3; axis++) {
     gather_case(3, 4, 5, axis, 6);
     gather_case(40, 50, 60, axis, 30); /* 60000 to 72000 elements: threads */
+    /* rows fewer than the threads, long: the rows split in parts (along
+     * the last axis, the scatter-add's by the values they add to) */
+    gather_case(1, 1, 100000, axis, axis == 2 ? 150000 : 1);
+    gather_case(2, 3000, 33, axis, axis == 1 ? 2500 : axis == 0 ? 3 : 40);
   }
   int64_t xd[2] = {3, 4}, id[2] = {4, 4};
   float x[16] = {0}, y[16];
@@ -220,6 +278,20 @@ static void test_gather(void **state) {
            yt = ten(DTRT_F32, y, 2, id);
   DtAttrs ax = {.ni = 1, .i = {1}};
   refuse(dtrt_k_gather, in, 2, &yt, &ax, "does not fit [3,4] along dims other than 1");
+  /* an empty index: nothing read, dx all zeros */
+  int64_t none[2] = {0, 4};
+  float dx[12];
+  for (int k = 0; k < 12; k++)
+    dx[k] = NAN;
+  for (int axis = 0; axis < 2; axis++) {
+    DtTensor ein[2] = {in[0], ten(DTRT_I32, ix, 2, none)}, et = ten(DTRT_F32, y, 2, none);
+    DtAttrs ea = {.ni = 1, .i = {axis}}, ga = {.ni = 3, .i = {axis, 3, 4}};
+    run(dtrt_k_gather, ein, 2, &et, &ea);
+    DtTensor gin[2] = {ein[1], ten(DTRT_F32, y, 2, none)}, dxt = ten(DTRT_F32, dx, 2, xd);
+    run(dtrt_k_gather_grad, gin, 2, &dxt, &ga);
+    for (int k = 0; k < 12; k++)
+      assert_true(dx[k] == 0);
+  }
 }
 
 /* ---- one_hot, arange ---- */
@@ -348,6 +420,7 @@ static void test_tri(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_int_elem, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_int_where, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
       cmocka_unit_test_setup_teardown(test_one_hot, setup, teardown),
       cmocka_unit_test_setup_teardown(test_arange, setup, teardown),
