@@ -332,8 +332,8 @@ static DtStatus indices_check(DtrtCtx *ctx, const char *op, const Demo *g) {
   return DT_OK;
 }
 
-/* Runs body over the tiles of each slot in [begin, end), the slot's share
- * of the tiles a contiguous range. */
+/* What a kernel does to tile q with slot s's scratch (wide: the AVX-512
+ * products). */
 typedef void TileFn(const Demo *g, const Slot *s, int64_t q, bool wide);
 
 typedef struct Run {
@@ -341,6 +341,8 @@ typedef struct Run {
   TileFn *fn;
 } Run;
 
+/* The tiles of each slot in [begin, end), a slot's share of the tiles a
+ * contiguous range. */
 static void run_slots(void *env, int64_t begin, int64_t end) {
   const Run *r = env;
   const Demo *g = r->g;
