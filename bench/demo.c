@@ -5,7 +5,9 @@
  * the ranks it is launched with, by the optimizer it was compiled with
  * (bench/demo.sh builds it with AdamW and with DeMo, data parallel on two
  * ranks). Rank 0 prints one JSON object: the optimizer, the steps, the loss
- * of the first step and the mean loss of the last 20 (final_loss).
+ * of the first step, the mean loss of the last 20 (final_loss) and its
+ * step's time (step_ms: the median over the steps after the first 3, with
+ * their range; each rank's own, the data not counted).
  *
  *     mpiexec -n 2 build/bench/demo_adamw [STEPS]
  */
@@ -16,10 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "dtrt.h"
 #include "gpt.h"
 
-enum { B = GPT_IDS_DIM0, T = GPT_IDS_DIM1, V = GPT_DIM_V, LAST = 20 };
+enum { B = GPT_IDS_DIM0, T = GPT_IDS_DIM1, V = GPT_DIM_V, LAST = 20, WARM = 3 };
 
 /* Every .md of the docs, in the order of their names. */
 static unsigned char *read_docs(size_t *n) {
@@ -62,7 +65,9 @@ int main(int argc, char **argv) {
   int me = dtrt_model_rank((DtModel *)m);
   static int32_t ids[B * T], next[B * T];
   uint32_t seed = 1;
-  double first = 0, last = 0;
+  double first = 0, last = 0, *ms = malloc(sizeof *ms * (size_t)steps);
+  if (!ms)
+    return 1;
   for (int s = 0; s < steps; s++) {
     for (int b = 0; b < B; b++) {
       seed = seed * 1664525u + 1013904223u;
@@ -73,7 +78,10 @@ int main(int argc, char **argv) {
       }
     }
     float loss;
-    if (gpt_train_step(m, ids, B * T, next, B * T, &loss)) {
+    double t0 = now_ms();
+    int bad = gpt_train_step(m, ids, B * T, next, B * T, &loss);
+    ms[s] = now_ms() - t0;
+    if (bad) {
       fprintf(stderr, "demo: rank %d: step %d: %s\n", me, s, gpt_error(m));
       return 1;
     }
@@ -82,10 +90,12 @@ int main(int argc, char **argv) {
     if (s >= steps - LAST)
       last += loss / LAST;
   }
+  double step = median(ms + WARM, steps - WARM);
   if (!me)
     printf("{\"bench\": \"demo_run\", \"optimizer\": \"%s\", \"steps\": %d, \"first_loss\": %.6f, "
-           "\"final_loss\": %.6f}\n",
-           OPTIMIZER, steps, first, last);
+           "\"final_loss\": %.6f, \"step_ms\": %.3f, \"step_ms_min\": %.3f, \"step_ms_max\": %.3f}\n",
+           OPTIMIZER, steps, first, last, step, ms[WARM], ms[steps - 1]);
+  free(ms);
   gpt_destroy(m);
   free(text);
   return 0;

@@ -13,9 +13,13 @@
  *   kernels         per element of their largest operand, with the steps listed
  *                   at each below; a per-row step is folded into the per-element
  *                   count when the row is long
- *   demo_*          per element, a tile's two products with the DCT matrices
- *                   (2 (c1 + c2)), and for demo_compress a sort of each tile
- *                   (log2 of its size)
+ *   demo_*          a tile's two products with the DCT matrices: dense for
+ *                   demo_compress (2 (c1 + c2) per element); an inverse's
+ *                   over the m coefficients sent, m c2 for the first and c1
+ *                   c2 for each of at most min(m, c1) rows for the second
+ *                   (m = topk; R topk for demo_sign of R rows), twice that;
+ *                   and 4 per element (the momentum, the selection's keys
+ *                   and heap, the residual, the sign)
  *   data movement   0: reshape transpose slice pad (its fill too, whatever the
  *                   value) concat broadcast embedding to_f32 int_where gather
  *                   one_hot arange tril triu; embedding_bag adds its pooling
@@ -307,16 +311,22 @@ PER_IN(fold_all, 1)
 /* batch norm: the eval pass replaces batch_stat by an operand */
 ZERO(batch_stat)
 
-/* DeMo: 2 (c1 + c2) per element of a tile for its transform; the compression
- * also sorts each tile's c1 c2 magnitudes. */
-static double demo_flops(const Inst *i, const Type *x, bool sort) {
+/* DeMo (runtime/kernels_demo.c): a tile's forward transform dense, an
+ * inverse's over the rows with a coefficient among the `sent` ones; rows:
+ * the packed rows of demo_sign, 0 for the forward transform. */
+static double demo_flops(const Inst *i, const Type *x, double rows) {
   DtDemoTiles t;
   if (!dtrt_demo_tiles(x->dim, x->rank, ir_get_int(i, "stacked", 0) != 0, ir_get_int(i, "chunk", 1),
                        ir_get_int(i, "topk", 1), &t))
     return 0;
-  double per = (double)(t.c1 * t.c2), n = (double)type_elems(x);
-  return n * (2.0 * (double)(t.c1 + t.c2) + (sort ? log2(per + 1) : 0));
+  double c1 = (double)t.c1, c2 = (double)t.c2, per = c1 * c2, n = (double)type_elems(x);
+  if (rows == 0)
+    return n * (2.0 * (c1 + c2) + 4.0);
+  double m = fmin(rows * (double)t.k, per);
+  return (double)t.tiles * 2.0 * (m * c2 + fmin(m, c1) * per) + n * 4.0;
 }
-double flops_demo_compress(const Inst *i) { return demo_flops(i, &i->in[0]->type, true); }
-double flops_demo_residual(const Inst *i) { return demo_flops(i, &i->in[0]->type, false); }
-double flops_demo_sign(const Inst *i) { return demo_flops(i, &i->type, false); }
+double flops_demo_compress(const Inst *i) { return demo_flops(i, &i->in[0]->type, 0); }
+double flops_demo_residual(const Inst *i) { return demo_flops(i, &i->in[0]->type, 1); }
+double flops_demo_sign(const Inst *i) {
+  return demo_flops(i, &i->type, fmax(1.0, (double)i->in[0]->type.dim[0]));
+}

@@ -102,15 +102,17 @@ static double elem_cost(Op op) {
 }
 
 /* How many times slower than dtc's GEMM a kernel runs its FLOPs (ir/cost.c's
- * count): DeMo's tile transforms are scalar double loops with one
- * accumulator, and demo_compress also sorts each tile with qsort. Measured
- * on the AVX-512 Xeon against the GEMM-bound step of the same model
- * (docs/PERFORMANCE.md, "The gradient exchange on a shaped link"): about
- * 90x for demo_compress, 35x for demo_residual and demo_sign. */
+ * count): DeMo's tile transforms are products in double (a quarter of the
+ * GEMM's f32 lanes, a multiply and an add where it fuses them), with the
+ * DCT matrices made (cosines) and the scratch cleared on each call, and the
+ * inverses' short sparse rows. Measured on the AVX-512 Xeon
+ * (docs/PERFORMANCE.md, "DeMo's kernels vectorised"): bench/demo_kernels'
+ * best times against the probe's 150 GFLOP/s of the same CPU. */
 static double flop_slowness(Op op) {
   switch (op) {
-  case OP_demo_compress: return 90;
-  case OP_demo_residual: case OP_demo_sign: return 35;
+  case OP_demo_compress: return 9;
+  case OP_demo_residual: return 17;
+  case OP_demo_sign: return 11;
   default: return 1;
   }
 }

@@ -3,7 +3,8 @@
  * DCT-II by the O(n^2) formula, the top-k choice by a full sort with its tie
  * rule (all magnitudes tied: the lowest indices), the residual, the average
  * over the rows that sent each coefficient and its sign, what the kernels
- * allocate against dtrt_staged_bytes, and the errors bad operands give. */
+ * allocate against dtrt_staged_bytes, the same bits on 1 and 3 threads, and
+ * the errors bad operands give. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -102,6 +103,7 @@ static void check_compress(int rank, const int64_t *dim, int64_t chunk, int64_t 
                     tensor(packed, 2, (int64_t[]){1, 2 * P})};
   DtTensor out = in[3];
   DtAttrs a = {.ni = 2, .i = {chunk, topk, 0}, .nf = 1, .f = {beta}};
+  dtrt_threads(ctx); /* the pool made before the count */
   counts.peak = counts.bytes;
   long long before = counts.bytes;
   assert_int_equal(dtrt_k_demo_compress(ctx, in, 3, &out, &a), DT_OK);
@@ -162,6 +164,74 @@ static void test_compress(void **state) {
   check_compress(1, (int64_t[]){7}, 64, 32);       /* one chunk of 7, all sent */
   check_compress(3, (int64_t[]){2, 16, 24}, 8, 5); /* two matrices of 8 x 8 tiles */
   check_compress(2, (int64_t[]){64, 64}, 64, 32);  /* the defaults, one tile */
+  check_compress(2, (int64_t[]){12, 20}, 8, 1);    /* the largest alone */
+  check_compress(3, (int64_t[]){3, 40, 48}, 8, 5); /* 90 tiles: more than one a slot */
+}
+
+/* Ties through the selection at the defaults: 64 x 64 tiles, two of them
+ * zero (every magnitude tied: the 32 lowest indices, values 0) between
+ * tiles of random momenta, which keep what a stable sort keeps. */
+static void test_ties_tiles(void **state) {
+  (void)state;
+  enum { R = 64, C = 256, N = R * C, K = 32 };
+  float *delta = calloc(N, sizeof *delta), *g = calloc(N, sizeof *g), lr = 1;
+  float packed[2 * 4 * K];
+  for (int i = 0; i < N; i++)
+    if (i % C / 64 % 2) /* tiles 1 and 3 */
+      g[i] = frand();
+  int64_t dim[2] = {R, C};
+  DtTensor in[3] = {tensor(delta, 2, dim), tensor(g, 2, dim), tensor(&lr, 0, NULL)};
+  DtTensor out = tensor(packed, 2, (int64_t[]){1, 2 * 4 * K});
+  DtAttrs a = {.ni = 3, .i = {64, K, 0}, .nf = 1, .f = {0.5}};
+  assert_int_equal(dtrt_k_demo_compress(ctx, in, 3, &out, &a), DT_OK);
+  for (int q = 0; q < 4; q += 2)
+    for (int j = 0; j < K; j++) {
+      assert_int_equal((int)packed[q * K + j], j);
+      assert_true(packed[4 * K + q * K + j] == 0);
+    }
+  for (int j = 0; j < K; j++) /* tiles 1 and 3 hold nonzero values */
+    assert_true(packed[4 * K + K + j] != 0 && packed[4 * K + 3 * K + j] != 0);
+  free(delta), free(g);
+}
+
+/* The three kernels' bits on contexts of 1 and of 3 threads. */
+static void run_all(DtrtCtx *c, const float *delta, const float *g, float *packed, float *res,
+                    float *sign, const int64_t *dim, int64_t P) {
+  float lr = 0.01f;
+  DtTensor in[4] = {tensor((float *)delta, 3, dim), tensor((float *)g, 3, dim),
+                    tensor(&lr, 0, NULL), tensor(packed, 2, (int64_t[]){1, 2 * P})};
+  DtTensor out = in[3], r = tensor(res, 3, dim), s = tensor(sign, 3, dim);
+  DtAttrs a = {.ni = 3, .i = {64, 32, 1}, .nf = 1, .f = {0.999}};
+  DtAttrs sa = {.ni = 6, .i = {64, 32, 1, dim[0], dim[1], dim[2]}};
+  assert_int_equal(dtrt_k_demo_compress(c, in, 3, &out, &a), DT_OK);
+  assert_int_equal(dtrt_k_demo_residual(c, in, 4, &r, &a), DT_OK);
+  assert_int_equal(dtrt_k_demo_sign(c, &in[3], 1, &s, &sa), DT_OK);
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  int64_t dim[3] = {2, 192, 320}; /* stacked: 2 x 3 x 5 tiles of 64 x 64 */
+  DtDemoTiles t;
+  assert_true(dtrt_demo_tiles(dim, 3, true, 64, 32, &t));
+  assert_int_equal(t.tiles, 30);
+  int64_t n = 2 * 192 * 320, P = t.tiles * t.k;
+  float *buf = malloc(sizeof *buf * (size_t)(2 * n + 2 * (2 * P + 2 * n)));
+  float *delta = buf, *g = delta + n;
+  for (int64_t i = 0; i < n; i++)
+    delta[i] = frand(), g[i] = frand();
+  float *out[2];
+  for (int k = 0; k < 2; k++) {
+    setenv("DTRT_NUM_THREADS", k ? "3" : "1", 1);
+    DtrtCtx *c = dtrt_ctx_new();
+    assert_non_null(c);
+    assert_int_equal(dtrt_threads(c), k ? 3 : 1);
+    out[k] = g + n + k * (2 * P + 2 * n);
+    run_all(c, delta, g, out[k], out[k] + 2 * P, out[k] + 2 * P + n, dim, P);
+    dtrt_ctx_free(c);
+  }
+  unsetenv("DTRT_NUM_THREADS");
+  assert_memory_equal(out[0], out[1], sizeof(float) * (size_t)(2 * P + 2 * n));
+  free(buf);
 }
 
 /* All magnitudes tied (a zero momentum): the lowest indices, values 0. */
@@ -275,6 +345,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_tiles, setup, teardown),
       cmocka_unit_test_setup_teardown(test_compress, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ties, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_ties_tiles, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sign, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sign_zero, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
