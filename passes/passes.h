@@ -308,6 +308,12 @@ bool ring_lower(const Module *m, const Inst *i, Inst *x);
  * compressed momenta are all-gathered (the file's header). */
 bool pass_exchange(Module *m, Diag *d, PassRun *run);
 
+/* ---- coalesce.c ------------------------------------------------------- */
+
+/* Independent all_to_alls over one axis, exchanged as one (the file's
+ * header): the pooled embeddings of all tables in one collective. */
+bool pass_coalesce(Module *m, Diag *d, PassRun *run);
+
 /* ---- comm.c ----------------------------------------------------------- */
 
 /* Sets `method` on every collective of every per-device function but
