@@ -278,7 +278,20 @@ static size_t base_len(const Func *f) {
   return dot && atoi(dot + 1) == f->device ? (size_t)(dot - f->name) : strlen(f->name);
 }
 
-/* Whether every device's copy of f's function groups as f does. */
+/* Whether f and o run the same ops in the same order (the copies of one
+ * function on devices of one stage). */
+static bool same_ops(const Func *f, const Func *o) {
+  if (f->inst.n != o->inst.n)
+    return false;
+  for (int i = 0; i < f->inst.n; i++)
+    if (f->inst.a[i]->op != o->inst.a[i]->op)
+      return false;
+  return true;
+}
+
+/* Whether every device's copy of f's function runs the same ops and groups
+ * as f does, so the fused collectives meet in the same order everywhere
+ * (a pipeline's stages run different copies: they keep theirs). */
 static bool alike(const Module *m, int fi, int *const *sig, const int *nsig, const int *ng) {
   const Func *f = m->func.a[fi];
   size_t n = base_len(f);
@@ -286,7 +299,7 @@ static bool alike(const Module *m, int fi, int *const *sig, const int *nsig, con
     const Func *o = m->func.a[j];
     if (o->device < 0 || base_len(o) != n || strncmp(o->name, f->name, n))
       continue;
-    if (nsig[j] != nsig[fi] || ng[j] != ng[fi] ||
+    if (!same_ops(f, o) || nsig[j] != nsig[fi] || ng[j] != ng[fi] ||
         memcmp(sig[j], sig[fi], sizeof(int) * (size_t)nsig[fi]))
       return false;
   }
@@ -351,11 +364,11 @@ bool pass_coalesce(Module *m, Diag *d, PassRun *run) {
     co[k] = (Co){m, f};
     ng[k] = find_groups(&co[k], &g[k], &sig[k], &nsig[k]);
   }
-  for (int k = 0; k < nf; k++) {
-    Func *f = m->func.a[k];
-    if (f->device < 0 || !ng[k] || !alike(m, k, sig, nsig, ng))
-      continue;
-    apply(&co[k], g[k], ng[k]);
-  }
+  bool *fuse_in = arena_alloc(m->arena, sizeof *fuse_in * (size_t)(nf + 1));
+  for (int k = 0; k < nf; k++)   /* all decided before any function changes */
+    fuse_in[k] = m->func.a[k]->device >= 0 && ng[k] && alike(m, k, sig, nsig, ng);
+  for (int k = 0; k < nf; k++)
+    if (fuse_in[k])
+      apply(&co[k], g[k], ng[k]);
   return true;
 }
