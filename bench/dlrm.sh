@@ -17,7 +17,11 @@
 #     the batch even: Neo's table-wise, even) with --cluster=<that file>,
 #     and builds bench/dlrm.c against each with mpicc;
 #  3. times each on the three pinned ranks (median step over REPS), and
-#     takes each plan's predicted step from dtc --emit=sim;
+#     takes each plan's predicted step from dtc --emit=sim; then both again
+#     compiled with -fno-coalesce (a collective per table and direction
+#     where by default the independent all_to_alls and all_gathers of an
+#     axis go as one, passes/coalesce.c), with their collectives a step
+#     (dtc --emit=plan's count for @train_step);
 #  4. times bench/dlrm.dt on one process (core 0 alone, one thread) and
 #     bench/dlrm_torch.py, the same network in PyTorch with
 #     nn.EmbeddingBag(sparse=True) and Adagrad, on the same core and one
@@ -26,7 +30,12 @@
 #     "even_samples_per_s", "even_over_auto" (the table-wise even step over
 #     the planned row-wise one), "auto_predicted_ms",
 #     "measured_over_predicted" (auto), "even_predicted_ms",
-#     "even_measured_over_predicted", "one_ms", "torch_ms", "dtc_over_torch"
+#     "even_measured_over_predicted", "auto_collectives", "even_collectives",
+#     "auto_nc_ms", "even_nc_ms" (-fno-coalesce), "auto_nc_collectives",
+#     "even_nc_collectives", "auto_nc_over_auto", "even_nc_over_even" (the
+#     step without coalescing over the step with: above 1, coalescing is
+#     faster), "auto_nc_predicted_ms", "even_nc_predicted_ms",
+#     "one_ms", "torch_ms", "dtc_over_torch"
 #     (one_ms over torch_ms: below 1, dtc trains faster), "load"}.
 # Every rank runs one thread (DTRT_NUM_THREADS=1). Environment: MPIEXEC,
 # MPICC (default those BUILD was configured with), PYTHON (default
@@ -71,17 +80,32 @@ echo "# $(date -u '+%F %T') UTC; load:$(uptime | sed 's/.*load average://')" >&2
 run 3 "$dir/pin.sh" "$build/dtc-probe" -o "$dir/probe3.dt" --name hetero3
 sed 's/^/# /' "$dir/probe3.dt" >&2
 
-# 2-3. the planned row-wise tables against even table-wise ones
-for plan in auto tw; do
-  build_bench "$plan" "$src/bench/dlrm_$plan.dt" --cluster="$dir/probe3.dt" 2>/dev/null
-  "$build/dtc" --emit=plan --cluster="$dir/probe3.dt" "$src/bench/dlrm_$plan.dt" \
-    -o "$dir/$plan.plan" 2>/dev/null
+collectives() {   # PLAN: the collectives of @train_step a step, from --emit=plan
+  sed -n '/^collectives of @train_step/,/ per step$/s/^  \([0-9]*\) collectives, .*/\1/p' "$1"
+}
+
+# 2-3. the planned row-wise tables against even table-wise ones, each
+# coalesced (the default) and not (-fno-coalesce: suffix nc)
+for plan in auto tw autonc twnc; do
+  dt=$src/bench/dlrm_${plan%nc}.dt
+  flags=
+  [ "$plan" = "${plan%nc}" ] || flags=-fno-coalesce
+  # shellcheck disable=SC2086
+  build_bench "$plan" "$dt" --cluster="$dir/probe3.dt" $flags 2>/dev/null
+  # shellcheck disable=SC2086
+  "$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $flags "$dt" -o "$dir/$plan.plan" 2>/dev/null
   sed -n '/^  device  /,/^  predicted step/s/^/# /p' "$dir/$plan.plan" >&2
 done
 auto_ms=$(run 3 "$dir/pin.sh" "$dir/auto/bench" "$reps" dlrm_auto | num step_ms)
 even_ms=$(run 3 "$dir/pin.sh" "$dir/tw/bench" "$reps" dlrm_tw | num step_ms)
+auto_nc_ms=$(run 3 "$dir/pin.sh" "$dir/autonc/bench" "$reps" dlrm_auto_nc | num step_ms)
+even_nc_ms=$(run 3 "$dir/pin.sh" "$dir/twnc/bench" "$reps" dlrm_tw_nc | num step_ms)
 auto_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_auto.dt")
 even_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_tw.dt")
+auto_nc_pred=$(predicted --cluster="$dir/probe3.dt" -fno-coalesce "$src/bench/dlrm_auto.dt")
+even_nc_pred=$(predicted --cluster="$dir/probe3.dt" -fno-coalesce "$src/bench/dlrm_tw.dt")
+counts="$(collectives "$dir/auto.plan") $(collectives "$dir/tw.plan")"
+counts="$counts $(collectives "$dir/autonc.plan") $(collectives "$dir/twnc.plan")"
 
 # 4. one process against PyTorch, core 0, one thread each
 build_bench one "$src/bench/dlrm.dt"
@@ -93,12 +117,20 @@ fi
 batch=$(sed -n 's/^#define DLRM_DIM_B \([0-9]*\)/\1/p' "$dir/one/dlrm.h")
 
 awk -v b="$batch" -v a="$auto_ms" -v e="$even_ms" -v ap="$auto_pred" -v ep="$even_pred" \
-    -v o="$one_ms" -v t="$torch_ms" -v l="$load" 'BEGIN {
+    -v an="$auto_nc_ms" -v en="$even_nc_ms" -v anp="$auto_nc_pred" -v enp="$even_nc_pred" \
+    -v c="$counts" -v o="$one_ms" -v t="$torch_ms" -v l="$load" 'BEGIN {
+  split(c, n, " ")
   printf "{\"bench\": \"dlrm\", \"batch\": %d, \"auto_ms\": %.3f, \"auto_samples_per_s\": %.0f, " \
          "\"even_ms\": %.3f, \"even_samples_per_s\": %.0f, \"even_over_auto\": %.3f, " \
          "\"auto_predicted_ms\": %.3f, \"measured_over_predicted\": %.3f, " \
-         "\"even_predicted_ms\": %.3f, \"even_measured_over_predicted\": %.3f, " \
-         "\"one_ms\": %.3f, ", b, a, b / a * 1e3, e, b / e * 1e3, e / a, ap, a / ap, ep, e / ep, o
+         "\"even_predicted_ms\": %.3f, \"even_measured_over_predicted\": %.3f, ", \
+         b, a, b / a * 1e3, e, b / e * 1e3, e / a, ap, a / ap, ep, e / ep
+  printf "\"auto_collectives\": %d, \"even_collectives\": %d, \"auto_nc_ms\": %.3f, " \
+         "\"even_nc_ms\": %.3f, \"auto_nc_collectives\": %d, \"even_nc_collectives\": %d, " \
+         "\"auto_nc_over_auto\": %.3f, \"even_nc_over_even\": %.3f, " \
+         "\"auto_nc_predicted_ms\": %.3f, \"even_nc_predicted_ms\": %.3f, ", \
+         n[1], n[2], an, en, n[3], n[4], an / a, en / e, anp, enp
+  printf "\"one_ms\": %.3f, ", o
   if (t == "null")
     printf "\"torch_ms\": null, \"dtc_over_torch\": null, "
   else

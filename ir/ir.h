@@ -405,6 +405,9 @@ struct Module {
   /* dtc -fepilogue: fusion makes a matmul the head of the group that reads
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */
   bool epilogues;
+  /* dtc -fno-coalesce: every all_to_all stays on its own (passes/coalesce.c
+   * exchanges independent ones of an axis as one) */
+  bool no_coalesce;
   Loc det_loc;
   /* The loops (their forward repeats' locations) the planner turned
    * recomputation on for, one at a time, since no plan fit without

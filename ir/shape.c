@@ -1213,12 +1213,12 @@ bool shape_slice(Inst *inst, char *err, size_t errlen) {
   if (!get_axis(inst, "axis", 0, x->rank, &ax, err, errlen))
     return false;
   int64_t b = ir_get_int(inst, "begin", 0), e = ir_get_int(inst, "end", x->dim[ax]);
-  if (b < 0 || e > x->dim[ax] || b >= e)
+  if (b < 0 || e > x->dim[ax] || b > e || (b == e && !may_be_empty(inst)))
     FAIL("'slice' [%lld, %lld) of axis %lld is empty or outside [0, %lld)", (long long)b,
          (long long)e, (long long)ax, (long long)x->dim[ax]);
   inst->type = *x;
   inst->type.dim[ax] = e - b;
-  return true;
+  return check_out(inst, err, errlen);
 }
 
 bool shape_pad(Inst *inst, char *err, size_t errlen) {

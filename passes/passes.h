@@ -338,6 +338,12 @@ void heads_report(FILE *out, const Module *m);
  * compressed momenta are all-gathered (the file's header). */
 bool pass_exchange(Module *m, Diag *d, PassRun *run);
 
+/* ---- coalesce.c ------------------------------------------------------- */
+
+/* Independent all_to_alls over one axis, exchanged as one (the file's
+ * header): the pooled embeddings of all tables in one collective. */
+bool pass_coalesce(Module *m, Diag *d, PassRun *run);
+
 /* ---- comm.c ----------------------------------------------------------- */
 
 /* Sets `method` on every collective of every per-device function but

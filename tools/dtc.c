@@ -47,6 +47,9 @@ static const char usage[] =
   "  -fepilogue           run the elementwise ops that read a matmul's result\n"
   "                       on each strip of it inside dtc's GEMM (off: as loops\n"
   "                       of their own after it, measured as fast or faster)\n"
+  "  -fno-coalesce        keep every all_to_all and all_gather on its own (by\n"
+  "                       default the independent ones over a mesh axis, a\n"
+  "                       table's pooled rows each, are exchanged as one)\n"
   "  -fmatmul=HOW         matmuls and convolutions' products by dtc's own\n"
   "                       generated kernel (dtc, the default) or by OpenBLAS\n"
   "                       through libdtrt (blas)\n"
@@ -86,6 +89,7 @@ typedef struct Driver {
   const char *print_after[32];
   int det;                   /* -fdeterministic: 0 off, -1 the default count, else the count */
   bool epilogue;             /* -fepilogue */
+  bool no_coalesce;          /* -fno-coalesce */
   int exchange;              /* -fexchange: 1 + its DtWire, 0 not given */
   PassOptions pass;          /* --stop-after, --print-after, --print-after-all */
   PassRun run;
@@ -248,6 +252,8 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       dr->exchange = 1 + k;
     } else if (!strcmp(a, "-fepilogue")) {
       dr->epilogue = true;
+    } else if (!strcmp(a, "-fno-coalesce")) {
+      dr->no_coalesce = true;
     } else if (!strcmp(a, "-fdeterministic")) {
       dr->det = -1;
     } else if ((v = opt_value(a, "-fdeterministic="))) {
@@ -431,8 +437,10 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
       goto done;
     if (m && !d->nerr && dr->exchange && !set_exchange(m, dr->exchange - 1))
       goto done;
-    if (m)
+    if (m) {
       m->epilogues = dr->epilogue;
+      m->no_coalesce = dr->no_coalesce;
+    }
     d->wflags &= ~W_UNUSED;
     if (!m || d->nerr || !ir_verify(m, d))
       goto done;
@@ -531,6 +539,7 @@ static int run(Driver *dr, Arena *a, Diag *d) {
   if (dr->exchange && !set_exchange(m, dr->exchange - 1))
     return 1;
   m->epilogues = dr->epilogue;
+  m->no_coalesce = dr->no_coalesce;
   if (!ir_verify(m, d))
     return 1;
   if (dr->print_name) {

@@ -577,8 +577,8 @@ static void test_all_to_all(void **state) {
 
 /* Table-wise tables: e (sparse, Adagrad's rows) whole on a1, f whole on a0,
  * the rest split by batch; the devices not holding a table hold empty
- * blocks of it, its state and its pooled value, and the pooled values go to
- * the batch's split by an all_to_all each way. */
+ * blocks of it, its state and its pooled value, and the pooled values of
+ * both go to the batch's split by one all_to_all each way (coalesced). */
 static void test_table_wise(void **state) {
   (void)state;
   char *text = cat("model t(batch B = 4) {\n"
@@ -598,7 +598,7 @@ static void test_table_wise(void **state) {
                    " shard x: [dp, *]\n shard y: [dp, *]\n}\n");
   Pair p;
   pair_init(&p, text, NULL, 0);
-  assert_int_equal(count(p.s, "train_step.0", OP_all_to_all), 4);
+  assert_int_equal(count(p.s, "train_step.0", OP_all_to_all), 2);
   Type t = ir_global_type_on(p.s, ir_find_global(p.s, "e"), 0);
   assert_int_equal(t.dim[1], 0);
   t = ir_global_type_on(p.s, ir_find_global(p.s, "e__sum"), 1);
