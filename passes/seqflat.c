@@ -15,7 +15,8 @@
  *    reshape back to [B, T, V] goes through the inverse transpose.
  * Called by pass_sharding on its propagated shardings (which it then derives
  * again). Requires: shardings propagated (Inst.shard). Guarantees: the same
- * values (sums in another order), fewer reshapes that gather a split. */
+ * values (sums in another order), fewer reshapes that gather a split;
+ * nothing in deterministic mode, whose sums keep their fixed pieces. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,8 +87,8 @@ static Inst *as3(Edit *e, Inst *before, Inst *x, int j) {
 
 /* matmul(flat x, flat y){ta} -> sum(matmul(x', y'){ta}, [0]). */
 static bool weight_grad(Edit *e, Inst *mm, Inst **repl) {
-  if (ir_get_int(mm, "ta", 0) != 1 || ir_get_int(mm, "tb", 0) != 0 || !flattens(mm->in[0], false) ||
-      !flattens(mm->in[1], false))
+  if (ir_get_int(mm, "ta", 0) != 1 || ir_get_int(mm, "tb", 0) != 0 || ir_attr(mm, "kblock") ||
+      ir_pieces(mm) || !flattens(mm->in[0], false) || !flattens(mm->in[1], false))
     return false;
   Inst *x = mm->in[0]->in[0], *y = mm->in[1]->in[0];
   int r = x->type.rank;
@@ -122,7 +123,7 @@ static bool is_ce_grad(Op op) { return op == OP_cross_entropy_grad || op == OP_c
  * z's shape through the inverse transpose. */
 static bool loss_rows(Edit *e, const Uses *u, Inst *ce, Inst **repl) {
   Inst *lz = ce->in[0], *ll = ce->in[1];
-  if (!flattens(lz, false) || !flattens(ll, true))
+  if (ir_pieces(ce) || !flattens(lz, false) || !flattens(ll, true))
     return false;
   Inst *z = lz->in[0], *lab = ll->in[0];
   int r = z->type.rank;
@@ -252,6 +253,8 @@ static bool rewrite(Func *f) {
 
 bool shard_seq_flatten(Module *m) {
   bool done = false;
+  if (m->det_pieces >= 2)   /* sums in fixed pieces (determinize.c): left as they are */
+    return false;
   for (int k = 0; k < m->func.n; k++)
     if (m->func.a[k]->device < 0)
       done |= rewrite(m->func.a[k]);
