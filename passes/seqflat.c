@@ -116,7 +116,9 @@ static bool is_ce(Op op) {
   return op == OP_cross_entropy || op == OP_cross_entropy_grad || op == OP_cross_entropy_sum ||
          op == OP_cross_entropy_sum_grad;
 }
-static bool is_ce_grad(Op op) { return op == OP_cross_entropy_grad || op == OP_cross_entropy_sum_grad; }
+static bool is_ce_grad(Op op) {
+  return op == OP_cross_entropy_grad || op == OP_cross_entropy_sum_grad;
+}
 
 /* cross_entropy* (flat z, flat labels) with z split behind its first dim:
  * both flattened from the split dim first; each gradient's reshape back to
@@ -127,7 +129,8 @@ static bool loss_rows(Edit *e, const Uses *u, Inst *ce, Inst **repl) {
     return false;
   Inst *z = lz->in[0], *lab = ll->in[0];
   int r = z->type.rank;
-  if (lab->type.rank != r - 1 || memcmp(lab->type.dim, z->type.dim, sizeof(int64_t) * (size_t)(r - 1)))
+  if (lab->type.rank != r - 1 ||
+      memcmp(lab->type.dim, z->type.dim, sizeof(int64_t) * (size_t)(r - 1)))
     return false;
   int j = split_behind(z, r - 1);
   if (j < 0)
