@@ -274,6 +274,26 @@ void heads_prune(Module *m, Func *f) {
 
 /* ---- the plan report ---- */
 
+/* The heads device dev holds of the attention x of device 0's function f:
+ * its own copy's (the same op at the same place in its copy of f). */
+static int64_t heads_on(const Module *m, const Func *f, const Inst *x, int dev) {
+  size_t n = strlen(f->name);
+  while (n && f->name[n - 1] != '.')
+    n--;
+  for (int k = 0; n && k < m->func.n; k++) {
+    const Func *g = m->func.a[k];
+    if (g->device != dev || strncmp(g->name, f->name, n) || strchr(g->name + n, '.'))
+      continue;
+    for (int j = 0; j < g->inst.n; j++) {
+      const Inst *y = g->inst.a[j];
+      if (y->op == x->op && y->loc.file == x->loc.file && y->loc.line == x->loc.line &&
+          y->loc.col == x->loc.col)
+        return y->type.dim[1];
+    }
+  }
+  return 0;
+}
+
 void heads_report(FILE *out, const Module *m) {
   if (!m->attn_heads || !m->mesh.n)
     return;
@@ -283,9 +303,9 @@ void heads_report(FILE *out, const Module *m) {
   for (int k = 0; k < m->func.n; k++) {
     const Func *f = m->func.a[k];
     for (int j = 0; f->device == 0 && j < f->inst.n; j++) {
-      const Inst *x = f->inst.a[j], *a = x->in[0];
-      if (x->op != OP_sdpa || a->op != OP_all_to_all || ir_get_int(a, "dim", -1) != 2 ||
-          ir_get_int(a, "to", -1) != 1)
+      const Inst *x = f->inst.a[j];
+      int axis = x->op == OP_sdpa && x->shard && x->type.rank == 4 ? x->shard->axis[1] : -1;
+      if (axis < 0)
         continue;
       bool again = false;
       for (int q = 0; q < nseen; q++)
@@ -294,21 +314,21 @@ void heads_report(FILE *out, const Module *m) {
       if (again || nseen == 16)
         continue;
       seen[nseen++] = x->loc;
-      int axis = (int)ir_get_int(a, "axis", 0), n, nt, members[SHARD_MAX_AXIS];
-      const int64_t *hb = ir_get_ints(a, "sizes", &n), *tb = ir_get_ints(a, "dim_sizes", &nt);
+      int n = mesh->axis_size[axis], members[SHARD_MAX_AXIS];
+      int64_t tb[SHARD_MAX_AXIS], h0 = 0, t0 = 0;
       ir_mesh_group(mesh, 0, axis, members);
+      ir_dim_blocks(m, x->type.dim[2], x->shard->ratio[1], n, tb);
       fprintf(out, "attention by heads over %s", mesh->axis_name[axis]);
       if (x->loc.file)
         fprintf(out, " at %s:%d", x->loc.file->name, x->loc.line);
       fputc(':', out);
-      int64_t h0 = 0, t0 = 0, t = a->in[0]->type.dim[2];
       for (int c = 0; c < n; c++) {
         char dn[64];
-        int64_t tc = tb ? tb[c] : t;
+        int64_t h = heads_on(m, f, x, members[c]);
         fprintf(out, "%s %s heads %lld-%lld, positions %lld-%lld", c ? "," : "",
                 spmd_device_name(m, members[c], dn, sizeof dn), (long long)h0,
-                (long long)(h0 + hb[c] - 1), (long long)t0, (long long)(t0 + tc - 1));
-        h0 += hb[c], t0 += tc;
+                (long long)(h0 + h - 1), (long long)t0, (long long)(t0 + tb[c] - 1));
+        h0 += h, t0 += tb[c];
       }
       fputc('\n', out);
     }

@@ -249,6 +249,16 @@ int shard_plan(const Module *m, const Type *t, const Sharding *s, const Sharding
  * block, reduce_scatter and all_to_all (k-1)/k of the block, shard_slice 0. */
 double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
 
+/* ---- seqflat.c -------------------------------------------------------- */
+
+/* On propagated shardings: each weight gradient x^T @ dy of flattened
+ * [.., T, D] values whose split lies behind their first dim, and each
+ * cross_entropy of flattened logits and labels so split, rewritten so the
+ * split survives (a batched product summed over the batch: a partial sum;
+ * the rows flattened from the split dim first). True when it rewrote any:
+ * the shardings are then to be derived again. */
+bool shard_seq_flatten(Module *m);
+
 /* ---- zero.c ----------------------------------------------------------- */
 
 /* Under `shard_state = AXIS`: splits each dense param's optimizer state over

@@ -1108,7 +1108,7 @@ static int owner_of(const Module *m, int g) {
   return pg && pg->kind == G_PARAM ? (int)(pg - m->global.a) : g;
 }
 
-bool pass_sharding(Module *m, Diag *d, PassRun *run) {
+static bool shard_run(Module *m, Diag *d, PassRun *run) {
   if (m->mesh.n == 0)
     return true;
   if (m->mesh.n > 1) {
@@ -1186,4 +1186,56 @@ bool pass_sharding(Module *m, Diag *d, PassRun *run) {
     }
   }
   return d->nerr == nerr;
+}
+
+/* What a derivation starts from: the globals' shardings and those of the
+ * entry functions' instructions (a body's are derived anew anyway). */
+typedef struct Seed { VEC(Sharding *) global; VEC(Inst *) inst; VEC(Sharding *) shard; } Seed;
+
+static void seed_take(Module *m, Seed *s) {
+  for (int g = 0; g < m->global.n; g++)
+    vec_push(m->arena, &s->global, m->global.a[g].shard);
+  for (int k = 0; k < m->func.n; k++) {
+    Func *f = m->func.a[k];
+    for (int j = 0; f->device < 0 && !f->body && j < f->inst.n; j++) {
+      vec_push(m->arena, &s->inst, f->inst.a[j]);
+      vec_push(m->arena, &s->shard, f->inst.a[j]->shard);
+    }
+  }
+}
+
+static void seed_restore(Module *m, const Seed *s) {
+  for (int g = 0; g < m->global.n; g++)
+    m->global.a[g].shard = s->global.a[g];
+  for (int k = 0; k < m->func.n; k++) {
+    Func *f = m->func.a[k];
+    for (int j = 0; f->device < 0 && !f->body && j < f->inst.n; j++)
+      f->inst.a[j]->shard = NULL;
+  }
+  for (int k = 0; k < s->inst.n; k++)
+    s->inst.a[k]->shard = s->shard.a[k];
+}
+
+/* Derives the shardings on a quiet copy of d while seqflat.c rewrites
+ * flattenings that would gather a split (at most a few rounds), then once
+ * more with d's messages (a planner's quiet trials keep the last round). */
+bool pass_sharding(Module *m, Diag *d, PassRun *run) {
+  if (m->mesh.n != 1)
+    return shard_run(m, d, run);
+  Seed seed = {0};
+  seed_take(m, &seed);
+  Diag trial;
+  diag_init_quiet(&trial);
+  for (int round = 0; round < 4; round++) {
+    if (!shard_run(m, d->quiet ? d : &trial, run))
+      break;
+    bool rewrote = shard_seq_flatten(m);
+    if (!rewrote && d->quiet)
+      return true;
+    seed_restore(m, &seed);
+    if (!rewrote)
+      break;
+  }
+  seed_restore(m, &seed);
+  return shard_run(m, d, run);
 }
