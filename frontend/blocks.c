@@ -122,7 +122,8 @@ static void number_args(Ctx *b, int nargs) {
 /* The sizes of block bd at application `call` in c, evaluated there: the
  * dimensions the block's constant expressions see, its sizes first, then the
  * model's (*out, *nout). False after reporting a wrong count, an unknown or
- * repeated name, or a size that is not an integer from 1 to 2^40. */
+ * repeated name, or a size that is not an integer from 0 to 2^40 (a size of 0,
+ * a padding, stands where a literal 0 may: a type of it is an error there). */
 static bool apply_sizes(Ctx *c, const Expr *call, const Decl *bd, const Dim **out, int *nout) {
   int n = bd->sizes.n, pos = 0;
   if (n == 0 && call->sizes.n == 0)
@@ -184,8 +185,8 @@ static bool apply_sizes(Ctx *c, const Expr *call, const Decl *bd, const Dim **ou
     int64_t v;
     if (!int_arg(c, val[k], what, &v)) {
       ok = false;
-    } else if (v < 1 || v > IR_MAX_DIM) {
-      diag_error(c->d, val[k]->loc, "%s must be an integer from 1 to 2^40, not %lld", what,
+    } else if (v < 0 || v > IR_MAX_DIM) {
+      diag_error(c->d, val[k]->loc, "%s must be an integer from 0 to 2^40, not %lld", what,
                  (long long)v);
       ok = false;
     }
