@@ -162,7 +162,7 @@ static int find_groups(Co *co, Group **out, int **sig, int *nsig) {
 static Inst *join(Co *co, Inst **x, int n, int axis, Loc loc) {
   if (n == 1)
     return x[0];
-  Inst *part[16];
+  Inst **part = arena_alloc(co->m->arena, sizeof *part * (size_t)((n + 15) / 16));
   int np = 0;
   for (int s = 0; s < n; s += 16) {
     int c = n - s < 16 ? n - s : 16;
@@ -174,13 +174,7 @@ static Inst *join(Co *co, Inst **x, int n, int axis, Loc loc) {
     ir_set_int(j, "axis", axis);
     part[np++] = ir_finish(j);
   }
-  if (np == 1)
-    return part[0];
-  if (np <= 16)
-    return join(co, part, np, axis, loc);
-  Inst **many = arena_alloc(co->m->arena, sizeof *many * (size_t)np);
-  memcpy(many, part, sizeof *many * (size_t)np);
-  return join(co, many, np, axis, loc);
+  return join(co, part, np, axis, loc);
 }
 
 /* [b, e) of x along axis; x itself when that is all of it. */
