@@ -9,15 +9,16 @@
 #     bench/longctx.sh build 5
 #
 #  1. probes the three pinned ranks with dtc-probe into a cluster file;
-#  2. compiles examples/gpt.dt three ways with its sequence split over the
+#  2. compiles examples/gpt.dt four ways with its sequence split over the
 #     ranks (`shard pos: [cp, *]`: every activation split along T, causal
-#     ring attention) on that cluster: in equal shares (`plan even`), in
-#     shares in proportion to the probed speeds (`cp(r0, r1, r2)`, as
-#     hetero.sh sizes its pipeline stages; "auto"), and in those shares with
-#     `attention = heads` (the heads split instead around each attention,
-#     taking the same shares; left out, null, where the shares are equal
-#     and 3 does not divide the heads), and builds bench/hetero.c against
-#     each with mpicc;
+#     ring attention) on that cluster: in equal shares (`plan even`), in the
+#     planner's shares (`plan auto`: each block priced by its place in the
+#     causal triangle; "auto"), in shares in proportion to the probed speeds
+#     (`cp(r0, r1, r2)`, as hetero.sh sizes its pipeline stages; "speed"),
+#     and in those shares with `attention = heads` (the heads split instead
+#     around each attention, taking the same shares; left out, null, where
+#     the shares are equal and 3 does not divide the heads), and builds
+#     bench/hetero.c against each with mpicc;
 #  3. times each on the three pinned ranks (median step over REPS) and takes
 #     each plan's predicted step from dtc --emit=sim;
 #  4. times the attention kernel alone on one process (core 0, one thread):
@@ -27,7 +28,9 @@
 #     {"bench": "longctx", "b", "t", "d", "h", "l", "shares" (the auto plan's
 #     positions per rank), "auto_ms", "even_ms", "even_over_auto",
 #     "auto_predicted_ms", "measured_over_predicted", "even_predicted_ms",
-#     "even_measured_over_predicted", "heads_ms", "even_over_heads",
+#     "even_measured_over_predicted", "speed_ms", "speed_over_auto",
+#     "speed_predicted_ms", "speed_measured_over_predicted", "heads_ms",
+#     "even_over_heads",
 #     "heads_predicted_ms", "heads_measured_over_predicted", "attn_dtc_ms",
 #     "attn_torch_ms", "dtc_over_torch" (the median over rounds of dtc's time
 #     over torch's: below 1, dtc's attention is faster),
@@ -98,9 +101,10 @@ ratios=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" |
   awk '{g[NR] = $1; s += $1} END {
     a = sprintf("%.4f", g[1] / s); b = sprintf("%.4f", g[2] / s)
     printf "%s, %s, %.4f", a, b, 1 - a - b }')
-for plan in even auto heads; do
+for plan in even auto speed heads; do
   split="cp($ratios)" mode=explicit opt=
   [ $plan = even ] && split=cp mode=even
+  [ $plan = auto ] && split=cp mode=auto
   [ $plan = heads ] && opt="attention = heads"
   cat > "$dir/$plan.dt" <<PLAN
 import "$src/examples/gpt.dt"
@@ -128,6 +132,8 @@ even_ms=$(run 3 "$dir/pin.sh" "$dir/even/bench" "$reps" longctx_even | num step_
 auto_ms=$(run 3 "$dir/pin.sh" "$dir/auto/bench" "$reps" longctx_auto | num step_ms)
 even_pred=$(predicted "$dir/even.dt")
 auto_pred=$(predicted "$dir/auto.dt")
+speed_ms=$(run 3 "$dir/pin.sh" "$dir/speed/bench" "$reps" longctx_speed | num step_ms)
+speed_pred=$(predicted "$dir/speed.dt")
 heads_ms=null heads_pred=null
 if [ -x "$dir/heads/bench" ]; then
   heads_ms=$(run 3 "$dir/pin.sh" "$dir/heads/bench" "$reps" longctx_heads | num step_ms)
@@ -146,14 +152,16 @@ torch_ms=${torch_ms:-null}
 over_torch=$(echo "$attn" | num dtc_over_torch)
 
 awk -v b="$b" -v t="$t" -v d="$d" -v h="$h" -v l="$l" -v sh="$shares" -v a="$auto_ms" \
-    -v e="$even_ms" -v hd="$heads_ms" -v ap="$auto_pred" -v ep="$even_pred" \
+    -v e="$even_ms" -v sp="$speed_ms" -v spp="$speed_pred" -v hd="$heads_ms" -v ap="$auto_pred" -v ep="$even_pred" \
     -v hp="$heads_pred" -v am="$attn_ms" -v tm="$torch_ms" -v pk="$attn_peak" -v ot="$over_torch" \
     -v ld="$load" 'BEGIN {
   printf "{\"bench\": \"longctx\", \"b\": %d, \"t\": %d, \"d\": %d, \"h\": %d, \"l\": %d, " \
          "\"shares\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
          "\"auto_predicted_ms\": %.3f, \"measured_over_predicted\": %.3f, " \
          "\"even_predicted_ms\": %.3f, \"even_measured_over_predicted\": %.3f, " \
-         "", b, t, d, h, l, sh, a, e, e / a, ap, a / ap, ep, e / ep
+         "\"speed_ms\": %.3f, \"speed_over_auto\": %.3f, \"speed_predicted_ms\": %.3f, " \
+         "\"speed_measured_over_predicted\": %.3f, " \
+         "", b, t, d, h, l, sh, a, e, e / a, ap, a / ap, ep, e / ep, sp, sp / a, spp, sp / spp
   if (hd == "null")
     printf "\"heads_ms\": null, \"even_over_heads\": null, \"heads_predicted_ms\": null, " \
            "\"heads_measured_over_predicted\": null, "

@@ -19,7 +19,9 @@
  * passes/comm.c chose its method, comm_time of that method; a send waits for
  * its two members only, and it and a bcast take comm.c's cost. Ring
  * attention waits for its axis group as a collective does, then takes the
- * longer of each member's products and the ring's transfers (ring_time);
+ * longer of each member's products (of its own block of queries; a causal
+ * one's by the block's place in the sequence, ring_busy) and the ring's
+ * transfers (ring_time);
  * every member finishes with the slowest, as the blocks' hops tie them. A repeat costs
  * its body n times, its ops and its collectives: the device walks the body
  * (@B.D) once per iteration. */
@@ -252,6 +254,24 @@ static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventF
   }
 }
 
+/* Member j's products in ring attention i (its own block of queries). A
+ * causal one's device meets the keys up to its block's end: its queries
+ * [S, S + n) see n S + n (n + 1) / 2 pairs, where ir/cost.c counts the even
+ * share n (T + 1) / 2 of the triangle, so its FLOPs scale by
+ * (2 S + n + 1) / (T + 1). */
+static double ring_busy(const Module *m, const Inst *i, int d, int j) {
+  double t = sim_compute_time(m, i, d);
+  int nz;
+  const int64_t *len = ir_get_ints(i, "sizes", &nz);
+  if (!ir_get_int(i, "causal", 0) || !len || j >= nz)
+    return t;
+  double before = 0, all = 0;
+  for (int q = 0; q < nz; q++)
+    before += q < j ? (double)len[q] : 0, all += (double)len[q];
+  double f = (2 * before + (double)len[j] + 1) / (all + 1);
+  return t + (f - 1) * ir_flops(i) * flop_slowness(i->op) / (sim_gflops(m, d) * 1e9);
+}
+
 static bool same_collective(const Inst *a, const Inst *b) {
   return a->op == b->op && ir_get_int(a, "axis", 0) == ir_get_int(b, "axis", 0) &&
          ir_get_int(a, "from", 0) == ir_get_int(b, "from", 0) &&
@@ -306,7 +326,7 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
         continue;
       double t, busy[SHARD_MAX_AXIS];
       for (int j = 0; j < k; j++)
-        busy[j] = ring(c) ? sim_compute_time(m, c, members[j]) : 0;
+        busy[j] = ring(c) ? ring_busy(m, at(&w[members[j]]), members[j], j) : 0;
       if (ring(c)) {   /* every member's products beside the ring's transfers */
         int nz;
         const int64_t *len = ir_get_ints(c, "sizes", &nz);

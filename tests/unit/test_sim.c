@@ -337,6 +337,53 @@ static void test_ring_transfers(void **state) {
   arena_free(a);
 }
 
+/* Causal ring attention on two equal devices, the sequence cut in halves:
+ * the second half's queries see every key of the first, so device 1 meets
+ * about three times the pairs of device 0. The difference of their compute
+ * is the ring ops' FLOPs over that difference of pairs, counted here query
+ * by query; the rest of the step is the same on both. */
+static void test_ring_causal_place(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = compile_text(a,
+      "model att(batch B = 1, T = 512, H = 2, D = 16) {\n"
+      "  input  x: f32[B, H, T, D]\n"
+      "  param  w: f32[D, D] init glorot\n"
+      "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
+      "  loss = mean(y * y)\n"
+      "  minimize loss with sgd(lr = 0.1)\n"
+      "}\n"
+      "cluster c {\n  node a {\n"
+      "    device d0: cpu(gflops = 40, mem = 1GiB)\n"
+      "    device d1: cpu(gflops = 40, mem = 1GiB)\n  }\n" LINKS
+      "parallel att on c {\n  mesh m[cp = 2] over d0, d1\n  shard x: [*, *, cp, *]\n"
+      "  plan explicit\n}\n");
+  const Func *f = step_func(m, 1);
+  double n = 256, t = 512, pairs[2] = {0, 0}, diff = 0;
+  for (int d = 0; d < 2; d++)
+    for (double q = d * n; q < (d + 1) * n; q++)
+      pairs[d] += q + 1;
+  int rings = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (i->op != OP_ring_sdpa && i->op != OP_ring_sdpa_lse && i->op != OP_ring_sdpa_grad)
+      continue;
+    assert_true(ir_get_int(i, "causal", 0));
+    rings++;
+    /* ir/cost.c counts each device's even share, n (T + 1) / 2 pairs */
+    diff += ir_flops(i) * (pairs[1] - pairs[0]) / (n * (t + 1) / 2) / 40e9;
+  }
+  assert_true(rings >= 2);
+  SimResult r;
+  sim_step(m, &r);
+  double got = r.dev[1].compute - r.dev[0].compute;
+  printf("causal ring: device 1 computes %.3f ms more than device 0, the pairs say %.3f ms\n",
+         got * 1e3, diff * 1e3);
+  assert_true(diff > 0);
+  assert_true(fabs(got - diff) <= 0.01 * diff);
+  arena_free(a);
+}
+
 static void test_even_vs_uneven(void **state) {
   (void)state;
   Arena *a = arena_new();
@@ -416,6 +463,7 @@ int main(void) {
       cmocka_unit_test(test_data_parallel_inter),
       cmocka_unit_test(test_even_vs_uneven),
     cmocka_unit_test(test_ring_transfers),
+      cmocka_unit_test(test_ring_causal_place),
       cmocka_unit_test(test_trace_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
