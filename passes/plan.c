@@ -210,6 +210,7 @@ typedef struct Cand {
   Sharding **forms;         /* as seeded and searched; once settled, with their ratios */
   int mb;
   int state;                /* the axis its optimizer state is split over; -1: none */
+  bool heads;               /* its attentions split their heads, not a ring (heads.c) */
   double est;               /* the estimate; once settled, with the rounded ratios */
   double comm;              /* ... of which in collectives */
   double *predicted;        /* each device's memory, as estimated */
@@ -227,10 +228,17 @@ typedef struct Search {
   VEC(double) seen_t;       /* ... and its predicted step */
 } Search;
 
-/* The planner set for candidate c's micro-batches and optimizer state. */
+/* The planner set for candidate c's micro-batches, optimizer state and
+ * attention; and back to the parallel block's. */
 static void use(Planner *p, const Cand *c) {
   p->mb = c->mb;
   p->state = c->state;
+  p->m->attn_heads = c->heads;
+}
+
+static void unuse(Planner *p) {
+  p->state = p->user_state;
+  p->m->attn_heads = p->user_heads;
 }
 
 /* Whether the planner may split the optimizer state over the rows axis
@@ -416,7 +424,9 @@ static int candidates(Search *s, Cand *cand) {
     Cand *cd = &cand[nc++];
     memset(cd, 0, sizeof *cd);
     cd->id = nc - 1;
-    cd->state = p->state = p->user_state;
+    unuse(p);
+    cd->state = p->user_state;
+    cd->heads = p->user_heads;
     memcpy(cd->fam, fam, sizeof fam);
     Est e;
     int mbs[IR_MAX_MICROBATCHES + 1], nmb = 1;
@@ -438,7 +448,16 @@ static int candidates(Search *s, Cand *cand) {
       double t = evaluate(s, A, false, R, &e);
       if (t * (1 + NOISE_FLOOR) < cd->est)
         cd->est = t, cd->state = rows, memcpy(cd->R, R, sizeof R);
-      p->state = p->user_state;
+      unuse(p);
+    }
+    if (p->heads_open && e.ring >= 0) {   /* heads instead of a ring, where they gain */
+      Ratios R;
+      use(p, cd);
+      p->m->attn_heads = true;
+      double t = evaluate(s, A, false, R, &e);
+      if (t * (1 + NOISE_FLOOR) < cd->est)
+        cd->est = t, cd->heads = true, memcpy(cd->R, R, sizeof R);
+      unuse(p);
     }
   }
   return nc;
@@ -733,7 +752,10 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
                              c->mb == 1 ? "" : "es");
   }
   if (c->state >= 0 && c->state != p->user_state && at < n)
-    snprintf(c->what + at, n - at, ", state split over %s", p->mesh->axis_name[c->state]);
+    at += (size_t)snprintf(c->what + at, n - at, ", state split over %s",
+                           p->mesh->axis_name[c->state]);
+  if (c->heads && !p->user_heads && at < n)
+    snprintf(c->what + at, n - at, ", attention by heads");
 }
 
 /* Candidate c with its ratios rounded (even ones when `even`): its forms
@@ -779,7 +801,7 @@ static void try_cand(Planner *p, Cand *c, const PassRun *run) {
   }
   m->microbatches = was;
   m->microbatches_loc = was_loc;
-  p->state = p->user_state;
+  unuse(p);
 }
 
 /* A contender's step, simulated where it was; INFINITY when it does not
@@ -844,7 +866,7 @@ static bool correct(Planner *p, const Cand *c) {
 static bool no_plan(Planner *p, Diag *d, PassRun *run, const Cand *stages) {
   Ratios R;
   Est e;
-  p->state = p->user_state;
+  unuse(p);
   plan_evaluate(p, block_forms(p), true, R, &e);
   bool propagated = p->propagated;
   plan_apply(p, p->user);
@@ -900,13 +922,14 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   Est e;
   use(p, &cand[0]);
   evaluate(&s, cand[0].forms, false, R, &e);
-  p->state = p->user_state;
+  unuse(p);
   seen_best = s.seen.a[s.seen.n - 1];
   PlanInfo conf = {.block = plan_evaluate(p, block_forms(p), true, R, &e)};
   Cand *simple = &cand[nc], *dp = p->naxis == 1 ? &cand[nc + 1] : NULL;
   memset(simple, 0, sizeof *simple * 2);
   simple->fam[0] = F_EVEN;
   simple->state = p->user_state;
+  simple->heads = p->user_heads;
   simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
   for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
     if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
@@ -920,6 +943,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     dp->fam[0] = F_DP;
     dp->mb = 1;
     dp->state = p->user_state;
+    dp->heads = p->user_heads;
     settle(&s, dp, false);
   }
   for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
@@ -938,6 +962,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
           con[b]->mb == con[c]->mb && con[b]->state == con[c]->state &&
+          con[b]->heads == con[c]->heads &&
           same_forms(p, con[b]->forms, con[c]->forms))
         con[c]->same = con[b];
     rivals += !con[c]->same && con[c]->est <= least * PRUNE;
@@ -965,7 +990,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     bool over = false;
     for (int c = 0; c < ncon && round < MEMORY_ROUNDS; c++)
       over |= con[c]->tried && con[c]->sim < INFINITY && con[c]->worst > 1 && correct(p, con[c]);
-    p->state = p->user_state;
+    unuse(p);
     plan_apply(p, p->user);
     return over ? choose(p, d, run, round + 1) : no_plan(p, d, run, stages);
   }
@@ -1002,7 +1027,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
       with = fmin(with, rc[c].est);
     p->remat = NULL;
     if (with * (1 + conf.noise) < step_of(kept)) {
-      p->state = p->user_state;
+      unuse(p);
       plan_apply(p, p->user);
       run->want_remat = loop->loc;
       return false;
@@ -1047,6 +1072,8 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   plan_apply(p, kept->forms);
   if (m->state_sharded && p->user_state < 0)
     m->state_loc = p->mesh->loc;
+  if (m->attn_heads && !p->user_heads)
+    m->attn_loc = p->mesh->loc;
   return true;
 }
 

@@ -551,6 +551,14 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
       in[j] = split_mask(&req[j], &i->in[j]->type);
     }
     int ring = ring_axis(i);
+    if (ring >= 0 && !m->attn_heads)
+      e->ring = ring;
+    if (ring >= 0 && m->attn_heads) {   /* heads split in ratios that give each a head */
+      int64_t h = i->type.dim[i->type.rank == 5 ? 2 : 1];
+      e->heads_axis = ring;
+      e->heads = e->heads && e->heads < h ? e->heads : h;
+      e->min_len[ring] = e->min_len[ring] && e->min_len[ring] < h ? e->min_len[ring] : h;
+    }
     if (ring >= 0 && !m->attn_heads && ir_get_int(i, "causal", 0) &&
         (p->causal < 0 || p->causal == ring)) {
       p->causal = ring;
@@ -566,7 +574,7 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
 /* The estimate of the propagated step into e. */
 static void estimate(Planner *p, Est *e) {
   memset(e, 0, sizeof *e);
-  e->pipe_axis = -1;
+  e->pipe_axis = e->ring = e->heads_axis = -1;
   p->t.n = p->w.n = p->pipe.n = p->memo.n = p->memo_x.n = 0;
   p->causal = -1;
   new_segment(p, e);
@@ -954,10 +962,13 @@ double *plan_round(Planner *p, const Est *e, int x, const double *r, const doubl
   int64_t *units = malloc(sizeof *units * (size_t)k);
   double *layers = malloc(sizeof *layers * (size_t)k);
   DTC_ASSERT(units && layers);
-  if (x == e->pipe_axis && e->layers >= k) {   /* each layer holds a large share of the memory */
-    round_within(e->layers, r, hi, k, units);
+  /* each layer holds a large share of the memory; heads are whole */
+  int64_t whole = x == e->pipe_axis && e->layers >= k ? e->layers
+                  : x == e->heads_axis && e->heads >= k ? e->heads : 0;
+  if (whole) {
+    round_within(whole, r, hi, k, units);
     for (int j = 0; j < k; j++)
-      layers[j] = (double)units[j] / (double)e->layers;
+      layers[j] = (double)units[j] / (double)whole;
     r = layers;
   }
   round_within(RATIO_UNITS, r, hi, k, units);
@@ -1007,6 +1018,8 @@ bool plan_init(Planner *p, Module *m) {
     p->ndev *= p->size[x] = mesh->axis_size[x];
   p->mb = m->microbatches > 1 ? m->microbatches : 1;
   p->state = p->user_state = m->state_sharded ? m->state_axis : -1;
+  p->user_heads = m->attn_heads;
+  p->heads_open = !m->attn_loc.file;
   if (!p->step || p->ndev > SHARD_MAX_AXIS || p->ndev < 1)
     return false;
   Arena *a = m->arena;

@@ -38,6 +38,9 @@ typedef struct Est {
   int64_t min_len[IR_MAX_MESH_AXES];  /* the shortest dimension split over each axis; 0: none */
   int64_t layers;   /* a pipeline's layers: its loop's trip count; 0: none */
   int pipe_axis;    /* its stage axis; -1: none */
+  int ring;         /* an axis some attention's sequence is split over, as a ring; -1 */
+  int heads_axis;   /* ... as heads (attention = heads); -1: none */
+  int64_t heads;    /* those attentions' heads (the fewest) */
 } Est;
 
 typedef struct Planner {
@@ -57,6 +60,7 @@ typedef struct Planner {
   int state, user_state;        /* the axis the optimizer state is split over (passes/zero.c)
                                    in the forms evaluated, and in the parallel block's; -1: none */
   int causal;                   /* the axis causal attention's sequence is split over; -1 */
+  bool user_heads, heads_open;  /* the block's `attention = heads`; whether it leaves that open */
   const Inst *remat;            /* a forward loop of the step the estimate counts as
                                    recomputing its forward in the backward; NULL: none */
   VEC(double) t, w, mem;
