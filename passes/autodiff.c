@@ -17,8 +17,20 @@ typedef struct GradCtx {
   int n;            /* the cloned forward: ids [0, n) */
   bool *active;     /* by id: depends on a param and leads to the loss */
   Inst **adj;       /* by id: adjoint so far, NULL: none yet */
+  struct Pend **pend; /* by id: slices' adjoints not yet summed (settle) */
   Diag *d;
 } GradCtx;
+
+/* The adjoint dy of a slice [begin, begin + n) along axis of a value of
+ * `size` there: kept apart until the value's turn, when disjoint ones make
+ * one concat of the pieces and the zeros between them. Added one by one,
+ * each would be a full-size pad and add (a DLRM's interaction slices its
+ * [B, 729] products 26 times). */
+typedef struct Pend {
+  Inst *dy, *at;
+  int64_t axis, begin, size;
+  struct Pend *next;
+} Pend;
 
 /* Whether x is a load of a sparse table. */
 static bool sparse_table(const Module *m, const Inst *x) {
@@ -634,7 +646,81 @@ static void grad_copy_pad(GradCtx *g, Inst *inst, Op op) {
   accum(g, X, ir_finish(r));
 }
 
-static void grad_slice(GradCtx *g, Inst *inst) { grad_copy_pad(g, inst, OP_pad); }
+static void grad_slice(GradCtx *g, Inst *inst) {
+  Pend *p = arena_alloc(g->f->mod->arena, sizeof *p);
+  *p = (Pend){DY, inst, axis_of(inst), ir_get_int(inst, "begin", 0), 0, g->pend[X->id]};
+  p->size = X->type.dim[p->axis];
+  g->pend[X->id] = p;
+}
+
+static Inst *pad(GradCtx *g, Inst *x, int64_t axis, int64_t begin, int64_t size, Inst *at) {
+  Inst *r = ir_new(g->f, OP_pad, at->loc, 1, &x);
+  ir_set_int(r, "axis", axis);
+  ir_set_int(r, "begin", begin);
+  ir_set_int(r, "size", size);
+  return ir_finish(r);
+}
+
+static int by_begin(const void *a, const void *b) {
+  const Pend *x = *(Pend *const *)a, *y = *(Pend *const *)b;
+  if (x->axis != y->axis)
+    return (x->axis > y->axis) - (x->axis < y->axis);
+  return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* Value k's slices' adjoints into its adjoint: where they lie apart along
+ * one axis, each piece padded only over the gap before it (the last also
+ * after it) and the pieces concatenated (16 at a time); else a pad each. */
+static void settle(GradCtx *g, int k) {
+  int n = 0, at = 0;
+  for (Pend *p = g->pend[k]; p; p = p->next)
+    n++;
+  if (!n)
+    return;
+  Pend **v = malloc(sizeof *v * (size_t)n);
+  DTC_ASSERT(v);
+  for (Pend *p = g->pend[k]; p; p = p->next)
+    v[at++] = p;
+  g->pend[k] = NULL;
+  qsort(v, (size_t)n, sizeof *v, by_begin);
+  bool apart = true;
+  for (int j = 1; j < n; j++)
+    apart &= v[j]->axis == v[0]->axis &&
+             v[j]->begin >= v[j - 1]->begin + v[j - 1]->dy->type.dim[v[j]->axis];
+  Inst *sum = NULL, **piece = malloc(sizeof *piece * (size_t)n);
+  DTC_ASSERT(piece);
+  for (int j = 0; j < n; j++) {
+    const Pend *p = v[j];
+    int64_t len = p->dy->type.dim[p->axis], from = 0, to = p->size;
+    if (apart) {
+      from = j ? v[j - 1]->begin + v[j - 1]->dy->type.dim[p->axis] : 0;
+      to = j + 1 < n ? p->begin + len : p->size;
+    }
+    piece[j] = p->begin == from && p->begin + len == to
+                   ? p->dy : pad(g, p->dy, p->axis, p->begin - from, to - from, p->at);
+    if (!apart)
+      sum = sum ? mk2(g, OP_add, p->at, piece[j], sum) : piece[j];
+  }
+  for (int m = n; apart && m > 1;) {   /* concats of at most 16 operands */
+    int out = 0;
+    for (int j = 0; j < m; j += 16) {
+      int c = m - j < 16 ? m - j : 16;
+      if (c == 1) {
+        piece[out++] = piece[j];
+        continue;
+      }
+      Inst *r = ir_new(g->f, OP_concat, v[0]->at->loc, c, piece + j);
+      ir_set_int(r, "axis", v[0]->axis);
+      piece[out++] = ir_finish(r);
+    }
+    m = out;
+  }
+  if (apart)
+    sum = piece[0];
+  g->adj[k] = g->adj[k] ? mk2(g, OP_add, v[0]->at, sum, g->adj[k]) : sum;
+  free(piece);
+  free(v);
+}
 
 static void grad_pad(GradCtx *g, Inst *inst) {
   int64_t ax = axis_of(inst), b = ir_get_int(inst, "begin", 0);
@@ -807,8 +893,9 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   GradCtx h = {.f = gf, .n = nb, .d = g->d};
   h.active = calloc((size_t)nb + 1, sizeof *h.active);
   h.adj = calloc((size_t)nb + 1, sizeof *h.adj);
+  h.pend = calloc((size_t)nb + 1, sizeof *h.pend);
   bool *reach = calloc((size_t)nb + 1, sizeof *reach);
-  DTC_ASSERT(h.active && h.adj && reach);
+  DTC_ASSERT(h.active && h.adj && h.pend && reach);
   for (int k = 0; k < nb; k++) {
     Inst *i = gf->inst.a[k];
     int64_t ix = ir_get_int(i, "index", 0);
@@ -837,9 +924,11 @@ static void grad_repeat(GradCtx *g, Inst *r) {
     if (h.active[outs[k]->id])
       accum(&h, outs[k], dargs_out[k]);
   }
-  for (int k = nb - 1; k >= 0; k--)
+  for (int k = nb - 1; k >= 0; k--) {
+    settle(&h, k);
     if (h.active[k] && h.adj[k])
       (ir_pieces(gf->inst.a[k]) ? no_derivative : grad_fn[gf->inst.a[k]->op])(&h, gf->inst.a[k]);
+  }
   Inst **dargs = calloc((size_t)nin + 1, sizeof *dargs);
   DTC_ASSERT(dargs);
   for (int k = 0; k < nb; k++)
@@ -1019,6 +1108,7 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   }
   drop_func(m, gf);
   free(h.adj);
+  free(h.pend);
   free(dout);
   free(outs);
   free(dargs_out);
@@ -1098,8 +1188,9 @@ static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst
   GradCtx g = {.f = f, .n = n, .d = d};
   g.active = calloc((size_t)n, sizeof *g.active);
   g.adj = calloc((size_t)n, sizeof *g.adj);
+  g.pend = calloc((size_t)n + 1, sizeof *g.pend);
   bool *reach = calloc((size_t)n, sizeof *reach);
-  DTC_ASSERT(g.active && g.adj && reach);
+  DTC_ASSERT(g.active && g.adj && g.pend && reach);
   for (int k = 0; k < n; k++) {
     Inst *i = f->inst.a[k];
     bool on = i->op == OP_load && ir_find_global(m, ir_get_str(i, "global", ""))->kind == G_PARAM;
@@ -1123,6 +1214,7 @@ static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst
     g.adj[loss->id] = cnst(&g, loss, 1);
   for (int k = n - 1; k >= 0; k--) {
     Inst *i = f->inst.a[k];
+    settle(&g, k);
     if (g.active[k] && g.adj[k])
       (ir_pieces(i) ? no_derivative : grad_fn[i->op])(&g, i);
   }
@@ -1140,6 +1232,7 @@ static Func *differentiate(Module *m, Func *src, const char *name, Diag *d, Inst
   }
   free(g.active);
   free(g.adj);
+  free(g.pend);
   free(reach);
   return d->nerr == nerr ? f : NULL;
 }

@@ -123,11 +123,24 @@ static double value_bytes(const Inst *i) {
   return (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype);
 }
 
+/* The bytes of v, of b in all, that op i moves: a sparse update's table and
+ * state ([R, ...], in place: ir_in_place) only in the rows it touches (operand 1's
+ * entries, when fewer than R). */
+static double touched_bytes(const Inst *i, const Inst *v, double b) {
+  if (!ir_in_place(i->op) || v == i->in[1] || v->type.rank < 1 || !(v->type.dim[0] > 0))
+    return b;
+  double rows = (double)type_elems(&i->in[1]->type), all = (double)v->type.dim[0];
+  return rows < all ? b * rows / all : b;
+}
+
 /* The bytes op i reads of its operand k: an embedding bag's weight as the
  * rows its entries gather (input's elements times D), when fewer than the
- * table. */
+ * table; a sparse update's table and state as the rows it touches; a
+ * slice's operand as much as it copies. */
 static double operand_bytes(const Inst *i, int k) {
-  double b = value_bytes(i->in[k]);
+  if (i->op == OP_slice)   /* reads what it copies */
+    return value_bytes(i);
+  double b = touched_bytes(i, i->in[k], value_bytes(i->in[k]));
   bool bag = i->op == OP_embedding_bag || i->op == OP_embedding_bag_grad ||
              i->op == OP_embedding_bag_psw_grad;
   if (!bag || k != 1)
@@ -148,7 +161,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   double flops = sim_gflops(m, device) * 1e9, bw = sim_bw(m, device);
   double w = sim_lat(m, device), sh = 0;
   *(work_split ? &sh : &w) += (ir_flops(i) * flop_slowness(i->op) + elem_cost(i->op) * n) / flops;
-  *(out_split ? &sh : &w) += value_bytes(i) / bw;
+  *(out_split ? &sh : &w) += touched_bytes(i, i, value_bytes(i)) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
     *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;
   *whole = w;

@@ -392,6 +392,35 @@ static void test_slice(void **s) {
   gradcheck(&t, ir_finish(y), "slice axis=-1 [1,4)");
 }
 
+/* Slices of one value lying apart (gaps at 2 and 5, the last column left
+ * out), whose adjoints autodiff sums as one concat of pieces and zeros, and
+ * one overlapping them, which it adds. */
+static Inst *slice_of(Inst *x, int64_t axis, int64_t begin, int64_t end) {
+  Inst *y = tm_new(&t, OP_slice, 1, x);
+  ir_set_int(y, "axis", axis);
+  ir_set_int(y, "begin", begin);
+  ir_set_int(y, "end", end);
+  return ir_finish(y);
+}
+
+static void test_slices_apart(void **s) {
+  (void)s;
+  Inst *x = tm_param(&t, "x", F32(3, 8));
+  Inst *y = tm_new(&t, OP_concat, 3, slice_of(x, 1, 3, 5), slice_of(x, 1, 0, 2),
+                   slice_of(x, 1, 6, 7));
+  ir_set_int(y, "axis", 1);
+  gradcheck(&t, ir_finish(y), "slices [3,5), [0,2), [6,7) concatenated");
+}
+
+static void test_slices_overlap(void **s) {
+  (void)s;
+  Inst *z = tm_param(&t, "z", F32(3, 8));
+  Inst *w = tm_new(&t, OP_concat, 3, slice_of(z, 1, 3, 5), slice_of(z, 1, 0, 2),
+                   slice_of(z, 1, 1, 4));
+  ir_set_int(w, "axis", 1);
+  gradcheck(&t, ir_finish(w), "slices [3,5), [0,2) and [1,4) overlapping");
+}
+
 static void test_pad(void **s) {
   (void)s;
   Inst *x = tm_param(&t, "x", F32(2, 3));
@@ -791,7 +820,7 @@ int main(void) {
     T(test_int_promoted), T(test_sdpa), T(test_sdpa_causal), T(test_sdpa_self),
     T(test_sdpa_mask_f32), T(test_sdpa_mask_i32), T(test_sdpa_dropout), T(test_sdpa_mask_dropout),
     T(test_sdpa_mask_param), T(test_sdpa_mask_param_dropout),
-    T(test_reshape), T(test_transpose), T(test_slice), T(test_pad),
+    T(test_reshape), T(test_transpose), T(test_slice), T(test_slices_apart), T(test_slices_overlap), T(test_pad),
     T(test_pad_value), T(test_pad_value_huge), T(test_pad_value_neg_inf), T(test_pad_value_inf),
     T(test_pad_reflect), T(test_pad_replicate), T(test_pad_circular),
     T(test_concat), T(test_broadcast), T(test_layer_norm), T(test_attention), T(test_mlp),
