@@ -10,9 +10,9 @@
 # alone to core 0 and ranks 1 and 2 together to core 1 (real speeds about
 # 2:1:1; a `taskset` wrapper per rank), then:
 #  1. probes the three pinned ranks with dtc-probe into a cluster file;
-#  2. compiles bench/dlrm_auto.dt (every table row-wise, the ids whole,
-#     `plan auto` choosing the batch's split and one ratio vector for the
-#     axis, so the tables' rows follow the devices' speeds) and
+#  2. compiles bench/dlrm_auto.dt (the ids whole, `plan auto` choosing
+#     each table's form, whole, by rows, by columns or whole on one device,
+#     the batch's split and the axis's ratios) and
 #     bench/dlrm_tw.dt (every table whole on one device, 9, 9 and 8 of them,
 #     the batch even: Neo's table-wise, even) with --cluster=<that file>,
 #     and builds bench/dlrm.c against each with mpicc;

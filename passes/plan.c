@@ -281,17 +281,27 @@ static double evaluate(Search *s, Sharding **A, bool even, Ratios R, Est *e) {
 
 /* The forms global g may take on one axis: whole, or split along a dimension
  * of at least one element per device (inputs along their first only), or
- * for a param also open (its form follows from its users). */
+ * for a param also open (its form follows from its users); an embedding
+ * bag's table also whole on one device (placed, as `on dp[i]`). At most
+ * MAX_FORMS. */
+#define MAX_FORMS (IR_MAX_RANK + 2 + SHARD_MAX_AXIS)
 static int forms_of(Planner *p, int g, Sharding **out) {
   const Global *gl = &p->m->global.a[g];
-  int n = 0;
+  int n = 0, k = p->size[0];
   if (gl->kind == G_PARAM)
     out[n++] = NULL;
   out[n++] = form(p, -1, 0);
   int dims = gl->kind == G_INPUT ? (gl->type.rank > 0) : gl->type.rank;
   for (int d = 0; d < dims; d++)
-    if (gl->type.dim[d] >= p->size[0])
+    if (gl->type.dim[d] >= k)
       out[n++] = form(p, d, 0);
+  for (int i = 0; p->table[g] && gl->type.rank == 2 && i < k; i++) {
+    double *one = arena_alloc(p->m->arena, sizeof *one * (size_t)k);
+    for (int c = 0; c < k; c++)
+      one[c] = c == i;
+    out[n] = form(p, 1, 0);
+    out[n++]->ratio[1] = one;
+  }
   return n;
 }
 
@@ -314,7 +324,8 @@ static double descend(Search *s, Sharding **A, double cost) {
   Planner *p = s->p;
   Ratios R;
   Est e;
-  Sharding *forms[IR_MAX_RANK + 2];
+  Sharding **forms = malloc(sizeof *forms * MAX_FORMS);
+  DTC_ASSERT(forms);
   for (int sweep = 0; sweep < MAX_SWEEPS; sweep++) {
     bool moved = false;
     for (int v = 0; v < p->nvar; v++) {
@@ -336,6 +347,7 @@ static double descend(Search *s, Sharding **A, double cost) {
     if (!moved)
       break;
   }
+  free(forms);
   return cost;
 }
 

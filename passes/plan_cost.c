@@ -49,6 +49,20 @@ static double bytes_of(const Type *t) {
   return (double)type_elems(t) * (double)dtype_size(t->dtype);
 }
 
+/* The index of axis *x where sharding s of t places a dimension whole (its
+ * ratios one device's alone: a table on one device, `on dp[1]`); -1: none. */
+static int placed_at(const Planner *p, const Sharding *s, const Type *t, int *x) {
+  for (int d = 0; s && d < t->rank; d++)
+    if (s->axis[d] >= 0 && s->axis[d] < p->naxis) {
+      int i = ir_placed(s->ratio[d], p->size[s->axis[d]]);
+      if (i >= 0) {
+        *x = s->axis[d];
+        return i;
+      }
+    }
+  return -1;
+}
+
 /* Index i's ratio on axis x. */
 static double ratio_at(const Planner *p, const Ratios R, int x, int i) {
   return R[x] ? R[x][i] : 1.0 / p->size[x];
@@ -247,10 +261,32 @@ static void add_compute(Planner *p, Est *e, const Inst *i, const unsigned *in, u
   }
 }
 
+/* What the last op added to the current segment (beyond `was`, the
+ * segment before it) moved to the devices at index at of axis x alone. */
+static void place(Planner *p, Est *e, const double *was, int x, int at) {
+  for (unsigned M = 0; M < NTIME; M++) {
+    double *now = seg(p, e->nseg - 1, M), *t = NULL;
+    for (int q = 0; q < p->nclass; q++) {
+      double dt = now[q] - was[M * (unsigned)p->nclass + (unsigned)q];
+      if (dt == 0)
+        continue;
+      if (!t) {
+        t = arena_alloc(p->m->arena, sizeof *t * (size_t)p->nclass);
+        memset(t, 0, sizeof *t * (size_t)p->nclass);
+        vec_push(p->m->arena, &p->placed, ((Placed){e->nseg - 1, x, at, M, t}));
+      }
+      t[q] = dt;
+      now[q] -= dt;
+    }
+  }
+  p->placed_axes |= 1u << x;
+}
+
 static void note_len(Planner *p, Est *e, const Sharding *s, const Type *t) {
   for (int d = 0; s && d < t->rank; d++) {
     int x = s->axis[d];
-    if (x >= 0 && x < p->naxis && (!e->min_len[x] || t->dim[d] < e->min_len[x]))
+    if (x >= 0 && x < p->naxis && ir_placed(s->ratio[d], p->size[x]) < 0 &&
+        (!e->min_len[x] || t->dim[d] < e->min_len[x]))
       e->min_len[x] = t->dim[d];
   }
 }
@@ -386,7 +422,11 @@ static void memory_points(Planner *p, Est *e) {
   double g[NMASK] = {0}, peak[NMASK] = {0};
   for (int k = 0; k < m->global.n; k++) {
     const Global *gl = &m->global.a[k];
-    g[gl->kind == G_INPUT ? 0 : split_mask(gl->shard, &gl->type)] += bytes_of(&gl->type);
+    int x = -1, at = gl->kind == G_INPUT ? -1 : placed_at(p, gl->shard, &gl->type, &x);
+    for (int d = 0; at >= 0 && d < p->ndev; d++)   /* a table and its state on one device */
+      p->placed_mem[d] += p->coord[d * IR_MAX_MESH_AXES + x] == at ? bytes_of(&gl->type) : 0;
+    if (at < 0)
+      g[gl->kind == G_INPUT ? 0 : split_mask(gl->shard, &gl->type)] += bytes_of(&gl->type);
     note_len(p, e, gl->shard, &gl->type);
   }
   p->mem.n = 0;
@@ -544,11 +584,23 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
       cur[j] = i->in[j]->shard;
     if (!shard_form(m, i, i->shard, cur, req))
       continue;
-    unsigned work = work_mask(m, i->shard, &i->type), in[16];
+    unsigned work = work_mask(m, i->shard, &i->type), in[16], out = split_mask(i->shard, &i->type);
+    int px = -1, at = placed_at(p, i->shard, &i->type, &px);
     for (int j = 0; j < i->nin; j++) {
       reshard(p, e, i->in[j], &req[j], times);
       work |= work_mask(m, &req[j], &i->in[j]->type);
       in[j] = split_mask(&req[j], &i->in[j]->type);
+      at = at >= 0 ? at : placed_at(p, &req[j], &i->in[j]->type, &px);
+    }
+    double *was = NULL;
+    if (at >= 0) {   /* all of it on the device that holds the table */
+      size_t n = (size_t)NTIME * (size_t)p->nclass;
+      was = malloc(sizeof *was * n);
+      DTC_ASSERT(was);
+      memcpy(was, seg(p, e->nseg - 1, 0), sizeof *was * n);
+      work &= ~(1u << px), out &= ~(1u << px);
+      for (int j = 0; j < i->nin; j++)
+        in[j] &= ~(1u << px);
     }
     int ring = ring_axis(i);
     if (ring >= 0 && !m->attn_heads)
@@ -564,7 +616,11 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
       p->causal = ring;
       work |= CAUSAL;
     }
-    add_compute(p, e, i, in, split_mask(i->shard, &i->type), work, times);
+    add_compute(p, e, i, in, out, work, times);
+    if (was) {
+      place(p, e, was, px, at);
+      free(was);
+    }
     if (ring >= 0)
       attention_cost(p, e, i, &req[1], ring, times);
     note_len(p, e, i->shard, &i->type);
@@ -575,11 +631,16 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
 static void estimate(Planner *p, Est *e) {
   memset(e, 0, sizeof *e);
   e->pipe_axis = e->ring = e->heads_axis = -1;
-  p->t.n = p->w.n = p->pipe.n = p->memo.n = p->memo_x.n = 0;
+  p->t.n = p->w.n = p->pipe.n = p->memo.n = p->memo_x.n = p->placed.n = 0;
   p->causal = -1;
+  p->placed_axes = 0;
+  memset(p->placed_mem, 0, sizeof *p->placed_mem * (size_t)p->ndev);
   new_segment(p, e);
   cost_walk(p, e, p->step, 1, -1);
   memory_points(p, e);
+  e->placed = p->placed.a;
+  e->nplaced = p->placed.n;
+  e->placed_mem = p->placed_mem;
   e->t = p->t.a;
   e->w = p->w.a;
   e->pipe = p->pipe.a;
@@ -594,6 +655,11 @@ static double seg_time(const Planner *p, const Est *e, int s, int d, const Ratio
     double x = e->t[((size_t)s * NTIME + M) * (size_t)p->nclass + (size_t)p->cls[d]];
     if (x)
       t += x * (M ? plan_share(p, d, M, R) : 1);
+  }
+  for (int k = 0; k < e->nplaced; k++) {
+    const Placed *pl = &e->placed[k];
+    if (pl->seg == s && p->coord[d * IR_MAX_MESH_AXES + pl->x] == pl->i)
+      t += pl->t[p->cls[d]] * plan_share(p, d, pl->M, R);
   }
   return t;
 }
@@ -648,7 +714,7 @@ double plan_memory(const Planner *p, const Est *e, const Ratios R, int d) {
     point_terms(p, e, t, d, -1, R, &c0, &c1);
     most = fmax(most, c0);
   }
-  return most;
+  return most + e->placed_mem[d];
 }
 
 /* Whether the parallel block's forms, as last propagated, are those of trial t. */
@@ -687,7 +753,7 @@ void plan_bounds(const Planner *p, const Est *e, const Ratios R, int x, double *
                  (tried ? 1 : fmax(1, p->under[d]));
     for (int t = 0; t < e->nmem; t++) {
       point_terms(p, e, t, d, x, R, &c0, &c1);
-      double room = mem - c0;
+      double room = mem - c0 - e->placed_mem[d];
       *h = fmin(*h, c1 > 0 ? fmin(1, room / c1) : (room >= 0 ? 1 : -1));
     }
   }
@@ -702,7 +768,7 @@ void plan_bounds(const Planner *p, const Est *e, const Ratios R, int x, double *
  * count into vn); their number. */
 static int index_classes(const Planner *p, int x, int *vc, int *vrep, int *vn) {
   int k = p->size[x], per = p->ndev / k, nv = 0;
-  if (x == p->causal) {   /* each index's place in the sequence prices its share */
+  if (x == p->causal || p->placed_axes >> x & 1) {   /* each index's place prices its share */
     for (int i = 0; i < k; i++)
       vc[i] = vrep[i] = i, vn[i] = 1;
     return k;
@@ -812,6 +878,16 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
           c1[d] += t * plan_share(p, d, M & ~(1u << x), R);
         else
           c0[d] += t * (M ? plan_share(p, d, M, R) : 1);
+      }
+      for (int k = 0; k < e->nplaced; k++) {
+        const Placed *pl = &e->placed[k];
+        if (pl->seg != s || p->coord[d * IR_MAX_MESH_AXES + pl->x] != pl->i)
+          continue;
+        double t = pl->t[p->cls[d]];
+        if (pl->M >> x & 1)
+          c1[d] += t * plan_share(p, d, pl->M & ~(1u << x), R);
+        else
+          c0[d] += t * plan_share(p, d, pl->M, R);
       }
       any |= c1[d] > 0;
     }
@@ -1024,6 +1100,7 @@ bool plan_init(Planner *p, Module *m) {
     return false;
   Arena *a = m->arena;
   p->coord = arena_alloc(a, sizeof *p->coord * (size_t)p->ndev * IR_MAX_MESH_AXES);
+  p->placed_mem = arena_alloc(a, sizeof *p->placed_mem * (size_t)p->ndev);
   p->cls = arena_alloc(a, sizeof *p->cls * (size_t)p->ndev);
   p->rep = arena_alloc(a, sizeof *p->rep * (size_t)p->ndev);
   p->under = arena_alloc(a, sizeof *p->under * (size_t)p->ndev);
@@ -1042,12 +1119,16 @@ bool plan_init(Planner *p, Module *m) {
   }
   int ng = m->global.n;
   p->stacked = arena_alloc(a, sizeof *p->stacked * (size_t)(ng + 1));
+  p->table = arena_alloc(a, sizeof *p->table * (size_t)(ng + 1));
   memset(p->stacked, 0, sizeof *p->stacked * (size_t)(ng + 1));
+  memset(p->table, 0, sizeof *p->table * (size_t)(ng + 1));
   for (int k = 0; k < p->step->inst.n; k++) {
     const Inst *r = p->step->inst.a[k];
     for (int j = 0; r->op == OP_repeat && j < r->nin; j++)
       if (ir_repeat_operand_kind(r, j) == 2 && r->in[j]->op == OP_load)
         p->stacked[ir_global_of(r->in[j]) - m->global.a] = true;
+    if (r->op == OP_embedding_bag && r->in[1]->op == OP_load)
+      p->table[ir_global_of(r->in[1]) - m->global.a] = true;
   }
   p->user = arena_alloc(a, sizeof *p->user * (size_t)(ng + 1));
   p->var = arena_alloc(a, sizeof *p->var * (size_t)(ng + 1));

@@ -23,6 +23,14 @@
  * between two collectives, every device waiting at the collective), each
  * device class's seconds by the axes they are split over; the collectives'
  * seconds; each memory point's bytes by the axes they are split over. */
+/* Seconds of segment seg that only the devices at index i of axis x spend
+ * (a table placed there whole), scaling with the ratios of the axes in M. */
+typedef struct Placed {
+  int seg, x, i;
+  unsigned M;
+  double *t;        /* [nclass] */
+} Placed;
+
 typedef struct Est {
   int nseg;
   double *t;        /* [nseg][NTIME][nclass]: t[s][M][q] seconds that scale with the
@@ -41,6 +49,9 @@ typedef struct Est {
   int ring;         /* an axis some attention's sequence is split over, as a ring; -1 */
   int heads_axis;   /* ... as heads (attention = heads); -1: none */
   int64_t heads;    /* those attentions' heads (the fewest) */
+  int nplaced;
+  const Placed *placed;
+  const double *placed_mem;  /* [ndev] bytes of globals placed whole on each device */
 } Est;
 
 typedef struct Planner {
@@ -56,14 +67,18 @@ typedef struct Planner {
   Sharding **user;              /* by global: the parallel block's sharding */
   int *var, nvar;               /* the globals whose forms the search chooses */
   bool *stacked;                /* by global: a stacked operand of a loop of the step */
+  bool *table;                  /* by global: the table of an embedding bag of the step */
   int mb;                       /* micro-batches a pipeline's loop runs in */
   int state, user_state;        /* the axis the optimizer state is split over (passes/zero.c)
                                    in the forms evaluated, and in the parallel block's; -1: none */
   int causal;                   /* the axis causal attention's sequence is split over; -1 */
+  unsigned placed_axes;         /* the axes some table is placed whole over (Placed) */
   bool user_heads, heads_open;  /* the block's `attention = heads`; whether it leaves that open */
   const Inst *remat;            /* a forward loop of the step the estimate counts as
                                    recomputing its forward in the backward; NULL: none */
   VEC(double) t, w, mem;
+  VEC(Placed) placed;
+  double *placed_mem;           /* [ndev] */
   VEC(int) pipe;
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
   VEC(const Inst *) memo_x;     /* ... and of which value */
