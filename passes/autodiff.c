@@ -636,14 +636,18 @@ static int64_t axis_of(const Inst *inst) {
 
 /* dy's elements added into the ones of x they copy: op (pad for a slice,
  * the _grad op of a copying pad) with inst's axis and begin and x's length. */
+/* x placed at begin of `size` along axis by op (a pad or a pad's derivative). */
+static Inst *pad(GradCtx *g, Op op, Inst *x, int64_t axis, int64_t begin, int64_t size, Inst *at) {
+  Inst *r = ir_new(g->f, op, at->loc, 1, &x);
+  ir_set_int(r, "axis", axis);
+  ir_set_int(r, "begin", begin);
+  ir_set_int(r, "size", size);
+  return ir_finish(r);
+}
+
 static void grad_copy_pad(GradCtx *g, Inst *inst, Op op) {
   int64_t ax = axis_of(inst);
-  Inst *dy = DY;
-  Inst *r = ir_new(g->f, op, inst->loc, 1, &dy);
-  ir_set_int(r, "axis", ax);
-  ir_set_int(r, "begin", ir_get_int(inst, "begin", 0));
-  ir_set_int(r, "size", X->type.dim[ax]);
-  accum(g, X, ir_finish(r));
+  accum(g, X, pad(g, op, DY, ax, ir_get_int(inst, "begin", 0), X->type.dim[ax], inst));
 }
 
 static void grad_slice(GradCtx *g, Inst *inst) {
@@ -651,14 +655,6 @@ static void grad_slice(GradCtx *g, Inst *inst) {
   *p = (Pend){DY, inst, axis_of(inst), ir_get_int(inst, "begin", 0), 0, g->pend[X->id]};
   p->size = X->type.dim[p->axis];
   g->pend[X->id] = p;
-}
-
-static Inst *pad(GradCtx *g, Inst *x, int64_t axis, int64_t begin, int64_t size, Inst *at) {
-  Inst *r = ir_new(g->f, OP_pad, at->loc, 1, &x);
-  ir_set_int(r, "axis", axis);
-  ir_set_int(r, "begin", begin);
-  ir_set_int(r, "size", size);
-  return ir_finish(r);
 }
 
 static int by_begin(const void *a, const void *b) {
@@ -697,7 +693,7 @@ static void settle(GradCtx *g, int k) {
       to = j + 1 < n ? p->begin + len : p->size;
     }
     piece[j] = p->begin == from && p->begin + len == to
-                   ? p->dy : pad(g, p->dy, p->axis, p->begin - from, to - from, p->at);
+                   ? p->dy : pad(g, OP_pad, p->dy, p->axis, p->begin - from, to - from, p->at);
     if (!apart)
       sum = sum ? mk2(g, OP_add, p->at, piece[j], sum) : piece[j];
   }

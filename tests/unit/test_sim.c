@@ -197,11 +197,19 @@ static void test_roofline(void **state) {
 /* An embedding bag reads the rows its ids gather, not its table: the
  * forward's bytes are its result, its ids and B K rows of D floats; the
  * weight's gradient also writes the whole dense gradient. */
+/* text's @train_step after autodiff (no mesh). */
+static Module *step_of(Arena *a, const char *text) {
+  Diag d;
+  diag_init(&d, stderr);
+  Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
+  assert_non_null(m);
+  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL));
+  return m;
+}
+
 static void test_embedding_bag_bytes(void **state) {
   (void)state;
   Arena *a = arena_new();
-  Diag d;
-  diag_init(&d, stderr);
   const char *text = "model rec(batch B = 4) {\n"
                      "  input  ids: i32[B, 2]\n"
                      "  input  y: f32[B, 16]\n"
@@ -209,9 +217,7 @@ static void test_embedding_bag_bytes(void **state) {
                      "  loss   = mse(embedding_bag(ids, e, mode = \"sum\"), y)\n"
                      "  minimize loss with sgd(lr = 0.1)\n"
                      "}\n";
-  Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
-  assert_non_null(m);
-  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL));
+  Module *m = step_of(a, text);
   const Func *f = step_func(m, -1);
   double bw = SIM_DEFAULT_GFLOPS * 1e9 / SIM_BYTE_FLOPS, rows = 4.0 * 2 * 16 * 4;
   int seen = 0;
@@ -240,8 +246,6 @@ static void test_embedding_bag_bytes(void **state) {
 static void test_sparse_update_bytes(void **state) {
   (void)state;
   Arena *a = arena_new();
-  Diag d;
-  diag_init(&d, stderr);
   const char *text = "model rec(batch B = 4) {\n"
                      "  input  ids: i32[B, 2]\n"
                      "  input  y: f32[B, 16]\n"
@@ -250,9 +254,7 @@ static void test_sparse_update_bytes(void **state) {
                      " sum(slice(y, 1, 0, 4))\n"
                      "  minimize loss with sparse_adam(lr = 0.1)\n"
                      "}\n";
-  Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
-  assert_non_null(m);
-  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL));
+  Module *m = step_of(a, text);
   const Func *f = step_func(m, -1);
   double bw = SIM_DEFAULT_GFLOPS * 1e9 / SIM_BYTE_FLOPS, table = 100000.0 * 16 * 4;
   int sparse = 0, slices = 0;
