@@ -99,6 +99,17 @@ static double *seg(Planner *p, int s, unsigned mask) {
   return p->t.a + ((size_t)s * NTIME + mask) * (size_t)p->nclass;
 }
 
+/* The masks a segment's times may use: CAUSAL's only where some are causal. */
+static unsigned ntime(const Planner *p) {
+  return p->causal >= 0 ? NTIME : NMASK;
+}
+
+/* The next mask after M (from -1) that segment s uses; NTIME: none. */
+static unsigned next_mask(const Est *e, int s, int M) {
+  uint32_t left = e->used[s] >> (M + 1) << (M + 1);
+  return left ? (unsigned)__builtin_ctz(left) : NTIME;
+}
+
 /* Seconds of step st of a reshard of x: the slowest group of its axis. */
 static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
   Module *m = p->m;
@@ -247,7 +258,7 @@ static void add_compute(Planner *p, Est *e, const Inst *i, const unsigned *in, u
         seg(p, e->nseg - 1, one)[q] += times * share;
       continue;
     }
-    for (unsigned M = 1; M < NTIME; M++) {
+    for (unsigned M = 1; M < ntime(p); M++) {
       bool any = false;
       for (int k = 0; k < i->nin; k++)
         in_split[k] = in[k] == M;
@@ -264,7 +275,7 @@ static void add_compute(Planner *p, Est *e, const Inst *i, const unsigned *in, u
 /* What the last op added to the current segment (beyond `was`, the
  * segment before it) moved to the devices at index at of axis x alone. */
 static void place(Planner *p, Est *e, const double *was, int x, int at) {
-  for (unsigned M = 0; M < NTIME; M++) {
+  for (unsigned M = 0; M < ntime(p); M++) {
     double *now = seg(p, e->nseg - 1, M), *t = NULL;
     for (int q = 0; q < p->nclass; q++) {
       double dt = now[q] - was[M * (unsigned)p->nclass + (unsigned)q];
@@ -514,7 +525,7 @@ static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
    * its work no longer scales with their ratios. */
   unsigned keep = mb > 1 ? 1u << x : NTIME - 1;
   for (int s = s0; s < e->nseg; s++) {
-    for (unsigned M = 0; M < NTIME; M++) {
+    for (unsigned M = 0; M < ntime(p); M++) {
       unsigned to = (M | 1u << x) & keep;
       for (int q = 0; q < p->nclass && to != M; q++) {
         seg(p, s, to)[q] += seg(p, s, M)[q];
@@ -638,6 +649,15 @@ static void estimate(Planner *p, Est *e) {
   new_segment(p, e);
   cost_walk(p, e, p->step, 1, -1);
   memory_points(p, e);
+  p->used.n = 0;
+  for (int s = 0; s < e->nseg; s++) {
+    uint32_t u = 0;
+    for (unsigned M = 0; M < NTIME; M++)
+      for (int q = 0; q < p->nclass && !(u >> M & 1); q++)
+        u |= (uint32_t)(seg(p, s, M)[q] != 0) << M;
+    vec_push(p->m->arena, &p->used, u);
+  }
+  e->used = p->used.a;
   e->placed = p->placed.a;
   e->nplaced = p->placed.n;
   e->placed_mem = p->placed_mem;
@@ -651,7 +671,7 @@ static void estimate(Planner *p, Est *e) {
 /* Device d's seconds in segment s under R. */
 static double seg_time(const Planner *p, const Est *e, int s, int d, const Ratios R) {
   double t = 0;
-  for (unsigned M = 0; M < NTIME; M++) {
+  for (unsigned M = next_mask(e, s, -1); M < NTIME; M = next_mask(e, s, (int)M)) {
     double x = e->t[((size_t)s * NTIME + M) * (size_t)p->nclass + (size_t)p->cls[d]];
     if (x)
       t += x * (M ? plan_share(p, d, M, R) : 1);
@@ -830,7 +850,7 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
   plan_bounds(p, e, R, x, &lo, hi);
   for (int s = 0; s < e->nseg; s++)
     for (int d = 0; d < p->ndev; d++)
-      for (unsigned M = 0; M < NTIME; M++)
+      for (unsigned M = next_mask(e, s, -1); M < NTIME; M = next_mask(e, s, (int)M))
         if (M >> x & 1)
           scale = fmax(scale, e->t[((size_t)s * NTIME + M) * (size_t)p->nclass + (size_t)p->cls[d]] *
                                   plan_share(p, d, M & ~(1u << x), R));
@@ -870,7 +890,7 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
     bool any = false;
     for (int d = 0; d < p->ndev; d++) {
       c0[d] = c1[d] = 0;
-      for (unsigned M = 0; M < NTIME; M++) {
+      for (unsigned M = next_mask(e, s, -1); M < NTIME; M = next_mask(e, s, (int)M)) {
         double t = e->t[((size_t)s * NTIME + M) * (size_t)p->nclass + (size_t)p->cls[d]];
         if (!t)
           continue;
@@ -976,8 +996,9 @@ double plan_evaluate(Planner *p, Sharding **A, bool even, Ratios R, Est *e) {
       if (p->size[x] > 1 && !solve_axis(p, e, R, x))
         return INFINITY;
   /* causal attention's shares of the triangle are fixed at each program's
-   * ratios: solved again from its answer until the ratios settle */
-  for (int round = 0, x = p->causal; !even && x >= 0 && round < 16; round++) {
+   * ratios: solved again from its answer until the ratios settle (the
+   * search ranks choices by the first answer) */
+  for (int round = 0, x = p->causal; !even && p->settle && x >= 0 && round < 16; round++) {
     double *was = malloc(sizeof *was * (size_t)p->size[x]), moved = 0;
     DTC_ASSERT(was);
     memcpy(was, R[x], sizeof *was * (size_t)p->size[x]);

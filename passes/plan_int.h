@@ -18,6 +18,7 @@
  * the triangle (plan_share). Segments' times have NTIME masks. */
 #define CAUSAL NMASK
 #define NTIME (2 * NMASK)
+static_assert(NTIME <= 32, "a segment's masks in one word (Est.used)");
 
 /* The estimate of one choice of forms (propagated): per segment (the work
  * between two collectives, every device waiting at the collective), each
@@ -49,6 +50,7 @@ typedef struct Est {
   int ring;         /* an axis some attention's sequence is split over, as a ring; -1 */
   int heads_axis;   /* ... as heads (attention = heads); -1: none */
   int64_t heads;    /* those attentions' heads (the fewest) */
+  const uint32_t *used;  /* [nseg] the masks a segment's times use (bit M) */
   int nplaced;
   const Placed *placed;
   const double *placed_mem;  /* [ndev] bytes of globals placed whole on each device */
@@ -73,11 +75,14 @@ typedef struct Planner {
                                    in the forms evaluated, and in the parallel block's; -1: none */
   int causal;                   /* the axis causal attention's sequence is split over; -1 */
   unsigned placed_axes;         /* the axes some table is placed whole over (Placed) */
+  bool settle;                  /* solve causal shares to their fixed point (plan_evaluate):
+                                   for the contenders, not for every choice searched */
   bool user_heads, heads_open;  /* the block's `attention = heads`; whether it leaves that open */
   const Inst *remat;            /* a forward loop of the step the estimate counts as
                                    recomputing its forward in the backward; NULL: none */
   VEC(double) t, w, mem;
   VEC(Placed) placed;
+  VEC(uint32_t) used;
   double *placed_mem;           /* [ndev] */
   VEC(int) pipe;
   VEC(Sharding) memo;           /* reshards costed in this walk ... */
