@@ -9,8 +9,8 @@
  * elementwise one, which fusion keeps in registers, its operands; of an
  * embedding bag's table, the rows it gathers), and for
  * kernels built on exponentials or random numbers a cost per element
- * (elem_cost) at the GEMM's speed; DeMo's kernels count their FLOPs at a
- * fraction of that speed (flop_slowness). A device given no bandwidth moves a byte
+ * (elem_cost) at the GEMM's speed; DeMo's and attention's kernels count
+ * their FLOPs at a fraction of that speed (flop_slowness). A device given no bandwidth moves a byte
  * for SIM_BYTE_FLOPS FLOPs, so one that is slower at math, such as one
  * sharing its core, is as much slower at moving data. A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
@@ -109,12 +109,21 @@ static double elem_cost(Op op) {
  * DCT matrices made (cosines) and the scratch cleared on each call, and the
  * inverses' short sparse rows. Measured on the AVX-512 Xeon
  * (docs/PERFORMANCE.md, "DeMo's kernels vectorised"): bench/demo_kernels'
- * best times against the probe's 150 GFLOP/s of the same CPU. */
-static double flop_slowness(Op op) {
-  switch (op) {
+ * best times against the probe's 150 GFLOP/s of the same CPU. Attention's
+ * blocks run at 0.65, 0.74 and 0.82 of the GEMM's speed at heads of 16, 32
+ * and 64 (docs/PERFORMANCE.md, "Attention kernels at heads of 16, 32 and
+ * 64"), the rest being the online softmax's exponentials: 0.57 + 0.08
+ * log2(D / 8), within [0.5, 0.9]. */
+static double flop_slowness(const Inst *i) {
+  switch (i->op) {
   case OP_demo_compress: return 9;
   case OP_demo_residual: return 17;
   case OP_demo_sign: return 11;
+  case OP_sdpa: case OP_sdpa_lse: case OP_sdpa_grad: case OP_sdpa_dmask:
+  case OP_ring_sdpa: case OP_ring_sdpa_lse: case OP_ring_sdpa_grad: {
+    double d = i->nin && i->in[0]->type.rank == 4 ? (double)i->in[0]->type.dim[3] : 64;
+    return 1 / fmin(0.9, fmax(0.5, 0.57 + 0.08 * log2(fmax(d, 1) / 8)));
+  }
   default: return 1;
   }
 }
@@ -160,7 +169,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
     n = (double)type_elems(&i->in[0]->type);
   double flops = sim_gflops(m, device) * 1e9, bw = sim_bw(m, device);
   double w = sim_lat(m, device), sh = 0;
-  *(work_split ? &sh : &w) += (ir_flops(i) * flop_slowness(i->op) + elem_cost(i->op) * n) / flops;
+  *(work_split ? &sh : &w) += (ir_flops(i) * flop_slowness(i) + elem_cost(i->op) * n) / flops;
   *(out_split ? &sh : &w) += touched_bytes(i, i, value_bytes(i)) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
     *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;
@@ -282,7 +291,7 @@ static double ring_busy(const Module *m, const Inst *i, int d, int j) {
   for (int q = 0; q < nz; q++)
     before += q < j ? (double)len[q] : 0, all += (double)len[q];
   double f = (2 * before + (double)len[j] + 1) / (all + 1);
-  return t + (f - 1) * ir_flops(i) * flop_slowness(i->op) / (sim_gflops(m, d) * 1e9);
+  return t + (f - 1) * ir_flops(i) * flop_slowness(i) / (sim_gflops(m, d) * 1e9);
 }
 
 static bool same_collective(const Inst *a, const Inst *b) {

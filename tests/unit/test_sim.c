@@ -414,8 +414,9 @@ static void test_ring_causal_place(void **state) {
       continue;
     assert_true(ir_get_int(i, "causal", 0));
     rings++;
-    /* ir/cost.c counts each device's even share, n (T + 1) / 2 pairs */
-    diff += ir_flops(i) * (pairs[1] - pairs[0]) / (n * (t + 1) / 2) / 40e9;
+    /* ir/cost.c counts each device's even share, n (T + 1) / 2 pairs; the
+     * blocks run at 0.65 of the GEMM's speed at heads of 16 (sim.c) */
+    diff += ir_flops(i) * (pairs[1] - pairs[0]) / (n * (t + 1) / 2) / (0.65 * 40e9);
   }
   assert_true(rings >= 2);
   SimResult r;
