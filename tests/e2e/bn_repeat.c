@@ -1,9 +1,11 @@
 /* bn_repeat.c: batch norm inside a repeated block (tests/e2e/bn_repeat.dt,
- * its params and buffers stacked along the loop's count) against the same
- * layers applied one by one (bn_repeat_unrolled.dt), both started from one
- * set of weights and running statistics (safetensors files written here:
- * the loop's read from the slices layers.L.NAME, torch's names of a
- * stacked layer; the unrolled model's as layers_L.NAME):
+ * its params and buffers stacked along the loop's count) and inside a loop
+ * in a loop (bn_repeat_nested.dt: three stages of a loop of one layer)
+ * against the same layers applied one by one (bn_repeat_unrolled.dt), all
+ * started from one set of weights and running statistics (safetensors
+ * files written here: the loop's read from the slices layers.L.NAME,
+ * torch's names of a stacked layer; the nested loops' as whole stacked
+ * tensors outer.inner.NAME; the unrolled model's as layers_L.NAME):
  *
  *     bn_repeat DIR
  *
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bnnest.h"
 #include "bnrep.h"
 #include "bnrepi.h"
 #include "bnunr.h"
@@ -127,35 +130,60 @@ int main(int argc, char **argv) {
                 0))
     return failed("save", dtrt_errmsg(ctx));
 
+  /* the nested loops' file: each field stacked [L, 1, dims] */
+  static float packed[NT][L * NW];
+  static char pname[NT][64];
+  DtNamed pn[NT];
+  for (int k = 0; k < NT; k++) {
+    for (int l = 0; l < L; l++)
+      memcpy(packed[k] + l * elems(k), w[l][k], sizeof(float) * (size_t)elems(k));
+    snprintf(pname[k], sizeof pname[k], "outer.inner.%s", field[k]);
+    pn[k] = (DtNamed){pname[k], {.data = packed[k], .dtype = DTRT_F32, .rank = k ? 3 : 6,
+                                 .dim = {L, 1, C, C, 3, 3}}};
+  }
+  if (dtrt_save(ctx, at(dir, "nested.safetensors"), pn, NT, NULL, 0))
+    return failed("save", dtrt_errmsg(ctx));
+
   bnrep *a = NULL;
   bnunr *u = NULL;
-  if (bnrep_create(&a, 1) || bnunr_create(&u, 2))
+  bnnest *nn = NULL;
+  if (bnrep_create(&a, 1) || bnunr_create(&u, 2) || bnnest_create(&nn, 4))
     return failed("create", "cannot create the models");
+  if (bnnest_load_params(nn, at(dir, "nested.safetensors")))
+    return failed("nested: load_params", bnnest_error(nn));
   if (bnrep_load_params(a, at(dir, "loop.safetensors")))
     return failed("loop: load_params", bnrep_error(a));
   if (bnunr_load_params(u, at(dir, "layers.safetensors")))
     return failed("layers: load_params", bnunr_error(u));
 
-  static float ha[NX], hu[NX];
+  static float ha[NX], hu[NX], hn[NX];
   bool ok = true;
   double worst = 0;
-  if (bnrep_forward(a, xs[0], NX, ha, NX) || bnunr_forward(u, xs[0], NX, hu, NX))
+  if (bnrep_forward(a, xs[0], NX, ha, NX) || bnunr_forward(u, xs[0], NX, hu, NX) ||
+      bnnest_forward(nn, xs[0], NX, hn, NX))
     return failed("forward", "failed");
   ok &= agree("forward before training", ha, hu, NX, &worst);
+  ok &= agree("nested: forward before training", hn, hu, NX, &worst);
   for (int s = 0; s < STEPS; s++) {
-    float la, lu;
+    float la, lu, ln;
     const float *x = xs[s % BATCHES], *y = ys[s % BATCHES];
     if (bnrep_train_step(a, x, NX, y, NX, &la))
       return failed("loop: train_step", bnrep_error(a));
     if (bnunr_train_step(u, x, NX, y, NX, &lu))
       return failed("layers: train_step", bnunr_error(u));
-    char what[32];
+    if (bnnest_train_step(nn, x, NX, y, NX, &ln))
+      return failed("nested: train_step", bnnest_error(nn));
+    char what[40];
     snprintf(what, sizeof what, "loss of step %d", s);
     ok &= agree(what, &la, &lu, 1, &worst);
+    snprintf(what, sizeof what, "nested: loss of step %d", s);
+    ok &= agree(what, &ln, &lu, 1, &worst);
   }
-  if (bnrep_forward(a, xs[0], NX, ha, NX) || bnunr_forward(u, xs[0], NX, hu, NX))
+  if (bnrep_forward(a, xs[0], NX, ha, NX) || bnunr_forward(u, xs[0], NX, hu, NX) ||
+      bnnest_forward(nn, xs[0], NX, hn, NX))
     return failed("forward", "failed");
   ok &= agree("forward after training", ha, hu, NX, &worst);
+  ok &= agree("nested: forward after training", hn, hu, NX, &worst);
 
   /* the exports: the loop's stacked tensors against the layers' own */
   if (bnrep_export(a, at(dir, "loop.export")) || bnunr_export(u, at(dir, "layers.export")))
@@ -177,6 +205,22 @@ int main(int argc, char **argv) {
   if (dtrt_weights_load(ctx, at(dir, "loop.export"), ta, NT) ||
       dtrt_weights_load(ctx, at(dir, "layers.export"), tu, L * NT))
     return failed("read the exports", dtrt_errmsg(ctx));
+  /* the nested loops' export, each field [L, 1, dims]: the loop's layout */
+  static float sn[NT][L * NW];
+  DtCkptTensor tn[NT];
+  for (int k = 0; k < NT; k++) {
+    tn[k] = (DtCkptTensor){.name = pname[k], .kind = -1};
+    tn[k].t = (DtTensor){.data = sn[k], .dtype = DTRT_F32, .rank = k ? 3 : 6,
+                         .dim = {L, 1, C, C, 3, 3}};
+  }
+  if (bnnest_export(nn, at(dir, "nested.export")) ||
+      dtrt_weights_load(ctx, at(dir, "nested.export"), tn, NT))
+    return failed("nested: export", dtrt_errmsg(ctx));
+  for (int k = 0; k < NT; k++) {
+    char what[64];
+    snprintf(what, sizeof what, "nested: %s", field[k]);
+    ok &= agree(what, sn[k], sa[k], L * elems(k), &worst);
+  }
   for (int l = 0; l < L; l++)
     for (int k = 0; k < NT; k++) {
       const float *row = sa[k] + l * elems(k);
@@ -204,10 +248,12 @@ int main(int argc, char **argv) {
     ok = false;
   }
   printf("bn_repeat: %d steps, losses, forwards, params and running statistics of the loop "
-         "within %.3g relative of the layers'%s\n", STEPS, worst, ok ? "" : ": FAIL");
+         "and the nested loops within %.3g relative of the layers'%s\n", STEPS, worst,
+         ok ? "" : ": FAIL");
   bnrep_destroy(a);
   bnunr_destroy(u);
   bnrepi_destroy(e);
+  bnnest_destroy(nn);
   dtrt_ctx_free(ctx);
   return ok ? 0 : 1;
 }
