@@ -299,8 +299,9 @@ static bool check_returns(Ctx *c, const Stmt *s, const Ctx *bc, Inst *const *val
  * body function named after the instance, run by a new `repeat`: operands
  * the carried args (the first `ncarry`), the args read whole, the `each`
  * ones, the stacked params; results the carried values after the last
- * iteration (the repeat, then repeat_outs) and the stacked outputs
- * (repeat_outs). */
+ * iteration (the repeat, then repeat_outs), the stacked outputs
+ * (repeat_outs) and the new rows of the buffers the body updates, stacked
+ * (repeat_outs after them, which update_buffer stores or passes up). */
 static bool apply(Ctx *c, const Stmt *s, Inst **res) {
   const Expr *call = s->val;
   if (call->kind != E_CALL) {
@@ -426,8 +427,8 @@ static bool apply(Ctx *c, const Stmt *s, Inst **res) {
     finish(bc, out);
   }
   for (int k = 0; k < bc->updates.n; k++) {   /* each buffer's row, stacked by the loop */
-    const Update *u = &bc->updates.a[k];
-    Inst *out = ir_new(bc->f, OP_output, u->loc, 1, (Inst **)&u->v);
+    Update *u = &bc->updates.a[k];
+    Inst *out = ir_new(bc->f, OP_output, u->loc, 1, &u->v);
     ir_set_str(out, "name", u->global + strlen(path) + 1);
     finish(bc, out);
   }
