@@ -19,6 +19,7 @@
  *   cross_entropy_grad (logits, labels)                   8 n + 4 rows
  *   sum over the rows of [rows, d]                        4 n + 4 d
  *   gather (index, x's row in cache), gather_grad (index, dy, dx)  12 n
+ *   (gather_grad also of two long rows, which the threads split by place)
  *   the same along dim 0 (x read, or dx added to, at random)       12 n
  *   cumsum, tril, int_elem                                8 n
  *   adamw: w, g, m, v in, w, m, v out                     28 n
@@ -224,6 +225,17 @@ static void gather_grad(Case *c) {
   c->bytes = 12.0 * numel(&c->out);
 }
 
+/* its scatter-add along rows longer than the threads are many: [2, 256K],
+ * each row's places split in parts, each thread adding the values that
+ * fall in its own (reading the whole row of index and dy) */
+static void gather_grad_long(Case *c) {
+  static const int64_t x[] = {2, 1 << 18};
+  kernel(c, dtrt_k_gather_grad, 2, x, 2);
+  ids(c, 0, x[1]);
+  c->a = (DtAttrs){.i = {1, x[0], x[1]}, .ni = 3};
+  c->bytes = 12.0 * numel(&c->out);
+}
+
 /* torch.gather of [B T, D] along B T at random places: each element from
  * another row (x read once, at random) */
 static void gather_dim0(Case *c) {
@@ -300,6 +312,7 @@ static const struct {
     {"sum", sum},
     {"gather", gather},
     {"gather_grad", gather_grad},
+    {"gather_grad", gather_grad_long},
     {"gather_dim0", gather_dim0},
     {"gather_grad_dim0", gather_grad_dim0},
     {"cumsum", cumsum},

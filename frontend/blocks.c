@@ -18,8 +18,20 @@ Inst *stacked_arg(Ctx *o, const char *global, Type t, const Global *init, Loc at
   arg->type = t;
   ir_set_int(arg, "index", 0);
   vec_push(o->a, &o->stacked,
-           ((Stacked){global, t, init->init, init->init_arg, init->fan_in, init->fan_out, at, arg}));
+           ((Stacked){global, t, init->init, init->init_arg, init->fan_in, init->fan_out, at, arg,
+                      init->kind == G_BUFFER}));
   return finish(o, arg);
+}
+
+void update_buffer(Ctx *c, const char *global, Inst *v, Loc at) {
+  Ctx *o = owner(c);
+  if (o->up) {
+    vec_push(o->a, &o->updates, ((Update){global, v, at}));
+    return;
+  }
+  Inst *st = ir_new(c->f, OP_store, at, 1, &v);
+  ir_set_str(st, "global", global);
+  finish(c, st);
 }
 
 /* t with a leading dimension n; false after reporting at `at` when that passes
@@ -42,11 +54,11 @@ static bool stack_type(Ctx *c, Type *t, int64_t n, const char *global, Loc at) {
  * a load of a new global in the model, an arg in a body. */
 static Inst *stacked_value(Ctx *c, const Stacked *sp, Type t) {
   Ctx *o = owner(c);
-  Global init = {.init = sp->init, .init_arg = sp->init_arg, .fan_in = sp->fan_in,
-                 .fan_out = sp->fan_out};
+  Global init = {.kind = sp->buffer ? G_BUFFER : G_PARAM, .init = sp->init,
+                 .init_arg = sp->init_arg, .fan_in = sp->fan_in, .fan_out = sp->fan_out};
   if (o->up)
     return stacked_arg(o, sp->global, t, &init, sp->loc);
-  Global *g = ir_add_global(c->m, sp->global, G_PARAM, t, sp->loc);
+  Global *g = ir_add_global(c->m, sp->global, init.kind, t, sp->loc);
   g->init = init.init;
   g->init_arg = init.init_arg;
   g->fan_in = init.fan_in;
@@ -287,8 +299,9 @@ static bool check_returns(Ctx *c, const Stmt *s, const Ctx *bc, Inst *const *val
  * body function named after the instance, run by a new `repeat`: operands
  * the carried args (the first `ncarry`), the args read whole, the `each`
  * ones, the stacked params; results the carried values after the last
- * iteration (the repeat, then repeat_outs) and the stacked outputs
- * (repeat_outs). */
+ * iteration (the repeat, then repeat_outs), the stacked outputs
+ * (repeat_outs) and the new rows of the buffers the body updates, stacked
+ * (repeat_outs after them, which update_buffer stores or passes up). */
 static bool apply(Ctx *c, const Stmt *s, Inst **res) {
   const Expr *call = s->val;
   if (call->kind != E_CALL) {
@@ -413,6 +426,12 @@ static bool apply(Ctx *c, const Stmt *s, Inst **res) {
     ir_set_str(out, "name", k < ncarry ? bd->args.a[k]->s : s->names.a[k]->s);
     finish(bc, out);
   }
+  for (int k = 0; k < bc->updates.n; k++) {   /* each buffer's row, stacked by the loop */
+    Update *u = &bc->updates.a[k];
+    Inst *out = ir_new(bc->f, OP_output, u->loc, 1, &u->v);
+    ir_set_str(out, "name", u->global + strlen(path) + 1);
+    finish(bc, out);
+  }
   if (c->d->nerr != nerr)
     return false;
   number_args(bc, nargs);
@@ -464,11 +483,15 @@ static bool apply(Ctx *c, const Stmt *s, Inst **res) {
   }
   if (!(res[0] = finish(c, rep)))
     return false;
-  for (int k = 1; k < nnames; k++) {
+  for (int k = 1; k < nnames + bc->updates.n; k++) {
     Inst *o = ir_new(c->f, OP_repeat_out, s->repeat_loc, 1, &rep);
     ir_set_int(o, "index", k);
-    if (!(res[k] = finish(c, o)))
+    if (!(o = finish(c, o)))
       return false;
+    if (k < nnames)
+      res[k] = o;
+    else
+      update_buffer(c, bc->updates.a[k - nnames].global, o, bc->updates.a[k - nnames].loc);
   }
   return true;
 }

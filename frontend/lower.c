@@ -225,26 +225,19 @@ static bool lower_init(Ctx *c, const Stmt *s, Global *g) {
  * inlined into the model, else an arg of the body (the init is the declared
  * type's either way). */
 static void lower_block_param(Ctx *c, const Stmt *s, Name *n, Type t) {
-  Global g = {.type = t};
+  Global g = {.type = t, .kind = s->kind == S_BUFFER ? G_BUFFER : G_PARAM};
   if (!lower_init(c, s, &g)) {
     n->bad = true;
     return;
   }
   const char *global = join(c, c->path, s->name);
   Ctx *o = owner(c);
-  if (o->up && s->kind == S_BUFFER) {
-    diag_error(c->d, s->loc, "buffer '%s' in a repeated block: a loop's iterations cannot "
-               "update buffers yet; apply the block once per layer instead", s->name);
-    n->bad = true;
-    return;
-  }
   if (o->up) {
     n->val = stacked_arg(o, global, t, &g, s->name_loc);
     n->bad = !n->val;
     return;
   }
-  Global *pg = ir_add_global(c->m, global, s->kind == S_BUFFER ? G_BUFFER : G_PARAM, t,
-                             s->name_loc);
+  Global *pg = ir_add_global(c->m, global, g.kind, t, s->name_loc);
   pg->init = g.init;
   pg->init_arg = g.init_arg;
   pg->fan_in = g.fan_in;

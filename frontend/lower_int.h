@@ -39,7 +39,17 @@ typedef struct Stacked {
   int64_t fan_in, fan_out; /* glorot's, of the declared type (Global's) */
   Loc loc;               /* the declaration */
   Inst *arg;
+  bool buffer;           /* a buffer: the global is a G_BUFFER, its rows updated */
 } Stacked;
+
+/* A buffer's new value in a body: an output of the body, stacked by the
+ * repeat into the new value of the caller's (a store, or an update of its
+ * own when the caller is a body too). */
+typedef struct Update {
+  const char *global;    /* the stacked global's name (Stacked.global) */
+  Inst *v;               /* the row of this iteration (of every inner iteration) */
+  Loc loc;               /* the batch_norm */
+} Update;
 
 typedef struct Ctx Ctx;
 
@@ -85,6 +95,7 @@ struct Ctx {
   int depth;             /* applications this one is inside of */
   int64_t n;             /* a body: the repeat's count */
   VEC(Stacked) stacked;  /* a body: the params it reads as args, in order */
+  VEC(Update) updates;   /* a body: the buffers its iterations update, in order */
   Inst *ret;             /* a block: its return value (the first of several) */
   Inst **rets;           /* a block returning several values: each of them */
   int nret;              /* a block: the values its return gives */
@@ -219,8 +230,12 @@ void lower_groups(Ctx *c);
  * model's dimensions, its args and the names its statements define. */
 void open_scope(Ctx *c);
 Block *find_block(const Prog *p, const char *name);
-/* A new arg of body o for a param it reads (numbered when the body is done). */
+/* A new arg of body o for a param (or a buffer, init->kind G_BUFFER) it
+ * reads (numbered when the body is done). */
 Inst *stacked_arg(Ctx *o, const char *global, Type t, const Global *init, Loc at);
+/* The new value v of the buffer `global` in c: a store in the model, an
+ * output of the body that owns c (stacked by its repeat) in a repeat. */
+void update_buffer(Ctx *c, const char *global, Inst *v, Loc at);
 /* [repeat(N)] BLOCK(args) [as NAME] in c. */
 /* res[k] for each name of s (s->names, or s->name alone): a block's k-th
  * returned value once, a repeat's carried values then its stacked outputs;

@@ -190,34 +190,48 @@ Inst *lower_pool2d(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
   return finish(c, i);
 }
 
-/* The buffer argument `what` of batch_norm names, updated by no other call;
- * NULL after reporting. */
-static const Global *bn_buffer(Ctx *c, const Expr *e, const char *what, const Inst *x) {
+/* The global of the buffer argument `what` of batch_norm names, updated by
+ * no other call: the model's, or in a repeat the stacked one whose row the
+ * body reads as an arg; NULL after reporting. */
+static const char *bn_buffer(Ctx *c, const Expr *e, const char *what, const Inst *x) {
   Name *n = e->kind == E_IDENT ? lookup(c, e->s) : NULL;
+  Ctx *o = owner(c);
+  const char *global = NULL;
+  for (int k = 0; n && n->buffer && n->global < 0 && k < o->stacked.n; k++)
+    if (o->stacked.a[k].arg == n->val)
+      global = o->stacked.a[k].global;
+  if (n && n->buffer && n->global >= 0)
+    global = c->m->global.a[n->global].name;
   char buf[128];
-  if (!n || !n->buffer || n->global < 0) {
+  if (!global) {
     diag_error(c->d, e->loc, "'%s' of 'batch_norm' must name a buffer (declared 'buffer NAME: "
                "f32[%lld]'), which the training step updates", what, (long long)x->type.dim[1]);
     return NULL;
   }
-  const Global *g = &c->m->global.a[n->global];
-  if (g->type.dtype != DT_F32 || g->type.rank != 1 || g->type.dim[0] != x->type.dim[1]) {
+  const Type *t = &n->val->type;
+  if (t->dtype != DT_F32 || t->rank != 1 || t->dim[0] != x->type.dim[1]) {
     char b2[128];
     diag_error(c->d, e->loc, "'%s' of 'batch_norm' must be f32[%lld], one per channel of %s, "
                "not %s", what, (long long)x->type.dim[1], type_str(&x->type, buf, sizeof buf),
-               type_str(&g->type, b2, sizeof b2));
+               type_str(t, b2, sizeof b2));
     return NULL;
   }
+  int line = 0;
+  for (int k = 0; k < o->updates.n; k++)
+    if (!strcmp(o->updates.a[k].global, global))
+      line = o->updates.a[k].loc.line;
   for (int k = 0; k < c->f->inst.n; k++) {
     const Inst *s = c->f->inst.a[k];
-    if (s->op == OP_store && ir_global_of(s) == g) {
-      diag_error(c->d, e->loc, "buffer '%s' is already updated by the batch_norm on line %d; "
-                 "each batch_norm needs buffers of its own", e->s, s->loc.line);
-      return NULL;
-    }
+    if (s->op == OP_store && !strcmp(ir_global_of(s)->name, global))
+      line = s->loc.line;
+  }
+  if (line) {
+    diag_error(c->d, e->loc, "buffer '%s' is already updated by the batch_norm on line %d; "
+               "each batch_norm needs buffers of its own", e->s, line);
+    return NULL;
   }
   n->updated = true;
-  return g;
+  return global;
 }
 
 /* v reshaped to shape [dim, n] (v itself when that is its shape). */
@@ -249,11 +263,11 @@ Inst *lower_batch_norm(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr 
   }
   const Type *xt = &x->type;
   int64_t C = xt->dim[1], count = type_elems(xt) / C;
-  const Global *rm = bn_buffer(c, arg[1], "running_mean", x);
-  const Global *rv = rm ? bn_buffer(c, arg[2], "running_var", x) : NULL;
+  const char *rm = bn_buffer(c, arg[1], "running_mean", x);
+  const char *rv = rm ? bn_buffer(c, arg[2], "running_var", x) : NULL;
   if (!rv)
     return NULL;
-  if (rm == rv) {
+  if (!strcmp(rm, rv)) {
     diag_error(c->d, arg[2]->loc, "'running_mean' and 'running_var' of 'batch_norm' name the "
                "same buffer");
     return NULL;
@@ -307,16 +321,15 @@ Inst *lower_batch_norm(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr 
   if (in[4])
     y = op2(c, OP_add, at, y, reshaped(c, at, in[4], cw, xt->rank - 1));
   /* the running statistics: (1 - m) r + m s, the variance unbiased */
-  const Global *g[2] = {rm, rv};
+  const char *g[2] = {rm, rv};
   Inst *s[2] = {mu, var}, *run[2] = {rmv, rvv};
   double f[2] = {mom, count > 1 ? mom * (double)count / (double)(count - 1) : mom};
   for (int k = 0; k < 2; k++) {
     Inst *v = op2(c, OP_add, at, op2(c, OP_mul, at, constant(c, 1 - mom, at), run[k]),
                   op2(c, OP_mul, at, constant(c, f[k], at), reshaped(c, at, s[k], &C, 1)));
-    Inst *st = ir_new(c->f, OP_store, at, 1, &v);
-    ir_set_str(st, "global", g[k]->name);
-    if (!finish(c, st))
+    if (!v)
       return NULL;
+    update_buffer(c, g[k], v, at);
   }
   return y;
 }

@@ -67,18 +67,22 @@ bool reduce_axes(Ctx *c, const Expr *axis, const Expr *axes, const Expr *dim, co
 }
 
 /* sum, mean, max: over `axis`, the list `axes`, `dim` (either), or
- * everything. sum and mean of i32 values are errors: torch's sum of int32
+ * everything. Reductions of i32 values are errors: torch's sum of int32
  * is int64, which an i32 sum would wrap past 2^31 and an f32 one round past
- * 2^24; torch's mean refuses integers. */
+ * 2^24; torch's mean refuses integers; dtc's max reduces f32 values only. */
 Inst *lower_reduce(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   Op op = b->op;
   Inst *x = in[0];
   int64_t axes[IR_MAX_RANK];
   int n = 0;
   bool keep = false;
-  if (x->type.dtype == DT_I32 && (op == OP_sum || op == OP_mean)) {
+  if (x->type.dtype == DT_I32) {
     char buf[128];
-    if (op == OP_mean)
+    if (op == OP_max)
+      diag_error(c->d, arg[0]->loc, "'max' of %s: dtc's max reduces f32 values, where torch's "
+                 "keeps int32; make it f32 first (y * 1.0: exact for integers within 2^24)",
+                 type_str(&x->type, buf, sizeof buf));
+    else if (op == OP_mean)
       diag_error(c->d, arg[0]->loc, "'mean' of %s: as torch's, it needs a floating-point input, "
                  "not an integer one; make it f32 first (y * 1.0)",
                  type_str(&x->type, buf, sizeof buf));

@@ -10,7 +10,9 @@
  * dropout's operand instead; an sdpa's p is 0), no store to a buffer and nothing that only
  * such a store needed, and read the running operand of each batch_stat;
  * every other function reads the batch operand. No batch_stat is left; a
- * body that @forward and another function run is copied first. */
+ * body that @forward and another function run is copied first, and its
+ * loops stack no output that nothing reads (a body's buffer updates). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -65,6 +67,56 @@ static void evaluate(Module *m, Func *f) {
     ir_drop_unneeded(f, eval_root);
 }
 
+/* The repeats of m that run body b. */
+static int runners(const Module *m, const Func *b) {
+  int n = 0;
+  for (int k = 0; k < m->func.n; k++)
+    for (int i = 0; i < m->func.a[k]->inst.n; i++)
+      n += m->func.a[k]->inst.a[i]->op == OP_repeat && ir_repeat_body(m->func.a[k]->inst.a[i]) == b;
+  return n;
+}
+
+/* Drops the stacked outputs of f's loops that nothing reads, in evaluation
+ * the running statistics a body updates (their stores are gone), and what
+ * only they needed in the body, whose loops then lose theirs in turn. */
+static void prune(Module *m, Func *f) {
+  for (int k = 0; k < f->inst.n; k++) {
+    Inst *r = f->inst.a[k];
+    if (r->op != OP_repeat || runners(m, ir_repeat_body(r)) != 1)
+      continue;
+    Func *b = ir_repeat_body(r);
+    int nout = ir_func_noutputs(b), keep = (int)ir_get_int(r, "carry", 1);
+    int *to = calloc((size_t)nout + 1, sizeof *to);
+    DTC_ASSERT(to);
+    for (int j = 0; j < nout; j++)
+      to[j] = j < keep || j == 0 ? 0 : -1;
+    for (int i = k + 1; i < f->inst.n; i++)
+      if (f->inst.a[i]->op == OP_repeat_out && f->inst.a[i]->in[0] == r)
+        to[ir_get_int(f->inst.a[i], "index", 0)] = 0;
+    int n = 0, out = 0, dropped = 0;
+    for (int j = 0; j < nout; j++)
+      if (to[j] == 0)
+        to[j] = n++;
+    for (int i = 0; i < b->inst.n; i++) {
+      Inst *x = b->inst.a[i];
+      if (x->op != OP_output || to[out++] >= 0)
+        b->inst.a[i - dropped] = x;
+      else
+        dropped++;
+    }
+    b->inst.n -= dropped;
+    for (int i = k + 1; dropped && i < f->inst.n; i++)
+      if (f->inst.a[i]->op == OP_repeat_out && f->inst.a[i]->in[0] == r)
+        ir_set_int(f->inst.a[i], "index", to[ir_get_int(f->inst.a[i], "index", 0)]);
+    free(to);
+    if (dropped) {
+      ir_renumber(b);
+      ir_drop_unneeded(b, eval_root);
+    }
+    prune(m, b);
+  }
+}
+
 /* A training function reads each batch_stat's batch operand. */
 static void train(Func *f) {
   int n = 0;
@@ -85,8 +137,10 @@ static void train(Func *f) {
 bool pass_eval(Module *m, Diag *d, PassRun *run) {
   (void)d, (void)run;
   Func *f = ir_find_func(m, "forward");
-  if (f)
+  if (f) {
     evaluate(m, f);
+    prune(m, f);
+  }
   for (int k = 0; k < m->func.n; k++)
     train(m->func.a[k]);
   return true;

@@ -119,6 +119,12 @@ AVX512 static void scatter_strided_avx512(float *dx, const int32_t *id, const fl
     _mm512_mask_i32scatter_ps(dx, m, off, g, 4);
   }
 }
+/* p[0..n) = 0 in vector stores: a row of the scatter-add is short, and
+ * memset's string store takes long to start */
+AVX512 static void zero_avx512(float *p, int64_t n) {
+  for (int64_t j = 0; j < n; j += LANES)
+    _mm512_mask_storeu_ps(p + j, first_lanes(n - j), _mm512_setzero_ps());
+}
 #define HAVE_AVX512 1
 #else
 #define HAVE_AVX512 0
@@ -160,6 +166,17 @@ static void scatter_strided(bool vec, float *dx, const int32_t *id, const float 
   (void)vec;
   for (int64_t j = 0; j < n; j++)
     dx[j + id[j] * as] += dy[j];
+}
+
+static void zero(bool vec, float *p, int64_t n) {
+#if HAVE_AVX512
+  if (vec && n <= 4096) {
+    zero_avx512(p, n);
+    return;
+  }
+#endif
+  (void)vec;
+  memset(p, 0, sizeof(float) * (size_t)n);
 }
 
 static void fail(GatherJob *g) { __atomic_store_n(&g->bad, 1, __ATOMIC_RELAXED); }
@@ -218,17 +235,26 @@ static void scatter_units(void *env, int64_t begin, int64_t end) {
   }
 }
 
-/* Two rows' scatter-adds at once, each in its order: the two chains of
- * loads and stores overlap (a store and a load of one place follow each
- * other within a row). */
+/* Two rows' scatter-adds at once, each in its order, two places of each a
+ * step: the chains of loads and stores of different rows overlap (a store
+ * and a load of one place follow each other within a row). Indices in
+ * range, read unsigned: no sign extension. */
 static void add_rows2(float *restrict a, float *restrict b, const int32_t *restrict ia,
                       const int32_t *restrict ib, const float *restrict da,
                       const float *restrict db, int64_t n) {
-  for (int64_t j = 0; j < n; j++) {
-    float x = da[j], y = db[j];
-    int32_t p = ia[j], q = ib[j];
-    a[p] += x;
-    b[q] += y;
+  const uint32_t *pa = (const uint32_t *)ia, *pb = (const uint32_t *)ib;
+  int64_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    float x0 = da[j], y0 = db[j], x1 = da[j + 1], y1 = db[j + 1];
+    uint32_t p0 = pa[j], q0 = pb[j], p1 = pa[j + 1], q1 = pb[j + 1];
+    a[p0] += x0;
+    b[q0] += y0;
+    a[p1] += x1;
+    b[q1] += y1;
+  }
+  for (; j < n; j++) {
+    a[pa[j]] += da[j];
+    b[pb[j]] += db[j];
   }
 }
 
@@ -248,8 +274,8 @@ static void scatter_last_units(void *env, int64_t begin, int64_t end) {
         return;
       }
       if (g->tiles) {
-        memset(a, 0, sizeof(float) * (size_t)g->size);
-        memset(b, 0, sizeof(float) * (size_t)g->size);
+        zero(g->avx, a, g->size);
+        zero(g->avx, b, g->size);
       }
       add_rows2(a, b, id, id + n, dy, dy + n, n);
       u++;

@@ -4,8 +4,10 @@
 # nn.Sequential of a 1x1 convolution and a batch norm, then ReLU), stages
 # of nn.Sequential, adaptive average pooling and an nn.Linear head, torch's
 # default initialisation. Writes torch's initial weights and batch-norm
-# buffers under the model's names (DIR/resnet.safetensors: `layer2.1.` is
-# `layer2_1.`, `downsample.0.` and `.1.` are `downsample.` and
+# buffers under the model's names (DIR/resnet.safetensors: stage 1's
+# `layer1.L.` as they are, the slices of its loop's stacked tensors;
+# `layer2.0.` is `layer2_0.` and `layer2.L.` the slice L - 1 of the loop of
+# the others; `downsample.0.` and `.1.` are `downsample.` and
 # `downsample_bn.`, num_batches_tracked has no counterpart) and S batches of
 # random images and labels, runs PORT_STEPS, and trains the same STEPS (20)
 # in float32 and float64 torch: batch norm in training mode, SGD with
@@ -51,9 +53,10 @@ class ResNet(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 8, 3, 1, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(8)
-        self.layer1 = nn.Sequential(BasicBlock(8, 8))
+        self.layer1 = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 8))
         down = nn.Sequential(nn.Conv2d(8, 16, 1, 2, bias=False), nn.BatchNorm2d(16))
-        self.layer2 = nn.Sequential(BasicBlock(8, 16, 2, down), BasicBlock(16, 16))
+        self.layer2 = nn.Sequential(BasicBlock(8, 16, 2, down), BasicBlock(16, 16),
+                                    BasicBlock(16, 16))
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(16, K)
 
@@ -69,7 +72,8 @@ def to_dtc(model):
     for name, t in model.state_dict().items():
         if name.endswith("num_batches_tracked"):
             continue
-        name = re.sub(r"^layer(\d)\.(\d)\.", r"layer\1_\2.", name)
+        name = re.sub(r"^layer2\.0\.", "layer2_0.", name)
+        name = re.sub(r"^layer2\.(\d)\.", lambda m: f"layer2.{int(m[1]) - 1}.", name)
         name = name.replace("downsample.0.", "downsample.").replace("downsample.1.",
                                                                     "downsample_bn.")
         sd[name] = t

@@ -20,6 +20,8 @@
  * Build with -DSPMD_GPT for examples/transformer.dt, with -DSPMD_GPT
  * -DSPMD_DEEP for examples/gpt.dt, with -DSPMD_CNN for examples/cnn.dt,
  * with -DSPMD_CNN_BN for tests/mpi/cnn_bn_sgd.dt (its buffers compared too),
+ * with -DSPMD_BN_LOOP for tests/mpi/bn_loop_sgd.dt (batch norm in a loop,
+ * its stacked buffers compared too),
  * with -DSPMD_DLRM for tests/mpi/dlrm.dt (embedding bags; --bad-id before
  * OUT: an id outside its table, and the step must fail), with
  * -DSPMD_CRITEO=R for tests/mpi/criteo_sgd.dt (examples/dlrm.dt's DLRM,
@@ -143,6 +145,33 @@ static int train(Model *m, float *loss) {
 static int forward(Model *m, float *out) {
   batch();
   return cnnbn_forward(m, x, CNNBN_X_ELEMS, out, OUT_ELEMS);
+}
+#elif defined SPMD_BN_LOOP   /* tests/mpi/bn_loop_sgd.dt */
+#include "bnloop.h"
+typedef bnloop Model;
+#define model_create bnloop_create
+#define model_destroy bnloop_destroy
+#define model_error bnloop_error
+#define OUT_ELEMS BNLOOP_H_ELEMS
+static const char *const params[] = {"layers.conv.weight", "layers.bn.weight", "layers.bn.bias",
+                                     "layers.bn.running_mean", "layers.bn.running_var"};
+static float x[BNLOOP_X_ELEMS], y[BNLOOP_Y_ELEMS];
+
+static void batch(void) {
+  for (int k = 0; k < BNLOOP_X_ELEMS; k++)
+    x[k] = (float)(next() >> 40) / (float)(1 << 24) - 0.5f;
+  for (int k = 0; k < BNLOOP_Y_ELEMS; k++)
+    y[k] = (float)(next() >> 40) / (float)(1 << 24) - 0.5f;
+}
+
+static int train(Model *m, float *loss) {
+  batch();
+  return bnloop_train_step(m, x, BNLOOP_X_ELEMS, y, BNLOOP_Y_ELEMS, loss);
+}
+
+static int forward(Model *m, float *out) {
+  batch();
+  return bnloop_forward(m, x, BNLOOP_X_ELEMS, out, OUT_ELEMS);
 }
 #elif defined SPMD_CRITEO   /* tests/mpi/criteo_sgd.dt: 26 tables of SPMD_CRITEO rows */
 #include "dlrm.h"

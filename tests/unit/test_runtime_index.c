@@ -271,6 +271,10 @@ static void test_gather(void **state) {
     gather_case(1, 1, 100000, axis, axis == 2 ? 150000 : 1);
     gather_case(2, 3000, 33, axis, axis == 1 ? 2500 : axis == 0 ? 3 : 40);
   }
+  /* the scatter-add along the last axis two rows at a time, two values of
+   * each a step: an odd count of rows and odd rows, many places repeated */
+  gather_case(1, 2049, 256, 2, 255);
+  gather_case(3, 7, 9, 2, 301);
   int64_t xd[2] = {3, 4}, id[2] = {4, 4};
   float x[16] = {0}, y[16];
   int32_t ix[16] = {0};
