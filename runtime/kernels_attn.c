@@ -28,16 +28,23 @@
 enum { BQ = 64, BK = 64 };
 enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ, ATTN_DS };
 
+/* A product of small blocks (product, below). */
+typedef void ProductFn(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
+                       int64_t ys, int64_t nk, int64_t no, int64_t ne, float *restrict acc,
+                       int64_t as, bool fresh, float mul);
+
 typedef struct Attn {
   int kind;
+  ProductFn *prod;         /* product, for this CPU */
   const float *q, *k, *v, *o, *lse, *dout;
   float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; ATTN_DS: [BH, Tq, Tk];
                               else the packed grads */
   float *dsum;             /* backward: rowsum(dout * o), [BH, Tq] */
-  float *qt, *dot;         /* q and (backward) dout transposed, [BH, D, tqp], zeros after Tq */
+  float *qt, *dot;         /* q and (backward) dout by blocks of BQ queries, each
+                              transposed: [BH, nqb, D, BQ], zeros after Tq */
   float *scratch;          /* slot floats per chunk */
   int64_t slot, chunks, items;
-  int64_t bh, h, tq, tk, tqp, d, nqb, nkb;
+  int64_t bh, h, tq, tk, d, nqb, nkb;
   float scale;
   bool causal;
   const void *mask;        /* NULL: none; else f32 added or i32 kept where nonzero */
@@ -89,6 +96,7 @@ static Tiles tiles_of(const Attn *A, int64_t chunk) {
 typedef float V16 __attribute__((vector_size(64)));
 typedef float V16u __attribute__((vector_size(64), aligned(4)));
 enum { VL = 16, TO_MAX = 16, TE_MAX = 4 };
+_Static_assert(BQ % VL == 0, "a block's queries are whole vectors");
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* acc[o][e] = mul (acc[o][e] (0 if fresh) + sum_k w[o wo + k wk] y[k ys + e])
@@ -175,12 +183,77 @@ INLINE void product(const float *restrict w, int64_t wo, int64_t wk, const float
   }
 }
 
+/* product, not inlined: its tiles' registers are its own, not shared with
+ * the constants of the loops around it (which would leave the tiles reading
+ * their operands again from memory). Compiled for AVX-512 and portably,
+ * as run_items is. */
+/* product with its strides constants where they are those of mix and
+ * mix_t (one address for all the rows of a tile). */
+INLINE void product_by(const float *restrict w, int64_t wo, int64_t wk,
+                       const float *restrict y, int64_t ys, int64_t nk, int64_t no, int64_t ne,
+                       float *restrict acc, int64_t as, bool fresh, float mul) {
+  if (wo == 1 && wk == BQ)
+    product(w, 1, BQ, y, ys, nk, no, ne, acc, as, fresh, mul);
+  else if (wo == BQ && wk == 1)
+    product(w, BQ, 1, y, ys, nk, no, ne, acc, as, fresh, mul);
+  else
+    product(w, wo, wk, y, ys, nk, no, ne, acc, as, fresh, mul);
+}
+
+__attribute__((noinline)) static void product_plain(const float *restrict w, int64_t wo,
+                                                    int64_t wk, const float *restrict y,
+                                                    int64_t ys, int64_t nk, int64_t no,
+                                                    int64_t ne, float *restrict acc, int64_t as,
+                                                    bool fresh, float mul) {
+  product_by(w, wo, wk, y, ys, nk, no, ne, acc, as, fresh, mul);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((noinline, target("avx512f,fma"))) static void
+product_avx512(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
+               int64_t ys, int64_t nk, int64_t no, int64_t ne, float *restrict acc, int64_t as,
+               bool fresh, float mul) {
+  product_by(w, wo, wk, y, ys, nk, no, ne, acc, as, fresh, mul);
+}
+#else
+#define product_avx512 product_plain
+#endif
+
+/* dtrt_exp_fast's steps for x <= 88 (what attention takes the exponential
+ * of is at most 0, give or take a rounding): 0 below -87, NaN for NaN; one
+ * clamp, where the two-sided one vectorises to twice the compares and
+ * blends. */
+INLINE float exp_of(float x) {
+  bool below = x < -87.0f;
+  float c = below ? -87.0f : x;
+  float t = c * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  int32_t ni;
+  memcpy(&ni, &t, sizeof ni);
+  ni -= 0x4B400000;
+  float r = c - n * 0.693145751953125f;
+  r = r - n * 1.42860682030941723212e-6f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &p, sizeof bits);
+  bits += (int32_t)((uint32_t)ni << 23);
+  memcpy(&p, &bits, sizeof p);
+  return below ? 0.0f : x == x ? p : x;
+}
+
 /* s[c][r] = scale sum_j x[c][j] yt[j ys + r] for c < nc and every r < BQ:
  * the scores of keys x (rows of d) and queries yt (transposed), a row per
  * key. */
-INLINE void products(const float *restrict x, const float *restrict yt, int64_t ys, int64_t nc,
+INLINE void products(ProductFn *prod, const float *restrict x, const float *restrict yt, int64_t ys, int64_t nc,
                      int64_t d, float scale, float *restrict s) {
-  product(x, d, 1, yt, ys, d, nc, BQ, s, BQ, true, scale);
+  prod(x, d, 1, yt, ys, d, nc, BQ, s, BQ, true, scale);
 }
 
 /* Sets s[c][r] to -inf where key j0 + c does not exist (c >= nc) or, causal,
@@ -235,16 +308,16 @@ INLINE void drop_block(const Attn *A, float *restrict x, int64_t b, int64_t i0, 
 
 /* acc[r][:] += sum_c p[c][r] y[c][:] for r < nr, c < nc, y of rows of length
  * d: a block of probabilities by the keys' rows. */
-INLINE void mix(const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
+INLINE void mix(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
                 int64_t d, float *restrict acc) {
-  product(p, 1, BQ, y, d, nc, nr, d, acc, d, false, 1);
+  prod(p, 1, BQ, y, d, nc, nr, d, acc, d, false, 1);
 }
 
 /* acc[c][:] += sum_r p[c][r] y[r][:] for r < nr, c < nc: a block by the
  * queries' rows. */
-INLINE void mix_t(const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
+INLINE void mix_t(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
                   int64_t d, float *restrict acc) {
-  product(p, BQ, 1, y, d, nr, nc, d, acc, d, false, 1);
+  prod(p, BQ, 1, y, d, nr, nc, d, acc, d, false, 1);
 }
 
 /* The online softmax of a block of scores s [BK][BQ], every query at once:
@@ -261,14 +334,14 @@ INLINE void online(float *restrict s, float *restrict m, float *restrict l, floa
       mx[r] = s[c * BQ + r] > mx[r] ? s[c * BQ + r] : mx[r];
   for (int r = 0; r < BQ; r++) {
     bool none = mx[r] == -INFINITY;   /* no key seen yet: nothing to sum or rescale */
-    f[r] = none ? 1.0f : dtrt_exp_fast(m[r] - mx[r]);
+    f[r] = none ? 1.0f : exp_of(m[r] - mx[r]);
     m[r] = mx[r];
     mx[r] = none ? 0.0f : mx[r];      /* then e^(-inf - 0) = 0 */
     sum[r] = 0;
   }
   for (int c = 0; c < BK; c++)
     for (int r = 0; r < BQ; r++) {
-      float e = dtrt_exp_fast(s[c * BQ + r] - mx[r]);
+      float e = exp_of(s[c * BQ + r] - mx[r]);
       s[c * BQ + r] = e;
       sum[r] += e;
     }
@@ -286,8 +359,8 @@ INLINE int64_t keys_seen(const Attn *A, int64_t i0, int64_t nr) {
  * scores scaled, masked, transposed into s. */
 INLINE void scores(const Attn *A, float *restrict s, int64_t b, int64_t i0, int64_t nr,
                    int64_t j0, int64_t nc) {
-  products(A->k + (b * A->tk + j0) * A->d, A->qt + b * A->d * A->tqp + i0, A->tqp, nc, A->d,
-           A->scale, s);
+  products(A->prod, A->k + (b * A->tk + j0) * A->d, A->qt + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc,
+           A->d, A->scale, s);
   add_mask(A, s, b, i0, nr, j0, nc);
   mask(s, A->qoff + i0, A->koff + j0, nc, A->causal);
 }
@@ -316,7 +389,7 @@ INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
       for (int64_t j = 0; j < d; j++)
         a1[r * d + j] *= t->f[r];
     drop_block(A, t->s, b, i0, nr, j0, nc);
-    mix(t->s, A->v + (b * A->tk + j0) * d, nr, nc, d, a1);
+    mix(A->prod, t->s, A->v + (b * A->tk + j0) * d, nr, nc, d, a1);
   }
   for (int64_t r = 0; r < nr; r++) {
     if (carry) {
@@ -360,9 +433,9 @@ INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, in
   scores(A, s, b, i0, nr, j0, nc);
   for (int c = 0; c < BK; c++)
     for (int r = 0; r < BQ; r++)
-      p[c * BQ + r] = dtrt_exp_fast(s[c * BQ + r] - lse[r]);
-  products(A->v + (b * A->tk + j0) * A->d, A->dot + b * A->d * A->tqp + i0, A->tqp, nc, A->d,
-           1, s);
+      p[c * BQ + r] = exp_of(s[c * BQ + r] - lse[r]);
+  products(A->prod, A->v + (b * A->tk + j0) * A->d, A->dot + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc,
+           A->d, 1, s);
   drop_block(A, s, b, i0, nr, j0, nc);
   for (int c = 0; c < nc; c++)
     for (int r = 0; r < BQ; r++)
@@ -381,8 +454,8 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
     int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ, row = b * A->tq + i0;
     rows_of(A, t, b, i0, nr);
     block_grads(A, t, b, i0, nr, j0, nc);
-    mix_t(t->p, A->dout + row * d, nr, nc, d, t->a2);
-    mix_t(t->s, A->q + row * d, nr, nc, d, t->a1);
+    mix_t(A->prod, t->p, A->dout + row * d, nr, nc, d, t->a2);
+    mix_t(A->prod, t->s, A->q + row * d, nr, nc, d, t->a1);
   }
   float *dk = grad_of(A, b, 1) + j0 * d, *dv = grad_of(A, b, 2) + j0 * d;
   for (int64_t e = 0; e < nc * d; e++) {
@@ -401,7 +474,7 @@ INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
     block_grads(A, t, b, i0, nr, j0, nc);
-    mix(t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, t->a1);
+    mix(A->prod, t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, t->a1);
   }
   float *dq = grad_of(A, b, 0) + i0 * d;
   for (int64_t e = 0; e < nr * d; e++)
@@ -454,8 +527,9 @@ static void chunks_body(void *env, int64_t begin, int64_t end) {
 }
 
 /* Blocks [begin, end) of (batch-head, block of queries): q (and with a
- * grad's dout, dout) transposed into qt (dot), [D][tqp] per batch-head,
- * zeros after Tq. */
+ * grad's dout, dout) transposed into qt (dot), [D][BQ] per block, zeros
+ * after Tq; a block's rows are 256 bytes apart, not a sequence's length,
+ * which would put them all in one set of the cache. */
 static void transpose_blocks(void *env, int64_t begin, int64_t end) {
   const Attn *A = env;
   int64_t d = A->d;
@@ -464,12 +538,12 @@ static void transpose_blocks(void *env, int64_t begin, int64_t end) {
     int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
     for (int which = 0; which < (A->dout ? 2 : 1); which++) {
       const float *x = (which ? A->dout : A->q) + (b * A->tq + i0) * d;
-      float *xt = (which ? A->dot : A->qt) + b * d * A->tqp + i0;
+      float *xt = (which ? A->dot : A->qt) + it * d * BQ;
       for (int64_t j = 0; j < d; j++) {
         for (int64_t r = 0; r < nr; r++)
-          xt[j * A->tqp + r] = x[r * d + j];
+          xt[j * BQ + r] = x[r * d + j];
         for (int64_t r = nr; r < BQ; r++)
-          xt[j * A->tqp + r] = 0;
+          xt[j * BQ + r] = 0;
       }
     }
   }
@@ -508,9 +582,9 @@ int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad)
 static DtStatus prepare(DtrtCtx *ctx, const char *op, Attn *A) {
   bool grad = A->dout != NULL;
   A->chunks = dtrt_threads(ctx);
+  A->prod = dtrt_avx512() ? product_avx512 : product_plain;
   A->slot = slot_floats(A->d);
-  A->tqp = A->nqb * BQ;
-  int64_t tf = A->bh * A->d * A->tqp;
+  int64_t tf = A->bh * A->nqb * A->d * BQ;
   int64_t floats = scratch_floats(A->bh, A->tq, A->tk, A->d, grad, A->chunks);
   A->scratch = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!A->scratch)
