@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -83,6 +84,13 @@ static bool dtc_bwd(Attn *x) {
   return false;
 }
 
+/* The CPU time of the process (all its threads) in ms. */
+static double cpu_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 static double pairs(bool causal) {
   return causal ? (double)T * (T + 1) / 2 : (double)T * T;
 }
@@ -99,6 +107,7 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
   double *fwd = malloc(sizeof(double) * (size_t)reps), *bwd = malloc(sizeof(double) * (size_t)reps);
   double *both = malloc(sizeof(double) * (size_t)reps), *tor = malloc(sizeof(double) * (size_t)reps);
   double *ratio = malloc(sizeof(double) * (size_t)reps), *peak = malloc(sizeof(double) * (size_t)reps);
+  double *cpu = malloc(sizeof(double) * (size_t)reps);
   for (int w = 0; w < 2; w++)
     if (!dtc_fwd(x) || !dtc_bwd(x))
       return 1;
@@ -107,13 +116,14 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
     double tt = NAN;
     if (have_torch && r % 2)
       tt = torch_once(&t);
-    double t0 = now_ms();
+    double c0 = cpu_ms(), t0 = now_ms();
     if (!dtc_fwd(x))
       return 1;
     double t1 = now_ms();
     if (!dtc_bwd(x))
       return 1;
     double t2 = now_ms();
+    cpu[r] = cpu_ms() - c0;
     if (have_torch && !(r % 2))
       tt = torch_once(&t);
     fwd[r] = t1 - t0, bwd[r] = t2 - t1, both[r] = t2 - t0;
@@ -125,7 +135,7 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
   getloadavg(load1, 1);
   double gflop = 14.0 * B * H * pairs(causal) * D / 1e9;
   double ms = median(both, reps), pk = median(peak, reps);
-  double fwd_ms = median(fwd, reps), bwd_ms = median(bwd, reps);
+  double fwd_ms = median(fwd, reps), bwd_ms = median(bwd, reps), cpu_med = median(cpu, reps);
   double peak_ms = gflop / pk * 1e3;
   printf("{\"bench\": \"attention\", \"b\": %d, \"h\": %d, \"t\": %d, \"d\": %d, \"causal\": %s, "
          "\"threads\": %d, \"reps\": %d, \"gflop\": %.3f, \"dtc_fwd_ms\": %.3f, "
@@ -140,8 +150,10 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
            median(tor, nt), median(ratio, nt));
   else
     printf(", \"torch\": null");
+  printf(", \"dtc_cpu_ms\": %.3f, \"dtc_gflops_per_core\": %.2f, \"core_peak_gflops\": %.2f",
+         cpu_med, gflop / cpu_med * 1e3, p.best / p.threads);
   printf(", \"load_before\": %.2f, \"load_after\": %.2f}\n", load0[0], load1[0]);
-  free(fwd), free(bwd), free(both), free(tor), free(ratio), free(peak);
+  free(fwd), free(bwd), free(both), free(tor), free(ratio), free(peak), free(cpu);
   return 0;
 }
 

@@ -15,11 +15,14 @@
  * (batch, head) and one block of BQ queries (forward, lse, dq) or BK keys (dk,
  * dv); item t runs on chunk t % chunks, each chunk on one thread with its own
  * scratch. Every element of a result is summed by one item in a fixed order,
- * so its bits do not depend on the number of threads. The products are
- * register tiles of GCC's vector types (product), the softmax's loops run
- * along a block's row of BK keys, unit stride, so that GCC vectorises them;
- * all of it is compiled twice, for AVX-512 and portably, the one chosen at
- * run time (the portable path serves other CPUs and valgrind). */
+ * so its bits do not depend on the number of threads. A block of scores is
+ * held transposed, [BK][BQ], a row of queries per key, so that the online
+ * softmax's loops run along the queries, unit stride, in vectors (GCC
+ * vectorises them), with no reduction across a vector; q and dout are
+ * transposed by blocks beforehand. The products are register tiles of GCC's
+ * vector types (product), of fused multiply-adds; all of it is compiled
+ * twice, for AVX-512 and portably, the one chosen at run time (the portable
+ * path serves other CPUs and valgrind). */
 #include <math.h>
 #include <string.h>
 
@@ -251,8 +254,8 @@ INLINE float exp_of(float x) {
 /* s[c][r] = scale sum_j x[c][j] yt[j ys + r] for c < nc and every r < BQ:
  * the scores of keys x (rows of d) and queries yt (transposed), a row per
  * key. */
-INLINE void products(ProductFn *prod, const float *restrict x, const float *restrict yt, int64_t ys, int64_t nc,
-                     int64_t d, float scale, float *restrict s) {
+INLINE void products(ProductFn *prod, const float *restrict x, const float *restrict yt,
+                     int64_t ys, int64_t nc, int64_t d, float scale, float *restrict s) {
   prod(x, d, 1, yt, ys, d, nc, BQ, s, BQ, true, scale);
 }
 
@@ -308,15 +311,15 @@ INLINE void drop_block(const Attn *A, float *restrict x, int64_t b, int64_t i0, 
 
 /* acc[r][:] += sum_c p[c][r] y[c][:] for r < nr, c < nc, y of rows of length
  * d: a block of probabilities by the keys' rows. */
-INLINE void mix(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
-                int64_t d, float *restrict acc) {
+INLINE void mix(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr,
+                int64_t nc, int64_t d, float *restrict acc) {
   prod(p, 1, BQ, y, d, nc, nr, d, acc, d, false, 1);
 }
 
 /* acc[c][:] += sum_r p[c][r] y[r][:] for r < nr, c < nc: a block by the
  * queries' rows. */
-INLINE void mix_t(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
-                  int64_t d, float *restrict acc) {
+INLINE void mix_t(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr,
+                  int64_t nc, int64_t d, float *restrict acc) {
   prod(p, BQ, 1, y, d, nr, nc, d, acc, d, false, 1);
 }
 
@@ -359,8 +362,8 @@ INLINE int64_t keys_seen(const Attn *A, int64_t i0, int64_t nr) {
  * scores scaled, masked, transposed into s. */
 INLINE void scores(const Attn *A, float *restrict s, int64_t b, int64_t i0, int64_t nr,
                    int64_t j0, int64_t nc) {
-  products(A->prod, A->k + (b * A->tk + j0) * A->d, A->qt + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc,
-           A->d, A->scale, s);
+  products(A->prod, A->k + (b * A->tk + j0) * A->d,
+           A->qt + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, A->d, A->scale, s);
   add_mask(A, s, b, i0, nr, j0, nc);
   mask(s, A->qoff + i0, A->koff + j0, nc, A->causal);
 }
@@ -434,8 +437,8 @@ INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, in
   for (int c = 0; c < BK; c++)
     for (int r = 0; r < BQ; r++)
       p[c * BQ + r] = exp_of(s[c * BQ + r] - lse[r]);
-  products(A->prod, A->v + (b * A->tk + j0) * A->d, A->dot + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc,
-           A->d, 1, s);
+  products(A->prod, A->v + (b * A->tk + j0) * A->d,
+           A->dot + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, A->d, 1, s);
   drop_block(A, s, b, i0, nr, j0, nc);
   for (int c = 0; c < nc; c++)
     for (int r = 0; r < BQ; r++)
