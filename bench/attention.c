@@ -2,8 +2,9 @@
  * sdpa_lse and sdpa_grad, as a training step calls them) against PyTorch
  * (attention_torch.py: F.scaled_dot_product_attention where the installed
  * torch has it, else the attention written out, its [T, T] scores stored)
- * and the FP32 peak (peak.h), at B 1, H 4, T 2048, D 64, causal and not, on
- * two threads each. Each round takes one forward and backward of dtc, one of
+ * and the FP32 peak (peak.h), at B 1, H 4, T 2048 and heads of D 16, 32 and
+ * 64 (the small heads of long-context models), causal and not, on two
+ * threads each. Each round takes one forward and backward of dtc, one of
  * torch (the other way round every second round), then a peak sample, so
  * that all see the same load.
  *
@@ -21,7 +22,8 @@
  *
  *     build/bench/attention [REPS] [DIR [B H T D [THREADS]]]
  *         (DIR holds attention_torch.py, default the source's bench/;
- *         bench/longctx.sh gives its model's shape on one thread)
+ *         a shape given runs that D alone; bench/longctx.sh gives its
+ *         model's shape on one thread)
  */
 #define _GNU_SOURCE /* getloadavg, pipe2, CPU affinity */
 #include <fcntl.h>
@@ -30,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -81,6 +84,13 @@ static bool dtc_bwd(Attn *x) {
   return false;
 }
 
+/* The CPU time of the process (all its threads) in ms. */
+static double cpu_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 static double pairs(bool causal) {
   return causal ? (double)T * (T + 1) / 2 : (double)T * T;
 }
@@ -97,6 +107,7 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
   double *fwd = malloc(sizeof(double) * (size_t)reps), *bwd = malloc(sizeof(double) * (size_t)reps);
   double *both = malloc(sizeof(double) * (size_t)reps), *tor = malloc(sizeof(double) * (size_t)reps);
   double *ratio = malloc(sizeof(double) * (size_t)reps), *peak = malloc(sizeof(double) * (size_t)reps);
+  double *cpu = malloc(sizeof(double) * (size_t)reps);
   for (int w = 0; w < 2; w++)
     if (!dtc_fwd(x) || !dtc_bwd(x))
       return 1;
@@ -105,13 +116,14 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
     double tt = NAN;
     if (have_torch && r % 2)
       tt = torch_once(&t);
-    double t0 = now_ms();
+    double c0 = cpu_ms(), t0 = now_ms();
     if (!dtc_fwd(x))
       return 1;
     double t1 = now_ms();
     if (!dtc_bwd(x))
       return 1;
     double t2 = now_ms();
+    cpu[r] = cpu_ms() - c0;
     if (have_torch && !(r % 2))
       tt = torch_once(&t);
     fwd[r] = t1 - t0, bwd[r] = t2 - t1, both[r] = t2 - t0;
@@ -123,37 +135,30 @@ static int bench(int reps, bool causal, const char *dir, Attn *x) {
   getloadavg(load1, 1);
   double gflop = 14.0 * B * H * pairs(causal) * D / 1e9;
   double ms = median(both, reps), pk = median(peak, reps);
+  double fwd_ms = median(fwd, reps), bwd_ms = median(bwd, reps), cpu_med = median(cpu, reps);
   double peak_ms = gflop / pk * 1e3;
   printf("{\"bench\": \"attention\", \"b\": %d, \"h\": %d, \"t\": %d, \"d\": %d, \"causal\": %s, "
          "\"threads\": %d, \"reps\": %d, \"gflop\": %.3f, \"dtc_fwd_ms\": %.3f, "
-         "\"dtc_bwd_ms\": %.3f, \"dtc_ms\": %.3f, \"dtc_gflops\": %.2f, \"peak_gflops\": %.2f, "
+         "\"dtc_bwd_ms\": %.3f, \"dtc_ms\": %.3f, \"dtc_fwd_gflops\": %.2f, "
+         "\"dtc_bwd_gflops\": %.2f, \"dtc_gflops\": %.2f, \"peak_gflops\": %.2f, "
          "\"peak_ms\": %.3f, \"dtc_over_peak\": %.2f",
-         B, H, T, D, causal ? "true" : "false", THREADS, reps, gflop, median(fwd, reps),
-         median(bwd, reps), ms, gflop / ms * 1e3, pk, peak_ms, ms / peak_ms);
+         B, H, T, D, causal ? "true" : "false", THREADS, reps, gflop, fwd_ms, bwd_ms, ms,
+         gflop * 2 / 7 / fwd_ms * 1e3, gflop * 5 / 7 / bwd_ms * 1e3, gflop / ms * 1e3, pk, peak_ms,
+         ms / peak_ms);
   if (nt)
     printf(", \"torch\": \"%s\", \"torch_ms\": %.3f, \"dtc_over_torch\": %.3f", t.said,
            median(tor, nt), median(ratio, nt));
   else
     printf(", \"torch\": null");
+  printf(", \"dtc_cpu_ms\": %.3f, \"dtc_gflops_per_core\": %.2f, \"core_peak_gflops\": %.2f",
+         cpu_med, gflop / cpu_med * 1e3, p.best / p.threads);
   printf(", \"load_before\": %.2f, \"load_after\": %.2f}\n", load0[0], load1[0]);
-  free(fwd), free(bwd), free(both), free(tor), free(ratio), free(peak);
+  free(fwd), free(bwd), free(both), free(tor), free(ratio), free(peak), free(cpu);
   return 0;
 }
 
-int main(int argc, char **argv) {
-  int reps = argc > 1 ? atoi(argv[1]) : 15;
-  const char *dir = argc > 2 ? argv[2] : DTC_BENCH_DIR;
-  int *shape[] = {&B, &H, &T, &D, &THREADS};
-  for (int k = 0; k < 5 && argc > 3 + k; k++)
-    *shape[k] = atoi(argv[3 + k]);
-  if (reps < 1 || B < 1 || H < 1 || T < 1 || D < 1 || THREADS < 1 || (argc > 3 && argc < 7) ||
-      argc > 8) {
-    fprintf(stderr, "usage: attention [REPS] [DIR [B H T D [THREADS]]]\n");
-    return 2;
-  }
-  char threads[16];
-  snprintf(threads, sizeof threads, "%d", THREADS);
-  setenv("DTRT_NUM_THREADS", threads, argc > 7);
+/* One shape, B H T D: causal, then not. */
+static int run_shape(int reps, const char *dir) {
   Attn x = {.ctx = dtrt_ctx_new(), .a = {.ni = 1, .nf = 1, .f = {1 / sqrt((double)D)}}};
   if (!x.ctx)
     return 1;
@@ -175,5 +180,30 @@ int main(int argc, char **argv) {
     free(x.in[k].data);
   free(x.grad.data);
   dtrt_ctx_free(x.ctx);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  int reps = argc > 1 ? atoi(argv[1]) : 15;
+  const char *dir = argc > 2 ? argv[2] : DTC_BENCH_DIR;
+  int *shape[] = {&B, &H, &T, &D, &THREADS};
+  for (int k = 0; k < 5 && argc > 3 + k; k++)
+    *shape[k] = atoi(argv[3 + k]);
+  if (reps < 1 || B < 1 || H < 1 || T < 1 || D < 1 || THREADS < 1 || (argc > 3 && argc < 7) ||
+      argc > 8) {
+    fprintf(stderr, "usage: attention [REPS] [DIR [B H T D [THREADS]]]\n");
+    return 2;
+  }
+  char threads[16];
+  snprintf(threads, sizeof threads, "%d", THREADS);
+  setenv("DTRT_NUM_THREADS", threads, argc > 7);
+  /* without a shape, the heads of 16, 32 and 64 in turn */
+  static const int heads[] = {16, 32, 64};
+  int rc = 0;
+  for (int k = 0; k < (argc > 3 ? 1 : 3) && !rc; k++) {
+    if (argc <= 3)
+      D = heads[k];
+    rc = run_shape(reps, dir);
+  }
   return rc;
 }

@@ -15,11 +15,14 @@
  * (batch, head) and one block of BQ queries (forward, lse, dq) or BK keys (dk,
  * dv); item t runs on chunk t % chunks, each chunk on one thread with its own
  * scratch. Every element of a result is summed by one item in a fixed order,
- * so its bits do not depend on the number of threads. The products are
- * register tiles of GCC's vector types (product), the softmax's loops run
- * along a block's row of BK keys, unit stride, so that GCC vectorises them;
- * all of it is compiled twice, for AVX-512 and portably, the one chosen at
- * run time (the portable path serves other CPUs and valgrind). */
+ * so its bits do not depend on the number of threads. A block of scores is
+ * held transposed, [BK][BQ], a row of queries per key, so that the online
+ * softmax's loops run along the queries, unit stride, in vectors (GCC
+ * vectorises them), with no reduction across a vector; q and dout are
+ * transposed by blocks beforehand. The products are register tiles of GCC's
+ * vector types (product), of fused multiply-adds; all of it is compiled
+ * twice, for AVX-512 and portably, the one chosen at run time (the portable
+ * path serves other CPUs and valgrind). */
 #include <math.h>
 #include <string.h>
 
@@ -28,16 +31,23 @@
 enum { BQ = 64, BK = 64 };
 enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ, ATTN_DS };
 
+/* A product of small blocks (product, below). */
+typedef void ProductFn(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
+                       int64_t ys, int64_t nk, int64_t no, int64_t ne, float *restrict acc,
+                       int64_t as, bool fresh, float mul);
+
 typedef struct Attn {
   int kind;
+  ProductFn *prod;         /* product, for this CPU */
   const float *q, *k, *v, *o, *lse, *dout;
   float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; ATTN_DS: [BH, Tq, Tk];
                               else the packed grads */
   float *dsum;             /* backward: rowsum(dout * o), [BH, Tq] */
-  float *kt, *vt;          /* k and v transposed, [BH, D, tkp], zeros after Tk */
+  float *qt, *dot;         /* q and (backward) dout by blocks of BQ queries, each
+                              transposed: [BH, nqb, D, BQ], zeros after Tq */
   float *scratch;          /* slot floats per chunk */
   int64_t slot, chunks, items;
-  int64_t bh, h, tq, tk, tkp, d, nqb, nkb;
+  int64_t bh, h, tq, tk, d, nqb, nkb;
   float scale;
   bool causal;
   const void *mask;        /* NULL: none; else f32 added or i32 kept where nonzero */
@@ -57,14 +67,16 @@ typedef struct Attn {
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* One chunk's scratch: score tiles s and p [BQ][BK], accumulators a1 and a2
- * [max(BQ, BK)][D], the rows' running maximum and sum. */
+/* One chunk's scratch: score tiles s and p [BK][BQ] (a block's scores
+ * transposed: a row per key, the queries along it), accumulators a1 and a2
+ * [max(BQ, BK)][D], and per query of the block its running maximum and sum,
+ * a factor, and its lse and dsum (backward). */
 typedef struct Tiles {
-  float *s, *p, *a1, *a2, *m, *l;
+  float *s, *p, *a1, *a2, *m, *l, *f, *lse, *dsum;
 } Tiles;
 
 static int64_t slot_floats(int64_t d) {
-  return 2 * BQ * BK + 2 * (BQ > BK ? BQ : BK) * d + 2 * BQ;
+  return 2 * BQ * BK + 2 * (BQ > BK ? BQ : BK) * d + 5 * BQ;
 }
 
 static Tiles tiles_of(const Attn *A, int64_t chunk) {
@@ -75,6 +87,9 @@ static Tiles tiles_of(const Attn *A, int64_t chunk) {
   t.a2 = t.a1 + rows * A->d;
   t.m = t.a2 + rows * A->d;
   t.l = t.m + BQ;
+  t.f = t.l + BQ;
+  t.lse = t.f + BQ;
+  t.dsum = t.lse + BQ;
   return t;
 }
 
@@ -83,73 +98,174 @@ static Tiles tiles_of(const Attn *A, int64_t chunk) {
  * any float's address. */
 typedef float V16 __attribute__((vector_size(64)));
 typedef float V16u __attribute__((vector_size(64), aligned(4)));
-enum { VL = 16, TO = 4, TE = 4 };   /* a tile: TO rows of TE vectors */
-#define UNROLL _Pragma("GCC unroll 4")
+enum { VL = 16, TO_MAX = 16, TE_MAX = 4 };
+_Static_assert(BQ % VL == 0, "a block's queries are whole vectors");
+#define UNROLL _Pragma("GCC unroll 16")
 
-/* acc[o][e] += sum_k w[o wo + k wk] y[k ys + e] for o < TO (or 1 when one),
- * e < TE VL, k < nk, in that order of k: TO TE accumulators in registers. */
-INLINE void tile(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
-                 int64_t ys, int64_t nk, float *restrict acc, int64_t as, bool one) {
-  V16 a[TO][TE];
-  int no = one ? 1 : TO;
-  UNROLL for (int o = 0; o < no; o++)
-    UNROLL for (int e = 0; e < TE; e++)
-      a[o][e] = *(const V16u *)(acc + o * as + e * VL);
+/* acc[o][e] = mul (acc[o][e] (0 if fresh) + sum_k w[o wo + k wk] y[k ys + e])
+ * for o < to, e < te VL, k < nk, in that order of k: to te accumulators in
+ * registers, to and te constants where it is inlined. The sums are fused
+ * multiply-adds where the CPU has them (kernels_attn.c is compiled with
+ * -ffp-contract=fast), the same for every shape of tile. */
+INLINE void tile(int to, int te, const float *restrict w, int64_t wo, int64_t wk,
+                 const float *restrict y, int64_t ys, int64_t nk, float *restrict acc,
+                 int64_t as, bool fresh, float mul) {
+  V16 a[TO_MAX][TE_MAX];
+  UNROLL for (int o = 0; o < to; o++)
+    UNROLL for (int e = 0; e < te; e++)
+      a[o][e] = fresh ? (V16){0} : *(const V16u *)(acc + o * as + e * VL);
   for (int64_t k = 0; k < nk; k++) {
-    V16 yv[TE];
-    UNROLL for (int e = 0; e < TE; e++)
+    V16 yv[TE_MAX];
+    UNROLL for (int e = 0; e < te; e++)
       yv[e] = *(const V16u *)(y + k * ys + e * VL);
-    UNROLL for (int o = 0; o < no; o++) {
+    UNROLL for (int o = 0; o < to; o++) {
       float wv = w[o * wo + k * wk];
-      UNROLL for (int e = 0; e < TE; e++)
+      UNROLL for (int e = 0; e < te; e++)
         a[o][e] += wv * yv[e];
     }
   }
-  UNROLL for (int o = 0; o < no; o++)
-    UNROLL for (int e = 0; e < TE; e++)
-      *(V16u *)(acc + o * as + e * VL) = a[o][e];
+  UNROLL for (int o = 0; o < to; o++)
+    UNROLL for (int e = 0; e < te; e++)
+      *(V16u *)(acc + o * as + e * VL) = a[o][e] * mul;
 }
 
-/* acc[o][e] += sum_{k < nk} w[o wo + k wk] y[k ys + e] for o < no, e < ne:
- * a small product by tiles, then what is left of e element by element. Each
+/* Rows o0.. of a product by tiles of to rows and te vectors at column e0,
+ * while whole tiles fit in no rows; returns the first row left. */
+INLINE int64_t rows_by(int to, int te, const float *restrict w, int64_t wo, int64_t wk,
+                       const float *restrict y, int64_t ys, int64_t nk, int64_t o0, int64_t no,
+                       int64_t e0, float *restrict acc, int64_t as, bool fresh, float mul) {
+  int64_t o = o0;
+  for (; o + to <= no; o += to)
+    tile(to, te, w + o * wo, wo, wk, y + e0, ys, nk, acc + o * as + e0, as, fresh, mul);
+  return o;
+}
+
+/* Columns e0 .. e0 + te VL of every row: tiles of as many rows as keep
+ * about 16 accumulators (16 rows of one vector, 8 of two, 4 of four), then
+ * of 4 rows, then of one. */
+INLINE void columns(int te, const float *restrict w, int64_t wo, int64_t wk,
+                    const float *restrict y, int64_t ys, int64_t nk, int64_t no, int64_t e0,
+                    float *restrict acc, int64_t as, bool fresh, float mul) {
+  int to = te == 1 ? 16 : te == 2 ? 8 : 4;
+  int64_t o = rows_by(to, te, w, wo, wk, y, ys, nk, 0, no, e0, acc, as, fresh, mul);
+  if (to > 4)
+    o = rows_by(4, te, w, wo, wk, y, ys, nk, o, no, e0, acc, as, fresh, mul);
+  rows_by(1, te, w, wo, wk, y, ys, nk, o, no, e0, acc, as, fresh, mul);
+}
+
+/* acc[o][e] = mul (acc[o][e] (0 if fresh) + sum_{k < nk} w[o wo + k wk]
+ * y[k ys + e]) for o < no, e < ne: a small product by tiles of 4, 2 or 1
+ * vectors of columns, then what is left of e element by element. Each
  * acc[o][e] sums its k in order whatever the tile. */
 INLINE void product(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
                     int64_t ys, int64_t nk, int64_t no, int64_t ne, float *restrict acc,
-                    int64_t as) {
+                    int64_t as, bool fresh, float mul) {
   int64_t e0 = 0;
-  for (; e0 + TE * VL <= ne; e0 += TE * VL) {
-    int64_t o = 0;
-    for (; o + TO <= no; o += TO)
-      tile(w + o * wo, wo, wk, y + e0, ys, nk, acc + o * as + e0, as, false);
-    for (; o < no; o++)
-      tile(w + o * wo, wo, wk, y + e0, ys, nk, acc + o * as + e0, as, true);
+  for (; e0 + 4 * VL <= ne; e0 += 4 * VL)
+    columns(4, w, wo, wk, y, ys, nk, no, e0, acc, as, fresh, mul);
+  if (e0 + 2 * VL <= ne) {
+    columns(2, w, wo, wk, y, ys, nk, no, e0, acc, as, fresh, mul);
+    e0 += 2 * VL;
   }
-  for (int64_t o = 0; e0 < ne && o < no; o++)
+  if (e0 + VL <= ne) {
+    columns(1, w, wo, wk, y, ys, nk, no, e0, acc, as, fresh, mul);
+    e0 += VL;
+  }
+  for (int64_t o = 0; e0 < ne && o < no; o++) {
+    float *ao = acc + o * as;
+    for (int64_t e = e0; fresh && e < ne; e++)
+      ao[e] = 0;
     for (int64_t k = 0; k < nk; k++) {
       float wv = w[o * wo + k * wk];
       const float *yk = y + k * ys;
-      float *ao = acc + o * as;
       for (int64_t e = e0; e < ne; e++)
         ao[e] += wv * yk[e];
     }
+    for (int64_t e = e0; e < ne; e++)
+      ao[e] *= mul;
+  }
 }
 
-/* s[r][c] = scale sum_j x[r][j] yt[j ys + c] for r < nr and every c < BK. */
-INLINE void products(const float *restrict x, const float *restrict yt, int64_t ys, int64_t nr,
-                     int64_t d, float scale, float *restrict s) {
-  memset(s, 0, sizeof(float) * (size_t)(nr * BK));
-  product(x, d, 1, yt, ys, d, nr, BK, s, BK);
-  for (int64_t e = 0; e < nr * BK; e++)
-    s[e] *= scale;
+/* product, not inlined: its tiles' registers are its own, not shared with
+ * the constants of the loops around it (which would leave the tiles reading
+ * their operands again from memory). Compiled for AVX-512 and portably,
+ * as run_items is. */
+/* product with its strides constants where they are those of mix and
+ * mix_t (one address for all the rows of a tile). */
+INLINE void product_by(const float *restrict w, int64_t wo, int64_t wk,
+                       const float *restrict y, int64_t ys, int64_t nk, int64_t no, int64_t ne,
+                       float *restrict acc, int64_t as, bool fresh, float mul) {
+  if (wo == 1 && wk == BQ)
+    product(w, 1, BQ, y, ys, nk, no, ne, acc, as, fresh, mul);
+  else if (wo == BQ && wk == 1)
+    product(w, BQ, 1, y, ys, nk, no, ne, acc, as, fresh, mul);
+  else
+    product(w, wo, wk, y, ys, nk, no, ne, acc, as, fresh, mul);
 }
 
-/* Sets s[r][c] to -inf where key j0 + c does not exist or, causal, lies after
- * query i0 + r. */
-INLINE void mask(float *s, int64_t nr, int64_t i0, int64_t j0, int64_t nc, bool causal) {
-  for (int64_t r = 0; r < nr; r++) {
-    int64_t end = causal && i0 + r + 1 - j0 < nc ? i0 + r + 1 - j0 : nc;
-    for (int64_t c = end < 0 ? 0 : end; c < BK; c++)
-      s[r * BK + c] = -INFINITY;
+__attribute__((noinline)) static void product_plain(const float *restrict w, int64_t wo,
+                                                    int64_t wk, const float *restrict y,
+                                                    int64_t ys, int64_t nk, int64_t no,
+                                                    int64_t ne, float *restrict acc, int64_t as,
+                                                    bool fresh, float mul) {
+  product_by(w, wo, wk, y, ys, nk, no, ne, acc, as, fresh, mul);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((noinline, target("avx512f,fma"))) static void
+product_avx512(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
+               int64_t ys, int64_t nk, int64_t no, int64_t ne, float *restrict acc, int64_t as,
+               bool fresh, float mul) {
+  product_by(w, wo, wk, y, ys, nk, no, ne, acc, as, fresh, mul);
+}
+#else
+#define product_avx512 product_plain
+#endif
+
+/* dtrt_exp_fast's steps for x <= 88 (what attention takes the exponential
+ * of is at most 0, give or take a rounding): 0 below -87, NaN for NaN; one
+ * clamp, where the two-sided one vectorises to twice the compares and
+ * blends. */
+INLINE float exp_of(float x) {
+  bool below = x < -87.0f;
+  float c = below ? -87.0f : x;
+  float t = c * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  int32_t ni;
+  memcpy(&ni, &t, sizeof ni);
+  ni -= 0x4B400000;
+  float r = c - n * 0.693145751953125f;
+  r = r - n * 1.42860682030941723212e-6f;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits;
+  memcpy(&bits, &p, sizeof bits);
+  bits += (int32_t)((uint32_t)ni << 23);
+  memcpy(&p, &bits, sizeof p);
+  return below ? 0.0f : x == x ? p : x;
+}
+
+/* s[c][r] = scale sum_j x[c][j] yt[j ys + r] for c < nc and every r < BQ:
+ * the scores of keys x (rows of d) and queries yt (transposed), a row per
+ * key. */
+INLINE void products(ProductFn *prod, const float *restrict x, const float *restrict yt,
+                     int64_t ys, int64_t nc, int64_t d, float scale, float *restrict s) {
+  prod(x, d, 1, yt, ys, d, nc, BQ, s, BQ, true, scale);
+}
+
+/* Sets s[c][r] to -inf where key j0 + c does not exist (c >= nc) or, causal,
+ * lies after query i0 + r. */
+INLINE void mask(float *s, int64_t i0, int64_t j0, int64_t nc, bool causal) {
+  for (int64_t c = 0; c < BK; c++) {
+    int64_t end = c >= nc ? BQ : causal ? j0 + c - i0 : 0;   /* the queries before key c */
+    for (int64_t r = 0; r < (end < BQ ? end : BQ); r++)
+      s[c * BQ + r] = -INFINITY;
   }
 }
 
@@ -166,11 +282,11 @@ INLINE void add_mask(const Attn *A, float *restrict s, int64_t b, int64_t i0, in
     if (A->mask_i32) {
       const int32_t *mk = (const int32_t *)A->mask + o;
       for (int64_t c = 0; c < nc; c++)
-        s[r * BK + c] = mk[c * A->ms[3]] ? s[r * BK + c] : -INFINITY;
+        s[c * BQ + r] = mk[c * A->ms[3]] ? s[c * BQ + r] : -INFINITY;
     } else {
       const float *mk = (const float *)A->mask + o;
       for (int64_t c = 0; c < nc; c++)
-        s[r * BK + c] += mk[c * A->ms[3]];
+        s[c * BQ + r] += mk[c * A->ms[3]];
     }
   }
 }
@@ -188,60 +304,68 @@ INLINE void drop_block(const Attn *A, float *restrict x, int64_t b, int64_t i0, 
   for (int64_t r = 0; r < nr; r++) {
     uint64_t g = (uint64_t)((row + r) * w[3] + at[3] + j0);
     for (int64_t c = 0; c < nc; c++)
-      x[r * BK + c] = dtrt_rand_at(A->key, g + (uint64_t)c) >> 40 >= A->cut
-                          ? x[r * BK + c] * A->keep : 0.0f;
+      x[c * BQ + r] = dtrt_rand_at(A->key, g + (uint64_t)c) >> 40 >= A->cut
+                          ? x[c * BQ + r] * A->keep : 0.0f;
   }
 }
 
-/* acc[r][:] += sum_c p[r][c] y[c][:] for r < nr, c < nc, y of rows of length d. */
-INLINE void mix(const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
-                int64_t d, float *restrict acc) {
-  product(p, BK, 1, y, d, nc, nr, d, acc, d);
+/* acc[r][:] += sum_c p[c][r] y[c][:] for r < nr, c < nc, y of rows of length
+ * d: a block of probabilities by the keys' rows. */
+INLINE void mix(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr,
+                int64_t nc, int64_t d, float *restrict acc) {
+  prod(p, 1, BQ, y, d, nc, nr, d, acc, d, false, 1);
 }
 
-/* acc[c][:] += sum_r p[r][c] y[r][:] for r < nr, c < nc: mix by the transposed tile. */
-INLINE void mix_t(const float *restrict p, const float *restrict y, int64_t nr, int64_t nc,
-                  int64_t d, float *restrict acc) {
-  product(p, 1, BK, y, d, nr, nc, d, acc, d);
+/* acc[c][:] += sum_r p[c][r] y[r][:] for r < nr, c < nc: a block by the
+ * queries' rows. */
+INLINE void mix_t(ProductFn *prod, const float *restrict p, const float *restrict y, int64_t nr,
+                  int64_t nc, int64_t d, float *restrict acc) {
+  prod(p, BQ, 1, y, d, nr, nc, d, acc, d, false, 1);
 }
 
-/* The online softmax of one block of scores s of row r: the running maximum
- * m and sum l move to the block's, s becomes e^(s - m); returns the factor
- * e^(m_old - m_new) that rescales what was summed before. The maximum and
- * the sum go by VL lanes, so that their loops vectorise as the others do. */
-INLINE float online_row(float *restrict s, float *m, float *l) {
-  float lane[VL], mx = *m, sum = 0;
-  for (int k = 0; k < VL; k++)
-    lane[k] = s[k];
-  for (int c = VL; c < BK; c += VL)
-    for (int k = 0; k < VL; k++)
-      lane[k] = s[c + k] > lane[k] ? s[c + k] : lane[k];
-  for (int k = 0; k < VL; k++)
-    mx = lane[k] > mx ? lane[k] : mx;
-  if (mx == -INFINITY) {   /* no key seen yet: nothing to sum or rescale */
-    memset(s, 0, sizeof(float) * BK);
-    return 1;
-  }
-  float alpha = dtrt_exp_fast(*m - mx);
+/* The online softmax of a block of scores s [BK][BQ], every query at once:
+ * the running maxima m and sums l move to the block's, s becomes e^(s - m)
+ * (zero where -inf), f the factors e^(m_old - m_new) that rescale what was
+ * summed before (1 for a query that has seen no key yet). Each loop runs
+ * along the queries, unit stride, so that GCC vectorises it. */
+INLINE void online(float *restrict s, float *restrict m, float *restrict l, float *restrict f) {
+  float mx[BQ], sum[BQ];
+  for (int r = 0; r < BQ; r++)
+    mx[r] = m[r];
   for (int c = 0; c < BK; c++)
-    s[c] = dtrt_exp_fast(s[c] - mx);
-  for (int k = 0; k < VL; k++)
-    lane[k] = s[k];
-  for (int c = VL; c < BK; c += VL)
-    for (int k = 0; k < VL; k++)
-      lane[k] += s[c + k];
-  for (int k = 0; k < VL; k++)
-    sum += lane[k];
-  *m = mx;
-  *l = *l * alpha + sum;
-  return alpha;
+    for (int r = 0; r < BQ; r++)
+      mx[r] = s[c * BQ + r] > mx[r] ? s[c * BQ + r] : mx[r];
+  for (int r = 0; r < BQ; r++) {
+    bool none = mx[r] == -INFINITY;   /* no key seen yet: nothing to sum or rescale */
+    f[r] = none ? 1.0f : exp_of(m[r] - mx[r]);
+    m[r] = mx[r];
+    mx[r] = none ? 0.0f : mx[r];      /* then e^(-inf - 0) = 0 */
+    sum[r] = 0;
+  }
+  for (int c = 0; c < BK; c++)
+    for (int r = 0; r < BQ; r++) {
+      float e = exp_of(s[c * BQ + r] - mx[r]);
+      s[c * BQ + r] = e;
+      sum[r] += e;
+    }
+  for (int r = 0; r < BQ; r++)
+    l[r] = l[r] * f[r] + sum[r];
 }
 
-/* The forward (with v) or the log-sum-exp (without) of one block of queries. */
 /* The keys [0, end) that queries i0 .. i0 + nr - 1 see (all but causal). */
 INLINE int64_t keys_seen(const Attn *A, int64_t i0, int64_t nr) {
   int64_t end = A->qoff + i0 + nr - A->koff;
   return A->causal && end < A->tk ? end : A->tk;
+}
+
+/* The block of keys j0.. (nc) of b against the queries i0.. (nr): its
+ * scores scaled, masked, transposed into s. */
+INLINE void scores(const Attn *A, float *restrict s, int64_t b, int64_t i0, int64_t nr,
+                   int64_t j0, int64_t nc) {
+  products(A->prod, A->k + (b * A->tk + j0) * A->d,
+           A->qt + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, A->d, A->scale, s);
+  add_mask(A, s, b, i0, nr, j0, nc);
+  mask(s, A->qoff + i0, A->koff + j0, nc, A->causal);
 }
 
 /* The forward (with v) or the log-sum-exp (without) of one block of queries;
@@ -250,57 +374,39 @@ INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t b = item / A->nqb, i0 = item % A->nqb * BQ, d = A->d, row = b * A->tq + i0;
   int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
   int64_t kend = keys_seen(A, i0, nr);
-  const float *q = A->q + row * d;
   bool with_v = A->kind == ATTN_FWD, carry = A->st_m != NULL;
-  float *m = carry ? A->st_m + row : t->m, *l = carry ? A->st_l + row : t->l;
   float *a1 = carry && with_v ? A->st_a + row * d : t->a1;
-  for (int64_t r = 0; !carry && r < nr; r++)
-    m[r] = -INFINITY, l[r] = 0;
+  for (int64_t r = 0; r < BQ; r++)
+    t->m[r] = carry && r < nr ? A->st_m[row + r] : -INFINITY;
+  for (int64_t r = 0; r < BQ; r++)
+    t->l[r] = carry && r < nr ? A->st_l[row + r] : 0;
   if (with_v && !carry)
     memset(a1, 0, sizeof(float) * (size_t)(nr * d));
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
-    products(q, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
-    add_mask(A, t->s, b, i0, nr, j0, nc);
-    mask(t->s, nr, A->qoff + i0, A->koff + j0, nc, A->causal);
-    for (int64_t r = 0; r < nr; r++) {
-      float alpha = online_row(t->s + r * BK, &m[r], &l[r]);
-      for (int64_t j = 0; with_v && j < d; j++)
-        a1[r * d + j] *= alpha;
-    }
-    if (with_v) {
-      drop_block(A, t->s, b, i0, nr, j0, nc);
-      mix(t->s, A->v + (b * A->tk + j0) * d, nr, nc, d, a1);
-    }
+    scores(A, t->s, b, i0, nr, j0, nc);
+    online(t->s, t->m, t->l, t->f);
+    if (!with_v)
+      continue;
+    for (int64_t r = 0; r < nr; r++)
+      for (int64_t j = 0; j < d; j++)
+        a1[r * d + j] *= t->f[r];
+    drop_block(A, t->s, b, i0, nr, j0, nc);
+    mix(A->prod, t->s, A->v + (b * A->tk + j0) * d, nr, nc, d, a1);
   }
-  for (int64_t r = 0; !carry && r < nr; r++) {
-    if (!with_v) {
-      A->out[b * A->tq + i0 + r] = t->l[r] > 0 ? t->m[r] + logf(t->l[r]) : -INFINITY;
+  for (int64_t r = 0; r < nr; r++) {
+    if (carry) {
+      A->st_m[row + r] = t->m[r], A->st_l[row + r] = t->l[r];
       continue;
     }
-    float inv = t->l[r] > 0 ? 1 / t->l[r] : 0, *o = A->out + (b * A->tq + i0 + r) * d;
+    if (!with_v) {
+      A->out[row + r] = t->l[r] > 0 ? t->m[r] + logf(t->l[r]) : -INFINITY;
+      continue;
+    }
+    float inv = t->l[r] > 0 ? 1 / t->l[r] : 0, *o = A->out + (row + r) * d;
     for (int64_t j = 0; j < d; j++)
       o[j] = t->a1[r * d + j] * inv;
   }
-}
-
-/* p[r][c] = e^(s[r][c] - lse_r): the probabilities of a block of scores;
- * zeros in a row that sees no key (lse -inf). */
-INLINE void probs(const float *restrict s, const float *restrict lse, int64_t nr,
-                  float *restrict p) {
-  for (int64_t r = 0; r < nr; r++) {
-    float l = lse[r] == -INFINITY ? INFINITY : lse[r];
-    for (int c = 0; c < BK; c++)
-      p[r * BK + c] = dtrt_exp_fast(s[r * BK + c] - l);
-  }
-}
-
-/* ds[r][c] = p[r][c] (dp[r][c] - dsum_r), in place of dp. */
-INLINE void dscores(const float *restrict p, const float *restrict dsum, int64_t nr,
-                    float *restrict dp) {
-  for (int64_t r = 0; r < nr; r++)
-    for (int c = 0; c < BK; c++)
-      dp[r * BK + c] = p[r * BK + c] * (dp[r * BK + c] - dsum[r]);
 }
 
 /* The gradients of (batch, head) b: dq [Tq][D], dk and dv [Tk][D]. */
@@ -308,21 +414,36 @@ static float *grad_of(const Attn *A, int64_t b, int which) {
   return A->g[which] + b / A->h * A->gb[which] + b % A->h * A->gh[which];
 }
 
-/* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b: P
- * after dropout into t->p, dS into t->s. With dropout, dP is the dropped
- * probabilities' adjoint dropped alike, and dsum (dout . out) is still
- * rowsum(P dP). */
+/* The rows' lse and dsum of the block of queries i0.. (nr) of b into t:
+ * after nr, lse +inf and dsum 0, so that their probabilities are zeros. */
+INLINE void rows_of(const Attn *A, const Tiles *t, int64_t b, int64_t i0, int64_t nr) {
+  int64_t row = b * A->tq + i0;
+  for (int64_t r = 0; r < BQ; r++) {
+    float l = r < nr ? A->lse[row + r] : INFINITY;
+    t->lse[r] = l == -INFINITY ? INFINITY : l;   /* a row that sees no key: zeros */
+    t->dsum[r] = r < nr ? A->dsum[row + r] : 0;
+  }
+}
+
+/* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b,
+ * transposed (a row per key), rows_of's lse and dsum in t: P after dropout
+ * into t->p, dS into t->s. With dropout, dP is the dropped probabilities'
+ * adjoint dropped alike, and dsum (dout . out) is still rowsum(P dP). */
 INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, int64_t nr,
                         int64_t j0, int64_t nc) {
-  int64_t row = b * A->tq + i0, d = A->d;
-  products(A->q + row * d, A->kt + b * d * A->tkp + j0, A->tkp, nr, d, A->scale, t->s);
-  add_mask(A, t->s, b, i0, nr, j0, nc);
-  mask(t->s, nr, A->qoff + i0, A->koff + j0, nc, A->causal);
-  probs(t->s, A->lse + row, nr, t->p);
-  products(A->dout + row * d, A->vt + b * d * A->tkp + j0, A->tkp, nr, d, 1, t->s);
-  drop_block(A, t->s, b, i0, nr, j0, nc);
-  dscores(t->p, A->dsum + row, nr, t->s);
-  drop_block(A, t->p, b, i0, nr, j0, nc);
+  float *restrict s = t->s, *restrict p = t->p;
+  const float *restrict lse = t->lse, *restrict dsum = t->dsum;
+  scores(A, s, b, i0, nr, j0, nc);
+  for (int c = 0; c < BK; c++)
+    for (int r = 0; r < BQ; r++)
+      p[c * BQ + r] = exp_of(s[c * BQ + r] - lse[r]);
+  products(A->prod, A->v + (b * A->tk + j0) * A->d,
+           A->dot + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, A->d, 1, s);
+  drop_block(A, s, b, i0, nr, j0, nc);
+  for (int c = 0; c < nc; c++)
+    for (int r = 0; r < BQ; r++)
+      s[c * BQ + r] = p[c * BQ + r] * (s[c * BQ + r] - dsum[r]);
+  drop_block(A, p, b, i0, nr, j0, nc);
 }
 
 /* dk and dv of one block of keys, over every block of queries that sees it. */
@@ -334,9 +455,10 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t first = A->causal ? A->koff + j0 - A->qoff : 0;   /* the first query seeing j0 */
   for (int64_t i0 = first > 0 ? first / BQ * BQ : 0; i0 < A->tq; i0 += BQ) {
     int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ, row = b * A->tq + i0;
+    rows_of(A, t, b, i0, nr);
     block_grads(A, t, b, i0, nr, j0, nc);
-    mix_t(t->p, A->dout + row * d, nr, nc, d, t->a2);
-    mix_t(t->s, A->q + row * d, nr, nc, d, t->a1);
+    mix_t(A->prod, t->p, A->dout + row * d, nr, nc, d, t->a2);
+    mix_t(A->prod, t->s, A->q + row * d, nr, nc, d, t->a1);
   }
   float *dk = grad_of(A, b, 1) + j0 * d, *dv = grad_of(A, b, 2) + j0 * d;
   for (int64_t e = 0; e < nc * d; e++) {
@@ -351,10 +473,11 @@ INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
   int64_t kend = keys_seen(A, i0, nr);
   memset(t->a1, 0, sizeof(float) * (size_t)(nr * d));
+  rows_of(A, t, b, i0, nr);
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
     block_grads(A, t, b, i0, nr, j0, nc);
-    mix(t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, t->a1);
+    mix(A->prod, t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, t->a1);
   }
   float *dq = grad_of(A, b, 0) + i0 * d;
   for (int64_t e = 0; e < nr * d; e++)
@@ -366,12 +489,15 @@ INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
 INLINE void ds_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t b = item / A->nqb, i0 = item % A->nqb * BQ;
   int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
+  rows_of(A, t, b, i0, nr);
   for (int64_t j0 = 0; j0 < A->tk; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
     block_grads(A, t, b, i0, nr, j0, nc);
-    for (int64_t r = 0; r < nr; r++)
-      memcpy(A->out + (b * A->tq + i0 + r) * A->tk + j0, t->s + r * BK,
-             sizeof(float) * (size_t)nc);
+    for (int64_t r = 0; r < nr; r++) {
+      float *o = A->out + (b * A->tq + i0 + r) * A->tk + j0;
+      for (int64_t c = 0; c < nc; c++)
+        o[c] = t->s[c * BQ + r];
+    }
   }
 }
 
@@ -403,22 +529,24 @@ static void chunks_body(void *env, int64_t begin, int64_t end) {
     (wide ? run_avx512 : run_plain)(A, c);
 }
 
-/* Blocks [begin, end) of (batch-head, block of keys): k (and with a grad's
- * dout, v) transposed into kt (vt), [D][tkp] per batch-head, zeros after Tk. */
+/* Blocks [begin, end) of (batch-head, block of queries): q (and with a
+ * grad's dout, dout) transposed into qt (dot), [D][BQ] per block, zeros
+ * after Tq; a block's rows are 256 bytes apart, not a sequence's length,
+ * which would put them all in one set of the cache. */
 static void transpose_blocks(void *env, int64_t begin, int64_t end) {
   const Attn *A = env;
   int64_t d = A->d;
   for (int64_t it = begin; it < end; it++) {
-    int64_t b = it / A->nkb, j0 = it % A->nkb * BK;
-    int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
+    int64_t b = it / A->nqb, i0 = it % A->nqb * BQ;
+    int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
     for (int which = 0; which < (A->dout ? 2 : 1); which++) {
-      const float *x = (which ? A->v : A->k) + (b * A->tk + j0) * d;
-      float *xt = (which ? A->vt : A->kt) + b * d * A->tkp + j0;
+      const float *x = (which ? A->dout : A->q) + (b * A->tq + i0) * d;
+      float *xt = (which ? A->dot : A->qt) + it * d * BQ;
       for (int64_t j = 0; j < d; j++) {
-        for (int64_t c = 0; c < nc; c++)
-          xt[j * A->tkp + c] = x[c * d + j];
-        for (int64_t c = nc; c < BK; c++)
-          xt[j * A->tkp + c] = 0;
+        for (int64_t r = 0; r < nr; r++)
+          xt[j * BQ + r] = x[r * d + j];
+        for (int64_t r = nr; r < BQ; r++)
+          xt[j * BQ + r] = 0;
       }
     }
   }
@@ -436,11 +564,12 @@ static void dsum_rows(void *env, int64_t begin, int64_t end) {
 }
 
 /* The floats of scratch for q [bh, tq, d], k [bh, tk, d], a grad's or not,
- * on `slots` threads: a slot per thread, k (a grad's v too) transposed, a
+ * on `slots` threads: a slot per thread, q (a grad's dout too) transposed, a
  * grad's rowsums. */
 static int64_t scratch_floats(int64_t bh, int64_t tq, int64_t tk, int64_t d, bool grad,
                               int64_t slots) {
-  int64_t tf = bh * d * ((tk + BK - 1) / BK * BK);
+  (void)tk;
+  int64_t tf = bh * d * ((tq + BQ - 1) / BQ * BQ);
   return slots * slot_floats(d) + (grad ? 2 : 1) * tf + (grad ? bh * tq : 0);
 }
 
@@ -451,23 +580,23 @@ int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad)
          scratch_floats(q->dim[0] * q->dim[1], q->dim[2], k->dim[2], q->dim[3], grad, 1);
 }
 
-/* The context's kernel scratch for A (scratch_floats), k (and v) transposed
- * there, the rowsums at A->dsum. */
+/* The context's kernel scratch for A (scratch_floats), q (and dout)
+ * transposed there, the rowsums at A->dsum. */
 static DtStatus prepare(DtrtCtx *ctx, const char *op, Attn *A) {
   bool grad = A->dout != NULL;
   A->chunks = dtrt_threads(ctx);
+  A->prod = dtrt_avx512() ? product_avx512 : product_plain;
   A->slot = slot_floats(A->d);
-  A->tkp = A->nkb * BK;
-  int64_t tf = A->bh * A->d * A->tkp;
+  int64_t tf = A->bh * A->nqb * A->d * BQ;
   int64_t floats = scratch_floats(A->bh, A->tq, A->tk, A->d, grad, A->chunks);
   A->scratch = dtrt_scratch_of(ctx, DTRT_SCRATCH_KERNEL, sizeof(float) * (size_t)floats);
   if (!A->scratch)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for %lld floats of blocks", op,
                      (long long)floats);
-  A->kt = A->scratch + A->chunks * A->slot;
-  A->vt = grad ? A->kt + tf : NULL;
-  A->dsum = grad ? A->vt + tf : NULL;
-  dtrt_parallel_for(ctx, A->bh * A->nkb, transpose_blocks, A);
+  A->qt = A->scratch + A->chunks * A->slot;
+  A->dot = grad ? A->qt + tf : NULL;
+  A->dsum = grad ? A->dot + tf : NULL;
+  dtrt_parallel_for(ctx, A->bh * A->nqb, transpose_blocks, A);
   return DT_OK;
 }
 
