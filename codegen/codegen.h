@@ -124,7 +124,9 @@ typedef struct Cg {
   int part_ops;            /* CgOptions.part_ops */
   const char *cpu, *features;   /* of the device being lowered (its CgDevice) */
   struct CgGemm *gemm;     /* gemm.c's functions made so far, one set per CPU */
+  struct CgLoops *loops;   /* loop.c's shared loop functions, by key */
 } Cg;
+typedef struct CgLoops CgLoops;
 
 /* The number of devices with functions of their own (after the spmd pass:
  * the mesh's size); 0 when the functions are global. */
@@ -216,6 +218,9 @@ LLVMValueRef cg_i64(Cg *c, int64_t v);
 /* Emits fusion group member[0..n) (contiguous in the function) as one loop
  * nest over the group's shape. */
 void cg_group(CgFn *fn, Inst **member, int n);
+/* Frees the table of shared loop functions of c (their LLVM functions go
+ * with the module). */
+void cg_loops_free(Cg *c);
 /* The epilogue of a product: group member[0..n), which reads the product
  * before it, as an internal function tiles(env, r0, r1, c0, c1) running the
  * group on rows [r0, r1) and columns [c0, c1) of its shape seen as a matrix

@@ -652,6 +652,7 @@ static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const
   CgOptions o = *opt;
   o.output = output;
   bool ok = cg_write(c->mod, tm, &o, d);
+  cg_loops_free(c);
   LLVMDisposeBuilder(c->b);
   LLVMDisposeModule(c->mod);
   LLVMContextDispose(c->ctx);

@@ -14,6 +14,8 @@
  * context's threads; env holds the pointers and scalars the loop reads from
  * the step function. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <llvm-c/DebugInfo.h>
@@ -700,8 +702,221 @@ static Group group(CgFn *fn, Inst **mem, int n, LLVMValueRef ***dstp, int **ndst
   return g;
 }
 
+/* The slot of step-function value v among g's from[] (-1: a constant). */
+static int slot(const Group *g, LLVMValueRef v) {
+  for (int k = 0; k < g->nmap; k++)
+    if (same(g->from[k], v))
+      return k;
+  DTC_ASSERT(LLVMIsConstant(v));
+  return -1;
+}
+
+/* A scalar as the key spells it: its slot, or its constant's bits. */
+static void key_scalar(FILE *out, const Group *g, LLVMValueRef v) {
+  int s = slot(g, v);
+  if (s >= 0) {
+    fprintf(out, " s%d", s);
+    return;
+  }
+  LLVMBool lost;
+  fprintf(out, " c%a", LLVMConstRealGetDouble(v, &lost));
+}
+
+/* What decides the code of g's nest, outlined with the step-function values
+ * it reads (from[], in order) as parameters: the CPU, the loops, each
+ * operand's parameter and strides, each member's op, attributes, operands,
+ * destinations and whether it has one use (a product then joins its add). */
+static char *loop_key(const Group *g, LLVMValueRef **dst, const int *ndst, size_t *len) {
+  const Cg *c = g->fn->c;
+  const Uses *u = &g->fn->use;
+  char *text = NULL;
+  FILE *out = open_memstream(&text, len);
+  DTC_ASSERT(out);
+  fprintf(out, "%s %s %d", c->cpu ? c->cpu : "", c->features ? c->features : "", g->nloop);
+  for (int l = 0; l < g->nloop; l++)
+    fprintf(out, " %lld", (long long)g->len[l]);
+  for (int k = 0; k < g->nmap; k++)
+    fprintf(out, " %c", LLVMGetTypeKind(LLVMTypeOf(g->from[k])) == LLVMPointerTypeKind ? 'p' : 'f');
+  for (int p = 0; p < g->nop; p++) {
+    fprintf(out, "\no s%d", slot(g, g->op[p].base));
+    for (int l = 0; l < g->nloop; l++)
+      fprintf(out, " %lld", (long long)g->op[p].stride[l]);
+  }
+  for (int k = 0; k < g->n; k++) {
+    const Inst *x = g->member[k];
+    fprintf(out, "\n%s %d", ir_ops[x->op].name, u->off[x->id + 1] - u->off[x->id] == 1);
+    for (int a = 0; a < x->nattr; a++) {
+      const Attr *t = &x->attr[a];
+      fprintf(out, " %s=", t->name);
+      if (t->kind == A_INT)
+        fprintf(out, "%lld", (long long)t->i);
+      else if (t->kind == A_FLOAT)
+        fprintf(out, "%a", t->f);
+      else if (t->kind == A_STR)
+        fprintf(out, "%s", t->s);
+      else
+        for (int i = 0; i < t->n; i++)
+          fprintf(out, "%lld,", (long long)t->ints[i]);
+    }
+    if (is_scalar(x))
+      key_scalar(out, g, g->v[k]);
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < x->nin; j++) {
+      const Inst *o = x->in[j];
+      if (member(g, o)) {
+        fprintf(out, " m%d", o->id - g->member[0]->id);
+      } else if (is_scalar(o)) {
+        key_scalar(out, g, cg_scalar(g->fn, o));
+      } else {
+        int p = 0;
+        while (g->op[p].v != o)
+          p++;
+        fprintf(out, " o%d", p);
+      }
+    }
+    fprintf(out, " >");
+    for (int j = 0; j < ndst[k]; j++)
+      fprintf(out, " s%d", slot(g, dst[k][j]));
+  }
+  fclose(out);
+  return text;
+}
+
+/* The loop functions made so far in c's module, by key. */
+typedef struct CgLoop {
+  uint64_t hash;
+  char *key;
+  size_t len;
+  LLVMValueRef fn;
+} CgLoop;
+
+struct CgLoops {
+  CgLoop *a;
+  int n, cap;   /* cap: a power of 2, at most half full */
+};
+
+void cg_loops_free(Cg *c) {
+  CgLoops *t = c->loops;
+  for (int k = 0; t && k < t->cap; k++)
+    free(t->a[k].key);
+  if (t)
+    free(t->a);
+  free(t);
+  c->loops = NULL;
+}
+
+/* The entry of key in c's table: its function, or fn NULL where it is to go
+ * (taking key, which is freed otherwise). */
+static CgLoop *loop_find(Cg *c, char *key, size_t len) {
+  CgLoops *t = c->loops;
+  if (!t) {
+    t = c->loops = calloc(1, sizeof *t);
+    DTC_ASSERT(t);
+  }
+  if (2 * (t->n + 1) > t->cap) {
+    int cap = t->cap ? 2 * t->cap : 64;
+    CgLoop *a = calloc((size_t)cap, sizeof *a);
+    DTC_ASSERT(a);
+    for (int k = 0; k < t->cap; k++) {
+      uint64_t h = t->a[k].hash;
+      int j = (int)(h & (uint64_t)(cap - 1));
+      while (t->a[k].key && a[j].key)
+        j = (j + 1) & (cap - 1);
+      if (t->a[k].key)
+        a[j] = t->a[k];
+    }
+    free(t->a);
+    t->a = a;
+    t->cap = cap;
+  }
+  uint64_t h = ir_hash(key, len);
+  int j = (int)(h & (uint64_t)(t->cap - 1));
+  for (; t->a[j].key; j = (j + 1) & (t->cap - 1))
+    if (t->a[j].hash == h && t->a[j].len == len && !memcmp(t->a[j].key, key, len)) {
+      free(key);
+      return &t->a[j];
+    }
+  t->n++;
+  t->a[j] = (CgLoop){h, key, len, NULL};
+  return &t->a[j];
+}
+
+/* Runs g's nest as a call of an internal function MODEL.loopN(values...)
+ * taking the step-function values it reads, each pointer noalias (the
+ * values are distinct blocks, or one value where they are one); groups
+ * whose key is alike call one function, so code grows with the distinct
+ * groups, not with the program. Not inlined: a step of many alike groups
+ * stays a list of calls. */
+static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
+  CgFn *fn = g->fn;
+  Cg *c = fn->c;
+  LLVMBuilderRef b = c->b;
+  Arena *a = fn->f->mod->arena;
+  int cap = g->nop + 2 * g->n + 1;
+  for (int k = 0; k < g->n; k++)
+    cap += ir_ops[g->member[k]->op].kind == K_ELEM ? ndst[k] : 0;
+  g->from = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  g->to = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  for (int p = 0; p < g->nop; p++)
+    need(g, g->op[p].base);
+  for (int k = 0; k < g->n; k++) {
+    const Inst *x = g->member[k];
+    if (is_scalar(x))
+      need(g, g->v[k]);
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < ndst[k]; j++)
+      need(g, dst[k][j]);
+    for (int j = 0; j < x->nin; j++)
+      if (is_scalar(x->in[j]) && !member(g, x->in[j]))
+        need(g, cg_scalar(fn, x->in[j]));
+  }
+  size_t len;
+  char *key = loop_key(g, dst, ndst, &len);
+  CgLoop *e = loop_find(c, key, len);
+  LLVMTypeRef *ft = arena_alloc(a, sizeof(LLVMTypeRef) * (size_t)(g->nmap + 1));
+  for (int k = 0; k < g->nmap; k++)
+    ft[k] = LLVMTypeOf(g->from[k]);
+  LLVMTypeRef type = LLVMFunctionType(c->voidt, ft, (unsigned)g->nmap, 0);
+  if (!e->fn) {
+    LLVMBasicBlockRef here = LLVMGetInsertBlock(b);
+    const char *name = arena_printf(a, "%s.loop%d", c->m->name, c->loops->n - 1);
+    LLVMValueRef f = LLVMAddFunction(c->mod, name, type);
+    LLVMSetLinkage(f, LLVMInternalLinkage);
+    static const char *attr[] = {"nounwind", "noinline"};
+    for (int k = 0; k < 2; k++)
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateEnumAttribute(c->ctx, LLVMGetEnumAttributeKindForName(
+                                                                  attr[k], strlen(attr[k])), 0));
+    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+    for (int k = 0; k < g->nmap; k++) {
+      g->to[k] = LLVMGetParam(f, (unsigned)k);
+      if (LLVMGetTypeKind(ft[k]) == LLVMPointerTypeKind)
+        LLVMAddAttributeAtIndex(f, (unsigned)k + 1, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
+    }
+    for (int p = 0; p < g->nop; p++)
+      g->op[p].base = local(g, g->op[p].base);
+    for (int k = 0; k < g->n; k++) {
+      if (is_scalar(g->member[k]))
+        g->v[k] = local(g, g->v[k]);
+      if (ir_ops[g->member[k]->op].kind != K_ELEM)
+        continue;
+      for (int j = 0; j < ndst[k]; j++)
+        dst[k][j] = local(g, dst[k][j]);
+    }
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(c->ctx, f, "entry"));
+    g->llfn = f;
+    nest(g, 0, cg_i64(c, 0), dst, ndst);
+    LLVMBuildRetVoid(b);
+    LLVMPositionBuilderAtEnd(b, here);
+    e->fn = f;
+  }
+  LLVMBuildCall2(b, type, e->fn, g->from, (unsigned)g->nmap, "");
+}
+
 void cg_group(CgFn *fn, Inst **mem, int n) {
-  LLVMValueRef **dst, zero = cg_i64(fn->c, 0);
+  LLVMValueRef **dst;
   int *ndst;
   Group g = group(fn, mem, n, &dst, &ndst);
   plan_loops(&g);
@@ -711,7 +926,7 @@ void cg_group(CgFn *fn, Inst **mem, int n) {
   if (elems >= PAR_MIN && g.len[0] > 1)
     outline(&g, dst, ndst);
   else
-    nest(&g, 0, zero, dst, ndst);
+    shared_nest(&g, dst, ndst);
 }
 
 LLVMValueRef cg_group_tiles(CgFn *fn, Inst **mem, int n, LLVMValueRef *env) {
