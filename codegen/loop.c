@@ -783,65 +783,6 @@ static char *loop_key(const Group *g, LLVMValueRef **dst, const int *ndst, size_
   return text;
 }
 
-/* The loop functions made so far in c's module, by key. */
-typedef struct CgLoop {
-  uint64_t hash;
-  char *key;
-  size_t len;
-  LLVMValueRef fn;
-} CgLoop;
-
-struct CgLoops {
-  CgLoop *a;
-  int n, cap;   /* cap: a power of 2, at most half full */
-};
-
-void cg_loops_free(Cg *c) {
-  CgLoops *t = c->loops;
-  for (int k = 0; t && k < t->cap; k++)
-    free(t->a[k].key);
-  if (t)
-    free(t->a);
-  free(t);
-  c->loops = NULL;
-}
-
-/* The entry of key in c's table: its function, or fn NULL where it is to go
- * (taking key, which is freed otherwise). */
-static CgLoop *loop_find(Cg *c, char *key, size_t len) {
-  CgLoops *t = c->loops;
-  if (!t) {
-    t = c->loops = calloc(1, sizeof *t);
-    DTC_ASSERT(t);
-  }
-  if (2 * (t->n + 1) > t->cap) {
-    int cap = t->cap ? 2 * t->cap : 64;
-    CgLoop *a = calloc((size_t)cap, sizeof *a);
-    DTC_ASSERT(a);
-    for (int k = 0; k < t->cap; k++) {
-      uint64_t h = t->a[k].hash;
-      int j = (int)(h & (uint64_t)(cap - 1));
-      while (t->a[k].key && a[j].key)
-        j = (j + 1) & (cap - 1);
-      if (t->a[k].key)
-        a[j] = t->a[k];
-    }
-    free(t->a);
-    t->a = a;
-    t->cap = cap;
-  }
-  uint64_t h = ir_hash(key, len);
-  int j = (int)(h & (uint64_t)(t->cap - 1));
-  for (; t->a[j].key; j = (j + 1) & (t->cap - 1))
-    if (t->a[j].hash == h && t->a[j].len == len && !memcmp(t->a[j].key, key, len)) {
-      free(key);
-      return &t->a[j];
-    }
-  t->n++;
-  t->a[j] = (CgLoop){h, key, len, NULL};
-  return &t->a[j];
-}
-
 /* Runs g's nest as a call of an internal function MODEL.loopN(values...)
  * taking the step-function values it reads, each pointer noalias (the
  * values are distinct blocks, or one value where they are one); groups
@@ -874,14 +815,14 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
   }
   size_t len;
   char *key = loop_key(g, dst, ndst, &len);
-  CgLoop *e = loop_find(c, key, len);
+  LLVMValueRef *e = cg_table_find(&c->loops, key, len);
   LLVMTypeRef *ft = arena_alloc(a, sizeof(LLVMTypeRef) * (size_t)(g->nmap + 1));
   for (int k = 0; k < g->nmap; k++)
     ft[k] = LLVMTypeOf(g->from[k]);
   LLVMTypeRef type = LLVMFunctionType(c->voidt, ft, (unsigned)g->nmap, 0);
-  if (!e->fn) {
+  if (!*e) {
     LLVMBasicBlockRef here = LLVMGetInsertBlock(b);
-    const char *name = arena_printf(a, "%s.loop%d", c->m->name, c->loops->n - 1);
+    const char *name = arena_printf(a, "%s.loop%d", c->m->name, cg_table_count(c->loops) - 1);
     LLVMValueRef f = LLVMAddFunction(c->mod, name, type);
     LLVMSetLinkage(f, LLVMInternalLinkage);
     static const char *attr[] = {"nounwind", "noinline"};
@@ -910,9 +851,9 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
     nest(g, 0, cg_i64(c, 0), dst, ndst);
     LLVMBuildRetVoid(b);
     LLVMPositionBuilderAtEnd(b, here);
-    e->fn = f;
+    *e = f;
   }
-  LLVMBuildCall2(b, type, e->fn, g->from, (unsigned)g->nmap, "");
+  LLVMBuildCall2(b, type, *e, g->from, (unsigned)g->nmap, "");
 }
 
 void cg_group(CgFn *fn, Inst **mem, int n) {
