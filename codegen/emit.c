@@ -827,10 +827,15 @@ static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValue
     device_sets(m, dev, fw, tr, all, set, nset);
     for (int s = 0; cd->target == t && s < 2 && nset[s]; s++) {
       bool both = !nset[1];
-      size_t len;
-      char *key = device_key(cd, tg->norm, dev, m, c->state_off,
-                             both ? "forward train_step" : s ? "train_step" : "forward", set[s],
-                             nset[s], &len);
+      const char *roots = both ? "forward train_step" : s ? "train_step" : "forward";
+      size_t len = strlen(roots);
+      /* one device: nothing to share, no key to print */
+      char *key = ndev ? device_key(cd, tg->norm, dev, m, c->state_off, roots, set[s], nset[s],
+                                    &len)
+                       : strdup(roots);
+      DTC_ASSERT(key);
+      for (int j = 0; !ndev && j < nset[s]; j++)
+        ir_renumber(set[s][j]);
       Lowered *same = lowered_find(done, key, len);
       if (!same) {
         same = &done->a[done->n - 1];
