@@ -11,6 +11,8 @@
  * Requires: @forward (and @train_step, whose one output is the loss, when the
  * model trains), or their copies for every device; memplan's offsets (run
  * here when missing). */
+#define _GNU_SOURCE   /* fopencookie */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,11 +200,25 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
 /* The hash of what print writes about m: of the module's text form without
  * source locations (checkpoints must match it, wherever the source was
  * compiled from), of its sharding plan (every rank must run the same). */
+/* *cookie, ir_hash of the bytes written before (ir_hash("", 0) for
+ * none), on to those of buf: a long module's text is never held whole. */
+static ssize_t hash_write(void *cookie, const char *buf, size_t n) {
+  uint64_t *h = cookie;
+  for (size_t i = 0; i < n; i++) {
+    *h ^= (unsigned char)buf[i];
+    *h *= 0x100000001b3u;
+  }
+  return (ssize_t)n;
+}
+
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
-  size_t len;
-  char *text = ir_string_of(print, m, &len);
-  uint64_t h = ir_hash(text, len);
-  free(text);
+  uint64_t h = ir_hash("", 0);
+  cookie_io_functions_t io = {.write = hash_write};
+  FILE *out = fopencookie(&h, "w", io);
+  DTC_ASSERT(out);
+  setvbuf(out, NULL, _IOFBF, 1 << 16);
+  print(out, m);
+  fclose(out);
   return arena_printf(m->arena, "%016llx", (unsigned long long)h);
 }
 
