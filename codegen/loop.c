@@ -90,7 +90,9 @@ static LLVMValueRef local(const Group *g, LLVMValueRef v) {
 /* Gathers the operands read from memory; all others are members or scalars. */
 static void gather(Group *g) {
   Arena *a = g->fn->f->mod->arena;
-  g->op = arena_alloc(a, sizeof(Operand) * (size_t)(2 * g->n + 1));
+  Operand *all = calloc((size_t)(2 * g->n + 1), sizeof(Operand));   /* at most */
+  DTC_ASSERT(all);
+  g->op = all;
   for (int k = 0; k < g->n; k++) {
     const Inst *x = g->member[k];
     if (ir_ops[x->op].kind != K_ELEM)
@@ -110,6 +112,11 @@ static void gather(Group *g) {
         op->full[d] = d >= lead && o->type.dim[d - lead] != 1;
     }
   }
+  /* kept for the group's lowering: as many as there are (a long program's
+   * groups are most of its insts) */
+  g->op = arena_alloc(a, sizeof(Operand) * (size_t)(g->nop + 1));
+  memcpy(g->op, all, sizeof(Operand) * (size_t)g->nop);
+  free(all);
 }
 
 /* Merges dimensions into loops: drops size-1 dims, joins neighbours that
@@ -797,8 +804,9 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
   int cap = g->nop + 2 * g->n + 1;
   for (int k = 0; k < g->n; k++)
     cap += ir_ops[g->member[k]->op].kind == K_ELEM ? ndst[k] : 0;
-  g->from = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
-  g->to = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  g->from = malloc(sizeof(LLVMValueRef) * (size_t)cap);   /* freed below */
+  g->to = malloc(sizeof(LLVMValueRef) * (size_t)cap);
+  DTC_ASSERT(g->from && g->to);
   for (int p = 0; p < g->nop; p++)
     need(g, g->op[p].base);
   for (int k = 0; k < g->n; k++) {
@@ -854,6 +862,9 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
     *e = f;
   }
   LLVMBuildCall2(b, type, *e, g->from, (unsigned)g->nmap, "");
+  free(g->from);
+  free(g->to);
+  g->from = g->to = NULL;
 }
 
 void cg_group(CgFn *fn, Inst **mem, int n) {
