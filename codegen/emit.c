@@ -197,9 +197,6 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
-/* The hash of what print writes about m: of the module's text form without
- * source locations (checkpoints must match it, wherever the source was
- * compiled from), of its sharding plan (every rank must run the same). */
 /* *cookie, ir_hash of the bytes written before (ir_hash("", 0) for
  * none), on to those of buf: a long module's text is never held whole. */
 static ssize_t hash_write(void *cookie, const char *buf, size_t n) {
@@ -211,6 +208,9 @@ static ssize_t hash_write(void *cookie, const char *buf, size_t n) {
   return (ssize_t)n;
 }
 
+/* The hash of what print writes about m: of the module's text form without
+ * source locations (checkpoints must match it, wherever the source was
+ * compiled from), of its sharding plan (every rank must run the same). */
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
   uint64_t h = ir_hash("", 0);
   cookie_io_functions_t io = {.write = hash_write};
