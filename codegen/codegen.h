@@ -124,7 +124,18 @@ typedef struct Cg {
   int part_ops;            /* CgOptions.part_ops */
   const char *cpu, *features;   /* of the device being lowered (its CgDevice) */
   struct CgGemm *gemm;     /* gemm.c's functions made so far, one set per CPU */
+  struct CgTable *loops;   /* loop.c's shared loop functions, by key */
+  /* consts.c: the per-device table of what code reads at run time */
+  struct CgTable *consts;  /* attribute arrays and rows, by content */
+  int ndev_all, dev_base;  /* devices of all plans in the object; the plan's first */
+  int *plan_base, nplan_base;   /* by device count: its plan's first device */
+  LLVMValueRef *row;       /* by 2 * device + set: its row (NULL: none) */
+  LLVMValueRef row_fn, rows, bases;
+  int set;                 /* of the set being lowered: 0 @forward's, 1 @train_step's */
+  Func **vary_fn;          /* its functions, and by inst id their kernels' slots */
+  int **vary_slot, nvary_fn;
 } Cg;
+typedef struct CgTable CgTable;
 
 /* The number of devices with functions of their own (after the spmd pass:
  * the mesh's size); 0 when the functions are global. */
@@ -186,13 +197,6 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live);
 /* The LLVM function of f, MODEL.FUNC: declared on first use (a repeat may
  * call its body before the body is lowered), defined by cg_func. */
 LLVMValueRef cg_func_decl(Cg *c, const Func *f);
-/* Where a device's dropout block lies along each dimension (the origin
- * at[r + d] of its `at` attribute): along a dimension split over axis ax of
- * the mesh as base[d] + coord * dim[d], coord the device's coordinate on ax
- * (axis[d] = ax), else at base[d] (axis[d] = -1). Its code reads coord at
- * run time, so devices whose blocks lie alike share it. False: x is no
- * device's dropout with an origin. */
-bool cg_dropout_origin(const Inst *x, int64_t base[IR_MAX_RANK], int axis[IR_MAX_RANK]);
 /* Returns status s from the function when it is not DT_OK; a device's
  * function keeps the first failure in fn->err and goes on. */
 void cg_check(CgFn *fn, LLVMValueRef s);
@@ -216,6 +220,32 @@ LLVMValueRef cg_i64(Cg *c, int64_t v);
 /* Emits fusion group member[0..n) (contiguous in the function) as one loop
  * nest over the group's shape. */
 void cg_group(CgFn *fn, Inst **member, int n);
+
+/* ---- consts.c --------------------------------------------------------- */
+
+/* A table of byte strings: the slot of key[0..len) (NULL until set), taking
+ * key (malloc'd; freed when it was there). */
+LLVMValueRef *cg_table_find(CgTable **t, char *key, size_t len);
+int cg_table_count(const CgTable *t);
+void cg_table_free(CgTable **t);
+/* Whether attribute name of x is read at run time from the device's row
+ * (and left out of the keys by which devices share code): a device
+ * kernel's `at`, `sizes`, `dim_sizes`. */
+bool cg_varying_attr(const Inst *x, const char *name);
+bool cg_varying(const Inst *x);   /* x has such an attribute */
+/* Before lowering: ndev_all devices in the object, the plan of devices[k]
+ * devices from device base[k]. */
+void cg_rows_begin(Cg *c, int ndev_all, const int *devices, const int *base, int nplan);
+/* Before lowering set[0..n) as set s (0 forward, 1 train step): the slots
+ * of its varying kernels. */
+void cg_vary_begin(Cg *c, Func *const *set, int n, int s);
+/* Device g's row for its set s, set[0..n) (alike to the one lowered). */
+void cg_vary_row(Cg *c, Func *const *set, int n, int g, int s);
+/* Where varying kernel x's DtAttrs.ni (an i64) and DtAttrs.i lie for the device
+ * running (consts.c). */
+LLVMValueRef cg_vary_ints(CgFn *fn, const Inst *x);
+/* After lowering: the tables' contents; frees what cg_rows_begin took. */
+void cg_rows_end(Cg *c);
 /* The epilogue of a product: group member[0..n), which reads the product
  * before it, as an internal function tiles(env, r0, r1, c0, c1) running the
  * group on rows [r0, r1) and columns [c0, c1) of its shape seen as a matrix

@@ -11,6 +11,8 @@
  * Requires: @forward (and @train_step, whose one output is the loss, when the
  * model trains), or their copies for every device; memplan's offsets (run
  * here when missing). */
+#define _GNU_SOURCE   /* fopencookie */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,14 +197,28 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
+/* *cookie, ir_hash of the bytes written before (ir_hash("", 0) for
+ * none), on to those of buf: a long module's text is never held whole. */
+static ssize_t hash_write(void *cookie, const char *buf, size_t n) {
+  uint64_t *h = cookie;
+  for (size_t i = 0; i < n; i++) {
+    *h ^= (unsigned char)buf[i];
+    *h *= 0x100000001b3u;
+  }
+  return (ssize_t)n;
+}
+
 /* The hash of what print writes about m: of the module's text form without
  * source locations (checkpoints must match it, wherever the source was
  * compiled from), of its sharding plan (every rank must run the same). */
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
-  size_t len;
-  char *text = ir_string_of(print, m, &len);
-  uint64_t h = ir_hash(text, len);
-  free(text);
+  uint64_t h = ir_hash("", 0);
+  cookie_io_functions_t io = {.write = hash_write};
+  FILE *out = fopencookie(&h, "w", io);
+  DTC_ASSERT(out);
+  setvbuf(out, NULL, _IOFBF, 1 << 16);
+  print(out, m);
+  fclose(out);
   return arena_printf(m->arena, "%016llx", (unsigned long long)h);
 }
 
@@ -652,6 +668,7 @@ static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const
   CgOptions o = *opt;
   o.output = output;
   bool ok = cg_write(c->mod, tm, &o, d);
+  cg_table_free(&c->loops);
   LLVMDisposeBuilder(c->b);
   LLVMDisposeModule(c->mod);
   LLVMContextDispose(c->ctx);
@@ -680,14 +697,12 @@ static void lowered_free(LoweredSet *s) {
   free(s->a);
 }
 
-/* Inst x as its code sees it: a dropout with the origins of its block that
- * do not come from the device's coordinates (cg_dropout_origin), and its
+/* Inst x as its code sees it: the attributes its code reads from the
+ * device's row at run time empty (cg_varying_attr, consts.c), and its
  * sharding without the ratios of uneven blocks: code reads a block's
  * extent from local types and attrs, which the text holds, so devices of
  * two plans whose blocks are alike share code. */
 static void print_inst_key(FILE *out, const Inst *x) {
-  int64_t base[IR_MAX_RANK], at[2 * IR_MAX_RANK];
-  int axis[IR_MAX_RANK], r = x->type.rank;
   Inst y = *x;
   Sharding shard;
   if (x->shard) {
@@ -695,7 +710,7 @@ static void print_inst_key(FILE *out, const Inst *x) {
     memset(shard.ratio, 0, sizeof shard.ratio);
     y.shard = &shard;
   }
-  if (!cg_dropout_origin(x, base, axis)) {
+  if (!cg_varying(x)) {
     ir_print_inst(out, &y);
     return;
   }
@@ -704,10 +719,11 @@ static void print_inst_key(FILE *out, const Inst *x) {
   memcpy(attr, x->attr, sizeof(Attr) * (size_t)x->nattr);
   y.attr = attr;
   for (int k = 0; k < x->nattr; k++)
-    if (!strcmp(attr[k].name, "at")) {
-      for (int d = 0; d < r; d++)
-        at[d] = attr[k].ints[d], at[r + d] = base[d];
-      attr[k].ints = at;
+    if (cg_varying_attr(x, attr[k].name)) {
+      DTC_ASSERT(attr[k].kind == A_INTS);
+      static int64_t zeros[1];   /* read only */
+      attr[k].ints = zeros;
+      attr[k].n = 0;   /* a plan's group sizes too */
     }
   ir_print_inst(out, &y);
 }
@@ -827,16 +843,22 @@ static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValue
     device_sets(m, dev, fw, tr, all, set, nset);
     for (int s = 0; cd->target == t && s < 2 && nset[s]; s++) {
       bool both = !nset[1];
-      size_t len;
-      char *key = device_key(cd, tg->norm, dev, m, c->state_off,
-                             both ? "forward train_step" : s ? "train_step" : "forward", set[s],
-                             nset[s], &len);
+      const char *roots = both ? "forward train_step" : s ? "train_step" : "forward";
+      size_t len = strlen(roots);
+      /* one device: nothing to share, no key to print */
+      char *key = ndev ? device_key(cd, tg->norm, dev, m, c->state_off, roots, set[s], nset[s],
+                                    &len)
+                       : strdup(roots);
+      DTC_ASSERT(key);
+      for (int j = 0; !ndev && j < nset[s]; j++)
+        ir_renumber(set[s][j]);
       Lowered *same = lowered_find(done, key, len);
       if (!same) {
         same = &done->a[done->n - 1];
         LLVMValueRef last = LLVMGetLastFunction(c->mod);
         c->cpu = cd->cpu;
         c->features = cd->features;
+        cg_vary_begin(c, set[s], nset[s], !both && s);
         for (int j = 0; j < nset[s]; j++) {
           Func *f = set[s][j];
           LLVMValueRef fn = cg_func(c, f, f == fw ? live : NULL);
@@ -847,6 +869,8 @@ static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValue
         }
         device_cpu(c, last, cd, tg);
       }
+      if (ndev)
+        cg_vary_row(c, set[s], nset[s], c->dev_base + k, !both && s);
       if (both || !s)
         fwd_fn = same->fwd;
       if (both || s)
@@ -873,9 +897,12 @@ static bool emit_target(Module *m, const CgOptions *opt, const CgTargets *ts, in
   LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)(ndev + 1));
   bool *live0 = NULL;
   LoweredSet done = {0};
+  int zero = 0;
+  cg_rows_begin(c, ndev, &ndev, &zero, 1);
   lower_devices(c, ts, t, ndev, desc, &live0, &done);
   lowered_free(&done);
   wrappers(c, desc, ndev, fwd, live0, train, NULL);
+  cg_rows_end(c);
   return cg_close(c, ts->t[t].tm, opt, ts->t[t].output, d);
 }
 
@@ -975,10 +1002,17 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     bool *live0 = NULL;
     Func *fwd0 = NULL, *train0 = NULL;
     LoweredSet done = {0};   /* devices of different plans share alike */
+    int base[CG_MAX_PLANS], all = 0;
+    for (int k = 0; k < n; k++) {
+      base[k] = all;
+      all += ndev[k] ? ndev[k] : 1;
+    }
+    cg_rows_begin(c, all, devices, base, n);
     for (int k = 0; k < n; k++) {
       Module *m = plan[k];
       int nd = ndev[k] ? ndev[k] : 1;
       c->m = m;
+      c->dev_base = base[k];
       c->sym = arena_printf(m->arena, "%s.n%d", m->name, devices[k]);
       c->hash = text_hash(m, ir_print_structure);
       c->plan_hash = ndev[k] ? text_hash(m, print_plan) : NULL;
@@ -998,6 +1032,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     CgPlans plans = {n, private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
                      i32_array(c, count, n, "plan_devices")};
     wrappers(c, NULL, 0, fwd0, live0, train0, &plans);
+    cg_rows_end(c);
     ok = cg_close(c, ts[0].t[0].tm, opt, ts[0].t[0].output, d);
     if (ok && strcmp(opt->output, "-")) {
       ok = cg_write_header_plans(plan, devices, n, header_path(m0->arena, opt->output, m0->name),

@@ -206,45 +206,6 @@ void cg_check(CgFn *fn, LLVMValueRef s) {
   LLVMPositionBuilderAtEnd(c->b, ok);
 }
 
-bool cg_dropout_origin(const Inst *x, int64_t base[IR_MAX_RANK], int axis[IR_MAX_RANK]) {
-  int n, r = x->type.rank;
-  const int64_t *at = ir_get_ints(x, "at", &n);
-  Type whole;
-  if (!ir_dropout_whole(x, &whole) || whole.rank != r || x->fn->device < 0 || !x->shard ||
-      x->shard->mesh != 0 || !at || n != 2 * r)
-    return false;
-  int coord[IR_MAX_MESH_AXES];
-  ir_mesh_coords(&x->fn->mod->mesh.a[0], x->fn->device, coord);
-  for (int d = 0; d < r; d++) {
-    axis[d] = x->shard->axis[d];
-    base[d] = at[r + d] - (axis[d] >= 0 ? coord[axis[d]] * x->type.dim[d] : 0);
-  }
-  return true;
-}
-
-/* The origins of a device's dropout block in the attrs at fn->tattr (the
- * last r ints, after the whole's extent), from its coordinates at run time. */
-static void dropout_origin(CgFn *fn, const Inst *x, const DtAttrs *a) {
-  Cg *c = fn->c;
-  int64_t base[IR_MAX_RANK];
-  int axis[IR_MAX_RANK], r = x->type.rank;
-  if (!cg_dropout_origin(x, base, axis))
-    return;
-  DTC_ASSERT(a->ni >= 2 * r);
-  LLVMTypeRef pt[] = {c->ptr, c->i32};
-  LLVMTypeRef ft = LLVMFunctionType(c->i32, pt, 2, 0);
-  for (int d = 0; d < r; d++) {
-    if (axis[d] < 0)
-      continue;
-    LLVMValueRef arg[] = {fn->ctx, cg_i32(c, axis[d])};
-    LLVMValueRef coord = LLVMBuildCall2(c->b, ft, cg_extern(c, "dtrt_mesh_coord", ft), arg, 2, "");
-    LLVMValueRef v = LLVMBuildMul(c->b, LLVMBuildSExt(c->b, coord, c->i64, ""),
-                                  cg_i64(c, x->type.dim[d]), "");
-    v = LLVMBuildAdd(c->b, v, cg_i64(c, base[d]), "at");
-    LLVMBuildStore(c->b, v, field(fn, c->attrs, fn->tattr, 0, a->ni - r + d));
-  }
-}
-
 static void kernel(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
   if (!fn->tin) {
@@ -261,12 +222,21 @@ static void kernel(CgFn *fn, const Inst *x) {
   fill_tensor(fn, fn->tout, cg_addr(fn, x), &x->type);
   DtAttrs a;
   ir_kernel_attrs(x, &a);
-  for (int k = 0; k < a.ni; k++)
-    LLVMBuildStore(c->b, cg_i64(c, a.i[k]), field(fn, c->attrs, fn->tattr, 0, k));
-  dropout_origin(fn, x, &a);
+  LLVMValueRef ni = cg_i32(c, a.ni);
+  if (cg_varying(x)) {   /* the device's own, from its row: the count, the ints */
+    LLVMValueRef p = cg_vary_ints(fn, x), one = cg_i64(c, 1);
+    LLVMValueRef n = LLVMBuildLoad2(c->b, c->i64, p, "ni");
+    LLVMBuildMemCpy(c->b, field(fn, c->attrs, fn->tattr, 0, 0), 8,
+                    LLVMBuildInBoundsGEP2(c->b, c->i64, p, &one, 1, ""), 8,
+                    LLVMBuildMul(c->b, n, cg_i64(c, (int64_t)sizeof(int64_t)), ""));
+    ni = LLVMBuildTrunc(c->b, n, c->i32, "");
+  } else {
+    for (int k = 0; k < a.ni; k++)
+      LLVMBuildStore(c->b, cg_i64(c, a.i[k]), field(fn, c->attrs, fn->tattr, 0, k));
+  }
   for (int k = 0; k < a.nf; k++)
     LLVMBuildStore(c->b, LLVMConstReal(c->f64, a.f[k]), field(fn, c->attrs, fn->tattr, 1, k));
-  LLVMBuildStore(c->b, cg_i32(c, a.ni), field(fn, c->attrs, fn->tattr, 2, -1));
+  LLVMBuildStore(c->b, ni, field(fn, c->attrs, fn->tattr, 2, -1));
   LLVMBuildStore(c->b, cg_i32(c, a.nf), field(fn, c->attrs, fn->tattr, 3, -1));
   LLVMBuildStore(c->b, fn->step, field(fn, c->attrs, fn->tattr, 4, -1));
   LLVMValueRef gemm = cg_conv_gemm(c->matmul, x) ? cg_gemm_entry(c) : LLVMConstNull(c->ptr);

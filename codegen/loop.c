@@ -14,6 +14,8 @@
  * context's threads; env holds the pointers and scalars the loop reads from
  * the step function. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <llvm-c/DebugInfo.h>
@@ -88,7 +90,9 @@ static LLVMValueRef local(const Group *g, LLVMValueRef v) {
 /* Gathers the operands read from memory; all others are members or scalars. */
 static void gather(Group *g) {
   Arena *a = g->fn->f->mod->arena;
-  g->op = arena_alloc(a, sizeof(Operand) * (size_t)(2 * g->n + 1));
+  Operand *all = calloc((size_t)(2 * g->n + 1), sizeof(Operand));   /* at most */
+  DTC_ASSERT(all);
+  g->op = all;
   for (int k = 0; k < g->n; k++) {
     const Inst *x = g->member[k];
     if (ir_ops[x->op].kind != K_ELEM)
@@ -108,6 +112,11 @@ static void gather(Group *g) {
         op->full[d] = d >= lead && o->type.dim[d - lead] != 1;
     }
   }
+  /* kept for the group's lowering: as many as there are (a long program's
+   * groups are most of its insts) */
+  g->op = arena_alloc(a, sizeof(Operand) * (size_t)(g->nop + 1));
+  memcpy(g->op, all, sizeof(Operand) * (size_t)g->nop);
+  free(all);
 }
 
 /* Merges dimensions into loops: drops size-1 dims, joins neighbours that
@@ -700,8 +709,166 @@ static Group group(CgFn *fn, Inst **mem, int n, LLVMValueRef ***dstp, int **ndst
   return g;
 }
 
+/* The slot of step-function value v among g's from[] (-1: a constant). */
+static int slot(const Group *g, LLVMValueRef v) {
+  for (int k = 0; k < g->nmap; k++)
+    if (same(g->from[k], v))
+      return k;
+  DTC_ASSERT(LLVMIsConstant(v));
+  return -1;
+}
+
+/* A scalar as the key spells it: its slot, or its constant's bits. */
+static void key_scalar(FILE *out, const Group *g, LLVMValueRef v) {
+  int s = slot(g, v);
+  if (s >= 0) {
+    fprintf(out, " s%d", s);
+    return;
+  }
+  LLVMBool lost;
+  fprintf(out, " c%a", LLVMConstRealGetDouble(v, &lost));
+}
+
+/* What decides the code of g's nest, outlined with the step-function values
+ * it reads (from[], in order) as parameters: the CPU, the loops, each
+ * operand's parameter and strides, each member's op, attributes, operands,
+ * destinations and whether it has one use (a product then joins its add). */
+static char *loop_key(const Group *g, LLVMValueRef **dst, const int *ndst, size_t *len) {
+  const Cg *c = g->fn->c;
+  const Uses *u = &g->fn->use;
+  char *text = NULL;
+  FILE *out = open_memstream(&text, len);
+  DTC_ASSERT(out);
+  fprintf(out, "%s %s %d", c->cpu ? c->cpu : "", c->features ? c->features : "", g->nloop);
+  for (int l = 0; l < g->nloop; l++)
+    fprintf(out, " %lld", (long long)g->len[l]);
+  for (int k = 0; k < g->nmap; k++)
+    fprintf(out, " %c", LLVMGetTypeKind(LLVMTypeOf(g->from[k])) == LLVMPointerTypeKind ? 'p' : 'f');
+  for (int p = 0; p < g->nop; p++) {
+    fprintf(out, "\no s%d", slot(g, g->op[p].base));
+    for (int l = 0; l < g->nloop; l++)
+      fprintf(out, " %lld", (long long)g->op[p].stride[l]);
+  }
+  for (int k = 0; k < g->n; k++) {
+    const Inst *x = g->member[k];
+    fprintf(out, "\n%s %d", ir_ops[x->op].name, u->off[x->id + 1] - u->off[x->id] == 1);
+    for (int a = 0; a < x->nattr; a++) {
+      const Attr *t = &x->attr[a];
+      fprintf(out, " %s=", t->name);
+      if (t->kind == A_INT)
+        fprintf(out, "%lld", (long long)t->i);
+      else if (t->kind == A_FLOAT)
+        fprintf(out, "%a", t->f);
+      else if (t->kind == A_STR)
+        fprintf(out, "%s", t->s);
+      else
+        for (int i = 0; i < t->n; i++)
+          fprintf(out, "%lld,", (long long)t->ints[i]);
+    }
+    if (is_scalar(x))
+      key_scalar(out, g, g->v[k]);
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < x->nin; j++) {
+      const Inst *o = x->in[j];
+      if (member(g, o)) {
+        fprintf(out, " m%d", o->id - g->member[0]->id);
+      } else if (is_scalar(o)) {
+        key_scalar(out, g, cg_scalar(g->fn, o));
+      } else {
+        int p = 0;
+        while (g->op[p].v != o)
+          p++;
+        fprintf(out, " o%d", p);
+      }
+    }
+    fprintf(out, " >");
+    for (int j = 0; j < ndst[k]; j++)
+      fprintf(out, " s%d", slot(g, dst[k][j]));
+  }
+  fclose(out);
+  return text;
+}
+
+/* Runs g's nest as a call of an internal function MODEL.loopN(values...)
+ * taking the step-function values it reads, each pointer noalias (the
+ * values are distinct blocks, or one value where they are one); groups
+ * whose key is alike call one function, so code grows with the distinct
+ * groups, not with the program. Not inlined: a step of many alike groups
+ * stays a list of calls. */
+static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
+  CgFn *fn = g->fn;
+  Cg *c = fn->c;
+  LLVMBuilderRef b = c->b;
+  Arena *a = fn->f->mod->arena;
+  int cap = g->nop + 2 * g->n + 1;
+  for (int k = 0; k < g->n; k++)
+    cap += ir_ops[g->member[k]->op].kind == K_ELEM ? ndst[k] : 0;
+  g->from = malloc(sizeof(LLVMValueRef) * (size_t)cap);   /* freed below */
+  g->to = malloc(sizeof(LLVMValueRef) * (size_t)cap);
+  DTC_ASSERT(g->from && g->to);
+  for (int p = 0; p < g->nop; p++)
+    need(g, g->op[p].base);
+  for (int k = 0; k < g->n; k++) {
+    const Inst *x = g->member[k];
+    if (is_scalar(x))
+      need(g, g->v[k]);
+    if (ir_ops[x->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < ndst[k]; j++)
+      need(g, dst[k][j]);
+    for (int j = 0; j < x->nin; j++)
+      if (is_scalar(x->in[j]) && !member(g, x->in[j]))
+        need(g, cg_scalar(fn, x->in[j]));
+  }
+  size_t len;
+  char *key = loop_key(g, dst, ndst, &len);
+  LLVMValueRef *e = cg_table_find(&c->loops, key, len);
+  LLVMTypeRef *ft = arena_alloc(a, sizeof(LLVMTypeRef) * (size_t)(g->nmap + 1));
+  for (int k = 0; k < g->nmap; k++)
+    ft[k] = LLVMTypeOf(g->from[k]);
+  LLVMTypeRef type = LLVMFunctionType(c->voidt, ft, (unsigned)g->nmap, 0);
+  if (!*e) {
+    LLVMBasicBlockRef here = LLVMGetInsertBlock(b);
+    const char *name = arena_printf(a, "%s.loop%d", c->m->name, cg_table_count(c->loops) - 1);
+    LLVMValueRef f = LLVMAddFunction(c->mod, name, type);
+    LLVMSetLinkage(f, LLVMInternalLinkage);
+    static const char *attr[] = {"nounwind", "noinline"};
+    for (int k = 0; k < 2; k++)
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                              LLVMCreateEnumAttribute(c->ctx, LLVMGetEnumAttributeKindForName(
+                                                                  attr[k], strlen(attr[k])), 0));
+    unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+    for (int k = 0; k < g->nmap; k++) {
+      g->to[k] = LLVMGetParam(f, (unsigned)k);
+      if (LLVMGetTypeKind(ft[k]) == LLVMPointerTypeKind)
+        LLVMAddAttributeAtIndex(f, (unsigned)k + 1, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
+    }
+    for (int p = 0; p < g->nop; p++)
+      g->op[p].base = local(g, g->op[p].base);
+    for (int k = 0; k < g->n; k++) {
+      if (is_scalar(g->member[k]))
+        g->v[k] = local(g, g->v[k]);
+      if (ir_ops[g->member[k]->op].kind != K_ELEM)
+        continue;
+      for (int j = 0; j < ndst[k]; j++)
+        dst[k][j] = local(g, dst[k][j]);
+    }
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(c->ctx, f, "entry"));
+    g->llfn = f;
+    nest(g, 0, cg_i64(c, 0), dst, ndst);
+    LLVMBuildRetVoid(b);
+    LLVMPositionBuilderAtEnd(b, here);
+    *e = f;
+  }
+  LLVMBuildCall2(b, type, *e, g->from, (unsigned)g->nmap, "");
+  free(g->from);
+  free(g->to);
+  g->from = g->to = NULL;
+}
+
 void cg_group(CgFn *fn, Inst **mem, int n) {
-  LLVMValueRef **dst, zero = cg_i64(fn->c, 0);
+  LLVMValueRef **dst;
   int *ndst;
   Group g = group(fn, mem, n, &dst, &ndst);
   plan_loops(&g);
@@ -711,7 +878,7 @@ void cg_group(CgFn *fn, Inst **mem, int n) {
   if (elems >= PAR_MIN && g.len[0] > 1)
     outline(&g, dst, ndst);
   else
-    nest(&g, 0, zero, dst, ndst);
+    shared_nest(&g, dst, ndst);
 }
 
 LLVMValueRef cg_group_tiles(CgFn *fn, Inst **mem, int n, LLVMValueRef *env) {
