@@ -1,5 +1,6 @@
-/* coalesce.c: independent all_to_alls, and all_gathers, over one axis
- * become one. Each table's pooled value reaches the batch's split by its own
+/* coalesce.c: independent all_to_alls, all_gathers, and (in buckets)
+ * reduce_scatters and all_reduces, over one axis become one. Each table's
+ * pooled value reaches the batch's split by its own
  * all_to_all (or is gathered whole), and its adjoint comes back by another;
  * as Neo and TorchRec exchange the pooled embeddings of all tables at once,
  * the members of a group are concatenated into one buffer, exchanged by one
@@ -21,12 +22,26 @@
  * Every length is a fact of the group (`sizes`, `dim_sizes`), the same on
  * every rank, so the fused op's lengths and the comm pass's method agree.
  *
+ * Buckets (FLAT): the gradients of a step are summed one collective each
+ * (a row-wise table's pooled sums, the optimizer state split's gradients
+ * and params), so sums of one op, axis, method, wire and dtype that reach
+ * the same things (comm_reach) go flattened into one vector, as DDP's and
+ * ZeRO's buckets: an all_reduce's members one after another; a
+ * reduce_scatter's (and an all_gather's whose other dims differ) member-
+ * major within each device's block, each member's block along its own dim,
+ * uneven as it is. An element is summed with the same partners as alone.
+ * Not in deterministic mode, where a kernel's order of addition depends on
+ * an element's place in its buffer. A store that nothing reads or stores
+ * after it (an update's) does not hold a group back: it moves after the
+ * fused collective.
+ *
  * Requires: per-device functions (spmd). Guarantees: a group's inputs are
  * all computed before its first member's first user (a member's input
  * never depends on another member), and the fused collective stands where
  * its last member stood, or before the first user of a member if that is
  * earlier; each member's users read a slice (or a concat of slices) of it,
- * the member's value bit for bit, under the member's sharding; the buffers
+ * the member's value bit for bit (a bucket's sums: the same terms, in an
+ * order the kernel may choose), under the member's sharding; the buffers
  * in between have none (no tensor of the model lies so). The devices of a
  * function group alike or the function keeps its collectives, so every
  * rank calls the same collectives in the same order. Does nothing under

@@ -11,6 +11,9 @@
  * rank r's row r, so every rank averages the same rows in the same order
  * and the params stay equal on all. A gradient never reduced (every rank
  * computed all of it) is left alone: the ranks agree without an exchange.
+ * Each gathered row's demo_compress (and the loads it reads) moves up to
+ * follow the first, so every row exists before the first gather's user and
+ * passes/coalesce.c gathers them all as one.
  * A param split over the mesh is gathered whole for its update (every rank
  * computes all of it: correct, not cheaper). A gradient reduced over two
  * axes, reduced before it is gathered or folded in deterministic mode's

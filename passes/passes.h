@@ -350,8 +350,9 @@ bool pass_exchange(Module *m, Diag *d, PassRun *run);
 
 /* ---- coalesce.c ------------------------------------------------------- */
 
-/* Independent all_to_alls over one axis, exchanged as one (the file's
- * header): the pooled embeddings of all tables in one collective. */
+/* Independent all_to_alls and all_gathers over one axis exchanged as one,
+ * reduce_scatters and all_reduces in buckets (the file's header): the pooled
+ * embeddings of all tables, the gradients of a step, in one collective. */
 bool pass_coalesce(Module *m, Diag *d, PassRun *run);
 
 /* ---- comm.c ----------------------------------------------------------- */
