@@ -52,8 +52,11 @@
 
 #include "passes.h"
 
-/* A group's stacked dim when its members are flattened into one vector. */
-enum { FLAT = IR_MAX_RANK };
+/* A group's stacked dim when its members are flattened into one vector;
+ * such a bucket holds at most BUCKET_BYTES of its members' whole tensors (a
+ * larger member stays alone): its copies in and out stay small beside the
+ * step's memory, and the small tensors, whose latency dominates, merge. */
+enum { FLAT = IR_MAX_RANK, BUCKET_BYTES = 256 << 10 };
 
 /* A group of collectives of one device's function. */
 typedef struct Group {
@@ -64,6 +67,7 @@ typedef struct Group {
   int first_use;         /* the earliest id reading a member but a store that
                             may move (defer); INT_MAX: none */
   int last;              /* the last member's id */
+  int64_t bytes;         /* the members' whole tensors */
 } Group;
 
 typedef struct Co {
@@ -223,15 +227,20 @@ static int find_groups(Co *co, Group **out, int **sig, int *nsig) {
     if (!coalesced(c->op))
       continue;
     int ready = c->in[0]->id, use = first_use(co, c);
+    /* the whole tensor's (a gather's result), the same on every device */
+    const Type *whole = c->op == OP_all_gather ? &c->type : &c->in[0]->type;
+    int64_t bytes = type_elems(whole) * (int64_t)dtype_size(whole->dtype);
     int j = 0, stack = -1;
     for (; j < ng; j++)
       if ((stack = stack_with(co, &g[j], c)) >= 0 &&
-          (ready > g[j].ready ? ready : g[j].ready) < (use < g[j].first_use ? use : g[j].first_use))
+          (ready > g[j].ready ? ready : g[j].ready) < (use < g[j].first_use ? use : g[j].first_use) &&
+          (stack != FLAT || g[j].bytes + bytes <= BUCKET_BYTES))
         break;
     if (j == ng)
       g[ng++] = (Group){.stack = -1, .ready = ready, .first_use = use};
     else
       g[j].stack = stack;
+    g[j].bytes += bytes;
     push(a, &g[j], c);
     g[j].ready = ready > g[j].ready ? ready : g[j].ready;
     g[j].first_use = use < g[j].first_use ? use : g[j].first_use;

@@ -61,6 +61,7 @@ static bool same_loc(Loc a, Loc b) {
 static void with_remat(Module *m, const char *text, const Loc *loc, int n) {
   Module *again = ir_parse_string(m->arena, m->name, text);
   DTC_ASSERT(again);
+  again->no_coalesce = m->no_coalesce;   /* a driver's flag the text does not hold */
   *m = *again;
   for (int k = 0; k < m->func.n; k++) {
     m->func.a[k]->mod = m;
