@@ -405,8 +405,8 @@ struct Module {
   /* dtc -fepilogue: fusion makes a matmul the head of the group that reads
    * it, which the generated GEMM runs on its strips (passes/fusion.c) */
   bool epilogues;
-  /* dtc -fno-coalesce: every all_to_all stays on its own (passes/coalesce.c
-   * exchanges independent ones of an axis as one) */
+  /* dtc -fno-coalesce: every collective stays on its own (passes/coalesce.c
+   * exchanges independent ones of an axis as one); ir_copy keeps it */
   bool no_coalesce;
   Loc det_loc;
   /* The loops (their forward repeats' locations) the planner turned
@@ -601,7 +601,7 @@ const char *ir_bytes_str(double bytes, char *buf, size_t n);
  * parse. */
 Module *ir_parse_string(Arena *a, const char *name, const char *text);
 /* m copied through its text (ir_print_string, ir_parse_string) into arena
- * a; NULL when the text does not parse back. */
+ * a, with Module.no_coalesce; NULL when the text does not parse back. */
 Module *ir_copy(Arena *a, const Module *m);
 /* Parses IR text; reports located errors to d; NULL on error. */
 Module *ir_parse(Arena *a, const SrcFile *src, Diag *d);

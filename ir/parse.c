@@ -1369,5 +1369,7 @@ Module *ir_copy(Arena *a, const Module *m) {
   char *text = ir_print_string(m);
   Module *copy = text ? ir_parse_string(a, m->name, text) : NULL;
   free(text);
+  if (copy)   /* a driver's flag the text does not hold (the planner's trials honour it) */
+    copy->no_coalesce = m->no_coalesce;
   return copy;
 }

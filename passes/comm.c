@@ -311,28 +311,33 @@ static unsigned batch_axes(const Module *m) {
   return axes;
 }
 
-/* Marks the gradient exchanges of device function f (see the file's
- * comment) with `wire`; their count. A value reaches what one of its users
- * reaches: one sweep from the last instruction back. */
-static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
-  enum { LOSS = 1, UPDATE = 2 };
+/* A value reaches what one of its users reaches: one sweep from the last
+ * instruction back. */
+unsigned char *comm_reach(Module *m, Func *f) {
   Arena *a = m->arena;
   Uses u = ir_uses(a, f);
   unsigned char *reach = arena_alloc(a, (size_t)f->inst.n + 1);
-  int n = 0;
   for (int k = f->inst.n - 1; k >= 0; k--) {
     const Inst *i = f->inst.a[k];
     if (i->op == OP_output && m->train.loss && !strcmp(ir_get_str(i, "name", ""), m->train.loss))
-      reach[k] |= LOSS;
+      reach[k] |= COMM_REACH_LOSS;
     const Global *g = i->op == OP_store ? ir_global_of(i) : NULL;
     if (g && (g->kind == G_PARAM || g->kind == G_STATE))
-      reach[k] |= UPDATE;
+      reach[k] |= COMM_REACH_UPDATE;
     for (int j = u.off[k]; j < u.off[k + 1]; j++)
       reach[k] |= reach[u.u[j]->id];
   }
+  return reach;
+}
+
+/* Marks the gradient exchanges of device function f (see the file's
+ * comment) with `wire`; their count. */
+static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
+  const unsigned char *reach = comm_reach(m, f);
+  int n = 0;
   for (int k = 0; k < f->inst.n; k++) {
     Inst *c = f->inst.a[k];
-    if ((c->op == OP_all_reduce || c->op == OP_reduce_scatter) && reach[k] == UPDATE &&
+    if ((c->op == OP_all_reduce || c->op == OP_reduce_scatter) && reach[k] == COMM_REACH_UPDATE &&
         (axes >> ir_get_int(c, "axis", 0) & 1u)) {
       if (!ir_attr(c, "method"))   /* chosen below; first, so attributes print in schema order */
         ir_set_int(c, "method", DTRT_COMM_MPI);

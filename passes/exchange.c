@@ -11,6 +11,9 @@
  * rank r's row r, so every rank averages the same rows in the same order
  * and the params stay equal on all. A gradient never reduced (every rank
  * computed all of it) is left alone: the ranks agree without an exchange.
+ * Each gathered row's demo_compress (and the loads it reads) moves up to
+ * follow the first, so every row exists before the first gather's user and
+ * passes/coalesce.c gathers them all as one.
  * A param split over the mesh is gathered whole for its update (every rank
  * computes all of it: correct, not cheaper). A gradient reduced over two
  * axes, reduced before it is gathered or folded in deterministic mode's
@@ -87,6 +90,45 @@ static bool dead_reduce(const Ex *e, const Inst *x, const Uses *u) {
   return e->cut[x->id] && u->off[x->id] == u->off[x->id + 1];
 }
 
+/* Whether something in f's [from, to) stores global name. */
+static bool stored_between(const Func *f, const char *name, int from, int to) {
+  for (int j = from; j < to; j++)
+    if (f->inst.a[j]->op == OP_store && !strcmp(ir_get_str(f->inst.a[j], "global", ""), name))
+      return true;
+  return false;
+}
+
+/* By id: the demo_compress of a gathered row (before[k], the gather of
+ * demo_sign k's row), and the loads it reads, that move up to follow the
+ * first such demo_compress (*first, its id): every row is then computed
+ * before the first gather's user, so passes/coalesce.c gathers all rows of
+ * an axis as one. One stays where its other operands come after *first. */
+static bool *hoisted(Ex *e, Inst *const *before, int n, int *first) {
+  Func *f = e->f;
+  bool *up = arena_alloc(e->m->arena, sizeof *up * (size_t)(n + 1));
+  for (int k = 0; k < n; k++) {
+    if (!before[k])
+      continue;
+    Inst *c = before[k]->in[0];
+    if (*first == n) {
+      *first = c->id;
+      continue;
+    }
+    bool ok = c->id > *first;
+    for (int q = 0; ok && q < c->nin; q++) {
+      const Inst *v = c->in[q];
+      ok = v->id < *first ||
+           (v->op == OP_load && !stored_between(f, ir_get_str(v, "global", ""), *first, c->id));
+    }
+    if (!ok)
+      continue;
+    up[c->id] = true;
+    for (int q = 0; q < c->nin; q++)
+      up[c->in[q]->id] |= c->in[q]->id > *first;
+  }
+  return up;
+}
+
 static bool exchange_func(Ex *e) {
   Func *f = e->f;
   int n = f->inst.n;
@@ -117,13 +159,18 @@ static bool exchange_func(Ex *e) {
     return true;
   ir_renumber(f);
   Uses u = ir_uses(e->m->arena, f);
+  int first = n;
+  bool *up = hoisted(e, before, n, &first);
   int w = 0;
   Inst **order = arena_alloc(e->m->arena, sizeof *order * (size_t)f->inst.n);
   for (int k = 0; k < n; k++) {
     if (before[k])
       order[w++] = before[k];
-    if (!dead_reduce(e, f->inst.a[k], &u))
+    if (!dead_reduce(e, f->inst.a[k], &u) && !up[k])
       order[w++] = f->inst.a[k];
+    for (int j = k + 1; k == first && j < n; j++)
+      if (up[j])
+        order[w++] = f->inst.a[j];
   }
   memcpy(f->inst.a, order, sizeof *order * (size_t)w);
   f->inst.n = w;

@@ -16,7 +16,7 @@ const Pass pass_table[] = {
   {"sharding", pass_sharding, "how every tensor lies on the mesh: annotations, propagation"},
   {"spmd", pass_spmd, "per-device functions: local shapes and collectives"},
   {"exchange", pass_exchange, "DeMo: each rank's own gradient, its compressed momentum all-gathered"},
-  {"coalesce", pass_coalesce, "independent all_to_alls over an axis exchanged as one"},
+  {"coalesce", pass_coalesce, "independent collectives over an axis as one: all_to_alls, gathers, buckets of sums"},
   {"comm", pass_comm, "the method of every collective, cheapest by the links' cost model"},
   {"schedule", pass_schedule, "a pipeline's micro-batches in 1F1B order on every stage"},
   {"fusion", pass_fusion, "group elementwise chains into single loops"},
@@ -61,6 +61,7 @@ static bool same_loc(Loc a, Loc b) {
 static void with_remat(Module *m, const char *text, const Loc *loc, int n) {
   Module *again = ir_parse_string(m->arena, m->name, text);
   DTC_ASSERT(again);
+  again->no_coalesce = m->no_coalesce;   /* a driver's flag the text does not hold */
   *m = *again;
   for (int k = 0; k < m->func.n; k++) {
     m->func.a[k]->mod = m;

@@ -350,8 +350,9 @@ bool pass_exchange(Module *m, Diag *d, PassRun *run);
 
 /* ---- coalesce.c ------------------------------------------------------- */
 
-/* Independent all_to_alls over one axis, exchanged as one (the file's
- * header): the pooled embeddings of all tables in one collective. */
+/* Independent all_to_alls and all_gathers over one axis exchanged as one,
+ * reduce_scatters and all_reduces in buckets (the file's header): the pooled
+ * embeddings of all tables, the gradients of a step, in one collective. */
 bool pass_coalesce(Module *m, Diag *d, PassRun *run);
 
 /* ---- comm.c ----------------------------------------------------------- */
@@ -360,6 +361,13 @@ bool pass_coalesce(Module *m, Diag *d, PassRun *run);
  * shard_slice, send and bcast (which have none): the cheapest by comm_time,
  * the lowest number on a tie. */
 bool pass_comm(Module *m, Diag *d, PassRun *run);
+/* What each instruction of device function f (ids current) reaches through
+ * its users, by id: COMM_REACH_LOSS (the training loss's output),
+ * COMM_REACH_UPDATE (a store of a param or optimizer state), both or
+ * neither. A gradient exchange is a collective that reaches an update only;
+ * collectives coalesced alike keep that class (passes/coalesce.c). */
+enum { COMM_REACH_LOSS = 1, COMM_REACH_UPDATE = 2 };
+unsigned char *comm_reach(Module *m, Func *f);
 
 /* ---- schedule.c ------------------------------------------------------- */
 

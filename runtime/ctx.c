@@ -42,6 +42,7 @@ void dtrt_ctx_free(DtrtCtx *ctx) {
     return;
   dtrt_pool_free(ctx);
   dtrt_comm_free(ctx);
+  dtrt_demo_free(ctx);
   DtAllocator a = ctx->a;
   a.free(a.user, ctx);
 }

@@ -271,6 +271,8 @@ typedef struct DtPool DtPool;
  * im2col columns). */
 enum { DTRT_SCRATCH_GEMM, DTRT_SCRATCH_KERNEL, DTRT_SCRATCH_COUNT };
 
+typedef struct DtDct DtDct;
+
 struct DtrtCtx {
   DtAllocator a;
   char err[512];
@@ -285,6 +287,7 @@ struct DtrtCtx {
   int64_t read_limit;   /* dtrt_ctx_set_read_limit; 0: DTRT_READ_LIMIT */
   double lr;            /* dtrt_model_set_lr's, when lr_set */
   bool lr_set;
+  DtDct *dct;           /* DeMo's DCT matrices by size (kernels_demo.c); NULL: none yet */
   int64_t bytes;        /* held in dtrt_alloc's blocks now (their sizes as asked) */
   int64_t peak_bytes;   /* the most held at once */
 };
@@ -424,6 +427,14 @@ int64_t dtrt_bag_staged(const DtTensor *in, int nin, const DtAttrs *a);       /*
 int64_t dtrt_demo_staged(const DtTensor *in, int nin, const DtTensor *out,
                          const DtAttrs *a);                                     /* kernels_demo.c */
 int64_t dtrt_sparse_staged(const DtTensor *in, int nin, bool values);         /* kernels_sparse.c */
+
+/* ---- kernels_demo.c ---------------------------------------------------- */
+
+/* The orthonormal DCT-II matrix of size n (d[k n + j]) the DeMo kernels use,
+ * the context's cached copy, made at the first call for n; NULL on no
+ * memory or n < 1. Freed by dtrt_demo_free (dtrt_ctx_free). */
+const double *dtrt_demo_dct(DtrtCtx *ctx, int64_t n);
+void dtrt_demo_free(DtrtCtx *ctx);
 int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtTensor *out, const DtAttrs *a,
                          int p);                                                /* kernels_ring.c */
 

@@ -47,6 +47,9 @@ bool dtrt_demo_tiles(const int64_t *dim, int rank, bool stacked, int64_t chunk, 
   return dtrt_mul(t->batch, grid, &t->tiles) && dtrt_mul(t->tiles, 2 * t->k, &grid);
 }
 
+/* A cached DCT matrix's node (dct_of) takes a cache line before it. */
+enum { DCT_HEAD = 64 };
+
 /* At most DEMO_SLOTS slots, and no more than DEMO_SLOT_BYTES of their
  * scratch together unless one slot needs more. */
 enum { DEMO_SLOTS = 16, DEMO_SLOT_BYTES = 4 << 20 };
@@ -61,17 +64,22 @@ static int64_t demo_slots(const DtDemoTiles *t) {
 }
 
 /* The scratch of one call: the DCT matrices of c1 and c2 (one when they
- * are equal) and their transposes, and the slots'. */
+ * are equal) and their transposes, and the slots'. The matrices are the
+ * context's (dct_of), made at a size's first call and kept; they are
+ * counted here still, the most a call can add to what is held. */
 static int64_t scratch_bytes(const DtDemoTiles *t) {
-  int64_t mats = t->c1 * t->c1 + (t->c1 == t->c2 ? 0 : t->c2 * t->c2);
-  return 16 * mats + demo_slots(t) * slot_bytes(t);
+  /* a matrix's node: its line and the allocation's header (ctx.c) */
+  int64_t mats = 16 * t->c1 * t->c1 + 2 * DCT_HEAD;
+  if (t->c1 != t->c2)
+    mats += 16 * t->c2 * t->c2 + 2 * DCT_HEAD;
+  return mats + demo_slots(t) * slot_bytes(t);
 }
 
 typedef struct Demo {
   DtDemoTiles t;
   int64_t slots;
-  double *d1, *d2;   /* the orthonormal DCT-II matrices of c1 and c2 */
-  double *d1t, *d2t; /* their transposes */
+  const double *d1, *d2;   /* the orthonormal DCT-II matrices of c1 and c2 */
+  const double *d1t, *d2t; /* their transposes (the context's, dct_of) */
   char *slot;        /* slots x slot_bytes */
   void *block;
   /* the operands of the running kernel */
@@ -104,6 +112,48 @@ static void dct_matrix(double *d, double *dt, int64_t n) {
           cos(3.14159265358979323846 * (double)(2 * j + 1) * (double)k / (double)(2 * n));
 }
 
+/* The DCT matrices of one size, cached in the context (DtrtCtx.dct): made
+ * once, by dct_matrix, the same bits as made anew; freed with the context. */
+struct DtDct {
+  DtDct *next;
+  int64_t n;
+  double *d, *dt;
+};
+
+_Static_assert(sizeof(DtDct) <= DCT_HEAD, "a DCT node fits its header");
+
+static DtStatus dct_of(DtrtCtx *ctx, int64_t n, const double **d, const double **dt) {
+  DtDct *c = ctx->dct;
+  while (c && c->n != n)
+    c = c->next;
+  if (!c) {
+    c = dtrt_alloc_raw(ctx, DCT_HEAD + 16 * (size_t)(n * n));
+    if (!c)
+      return DT_ERR_NOMEM;
+    c->n = n;
+    c->d = (double *)((char *)c + DCT_HEAD);
+    c->dt = c->d + n * n;
+    dct_matrix(c->d, c->dt, n);
+    c->next = ctx->dct;
+    ctx->dct = c;
+  }
+  *d = c->d, *dt = c->dt;
+  return DT_OK;
+}
+
+const double *dtrt_demo_dct(DtrtCtx *ctx, int64_t n) {
+  const double *d, *dt;
+  return n >= 1 && !dct_of(ctx, n, &d, &dt) ? d : NULL;
+}
+
+void dtrt_demo_free(DtrtCtx *ctx) {
+  while (ctx->dct) {
+    DtDct *next = ctx->dct->next;
+    dtrt_free(ctx, ctx->dct);
+    ctx->dct = next;
+  }
+}
+
 static DtStatus demo_begin(DtrtCtx *ctx, const char *op, const int64_t *dim, int rank,
                            const DtAttrs *a, Demo *g) {
   int64_t chunk = dtrt_ai(a, 0, 0), topk = dtrt_ai(a, 1, 0);
@@ -112,22 +162,14 @@ static DtStatus demo_begin(DtrtCtx *ctx, const char *op, const int64_t *dim, int
     return dtrt_fail(ctx, DT_ERR_ARG, "%s: chunk %lld and topk %lld must be at least 1", op,
                      (long long)chunk, (long long)topk);
   const DtDemoTiles *t = &g->t;
+  DtStatus s;
+  if ((s = dct_of(ctx, t->c1, &g->d1, &g->d1t)) || (s = dct_of(ctx, t->c2, &g->d2, &g->d2t)))
+    return dtrt_fail(ctx, s, "%s: no memory for the DCT matrices", op);
   g->slots = demo_slots(t);
-  g->block = dtrt_alloc_raw(ctx, (size_t)scratch_bytes(t));
+  g->block = dtrt_alloc_raw(ctx, (size_t)(g->slots * slot_bytes(t)));
   if (!g->block)
     return DT_ERR_NOMEM;
-  g->d1 = g->block;
-  g->d1t = g->d1 + t->c1 * t->c1;
-  dct_matrix(g->d1, g->d1t, t->c1);
-  if (t->c1 == t->c2) {
-    g->d2 = g->d1, g->d2t = g->d1t;
-    g->slot = (char *)(g->d1t + t->c1 * t->c1);
-  } else {
-    g->d2 = g->d1t + t->c1 * t->c1;
-    g->d2t = g->d2 + t->c2 * t->c2;
-    g->slot = (char *)(g->d2t + t->c2 * t->c2);
-    dct_matrix(g->d2, g->d2t, t->c2);
-  }
+  g->slot = g->block;
   return DT_OK;
 }
 

@@ -69,6 +69,7 @@ static bool run_text(Run *r, const char *text, const char *const *defs, int ndef
   diag_init(&r->d, open_memstream(&r->log, &r->len));
   r->m = fe_compile(r->a, src_from_string(r->a, "t.dt", text), defs, ndefs, &r->d);
   assert_non_null(r->m);
+  r->m->no_coalesce = true;   /* the planner's choices as tested: a collective a value */
   bool ok = passes_run(r->m, &r->d, &(PassOptions){.stop_after = last}, &r->run);
   fflush(r->d.out);
   return ok;

@@ -3,8 +3,9 @@
  * DCT-II by the O(n^2) formula, the top-k choice by a full sort with its tie
  * rule (all magnitudes tied: the lowest indices), the residual, the average
  * over the rows that sent each coefficient and its sign, what the kernels
- * allocate against dtrt_staged_bytes, the same bits on 1 and 3 threads, and
- * the errors bad operands give. */
+ * allocate against dtrt_staged_bytes, the same bits on 1 and 3 threads and
+ * with the DCT matrices cached in the context or made anew, and the errors
+ * bad operands give. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -234,6 +235,35 @@ static void test_threads(void **state) {
   free(buf);
 }
 
+/* The DCT matrices are the context's, made at a size's first call: a
+ * second call on one context keeps what the context holds and gives the
+ * bits of a fresh context's first call (the matrices made anew), for
+ * compress, residual and sign; the context frees them (teardown counts). */
+static void test_dct_cache(void **state) {
+  (void)state;
+  int64_t dim[3] = {2, 128, 96}; /* stacked: tiles of 64 x 48, two matrices */
+  DtDemoTiles t;
+  assert_true(dtrt_demo_tiles(dim, 3, true, 64, 32, &t));
+  int64_t n = 2 * 128 * 96, P = t.tiles * t.k, len = 2 * P + 2 * n;
+  float *buf = malloc(sizeof *buf * (size_t)(2 * n + 3 * len));
+  float *delta = buf, *g = delta + n, *out = g + n;
+  for (int64_t i = 0; i < n; i++)
+    delta[i] = frand(), g[i] = frand();
+  DtrtCtx *fresh = dtrt_ctx_new();
+  assert_non_null(fresh);
+  run_all(fresh, delta, g, out, out + 2 * P, out + 2 * P + n, dim, P);
+  dtrt_ctx_free(fresh);
+  long long before = counts.bytes;
+  run_all(ctx, delta, g, out + len, out + len + 2 * P, out + len + 2 * P + n, dim, P);
+  long long held = counts.bytes;
+  assert_true(held - before >= 16 * (64 * 64 + 48 * 48)); /* both sizes kept */
+  run_all(ctx, delta, g, out + 2 * len, out + 2 * len + 2 * P, out + 2 * len + 2 * P + n, dim, P);
+  assert_int_equal(counts.bytes, held);
+  assert_memory_equal(out, out + len, sizeof(float) * (size_t)len);
+  assert_memory_equal(out, out + 2 * len, sizeof(float) * (size_t)len);
+  free(buf);
+}
+
 /* All magnitudes tied (a zero momentum): the lowest indices, values 0. */
 static void test_ties(void **state) {
   (void)state;
@@ -347,6 +377,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ties, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ties_tiles, setup, teardown),
       cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dct_cache, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sign, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sign_zero, setup, teardown),
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),

@@ -55,6 +55,7 @@ static Module *compile_text(Arena *a, const char *text) {
   diag_init(&d, stderr);
   Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
   assert_non_null(m);
+  m->no_coalesce = true;   /* a collective a value, as the counts below */
   assert_true(passes_run(m, &d, NULL, NULL));
   return m;
 }

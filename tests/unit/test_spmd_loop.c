@@ -310,6 +310,7 @@ static Module *compile(Pair *p, Build build, const Spec *s, const char *last) {
   d.wflags = 0;
   module_new(p->a, s);
   build(s);
+  M->no_coalesce = true;   /* the counts below are spmd's, a collective a value */
   if (!ir_verify(M, &d) || !passes_run(M, &d, &(PassOptions){.stop_after = last}, NULL)) {
     fflush(p->out);
     fail_msg("the pipeline failed:\n%s", p->log);
