@@ -10,7 +10,7 @@
 #   tests/mpi/dlrm_rw3.dt     tables row-wise, uneven: 3 pooled sums
 #                             reduce-scattered, 5 all-reduced (4 gradients and
 #                             the loss), 3 gathers: 1, 2 (the loss alone), 1
-#   bench/dlrm_auto.dt        26 tables row-wise under plan auto: 15, 20, 26
+#   bench/dlrm_rw.dt          26 tables row-wise under plan auto: 15, 20, 26
 #                             become 2, 4, 1
 #   tests/mpi/demo_dp2.dt     DeMo: each param's packed row gathered, 4
 #                             gathers become 1
@@ -47,7 +47,7 @@ check() {
 
 check tests/mpi/zero_dp3.dt "4 1 4 0" "2 1 2 0"
 check tests/mpi/dlrm_rw3.dt "3 5 3 0" "1 2 1 0"
-check bench/dlrm_auto.dt "15 20 26 0" "2 4 1 0"
+check bench/dlrm_rw.dt "15 20 26 0" "2 4 1 0"
 check tests/mpi/demo_dp2.dt "0 1 4 0" "0 1 1 0"
 check tests/mpi/mlp_bf16_dp2.dt "0 5 0 0" "0 3 0 0"
 check tests/mpi/zero_det_dp3.dt "0 0 4 5" "0 0 2 5"
