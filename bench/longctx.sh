@@ -11,9 +11,9 @@
 #  1. probes the three pinned ranks with dtc-probe into a cluster file;
 #  2. compiles examples/gpt.dt four ways with its sequence split over the
 #     ranks (`shard pos: [cp, *]`: every activation split along T, causal
-#     ring attention) on that cluster: in equal shares (`plan even`), in the
-#     planner's shares (`plan auto`: each block priced by its place in the
-#     causal triangle; "auto"), in shares in proportion to the probed speeds
+#     ring attention) on that cluster: in equal shares (`plan even`), as
+#     the planner chooses (`plan auto`: the shares, and a ring or the heads
+#     split; "auto"), in shares in proportion to the probed speeds
 #     (`cp(r0, r1, r2)`, as hetero.sh sizes its pipeline stages; "speed"),
 #     and in those shares with `attention = heads` (the heads split instead
 #     around each attention, taking the same shares; left out, null, where

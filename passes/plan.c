@@ -497,9 +497,7 @@ static Sharding **with_ratios(Planner *p, Sharding **A, double *const *ratio) {
  * rounded ratios (NULL: even) into out, as R, and the step returned. */
 static double rounded(Search *s, Sharding **A, double **out, Ratios R, Est *e) {
   Planner *p = s->p;
-  p->settle = true;
   double t = evaluate(s, A, false, R, e), lo, *hi = malloc(sizeof *hi * SHARD_MAX_AXIS);
-  p->settle = false;
   DTC_ASSERT(hi);
   for (int x = 0; x < p->naxis; x++) {
     out[x] = NULL;

@@ -19,11 +19,7 @@
  * over them (one variable per class of equal indices: equal devices along the
  * other axes), each between one element of the shortest split and what every
  * device's memory holds. On more than one axis, the axes are solved in turn,
- * twice. Causal attention with its sequence split is the one term that is
- * not linear: a block's queries see the keys before them, so its share of
- * the work is r (2 S + r) with S the ratios before it (CAUSAL). Its axis is
- * solved again with S and r fixed at the last program's answer until the
- * ratios settle. */
+ * twice. */
 #include <glpk.h>
 #include <math.h>
 #include <stdlib.h>
@@ -73,15 +69,6 @@ double plan_share(const Planner *p, int d, unsigned mask, const Ratios R) {
   for (int x = 0; x < p->naxis; x++)
     if (mask >> x & 1)
       s *= ratio_at(p, R, x, p->coord[d * IR_MAX_MESH_AXES + x]);
-  if (mask & CAUSAL && p->causal >= 0) {
-    /* the queries [S, S + r) of the sequence see the keys [0, S + r): a
-     * share r (2 S + r) of the triangle's pairs, against an even one's r */
-    int x = p->causal, i = p->coord[d * IR_MAX_MESH_AXES + x];
-    double before = 0;
-    for (int j = 0; j < i; j++)
-      before += ratio_at(p, R, x, j);
-    s *= 2 * before + ratio_at(p, R, x, i);
-  }
   return s;
 }
 
@@ -91,23 +78,18 @@ static void new_segment(Planner *p, Est *e) {
   e->nseg++;
   vec_push(p->m->arena, &p->w, 1.0);
   vec_push(p->m->arena, &p->pipe, -1);
-  for (int k = 0; k < NTIME * p->nclass; k++)
+  for (int k = 0; k < NMASK * p->nclass; k++)
     vec_push(p->m->arena, &p->t, 0.0);
 }
 
 static double *seg(Planner *p, int s, unsigned mask) {
-  return p->t.a + ((size_t)s * NTIME + mask) * (size_t)p->nclass;
+  return p->t.a + ((size_t)s * NMASK + mask) * (size_t)p->nclass;
 }
 
-/* The masks a segment's times may use: CAUSAL's only where some are causal. */
-static unsigned ntime(const Planner *p) {
-  return p->causal >= 0 ? NTIME : NMASK;
-}
-
-/* The next mask after M (from -1) that segment s uses; NTIME: none. */
+/* The next mask after M (from -1) that segment s uses; NMASK: none. */
 static unsigned next_mask(const Est *e, int s, int M) {
   uint32_t left = e->used[s] >> (M + 1) << (M + 1);
-  return left ? (unsigned)__builtin_ctz(left) : NTIME;
+  return left ? (unsigned)__builtin_ctz(left) : NMASK;
 }
 
 /* Seconds of step st of a reshard of x: the slowest group of its axis. */
@@ -258,7 +240,7 @@ static void add_compute(Planner *p, Est *e, const Inst *i, const unsigned *in, u
         seg(p, e->nseg - 1, one)[q] += times * share;
       continue;
     }
-    for (unsigned M = 1; M < ntime(p); M++) {
+    for (unsigned M = 1; M < NMASK; M++) {
       bool any = false;
       for (int k = 0; k < i->nin; k++)
         in_split[k] = in[k] == M;
@@ -275,7 +257,7 @@ static void add_compute(Planner *p, Est *e, const Inst *i, const unsigned *in, u
 /* What the last op added to the current segment (beyond `was`, the
  * segment before it) moved to the devices at index at of axis x alone. */
 static void place(Planner *p, Est *e, const double *was, int x, int at) {
-  for (unsigned M = 0; M < ntime(p); M++) {
+  for (unsigned M = 0; M < NMASK; M++) {
     double *now = seg(p, e->nseg - 1, M), *t = NULL;
     for (int q = 0; q < p->nclass; q++) {
       double dt = now[q] - was[M * (unsigned)p->nclass + (unsigned)q];
@@ -523,9 +505,9 @@ static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
    * loop runs each micro-batch's rows whole on every device of the stage
    * (the pass cuts the global batch, whose blocks the other axes split), so
    * its work no longer scales with their ratios. */
-  unsigned keep = mb > 1 ? 1u << x : NTIME - 1;
+  unsigned keep = mb > 1 ? 1u << x : NMASK - 1;
   for (int s = s0; s < e->nseg; s++) {
-    for (unsigned M = 0; M < ntime(p); M++) {
+    for (unsigned M = 0; M < NMASK; M++) {
       unsigned to = (M | 1u << x) & keep;
       for (int q = 0; q < p->nclass && to != M; q++) {
         seg(p, s, to)[q] += seg(p, s, M)[q];
@@ -605,7 +587,7 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
     }
     double *was = NULL;
     if (at >= 0) {   /* all of it on the device that holds the table */
-      size_t n = (size_t)NTIME * (size_t)p->nclass;
+      size_t n = (size_t)NMASK * (size_t)p->nclass;
       was = malloc(sizeof *was * n);
       DTC_ASSERT(was);
       memcpy(was, seg(p, e->nseg - 1, 0), sizeof *was * n);
@@ -621,11 +603,6 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
       e->heads_axis = ring;
       e->heads = e->heads && e->heads < h ? e->heads : h;
       e->min_len[ring] = e->min_len[ring] && e->min_len[ring] < h ? e->min_len[ring] : h;
-    }
-    if (ring >= 0 && !m->attn_heads && ir_get_int(i, "causal", 0) &&
-        (p->causal < 0 || p->causal == ring)) {
-      p->causal = ring;
-      work |= CAUSAL;
     }
     add_compute(p, e, i, in, out, work, times);
     if (was) {
@@ -643,7 +620,6 @@ static void estimate(Planner *p, Est *e) {
   memset(e, 0, sizeof *e);
   e->pipe_axis = e->ring = e->heads_axis = -1;
   p->t.n = p->w.n = p->pipe.n = p->memo.n = p->memo_x.n = p->placed.n = 0;
-  p->causal = -1;
   p->placed_axes = 0;
   memset(p->placed_mem, 0, sizeof *p->placed_mem * (size_t)p->ndev);
   new_segment(p, e);
@@ -652,7 +628,7 @@ static void estimate(Planner *p, Est *e) {
   p->used.n = 0;
   for (int s = 0; s < e->nseg; s++) {
     uint32_t u = 0;
-    for (unsigned M = 0; M < NTIME; M++)
+    for (unsigned M = 0; M < NMASK; M++)
       for (int q = 0; q < p->nclass && !(u >> M & 1); q++)
         u |= (uint32_t)(seg(p, s, M)[q] != 0) << M;
     vec_push(p->m->arena, &p->used, u);
@@ -671,8 +647,8 @@ static void estimate(Planner *p, Est *e) {
 /* Device d's seconds in segment s under R. */
 static double seg_time(const Planner *p, const Est *e, int s, int d, const Ratios R) {
   double t = 0;
-  for (unsigned M = next_mask(e, s, -1); M < NTIME; M = next_mask(e, s, (int)M)) {
-    double x = e->t[((size_t)s * NTIME + M) * (size_t)p->nclass + (size_t)p->cls[d]];
+  for (unsigned M = next_mask(e, s, -1); M < NMASK; M = next_mask(e, s, (int)M)) {
+    double x = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
     if (x)
       t += x * (M ? plan_share(p, d, M, R) : 1);
   }
@@ -788,7 +764,7 @@ void plan_bounds(const Planner *p, const Est *e, const Ratios R, int x, double *
  * count into vn); their number. */
 static int index_classes(const Planner *p, int x, int *vc, int *vrep, int *vn) {
   int k = p->size[x], per = p->ndev / k, nv = 0;
-  if (x == p->causal || p->placed_axes >> x & 1) {   /* each index's place prices its share */
+  if (p->placed_axes >> x & 1) {   /* each index's placed tables price its share */
     for (int i = 0; i < k; i++)
       vc[i] = vrep[i] = i, vn[i] = 1;
     return k;
@@ -850,9 +826,9 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
   plan_bounds(p, e, R, x, &lo, hi);
   for (int s = 0; s < e->nseg; s++)
     for (int d = 0; d < p->ndev; d++)
-      for (unsigned M = next_mask(e, s, -1); M < NTIME; M = next_mask(e, s, (int)M))
+      for (unsigned M = next_mask(e, s, -1); M < NMASK; M = next_mask(e, s, (int)M))
         if (M >> x & 1)
-          scale = fmax(scale, e->t[((size_t)s * NTIME + M) * (size_t)p->nclass + (size_t)p->cls[d]] *
+          scale = fmax(scale, e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]] *
                                   plan_share(p, d, M & ~(1u << x), R));
   bool ok = true;
   if (scale <= 0) {   /* nothing split over x: its ratios change nothing */
@@ -890,8 +866,8 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
     bool any = false;
     for (int d = 0; d < p->ndev; d++) {
       c0[d] = c1[d] = 0;
-      for (unsigned M = next_mask(e, s, -1); M < NTIME; M = next_mask(e, s, (int)M)) {
-        double t = e->t[((size_t)s * NTIME + M) * (size_t)p->nclass + (size_t)p->cls[d]];
+      for (unsigned M = next_mask(e, s, -1); M < NMASK; M = next_mask(e, s, (int)M)) {
+        double t = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
         if (!t)
           continue;
         if (M >> x & 1)
@@ -995,22 +971,6 @@ double plan_evaluate(Planner *p, Sharding **A, bool even, Ratios R, Est *e) {
     for (int x = 0; x < p->naxis; x++)
       if (p->size[x] > 1 && !solve_axis(p, e, R, x))
         return INFINITY;
-  /* causal attention's shares of the triangle are fixed at each program's
-   * ratios: solved again from its answer until the ratios settle (the
-   * search ranks choices by the first answer) */
-  for (int round = 0, x = p->causal; !even && p->settle && x >= 0 && round < 16; round++) {
-    double *was = malloc(sizeof *was * (size_t)p->size[x]), moved = 0;
-    DTC_ASSERT(was);
-    memcpy(was, R[x], sizeof *was * (size_t)p->size[x]);
-    bool ok = solve_axis(p, e, R, x);
-    for (int i = 0; i < p->size[x]; i++)
-      moved = fmax(moved, fabs(R[x][i] - was[i]));
-    free(was);
-    if (!ok)
-      return INFINITY;
-    if (moved < 1e-4)
-      break;
-  }
   double *hi = malloc(sizeof *hi * SHARD_MAX_AXIS), lo;
   DTC_ASSERT(hi);
   bool fits = true;
@@ -1098,7 +1058,6 @@ static bool alike(const Device *a, const Device *b) {
 
 bool plan_init(Planner *p, Module *m) {
   memset(p, 0, sizeof *p);
-  p->causal = -1;
   if (!m->cluster || m->mesh.n != 1)
     return false;
   const Mesh *mesh = &m->mesh.a[0];

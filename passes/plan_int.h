@@ -13,12 +13,7 @@
 /* A set of mesh axes (bit x: axis x): the axes a share of work or memory is
  * split over. Mask 0 is what every device does or holds whole. */
 #define NMASK (1 << IR_MAX_MESH_AXES)
-/* A time's mask may add CAUSAL: causal attention whose sequence is split over
- * Planner.causal, its share on device d scaled by the place of d's block in
- * the triangle (plan_share). Segments' times have NTIME masks. */
-#define CAUSAL NMASK
-#define NTIME (2 * NMASK)
-static_assert(NTIME <= 32, "a segment's masks in one word (Est.used)");
+static_assert(NMASK <= 32, "a segment's masks in one word (Est.used)");
 
 /* The estimate of one choice of forms (propagated): per segment (the work
  * between two collectives, every device waiting at the collective), each
@@ -34,7 +29,7 @@ typedef struct Placed {
 
 typedef struct Est {
   int nseg;
-  double *t;        /* [nseg][NTIME][nclass]: t[s][M][q] seconds that scale with the
+  double *t;        /* [nseg][NMASK][nclass]: t[s][M][q] seconds that scale with the
                        product of the ratios of the axes in M (M = 0: whole) */
   double *w;        /* [nseg] the weight of the slowest device: 1, or (M - 1) / M in a
                        pipeline's loop over M micro-batches, whose other 1 / M is the
@@ -73,10 +68,7 @@ typedef struct Planner {
   int mb;                       /* micro-batches a pipeline's loop runs in */
   int state, user_state;        /* the axis the optimizer state is split over (passes/zero.c)
                                    in the forms evaluated, and in the parallel block's; -1: none */
-  int causal;                   /* the axis causal attention's sequence is split over; -1 */
   unsigned placed_axes;         /* the axes some table is placed whole over (Placed) */
-  bool settle;                  /* solve causal shares to their fixed point (plan_evaluate):
-                                   for the contenders, not for every choice searched */
   bool user_heads, heads_open;  /* the block's `attention = heads`; whether it leaves that open */
   const Inst *remat;            /* a forward loop of the step the estimate counts as
                                    recomputing its forward in the backward; NULL: none */

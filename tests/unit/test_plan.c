@@ -514,56 +514,6 @@ static void test_attention_estimate(void **state) {
   assert_true(fabs(est - sim) < 0.15 * sim);
 }
 
-/* Causal attention whose sequence is split over devices of 80, 40 and 40
- * GFLOP/s, attention most of the step: a block's queries see every key
- * before them, so a later block of one length costs more. With the step's
- * work w per unit of the triangle, device d holding [b(d-1), b(d)) of a
- * sequence of 1 does (b(d)^2 - b(d-1)^2) w / speed(d): equal times give
- * b0^2 = 1/2, b1^2 = 3/4, shares 0.707, 0.159, 0.134, where shares by speed
- * alone (1/2, 1/4, 1/4) leave the last device 1.75x the first's time. */
-static bool run_causal(Run *r, const char *split, const char *plan) {
-  Arena *a = arena_new();
-  bool ok = run_text(r, arena_printf(a,
-      "model att(batch B = 1, T = 1536, H = 2, D = 16) {\n"
-      "  input  x: f32[B, H, T, D]\n"
-      "  param  w: f32[D, D] init glorot\n"
-      "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
-      "  loss = mean(y * y)\n"
-      "  minimize loss with sgd(lr = 0.1)\n"
-      "}\n"
-      "cluster c {\n  node a {\n"
-      "    device a0: cpu(gflops = 80, mem = 1GiB)\n"
-      "    device a1: cpu(gflops = 40, mem = 1GiB)\n"
-      "    device a2: cpu(gflops = 40, mem = 1GiB)\n  }\n"
-      "  link intra(bw = 1000TB/s, lat = 1ns)\n}\n"
-      "parallel att on c {\n  mesh m[cp = 3]\n  shard x: [*, *, %s, *]\n  shard w: [*, *]\n"
-      "  plan %s\n}\n", split, plan), NULL, 0, NULL);
-  arena_free(a);
-  return ok;
-}
-
-static void test_causal_shares(void **state) {
-  (void)state;
-  Run r, speed;
-  assert_true(run_causal(&r, "cp", "auto"));
-  const double *ratio = r.run.plan->ratio, want[3] = {0.7071, 0.1589, 0.1340};
-  SimResult res;
-  double t = sim_step(r.m, &res), most = 0, least = INFINITY;
-  for (int d = 0; d < 3; d++) {
-    most = fmax(most, res.dev[d].compute);
-    least = fmin(least, res.dev[d].compute);
-    assert_true(fabs(ratio[d] - want[d]) < 0.03);
-  }
-  assert_true(run_causal(&speed, "cp(0.5, 0.25, 0.25)", "explicit"));
-  double ts = simulated(&speed);
-  printf("causal shares %.4f %.4f %.4f: compute %.3f..%.3f ms, step %.3f ms; by speed %.3f ms\n",
-         ratio[0], ratio[1], ratio[2], least * 1e3, most * 1e3, t * 1e3, ts * 1e3);
-  assert_true(most < 1.1 * least);
-  assert_true(t < 0.8 * ts);
-  done(&r);
-  done(&speed);
-}
-
 /* Six tables of D = 2 read by `max` bags on devices of 80, 40 and 40
  * GFLOP/s: no device can take a block of 2 columns each, and a max does not
  * add up over blocks of rows, so a table is whole on every device or on
@@ -1216,7 +1166,6 @@ int main(void) {
     cmocka_unit_test(test_state_split),
     cmocka_unit_test(test_body_carry_reshard),
     cmocka_unit_test(test_attention_estimate),
-    cmocka_unit_test(test_causal_shares),
     cmocka_unit_test(test_tables_placed),
     cmocka_unit_test(test_exchange_auto),
     cmocka_unit_test(test_remat_per_loop),
