@@ -67,14 +67,13 @@ static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
  * double: a fixed order the compiler vectorises (kernels_nn.c). */
 double dtrt_dot_lanes(const float *x, const float *y, int64_t n);
 
-/* e^x within 2e-7 relative for x in [-87, 88] (0 below, so masked entries
- * leave no denormals behind; e^88 above; NaN stays NaN),
- * branch-free so that loops of it vectorise, which calls to expf do not:
- * x = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23; ln2 in
+/* e^c within 2e-7 relative for c in [-87, 88], branch-free so that loops
+ * of it vectorise, which calls to expf do not (its callers clamp c and
+ * give 0 below -87, so masked entries leave no denormals behind, and NaN
+ * for NaN): c = n ln2 + r with |r| <= ln2 / 2 (n rounded by adding 1.5 * 2^23; ln2 in
  * two parts, Cody and Waite), e^r by its Taylor polynomial of degree 7, 2^n
  * added to the exponent bits. */
-static inline __attribute__((always_inline)) float dtrt_exp_fast(float x) {
-  float c = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+static inline __attribute__((always_inline)) float dtrt_exp_core(float c) {
   float t = c * 1.44269504088896341f + 12582912.0f;
   float n = t - 12582912.0f;
   int32_t ni;
@@ -94,6 +93,12 @@ static inline __attribute__((always_inline)) float dtrt_exp_fast(float x) {
   memcpy(&bits, &p, sizeof bits);
   bits += (int32_t)((uint32_t)ni << 23);
   memcpy(&p, &bits, sizeof p);
+  return p;
+}
+
+/* e^x: 0 below -87, NaN for NaN, x clamped at 88 (dtrt_exp_core's range). */
+static inline __attribute__((always_inline)) float dtrt_exp_fast(float x) {
+  float p = dtrt_exp_core(x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x);
   return x < -87.0f ? 0.0f : x == x ? p : x;
 }
 

@@ -228,26 +228,7 @@ product_avx512(const float *restrict w, int64_t wo, int64_t wk, const float *res
  * blends. */
 INLINE float exp_of(float x) {
   bool below = x < -87.0f;
-  float c = below ? -87.0f : x;
-  float t = c * 1.44269504088896341f + 12582912.0f;
-  float n = t - 12582912.0f;
-  int32_t ni;
-  memcpy(&ni, &t, sizeof ni);
-  ni -= 0x4B400000;
-  float r = c - n * 0.693145751953125f;
-  r = r - n * 1.42860682030941723212e-6f;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  int32_t bits;
-  memcpy(&bits, &p, sizeof bits);
-  bits += (int32_t)((uint32_t)ni << 23);
-  memcpy(&p, &bits, sizeof p);
+  float p = dtrt_exp_core(below ? -87.0f : x);
   return below ? 0.0f : x == x ? p : x;
 }
 
