@@ -577,21 +577,17 @@ static void need(Group *g, LLVMValueRef v) {
   g->to[g->nmap++] = v;
 }
 
-/* Builds the loop nest in an internal function NAME(env, begin, end) or,
- * with tiles, NAME(env, begin, end, cbegin, cend) (rows and columns), and
- * stores env, the step-function values it reads, where the builder stands;
- * *envp is env. */
-static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bool tiles,
-                               LLVMValueRef *envp) {
-  CgFn *fn = g->fn;
-  Cg *c = fn->c;
-  LLVMBuilderRef b = c->b;
-  Arena *a = fn->f->mod->arena;
+/* How many values g's nest may read from the step function: at most. */
+static int need_cap(const Group *g, const int *ndst) {
   int cap = g->nop + 2 * g->n + 1;
   for (int k = 0; k < g->n; k++)
     cap += ir_ops[g->member[k]->op].kind == K_ELEM ? ndst[k] : 0;
-  g->from = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
-  g->to = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  return cap;
+}
+
+/* The step-function values g's nest reads (need): its operands' bases,
+ * scalar members, elementwise members' destinations and scalar operands. */
+static void need_all(Group *g, LLVMValueRef **dst, const int *ndst) {
   for (int p = 0; p < g->nop; p++)
     need(g, g->op[p].base);
   for (int k = 0; k < g->n; k++) {
@@ -604,8 +600,24 @@ static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bo
       need(g, dst[k][j]);
     for (int j = 0; j < x->nin; j++)
       if (is_scalar(x->in[j]) && !member(g, x->in[j]))
-        need(g, cg_scalar(fn, x->in[j]));
+        need(g, cg_scalar(g->fn, x->in[j]));
   }
+}
+
+/* Builds the loop nest in an internal function NAME(env, begin, end) or,
+ * with tiles, NAME(env, begin, end, cbegin, cend) (rows and columns), and
+ * stores env, the step-function values it reads, where the builder stands;
+ * *envp is env. */
+static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bool tiles,
+                               LLVMValueRef *envp) {
+  CgFn *fn = g->fn;
+  Cg *c = fn->c;
+  LLVMBuilderRef b = c->b;
+  Arena *a = fn->f->mod->arena;
+  int cap = need_cap(g, ndst);
+  g->from = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  g->to = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
+  need_all(g, dst, ndst);
   LLVMTypeRef *ft = arena_alloc(a, sizeof(LLVMTypeRef) * (size_t)(g->nmap + 1));
   for (int k = 0; k < g->nmap; k++)
     ft[k] = LLVMTypeOf(g->from[k]);
@@ -801,26 +813,11 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
   Cg *c = fn->c;
   LLVMBuilderRef b = c->b;
   Arena *a = fn->f->mod->arena;
-  int cap = g->nop + 2 * g->n + 1;
-  for (int k = 0; k < g->n; k++)
-    cap += ir_ops[g->member[k]->op].kind == K_ELEM ? ndst[k] : 0;
+  int cap = need_cap(g, ndst);
   g->from = malloc(sizeof(LLVMValueRef) * (size_t)cap);   /* freed below */
   g->to = malloc(sizeof(LLVMValueRef) * (size_t)cap);
   DTC_ASSERT(g->from && g->to);
-  for (int p = 0; p < g->nop; p++)
-    need(g, g->op[p].base);
-  for (int k = 0; k < g->n; k++) {
-    const Inst *x = g->member[k];
-    if (is_scalar(x))
-      need(g, g->v[k]);
-    if (ir_ops[x->op].kind != K_ELEM)
-      continue;
-    for (int j = 0; j < ndst[k]; j++)
-      need(g, dst[k][j]);
-    for (int j = 0; j < x->nin; j++)
-      if (is_scalar(x->in[j]) && !member(g, x->in[j]))
-        need(g, cg_scalar(fn, x->in[j]));
-  }
+  need_all(g, dst, ndst);
   size_t len;
   char *key = loop_key(g, dst, ndst, &len);
   LLVMValueRef *e = cg_table_find(&c->loops, key, len);
