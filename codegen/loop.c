@@ -604,6 +604,20 @@ static void need_all(Group *g, LLVMValueRef **dst, const int *ndst) {
   }
 }
 
+/* need_all's values, in the nest's function: its copies (local). */
+static void localize(Group *g, LLVMValueRef **dst, const int *ndst) {
+  for (int p = 0; p < g->nop; p++)
+    g->op[p].base = local(g, g->op[p].base);
+  for (int k = 0; k < g->n; k++) {
+    if (is_scalar(g->member[k]))
+      g->v[k] = local(g, g->v[k]);
+    if (ir_ops[g->member[k]->op].kind != K_ELEM)
+      continue;
+    for (int j = 0; j < ndst[k]; j++)
+      dst[k][j] = local(g, dst[k][j]);
+  }
+}
+
 /* Builds the loop nest in an internal function NAME(env, begin, end) or,
  * with tiles, NAME(env, begin, end, cbegin, cend) (rows and columns), and
  * stores env, the step-function values it reads, where the builder stands;
@@ -647,16 +661,7 @@ static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bo
   LLVMValueRef envf = LLVMGetParam(f, 0);
   for (int k = 0; k < g->nmap; k++)
     g->to[k] = LLVMBuildLoad2(b, ft[k], LLVMBuildStructGEP2(b, envt, envf, (unsigned)k, ""), "");
-  for (int p = 0; p < g->nop; p++)
-    g->op[p].base = local(g, g->op[p].base);
-  for (int k = 0; k < g->n; k++) {
-    if (is_scalar(g->member[k]))
-      g->v[k] = local(g, g->v[k]);
-    if (ir_ops[g->member[k]->op].kind != K_ELEM)
-      continue;
-    for (int j = 0; j < ndst[k]; j++)
-      dst[k][j] = local(g, dst[k][j]);
-  }
+  localize(g, dst, ndst);
   g->begin = LLVMGetParam(f, 1);
   g->end = LLVMGetParam(f, 2);
   if (tiles) {
@@ -841,16 +846,7 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
       if (LLVMGetTypeKind(ft[k]) == LLVMPointerTypeKind)
         LLVMAddAttributeAtIndex(f, (unsigned)k + 1, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
     }
-    for (int p = 0; p < g->nop; p++)
-      g->op[p].base = local(g, g->op[p].base);
-    for (int k = 0; k < g->n; k++) {
-      if (is_scalar(g->member[k]))
-        g->v[k] = local(g, g->v[k]);
-      if (ir_ops[g->member[k]->op].kind != K_ELEM)
-        continue;
-      for (int j = 0; j < ndst[k]; j++)
-        dst[k][j] = local(g, dst[k][j]);
-    }
+    localize(g, dst, ndst);
     LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(c->ctx, f, "entry"));
     g->llfn = f;
     nest(g, 0, cg_i64(c, 0), dst, ndst);
