@@ -61,6 +61,18 @@ static inline double dtrt_af(const DtAttrs *a, int k, double dflt) {
 static inline int dtrt_ni(const DtAttrs *a) { return a ? a->ni : 0; }
 static inline int dtrt_nf(const DtAttrs *a) { return a ? a->nf : 0; }
 
+/* Starts loading the first 256 bytes at x (a table row about to be read or
+ * written): kernels that visit rows scattered over a table larger than the
+ * caches fetch a few rows ahead, so that the loads overlap. */
+static inline void dtrt_prefetch(const void *x, int64_t bytes) {
+#if defined(__GNUC__)
+  for (int64_t b = 0; b < bytes && b < 256; b += 64)
+    __builtin_prefetch((const char *)x + b);
+#else
+  (void)x, (void)bytes;
+#endif
+}
+
 /* ---- kernels_nn.c ---------------------------------------------------- */
 
 /* sum over j < n of x[j] y[j], in 8 float partial sums then added in

@@ -206,6 +206,9 @@ static void max_into(float *restrict y, const float *restrict v, int64_t d) {
     y[c] = takes(v[c], y[c]) ? v[c] : y[c];
 }
 
+/* Entries ahead of the one being added whose rows are fetched. */
+enum { AHEAD = 16 };
+
 static void forward_bags(void *env, int64_t b0, int64_t b1) {
   const Bag *g = env;
   int64_t d = g->d;
@@ -215,6 +218,8 @@ static void forward_bags(void *env, int64_t b0, int64_t b1) {
     memset(y, 0, (size_t)d * sizeof(float));
     span(g, b, &lo, &hi);
     for (int64_t j = lo; j < hi; j++) {
+      if (j + AHEAD < g->n && row_of(g, j + AHEAD) >= 0)
+        dtrt_prefetch(g->w + row_of(g, j + AHEAD) * d, d * (int64_t)sizeof(float));
       int64_t row = row_of(g, j);
       if (row < 0) {
         cnt += g->id[j] != g->pad; /* another block's row: counted, not added */
@@ -387,9 +392,39 @@ DTRT_TRACED(embedding_bag_psw_grad, DTRT_TID_KERNEL) {
 
 /* ---- the sparse gradient ---- */
 
-static int by_id(const void *x, const void *y) {
-  int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-  return (a > b) - (a < b);
+/* Sorts a[0, n) of ids in [0, 2^31) whose bits above shift + 8 are equal:
+ * in place, by the byte at shift (an American flag sort), short runs by
+ * insertion; at most four levels deep. */
+static void sort_ids(int32_t *a, int64_t n, int shift) {
+  if (n < 32) {
+    for (int64_t i = 1; i < n; i++) {
+      int32_t x = a[i];
+      int64_t j = i;
+      for (; j > 0 && a[j - 1] > x; j--)
+        a[j] = a[j - 1];
+      a[j] = x;
+    }
+    return;
+  }
+  int64_t count[256] = {0}, head[256], tail[256];
+  for (int64_t i = 0; i < n; i++)
+    count[(a[i] >> shift) & 255]++;
+  for (int64_t b = 0, at = 0; b < 256; at += count[b], b++)
+    head[b] = at, tail[b] = at + count[b];
+  for (int b = 0; b < 256; b++)
+    while (head[b] < tail[b]) {
+      int32_t x = a[head[b]];
+      int c = (x >> shift) & 255;
+      while (c != b) { /* x belongs in bucket c: put it there, take what it displaces */
+        int32_t y = a[head[c]];
+        a[head[c]++] = x;
+        x = y, c = (x >> shift) & 255;
+      }
+      a[head[b]++] = x;
+    }
+  for (int64_t b = 0, at = 0; shift > 0 && b < 256; at += count[b], b++)
+    if (count[b] > 1)
+      sort_ids(a + at, count[b], shift - 8);
 }
 
 /* The ids but padding_idx, sorted, each once, then -1 to the input's end;
@@ -404,7 +439,13 @@ DTRT_TRACED(sparse_rows, DTRT_TID_KERNEL) {
   for (int64_t j = 0; j < g.n; j++)
     if (row_of(&g, j) >= 0)
       r[n++] = (int32_t)row_of(&g, j);
-  qsort(r, (size_t)n, sizeof *r, by_id);
+  int32_t most = 0;
+  for (int64_t j = 0; j < n; j++)
+    most = r[j] > most ? r[j] : most;
+  int shift = 0;
+  while (shift < 24 && most >> shift > 255)
+    shift += 8;
+  sort_ids(r, n, shift);
   for (int64_t j = 0; j < n; j++)
     if (!u || r[j] != r[u - 1])
       r[u++] = r[j];
@@ -415,14 +456,10 @@ DTRT_TRACED(sparse_rows, DTRT_TID_KERNEL) {
 
 /* The place of row id among the touched rows (sorted, all there). */
 static int64_t place(const Bag *g, int32_t id) {
-  int64_t lo = 0, hi = g->ntouched;
-  while (hi - lo > 1) {
-    int64_t mid = (lo + hi) / 2;
-    if (g->touched[mid] <= id)
-      lo = mid;
-    else
-      hi = mid;
-  }
+  const int32_t *t = g->touched;
+  int64_t lo = 0;
+  for (int64_t n = g->ntouched; n > 1; n -= n / 2) /* a select, not a branch, a step */
+    lo = t[lo + n / 2] <= id ? lo + n / 2 : lo;
   return lo;
 }
 

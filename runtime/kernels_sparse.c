@@ -85,7 +85,11 @@ static DtStatus gather(DtrtCtx *ctx, const char *op, const DtTensor *dst, const 
     }
     e[k++] = (Entry){id[j], j};
   }
-  qsort(e, (size_t)k, sizeof *e, by_row);
+  bool sorted = true; /* one process's sparse_rows come sorted, each once */
+  for (int64_t j = 1; sorted && j < k; j++)
+    sorted = by_row(&e[j - 1], &e[j]) < 0;
+  if (!sorted)
+    qsort(e, (size_t)k, sizeof *e, by_row);
   int64_t u = 0;
   for (int64_t j = 0; j < k; j++)
     u += !j || e[j].row != e[j - 1].row;
@@ -113,45 +117,82 @@ static DtStatus gather(DtrtCtx *ctx, const char *op, const DtTensor *dst, const 
   return DT_OK;
 }
 
+/* Rows ahead of the one being updated whose lines are fetched: the rows
+ * are scattered over a table larger than the caches, and each update is
+ * short, so the loads of later rows must be under way while it runs. */
+enum { AHEAD = 16 };
+
+/* Starts the loads of touched row k's table and state rows. */
+static void fetch_row(const Rows *r, int64_t k) {
+  int64_t at = r->row[k], pd = r->pd, b = pd * (int64_t)sizeof(float);
+  dtrt_prefetch(r->p + at * pd, b);
+  if (r->kind == ADAGRAD)
+    dtrt_prefetch(r->s + at * (r->s == r->m ? 1 : r->d), r->s == r->m ? 4 : r->d * 4);
+  if (r->kind == ADAM)
+    dtrt_prefetch(r->m + at * pd, b), dtrt_prefetch(r->v + at * pd, b);
+}
+
+/* Each kind's update of one row p from its summed values g; the loops
+ * run along the row, element by element as torch.optim's formulas. */
+static void update_row(const Rows *r, int64_t k, float *restrict p, const float *restrict g) {
+  int64_t d = r->d, pd = r->pd, at = r->row[k];
+  float lr = r->lr;
+  switch (r->kind) {
+  case SGD:
+    for (int64_t c = 0; c < d; c++)
+      p[c] -= lr * g[c];
+    break;
+  case ADAGRAD_SUM:
+    if (pd == 1) { /* row-wise: the mean of g^2 over the row */
+      double t = 0;
+      for (int64_t c = 0; c < d; c++)
+        t += (double)g[c] * g[c];
+      p[0] += d ? (float)(t / (double)d) : 0;
+    } else {
+      for (int64_t c = 0; c < d; c++)
+        p[c] += g[c] * g[c];
+    }
+    break;
+  case ADAGRAD:
+    if (r->s == r->m) { /* one sum a row */
+      float q = sqrtf(r->s[at] + r->init) + r->eps;
+      for (int64_t c = 0; c < d; c++)
+        p[c] -= lr * (g[c] / q);
+    } else {
+      const float *restrict s = r->s + at * d;
+      float init = r->init, eps = r->eps;
+      for (int64_t c = 0; c < d; c++)
+        p[c] -= lr * (g[c] / (sqrtf(s[c] + init) + eps));
+    }
+    break;
+  case MOMENT: {
+    float beta = r->beta;
+    if (r->square)
+      for (int64_t c = 0; c < d; c++)
+        p[c] += beta * (g[c] * g[c] - p[c]);
+    else
+      for (int64_t c = 0; c < d; c++)
+        p[c] += beta * (g[c] - p[c]);
+    break;
+  }
+  case ADAM: {
+    const float *restrict m = r->m + at * pd, *restrict v = r->v + at * pd;
+    float eps = r->eps;
+    for (int64_t c = 0; c < pd; c++)
+      p[c] -= lr * (m[c] / (sqrtf(v[c]) + eps));
+    break;
+  }
+  }
+}
+
 static void update_rows(void *env, int64_t k0, int64_t k1) {
   const Rows *r = env;
-  int64_t d = r->d, pd = r->pd;
+  for (int64_t k = k0; k < k1 && k < k0 + AHEAD; k++)
+    fetch_row(r, k);
   for (int64_t k = k0; k < k1; k++) {
-    float *restrict p = r->p + r->row[k] * pd;
-    const float *restrict g = r->g ? r->g + k * d : NULL;
-    switch (r->kind) {
-    case SGD:
-      for (int64_t c = 0; c < d; c++)
-        p[c] -= r->lr * g[c];
-      break;
-    case ADAGRAD_SUM:
-      if (pd == 1) { /* row-wise: the mean of g^2 over the row */
-        double t = 0;
-        for (int64_t c = 0; c < d; c++)
-          t += (double)g[c] * g[c];
-        p[0] += d ? (float)(t / (double)d) : 0;
-      } else {
-        for (int64_t c = 0; c < d; c++)
-          p[c] += g[c] * g[c];
-      }
-      break;
-    case ADAGRAD: {
-      const float *s = r->s + r->row[k] * (r->s == r->m ? 1 : d);
-      for (int64_t c = 0; c < d; c++)
-        p[c] -= r->lr * (g[c] / (sqrtf(s[r->s == r->m ? 0 : c] + r->init) + r->eps));
-      break;
-    }
-    case MOMENT:
-      for (int64_t c = 0; c < d; c++)
-        p[c] += r->beta * ((r->square ? g[c] * g[c] : g[c]) - p[c]);
-      break;
-    case ADAM: {
-      const float *m = r->m + r->row[k] * pd, *v = r->v + r->row[k] * pd;
-      for (int64_t c = 0; c < pd; c++)
-        p[c] -= r->lr * (m[c] / (sqrtf(v[c]) + r->eps));
-      break;
-    }
-    }
+    if (k + AHEAD < k1)
+      fetch_row(r, k + AHEAD);
+    update_row(r, k, r->p + r->row[k] * r->pd, r->g ? r->g + k * r->d : NULL);
   }
 }
 

@@ -545,6 +545,54 @@ static void test_row_blocks(void **state) {
   drop(&c);
 }
 
+static int cmp_i32(const void *x, const void *y) {
+  int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* sparse_rows sorts the ids by their bytes, the highest first: many ids
+ * (runs of one byte longer and shorter than its insertion sort's), over
+ * tables of 2^8, 2^16, 2^24 and 2^26 rows (one to four levels), repeated
+ * and padded, come out as libc's qsort orders them: each once, in order,
+ * then -1. The table is not read, only its shape; calloc leaves its pages
+ * untouched. */
+static void test_sparse_rows_many(void **state) {
+  (void)state;
+  const int64_t tables[4] = {1 << 8, 1 << 16, 1 << 24, 1 << 26};
+  enum { N = 6000 };
+  int32_t *id = malloc(sizeof(int32_t) * N), *rows = malloc(sizeof(int32_t) * N);
+  int32_t *want = malloc(sizeof(int32_t) * N);
+  uint64_t x = 88172645463325252u;
+  for (int t = 0; t < 4; t++) {
+    int64_t r = tables[t];
+    float *w = calloc((size_t)r, sizeof(float));
+    assert_non_null(w);
+    for (int j = 0; j < N; j++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      /* a third of them among the first 40 rows: long runs of one byte */
+      id[j] = (int32_t)(j % 3 ? x % (uint64_t)r : x % 40);
+    }
+    id[7] = 5; /* padding_idx */
+    DtTensor in[2] = {t2(DTRT_I32, id, N / 4, 4), t2(DTRT_F32, w, r, 1)};
+    DtTensor ro = t2(DTRT_I32, rows, N / 4, 4);
+    DtAttrs a = {.ni = 2, .i = {DT_BAG_SUM, 5}};
+    run(dtrt_k_sparse_rows, in, 2, &ro, &a);
+    int u = 0; /* the ids but 5, by libc's qsort, each once */
+    for (int j = 0; j < N; j++)
+      if (id[j] != 5)
+        want[u++] = id[j];
+    qsort(want, (size_t)u, sizeof *want, cmp_i32);
+    int once = 0;
+    for (int j = 0; j < u; j++)
+      if (!j || want[j] != want[once - 1])
+        want[once++] = want[j];
+    for (int k = 0; k < N; k++)
+      assert_int_equal(rows[k], k < once ? want[k] : -1);
+    free(w);
+  }
+  free(id), free(rows), free(want);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_modes, setup, teardown),
@@ -553,6 +601,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_staged, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sparse, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sparse_rows_many, setup, teardown),
       cmocka_unit_test_setup_teardown(test_row_blocks, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
