@@ -91,9 +91,10 @@ static bool spread_arg(const Expr *e, double *out, Diag *d) {
 /* ---- clusters ---- */
 
 /* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name", spread = S,
- *                  bw = B, lat = T) */
+ *                  bw = B, lat = T, row = T) */
 static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
-  static const char *const param[] = {"gflops", "mem", "target", "cpu", "spread", "bw", "lat"};
+  static const char *const param[] = {"gflops", "mem", "target", "cpu",
+                                      "spread", "bw",  "lat",    "row"};
   for (int k = 0; k < c->dev.n; k++)
     if (!strcmp(c->dev.a[k].name, s->name)) {
       diag_error(d, s->name_loc, "device '%s' is already defined", s->name);
@@ -108,8 +109,8 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
     diag_error(d, e->loc, "'cpu' needs its arguments 'gflops' and 'mem'");
     return false;
   }
-  Expr *arg[7];
-  if (!fe_bind(e, param, 7, 0, 2, arg, a, d))
+  Expr *arg[8];
+  if (!fe_bind(e, param, 8, 0, 2, arg, a, d))
     return false;
   Device dev = {.name = s->name, .node = c->node.n - 1, .kind = "cpu", .loc = s->name_loc};
   double mem = 0;
@@ -129,6 +130,7 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   ok &= !arg[4] || spread_arg(arg[4], &dev.spread, d);
   ok &= !arg[5] || quantity(arg[5], "bw", U_BW, &dev.bw, d);
   ok &= !arg[6] || quantity(arg[6], "lat", U_TIME, &dev.lat, d);
+  ok &= !arg[7] || quantity(arg[7], "row", U_TIME, &dev.row, d);
   if (ok)
     vec_push(a, &c->dev, dev);
   return ok;

@@ -140,6 +140,8 @@ typedef struct Device {
   double gflops;           /* dense f32 speed: dtc's GEMM on the device's threads */
   double bw;               /* bytes/s an elementwise loop reads and writes, 0: not given */
   double lat;              /* seconds every kernel takes beyond its work, 0: not given */
+  double row;              /* seconds a kernel takes beyond its bytes for each cache line
+                              of a table row it visits at random, 0: not given */
   int64_t mem;             /* bytes */
   const char *target;      /* LLVM triple, NULL: host */
   const char *cpu;         /* LLVM cpu name, NULL: generic for target, host for host */

@@ -448,6 +448,9 @@ double sim_gflops(const Module *m, int device);
 double sim_bw(const Module *m, int device);
 /* Seconds every kernel of it takes beyond its work (the cluster's lat, or 0). */
 double sim_lat(const Module *m, int device);
+/* Seconds a kernel takes for each cache line of a table row it visits at
+ * random (Device.row; 0 when not given: such rows cost their bytes alone). */
+double sim_row(const Module *m, int device);
 /* Seconds of compute op i on `device`: sim_lat, its FLOPs and a per-element
  * cost of kernels built on exponentials or random numbers over sim_gflops,
  * and the bytes of its result (and of its operands unless elementwise) over

@@ -76,6 +76,11 @@ double sim_lat(const Module *m, int device) {
   return dv ? dv->lat : 0;
 }
 
+double sim_row(const Module *m, int device) {
+  const Device *dv = cluster_dev(m, device);
+  return dv ? dv->row : 0;
+}
+
 /* FLOP-equivalents per element (of the larger of the first operand and the
  * result) that a kernel spends beyond its FLOPs and bytes, at the speed of
  * dtc's GEMM: an exponential or logarithm per element, a random number per
@@ -149,6 +154,8 @@ static double touched_bytes(const Inst *i, const Inst *v, double b) {
 static double operand_bytes(const Inst *i, int k) {
   if (i->op == OP_slice)   /* reads what it copies */
     return value_bytes(i);
+  if ((i->op == OP_sparse_rows || i->op == OP_sparse_values) && k == 1)
+    return 0;   /* the table's shape alone */
   double b = touched_bytes(i, i->in[k], value_bytes(i->in[k]));
   bool bag = i->op == OP_embedding_bag || i->op == OP_embedding_bag_grad ||
              i->op == OP_embedding_bag_psw_grad;
@@ -156,6 +163,65 @@ static double operand_bytes(const Inst *i, int k) {
     return b;
   double rows = (double)type_elems(&i->in[0]->type) * (double)i->in[1]->type.dim[1] * 4;
   return rows < b ? rows : b;
+}
+
+/* A table's rows in all, of v, a block of them or the whole table: an
+ * `at` of [R, lo] says R; the rows an update takes come from sparse_rows,
+ * which carries it too. */
+static double table_rows(const Inst *i, const Inst *v) {
+  for (int depth = 0; i && depth < 8; depth++) {
+    int n;
+    const int64_t *at = ir_get_ints(i, "at", &n);
+    if (at && n >= 1 && at[0] > 0)
+      return (double)at[0];
+    if (ir_ops[i->op].kind != K_COMM && i->op != OP_concat)
+      break;
+    i = i->nin ? i->in[0] : NULL;
+  }
+  return v->type.rank ? (double)v->type.dim[0] : 1;
+}
+
+/* FLOP-equivalents per id entry (see elem_cost) that the sparse kernels
+ * spend beyond their rows: sparse_rows sorts the ids, sparse_values finds
+ * each id's place among the rows twice (a check, then its sum), and an
+ * update sorts and sums its rows' values. Measured on a Zen 4 core (probed
+ * at 81.6 GFLOP/s) by DTRT_TRACE of bench/dlrm.dt: 16, 25 and 17 ns. */
+static double entry_cost(Op op) {
+  switch (op) {
+  case OP_sparse_rows: return 1300;
+  case OP_sparse_values: return 2000;
+  case OP_sparse_sgd: case OP_sparse_adagrad_sum: case OP_sparse_adagrad:
+  case OP_sparse_moment: case OP_sparse_adam: return 1400;
+  default: return 0;
+  }
+}
+
+/* The id entries op i takes (the operand *ids), and in *lines the cache
+ * lines it visits at scattered rows of a table larger than the caches for
+ * them (an embedding bag's weight or dense gradient, a sparse update's
+ * table; the state an update reads was written by the update before it,
+ * for the same rows, and is in the cache). A block of rows takes a share of
+ * the ids, as many as it has of the table. 0 for other ops. */
+static double id_entries(const Inst *i, int *ids, double *lines) {
+  const Inst *t = NULL;
+  *ids = 0, *lines = 0;
+  switch (i->op) {
+  case OP_embedding_bag: case OP_embedding_bag_psw_grad: t = i->in[1]; break;
+  case OP_embedding_bag_grad: t = i; break;
+  case OP_sparse_rows: case OP_sparse_values: break;
+  case OP_sparse_sgd: case OP_sparse_adagrad_sum: case OP_sparse_moment:
+  case OP_sparse_adagrad: case OP_sparse_adam: t = i->in[0], *ids = 1; break;
+  default: return 0;
+  }
+  const Inst *x = i->in[*ids];
+  double entries = (double)type_elems(&x->type);
+  if (t && t->type.rank) {
+    const Type *ty = &t->type;
+    double row = ty->dim[0] > 0 ? (double)type_elems(ty) / (double)ty->dim[0] : 0;
+    double all = table_rows(*ids ? x : i, t), held = (double)ty->dim[0];
+    *lines = entries * ceil(row * dtype_size(ty->dtype) / 64) * (held < all ? held / all : 1);
+  }
+  return entries;
 }
 
 void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, bool out_split,
@@ -173,6 +239,10 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   *(out_split ? &sh : &w) += touched_bytes(i, i, value_bytes(i)) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
     *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;
+  int ids;
+  double lines, entries = id_entries(i, &ids, &lines);
+  *(in_split && in_split[ids] ? &sh : &w) +=
+      entries * entry_cost(i->op) / flops + lines * sim_row(m, device);
   *whole = w;
   *share = sh;
 }

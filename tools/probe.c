@@ -22,8 +22,10 @@ static const char usage[] =
   "\n"
   "Measures each rank's speed at the kernels of a step, as dtc generates them for\n"
   "the CPU dtc-probe was built on, on the rank's threads: the GEMM (512^3 and\n"
-  "1024 x 128 x 128) and an elementwise loop (16K and 1M elements: a fixed cost\n"
-  "and a bandwidth); its memory; groups ranks into nodes by host name, times\n"
+  "1024 x 128 x 128), an elementwise loop (16K and 1M elements: a fixed cost\n"
+  "and a bandwidth) and an embedding bag reading rows at random from a table of\n"
+  "64 MiB (the time of a row beyond its bytes); its memory; groups ranks into\n"
+  "nodes by host name, times\n"
   "ping-pong between two ranks of a\n"
   "node and between two nodes, times every collective method of libdtrt over\n"
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
@@ -74,6 +76,7 @@ typedef struct ProbeSpeed {
   double gflops;   /* FLOPs per second / 1e9 */
   double lat, bw;  /* seconds, bytes read and written per second */
   double spread;
+  double row;      /* seconds beyond its bytes for a table row read at random */
 } ProbeSpeed;
 
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
@@ -171,9 +174,10 @@ static int probe_write(FILE *f, const Probe *p) {
     for (int r = 0; r < p->nranks; r++)
       if (p->node[r] == n)
         fprintf(f, "    device r%d: cpu(gflops = %.1f, bw = %.2fGB/s, lat = %.2fus, mem = %.2fGiB, "
-                "spread = %.3f)\n", r, at_least(p->speed[r].gflops, 0.1),
+                "spread = %.3f, row = %.1fns)\n", r, at_least(p->speed[r].gflops, 0.1),
                 at_least(p->speed[r].bw / 1e9, 0.01), at_least(p->speed[r].lat * 1e6, 0.01),
-                at_least(p->mem[r] / (1 << 30), 0.01), p->speed[r].spread);
+                at_least(p->mem[r] / (1 << 30), 0.01), p->speed[r].spread,
+                at_least(p->speed[r].row * 1e9, 0.1));
     fputs("  }\n", f);
   }
   const ProbeLink *links[2] = {&p->intra, &p->inter};
@@ -241,6 +245,7 @@ static int probe_warn(FILE *f, const Probe *p) {
 #include "probe_gemm_thin.h"
 #include "probe_rows.h"
 #include "probe_rows_small.h"
+#include "probe_bag.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -277,6 +282,35 @@ KERNEL_FNS(probe_gemm_deep, PROBE_GEMM_DEEP)
 KERNEL_FNS(probe_gemm_batched, PROBE_GEMM_BATCHED)
 KERNEL_FNS(probe_rows, PROBE_ROWS)
 KERNEL_FNS(probe_rows_small, PROBE_ROWS_SMALL)
+/* The bag's ids: a pool far larger than one call's, taken in turn, so that
+ * each call reads rows the calls before did not leave in the caches. */
+enum { BAG_POOL = 1 << 22 };
+static int32_t *bag_ids;
+static int64_t bag_at;
+
+static int probe_bag_make(void **m) {
+  if (!(bag_ids = malloc(sizeof *bag_ids * BAG_POOL)))
+    return -1;
+  uint64_t x = 0x9e3779b97f4a7c15u;
+  for (int64_t i = 0; i < BAG_POOL; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    bag_ids[i] = (int32_t)(x % PROBE_BAG_DIM_R);
+  }
+  return probe_bag_create((probe_bag **)m, 1);
+}
+static int probe_bag_go(void *m, const float *x, float *y) {
+  (void)x;
+  if (bag_at + PROBE_BAG_DIM_B > BAG_POOL)
+    bag_at = 0;
+  bag_at += PROBE_BAG_DIM_B;
+  return probe_bag_forward(m, bag_ids + bag_at - PROBE_BAG_DIM_B, PROBE_BAG_DIM_B, y,
+                           PROBE_BAG_Y_ELEMS);
+}
+static void probe_bag_free(void *m) {
+  probe_bag_destroy(m);
+  free(bag_ids);
+  bag_ids = NULL;
+}
 #define KERNEL(name, NAME, flops, bytes) \
   {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, flops, bytes}
 #define GEMM(name, NAME)                                                           \
@@ -284,8 +318,10 @@ KERNEL_FNS(probe_rows_small, PROBE_ROWS_SMALL)
          4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS))
 #define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
 
-/* The products first, then the loops. */
-enum { K_SQUARE, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_COUNT };
+/* The products first, then the loops, then the bag. */
+enum {
+  K_SQUARE, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_BAG, K_COUNT
+};
 static const Kernel kernels[K_COUNT] = {
   [K_SQUARE] = GEMM(probe_gemm_square, PROBE_GEMM_SQUARE),
   [K_THIN] = GEMM(probe_gemm_thin, PROBE_GEMM_THIN),
@@ -293,6 +329,9 @@ static const Kernel kernels[K_COUNT] = {
   [K_BATCHED] = GEMM(probe_gemm_batched, PROBE_GEMM_BATCHED),
   [K_ROWS_SMALL] = ROWS(probe_rows_small, PROBE_ROWS_SMALL),
   [K_ROWS] = ROWS(probe_rows, PROBE_ROWS),
+  /* the simulator's bytes of a bag: its ids, the rows it reads and its result */
+  [K_BAG] = {probe_bag_make, probe_bag_go, probe_bag_free, 1, PROBE_BAG_Y_ELEMS, 0,
+             4.0 * PROBE_BAG_DIM_B * (1 + 2 * PROBE_BAG_DIM_D)},
 };
 
 /* The seconds of a timed sample: ranks that share a core take turns in
@@ -373,6 +412,7 @@ static ProbeSpeed roofline(double *t, int reps) {
     per_flop += fmax(left, med[k] / 2) / kernels[k].flops;
   }
   s.gflops = K_GEMMS / per_flop / 1e9;
+  s.row = fmax(0, med[K_BAG] - s.lat - kernels[K_BAG].bytes / s.bw) / PROBE_BAG_DIM_B;
   return s;
 }
 

@@ -279,6 +279,57 @@ static void test_sparse_update_bytes(void **state) {
   arena_free(a);
 }
 
+/* A table larger than the caches: each cache line of a row that a bag or a
+ * sparse update visits at random costs the device's `row` beyond its
+ * bytes (the state an update reads was just written, and is not counted);
+ * the sort and search of the ids cost alike with or without it. Rows of
+ * 32 floats are two lines; 8 bags of 2 ids are 16 entries, all on each of
+ * two devices. A block of rows of a table split in two, 500 of its 1000,
+ * takes half of them. */
+static double op_time(Module *m, int device, Op op) {
+  const Func *f = step_func(m, device);
+  for (int k = 0; k < f->inst.n; k++)
+    if (f->inst.a[k]->op == op)
+      return sim_compute_time(m, f->inst.a[k], device);
+  fail_msg("no %s", ir_ops[op].name);
+  return 0;
+}
+
+static void test_random_rows(void **state) {
+  (void)state;
+  const char *model_text = "model rec(batch B = 8) {\n"
+                           "  input  ids: i32[B, 2]\n"
+                           "  input  y: f32[B, 32]\n"
+                           "  param  e: f32[1000, 32] init zeros sparse\n"
+                           "  loss   = mse(embedding_bag(ids, e, mode = \"sum\"), y)\n"
+                           "  minimize loss with sparse_adam(lr = 0.1)\n"
+                           "}\n";
+  const char *cluster = "cluster c {\n  node a {\n"
+                        "    device d0: cpu(gflops = 80, mem = 1GiB%s)\n"
+                        "    device d1: cpu(gflops = 80, mem = 1GiB%s)\n"
+                        "  }\n" LINKS;
+  const char *par = "parallel rec on c {\n  mesh m[dp = 2] over d0, d1\n%s  plan explicit\n}\n";
+  const Op ops[3] = {OP_embedding_bag, OP_sparse_moment, OP_sparse_adam};
+  for (int blocks = 0; blocks < 2; blocks++) {
+    Arena *a = arena_new();
+    Module *m[2];
+    for (int r = 0; r < 2; r++) {
+      const char *row = r ? ", row = 40ns" : "";
+      m[r] = compile_text(a, arena_printf(a, "%s%s%s", model_text,
+                                          arena_printf(a, cluster, row, row),
+                                          arena_printf(a, par, blocks ? "  shard e: [dp, *]\n" : "")));
+    }
+    int dev = 1;
+    for (int k = 0; k < 3; k++) {
+      double got = op_time(m[1], dev, ops[k]) - op_time(m[0], dev, ops[k]);
+      double want = 16 * 2 * 40e-9 / (blocks ? 2 : 1);
+      printf("%s%s: %.4g s more\n", ir_ops[ops[k]].name, blocks ? " (a block)" : "", got);
+      assert_true(fabs(got - want) <= 1e-9 * want);
+    }
+    arena_free(a);
+  }
+}
+
 /* DeMo's kernels count their FLOPs at 1/9 (demo_compress), 1/17
  * (demo_residual) and 1/11 (demo_sign) of the GEMM's speed: transforms in
  * double (passes/sim.c, flop_slowness). */
@@ -511,6 +562,7 @@ int main(void) {
     cmocka_unit_test(test_ring_transfers),
       cmocka_unit_test(test_ring_causal_place),
       cmocka_unit_test(test_sparse_update_bytes),
+      cmocka_unit_test(test_random_rows),
       cmocka_unit_test(test_trace_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
