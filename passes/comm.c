@@ -348,19 +348,12 @@ static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
   return n;
 }
 
-/* Under `exchange = bf16` (or auto, which the plan pass has decided where
- * there is a mesh): its located errors, then the wire of every
+/* Under `exchange = bf16` (or auto, which the plan pass has decided, and
+ * where it cannot, reported): its located errors, then the wire of every
  * gradient exchange. run is NULL in the planner's trials, which may try a
  * plan without one; a mesh of one device has none to have. */
 static bool set_exchange(Module *m, Diag *d, const PassRun *run) {
   char at[300] = "";
-  if (m->exchange_auto && m->mesh.n) {   /* the plan pass had no cluster to choose by */
-    diag_error(d, m->exchange_loc,
-               "exchange = auto chooses the format by the cluster's costs, but model '%s' "
-               "has no cluster: write exchange = f32 or bf16, or give it a cluster",
-               m->name);
-    return false;
-  }
   if (m->exchange == DT_WIRE_F32)
     return true;
   const char *fmt = dtrt_wire_names[m->exchange];

@@ -602,8 +602,15 @@ static int exchange_kept(const char *bw, double *t) {
       "  link inter(bw = %s, lat = 50us)\n}\n"
       "parallel lin on c {\n  mesh m[dp = 2]\n  shard x: [dp, *]\n  shard y: [dp]\n"
       "  exchange = auto\n  plan auto\n}\n", bw), NULL, 0, "comm"));
-  memcpy(t, r.run.plan->exchange, sizeof r.run.plan->exchange);
+  const PlanInfo *pi = r.run.plan;
+  assert_int_equal(pi->nexchange, DT_WIRE_COUNT);   /* sgd keeps no state to split */
+  for (int k = 0; k < DT_WIRE_COUNT; k++) {
+    assert_int_equal(pi->exchange[k].wire, k);
+    t[k] = pi->exchange[k].step;
+  }
+  assert_true(pi->exchange[DT_WIRE_BF16].bytes < 0.6 * pi->exchange[DT_WIRE_F32].bytes);
   int kept = r.m->exchange;
+  assert_int_equal(pi->exchange[pi->exchange_kept].wire, kept);
   assert_false(r.m->exchange_auto);
   arena_free(a);
   done(&r);
