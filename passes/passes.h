@@ -410,6 +410,12 @@ double comm_best(const Module *m, Op op, double bytes, const double *b, const in
                  int k, int *method);
 /* The method of the least comm_time, the lowest number on a tie. */
 int comm_choose(const Module *m, const Inst *c, const int *members, int k);
+/* The mesh axes that split some input's first dimension, its batch (bit a
+ * for axis a): those a gradient exchange sums over. */
+unsigned comm_batch_axes(const Module *m);
+/* Seconds of bf16's packing pass over n elements on the slowest of the k
+ * members: what a bf16 exchange adds to its halved bytes. */
+double comm_pack_time(const Module *m, double n, const int *members, int k);
 
 /* ---- fusion.c --------------------------------------------------------- */
 

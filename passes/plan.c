@@ -211,6 +211,7 @@ typedef struct Cand {
   int mb;
   int state;                /* the axis its optimizer state is split over; -1: none */
   bool heads;               /* its attentions split their heads, not a ring (heads.c) */
+  int wire;                 /* the format of its gradient exchange (DtWire) */
   double est;               /* the estimate; once settled, with the rounded ratios */
   double comm;              /* ... of which in collectives */
   double *predicted;        /* each device's memory, as estimated */
@@ -228,17 +229,19 @@ typedef struct Search {
   VEC(double) seen_t;       /* ... and its predicted step */
 } Search;
 
-/* The planner set for candidate c's micro-batches, optimizer state and
- * attention; and back to the parallel block's. */
+/* The planner set for candidate c's micro-batches, optimizer state,
+ * attention and gradient exchange; and back to the parallel block's. */
 static void use(Planner *p, const Cand *c) {
   p->mb = c->mb;
   p->state = c->state;
   p->m->attn_heads = c->heads;
+  p->m->exchange = c->wire;
 }
 
 static void unuse(Planner *p) {
   p->state = p->user_state;
   p->m->attn_heads = p->user_heads;
+  p->m->exchange = p->user_wire;
 }
 
 /* Whether the planner may split the optimizer state over the rows axis
@@ -401,10 +404,29 @@ static Sharding **inputs_whole(Planner *p, Sharding **A) {
   return A;
 }
 
+/* Under `exchange = auto`, candidate c (its forms and choices) takes its
+ * gradients in bf16 where that gains more than NOISE_FLOOR by the estimate
+ * (with even ratios when `even`), with that estimate and its ratios. */
+static void in_bf16(Search *s, Cand *c, bool even) {
+  Planner *p = s->p;
+  if (!p->exchange_open || !c->forms)
+    return;
+  Ratios R;
+  Est e;
+  use(p, c);
+  double f32 = evaluate(s, c->forms, even, R, &e);
+  p->m->exchange = DT_WIRE_BF16;
+  double t = evaluate(s, c->forms, even, R, &e);
+  unuse(p);
+  if (t * (1 + NOISE_FLOOR) < f32)
+    c->est = t, c->wire = DT_WIRE_BF16, memcpy(c->R, R, sizeof R);
+}
+
 /* The candidates: each combination of families over the axes, seeded,
  * descended on one axis, in its best micro-batch count; with a rows axis,
  * the optimizer state split over it (in that count) where that is open and
- * gains more than NOISE_FLOOR by the estimate; their number. */
+ * gains more than NOISE_FLOOR by the estimate; so too the attention by
+ * heads, and under `exchange = auto` the gradients in bf16; their number. */
 static int candidates(Search *s, Cand *cand) {
   Planner *p = s->p;
   int nc = 0, fam[IR_MAX_MESH_AXES] = {0}, n = 1;
@@ -439,6 +461,7 @@ static int candidates(Search *s, Cand *cand) {
     unuse(p);
     cd->state = p->user_state;
     cd->heads = p->user_heads;
+    cd->wire = p->user_wire;
     memcpy(cd->fam, fam, sizeof fam);
     Est e;
     int mbs[IR_MAX_MICROBATCHES + 1], nmb = 1;
@@ -471,6 +494,7 @@ static int candidates(Search *s, Cand *cand) {
         cd->est = t, cd->heads = true, memcpy(cd->R, R, sizeof R);
       unuse(p);
     }
+    in_bf16(s, cd, false);
   }
   return nc;
 }
@@ -777,7 +801,9 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
     at += (size_t)snprintf(c->what + at, n - at, ", state split over %s",
                            p->mesh->axis_name[c->state]);
   if (c->heads && !p->user_heads && at < n)
-    snprintf(c->what + at, n - at, ", attention by heads");
+    at += (size_t)snprintf(c->what + at, n - at, ", attention by heads");
+  if (c->wire != p->user_wire && at < n)
+    snprintf(c->what + at, n - at, ", gradients in %s", dtrt_wire_names[c->wire]);
 }
 
 /* Candidate c with its ratios rounded (even ones when `even`): its forms
@@ -952,12 +978,14 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   simple->fam[0] = F_EVEN;
   simple->state = p->user_state;
   simple->heads = p->user_heads;
+  simple->wire = p->user_wire;
   simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
   for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
     if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
         (p->naxis < 3 || cand[c].fam[2] == F_KEEP))
       simple->forms = cand[c].forms, memcpy(simple->fam, cand[c].fam, sizeof simple->fam);
   simple->mb = 1;
+  in_bf16(&s, simple, p->naxis == 1);
   settle(&s, simple, p->naxis == 1);
   conf.simple_ruled_out = !p->propagated;
   if (dp) {
@@ -966,6 +994,8 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     dp->mb = 1;
     dp->state = p->user_state;
     dp->heads = p->user_heads;
+    dp->wire = p->user_wire;
+    in_bf16(&s, dp, false);
     settle(&s, dp, false);
   }
   for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
@@ -984,7 +1014,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
           con[b]->mb == con[c]->mb && con[b]->state == con[c]->state &&
-          con[b]->heads == con[c]->heads &&
+          con[b]->heads == con[c]->heads && con[b]->wire == con[c]->wire &&
           same_forms(p, con[b]->forms, con[c]->forms))
         con[c]->same = con[b];
     rivals += !con[c]->same && con[c]->est <= least * PRUNE;
@@ -1253,8 +1283,8 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step,
   Diag quiet;
   diag_init_quiet(&quiet);
   bool ok = copy != NULL;
-  if (ok)
-    copy->exchange_auto = false;   /* layouts are tried in f32; choose_exchange follows */
+  if (ok)   /* under exchange = auto, in the format in hand (the text says auto) */
+    copy->exchange = m->exchange, copy->exchange_auto = false;
   bool after = false;
   for (int k = 0; ok && k < pass_count; k++) {
     if (after)
