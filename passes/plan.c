@@ -407,7 +407,7 @@ static Sharding **inputs_whole(Planner *p, Sharding **A) {
 /* Under `exchange = auto`, candidate c (its forms and choices) takes its
  * gradients in bf16 where that gains more than NOISE_FLOOR by the estimate
  * (with even ratios when `even`), with that estimate and its ratios. */
-static void in_bf16(Search *s, Cand *c, bool even) {
+static void try_bf16(Search *s, Cand *c, bool even) {
   Planner *p = s->p;
   if (!p->exchange_open || !c->forms)
     return;
@@ -494,7 +494,7 @@ static int candidates(Search *s, Cand *cand) {
         cd->est = t, cd->heads = true, memcpy(cd->R, R, sizeof R);
       unuse(p);
     }
-    in_bf16(s, cd, false);
+    try_bf16(s, cd, false);
   }
   return nc;
 }
@@ -985,7 +985,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
         (p->naxis < 3 || cand[c].fam[2] == F_KEEP))
       simple->forms = cand[c].forms, memcpy(simple->fam, cand[c].fam, sizeof simple->fam);
   simple->mb = 1;
-  in_bf16(&s, simple, p->naxis == 1);
+  try_bf16(&s, simple, p->naxis == 1);
   settle(&s, simple, p->naxis == 1);
   conf.simple_ruled_out = !p->propagated;
   if (dp) {
@@ -995,7 +995,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     dp->state = p->user_state;
     dp->heads = p->user_heads;
     dp->wire = p->user_wire;
-    in_bf16(&s, dp, false);
+    try_bf16(&s, dp, false);
     settle(&s, dp, false);
   }
   for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
@@ -1189,10 +1189,11 @@ static bool exchange_applies(const Module *m, Diag *d) {
   }
   const char *why = NULL;
   if (!m->train.loss)
-    why = arena_printf(m->arena, "model '%s' is not trained (it has no minimize statement)",
-                       m->name);
+    why =
+        arena_printf(m->arena, "model '%s' is not trained (it has no minimize statement)", m->name);
   else if (m->det_pieces > 1)
-    why = arena_printf(m->arena, "deterministic mode (%s:%d:%d) promises the same bits on any "
+    why = arena_printf(m->arena,
+                       "deterministic mode (%s:%d:%d) promises the same bits on any "
                        "layout, and bf16's rounding where devices meet depends on the layout: "
                        "write exchange = f32, or drop deterministic",
                        m->det_loc.file ? m->det_loc.file->name : "?", m->det_loc.line,
@@ -1200,8 +1201,10 @@ static bool exchange_applies(const Module *m, Diag *d) {
   else if (!m->mesh.n)
     why = "there is no mesh: split the batch of an input over a mesh axis (shard x: [dp, *])";
   else if (!m->cluster)
-    why = arena_printf(m->arena, "model '%s' has no cluster to price them by: write exchange = "
-                       "f32 or bf16, or give it a cluster", m->name);
+    why = arena_printf(m->arena,
+                       "model '%s' has no cluster to price them by: write exchange = "
+                       "f32 or bf16, or give it a cluster",
+                       m->name);
   else if (!batch)
     why = "this plan sums none over a data-parallel axis (no input's batch is split): split "
           "the batch of an input over a mesh axis (shard x: [dp, *]), or write plan auto";
@@ -1283,7 +1286,7 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step,
   Diag quiet;
   diag_init_quiet(&quiet);
   bool ok = copy != NULL;
-  if (ok)   /* under exchange = auto, in the format in hand (the text says auto) */
+  if (ok) /* under exchange = auto, in the format in hand (the text says auto) */
     copy->exchange = m->exchange, copy->exchange_auto = false;
   bool after = false;
   for (int k = 0; ok && k < pass_count; k++) {
@@ -1322,7 +1325,6 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step,
   arena_free(a);
   return ok;
 }
-
 
 /* ---- the report ---- */
 
@@ -1393,7 +1395,8 @@ static void report_exchange(FILE *out, const Module *m, const PlanInfo *pi) {
   const PlanExchange *kept = &pi->exchange[pi->exchange_kept], *fastest = kept;
   char b1[96], b2[96];
   fputs("  exchange = auto: the plan simulated with each gradient exchange (its step; the "
-        "bytes device 0 sends a step)\n", out);
+        "bytes device 0 sends a step)\n",
+        out);
   for (int k = 0; k < pi->nexchange; k++) {
     const PlanExchange *x = &pi->exchange[k];
     fprintf(out, "  %s %-34s ", x == kept ? "*" : " ", exchange_name(m, pi, x, b1, sizeof b1));
@@ -1410,12 +1413,11 @@ static void report_exchange(FILE *out, const Module *m, const PlanInfo *pi) {
   exchange_name(m, pi, kept, b1, sizeof b1);
   if (kept != pi->exchange)
     fprintf(out, "  kept %s: it gains %.3fx over %s, more than the noise (%.1f%%)\n", b1,
-            pi->exchange[0].step / kept->step,
-            exchange_name(m, pi, pi->exchange, b2, sizeof b2), noise * 100);
+            pi->exchange[0].step / kept->step, exchange_name(m, pi, pi->exchange, b2, sizeof b2),
+            noise * 100);
   else if (fastest != kept)
     fprintf(out, "  kept %s: %s gains %.3fx, within the noise (%.1f%%)\n", b1,
-            exchange_name(m, pi, fastest, b2, sizeof b2), kept->step / fastest->step,
-            noise * 100);
+            exchange_name(m, pi, fastest, b2, sizeof b2), kept->step / fastest->step, noise * 100);
   else
     fprintf(out, "  kept %s: no other is faster\n", b1);
 }

@@ -134,7 +134,7 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
         b[j] = (double)len[j] * unit;
     }
     double pack = 0;
-    if (half) {   /* 2 bytes an element on the wire, and the packing pass */
+    if (half) { /* 2 bytes an element on the wire, and the packing pass */
       ir_local_type(m, &st->before, &x->type, d, &local, NULL);
       pack = comm_pack_time(m, (double)type_elems(&local), members, k);
       bytes /= 2;

@@ -606,7 +606,7 @@ static int exchange_kept(const char *bw, double *t, double *predicted) {
       "  exchange = auto\n  plan auto\n}\n", bw), NULL, 0, "comm"));
   const PlanInfo *pi = r.run.plan;
   *predicted = pi->step;
-  assert_int_equal(pi->nexchange, DT_WIRE_COUNT);   /* sgd keeps no state to split */
+  assert_int_equal(pi->nexchange, DT_WIRE_COUNT); /* sgd keeps no state to split */
   for (int k = 0; k < DT_WIRE_COUNT; k++) {
     assert_int_equal(pi->exchange[k].wire, k);
     t[k] = pi->exchange[k].step;
