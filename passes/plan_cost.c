@@ -1097,7 +1097,8 @@ bool plan_init(Planner *p, Module *m) {
   p->user_heads = m->attn_heads;
   p->heads_open = !m->attn_loc.file;
   p->user_wire = m->exchange;
-  p->exchange_open = m->exchange_auto && m->train.loss && m->det_pieces <= 1;
+  p->exchange_open = m->exchange_auto && m->train.loss && m->det_pieces <= 1 &&
+                     m->train.opt != OPT_DEMO;   /* DeMo exchanges momenta, not gradients */
   if (!p->step || p->ndev > SHARD_MAX_AXIS || p->ndev < 1)
     return false;
   if (ir_func_is(p->step, "train_step"))
