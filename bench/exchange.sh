@@ -32,8 +32,10 @@
 #       {"bench": "exchange", "rate", "variant", "step_ms", "bytes",
 #        "predicted_ms", "measured_over_predicted"}
 #     (the auto variants add "plan": the candidate the planner kept,
-#     "state_split": whether the plan splits any optimizer state, and
-#     "exchange": the format it chose), then one
+#     "state_split": whether the plan splits any optimizer state,
+#     "exchange": the format it chose, and "simulated_ms": the plan's step
+#     as --emit=plan simulated it with each format, and the state whole and
+#     split where that was the planner's choice too), then one
 #     line per rate:
 #       {"bench": "exchange_ratios", "rate", "adamw_over_bf16",
 #        "adamw_over_state", "adamw_over_demo" (step times),
@@ -101,6 +103,17 @@ predicted() {   # predicted ARGS: dtc --emit=sim's predicted step in ms
 kept() {
   awk '/^  kept even data parallel/ { print "even data parallel"; exit }
        /^  \* / { sub(/^  \* /, ""); sub(/ +estimated .*/, ""); print; exit }' "$1"
+}
+
+# exchange = auto's alternatives in a plan report, as JSON members: "bf16,
+# state whole": its simulated step in ms, ...
+alternatives() {
+  awk '/^  exchange = auto:/ { on = 1; next }
+       on && /^  kept / { exit }
+       on && match($0, / +[0-9.]+ ms /) {
+         name = substr($0, 5, RSTART - 5); ms = substr($0, RSTART, RLENGTH)
+         gsub(/[ ms]/, "", ms)
+         printf "%s\"%s\": %s", sep, name, ms; sep = ", " }' "$1"
 }
 
 # The model as DeMo trains it, and the parallel blocks.
@@ -179,10 +192,10 @@ for rate in $rates; do
         sed -n '/^  candidates:/,/^  kept /s/^/# /p' "$dir/$rate/$v/plan.txt"
         split_state=false
         grep -q '^  state .* m\[dp' "$dir/$rate/$v/plan.txt" && split_state=true
-        sed -n '/^  exchange = auto/s/^/# /p' "$dir/$rate/$v/plan.txt"
+        sed -n '/^  exchange = auto:/,/^  kept [bf]/s/^/# /p' "$dir/$rate/$v/plan.txt"
         format=f32
-        grep -q '^  exchange = auto: .* kept bf16' "$dir/$rate/$v/plan.txt" && format=bf16
-        extra=", \"plan\": \"$(kept "$dir/$rate/$v/plan.txt")\", \"state_split\": $split_state, \"exchange\": \"$format\"" ;;
+        grep -q '^  kept bf16' "$dir/$rate/$v/plan.txt" && format=bf16
+        extra=", \"plan\": \"$(kept "$dir/$rate/$v/plan.txt")\", \"state_split\": $split_state, \"exchange\": \"$format\", \"simulated_ms\": {$(alternatives "$dir/$rate/$v/plan.txt")}" ;;
     esac
     line=$(awk -v r="$rate" -v v="$v" -v m="$ms" -v b="$b" -v p="$p" 'BEGIN {
       printf "{\"bench\": \"exchange\", \"rate\": \"%s\", \"variant\": \"%s\", \"step_ms\": %.3f, " \

@@ -240,8 +240,7 @@ double comm_best(const Module *m, Op op, double bytes, const double *b, const in
   return cost;
 }
 
-/* Seconds of bf16's packing pass over n elements on the slowest member. */
-static double pack_time(const Module *m, double n, const int *members, int k) {
+double comm_pack_time(const Module *m, double n, const int *members, int k) {
   double bw = INFINITY;
   for (int j = 0; j < k; j++)
     bw = fmin(bw, sim_bw(m, members[j]));
@@ -271,7 +270,7 @@ double comm_time(const Module *m, const Inst *c, const int *members, int k, int 
       block_bytes(c, k, half);
     for (int j = 0; j < k; j++)
       half[j] /= 2;
-    return comm_cost(m, c->op, n * 2, half, members, k, method) + pack_time(m, n, members, k);
+    return comm_cost(m, c->op, n * 2, half, members, k, method) + comm_pack_time(m, n, members, k);
   }
   double b[SHARD_MAX_AXIS] = {0}, bytes = 0;
   if (c->op == OP_send) {   /* between its two members */
@@ -300,8 +299,7 @@ int comm_choose(const Module *m, const Inst *c, const int *members, int k) {
   return best;
 }
 
-/* The mesh axes that split some input's dim 0, its batch: bit a for axis a. */
-static unsigned batch_axes(const Module *m) {
+unsigned comm_batch_axes(const Module *m) {
   unsigned axes = 0;
   for (int g = 0; g < m->global.n; g++) {
     const Global *gl = &m->global.a[g];
@@ -348,19 +346,12 @@ static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
   return n;
 }
 
-/* Under `exchange = bf16` (or auto, which the plan pass has decided where
- * there is a mesh): its located errors, then the wire of every
+/* Under `exchange = bf16` (or auto, which the plan pass has decided, and
+ * where it cannot, reported): its located errors, then the wire of every
  * gradient exchange. run is NULL in the planner's trials, which may try a
  * plan without one; a mesh of one device has none to have. */
 static bool set_exchange(Module *m, Diag *d, const PassRun *run) {
   char at[300] = "";
-  if (m->exchange_auto && m->mesh.n) {   /* the plan pass had no cluster to choose by */
-    diag_error(d, m->exchange_loc,
-               "exchange = auto chooses the format by the cluster's costs, but model '%s' "
-               "has no cluster: write exchange = f32 or bf16, or give it a cluster",
-               m->name);
-    return false;
-  }
   if (m->exchange == DT_WIRE_F32)
     return true;
   const char *fmt = dtrt_wire_names[m->exchange];
@@ -382,7 +373,7 @@ static bool set_exchange(Module *m, Diag *d, const PassRun *run) {
                fmt, at);
     return false;
   }
-  unsigned axes = batch_axes(m);
+  unsigned axes = comm_batch_axes(m);
   int n = 0;
   for (int f = 0; f < m->func.n; f++) {
     Func *fn = m->func.a[f];

@@ -105,6 +105,15 @@ bool opt_emit(Module *m, Func *f, Inst *const *value, Inst *const *grad, Diag *d
  * parallel, which it then keeps; `plan even`: the parallel block's forms,
  * even. */
 bool pass_plan(Module *m, Diag *d, PassRun *run);
+/* A plan simulated with one gradient exchange (`exchange = auto`). */
+#define PLAN_EXCHANGES 4
+typedef struct PlanExchange {
+  int wire;              /* DtWire of the gradients' sums */
+  int state;             /* the axis the optimizer state is split over; -1: whole */
+  double step;           /* simulated seconds; INFINITY: the passes failed */
+  double bytes;          /* device 0 sends in a step's collectives */
+  bool over;             /* a device's memory plan exceeds its memory */
+} PlanExchange;
 /* What the planner chose and predicted, for the report. */
 struct PlanInfo {
   int k;                 /* devices on the mesh axis */
@@ -142,9 +151,16 @@ struct PlanInfo {
   int mb;                /* the micro-batches a pipeline's loops were costed in */
   int remat;             /* loops the planner made recompute their forward (Module.remat_planned) */
   bool planned_mb;       /* ... chosen by the planner, not the parallel block */
-  /* exchange = auto: the plan's step simulated with each format of the
-   * gradient exchange (by DtWire; 0: not chosen here, INFINITY: it failed) */
-  double exchange[DT_WIRE_COUNT];
+  /* exchange = auto: the plan kept, simulated with each format of the
+   * gradient exchange, and where the planner chose how the optimizer state
+   * is kept (state_open), with the state split over the batch's axis and
+   * whole; in the order the choice prefers (the plan as its layout was
+   * chosen first, f32 before bf16); nexchange 0: not chosen here */
+  PlanExchange exchange[PLAN_EXCHANGES];
+  int nexchange, exchange_kept;  /* how many; which the plan is */
+  bool state_open;       /* plan auto left the state's split to the planner and the plan
+                            kept splits the batch over state_rows */
+  int state_rows;
   Sharding **user;       /* by global: the parallel block's forms, NULL: open */
   Sharding **chosen;     /* by global: the plan's forms */
   /* plan auto on a mesh of two or three axes: the candidates simulated and
@@ -166,9 +182,10 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
  * state and buffers, its work arena (the largest of its functions'), the
  * most one of its kernels allocates while it runs (Func.staged_bytes) and
  * what run's extra_memory adds; and, when step is not NULL, the simulator's
- * step. From the passes after plan run on a copy of m (its IR text parsed
- * back); false when they fail. */
-bool plan_trial(const Module *m, const PassRun *run, double *need, double *step);
+ * step, when bytes is not NULL, what device 0 sends in the step's
+ * collectives (spmd_step_bytes). From the passes after plan run on a copy of
+ * m (its IR text parsed back); false when they fail. */
+bool plan_trial(const Module *m, const PassRun *run, double *need, double *step, double *bytes);
 /* plan auto on a mesh of two or three axes (plan_mesh.c); its record into
  * run->plan. */
 bool plan_mesh(Module *m, Diag *d, PassRun *run);
@@ -288,6 +305,9 @@ double spmd_comm_bytes(const Inst *c);
  * pipeline stages, every step's collectives with their source lines (each
  * device's memory is codegen's: cg_memory_report). */
 void spmd_report(FILE *out, const Module *m);
+/* The bytes device 0 sends in the collectives of a training step (as
+ * spmd_report's total for @train_step); 0 without one. */
+double spmd_step_bytes(const Module *m);
 /* Into buf: the name of the device at mesh position pos (its number
  * without a cluster). */
 const char *spmd_device_name(const Module *m, int pos, char *buf, size_t n);
@@ -390,6 +410,12 @@ double comm_best(const Module *m, Op op, double bytes, const double *b, const in
                  int k, int *method);
 /* The method of the least comm_time, the lowest number on a tie. */
 int comm_choose(const Module *m, const Inst *c, const int *members, int k);
+/* The mesh axes that split some input's first dimension, its batch (bit a
+ * for axis a): those a gradient exchange sums over. */
+unsigned comm_batch_axes(const Module *m);
+/* Seconds of bf16's packing pass over n elements on the slowest of the k
+ * members: what a bf16 exchange adds to its halved bytes. */
+double comm_pack_time(const Module *m, double n, const int *members, int k);
 
 /* ---- fusion.c --------------------------------------------------------- */
 

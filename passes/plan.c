@@ -211,6 +211,7 @@ typedef struct Cand {
   int mb;
   int state;                /* the axis its optimizer state is split over; -1: none */
   bool heads;               /* its attentions split their heads, not a ring (heads.c) */
+  int wire;                 /* the format of its gradient exchange (DtWire) */
   double est;               /* the estimate; once settled, with the rounded ratios */
   double comm;              /* ... of which in collectives */
   double *predicted;        /* each device's memory, as estimated */
@@ -228,17 +229,19 @@ typedef struct Search {
   VEC(double) seen_t;       /* ... and its predicted step */
 } Search;
 
-/* The planner set for candidate c's micro-batches, optimizer state and
- * attention; and back to the parallel block's. */
+/* The planner set for candidate c's micro-batches, optimizer state,
+ * attention and gradient exchange; and back to the parallel block's. */
 static void use(Planner *p, const Cand *c) {
   p->mb = c->mb;
   p->state = c->state;
   p->m->attn_heads = c->heads;
+  p->m->exchange = c->wire;
 }
 
 static void unuse(Planner *p) {
   p->state = p->user_state;
   p->m->attn_heads = p->user_heads;
+  p->m->exchange = p->user_wire;
 }
 
 /* Whether the planner may split the optimizer state over the rows axis
@@ -401,10 +404,29 @@ static Sharding **inputs_whole(Planner *p, Sharding **A) {
   return A;
 }
 
+/* Under `exchange = auto`, candidate c (its forms and choices) takes its
+ * gradients in bf16 where that gains more than NOISE_FLOOR by the estimate
+ * (with even ratios when `even`), with that estimate and its ratios. */
+static void try_bf16(Search *s, Cand *c, bool even) {
+  Planner *p = s->p;
+  if (!p->exchange_open || !c->forms)
+    return;
+  Ratios R;
+  Est e;
+  use(p, c);
+  double f32 = evaluate(s, c->forms, even, R, &e);
+  p->m->exchange = DT_WIRE_BF16;
+  double t = evaluate(s, c->forms, even, R, &e);
+  unuse(p);
+  if (t * (1 + NOISE_FLOOR) < f32)
+    c->est = t, c->wire = DT_WIRE_BF16, memcpy(c->R, R, sizeof R);
+}
+
 /* The candidates: each combination of families over the axes, seeded,
  * descended on one axis, in its best micro-batch count; with a rows axis,
  * the optimizer state split over it (in that count) where that is open and
- * gains more than NOISE_FLOOR by the estimate; their number. */
+ * gains more than NOISE_FLOOR by the estimate; so too the attention by
+ * heads, and under `exchange = auto` the gradients in bf16; their number. */
 static int candidates(Search *s, Cand *cand) {
   Planner *p = s->p;
   int nc = 0, fam[IR_MAX_MESH_AXES] = {0}, n = 1;
@@ -439,6 +461,7 @@ static int candidates(Search *s, Cand *cand) {
     unuse(p);
     cd->state = p->user_state;
     cd->heads = p->user_heads;
+    cd->wire = p->user_wire;
     memcpy(cd->fam, fam, sizeof fam);
     Est e;
     int mbs[IR_MAX_MICROBATCHES + 1], nmb = 1;
@@ -471,6 +494,7 @@ static int candidates(Search *s, Cand *cand) {
         cd->est = t, cd->heads = true, memcpy(cd->R, R, sizeof R);
       unuse(p);
     }
+    try_bf16(s, cd, false);
   }
   return nc;
 }
@@ -711,6 +735,16 @@ static void runner_up(const Search *s, Sharding **forms, PlanInfo *pi) {
   }
 }
 
+/* The axis forms A split some input's batch (first dimension) over; -1: none. */
+static int batch_axis(const Planner *p, Sharding *const *A) {
+  for (int g = 0; g < p->m->global.n; g++) {
+    const Global *gl = &p->m->global.a[g];
+    if (gl->kind == G_INPUT && A[g] && gl->type.rank > 0 && A[g]->axis[0] >= 0)
+      return A[g]->axis[0];
+  }
+  return -1;
+}
+
 /* The parallel block's forms, every other input whole. */
 static Sharding **block_forms(Planner *p) {
   return inputs_whole(p, copy_forms(p, p->user));
@@ -767,7 +801,9 @@ static void describe(Planner *p, Cand *c, double *const *ratio, int64_t layers) 
     at += (size_t)snprintf(c->what + at, n - at, ", state split over %s",
                            p->mesh->axis_name[c->state]);
   if (c->heads && !p->user_heads && at < n)
-    snprintf(c->what + at, n - at, ", attention by heads");
+    at += (size_t)snprintf(c->what + at, n - at, ", attention by heads");
+  if (c->wire != p->user_wire && at < n)
+    snprintf(c->what + at, n - at, ", gradients in %s", dtrt_wire_names[c->wire]);
 }
 
 /* Candidate c with its ratios rounded (even ones when `even`): its forms
@@ -804,7 +840,7 @@ static void try_cand(Planner *p, Cand *c, const PassRun *run) {
   c->tried = true;
   c->worst = 0;
   c->need = arena_alloc(m->arena, sizeof *c->need * (size_t)p->ndev);
-  if (!plan_trial(m, run, c->need, &c->sim))
+  if (!plan_trial(m, run, c->need, &c->sim, NULL))
     c->sim = INFINITY;
   for (int d = 0; c->sim < INFINITY && d < p->ndev; d++) {
     double mem = (double)m->cluster->dev.a[p->mesh->dev[d]].mem;
@@ -942,12 +978,14 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   simple->fam[0] = F_EVEN;
   simple->state = p->user_state;
   simple->heads = p->user_heads;
+  simple->wire = p->user_wire;
   simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
   for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
     if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
         (p->naxis < 3 || cand[c].fam[2] == F_KEEP))
       simple->forms = cand[c].forms, memcpy(simple->fam, cand[c].fam, sizeof simple->fam);
   simple->mb = 1;
+  try_bf16(&s, simple, p->naxis == 1);
   settle(&s, simple, p->naxis == 1);
   conf.simple_ruled_out = !p->propagated;
   if (dp) {
@@ -956,6 +994,8 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     dp->mb = 1;
     dp->state = p->user_state;
     dp->heads = p->user_heads;
+    dp->wire = p->user_wire;
+    try_bf16(&s, dp, false);
     settle(&s, dp, false);
   }
   for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
@@ -974,7 +1014,7 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
           con[b]->mb == con[c]->mb && con[b]->state == con[c]->state &&
-          con[b]->heads == con[c]->heads &&
+          con[b]->heads == con[c]->heads && con[b]->wire == con[c]->wire &&
           same_forms(p, con[b]->forms, con[c]->forms))
         con[c]->same = con[b];
     rivals += !con[c]->same && con[c]->est <= least * PRUNE;
@@ -1078,6 +1118,8 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     pi->candidates = nc;
     pi->mesh_report = text ? arena_printf(m->arena, "%s", text) : NULL;
     free(text);
+    pi->state_rows = kept->state >= 0 ? kept->state : batch_axis(p, kept->forms);
+    pi->state_open = state_open(p) && pi->state_rows >= 0;
     run->plan = pi;
   }
   use(p, kept);
@@ -1126,53 +1168,134 @@ static bool user_ratios(const Module *m) {
   return false;
 }
 
-/* `exchange = auto`: the plan's step simulated with the gradients exchanged
- * in each format; bf16 kept where it gains more than the noise over f32
- * (its rounding is the price of it). */
-static void choose_exchange(Module *m, PassRun *run) {
-  double t[DT_WIRE_COUNT], need[SHARD_MAX_AXIS];
-  m->exchange_auto = false;
-  for (int w = 0; w < DT_WIRE_COUNT; w++) {
-    m->exchange = w;
-    if (!plan_trial(m, run, need, &t[w]))
-      t[w] = INFINITY;
+/* The devices of m's mesh; 1 without one. */
+static int mesh_devices(const Module *m) {
+  int n = 1;
+  for (int x = 0; m->mesh.n && x < m->mesh.a[0].naxis; x++)
+    n *= m->mesh.a[0].axis_size[x];
+  return n;
+}
+
+/* `exchange = auto` where it cannot choose: on a model that is not
+ * trained, in deterministic mode, without a mesh or a cluster, or where the
+ * parallel block fixes a layout that splits no input's batch; as
+ * passes/comm.c's errors for bf16. False after an error. */
+static bool exchange_applies(const Module *m, Diag *d) {
+  /* a mesh of one device (an elastic build's smallest) exchanges nothing */
+  bool batch = m->plan == PLAN_AUTO || mesh_devices(m) == 1;
+  for (int g = 0; g < m->global.n && !batch; g++) {
+    const Global *gl = &m->global.a[g];
+    batch = gl->kind == G_INPUT && gl->shard && gl->type.rank > 0 && gl->shard->axis[0] >= 0;
   }
-  double noise = run && run->plan ? fmax(run->plan->noise, NOISE_FLOOR) : NOISE_FLOOR;
-  m->exchange = t[DT_WIRE_BF16] * (1 + noise) < t[DT_WIRE_F32] ? DT_WIRE_BF16 : DT_WIRE_F32;
-  if (run && run->plan)
-    memcpy(run->plan->exchange, t, sizeof t);
+  const char *why = NULL;
+  if (!m->train.loss)
+    why =
+        arena_printf(m->arena, "model '%s' is not trained (it has no minimize statement)", m->name);
+  else if (m->det_pieces > 1)
+    why = arena_printf(m->arena,
+                       "deterministic mode (%s:%d:%d) promises the same bits on any "
+                       "layout, and bf16's rounding where devices meet depends on the layout: "
+                       "write exchange = f32, or drop deterministic",
+                       m->det_loc.file ? m->det_loc.file->name : "?", m->det_loc.line,
+                       m->det_loc.col);
+  else if (!m->mesh.n)
+    why = "there is no mesh: split the batch of an input over a mesh axis (shard x: [dp, *])";
+  else if (!m->cluster)
+    why = arena_printf(m->arena,
+                       "model '%s' has no cluster to price them by: write exchange = "
+                       "f32 or bf16, or give it a cluster",
+                       m->name);
+  else if (!batch)
+    why = "this plan sums none over a data-parallel axis (no input's batch is split): split "
+          "the batch of an input over a mesh axis (shard x: [dp, *]), or write plan auto";
+  if (why)
+    diag_error(d, m->exchange_loc,
+               "exchange = auto chooses the format of the gradients' sums by their cost, but %s",
+               why);
+  return !why;
+}
+
+/* `exchange = auto`: the plan kept, simulated with the gradients exchanged
+ * in each format, and where the planner chose the optimizer state's split
+ * (PlanInfo.state_open), with the state split over the batch's axis and
+ * whole. The alternatives in order of preference: f32 before bf16 (whose
+ * rounding is the price of it), the planner's state before the other; the
+ * plan is the first no other that fits beats by more than the noise. */
+static void choose_exchange(Module *m, PassRun *run) {
+  PlanInfo *pi = run ? run->plan : NULL;
+  bool split = m->state_sharded;
+  int axis = m->state_axis, states[2] = {split ? axis : -1, -1}, ns = 1, n = 0;
+  if (pi && pi->state_open)
+    states[ns++] = split ? -1 : pi->state_rows;
+  PlanExchange alt[PLAN_EXCHANGES];
+  double need[SHARD_MAX_AXIS];
+  const Mesh *mesh = &m->mesh.a[0];
+  m->exchange_auto = false;
+  for (int w = 0; w < DT_WIRE_COUNT; w++)
+    for (int k = 0; k < ns; k++) {
+      PlanExchange *x = &alt[n++];
+      *x = (PlanExchange){.wire = w, .state = states[k], .step = INFINITY};
+      m->exchange = w;
+      m->state_sharded = x->state >= 0;
+      m->state_axis = x->state >= 0 ? x->state : axis;
+      if (!plan_trial(m, run, need, &x->step, &x->bytes))
+        x->step = INFINITY;
+      for (int dev = 0; dev < mesh_devices(m) && x->step < INFINITY; dev++) {
+        double mem = (double)m->cluster->dev.a[mesh->dev[dev]].mem;
+        x->over |= mem > 0 && need[dev] > mem;
+      }
+    }
+  double noise = pi ? fmax(pi->noise, NOISE_FLOOR) : NOISE_FLOOR, fastest = INFINITY;
+  for (int k = 0; k < n; k++)
+    if (!alt[k].over)
+      fastest = fmin(fastest, alt[k].step);
+  int kept = 0;
+  while (kept + 1 < n && !(!alt[kept].over && alt[kept].step <= fastest * (1 + noise)))
+    kept++;
+  if (alt[kept].over || alt[kept].step == INFINITY)
+    kept = 0;
+  m->exchange = alt[kept].wire;
+  m->state_sharded = alt[kept].state >= 0;
+  m->state_axis = alt[kept].state >= 0 ? alt[kept].state : axis;
+  if (m->state_sharded && !split)
+    m->state_loc = mesh->loc;
+  if (pi) {
+    memcpy(pi->exchange, alt, sizeof *alt * (size_t)n);
+    pi->nexchange = n;
+    pi->exchange_kept = kept;
+  }
 }
 
 bool pass_plan(Module *m, Diag *d, PassRun *run) {
   bool ok = true;
   Planner p;
+  if (m->exchange_auto && !exchange_applies(m, d))
+    return false;
   if (m->mesh.n && m->plan == PLAN_EVEN)
     ok = plan_even(m, run);
   else if (m->mesh.n && m->plan == PLAN_AUTO && plan_init(&p, m) && !user_ratios(m))
     ok = choose(&p, d, run, 0);
-  if (ok && m->exchange_auto && m->cluster && m->mesh.n)
+  if (ok && m->exchange_auto)
     choose_exchange(m, run);
   return ok;
 }
-bool plan_trial(const Module *m, const PassRun *run, double *need, double *step) {
+
+bool plan_trial(const Module *m, const PassRun *run, double *need, double *step, double *bytes) {
   Arena *a = arena_new();
   Module *copy = ir_copy(a, m);
   Diag quiet;
   diag_init_quiet(&quiet);
   bool ok = copy != NULL;
-  if (ok)
-    copy->exchange_auto = false;   /* layouts are tried in f32; choose_exchange follows */
+  if (ok) /* under exchange = auto, in the format in hand (the text says auto) */
+    copy->exchange = m->exchange, copy->exchange_auto = false;
   bool after = false;
   for (int k = 0; ok && k < pass_count; k++) {
     if (after)
       ok = pass_table[k].run(copy, &quiet, NULL) && !quiet.nerr;
     after |= !strcmp(pass_table[k].name, "plan");
   }
-  const Mesh *mesh = ok ? &copy->mesh.a[0] : NULL;
-  int ndev = 1;
-  for (int x = 0; ok && x < mesh->naxis; x++)
-    ndev *= mesh->axis_size[x];
-  for (int dev = 0; ok && dev < ndev; dev++) {
+  int ndev = ok ? mesh_devices(copy) : 0;
+  for (int dev = 0; dev < ndev; dev++) {
     need[dev] = 0;
     for (int g = 0; g < copy->global.n; g++)
       if (copy->global.a[g].kind != G_INPUT) {
@@ -1197,10 +1320,11 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step)
   }
   if (ok && step)
     ok = (*step = sim_step(copy, NULL)) >= 0;
+  if (ok && bytes)
+    *bytes = spmd_step_bytes(copy);
   arena_free(a);
   return ok;
 }
-
 
 /* ---- the report ---- */
 
@@ -1247,6 +1371,55 @@ static void report_confidence(FILE *out, const PlanInfo *pi, const char *simple)
     fprintf(out, "  kept the best plan found: it gains more than the noise over %s\n", simple);
   else
     fprintf(out, "  kept the best plan found: %s is no plan here\n", simple);
+}
+
+/* "bf16", "f32, state whole", "bf16, state split over dp": alternative x
+ * of the exchange, with its state where the planner chose that too. */
+static const char *exchange_name(const Module *m, const PlanInfo *pi, const PlanExchange *x,
+                                 char *buf, size_t n) {
+  if (!pi->state_open)
+    snprintf(buf, n, "%s", dtrt_wire_names[x->wire]);
+  else if (x->state < 0)
+    snprintf(buf, n, "%s, state whole", dtrt_wire_names[x->wire]);
+  else
+    snprintf(buf, n, "%s, state split over %s", dtrt_wire_names[x->wire],
+             m->mesh.a[0].axis_name[x->state]);
+  return buf;
+}
+
+/* exchange = auto: each alternative's simulated step and bytes, and why
+ * the plan is the one kept. */
+static void report_exchange(FILE *out, const Module *m, const PlanInfo *pi) {
+  if (!pi->nexchange)
+    return;
+  const PlanExchange *kept = &pi->exchange[pi->exchange_kept], *fastest = kept;
+  char b1[96], b2[96];
+  fputs("  exchange = auto: the plan simulated with each gradient exchange (its step; the "
+        "bytes device 0 sends a step)\n",
+        out);
+  for (int k = 0; k < pi->nexchange; k++) {
+    const PlanExchange *x = &pi->exchange[k];
+    fprintf(out, "  %s %-34s ", x == kept ? "*" : " ", exchange_name(m, pi, x, b1, sizeof b1));
+    if (x->step == INFINITY) {
+      fputs("fails in the passes\n", out);
+      continue;
+    }
+    fprintf(out, "%9.4f ms  %12s%s\n", x->step * 1e3, ir_bytes_str(x->bytes, b2, sizeof b2),
+            x->over ? "  (OVER a device's memory)" : "");
+    if (!x->over && x->step < fastest->step)
+      fastest = x;
+  }
+  double noise = fmax(pi->noise, NOISE_FLOOR);
+  exchange_name(m, pi, kept, b1, sizeof b1);
+  if (kept != pi->exchange)
+    fprintf(out, "  kept %s: it gains %.3fx over %s, more than the noise (%.1f%%)\n", b1,
+            pi->exchange[0].step / kept->step, exchange_name(m, pi, pi->exchange, b2, sizeof b2),
+            noise * 100);
+  else if (fastest != kept)
+    fprintf(out, "  kept %s: %s gains %.3fx, within the noise (%.1f%%)\n", b1,
+            exchange_name(m, pi, fastest, b2, sizeof b2), kept->step / fastest->step, noise * 100);
+  else
+    fprintf(out, "  kept %s: no other is faster\n", b1);
 }
 
 void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
@@ -1307,13 +1480,6 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi) {
           m->cluster->dev.a[mesh->dev[pi->bottleneck]].name);
   if (m->plan == PLAN_AUTO)
     report_confidence(out, pi, mesh->naxis > 1 ? "the parallel block's forms" : "even data parallel");
-  if (pi->exchange[DT_WIRE_F32] > 0) {
-    double f = pi->exchange[DT_WIRE_F32], b = pi->exchange[DT_WIRE_BF16];
-    fprintf(out, "  exchange = auto: the gradients in f32 %.4f ms, in bf16 %.4f ms (simulated); "
-            "kept %s\n", f * 1e3, b * 1e3,
-            m->exchange == DT_WIRE_BF16 ? "bf16: it gains more than the noise"
-            : b < f ? "f32: bf16 gains within the noise"
-                    : "f32: bf16 gains nothing here");
-  }
+  report_exchange(out, m, pi);
   fputc('\n', out);
 }

@@ -92,10 +92,22 @@ static unsigned next_mask(const Est *e, int s, int M) {
   return left ? (unsigned)__builtin_ctz(left) : NMASK;
 }
 
+/* Whether step st of a reshard of x is a gradient exchange that `exchange =
+ * bf16` sends in bf16 (passes/comm.c): a sum over an axis that splits the
+ * batch of a value of the step that reaches an update only. */
+static bool in_bf16(const Planner *p, const Inst *x, const ShardStep *st) {
+  const Func *f = p->step;
+  return p->m->exchange == DT_WIRE_BF16 && p->reach &&
+         (st->op == OP_all_reduce || st->op == OP_reduce_scatter) && x->id < f->inst.n &&
+         f->inst.a[x->id] == x && p->reach[x->id] == COMM_REACH_UPDATE &&
+         (comm_batch_axes(p->m) >> st->axis & 1u);
+}
+
 /* Seconds of step st of a reshard of x: the slowest group of its axis. */
 static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
   Module *m = p->m;
   int ax = st->axis, k = p->size[ax];
+  bool half = in_bf16(p, x, st);
   int *members = malloc(sizeof *members * (size_t)k);
   double *b = malloc(sizeof *b * (size_t)k);
   int64_t *len = malloc(sizeof *len * (size_t)k);
@@ -121,7 +133,15 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
       for (int j = 0; j < k; j++)
         b[j] = (double)len[j] * unit;
     }
-    worst = fmax(worst, comm_best(m, st->op, bytes, b, members, k, NULL));
+    double pack = 0;
+    if (half) { /* 2 bytes an element on the wire, and the packing pass */
+      ir_local_type(m, &st->before, &x->type, d, &local, NULL);
+      pack = comm_pack_time(m, (double)type_elems(&local), members, k);
+      bytes /= 2;
+      for (int j = 0; j < k && st->op == OP_reduce_scatter; j++)
+        b[j] /= 2;
+    }
+    worst = fmax(worst, comm_best(m, st->op, bytes, b, members, k, NULL) + pack);
   }
   free(members);
   free(b);
@@ -1076,8 +1096,13 @@ bool plan_init(Planner *p, Module *m) {
   p->state = p->user_state = m->state_sharded ? m->state_axis : -1;
   p->user_heads = m->attn_heads;
   p->heads_open = !m->attn_loc.file;
+  p->user_wire = m->exchange;
+  p->exchange_open = m->exchange_auto && m->train.loss && m->det_pieces <= 1 &&
+                     m->train.opt != OPT_DEMO;   /* DeMo exchanges momenta, not gradients */
   if (!p->step || p->ndev > SHARD_MAX_AXIS || p->ndev < 1)
     return false;
+  if (ir_func_is(p->step, "train_step"))
+    p->reach = comm_reach(m, p->step);
   Arena *a = m->arena;
   p->coord = arena_alloc(a, sizeof *p->coord * (size_t)p->ndev * IR_MAX_MESH_AXES);
   p->placed_mem = arena_alloc(a, sizeof *p->placed_mem * (size_t)p->ndev);

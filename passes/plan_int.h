@@ -70,6 +70,10 @@ typedef struct Planner {
                                    in the forms evaluated, and in the parallel block's; -1: none */
   unsigned placed_axes;         /* the axes some table is placed whole over (Placed) */
   bool user_heads, heads_open;  /* the block's `attention = heads`; whether it leaves that open */
+  int user_wire;                /* the block's exchange format (Module.exchange) ... */
+  bool exchange_open;           /* ... and whether it leaves it to the planner (exchange = auto) */
+  const unsigned char *reach;   /* by id: what the step's values reach (comm_reach); NULL: no
+                                   training step */
   const Inst *remat;            /* a forward loop of the step the estimate counts as
                                    recomputing its forward in the backward; NULL: none */
   VEC(double) t, w, mem;

@@ -637,7 +637,8 @@ static const Func *copy_of(const Module *m, const char *name, int dev) {
 }
 
 /* The collectives of f, a loop's body's each time it runs (times: the
- * iterations f runs), into *total bytes and *n collectives per step. */
+ * iterations f runs), onto out (NULL: counted only), into *total bytes and
+ * *n collectives per step. */
 static void report_func(FILE *out, const Module *m, const Func *f, int64_t times, double *total,
                         int64_t *n) {
   for (int k = 0; k < f->inst.n; k++) {
@@ -647,10 +648,14 @@ static void report_func(FILE *out, const Module *m, const Func *f, int64_t times
     if (ir_ops[c->op].kind != K_COMM && c->op != OP_ring_sdpa && c->op != OP_ring_sdpa_lse &&
         c->op != OP_ring_sdpa_grad)
       continue;
+    double b = spmd_comm_bytes(c);
+    *total += b * (double)times;
+    *n += times;
+    if (!out)
+      continue;
     char t[128], at[300] = "?";
     if (c->loc.file)
       snprintf(at, sizeof at, "%s:%d", c->loc.file->name, c->loc.line);
-    double b = spmd_comm_bytes(c);
     fprintf(out, "  %-14s over %-6s %-18s %-24s ", ir_ops[c->op].name,
             m->mesh.a[0].axis_name[ir_get_int(c, "axis", 0)], type_str(&c->in[0]->type, t, sizeof t),
             at);
@@ -662,9 +667,16 @@ static void report_func(FILE *out, const Module *m, const Func *f, int64_t times
     if (times > 1)
       fprintf(out, ", %lld times (in @%s)", (long long)times, f->name);
     fputc('\n', out);
-    *total += b * (double)times;
-    *n += times;
   }
+}
+
+double spmd_step_bytes(const Module *m) {
+  const Func *f = copy_of(m, "train_step", 0);
+  double total = 0;
+  int64_t n = 0;
+  if (f)
+    report_func(NULL, m, f, 1, &total, &n);
+  return total;
 }
 
 static void report_collectives(FILE *out, const Module *m, const char *name) {
