@@ -211,6 +211,7 @@ typedef struct Cand {
   int mb;
   int state;                /* the axis its optimizer state is split over; -1: none */
   bool heads;               /* its attentions split their heads, not a ring (heads.c) */
+  bool either;              /* ... a ring the planner may take by heads instead (or back) */
   double est;               /* the estimate; once settled, with the rounded ratios */
   double comm;              /* ... of which in collectives */
   double *predicted;        /* each device's memory, as estimated */
@@ -462,7 +463,8 @@ static int candidates(Search *s, Cand *cand) {
         cd->est = t, cd->state = rows, memcpy(cd->R, R, sizeof R);
       unuse(p);
     }
-    if (p->heads_open && e.ring >= 0) {   /* heads instead of a ring, where they gain */
+    cd->either = p->heads_open && e.ring >= 0;
+    if (cd->either) {   /* heads instead of a ring, where they gain */
       Ratios R;
       use(p, cd);
       p->m->attn_heads = true;
@@ -920,8 +922,8 @@ static bool no_plan(Planner *p, Diag *d, PassRun *run, const Cand *stages) {
 static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   Module *m = p->m;
   Search s = {.p = p};
-  Cand *cand = arena_alloc(m->arena, sizeof *cand * (MAX_CANDS + 2));
-  int nc = candidates(&s, cand), nf = 0;
+  Cand *cand = arena_alloc(m->arena, sizeof *cand * (MAX_CANDS + 2 + NFINAL));
+  int nc = candidates(&s, cand), nf = 0, nt = 0;
   const Cand *stages = NULL;
   for (int c = 0; c < nc; c++)
     if (cand[c].fam[0] == F_STAGES && p->naxis == 1)
@@ -958,18 +960,32 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     dp->heads = p->user_heads;
     settle(&s, dp, false);
   }
-  for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
+  /* A candidate whose attention may be a ring or the heads split has a twin
+   * taking the other, for the simulator to weigh: the estimate counts a
+   * causal ring's work in linear shares, where its last block does most */
+  Cand *twin = &cand[nc + 2];
+  for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++) {
+    if (cand[nf].either) {
+      twin[nt] = cand[nf];
+      twin[nt].heads = !twin[nt].heads;
+      settle(&s, &twin[nt++], false);
+    }
     settle(&s, &cand[nf], false);
+  }
   double least = fmin(simple->est, dp ? dp->est : INFINITY);
   for (int c = 0; c < nf; c++)
     least = fmin(least, cand[c].est);
-  Cand *con[NFINAL + 2];
+  for (int c = 0; c < nt; c++)
+    least = fmin(least, twin[c].est);
+  Cand *con[2 * NFINAL + 2];
   int ncon = 0, rivals = 0;
   con[ncon++] = simple;
   if (dp)
     con[ncon++] = dp;
   for (int c = 0; c < nf; c++)
     con[ncon++] = &cand[c];
+  for (int c = 0; c < nt; c++)
+    con[ncon++] = &twin[c];
   for (int c = 0; c < ncon; c++) {   /* an earlier contender of the same forms stands for it */
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
@@ -995,9 +1011,13 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   }
   /* the best: the fastest that fits; then the simplest within the noise */
   Cand *best = NULL;
-  for (int c = 0; c < nf; c++)
-    if (step_of(&cand[c]) < INFINITY && (!best || step_of(&cand[c]) < step_of(best)))
-      best = &cand[c];
+  for (int c = 0; c < nf + nt; c++) {   /* a twin where the passes take it */
+    Cand *x = c < nf ? &cand[c] : &twin[c - nf];
+    if (c >= nf && (!x->tried || x->sim == INFINITY))
+      continue;
+    if (step_of(x) < INFINITY && (!best || step_of(x) < step_of(best)))
+      best = x;
+  }
   if (!best) {   /* nothing fits: the estimate corrected by the memory plans */
     bool over = false;
     for (int c = 0; c < ncon && round < MEMORY_ROUNDS; c++)
