@@ -20,7 +20,8 @@
  * a copy and corrects the count. On more axes, the best few by the estimate
  * and the block's own forms are compiled on a copy, simulated and memory
  * planned; the fastest that fits is kept, the block's forms unless beaten
- * by more than NOISE_FLOOR.
+ * by more than NOISE_FLOOR. A candidate whose attention the block leaves
+ * open, a ring, goes with its twin by heads (or back), both simulated.
  *
  * Requires: @train_step (passes/autodiff.c; @forward for an inference-only
  * model), the parallel block's shardings (Global.shard), no propagation yet.
