@@ -20,7 +20,8 @@
  * a copy and corrects the count. On more axes, the best few by the estimate
  * and the block's own forms are compiled on a copy, simulated and memory
  * planned; the fastest that fits is kept, the block's forms unless beaten
- * by more than NOISE_FLOOR.
+ * by more than NOISE_FLOOR. A candidate whose attention the block leaves
+ * open, a ring, goes with its twin by heads (or back), both simulated.
  *
  * Requires: @train_step (passes/autodiff.c; @forward for an inference-only
  * model), the parallel block's shardings (Global.shard), no propagation yet.
@@ -212,6 +213,7 @@ typedef struct Cand {
   int state;                /* the axis its optimizer state is split over; -1: none */
   bool heads;               /* its attentions split their heads, not a ring (heads.c) */
   int wire;                 /* the format of its gradient exchange (DtWire) */
+  bool either;              /* ... a ring the planner may take by heads instead (or back) */
   double est;               /* the estimate; once settled, with the rounded ratios */
   double comm;              /* ... of which in collectives */
   double *predicted;        /* each device's memory, as estimated */
@@ -485,7 +487,8 @@ static int candidates(Search *s, Cand *cand) {
         cd->est = t, cd->state = rows, memcpy(cd->R, R, sizeof R);
       unuse(p);
     }
-    if (p->heads_open && e.ring >= 0) {   /* heads instead of a ring, where they gain */
+    cd->either = p->heads_open && e.ring >= 0;
+    if (cd->either) {   /* heads instead of a ring, where they gain */
       Ratios R;
       use(p, cd);
       p->m->attn_heads = true;
@@ -956,8 +959,8 @@ static bool no_plan(Planner *p, Diag *d, PassRun *run, const Cand *stages) {
 static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   Module *m = p->m;
   Search s = {.p = p};
-  Cand *cand = arena_alloc(m->arena, sizeof *cand * (MAX_CANDS + 2));
-  int nc = candidates(&s, cand), nf = 0;
+  Cand *cand = arena_alloc(m->arena, sizeof *cand * (MAX_CANDS + 2 + NFINAL));
+  int nc = candidates(&s, cand), nf = 0, nt = 0;
   const Cand *stages = NULL;
   for (int c = 0; c < nc; c++)
     if (cand[c].fam[0] == F_STAGES && p->naxis == 1)
@@ -998,18 +1001,32 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     try_bf16(&s, dp, false);
     settle(&s, dp, false);
   }
-  for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++)
+  /* A candidate whose attention may be a ring or the heads split has a twin
+   * taking the other, for the simulator to weigh: the estimate counts a
+   * causal ring's work in linear shares, where its last block does most */
+  Cand *twin = &cand[nc + 2];
+  for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++) {
+    if (cand[nf].either) {
+      twin[nt] = cand[nf];
+      twin[nt].heads = !twin[nt].heads;
+      settle(&s, &twin[nt++], false);
+    }
     settle(&s, &cand[nf], false);
+  }
   double least = fmin(simple->est, dp ? dp->est : INFINITY);
   for (int c = 0; c < nf; c++)
     least = fmin(least, cand[c].est);
-  Cand *con[NFINAL + 2];
+  for (int c = 0; c < nt; c++)
+    least = fmin(least, twin[c].est);
+  Cand *con[2 * NFINAL + 2];
   int ncon = 0, rivals = 0;
   con[ncon++] = simple;
   if (dp)
     con[ncon++] = dp;
   for (int c = 0; c < nf; c++)
     con[ncon++] = &cand[c];
+  for (int c = 0; c < nt; c++)
+    con[ncon++] = &twin[c];
   for (int c = 0; c < ncon; c++) {   /* an earlier contender of the same forms stands for it */
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
@@ -1035,9 +1052,13 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   }
   /* the best: the fastest that fits; then the simplest within the noise */
   Cand *best = NULL;
-  for (int c = 0; c < nf; c++)
-    if (step_of(&cand[c]) < INFINITY && (!best || step_of(&cand[c]) < step_of(best)))
-      best = &cand[c];
+  for (int c = 0; c < nf + nt; c++) {   /* a twin where the passes take it */
+    Cand *x = c < nf ? &cand[c] : &twin[c - nf];
+    if (c >= nf && (!x->tried || x->sim == INFINITY))
+      continue;
+    if (step_of(x) < INFINITY && (!best || step_of(x) < step_of(best)))
+      best = x;
+  }
   if (!best) {   /* nothing fits: the estimate corrected by the memory plans */
     bool over = false;
     for (int c = 0; c < ncon && round < MEMORY_ROUNDS; c++)
