@@ -470,6 +470,11 @@ typedef enum DtConvKind { DT_CONV_FWD, DT_CONV_DX, DT_CONV_DW } DtConvKind;
  * kernel sizes the block by it. 0 for shapes it would refuse. */
 int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
                                 const DtTensor *y, const DtAttrs *a, bool gemm);
+/* Whether this CPU runs that convolution directly (AVX-512 and a shape
+ * that allows it), without matrix products and so without the GEMM's
+ * scratch slot. */
+bool dtrt_conv_direct(DtConvKind kind, const DtTensor *x, const DtTensor *w, const DtTensor *y,
+                      const DtAttrs *a);
 /* The bytes of the same scratch block that the attention kernels hold on
  * one thread for q and k (dims only): sdpa's and sdpa_lse's (grad false) k
  * transposed; sdpa_grad's k and v transposed and rowsums; each further
