@@ -5,7 +5,7 @@
  * and its derivative, cross entropy and its derivative, and the others the
  * gpt step calls (causal mask, dropout, transpose, the bias gradient's sum)
  * through libdtrt (dtrt_k_NAME on a context of its own), and torch's gather,
- * its scatter-add, cumsum, tril and i32 arithmetic; the optimizers'
+ * its scatter-add, cumsum, tril, one_hot, i32 arithmetic and where; the optimizers'
  * updates (AdamW, SGD with momentum) as dtc generates them (the models
  * opt_*, bench/opt_*.ir.in). Beside each run, interleaved so that both see
  * the same load, a copy and a triad (a = b + s c) of as many bytes on the
@@ -22,18 +22,27 @@
  *   (gather_grad also of two long rows, which the threads split by place)
  *   the same along dim 0 (x read, or dx added to, at random)       12 n
  *   cumsum, tril, int_elem                                8 n
+ *   one_hot (ids [B T] in, f32 [B T, D] out)              4 n + 4 rows
+ *   int_where (mask, x, y in, i32 out)                    16 n
  *   adamw: w, g, m, v in, w, m, v out                     28 n
  *   sgd with momentum: w, g, m in, w, m out               20 n
  *
  * and STREAM's: copy 8 bytes an element, triad 12 (no write-allocate
  * counted: a kernel writing a fresh output pays it as the copy does, while
  * the updates write back what they read and do not, so they may beat the
- * copy). One JSON line per kernel: medians in ms with their range, GB/s,
- * kernel_over_copy (the kernel's time over the copy's at equal bytes, of the
- * medians) and kernel_over_copy_best (of the shortest runs: when other
- * processes hold a CPU, a run on the pool waits for it, and the medians of
- * both sides swing with the load) and the 1-minute load average before and
- * after.
+ * copy). A scatter-add adds to its destination: along the last axis each
+ * row of dx is cleared and added to in cache, so its bound stays 12 n, a
+ * copy's (index and dy read, dx written once, paying its write-allocate as
+ * the copy's destination does: 1.5 copies only if dx's read were counted
+ * and index's not); along dim 0 the adds reach the whole of dx at random
+ * places, read and written: 16 n, 4/3 of a copy. One JSON line
+ * per kernel: medians in ms with their range, GB/s, kernel_over_copy (the
+ * kernel's time over the copy's at equal bytes, of the medians),
+ * kernel_over_bound (over the copy's time at the bound's bytes: 1 is as
+ * fast as the memory allows) and kernel_over_copy_best (of the shortest
+ * runs: when other processes hold a CPU, a run on the pool waits for it,
+ * and the medians of both sides swing with the load) and the 1-minute load
+ * average before and after.
  *
  *     build/bench/kernels [REPS] [--only=PREFIX]
  */
@@ -55,6 +64,7 @@ typedef struct Case {
   char shape[64];
   const char *from; /* "libdtrt" or "generated" */
   double bytes;
+  double bound;     /* the bytes of its bandwidth bound; 0: bytes */
   DtKernelFn k; /* a kernel of libdtrt, or */
   DtTensor in[3], out;
   int nin;
@@ -249,6 +259,7 @@ static void gather_grad_dim0(Case *c) {
   gather_grad(c);
   ids(c, 0, act[0]);
   c->a.i[0] = 0;
+  c->bound = 16.0 * numel(&c->out);
 }
 
 /* cumsum over T of [B, T, D] */
@@ -262,6 +273,27 @@ static void cumsum(Case *c) {
 static void tril(Case *c) {
   kernel(c, dtrt_k_tril, 3, att, 1);
   c->bytes = 8.0 * numel(&c->out);
+}
+
+/* one_hot of B T ids among D classes: ids in, f32[B T, D] out */
+static void one_hot(Case *c) {
+  kernel(c, dtrt_k_one_hot, 2, act, 1);
+  c->in[0].rank = 1;
+  ids(c, 0, act[1]);
+  c->a = (DtAttrs){.i = {act[1]}, .ni = 1};
+  c->bytes = 4.0 * act[0] + 4.0 * numel(&c->out);
+}
+
+/* where(mask, x, y) of i32 values [B T, D]: mask, x and y in, i32 out */
+static void int_where(Case *c) {
+  kernel(c, dtrt_k_int_where, 2, act, 3);
+  ids(c, 1, 1000);
+  ids(c, 2, 1000);
+  float *m = c->in[0].data;
+  for (int64_t i = 0; i < numel(&c->in[0]); i++)
+    m[i] = m[i] > 0;
+  c->out.dtype = DTRT_I32;
+  c->bytes = 16.0 * numel(&c->out);
 }
 
 /* ids - 1 over 1M i32 */
@@ -318,6 +350,8 @@ static const struct {
     {"cumsum", cumsum},
     {"tril", tril},
     {"int_elem", int_elem},
+    {"one_hot", one_hot},
+    {"int_where", int_where},
     {"adamw", adamw_1m},
     {"adamw", adamw_4m},
     {"sgd_momentum", sgd_1m},
@@ -428,16 +462,17 @@ int main(int argc, char **argv) {
     }
     getloadavg(load1, 3);
     double k = median(tk, reps), cp = median(tc, reps), tr = median(tt, reps);
-    double cbytes = 8.0 * s.n, tbytes = 12.0 * t.n;
+    double cbytes = 8.0 * s.n, tbytes = 12.0 * t.n, bound = c.bound > 0 ? c.bound : c.bytes;
     printf("{\"bench\": \"kernels\", \"kernel\": \"%s\", \"runs\": \"%s\", \"shape\": \"%s\", "
            "\"threads\": %d, \"reps\": %d, \"mbytes\": %.3f, \"ms\": %.4f, \"ms_min\": %.4f, "
            "\"ms_max\": %.4f, \"gbps\": %.2f, \"copy_ms\": %.4f, \"copy_ms_min\": %.4f, "
            "\"copy_gbps\": %.2f, \"triad_gbps\": %.2f, \"kernel_over_copy\": %.3f, "
-           "\"kernel_over_copy_best\": %.3f, \"load_before\": %.2f, "
-           "\"load_after\": %.2f}\n",
+           "\"kernel_over_bound\": %.3f, \"kernel_over_copy_best\": %.3f, "
+           "\"load_before\": %.2f, \"load_after\": %.2f}\n",
            cases[i].name, c.from, c.shape, threads, reps, c.bytes / 1e6, k, tk[0], tk[reps - 1],
            c.bytes / k / 1e6, cp, tc[0], cbytes / cp / 1e6, tbytes / tr / 1e6,
-           k / (cp * c.bytes / cbytes), tk[0] / (tc[0] * c.bytes / cbytes), load0[0], load1[0]);
+           k / (cp * c.bytes / cbytes), k / (cp * bound / cbytes),
+           tk[0] / (tc[0] * c.bytes / cbytes), load0[0], load1[0]);
     fflush(stdout);
     stream_free(&s);
     case_free(&c);

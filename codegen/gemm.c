@@ -995,11 +995,54 @@ bool cg_conv_gemm(CgMatmul how, const Inst *x) {
          how != CG_MATMUL_BLAS;
 }
 
+/* The dims of operand k of x (-1: its result). */
+static DtTensor dims_of(const Inst *x, int k) {
+  const Type *t = k < 0 ? &x->type : &x->in[k]->type;
+  DtTensor r = {.rank = t->rank};
+  for (int d = 0; d < t->rank; d++)
+    r.dim[d] = t->dim[d];
+  return r;
+}
+
+/* which operand (-1: the result) is x, w and y of each convolution's products */
+static const struct {
+  int op;
+  DtConvKind kind;
+  int x, w, y;
+} conv[] = {{OP_conv2d, DT_CONV_FWD, 0, 1, -1},
+            {OP_conv2d_grad_input, DT_CONV_DX, -1, 0, 1},
+            {OP_conv2d_grad_weight, DT_CONV_DW, 0, -1, 1}};
+
+/* The convolution x as the runtime sees it: its kind, the dims of its x, w
+ * and y, its int attributes; false when x is not one of conv[]. */
+static bool conv_of(const Inst *x, DtConvKind *kind, DtTensor t[3], DtAttrs *a) {
+  for (int c = 0; c < COUNTOF(conv); c++)
+    if ((int)x->op == conv[c].op) {
+      *kind = conv[c].kind;
+      t[0] = dims_of(x, conv[c].x), t[1] = dims_of(x, conv[c].w), t[2] = dims_of(x, conv[c].y);
+      ir_kernel_attrs(x, a);
+      return true;
+    }
+  return false;
+}
+
+/* Whether convolution x runs directly on this CPU: no products, no GEMM
+ * scratch (dtrt_conv_direct). */
+static bool conv_direct(const Inst *x) {
+  DtConvKind kind;
+  DtTensor t[3];
+  DtAttrs a;
+  return conv_of(x, &kind, t, &a) && dtrt_conv_direct(kind, &t[0], &t[1], &t[2], &a);
+}
+
 /* The most scratch a slot of convolution x's products takes: as
  * kernels_conv.c makes them, per group, on the columns of a chunk of the
  * batch (at most all of it, which bounds the chunk's), or without groups
- * the forward ones and dx's as a batch of one product per sample. */
+ * the forward ones and dx's as a batch of one product per sample; none
+ * when it runs directly. */
 static int64_t conv_slot_bytes(const Blocking *bk, const Inst *x) {
+  if (conv_direct(x))
+    return 0;
   const Type *w = x->op == OP_conv2d ? &x->in[1]->type
                   : x->op == OP_conv2d_grad_input ? &x->in[0]->type : &x->type;
   const Type *y = x->op == OP_conv2d ? &x->type : &x->in[1]->type;
@@ -1037,33 +1080,17 @@ int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *trip
   return most;
 }
 
-/* The dims of operand k of x (-1: its result). */
-static DtTensor dims_of(const Inst *x, int k) {
-  const Type *t = k < 0 ? &x->type : &x->in[k]->type;
-  DtTensor r = {.rank = t->rank};
-  for (int d = 0; d < t->rank; d++)
-    r.dim[d] = t->dim[d];
-  return r;
-}
-
 int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how) {
-  /* which operand (-1: the result) is x, w and y of each product */
-  static const struct { int op; DtConvKind kind; int x, w, y; } conv[] = {
-    {OP_conv2d, DT_CONV_FWD, 0, 1, -1},
-    {OP_conv2d_grad_input, DT_CONV_DX, -1, 0, 1},
-    {OP_conv2d_grad_weight, DT_CONV_DW, 0, -1, 1}};
   int64_t most = 0;
   for (int k = 0; k < m->func.n; k++) {
     const Func *f = m->func.a[k];
     for (int i = 0; f->device == dev && i < f->inst.n; i++) {
       const Inst *x = f->inst.a[i];
-      for (int c = 0; c < 3; c++) {
-        if ((int)x->op != conv[c].op)
-          continue;
-        DtTensor cx = dims_of(x, conv[c].x), cw = dims_of(x, conv[c].w), cy = dims_of(x, conv[c].y);
-        DtAttrs a;
-        ir_kernel_attrs(x, &a);
-        int64_t b = dtrt_conv_scratch_bytes(conv[c].kind, &cx, &cw, &cy, &a, cg_conv_gemm(how, x));
+      DtConvKind kind;
+      DtTensor t[3];
+      DtAttrs a;
+      if (conv_of(x, &kind, t, &a)) {
+        int64_t b = dtrt_conv_scratch_bytes(kind, &t[0], &t[1], &t[2], &a, cg_conv_gemm(how, x));
         most = b > most ? b : most;
       }
       bool ring = x->op == OP_ring_sdpa || x->op == OP_ring_sdpa_lse || x->op == OP_ring_sdpa_grad;

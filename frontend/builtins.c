@@ -154,13 +154,13 @@ bool ints_arg(Ctx *c, const Expr *e, const char *what, int64_t *out, int *n) {
 
 /* Each lowering named in builtins.def, declared from it: one missing is a
  * link error. */
-#define BUILTIN(name, op, lower, ntensor, nreq, ...) LowerFn lower_##lower;
+#define BUILTIN(name, op, lower, tensors, nreq, ...) LowerFn lower_##lower;
 #include "builtins.def"
 
 static const Builtin builtins[] = {
-#define BUILTIN(name, op, lower, ntensor, nreq, ...)                                      \
-  {#name, op, lower_##lower, ntensor, nreq, COUNTOF(((const char *[]){__VA_ARGS__})), \
-   {__VA_ARGS__}},
+#define BUILTIN(name, op, lower, tensors, nreq, ...)                                      \
+  {#name, op, lower_##lower, tensors, (int)sizeof(tensors) - 1, nreq,                     \
+   COUNTOF(((const char *[]){__VA_ARGS__})), {__VA_ARGS__}},
 #include "builtins.def"
 };
 
@@ -169,6 +169,15 @@ const Builtin *find_builtin(const char *name) {
     if (!strcmp(builtins[k].name, name))
       return &builtins[k];
   return NULL;
+}
+
+bool f32_arg(Ctx *c, const char *fn, const char *what, const Expr *e, const Inst *x) {
+  if (x->type.dtype == DT_F32)
+    return true;
+  char buf[128];
+  diag_error(c->d, e->loc, "'%s' needs an f32 %s, not %s", fn, what,
+             type_str(&x->type, buf, sizeof buf));
+  return false;
 }
 
 /* One of n names: its index into *out. */
@@ -211,7 +220,7 @@ Inst *lower_call(Ctx *c, const Expr *e) {
                fe_did_you_mean(c->a, e->s, cand, COUNTOF(builtins) + c->prog->nblk));
     return NULL;
   }
-  if (b->ntensor < 0)
+  if (b->tensors[0] == '*')
     return b->lower(c, e, b, NULL, NULL);
   const char *param[COUNTOF(b->param)];
   int n = 0, npos = -1;   /* params after a "*" are given by name only */
@@ -225,10 +234,17 @@ Inst *lower_call(Ctx *c, const Expr *e) {
     return NULL;
   Inst *in[COUNTOF(b->param)] = {0};
   bool ok = true;
-  for (int k = 0; k < b->ntensor; k++)
-    if (arg[k]) {
-      in[k] = lower_expr(c, arg[k]);
-      ok &= in[k] != NULL;
+  for (int k = 0; k < b->ntensor; k++) {
+    if (!arg[k] || !(in[k] = lower_expr(c, arg[k]))) {
+      ok &= !arg[k];
+      continue;
     }
+    bool input = !strcmp(param[k], "x") || !strcmp(param[k], "input");
+    if (b->tensors[k] == 'f')
+      ok &= f32_arg(c, b->name, input ? "input" : arena_printf(c->a, "'%s'", param[k]), arg[k],
+                    in[k]);
+    else if (b->tensors[k] == 'p' && in[k]->type.dtype == DT_I32)
+      ok &= (in[k] = op1(c, OP_to_f32, arg[k]->loc, in[k])) != NULL;
+  }
   return ok ? b->lower(c, e, b, in, arg) : NULL;
 }

@@ -82,6 +82,9 @@ Inst *lower_expr(Ctx *c, const Expr *e) {
     Inst *y = lower_expr(c, e->rhs);
     if (!x || !y)
       return NULL;
+    if (e->op == '@' && !(f32_arg(c, "@", "left operand", e->lhs, x) &
+                          f32_arg(c, "@", "right operand", e->rhs, y)))
+      return NULL;
     if (e->op != '@' && (x->type.dtype == DT_I32 || y->type.dtype == DT_I32))
       return lower_int_binary(c, e, x, y);
     return lower_binary(c, e, x, y);

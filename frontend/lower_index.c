@@ -130,6 +130,30 @@ Inst *lower_int_neg(Ctx *c, Loc at, Inst *x) {
   return int_op(c, at, DT_INT_SUB, (Side){NULL, 0}, (Side){x, 0});
 }
 
+Inst *lower_int_relu(Ctx *c, Loc at, Inst *x) {
+  return int_op(c, at, DT_INT_MAX, (Side){x, 0}, (Side){NULL, 0});
+}
+
+Inst *lower_int_abs(Ctx *c, Loc at, Inst *x) {
+  Inst *n = lower_int_neg(c, at, x);
+  return n ? int_op(c, at, DT_INT_MAX, (Side){x, 0}, (Side){n, 0}) : NULL;
+}
+
+Inst *lower_int_clamp(Ctx *c, const Expr *e, Inst *x, Expr *const *bound, bool *promote) {
+  int64_t k[2];
+  bool bad = false;
+  *promote = false;
+  for (int j = 0; j < 2; j++)
+    if (bound[j] && !(is_number(c, bound[j]) && int_const(c, bound[j], &k[j], &bad))) {
+      *promote = !bad;
+      return NULL;
+    }
+  for (int j = 0; j < 2 && x; j++)
+    if (bound[j])
+      x = int_op(c, e->loc, j ? DT_INT_MIN : DT_INT_MAX, (Side){x, 0}, (Side){NULL, k[j]});
+  return x;
+}
+
 /* floor_divide(input, other) and remainder(input, other) as torch's on
  * integer tensors: Python's // (rounding down) and % (the sign of other);
  * other an i32 tensor or an integer. A zero divisor is the step's error, as
@@ -184,15 +208,6 @@ static bool need_i32(Ctx *c, const Expr *e, const Inst *x, const char *fn, const
   return false;
 }
 
-static bool need_f32(Ctx *c, const Expr *e, const Inst *x, const char *fn, const char *what) {
-  if (x->type.dtype == DT_F32)
-    return true;
-  char buf[128];
-  diag_error(c->d, e->loc, "'%s' of '%s' must be f32, not %s", what, fn,
-             type_str(&x->type, buf, sizeof buf));
-  return false;
-}
-
 /* gather(input, dim, index) as torch.gather: out[i][j][k] = input[index[i]
  * [j][k]][j][k] for dim 0, and so on; index i32 of input's rank, no longer
  * than input in the other dims; out has index's shape. An index outside
@@ -202,8 +217,7 @@ Inst *lower_gather(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
   (void)b;
   Inst *x = in[0], *ix = lower_expr(c, arg[2]);
   int64_t ax;
-  if (!ix || !need_f32(c, arg[0], x, "gather", "input") ||
-      !need_i32(c, arg[2], ix, "gather", "index") || !axis_arg(c, arg[1], x, &ax))
+  if (!ix || !need_i32(c, arg[2], ix, "gather", "index") || !axis_arg(c, arg[1], x, &ax))
     return NULL;
   char b1[128], b2[128];
   bool fits = ix->type.rank == x->type.rank;

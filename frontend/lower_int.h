@@ -150,7 +150,9 @@ struct Builtin {
   const char *name;
   Op op;                 /* the op it names; OP_COUNT: several or none */
   LowerFn *lower;
-  int ntensor;           /* leading parameters that are tensors; -1: lower binds */
+  const char *tensors;   /* a letter per leading tensor param: f, p or a
+                            (builtins.def); "*": lower binds */
+  int ntensor;           /* strlen(tensors) */
   int nreq;              /* leading parameters that are required */
   int nparam;
   const char *param[10];
@@ -176,6 +178,10 @@ bool axis_arg(Ctx *c, const Expr *e, const Inst *x, int64_t *out);
 bool dim_ok(Ctx *c, int64_t v, Loc at);
 /* A list of at most IR_MAX_RANK integers, as in [B, 16, 64]. */
 bool ints_arg(Ctx *c, const Expr *e, const char *what, int64_t *out, int *n);
+/* Whether x, the tensor `what` (as in "input", "'weight'") of fn given at e,
+ * is f32; a located error otherwise. The one check of builtins.def's "f"
+ * params and of the operands of '@'. */
+bool f32_arg(Ctx *c, const char *fn, const char *what, const Expr *e, const Inst *x);
 /* One of n names: its index into *out. */
 bool choice_in(Ctx *c, const Expr *e, const char *what, const char *const *names, int n,
                int64_t *out);
@@ -215,6 +221,15 @@ Inst *lower_int_binary(Ctx *c, const Expr *e, Inst *x, Inst *y);
 Inst *lower_int_where(Ctx *c, const Expr *e, Inst *cond, Inst *x, Inst *y, Expr *const *arg);
 /* -x of an i32 value. */
 Inst *lower_int_neg(Ctx *c, Loc at, Inst *x);
+/* relu(x) and abs(x) of an i32 value, i32 as torch's (abs wrapping at
+ * -2^31 as torch's). */
+Inst *lower_int_relu(Ctx *c, Loc at, Inst *x);
+Inst *lower_int_abs(Ctx *c, Loc at, Inst *x);
+/* clamp(x, bound[0], bound[1]) of an i32 value: with integer bounds i32,
+ * max then min as torch's; another bound (a number that is not an integer,
+ * a tensor) sets *promote and gives NULL: torch computes in f32 then. NULL
+ * after reporting. */
+Inst *lower_int_clamp(Ctx *c, const Expr *e, Inst *x, Expr *const *bound, bool *promote);
 
 /* ---- train.c: minimize, optimizers, schedules ---- */
 

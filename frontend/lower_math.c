@@ -13,6 +13,13 @@ Inst *lower_elem(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg)
   return finish(c, ir_new(c->f, b->op, e->loc, b->ntensor, in));
 }
 
+/* relu(x): of i32 values i32, as torch's. */
+Inst *lower_relu(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  if (in[0]->type.dtype == DT_I32)
+    return lower_int_relu(c, e->loc, in[0]);
+  return lower_elem(c, e, b, in, arg);
+}
+
 /* gelu(x, approximate = "none"): with "tanh" the op gelu_tanh. */
 Inst *lower_gelu(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   Op op = b->op;
@@ -37,9 +44,11 @@ Inst *lower_silu(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg)
 }
 
 /* abs(input): relu(x) + relu(-x), exact (one term is 0); its derivative the
- * sign of x, 0 at 0 as torch's. */
+ * sign of x, 0 at 0 as torch's. Of i32 values i32, as torch's. */
 Inst *lower_abs(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   (void)b, (void)arg;
+  if (in[0]->type.dtype == DT_I32)
+    return lower_int_abs(c, e->loc, in[0]);
   Inst *n = op1(c, OP_neg, e->loc, in[0]);
   Inst *p = op1(c, OP_relu, e->loc, in[0]), *q = n ? op1(c, OP_relu, e->loc, n) : NULL;
   return p && q ? op2(c, OP_add, e->loc, p, q) : NULL;
@@ -204,7 +213,8 @@ static Inst *clamp_tensors(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
  * from 0 to 6) as torch.nn.functional's. One op clamp: min(max(x, min),
  * max), NaN kept; bounds are numbers, -inf and inf included, rounded to
  * f32 as torch's. The derivative is 1 inside, 0 outside; at a bound 1 for
- * clamp, 0 for hardtanh and relu6 (`open`), as torch's. */
+ * clamp, 0 for hardtanh and relu6 (`open`), as torch's. clamp of i32
+ * values with integer bounds is i32, with other bounds f32, as torch's. */
 Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   bool clamp = !strcmp(b->name, "clamp"), relu6 = !strcmp(b->name, "relu6");
   double lo = relu6 ? 0 : -1, hi = relu6 ? 6 : 1;
@@ -213,11 +223,13 @@ Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg
     diag_error(c->d, e->loc, "'clamp' needs 'min' or 'max', or both");
     return NULL;
   }
-  if (in[0]->type.dtype != DT_F32) {
-    char buf[128];
-    diag_error(c->d, arg[0]->loc, "'%s' needs an f32 input, not %s", b->name,
-               type_str(&in[0]->type, buf, sizeof buf));
-    return NULL;
+  if (in[0]->type.dtype == DT_I32) {   /* clamp's; hardtanh and relu6 take f32 only */
+    bool promote;
+    Inst *v = lower_int_clamp(c, e, in[0], arg + 1, &promote);
+    if (!promote)
+      return v;
+    if (!(in[0] = op1(c, OP_to_f32, arg[0]->loc, in[0])))
+      return NULL;
   }
   if (clamp && (tensor_bound(c, arg[1]) || tensor_bound(c, arg[2])))
     return clamp_tensors(c, e, in[0], arg);

@@ -588,12 +588,6 @@ Inst *lower_var(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
   }
   if (!arg[4])
     corr = unbiased;
-  if (x->type.dtype != DT_F32) {
-    char buf[128];
-    diag_error(c->d, arg[0]->loc, "'%s' needs an f32 input, not %s", b->name,
-               type_str(&x->type, buf, sizeof buf));
-    return NULL;
-  }
   int64_t count = 1;
   for (int k = 0; k < n; k++)
     count *= x->type.dim[axes[k]];
@@ -612,9 +606,9 @@ Inst *lower_var(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
  * + eps), times weight (of normalized_shape) when given; eps defaults to
  * float32's machine epsilon, 2^-23, as torch's None. */
 Inst *lower_rms_norm(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
-  (void)b;
   Inst *x = in[0];
-  if (arg[2] && !(in[2] = lower_expr(c, arg[2])))   /* after normalized_shape, a list */
+  if (arg[2] && (!(in[2] = lower_expr(c, arg[2])) ||   /* after normalized_shape, a list */
+                 !f32_arg(c, b->name, "'weight'", arg[2], in[2])))
     return NULL;
   int64_t shape[IR_MAX_RANK], axes[IR_MAX_RANK];
   int n = 1, r = x->type.rank;

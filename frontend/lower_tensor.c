@@ -212,19 +212,26 @@ Inst *lower_slice(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg
   return finish(c, i);
 }
 
-/* concat(a, b, ..., axis = k): any number of tensors, then the axis by name. */
+/* concat(a, b, ..., axis = k): any number of tensors, then the axis by name
+ * (`axis`, or torch.cat's `dim`). */
 Inst *lower_concat(Ctx *c, const Expr *e, const Builtin *b, Inst **none, Expr **unbound) {
   (void)b, (void)none, (void)unbound;
   Inst *in[16];
   int n = 0, max = ir_ops[OP_concat].maxin;
   const Expr *axis = NULL;
+  const char *given = NULL;   /* the name axis was given by */
   bool ok = true;
   for (int k = 0; k < e->args.n; k++) {
     const Arg *arg = &e->args.a[k];
-    if (arg->name && !strcmp(arg->name, "axis") && !axis) {
+    bool named = arg->name && (!strcmp(arg->name, "axis") || !strcmp(arg->name, "dim"));
+    if (named && !axis) {
       axis = arg->val;
-    } else if (arg->name && !strcmp(arg->name, "axis")) {
-      diag_error(c->d, arg->loc, "argument 'axis' is given twice");
+      given = arg->name;
+    } else if (named && !strcmp(arg->name, given)) {
+      diag_error(c->d, arg->loc, "argument '%s' is given twice", given);
+      ok = false;
+    } else if (named) {
+      diag_error(c->d, arg->loc, "give 'dim' or 'axis', not both");
       ok = false;
     } else if (arg->name) {
       diag_error(c->d, arg->loc, "unknown argument '%s' of 'concat'", arg->name);

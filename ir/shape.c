@@ -1311,7 +1311,7 @@ bool shape_int_elem(Inst *inst, char *err, size_t errlen) {
     inst->type = *IN(0);
   else if (!broadcast2(IN(0), IN(1), &inst->type))
     FAIL("shape mismatch in 'int_elem': %s and %s do not broadcast", ts(IN(0), b1), ts(IN(1), b2));
-  inst->type.dtype = fn >= DT_INT_GT ? DT_F32 : DT_I32;
+  inst->type.dtype = dtrt_int_compares((int)fn) ? DT_F32 : DT_I32;
   return check_out(inst, err, errlen);
 }
 

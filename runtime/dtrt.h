@@ -321,7 +321,8 @@ DTRT_KERNEL(broadcast);
  * first): a fn b elementwise over i32, broadcasting, fn = i[0] a DtIntFn;
  * add, sub and mul wrap at 2^32, floor_divide and remainder round as
  * Python's // and % (a zero divisor: DT_ERR_ARG), the comparisons give f32
- * masks of 1 and 0. to_f32(x i32) -> f32. int_where(mask f32, x i32, y i32)
+ * masks of 1 and 0, max and min the larger and smaller (torch.maximum's and
+ * minimum's). to_f32(x i32) -> f32. int_where(mask f32, x i32, y i32)
  * -> i32: x where the mask is not 0 (NaN included), y elsewhere, the three
  * broadcast together. gather(x, index i32){axis} ->
  * index's shape; gather_grad(index, dy){axis, shape...} -> dx of that shape.
@@ -330,8 +331,10 @@ DTRT_KERNEL(broadcast);
  * c]){diagonal}. An index or class out of range is DT_ERR_ARG. */
 typedef enum DtIntFn {
   DT_INT_ADD, DT_INT_SUB, DT_INT_MUL, DT_INT_FLOORDIV, DT_INT_REM,
-  DT_INT_GT, DT_INT_GE, DT_INT_EQ, DT_INT_NE, DT_INT_COUNT
+  DT_INT_GT, DT_INT_GE, DT_INT_EQ, DT_INT_NE, DT_INT_MAX, DT_INT_MIN, DT_INT_COUNT
 } DtIntFn;
+/* Whether fn compares, giving an f32 mask rather than i32 values. */
+static inline bool dtrt_int_compares(int fn) { return fn >= DT_INT_GT && fn <= DT_INT_NE; }
 DTRT_KERNEL(int_elem);
 DTRT_KERNEL(to_f32);
 DTRT_KERNEL(int_where);
@@ -467,6 +470,11 @@ typedef enum DtConvKind { DT_CONV_FWD, DT_CONV_DX, DT_CONV_DW } DtConvKind;
  * kernel sizes the block by it. 0 for shapes it would refuse. */
 int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
                                 const DtTensor *y, const DtAttrs *a, bool gemm);
+/* Whether this CPU runs that convolution directly (AVX-512 and a shape
+ * that allows it), without matrix products and so without the GEMM's
+ * scratch slot. */
+bool dtrt_conv_direct(DtConvKind kind, const DtTensor *x, const DtTensor *w, const DtTensor *y,
+                      const DtAttrs *a);
 /* The bytes of the same scratch block that the attention kernels hold on
  * one thread for q and k (dims only): sdpa's and sdpa_lse's (grad false) k
  * transposed; sdpa_grad's k and v transposed and rowsums; each further

@@ -240,19 +240,35 @@ static int64_t scratch_floats(int kind, const Geom *g, bool gemm) {
 static bool direct_fits(int kind, const Geom *g);
 static int64_t direct_floats(int kind, const Geom *g);
 
-int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
-                                const DtTensor *y, const DtAttrs *a, bool gemm) {
+/* The geometry of a convolution of x, w, y (dims only) and attributes a;
+ * false for shapes the kernels would refuse. */
+static bool geom_of(const DtTensor *x, const DtTensor *w, const DtTensor *y, const DtAttrs *a,
+                    Geom *g) {
   int64_t groups = a && dtrt_ni(a) >= 7 ? a->i[6] : 0;
   if (x->rank != 4 || w->rank != 4 || y->rank != 4 || groups < 1 || x->dim[1] % groups ||
       w->dim[0] % groups || (x->dim[1] / groups * w->dim[2] * w->dim[3] + w->dim[0] / groups) *
                                y->dim[2] * y->dim[3] <= 0)
+    return false;
+  *g = (Geom){.n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3], .o = w->dim[0],
+              .kh = w->dim[2], .kw = w->dim[3], .ho = y->dim[2], .wo = y->dim[3],
+              .sh = a->i[0], .sw = a->i[1], .ph = a->i[2], .pw = a->i[3], .dh = a->i[4],
+              .dw = a->i[5], .groups = groups};
+  return true;
+}
+
+int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTensor *w,
+                                const DtTensor *y, const DtAttrs *a, bool gemm) {
+  Geom g;
+  if (!geom_of(x, w, y, a, &g))
     return 0;
-  Geom g = {.n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3], .o = w->dim[0],
-            .kh = w->dim[2], .kw = w->dim[3], .ho = y->dim[2], .wo = y->dim[3],
-            .sh = a->i[0], .sw = a->i[1], .ph = a->i[2], .pw = a->i[3], .dh = a->i[4],
-            .dw = a->i[5], .groups = groups};
   int64_t floats = direct_fits(kind, &g) ? direct_floats(kind, &g) : scratch_floats(kind, &g, gemm);
   return floats * (int64_t)sizeof(float);
+}
+
+bool dtrt_conv_direct(DtConvKind kind, const DtTensor *x, const DtTensor *w, const DtTensor *y,
+                      const DtAttrs *a) {
+  Geom g;
+  return geom_of(x, w, y, a, &g) && direct_fits(kind, &g);
 }
 
 /* c [m, n] = op(a) op(b), or c += it (add, through sum [m, n]), op(a) a's

@@ -89,7 +89,7 @@ static int32_t rem(int32_t a, int32_t b) {
 
 static void int_row(int fn, const int32_t *a, int64_t sa, const int32_t *b, int64_t sb, void *y,
                     int64_t n) {
-  if (fn >= DT_INT_GT) {
+  if (dtrt_int_compares(fn)) {
     float *out = y;
     switch (fn) {
     case DT_INT_GT: INT_LOOP(x > v ? 1.0f : 0.0f); break;
@@ -105,6 +105,8 @@ static void int_row(int fn, const int32_t *a, int64_t sa, const int32_t *b, int6
   case DT_INT_SUB: INT_LOOP((int32_t)((uint32_t)x - (uint32_t)v)); break;
   case DT_INT_MUL: INT_LOOP((int32_t)((uint32_t)x * (uint32_t)v)); break;
   case DT_INT_FLOORDIV: INT_LOOP(floordiv(x, v)); break;
+  case DT_INT_MAX: INT_LOOP(x > v ? x : v); break;
+  case DT_INT_MIN: INT_LOOP(x < v ? x : v); break;
   default: INT_LOOP(rem(x, v)); break;
   }
 }
@@ -146,7 +148,7 @@ DTRT_TRACED(int_elem, DTRT_TID_KERNEL) {
   int64_t kv = dtrt_ai(a, 1, 0);
   if (kv < INT32_MIN || kv > INT32_MAX)
     return dtrt_fail(ctx, DT_ERR_ARG, "int_elem: k = %lld does not fit in i32", (long long)kv);
-  if ((s = dtrt_check(ctx, op, "output", out, fn >= DT_INT_GT ? DTRT_F32 : DTRT_I32)))
+  if ((s = dtrt_check(ctx, op, "output", out, dtrt_int_compares(fn) ? DTRT_F32 : DTRT_I32)))
     return s;
   IntJob j = {.fn = fn, .r = out->rank, .k = (int32_t)kv, .swap = dtrt_ai(a, 2, 0) != 0};
   memcpy(j.dim, out->dim, sizeof j.dim);

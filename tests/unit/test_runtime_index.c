@@ -84,6 +84,8 @@ static int32_t ref_int(int fn, int32_t a, int32_t b) {
   case DT_INT_SUB: return (int32_t)(uint32_t)(x - y);
   case DT_INT_MUL: return (int32_t)(uint32_t)(uint64_t)(x * y);
   case DT_INT_FLOORDIV: return (int32_t)(uint32_t)(int64_t)floor((double)x / (double)y);
+  case DT_INT_MAX: return x > y ? a : b;
+  case DT_INT_MIN: return x < y ? a : b;
   default: return (int32_t)(x - y * (int64_t)floor((double)x / (double)y));
   }
 }
@@ -111,7 +113,7 @@ static void test_int_elem(void **state) {
   int64_t dim[2] = {R, C}, db[1] = {C}, dc[2] = {R, 1};
   DtTensor at = ten(DTRT_I32, a, 2, dim);
   for (int fn = 0; fn < DT_INT_COUNT; fn++) {
-    bool cmp = fn >= DT_INT_GT;
+    bool cmp = dtrt_int_compares(fn);
     DtTensor yt = ten(cmp ? DTRT_F32 : DTRT_I32, y, 2, dim);
     for (int form = 0; form < 4; form++) {
       DtTensor in[2] = {at, form == 1 ? ten(DTRT_I32, bc, 2, dc) : ten(DTRT_I32, b, 1, db)};
