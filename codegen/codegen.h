@@ -25,6 +25,7 @@ typedef struct CgOptions {
   int opt_level;           /* -O0..-O3 */
   CgMatmul matmul;         /* -fmatmul= */
   int denormals;           /* -fdenormals=: DtDenormals, DT_DENORMALS_FLUSH by default */
+  bool verify;             /* --verify-each: check the LLVM module before its passes */
   int part_ops;            /* internal, for tests: the most IR statements in one part of a
                               step function (func.c); 0: CG_PART_OPS */
 } CgOptions;

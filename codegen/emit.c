@@ -656,13 +656,14 @@ static void flush_denormals(Cg *c) {
                                                         val, (unsigned)strlen(val)));
 }
 
-/* Verifies c's module, writes it by tm to output and disposes of it. */
+/* Verifies c's module where opt asks, writes it by tm to output and
+ * disposes of it. */
 static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const char *output,
                      Diag *d) {
   if (c->denormals == DT_DENORMALS_FLUSH)
     flush_denormals(c);
   char *msg = NULL;
-  if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
+  if (opt->verify && LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
     dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
   LLVMDisposeMessage(msg);
   CgOptions o = *opt;
