@@ -11,10 +11,12 @@
  * Requires: @forward (and @train_step, whose one output is the loss, when the
  * model trains), or their copies for every device; memplan's offsets (run
  * here when missing). */
-#define _GNU_SOURCE   /* fopencookie */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <llvm-c/Analysis.h>
 
@@ -197,29 +199,59 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
-/* *cookie, ir_hash of the bytes written before (ir_hash("", 0) for
- * none), on to those of buf: a long module's text is never held whole. */
-static ssize_t hash_write(void *cookie, const char *buf, size_t n) {
-  uint64_t *h = cookie;
-  for (size_t i = 0; i < n; i++) {
-    *h ^= (unsigned char)buf[i];
-    *h *= 0x100000001b3u;
+/* The reading end of a pipe, hashed as it is read (ir_hash_more) on a
+ * thread of its own while the printer writes the other end. */
+typedef struct PipeHash {
+  int fd;
+  uint64_t h;
+} PipeHash;
+
+static void *hash_pipe(void *arg) {
+  PipeHash *p = arg;
+  unsigned char buf[1 << 16];
+  for (;;) {
+    ssize_t n = read(p->fd, buf, sizeof buf);
+    DTC_ASSERT(n >= 0 || errno == EINTR);   /* a pipe's read fails no other way */
+    if (!n)
+      return NULL;
+    if (n > 0)
+      p->h = ir_hash_more(p->h, buf, (size_t)n);
   }
-  return (ssize_t)n;
 }
 
 /* The hash of what print writes about m: of the module's text form without
  * source locations (checkpoints must match it, wherever the source was
- * compiled from), of its sharding plan (every rank must run the same). */
+ * compiled from), of its sharding plan (every rank must run the same). The
+ * text streams through a pipe, so a long module's is never held whole;
+ * without a pipe or a thread (no descriptors left), it is hashed whole. */
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
-  uint64_t h = ir_hash("", 0);
-  cookie_io_functions_t io = {.write = hash_write};
-  FILE *out = fopencookie(&h, "w", io);
-  DTC_ASSERT(out);
-  setvbuf(out, NULL, _IOFBF, 1 << 16);
-  print(out, m);
-  fclose(out);
-  return arena_printf(m->arena, "%016llx", (unsigned long long)h);
+  PipeHash p = {.h = ir_hash("", 0)};
+  int fd[2];
+  pthread_t reader;
+  bool streamed = false;
+  if (!pipe(fd)) {
+    p.fd = fd[0];
+    bool thread = !pthread_create(&reader, NULL, hash_pipe, &p);
+    FILE *out = thread ? fdopen(fd[1], "w") : NULL;
+    if (out) {
+      setvbuf(out, NULL, _IOFBF, 1 << 16);
+      print(out, m);
+      DTC_ASSERT(!fclose(out));   /* the reader drains it to the end */
+      streamed = true;
+    } else {
+      close(fd[1]);
+    }
+    if (thread)
+      pthread_join(reader, NULL);
+    close(fd[0]);
+  }
+  if (!streamed) {
+    size_t n;
+    char *text = ir_string_of(print, m, &n);
+    p.h = ir_hash(text, n);
+    free(text);
+  }
+  return arena_printf(m->arena, "%016llx", (unsigned long long)p.h);
 }
 
 /* The sharding plan: the mesh, its devices, and every global's sharding. */
