@@ -26,8 +26,8 @@ typedef struct CgOptions {
   CgMatmul matmul;         /* -fmatmul= */
   int denormals;           /* -fdenormals=: DtDenormals, DT_DENORMALS_FLUSH by default */
   bool verify;             /* --verify-each: check the LLVM module before its passes */
-  int part_ops;            /* internal, for tests: the most IR statements in one part of a
-                              step function (func.c); 0: CG_PART_OPS */
+  int part_ops;            /* internal, for tests: the most IR statements (a fusion group
+                              one) in one part of a step function (func.c); 0: CG_PART_OPS */
 } CgOptions;
 
 /* ---- target.c --------------------------------------------------------- */
@@ -126,6 +126,7 @@ typedef struct Cg {
   const char *cpu, *features;   /* of the device being lowered (its CgDevice) */
   struct CgGemm *gemm;     /* gemm.c's functions made so far, one set per CPU */
   struct CgTable *loops;   /* loop.c's shared loop functions, by key */
+  struct CgTable *packs;   /* loop.c's calls of them through a table of offsets */
   /* consts.c: the per-device table of what code reads at run time */
   struct CgTable *consts;  /* attribute arrays and rows, by content */
   int ndev_all, dev_base;  /* devices of all plans in the object; the plan's first */
@@ -163,8 +164,8 @@ int cg_func_outputs(const Func *f, const bool *live, const Inst **out);
 
 /* ---- func.c ----------------------------------------------------------- */
 
-/* The most IR statements (a fusion group's members, or one other inst) in
- * one part of a step function: a longer function is cut into internal
+/* The most IR statements (a fusion group, lowered to one call, or one other
+ * inst) in one part of a step function: a longer function is cut into internal
  * functions of about this size called in order, so that LLVM, slower than
  * linear in a function's size, takes time linear in the program's. */
 #define CG_PART_OPS 256

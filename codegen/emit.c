@@ -702,6 +702,7 @@ static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const
   o.output = output;
   bool ok = cg_write(c->mod, tm, &o, d);
   cg_table_free(&c->loops);
+  cg_table_free(&c->packs);
   LLVMDisposeBuilder(c->b);
   LLVMDisposeModule(c->mod);
   LLVMContextDispose(c->ctx);
