@@ -833,12 +833,13 @@ static void call_loop(Group *g, LLVMValueRef f, LLVMTypeRef t) {
   Cg *c = fn->c;
   LLVMBuilderRef b = c->b;
   int n = g->nmap, npack = 0, nrest = 0;
-  char *kind = malloc((size_t)n + 64);   /* the key: f's name, then each slot's base */
+  const char *fname = LLVMGetValueName(f);
+  int at = (int)strlen(fname) + 1;
+  char *kind = malloc((size_t)(at + n + 1));   /* the key: f's name, then each slot's base */
   int64_t *off = malloc(sizeof(int64_t) * (size_t)(n + 1));
   LLVMValueRef *arg = malloc(sizeof(LLVMValueRef) * (size_t)(n + 3));
   DTC_ASSERT(kind && off && arg);
-  int at = snprintf(kind, 64, "%s ", LLVMGetValueName(f));
-  DTC_ASSERT(at > 0 && at < 64);
+  memcpy(kind, fname, (size_t)at);   /* and its NUL, the separator */
   for (int k = 0; k < n; k++) {
     char base = based(fn, g->from[k], &off[npack]);
     kind[at + k] = base ? base : '-';
