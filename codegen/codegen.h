@@ -225,6 +225,8 @@ void cg_group(CgFn *fn, Inst **member, int n);
 
 /* ---- consts.c --------------------------------------------------------- */
 
+/* A private, unnamed_addr constant global holding init. */
+LLVMValueRef cg_private_const(Cg *c, LLVMValueRef init, const char *name);
 /* A table of byte strings: the slot of key[0..len) (NULL until set), taking
  * key (malloc'd; freed when it was there). */
 LLVMValueRef *cg_table_find(CgTable **t, char *key, size_t len);

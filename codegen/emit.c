@@ -176,17 +176,8 @@ int64_t cg_state_layout(const Module *m, int dev, int64_t *off) {
   return at;
 }
 
-static LLVMValueRef private_const(Cg *c, LLVMValueRef init, const char *name) {
-  LLVMValueRef g = LLVMAddGlobal(c->mod, LLVMTypeOf(init), name);
-  LLVMSetInitializer(g, init);
-  LLVMSetGlobalConstant(g, 1);
-  LLVMSetLinkage(g, LLVMPrivateLinkage);
-  LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
-  return g;
-}
-
 static LLVMValueRef cstr(Cg *c, const char *s) {
-  return private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)strlen(s), 0), ".str");
+  return cg_private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)strlen(s), 0), ".str");
 }
 
 
@@ -196,7 +187,7 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   LLVMValueRef *e = arena_alloc(c->m->arena, sizeof(LLVMValueRef) * (size_t)n);
   for (int k = 0; k < n; k++)
     e[k] = cg_i32(c, v[k]);
-  return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
+  return cg_private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
 /* The reading end of a pipe, hashed as it is read (ir_hash_more) on a
@@ -386,7 +377,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     mesh = i32_array(c, m->mesh.a[0].axis_size, naxis, "mesh");
     plan = cstr(c, c->plan_hash);
   }
-  LLVMValueRef globals = private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
+  LLVMValueRef globals = cg_private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
   LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32, c->ptr, c->ptr,
                       c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr, c->ptr, c->ptr, c->ptr,
                       c->i32};
@@ -427,7 +418,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
                       target ? cstr(c, target) : LLVMConstNull(c->ptr),
                       object ? cstr(c, object) : LLVMConstNull(c->ptr),
                       cg_i32(c, c->denormals)};
-  return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
+  return cg_private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
 }
 
 /* ---- the public wrappers ---- */
@@ -494,7 +485,7 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
                           errlen, out};
     LLVMBuildRet(c->b, call(c, "dtrt_model_create_plans_with", i32, rt, arg, 8));
   } else if (ndev) {
-    LLVMValueRef dev = private_const(c, LLVMConstArray(p, desc, (unsigned)ndev), "devices");
+    LLVMValueRef dev = cg_private_const(c, LLVMConstArray(p, desc, (unsigned)ndev), "devices");
     LLVMTypeRef rt[] = {p, i32, i64, p, p, i64, p};
     LLVMValueRef arg[] = {dev, cg_i32(c, ndev), seed, none, err, errlen, out};
     LLVMBuildRet(c->b, call(c, "dtrt_model_create_spmd_with", i32, rt, arg, 7));
@@ -1053,7 +1044,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
       LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)nd);
       bool *live = NULL;
       lower_devices(c, &ts[k], 0, ndev[k], desc, &live, &done);
-      list[k] = private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
+      list[k] = cg_private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
       count[k] = nd;
       if (!k) {
         live0 = live;
@@ -1063,7 +1054,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     }
     lowered_free(&done);
     c->m = m0;
-    CgPlans plans = {n, private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
+    CgPlans plans = {n, cg_private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
                      i32_array(c, count, n, "plan_devices")};
     wrappers(c, NULL, 0, fwd0, live0, train0, &plans);
     cg_rows_end(c);

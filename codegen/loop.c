@@ -895,12 +895,8 @@ static void call_loop(Group *g, LLVMValueRef f, LLVMTypeRef t) {
   DTC_ASSERT(v);
   for (int k = 0; k < npack; k++)
     v[k] = cg_i64(c, off[k]);
-  LLVMValueRef table = LLVMAddGlobal(c->mod, LLVMArrayType(c->i64, (unsigned)npack), "offsets");
-  LLVMSetInitializer(table, LLVMConstArray(c->i64, v, (unsigned)npack));
-  LLVMSetGlobalConstant(table, 1);
-  LLVMSetLinkage(table, LLVMPrivateLinkage);
-  LLVMSetUnnamedAddress(table, LLVMGlobalUnnamedAddr);
-  arg[0] = fn->work, arg[1] = fn->state, arg[2] = table;
+  arg[0] = fn->work, arg[1] = fn->state;
+  arg[2] = cg_private_const(c, LLVMConstArray(c->i64, v, (unsigned)npack), "offsets");
   LLVMBuildCall2(b, packt, *e, arg, (unsigned)(nrest + 3), "");
   free(v), free(pt), free(off), free(arg);
 }
