@@ -25,8 +25,9 @@ typedef struct CgOptions {
   int opt_level;           /* -O0..-O3 */
   CgMatmul matmul;         /* -fmatmul= */
   int denormals;           /* -fdenormals=: DtDenormals, DT_DENORMALS_FLUSH by default */
-  int part_ops;            /* internal, for tests: the most IR statements in one part of a
-                              step function (func.c); 0: CG_PART_OPS */
+  bool verify;             /* --verify-each: check the LLVM module before its passes */
+  int part_ops;            /* internal, for tests: the most IR statements (a fusion group
+                              one) in one part of a step function (func.c); 0: CG_PART_OPS */
 } CgOptions;
 
 /* ---- target.c --------------------------------------------------------- */
@@ -125,6 +126,7 @@ typedef struct Cg {
   const char *cpu, *features;   /* of the device being lowered (its CgDevice) */
   struct CgGemm *gemm;     /* gemm.c's functions made so far, one set per CPU */
   struct CgTable *loops;   /* loop.c's shared loop functions, by key */
+  struct CgTable *packs;   /* loop.c's calls of them through a table of offsets */
   /* consts.c: the per-device table of what code reads at run time */
   struct CgTable *consts;  /* attribute arrays and rows, by content */
   int ndev_all, dev_base;  /* devices of all plans in the object; the plan's first */
@@ -162,8 +164,8 @@ int cg_func_outputs(const Func *f, const bool *live, const Inst **out);
 
 /* ---- func.c ----------------------------------------------------------- */
 
-/* The most IR statements (a fusion group's members, or one other inst) in
- * one part of a step function: a longer function is cut into internal
+/* The most IR statements (a fusion group, lowered to one call, or one other
+ * inst) in one part of a step function: a longer function is cut into internal
  * functions of about this size called in order, so that LLVM, slower than
  * linear in a function's size, takes time linear in the program's. */
 #define CG_PART_OPS 256
@@ -223,6 +225,8 @@ void cg_group(CgFn *fn, Inst **member, int n);
 
 /* ---- consts.c --------------------------------------------------------- */
 
+/* A private, unnamed_addr constant global holding init. */
+LLVMValueRef cg_private_const(Cg *c, LLVMValueRef init, const char *name);
 /* A table of byte strings: the slot of key[0..len) (NULL until set), taking
  * key (malloc'd; freed when it was there). */
 LLVMValueRef *cg_table_find(CgTable **t, char *key, size_t len);

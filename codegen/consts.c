@@ -90,7 +90,7 @@ bool cg_varying(const Inst *x) {
   return false;
 }
 
-static LLVMValueRef private_const(Cg *c, LLVMValueRef init, const char *name) {
+LLVMValueRef cg_private_const(Cg *c, LLVMValueRef init, const char *name) {
   LLVMValueRef g = LLVMAddGlobal(c->mod, LLVMTypeOf(init), name);
   LLVMSetInitializer(g, init);
   LLVMSetGlobalConstant(g, 1);
@@ -105,7 +105,7 @@ static LLVMValueRef shared_const(Cg *c, char *key, size_t len, LLVMTypeRef t, LL
                                  int n, const char *name) {
   LLVMValueRef *e = cg_table_find(&c->consts, key, len);
   if (!*e)
-    *e = private_const(c, LLVMConstArray(t, v, (unsigned)n), name);
+    *e = cg_private_const(c, LLVMConstArray(t, v, (unsigned)n), name);
   return *e;
 }
 

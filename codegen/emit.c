@@ -11,10 +11,12 @@
  * Requires: @forward (and @train_step, whose one output is the loss, when the
  * model trains), or their copies for every device; memplan's offsets (run
  * here when missing). */
-#define _GNU_SOURCE   /* fopencookie */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <llvm-c/Analysis.h>
 
@@ -174,17 +176,8 @@ int64_t cg_state_layout(const Module *m, int dev, int64_t *off) {
   return at;
 }
 
-static LLVMValueRef private_const(Cg *c, LLVMValueRef init, const char *name) {
-  LLVMValueRef g = LLVMAddGlobal(c->mod, LLVMTypeOf(init), name);
-  LLVMSetInitializer(g, init);
-  LLVMSetGlobalConstant(g, 1);
-  LLVMSetLinkage(g, LLVMPrivateLinkage);
-  LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
-  return g;
-}
-
 static LLVMValueRef cstr(Cg *c, const char *s) {
-  return private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)strlen(s), 0), ".str");
+  return cg_private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)strlen(s), 0), ".str");
 }
 
 
@@ -194,32 +187,62 @@ static LLVMValueRef i32_array(Cg *c, const int *v, int n, const char *name) {
   LLVMValueRef *e = arena_alloc(c->m->arena, sizeof(LLVMValueRef) * (size_t)n);
   for (int k = 0; k < n; k++)
     e[k] = cg_i32(c, v[k]);
-  return private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
+  return cg_private_const(c, LLVMConstArray(c->i32, e, (unsigned)n), name);
 }
 
-/* *cookie, ir_hash of the bytes written before (ir_hash("", 0) for
- * none), on to those of buf: a long module's text is never held whole. */
-static ssize_t hash_write(void *cookie, const char *buf, size_t n) {
-  uint64_t *h = cookie;
-  for (size_t i = 0; i < n; i++) {
-    *h ^= (unsigned char)buf[i];
-    *h *= 0x100000001b3u;
+/* The reading end of a pipe, hashed as it is read (ir_hash_more) on a
+ * thread of its own while the printer writes the other end. */
+typedef struct PipeHash {
+  int fd;
+  uint64_t h;
+} PipeHash;
+
+static void *hash_pipe(void *arg) {
+  PipeHash *p = arg;
+  unsigned char buf[1 << 16];
+  for (;;) {
+    ssize_t n = read(p->fd, buf, sizeof buf);
+    DTC_ASSERT(n >= 0 || errno == EINTR);   /* a pipe's read fails no other way */
+    if (!n)
+      return NULL;
+    if (n > 0)
+      p->h = ir_hash_more(p->h, buf, (size_t)n);
   }
-  return (ssize_t)n;
 }
 
 /* The hash of what print writes about m: of the module's text form without
  * source locations (checkpoints must match it, wherever the source was
- * compiled from), of its sharding plan (every rank must run the same). */
+ * compiled from), of its sharding plan (every rank must run the same). The
+ * text streams through a pipe, so a long module's is never held whole;
+ * without a pipe or a thread (no descriptors left), it is hashed whole. */
 static const char *text_hash(Module *m, void (*print)(FILE *, const Module *)) {
-  uint64_t h = ir_hash("", 0);
-  cookie_io_functions_t io = {.write = hash_write};
-  FILE *out = fopencookie(&h, "w", io);
-  DTC_ASSERT(out);
-  setvbuf(out, NULL, _IOFBF, 1 << 16);
-  print(out, m);
-  fclose(out);
-  return arena_printf(m->arena, "%016llx", (unsigned long long)h);
+  PipeHash p = {.h = ir_hash("", 0)};
+  int fd[2];
+  pthread_t reader;
+  bool streamed = false;
+  if (!pipe(fd)) {
+    p.fd = fd[0];
+    bool thread = !pthread_create(&reader, NULL, hash_pipe, &p);
+    FILE *out = thread ? fdopen(fd[1], "w") : NULL;
+    if (out) {
+      setvbuf(out, NULL, _IOFBF, 1 << 16);
+      print(out, m);
+      DTC_ASSERT(!fclose(out));   /* the reader drains it to the end */
+      streamed = true;
+    } else {
+      close(fd[1]);
+    }
+    if (thread)
+      pthread_join(reader, NULL);
+    close(fd[0]);
+  }
+  if (!streamed) {
+    size_t n;
+    char *text = ir_string_of(print, m, &n);
+    p.h = ir_hash(text, n);
+    free(text);
+  }
+  return arena_printf(m->arena, "%016llx", (unsigned long long)p.h);
 }
 
 /* The sharding plan: the mesh, its devices, and every global's sharding. */
@@ -354,7 +377,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     mesh = i32_array(c, m->mesh.a[0].axis_size, naxis, "mesh");
     plan = cstr(c, c->plan_hash);
   }
-  LLVMValueRef globals = private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
+  LLVMValueRef globals = cg_private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
   LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32, c->ptr, c->ptr,
                       c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr, c->ptr, c->ptr, c->ptr,
                       c->i32};
@@ -395,7 +418,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
                       target ? cstr(c, target) : LLVMConstNull(c->ptr),
                       object ? cstr(c, object) : LLVMConstNull(c->ptr),
                       cg_i32(c, c->denormals)};
-  return private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
+  return cg_private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
 }
 
 /* ---- the public wrappers ---- */
@@ -462,7 +485,7 @@ static void wrappers(Cg *c, LLVMValueRef *desc, int ndev, Func *fwd, const bool 
                           errlen, out};
     LLVMBuildRet(c->b, call(c, "dtrt_model_create_plans_with", i32, rt, arg, 8));
   } else if (ndev) {
-    LLVMValueRef dev = private_const(c, LLVMConstArray(p, desc, (unsigned)ndev), "devices");
+    LLVMValueRef dev = cg_private_const(c, LLVMConstArray(p, desc, (unsigned)ndev), "devices");
     LLVMTypeRef rt[] = {p, i32, i64, p, p, i64, p};
     LLVMValueRef arg[] = {dev, cg_i32(c, ndev), seed, none, err, errlen, out};
     LLVMBuildRet(c->b, call(c, "dtrt_model_create_spmd_with", i32, rt, arg, 7));
@@ -656,19 +679,21 @@ static void flush_denormals(Cg *c) {
                                                         val, (unsigned)strlen(val)));
 }
 
-/* Verifies c's module, writes it by tm to output and disposes of it. */
+/* Verifies c's module where opt asks, writes it by tm to output and
+ * disposes of it. */
 static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const char *output,
                      Diag *d) {
   if (c->denormals == DT_DENORMALS_FLUSH)
     flush_denormals(c);
   char *msg = NULL;
-  if (LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
+  if (opt->verify && LLVMVerifyModule(c->mod, LLVMReturnStatusAction, &msg))
     dtc_die(__FILE__, __LINE__, "generated LLVM module does not verify: %s", msg);
   LLVMDisposeMessage(msg);
   CgOptions o = *opt;
   o.output = output;
   bool ok = cg_write(c->mod, tm, &o, d);
   cg_table_free(&c->loops);
+  cg_table_free(&c->packs);
   LLVMDisposeBuilder(c->b);
   LLVMDisposeModule(c->mod);
   LLVMContextDispose(c->ctx);
@@ -1019,7 +1044,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
       LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)nd);
       bool *live = NULL;
       lower_devices(c, &ts[k], 0, ndev[k], desc, &live, &done);
-      list[k] = private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
+      list[k] = cg_private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
       count[k] = nd;
       if (!k) {
         live0 = live;
@@ -1029,7 +1054,7 @@ bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptio
     }
     lowered_free(&done);
     c->m = m0;
-    CgPlans plans = {n, private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
+    CgPlans plans = {n, cg_private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
                      i32_array(c, count, n, "plan_devices")};
     wrappers(c, NULL, 0, fwd0, live0, train0, &plans);
     cg_rows_end(c);

@@ -11,7 +11,8 @@
  * that make some), which the other ranks wait for, before it returns the
  * first failure's status. A device's body keeps that status in its caller's
  * variable, whose address follows its operands in `inputs`.
- * A function of more than CG_PART_OPS statements is cut into parts, internal
+ * A function of more than CG_PART_OPS statements (a fusion group, a call of
+ * its loop, counting as one) is cut into parts, internal
  * functions MODEL.F.partK of about that many each, which the function calls
  * in order with its own parameters (and where a device's keeps its status);
  * nothing is kept in a register across a cut: a part makes again in its entry
@@ -394,8 +395,8 @@ static void lower_insts(CgFn *fn, int from, int to) {
 }
 
 /* The parts of fn->f: part k lowers insts [start[k], start[k + 1]), at most
- * limit statements (a fusion group's members, one other live inst) unless
- * it is one group. Returns their count (start[count] is the end). */
+ * limit statements (a live fusion group, which is one call, or one other
+ * live inst). Returns their count (start[count] is the end). */
 static int plan_parts(const CgFn *fn, int limit, int *start) {
   const Func *f = fn->f;
   int n = f->inst.n, count = 0, size = 0;
@@ -405,11 +406,11 @@ static int plan_parts(const CgFn *fn, int limit, int *start) {
       while (j < n && f->inst.a[j]->fuse == f->inst.a[i]->fuse)
         j++;
     bool live = !fn->live || fn->live[i];
-    if (live && (!count || size + (j - i) > limit)) {
+    if (live && (!count || size + 1 > limit)) {
       start[count++] = i;
       size = 0;
     }
-    size += live ? j - i : 0;
+    size += live;
     i = j;
   }
   start[0] = 0;

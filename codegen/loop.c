@@ -807,6 +807,100 @@ static char *loop_key(const Group *g, LLVMValueRef **dst, const int *ndst, size_
   return text;
 }
 
+/* The base of step-function value v, 'w' (work) or 's' (state), and its
+ * offset from it in bytes into *off; 0: neither, nor a constant offset from
+ * one. */
+static char based(const CgFn *fn, LLVMValueRef v, int64_t *off) {
+  *off = 0;
+  if (LLVMIsAGetElementPtrInst(v) && LLVMGetNumOperands(v) == 2 &&
+      LLVMGetGEPSourceElementType(v) == fn->c->i8 && LLVMIsAConstantInt(LLVMGetOperand(v, 1))) {
+    *off = LLVMConstIntGetSExtValue(LLVMGetOperand(v, 1));
+    v = LLVMGetOperand(v, 0);
+  }
+  return v == fn->work ? 'w' : v == fn->state ? 's' : 0;
+}
+
+/* A call of loop function f (of type t) with g's from[]. Where more than
+ * PACK_MIN of them are addresses in work or state, the step calls instead
+ * an internal MODEL.loopN.pK(work, state, offsets, others...) with a
+ * constant table of their offsets, which makes the addresses and calls f:
+ * the step's code then grows by three or so arguments a group rather than
+ * by one a buffer (LLVM's back end works per argument), and f keeps its
+ * noalias parameters, so its loops vectorise without run-time checks. */
+#define PACK_MIN 4
+static void call_loop(Group *g, LLVMValueRef f, LLVMTypeRef t) {
+  CgFn *fn = g->fn;
+  Cg *c = fn->c;
+  LLVMBuilderRef b = c->b;
+  int n = g->nmap, npack = 0, nrest = 0;
+  const char *fname = LLVMGetValueName(f);
+  int at = (int)strlen(fname) + 1;
+  char *kind = malloc((size_t)(at + n + 1));   /* the key: f's name, then each slot's base */
+  int64_t *off = malloc(sizeof(int64_t) * (size_t)(n + 1));
+  LLVMValueRef *arg = malloc(sizeof(LLVMValueRef) * (size_t)(n + 3));
+  DTC_ASSERT(kind && off && arg);
+  memcpy(kind, fname, (size_t)at);   /* and its NUL, the separator */
+  for (int k = 0; k < n; k++) {
+    char base = based(fn, g->from[k], &off[npack]);
+    kind[at + k] = base ? base : '-';
+    if (base)
+      npack++;
+    else
+      arg[3 + nrest++] = g->from[k];
+  }
+  if (npack <= PACK_MIN) {
+    LLVMBuildCall2(b, t, f, g->from, (unsigned)n, "");
+    free(kind), free(off), free(arg);
+    return;
+  }
+  LLVMTypeRef *pt = malloc(sizeof(LLVMTypeRef) * (size_t)(nrest + 3));
+  DTC_ASSERT(pt);
+  pt[0] = pt[1] = pt[2] = c->ptr;
+  for (int k = 0; k < nrest; k++)
+    pt[3 + k] = LLVMTypeOf(arg[3 + k]);
+  LLVMTypeRef packt = LLVMFunctionType(c->voidt, pt, (unsigned)(nrest + 3), 0);
+  LLVMValueRef *e = cg_table_find(&c->packs, kind, (size_t)(at + n));   /* takes kind */
+  if (!*e) {
+    LLVMBasicBlockRef here = LLVMGetInsertBlock(b);
+    const char *name = arena_printf(fn->f->mod->arena, "%s.p%d", LLVMGetValueName(f),
+                                    cg_table_count(c->packs) - 1);
+    LLVMValueRef p = LLVMAddFunction(c->mod, name, packt);
+    LLVMSetLinkage(p, LLVMInternalLinkage);
+    static const char *attr[] = {"nounwind", "noinline"};
+    for (int k = 0; k < 2; k++)
+      LLVMAddAttributeAtIndex(p, LLVMAttributeFunctionIndex,
+                              LLVMCreateEnumAttribute(c->ctx, LLVMGetEnumAttributeKindForName(
+                                                                  attr[k], strlen(attr[k])), 0));
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(c->ctx, p, "entry"));
+    LLVMValueRef *all = malloc(sizeof(LLVMValueRef) * (size_t)(n + 1));
+    DTC_ASSERT(all);
+    for (int k = 0, j = 0, r = 0; k < n; k++) {
+      char base = kind[at + k];
+      if (base == '-') {
+        all[k] = LLVMGetParam(p, (unsigned)(3 + r++));
+        continue;
+      }
+      LLVMValueRef idx = cg_i64(c, j++);
+      LLVMValueRef o = LLVMBuildLoad2(
+          b, c->i64, LLVMBuildInBoundsGEP2(b, c->i64, LLVMGetParam(p, 2), &idx, 1, ""), "");
+      all[k] = LLVMBuildInBoundsGEP2(b, c->i8, LLVMGetParam(p, base == 'w' ? 0 : 1), &o, 1, "");
+    }
+    LLVMBuildCall2(b, t, f, all, (unsigned)n, "");
+    LLVMBuildRetVoid(b);
+    LLVMPositionBuilderAtEnd(b, here);
+    free(all);
+    *e = p;
+  }
+  LLVMValueRef *v = malloc(sizeof(LLVMValueRef) * (size_t)npack);
+  DTC_ASSERT(v);
+  for (int k = 0; k < npack; k++)
+    v[k] = cg_i64(c, off[k]);
+  arg[0] = fn->work, arg[1] = fn->state;
+  arg[2] = cg_private_const(c, LLVMConstArray(c->i64, v, (unsigned)npack), "offsets");
+  LLVMBuildCall2(b, packt, *e, arg, (unsigned)(nrest + 3), "");
+  free(v), free(pt), free(off), free(arg);
+}
+
 /* Runs g's nest as a call of an internal function MODEL.loopN(values...)
  * taking the step-function values it reads, each pointer noalias (the
  * values are distinct blocks, or one value where they are one); groups
@@ -854,7 +948,7 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
     LLVMPositionBuilderAtEnd(b, here);
     *e = f;
   }
-  LLVMBuildCall2(b, type, *e, g->from, (unsigned)g->nmap, "");
+  call_loop(g, *e, type);
   free(g->from);
   free(g->to);
   g->from = g->to = NULL;

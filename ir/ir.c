@@ -515,15 +515,16 @@ bool ir_dropout_whole(const Inst *i, Type *t) {
   return true;
 }
 
-uint64_t ir_hash(const void *p, size_t n) {
+uint64_t ir_hash_more(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
-  uint64_t h = 0xcbf29ce484222325u;
   for (size_t i = 0; i < n; i++) {
     h ^= b[i];
     h *= 0x100000001b3u;
   }
   return h;
 }
+
+uint64_t ir_hash(const void *p, size_t n) { return ir_hash_more(0xcbf29ce484222325u, p, n); }
 
 /* ---- attributes ---- */
 

@@ -480,6 +480,8 @@ bool ir_in_place(Op op);
 bool ir_dropout_whole(const Inst *i, Type *t);
 /* 64-bit FNV-1a of n bytes. */
 uint64_t ir_hash(const void *p, size_t n);
+/* h, the ir_hash of some bytes, on to n more: ir_hash of all of them. */
+uint64_t ir_hash_more(uint64_t h, const void *p, size_t n);
 
 /* ---- loops (ir.c) ---- */
 

@@ -391,7 +391,8 @@ static void verify_func(const Module *m, const Func *f, Diag *d, Names *names) {
     char err[256], b1[128], b2[128], what[32];
     if (in->name)
       name_add(names, in->name, in->loc);
-    snprintf(what, sizeof what, "%%%d", in->id);
+    if (in->shard && !in->name)
+      snprintf(what, sizeof what, "%%%d", in->id);
     if (in->shard)
       verify_shard(m, in->shard, in->type.rank, in->loc, d, in->name ? in->name : what);
     bool ok = operands_ok(f, in, k, d);

@@ -87,7 +87,7 @@ static bool new_loop(Loc want, const Loc *loc, int n) {
 }
 
 bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
-  static const PassOptions all = {0};
+  static const PassOptions all = {.verify_each = true};
   PassRun local;
   o = o ? o : &all;
   run = run ? run : &local;
@@ -122,8 +122,10 @@ bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run) {
       free(text);
       return false;
     }
-    if (!ir_verify(m, d))
+    t0 = dtrt_now_ns() / 1e6;
+    if (o->verify_each && !ir_verify(m, d))
       dtc_die(__FILE__, __LINE__, "IR does not verify after pass '%s'", p->name);
+    run->verify_ms += dtrt_now_ns() / 1e6 - t0;
     if (prints_after(o, p->name)) {
       FILE *out = o->print_to ? o->print_to : stderr;
       fprintf(out, "; IR after %s\n", p->name);

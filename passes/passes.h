@@ -14,6 +14,7 @@ typedef struct PlanInfo PlanInfo;
 /* What one run of the pipeline leaves beside the module. */
 typedef struct PassRun {
   double ms[16];         /* by pass_table index: its time, 0 when it did not run */
+  double verify_ms;      /* the checks after the passes (PassOptions.verify_each) */
   int ran;               /* the passes that ran */
   PlanInfo *plan;        /* the planner's record (plan.c); NULL when it did not plan */
   /* plan: nothing fits unless one more loop recomputes its forward: that
@@ -43,13 +44,14 @@ typedef struct PassOptions {
   int nprint_after;
   bool print_all;                  /* print the IR after every pass */
   FILE *print_to;                  /* where printed IR goes; NULL: stderr */
+  bool verify_each;                /* verify the IR after every pass (--verify-each) */
   void (*extra_memory)(Module *m, double *bytes, void *arg);   /* PassRun's */
   void *extra_arg;
 } PassOptions;
 
 /* Runs the passes of pass_table in order up to o->stop_after (every pass
- * when o is NULL), verifying the IR after each (a failure is a bug in dtc)
- * and printing it where o asks. run, when not NULL, receives each pass's
+ * when o is NULL), verifying the IR after each where o->verify_each asks (o
+ * NULL: verified; a failure is a bug in dtc) and printing it where o asks. run, when not NULL, receives each pass's
  * time and results (zeroed first). False after a pass reported errors. */
 bool passes_run(Module *m, Diag *d, const PassOptions *o, PassRun *run);
 

@@ -68,6 +68,9 @@ static const char usage[] =
   "  --print-after=PASS   print the IR to stderr after PASS (repeatable)\n"
   "  --print-after-all    print the IR to stderr after every pass\n"
   "  --time-passes        report the time each pass took\n"
+  "  --verify-each        check the IR after every pass and the generated LLVM\n"
+  "                       module (a failure is a bug in dtc); on in Debug\n"
+  "                       builds. The frontend's output is always checked\n"
   "  --list-passes        list the passes in pipeline order\n"
   "  --print-model-name   print the name of the model FILE declares (the NAME\n"
   "                       of NAME.h and NAME_create) and generate nothing\n"
@@ -191,6 +194,9 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
   po->extra_arg = dr;
   o->opt_level = 2;
   o->emit = "obj";
+#ifndef NDEBUG
+  po->verify_each = o->verify = true;   /* Debug builds check every step */
+#endif
   const char *v;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -287,6 +293,8 @@ static int parse_args(Driver *dr, Diag *d, int argc, char **argv) {
       dr->print_name = true;
     } else if (!strcmp(a, "--time-passes")) {
       dr->time_passes = true;
+    } else if (!strcmp(a, "--verify-each")) {
+      po->verify_each = o->verify = true;
     } else if (!strcmp(a, "-Werror")) {
       d->werror = true;
     } else if (!strcmp(a, "-Wno-unused")) {
@@ -323,6 +331,8 @@ static void time_report(const Driver *dr, double fe_ms, double cg_ms) {
   fprintf(stderr, "%-10s %10.3f\n", "frontend", fe_ms);
   for (int k = 0; k < pass_count; k++)
     fprintf(stderr, "%-10s %10.3f\n", pass_table[k].name, dr->run.ms[k]);
+  if (dr->pass.verify_each)
+    fprintf(stderr, "%-10s %10.3f\n", "verify", dr->run.verify_ms);
   if (cg_ms >= 0)
     fprintf(stderr, "%-10s %10.3f\n", "codegen", cg_ms);
 }

@@ -63,7 +63,7 @@ static Module *compile(Arena *a, const char *path, bool mesh, const char *stop) 
   const char *src = mesh ? arena_printf(a, "%s%s", text, mesh_text) : text;
   Module *mod = fe_compile(a, src_from_string(a, path, src), defs, 1, &d);
   assert_non_null(mod);
-  assert_true(passes_run(mod, &d, &(PassOptions){.stop_after = stop}, NULL));
+  assert_true(passes_run(mod, &d, &(PassOptions){.stop_after = stop, .verify_each = true}, NULL));
   return mod;
 }
 

@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
                                   "}\n",
                                   B, K, N, B, B, D, R, D, N, B, K, argv[1]);
   Module *m = fe_compile(a, src_from_string(a, "q.dt", text), NULL, 0, &d);
-  if (!m || !passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL))
+  if (!m || !passes_run(m, &d, &(PassOptions){.stop_after = "autodiff", .verify_each = true}, NULL))
     return 1;
   Interp *it = interp_new(m);
   int32_t ids[B * K] = {1, 0, 2, 2, 2, 2, 6, 1, 1, 3, 4, 0};

@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
                                   "}\n",
                                   B, I, O, I, O, O, argv[2]);
   Module *m = fe_compile(a, src_from_string(a, "q.dt", text), NULL, 0, &d);
-  if (!m || !passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL))
+  if (!m || !passes_run(m, &d, &(PassOptions){.stop_after = "autodiff", .verify_each = true}, NULL))
     return 1;
   Interp *it = interp_new(m);
   float x[B * I], y[B * O], w[I * O], b[O] = {0.75f, -1.25f};

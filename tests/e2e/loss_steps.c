@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
                                   "}\n",
                                   N, N, C, N, C, argv[1]);
   Module *m = fe_compile(a, src_from_string(a, "q.dt", text), NULL, 0, &d);
-  if (!m || !passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL))
+  if (!m || !passes_run(m, &d, &(PassOptions){.stop_after = "autodiff", .verify_each = true}, NULL))
     return 1;
   Interp *it = interp_new(m);
   int32_t y[N] = {0, 3, 1, 2, 3, 1};

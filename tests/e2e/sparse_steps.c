@@ -87,7 +87,10 @@ int main(int argc, char **argv) {
                                   "}\n",
                                   B, K, N, B, B, K, B, R1, D, R2, D, 2 * D, argv[3], argv[2]);
   Module *m = fe_compile(a, src_from_string(a, "q.dt", text), NULL, 0, &d);
-  if (!m || !passes_run(m, &d, &(PassOptions){.stop_after = plan ? "memplan" : "autodiff"}, NULL))
+  if (!m ||
+      !passes_run(m, &d,
+                  &(PassOptions){.stop_after = plan ? "memplan" : "autodiff", .verify_each = true},
+                  NULL))
     return 1;
   if (plan) {
     Func *f = ir_find_func(m, "train_step");

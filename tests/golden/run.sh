@@ -17,7 +17,7 @@ for n in $names; do
   args=$(sed -n '1s/^# args: //p' "$n.dt")
   if [ -f "$n.err" ]; then
     # shellcheck disable=SC2086
-    "$dtc" --emit=ir $args "$n.dt" >"$tmp/out" 2>"$tmp/err"
+    "$dtc" --verify-each --emit=ir $args "$n.dt" >"$tmp/out" 2>"$tmp/err"
     rc=$?
     if [ $rc -ne 1 ]; then
       echo "FAIL $n: exit status $rc, expected 1"; fail=$((fail + 1)); continue
@@ -27,7 +27,7 @@ for n in $names; do
     fi
   elif [ -f "$n.ir" ]; then
     # shellcheck disable=SC2086
-    "$dtc" --emit=ir $args "$n.dt" >"$tmp/out.ir" 2>"$tmp/err"
+    "$dtc" --verify-each --emit=ir $args "$n.dt" >"$tmp/out.ir" 2>"$tmp/err"
     rc=$?
     if [ $rc -ne 0 ]; then
       echo "FAIL $n: exit status $rc"; cat "$tmp/err"; fail=$((fail + 1)); continue

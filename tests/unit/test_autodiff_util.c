@@ -37,7 +37,8 @@ const char *tm_log(TM *t) {
 Loc tm_loc(TM *t, int line) { return (Loc){t->src, line, 1}; }
 
 bool tm_autodiff(TM *t) {
-  return passes_run(t->m, &t->d, &(PassOptions){.stop_after = "autodiff"}, NULL);
+  return passes_run(t->m, &t->d, &(PassOptions){.stop_after = "autodiff", .verify_each = true},
+                    NULL);
 }
 
 Inst *tm_global(TM *t, const char *name, GlobalKind kind, Type type) {

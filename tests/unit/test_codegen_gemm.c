@@ -153,7 +153,8 @@ static void parse_into(CT *t, const char *text) {
 static const char *emit(CT *t, const char *emit, const char *target, const char *cpu,
                         CgMatmul how) {
   const char *ext = !strcmp(emit, "llvm") ? "ll" : "o";
-  CgOptions o = {.emit = emit, .target = target, .cpu = cpu, .opt_level = 2, .matmul = how};
+  CgOptions o = {.emit = emit, .target = target, .cpu = cpu, .opt_level = 2, .matmul = how,
+                 .verify = true};
   o.output = arena_printf(t->a, "%s/%s.%s", t->dir, t->m->name, ext);
   if (!cg_emit(t->m, &o, &t->d))
     fail_msg("cg_emit: %s", ct_log(t));

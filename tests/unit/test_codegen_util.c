@@ -310,7 +310,7 @@ void ct_passes(CT *t) {
 const char *ct_emit(CT *t, const char *emit, const char *target, const char *cpu, int opt) {
   const char *ext = !strcmp(emit, "llvm") ? "ll" : !strcmp(emit, "asm") ? "s" : "o";
   CgOptions o = {.emit = emit, .target = target, .cpu = cpu, .opt_level = opt,
-                 .part_ops = t->part_ops};
+                 .part_ops = t->part_ops, .verify = true};
   o.output = arena_printf(t->a, "%s/%s.%s", t->dir, t->m->name, ext);
   return cg_emit(t->m, &o, &t->d) ? o.output : NULL;
 }

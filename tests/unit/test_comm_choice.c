@@ -61,7 +61,7 @@ static Module *compile(Arena *a, const char *cluster) {
   Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
   assert_non_null(m);
   m->no_coalesce = true;   /* each tensor's own collective, its size's method */
-  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "comm"}, NULL));
+  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "comm", .verify_each = true}, NULL));
   return m;
 }
 

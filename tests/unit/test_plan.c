@@ -70,7 +70,8 @@ static bool run_text(Run *r, const char *text, const char *const *defs, int ndef
   r->m = fe_compile(r->a, src_from_string(r->a, "t.dt", text), defs, ndefs, &r->d);
   assert_non_null(r->m);
   r->m->no_coalesce = true;   /* the planner's choices as tested: a collective a value */
-  bool ok = passes_run(r->m, &r->d, &(PassOptions){.stop_after = last}, &r->run);
+  bool ok =
+      passes_run(r->m, &r->d, &(PassOptions){.stop_after = last, .verify_each = true}, &r->run);
   fflush(r->d.out);
   return ok;
 }

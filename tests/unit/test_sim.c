@@ -204,7 +204,8 @@ static Module *step_of(Arena *a, const char *text) {
   diag_init(&d, stderr);
   Module *m = fe_compile(a, src_from_string(a, "t.dt", text), NULL, 0, &d);
   assert_non_null(m);
-  assert_true(passes_run(m, &d, &(PassOptions){.stop_after = "autodiff"}, NULL));
+  assert_true(
+      passes_run(m, &d, &(PassOptions){.stop_after = "autodiff", .verify_each = true}, NULL));
   return m;
 }
 

@@ -127,7 +127,7 @@ static bool run(Run *r, const char *parallel, unsigned wflags, const char *last)
   char *text = arena_printf(r->a, "%s%s", model, parallel);
   r->m = fe_compile(r->a, src_from_string(r->a, "t.dt", text), NULL, 0, &r->d);
   assert_non_null(r->m);
-  bool ok = passes_run(r->m, &r->d, &(PassOptions){.stop_after = last}, NULL);
+  bool ok = passes_run(r->m, &r->d, &(PassOptions){.stop_after = last, .verify_each = true}, NULL);
   fflush(r->d.out);
   return ok;
 }

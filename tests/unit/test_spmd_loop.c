@@ -311,7 +311,8 @@ static Module *compile(Pair *p, Build build, const Spec *s, const char *last) {
   module_new(p->a, s);
   build(s);
   M->no_coalesce = true;   /* the counts below are spmd's, a collective a value */
-  if (!ir_verify(M, &d) || !passes_run(M, &d, &(PassOptions){.stop_after = last}, NULL)) {
+  if (!ir_verify(M, &d) ||
+      !passes_run(M, &d, &(PassOptions){.stop_after = last, .verify_each = true}, NULL)) {
     fflush(p->out);
     fail_msg("the pipeline failed:\n%s", p->log);
   }
@@ -807,7 +808,7 @@ static void refused(Build build, const Spec *s, int micro, void (*edit)(const Sp
   if (edit)
     edit(s);
   assert_true(ir_verify(M, &d));
-  assert_false(passes_run(M, &d, &(PassOptions){.stop_after = "spmd"}, NULL));
+  assert_false(passes_run(M, &d, &(PassOptions){.stop_after = "spmd", .verify_each = true}, NULL));
   fclose(o);
   if (!strstr(log, msg) || (note && !strstr(log, note)))
     fail_msg("expected \"%s\"%s%s in:\n%s", msg, note ? " and " : "", note ? note : "", log);

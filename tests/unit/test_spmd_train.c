@@ -87,7 +87,7 @@ static Module *compile(Pair *p, const char *text, const char *const *defs, int n
   d.wflags = 0;
   Module *m = fe_compile(p->a, src_from_string(p->a, "t.dt", text), defs, ndefs, &d);
   assert_non_null(m);
-  bool ok = passes_run(m, &d, &(PassOptions){.stop_after = last}, NULL);
+  bool ok = passes_run(m, &d, &(PassOptions){.stop_after = last, .verify_each = true}, NULL);
   fflush(p->out);
   if (!ok)
     fail_msg("the pipeline failed:\n%s", p->log);
