@@ -497,21 +497,33 @@ static bool same_ops(const Func *f, const Func *o) {
   return true;
 }
 
-/* Whether every device's copy of f's function runs the same ops and groups
- * as f does, so the fused collectives meet in the same order everywhere
- * (a pipeline's stages run different copies: they keep theirs). */
-static bool alike(const Module *m, int fi, int *const *sig, const int *nsig, const int *ng) {
-  const Func *f = m->func.a[fi];
-  size_t n = base_len(f);
-  for (int j = 0; j < m->func.n; j++) {
-    const Func *o = m->func.a[j];
-    if (o->device < 0 || base_len(o) != n || strncmp(o->name, f->name, n))
+/* Whether every device's copy of each function runs the same ops and groups
+ * as the others, so the fused collectives meet in the same order everywhere
+ * (a pipeline's stages run different copies: they keep theirs), into ok[k]
+ * for function k: each copy is compared with the first of its name, once. */
+static void alike(const Module *m, int *const *sig, const int *nsig, const int *ng, bool *ok) {
+  int nf = m->func.n, nrep = 0;
+  int *first = arena_alloc(m->arena, sizeof *first * (size_t)(nf + 1));
+  int *rep = arena_alloc(m->arena, sizeof *rep * (size_t)(nf + 1));
+  bool *differ = arena_alloc(m->arena, sizeof *differ * (size_t)(nf + 1));
+  for (int k = 0; k < nf; k++) {
+    const Func *f = m->func.a[k];
+    differ[k] = false;
+    if (f->device < 0)
       continue;
-    if (!same_ops(f, o) || nsig[j] != nsig[fi] || ng[j] != ng[fi] ||
-        memcmp(sig[j], sig[fi], sizeof(int) * (size_t)nsig[fi]))
-      return false;
+    size_t n = base_len(f);
+    int r = 0;
+    while (r < nrep && (base_len(m->func.a[rep[r]]) != n ||
+                        strncmp(m->func.a[rep[r]]->name, f->name, n)))
+      r++;
+    if (r == nrep)
+      rep[nrep++] = k;
+    int o = first[k] = rep[r];
+    differ[o] |= !same_ops(f, m->func.a[o]) || nsig[k] != nsig[o] || ng[k] != ng[o] ||
+                 memcmp(sig[k], sig[o], sizeof(int) * (size_t)nsig[o]);
   }
-  return true;
+  for (int k = 0; k < nf; k++)
+    ok[k] = m->func.a[k]->device >= 0 && ng[k] && !differ[first[k]];
 }
 
 /* Replaces co->f's groups of two or more by their fused collectives. */
@@ -587,8 +599,7 @@ bool pass_coalesce(Module *m, Diag *d, PassRun *run) {
     ng[k] = find_groups(&co[k], &g[k], &sig[k], &nsig[k]);
   }
   bool *fuse_in = arena_alloc(m->arena, sizeof *fuse_in * (size_t)(nf + 1));
-  for (int k = 0; k < nf; k++)   /* all decided before any function changes */
-    fuse_in[k] = m->func.a[k]->device >= 0 && ng[k] && alike(m, k, sig, nsig, ng);
+  alike(m, sig, nsig, ng, fuse_in);   /* all decided before any function changes */
   for (int k = 0; k < nf; k++)
     if (fuse_in[k])
       apply(&co[k], g[k], ng[k]);
