@@ -219,9 +219,11 @@ static int find_groups(Co *co, Group **out, int **sig, int *nsig) {
   co->u = ir_uses(a, f);
   co->reach = comm_reach(co->m, f);
   find_deferred(co);
-  Group *g = arena_alloc(a, sizeof *g * (size_t)(f->inst.n + 1));
-  int ng = 0, nc = 0;
-  int *of = arena_alloc(a, sizeof *of * (size_t)(f->inst.n + 1));
+  int ng = 0, nc = 0, ncoll = 0;
+  for (int i = 0; i < f->inst.n; i++)
+    ncoll += coalesced(f->inst.a[i]->op);
+  Group *g = arena_alloc(a, sizeof *g * (size_t)(ncoll + 1));   /* at most one a collective */
+  int *of = arena_alloc(a, sizeof *of * (size_t)(ncoll + 1));
   for (int i = 0; i < f->inst.n; i++) {
     Inst *c = f->inst.a[i];
     if (!coalesced(c->op))
