@@ -218,8 +218,9 @@ static void forward_bags(void *env, int64_t b0, int64_t b1) {
     memset(y, 0, (size_t)d * sizeof(float));
     span(g, b, &lo, &hi);
     for (int64_t j = lo; j < hi; j++) {
-      if (j + AHEAD < g->n && row_of(g, j + AHEAD) >= 0)
-        dtrt_prefetch(g->w + row_of(g, j + AHEAD) * d, d * (int64_t)sizeof(float));
+      int64_t ahead = j + AHEAD < g->n ? row_of(g, j + AHEAD) : -1;
+      if (ahead >= 0)
+        dtrt_prefetch(g->w + ahead * d, d * (int64_t)sizeof(float));
       int64_t row = row_of(g, j);
       if (row < 0) {
         cnt += g->id[j] != g->pad; /* another block's row: counted, not added */
