@@ -176,6 +176,7 @@ typedef struct CgFn {
   Cg *c;
   Func *f;
   const bool *live;        /* by inst id; NULL: all */
+  bool *idle;              /* by inst id: computes nothing needed (ir_idle) */
   LLVMValueRef fn, ctx, state, work, inputs, outputs, step;
   LLVMValueRef *addr;      /* by inst id: where its value lives, once known in this part */
   LLVMValueRef *val;       /* by inst id: the scalar of a const or lr */
@@ -263,7 +264,6 @@ LLVMValueRef cg_group_tiles(CgFn *fn, Inst **member, int n, LLVMValueRef *env);
 void cg_repeat(CgFn *fn, const Inst *r);
 /* Whether running x makes collectives: x is one, or a repeat whose body (or
  * a loop in it) makes one. */
-bool cg_collective(const Inst *x);
 
 /* ---- memory.c --------------------------------------------------------- */
 

@@ -339,22 +339,9 @@ LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
   return fn;
 }
 
-/* Whether insts x[0..n) compute nothing: every value, and every store's,
- * an empty block (a table-wise table's on a device not holding it), and no
- * collective, which every device of its group joins. */
-static bool empty_work(Inst *const *x, int n) {
-  for (int k = 0; k < n; k++) {
-    const Type *t = x[k]->op == OP_store || x[k]->op == OP_output ? &x[k]->in[0]->type
-                                                                   : &x[k]->type;
-    if (cg_collective(x[k]) || x[k]->op == OP_repeat || type_elems(t) != 0)
-      return false;
-  }
-  return true;
-}
-
 /* Lowers the live insts [from, to) of fn->f where the builder stands; a
- * fusion group is lowered whole, and one computing nothing (empty_work)
- * not at all. */
+ * fusion group is lowered whole, and one computing nothing needed
+ * (ir_idle) not at all. */
 static void lower_insts(CgFn *fn, int from, int to) {
   Cg *c = fn->c;
   Func *f = fn->f;
@@ -364,13 +351,13 @@ static void lower_insts(CgFn *fn, int from, int to) {
     if (x->fuse)
       while (j < to && f->inst.a[j]->fuse == x->fuse)
         j++;
-    if ((fn->live && !fn->live[i]) || empty_work(&f->inst.a[i], j - i)) {
+    if ((fn->live && !fn->live[i]) || fn->idle[i]) {
       i = j;
       continue;
     }
     /* after a failure a device's function runs its collectives only */
     LLVMBasicBlockRef next = NULL;
-    if (fn->err && !cg_collective(x)) {
+    if (fn->err && !ir_joins_group(x)) {
       LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "run");
       next = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "next");
       LLVMValueRef e = LLVMBuildLoad2(c->b, c->i32, fn->err, "");
@@ -503,6 +490,8 @@ LLVMValueRef cg_func(Cg *c, Func *f, const bool *live) {
   fn->use = ir_uses(a, f);
   fn->addr = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
   fn->val = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)(n + 1));
+  fn->idle = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
+  ir_idle(f, fn->idle);
   fn->out_index = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
   fn->input_index = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   const Inst **outs = arena_alloc(a, sizeof(Inst *) * (size_t)(n + 1));

@@ -22,17 +22,6 @@ static int64_t bytes_of(const Type *t) { return type_elems(t) * (int64_t)dtype_s
 
 static int64_t round64(int64_t n) { return (n + 63) / 64 * 64; }
 
-bool cg_collective(const Inst *x) {
-  if (ir_ops[x->op].kind == K_COMM || x->op == OP_ring_sdpa || x->op == OP_ring_sdpa_lse ||
-      x->op == OP_ring_sdpa_grad)   /* ring attention's sends */
-    return true;
-  const Func *body = x->op == OP_repeat ? ir_repeat_body(x) : NULL;
-  for (int k = 0; body && k < body->inst.n; k++)
-    if (cg_collective(body->inst.a[k]))
-      return true;
-  return false;
-}
-
 /* Whether u is a repeat_out giving output k of r. */
 static bool out_of(const Inst *u, const Inst *r, int k) {
   return u->op == OP_repeat_out && u->in[0] == r && ir_get_int(u, "index", 0) == k;

@@ -499,6 +499,47 @@ bool ir_in_place(Op op) {
          op == OP_sparse_moment || op == OP_sparse_adam;
 }
 
+bool ir_joins_group(const Inst *x) {
+  if (ir_ops[x->op].kind == K_COMM || x->op == OP_ring_sdpa || x->op == OP_ring_sdpa_lse ||
+      x->op == OP_ring_sdpa_grad)
+    return true;
+  const Func *body = x->op == OP_repeat ? ir_repeat_body(x) : NULL;
+  for (int k = 0; body && k < body->inst.n; k++)
+    if (ir_joins_group(body->inst.a[k]))
+      return true;
+  return false;
+}
+
+/* Whether x is needed on its device, wanted: some needed inst reads it. */
+static bool needed(const Inst *x, bool wanted) {
+  if (x->op == OP_repeat || ir_joins_group(x))
+    return true;
+  if (x->op == OP_store || x->op == OP_output)
+    return type_elems(&x->in[0]->type) != 0;
+  return x->type.dtype == DT_VOID || (wanted && type_elems(&x->type) != 0);
+}
+
+void ir_idle(const Func *f, bool *idle) {
+  int n = f->inst.n;
+  for (int k = 0; k < n; k++) {
+    DTC_ASSERT(f->inst.a[k]->id == k);
+    idle[k] = true;   /* until a needed inst reads it */
+  }
+  for (int hi = n - 1, lo; hi >= 0; hi = lo - 1) {
+    const Inst *x = f->inst.a[hi];
+    for (lo = hi; x->fuse && lo > 0 && f->inst.a[lo - 1]->fuse == x->fuse;)
+      lo--;
+    bool need = false;
+    for (int k = lo; k <= hi && !need; k++)
+      need = needed(f->inst.a[k], !idle[k]);
+    for (int k = lo; k <= hi; k++) {
+      idle[k] = !need;
+      for (int q = 0; need && q < f->inst.a[k]->nin; q++)
+        idle[f->inst.a[k]->in[q]->id] = false;
+    }
+  }
+}
+
 bool ir_dropout_whole(const Inst *i, Type *t) {
   if (i->op == OP_dropout || i->op == OP_dropout_grad) {
     *t = i->type;

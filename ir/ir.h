@@ -472,6 +472,18 @@ bool ir_output_direct(const Inst *out);
  * its first operand is a load of the global the result is stored to, read
  * by nothing after it; code generation then updates the state in place. */
 bool ir_in_place(Op op);
+/* Whether x joins the other devices of a group: a collective or a send
+ * (K_COMM), ring attention (its blocks pass around the axis), or a repeat
+ * whose body holds one. Every member runs such an op, whatever it holds. */
+bool ir_joins_group(const Inst *x);
+/* Into idle[0..f->inst.n): whether each inst of f computes nothing its
+ * device needs, so code generation and the simulator skip it. An inst is
+ * needed when it joins a group, is a repeat, stores or outputs a value
+ * with elements, has no value (an effect), or gives a value with elements
+ * to a needed inst; a fusion group's insts are needed together. Idle: a
+ * table-wise table's lookups and updates on the devices not holding it
+ * (their values are empty) and the sorting of its ids only they read. */
+void ir_idle(const Func *f, bool *idle);
 /* The tensor whose elements a dropping op's mask covers, its `at` placing
  * a block there: dropout's own result, or the [B,H,Tq,Tk] scores of an
  * attention that drops (sdpa, sdpa_grad with p > 0), whose dims 0 and 1

@@ -287,7 +287,16 @@ typedef struct Frame {
   const Func *f;
   int pc;            /* next inst; a frame's repeat stays at pc while its body runs */
   int64_t iter, n;
+  bool *idle;        /* by inst: computes nothing the device needs (ir_idle) */
 } Frame;
+
+/* The frame of f, to run n times. */
+static Frame frame(const Func *f, int64_t n) {
+  Frame t = {f, 0, 0, n, malloc(sizeof(bool) * (size_t)(f->inst.n + 1))};
+  DTC_ASSERT(t.idle);
+  ir_idle(f, t.idle);
+  return t;
+}
 
 typedef struct Walker {
   Frame *fr;
@@ -323,7 +332,7 @@ static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventF
       if (++t->iter < t->n) {
         t->pc = 0;
       } else {
-        w->depth--;
+        free(w->fr[--w->depth].idle);
         w->fr[w->depth - 1].pc++;
       }
       continue;
@@ -332,10 +341,11 @@ static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventF
     if (waits(i))
       return;
     if (i->op == OP_repeat) {
-      w->fr[w->depth++] = (Frame){ir_repeat_body(i), 0, 0, ir_get_int(i, "n", 1)};
+      w->fr[w->depth++] = frame(ir_repeat_body(i), ir_get_int(i, "n", 1));
       continue;
     }
-    t->pc++;
+    if (t->idle[t->pc++])
+      continue;
     double dt = sim_compute_time(m, i, d);
     if (dt <= 0)
       continue;
@@ -384,7 +394,7 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
     /* a loop nests at most as deep as there are functions */
     w[d].fr = calloc((size_t)m->func.n + 1, sizeof *w[d].fr);
     DTC_ASSERT(w[d].fr);
-    w[d].fr[0] = (Frame){f, 0, 0, 1};
+    w[d].fr[0] = frame(f, 1);
     w[d].depth = 1;
   }
   for (bool progress = true; progress;) {
@@ -470,8 +480,11 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
 done:
   if (r && step < 0)
     *r = (SimResult){.ndev = 0};
-  for (int d = 0; d < n; d++)
+  for (int d = 0; d < n; d++) {
+    for (int k = 0; k < w[d].depth; k++)
+      free(w[d].fr[k].idle);
     free(w[d].fr);
+  }
   free(w);
   if (!r)
     free(sd);

@@ -331,6 +331,65 @@ static void test_random_rows(void **state) {
   }
 }
 
+/* A table-wise table's lookups and updates compute nothing on the device
+ * not holding it, nor the sorting of its ids that only they read
+ * (ir_idle): code generation skips them, and the simulator gives them no
+ * time. Device 0 holds e: it runs them all. */
+static void sparse_ops_on(const Module *m, int device, int *count) {
+  const Func *f = step_func(m, device);
+  bool *idle = arena_alloc(m->arena, sizeof(bool) * (size_t)(f->inst.n + 1));
+  ir_idle(f, idle);
+  count[0] = count[1] = 0;
+  for (int k = 0; k < f->inst.n; k++) {
+    Op op = f->inst.a[k]->op;
+    if (op == OP_embedding_bag || op == OP_sparse_rows || op == OP_sparse_values ||
+        op == OP_sparse_adagrad_sum || op == OP_sparse_adagrad)
+      count[idle[k]]++;
+  }
+}
+
+typedef struct Seen { int ops[2]; } Seen;
+
+static void count_sparse(void *user, int device, const Inst *i, bool comm, double start,
+                         double dur) {
+  (void)start, (void)dur;
+  if (!comm && (i->op == OP_embedding_bag || i->op == OP_sparse_rows ||
+                i->op == OP_sparse_values || i->op == OP_sparse_adagrad))
+    ((Seen *)user)->ops[device]++;
+}
+
+static void test_table_wise_idle(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = compile_text(a, "model rec(batch B = 8) {\n"
+                              "  input  ids: i32[B, 2]\n"
+                              "  input  y: f32[B, 32]\n"
+                              "  param  e: f32[1000, 32] init zeros sparse\n"
+                              "  loss   = mse(embedding_bag(ids, e, mode = \"sum\"), y)\n"
+                              "  minimize loss with adagrad(lr = 0.1)\n"
+                              "}\n"
+                              "cluster c {\n  node a {\n"
+                              "    device d0: cpu(gflops = 80, mem = 1GiB)\n"
+                              "    device d1: cpu(gflops = 80, mem = 1GiB)\n"
+                              "  }\n" LINKS
+                              "parallel rec on c {\n  mesh m[dp = 2] over d0, d1\n"
+                              "  shard ids: [*, *]\n  shard e: on dp[0]\n  plan explicit\n}\n");
+  int held[2], other[2];
+  sparse_ops_on(m, 0, held);
+  sparse_ops_on(m, 1, other);
+  printf("device 0: %d run, %d idle; device 1: %d run, %d idle\n", held[0], held[1], other[0],
+         other[1]);
+  assert_int_equal(held[1], 0);
+  assert_true(held[0] >= 5);   /* the bag, the rows, the values and the update's two */
+  assert_int_equal(other[0], 0);
+  assert_int_equal(other[1], held[0]);
+  Seen seen = {{0, 0}};
+  assert_true(sim_run(m, NULL, count_sparse, &seen) > 0);
+  assert_true(seen.ops[0] >= 4);
+  assert_int_equal(seen.ops[1], 0);
+  arena_free(a);
+}
+
 /* DeMo's kernels count their FLOPs at 1/9 (demo_compress), 1/17
  * (demo_residual) and 1/11 (demo_sign) of the GEMM's speed: transforms in
  * double (passes/sim.c, flop_slowness). */
@@ -564,6 +623,7 @@ int main(void) {
       cmocka_unit_test(test_ring_causal_place),
       cmocka_unit_test(test_sparse_update_bytes),
       cmocka_unit_test(test_random_rows),
+      cmocka_unit_test(test_table_wise_idle),
       cmocka_unit_test(test_trace_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
