@@ -188,6 +188,21 @@ static void test_int_where(void **state) {
     }
     same_on_one_thread(dtrt_k_int_where, in, 3, &ot, NULL);
   }
+  /* each operand whole or [R, 1] (a stride of 1 or 0 along the last dim:
+   * the kernel's eight inner loops) */
+  for (int form = 0; form < 8; form++) {
+    bool whole[3] = {form & 4, form & 2, form & 1};
+    DtTensor in[3] = {ten(DTRT_F32, m, 2, whole[0] ? full : col),
+                      ten(DTRT_I32, x, 2, whole[1] ? full : col),
+                      ten(DTRT_I32, y, 2, whole[2] ? full : col)};
+    run(dtrt_k_int_where, in, 3, &ot, NULL);
+    for (int64_t q = 0; q < R * C; q++) {
+      float mv = m[whole[0] ? q : q / C];
+      int32_t xv = x[whole[1] ? q : q / C], yv = y[whole[2] ? q : q / C];
+      if (out[q] != (mv != 0 ? xv : yv))
+        fail_msg("strides %d element %lld: mask %g, got %d", form, (long long)q, mv, out[q]);
+    }
+  }
   DtTensor in[3] = {ten(DTRT_F32, m, 1, row), ten(DTRT_I32, x, 1, col), ten(DTRT_I32, y, 2, full)};
   refuse(dtrt_k_int_where, in, 3, &ot, NULL, "x i32[300] does not broadcast to i32[300,257]");
   free(m), free(x), free(y), free(out);
