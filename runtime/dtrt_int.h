@@ -79,6 +79,17 @@ static inline void dtrt_prefetch(const void *x, int64_t bytes) {
  * double: a fixed order the compiler vectorises (kernels_nn.c). */
 double dtrt_dot_lanes(const float *x, const float *y, int64_t n);
 
+/* A row kernel built twice, for AVX2 and for the baseline, the first the
+ * CPU runs chosen when the program loads (GCC's target_clones): its loops
+ * vectorise eight lanes wide where the baseline's are four. No multiply
+ * and add is fused either way (-std=c17), and the lanes' order of sums is
+ * the code's, so both give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DTRT_WIDE __attribute__((target_clones("avx2", "default")))
+#else
+#define DTRT_WIDE
+#endif
+
 /* e^c within 2e-7 relative for c in [-87, 88], branch-free so that loops
  * of it vectorise, which calls to expf do not (its callers clamp c and
  * give 0 below -87, so masked entries leave no denormals behind, and NaN

@@ -136,7 +136,7 @@ double dtrt_dot_lanes(const float *x, const float *y, int64_t n) {
 
 /* The largest of x[0..n), -inf when empty; NaN is passed over, as a plain
  * `x[j] > m` loop passes over it. Exact, so the order does not matter. */
-static float max_lanes(const float *x, int64_t n) {
+DTRT_WIDE static float max_lanes(const float *x, int64_t n) {
   float acc[LANES];
   for (int l = 0; l < LANES; l++)
     acc[l] = -INFINITY;
@@ -165,7 +165,7 @@ enum { SOFTMAX, LOG_SOFTMAX, SOFTMAX_GRAD, LOG_SOFTMAX_GRAD };
 
 /* y[j] = e^(x[j] - m) for j < n, contiguous; returns their sum, as
  * sum_lanes(y, n) gives it, from the same pass. */
-static double exp_row(const float *x, float m, float *y, int64_t n) {
+DTRT_WIDE static double exp_row(const float *x, float m, float *y, int64_t n) {
   float acc[LANES] = {0};
   int64_t j = 0;
   for (; j + LANES <= n; j += LANES)

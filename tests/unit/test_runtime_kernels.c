@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "dtrt.h"
+#include "dtrt_int.h"
 #include "rt_test.h"
 
 typedef DtStatus (*Kern)(DtrtCtx *, const DtTensor *, int, DtTensor *, const DtAttrs *);
@@ -489,6 +490,46 @@ static void sm_fwd(const float *x, float *y, void *u) {
   SmU *s = u;
   DtTensor xt = like(&s->x, (void *)x), yt = like(&s->x, y);
   run(s->k, &xt, 1, &yt, &s->a);
+}
+
+/* softmax over rows of 1000 against the same arithmetic written plainly
+ * here (built for the baseline CPU): e^(x - max) by dtrt_exp_fast, summed
+ * in 8 lanes (element j into lane j % 8), the lanes and the tail in double.
+ * Bit for bit: the kernel's loops, built wider where the CPU has AVX2
+ * (DTRT_WIDE), must not change a result. */
+static void test_softmax_bits(void **state) {
+  (void)state;
+  enum { R = 7, N = 1003 };
+  DtTensor x = ten(DTRT_F32, NULL, 2, R, N);
+  x.data = randv(R * N);
+  float *xv = x.data, *y = malloc(sizeof(float) * R * N);
+  for (int i = 0; i < R * N; i++)
+    xv[i] *= 30;
+  DtTensor yt = like(&x, y);
+  run(dtrt_k_softmax, &x, 1, &yt, NULL);
+  for (int r = 0; r < R; r++) {
+    const float *row = xv + r * N;
+    float m = -INFINITY, acc[8] = {0}, e[N];
+    for (int j = 0; j < N; j++)
+      m = row[j] > m ? row[j] : m;
+    int j = 0;
+    for (; j + 8 <= N; j += 8)
+      for (int l = 0; l < 8; l++)
+        acc[l] += e[j + l] = dtrt_exp_fast(row[j + l] - m);
+    double s = 0;
+    for (int l = 0; l < 8; l++)
+      s += acc[l];
+    for (; j < N; j++)
+      s += e[j] = dtrt_exp_fast(row[j] - m);
+    float inv = (float)(1.0 / s);
+    for (j = 0; j < N; j++) {
+      float want = e[j] * inv;
+      if (memcmp(&want, &y[r * N + j], sizeof want))
+        fail_msg("row %d element %d: %.9g, want %.9g", r, j, y[r * N + j], want);
+    }
+  }
+  free(y);
+  free(x.data);
 }
 
 static void test_softmax(void **state) {
@@ -1847,6 +1888,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_reduce, setup, teardown),
       cmocka_unit_test_setup_teardown(test_max_grad, setup, teardown),
       cmocka_unit_test_setup_teardown(test_softmax, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_softmax_bits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cross_entropy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_cross_entropy_sum, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bce_with_logits, setup, teardown),
