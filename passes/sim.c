@@ -87,12 +87,15 @@ double sim_row(const Module *m, int device) {
  * element, a division and square root per row, a strided walk. Measured on
  * an AVX-512 Xeon (docs/PERFORMANCE.md, "The probe of dtc's own kernels"):
  * libdtrt's kernels with DTRT_TRACE, the generated loops (polynomials that
- * vectorise) one op a model, against relu. */
+ * vectorise) one op a model, against relu. The softmax family's and cross
+ * entropy's, whose exponentials run eight lanes wide on AVX2 (DTRT_WIDE),
+ * measured again so on a Zen 4 (examples/transformer.dt, one process,
+ * traced against --emit=sim: "Exponentials eight lanes wide"). */
 static double elem_cost(Op op) {
   switch (op) {
-  case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_grad:
-  case OP_cross_entropy_sum: case OP_cross_entropy_sum_grad:
-    return 420;
+  case OP_softmax: case OP_log_softmax: case OP_cross_entropy: case OP_cross_entropy_sum:
+    return 170;
+  case OP_cross_entropy_grad: case OP_cross_entropy_sum_grad: return 110;
   case OP_bce_with_logits: case OP_bce_with_logits_grad: return 80;
   case OP_dropout: case OP_dropout_grad: return 300;
   case OP_normalize: return 40;

@@ -77,8 +77,8 @@ static const Func *step_func(const Module *m, int device) {
  * (passes/passes.h, sim_compute_time): lat per kernel; the op table's FLOP
  * counts at gflops; the bytes of every result and, but for elementwise ops,
  * of every operand at bw (5 FLOPs a byte when bw is 0); reshapes free; and for
- * the one kernel of this model with a per-element cost, cross entropy and its
- * gradient, 420 FLOPs per element of the logits. */
+ * the one kernel of this model with a per-element cost, cross entropy (170
+ * FLOPs per element of the logits) and its gradient (110). */
 static double roofline_time(const Func *f, double gflops, double bw, double lat) {
   double flops = 0, bytes = 0, fixed = 0;
   for (int k = 0; k < f->inst.n; k++) {
@@ -92,7 +92,7 @@ static double roofline_time(const Func *f, double gflops, double bw, double lat)
     for (int j = 0; kind != K_ELEM && j < i->nin; j++)
       bytes += 4.0 * (double)type_elems(&i->in[j]->type);
     if (i->op == OP_cross_entropy || i->op == OP_cross_entropy_grad)
-      flops += 420.0 * (double)type_elems(&i->in[0]->type);
+      flops += (i->op == OP_cross_entropy ? 170.0 : 110.0) * (double)type_elems(&i->in[0]->type);
   }
   return fixed + flops / (gflops * 1e9) + bytes / (bw > 0 ? bw : gflops * 1e9 / 5);
 }
