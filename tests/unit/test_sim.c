@@ -335,9 +335,10 @@ static void test_random_rows(void **state) {
  * fraction of gflops (else 1), and given `score`, each score a kernel makes
  * costs that time (else none); given neither, its FLOPs run at 0.65 of
  * gflops at heads of 16 (flop_slowness). Heads of 16, 2 of 64 causal
- * queries, a batch of 2, all on each device (no shardings): 8320 pairs, FLOPs a pair 4 D + 14 in sdpa, 2 D +
- * 14 in sdpa_lse, 14 D + 28 in sdpa_grad, scores a pair 1, 1 and 2 (ir/cost.c).
- * The rest of an op's price (its bytes, lat) is the same with either. */
+ * queries, a batch of 2, all on each device (no shardings): 8320 pairs;
+ * FLOPs a pair 4 D + 14 in sdpa, 2 D + 14 in sdpa_lse, 14 D + 28 in
+ * sdpa_grad, scores a pair 1, 1 and 2 (ir/cost.c). The rest of an op's
+ * price (its bytes, lat) is the same with either. */
 static void test_attn_probed(void **state) {
   (void)state;
   const char *model_text = "model att(batch B = 2, T = 64, H = 2, D = 16) {\n"
