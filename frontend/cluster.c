@@ -3,6 +3,7 @@
  * shardings and a plan mode. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ast.h"
@@ -88,13 +89,27 @@ static bool spread_arg(const Expr *e, double *out, Diag *d) {
   return true;
 }
 
+/* A device's figure given as a number (gflops, attn): finite and positive,
+ * the IR reader's range of the field of that name. */
+static bool positive_arg(const Expr *e, const char *what, double *out, Diag *d) {
+  char quoted[32];
+  snprintf(quoted, sizeof quoted, "'%s'", what);
+  if (!fe_eval_float(e, NULL, 0, quoted, out, d))
+    return false;
+  if (!ir_in_range(ir_field(ir_device_fields, what)->range, *out)) {
+    diag_error(d, e->loc, "'%s' must be positive", what);
+    return false;
+  }
+  return true;
+}
+
 /* ---- clusters ---- */
 
 /* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name", spread = S,
- *                  bw = B, lat = T, row = T) */
+ *                  bw = B, lat = T, row = T, attn = F, score = T) */
 static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
-  static const char *const param[] = {"gflops", "mem", "target", "cpu",
-                                      "spread", "bw",  "lat",    "row"};
+  static const char *const param[] = {"gflops", "mem", "target", "cpu",  "spread",
+                                      "bw",     "lat", "row",    "attn", "score"};
   for (int k = 0; k < c->dev.n; k++)
     if (!strcmp(c->dev.a[k].name, s->name)) {
       diag_error(d, s->name_loc, "device '%s' is already defined", s->name);
@@ -109,16 +124,12 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
     diag_error(d, e->loc, "'cpu' needs its arguments 'gflops' and 'mem'");
     return false;
   }
-  Expr *arg[8];
-  if (!fe_bind(e, param, 8, 0, 2, arg, a, d))
+  Expr *arg[10];
+  if (!fe_bind(e, param, 10, 0, 2, arg, a, d))
     return false;
   Device dev = {.name = s->name, .node = c->node.n - 1, .kind = "cpu", .loc = s->name_loc};
   double mem = 0;
-  bool ok = fe_eval_float(arg[0], NULL, 0, "'gflops'", &dev.gflops, d);
-  if (ok && !ir_in_range(ir_field(ir_device_fields, "gflops")->range, dev.gflops)) {
-    diag_error(d, arg[0]->loc, "'gflops' must be positive");
-    ok = false;
-  }
+  bool ok = positive_arg(arg[0], "gflops", &dev.gflops, d);
   ok &= quantity(arg[1], "mem", U_MEM, &mem, d);
   if (ok && !ir_in_range(ir_field(ir_device_fields, "mem")->range, mem)) {
     diag_error(d, arg[1]->loc, "'mem' must be at least one byte");
@@ -131,6 +142,8 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   ok &= !arg[5] || quantity(arg[5], "bw", U_BW, &dev.bw, d);
   ok &= !arg[6] || quantity(arg[6], "lat", U_TIME, &dev.lat, d);
   ok &= !arg[7] || quantity(arg[7], "row", U_TIME, &dev.row, d);
+  ok &= !arg[8] || positive_arg(arg[8], "attn", &dev.attn, d);
+  ok &= !arg[9] || quantity(arg[9], "score", U_TIME, &dev.score, d);
   if (ok)
     vec_push(a, &c->dev, dev);
   return ok;

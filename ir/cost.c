@@ -202,14 +202,18 @@ static double attn_pairs(const Inst *i) {
     seen = tq <= tk ? tq * (tq + 1) / 2 : tk * (tk + 1) / 2 + (tq - tk) * tk;
   return (double)q->dim[0] * (double)q->dim[1] * seen;
 }
-/* A mask operand (after the base operands) adds one flop a pair each time
- * the scores are made (exps), dropout 8 a draw (drops, as dropout's). */
-static double attn_flops(const Inst *i, int products, int exps, int base, int drops) {
+/* FLOPs a pair seen: a mask operand (after the base operands) adds one flop
+ * a pair each time the scores are made (exps), dropout 8 a draw (drops, as
+ * dropout's). */
+static double attn_per_pair(const Inst *i, int products, int exps, int base, int drops) {
   const Type *q = &i->in[0]->type;
   double extra = (i->nin > base ? exps : 0) + (ir_get_float(i, "p", 0) > 0 ? 8.0 * drops : 0);
-  return q->rank != 4 ? 0
-                      : attn_pairs(i) * (2.0 * (double)q->dim[3] * products +
-                                         exps * (4 + F_EXP) + extra);
+  return 2.0 * (double)q->dim[3] * products + exps * (4 + F_EXP) + extra;
+}
+static double attn_flops(const Inst *i, int products, int exps, int base, int drops) {
+  return i->in[0]->type.rank != 4
+             ? 0
+             : attn_pairs(i) * attn_per_pair(i, products, exps, base, drops);
 }
 double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1, 3, 1); }
 double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1, 2, 0); }
@@ -233,6 +237,23 @@ static double ring_flops(const Inst *i, int products, int exps, int base, int dr
 double flops_ring_sdpa(const Inst *i) { return ring_flops(i, 2, 1, 3, 1); }
 double flops_ring_sdpa_lse(const Inst *i) { return ring_flops(i, 1, 1, 2, 0); }
 double flops_ring_sdpa_grad(const Inst *i) { return ring_flops(i, 7, 2, 6, 4); }
+
+/* The scores attention kernel i makes: its pairs seen, each as many times
+ * as it makes them (exps), as its FLOPs count them (pieces, a ring's
+ * blocks); 0 for other ops. */
+double ir_attn_scores(const Inst *i) {
+  int products, exps, base, drops;
+  switch (i->op) {
+  case OP_sdpa: case OP_ring_sdpa: products = 2, exps = 1, base = 3, drops = 1; break;
+  case OP_sdpa_lse: case OP_ring_sdpa_lse: products = 1, exps = 1, base = 2, drops = 0; break;
+  case OP_sdpa_grad: case OP_ring_sdpa_grad: products = 7, exps = 2, base = 6, drops = 4; break;
+  case OP_sdpa_dmask: products = 2, exps = 1, base = 6, drops = 2; break;
+  default: return 0;
+  }
+  if (!i->nin || !i->in[0] || i->in[0]->type.rank != 4)
+    return 0;
+  return ir_flops(i) * exps / attn_per_pair(i, products, exps, base, drops);
+}
 
 /* A convolution is a matmul per group: 2 * (C/groups * kh * kw) flops per
  * element of y, and its two derivatives as many (per element of dy); col2im,

@@ -142,6 +142,10 @@ typedef struct Device {
   double lat;              /* seconds every kernel takes beyond its work, 0: not given */
   double row;              /* seconds a kernel takes beyond its bytes for each cache line
                               of a table row it visits at random, 0: not given */
+  double attn;             /* the fraction of gflops at which attention's kernels run their
+                              FLOPs, 0: not given */
+  double score;            /* seconds an attention kernel takes beyond its FLOPs for each
+                              score it makes, 0: not given */
   int64_t mem;             /* bytes */
   const char *target;      /* LLVM triple, NULL: host */
   const char *cpu;         /* LLVM cpu name, NULL: generic for target, host for host */
@@ -241,6 +245,10 @@ extern const OpInfo ir_ops[OP_COUNT];
 /* Floating-point operations of inst: its op's rule, once per piece when it
  * runs in pieces. */
 double ir_flops(const Inst *inst);
+/* The scores (a query-key pair's product and exponential) attention op inst
+ * makes, as ir_flops counts its work: sdpa_grad makes each twice; 0 for an
+ * op other than the sdpa family. */
+double ir_attn_scores(const Inst *inst);
 /* Op by its text name; OP_COUNT when unknown. */
 Op ir_op_lookup(const char *name);
 /* Whether libdtrt's kernel of collective op implements method (a

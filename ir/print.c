@@ -33,7 +33,8 @@ const IrField *ir_field(const IrField *fields, const char *name) {
 const IrField ir_device_fields[] = {
     FIELD(Device, kind, 's'),   RANGED(Device, gflops, 'f', ir_positive),
     RANGED(Device, bw, 'f', ir_quantity), RANGED(Device, lat, 'f', ir_quantity),
-    RANGED(Device, row, 'f', ir_quantity),
+    RANGED(Device, row, 'f', ir_quantity), RANGED(Device, attn, 'f', ir_positive),
+    RANGED(Device, score, 'f', ir_quantity),
     RANGED(Device, mem, 'i', ir_mem), FIELD(Device, target, 's'),
     FIELD(Device, cpu, 's'),    FIELD(Device, spread, 'f'), {0}};
 const IrField ir_link_fields[] = {RANGED(Link, bw, 'f', ir_quantity),

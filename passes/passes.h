@@ -480,9 +480,11 @@ double sim_lat(const Module *m, int device);
  * random (Device.row; 0 when not given: such rows cost their bytes alone). */
 double sim_row(const Module *m, int device);
 /* Seconds of compute op i on `device`: sim_lat, its FLOPs and a per-element
- * cost of kernels built on exponentials or random numbers over sim_gflops,
- * and the bytes of its result (and of its operands unless elementwise) over
- * sim_bw; 0 for K_META, K_COMM and reshape (an alias). */
+ * cost of kernels built on exponentials or random numbers over sim_gflops
+ * (attention's FLOPs over Device.attn of it and Device.score a score where
+ * the cluster gives them), and the bytes of its result (and of its operands
+ * unless elementwise) over sim_bw; 0 for K_META, K_COMM and reshape (an
+ * alias). */
 double sim_compute_time(const Module *m, const Inst *i, int device);
 /* sim_compute_time of an op of the global step whose values are split over
  * the devices: the seconds that scale with a device's share (its FLOPs and

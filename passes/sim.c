@@ -10,7 +10,9 @@
  * embedding bag's table, the rows it gathers), and for
  * kernels built on exponentials or random numbers a cost per element
  * (elem_cost) at the GEMM's speed; DeMo's and attention's kernels count
- * their FLOPs at a fraction of that speed (flop_slowness). A device given no bandwidth moves a byte
+ * their FLOPs at a fraction of that speed (flop_slowness), attention's at
+ * the fraction the cluster gives (`attn`) and a time per score (`score`)
+ * where it gives them (work_time). A device given no bandwidth moves a byte
  * for SIM_BYTE_FLOPS FLOPs, so one that is slower at math, such as one
  * sharing its core, is as much slower at moving data. A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
@@ -121,7 +123,8 @@ static double elem_cost(Op op) {
  * blocks run at 0.65, 0.74 and 0.82 of the GEMM's speed at heads of 16, 32
  * and 64 (docs/PERFORMANCE.md, "Attention kernels at heads of 16, 32 and
  * 64"), the rest being the online softmax's exponentials: 0.57 + 0.08
- * log2(D / 8), within [0.5, 0.9]. */
+ * log2(D / 8), within [0.5, 0.9]; a device that gives `attn` or `score`
+ * prices attention by them instead (work_time). */
 static double flop_slowness(const Inst *i) {
   switch (i->op) {
   case OP_demo_compress: return 9;
@@ -134,6 +137,18 @@ static double flop_slowness(const Inst *i) {
   }
   default: return 1;
   }
+}
+
+/* Seconds of op i's FLOPs on `device`: at its speed over flop_slowness; an
+ * attention kernel on a device that gives `attn` or `score` (dtc-probe
+ * measures both on dtc's attention) at attn of its speed (1 when not
+ * given) and score for each score it makes (0 when not given). */
+static double work_time(const Module *m, const Inst *i, int device) {
+  double flops = sim_gflops(m, device) * 1e9, scores = ir_attn_scores(i);
+  const Device *dv = cluster_dev(m, device);
+  if (scores > 0 && dv && (dv->attn > 0 || dv->score > 0))
+    return ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score;
+  return ir_flops(i) * flop_slowness(i) / flops;
 }
 
 static double value_bytes(const Inst *i) {
@@ -238,7 +253,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
     n = (double)type_elems(&i->in[0]->type);
   double flops = sim_gflops(m, device) * 1e9, bw = sim_bw(m, device);
   double w = sim_lat(m, device), sh = 0;
-  *(work_split ? &sh : &w) += (ir_flops(i) * flop_slowness(i) + elem_cost(i->op) * n) / flops;
+  *(work_split ? &sh : &w) += work_time(m, i, device) + elem_cost(i->op) * n / flops;
   *(out_split ? &sh : &w) += touched_bytes(i, i, value_bytes(i)) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
     *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;
@@ -374,7 +389,7 @@ static double ring_busy(const Module *m, const Inst *i, int d, int j) {
   for (int q = 0; q < nz; q++)
     before += q < j ? (double)len[q] : 0, all += (double)len[q];
   double f = (2 * before + (double)len[j] + 1) / (all + 1);
-  return t + (f - 1) * ir_flops(i) * flop_slowness(i) / (sim_gflops(m, d) * 1e9);
+  return t + (f - 1) * work_time(m, i, d);
 }
 
 static bool same_collective(const Inst *a, const Inst *b) {

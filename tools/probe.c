@@ -1,5 +1,6 @@
 /* probe.c: dtc-probe, run under mpirun, measures every rank's speed at the
- * kernels a step runs (dtc's GEMM, its elementwise loops) and its memory, the
+ * kernels a step runs (dtc's GEMM, its elementwise loops, its embedding bag
+ * and attention) and its memory, the
  * links between ranks and every collective method of libdtrt over all ranks,
  * and writes them as a dtc cluster block: each figure the median of repeated
  * timings, with their spread. */
@@ -23,10 +24,11 @@ static const char usage[] =
   "Measures each rank's speed at the kernels of a step, as dtc generates them for\n"
   "the CPU dtc-probe was built on, on the rank's threads: the GEMM (512^3 and\n"
   "1024 x 128 x 128), an elementwise loop (16K and 1M elements: a fixed cost\n"
-  "and a bandwidth) and an embedding bag reading rows at random from a table of\n"
-  "64 MiB (the time of a row beyond its bytes); its memory; groups ranks into\n"
-  "nodes by host name, times\n"
-  "ping-pong between two ranks of a\n"
+  "and a bandwidth), an embedding bag reading rows at random from a table of\n"
+  "64 MiB (the time of a row beyond its bytes) and a training step through a\n"
+  "causal attention of 1024 queries at heads of 16 and of 64 (attention's speed\n"
+  "as a fraction of the GEMM's and a time per score); its memory; groups ranks\n"
+  "into nodes by host name, times ping-pong between two ranks of a\n"
   "node and between two nodes, times every collective method of libdtrt over\n"
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
   "Each figure is the median of --reps samples, written with its spread (the\n"
@@ -77,6 +79,8 @@ typedef struct ProbeSpeed {
   double lat, bw;  /* seconds, bytes read and written per second */
   double spread;
   double row;      /* seconds beyond its bytes for a table row read at random */
+  double attn;     /* attention's FLOPs' speed over gflops */
+  double score;    /* seconds an attention kernel takes beyond its FLOPs a score */
 } ProbeSpeed;
 
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
@@ -149,6 +153,23 @@ static void probe_fit(const double bytes[2], const double t[2], double *lat, dou
   }
 }
 
+/* Fits attention's figures to two kernels' seconds beyond their bytes and
+ * fixed costs, t[k] = flops[k] / (attn * gflops) + scores[k] * score, at two
+ * head sizes: *attn the fraction of gflops (GFLOP/s), *score in seconds.
+ * When timing noise makes that meaningless (a score or a speed below 0),
+ * score is 0 and attn such that the two take their times in all. */
+static void probe_attn_fit(const double flops[2], const double scores[2], const double t[2],
+                           double gflops, double *attn, double *score) {
+  double det = flops[0] * scores[1] - flops[1] * scores[0];
+  double per_flop = (t[0] * scores[1] - t[1] * scores[0]) / det;  /* seconds */
+  *score = (flops[0] * t[1] - flops[1] * t[0]) / det;
+  if (!(per_flop > 0) || !(*score >= 0)) {
+    per_flop = (t[0] + t[1]) / (flops[0] + flops[1]);
+    *score = 0;
+  }
+  *attn = 1 / (per_flop * gflops * 1e9);
+}
+
 /* A bandwidth in GB/s as the file writes it, into buf: with `decimals`
  * decimals from 1 GB/s up, with three significant digits below (0.0119, not
  * 0.01, for a 100 Mbit/s link, which two decimals would round by 20%). */
@@ -174,10 +195,11 @@ static int probe_write(FILE *f, const Probe *p) {
     for (int r = 0; r < p->nranks; r++)
       if (p->node[r] == n)
         fprintf(f, "    device r%d: cpu(gflops = %.1f, bw = %.2fGB/s, lat = %.2fus, mem = %.2fGiB, "
-                "spread = %.3f, row = %.1fns)\n", r, at_least(p->speed[r].gflops, 0.1),
-                at_least(p->speed[r].bw / 1e9, 0.01), at_least(p->speed[r].lat * 1e6, 0.01),
-                at_least(p->mem[r] / (1 << 30), 0.01), p->speed[r].spread,
-                at_least(p->speed[r].row * 1e9, 0.1));
+                "spread = %.3f, row = %.1fns, attn = %.3f, score = %.3fns)\n", r,
+                at_least(p->speed[r].gflops, 0.1), at_least(p->speed[r].bw / 1e9, 0.01),
+                at_least(p->speed[r].lat * 1e6, 0.01), at_least(p->mem[r] / (1 << 30), 0.01),
+                p->speed[r].spread, at_least(p->speed[r].row * 1e9, 0.1),
+                at_least(p->speed[r].attn, 0.001), at_least(p->speed[r].score * 1e9, 0.001));
     fputs("  }\n", f);
   }
   const ProbeLink *links[2] = {&p->intra, &p->inter};
@@ -246,6 +268,8 @@ static int probe_warn(FILE *f, const Probe *p) {
 #include "probe_rows.h"
 #include "probe_rows_small.h"
 #include "probe_bag.h"
+#include "probe_attn16.h"
+#include "probe_attn64.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -268,6 +292,7 @@ typedef struct Kernel {
   void (*destroy)(void *m);
   int64_t nx, ny;
   double flops, bytes;
+  double scores;   /* an attention's (ir/cost.c) */
 } Kernel;
 
 #define KERNEL_FNS(name, NAME)                                                 \
@@ -311,16 +336,39 @@ static void probe_bag_free(void *m) {
   free(bag_ids);
   bag_ids = NULL;
 }
+/* A training step of an attention model: x is its inputs x and y, y its loss. */
+#define TRAIN_FNS(name, NAME)                                                          \
+  static int name##_make(void **m) { return name##_create((name **)m, 1); }             \
+  static int name##_go(void *m, const float *x, float *y) {                             \
+    return name##_train_step(m, x, NAME##_X_ELEMS, x + NAME##_X_ELEMS, NAME##_Y_ELEMS, y); \
+  }                                                                                     \
+  static void name##_free(void *m) { name##_destroy(m); }
+TRAIN_FNS(probe_attn16, PROBE_ATTN16)
+TRAIN_FNS(probe_attn64, PROBE_ATTN64)
 #define KERNEL(name, NAME, flops, bytes) \
   {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, flops, bytes}
 #define GEMM(name, NAME)                                                           \
   KERNEL(name, NAME, 2.0 * NAME##_Y_ELEMS * NAME##_DIM_K,                          \
          4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS))
 #define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
+/* A causal attention's step, as ir/cost.c counts it: the pairs a query sees
+ * (the triangle), 4 D + 14 FLOPs a pair in sdpa, 2 D + 14 in sdpa_lse, 14 D
+ * + 28 in sdpa_grad, a score a pair in the first two and two in the third;
+ * and the bytes the simulator charges the step's kernels (dtc --emit=sim
+ * with bytes alone: 23 tensors of x's shape). */
+#define ATTN_PAIRS(NAME) \
+  ((double)NAME##_DIM_B * NAME##_DIM_H * NAME##_DIM_T * (NAME##_DIM_T + 1) / 2)
+#define ATTN(name, NAME)                                                                 \
+  {name##_make, name##_go, name##_free, 2 * NAME##_X_ELEMS, 1,                          \
+   ATTN_PAIRS(NAME) * (20.0 * NAME##_DIM_D + 56), 4.0 * 23 * NAME##_X_ELEMS,              \
+   4 * ATTN_PAIRS(NAME)}
+/* the kernels of that step (dtc --emit=sim), each a fixed cost */
+enum { ATTN_STEP_KERNELS = 12 };
 
-/* The products first, then the loops, then the bag. */
+/* The products first, then the loops, then the bag and the attentions. */
 enum {
-  K_SQUARE, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_BAG, K_COUNT
+  K_SQUARE, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_BAG,
+  K_ATTN16, K_ATTN64, K_COUNT
 };
 static const Kernel kernels[K_COUNT] = {
   [K_SQUARE] = GEMM(probe_gemm_square, PROBE_GEMM_SQUARE),
@@ -332,6 +380,8 @@ static const Kernel kernels[K_COUNT] = {
   /* the simulator's bytes of a bag: its ids, the rows it reads and its result */
   [K_BAG] = {probe_bag_make, probe_bag_go, probe_bag_free, 1, PROBE_BAG_Y_ELEMS, 0,
              4.0 * PROBE_BAG_DIM_B * (1 + 2 * PROBE_BAG_DIM_D)},
+  [K_ATTN16] = ATTN(probe_attn16, PROBE_ATTN16),
+  [K_ATTN64] = ATTN(probe_attn64, PROBE_ATTN64),
 };
 
 /* The seconds of a timed sample: ranks that share a core take turns in
@@ -413,6 +463,13 @@ static ProbeSpeed roofline(double *t, int reps) {
   }
   s.gflops = K_GEMMS / per_flop / 1e9;
   s.row = fmax(0, med[K_BAG] - s.lat - kernels[K_BAG].bytes / s.bw) / PROBE_BAG_DIM_B;
+  double flops[2], scores[2], left[2];
+  for (int j = 0; j < 2; j++) {
+    int k = K_ATTN16 + j;
+    flops[j] = kernels[k].flops, scores[j] = kernels[k].scores;
+    left[j] = fmax(med[k] - ATTN_STEP_KERNELS * s.lat - kernels[k].bytes / s.bw, med[k] / 2);
+  }
+  probe_attn_fit(flops, scores, left, s.gflops, &s.attn, &s.score);
   return s;
 }
 

@@ -353,6 +353,13 @@ static void test_cluster_and_mesh(void **state) {
                "t.ir:4:18: error: field 'gflops' of a device must be finite and positive, not inf");
   expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, mem = 0}\n}\n",
                "t.ir:4:32: error: field 'mem' of a device must be from 1 byte to 9e18, not 0");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, attn = -0.5}\n}\n",
+               "t.ir:4:32: error: field 'attn' of a device must be positive, not -0.5");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, attn = 0.0}\n}\n",
+               "t.ir:4:32: error: field 'attn' of a device must be positive, not 0");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, score = -1e-09}\n}\n",
+               "t.ir:4:32: error: field 'score' of a device must be positive and at most 9e18, "
+               "not -1e-09");
   expect_error("module m\ncluster c {\n  link intra {bw = -1.0, lat = 1.0}\n}\n",
                "t.ir:3:15: error: field 'bw' of a link must be positive and at most 9e18, not -1");
   expect_error("module m\ncluster c {\n  link intra {bw = 1.0, lat = 0.0}\n}\n",

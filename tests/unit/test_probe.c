@@ -26,8 +26,9 @@ static char *written(const Probe *p) {
  * decimals. */
 static void two_nodes(void **state) {
   (void)state;
-  ProbeSpeed speed[3] = {{80.04, 1.234e-6, 20.456e9, 0.0123, 21.46e-9},
-                         {40.06, 2e-6, 10e9, 0.25, 40e-9}, {39.95, 0.5e-6, 5.555e9, 0, 0}};
+  ProbeSpeed speed[3] = {{80.04, 1.234e-6, 20.456e9, 0.0123, 21.46e-9, 0.7126, 0.4567e-9},
+                         {40.06, 2e-6, 10e9, 0.25, 40e-9, 1.25, 1e-9},
+                         {39.95, 0.5e-6, 5.555e9, 0, 0, 0, 0}};
   double mem[3] = {8.0 * (1 << 30), 8.0 * (1 << 30), 3.5 * (1 << 30)};
   int node[3] = {0, 0, 1};
   const char *host[2] = {"ws", "pi.lan"};
@@ -44,13 +45,13 @@ static void two_nodes(void **state) {
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
     "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
-    "spread = 0.012, row = 21.5ns)\n"
+    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns)\n"
     "    device r1: cpu(gflops = 40.1, bw = 10.00GB/s, lat = 2.00us, mem = 8.00GiB, "
-    "spread = 0.250, row = 40.0ns)\n"
+    "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns)\n"
     "  }\n"
     "  node n1 {    # host pi.lan\n"
     "    device r2: cpu(gflops = 40.0, bw = 5.55GB/s, lat = 0.50us, mem = 3.50GiB, "
-    "spread = 0.000, row = 0.1ns)\n"
+    "spread = 0.000, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
     "  }\n"
     "  link intra(bw = 10.46GB/s, lat = 0.41us, spread = 0.046)    # ranks 0 and 1\n"
     "  link inter(bw = 0.125GB/s, lat = 50.00us, spread = 0.100)    # ranks 0 and 2\n"
@@ -63,7 +64,7 @@ static void two_nodes(void **state) {
  * node by node. */
 static void one_rank_and_floors(void **state) {
   (void)state;
-  ProbeSpeed speed[1] = {{0.01, 0, 1e6, 0, 0}};
+  ProbeSpeed speed[1] = {{0.01, 0, 1e6, 0, 0, 0, 0}};
   double mem[1] = {1000};
   int node[1] = {0};
   const char *host[1] = {"vm"};
@@ -76,12 +77,13 @@ static void one_rank_and_floors(void **state) {
     "cluster probed {\n"
     "  node n0 {    # host vm\n"
     "    device r0: cpu(gflops = 0.1, bw = 0.01GB/s, lat = 0.01us, mem = 0.01GiB, "
-    "spread = 0.000, row = 0.1ns)\n"
+    "spread = 0.000, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
     "  }\n"
     "}\n");
   free(text);
 
-  ProbeSpeed s3[3] = {{10, 1e-6, 1e9, 0.1, 0}, {20, 1e-6, 1e9, 0.2, 0}, {30, 1e-6, 1e9, 0.3, 0}};
+  ProbeSpeed s3[3] = {{10, 1e-6, 1e9, 0.1, 0, 0, 0}, {20, 1e-6, 1e9, 0.2, 0, 0, 0},
+                      {30, 1e-6, 1e9, 0.3, 0, 0, 0}};
   double m3[3] = {1 << 30, 1 << 30, 1 << 30};
   int n3[3] = {0, 1, 0};
   const char *h2[2] = {"a", "b"};
@@ -96,13 +98,13 @@ static void one_rank_and_floors(void **state) {
     "cluster mixed {\n"
     "  node n0 {    # host a\n"
     "    device r0: cpu(gflops = 10.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.100, row = 0.1ns)\n"
+    "spread = 0.100, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
     "    device r2: cpu(gflops = 30.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.300, row = 0.1ns)\n"
+    "spread = 0.300, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
     "  }\n"
     "  node n1 {    # host b\n"
     "    device r1: cpu(gflops = 20.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.200, row = 0.1ns)\n"
+    "spread = 0.200, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
     "  }\n"
     "  link intra(bw = 1.00GB/s, lat = 0.01us, spread = 0.000)    # ranks 0 and 2\n"
     "  link inter(bw = 0.001GB/s, lat = 1000.00us, spread = 0.000)    # ranks 0 and 1\n"
@@ -114,7 +116,7 @@ static void one_rank_and_floors(void **state) {
  * the group size, the fitted figures and the two medians. */
 static void collectives(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{80, 1e-6, 10e9, 0.01, 0}, {40, 1e-6, 10e9, 0.02, 0}};
+  ProbeSpeed speed[2] = {{80, 1e-6, 10e9, 0.01, 0, 0, 0}, {40, 1e-6, 10e9, 0.02, 0, 0, 0}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 0};
   const char *host[1] = {"vm"};
@@ -137,9 +139,9 @@ static void collectives(void **state) {
     "cluster pair {\n"
     "  node n0 {    # host vm\n"
     "    device r0: cpu(gflops = 80.0, bw = 10.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.010, row = 0.1ns)\n"
+    "spread = 0.010, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
     "    device r1: cpu(gflops = 40.0, bw = 10.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.020, row = 0.1ns)\n"
+    "spread = 0.020, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
     "  }\n"
     "  link intra(bw = 4.20GB/s, lat = 1.00us, spread = 0.000)    # ranks 0 and 1\n"
     "  # collectives over all 2 ranks by libdtrt's methods, t = lat + bytes / bw fitted to "
@@ -173,7 +175,7 @@ static void collectives(void **state) {
 /* Warnings name the rank and the link; a spread of exactly 10% is not one. */
 static void warnings(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.1, 0}, {40, 0, 1e9, 0.35, 0}};
+  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.1, 0, 0, 0}, {40, 0, 1e9, 0.35, 0, 0, 0}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 1};
   const char *host[2] = {"a", "b"};
@@ -224,6 +226,26 @@ static void fit(void **state) {
   assert_true(lat == 2e-3 && bw == b1 / 2e-3);
 }
 
+/* Attention's fit: times made from attn 0.8 of 100 GFLOP/s and 0.3 ns a
+ * score, at the probe's two kernels' FLOPs and scores (heads of 16 and 64),
+ * give them back; times that would need a negative score (the smaller head
+ * as fast a FLOP as the larger) give score 0 and the speed that takes the
+ * two times in all. */
+static void attn_fit(void **state) {
+  (void)state;
+  double pairs = 1024.0 * 1025 / 2, flops[2] = {4 * pairs * 376, pairs * 1336};
+  double scores[2] = {4 * 4 * pairs, 4 * pairs}, t[2], attn, score;
+  for (int k = 0; k < 2; k++)
+    t[k] = flops[k] / (0.8 * 100e9) + scores[k] * 0.3e-9;
+  probe_attn_fit(flops, scores, t, 100, &attn, &score);
+  assert_true(fabs(attn - 0.8) < 1e-9 && fabs(score - 0.3e-9) < 1e-18);
+  for (int k = 0; k < 2; k++)
+    t[k] = flops[k] / 80e9 * (k ? 1.2 : 1);
+  probe_attn_fit(flops, scores, t, 100, &attn, &score);
+  assert_true(score == 0);
+  assert_true(fabs(attn - (flops[0] + flops[1]) / (t[0] + t[1]) / 100e9) < 1e-12);
+}
+
 static void names(void **state) {
   (void)state;
   assert_true(probe_valid_name("probed"));
@@ -244,6 +266,7 @@ int main(void) {
     cmocka_unit_test(warnings),
     cmocka_unit_test(spread),
     cmocka_unit_test(fit),
+    cmocka_unit_test(attn_fit),
     cmocka_unit_test(names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

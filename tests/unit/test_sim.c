@@ -390,6 +390,51 @@ static void test_table_wise_idle(void **state) {
   arena_free(a);
 }
 
+/* A device's probed attention: given `attn`, attention's FLOPs run at that
+ * fraction of gflops (else 1), and given `score`, each score a kernel makes
+ * costs that time (else none); given neither, its FLOPs run at 0.65 of
+ * gflops at heads of 16 (flop_slowness). Heads of 16, 2 of 64 causal
+ * queries, a batch of 2, all on each device (no shardings): 8320 pairs;
+ * FLOPs a pair 4 D + 14 in sdpa, 2 D + 14 in sdpa_lse, 14 D + 28 in
+ * sdpa_grad, scores a pair 1, 1 and 2 (ir/cost.c). The rest of an op's
+ * price (its bytes, lat) is the same with either. */
+static void test_attn_probed(void **state) {
+  (void)state;
+  const char *model_text = "model att(batch B = 2, T = 64, H = 2, D = 16) {\n"
+                           "  input  x: f32[B, H, T, D]\n"
+                           "  param  w: f32[D, D] init glorot\n"
+                           "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
+                           "  loss = mean(y * y)\n"
+                           "  minimize loss with sgd(lr = 0.1)\n"
+                           "}\n";
+  const char *cluster = "cluster c {\n  node a {\n"
+                        "    device d0: cpu(gflops = 80, mem = 1GiB%s)\n"
+                        "    device d1: cpu(gflops = 80, mem = 1GiB%s)\n"
+                        "  }\n" LINKS;
+  const char *par = "parallel att on c {\n  mesh m[dp = 2] over d0, d1\n  plan explicit\n}\n";
+  const char *given[4] = {"", ", attn = 0.5", ", score = 1ns", ", attn = 0.5, score = 1ns"};
+  const double attn[4] = {0, 0.5, 1, 0.5}, score[4] = {0, 0, 1e-9, 1e-9};
+  const Op ops[3] = {OP_sdpa, OP_sdpa_lse, OP_sdpa_grad};
+  const double per_pair[3] = {4 * 16 + 14, 2 * 16 + 14, 14 * 16 + 28}, scores[3] = {1, 1, 2};
+  double pairs = 2 * 2 * 64 * 65 / 2, base[3] = {0};
+  Arena *a = arena_new();
+  for (int g = 0; g < 4; g++) {
+    Module *m = compile_text(a, arena_printf(a, "%s%s%s", model_text,
+                                             arena_printf(a, cluster, given[g], given[g]), par));
+    for (int k = 0; k < 3; k++) {
+      double t = op_time(m, 1, ops[k]), flops = pairs * per_pair[k];
+      if (!g) {
+        base[k] = t - flops / (0.65 * 80e9);
+        continue;
+      }
+      double want = base[k] + flops / (attn[g] * 80e9) + pairs * scores[k] * score[g];
+      printf("%s%s: %.4g s, by the figures %.4g s\n", ir_ops[ops[k]].name, given[g], t, want);
+      assert_true(fabs(t - want) <= 1e-9 * want);
+    }
+  }
+  arena_free(a);
+}
+
 /* DeMo's kernels count their FLOPs at 1/9 (demo_compress), 1/17
  * (demo_residual) and 1/11 (demo_sign) of the GEMM's speed: transforms in
  * double (passes/sim.c, flop_slowness). */
@@ -497,48 +542,58 @@ static void test_ring_transfers(void **state) {
  * the second half's queries see every key of the first, so device 1 meets
  * about three times the pairs of device 0. The difference of their compute
  * is the ring ops' FLOPs over that difference of pairs, counted here query
- * by query; the rest of the step is the same on both. */
+ * by query; the rest of the step is the same on both. Priced at 0.65 of
+ * the GEMM's speed (heads of 16), and by a probed `attn` and `score`: the
+ * FLOPs at half its speed, and 1 ns for each score (a pair's in the ring's
+ * forward and sdpa_lse, two in its gradient, on each of the 2 heads). */
 static void test_ring_causal_place(void **state) {
   (void)state;
-  Arena *a = arena_new();
-  Module *m = compile_text(a,
-      "model att(batch B = 1, T = 512, H = 2, D = 16) {\n"
-      "  input  x: f32[B, H, T, D]\n"
-      "  param  w: f32[D, D] init glorot\n"
-      "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
-      "  loss = mean(y * y)\n"
-      "  minimize loss with sgd(lr = 0.1)\n"
-      "}\n"
-      "cluster c {\n  node a {\n"
-      "    device d0: cpu(gflops = 40, mem = 1GiB)\n"
-      "    device d1: cpu(gflops = 40, mem = 1GiB)\n  }\n" LINKS
-      "parallel att on c {\n  mesh m[cp = 2] over d0, d1\n  shard x: [*, *, cp, *]\n"
-      "  plan explicit\n}\n");
-  const Func *f = step_func(m, 1);
-  double n = 256, t = 512, pairs[2] = {0, 0}, diff = 0;
-  for (int d = 0; d < 2; d++)
-    for (double q = d * n; q < (d + 1) * n; q++)
-      pairs[d] += q + 1;
-  int rings = 0;
-  for (int k = 0; k < f->inst.n; k++) {
-    const Inst *i = f->inst.a[k];
-    if (i->op != OP_ring_sdpa && i->op != OP_ring_sdpa_lse && i->op != OP_ring_sdpa_grad)
-      continue;
-    assert_true(ir_get_int(i, "causal", 0));
-    rings++;
-    /* ir/cost.c counts each device's even share, n (T + 1) / 2 pairs; the
-     * blocks run at 0.65 of the GEMM's speed at heads of 16 (sim.c) */
-    diff += ir_flops(i) * (pairs[1] - pairs[0]) / (n * (t + 1) / 2) / (0.65 * 40e9);
+  for (int probed = 0; probed < 2; probed++) {
+    Arena *a = arena_new();
+    const char *fig = probed ? ", attn = 0.5, score = 1ns" : "";
+    Module *m = compile_text(a, arena_printf(a,
+        "model att(batch B = 1, T = 512, H = 2, D = 16) {\n"
+        "  input  x: f32[B, H, T, D]\n"
+        "  param  w: f32[D, D] init glorot\n"
+        "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
+        "  loss = mean(y * y)\n"
+        "  minimize loss with sgd(lr = 0.1)\n"
+        "}\n"
+        "cluster c {\n  node a {\n"
+        "    device d0: cpu(gflops = 40, mem = 1GiB%s)\n"
+        "    device d1: cpu(gflops = 40, mem = 1GiB%s)\n  }\n" LINKS
+        "parallel att on c {\n  mesh m[cp = 2] over d0, d1\n  shard x: [*, *, cp, *]\n"
+        "  plan explicit\n}\n", fig, fig));
+    const Func *f = step_func(m, 1);
+    double n = 256, t = 512, pairs[2] = {0, 0}, diff = 0;
+    for (int d = 0; d < 2; d++)
+      for (double q = d * n; q < (d + 1) * n; q++)
+        pairs[d] += q + 1;
+    int rings = 0;
+    for (int k = 0; k < f->inst.n; k++) {
+      const Inst *i = f->inst.a[k];
+      if (i->op != OP_ring_sdpa && i->op != OP_ring_sdpa_lse && i->op != OP_ring_sdpa_grad)
+        continue;
+      assert_true(ir_get_int(i, "causal", 0));
+      rings++;
+      /* ir/cost.c counts each device's even share, n (T + 1) / 2 pairs */
+      double more = ir_flops(i) * (pairs[1] - pairs[0]) / (n * (t + 1) / 2);
+      if (!probed)
+        diff += more / (0.65 * 40e9);
+      else
+        diff += more / (0.5 * 40e9) +
+                2 * (pairs[1] - pairs[0]) * (i->op == OP_ring_sdpa_grad ? 2 : 1) * 1e-9;
+    }
+    assert_true(rings >= 2);
+    SimResult r;
+    sim_step(m, &r);
+    double got = r.dev[1].compute - r.dev[0].compute;
+    printf("causal ring%s: device 1 computes %.3f ms more than device 0, the pairs say %.3f ms\n",
+           fig, got * 1e3, diff * 1e3);
+    assert_true(diff > 0);
+    assert_true(fabs(got - diff) <= 0.01 * diff);
+    arena_free(a);
   }
-  assert_true(rings >= 2);
-  SimResult r;
-  sim_step(m, &r);
-  double got = r.dev[1].compute - r.dev[0].compute;
-  printf("causal ring: device 1 computes %.3f ms more than device 0, the pairs say %.3f ms\n",
-         got * 1e3, diff * 1e3);
-  assert_true(diff > 0);
-  assert_true(fabs(got - diff) <= 0.01 * diff);
-  arena_free(a);
 }
 
 static void test_even_vs_uneven(void **state) {
@@ -624,6 +679,7 @@ int main(void) {
       cmocka_unit_test(test_sparse_update_bytes),
       cmocka_unit_test(test_random_rows),
       cmocka_unit_test(test_table_wise_idle),
+      cmocka_unit_test(test_attn_probed),
       cmocka_unit_test(test_trace_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
