@@ -606,6 +606,16 @@ void ir_set_str(Inst *i, const char *name, const char *s) {
 }
 
 void ir_copy_attrs(Inst *dst, const Inst *src) {
+  Arena *a = dst->fn->mod->arena;
+  if (!dst->nattr && src->nattr && a == src->fn->mod->arena) {
+    /* in one arena: the copy shares the names, strings and int arrays,
+     * which nothing writes once they are set (a device's copies of an op
+     * hold one array of a thousand block lengths, not a thousand) */
+    dst->attr = arena_alloc(a, sizeof(Attr) * (size_t)src->nattr);
+    memcpy(dst->attr, src->attr, sizeof(Attr) * (size_t)src->nattr);
+    dst->nattr = src->nattr;
+    return;
+  }
   for (int k = 0; k < src->nattr; k++) {
     const Attr *a = &src->attr[k];
     switch (a->kind) {

@@ -551,7 +551,9 @@ void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);
 void ir_set_float(Inst *i, const char *name, double v);
 void ir_set_str(Inst *i, const char *name, const char *s);
-/* Copies every attribute of src onto dst (which may be in another module). */
+/* Copies every attribute of src onto dst (which may be in another module).
+ * An attribute's name, string and int array are never written once set
+ * (setting one again replaces it): copies in one arena share them. */
 void ir_copy_attrs(Inst *dst, const Inst *src);
 const Attr *ir_attr(const Inst *i, const char *name);
 int64_t ir_get_int(const Inst *i, const char *name, int64_t dflt);

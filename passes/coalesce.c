@@ -73,6 +73,7 @@ typedef struct Group {
 typedef struct Co {
   Module *m;
   Func *f;
+  Arena *tmp;            /* what the function's grouping needs, freed after it */
   Uses u;                /* of f, ids as find_groups found them */
   unsigned char *reach;  /* comm_reach's, by id */
   bool *defer;           /* by id: a store that may move down past anything */
@@ -183,9 +184,9 @@ static int global_behind(const Module *m, const Inst *v) {
 static void find_deferred(Co *co) {
   Func *f = co->f;
   Module *m = co->m;
-  bool *later = arena_alloc(m->arena, sizeof *later * (size_t)(m->global.n + 1));
+  bool *later = arena_alloc(co->tmp, sizeof *later * (size_t)(m->global.n + 1));
   bool loop = false;
-  co->defer = arena_alloc(m->arena, sizeof *co->defer * (size_t)(f->inst.n + 1));
+  co->defer = arena_alloc(co->tmp, sizeof *co->defer * (size_t)(f->inst.n + 1));
   for (int k = f->inst.n - 1; k >= 0; k--) {
     const Inst *i = f->inst.a[k];
     const Global *g = i->op == OP_store ? ir_global_of(i) : NULL;
@@ -215,9 +216,9 @@ static int first_use(const Co *co, const Inst *c) {
  * group of the j-th collective, -1 for one left alone. Returns the count. */
 static int find_groups(Co *co, Group **out, int **sig, int *nsig) {
   Func *f = co->f;
-  Arena *a = co->m->arena;
+  Arena *a = co->tmp;
   co->u = ir_uses(a, f);
-  co->reach = comm_reach(co->m, f);
+  co->reach = comm_reach(a, co->m, f);
   find_deferred(co);
   int ng = 0, nc = 0, ncoll = 0;
   for (int i = 0; i < f->inst.n; i++)
@@ -262,7 +263,7 @@ static int find_groups(Co *co, Group **out, int **sig, int *nsig) {
 static Inst *join(Co *co, Inst **x, int n, int axis, Loc loc) {
   if (n == 1)
     return x[0];
-  Inst **part = arena_alloc(co->m->arena, sizeof *part * (size_t)((n + 15) / 16));
+  Inst **part = arena_alloc(co->tmp, sizeof *part * (size_t)((n + 15) / 16));
   int np = 0;
   for (int s = 0; s < n; s += 16) {
     int c = n - s < 16 ? n - s : 16;
@@ -322,15 +323,17 @@ static int64_t unit_of(const Type *t, int d) {
  * summed or moved with the same partners as alone; only its place in the
  * buffer changes. */
 static void fuse_flat(Co *co, const Group *g, Inst **repl) {
-  Arena *a = co->m->arena;
+  Arena *a = co->tmp;
   Inst *h = g->mem[0];
   int k = group_size(co, h), n = g->n, coord[IR_MAX_MESH_AXES];
   ir_mesh_coords(&co->m->mesh.a[0], co->f->device, coord);
   int me = coord[ir_get_int(h, "axis", 0)];
   bool blocks = h->op != OP_all_reduce;
-  /* bl, el [t * k + m]: member t's block on device m along its dim, and its elements */
-  int64_t *bl = arena_alloc(a, sizeof *bl * (size_t)(n * k)), sum[SHARD_MAX_AXIS] = {0};
-  int64_t *el = arena_alloc(a, sizeof *el * (size_t)(n * k));
+  /* bl, el [t * k + m]: member t's block on device m along its dim, and its
+   * elements (an all_reduce has no blocks) */
+  size_t nbl = blocks ? (size_t)n * (size_t)k : 1;
+  int64_t *bl = arena_alloc(a, sizeof *bl * nbl), sum[SHARD_MAX_AXIS] = {0};
+  int64_t *el = arena_alloc(a, sizeof *el * nbl);
   for (int t = 0; blocks && t < n; t++) {
     const Inst *c = g->mem[t];
     int dim = (int)ir_get_int(c, "dim", 0);
@@ -338,7 +341,7 @@ static void fuse_flat(Co *co, const Group *g, Inst **repl) {
     for (int m = 0; m < k; m++)
       sum[m] += el[t * k + m] = bl[t * k + m] * unit_of(&c->in[0]->type, dim);
   }
-  Inst **piece = arena_alloc(a, sizeof *piece * (size_t)(n * k + 1));
+  Inst **piece = arena_alloc(a, sizeof *piece * (h->op == OP_all_reduce ? (size_t)n : nbl + 1));
   int np = 0;
   if (h->op == OP_reduce_scatter) {   /* for each m, every member's block for m */
     for (int m = 0; m < k; m++)
@@ -407,7 +410,7 @@ static void fuse(Co *co, const Group *g, Inst **repl) {
     fuse_flat(co, g, repl);
     return;
   }
-  Arena *a = co->m->arena;
+  Arena *a = co->tmp;
   Inst *h = g->mem[0];
   int k = group_size(co, h), n = g->n, coord[IR_MAX_MESH_AXES];
   ir_mesh_coords(&co->m->mesh.a[0], co->f->device, coord);
@@ -503,11 +506,12 @@ static bool same_ops(const Func *f, const Func *o) {
  * as the others, so the fused collectives meet in the same order everywhere
  * (a pipeline's stages run different copies: they keep theirs), into ok[k]
  * for function k: each copy is compared with the first of its name, once. */
-static void alike(const Module *m, int *const *sig, const int *nsig, const int *ng, bool *ok) {
+static void alike(const Module *m, Arena *a, int *const *sig, const int *nsig, const int *ng,
+                  bool *ok) {
   int nf = m->func.n, nrep = 0;
-  int *first = arena_alloc(m->arena, sizeof *first * (size_t)(nf + 1));
-  int *rep = arena_alloc(m->arena, sizeof *rep * (size_t)(nf + 1));
-  bool *differ = arena_alloc(m->arena, sizeof *differ * (size_t)(nf + 1));
+  int *first = arena_alloc(a, sizeof *first * (size_t)(nf + 1));
+  int *rep = arena_alloc(a, sizeof *rep * (size_t)(nf + 1));
+  bool *differ = arena_alloc(a, sizeof *differ * (size_t)(nf + 1));
   for (int k = 0; k < nf; k++) {
     const Func *f = m->func.a[k];
     differ[k] = false;
@@ -531,7 +535,7 @@ static void alike(const Module *m, int *const *sig, const int *nsig, const int *
 /* Replaces co->f's groups of two or more by their fused collectives. */
 static void apply(Co *co, Group *g, int ng) {
   Func *f = co->f;
-  Arena *a = co->m->arena;
+  Arena *a = co->tmp;
   int n = f->inst.n;
   Inst **repl = arena_alloc(a, sizeof *repl * (size_t)(n + 1));   /* by member id */
   int *from = arena_alloc(a, sizeof *from * (size_t)(ng + 1));
@@ -586,24 +590,40 @@ bool pass_coalesce(Module *m, Diag *d, PassRun *run) {
   (void)d, (void)run;
   if (m->no_coalesce || !m->mesh.n)
     return true;
+  /* A function's groups are found twice, to decide and to apply, each time
+   * in an arena of its own freed after it: only their signatures (keep)
+   * wait for every function's, not a thousand devices' uses and blocks. */
   int nf = m->func.n;
-  Group **g = arena_alloc(m->arena, sizeof *g * (size_t)(nf + 1));
-  int **sig = arena_alloc(m->arena, sizeof *sig * (size_t)(nf + 1));
-  int *nsig = arena_alloc(m->arena, sizeof *nsig * (size_t)(nf + 1));
-  int *ng = arena_alloc(m->arena, sizeof *ng * (size_t)(nf + 1));
-  Co *co = arena_alloc(m->arena, sizeof *co * (size_t)(nf + 1));
+  Arena *keep = arena_new();
+  int **sig = arena_alloc(keep, sizeof *sig * (size_t)(nf + 1));
+  int *nsig = arena_alloc(keep, sizeof *nsig * (size_t)(nf + 1));
+  int *ng = arena_alloc(keep, sizeof *ng * (size_t)(nf + 1));
   for (int k = 0; k < nf; k++) {
     Func *f = m->func.a[k];
     if (f->device < 0)
       continue;
     ir_renumber(f);
-    co[k] = (Co){.m = m, .f = f};
-    ng[k] = find_groups(&co[k], &g[k], &sig[k], &nsig[k]);
+    Co co = {.m = m, .f = f, .tmp = arena_new()};
+    Group *g;
+    int *s;
+    ng[k] = find_groups(&co, &g, &s, &nsig[k]);
+    sig[k] = arena_alloc(keep, sizeof *s * (size_t)(nsig[k] + 1));
+    memcpy(sig[k], s, sizeof *s * (size_t)nsig[k]);
+    arena_free(co.tmp);
   }
-  bool *fuse_in = arena_alloc(m->arena, sizeof *fuse_in * (size_t)(nf + 1));
-  alike(m, sig, nsig, ng, fuse_in);   /* all decided before any function changes */
-  for (int k = 0; k < nf; k++)
-    if (fuse_in[k])
-      apply(&co[k], g[k], ng[k]);
+  bool *fuse_in = arena_alloc(keep, sizeof *fuse_in * (size_t)(nf + 1));
+  alike(m, keep, sig, nsig, ng, fuse_in);   /* all decided before any function changes */
+  for (int k = 0; k < nf; k++) {
+    if (!fuse_in[k])
+      continue;
+    Co co = {.m = m, .f = m->func.a[k], .tmp = arena_new()};
+    Group *g;
+    int *s, ns;
+    int n = find_groups(&co, &g, &s, &ns);
+    DTC_ASSERT(n == ng[k] && ns == nsig[k]);
+    apply(&co, g, n);
+    arena_free(co.tmp);
+  }
+  arena_free(keep);
   return true;
 }

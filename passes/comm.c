@@ -311,8 +311,7 @@ unsigned comm_batch_axes(const Module *m) {
 
 /* A value reaches what one of its users reaches: one sweep from the last
  * instruction back. */
-unsigned char *comm_reach(Module *m, Func *f) {
-  Arena *a = m->arena;
+unsigned char *comm_reach(Arena *a, const Module *m, Func *f) {
   Uses u = ir_uses(a, f);
   unsigned char *reach = arena_alloc(a, (size_t)f->inst.n + 1);
   for (int k = f->inst.n - 1; k >= 0; k--) {
@@ -331,7 +330,8 @@ unsigned char *comm_reach(Module *m, Func *f) {
 /* Marks the gradient exchanges of device function f (see the file's
  * comment) with `wire`; their count. */
 static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
-  const unsigned char *reach = comm_reach(m, f);
+  Arena *tmp = arena_new();
+  const unsigned char *reach = comm_reach(tmp, m, f);
   int n = 0;
   for (int k = 0; k < f->inst.n; k++) {
     Inst *c = f->inst.a[k];
@@ -343,6 +343,7 @@ static int mark_exchange(Module *m, Func *f, unsigned axes, int wire) {
       n++;
     }
   }
+  arena_free(tmp);
   return n;
 }
 

@@ -25,6 +25,7 @@
 
 typedef struct Fuser {
   Func *f;
+  Arena *tmp;          /* the function's work, freed after it */
   Uses use;
   int *grp;            /* by inst id: group (resolve with find), 0 none */
   int *parent;         /* by group: merged into */
@@ -272,7 +273,7 @@ static int earliest(Fuser *fu, int g) {
  * to their first reader. */
 static void hoist_updates(Fuser *fu) {
   Func *f = fu->f;
-  bool *done = arena_alloc(f->mod->arena, sizeof(bool) * (size_t)(fu->ngrp + 1));
+  bool *done = arena_alloc(fu->tmp, sizeof(bool) * (size_t)(fu->ngrp + 1));
   for (int i = 0; i < f->inst.n; i++) {
     int g = f->inst.a[i]->op == OP_store ? group_of(fu, f->inst.a[i]) : 0;
     if (!g || done[g])
@@ -323,7 +324,7 @@ static int by_key(const void *x, const void *y) {
  * the sinks that wait for it. */
 static void reschedule(Fuser *fu) {
   Func *f = fu->f;
-  Arena *a = f->mod->arena;
+  Arena *a = fu->tmp;
   int n = f->inst.n;
   Key *key = arena_alloc(a, sizeof(Key) * (size_t)(n + 1));
   for (int i = 0; i < n; i++) {
@@ -415,10 +416,9 @@ static Inst *fold_product(Func *f, const Inst *fold, const Uses *u) {
 
 /* Pass 0: every fold that fold_product makes one product, and the ops only
  * its pieces read, gone. */
-static void fold_products(Func *f) {
+static void fold_products(Func *f, Arena *a) {
   if (f->mod->det_pieces < 2)
     return;
-  Arena *a = f->mod->arena;
   ir_renumber(f);
   int n = f->inst.n;
   Uses u = ir_uses(a, f);
@@ -436,7 +436,7 @@ static void fold_products(Func *f) {
     if (y)
       map[k] = y, y->name = i->name, any = true;
     else
-      vec_push(a, &f->inst, i);
+      vec_push(f->mod->arena, &f->inst, i);
   }
   if (!any)
     return;
@@ -503,8 +503,7 @@ static bool stored_between(const int *at, int n, int lo, int hi) {
  * and bench/mlp's step took 2% longer. Only under dtc -fepilogue
  * (Module.epilogues): on the machines measured the epilogues saved nothing
  * (docs/PERFORMANCE.md, Epilogues). */
-static void join_products(Func *f) {
-  Arena *a = f->mod->arena;
+static void join_products(Func *f, Arena *a) {
   const Module *m = f->mod;
   ir_renumber(f);
   Uses use = ir_uses(a, f);
@@ -610,8 +609,7 @@ static void join_products(Func *f) {
 /* Pass 0b: a sum or mean of a product that nothing else reads takes the
  * product's factors instead (sum_mul, mean_mul), so the product is never
  * stored and read back; a reduction in pieces keeps its operand. */
-static void reduce_products(Func *f) {
-  Arena *a = f->mod->arena;
+static void reduce_products(Func *f, Arena *a) {
   ir_renumber(f);
   int n = f->inst.n, kept = 0;
   Uses u = ir_uses(a, f);
@@ -622,7 +620,7 @@ static void reduce_products(Func *f) {
         u.off[p->id + 1] - u.off[p->id] != 1 || !type_eq(&p->in[0]->type, &p->type) ||
         !type_eq(&p->in[1]->type, &p->type))
       continue;
-    Inst **in = arena_alloc(a, 2 * sizeof *in);
+    Inst **in = arena_alloc(f->mod->arena, 2 * sizeof *in);
     in[0] = p->in[0], in[1] = p->in[1];
     i->op = i->op == OP_sum ? OP_sum_mul : OP_mean_mul;
     i->in = in, i->nin = 2;
@@ -635,11 +633,10 @@ static void reduce_products(Func *f) {
   ir_renumber(f);
 }
 
-static void fuse_func(Func *f) {
-  Arena *a = f->mod->arena;
+static void fuse_func(Func *f, Arena *a) {
   int n = f->inst.n;
   ir_renumber(f);
-  Fuser fu = {.f = f, .use = ir_uses(a, f)};
+  Fuser fu = {.f = f, .tmp = a, .use = ir_uses(a, f)};
   size_t ni = (size_t)n + 1;
   fu.grp = arena_alloc(a, sizeof(int) * ni);
   fu.parent = arena_alloc(a, sizeof(int) * ni);
@@ -663,16 +660,18 @@ static void fuse_func(Func *f) {
   hoist_updates(&fu);
   reschedule(&fu);
   if (f->mod->epilogues)
-    join_products(f);
+    join_products(f, a);
 }
 
 bool pass_fusion(Module *m, Diag *d, PassRun *run) {
   (void)run;
   (void)d;
-  for (int k = 0; k < m->func.n; k++) {
-    fold_products(m->func.a[k]);
-    reduce_products(m->func.a[k]);
-    fuse_func(m->func.a[k]);
+  for (int k = 0; k < m->func.n; k++) {   /* each function's work freed after it */
+    Arena *tmp = arena_new();
+    fold_products(m->func.a[k], tmp);
+    reduce_products(m->func.a[k], tmp);
+    fuse_func(m->func.a[k], tmp);
+    arena_free(tmp);
   }
   return true;
 }

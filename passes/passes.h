@@ -387,9 +387,10 @@ bool pass_comm(Module *m, Diag *d, PassRun *run);
  * its users, by id: COMM_REACH_LOSS (the training loss's output),
  * COMM_REACH_UPDATE (a store of a param or optimizer state), both or
  * neither. A gradient exchange is a collective that reaches an update only;
- * collectives coalesced alike keep that class (passes/coalesce.c). */
+ * collectives coalesced alike keep that class (passes/coalesce.c). The
+ * result and its work are allocated in a. */
 enum { COMM_REACH_LOSS = 1, COMM_REACH_UPDATE = 2 };
-unsigned char *comm_reach(Module *m, Func *f);
+unsigned char *comm_reach(Arena *a, const Module *m, Func *f);
 
 /* ---- schedule.c ------------------------------------------------------- */
 

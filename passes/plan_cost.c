@@ -1102,7 +1102,7 @@ bool plan_init(Planner *p, Module *m) {
   if (!p->step || p->ndev > SHARD_MAX_AXIS || p->ndev < 1)
     return false;
   if (ir_func_is(p->step, "train_step"))
-    p->reach = comm_reach(m, p->step);
+    p->reach = comm_reach(m->arena, m, p->step);
   Arena *a = m->arena;
   p->coord = arena_alloc(a, sizeof *p->coord * (size_t)p->ndev * IR_MAX_MESH_AXES);
   p->placed_mem = arena_alloc(a, sizeof *p->placed_mem * (size_t)p->ndev);
