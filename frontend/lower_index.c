@@ -152,12 +152,15 @@ Inst *lower_int_clamp(Ctx *c, const Expr *e, Inst *x, Expr *const *arg, Inst *co
                  type_str(&bound[j]->type, b1, sizeof b1), type_str(&x->type, b2, sizeof b2));
       return NULL;
     }
-    if (bound[j])
+    if (bound[j]) {
       *promote |= bound[j]->type.dtype != DT_I32;
-    else if (arg[j] && is_number(c, arg[j]) && !fe_eval(arg[j], c->m->dim.a, c->m->dim.n, &v, c->d))
-      return NULL;
-    else if (arg[j])   /* a string or a list: the f32 lowering reports it */
-      *promote |= !is_number(c, arg[j]) || !v.is_int;
+    } else if (arg[j] && !is_number(c, arg[j])) {
+      *promote = true;   /* a string or a list: the f32 lowering reports it */
+    } else if (arg[j]) {
+      if (!fe_eval(arg[j], c->m->dim.a, c->m->dim.n, &v, c->d))
+        return NULL;
+      *promote |= !v.is_int;
+    }
   }
   if (*promote)
     return NULL;
