@@ -372,6 +372,14 @@ static LLVMValueRef clamp(Cg *c, const Inst *x, LLVMValueRef a) {
   return LLVMBuildSelect(c->b, LLVMBuildFCmp(c->b, LLVMRealOGT, v, h, ""), h, v, "");
 }
 
+/* maximum (minimum) of a and y as torch's: a where a >= y (a <= y) or a is
+ * NaN, else y (which is NaN when y is). */
+static LLVMValueRef extremum(Cg *c, LLVMRealPredicate keep, LLVMValueRef a, LLVMValueRef y) {
+  LLVMValueRef t = LLVMBuildOr(c->b, LLVMBuildFCmp(c->b, keep, a, y, ""),
+                               LLVMBuildFCmp(c->b, LLVMRealUNO, a, a, ""), "");
+  return LLVMBuildSelect(c->b, t, a, y, "");
+}
+
 /* Whether a is inside clamp_grad x's bounds: closed, or open (hardtanh's). */
 static LLVMValueRef inside(Cg *c, const Inst *x, LLVMValueRef a) {
   float lo, hi;
@@ -429,6 +437,8 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), y, fconst(c, -0.0f), "");
   case OP_where_false:
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), fconst(c, -0.0f), y, "");
+  case OP_maximum: return extremum(c, LLVMRealOGE, a, y);
+  case OP_minimum: return extremum(c, LLVMRealOLE, a, y);
   case OP_clamp: return clamp(c, x, a);
   case OP_clamp_grad: return LLVMBuildSelect(b, inside(c, x, a), y, zero, "");
   case OP_gelu: return LLVMBuildFMul(b, a, phi_cdf(c, a, NULL), "");

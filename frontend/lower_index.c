@@ -139,19 +139,73 @@ Inst *lower_int_abs(Ctx *c, Loc at, Inst *x) {
   return n ? int_op(c, at, DT_INT_MAX, (Side){x, 0}, (Side){n, 0}) : NULL;
 }
 
-Inst *lower_int_clamp(Ctx *c, const Expr *e, Inst *x, Expr *const *bound, bool *promote) {
-  int64_t k[2];
-  bool bad = false;
+Inst *lower_int_clamp(Ctx *c, const Expr *e, Inst *x, Expr *const *arg, Inst *const *bound,
+                      bool *promote) {
+  static const char *const what[] = {"'min'", "'max'"};
+  Side s[2] = {{NULL, 0}, {NULL, 0}};
   *promote = false;
-  for (int j = 0; j < 2; j++)
-    if (bound[j] && !(is_number(c, bound[j]) && int_const(c, bound[j], &k[j], &bad))) {
-      *promote = !bad;
+  for (int j = 0; j < 2; j++) {   /* an f32 tensor or a number not an integer: f32 */
+    Num v;
+    if (bound[j] && !broadcasts(x, bound[j])) {
+      char b1[128], b2[128];
+      diag_error(c->d, arg[j]->loc, "%s %s of 'clamp' does not broadcast with input %s", what[j],
+                 type_str(&bound[j]->type, b1, sizeof b1), type_str(&x->type, b2, sizeof b2));
       return NULL;
     }
-  for (int j = 0; j < 2 && x; j++)
+    if (bound[j]) {
+      *promote |= bound[j]->type.dtype != DT_I32;
+    } else if (arg[j] && !is_number(c, arg[j])) {
+      *promote = true;   /* a string or a list: the f32 lowering reports it */
+    } else if (arg[j]) {
+      if (!fe_eval(arg[j], c->m->dim.a, c->m->dim.n, &v, c->d))
+        return NULL;
+      *promote |= !v.is_int;
+    }
+  }
+  if (*promote)
+    return NULL;
+  for (int j = 0; j < 2; j++) {
+    bool bad = false;
     if (bound[j])
-      x = int_op(c, e->loc, j ? DT_INT_MIN : DT_INT_MAX, (Side){x, 0}, (Side){NULL, k[j]});
+      s[j].v = bound[j];
+    else if (arg[j] && !int_const(c, arg[j], &s[j].k, &bad))
+      return NULL;
+  }
+  for (int j = 0; j < 2 && x; j++)
+    if (arg[j])
+      x = int_op(c, e->loc, j ? DT_INT_MIN : DT_INT_MAX, (Side){x, 0}, s[j]);
   return x;
+}
+
+Inst *lower_int_hardtanh(Ctx *c, Loc at, Inst *x, int64_t lo, int64_t hi) {
+  x = int_op(c, at, DT_INT_MAX, (Side){x, 0}, (Side){NULL, lo});
+  return x ? int_op(c, at, DT_INT_MIN, (Side){x, 0}, (Side){NULL, hi}) : NULL;
+}
+
+Inst *lower_int_extremum(Ctx *c, Loc at, bool max, Inst *a, Inst *b) {
+  return int_op(c, at, max ? DT_INT_MAX : DT_INT_MIN, (Side){a, 0}, (Side){b, 0});
+}
+
+Inst *lower_int_pow(Ctx *c, const Expr *e, Inst *x, const Expr *exponent, bool *promote) {
+  Num v;
+  *promote = !is_number(c, exponent);
+  if (*promote || !fe_eval(exponent, c->m->dim.a, c->m->dim.n, &v, c->d))
+    return NULL;
+  *promote = !v.is_int;
+  if (*promote)
+    return NULL;
+  if (v.i < 0) {
+    diag_error(c->d, exponent->loc, "'pow' of i32 values to the negative power %lld: torch "
+               "refuses integers to negative integer powers; make the input f32 first (x * 1.0)",
+               (long long)v.i);
+    return NULL;
+  }
+  if (v.i > INT32_MAX) {
+    diag_error(c->d, exponent->loc, "exponent %lld of 'pow' does not fit in i32, the type of the "
+               "input", (long long)v.i);
+    return NULL;
+  }
+  return int_op(c, e->loc, DT_INT_POW, (Side){x, 0}, (Side){NULL, v.i});
 }
 
 /* floor_divide(input, other) and remainder(input, other) as torch's on

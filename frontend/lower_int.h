@@ -225,11 +225,24 @@ Inst *lower_int_neg(Ctx *c, Loc at, Inst *x);
  * -2^31 as torch's). */
 Inst *lower_int_relu(Ctx *c, Loc at, Inst *x);
 Inst *lower_int_abs(Ctx *c, Loc at, Inst *x);
-/* clamp(x, bound[0], bound[1]) of an i32 value: with integer bounds i32,
- * max then min as torch's; another bound (a number that is not an integer,
- * a tensor) sets *promote and gives NULL: torch computes in f32 then. NULL
- * after reporting. */
-Inst *lower_int_clamp(Ctx *c, const Expr *e, Inst *x, Expr *const *bound, bool *promote);
+/* clamp(x, min, max) of an i32 value, arg[0] and arg[1] the bounds' expressions
+ * (NULL: absent), bound[j] the value of a tensor bound (NULL: a number):
+ * with integer and i32 bounds i32, max then min as torch's; another bound
+ * (a number that is not an integer, an f32 tensor) sets *promote and gives
+ * NULL: torch computes in f32 then. NULL after reporting (a tensor bound
+ * that does not broadcast with x, an integer outside i32). */
+Inst *lower_int_clamp(Ctx *c, const Expr *e, Inst *x, Expr *const *arg, Inst *const *bound,
+                      bool *promote);
+/* min(max(x, lo), hi) of an i32 value (hardtanh's, with its bounds made
+ * integers). */
+Inst *lower_int_hardtanh(Ctx *c, Loc at, Inst *x, int64_t lo, int64_t hi);
+/* maximum(a, b) (max) or minimum(a, b) of two i32 values: i32, as torch's. */
+Inst *lower_int_extremum(Ctx *c, Loc at, bool max, Inst *a, Inst *b);
+/* pow(x, exponent) of an i32 value: x to an integer power 0 .. 2^31 - 1,
+ * i32 (wrapping) as torch's; a negative integer an error, as torch's; a
+ * number that is not an integer, or a tensor, sets *promote and gives NULL
+ * (f32 then, as torch's). NULL after reporting. */
+Inst *lower_int_pow(Ctx *c, const Expr *e, Inst *x, const Expr *exponent, bool *promote);
 
 /* ---- train.c: minimize, optimizers, schedules ---- */
 

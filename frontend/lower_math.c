@@ -110,12 +110,21 @@ Inst *lower_expand(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
 /* pow(input, exponent) for the exponents torch's kernel computes without
  * std::pow, the same way: 2 x x, 3 x x x, 0.5 sqrt, -0.5 1 / sqrt, -1
  * 1 / x, -2 1 / (x x), 1 x. Other exponents and a tensor exponent are not
- * supported yet (exp(p log x) would not be exact). */
+ * supported yet (exp(p log x) would not be exact). Of i32 values: to an
+ * integer power i32 (int_elem pow), to another number f32, as torch's. */
 Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   (void)b;
   static const double ok[] = {2, 3, 0.5, -0.5, -1, -2, 1};
   Inst *x = in[0];
   double p;
+  if (x->type.dtype == DT_I32) {
+    bool promote;
+    Inst *v = lower_int_pow(c, e, x, arg[1], &promote);
+    if (!promote)
+      return v;
+    if (!(x = op1(c, OP_to_f32, arg[0]->loc, x)))
+      return NULL;
+  }
   if (!float_arg(c, arg[1], "'exponent'", &p))
     return NULL;
   int k = 0;
@@ -137,6 +146,31 @@ Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
   if (v && p < 0)
     v = op2(c, OP_div, at, constant(c, 1, at), v);
   return v;
+}
+
+/* maximum(input, other) and minimum(input, other) as torch's: elementwise,
+ * broadcasting, two tensors (torch takes no number: clamp does); of two i32
+ * values i32, of i32 and f32 values f32, as torch promotes. */
+Inst *lower_extremum(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  bool max = b->op == OP_maximum;
+  for (int k = 0; k < 2; k++)
+    if (is_number(c, arg[k])) {
+      diag_error(c->d, arg[k]->loc, "'%s' takes two tensors, as torch.%s; with a number "
+                 "write clamp(input, %s = ...)", b->name, b->name, max ? "min" : "max");
+      return NULL;
+    }
+  if (!broadcasts(in[0], in[1])) {
+    char b1[128], b2[128];
+    diag_error(c->d, e->loc, "shape mismatch in '%s': %s and %s do not broadcast", b->name,
+               type_str(&in[0]->type, b1, sizeof b1), type_str(&in[1]->type, b2, sizeof b2));
+    return NULL;
+  }
+  if (in[0]->type.dtype == DT_I32 && in[1]->type.dtype == DT_I32)
+    return lower_int_extremum(c, e->loc, max, in[0], in[1]);
+  for (int k = 0; k < 2; k++)
+    if (in[k]->type.dtype == DT_I32 && !(in[k] = op1(c, OP_to_f32, arg[k]->loc, in[k])))
+      return NULL;
+  return op2(c, b->op, e->loc, in[0], in[1]);
 }
 
 /* where(condition, input, other) as torch.where: input where the condition
@@ -186,12 +220,12 @@ static bool tensor_bound(Ctx *c, const Expr *e) {
  * derivative goes to x inside the bounds, to min below it and to max above
  * it (or everywhere when max < min), as torch's; where min equals max and x
  * is below, torch gives none, this min. */
-static Inst *clamp_tensors(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
+static Inst *clamp_tensors(Ctx *c, const Expr *e, Inst *x, Expr **arg, Inst **bound) {
   static const char *const what[] = {"'min'", "'max'"};
   for (int k = 1; k <= 2; k++) {
     if (!arg[k])
       continue;
-    Inst *v = tensor_or_number(c, arg[k], what[k - 1]);
+    Inst *v = bound[k - 1] ? bound[k - 1] : tensor_or_number(c, arg[k], what[k - 1]);
     if (!v)
       return NULL;
     if (v->type.dtype != DT_F32 || !broadcasts(x, v)) {
@@ -208,34 +242,64 @@ static Inst *clamp_tensors(Ctx *c, const Expr *e, Inst *x, Expr **arg) {
   return x;
 }
 
+/* hardtanh(x, lo, hi) of i32 values: each bound made an integer toward 0,
+ * as torch converts it to the input's type; one outside i32 (inf among
+ * them) an error, as torch's overflow. */
+static Inst *int_hardtanh(Ctx *c, const Expr *e, Inst *x, Expr **arg, const char *const *what,
+                          double lo, double hi) {
+  double v[2] = {trunc(lo), trunc(hi)};
+  int64_t k[2];
+  for (int j = 0; j < 2; j++) {
+    if (!(v[j] >= INT32_MIN && v[j] <= INT32_MAX)) {
+      diag_error(c->d, arg[j + 1]->loc, "%s %g of 'hardtanh' does not fit in i32, the type of "
+                 "the input", what[j], j ? hi : lo);
+      return NULL;
+    }
+    k[j] = (int64_t)v[j];
+  }
+  return lower_int_hardtanh(c, e->loc, x, k[0], k[1]);
+}
+
 /* clamp(input, min, max) as torch.clamp, at least one bound given;
  * hardtanh(input, min_val = -1, max_val = 1) and relu6(input) (hardtanh
  * from 0 to 6) as torch.nn.functional's. One op clamp: min(max(x, min),
  * max), NaN kept; bounds are numbers, -inf and inf included, rounded to
  * f32 as torch's. The derivative is 1 inside, 0 outside; at a bound 1 for
- * clamp, 0 for hardtanh and relu6 (`open`), as torch's. clamp of i32
- * values with integer bounds is i32, with other bounds f32, as torch's. */
+ * clamp, 0 for hardtanh and relu6 (`open`), as torch's. Of i32 values:
+ * clamp with integer and i32 bounds i32, with other bounds f32; hardtanh
+ * and relu6 i32, their bounds made integers toward 0 (torch converts them
+ * to the input's type), as torch's. */
 Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
   bool clamp = !strcmp(b->name, "clamp"), relu6 = !strcmp(b->name, "relu6");
   double lo = relu6 ? 0 : -1, hi = relu6 ? 6 : 1;
   const char *what[2] = {clamp ? "'min'" : "'min_val'", clamp ? "'max'" : "'max_val'"};
+  Inst *bound[2] = {NULL, NULL};   /* clamp's tensor bounds, lowered once */
   if (clamp && !arg[1] && !arg[2]) {
     diag_error(c->d, e->loc, "'clamp' needs 'min' or 'max', or both");
     return NULL;
   }
-  if (in[0]->type.dtype == DT_I32) {   /* clamp's; hardtanh and relu6 take f32 only */
+  for (int j = 0; j < 2; j++)
+    if (clamp && tensor_bound(c, arg[j + 1]) && !(bound[j] = lower_expr(c, arg[j + 1])))
+      return NULL;
+  if (in[0]->type.dtype == DT_I32 && clamp) {
     bool promote;
-    Inst *v = lower_int_clamp(c, e, in[0], arg + 1, &promote);
+    Inst *v = lower_int_clamp(c, e, in[0], arg + 1, bound, &promote);
     if (!promote)
       return v;
+    for (int j = 0; j < 2; j++)   /* an i32 bound beside an f32 one, made f32 too */
+      if (bound[j] && bound[j]->type.dtype == DT_I32 &&
+          !(bound[j] = op1(c, OP_to_f32, arg[j + 1]->loc, bound[j])))
+        return NULL;
     if (!(in[0] = op1(c, OP_to_f32, arg[0]->loc, in[0])))
       return NULL;
   }
-  if (clamp && (tensor_bound(c, arg[1]) || tensor_bound(c, arg[2])))
-    return clamp_tensors(c, e, in[0], arg);
+  if (bound[0] || bound[1])
+    return clamp_tensors(c, e, in[0], arg, bound);
   if (!relu6 && ((arg[1] && !real_arg(c, arg[1], what[0], &lo)) ||
                  (arg[2] && !real_arg(c, arg[2], what[1], &hi))))
     return NULL;
+  if (in[0]->type.dtype == DT_I32)
+    return int_hardtanh(c, e, in[0], arg, what, lo, hi);
   Inst *i = ir_new(c->f, OP_clamp, e->loc, 1, in);
   if (!clamp || arg[1])
     ir_set_float(i, "min", lo);

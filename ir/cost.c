@@ -103,6 +103,8 @@ PER_OUT(eq, 1)
 PER_OUT(ne, 1)
 PER_OUT(where_true, 1)
 PER_OUT(where_false, 1)
+PER_OUT(maximum, 1)
+PER_OUT(minimum, 1)
 PER_OUT(clamp, 2)
 PER_OUT(clamp_grad, 2)
 

@@ -334,6 +334,25 @@ static void grad_where_false(GradCtx *g, Inst *inst) {
     accum(g, inst->in[1], mk2(g, OP_where_false, inst, X, DY));
 }
 
+/* y = maximum(a, b) (minimum): dy to the larger (smaller) operand, half of
+ * it to each where a equals b, all of it to both where either is NaN, as
+ * torch's: da = where_false(lose_a, h), h = where_false(e, dy) +
+ * where_true(e, dy / 2), e = (a == b), lose_a = (b > a) for maximum. Exact,
+ * an infinite or NaN dy kept from where it does not go. */
+static void extremum_grad(GradCtx *g, Inst *inst, bool max) {
+  Inst *a = inst->in[0], *b = inst->in[1];
+  Inst *e = mk2(g, OP_eq, inst, a, b);
+  Inst *h = mk2(g, OP_add, inst, mk2(g, OP_where_false, inst, e, DY),
+                mk2(g, OP_where_true, inst, e, mk2(g, OP_mul, inst, DY, cnst(g, inst, 0.5))));
+  for (int k = 0; k < 2; k++)
+    if (wants(g, inst->in[k])) {
+      Inst *lose = max == (k == 0) ? mk2(g, OP_gt, inst, b, a) : mk2(g, OP_gt, inst, a, b);
+      accum(g, inst->in[k], mk2(g, OP_where_false, inst, lose, h));
+    }
+}
+static void grad_maximum(GradCtx *g, Inst *inst) { extremum_grad(g, inst, true); }
+static void grad_minimum(GradCtx *g, Inst *inst) { extremum_grad(g, inst, false); }
+
 /* y = clamp(x): dx = clamp_grad(x, dy), dy inside the bounds, 0 outside. */
 static void grad_clamp(GradCtx *g, Inst *inst) {
   Inst *in[2] = {X, DY};

@@ -322,7 +322,8 @@ DTRT_KERNEL(broadcast);
  * add, sub and mul wrap at 2^32, floor_divide and remainder round as
  * Python's // and % (a zero divisor: DT_ERR_ARG), the comparisons give f32
  * masks of 1 and 0, max and min the larger and smaller (torch.maximum's and
- * minimum's). to_f32(x i32) -> f32. int_where(mask f32, x i32, y i32)
+ * minimum's), pow a to the power b, wrapping (a negative power as torch's:
+ * 1 of 1, 1 or -1 of -1, 0 of the others). to_f32(x i32) -> f32. int_where(mask f32, x i32, y i32)
  * -> i32: x where the mask is not 0 (NaN included), y elsewhere, the three
  * broadcast together. gather(x, index i32){axis} ->
  * index's shape; gather_grad(index, dy){axis, shape...} -> dx of that shape.
@@ -331,7 +332,8 @@ DTRT_KERNEL(broadcast);
  * c]){diagonal}. An index or class out of range is DT_ERR_ARG. */
 typedef enum DtIntFn {
   DT_INT_ADD, DT_INT_SUB, DT_INT_MUL, DT_INT_FLOORDIV, DT_INT_REM,
-  DT_INT_GT, DT_INT_GE, DT_INT_EQ, DT_INT_NE, DT_INT_MAX, DT_INT_MIN, DT_INT_COUNT
+  DT_INT_GT, DT_INT_GE, DT_INT_EQ, DT_INT_NE, DT_INT_MAX, DT_INT_MIN, DT_INT_POW,
+  DT_INT_COUNT
 } DtIntFn;
 /* Whether fn compares, giving an f32 mask rather than i32 values. */
 static inline bool dtrt_int_compares(int fn) { return fn >= DT_INT_GT && fn <= DT_INT_NE; }

@@ -66,6 +66,18 @@ static int32_t rem(int32_t a, int32_t b) {
   return m != 0 && (m < 0) != (b < 0) ? m + b : m;
 }
 
+/* a ** b by squaring, wrapping; a negative b as torch's powi: 1 of 1, 1 or
+ * -1 of -1 (b even or odd), 0 of the others. */
+static int32_t ipow(int32_t a, int32_t b) {
+  if (b < 0)
+    return a == 1 ? 1 : a == -1 ? (b % 2 ? -1 : 1) : 0;
+  uint32_t r = 1, x = (uint32_t)a;
+  for (; b; b >>= 1, x *= x)
+    if (b & 1)
+      r *= x;
+  return (int32_t)r;
+}
+
 /* One row of n results; a and b at strides 0 or 1. Sums and products wrap
  * (in uint32_t, where C's signed overflow is undefined). */
 #define INT_LOOP(expr)                                                                             \
@@ -107,6 +119,7 @@ static void int_row(int fn, const int32_t *a, int64_t sa, const int32_t *b, int6
   case DT_INT_FLOORDIV: INT_LOOP(floordiv(x, v)); break;
   case DT_INT_MAX: INT_LOOP(x > v ? x : v); break;
   case DT_INT_MIN: INT_LOOP(x < v ? x : v); break;
+  case DT_INT_POW: INT_LOOP(ipow(x, v)); break;
   default: INT_LOOP(rem(x, v)); break;
   }
 }

@@ -1,8 +1,10 @@
 #!/bin/sh
 # fn_torch.sh LOSS_STEPS: the functions PyTorch users reach for (silu, abs,
 # leaky_relu, var, std, rms_norm, pow, expand, `dim` and `keepdim` for `axis`,
-# comparisons, where, clamp, hardtanh, relu6, indexing and slicing, integer
-# arithmetic, where of i32 values, gather, one_hot, arange, cumsum, tril, triu)
+# comparisons, where, clamp, hardtanh, relu6, maximum, minimum, indexing and
+# slicing, integer arithmetic, where of i32 values, i32 values through relu,
+# abs, clamp, pow, hardtanh, relu6, maximum and minimum, gather, one_hot,
+# arange, cumsum, tril, triu)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -119,4 +121,27 @@ check "sum(clamp(z, t - 0.25) * t + clamp(z, max = sum(t, dim = 0)) * t)" \
       "torch.clamp(z, min=t - 0.25) * t + torch.clamp(z, max=t.sum(0)) * t"
 check "sum(clamp(t, min = z) * t + clamp(z, min = 1, max = t) * t)" \
       "torch.clamp(t, min=z) * t + torch.clamp(z, min=torch.ones_like(t), max=t) * t"
+# i32 values as torch keeps them (y - 2: -2 1 -1 0 1 -1): relu, abs, clamp
+# with integer or i32 bounds, pow to an integer power (y.int(): int32 in
+# torch too, wrapping as dtc's i32 at 3000^3), hardtanh (bounds made
+# integers toward 0), relu6, maximum and minimum stay i32; an f32 bound,
+# operand or a real power make them f32
+check "sum(relu(y - 2) * z[:, 0] + abs(y - 2) * z[:, 1] + clamp(y, 1, 2) * z[:, 2] + clamp(y - 2, max = 0) * z[:, 3])" \
+      "F.relu(y - 2) * z[:, 0] + (y - 2).abs() * z[:, 1] + torch.clamp(y, 1, 2) * z[:, 2] + torch.clamp(y - 2, max=0) * z[:, 3]"
+check "sum(pow(y - 2, 3) * z[:, 0] + pow(y, 0) * z[:, 1] + pow(y * 1000, 3) * z[:, 2] + pow(y, exponent = 2.0) * z[:, 3])" \
+      "torch.pow(y - 2, 3) * z[:, 0] + torch.pow(y, 0) * z[:, 1] + torch.pow(y.int() * 1000, 3) * z[:, 2] + torch.pow(y, 2.0) * z[:, 3]"
+check "sum(hardtanh(y - 2) * z[:, 0] + hardtanh(y, -1.5, 2.7) * z[:, 1] + relu6(y * 3 - 2) * z[:, 2] + pow(y, 0.5) * z[:, 3])" \
+      "F.hardtanh(y - 2) * z[:, 0] + F.hardtanh(y, -1.5, 2.7) * z[:, 1] + F.relu6(y * 3 - 2) * z[:, 2] + torch.pow(y, 0.5) * z[:, 3]"
+check "sum(clamp(y * 2 - 3, min = y - 2, max = 3 - y) * z[:, 0] + sum(clamp(reshape(y, [6, 1]), max = reshape(y[0:4], [1, 4])) * z, dim = 1))" \
+      "torch.clamp(y * 2 - 3, y - 2, 3 - y) * z[:, 0] + (torch.clamp(y.view(6, 1), max=y[0:4].view(1, 4)) * z).sum(1)"
+check "sum(clamp(y - 1, min = z[:, 0]) * t[:, 0] + clamp(y, min = y - 1, max = z[:, 1] * 2) * t[:, 1])" \
+      "torch.clamp(y - 1, min=z[:, 0]) * t[:, 0] + torch.clamp(y, y - 1, z[:, 1] * 2) * t[:, 1]"
+# maximum and minimum: z and t tie at 0, 0.5 and 1, z and 0.5 z + 0.25 at
+# 0.5, where each side takes half the gradient, as torch's
+check "sum(maximum(z, t) * t + minimum(z, t[0]) * z + minimum(z, 0.5 * z + 0.25) * t)" \
+      "torch.maximum(z, t) * t + torch.minimum(z, t[0]) * z + torch.minimum(z, 0.5 * z + 0.25) * t"
+check "sum(maximum(y, 3 - y) * z[:, 0] + minimum(y - 1, y[0:1]) * z[:, 1] + maximum(y, z[:, 2]) * t[:, 0] + minimum(z[:, 3] * 2, y) * t[:, 1])" \
+      "torch.maximum(y, 3 - y) * z[:, 0] + torch.minimum(y - 1, y[0:1]) * z[:, 1] + torch.maximum(y, z[:, 2]) * t[:, 0] + torch.minimum(z[:, 3] * 2, y) * t[:, 1]"
+check "sum(maximum(reshape(y, [6, 1]), y[0:4]) * z + minimum(reshape(y, [6, 1]), t) * z)" \
+      "torch.maximum(y.view(6, 1), y[0:4]) * z + torch.minimum(y.view(6, 1), t) * z"
 exit $fail

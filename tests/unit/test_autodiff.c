@@ -112,6 +112,26 @@ static void test_clamp_min(void **s) { (void)s; clamp(-0.5, INFINITY, false, "cl
 static void test_clamp_max(void **s) { (void)s; clamp(-INFINITY, 0.5, false, "clamp(x, max = 0.5)"); }
 static void test_hardtanh(void **s) { (void)s; clamp(-1, 1, true, "hardtanh(x)"); }
 
+/* maximum and minimum of a [3, 4] and b [4], broadcast: a above b in row
+ * 0, below it in row 1, at least 0.125 apart (beyond the step), and equal
+ * in row 2, where the central differences give each side half the change
+ * (max(a + h, a) - max(a - h, a) = h): the half torch's derivative gives
+ * each where they tie. */
+static void extremum(Op op, const char *label) {
+  Inst *a = tm_param(&t, "a", F32(3, 4)), *b = tm_param(&t, "b", F32(4));
+  float *va = tm_data(&t, "a"), *vb = tm_data(&t, "b");
+  for (int j = 0; j < 4; j++) {
+    vb[j] = -0.75f + 0.5f * (float)j;
+    va[j] = vb[j] + 0.25f * (float)(j + 1);
+    va[4 + j] = vb[j] - 0.125f * (float)(j + 1);
+    va[8 + j] = vb[j];
+  }
+  gradcheck(&t, tm_op(&t, op, 2, a, b), label);
+}
+
+static void test_maximum(void **s) { (void)s; extremum(OP_maximum, "maximum [3,4],[4]"); }
+static void test_minimum(void **s) { (void)s; extremum(OP_minimum, "minimum [3,4],[4]"); }
+
 /* ---- reductions ---- */
 
 static void reduce(Op op, Type tx, int n, const int64_t *axes, int keep, const char *label) {
@@ -801,7 +821,7 @@ int main(void) {
     T(test_mul), T(test_div), T(test_mul_const), T(test_mul_self), T(test_neg), T(test_exp),
     T(test_log), T(test_sqrt), T(test_tanh), T(test_sigmoid), T(test_gelu), T(test_gelu_tanh),
     T(test_relu), T(test_where), T(test_mask_mul), T(test_clamp), T(test_clamp_min),
-    T(test_clamp_max), T(test_hardtanh),
+    T(test_clamp_max), T(test_hardtanh), T(test_maximum), T(test_minimum),
     T(test_sum), T(test_sum_keep), T(test_sum_all), T(test_sum_neg), T(test_mean),
     T(test_mean_keep), T(test_max), T(test_max_keep), T(test_matmul), T(test_matmul_ta),
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),

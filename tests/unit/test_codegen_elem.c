@@ -1,5 +1,5 @@
 /* test_codegen_elem.c: the elementwise ops of torch's functions (the
- * comparisons, where, clamp) compiled to objects, linked with
+ * comparisons, where, clamp, maximum, minimum) compiled to objects, linked with
  * test_codegen_harness.c and libdtrt, and run: against the reference
  * interpreter (ct_run), and against a plain loop here, bit for bit, on
  * inputs that hold the edge cases (both zeros, infinities, NaN, the
@@ -157,11 +157,84 @@ static void clamps(void **state) {
   ct_free(&t);
 }
 
+/* The other operand of extrema(), on either side of x: a tie with the
+ * input 0.5, both zeros, NaN. */
+static const float extremum_other[] = {0.5f, -0.0f, 0.0f, NAN};
+
+/* torch's maximum (minimum) by its definition: NaN if either is, else
+ * a < b ? b : a (a > b ? b : a), so a where they are equal. */
+static float extremum_ref(bool max, float a, float b) {
+  if (isnan(a) || isnan(b))
+    return isnan(a) ? a : b;
+  return (max ? a < b : a > b) ? b : a;
+}
+
+/* Output k of extrema(): maximum then minimum, x first then second, each
+ * other operand; NaN shown as 7 (where(y != y, 7, y)), which the
+ * interpreter's comparison can take. */
+static void extremum_check(int k, const float *x, const float *got, int64_t n) {
+  int no = COUNTOF(extremum_other);
+  float o = extremum_other[k % no];
+  bool max = k < 2 * no, first = k % (2 * no) < no;
+  for (int64_t i = 0; i < n; i++) {
+    float want = first ? extremum_ref(max, x[i], o) : extremum_ref(max, o, x[i]);
+    want = isnan(want) ? 7 : want;
+    if (!same_bits(got[i], want))
+      fail_msg("output %d, element %lld (x = %g): %g, the plain loop says %g", k, (long long)i,
+               x[i], got[i], want);
+  }
+}
+
+/* maximum and minimum of x and a tie, both zeros and NaN, x on either side,
+ * on the edge cases: generated code equals the plain loop bit for bit (-0
+ * and 0 told apart, NaN from either side), and the interpreter. */
+static void extrema(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "extrema");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, N), NULL);
+  static const Op op[] = {OP_maximum, OP_minimum};
+  int no = COUNTOF(extremum_other);
+  for (int k = 0; k < 4 * no; k++) {
+    Inst *o = ct_const(&t, extremum_other[k % no]);
+    bool first = k % (2 * no) < no;
+    Inst *y = ct_op(&t, op[k / (2 * no)], 2, first ? x : o, first ? o : x);
+    ct_output(&t, where(&t, ct_op(&t, OP_ne, 2, y, y), ct_const(&t, 7), y),
+              arena_printf(t.a, "ext%d", k));
+  }
+  ct_run(&t, 0, edge_inputs, extremum_check);
+  ct_free(&t);
+}
+
+/* Params through maximum and minimum, broadcasting: the training steps'
+ * losses, params and momenta (the derivatives' halves where they tie
+ * included) equal the interpreter's. */
+static void extrema_train(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "etrain");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
+  Inst *tg = ct_global(&t, "target", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
+  Inst *p = ct_global(&t, "p", G_PARAM, ty(DT_F32, 1, 8), "normal");
+  Inst *q = ct_global(&t, "q", G_PARAM, ty(DT_F32, 2, 4, 1), "normal");
+  ir_find_global(t.m, "p")->init_arg = 1;
+  ir_find_global(t.m, "q")->init_arg = 1;
+  Inst *y = ct_op(&t, OP_maximum, 2, ct_op(&t, OP_mul, 2, p, x), q);
+  y = ct_op(&t, OP_add, 2, y, ct_op(&t, OP_minimum, 2, p, ct_op(&t, OP_maximum, 2, q, q)));
+  ct_output(&t, y, "y");
+  ct_output(&t, ct_op(&t, OP_mse, 2, y, tg), "loss");
+  ct_train(&t, "sgd", 0.1);
+  ct_run(&t, 3, NULL, NULL);
+  ct_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(masks),
       cmocka_unit_test(where_trains),
       cmocka_unit_test(clamps),
+      cmocka_unit_test(extrema),
+      cmocka_unit_test(extrema_train),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

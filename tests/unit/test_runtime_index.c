@@ -77,9 +77,21 @@ static int64_t offset(const int64_t *c, const int64_t *w, int r) {
 
 /* ---- int_elem, to_f32 ---- */
 
+/* a ** b by b multiplications, wrapping; of a negative b 1 / a^-b rounded
+ * toward 0 as torch's: 1 and -1 themselves to that power, 0 otherwise. */
+static int32_t ref_pow(int32_t a, int32_t b) {
+  if (b < 0 && a != 1 && a != -1)
+    return 0;
+  uint64_t r = 1;
+  for (int64_t k = 0; k < (b < 0 ? -(int64_t)b : b); k++)
+    r = (r * (uint64_t)(int64_t)a) & 0xffffffffu;
+  return (int32_t)(uint32_t)r;
+}
+
 static int32_t ref_int(int fn, int32_t a, int32_t b) {
   int64_t x = a, y = b;
   switch (fn) {
+  case DT_INT_POW: return ref_pow(a, b);
   case DT_INT_ADD: return (int32_t)(uint32_t)(x + y);
   case DT_INT_SUB: return (int32_t)(uint32_t)(x - y);
   case DT_INT_MUL: return (int32_t)(uint32_t)(uint64_t)(x * y);
@@ -117,11 +129,11 @@ static void test_int_elem(void **state) {
     DtTensor yt = ten(cmp ? DTRT_F32 : DTRT_I32, y, 2, dim);
     for (int form = 0; form < 4; form++) {
       DtTensor in[2] = {at, form == 1 ? ten(DTRT_I32, bc, 2, dc) : ten(DTRT_I32, b, 1, db)};
-      int32_t kv = fn == DT_INT_FLOORDIV || fn == DT_INT_REM ? -7 : 12345;
+      int32_t kv = fn == DT_INT_FLOORDIV || fn == DT_INT_REM ? -7 : fn == DT_INT_POW ? 37 : 12345;
       DtAttrs att = {.ni = form >= 2 ? 3 : 1, .i = {fn, kv, form == 3}};
       bool swap = form == 3;
-      if (swap && (fn == DT_INT_FLOORDIV || fn == DT_INT_REM))
-        continue; /* a can be 0 */
+      if (swap && (fn == DT_INT_FLOORDIV || fn == DT_INT_REM || fn == DT_INT_POW))
+        continue; /* a can be 0; a as a power is up to 2^31 (test_int_pow) */
       run(dtrt_k_int_elem, in, form >= 2 ? 1 : 2, &yt, &att);
       for (int64_t q = 0; q < R * C; q++) {
         int32_t x = a[q], v = form == 0 ? b[q % C] : form == 1 ? bc[q / C] : kv;
@@ -155,6 +167,42 @@ static void test_int_elem(void **state) {
   for (int64_t q = 0; q < R * C; q++)
     assert_true(f[q] == (float)a[q]);
   free(a), free(y), free(f);
+}
+
+/* pow against torch.pow of int32 tensors (torch 1.13, values printed by
+ * it): powers 0, 1, past 2^31 (wrapping), up to 2^31 - 1, negative ones, and
+ * an integer to tensor powers (swap). */
+static void test_int_pow(void **state) {
+  (void)state;
+  static const struct {
+    int32_t k;
+    bool swap;
+    int32_t x[6], want[6];
+  } cases[] = {
+      {3, false, {-3, -1, 0, 2, 5, 1}, {-27, -1, 0, 8, 125, 1}},
+      {0, false, {0, INT32_MIN, -1, 7, 1, 2}, {1, 1, 1, 1, 1, 1}},
+      {1, false, {INT32_MIN, 2, 0, -5, INT32_MAX, 1}, {INT32_MIN, 2, 0, -5, INT32_MAX, 1}},
+      {2, false, {70000, -3, 46341, 65536, 1, 0}, {605032704, 9, -2147479015, 0, 1, 0}},
+      {31, false, {2, -2, 1, -1, 0, 3}, {INT32_MIN, INT32_MIN, 1, -1, 0, 1264544299}},
+      {40, false, {3, 2, -1, 1, 0, -3}, {689956897, 0, 1, 1, 0, 689956897}},
+      {INT32_MAX, false, {3, -1, 5, 2, 7, 1}, {-1431655765, -1, -858993459, 0, -1227133513, 1}},
+      {1000003, false, {3, -3, 12345, 0, 1, -1}, {1223452443, -1223452443, 1345751401, 0, 1, -1}},
+      {-1, false, {2, 1, -1, 0, -2, 5}, {0, 1, -1, 0, 0, 0}},
+      {-2, false, {2, 1, -1, 0, -2, 5}, {0, 1, 1, 0, 0, 0}},
+      {3, true, {INT32_MAX, 1000003, 0, -5, 2, 1}, {-1431655765, 1223452443, 1, 0, 9, 3}},
+      {2, true, {2, 1, -1, 0, -2, 5}, {4, 2, 0, 1, 0, 32}},
+  };
+  int64_t dim[1] = {6};
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    int32_t x[6], y[6];
+    memcpy(x, cases[c].x, sizeof x);
+    DtTensor in = ten(DTRT_I32, x, 1, dim), out = ten(DTRT_I32, y, 1, dim);
+    DtAttrs att = {.ni = 3, .i = {DT_INT_POW, cases[c].k, cases[c].swap}};
+    run(dtrt_k_int_elem, &in, 1, &out, &att);
+    for (int q = 0; q < 6; q++)
+      if (y[q] != cases[c].want[q])
+        fail_msg("case %zu element %d: %d, torch %d", c, q, y[q], cases[c].want[q]);
+  }
 }
 
 /* ---- int_where ---- */
@@ -441,6 +489,7 @@ static void test_tri(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_int_elem, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_int_pow, setup, teardown),
       cmocka_unit_test_setup_teardown(test_int_where, setup, teardown),
       cmocka_unit_test_setup_teardown(test_gather, setup, teardown),
       cmocka_unit_test_setup_teardown(test_one_hot, setup, teardown),
