@@ -3,7 +3,7 @@
  * not, masked (f32, i32) and not, with dropout (its mask from dtrt_k_dropout
  * of ones) and without, on sizes that are not multiples of the blocks; a
  * block's dropout the block of the whole's; the same bits on one thread and
- * several; their refusals. */
+ * several; their refusals; ring attention's zig-zag pieces. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
