@@ -1100,8 +1100,15 @@ int64_t cg_conv_scratch(const Module *m, int dev, CgMatmul how) {
         bool grad = x->op == OP_sdpa_grad || x->op == OP_sdpa_dmask || x->op == OP_ring_sdpa_grad;
         int n;
         const int64_t *sizes = ring ? ir_get_ints(x, "sizes", &n) : NULL;
-        for (int k = 0; sizes && k < n; k++)   /* a ring's steps meet every member's block */
+        bool zig = ring && n > 1 && ir_get_int(x, "causal", 0);
+        for (int k = 0; sizes && k < n; k++) {   /* a ring's steps meet every member's block */
           kv.dim[2] = sizes[k] > kv.dim[2] ? sizes[k] : kv.dim[2];
+          for (int w = 0; zig && w < 2; w++) {   /* its zig-zag's pieces of queries */
+            int64_t off, rows;
+            dtrt_ring_piece(sizes, n, k, true, w, &off, &rows);
+            q.dim[2] = k + w ? (rows > q.dim[2] ? rows : q.dim[2]) : rows;
+          }
+        }
         int64_t b = dtrt_sdpa_scratch_bytes(&q, &kv, grad);
         most = b > most ? b : most;
       }

@@ -339,11 +339,15 @@ bool ring_lower(const Module *m, const Inst *i, Inst *x);
 /* The mesh axis attention op i (sdpa, sdpa_lse, sdpa_grad) splits its
  * sequence over by its sharding, -1 when none. */
 int ring_axis(const Inst *i);
+/* The most rows of keys a hop of a ring over blocks of lengths len[k]
+ * carries: the longest block, or causal the longest pair of the zig-zag's
+ * pieces (dtrt_ring_piece). */
+int64_t ring_most(const int64_t *len, int k, bool causal);
 /* Seconds the transfers of ring attention op `op` (sdpa, sdpa_lse,
- * sdpa_grad, or their ring ops) take around the k mesh positions `members`,
- * the longest member's block of one of its keys' tensors being `block`
- * bytes. */
-double ring_time(const Module *m, Op op, double block, const int *members, int k);
+ * sdpa_grad, or their ring ops; causal or not) take around the k mesh
+ * positions `members`, the most a hop carries of one of its keys' tensors
+ * (ring_most) being `block` bytes. */
+double ring_time(const Module *m, Op op, bool causal, double block, const int *members, int k);
 
 /* ---- heads.c --------------------------------------------------------- */
 

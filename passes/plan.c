@@ -1003,7 +1003,8 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   }
   /* A candidate whose attention may be a ring or the heads split has a twin
    * taking the other, for the simulator to weigh: the estimate counts a
-   * causal ring's work in linear shares, where its last block does most */
+   * causal ring's work in linear shares, which its zig-zag meets only on
+   * even shares */
   Cand *twin = &cand[nc + 2];
   for (; nf < NFINAL && nf < nc && cand[nf].est < INFINITY; nf++) {
     if (cand[nf].either) {

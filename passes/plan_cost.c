@@ -182,11 +182,11 @@ static void attention_cost(Planner *p, Est *e, const Inst *i, const Sharding *ke
   const Type *t = &i->in[1]->type;
   int k = p->size[ax];
   int *members = malloc(sizeof *members * (size_t)k);
-  int64_t *len = malloc(sizeof *len * (size_t)k), most = 0;
+  int64_t *len = malloc(sizeof *len * (size_t)k);
   DTC_ASSERT(members && len && t->rank == 4);
   ir_dim_blocks(p->m, t->dim[2], keys->ratio[2], k, len);
-  for (int j = 0; j < k; j++)
-    most = len[j] > most ? len[j] : most;
+  bool causal = ir_get_int(i, "causal", 0);
+  int64_t most = ring_most(len, k, causal);
   double worst = 0;
   for (int d = 0; d < p->ndev; d++) {
     if (p->coord[d * IR_MAX_MESH_AXES + ax])
@@ -195,7 +195,7 @@ static void attention_cost(Planner *p, Est *e, const Inst *i, const Sharding *ke
     Type local;
     ir_local_type(p->m, keys, t, d, &local, NULL);
     local.dim[2] = most;
-    worst = fmax(worst, ring_time(p->m, i->op, bytes_of(&local), members, k));
+    worst = fmax(worst, ring_time(p->m, i->op, causal, bytes_of(&local), members, k));
   }
   free(members);
   free(len);

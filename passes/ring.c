@@ -46,18 +46,35 @@ bool ring_lower(const Module *m, const Inst *i, Inst *x) {
   return true;
 }
 
-/* Each hop moves the longest block of the keys (sdpa_lse), of the keys and
- * values (sdpa), or of both and their adjoints (sdpa_grad, whose adjoints
- * take one hop more, home); the members send at once, so a hop takes the
- * slowest neighbour's send. */
-double ring_time(const Module *m, Op op, double block, const int *members, int k) {
+int64_t ring_most(const int64_t *len, int k, bool causal) {
+  int64_t most = 0;
+  for (int j = 0; j < k; j++) {
+    int64_t off, n0, n1;
+    dtrt_ring_piece(len, k, j, causal && k > 1, 0, &off, &n0);
+    dtrt_ring_piece(len, k, j, causal && k > 1, 1, &off, &n1);
+    most = n0 + n1 > most ? n0 + n1 : most;
+  }
+  return most;
+}
+
+/* Each hop moves the most a hop carries of the keys (sdpa_lse), of the keys
+ * and values (sdpa), or of both and their adjoints (sdpa_grad, whose
+ * adjoints take one hop more, home); the members send at once, so a hop
+ * takes the slowest neighbour's send. Causal, the zig-zag's partners swap
+ * their late halves before the ring and the results' after it: of q, k and
+ * v and then out (sdpa), q and k (sdpa_lse), q, k, v, out and dout and then
+ * dq, dk and dv (sdpa_grad), about as many bytes as a hop, taken here as
+ * one send on the slowest pair. */
+double ring_time(const Module *m, Op op, bool causal, double block, const int *members, int k) {
   bool lse = op == OP_sdpa_lse || op == OP_ring_sdpa_lse;
   bool grad = op == OP_sdpa_grad || op == OP_ring_sdpa_grad;
-  double hop = 0, home = 0;
+  double per = lse ? 1 : grad ? 4 : 2, hop = 0, home = 0, swap = 0;
   for (int j = 0; k > 1 && j < k; j++) {
-    int pair[2] = {members[j], members[(j + 1) % k]};
-    hop = fmax(hop, comm_cost(m, OP_send, (lse ? 1 : grad ? 4 : 2) * block, NULL, pair, 2, 0));
+    int pair[2] = {members[j], members[(j + 1) % k]}, zig[2] = {members[j], members[k - 1 - j]};
+    hop = fmax(hop, comm_cost(m, OP_send, per * block, NULL, pair, 2, 0));
     home = fmax(home, comm_cost(m, OP_send, 2 * block, NULL, pair, 2, 0));
+    if (causal && zig[0] != zig[1])
+      swap = fmax(swap, comm_cost(m, OP_send, per * block, NULL, zig, 2, 0));
   }
-  return k > 1 ? (k - 1) * hop + (grad ? home : 0) : 0;
+  return k > 1 ? (k - 1) * hop + (grad ? home : 0) + swap : 0;
 }

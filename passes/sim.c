@@ -22,8 +22,8 @@
  * its two members only, and it and a bcast take comm.c's cost. Ring
  * attention waits for its axis group as a collective does, then takes the
  * longer of each member's products (of its own block of queries; a causal
- * one's by the block's place in the sequence, ring_busy) and the ring's
- * transfers (ring_time);
+ * one's by the places of its zig-zag's two pieces, ring_busy) and the
+ * ring's transfers (ring_time);
  * every member finishes with the slowest, as the blocks' hops tie them. A repeat costs
  * its body n times, its ops and its collectives: the device walks the body
  * (@B.D) once per iteration. */
@@ -374,21 +374,27 @@ static void run_compute(const Module *m, Walker *w, int d, SimDev *sd, SimEventF
   }
 }
 
-/* Member j's products in ring attention i (its own block of queries). A
- * causal one's device meets the keys up to its block's end: its queries
- * [S, S + n) see n S + n (n + 1) / 2 pairs, where ir/cost.c counts the even
- * share n (T + 1) / 2 of the triangle, so its FLOPs scale by
- * (2 S + n + 1) / (T + 1). */
+/* Member j's products in ring attention i. A causal one's member works on
+ * two pieces of queries (dtrt_ring_piece's zig-zag: the early half of its
+ * block and the late half of member k - 1 - j's), each meeting the keys up
+ * to its end: a piece [S, S + n) sees n S + n (n + 1) / 2 pairs, where
+ * ir/cost.c counts the even share N (T + 1) / 2 of the triangle for the N
+ * queries of j's block, so its FLOPs scale by the pieces' pairs over that. */
 static double ring_busy(const Module *m, const Inst *i, int d, int j) {
   double t = sim_compute_time(m, i, d);
   int nz;
   const int64_t *len = ir_get_ints(i, "sizes", &nz);
   if (!ir_get_int(i, "causal", 0) || !len || j >= nz)
     return t;
-  double before = 0, all = 0;
+  double pairs = 0, all = 0;
   for (int q = 0; q < nz; q++)
-    before += q < j ? (double)len[q] : 0, all += (double)len[q];
-  double f = (2 * before + (double)len[j] + 1) / (all + 1);
+    all += (double)len[q];
+  for (int k = 0; k < 2; k++) {
+    int64_t s, n;
+    dtrt_ring_piece(len, nz, j, nz > 1, k, &s, &n);
+    pairs += (double)n * (double)s + (double)n * (double)(n + 1) / 2;
+  }
+  double f = pairs / ((double)len[j] * (all + 1) / 2);
   return t + (f - 1) * work_time(m, i, d);
 }
 
@@ -450,10 +456,10 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
       if (ring(c)) {   /* every member's products beside the ring's transfers */
         int nz;
         const int64_t *len = ir_get_ints(c, "sizes", &nz);
-        int64_t own = c->in[1]->type.rank == 4 ? c->in[1]->type.dim[2] : 0, most = 0;
-        for (int j = 0; j < nz; j++)
-          most = len[j] > most ? len[j] : most;
-        t = own ? ring_time(m, c->op, value_bytes(c->in[1]) / (double)own * (double)most,
+        bool causal = ir_get_int(c, "causal", 0);
+        int64_t own = c->in[1]->type.rank == 4 ? c->in[1]->type.dim[2] : 0;
+        double most = len ? (double)ring_most(len, nz, causal) : 0;
+        t = own ? ring_time(m, c->op, causal, value_bytes(c->in[1]) / (double)own * most,
                             members, k) : 0;
         for (int j = 0; j < k; j++)
           t = fmax(t, busy[j]);

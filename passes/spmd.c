@@ -95,14 +95,15 @@ double spmd_comm_bytes(const Inst *c) {
   case OP_fold_all: return 2 * (double)type_elems(&c->type) * 4;   /* a hop, the bcast */
   case OP_ring_sdpa: case OP_ring_sdpa_lse: case OP_ring_sdpa_grad: {
     /* p - 1 hops of blocks of k (and v; the backward's adjoints too, and
-     * their hop home), counted as even blocks */
+     * their hop home), counted as even blocks; causal, the zig-zag's swaps
+     * of halves, about one hop more (ring.c, ring_time) */
     int n;
     const int64_t *sizes = ir_get_ints(c, "sizes", &n);
     const Type *q = &c->in[0]->type;
     double t = 0, row = (double)q->dim[0] * (double)q->dim[1] * (double)q->dim[3] * 4;
     for (int j = 0; j < n; j++)
       t += (double)sizes[j];
-    double hops = f * t * row;
+    double hops = (f + (ir_get_int(c, "causal", 0) && k > 1 ? 1.0 / k : 0)) * t * row;
     if (c->op != OP_ring_sdpa_grad)
       return c->op == OP_ring_sdpa ? 2 * hops : hops;
     return 4 * hops + 2 * row * t / k;

@@ -367,6 +367,17 @@ int dtrt_open_regular(const char *path, int64_t limit, int64_t *size);
  * Numbers that dtc writes into generated code and libdtrt reads, defined
  * once here; the names are their spellings in the language and the IR. */
 
+/* Ring attention's zig-zag (runtime/kernels_ring.c), which the simulator
+ * prices: the rows of queries (and of keys and values) member r of p holds
+ * in the ring, the members' blocks of lengths len. Causal over several
+ * members (zig), piece 0 is the early half of r's own block, the larger one
+ * when its length is odd, and piece 1 the late half of member p - 1 - r's
+ * (r's own when r is the middle of an odd p); else piece 0 is r's block and
+ * piece 1 empty. The piece's first position in the sequence into *off, its
+ * length into *n. */
+void dtrt_ring_piece(const int64_t *len, int p, int r, bool zig, int piece, int64_t *off,
+                     int64_t *n);
+
 /* Learning-rate schedules: dtrt_lr's kind. */
 typedef enum DtSchedule {
   DT_SCHED_CONSTANT, DT_SCHED_WARMUP, DT_SCHED_COSINE, DT_SCHED_LINEAR, DT_SCHED_STEP,

@@ -778,10 +778,10 @@ DtStatus dtrt_attn_step(DtrtCtx *ctx, const char *op, const DtAttnStep *st) {
   memcpy(A.ms, st->ms, sizeof A.ms);
   A.st_m = st->m, A.st_l = st->l, A.st_a = st->acc;
   A.add = true;
-  for (int w = 0; w < 3; w++) {   /* dq in sdpa_grad's stacked layout, dk and dv packed */
+  for (int w = 0; w < 3; w++) {   /* dq [B, H, tq, D], dk and dv [B, H, tk, D] */
     A.g[w] = st->g[w];
     A.gh[w] = (w ? A.tk : A.tq) * A.d;
-    A.gb[w] = (w ? 1 : 3) * A.h * A.gh[w];
+    A.gb[w] = A.h * A.gh[w];
   }
   DtStatus s = prepare(ctx, op, &A);
   if (s)

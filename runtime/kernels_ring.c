@@ -6,12 +6,31 @@
  * and each member meets them in the order r, r - 1, ..., r + 1, merging
  * each into its rows' online softmax (kernels_attn.c's dtrt_attn_step). The
  * next block's transfer is posted (MPI_Isend, MPI_Irecv) before the current
- * block's products, so the two overlap. Causal: a block of keys wholly after
- * the member's last query is passed on unread. The backward passes the keys
- * and values around again, with the adjoints of each block's keys and
- * values, which every member adds its part to and which come home after a
- * last hop. Every sum runs in the ring's order, fixed by the ranks: the
- * result does not depend on timing.
+ * block's products, so the two overlap. The backward passes the keys and
+ * values around again, with the adjoints of each block's keys and values,
+ * which every member adds its part to and which come home after a last hop.
+ *
+ * Causal, a block's queries see the keys before them, so with the blocks
+ * as they lie the last member would do the work of k blocks against the
+ * first's one. The ring runs in a zig-zag instead (dtrt_ring_piece): each
+ * member's block is cut in an early half (the larger by a row when its
+ * length is odd) and a late one, and member r works on the early half of
+ * its own block and the late half of member k - 1 - r's (the middle member
+ * of an odd k on its own two), its queries and its keys and values alike.
+ * Before the ring the partners swap their late halves (of q, k, v; of out,
+ * lse and dout backward) by MPI_Sendrecv, and after it the late halves'
+ * results (out or lse; dq, dk and dv) go back, O(T D) each against the
+ * ring's O(T^2 D). Each step a member meets one member's two pieces of
+ * keys with its two of queries, a pair wholly after the queries skipped:
+ * those of a member before it, both its pieces of queries meet the early
+ * piece of keys; those of a member after it, its late piece meets both. So
+ * every member does about k / 2 blocks' work (the last did k - 1/2), and
+ * about as much at each step, as the hops need, since they tie the members
+ * step by step. With uneven blocks the halves are each member's own
+ * block's, so the balance is as near as their lengths allow.
+ * Without causality the blocks stay whole (no swap). Every sum runs in the
+ * ring's order, piece by piece, fixed by the ranks: the result does not
+ * depend on timing.
  *
  * An optional last operand is a mask broadcast to [B, H, 1, T] (T the
  * whole sequence: each block of keys reads its columns), as sdpa's.
@@ -34,7 +53,11 @@ typedef struct Ring {
   const int64_t *len;          /* [p] the members' block lengths */
   int64_t b, h, d, tq, qoff;   /* this member's queries: tq of them from qoff */
   int64_t maxt;                /* the longest block */
-  DtAttnStep st;               /* filled but for the keys' block */
+  DtAttnStep st;               /* filled but for the pieces of queries and keys */
+  bool zig;                    /* causal over several members: the zig-zag */
+  int partner;                 /* whose late half this member computes */
+  int64_t pos[2], cnt[2];      /* its pieces of queries: first positions, lengths */
+  int64_t at2;                 /* a piece's first index in the whole Tq, less its position */
 } Ring;
 
 static int64_t offset_of(const Ring *R, int m) {
@@ -115,6 +138,11 @@ static DtStatus ring_begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int
     R->st.at[k] = extra == 10 ? ai[6 + k] : k == 2 ? R->qoff : 0;
   }
   R->st.at[3] = 0;   /* each block of keys' own, from its offset */
+  R->zig = R->st.causal && p > 1;
+  R->partner = R->zig ? p - 1 - R->g.me : R->g.me;
+  for (int k = 0; k < 2; k++)
+    dtrt_ring_piece(R->len, p, R->g.me, R->zig, k, &R->pos[k], &R->cnt[k]);
+  R->at2 = R->st.at[2] - R->qoff;
   if (nin > want && (s = ring_mask(ctx, op, &in[want], R)))
     return s;
   for (int k = 0; k < 4 && pd > 0; k++) {
@@ -127,12 +155,14 @@ static DtStatus ring_begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int
   return DT_OK;
 }
 
-/* The floats of the ring's blocks: two blocks of kv of k and v (forward),
- * and the rows' state; four of k, v, dk and dv (backward). */
-static int64_t ring_floats(int kv, int64_t bh, int64_t maxt, int64_t tq, int64_t d) {
+/* The floats of the ring's work: two blocks of kv of k and v (forward),
+ * the queries' pieces and the rows' state; two blocks of k, v, dk and dv
+ * (backward, kv 4), the pieces of q, out, dout and dq, and of lse. Pieces
+ * and blocks hold at most maxt rows of each head. */
+static int64_t ring_floats(int kv, int64_t bh, int64_t maxt, int64_t d) {
   if (kv == 4)
-    return 4 * 2 * bh * maxt * d;
-  return 2 * kv * bh * maxt * d + bh * tq * (2 + (kv - 1) * d);
+    return 2 * 4 * bh * maxt * d + 4 * bh * maxt * d + bh * maxt;
+  return 2 * kv * bh * maxt * d + bh * maxt * d + bh * maxt * (2 + (kv - 1) * d);
 }
 
 int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtTensor *out, const DtAttrs *a,
@@ -143,28 +173,72 @@ int64_t dtrt_ring_staged(const DtTensor *in, int nin, const DtTensor *out, const
   for (int m = 0; m < p; m++)
     maxt = a->i[1 + m] > maxt ? a->i[1 + m] : maxt;
   int kv = out->rank == 5 ? 4 : out->rank - 2;   /* grad; forward, lse */
-  return (int64_t)sizeof(float) *
-         ring_floats(kv, in[0].dim[0] * in[0].dim[1], maxt, in[0].dim[2], in[0].dim[3]);
+  return (int64_t)sizeof(float) * ring_floats(kv, in[0].dim[0] * in[0].dim[1], maxt,
+                                              in[0].dim[3]);
 }
 
-/* Whether member r skips the block of keys from src: causal, all of it after
- * r's last query. */
-static bool unseen(const Ring *R, int src) {
-  return R->st.causal && offset_of(R, src) >= R->qoff + R->tq;
+void dtrt_ring_piece(const int64_t *len, int p, int r, bool zig, int piece, int64_t *off,
+                     int64_t *n) {
+  int m = piece && zig ? p - 1 - r : r;
+  int64_t o = 0;
+  for (int k = 0; k < m; k++)
+    o += len[k];
+  int64_t early = zig ? (len[m] + 1) / 2 : len[m];
+  *off = o + (piece ? early : 0);
+  *n = piece ? len[m] - early : early;
 }
 
-/* Step s's block of keys (from member src, at cur: k, then v unless kv is
- * 1) into R->st. */
-static void at_block(Ring *R, int src, const float *cur, int kv) {
-  int64_t n = R->len[src];
-  R->st.k = cur;
-  R->st.v = kv > 1 ? cur + R->b * R->h * n * R->d : NULL;
-  R->st.tk = n;
-  R->st.koff = offset_of(R, src);
-  R->st.at[3] = R->st.koff;
+/* Rows [from, from + n) of each head of x (xrows rows of w floats a head,
+ * its batches xs floats apart) to packed y ([B, H, n, w]), or from y back
+ * (back). */
+static void rows(const Ring *R, float *x, int64_t xs, int64_t xrows, int64_t from, int64_t n,
+                 int64_t w, float *y, bool back) {
+  size_t bytes = sizeof(float) * (size_t)(n * w);
+  for (int64_t b = 0; n && b < R->b; b++)
+    for (int64_t h = 0; h < R->h; h++) {
+      float *xp = x + b * xs + (h * xrows + from) * w, *yp = y + ((b * R->h + h) * n) * w;
+      memcpy(back ? xp : yp, back ? yp : xp, bytes);
+    }
 }
 
-/* Posts the hop of step s: what this member holds (count floats, at cur) to
+/* Sends ns floats at send to the zig-zag partner and receives nr into recv
+ * (a copy when the partner is this member). */
+static DtStatus trade(DtrtCtx *ctx, const char *op, const Ring *R, const float *send, int64_t ns,
+                      float *recv, int64_t nr) {
+  if (R->partner == R->g.me) {
+    memmove(recv, send, sizeof(float) * (size_t)ns);
+    return DT_OK;
+  }
+  return dtrt_mpi(ctx, MPI_Sendrecv(send, (int)ns, MPI_FLOAT, R->partner, TAG + 1, recv, (int)nr,
+                                    MPI_FLOAT, R->partner, TAG + 1, R->g.comm, MPI_STATUS_IGNORE),
+                  op, "MPI_Sendrecv");
+}
+
+/* This member's pieces of x (its block's rows, w floats each, batches xs
+ * floats apart) packed into y: its early half, then the partner's late
+ * half (tmp: room for this member's late half). */
+static DtStatus gather(DtrtCtx *ctx, const char *op, const Ring *R, const float *x, int64_t xs,
+                       int64_t w, float *y, float *tmp) {
+  int64_t bh = R->b * R->h, n0 = R->cnt[0], late = R->tq - n0;
+  float *xv = (float *)x;   /* read only: rows copies to y */
+  rows(R, xv, xs, R->tq, 0, n0, w, y, false);
+  rows(R, xv, xs, R->tq, n0, late, w, tmp, false);
+  return trade(ctx, op, R, tmp, bh * late * w, y + bh * n0 * w, bh * R->cnt[1] * w);
+}
+
+/* The inverse of gather: the rows of this member's pieces in y go home to
+ * their places in x (tmp: room for this member's late half). */
+static DtStatus scatter(DtrtCtx *ctx, const char *op, const Ring *R, const float *y, float *x,
+                        int64_t xs, int64_t w, float *tmp) {
+  int64_t bh = R->b * R->h, n0 = R->cnt[0], late = R->tq - n0;
+  DtStatus s = trade(ctx, op, R, y + bh * n0 * w, bh * R->cnt[1] * w, tmp, bh * late * w);
+  rows(R, x, xs, R->tq, 0, n0, w, (float *)y, true);
+  if (!s)
+    rows(R, x, xs, R->tq, n0, late, w, tmp, true);
+  return s;
+}
+
+/* Posts the hop of a step: what this member holds (count floats, at cur) to
  * r + 1, and the next block (next floats) from r - 1 into nxt. */
 static DtStatus post(DtrtCtx *ctx, const char *op, const Ring *R, const float *cur,
                      int64_t count, float *nxt, int64_t next, MPI_Request *req) {
@@ -177,6 +251,44 @@ static DtStatus post(DtrtCtx *ctx, const char *op, const Ring *R, const float *c
   return s;
 }
 
+/* The rows of member src's block of keys and values: its two pieces. */
+static int64_t block_rows(const Ring *R, int src, int64_t off[2], int64_t n[2]) {
+  for (int k = 0; k < 2; k++)
+    dtrt_ring_piece(R->len, R->g.size, src, R->zig, k, &off[k], &n[k]);
+  return n[0] + n[1];
+}
+
+/* The products of this member's pieces of queries (their rows' state, out,
+ * lse, dout and dq packed at q's layout) with the block of keys from src at
+ * cur (k, then v unless kv is 1: each its two pieces; their adjoints at
+ * grad, or NULL), piece by piece, skipping a pair whose keys all lie after
+ * its last query (causal). */
+static DtStatus products(DtrtCtx *ctx, const char *op, Ring *R, int src, const float *cur, int kv,
+                         float *grad) {
+  int64_t koff[2], kn[2], bh = R->b * R->h, d = R->d;
+  int64_t tk = block_rows(R, src, koff, kn);
+  DtAttnStep st = R->st;
+  DtStatus s = DT_OK;
+  for (int qi = 0; !s && qi < 2; qi++)
+    for (int ki = 0; !s && ki < 2; ki++) {
+      if (!R->cnt[qi] || !kn[ki] || (st.causal && koff[ki] >= R->pos[qi] + R->cnt[qi]))
+        continue;
+      int64_t q = qi ? bh * R->cnt[0] : 0, k = ki ? bh * kn[0] : 0;   /* first rows, packed */
+      st.q = R->st.q + q * d, st.tq = R->cnt[qi], st.qoff = R->pos[qi];
+      st.at[2] = R->at2 + R->pos[qi];
+      st.k = cur + k * d, st.v = kv > 1 ? cur + (bh * tk + k) * d : NULL;
+      st.tk = kn[ki], st.koff = st.at[3] = koff[ki];
+      if (R->st.m)
+        st.m = R->st.m + q, st.l = R->st.l + q, st.acc = R->st.acc ? R->st.acc + q * d : NULL;
+      if (grad) {
+        st.o = R->st.o + q * d, st.lse = R->st.lse + q, st.dout = R->st.dout + q * d;
+        st.g[0] = R->st.g[0] + q * d, st.g[1] = grad + k * d, st.g[2] = grad + (bh * tk + k) * d;
+      }
+      s = dtrt_attn_step(ctx, op, &st);
+    }
+  return s;
+}
+
 /* The forward (kv 2: k and v travel, the output) or the rows' log-sum-exp
  * (kv 1: k alone). */
 static DtStatus ring_forward(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
@@ -186,41 +298,49 @@ static DtStatus ring_forward(DtrtCtx *ctx, const char *op, const DtTensor *in, i
   if (s)
     return s;
   int p = R.g.size, me = R.g.me;
-  int64_t bh = R.b * R.h, d = R.d, tq = R.tq, blk = kv * bh * R.maxt * d;
-  float *buf = dtrt_alloc(ctx, sizeof(float) * (size_t)ring_floats(kv, bh, R.maxt, tq, d));
+  int64_t bh = R.b * R.h, d = R.d, blk = kv * bh * R.maxt * d;
+  int64_t rows_me = R.cnt[0] + R.cnt[1], hd = R.h * R.tq * d;
+  float *buf = dtrt_alloc(ctx, sizeof(float) * (size_t)ring_floats(kv, bh, R.maxt, d));
   if (!buf)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for the ring's blocks", op);
-  float *cur = buf, *nxt = buf + blk;
-  R.st.m = nxt + blk, R.st.l = R.st.m + bh * tq, R.st.acc = kv == 2 ? R.st.l + bh * tq : NULL;
-  for (int64_t r = 0; r < bh * tq; r++)
+  float *cur = buf, *nxt = buf + blk, *q = nxt + blk;
+  R.st.q = q;
+  R.st.m = q + bh * R.maxt * d, R.st.l = R.st.m + bh * R.maxt;
+  R.st.acc = kv == 2 ? R.st.l + bh * R.maxt : NULL;
+  for (int64_t r = 0; r < bh * rows_me; r++)
     R.st.m[r] = -INFINITY;
-  memcpy(cur, in[1].data, sizeof(float) * (size_t)(bh * tq * d));
-  if (kv == 2)
-    memcpy(cur + bh * tq * d, in[2].data, sizeof(float) * (size_t)(bh * tq * d));
+  /* the pieces: of q, and of k and v as the first block */
+  s = gather(ctx, op, &R, in[0].data, hd, d, q, nxt);
+  for (int k = 1; !s && k <= kv; k++)
+    s = gather(ctx, op, &R, in[k].data, hd, d, cur + (k - 1) * bh * rows_me * d, nxt);
   for (int step = 0; !s && step < p; step++) {
     int src = (me - step + p) % p, nsrc = (src - 1 + p) % p;
+    int64_t off[2], n[2];
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     if (step < p - 1)
-      s = post(ctx, op, &R, cur, kv * bh * R.len[src] * d, nxt, kv * bh * R.len[nsrc] * d, req);
-    at_block(&R, src, cur, kv);
-    if (!s && !unseen(&R, src))
-      s = dtrt_attn_step(ctx, op, &R.st);
+      s = post(ctx, op, &R, cur, kv * bh * block_rows(&R, src, off, n) * d, nxt,
+               kv * bh * block_rows(&R, nsrc, off, n) * d, req);
+    if (!s)
+      s = products(ctx, op, &R, src, cur, kv, NULL);
     DtStatus w = dtrt_mpi(ctx, MPI_Waitall(2, req, MPI_STATUSES_IGNORE), op, "MPI_Waitall");
     s = s ? s : w;
     float *t = cur;
     cur = nxt, nxt = t;
   }
-  float *o = out->data;
-  for (int64_t r = 0; !s && r < bh * tq; r++) {
+  /* the pieces' rows (into q's room, free now), then home */
+  for (int64_t r = 0; !s && r < bh * rows_me; r++) {
     float l = R.st.l[r];
     if (kv == 1) {
-      o[r] = l > 0 ? R.st.m[r] + logf(l) : -INFINITY;
+      q[r] = l > 0 ? R.st.m[r] + logf(l) : -INFINITY;
       continue;
     }
     float inv = l > 0 ? 1 / l : 0;
     for (int64_t j = 0; j < d; j++)
-      o[r * d + j] = R.st.acc[r * d + j] * inv;
+      q[r * d + j] = R.st.acc[r * d + j] * inv;
   }
+  int64_t w = kv == 2 ? d : 1;
+  if (!s)
+    s = scatter(ctx, op, &R, q, out->data, R.h * R.tq * w, w, cur);
   dtrt_free(ctx, buf);
   return s;
 }
@@ -236,8 +356,9 @@ DTRT_TRACED(ring_sdpa_lse, DTRT_TID_COMM) {
 }
 
 /* ring_sdpa_grad(q, k, v, out, lse, dout){...}: -> [B, 3, H, n_r, D], dq,
- * dk and dv of member r's block, stacked. Each hop carries a block's keys and values
- * (posted before the step's products) and then their adjoints (after). */
+ * dk and dv of member r's block, stacked. Each hop carries a block's keys
+ * and values (posted before the step's products) and then their adjoints
+ * (after). */
 DTRT_TRACED(ring_sdpa_grad, DTRT_TID_COMM) {
   const char *op = "ring_sdpa_grad";
   Ring R;
@@ -245,47 +366,58 @@ DTRT_TRACED(ring_sdpa_grad, DTRT_TID_COMM) {
   if (s)
     return s;
   int p = R.g.size, me = R.g.me;
-  int64_t bh = R.b * R.h, d = R.d, tq = R.tq, blk = 2 * bh * R.maxt * d, own = bh * tq * d;
-  float *buf = dtrt_alloc(ctx, sizeof(float) * (size_t)ring_floats(4, bh, R.maxt, tq, d));
+  int64_t bh = R.b * R.h, d = R.d, blk = 2 * bh * R.maxt * d, piece = bh * R.maxt * d;
+  int64_t rows_me = R.cnt[0] + R.cnt[1], hd = R.h * R.tq * d;
+  float *buf = dtrt_alloc(ctx, sizeof(float) * (size_t)ring_floats(4, bh, R.maxt, d));
   if (!buf)
     return dtrt_fail(ctx, DT_ERR_NOMEM, "%s: no memory for the ring's blocks", op);
-  float *cur = buf, *nxt = buf + 2 * blk, *dq = out->data;   /* k v | dk dv, each of blk */
-  R.st.o = in[3].data, R.st.lse = in[4].data, R.st.dout = in[5].data;
-  memset(out->data, 0, sizeof(float) * (size_t)(3 * own));
-  memcpy(cur, in[1].data, sizeof(float) * (size_t)own);
-  memcpy(cur + own, in[2].data, sizeof(float) * (size_t)own);
+  /* k v | dk dv, each of blk; then the pieces of q, out, dout, dq and lse */
+  float *cur = buf, *nxt = buf + 2 * blk, *q = nxt + 2 * blk;
+  float *o = q + piece, *dout = o + piece, *dq = dout + piece, *lse = dq + piece;
+  R.st.q = q, R.st.o = o, R.st.dout = dout, R.st.lse = lse, R.st.g[0] = dq;
+  R.st.m = NULL;
+  const float *from[] = {in[0].data, in[3].data, in[5].data};
+  float *to[] = {q, o, dout};
+  for (int k = 0; !s && k < 3; k++)
+    s = gather(ctx, op, &R, from[k], hd, d, to[k], nxt);
+  if (!s)
+    s = gather(ctx, op, &R, in[4].data, R.h * R.tq, 1, lse, nxt);
+  for (int k = 1; !s && k <= 2; k++)
+    s = gather(ctx, op, &R, in[k].data, hd, d, cur + (k - 1) * bh * rows_me * d, nxt);
   for (int step = 0; !s && step < p; step++) {
     int src = (me - step + p) % p, nsrc = (src - 1 + p) % p;
-    int64_t n = 2 * bh * R.len[src] * d, nn = 2 * bh * R.len[nsrc] * d;
+    int64_t off[2], n[2];
+    int64_t cnt = 2 * bh * block_rows(&R, src, off, n) * d;
+    int64_t ncnt = 2 * bh * block_rows(&R, nsrc, off, n) * d;
     MPI_Request req[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
                           MPI_REQUEST_NULL};
     if (step < p - 1)
-      s = post(ctx, op, &R, cur, n, nxt, nn, req);
-    at_block(&R, src, cur, 2);
-    R.st.g[0] = dq, R.st.g[1] = cur + blk, R.st.g[2] = cur + blk + n / 2;
-    if (!s && !unseen(&R, src))
-      s = dtrt_attn_step(ctx, op, &R.st);
+      s = post(ctx, op, &R, cur, cnt, nxt, ncnt, req);
+    if (!s)
+      s = products(ctx, op, &R, src, cur, 2, cur + blk);
     if (!s && step < p - 1)
-      s = post(ctx, op, &R, cur + blk, n, nxt + blk, nn, req + 2);
+      s = post(ctx, op, &R, cur + blk, cnt, nxt + blk, ncnt, req + 2);
     DtStatus w = dtrt_mpi(ctx, MPI_Waitall(4, req, MPI_STATUSES_IGNORE), op, "MPI_Waitall");
     s = s ? s : w;
     float *t = cur;
     cur = nxt, nxt = t;
   }
-  /* the adjoints of member r + 1's block, complete here, go home (into
-   * cur, free now), then into their places of [B, 3, H, n_r, D] */
+  /* the adjoints of member r + 1's pieces, complete here, go home (into
+   * cur, free now); then every piece's dq, dk and dv to its place of
+   * [B, 3, H, n_r, D] */
   int next = (me + 1) % p;
+  int64_t off[2], n[2], mine = 2 * bh * rows_me * d;
   if (!s && p == 1)
-    memcpy(cur, nxt + blk, sizeof(float) * (size_t)(2 * own));
+    memcpy(cur, nxt + blk, sizeof(float) * (size_t)mine);
   else if (!s)
-    s = dtrt_mpi(ctx, MPI_Sendrecv(nxt + blk, (int)(2 * bh * R.len[next] * d), MPI_FLOAT, next,
-                                   TAG, cur, (int)(2 * own), MPI_FLOAT, (me - 1 + p) % p, TAG,
-                                   R.g.comm, MPI_STATUS_IGNORE),
+    s = dtrt_mpi(ctx, MPI_Sendrecv(nxt + blk, (int)(2 * bh * block_rows(&R, next, off, n) * d),
+                                   MPI_FLOAT, next, TAG, cur, (int)mine, MPI_FLOAT,
+                                   (me - 1 + p) % p, TAG, R.g.comm, MPI_STATUS_IGNORE),
                  op, "MPI_Sendrecv");
-  int64_t hd = R.h * tq * d;   /* one batch's of dq, dk or dv */
-  for (int64_t b = 0; !s && b < R.b; b++)
-    for (int w = 1; w < 3; w++)
-      memcpy(dq + (3 * b + w) * hd, cur + (w - 1) * own + b * hd, sizeof(float) * (size_t)hd);
+  float *g = out->data;
+  const float *res[] = {dq, cur, cur + bh * rows_me * d};
+  for (int w = 0; !s && w < 3; w++)
+    s = scatter(ctx, op, &R, res[w], g + w * hd, 3 * hd, d, nxt);
   dtrt_free(ctx, buf);
   return s;
 }

@@ -3,7 +3,7 @@
  * not, masked (f32, i32) and not, with dropout (its mask from dtrt_k_dropout
  * of ones) and without, on sizes that are not multiples of the blocks; a
  * block's dropout the block of the whole's; the same bits on one thread and
- * several; their refusals. */
+ * several; their refusals; ring attention's zig-zag pieces. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -559,8 +559,57 @@ static void test_refusals(void **state) {
   assert_int_equal(dtrt_k_sdpa(ctx, in, 3, &out, &a), DT_ERR_ARG);
 }
 
+/* Ring attention's zig-zag (dtrt_ring_piece): blocks of 5, 3 and 4
+ * (positions 0, 5 and 8 on): causal, member 0 works on [0, 3) (the early
+ * half of 5 takes the odd row) and [10, 12) (the late half of member 2's
+ * block); member 1, the middle, on its own [5, 7) and [7, 8); member 2 on
+ * [8, 10) and [3, 5). Not causal, each keeps its block. On other lengths and
+ * groups of 1 to 5, the pieces of the members cover the sequence once, and
+ * piece 0 is the early half of the member's block, piece 1 the late half of
+ * its partner's. */
+static void test_ring_pieces(void **state) {
+  (void)state;
+  static const int64_t len[] = {5, 3, 4};
+  static const int64_t zig[3][4] = {{0, 3, 10, 2}, {5, 2, 7, 1}, {8, 2, 3, 2}};
+  static const int64_t whole[3][4] = {{0, 5, 5, 0}, {5, 3, 8, 0}, {8, 4, 12, 0}};
+  for (int r = 0; r < 3; r++)
+    for (int k = 0; k < 2; k++) {
+      int64_t off, n;
+      dtrt_ring_piece(len, 3, r, true, k, &off, &n);
+      assert_int_equal(off, zig[r][2 * k]);
+      assert_int_equal(n, zig[r][2 * k + 1]);
+      dtrt_ring_piece(len, 3, r, false, k, &off, &n);
+      assert_int_equal(off, whole[r][2 * k]);
+      assert_int_equal(n, whole[r][2 * k + 1]);
+    }
+  for (int p = 1; p <= 5; p++)
+    for (int trial = 0; trial < 20; trial++) {
+      int64_t lens[5], at[6] = {0}, t;
+      for (int m = 0; m < p; m++)
+        lens[m] = 1 + (int64_t)((frand() + 1) * 4), at[m + 1] = at[m] + lens[m];
+      t = at[p];
+      int seen[64] = {0};
+      for (int r = 0; r < p; r++) {
+        int64_t off[2], n[2];
+        for (int k = 0; k < 2; k++) {
+          dtrt_ring_piece(lens, p, r, true, k, &off[k], &n[k]);
+          for (int64_t q = off[k]; q < off[k] + n[k]; q++)
+            seen[q]++;
+        }
+        int o = p - 1 - r;
+        assert_int_equal(off[0], at[r]);
+        assert_int_equal(n[0], (lens[r] + 1) / 2);
+        assert_int_equal(off[1], at[o] + (lens[o] + 1) / 2);
+        assert_int_equal(off[1] + n[1], at[o + 1]);
+      }
+      for (int64_t q = 0; q < t; q++)
+        assert_int_equal(seen[q], 1);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_ring_pieces),
     cmocka_unit_test_setup_teardown(test_against_loop, setup, teardown),
     cmocka_unit_test_setup_teardown(test_mask_dropout, setup, teardown),
     cmocka_unit_test_setup_teardown(test_dropout_blocks, setup, teardown),

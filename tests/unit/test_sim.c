@@ -538,60 +538,97 @@ static void test_ring_transfers(void **state) {
   arena_free(a);
 }
 
-/* Causal ring attention on two equal devices, the sequence cut in halves:
- * the second half's queries see every key of the first, so device 1 meets
- * about three times the pairs of device 0. The difference of their compute
- * is the ring ops' FLOPs over that difference of pairs, counted here query
- * by query; the rest of the step is the same on both. Priced at 0.65 of
- * the GEMM's speed (heads of 16), and by a probed `attn` and `score`: the
- * FLOPs at half its speed, and 1 ns for each score (a pair's in the ring's
- * forward and sdpa_lse, two in its gradient, on each of the 2 heads). */
+/* A causal ring's model on two equal devices, its sequence of T = 512 cut
+ * as `split` says, the devices' figures ending in `fig`. */
+static Module *causal_ring(Arena *a, const char *split, const char *fig) {
+  return compile_text(a, arena_printf(a, "%s%s%s%s%s%s%s",
+      "model att(batch B = 1, T = 512, H = 2, D = 16) {\n"
+      "  input  x: f32[B, H, T, D]\n"
+      "  param  w: f32[D, D] init glorot\n"
+      "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
+      "  loss = mean(y * y)\n"
+      "  minimize loss with sgd(lr = 0.1)\n"
+      "}\n"
+      "cluster c {\n  node a {\n"
+      "    device d0: cpu(gflops = 40, mem = 1GiB", fig, ")\n"
+      "    device d1: cpu(gflops = 40, mem = 1GiB", fig, ")\n  }\n" LINKS
+      "parallel att on c {\n  mesh m[cp = 2] over d0, d1\n  shard x: [*, *, ", split,
+      ", *]\n  plan explicit\n}\n"));
+}
+
+/* What the ring ops took on each device beyond sim_compute_time's even
+ * share, over the pairs of queries and keys that share counts. */
+typedef struct RingSeen {
+  const Module *m;
+  double over[2], want[2];   /* by device: the extra seconds, the expected */
+  double f[2];               /* by device: its pieces' pairs over its even share's */
+  bool probed;               /* the devices give attn = 0.5 and score = 1ns */
+  int rings;
+} RingSeen;
+
+static void ring_seen(void *user, int device, const Inst *i, bool comm, double start,
+                      double dt) {
+  (void)start;
+  RingSeen *s = user;
+  if (comm || (i->op != OP_ring_sdpa && i->op != OP_ring_sdpa_lse && i->op != OP_ring_sdpa_grad))
+    return;
+  assert_true(ir_get_int(i, "causal", 0));
+  s->rings++;
+  s->over[device] += dt - sim_compute_time(s->m, i, device);
+  /* the blocks run at 0.65 of the GEMM's speed at heads of 16 (sim.c), or
+   * at a probed half of it with 1 ns for each score (ir_attn_scores) */
+  s->want[device] += (s->f[device] - 1) * (s->probed ? ir_flops(i) / (0.5 * 40e9) +
+                                                           ir_attn_scores(i) * 1e-9
+                                                     : ir_flops(i) / (0.65 * 40e9));
+}
+
+/* Causal ring attention on two equal devices. A query at position q sees q
+ * + 1 keys, and ir/cost.c counts a device's even share of the triangle, n
+ * (T + 1) / 2 pairs for its n queries. The ring runs in a zig-zag
+ * (dtrt_ring_piece): device 0 works on the early half of its block and the
+ * late half of device 1's, device 1 on the early half of its own and the
+ * late half of device 0's.
+ * - Halves, blocks [0, 256) and [256, 512): device 0 has [0, 128) and
+ *   [384, 512), sum of q + 1 = 8256 + 57408 = 65664 pairs; device 1 has
+ *   [256, 384) and [128, 256), 41024 + 24640 = 65664: balanced, each exactly
+ *   its even share 256 * 513 / 2 = 65664 (f = 1), where blocks as they lie
+ *   gave 32896 and 98432.
+ * - 3:1, blocks [0, 384) and [384, 512): device 0 has [0, 192) and [448,
+ *   512), 18528 + 30752 = 49280 pairs, f = 49280 / (384 * 513 / 2) =
+ *   0.5003; device 1 has [384, 448) and [192, 384), 26656 + 55392 = 82048
+ *   pairs, f = 82048 / (128 * 513 / 2) = 2.4990.
+ * The simulator prices each ring op on each device at its even share's
+ * time plus (f - 1) times its FLOPs at the blocks' speed, and its scores'
+ * time when the devices give a probed `attn` and `score`. */
 static void test_ring_causal_place(void **state) {
   (void)state;
-  for (int probed = 0; probed < 2; probed++) {
+  static const struct {
+    const char *split;
+    double f[2];
+  } cases[] = {
+    {"cp", {1, 1}},
+    {"cp(0.75, 0.25)", {49280 / (384 * 513 / 2.0), 82048 / (128 * 513 / 2.0)}},
+  };
+  for (int c = 0; c < 2 * COUNTOF(cases); c++) {
     Arena *a = arena_new();
-    const char *fig = probed ? ", attn = 0.5, score = 1ns" : "";
-    Module *m = compile_text(a, arena_printf(a,
-        "model att(batch B = 1, T = 512, H = 2, D = 16) {\n"
-        "  input  x: f32[B, H, T, D]\n"
-        "  param  w: f32[D, D] init glorot\n"
-        "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
-        "  loss = mean(y * y)\n"
-        "  minimize loss with sgd(lr = 0.1)\n"
-        "}\n"
-        "cluster c {\n  node a {\n"
-        "    device d0: cpu(gflops = 40, mem = 1GiB%s)\n"
-        "    device d1: cpu(gflops = 40, mem = 1GiB%s)\n  }\n" LINKS
-        "parallel att on c {\n  mesh m[cp = 2] over d0, d1\n  shard x: [*, *, cp, *]\n"
-        "  plan explicit\n}\n", fig, fig));
-    const Func *f = step_func(m, 1);
-    double n = 256, t = 512, pairs[2] = {0, 0}, diff = 0;
-    for (int d = 0; d < 2; d++)
-      for (double q = d * n; q < (d + 1) * n; q++)
-        pairs[d] += q + 1;
-    int rings = 0;
-    for (int k = 0; k < f->inst.n; k++) {
-      const Inst *i = f->inst.a[k];
-      if (i->op != OP_ring_sdpa && i->op != OP_ring_sdpa_lse && i->op != OP_ring_sdpa_grad)
-        continue;
-      assert_true(ir_get_int(i, "causal", 0));
-      rings++;
-      /* ir/cost.c counts each device's even share, n (T + 1) / 2 pairs */
-      double more = ir_flops(i) * (pairs[1] - pairs[0]) / (n * (t + 1) / 2);
-      if (!probed)
-        diff += more / (0.65 * 40e9);
-      else
-        diff += more / (0.5 * 40e9) +
-                2 * (pairs[1] - pairs[0]) * (i->op == OP_ring_sdpa_grad ? 2 : 1) * 1e-9;
-    }
-    assert_true(rings >= 2);
+    bool probed = c >= COUNTOF(cases);
+    Module *m = causal_ring(a, cases[c % COUNTOF(cases)].split,
+                            probed ? ", attn = 0.5, score = 1ns" : "");
+    RingSeen s = {.m = m, .f = {cases[c % COUNTOF(cases)].f[0], cases[c % COUNTOF(cases)].f[1]},
+                  .probed = probed};
     SimResult r;
-    sim_step(m, &r);
-    double got = r.dev[1].compute - r.dev[0].compute;
-    printf("causal ring%s: device 1 computes %.3f ms more than device 0, the pairs say %.3f ms\n",
-           fig, got * 1e3, diff * 1e3);
-    assert_true(diff > 0);
-    assert_true(fabs(got - diff) <= 0.01 * diff);
+    assert_true(sim_run(m, &r, ring_seen, &s) > 0);
+    printf("causal ring %s: ring ops over their even shares %.3f and %.3f ms, the pairs say "
+           "%.3f and %.3f ms; compute %.3f and %.3f ms\n", cases[c % COUNTOF(cases)].split, s.over[0] * 1e3,
+           s.over[1] * 1e3, s.want[0] * 1e3, s.want[1] * 1e3, r.dev[0].compute * 1e3,
+           r.dev[1].compute * 1e3);
+    assert_true(s.rings >= 4);   /* two ops or more on each device */
+    for (int d = 0; d < 2; d++)
+      assert_true(fabs(s.over[d] - s.want[d]) <= 1e-6 * r.dev[d].compute);
+    if (c % COUNTOF(cases) == 0)   /* the rest of the step is the same on both */
+      assert_true(fabs(r.dev[1].compute - r.dev[0].compute) <= 1e-6 * r.dev[0].compute);
+    else
+      assert_true(s.want[0] < 0 && s.want[1] > 0);
     arena_free(a);
   }
 }
