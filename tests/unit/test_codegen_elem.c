@@ -74,18 +74,25 @@ static void masks(void **state) {
   ct_free(&t);
 }
 
+/* A training model's globals: inputs x and target [2, 4, 8], params p [8]
+ * and q [2, 4, 1] (normal, std 1), which broadcast against x. */
+static void train_globals(CT *t, Inst **x, Inst **tg, Inst **p, Inst **q) {
+  *x = ct_global(t, "x", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
+  *tg = ct_global(t, "target", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
+  *p = ct_global(t, "p", G_PARAM, ty(DT_F32, 1, 8), "normal");
+  *q = ct_global(t, "q", G_PARAM, ty(DT_F32, 2, 4, 1), "normal");
+  ir_find_global(t->m, "p")->init_arg = 1;
+  ir_find_global(t->m, "q")->init_arg = 1;
+}
+
 /* A param through both sides of a where, and a mask multiplying another:
  * the training steps' losses, params and momenta equal the interpreter's. */
 static void where_trains(void **state) {
   (void)state;
   CT t;
   ct_init(&t, "wtrain");
-  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
-  Inst *tg = ct_global(&t, "target", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
-  Inst *p = ct_global(&t, "p", G_PARAM, ty(DT_F32, 1, 8), "normal");
-  Inst *q = ct_global(&t, "q", G_PARAM, ty(DT_F32, 2, 4, 1), "normal");
-  ir_find_global(t.m, "p")->init_arg = 1;
-  ir_find_global(t.m, "q")->init_arg = 1;
+  Inst *x, *tg, *p, *q;
+  train_globals(&t, &x, &tg, &p, &q);
   Inst *c = ct_op(&t, OP_gt, 2, x, p);
   Inst *y = where(&t, c, ct_op(&t, OP_mul, 2, p, x), q);
   y = ct_op(&t, OP_mul, 2, y, ct_op(&t, OP_ne, 2, q, ct_const(&t, 0)));
@@ -213,12 +220,8 @@ static void extrema_train(void **state) {
   (void)state;
   CT t;
   ct_init(&t, "etrain");
-  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
-  Inst *tg = ct_global(&t, "target", G_INPUT, ty(DT_F32, 2, 4, 8), NULL);
-  Inst *p = ct_global(&t, "p", G_PARAM, ty(DT_F32, 1, 8), "normal");
-  Inst *q = ct_global(&t, "q", G_PARAM, ty(DT_F32, 2, 4, 1), "normal");
-  ir_find_global(t.m, "p")->init_arg = 1;
-  ir_find_global(t.m, "q")->init_arg = 1;
+  Inst *x, *tg, *p, *q;
+  train_globals(&t, &x, &tg, &p, &q);
   Inst *y = ct_op(&t, OP_maximum, 2, ct_op(&t, OP_mul, 2, p, x), q);
   y = ct_op(&t, OP_add, 2, y, ct_op(&t, OP_minimum, 2, p, ct_op(&t, OP_maximum, 2, q, q)));
   ct_output(&t, y, "y");
