@@ -490,7 +490,8 @@ bool ir_joins_group(const Inst *x);
  * with elements, has no value (an effect), or gives a value with elements
  * to a needed inst; a fusion group's insts are needed together. Idle: a
  * table-wise table's lookups and updates on the devices not holding it
- * (their values are empty) and the sorting of its ids only they read. */
+ * (their values are empty) and the sorting of its ids only they read.
+ * Requires: f's insts numbered in order (ir_renumber). */
 void ir_idle(const Func *f, bool *idle);
 /* The tensor whose elements a dropping op's mask covers, its `at` placing
  * a block there: dropout's own result, or the [B,H,Tq,Tk] scores of an
