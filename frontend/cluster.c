@@ -77,8 +77,9 @@ static bool string_arg(const Expr *e, const char *what, const char **out, Diag *
   return true;
 }
 
-/* spread = S: the relative spread of a measured figure (dtc-probe's
- * interquartile range over the median), a finite number, 0 or more. */
+/* spread = S: how far a measured figure may be off, relative (dtc-probe's
+ * interquartile range of its median over resamples), a finite number, 0 or
+ * more. */
 static bool spread_arg(const Expr *e, double *out, Diag *d) {
   if (!fe_eval_float(e, NULL, 0, "'spread'", out, d))
     return false;

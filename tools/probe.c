@@ -9,6 +9,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,9 @@ static const char usage[] =
   "into nodes by host name, times ping-pong between two ranks of a\n"
   "node and between two nodes, times every collective method of libdtrt over\n"
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
-  "Each figure is the median of --reps samples, written with its spread (the\n"
-  "interquartile range over the median); a spread above 10% is warned about.\n"
+  "Each figure is the median of --reps samples, written with its spread: how far\n"
+  "that median may be off (the interquartile range of the medians of 1000\n"
+  "resamples of the samples, over the median); a spread above 5% is warned about.\n"
   "\n"
   "options:\n"
   "  -o FILE      write the cluster to FILE (default: stdout)\n"
@@ -52,8 +54,9 @@ static const char *const coll_size_text[2] = {"64KiB", "4MiB"};
 /* At most every method of every collective (dtrt_coll_has_method). */
 enum { MAX_COLLS = DT_COLL_COUNT * DTRT_COMM_COUNT };
 
-/* A spread above this is warned about on stderr: the machine was busy. */
-#define SPREAD_WARN 0.10
+/* A spread above this is warned about on stderr: the machine was busy, and
+ * the planner takes it as noise above its floor (passes/plan.c). */
+#define SPREAD_WARN 0.05
 
 typedef struct ProbeLink {
   bool present;
@@ -129,6 +132,52 @@ static double probe_spread(const double *v, int n) {
   return q[1] > 0 ? (q[2] - q[0]) / q[1] : 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The k-th smallest (from 0) of the sorted samples v taken count[i] times
+ * each. */
+static double kth_counted(const double *v, const int *count, int k) {
+  int i = 0;
+  for (int seen = count[0]; seen <= k; seen += count[++i]) {}
+  return v[i];
+}
+
+/* How far the median of n samples may be off: probe_spread of the medians of
+ * MEDIAN_RESAMPLES resamples of the samples (drawn with replacement, by a
+ * fixed generator, so the same samples give the same spread). The samples'
+ * own spread shrinks about as 1 / sqrt(n) in it; a shift of half the
+ * samples, which leaves the median anywhere between the two, does not. */
+enum { MEDIAN_RESAMPLES = 1000 };
+static double median_spread(const double *v, int n) {
+  if (n < 2)
+    return 0;
+  double *sorted = malloc(sizeof *sorted * n), *med = malloc(sizeof *med * MEDIAN_RESAMPLES);
+  int *count = malloc(sizeof *count * n);
+  if (!sorted || !med || !count) {  /* no memory for it: the samples' own spread, a bound */
+    free(sorted), free(med), free(count);
+    return probe_spread(v, n);
+  }
+  memcpy(sorted, v, sizeof *sorted * n);
+  qsort(sorted, n, sizeof *sorted, cmp_double);
+  uint64_t x = 0x9e3779b97f4a7c15u;
+  for (int b = 0; b < MEDIAN_RESAMPLES; b++) {
+    memset(count, 0, sizeof *count * n);
+    for (int i = 0; i < n; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;   /* xorshift64 */
+      count[x % (uint64_t)n]++;
+    }
+    double hi = kth_counted(sorted, count, n / 2);
+    med[b] = n % 2 ? hi : (kth_counted(sorted, count, n / 2 - 1) + hi) / 2;
+  }
+  qsort(med, MEDIAN_RESAMPLES, sizeof *med, cmp_double);
+  double s = probe_spread(med, MEDIAN_RESAMPLES);
+  free(sorted), free(med), free(count);
+  return s;
+}
+
 /* Values are printed with fixed decimals; a floor keeps each one positive, as
  * the language requires. */
 static double at_least(double v, double floor) { return v > floor ? v : floor; }
@@ -187,8 +236,9 @@ static const char *gbps_text(char buf[32], double gbps, int decimals) {
  * Returns 0, or -1 when the stream fails. */
 static int probe_write(FILE *f, const Probe *p) {
   fprintf(f, "# dtc-probe: %d rank%s on %d node%s; dtc's GEMM and elementwise loops on "
-          "each rank's threads, and ping-pong, median of %d, spread = (Q3 - Q1) / median\n",
-          p->nranks, p->nranks == 1 ? "" : "s", p->nnodes, p->nnodes == 1 ? "" : "s", p->reps);
+          "each rank's threads, and ping-pong, median of %d, spread = (Q3 - Q1) / median of "
+          "%d resampled medians\n", p->nranks, p->nranks == 1 ? "" : "s", p->nnodes,
+          p->nnodes == 1 ? "" : "s", p->reps, MEDIAN_RESAMPLES);
   fprintf(f, "cluster %s {\n", p->name);
   for (int n = 0; n < p->nnodes; n++) {
     fprintf(f, "  node n%d {    # host %s\n", n, p->host[n]);
@@ -230,7 +280,7 @@ static int probe_write(FILE *f, const Probe *p) {
 static int warn_spread(FILE *f, const char *what, double spread) {
   if (!(spread > SPREAD_WARN))
     return 0;
-  fprintf(f, "dtc-probe: warning: %s spread by %.1f%% (interquartile range over median); the "
+  fprintf(f, "dtc-probe: warning: the median of %s spread by %.1f%% (over resamples); the "
           "planner takes that as noise: probe a quieter machine, or with more --reps\n", what,
           spread * 100);
   return 1;
@@ -270,11 +320,6 @@ static int probe_warn(FILE *f, const Probe *p) {
 #include "probe_bag.h"
 #include "probe_attn16.h"
 #include "probe_attn64.h"
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static double median(double *v, int n) {
   qsort(v, n, sizeof *v, cmp_double);
@@ -452,7 +497,7 @@ static ProbeSpeed roofline(double *t, int reps) {
   double med[K_COUNT];
   for (int k = 0; k < K_COUNT; k++) {
     med[k] = median(t + k * reps, reps);
-    s.spread = fmax(s.spread, probe_spread(t + k * reps, reps));
+    s.spread = fmax(s.spread, median_spread(t + k * reps, reps));
   }
   double bytes[2] = {kernels[K_ROWS_SMALL].bytes, kernels[K_ROWS].bytes};
   probe_fit(bytes, (double[]){med[K_ROWS_SMALL], med[K_ROWS]}, &s.lat, &s.bw);
@@ -523,7 +568,7 @@ static int measure_link(int x, int y, int reps, double *t, ProbeLink *out) {
           t[i] = (MPI_Wtime() - t0) / trips[k];  /* one round trip */
       }
       res[k] = median(t, reps);
-      res[2] = fmax(res[2], probe_spread(t, reps));
+      res[2] = fmax(res[2], median_spread(t, reps));
     }
   }
   free(buf);
@@ -591,7 +636,7 @@ static double time_coll(DtrtCtx *ctx, int op, int method, double bytes, float *x
       t[i] = all[0];
   }
   double med = median(t, reps);
-  *spread = probe_spread(t, reps);
+  *spread = median_spread(t, reps);
   return med;
 }
 

@@ -41,7 +41,7 @@ static void two_nodes(void **state) {
   char *text = written(&p);
   assert_string_equal(text,
     "# dtc-probe: 3 ranks on 2 nodes; dtc's GEMM and elementwise loops on each "
-    "rank's threads, and ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
+    "rank's threads, and ping-pong, median of 20, spread = (Q3 - Q1) / median of 1000 resampled medians\n"
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
     "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
@@ -73,7 +73,7 @@ static void one_rank_and_floors(void **state) {
   char *text = written(&p);
   assert_string_equal(text,
     "# dtc-probe: 1 rank on 1 node; dtc's GEMM and elementwise loops on each "
-    "rank's threads, and ping-pong, median of 1, spread = (Q3 - Q1) / median\n"
+    "rank's threads, and ping-pong, median of 1, spread = (Q3 - Q1) / median of 1000 resampled medians\n"
     "cluster probed {\n"
     "  node n0 {    # host vm\n"
     "    device r0: cpu(gflops = 0.1, bw = 0.01GB/s, lat = 0.01us, mem = 0.01GiB, "
@@ -94,7 +94,7 @@ static void one_rank_and_floors(void **state) {
   text = written(&q);
   assert_string_equal(text,
     "# dtc-probe: 3 ranks on 2 nodes; dtc's GEMM and elementwise loops on each "
-    "rank's threads, and ping-pong, median of 5, spread = (Q3 - Q1) / median\n"
+    "rank's threads, and ping-pong, median of 5, spread = (Q3 - Q1) / median of 1000 resampled medians\n"
     "cluster mixed {\n"
     "  node n0 {    # host a\n"
     "    device r0: cpu(gflops = 10.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
@@ -135,7 +135,7 @@ static void collectives(void **state) {
   char *text = written(&p);
   assert_string_equal(text,
     "# dtc-probe: 2 ranks on 1 node; dtc's GEMM and elementwise loops on each "
-    "rank's threads, and ping-pong, median of 20, spread = (Q3 - Q1) / median\n"
+    "rank's threads, and ping-pong, median of 20, spread = (Q3 - Q1) / median of 1000 resampled medians\n"
     "cluster pair {\n"
     "  node n0 {    # host vm\n"
     "    device r0: cpu(gflops = 80.0, bw = 10.00GB/s, lat = 1.00us, mem = 1.00GiB, "
@@ -155,27 +155,27 @@ static void collectives(void **state) {
     "}\n");
   free(text);
 
-  /* Above 10% only: the padded all_gather and the all_to_all (0.1001), not
-   * the devices nor the link. */
+  /* Above 5% only: the padded all_gather and the all_to_all (0.1001), not
+   * the devices, the link nor the all_reduce (0.031). */
   char *warn = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&warn, &len);
   assert_int_equal(probe_warn(f, &p), 2);
   fclose(f);
   assert_string_equal(warn,
-    "dtc-probe: warning: the times of collective all_gather by padded spread by 50.0% "
-    "(interquartile range over median); the planner takes that as noise: probe a quieter "
-    "machine, or with more --reps\n"
-    "dtc-probe: warning: the times of collective all_to_all by ring spread by 10.0% "
-    "(interquartile range over median); the planner takes that as noise: probe a quieter "
-    "machine, or with more --reps\n");
+    "dtc-probe: warning: the median of the times of collective all_gather by padded spread by "
+    "50.0% (over resamples); the planner takes that as noise: probe a quieter machine, or "
+    "with more --reps\n"
+    "dtc-probe: warning: the median of the times of collective all_to_all by ring spread by "
+    "10.0% (over resamples); the planner takes that as noise: probe a quieter machine, or "
+    "with more --reps\n");
   free(warn);
 }
 
-/* Warnings name the rank and the link; a spread of exactly 10% is not one. */
+/* Warnings name the rank and the link; a spread of exactly 5% is not one. */
 static void warnings(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.1, 0, 0, 0}, {40, 0, 1e9, 0.35, 0, 0, 0}};
+  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.05, 0, 0, 0}, {40, 0, 1e9, 0.35, 0, 0, 0}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 1};
   const char *host[2] = {"a", "b"};
@@ -187,9 +187,10 @@ static void warnings(void **state) {
   FILE *f = open_memstream(&warn, &len);
   assert_int_equal(probe_warn(f, &p), 2);
   fclose(f);
-  assert_non_null(strstr(warn, "dtc-probe: warning: the kernel times of r1 spread by 35.0% "));
-  assert_non_null(strstr(warn, "dtc-probe: warning: the ping-pong times of link inter spread "
-                               "by 20.0% "));
+  assert_non_null(strstr(warn, "dtc-probe: warning: the median of the kernel times of r1 "
+                               "spread by 35.0% "));
+  assert_non_null(strstr(warn, "dtc-probe: warning: the median of the ping-pong times of link "
+                               "inter spread by 20.0% "));
   assert_null(strstr(warn, "r0"));
   free(warn);
 }
@@ -208,6 +209,27 @@ static void spread(void **state) {
   assert_true(probe_spread(shifted, 8) > 0.6);
   assert_true(probe_spread((double[]){3}, 1) == 0);
   assert_true(probe_spread((double[]){2, 4}, 2) == (3.5 - 2.5) / 3);
+}
+
+/* The median's spread over resamples: none where the samples agree (one
+ * outlier or not), most of a half-and-half shift (the median may be either
+ * half), and for samples evenly spread over +-10% of 100, about 1.35 (the
+ * quartiles of a normal) times the median's standard error, 10 / sqrt(20)
+ * here (1 / (2 f sqrt(n)) with density f = 1/20): 3%, a third of the
+ * samples' own spread. */
+static void spread_of_median(void **state) {
+  (void)state;
+  double calm[8] = {10, 10, 10, 10, 10, 10, 10, 50}, shifted[8] = {10, 10, 10, 10, 20, 20, 20, 20};
+  assert_true(median_spread(calm, 8) == 0);
+  assert_true(median_spread(shifted, 8) > 0.3);
+  assert_true(median_spread((double[]){3}, 1) == 0);
+  double even[20], reversed[20];
+  for (int i = 0; i < 20; i++)
+    even[i] = reversed[19 - i] = 90 + i * 20.0 / 19;
+  double s = median_spread(reversed, 20);   /* unsorted: it sorts its own copy */
+  double own = probe_spread(even, 20);      /* 0.1 */
+  assert_true(s > 0.02 && s < 0.045);
+  assert_true(s < own / 2);
 }
 
 /* The line through both medians; a negative latency, or a time that does not
@@ -265,6 +287,7 @@ int main(void) {
     cmocka_unit_test(collectives),
     cmocka_unit_test(warnings),
     cmocka_unit_test(spread),
+    cmocka_unit_test(spread_of_median),
     cmocka_unit_test(fit),
     cmocka_unit_test(attn_fit),
     cmocka_unit_test(names),
