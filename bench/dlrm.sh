@@ -25,7 +25,11 @@
 #  4. times bench/dlrm.dt on one process (core 0 alone, one thread) and
 #     bench/dlrm_torch.py, the same network in PyTorch with
 #     nn.EmbeddingBag(sparse=True) and Adagrad, on the same core and one
-#     thread, and prints one JSON line:
+#     thread; 3 and 4 in turn in DLRM_ROUNDS rounds (default 3; the
+#     machine's speed drifts by up to 1.5x within minutes when other
+#     tenants share its cores, and a drift then falls on all alike), each
+#     time the median over the rounds and even_over_auto the median of the
+#     rounds' ratios, and prints one JSON line:
 #     {"bench": "dlrm", "batch", "auto_ms", "auto_samples_per_s", "even_ms",
 #     "even_samples_per_s", "even_over_auto" (the table-wise even step over
 #     the planned row-wise one), "auto_predicted_ms",
@@ -36,7 +40,7 @@
 #     step without coalescing over the step with: above 1, coalescing is
 #     faster), "auto_nc_predicted_ms", "even_nc_predicted_ms",
 #     "one_ms", "torch_ms", "dtc_over_torch"
-#     (one_ms over torch_ms: below 1, dtc trains faster), "load"}.
+#     (one_ms over torch_ms: below 1, dtc trains faster), "rounds", "load"}.
 # Every rank runs one thread (DTRT_NUM_THREADS=1). Environment: MPIEXEC,
 # MPICC (default those BUILD was configured with), PYTHON (default
 # /usr/bin/python3; no torch: torch_ms and dtc_over_torch are null),
@@ -46,6 +50,12 @@ set -e
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
 reps=${2:-20}
+rounds=${DLRM_ROUNDS:-3}
+case $rounds in
+  '' | *[!0-9]* | 0*)
+    echo "dlrm.sh: DLRM_ROUNDS must be a whole number from 1, not '$rounds'" >&2
+    exit 2 ;;
+esac
 python=${PYTHON:-/usr/bin/python3}
 if [ -n "$DLRM_DIR" ]; then
   dir=$DLRM_DIR
@@ -96,10 +106,41 @@ for plan in auto tw autonc twnc; do
   "$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $flags "$dt" -o "$dir/$plan.plan" 2>/dev/null
   sed -n '/^  device  /,/^  predicted step/s/^/# /p' "$dir/$plan.plan" >&2
 done
-auto_ms=$(run 3 "$dir/pin.sh" "$dir/auto/bench" "$reps" dlrm_auto | num step_ms)
-even_ms=$(run 3 "$dir/pin.sh" "$dir/tw/bench" "$reps" dlrm_tw | num step_ms)
-auto_nc_ms=$(run 3 "$dir/pin.sh" "$dir/autonc/bench" "$reps" dlrm_auto_nc | num step_ms)
-even_nc_ms=$(run 3 "$dir/pin.sh" "$dir/twnc/bench" "$reps" dlrm_tw_nc | num step_ms)
+build_bench one "$src/bench/dlrm.dt"
+# 3-4. the four plans on the pinned ranks, one process (core 0 alone, one
+# thread) and PyTorch (the same), in turn in DLRM_ROUNDS rounds: each the
+# median over the rounds, even_over_auto the median of the rounds' ratios
+: > "$dir/rounds"
+r=1
+while [ "$r" -le "$rounds" ]; do
+  line=
+  for plan in auto tw autonc twnc; do
+    line="$line $(run 3 "$dir/pin.sh" "$dir/$plan/bench" "$reps" "dlrm_$plan" | num step_ms)"
+  done
+  line="$line $(taskset -c 0 "$dir/one/bench" "$reps" dlrm_one | num step_ms)"
+  if "$python" -c 'import torch' 2>/dev/null; then
+    line="$line $(taskset -c 0 "$python" "$src/bench/dlrm_torch.py" "$reps" 1)"
+  fi
+  echo "$line" >> "$dir/rounds"
+  r=$((r + 1))
+done
+# shellcheck disable=SC2046
+set -- $(awk '
+  function med(a, n,   i, j, t, b) {
+    for (i = 1; i <= n; i++) b[i] = a[i]
+    for (i = 2; i <= n; i++)
+      for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+    return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2
+  }
+  { n++; for (k = 1; k <= NF; k++) v[k, n] = $k; q[n] = $2 / $1; w = NF }
+  END {
+    for (k = 1; k <= 6; k++) {
+      for (i = 1; i <= n; i++) c[i] = v[k, i]
+      printf "%s ", k <= w ? sprintf("%.6f", med(c, n)) : "null"
+    }
+    printf "%.6f\n", med(q, n)
+  }' "$dir/rounds")
+auto_ms=$1 even_ms=$2 auto_nc_ms=$3 even_nc_ms=$4 one_ms=$5 torch_ms=$6 ratio=$7
 auto_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_auto.dt")
 even_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_tw.dt")
 auto_nc_pred=$(predicted --cluster="$dir/probe3.dt" -fno-coalesce "$src/bench/dlrm_auto.dt")
@@ -107,16 +148,10 @@ even_nc_pred=$(predicted --cluster="$dir/probe3.dt" -fno-coalesce "$src/bench/dl
 counts="$(collectives "$dir/auto.plan") $(collectives "$dir/tw.plan")"
 counts="$counts $(collectives "$dir/autonc.plan") $(collectives "$dir/twnc.plan")"
 
-# 4. one process against PyTorch, core 0, one thread each
-build_bench one "$src/bench/dlrm.dt"
-one_ms=$(taskset -c 0 "$dir/one/bench" "$reps" dlrm_one | num step_ms)
-torch_ms=null
-if "$python" -c 'import torch' 2>/dev/null; then
-  torch_ms=$(taskset -c 0 "$python" "$src/bench/dlrm_torch.py" "$reps" 1)
-fi
 batch=$(sed -n 's/^#define DLRM_DIM_B \([0-9]*\)/\1/p' "$dir/one/dlrm.h")
 
 awk -v b="$batch" -v a="$auto_ms" -v e="$even_ms" -v ap="$auto_pred" -v ep="$even_pred" \
+    -v q="$ratio" -v rounds="$rounds" \
     -v an="$auto_nc_ms" -v en="$even_nc_ms" -v anp="$auto_nc_pred" -v enp="$even_nc_pred" \
     -v c="$counts" -v o="$one_ms" -v t="$torch_ms" -v l="$load" 'BEGIN {
   split(c, n, " ")
@@ -124,7 +159,7 @@ awk -v b="$batch" -v a="$auto_ms" -v e="$even_ms" -v ap="$auto_pred" -v ep="$eve
          "\"even_ms\": %.3f, \"even_samples_per_s\": %.0f, \"even_over_auto\": %.3f, " \
          "\"auto_predicted_ms\": %.3f, \"measured_over_predicted\": %.3f, " \
          "\"even_predicted_ms\": %.3f, \"even_measured_over_predicted\": %.3f, ", \
-         b, a, b / a * 1e3, e, b / e * 1e3, e / a, ap, a / ap, ep, e / ep
+         b, a, b / a * 1e3, e, b / e * 1e3, q, ap, a / ap, ep, e / ep
   printf "\"auto_collectives\": %d, \"even_collectives\": %d, \"auto_nc_ms\": %.3f, " \
          "\"even_nc_ms\": %.3f, \"auto_nc_collectives\": %d, \"even_nc_collectives\": %d, " \
          "\"auto_nc_over_auto\": %.3f, \"even_nc_over_even\": %.3f, " \
@@ -135,5 +170,5 @@ awk -v b="$batch" -v a="$auto_ms" -v e="$even_ms" -v ap="$auto_pred" -v ep="$eve
     printf "\"torch_ms\": null, \"dtc_over_torch\": null, "
   else
     printf "\"torch_ms\": %.3f, \"dtc_over_torch\": %.3f, ", t, o / t
-  printf "\"load\": %s}\n", l
+  printf "\"rounds\": %d, \"load\": %s}\n", rounds, l
 }'

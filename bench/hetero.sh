@@ -12,7 +12,12 @@
 #     file> (it replaces the stand-in cluster the parallel blocks name) and
 #     builds bench/hetero.c against each object with mpicc;
 #  3. times each on the three pinned ranks (median step over REPS);
-#  4. times the same step on one device (rank 0 alone on core 0), takes two
+#  4. times the same step on one device (rank 0 alone on core 0), 3 and 4
+#     in turn in HETERO_ROUNDS rounds (default 3: auto, even, one, auto,
+#     ...; the machine's speed drifts by up to 1.5x within minutes when
+#     other tenants share its cores, and a drift then falls on all three
+#     alike), each the median over the rounds and even_over_auto the
+#     median of the rounds' ratios; takes two
 #     ideal steps: the step's FLOPs (dtc --emit=plan) over the sum of the
 #     probed GFLOP/s (ideal_ms), and the one-device step's time spread over
 #     the three ranks, one_ms x (rank 0's GFLOP/s) / (the sum) (ideal_work_ms:
@@ -21,8 +26,8 @@
 #     model: {"bench": "hetero_mlp", "auto_ms", "even_ms", "even_over_auto",
 #     "ideal_ms", "auto_over_ideal", "one_ms", "ideal_work_ms",
 #     "auto_over_ideal_work", "predicted_ms", "measured_over_predicted",
-#     "kept_even", "run"} (kept_even: the planner kept even data parallel, its
-#     best plan gaining less than the probe's noise);
+#     "kept_even", "run", "rounds"} (kept_even: the planner kept even data
+#     parallel, its best plan gaining less than the probe's noise);
 #  with HETERO_RUNS=N, runs 1-4 N times in a row, each with its own probe,
 #  then prints one summary line per model over the runs' even_over_auto:
 #     {"bench": "hetero_mlp_runs", "runs", "min", "median", "max",
@@ -84,6 +89,12 @@ build=$(cd "${1:-build}" && pwd)
 reps=${2:-20}
 gpt_b=${HETERO_GPT_B:-48}
 runs=${HETERO_RUNS:-1}
+rounds=${HETERO_ROUNDS:-3}
+case $rounds in
+  '' | *[!0-9]* | 0*)
+    echo "hetero.sh: HETERO_ROUNDS must be a whole number from 1, not '$rounds'" >&2
+    exit 2 ;;
+esac
 case $runs in
   '' | *[!0-9]* | 0*)
     echo "hetero.sh: HETERO_RUNS must be a whole number from 1, not '$runs'" >&2
@@ -132,23 +143,45 @@ compare() {
   total=$(gflops_sum "$dir/probe3.dt")
   first=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" | head -n 1)
 
-  # 2-4. auto against even on the pinned ranks
+  # 2-4. auto against even on the pinned ranks, and the same step on one
+  # device, rank 0 alone on core 0: the three in turn, HETERO_ROUNDS times,
+  # so that a drift of the machine's speed falls on all three alike
   for model in mlp gpt; do
     if [ $model = mlp ]; then def=HETERO_MLP dflags=; else def=HETERO_GPT dflags="-D B=$gpt_b"; fi
     for plan in auto even; do
       # shellcheck disable=SC2086
       build_bench "${model}_$plan" "$src/bench/hetero_${model}_$plan.dt" $def \
         --cluster="$dir/probe3.dt" $dflags
-      ms=$(run 3 "$dir/pin.sh" "$dir/${model}_$plan/bench" "$reps" "hetero_${model}_$plan" |
-        num step_ms)
-      if [ $plan = auto ]; then auto_ms=$ms; else even_ms=$ms; fi
     done
-    # the same step on one device, rank 0 alone on core 0
     if [ $model = mlp ]; then one=$src/examples/mlp_big.dt; else one=$src/examples/transformer.dt; fi
     # shellcheck disable=SC2086
     build_bench "${model}_one" "$one" $def --cluster="$dir/probe3.dt" $dflags
-    one_ms=$(run 1 "$dir/pin.sh" "$dir/${model}_one/bench" "$reps" "hetero_${model}_one" |
-      num step_ms)
+    : > "$dir/rounds_$model"
+    r=1
+    while [ "$r" -le "$rounds" ]; do
+      a=$(run 3 "$dir/pin.sh" "$dir/${model}_auto/bench" "$reps" "hetero_${model}_auto" |
+        num step_ms)
+      e=$(run 3 "$dir/pin.sh" "$dir/${model}_even/bench" "$reps" "hetero_${model}_even" |
+        num step_ms)
+      o=$(run 1 "$dir/pin.sh" "$dir/${model}_one/bench" "$reps" "hetero_${model}_one" |
+        num step_ms)
+      echo "$a $e $o" >> "$dir/rounds_$model"
+      r=$((r + 1))
+    done
+    # each the median over the rounds; even_over_auto the median of the
+    # rounds' ratios
+    # shellcheck disable=SC2046
+    set -- $(awk '
+      function med(a, n,   i, j, t, b) {
+        for (i = 1; i <= n; i++) b[i] = a[i]
+        for (i = 2; i <= n; i++)
+          for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+        return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2
+      }
+      { n++; a[n] = $1; e[n] = $2; o[n] = $3; q[n] = $2 / $1 }
+      END { printf "%.6f %.6f %.6f %.6f\n", med(a, n), med(e, n), med(o, n), med(q, n) }
+    ' "$dir/rounds_$model")
+    auto_ms=$1 even_ms=$2 one_ms=$3 ratio=$4
     # shellcheck disable=SC2086
     "$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $dflags \
       "$src/bench/hetero_${model}_auto.dt" > "$dir/${model}_plan.txt"
@@ -159,18 +192,20 @@ compare() {
     # shellcheck disable=SC2086
     pred=$(predicted --cluster="$dir/probe3.dt" $dflags "$src/bench/hetero_${model}_auto.dt")
     awk -v m="hetero_$model" -v a="$auto_ms" -v e="$even_ms" -v g="$gflop" -v s="$total" \
-        -v p="$pred" -v o="$one_ms" -v g0="$first" -v kept="$kept" -v k="$k" 'BEGIN {
+        -v p="$pred" -v o="$one_ms" -v g0="$first" -v kept="$kept" -v k="$k" -v q="$ratio" \
+        -v rounds="$rounds" 'BEGIN {
       ideal = g / s * 1e3
       work = o * g0 / s
       printf "{\"bench\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
              "\"ideal_ms\": %.3f, \"auto_over_ideal\": %.3f, \"one_ms\": %.3f, " \
              "\"ideal_work_ms\": %.3f, \"auto_over_ideal_work\": %.3f, \"predicted_ms\": %.3f, " \
-             "\"measured_over_predicted\": %.3f, \"kept_even\": %s, \"run\": %d}\n", m, a, e,
-             e / a, ideal, a / ideal, o, work, a / work, p, a / p, kept ? "true" : "false", k
+             "\"measured_over_predicted\": %.3f, \"kept_even\": %s, \"run\": %d, " \
+             "\"rounds\": %d}\n", m, a, e, q, ideal, a / ideal, o, work, a / work, p, a / p,
+             kept ? "true" : "false", k, rounds
     }'
-    awk -v a="$auto_ms" -v e="$even_ms" -v kept="$kept" -v p="$pred" -v o="$one_ms" \
+    awk -v q="$ratio" -v a="$auto_ms" -v kept="$kept" -v p="$pred" -v o="$one_ms" \
         -v g0="$first" -v s="$total" 'BEGIN {
-      printf "%.6f %d %.6f %.6f\n", e / a, kept, a / p, a / (o * g0 / s)
+      printf "%.6f %d %.6f %.6f\n", q, kept, a / p, a / (o * g0 / s)
     }' >> "$dir/runs_$model"
   done
 }
