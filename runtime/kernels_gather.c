@@ -1,6 +1,8 @@
 /* kernels_gather.c: torch's gather and its scatter-add (gather_grad), near
  * the bandwidth of a copy. An index's rows (along its last dim) are checked
- * whole first, then read with AVX-512 gathers where the CPU has them; a row
+ * whole first, then read with AVX-512 gathers on Intel's CPUs (AMD's Zen 4
+ * has them too, but as many micro-ops: scalar loads gather a row there in
+ * two thirds of the time, bench/kernels --only=gather); a row
  * of one index along an axis before the last (an expanded index) is a
  * memcpy, or a vector add. The scatter-add splits its work by destination:
  * each part adds to its own elements of dx, in row-major order of dy, so
@@ -29,7 +31,8 @@ typedef struct GatherJob {
   int64_t parts, part;       /* a unit's parts (columns; values for the last axis's
                                 scatter-add) and their length */
   bool tiles;                /* index and whole agree but along axis: the parts clear dx */
-  bool avx;                  /* AVX-512 gathers */
+  bool avx;                  /* AVX-512 stores */
+  bool gathers;              /* AVX-512 gathers, where they are fast */
   bool vec;                  /* and their offsets along an axis before the last fit in int32 */
   int bad;
 } GatherJob;
@@ -179,6 +182,15 @@ static void zero(bool vec, float *p, int64_t n) {
   memset(p, 0, sizeof(float) * (size_t)n);
 }
 
+/* Whether the CPU's AVX-512 gathers beat scalar loads: Intel's. */
+static bool fast_gathers(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
 static void fail(GatherJob *g) { __atomic_store_n(&g->bad, 1, __ATOMIC_RELAXED); }
 
 /* gather's units: parts of index's rows. */
@@ -197,7 +209,7 @@ static void gather_units(void *env, int64_t begin, int64_t end) {
     }
     const float *x = g->x + row_base(g, p) + (last ? 0 : j0);
     if (last)
-      gather_last(g->avx, x, id, y, m);
+      gather_last(g->gathers, x, id, y, m);
     else if (one_index(id, m))
       memcpy(y, x + id[0] * as, sizeof(float) * (size_t)m);
     else
@@ -380,7 +392,8 @@ static DtStatus gather_setup(DtrtCtx *ctx, const char *op, const DtTensor *idx,
   g->idx = idx->data;
   /* the offsets j + id[j] as of the gathers, in int32 */
   g->avx = dtrt_avx512();
-  g->vec = g->avx && g->size * g->xs[ax] + g->n <= INT32_MAX;
+  g->gathers = g->avx && fast_gathers();
+  g->vec = g->gathers && g->size * g->xs[ax] + g->n <= INT32_MAX;
   return DT_OK;
 }
 
