@@ -34,7 +34,8 @@ static const char usage[] =
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
   "Each figure is the median of --reps samples, written with its spread: how far\n"
   "that median may be off (the interquartile range of the medians of 1000\n"
-  "resamples of the samples, over the median); a spread above 5% is warned about.\n"
+  "resamples of the samples, over the median; a device's, of its kernels' times\n"
+  "over all ranks' taken at the same moments); a spread above 5% is warned about.\n"
   "\n"
   "options:\n"
   "  -o FILE      write the cluster to FILE (default: stdout)\n"
@@ -76,7 +77,8 @@ typedef struct ProbeColl {
 } ProbeColl;
 
 /* A rank's roofline: its GEMM's speed, its elementwise loops' fixed cost and
- * bandwidth, and the largest spread of the kernels' times. */
+ * bandwidth, and how far its kernels' figures may be off against the other
+ * ranks' (relative_spreads). */
 typedef struct ProbeSpeed {
   double gflops;   /* FLOPs per second / 1e9 */
   double lat, bw;  /* seconds, bytes read and written per second */
@@ -176,6 +178,36 @@ static double median_spread(const double *v, int n) {
   double s = probe_spread(med, MEDIAN_RESAMPLES);
   free(sorted), free(med), free(count);
   return s;
+}
+
+/* How far each of nranks ranks' kernel figures may be off against the
+ * others': t[(r * nk + k) * reps + i] is rank r's sample i of kernel k, and
+ * the ranks take sample i together (between barriers), so each sample's
+ * time over the geometric mean of the ranks' times of that sample cancels a
+ * drift of the whole machine's speed, which moves every figure alike and no
+ * plan's balance; out[r] is the largest over the kernels of median_spread of
+ * those quotients. With one rank, its own times' spread. */
+static void relative_spreads(const double *t, int nranks, int nk, int reps, double *out) {
+  double *q = malloc(sizeof *q * (size_t)reps), *lg = malloc(sizeof *lg * (size_t)reps);
+  for (int r = 0; r < nranks; r++)
+    out[r] = 0;
+  for (int k = 0; k < nk; k++) {
+    for (int i = 0; q && lg && i < reps; i++) {
+      lg[i] = 0;
+      for (int r = 0; r < nranks; r++)
+        lg[i] += log(t[((size_t)r * nk + k) * reps + i]) / nranks;
+    }
+    for (int r = 0; r < nranks; r++) {
+      const double *v = t + ((size_t)r * nk + k) * reps;
+      if (nranks > 1 && q && lg) {
+        for (int i = 0; i < reps; i++)
+          q[i] = v[i] / exp(lg[i]);
+        v = q;
+      }
+      out[r] = fmax(out[r], median_spread(v, reps));
+    }
+  }
+  free(q), free(lg);
 }
 
 /* Values are printed with fixed decimals; a floor keeps each one positive, as
@@ -495,10 +527,8 @@ static int measure_kernels(Bench *b, int n, double *t, int stride) {
 static ProbeSpeed roofline(double *t, int reps) {
   ProbeSpeed s = {0};
   double med[K_COUNT];
-  for (int k = 0; k < K_COUNT; k++) {
+  for (int k = 0; k < K_COUNT; k++)
     med[k] = median(t + k * reps, reps);
-    s.spread = fmax(s.spread, median_spread(t + k * reps, reps));
-  }
   double bytes[2] = {kernels[K_ROWS_SMALL].bytes, kernels[K_ROWS].bytes};
   probe_fit(bytes, (double[]){med[K_ROWS_SMALL], med[K_ROWS]}, &s.lat, &s.bw);
   double per_flop = 0;  /* seconds per FLOP, summed over the products */
@@ -869,7 +899,21 @@ int main(int argc, char **argv) {
       fprintf(stderr, "dtc-probe: error: a kernel failed\n");
     return finish(1);
   }
+  double *all = malloc(sizeof *all * (size_t)nranks * K_COUNT * reps), *spreads = malloc(
+      sizeof *spreads * (size_t)nranks);
+  int have = all && spreads, all_have;
+  MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (!all_have) {
+    if (me == 0)
+      fprintf(stderr, "dtc-probe: error: out of memory\n");
+    free(all), free(spreads);
+    return finish(1);
+  }
+  MPI_Allgather(tk, K_COUNT * reps, MPI_DOUBLE, all, K_COUNT * reps, MPI_DOUBLE, MPI_COMM_WORLD);
+  relative_spreads(all, nranks, K_COUNT, reps, spreads);
   ProbeSpeed my = roofline(tk, reps);
+  my.spread = spreads[me];
+  free(all), free(spreads);
   MPI_Allgather(&my, sizeof my, MPI_BYTE, speed, sizeof my, MPI_BYTE, MPI_COMM_WORLD);
 
   if (me == 0) {

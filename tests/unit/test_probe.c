@@ -232,6 +232,27 @@ static void spread_of_median(void **state) {
   assert_true(s < own / 2);
 }
 
+/* A drift of the whole machine (every rank's samples slower alike) is no
+ * spread of a rank's figures against the others'; a rank's own swings
+ * are, and one rank alone keeps its own times' spread. */
+static void spread_relative(void **state) {
+  (void)state;
+  enum { R = 8 };
+  double t[2 * 1 * R], out[2];
+  for (int i = 0; i < R; i++) {
+    t[i] = i < R / 2 ? 10 : 20;          /* rank 0: the machine slows halfway */
+    t[R + i] = 2 * t[i];                 /* rank 1: half rank 0's speed, alike */
+  }
+  relative_spreads(t, 2, 1, R, out);
+  assert_true(out[0] < 1e-12 && out[1] < 1e-12);
+  relative_spreads(t, 1, 1, R, out);
+  assert_true(fabs(out[0] - median_spread(t, R)) < 1e-12 && out[0] > 0.3);
+  for (int i = 0; i < R; i++)
+    t[R + i] *= i % 2 ? 1.5 : 1;         /* rank 1 swings by itself */
+  relative_spreads(t, 2, 1, R, out);
+  assert_true(out[0] > 0.05 && out[1] > 0.05);
+}
+
 /* The line through both medians; a negative latency, or a time that does not
  * grow with the bytes, keeps the large size's time. */
 static void fit(void **state) {
@@ -288,6 +309,7 @@ int main(void) {
     cmocka_unit_test(warnings),
     cmocka_unit_test(spread),
     cmocka_unit_test(spread_of_median),
+    cmocka_unit_test(spread_relative),
     cmocka_unit_test(fit),
     cmocka_unit_test(attn_fit),
     cmocka_unit_test(names),
