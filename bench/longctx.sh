@@ -19,8 +19,11 @@
 #     around each attention, taking the same shares; left out, null, where
 #     the shares are equal and 3 does not divide the heads), and builds
 #     bench/hetero.c against each with mpicc;
-#  3. times each on the three pinned ranks (median step over REPS) and takes
-#     each plan's predicted step from dtc --emit=sim;
+#  3. times each on the three pinned ranks (median step over REPS), the four
+#     in turn in LONGCTX_ROUNDS rounds (default 3; the machine's speed
+#     drifts within minutes, and a drift then falls on all alike), each the
+#     median over the rounds and even_over_auto the median of the rounds'
+#     ratios, and takes each plan's predicted step from dtc --emit=sim;
 #  4. times the attention kernel alone on one process (core 0, one thread):
 #     build/bench/attention at the model's attention shape [B, H, T, D/H],
 #     causal, against PyTorch's F.scaled_dot_product_attention and the FP32
@@ -35,7 +38,7 @@
 #     "attn_torch_ms", "dtc_over_torch" (the median over rounds of dtc's time
 #     over torch's: below 1, dtc's attention is faster),
 #     "attn_dtc_over_peak" (its time over the FP32 peak's for its FLOPs),
-#     "load"}.
+#     "rounds", "load"}.
 # Every rank runs one thread (DTRT_NUM_THREADS=1). Environment: MPIEXEC,
 # MPICC (default those BUILD was configured with), PYTHON (default
 # /usr/bin/python3; no torch: attn_torch_ms and dtc_over_torch are null),
@@ -46,6 +49,12 @@ set -e
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
 reps=${2:-5}
+rounds=${LONGCTX_ROUNDS:-3}
+case $rounds in
+  '' | *[!0-9]* | 0*)
+    echo "longctx.sh: LONGCTX_ROUNDS must be a whole number from 1, not '$rounds'" >&2
+    exit 2 ;;
+esac
 flags=${LONGCTX_FLAGS:--D B=1 -D T=3072 -D D=64 -D H=4 -D L=2}
 python=${PYTHON:-/usr/bin/python3}
 if [ -n "$LONGCTX_DIR" ]; then
@@ -127,18 +136,43 @@ shares=$(grep '^  param pos ' "$dir/auto.plan" | sed 's/.*m\[[^]]*\] *//; s/f32\
 sed -n '/^collectives of @train_step/,/per step$/s/^/# /p' "$dir/heads.plan" 2>/dev/null |
   tail -n 1 | sed 's/^# /# heads: /' >&2
 
-# 3. each on the pinned ranks, and its prediction
-even_ms=$(run 3 "$dir/pin.sh" "$dir/even/bench" "$reps" longctx_even | num step_ms)
-auto_ms=$(run 3 "$dir/pin.sh" "$dir/auto/bench" "$reps" longctx_auto | num step_ms)
+# 3. each on the pinned ranks, in turn in LONGCTX_ROUNDS rounds (each the
+# median over the rounds; even_over_auto the median of the rounds' ratios),
+# and its prediction
+plans="even auto speed"
+[ -x "$dir/heads/bench" ] && plans="$plans heads"
+: > "$dir/rounds"
+r=1
+while [ "$r" -le "$rounds" ]; do
+  line=
+  for plan in $plans; do
+    line="$line $(run 3 "$dir/pin.sh" "$dir/$plan/bench" "$reps" "longctx_$plan" | num step_ms)"
+  done
+  echo "$line" >> "$dir/rounds"
+  r=$((r + 1))
+done
+# shellcheck disable=SC2046
+set -- $(awk '
+  function med(a, n,   i, j, t, b) {
+    for (i = 1; i <= n; i++) b[i] = a[i]
+    for (i = 2; i <= n; i++)
+      for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
+    return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2
+  }
+  { n++; for (k = 1; k <= NF; k++) v[k, n] = $k; q[n] = $1 / $2; w = NF }
+  END {
+    for (k = 1; k <= 4; k++) {
+      for (i = 1; i <= n; i++) c[i] = v[k, i]
+      printf "%s ", k <= w ? sprintf("%.6f", med(c, n)) : "null"
+    }
+    printf "%.6f\n", med(q, n)
+  }' "$dir/rounds")
+even_ms=$1 auto_ms=$2 speed_ms=$3 heads_ms=$4 ratio=$5
 even_pred=$(predicted "$dir/even.dt")
 auto_pred=$(predicted "$dir/auto.dt")
-speed_ms=$(run 3 "$dir/pin.sh" "$dir/speed/bench" "$reps" longctx_speed | num step_ms)
 speed_pred=$(predicted "$dir/speed.dt")
-heads_ms=null heads_pred=null
-if [ -x "$dir/heads/bench" ]; then
-  heads_ms=$(run 3 "$dir/pin.sh" "$dir/heads/bench" "$reps" longctx_heads | num step_ms)
-  heads_pred=$(predicted "$dir/heads.dt")
-fi
+heads_pred=null
+[ "$heads_ms" = null ] || heads_pred=$(predicted "$dir/heads.dt")
 
 # 4. the attention alone, one process on core 0, one thread
 b=$(dim B) t=$(dim T) d=$(dim D) h=$(dim H) l=$(dim L)
@@ -154,14 +188,14 @@ over_torch=$(echo "$attn" | num dtc_over_torch)
 awk -v b="$b" -v t="$t" -v d="$d" -v h="$h" -v l="$l" -v sh="$shares" -v a="$auto_ms" \
     -v e="$even_ms" -v sp="$speed_ms" -v spp="$speed_pred" -v hd="$heads_ms" -v ap="$auto_pred" -v ep="$even_pred" \
     -v hp="$heads_pred" -v am="$attn_ms" -v tm="$torch_ms" -v pk="$attn_peak" -v ot="$over_torch" \
-    -v ld="$load" 'BEGIN {
+    -v ld="$load" -v q="$ratio" -v rounds="$rounds" 'BEGIN {
   printf "{\"bench\": \"longctx\", \"b\": %d, \"t\": %d, \"d\": %d, \"h\": %d, \"l\": %d, " \
          "\"shares\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
          "\"auto_predicted_ms\": %.3f, \"measured_over_predicted\": %.3f, " \
          "\"even_predicted_ms\": %.3f, \"even_measured_over_predicted\": %.3f, " \
          "\"speed_ms\": %.3f, \"speed_over_auto\": %.3f, \"speed_predicted_ms\": %.3f, " \
          "\"speed_measured_over_predicted\": %.3f, " \
-         "", b, t, d, h, l, sh, a, e, e / a, ap, a / ap, ep, e / ep, sp, sp / a, spp, sp / spp
+         "", b, t, d, h, l, sh, a, e, q, ap, a / ap, ep, e / ep, sp, sp / a, spp, sp / spp
   if (hd == "null")
     printf "\"heads_ms\": null, \"even_over_heads\": null, \"heads_predicted_ms\": null, " \
            "\"heads_measured_over_predicted\": null, "
@@ -173,5 +207,5 @@ awk -v b="$b" -v t="$t" -v d="$d" -v h="$h" -v l="$l" -v sh="$shares" -v a="$aut
     printf "\"attn_torch_ms\": null, \"dtc_over_torch\": null, "
   else
     printf "\"attn_torch_ms\": %.3f, \"dtc_over_torch\": %.3f, ", tm, ot
-  printf "\"attn_dtc_over_peak\": %.2f, \"load\": %s}\n", pk, ld
+  printf "\"attn_dtc_over_peak\": %.2f, \"rounds\": %d, \"load\": %s}\n", pk, rounds, ld
 }'
