@@ -125,21 +125,7 @@ while [ "$r" -le "$rounds" ]; do
   r=$((r + 1))
 done
 # shellcheck disable=SC2046
-set -- $(awk '
-  function med(a, n,   i, j, t, b) {
-    for (i = 1; i <= n; i++) b[i] = a[i]
-    for (i = 2; i <= n; i++)
-      for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
-    return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2
-  }
-  { n++; for (k = 1; k <= NF; k++) v[k, n] = $k; q[n] = $2 / $1; w = NF }
-  END {
-    for (k = 1; k <= 6; k++) {
-      for (i = 1; i <= n; i++) c[i] = v[k, i]
-      printf "%s ", k <= w ? sprintf("%.6f", med(c, n)) : "null"
-    }
-    printf "%.6f\n", med(q, n)
-  }' "$dir/rounds")
+set -- $(medians "$dir/rounds" 6 2 1)
 auto_ms=$1 even_ms=$2 auto_nc_ms=$3 even_nc_ms=$4 one_ms=$5 torch_ms=$6 ratio=$7
 auto_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_auto.dt")
 even_pred=$(predicted --cluster="$dir/probe3.dt" "$src/bench/dlrm_tw.dt")

@@ -171,16 +171,7 @@ compare() {
     # each the median over the rounds; even_over_auto the median of the
     # rounds' ratios
     # shellcheck disable=SC2046
-    set -- $(awk '
-      function med(a, n,   i, j, t, b) {
-        for (i = 1; i <= n; i++) b[i] = a[i]
-        for (i = 2; i <= n; i++)
-          for (j = i; j > 1 && b[j - 1] > b[j]; j--) { t = b[j]; b[j] = b[j - 1]; b[j - 1] = t }
-        return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2
-      }
-      { n++; a[n] = $1; e[n] = $2; o[n] = $3; q[n] = $2 / $1 }
-      END { printf "%.6f %.6f %.6f %.6f\n", med(a, n), med(e, n), med(o, n), med(q, n) }
-    ' "$dir/rounds_$model")
+    set -- $(medians "$dir/rounds_$model" 3 2 1)
     auto_ms=$1 even_ms=$2 one_ms=$3 ratio=$4
     # shellcheck disable=SC2086
     "$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $dflags \

@@ -6,6 +6,9 @@
 # other rank on core 1: speeds about 2:1:1 for three ranks), and:
 #   run N PROGRAM ARGS...   PROGRAM on N ranks
 #   num KEY                 the number after "KEY": on stdin
+#   medians FILE N A B      FILE's rounds, a line each: the median of each
+#                           of its first N columns (null where a line has
+#                           fewer) and of column A over column B
 # shellcheck shell=sh disable=SC2154   # build and dir: the caller's
 cached() {   # cached VAR: VAR's value in BUILD's CMake cache, if any
   sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" 2>/dev/null
@@ -40,4 +43,21 @@ run() {
 
 num() {
   sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"
+}
+
+medians() {
+  awk -v ncol="$2" -v a="$3" -v b="$4" '
+    function med(v, n,   i, j, t) {
+      for (i = 2; i <= n; i++)
+        for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+      return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    { n++; for (k = 1; k <= NF; k++) x[k, n] = $k; q[n] = $a / $b; w = NF }
+    END {
+      for (k = 1; k <= ncol; k++) {
+        for (i = 1; i <= n; i++) c[i] = x[k, i]
+        printf "%s ", k <= w ? sprintf("%.6f", med(c, n)) : "null"
+      }
+      printf "%.6f\n", med(q, n)
+    }' "$1"
 }
