@@ -227,14 +227,19 @@ static bool shard_normalize(const Inst *i, DimMap *m) { return last(i, m, 1); }
  * With Tq = Tk and no mask or one the same for every query (broadcast
  * along Tq), T (dim 2) of every operand maps to the result's: a sequence
  * split over an axis, which spmd lowers to ring attention (passes/ring.c);
- * the mask stays whole along Tk. Otherwise T stays whole. The mask (operand
+ * the mask stays whole along Tk. Otherwise T stays whole, and so it does in
+ * deterministic mode but under `attention = heads`: the ring merges its
+ * blocks of keys in an order its split gives, heads.c computes every head
+ * whole as one process does. The mask (operand
  * `base`, broadcast right-aligned to [B,H,Tq,Tk]) maps its B and H where it
  * has them whole; where it broadcasts, it stays whole. */
 static bool heads(const Inst *i, DimMap *m, int base) {
   int lead = i->type.rank == 5;
   const Type *mt = i->nin > base ? &i->in[base]->type : NULL;
+  const Module *mod = i->fn ? i->fn->mod : NULL;
   bool seq = i->in[0]->type.dim[2] == i->in[1]->type.dim[2] &&
-             (!mt || mt->rank < 2 || mt->dim[mt->rank - 2] == 1) && i->op != OP_sdpa_dmask;
+             (!mt || mt->rank < 2 || mt->dim[mt->rank - 2] == 1) && i->op != OP_sdpa_dmask &&
+             !(mod && mod->det_pieces > 1 && !mod->attn_heads);
   map_init(i, m);
   for (int k = 0; k < i->nin && k < base; k++)
     for (int j = 0; j < (seq ? 3 : 2) && j < i->in[k]->type.rank; j++)

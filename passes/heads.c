@@ -232,9 +232,39 @@ static void check_func(const Module *m, Diag *d, const Func *f, int *found, Loc 
   }
 }
 
+/* Deterministic mode without `attention = heads`: each attention whose
+ * queries' sequence is split keeps it whole (forms.c), said once at it. */
+static void warn_whole(const Module *m, Diag *d, Func *const *fns, int nf) {
+  Loc seen[64];
+  int nseen = 0;
+  for (int k = 0; k < nf; k++)
+    for (int j = 0; j < fns[k]->inst.n; j++) {
+      const Inst *i = fns[k]->inst.a[j];
+      const Sharding *q = i->nin ? i->in[0]->shard : NULL;
+      if (!is_attention(i) || !q || i->in[0]->type.rank != 4 || q->axis[2] < 0 ||
+          i->shard->axis[t_dim(i)] >= 0)
+        continue;
+      bool again = false;
+      for (int s = 0; s < nseen; s++)
+        again |= seen[s].file == i->loc.file && seen[s].line == i->loc.line &&
+                 seen[s].col == i->loc.col;
+      if (again || nseen == 64)
+        continue;
+      seen[nseen++] = i->loc;
+      diag_warn(d, i->loc,
+                "deterministic mode keeps this attention's sequence whole: every device of "
+                "axis '%s' gathers it and computes the attention as one process does (a ring "
+                "would add its keys' blocks in an order the split gives); 'attention = heads' "
+                "keeps it split",
+                m->mesh.a[0].axis_name[q->axis[2]]);
+    }
+}
+
 bool heads_check(const Module *m, Diag *d, Func *const *fns, int nf) {
   int nerr = d->nerr, found = 0, nseen = 0;
   Loc seen[64];
+  if (m->det_pieces > 1 && !m->attn_heads)
+    warn_whole(m, d, fns, nf);
   if (!m->attn_heads)
     return true;
   for (int k = 0; k < nf; k++)

@@ -481,6 +481,7 @@ typedef struct Ctx {
   int *owner;          /* by global: the global whose sharding it shares */
   bool changed;
   bool planned;        /* plan auto chose the forms (its conflicts by cost) */
+  unsigned whole_sums; /* axes no op sums over into a partial result (det_seq_axes) */
   VEC(Loc) noted;
   VEC(Func *) fns;     /* @train_step, @forward and the bodies they run, callers first */
   VEC(Inst *) runner;  /* by fns entry: the repeat that runs that body (NULL: an entry) */
@@ -718,7 +719,7 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
       int64_t b[SHARD_MAX_AXIS], out[SHARD_MAX_AXIS];
       blocks_of(m, cur[k], t, j, b);
       int d = fwd_dim(i, k, j, b, kk, out);
-      if (d == RED)
+      if (d == RED && !((c->whole_sums >> a) & 1u))
         add_role(m, y, kk, roles[a], &nr[a], (Role){-1, true, NULL});
       double *ratio;
       if (d >= 0 && ratio_try(m, y->dim[d], out, kk, cur[k]->ratio[j], &ratio))
@@ -1108,7 +1109,7 @@ static int owner_of(const Module *m, int g) {
   return pg && pg->kind == G_PARAM ? (int)(pg - m->global.a) : g;
 }
 
-static bool shard_run(Module *m, Diag *d, PassRun *run) {
+static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums) {
   if (m->mesh.n == 0)
     return true;
   if (m->mesh.n > 1) {
@@ -1124,7 +1125,8 @@ static bool shard_run(Module *m, Diag *d, PassRun *run) {
       return false;
     }
   int ng = m->global.n, nerr = d->nerr;
-  Ctx c = {.m = m, .d = d, .planned = m->plan == PLAN_AUTO && run && run->plan};
+  Ctx c = {.m = m, .d = d, .planned = m->plan == PLAN_AUTO && run && run->plan,
+           .whole_sums = whole_sums};
   c.gs = arena_alloc(m->arena, sizeof *c.gs * (size_t)(ng + 1));
   c.owner = arena_alloc(m->arena, sizeof *c.owner * (size_t)(ng + 1));
   for (int g = 0; g < ng; g++)
@@ -1216,26 +1218,52 @@ static void seed_restore(Module *m, const Seed *s) {
     s->inst.a[k]->shard = s->shard.a[k];
 }
 
+/* In deterministic mode, the axes that split an attention's sequence (its
+ * queries' T): a sum over the positions of such a split would add the
+ * devices' parts, whose split depends on the layout, so no op sums over it
+ * into a partial result; its operands are gathered along the sequence
+ * instead and every device adds the whole sum as one process does (its
+ * sums over the batch still in their pieces). */
+static unsigned det_seq_axes(const Module *m) {
+  unsigned axes = 0;
+  for (int k = 0; m->det_pieces > 1 && k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    for (int j = 0; f->device < 0 && j < f->inst.n; j++) {
+      const Inst *i = f->inst.a[j];
+      const Sharding *q = i->nin ? i->in[0]->shard : NULL;
+      if ((i->op == OP_sdpa || i->op == OP_sdpa_lse || i->op == OP_sdpa_grad) && q &&
+          i->in[0]->type.rank == 4 && q->axis[2] >= 0)
+        axes |= 1u << q->axis[2];
+    }
+  }
+  return axes;
+}
+
 /* Derives the shardings on a quiet copy of d while seqflat.c rewrites
- * flattenings that would gather a split (at most a few rounds), then once
- * more with d's messages (a planner's quiet trials keep the last round). */
+ * flattenings that would gather a split, or deterministic mode finds
+ * sequence splits whose sums must stay whole (at most a few rounds), then
+ * once more with d's messages (a planner's quiet trials keep the last
+ * round). */
 bool pass_sharding(Module *m, Diag *d, PassRun *run) {
   if (m->mesh.n != 1)
-    return shard_run(m, d, run);
+    return shard_run(m, d, run, 0);
   Seed seed = {0};
   seed_take(m, &seed);
   Diag trial;
   diag_init_quiet(&trial);
+  unsigned whole = 0;
   for (int round = 0; round < 4; round++) {
-    if (!shard_run(m, d->quiet ? d : &trial, run))
+    if (!shard_run(m, d->quiet ? d : &trial, run, whole))
       break;
+    unsigned more = det_seq_axes(m) & ~whole;
+    whole |= more;
     bool rewrote = shard_seq_flatten(m);
-    if (!rewrote && d->quiet)
+    if (!rewrote && !more && d->quiet)
       return true;
     seed_restore(m, &seed);
-    if (!rewrote)
+    if (!rewrote && !more)
       break;
   }
   seed_restore(m, &seed);
-  return shard_run(m, d, run);
+  return shard_run(m, d, run, whole);
 }
