@@ -12,7 +12,8 @@
  * Plan: dims of size 1 are dropped, neighbours that are both reduced or both
  * kept merge into one group, and the input is walked once in memory order. The
  * last group is either a contiguous run reduced into one output (fast path for
- * reductions over trailing axes) or a contiguous run added into as many outputs.
+ * reductions over trailing axes) or a contiguous run added into as many outputs
+ * (the rows of the reduced group before it a few at a time: add_rows).
  * A large sum is cut along the first group into SUM_CHUNKS pieces run on the
  * thread pool; when that group is reduced each piece sums into its own
  * partial outputs, added in piece order, so the result does not depend on
