@@ -575,39 +575,60 @@ DTRT_TRACED(mse, DTRT_TID_KERNEL) {
 
 /* ---- normalisation ---- */
 
-/* Sum of (x[j] - mu)^2, then, when y is not NULL, of y[j] (x[j] - mu) and
- * of y[j] (the last as sum_lanes(y, n) gives it, in the same pass). */
-static void dev_lanes(const float *x, const float *y, float mu, int64_t n, double *xx,
-                      double *xy, double *sy) {
-  float a[LANES] = {0}, b[LANES] = {0}, c[LANES] = {0};
-  int64_t j = 0;
-  if (y) { /* two loops: one with a branch inside does not vectorise */
-    for (; j + LANES <= n; j += LANES)
-      for (int l = 0; l < LANES; l++) {
-        float d = x[j + l] - mu;
-        a[l] += d * d;
-        b[l] += y[j + l] * d;
-        c[l] += y[j + l];
-      }
-  } else {
-    for (; j + LANES <= n; j += LANES)
-      for (int l = 0; l < LANES; l++) {
-        float d = x[j + l] - mu;
-        a[l] += d * d;
-      }
-  }
-  double sa = 0, sb = 0, sc = 0;
+/* Eight floats (GCC's and clang's vector extension: one AVX2 register
+ * where DTRT_WIDE builds for it, two SSE ones elsewhere), and eight at any
+ * float's address: GCC did not vectorise the normalisations' three sums of
+ * lanes written as loops over arrays of LANES. */
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V8u __attribute__((vector_size(32), aligned(4)));
+_Static_assert(LANES == 8, "a V8 holds the lanes");
+
+/* Row x of d normalised into y (dy NULL), or normalize's derivative applied
+ * to dy: the mean as sum_lanes(x, d) gives it, then the sums of
+ * (x[j] - mu)^2, of dy[j] (x[j] - mu) and of dy[j] in the same lanes and
+ * order, the lanes as one vector. */
+DTRT_WIDE static void norm_row(const float *x, const float *dy, float *y, int64_t d,
+                               double eps) {
+  int64_t whole = d - d % LANES, j;
+  V8 acc = {0};
+  for (j = 0; j < whole; j += LANES)
+    acc += *(const V8u *)(x + j);
+  double s = 0;
   for (int l = 0; l < LANES; l++)
-    sa += a[l], sb += b[l], sc += c[l];
-  for (; j < n; j++) {
-    double d = x[j] - mu;
-    sa += d * d;
-    sb += y ? y[j] * d : 0.0;
-    sc += y ? y[j] : 0.0f;
+    s += acc[l];
+  for (; j < d; j++)
+    s += x[j];
+  float mu = (float)(s / (double)d);
+  V8 a = {0}, b = {0}, c = {0};
+  for (j = 0; j < whole; j += LANES) {
+    V8 t = *(const V8u *)(x + j) - mu;
+    a += t * t;
+    if (dy) {
+      V8 g = *(const V8u *)(dy + j);
+      b += g * t;
+      c += g;
+    }
   }
-  *xx = sa;
-  *xy = sb;
-  *sy = sc;
+  double xx = 0, xdy = 0, sdy = 0;
+  for (int l = 0; l < LANES; l++)
+    xx += a[l], xdy += b[l], sdy += c[l];
+  for (; j < d; j++) {
+    double t = x[j] - mu;
+    xx += t * t;
+    xdy += dy ? dy[j] * t : 0.0;
+    sdy += dy ? dy[j] : 0.0f;
+  }
+  float inv = (float)(1.0 / sqrt(xx / (double)d + eps));
+  if (!dy) {
+    for (int64_t k = 0; k < d; k++)
+      y[k] = (x[k] - mu) * inv;
+    return;
+  }
+  /* mean(dy) and mean(dy * xhat), xhat = (x - mu) inv */
+  float mdy = (float)(sdy / (double)d);
+  float mdyx = (float)(xdy * inv / (double)d);
+  for (int64_t k = 0; k < d; k++)
+    y[k] = inv * (dy[k] - mdy - (x[k] - mu) * inv * mdyx);
 }
 
 /* Rows [b, e) of normalize (dy NULL) or normalize_grad over rows of d. */
@@ -620,26 +641,8 @@ typedef struct NormJob {
 
 static void norm_rows(void *env, int64_t b, int64_t e) {
   const NormJob *j = env;
-  int64_t d = j->d;
-  for (int64_t r = b; r < e; r++) {
-    const float *x = j->x + r * d;
-    const float *dy = j->dy ? j->dy + r * d : NULL;
-    float *y = j->y + r * d;
-    float mu = (float)(sum_lanes(x, d) / (double)d);
-    double xx, xdy, sdy;
-    dev_lanes(x, dy, mu, d, &xx, &xdy, &sdy);
-    float inv = (float)(1.0 / sqrt(xx / (double)d + j->eps));
-    if (!dy) {
-      for (int64_t k = 0; k < d; k++)
-        y[k] = (x[k] - mu) * inv;
-      continue;
-    }
-    /* mean(dy) and mean(dy * xhat), xhat = (x - mu) inv */
-    float mdy = (float)(sdy / (double)d);
-    float mdyx = (float)(xdy * inv / (double)d);
-    for (int64_t k = 0; k < d; k++)
-      y[k] = inv * (dy[k] - mdy - (x[k] - mu) * inv * mdyx);
-  }
+  for (int64_t r = b; r < e; r++)
+    norm_row(j->x + r * j->d, j->dy ? j->dy + r * j->d : NULL, j->y + r * j->d, j->d, j->eps);
 }
 
 static DtStatus norm_op(DtrtCtx *ctx, const char *op, bool grad, const DtTensor *in, int nin,
@@ -869,16 +872,24 @@ typedef struct MaskJob {
   float fill;
 } MaskJob;
 
-static void mask_rows(void *env, int64_t b, int64_t e) {
+/* Row i keeps its columns up to i and fills the rest: two plain loops,
+ * where one comparing each column with i does not vectorise; i counted
+ * along, as a division a row and a call of memcpy took most of the time of
+ * short rows. */
+DTRT_WIDE static void mask_rows(void *env, int64_t b, int64_t e) {
   const MaskJob *j = env;
+  int64_t cols = j->cols, i = b % j->rows;
+  float fill = j->fill;
   for (int64_t q = b; q < e; q++) {
-    /* row i keeps its columns up to i and fills the rest: two plain loops,
-     * where one comparing each column with i does not vectorise */
-    int64_t i = q % j->rows, cols = j->cols, keep = i + 1 < cols ? i + 1 : cols;
-    float *y = j->y + q * cols;
-    memcpy(y, j->x + q * cols, sizeof(float) * (size_t)keep);
-    for (int64_t k = keep; k < cols; k++)
-      y[k] = j->fill;
+    int64_t keep = i + 1 < cols ? i + 1 : cols, k = 0;
+    const float *restrict x = j->x + q * cols;
+    float *restrict y = j->y + q * cols;
+    for (; k < keep; k++)
+      y[k] = x[k];
+    for (; k < cols; k++)
+      y[k] = fill;
+    if (++i == j->rows)
+      i = 0;
   }
 }
 

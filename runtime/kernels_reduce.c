@@ -12,7 +12,8 @@
  * Plan: dims of size 1 are dropped, neighbours that are both reduced or both
  * kept merge into one group, and the input is walked once in memory order. The
  * last group is either a contiguous run reduced into one output (fast path for
- * reductions over trailing axes) or a contiguous run added into as many outputs.
+ * reductions over trailing axes) or a contiguous run added into as many outputs
+ * (the rows of the reduced group before it a few at a time: add_rows).
  * A large sum is cut along the first group into SUM_CHUNKS pieces run on the
  * thread pool; when that group is reduced each piece sums into its own
  * partial outputs, added in piece order, so the result does not depend on
@@ -181,15 +182,49 @@ static double row_sum(const float *x, const float *y, int64_t n, bool wide) {
 }
 #endif
 
+enum { ADD_ROWS = 4 };   /* rows add_rows adds in one pass over y */
+
+/* y[j] += x[r len + j] (times x2[r len + j], the product rounded to f32
+ * first, when x2 is not NULL) for r < rows, j < len, each y[j] adding the
+ * rows in order of r: ADD_ROWS rows a pass, so y is loaded and stored once
+ * per ADD_ROWS rows instead of once a row. */
+DTRT_WIDE static void add_rows(float *restrict y, const float *restrict x,
+                               const float *restrict x2, int64_t rows, int64_t len) {
+  int64_t r = 0;
+  for (; x2 && r + ADD_ROWS <= rows; r += ADD_ROWS)
+    for (int64_t j = 0; j < len; j++) {
+      float s = y[j];
+      for (int k = 0; k < ADD_ROWS; k++) {
+        float t = x[(r + k) * len + j] * x2[(r + k) * len + j];
+        s += t;
+      }
+      y[j] = s;
+    }
+  for (; !x2 && r + ADD_ROWS <= rows; r += ADD_ROWS)
+    for (int64_t j = 0; j < len; j++) {
+      float s = y[j];
+      for (int k = 0; k < ADD_ROWS; k++)
+        s += x[(r + k) * len + j];
+      y[j] = s;
+    }
+  for (; r < rows; r++)
+    for (int64_t j = 0; j < len; j++) {
+      float t = x2 ? x[r * len + j] * x2[r * len + j] : x[r * len + j];
+      y[j] += t;
+    }
+}
+
 /* y must hold the identity of op (0, -inf; arg: -1) on entry; x2 (R_SUM
  * only): a second factor of x's shape, or NULL. */
 static void run(const Plan *p, const float *x, const float *x2, float *y, int64_t *arg, int op) {
   if (p->total == 0)
     return;
-  int last = p->n - 1;
-  int64_t len = p->len[last], rows = p->total / len, idx[DT_MAX_RANK] = {0}, o = 0;
+  int last = p->n - 1, top = last - 1;   /* the odometer's innermost group */
+  int64_t len = p->len[last], rows = p->total / len, idx[DT_MAX_RANK] = {0}, o = 0, step = 1;
+  if (op == R_SUM && !p->red[last] && last > 0)   /* a reduced group's rows, into one y + o */
+    step = p->len[last - 1], top = last - 2;
   bool wide = dtrt_avx512();
-  for (int64_t row = 0; row < rows; row++) {
+  for (int64_t row = 0; row < rows; row += step) {
     const float *xr = x + row * len, *x2r = x2 ? x2 + row * len : NULL;
     int64_t base = row * len;
     if (p->red[last] && op == R_SUM) {
@@ -203,18 +238,8 @@ static void run(const Plan *p, const float *x, const float *x2, float *y, int64_
       y[o] = m;
       if (arg)
         arg[o] = at;
-    } else if (op == R_SUM && x2r) {
-      float *restrict yr = y + o;
-      const float *restrict xs = xr, *restrict x2s = x2r;
-      for (int64_t j = 0; j < len; j++) {
-        float t = xs[j] * x2s[j];   /* rounded before the add, as a stored product */
-        yr[j] += t;
-      }
     } else if (op == R_SUM) {
-      float *restrict yr = y + o;
-      const float *restrict xs = xr;
-      for (int64_t j = 0; j < len; j++)
-        yr[j] += xs[j];
+      add_rows(y + o, xr, x2r, step, len);
     } else {
       float *yr = y + o;
       for (int64_t j = 0; j < len; j++)
@@ -224,7 +249,7 @@ static void run(const Plan *p, const float *x, const float *x2, float *y, int64_
             arg[o + j] = base + j;
         }
     }
-    for (int d = last - 1; d >= 0; d--) {
+    for (int d = top; d >= 0; d--) {
       o += p->ostride[d];
       if (++idx[d] < p->len[d])
         break;

@@ -403,6 +403,75 @@ static void test_reduce_products(void **state) {
   }
 }
 
+/* y[j] (ny of them) = 0 plus, in memory order, the elements f of x (times
+ * b[f], the product rounded to f32 first, when b is not NULL) whose place
+ * along the kept axes of [A, B, C, D] (mask: the reduced ones, bit 0 for A)
+ * is j: a plain loop in the order a sum below the pool's size adds. */
+static void sum_order_ref(const float *x, const float *b, const int64_t *dim, unsigned mask,
+                          float *y, int64_t ny) {
+  for (int64_t k = 0; k < ny; k++)
+    y[k] = 0;
+  int64_t n = dim[0] * dim[1] * dim[2] * dim[3];
+  for (int64_t f = 0; f < n; f++) {
+    int64_t r = f, idx[4], o = 0;
+    for (int d = 3; d >= 0; d--)
+      idx[d] = r % dim[d], r /= dim[d];
+    for (int d = 0; d < 4; d++)
+      if (!(mask >> d & 1))
+        o = o * dim[d] + idx[d];
+    float t = b ? x[f] * b[f] : x[f];
+    y[o] += t;
+  }
+}
+
+/* sum and sum_mul whose last axis is kept (a bias's gradient, layer norm's
+ * scale's), which add a reduced axis's rows a few at a time: the bits of
+ * the plain loop in memory order, rows in counts below and above the rows
+ * added a pass and not multiples of them; above the pool's size, in pieces
+ * of the first axis, each summed from 0, the pieces' sums added in order. */
+static void test_sum_rows_bits(void **state) {
+  (void)state;
+  static const int64_t shapes[][4] = {{1, 1, 1, 5}, {1, 1, 3, 8}, {1, 1, 4, 17}, {1, 1, 5, 64},
+                                      {1, 1, 9, 3}, {1, 1, 13, 256}, {3, 7, 5, 9},
+                                      {2, 5, 3, 64}, {4, 3, 6, 2}};
+  static const unsigned masks[] = {4, 6, 5, 1, 7, 3};   /* reduced axes, bit 0 for A */
+  float *x = randv(4096), *b = randv(4096), got[4096], want[4096];
+  for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++)
+    for (size_t mk = 0; mk < sizeof masks / sizeof *masks; mk++) {
+      const int64_t *d = shapes[sh];
+      DtTensor xt = ten(DTRT_F32, x, 4, (int)d[0], (int)d[1], (int)d[2], (int)d[3]);
+      DtTensor in[2] = {xt, like(&xt, b)}, y = {.data = got};
+      DtAttrs a;
+      reduce_setup(&xt, masks[mk], -1, 0, &a, &y);
+      for (int mul = 0; mul < 2; mul++) {
+        run(mul ? dtrt_k_sum_mul : dtrt_k_sum, in, mul ? 2 : 1, &y, &a);
+        sum_order_ref(x, mul ? b : NULL, d, masks[mk], want, numel(&y));
+        assert_memory_equal(got, want, (size_t)numel(&y) * sizeof *got);
+      }
+    }
+  free(x), free(b);
+  /* [3001, 37] over axis 0: 8 pieces of 375 or 376 rows */
+  enum { R = 3001, C = 37, PIECES = 8 };
+  float *big = randv(R * C), *big2 = randv(R * C), part[C];
+  DtTensor bt = ten(DTRT_F32, big, 2, R, C), bin[2] = {bt, like(&bt, big2)};
+  DtTensor y = ten(DTRT_F32, got, 1, C);
+  DtAttrs a0 = ints(1, 0);
+  for (int mul = 0; mul < 2; mul++) {
+    run(mul ? dtrt_k_sum_mul : dtrt_k_sum, bin, mul ? 2 : 1, &y, &a0);
+    for (int j = 0; j < C; j++)
+      want[j] = 0;
+    for (int p = 0; p < PIECES; p++) {
+      int64_t lo = (int64_t)R * p / PIECES, hi = (int64_t)R * (p + 1) / PIECES;
+      int64_t dim[4] = {1, 1, hi - lo, C};
+      sum_order_ref(big + lo * C, mul ? big2 + lo * C : NULL, dim, 4, part, C);
+      for (int j = 0; j < C; j++)
+        want[j] += part[j];
+    }
+    assert_memory_equal(got, want, C * sizeof *got);
+  }
+  free(big), free(big2);
+}
+
 typedef struct MaxU {
   DtTensor x, y;
   DtAttrs a;
@@ -789,6 +858,68 @@ static void test_normalize(void **state) {
   free(x.data);
 }
 
+/* normalize (dy NULL) or normalize_grad of row x of d as plain loops in
+ * the order kernels_nn.c documents: each sum in 8 float lanes, element j
+ * into lane j % 8, the lanes then added in double in lane order, the last
+ * d % 8 elements after them in double. */
+static void norm_lanes_ref(const float *x, const float *dy, int64_t d, double eps, float *y) {
+  float s8[8] = {0}, a8[8] = {0}, b8[8] = {0}, c8[8] = {0};
+  int64_t whole = d - d % 8;
+  for (int64_t j = 0; j < whole; j++)
+    s8[j % 8] += x[j];
+  double s = 0;
+  for (int l = 0; l < 8; l++)
+    s += s8[l];
+  for (int64_t j = whole; j < d; j++)
+    s += x[j];
+  float mu = (float)(s / (double)d);
+  for (int64_t j = 0; j < whole; j++) {
+    float t = x[j] - mu;
+    a8[j % 8] += t * t;
+    if (dy) {
+      b8[j % 8] += dy[j] * t;
+      c8[j % 8] += dy[j];
+    }
+  }
+  double xx = 0, xdy = 0, sdy = 0;
+  for (int l = 0; l < 8; l++)
+    xx += a8[l], xdy += b8[l], sdy += c8[l];
+  for (int64_t j = whole; j < d; j++) {
+    double t = x[j] - mu;
+    xx += t * t;
+    xdy += dy ? dy[j] * t : 0.0;
+    sdy += dy ? dy[j] : 0.0f;
+  }
+  float inv = (float)(1.0 / sqrt(xx / (double)d + eps));
+  float mdy = (float)(sdy / (double)d), mdyx = (float)(xdy * inv / (double)d);
+  for (int64_t k = 0; k < d; k++)
+    y[k] = dy ? inv * (dy[k] - mdy - (x[k] - mu) * inv * mdyx) : (x[k] - mu) * inv;
+}
+
+/* normalize and normalize_grad: the bits of norm_lanes_ref, rows of
+ * lengths below, at and around multiples of the 8 lanes. */
+static void test_normalize_bits(void **state) {
+  (void)state;
+  static const int lens[] = {1, 3, 7, 8, 9, 16, 23, 64, 131};
+  enum { ROWS = 5 };
+  float *x = randv(ROWS * 131), *dy = randv(ROWS * 131), got[ROWS * 131], want[ROWS * 131];
+  for (int k = 0; k < ROWS * 131; k++)
+    x[k] = 3 * x[k] + 1;   /* a mean away from 0 */
+  DtAttrs eps = {.nf = 1, .f = {1e-5}};
+  for (size_t t = 0; t < sizeof lens / sizeof *lens; t++) {
+    int d = lens[t];
+    DtTensor xt = ten(DTRT_F32, x, 2, ROWS, d), in[2] = {xt, like(&xt, dy)};
+    DtTensor yt = like(&xt, got);
+    for (int grad = 0; grad < 2; grad++) {
+      run(grad ? dtrt_k_normalize_grad : dtrt_k_normalize, in, grad ? 2 : 1, &yt, &eps);
+      for (int r = 0; r < ROWS; r++)
+        norm_lanes_ref(x + r * d, grad ? dy + r * d : NULL, d, 1e-5, want + r * d);
+      assert_memory_equal(got, want, (size_t)(ROWS * d) * sizeof *got);
+    }
+  }
+  free(x), free(dy);
+}
+
 /* ---- embedding ---- */
 
 typedef struct EmbU {
@@ -945,6 +1076,23 @@ static void test_causal_mask(void **state) {
       for (int j = 0; j < c; j++)
         assert_true(j > i ? isinf(y[i * c + j]) : y[i * c + j] == x[i * c + j]);
   }
+  /* rows of 32 as attention's, and rows counted across matrices and leading
+   * axes: against the plain loop, with fill -inf and 0 */
+  static const int shapes[][4] = {{2, 3, 32, 32}, {1, 4, 5, 3}, {3, 2, 2, 7}, {1, 1, 9, 40}};
+  float *xs = randv(6144), *ys = malloc(6144 * sizeof *ys);
+  for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+    const int *d = shapes[t];
+    DtTensor xt = ten(DTRT_F32, xs, 4, d[0], d[1], d[2], d[3]), yt = like(&xt, ys);
+    for (int f = 0; f < 2; f++) {
+      DtAttrs fill = {.nf = 1, .f = {f ? 0 : -INFINITY}};
+      run(dtrt_k_causal_mask, &xt, 1, &yt, &fill);
+      for (int64_t k = 0; k < numel(&xt); k++) {
+        int64_t i = k / d[3] % d[2], j = k % d[3];
+        assert_true(j > i ? ys[k] == (float)fill.f[0] : ys[k] == xs[k]);
+      }
+    }
+  }
+  free(xs), free(ys);
   /* the backward is the same op with fill 0 */
   float *w = randv(32);
   DtAttrs z = {.nf = 1, .f = {0}};
@@ -1894,6 +2042,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bce_with_logits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mse, setup, teardown),
       cmocka_unit_test_setup_teardown(test_normalize, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_normalize_bits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_embedding, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dropout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dropout_block, setup, teardown),
@@ -1911,6 +2060,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pool2d, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reduce_parallel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reduce_products, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sum_rows_bits, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rows_parallel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_softmax_nan, setup, teardown),
       cmocka_unit_test_setup_teardown(test_max_pool_ties, setup, teardown),
