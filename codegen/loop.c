@@ -9,10 +9,11 @@
  * tanhf and erff, which would keep the loop scalar.
  * Every member with memory, every output of a member and every store in the
  * group is written from the loop. A group of PAR_MIN elements or
- * more is outlined into an internal function body(env, begin, end) running the
- * outermost loop over [begin, end), which dtrt_parallel_for spreads over the
- * context's threads; env holds the pointers and scalars the loop reads from
- * the step function. */
+ * more is outlined into an internal function MODEL.parN(env, begin, end)
+ * running the outermost loop over [begin, end), which dtrt_parallel_for
+ * spreads over the context's threads; env holds the pointers and scalars the
+ * loop reads from the step function. Groups alike share their function
+ * (loop_key), the outermost loop's length aside for MODEL.parN. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
