@@ -86,13 +86,19 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d);
 
 /* The most plans of one elastic build (dtc --devices). */
 #define CG_MAX_PLANS 64
-/* cg_emit for several plans of one model (dtc --devices): plan[k] compiled
- * for devices[k] devices (ascending), each through the whole pipeline, all
- * into the one object opt->output and one NAME.h; NAME_create takes the plan
- * of the job's rank count. Every plan's devices must run code of one
- * target. */
-bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptions *opt,
-                   Diag *d);
+/* cg_emit for several plans of one model (dtc --devices): the plan for
+ * devices[k] devices (ascending), each through the whole pipeline, all into
+ * the one object opt->output and one NAME.h; NAME_create takes the plan of
+ * the job's rank count. Every plan's devices must run code of one target.
+ * Plan by plan, so each plan's IR may be freed once lowered:
+ * cg_plans_begin, then cg_plans_add with each plan in order (the first is
+ * kept to the end, the others are not read after their call), then
+ * cg_plans_end, which writes the files; after a failed add, cg_plans_end
+ * only frees (and returns false). */
+typedef struct CgElastic CgElastic;
+CgElastic *cg_plans_begin(const int *devices, int n, const CgOptions *opt);
+bool cg_plans_add(CgElastic *e, Module *plan, Diag *d);
+bool cg_plans_end(CgElastic *e, Diag *d);
 
 /* The plans NAME_create chooses among: n of them, desc a constant array of n
  * pointers to each plan's array of device descriptions, count (i32[n]) their
@@ -332,9 +338,14 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep);
 
 /* Writes the C header of m's generated interface to path. */
 bool cg_write_header(const Module *m, const char *path, Diag *d);
-/* The header of an elastic build: plan[k] for devices[k] devices, n plans
- * (the interface of plan[0], which every plan shares). */
-bool cg_write_header_plans(Module *const *plan, const int *devices, int n, const char *path,
-                           Diag *d);
+/* The header of an elastic build: plans for devices[k] devices, n of
+ * them, with the interface of m, the first, which every plan shares, and
+ * most[0] and most[1] the most state and work any plan's rank needs
+ * (cg_plan_memory over every plan). */
+bool cg_write_header_plans(const Module *m, const int *devices, int n, const int64_t most[2],
+                           const char *path, Diag *d);
+/* The most state and work block a rank of m needs, into *state and *work
+ * where larger. */
+void cg_plan_memory(const Module *m, int64_t *state, int64_t *work);
 
 #endif

@@ -6,7 +6,7 @@
  * After the spmd pass each device D gets its own DtModelDesc, over
  * @forward.D and @train_step.D and its blocks of the params and state, and
  * NAME_create hands the array of them to dtrt_model_create_spmd; an elastic
- * build (cg_emit_plans) holds such arrays for several plans, NAME_create
+ * build (cg_plans_add) holds such arrays for several plans, NAME_create
  * choosing by the job's size.
  * Requires: @forward (and @train_step, whose one output is the loss, when the
  * model trains), or their copies for every device; memplan's offsets (run
@@ -679,6 +679,15 @@ static void flush_denormals(Cg *c) {
                                                         val, (unsigned)strlen(val)));
 }
 
+/* Frees c's module and what its lowering kept. */
+static void cg_dispose(Cg *c) {
+  cg_table_free(&c->loops);
+  cg_table_free(&c->packs);
+  LLVMDisposeBuilder(c->b);
+  LLVMDisposeModule(c->mod);
+  LLVMContextDispose(c->ctx);
+}
+
 /* Verifies c's module where opt asks, writes it by tm to output and
  * disposes of it. */
 static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const char *output,
@@ -692,11 +701,7 @@ static bool cg_close(Cg *c, LLVMTargetMachineRef tm, const CgOptions *opt, const
   CgOptions o = *opt;
   o.output = output;
   bool ok = cg_write(c->mod, tm, &o, d);
-  cg_table_free(&c->loops);
-  cg_table_free(&c->packs);
-  LLVMDisposeBuilder(c->b);
-  LLVMDisposeModule(c->mod);
-  LLVMContextDispose(c->ctx);
+  cg_dispose(c);
   return ok;
 }
 
@@ -994,79 +999,112 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
 /* The plans of an elastic build into one object: each plan's functions and
  * descriptions under NAME.nN, the wrappers (alike for every plan, which
  * share the model's interface) once, NAME_create choosing among the plans
- * by the job's size (dtrt_model_create_plans_with). */
-bool cg_emit_plans(Module *const *plan, const int *devices, int n, const CgOptions *opt,
-                   Diag *d) {
+ * by the job's size (dtrt_model_create_plans_with). Lowered as each plan
+ * comes, so the driver frees a plan's IR before compiling the next. */
+struct CgElastic {
+  const CgOptions *opt;
+  int n, added;   /* plans, and those added */
+  int devices[CG_MAX_PLANS], base[CG_MAX_PLANS], all;
+  Module *m0;     /* the first plan: the wrappers', the header's */
+  CgTargets ts0;  /* its targets: the object's */
+  Cg cg;
+  LLVMValueRef list[CG_MAX_PLANS];   /* each plan's array of device descriptions */
+  int count[CG_MAX_PLANS];
+  bool *live0, ok;
+  LoweredSet done;   /* devices of different plans share alike */
+  int64_t most[2];   /* the most state and work of any plan's rank */
+};
+
+CgElastic *cg_plans_begin(const int *devices, int n, const CgOptions *opt) {
   DTC_ASSERT(n >= 1 && n <= CG_MAX_PLANS);
+  CgElastic *e = calloc(1, sizeof *e);
+  DTC_ASSERT(e);
+  e->opt = opt;
+  e->n = n;
+  e->ok = true;
+  for (int k = 0; k < n; k++) {
+    e->devices[k] = devices[k];
+    e->base[k] = e->all;
+    e->all += devices[k];
+  }
+  return e;
+}
+
+bool cg_plans_add(CgElastic *e, Module *m, Diag *d) {
+  DTC_ASSERT(e->ok && e->added < e->n);
   Loc none = {0};
-  Module *m0 = plan[0];
-  CgTargets ts[CG_MAX_PLANS];
-  int ndev[CG_MAX_PLANS], nts = 0;
-  bool ok = true;
-  for (int k = 0; ok && k < n; k++) {
-    ndev[k] = cg_devices(plan[k]);
-    DTC_ASSERT(!strcmp(plan[k]->name, m0->name) && (ndev[k] ? ndev[k] : 1) == devices[k]);
-    ok = check_module(plan[k], ndev[k], d) && cg_targets(plan[k], opt, ndev[k], &ts[k], d);
-    nts += ok;
-    if (ok)
-      cg_memory_check(plan[k], &ts[k], opt->matmul, d);
-    if (ok && ts[k].n > 1) {
-      diag_error(d, none, "the devices of model '%s' in its plan for %d devices run code for %d "
-                 "targets (%s and %s%s); a build for several device counts (--devices) has one "
-                 "object, for one target", m0->name, devices[k], ts[k].n, ts[k].t[0].triple,
-                 ts[k].t[1].triple, ts[k].n > 2 ? ", ..." : "");
-      ok = false;
-    }
+  const CgOptions *opt = e->opt;
+  int k = e->added, ndev = cg_devices(m);
+  DTC_ASSERT((!k || !strcmp(m->name, e->m0->name)) && (ndev ? ndev : 1) == e->devices[k]);
+  CgTargets ts;
+  if (!check_module(m, ndev, d) || !cg_targets(m, opt, ndev, &ts, d))
+    return e->ok = false;
+  cg_memory_check(m, &ts, opt->matmul, d);
+  if (ts.n > 1) {
+    diag_error(d, none, "the devices of model '%s' in its plan for %d devices run code for %d "
+               "targets (%s and %s%s); a build for several device counts (--devices) has one "
+               "object, for one target", m->name, e->devices[k], ts.n, ts.t[0].triple,
+               ts.t[1].triple, ts.n > 2 ? ", ..." : "");
+    cg_targets_free(&ts);
+    return e->ok = false;
   }
+  Cg *c = &e->cg;
+  if (!k) {
+    e->m0 = m;
+    e->ts0 = ts;
+    *c = (Cg){.m = m, .matmul = opt->matmul, .denormals = opt->denormals,
+              .part_ops = opt->part_ops};
+    cg_open(c, m->name, ts.t[0].tm);
+    cg_rows_begin(c, e->all, e->devices, e->base, e->n);
+  }
+  int nd = ndev ? ndev : 1;
+  c->m = m;
+  c->dev_base = e->base[k];
+  c->sym = arena_printf(m->arena, "%s.n%d", m->name, e->devices[k]);
+  c->hash = text_hash(m, ir_print_structure);
+  c->plan_hash = ndev ? text_hash(m, print_plan) : NULL;
+  LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)nd);
+  bool *live = NULL;
+  lower_devices(c, &ts, 0, ndev, desc, &live, &e->done);
+  e->list[k] = cg_private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
+  e->count[k] = nd;
+  if (!k)
+    e->live0 = live;
+  else
+    cg_targets_free(&ts);
+  cg_plan_memory(m, &e->most[0], &e->most[1]);
+  c->m = e->m0;
+  e->added++;
+  return true;
+}
+
+bool cg_plans_end(CgElastic *e, Diag *d) {
+  const CgOptions *opt = e->opt;
+  Cg *c = &e->cg;
+  bool ok = e->ok && e->added == e->n;
+  lowered_free(&e->done);
   if (ok) {
-    Cg cg = {.m = m0, .matmul = opt->matmul, .denormals = opt->denormals,
-              .part_ops = opt->part_ops}, *c = &cg;
-    cg_open(c, m0->name, ts[0].t[0].tm);
-    LLVMValueRef *list = arena_alloc(m0->arena, sizeof(LLVMValueRef) * (size_t)n);
-    int count[CG_MAX_PLANS];
-    bool *live0 = NULL;
-    Func *fwd0 = NULL, *train0 = NULL;
-    LoweredSet done = {0};   /* devices of different plans share alike */
-    int base[CG_MAX_PLANS], all = 0;
-    for (int k = 0; k < n; k++) {
-      base[k] = all;
-      all += ndev[k] ? ndev[k] : 1;
-    }
-    cg_rows_begin(c, all, devices, base, n);
-    for (int k = 0; k < n; k++) {
-      Module *m = plan[k];
-      int nd = ndev[k] ? ndev[k] : 1;
-      c->m = m;
-      c->dev_base = base[k];
-      c->sym = arena_printf(m->arena, "%s.n%d", m->name, devices[k]);
-      c->hash = text_hash(m, ir_print_structure);
-      c->plan_hash = ndev[k] ? text_hash(m, print_plan) : NULL;
-      LLVMValueRef *desc = arena_alloc(m->arena, sizeof(LLVMValueRef) * (size_t)nd);
-      bool *live = NULL;
-      lower_devices(c, &ts[k], 0, ndev[k], desc, &live, &done);
-      list[k] = cg_private_const(c, LLVMConstArray(c->ptr, desc, (unsigned)nd), "devices");
-      count[k] = nd;
-      if (!k) {
-        live0 = live;
-        fwd0 = cg_device_func(m, "forward", ndev[k] ? 0 : -1);
-        train0 = cg_device_func(m, "train_step", ndev[k] ? 0 : -1);
-      }
-    }
-    lowered_free(&done);
-    c->m = m0;
-    CgPlans plans = {n, cg_private_const(c, LLVMConstArray(c->ptr, list, (unsigned)n), "plans"),
-                     i32_array(c, count, n, "plan_devices")};
-    wrappers(c, NULL, 0, fwd0, live0, train0, &plans);
+    Module *m0 = e->m0;
+    int ndev0 = cg_devices(m0);
+    CgPlans plans = {e->n, cg_private_const(c, LLVMConstArray(c->ptr, e->list, (unsigned)e->n),
+                                            "plans"),
+                     i32_array(c, e->count, e->n, "plan_devices")};
+    wrappers(c, NULL, 0, cg_device_func(m0, "forward", ndev0 ? 0 : -1), e->live0,
+             cg_device_func(m0, "train_step", ndev0 ? 0 : -1), &plans);
     cg_rows_end(c);
-    ok = cg_close(c, ts[0].t[0].tm, opt, ts[0].t[0].output, d);
+    ok = cg_close(c, e->ts0.t[0].tm, opt, e->ts0.t[0].output, d);
     if (ok && strcmp(opt->output, "-")) {
-      ok = cg_write_header_plans(plan, devices, n, header_path(m0->arena, opt->output, m0->name),
-                                 d);
+      ok = cg_write_header_plans(m0, e->devices, e->n, e->most,
+                                 header_path(m0->arena, opt->output, m0->name), d);
       if (!ok)
-        remove(ts[0].t[0].output);
+        remove(e->ts0.t[0].output);
     }
+  } else if (e->added) {
+    cg_rows_end(c);
+    cg_dispose(c);
   }
-  for (int k = 0; k < nts; k++)
-    cg_targets_free(&ts[k]);
+  if (e->added)
+    cg_targets_free(&e->ts0);
+  free(e);
   return ok;
 }

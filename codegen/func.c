@@ -318,15 +318,21 @@ static void lower(CgFn *fn, const Inst *x) {
   }
 }
 
-/* noalias state and work, nounwind: a step function's and its parts'. */
+/* noalias state and work, nounwind: a step function's and its parts'. And
+ * optnone (with noinline, which it needs): a step function only fills
+ * tensors and attributes and calls the loops, kernels and GEMM, which LLVM
+ * optimises apart, so its optimisation bought nothing at run time but cost
+ * most of an elastic build's time (one step function per local batch). */
 static void step_attrs(Cg *c, LLVMValueRef fn) {
   LLVMSetLinkage(fn, LLVMInternalLinkage);
   unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
-  unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
   for (unsigned p = 2; p <= 3; p++)
     LLVMAddAttributeAtIndex(fn, p, LLVMCreateEnumAttribute(c->ctx, noalias, 0));
-  LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
-                          LLVMCreateEnumAttribute(c->ctx, nounwind, 0));
+  static const char *attr[] = {"nounwind", "noinline", "optnone"};
+  for (int k = 0; k < (int)COUNTOF(attr); k++)
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(c->ctx, LLVMGetEnumAttributeKindForName(
+                                                                attr[k], strlen(attr[k])), 0));
 }
 
 LLVMValueRef cg_func_decl(Cg *c, const Func *f) {
@@ -458,11 +464,7 @@ static void lower_part(CgFn *top, int k, int from, int to) {
   LLVMTypeRef ft = LLVMFunctionType(c->i32, pt, COUNTOF(pt), 0);
   const char *name = arena_printf(c->m->arena, "%s.part%d", LLVMGetValueName(top->fn), k);
   LLVMValueRef pf = LLVMAddFunction(c->mod, name, ft);
-  step_attrs(c, pf);
-  /* called once, it would be inlined back */
-  unsigned noinline = LLVMGetEnumAttributeKindForName("noinline", 8);
-  LLVMAddAttributeAtIndex(pf, LLVMAttributeFunctionIndex,
-                          LLVMCreateEnumAttribute(c->ctx, noinline, 0));
+  step_attrs(c, pf);   /* noinline: called once, it would be inlined back */
   LLVMValueRef err = top->err ? top->err : LLVMConstNull(c->ptr);
   LLVMValueRef arg[] = {top->ctx, top->state, top->work, top->inputs, top->outputs, top->step, err};
   cg_check(top, LLVMBuildCall2(c->b, ft, pf, arg, COUNTOF(arg), ""));

@@ -9,10 +9,11 @@
  * tanhf and erff, which would keep the loop scalar.
  * Every member with memory, every output of a member and every store in the
  * group is written from the loop. A group of PAR_MIN elements or
- * more is outlined into an internal function body(env, begin, end) running the
- * outermost loop over [begin, end), which dtrt_parallel_for spreads over the
- * context's threads; env holds the pointers and scalars the loop reads from
- * the step function. */
+ * more is outlined into an internal function MODEL.parN(env, begin, end)
+ * running the outermost loop over [begin, end), which dtrt_parallel_for
+ * spreads over the context's threads; env holds the pointers and scalars the
+ * loop reads from the step function. Groups alike share their function
+ * (loop_key), the outermost loop's length aside for MODEL.parN. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -628,10 +629,15 @@ static void localize(Group *g, LLVMValueRef **dst, const int *ndst) {
   }
 }
 
-/* Builds the loop nest in an internal function NAME(env, begin, end) or,
- * with tiles, NAME(env, begin, end, cbegin, cend) (rows and columns), and
- * stores env, the step-function values it reads, where the builder stands;
- * *envp is env. */
+static char *loop_key(const Group *g, LLVMValueRef **dst, const int *ndst, char kind,
+                      size_t *len);
+
+/* Builds the loop nest in an internal function MODEL.parN(env, begin, end)
+ * or, with tiles, MODEL.tilesN(env, begin, end, cbegin, cend) (rows and
+ * columns), and stores env, the step-function values it reads, where the
+ * builder stands; *envp is env. The outermost loop's range is the
+ * function's parameters, so groups alike but in its length (the local batch
+ * of devices of uneven blocks) share the function, as shared_nest's do. */
 static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bool tiles,
                                LLVMValueRef *envp) {
   CgFn *fn = g->fn;
@@ -642,6 +648,9 @@ static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bo
   g->from = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
   g->to = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)cap);
   need_all(g, dst, ndst);
+  size_t klen;
+  char *key = loop_key(g, dst, ndst, tiles ? 't' : 'p', &klen);
+  LLVMValueRef *e = cg_table_find(&c->loops, key, klen);   /* takes key */
   LLVMTypeRef *ft = arena_alloc(a, sizeof(LLVMTypeRef) * (size_t)(g->nmap + 1));
   for (int k = 0; k < g->nmap; k++)
     ft[k] = LLVMTypeOf(g->from[k]);
@@ -655,10 +664,13 @@ static LLVMValueRef outline_fn(Group *g, LLVMValueRef **dst, const int *ndst, bo
   for (int k = 0; k < g->nmap; k++)
     LLVMBuildStore(b, g->from[k], LLVMBuildStructGEP2(b, envt, env, (unsigned)k, ""));
   *envp = env;
+  if (*e)
+    return *e;
   LLVMTypeRef pt[] = {c->ptr, c->i64, c->i64, c->i64, c->i64};
   LLVMTypeRef bodyt = LLVMFunctionType(c->voidt, pt, tiles ? 5 : 3, 0);
-  const char *name = arena_printf(a, "%s.%s", LLVMGetValueName(fn->fn), tiles ? "tiles" : "loop");
-  LLVMValueRef f = LLVMAddFunction(c->mod, name, bodyt);
+  const char *name = arena_printf(a, "%s.%s%d", c->m->name, tiles ? "tiles" : "par",
+                                  cg_table_count(c->loops) - 1);
+  LLVMValueRef f = *e = LLVMAddFunction(c->mod, name, bodyt);
   LLVMSetLinkage(f, LLVMInternalLinkage);
   unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
   LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
@@ -757,17 +769,21 @@ static void key_scalar(FILE *out, const Group *g, LLVMValueRef v) {
 }
 
 /* What decides the code of g's nest, outlined with the step-function values
- * it reads (from[], in order) as parameters: the CPU, the loops, each
- * operand's parameter and strides, each member's op, attributes, operands,
- * destinations and whether it has one use (a product then joins its add). */
-static char *loop_key(const Group *g, LLVMValueRef **dst, const int *ndst, size_t *len) {
+ * it reads (from[], in order) as parameters: its kind (s: shared_nest's, p
+ * and t: outline_fn's, which take the outermost loop's range and so leave
+ * its length out), the CPU, the loops, each operand's parameter and
+ * strides, each member's op, attributes, operands, destinations and whether
+ * it has one use (a product then joins its add). */
+static char *loop_key(const Group *g, LLVMValueRef **dst, const int *ndst, char kind,
+                      size_t *len) {
   const Cg *c = g->fn->c;
   const Uses *u = &g->fn->use;
   char *text = NULL;
   FILE *out = open_memstream(&text, len);
   DTC_ASSERT(out);
-  fprintf(out, "%s %s %d", c->cpu ? c->cpu : "", c->features ? c->features : "", g->nloop);
-  for (int l = 0; l < g->nloop; l++)
+  fprintf(out, "%c %s %s %d", kind, c->cpu ? c->cpu : "", c->features ? c->features : "",
+          g->nloop);
+  for (int l = kind == 's' ? 0 : 1; l < g->nloop; l++)
     fprintf(out, " %lld", (long long)g->len[l]);
   for (int k = 0; k < g->nmap; k++)
     fprintf(out, " %c", LLVMGetTypeKind(LLVMTypeOf(g->from[k])) == LLVMPointerTypeKind ? 'p' : 'f');
@@ -928,7 +944,7 @@ static void shared_nest(Group *g, LLVMValueRef **dst, const int *ndst) {
   DTC_ASSERT(g->from && g->to);
   need_all(g, dst, ndst);
   size_t len;
-  char *key = loop_key(g, dst, ndst, &len);
+  char *key = loop_key(g, dst, ndst, 's', &len);
   LLVMValueRef *e = cg_table_find(&c->loops, key, len);
   LLVMTypeRef *ft = arena_alloc(a, sizeof(LLVMTypeRef) * (size_t)(g->nmap + 1));
   for (int k = 0; k < g->nmap; k++)

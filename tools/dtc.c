@@ -423,11 +423,11 @@ static bool plan_text(FILE *out, Module *m, Driver *dr, Diag *d) {
 }
 
 /* --devices: the model compiled once per device count through the whole
- * pipeline, then emitted as one object (or reported plan by plan). The
- * frontend's warnings, alike in every plan, are given by the first alone. */
+ * pipeline, each plan lowered into the one object as it comes and then
+ * freed, all but the first (or reported plan by plan). The frontend's
+ * warnings, alike in every plan, are given by the first alone. */
 static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster *cluster) {
   CgOptions *o = &dr->opt;
-  Module *plan[CG_MAX_PLANS];
   unsigned wflags = d->wflags;
   int n = dr->ndevices, rc = 1;
   bool text = !strcmp(o->emit, "ir") || !strcmp(o->emit, "dot");
@@ -436,12 +436,23 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     if (!(out = open_text_output(o->output)))
       return fail("cannot write '%s': %s", o->output, why(errno));
   }
+  CgElastic *emit = NULL;
+  if (!out && strcmp(o->emit, "sim")) {
+    if (!o->output) {
+      const char *suffix = !strcmp(o->emit, "obj") ? ".o" : !strcmp(o->emit, "asm") ? ".s" : ".ll";
+      o->output = default_output(a, dr->input, suffix);
+    }
+    emit = cg_plans_begin(dr->devices, n, o);
+  }
+  Arena *pa = a;   /* the plan's: the first's is a, kept to the end */
   for (int k = 0; k < n; k++) {
     int ndev = dr->devices[k];
     d->context = plan_note;
     d->context_arg = &ndev;
+    if (k)
+      pa = arena_new();
     double t0 = dtrt_now_ns() / 1e6;
-    Module *m = fe_compile_for(a, src, dr->defs, dr->ndefs, cluster, ndev, d);
+    Module *m = fe_compile_for(pa, src, dr->defs, dr->ndefs, cluster, ndev, d);
     double fe_ms = dtrt_now_ns() / 1e6 - t0;
     if (m && !d->nerr && dr->det && !set_deterministic(m, dr->det))
       goto done;
@@ -462,7 +473,6 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
     bool pipeline = !text || dr->pass.stop_after;
     if (pipeline && !passes_run(m, d, &dr->pass, &dr->run))
       goto done;
-    plan[k] = m;
     if (dr->time_passes) {
       fprintf(stderr, "the plan for %d device%s:\n", ndev, ndev == 1 ? "" : "s");
       time_report(dr, fe_ms, -1);
@@ -488,18 +498,26 @@ static int run_plans(Driver *dr, Arena *a, Diag *d, const SrcFile *src, Cluster 
              ndev == 1 ? "" : "s", dr->devices_arg);
       sim_report(stdout, m, &r);
     }
+    d->context = NULL;   /* code generation's diagnostics speak of the object */
+    if (emit && !cg_plans_add(emit, m, d))
+      goto done;
+    if (pa != a)
+      arena_free(pa);
+    pa = a;
   }
   d->context = NULL;
-  if (!out && strcmp(o->emit, "sim")) {
-    if (!o->output) {
-      const char *suffix = !strcmp(o->emit, "obj") ? ".o" : !strcmp(o->emit, "asm") ? ".s" : ".ll";
-      o->output = default_output(a, dr->input, suffix);
-    }
-    if (!cg_emit_plans(plan, dr->devices, n, o, d) || d->nerr)
+  if (emit) {
+    bool ok = cg_plans_end(emit, d);
+    emit = NULL;
+    if (!ok || d->nerr)
       goto done;
   }
   rc = 0;
 done:
+  if (emit)
+    cg_plans_end(emit, d);   /* frees */
+  if (pa != a)
+    arena_free(pa);
   d->context = NULL;
   d->wflags = wflags;
   if (out && out != stdout && fclose(out) && !rc)

@@ -12,7 +12,11 @@
 # of 2 lie at other origins in the two plans (which dropout reads) and the
 # gather of the logits lists each plan's blocks: both are read at run time
 # from the device's row (codegen/consts.c); before, 3 train steps and 4
-# forwards.
+# forwards. The loops of groups run on the thread pool (MODEL.parN, and a
+# product's epilogue MODEL.tilesN) take their outermost loop's range, so
+# they are shared by devices whose blocks differ in rows: 1025 rows at
+# D=64 on 2 and 3 devices (513, 512; 342, 342, 341) make 4 train steps but
+# as many such loops as the plan for 2 alone (before, one per step).
 set -u
 dtc=$1
 model=$2
@@ -56,4 +60,22 @@ count 3 "$tmp/elastic.dt" -D B=8 --devices=1,2,4
 mesh 8 '[dp, *]' auto >"$tmp/auto.dt"
 count 2 "$tmp/auto.dt" -D B=15 --devices=6,7
 FUNC=forward count 2 "$tmp/auto.dt" -D B=15 --devices=6,7
+# pool ARGS...: the loops on the thread pool of gpt.dt at D=64 over 3
+# devices, plan auto, compiled with ARGS
+pool() {
+  if ! timeout 120 "$dtc" -D T=8 -D D=64 -D H=2 -D L=1 -D B=1025 -O0 --emit=llvm "$@" \
+      "$tmp/big.dt" -o "$tmp/big.ll" 2>"$tmp/err"; then
+    echo "FAIL dtc $* big.dt:" >&2; head -c 2000 "$tmp/err" >&2; echo 0; return
+  fi
+  grep -c '^define internal void @gpt\.\(par\|tiles\)[0-9]*(' "$tmp/big.ll"
+}
+mesh 3 '[dp, *]' auto >"$tmp/big.dt"
+alone=$(pool --devices=2)
+both=$(pool --devices=2,3)
+steps=$(grep -c '^define internal i32 @gpt\.n[0-9]*\.train_step\(\.[0-9]*\)\?(' "$tmp/big.ll")
+echo "loops on the pool: $alone for 2 devices, $both for 2 and 3 ($steps train steps)"
+if [ "$alone" -lt 1 ] || [ "$both" -ne "$alone" ] || [ "$steps" -ne 4 ]; then
+  echo "FAIL loops on the pool: $alone for --devices=2, $both for 2,3 ($steps train steps, wanted 4)"
+  fail=1
+fi
 exit $fail
