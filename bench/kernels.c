@@ -7,9 +7,11 @@
  * through libdtrt (dtrt_k_NAME on a context of its own), and torch's gather,
  * its scatter-add, cumsum, tril, one_hot, i32 arithmetic and where; the optimizers'
  * updates (AdamW, SGD with momentum) as dtc generates them (the models
- * opt_*, bench/opt_*.ir.in). Beside each run, interleaved so that both see
- * the same load, a copy and a triad (a = b + s c) of as many bytes on the
- * threads of a context's pool (dtrt_parallel_for, as generated loops run).
+ * opt_*, bench/opt_*.ir.in), and torch.pow of two tensors as dtc generates
+ * it (elem_pow_4m, bench/elem_pow.ir.in). Beside each run, interleaved so
+ * that both see the same load, a copy and a triad (a = b + s c) of as many
+ * bytes on the threads of a context's pool (dtrt_parallel_for, as
+ * generated loops run).
  *
  * Bytes are what a kernel must read and write at least, each element once:
  *
@@ -26,6 +28,7 @@
  *   int_where (mask, x, y in, i32 out)                    16 n
  *   adamw: w, g, m, v in, w, m, v out                     28 n
  *   sgd with momentum: w, g, m in, w, m out               20 n
+ *   pow (torch.pow(w + 2, g), generated): w, g in, o out  12 n
  *
  * and STREAM's: copy 8 bytes an element, triad 12 (no write-allocate
  * counted: a kernel writing a fresh output pays it as the copy does, while
@@ -55,7 +58,7 @@
 #include "dtrt.h"
 
 /* the models of bench/opt_*.ir.in */
-#define MODELS(X) X(opt_adamw_1m) X(opt_adamw_4m) X(opt_sgd_1m) X(opt_sgd_4m)
+#define MODELS(X) X(opt_adamw_1m) X(opt_adamw_4m) X(opt_sgd_1m) X(opt_sgd_4m) X(elem_pow_4m)
 #define DECLARE(name) int name##_create(DtModel **, uint64_t);
 MODELS(DECLARE)
 #undef DECLARE
@@ -328,6 +331,12 @@ static void sgd_4m(Case *c) {
   c->bytes = 20.0 * c->ng;
 }
 
+/* torch.pow(w + 2, g), generated (bench/elem_pow.ir.in): w, g in, o out */
+static void pow_4m(Case *c) {
+  update(c, elem_pow_4m_create, 1 << 22, "f32[4194304]");
+  c->bytes = 12.0 * c->ng;
+}
+
 static const struct {
   const char *name;
   void (*make)(Case *);
@@ -356,6 +365,7 @@ static const struct {
     {"adamw", adamw_4m},
     {"sgd_momentum", sgd_1m},
     {"sgd_momentum", sgd_4m},
+    {"pow", pow_4m},
 };
 enum { NCASE = sizeof cases / sizeof cases[0] };
 

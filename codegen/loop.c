@@ -174,11 +174,13 @@ static void tile_loops(Group *g) {
   }
 }
 
+/* The intrinsic name overloaded on its first argument's type (f32, f64). */
 static LLVMValueRef intrinsic(Cg *c, const char *name, LLVMValueRef *arg, int n) {
   unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
   DTC_ASSERT(id);
-  LLVMValueRef f = LLVMGetIntrinsicDeclaration(c->mod, id, &c->f32, 1);
-  LLVMTypeRef t = LLVMIntrinsicGetType(c->ctx, id, &c->f32, 1);
+  LLVMTypeRef ty = LLVMTypeOf(arg[0]);
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(c->mod, id, &ty, 1);
+  LLVMTypeRef t = LLVMIntrinsicGetType(c->ctx, id, &ty, 1);
   return LLVMBuildCall2(c->b, t, f, arg, (unsigned)n, "");
 }
 
@@ -245,23 +247,30 @@ static LLVMValueRef exp_full(Cg *c, LLVMValueRef y) {
   return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, y, y, ""), y, e, "");
 }
 
-/* ln x over all floats, vectorisable: x = 2^e m with m in [sqrt(1/2),
- * sqrt 2) (a denormal x scaled by 2^23 first), ln m = 2 atanh s with s =
- * (m - 1) / (m + 1), |s| <= 0.172, by its odd series to s^13 (truncation
- * below 5e-11 relative); -inf at 0, NaN below, inf and NaN kept. */
-static LLVMValueRef log_full(Cg *c, LLVMValueRef x) {
+/* x = 2^e m, x positive and finite, m in [sqrt(1/2), sqrt 2) returned, e
+ * (i32) into *e; a denormal x scaled by 2^23 first. */
+static LLVMValueRef log_split(Cg *c, LLVMValueRef x, LLVMValueRef *e) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef tiny = LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(c, 1.17549435e-38f), "");
   LLVMValueRef xs = LLVMBuildSelect(b, tiny, LLVMBuildFMul(b, x, fconst(c, 8388608.0f), ""), x, "");
   LLVMValueRef bits = LLVMBuildBitCast(b, xs, c->i32, "");
-  LLVMValueRef e = LLVMBuildSub(b, LLVMBuildLShr(b, bits, cg_i32(c, 23), ""), cg_i32(c, 127), "");
-  e = LLVMBuildSelect(b, tiny, LLVMBuildSub(b, e, cg_i32(c, 23), ""), e, "");
+  *e = LLVMBuildSub(b, LLVMBuildLShr(b, bits, cg_i32(c, 23), ""), cg_i32(c, 127), "");
+  *e = LLVMBuildSelect(b, tiny, LLVMBuildSub(b, *e, cg_i32(c, 23), ""), *e, "");
   LLVMValueRef mb = LLVMBuildOr(b, LLVMBuildAnd(b, bits, cg_i32(c, 0x007fffff), ""),
                                 cg_i32(c, 0x3f800000), "");
   LLVMValueRef m = LLVMBuildBitCast(b, mb, c->f32, "");
   LLVMValueRef big = LLVMBuildFCmp(b, LLVMRealOGT, m, fconst(c, 1.41421356f), "");
-  m = LLVMBuildSelect(b, big, LLVMBuildFMul(b, m, fconst(c, 0.5f), ""), m, "");
-  e = LLVMBuildSelect(b, big, LLVMBuildAdd(b, e, cg_i32(c, 1), ""), e, "");
+  *e = LLVMBuildSelect(b, big, LLVMBuildAdd(b, *e, cg_i32(c, 1), ""), *e, "");
+  return LLVMBuildSelect(b, big, LLVMBuildFMul(b, m, fconst(c, 0.5f), ""), m, "");
+}
+
+/* ln x over all floats, vectorisable: x = 2^e m (log_split), ln m = 2
+ * atanh s with s = (m - 1) / (m + 1), |s| <= 0.172, by its odd series to
+ * s^13 (truncation below 5e-11 relative); -inf at 0, NaN below, inf and NaN
+ * kept. */
+static LLVMValueRef log_full(Cg *c, LLVMValueRef x) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef e, m = log_split(c, x, &e);
   LLVMValueRef one = fconst(c, 1);
   LLVMValueRef sv = LLVMBuildFDiv(b, LLVMBuildFSub(b, m, one, ""), LLVMBuildFAdd(b, m, one, ""), "");
   LLVMValueRef s2 = LLVMBuildFMul(b, sv, sv, "");
@@ -278,6 +287,72 @@ static LLVMValueRef log_full(Cg *c, LLVMValueRef x) {
                       fconst(c, -INFINITY), r, "");
   r = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(c, 0), ""), fconst(c, NAN), r, "");
   return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, x, x, ""), x, r, "");
+}
+
+static LLVMValueRef dconst(Cg *c, double v) { return LLVMConstReal(c->f64, v); }
+
+/* |x|^y = e^(y ln|x|) in double, rounded once to float (so within about
+ * half an ulp of powf, vectorisable): ln|x| by log_split and 2 atanh s to
+ * s^15 (truncation below 4e-14 relative), t = y ln|x| clamped to [-200,
+ * 100] (beyond float's range either way), e^t = 2^n e^r by Cody and Waite
+ * with ln 2 in two parts and e^r by its Taylor polynomial of degree 10
+ * (truncation below 3e-13 relative), 2^n added to the exponent bits; then
+ * powf's special values: 1 where y is 0 or x is 1, or |x| is 1 and y
+ * infinite; a negative x (-0 included) to an odd integer y negated, a
+ * finite negative x to a finite y that is not an integer NaN. */
+static LLVMValueRef pow_full(Cg *c, LLVMValueRef x, LLVMValueRef y) {
+  LLVMBuilderRef b = c->b;
+  LLVMValueRef ax = intrinsic(c, "llvm.fabs", &x, 1), e, m = log_split(c, ax, &e);
+  LLVMValueRef one = dconst(c, 1), md = LLVMBuildFPExt(b, m, c->f64, "");
+  LLVMValueRef s = LLVMBuildFDiv(b, LLVMBuildFSub(b, md, one, ""), LLVMBuildFAdd(b, md, one, ""), "");
+  LLVMValueRef s2 = LLVMBuildFMul(b, s, s, "");
+  LLVMValueRef p = dconst(c, 1.0 / 15);
+  for (int k = 13; k >= 1; k -= 2)
+    p = mad(c, p, s2, dconst(c, 1.0 / k));
+  LLVMValueRef l = LLVMBuildFMul(b, LLVMBuildFAdd(b, s, s, ""), p, "");
+  l = mad(c, LLVMBuildSIToFP(b, e, c->f64, ""), dconst(c, 0.69314718055994530942), l);
+  l = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, ax, fconst(c, 0), ""), dconst(c, -INFINITY),
+                      l, "");
+  l = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUEQ, ax, fconst(c, INFINITY), ""),
+                      LLVMBuildFPExt(b, ax, c->f64, ""), l, "");   /* inf or NaN */
+  LLVMValueRef t = LLVMBuildFMul(b, LLVMBuildFPExt(b, y, c->f64, ""), l, "");
+  LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, t, t, "");
+  LLVMValueRef ct = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, t, dconst(c, 100), ""),
+                                    dconst(c, 100), t, "");
+  ct = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, ct, dconst(c, -200), ""), dconst(c, -200),
+                       ct, "");
+  ct = LLVMBuildSelect(b, nan, dconst(c, 0), ct, "");
+  LLVMValueRef n = LLVMBuildFMul(b, ct, dconst(c, 1.4426950408889634074), "");
+  n = intrinsic(c, "llvm.rint", &n, 1);
+  LLVMValueRef r = mad(c, n, dconst(c, -0x1.62e42fefa3800p-1), ct);
+  r = mad(c, n, dconst(c, -0x1.ef35793c76730p-45), r);
+  LLVMValueRef q = dconst(c, 1.0 / 3628800);
+  static const double fact[] = {362880, 40320, 5040, 720, 120, 24, 6, 2, 1, 1};
+  for (int k = 0; k < COUNTOF(fact); k++)
+    q = mad(c, q, r, dconst(c, 1 / fact[k]));
+  LLVMValueRef bits = LLVMBuildShl(b, LLVMBuildFPToSI(b, n, c->i64, ""),
+                                   LLVMConstInt(c->i64, 52, 0), "");
+  bits = LLVMBuildAdd(b, LLVMBuildBitCast(b, q, c->i64, ""), bits, "");
+  LLVMValueRef v = LLVMBuildFPTrunc(b, LLVMBuildBitCast(b, bits, c->f64, ""), c->f32, "");
+  v = LLVMBuildSelect(b, nan, fconst(c, NAN), v, "");
+  /* the sign: y an odd integer (|y| < 2^24; all larger floats are even) */
+  LLVMValueRef ay = intrinsic(c, "llvm.fabs", &y, 1);
+  LLVMValueRef whole = LLVMBuildFCmp(b, LLVMRealOEQ, intrinsic(c, "llvm.rint", &y, 1), y, "");
+  LLVMValueRef small = LLVMBuildFCmp(b, LLVMRealOLT, ay, fconst(c, 16777216.0f), "");
+  LLVMValueRef yi = LLVMBuildFPToSI(b, LLVMBuildSelect(b, small, y, fconst(c, 0), ""), c->i32, "");
+  LLVMValueRef odd = LLVMBuildAnd(b, whole, LLVMBuildTrunc(b, yi, c->i1, ""), "");
+  LLVMValueRef sx = LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildBitCast(b, x, c->i32, ""), cg_i32(c, 0), "");
+  v = LLVMBuildSelect(b, LLVMBuildAnd(b, sx, odd, ""), LLVMBuildFNeg(b, v, ""), v, "");
+  LLVMValueRef neg = LLVMBuildAnd(b, LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(c, 0), ""),
+                                  LLVMBuildFCmp(b, LLVMRealONE, ax, fconst(c, INFINITY), ""), "");
+  neg = LLVMBuildAnd(b, neg, LLVMBuildFCmp(b, LLVMRealONE, ay, fconst(c, INFINITY), ""), "");
+  neg = LLVMBuildAnd(b, neg, LLVMBuildNot(b, whole, ""), "");
+  v = LLVMBuildSelect(b, neg, fconst(c, NAN), v, "");
+  LLVMValueRef unit = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealOEQ, y, fconst(c, 0), ""),
+                                  LLVMBuildFCmp(b, LLVMRealOEQ, x, fconst(c, 1), ""), "");
+  LLVMValueRef pm1 = LLVMBuildAnd(b, LLVMBuildFCmp(b, LLVMRealOEQ, ax, fconst(c, 1), ""),
+                                  LLVMBuildFCmp(b, LLVMRealOEQ, ay, fconst(c, INFINITY), ""), "");
+  return LLVMBuildSelect(b, LLVMBuildOr(b, unit, pm1, ""), fconst(c, 1), v, "");
 }
 
 /* tanh x, within 3e-7 relative of tanh (tests/unit/test_codegen_run.c) and
@@ -440,6 +515,7 @@ static LLVMValueRef elem(Group *g, const Inst *x, LLVMValueRef a, LLVMValueRef y
     return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNE, a, zero, ""), fconst(c, -0.0f), y, "");
   case OP_maximum: return extremum(c, LLVMRealOGE, a, y);
   case OP_minimum: return extremum(c, LLVMRealOLE, a, y);
+  case OP_pow: return pow_full(c, a, y);
   case OP_clamp: return clamp(c, x, a);
   case OP_clamp_grad: return LLVMBuildSelect(b, inside(c, x, a), y, zero, "");
   case OP_gelu: return LLVMBuildFMul(b, a, phi_cdf(c, a, NULL), "");

@@ -208,6 +208,18 @@ Inst *lower_int_pow(Ctx *c, const Expr *e, Inst *x, const Expr *exponent, bool *
   return int_op(c, e->loc, DT_INT_POW, (Side){x, 0}, (Side){NULL, v.i});
 }
 
+Inst *lower_int_pow_tensor(Ctx *c, const Expr *e, Inst *x, const Expr *base, Inst *y,
+                          bool *promote) {
+  Side s = {x, 0};
+  bool bad = false;
+  *promote = false;
+  if (!x && !int_const(c, base, &s.k, &bad)) {
+    *promote = !bad;
+    return NULL;
+  }
+  return int_op(c, e->loc, DT_INT_POW, s, (Side){y, 0});
+}
+
 /* floor_divide(input, other) and remainder(input, other) as torch's on
  * integer tensors: Python's // (rounding down) and % (the sign of other);
  * other an i32 tensor or an integer. A zero divisor is the step's error, as

@@ -243,6 +243,13 @@ Inst *lower_int_extremum(Ctx *c, Loc at, bool max, Inst *a, Inst *b);
  * number that is not an integer, or a tensor, sets *promote and gives NULL
  * (f32 then, as torch's). NULL after reporting. */
 Inst *lower_int_pow(Ctx *c, const Expr *e, Inst *x, const Expr *exponent, bool *promote);
+/* pow(x, y) of an i32 tensor y and an i32 tensor x or (x NULL) the number
+ * base, broadcasting: i32 (wrapping) as torch's, a negative power as
+ * torch's int pow (1 of 1, 1 or -1 of -1, 0 of the others); a base that is
+ * not an integer sets *promote and gives NULL (f32 then, as torch's). NULL
+ * after reporting (an integer base outside i32). */
+Inst *lower_int_pow_tensor(Ctx *c, const Expr *e, Inst *x, const Expr *base, Inst *y,
+                          bool *promote);
 
 /* ---- train.c: minimize, optimizers, schedules ---- */
 

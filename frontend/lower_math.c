@@ -107,35 +107,20 @@ Inst *lower_expand(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **ar
   return finish(c, i);
 }
 
-/* pow(input, exponent) for the exponents torch's kernel computes without
- * std::pow, the same way: 2 x x, 3 x x x, 0.5 sqrt, -0.5 1 / sqrt, -1
- * 1 / x, -2 1 / (x x), 1 x. Other exponents and a tensor exponent are not
- * supported yet (exp(p log x) would not be exact). Of i32 values: to an
- * integer power i32 (int_elem pow), to another number f32, as torch's. */
-Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
-  (void)b;
+/* pow(x, p) of an f32 x and a number p: for the exponents torch's kernel
+ * computes without std::pow, the same way: 2 x x, 3 x x x, 0.5 sqrt, -0.5
+ * 1 / sqrt, -1 1 / x, -2 1 / (x x), 1 x; other exponents the op pow. */
+static Inst *pow_number(Ctx *c, const Expr *e, Inst *x, const Expr *exponent) {
   static const double ok[] = {2, 3, 0.5, -0.5, -1, -2, 1};
-  Inst *x = in[0];
   double p;
-  if (x->type.dtype == DT_I32) {
-    bool promote;
-    Inst *v = lower_int_pow(c, e, x, arg[1], &promote);
-    if (!promote)
-      return v;
-    if (!(x = op1(c, OP_to_f32, arg[0]->loc, x)))
-      return NULL;
-  }
-  if (!float_arg(c, arg[1], "'exponent'", &p))
+  if (!real_arg(c, exponent, "'exponent'", &p))
     return NULL;
   int k = 0;
   while (k < COUNTOF(ok) && ok[k] != p)
     k++;
-  if (k == COUNTOF(ok)) {
-    diag_error(c->d, arg[1]->loc, "'pow' with exponent %g is not supported yet (only 2, 3, "
-               "0.5, -0.5, -1, -2 and 1)", p);
-    return NULL;
-  }
   Loc at = e->loc;
+  if (k == COUNTOF(ok))
+    return op2(c, OP_pow, at, x, constant(c, p, exponent->loc));
   Inst *v = x;
   if (p == 2 || p == 3 || p == -2)
     v = op2(c, OP_mul, at, x, x);
@@ -146,6 +131,54 @@ Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) 
   if (v && p < 0)
     v = op2(c, OP_div, at, constant(c, 1, at), v);
   return v;
+}
+
+/* pow(input, exponent) as torch.pow: a tensor to a number (pow_number), a
+ * number to a tensor, or a tensor to a tensor, broadcasting (the op pow,
+ * powf's values). Of i32 values: an i32 tensor or an integer to an i32
+ * power i32 (int_elem pow), to a negative integer number an error, as
+ * torch's; with an f32 operand or another number f32, the i32 ones made
+ * f32, as torch promotes. */
+Inst *lower_pow(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
+  (void)b, (void)in;
+  bool number[2] = {is_number(c, arg[0]), is_number(c, arg[1])};
+  Inst *v[2] = {NULL, NULL};
+  if (number[0] && number[1]) {
+    diag_error(c->d, e->loc, "'pow' needs a tensor as its input or its exponent (torch.pow "
+               "takes no two numbers)");
+    return NULL;
+  }
+  for (int k = 0; k < 2; k++)
+    if (!number[k] && !(v[k] = lower_expr(c, arg[k])))
+      return NULL;
+  Inst *x = v[0], *y = v[1];
+  bool promote = true;
+  if (number[1] && x->type.dtype == DT_I32) {
+    Inst *r = lower_int_pow(c, e, x, arg[1], &promote);
+    if (!promote)
+      return r;
+  } else if (x && y && !broadcasts(x, y)) {
+    char b1[128], b2[128];
+    diag_error(c->d, e->loc, "shape mismatch in 'pow': %s and %s do not broadcast",
+               type_str(&x->type, b1, sizeof b1), type_str(&y->type, b2, sizeof b2));
+    return NULL;
+  } else if (y && y->type.dtype == DT_I32 && (!x || x->type.dtype == DT_I32)) {
+    Inst *r = lower_int_pow_tensor(c, e, x, arg[0], y, &promote);
+    if (!promote)
+      return r;
+  }
+  for (int k = 0; k < 2; k++)
+    if (v[k] && v[k]->type.dtype == DT_I32 && !(v[k] = op1(c, OP_to_f32, arg[k]->loc, v[k])))
+      return NULL;
+  if (number[1])
+    return pow_number(c, e, v[0], arg[1]);
+  if (number[0]) {
+    double base;
+    if (!real_arg(c, arg[0], "'input'", &base))
+      return NULL;
+    v[0] = constant(c, base, arg[0]->loc);
+  }
+  return v[0] ? op2(c, OP_pow, e->loc, v[0], v[1]) : NULL;
 }
 
 /* maximum(input, other) and minimum(input, other) as torch's: elementwise,
@@ -228,9 +261,9 @@ static Inst *clamp_tensors(Ctx *c, const Expr *e, Inst *x, Expr **arg, Inst **bo
     Inst *v = bound[k - 1] ? bound[k - 1] : tensor_or_number(c, arg[k], what[k - 1]);
     if (!v)
       return NULL;
-    if (v->type.dtype != DT_F32 || !broadcasts(x, v)) {
+    if (!broadcasts(x, v)) {
       char b1[128], b2[128];
-      diag_error(c->d, arg[k]->loc, "%s %s of 'clamp' must be f32 and broadcast with input %s",
+      diag_error(c->d, arg[k]->loc, "%s %s of 'clamp' does not broadcast with input %s",
                  what[k - 1], type_str(&v->type, b1, sizeof b1), type_str(&x->type, b2, sizeof b2));
       return NULL;
     }
@@ -266,7 +299,8 @@ static Inst *int_hardtanh(Ctx *c, const Expr *e, Inst *x, Expr **arg, const char
  * max), NaN kept; bounds are numbers, -inf and inf included, rounded to
  * f32 as torch's. The derivative is 1 inside, 0 outside; at a bound 1 for
  * clamp, 0 for hardtanh and relu6 (`open`), as torch's. Of i32 values:
- * clamp with integer and i32 bounds i32, with other bounds f32; hardtanh
+ * clamp with integer and i32 bounds i32, with other bounds f32 (an i32
+ * tensor bound made f32 too, as of an f32 input); hardtanh
  * and relu6 i32, their bounds made integers toward 0 (torch converts them
  * to the input's type), as torch's. */
 Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg) {
@@ -286,13 +320,13 @@ Inst *lower_clamp(Ctx *c, const Expr *e, const Builtin *b, Inst **in, Expr **arg
     Inst *v = lower_int_clamp(c, e, in[0], arg + 1, bound, &promote);
     if (!promote)
       return v;
-    for (int j = 0; j < 2; j++)   /* an i32 bound beside an f32 one, made f32 too */
-      if (bound[j] && bound[j]->type.dtype == DT_I32 &&
-          !(bound[j] = op1(c, OP_to_f32, arg[j + 1]->loc, bound[j])))
-        return NULL;
-    if (!(in[0] = op1(c, OP_to_f32, arg[0]->loc, in[0])))
-      return NULL;
   }
+  for (int j = 0; j < 2; j++)   /* an i32 bound beside f32 values or bound, made f32 */
+    if (bound[j] && bound[j]->type.dtype == DT_I32 && broadcasts(in[0], bound[j]) &&
+        !(bound[j] = op1(c, OP_to_f32, arg[j + 1]->loc, bound[j])))
+      return NULL;
+  if (clamp && in[0]->type.dtype == DT_I32 && !(in[0] = op1(c, OP_to_f32, arg[0]->loc, in[0])))
+    return NULL;
   if (bound[0] || bound[1])
     return clamp_tensors(c, e, in[0], arg, bound);
   if (!relu6 && ((arg[1] && !real_arg(c, arg[1], what[0], &lo)) ||

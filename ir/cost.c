@@ -105,6 +105,7 @@ PER_OUT(where_true, 1)
 PER_OUT(where_false, 1)
 PER_OUT(maximum, 1)
 PER_OUT(minimum, 1)
+PER_OUT(pow, F_LOG + F_EXP + 4)
 PER_OUT(clamp, 2)
 PER_OUT(clamp_grad, 2)
 

@@ -52,6 +52,7 @@ float ir_elem_eval(const Inst *inst, float a, float b) {
   case OP_where_false: return a != 0 ? -0.0f : b;
   case OP_maximum: return a >= b || a != a ? a : b;
   case OP_minimum: return a <= b || a != a ? a : b;
+  case OP_pow: return powf(a, b);
   case OP_clamp: {
     float lo, hi;
     ir_clamp_bounds(inst, &lo, &hi);

@@ -232,6 +232,7 @@ bool shape_ne(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_where_true(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_where_false(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_maximum(Inst *i, char *e, size_t n) { return binary(i, e, n); }
+bool shape_pow(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_minimum(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 bool shape_clamp_grad(Inst *i, char *e, size_t n) { return binary(i, e, n); }
 /* bn_center and bn_scale: x [N, C, ...] and a statistic of its rank, each

@@ -353,6 +353,22 @@ static void extremum_grad(GradCtx *g, Inst *inst, bool max) {
 static void grad_maximum(GradCtx *g, Inst *inst) { extremum_grad(g, inst, true); }
 static void grad_minimum(GradCtx *g, Inst *inst) { extremum_grad(g, inst, false); }
 
+/* y = pow(a, b), torch's derivative: da = where(b == 0, 0, dy (b pow(a, b -
+ * 1))), db = where(a == 0 and b >= 0, 0, dy (y ln a)); NaN where a < 0. */
+static void grad_pow(GradCtx *g, Inst *inst) {
+  Inst *a = inst->in[0], *b = inst->in[1], *zero = cnst(g, inst, 0);
+  if (wants(g, a)) {
+    Inst *p = mk2(g, OP_pow, inst, a, mk2(g, OP_sub, inst, b, cnst(g, inst, 1)));
+    Inst *t = mk2(g, OP_mul, inst, DY, mk2(g, OP_mul, inst, b, p));
+    accum(g, a, mk2(g, OP_where_false, inst, mk2(g, OP_eq, inst, b, zero), t));
+  }
+  if (wants(g, b)) {
+    Inst *m = mk2(g, OP_mul, inst, mk2(g, OP_eq, inst, a, zero), mk2(g, OP_ge, inst, b, zero));
+    Inst *t = mk2(g, OP_mul, inst, DY, mk2(g, OP_mul, inst, inst, mk1(g, OP_log, inst, a)));
+    accum(g, b, mk2(g, OP_where_false, inst, m, t));
+  }
+}
+
 /* y = clamp(x): dx = clamp_grad(x, dy), dy inside the bounds, 0 outside. */
 static void grad_clamp(GradCtx *g, Inst *inst) {
   Inst *in[2] = {X, DY};

@@ -107,6 +107,7 @@ static bool shard_where_true(const Inst *i, DimMap *m) { return elem(i, m, false
 static bool shard_where_false(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_maximum(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_minimum(const Inst *i, DimMap *m) { return elem(i, m, false); }
+static bool shard_pow(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_clamp(const Inst *i, DimMap *m) { return elem(i, m, false); }
 static bool shard_clamp_grad(const Inst *i, DimMap *m) { return elem(i, m, false); }
 

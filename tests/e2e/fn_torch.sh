@@ -4,7 +4,8 @@
 # comparisons, where, clamp, hardtanh, relu6, maximum, minimum, indexing and
 # slicing, integer arithmetic, where of i32 values, i32 values through relu,
 # abs, clamp, pow, hardtanh, relu6, maximum and minimum, gather, one_hot,
-# arange, cumsum, tril, triu)
+# arange, cumsum, tril, triu, pow with tensor exponents, clamp of f32
+# values with i32 tensor bounds)
 # against torch, value and gradient: dtc's loss sum(f(z) * t) through the
 # interpreter (loss_steps) against torch's terms f(z) * t in float64
 # (fn_torch.py). Skipped (status 77) when Debian's python3 has no torch.
@@ -136,6 +137,24 @@ check "sum(clamp(y * 2 - 3, min = y - 2, max = 3 - y) * z[:, 0] + sum(clamp(resh
       "torch.clamp(y * 2 - 3, y - 2, 3 - y) * z[:, 0] + (torch.clamp(y.view(6, 1), max=y[0:4].view(1, 4)) * z).sum(1)"
 check "sum(clamp(y - 1, min = z[:, 0]) * t[:, 0] + clamp(y, min = y - 1, max = z[:, 1] * 2) * t[:, 1])" \
       "torch.clamp(y - 1, min=z[:, 0]) * t[:, 0] + torch.clamp(y, y - 1, z[:, 1] * 2) * t[:, 1]"
+# pow with a tensor exponent, broadcasting, and a number base: the
+# derivative with respect to base and exponent; z (-3 to 3) to integer
+# powers t * 8 (0 to 7: 0^0 = 1 and its derivative 0); t (0 and 1 among
+# them) to relu(z) (0^0 and 0^3: their derivative with respect to the
+# exponent 0, as torch's, not 0 log 0)
+check "sum(pow(z * z + 1, t * 3 - 1) * t)" "torch.pow(z * z + 1, t * 3 - 1) * t"
+check "sum(pow(t + 0.5, z) * t + pow(t[0] + 0.25, z) * z)" \
+      "torch.pow(t + 0.5, z) * t + torch.pow(t[0] + 0.25, z) * z"
+check "sum(pow(z, t * 8) * t)" "torch.pow(z, t * 8) * t"
+check "sum(pow(t, relu(z)) * t)" "torch.pow(t, F.relu(z)) * t"
+check "sum(pow(2, z) * t + pow(0.5, z[0]) * t + pow(z * z + 0.5, 1.7) * t)" \
+      "torch.pow(2, z) * t + torch.pow(0.5, z[0]) * t + torch.pow(z * z + 0.5, 1.7) * t"
+# i32 to i32 powers stay i32 (0 to the power -1 is 0, as torch's int pow);
+# an f32 operand makes them f32; clamp of f32 values with i32 tensor bounds
+check "sum(pow(y, y - 1) * z[:, 0] + pow(2, y) * z[:, 1] + pow(z[:, 2], y) * t[:, 0] + pow(y, t[:, 1]) * z[:, 3])" \
+      "torch.pow(y, y - 1) * z[:, 0] + torch.pow(2, y) * z[:, 1] + torch.pow(z[:, 2], y) * t[:, 0] + torch.pow(y, t[:, 1]) * z[:, 3]"
+check "sum(clamp(z, min = reshape(y, [6, 1]) - 2) * t + clamp(z, y[0:4] - 3, t + y[0:4] - 2) * t)" \
+      "torch.clamp(z, min=y.view(6, 1) - 2) * t + torch.clamp(z, y[0:4] - 3, t + y[0:4] - 2) * t"
 # maximum and minimum: z and t tie at 0, 0.5 and 1, z and 0.5 z + 0.25 at
 # 0.5, where each side takes half the gradient, as torch's
 check "sum(maximum(z, t) * t + minimum(z, t[0]) * z + minimum(z, 0.5 * z + 0.25) * t)" \

@@ -129,6 +129,31 @@ static void extremum(Op op, const char *label) {
   gradcheck(&t, tm_op(&t, op, 2, a, b), label);
 }
 
+/* pow(a, b) of a [3, 4] in [0.5, 2] and b [4] in [-1.5, 1.5], broadcast:
+ * the derivative with respect to both; a number to b (b's only) and a
+ * negative a to a number that is an integer (a's only). */
+static void test_pow(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(3, 4)), *b = tm_param(&t, "b", F32(4));
+  fill_uniform(tm_data(&t, "a"), 12, 0.5, 2);
+  fill_uniform(tm_data(&t, "b"), 4, -1.5, 1.5);
+  gradcheck(&t, tm_op(&t, OP_pow, 2, a, b), "pow [3,4],[4]");
+}
+
+static void test_pow_base(void **s) {
+  (void)s;
+  Inst *b = tm_param(&t, "b", F32(3, 4));
+  fill_uniform(tm_data(&t, "b"), 12, -2, 2);
+  gradcheck(&t, tm_op(&t, OP_pow, 2, tm_const(&t, 2.5), b), "pow 2.5,[3,4]");
+}
+
+static void test_pow_odd(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(3, 4));
+  fill_uniform(tm_data(&t, "a"), 12, -2, -0.5);
+  gradcheck(&t, tm_op(&t, OP_pow, 2, a, tm_const(&t, -3)), "pow [3,4],-3");
+}
+
 static void test_maximum(void **s) { (void)s; extremum(OP_maximum, "maximum [3,4],[4]"); }
 static void test_minimum(void **s) { (void)s; extremum(OP_minimum, "minimum [3,4],[4]"); }
 
@@ -822,6 +847,7 @@ int main(void) {
     T(test_log), T(test_sqrt), T(test_tanh), T(test_sigmoid), T(test_gelu), T(test_gelu_tanh),
     T(test_relu), T(test_where), T(test_mask_mul), T(test_clamp), T(test_clamp_min),
     T(test_clamp_max), T(test_hardtanh), T(test_maximum), T(test_minimum),
+    T(test_pow), T(test_pow_base), T(test_pow_odd),
     T(test_sum), T(test_sum_keep), T(test_sum_all), T(test_sum_neg), T(test_mean),
     T(test_mean_keep), T(test_max), T(test_max_keep), T(test_matmul), T(test_matmul_ta),
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),

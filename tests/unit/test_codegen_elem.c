@@ -1,9 +1,10 @@
 /* test_codegen_elem.c: the elementwise ops of torch's functions (the
- * comparisons, where, clamp, maximum, minimum) compiled to objects, linked with
+ * comparisons, where, clamp, maximum, minimum, pow) compiled to objects, linked with
  * test_codegen_harness.c and libdtrt, and run: against the reference
  * interpreter (ct_run), and against a plain loop here, bit for bit, on
  * inputs that hold the edge cases (both zeros, infinities, NaN, the
  * threshold itself). */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +232,97 @@ static void extrema_train(void **state) {
   ct_free(&t);
 }
 
+/* ---- pow ---- */
+
+static const float pow_exps[] = {2.5f, -1.5f, 0.3f, 7, -3, 40, -40, INFINITY, -INFINITY, 0, 1e-3f};
+static const float pow_bases[] = {2, -2, 0.5f, 0, -0.0f, 1, -1, INFINITY, -INFINITY, 1e-3f};
+
+/* Output k of powers() for x: x to each exponent, each base to x, x to x. */
+static float pow_ref(int k, float x) {
+  int ne = COUNTOF(pow_exps), nb = COUNTOF(pow_bases);
+  return k < ne ? powf(x, pow_exps[k]) : k < ne + nb ? powf(pow_bases[k - ne], x) : powf(x, x);
+}
+
+/* Whether got is powf's want: the same bits, both NaN, or finite and
+ * within an ulp of it (powf and the generated loop each within about half
+ * an ulp of the true power); a denormal want as a zero of its sign, as a
+ * step flushes denormals (runtime/fp.c). */
+static bool pow_close(float got, float want) {
+  if (fabsf(want) < FLT_MIN)
+    want = copysignf(0, want);
+  if (same_bits(got, want) || (isnan(got) && isnan(want)))
+    return true;
+  float a = fabsf(want);
+  return isfinite(want) && isfinite(got) && fabsf(got - want) <= nextafterf(a, INFINITY) - a;
+}
+
+/* Outputs show NaN as 7, which the interpreter's comparison can take. */
+static void pow_check(int k, const float *x, const float *got, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float want = pow_ref(k, x[i]);
+    if (!pow_close(got[i], isnan(want) ? 7 : want))
+      fail_msg("output %d, element %lld (x = %.9g): %.9g, powf says %.9g", k, (long long)i,
+               x[i], got[i], want);
+  }
+}
+
+/* Zeros, infinities, NaN, +-1, tiny ones, the largest float, integers odd
+ * and even (2^24 and beyond all even), then magnitudes from 1.7^-20 to
+ * 1.7^19 of either sign, some of them integers. */
+static void pow_inputs(float *x, int64_t n) {
+  static const float edge[] = {0.0f,  -0.0f, INFINITY,   -INFINITY,   NAN,         1,
+                               -1,    0.5f,  -0.5f,      2,           -2,          3,
+                               -3,    1e-30f, -1e-30f,   3.4028235e38f, 1.17549435e-38f, 88.7f,
+                               1.0000001f, 0.99999994f, 16777216.0f, -16777218.0f, 1e10f, -7};
+  for (int64_t i = 0; i < n; i++)
+    x[i] = i < COUNTOF(edge) ? edge[i]
+           : i % 5 == 0      ? (float)(i % 2 ? -(i / 5) : i / 5)
+                             : (i % 2 ? -1 : 1) * powf(1.7f, (float)(i - 44));
+}
+
+static Inst *nan_as_7(CT *t, Inst *y) {
+  return where(t, ct_op(t, OP_ne, 2, y, y), ct_const(t, 7), y);
+}
+
+/* pow of x and numbers on either side, and of x and x, on the edge cases
+ * and magnitudes far apart: generated code within an ulp of powf (its
+ * special values bit for bit), and of the interpreter. */
+static void powers(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "powers");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, N), NULL);
+  int ne = COUNTOF(pow_exps), nb = COUNTOF(pow_bases);
+  for (int k = 0; k <= ne + nb; k++) {
+    Inst *y = k < ne        ? ct_op(&t, OP_pow, 2, x, ct_const(&t, pow_exps[k]))
+              : k < ne + nb ? ct_op(&t, OP_pow, 2, ct_const(&t, pow_bases[k - ne]), x)
+                            : ct_op(&t, OP_pow, 2, x, x);
+    ct_output(&t, nan_as_7(&t, y), arena_printf(t.a, "pow%d", k));
+  }
+  ct_run(&t, 0, pow_inputs, pow_check);
+  ct_free(&t);
+}
+
+/* A param through pow as base and as exponent, broadcasting, and a number
+ * to a param: the training steps' losses, params and momenta equal the
+ * interpreter's. */
+static void pow_train(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "ptrain");
+  Inst *x, *tg, *p, *q;
+  train_globals(&t, &x, &tg, &p, &q);
+  Inst *base = ct_op(&t, OP_add, 2, ct_op(&t, OP_sigmoid, 1, ct_op(&t, OP_mul, 2, p, x)),
+                     ct_const(&t, 0.5));
+  Inst *y = ct_op(&t, OP_pow, 2, base, q);
+  y = ct_op(&t, OP_add, 2, y, ct_op(&t, OP_pow, 2, ct_const(&t, 1.5), ct_op(&t, OP_mul, 2, q, x)));
+  ct_output(&t, y, "y");
+  ct_output(&t, ct_op(&t, OP_mse, 2, y, tg), "loss");
+  ct_train(&t, "sgd", 0.1);
+  ct_run(&t, 3, NULL, NULL);
+  ct_free(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(masks),
@@ -238,6 +330,8 @@ int main(void) {
       cmocka_unit_test(clamps),
       cmocka_unit_test(extrema),
       cmocka_unit_test(extrema_train),
+      cmocka_unit_test(powers),
+      cmocka_unit_test(pow_train),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
