@@ -111,6 +111,8 @@ typedef struct Type {
 
 int64_t type_elems(const Type *t);
 size_t dtype_size(DType dt);
+/* t's bytes: its elements times its dtype's size, as a double. */
+double type_bytes(const Type *t);
 const char *dtype_name(DType dt);
 bool type_eq(const Type *a, const Type *b);
 /* "f32[256,784]"; buf of at least 128 bytes. */

@@ -278,7 +278,7 @@ double comm_time(const Module *m, const Inst *c, const int *members, int k, int 
     return comm_cost(m, c->op, spmd_comm_bytes(c), b, pair, 2, method);
   }
   if (c->op == OP_all_reduce || c->op == OP_bcast)
-    bytes = (double)type_elems(&c->in[0]->type) * dtype_size(c->in[0]->type.dtype);
+    bytes = type_bytes(&c->in[0]->type);
   else if (c->op == OP_all_to_all)
     bytes = all_to_all_bytes(c, k);
   else

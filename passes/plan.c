@@ -62,10 +62,6 @@ typedef struct Family {
   bool (*seed)(Planner *p, int x, int rows, Sharding **A);
 } Family;
 
-static double bytes_of(const Type *t) {
-  return (double)type_elems(t) * (double)dtype_size(t->dtype);
-}
-
 static Sharding *form(Planner *p, int dim, int x) {
   Sharding *s = arena_alloc(p->m->arena, sizeof *s);
   memset(s, 0, sizeof *s);
@@ -667,7 +663,7 @@ static const Inst *most_saving_loop(const Planner *p) {
     for (int j = k + 1; j < p->step->inst.n; j++) {
       const Inst *o = p->step->inst.a[j];
       if (o->op == OP_repeat_out && o->in[0] == r && ir_get_int(o, "index", 0) > 0)
-        saved += (double)type_elems(&o->type) * dtype_size(o->type.dtype);
+        saved += type_bytes(&o->type);
     }
     if (!best || saved > most)
       best = r, most = saved;
@@ -1322,7 +1318,7 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step,
     for (int g = 0; g < copy->global.n; g++)
       if (copy->global.a[g].kind != G_INPUT) {
         Type t = ir_global_type_on(copy, &copy->global.a[g], dev);
-        need[dev] += bytes_of(&t);
+        need[dev] += type_bytes(&t);
       }
     int64_t work = 0, staged = 0;   /* as codegen/memory.c counts them */
     for (int k = 0; k < copy->func.n; k++) {

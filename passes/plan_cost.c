@@ -41,10 +41,6 @@ static unsigned work_mask(const Module *m, const Sharding *s, const Type *t) {
   return split_mask(s, t) | ir_partial_axes(m, s, t->rank);
 }
 
-static double bytes_of(const Type *t) {
-  return (double)type_elems(t) * (double)dtype_size(t->dtype);
-}
-
 /* The index of axis *x where sharding s of t places a dimension whole (its
  * ratios one device's alone: a table on one device, `on dp[1]`); -1: none. */
 static int placed_at(const Planner *p, const Sharding *s, const Type *t, int *x) {
@@ -121,7 +117,7 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
     Type local;
     if (st->op == OP_all_reduce) {
       ir_local_type(m, &st->before, &x->type, d, &local, NULL);
-      bytes = bytes_of(&local);
+      bytes = type_bytes(&local);
     } else if (st->op == OP_all_to_all) {
       bytes = shard_step_bytes(m, &x->type, st);
     } else {   /* each member's block along the split dimension */
@@ -129,7 +125,7 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
       ir_local_type(m, split, &x->type, d, &local, NULL);
       ir_dim_blocks(m, x->type.dim[st->dim], split->ratio[st->dim], k, len);
       local.dim[st->dim] = 1;
-      double unit = bytes_of(&local);
+      double unit = type_bytes(&local);
       for (int j = 0; j < k; j++)
         b[j] = (double)len[j] * unit;
     }
@@ -195,7 +191,7 @@ static void attention_cost(Planner *p, Est *e, const Inst *i, const Sharding *ke
     Type local;
     ir_local_type(p->m, keys, t, d, &local, NULL);
     local.dim[2] = most;
-    worst = fmax(worst, ring_time(p->m, i->op, causal, bytes_of(&local), members, k));
+    worst = fmax(worst, ring_time(p->m, i->op, causal, type_bytes(&local), members, k));
   }
   free(members);
   free(len);
@@ -324,9 +320,9 @@ static bool redoes(const Planner *p, const Inst *r) {
  * carried value, in place of the values its backward reads. */
 static double held(const Planner *p, const Inst *i) {
   if (i->op != OP_repeat_out || i->in[0] != p->remat || ir_get_int(i, "index", 0) < 1)
-    return bytes_of(&i->type);
+    return type_bytes(&i->type);
   return ir_get_int(i, "index", 0) > 1 ? 0 : (double)ir_get_int(p->remat, "n", 1) *
-                                             bytes_of(&p->remat->in[0]->type);
+                                             type_bytes(&p->remat->in[0]->type);
 }
 
 static void live_walk(Planner *p, const Func *f, const double *g, double *peak);
@@ -348,7 +344,7 @@ static void loop_scratch(Planner *p, const Inst *r, bool in_step, double *sc) {
     sc[M] = (sc[M] + redo[M]) * part;
   for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
     const Inst *x = r->in[k];
-    sc[split_mask(x->shard, &x->type)] += carried * bytes_of(&x->type);
+    sc[split_mask(x->shard, &x->type)] += carried * type_bytes(&x->type);
   }
 }
 
@@ -437,9 +433,9 @@ static void memory_points(Planner *p, Est *e) {
     const Global *gl = &m->global.a[k];
     int x = -1, at = gl->kind == G_INPUT ? -1 : placed_at(p, gl->shard, &gl->type, &x);
     for (int d = 0; at >= 0 && d < p->ndev; d++)   /* a table and its state on one device */
-      p->placed_mem[d] += p->coord[d * IR_MAX_MESH_AXES + x] == at ? bytes_of(&gl->type) : 0;
+      p->placed_mem[d] += p->coord[d * IR_MAX_MESH_AXES + x] == at ? type_bytes(&gl->type) : 0;
     if (at < 0)
-      g[gl->kind == G_INPUT ? 0 : split_mask(gl->shard, &gl->type)] += bytes_of(&gl->type);
+      g[gl->kind == G_INPUT ? 0 : split_mask(gl->shard, &gl->type)] += type_bytes(&gl->type);
     note_len(p, e, gl->shard, &gl->type);
   }
   p->mem.n = 0;
@@ -484,7 +480,7 @@ static double axis_cost(Planner *p, Op op, int x, int from, const Type *t, const
     ir_mesh_group(p->mesh, d, x, members);
     Type local;
     ir_local_type(p->m, s, t, members[op == OP_send ? from : k - 1], &local, NULL);
-    double part = bytes_of(&local) / mb;
+    double part = type_bytes(&local) / mb;
     worst = fmax(worst, op == OP_send ? comm_cost(p->m, op, part, none, members + from, 2, 0)
                                       : comm_cost(p->m, op, part, none, members, k, 0));
   }

@@ -747,8 +747,7 @@ static void report_state(FILE *out, const Module *m, int ndev) {
   char dn[64];
   for (int g = 0; g < m->global.n; g++)
     if (m->global.a[g].kind == G_STATE)
-      whole += (double)dtype_size(m->global.a[g].type.dtype) *
-               (double)type_elems(&m->global.a[g].type);
+      whole += type_bytes(&m->global.a[g].type);
   fprintf(out, "optimizer state split over %s (shard_state), of ",
           m->mesh.a[0].axis_name[m->state_axis]);
   print_size(out, whole);
@@ -758,7 +757,7 @@ static void report_state(FILE *out, const Module *m, int ndev) {
     for (int g = 0; g < m->global.n; g++)
       if (m->global.a[g].kind == G_STATE) {
         Type t = ir_global_type_on(m, &m->global.a[g], dev);
-        b += (double)dtype_size(t.dtype) * (double)type_elems(&t);
+        b += type_bytes(&t);
       }
     fprintf(out, "%s %s ", dev ? "," : "", spmd_device_name(m, dev, dn, sizeof dn));
     print_size(out, b);
