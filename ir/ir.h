@@ -576,6 +576,8 @@ DtSchedule ir_schedule(const Inst *lr);
  * ties to the lower index. NULL: even, n / k each and one more for the first
  * n % k (the same rule with equal ratios). */
 void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes);
+/* s splitting nothing: every dimension whole, no ratios, no partial sum, mesh 0. */
+void ir_shard_whole(Sharding *s);
 /* Whether ratios of k devices place the whole dimension on one of them (1 on
  * it, 0 on the others: a table-wise table, docs/LANGUAGE.md): the one index
  * ratios may be 0 in, the others' blocks empty; -1 otherwise. */

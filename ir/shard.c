@@ -39,6 +39,11 @@ void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes) {
   }
 }
 
+void ir_shard_whole(Sharding *s) {
+  memset(s, 0, sizeof *s);
+  memset(s->axis, -1, sizeof s->axis);
+}
+
 int ir_placed(const double *ratio, int k) {
   int at = -1;
   for (int c = 0; ratio && c < k; c++) {

@@ -64,9 +64,7 @@ typedef struct Family {
 
 static Sharding *form(Planner *p, int dim, int x) {
   Sharding *s = arena_alloc(p->m->arena, sizeof *s);
-  memset(s, 0, sizeof *s);
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    s->axis[d] = -1;
+  ir_shard_whole(s);
   if (dim >= 0)
     s->axis[dim] = (int8_t)x;
   return s;

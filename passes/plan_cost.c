@@ -451,9 +451,7 @@ static void memory_points(Planner *p, Est *e) {
 static Sharding loop_operand(const Inst *r, int k) {
   const Inst *a = ir_func_arg(ir_repeat_body(r), k);
   Sharding s;
-  memset(&s, 0, sizeof s);
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    s.axis[d] = -1;
+  ir_shard_whole(&s);
   if (!a->shard)
     return s;
   if (ir_repeat_operand_kind(r, k) != 2)
@@ -552,9 +550,7 @@ static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
 static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry) {
   Module *m = p->m;
   Sharding whole;
-  memset(&whole, 0, sizeof whole);
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    whole.axis[d] = -1;
+  ir_shard_whole(&whole);
   int nout = 0;
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *i = f->inst.a[k];

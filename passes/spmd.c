@@ -582,8 +582,7 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
   }
   Ctx c = {.m = m, .d = d};
   c.scalar = arena_alloc(m->arena, sizeof *c.scalar);
-  for (int k = 0; k < IR_MAX_RANK; k++)
-    c.scalar->axis[k] = -1;
+  ir_shard_whole(c.scalar);
   int nold = m->func.n;
   Func **old = arena_alloc(m->arena, sizeof *old * (size_t)(nold + 1));
   memcpy(old, m->func.a, sizeof *old * (size_t)nold);
