@@ -589,6 +589,8 @@ void ir_dim_blocks(const Module *m, int64_t n, const double *ratio, int k, int64
 /* The default count of pieces of a deterministic step: the largest divisor
  * of the batch from 2 to 8; 0 when there is none. */
 int ir_det_pieces(int64_t batch);
+/* The devices of m's mesh: the product of its axes' sizes; 1 without a mesh. */
+int ir_mesh_devices(const Module *m);
 /* The coordinates of mesh position `device` (= rank; row-major, the last axis
  * varies fastest). */
 void ir_mesh_coords(const Mesh *mesh, int device, int coord[IR_MAX_MESH_AXES]);

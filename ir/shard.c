@@ -73,6 +73,13 @@ void ir_dim_blocks(const Module *m, int64_t n, const double *ratio, int k, int64
     sizes[c] *= n / g;
 }
 
+int ir_mesh_devices(const Module *m) {
+  int n = 1;
+  for (int a = 0; m->mesh.n && a < m->mesh.a[0].naxis; a++)
+    n *= m->mesh.a[0].axis_size[a];
+  return n;
+}
+
 void ir_mesh_coords(const Mesh *mesh, int device, int coord[IR_MAX_MESH_AXES]) {
   for (int a = mesh->naxis - 1; a >= 0; a--) {
     coord[a] = device % mesh->axis_size[a];

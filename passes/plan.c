@@ -1184,21 +1184,13 @@ static bool user_ratios(const Module *m) {
   return false;
 }
 
-/* The devices of m's mesh; 1 without one. */
-static int mesh_devices(const Module *m) {
-  int n = 1;
-  for (int x = 0; m->mesh.n && x < m->mesh.a[0].naxis; x++)
-    n *= m->mesh.a[0].axis_size[x];
-  return n;
-}
-
 /* `exchange = auto` where it cannot choose: on a model that is not
  * trained, in deterministic mode, without a mesh or a cluster, or where the
  * parallel block fixes a layout that splits no input's batch; as
  * passes/comm.c's errors for bf16. False after an error. */
 static bool exchange_applies(const Module *m, Diag *d) {
   /* a mesh of one device (an elastic build's smallest) exchanges nothing */
-  bool batch = m->plan == PLAN_AUTO || mesh_devices(m) == 1;
+  bool batch = m->plan == PLAN_AUTO || ir_mesh_devices(m) == 1;
   for (int g = 0; g < m->global.n && !batch; g++) {
     const Global *gl = &m->global.a[g];
     batch = gl->kind == G_INPUT && gl->shard && gl->type.rank > 0 && gl->shard->axis[0] >= 0;
@@ -1256,7 +1248,7 @@ static void choose_exchange(Module *m, PassRun *run) {
       m->state_axis = x->state >= 0 ? x->state : axis;
       if (!plan_trial(m, run, need, &x->step, &x->bytes))
         x->step = INFINITY;
-      for (int dev = 0; dev < mesh_devices(m) && x->step < INFINITY; dev++) {
+      for (int dev = 0; dev < ir_mesh_devices(m) && x->step < INFINITY; dev++) {
         double mem = (double)m->cluster->dev.a[mesh->dev[dev]].mem;
         x->over |= mem > 0 && need[dev] > mem;
       }
@@ -1310,7 +1302,7 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step,
       ok = pass_table[k].run(copy, &quiet, NULL) && !quiet.nerr;
     after |= !strcmp(pass_table[k].name, "plan");
   }
-  int ndev = ok ? mesh_devices(copy) : 0;
+  int ndev = ok ? ir_mesh_devices(copy) : 0;
   for (int dev = 0; dev < ndev; dev++) {
     need[dev] = 0;
     for (int g = 0; g < copy->global.n; g++)

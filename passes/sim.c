@@ -46,15 +46,6 @@ static const Func *dev_func(const Module *m, int device) {
   return NULL;
 }
 
-static int dev_count(const Module *m) {
-  if (!m->mesh.n)
-    return 1;
-  int n = 1;
-  for (int a = 0; a < m->mesh.a[0].naxis; a++)
-    n *= m->mesh.a[0].axis_size[a];
-  return n;
-}
-
 /* The cluster device of mesh position d; NULL without a cluster. */
 static const Device *cluster_dev(const Module *m, int d) {
   if (!m->cluster || !m->cluster->dev.n)
@@ -401,7 +392,7 @@ static bool same_collective(const Inst *a, const Inst *b) {
 }
 
 double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
-  int n = dev_count(m);
+  int n = ir_mesh_devices(m);
   Walker *w = calloc((size_t)n, sizeof *w);
   SimDev *sd = r ? arena_alloc(m->arena, (size_t)n * sizeof *sd) : calloc((size_t)n, sizeof *sd);
   int members[SHARD_MAX_AXIS];
@@ -564,7 +555,7 @@ double sim_trace_json(FILE *out, const Module *m, SimResult *r) {
   Trace t = {out, 0};
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", out);
   double step = sim_run(m, r, trace_event, &t);
-  int n = dev_count(m);
+  int n = ir_mesh_devices(m);
   for (int d = 0; d < n; d++) {
     const Device *dv = cluster_dev(m, d);
     char name[160];

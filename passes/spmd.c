@@ -540,10 +540,7 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
   (void)run;
   if (m->mesh.n == 0)
     return true;
-  const Mesh *mesh = &m->mesh.a[0];
-  int ndev = 1, nerr = d->nerr;
-  for (int a = 0; a < mesh->naxis; a++)
-    ndev *= mesh->axis_size[a];
+  int ndev = ir_mesh_devices(m), nerr = d->nerr;
   const char *names[] = {"train_step", "forward"};
   Func **fns = arena_alloc(m->arena, sizeof *fns * (size_t)(m->func.n + 1));
   Inst **by = arena_alloc(m->arena, sizeof *by * (size_t)(m->func.n + 1));
@@ -769,9 +766,7 @@ void spmd_report(FILE *out, const Module *m) {
   if (!m->mesh.n)
     return;
   const Mesh *mesh = &m->mesh.a[0];
-  int ndev = 1;
-  for (int a = 0; a < mesh->naxis; a++)
-    ndev *= mesh->axis_size[a];
+  int ndev = ir_mesh_devices(m);
   char b1[256], b2[128], dn[64];
   fprintf(out, "sharding plan of %s on mesh %s[", m->name, mesh->name);
   for (int a = 0; a < mesh->naxis; a++)
