@@ -656,20 +656,32 @@ static void estimate(Planner *p, Est *e) {
 
 /* ---- the step and the bounds ---- */
 
-/* Device d's seconds in segment s under R. */
-static double seg_time(const Planner *p, const Est *e, int s, int d, const Ratios R) {
-  double t = 0;
+/* v, seconds or bytes that scale with the ratios of the axes in M, on
+ * device d under R: into *c1 as a multiple of d's ratio on axis x where M
+ * has x, else into *c0. */
+static void add_term(const Planner *p, int d, int x, unsigned M, double v, const Ratios R,
+                     double *c0, double *c1) {
+  if (x >= 0 && M >> x & 1)
+    *c1 += v * plan_share(p, d, M & ~(1u << x), R);
+  else
+    *c0 += v * plan_share(p, d, M, R);
+}
+
+/* Device d's seconds in segment s: c0 + c1 r, with r its ratio on axis x
+ * (x < 0: all in c0). */
+static void seg_terms(const Planner *p, const Est *e, int s, int d, int x, const Ratios R,
+                      double *c0, double *c1) {
+  *c0 = *c1 = 0;
   for (unsigned M = next_mask(e, s, -1); M < NMASK; M = next_mask(e, s, (int)M)) {
-    double x = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
-    if (x)
-      t += x * (M ? plan_share(p, d, M, R) : 1);
+    double t = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
+    if (t)
+      add_term(p, d, x, M, t, R, c0, c1);
   }
   for (int k = 0; k < e->nplaced; k++) {
     const Placed *pl = &e->placed[k];
     if (pl->seg == s && p->coord[d * IR_MAX_MESH_AXES + pl->x] == pl->i)
-      t += pl->t[p->cls[d]] * plan_share(p, d, pl->M, R);
+      add_term(p, d, x, pl->M, pl->t[p->cls[d]], R, c0, c1);
   }
-  return t;
 }
 
 double plan_step(const Planner *p, const Est *e, const Ratios R, double *busy) {
@@ -683,7 +695,8 @@ double plan_step(const Planner *p, const Est *e, const Ratios R, double *busy) {
     for (int c = 0; px >= 0 && c < p->size[px]; c++)
       stage[c] = 0;
     for (int d = 0; d < p->ndev; d++) {
-      double x = seg_time(p, e, s, d, R);
+      double x, none;
+      seg_terms(p, e, s, d, -1, R, &x, &none);
       worst = fmax(worst, x);
       if (px >= 0) {
         double *st = &stage[p->coord[d * IR_MAX_MESH_AXES + px]];
@@ -705,15 +718,9 @@ double plan_step(const Planner *p, const Est *e, const Ratios R, double *busy) {
 static void point_terms(const Planner *p, const Est *e, int t, int d, int x, const Ratios R,
                         double *c0, double *c1) {
   *c0 = *c1 = 0;
-  for (unsigned M = 0; M < NMASK; M++) {
-    double b = e->mem[(size_t)t * NMASK + M];
-    if (!b)
-      continue;
-    if (x >= 0 && M >> x & 1)
-      *c1 += b * plan_share(p, d, M & ~(1u << x), R);
-    else
-      *c0 += b * plan_share(p, d, M, R);
-  }
+  for (unsigned M = 0; M < NMASK; M++)
+    if (e->mem[(size_t)t * NMASK + M])
+      add_term(p, d, x, M, e->mem[(size_t)t * NMASK + M], R, c0, c1);
 }
 
 double plan_memory(const Planner *p, const Est *e, const Ratios R, int d) {
@@ -877,26 +884,7 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
   for (int s = 0; s < e->nseg; s++) {
     bool any = false;
     for (int d = 0; d < p->ndev; d++) {
-      c0[d] = c1[d] = 0;
-      for (unsigned M = next_mask(e, s, -1); M < NMASK; M = next_mask(e, s, (int)M)) {
-        double t = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
-        if (!t)
-          continue;
-        if (M >> x & 1)
-          c1[d] += t * plan_share(p, d, M & ~(1u << x), R);
-        else
-          c0[d] += t * (M ? plan_share(p, d, M, R) : 1);
-      }
-      for (int k = 0; k < e->nplaced; k++) {
-        const Placed *pl = &e->placed[k];
-        if (pl->seg != s || p->coord[d * IR_MAX_MESH_AXES + pl->x] != pl->i)
-          continue;
-        double t = pl->t[p->cls[d]];
-        if (pl->M >> x & 1)
-          c1[d] += t * plan_share(p, d, pl->M & ~(1u << x), R);
-        else
-          c0[d] += t * plan_share(p, d, pl->M, R);
-      }
+      seg_terms(p, e, s, d, x, R, &c0[d], &c1[d]);
       any |= c1[d] > 0;
     }
     if (!any)
