@@ -234,6 +234,13 @@ static void use(Planner *p, const Cand *c) {
   p->m->exchange = c->wire;
 }
 
+/* Candidate c of family fam (on its first axis) in one micro-batch, with
+ * the parallel block's optimizer state, attention and gradient exchange. */
+static void blank(const Planner *p, Cand *c, int fam) {
+  *c = (Cand){.fam = {fam}, .mb = 1, .state = p->user_state, .heads = p->user_heads,
+              .wire = p->user_wire};
+}
+
 static void unuse(Planner *p) {
   p->state = p->user_state;
   p->m->attn_heads = p->user_heads;
@@ -452,12 +459,9 @@ static int candidates(Search *s, Cand *cand) {
     if (p->naxis == 1)   /* the rest of the inputs whole */
       inputs_whole(p, A);
     Cand *cd = &cand[nc++];
-    memset(cd, 0, sizeof *cd);
+    blank(p, cd, 0);
     cd->id = nc - 1;
     unuse(p);
-    cd->state = p->user_state;
-    cd->heads = p->user_heads;
-    cd->wire = p->user_wire;
     memcpy(cd->fam, fam, sizeof fam);
     Est e;
     int mbs[IR_MAX_MICROBATCHES + 1], nmb = 1;
@@ -539,7 +543,6 @@ static PlanInfo *record(Planner *p, Sharding **A, const Ratios R, double step, d
                         const PlanInfo *base) {
   Module *m = p->m;
   PlanInfo *pi = arena_alloc(m->arena, sizeof *pi);
-  memset(pi, 0, sizeof *pi);
   if (base)
     *pi = *base;
   pi->k = p->ndev;
@@ -971,27 +974,18 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   seen_best = s.seen.a[s.seen.n - 1];
   PlanInfo conf = {.block = plan_evaluate(p, block_forms(p), true, R, &e)};
   Cand *simple = &cand[nc], *dp = p->naxis == 1 ? &cand[nc + 1] : NULL;
-  memset(simple, 0, sizeof *simple * 2);
-  simple->fam[0] = F_EVEN;
-  simple->state = p->user_state;
-  simple->heads = p->user_heads;
-  simple->wire = p->user_wire;
+  blank(p, simple, F_EVEN);
   simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
   for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
     if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
         (p->naxis < 3 || cand[c].fam[2] == F_KEEP))
       simple->forms = cand[c].forms, memcpy(simple->fam, cand[c].fam, sizeof simple->fam);
-  simple->mb = 1;
   try_bf16(&s, simple, p->naxis == 1);
   settle(&s, simple, p->naxis == 1);
   conf.simple_ruled_out = !p->propagated;
   if (dp) {
+    blank(p, dp, F_DP);
     dp->forms = dp_forms(p);
-    dp->fam[0] = F_DP;
-    dp->mb = 1;
-    dp->state = p->user_state;
-    dp->heads = p->user_heads;
-    dp->wire = p->user_wire;
     try_bf16(&s, dp, false);
     settle(&s, dp, false);
   }
@@ -1008,20 +1002,16 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     }
     settle(&s, &cand[nf], false);
   }
-  double least = fmin(simple->est, dp ? dp->est : INFINITY);
-  for (int c = 0; c < nf; c++)
-    least = fmin(least, cand[c].est);
-  for (int c = 0; c < nt; c++)
-    least = fmin(least, twin[c].est);
   Cand *con[2 * NFINAL + 2];
   int ncon = 0, rivals = 0;
+  double least = INFINITY;
   con[ncon++] = simple;
   if (dp)
     con[ncon++] = dp;
-  for (int c = 0; c < nf; c++)
-    con[ncon++] = &cand[c];
-  for (int c = 0; c < nt; c++)
-    con[ncon++] = &twin[c];
+  for (int c = 0; c < nf + nt; c++)
+    con[ncon++] = c < nf ? &cand[c] : &twin[c - nf];
+  for (int c = 0; c < ncon; c++)
+    least = fmin(least, con[c]->est);
   for (int c = 0; c < ncon; c++) {   /* an earlier contender of the same forms stands for it */
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&

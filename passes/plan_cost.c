@@ -281,7 +281,6 @@ static void place(Planner *p, Est *e, const double *was, int x, int at) {
         continue;
       if (!t) {
         t = arena_alloc(p->m->arena, sizeof *t * (size_t)p->nclass);
-        memset(t, 0, sizeof *t * (size_t)p->nclass);
         vec_push(p->m->arena, &p->placed, ((Placed){e->nseg - 1, x, at, M, t}));
       }
       t[q] = dt;
@@ -1105,8 +1104,6 @@ bool plan_init(Planner *p, Module *m) {
   int ng = m->global.n;
   p->stacked = arena_alloc(a, sizeof *p->stacked * (size_t)(ng + 1));
   p->table = arena_alloc(a, sizeof *p->table * (size_t)(ng + 1));
-  memset(p->stacked, 0, sizeof *p->stacked * (size_t)(ng + 1));
-  memset(p->table, 0, sizeof *p->table * (size_t)(ng + 1));
   for (int k = 0; k < p->step->inst.n; k++) {
     const Inst *r = p->step->inst.a[k];
     for (int j = 0; r->op == OP_repeat && j < r->nin; j++)
