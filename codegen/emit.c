@@ -141,10 +141,7 @@ int cg_devices(const Module *m) {
     spmd |= m->func.a[k]->device >= 0;
   if (!spmd)
     return 0;
-  int n = 1;
-  for (int a = 0; a < m->mesh.a[0].naxis; a++)
-    n *= m->mesh.a[0].axis_size[a];
-  return n;
+  return ir_mesh_devices(m);
 }
 
 Func *cg_device_func(const Module *m, const char *name, int dev) {

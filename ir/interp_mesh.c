@@ -52,9 +52,7 @@ InterpMesh *interp_mesh_new(Module *m) {
   DTC_ASSERT(s);
   s->m = m;
   s->mesh = &m->mesh.a[0];
-  s->ndev = 1;
-  for (int a = 0; a < s->mesh->naxis; a++)
-    s->ndev *= s->mesh->axis_size[a];
+  s->ndev = ir_mesh_devices(m);
   s->dev = calloc((size_t)s->ndev, sizeof *s->dev);
   DTC_ASSERT(s->dev);
   for (int d = 0; d < s->ndev; d++)

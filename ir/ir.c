@@ -19,6 +19,8 @@ int64_t type_elems(const Type *t) {
 
 size_t dtype_size(DType dt) { return dt == DT_VOID ? 0 : 4; }
 
+double type_bytes(const Type *t) { return (double)type_elems(t) * (double)dtype_size(t->dtype); }
+
 TileRead type_tile_read(const Type *s, const Type *o) {
   int64_t n = s->rank ? s->dim[s->rank - 1] : 1, e = type_elems(o);
   if (e == 1)

@@ -111,6 +111,8 @@ typedef struct Type {
 
 int64_t type_elems(const Type *t);
 size_t dtype_size(DType dt);
+/* t's bytes: its elements times its dtype's size, as a double. */
+double type_bytes(const Type *t);
 const char *dtype_name(DType dt);
 bool type_eq(const Type *a, const Type *b);
 /* "f32[256,784]"; buf of at least 128 bytes. */
@@ -574,6 +576,8 @@ DtSchedule ir_schedule(const Inst *lr);
  * ties to the lower index. NULL: even, n / k each and one more for the first
  * n % k (the same rule with equal ratios). */
 void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes);
+/* s splitting nothing: every dimension whole, no ratios, no partial sum, mesh 0. */
+void ir_shard_whole(Sharding *s);
 /* Whether ratios of k devices place the whole dimension on one of them (1 on
  * it, 0 on the others: a table-wise table, docs/LANGUAGE.md): the one index
  * ratios may be 0 in, the others' blocks empty; -1 otherwise. */
@@ -585,6 +589,8 @@ void ir_dim_blocks(const Module *m, int64_t n, const double *ratio, int k, int64
 /* The default count of pieces of a deterministic step: the largest divisor
  * of the batch from 2 to 8; 0 when there is none. */
 int ir_det_pieces(int64_t batch);
+/* The devices of m's mesh: the product of its axes' sizes; 1 without a mesh. */
+int ir_mesh_devices(const Module *m);
 /* The coordinates of mesh position `device` (= rank; row-major, the last axis
  * varies fastest). */
 void ir_mesh_coords(const Mesh *mesh, int device, int coord[IR_MAX_MESH_AXES]);

@@ -633,9 +633,8 @@ static bool parse_shard(Parser *p, int rank, Sharding **out) {
   }
   const Mesh *mesh = &p->m->mesh.a[mi];
   Sharding *s = arena_alloc(p->a, sizeof *s);
+  ir_shard_whole(s);
   s->mesh = mi;
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    s->axis[d] = -1;
   Loc open = p->tok.loc;
   if (!expect(p, '['))
     return false;

@@ -39,6 +39,11 @@ void ir_blocks(int64_t n, const double *ratio, int k, int64_t *sizes) {
   }
 }
 
+void ir_shard_whole(Sharding *s) {
+  memset(s, 0, sizeof *s);
+  memset(s->axis, -1, sizeof s->axis);
+}
+
 int ir_placed(const double *ratio, int k) {
   int at = -1;
   for (int c = 0; ratio && c < k; c++) {
@@ -66,6 +71,13 @@ void ir_dim_blocks(const Module *m, int64_t n, const double *ratio, int k, int64
   ir_blocks(g, ratio, k, sizes);
   for (int c = 0; c < k; c++)
     sizes[c] *= n / g;
+}
+
+int ir_mesh_devices(const Module *m) {
+  int n = 1;
+  for (int a = 0; m->mesh.n && a < m->mesh.a[0].naxis; a++)
+    n *= m->mesh.a[0].axis_size[a];
+  return n;
 }
 
 void ir_mesh_coords(const Mesh *mesh, int device, int coord[IR_MAX_MESH_AXES]) {

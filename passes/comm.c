@@ -278,7 +278,7 @@ double comm_time(const Module *m, const Inst *c, const int *members, int k, int 
     return comm_cost(m, c->op, spmd_comm_bytes(c), b, pair, 2, method);
   }
   if (c->op == OP_all_reduce || c->op == OP_bcast)
-    bytes = (double)type_elems(&c->in[0]->type) * dtype_size(c->in[0]->type.dtype);
+    bytes = type_bytes(&c->in[0]->type);
   else if (c->op == OP_all_to_all)
     bytes = all_to_all_bytes(c, k);
   else
@@ -381,9 +381,8 @@ static bool set_exchange(Module *m, Diag *d, const PassRun *run) {
     if (fn->device >= 0 && !fn->body && ir_func_is(fn, "train_step"))
       n += mark_exchange(m, fn, axes, m->exchange);
   }
-  int ndev = 1;   /* a mesh of one device (an elastic build's smallest) exchanges nothing */
-  for (int x = 0; m->mesh.n && x < m->mesh.a[0].naxis; x++)
-    ndev *= m->mesh.a[0].axis_size[x];
+  int ndev = ir_mesh_devices(m);   /* a mesh of one device (an elastic build's smallest)
+                                     exchanges nothing */
   if (!n && (run || !m->mesh.n) && !(m->mesh.n && ndev == 1)) {
     diag_error(d, m->exchange_loc,
                "exchange = %s applies to the sum of gradients over a "

@@ -188,9 +188,6 @@ void plan_report(FILE *out, const Module *m, const PlanInfo *pi);
  * collectives (spmd_step_bytes). From the passes after plan run on a copy of
  * m (its IR text parsed back); false when they fail. */
 bool plan_trial(const Module *m, const PassRun *run, double *need, double *step, double *bytes);
-/* plan auto on a mesh of two or three axes (plan_mesh.c); its record into
- * run->plan. */
-bool plan_mesh(Module *m, Diag *d, PassRun *run);
 
 /* ---- forms.c ---------------------------------------------------------- */
 

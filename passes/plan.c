@@ -62,15 +62,9 @@ typedef struct Family {
   bool (*seed)(Planner *p, int x, int rows, Sharding **A);
 } Family;
 
-static double bytes_of(const Type *t) {
-  return (double)type_elems(t) * (double)dtype_size(t->dtype);
-}
-
 static Sharding *form(Planner *p, int dim, int x) {
   Sharding *s = arena_alloc(p->m->arena, sizeof *s);
-  memset(s, 0, sizeof *s);
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    s->axis[d] = -1;
+  ir_shard_whole(s);
   if (dim >= 0)
     s->axis[dim] = (int8_t)x;
   return s;
@@ -238,6 +232,13 @@ static void use(Planner *p, const Cand *c) {
   p->state = c->state;
   p->m->attn_heads = c->heads;
   p->m->exchange = c->wire;
+}
+
+/* Candidate c of family fam (on its first axis) in one micro-batch, with
+ * the parallel block's optimizer state, attention and gradient exchange. */
+static void blank(const Planner *p, Cand *c, int fam) {
+  *c = (Cand){.fam = {fam}, .mb = 1, .state = p->user_state, .heads = p->user_heads,
+              .wire = p->user_wire};
 }
 
 static void unuse(Planner *p) {
@@ -458,12 +459,9 @@ static int candidates(Search *s, Cand *cand) {
     if (p->naxis == 1)   /* the rest of the inputs whole */
       inputs_whole(p, A);
     Cand *cd = &cand[nc++];
-    memset(cd, 0, sizeof *cd);
+    blank(p, cd, 0);
     cd->id = nc - 1;
     unuse(p);
-    cd->state = p->user_state;
-    cd->heads = p->user_heads;
-    cd->wire = p->user_wire;
     memcpy(cd->fam, fam, sizeof fam);
     Est e;
     int mbs[IR_MAX_MICROBATCHES + 1], nmb = 1;
@@ -545,7 +543,6 @@ static PlanInfo *record(Planner *p, Sharding **A, const Ratios R, double step, d
                         const PlanInfo *base) {
   Module *m = p->m;
   PlanInfo *pi = arena_alloc(m->arena, sizeof *pi);
-  memset(pi, 0, sizeof *pi);
   if (base)
     *pi = *base;
   pi->k = p->ndev;
@@ -667,7 +664,7 @@ static const Inst *most_saving_loop(const Planner *p) {
     for (int j = k + 1; j < p->step->inst.n; j++) {
       const Inst *o = p->step->inst.a[j];
       if (o->op == OP_repeat_out && o->in[0] == r && ir_get_int(o, "index", 0) > 0)
-        saved += (double)type_elems(&o->type) * dtype_size(o->type.dtype);
+        saved += type_bytes(&o->type);
     }
     if (!best || saved > most)
       best = r, most = saved;
@@ -977,27 +974,18 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
   seen_best = s.seen.a[s.seen.n - 1];
   PlanInfo conf = {.block = plan_evaluate(p, block_forms(p), true, R, &e)};
   Cand *simple = &cand[nc], *dp = p->naxis == 1 ? &cand[nc + 1] : NULL;
-  memset(simple, 0, sizeof *simple * 2);
-  simple->fam[0] = F_EVEN;
-  simple->state = p->user_state;
-  simple->heads = p->user_heads;
-  simple->wire = p->user_wire;
+  blank(p, simple, F_EVEN);
   simple->forms = p->naxis == 1 ? dp_forms(p) : NULL;
   for (int c = 0; c < nc && !simple->forms; c++)   /* more axes: the block's forms */
     if (cand[c].fam[0] == F_KEEP && cand[c].fam[1] == F_KEEP &&
         (p->naxis < 3 || cand[c].fam[2] == F_KEEP))
       simple->forms = cand[c].forms, memcpy(simple->fam, cand[c].fam, sizeof simple->fam);
-  simple->mb = 1;
   try_bf16(&s, simple, p->naxis == 1);
   settle(&s, simple, p->naxis == 1);
   conf.simple_ruled_out = !p->propagated;
   if (dp) {
+    blank(p, dp, F_DP);
     dp->forms = dp_forms(p);
-    dp->fam[0] = F_DP;
-    dp->mb = 1;
-    dp->state = p->user_state;
-    dp->heads = p->user_heads;
-    dp->wire = p->user_wire;
     try_bf16(&s, dp, false);
     settle(&s, dp, false);
   }
@@ -1014,20 +1002,16 @@ static bool choose(Planner *p, Diag *d, PassRun *run, int round) {
     }
     settle(&s, &cand[nf], false);
   }
-  double least = fmin(simple->est, dp ? dp->est : INFINITY);
-  for (int c = 0; c < nf; c++)
-    least = fmin(least, cand[c].est);
-  for (int c = 0; c < nt; c++)
-    least = fmin(least, twin[c].est);
   Cand *con[2 * NFINAL + 2];
   int ncon = 0, rivals = 0;
+  double least = INFINITY;
   con[ncon++] = simple;
   if (dp)
     con[ncon++] = dp;
-  for (int c = 0; c < nf; c++)
-    con[ncon++] = &cand[c];
-  for (int c = 0; c < nt; c++)
-    con[ncon++] = &twin[c];
+  for (int c = 0; c < nf + nt; c++)
+    con[ncon++] = c < nf ? &cand[c] : &twin[c - nf];
+  for (int c = 0; c < ncon; c++)
+    least = fmin(least, con[c]->est);
   for (int c = 0; c < ncon; c++) {   /* an earlier contender of the same forms stands for it */
     for (int b = 0; b < c && !con[c]->same; b++)
       if (!con[b]->same && con[b]->est < INFINITY && con[c]->est < INFINITY &&
@@ -1190,21 +1174,13 @@ static bool user_ratios(const Module *m) {
   return false;
 }
 
-/* The devices of m's mesh; 1 without one. */
-static int mesh_devices(const Module *m) {
-  int n = 1;
-  for (int x = 0; m->mesh.n && x < m->mesh.a[0].naxis; x++)
-    n *= m->mesh.a[0].axis_size[x];
-  return n;
-}
-
 /* `exchange = auto` where it cannot choose: on a model that is not
  * trained, in deterministic mode, without a mesh or a cluster, or where the
  * parallel block fixes a layout that splits no input's batch; as
  * passes/comm.c's errors for bf16. False after an error. */
 static bool exchange_applies(const Module *m, Diag *d) {
   /* a mesh of one device (an elastic build's smallest) exchanges nothing */
-  bool batch = m->plan == PLAN_AUTO || mesh_devices(m) == 1;
+  bool batch = m->plan == PLAN_AUTO || ir_mesh_devices(m) == 1;
   for (int g = 0; g < m->global.n && !batch; g++) {
     const Global *gl = &m->global.a[g];
     batch = gl->kind == G_INPUT && gl->shard && gl->type.rank > 0 && gl->shard->axis[0] >= 0;
@@ -1262,7 +1238,7 @@ static void choose_exchange(Module *m, PassRun *run) {
       m->state_axis = x->state >= 0 ? x->state : axis;
       if (!plan_trial(m, run, need, &x->step, &x->bytes))
         x->step = INFINITY;
-      for (int dev = 0; dev < mesh_devices(m) && x->step < INFINITY; dev++) {
+      for (int dev = 0; dev < ir_mesh_devices(m) && x->step < INFINITY; dev++) {
         double mem = (double)m->cluster->dev.a[mesh->dev[dev]].mem;
         x->over |= mem > 0 && need[dev] > mem;
       }
@@ -1316,13 +1292,13 @@ bool plan_trial(const Module *m, const PassRun *run, double *need, double *step,
       ok = pass_table[k].run(copy, &quiet, NULL) && !quiet.nerr;
     after |= !strcmp(pass_table[k].name, "plan");
   }
-  int ndev = ok ? mesh_devices(copy) : 0;
+  int ndev = ok ? ir_mesh_devices(copy) : 0;
   for (int dev = 0; dev < ndev; dev++) {
     need[dev] = 0;
     for (int g = 0; g < copy->global.n; g++)
       if (copy->global.a[g].kind != G_INPUT) {
         Type t = ir_global_type_on(copy, &copy->global.a[g], dev);
-        need[dev] += bytes_of(&t);
+        need[dev] += type_bytes(&t);
       }
     int64_t work = 0, staged = 0;   /* as codegen/memory.c counts them */
     for (int k = 0; k < copy->func.n; k++) {

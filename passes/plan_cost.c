@@ -41,10 +41,6 @@ static unsigned work_mask(const Module *m, const Sharding *s, const Type *t) {
   return split_mask(s, t) | ir_partial_axes(m, s, t->rank);
 }
 
-static double bytes_of(const Type *t) {
-  return (double)type_elems(t) * (double)dtype_size(t->dtype);
-}
-
 /* The index of axis *x where sharding s of t places a dimension whole (its
  * ratios one device's alone: a table on one device, `on dp[1]`); -1: none. */
 static int placed_at(const Planner *p, const Sharding *s, const Type *t, int *x) {
@@ -121,7 +117,7 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
     Type local;
     if (st->op == OP_all_reduce) {
       ir_local_type(m, &st->before, &x->type, d, &local, NULL);
-      bytes = bytes_of(&local);
+      bytes = type_bytes(&local);
     } else if (st->op == OP_all_to_all) {
       bytes = shard_step_bytes(m, &x->type, st);
     } else {   /* each member's block along the split dimension */
@@ -129,7 +125,7 @@ static double step_cost(Planner *p, const Inst *x, const ShardStep *st) {
       ir_local_type(m, split, &x->type, d, &local, NULL);
       ir_dim_blocks(m, x->type.dim[st->dim], split->ratio[st->dim], k, len);
       local.dim[st->dim] = 1;
-      double unit = bytes_of(&local);
+      double unit = type_bytes(&local);
       for (int j = 0; j < k; j++)
         b[j] = (double)len[j] * unit;
     }
@@ -195,7 +191,7 @@ static void attention_cost(Planner *p, Est *e, const Inst *i, const Sharding *ke
     Type local;
     ir_local_type(p->m, keys, t, d, &local, NULL);
     local.dim[2] = most;
-    worst = fmax(worst, ring_time(p->m, i->op, causal, bytes_of(&local), members, k));
+    worst = fmax(worst, ring_time(p->m, i->op, causal, type_bytes(&local), members, k));
   }
   free(members);
   free(len);
@@ -285,7 +281,6 @@ static void place(Planner *p, Est *e, const double *was, int x, int at) {
         continue;
       if (!t) {
         t = arena_alloc(p->m->arena, sizeof *t * (size_t)p->nclass);
-        memset(t, 0, sizeof *t * (size_t)p->nclass);
         vec_push(p->m->arena, &p->placed, ((Placed){e->nseg - 1, x, at, M, t}));
       }
       t[q] = dt;
@@ -324,9 +319,9 @@ static bool redoes(const Planner *p, const Inst *r) {
  * carried value, in place of the values its backward reads. */
 static double held(const Planner *p, const Inst *i) {
   if (i->op != OP_repeat_out || i->in[0] != p->remat || ir_get_int(i, "index", 0) < 1)
-    return bytes_of(&i->type);
+    return type_bytes(&i->type);
   return ir_get_int(i, "index", 0) > 1 ? 0 : (double)ir_get_int(p->remat, "n", 1) *
-                                             bytes_of(&p->remat->in[0]->type);
+                                             type_bytes(&p->remat->in[0]->type);
 }
 
 static void live_walk(Planner *p, const Func *f, const double *g, double *peak);
@@ -348,7 +343,7 @@ static void loop_scratch(Planner *p, const Inst *r, bool in_step, double *sc) {
     sc[M] = (sc[M] + redo[M]) * part;
   for (int k = 0; k < ir_get_int(r, "carry", 1); k++) {
     const Inst *x = r->in[k];
-    sc[split_mask(x->shard, &x->type)] += carried * bytes_of(&x->type);
+    sc[split_mask(x->shard, &x->type)] += carried * type_bytes(&x->type);
   }
 }
 
@@ -437,9 +432,9 @@ static void memory_points(Planner *p, Est *e) {
     const Global *gl = &m->global.a[k];
     int x = -1, at = gl->kind == G_INPUT ? -1 : placed_at(p, gl->shard, &gl->type, &x);
     for (int d = 0; at >= 0 && d < p->ndev; d++)   /* a table and its state on one device */
-      p->placed_mem[d] += p->coord[d * IR_MAX_MESH_AXES + x] == at ? bytes_of(&gl->type) : 0;
+      p->placed_mem[d] += p->coord[d * IR_MAX_MESH_AXES + x] == at ? type_bytes(&gl->type) : 0;
     if (at < 0)
-      g[gl->kind == G_INPUT ? 0 : split_mask(gl->shard, &gl->type)] += bytes_of(&gl->type);
+      g[gl->kind == G_INPUT ? 0 : split_mask(gl->shard, &gl->type)] += type_bytes(&gl->type);
     note_len(p, e, gl->shard, &gl->type);
   }
   p->mem.n = 0;
@@ -455,9 +450,7 @@ static void memory_points(Planner *p, Est *e) {
 static Sharding loop_operand(const Inst *r, int k) {
   const Inst *a = ir_func_arg(ir_repeat_body(r), k);
   Sharding s;
-  memset(&s, 0, sizeof s);
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    s.axis[d] = -1;
+  ir_shard_whole(&s);
   if (!a->shard)
     return s;
   if (ir_repeat_operand_kind(r, k) != 2)
@@ -484,7 +477,7 @@ static double axis_cost(Planner *p, Op op, int x, int from, const Type *t, const
     ir_mesh_group(p->mesh, d, x, members);
     Type local;
     ir_local_type(p->m, s, t, members[op == OP_send ? from : k - 1], &local, NULL);
-    double part = bytes_of(&local) / mb;
+    double part = type_bytes(&local) / mb;
     worst = fmax(worst, op == OP_send ? comm_cost(p->m, op, part, none, members + from, 2, 0)
                                       : comm_cost(p->m, op, part, none, members, k, 0));
   }
@@ -556,9 +549,7 @@ static void pipe_cost(Planner *p, Est *e, const Inst *r, int x, double times) {
 static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry) {
   Module *m = p->m;
   Sharding whole;
-  memset(&whole, 0, sizeof whole);
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    whole.axis[d] = -1;
+  ir_shard_whole(&whole);
   int nout = 0;
   for (int k = 0; k < f->inst.n; k++) {
     const Inst *i = f->inst.a[k];
@@ -664,20 +655,32 @@ static void estimate(Planner *p, Est *e) {
 
 /* ---- the step and the bounds ---- */
 
-/* Device d's seconds in segment s under R. */
-static double seg_time(const Planner *p, const Est *e, int s, int d, const Ratios R) {
-  double t = 0;
+/* v, seconds or bytes that scale with the ratios of the axes in M, on
+ * device d under R: into *c1 as a multiple of d's ratio on axis x where M
+ * has x, else into *c0. */
+static void add_term(const Planner *p, int d, int x, unsigned M, double v, const Ratios R,
+                     double *c0, double *c1) {
+  if (x >= 0 && M >> x & 1)
+    *c1 += v * plan_share(p, d, M & ~(1u << x), R);
+  else
+    *c0 += v * plan_share(p, d, M, R);
+}
+
+/* Device d's seconds in segment s: c0 + c1 r, with r its ratio on axis x
+ * (x < 0: all in c0). */
+static void seg_terms(const Planner *p, const Est *e, int s, int d, int x, const Ratios R,
+                      double *c0, double *c1) {
+  *c0 = *c1 = 0;
   for (unsigned M = next_mask(e, s, -1); M < NMASK; M = next_mask(e, s, (int)M)) {
-    double x = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
-    if (x)
-      t += x * (M ? plan_share(p, d, M, R) : 1);
+    double t = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
+    if (t)
+      add_term(p, d, x, M, t, R, c0, c1);
   }
   for (int k = 0; k < e->nplaced; k++) {
     const Placed *pl = &e->placed[k];
     if (pl->seg == s && p->coord[d * IR_MAX_MESH_AXES + pl->x] == pl->i)
-      t += pl->t[p->cls[d]] * plan_share(p, d, pl->M, R);
+      add_term(p, d, x, pl->M, pl->t[p->cls[d]], R, c0, c1);
   }
-  return t;
 }
 
 double plan_step(const Planner *p, const Est *e, const Ratios R, double *busy) {
@@ -691,7 +694,8 @@ double plan_step(const Planner *p, const Est *e, const Ratios R, double *busy) {
     for (int c = 0; px >= 0 && c < p->size[px]; c++)
       stage[c] = 0;
     for (int d = 0; d < p->ndev; d++) {
-      double x = seg_time(p, e, s, d, R);
+      double x, none;
+      seg_terms(p, e, s, d, -1, R, &x, &none);
       worst = fmax(worst, x);
       if (px >= 0) {
         double *st = &stage[p->coord[d * IR_MAX_MESH_AXES + px]];
@@ -713,15 +717,9 @@ double plan_step(const Planner *p, const Est *e, const Ratios R, double *busy) {
 static void point_terms(const Planner *p, const Est *e, int t, int d, int x, const Ratios R,
                         double *c0, double *c1) {
   *c0 = *c1 = 0;
-  for (unsigned M = 0; M < NMASK; M++) {
-    double b = e->mem[(size_t)t * NMASK + M];
-    if (!b)
-      continue;
-    if (x >= 0 && M >> x & 1)
-      *c1 += b * plan_share(p, d, M & ~(1u << x), R);
-    else
-      *c0 += b * plan_share(p, d, M, R);
-  }
+  for (unsigned M = 0; M < NMASK; M++)
+    if (e->mem[(size_t)t * NMASK + M])
+      add_term(p, d, x, M, e->mem[(size_t)t * NMASK + M], R, c0, c1);
 }
 
 double plan_memory(const Planner *p, const Est *e, const Ratios R, int d) {
@@ -885,26 +883,7 @@ static bool solve_axis(Planner *p, const Est *e, Ratios R, int x) {
   for (int s = 0; s < e->nseg; s++) {
     bool any = false;
     for (int d = 0; d < p->ndev; d++) {
-      c0[d] = c1[d] = 0;
-      for (unsigned M = next_mask(e, s, -1); M < NMASK; M = next_mask(e, s, (int)M)) {
-        double t = e->t[((size_t)s * NMASK + M) * (size_t)p->nclass + (size_t)p->cls[d]];
-        if (!t)
-          continue;
-        if (M >> x & 1)
-          c1[d] += t * plan_share(p, d, M & ~(1u << x), R);
-        else
-          c0[d] += t * (M ? plan_share(p, d, M, R) : 1);
-      }
-      for (int k = 0; k < e->nplaced; k++) {
-        const Placed *pl = &e->placed[k];
-        if (pl->seg != s || p->coord[d * IR_MAX_MESH_AXES + pl->x] != pl->i)
-          continue;
-        double t = pl->t[p->cls[d]];
-        if (pl->M >> x & 1)
-          c1[d] += t * plan_share(p, d, pl->M & ~(1u << x), R);
-        else
-          c0[d] += t * plan_share(p, d, pl->M, R);
-      }
+      seg_terms(p, e, s, d, x, R, &c0[d], &c1[d]);
       any |= c1[d] > 0;
     }
     if (!any)
@@ -1125,8 +1104,6 @@ bool plan_init(Planner *p, Module *m) {
   int ng = m->global.n;
   p->stacked = arena_alloc(a, sizeof *p->stacked * (size_t)(ng + 1));
   p->table = arena_alloc(a, sizeof *p->table * (size_t)(ng + 1));
-  memset(p->stacked, 0, sizeof *p->stacked * (size_t)(ng + 1));
-  memset(p->table, 0, sizeof *p->table * (size_t)(ng + 1));
   for (int k = 0; k < p->step->inst.n; k++) {
     const Inst *r = p->step->inst.a[k];
     for (int j = 0; r->op == OP_repeat && j < r->nin; j++)

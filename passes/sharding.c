@@ -31,10 +31,8 @@ enum { NONE = -1, RED = -2 };   /* fwd_dim: must stay whole; summed over */
 enum { MAX_ROLES = 2 * 16 + 1 };  /* nothing, or per operand a split and a partial sum */
 
 static void clear(Sharding *s, int mesh) {
-  memset(s, 0, sizeof *s);
+  ir_shard_whole(s);
   s->mesh = mesh;
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    s->axis[d] = -1;
 }
 
 static void set_partial(Sharding *s, unsigned mask) {

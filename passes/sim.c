@@ -46,15 +46,6 @@ static const Func *dev_func(const Module *m, int device) {
   return NULL;
 }
 
-static int dev_count(const Module *m) {
-  if (!m->mesh.n)
-    return 1;
-  int n = 1;
-  for (int a = 0; a < m->mesh.a[0].naxis; a++)
-    n *= m->mesh.a[0].axis_size[a];
-  return n;
-}
-
 /* The cluster device of mesh position d; NULL without a cluster. */
 static const Device *cluster_dev(const Module *m, int d) {
   if (!m->cluster || !m->cluster->dev.n)
@@ -155,10 +146,6 @@ static double work_time(const Module *m, const Inst *i, int device) {
   return ir_flops(i) * flop_slowness(i) / flops;
 }
 
-static double value_bytes(const Inst *i) {
-  return (double)type_elems(&i->type) * (double)dtype_size(i->type.dtype);
-}
-
 /* The bytes of v, of b in all, that op i moves: a sparse update's table and
  * state ([R, ...], in place: ir_in_place) only in the rows it touches (operand 1's
  * entries, when fewer than R). */
@@ -175,10 +162,10 @@ static double touched_bytes(const Inst *i, const Inst *v, double b) {
  * slice's operand as much as it copies. */
 static double operand_bytes(const Inst *i, int k) {
   if (i->op == OP_slice)   /* reads what it copies */
-    return value_bytes(i);
+    return type_bytes(&i->type);
   if ((i->op == OP_sparse_rows || i->op == OP_sparse_values) && k == 1)
     return 0;   /* the table's shape alone */
-  double b = touched_bytes(i, i->in[k], value_bytes(i->in[k]));
+  double b = touched_bytes(i, i->in[k], type_bytes(&i->in[k]->type));
   bool bag = i->op == OP_embedding_bag || i->op == OP_embedding_bag_grad ||
              i->op == OP_embedding_bag_psw_grad;
   if (!bag || k != 1)
@@ -258,7 +245,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   double flops = sim_gflops(m, device) * 1e9, bw = sim_bw(m, device);
   double w = sim_lat(m, device), sh = 0;
   *(work_split ? &sh : &w) += work_time(m, i, device) + elem_cost(i->op) * n / flops;
-  *(out_split ? &sh : &w) += touched_bytes(i, i, value_bytes(i)) / bw;
+  *(out_split ? &sh : &w) += touched_bytes(i, i, type_bytes(&i->type)) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
     *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;
   int ids;
@@ -409,7 +396,7 @@ static bool same_collective(const Inst *a, const Inst *b) {
 }
 
 double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
-  int n = dev_count(m);
+  int n = ir_mesh_devices(m);
   Walker *w = calloc((size_t)n, sizeof *w);
   SimDev *sd = r ? arena_alloc(m->arena, (size_t)n * sizeof *sd) : calloc((size_t)n, sizeof *sd);
   int members[SHARD_MAX_AXIS];
@@ -463,7 +450,7 @@ double sim_run(const Module *m, SimResult *r, SimEventFn ev, void *user) {
         bool causal = ir_get_int(c, "causal", 0);
         int64_t own = c->in[1]->type.rank == 4 ? c->in[1]->type.dim[2] : 0;
         double most = len ? (double)ring_most(len, nz, causal) : 0;
-        t = own ? ring_time(m, c->op, causal, value_bytes(c->in[1]) / (double)own * most,
+        t = own ? ring_time(m, c->op, causal, type_bytes(&c->in[1]->type) / (double)own * most,
                             members, k) : 0;
         for (int j = 0; j < k; j++)
           t = fmax(t, busy[j]);
@@ -572,7 +559,7 @@ double sim_trace_json(FILE *out, const Module *m, SimResult *r) {
   Trace t = {out, 0};
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", out);
   double step = sim_run(m, r, trace_event, &t);
-  int n = dev_count(m);
+  int n = ir_mesh_devices(m);
   for (int d = 0; d < n; d++) {
     const Device *dv = cluster_dev(m, d);
     char name[160];

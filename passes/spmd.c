@@ -540,10 +540,7 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
   (void)run;
   if (m->mesh.n == 0)
     return true;
-  const Mesh *mesh = &m->mesh.a[0];
-  int ndev = 1, nerr = d->nerr;
-  for (int a = 0; a < mesh->naxis; a++)
-    ndev *= mesh->axis_size[a];
+  int ndev = ir_mesh_devices(m), nerr = d->nerr;
   const char *names[] = {"train_step", "forward"};
   Func **fns = arena_alloc(m->arena, sizeof *fns * (size_t)(m->func.n + 1));
   Inst **by = arena_alloc(m->arena, sizeof *by * (size_t)(m->func.n + 1));
@@ -582,8 +579,7 @@ bool pass_spmd(Module *m, Diag *d, PassRun *run) {
   }
   Ctx c = {.m = m, .d = d};
   c.scalar = arena_alloc(m->arena, sizeof *c.scalar);
-  for (int k = 0; k < IR_MAX_RANK; k++)
-    c.scalar->axis[k] = -1;
+  ir_shard_whole(c.scalar);
   int nold = m->func.n;
   Func **old = arena_alloc(m->arena, sizeof *old * (size_t)(nold + 1));
   memcpy(old, m->func.a, sizeof *old * (size_t)nold);
@@ -747,8 +743,7 @@ static void report_state(FILE *out, const Module *m, int ndev) {
   char dn[64];
   for (int g = 0; g < m->global.n; g++)
     if (m->global.a[g].kind == G_STATE)
-      whole += (double)dtype_size(m->global.a[g].type.dtype) *
-               (double)type_elems(&m->global.a[g].type);
+      whole += type_bytes(&m->global.a[g].type);
   fprintf(out, "optimizer state split over %s (shard_state), of ",
           m->mesh.a[0].axis_name[m->state_axis]);
   print_size(out, whole);
@@ -758,7 +753,7 @@ static void report_state(FILE *out, const Module *m, int ndev) {
     for (int g = 0; g < m->global.n; g++)
       if (m->global.a[g].kind == G_STATE) {
         Type t = ir_global_type_on(m, &m->global.a[g], dev);
-        b += (double)dtype_size(t.dtype) * (double)type_elems(&t);
+        b += type_bytes(&t);
       }
     fprintf(out, "%s %s ", dev ? "," : "", spmd_device_name(m, dev, dn, sizeof dn));
     print_size(out, b);
@@ -771,9 +766,7 @@ void spmd_report(FILE *out, const Module *m) {
   if (!m->mesh.n)
     return;
   const Mesh *mesh = &m->mesh.a[0];
-  int ndev = 1;
-  for (int a = 0; a < mesh->naxis; a++)
-    ndev *= mesh->axis_size[a];
+  int ndev = ir_mesh_devices(m);
   char b1[256], b2[128], dn[64];
   fprintf(out, "sharding plan of %s on mesh %s[", m->name, mesh->name);
   for (int a = 0; a < mesh->naxis; a++)

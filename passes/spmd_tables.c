@@ -108,7 +108,7 @@ static double table_bytes(const Module *m, const Global *g, int dev) {
     if (s == g || (s->kind == G_STATE && !strncmp(s->name, g->name, n) && s->name[n] == '_' &&
                    s->name[n + 1] == '_')) {
       Type t = ir_global_type_on(m, s, dev);
-      b += (double)dtype_size(t.dtype) * (double)type_elems(&t);
+      b += type_bytes(&t);
     }
   }
   return b;

@@ -107,9 +107,7 @@ static int state_dim(const Module *m, const Global *p, const Sharding *s, int a,
 /* A whole sharding on m's mesh. */
 static Sharding *whole(Module *m) {
   Sharding *s = arena_alloc(m->arena, sizeof *s);
-  memset(s, 0, sizeof *s);
-  for (int d = 0; d < IR_MAX_RANK; d++)
-    s->axis[d] = -1;
+  ir_shard_whole(s);
   return s;
 }
 
