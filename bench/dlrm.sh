@@ -51,11 +51,6 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
 reps=${2:-20}
 rounds=${DLRM_ROUNDS:-3}
-case $rounds in
-  '' | *[!0-9]* | 0*)
-    echo "dlrm.sh: DLRM_ROUNDS must be a whole number from 1, not '$rounds'" >&2
-    exit 2 ;;
-esac
 python=${PYTHON:-/usr/bin/python3}
 if [ -n "$DLRM_DIR" ]; then
   dir=$DLRM_DIR
@@ -67,6 +62,7 @@ fi
 
 # shellcheck source=bench/pinned.sh
 . "$src/bench/pinned.sh"
+count DLRM_ROUNDS "$rounds"
 
 # build_bench NAME DT [dtc args...]: dtc the model into $dir/NAME/, then
 # $dir/NAME/bench from dlrm.c.

@@ -90,16 +90,6 @@ reps=${2:-20}
 gpt_b=${HETERO_GPT_B:-48}
 runs=${HETERO_RUNS:-1}
 rounds=${HETERO_ROUNDS:-3}
-case $rounds in
-  '' | *[!0-9]* | 0*)
-    echo "hetero.sh: HETERO_ROUNDS must be a whole number from 1, not '$rounds'" >&2
-    exit 2 ;;
-esac
-case $runs in
-  '' | *[!0-9]* | 0*)
-    echo "hetero.sh: HETERO_RUNS must be a whole number from 1, not '$runs'" >&2
-    exit 2 ;;
-esac
 if [ -n "$HETERO_DIR" ]; then
   dir=$HETERO_DIR
   mkdir -p "$dir"
@@ -110,6 +100,8 @@ fi
 
 # shellcheck source=bench/pinned.sh
 . "$src/bench/pinned.sh"
+count HETERO_ROUNDS "$rounds"
+count HETERO_RUNS "$runs"
 
 # build NAME DT DEFINE [dtc args...]: dtc the model into $dir/NAME/, then
 # $dir/NAME/bench from hetero.c.

@@ -50,11 +50,6 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-build}" && pwd)
 reps=${2:-5}
 rounds=${LONGCTX_ROUNDS:-3}
-case $rounds in
-  '' | *[!0-9]* | 0*)
-    echo "longctx.sh: LONGCTX_ROUNDS must be a whole number from 1, not '$rounds'" >&2
-    exit 2 ;;
-esac
 flags=${LONGCTX_FLAGS:--D B=1 -D T=3072 -D D=64 -D H=4 -D L=2}
 python=${PYTHON:-/usr/bin/python3}
 if [ -n "$LONGCTX_DIR" ]; then
@@ -67,6 +62,7 @@ fi
 
 # shellcheck source=bench/pinned.sh
 . "$src/bench/pinned.sh"
+count LONGCTX_ROUNDS "$rounds"
 
 # dim NAME: the value of -D NAME=... in $flags, else examples/gpt.dt's
 dim() {

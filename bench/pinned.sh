@@ -6,6 +6,8 @@
 # other rank on core 1: speeds about 2:1:1 for three ranks), and:
 #   run N PROGRAM ARGS...   PROGRAM on N ranks
 #   num KEY                 the number after "KEY": on stdin
+#   count NAME VALUE        exits (2) with a message unless VALUE, the
+#                           environment's NAME, is a whole number from 1
 #   medians FILE N A B      FILE's rounds, a line each: the median of each
 #                           of its first N columns (null where a line has
 #                           fewer) and of column A over column B
@@ -43,6 +45,14 @@ run() {
 
 num() {
   sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"
+}
+
+count() {
+  case $2 in
+    '' | *[!0-9]* | 0*)
+      echo "$(basename "$0"): $1 must be a whole number from 1, not '$2'" >&2
+      exit 2 ;;
+  esac
 }
 
 medians() {

@@ -188,26 +188,26 @@ static double median_spread(const double *v, int n) {
  * plan's balance; out[r] is the largest over the kernels of median_spread of
  * those quotients. With one rank, its own times' spread. */
 static void relative_spreads(const double *t, int nranks, int nk, int reps, double *out) {
-  double *q = malloc(sizeof *q * (size_t)reps), *lg = malloc(sizeof *lg * (size_t)reps);
+  /* q: a rank's quotients; gm: each sample's geometric mean over the ranks
+   * (without memory for them, or with one rank, its own times) */
+  double *q = nranks > 1 ? malloc(sizeof *q * (size_t)reps * 2) : NULL, *gm = q ? q + reps : NULL;
   for (int r = 0; r < nranks; r++)
     out[r] = 0;
   for (int k = 0; k < nk; k++) {
-    for (int i = 0; q && lg && i < reps; i++) {
-      lg[i] = 0;
+    for (int i = 0; gm && i < reps; i++) {
+      double lg = 0;
       for (int r = 0; r < nranks; r++)
-        lg[i] += log(t[((size_t)r * nk + k) * reps + i]) / nranks;
+        lg += log(t[((size_t)r * nk + k) * reps + i]);
+      gm[i] = exp(lg / nranks);
     }
     for (int r = 0; r < nranks; r++) {
       const double *v = t + ((size_t)r * nk + k) * reps;
-      if (nranks > 1 && q && lg) {
-        for (int i = 0; i < reps; i++)
-          q[i] = v[i] / exp(lg[i]);
-        v = q;
-      }
-      out[r] = fmax(out[r], median_spread(v, reps));
+      for (int i = 0; q && i < reps; i++)
+        q[i] = v[i] / gm[i];
+      out[r] = fmax(out[r], median_spread(q ? q : v, reps));
     }
   }
-  free(q), free(lg);
+  free(q);
 }
 
 /* Values are printed with fixed decimals; a floor keeps each one positive, as
