@@ -90,8 +90,17 @@ static bool write_trace(const DtTrace *t, int rank) {
     return false;
   static const char *const thread[] = {"kernels", "collectives", "steps"};
   fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", f);
+  /* the clock's reading at ts 0 and the host: traces of one host share
+   * the clock (CLOCK_MONOTONIC), so their spans line up across ranks */
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1))
+    host[0] = 0;
+  for (char *c = host; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == '"' || *c == '\\')
+      *c = '?';
   fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
-             "\"args\":{\"name\":\"rank %d (measured)\"}}", rank, rank);
+             "\"args\":{\"name\":\"rank %d (measured)\",\"clock_origin_us\":%.3f,"
+             "\"host\":\"%s\"}}", rank, rank, t->origin * 1e6, host);
   for (int k = 0; k < 3; k++)
     fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                "\"args\":{\"name\":\"%s\"}}", rank, k, thread[k]);
