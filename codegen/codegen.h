@@ -320,6 +320,9 @@ void cg_matmul_report(FILE *out, const Module *m, CgMatmul how);
  * functions ask for on one thread, for a CPU (NULL: generic) with features
  * of target triple: the largest of their panels; each further thread asks
  * for about as much again. */
+/* The micro-tile of dtc's GEMM on device dev of ts (its index in ts->dev):
+ * *mr rows and *nr columns of a product's result at once. */
+void cg_gemm_tile(const CgTargets *ts, int dev, int *mr, int *nr);
 int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *triple,
                         const char *cpu, const char *features);
 /* The kernels' scratch block device dev's convolutions keep their im2col
@@ -336,14 +339,14 @@ LLVMValueRef cg_gemm(CgFn *fn, const Inst *x, Inst **ep, int nep);
 
 /* ---- header.c --------------------------------------------------------- */
 
-/* Writes the C header of m's generated interface to path. */
-bool cg_write_header(const Module *m, const char *path, Diag *d);
+/* Writes the C header of m's generated interface, for targets ts, to path. */
+bool cg_write_header(const Module *m, const CgTargets *ts, const char *path, Diag *d);
 /* The header of an elastic build: plans for devices[k] devices, n of
  * them, with the interface of m, the first, which every plan shares, and
  * most[0] and most[1] the most state and work any plan's rank needs
  * (cg_plan_memory over every plan). */
-bool cg_write_header_plans(const Module *m, const int *devices, int n, const int64_t most[2],
-                           const char *path, Diag *d);
+bool cg_write_header_plans(const Module *m, const CgTargets *ts, const int *devices, int n,
+                           const int64_t most[2], const char *path, Diag *d);
 /* The most state and work block a rank of m needs, into *state and *work
  * where larger. */
 void cg_plan_memory(const Module *m, int64_t *state, int64_t *work);

@@ -997,7 +997,7 @@ bool cg_emit(Module *m, const CgOptions *opt, Diag *d) {
     written += ok;
   }
   if (ok && !to_stdout)
-    ok = cg_write_header(m, header_path(m->arena, opt->output, m->name), d);
+    ok = cg_write_header(m, &ts, header_path(m->arena, opt->output, m->name), d);
   /* A failed compilation leaves none of the objects it wrote behind, so no
    * object stands without its header. */
   for (int t = 0; !ok && !to_stdout && t < written; t++)
@@ -1104,7 +1104,7 @@ bool cg_plans_end(CgElastic *e, Diag *d) {
     cg_rows_end(c);
     ok = cg_close(c, e->ts0.t[0].tm, opt, e->ts0.t[0].output, d);
     if (ok && strcmp(opt->output, "-")) {
-      ok = cg_write_header_plans(m0, e->devices, e->n, e->most,
+      ok = cg_write_header_plans(m0, &e->ts0, e->devices, e->n, e->most,
                                  header_path(m0->arena, opt->output, m0->name), d);
       if (!ok)
         remove(e->ts0.t[0].output);

@@ -1057,6 +1057,12 @@ static int64_t conv_slot_bytes(const Blocking *bk, const Inst *x) {
   return slot_bytes(bk, og, k, cols, 0);
 }
 
+void cg_gemm_tile(const CgTargets *ts, int dev, int *mr, int *nr) {
+  const CgDevice *cd = &ts->dev[dev];
+  Blocking bk = blocking_for(ts->t[cd->target].triple, cd->cpu, cd->features);
+  *mr = bk.mr, *nr = bk.nr;
+}
+
 int64_t cg_gemm_scratch(const Module *m, int dev, CgMatmul how, const char *triple,
                         const char *cpu, const char *features) {
   Blocking bk = blocking_for(triple, cpu, features);

@@ -123,8 +123,8 @@ void cg_plan_memory(const Module *m, int64_t *state, int64_t *work) {
 
 /* nplan > 0: an elastic build, plans for devices[k] devices (m the first),
  * whose ranks need at most most[0] of state and most[1] of work. */
-static void write_header(FILE *out, const Module *m, const char *base, const int64_t *most,
-                         const int *devices, int nplan) {
+static void write_header(FILE *out, const Module *m, const CgTargets *ts, const char *base,
+                         const int64_t *most, const int *devices, int nplan) {
   Arena *a = m->arena;
   const char *P = upper(a, m->name), *n = m->name;
   int ndev = cg_devices(m);
@@ -246,6 +246,11 @@ static void write_header(FILE *out, const Module *m, const char *base, const int
   fprintf(out, "/* Memory a model takes: params and optimizer state, activations. */\n");
   fprintf(out, "#define %s_STATE_BYTES %lld\n#define %s_WORK_BYTES %lld\n\n", P,
           (long long)state, P, (long long)work);
+  int mr, nr;
+  cg_gemm_tile(ts, 0, &mr, &nr);
+  fprintf(out, "/* The micro-tile of dtc's GEMM on device 0's target: the rows and columns of\n"
+               " * a product it computes at once (dtc-probe writes them as tile_m, tile_n). */\n"
+               "#define %s_GEMM_TILE_M %d\n#define %s_GEMM_TILE_N %d\n\n", P, mr, P, nr);
 
   fprintf(out, "/* A model. */\ntypedef struct %s %s;\n\n", n, n);
   fprintf(out,
@@ -358,27 +363,27 @@ static void write_header(FILE *out, const Module *m, const char *base, const int
   fprintf(out, "#ifdef __cplusplus\n}\n#endif\n#endif\n");
 }
 
-bool cg_write_header(const Module *m, const char *path, Diag *d) {
+bool cg_write_header(const Module *m, const CgTargets *ts, const char *path, Diag *d) {
   char *text = NULL;
   size_t len = 0;
   FILE *out = open_memstream(&text, &len);
   DTC_ASSERT(out);
   const char *base = strrchr(path, '/');
-  write_header(out, m, base ? base + 1 : path, NULL, NULL, 0);
+  write_header(out, m, ts, base ? base + 1 : path, NULL, NULL, 0);
   fclose(out);
   bool ok = cg_write_file(path, text, len, d);
   free(text);
   return ok;
 }
 
-bool cg_write_header_plans(const Module *m, const int *devices, int n, const int64_t most[2],
-                           const char *path, Diag *d) {
+bool cg_write_header_plans(const Module *m, const CgTargets *ts, const int *devices, int n,
+                           const int64_t most[2], const char *path, Diag *d) {
   char *text = NULL;
   size_t len = 0;
   FILE *out = open_memstream(&text, &len);
   DTC_ASSERT(out);
   const char *base = strrchr(path, '/');
-  write_header(out, m, base ? base + 1 : path, most, devices, n);
+  write_header(out, m, ts, base ? base + 1 : path, most, devices, n);
   fclose(out);
   bool ok = cg_write_file(path, text, len, d);
   free(text);

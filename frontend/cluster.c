@@ -90,15 +90,16 @@ static bool spread_arg(const Expr *e, double *out, Diag *d) {
   return true;
 }
 
-/* A device's figure given as a number (gflops, attn): finite and positive,
- * the IR reader's range of the field of that name. */
-static bool positive_arg(const Expr *e, const char *what, double *out, Diag *d) {
+/* A device's figure given as a number, in *x, or an integer, in *i (gflops,
+ * attn; tile_m, tile_n): in the IR reader's range of the field of that name. */
+static bool ranged_arg(const Expr *e, const char *what, double *x, int64_t *i, Diag *d) {
   char quoted[32];
   snprintf(quoted, sizeof quoted, "'%s'", what);
-  if (!fe_eval_float(e, NULL, 0, quoted, out, d))
+  if (i ? !fe_eval_int(e, NULL, 0, quoted, i, d) : !fe_eval_float(e, NULL, 0, quoted, x, d))
     return false;
-  if (!ir_in_range(ir_field(ir_device_fields, what)->range, *out)) {
-    diag_error(d, e->loc, "'%s' must be positive", what);
+  const IrRange *r = ir_field(ir_device_fields, what)->range;
+  if (!ir_in_range(r, i ? (double)*i : *x)) {
+    diag_error(d, e->loc, "'%s' must be %s", what, r->text);
     return false;
   }
   return true;
@@ -106,11 +107,12 @@ static bool positive_arg(const Expr *e, const char *what, double *out, Diag *d) 
 
 /* ---- clusters ---- */
 
+
 /* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name", spread = S,
- *                  bw = B, lat = T, row = T, attn = F, score = T) */
+ *                  bw = B, lat = T, row = T, attn = F, score = T, tile_m = R, tile_n = C) */
 static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
-  static const char *const param[] = {"gflops", "mem", "target", "cpu",  "spread",
-                                      "bw",     "lat", "row",    "attn", "score"};
+  static const char *const param[] = {"gflops", "mem", "target", "cpu",    "spread", "bw",
+                                      "lat",    "row", "attn",   "score", "tile_m", "tile_n"};
   for (int k = 0; k < c->dev.n; k++)
     if (!strcmp(c->dev.a[k].name, s->name)) {
       diag_error(d, s->name_loc, "device '%s' is already defined", s->name);
@@ -125,12 +127,12 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
     diag_error(d, e->loc, "'cpu' needs its arguments 'gflops' and 'mem'");
     return false;
   }
-  Expr *arg[10];
-  if (!fe_bind(e, param, 10, 0, 2, arg, a, d))
+  Expr *arg[12];
+  if (!fe_bind(e, param, 12, 0, 2, arg, a, d))
     return false;
   Device dev = {.name = s->name, .node = c->node.n - 1, .kind = "cpu", .loc = s->name_loc};
   double mem = 0;
-  bool ok = positive_arg(arg[0], "gflops", &dev.gflops, d);
+  bool ok = ranged_arg(arg[0], "gflops", &dev.gflops, NULL, d);
   ok &= quantity(arg[1], "mem", U_MEM, &mem, d);
   if (ok && !ir_in_range(ir_field(ir_device_fields, "mem")->range, mem)) {
     diag_error(d, arg[1]->loc, "'mem' must be at least one byte");
@@ -143,8 +145,14 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   ok &= !arg[5] || quantity(arg[5], "bw", U_BW, &dev.bw, d);
   ok &= !arg[6] || quantity(arg[6], "lat", U_TIME, &dev.lat, d);
   ok &= !arg[7] || quantity(arg[7], "row", U_TIME, &dev.row, d);
-  ok &= !arg[8] || positive_arg(arg[8], "attn", &dev.attn, d);
+  ok &= !arg[8] || ranged_arg(arg[8], "attn", &dev.attn, NULL, d);
   ok &= !arg[9] || quantity(arg[9], "score", U_TIME, &dev.score, d);
+  ok &= !arg[10] || ranged_arg(arg[10], "tile_m", NULL, &dev.tile_m, d);
+  ok &= !arg[11] || ranged_arg(arg[11], "tile_n", NULL, &dev.tile_n, d);
+  if (ok && !arg[10] != !arg[11]) {
+    diag_error(d, (arg[10] ? arg[10] : arg[11])->loc, "give 'tile_m' and 'tile_n' together");
+    ok = false;
+  }
   if (ok)
     vec_push(a, &c->dev, dev);
   return ok;
@@ -224,13 +232,11 @@ static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
     }
     col.method = k;
   }
-  if (fe_eval_int(arg[1], NULL, 0, "'ranks'", &col.ranks, d)) {
-    if (col.ranks < 2 || col.ranks > INT_MAX) {
-      diag_error(d, arg[1]->loc, "'ranks' must be %s, not %lld",
-                 col.ranks < 2 ? "at least 2" : "at most 2147483647", (long long)col.ranks);
-      ok = false;
-    }
-  } else {
+  if (!fe_eval_int(arg[1], NULL, 0, "'ranks'", &col.ranks, d)) {
+    ok = false;
+  } else if (col.ranks < 2 || col.ranks > INT_MAX) {
+    diag_error(d, arg[1]->loc, "'ranks' must be %s, not %lld",
+               col.ranks < 2 ? "at least 2" : "at most 2147483647", (long long)col.ranks);
     ok = false;
   }
   ok &= quantity(arg[2], "lat", U_TIME, &col.lat, d);

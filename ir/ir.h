@@ -148,6 +148,8 @@ typedef struct Device {
                               FLOPs, 0: not given */
   double score;            /* seconds an attention kernel takes beyond its FLOPs for each
                               score it makes, 0: not given */
+  int64_t tile_m, tile_n;  /* the micro-tile of dtc's GEMM on the device (rows x columns of
+                              a product it computes at once), 0: not given */
   int64_t mem;             /* bytes */
   const char *target;      /* LLVM triple, NULL: host */
   const char *cpu;         /* LLVM cpu name, NULL: generic for target, host for host */
@@ -654,7 +656,8 @@ typedef struct IrRange {
   const char *text;
 } IrRange;
 #define IR_QUANTITY_MAX 9e18 /* the largest memory size, bandwidth or time, in SI units */
-extern const IrRange ir_positive, ir_nonnegative, ir_unit, ir_unit_open, ir_quantity, ir_mem;
+extern const IrRange ir_positive, ir_nonnegative, ir_unit, ir_unit_open, ir_quantity, ir_mem,
+    ir_tile;
 bool ir_in_range(const IrRange *r, double x);
 /* Scalar fields of records as the text form names them ("{gflops = 80.0}");
  * kind 'f' double, 'i' int64_t, 's' string, 'e' an int indexing names[0..n)

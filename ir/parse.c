@@ -772,6 +772,10 @@ static bool parse_cluster_line(Parser *p, Cluster *c) {
     if (!parse_attrs(p, &attrs) || !set_fields(p, &dv, ir_device_fields, &attrs, "a device") ||
         !parse_loc(p, &dv.loc) || !spread_ok(p, dv.spread, at, "a device"))
       return false;
+    if (!dv.tile_m != !dv.tile_n) {
+      error_at(p, at, "a device gives tile_m and tile_n together, or neither");
+      return false;
+    }
     vec_push(p->a, &c->dev, dv);
     return true;
   }

@@ -14,6 +14,7 @@ const IrRange ir_unit_open = {0, 1, false, true, "in [0, 1)"};
 static const IrRange unit_above0 = {0, 1, true, false, "in (0, 1]"};
 const IrRange ir_quantity = {0, IR_QUANTITY_MAX, true, false, "positive and at most 9e18"};
 const IrRange ir_mem = {1, IR_QUANTITY_MAX, false, false, "from 1 byte to 9e18"};
+const IrRange ir_tile = {1, 64, false, false, "from 1 to 64"};
 
 bool ir_in_range(const IrRange *r, double x) {
   return isfinite(x) && (x > r->lo || (!r->lo_open && x == r->lo)) &&
@@ -34,7 +35,8 @@ const IrField ir_device_fields[] = {
     FIELD(Device, kind, 's'),   RANGED(Device, gflops, 'f', ir_positive),
     RANGED(Device, bw, 'f', ir_quantity), RANGED(Device, lat, 'f', ir_quantity),
     RANGED(Device, row, 'f', ir_quantity), RANGED(Device, attn, 'f', ir_positive),
-    RANGED(Device, score, 'f', ir_quantity),
+    RANGED(Device, score, 'f', ir_quantity), RANGED(Device, tile_m, 'i', ir_tile),
+    RANGED(Device, tile_n, 'i', ir_tile),
     RANGED(Device, mem, 'i', ir_mem), FIELD(Device, target, 's'),
     FIELD(Device, cpu, 's'),    FIELD(Device, spread, 'f'), {0}};
 const IrField ir_link_fields[] = {RANGED(Link, bw, 'f', ir_quantity),

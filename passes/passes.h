@@ -445,6 +445,8 @@ void memplan_report(FILE *out, const Module *m);
 #define SIM_DEFAULT_GFLOPS 50.0  /* a device without a cluster */
 #define SIM_BYTE_FLOPS 5.0       /* FLOPs a byte written by elementwise and data movement
                                     ops costs: 10 GB/s at SIM_DEFAULT_GFLOPS */
+#define SIM_RUN_FLOPS 170.0      /* FLOPs a contiguous run a copy kernel (slice, pad, concat)
+                                    moves costs beyond its bytes (sim.c, copy_runs) */
 #define SIM_DEFAULT_BW 10e9      /* bytes/s of a collective when the cluster has no link */
 #define SIM_DEFAULT_LAT 10e-6    /* seconds per step of such a collective */
 

@@ -4,7 +4,8 @@
  *
  * Every device walks its @train_step.D (or the one @train_step, on one device)
  * in order. A compute op takes the device's roofline, as dtc-probe measures
- * it: a fixed lat, its FLOPs over the GEMM's speed, and the bytes it moves
+ * it: a fixed lat, its FLOPs over the GEMM's speed (a matmul's in whole tiles
+ * of the GEMM where the device gives them: tile_flops), and the bytes it moves
  * over the elementwise loops' bandwidth (its result, and for any op but an
  * elementwise one, which fusion keeps in registers, its operands; of an
  * embedding bag's table, the rows it gathers), and for
@@ -134,6 +135,26 @@ static double flop_slowness(const Inst *i) {
   }
 }
 
+/* The FLOPs a matmul's product takes on a device whose GEMM computes tiles
+ * of tile_m x tile_n of the result at once (dtc-probe writes them): every
+ * tile whole, those over the result's edge too (codegen/gemm.c), so a
+ * product of [384, 64] by [64, 1] takes 32 times its FLOPs on a tile 32
+ * wide. The rows of a batch times one matrix fold into one product, as
+ * the GEMM folds them. Other ops, products in deterministic mode's pieces,
+ * and devices that give no tile: ir_flops. */
+static double tile_flops(const Inst *i, const Device *dv) {
+  double f = ir_flops(i);
+  const Type *y = &i->type;
+  if (i->op != OP_matmul || !dv || dv->tile_m <= 0 || dv->tile_n <= 0 || ir_pieces(i) ||
+      y->rank < 2 || !(f > 0))
+    return f;
+  double m = (double)y->dim[y->rank - 2], n = (double)y->dim[y->rank - 1];
+  if (i->in[1]->type.rank == 2)
+    m = (double)type_elems(y) / n;
+  double tm = (double)dv->tile_m, tn = (double)dv->tile_n;
+  return f * (ceil(m / tm) * tm) * (ceil(n / tn) * tn) / (m * n);
+}
+
 /* Seconds of op i's FLOPs on `device`: at its speed over flop_slowness; an
  * attention kernel on a device that gives `attn` or `score` (dtc-probe
  * measures both on dtc's attention) at attn of its speed (1 when not
@@ -143,7 +164,7 @@ static double work_time(const Module *m, const Inst *i, int device) {
   const Device *dv = cluster_dev(m, device);
   if (scores > 0 && dv && (dv->attn > 0 || dv->score > 0))
     return ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score;
-  return ir_flops(i) * flop_slowness(i) / flops;
+  return tile_flops(i, dv) * flop_slowness(i) / flops;
 }
 
 /* The bytes of v, of b in all, that op i moves: a sparse update's table and
@@ -233,6 +254,25 @@ static double id_entries(const Inst *i, int *ids, double *lines) {
   return entries;
 }
 
+/* The contiguous runs op i moves, on each of which a copy kernel spends
+ * SIM_RUN_FLOPS FLOP-equivalents (see elem_cost) beyond the run's bytes:
+ * a slice or pad one a row of the dims before its axis, a concat one for
+ * each operand a row. Measured on a Zen 4 core (probed at 94.9 GFLOP/s) by
+ * DTRT_TRACE of bench/dlrm.dt, whose slices, pads and concats of the
+ * interaction move runs of 1 to 27 floats: 1.7, 2.3 and 1.8 ns a run
+ * (SIM_RUN_FLOPS). */
+static double copy_runs(const Inst *i) {
+  if ((i->op != OP_slice && i->op != OP_pad && i->op != OP_concat) || !i->nin)
+    return 0;
+  const Type *t = &i->in[0]->type;
+  int64_t ax = ir_get_int(i, "axis", 0);
+  ax = ax < 0 ? ax + t->rank : ax;
+  double outer = 1;
+  for (int d = 0; d < ax && d < t->rank; d++)
+    outer *= (double)t->dim[d];
+  return outer * (i->op == OP_concat ? i->nin : 1);
+}
+
 void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, bool out_split,
                        bool work_split, int device, double *whole, double *share) {
   const OpInfo *op = &ir_ops[i->op];
@@ -244,7 +284,8 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
     n = (double)type_elems(&i->in[0]->type);
   double flops = sim_gflops(m, device) * 1e9, bw = sim_bw(m, device);
   double w = sim_lat(m, device), sh = 0;
-  *(work_split ? &sh : &w) += work_time(m, i, device) + elem_cost(i->op) * n / flops;
+  *(work_split ? &sh : &w) +=
+      work_time(m, i, device) + (elem_cost(i->op) * n + SIM_RUN_FLOPS * copy_runs(i)) / flops;
   *(out_split ? &sh : &w) += touched_bytes(i, i, type_bytes(&i->type)) / bw;
   for (int k = 0; op->kind != K_ELEM && k < i->nin; k++)
     *(in_split && in_split[k] ? &sh : &w) += operand_bytes(i, k) / bw;

@@ -86,6 +86,7 @@ typedef struct ProbeSpeed {
   double row;      /* seconds beyond its bytes for a table row read at random */
   double attn;     /* attention's FLOPs' speed over gflops */
   double score;    /* seconds an attention kernel takes beyond its FLOPs a score */
+  int tile_m, tile_n;   /* the micro-tile of the GEMM this rank's build runs */
 } ProbeSpeed;
 
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
@@ -274,14 +275,19 @@ static int probe_write(FILE *f, const Probe *p) {
   fprintf(f, "cluster %s {\n", p->name);
   for (int n = 0; n < p->nnodes; n++) {
     fprintf(f, "  node n%d {    # host %s\n", n, p->host[n]);
-    for (int r = 0; r < p->nranks; r++)
-      if (p->node[r] == n)
-        fprintf(f, "    device r%d: cpu(gflops = %.1f, bw = %.2fGB/s, lat = %.2fus, mem = %.2fGiB, "
-                "spread = %.3f, row = %.1fns, attn = %.3f, score = %.3fns)\n", r,
-                at_least(p->speed[r].gflops, 0.1), at_least(p->speed[r].bw / 1e9, 0.01),
-                at_least(p->speed[r].lat * 1e6, 0.01), at_least(p->mem[r] / (1 << 30), 0.01),
-                p->speed[r].spread, at_least(p->speed[r].row * 1e9, 0.1),
-                at_least(p->speed[r].attn, 0.001), at_least(p->speed[r].score * 1e9, 0.001));
+    for (int r = 0; r < p->nranks; r++) {
+      const ProbeSpeed *s = &p->speed[r];
+      if (p->node[r] != n)
+        continue;
+      fprintf(f, "    device r%d: cpu(gflops = %.1f, bw = %.2fGB/s, lat = %.2fus, mem = %.2fGiB, "
+              "spread = %.3f, row = %.1fns, attn = %.3f, score = %.3fns", r,
+              at_least(s->gflops, 0.1), at_least(s->bw / 1e9, 0.01), at_least(s->lat * 1e6, 0.01),
+              at_least(p->mem[r] / (1 << 30), 0.01), s->spread, at_least(s->row * 1e9, 0.1),
+              at_least(s->attn, 0.001), at_least(s->score * 1e9, 0.001));
+      if (s->tile_m > 0 && s->tile_n > 0)
+        fprintf(f, ", tile_m = %d, tile_n = %d", s->tile_m, s->tile_n);
+      fputs(")\n", f);
+    }
     fputs("  }\n", f);
   }
   const ProbeLink *links[2] = {&p->intra, &p->inter};
@@ -913,6 +919,7 @@ int main(int argc, char **argv) {
   relative_spreads(all, nranks, K_COUNT, reps, spreads);
   ProbeSpeed my = roofline(tk, reps);
   my.spread = spreads[me];
+  my.tile_m = PROBE_GEMM_SQUARE_GEMM_TILE_M, my.tile_n = PROBE_GEMM_SQUARE_GEMM_TILE_N;
   free(all), free(spreads);
   MPI_Allgather(&my, sizeof my, MPI_BYTE, speed, sizeof my, MPI_BYTE, MPI_COMM_WORLD);
 

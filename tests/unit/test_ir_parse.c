@@ -360,6 +360,11 @@ static void test_cluster_and_mesh(void **state) {
   expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, score = -1e-09}\n}\n",
                "t.ir:4:32: error: field 'score' of a device must be positive and at most 9e18, "
                "not -1e-09");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, tile_m = 65, "
+               "tile_n = 32}\n}\n",
+               "t.ir:4:32: error: field 'tile_m' of a device must be from 1 to 64, not 65");
+  expect_error("module m\ncluster c {\n  node a\n  device d on a {gflops = 1.0, tile_n = 32}\n}\n",
+               "t.ir:4:3: error: a device gives tile_m and tile_n together, or neither");
   expect_error("module m\ncluster c {\n  link intra {bw = -1.0, lat = 1.0}\n}\n",
                "t.ir:3:15: error: field 'bw' of a link must be positive and at most 9e18, not -1");
   expect_error("module m\ncluster c {\n  link intra {bw = 1.0, lat = 0.0}\n}\n",

@@ -26,9 +26,9 @@ static char *written(const Probe *p) {
  * decimals. */
 static void two_nodes(void **state) {
   (void)state;
-  ProbeSpeed speed[3] = {{80.04, 1.234e-6, 20.456e9, 0.0123, 21.46e-9, 0.7126, 0.4567e-9},
-                         {40.06, 2e-6, 10e9, 0.25, 40e-9, 1.25, 1e-9},
-                         {39.95, 0.5e-6, 5.555e9, 0, 0, 0, 0}};
+  ProbeSpeed speed[3] = {{80.04, 1.234e-6, 20.456e9, 0.0123, 21.46e-9, 0.7126, 0.4567e-9, 14, 32},
+                         {40.06, 2e-6, 10e9, 0.25, 40e-9, 1.25, 1e-9, 6, 16},
+                         {39.95, 0.5e-6, 5.555e9, 0, 0, 0, 0, 0, 0}};
   double mem[3] = {8.0 * (1 << 30), 8.0 * (1 << 30), 3.5 * (1 << 30)};
   int node[3] = {0, 0, 1};
   const char *host[2] = {"ws", "pi.lan"};
@@ -45,9 +45,9 @@ static void two_nodes(void **state) {
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
     "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
-    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns)\n"
+    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, tile_m = 14, tile_n = 32)\n"
     "    device r1: cpu(gflops = 40.1, bw = 10.00GB/s, lat = 2.00us, mem = 8.00GiB, "
-    "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns)\n"
+    "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns, tile_m = 6, tile_n = 16)\n"
     "  }\n"
     "  node n1 {    # host pi.lan\n"
     "    device r2: cpu(gflops = 40.0, bw = 5.55GB/s, lat = 0.50us, mem = 3.50GiB, "
@@ -64,7 +64,7 @@ static void two_nodes(void **state) {
  * node by node. */
 static void one_rank_and_floors(void **state) {
   (void)state;
-  ProbeSpeed speed[1] = {{0.01, 0, 1e6, 0, 0, 0, 0}};
+  ProbeSpeed speed[1] = {{0.01, 0, 1e6, 0, 0, 0, 0, 0, 0}};
   double mem[1] = {1000};
   int node[1] = {0};
   const char *host[1] = {"vm"};
@@ -82,8 +82,8 @@ static void one_rank_and_floors(void **state) {
     "}\n");
   free(text);
 
-  ProbeSpeed s3[3] = {{10, 1e-6, 1e9, 0.1, 0, 0, 0}, {20, 1e-6, 1e9, 0.2, 0, 0, 0},
-                      {30, 1e-6, 1e9, 0.3, 0, 0, 0}};
+  ProbeSpeed s3[3] = {{10, 1e-6, 1e9, 0.1, 0, 0, 0, 0, 0}, {20, 1e-6, 1e9, 0.2, 0, 0, 0, 0, 0},
+                      {30, 1e-6, 1e9, 0.3, 0, 0, 0, 0, 0}};
   double m3[3] = {1 << 30, 1 << 30, 1 << 30};
   int n3[3] = {0, 1, 0};
   const char *h2[2] = {"a", "b"};
@@ -116,7 +116,7 @@ static void one_rank_and_floors(void **state) {
  * the group size, the fitted figures and the two medians. */
 static void collectives(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{80, 1e-6, 10e9, 0.01, 0, 0, 0}, {40, 1e-6, 10e9, 0.02, 0, 0, 0}};
+  ProbeSpeed speed[2] = {{80, 1e-6, 10e9, 0.01, 0, 0, 0, 0, 0}, {40, 1e-6, 10e9, 0.02, 0, 0, 0, 0, 0}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 0};
   const char *host[1] = {"vm"};
@@ -175,7 +175,7 @@ static void collectives(void **state) {
 /* Warnings name the rank and the link; a spread of exactly 5% is not one. */
 static void warnings(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.05, 0, 0, 0}, {40, 0, 1e9, 0.35, 0, 0, 0}};
+  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.05, 0, 0, 0, 0, 0}, {40, 0, 1e9, 0.35, 0, 0, 0, 0, 0}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 1};
   const char *host[2] = {"a", "b"};

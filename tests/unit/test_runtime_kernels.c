@@ -1173,8 +1173,10 @@ static void test_slice_pad(void **state) {
   DtTensor x = ten(DTRT_F32, NULL, 3, 3, 4, 5);
   x.data = randv(60);
   float y[60], back[60];
-  for (int ax = 0; ax < 3; ax++) {
-    int n = (int)x.dim[ax], b = 1, e = n - 1;
+  /* on each axis [1, n - 1), then one element, [2, 3) (one a block on the
+   * last axis: the copy without a call a block) */
+  for (int t = 0; t < 6; t++) {
+    int ax = t % 3, n = (int)x.dim[ax], b = t < 3 ? 1 : 2, e = t < 3 ? n - 1 : 3;
     DtTensor yt = x, bt = x;
     yt.data = y;
     yt.dim[ax] = e - b;

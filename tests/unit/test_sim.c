@@ -244,7 +244,8 @@ static void test_embedding_bag_bytes(void **state) {
 
 /* A sparse table's update (SparseAdam here) moves the rows the batch
  * touches, 8 of 100000, of the table and its two moments, not the whole
- * [R, D]; a slice reads only what it copies. */
+ * [R, D]; a slice reads only what it copies, and spends SIM_RUN_FLOPS on
+ * each of its runs (4 rows of y, a run each). */
 static void test_sparse_update_bytes(void **state) {
   (void)state;
   Arena *a = arena_new();
@@ -265,7 +266,8 @@ static void test_sparse_update_bytes(void **state) {
     double got = sim_compute_time(m, i, -1);
     if (i->op == OP_slice) {
       slices++;
-      assert_true(fabs(got - 2 * 4.0 * 4 * 4 / bw) <= 1e-9 * got);
+      double runs = 4 * SIM_RUN_FLOPS / (SIM_DEFAULT_GFLOPS * 1e9);
+      assert_true(fabs(got - 2 * 4.0 * 4 * 4 / bw - runs) <= 1e-9 * got);
     }
     if (i->op != OP_sparse_adam && i->op != OP_sparse_moment)
       continue;
@@ -329,6 +331,39 @@ static void test_random_rows(void **state) {
     }
     arena_free(a);
   }
+}
+
+/* A device that gives its GEMM's micro-tile (tile_m x tile_n, as dtc-probe
+ * writes them) has every product priced in whole tiles: x @ w of [20, 64]
+ * by [64, 1] computes 2 x 14 rows by 32 columns of tiles over k = 64, and
+ * the gradient of w, x^T dy, [64, 1] over k = 20, 5 x 14 rows by 32: by
+ * hand, 114688 and 89600 FLOPs where the products have 2560 each. */
+static void test_gemm_tiles(void **state) {
+  (void)state;
+  const char *text = "model lin(batch B = 20) {\n"
+                     "  input  x: f32[B, 64]\n"
+                     "  input  y: f32[B, 1]\n"
+                     "  param  w: f32[64, 1] init zeros\n"
+                     "  loss   = mse(x @ w, y)\n"
+                     "  minimize loss with sgd(lr = 0.1)\n"
+                     "}\n"
+                     "cluster c {\n  node a { device d0: cpu(gflops = 80, mem = 1GiB%s) }\n}\n"
+                     "parallel lin on c {\n  mesh m[dp = 1] over d0\n  plan explicit\n}\n";
+  Arena *a = arena_new();
+  double t[2] = {0, 0};
+  for (int tiled = 0; tiled < 2; tiled++) {
+    Module *m = compile_text(a, arena_printf(a, text, tiled ? ", tile_m = 14, tile_n = 32" : ""));
+    const Func *f = step_func(m, 0);
+    int products = 0;
+    for (int k = 0; k < f->inst.n; k++)
+      if (f->inst.a[k]->op == OP_matmul)
+        t[tiled] += sim_compute_time(m, f->inst.a[k], 0), products++;
+    assert_int_equal(products, 2);
+  }
+  double want = (114688 - 2560 + 89600 - 2560) / 80e9;
+  printf("products in whole tiles: %.4g s more, by hand %.4g s\n", t[1] - t[0], want);
+  assert_true(fabs(t[1] - t[0] - want) <= 1e-9 * want);
+  arena_free(a);
 }
 
 /* A table-wise table's lookups and updates compute nothing on the device
@@ -718,6 +753,7 @@ int main(void) {
       cmocka_unit_test(test_table_wise_idle),
       cmocka_unit_test(test_attn_probed),
       cmocka_unit_test(test_trace_json),
+      cmocka_unit_test(test_gemm_tiles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
