@@ -195,7 +195,7 @@ PER_IN(causal_mask, 1)
  * the pairs when causal), and the softmax's exponential with a few steps per
  * pair. The forward makes two products (q k^T, p v), sdpa_lse one, sdpa_grad
  * seven (q k^T and dout v^T twice, p^T dout, ds^T q, ds k). */
-static double attn_pairs(const Inst *i) {
+double ir_attn_pairs(const Inst *i) {
   if (i->nin < 2 || !i->in[0] || !i->in[1] || i->in[0]->type.rank != 4)
     return 0;
   const Type *q = &i->in[0]->type;
@@ -216,7 +216,7 @@ static double attn_per_pair(const Inst *i, int products, int exps, int base, int
 static double attn_flops(const Inst *i, int products, int exps, int base, int drops) {
   return i->in[0]->type.rank != 4
              ? 0
-             : attn_pairs(i) * attn_per_pair(i, products, exps, base, drops);
+             : ir_attn_pairs(i) * attn_per_pair(i, products, exps, base, drops);
 }
 double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1, 3, 1); }
 double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1, 2, 0); }

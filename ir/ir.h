@@ -253,6 +253,9 @@ double ir_flops(const Inst *inst);
  * makes, as ir_flops counts its work: sdpa_grad makes each twice; 0 for an
  * op other than the sdpa family. */
 double ir_attn_scores(const Inst *inst);
+/* The (query, key) pairs attention kernel inst sees: about half of them
+ * when causal; 0 for other ops and operands not of rank 4. */
+double ir_attn_pairs(const Inst *inst);
 /* Op by its text name; OP_COUNT when unknown. */
 Op ir_op_lookup(const char *name);
 /* Whether libdtrt's kernel of collective op implements method (a

@@ -155,6 +155,23 @@ static double tile_flops(const Inst *i, const Device *dv) {
   return f * (ceil(m / tm) * tm) * (ceil(n / tn) * tn) / (m * n);
 }
 
+/* How many times the pairs an attention kernel sees it makes scores of:
+ * its blocks of 64 queries whole, against whole blocks of 64 keys
+ * (dtrt_sdpa_pairs): 3.9 at T = 32, causal; 1.06 at T = 1024, at which
+ * dtc-probe fits `attn` and `score` by the same count. 1 for a ring's
+ * kernels (their pieces) and other ops. */
+static double attn_blocks(const Inst *i) {
+  bool sdpa = i->op == OP_sdpa || i->op == OP_sdpa_lse || i->op == OP_sdpa_grad ||
+              i->op == OP_sdpa_dmask;
+  double seen = sdpa ? ir_attn_pairs(i) : 0;
+  if (!(seen > 0) || i->nin < 2 || i->in[1]->type.rank != 4)
+    return 1;
+  const Type *q = &i->in[0]->type;
+  double bh = (double)q->dim[0] * (double)q->dim[1];
+  return bh * dtrt_sdpa_pairs(q->dim[2], i->in[1]->type.dim[2], ir_get_int(i, "causal", 0)) /
+         seen;
+}
+
 /* Seconds of op i's FLOPs on `device`: at its speed over flop_slowness; an
  * attention kernel on a device that gives `attn` or `score` (dtc-probe
  * measures both on dtc's attention) at attn of its speed (1 when not
@@ -163,8 +180,9 @@ static double work_time(const Module *m, const Inst *i, int device) {
   double flops = sim_gflops(m, device) * 1e9, scores = ir_attn_scores(i);
   const Device *dv = cluster_dev(m, device);
   if (scores > 0 && dv && (dv->attn > 0 || dv->score > 0))
-    return ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score;
-  return tile_flops(i, dv) * flop_slowness(i) / flops;
+    return attn_blocks(i) *
+           (ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score);
+  return tile_flops(i, dv) * attn_blocks(i) * flop_slowness(i) / flops;
 }
 
 /* The bytes of v, of b in all, that op i moves: a sparse update's table and

@@ -554,6 +554,16 @@ static int64_t scratch_floats(int64_t bh, int64_t tq, int64_t tk, int64_t d, boo
   return slots * slot_floats(d) + (grad ? 2 : 1) * tf + (grad ? bh * tq : 0);
 }
 
+double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal) {
+  double pairs = 0;
+  for (int64_t i0 = 0; i0 < tq; i0 += BQ) {
+    int64_t nr = tq - i0 < BQ ? tq - i0 : BQ, end = i0 + nr;
+    int64_t kend = causal && end < tk ? end : tk, keys = (kend + BK - 1) / BK * BK;
+    pairs += (double)BQ * (double)(keys < tk ? keys : tk);
+  }
+  return pairs;
+}
+
 int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad) {
   if (q->rank != 4 || k->rank != 4)
     return 0;

@@ -376,6 +376,8 @@ typedef struct Kernel {
   int64_t nx, ny;
   double flops, bytes;
   double scores;   /* an attention's (ir/cost.c) */
+  int64_t bh, t;   /* an attention's batch x heads and sequence: its flops and
+                      scores are a pair's, of the pairs its kernels make */
 } Kernel;
 
 #define KERNEL_FNS(name, NAME)                                                 \
@@ -434,17 +436,15 @@ TRAIN_FNS(probe_attn64, PROBE_ATTN64)
   KERNEL(name, NAME, 2.0 * NAME##_Y_ELEMS * NAME##_DIM_K,                          \
          4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS))
 #define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
-/* A causal attention's step, as ir/cost.c counts it: the pairs a query sees
- * (the triangle), 4 D + 14 FLOPs a pair in sdpa, 2 D + 14 in sdpa_lse, 14 D
- * + 28 in sdpa_grad, a score a pair in the first two and two in the third;
- * and the bytes the simulator charges the step's kernels (dtc --emit=sim
- * with bytes alone: 23 tensors of x's shape). */
-#define ATTN_PAIRS(NAME) \
-  ((double)NAME##_DIM_B * NAME##_DIM_H * NAME##_DIM_T * (NAME##_DIM_T + 1) / 2)
+/* A causal attention's step, as ir/cost.c counts it a pair: 4 D + 14 FLOPs
+ * in sdpa, 2 D + 14 in sdpa_lse, 14 D + 28 in sdpa_grad, a score in the
+ * first two and two in the third, of the pairs the kernels make
+ * (dtrt_sdpa_pairs: blocks of 64 whole), as the simulator counts them; and
+ * the bytes the simulator charges the step's kernels (dtc --emit=sim with
+ * bytes alone: 23 tensors of x's shape). */
 #define ATTN(name, NAME)                                                                 \
-  {name##_make, name##_go, name##_free, 2 * NAME##_X_ELEMS, 1,                          \
-   ATTN_PAIRS(NAME) * (20.0 * NAME##_DIM_D + 56), 4.0 * 23 * NAME##_X_ELEMS,              \
-   4 * ATTN_PAIRS(NAME)}
+  {name##_make, name##_go, name##_free, 2 * NAME##_X_ELEMS, 1, 20.0 * NAME##_DIM_D + 56, \
+   4.0 * 23 * NAME##_X_ELEMS, 4, (int64_t)NAME##_DIM_B * NAME##_DIM_H, NAME##_DIM_T}
 /* the kernels of that step (dtc --emit=sim), each a fixed cost */
 enum { ATTN_STEP_KERNELS = 12 };
 
@@ -547,7 +547,8 @@ static ProbeSpeed roofline(double *t, int reps) {
   double flops[2], scores[2], left[2];
   for (int j = 0; j < 2; j++) {
     int k = K_ATTN16 + j;
-    flops[j] = kernels[k].flops, scores[j] = kernels[k].scores;
+    double pairs = (double)kernels[k].bh * dtrt_sdpa_pairs(kernels[k].t, kernels[k].t, true);
+    flops[j] = pairs * kernels[k].flops, scores[j] = pairs * kernels[k].scores;
     left[j] = fmax(med[k] - ATTN_STEP_KERNELS * s.lat - kernels[k].bytes / s.bw, med[k] / 2);
   }
   probe_attn_fit(flops, scores, left, s.gflops, &s.attn, &s.score);

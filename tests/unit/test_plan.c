@@ -893,22 +893,40 @@ static bool run_pairs(Run *r, const char *extra) {
   return ok;
 }
 
-/* Whether report s's kept candidate ("  * ") simulates no slower than
+/* Where needle first is in text from offset at on, or -1. */
+static long find(const char *text, size_t at, const char *needle) {
+  size_t n = strlen(needle);
+  for (; text[at]; at++)
+    if (!strncmp(text + at, needle, n))
+      return (long)at;
+  return -1;
+}
+
+/* The time of report text's candidate line at offset at: after
+ * "simulated" when it was, else after "estimated"; 0 when neither. */
+static double candidate_ms(const char *text, size_t at) {
+  long eol = find(text, at, "\n"), sim = find(text, at, "simulated "),
+       est = find(text, at, "estimated ");
+  if (sim >= 0 && (eol < 0 || sim < eol) && strtod(text + sim + 10, NULL) > 0)
+    return strtod(text + sim + 10, NULL);
+  return est >= 0 && (eol < 0 || est < eol) ? strtod(text + est + 10, NULL) : 0;
+}
+
+/* Whether report text's kept candidate ("  * ") simulates no slower than
  * every other simulated one, and faster than the block's forms. */
 static bool kept_fastest(const char *text) {
-  size_t n = strlen(text), kept = n, block = n;
-  for (size_t at = 0; at + 5 < n; at++)
-    if (text[at] == '\n' && !strncmp(text + at + 1, "  * ", 4))
-      kept = at + 1;
-    else if (!strncmp(text + at, "\n    the parallel block's forms", 31))
-      block = at + 1;
-  if (kept == n || block == n)
+  long kept = find(text, 0, "\n  * "), block = find(text, 0, "\n    the parallel block's forms");
+  if (kept < 0 || block < 0)
     return false;
-  double best = strtod(text + kept + 77, NULL);
-  bool ok = best > 0 && strtod(text + block + 77, NULL) > best;
-  for (size_t at = 0; at + 6 < n; at++)
-    if (!strncmp(text + at, "\n    ", 5) && text[at + 5] != ' ' && strtod(text + at + 78, NULL) > 0)
-      ok &= strtod(text + at + 78, NULL) >= best;
+  double best = candidate_ms(text, (size_t)kept + 1);
+  bool ok = best > 0 && candidate_ms(text, (size_t)block + 1) > best;
+  for (size_t at = 0; text[at]; at++) {
+    if (strncmp(text + at, "\n    ", 5) || text[at + 5] == ' ')
+      continue;
+    long eol = find(text, at + 1, "\n"), sim = find(text, at + 1, "simulated ");
+    if (sim >= 0 && (eol < 0 || sim < eol))
+      ok &= candidate_ms(text, at + 1) >= best;
+  }
   return ok;
 }
 
@@ -929,8 +947,10 @@ static void test_mesh_stages(void **state) {
   assert_non_null(strstr(s, " choices of forms costed, 13 candidates\n"));
   assert_non_null(strstr(s, "stages over x (layers 3/1), "));
   assert_true(kept_fastest(s));
+  /* the data split over y, by rows or by the sequence (the two simulate
+   * within 0.1% of each other here) */
   const Global *ids = ir_find_global(r.m, "ids");
-  assert_true(ids->shard && ids->shard->axis[0] >= 0);
+  assert_true(ids->shard && (ids->shard->axis[0] >= 0 || ids->shard->axis[1] >= 0));
   free(s);
   done(&r);
 
