@@ -314,9 +314,9 @@ static Sharding row_of(const Sharding *s, int rank) {
  * the body's values are not split by it. The first such operand (of cur,
  * or of r's operands when cur is NULL) says how: its axis, -1 for none. */
 int shard_pipe_axis(const Inst *r, const Sharding *const *cur, double **ratio) {
-  for (int k = 0; k < r->nin; k++) {
+  for (int k = ir_repeat_first_stacked(r); k < r->nin; k++) {
     const Sharding *s = cur ? cur[k] : r->in[k]->shard;
-    if (ir_repeat_operand_kind(r, k) == 2 && s && s->axis[0] >= 0) {
+    if (s && s->axis[0] >= 0) {
       *ratio = s->ratio[0];
       return s->axis[0];
     }
