@@ -243,6 +243,11 @@ int ir_repeat_operand_kind(const Inst *r, int k) {
   return k >= r->nin - ir_get_int(r, "stacked", 0) ? 2 : 1;
 }
 
+int ir_repeat_first_stacked(const Inst *r) {
+  int64_t carry = ir_get_int(r, "carry", 1), from = r->nin - ir_get_int(r, "stacked", 0);
+  return (int)(from > carry ? from : carry);
+}
+
 Func *ir_add_body(Module *m, const char *base, const char *suffix, Loc loc) {
   char *name = arena_printf(m->arena, "%s.%s", base, suffix);
   for (int k = 2; ir_find_func(m, name); k++)

@@ -534,6 +534,8 @@ static inline int64_t ir_loop_step(int64_t s, int64_t i) {
 }
 /* Operand k of repeat r: 0 carried, 1 read whole each iteration, 2 stacked. */
 int ir_repeat_operand_kind(const Inst *r, int k);
+/* The first stacked operand of repeat r (r->nin: none); the rest are too. */
+int ir_repeat_first_stacked(const Inst *r);
 /* A new, empty body function @base.suffix (then @base.suffix2, ... while
  * that is taken). */
 Func *ir_add_body(Module *m, const char *base, const char *suffix, Loc loc);

@@ -96,19 +96,26 @@ static bool is_ident(const char *s) {
   return true;
 }
 
+/* s quoted, its plain characters written a run at a time (IR text holds a
+ * source location, its file's name, on every instruction). */
 static void print_str(FILE *out, const char *s) {
   fputc('"', out);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
+    size_t run = 0;
+    while (p[run] >= 0x20 && p[run] != 0x7f && p[run] != '"' && p[run] != '\\')
+      run++;
+    if (run) {
+      fwrite(p, 1, run, out);
+      p += run - 1;
+    } else if (*p == '"' || *p == '\\') {
       fprintf(out, "\\%c", *p);
-    else if (*p == '\n')
+    } else if (*p == '\n') {
       fputs("\\n", out);
-    else if (*p == '\t')
+    } else if (*p == '\t') {
       fputs("\\t", out);
-    else if (*p < 0x20 || *p == 0x7f)
+    } else {
       fprintf(out, "\\x%02x", *p);
-    else
-      fputc(*p, out);
+    }
   }
   fputc('"', out);
 }

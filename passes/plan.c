@@ -325,16 +325,22 @@ static bool same_forms(const Planner *p, Sharding *const *a, Sharding *const *b)
 }
 
 /* Greedy descent from A: each global in turn takes each of its forms, and a
- * choice stays when it lowers the cost; until a sweep changes nothing. */
+ * choice stays when it lowers the cost; until a sweep changes nothing. A
+ * sweep that comes back to the global of the last move, nothing having
+ * moved since, ends the descent: from there on it would cost the very
+ * choices the sweep before did, against the same cost, and keep none. */
 static double descend(Search *s, Sharding **A, double cost) {
   Planner *p = s->p;
   Ratios R;
   Est e;
   Sharding **forms = malloc(sizeof *forms * MAX_FORMS);
   DTC_ASSERT(forms);
+  int last = -1;   /* the variable of the last move */
   for (int sweep = 0; sweep < MAX_SWEEPS; sweep++) {
     bool moved = false;
     for (int v = 0; v < p->nvar; v++) {
+      if (v == last && !moved)
+        goto done;
       int g = p->var[v], n = forms_of(p, g, forms);
       for (int f = 0; f < n; f++) {
         if (form_eq(p, g, forms[f], A[g]))
@@ -345,6 +351,7 @@ static double descend(Search *s, Sharding **A, double cost) {
         if (t < cost * (1 - IMPROVES)) {
           cost = t;
           moved = true;
+          last = v;
         } else {
           A[g] = was;
         }
@@ -353,6 +360,7 @@ static double descend(Search *s, Sharding **A, double cost) {
     if (!moved)
       break;
   }
+done:
   free(forms);
   return cost;
 }
@@ -425,14 +433,46 @@ static void try_bf16(Search *s, Cand *c, bool even) {
     c->est = t, c->wire = DT_WIRE_BF16, memcpy(c->R, R, sizeof R);
 }
 
+/* Whether forms a and b are written alike, global by global: both open,
+ * or the same splits with the same ratio arrays. */
+static bool same_seed(const Planner *p, Sharding *const *a, Sharding *const *b) {
+  for (int g = 0; g < p->m->global.n; g++) {
+    const Sharding *x = a[g], *y = b[g];
+    if (x == y)
+      continue;
+    if (!x || !y || x->mesh != y->mesh || x->partial != y->partial ||
+        x->partial_axes != y->partial_axes)
+      return false;
+    for (int d = 0; d < IR_MAX_RANK; d++)
+      if (x->axis[d] != y->axis[d] || x->ratio[d] != y->ratio[d])
+        return false;
+  }
+  return true;
+}
+
+/* A candidate's forms as seeded and what their search found: the forms
+ * descended, in micro-batch count mb, estimated est with ratios R; ring,
+ * the estimate's ring axis. */
+typedef struct Searched {
+  Sharding **seed, **forms;
+  int nmb, mbs[IR_MAX_MICROBATCHES + 1], mb, ring;
+  double est;
+  Ratios R;
+} Searched;
+
 /* The candidates: each combination of families over the axes, seeded,
  * descended on one axis, in its best micro-batch count; with a rows axis,
  * the optimizer state split over it (in that count) where that is open and
  * gains more than NOISE_FLOOR by the estimate; so too the attention by
- * heads, and under `exchange = auto` the gradients in bf16; their number. */
+ * heads, and under `exchange = auto` the gradients in bf16; their number.
+ * Two families may seed the same forms (rows, when the block splits the
+ * inputs, and forms): the search, which depends on nothing else, is made
+ * once. */
 static int candidates(Search *s, Cand *cand) {
   Planner *p = s->p;
   int nc = 0, fam[IR_MAX_MESH_AXES] = {0}, n = 1;
+  Searched *done = malloc(sizeof *done * MAX_CANDS);
+  DTC_ASSERT(done);
   bool open = state_open(p);
   static const FamilyId order[] = {F_ROWS, F_FORMS, F_STAGES, F_KEEP, F_SEQ};
   static_assert(COUNTOF(order) == NFAMILY, "every family in the order");
@@ -464,16 +504,36 @@ static int candidates(Search *s, Cand *cand) {
     unuse(p);
     memcpy(cd->fam, fam, sizeof fam);
     Est e;
-    int mbs[IR_MAX_MICROBATCHES + 1], nmb = 1;
-    p->mb = mbs[0] = p->m->microbatches > 1 ? p->m->microbatches : 1;
+    Searched *sr = &done[nc - 1];
+    sr->nmb = 1;
+    p->mb = sr->mbs[0] = p->m->microbatches > 1 ? p->m->microbatches : 1;
     if (stages >= 0)
-      nmb = mb_choices(p, rows >= 0 ? p->size[rows] : 1, mbs);
-    cd->est = nmb > 1 ? pick_mb(s, A, mbs, nmb, cd->R, &e) : evaluate(s, A, false, cd->R, &e);
-    if (p->naxis == 1) {
-      cd->est = descend(s, A, cd->est);
-      if (nmb > 1)
-        cd->est = pick_mb(s, A, mbs, nmb, cd->R, &e);
+      sr->nmb = mb_choices(p, rows >= 0 ? p->size[rows] : 1, sr->mbs);
+    sr->seed = copy_forms(p, A);
+    const Searched *same = NULL;
+    for (int k = 0; k < nc - 1 && !same; k++)
+      if (done[k].nmb == sr->nmb && !memcmp(done[k].mbs, sr->mbs, sizeof *sr->mbs * (size_t)sr->nmb) &&
+          same_seed(p, done[k].seed, sr->seed))
+        same = &done[k];
+    if (same) {
+      A = copy_forms(p, same->forms);
+      p->mb = same->mb, sr->ring = same->ring, sr->est = same->est;
+      memcpy(sr->R, same->R, sizeof sr->R);
+    } else {
+      int nmb = sr->nmb;
+      sr->est = nmb > 1 ? pick_mb(s, A, sr->mbs, nmb, sr->R, &e) : evaluate(s, A, false, sr->R, &e);
+      if (p->naxis == 1) {
+        sr->est = descend(s, A, sr->est);
+        if (nmb > 1)
+          sr->est = pick_mb(s, A, sr->mbs, nmb, sr->R, &e);
+      }
+      sr->ring = e.ring;
     }
+    sr->forms = copy_forms(p, A);
+    sr->mb = p->mb;
+    e.ring = sr->ring;
+    cd->est = sr->est;
+    memcpy(cd->R, sr->R, sizeof cd->R);
     cd->mb = p->mb;
     cd->forms = A;
     cd->sim = INFINITY;
@@ -497,6 +557,7 @@ static int candidates(Search *s, Cand *cand) {
     }
     try_bf16(s, cd, false);
   }
+  free(done);
   return nc;
 }
 

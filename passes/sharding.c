@@ -314,9 +314,9 @@ static Sharding row_of(const Sharding *s, int rank) {
  * the body's values are not split by it. The first such operand (of cur,
  * or of r's operands when cur is NULL) says how: its axis, -1 for none. */
 int shard_pipe_axis(const Inst *r, const Sharding *const *cur, double **ratio) {
-  for (int k = 0; k < r->nin; k++) {
+  for (int k = ir_repeat_first_stacked(r); k < r->nin; k++) {
     const Sharding *s = cur ? cur[k] : r->in[k]->shard;
-    if (ir_repeat_operand_kind(r, k) == 2 && s && s->axis[0] >= 0) {
+    if (s && s->axis[0] >= 0) {
       *ratio = s->ratio[0];
       return s->axis[0];
     }
@@ -483,9 +483,16 @@ typedef struct Ctx {
   VEC(Loc) noted;
   VEC(Func *) fns;     /* @train_step, @forward and the bodies they run, callers first */
   VEC(Inst *) runner;  /* by fns entry: the repeat that runs that body (NULL: an entry) */
+  int **gi;            /* by fns entry, by inst id: a load's or store's owner (gindex) */
 } Ctx;
 
-static int gindex(Ctx *c, const Inst *i) { return c->owner[ir_global_of(i) - c->m->global.a]; }
+/* The owner of the global load or store i reads or writes. */
+static int gindex(Ctx *c, const Inst *i) {
+  for (int k = 0; k < c->fns.n; k++)
+    if (c->fns.a[k] == i->fn)
+      return c->gi[k][i->id];
+  DTC_UNREACHABLE();
+}
 
 /* A copy for the IR, partial axes written out only when not the default. */
 static Sharding *keep(Ctx *c, const Sharding *s, int rank) {
@@ -1037,8 +1044,9 @@ static void collect(Ctx *c, Func *f, Inst *by) {
 
 /* A split must leave every device at least one element, but for a
  * placement's (ir_placed: a table-wise table's columns and what they map
- * to), whose other devices hold none. */
-static void check_blocks(Ctx *c, const Sharding *s, const Type *t, Loc loc, const char *what) {
+ * to), whose other devices hold none. An error names the value `of` name. */
+static void check_blocks(Ctx *c, const Sharding *s, const Type *t, Loc loc, const char *of,
+                         const char *name) {
   const Mesh *mesh = &c->m->mesh.a[0];
   for (int d = 0; s && d < t->rank; d++) {
     int a = s->axis[d];
@@ -1049,8 +1057,8 @@ static void check_blocks(Ctx *c, const Sharding *s, const Type *t, Loc loc, cons
     for (int k = 0; k < mesh->axis_size[a]; k++)
       if (b[k] < 1) {
         diag_error(c->d, loc,
-                   "splitting dimension %d of %s (%lld) over mesh axis '%s' leaves its device "
-                   "%d no elements", d, what, (long long)t->dim[d], mesh->axis_name[a], k);
+                   "splitting dimension %d of %s'%s' (%lld) over mesh axis '%s' leaves its "
+                   "device %d no elements", d, of, name, (long long)t->dim[d], mesh->axis_name[a], k);
         return;
       }
   }
@@ -1134,7 +1142,7 @@ static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums) {
   for (int g = 0; g < ng; g++) {
     Global *gl = &m->global.a[g];
     if (c.owner[g] == g)   /* a param's state is split as the param, said once */
-      check_blocks(&c, gl->shard, &gl->type, gl->loc, arena_printf(m->arena, "'%s'", gl->name));
+      check_blocks(&c, gl->shard, &gl->type, gl->loc, "", gl->name);
   }
   if (d->nerr > nerr)
     return false;
@@ -1155,10 +1163,18 @@ static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums) {
       collect(&c, f, NULL);
   }
   /* a body's shardings are derived from its loop's, every time */
+  c.gi = arena_alloc(m->arena, sizeof *c.gi * (size_t)c.fns.n);
   for (int k = 0; k < c.fns.n; k++) {
-    ir_renumber(c.fns.a[k]);
-    for (int j = 0; c.runner.a[k] && j < c.fns.a[k]->inst.n; j++)
-      c.fns.a[k]->inst.a[j]->shard = NULL;
+    Func *f = c.fns.a[k];
+    ir_renumber(f);
+    c.gi[k] = arena_alloc(m->arena, sizeof *c.gi[k] * (size_t)(f->inst.n + 1));
+    for (int j = 0; j < f->inst.n; j++) {
+      Inst *i = f->inst.a[j];
+      c.gi[k][j] = i->op == OP_load || i->op == OP_store
+                       ? c.owner[ir_global_of(i) - m->global.a] : -1;
+      if (c.runner.a[k])
+        i->shard = NULL;
+    }
   }
   for (int k = 0; k < c.fns.n; k++)
     if (!c.runner.a[k]) {
@@ -1181,8 +1197,7 @@ static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums) {
       if (i->op == OP_repeat && d->nerr == nerr)   /* once: its loops share the loc */
         check_stages(&c, i);
       if (i->shard)
-        check_blocks(&c, i->shard, &i->type, i->loc,
-                     arena_printf(m->arena, "the value of '%s'", ir_ops[i->op].name));
+        check_blocks(&c, i->shard, &i->type, i->loc, "the value of ", ir_ops[i->op].name);
     }
   }
   return d->nerr == nerr;

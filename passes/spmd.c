@@ -149,10 +149,33 @@ static Inst *emit_comm(Ctx *c, const ShardStep *st, Inst *v, const Type *t, Loc 
   return x;
 }
 
-static void warn_reshard(Ctx *c, Loc loc, const char *what, const Inst *x, const Sharding *to,
+/* What needs a reshard, for its diagnostics: operand k of inst i, or the
+ * value a store or output i takes (k: a body output's index); written out
+ * by need_text only for a diagnostic. */
+typedef struct Need {
+  const Inst *i;
+  int k;
+} Need;
+
+static const char *need_text(const Ctx *c, Need w, char *buf, size_t n) {
+  const Inst *i = w.i;
+  if (i->op == OP_store)
+    snprintf(buf, n, "the store to '%s'", ir_get_str(i, "global", ""));
+  else if (i->op == OP_output && c->carry >= 0)   /* a body's */
+    snprintf(buf, n, "output %d of @%s", w.k, c->src->name);
+  else if (i->op == OP_output)
+    snprintf(buf, n, "output '%s'", ir_get_str(i, "name", ""));
+  else if (i->nin > 1)
+    snprintf(buf, n, "operand %d of '%s'", w.k + 1, ir_ops[i->op].name);
+  else
+    snprintf(buf, n, "'%s'", ir_ops[i->op].name);
+  return buf;
+}
+
+static void warn_reshard(Ctx *c, Loc loc, Need need, const Inst *x, const Sharding *to,
                          Inst *const *made, const ShardStep *st, int n) {
   const Module *m = c->m;
-  char ty[128], from[256], want[256], list[1024] = "", src[512] = "";
+  char ty[128], from[256], want[256], list[1024] = "", src[512] = "", what[512];
   for (int k = 0; k < n; k++) {
     size_t len = strlen(list);
     snprintf(list + len, sizeof list - len, "%s%s over '%s' (%.0f bytes per step)",
@@ -165,13 +188,14 @@ static void warn_reshard(Ctx *c, Loc loc, const char *what, const Inst *x, const
   if (x->loc.file && (x->loc.file != loc.file || x->loc.line != loc.line || x->loc.col != loc.col))
     snprintf(src + len, sizeof src - len, " at %s:%d:%d", x->loc.file->name, x->loc.line,
              x->loc.col);
-  diag_warn(c->d, loc, "%s: %s needs %s as %s, but %s gives %s", list, what,
+  diag_warn(c->d, loc, "%s: %s needs %s as %s, but %s gives %s", list,
+            need_text(c, need, what, sizeof what),
             type_str(&x->type, ty, sizeof ty), ir_shard_str(m, to, x->type.rank, want, sizeof want),
             src, ir_shard_str(m, x->shard, x->type.rank, from, sizeof from));
 }
 
 /* The copy of x in sharding `to`, made by collectives the first time. */
-static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const char *what) {
+static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, Need need) {
   Module *m = c->m;
   Inst *v = c->map[x->id];
   if (shard_same(m, &x->type, x->shard, to))
@@ -183,12 +207,12 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   Inst *made[SHARD_MAX_STEPS];
   int n = shard_plan(m, &x->type, x->shard, to, st);
   if (n < 0) {   /* a partial sum wanted of a value that is none */
-    char ty[128], from[256], want[256];
+    char ty[128], from[256], want[256], what[512];
     if (!c->failed)
       diag_error(c->d, loc, "%s needs %s as %s, which no collective makes from %s: the "
                  "shardings of this program do not fit together (a pipeline's micro-batches "
                  "beside another split over the stages' axis, for one)",
-                 what, type_str(&x->type, ty, sizeof ty),
+                 need_text(c, need, what, sizeof what), type_str(&x->type, ty, sizeof ty),
                  ir_shard_str(m, to, x->type.rank, want, sizeof want),
                  ir_shard_str(m, x->shard, x->type.rank, from, sizeof from));
     c->failed = true;
@@ -197,18 +221,19 @@ static Inst *reshard(Ctx *c, const Inst *x, const Sharding *to, Loc loc, const c
   for (int k = 0; k < n; k++)
     if (m->det_pieces > 1 && !c->failed &&
         (st[k].op == OP_all_reduce || st[k].op == OP_reduce_scatter)) {
+      char what[512];
       c->failed = true;   /* the rest is not emitted */
       diag_error(c->d, loc, "deterministic mode: %s needs a sum over mesh axis '%s' of parts "
                  "whose split depends on the layout; deterministic mode fixes the pieces of "
                  "sums over the batch and of matrix products over a multiple of the pieces",
-                 what, m->mesh.a[0].axis_name[st[k].axis]);
+                 need_text(c, need, what, sizeof what), m->mesh.a[0].axis_name[st[k].axis]);
       diag_note(c->d, m->det_loc, "deterministic mode asked for here");
     }
   for (int k = 0; k < n; k++)
     v = made[k] = emit_comm(c, &st[k], v, &x->type, loc);
   vec_push(m->arena, &c->memo, ((Memo){x, *to, v}));
   if (c->dev == 0 && (c->d->wflags & W_RESHARD))
-    warn_reshard(c, loc, what, x, to, made, st, n);
+    warn_reshard(c, loc, need, x, to, made, st, n);
   return v;
 }
 
@@ -388,7 +413,6 @@ static void place_dropout(Ctx *c, const Inst *i, Inst *x) {
 static void emit(Ctx *c, const Inst *i) {
   Module *m = c->m;
   Inst *in[SHARD_MAX_IN];
-  const char *opname = ir_ops[i->op].name;
   const Stage *st = i->op == OP_repeat_out ? stage_of(c, i->in[0]) : NULL;
   if (st && ir_get_int(i, "index", 0) < ir_get_int(i->in[0], "carry", 1))
     return;   /* a carry: broadcast when used */
@@ -397,22 +421,19 @@ static void emit(Ctx *c, const Inst *i) {
   if (i->op == OP_store || i->op == OP_output) {
     const Inst *x = i->in[0];
     Sharding to = *x->shard;
-    const char *what;
+    Need need = {i, 0};
     if (i->op == OP_store) {
       const Global *g = ir_find_global(m, ir_get_str(i, "global", ""));
       DTC_ASSERT(g->shard);
       to = *g->shard;
-      what = arena_printf(m->arena, "the store to '%s'", g->name);
     } else if (c->carry >= 0) {   /* a body's: a carried value ends as its arg reads it */
-      int k = c->nout++;
+      int k = need.k = c->nout++;
       if (k < c->carry)
         to = *ir_func_arg(c->src, k)->shard;
-      what = arena_printf(m->arena, "output %d of @%s", k, c->src->name);
     } else {
       to = *c->scalar;
-      what = arena_printf(m->arena, "output '%s'", ir_get_str(i, "name", ""));
     }
-    in[0] = reshard(c, x, &to, i->loc, what);
+    in[0] = reshard(c, x, &to, i->loc, need);
     Inst *s = ir_new(c->f, i->op, i->loc, 1, in);
     ir_copy_attrs(s, i);
     ir_finish(s);
@@ -435,11 +456,8 @@ static void emit(Ctx *c, const Inst *i) {
       req[k].partial_axes = 0;
     }
   }
-  const char *what = arena_printf(m->arena, "'%s'", opname);
-  for (int k = 0; !st && k < i->nin; k++) {
-    const char *w = i->nin > 1 ? arena_printf(m->arena, "operand %d of '%s'", k + 1, opname) : what;
-    in[k] = reshard(c, i->in[k], &req[k], i->loc, w);
-  }
+  for (int k = 0; !st && k < i->nin; k++)
+    in[k] = reshard(c, i->in[k], &req[k], i->loc, (Need){i, k});
   if (i->op == OP_cross_entropy_grad && req[0].axis[0] >= 0)
     in[2] = scale(c, in[2], mean_share(i, in[0]), i->loc);
   if (i->op == OP_bce_with_logits_grad && mean_share(i, in[0]) != 1)
