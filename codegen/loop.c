@@ -248,20 +248,19 @@ static LLVMValueRef exp_full(Cg *c, LLVMValueRef y) {
 }
 
 /* x = 2^e m, x positive and finite, m in [sqrt(1/2), sqrt 2) returned, e
- * (i32) into *e; a denormal x scaled by 2^23 first. */
+ * (i32) into *e, in integer steps: e is the top bits of x's bits less
+ * those of sqrt(1/2), m x's bits less e in the exponent; a denormal x
+ * scaled by 2^23 first. */
 static LLVMValueRef log_split(Cg *c, LLVMValueRef x, LLVMValueRef *e) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef tiny = LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(c, 1.17549435e-38f), "");
   LLVMValueRef xs = LLVMBuildSelect(b, tiny, LLVMBuildFMul(b, x, fconst(c, 8388608.0f), ""), x, "");
   LLVMValueRef bits = LLVMBuildBitCast(b, xs, c->i32, "");
-  *e = LLVMBuildSub(b, LLVMBuildLShr(b, bits, cg_i32(c, 23), ""), cg_i32(c, 127), "");
-  *e = LLVMBuildSelect(b, tiny, LLVMBuildSub(b, *e, cg_i32(c, 23), ""), *e, "");
-  LLVMValueRef mb = LLVMBuildOr(b, LLVMBuildAnd(b, bits, cg_i32(c, 0x007fffff), ""),
-                                cg_i32(c, 0x3f800000), "");
-  LLVMValueRef m = LLVMBuildBitCast(b, mb, c->f32, "");
-  LLVMValueRef big = LLVMBuildFCmp(b, LLVMRealOGT, m, fconst(c, 1.41421356f), "");
-  *e = LLVMBuildSelect(b, big, LLVMBuildAdd(b, *e, cg_i32(c, 1), ""), *e, "");
-  return LLVMBuildSelect(b, big, LLVMBuildFMul(b, m, fconst(c, 0.5f), ""), m, "");
+  LLVMValueRef k = LLVMBuildAShr(b, LLVMBuildSub(b, bits, cg_i32(c, 0x3f3504f3), ""),
+                                 cg_i32(c, 23), "");
+  LLVMValueRef mb = LLVMBuildSub(b, bits, LLVMBuildShl(b, k, cg_i32(c, 23), ""), "");
+  *e = LLVMBuildSelect(b, tiny, LLVMBuildSub(b, k, cg_i32(c, 23), ""), k, "");
+  return LLVMBuildBitCast(b, mb, c->f32, "");
 }
 
 /* ln x over all floats, vectorisable: x = 2^e m (log_split), ln m = 2
