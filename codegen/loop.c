@@ -248,20 +248,19 @@ static LLVMValueRef exp_full(Cg *c, LLVMValueRef y) {
 }
 
 /* x = 2^e m, x positive and finite, m in [sqrt(1/2), sqrt 2) returned, e
- * (i32) into *e; a denormal x scaled by 2^23 first. */
+ * (i32) into *e, in integer steps: e is the top bits of x's bits less
+ * those of sqrt(1/2), m x's bits less e in the exponent; a denormal x
+ * scaled by 2^23 first. */
 static LLVMValueRef log_split(Cg *c, LLVMValueRef x, LLVMValueRef *e) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef tiny = LLVMBuildFCmp(b, LLVMRealOLT, x, fconst(c, 1.17549435e-38f), "");
   LLVMValueRef xs = LLVMBuildSelect(b, tiny, LLVMBuildFMul(b, x, fconst(c, 8388608.0f), ""), x, "");
   LLVMValueRef bits = LLVMBuildBitCast(b, xs, c->i32, "");
-  *e = LLVMBuildSub(b, LLVMBuildLShr(b, bits, cg_i32(c, 23), ""), cg_i32(c, 127), "");
-  *e = LLVMBuildSelect(b, tiny, LLVMBuildSub(b, *e, cg_i32(c, 23), ""), *e, "");
-  LLVMValueRef mb = LLVMBuildOr(b, LLVMBuildAnd(b, bits, cg_i32(c, 0x007fffff), ""),
-                                cg_i32(c, 0x3f800000), "");
-  LLVMValueRef m = LLVMBuildBitCast(b, mb, c->f32, "");
-  LLVMValueRef big = LLVMBuildFCmp(b, LLVMRealOGT, m, fconst(c, 1.41421356f), "");
-  *e = LLVMBuildSelect(b, big, LLVMBuildAdd(b, *e, cg_i32(c, 1), ""), *e, "");
-  return LLVMBuildSelect(b, big, LLVMBuildFMul(b, m, fconst(c, 0.5f), ""), m, "");
+  LLVMValueRef k = LLVMBuildAShr(b, LLVMBuildSub(b, bits, cg_i32(c, 0x3f3504f3), ""),
+                                 cg_i32(c, 23), "");
+  LLVMValueRef mb = LLVMBuildSub(b, bits, LLVMBuildShl(b, k, cg_i32(c, 23), ""), "");
+  *e = LLVMBuildSelect(b, tiny, LLVMBuildSub(b, k, cg_i32(c, 23), ""), k, "");
+  return LLVMBuildBitCast(b, mb, c->f32, "");
 }
 
 /* ln x over all floats, vectorisable: x = 2^e m (log_split), ln m = 2
@@ -291,45 +290,46 @@ static LLVMValueRef log_full(Cg *c, LLVMValueRef x) {
 
 static LLVMValueRef dconst(Cg *c, double v) { return LLVMConstReal(c->f64, v); }
 
-/* |x|^y = e^(y ln|x|) in double, rounded once to float (so within about
- * half an ulp of powf, vectorisable): ln|x| by log_split and 2 atanh s to
- * s^15 (truncation below 4e-14 relative), t = y ln|x| clamped to [-200,
- * 100] (beyond float's range either way), e^t = 2^n e^r by Cody and Waite
- * with ln 2 in two parts and e^r by its Taylor polynomial of degree 10
- * (truncation below 3e-13 relative), 2^n added to the exponent bits; then
- * powf's special values: 1 where y is 0 or x is 1, or |x| is 1 and y
- * infinite; a negative x (-0 included) to an odd integer y negated, a
- * finite negative x to a finite y that is not an integer NaN. */
+/* |x|^y = 2^(y log2|x|) in double, rounded once to float (within an ulp of
+ * powf, vectorisable): |x| = 2^e m by log_split, log2 m = (2 / ln 2) atanh
+ * s with s = (m - 1) / (m + 1), |s| <= 0.172, by its odd series to s^13
+ * (truncation below 2e-12 relative); t = y log2|x| clamped to [-200, 200]
+ * (beyond float's range either way, a NaN t to 200), 2^t = 2^n 2^r with n
+ * = rint t and |r| <= 1/2, 2^r by the Taylor polynomial of e^(r ln 2) of
+ * degree 8 (truncation below 3e-10 relative), 2^n added to the exponent
+ * bits; so t is within 2^-31 of y log2|x| and the power within 0.51 ulp
+ * of the true one. Then powf's special values: 1 where y is 0 or x is 1,
+ * or |x| is 1 and y infinite; a negative x (-0 included) to an odd
+ * integer y negated, a finite negative x to a finite y that is not an
+ * integer NaN. */
 static LLVMValueRef pow_full(Cg *c, LLVMValueRef x, LLVMValueRef y) {
   LLVMBuilderRef b = c->b;
   LLVMValueRef ax = intrinsic(c, "llvm.fabs", &x, 1), e, m = log_split(c, ax, &e);
   LLVMValueRef one = dconst(c, 1), md = LLVMBuildFPExt(b, m, c->f64, "");
   LLVMValueRef s = LLVMBuildFDiv(b, LLVMBuildFSub(b, md, one, ""), LLVMBuildFAdd(b, md, one, ""), "");
   LLVMValueRef s2 = LLVMBuildFMul(b, s, s, "");
-  LLVMValueRef p = dconst(c, 1.0 / 15);
-  for (int k = 13; k >= 1; k -= 2)
-    p = mad(c, p, s2, dconst(c, 1.0 / k));
-  LLVMValueRef l = LLVMBuildFMul(b, LLVMBuildFAdd(b, s, s, ""), p, "");
-  l = mad(c, LLVMBuildSIToFP(b, e, c->f64, ""), dconst(c, 0.69314718055994530942), l);
+  const double log2e2 = 2 * 1.4426950408889634074;
+  LLVMValueRef p = dconst(c, log2e2 / 13);
+  for (int k = 11; k >= 1; k -= 2)
+    p = mad(c, p, s2, dconst(c, log2e2 / k));
+  LLVMValueRef l = mad(c, s, p, LLVMBuildSIToFP(b, e, c->f64, ""));
   l = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, ax, fconst(c, 0), ""), dconst(c, -INFINITY),
                       l, "");
   l = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUEQ, ax, fconst(c, INFINITY), ""),
                       LLVMBuildFPExt(b, ax, c->f64, ""), l, "");   /* inf or NaN */
   LLVMValueRef t = LLVMBuildFMul(b, LLVMBuildFPExt(b, y, c->f64, ""), l, "");
-  LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, t, t, "");
-  LLVMValueRef ct = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, t, dconst(c, 100), ""),
-                                    dconst(c, 100), t, "");
-  ct = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, ct, dconst(c, -200), ""), dconst(c, -200),
-                       ct, "");
-  ct = LLVMBuildSelect(b, nan, dconst(c, 0), ct, "");
-  LLVMValueRef n = LLVMBuildFMul(b, ct, dconst(c, 1.4426950408889634074), "");
-  n = intrinsic(c, "llvm.rint", &n, 1);
-  LLVMValueRef r = mad(c, n, dconst(c, -0x1.62e42fefa3800p-1), ct);
-  r = mad(c, n, dconst(c, -0x1.ef35793c76730p-45), r);
-  LLVMValueRef q = dconst(c, 1.0 / 3628800);
-  static const double fact[] = {362880, 40320, 5040, 720, 120, 24, 6, 2, 1, 1};
-  for (int k = 0; k < COUNTOF(fact); k++)
-    q = mad(c, q, r, dconst(c, 1 / fact[k]));
+  LLVMValueRef nan = LLVMBuildFCmp(b, LLVMRealUNO, t, t, ""), lim = dconst(c, 200);
+  LLVMValueRef ct = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLE, t, lim, ""), t, lim, "");
+  lim = dconst(c, -200);
+  ct = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, ct, lim, ""), lim, ct, "");
+  LLVMValueRef n = intrinsic(c, "llvm.rint", &ct, 1);
+  LLVMValueRef r = LLVMBuildFSub(b, ct, n, "");
+  double coef[9] = {1};
+  for (int k = 1; k < COUNTOF(coef); k++)
+    coef[k] = coef[k - 1] * 0.69314718055994530942 / k;
+  LLVMValueRef q = dconst(c, coef[8]);
+  for (int k = 7; k >= 0; k--)
+    q = mad(c, q, r, dconst(c, coef[k]));
   LLVMValueRef bits = LLVMBuildShl(b, LLVMBuildFPToSI(b, n, c->i64, ""),
                                    LLVMConstInt(c->i64, 52, 0), "");
   bits = LLVMBuildAdd(b, LLVMBuildBitCast(b, q, c->i64, ""), bits, "");

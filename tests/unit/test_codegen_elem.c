@@ -303,6 +303,55 @@ static void powers(void **state) {
   ct_free(&t);
 }
 
+/* pow_sweep's exponents and bases: powers that reach past both ends of
+ * float's range for the larger and smaller of sweep_inputs, and bases near
+ * 1 to exponents up to 2^21. */
+static const float sweep_exps[] = {0.33333334f, -2.5f, 7.25f, -19.5f, 0.015625f, 101.5f};
+static const float sweep_bases[] = {1.0001f, 0.75f, 3, 1e-3f, -2};
+
+static void sweep_check(int k, const float *x, const float *got, int64_t n) {
+  int ne = COUNTOF(sweep_exps);
+  for (int64_t i = 0; i < n; i++) {
+    float want = k < ne ? powf(x[i], sweep_exps[k]) : powf(sweep_bases[k - ne], x[i]);
+    if (!pow_close(got[i], isnan(want) ? 7 : want))
+      fail_msg("output %d, element %lld (x = %a): %a, powf says %a", k, (long long)i, x[i],
+               got[i], want);
+  }
+}
+
+/* 2^e m, e from -20 to 20 and m in [1, 2) spread by a multiplicative hash
+ * (so over the whole range of log_split's m, on both sides of 1), a
+ * seventh of them negative; every eleventh an integer. */
+static void sweep_inputs(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float m = 1 + (float)(((uint32_t)i * 2654435761u) >> 9) / (float)(1 << 23);
+    x[i] = ldexpf(m, (int)(i % 41) - 20);
+    if (i % 11 == 0)
+      x[i] = rintf(x[i]);
+    if (i % 7 == 3)
+      x[i] = -x[i];
+  }
+}
+
+/* pow of 4096 numbers of every mantissa to exponents and as exponents
+ * (results that overflow, underflow to denormals and to zero, and many
+ * near 1): generated code within an ulp of powf, its special values bit
+ * for bit. */
+static void pow_sweep(void **state) {
+  (void)state;
+  CT t;
+  ct_init(&t, "psweep");
+  Inst *x = ct_global(&t, "x", G_INPUT, ty(DT_F32, 1, 4096), NULL);
+  int ne = COUNTOF(sweep_exps), nb = COUNTOF(sweep_bases);
+  for (int k = 0; k < ne + nb; k++) {
+    Inst *y = k < ne ? ct_op(&t, OP_pow, 2, x, ct_const(&t, sweep_exps[k]))
+                     : ct_op(&t, OP_pow, 2, ct_const(&t, sweep_bases[k - ne]), x);
+    ct_output(&t, nan_as_7(&t, y), arena_printf(t.a, "pow%d", k));
+  }
+  ct_run(&t, 0, sweep_inputs, sweep_check);
+  ct_free(&t);
+}
+
 /* A param through pow as base and as exponent, broadcasting, and a number
  * to a param: the training steps' losses, params and momenta equal the
  * interpreter's. */
@@ -331,6 +380,7 @@ int main(void) {
       cmocka_unit_test(extrema),
       cmocka_unit_test(extrema_train),
       cmocka_unit_test(powers),
+      cmocka_unit_test(pow_sweep),
       cmocka_unit_test(pow_train),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
