@@ -35,7 +35,9 @@ static const char usage[] =
   "Each figure is the median of --reps samples, written with its spread: how far\n"
   "that median may be off (the interquartile range of the medians of 1000\n"
   "resamples of the samples, over the median; a device's, of its kernels' times\n"
-  "over all ranks' taken at the same moments); a spread above 5% is warned about.\n"
+  "over all ranks' taken at the same moments); a device whose spread is above\n"
+  "5% gets --reps more samples of each kernel, at most twice; a spread still\n"
+  "above 5% is warned about.\n"
   "\n"
   "options:\n"
   "  -o FILE      write the cluster to FILE (default: stdout)\n"
@@ -58,6 +60,9 @@ enum { MAX_COLLS = DT_COLL_COUNT * DTRT_COMM_COUNT };
 /* A spread above this is warned about on stderr: the machine was busy, and
  * the planner takes it as noise above its floor (passes/plan.c). */
 #define SPREAD_WARN 0.05
+/* Rounds of more kernel samples a probe takes while a device's spread is
+ * above SPREAD_WARN. */
+enum { MORE_ROUNDS = 2 };
 
 typedef struct ProbeLink {
   bool present;
@@ -795,7 +800,10 @@ int main(int argc, char **argv) {
   char (*hosts)[MPI_MAX_PROCESSOR_NAME] = calloc(nranks, sizeof *hosts);
   ProbeSpeed *speed = calloc(nranks, sizeof *speed);
   double *mem = calloc(nranks, sizeof *mem);
-  double *t = calloc(reps, sizeof *t), *tk = calloc((size_t)K_COUNT * reps, sizeof *tk);
+  /* the kernels' samples, cap a kernel: reps, and MORE_ROUNDS more rounds of
+   * reps where a device's spread stays above SPREAD_WARN */
+  int cap = (1 + MORE_ROUNDS) * reps;
+  double *t = calloc(reps, sizeof *t), *tk = calloc((size_t)K_COUNT * cap, sizeof *tk);
   int *node = calloc(nranks, sizeof *node);
   const char **host = calloc(nranks, sizeof *host);
   Bench bench[K_COUNT] = {0};
@@ -843,7 +851,7 @@ int main(int argc, char **argv) {
   /* The kernels' samples in two halves, at the start and at the end of the
    * probe, so a speed that drifts while it runs widens the spread. */
   int half = (reps + 1) / 2;
-  if (measure_kernels(bench, half, tk, reps)) {
+  if (measure_kernels(bench, half, tk, cap)) {
     if (me == 0)
       fprintf(stderr, "dtc-probe: error: a kernel failed\n");
     return finish(1);
@@ -901,25 +909,50 @@ int main(int argc, char **argv) {
     return finish(1);
   }
   p.coll = coll;
-  if (measure_kernels(bench, reps - half, tk + half, reps)) {
+  if (measure_kernels(bench, reps - half, tk + half, cap)) {
     if (me == 0)
       fprintf(stderr, "dtc-probe: error: a kernel failed\n");
     return finish(1);
   }
-  double *all = malloc(sizeof *all * (size_t)nranks * K_COUNT * reps), *spreads = malloc(
-      sizeof *spreads * (size_t)nranks);
-  int have = all && spreads, all_have;
+  double *all = malloc(sizeof *all * (size_t)nranks * K_COUNT * cap), *spreads = malloc(
+      sizeof *spreads * (size_t)nranks), *mine = malloc(sizeof *mine * (size_t)K_COUNT * cap);
+  int have = all && spreads && mine, all_have;
   MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   if (!all_have) {
     if (me == 0)
       fprintf(stderr, "dtc-probe: error: out of memory\n");
-    free(all), free(spreads);
+    free(all), free(spreads), free(mine);
     return finish(1);
   }
-  MPI_Allgather(tk, K_COUNT * reps, MPI_DOUBLE, all, K_COUNT * reps, MPI_DOUBLE, MPI_COMM_WORLD);
-  relative_spreads(all, nranks, K_COUNT, reps, spreads);
-  ProbeSpeed my = roofline(tk, reps);
+  /* A device whose times spread above SPREAD_WARN against the others' (a
+   * passing disturbance, most often) gets reps more samples of every
+   * kernel on every rank, at most MORE_ROUNDS times; the figures are taken
+   * over all of them. Every rank decides on the same gathered times. */
+  int n = reps;
+  for (int round = 0;; round++) {
+    for (int k = 0; k < K_COUNT; k++)
+      memcpy(mine + (size_t)k * n, tk + (size_t)k * cap, sizeof *mine * (size_t)n);
+    MPI_Allgather(mine, K_COUNT * n, MPI_DOUBLE, all, K_COUNT * n, MPI_DOUBLE, MPI_COMM_WORLD);
+    relative_spreads(all, nranks, K_COUNT, n, spreads);
+    int worst = 0;
+    for (int r = 1; r < nranks; r++)
+      worst = spreads[r] > spreads[worst] ? r : worst;
+    if (round == MORE_ROUNDS || !(spreads[worst] > SPREAD_WARN))
+      break;
+    if (me == 0)
+      fprintf(stderr, "dtc-probe: the kernel times of r%d spread by %.1f%% against the other "
+              "ranks'; timing %d more samples of each kernel\n", worst, 100 * spreads[worst],
+              reps);
+    if (measure_kernels(bench, reps, tk + n, cap)) {
+      if (me == 0)
+        fprintf(stderr, "dtc-probe: error: a kernel failed\n");
+      return finish(1);
+    }
+    n += reps;
+  }
+  ProbeSpeed my = roofline(mine, n);
   my.spread = spreads[me];
+  free(mine);
   my.tile_m = PROBE_GEMM_SQUARE_GEMM_TILE_M, my.tile_n = PROBE_GEMM_SQUARE_GEMM_TILE_N;
   free(all), free(spreads);
   MPI_Allgather(&my, sizeof my, MPI_BYTE, speed, sizeof my, MPI_BYTE, MPI_COMM_WORLD);
