@@ -124,6 +124,9 @@ typedef struct Cg {
   LLVMTypeRef pieces_fn;   /* dtrt_pieces */
   int64_t *state_off;      /* by global index: offset in the state block, -1 for inputs */
   int64_t state_bytes;     /* of the device being lowered */
+  int *inputs0[2];         /* the globals device 0's forward and train step load, which
+                              the wrappers pack; every device's must be the same */
+  int ninputs0[2];
   const char *hash;        /* of the module's text form */
   const char *plan_hash;   /* of the sharding plan (mesh, global shardings); NULL: no mesh */
   CgMatmul matmul;         /* CgOptions.matmul */

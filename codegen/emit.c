@@ -318,14 +318,18 @@ static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind
 }
 
 /* The wrappers pack the inputs device 0's function loads (the header's
- * arguments); every device's function must load the same ones. */
-static void same_inputs(const Module *m, int dev, const char *name, const int *in, int n) {
-  const Func *f0 = dev > 0 ? cg_device_func(m, name, 0) : NULL;
-  if (!f0)
+ * arguments); every device's function must load the same ones: in[0..n)
+ * of device dev, its forward's (which 0) or its train step's (1), kept
+ * for device 0 (the first lowered) and checked against it for the others. */
+static void same_inputs(Cg *c, int dev, int which, const int *in, int n) {
+  if (dev <= 0) {
+    c->inputs0[which] = arena_alloc(c->m->arena, sizeof(int) * (size_t)(n + 1));
+    memcpy(c->inputs0[which], in, sizeof(int) * (size_t)n);
+    c->ninputs0[which] = n;
     return;
-  int *in0 = arena_alloc(m->arena, sizeof(int) * (size_t)(m->global.n + 1));
-  int n0 = cg_func_inputs(f0, strcmp(name, "forward") ? NULL : cg_live(f0), in0);
-  DTC_ASSERT(n0 == n && !memcmp(in0, in, sizeof(int) * (size_t)n));
+  }
+  DTC_ASSERT(c->ninputs0[which] == n &&
+             !memcmp(c->inputs0[which], in, sizeof(int) * (size_t)n));
 }
 
 /* The DtModelDesc of device dev (-1: the one of a single-device model):
@@ -370,12 +374,12 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
   }
   int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   int nfwd_in = cg_func_inputs(fwd, live, in);
-  same_inputs(m, dev, "forward", in, nfwd_in);
+  same_inputs(c, dev, 0, in, nfwd_in);
   for (int k = 0; k < nfwd_in; k++)
     in[k] = index[in[k]];
   LLVMValueRef fwd_in = i32_array(c, in, nfwd_in, "fwd_in");
   int ntrain_in = train ? cg_func_inputs(train, NULL, in) : 0;
-  same_inputs(m, dev, "train_step", in, ntrain_in);
+  same_inputs(c, dev, 1, in, ntrain_in);
   for (int k = 0; k < ntrain_in; k++)
     in[k] = index[in[k]];
   LLVMValueRef train_in = i32_array(c, in, ntrain_in, "train_in");
