@@ -98,6 +98,7 @@ typedef struct ProbeSpeed {
 typedef struct Probe {
   const char *name;
   int nranks, nnodes, reps;
+  int kernel_reps;          /* the kernels' samples, more than reps after extra rounds */
   const ProbeSpeed *speed;  /* [nranks] */
   const double *mem;        /* [nranks], bytes */
   const int *node;          /* [nranks], index into host */
@@ -274,9 +275,11 @@ static const char *gbps_text(char buf[32], double gbps, int decimals) {
  * Returns 0, or -1 when the stream fails. */
 static int probe_write(FILE *f, const Probe *p) {
   fprintf(f, "# dtc-probe: %d rank%s on %d node%s; dtc's GEMM and elementwise loops on "
-          "each rank's threads, and ping-pong, median of %d, spread = (Q3 - Q1) / median of "
-          "%d resampled medians\n", p->nranks, p->nranks == 1 ? "" : "s", p->nnodes,
-          p->nnodes == 1 ? "" : "s", p->reps, MEDIAN_RESAMPLES);
+          "each rank's threads, and ping-pong, median of %d", p->nranks,
+          p->nranks == 1 ? "" : "s", p->nnodes, p->nnodes == 1 ? "" : "s", p->reps);
+  if (p->kernel_reps > p->reps)
+    fprintf(f, " (the kernels' of %d)", p->kernel_reps);
+  fprintf(f, ", spread = (Q3 - Q1) / median of %d resampled medians\n", MEDIAN_RESAMPLES);
   fprintf(f, "cluster %s {\n", p->name);
   for (int n = 0; n < p->nnodes; n++) {
     fprintf(f, "  node n%d {    # host %s\n", n, p->host[n]);
@@ -950,6 +953,7 @@ int main(int argc, char **argv) {
     }
     n += reps;
   }
+  p.kernel_reps = n;
   ProbeSpeed my = roofline(mine, n);
   my.spread = spreads[me];
   free(mine);

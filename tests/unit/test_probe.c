@@ -61,7 +61,7 @@ static void two_nodes(void **state) {
 
 /* One rank: no links. Values too small to print become the smallest printed
  * value, so the file stays valid. Ranks interleaved over nodes are listed
- * node by node. */
+ * node by node; kernels given more samples than --reps say how many. */
 static void one_rank_and_floors(void **state) {
   (void)state;
   ProbeSpeed speed[1] = {{0.01, 0, 1e6, 0, 0, 0, 0, 0, 0}};
@@ -87,14 +87,16 @@ static void one_rank_and_floors(void **state) {
   double m3[3] = {1 << 30, 1 << 30, 1 << 30};
   int n3[3] = {0, 1, 0};
   const char *h2[2] = {"a", "b"};
-  Probe q = {.name = "mixed", .nranks = 3, .nnodes = 2, .reps = 5, .speed = s3, .mem = m3,
+  Probe q = {.name = "mixed", .nranks = 3, .nnodes = 2, .reps = 5, .kernel_reps = 15,
+             .speed = s3, .mem = m3,
              .node = n3, .host = h2,
              .intra = {.present = true, .a = 0, .b = 2, .bw = 1e9, .lat = 1e-9},
              .inter = {.present = true, .a = 0, .b = 1, .bw = 1e6, .lat = 1e-3}};
   text = written(&q);
   assert_string_equal(text,
     "# dtc-probe: 3 ranks on 2 nodes; dtc's GEMM and elementwise loops on each "
-    "rank's threads, and ping-pong, median of 5, spread = (Q3 - Q1) / median of 1000 resampled medians\n"
+    "rank's threads, and ping-pong, median of 5 (the kernels' of 15), spread = (Q3 - Q1) / "
+    "median of 1000 resampled medians\n"
     "cluster mixed {\n"
     "  node n0 {    # host a\n"
     "    device r0: cpu(gflops = 10.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
