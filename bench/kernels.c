@@ -38,7 +38,9 @@
  * copy's (index and dy read, dx written once, paying its write-allocate as
  * the copy's destination does: 1.5 copies only if dx's read were counted
  * and index's not); along dim 0 the adds reach the whole of dx at random
- * places, read and written: 16 n, 4/3 of a copy. One JSON line
+ * places, read and written: 16 n, 4/3 of a copy. The four gathers of
+ * [B T, D] also run as the plainest loop (kernels_plain: kernel_over_plain),
+ * the floor of their access pattern where bandwidth is not. One JSON line
  * per kernel: medians in ms with their range, GB/s, kernel_over_copy (the
  * kernel's time over the copy's at equal bytes, of the medians),
  * kernel_over_bound (over the copy's time at the bound's bytes: 1 is as
@@ -75,6 +77,7 @@ typedef struct Case {
   DtModel *model; /* a generated update, fed g */
   float *g;
   int64_t ng;
+  int plain; /* a gather (1) or scatter-add (2) of [act] to run as a plain loop too */
 } Case;
 
 static unsigned seed = 1;
@@ -228,6 +231,7 @@ static void gather(Case *c) {
   ids(c, 1, act[1]);
   c->a = (DtAttrs){.i = {1}, .ni = 1};
   c->bytes = 12.0 * numel(&c->out);
+  c->plain = 1;
 }
 
 /* its scatter-add: index and dy in, dx zeroed and added to */
@@ -236,6 +240,7 @@ static void gather_grad(Case *c) {
   ids(c, 0, act[1]);
   c->a = (DtAttrs){.i = {1, act[0], act[1]}, .ni = 3};
   c->bytes = 12.0 * numel(&c->out);
+  c->plain = 2;
 }
 
 /* its scatter-add along rows longer than the threads are many: [2, 256K],
@@ -390,6 +395,61 @@ static void run(DtrtCtx *ctx, Case *c) {
   }
 }
 
+/* ---- the same gather or scatter-add as a plain loop ---- */
+
+/* The floor of a gather's access pattern: the places the kernel reads (or
+ * reads and writes) touched by the plainest loop, on the same threads, split
+ * as the kernel splits them (rows; a scatter-add along dim 0 by blocks of 16
+ * columns, which no two units share). Places in range: no checks. */
+typedef struct Plain {
+  const Case *c;
+  int axis;
+} Plain;
+
+static void plain_part(void *env, int64_t lo, int64_t hi) {
+  const Plain *p = env;
+  const Case *c = p->c;
+  const int64_t cols = act[1];
+  bool scatter = c->plain == 2;
+  const int32_t *id = c->in[scatter ? 0 : 1].data;
+  const float *src = c->in[scatter ? 1 : 0].data;
+  float *dst = c->out.data;
+  if (p->axis == 1) { /* units: rows */
+    for (int64_t i = lo; i < hi; i++) {
+      const int32_t *ir = id + i * cols;
+      const float *sr = src + i * cols;
+      float *dr = dst + i * cols;
+      if (scatter) {
+        memset(dr, 0, sizeof(float) * (size_t)cols);
+        for (int64_t j = 0; j < cols; j++)
+          dr[ir[j]] += sr[j];
+      } else {
+        for (int64_t j = 0; j < cols; j++)
+          dr[j] = sr[ir[j]];
+      }
+    }
+    return;
+  }
+  if (!scatter) { /* units: rows of the index */
+    for (int64_t i = lo; i < hi; i++)
+      for (int64_t j = 0; j < cols; j++)
+        dst[i * cols + j] = src[(int64_t)id[i * cols + j] * cols + j];
+    return;
+  }
+  int64_t j0 = lo * 16, j1 = hi * 16 < cols ? hi * 16 : cols; /* units: 16 columns */
+  for (int64_t i = 0; i < act[0]; i++)
+    memset(dst + i * cols + j0, 0, sizeof(float) * (size_t)(j1 - j0));
+  for (int64_t i = 0; i < act[0]; i++)
+    for (int64_t j = j0; j < j1; j++)
+      dst[(int64_t)id[i * cols + j] * cols + j] += src[i * cols + j];
+}
+
+static void plain_run(DtrtCtx *ctx, const Case *c) {
+  Plain p = {c, (int)c->a.i[0]};
+  int64_t units = p.axis == 0 && c->plain == 2 ? (act[1] + 15) / 16 : act[0];
+  dtrt_parallel_for(ctx, units, plain_part, &p);
+}
+
 /* ---- STREAM ---- */
 
 typedef struct Stream {
@@ -440,7 +500,7 @@ int main(int argc, char **argv) {
     return 1;
   int threads = dtrt_threads(ctx);
   double *tk = malloc(sizeof(double) * (size_t)max), *tc = malloc(sizeof(double) * (size_t)max);
-  double *tt = malloc(sizeof(double) * (size_t)max);
+  double *tt = malloc(sizeof(double) * (size_t)max), *tp = malloc(sizeof(double) * (size_t)max);
   for (int i = 0; i < NCASE; i++) {
     if (strncmp(cases[i].name, only, strlen(only)))
       continue;
@@ -455,6 +515,8 @@ int main(int argc, char **argv) {
     run(ctx, &c); /* warm-up, and the first run's time for the count */
     dtrt_parallel_for(ctx, s.n, copy_part, &s);
     dtrt_parallel_for(ctx, t.n, triad_part, &t);
+    if (c.plain)
+      plain_run(ctx, &c);
     double t0 = now_ms();
     run(ctx, &c);
     double first = now_ms() - t0;
@@ -469,6 +531,10 @@ int main(int argc, char **argv) {
       dtrt_parallel_for(ctx, t.n, triad_part, &t);
       double t3 = now_ms();
       tk[r] = t1 - t0, tc[r] = t2 - t1, tt[r] = t3 - t2;
+      if (c.plain) {
+        plain_run(ctx, &c);
+        tp[r] = now_ms() - t3;
+      }
     }
     getloadavg(load1, 3);
     double k = median(tk, reps), cp = median(tc, reps), tr = median(tt, reps);
@@ -483,11 +549,18 @@ int main(int argc, char **argv) {
            c.bytes / k / 1e6, cp, tc[0], cbytes / cp / 1e6, tbytes / tr / 1e6,
            k / (cp * c.bytes / cbytes), k / (cp * bound / cbytes),
            tk[0] / (tc[0] * c.bytes / cbytes), load0[0], load1[0]);
+    if (c.plain) {
+      double pl = median(tp, reps);
+      printf("{\"bench\": \"kernels_plain\", \"kernel\": \"%s\", \"shape\": \"%s\", "
+             "\"ms\": %.4f, \"plain_ms\": %.4f, \"plain_ms_min\": %.4f, \"plain_ms_max\": %.4f, "
+             "\"kernel_over_plain\": %.3f, \"plain_over_bound\": %.3f}\n",
+             cases[i].name, c.shape, k, pl, tp[0], tp[reps - 1], k / pl, pl / (cp * bound / cbytes));
+    }
     fflush(stdout);
     stream_free(&s);
     case_free(&c);
   }
-  free(tk), free(tc), free(tt);
+  free(tk), free(tc), free(tt), free(tp);
   dtrt_ctx_free(ctx);
   return 0;
 }
