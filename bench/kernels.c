@@ -40,7 +40,7 @@
  * and index's not); along dim 0 the adds reach the whole of dx at random
  * places, read and written: 16 n, 4/3 of a copy. The four gathers of
  * [B T, D] also run as the plainest loop (kernels_plain: kernel_over_plain),
- * the floor of their access pattern where bandwidth is not. One JSON line
+ * a yardstick where random places put the bandwidth out of reach. One JSON line
  * per kernel: medians in ms with their range, GB/s, kernel_over_copy (the
  * kernel's time over the copy's at equal bytes, of the medians),
  * kernel_over_bound (over the copy's time at the bound's bytes: 1 is as
@@ -397,7 +397,7 @@ static void run(DtrtCtx *ctx, Case *c) {
 
 /* ---- the same gather or scatter-add as a plain loop ---- */
 
-/* The floor of a gather's access pattern: the places the kernel reads (or
+/* A yardstick for a gather's access pattern: the places the kernel reads (or
  * reads and writes) touched by the plainest loop, on the same threads, split
  * as the kernel splits them (rows; a scatter-add along dim 0 by blocks of 16
  * columns, which no two units share). Places in range: no checks. */
