@@ -11,8 +11,8 @@
  * FLOPs are the products an attention must make, 2 D per (query, key) pair
  * seen and product (half the pairs, plus the diagonal, when causal): 2 in
  * the forward, 5 in the backward (q k^T again, dout v^T, p^T dout, ds^T q,
- * ds k), 7 in all; dtc makes 10 (sdpa_lse's q k^T and the backward's two
- * passes each recompute q k^T, and the second dout v^T). One JSON line a
+ * ds k), 7 in all; dtc makes 8 (sdpa_lse's q k^T again; the backward's
+ * one pass on these shapes, dtrt_sdpa_grad_passes). One JSON line a
  * shape: medians in ms (dtc's forward, backward and both; torch's both),
  * dtc_over_torch (the median over rounds of dtc's time over torch's),
  * dtc_over_peak (dtc's time over peak_ms, the time of the 7 products' FLOPs

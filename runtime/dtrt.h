@@ -500,6 +500,13 @@ int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad)
  * sees, in whole blocks of BK but not past tk; sdpa_grad makes as many. At
  * T = 32, causal, 2048 where 528 are seen; at T = 1024, 1.06 times them. */
 double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal);
+/* The passes sdpa_grad makes over bh (batch, head) pairs on `threads`: 1, a
+ * (batch, head) a thread in one pass making q k^T and the probabilities once
+ * a pair (5 products), where that takes at most 7/10 of the time of 2, two
+ * by blocks of keys then of queries, each making them (7 products) and
+ * using every thread. The bits are the same either way; a ring's steps
+ * take 2. */
+int dtrt_sdpa_grad_passes(int64_t bh, int threads);
 
 /* The index of s in names[0..n), or -1. */
 int dtrt_name_index(const char *const *names, int n, const char *s);

@@ -29,7 +29,7 @@
 #include "dtrt_int.h"
 
 enum { BQ = 64, BK = 64 };
-enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ, ATTN_DS };
+enum { ATTN_FWD, ATTN_LSE, ATTN_DKV, ATTN_DQ, ATTN_DS, ATTN_BH };
 
 /* A product of small blocks (product, below). */
 typedef void ProductFn(const float *restrict w, int64_t wo, int64_t wk, const float *restrict y,
@@ -448,6 +448,40 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
   }
 }
 
+/* dq, dk and dv of one (batch, head) b in one pass over its blocks: by
+ * blocks of keys as dkv_item, each pair's dS added to the block of queries'
+ * rows of dq as dq_item adds it (dq_item's pairs are among dkv_item's, in
+ * the same order of keys for each block of queries), the sums kept in dq
+ * itself until scaled: the bits of both passes, with q k^T, P and dP made
+ * once a pair instead of twice. Not when adding to g (a ring's steps). */
+INLINE void bh_item(const Attn *A, const Tiles *t, int64_t b) {
+  int64_t d = A->d;
+  float *dq = grad_of(A, b, 0);
+  memset(dq, 0, sizeof(float) * (size_t)(A->tq * d));
+  for (int64_t j0 = 0; j0 < A->tk; j0 += BK) {
+    int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
+    memset(t->a1, 0, sizeof(float) * (size_t)(nc * d));
+    memset(t->a2, 0, sizeof(float) * (size_t)(nc * d));
+    int64_t first = A->causal ? A->koff + j0 - A->qoff : 0;
+    for (int64_t i0 = first > 0 ? first / BQ * BQ : 0; i0 < A->tq; i0 += BQ) {
+      int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ, row = b * A->tq + i0;
+      rows_of(A, t, b, i0, nr);
+      block_grads(A, t, b, i0, nr, j0, nc);
+      mix_t(A->prod, t->p, A->dout + row * d, nr, nc, d, t->a2);
+      mix_t(A->prod, t->s, A->q + row * d, nr, nc, d, t->a1);
+      if (j0 < keys_seen(A, i0, nr))
+        mix(A->prod, t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, dq + i0 * d);
+    }
+    float *dk = grad_of(A, b, 1) + j0 * d, *dv = grad_of(A, b, 2) + j0 * d;
+    for (int64_t e = 0; e < nc * d; e++) {
+      dk[e] = 0 + t->a1[e] * A->scale;
+      dv[e] = 0 + t->a2[e];
+    }
+  }
+  for (int64_t e = 0; e < A->tq * d; e++)
+    dq[e] = 0 + dq[e] * A->scale;
+}
+
 /* dq of one block of queries, over every block of keys it sees. */
 INLINE void dq_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t b = item / A->nqb, i0 = item % A->nqb * BQ, d = A->d;
@@ -489,6 +523,7 @@ INLINE void run_items(const Attn *A, int64_t chunk) {
     case ATTN_FWD: case ATTN_LSE: fwd_item(A, &t, item); break;
     case ATTN_DKV: dkv_item(A, &t, item); break;
     case ATTN_DS: ds_item(A, &t, item); break;
+    case ATTN_BH: bh_item(A, &t, item); break;
     default: dq_item(A, &t, item); break;
     }
 }
@@ -719,6 +754,23 @@ static DtStatus begin(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
   return prepare(ctx, op, A);
 }
 
+/* The backward's dq, dk and dv: in one pass a (batch, head) where that is
+ * the faster (dtrt_sdpa_grad_passes), else in two passes by blocks, keys
+ * then queries. The same bits either way. */
+int dtrt_sdpa_grad_passes(int64_t bh, int threads) {
+  int64_t per = threads > 0 ? (bh + threads - 1) / threads : bh; /* heads on the busiest */
+  return 7 * per * threads <= 10 * bh ? 1 : 2;
+}
+
+static void backward(DtrtCtx *ctx, Attn *A) {
+  if (!A->add && dtrt_sdpa_grad_passes(A->bh, dtrt_threads(ctx)) == 1) {
+    run(ctx, A, ATTN_BH, A->bh);
+    return;
+  }
+  run(ctx, A, ATTN_DKV, A->bh * A->nkb);
+  run(ctx, A, ATTN_DQ, A->bh * A->nqb);
+}
+
 /* sdpa(q, k, v, mask?){causal?, scale, p?, seed?, at?}: q [B, H, Tq, D], k
  * and v [B, H, Tk, D] -> [B, H, Tq, D], dropout(softmax(scale q k^T + mask,
  * masked)) v. */
@@ -744,16 +796,14 @@ DTRT_TRACED(sdpa_lse, DTRT_TID_KERNEL) {
 /* sdpa_grad(q, k, v, out, lse, dout, mask?){causal?, scale, p?, seed?, at?}:
  * -> [B, 3, H, T, D], dq, dk and dv stacked, when Tq = Tk = T;
  * else [B, H, Tq + 2 Tk, D], along dim 2 dq (Tq rows), dk and dv (Tk rows
- * each). Two passes: one by
- * blocks of keys (dk, dv), one by blocks of queries (dq). */
+ * each). One pass by (batch, head) or two by blocks (backward). */
 DTRT_TRACED(sdpa_grad, DTRT_TID_KERNEL) {
   Attn A = {0};
   DtStatus s = begin(ctx, "sdpa_grad", in, nin, 6, false, out, a, &A);
   if (s)
     return s;
   dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
-  run(ctx, &A, ATTN_DKV, A.bh * A.nkb);
-  run(ctx, &A, ATTN_DQ, A.bh * A.nqb);
+  backward(ctx, &A);
   return DT_OK;
 }
 
@@ -801,7 +851,6 @@ DtStatus dtrt_attn_step(DtrtCtx *ctx, const char *op, const DtAttnStep *st) {
     return DT_OK;
   }
   dtrt_parallel_for(ctx, A.bh * A.tq, dsum_rows, &A);
-  run(ctx, &A, ATTN_DKV, A.bh * A.nkb);
-  run(ctx, &A, ATTN_DQ, A.bh * A.nqb);
+  backward(ctx, &A);
   return DT_OK;
 }

@@ -384,9 +384,19 @@ typedef struct Kernel {
   int64_t nx, ny;
   double flops, bytes;
   double scores;   /* an attention's (ir/cost.c) */
-  int64_t bh, t;   /* an attention's batch x heads and sequence: its flops and
-                      scores are a pair's, of the pairs its kernels make */
+  int64_t bh, t, d; /* an attention's batch x heads, sequence and head size: its
+                       flops and scores are a pair's, of the pairs its kernels
+                       make, sdpa_grad's left out (attn_grad) */
 } Kernel;
+
+/* sdpa_grad's FLOPs and scores a pair, as ir/cost.c counts them, in the
+ * passes it makes over bh (batch, head) pairs on `threads`: 10 D + 14 and
+ * one score in one pass, 14 D + 28 and two in two. */
+static void attn_grad(const Kernel *k, int threads, double *flops, double *scores) {
+  bool one = dtrt_sdpa_grad_passes(k->bh, threads) == 1;
+  *flops = (one ? 10.0 : 14.0) * (double)k->d + (one ? 14 : 28);
+  *scores = one ? 1 : 2;
+}
 
 #define KERNEL_FNS(name, NAME)                                                 \
   static int name##_make(void **m) { return name##_create((name **)m, 1); }     \
@@ -445,14 +455,15 @@ TRAIN_FNS(probe_attn64, PROBE_ATTN64)
          4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS))
 #define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
 /* A causal attention's step, as ir/cost.c counts it a pair: 4 D + 14 FLOPs
- * in sdpa, 2 D + 14 in sdpa_lse, 14 D + 28 in sdpa_grad, a score in the
- * first two and two in the third, of the pairs the kernels make
- * (dtrt_sdpa_pairs: blocks of 64 whole), as the simulator counts them; and
- * the bytes the simulator charges the step's kernels (dtc --emit=sim with
- * bytes alone: 23 tensors of x's shape). */
-#define ATTN(name, NAME)                                                                 \
-  {name##_make, name##_go, name##_free, 2 * NAME##_X_ELEMS, 1, 20.0 * NAME##_DIM_D + 56, \
-   4.0 * 23 * NAME##_X_ELEMS, 4, (int64_t)NAME##_DIM_B * NAME##_DIM_H, NAME##_DIM_T}
+ * in sdpa, 2 D + 14 in sdpa_lse, a score in each, of the pairs the kernels
+ * make (dtrt_sdpa_pairs: blocks of 64 whole), as the simulator counts them,
+ * and sdpa_grad's (attn_grad: its passes on the probe's threads); and the
+ * bytes the simulator charges the step's kernels (dtc --emit=sim with bytes
+ * alone: 23 tensors of x's shape). */
+#define ATTN(name, NAME)                                                                \
+  {name##_make, name##_go, name##_free, 2 * NAME##_X_ELEMS, 1, 6.0 * NAME##_DIM_D + 28, \
+   4.0 * 23 * NAME##_X_ELEMS, 2, (int64_t)NAME##_DIM_B * NAME##_DIM_H, NAME##_DIM_T,    \
+   NAME##_DIM_D}
 /* the kernels of that step (dtc --emit=sim), each a fixed cost */
 enum { ATTN_STEP_KERNELS = 12 };
 
@@ -538,7 +549,7 @@ static int measure_kernels(Bench *b, int n, double *t, int stride) {
  * the line through the elementwise loop's two sizes; gflops such that each
  * product takes its median time on average over the products, the harmonic
  * mean of their FLOPs over what is left of their times. */
-static ProbeSpeed roofline(double *t, int reps) {
+static ProbeSpeed roofline(double *t, int reps, int threads) {
   ProbeSpeed s = {0};
   double med[K_COUNT];
   for (int k = 0; k < K_COUNT; k++)
@@ -556,7 +567,9 @@ static ProbeSpeed roofline(double *t, int reps) {
   for (int j = 0; j < 2; j++) {
     int k = K_ATTN16 + j;
     double pairs = (double)kernels[k].bh * dtrt_sdpa_pairs(kernels[k].t, kernels[k].t, true);
-    flops[j] = pairs * kernels[k].flops, scores[j] = pairs * kernels[k].scores;
+    double gf, gs;
+    attn_grad(&kernels[k], threads, &gf, &gs);
+    flops[j] = pairs * (kernels[k].flops + gf), scores[j] = pairs * (kernels[k].scores + gs);
     left[j] = fmax(med[k] - ATTN_STEP_KERNELS * s.lat - kernels[k].bytes / s.bw, med[k] / 2);
   }
   probe_attn_fit(flops, scores, left, s.gflops, &s.attn, &s.score);
@@ -954,7 +967,7 @@ int main(int argc, char **argv) {
     n += reps;
   }
   p.kernel_reps = n;
-  ProbeSpeed my = roofline(mine, n);
+  ProbeSpeed my = roofline(mine, n, dtrt_threads(ctx)); /* the models' pool, shared */
   my.spread = spreads[me];
   free(mine);
   my.tile_m = PROBE_GEMM_SQUARE_GEMM_TILE_M, my.tile_n = PROBE_GEMM_SQUARE_GEMM_TILE_N;

@@ -428,8 +428,31 @@ static void test_dropout_blocks(void **state) {
   block_case((Case){1, 2, 150, 97, 16, false, 0, NO_MASK, {0}, 0.5}, 0, 2, 37);
 }
 
-/* Every result the same bits on one thread as on the context's threads, and
- * again on a second run. */
+/* c's kernels on one thread and on three: the same bits. */
+static void same_on_threads(Case c, DtrtCtx *one, DtrtCtx *three) {
+  Run a = make_run(c), b = make_run(c);
+  int64_t bh = c.b * c.h, ng = bh * (c.tq + 2 * c.tk) * c.d;
+  memcpy(b.q, a.q, sizeof(float) * (size_t)(bh * c.tq * c.d));
+  memcpy(b.k, a.k, sizeof(float) * (size_t)(bh * c.tk * c.d));
+  memcpy(b.v, a.v, sizeof(float) * (size_t)(bh * c.tk * c.d));
+  memcpy(b.dout, a.dout, sizeof(float) * (size_t)(bh * c.tq * c.d));
+  if (c.mask != NO_MASK)
+    memcpy(b.mask, a.mask, sizeof(float) * (size_t)(c.mdim[0] * c.mdim[1] * c.mdim[2] * c.mdim[3]));
+  kernels(one, &a);
+  kernels(three, &b);
+  assert_memory_equal(a.out, b.out, sizeof(float) * (size_t)(bh * c.tq * c.d));
+  assert_memory_equal(a.lse, b.lse, sizeof(float) * (size_t)(bh * c.tq));
+  assert_memory_equal(a.grad, b.grad, sizeof(float) * (size_t)ng);
+  kernels(three, &b);
+  assert_memory_equal(a.grad, b.grad, sizeof(float) * (size_t)ng);
+  free_run(&a);
+  free_run(&b);
+}
+
+/* Every result the same bits on one thread as on three, and again on a
+ * second run: of 6 (batch, head) pairs, the backward in one pass both
+ * times; of 2 (with a mask and dropout, or Tq above or below Tk), in one
+ * pass on one thread and in two on three. */
 static void test_threads(void **state) {
   (void)state;
   /* the pool is made, and DTRT_NUM_THREADS read, at a context's first use */
@@ -440,22 +463,16 @@ static void test_threads(void **state) {
   DtrtCtx *three = dtrt_ctx_new();
   assert_int_equal(dtrt_threads(three), 3);
   unsetenv("DTRT_NUM_THREADS");
-  Case c = {2, 3, 150, 140, 20, true, 0, NO_MASK, {0}, 0};
-  Run a = make_run(c), b = make_run(c);
-  int64_t bh = c.b * c.h, ng = bh * (c.tq + 2 * c.tk) * c.d;
-  memcpy(b.q, a.q, sizeof(float) * (size_t)(bh * c.tq * c.d));
-  memcpy(b.k, a.k, sizeof(float) * (size_t)(bh * c.tk * c.d));
-  memcpy(b.v, a.v, sizeof(float) * (size_t)(bh * c.tk * c.d));
-  memcpy(b.dout, a.dout, sizeof(float) * (size_t)(bh * c.tq * c.d));
-  kernels(one, &a);
-  kernels(three, &b);
-  assert_memory_equal(a.out, b.out, sizeof(float) * (size_t)(bh * c.tq * c.d));
-  assert_memory_equal(a.lse, b.lse, sizeof(float) * (size_t)(bh * c.tq));
-  assert_memory_equal(a.grad, b.grad, sizeof(float) * (size_t)ng);
-  kernels(three, &b);
-  assert_memory_equal(a.grad, b.grad, sizeof(float) * (size_t)ng);
-  free_run(&a);
-  free_run(&b);
+  assert_int_equal(dtrt_sdpa_grad_passes(6, 1), 1);
+  assert_int_equal(dtrt_sdpa_grad_passes(6, 3), 1);
+  assert_int_equal(dtrt_sdpa_grad_passes(2, 1), 1);
+  assert_int_equal(dtrt_sdpa_grad_passes(2, 3), 2);
+  const Case cases[] = {{2, 3, 150, 140, 20, true, 0, NO_MASK, {0}, 0},
+                        {1, 2, 150, 150, 20, true, 0, F32_MASK, {1, 2, 150, 150}, 0.2},
+                        {2, 1, 150, 97, 16, true, 0, NO_MASK, {0}, 0},
+                        {1, 2, 97, 150, 16, false, 0, NO_MASK, {0}, 0.3}};
+  for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++)
+    same_on_threads(cases[n], one, three);
   dtrt_ctx_free(one);
   dtrt_ctx_free(three);
 }

@@ -452,7 +452,8 @@ static void test_attn_probed(void **state) {
   const char *given[4] = {"", ", attn = 0.5", ", score = 1ns", ", attn = 0.5, score = 1ns"};
   const double attn[4] = {0, 0.5, 1, 0.5}, score[4] = {0, 0, 1e-9, 1e-9};
   const Op ops[3] = {OP_sdpa, OP_sdpa_lse, OP_sdpa_grad};
-  const double per_pair[3] = {4 * 16 + 14, 2 * 16 + 14, 14 * 16 + 28}, scores[3] = {1, 1, 2};
+  /* sdpa_grad's one pass: 5 products of D, one exponential (ir/cost.c) */
+  const double per_pair[3] = {4 * 16 + 14, 2 * 16 + 14, 10 * 16 + 14}, scores[3] = {1, 1, 1};
   double pairs = 2 * 2 * 64 * 64, base[3] = {0};
   Arena *a = arena_new();
   for (int g = 0; g < 4; g++) {
