@@ -936,8 +936,8 @@ static int64_t kblock(const Module *m, const Inst *x, int64_t k) {
 }
 
 /* The products matmul x makes: batch of them, m x k by k x n each (the
- * rows of a batch folded into one matrix where they can be), the operands'
- * strides between products bs_a and bs_b, and a and b their types (of a
+ * rows of a batch folded into one matrix where they can be, a kfold's
+ * leading dims into k), the operands' strides between products bs_a and bs_b, and a and b their types (of a
  * piece's block when x is in pieces). */
 typedef struct Shape {
   Type a, b;
@@ -955,6 +955,11 @@ static Shape shape_of(const Inst *x) {
   int ra = s.a.rank, rb = s.b.rank;
   s.m = s.a.dim[ra - 2 + ta], s.k = s.a.dim[ra - 1 - ta], s.n = s.b.dim[rb - 1 - tb];
   s.batch = s.pieces ? s.pieces : 1;
+  if (ir_attr(x, "kfold")) {   /* [F.., k, m]^T @ [F.., k, n]: the rows F.. x k are k */
+    for (int d = 0; d < ra - 2; d++)
+      s.k *= s.a.dim[d];
+    return s;
+  }
   for (int d = 0; d < ra - 2; d++)
     s.batch *= s.a.dim[d];
   if (!s.batch || !s.m || !s.n || !s.k)
