@@ -1188,10 +1188,11 @@ void cg_matmul_report(FILE *out, const Module *m, CgMatmul how) {
         continue;
       char a[128], b[128];
       bool dtc = cg_gemm_chosen(m, how, x);
-      fprintf(out, "  @%s: %s%s x %s%s, %.3g MFLOP: %s", f->name,
+      fprintf(out, "  @%s: %s%s x %s%s%s, %.3g MFLOP: %s", f->name,
               type_str(&x->in[0]->type, a, sizeof a), ir_get_int(x, "ta", 0) ? "^T" : "",
               type_str(&x->in[1]->type, b, sizeof b), ir_get_int(x, "tb", 0) ? "^T" : "",
-              ir_flops(x) / 1e6, dtc ? "dtc" : "OpenBLAS");
+              ir_attr(x, "kfold") ? " (leading dims folded into k)" : "", ir_flops(x) / 1e6,
+              dtc ? "dtc" : "OpenBLAS");
       const char *sep = dtc ? ", epilogue " : ", then ";
       for (int j = i + 1; x->fuse && j < f->inst.n && f->inst.a[j]->fuse == x->fuse; j++)
         if (ir_ops[f->inst.a[j]->op].kind == K_ELEM) {
