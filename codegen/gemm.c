@@ -937,8 +937,8 @@ static int64_t kblock(const Module *m, const Inst *x, int64_t k) {
 
 /* The products matmul x makes: batch of them, m x k by k x n each (the
  * rows of a batch folded into one matrix where they can be, a kfold's
- * leading dims into k), the operands' strides between products bs_a and bs_b, and a and b their types (of a
- * piece's block when x is in pieces). */
+ * leading dims into k), the operands' strides between products bs_a and
+ * bs_b, and a and b their types (of a piece's block when x is in pieces). */
 typedef struct Shape {
   Type a, b;
   int64_t batch, m, n, k, bs_a, bs_b, pieces;
