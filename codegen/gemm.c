@@ -936,9 +936,9 @@ static int64_t kblock(const Module *m, const Inst *x, int64_t k) {
 }
 
 /* The products matmul x makes: batch of them, m x k by k x n each (the
- * rows of a batch folded into one matrix where they can be), the operands'
- * strides between products bs_a and bs_b, and a and b their types (of a
- * piece's block when x is in pieces). */
+ * rows of a batch folded into one matrix where they can be, a kfold's
+ * leading dims into k), the operands' strides between products bs_a and
+ * bs_b, and a and b their types (of a piece's block when x is in pieces). */
 typedef struct Shape {
   Type a, b;
   int64_t batch, m, n, k, bs_a, bs_b, pieces;
@@ -955,6 +955,11 @@ static Shape shape_of(const Inst *x) {
   int ra = s.a.rank, rb = s.b.rank;
   s.m = s.a.dim[ra - 2 + ta], s.k = s.a.dim[ra - 1 - ta], s.n = s.b.dim[rb - 1 - tb];
   s.batch = s.pieces ? s.pieces : 1;
+  if (ir_attr(x, "kfold")) {   /* [F.., k, m]^T @ [F.., k, n]: the rows F.. x k are k */
+    for (int d = 0; d < ra - 2; d++)
+      s.k *= s.a.dim[d];
+    return s;
+  }
   for (int d = 0; d < ra - 2; d++)
     s.batch *= s.a.dim[d];
   if (!s.batch || !s.m || !s.n || !s.k)
@@ -1183,10 +1188,11 @@ void cg_matmul_report(FILE *out, const Module *m, CgMatmul how) {
         continue;
       char a[128], b[128];
       bool dtc = cg_gemm_chosen(m, how, x);
-      fprintf(out, "  @%s: %s%s x %s%s, %.3g MFLOP: %s", f->name,
+      fprintf(out, "  @%s: %s%s x %s%s%s, %.3g MFLOP: %s", f->name,
               type_str(&x->in[0]->type, a, sizeof a), ir_get_int(x, "ta", 0) ? "^T" : "",
               type_str(&x->in[1]->type, b, sizeof b), ir_get_int(x, "tb", 0) ? "^T" : "",
-              ir_flops(x) / 1e6, dtc ? "dtc" : "OpenBLAS");
+              ir_attr(x, "kfold") ? " (leading dims folded into k)" : "", ir_flops(x) / 1e6,
+              dtc ? "dtc" : "OpenBLAS");
       const char *sep = dtc ? ", epilogue " : ", then ";
       for (int j = i + 1; x->fuse && j < f->inst.n && f->inst.a[j]->fuse == x->fuse; j++)
         if (ir_ops[f->inst.a[j]->op].kind == K_ELEM) {

@@ -125,6 +125,8 @@ double flops_matmul(const Inst *i) {
   int64_t k = 0;
   if (a->rank >= 2)
     k = a->dim[a->rank - (ir_get_int(i, "ta", 0) ? 2 : 1)];
+  for (int d = 0; d < ir_get_int(i, "kfold", 0) && d < a->rank; d++)   /* summed with k */
+    k *= a->dim[d];
   return 2 * out_elems(i) * (double)k;
 }
 

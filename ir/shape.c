@@ -353,10 +353,26 @@ bool shape_matmul(Inst *inst, char *err, size_t errlen) {
   if (ka != kb)
     FAIL("shape mismatch in '@': %s @ %s: inner dimensions %lld and %lld differ", ts(a, b1),
          ts(b, b2), (long long)ka, (long long)kb);
+  int64_t kfold = ir_get_int(inst, "kfold", 0);
+  if (ir_attr(inst, "kfold")) {   /* [F.., k, m]^T @ [F.., k, n]: the F dims summed with k */
+    bool same = ta && !tb && kfold >= 1 && ra == kfold + 2 && rb == ra;
+    for (int d = 0; same && d < kfold; d++) {
+      same = a->dim[d] == b->dim[d];
+      ka *= a->dim[d];
+    }
+    if (!same)
+      FAIL("'matmul': kfold %lld needs ta, no tb, and operands of rank %lld alike in their first "
+           "%lld dims, got %s and %s", (long long)kfold, (long long)kfold + 2,
+           (long long)kfold + 1, ts(a, b1), ts(b, b2));
+  }
   int64_t kblock = ir_get_int(inst, "kblock", 1);
   if (ir_attr(inst, "kblock") && (kblock < 1 || ka % kblock))
     FAIL("'matmul': kblock %lld does not cut k = %lld into whole blocks", (long long)kblock,
          (long long)ka);
+  if (kfold) {
+    inst->type = (Type){.dtype = a->dtype, .rank = 2, .dim = {m, n}};
+    return check_out(inst, err, errlen);
+  }
   if (rb > 2) {
     bool same = ra == rb;
     for (int d = 0; same && d < ra - 2; d++)

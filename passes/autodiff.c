@@ -432,6 +432,13 @@ static void grad_matmul(GradCtx *g, Inst *inst) {
   Inst *a = inst->in[0], *b = inst->in[1], *dy = DY;
   int ta = ir_get_int(inst, "ta", 0) != 0, tb = ir_get_int(inst, "tb", 0) != 0;
   bool bbatch = a->type.rank > 2 && b->type.rank == 2;
+  if (ir_attr(inst, "kfold")) {   /* [F..,k,m]^T @ [F..,k,n]: da = b dy^T, db = a dy */
+    if (wants(g, a))
+      accum(g, a, matmul(g, b, dy, 0, 1, inst));
+    if (wants(g, b))
+      accum(g, b, matmul(g, a, dy, 0, 0, inst));
+    return;
+  }
   if (wants(g, a)) {
     Inst *da;
     if (!ta)

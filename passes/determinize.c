@@ -328,6 +328,11 @@ static Inst *rewrite(Det *c, Inst *i, Inst **in, uint8_t *rows) {
   default:
     break;
   }
+  if (ir_attr(i, "kfold")) {   /* its k is rows of several dims, not one to cut */
+    fail(c, i, "deterministic mode: a '%s' with kfold has no fixed order of its sums",
+         ir_ops[i->op].name);
+    return NULL;
+  }
   if (!any || i->op == OP_store)
     return NULL;
   if (deep) {

@@ -187,11 +187,23 @@ static bool shard_max_grad(const Inst *i, DimMap *m) {
 /* ---- dense ---- */
 
 /* [..,m,k] @ [..,k,n]: batch dims carry over, m and n to the result's last
- * two, k split in both makes a partial sum. */
+ * two, k split in both makes a partial sum. With kfold ([F..,k,m]^T @
+ * [F..,k,n]) each F dim, like k, split alike in both makes a partial sum:
+ * a device's block of the operands is its own rows of the flattened
+ * product. */
 static bool shard_matmul(const Inst *i, DimMap *m) {
   int ra = i->in[0]->type.rank, rb = i->in[1]->type.rank, rr = i->type.rank;
   bool ta = ir_get_int(i, "ta", 0), tb = ir_get_int(i, "tb", 0);
+  int fold = (int)ir_get_int(i, "kfold", 0);
   map_init(i, m);
+  if (fold) {
+    for (int d = 0; d <= fold; d++)
+      m->to[0][d] = m->to[1][d] = FORM_SUM(d);
+    m->to[0][fold + 1] = 0;
+    m->to[1][fold + 1] = 1;
+    m->nsum = fold + 1;
+    return true;
+  }
   for (int d = 0; d < rr - 2; d++) {
     m->to[0][d] = d;
     if (rb > 2)

@@ -5,10 +5,11 @@
  * Two users of such a flattening need only that both operands' rows agree,
  * not their order, and are rewritten:
  *  - a weight's gradient, x^T @ dy with x and dy flattened
- *    ([B*T, D]^T @ [B*T, D']): the product of [B, T, D]^T @ [B, T, D']
- *    batched over B, summed over B; k = T split makes it a partial sum,
- *    all-reduced as under data parallelism (when the [B, D, D'] products are
- *    no larger than the rows they replace);
+ *    ([B*T, D]^T @ [B*T, D']): the product of the unflattened operands
+ *    with B folded into its k (`kfold`, [B, T, D]^T @ [B, T, D'] -> [D, D'],
+ *    summed over B and T); T split alike in both makes it a partial sum,
+ *    all-reduced as under data parallelism, each device's share one GEMM
+ *    on its own rows ([B, T_local, D] lies in memory as [B*T_local, D]);
  *  - cross_entropy (and its gradient, the _sum forms) of flattened logits
  *    and labels: both flattened with the split dimension moved to the front
  *    ([T, B, V] -> [T*B, V]), which the split passes; the gradient's
@@ -73,19 +74,8 @@ static bool flattens(const Inst *r, bool all) {
          y->dim[0] == prod(x, 0, x->rank - 1);
 }
 
-/* x [d0 .. d(r-2), D] as [P, Q, D], the split dim j first in Q. */
-static Inst *as3(Edit *e, Inst *before, Inst *x, int j) {
-  const Type *t = &x->type;
-  if (t->rank == 3 && j == 1)
-    return x;
-  Type y = {.dtype = t->dtype, .rank = 3};
-  y.dim[0] = prod(t, 0, j);
-  y.dim[1] = prod(t, j, t->rank - 1);
-  y.dim[2] = t->dim[t->rank - 1];
-  return reshape_to(e, before, x, &y);
-}
-
-/* matmul(flat x, flat y){ta} -> sum(matmul(x', y'){ta}, [0]). */
+/* matmul(flat x, flat y){ta} -> matmul(x, y){ta, kfold}: the same sum over
+ * the rows, which a device holding its block of x and y makes of its own. */
 static bool weight_grad(Edit *e, Inst *mm, Inst **repl) {
   if (ir_get_int(mm, "ta", 0) != 1 || ir_get_int(mm, "tb", 0) != 0 || ir_attr(mm, "kblock") ||
       ir_pieces(mm) || !flattens(mm->in[0], false) || !flattens(mm->in[1], false))
@@ -94,21 +84,12 @@ static bool weight_grad(Edit *e, Inst *mm, Inst **repl) {
   int r = x->type.rank;
   if (y->type.rank != r || memcmp(x->type.dim, y->type.dim, sizeof(int64_t) * (size_t)(r - 1)))
     return false;
-  int j = split_behind(x, r - 1);
-  if (j < 0)
-    j = split_behind(y, r - 1);
-  if (j < 0)
+  if (split_behind(x, r - 1) < 0 && split_behind(y, r - 1) < 0)
     return false;
-  int64_t q = prod(&x->type, j, r - 1), n = x->type.dim[r - 1], m = y->type.dim[r - 1];
-  if (n * m > q * (n + m))   /* the batched products would outweigh the rows */
-    return false;
-  Inst *in[2] = {as3(e, mm, x, j), as3(e, mm, y, j)};
-  Inst *b = ir_new(e->f, OP_matmul, mm->loc, 2, in);
+  Inst *b = ir_new(e->f, OP_matmul, mm->loc, 2, (Inst *[]){x, y});
   ir_set_int(b, "ta", 1);
-  add(e, mm, b);
-  Inst *s = ir_new(e->f, OP_sum, mm->loc, 1, &b);
-  ir_set_ints(s, "axes", (int64_t[]){0}, 1);
-  repl[mm->id] = add(e, mm, s);
+  ir_set_int(b, "kfold", r - 2);
+  repl[mm->id] = add(e, mm, b);
   return true;
 }
 

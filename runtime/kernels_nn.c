@@ -11,23 +11,47 @@
 
 /* ---- matmul ---- */
 
-/* matmul(x, w){ta?, tb?}: a->i[0] = ta, a->i[1] = tb, each 0 or 1 (default 0);
- * ta transposes the last two dims of x, tb those of w. With them applied x is
- * [..., m, k] and w [..., k, n]: equal batch dims, or one side 2-D and shared by
- * every batch of the other. out is [batch..., m, n]. When w is 2-D and x is not
- * transposed, x's batch dims fold into m and one sgemm does the whole product. */
+/* matmul(x, w){ta?, tb?, kblock?, kfold?}: a->i[0] = ta, a->i[1] = tb, each 0
+ * or 1 (default 0); a->i[2] = kblock must be 0 (a fixed order of k's blocks is
+ * the generated GEMM's); a->i[3] = kfold (default 0). ta transposes the last
+ * two dims of x, tb those of w. With them applied x is [..., m, k] and w
+ * [..., k, n]: equal batch dims, or one side 2-D and shared by every batch of
+ * the other. out is [batch..., m, n]. When w is 2-D and x is not transposed,
+ * x's batch dims fold into m and one sgemm does the whole product. With kfold
+ * f (and ta), x [F.., k, m] and w [F.., k, n] of f leading dims F alike are
+ * read as [F.. x k, m] and [F.. x k, n]: out is [m, n], summed over F and k. */
 DTRT_TRACED(matmul, DTRT_TID_KERNEL) {
   const char *op = "matmul";
   DtStatus s;
-  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 2, 0)) ||
+  if ((s = dtrt_kbegin(ctx, op, in, nin, 2, 2, out, a, 4, 0)) ||
       (s = dtrt_check(ctx, op, "lhs", &in[0], DTRT_F32)) ||
       (s = dtrt_check(ctx, op, "rhs", &in[1], DTRT_F32)))
     return s;
+  DtTensor flat[2];
   const DtTensor *x = &in[0], *w = &in[1];
-  int64_t ta = dtrt_ai(a, 0, 0), tb = dtrt_ai(a, 1, 0);
+  int64_t ta = dtrt_ai(a, 0, 0), tb = dtrt_ai(a, 1, 0), kfold = dtrt_ai(a, 3, 0);
   if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
     return dtrt_fail(ctx, DT_ERR_ARG, "matmul: ta and tb must be 0 or 1, got %lld and %lld",
                      (long long)ta, (long long)tb);
+  if (dtrt_ai(a, 2, 0))
+    return dtrt_fail(ctx, DT_ERR_ARG, "matmul: kblock %lld: OpenBLAS sums k in its own order",
+                     (long long)dtrt_ai(a, 2, 0));
+  if (kfold) {
+    bool same = ta && !tb && kfold > 0 && x->rank == kfold + 2 && w->rank == x->rank;
+    for (int d = 0; same && d <= kfold; d++)
+      same = x->dim[d] == w->dim[d];
+    if (!same)
+      return dtrt_fail(ctx, DT_ERR_ARG,
+                       "matmul: kfold %lld needs ta, no tb and operands of rank %lld alike in "
+                       "their first %lld dims", (long long)kfold, (long long)kfold + 2,
+                       (long long)kfold + 1);
+    for (int k = 0; k < 2; k++) {
+      const DtTensor *t = &in[k];
+      flat[k] = (DtTensor){.data = t->data, .dtype = t->dtype, .rank = 2,
+                           .dim = {dtrt_elems(t->dim, t->rank - 1), t->dim[t->rank - 1]}};
+    }
+    x = &flat[0], w = &flat[1];
+  }
   int ra = x->rank, rb = w->rank;
   if (ra < 2 || rb < 2)
     return dtrt_fail(ctx, DT_ERR_ARG, "matmul: operands need rank 2 or more, got %d and %d",

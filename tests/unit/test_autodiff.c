@@ -200,6 +200,15 @@ static void test_matmul_bcast(void **s) { (void)s; matmul(F32(2, 3, 4), F32(4, 5
 static void test_matmul_bcast_tb(void **s) { (void)s; matmul(F32(2, 3, 4), F32(5, 4), 0, 1, "matmul [2,3,4]@[5,4]^T"); }
 static void test_matmul_bcast_ta(void **s) { (void)s; matmul(F32(2, 4, 3), F32(4, 5), 1, 0, "matmul [2,4,3]^T@[4,5]"); }
 static void test_matmul_bcast_tab(void **s) { (void)s; matmul(F32(2, 2, 4, 3), F32(5, 4), 1, 1, "matmul [2,2,4,3]^T@[5,4]^T"); }
+/* kfold: [F.., k, m]^T @ [F.., k, n] -> [m, n], the F dims summed with k */
+static void test_matmul_kfold(void **s) {
+  (void)s;
+  Inst *a = tm_param(&t, "a", F32(2, 3, 4, 5)), *b = tm_param(&t, "b", F32(2, 3, 4, 2));
+  Inst *y = tm_new(&t, OP_matmul, 2, a, b);
+  ir_set_int(y, "ta", 1);
+  ir_set_int(y, "kfold", 2);
+  gradcheck(&t, ir_finish(y), "matmul [2,3,4,5]^T@[2,3,4,2] kfold 2");
+}
 
 /* ---- other kernels ---- */
 
@@ -852,7 +861,7 @@ int main(void) {
     T(test_mean_keep), T(test_max), T(test_max_keep), T(test_matmul), T(test_matmul_ta),
     T(test_matmul_tb), T(test_matmul_tab), T(test_matmul_batch), T(test_matmul_batch_tab),
     T(test_matmul_bcast), T(test_matmul_bcast_tb), T(test_matmul_bcast_ta),
-    T(test_matmul_bcast_tab), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
+    T(test_matmul_bcast_tab), T(test_matmul_kfold), T(test_softmax), T(test_softmax_axis0), T(test_log_softmax),
     T(test_cross_entropy), T(test_cross_entropy_smoothed), T(test_bce_with_logits), T(test_mse), T(test_normalize), T(test_embedding),
     T(test_embedding_bag_sum), T(test_embedding_bag_mean), T(test_embedding_bag_max),
     T(test_embedding_bag_psw), T(test_embedding_bag_offsets), T(test_embedding_bag_offsets_mean),

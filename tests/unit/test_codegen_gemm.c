@@ -14,6 +14,8 @@
  * summed in blocks of that length, deterministic mode's) must equal, bit
  * for bit where the micro-kernel fuses multiply-adds, a float loop that sums
  * each block from zero with fmaf in order of p and adds the blocks in order.
+ * A product with `kfold` ([F, k, m]^T @ [F, k, n]) against the same loop
+ * over its F k rows.
  * Also: which matmuls -fmatmul sends where, and code for AArch64. */
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +33,7 @@ typedef struct Case {
   bool bbatch;
   int m, n, k, ta, tb;
   int kblock;             /* > 0: the matmul's kblock */
+  int fold;               /* > 0: A [fold, k/fold, m] and B [fold, k/fold, n], kfold = 1 */
   int ep;                 /* the output: 0 the product C; EP_BIAS_RELU relu(C + e[n]);
                              EP_SCALE C * e - 0.5, e of C's shape */
 } Case;
@@ -84,8 +87,12 @@ static void add_case(Mod *md, Case c) {
   char lead[32], s[64];
   batch_prefix(&c, lead, sizeof lead);
   snprintf(s, sizeof s, "%s%d,%d", lead, c.ta ? c.k : c.m, c.ta ? c.m : c.k);
+  if (c.fold)   /* the same rows in memory, k's split over the first dim */
+    snprintf(s, sizeof s, "%d,%d,%d", c.fold, c.k / c.fold, c.m);
   md->a[md->n] = input(md, s);
   snprintf(s, sizeof s, "%s%d,%d", c.bbatch ? lead : "", c.tb ? c.n : c.k, c.tb ? c.k : c.n);
+  if (c.fold)
+    snprintf(s, sizeof s, "%d,%d,%d", c.fold, c.k / c.fold, c.n);
   md->b[md->n] = input(md, s);
   if (c.ep == EP_BIAS_RELU)
     snprintf(s, sizeof s, "%d", c.n);
@@ -116,6 +123,8 @@ static const char *ir_text(const Mod *md, const char *name) {
     char kb[32] = "";
     if (c->kblock)
       snprintf(kb, sizeof kb, ", kblock = %d", c->kblock);
+    if (c->fold)
+      snprintf(kb, sizeof kb, ", kfold = 1");
     at += (size_t)snprintf(text + at, sizeof text - at,
                            "  %%c%d = matmul %%x%d, %%x%d {ta = %d, tb = %d%s} : f32[%s%d,%d]\n", i,
                            md->a[i], md->b[i], c->ta, c->tb, kb, lead, c->m, c->n);
@@ -419,6 +428,20 @@ static void kblocks(void **state) {
   run_all_cpus(&md, "kblock");
 }
 
+/* kfold: [F, k, m]^T @ [F, k, n], the rows of every F summed with k, as one
+ * product of [F k, m]^T @ [F k, n] (a weight's gradient over a split
+ * sequence, passes/seqflat.c): edge tiles, F k past KC, F of 1. */
+static void folded(void **state) {
+  (void)state;
+  static Mod md;
+  memset(&md, 0, sizeof md);
+  add_case(&md, (Case){.m = 64, .n = 96, .k = 8 * 32, .ta = 1, .fold = 8});
+  add_case(&md, (Case){.m = 5, .n = 7, .k = 3 * 17, .ta = 1, .fold = 3});
+  add_case(&md, (Case){.m = 33, .n = 40, .k = 2 * 500, .ta = 1, .fold = 2});
+  add_case(&md, (Case){.m = 17, .n = 3, .k = 63, .ta = 1, .fold = 1});
+  run_all_cpus(&md, "kfold");
+}
+
 /* Epilogues run by the GEMM on each strip of C: a bias and relu, and an
  * elementwise product with a tensor of C's shape and a constant, on edge
  * tiles, past MC and NC, split over threads (by rows and by columns), on
@@ -513,6 +536,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(small_shapes),    cmocka_unit_test(large_shapes),
       cmocka_unit_test(batched),         cmocka_unit_test(kblocks),
+      cmocka_unit_test(folded),
       cmocka_unit_test(lowering_choice), cmocka_unit_test(epilogues),
       cmocka_unit_test(other_targets),
   };

@@ -15,7 +15,7 @@
 static const char *text =
     "module c\n"
     "input a : f32[2,4,3]\ninput b : f32[2,3,5]\ninput p : f32[3,4]\ninput q : f32[3,5]\n"
-    "input r : f32[5]\ninput l : i32[4]\n"
+    "input r : f32[5]\ninput l : i32[4]\ninput c : f32[2,4,5]\n"
     "func @f {\n"
     "  %a = load {global = \"a\"} : f32[2,4,3]\n"
     "  %b = load {global = \"b\"} : f32[2,3,5]\n"
@@ -23,8 +23,10 @@ static const char *text =
     "  %q = load {global = \"q\"} : f32[3,5]\n"
     "  %r = load {global = \"r\"} : f32[5]\n"
     "  %l = load {global = \"l\"} : i32[4]\n"
+    "  %c = load {global = \"c\"} : f32[2,4,5]\n"
     "  %bmm = matmul %a, %b : f32[2,4,5]\n"
     "  %tmm = matmul %p, %q {ta = 1} : f32[4,5]\n"
+    "  %fmm = matmul %a, %c {ta = 1, kfold = 1} : f32[3,5]\n"
     "  %add = add %tmm, %r : f32[4,5]\n"
     "  %exp = exp %add : f32[4,5]\n"
     "  %sum = sum %exp {axes = [1]} : f32[4]\n"
@@ -56,6 +58,7 @@ static void test_counts(void **state) {
   Module *m = parse(a, text);
   assert_true(flops(m, "bmm") == 2.0 * 2 * 4 * 5 * 3);
   assert_true(flops(m, "tmm") == 2.0 * 4 * 5 * 3);
+  assert_true(flops(m, "fmm") == 2.0 * 3 * 5 * (2 * 4));   /* as [8,3]^T @ [8,5] */
   assert_true(flops(m, "add") == 20);
   assert_true(flops(m, "exp") == 10 * 20);
   assert_true(flops(m, "sum") == 20);

@@ -118,7 +118,7 @@ static void test_attrs(void **state) {
   expect(m, 2, "v.ir:19:3: error: 'output' needs attribute 'name' (str)");
   m = good();
   ir_set_int(inst(m, "h"), "foo", 1);
-  expect(m, 1, "v.ir:17:3: error: 'matmul' has no attribute 'foo' (it has ta, tb, kblock)");
+  expect(m, 1, "v.ir:17:3: error: 'matmul' has no attribute 'foo' (it has ta, tb, kblock, kfold)");
   m = good();
   ir_set_float(inst(m, "h"), "ta", 1.0);
   expect(m, 1, "v.ir:17:3: error: attribute 'ta' of 'matmul' must be int, not float");
@@ -174,6 +174,10 @@ static void test_types(void **state) {
   m = good();
   ir_set_int(inst(m, "h"), "kblock", 0);
   expect(m, 1, "v.ir:17:3: error: 'matmul': kblock 0 does not cut k = 3 into whole blocks");
+  m = good();
+  ir_set_int(inst(m, "h"), "kfold", 1);   /* a product of matrices has no dims to fold */
+  expect(m, 1, "v.ir:17:3: error: 'matmul': kfold 1 needs ta, no tb, and operands of rank 3 "
+               "alike in their first 2 dims, got f32[4,3] and f32[3,5]");
 }
 
 static void test_globals(void **state) {

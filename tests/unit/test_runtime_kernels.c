@@ -213,6 +213,37 @@ static void test_matmul(void **state) {
   in[0] = ten(DTRT_F32, buf, 2, 2, 3);
   refuse(dtrt_k_matmul, in, 2, &y, &bad, "int attributes");
   assert_int_equal(dtrt_k_matmul(NULL, in, 2, NULL, NULL), DT_ERR_ARG);
+
+  /* kfold 1: [F, k, m]^T @ [F, k, n] -> [m, n], summed over F and k; against
+   * a loop in double, within (F k) 2^-24 of the sum of |terms| */
+  enum { F = 3, K = 5, M = 4, N = 6 };
+  float xf[F * K * M], wf[F * K * N], yf[M * N];
+  for (int j = 0; j < F * K * M; j++)
+    xf[j] = (float)sin(0.7 * j + 0.1);
+  for (int j = 0; j < F * K * N; j++)
+    wf[j] = (float)cos(1.3 * j - 0.4);
+  in[0] = ten(DTRT_F32, xf, 3, F, K, M);
+  in[1] = ten(DTRT_F32, wf, 3, F, K, N);
+  y = ten(DTRT_F32, yf, 2, M, N);
+  DtAttrs fold = ints(4, 1, 0, 0, 1);
+  run(dtrt_k_matmul, in, 2, &y, &fold);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double want = 0, abs = 0;
+      for (int r = 0; r < F * K; r++) {
+        want += (double)xf[r * M + i] * wf[r * N + j];
+        abs += fabs((double)xf[r * M + i] * wf[r * N + j]);
+      }
+      if (!(fabs(yf[i * N + j] - want) <= F * K * 0x1p-24 * abs))
+        fail_msg("kfold: element (%d, %d): got %.9g, want %.9g", i, j, yf[i * N + j], want);
+    }
+  fold = ints(4, 0, 0, 0, 1);
+  refuse(dtrt_k_matmul, in, 2, &y, &fold, "kfold 1 needs ta");
+  fold = ints(4, 1, 0, 0, 1);
+  in[1] = ten(DTRT_F32, wf, 3, F, K - 1, N);
+  refuse(dtrt_k_matmul, in, 2, &y, &fold, "alike in their first 2 dims");
+  fold = ints(3, 1, 0, 4);
+  refuse(dtrt_k_matmul, in, 2, &y, &fold, "kblock 4");
 }
 
 /* ---- reductions ---- */
