@@ -198,8 +198,8 @@ PER_IN(causal_mask, 1)
  * pair. The forward makes two products (q k^T, p v), sdpa_lse one, sdpa_grad
  * five (q k^T, dout v^T, p^T dout, ds^T q, ds k: its one pass, which a
  * device with about as many threads as (batch, head) pairs or fewer takes,
- * dtrt_sdpa_grad_passes), a ring's seven (two passes, q k^T and dout v^T in
- * both). */
+ * dtrt_sdpa_grad_passes; seven in two, q k^T and dout v^T in both), a ring's
+ * steps alike. */
 double ir_attn_pairs(const Inst *i) {
   if (i->nin < 2 || !i->in[0] || !i->in[1] || i->in[0]->type.rank != 4)
     return 0;
@@ -244,7 +244,7 @@ static double ring_flops(const Inst *i, int products, int exps, int base, int dr
 }
 double flops_ring_sdpa(const Inst *i) { return ring_flops(i, 2, 1, 3, 1); }
 double flops_ring_sdpa_lse(const Inst *i) { return ring_flops(i, 1, 1, 2, 0); }
-double flops_ring_sdpa_grad(const Inst *i) { return ring_flops(i, 7, 2, 6, 4); }
+double flops_ring_sdpa_grad(const Inst *i) { return ring_flops(i, 5, 1, 6, 2); }
 
 /* The scores attention kernel i makes: its pairs seen, each as many times
  * as it makes them (exps), as its FLOPs count them (pieces, a ring's
@@ -254,8 +254,7 @@ double ir_attn_scores(const Inst *i) {
   switch (i->op) {
   case OP_sdpa: case OP_ring_sdpa: products = 2, exps = 1, base = 3, drops = 1; break;
   case OP_sdpa_lse: case OP_ring_sdpa_lse: products = 1, exps = 1, base = 2, drops = 0; break;
-  case OP_sdpa_grad: products = 5, exps = 1, base = 6, drops = 2; break;
-  case OP_ring_sdpa_grad: products = 7, exps = 2, base = 6, drops = 4; break;
+  case OP_sdpa_grad: case OP_ring_sdpa_grad: products = 5, exps = 1, base = 6, drops = 2; break;
   case OP_sdpa_dmask: products = 2, exps = 1, base = 6, drops = 2; break;
   default: return 0;
   }

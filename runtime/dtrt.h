@@ -489,10 +489,10 @@ int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTens
 bool dtrt_conv_direct(DtConvKind kind, const DtTensor *x, const DtTensor *w, const DtTensor *y,
                       const DtAttrs *a);
 /* The bytes of the same scratch block that the attention kernels hold on
- * one thread for q and k (dims only): sdpa's and sdpa_lse's (grad false) k
- * transposed; sdpa_grad's k and v transposed and rowsums; each further
- * thread adds its blocks' tiles, 2 BQ BK + 2 max(BQ, BK) D + 2 BQ floats
- * (BQ = BK = 64). 0 for operands not of rank 4. */
+ * one thread for q and k (dims only): sdpa's and sdpa_lse's (grad false) q
+ * by blocks transposed; sdpa_grad's q and dout so and rowsums; each further
+ * thread adds its blocks' tiles, 2 BQ BK + 2 max(BQ, BK) D + 5 BQ floats
+ * (BQ = BK = 64), and a grad's its dq sums, Tq D. 0 for operands not of rank 4. */
 int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad);
 /* The (query, key) pairs the attention kernels make scores of for one
  * (batch, head) of tq queries and tk keys, causal or not: every block of BQ
@@ -505,7 +505,7 @@ double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal);
  * a pair (5 products), where that takes at most 7/10 of the time of 2, two
  * by blocks of keys then of queries, each making them (7 products) and
  * using every thread. The bits are the same either way; a ring's steps
- * take 2. */
+ * choose alike. */
 int dtrt_sdpa_grad_passes(int64_t bh, int threads);
 
 /* The index of s in names[0..n), or -1. */

@@ -43,6 +43,7 @@ typedef struct Attn {
   float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; ATTN_DS: [BH, Tq, Tk];
                               else the packed grads */
   float *dsum;             /* backward: rowsum(dout * o), [BH, Tq] */
+  float *dq;               /* backward in one pass: each chunk's dq sums, [chunks][Tq, D] */
   float *qt, *dot;         /* q and (backward) dout by blocks of BQ queries, each
                               transposed: [BH, nqb, D, BQ], zeros after Tq */
   float *scratch;          /* slot floats per chunk */
@@ -73,6 +74,7 @@ typedef struct Attn {
  * a factor, and its lse and dsum (backward). */
 typedef struct Tiles {
   float *s, *p, *a1, *a2, *m, *l, *f, *lse, *dsum;
+  float *dq; /* A->dq's part, or NULL */
 } Tiles;
 
 static int64_t slot_floats(int64_t d) {
@@ -90,6 +92,7 @@ static Tiles tiles_of(const Attn *A, int64_t chunk) {
   t.f = t.l + BQ;
   t.lse = t.f + BQ;
   t.dsum = t.lse + BQ;
+  t.dq = A->dq ? A->dq + chunk * A->tq * A->d : NULL;
   return t;
 }
 
@@ -451,12 +454,12 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
 /* dq, dk and dv of one (batch, head) b in one pass over its blocks: by
  * blocks of keys as dkv_item, each pair's dS added to the block of queries'
  * rows of dq as dq_item adds it (dq_item's pairs are among dkv_item's, in
- * the same order of keys for each block of queries), the sums kept in dq
- * itself until scaled: the bits of both passes, with q k^T, P and dP made
- * once a pair instead of twice. Not when adding to g (a ring's steps). */
+ * the same order of keys for each block of queries), its sums kept in the
+ * chunk's t->dq until scaled and added: the bits of both passes, with q k^T,
+ * P and dP made once a pair instead of twice. */
 INLINE void bh_item(const Attn *A, const Tiles *t, int64_t b) {
   int64_t d = A->d;
-  float *dq = grad_of(A, b, 0);
+  float *out = grad_of(A, b, 0), *dq = t->dq;
   memset(dq, 0, sizeof(float) * (size_t)(A->tq * d));
   for (int64_t j0 = 0; j0 < A->tk; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
@@ -474,12 +477,12 @@ INLINE void bh_item(const Attn *A, const Tiles *t, int64_t b) {
     }
     float *dk = grad_of(A, b, 1) + j0 * d, *dv = grad_of(A, b, 2) + j0 * d;
     for (int64_t e = 0; e < nc * d; e++) {
-      dk[e] = 0 + t->a1[e] * A->scale;
-      dv[e] = 0 + t->a2[e];
+      dk[e] = (A->add ? dk[e] : 0) + t->a1[e] * A->scale;
+      dv[e] = (A->add ? dv[e] : 0) + t->a2[e];
     }
   }
   for (int64_t e = 0; e < A->tq * d; e++)
-    dq[e] = 0 + dq[e] * A->scale;
+    out[e] = (A->add ? out[e] : 0) + dq[e] * A->scale;
 }
 
 /* dq of one block of queries, over every block of keys it sees. */
@@ -581,12 +584,13 @@ static void dsum_rows(void *env, int64_t begin, int64_t end) {
 
 /* The floats of scratch for q [bh, tq, d], k [bh, tk, d], a grad's or not,
  * on `slots` threads: a slot per thread, q (a grad's dout too) transposed, a
- * grad's rowsums. */
+ * grad's rowsums, and a grad's dq sums a slot (Attn.dq). */
 static int64_t scratch_floats(int64_t bh, int64_t tq, int64_t tk, int64_t d, bool grad,
                               int64_t slots) {
   (void)tk;
   int64_t tf = bh * d * ((tq + BQ - 1) / BQ * BQ);
-  return slots * slot_floats(d) + (grad ? 2 : 1) * tf + (grad ? bh * tq : 0);
+  return slots * (slot_floats(d) + (grad ? tq * d : 0)) + (grad ? 2 : 1) * tf +
+         (grad ? bh * tq : 0);
 }
 
 double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal) {
@@ -622,6 +626,7 @@ static DtStatus prepare(DtrtCtx *ctx, const char *op, Attn *A) {
   A->qt = A->scratch + A->chunks * A->slot;
   A->dot = grad ? A->qt + tf : NULL;
   A->dsum = grad ? A->dot + tf : NULL;
+  A->dq = grad ? A->dsum + A->bh * A->tq : NULL;
   dtrt_parallel_for(ctx, A->bh * A->nqb, transpose_blocks, A);
   return DT_OK;
 }
@@ -763,7 +768,7 @@ int dtrt_sdpa_grad_passes(int64_t bh, int threads) {
 }
 
 static void backward(DtrtCtx *ctx, Attn *A) {
-  if (!A->add && dtrt_sdpa_grad_passes(A->bh, dtrt_threads(ctx)) == 1) {
+  if (dtrt_sdpa_grad_passes(A->bh, dtrt_threads(ctx)) == 1) {
     run(ctx, A, ATTN_BH, A->bh);
     return;
   }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "dtrt.h"
+#include "dtrt_int.h" /* dtrt_attn_step */
 #include "rt_test.h"
 
 static float *randv(int64_t n, double mag) {
@@ -449,6 +450,44 @@ static void same_on_threads(Case c, DtrtCtx *one, DtrtCtx *three) {
   free_run(&b);
 }
 
+/* One backward step of a ring (adding to dq, dk and dv, the queries at
+ * positions 70.. against keys 0..89, causal, with dropout) the same bits on
+ * one thread, one pass, as on three, two. */
+static void test_step_threads(void **state) {
+  (void)state;
+  setenv("DTRT_NUM_THREADS", "1", 1);
+  DtrtCtx *one = dtrt_ctx_new();
+  assert_int_equal(dtrt_threads(one), 1);
+  setenv("DTRT_NUM_THREADS", "3", 1);
+  DtrtCtx *three = dtrt_ctx_new();
+  assert_int_equal(dtrt_threads(three), 3);
+  unsetenv("DTRT_NUM_THREADS");
+  enum { B = 1, H = 2, TQ = 100, TK = 90, D = 16 };
+  int64_t nq = B * H * TQ * D, nk = B * H * TK * D;
+  float *q = randv(nq, 2), *k = randv(nk, 2), *v = randv(nk, 1), *o = randv(nq, 1);
+  float *dout = randv(nq, 1), *lse = randv(B * H * TQ, 1);
+  float *g0 = randv(nq + 2 * nk, 1), *g[2];
+  for (int r = 0; r < 2; r++) {
+    g[r] = malloc(sizeof(float) * (size_t)(nq + 2 * nk));
+    memcpy(g[r], g0, sizeof(float) * (size_t)(nq + 2 * nk));
+    DtAttnStep st = {.q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .b = B, .h = H,
+                     .tq = TQ, .tk = TK, .d = D, .qoff = 70, .koff = 0, .causal = true,
+                     .scale = 0.25f, .p = 0.2, .seed = SEED, .step = STEP,
+                     .g = {g[r], g[r] + nq, g[r] + nq + nk},
+                     .whole = {B, H, 170, 170}, .at = {0, 0, 70, 0}};
+    assert_int_equal(dtrt_attn_step(r ? three : one, "ring_sdpa_grad", &st), DT_OK);
+  }
+  assert_int_equal(dtrt_sdpa_grad_passes(B * H, 1), 1);
+  assert_int_equal(dtrt_sdpa_grad_passes(B * H, 3), 2);
+  assert_memory_not_equal(g[0], g0, sizeof(float) * (size_t)(nq + 2 * nk));
+  assert_memory_equal(g[0], g[1], sizeof(float) * (size_t)(nq + 2 * nk));
+  float *all[] = {q, k, v, o, dout, lse, g0, g[0], g[1]};
+  for (size_t n = 0; n < sizeof all / sizeof all[0]; n++)
+    free(all[n]);
+  dtrt_ctx_free(one);
+  dtrt_ctx_free(three);
+}
+
 /* Every result the same bits on one thread as on three, and again on a
  * second run: of 6 (batch, head) pairs, the backward in one pass both
  * times; of 2 (with a mask and dropout, or Tq above or below Tk), in one
@@ -631,6 +670,7 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_mask_dropout, setup, teardown),
     cmocka_unit_test_setup_teardown(test_dropout_blocks, setup, teardown),
     cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_step_threads, setup, teardown),
     cmocka_unit_test_setup_teardown(test_scratch_bytes, setup, teardown),
     cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
   };
