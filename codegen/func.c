@@ -362,9 +362,9 @@ static void lower_insts(CgFn *fn, int from, int to) {
       continue;
     }
     /* after a failure a device's function runs its collectives only */
-    LLVMBasicBlockRef next = NULL;
+    LLVMBasicBlockRef next = NULL, run = NULL, here = LLVMGetInsertBlock(c->b);
     if (fn->err && !ir_joins_group(x)) {
-      LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "run");
+      run = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "run");
       next = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "next");
       LLVMValueRef e = LLVMBuildLoad2(c->b, c->i32, fn->err, "");
       LLVMBuildCondBr(c->b, LLVMBuildICmp(c->b, LLVMIntEQ, e, cg_i32(c, 0), ""), run, next);
@@ -379,7 +379,14 @@ static void lower_insts(CgFn *fn, int from, int to) {
       cg_group(fn, &f->inst.a[i], j - i);
     else
       lower(fn, x);
-    if (next) {
+    if (next && LLVMGetInsertBlock(c->b) == run && !LLVMGetFirstInstruction(run)) {
+      /* x made no code (a view, a value kept in place): no check for it */
+      for (int k = 0; k < 3; k++)   /* the branch, the compare, the load */
+        LLVMInstructionEraseFromParent(LLVMGetLastInstruction(here));
+      LLVMDeleteBasicBlock(run);
+      LLVMDeleteBasicBlock(next);
+      LLVMPositionBuilderAtEnd(c->b, here);
+    } else if (next) {
       LLVMBuildBr(c->b, next);
       LLVMPositionBuilderAtEnd(c->b, next);
     }
