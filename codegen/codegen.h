@@ -237,6 +237,13 @@ void cg_group(CgFn *fn, Inst **member, int n);
 
 /* A private, unnamed_addr constant global holding init. */
 LLVMValueRef cg_private_const(Cg *c, LLVMValueRef init, const char *name);
+/* The one constant array of the n values v of type t whose bytes, as a key,
+ * are key[0..len) (taking key; its last byte tells its kind apart from other
+ * arrays of the same bytes). */
+LLVMValueRef cg_shared_const(Cg *c, char *key, size_t len, LLVMTypeRef t, LLVMValueRef *v,
+                             int n, const char *name);
+/* The one constant array of the i64s a[0..n). */
+LLVMValueRef cg_ints_const(Cg *c, const int64_t *a, int n);
 /* A table of byte strings: the slot of key[0..len) (NULL until set), taking
  * key (malloc'd; freed when it was there). */
 LLVMValueRef *cg_table_find(CgTable **t, char *key, size_t len);
