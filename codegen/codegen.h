@@ -127,6 +127,12 @@ typedef struct Cg {
   int *inputs0[2];         /* the globals device 0's forward and train step load, which
                               the wrappers pack; every device's must be the same */
   int ninputs0[2];
+  /* the global table of the plan's first device, which the others whose
+   * tables differ only in their blocks share (DtModelDesc.blocks), and what
+   * those tables must be alike in (emit.c's table_key) */
+  LLVMValueRef globals0;
+  char *globals0_key;
+  size_t globals0_len;
   const char *hash;        /* of the module's text form */
   const char *plan_hash;   /* of the sharding plan (mesh, global shardings); NULL: no mesh */
   CgMatmul matmul;         /* CgOptions.matmul */
