@@ -127,6 +127,12 @@ typedef struct Cg {
   int *inputs0[2];         /* the globals device 0's forward and train step load, which
                               the wrappers pack; every device's must be the same */
   int ninputs0[2];
+  /* the global table of the plan's first device, which the others whose
+   * tables differ only in their blocks share (DtModelDesc.blocks), and what
+   * those tables must be alike in (emit.c's table_key) */
+  LLVMValueRef globals0;
+  char *globals0_key;
+  size_t globals0_len;
   const char *hash;        /* of the module's text form */
   const char *plan_hash;   /* of the sharding plan (mesh, global shardings); NULL: no mesh */
   CgMatmul matmul;         /* CgOptions.matmul */
@@ -237,6 +243,13 @@ void cg_group(CgFn *fn, Inst **member, int n);
 
 /* A private, unnamed_addr constant global holding init. */
 LLVMValueRef cg_private_const(Cg *c, LLVMValueRef init, const char *name);
+/* The one constant array of the n values v of type t whose bytes, as a key,
+ * are key[0..len) (taking key; its last byte tells its kind apart from other
+ * arrays of the same bytes). */
+LLVMValueRef cg_shared_const(Cg *c, char *key, size_t len, LLVMTypeRef t, LLVMValueRef *v,
+                             int n, const char *name);
+/* The one constant array of the i64s a[0..n). */
+LLVMValueRef cg_ints_const(Cg *c, const int64_t *a, int n);
 /* A table of byte strings: the slot of key[0..len) (NULL until set), taking
  * key (malloc'd; freed when it was there). */
 LLVMValueRef *cg_table_find(CgTable **t, char *key, size_t len);

@@ -99,14 +99,26 @@ LLVMValueRef cg_private_const(Cg *c, LLVMValueRef init, const char *name) {
   return g;
 }
 
-/* The one constant holding bytes key[0..len) made of n values v (taking
- * key). */
-static LLVMValueRef shared_const(Cg *c, char *key, size_t len, LLVMTypeRef t, LLVMValueRef *v,
-                                 int n, const char *name) {
+LLVMValueRef cg_shared_const(Cg *c, char *key, size_t len, LLVMTypeRef t, LLVMValueRef *v,
+                             int n, const char *name) {
   LLVMValueRef *e = cg_table_find(&c->consts, key, len);
   if (!*e)
     *e = cg_private_const(c, LLVMConstArray(t, v, (unsigned)n), name);
   return *e;
+}
+
+LLVMValueRef cg_ints_const(Cg *c, const int64_t *a, int n) {
+  size_t len = sizeof(int64_t) * (size_t)n;
+  char *key = malloc(len + 1);
+  LLVMValueRef *v = malloc(sizeof(LLVMValueRef) * (size_t)(n + 1));
+  DTC_ASSERT(key && v);
+  memcpy(key, a, len);
+  key[len] = 'a';
+  for (int k = 0; k < n; k++)
+    v[k] = cg_i64(c, a[k]);
+  LLVMValueRef g = cg_shared_const(c, key, len + 1, c->i64, v, n, "ints");
+  free(v);
+  return g;
 }
 
 void cg_rows_begin(Cg *c, int ndev_all, const int *devices, const int *base, int nplan) {
@@ -166,14 +178,14 @@ void cg_vary_row(Cg *c, Func *const *set, int n, int g, int s) {
       v[0] = cg_i64(c, a.ni);
       for (int e = 0; e < a.ni; e++)
         v[e + 1] = cg_i64(c, a.i[e]);
-      ptr[k++] = shared_const(c, key, len + 1, c->i64, v, a.ni + 1, "attrs.i");
+      ptr[k++] = cg_shared_const(c, key, len + 1, c->i64, v, a.ni + 1, "attrs.i");
     }
   size_t len = sizeof(LLVMValueRef) * (size_t)count;
   char *key = malloc(len + 1);
   DTC_ASSERT(key);
   memcpy(key, ptr, len);
   key[len] = 'r';
-  c->row[2 * g + s] = shared_const(c, key, len + 1, c->ptr, ptr, count, "row");
+  c->row[2 * g + s] = cg_shared_const(c, key, len + 1, c->ptr, ptr, count, "row");
 }
 
 /* dtc.row(ctx, set): the row of the device the job's rank runs, made

@@ -173,8 +173,18 @@ int64_t cg_state_layout(const Module *m, int dev, int64_t *off) {
   return at;
 }
 
+/* The one constant string s (names and hashes repeat in every device's
+ * description). */
 static LLVMValueRef cstr(Cg *c, const char *s) {
-  return cg_private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)strlen(s), 0), ".str");
+  size_t len = strlen(s);
+  char *key = malloc(len + 2);
+  DTC_ASSERT(key);
+  memcpy(key, s, len + 1);
+  key[len + 1] = 's';
+  LLVMValueRef *e = cg_table_find(&c->consts, key, len + 2);
+  if (!*e)
+    *e = cg_private_const(c, LLVMConstStringInContext(c->ctx, s, (unsigned)len, 0), ".str");
+  return *e;
 }
 
 
@@ -280,41 +290,117 @@ static LLVMTypeRef global_desc_type(Cg *c) {
 }
 
 /* One DtGlobalDesc: the block ty of a tensor of shape full (NULL: ty itself)
- * from begin on (NULL: 0). Glorot's fans are gl's, or (when gl gives none)
- * those of the whole tensor's trailing matrix: [..., fan_in, fan_out]. */
-static LLVMValueRef global_desc(Cg *c, LLVMTypeRef t, const char *name, int kind,
-                                const Type *ty, const int64_t *full, const int64_t *at,
-                                const Global *gl, int64_t off) {
+ * from begin on (NULL: 0), name not set. Glorot's fans are gl's, or (when gl
+ * gives none) those of the whole tensor's trailing matrix: [..., fan_in,
+ * fan_out]. Bytes not in a field are zero, so two alike compare equal. */
+static void global_desc(DtGlobalDesc *g, int kind, const Type *ty, const int64_t *full,
+                        const int64_t *at, const Global *gl, int64_t off) {
   if (!full)
     full = ty->dim;
-  LLVMValueRef dim[DT_MAX_RANK], fullv[DT_MAX_RANK], begin[DT_MAX_RANK];
-  for (int d = 0; d < DT_MAX_RANK; d++) {
-    dim[d] = cg_i64(c, d < ty->rank ? ty->dim[d] : 0);
-    fullv[d] = cg_i64(c, d < ty->rank ? full[d] : 0);
-    begin[d] = cg_i64(c, d < ty->rank && at ? at[d] : 0);
-  }
+  memset(g, 0, sizeof *g);
   int r = ty->rank;
-  int64_t fan_in = r >= 2 ? full[r - 2] : r == 1 ? full[0] : 1;
-  int64_t fan_out = r >= 1 ? full[r - 1] : 1;
-  if (gl && gl->fan_in + gl->fan_out > 0) {
-    fan_in = gl->fan_in;
-    fan_out = gl->fan_out;
+  for (int d = 0; d < r; d++) {
+    g->dim[d] = ty->dim[d];
+    g->full[d] = full[d];
+    g->begin[d] = at ? at[d] : 0;
   }
-  int init = gl ? gl->init : -1;
-  double arg = gl ? gl->init_arg : 0;
+  g->fan_in = r >= 2 ? full[r - 2] : r == 1 ? full[0] : 1;
+  g->fan_out = r >= 1 ? full[r - 1] : 1;
+  if (gl && gl->fan_in + gl->fan_out > 0) {
+    g->fan_in = gl->fan_in;
+    g->fan_out = gl->fan_out;
+  }
+  g->kind = kind;
+  g->dtype = ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32;
+  g->rank = r;
+  g->init = gl && gl->init >= 0 ? gl->init : DT_INIT_ZEROS;
+  g->init_arg = gl ? gl->init_arg : 0;
+  g->offset = off;
+}
+
+static LLVMValueRef i64s(Cg *c, const int64_t *v) {
+  LLVMValueRef e[DT_MAX_RANK];
+  for (int d = 0; d < DT_MAX_RANK; d++)
+    e[d] = cg_i64(c, v[d]);
+  return LLVMConstArray(c->i64, e, DT_MAX_RANK);
+}
+
+/* g, named name, as a constant of type t (global_desc_type). */
+static LLVMValueRef global_const(Cg *c, LLVMTypeRef t, const DtGlobalDesc *g, const char *name) {
   LLVMValueRef f[] = {cstr(c, name),
-                      cg_i32(c, kind),
-                      cg_i32(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
-                      cg_i32(c, r),
-                      LLVMConstArray(c->i64, dim, DT_MAX_RANK),
-                      cg_i32(c, init >= 0 ? init : DT_INIT_ZEROS),
-                      LLVMConstReal(c->f64, arg),
-                      cg_i64(c, fan_in),
-                      cg_i64(c, fan_out),
-                      cg_i64(c, off),
-                      LLVMConstArray(c->i64, fullv, DT_MAX_RANK),
-                      LLVMConstArray(c->i64, begin, DT_MAX_RANK)};
+                      cg_i32(c, g->kind),
+                      cg_i32(c, g->dtype),
+                      cg_i32(c, g->rank),
+                      i64s(c, g->dim),
+                      cg_i32(c, g->init),
+                      LLVMConstReal(c->f64, g->init_arg),
+                      cg_i64(c, g->fan_in),
+                      cg_i64(c, g->fan_out),
+                      cg_i64(c, g->offset),
+                      i64s(c, g->full),
+                      i64s(c, g->begin)};
   return LLVMConstNamedStruct(t, f, COUNTOF(f));
+}
+
+/* What the tables g[0..n) (named name[0..n)) of the devices sharing one
+ * must be alike in: all but the blocks (dim, begin, offset). Malloc'd. */
+static char *table_key(const DtGlobalDesc *g, const char *const *name, int n, size_t *len) {
+  char *text = NULL;
+  FILE *out = open_memstream(&text, len);
+  DTC_ASSERT(out);
+  for (int k = 0; k < n; k++) {
+    DtGlobalDesc y = g[k];
+    memset(y.dim, 0, sizeof y.dim);
+    memset(y.begin, 0, sizeof y.begin);
+    y.offset = 0;
+    fwrite(&y, sizeof y, 1, out);
+    fwrite(name[k], strlen(name[k]) + 1, 1, out);
+  }
+  fclose(out);
+  return text;
+}
+
+/* The global table g[0..n) (named name[0..n)) of device dev as a
+ * constant. A single-device model's (dev -1) holds its blocks (*blocks
+ * null). A device of a mesh gets its blocks apart (*blocks, as
+ * DtModelDesc.blocks) and the table of its plan's first device, when the
+ * two differ only in their blocks (else its own), so the runtime copies
+ * every mesh device's table alike (dtrt_model_table_bytes). */
+static LLVMValueRef global_table(Cg *c, int dev, const DtGlobalDesc *g, const char *const *name,
+                                 int n, LLVMValueRef *blocks) {
+  *blocks = LLVMConstNull(c->ptr);
+  size_t len = 0;
+  char *key = NULL;
+  if (dev >= 0) {
+    key = table_key(g, name, n, &len);
+    int64_t *v = arena_alloc(c->m->arena, sizeof(int64_t) * (2 * DT_MAX_RANK + 1) * (size_t)n);
+    int nv = 0;
+    for (int k = 0; k < n; k++) {
+      for (int d = 0; d < g[k].rank; d++)
+        v[nv++] = g[k].dim[d];
+      for (int d = 0; d < g[k].rank; d++)
+        v[nv++] = g[k].begin[d];
+      v[nv++] = g[k].offset;
+    }
+    *blocks = cg_ints_const(c, v, nv);
+    if (c->globals0 && len == c->globals0_len && !memcmp(key, c->globals0_key, len)) {
+      free(key);
+      return c->globals0;
+    }
+  }
+  LLVMTypeRef gt = global_desc_type(c);
+  LLVMValueRef *e = arena_alloc(c->m->arena, sizeof(LLVMValueRef) * (size_t)(n + 1));
+  for (int k = 0; k < n; k++)
+    e[k] = global_const(c, gt, &g[k], name[k]);
+  LLVMValueRef t = cg_private_const(c, LLVMConstArray(gt, e, (unsigned)n), "globals");
+  if (key && !c->globals0) {
+    c->globals0 = t;
+    c->globals0_key = key;
+    c->globals0_len = len;
+  } else {
+    free(key);
+  }
+  return t;
 }
 
 /* The wrappers pack the inputs device 0's function loads (the header's
@@ -341,11 +427,11 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
                                const char *target, const char *object) {
   Module *m = c->m;
   Arena *a = m->arena;
-  LLVMTypeRef gt = global_desc_type(c);
   const Inst **outs = arena_alloc(a, sizeof(Inst *) * (size_t)(fwd->inst.n + 1));
   int nout = cg_func_outputs(fwd, live, outs);
   int ng = m->global.n + nout, n = 0;
-  LLVMValueRef *g = arena_alloc(a, sizeof(LLVMValueRef) * (size_t)ng);
+  DtGlobalDesc *g = arena_alloc(a, sizeof(DtGlobalDesc) * (size_t)ng);
+  const char **gname = arena_alloc(a, sizeof(char *) * (size_t)ng);
   int *index = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   for (GlobalKind kind = G_INPUT; kind <= G_STATE; kind++)
     for (int k = 0; k < m->global.n; k++) {
@@ -358,8 +444,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
       int64_t begin[IR_MAX_RANK];
       ir_local_type(m, dev < 0 ? NULL : gl->shard, &gl->type, dev, &block, begin);
       index[k] = n;
-      g[n++] = global_desc(c, gt, gl->name, dk[kind], &block, gl->type.dim, begin, gl,
-                           c->state_off[k]);
+      gname[n] = gl->name;
+      global_desc(&g[n++], dk[kind], &block, gl->type.dim, begin, gl, c->state_off[k]);
     }
   int *fwd_out = arena_alloc(a, sizeof(int) * (size_t)(nout + 1));
   for (int k = 0; k < nout; k++) {
@@ -370,7 +456,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     for (int d = 0; dev >= 0 && d < v->type.rank; d++)
       DTC_ASSERT(v->shard->axis[d] < 0 && !v->shard->partial);   /* whole on every device */
     fwd_out[k] = n;
-    g[n++] = global_desc(c, gt, name, DT_G_OUTPUT, &v->type, NULL, NULL, NULL, -1);
+    gname[n] = name;
+    global_desc(&g[n++], DT_G_OUTPUT, &v->type, NULL, NULL, NULL, -1);
   }
   int *in = arena_alloc(a, sizeof(int) * (size_t)(m->global.n + 1));
   int nfwd_in = cg_func_inputs(fwd, live, in);
@@ -391,10 +478,11 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
     mesh = i32_array(c, m->mesh.a[0].axis_size, naxis, "mesh");
     plan = cstr(c, c->plan_hash);
   }
-  LLVMValueRef globals = cg_private_const(c, LLVMConstArray(gt, g, (unsigned)ng), "globals");
+  LLVMValueRef blocks;
+  LLVMValueRef globals = global_table(c, dev, g, gname, ng, &blocks);
   LLVMTypeRef ft[] = {c->ptr, c->ptr, c->i32, c->ptr, c->i64, c->i64, c->ptr, c->i32, c->ptr, c->ptr,
                       c->i32, c->i32, c->ptr, c->ptr, c->i32, c->ptr, c->ptr, c->ptr, c->ptr, c->ptr,
-                      c->i32};
+                      c->i32, c->ptr};
   LLVMTypeRef dt = LLVMStructCreateNamed(c->ctx, "DtModelDesc");
   LLVMStructSetBody(dt, ft, COUNTOF(ft), 0);
   static const size_t doff[] = {
@@ -408,7 +496,7 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
       offsetof(DtModelDesc, nmesh_axis), offsetof(DtModelDesc, mesh_axis_size),
       offsetof(DtModelDesc, plan_hash),  offsetof(DtModelDesc, device),
       offsetof(DtModelDesc, target),     offsetof(DtModelDesc, object),
-      offsetof(DtModelDesc, denormals)};
+      offsetof(DtModelDesc, denormals),  offsetof(DtModelDesc, blocks)};
   static_assert(COUNTOF(doff) == COUNTOF(ft), "DtModelDesc fields");
   check_layout(c, dt, sizeof(DtModelDesc), doff, COUNTOF(doff));
   LLVMValueRef f[] = {cstr(c, m->name),
@@ -431,7 +519,8 @@ static LLVMValueRef model_desc(Cg *c, int dev, Func *fwd, const bool *live, Func
                       device ? cstr(c, device) : LLVMConstNull(c->ptr),
                       target ? cstr(c, target) : LLVMConstNull(c->ptr),
                       object ? cstr(c, object) : LLVMConstNull(c->ptr),
-                      cg_i32(c, c->denormals)};
+                      cg_i32(c, c->denormals),
+                      blocks};
   return cg_private_const(c, LLVMConstNamedStruct(dt, f, COUNTOF(f)), "desc");
 }
 
@@ -926,6 +1015,9 @@ static void lower_devices(Cg *c, const CgTargets *ts, int t, int ndev, LLVMValue
     if (!k)
       *live0 = live;
   }
+  free(c->globals0_key);
+  c->globals0 = NULL;
+  c->globals0_key = NULL;
 }
 
 /* Lowers and writes the object of target t of ts: the step functions of its

@@ -181,14 +181,32 @@ static LLVMValueRef field(CgFn *fn, LLVMTypeRef t, LLVMValueRef p, int a, int b)
   return LLVMBuildInBoundsGEP2(fn->c->b, t, p, idx, b < 0 ? 2 : 3, "");
 }
 
-static void fill_tensor(CgFn *fn, LLVMValueRef t, LLVMValueRef data, const Type *ty) {
-  Cg *c = fn->c;
-  LLVMBuildStore(c->b, data, field(fn, c->tensor, t, 0, -1));
-  LLVMBuildStore(c->b, cg_i32(c, ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32),
-                 field(fn, c->tensor, t, 1, -1));
-  LLVMBuildStore(c->b, cg_i32(c, ty->rank), field(fn, c->tensor, t, 2, -1));
-  for (int d = 0; d < ty->rank; d++)
-    LLVMBuildStore(c->b, cg_i64(c, ty->dim[d]), field(fn, c->tensor, t, 3, d));
+/* The DtTensors of x's operands and result, data pointers null: one
+ * constant [x->nin + 1 x DtTensor] shared by every call alike. */
+static LLVMValueRef tensors_const(Cg *c, const Inst *x) {
+  int n = x->nin + 1;
+  size_t len = sizeof(int64_t) * (2 + DT_MAX_RANK) * (size_t)n;
+  int64_t *key = calloc(1, len + 1);
+  LLVMValueRef *t = malloc(sizeof(LLVMValueRef) * (size_t)n);
+  DTC_ASSERT(key && t);
+  for (int k = 0; k < n; k++) {
+    const Type *ty = k < x->nin ? &x->in[k]->type : &x->type;
+    int64_t *w = key + k * (2 + DT_MAX_RANK);
+    LLVMValueRef dim[DT_MAX_RANK];
+    w[0] = ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32;
+    w[1] = ty->rank;
+    for (int d = 0; d < DT_MAX_RANK; d++) {
+      w[2 + d] = d < ty->rank ? ty->dim[d] : 0;
+      dim[d] = cg_i64(c, w[2 + d]);
+    }
+    LLVMValueRef f[] = {LLVMConstNull(c->ptr), cg_i32(c, (int)w[0]), cg_i32(c, ty->rank),
+                        LLVMConstArray(c->i64, dim, DT_MAX_RANK)};
+    t[k] = LLVMConstNamedStruct(c->tensor, f, COUNTOF(f));
+  }
+  ((char *)key)[len] = 't';
+  LLVMValueRef v = cg_shared_const(c, (char *)key, len + 1, c->tensor, t, n, "tensors");
+  free(t);
+  return v;
 }
 
 void cg_check(CgFn *fn, LLVMValueRef s) {
@@ -209,18 +227,22 @@ void cg_check(CgFn *fn, LLVMValueRef s) {
 
 static void kernel(CgFn *fn, const Inst *x) {
   Cg *c = fn->c;
+  LLVMTypeRef tt = LLVMArrayType(c->tensor, 17);
   if (!fn->tin) {
-    fn->tin = cg_alloca(fn, LLVMArrayType(c->tensor, 16), "in");
-    fn->tout = cg_alloca(fn, c->tensor, "out");
+    fn->tin = cg_alloca(fn, tt, "tensors");
     fn->tattr = cg_alloca(fn, c->attrs, "attrs");
   }
+  /* the operands in tin[0..nin), the result in tin[nin]: copied whole from
+   * one constant, then their data pointers */
   DTC_ASSERT(x->nin <= 16);
-  for (int k = 0; k < x->nin; k++) {
+  LLVMBuildMemCpy(c->b, fn->tin, 8, tensors_const(c, x), 8,
+                  cg_i64(c, (int64_t)sizeof(DtTensor) * (x->nin + 1)));
+  LLVMValueRef out = NULL;
+  for (int k = 0; k <= x->nin; k++) {
     LLVMValueRef idx[] = {cg_i32(c, 0), cg_i32(c, k)};
-    LLVMValueRef t = LLVMBuildInBoundsGEP2(c->b, LLVMArrayType(c->tensor, 16), fn->tin, idx, 2, "");
-    fill_tensor(fn, t, cg_addr(fn, x->in[k]), &x->in[k]->type);
+    out = LLVMBuildInBoundsGEP2(c->b, tt, fn->tin, idx, 2, "");
+    LLVMBuildStore(c->b, cg_addr(fn, k < x->nin ? x->in[k] : x), field(fn, c->tensor, out, 0, -1));
   }
-  fill_tensor(fn, fn->tout, cg_addr(fn, x), &x->type);
   DtAttrs a;
   ir_kernel_attrs(x, &a);
   LLVMValueRef ni = cg_i32(c, a.ni);
@@ -231,6 +253,9 @@ static void kernel(CgFn *fn, const Inst *x) {
                     LLVMBuildInBoundsGEP2(c->b, c->i64, p, &one, 1, ""), 8,
                     LLVMBuildMul(c->b, n, cg_i64(c, (int64_t)sizeof(int64_t)), ""));
     ni = LLVMBuildTrunc(c->b, n, c->i32, "");
+  } else if (a.ni > 2) {
+    LLVMBuildMemCpy(c->b, fn->tattr, 8, cg_ints_const(c, a.i, a.ni), 8,
+                    cg_i64(c, (int64_t)sizeof(int64_t) * a.ni));
   } else {
     for (int k = 0; k < a.ni; k++)
       LLVMBuildStore(c->b, cg_i64(c, a.i[k]), field(fn, c->attrs, fn->tattr, 0, k));
@@ -251,13 +276,13 @@ static void kernel(CgFn *fn, const Inst *x) {
   for (int j = 0; j < x->nin; j++)
     cut |= (ir_piece_rows(x, j) > 0) << j;
   if (cut) {
-    LLVMValueRef arg[] = {fn->ctx, k, fn->tin, cg_i32(c, x->nin), fn->tout, fn->tattr,
+    LLVMValueRef arg[] = {fn->ctx, k, fn->tin, cg_i32(c, x->nin), out, fn->tattr,
                           cg_i32(c, cut)};
     cg_check(fn, LLVMBuildCall2(c->b, c->pieces_fn, cg_extern(c, "dtrt_pieces", c->pieces_fn), arg,
                                 7, ""));
     return;
   }
-  LLVMValueRef arg[] = {fn->ctx, fn->tin, cg_i32(c, x->nin), fn->tout, fn->tattr};
+  LLVMValueRef arg[] = {fn->ctx, fn->tin, cg_i32(c, x->nin), out, fn->tattr};
   cg_check(fn, LLVMBuildCall2(c->b, c->kernel_fn, k, arg, 5, ""));
 }
 
@@ -362,9 +387,9 @@ static void lower_insts(CgFn *fn, int from, int to) {
       continue;
     }
     /* after a failure a device's function runs its collectives only */
-    LLVMBasicBlockRef next = NULL;
+    LLVMBasicBlockRef next = NULL, run = NULL, here = LLVMGetInsertBlock(c->b);
     if (fn->err && !ir_joins_group(x)) {
-      LLVMBasicBlockRef run = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "run");
+      run = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "run");
       next = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "next");
       LLVMValueRef e = LLVMBuildLoad2(c->b, c->i32, fn->err, "");
       LLVMBuildCondBr(c->b, LLVMBuildICmp(c->b, LLVMIntEQ, e, cg_i32(c, 0), ""), run, next);
@@ -379,7 +404,14 @@ static void lower_insts(CgFn *fn, int from, int to) {
       cg_group(fn, &f->inst.a[i], j - i);
     else
       lower(fn, x);
-    if (next) {
+    if (next && LLVMGetInsertBlock(c->b) == run && !LLVMGetFirstInstruction(run)) {
+      /* x made no code (a view, a value kept in place): no check for it */
+      for (int k = 0; k < 3; k++)   /* the branch, the compare, the load */
+        LLVMInstructionEraseFromParent(LLVMGetLastInstruction(here));
+      LLVMDeleteBasicBlock(run);
+      LLVMDeleteBasicBlock(next);
+      LLVMPositionBuilderAtEnd(c->b, here);
+    } else if (next) {
       LLVMBuildBr(c->b, next);
       LLVMPositionBuilderAtEnd(c->b, next);
     }
@@ -428,7 +460,7 @@ static LLVMBasicBlockRef begin(CgFn *fn) {
   LLVMSetValueName2(fn->inputs, "inputs", 6);
   LLVMSetValueName2(fn->outputs, "outputs", 7);
   LLVMSetValueName2(fn->step, "step", 4);
-  fn->tin = fn->tout = fn->tattr = NULL;
+  fn->tin = fn->tattr = NULL;
   fn->entry = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "entry");
   LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "body");
   fn->fail = LLVMAppendBasicBlockInContext(c->ctx, fn->fn, "fail");

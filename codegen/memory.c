@@ -39,7 +39,12 @@ CgMemory cg_memory(const Module *m, int dev, const CgTargets *ts, CgMatmul how) 
   int nin = 0;
   for (int k = 0; k < m->global.n; k++)
     nin += m->global.a[k].kind == G_INPUT;
-  r.tables = dtrt_model_table_bytes(nin, dev >= 0);
+  int nout = 0;
+  if (fwd) {
+    const Inst **outs = arena_alloc(m->arena, sizeof(Inst *) * (size_t)(fwd->inst.n + 1));
+    nout = cg_func_outputs(fwd, cg_live(fwd), outs);
+  }
+  r.tables = dtrt_model_table_bytes(nin, m->global.n + nout, dev >= 0);
   r.total = r.state + r.work + r.scratch + r.staged + r.tables;
   return r;
 }

@@ -464,8 +464,9 @@ int64_t dtrt_staged_bytes(DtStaged k, const DtTensor *in, int nin, const DtTenso
 
 /* The bytes libdtrt keeps for a model beside its blocks and scratch: its
  * handle, its table of nin inputs and, for a model of a mesh, the
- * communication state. */
-int64_t dtrt_model_table_bytes(int nin, bool mesh);
+ * communication state and its description with its nglobal globals' blocks
+ * written in (dtc gives every device of a mesh DtModelDesc.blocks). */
+int64_t dtrt_model_table_bytes(int nin, int nglobal, bool mesh);
 /* The bytes of the thread pool a context of nthread threads keeps (0 for
  * one thread, which needs none). */
 int64_t dtrt_pool_bytes(int nthread);
@@ -894,6 +895,11 @@ typedef struct DtModelDesc {
   const char *target;
   const char *object;
   int32_t denormals;             /* DtDenormals: the mode train_step and forward run in */
+  /* NULL: global holds this device's blocks. Else global is a table its
+   * plan's devices share, and blocks gives this device's: for each global
+   * in order, dim[0..rank), begin[0..rank) and offset (creating the model
+   * copies the table with them written in). */
+  const int64_t *blocks;
 } DtModelDesc;
 
 typedef struct DtModel DtModel;

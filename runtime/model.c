@@ -18,6 +18,7 @@ struct DtModel {
   uint64_t seed;     /* of the initialisers, for state set fresh again */
   const void **in;   /* the step's inputs: this rank's rows (input_rows) */
   int64_t rss0;      /* the process's peak resident set before the blocks, -1: unknown */
+  DtModelDesc *own;  /* d with its blocks written in (DtModelDesc.blocks), or NULL */
 };
 
 /* The process's peak resident set in bytes (getrusage), -1 if unknown. */
@@ -192,6 +193,7 @@ void dtrt_model_destroy(DtModel *m) {
   dtrt_free(ctx, m->state);
   dtrt_free(ctx, m->work);
   dtrt_free(ctx, m->in);
+  dtrt_free(ctx, m->own);
   dtrt_free(ctx, m);
   dtrt_ctx_free(ctx);
 }
@@ -216,14 +218,50 @@ static DtStatus check_code(DtrtCtx *ctx, const DtModelDesc *d, int rank) {
  * dev[rank] in a job of exactly ndev ranks. The descriptions of devices
  * differ, so one may fail its check alone: every rank learns of it before
  * the agreement that would wait for it. */
+/* *d with its blocks written into a copy of its global table (*own, the
+ * description and the table in one allocation), where it gives them. */
+static DtStatus with_blocks(DtrtCtx *ctx, const DtModelDesc **d, DtModelDesc **own) {
+  const DtModelDesc *b = *d;
+  if (!b || !b->blocks)
+    return DT_OK;
+  if (b->nglobal < 0 || (b->nglobal > 0 && !b->global))
+    return dtrt_fail(ctx, DT_ERR_ARG, "model %s: bad global table", b->name ? b->name : "?");
+  DtModelDesc *c = dtrt_alloc(ctx, sizeof *c + sizeof(DtGlobalDesc) * (size_t)b->nglobal);
+  if (!c)
+    return DT_ERR_NOMEM;
+  *c = *b;
+  DtGlobalDesc *g = (DtGlobalDesc *)(c + 1);
+  const int64_t *p = b->blocks;
+  for (int k = 0; k < b->nglobal; k++) {
+    g[k] = b->global[k];
+    int r = g[k].rank;
+    if (r < 0 || r > DT_MAX_RANK) {
+      dtrt_free(ctx, c);
+      return dtrt_fail(ctx, DT_ERR_ARG, "model %s: global %d has rank %d", b->name ? b->name : "?",
+                       k, r);
+    }
+    memcpy(g[k].dim, p, sizeof(int64_t) * (size_t)r);
+    memcpy(g[k].begin, p + r, sizeof(int64_t) * (size_t)r);
+    g[k].offset = p[2 * r];
+    p += 2 * r + 1;
+  }
+  c->global = g;
+  c->blocks = NULL;
+  *own = c;
+  *d = c;
+  return DT_OK;
+}
+
 static DtStatus pick(DtrtCtx *ctx, const DtModelDesc *const *dev, int ndev,
-                     const DtModelDesc **d) {
+                     const DtModelDesc **d, DtModelDesc **own) {
   if (!dev || ndev < 1)
     return dtrt_fail(ctx, DT_ERR_ARG, "model: %d device descriptions at %p", ndev,
                      (const void *)dev);
   if (ndev == 1) {
     *d = dev[0];
-    return !*d ? dtrt_fail(ctx, DT_ERR_ARG, "model: no description") : check_code(ctx, *d, 0);
+    DtStatus s = !*d ? dtrt_fail(ctx, DT_ERR_ARG, "model: no description")
+                     : with_blocks(ctx, d, own);
+    return s ? s : check_code(ctx, *d, 0);
   }
   DtStatus s = dtrt_comm_init(ctx);
   if (s)
@@ -239,7 +277,8 @@ static DtStatus pick(DtrtCtx *ctx, const DtModelDesc *const *dev, int ndev,
   *d = dev[rank];
   if (!*d)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model: no description for device %d", rank);
-  else if (!(s = check_code(ctx, *d, rank)) && (*d)->nmesh_axis == 0)
+  else if (!(s = with_blocks(ctx, d, own)) && !(s = check_code(ctx, *d, rank)) &&
+           (*d)->nmesh_axis == 0)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model %s: device %d of %d has no mesh", (*d)->name, rank,
                   ndev);
   return dtrt_comm_status(ctx, s);
@@ -291,13 +330,14 @@ static DtStatus create(const DtModelDesc *const *const *plan, const int32_t *cou
   }
   DtStatus s = DT_OK;
   const DtModelDesc *d = NULL;
+  DtModelDesc *own = NULL;
   DtModel *m = NULL;
   if (!out)
     s = dtrt_fail(ctx, DT_ERR_ARG, "model: no output pointer");
   else if ((!plan || !(s = pick_plan(ctx, plan, count, nplan, &dev, &ndev))) &&
-           !(s = pick(ctx, dev, ndev, &d)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
+           !(s = pick(ctx, dev, ndev, &d, &own)) && !(d->nmesh_axis > 0 && (s = join(ctx, d)))) {
     if ((m = dtrt_alloc(ctx, sizeof *m))) {
-      *m = (DtModel){.d = d, .ctx = ctx, .seed = seed, .rss0 = peak_rss()};
+      *m = (DtModel){.d = d, .ctx = ctx, .seed = seed, .rss0 = peak_rss(), .own = own};
       m->state = dtrt_alloc(ctx, (size_t)d->state_bytes);
       m->work = m->state ? dtrt_alloc(ctx, (size_t)d->work_bytes) : NULL;
       int nin = d->ntrain_in > d->nfwd_in ? d->ntrain_in : d->nfwd_in;
@@ -314,10 +354,12 @@ static DtStatus create(const DtModelDesc *const *const *plan, const int32_t *cou
   if (s) {
     if (err && errlen)
       strncpy(err, dtrt_errmsg(ctx), errlen - 1)[errlen - 1] = 0;
-    if (m)
+    if (m) {
       dtrt_model_destroy(m);
-    else
+    } else {
+      dtrt_free(ctx, own);
       dtrt_ctx_free(ctx);
+    }
     return s;
   }
   *out = m;
@@ -359,9 +401,11 @@ int dtrt_model_rank(const DtModel *m) { return m ? dtrt_rank(m->ctx) : 0; }
 
 const DtModelDesc *dtrt_model_desc(const DtModel *m) { return m ? m->d : NULL; }
 
-int64_t dtrt_model_table_bytes(int nin, bool mesh) {
+int64_t dtrt_model_table_bytes(int nin, int nglobal, bool mesh) {
   return (int64_t)(sizeof(DtModel) + sizeof(const void *) * (size_t)(nin + 1) +
-                   (mesh ? dtrt_comm_bytes() : 0));
+                   (mesh ? dtrt_comm_bytes() + sizeof(DtModelDesc) +
+                               sizeof(DtGlobalDesc) * (size_t)nglobal
+                         : 0));
 }
 
 DtStatus dtrt_model_memory(const DtModel *m, int64_t *peak_bytes, int64_t *rss_growth) {

@@ -83,7 +83,7 @@ static const int32_t train_in[] = {0, 1}, fwd_in[] = {0}, fwd_out[] = {6};
 static DtModelDesc desc(void) {
   return (DtModelDesc){"linreg", "linreg-hash-1", 7, globals, 64, 16, train, 2, train_in,
                        forward, 1, 1, fwd_in, fwd_out, 0, NULL, NULL, NULL, NULL, NULL,
-                       DT_DENORMALS_FLUSH};
+                       DT_DENORMALS_FLUSH, NULL};
 }
 
 static int group_setup(void **state) {
@@ -567,6 +567,57 @@ static void test_block_init(void **state) {
   dtrt_ctx_free(ctx);
 }
 
+/* Device 1's description as dtc writes it for a device of a mesh: device
+ * 0's table and device 1's blocks apart (DtModelDesc.blocks). The model
+ * holds device 1's blocks, initialised as from device 1's own table, and
+ * libdtrt counts the table it writes them into. */
+static void test_shared_table(void **state) {
+  (void)state;
+  DtGlobalDesc g0[TP_GLOBALS], g1[TP_GLOBALS];
+  DtModelDesc d0, d1;
+  DtModel *own = tp_alone(1, g1, &d1, 77);
+  memcpy(g0, tp_global[0], sizeof g0);
+  lay_out(g0, TP_GLOBALS, &d0);
+  int64_t blocks[TP_GLOBALS * (2 * DT_MAX_RANK + 1)], *p = blocks;
+  for (int k = 0; k < TP_GLOBALS; k++) {
+    memcpy(p, g1[k].dim, sizeof(int64_t) * (size_t)g1[k].rank);
+    memcpy(p + g1[k].rank, g1[k].begin, sizeof(int64_t) * (size_t)g1[k].rank);
+    p[2 * g1[k].rank] = g1[k].offset;
+    p += 2 * g1[k].rank + 1;
+  }
+  DtModelDesc d = d1;
+  d.global = g0;
+  d.blocks = blocks;
+  const DtModelDesc *one[] = {&d};
+  DtModel *m;
+  char err[256];
+  if (dtrt_model_create_spmd_with(one, 1, 77, NULL, err, sizeof err, &m))
+    fail_msg("device 1 over device 0's table: %s", err);
+  for (int k = 0; k < TP_GLOBALS; k++) {
+    const DtGlobalDesc *w = &g1[k];
+    DtTensor a, b;
+    int64_t fa[DT_MAX_RANK], fb[DT_MAX_RANK], ba[DT_MAX_RANK], bb[DT_MAX_RANK];
+    assert_int_equal(dtrt_model_tensor_block(m, w->name, &a, fa, ba), DT_OK);
+    assert_int_equal(dtrt_model_tensor_block(own, w->name, &b, fb, bb), DT_OK);
+    assert_int_equal(a.rank, w->rank);
+    assert_memory_equal(a.dim, w->dim, sizeof(int64_t) * (size_t)w->rank);
+    assert_memory_equal(ba, w->begin, sizeof(int64_t) * (size_t)w->rank);
+    assert_int_equal((unsigned char *)a.data - (unsigned char *)dtrt_model_tensor(m, g1[0].name),
+                     w->offset - g1[0].offset);
+    int64_t n = 1;
+    for (int j = 0; j < w->rank; j++)
+      n *= w->dim[j];
+    assert_memory_equal(a.data, b.data, (size_t)n * 4);
+  }
+  int64_t peak, peak_own;
+  assert_int_equal(dtrt_model_memory(m, &peak, NULL), DT_OK);
+  assert_int_equal(dtrt_model_memory(own, &peak_own, NULL), DT_OK);
+  assert_int_equal(peak - peak_own,
+                   (int64_t)(sizeof(DtModelDesc) + sizeof(DtGlobalDesc) * TP_GLOBALS));
+  dtrt_model_destroy(m);
+  dtrt_model_destroy(own);
+}
+
 static void test_spmd_create(void **state) {
   (void)state;
   Count c = {.limit = -1};
@@ -835,7 +886,7 @@ int main(void) {
       cmocka_unit_test(test_block_init),    cmocka_unit_test(test_spmd_create),
       cmocka_unit_test(test_tensor_block),  cmocka_unit_test(test_block_checkpoint),
       cmocka_unit_test(test_trace_target),  cmocka_unit_test(test_input_rows),
-      cmocka_unit_test(test_set_lr),
+      cmocka_unit_test(test_set_lr),        cmocka_unit_test(test_shared_table),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -56,7 +56,7 @@ static const int32_t train_in[] = {0}, fwd_in[] = {0}, fwd_out[] = {6};
 static DtModelDesc desc(void) {
   return (DtModelDesc){"tiny", "tiny-hash-1", 7,       globals, STATE, 64,     train,
                        1,      train_in,      forward, 1,       1,     fwd_in, fwd_out,
-                       0,      NULL,          NULL,    NULL,    NULL,  NULL,   DT_DENORMALS_FLUSH};
+                       0,      NULL,          NULL,    NULL,    NULL,  NULL,   DT_DENORMALS_FLUSH, NULL};
 }
 
 /* ---- a safetensors writer of its own, independent of libdtrt's ---- */
