@@ -214,10 +214,6 @@ static DtStatus check_code(DtrtCtx *ctx, const DtModelDesc *d, int rank) {
                    name, dev, rank, d->target, d->object);
 }
 
-/* This rank's description, checked: dev[0] when there is one device, else
- * dev[rank] in a job of exactly ndev ranks. The descriptions of devices
- * differ, so one may fail its check alone: every rank learns of it before
- * the agreement that would wait for it. */
 /* *d with its blocks written into a copy of its global table (*own, the
  * description and the table in one allocation), where it gives them. */
 static DtStatus with_blocks(DtrtCtx *ctx, const DtModelDesc **d, DtModelDesc **own) {
@@ -252,6 +248,10 @@ static DtStatus with_blocks(DtrtCtx *ctx, const DtModelDesc **d, DtModelDesc **o
   return DT_OK;
 }
 
+/* This rank's description, checked: dev[0] when there is one device, else
+ * dev[rank] in a job of exactly ndev ranks. The descriptions of devices
+ * differ, so one may fail its check alone: every rank learns of it before
+ * the agreement that would wait for it. */
 static DtStatus pick(DtrtCtx *ctx, const DtModelDesc *const *dev, int ndev,
                      const DtModelDesc **d, DtModelDesc **own) {
   if (!dev || ndev < 1)
