@@ -59,12 +59,23 @@ static bool in_range(const int32_t *id, int64_t n, int64_t size) {
   return !out;
 }
 
-/* Whether id[0..n) are one index. */
-static bool one_index(const int32_t *id, int64_t n) {
-  unsigned diff = 0;
-  for (int64_t j = 0; j < n; j++)
+/* A row of index along an axis before the last, id[0..n): ROW_BAD when
+ * one is not in [0, size), ROW_ONE when all are one index, else ROW_MANY;
+ * one pass the compiler vectorises, for AVX-512 too (row_kind): with SSE's
+ * four lanes it took a fifth of a gather along dim 0. */
+enum { ROW_BAD, ROW_ONE, ROW_MANY };
+static inline __attribute__((always_inline)) int row_kind_of(const int32_t *id, int64_t n,
+                                                             int64_t size) {
+  uint32_t lim = size > INT32_MAX ? (uint32_t)INT32_MAX + 1 : (uint32_t)size;
+  unsigned out = 0, diff = 0;
+  for (int64_t j = 0; j < n; j++) {
+    out |= (uint32_t)id[j] >= lim;
     diff |= id[j] != id[0];
-  return !diff;
+  }
+  return out ? ROW_BAD : diff ? ROW_MANY : ROW_ONE;
+}
+static int row_kind_plain(const int32_t *id, int64_t n, int64_t size) {
+  return row_kind_of(id, n, size);
 }
 
 static void add_run(float *restrict dx, const float *restrict dy, int64_t n) {
@@ -128,10 +139,22 @@ AVX512 static void zero_avx512(float *p, int64_t n) {
   for (int64_t j = 0; j < n; j += LANES)
     _mm512_mask_storeu_ps(p + j, first_lanes(n - j), _mm512_setzero_ps());
 }
+AVX512 static int row_kind_avx512(const int32_t *id, int64_t n, int64_t size) {
+  return row_kind_of(id, n, size);
+}
 #define HAVE_AVX512 1
 #else
 #define HAVE_AVX512 0
 #endif
+
+static int row_kind(bool avx, const int32_t *id, int64_t n, int64_t size) {
+#if HAVE_AVX512
+  if (avx)
+    return row_kind_avx512(id, n, size);
+#endif
+  (void)avx;
+  return row_kind_plain(id, n, size);
+}
 
 static void gather_last(bool vec, const float *x, const int32_t *id, float *y, int64_t n) {
 #if HAVE_AVX512
@@ -203,14 +226,16 @@ static void gather_units(void *env, int64_t begin, int64_t end) {
     int64_t m = n - j0 < g->part ? n - j0 : g->part;
     const int32_t *id = g->idx + p * n + j0;
     float *y = g->y + p * n + j0;
-    if (!in_range(id, m, g->size)) {
+    int kind = last ? (in_range(id, m, g->size) ? ROW_MANY : ROW_BAD)
+                    : row_kind(g->avx, id, m, g->size);
+    if (kind == ROW_BAD) {
       fail(g);
       return;
     }
     const float *x = g->x + row_base(g, p) + (last ? 0 : j0);
     if (last)
       gather_last(g->gathers, x, id, y, m);
-    else if (one_index(id, m))
+    else if (kind == ROW_ONE)
       memcpy(y, x + id[0] * as, sizeof(float) * (size_t)m);
     else
       gather_strided(g->vec, x, id, y, m, as);
@@ -235,11 +260,12 @@ static void scatter_units(void *env, int64_t begin, int64_t end) {
       int64_t p = p0 + k * g->mid;
       const int32_t *id = g->idx + p * n + j0;
       const float *dy = g->x + p * n + j0;
-      if (!in_range(id, m, g->size)) {
+      int kind = row_kind(g->avx, id, m, g->size);
+      if (kind == ROW_BAD) {
         fail(g);
         return;
       }
-      if (one_index(id, m))
+      if (kind == ROW_ONE)
         add_run(dx + id[0] * as, dy, m);
       else
         scatter_strided(g->vec, dx, id, dy, m, as);
