@@ -430,10 +430,12 @@ INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, in
   drop_block(A, p, b, i0, nr, j0, nc);
 }
 
-/* dk and dv of one block of keys, over every block of queries that sees it. */
-INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
-  int64_t b = item / A->nkb, j0 = item % A->nkb * BK, d = A->d;
-  int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
+/* dk and dv of the block of keys j0.. of b, over every block of queries
+ * that sees it; with dq (a chunk's sums, [Tq, D]), each pair's dS also added
+ * to the block of queries' rows of dq, where they see the block, as dq_item
+ * adds it (bh_item). */
+INLINE void key_block(const Attn *A, const Tiles *t, int64_t b, int64_t j0, float *dq) {
+  int64_t d = A->d, nc = A->tk - j0 < BK ? A->tk - j0 : BK;
   memset(t->a1, 0, sizeof(float) * (size_t)(nc * d));
   memset(t->a2, 0, sizeof(float) * (size_t)(nc * d));
   int64_t first = A->causal ? A->koff + j0 - A->qoff : 0;   /* the first query seeing j0 */
@@ -443,6 +445,8 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
     block_grads(A, t, b, i0, nr, j0, nc);
     mix_t(A->prod, t->p, A->dout + row * d, nr, nc, d, t->a2);
     mix_t(A->prod, t->s, A->q + row * d, nr, nc, d, t->a1);
+    if (dq && j0 < keys_seen(A, i0, nr))
+      mix(A->prod, t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, dq + i0 * d);
   }
   float *dk = grad_of(A, b, 1) + j0 * d, *dv = grad_of(A, b, 2) + j0 * d;
   for (int64_t e = 0; e < nc * d; e++) {
@@ -451,38 +455,23 @@ INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
   }
 }
 
-/* dq, dk and dv of one (batch, head) b in one pass over its blocks: by
- * blocks of keys as dkv_item, each pair's dS added to the block of queries'
- * rows of dq as dq_item adds it (dq_item's pairs are among dkv_item's, in
- * the same order of keys for each block of queries), its sums kept in the
- * chunk's t->dq until scaled and added: the bits of both passes, with q k^T,
- * P and dP made once a pair instead of twice. */
+/* dk and dv of one block of keys. */
+INLINE void dkv_item(const Attn *A, const Tiles *t, int64_t item) {
+  key_block(A, t, item / A->nkb, item % A->nkb * BK, NULL);
+}
+
+/* dq, dk and dv of one (batch, head) b in one pass over its blocks of keys
+ * (key_block): dq_item's pairs are among dkv_item's, in the same order of
+ * keys for each block of queries, its sums kept in the chunk's t->dq until
+ * scaled and added: the bits of both passes, with q k^T, P and dP made once
+ * a pair instead of twice. */
 INLINE void bh_item(const Attn *A, const Tiles *t, int64_t b) {
-  int64_t d = A->d;
-  float *out = grad_of(A, b, 0), *dq = t->dq;
-  memset(dq, 0, sizeof(float) * (size_t)(A->tq * d));
-  for (int64_t j0 = 0; j0 < A->tk; j0 += BK) {
-    int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
-    memset(t->a1, 0, sizeof(float) * (size_t)(nc * d));
-    memset(t->a2, 0, sizeof(float) * (size_t)(nc * d));
-    int64_t first = A->causal ? A->koff + j0 - A->qoff : 0;
-    for (int64_t i0 = first > 0 ? first / BQ * BQ : 0; i0 < A->tq; i0 += BQ) {
-      int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ, row = b * A->tq + i0;
-      rows_of(A, t, b, i0, nr);
-      block_grads(A, t, b, i0, nr, j0, nc);
-      mix_t(A->prod, t->p, A->dout + row * d, nr, nc, d, t->a2);
-      mix_t(A->prod, t->s, A->q + row * d, nr, nc, d, t->a1);
-      if (j0 < keys_seen(A, i0, nr))
-        mix(A->prod, t->s, A->k + (b * A->tk + j0) * d, nr, nc, d, dq + i0 * d);
-    }
-    float *dk = grad_of(A, b, 1) + j0 * d, *dv = grad_of(A, b, 2) + j0 * d;
-    for (int64_t e = 0; e < nc * d; e++) {
-      dk[e] = (A->add ? dk[e] : 0) + t->a1[e] * A->scale;
-      dv[e] = (A->add ? dv[e] : 0) + t->a2[e];
-    }
-  }
-  for (int64_t e = 0; e < A->tq * d; e++)
-    out[e] = (A->add ? out[e] : 0) + dq[e] * A->scale;
+  float *out = grad_of(A, b, 0);
+  memset(t->dq, 0, sizeof(float) * (size_t)(A->tq * A->d));
+  for (int64_t j0 = 0; j0 < A->tk; j0 += BK)
+    key_block(A, t, b, j0, t->dq);
+  for (int64_t e = 0; e < A->tq * A->d; e++)
+    out[e] = (A->add ? out[e] : 0) + t->dq[e] * A->scale;
 }
 
 /* dq of one block of queries, over every block of keys it sees. */

@@ -429,6 +429,18 @@ static void test_dropout_blocks(void **state) {
   block_case((Case){1, 2, 150, 97, 16, false, 0, NO_MASK, {0}, 0.5}, 0, 2, 37);
 }
 
+/* Contexts of one thread and of three: the pool is made, and
+ * DTRT_NUM_THREADS read, at a context's first use. */
+static void one_and_three(DtrtCtx **one, DtrtCtx **three) {
+  setenv("DTRT_NUM_THREADS", "1", 1);
+  *one = dtrt_ctx_new();
+  assert_int_equal(dtrt_threads(*one), 1);
+  setenv("DTRT_NUM_THREADS", "3", 1);
+  *three = dtrt_ctx_new();
+  assert_int_equal(dtrt_threads(*three), 3);
+  unsetenv("DTRT_NUM_THREADS");
+}
+
 /* c's kernels on one thread and on three: the same bits. */
 static void same_on_threads(Case c, DtrtCtx *one, DtrtCtx *three) {
   Run a = make_run(c), b = make_run(c);
@@ -455,13 +467,8 @@ static void same_on_threads(Case c, DtrtCtx *one, DtrtCtx *three) {
  * one thread, one pass, as on three, two. */
 static void test_step_threads(void **state) {
   (void)state;
-  setenv("DTRT_NUM_THREADS", "1", 1);
-  DtrtCtx *one = dtrt_ctx_new();
-  assert_int_equal(dtrt_threads(one), 1);
-  setenv("DTRT_NUM_THREADS", "3", 1);
-  DtrtCtx *three = dtrt_ctx_new();
-  assert_int_equal(dtrt_threads(three), 3);
-  unsetenv("DTRT_NUM_THREADS");
+  DtrtCtx *one, *three;
+  one_and_three(&one, &three);
   enum { B = 1, H = 2, TQ = 100, TK = 90, D = 16 };
   int64_t nq = B * H * TQ * D, nk = B * H * TK * D;
   float *q = randv(nq, 2), *k = randv(nk, 2), *v = randv(nk, 1), *o = randv(nq, 1);
@@ -494,14 +501,8 @@ static void test_step_threads(void **state) {
  * pass on one thread and in two on three. */
 static void test_threads(void **state) {
   (void)state;
-  /* the pool is made, and DTRT_NUM_THREADS read, at a context's first use */
-  setenv("DTRT_NUM_THREADS", "1", 1);
-  DtrtCtx *one = dtrt_ctx_new();
-  assert_int_equal(dtrt_threads(one), 1);
-  setenv("DTRT_NUM_THREADS", "3", 1);
-  DtrtCtx *three = dtrt_ctx_new();
-  assert_int_equal(dtrt_threads(three), 3);
-  unsetenv("DTRT_NUM_THREADS");
+  DtrtCtx *one, *three;
+  one_and_three(&one, &three);
   assert_int_equal(dtrt_sdpa_grad_passes(6, 1), 1);
   assert_int_equal(dtrt_sdpa_grad_passes(6, 3), 1);
   assert_int_equal(dtrt_sdpa_grad_passes(2, 1), 1);
