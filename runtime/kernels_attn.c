@@ -13,7 +13,8 @@
  * so the mask is that op's on the scores whatever the layout; the softmax's
  * sums are taken before it, as torch's dropout follows its softmax. Work is cut into items of one
  * (batch, head) and one block of BQ queries (forward, lse, dq) or BK keys (dk,
- * dv); item t runs on chunk t % chunks, each chunk on one thread with its own
+ * dv), or (the backward in one pass) of one (batch, head) whole; item t runs
+ * on chunk t % chunks, each chunk on one thread with its own
  * scratch. Every element of a result is summed by one item in a fixed order,
  * so its bits do not depend on the number of threads. A block of scores is
  * held transposed, [BK][BQ], a row of queries per key, so that the online
