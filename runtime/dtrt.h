@@ -280,8 +280,12 @@ DTRT_KERNEL(causal_mask);
  * drops attention probabilities as dtrt_k_dropout drops the elements of the
  * whole [B, H, Tq, Tk] under seed i[1] and a->step; i[2..9], when present,
  * place the block in that whole (its dims, then the block's first index
- * along each). Deterministic: the same bits on any number of threads. */
+ * along each). Deterministic: the same bits on any number of threads.
+ * sdpa_with_lse(q, k, v) is sdpa with a second output, out[1] f32 [B, H,
+ * Tq]: sdpa_lse's rows, the same bits, from the forward's own softmax (so a
+ * backward needs no sdpa_lse); out points at two tensors. */
 DTRT_KERNEL(sdpa);
+DTRT_KERNEL(sdpa_with_lse);
 DTRT_KERNEL(sdpa_lse);
 DTRT_KERNEL(sdpa_grad);
 /* sdpa_dmask(q, k, v, out, lse, dout, mask) -> [B, H, Tq, Tk]: the scores'
@@ -292,8 +296,11 @@ DTRT_KERNEL(sdpa_dmask);
  * keys and values passing around the axis group; i[0] the axis, i[1..p]
  * the members' block lengths, then causal, seed and the block's place (8
  * ints); f[0] the scale, f[1] dropout's p; an optional last operand, a
- * mask broadcast to [B, H, 1, T] over the whole sequence */
+ * mask broadcast to [B, H, 1, T] over the whole sequence. ring_sdpa_with_lse
+ * is ring_sdpa with out[1] f32 [B, H, n_r], ring_sdpa_lse's rows, the same
+ * bits, as sdpa_with_lse is sdpa's */
 DTRT_KERNEL(ring_sdpa);
+DTRT_KERNEL(ring_sdpa_with_lse);
 DTRT_KERNEL(ring_sdpa_lse);
 DTRT_KERNEL(ring_sdpa_grad);
 /* convolution and pooling, NCHW (runtime/kernels_conv.c) */

@@ -492,15 +492,18 @@ DtStatus dtrt_trace_kernel(DtrtCtx *ctx, const char *name, int tid, DtKernelFn f
 /* Defines kernel dtrt_k_NAME with the body that follows as k_NAME: when the
  * context traces, the call goes through dtrt_trace_kernel; otherwise the cost
  * is one predictable branch. A collective (tid DTRT_TID_COMM) runs under the
- * watchdog (dtrt_comm_enter). */
-#define DTRT_TRACED(name, tid) \
+ * watchdog (dtrt_comm_enter). DTRT_TRACED_AS names the span and the
+ * watchdog's call label instead of NAME (a kernel that is another's with a
+ * further output). */
+#define DTRT_TRACED(name, tid) DTRT_TRACED_AS(name, #name, tid)
+#define DTRT_TRACED_AS(name, label, tid) \
   static DtStatus k_##name(DtrtCtx *ctx, const DtTensor *in, int nin, DtTensor *out, \
                            const DtAttrs *a); \
   DTRT_KERNEL(name) { \
     if (tid == DTRT_TID_COMM) \
-      dtrt_comm_enter(ctx, #name); \
+      dtrt_comm_enter(ctx, label); \
     DtStatus s_ = __builtin_expect(ctx != NULL && ctx->trace != NULL, 0) \
-                      ? dtrt_trace_kernel(ctx, #name, tid, k_##name, in, nin, out, a) \
+                      ? dtrt_trace_kernel(ctx, label, tid, k_##name, in, nin, out, a) \
                       : k_##name(ctx, in, nin, out, a); \
     if (tid == DTRT_TID_COMM) \
       dtrt_comm_leave(ctx); \

@@ -1,6 +1,9 @@
 /* kernels_attn.c: scaled dot-product attention by blocks of queries and keys
  * (FlashAttention-2's online softmax): the forward, the rows' log-sum-exp and
- * the backward, none of which holds more than one block of the [Tq, Tk] scores.
+ * the backward, none of which holds more than one block of the [Tq, Tk] scores;
+ * the forward can write the rows' log-sum-exp beside its output
+ * (sdpa_with_lse), the bits sdpa_lse gives, from its own running maxima and
+ * sums.
  *
  * Operands are [B, H, T, D] (q [.., Tq, D], k and v [.., Tk, D]); s_ij =
  * scale q_i . k_j, with causal (attribute i[0]) j > i masked (torch's top-left
@@ -43,6 +46,7 @@ typedef struct Attn {
   const float *q, *k, *v, *o, *lse, *dout;
   float *out;              /* ATTN_FWD: [BH, Tq, D]; ATTN_LSE: [BH, Tq]; ATTN_DS: [BH, Tq, Tk];
                               else the packed grads */
+  float *out_lse;          /* ATTN_FWD (sdpa_with_lse): the rows' lse too, [BH, Tq]; or NULL */
   float *dsum;             /* backward: rowsum(dout * o), [BH, Tq] */
   float *dq;               /* backward in one pass: each chunk's dq sums, [chunks][Tq, D] */
   float *qt, *dot;         /* q and (backward) dout by blocks of BQ queries, each
@@ -353,8 +357,10 @@ INLINE void scores(const Attn *A, float *restrict s, int64_t b, int64_t i0, int6
   mask(s, A->qoff + i0, A->koff + j0, nc, A->causal);
 }
 
-/* The forward (with v) or the log-sum-exp (without) of one block of queries;
- * with carried state, the state moved on by this block of keys instead. */
+/* The forward (with v; A->out_lse: its rows' log-sum-exp too) or the
+ * log-sum-exp (without) of one block of queries; with carried state, the
+ * state moved on by this block of keys instead. The lse is the same
+ * expression of the same m and l either way, so the same bits. */
 INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
   int64_t b = item / A->nqb, i0 = item % A->nqb * BQ, d = A->d, row = b * A->tq + i0;
   int64_t nr = A->tq - i0 < BQ ? A->tq - i0 : BQ;
@@ -384,10 +390,11 @@ INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
       A->st_m[row + r] = t->m[r], A->st_l[row + r] = t->l[r];
       continue;
     }
-    if (!with_v) {
-      A->out[row + r] = t->l[r] > 0 ? t->m[r] + logf(t->l[r]) : -INFINITY;
+    if (!with_v || A->out_lse)
+      (with_v ? A->out_lse : A->out)[row + r] =
+          t->l[r] > 0 ? t->m[r] + logf(t->l[r]) : -INFINITY;
+    if (!with_v)
       continue;
-    }
     float inv = t->l[r] > 0 ? 1 / t->l[r] : 0, *o = A->out + (row + r) * d;
     for (int64_t j = 0; j < d; j++)
       o[j] = t->a1[r * d + j] * inv;
@@ -775,6 +782,23 @@ DTRT_TRACED(sdpa, DTRT_TID_KERNEL) {
   if (!s)
     run(ctx, &A, ATTN_FWD, A.bh * A.nqb);
   return s;
+}
+
+/* sdpa_with_lse(q, k, v, mask?){causal?, scale, p?, seed?, at?}: sdpa's
+ * out[0], and out[1] f32 [B, H, Tq], sdpa_lse's rows (the same bits), from
+ * the forward's own running maxima and sums: the backward needs no
+ * sdpa_lse. Traced as "sdpa". */
+DTRT_TRACED_AS(sdpa_with_lse, "sdpa", DTRT_TID_KERNEL) {
+  const char *op = "sdpa_with_lse";
+  Attn A = {0};
+  DtStatus s = begin(ctx, op, in, nin, 3, false, out, a, &A);
+  if (!s)
+    s = dtrt_check_as(ctx, op, "lse", &out[1], DTRT_F32, out[0].dim, 3);
+  if (s)
+    return s;
+  A.out_lse = out[1].data;
+  run(ctx, &A, ATTN_FWD, A.bh * A.nqb);
+  return DT_OK;
 }
 
 /* sdpa_lse(q, k, mask?){causal?, scale, p?, seed?, at?}: -> [B, H, Tq], each

@@ -30,7 +30,9 @@
  * block's, so the balance is as near as their lengths allow.
  * Without causality the blocks stay whole (no swap). Every sum runs in the
  * ring's order, piece by piece, fixed by the ranks: the result does not
- * depend on timing.
+ * depend on timing. ring_sdpa_with_lse is the forward that also sends its
+ * rows' log-sum-exp home (ring_sdpa_lse's bits, from the rows' state it
+ * ends with), so that the backward needs no ring_sdpa_lse.
  *
  * An optional last operand is a mask broadcast to [B, H, 1, T] (T the
  * whole sequence: each block of keys reads its columns), as sdpa's.
@@ -289,12 +291,15 @@ static DtStatus products(DtrtCtx *ctx, const char *op, Ring *R, int src, const f
   return s;
 }
 
-/* The forward (kv 2: k and v travel, the output) or the rows' log-sum-exp
- * (kv 1: k alone). */
+/* The forward (kv 2: k and v travel, the output; with_lse: out[1] the
+ * rows' log-sum-exp too) or the rows' log-sum-exp (kv 1: k alone). */
 static DtStatus ring_forward(DtrtCtx *ctx, const char *op, const DtTensor *in, int nin,
-                             DtTensor *out, const DtAttrs *a, int kv) {
+                             DtTensor *out, const DtAttrs *a, int kv, bool with_lse) {
   Ring R;
   DtStatus s = ring_begin(ctx, op, in, nin, kv + 1, out, kv == 2 ? 4 : 3, a, &R);
+  DtTensor *lse = kv == 1 ? out : with_lse ? &out[1] : NULL;
+  if (!s && lse != out && lse)
+    s = dtrt_check_as(ctx, op, "lse", lse, DTRT_F32, in[0].dim, 3);
   if (s)
     return s;
   int p = R.g.size, me = R.g.me;
@@ -328,20 +333,20 @@ static DtStatus ring_forward(DtrtCtx *ctx, const char *op, const DtTensor *in, i
     float *t = cur;
     cur = nxt, nxt = t;
   }
-  /* the pieces' rows (into q's room, free now), then home */
+  /* the pieces' rows, the output into q's room and the lse into m's (each
+   * row's m read before it is written), then home */
   for (int64_t r = 0; !s && r < bh * rows_me; r++) {
     float l = R.st.l[r];
-    if (kv == 1) {
-      q[r] = l > 0 ? R.st.m[r] + logf(l) : -INFINITY;
-      continue;
-    }
+    if (lse)
+      R.st.m[r] = l > 0 ? R.st.m[r] + logf(l) : -INFINITY;
     float inv = l > 0 ? 1 / l : 0;
-    for (int64_t j = 0; j < d; j++)
+    for (int64_t j = 0; kv == 2 && j < d; j++)
       q[r * d + j] = R.st.acc[r * d + j] * inv;
   }
-  int64_t w = kv == 2 ? d : 1;
-  if (!s)
-    s = scatter(ctx, op, &R, q, out->data, R.h * R.tq * w, w, cur);
+  if (!s && kv == 2)
+    s = scatter(ctx, op, &R, q, out->data, R.h * R.tq * d, d, cur);
+  if (!s && lse)
+    s = scatter(ctx, op, &R, R.st.m, lse->data, R.h * R.tq, 1, cur);
   dtrt_free(ctx, buf);
   return s;
 }
@@ -349,11 +354,22 @@ static DtStatus ring_forward(DtrtCtx *ctx, const char *op, const DtTensor *in, i
 /* ring_sdpa(q, k, v){axis, sizes, causal?, scale, p?, seed?, at}: q, k, v
  * [B, H, n_r, D], member r's block -> [B, H, n_r, D], sdpa's rows of the
  * whole sequence. */
-DTRT_TRACED(ring_sdpa, DTRT_TID_COMM) { return ring_forward(ctx, "ring_sdpa", in, nin, out, a, 2); }
+DTRT_TRACED(ring_sdpa, DTRT_TID_COMM) {
+  return ring_forward(ctx, "ring_sdpa", in, nin, out, a, 2, false);
+}
 
 /* ring_sdpa_lse(q, k){...}: -> [B, H, n_r], sdpa_lse's rows. */
 DTRT_TRACED(ring_sdpa_lse, DTRT_TID_COMM) {
-  return ring_forward(ctx, "ring_sdpa_lse", in, nin, out, a, 1);
+  return ring_forward(ctx, "ring_sdpa_lse", in, nin, out, a, 1, false);
+}
+
+/* ring_sdpa_with_lse(q, k, v){...}: ring_sdpa's out[0], and out[1] f32 [B,
+ * H, n_r], ring_sdpa_lse's rows (the same bits), from the rows' state the
+ * forward ends with, sent home as ring_sdpa_lse sends them: one more
+ * exchange of the late halves' rows (causal), no more memory than
+ * ring_sdpa's (dtrt_ring_staged counts out[0]). Traced as "ring_sdpa". */
+DTRT_TRACED_AS(ring_sdpa_with_lse, "ring_sdpa", DTRT_TID_COMM) {
+  return ring_forward(ctx, "ring_sdpa_with_lse", in, nin, out, a, 2, true);
 }
 
 /* ring_sdpa_grad(q, k, v, out, lse, dout){...}: -> [B, 3, H, n_r, D], dq,

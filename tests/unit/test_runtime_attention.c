@@ -3,20 +3,22 @@
  * not, masked (f32, i32) and not, with dropout (its mask from dtrt_k_dropout
  * of ones) and without, on sizes that are not multiples of the blocks; a
  * block's dropout the block of the whole's; the same bits on one thread and
- * several; their refusals; ring attention's zig-zag pieces. */
+ * several; sdpa_with_lse's two outputs sdpa's and sdpa_lse's bits; their
+ * refusals; ring attention's zig-zag pieces. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "dtrt.h"
-#include "dtrt_int.h" /* dtrt_attn_step */
+#include "dtrt_int.h" /* dtrt_attn_step, dtrt_trace_open */
 #include "rt_test.h"
 
 static float *randv(int64_t n, double mag) {
@@ -495,6 +497,114 @@ static void test_step_threads(void **state) {
   dtrt_ctx_free(three);
 }
 
+/* sdpa_with_lse of c on one thread and on three: out[0] the bits of sdpa's
+ * on one thread, out[1] those of sdpa_lse's, compared with memcmp (one ulp
+ * off fails). */
+static void with_lse_case(Case c, DtrtCtx *one, DtrtCtx *three) {
+  Run r = make_run(c);
+  int64_t bh = c.b * c.h, no = bh * c.tq * c.d, nl = bh * c.tq;
+  int nm = c.mask != NO_MASK;
+  DtAttrs a = attrs(&c, r.scale);
+  DtTensor in[4] = {t4(r.q, c.b, c.h, c.tq, c.d), t4(r.k, c.b, c.h, c.tk, c.d),
+                    t4(r.v, c.b, c.h, c.tk, c.d), mask_tensor(&c, r.mask)};
+  DtTensor two[3] = {in[0], in[1], in[3]}, out = t4(r.out, c.b, c.h, c.tq, c.d);
+  DtTensor lse = {.data = r.lse, .dtype = DTRT_F32, .rank = 3, .dim = {c.b, c.h, c.tq}};
+  if (dtrt_k_sdpa(one, in, 3 + nm, &out, &a) || dtrt_k_sdpa_lse(one, two, 2 + nm, &lse, &a))
+    fail_msg("kernel failed: %s", dtrt_errmsg(one));
+  float *o = malloc(sizeof(float) * (size_t)no), *l = malloc(sizeof(float) * (size_t)nl);
+  DtrtCtx *on[2] = {one, three};
+  for (int k = 0; k < 2; k++) {
+    memset(o, 0xff, sizeof(float) * (size_t)no);
+    memset(l, 0xff, sizeof(float) * (size_t)nl);
+    DtTensor both[2] = {out, lse};
+    both[0].data = o, both[1].data = l;
+    if (dtrt_k_sdpa_with_lse(on[k], in, 3 + nm, both, &a))
+      fail_msg("sdpa_with_lse failed: %s", dtrt_errmsg(on[k]));
+    assert_memory_equal(o, r.out, sizeof(float) * (size_t)no);
+    assert_memory_equal(l, r.lse, sizeof(float) * (size_t)nl);
+  }
+  free(o);
+  free(l);
+  free_run(&r);
+}
+
+/* sdpa_with_lse against sdpa and sdpa_lse, bit for bit, on one thread and
+ * three: causal and not, f32 and i32 masks (rows that see no key: lse
+ * -inf), dropout, Tq below and above Tk, odd sizes and D, one block and
+ * several. */
+static void test_with_lse(void **state) {
+  (void)state;
+  DtrtCtx *one, *three;
+  one_and_three(&one, &three);
+  const Case cases[] = {{2, 3, 37, 13, 13, false, 0, NO_MASK, {0}, 0},
+                        {1, 1, 1, 1, 1, true, 0, NO_MASK, {0}, 0},
+                        {1, 2, 150, 97, 17, true, 0, NO_MASK, {0}, 0.5},
+                        {1, 2, 97, 150, 17, true, 0, F32_MASK, {1, 2, 97, 150}, 0.2},
+                        {2, 1, 129, 129, 33, true, -0.3, I32_MASK, {1, 1, 129, 129}, 0.9},
+                        {2, 3, 5, 2, 4, false, 0, I32_MASK, {2, 3, 5, 2}, 0},
+                        {1, 2, 65, 131, 67, false, 0, F32_MASK, {1, 1, 1, 131}, 0.3}};
+  for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++)
+    with_lse_case(cases[n], one, three);
+  dtrt_ctx_free(one);
+  dtrt_ctx_free(three);
+}
+
+/* The whole of file path, a new string ("" if it cannot be read). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  char *text = calloc(1 << 16, 1);
+  if (f) {
+    size_t n = fread(text, 1, (1 << 16) - 1, f);
+    text[n] = 0;
+    fclose(f);
+  }
+  return text;
+}
+
+/* sdpa_with_lse refuses an out[1] not f32 [B, H, Tq], naming the op and
+ * "lse", and leaves out[0] as it was; traced, its span is sdpa's. */
+static void test_with_lse_refusals(void **state) {
+  (void)state;
+  float q[2 * 3 * 4] = {0}, k[2 * 5 * 4] = {0}, o[2 * 3 * 4], l[16];
+  DtAttrs a = {.ni = 1, .nf = 1, .f = {0.5}};
+  DtTensor in[3] = {t4(q, 1, 2, 3, 4), t4(k, 1, 2, 5, 4), t4(k, 1, 2, 5, 4)};
+  DtTensor good = {.data = l, .dtype = DTRT_F32, .rank = 3, .dim = {1, 2, 3}};
+  DtTensor bad[] = {good, good, good, good, good};
+  bad[0].dim[2] = 4;                     /* Tq + 1 */
+  bad[1].dim[1] = 1;                     /* a head short */
+  bad[2].rank = 4, bad[2].dim[3] = 1;    /* rank 4 */
+  bad[3].dtype = DTRT_I32;
+  bad[4].data = NULL;
+  for (size_t n = 0; n < sizeof bad / sizeof bad[0]; n++) {
+    for (int e = 0; e < 24; e++)
+      o[e] = 7;
+    DtTensor both[2] = {t4(o, 1, 2, 3, 4), bad[n]};
+    assert_int_equal(dtrt_k_sdpa_with_lse(ctx, in, 3, both, &a), DT_ERR_ARG);
+    const char *msg = dtrt_errmsg(ctx);
+    if (!strstr(msg, "sdpa_with_lse: lse "))
+      fail_msg("case %zu: message '%s' names neither the op nor lse", n, msg);
+    for (int e = 0; e < 24; e++)
+      assert_true(o[e] == 7);
+  }
+  DtTensor both[2] = {t4(o, 1, 2, 4, 4), good};   /* out[0] wrong: sdpa's message */
+  assert_int_equal(dtrt_k_sdpa_with_lse(ctx, in, 3, both, &a), DT_ERR_ARG);
+  if (!strstr(dtrt_errmsg(ctx), "sdpa_with_lse: output"))
+    fail_msg("message '%s' lacks the output", dtrt_errmsg(ctx));
+  both[0] = t4(o, 1, 2, 3, 4);
+  char path[300];
+  snprintf(path, sizeof path, "%s/with_lse.json", dir);
+  setenv("DTRT_TRACE", path, 1);
+  assert_int_equal(dtrt_trace_open(ctx), DT_OK);
+  unsetenv("DTRT_TRACE");
+  assert_int_equal(dtrt_k_sdpa_with_lse(ctx, in, 3, both, &a), DT_OK);
+  dtrt_trace_close(ctx);
+  char *text = slurp(path);
+  if (!strstr(text, "{\"name\":\"sdpa\",\"cat\":\"kernel\"") || strstr(text, "with_lse"))
+    fail_msg("the trace lacks an sdpa span: %s", text);
+  free(text);
+  remove(path);
+}
+
 /* Every result the same bits on one thread as on three, and again on a
  * second run: of 6 (batch, head) pairs, the backward in one pass both
  * times; of 2 (with a mask and dropout, or Tq above or below Tk), in one
@@ -672,8 +782,14 @@ int main(void) {
     cmocka_unit_test_setup_teardown(test_dropout_blocks, setup, teardown),
     cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
     cmocka_unit_test_setup_teardown(test_step_threads, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_with_lse, setup, teardown),
+    cmocka_unit_test_setup_teardown(test_with_lse_refusals, setup, teardown),
     cmocka_unit_test_setup_teardown(test_scratch_bytes, setup, teardown),
     cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  if (rt_make_dir("attention"))
+    return 1;
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  rt_remove_dir(0);
+  return failed;
 }
