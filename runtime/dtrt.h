@@ -497,10 +497,11 @@ int64_t dtrt_conv_scratch_bytes(DtConvKind kind, const DtTensor *x, const DtTens
 bool dtrt_conv_direct(DtConvKind kind, const DtTensor *x, const DtTensor *w, const DtTensor *y,
                       const DtAttrs *a);
 /* The bytes of the same scratch block that the attention kernels hold on
- * one thread for q and k (dims only): sdpa's and sdpa_lse's (grad false) q
- * by blocks transposed; sdpa_grad's q and dout so and rowsums; each further
- * thread adds its blocks' tiles, 2 BQ BK + 2 max(BQ, BK) D + 5 BQ floats
- * (BQ = BK = 64), and a grad's its dq sums, Tq D. 0 for operands not of rank 4. */
+ * one thread for q and k (dims only): sdpa's, sdpa_with_lse's and
+ * sdpa_lse's (grad false) q by blocks transposed; sdpa_grad's q and dout so
+ * and rowsums; each further thread adds its blocks' tiles, 2 BQ BK + 2
+ * max(BQ, BK) D + 5 BQ floats (BQ = BK = 64), and a grad's its dq sums, Tq
+ * D. 0 for operands not of rank 4. */
 int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad);
 /* The (query, key) pairs the attention kernels make scores of for one
  * (batch, head) of tq queries and tk keys, causal or not: every block of BQ

@@ -628,14 +628,16 @@ static void test_threads(void **state) {
 }
 
 /* On one thread the kernels hold what dtrt_sdpa_scratch_bytes says, which
- * dtc's memory report counts: up to the allocator's own header. */
+ * dtc's memory report counts: up to the allocator's own header; the
+ * forward with its lse (kind 1) as the forward (kind 0). */
 static void test_scratch_bytes(void **state) {
   (void)state;
   static const Case cases[] = {{2, 3, 37, 130, 13, true, 0, NO_MASK, {0}, 0},
                                {1, 2, 150, 64, 24, false, 0, NO_MASK, {0}, 0}};
   for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++)
-    for (int grad = 0; grad < 2; grad++) {
+    for (int kind = 0; kind < 3; kind++) {
       Case c = cases[n];
+      bool grad = kind == 2;
       setenv("DTRT_NUM_THREADS", "1", 1);
       Count cnt = {.limit = -1};
       DtAllocator al = {count_alloc, count_free, &cnt};
@@ -651,12 +653,12 @@ static void test_scratch_bytes(void **state) {
       in[4].rank = 3;
       DtTensor grad_t = t4(r.grad, c.b, c.h, c.tq + 2 * c.tk, c.d);
       long long before = cnt.bytes;
-      assert_int_equal(grad ? dtrt_k_sdpa_grad(one, in, 6, &grad_t, &a)
-                            : dtrt_k_sdpa(one, in, 3, &in[3], &a), DT_OK);
+      assert_int_equal(grad        ? dtrt_k_sdpa_grad(one, in, 6, &grad_t, &a)
+                       : kind == 1 ? dtrt_k_sdpa_with_lse(one, in, 3, &in[3], &a) /* in[4]: lse */
+                                   : dtrt_k_sdpa(one, in, 3, &in[3], &a), DT_OK);
       long long held = cnt.bytes - before, want = dtrt_sdpa_scratch_bytes(&in[0], &in[1], grad);
       if (held < want || held > want + 256)
-        fail_msg("%s: held %lld bytes, dtrt_sdpa_scratch_bytes %lld", grad ? "grad" : "forward",
-                 held, want);
+        fail_msg("kind %d: held %lld bytes, dtrt_sdpa_scratch_bytes %lld", kind, held, want);
       free_run(&r);
       dtrt_ctx_free(one);
     }
