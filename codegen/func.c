@@ -181,16 +181,17 @@ static LLVMValueRef field(CgFn *fn, LLVMTypeRef t, LLVMValueRef p, int a, int b)
   return LLVMBuildInBoundsGEP2(fn->c->b, t, p, idx, b < 0 ? 2 : 3, "");
 }
 
-/* The DtTensors of x's operands and result, data pointers null: one
- * constant [x->nin + 1 x DtTensor] shared by every call alike. */
-static LLVMValueRef tensors_const(Cg *c, const Inst *x) {
-  int n = x->nin + 1;
+/* The DtTensors of x's operands and result, and of `also`, a second result
+ * (or NULL), data pointers null: one constant [x->nin + 1 (+ 1) x DtTensor]
+ * shared by every call alike. */
+static LLVMValueRef tensors_const(Cg *c, const Inst *x, const Inst *also) {
+  int n = x->nin + 1 + (also != NULL);
   size_t len = sizeof(int64_t) * (2 + DT_MAX_RANK) * (size_t)n;
   int64_t *key = calloc(1, len + 1);
   LLVMValueRef *t = malloc(sizeof(LLVMValueRef) * (size_t)n);
   DTC_ASSERT(key && t);
   for (int k = 0; k < n; k++) {
-    const Type *ty = k < x->nin ? &x->in[k]->type : &x->type;
+    const Type *ty = k < x->nin ? &x->in[k]->type : k == x->nin ? &x->type : &also->type;
     int64_t *w = key + k * (2 + DT_MAX_RANK);
     LLVMValueRef dim[DT_MAX_RANK];
     w[0] = ty->dtype == DT_I32 ? DTRT_I32 : DTRT_F32;
@@ -232,16 +233,20 @@ static void kernel(CgFn *fn, const Inst *x) {
     fn->tin = cg_alloca(fn, tt, "tensors");
     fn->tattr = cg_alloca(fn, c->attrs, "attrs");
   }
-  /* the operands in tin[0..nin), the result in tin[nin]: copied whole from
-   * one constant, then their data pointers */
-  DTC_ASSERT(x->nin <= 16);
-  LLVMBuildMemCpy(c->b, fn->tin, 8, tensors_const(c, x), 8,
-                  cg_i64(c, (int64_t)sizeof(DtTensor) * (x->nin + 1)));
+  /* the operands in tin[0..nin), the result in tin[nin] (and an attention's
+   * rows' log-sum-exp, its lse op's, in tin[nin + 1]: ir_lse_of): copied
+   * whole from one constant, then their data pointers */
+  const Inst *lse = ir_lse_of(x);
+  DTC_ASSERT(x->nin + (lse != NULL) <= 16);
+  LLVMBuildMemCpy(c->b, fn->tin, 8, tensors_const(c, x, lse), 8,
+                  cg_i64(c, (int64_t)sizeof(DtTensor) * (x->nin + 1 + (lse != NULL))));
   LLVMValueRef out = NULL;
-  for (int k = 0; k <= x->nin; k++) {
+  for (int k = 0; k <= x->nin + (lse != NULL); k++) {
     LLVMValueRef idx[] = {cg_i32(c, 0), cg_i32(c, k)};
-    out = LLVMBuildInBoundsGEP2(c->b, tt, fn->tin, idx, 2, "");
-    LLVMBuildStore(c->b, cg_addr(fn, k < x->nin ? x->in[k] : x), field(fn, c->tensor, out, 0, -1));
+    LLVMValueRef t = LLVMBuildInBoundsGEP2(c->b, tt, fn->tin, idx, 2, "");
+    const Inst *v = k < x->nin ? x->in[k] : k == x->nin ? x : lse;
+    LLVMBuildStore(c->b, cg_addr(fn, v), field(fn, c->tensor, t, 0, -1));
+    out = k == x->nin ? t : out;
   }
   DtAttrs a;
   ir_kernel_attrs(x, &a);
@@ -270,7 +275,7 @@ static void kernel(CgFn *fn, const Inst *x) {
   LLVMValueRef str = a.s ? LLVMBuildGlobalStringPtr(c->b, a.s, "attr") : LLVMConstNull(c->ptr);
   LLVMBuildStore(c->b, str, field(fn, c->attrs, fn->tattr, 6, -1));
   char name[64];
-  snprintf(name, sizeof name, "dtrt_k_%s", ir_ops[x->op].name);
+  snprintf(name, sizeof name, "dtrt_k_%s%s", ir_ops[x->op].name, lse ? "_with_lse" : "");
   LLVMValueRef k = cg_extern(c, name, c->kernel_fn);
   uint32_t cut = 0;
   for (int j = 0; j < x->nin; j++)
@@ -328,6 +333,12 @@ static void lower(CgFn *fn, const Inst *x) {
     return;
   case OP_reshape:
   case OP_repeat_out:   /* written by its loop */
+    return;
+  case OP_sdpa_lse:
+  case OP_ring_sdpa_lse:
+    if (ir_lse_partner(x))
+      return;   /* written by its partner's kernel */
+    kernel(fn, x);
     return;
   case OP_arg:
     cg_addr(fn, x);

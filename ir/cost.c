@@ -195,7 +195,8 @@ PER_IN(causal_mask, 1)
 
 /* Attention: products of 2 D flops per (query, key) pair seen (about half
  * the pairs when causal), and the softmax's exponential with a few steps per
- * pair. The forward makes two products (q k^T, p v), sdpa_lse one, sdpa_grad
+ * pair. The forward makes two products (q k^T, p v), sdpa_lse one (none
+ * when the forward writes its rows: ir_lse_partner), sdpa_grad
  * five (q k^T, dout v^T, p^T dout, ds^T q, ds k: its one pass, which a
  * device with about as many threads as (batch, head) pairs or fewer takes,
  * dtrt_sdpa_grad_passes; seven in two, q k^T and dout v^T in both), a ring's
@@ -224,7 +225,7 @@ static double attn_flops(const Inst *i, int products, int exps, int base, int dr
              : ir_attn_pairs(i) * attn_per_pair(i, products, exps, base, drops);
 }
 double flops_sdpa(const Inst *i) { return attn_flops(i, 2, 1, 3, 1); }
-double flops_sdpa_lse(const Inst *i) { return attn_flops(i, 1, 1, 2, 0); }
+double flops_sdpa_lse(const Inst *i) { return ir_lse_partner(i) ? 0 : attn_flops(i, 1, 1, 2, 0); }
 double flops_sdpa_grad(const Inst *i) { return attn_flops(i, 5, 1, 6, 2); }
 double flops_sdpa_dmask(const Inst *i) { return attn_flops(i, 2, 1, 6, 2); }
 /* a ring's device meets every block of keys: its queries' pairs with the
@@ -243,7 +244,9 @@ static double ring_flops(const Inst *i, int products, int exps, int base, int dr
   return per * (ir_get_int(i, "causal", 0) ? tq * (t + 1) / 2 : tq * t);
 }
 double flops_ring_sdpa(const Inst *i) { return ring_flops(i, 2, 1, 3, 1); }
-double flops_ring_sdpa_lse(const Inst *i) { return ring_flops(i, 1, 1, 2, 0); }
+double flops_ring_sdpa_lse(const Inst *i) {
+  return ir_lse_partner(i) ? 0 : ring_flops(i, 1, 1, 2, 0);
+}
 double flops_ring_sdpa_grad(const Inst *i) { return ring_flops(i, 5, 1, 6, 2); }
 
 /* The scores attention kernel i makes: its pairs seen, each as many times
@@ -258,7 +261,7 @@ double ir_attn_scores(const Inst *i) {
   case OP_sdpa_dmask: products = 2, exps = 1, base = 6, drops = 2; break;
   default: return 0;
   }
-  if (!i->nin || !i->in[0] || i->in[0]->type.rank != 4)
+  if (!i->nin || !i->in[0] || i->in[0]->type.rank != 4 || ir_lse_partner(i))
     return 0;
   return ir_flops(i) * exps / attn_per_pair(i, products, exps, base, drops);
 }

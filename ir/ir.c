@@ -506,6 +506,51 @@ bool ir_in_place(Op op) {
          op == OP_sparse_moment || op == OP_sparse_adam;
 }
 
+/* Whether sdpa (or ring_sdpa) s reads the queries, keys and mask that lse
+ * (sdpa_lse, ring_sdpa_lse) reads, with the same attributes: s's kernel can
+ * write lse's rows as it goes. */
+static bool lse_matches(const Inst *s, const Inst *lse) {
+  Op want = lse->op == OP_sdpa_lse ? OP_sdpa : OP_ring_sdpa;
+  return s->op == want && s->nin == lse->nin + 1 && s->in[0] == lse->in[0] &&
+         s->in[1] == lse->in[1] && (lse->nin < 3 || s->in[3] == lse->in[2]) && !ir_pieces(s) &&
+         !ir_pieces(lse) && ir_same_attrs(s, lse);
+}
+
+const Inst *ir_lse_partner(const Inst *lse) {
+  if ((lse->op != OP_sdpa_lse && lse->op != OP_ring_sdpa_lse) || !lse->fn)
+    return NULL;
+  const Func *f = lse->fn;
+  const Inst *s = NULL;
+  int k = 0;
+  for (; k < f->inst.n && f->inst.a[k] != lse; k++) {
+    const Inst *x = f->inst.a[k];
+    if (lse_matches(x, lse))
+      s = x;
+    else if (s && x->op == lse->op && lse_matches(s, x))
+      s = NULL; /* an earlier one takes it */
+  }
+  for (k++; s && k < f->inst.n; k++)   /* read: it has a buffer */
+    for (int j = 0; j < f->inst.a[k]->nin; j++)
+      if (f->inst.a[k]->in[j] == lse)
+        return s;
+  return NULL;
+}
+
+const Inst *ir_lse_of(const Inst *s) {
+  if (s->op != OP_sdpa && s->op != OP_ring_sdpa)
+    return NULL;
+  const Func *f = s->fn;
+  Op lse = s->op == OP_sdpa ? OP_sdpa_lse : OP_ring_sdpa_lse;
+  bool after = false;
+  for (int k = 0; k < f->inst.n; k++) {
+    const Inst *x = f->inst.a[k];
+    after |= x == s;
+    if (after && x->op == lse && lse_matches(s, x))
+      return ir_lse_partner(x) == s ? x : NULL;
+  }
+  return NULL;
+}
+
 bool ir_joins_group(const Inst *x) {
   if (ir_ops[x->op].kind == K_COMM || x->op == OP_ring_sdpa || x->op == OP_ring_sdpa_lse ||
       x->op == OP_ring_sdpa_grad)
@@ -543,6 +588,9 @@ void ir_idle(const Func *f, bool *idle) {
       idle[k] = !need;
       for (int q = 0; need && q < f->inst.a[k]->nin; q++)
         idle[f->inst.a[k]->in[q]->id] = false;
+      const Inst *s = need ? ir_lse_partner(f->inst.a[k]) : NULL;
+      if (s)   /* its kernel writes this */
+        idle[s->id] = false;
     }
   }
 }
@@ -639,6 +687,27 @@ const Attr *ir_attr(const Inst *i, const char *name) {
     if (!strcmp(i->attr[k].name, name))
       return &i->attr[k];
   return NULL;
+}
+
+static bool same_attr(const Attr *x, const Attr *y) {
+  if (!y || x->kind != y->kind)
+    return false;
+  switch (x->kind) {
+  case A_INT: return x->i == y->i;
+  case A_INTS: return x->n == y->n && (!x->n || !memcmp(x->ints, y->ints, sizeof *x->ints * (size_t)x->n));
+  case A_FLOAT: return !memcmp(&x->f, &y->f, sizeof x->f);
+  case A_STR: return !strcmp(x->s, y->s);
+  }
+  return false;
+}
+
+bool ir_same_attrs(const Inst *a, const Inst *b) {
+  if (a->nattr != b->nattr)
+    return false;
+  for (int k = 0; k < a->nattr; k++)
+    if (!same_attr(&a->attr[k], ir_attr(b, a->attr[k].name)))
+      return false;
+  return true;
 }
 
 int64_t ir_get_int(const Inst *i, const char *name, int64_t dflt) {

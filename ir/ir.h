@@ -557,6 +557,18 @@ int64_t ir_piece_rows(const Inst *i, int k);
  * each cut one's dim 0 its rows, and pointers to them into in. */
 void ir_piece_operands(const Inst *i, Inst *piece, Inst **in);
 
+/* Attention's rows' log-sum-exp written by its forward: an sdpa_lse (or
+ * ring_sdpa_lse) whose queries, keys, mask and attributes are those of an
+ * sdpa (ring_sdpa) before it in its function, the nearest such, is that
+ * op's partner: the forward's kernel writes the rows as it goes
+ * (dtrt_k_sdpa_with_lse, the same bits), and the lse op makes no code and
+ * costs nothing. ir_lse_partner gives an lse op's sdpa, ir_lse_of an sdpa's
+ * lse op; NULL when there is none. Neither in deterministic pieces. */
+const Inst *ir_lse_partner(const Inst *lse);
+const Inst *ir_lse_of(const Inst *s);
+/* Whether a and b have the same attributes, of the same values. */
+bool ir_same_attrs(const Inst *a, const Inst *b);
+
 void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);
 void ir_set_float(Inst *i, const char *name, double v);

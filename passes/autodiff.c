@@ -585,8 +585,10 @@ static void grad_causal_mask(GradCtx *g, Inst *inst) {
 
 /* ---- attention ---- */
 
-/* sdpa keeps no scores: the backward recomputes the rows' log-sum-exp
- * (sdpa_lse) and sdpa_grad gives dq, dk and dv as one tensor, stacked along
+/* sdpa keeps no scores: the backward takes the rows' log-sum-exp (sdpa_lse,
+ * which the forward's kernel writes as it goes, ir_lse_partner; a loop's
+ * forward makes and saves it, grad_repeat) and sdpa_grad gives dq, dk and
+ * dv as one tensor, stacked along
  * a new dim 1 (Tq = Tk: a split of T splits all three alike) or along dim
  * 2, cut apart here; both read the mask, and sdpa_grad redraws the dropout
  * mask from the same attributes. q, k and v may be one value; accum adds
@@ -981,9 +983,11 @@ static void grad_repeat(GradCtx *g, Inst *r) {
   Uses u = ir_uses(m->arena, gf);
   bool *fwd = calloc((size_t)ng + 1, sizeof *fwd), *saved = calloc((size_t)ng + 1, sizeof *saved);
   DTC_ASSERT(fwd && saved);
-  for (int k = 0; k < ng; k++) {
+  for (int k = 0; k < ng; k++) {   /* and the rows' lse of an attention, its forward's */
     const Inst *i = gf->inst.a[k];
     fwd[k] = k < nb || (i->op == OP_repeat_out && fwd[i->in[0]->id]);
+    for (int j = 0; i->op == OP_sdpa_lse && j < i->nin; j++)
+      fwd[k] = j ? fwd[k] && fwd[i->in[j]->id] : fwd[i->in[j]->id];
   }
   int nsaved = 0;
   for (int k = 0; k < ng; k++) {

@@ -19,28 +19,13 @@ static bool pure(const Inst *i) {
 /* An op cse never drops: every one but the pure. */
 static bool kept_op(const Inst *i) { return !pure(i); }
 
-static bool same_attr(const Attr *x, const Attr *y) {
-  if (!y || x->kind != y->kind)
-    return false;
-  switch (x->kind) {
-  case A_INT: return x->i == y->i;
-  case A_INTS: return x->n == y->n && (!x->n || !memcmp(x->ints, y->ints, sizeof *x->ints * (size_t)x->n));
-  case A_FLOAT: return !memcmp(&x->f, &y->f, sizeof x->f);
-  case A_STR: return !strcmp(x->s, y->s);
-  }
-  return false;
-}
-
 static bool same(const Inst *a, const Inst *b) {
-  if (a->op != b->op || a->nin != b->nin || a->nattr != b->nattr)
+  if (a->op != b->op || a->nin != b->nin)
     return false;
   for (int k = 0; k < a->nin; k++)
     if (a->in[k] != b->in[k])
       return false;
-  for (int k = 0; k < a->nattr; k++)
-    if (!same_attr(&a->attr[k], ir_attr(b, a->attr[k].name)))
-      return false;
-  return true;
+  return ir_same_attrs(a, b);
 }
 
 static uint64_t hash(const Inst *i) {

@@ -23,7 +23,8 @@
  * gets a scratch region, live at its own step only, at offset `scratch`: two
  * buffers for each carried value, then the body's work arena, then a row for
  * each stacked output that no repeat_out takes. A
- * repeat_out lives from its repeat's step, which writes it. Two values live
+ * repeat_out lives from its repeat's step, which writes it, and an lse op
+ * from its partner's (ir_lse_partner), whose kernel writes it. Two values live
  * at the same step never overlap; Func.work_bytes covers every offset.
  * Func.staged_bytes is the most one kernel allocates beside the arena while
  * it runs (a collective's packed copy, a large sum's partial rows: libdtrt's
@@ -81,6 +82,9 @@ static Life *lifetimes(Arena *a, Func *f, int *nstep) {
     l[i].def = l[i].last = step;
     if (x->op == OP_repeat_out)
       l[i].def = l[x->in[0]->id].def;
+    const Inst *s = ir_lse_partner(x);
+    if (s)
+      l[i].def = l[s->id].def;
     root[i] = x->op == OP_reshape ? root[x->in[0]->id] : i;
     for (int k = 0; k < x->nin; k++) {
       Life *r = &l[root[x->in[k]->id]];

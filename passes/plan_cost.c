@@ -620,7 +620,7 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
       place(p, e, was, px, at);
       free(was);
     }
-    if (ring >= 0)
+    if (ring >= 0 && !ir_lse_partner(i))   /* else its partner's ring writes it */
       attention_cost(p, e, i, &req[1], ring, times);
     note_len(p, e, i->shard, &i->type);
   }

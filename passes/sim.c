@@ -295,8 +295,8 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
                        bool work_split, int device, double *whole, double *share) {
   const OpInfo *op = &ir_ops[i->op];
   *whole = *share = 0;
-  if (op->kind == K_COMM || op->kind == K_META || i->op == OP_reshape)
-    return;
+  if (op->kind == K_COMM || op->kind == K_META || i->op == OP_reshape || ir_lse_partner(i))
+    return;   /* an lse op with a partner: its kernel writes it */
   double n = (double)type_elems(&i->type);
   if (i->nin && (double)type_elems(&i->in[0]->type) > n)
     n = (double)type_elems(&i->in[0]->type);
@@ -385,7 +385,8 @@ static bool ring(const Inst *i) {
 /* Whether a device waits at i for the rest of its axis group: a collective,
  * or ring attention, whose blocks pass around the group. */
 static bool waits(const Inst *i) {
-  return (ir_ops[i->op].kind == K_COMM && i->op != OP_shard_slice) || ring(i);
+  return (ir_ops[i->op].kind == K_COMM && i->op != OP_shard_slice) ||
+         (ring(i) && !ir_lse_partner(i));
 }
 
 /* Runs devices to their next collective, adding compute time and events; a

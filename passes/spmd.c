@@ -660,8 +660,8 @@ static void report_func(FILE *out, const Module *m, const Func *f, int64_t times
     const Inst *c = f->inst.a[k];
     if (c->op == OP_repeat)
       report_func(out, m, ir_repeat_body(c), times * ir_get_int(c, "n", 1), total, n);
-    if (ir_ops[c->op].kind != K_COMM && c->op != OP_ring_sdpa && c->op != OP_ring_sdpa_lse &&
-        c->op != OP_ring_sdpa_grad)
+    if ((ir_ops[c->op].kind != K_COMM && c->op != OP_ring_sdpa && c->op != OP_ring_sdpa_lse &&
+         c->op != OP_ring_sdpa_grad) || ir_lse_partner(c))   /* its ring_sdpa's */
       continue;
     double b = spmd_comm_bytes(c);
     *total += b * (double)times;

@@ -144,9 +144,62 @@ static void test_dot(void **state) {
   arena_free(a);
 }
 
+/* The rows' log-sum-exp an attention's forward writes (ir_lse_partner):
+ * the nearest earlier sdpa of the same queries, keys, mask and attributes
+ * takes an sdpa_lse that something reads, one lse op each; such an lse op
+ * costs nothing, the others their products. */
+static void test_lse_partner(void **state) {
+  (void)state;
+  Arena *a = arena_new();
+  Module *m = parse(a,
+                    "module c\n"
+                    "input q : f32[1,2,8,4]\ninput k : f32[1,2,8,4]\ninput v : f32[1,2,8,4]\n"
+                    "input mk : f32[8,8]\n"
+                    "func @f {\n"
+                    "  %q = load {global = \"q\"} : f32[1,2,8,4]\n"
+                    "  %k = load {global = \"k\"} : f32[1,2,8,4]\n"
+                    "  %v = load {global = \"v\"} : f32[1,2,8,4]\n"
+                    "  %mk = load {global = \"mk\"} : f32[8,8]\n"
+                    "  %s1 = sdpa %q, %k, %v {causal = 1, scale = 0.5} : f32[1,2,8,4]\n"
+                    "  %l1 = sdpa_lse %q, %k {causal = 1, scale = 0.5} : f32[1,2,8]\n"
+                    "  %l2 = sdpa_lse %q, %k {causal = 1, scale = 0.5} : f32[1,2,8]\n"
+                    "  %l3 = sdpa_lse %q, %k {scale = 0.5} : f32[1,2,8]\n"
+                    "  %l4 = sdpa_lse %k, %q {causal = 1, scale = 0.5} : f32[1,2,8]\n"
+                    "  %s2 = sdpa %q, %k, %v, %mk {scale = 0.5} : f32[1,2,8,4]\n"
+                    "  %l5 = sdpa_lse %q, %k {scale = 0.5} : f32[1,2,8]\n"
+                    "  %l6 = sdpa_lse %q, %k, %mk {scale = 0.5} : f32[1,2,8]\n"
+                    "  %s3 = sdpa %q, %k, %v {scale = 0.25} : f32[1,2,8,4]\n"
+                    "  %l7 = sdpa_lse %q, %k {scale = 0.25} : f32[1,2,8]\n"
+                    "  %u = add %l1, %l2 : f32[1,2,8]\n"
+                    "  %u2 = add %l3, %l4 : f32[1,2,8]\n"
+                    "  %u3 = add %l5, %l6 : f32[1,2,8]\n"
+                    "  %u4 = add %u, %u2 : f32[1,2,8]\n"
+                    "  %u5 = add %u4, %u3 : f32[1,2,8]\n"
+                    "  output %u5 {name = \"u\"}\n"
+                    "  output %s1 {name = \"s1\"}\n"
+                    "  output %s2 {name = \"s2\"}\n"
+                    "  output %s3 {name = \"s3\"}\n"
+                    "}\n");
+  const Func *f = m->func.a[0];
+  const Inst *s1 = ir_find_inst(f, "s1"), *s2 = ir_find_inst(f, "s2"), *s3 = ir_find_inst(f, "s3");
+  const char *none[] = {"l2", "l3", "l4", "l5", "l7"};
+  assert_ptr_equal(ir_lse_partner(ir_find_inst(f, "l1")), s1);
+  assert_ptr_equal(ir_lse_of(s1), ir_find_inst(f, "l1"));
+  assert_ptr_equal(ir_lse_partner(ir_find_inst(f, "l6")), s2);   /* the mask's */
+  assert_ptr_equal(ir_lse_of(s2), ir_find_inst(f, "l6"));
+  for (size_t k = 0; k < sizeof none / sizeof *none; k++)   /* taken, other attributes or */
+    assert_null(ir_lse_partner(ir_find_inst(f, none[k])));  /* operands, unread (l7) */
+  assert_null(ir_lse_of(s3));
+  assert_true(ir_flops(ir_find_inst(f, "l1")) == 0);
+  assert_true(ir_attn_scores(ir_find_inst(f, "l1")) == 0);
+  assert_true(ir_flops(ir_find_inst(f, "l2")) > 0);
+  arena_free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_counts),
+      cmocka_unit_test(test_lse_partner),
       cmocka_unit_test(test_every_op),
       cmocka_unit_test(test_dot),
   };
