@@ -455,17 +455,18 @@ TRAIN_FNS(probe_attn64, PROBE_ATTN64)
          4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS))
 #define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
 /* A causal attention's step, as ir/cost.c counts it a pair: 4 D + 14 FLOPs
- * in sdpa, 2 D + 14 in sdpa_lse, a score in each, of the pairs the kernels
- * make (dtrt_sdpa_pairs: blocks of 64 whole), as the simulator counts them,
- * and sdpa_grad's (attn_grad: its passes on the probe's threads); and the
- * bytes the simulator charges the step's kernels (dtc --emit=sim with bytes
- * alone: 23 tensors of x's shape). */
+ * and a score in sdpa (which writes the rows' lse the backward reads:
+ * ir_lse_partner), of the pairs the kernels make (dtrt_sdpa_pairs: blocks
+ * of 64 whole), as the simulator counts them, and sdpa_grad's (attn_grad:
+ * its passes on the probe's threads); and the bytes the simulator charges
+ * the step's kernels (dtc --emit=sim with bytes alone: 21 tensors of x's
+ * shape). */
 #define ATTN(name, NAME)                                                                \
-  {name##_make, name##_go, name##_free, 2 * NAME##_X_ELEMS, 1, 6.0 * NAME##_DIM_D + 28, \
-   4.0 * 23 * NAME##_X_ELEMS, 2, (int64_t)NAME##_DIM_B * NAME##_DIM_H, NAME##_DIM_T,    \
+  {name##_make, name##_go, name##_free, 2 * NAME##_X_ELEMS, 1, 4.0 * NAME##_DIM_D + 14, \
+   4.0 * 21 * NAME##_X_ELEMS, 1, (int64_t)NAME##_DIM_B * NAME##_DIM_H, NAME##_DIM_T,    \
    NAME##_DIM_D}
 /* the kernels of that step (dtc --emit=sim), each a fixed cost */
-enum { ATTN_STEP_KERNELS = 12 };
+enum { ATTN_STEP_KERNELS = 11 };
 
 /* The products first, then the loops, then the bag and the attentions. */
 enum {
