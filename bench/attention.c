@@ -1,5 +1,6 @@
-/* attention.c: scaled dot-product attention by blocks (libdtrt's sdpa,
- * sdpa_lse and sdpa_grad, as a training step calls them) against PyTorch
+/* attention.c: scaled dot-product attention by blocks (libdtrt's
+ * sdpa_with_lse, the forward writing its rows' log-sum-exp, and sdpa_grad,
+ * as a training step calls them) against PyTorch
  * (attention_torch.py: F.scaled_dot_product_attention where the installed
  * torch has it, else the attention written out, its [T, T] scores stored)
  * and the FP32 peak (peak.h), at B 1, H 4, T 2048 and heads of D 16, 32 and
@@ -11,8 +12,8 @@
  * FLOPs are the products an attention must make, 2 D per (query, key) pair
  * seen and product (half the pairs, plus the diagonal, when causal): 2 in
  * the forward, 5 in the backward (q k^T again, dout v^T, p^T dout, ds^T q,
- * ds k), 7 in all; dtc makes 8 (sdpa_lse's q k^T again; the backward's
- * one pass on these shapes, dtrt_sdpa_grad_passes). One JSON line a
+ * ds k), 7 in all, as dtc makes them (the backward's one pass on these
+ * shapes, dtrt_sdpa_grad_passes). One JSON line a
  * shape: medians in ms (dtc's forward, backward and both; torch's both),
  * dtc_over_torch (the median over rounds of dtc's time over torch's),
  * dtc_over_peak (dtc's time over peak_ms, the time of the 7 products' FLOPs
@@ -65,20 +66,19 @@ static double torch_once(Torch *t) {
 
 typedef struct Attn {
   DtrtCtx *ctx;
-  DtTensor in[6], out, lse, grad;
+  DtTensor in[6], out[2], grad;   /* out: the forward's result and lse */
   DtAttrs a;
 } Attn;
 
 static bool dtc_fwd(Attn *x) {
-  if (dtrt_k_sdpa(x->ctx, x->in, 3, &x->out, &x->a) == DT_OK)
+  if (dtrt_k_sdpa_with_lse(x->ctx, x->in, 3, x->out, &x->a) == DT_OK)
     return true;
   fprintf(stderr, "attention: %s\n", dtrt_errmsg(x->ctx));
   return false;
 }
 
 static bool dtc_bwd(Attn *x) {
-  if (dtrt_k_sdpa_lse(x->ctx, x->in, 2, &x->lse, &x->a) == DT_OK &&
-      dtrt_k_sdpa_grad(x->ctx, x->in, 6, &x->grad, &x->a) == DT_OK)
+  if (dtrt_k_sdpa_grad(x->ctx, x->in, 6, &x->grad, &x->a) == DT_OK)
     return true;
   fprintf(stderr, "attention: %s\n", dtrt_errmsg(x->ctx));
   return false;
@@ -171,7 +171,7 @@ static int run_shape(int reps, const char *dir) {
   x.in[3] = q, x.in[3].data = malloc(sizeof(float) * (size_t)n);
   x.in[4] = q, x.in[4].rank = 3, x.in[4].data = malloc(sizeof(float) * (size_t)(B * H * T));
   x.in[5] = q, x.in[5].data = randv(n, &s);
-  x.out = x.in[3], x.lse = x.in[4];
+  x.out[0] = x.in[3], x.out[1] = x.in[4];
   /* dq, dk and dv stacked, [B, 3, H, T, D] (Tq = Tk) */
   x.grad = (DtTensor){.data = malloc(sizeof(float) * (size_t)(3 * n)), .dtype = DTRT_F32,
                       .rank = 5, .dim = {B, 3, H, T, D}};
