@@ -72,9 +72,11 @@
 #     "three_over_one_max"}.
 #  5. checks the simulator on the MLP unpinned: 1 rank (examples/mlp_big.dt),
 #     2 ranks (hetero_mlp_dp2.dt) and 3 ranks (hetero_mlp_even.dt), each
-#     compiled for its own probe of that many unpinned ranks, one JSON line
-#     per rank count: {"bench": "hetero_sim", "ranks", "predicted_ms",
-#     "measured_ms", "measured_over_predicted"}.
+#     compiled for its own probe of that many unpinned ranks, timed in
+#     HETERO_ROUNDS rounds (the median of the rounds' medians: one run's
+#     median moves by a sixth between runs on this kind of machine), one
+#     JSON line per rank count: {"bench": "hetero_sim", "ranks",
+#     "predicted_ms", "measured_ms", "measured_over_predicted"}.
 # Every rank runs one thread (DTRT_NUM_THREADS=1; the probe and the runs
 # share it). Environment: MPIEXEC and MPICC
 # (default those BUILD was configured with, else mpiexec and mpicc; both must
@@ -239,7 +241,14 @@ for n in 1 2 3; do
   run "$n" "$build/dtc-probe" -o "$dir/probe${n}u.dt" --name hetero$n
   sed 's/^/# /' "$dir/probe${n}u.dt" >&2
   build_bench "sim$n" "$dt" HETERO_MLP --cluster="$dir/probe${n}u.dt"
-  ms=$(run "$n" "$dir/sim$n/bench" "$reps" "hetero_sim$n" | num step_ms)
+  : > "$dir/rounds_sim$n"
+  r=1
+  while [ "$r" -le "$rounds" ]; do   # the median of the rounds' medians
+    run "$n" "$dir/sim$n/bench" "$reps" "hetero_sim$n" | num step_ms >> "$dir/rounds_sim$n"
+    r=$((r + 1))
+  done
+  ms=$(sort -n "$dir/rounds_sim$n" | awk '{v[NR] = $1} END {
+    print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
   pred=$(predicted --cluster="$dir/probe${n}u.dt" "$dt")
   awk -v n="$n" -v m="$ms" -v p="$pred" 'BEGIN {
     printf "{\"bench\": \"hetero_sim\", \"ranks\": %d, \"predicted_ms\": %.3f, " \
