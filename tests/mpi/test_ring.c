@@ -21,6 +21,7 @@
 #include "dtrt.h"
 #include "dtrt_int.h" /* dtrt_trace_open */
 #include "../unit/rt_count.h"
+#include "../unit/rt_text.h"
 #include "mpi_check.h"
 
 enum { NONE, F32, I32 };
@@ -114,18 +115,6 @@ static void one_case(DtrtCtx *ctx, const Case *c, int n) {
     free(all[e]);
 }
 
-/* The whole of file path, a new string ("" if it cannot be read). */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  char *text = calloc(1 << 16, 1);
-  if (f) {
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = 0;
-    fclose(f);
-  }
-  return text;
-}
-
 /* An out[1] not f32 [B, H, n_r] is refused on every rank before any
  * message, naming the op and lse; traced, the kernel's span is
  * "ring_sdpa" on the communication thread. */
@@ -164,7 +153,7 @@ static void test_refusals_trace(DtrtCtx *ctx) {
   DtStatus s = dtrt_k_ring_sdpa_with_lse(ctx, in, 3, both, &a);
   CHECK(!s, "ring_sdpa_with_lse traced: %s", dtrt_errmsg(ctx));
   dtrt_trace_close(ctx);
-  char *text = slurp(file);
+  char *text = rt_slurp(file);
   CHECK(strstr(text, "{\"name\":\"ring_sdpa\",\"cat\":\"comm\"") && !strstr(text, "with_lse"),
         "the trace lacks a ring_sdpa span: %s", text);
   free(text);

@@ -20,6 +20,7 @@
 #include "dtrt.h"
 #include "dtrt_int.h" /* dtrt_attn_step, dtrt_trace_open */
 #include "rt_test.h"
+#include "rt_text.h"
 
 static float *randv(int64_t n, double mag) {
   float *p = malloc((size_t)(n ? n : 1) * sizeof *p);
@@ -549,18 +550,6 @@ static void test_with_lse(void **state) {
   dtrt_ctx_free(three);
 }
 
-/* The whole of file path, a new string ("" if it cannot be read). */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  char *text = calloc(1 << 16, 1);
-  if (f) {
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = 0;
-    fclose(f);
-  }
-  return text;
-}
-
 /* sdpa_with_lse refuses an out[1] not f32 [B, H, Tq], naming the op and
  * "lse", and leaves out[0] as it was; traced, its span is sdpa's. */
 static void test_with_lse_refusals(void **state) {
@@ -598,7 +587,7 @@ static void test_with_lse_refusals(void **state) {
   unsetenv("DTRT_TRACE");
   assert_int_equal(dtrt_k_sdpa_with_lse(ctx, in, 3, both, &a), DT_OK);
   dtrt_trace_close(ctx);
-  char *text = slurp(path);
+  char *text = rt_slurp(path);
   if (!strstr(text, "{\"name\":\"sdpa\",\"cat\":\"kernel\"") || strstr(text, "with_lse"))
     fail_msg("the trace lacks an sdpa span: %s", text);
   free(text);
