@@ -362,10 +362,5 @@ int main(void) {
   if (me == 0)
     remove_dir(dir);
   dtrt_ctx_free(ctx);
-  bool ok = c.allocs == c.frees;
-  if (!ok)
-    fprintf(stderr, "rank %d: allocations %ld, frees %ld\n", me, c.allocs, c.frees);
-  if (me == 0)
-    printf("%d passed, %d failed\n", total[0], total[1]);
-  return total[1] || !ok;
+  return mpi_report(total, c.allocs, c.frees);
 }
