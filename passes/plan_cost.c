@@ -984,7 +984,9 @@ double plan_evaluate(Planner *p, Sharding **A, bool even, Ratios R, Est *e) {
     fits &= x != e->pipe_axis || room >= e->layers;
   }
   free(hi);
-  /* ... and nothing else splits over their axis (spmd makes no such plan) */
+  /* attention by heads gives every device of its axis a head (heads.c) */
+  fits &= e->heads_axis < 0 || e->heads >= p->size[e->heads_axis];
+  /* nothing else splits over a pipeline's axis (spmd makes no such plan) */
   for (int g = 0; fits && e->pipe_axis >= 0 && g < m->global.n; g++) {
     const Global *gl = &m->global.a[g];
     fits = !((gl->kind == G_PARAM || gl->kind == G_INPUT) && !p->stacked[g] &&
