@@ -246,3 +246,13 @@ bool shard_seq_flatten(Module *m) {
       done |= rewrite(m->func.a[k]);
   return done;
 }
+
+bool shard_seq_flattens(const Module *m) {
+  for (int k = 0; m->det_pieces < 2 && k < m->func.n; k++) {
+    const Func *f = m->func.a[k];
+    for (int j = 0; f->device < 0 && j < f->inst.n; j++)
+      if (flattens(f->inst.a[j], false) || flattens(f->inst.a[j], true))
+        return true;
+  }
+  return false;
+}

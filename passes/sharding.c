@@ -480,6 +480,7 @@ typedef struct Ctx {
   bool changed;
   bool planned;        /* plan auto chose the forms (its conflicts by cost) */
   unsigned whole_sums; /* axes no op sums over into a partial result (det_seq_axes) */
+  bool share;          /* reshards shared after the fixed point (share_reshards) */
   VEC(Loc) noted;
   VEC(Func *) fns;     /* @train_step, @forward and the bodies they run, callers first */
   VEC(Inst *) runner;  /* by fns entry: the repeat that runs that body (NULL: an entry) */
@@ -610,9 +611,26 @@ typedef struct Cand {
   bool conflict;       /* two split operands, and one of them moves */
 } Cand;
 
+/* What a choice made once every value has a sharding counts besides its
+ * operands (share_reductions, share_reshards): the forms other users have
+ * each operand resharded to, free to share (spmd makes each reshard of a
+ * value once); what i's users need of its result, whose reshards count
+ * instead of reducing a partial result; and whether bytes rank first. */
+#define MAX_SHARED 4
+typedef struct Share {
+  int navail[16];
+  Sharding avail[16][MAX_SHARED];
+  int nneed;
+  Sharding need[MAX_SHARED];
+  bool by_bytes;
+} Share;
+
 /* Keeping every operand's split first (a form that undoes none exists unless
- * they conflict), then fewer bytes, then smaller blocks. */
-static bool better(const Cand *a, const Cand *b) {
+ * they conflict), then fewer bytes, then smaller blocks; with by_bytes,
+ * fewer bytes first. */
+static bool better(const Cand *a, const Cand *b, bool by_bytes) {
+  if (by_bytes && a->cost != b->cost)
+    return a->cost < b->cost;
   if (a->undone != b->undone)
     return a->undone < b->undone;
   if (a->cost != b->cost)
@@ -620,11 +638,11 @@ static bool better(const Cand *a, const Cand *b) {
   return a->elems < b->elems;
 }
 
-/* Evaluates result sharding r for i: false when no form yields it. An
- * operand marked `reduced` is also available as a complete sum, at no cost:
- * another user needs it so. */
+/* Evaluates result sharding r for i: false when no form yields it. With sh,
+ * an operand is also available in sh's forms at no cost, and the result's
+ * reshards to sh's needs count. */
 static bool evaluate(Ctx *c, const Inst *i, const Sharding *r, const Sharding *const *cur,
-                     const bool *reduced, Cand *out) {
+                     const Share *sh, Cand *out) {
   Module *m = c->m;
   Sharding req[16];
   DTC_ASSERT(i->nin <= COUNTOF(req));   /* a repeat is not chosen (loop_step) */
@@ -642,15 +660,13 @@ static bool evaluate(Ctx *c, const Inst *i, const Sharding *r, const Sharding *c
     known += dim_over(cur[k], t->rank, 0) >= 0 || dim_over(cur[k], t->rank, 1) >= 0;
     out->undone += !keeps_splits(m, t, cur[k], &req[k]);
     double cost = reshard_cost(m, t, cur[k], &req[k]);
-    if (reduced[k]) {
-      Sharding whole_sum = *cur[k];
-      set_partial(&whole_sum, 0);
-      double alt = reshard_cost(m, t, &whole_sum, &req[k]);
-      cost = alt < cost ? alt : cost;
-    }
+    for (int q = 0; sh && q < sh->navail[k]; q++)
+      cost = fmin(cost, reshard_cost(m, t, &sh->avail[k][q], &req[k]));
     out->cost += cost;
   }
-  unsigned P = ir_partial_axes(m, r, i->type.rank);
+  for (int q = 0; sh && q < sh->nneed; q++)
+    out->cost += reshard_cost(m, &i->type, r, &sh->need[q]);
+  unsigned P = sh && sh->nneed ? 0 : ir_partial_axes(m, r, i->type.rank);
   for (int a = 0; a < IR_MAX_MESH_AXES; a++)
     if (P & (1u << a)) {
       ShardStep st = {OP_all_reduce, a, -1, 0, *r, *r};
@@ -696,7 +712,7 @@ static void note_choice(Ctx *c, const Inst *i, const Cand *best, const Cand *nex
  * operand's split becomes, or make a partial sum), or nothing; the form that
  * undoes the fewest operand splits wins, then the one that moves the fewest
  * bytes, then the one that leaves the smallest block. */
-static void choose(Ctx *c, Inst *i, const bool *reduced) {
+static void choose(Ctx *c, Inst *i, const Share *sh) {
   Module *m = c->m;
   const Mesh *mesh = &m->mesh.a[0];
   const Sharding *cur[16];
@@ -732,7 +748,7 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
     }
   }
   Cand best = {0}, next = {0}, cand;
-  bool have = false, have_next = false;
+  bool have = false, have_next = false, by_bytes = sh && sh->by_bytes;
   int pick[IR_MAX_MESH_AXES] = {0};   /* one role per axis, every combination */
   for (int a = 0; a >= 0;) {
     Sharding r;
@@ -749,13 +765,13 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
       }
     }
     set_partial(&r, P);
-    if (ok && evaluate(c, i, &r, cur, reduced, &cand)) {
-      if (!have || better(&cand, &best)) {
+    if (ok && evaluate(c, i, &r, cur, sh, &cand)) {
+      if (!have || better(&cand, &best, by_bytes)) {
         if (have)
           next = best, have_next = true;
         best = cand;
         have = true;
-      } else if (!have_next || better(&cand, &next)) {
+      } else if (!have_next || better(&cand, &next, by_bytes)) {
         next = cand;
         have_next = true;
       }
@@ -763,7 +779,8 @@ static void choose(Ctx *c, Inst *i, const bool *reduced) {
     for (a = mesh->naxis - 1; a >= 0 && ++pick[a] == nr[a]; a--)
       pick[a] = 0;
   }
-  if (!have)
+  if (!have || (by_bytes && evaluate(c, i, i->shard, cur, sh, &cand) &&
+                 !(best.cost < cand.cost * (1 - 1e-9))))
     return;
   set_shard(c, i, &best.r);
   /* plan auto chose its conflicts by cost; the notes are for the user's. */
@@ -906,20 +923,104 @@ static void share_reductions(Ctx *c, Func *f) {
     if (!ir_partial_axes(c->m, i->shard, i->type.rank) || i->op == OP_load ||
         i->op == OP_repeat || i->op == OP_repeat_out)
       continue;
-    bool reduced[SHARD_MAX_IN] = {0}, any = false, output = false;
+    Share sh = {0};
+    bool any = false, output = false;
     for (int q = u.off[i->id]; f->body && q < u.off[i->id + 1]; q++)
       output |= u.u[q]->op == OP_output;
     for (int j = 0; j < i->nin && !output; j++) {
       const Inst *x = i->in[j];
       if (!ir_partial_axes(c->m, x->shard, x->type.rank))
         continue;
-      for (int q = u.off[x->id]; q < u.off[x->id + 1] && !reduced[j]; q++)
-        for (int kk = 0; kk < u.u[q]->nin && !reduced[j]; kk++)
-          reduced[j] = u.u[q] != i && u.u[q]->in[kk] == x && needs_sum(c, u.u[q], kk);
-      any |= reduced[j];
+      for (int q = u.off[x->id]; q < u.off[x->id + 1] && !sh.navail[j]; q++)
+        for (int kk = 0; kk < u.u[q]->nin && !sh.navail[j]; kk++)
+          if (u.u[q] != i && u.u[q]->in[kk] == x && needs_sum(c, u.u[q], kk)) {
+            sh.avail[j][0] = *x->shard;
+            set_partial(&sh.avail[j][0], 0);
+            sh.navail[j] = 1;
+          }
+      any |= sh.navail[j] > 0;
     }
     if (any)
-      choose(c, i, reduced);
+      choose(c, i, &sh);
+  }
+}
+
+/* What user u needs of its operand k under u's form into *need; false for
+ * a loop's or an output's (left as they are). */
+static bool need_of(Ctx *c, const Inst *u, int k, Sharding *need) {
+  if (u->op == OP_store) {
+    const Sharding *g = c->gs[gindex(c, u)];
+    if (g)
+      *need = *g;
+    return g != NULL;
+  }
+  const Sharding *cur[16];
+  Sharding req[16];
+  if (u->op == OP_output || u->op == OP_repeat || u->op == OP_repeat_out || !u->shard ||
+      u->nin > (int)COUNTOF(cur))
+    return false;
+  for (int j = 0; j < u->nin; j++)
+    cur[j] = u->in[j]->shard;
+  if (!shard_form(c->m, u, u->shard, cur, req))
+    return false;
+  *need = req[k];
+  return true;
+}
+
+/* s into the n forms of set (of values of type t), unless there; false when
+ * the set is full. */
+static bool add_form(Ctx *c, const Type *t, Sharding *set, int *n, const Sharding *s) {
+  for (int q = 0; q < *n; q++)
+    if (shard_same(c->m, t, &set[q], s))
+      return true;
+  if (*n == MAX_SHARED)
+    return false;
+  set[(*n)++] = *s;
+  return true;
+}
+
+/* Once every value has a sharding: an op that reshards an operand is chosen
+ * again by bytes alone, an operand's reshards that other users make anyway
+ * free and its result's reshards to what its users need counted; the new
+ * form is kept when it moves fewer bytes. A matmul whose operands' splits
+ * conflict thus takes the one whose undoing another op shares (the
+ * backward's weight gradient of Megatron's column split: the forward
+ * gathers its input whole), and leaves its result as its user reads it. */
+static void share_reshards(Ctx *c, Func *f) {
+  const Module *m = c->m;
+  ir_renumber(f);
+  Uses u = ir_uses(c->m->arena, f);
+  for (int k = 0; k < f->inst.n; k++) {
+    Inst *i = f->inst.a[k];
+    const Sharding *cur[16];
+    Sharding req[16], need;
+    if (!i->shard || i->nin > (int)COUNTOF(cur) || i->op == OP_load || i->op == OP_store ||
+        i->op == OP_output || i->op == OP_repeat || i->op == OP_repeat_out)
+      continue;
+    bool moves = false, ok = true;
+    for (int j = 0; j < i->nin; j++)
+      cur[j] = i->in[j]->shard;
+    if (!shard_form(m, i, i->shard, cur, req))
+      continue;
+    for (int j = 0; j < i->nin; j++)
+      moves |= !shard_same(m, &i->in[j]->type, cur[j], &req[j]);
+    if (!moves)
+      continue;
+    Share sh = {.by_bytes = true};
+    for (int q = u.off[i->id]; ok && q < u.off[i->id + 1]; q++)
+      for (int kk = 0; ok && kk < u.u[q]->nin; kk++)
+        if (u.u[q]->in[kk] == i)
+          ok = need_of(c, u.u[q], kk, &need) && add_form(c, &i->type, sh.need, &sh.nneed, &need);
+    for (int j = 0; ok && j < i->nin; j++) {
+      const Inst *x = i->in[j];
+      for (int q = u.off[x->id]; q < u.off[x->id + 1]; q++)
+        for (int kk = 0; u.u[q] != i && kk < u.u[q]->nin; kk++)
+          if (u.u[q]->in[kk] == x && need_of(c, u.u[q], kk, &need) &&
+              !shard_same(m, &x->type, x->shard, &need))
+            add_form(c, &x->type, sh.avail[j], &sh.navail[j], &need);
+    }
+    if (ok)
+      choose(c, i, &sh);
   }
 }
 
@@ -955,7 +1056,7 @@ static void sweep(Ctx *c, Func *f) {
     else if (i->op == OP_repeat)
       loop_step(c, i);
     else if (!i->shard && i->type.dtype != DT_VOID && i->op != OP_load && i->op != OP_repeat_out)
-      choose(c, i, (bool[16]){0});
+      choose(c, i, NULL);
     fill(c, i);
   }
   for (int k = f->inst.n - 1; k >= 0; k--)
@@ -1007,6 +1108,8 @@ static void finish(Ctx *c, Func *f) {
     }
   }
   share_reductions(c, f);
+  if (c->share)
+    share_reshards(c, f);
   c->f = caller;
 }
 
@@ -1115,7 +1218,7 @@ static int owner_of(const Module *m, int g) {
   return pg && pg->kind == G_PARAM ? (int)(pg - m->global.a) : g;
 }
 
-static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums) {
+static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums, bool share) {
   if (m->mesh.n == 0)
     return true;
   if (m->mesh.n > 1) {
@@ -1132,7 +1235,7 @@ static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums) {
     }
   int ng = m->global.n, nerr = d->nerr;
   Ctx c = {.m = m, .d = d, .planned = m->plan == PLAN_AUTO && run && run->plan,
-           .whole_sums = whole_sums};
+           .whole_sums = whole_sums, .share = share};
   c.gs = arena_alloc(m->arena, sizeof *c.gs * (size_t)(ng + 1));
   c.owner = arena_alloc(m->arena, sizeof *c.owner * (size_t)(ng + 1));
   for (int g = 0; g < ng; g++)
@@ -1259,24 +1362,27 @@ static unsigned det_seq_axes(const Module *m) {
  * round). */
 bool pass_sharding(Module *m, Diag *d, PassRun *run) {
   if (m->mesh.n != 1)
-    return shard_run(m, d, run, 0);
+    return shard_run(m, d, run, 0, true);
   Seed seed = {0};
   seed_take(m, &seed);
   Diag trial;
   diag_init_quiet(&trial);
   unsigned whole = 0;
+  /* the flattenings seqflat.c may rewrite see the splits the propagation
+   * carries to them, before share_reshards weighs their gathers */
+  bool flat = shard_seq_flattens(m);
   for (int round = 0; round < 4; round++) {
-    if (!shard_run(m, d->quiet ? d : &trial, run, whole))
+    if (!shard_run(m, d->quiet ? d : &trial, run, whole, !flat))
       break;
     unsigned more = det_seq_axes(m) & ~whole;
     whole |= more;
     bool rewrote = shard_seq_flatten(m);
-    if (!rewrote && !more && d->quiet)
+    if (!rewrote && !more && d->quiet && !flat)
       return true;
     seed_restore(m, &seed);
     if (!rewrote && !more)
       break;
   }
   seed_restore(m, &seed);
-  return shard_run(m, d, run, whole);
+  return shard_run(m, d, run, whole, true);
 }

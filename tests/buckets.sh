@@ -10,8 +10,10 @@
 #   tests/mpi/dlrm_rw3.dt     tables row-wise, uneven: 3 pooled sums
 #                             reduce-scattered, 5 all-reduced (4 gradients and
 #                             the loss), 3 gathers: 1, 2 (the loss alone), 1
-#   bench/dlrm_rw.dt          26 tables row-wise under plan auto: 15, 20, 26
-#                             become 2, 4, 1
+#   bench/dlrm_rw.dt          26 tables row-wise under plan auto: 16, 9, 26
+#                             become 3, 2, 1 (the second concat's 11 pooled
+#                             sums concatenated partial and reduce-scattered
+#                             as one, the first's 15 each)
 #   tests/mpi/demo_dp2.dt     DeMo: each param's packed row gathered, 4
 #                             gathers become 1
 #   tests/mpi/mlp_bf16_dp2.dt exchange = bf16: the gradients' bucket (and w1
@@ -47,7 +49,7 @@ check() {
 
 check tests/mpi/zero_dp3.dt "4 1 4 0" "2 1 2 0"
 check tests/mpi/dlrm_rw3.dt "3 5 3 0" "1 2 1 0"
-check bench/dlrm_rw.dt "15 20 26 0" "2 4 1 0"
+check bench/dlrm_rw.dt "16 9 26 0" "3 2 1 0"
 check tests/mpi/demo_dp2.dt "0 1 4 0" "0 1 1 0"
 check tests/mpi/mlp_bf16_dp2.dt "0 5 0 0" "0 3 0 0"
 check tests/mpi/zero_det_dp3.dt "0 0 4 5" "0 0 2 5"
