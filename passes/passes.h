@@ -274,9 +274,9 @@ double shard_step_bytes(const Module *m, const Type *t, const ShardStep *st);
  * the rows flattened from the split dim first). True when it rewrote any:
  * the shardings are then to be derived again. */
 bool shard_seq_flatten(Module *m);
-/* Whether m has a flattening reshape shard_seq_flatten may rewrite, once
- * the propagation leaves a split behind its first dimension. */
-bool shard_seq_flattens(const Module *m);
+/* Whether r is a flattening reshape shard_seq_flatten may rewrite: its
+ * operand's split lies behind its first dimension. */
+bool shard_seq_flat_split(const Inst *r);
 
 /* ---- zero.c ----------------------------------------------------------- */
 

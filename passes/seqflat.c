@@ -247,12 +247,7 @@ bool shard_seq_flatten(Module *m) {
   return done;
 }
 
-bool shard_seq_flattens(const Module *m) {
-  for (int k = 0; m->det_pieces < 2 && k < m->func.n; k++) {
-    const Func *f = m->func.a[k];
-    for (int j = 0; f->device < 0 && j < f->inst.n; j++)
-      if (flattens(f->inst.a[j], false) || flattens(f->inst.a[j], true))
-        return true;
-  }
-  return false;
+bool shard_seq_flat_split(const Inst *r) {
+  return r->fn->mod->det_pieces < 2 && (flattens(r, false) || flattens(r, true)) &&
+         split_behind(r->in[0], r->in[0]->type.rank - 1) >= 0;
 }

@@ -480,7 +480,6 @@ typedef struct Ctx {
   bool changed;
   bool planned;        /* plan auto chose the forms (its conflicts by cost) */
   unsigned whole_sums; /* axes no op sums over into a partial result (det_seq_axes) */
-  bool share;          /* reshards shared after the fixed point (share_reshards) */
   VEC(Loc) noted;
   VEC(Func *) fns;     /* @train_step, @forward and the bodies they run, callers first */
   VEC(Inst *) runner;  /* by fns entry: the repeat that runs that body (NULL: an entry) */
@@ -946,7 +945,8 @@ static void share_reductions(Ctx *c, Func *f) {
 }
 
 /* What user u needs of its operand k under u's form into *need; false for
- * a loop's or an output's (left as they are). */
+ * a loop's or an output's, and for a flattening seqflat.c may rewrite so
+ * that it keeps the split it sees (left as they are). */
 static bool need_of(Ctx *c, const Inst *u, int k, Sharding *need) {
   if (u->op == OP_store) {
     const Sharding *g = c->gs[gindex(c, u)];
@@ -957,7 +957,7 @@ static bool need_of(Ctx *c, const Inst *u, int k, Sharding *need) {
   const Sharding *cur[16];
   Sharding req[16];
   if (u->op == OP_output || u->op == OP_repeat || u->op == OP_repeat_out || !u->shard ||
-      u->nin > (int)COUNTOF(cur))
+      u->nin > (int)COUNTOF(cur) || (u->op == OP_reshape && shard_seq_flat_split(u)))
     return false;
   for (int j = 0; j < u->nin; j++)
     cur[j] = u->in[j]->shard;
@@ -1108,8 +1108,7 @@ static void finish(Ctx *c, Func *f) {
     }
   }
   share_reductions(c, f);
-  if (c->share)
-    share_reshards(c, f);
+  share_reshards(c, f);
   c->f = caller;
 }
 
@@ -1218,7 +1217,7 @@ static int owner_of(const Module *m, int g) {
   return pg && pg->kind == G_PARAM ? (int)(pg - m->global.a) : g;
 }
 
-static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums, bool share) {
+static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums) {
   if (m->mesh.n == 0)
     return true;
   if (m->mesh.n > 1) {
@@ -1235,7 +1234,7 @@ static bool shard_run(Module *m, Diag *d, PassRun *run, unsigned whole_sums, boo
     }
   int ng = m->global.n, nerr = d->nerr;
   Ctx c = {.m = m, .d = d, .planned = m->plan == PLAN_AUTO && run && run->plan,
-           .whole_sums = whole_sums, .share = share};
+           .whole_sums = whole_sums};
   c.gs = arena_alloc(m->arena, sizeof *c.gs * (size_t)(ng + 1));
   c.owner = arena_alloc(m->arena, sizeof *c.owner * (size_t)(ng + 1));
   for (int g = 0; g < ng; g++)
@@ -1362,27 +1361,24 @@ static unsigned det_seq_axes(const Module *m) {
  * round). */
 bool pass_sharding(Module *m, Diag *d, PassRun *run) {
   if (m->mesh.n != 1)
-    return shard_run(m, d, run, 0, true);
+    return shard_run(m, d, run, 0);
   Seed seed = {0};
   seed_take(m, &seed);
   Diag trial;
   diag_init_quiet(&trial);
   unsigned whole = 0;
-  /* the flattenings seqflat.c may rewrite see the splits the propagation
-   * carries to them, before share_reshards weighs their gathers */
-  bool flat = shard_seq_flattens(m);
   for (int round = 0; round < 4; round++) {
-    if (!shard_run(m, d->quiet ? d : &trial, run, whole, !flat))
+    if (!shard_run(m, d->quiet ? d : &trial, run, whole))
       break;
     unsigned more = det_seq_axes(m) & ~whole;
     whole |= more;
     bool rewrote = shard_seq_flatten(m);
-    if (!rewrote && !more && d->quiet && !flat)
+    if (!rewrote && !more && d->quiet)
       return true;
     seed_restore(m, &seed);
     if (!rewrote && !more)
       break;
   }
   seed_restore(m, &seed);
-  return shard_run(m, d, run, whole, true);
+  return shard_run(m, d, run, whole);
 }
