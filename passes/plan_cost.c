@@ -610,8 +610,10 @@ static void cost_walk(Planner *p, Est *e, const Func *f, double times, int carry
     if (ring >= 0 && !m->attn_heads)
       e->ring = ring;
     if (ring >= 0 && m->attn_heads) {   /* heads split in ratios that give each a head */
-      int64_t h = i->type.dim[i->type.rank == 5 ? 2 : 1];
+      int hd = i->type.rank == 5 ? 2 : 1;
+      int64_t h = i->type.dim[hd];
       e->heads_axis = ring;
+      e->heads_taken |= i->shard && i->shard->axis[hd] >= 0;
       e->heads = e->heads && e->heads < h ? e->heads : h;
       e->min_len[ring] = e->min_len[ring] && e->min_len[ring] < h ? e->min_len[ring] : h;
     }
@@ -984,8 +986,9 @@ double plan_evaluate(Planner *p, Sharding **A, bool even, Ratios R, Est *e) {
     fits &= x != e->pipe_axis || room >= e->layers;
   }
   free(hi);
-  /* attention by heads gives every device of its axis a head (heads.c) */
-  fits &= e->heads_axis < 0 || e->heads >= p->size[e->heads_axis];
+  /* attention by heads gives every device of its axis a head, of heads no
+   * other axis splits (heads.c) */
+  fits &= e->heads_axis < 0 || (e->heads >= p->size[e->heads_axis] && !e->heads_taken);
   /* nothing else splits over a pipeline's axis (spmd makes no such plan) */
   for (int g = 0; fits && e->pipe_axis >= 0 && g < m->global.n; g++) {
     const Global *gl = &m->global.a[g];

@@ -45,6 +45,7 @@ typedef struct Est {
   int ring;         /* an axis some attention's sequence is split over, as a ring; -1 */
   int heads_axis;   /* ... as heads (attention = heads); -1: none */
   int64_t heads;    /* those attentions' heads (the fewest) */
+  bool heads_taken; /* ... some of them split over another axis already */
   const uint32_t *used;  /* [nseg] the masks a segment's times use (bit M) */
   int nplaced;
   const Placed *placed;
