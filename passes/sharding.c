@@ -919,10 +919,10 @@ static void share_reductions(Ctx *c, Func *f) {
   Uses u = ir_uses(c->m->arena, f);
   for (int k = 0; k < f->inst.n; k++) {
     Inst *i = f->inst.a[k];
-    if (!ir_partial_axes(c->m, i->shard, i->type.rank) || i->op == OP_load ||
-        i->op == OP_repeat || i->op == OP_repeat_out)
-      continue;
     Share sh = {0};
+    if (!ir_partial_axes(c->m, i->shard, i->type.rank) || i->op == OP_load ||
+        i->op == OP_repeat || i->op == OP_repeat_out || i->nin > COUNTOF(sh.navail))
+      continue;
     bool any = false, output = false;
     for (int q = u.off[i->id]; f->body && q < u.off[i->id + 1]; q++)
       output |= u.u[q]->op == OP_output;
@@ -957,7 +957,7 @@ static bool need_of(Ctx *c, const Inst *u, int k, Sharding *need) {
   const Sharding *cur[16];
   Sharding req[16];
   if (u->op == OP_output || u->op == OP_repeat || u->op == OP_repeat_out || !u->shard ||
-      u->nin > (int)COUNTOF(cur) || (u->op == OP_reshape && shard_seq_flat_split(u)))
+      u->nin > COUNTOF(cur) || (u->op == OP_reshape && shard_seq_flat_split(u)))
     return false;
   for (int j = 0; j < u->nin; j++)
     cur[j] = u->in[j]->shard;
@@ -994,7 +994,7 @@ static void share_reshards(Ctx *c, Func *f) {
     Inst *i = f->inst.a[k];
     const Sharding *cur[16];
     Sharding req[16], need;
-    if (!i->shard || i->nin > (int)COUNTOF(cur) || i->op == OP_load || i->op == OP_store ||
+    if (!i->shard || i->nin > COUNTOF(cur) || i->op == OP_load || i->op == OP_store ||
         i->op == OP_output || i->op == OP_repeat || i->op == OP_repeat_out)
       continue;
     bool moves = false, ok = true;
