@@ -30,7 +30,7 @@ check passes  dtrt.h ir.h ops.def passes.h plan_int.h
 check codegen dtrt.h ir.h codegen.h
 # tools may also include the headers dtc generates for dtc-probe's models
 # (tools/probe/), which stand on dtrt.h alone
-check tools   dtrt.h ir.h frontend.h passes.h codegen.h probe_gemm_square.h probe_gemm_thin.h \
+check tools   dtrt.h ir.h frontend.h passes.h codegen.h probe_gemm_layer.h probe_gemm_thin.h \
   probe_gemm_deep.h probe_gemm_batched.h probe_rows.h probe_rows_small.h probe_bag.h \
   probe_attn16.h probe_attn64.h
 [ $fail -eq 0 ] && echo "layers: every include is of the folder's own layer or one below"

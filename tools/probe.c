@@ -23,8 +23,10 @@ static const char usage[] =
   "usage: mpirun -n N dtc-probe [options]\n"
   "\n"
   "Measures each rank's speed at the kernels of a step, as dtc generates them for\n"
-  "the CPU dtc-probe was built on, on the rank's threads: the GEMM (512^3 and\n"
-  "1024 x 128 x 128), an elementwise loop (16K and 1M elements: a fixed cost\n"
+  "the CPU dtc-probe was built on, on the rank's threads: the GEMM (1024 x 128\n"
+  "x 128 and 128 x 128 x 1536: its speed; 128 x 1024 x 1024: its speed where\n"
+  "the weight spills out of the L2 cache; 192 products of 32^3: a time per\n"
+  "product), an elementwise loop (16K and 1M elements: a fixed cost\n"
   "and a bandwidth), an embedding bag reading rows at random from a table of\n"
   "64 MiB (the time of a row beyond its bytes) and a training step through a\n"
   "causal attention of 1024 queries at heads of 16 and of 64 (attention's speed\n"
@@ -92,6 +94,10 @@ typedef struct ProbeSpeed {
   double attn;     /* attention's FLOPs' speed over gflops */
   double score;    /* seconds an attention kernel takes beyond its FLOPs a score */
   int tile_m, tile_n;   /* the micro-tile of the GEMM this rank's build runs */
+  double product;  /* seconds a GEMM takes beyond its FLOPs a product of matrices */
+  double spill;    /* a GEMM's speed over gflops where its right operand spills out of
+                      the L2 cache, 0: not measured */
+  int64_t l2;      /* bytes of a core's L2 cache, 0: not known */
 } ProbeSpeed;
 
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
@@ -288,10 +294,14 @@ static int probe_write(FILE *f, const Probe *p) {
       if (p->node[r] != n)
         continue;
       fprintf(f, "    device r%d: cpu(gflops = %.1f, bw = %.2fGB/s, lat = %.2fus, mem = %.2fGiB, "
-              "spread = %.3f, row = %.1fns, attn = %.3f, score = %.3fns", r,
+              "spread = %.3f, row = %.1fns, attn = %.3f, score = %.3fns, product = %.1fns", r,
               at_least(s->gflops, 0.1), at_least(s->bw / 1e9, 0.01), at_least(s->lat * 1e6, 0.01),
               at_least(p->mem[r] / (1 << 30), 0.01), s->spread, at_least(s->row * 1e9, 0.1),
-              at_least(s->attn, 0.001), at_least(s->score * 1e9, 0.001));
+              at_least(s->attn, 0.001), at_least(s->score * 1e9, 0.001),
+              at_least(s->product * 1e9, 0.1));
+      if (s->spill > 0 && s->l2 > 0)
+        fprintf(f, ", spill = %.3f, l2 = %lldKiB", at_least(s->spill, 0.001),
+                (long long)(s->l2 + 1023) / 1024);
       if (s->tile_m > 0 && s->tile_n > 0)
         fprintf(f, ", tile_m = %d, tile_n = %d", s->tile_m, s->tile_n);
       fputs(")\n", f);
@@ -355,11 +365,47 @@ static int probe_warn(FILE *f, const Probe *p) {
   return n;
 }
 
+/* A GEMM timed: its median time less its fixed cost and bytes, its FLOPs
+ * in whole tiles, the bytes of its right operand (a product's) and its
+ * products. */
+typedef struct ProbeGemm {
+  double left, flops, wbytes;
+  int64_t products;
+} ProbeGemm;
+
+/* s's GEMM figures from the n timed GEMMs g, as the simulator prices a
+ * matmul: its FLOPs at gflops, at spill of it where its right operand holds
+ * more than l2 bytes, and product for each product it makes. gflops such
+ * that each single product whose right operand fits takes its time on
+ * average over them, the harmonic mean of their FLOPs over their times
+ * (their one product each is a few hundred ns against a ms); spill the
+ * same of those that spill, over gflops (none when l2 is 0 or no product
+ * fits: then gflops is all of them); product what the batched products
+ * take beyond their FLOPs at gflops, a product, 0 or more. */
+static void probe_gemm_fit(const ProbeGemm *g, int n, int64_t l2, ProbeSpeed *s) {
+  double per_flop[2] = {0}, fixed = 0;   /* seconds per FLOP: that fit, that spill */
+  int singles[2] = {0}, batches = 0;
+  for (int k = 0; k < n; k++) {
+    int spills = l2 > 0 && g[k].wbytes > (double)l2;
+    if (g[k].products == 1)
+      per_flop[spills] += g[k].left / g[k].flops, singles[spills]++;
+  }
+  if (!singles[0])   /* no product fits: one speed for all */
+    per_flop[0] = per_flop[1], singles[0] = singles[1], singles[1] = 0;
+  s->gflops = singles[0] / per_flop[0] / 1e9;
+  s->spill = singles[1] ? singles[1] / per_flop[1] / 1e9 / s->gflops : 0;
+  s->l2 = singles[1] ? l2 : 0;
+  for (int k = 0; k < n; k++)
+    if (g[k].products > 1)
+      fixed += fmax(0, g[k].left - g[k].flops / (s->gflops * 1e9)) / g[k].products, batches++;
+  s->product = batches ? fixed / batches : 0;
+}
+
 #ifndef DTC_PROBE_NO_MAIN
 
 #include "probe_gemm_batched.h"
 #include "probe_gemm_deep.h"
-#include "probe_gemm_square.h"
+#include "probe_gemm_layer.h"
 #include "probe_gemm_thin.h"
 #include "probe_rows.h"
 #include "probe_rows_small.h"
@@ -387,6 +433,8 @@ typedef struct Kernel {
   int64_t bh, t, d; /* an attention's batch x heads, sequence and head size: its
                        flops and scores are a pair's, of the pairs its kernels
                        make, sdpa_grad's left out (attn_grad) */
+  int64_t m, n, k, products; /* a GEMM's rows, columns and sum of each product, and
+                                 its products */
 } Kernel;
 
 /* sdpa_grad's FLOPs and scores a pair, as ir/cost.c counts them, in the
@@ -404,7 +452,7 @@ static void attn_grad(const Kernel *k, int threads, double *flops, double *score
     return name##_forward(m, x, NAME##_X_ELEMS, y, NAME##_Y_ELEMS);             \
   }                                                                             \
   static void name##_free(void *m) { name##_destroy(m); }
-KERNEL_FNS(probe_gemm_square, PROBE_GEMM_SQUARE)
+KERNEL_FNS(probe_gemm_layer, PROBE_GEMM_LAYER)
 KERNEL_FNS(probe_gemm_thin, PROBE_GEMM_THIN)
 KERNEL_FNS(probe_gemm_deep, PROBE_GEMM_DEEP)
 KERNEL_FNS(probe_gemm_batched, PROBE_GEMM_BATCHED)
@@ -450,9 +498,10 @@ TRAIN_FNS(probe_attn16, PROBE_ATTN16)
 TRAIN_FNS(probe_attn64, PROBE_ATTN64)
 #define KERNEL(name, NAME, flops, bytes) \
   {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, flops, bytes}
-#define GEMM(name, NAME)                                                           \
-  KERNEL(name, NAME, 2.0 * NAME##_Y_ELEMS * NAME##_DIM_K,                          \
-         4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS))
+#define GEMM(name, NAME, count)                                                         \
+  {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS,                 \
+   2.0 * NAME##_Y_ELEMS * NAME##_DIM_K, 4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS), \
+   .m = NAME##_DIM_M, .n = NAME##_DIM_N, .k = NAME##_DIM_K, .products = count}
 #define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
 /* A causal attention's step, as ir/cost.c counts it a pair: 4 D + 14 FLOPs
  * and a score in sdpa (which writes the rows' lse the backward reads:
@@ -470,14 +519,14 @@ enum { ATTN_STEP_KERNELS = 11 };
 
 /* The products first, then the loops, then the bag and the attentions. */
 enum {
-  K_SQUARE, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_BAG,
+  K_LAYER, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_BAG,
   K_ATTN16, K_ATTN64, K_COUNT
 };
 static const Kernel kernels[K_COUNT] = {
-  [K_SQUARE] = GEMM(probe_gemm_square, PROBE_GEMM_SQUARE),
-  [K_THIN] = GEMM(probe_gemm_thin, PROBE_GEMM_THIN),
-  [K_DEEP] = GEMM(probe_gemm_deep, PROBE_GEMM_DEEP),
-  [K_BATCHED] = GEMM(probe_gemm_batched, PROBE_GEMM_BATCHED),
+  [K_LAYER] = GEMM(probe_gemm_layer, PROBE_GEMM_LAYER, 1),
+  [K_THIN] = GEMM(probe_gemm_thin, PROBE_GEMM_THIN, 1),
+  [K_DEEP] = GEMM(probe_gemm_deep, PROBE_GEMM_DEEP, 1),
+  [K_BATCHED] = GEMM(probe_gemm_batched, PROBE_GEMM_BATCHED, PROBE_GEMM_BATCHED_DIM_BH),
   [K_ROWS_SMALL] = ROWS(probe_rows_small, PROBE_ROWS_SMALL),
   [K_ROWS] = ROWS(probe_rows, PROBE_ROWS),
   /* the simulator's bytes of a bag: its ids, the rows it reads and its result */
@@ -545,35 +594,61 @@ static int measure_kernels(Bench *b, int n, double *t, int stride) {
   return all_ok ? 0 : -1;
 }
 
+/* GEMM k's FLOPs in whole tiles of tile_m x tile_n, as the simulator counts
+ * them (tile_flops in passes/sim.c). */
+static double tiled_flops(const Kernel *k, int tile_m, int tile_n) {
+  double m = (double)k->m, n = (double)k->n;
+  if (tile_m <= 0 || tile_n <= 0)
+    return k->flops;
+  return k->flops * (ceil(m / tile_m) * tile_m) * (ceil(n / tile_n) * tile_n) / (m * n);
+}
+
+/* The bytes of the L2 cache of a core, 0 when the system does not say. */
+static int64_t core_l2(void) {
+  long n = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (n > 0)
+    return n;
+  FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index2/size", "r");
+  long long kib = 0;
+  char unit = 0;
+  if (f && fscanf(f, "%lld%c", &kib, &unit) == 2 && unit == 'K' && kib > 0)
+    n = (long)(kib * 1024);
+  if (f)
+    fclose(f);
+  return n > 0 ? n : 0;
+}
+
 /* The roofline of reps samples of each kernel in t[k * reps + i], as the
  * simulator prices a kernel, lat + FLOPs / gflops + bytes / bw: lat and bw
- * the line through the elementwise loop's two sizes; gflops such that each
- * product takes its median time on average over the products, the harmonic
- * mean of their FLOPs over what is left of their times. */
-static ProbeSpeed roofline(double *t, int reps, int threads) {
-  ProbeSpeed s = {0};
+ * the line through the elementwise loop's two sizes; the GEMMs' figures
+ * from what is left of their median times (probe_gemm_fit), their FLOPs in
+ * whole tiles. */
+static ProbeSpeed roofline(double *t, int reps, int threads, int64_t l2) {
+  ProbeSpeed s = {.tile_m = PROBE_GEMM_LAYER_GEMM_TILE_M, .tile_n = PROBE_GEMM_LAYER_GEMM_TILE_N};
   double med[K_COUNT];
   for (int k = 0; k < K_COUNT; k++)
     med[k] = median(t + k * reps, reps);
   double bytes[2] = {kernels[K_ROWS_SMALL].bytes, kernels[K_ROWS].bytes};
   probe_fit(bytes, (double[]){med[K_ROWS_SMALL], med[K_ROWS]}, &s.lat, &s.bw);
-  double per_flop = 0;  /* seconds per FLOP, summed over the products */
+  ProbeGemm g[K_GEMMS];
   for (int k = 0; k < K_GEMMS; k++) {
-    double left = med[k] - s.lat - kernels[k].bytes / s.bw;
-    per_flop += fmax(left, med[k] / 2) / kernels[k].flops;
+    const Kernel *kn = &kernels[k];
+    g[k] = (ProbeGemm){fmax(med[k] - s.lat - kn->bytes / s.bw, med[k] / 2),
+                       tiled_flops(kn, s.tile_m, s.tile_n),
+                       (double)kn->k * (double)kn->n * sizeof(float), kn->products};
   }
-  s.gflops = K_GEMMS / per_flop / 1e9;
+  probe_gemm_fit(g, K_GEMMS, l2, &s);
   s.row = fmax(0, med[K_BAG] - s.lat - kernels[K_BAG].bytes / s.bw) / PROBE_BAG_DIM_B;
-  double flops[2], scores[2], left[2];
+  double aflops[2], scores[2], aleft[2];
   for (int j = 0; j < 2; j++) {
     int k = K_ATTN16 + j;
     double pairs = (double)kernels[k].bh * dtrt_sdpa_pairs(kernels[k].t, kernels[k].t, true);
     double gf, gs;
     attn_grad(&kernels[k], threads, &gf, &gs);
-    flops[j] = pairs * (kernels[k].flops + gf), scores[j] = pairs * (kernels[k].scores + gs);
-    left[j] = fmax(med[k] - ATTN_STEP_KERNELS * s.lat - kernels[k].bytes / s.bw, med[k] / 2);
+    aflops[j] = pairs * (kernels[k].flops + gf), scores[j] = pairs * (kernels[k].scores + gs);
+    aleft[j] = fmax(med[k] - ATTN_STEP_KERNELS * s.lat - kernels[k].bytes / s.bw, med[k] / 2);
   }
-  probe_attn_fit(flops, scores, left, s.gflops, &s.attn, &s.score);
+  probe_attn_fit(aflops, scores, aleft, s.gflops, &s.attn, &s.score);
   return s;
 }
 
@@ -968,10 +1043,9 @@ int main(int argc, char **argv) {
     n += reps;
   }
   p.kernel_reps = n;
-  ProbeSpeed my = roofline(mine, n, dtrt_threads(ctx)); /* the models' pool, shared */
+  ProbeSpeed my = roofline(mine, n, dtrt_threads(ctx), core_l2()); /* the models' pool */
   my.spread = spreads[me];
   free(mine);
-  my.tile_m = PROBE_GEMM_SQUARE_GEMM_TILE_M, my.tile_n = PROBE_GEMM_SQUARE_GEMM_TILE_N;
   free(all), free(spreads);
   MPI_Allgather(&my, sizeof my, MPI_BYTE, speed, sizeof my, MPI_BYTE, MPI_COMM_WORLD);
 

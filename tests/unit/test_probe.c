@@ -26,9 +26,13 @@ static char *written(const Probe *p) {
  * decimals. */
 static void two_nodes(void **state) {
   (void)state;
-  ProbeSpeed speed[3] = {{80.04, 1.234e-6, 20.456e9, 0.0123, 21.46e-9, 0.7126, 0.4567e-9, 14, 32},
-                         {40.06, 2e-6, 10e9, 0.25, 40e-9, 1.25, 1e-9, 6, 16},
-                         {39.95, 0.5e-6, 5.555e9, 0, 0, 0, 0, 0, 0}};
+  ProbeSpeed speed[3] = {
+      {.gflops = 80.04, .lat = 1.234e-6, .bw = 20.456e9, .spread = 0.0123, .row = 21.46e-9,
+       .attn = 0.7126, .score = 0.4567e-9, .tile_m = 14, .tile_n = 32, .product = 432.14e-9,
+       .spill = 0.8561, .l2 = 1 << 20},
+      {.gflops = 40.06, .lat = 2e-6, .bw = 10e9, .spread = 0.25, .row = 40e-9, .attn = 1.25,
+       .score = 1e-9, .tile_m = 6, .tile_n = 16},
+      {.gflops = 39.95, .lat = 0.5e-6, .bw = 5.555e9}};
   double mem[3] = {8.0 * (1 << 30), 8.0 * (1 << 30), 3.5 * (1 << 30)};
   int node[3] = {0, 0, 1};
   const char *host[2] = {"ws", "pi.lan"};
@@ -45,13 +49,13 @@ static void two_nodes(void **state) {
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
     "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
-    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, tile_m = 14, tile_n = 32)\n"
+    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, product = 432.1ns, spill = 0.856, l2 = 1024KiB, tile_m = 14, tile_n = 32)\n"
     "    device r1: cpu(gflops = 40.1, bw = 10.00GB/s, lat = 2.00us, mem = 8.00GiB, "
-    "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns, tile_m = 6, tile_n = 16)\n"
+    "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns, product = 0.1ns, tile_m = 6, tile_n = 16)\n"
     "  }\n"
     "  node n1 {    # host pi.lan\n"
     "    device r2: cpu(gflops = 40.0, bw = 5.55GB/s, lat = 0.50us, mem = 3.50GiB, "
-    "spread = 0.000, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
+    "spread = 0.000, row = 0.1ns, attn = 0.001, score = 0.001ns, product = 0.1ns)\n"
     "  }\n"
     "  link intra(bw = 10.46GB/s, lat = 0.41us, spread = 0.046)    # ranks 0 and 1\n"
     "  link inter(bw = 0.125GB/s, lat = 50.00us, spread = 0.100)    # ranks 0 and 2\n"
@@ -64,7 +68,7 @@ static void two_nodes(void **state) {
  * node by node; kernels given more samples than --reps say how many. */
 static void one_rank_and_floors(void **state) {
   (void)state;
-  ProbeSpeed speed[1] = {{0.01, 0, 1e6, 0, 0, 0, 0, 0, 0}};
+  ProbeSpeed speed[1] = {{.gflops = 0.01, .bw = 1e6}};
   double mem[1] = {1000};
   int node[1] = {0};
   const char *host[1] = {"vm"};
@@ -77,13 +81,14 @@ static void one_rank_and_floors(void **state) {
     "cluster probed {\n"
     "  node n0 {    # host vm\n"
     "    device r0: cpu(gflops = 0.1, bw = 0.01GB/s, lat = 0.01us, mem = 0.01GiB, "
-    "spread = 0.000, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
+    "spread = 0.000, row = 0.1ns, attn = 0.001, score = 0.001ns, product = 0.1ns)\n"
     "  }\n"
     "}\n");
   free(text);
 
-  ProbeSpeed s3[3] = {{10, 1e-6, 1e9, 0.1, 0, 0, 0, 0, 0}, {20, 1e-6, 1e9, 0.2, 0, 0, 0, 0, 0},
-                      {30, 1e-6, 1e9, 0.3, 0, 0, 0, 0, 0}};
+  ProbeSpeed s3[3] = {{.gflops = 10, .lat = 1e-6, .bw = 1e9, .spread = 0.1},
+                      {.gflops = 20, .lat = 1e-6, .bw = 1e9, .spread = 0.2},
+                      {.gflops = 30, .lat = 1e-6, .bw = 1e9, .spread = 0.3}};
   double m3[3] = {1 << 30, 1 << 30, 1 << 30};
   int n3[3] = {0, 1, 0};
   const char *h2[2] = {"a", "b"};
@@ -100,13 +105,13 @@ static void one_rank_and_floors(void **state) {
     "cluster mixed {\n"
     "  node n0 {    # host a\n"
     "    device r0: cpu(gflops = 10.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.100, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
+    "spread = 0.100, row = 0.1ns, attn = 0.001, score = 0.001ns, product = 0.1ns)\n"
     "    device r2: cpu(gflops = 30.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.300, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
+    "spread = 0.300, row = 0.1ns, attn = 0.001, score = 0.001ns, product = 0.1ns)\n"
     "  }\n"
     "  node n1 {    # host b\n"
     "    device r1: cpu(gflops = 20.0, bw = 1.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.200, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
+    "spread = 0.200, row = 0.1ns, attn = 0.001, score = 0.001ns, product = 0.1ns)\n"
     "  }\n"
     "  link intra(bw = 1.00GB/s, lat = 0.01us, spread = 0.000)    # ranks 0 and 2\n"
     "  link inter(bw = 0.001GB/s, lat = 1000.00us, spread = 0.000)    # ranks 0 and 1\n"
@@ -118,7 +123,8 @@ static void one_rank_and_floors(void **state) {
  * the group size, the fitted figures and the two medians. */
 static void collectives(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{80, 1e-6, 10e9, 0.01, 0, 0, 0, 0, 0}, {40, 1e-6, 10e9, 0.02, 0, 0, 0, 0, 0}};
+  ProbeSpeed speed[2] = {{.gflops = 80, .lat = 1e-6, .bw = 10e9, .spread = 0.01},
+                         {.gflops = 40, .lat = 1e-6, .bw = 10e9, .spread = 0.02}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 0};
   const char *host[1] = {"vm"};
@@ -141,9 +147,9 @@ static void collectives(void **state) {
     "cluster pair {\n"
     "  node n0 {    # host vm\n"
     "    device r0: cpu(gflops = 80.0, bw = 10.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.010, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
+    "spread = 0.010, row = 0.1ns, attn = 0.001, score = 0.001ns, product = 0.1ns)\n"
     "    device r1: cpu(gflops = 40.0, bw = 10.00GB/s, lat = 1.00us, mem = 1.00GiB, "
-    "spread = 0.020, row = 0.1ns, attn = 0.001, score = 0.001ns)\n"
+    "spread = 0.020, row = 0.1ns, attn = 0.001, score = 0.001ns, product = 0.1ns)\n"
     "  }\n"
     "  link intra(bw = 4.20GB/s, lat = 1.00us, spread = 0.000)    # ranks 0 and 1\n"
     "  # collectives over all 2 ranks by libdtrt's methods, t = lat + bytes / bw fitted to "
@@ -177,7 +183,7 @@ static void collectives(void **state) {
 /* Warnings name the rank and the link; a spread of exactly 5% is not one. */
 static void warnings(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{80, 0, 1e9, 0.05, 0, 0, 0, 0, 0}, {40, 0, 1e9, 0.35, 0, 0, 0, 0, 0}};
+  ProbeSpeed speed[2] = {{.gflops = 80, .bw = 1e9, .spread = 0.05}, {.gflops = 40, .bw = 1e9, .spread = 0.35}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 1};
   const char *host[2] = {"a", "b"};
@@ -291,6 +297,46 @@ static void attn_fit(void **state) {
   assert_true(fabs(attn - (flops[0] + flops[1]) / (t[0] + t[1]) / 100e9) < 1e-12);
 }
 
+/* The GEMMs' fit: times made from 100 GFLOP/s, 0.8 of it for a product
+ * whose right operand holds more than the L2 cache's bytes and 200 ns a
+ * product, at the probe's four GEMMs (a layer's, whose 4 MiB weight spills
+ * out of a 1 MiB L2, a thin one, a weight's gradient of 768 KiB, 192
+ * products of 32^3), give them back; with an L2 of 512 KiB the gradient
+ * spills too, and its speed is the spilled one; with no L2 known, or none
+ * that a product fits, gflops is the harmonic mean of all single products
+ * and no spill is given. */
+static void gemm_fit(void **state) {
+  (void)state;
+  const double G = 100e9, spill = 0.8, product = 200e-9;
+  ProbeGemm g[4] = {{.flops = 2.0 * 128 * 1024 * 1024, .wbytes = 4 << 20, .products = 1},
+                    {.flops = 2.0 * 1024 * 128 * 128, .wbytes = 64 << 10, .products = 1},
+                    {.flops = 2.0 * 128 * 128 * 1536, .wbytes = 768 << 10, .products = 1},
+                    {.flops = 2.0 * 192 * 32 * 32 * 32, .wbytes = 4 << 10, .products = 192}};
+  int64_t l2s[2] = {1 << 20, 512 << 10};
+  for (int c = 0; c < 2; c++) {
+    for (int k = 0; k < 4; k++)
+      g[k].left = g[k].flops / (G * (g[k].wbytes > l2s[c] ? spill : 1)) + g[k].products * product;
+    ProbeSpeed s = {0};
+    probe_gemm_fit(g, 4, l2s[c], &s);
+    /* the single products' one `product` each is in their times, at most 6e-4
+     * of them (200 ns of the thin product's 335 us), and moves gflops that
+     * much; the batch's 126 us of FLOPs so priced move its 200 ns a product
+     * by under 0.5 ns */
+    assert_true(fabs(s.gflops - G / 1e9) < 1e-3 * G / 1e9);
+    assert_true(fabs(s.spill - spill) < 1e-3 && s.l2 == l2s[c]);
+    assert_true(fabs(s.product - product) < 1e-2 * product);
+  }
+  for (int c = 0; c < 2; c++) {   /* no L2 known; an L2 no product fits */
+    ProbeSpeed s = {0};
+    probe_gemm_fit(g, 4, c ? 1024 : 0, &s);
+    double per_flop = 0;
+    for (int k = 0; k < 3; k++)
+      per_flop += g[k].left / g[k].flops;
+    assert_true(fabs(s.gflops - 3 / per_flop / 1e9) < 1e-9 * s.gflops);
+    assert_true(s.spill == 0 && s.l2 == 0 && s.product >= 0);
+  }
+}
+
 static void names(void **state) {
   (void)state;
   assert_true(probe_valid_name("probed"));
@@ -314,6 +360,7 @@ int main(void) {
     cmocka_unit_test(spread_relative),
     cmocka_unit_test(fit),
     cmocka_unit_test(attn_fit),
+    cmocka_unit_test(gemm_fit),
     cmocka_unit_test(names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

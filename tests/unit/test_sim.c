@@ -366,6 +366,45 @@ static void test_gemm_tiles(void **state) {
   arena_free(a);
 }
 
+/* A device that gives `spill` and `l2` prices a product whose right operand
+ * holds more than l2 bytes at spill of its speed, and one that gives
+ * `product` adds that much a product of matrices. The step of (x @ w1) @ w2
+ * makes five products (two forward; the backward's dh = dp w2^T, dw2 =
+ * h^T dp, dw1 = x^T dh), of which x @ w1 alone has a right operand beyond
+ * 1 MiB (w1: 4 MiB; the others at most 32 KiB): by hand, spill 0.5 adds
+ * its 8388608 FLOPs' time once more, product 1 us adds 5 us. */
+static void test_gemm_spill_product(void **state) {
+  (void)state;
+  const char *text = "model sp(batch B = 4) {\n"
+                     "  input  x: f32[B, 1024]\n"
+                     "  input  y: f32[B, 8]\n"
+                     "  param  w1: f32[1024, 1024] init zeros\n"
+                     "  param  w2: f32[1024, 8] init zeros\n"
+                     "  loss   = mse((x @ w1) @ w2, y)\n"
+                     "  minimize loss with sgd(lr = 0.1)\n"
+                     "}\n"
+                     "cluster c {\n  node a { device d0: cpu(gflops = 80, mem = 1GiB%s) }\n}\n"
+                     "parallel sp on c {\n  mesh m[dp = 1] over d0\n  plan explicit\n}\n";
+  const char *extra[3] = {"", ", spill = 0.5, l2 = 1MiB", ", product = 1us"};
+  Arena *a = arena_new();
+  double t[3] = {0, 0, 0};
+  for (int c = 0; c < 3; c++) {
+    Module *m = compile_text(a, arena_printf(a, text, extra[c]));
+    const Func *f = step_func(m, 0);
+    int products = 0;
+    for (int k = 0; k < f->inst.n; k++)
+      if (f->inst.a[k]->op == OP_matmul)
+        t[c] += sim_compute_time(m, f->inst.a[k], 0), products++;
+    assert_int_equal(products, 5);
+  }
+  double spilled = 8388608 / 80e9;
+  printf("spill: %.4g s more, by hand %.4g s; product: %.4g s more\n", t[1] - t[0], spilled,
+         t[2] - t[0]);
+  assert_true(fabs(t[1] - t[0] - spilled) <= 1e-9 * spilled);
+  assert_true(fabs(t[2] - t[0] - 5e-6) <= 1e-9 * 5e-6);
+  arena_free(a);
+}
+
 /* A table-wise table's lookups and updates compute nothing on the device
  * not holding it, nor the sorting of its ids that only they read
  * (ir_idle): code generation skips them, and the simulator gives them no
@@ -762,6 +801,7 @@ int main(void) {
       cmocka_unit_test(test_attn_probed),
       cmocka_unit_test(test_trace_json),
       cmocka_unit_test(test_gemm_tiles),
+      cmocka_unit_test(test_gemm_spill_product),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
