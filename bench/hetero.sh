@@ -26,14 +26,22 @@
 #     model: {"bench": "hetero_mlp", "auto_ms", "even_ms", "even_over_auto",
 #     "ideal_ms", "auto_over_ideal", "one_ms", "ideal_work_ms",
 #     "auto_over_ideal_work", "predicted_ms", "measured_over_predicted",
-#     "kept_even", "run", "rounds"} (kept_even: the planner kept even data
-#     parallel, its best plan gaining less than the probe's noise);
+#     "one_predicted_ms", "one_measured_over_predicted",
+#     "relative_measured_over_predicted", "kept_even", "run", "rounds"}
+#     (kept_even: the planner kept even data parallel, its best plan
+#     gaining less than the probe's noise; one_predicted_ms the one-device
+#     step the simulator predicts on rank 0's probed figures, and
+#     relative_measured_over_predicted the measured auto_ms / one_ms over
+#     the predicted: the simulator's error on the ranks together, apart from
+#     a drift of the machine's speed since the probe, which falls on
+#     one_measured_over_predicted alike);
 #  with HETERO_RUNS=N, runs 1-4 N times in a row, each with its own probe,
 #  then prints one summary line per model over the runs' even_over_auto:
 #     {"bench": "hetero_mlp_runs", "runs", "min", "median", "max",
 #     "auto_ever_slower" (even_over_auto below 1 in some run), "kept_even"
 #     (in how many runs), and the min, median and max of
-#     measured_over_predicted and auto_over_ideal_work ("..._min" and so on)};
+#     measured_over_predicted, auto_over_ideal_work and
+#     relative_measured_over_predicted ("..._min" and so on)};
 #  6. (after 5) the deep model, examples/gpt.dt at L = 12 (HETERO_DEEP_FLAGS,
 #     default -D L=12 -D B=48 -D T=32 -D D=128), on the pinned ranks of the
 #     last probe: even data parallelism (bench/hetero_deep_even.dt), plan
@@ -176,21 +184,25 @@ compare() {
     grep -q '^  kept even data parallel' "$dir/${model}_plan.txt" && kept=1
     # shellcheck disable=SC2086
     pred=$(predicted --cluster="$dir/probe3.dt" $dflags "$src/bench/hetero_${model}_auto.dt")
+    # shellcheck disable=SC2086
+    one_pred=$(predicted --cluster="$dir/probe3.dt" $dflags "$one")
     awk -v m="hetero_$model" -v a="$auto_ms" -v e="$even_ms" -v g="$gflop" -v s="$total" \
-        -v p="$pred" -v o="$one_ms" -v g0="$first" -v kept="$kept" -v k="$k" -v q="$ratio" \
-        -v rounds="$rounds" 'BEGIN {
+        -v p="$pred" -v o="$one_ms" -v op="$one_pred" -v g0="$first" -v kept="$kept" -v k="$k" \
+        -v q="$ratio" -v rounds="$rounds" 'BEGIN {
       ideal = g / s * 1e3
       work = o * g0 / s
       printf "{\"bench\": \"%s\", \"auto_ms\": %.3f, \"even_ms\": %.3f, \"even_over_auto\": %.3f, " \
              "\"ideal_ms\": %.3f, \"auto_over_ideal\": %.3f, \"one_ms\": %.3f, " \
              "\"ideal_work_ms\": %.3f, \"auto_over_ideal_work\": %.3f, \"predicted_ms\": %.3f, " \
-             "\"measured_over_predicted\": %.3f, \"kept_even\": %s, \"run\": %d, " \
-             "\"rounds\": %d}\n", m, a, e, q, ideal, a / ideal, o, work, a / work, p, a / p,
+             "\"measured_over_predicted\": %.3f, \"one_predicted_ms\": %.3f, " \
+             "\"one_measured_over_predicted\": %.3f, \"relative_measured_over_predicted\": %.3f, " \
+             "\"kept_even\": %s, \"run\": %d, \"rounds\": %d}\n", m, a, e, q, ideal, a / ideal,
+             o, work, a / work, p, a / p, op, o / op, (a / o) / (p / op),
              kept ? "true" : "false", k, rounds
     }'
     awk -v q="$ratio" -v a="$auto_ms" -v kept="$kept" -v p="$pred" -v o="$one_ms" \
-        -v g0="$first" -v s="$total" 'BEGIN {
-      printf "%.6f %d %.6f %.6f\n", q, kept, a / p, a / (o * g0 / s)
+        -v op="$one_pred" -v g0="$first" -v s="$total" 'BEGIN {
+      printf "%.6f %d %.6f %.6f %.6f\n", q, kept, a / p, a / (o * g0 / s), (a / o) / (p / op)
     }' >> "$dir/runs_$model"
   done
 }
@@ -211,6 +223,7 @@ summary() {   # summary MODEL: the line over the runs of $dir/runs_MODEL
   }'
   stats 3 measured_over_predicted
   stats 4 auto_over_ideal_work
+  stats 5 relative_measured_over_predicted
   echo "}"
 }
 
