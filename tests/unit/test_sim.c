@@ -333,6 +333,20 @@ static void test_random_rows(void **state) {
   }
 }
 
+/* The seconds of the matmuls of device 0's step of text (a format taking
+ * the device's extra figures), which must make n of them. */
+static double matmul_time(Arena *a, const char *text, const char *extra, int n) {
+  Module *m = compile_text(a, arena_printf(a, text, extra));
+  const Func *f = step_func(m, 0);
+  double t = 0;
+  int products = 0;
+  for (int k = 0; k < f->inst.n; k++)
+    if (f->inst.a[k]->op == OP_matmul)
+      t += sim_compute_time(m, f->inst.a[k], 0), products++;
+  assert_int_equal(products, n);
+  return t;
+}
+
 /* A device that gives its GEMM's micro-tile (tile_m x tile_n, as dtc-probe
  * writes them) has every product priced in whole tiles: x @ w of [20, 64]
  * by [64, 1] computes 2 x 14 rows by 32 columns of tiles over k = 64, and
@@ -350,16 +364,9 @@ static void test_gemm_tiles(void **state) {
                      "cluster c {\n  node a { device d0: cpu(gflops = 80, mem = 1GiB%s) }\n}\n"
                      "parallel lin on c {\n  mesh m[dp = 1] over d0\n  plan explicit\n}\n";
   Arena *a = arena_new();
-  double t[2] = {0, 0};
-  for (int tiled = 0; tiled < 2; tiled++) {
-    Module *m = compile_text(a, arena_printf(a, text, tiled ? ", tile_m = 14, tile_n = 32" : ""));
-    const Func *f = step_func(m, 0);
-    int products = 0;
-    for (int k = 0; k < f->inst.n; k++)
-      if (f->inst.a[k]->op == OP_matmul)
-        t[tiled] += sim_compute_time(m, f->inst.a[k], 0), products++;
-    assert_int_equal(products, 2);
-  }
+  double t[2];
+  for (int tiled = 0; tiled < 2; tiled++)
+    t[tiled] = matmul_time(a, text, tiled ? ", tile_m = 14, tile_n = 32" : "", 2);
   double want = (114688 - 2560 + 89600 - 2560) / 80e9;
   printf("products in whole tiles: %.4g s more, by hand %.4g s\n", t[1] - t[0], want);
   assert_true(fabs(t[1] - t[0] - want) <= 1e-9 * want);
@@ -387,16 +394,9 @@ static void test_gemm_spill_product(void **state) {
                      "parallel sp on c {\n  mesh m[dp = 1] over d0\n  plan explicit\n}\n";
   const char *extra[3] = {"", ", spill = 0.5, l2 = 1MiB", ", product = 1us"};
   Arena *a = arena_new();
-  double t[3] = {0, 0, 0};
-  for (int c = 0; c < 3; c++) {
-    Module *m = compile_text(a, arena_printf(a, text, extra[c]));
-    const Func *f = step_func(m, 0);
-    int products = 0;
-    for (int k = 0; k < f->inst.n; k++)
-      if (f->inst.a[k]->op == OP_matmul)
-        t[c] += sim_compute_time(m, f->inst.a[k], 0), products++;
-    assert_int_equal(products, 5);
-  }
+  double t[3];
+  for (int c = 0; c < 3; c++)
+    t[c] = matmul_time(a, text, extra[c], 5);
   double spilled = 8388608 / 80e9;
   printf("spill: %.4g s more, by hand %.4g s; product: %.4g s more\n", t[1] - t[0], spilled,
          t[2] - t[0]);
