@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """trace_vs_sim.py: a measured step against the simulator's, op by op.
 
-    bench/trace_vs_sim.py --sim SIM.json TRACE.json [TRACE.json ...]
+    bench/trace_vs_sim.py --sim SIM.json [--device D] TRACE.json [TRACE.json ...]
 
 SIM.json is `dtc --emit=sim -o SIM.json` of the model, TRACE.json what the
 runtime wrote of one process's steps (DTRT_TRACE=TRACE.json, docs/RUNTIME.md,
@@ -12,7 +12,9 @@ the median over the steps, then over the traces. The predicted side sums the
 simulated ops' durations by op name; the ops that run in generated code
 (no kernel of that name in the traces) count as `generated`. Prints one line
 per name: measured us, predicted us and their ratio, largest first, then the
-predicted parts of `generated`."""
+predicted parts of `generated`. With --device D, the predicted side is
+device D's alone (the simulator's pid D, the mesh's device D; give the trace
+of the rank that runs it), else every device's summed."""
 import argparse
 import json
 import statistics
@@ -46,12 +48,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sim", required=True)
     ap.add_argument("--skip", type=int, default=3)
+    ap.add_argument("--device", type=int)
     ap.add_argument("traces", nargs="+")
     a = ap.parse_args()
     runs = [measured(t, a.skip) for t in a.traces]
     meas = {n: statistics.median(r.get(n, 0) for r in runs) for n in set().union(*runs)}
     by_op = {}
     for e in events(a.sim):
+        if a.device is not None and e.get("pid") != a.device:
+            continue
         op = e["name"].split()[0]
         by_op[op] = by_op.get(op, 0) + e["dur"]
     gen = {n: v for n, v in by_op.items() if n not in meas}
