@@ -120,7 +120,7 @@ static bool bytes_arg(const Expr *e, const char *what, int64_t *out, Diag *d) {
 }
 
 /* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name", spread = S, bw = B,
- *   lat = T, row = T, attn = F, score = T, tile_m = R, tile_n = C, product = T, spill = F,
+ *   lat = T, row = T, attn = F, score = T, tile_m = R, tile_n = C, product = T, spill = B,
  *   l2 = M) */
 static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   static const char *const param[] = {"gflops", "mem",   "target", "cpu",     "spread",
@@ -157,7 +157,7 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   ok &= !arg[10] || ranged_arg(arg[10], "tile_m", NULL, &dev.tile_m, d);
   ok &= !arg[11] || ranged_arg(arg[11], "tile_n", NULL, &dev.tile_n, d);
   ok &= !arg[12] || quantity(arg[12], "product", U_TIME, &dev.product, d);
-  ok &= !arg[13] || ranged_arg(arg[13], "spill", &dev.spill, NULL, d);
+  ok &= !arg[13] || quantity(arg[13], "spill", U_BW, &dev.spill, d);
   ok &= !arg[14] || bytes_arg(arg[14], "l2", &dev.l2, d);
   for (int k = 10; ok && k < 14; k += 3)   /* tile_m with tile_n, spill with l2 */
     if (!arg[k] != !arg[k + 1]) {

@@ -150,10 +150,11 @@ typedef struct Device {
                               score it makes, 0: not given */
   double product;          /* seconds a matmul takes beyond its FLOPs for each product of
                               matrices it makes (one, or a batch's count), 0: not given */
-  double spill;            /* the fraction of gflops at which a matmul runs whose right
-                              operand (K x N, a product's) holds more than l2 bytes, 0: not
-                              given */
-  int64_t l2;              /* bytes of the L2 cache of a core of the device, 0: not given */
+  double spill;            /* bytes per second at which a matmul streams a right operand
+                              (K x N, a product's) of more than l2 bytes, beyond its FLOPs,
+                              0: not given */
+  int64_t l2;              /* bytes of L2 cache the device has (of a core it may share), 0:
+                              not given */
   int64_t tile_m, tile_n;  /* the micro-tile of dtc's GEMM on the device (rows x columns of
                               a product it computes at once), 0: not given */
   int64_t mem;             /* bytes */

@@ -36,7 +36,7 @@ const IrField ir_device_fields[] = {
     RANGED(Device, bw, 'f', ir_quantity), RANGED(Device, lat, 'f', ir_quantity),
     RANGED(Device, row, 'f', ir_quantity), RANGED(Device, attn, 'f', ir_positive),
     RANGED(Device, score, 'f', ir_quantity), RANGED(Device, product, 'f', ir_quantity),
-    RANGED(Device, spill, 'f', ir_positive), RANGED(Device, l2, 'i', ir_mem),
+    RANGED(Device, spill, 'f', ir_quantity), RANGED(Device, l2, 'i', ir_mem),
     RANGED(Device, tile_m, 'i', ir_tile),
     RANGED(Device, tile_n, 'i', ir_tile),
     RANGED(Device, mem, 'i', ir_mem), FIELD(Device, target, 's'),

@@ -5,8 +5,8 @@
  * Every device walks its @train_step.D (or the one @train_step, on one device)
  * in order. A compute op takes the device's roofline, as dtc-probe measures
  * it: a fixed lat, its FLOPs over the GEMM's speed (a matmul's in whole tiles
- * of the GEMM where the device gives them: tile_flops, at `spill` of the
- * speed where its right operand spills out of the L2 cache, and a fixed
+ * of the GEMM where the device gives them: tile_flops; the bytes of its
+ * right operand at `spill` where they spill out of the L2 cache; and a fixed
  * time for each product of matrices it makes: `product`), and the bytes it moves
  * over the elementwise loops' bandwidth (its result, and for any op but an
  * elementwise one, which fusion keeps in registers, its operands; of an
@@ -185,21 +185,23 @@ static double products(const Inst *i) {
   return (double)type_elems(y) / ((double)y->dim[y->rank - 2] * (double)y->dim[y->rank - 1]);
 }
 
-/* Whether matmul i's right operand (K x N, a product's) holds more bytes
- * than the L2 cache of a core of dv: where dv gives both figures, the
- * product runs at `spill` of its speed, the operand streamed from farther. */
-static bool spills(const Inst *i, const Device *dv) {
+/* The seconds matmul i takes on dv to stream its right operands (K x N,
+ * each product's) where they hold more bytes than dv's L2 cache: their bytes
+ * at `spill`, where dv gives it and `l2`. Its packing streams the whole
+ * operand once a product, whatever the rows, so the fewer a product's rows
+ * the larger its share. */
+static double spilled(const Inst *i, const Device *dv) {
   const Type *w = &i->in[1]->type;
   if (!dv || !(dv->spill > 0) || dv->l2 <= 0 || w->rank < 2)
-    return false;
+    return 0;
   double bytes = (double)w->dim[w->rank - 2] * (double)w->dim[w->rank - 1] *
                  (double)dtype_size(w->dtype);
-  return bytes > (double)dv->l2;
+  return bytes > (double)dv->l2 ? products(i) * bytes / dv->spill : 0;
 }
 
-/* Seconds of op i's FLOPs on `device`: at its speed over flop_slowness (a
- * matmul's at `spill` of it where its right operand spills out of the L2
- * cache), and a matmul's `product` for each product it makes; an
+/* Seconds of op i's FLOPs on `device`: at its speed over flop_slowness, and
+ * for a matmul the right operands it streams (spilled) and `product` for
+ * each product it makes; an
  * attention kernel on a device that gives `attn` or `score` (dtc-probe
  * measures both on dtc's attention) at attn of its speed (1 when not
  * given) and score for each score it makes (0 when not given). */
@@ -211,8 +213,7 @@ static double work_time(const Module *m, const Inst *i, int device) {
            (ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score);
   if (i->op != OP_matmul || !(ir_flops(i) > 0))
     return ir_flops(i) * attn_blocks(i) * flop_slowness(i) / flops;
-  return tile_flops(i, dv) / (flops * (spills(i, dv) ? dv->spill : 1)) +
-         (dv ? products(i) * dv->product : 0);
+  return tile_flops(i, dv) / flops + spilled(i, dv) + (dv ? products(i) * dv->product : 0);
 }
 
 /* The bytes of v, of b in all, that op i moves: a sparse update's table and

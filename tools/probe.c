@@ -4,6 +4,7 @@
  * links between ranks and every collective method of libdtrt over all ranks,
  * and writes them as a dtc cluster block: each figure the median of repeated
  * timings, with their spread. */
+#define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include <assert.h>
 #include <errno.h>
 #include <math.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,9 +26,9 @@ static const char usage[] =
   "\n"
   "Measures each rank's speed at the kernels of a step, as dtc generates them for\n"
   "the CPU dtc-probe was built on, on the rank's threads: the GEMM (1024 x 128\n"
-  "x 128 and 128 x 128 x 1536: its speed; 128 x 1024 x 1024: its speed where\n"
-  "the weight spills out of the L2 cache; 192 products of 32^3: a time per\n"
-  "product), an elementwise loop (16K and 1M elements: a fixed cost\n"
+  "x 128 and 128 x 128 x 1536: its speed; 128 x 1024 x 1024: the rate at which\n"
+  "it streams a weight that spills out of the L2 cache; 192 products of 32^3: a\n"
+  "time per product), an elementwise loop (16K and 1M elements: a fixed cost\n"
   "and a bandwidth), an embedding bag reading rows at random from a table of\n"
   "64 MiB (the time of a row beyond its bytes) and a training step through a\n"
   "causal attention of 1024 queries at heads of 16 and of 64 (attention's speed\n"
@@ -95,8 +97,8 @@ typedef struct ProbeSpeed {
   double score;    /* seconds an attention kernel takes beyond its FLOPs a score */
   int tile_m, tile_n;   /* the micro-tile of the GEMM this rank's build runs */
   double product;  /* seconds a GEMM takes beyond its FLOPs a product of matrices */
-  double spill;    /* a GEMM's speed over gflops where its right operand spills out of
-                      the L2 cache, 0: not measured */
+  double spill;    /* bytes per second at which a GEMM streams a right operand that
+                      spills out of the L2 cache, beyond its FLOPs, 0: not measured */
   int64_t l2;      /* bytes of a core's L2 cache, 0: not known */
 } ProbeSpeed;
 
@@ -300,7 +302,7 @@ static int probe_write(FILE *f, const Probe *p) {
               at_least(s->attn, 0.001), at_least(s->score * 1e9, 0.001),
               at_least(s->product * 1e9, 0.1));
       if (s->spill > 0 && s->l2 > 0)
-        fprintf(f, ", spill = %.3f, l2 = %lldKiB", at_least(s->spill, 0.001),
+        fprintf(f, ", spill = %.2fGB/s, l2 = %lldKiB", at_least(s->spill / 1e9, 0.01),
                 (long long)(s->l2 + 1023) / 1024);
       if (s->tile_m > 0 && s->tile_n > 0)
         fprintf(f, ", tile_m = %d, tile_n = %d", s->tile_m, s->tile_n);
@@ -374,31 +376,48 @@ typedef struct ProbeGemm {
 } ProbeGemm;
 
 /* s's GEMM figures from the n timed GEMMs g, as the simulator prices a
- * matmul: its FLOPs at gflops, at spill of it where its right operand holds
- * more than l2 bytes, and product for each product it makes. gflops such
- * that each single product whose right operand fits takes its time on
+ * matmul: its FLOPs at gflops, its right operand's bytes at spill where
+ * they are more than l2, and product for each product it makes. gflops
+ * such that each single product whose right operand fits takes its time on
  * average over them, the harmonic mean of their FLOPs over their times
  * (their one product each is a few hundred ns against a ms); spill the
- * same of those that spill, over gflops (none when l2 is 0 or no product
- * fits: then gflops is all of them); product what the batched products
- * take beyond their FLOPs at gflops, a product, 0 or more. */
+ * bytes of the right operands of those that spill over what their times
+ * take beyond their FLOPs at gflops (none when l2 is 0, no product fits or
+ * none takes longer); product what the batched products take beyond their
+ * FLOPs at gflops, a product, 0 or more. */
 static void probe_gemm_fit(const ProbeGemm *g, int n, int64_t l2, ProbeSpeed *s) {
-  double per_flop[2] = {0}, fixed = 0;   /* seconds per FLOP: that fit, that spill */
-  int singles[2] = {0}, batches = 0;
-  for (int k = 0; k < n; k++) {
-    int spills = l2 > 0 && g[k].wbytes > (double)l2;
+  double per_flop = 0;          /* seconds per FLOP, summed over the products that fit */
+  double bytes = 0, beyond = 0;  /* the spilling ones' right operands and extra seconds */
+  double fixed = 0;
+  int singles = 0, batches = 0;
+  for (int k = 0; k < n; k++)
+    if (g[k].products == 1 && !(l2 > 0 && g[k].wbytes > (double)l2))
+      per_flop += g[k].left / g[k].flops, singles++;
+  bool one_speed = !singles;   /* no product fits: one speed for all */
+  for (int k = 0; one_speed && k < n; k++)
     if (g[k].products == 1)
-      per_flop[spills] += g[k].left / g[k].flops, singles[spills]++;
-  }
-  if (!singles[0])   /* no product fits: one speed for all */
-    per_flop[0] = per_flop[1], singles[0] = singles[1], singles[1] = 0;
-  s->gflops = singles[0] / per_flop[0] / 1e9;
-  s->spill = singles[1] ? singles[1] / per_flop[1] / 1e9 / s->gflops : 0;
-  s->l2 = singles[1] ? l2 : 0;
+      per_flop += g[k].left / g[k].flops, singles++;
+  s->gflops = singles / per_flop / 1e9;
+  for (int k = 0; !one_speed && l2 > 0 && k < n; k++)
+    if (g[k].products == 1 && g[k].wbytes > (double)l2)
+      bytes += g[k].wbytes, beyond += g[k].left - g[k].flops / (s->gflops * 1e9);
+  s->spill = beyond > 0 ? bytes / beyond : 0;
+  s->l2 = beyond > 0 ? l2 : 0;
   for (int k = 0; k < n; k++)
     if (g[k].products > 1)
       fixed += fmax(0, g[k].left - g[k].flops / (s->gflops * 1e9)) / g[k].products, batches++;
   s->product = batches ? fixed / batches : 0;
+}
+
+/* The L2 bytes rank me of n has of a core's l2: shared with every rank of
+ * its node pinned to the same one CPU (cpu[r], -1: not pinned to one), as
+ * ranks that take turns on a core share its cache; a rank not pinned to
+ * one CPU has it all. */
+static int64_t shared_l2(int64_t l2, const int *cpu, const int *node, int n, int me) {
+  int sharing = 0;
+  for (int r = 0; cpu[me] >= 0 && r < n; r++)
+    sharing += node[r] == node[me] && cpu[r] == cpu[me];
+  return sharing > 1 ? l2 / sharing : l2;
 }
 
 #ifndef DTC_PROBE_NO_MAIN
@@ -601,6 +620,18 @@ static double tiled_flops(const Kernel *k, int tile_m, int tile_n) {
   if (tile_m <= 0 || tile_n <= 0)
     return k->flops;
   return k->flops * (ceil(m / tile_m) * tile_m) * (ceil(n / tile_n) * tile_n) / (m * n);
+}
+
+/* The one CPU this rank may run on, -1 when it may run on several (or the
+ * system does not say). */
+static int pinned_cpu(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) || CPU_COUNT(&set) != 1)
+    return -1;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set))
+      return c;
+  return -1;
 }
 
 /* The bytes of the L2 cache of a core, 0 when the system does not say. */
@@ -898,8 +929,9 @@ int main(int argc, char **argv) {
   double *t = calloc(reps, sizeof *t), *tk = calloc((size_t)K_COUNT * cap, sizeof *tk);
   int *node = calloc(nranks, sizeof *node);
   const char **host = calloc(nranks, sizeof *host);
+  int *cpus = calloc(nranks, sizeof *cpus);
   Bench bench[K_COUNT] = {0};
-  int ok = hosts && speed && mem && t && tk && node && host, all_ok;
+  int ok = hosts && speed && mem && t && tk && node && host && cpus, all_ok;
   for (int k = 0; ok && k < K_COUNT; k++)
     ok = !bench_make(&kernels[k], &bench[k]);
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
@@ -1043,7 +1075,10 @@ int main(int argc, char **argv) {
     n += reps;
   }
   p.kernel_reps = n;
-  ProbeSpeed my = roofline(mine, n, dtrt_threads(ctx), core_l2()); /* the models' pool */
+  int my_cpu = pinned_cpu();
+  MPI_Allgather(&my_cpu, 1, MPI_INT, cpus, 1, MPI_INT, MPI_COMM_WORLD);
+  /* the models' pool, shared */
+  ProbeSpeed my = roofline(mine, n, dtrt_threads(ctx), shared_l2(core_l2(), cpus, node, nranks, me));
   my.spread = spreads[me];
   free(mine);
   free(all), free(spreads);
@@ -1068,7 +1103,7 @@ int main(int argc, char **argv) {
   dtrt_ctx_free(ctx);
   for (int k = 0; k < K_COUNT; k++)
     bench_free(&kernels[k], &bench[k]);
-  free(hosts), free(speed), free(mem), free(t), free(tk), free(node), free(host);
+  free(hosts), free(speed), free(mem), free(t), free(tk), free(node), free(host), free(cpus);
   return finish(status ? 1 : 0);
 }
 

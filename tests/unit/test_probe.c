@@ -29,7 +29,7 @@ static void two_nodes(void **state) {
   ProbeSpeed speed[3] = {
       {.gflops = 80.04, .lat = 1.234e-6, .bw = 20.456e9, .spread = 0.0123, .row = 21.46e-9,
        .attn = 0.7126, .score = 0.4567e-9, .tile_m = 14, .tile_n = 32, .product = 432.14e-9,
-       .spill = 0.8561, .l2 = 1 << 20},
+       .spill = 12.345e9, .l2 = 1 << 20},
       {.gflops = 40.06, .lat = 2e-6, .bw = 10e9, .spread = 0.25, .row = 40e-9, .attn = 1.25,
        .score = 1e-9, .tile_m = 6, .tile_n = 16},
       {.gflops = 39.95, .lat = 0.5e-6, .bw = 5.555e9}};
@@ -49,7 +49,7 @@ static void two_nodes(void **state) {
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
     "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
-    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, product = 432.1ns, spill = 0.856, l2 = 1024KiB, tile_m = 14, tile_n = 32)\n"
+    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, product = 432.1ns, spill = 12.35GB/s, l2 = 1024KiB, tile_m = 14, tile_n = 32)\n"
     "    device r1: cpu(gflops = 40.1, bw = 10.00GB/s, lat = 2.00us, mem = 8.00GiB, "
     "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns, product = 0.1ns, tile_m = 6, tile_n = 16)\n"
     "  }\n"
@@ -297,17 +297,17 @@ static void attn_fit(void **state) {
   assert_true(fabs(attn - (flops[0] + flops[1]) / (t[0] + t[1]) / 100e9) < 1e-12);
 }
 
-/* The GEMMs' fit: times made from 100 GFLOP/s, 0.8 of it for a product
- * whose right operand holds more than the L2 cache's bytes and 200 ns a
- * product, at the probe's four GEMMs (a layer's, whose 4 MiB weight spills
- * out of a 1 MiB L2, a thin one, a weight's gradient of 768 KiB, 192
- * products of 32^3), give them back; with an L2 of 512 KiB the gradient
- * spills too, and its speed is the spilled one; with no L2 known, or none
- * that a product fits, gflops is the harmonic mean of all single products
- * and no spill is given. */
+/* The GEMMs' fit: times made from 100 GFLOP/s, 10 GB/s for the bytes of a
+ * right operand that holds more than the L2 cache, and 200 ns a product,
+ * at the probe's four GEMMs (a layer's, whose 4 MiB weight spills out of a
+ * 1 MiB L2, a thin one, a weight's gradient of 768 KiB, 192 products of
+ * 32^3), give them back; with an L2 of 512 KiB the gradient spills too,
+ * and both give the rate; with no L2 known, or none that a product fits,
+ * gflops is the harmonic mean of all single products and no spill is
+ * given. */
 static void gemm_fit(void **state) {
   (void)state;
-  const double G = 100e9, spill = 0.8, product = 200e-9;
+  const double G = 100e9, spill = 10e9, product = 200e-9;
   ProbeGemm g[4] = {{.flops = 2.0 * 128 * 1024 * 1024, .wbytes = 4 << 20, .products = 1},
                     {.flops = 2.0 * 1024 * 128 * 128, .wbytes = 64 << 10, .products = 1},
                     {.flops = 2.0 * 128 * 128 * 1536, .wbytes = 768 << 10, .products = 1},
@@ -315,15 +315,17 @@ static void gemm_fit(void **state) {
   int64_t l2s[2] = {1 << 20, 512 << 10};
   for (int c = 0; c < 2; c++) {
     for (int k = 0; k < 4; k++)
-      g[k].left = g[k].flops / (G * (g[k].wbytes > l2s[c] ? spill : 1)) + g[k].products * product;
+      g[k].left = g[k].flops / G + (g[k].wbytes > l2s[c] ? g[k].wbytes / spill : 0) +
+                  g[k].products * product;
     ProbeSpeed s = {0};
     probe_gemm_fit(g, 4, l2s[c], &s);
     /* the single products' one `product` each is in their times, at most 6e-4
      * of them (200 ns of the thin product's 335 us), and moves gflops that
-     * much; the batch's 126 us of FLOPs so priced move its 200 ns a product
-     * by under 0.5 ns */
+     * much and the spilled seconds (0.4 ms a 4 MiB) by under 6e-4 of the
+     * layer's 2.7 ms; the batch's 126 us of FLOPs so priced move its 200 ns
+     * a product by under 0.5 ns */
     assert_true(fabs(s.gflops - G / 1e9) < 1e-3 * G / 1e9);
-    assert_true(fabs(s.spill - spill) < 1e-3 && s.l2 == l2s[c]);
+    assert_true(fabs(s.spill - spill) < 1e-2 * spill && s.l2 == l2s[c]);
     assert_true(fabs(s.product - product) < 1e-2 * product);
   }
   for (int c = 0; c < 2; c++) {   /* no L2 known; an L2 no product fits */
@@ -335,6 +337,18 @@ static void gemm_fit(void **state) {
     assert_true(fabs(s.gflops - 3 / per_flop / 1e9) < 1e-9 * s.gflops);
     assert_true(s.spill == 0 && s.l2 == 0 && s.product >= 0);
   }
+}
+
+/* A core's L2 is shared by the ranks of a node pinned to its one CPU: ranks
+ * 1 and 2 on CPU 1 of node 0 have half of it each, rank 0 alone on CPU 0
+ * all of it, and so do rank 3, on CPU 1 of another node, and rank 4, not
+ * pinned to one CPU. */
+static void l2_shared(void **state) {
+  (void)state;
+  int cpu[5] = {0, 1, 1, 1, -1}, node[5] = {0, 0, 0, 1, 0};
+  int64_t want[5] = {1 << 20, 512 << 10, 512 << 10, 1 << 20, 1 << 20};
+  for (int r = 0; r < 5; r++)
+    assert_int_equal(shared_l2(1 << 20, cpu, node, 5, r), want[r]);
 }
 
 static void names(void **state) {
@@ -361,6 +375,7 @@ int main(void) {
     cmocka_unit_test(fit),
     cmocka_unit_test(attn_fit),
     cmocka_unit_test(gemm_fit),
+    cmocka_unit_test(l2_shared),
     cmocka_unit_test(names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

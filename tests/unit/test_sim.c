@@ -373,13 +373,13 @@ static void test_gemm_tiles(void **state) {
   arena_free(a);
 }
 
-/* A device that gives `spill` and `l2` prices a product whose right operand
- * holds more than l2 bytes at spill of its speed, and one that gives
- * `product` adds that much a product of matrices. The step of (x @ w1) @ w2
- * makes five products (two forward; the backward's dh = dp w2^T, dw2 =
- * h^T dp, dw1 = x^T dh), of which x @ w1 alone has a right operand beyond
- * 1 MiB (w1: 4 MiB; the others at most 32 KiB): by hand, spill 0.5 adds
- * its 8388608 FLOPs' time once more, product 1 us adds 5 us. */
+/* A device that gives `spill` and `l2` adds a product's right operand's
+ * bytes at spill where they are more than l2, and one that gives `product`
+ * adds that much a product of matrices. The step of (x @ w1) @ w2 makes
+ * five products (two forward; the backward's dh = dp w2^T, dw2 = h^T dp,
+ * dw1 = x^T dh), of which x @ w1 alone has a right operand beyond 1 MiB
+ * (w1: 4 MiB; the others at most 32 KiB): by hand, spill 4 GB/s adds
+ * 4 MiB / 4 GB/s, product 1 us adds 5 us. */
 static void test_gemm_spill_product(void **state) {
   (void)state;
   const char *text = "model sp(batch B = 4) {\n"
@@ -392,12 +392,12 @@ static void test_gemm_spill_product(void **state) {
                      "}\n"
                      "cluster c {\n  node a { device d0: cpu(gflops = 80, mem = 1GiB%s) }\n}\n"
                      "parallel sp on c {\n  mesh m[dp = 1] over d0\n  plan explicit\n}\n";
-  const char *extra[3] = {"", ", spill = 0.5, l2 = 1MiB", ", product = 1us"};
+  const char *extra[3] = {"", ", spill = 4GB/s, l2 = 1MiB", ", product = 1us"};
   Arena *a = arena_new();
   double t[3];
   for (int c = 0; c < 3; c++)
     t[c] = matmul_time(a, text, extra[c], 5);
-  double spilled = 8388608 / 80e9;
+  double spilled = 4194304 / 4e9;
   printf("spill: %.4g s more, by hand %.4g s; product: %.4g s more\n", t[1] - t[0], spilled,
          t[2] - t[0]);
   assert_true(fabs(t[1] - t[0] - spilled) <= 1e-9 * spilled);
