@@ -244,9 +244,9 @@ static bool lower_collective(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
     }
     col.method = k;
   }
-  if (!fe_eval_int(arg[1], NULL, 0, "'ranks'", &col.ranks, d))
+  if (!fe_eval_int(arg[1], NULL, 0, "'ranks'", &col.ranks, d)) {
     ok = false;
-  else if (col.ranks < 2 || col.ranks > INT_MAX) {
+  } else if (col.ranks < 2 || col.ranks > INT_MAX) {
     diag_error(d, arg[1]->loc, "'ranks' must be %s, not %lld",
                col.ranks < 2 ? "at least 2" : "at most 2147483647", (long long)col.ranks);
     ok = false;

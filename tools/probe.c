@@ -99,7 +99,8 @@ typedef struct ProbeSpeed {
   double product;  /* seconds a GEMM takes beyond its FLOPs a product of matrices */
   double spill;    /* bytes per second at which a GEMM streams a right operand that
                       spills out of the L2 cache, beyond its FLOPs, 0: not measured */
-  int64_t l2;      /* bytes of a core's L2 cache, 0: not known */
+  int64_t l2;      /* bytes of L2 cache the rank has (a core's, shared by the ranks
+                      pinned to it), 0: not known */
 } ProbeSpeed;
 
 /* What the writer needs: per rank its speed, memory and node; per node a host. */
@@ -517,9 +518,10 @@ TRAIN_FNS(probe_attn16, PROBE_ATTN16)
 TRAIN_FNS(probe_attn64, PROBE_ATTN64)
 #define KERNEL(name, NAME, flops, bytes) \
   {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, flops, bytes}
-#define GEMM(name, NAME, count)                                                         \
-  {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS,                 \
-   2.0 * NAME##_Y_ELEMS * NAME##_DIM_K, 4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS), \
+#define GEMM(name, NAME, count)                                                   \
+  {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS,           \
+   2.0 * NAME##_Y_ELEMS * NAME##_DIM_K,                                           \
+   4.0 * (NAME##_X_ELEMS + NAME##_W_ELEMS + NAME##_Y_ELEMS),                      \
    .m = NAME##_DIM_M, .n = NAME##_DIM_N, .k = NAME##_DIM_K, .products = count}
 #define ROWS(name, NAME) KERNEL(name, NAME, 0, 8.0 * NAME##_X_ELEMS)
 /* A causal attention's step, as ir/cost.c counts it a pair: 4 D + 14 FLOPs
@@ -1077,8 +1079,8 @@ int main(int argc, char **argv) {
   p.kernel_reps = n;
   int my_cpu = pinned_cpu();
   MPI_Allgather(&my_cpu, 1, MPI_INT, cpus, 1, MPI_INT, MPI_COMM_WORLD);
-  /* the models' pool, shared */
-  ProbeSpeed my = roofline(mine, n, dtrt_threads(ctx), shared_l2(core_l2(), cpus, node, nranks, me));
+  int64_t l2 = shared_l2(core_l2(), cpus, node, nranks, me);
+  ProbeSpeed my = roofline(mine, n, dtrt_threads(ctx), l2); /* the models' pool, shared */
   my.spread = spreads[me];
   free(mine);
   free(all), free(spreads);

@@ -49,9 +49,11 @@ static void two_nodes(void **state) {
     "cluster lab {\n"
     "  node n0 {    # host ws\n"
     "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
-    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, product = 432.1ns, spill = 12.35GB/s, l2 = 1024KiB, tile_m = 14, tile_n = 32)\n"
+    "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, product = 432.1ns, "
+    "spill = 12.35GB/s, l2 = 1024KiB, tile_m = 14, tile_n = 32)\n"
     "    device r1: cpu(gflops = 40.1, bw = 10.00GB/s, lat = 2.00us, mem = 8.00GiB, "
-    "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns, product = 0.1ns, tile_m = 6, tile_n = 16)\n"
+    "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns, product = 0.1ns, "
+    "tile_m = 6, tile_n = 16)\n"
     "  }\n"
     "  node n1 {    # host pi.lan\n"
     "    device r2: cpu(gflops = 40.0, bw = 5.55GB/s, lat = 0.50us, mem = 3.50GiB, "
@@ -183,7 +185,8 @@ static void collectives(void **state) {
 /* Warnings name the rank and the link; a spread of exactly 5% is not one. */
 static void warnings(void **state) {
   (void)state;
-  ProbeSpeed speed[2] = {{.gflops = 80, .bw = 1e9, .spread = 0.05}, {.gflops = 40, .bw = 1e9, .spread = 0.35}};
+  ProbeSpeed speed[2] = {{.gflops = 80, .bw = 1e9, .spread = 0.05},
+                         {.gflops = 40, .bw = 1e9, .spread = 0.35}};
   double mem[2] = {1 << 30, 1 << 30};
   int node[2] = {0, 1};
   const char *host[2] = {"a", "b"};
