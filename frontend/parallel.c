@@ -166,18 +166,6 @@ static void unknown_axis(const Module *m, const Expr *e, Diag *d) {
              fe_did_you_mean(m->arena, e->s, axes.a, axes.n));
 }
 
-/* Whether global g is the weight of an embedding_bag of the model. */
-static bool is_table(const Module *m, const Global *g) {
-  const Func *f = m->func.n ? m->func.a[0] : NULL;
-  for (int k = 0; f && k < f->inst.n; k++) {
-    const Inst *i = f->inst.a[k];
-    if (i->op == OP_embedding_bag && i->in[1]->op == OP_load &&
-        !strcmp(ir_get_str(i->in[1], "global", ""), g->name))
-      return true;
-  }
-  return false;
-}
-
 /* shard NAME: on AXIS[INDEX]: table NAME whole on device INDEX of AXIS
  * (table-wise), the others holding none of it: its columns split over the
  * axis with ratio 1 on that device and 0 on the rest, so each lookup's
@@ -206,7 +194,7 @@ static bool lower_place(Module *m, Global *g, const Stmt *s, Diag *d) {
                (long long)at, e->lhs->s, size, size == 1 ? "" : "s", size - 1);
     return false;
   }
-  if (g->kind != G_PARAM || g->type.rank != 2 || !is_table(m, g)) {
+  if (g->kind != G_PARAM || g->type.rank != 2 || !ir_looks_up(m->func.n ? m->func.a[0] : NULL, g)) {
     diag_error(d, s->name_loc, "'%s' is not an embedding table: 'on' places the weight of an "
                "embedding_bag whole on one device; split other tensors with shard %s: [...]",
                s->name, s->name);

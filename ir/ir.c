@@ -516,6 +516,16 @@ static bool lse_matches(const Inst *s, const Inst *lse) {
          !ir_pieces(lse) && ir_same_attrs(s, lse);
 }
 
+bool ir_looks_up(const Func *f, const Global *g) {
+  for (int k = 0; f && k < f->inst.n; k++) {
+    const Inst *i = f->inst.a[k];
+    if (i->op == OP_embedding_bag && i->in[1]->op == OP_load &&
+        !strcmp(ir_get_str(i->in[1], "global", ""), g->name))
+      return true;
+  }
+  return false;
+}
+
 const Inst *ir_lse_partner(const Inst *lse) {
   if ((lse->op != OP_sdpa_lse && lse->op != OP_ring_sdpa_lse) || !lse->fn)
     return NULL;

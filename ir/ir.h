@@ -575,6 +575,9 @@ const Inst *ir_lse_partner(const Inst *lse);
 const Inst *ir_lse_of(const Inst *s);
 /* Whether a and b have the same attributes, of the same values. */
 bool ir_same_attrs(const Inst *a, const Inst *b);
+/* Whether global g is the table of a lookup in f (an embedding_bag's weight
+ * loaded from it); false for a NULL f. */
+bool ir_looks_up(const Func *f, const Global *g);
 
 void ir_set_int(Inst *i, const char *name, int64_t v);
 void ir_set_ints(Inst *i, const char *name, const int64_t *v, int n);

@@ -211,9 +211,10 @@ static double work_time(const Module *m, const Inst *i, int device) {
   if (scores > 0 && dv && (dv->attn > 0 || dv->score > 0))
     return attn_blocks(i) *
            (ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score);
-  if (i->op != OP_matmul || !(ir_flops(i) > 0))
-    return ir_flops(i) * attn_blocks(i) * flop_slowness(i) / flops;
-  return tile_flops(i, dv) / flops + spilled(i, dv) + (dv ? products(i) * dv->product : 0);
+  double t = tile_flops(i, dv) * attn_blocks(i) * flop_slowness(i) / flops;
+  if (i->op == OP_matmul && dv && ir_flops(i) > 0)
+    t += spilled(i, dv) + products(i) * dv->product;
+  return t;
 }
 
 /* The bytes of v, of b in all, that op i moves: a sparse update's table and

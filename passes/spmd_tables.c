@@ -87,17 +87,6 @@ bool spmd_table_block(Module *m, Diag *d, int dev, const Inst *i, int k, const S
   return true;
 }
 
-/* Whether global g is the table of a lookup in f (an embedding_bag's
- * weight). */
-static bool looked_up(const Func *f, const Global *g) {
-  for (int k = 0; f && k < f->inst.n; k++) {
-    const Inst *i = f->inst.a[k];
-    if (i->op == OP_embedding_bag && i->in[1]->op == OP_load &&
-        !strcmp(ir_get_str(i->in[1], "global", ""), g->name))
-      return true;
-  }
-  return false;
-}
 
 /* Bytes of global g on device dev, with its optimizer state (<g>__*). */
 static double table_bytes(const Module *m, const Global *g, int dev) {
@@ -123,7 +112,7 @@ void spmd_report_tables(FILE *out, const Module *m, const Func *step, const Func
   char dn[64], size[32];
   for (int g = 0; g < m->global.n; g++) {
     const Global *gl = &m->global.a[g];
-    if (gl->kind != G_PARAM || !looked_up(f, gl))
+    if (gl->kind != G_PARAM || !ir_looks_up(f, gl))
       continue;
     if (!any)
       fputs("embedding tables (each device's bytes of the table and its optimizer state):\n", out);

@@ -391,15 +391,16 @@ static void probe_gemm_fit(const ProbeGemm *g, int n, int64_t l2, ProbeSpeed *s)
   double bytes = 0, beyond = 0;  /* the spilling ones' right operands and extra seconds */
   double fixed = 0;
   int singles = 0, batches = 0;
+  bool fits = false;
   for (int k = 0; k < n; k++)
-    if (g[k].products == 1 && !(l2 > 0 && g[k].wbytes > (double)l2))
-      per_flop += g[k].left / g[k].flops, singles++;
-  bool one_speed = !singles;   /* no product fits: one speed for all */
-  for (int k = 0; one_speed && k < n; k++)
-    if (g[k].products == 1)
+    fits |= g[k].products == 1 && g[k].wbytes <= (double)l2;
+  if (!fits)   /* no product fits, or no L2 known: one speed for all */
+    l2 = 0;
+  for (int k = 0; k < n; k++)
+    if (g[k].products == 1 && (l2 <= 0 || g[k].wbytes <= (double)l2))
       per_flop += g[k].left / g[k].flops, singles++;
   s->gflops = singles / per_flop / 1e9;
-  for (int k = 0; !one_speed && l2 > 0 && k < n; k++)
+  for (int k = 0; l2 > 0 && k < n; k++)
     if (g[k].products == 1 && g[k].wbytes > (double)l2)
       bytes += g[k].wbytes, beyond += g[k].left - g[k].flops / (s->gflops * 1e9);
   s->spill = beyond > 0 ? bytes / beyond : 0;
