@@ -14,8 +14,9 @@
  * kernels built on exponentials or random numbers a cost per element
  * (elem_cost) at the GEMM's speed; DeMo's and attention's kernels count
  * their FLOPs at a fraction of that speed (flop_slowness), attention's at
- * the fraction the cluster gives (`attn`) and a time per score (`score`)
- * where it gives them (work_time). A device given no bandwidth moves a byte
+ * the fraction the cluster gives (`attn`), a time per score (`score`) and
+ * a time per product of a block (`attn_block`) where it gives them
+ * (work_time). A device given no bandwidth moves a byte
  * for SIM_BYTE_FLOPS FLOPs, so one that is slower at math, such as one
  * sharing its core, is as much slower at moving data. A collective waits for
  * every member of its axis group (start = the latest member's ready time) and
@@ -158,20 +159,28 @@ static double tile_flops(const Inst *i, const Device *dv) {
 }
 
 /* How many times the pairs an attention kernel sees it makes scores of:
- * its blocks of 64 queries whole, against whole blocks of 64 keys
- * (dtrt_sdpa_pairs): 3.9 at T = 32, causal; 1.06 at T = 1024, at which
- * dtc-probe fits `attn` and `score` by the same count. 1 for a ring's
- * kernels (their pieces) and other ops. */
-static double attn_blocks(const Inst *i) {
+ * its blocks of up to 64 queries in whole vectors of 16, against whole
+ * blocks of 64 keys (dtrt_sdpa_pairs): 1.9 at T = 32, causal; 1.06 at
+ * T = 1024, at which dtc-probe fits `attn` and `score` by the same count.
+ * In *blocks, the products of blocks of queries and keys they make, a time
+ * `attn_block` each: the blocks (dtrt_sdpa_blocks) by the products of a
+ * block, 2 in sdpa (the scores and their sum of values), 1 in sdpa_lse, 5
+ * in sdpa_grad (ir/cost.c's count). 1 and 0 for a ring's kernels (their
+ * pieces) and other ops. */
+static double attn_blocks(const Inst *i, double *blocks) {
   bool sdpa = i->op == OP_sdpa || i->op == OP_sdpa_lse || i->op == OP_sdpa_grad ||
               i->op == OP_sdpa_dmask;
   double seen = sdpa ? ir_attn_pairs(i) : 0;
+  *blocks = 0;
   if (!(seen > 0) || i->nin < 2 || i->in[1]->type.rank != 4)
     return 1;
   const Type *q = &i->in[0]->type;
   double bh = (double)q->dim[0] * (double)q->dim[1];
-  return bh * dtrt_sdpa_pairs(q->dim[2], i->in[1]->type.dim[2], ir_get_int(i, "causal", 0)) /
-         seen;
+  int64_t tk = i->in[1]->type.dim[2];
+  bool causal = ir_get_int(i, "causal", 0);
+  *blocks = bh * dtrt_sdpa_blocks(q->dim[2], tk, causal) *
+            (i->op == OP_sdpa_lse ? 1 : i->op == OP_sdpa_grad ? 5 : 2);
+  return bh * dtrt_sdpa_pairs(q->dim[2], tk, causal) / seen;
 }
 
 /* How many products of matrices matmul i makes: a batch's count, its
@@ -204,14 +213,16 @@ static double spilled(const Inst *i, const Device *dv) {
  * each product it makes; an
  * attention kernel on a device that gives `attn` or `score` (dtc-probe
  * measures both on dtc's attention) at attn of its speed (1 when not
- * given) and score for each score it makes (0 when not given). */
+ * given), score for each score it makes and attn_block for each product of
+ * a block (0 when not given). */
 static double work_time(const Module *m, const Inst *i, int device) {
-  double flops = sim_gflops(m, device) * 1e9, scores = ir_attn_scores(i);
+  double flops = sim_gflops(m, device) * 1e9, scores = ir_attn_scores(i), blocks;
+  double made = attn_blocks(i, &blocks);
   const Device *dv = cluster_dev(m, device);
   if (scores > 0 && dv && (dv->attn > 0 || dv->score > 0))
-    return attn_blocks(i) *
-           (ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score);
-  double t = tile_flops(i, dv) * attn_blocks(i) * flop_slowness(i) / flops;
+    return made * (ir_flops(i) / (flops * (dv->attn > 0 ? dv->attn : 1)) + scores * dv->score) +
+           blocks * dv->attn_block;
+  double t = tile_flops(i, dv) * made * flop_slowness(i) / flops;
   if (i->op == OP_matmul && dv && ir_flops(i) > 0)
     t += spilled(i, dv) + products(i) * dv->product;
   return t;

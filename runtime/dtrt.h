@@ -505,10 +505,15 @@ bool dtrt_conv_direct(DtConvKind kind, const DtTensor *x, const DtTensor *w, con
 int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad);
 /* The (query, key) pairs the attention kernels make scores of for one
  * (batch, head) of tq queries and tk keys, causal or not: every block of BQ
- * queries whole (its rows past tq are zeros) against the keys its last row
- * sees, in whole blocks of BK but not past tk; sdpa_grad makes as many. At
- * T = 32, causal, 2048 where 528 are seen; at T = 1024, 1.06 times them. */
+ * queries in whole vectors of 16 (its rows past tq are zeros) against the
+ * keys its last row sees, in whole blocks of BK but not past tk; sdpa_grad
+ * makes as many. At T = 32, causal, 1024 where 528 are seen; at T = 1024,
+ * 1.06 times them. */
 double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal);
+/* The blocks of up to BQ queries and BK keys those pairs come in, each a
+ * product of scores and a pass of the online softmax: 1 at T = 32, 136 at
+ * T = 1024, causal. */
+double dtrt_sdpa_blocks(int64_t tq, int64_t tk, bool causal);
 /* The passes sdpa_grad makes over bh (batch, head) pairs on `threads`: 1, a
  * (batch, head) a thread in one pass making q k^T and the probabilities once
  * a pair (5 products), where that takes at most 7/10 of the time of 2, two

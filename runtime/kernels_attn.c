@@ -240,20 +240,27 @@ INLINE float exp_of(float x) {
   return below ? 0.0f : x == x ? p : x;
 }
 
-/* s[c][r] = scale sum_j x[c][j] yt[j ys + r] for c < nc and every r < BQ:
- * the scores of keys x (rows of d) and queries yt (transposed), a row per
- * key. */
+/* The queries of a block of nr that its loops run over: nr in whole vectors.
+ * A block's keys are its nc alone. The queries and keys left out of a short
+ * block (a sequence shorter than BQ or BK, or its last block) would only add
+ * zeros to the sums and -inf to the maxima, so the bits are those of the
+ * whole block. */
+INLINE int64_t lanes(int64_t nr) { return (nr + VL - 1) / VL * VL; }
+
+/* s[c][r] = scale sum_j x[c][j] yt[j ys + r] for c < nc and r < nq: the
+ * scores of keys x (rows of d) and queries yt (transposed), a row per key. */
 INLINE void products(ProductFn *prod, const float *restrict x, const float *restrict yt,
-                     int64_t ys, int64_t nc, int64_t d, float scale, float *restrict s) {
-  prod(x, d, 1, yt, ys, d, nc, BQ, s, BQ, true, scale);
+                     int64_t ys, int64_t nc, int64_t nq, int64_t d, float scale,
+                     float *restrict s) {
+  prod(x, d, 1, yt, ys, d, nc, nq, s, BQ, true, scale);
 }
 
-/* Sets s[c][r] to -inf where key j0 + c does not exist (c >= nc) or, causal,
- * lies after query i0 + r. */
-INLINE void mask(float *s, int64_t i0, int64_t j0, int64_t nc, bool causal) {
-  for (int64_t c = 0; c < BK; c++) {
-    int64_t end = c >= nc ? BQ : causal ? j0 + c - i0 : 0;   /* the queries before key c */
-    for (int64_t r = 0; r < (end < BQ ? end : BQ); r++)
+/* Sets s[c][r] (c < nc, r < nq) to -inf where key j0 + c, causal, lies after
+ * query i0 + r. */
+INLINE void mask(float *s, int64_t i0, int64_t j0, int64_t nc, int64_t nq, bool causal) {
+  for (int64_t c = 0; causal && c < nc; c++) {
+    int64_t end = j0 + c - i0;   /* the queries before key c */
+    for (int64_t r = 0; r < (end < nq ? end : nq); r++)
       s[c * BQ + r] = -INFINITY;
   }
 }
@@ -312,33 +319,43 @@ INLINE void mix_t(ProductFn *prod, const float *restrict p, const float *restric
   prod(p, BQ, 1, y, d, nr, nc, d, acc, d, false, 1);
 }
 
-/* The online softmax of a block of scores s [BK][BQ], every query at once:
- * the running maxima m and sums l move to the block's, s becomes e^(s - m)
- * (zero where -inf), f the factors e^(m_old - m_new) that rescale what was
- * summed before (1 for a query that has seen no key yet). Each loop runs
- * along the queries, unit stride, so that GCC vectorises it. */
-INLINE void online(float *restrict s, float *restrict m, float *restrict l, float *restrict f) {
+/* The online softmax of a block of scores s [BK][BQ] (its nc keys and nq
+ * queries), every query at once: the running maxima m and sums l move to the
+ * block's, s becomes e^(s - m) (zero where -inf), f the factors
+ * e^(m_old - m_new) that rescale what was summed before (1 for a query that
+ * has seen no key yet). Each loop runs along the queries, unit stride, so
+ * that GCC vectorises it; a whole block's bounds are constants (online). */
+INLINE void online_by(float *restrict s, float *restrict m, float *restrict l,
+                      float *restrict f, int64_t nc, int64_t nq) {
   float mx[BQ], sum[BQ];
-  for (int r = 0; r < BQ; r++)
+  for (int64_t r = 0; r < nq; r++)
     mx[r] = m[r];
-  for (int c = 0; c < BK; c++)
-    for (int r = 0; r < BQ; r++)
+  for (int64_t c = 0; c < nc; c++)
+    for (int64_t r = 0; r < nq; r++)
       mx[r] = s[c * BQ + r] > mx[r] ? s[c * BQ + r] : mx[r];
-  for (int r = 0; r < BQ; r++) {
+  for (int64_t r = 0; r < nq; r++) {
     bool none = mx[r] == -INFINITY;   /* no key seen yet: nothing to sum or rescale */
     f[r] = none ? 1.0f : exp_of(m[r] - mx[r]);
     m[r] = mx[r];
     mx[r] = none ? 0.0f : mx[r];      /* then e^(-inf - 0) = 0 */
     sum[r] = 0;
   }
-  for (int c = 0; c < BK; c++)
-    for (int r = 0; r < BQ; r++) {
+  for (int64_t c = 0; c < nc; c++)
+    for (int64_t r = 0; r < nq; r++) {
       float e = exp_of(s[c * BQ + r] - mx[r]);
       s[c * BQ + r] = e;
       sum[r] += e;
     }
-  for (int r = 0; r < BQ; r++)
+  for (int64_t r = 0; r < nq; r++)
     l[r] = l[r] * f[r] + sum[r];
+}
+
+INLINE void online(float *restrict s, float *restrict m, float *restrict l, float *restrict f,
+                   int64_t nc, int64_t nq) {
+  if (nc == BK && nq == BQ)
+    online_by(s, m, l, f, BK, BQ);
+  else
+    online_by(s, m, l, f, nc, nq);
 }
 
 /* The keys [0, end) that queries i0 .. i0 + nr - 1 see (all but causal). */
@@ -348,13 +365,13 @@ INLINE int64_t keys_seen(const Attn *A, int64_t i0, int64_t nr) {
 }
 
 /* The block of keys j0.. (nc) of b against the queries i0.. (nr): its
- * scores scaled, masked, transposed into s. */
+ * scores scaled, masked, transposed into s (lanes(nr) queries). */
 INLINE void scores(const Attn *A, float *restrict s, int64_t b, int64_t i0, int64_t nr,
                    int64_t j0, int64_t nc) {
   products(A->prod, A->k + (b * A->tk + j0) * A->d,
-           A->qt + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, A->d, A->scale, s);
+           A->qt + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, lanes(nr), A->d, A->scale, s);
   add_mask(A, s, b, i0, nr, j0, nc);
-  mask(s, A->qoff + i0, A->koff + j0, nc, A->causal);
+  mask(s, A->qoff + i0, A->koff + j0, nc, lanes(nr), A->causal);
 }
 
 /* The forward (with v; A->out_lse: its rows' log-sum-exp too) or the
@@ -376,7 +393,7 @@ INLINE void fwd_item(const Attn *A, const Tiles *t, int64_t item) {
   for (int64_t j0 = 0; j0 < kend; j0 += BK) {
     int64_t nc = A->tk - j0 < BK ? A->tk - j0 : BK;
     scores(A, t->s, b, i0, nr, j0, nc);
-    online(t->s, t->m, t->l, t->f);
+    online(t->s, t->m, t->l, t->f, nc, lanes(nr));
     if (!with_v)
       continue;
     for (int64_t r = 0; r < nr; r++)
@@ -417,6 +434,19 @@ INLINE void rows_of(const Attn *A, const Tiles *t, int64_t b, int64_t i0, int64_
   }
 }
 
+/* Of a block's nc keys and nq queries: P = e^(s - lse) into p, or (ds)
+ * dS = P (s - dsum) into s, where s holds dP. */
+INLINE void probabilities(float *restrict s, const float *restrict lse,
+                          const float *restrict dsum, float *restrict p, int64_t nc, int64_t nq,
+                          bool ds) {
+  for (int64_t c = 0; c < nc; c++)
+    for (int64_t r = 0; r < nq; r++)
+      if (ds)
+        s[c * BQ + r] = p[c * BQ + r] * (s[c * BQ + r] - dsum[r]);
+      else
+        p[c * BQ + r] = exp_of(s[c * BQ + r] - lse[r]);
+}
+
 /* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b,
  * transposed (a row per key), rows_of's lse and dsum in t: P after dropout
  * into t->p, dS into t->s. With dropout, dP is the dropped probabilities'
@@ -425,16 +455,19 @@ INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, in
                         int64_t j0, int64_t nc) {
   float *restrict s = t->s, *restrict p = t->p;
   const float *restrict lse = t->lse, *restrict dsum = t->dsum;
+  int64_t nq = lanes(nr);
   scores(A, s, b, i0, nr, j0, nc);
-  for (int c = 0; c < BK; c++)
-    for (int r = 0; r < BQ; r++)
-      p[c * BQ + r] = exp_of(s[c * BQ + r] - lse[r]);
+  if (nc == BK && nq == BQ)
+    probabilities(s, lse, dsum, p, BK, BQ, false);
+  else
+    probabilities(s, lse, dsum, p, nc, nq, false);
   products(A->prod, A->v + (b * A->tk + j0) * A->d,
-           A->dot + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, A->d, 1, s);
+           A->dot + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, nq, A->d, 1, s);
   drop_block(A, s, b, i0, nr, j0, nc);
-  for (int c = 0; c < nc; c++)
-    for (int r = 0; r < BQ; r++)
-      s[c * BQ + r] = p[c * BQ + r] * (s[c * BQ + r] - dsum[r]);
+  if (nc == BK && nq == BQ)
+    probabilities(s, lse, dsum, p, BK, BQ, true);
+  else
+    probabilities(s, lse, dsum, p, nc, nq, true);
   drop_block(A, p, b, i0, nr, j0, nc);
 }
 
@@ -590,14 +623,24 @@ static int64_t scratch_floats(int64_t bh, int64_t tq, int64_t tk, int64_t d, boo
          (grad ? bh * tq : 0);
 }
 
-double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal) {
-  double pairs = 0;
+/* The pairs (blocks: 0) or the blocks of queries and keys (1) the kernels
+ * make of tq queries and tk keys (dtrt_sdpa_pairs). */
+static double made(int64_t tq, int64_t tk, bool causal, bool blocks) {
+  double n = 0;
   for (int64_t i0 = 0; i0 < tq; i0 += BQ) {
     int64_t nr = tq - i0 < BQ ? tq - i0 : BQ, end = i0 + nr;
     int64_t kend = causal && end < tk ? end : tk, keys = (kend + BK - 1) / BK * BK;
-    pairs += (double)BQ * (double)(keys < tk ? keys : tk);
+    n += blocks ? (double)(keys / BK) : (double)lanes(nr) * (double)(keys < tk ? keys : tk);
   }
-  return pairs;
+  return n;
+}
+
+double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal) {
+  return made(tq, tk, causal, false);
+}
+
+double dtrt_sdpa_blocks(int64_t tq, int64_t tk, bool causal) {
+  return made(tq, tk, causal, true);
 }
 
 int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad) {

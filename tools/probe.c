@@ -31,8 +31,9 @@ static const char usage[] =
   "time per product), an elementwise loop (16K and 1M elements: a fixed cost\n"
   "and a bandwidth), an embedding bag reading rows at random from a table of\n"
   "64 MiB (the time of a row beyond its bytes) and a training step through a\n"
-  "causal attention of 1024 queries at heads of 16 and of 64 (attention's speed\n"
-  "as a fraction of the GEMM's and a time per score); its memory; groups ranks\n"
+  "causal attention of 1024 queries at heads of 16 and of 64 and of 32 queries\n"
+  "at heads of 32 (attention's speed as a fraction of the GEMM's, a time per\n"
+  "score and a time per product of a block); its memory; groups ranks\n"
   "into nodes by host name, times ping-pong between two ranks of a\n"
   "node and between two nodes, times every collective method of libdtrt over\n"
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
@@ -95,6 +96,7 @@ typedef struct ProbeSpeed {
   double row;      /* seconds beyond its bytes for a table row read at random */
   double attn;     /* attention's FLOPs' speed over gflops */
   double score;    /* seconds an attention kernel takes beyond its FLOPs a score */
+  double attn_block; /* ... and beyond its scores a product of a block of queries and keys */
   int tile_m, tile_n;   /* the micro-tile of the GEMM this rank's build runs */
   double product;  /* seconds a GEMM takes beyond its FLOPs a product of matrices */
   double spill;    /* bytes per second at which a GEMM streams a right operand that
@@ -250,19 +252,36 @@ static void probe_fit(const double bytes[2], const double t[2], double *lat, dou
   }
 }
 
-/* Fits attention's figures to two kernels' seconds beyond their bytes and
- * fixed costs, t[k] = flops[k] / (attn * gflops) + scores[k] * score, at two
- * head sizes: *attn the fraction of gflops (GFLOP/s), *score in seconds.
- * When timing noise makes that meaningless (a score or a speed below 0),
- * score is 0 and attn such that the two take their times in all. */
-static void probe_attn_fit(const double flops[2], const double scores[2], const double t[2],
-                           double gflops, double *attn, double *score) {
-  double det = flops[0] * scores[1] - flops[1] * scores[0];
-  double per_flop = (t[0] * scores[1] - t[1] * scores[0]) / det;  /* seconds */
-  *score = (flops[0] * t[1] - flops[1] * t[0]) / det;
-  if (!(per_flop > 0) || !(*score >= 0)) {
-    per_flop = (t[0] + t[1]) / (flops[0] + flops[1]);
-    *score = 0;
+/* The determinant of the 3 x 3 matrix of columns a, b, c. */
+static double det3(const double a[3], const double b[3], const double c[3]) {
+  return a[0] * (b[1] * c[2] - b[2] * c[1]) - b[0] * (a[1] * c[2] - a[2] * c[1]) +
+         c[0] * (a[1] * b[2] - a[2] * b[1]);
+}
+
+/* Fits attention's figures to three kernels' seconds beyond their bytes and
+ * fixed costs, t[k] = flops[k] / (attn * gflops) + scores[k] * score +
+ * blocks[k] * block: two head sizes at a long sequence, whose blocks are
+ * few for their scores, and a short sequence of one block a head. *attn is
+ * the fraction of gflops (GFLOP/s), *score and *block seconds. When timing
+ * noise makes that meaningless (a speed, a score or a block below 0), the
+ * two long kernels fix attn and score with no cost a block, and the short
+ * one the block with those (0 when it takes no longer); where even two do
+ * not, score is 0 and attn such that they take their times in all. */
+static void probe_attn_fit(const double flops[3], const double scores[3], const double blocks[3],
+                           const double t[3], double gflops, double *attn, double *score,
+                           double *block) {
+  double det = det3(flops, scores, blocks), per_flop = det3(t, scores, blocks) / det;
+  *score = det3(flops, t, blocks) / det;
+  *block = det3(flops, scores, t) / det;
+  if (!(per_flop > 0) || !(*score >= 0) || !(*block >= 0)) {
+    double d2 = flops[0] * scores[1] - flops[1] * scores[0];
+    per_flop = (t[0] * scores[1] - t[1] * scores[0]) / d2;
+    *score = (flops[0] * t[1] - flops[1] * t[0]) / d2;
+    if (!(per_flop > 0) || !(*score >= 0)) {
+      per_flop = (t[0] + t[1]) / (flops[0] + flops[1]);
+      *score = 0;
+    }
+    *block = fmax(0, (t[2] - flops[2] * per_flop - scores[2] * *score) / blocks[2]);
   }
   *attn = 1 / (per_flop * gflops * 1e9);
 }
@@ -302,6 +321,8 @@ static int probe_write(FILE *f, const Probe *p) {
               at_least(p->mem[r] / (1 << 30), 0.01), s->spread, at_least(s->row * 1e9, 0.1),
               at_least(s->attn, 0.001), at_least(s->score * 1e9, 0.001),
               at_least(s->product * 1e9, 0.1));
+      if (s->attn_block > 0)
+        fprintf(f, ", attn_block = %.1fns", s->attn_block * 1e9);
       if (s->spill > 0 && s->l2 > 0)
         fprintf(f, ", spill = %.2fGB/s, l2 = %lldKiB", at_least(s->spill / 1e9, 0.01),
                 (long long)(s->l2 + 1023) / 1024);
@@ -433,6 +454,7 @@ static int64_t shared_l2(int64_t l2, const int *cpu, const int *node, int n, int
 #include "probe_bag.h"
 #include "probe_attn16.h"
 #include "probe_attn64.h"
+#include "probe_attn32.h"
 
 static double median(double *v, int n) {
   qsort(v, n, sizeof *v, cmp_double);
@@ -460,11 +482,13 @@ typedef struct Kernel {
 
 /* sdpa_grad's FLOPs and scores a pair, as ir/cost.c counts them, in the
  * passes it makes over bh (batch, head) pairs on `threads`: 10 D + 14 and
- * one score in one pass, 14 D + 28 and two in two. */
-static void attn_grad(const Kernel *k, int threads, double *flops, double *scores) {
+ * one score in one pass (5 products of D), 14 D + 28 and two in two (7). */
+static void attn_grad(const Kernel *k, int threads, double *flops, double *scores,
+                      double *products) {
   bool one = dtrt_sdpa_grad_passes(k->bh, threads) == 1;
   *flops = (one ? 10.0 : 14.0) * (double)k->d + (one ? 14 : 28);
   *scores = one ? 1 : 2;
+  *products = one ? 5 : 7;
 }
 
 #define KERNEL_FNS(name, NAME)                                                 \
@@ -517,6 +541,7 @@ static void probe_bag_free(void *m) {
   static void name##_free(void *m) { name##_destroy(m); }
 TRAIN_FNS(probe_attn16, PROBE_ATTN16)
 TRAIN_FNS(probe_attn64, PROBE_ATTN64)
+TRAIN_FNS(probe_attn32, PROBE_ATTN32)
 #define KERNEL(name, NAME, flops, bytes) \
   {name##_make, name##_go, name##_free, NAME##_X_ELEMS, NAME##_Y_ELEMS, flops, bytes}
 #define GEMM(name, NAME, count)                                                   \
@@ -542,7 +567,7 @@ enum { ATTN_STEP_KERNELS = 11 };
 /* The products first, then the loops, then the bag and the attentions. */
 enum {
   K_LAYER, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_BAG,
-  K_ATTN16, K_ATTN64, K_COUNT
+  K_ATTN16, K_ATTN64, K_ATTN32, K_COUNT
 };
 static const Kernel kernels[K_COUNT] = {
   [K_LAYER] = GEMM(probe_gemm_layer, PROBE_GEMM_LAYER, 1),
@@ -556,6 +581,7 @@ static const Kernel kernels[K_COUNT] = {
              4.0 * PROBE_BAG_DIM_B * (1 + 2 * PROBE_BAG_DIM_D)},
   [K_ATTN16] = ATTN(probe_attn16, PROBE_ATTN16),
   [K_ATTN64] = ATTN(probe_attn64, PROBE_ATTN64),
+  [K_ATTN32] = ATTN(probe_attn32, PROBE_ATTN32),
 };
 
 /* The seconds of a timed sample: ranks that share a core take turns in
@@ -673,16 +699,18 @@ static ProbeSpeed roofline(double *t, int reps, int threads, int64_t l2) {
   }
   probe_gemm_fit(g, K_GEMMS, l2, &s);
   s.row = fmax(0, med[K_BAG] - s.lat - kernels[K_BAG].bytes / s.bw) / PROBE_BAG_DIM_B;
-  double aflops[2], scores[2], aleft[2];
-  for (int j = 0; j < 2; j++) {
-    int k = K_ATTN16 + j;
-    double pairs = (double)kernels[k].bh * dtrt_sdpa_pairs(kernels[k].t, kernels[k].t, true);
-    double gf, gs;
-    attn_grad(&kernels[k], threads, &gf, &gs);
-    aflops[j] = pairs * (kernels[k].flops + gf), scores[j] = pairs * (kernels[k].scores + gs);
-    aleft[j] = fmax(med[k] - ATTN_STEP_KERNELS * s.lat - kernels[k].bytes / s.bw, med[k] / 2);
+  double aflops[3], scores[3], blocks[3], aleft[3];
+  for (int j = 0; j < 3; j++) {
+    const Kernel *kn = &kernels[K_ATTN16 + j];
+    double pairs = (double)kn->bh * dtrt_sdpa_pairs(kn->t, kn->t, true);
+    double gf, gs, gp;
+    attn_grad(kn, threads, &gf, &gs, &gp);
+    aflops[j] = pairs * (kn->flops + gf), scores[j] = pairs * (kn->scores + gs);
+    blocks[j] = (double)kn->bh * dtrt_sdpa_blocks(kn->t, kn->t, true) * (2 + gp);
+    aleft[j] = fmax(med[K_ATTN16 + j] - ATTN_STEP_KERNELS * s.lat - kn->bytes / s.bw,
+                    med[K_ATTN16 + j] / 2);
   }
-  probe_attn_fit(aflops, scores, aleft, s.gflops, &s.attn, &s.score);
+  probe_attn_fit(aflops, scores, blocks, aleft, s.gflops, &s.attn, &s.score, &s.attn_block);
   return s;
 }
 

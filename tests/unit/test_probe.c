@@ -280,24 +280,43 @@ static void fit(void **state) {
   assert_true(lat == 2e-3 && bw == b1 / 2e-3);
 }
 
-/* Attention's fit: times made from attn 0.8 of 100 GFLOP/s and 0.3 ns a
- * score, at the probe's two kernels' FLOPs and scores (heads of 16 and 64),
- * give them back; times that would need a negative score (the smaller head
- * as fast a FLOP as the larger) give score 0 and the speed that takes the
- * two times in all. */
+/* Attention's fit: times made from attn 0.8 of 100 GFLOP/s, 0.3 ns a score
+ * and 1 us a product of a block, at the probe's three kernels' FLOPs, scores
+ * and products of blocks (heads of 16 and 64 at T = 1024, and 64 heads of 32
+ * at T = 32; the pairs and blocks dtrt_sdpa_pairs and dtrt_sdpa_blocks
+ * count, by sdpa's 2 products and sdpa_grad's 5 in one pass), give them
+ * back. A short kernel as fast as the long
+ * ones' speed and scores make it gives no cost a block and the long ones'
+ * figures; long times that would need a negative score (the smaller head as
+ * fast a FLOP as the larger) give score 0 and the speed that takes the two
+ * times in all, and the block what is left of the short one's time. */
 static void attn_fit(void **state) {
   (void)state;
-  double pairs = 1024.0 * 1025 / 2, flops[2] = {4 * pairs * 376, pairs * 1336};
-  double scores[2] = {4 * 4 * pairs, 4 * pairs}, t[2], attn, score;
-  for (int k = 0; k < 2; k++)
-    t[k] = flops[k] / (0.8 * 100e9) + scores[k] * 0.3e-9;
-  probe_attn_fit(flops, scores, t, 100, &attn, &score);
-  assert_true(fabs(attn - 0.8) < 1e-9 && fabs(score - 0.3e-9) < 1e-18);
+  const double bh[3] = {4, 1, 64}, d[3] = {16, 64, 32};
+  const int64_t t_of[3] = {1024, 1024, 32};
+  double flops[3], scores[3], blocks[3], t[3], attn, score, block;
+  for (int k = 0; k < 3; k++) {
+    double pairs = bh[k] * dtrt_sdpa_pairs(t_of[k], t_of[k], true);
+    flops[k] = pairs * (14 * d[k] + 28), scores[k] = 2 * pairs;
+    blocks[k] = bh[k] * dtrt_sdpa_blocks(t_of[k], t_of[k], true) * (2 + 5);
+    t[k] = flops[k] / (0.8 * 100e9) + scores[k] * 0.3e-9 + blocks[k] * 1e-6;
+  }
+  assert_true(blocks[0] == 4 * 136 * 7 && blocks[2] == 64 * 7);
+  probe_attn_fit(flops, scores, blocks, t, 100, &attn, &score, &block);
+  assert_true(fabs(attn - 0.8) < 1e-9 && fabs(score - 0.3e-9) < 1e-15 &&
+              fabs(block - 1e-6) < 1e-12);
+  for (int k = 0; k < 3; k++)
+    t[k] = flops[k] / (0.8 * 100e9) + scores[k] * 0.3e-9 + (k == 2 ? -blocks[k] * 1e-7 : 0);
+  probe_attn_fit(flops, scores, blocks, t, 100, &attn, &score, &block);
+  assert_true(fabs(attn - 0.8) < 1e-9 && fabs(score - 0.3e-9) < 1e-15 && block == 0);
   for (int k = 0; k < 2; k++)
     t[k] = flops[k] / 80e9 * (k ? 1.2 : 1);
-  probe_attn_fit(flops, scores, t, 100, &attn, &score);
+  t[2] = flops[2] / 50e9;
+  probe_attn_fit(flops, scores, blocks, t, 100, &attn, &score, &block);
   assert_true(score == 0);
-  assert_true(fabs(attn - (flops[0] + flops[1]) / (t[0] + t[1]) / 100e9) < 1e-12);
+  double per_flop = (t[0] + t[1]) / (flops[0] + flops[1]);
+  assert_true(fabs(attn - 1 / per_flop / 100e9) < 1e-12);
+  assert_true(fabs(block - (t[2] - flops[2] * per_flop) / blocks[2]) < 1e-15);
 }
 
 /* The GEMMs' fit: times made from 100 GFLOP/s, 10 GB/s for the bytes of a

@@ -466,8 +466,10 @@ static void test_table_wise_idle(void **state) {
 
 /* A device's probed attention: given `attn`, attention's FLOPs run at that
  * fraction of gflops (else 1), and given `score`, each score a kernel makes
- * costs that time (else none); given neither, its FLOPs run at 0.65 of
- * gflops at heads of 16 (flop_slowness). Heads of 16, 2 of 64 causal
+ * costs that time (else none), and given `attn_block`, each product of a
+ * block of queries and keys (4 blocks, one a head: sdpa 2 products,
+ * sdpa_grad 5) that time; given none, its FLOPs run at 0.65 of gflops at
+ * heads of 16 (flop_slowness). Heads of 16, 2 of 64 causal
  * queries, a batch of 2, all on each device (no shardings): 8320 pairs
  * seen, of which the kernels make 16384 (one block of 64 queries whole
  * against the 64 keys its last row sees, dtrt_sdpa_pairs), the count priced;
@@ -489,14 +491,17 @@ static void test_attn_probed(void **state) {
                         "    device d1: cpu(gflops = 80, mem = 1GiB%s)\n"
                         "  }\n" LINKS;
   const char *par = "parallel att on c {\n  mesh m[dp = 2] over d0, d1\n  plan explicit\n}\n";
-  const char *given[4] = {"", ", attn = 0.5", ", score = 1ns", ", attn = 0.5, score = 1ns"};
-  const double attn[4] = {0, 0.5, 1, 0.5}, score[4] = {0, 0, 1e-9, 1e-9};
+  const char *given[5] = {"", ", attn = 0.5", ", score = 1ns", ", attn = 0.5, score = 1ns",
+                          ", attn = 0.5, score = 1ns, attn_block = 100ns"};
+  const double attn[5] = {0, 0.5, 1, 0.5, 0.5}, score[5] = {0, 0, 1e-9, 1e-9, 1e-9};
+  const double block[5] = {0, 0, 0, 0, 100e-9};
   const Op ops[3] = {OP_sdpa, OP_sdpa_lse, OP_sdpa_grad};
   /* sdpa_grad's one pass: 5 products of D, one exponential (ir/cost.c) */
   const double per_pair[3] = {4 * 16 + 14, 2 * 16 + 14, 10 * 16 + 14}, scores[3] = {1, 1, 1};
-  double pairs = 2 * 2 * 64 * 64, base[3] = {0};
+  const double products[3] = {2, 1, 5};
+  double pairs = 2 * 2 * 64 * 64, blocks = 2 * 2, base[3] = {0};
   Arena *a = arena_new();
-  for (int g = 0; g < 4; g++) {
+  for (int g = 0; g < 5; g++) {
     Module *m = compile_text(a, arena_printf(a, "%s%s%s", model_text,
                                              arena_printf(a, cluster, given[g], given[g]), par));
     for (int k = 0; k < 3; k++) {
@@ -509,7 +514,8 @@ static void test_attn_probed(void **state) {
         base[k] = t - flops / (0.65 * 80e9);
         continue;
       }
-      double want = base[k] + flops / (attn[g] * 80e9) + pairs * scores[k] * score[g];
+      double want = base[k] + flops / (attn[g] * 80e9) + pairs * scores[k] * score[g] +
+                    blocks * products[k] * block[g];
       printf("%s%s: %.4g s, by the figures %.4g s\n", ir_ops[ops[k]].name, given[g], t, want);
       assert_true(fabs(t - want) <= 1e-9 * want);
     }
