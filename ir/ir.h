@@ -149,8 +149,8 @@ typedef struct Device {
   double score;            /* seconds an attention kernel takes beyond its FLOPs for each
                               score it makes, 0: not given */
   double attn_block;       /* seconds it takes beyond its FLOPs and scores for each product
-                              of a block of queries and keys it makes (dtrt_sdpa_blocks),
-                              0: not given */
+                              of a block of fewer than 64 queries or keys it makes
+                              (dtrt_sdpa_blocks), 0: not given */
   double product;          /* seconds a matmul takes beyond its FLOPs for each product of
                               matrices it makes (one, or a batch's count), 0: not given */
   double spill;            /* bytes per second at which a matmul streams a right operand

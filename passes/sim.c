@@ -15,7 +15,7 @@
  * (elem_cost) at the GEMM's speed; DeMo's and attention's kernels count
  * their FLOPs at a fraction of that speed (flop_slowness), attention's at
  * the fraction the cluster gives (`attn`), a time per score (`score`) and
- * a time per product of a block (`attn_block`) where it gives them
+ * a time per product of a short block (`attn_block`) where it gives them
  * (work_time). A device given no bandwidth moves a byte
  * for SIM_BYTE_FLOPS FLOPs, so one that is slower at math, such as one
  * sharing its core, is as much slower at moving data. A collective waits for
@@ -162,11 +162,12 @@ static double tile_flops(const Inst *i, const Device *dv) {
  * its blocks of up to 64 queries in whole vectors of 16, against whole
  * blocks of 64 keys (dtrt_sdpa_pairs): 1.9 at T = 32, causal; 1.06 at
  * T = 1024, at which dtc-probe fits `attn` and `score` by the same count.
- * In *blocks, the products of blocks of queries and keys they make, a time
- * `attn_block` each: the blocks (dtrt_sdpa_blocks) by the products of a
- * block, 2 in sdpa (the scores and their sum of values), 1 in sdpa_lse, 5
- * in sdpa_grad (ir/cost.c's count). 1 and 0 for a ring's kernels (their
- * pieces) and other ops. */
+ * In *blocks, the products they make of blocks of fewer than 64 queries or
+ * keys, a time `attn_block` each (short tiles, which the probe's sequence of
+ * 32 shows): such blocks (dtrt_sdpa_blocks) by the products of a block, 2
+ * in sdpa (the scores and their sum of values), 1 in sdpa_lse, 5 in
+ * sdpa_grad (ir/cost.c's count). 1 and 0 for a ring's kernels (their pieces)
+ * and other ops. */
 static double attn_blocks(const Inst *i, double *blocks) {
   bool sdpa = i->op == OP_sdpa || i->op == OP_sdpa_lse || i->op == OP_sdpa_grad ||
               i->op == OP_sdpa_dmask;
@@ -214,7 +215,7 @@ static double spilled(const Inst *i, const Device *dv) {
  * attention kernel on a device that gives `attn` or `score` (dtc-probe
  * measures both on dtc's attention) at attn of its speed (1 when not
  * given), score for each score it makes and attn_block for each product of
- * a block (0 when not given). */
+ * a block not whole (0 when not given). */
 static double work_time(const Module *m, const Inst *i, int device) {
   double flops = sim_gflops(m, device) * 1e9, scores = ir_attn_scores(i), blocks;
   double made = attn_blocks(i, &blocks);

@@ -510,9 +510,9 @@ int64_t dtrt_sdpa_scratch_bytes(const DtTensor *q, const DtTensor *k, bool grad)
  * makes as many. At T = 32, causal, 1024 where 528 are seen; at T = 1024,
  * 1.06 times them. */
 double dtrt_sdpa_pairs(int64_t tq, int64_t tk, bool causal);
-/* The blocks of up to BQ queries and BK keys those pairs come in, each a
- * product of scores and a pass of the online softmax: 1 at T = 32, 136 at
- * T = 1024, causal. */
+/* The blocks of those pairs that are not whole, of fewer than BQ queries or
+ * BK keys (a sequence shorter than 64, or its last block), whose products
+ * run short tiles: 1 at T = 32, none at T = 1024, 16 at T = 1000, causal. */
 double dtrt_sdpa_blocks(int64_t tq, int64_t tk, bool causal);
 /* The passes sdpa_grad makes over bh (batch, head) pairs on `threads`: 1, a
  * (batch, head) a thread in one pass making q k^T and the probabilities once

@@ -623,14 +623,19 @@ static int64_t scratch_floats(int64_t bh, int64_t tq, int64_t tk, int64_t d, boo
          (grad ? bh * tq : 0);
 }
 
-/* The pairs (blocks: 0) or the blocks of queries and keys (1) the kernels
- * make of tq queries and tk keys (dtrt_sdpa_pairs). */
+/* The pairs (blocks: 0) or the blocks of fewer than BQ queries or BK keys
+ * (1) the kernels make of tq queries and tk keys (dtrt_sdpa_pairs). */
 static double made(int64_t tq, int64_t tk, bool causal, bool blocks) {
   double n = 0;
   for (int64_t i0 = 0; i0 < tq; i0 += BQ) {
     int64_t nr = tq - i0 < BQ ? tq - i0 : BQ, end = i0 + nr;
     int64_t kend = causal && end < tk ? end : tk, keys = (kend + BK - 1) / BK * BK;
-    n += blocks ? (double)(keys / BK) : (double)lanes(nr) * (double)(keys < tk ? keys : tk);
+    if (!blocks)
+      n += (double)lanes(nr) * (double)(keys < tk ? keys : tk);
+    else if (nr < BQ)
+      n += (double)(keys / BK);    /* every block of these queries */
+    else
+      n += keys > tk;               /* the last block of keys, if short */
   }
   return n;
 }

@@ -33,7 +33,7 @@ static const char usage[] =
   "64 MiB (the time of a row beyond its bytes) and a training step through a\n"
   "causal attention of 1024 queries at heads of 16 and of 64 and of 32 queries\n"
   "at heads of 32 (attention's speed as a fraction of the GEMM's, a time per\n"
-  "score and a time per product of a block); its memory; groups ranks\n"
+  "score and a time per product of a short block); its memory; groups ranks\n"
   "into nodes by host name, times ping-pong between two ranks of a\n"
   "node and between two nodes, times every collective method of libdtrt over\n"
   "all ranks at 64 KiB and 4 MiB, and writes a cluster block for dtc --cluster.\n"
@@ -96,7 +96,7 @@ typedef struct ProbeSpeed {
   double row;      /* seconds beyond its bytes for a table row read at random */
   double attn;     /* attention's FLOPs' speed over gflops */
   double score;    /* seconds an attention kernel takes beyond its FLOPs a score */
-  double attn_block; /* ... and beyond its scores a product of a block of queries and keys */
+  double attn_block; /* ... and beyond its scores a product of a block not whole */
   int tile_m, tile_n;   /* the micro-tile of the GEMM this rank's build runs */
   double product;  /* seconds a GEMM takes beyond its FLOPs a product of matrices */
   double spill;    /* bytes per second at which a GEMM streams a right operand that
@@ -252,38 +252,26 @@ static void probe_fit(const double bytes[2], const double t[2], double *lat, dou
   }
 }
 
-/* The determinant of the 3 x 3 matrix of columns a, b, c. */
-static double det3(const double a[3], const double b[3], const double c[3]) {
-  return a[0] * (b[1] * c[2] - b[2] * c[1]) - b[0] * (a[1] * c[2] - a[2] * c[1]) +
-         c[0] * (a[1] * b[2] - a[2] * b[1]);
-}
-
 /* Fits attention's figures to three kernels' seconds beyond their bytes and
  * fixed costs, t[k] = flops[k] / (attn * gflops) + scores[k] * score +
- * blocks[k] * block: two head sizes at a long sequence, whose blocks are
- * few for their scores, and a short sequence of one block a head. *attn is
- * the fraction of gflops (GFLOP/s), *score and *block seconds. When timing
- * noise makes that meaningless (a speed, a score or a block below 0), the
- * two long kernels fix attn and score with no cost a block, and the short
- * one the block with those (0 when it takes no longer); where even two do
- * not, score is 0 and attn such that they take their times in all. */
+ * blocks[k] * block: two head sizes at a long sequence, whose blocks are all
+ * whole (blocks 0), fix *attn, the fraction of gflops (GFLOP/s), and *score
+ * (seconds); where timing noise makes that meaningless (a score or a speed
+ * below 0), score is 0 and attn such that the two take their times in all.
+ * A short sequence's blocks, none whole, then take what is left of its
+ * time, *block (seconds, at least 0). */
 static void probe_attn_fit(const double flops[3], const double scores[3], const double blocks[3],
                            const double t[3], double gflops, double *attn, double *score,
                            double *block) {
-  double det = det3(flops, scores, blocks), per_flop = det3(t, scores, blocks) / det;
-  *score = det3(flops, t, blocks) / det;
-  *block = det3(flops, scores, t) / det;
-  if (!(per_flop > 0) || !(*score >= 0) || !(*block >= 0)) {
-    double d2 = flops[0] * scores[1] - flops[1] * scores[0];
-    per_flop = (t[0] * scores[1] - t[1] * scores[0]) / d2;
-    *score = (flops[0] * t[1] - flops[1] * t[0]) / d2;
-    if (!(per_flop > 0) || !(*score >= 0)) {
-      per_flop = (t[0] + t[1]) / (flops[0] + flops[1]);
-      *score = 0;
-    }
-    *block = fmax(0, (t[2] - flops[2] * per_flop - scores[2] * *score) / blocks[2]);
+  double det = flops[0] * scores[1] - flops[1] * scores[0];
+  double per_flop = (t[0] * scores[1] - t[1] * scores[0]) / det;  /* seconds */
+  *score = (flops[0] * t[1] - flops[1] * t[0]) / det;
+  if (!(per_flop > 0) || !(*score >= 0)) {
+    per_flop = (t[0] + t[1]) / (flops[0] + flops[1]);
+    *score = 0;
   }
   *attn = 1 / (per_flop * gflops * 1e9);
+  *block = fmax(0, (t[2] - flops[2] * per_flop - scores[2] * *score) / blocks[2]);
 }
 
 /* A bandwidth in GB/s as the file writes it, into buf: with `decimals`

@@ -281,15 +281,16 @@ static void fit(void **state) {
 }
 
 /* Attention's fit: times made from attn 0.8 of 100 GFLOP/s, 0.3 ns a score
- * and 1 us a product of a block, at the probe's three kernels' FLOPs, scores
- * and products of blocks (heads of 16 and 64 at T = 1024, and 64 heads of 32
- * at T = 32; the pairs and blocks dtrt_sdpa_pairs and dtrt_sdpa_blocks
+ * and 1 us a product of a block not whole, at the probe's three kernels'
+ * FLOPs, scores and such products (heads of 16 and 64 at T = 1024, all of
+ * whose blocks are whole, and 64 heads of 32 at T = 32, one short block a
+ * head; the pairs and short blocks dtrt_sdpa_pairs and dtrt_sdpa_blocks
  * count, by sdpa's 2 products and sdpa_grad's 5 in one pass), give them
- * back. A short kernel as fast as the long
- * ones' speed and scores make it gives no cost a block and the long ones'
- * figures; long times that would need a negative score (the smaller head as
- * fast a FLOP as the larger) give score 0 and the speed that takes the two
- * times in all, and the block what is left of the short one's time. */
+ * back. A short kernel as fast as the long ones' speed and scores make it
+ * gives no cost a block; long times that would need a negative score (the
+ * smaller head as fast a FLOP as the larger) give score 0 and the speed
+ * that takes the two times in all, and the block what is left of the short
+ * one's time. */
 static void attn_fit(void **state) {
   (void)state;
   const double bh[3] = {4, 1, 64}, d[3] = {16, 64, 32};
@@ -301,12 +302,12 @@ static void attn_fit(void **state) {
     blocks[k] = bh[k] * dtrt_sdpa_blocks(t_of[k], t_of[k], true) * (2 + 5);
     t[k] = flops[k] / (0.8 * 100e9) + scores[k] * 0.3e-9 + blocks[k] * 1e-6;
   }
-  assert_true(blocks[0] == 4 * 136 * 7 && blocks[2] == 64 * 7);
+  assert_true(blocks[0] == 0 && blocks[1] == 0 && blocks[2] == 64 * 7);
+  assert_true(dtrt_sdpa_pairs(32, 32, true) == 32 * 32 && dtrt_sdpa_blocks(1000, 1000, true) == 16);
   probe_attn_fit(flops, scores, blocks, t, 100, &attn, &score, &block);
   assert_true(fabs(attn - 0.8) < 1e-9 && fabs(score - 0.3e-9) < 1e-15 &&
               fabs(block - 1e-6) < 1e-12);
-  for (int k = 0; k < 3; k++)
-    t[k] = flops[k] / (0.8 * 100e9) + scores[k] * 0.3e-9 + (k == 2 ? -blocks[k] * 1e-7 : 0);
+  t[2] = flops[2] / (0.8 * 100e9) + scores[2] * 0.3e-9 - blocks[2] * 1e-7;
   probe_attn_fit(flops, scores, blocks, t, 100, &attn, &score, &block);
   assert_true(fabs(attn - 0.8) < 1e-9 && fabs(score - 0.3e-9) < 1e-15 && block == 0);
   for (int k = 0; k < 2; k++)

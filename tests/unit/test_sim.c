@@ -467,19 +467,19 @@ static void test_table_wise_idle(void **state) {
 /* A device's probed attention: given `attn`, attention's FLOPs run at that
  * fraction of gflops (else 1), and given `score`, each score a kernel makes
  * costs that time (else none), and given `attn_block`, each product of a
- * block of queries and keys (4 blocks, one a head: sdpa 2 products,
- * sdpa_grad 5) that time; given none, its FLOPs run at 0.65 of gflops at
- * heads of 16 (flop_slowness). Heads of 16, 2 of 64 causal
- * queries, a batch of 2, all on each device (no shardings): 8320 pairs
- * seen, of which the kernels make 16384 (one block of 64 queries whole
- * against the 64 keys its last row sees, dtrt_sdpa_pairs), the count priced;
- * FLOPs a pair 4 D + 14 in sdpa, 14 D + 28 in sdpa_grad, scores a pair 1
- * and 2 (ir/cost.c); sdpa_lse, which the forward's kernel writes
+ * block of fewer than 64 queries or keys (4 blocks, one a head: sdpa 2
+ * products, sdpa_grad 5) that time; given none, its FLOPs run at 0.65 of
+ * gflops at heads of 16 (flop_slowness). Heads of 16, 2 of 48 causal
+ * queries, a batch of 2, all on each device (no shardings): 4704 pairs
+ * seen, of which the kernels make 9216 (a block of 48 queries, 3 vectors of
+ * 16, against the 48 keys its last row sees, dtrt_sdpa_pairs), the count
+ * priced; FLOPs a pair 4 D + 14 in sdpa, 14 D + 28 in sdpa_grad, scores a
+ * pair 1 and 2 (ir/cost.c); sdpa_lse, which the forward's kernel writes
  * (ir_lse_partner), none. The rest of an op's price (its bytes, lat) is the
  * same with either. */
 static void test_attn_probed(void **state) {
   (void)state;
-  const char *model_text = "model att(batch B = 2, T = 64, H = 2, D = 16) {\n"
+  const char *model_text = "model att(batch B = 2, T = 48, H = 2, D = 16) {\n"
                            "  input  x: f32[B, H, T, D]\n"
                            "  param  w: f32[D, D] init glorot\n"
                            "  y    = scaled_dot_product_attention(x @ w, x, x, is_causal = true)\n"
@@ -499,7 +499,7 @@ static void test_attn_probed(void **state) {
   /* sdpa_grad's one pass: 5 products of D, one exponential (ir/cost.c) */
   const double per_pair[3] = {4 * 16 + 14, 2 * 16 + 14, 10 * 16 + 14}, scores[3] = {1, 1, 1};
   const double products[3] = {2, 1, 5};
-  double pairs = 2 * 2 * 64 * 64, blocks = 2 * 2, base[3] = {0};
+  double pairs = 2 * 2 * 48 * 48, blocks = 2 * 2, base[3] = {0};
   Arena *a = arena_new();
   for (int g = 0; g < 5; g++) {
     Module *m = compile_text(a, arena_printf(a, "%s%s%s", model_text,
