@@ -121,12 +121,12 @@ static bool bytes_arg(const Expr *e, const char *what, int64_t *out, Diag *d) {
 
 /* device NAME: cpu(gflops = G, mem = M, target = "triple", cpu = "name", spread = S, bw = B,
  *   lat = T, row = T, attn = F, score = T, tile_m = R, tile_n = C, product = T, spill = B,
- *   l2 = M, attn_block = T) */
+ *   l2 = M, attn_block = T, entry = T) */
 static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   static const char *const param[] = {"gflops", "mem",   "target", "cpu",     "spread",
                                       "bw",     "lat",   "row",    "attn",    "score",
                                       "tile_m", "tile_n", "product", "spill", "l2",
-                                      "attn_block"};
+                                      "attn_block", "entry"};
   for (int k = 0; k < c->dev.n; k++)
     if (!strcmp(c->dev.a[k].name, s->name)) {
       diag_error(d, s->name_loc, "device '%s' is already defined", s->name);
@@ -141,8 +141,8 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
     diag_error(d, e->loc, "'cpu' needs its arguments 'gflops' and 'mem'");
     return false;
   }
-  Expr *arg[16];
-  if (!fe_bind(e, param, 16, 0, 2, arg, a, d))
+  Expr *arg[17];
+  if (!fe_bind(e, param, 17, 0, 2, arg, a, d))
     return false;
   Device dev = {.name = s->name, .node = c->node.n - 1, .kind = "cpu", .loc = s->name_loc};
   bool ok = ranged_arg(arg[0], "gflops", &dev.gflops, NULL, d);
@@ -161,6 +161,7 @@ static bool lower_device(Arena *a, Cluster *c, const Stmt *s, Diag *d) {
   ok &= !arg[13] || quantity(arg[13], "spill", U_BW, &dev.spill, d);
   ok &= !arg[14] || bytes_arg(arg[14], "l2", &dev.l2, d);
   ok &= !arg[15] || quantity(arg[15], "attn_block", U_TIME, &dev.attn_block, d);
+  ok &= !arg[16] || quantity(arg[16], "entry", U_TIME, &dev.entry, d);
   for (int k = 10; ok && k < 14; k += 3)   /* tile_m with tile_n, spill with l2 */
     if (!arg[k] != !arg[k + 1]) {
       diag_error(d, (arg[k] ? arg[k] : arg[k + 1])->loc, "give '%s' and '%s' together",

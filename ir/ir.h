@@ -144,6 +144,9 @@ typedef struct Device {
   double lat;              /* seconds every kernel takes beyond its work, 0: not given */
   double row;              /* seconds a kernel takes beyond its bytes for each cache line
                               of a table row it visits at random, 0: not given */
+  double entry;            /* seconds sparse_rows takes beyond its bytes for each id it
+                              sorts, the other sparse kernels in proportion (entry_cost),
+                              0: not given */
   double attn;             /* the fraction of gflops at which attention's kernels run their
                               FLOPs, 0: not given */
   double score;            /* seconds an attention kernel takes beyond its FLOPs for each

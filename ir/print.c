@@ -34,7 +34,8 @@ const IrField *ir_field(const IrField *fields, const char *name) {
 const IrField ir_device_fields[] = {
     FIELD(Device, kind, 's'),   RANGED(Device, gflops, 'f', ir_positive),
     RANGED(Device, bw, 'f', ir_quantity), RANGED(Device, lat, 'f', ir_quantity),
-    RANGED(Device, row, 'f', ir_quantity), RANGED(Device, attn, 'f', ir_positive),
+    RANGED(Device, row, 'f', ir_quantity), RANGED(Device, entry, 'f', ir_quantity),
+    RANGED(Device, attn, 'f', ir_positive),
     RANGED(Device, score, 'f', ir_quantity), RANGED(Device, attn_block, 'f', ir_quantity),
     RANGED(Device, product, 'f', ir_quantity),
     RANGED(Device, spill, 'f', ir_quantity), RANGED(Device, l2, 'i', ir_mem),

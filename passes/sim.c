@@ -277,7 +277,10 @@ static double table_rows(const Inst *i, const Inst *v) {
  * spend beyond their rows: sparse_rows sorts the ids, sparse_values finds
  * each id's place among the rows twice (a check, then its sum), and an
  * update sorts and sums its rows' values. Measured on a Zen 4 core (probed
- * at 81.6 GFLOP/s) by DTRT_TRACE of bench/dlrm.dt: 16, 25 and 17 ns. */
+ * at 81.6 GFLOP/s) by DTRT_TRACE of bench/dlrm.dt: 16, 25 and 17 ns. A
+ * device that gives `entry` (dtc-probe times sparse kernels themselves)
+ * prices an entry of sparse_rows at that, the others in proportion
+ * (entry_time). */
 static double entry_cost(Op op) {
   switch (op) {
   case OP_sparse_rows: return 1300;
@@ -286,6 +289,14 @@ static double entry_cost(Op op) {
   case OP_sparse_moment: case OP_sparse_adam: return 1400;
   default: return 0;
   }
+}
+
+/* Seconds of an id entry of op i on dv: its entry_cost at dv's `entry` for
+ * sparse_rows' where dv gives it, else at its speed. */
+static double entry_time(const Inst *i, const Device *dv, double flops) {
+  if (dv && dv->entry > 0)
+    return entry_cost(i->op) / entry_cost(OP_sparse_rows) * dv->entry;
+  return entry_cost(i->op) / flops;
 }
 
 /* The id entries op i takes (the operand *ids), and in *lines the cache
@@ -354,7 +365,7 @@ void sim_compute_parts(const Module *m, const Inst *i, const bool *in_split, boo
   int ids;
   double lines, entries = id_entries(i, &ids, &lines);
   *(in_split && in_split[ids] ? &sh : &w) +=
-      entries * entry_cost(i->op) / flops + lines * sim_row(m, device);
+      entries * entry_time(i, cluster_dev(m, device), flops) + lines * sim_row(m, device);
   *whole = w;
   *share = sh;
 }

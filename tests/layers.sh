@@ -32,6 +32,6 @@ check codegen dtrt.h ir.h codegen.h
 # (tools/probe/), which stand on dtrt.h alone
 check tools   dtrt.h ir.h frontend.h passes.h codegen.h probe_gemm_layer.h probe_gemm_thin.h \
   probe_gemm_deep.h probe_gemm_batched.h probe_rows.h probe_rows_small.h probe_bag.h \
-  probe_attn16.h probe_attn64.h probe_attn32.h
+  probe_attn16.h probe_attn64.h probe_attn32.h probe_sparse.h
 [ $fail -eq 0 ] && echo "layers: every include is of the folder's own layer or one below"
 exit $fail

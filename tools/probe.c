@@ -30,7 +30,8 @@ static const char usage[] =
   "it streams a weight that spills out of the L2 cache; 192 products of 32^3: a\n"
   "time per product), an elementwise loop (16K and 1M elements: a fixed cost\n"
   "and a bandwidth), an embedding bag reading rows at random from a table of\n"
-  "64 MiB (the time of a row beyond its bytes) and a training step through a\n"
+  "64 MiB (the time of a row beyond its bytes), a training step of a sparse\n"
+  "table of that size (a time per id sorted or found) and training steps through a\n"
   "causal attention of 1024 queries at heads of 16 and of 64 and of 32 queries\n"
   "at heads of 32 (attention's speed as a fraction of the GEMM's, a time per\n"
   "score and a time per product of a short block); its memory; groups ranks\n"
@@ -94,6 +95,8 @@ typedef struct ProbeSpeed {
   double lat, bw;  /* seconds, bytes read and written per second */
   double spread;
   double row;      /* seconds beyond its bytes for a table row read at random */
+  double entry;    /* seconds a sparse kernel takes beyond its rows and bytes for each
+                      id sparse_rows sorts (the others' in proportion) */
   double attn;     /* attention's FLOPs' speed over gflops */
   double score;    /* seconds an attention kernel takes beyond its FLOPs a score */
   double attn_block; /* ... and beyond its scores a product of a block not whole */
@@ -311,6 +314,8 @@ static int probe_write(FILE *f, const Probe *p) {
               at_least(s->product * 1e9, 0.1));
       if (s->attn_block > 0)
         fprintf(f, ", attn_block = %.1fns", s->attn_block * 1e9);
+      if (s->entry > 0)
+        fprintf(f, ", entry = %.1fns", s->entry * 1e9);
       if (s->spill > 0 && s->l2 > 0)
         fprintf(f, ", spill = %.2fGB/s, l2 = %lldKiB", at_least(s->spill / 1e9, 0.01),
                 (long long)(s->l2 + 1023) / 1024);
@@ -440,6 +445,7 @@ static int64_t shared_l2(int64_t l2, const int *cpu, const int *node, int n, int
 #include "probe_rows.h"
 #include "probe_rows_small.h"
 #include "probe_bag.h"
+#include "probe_sparse.h"
 #include "probe_attn16.h"
 #include "probe_attn64.h"
 #include "probe_attn32.h"
@@ -491,34 +497,53 @@ KERNEL_FNS(probe_gemm_deep, PROBE_GEMM_DEEP)
 KERNEL_FNS(probe_gemm_batched, PROBE_GEMM_BATCHED)
 KERNEL_FNS(probe_rows, PROBE_ROWS)
 KERNEL_FNS(probe_rows_small, PROBE_ROWS_SMALL)
-/* The bag's ids: a pool far larger than one call's, taken in turn, so that
- * each call reads rows the calls before did not leave in the caches. */
-enum { BAG_POOL = 1 << 22 };
-static int32_t *bag_ids;
-static int64_t bag_at;
+/* The ids of the bag and of the sparse step: a pool far larger than one
+ * call's, of rows of their tables (of one size), taken in turn, so that each
+ * call reads rows the calls before did not leave in the caches. Made by the
+ * first kernel that takes it, freed by the last. */
+enum { ID_POOL = 1 << 22 };
+_Static_assert(PROBE_SPARSE_DIM_R == PROBE_BAG_DIM_R, "the bag's and the sparse step's tables");
+static int32_t *id_pool;
+static int64_t id_at;
+static int id_users;
 
-static int probe_bag_make(void **m) {
-  if (!(bag_ids = malloc(sizeof *bag_ids * BAG_POOL)))
-    return -1;
-  uint64_t x = 0x9e3779b97f4a7c15u;
-  for (int64_t i = 0; i < BAG_POOL; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    bag_ids[i] = (int32_t)(x % PROBE_BAG_DIM_R);
+static int ids_take(void) {
+  if (!id_pool) {
+    if (!(id_pool = malloc(sizeof *id_pool * ID_POOL)))
+      return -1;
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int64_t i = 0; i < ID_POOL; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      id_pool[i] = (int32_t)(x % PROBE_BAG_DIM_R);
+    }
   }
-  return probe_bag_create((probe_bag **)m, 1);
+  id_users++;
+  return 0;
 }
+static void ids_drop(void) {
+  if (id_users > 0 && !--id_users) {
+    free(id_pool);
+    id_pool = NULL;
+  }
+}
+static const int32_t *ids_next(int64_t n) {
+  if (id_at + n > ID_POOL)
+    id_at = 0;
+  id_at += n;
+  return id_pool + id_at - n;
+}
+
+#define POOLED_FNS(name)                                                                    static int name##_make(void **m) {                                                          if (ids_take())                                                                             return -1;                                                                              int rc = name##_create((name **)m, 1);                                                    if (rc)                                                                                     ids_drop();                                                                             return rc;                                                                              }                                                                                         static void name##_free(void *m) {                                                          name##_destroy(m);                                                                        ids_drop();                                                                             }
+POOLED_FNS(probe_bag)
+POOLED_FNS(probe_sparse)
 static int probe_bag_go(void *m, const float *x, float *y) {
   (void)x;
-  if (bag_at + PROBE_BAG_DIM_B > BAG_POOL)
-    bag_at = 0;
-  bag_at += PROBE_BAG_DIM_B;
-  return probe_bag_forward(m, bag_ids + bag_at - PROBE_BAG_DIM_B, PROBE_BAG_DIM_B, y,
-                           PROBE_BAG_Y_ELEMS);
+  return probe_bag_forward(m, ids_next(PROBE_BAG_DIM_B), PROBE_BAG_DIM_B, y, PROBE_BAG_Y_ELEMS);
 }
-static void probe_bag_free(void *m) {
-  probe_bag_destroy(m);
-  free(bag_ids);
-  bag_ids = NULL;
+/* A step of the sparse table: x its targets y, y its loss. */
+static int probe_sparse_go(void *m, const float *x, float *y) {
+  return probe_sparse_train_step(m, ids_next(PROBE_SPARSE_IDS_ELEMS), PROBE_SPARSE_IDS_ELEMS, x,
+                                 PROBE_SPARSE_Y_ELEMS, y);
 }
 /* A training step of an attention model: x is its inputs x and y, y its loss. */
 #define TRAIN_FNS(name, NAME)                                                          \
@@ -551,11 +576,21 @@ TRAIN_FNS(probe_attn32, PROBE_ATTN32)
    NAME##_DIM_D}
 /* the kernels of that step (dtc --emit=sim), each a fixed cost */
 enum { ATTN_STEP_KERNELS = 11 };
+/* The sparse step as the simulator prices it (dtc --emit=sim of sparse.dt:
+ * tests/e2e/probe_counts.sh): 8 kernels, each a fixed cost; the bytes they
+ * read and write; the rows they visit at random, the bag's and the update's,
+ * a cache line each; and the ids they sort or find, weighed as the
+ * simulator weighs them against sparse_rows' (entry_cost in passes/sim.c):
+ * sparse_rows 1, sparse_values 20/13 and sparse_sgd 14/13 an id. */
+enum { SPARSE_STEP_KERNELS = 8, SPARSE_STEP_BYTES = 279567 };
+#define SPARSE_STEP_LINES (2.0 * PROBE_SPARSE_DIM_B)
+#define SPARSE_STEP_ENTRIES (PROBE_SPARSE_DIM_B * (1 + 20.0 / 13 + 14.0 / 13))
 
-/* The products first, then the loops, then the bag and the attentions. */
+/* The products first, then the loops, then the bag, the attentions and the
+ * sparse table. */
 enum {
   K_LAYER, K_THIN, K_DEEP, K_BATCHED, K_GEMMS, K_ROWS_SMALL = K_GEMMS, K_ROWS, K_BAG,
-  K_ATTN16, K_ATTN64, K_ATTN32, K_COUNT
+  K_ATTN16, K_ATTN64, K_ATTN32, K_SPARSE, K_COUNT
 };
 static const Kernel kernels[K_COUNT] = {
   [K_LAYER] = GEMM(probe_gemm_layer, PROBE_GEMM_LAYER, 1),
@@ -570,6 +605,8 @@ static const Kernel kernels[K_COUNT] = {
   [K_ATTN16] = ATTN(probe_attn16, PROBE_ATTN16),
   [K_ATTN64] = ATTN(probe_attn64, PROBE_ATTN64),
   [K_ATTN32] = ATTN(probe_attn32, PROBE_ATTN32),
+  [K_SPARSE] = {probe_sparse_make, probe_sparse_go, probe_sparse_free, PROBE_SPARSE_Y_ELEMS, 1,
+                0, SPARSE_STEP_BYTES},
 };
 
 /* The seconds of a timed sample: ranks that share a core take turns in
@@ -687,6 +724,9 @@ static ProbeSpeed roofline(double *t, int reps, int threads, int64_t l2) {
   }
   probe_gemm_fit(g, K_GEMMS, l2, &s);
   s.row = fmax(0, med[K_BAG] - s.lat - kernels[K_BAG].bytes / s.bw) / PROBE_BAG_DIM_B;
+  s.entry = fmax(0, med[K_SPARSE] - SPARSE_STEP_KERNELS * s.lat - kernels[K_SPARSE].bytes / s.bw -
+                        SPARSE_STEP_LINES * s.row) /
+            SPARSE_STEP_ENTRIES;
   double aflops[3], scores[3], blocks[3], aleft[3];
   for (int j = 0; j < 3; j++) {
     const Kernel *kn = &kernels[K_ATTN16 + j];

@@ -333,6 +333,43 @@ static void test_random_rows(void **state) {
   }
 }
 
+/* A device that gives `entry` prices each id entry of sparse_rows at that
+ * time, and those of sparse_values and sparse_sgd at 20/13 and 14/13 of it
+ * (their FLOP-equivalents, 2000 and 1400 against 1300); one that does not,
+ * each at its FLOP-equivalents over gflops. 8 bags of 2 ids: 16 entries,
+ * all on each of two devices. */
+static void test_sparse_entries(void **state) {
+  (void)state;
+  const char *text = "model rec(batch B = 8) {\n"
+                     "  input  ids: i32[B, 2]\n"
+                     "  input  y: f32[B, 32]\n"
+                     "  param  e: f32[1000, 32] init zeros sparse\n"
+                     "  loss   = mse(embedding_bag(ids, e, mode = \"sum\"), y)\n"
+                     "  minimize loss with sgd(lr = 0.1)\n"
+                     "}\n"
+                     "cluster c {\n  node a {\n"
+                     "    device d0: cpu(gflops = 80, mem = 1GiB%s)\n"
+                     "    device d1: cpu(gflops = 80, mem = 1GiB%s)\n"
+                     "  }\n" LINKS
+                     "parallel rec on c {\n  mesh m[dp = 2] over d0, d1\n  plan explicit\n}\n";
+  const Op ops[3] = {OP_sparse_rows, OP_sparse_values, OP_sparse_sgd};
+  const double flops[3] = {1300, 2000, 1400}, weight[3] = {1, 20.0 / 13, 14.0 / 13};
+  Arena *a = arena_new();
+  Module *m[2];
+  for (int e = 0; e < 2; e++) {
+    const char *entry = e ? ", entry = 10ns" : "";
+    m[e] = compile_text(a, arena_printf(a, text, entry, entry));
+  }
+  for (int k = 0; k < 3; k++) {
+    double got = op_time(m[1], 1, ops[k]) - op_time(m[0], 1, ops[k]);
+    double want = 16 * (weight[k] * 10e-9 - flops[k] / 80e9);
+    printf("%s with entry = 10ns: %.4g s more, by the figures %.4g\n", ir_ops[ops[k]].name, got,
+           want);
+    assert_true(fabs(got - want) <= 1e-9 * fabs(want));
+  }
+  arena_free(a);
+}
+
 /* The seconds of the matmuls of device 0's step of text (a format taking
  * the device's extra figures), which must make n of them. */
 static double matmul_time(Arena *a, const char *text, const char *extra, int n) {
@@ -803,6 +840,7 @@ int main(void) {
       cmocka_unit_test(test_ring_causal_place),
       cmocka_unit_test(test_sparse_update_bytes),
       cmocka_unit_test(test_random_rows),
+      cmocka_unit_test(test_sparse_entries),
       cmocka_unit_test(test_table_wise_idle),
       cmocka_unit_test(test_attn_probed),
       cmocka_unit_test(test_trace_json),
