@@ -274,7 +274,8 @@ static void probe_attn_fit(const double flops[3], const double scores[3], const 
     *score = 0;
   }
   *attn = 1 / (per_flop * gflops * 1e9);
-  *block = fmax(0, (t[2] - flops[2] * per_flop - scores[2] * *score) / blocks[2]);
+  *block = blocks[2] > 0 ? fmax(0, (t[2] - flops[2] * per_flop - scores[2] * *score) / blocks[2])
+                         : 0;
 }
 
 /* A bandwidth in GB/s as the file writes it, into buf: with `decimals`

@@ -23,13 +23,13 @@ static char *written(const Probe *p) {
 }
 
 /* Two nodes, ranks grouped by node, both links; rounding to the printed
- * decimals. */
+ * decimals; attn_block, entry, spill and l2 only where measured. */
 static void two_nodes(void **state) {
   (void)state;
   ProbeSpeed speed[3] = {
       {.gflops = 80.04, .lat = 1.234e-6, .bw = 20.456e9, .spread = 0.0123, .row = 21.46e-9,
        .attn = 0.7126, .score = 0.4567e-9, .tile_m = 14, .tile_n = 32, .product = 432.14e-9,
-       .spill = 12.345e9, .l2 = 1 << 20},
+       .spill = 12.345e9, .l2 = 1 << 20, .attn_block = 494.66e-9, .entry = 14.54e-9},
       {.gflops = 40.06, .lat = 2e-6, .bw = 10e9, .spread = 0.25, .row = 40e-9, .attn = 1.25,
        .score = 1e-9, .tile_m = 6, .tile_n = 16},
       {.gflops = 39.95, .lat = 0.5e-6, .bw = 5.555e9}};
@@ -50,7 +50,8 @@ static void two_nodes(void **state) {
     "  node n0 {    # host ws\n"
     "    device r0: cpu(gflops = 80.0, bw = 20.46GB/s, lat = 1.23us, mem = 8.00GiB, "
     "spread = 0.012, row = 21.5ns, attn = 0.713, score = 0.457ns, product = 432.1ns, "
-    "spill = 12.35GB/s, l2 = 1024KiB, tile_m = 14, tile_n = 32)\n"
+    "attn_block = 494.7ns, entry = 14.5ns, spill = 12.35GB/s, l2 = 1024KiB, tile_m = 14, "
+    "tile_n = 32)\n"
     "    device r1: cpu(gflops = 40.1, bw = 10.00GB/s, lat = 2.00us, mem = 8.00GiB, "
     "spread = 0.250, row = 40.0ns, attn = 1.250, score = 1.000ns, product = 0.1ns, "
     "tile_m = 6, tile_n = 16)\n"
