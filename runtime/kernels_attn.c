@@ -435,16 +435,26 @@ INLINE void rows_of(const Attn *A, const Tiles *t, int64_t b, int64_t i0, int64_
 }
 
 /* Of a block's nc keys and nq queries: P = e^(s - lse) into p, or (ds)
- * dS = P (s - dsum) into s, where s holds dP. */
-INLINE void probabilities(float *restrict s, const float *restrict lse,
-                          const float *restrict dsum, float *restrict p, int64_t nc, int64_t nq,
-                          bool ds) {
+ * dS = P (s - dsum) into s, where s holds dP; a whole block's bounds
+ * constants (probabilities). */
+INLINE void probabilities_by(float *restrict s, const float *restrict lse,
+                             const float *restrict dsum, float *restrict p, int64_t nc,
+                             int64_t nq, bool ds) {
   for (int64_t c = 0; c < nc; c++)
     for (int64_t r = 0; r < nq; r++)
       if (ds)
         s[c * BQ + r] = p[c * BQ + r] * (s[c * BQ + r] - dsum[r]);
       else
         p[c * BQ + r] = exp_of(s[c * BQ + r] - lse[r]);
+}
+
+INLINE void probabilities(float *restrict s, const float *restrict lse,
+                          const float *restrict dsum, float *restrict p, int64_t nc, int64_t nq,
+                          bool ds) {
+  if (nc == BK && nq == BQ)
+    probabilities_by(s, lse, dsum, p, BK, BQ, ds);
+  else
+    probabilities_by(s, lse, dsum, p, nc, nq, ds);
 }
 
 /* P, then dS of the block of queries i0.. (nr) and keys j0.. (nc) of b,
@@ -457,17 +467,11 @@ INLINE void block_grads(const Attn *A, const Tiles *t, int64_t b, int64_t i0, in
   const float *restrict lse = t->lse, *restrict dsum = t->dsum;
   int64_t nq = lanes(nr);
   scores(A, s, b, i0, nr, j0, nc);
-  if (nc == BK && nq == BQ)
-    probabilities(s, lse, dsum, p, BK, BQ, false);
-  else
-    probabilities(s, lse, dsum, p, nc, nq, false);
+  probabilities(s, lse, dsum, p, nc, nq, false);
   products(A->prod, A->v + (b * A->tk + j0) * A->d,
            A->dot + (b * A->nqb + i0 / BQ) * A->d * BQ, BQ, nc, nq, A->d, 1, s);
   drop_block(A, s, b, i0, nr, j0, nc);
-  if (nc == BK && nq == BQ)
-    probabilities(s, lse, dsum, p, BK, BQ, true);
-  else
-    probabilities(s, lse, dsum, p, nc, nq, true);
+  probabilities(s, lse, dsum, p, nc, nq, true);
   drop_block(A, p, b, i0, nr, j0, nc);
 }
 
