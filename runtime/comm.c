@@ -1,7 +1,10 @@
 /* comm.c: SPMD over MPI: launch detection and start-up, the mesh and the group
- * of each of its axes, agreement between ranks and sharing of failures, and
- * the watchdog that ends a rank whose collective waits too long. */
+ * of each of its axes, agreement between ranks and sharing of failures, the
+ * watchdog that ends a rank whose collective waits too long, and the yield
+ * after a collective of a rank that shares its cores. */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@ struct DtComm {
   bool owner;                      /* this context started MPI: it finalises it */
   int rank, nranks;
   int local;                       /* the job's ranks on this node, this one included */
+  bool crowded;                    /* yields its core after each collective (crowded()) */
   MPI_Comm world;                  /* dtrt's own copy of MPI_COMM_WORLD */
   int naxis;                       /* 0 until dtrt_mesh_init */
   int size[DTRT_MAX_MESH], coord[DTRT_MAX_MESH];
@@ -159,16 +163,25 @@ static void watch_stop(DtComm *c) {
 
 void dtrt_comm_enter(DtrtCtx *ctx, const char *call) {
   DtComm *c = ctx ? *dtrt_ctx_comm(ctx) : NULL;
-  if (!c || !c->watching || c->depth++)
+  if (!c || c->depth++ || !c->watching)
     return;
   atomic_store(&c->call, call);
   atomic_store(&c->since, dtrt_now_ns());
 }
 
+/* A rank that leaves a collective first and goes on computing keeps the
+ * core from the ranks that share it, which still have their part of the
+ * collective to do (to pass on a block, to receive one): the others wait
+ * for the scheduler to take the core from it, a time slice of milliseconds.
+ * A crowded rank yields it once as it leaves. */
 void dtrt_comm_leave(DtrtCtx *ctx) {
   DtComm *c = ctx ? *dtrt_ctx_comm(ctx) : NULL;
-  if (c && c->watching && c->depth > 0 && !--c->depth)
+  if (!c || c->depth == 0 || --c->depth)
+    return;
+  if (c->watching)
     atomic_store(&c->since, 0);
+  if (c->crowded)
+    sched_yield();
 }
 
 /* ---- start-up and meshes ------------------------------------------------ */
@@ -204,6 +217,27 @@ void dtrt_comm_free(DtrtCtx *ctx) {
 }
 
 size_t dtrt_comm_bytes(void) { return sizeof(DtComm); }
+
+/* Whether this rank shares its cores with others of the job: each rank of
+ * this node spreads its threads over the CPUs it may run on, and the CPUs
+ * this one may run on hold more threads than their number. DTRT_COMM_YIELD=1
+ * says yes, 0 no. Collective over the node's ranks. */
+static bool crowded(DtrtCtx *ctx, MPI_Comm node) {
+  double load[CPU_SETSIZE];   /* by CPU: the threads it holds */
+  cpu_set_t set;
+  bool known = !sched_getaffinity(0, sizeof set, &set) && CPU_COUNT(&set) > 0;
+  double mine = known ? (double)dtrt_threads(ctx) / CPU_COUNT(&set) : 0;
+  for (int k = 0; k < CPU_SETSIZE; k++)
+    load[k] = known && CPU_ISSET(k, &set) ? mine : 0;
+  double held = 0;
+  if (MPI_Allreduce(MPI_IN_PLACE, load, CPU_SETSIZE, MPI_DOUBLE, MPI_SUM, node) == MPI_SUCCESS)
+    for (int k = 0; known && k < CPU_SETSIZE; k++)
+      held += CPU_ISSET(k, &set) ? load[k] : 0;
+  const char *e = getenv("DTRT_COMM_YIELD");
+  if (e && (!strcmp(e, "0") || !strcmp(e, "1")))
+    return *e == '1';
+  return held > CPU_COUNT(&set) + 1e-6;
+}
 
 /* A failure here leaves MPI started but not finalised: a rank that gives up
  * then ends without MPI_Finalize, which makes the launcher end the whole job
@@ -274,12 +308,18 @@ DtStatus dtrt_comm_init(DtrtCtx *ctx) {
     if (MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node) ==
         MPI_SUCCESS) {
       MPI_Comm_size(node, &c->local);
+      c->crowded = crowded(ctx, node);
       MPI_Comm_free(&node);
     }
     watch_start(c);
   }
   *slot = c;
   return DT_OK;
+}
+
+bool dtrt_comm_crowded(const DtrtCtx *ctx) {
+  const DtComm *c = comm_of(ctx);
+  return c && c->crowded;
 }
 
 int dtrt_local_ranks(const DtrtCtx *ctx) {

@@ -332,6 +332,9 @@ void *dtrt_alloc_raw(DtrtCtx *ctx, size_t n);
 /* The ranks of the context's job on this node, this one included: 1 in a
  * single process or before dtrt_comm_init. */
 int dtrt_local_ranks(const DtrtCtx *ctx);
+/* This rank shares its cores with others of the job, and yields its core
+ * after each collective (comm.c, crowded; DTRT_COMM_YIELD). */
+bool dtrt_comm_crowded(const DtrtCtx *ctx);
 
 /* The context's communication state: NULL until dtrt_comm_init. */
 DtComm **dtrt_ctx_comm(DtrtCtx *ctx);

@@ -3,10 +3,13 @@
  * reference computed locally from all ranks' deterministic inputs, meshes,
  * agreement, failure sharing, an SPMD model against the single-process
  * computation, and SIGHUP, SIGINT and SIGTERM blocked in every thread the
- * runtime and MPI started. Checks record and go on, so every rank makes the same calls;
+ * runtime and MPI started, and which ranks count as sharing their cores
+ * under each placement. Checks record and go on, so every rank makes the same calls;
  * rank 0 prints "N passed, M failed", the exit status says if any rank failed.
  * With --app-mpi the program starts MPI itself, and dtrt must not finalise it. */
+#define _GNU_SOURCE
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #include <mpi.h>
 
 #include "dtrt.h"
+#include "dtrt_int.h"
 #include "../unit/rt_count.h"
 #include "mpi_check.h"
 
@@ -755,6 +759,65 @@ static void test_signal_masks(DtrtCtx *ctx) {
   CHECK(dtrt_threads(ctx) < 2 || threads > 0, "no thread but the main one");
 }
 
+/* Whether a fresh context of this rank, pinned to `set` (NULL: as it was)
+ * with DTRT_NUM_THREADS=threads and DTRT_COMM_YIELD=yield (NULL: unset),
+ * counts itself as sharing its cores. */
+static bool crowded_as(const cpu_set_t *set, const char *threads, const char *yield) {
+  cpu_set_t was;
+  sched_getaffinity(0, sizeof was, &was);
+  if (set)
+    CHECK(!sched_setaffinity(0, sizeof *set, set), "sched_setaffinity");
+  setenv("DTRT_NUM_THREADS", threads, 1);
+  if (yield)
+    setenv("DTRT_COMM_YIELD", yield, 1);
+  else
+    unsetenv("DTRT_COMM_YIELD");
+  DtrtCtx *ctx = dtrt_ctx_new();
+  CHECK(dtrt_comm_init(ctx) == DT_OK, "comm_init: %s", dtrt_errmsg(ctx));
+  bool crowded = dtrt_comm_crowded(ctx);
+  dtrt_ctx_free(ctx);
+  sched_setaffinity(0, sizeof was, &was);
+  return crowded;
+}
+
+/* A rank yields its core after a collective exactly where the job's
+ * threads on its CPUs outnumber them, or where DTRT_COMM_YIELD says so:
+ * every rank on the node's first CPU, each on its own (in turn, when there
+ * are more ranks than CPUs), each with two threads, all unpinned. */
+static void test_crowded(void) {
+  cpu_set_t all;   /* the CPUs of every rank of the job */
+  sched_getaffinity(0, sizeof all, &all);
+  if (mpi_up())
+    MPI_Allreduce(MPI_IN_PLACE, &all, (int)sizeof all, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD);
+  int cpu[CPU_SETSIZE], n = 0;
+  for (int k = 0; k < CPU_SETSIZE; k++)
+    if (CPU_ISSET(k, &all))
+      cpu[n++] = k;
+  char *threads = getenv("DTRT_NUM_THREADS"), *yield = getenv("DTRT_COMM_YIELD");
+  threads = threads ? strdup(threads) : NULL;
+  yield = yield ? strdup(yield) : NULL;
+  cpu_set_t first, own;
+  CPU_ZERO(&first);
+  CPU_SET(cpu[0], &first);
+  CPU_ZERO(&own);
+  CPU_SET(cpu[me % n], &own);
+  bool mpi = mpi_up(), twin = me + n < np || me >= n;   /* another rank on its CPU */
+  CHECK(crowded_as(&first, "1", NULL) == (np > 1), "all on CPU %d", cpu[0]);
+  CHECK(!crowded_as(&first, "1", "0"), "all on CPU %d, DTRT_COMM_YIELD=0", cpu[0]);
+  CHECK(crowded_as(&own, "1", NULL) == twin, "each on its own CPU of %d", n);
+  CHECK(crowded_as(&own, "1", "1") == mpi, "each on its own CPU, DTRT_COMM_YIELD=1");
+  CHECK(crowded_as(&own, "2", NULL) == mpi, "each on its own CPU with two threads");
+  CHECK(crowded_as(&all, "1", NULL) == (np > n), "%d ranks on %d CPUs", np, n);
+  if (threads)
+    setenv("DTRT_NUM_THREADS", threads, 1);
+  else
+    unsetenv("DTRT_NUM_THREADS");
+  if (yield)
+    setenv("DTRT_COMM_YIELD", yield, 1);
+  free(threads);
+  free(yield);
+}
+
 int main(int argc, char **argv) {
   note_first_tids();
   bool app = argc > 1 && !strcmp(argv[1], "--app-mpi");
@@ -805,6 +868,7 @@ int main(int argc, char **argv) {
   test_model(dir);
   if (!app)   /* MPI's threads are the application's then */
     test_signal_masks(ctx);
+  test_crowded();
 
   DtrtCtx *other = dtrt_ctx_new(); /* joins the running MPI: must not end it */
   CHECK(dtrt_comm_init(other) == DT_OK && dtrt_rank(other) == me, "second context");
