@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dtrt.h"
@@ -613,14 +614,15 @@ static const Kernel kernels[K_COUNT] = {
 /* The seconds of a timed sample: ranks that share a core take turns in
  * slices of a few ms, and a sample must span many of them to show it. */
 #define WINDOW_S 50e-3
+/* How long after the barrier a sample's window starts: every rank of the
+ * node runs the kernel by then. */
+#define LEAD_S 10e-3
 
 /* A kernel's model and its buffers. */
 typedef struct Bench {
   void *m;
   float *x, *y;
 } Bench;
-
-static double now(void) { return MPI_Wtime(); }
 
 /* Makes kernel k's model and buffers and runs it once; 0, or -1. */
 static int bench_make(const Kernel *k, Bench *b) {
@@ -639,25 +641,55 @@ static void bench_free(const Kernel *k, Bench *b) {
   free(b->x);
 }
 
+static double seconds(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* This thread's CPU time at wall time at, between two readings (w0, c0)
+ * and (w1, c1) taken after runs: spread evenly over the run between them. */
+static double cpu_at(double at, double w0, double c0, double w1, double c1) {
+  return at <= w0 || w1 <= w0 ? c0 : at >= w1 ? c1 : c0 + (c1 - c0) * (at - w0) / (w1 - w0);
+}
+
 /* (collective) n samples of every kernel into t[k * stride + i], each the
- * seconds of one run: the runs that end within WINDOW_S of the sample's
- * start over their time; 0, or -1 when a run failed on some rank. Every
- * sample starts on all ranks at once, and a rank that is done keeps
- * running, untimed, until all are: ranks that share a core are timed while
- * they share it, over the same window. */
-static int measure_kernels(Bench *b, int n, double *t, int stride) {
+ * seconds of one run; 0, or -1 when a run failed on some rank. A sample is
+ * a window of WINDOW_S that begins at the same moment on every rank of the
+ * node, on CLOCK_MONOTONIC, which the node's processes share; every rank
+ * runs the kernel from the barrier before it until every rank is past it,
+ * so ranks that share a core share it for the whole window. The runs the
+ * window holds are counted by this thread's CPU time: the CPU time it got
+ * in the window over the CPU time of a run. A rank that has no core when
+ * the window opens gets no CPU time until it has, so its count starts when
+ * the window does and not when the rank first runs, as a count of the runs
+ * it ends would (the rank that had the core would then count the slice it
+ * ran alone, and the ranks of one core together more than the core does). */
+static int measure_kernels(Bench *b, int n, double *t, int stride, MPI_Comm node) {
   int ok = 1, all_ok;
   for (int k = 0; k < K_COUNT; k++)
     for (int i = 0; i < n; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = now(), t1 = t0;
+      double open = seconds(CLOCK_MONOTONIC) + LEAD_S;
+      MPI_Allreduce(MPI_IN_PLACE, &open, 1, MPI_DOUBLE, MPI_MAX, node);
+      double shut = open + WINDOW_S, w0 = seconds(CLOCK_MONOTONIC), w1;
+      double c0 = seconds(CLOCK_THREAD_CPUTIME_ID), c1, c_open = -1, c_shut = 0;
+      double c_runs = 0, last = 0;   /* the CPU time of the runs wholly in the window; the last run's */
       int runs = 0;
-      while (t1 - t0 < WINDOW_S) {
+      do {
         ok &= !kernels[k].run(b[k].m, b[k].x, b[k].y);
-        runs++;
-        t1 = now();
-      }
-      t[k * stride + i] = (t1 - t0) / runs;
+        w1 = seconds(CLOCK_MONOTONIC), c1 = seconds(CLOCK_THREAD_CPUTIME_ID);
+        if (c_open < 0 && w1 >= open)
+          c_open = cpu_at(open, w0, c0, w1, c1);
+        if (w1 >= shut)
+          c_shut = cpu_at(shut, w0, c0, w1, c1);
+        else if (w0 >= open)
+          runs++, c_runs += c1 - c0;
+        last = c1 - c0;
+        w0 = w1, c0 = c1;
+      } while (w1 < shut);
+      double per_run = runs ? c_runs / runs : last;
+      t[k * stride + i] = c_shut > c_open ? WINDOW_S * per_run / (c_shut - c_open) : w1 - open;
       MPI_Request all_done;
       int done = 0;
       MPI_Ibarrier(MPI_COMM_WORLD, &all_done);
@@ -1024,7 +1056,6 @@ int main(int argc, char **argv) {
   int shared_rank, shared_nodes;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &shared);
   MPI_Comm_rank(shared, &shared_rank);
-  MPI_Comm_free(&shared);
   int leader = shared_rank == 0;
   MPI_Allreduce(&leader, &shared_nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (me == 0 && shared_nodes != nnodes)
@@ -1035,7 +1066,7 @@ int main(int argc, char **argv) {
   /* The kernels' samples in two halves, at the start and at the end of the
    * probe, so a speed that drifts while it runs widens the spread. */
   int half = (reps + 1) / 2;
-  if (measure_kernels(bench, half, tk, cap)) {
+  if (measure_kernels(bench, half, tk, cap, shared)) {
     if (me == 0)
       fprintf(stderr, "dtc-probe: error: a kernel failed\n");
     return finish(1);
@@ -1093,7 +1124,7 @@ int main(int argc, char **argv) {
     return finish(1);
   }
   p.coll = coll;
-  if (measure_kernels(bench, reps - half, tk + half, cap)) {
+  if (measure_kernels(bench, reps - half, tk + half, cap, shared)) {
     if (me == 0)
       fprintf(stderr, "dtc-probe: error: a kernel failed\n");
     return finish(1);
@@ -1127,7 +1158,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "dtc-probe: the kernel times of r%d spread by %.1f%% against the other "
               "ranks'; timing %d more samples of each kernel\n", worst, 100 * spreads[worst],
               reps);
-    if (measure_kernels(bench, reps, tk + n, cap)) {
+    if (measure_kernels(bench, reps, tk + n, cap, shared)) {
       if (me == 0)
         fprintf(stderr, "dtc-probe: error: a kernel failed\n");
       return finish(1);
@@ -1160,6 +1191,7 @@ int main(int argc, char **argv) {
     }
   }
   MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Comm_free(&shared);
   dtrt_ctx_free(ctx);
   for (int k = 0; k < K_COUNT; k++)
     bench_free(&kernels[k], &bench[k]);

@@ -780,15 +780,23 @@ static bool crowded_as(const cpu_set_t *set, const char *threads, const char *yi
   return crowded;
 }
 
-/* A rank yields its core after a collective exactly where the job's
- * threads on its CPUs outnumber them, or where DTRT_COMM_YIELD says so:
- * every rank on the node's first CPU, each on its own (in turn, when there
- * are more ranks than CPUs), each with two threads, all unpinned. */
+/* A rank yields its core after a collective exactly where the threads of
+ * its node's ranks on its CPUs outnumber them, or where DTRT_COMM_YIELD
+ * says so: every rank of a node on its first CPU, each on its own (in
+ * turn, when there are more ranks than CPUs), each with two threads, all
+ * unpinned. */
 static void test_crowded(void) {
-  cpu_set_t all;   /* the CPUs of every rank of the job */
+  int lme = 0, lnp = 1;   /* this rank among its node's (MPI_COMM_TYPE_SHARED) */
+  cpu_set_t all;          /* the CPUs of the node's ranks */
   sched_getaffinity(0, sizeof all, &all);
-  if (mpi_up())
-    MPI_Allreduce(MPI_IN_PLACE, &all, (int)sizeof all, MPI_BYTE, MPI_BOR, MPI_COMM_WORLD);
+  if (mpi_up()) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &lme);
+    MPI_Comm_size(node, &lnp);
+    MPI_Allreduce(MPI_IN_PLACE, &all, (int)sizeof all, MPI_BYTE, MPI_BOR, node);
+    MPI_Comm_free(&node);
+  }
   int cpu[CPU_SETSIZE], n = 0;
   for (int k = 0; k < CPU_SETSIZE; k++)
     if (CPU_ISSET(k, &all))
@@ -800,14 +808,14 @@ static void test_crowded(void) {
   CPU_ZERO(&first);
   CPU_SET(cpu[0], &first);
   CPU_ZERO(&own);
-  CPU_SET(cpu[me % n], &own);
-  bool mpi = mpi_up(), twin = me + n < np || me >= n;   /* another rank on its CPU */
-  CHECK(crowded_as(&first, "1", NULL) == (np > 1), "all on CPU %d", cpu[0]);
+  CPU_SET(cpu[lme % n], &own);
+  bool mpi = mpi_up(), twin = lme + n < lnp || lme >= n;   /* another rank on its CPU */
+  CHECK(crowded_as(&first, "1", NULL) == (lnp > 1), "all on CPU %d", cpu[0]);
   CHECK(!crowded_as(&first, "1", "0"), "all on CPU %d, DTRT_COMM_YIELD=0", cpu[0]);
   CHECK(crowded_as(&own, "1", NULL) == twin, "each on its own CPU of %d", n);
   CHECK(crowded_as(&own, "1", "1") == mpi, "each on its own CPU, DTRT_COMM_YIELD=1");
   CHECK(crowded_as(&own, "2", NULL) == mpi, "each on its own CPU with two threads");
-  CHECK(crowded_as(&all, "1", NULL) == (np > n), "%d ranks on %d CPUs", np, n);
+  CHECK(crowded_as(&all, "1", NULL) == (lnp > n), "%d ranks on %d CPUs", lnp, n);
   if (threads)
     setenv("DTRT_NUM_THREADS", threads, 1);
   else
