@@ -49,11 +49,13 @@
 #     weighs data and tensor parallelism and pipeline stages; "plan" names
 #     what it kept), three pipeline stages written with layer ratios from
 #     the probed speeds and HETERO_DEEP_MB micro-batches (default 4), and
-#     the same step on rank 0 alone: {"bench":
+#     the same step on rank 0 alone, the four in turn in HETERO_ROUNDS
+#     rounds as in 2-4 (each time the median over the rounds, each ratio
+#     the median of the rounds' ratios): {"bench":
 #     "hetero_deep", "auto_ms", "even_ms", "even_over_auto", "one_ms",
 #     "ideal_work_ms", "auto_over_ideal_work", "plan", "pp_ms",
 #     "even_over_pp", "pp_predicted_ms", "pp_measured_over_predicted",
-#     "pp_plan"}. Then the simulator's check on pipelines whose devices do
+#     "pp_plan", "rounds"}. Then the simulator's check on pipelines whose devices do
 #     not share a core: a probe of two ranks, one per core, and gpt.dt as 2
 #     even stages in HETERO_DEEP_MB micro-batches on them: {"bench":
 #     "hetero_deep_pp2", "pp2_ms", "pp2_predicted_ms",
@@ -298,10 +300,23 @@ done
 build_bench deep_pp "$dir/deep_pp.dt" HETERO_GPT $deep_flags
 # shellcheck disable=SC2086
 build_bench deep_one "$src/examples/gpt.dt" HETERO_GPT --cluster="$dir/probe3.dt" $deep_flags
-even_ms=$(run 3 "$dir/pin.sh" "$dir/deep_even/bench" "$reps" hetero_deep_even | num step_ms)
-auto_ms=$(run 3 "$dir/pin.sh" "$dir/deep_auto/bench" "$reps" hetero_deep_auto | num step_ms)
-pp_ms=$(run 3 "$dir/pin.sh" "$dir/deep_pp/bench" "$reps" hetero_deep_pp | num step_ms)
-one_ms=$(run 1 "$dir/pin.sh" "$dir/deep_one/bench" "$reps" hetero_deep_one | num step_ms)
+# the four in turn, HETERO_ROUNDS times, as in 2-4: each the median over
+# the rounds, and each ratio the median of the rounds' ratios
+: > "$dir/rounds_deep"
+r=1
+while [ "$r" -le "$rounds" ]; do
+  e=$(run 3 "$dir/pin.sh" "$dir/deep_even/bench" "$reps" hetero_deep_even | num step_ms)
+  a=$(run 3 "$dir/pin.sh" "$dir/deep_auto/bench" "$reps" hetero_deep_auto | num step_ms)
+  q=$(run 3 "$dir/pin.sh" "$dir/deep_pp/bench" "$reps" hetero_deep_pp | num step_ms)
+  o=$(run 1 "$dir/pin.sh" "$dir/deep_one/bench" "$reps" hetero_deep_one | num step_ms)
+  echo "$e $a $q $o" >> "$dir/rounds_deep"
+  r=$((r + 1))
+done
+# shellcheck disable=SC2046
+set -- $(medians "$dir/rounds_deep" 4 1 2)
+even_ms=$1 auto_ms=$2 pp_ms=$3 one_ms=$4 even_auto=$5
+auto_one=$(medians "$dir/rounds_deep" 0 2 4)
+even_pp=$(medians "$dir/rounds_deep" 0 1 3)
 first=$(sed -n 's/.*gflops = \([0-9.]*\).*/\1/p' "$dir/probe3.dt" | head -n 1)
 total=$(gflops_sum "$dir/probe3.dt")
 # shellcheck disable=SC2086
@@ -321,14 +336,16 @@ auto_plan=$("$build/dtc" --emit=plan --cluster="$dir/probe3.dt" $deep_flags \
 stages=$("$build/dtc" --emit=plan $deep_flags "$dir/deep_pp.dt" |
   sed -n 's/^pipeline stages over pp, loop at [^ ]* //p' | sed 's/ layers /:/g')
 awk -v a="$auto_ms" -v e="$even_ms" -v q="$pp_ms" -v o="$one_ms" -v g0="$first" -v s="$total" \
-    -v p="$pred" -v ap="$auto_plan" -v st="$stages" -v mb="$mb" 'BEGIN {
+    -v p="$pred" -v ap="$auto_plan" -v st="$stages" -v mb="$mb" -v ea="$even_auto" \
+    -v ao="$auto_one" -v ep="$even_pp" -v rounds="$rounds" 'BEGIN {
   work = o * g0 / s
   printf "{\"bench\": \"hetero_deep\", \"auto_ms\": %.3f, \"even_ms\": %.3f, " \
          "\"even_over_auto\": %.3f, \"one_ms\": %.3f, \"ideal_work_ms\": %.3f, " \
          "\"auto_over_ideal_work\": %.3f, \"plan\": \"%s\", \"pp_ms\": %.3f, " \
          "\"even_over_pp\": %.3f, \"pp_predicted_ms\": %.3f, " \
-         "\"pp_measured_over_predicted\": %.3f, \"pp_plan\": \"pp 3 (%s), %d micro-batches\"}\n",
-         a, e, e / a, o, work, a / work, ap, q, e / q, p, q / p, st, mb
+         "\"pp_measured_over_predicted\": %.3f, \"pp_plan\": \"pp 3 (%s), %d micro-batches\", " \
+         "\"rounds\": %d}\n",
+         a, e, ea, o, work, ao * s / g0, ap, q, ep, p, q / p, st, mb, rounds
 }'
 }
 
