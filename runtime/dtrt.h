@@ -733,7 +733,11 @@ int32_t dtrt_criteo_row(uint32_t value, int64_t rows);
  * one rank of a job: dtrt_comm_init initialises MPI (MPI_THREAD_FUNNELED). A
  * process started alone is rank 0 of 1 and MPI is never touched. An
  * application that initialised MPI itself keeps it: dtrt uses it and never
- * finalises it. The application configures nothing.
+ * finalises it. The application configures nothing. A rank whose node's
+ * ranks put more threads on its CPUs than there are CPUs (ranks pinned
+ * together, or more ranks than cores) yields its core once as it leaves each
+ * collective, so the others there do their part of it at once
+ * (DTRT_COMM_YIELD=0 or 1 decides instead; docs/RUNTIME.md).
  *
  * MPI starts at most once per process. The context whose dtrt_comm_init
  * initialised it finalises it in dtrt_ctx_free; other contexts' communication
