@@ -55,9 +55,9 @@
 #     "hetero_deep", "auto_ms", "even_ms", "even_over_auto", "one_ms",
 #     "ideal_work_ms", "auto_over_ideal_work", "plan", "pp_ms",
 #     "even_over_pp", "pp_predicted_ms", "pp_measured_over_predicted",
-#     "pp_plan", "rounds"}. Then the simulator's check on pipelines whose devices do
-#     not share a core: a probe of two ranks, one per core, and gpt.dt as 2
-#     even stages in HETERO_DEEP_MB micro-batches on them: {"bench":
+#     "pp_plan", "rounds"}. Then the simulator's check on pipelines whose
+#     devices do not share a core: a probe of two ranks, one per core, and
+#     gpt.dt as 2 even stages in HETERO_DEEP_MB micro-batches on them: {"bench":
 #     "hetero_deep_pp2", "pp2_ms", "pp2_predicted_ms",
 #     "pp2_measured_over_predicted"}. (On the 2:1:1 set-up ranks 1 and 2
 #     take turns on core 1, so one runs at twice its probed speed while the

@@ -759,14 +759,13 @@ static void test_signal_masks(DtrtCtx *ctx) {
   CHECK(dtrt_threads(ctx) < 2 || threads > 0, "no thread but the main one");
 }
 
-/* Whether a fresh context of this rank, pinned to `set` (NULL: as it was)
- * with DTRT_NUM_THREADS=threads and DTRT_COMM_YIELD=yield (NULL: unset),
- * counts itself as sharing its cores. */
+/* Whether a fresh context of this rank, pinned to `set`, with
+ * DTRT_NUM_THREADS=threads and DTRT_COMM_YIELD=yield (NULL: unset), counts
+ * itself as sharing its cores. */
 static bool crowded_as(const cpu_set_t *set, const char *threads, const char *yield) {
   cpu_set_t was;
   sched_getaffinity(0, sizeof was, &was);
-  if (set)
-    CHECK(!sched_setaffinity(0, sizeof *set, set), "sched_setaffinity");
+  CHECK(!sched_setaffinity(0, sizeof *set, set), "sched_setaffinity");
   setenv("DTRT_NUM_THREADS", threads, 1);
   if (yield)
     setenv("DTRT_COMM_YIELD", yield, 1);
