@@ -617,6 +617,8 @@ static const Kernel kernels[K_COUNT] = {
 /* How long after the barrier a sample's window starts: every rank of the
  * node runs the kernel by then. */
 #define LEAD_S 10e-3
+/* The least time between two readings of the clocks in a sample. */
+#define BATCH_S 20e-6
 
 /* A kernel's model and its buffers. */
 typedef struct Bench {
@@ -653,6 +655,19 @@ static double cpu_at(double at, double w0, double c0, double w1, double c1) {
   return at <= w0 || w1 <= w0 ? c0 : at >= w1 ? c1 : c0 + (c1 - c0) * (at - w0) / (w1 - w0);
 }
 
+/* Runs of kernel k between two readings of the clocks: enough to take
+ * BATCH_S, so that reading this thread's CPU time (a system call) adds
+ * little to a short kernel's time; from the shortest of three runs. */
+static int64_t batch_of(const Bench *b, int k) {
+  double shortest = INFINITY;
+  for (int i = 0; i < 3; i++) {
+    double t0 = seconds(CLOCK_MONOTONIC);
+    kernels[k].run(b[k].m, b[k].x, b[k].y);
+    shortest = fmin(shortest, seconds(CLOCK_MONOTONIC) - t0);
+  }
+  return shortest >= BATCH_S ? 1 : (int64_t)ceil(BATCH_S / fmax(shortest, 1e-9));
+}
+
 /* (collective) n samples of every kernel into t[k * stride + i], each the
  * seconds of one run; 0, or -1 when a run failed on some rank. A sample is
  * a window of WINDOW_S that begins at the same moment on every rank of the
@@ -660,42 +675,47 @@ static double cpu_at(double at, double w0, double c0, double w1, double c1) {
  * runs the kernel from the barrier before it until every rank is past it,
  * so ranks that share a core share it for the whole window. The runs the
  * window holds are counted by this thread's CPU time: the CPU time it got
- * in the window over the CPU time of a run. A rank that has no core when
- * the window opens gets no CPU time until it has, so its count starts when
- * the window does and not when the rank first runs, as a count of the runs
- * it ends would (the rank that had the core would then count the slice it
- * ran alone, and the ranks of one core together more than the core does). */
+ * in the window over the CPU time of a run (the clocks are read after each
+ * batch of runs). A rank that has no core when the window opens gets no
+ * CPU time until it has, so its count starts when the window does and not
+ * when the rank first runs, as a count of the runs it ends would (the rank
+ * that had the core would then count the slice it ran alone, and the ranks
+ * of one core together more than the core does). */
 static int measure_kernels(Bench *b, int n, double *t, int stride, MPI_Comm node) {
   int ok = 1, all_ok;
-  for (int k = 0; k < K_COUNT; k++)
+  for (int k = 0; k < K_COUNT; k++) {
+    int64_t batch = batch_of(b, k);
     for (int i = 0; i < n; i++) {
       MPI_Barrier(MPI_COMM_WORLD);
       double open = seconds(CLOCK_MONOTONIC) + LEAD_S;
       MPI_Allreduce(MPI_IN_PLACE, &open, 1, MPI_DOUBLE, MPI_MAX, node);
       double shut = open + WINDOW_S, w0 = seconds(CLOCK_MONOTONIC), w1;
       double c0 = seconds(CLOCK_THREAD_CPUTIME_ID), c1, c_open = -1, c_shut = 0;
-      double c_runs = 0, last = 0;   /* the CPU time of the runs wholly in the window; the last run's */
-      int runs = 0;
+      double c_runs = 0, last = 0;   /* the CPU time of the batches wholly in the window; the last's */
+      int64_t runs = 0;
       do {
-        ok &= !kernels[k].run(b[k].m, b[k].x, b[k].y);
+        for (int64_t j = 0; j < batch; j++)
+          ok &= !kernels[k].run(b[k].m, b[k].x, b[k].y);
         w1 = seconds(CLOCK_MONOTONIC), c1 = seconds(CLOCK_THREAD_CPUTIME_ID);
         if (c_open < 0 && w1 >= open)
           c_open = cpu_at(open, w0, c0, w1, c1);
         if (w1 >= shut)
           c_shut = cpu_at(shut, w0, c0, w1, c1);
         else if (w0 >= open)
-          runs++, c_runs += c1 - c0;
+          runs += batch, c_runs += c1 - c0;
         last = c1 - c0;
         w0 = w1, c0 = c1;
       } while (w1 < shut);
-      double per_run = runs ? c_runs / runs : last;
-      t[k * stride + i] = c_shut > c_open ? WINDOW_S * per_run / (c_shut - c_open) : w1 - open;
+      double per_run = runs ? c_runs / (double)runs : last / (double)batch;
+      t[k * stride + i] = c_shut > c_open ? WINDOW_S * per_run / (c_shut - c_open)
+                                          : (w1 - open) / (double)batch;
       MPI_Request all_done;
       int done = 0;
       MPI_Ibarrier(MPI_COMM_WORLD, &all_done);
       while (MPI_Test(&all_done, &done, MPI_STATUS_IGNORE), !done)
         ok &= !kernels[k].run(b[k].m, b[k].x, b[k].y);
     }
+  }
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
   return all_ok ? 0 : -1;
 }
