@@ -236,7 +236,7 @@ static bool crowded(DtrtCtx *ctx, MPI_Comm node) {
   const char *e = getenv("DTRT_COMM_YIELD");
   if (e && (!strcmp(e, "0") || !strcmp(e, "1")))
     return *e == '1';
-  return held > CPU_COUNT(&set) + 1e-6;
+  return known && held > CPU_COUNT(&set) + 1e-6;
 }
 
 /* A failure here leaves MPI started but not finalised: a rank that gives up

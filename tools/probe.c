@@ -691,7 +691,8 @@ static int measure_kernels(Bench *b, int n, double *t, int stride, MPI_Comm node
       MPI_Allreduce(MPI_IN_PLACE, &open, 1, MPI_DOUBLE, MPI_MAX, node);
       double shut = open + WINDOW_S, w0 = seconds(CLOCK_MONOTONIC), w1;
       double c0 = seconds(CLOCK_THREAD_CPUTIME_ID), c1, c_open = -1, c_shut = 0;
-      double c_runs = 0, last = 0;   /* the CPU time of the batches wholly in the window; the last's */
+      double c_runs = 0, last = 0;   /* CPU time: of the runs in whole batches in the window; of
+                                        the last batch */
       int64_t runs = 0;
       do {
         for (int64_t j = 0; j < batch; j++)
